@@ -1,0 +1,34 @@
+"""Write files so that readers only ever see a complete one.
+
+Everything mnistperf writes (Parquet, CSV, downloads, summaries, bench results) goes
+through :func:`atomic_write`: the content lands in a temporary file beside the target and is
+renamed over it, so an interrupted run leaves no partial file that a later run would trust,
+and two runs writing the same file at once both end with a complete one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+
+def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
+    """Call write(tmp) on a temporary file beside target, then rename it over target."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; give them the usual mode
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

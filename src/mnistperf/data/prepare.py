@@ -1,0 +1,194 @@
+"""Turn the official idx files into the Parquet (and optionally CSV) files every stage reads.
+
+Writes ``<data_dir>/<Folder>/{train,test}.parquet`` once; a second run finds them ready.
+Each file is written to a temporary name beside its target and renamed into place, so an
+interrupted run never leaves a file a later run would trust, and two runs at once both end
+with complete files. While writing, it measures size and write/read time per format: the
+reference's CSV-against-Parquet comparison, reproduced on the user's machine.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from mnistperf.atomic import atomic_write
+from mnistperf.data import schema, sources
+from mnistperf.errors import ConfigError, DataError
+
+FORMATS = ("parquet", "csv")
+SPLITS = ("train", "test")
+SYNTHETIC_FOLDER = "Synthetic"
+SYNTHETIC_ROW_GROUP_ROWS = 10_000
+SYNTHETIC_CHUNK_ROWS = 100_000
+
+
+@dataclass
+class FormatReport:
+    """Size and timing of one split written in one format."""
+
+    dataset: str
+    split: str
+    rows: int
+    format: str
+    size_mb: float
+    write_s: float
+    read_s: float
+
+
+def dataset_folder(dataset: str) -> str:
+    if dataset == "synthetic":
+        return SYNTHETIC_FOLDER
+    return sources.DATASETS[dataset].folder
+
+
+def split_path(data_dir: str | os.PathLike, dataset: str, split: str, fmt: str = "parquet") -> Path:
+    """Where a prepared split lives: <data_dir>/<Folder>/<split>.<fmt>."""
+    return Path(data_dir) / dataset_folder(dataset) / f"{split}.{fmt}"
+
+
+def is_ready(path: Path, expected_rows: int | None = None) -> bool:
+    """Whether path is a complete prepared Parquet file (footer readable, layout right)."""
+    try:
+        meta = pq.read_metadata(path)
+    except (OSError, pa.ArrowException):
+        return False
+    names = set(meta.schema.to_arrow_schema().names)
+    complete = schema.LABEL_COLUMN in names and set(schema.PIXEL_COLUMNS) <= names
+    return complete and (expected_rows is None or meta.num_rows == expected_rows)
+
+
+def _write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: Iterable[str]) -> list[FormatReport]:
+    reports = []
+    for fmt in formats:
+        path = split_path(data_dir, dataset, split, fmt)
+        start = time.perf_counter()
+        if fmt == "parquet":
+            atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+        else:
+            atomic_write(path, lambda tmp: pacsv.write_csv(table, tmp))
+        write_s = time.perf_counter() - start
+        start = time.perf_counter()
+        (pq.read_table if fmt == "parquet" else pacsv.read_csv)(path)
+        read_s = time.perf_counter() - start
+        reports.append(FormatReport(dataset, split, table.num_rows, fmt, path.stat().st_size / 1e6, write_s, read_s))
+    return reports
+
+
+def prepare_dataset(
+    dataset: str,
+    data_dir: str | os.PathLike = "data",
+    source_root: str | os.PathLike | None = None,
+    formats: Iterable[str] = ("parquet",),
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[FormatReport]:
+    """Prepare one official dataset; return a report per split and format written (empty if ready)."""
+    if dataset not in sources.DATASETS:
+        raise ConfigError(f"unknown dataset {dataset!r}: choose one of {', '.join(sources.DATASETS)}.")
+    formats = _check_formats(formats)
+    spec = sources.DATASETS[dataset]
+    wanted = [split_path(data_dir, dataset, s, f) for s in SPLITS for f in formats]
+    if not force and all(p.is_file() if p.suffix == ".csv" else is_ready(p) for p in wanted):
+        log(f"{spec.folder}: ready in {Path(data_dir) / spec.folder} (use --force to rebuild)")
+        return []
+    cache_dir = Path(data_dir) / spec.folder / "raw"
+    reports = []
+    for split in SPLITS:
+        start = time.perf_counter()
+        images, labels = sources.load_split(spec, split, source_root, cache_dir, log)
+        decode_s = time.perf_counter() - start
+        log(f"{spec.folder} {split}: {len(images):,} images verified and decoded in {decode_s:.2f} s")
+        reports += _write_split(schema.build_table(images, labels), dataset, split, data_dir, formats)
+    return reports
+
+
+def prepare_synthetic(
+    rows: int,
+    data_dir: str | os.PathLike = "data",
+    seed: int = 0,
+    test_rows: int = 10_000,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[FormatReport]:
+    """Write a large random dataset of the same layout, in row groups, without holding it in memory."""
+    if rows < 1 or test_rows < 1:
+        raise ConfigError(f"--rows and test rows must be at least 1 (got {rows} and {test_rows}).")
+    reports = []
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", rows), ("test", test_rows)):
+        path = split_path(data_dir, "synthetic", split)
+        if not force and is_ready(path, count):
+            log(f"{path}: ready ({count:,} rows; use --force to rebuild)")
+            continue
+        start = time.perf_counter()
+
+        def write(tmp: Path, count=count) -> None:
+            writer = None
+            try:
+                for offset in range(0, count, SYNTHETIC_CHUNK_ROWS):
+                    n = min(SYNTHETIC_CHUNK_ROWS, count - offset)
+                    images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+                    labels = rng.integers(0, schema.NUM_CLASSES, size=n)
+                    table = schema.build_table(images, labels)
+                    if writer is None:
+                        writer = pq.ParquetWriter(tmp, table.schema)
+                    writer.write_table(table, row_group_size=SYNTHETIC_ROW_GROUP_ROWS)
+            finally:
+                if writer is not None:
+                    writer.close()
+
+        atomic_write(path, write)
+        write_s = time.perf_counter() - start
+        reports.append(FormatReport("synthetic", split, count, "parquet", path.stat().st_size / 1e6, write_s, float("nan")))
+        log(f"{path}: {count:,} random rows written in {write_s:.1f} s")
+    return reports
+
+
+def _check_formats(formats: Iterable[str]) -> list[str]:
+    formats = [f.strip() for f in formats if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ConfigError(f"--formats: unknown format {unknown[0]!r}; choose from {', '.join(FORMATS)}.")
+    # Parquet is what training reads, so it is always written.
+    return ["parquet"] + [f for f in formats if f != "parquet"]
+
+
+def format_reports(reports: list[FormatReport]) -> str:
+    """The reference's CSV-vs-Parquet table: size, write and read time, size relative to Parquet."""
+    if not reports:
+        return ""
+    lines = [
+        f"{'dataset':<14}{'split':<7}{'rows':>10}  {'format':<8}{'size MB':>9}{'write s':>9}{'read s':>8}{'x parquet':>11}",
+    ]
+    parquet_size = {(r.dataset, r.split): r.size_mb for r in reports if r.format == "parquet"}
+    for r in reports:
+        ratio = r.size_mb / parquet_size[(r.dataset, r.split)]
+        read = "" if r.read_s != r.read_s else f"{r.read_s:.2f}"
+        lines.append(
+            f"{dataset_folder(r.dataset):<14}{r.split:<7}{r.rows:>10,}  {r.format:<8}{r.size_mb:>9.1f}"
+            f"{r.write_s:>9.2f}{read:>8}{ratio:>10.1f}x"
+        )
+    return "\n".join(lines)
+
+
+def require_prepared(dataset: str, data_dir, split: str) -> Path:
+    """The path of a prepared split, or a DataError saying how to prepare it."""
+    path = split_path(data_dir, dataset, split)
+    if path.is_file():
+        return path
+    if dataset == "synthetic":
+        how = "`python -m mnistperf prepare --dataset synthetic --rows N`"
+    else:
+        how = f"`python -m mnistperf prepare --dataset {dataset}`, which needs the raw files: " + sources.how_to_get(
+            sources.DATASETS[dataset]
+        )
+    raise DataError(f"{path} not found. Create it with {how}.")

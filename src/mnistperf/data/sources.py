@@ -1,0 +1,187 @@
+"""Where the official MNIST / FashionMNIST idx files come from, and proof that they are intact.
+
+The raw files are looked for, in this order: a local folder laid out like
+``DIR/mnist/`` and ``DIR/fashion-mnist/`` (``--source-root`` or ``MNISTPERF_SOURCE_ROOT``),
+Debian's system folder ``/usr/share/datasets/<name>/`` (package ``dataset-fashion-mnist``),
+an earlier download kept in ``<data_dir>/<Folder>/raw/``, and finally the public mirrors.
+
+Every file is verified by the MD5 of its *decompressed* content, so a copy that was
+re-compressed with another gzip header (Debian's) passes, while a corrupt or truncated
+file is rejected with an error that names it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import urllib.error
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mnistperf.atomic import atomic_write
+from mnistperf.errors import DataError
+
+SOURCE_ROOT_ENV = "MNISTPERF_SOURCE_ROOT"
+SYSTEM_DATASETS_DIR = Path("/usr/share/datasets")
+IMAGE_SIDE = 28
+IDX_IMAGES_MAGIC = 2051
+IDX_LABELS_MAGIC = 2049
+
+
+@dataclass(frozen=True)
+class RawFile:
+    """One official .gz file and the MD5 of its decompressed idx content."""
+
+    name: str
+    content_md5: str
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Everything needed to find, verify and name one dataset."""
+
+    name: str  # the option value, e.g. "fashion_mnist"
+    folder: str  # the prepared folder under data_dir, e.g. "FashionMNIST"
+    source_folder: str  # the raw folder name, e.g. "fashion-mnist"
+    mirrors: tuple[str, ...]
+    splits: dict[str, tuple[RawFile, RawFile]]  # split -> (images, labels)
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    "mnist": DatasetSpec(
+        name="mnist",
+        folder="MNIST",
+        source_folder="mnist",
+        mirrors=(
+            "https://ossci-datasets.s3.amazonaws.com/mnist/",
+            "https://storage.googleapis.com/cvdf-datasets/mnist/",
+        ),
+        splits={
+            "train": (
+                RawFile("train-images-idx3-ubyte.gz", "6bbc9ace898e44ae57da46a324031adb"),
+                RawFile("train-labels-idx1-ubyte.gz", "a25bea736e30d166cdddb491f175f624"),
+            ),
+            "test": (
+                RawFile("t10k-images-idx3-ubyte.gz", "2646ac647ad5339dbf082846283269ea"),
+                RawFile("t10k-labels-idx1-ubyte.gz", "27ae3e4e09519cfbb04c329615203637"),
+            ),
+        },
+    ),
+    "fashion_mnist": DatasetSpec(
+        name="fashion_mnist",
+        folder="FashionMNIST",
+        source_folder="fashion-mnist",
+        mirrors=("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
+        splits={
+            "train": (
+                RawFile("train-images-idx3-ubyte.gz", "f4a8712d7a061bf5bd6d2ca38dc4d50a"),
+                RawFile("train-labels-idx1-ubyte.gz", "9018921c3c673c538a1fc5bad174d6f9"),
+            ),
+            "test": (
+                RawFile("t10k-images-idx3-ubyte.gz", "8181f5470baa50b63fa0f6fddb340f0a"),
+                RawFile("t10k-labels-idx1-ubyte.gz", "15d484375f8d13e6eb1aabb0c3f46965"),
+            ),
+        },
+    ),
+}
+
+
+def how_to_get(spec: DatasetSpec) -> str:
+    """The ways a user can make the raw files reachable, for error messages."""
+    return (
+        f"pass --source-root DIR (or set {SOURCE_ROOT_ENV}) where DIR/{spec.source_folder}/ holds the "
+        f"four official .gz files; or install Debian's package dataset-fashion-mnist "
+        f"(FashionMNIST only, into {SYSTEM_DATASETS_DIR}/fashion-mnist); or allow network access to "
+        f"{spec.mirrors[0]}"
+    )
+
+
+def candidate_dirs(spec: DatasetSpec, source_root: str | os.PathLike | None, cache_dir: Path) -> list[Path]:
+    """Local folders to search, in order of preference."""
+    dirs = []
+    root = source_root if source_root is not None else os.environ.get(SOURCE_ROOT_ENV)
+    if root:
+        dirs.append(Path(root) / spec.source_folder)
+    dirs.append(SYSTEM_DATASETS_DIR / spec.source_folder)
+    dirs.append(cache_dir)
+    return dirs
+
+
+def decompress_verified(path: Path, raw: RawFile) -> bytes:
+    """Decompress one .gz file and check its content MD5; raise DataError naming the file if not intact."""
+    try:
+        with gzip.open(path, "rb") as handle:
+            content = handle.read()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(
+            f"{path} is corrupt or truncated ({exc}). Delete it and fetch a fresh copy of {raw.name}."
+        ) from exc
+    digest = hashlib.md5(content, usedforsecurity=False).hexdigest()
+    if digest != raw.content_md5:
+        raise DataError(
+            f"{path} decompresses to content with MD5 {digest}, but the official {raw.name} has "
+            f"{raw.content_md5}: the file is damaged or is not the official one. Delete it and fetch it again."
+        )
+    return content
+
+
+def decode_idx(content: bytes, magic: int, path: Path) -> np.ndarray:
+    """Decode verified idx bytes into uint8 images [N, 28, 28] or labels [N]."""
+    found = int.from_bytes(content[0:4], "big")
+    if found != magic:
+        raise DataError(f"{path}: idx magic number is {found}, expected {magic}.")
+    count = int.from_bytes(content[4:8], "big")
+    if magic == IDX_IMAGES_MAGIC:
+        return np.frombuffer(content, dtype=np.uint8, offset=16).reshape(count, IMAGE_SIDE, IMAGE_SIDE)
+    return np.frombuffer(content, dtype=np.uint8, offset=8).reshape(count)
+
+
+def download(url: str, target: Path, raw: RawFile) -> bytes:
+    """Download url into target, verify it, and return its decompressed content."""
+    content = b""
+
+    def fetch(tmp: Path) -> None:
+        nonlocal content
+        with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            shutil.copyfileobj(response, out)
+        content = decompress_verified(tmp, raw)
+
+    atomic_write(target, fetch)
+    return content
+
+
+def read_raw(spec: DatasetSpec, raw: RawFile, source_root, cache_dir: Path, log=print) -> bytes:
+    """Return the verified decompressed content of one raw file from the first place that has it."""
+    for folder in candidate_dirs(spec, source_root, cache_dir):
+        path = folder / raw.name
+        if path.is_file():
+            return decompress_verified(path, raw)
+    failures = []
+    for mirror in spec.mirrors:
+        url = mirror + raw.name
+        log(f"downloading {url}")
+        try:
+            return download(url, cache_dir / raw.name, raw)
+        except (urllib.error.URLError, OSError, DataError) as exc:
+            failures.append(f"{url}: {exc}")
+    searched = ", ".join(str(d) for d in candidate_dirs(spec, source_root, cache_dir))
+    raise DataError(
+        f"{raw.name} of {spec.folder} was not found in {searched} and could not be downloaded "
+        f"({'; '.join(failures)}). To fix: {how_to_get(spec)}."
+    )
+
+
+def load_split(spec: DatasetSpec, split: str, source_root, cache_dir: Path, log=print) -> tuple[np.ndarray, np.ndarray]:
+    """Verified uint8 images [N, 28, 28] and labels [N] of one split, in the official order."""
+    image_file, label_file = spec.splits[split]
+    images = decode_idx(read_raw(spec, image_file, source_root, cache_dir, log), IDX_IMAGES_MAGIC, Path(image_file.name))
+    labels = decode_idx(read_raw(spec, label_file, source_root, cache_dir, log), IDX_LABELS_MAGIC, Path(label_file.name))
+    if len(images) != len(labels):
+        raise DataError(f"{spec.folder} {split}: {len(images)} images but {len(labels)} labels.")
+    return images, labels

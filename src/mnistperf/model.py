@@ -1,0 +1,87 @@
+"""The model the ladder trains: the reference's SimpleCNN inside a small LightningModule.
+
+The module logs loss and accuracy once per epoch (accumulated on the device) rather than
+per step, so that logging never forces a device sync inside the timed training loop.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from lightning import LightningModule
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from mnistperf.data.schema import NUM_CLASSES
+
+
+class SimpleCNN(nn.Module):
+    """Two conv blocks and two linear layers: 206,922 parameters for 28x28 grayscale input."""
+
+    def __init__(self, num_classes: int = NUM_CLASSES):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, kernel_size=3, padding=1)
+        self.fc1 = nn.Linear(32 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(torch.flatten(x, 1)))
+        return self.fc2(x)
+
+
+class ImageClassifier(LightningModule):
+    """SimpleCNN trained with cross-entropy and Adam.
+
+    Args:
+        lr: Adam learning rate.
+        compile: wrap the network in ``torch.compile``.
+        channels_last: keep images and conv weights in NHWC layout.
+        fused_adam: use the fused Adam kernel (CUDA only; ignored elsewhere).
+    """
+
+    def __init__(self, lr: float = 1e-3, compile: bool = False, channels_last: bool = False, fused_adam: bool = False):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = SimpleCNN()
+        self.train_acc = MulticlassAccuracy(NUM_CLASSES, average="micro")
+        self.val_acc = MulticlassAccuracy(NUM_CLASSES, average="micro")
+        self.test_acc = MulticlassAccuracy(NUM_CLASSES, average="micro")
+
+    def configure_model(self) -> None:
+        if self.hparams.channels_last:
+            self.net = self.net.to(memory_format=torch.channels_last)
+        if self.hparams.compile and not isinstance(self.net, torch._dynamo.eval_frame.OptimizedModule):
+            self.net = torch.compile(self.net)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if self.hparams.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return self.net(images)
+
+    def _step(self, batch: dict[str, torch.Tensor], stage: str, accuracy: MulticlassAccuracy) -> torch.Tensor:
+        logits = self(batch["image"])
+        loss = F.cross_entropy(logits, batch["label"])
+        accuracy.update(logits, batch["label"])
+        sync = stage != "train"  # evaluation figures are averaged over all ranks; training ones need not be
+        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, prog_bar=stage != "train", sync_dist=sync)
+        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=stage != "train")
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train", self.train_acc)
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val", self.val_acc)
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test", self.test_acc)
+
+    def predict_step(self, batch, batch_idx):
+        return self(batch["image"]).argmax(dim=1)
+
+    def configure_optimizers(self):
+        fused = self.hparams.fused_adam and self.device.type == "cuda"
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, fused=fused or None)

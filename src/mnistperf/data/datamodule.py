@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Subset
 from mnistperf.data import prepare, schema
 from mnistperf.data.datasets import PandasRowDataset, TensorDataset
 from mnistperf.data.resident import ResidentBatches
+from mnistperf.data.streaming import ParquetStream, StreamLoader
 from mnistperf.errors import ConfigError
 
 DatasetName = Literal["fashion_mnist", "mnist", "synthetic"]
@@ -100,8 +101,6 @@ class MNISTDataModule(L.LightningDataModule):
     def _load(self, split: str, require_labels: bool):
         path = prepare.require_prepared(self.hparams.dataset, self.data_dir, split)
         if self.hparams.pipeline == "stream":
-            from mnistperf.data.streaming import ParquetStream
-
             return ParquetStream(path, require_labels=require_labels, seed=self.hparams.seed)
         table = schema.read_checked(path, require_labels)
         if self.hparams.pipeline == "resident":
@@ -139,18 +138,20 @@ class MNISTDataModule(L.LightningDataModule):
         if hp.pipeline == "resident":
             return self._resident(data, shuffle, drop_last)
         if hp.pipeline == "stream":
-            data = data.configured(shuffle=shuffle, buffer_rows=hp.stream_buffer_rows, **self._ranks())
-            shuffle = False  # the stream shuffles itself, through its buffer
-        return DataLoader(
-            data,
-            batch_size=hp.batch_size,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            num_workers=hp.num_workers,
-            persistent_workers=hp.persistent_workers,
-            pin_memory=hp.pin_memory,
-            prefetch_factor=hp.prefetch_factor,
-        )
+            stream = data.configured(shuffle=shuffle, buffer_rows=hp.stream_buffer_rows, batch_size=hp.batch_size,
+                                     drop_last=drop_last, **self._ranks())
+            # The stream yields whole batches and shuffles itself, through its buffer.
+            return StreamLoader(stream, batch_size=None, **self._worker_options())
+        return DataLoader(data, batch_size=hp.batch_size, shuffle=shuffle, drop_last=drop_last, **self._worker_options())
+
+    def _worker_options(self) -> dict:
+        hp = self.hparams
+        return {
+            "num_workers": hp.num_workers,
+            "persistent_workers": hp.persistent_workers,
+            "pin_memory": hp.pin_memory,
+            "prefetch_factor": hp.prefetch_factor,
+        }
 
     def _resident(self, tensors, shuffle: bool, drop_last: bool) -> ResidentBatches:
         hp = self.hparams

@@ -51,8 +51,12 @@ def open_parquet(path: Path) -> pq.ParquetFile:
         raise DataError(f"{path} is not a readable Parquet file ({exc}); {REPREPARE}.") from exc
 
 
-def check_schema(schema: pa.Schema, num_rows: int, path: Path, require_labels: bool) -> bool:
-    """Check column names and types; return whether the file has labels."""
+def check_schema(schema: pa.Schema, num_rows: int, path: Path, require_labels: bool, allow_float: bool = True) -> bool:
+    """Check column names and types; return whether the file has labels.
+
+    Float columns pass only with ``allow_float``, for a caller that reads the values next: check_values
+    rejects them too, and can say whether they hold NaN.
+    """
     if num_rows == 0:
         raise DataError(f"{path} is empty (0 rows); {REPREPARE}.")
     pixel_names = [n for n in schema.names if _PIXEL_NAME.match(n)]
@@ -69,8 +73,7 @@ def check_schema(schema: pa.Schema, num_rows: int, path: Path, require_labels: b
         )
     for name in PIXEL_COLUMNS + ([LABEL_COLUMN] if has_labels else []):
         dtype = schema.field(name).type
-        # Float columns pass here: check_values rejects them and can say whether they hold NaN.
-        if not (pa.types.is_integer(dtype) or pa.types.is_floating(dtype)):
+        if not (pa.types.is_integer(dtype) or (allow_float and pa.types.is_floating(dtype))):
             raise DataError(f"{path}: column {name} has type {dtype}, expected integers; {REPREPARE}.")
     return has_labels
 

@@ -1,0 +1,167 @@
+"""Batches streamed from Parquet record batches, for data that does not fit in memory.
+
+Nothing loads the whole file: each worker reads its own rows record batch by record batch
+with pyarrow, pushes them through a bounded, seeded shuffle buffer and yields ready batches.
+Peak memory is set by the buffer, one row group being decoded, and the batches in flight,
+whatever the file's size.
+
+How rows are split, so that no row is lost or read twice:
+
+* ranks (DDP) take contiguous, equal shares of ``ceil(N / world_size)`` rows; as with
+  ``DistributedSampler``, the share of the last ranks wraps around to the first rows when
+  N is not a multiple of the world size, so every rank runs the same number of steps;
+* inside a rank, the share is cut into batch-sized chunks, and each DataLoader worker takes a
+  contiguous block of chunks, so only the rank's very last batch can be partial, exactly as
+  with a map-style dataset.
+
+Values are checked batch by batch as they are read (the schema was checked at setup).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from mnistperf.data import schema
+from mnistperf.data.datasets import normalize
+
+READ_ROWS = 4096  # rows per pyarrow record batch
+
+
+class ParquetStream(IterableDataset):
+    """An iterable of ``{"image", "label"}`` batches read from one Parquet file."""
+
+    def __init__(self, path: Path, require_labels: bool, seed: int = 0):
+        parquet = schema.open_parquet(path)
+        self.path = path
+        self.num_rows = parquet.metadata.num_rows
+        self.has_labels = schema.check_schema(parquet.schema_arrow, self.num_rows, path, require_labels, allow_float=False)
+        self.seed = seed
+        self.shuffle, self.buffer_rows, self.batch_size, self.drop_last = False, 10_000, 1, False
+        self.rank, self.world_size = 0, 1
+        # Shared with worker processes, so a new epoch reshuffles even with non-persistent workers.
+        self.epoch = torch.full((), -1, dtype=torch.int64).share_memory_()
+
+    def configured(self, **options) -> "ParquetStream":
+        """A copy with loader options set: shuffle, buffer_rows, batch_size, drop_last, rank, world_size."""
+        stream = copy.copy(self)
+        for name, value in options.items():
+            if not hasattr(stream, name):
+                raise TypeError(f"unknown stream option {name}")
+            setattr(stream, name, value)
+        return stream
+
+    # ------------------------------------------------------------------ splitting
+    @property
+    def rows_per_rank(self) -> int:
+        return math.ceil(self.num_rows / self.world_size)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in one epoch."""
+        if self.drop_last:
+            return self.rows_per_rank // self.batch_size
+        return math.ceil(self.rows_per_rank / self.batch_size)
+
+    def worker_rows(self, worker: int, num_workers: int) -> tuple[int, int]:
+        """The [start, stop) range of virtual row numbers one worker of this rank reads."""
+        chunks = len(self)
+        first, last = chunks * worker // num_workers, chunks * (worker + 1) // num_workers
+        rank_start = self.rank * self.rows_per_rank
+        rank_stop = rank_start + (self.rows_per_rank if not self.drop_last else chunks * self.batch_size)
+        return min(rank_start + first * self.batch_size, rank_stop), min(rank_start + last * self.batch_size, rank_stop)
+
+    # ------------------------------------------------------------------ reading
+    def _read(self, start: int, stop: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """uint8 pixels and labels of virtual rows [start, stop); rows past the end wrap to the start."""
+        while start < stop:
+            begin, end = start % self.num_rows, min(stop - start, self.num_rows - start % self.num_rows)
+            yield from self._read_file(begin, begin + end)
+            start += end
+
+    def _read_file(self, begin: int, end: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(self.path)
+        meta = parquet.metadata
+        offsets = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        groups = [g for g in range(meta.num_row_groups) if offsets[g] < end and offsets[g + 1] > begin]
+        if not groups:
+            return
+        position = int(offsets[groups[0]])
+        for record_batch in parquet.iter_batches(batch_size=READ_ROWS, row_groups=groups):
+            lo, hi = max(begin - position, 0), min(end - position, record_batch.num_rows)
+            position += record_batch.num_rows
+            if lo >= hi:
+                continue
+            piece = record_batch.slice(lo, hi - lo)
+            schema.check_values(piece, self.path)
+            yield schema.to_tensors(piece)
+            if position >= end:
+                return
+
+    # ------------------------------------------------------------------ shuffling and batching
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is None:  # in the main process nobody else advances the epoch
+            self.epoch += 1
+        start, stop = self.worker_rows(worker, num_workers)
+        pieces = self._read(start, stop)
+        if self.shuffle:
+            epoch = int(self.epoch)
+            generator = torch.Generator().manual_seed(hash((self.seed, epoch, self.rank, worker)) % 2**63)
+            pieces = _shuffled(pieces, self.buffer_rows, generator)
+        yield from _batched(pieces, self.batch_size)
+
+
+def _shuffled(pieces, buffer_rows: int, generator: torch.Generator):
+    """Shuffle a stream of (pixels, labels) through a buffer of at most buffer_rows rows."""
+    buffer_pixels, buffer_labels = None, None
+    for pixels, labels in pieces:
+        if buffer_pixels is None:
+            buffer_pixels, buffer_labels = pixels, labels
+        else:
+            buffer_pixels, buffer_labels = torch.cat([buffer_pixels, pixels]), torch.cat([buffer_labels, labels])
+        overflow = len(buffer_labels) - buffer_rows
+        if overflow > 0:  # emit random rows, keep the rest buffered
+            order = torch.randperm(len(buffer_labels), generator=generator)
+            out, keep = order[:overflow], order[overflow:]
+            yield buffer_pixels[out], buffer_labels[out]
+            buffer_pixels, buffer_labels = buffer_pixels[keep], buffer_labels[keep]
+    if buffer_pixels is not None:
+        order = torch.randperm(len(buffer_labels), generator=generator)
+        yield buffer_pixels[order], buffer_labels[order]
+
+
+def _batched(pieces, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+    """Regroup (pixels, labels) pieces of any size into batches; the final one may be partial."""
+    held_pixels, held_labels = [], []
+    held = 0
+    for pixels, labels in pieces:
+        held_pixels.append(pixels)
+        held_labels.append(labels)
+        held += len(labels)
+        if held < batch_size:
+            continue
+        all_pixels, all_labels = torch.cat(held_pixels), torch.cat(held_labels)
+        full = held - held % batch_size
+        for i in range(0, full, batch_size):
+            yield {"image": normalize(all_pixels[i : i + batch_size]), "label": all_labels[i : i + batch_size]}
+        held_pixels, held_labels, held = [all_pixels[full:]], [all_labels[full:]], held - full
+    if held:
+        yield {"image": normalize(torch.cat(held_pixels)), "label": torch.cat(held_labels)}
+
+
+class StreamLoader(DataLoader):
+    """A DataLoader over a ParquetStream that advances the stream's shared epoch before every pass."""
+
+    def __iter__(self):
+        if self.num_workers > 0:
+            self.dataset.epoch += 1
+        return super().__iter__()

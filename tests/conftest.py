@@ -1,0 +1,89 @@
+"""Shared fixtures: tiny synthetic Parquet, fake raw idx files, and the real datasets when present."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mnistperf.data import schema, sources
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+SHARED_DATASETS = Path(os.environ.get("MNISTPERF_SHARED_DATASETS", REPO.parent / "shared" / "datasets"))
+TRAIN_ROWS, TEST_ROWS = 96, 40
+
+
+def random_split(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (rows, 28, 28), dtype=np.uint8), rng.integers(0, 10, rows)
+
+
+def write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, row_group_size=row_group_size)
+    return path
+
+
+@pytest.fixture
+def tiny_data(tmp_path: Path) -> Path:
+    """data/FashionMNIST/{train,test}.parquet with 96 and 40 random rows, in row groups of 16."""
+    data_dir = tmp_path / "data"
+    for split, rows, seed in (("train", TRAIN_ROWS, 1), ("test", TEST_ROWS, 2)):
+        write_parquet(data_dir / "FashionMNIST" / f"{split}.parquet", schema.build_table(*random_split(rows, seed)), 16)
+    return data_dir
+
+
+def idx_bytes(array: np.ndarray, magic: int) -> bytes:
+    header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+@dataclasses.dataclass
+class FakeRaw:
+    """Raw .gz files of a small fake 'mnist', registered in sources.DATASETS with their own checksums."""
+
+    root: Path  # laid out as root/mnist/*.gz, like ../shared/datasets
+    arrays: dict[str, tuple[np.ndarray, np.ndarray]]
+
+    @property
+    def folder(self) -> Path:
+        return self.root / "mnist"
+
+
+@pytest.fixture
+def fake_raw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRaw:
+    spec = sources.DATASETS["mnist"]
+    root = tmp_path / "raw_root"
+    (root / "mnist").mkdir(parents=True)
+    splits, arrays = {}, {}
+    for i, (split, (image_file, label_file)) in enumerate(spec.splits.items()):
+        images, labels = random_split(30 + 10 * i, seed=10 + i)
+        arrays[split] = (images, labels)
+        files = []
+        for raw, content in (
+            (image_file, idx_bytes(images, sources.IDX_IMAGES_MAGIC)),
+            (label_file, idx_bytes(labels, sources.IDX_LABELS_MAGIC)),
+        ):
+            (root / "mnist" / raw.name).write_bytes(gzip.compress(content, mtime=0))
+            files.append(sources.RawFile(raw.name, hashlib.md5(content).hexdigest()))
+        splits[split] = tuple(files)
+    fake = dataclasses.replace(spec, splits=splits, mirrors=("file:///nonexistent/mirror/",))
+    monkeypatch.setitem(sources.DATASETS, "mnist", fake)
+    monkeypatch.setattr(sources, "SYSTEM_DATASETS_DIR", tmp_path / "no_system_datasets")
+    monkeypatch.delenv(sources.SOURCE_ROOT_ENV, raising=False)
+    return FakeRaw(root, arrays)
+
+
+@pytest.fixture
+def shared_datasets() -> Path:
+    if not (SHARED_DATASETS / "fashion-mnist" / "train-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"real datasets not found in {SHARED_DATASETS}")
+    return SHARED_DATASETS

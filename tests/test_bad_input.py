@@ -1,0 +1,126 @@
+"""Every bad input fails at setup, in the main process, with a message naming the file or option and the fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from conftest import CONFIGS, random_split, write_parquet
+from mnistperf.cli import main
+from mnistperf.data import MNISTDataModule, schema
+from mnistperf.errors import ConfigError, DataError
+
+
+def good_table(rows: int = 20) -> pa.Table:
+    return schema.build_table(*random_split(rows, seed=9))
+
+
+def replace_column(table: pa.Table, name: str, values) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(name), name, pa.array(values))
+
+
+def bad_tables() -> dict[str, tuple[pa.Table, str]]:
+    good = good_table()
+    n = good.num_rows
+    floats = np.arange(n, dtype=np.float64) + 0.5
+    with_nan = np.zeros(n)
+    with_nan[3] = np.nan
+    return {
+        "no label column": (good.drop_columns(["label"]), "has no 'label' column"),
+        "wrong number of pixel columns": (good.drop_columns(["pixel783"]), "has 783 pixel columns, expected 784"),
+        "pixels above 255": (replace_column(good, "pixel5", np.full(n, 300, dtype=np.int16)), "pixel5 has values 300..300"),
+        "negative pixels": (replace_column(good, "pixel6", np.full(n, -1, dtype=np.int16)), "must lie in 0..255"),
+        "pixels not integers": (replace_column(good, "pixel7", floats), "pixel7 has type double"),
+        "NaN pixels": (replace_column(good, "pixel8", with_nan), "pixel8 holds 1 NaN or missing values"),
+        "labels outside 0..9": (replace_column(good, "label", np.full(n, 10)), "label has values 10..10; labels must lie in 0..9"),
+        "null labels": (replace_column(good, "label", pa.array([None] + [1] * (n - 1), pa.int64())), "label holds 1 NaN"),
+        "text pixels": (replace_column(good, "pixel9", ["x"] * n), "pixel9 has type string, expected integers"),
+        "empty file": (good.slice(0, 0), "is empty (0 rows)"),
+    }
+
+
+@pytest.mark.parametrize("pipeline", ["v1", "v2", "resident", "stream"])
+@pytest.mark.parametrize("case", list(bad_tables()))
+def test_bad_parquet_fails_at_setup_naming_the_file(tmp_path, case, pipeline):
+    table, expected = bad_tables()[case]
+    data = tmp_path / "data"
+    path = write_parquet(data / "FashionMNIST" / "train.parquet", table)
+    write_parquet(data / "FashionMNIST" / "test.parquet", good_table())
+    dm = MNISTDataModule(data_dir=str(data), pipeline=pipeline, batch_size=4)
+    if pipeline == "stream" and case == "NaN pixels":
+        expected = "pixel8 has type double, expected integers"  # the stream rejects float columns by type
+    if pipeline == "stream" and case in ("pixels above 255", "negative pixels", "labels outside 0..9", "null labels"):
+        # The stream pipeline never reads the whole file at setup: it checks the schema there and
+        # every record batch's values as it reads them, still naming the file.
+        dm.setup("fit")
+        with pytest.raises(DataError) as error:
+            next(iter(dm.train_dataloader()))
+    else:
+        with pytest.raises(DataError) as error:
+            dm.setup("fit")
+    assert str(path) in str(error.value) and expected in str(error.value)
+
+
+def test_not_a_parquet_file(tmp_path):
+    data = tmp_path / "data"
+    path = data / "FashionMNIST" / "train.parquet"
+    path.parent.mkdir(parents=True)
+    path.write_text("label,pixel0\n1,2\n")
+    with pytest.raises(DataError, match=rf"{path} is not a readable Parquet file .*prepare --force"):
+        MNISTDataModule(data_dir=str(data), pipeline="v2").setup("fit")
+
+
+def test_missing_prepared_file_says_how_to_prepare(tmp_path):
+    with pytest.raises(DataError, match=r"train.parquet not found. Create it with `python -m mnistperf prepare"):
+        MNISTDataModule(data_dir=str(tmp_path), pipeline="v2").setup("fit")
+
+
+def test_prepare_data_with_no_source_reachable_says_how_to_get_it(fake_raw, tmp_path):
+    dm = MNISTDataModule(dataset="mnist", data_dir=str(tmp_path / "data"), source_root=str(tmp_path / "nowhere"))
+    with pytest.raises(DataError, match="--source-root DIR .* Debian's package dataset-fashion-mnist"):
+        dm.prepare_data()
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        ({"persistent_workers": True, "num_workers": 0}, "data.persistent_workers needs worker processes"),
+        ({"prefetch_factor": 4, "num_workers": 0}, "data.prefetch_factor needs worker processes"),
+        ({"batch_size": 0}, "data.batch_size must be at least 1"),
+        ({"num_workers": -1}, "data.num_workers cannot be negative"),
+        ({"dataset": "cifar10"}, "data.dataset: unknown dataset 'cifar10'"),
+        ({"pipeline": "v9"}, "data.pipeline: unknown pipeline 'v9'"),
+        ({"val_source": 1.5}, "data.val_source must be 'test' or a fraction"),
+    ],
+)
+def test_bad_options_are_rejected_by_name(options, expected):
+    with pytest.raises(ConfigError, match=expected):
+        MNISTDataModule(**options)
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        (["--data.persistent_workers", "true", "--data.num_workers", "0"], "data.persistent_workers needs worker"),
+        (["--data.batch_size", "0"], "data.batch_size must be at least 1"),
+        (["--data.pipeline", "v9"], "data.pipeline"),
+        (["--data.dataset", "cifar10"], "data.dataset"),
+    ],
+)
+def test_cli_reports_bad_options_without_a_traceback(override, expected, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "v1_naive.yaml"), *override])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+def test_cli_reports_missing_data_without_a_traceback(tmp_path, monkeypatch, capsys, fake_raw):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--data.dataset", "mnist",
+              "--data.source_root", str(tmp_path / "nowhere")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mnistperf: error:") and "--source-root" in err and "Traceback" not in err

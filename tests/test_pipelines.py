@@ -1,0 +1,164 @@
+"""v1, v2 and resident pipelines: identical items, the same samples per epoch, seeded splits."""
+
+from __future__ import annotations
+
+import collections
+
+import pyarrow as pa
+import pytest
+import torch
+
+from conftest import TEST_ROWS, TRAIN_ROWS, random_split, write_parquet
+from mnistperf.data import MNISTDataModule, schema
+from mnistperf.data.datasets import PandasRowDataset, TensorDataset
+from mnistperf.data.resident import ResidentBatches
+
+
+def items_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in a
+    )
+
+
+@pytest.mark.parametrize("with_labels", [True, False])
+def test_v1_and_v2_items_are_identical_bit_for_bit(with_labels):
+    images, labels = random_split(50, seed=3)
+    table = schema.build_table(images, labels if with_labels else None)
+    v1, v2 = PandasRowDataset(table), TensorDataset(table)
+    assert len(v1) == len(v2) == 50
+    for index in range(50):
+        assert items_equal(v1[index], v2[index])
+    item = v2[7]
+    assert item["image"].shape == (1, 28, 28) and item["image"].dtype == torch.float32
+    assert torch.equal(item["image"], torch.from_numpy(images[7]).float().unsqueeze(0) / 255)
+    assert item["label"].dtype == torch.int64
+    assert item["label"].item() == (labels[7] if with_labels else -1)
+
+
+def datamodule(data_dir, **options) -> MNISTDataModule:
+    return MNISTDataModule(data_dir=str(data_dir), **options)
+
+
+def epoch_labels_and_sizes(loader) -> tuple[list[int], list[int]]:
+    seen, sizes = [], []
+    for batch in loader:
+        seen += batch["label"].tolist()
+        sizes.append(len(batch["label"]))
+    return seen, sizes
+
+
+def test_resident_gives_the_same_samples_and_batches_as_v2(tiny_data):
+    loaders = {}
+    for pipeline in ("v2", "resident"):
+        dm = datamodule(tiny_data, pipeline=pipeline, batch_size=32)
+        dm.setup("fit")
+        loaders[pipeline] = dm.train_dataloader()
+    v2_labels, v2_sizes = epoch_labels_and_sizes(loaders["v2"])
+    res_labels, res_sizes = epoch_labels_and_sizes(loaders["resident"])
+    assert res_sizes == v2_sizes == [32, 32, 32]
+    assert collections.Counter(res_labels) == collections.Counter(v2_labels)
+    assert len(loaders["resident"]) == len(loaders["v2"])
+
+
+def test_resident_keeps_the_last_partial_batch_like_a_dataloader(tiny_data):
+    for drop_last, expected in ((False, [40, 40, 16]), (True, [40, 40])):
+        for pipeline in ("v2", "resident"):
+            dm = datamodule(tiny_data, pipeline=pipeline, batch_size=40, drop_last=drop_last)
+            dm.setup("fit")
+            loader = dm.train_dataloader()
+            assert len(loader) == len(expected)
+            assert epoch_labels_and_sizes(loader)[1] == expected, (pipeline, drop_last)
+
+
+def test_resident_batches_are_normalized_like_v2():
+    images, labels = random_split(20, seed=4)
+    table = schema.build_table(images, labels)
+    v2 = TensorDataset(table)
+    pixels, label_tensor = schema.to_tensors(table)
+    batch = next(iter(ResidentBatches(pixels, label_tensor, batch_size=20, shuffle=False, seed=0)))
+    assert torch.equal(batch["image"], v2.images) and torch.equal(batch["label"], v2.labels)
+
+
+def test_resident_shuffle_is_seeded_and_changes_every_epoch():
+    pixels, labels = torch.zeros(100, 784, dtype=torch.uint8), torch.arange(100)
+
+    def orders(seed):
+        loader = ResidentBatches(pixels, labels, batch_size=100, shuffle=True, seed=seed)
+        return [next(iter(loader))["label"].tolist() for _ in range(2)]
+
+    first, again = orders(42), orders(42)
+    assert first == again
+    assert first[0] != first[1]
+    assert sorted(first[0]) == list(range(100))
+
+
+@pytest.mark.parametrize("rows,world_size", [(100, 2), (101, 2), (96, 3)])
+def test_resident_ranks_get_disjoint_shares_like_distributed_sampler(rows, world_size):
+    pixels, labels = torch.zeros(rows, 784, dtype=torch.uint8), torch.arange(rows)
+    shares = []
+    for rank in range(world_size):
+        loader = ResidentBatches(pixels, labels, 8, shuffle=True, seed=1, rank=rank, world_size=world_size)
+        shares.append(epoch_labels_and_sizes(loader)[0])
+        sampler = torch.utils.data.DistributedSampler(range(rows), world_size, rank, shuffle=False)
+        assert len(shares[-1]) == len(sampler)
+    everything = sum(shares, [])
+    assert set(everything) == set(range(rows))
+    padding = len(everything) - rows  # DistributedSampler pads to a multiple of world_size
+    assert padding == (-rows) % world_size
+    if padding == 0:
+        assert sorted(everything) == list(range(rows))
+
+
+def test_val_source_fraction_is_seeded_and_disjoint(tiny_data):
+    def split(seed):
+        dm = datamodule(tiny_data, pipeline="v2", val_source=0.25, seed=seed)
+        dm.setup("fit")
+        return dm.datasets["train"].indices, dm.datasets["val"].indices
+
+    train, val = split(42)
+    assert len(val) == TRAIN_ROWS // 4 and len(train) == TRAIN_ROWS - TRAIN_ROWS // 4
+    assert not set(train) & set(val)
+    assert split(42) == (train, val)
+    assert split(7)[1] != val
+
+
+def test_val_source_fraction_on_resident_uses_the_same_split(tiny_data):
+    dms = {}
+    for pipeline in ("v2", "resident"):
+        dms[pipeline] = datamodule(tiny_data, pipeline=pipeline, val_source=0.25)
+        dms[pipeline].setup("fit")
+    v2_val = sorted(dms["v2"].datasets["val"][i]["label"].item() for i in range(len(dms["v2"].datasets["val"])))
+    assert sorted(dms["resident"].datasets["val"][1].tolist()) == v2_val
+
+
+def test_validation_uses_the_test_split_by_default(tiny_data):
+    dm = datamodule(tiny_data, pipeline="v2")
+    dm.setup("fit")
+    assert len(dm.datasets["val"]) == TEST_ROWS
+
+
+def test_predict_accepts_a_file_without_labels(tmp_path):
+    data = tmp_path / "data"
+    write_parquet(data / "FashionMNIST" / "test.parquet", schema.build_table(random_split(10, 5)[0], None))
+    for pipeline in ("v1", "v2", "resident"):
+        dm = datamodule(data, pipeline=pipeline, batch_size=4)
+        dm.setup("predict")
+        batch = next(iter(dm.predict_dataloader()))
+        assert batch["label"].tolist() == [-1] * 4
+
+
+def test_loader_settings_reach_the_dataloader(tiny_data):
+    dm = datamodule(tiny_data, pipeline="v1", batch_size=8, num_workers=2, persistent_workers=True,
+                    pin_memory=True, prefetch_factor=3)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    assert (loader.batch_size, loader.num_workers, loader.persistent_workers, loader.pin_memory,
+            loader.prefetch_factor) == (8, 2, True, True, 3)
+    assert isinstance(loader.sampler, torch.utils.data.RandomSampler)
+    assert isinstance(dm.val_dataloader().sampler, torch.utils.data.SequentialSampler)
+
+
+def test_build_table_layout():
+    table = schema.build_table(*random_split(3, 0))
+    assert table.schema.field("label").type == pa.int64()
+    assert all(table.schema.field(n).type == pa.uint8() for n in schema.PIXEL_COLUMNS)

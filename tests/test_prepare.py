@@ -1,0 +1,164 @@
+"""prepare: where raw files come from, checksum verification, atomic and idempotent writes."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from mnistperf.cli import main
+from mnistperf.data import prepare, schema, sources
+from mnistperf.errors import DataError
+
+
+def assert_matches(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
+    table = pq.read_table(path)
+    assert table.schema.field("pixel0").type == "uint8"
+    assert table.column_names == [schema.LABEL_COLUMN, *schema.PIXEL_COLUMNS]
+    pixels, read_labels = schema.to_tensors(table)
+    np.testing.assert_array_equal(pixels.numpy().reshape(-1, 28, 28), images)
+    np.testing.assert_array_equal(read_labels.numpy(), labels)
+
+
+def test_prepare_from_source_root_writes_official_content_in_order(fake_raw, tmp_path):
+    reports = prepare.prepare_dataset("mnist", tmp_path / "data", source_root=fake_raw.root, log=lambda m: None)
+    for split in prepare.SPLITS:
+        assert_matches(tmp_path / "data" / "MNIST" / f"{split}.parquet", *fake_raw.arrays[split])
+    assert [(r.split, r.format) for r in reports] == [("train", "parquet"), ("test", "parquet")]
+
+
+def test_source_root_from_environment(fake_raw, tmp_path, monkeypatch):
+    monkeypatch.setenv(sources.SOURCE_ROOT_ENV, str(fake_raw.root))
+    prepare.prepare_dataset("mnist", tmp_path / "data", log=lambda m: None)
+    assert_matches(prepare.split_path(tmp_path / "data", "mnist", "train"), *fake_raw.arrays["train"])
+
+
+def test_recompressed_copy_with_other_gzip_header_passes(fake_raw, tmp_path, monkeypatch):
+    system = tmp_path / "system"
+    shutil.copytree(fake_raw.folder, system / "mnist")
+    for path in (system / "mnist").iterdir():  # like Debian: same content, different header and level
+        path.write_bytes(gzip.compress(gzip.decompress(path.read_bytes()), compresslevel=9, mtime=1234))
+    monkeypatch.setattr(sources, "SYSTEM_DATASETS_DIR", system)
+    prepare.prepare_dataset("mnist", tmp_path / "data", log=lambda m: None)
+    assert_matches(prepare.split_path(tmp_path / "data", "mnist", "test"), *fake_raw.arrays["test"])
+
+
+def test_download_from_mirror_is_verified_and_cached(fake_raw, tmp_path, monkeypatch):
+    mirror = fake_raw.folder.as_uri() + "/"
+    spec = sources.DATASETS["mnist"]
+    monkeypatch.setitem(sources.DATASETS, "mnist", type(spec)(**{**spec.__dict__, "mirrors": ("file:///nope/", mirror)}))
+    logged = []
+    prepare.prepare_dataset("mnist", tmp_path / "data", log=logged.append)
+    assert any("downloading" in m for m in logged)
+    assert_matches(prepare.split_path(tmp_path / "data", "mnist", "train"), *fake_raw.arrays["train"])
+    cached = sorted(p.name for p in (tmp_path / "data" / "MNIST" / "raw").iterdir())
+    assert cached == sorted(f.name for pair in spec.splits.values() for f in pair)  # no .part files left
+
+
+def test_no_source_reachable_says_how_to_get_the_data(fake_raw, tmp_path):
+    with pytest.raises(DataError) as error:
+        prepare.prepare_dataset("mnist", tmp_path / "data", source_root=tmp_path / "empty", log=lambda m: None)
+    message = str(error.value)
+    assert "--source-root" in message and "dataset-fashion-mnist" in message and "train-images" in message
+    assert not (tmp_path / "data" / "MNIST" / "train.parquet").exists()
+
+
+def test_truncated_file_is_rejected_by_name(fake_raw, tmp_path):
+    path = fake_raw.folder / "train-images-idx3-ubyte.gz"
+    path.write_bytes(path.read_bytes()[:-200])
+    with pytest.raises(DataError, match="train-images-idx3-ubyte.gz is corrupt or truncated"):
+        prepare.prepare_dataset("mnist", tmp_path / "data", source_root=fake_raw.root, log=lambda m: None)
+
+
+def test_altered_content_fails_checksum(fake_raw, tmp_path):
+    path = fake_raw.folder / "t10k-labels-idx1-ubyte.gz"
+    content = bytearray(gzip.decompress(path.read_bytes()))
+    content[-1] ^= 1
+    path.write_bytes(gzip.compress(bytes(content)))
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz decompresses to content with MD5"):
+        prepare.prepare_dataset("mnist", tmp_path / "data", source_root=fake_raw.root, log=lambda m: None)
+
+
+def test_second_run_does_nothing_unless_forced(fake_raw, tmp_path):
+    data = tmp_path / "data"
+    prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, log=lambda m: None)
+    target = prepare.split_path(data, "mnist", "train")
+    before = target.stat().st_mtime_ns
+    assert prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, log=lambda m: None) == []
+    assert target.stat().st_mtime_ns == before
+    os.utime(target, ns=(0, 0))
+    assert len(prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, force=True, log=lambda m: None)) == 2
+    assert target.stat().st_mtime_ns != 0
+
+
+def test_a_damaged_prepared_file_is_rebuilt(fake_raw, tmp_path):
+    data = tmp_path / "data"
+    prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, log=lambda m: None)
+    prepare.split_path(data, "mnist", "test").write_bytes(b"half a file")
+    assert prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, log=lambda m: None)
+    assert_matches(prepare.split_path(data, "mnist", "test"), *fake_raw.arrays["test"])
+
+
+def test_interrupted_write_leaves_no_partial_file(fake_raw, tmp_path, monkeypatch):
+    def write_half_then_die(table, where, **kwargs):
+        Path(where).write_bytes(b"PAR1 partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare.pq, "write_table", write_half_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        prepare.prepare_dataset("mnist", tmp_path / "data", source_root=fake_raw.root, log=lambda m: None)
+    assert list((tmp_path / "data" / "MNIST").iterdir()) == []
+
+
+def test_two_prepares_at_once_both_end_with_correct_files(fake_raw, tmp_path):
+    data, errors = tmp_path / "data", []
+
+    def run():
+        try:
+            prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, formats=["csv"], force=True, log=lambda m: None)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert_matches(prepare.split_path(data, "mnist", "train"), *fake_raw.arrays["train"])
+    assert sorted(p.name for p in (data / "MNIST").iterdir()) == ["test.csv", "test.parquet", "train.csv", "train.parquet"]
+
+
+def test_prepare_command_prints_size_and_time_table(fake_raw, tmp_path, capsys):
+    main(["prepare", "--dataset", "mnist", "--data-dir", str(tmp_path / "data"), "--source-root", str(fake_raw.root),
+          "--formats", "parquet,csv"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("MNIST ") and ("csv" in line or "parquet" in line)]
+    assert [(r[1], r[3]) for r in rows] == [("train", "parquet"), ("train", "csv"), ("test", "parquet"), ("test", "csv")]
+    assert all(r[-1].endswith("x") for r in rows)
+    folder = tmp_path / "data" / "MNIST"
+    expected = (folder / "train.csv").stat().st_size / (folder / "train.parquet").stat().st_size
+    assert float(rows[1][-1].rstrip("x")) == pytest.approx(expected, abs=0.05)
+
+
+def test_prepare_command_rejects_unknown_format(fake_raw, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prepare", "--dataset", "mnist", "--data-dir", str(tmp_path), "--source-root", str(fake_raw.root),
+              "--formats", "parquet,xlsx"])
+    assert exit_info.value.code == 2
+    assert "--formats: unknown format 'xlsx'" in capsys.readouterr().err
+
+
+def test_synthetic_dataset_is_written_in_row_groups(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare, "SYNTHETIC_CHUNK_ROWS", 20_000)  # a multiple of the row group size
+    prepare.prepare_synthetic(50_000, tmp_path / "data", test_rows=100, log=lambda m: None)
+    meta = pq.read_metadata(prepare.split_path(tmp_path / "data", "synthetic", "train"))
+    assert meta.num_rows == 50_000
+    assert meta.num_row_groups == 50_000 // prepare.SYNTHETIC_ROW_GROUP_ROWS
+    schema.read_checked(prepare.split_path(tmp_path / "data", "synthetic", "test"), require_labels=True)

@@ -1,0 +1,89 @@
+"""The stream pipeline: every row exactly once across ranks and workers, bounded seeded shuffling."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from conftest import random_split, write_parquet
+from mnistperf.data import schema
+from mnistperf.data.streaming import ParquetStream, StreamLoader, _shuffled
+
+
+@pytest.fixture
+def numbered(tmp_path):
+    """A file of 203 rows in row groups of 25 whose labels are 0..9 and whose pixel0 is the row number % 256."""
+    images, _ = random_split(203, seed=0)
+    images[:, 0, 0] = torch.arange(203).numpy() % 256
+    table = schema.build_table(images, torch.arange(203).numpy() % 10)
+    path = write_parquet(tmp_path / "rows.parquet", table, row_group_size=25)
+    return path, images
+
+
+def rows_seen(stream: ParquetStream, num_workers: int) -> tuple[list[bytes], list[int]]:
+    loader = StreamLoader(stream, batch_size=None, num_workers=num_workers)
+    rows, sizes = [], []
+    for batch in loader:
+        pixels = (batch["image"] * 255).round().to(torch.uint8).reshape(len(batch["label"]), -1)
+        rows += [bytes(p.tolist()) for p in pixels]
+        sizes.append(len(batch["label"]))
+    return rows, sizes
+
+
+@pytest.mark.parametrize("world_size,num_workers,shuffle", [(1, 0, False), (1, 3, True), (2, 2, True), (3, 0, True)])
+def test_every_row_is_read_once_across_ranks_and_workers(numbered, world_size, num_workers, shuffle):
+    path, images = numbered
+    expected = collections.Counter(bytes(row.reshape(-1).tolist()) for row in images)
+    seen, batch_counts = collections.Counter(), []
+    for rank in range(world_size):
+        stream = ParquetStream(path, require_labels=True, seed=1).configured(
+            shuffle=shuffle, buffer_rows=30, batch_size=16, rank=rank, world_size=world_size)
+        rows, sizes = rows_seen(stream, num_workers)
+        assert len(sizes) == len(stream)  # the length Lightning is told is the length it gets
+        assert all(size == 16 for size in sizes[:-1])  # only a rank's last batch may be partial
+        seen.update(rows)
+        batch_counts.append(len(sizes))
+    assert len(set(batch_counts)) == 1  # every rank runs the same number of steps
+    padding = sum(seen.values()) - 203
+    assert padding == (-203) % world_size  # like DistributedSampler: pad to a multiple of world_size
+    assert set(seen) == set(expected)
+    if padding == 0:
+        assert seen == expected
+
+
+def test_drop_last_drops_only_the_final_partial_batch(numbered):
+    stream = ParquetStream(numbered[0], require_labels=True).configured(batch_size=16, drop_last=True)
+    rows, sizes = rows_seen(stream, num_workers=2)
+    assert sizes == [16] * (203 // 16) and len(stream) == 203 // 16
+
+
+def test_shuffle_is_seeded_and_changes_every_epoch_even_with_fresh_workers(numbered):
+    def epochs(seed):
+        stream = ParquetStream(numbered[0], require_labels=True, seed=seed).configured(
+            shuffle=True, buffer_rows=50, batch_size=64)
+        loader = StreamLoader(stream, batch_size=None, num_workers=2, persistent_workers=False)
+        return [[b["label"].tolist() for b in loader] for _ in range(2)]
+
+    first = epochs(5)
+    assert first == epochs(5)
+    assert first[0] != first[1]
+    unshuffled = ParquetStream(numbered[0], require_labels=True).configured(batch_size=64)
+    assert first[0] != [b["label"].tolist() for b in StreamLoader(unshuffled, batch_size=None)]
+
+
+def test_shuffle_buffer_is_bounded():
+    pieces = [(torch.full((10, 1), i, dtype=torch.uint8), torch.arange(i * 10, i * 10 + 10)) for i in range(20)]
+    held = []
+
+    def tracking():
+        for piece in pieces:
+            yield piece
+            held.append(len(piece[1]))
+
+    out = list(_shuffled(tracking(), buffer_rows=35, generator=torch.Generator().manual_seed(0)))
+    emitted = torch.cat([labels for _, labels in out])
+    assert sorted(emitted.tolist()) == list(range(200))
+    assert all(len(labels) <= 35 + 10 for _, labels in out)
+    assert emitted[:10].tolist() != list(range(10))

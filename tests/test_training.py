@@ -1,0 +1,138 @@
+"""The CLI end to end, in-process: every stage config trains, logs to TensorBoard and writes its timing summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import CONFIGS, TEST_ROWS, TRAIN_ROWS
+from mnistperf.cli import main
+from mnistperf.model import ImageClassifier, SimpleCNN
+
+STAGE_CONFIGS = sorted(p.name for p in CONFIGS.glob("*.yaml"))
+LADDER = ["v1_naive", "v1_bs512", "v1_workers4", "v1_persistent", "v1_pinned", "v2_pinned"]
+
+
+def test_simple_cnn_has_the_reference_parameter_count():
+    assert sum(p.numel() for p in SimpleCNN().parameters()) == 206_922
+    assert SimpleCNN()(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
+
+
+def fit(config: str, *overrides: str) -> None:
+    main(["fit", "--config", str(CONFIGS / config), "--trainer.max_epochs", "2", "--trainer.enable_progress_bar",
+          "false", "--trainer.enable_model_summary", "false", *overrides])
+
+
+@pytest.fixture
+def workdir(tiny_data, monkeypatch) -> Path:
+    """Run from a folder whose data/ holds tiny FashionMNIST Parquet, so configs work unchanged."""
+    monkeypatch.chdir(tiny_data.parent)
+    return tiny_data.parent
+
+
+@pytest.mark.parametrize("config", STAGE_CONFIGS)
+def test_every_stage_config_trains_and_writes_its_timing_summary(workdir, config, capsys):
+    fit(config, "--data.batch_size", "32")
+    name = Path(config).stem
+    summary = json.loads((workdir / "lightning_logs" / name / "version_0" / "timing.json").read_text())
+    assert summary["config"] == name
+    assert [e["epoch"] for e in summary["epochs"]] == [1, 2]
+    assert all(e["samples"] == TRAIN_ROWS for e in summary["epochs"])
+    assert all(e["train_s"] > 0 and e["eval_s"] > 0 and 0 <= e["input_wait_share"] <= 1 for e in summary["epochs"])
+    assert summary["avg_train_s"] == pytest.approx(sum(e["train_s"] for e in summary["epochs"]) / 2)
+    assert summary["verdict"] in ("input-bound", "compute-bound")
+    assert summary["accelerator"] == "cpu" and summary["versions"]["torch"] == torch.__version__
+    assert summary["data"]["pipeline"] == yaml.safe_load((CONFIGS / config).read_text())["data"]["pipeline"]
+    assert 0 <= summary["final_val_acc"] <= 1
+    out = capsys.readouterr().out
+    for line in ("Average Train Time per Epoch:", "Average Test Time per Epoch:", "Total Train Time:",
+                 "Total Test Time:", "Train throughput:", "Device: cpu", "Verdict:"):
+        assert line in out
+
+
+def test_the_ladder_configs_differ_only_in_their_stage_setting():
+    def settings(name):
+        config = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
+        config["trainer"]["logger"]["init_args"].pop("name")
+        return config
+
+    changed = []
+    for before, after in zip(LADDER, LADDER[1:]):
+        a, b = settings(before), settings(after)
+        changed.append(sorted(k for k in a["data"] if a["data"][k] != b["data"][k]))
+        assert {k: v for k, v in a.items() if k != "data"} == {k: v for k, v in b.items() if k != "data"}
+    assert changed == [["batch_size"], ["num_workers"], ["persistent_workers"], ["pin_memory"], ["pipeline"]]
+    first = settings(LADDER[0])
+    assert first["seed_everything"] == 42 and first["trainer"]["max_epochs"] == 5
+    assert (first["data"]["dataset"], first["data"]["val_source"]) == ("fashion_mnist", "test")
+
+
+def test_runs_land_side_by_side_and_tensorboard_reads_them_back(workdir):
+    fit("v2_pinned.yaml", "--data.num_workers", "0", "--data.persistent_workers", "false")
+    fit("v2_pinned.yaml", "--data.num_workers", "0", "--data.persistent_workers", "false")  # same command again
+    runs = workdir / "lightning_logs" / "v2_pinned"
+    assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
+    events = EventAccumulator(str(runs / "version_1")).Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert {"timing/train_s", "timing/eval_s", "timing/samples_per_s", "timing/input_wait_share",
+            "train/loss", "train/acc", "val/loss", "val/acc"} <= scalars
+    assert len(events.Scalars("timing/train_s")) == 2
+    summary = json.loads((runs / "version_1" / "timing.json").read_text())
+    assert [s.value for s in events.Scalars("timing/train_s")] == pytest.approx([e["train_s"] for e in summary["epochs"]])
+    hparams = yaml.safe_load((runs / "version_1" / "hparams.yaml").read_text())
+    assert hparams["pipeline"] == "v2" and hparams["lr"] == 0.001
+
+
+def test_validate_test_and_predict_run_from_a_config(workdir, capsys):
+    for command in ("validate", "test", "predict"):
+        main([command, "--config", str(CONFIGS / "v2_pinned.yaml"), "--data.num_workers", "0",
+              "--data.persistent_workers", "false", "--trainer.enable_progress_bar", "false"])
+    out = capsys.readouterr().out
+    assert "val/acc" in out and "test/acc" in out
+
+
+def test_print_config_shows_the_merged_configuration(workdir, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "v1_pinned.yaml"), "--data.batch_size", "64", "--print_config"])
+    assert exit_info.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["data"]["batch_size"] == 64 and printed["data"]["pin_memory"] is True
+
+
+def test_validation_split_off_the_training_set(workdir):
+    fit("v2_pinned.yaml", "--data.val_source", "0.25", "--data.num_workers", "0", "--data.persistent_workers", "false")
+    summary = json.loads((workdir / "lightning_logs" / "v2_pinned" / "version_0" / "timing.json").read_text())
+    assert summary["epochs"][0]["samples"] == TRAIN_ROWS - TRAIN_ROWS // 4
+    assert summary["data"]["val_source"] == 0.25
+
+
+def test_training_learns_on_separable_data(tmp_path, monkeypatch):
+    """A sanity check of the model and loop: a trivially separable problem reaches high accuracy."""
+    import numpy as np
+
+    from conftest import write_parquet
+    from mnistperf.data import schema
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, 600)
+    images = rng.integers(0, 40, (600, 28, 28)).astype(np.uint8)
+    for i, label in enumerate(labels):  # a bright band whose row encodes the class
+        images[i, 2 * label + 4, :] = 255
+    for split in ("train", "test"):
+        write_parquet(tmp_path / "data" / "FashionMNIST" / f"{split}.parquet", schema.build_table(images, labels))
+    monkeypatch.chdir(tmp_path)
+    fit("v3_resident.yaml", "--trainer.max_epochs", "3", "--data.batch_size", "32")
+    summary = json.loads((tmp_path / "lightning_logs" / "v3_resident" / "version_0" / "timing.json").read_text())
+    assert summary["final_val_acc"] > 0.9
+
+
+def test_lightning_module_options_build():
+    module = ImageClassifier(channels_last=True)
+    module.configure_model()
+    assert module(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert TEST_ROWS > 0

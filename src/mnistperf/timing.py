@@ -170,15 +170,7 @@ class EpochTimer(Callback):
         gathered = trainer.strategy.all_gather(local).reshape(-1, 4).cpu()
         train_s, eval_s = gathered[:, 0].max().item(), gathered[:, 1].max().item()
         wait_share, samples = gathered[:, 2].mean().item(), int(gathered[:, 3].sum().item())
-        row = {
-            "epoch": trainer.current_epoch + 1,
-            "train_s": train_s,
-            "eval_s": eval_s,
-            "samples": samples,
-            "samples_per_s": samples / train_s if train_s > 0 else float("nan"),
-            "input_wait_share": wait_share,
-            **self._val_metrics,
-        }
+        row = epoch_row(trainer.current_epoch + 1, train_s, eval_s, samples, wait_share, self._val_metrics)
         self.epochs.append(row)
         if trainer.is_global_zero:
             scalars = {f"timing/{k}": row[k] for k in ("train_s", "eval_s", "samples_per_s", "input_wait_share")}
@@ -197,44 +189,72 @@ class EpochTimer(Callback):
         print(format_summary(summary), flush=True)
         folder = Path(trainer.log_dir or trainer.default_root_dir)
         self.summary_path = folder / self.summary_file
-        text = json.dumps(summary, indent=2)
-        atomic_write(self.summary_path, lambda tmp: tmp.write_text(text))
+        write_summary(summary, self.summary_path)
         print(f"timing summary written to {self.summary_path}", flush=True)
 
     # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:
         """Every figure of the run, per epoch and in total, with what produced it."""
-        train = [e["train_s"] for e in self.epochs]
-        evals = [e["eval_s"] for e in self.epochs]
-        samples = sum(e["samples"] for e in self.epochs)
-        wait_share = sum(e["input_wait_share"] * e["train_s"] for e in self.epochs) / max(sum(train), 1e-12)
         datamodule = trainer.datamodule
         return {
             "config": trainer.logger.name if trainer.logger is not None else None,
+            "runner": "lightning",
             "data": datamodule.loader_settings() if hasattr(datamodule, "loader_settings") else None,
-            "model": dict(trainer.lightning_module.hparams),
+            "model": {k: v for k, v in trainer.lightning_module.hparams.items() if not k.startswith("_")},
             "precision": str(trainer.precision),
-            "device": describe_device(self._device),
-            "accelerator": self._device.type,
             "world_size": trainer.world_size,
-            "cpu_count": os.cpu_count(),
-            "versions": {
-                "python": platform.python_version(),
-                "torch": torch.__version__,
-                "lightning": lightning.__version__,
-            },
-            "epochs": self.epochs,
-            "avg_train_s": mean(train),
-            "avg_eval_s": mean(evals),
-            "total_train_s": sum(train),
-            "total_eval_s": sum(evals),
-            "samples_per_s": samples / sum(train) if sum(train) > 0 else float("nan"),
-            "input_wait_share": wait_share,
-            "input_bound_share": self.input_bound_share,
-            "verdict": "input-bound" if wait_share >= self.input_bound_share else "compute-bound",
-            "final_val_acc": self.epochs[-1].get("val/acc"),
-            "peak_rss_mb": peak_rss_mb(),
+            **environment(self._device),
+            **aggregate(self.epochs, self.input_bound_share),
         }
+
+
+def epoch_row(epoch: int, train_s: float, eval_s: float, samples: int, wait_share: float, metrics: dict) -> dict:
+    """One epoch's figures, as they appear in timing.json."""
+    return {
+        "epoch": epoch,
+        "train_s": train_s,
+        "eval_s": eval_s,
+        "samples": samples,
+        "samples_per_s": samples / train_s if train_s > 0 else float("nan"),
+        "input_wait_share": wait_share,
+        **metrics,
+    }
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """What ran: device, CPU count and versions."""
+    return {
+        "device": describe_device(device),
+        "accelerator": device.type,
+        "cpu_count": os.cpu_count(),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "lightning": lightning.__version__},
+    }
+
+
+def aggregate(epochs: list[dict[str, Any]], input_bound_share: float) -> dict[str, Any]:
+    """The per-epoch rows and the reference's totals and averages over them, with the verdict."""
+    train = [e["train_s"] for e in epochs]
+    evals = [e["eval_s"] for e in epochs]
+    samples = sum(e["samples"] for e in epochs)
+    wait_share = sum(e["input_wait_share"] * e["train_s"] for e in epochs) / max(sum(train), 1e-12)
+    return {
+        "epochs": epochs,
+        "avg_train_s": mean(train),
+        "avg_eval_s": mean(evals),
+        "total_train_s": sum(train),
+        "total_eval_s": sum(evals),
+        "samples_per_s": samples / sum(train) if sum(train) > 0 else float("nan"),
+        "input_wait_share": wait_share,
+        "input_bound_share": input_bound_share,
+        "verdict": "input-bound" if wait_share >= input_bound_share else "compute-bound",
+        "final_val_acc": epochs[-1].get("val/acc"),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def write_summary(summary: dict[str, Any], path: Path) -> None:
+    text = json.dumps(summary, indent=2)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def format_summary(summary: dict[str, Any]) -> str:

@@ -70,6 +70,8 @@ class MNISTDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
         self.datasets: dict[str, object] = {}
+        # Where the resident pipeline puts the data when no Trainer is attached (the plain-PyTorch baseline).
+        self.device = torch.device("cpu")
 
     # ----------------------------------------------------------------- preparation
     def prepare_data(self) -> None:
@@ -157,7 +159,7 @@ class MNISTDataModule(L.LightningDataModule):
         hp = self.hparams
         if hp.num_workers or hp.pin_memory:
             rank_zero_warn("data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect.")
-        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        device = self.trainer.strategy.root_device if self.trainer is not None else self.device
         pixels, labels = (t.to(device) for t in tensors)
         return ResidentBatches(pixels, labels, hp.batch_size, shuffle, hp.seed, drop_last, **self._ranks())
 

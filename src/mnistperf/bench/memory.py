@@ -1,0 +1,75 @@
+"""Peak memory of a run's whole process tree (main process and DataLoader workers), sampled from outside.
+
+A worker forked from the main process shares most of its pages, so adding up RSS counts them
+several times; PSS (proportional set size) charges each shared page to its sharers in
+proportion, so the sum over the tree is the memory the run really holds. Both are reported.
+Linux only (it reads /proc); elsewhere the figures are None.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Optional
+
+PROC = Path("/proc")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in (PROC / str(pid) / "task").glob("*/children"):
+        try:
+            kids += [int(p) for p in task.read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def _tree(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        todo += _children(current)
+    return pids
+
+
+def _rss_pss_kb(pid: int) -> tuple[int, int]:
+    rss = pss = 0
+    try:
+        for line in (PROC / str(pid) / "smaps_rollup").read_text().splitlines():
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1])
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1])
+    except OSError:
+        pass
+    return rss, pss
+
+
+class TreeMemorySampler:
+    """Samples a process tree every ``interval`` seconds in a thread; keeps the peaks in MB."""
+
+    def __init__(self, pid: int, interval: float = 0.25):
+        self.pid, self.interval = pid, interval
+        self.peak_rss_mb: Optional[float] = None
+        self.peak_pss_mb: Optional[float] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "TreeMemorySampler":
+        if (PROC / "self" / "smaps_rollup").exists():
+            self.peak_rss_mb = self.peak_pss_mb = 0.0
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            sizes = [_rss_pss_kb(p) for p in _tree(self.pid)]
+            self.peak_rss_mb = max(self.peak_rss_mb, sum(r for r, _ in sizes) / 1024)
+            self.peak_pss_mb = max(self.peak_pss_mb, sum(p for _, p in sizes) / 1024)

@@ -1,0 +1,173 @@
+"""Turn bench rows into the table, CSV, JSON and chart the bench writes.
+
+Each row is one configuration (a stage, possibly with sweep overrides) over its repeats:
+medians with min-max, speed-up of total time against the first row, and the published
+figures beside it where the stage has them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any, Optional
+
+from mnistperf.atomic import atomic_write
+from mnistperf.bench import reference
+
+
+@dataclass
+class Row:
+    """One configuration's results over its repeats (or the error that stopped it)."""
+
+    label: str
+    stage: str
+    overrides: dict[str, str] = field(default_factory=dict)
+    runner: str = "lightning"
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    error: Optional[str] = None
+
+    def values(self, key: str) -> list[float]:
+        return [s[key] for s in self.summaries if s.get(key) is not None]
+
+    def med(self, key: str) -> Optional[float]:
+        values = self.values(key)
+        return median(values) if values else None
+
+    @property
+    def total_s(self) -> Optional[float]:
+        totals = [s["total_train_s"] + s["total_eval_s"] for s in self.summaries]
+        return median(totals) if totals else None
+
+    def peak_memory_mb(self, kind: str) -> Optional[float]:
+        """Largest peak over the repeats: 'main_process' RSS, or the sampled 'tree_pss' / 'tree_rss'."""
+        values = [s["peak_rss_mb"].get(kind) for s in self.summaries if "peak_rss_mb" in s]
+        values = [v for v in values if v is not None]
+        return max(values) if values else None
+
+
+def _fmt(value: Optional[float], digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _spread(row: Row, key: str) -> str:
+    values = row.values(key)
+    if len(values) < 2:
+        return ""
+    return f" [{min(values):.2f}-{max(values):.2f}]"
+
+
+def table_rows(rows: list[Row]) -> list[dict[str, str]]:
+    """The printable columns of every row."""
+    base = next((r.total_s for r in rows if r.total_s), None)
+    lightning_by_stage = {r.stage: r for r in rows if r.runner == "lightning" and not r.overrides and r.summaries}
+    out = []
+    for r in rows:
+        ref = reference.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
+        total = r.total_s
+        note = r.error or ""
+        if r.runner == "plain" and r.stage in lightning_by_stage and r.med("avg_train_s"):
+            ratio = lightning_by_stage[r.stage].med("avg_train_s") / r.med("avg_train_s")
+            note = f"Lightning/plain train time: {ratio:.3f}x"
+        out.append(
+            {
+                "stage": r.label,
+                "train s/epoch": _fmt(r.med("avg_train_s")) + _spread(r, "avg_train_s"),
+                "test s/epoch": _fmt(r.med("avg_eval_s")) + _spread(r, "avg_eval_s"),
+                "total s": _fmt(total),
+                "speed-up": f"{base / total:.1f}x" if base and total else "-",
+                "samples/s": _fmt(r.med("samples_per_s"), 0),
+                "input wait": f"{r.med('input_wait_share'):.0%}" if r.med("input_wait_share") is not None else "-",
+                "val acc": _fmt(r.med("final_val_acc"), 4),
+                "peak MB (main RSS / tree PSS)": f"{_fmt(r.peak_memory_mb('main_process'), 0)} / "
+                f"{_fmt(r.peak_memory_mb('tree_pss'), 0)}",
+                "published train s/epoch": _fmt(ref[0]) if ref else "",
+                "published speed-up": f"{ref[3]:.1f}x" if ref else "",
+                "note": note,
+            }
+        )
+    return out
+
+
+def markdown_table(rows: list[Row]) -> str:
+    printable = table_rows(rows)
+    if not printable:
+        return "(no rows)"
+    headers = list(printable[0])
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(row[h] for h in headers) + " |" for row in printable]
+    return "\n".join(lines)
+
+
+def environment_of(rows: list[Row]) -> dict[str, Any]:
+    for r in rows:
+        for s in r.summaries:
+            return {k: s[k] for k in ("device", "cpu_count", "versions")}
+    return {}
+
+
+def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: bool = False) -> list[Path]:
+    """Write results.md/.csv/.json (and chart.png when matplotlib is there); return what was written."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment_of(rows)
+    written = []
+
+    md = [
+        "# mnistperf bench",
+        "",
+        f"- device: {env.get('device', 'unknown')}; CPU count: {env.get('cpu_count', '?')}",
+        f"- versions: {env.get('versions', {})}",
+        f"- settings: {json.dumps(settings)}",
+        f"- published figures: {reference.HARDWARE}; speed-up is total time (train + test) against the first row",
+        "- input wait: share of train time spent waiting for the next batch (>= 50 %: input-bound)",
+        "",
+        markdown_table(rows),
+        "",
+    ]
+    targets = {"results.md": "\n".join(md)}
+
+    buffer = io.StringIO()
+    printable = table_rows(rows)
+    if printable:
+        writer = csv.DictWriter(buffer, fieldnames=list(printable[0]))
+        writer.writeheader()
+        writer.writerows(printable)
+    targets["results.csv"] = buffer.getvalue()
+    targets["results.json"] = json.dumps(
+        {"settings": settings, "environment": env, "rows": [asdict(r) for r in rows]}, indent=2
+    )
+    for name, text in targets.items():
+        atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text))
+        written.append(out / name)
+    chart = write_chart(rows, out / "chart.png", env.get("device", ""), log_scale)
+    if chart:
+        written.append(chart)
+    return written
+
+
+def write_chart(rows: list[Row], path: Path, device: str, log_scale: bool) -> Optional[Path]:
+    """A bar chart of train seconds per epoch per row; None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    done = [r for r in rows if r.med("avg_train_s")]
+    if not done:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(done)), 4))
+    ax.bar([r.label for r in done], [r.med("avg_train_s") for r in done], color="#4C72B0")
+    ax.set_ylabel("train s/epoch (median)")
+    ax.set_title(f"mnistperf ladder on {device}", fontsize=10)
+    if log_scale:
+        ax.set_yscale("log")
+    ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    plt.close(fig)
+    return path

@@ -1,0 +1,176 @@
+"""``mnistperf bench``: run stages (and sweeps) each in a fresh process, then report.
+
+Every run is ``python -m mnistperf fit --config configs/<stage>.yaml`` in its own process, so
+no worker, allocator or device state leaks from one stage into the next; the bench reads the
+``timing.json`` that the run's EpochTimer wrote. A plain-PyTorch run of one stage gives the
+Lightning/plain ratio. Results are rewritten after every run, so a failed stage keeps its
+error in its row and Ctrl-C keeps the rows already finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from mnistperf.bench import reference
+from mnistperf.bench.memory import TreeMemorySampler
+from mnistperf.bench.report import Row, markdown_table, write_all
+from mnistperf.errors import ConfigError
+from mnistperf.timing import SUMMARY_FILE
+
+SHOWN_PREFIXES = ("epoch ", "mnistperf:", "Average ", "Total ", "Verdict")
+
+
+def parse_sweep(text: str) -> tuple[str, list[str]]:
+    key, sep, values = text.partition("=")
+    if not sep or not key or not values:
+        raise ConfigError(f"--sweep {text!r}: expected KEY=V1,V2,... such as data.batch_size=16,32,64.")
+    return key.strip(), [v.strip() for v in values.split(",") if v.strip()]
+
+
+def resolve_stages(text: str, config_dir: Path) -> list[tuple[str, Path]]:
+    names = reference.LADDER + reference.BEYOND if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
+    stages = []
+    for name in names:
+        path = Path(name) if name.endswith(".yaml") else config_dir / f"{name}.yaml"
+        if not path.is_file():
+            known = ", ".join(sorted(p.stem for p in config_dir.glob("*.yaml"))) or "none"
+            raise ConfigError(f"--stages: no config {path} (stages in {config_dir}: {known}).")
+        stages.append((path.stem, path))
+    return stages
+
+
+def _tail(lines: collections.deque) -> str:
+    """The most telling line of a failed run's output: its error message."""
+    for line in reversed(lines):
+        if "Error" in line or "error:" in line or "Killed" in line:
+            return line.strip()
+    return lines[-1].strip() if lines else "no output"
+
+
+def run_process(command: list[str], label: str) -> tuple[int, str, dict]:
+    """Run one command, echoing its progress lines; return (exit status, last error line, peak memory)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    tail: collections.deque = collections.deque(maxlen=40)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc, \
+            TreeMemorySampler(proc.pid) as memory:
+        try:
+            for line in proc.stdout:
+                tail.append(line.rstrip())
+                if line.startswith(SHOWN_PREFIXES):
+                    print(f"    {label}: {line.rstrip()}", flush=True)
+            proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait(timeout=30)
+            raise
+    return proc.returncode, _tail(tail), {"tree_rss": memory.peak_rss_mb, "tree_pss": memory.peak_pss_mb}
+
+
+def bench_command(argv: Sequence[str]) -> None:
+    parser = argparse.ArgumentParser(prog="mnistperf bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--stages", default="all", help="'all' (the ladder and v3 stages) or names/paths, comma-separated")
+    parser.add_argument("--config-dir", type=Path, default=Path("configs"))
+    parser.add_argument("--dataset", default=None, help="override data.dataset for every run")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--limit-train-batches", type=int, default=None, help="train only K batches per epoch (quick looks)")
+    parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2", help="e.g. data.batch_size=16,64,512")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a fixed override for every run")
+    parser.add_argument("--baseline", default="auto", help="stage to also run as a plain PyTorch loop ('none' to skip)")
+    parser.add_argument("--out", type=Path, default=None, help="results folder (default bench_results/<time>)")
+    parser.add_argument("--log-scale", action="store_true", help="log-scale y axis in chart.png")
+    opts = parser.parse_args(argv)
+    if opts.epochs < 1 or opts.repeats < 1:
+        raise ConfigError("--epochs and --repeats must be at least 1.")
+    stages = resolve_stages(opts.stages, opts.config_dir)
+    sweeps = [parse_sweep(s) for s in opts.sweep]
+    fixed = [parse_sweep(s)[0:1] + (parse_sweep(s)[1][0],) for s in opts.set] if opts.set else []
+    out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
+    settings = {"stages": [s for s, _ in stages], "epochs": opts.epochs, "repeats": opts.repeats,
+                "limit_train_batches": opts.limit_train_batches, "dataset": opts.dataset,
+                "sweeps": dict(sweeps), "set": dict(fixed)}
+
+    common = ["--trainer.max_epochs", str(opts.epochs), "--trainer.enable_progress_bar", "false",
+              "--trainer.enable_model_summary", "false"]
+    if opts.limit_train_batches:
+        common += ["--trainer.limit_train_batches", str(opts.limit_train_batches)]
+    if opts.dataset:
+        common += ["--data.dataset", opts.dataset]
+    for key, value in fixed:
+        common += [f"--{key}", value]
+
+    plans: list[tuple[Row, Path, list[str]]] = []
+    for stage, path in stages:
+        for combo in itertools.product(*[[(k, v) for v in values] for k, values in sweeps]):
+            overrides = dict(combo)
+            label = stage + "".join(f" {k.split('.')[-1]}={v}" for k, v in overrides.items())
+            args = common + [a for k, v in overrides.items() for a in (f"--{k}", v)]
+            plans.append((Row(label, stage, overrides), path, args))
+    baseline = opts.baseline
+    if baseline == "auto":
+        baseline = "v2_pinned" if any(s == "v2_pinned" for s, _ in stages) else stages[-1][0]
+    if baseline != "none":
+        path = dict(stages).get(baseline) or resolve_stages(baseline, opts.config_dir)[0][1]
+        data_overrides = [f"{k.split('.', 1)[1]}={v}" for k, v in fixed if k.startswith("data.")]
+        if opts.dataset:
+            data_overrides.append(f"dataset={opts.dataset}")
+        plans.append((Row(f"plain PyTorch ({baseline})", baseline, runner="plain"), path, data_overrides))
+
+    rows = [row for row, _, _ in plans]
+    runs_dir = out / "runs"
+    print(f"mnistperf bench: {len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs; results in {out}")
+    try:
+        for index, (row, path, args) in enumerate(plans, 1):
+            for repeat in range(1, opts.repeats + 1):
+                run_name = f"{index:02d}_{row.stage}_r{repeat}"
+                print(f"[{index}/{len(plans)}] {row.label} (repeat {repeat}/{opts.repeats})", flush=True)
+                summary_path, command = _command(row, path, args, runs_dir, run_name, opts)
+                status, last_line, memory = run_process(command, row.label)
+                if status == 0 and summary_path().is_file():
+                    summary = json.loads(summary_path().read_text())
+                    summary["peak_rss_mb"].update(memory)
+                    row.summaries.append(summary)
+                else:
+                    row.error = f"failed (exit {status}): {last_line}"
+                    print(f"    {row.label}: {row.error}", flush=True)
+                    break
+            write_all(rows, out, settings, opts.log_scale)
+    except KeyboardInterrupt:
+        print("\ninterrupted: keeping the rows already finished", flush=True)
+        for row in rows:
+            if not row.summaries and row.error is None:
+                row.error = "not run (interrupted)"
+    written = write_all(rows, out, settings, opts.log_scale)
+    print()
+    print(markdown_table(rows))
+    print("\nwritten: " + ", ".join(str(p) for p in written))
+
+
+def _command(row: Row, config: Path, args: list[str], runs_dir: Path, run_name: str, opts):
+    """The command for one run, and a function that finds the summary it writes."""
+    if row.runner == "plain":
+        target = runs_dir / run_name / SUMMARY_FILE
+        command = [sys.executable, "-m", "mnistperf.bench.baseline", "--config", str(config),
+                   "--epochs", str(opts.epochs), "--out", str(target)]
+        if opts.limit_train_batches:
+            command += ["--limit-train-batches", str(opts.limit_train_batches)]
+        for item in args:
+            command += ["--data", item]
+        return (lambda: target), command
+    command = [sys.executable, "-m", "mnistperf", "fit", "--config", str(config), *args,
+               "--trainer.logger.init_args.save_dir", str(runs_dir), "--trainer.logger.init_args.name", run_name]
+
+    def find() -> Path:
+        found = sorted((runs_dir / run_name).glob(f"version_*/{SUMMARY_FILE}"))
+        return found[-1] if found else runs_dir / run_name / "missing" / SUMMARY_FILE
+
+    return find, command

@@ -17,8 +17,9 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Sequence
 
 from mnistperf.bench import reference
 from mnistperf.bench.memory import TreeMemorySampler
@@ -75,7 +76,32 @@ def run_process(command: list[str], label: str) -> tuple[int, str, dict]:
     return proc.returncode, _tail(tail), {"tree_rss": memory.peak_rss_mb, "tree_pss": memory.peak_pss_mb}
 
 
-def bench_command(argv: Sequence[str]) -> None:
+@dataclass
+class Plan:
+    """One configuration to run: its row in the report, and the command for a given run name."""
+
+    row: Row
+    config: Path
+    args: list[str]
+
+    def command(self, runs_dir: Path, run_name: str) -> tuple[list[str], Callable[[], Path]]:
+        """The command line of one run, and a function that finds the summary it wrote."""
+        if self.row.runner in ("plain", "loader"):
+            target = runs_dir / run_name / SUMMARY_FILE
+            command = [sys.executable, "-m", "mnistperf.bench.baseline", "--config", str(self.config),
+                       *self.args, "--out", str(target)]
+            return command, lambda: target
+        command = [sys.executable, "-m", "mnistperf", "fit", "--config", str(self.config), *self.args,
+                   "--trainer.logger.init_args.save_dir", str(runs_dir), "--trainer.logger.init_args.name", run_name]
+
+        def find() -> Path:
+            found = sorted((runs_dir / run_name).glob(f"version_*/{SUMMARY_FILE}"))
+            return found[-1] if found else runs_dir / run_name / "missing" / SUMMARY_FILE
+
+        return command, find
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mnistperf bench", description=__doc__.splitlines()[0])
     parser.add_argument("--stages", default="all", help="'all' (the ladder and v3 stages) or names/paths, comma-separated")
     parser.add_argument("--config-dir", type=Path, default=Path("configs"))
@@ -86,63 +112,74 @@ def bench_command(argv: Sequence[str]) -> None:
     parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2", help="e.g. data.batch_size=16,64,512")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a fixed override for every run")
     parser.add_argument("--baseline", default="auto", help="stage to also run as a plain PyTorch loop ('none' to skip)")
+    parser.add_argument("--loader-only", action="store_true",
+                        help="time only the input pipeline of each stage (plain loop, no model, no Lightning)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default bench_results/<time>)")
     parser.add_argument("--log-scale", action="store_true", help="log-scale y axis in chart.png")
     opts = parser.parse_args(argv)
     if opts.epochs < 1 or opts.repeats < 1:
         raise ConfigError("--epochs and --repeats must be at least 1.")
+    if opts.loader_only and opts.sweep:
+        raise ConfigError("--loader-only takes no --sweep; use --set data.KEY=VALUE instead.")
+    return opts
+
+
+def plan_runs(opts: argparse.Namespace) -> list[Plan]:
+    """Every configuration the options ask for, in order: stages x sweep values, then the baseline."""
     stages = resolve_stages(opts.stages, opts.config_dir)
     sweeps = [parse_sweep(s) for s in opts.sweep]
-    fixed = [parse_sweep(s)[0:1] + (parse_sweep(s)[1][0],) for s in opts.set] if opts.set else []
-    out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
-    settings = {"stages": [s for s, _ in stages], "epochs": opts.epochs, "repeats": opts.repeats,
-                "limit_train_batches": opts.limit_train_batches, "dataset": opts.dataset,
-                "sweeps": dict(sweeps), "set": dict(fixed)}
+    fixed = [(key, values[0]) for key, values in map(parse_sweep, opts.set)]
+    if opts.dataset:
+        fixed.append(("data.dataset", opts.dataset))
+
+    # Runs without Lightning take the data options and the epoch settings as their own flags.
+    plain_args = ["--epochs", str(opts.epochs)] + [a for k, v in fixed if k.startswith("data.")
+                                                   for a in ("--data", f"{k.split('.', 1)[1]}={v}")]
+    if opts.limit_train_batches:
+        plain_args += ["--limit-train-batches", str(opts.limit_train_batches)]
+    if opts.loader_only:
+        return [Plan(Row(f"{stage} (loader only)", stage, runner="loader"), path, plain_args + ["--loader-only"])
+                for stage, path in stages]
 
     common = ["--trainer.max_epochs", str(opts.epochs), "--trainer.enable_progress_bar", "false",
-              "--trainer.enable_model_summary", "false"]
+              "--trainer.enable_model_summary", "false"] + [a for k, v in fixed for a in (f"--{k}", v)]
     if opts.limit_train_batches:
         common += ["--trainer.limit_train_batches", str(opts.limit_train_batches)]
-    if opts.dataset:
-        common += ["--data.dataset", opts.dataset]
-    for key, value in fixed:
-        common += [f"--{key}", value]
-
-    plans: list[tuple[Row, Path, list[str]]] = []
+    plans = []
     for stage, path in stages:
         for combo in itertools.product(*[[(k, v) for v in values] for k, values in sweeps]):
             overrides = dict(combo)
             label = stage + "".join(f" {k.split('.')[-1]}={v}" for k, v in overrides.items())
-            args = common + [a for k, v in overrides.items() for a in (f"--{k}", v)]
-            plans.append((Row(label, stage, overrides), path, args))
+            plans.append(Plan(Row(label, stage, overrides), path, common + [a for k, v in combo for a in (f"--{k}", v)]))
     baseline = opts.baseline
     if baseline == "auto":
-        baseline = "v2_pinned" if any(s == "v2_pinned" for s, _ in stages) else stages[-1][0]
+        baseline = "v2_pinned" if "v2_pinned" in dict(stages) else stages[-1][0]
     if baseline != "none":
         path = dict(stages).get(baseline) or resolve_stages(baseline, opts.config_dir)[0][1]
-        data_overrides = [f"{k.split('.', 1)[1]}={v}" for k, v in fixed if k.startswith("data.")]
-        if opts.dataset:
-            data_overrides.append(f"dataset={opts.dataset}")
-        plans.append((Row(f"plain PyTorch ({baseline})", baseline, runner="plain"), path, data_overrides))
+        plans.append(Plan(Row(f"plain PyTorch ({baseline})", baseline, runner="plain"), path, plain_args))
+    return plans
 
-    rows = [row for row, _, _ in plans]
-    runs_dir = out / "runs"
+
+def bench_command(argv: Sequence[str]) -> None:
+    opts = parse_args(argv)
+    plans = plan_runs(opts)
+    out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}
+    rows = [plan.row for plan in plans]
     print(f"mnistperf bench: {len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs; results in {out}")
     try:
-        for index, (row, path, args) in enumerate(plans, 1):
+        for index, plan in enumerate(plans, 1):
             for repeat in range(1, opts.repeats + 1):
-                run_name = f"{index:02d}_{row.stage}_r{repeat}"
-                print(f"[{index}/{len(plans)}] {row.label} (repeat {repeat}/{opts.repeats})", flush=True)
-                summary_path, command = _command(row, path, args, runs_dir, run_name, opts)
-                status, last_line, memory = run_process(command, row.label)
-                if status == 0 and summary_path().is_file():
-                    summary = json.loads(summary_path().read_text())
-                    summary["peak_rss_mb"].update(memory)
-                    row.summaries.append(summary)
-                else:
-                    row.error = f"failed (exit {status}): {last_line}"
-                    print(f"    {row.label}: {row.error}", flush=True)
+                print(f"[{index}/{len(plans)}] {plan.row.label} (repeat {repeat}/{opts.repeats})", flush=True)
+                command, summary_path = plan.command(out / "runs", f"{index:02d}_{plan.row.stage}_r{repeat}")
+                status, last_line, memory = run_process(command, plan.row.label)
+                if status != 0 or not summary_path().is_file():
+                    plan.row.error = f"failed (exit {status}): {last_line}"
+                    print(f"    {plan.row.label}: {plan.row.error}", flush=True)
                     break
+                summary = json.loads(summary_path().read_text())
+                summary["peak_rss_mb"].update(memory)
+                plan.row.summaries.append(summary)
             write_all(rows, out, settings, opts.log_scale)
     except KeyboardInterrupt:
         print("\ninterrupted: keeping the rows already finished", flush=True)
@@ -153,24 +190,3 @@ def bench_command(argv: Sequence[str]) -> None:
     print()
     print(markdown_table(rows))
     print("\nwritten: " + ", ".join(str(p) for p in written))
-
-
-def _command(row: Row, config: Path, args: list[str], runs_dir: Path, run_name: str, opts):
-    """The command for one run, and a function that finds the summary it writes."""
-    if row.runner == "plain":
-        target = runs_dir / run_name / SUMMARY_FILE
-        command = [sys.executable, "-m", "mnistperf.bench.baseline", "--config", str(config),
-                   "--epochs", str(opts.epochs), "--out", str(target)]
-        if opts.limit_train_batches:
-            command += ["--limit-train-batches", str(opts.limit_train_batches)]
-        for item in args:
-            command += ["--data", item]
-        return (lambda: target), command
-    command = [sys.executable, "-m", "mnistperf", "fit", "--config", str(config), *args,
-               "--trainer.logger.init_args.save_dir", str(runs_dir), "--trainer.logger.init_args.name", run_name]
-
-    def find() -> Path:
-        found = sorted((runs_dir / run_name).glob(f"version_*/{SUMMARY_FILE}"))
-        return found[-1] if found else runs_dir / run_name / "missing" / SUMMARY_FILE
-
-    return find, command

@@ -1,0 +1,123 @@
+"""The bench: planning, failures and Ctrl-C keep rows, report arithmetic, and one real run on tiny data."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import CONFIGS
+from mnistperf.bench import reference, runner
+from mnistperf.bench.report import Row, table_rows
+from mnistperf.cli import main
+
+
+def summary(train: float, evals: float, epochs: int = 2, acc: float = 0.9) -> dict:
+    return {
+        "avg_train_s": train, "avg_eval_s": evals, "total_train_s": train * epochs, "total_eval_s": evals * epochs,
+        "samples_per_s": 1000 / train, "input_wait_share": 0.25, "final_val_acc": acc,
+        "peak_rss_mb": {"main_process": 500.0, "tree_pss": 800.0}, "device": "cpu (test)", "cpu_count": 2,
+        "versions": {"torch": "x"},
+    }
+
+
+def test_table_speed_up_is_total_time_against_the_first_row_and_shows_lightning_cost():
+    rows = [Row("v1_naive", "v1_naive", summaries=[summary(10, 2)]),
+            Row("v2_pinned", "v2_pinned", summaries=[summary(1, 0.5), summary(3, 0.5), summary(2, 0.5)]),
+            Row("plain PyTorch (v2_pinned)", "v2_pinned", runner="plain", summaries=[summary(1.6, 0.5)]),
+            Row("v3_resident", "v3_resident", error="failed (exit 1): boom")]
+    table = table_rows(rows)
+    assert table[0]["speed-up"] == "1.0x" and table[1]["speed-up"] == f"{24 / 5:.1f}x"
+    assert table[1]["train s/epoch"] == "2.00 [1.00-3.00]"  # median and min-max over repeats
+    assert table[1]["published train s/epoch"] == f"{reference.STAGES['v2_pinned'][0]:.2f}"
+    assert table[2]["note"] == "Lightning/plain train time: 1.250x" and table[2]["published train s/epoch"] == ""
+    assert table[3]["note"] == "failed (exit 1): boom" and table[3]["train s/epoch"] == "-"
+    assert table[1]["input wait"] == "25%" and table[1]["peak MB (main RSS / tree PSS)"] == "500 / 800"
+
+
+def test_plan_covers_stages_sweeps_and_baseline():
+    opts = runner.parse_args(["--stages", "v1_bs512,v2_pinned", "--sweep", "data.batch_size=16,64", "--epochs", "2",
+                              "--config-dir", str(CONFIGS), "--dataset", "mnist"])
+    plans = runner.plan_runs(opts)
+    assert [p.row.label for p in plans] == ["v1_bs512 batch_size=16", "v1_bs512 batch_size=64",
+                                            "v2_pinned batch_size=16", "v2_pinned batch_size=64",
+                                            "plain PyTorch (v2_pinned)"]
+    command, _ = plans[1].command(Path("/runs"), "r1")
+    assert command[command.index("--data.batch_size") + 1] == "64"
+    assert command[command.index("--data.dataset") + 1] == "mnist"
+    assert command[command.index("--trainer.max_epochs") + 1] == "2"
+    plain, _ = plans[-1].command(Path("/runs"), "r5")
+    assert "mnistperf.bench.baseline" in plain and "dataset=mnist" in plain
+
+
+def test_unknown_stage_and_bad_sweep_are_reported_by_name(capsys):
+    for argv, expected in ((["--stages", "v9_magic"], "--stages: no config"),
+                           (["--sweep", "data.batch_size"], "--sweep 'data.batch_size': expected KEY=V1,V2")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["bench", "--config-dir", str(CONFIGS), *argv])
+        assert exit_info.value.code == 2
+        assert expected in capsys.readouterr().err
+
+
+def fake_runs(monkeypatch, outcomes):
+    """Replace the child process: each call takes the next outcome ('ok', 'fail' or 'interrupt')."""
+    calls = iter(outcomes)
+
+    def run_process(command, label):
+        outcome = next(calls)
+        if outcome == "interrupt":
+            raise KeyboardInterrupt
+        if outcome == "fail":
+            return 1, "torch.OutOfMemoryError: CUDA out of memory", {}
+        out = Path(command[command.index("--trainer.logger.init_args.save_dir") + 1]) if "fit" in command else None
+        if out is not None:
+            target = out / command[command.index("--trainer.logger.init_args.name") + 1] / "version_0" / "timing.json"
+        else:
+            target = Path(command[command.index("--out") + 1])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(summary(2.0, 0.5)))
+        return 0, "", {"tree_pss": 900.0}
+
+    monkeypatch.setattr(runner, "run_process", run_process)
+
+
+def test_a_failed_stage_keeps_its_error_and_the_other_rows(tmp_path, monkeypatch, capsys):
+    fake_runs(monkeypatch, ["ok", "fail", "ok"])
+    main(["bench", "--stages", "v1_naive,v1_bs512,v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS),
+          "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [r["error"] for r in data["rows"]] == [None, "failed (exit 1): torch.OutOfMemoryError: CUDA out of memory", None]
+    assert [len(r["summaries"]) for r in data["rows"]] == [1, 0, 1]
+    with open(tmp_path / "results.csv") as handle:
+        assert [row["stage"] for row in csv.DictReader(handle)] == ["v1_naive", "v1_bs512", "v2_pinned"]
+    assert "CUDA out of memory" in (tmp_path / "results.md").read_text()
+
+
+def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):
+    fake_runs(monkeypatch, ["ok", "interrupt"])
+    main(["bench", "--stages", "v1_naive,v1_bs512,v2_pinned", "--config-dir", str(CONFIGS), "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert len(rows[0]["summaries"]) == 1
+    assert [r["error"] for r in rows[1:]] == ["not run (interrupted)"] * 3
+    assert "interrupted: keeping the rows already finished" in capsys.readouterr().out
+
+
+def test_real_bench_on_tiny_data_writes_every_result_file(tiny_data, monkeypatch, capsys):
+    monkeypatch.chdir(tiny_data.parent)
+    shutil.copytree(CONFIGS, tiny_data.parent / "configs")
+    (tiny_data.parent / "configs" / "broken.yaml").write_text("data:\n  batch_size: -3\n")
+    main(["bench", "--stages", "v2_pinned,broken", "--epochs", "1", "--set", "data.num_workers=0",
+          "--set", "data.persistent_workers=false", "--out", "out"])
+    out = tiny_data.parent / "out"
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["chart.png", "results.csv", "results.json", "results.md"]
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [r["label"] for r in rows] == ["v2_pinned", "broken", "plain PyTorch (v2_pinned)"]
+    assert rows[0]["summaries"][0]["config"] == "01_v2_pinned_r1"
+    assert rows[0]["summaries"][0]["peak_rss_mb"]["tree_pss"] > 0
+    assert "data.batch_size must be at least 1" in rows[1]["error"]
+    assert rows[2]["summaries"][0]["runner"] == "plain"
+    printed = capsys.readouterr().out
+    assert "[1/3] v2_pinned" in printed and "Lightning/plain train time" in printed

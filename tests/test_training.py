@@ -10,7 +10,7 @@ import torch
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import CONFIGS, TEST_ROWS, TRAIN_ROWS
+from conftest import CONFIGS, TRAIN_ROWS
 from mnistperf.cli import main
 from mnistperf.model import ImageClassifier, SimpleCNN
 
@@ -131,8 +131,20 @@ def test_training_learns_on_separable_data(tmp_path, monkeypatch):
     assert summary["final_val_acc"] > 0.9
 
 
-def test_lightning_module_options_build():
-    module = ImageClassifier(channels_last=True)
-    module.configure_model()
-    assert module(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
-    assert TEST_ROWS > 0
+def test_step_options_follow_the_device_training_will_run_on(monkeypatch):
+    """configure_model runs before the module moves to its device: decisions must use the strategy's device."""
+    from types import SimpleNamespace
+
+    def configured(device: str) -> ImageClassifier:
+        module = ImageClassifier(compile=True, bf16=True, channels_last=True, fused_adam=True)
+        module._trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))
+        module.configure_model()
+        return module
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    on_gpu = configured("cuda")
+    assert isinstance(on_gpu.net, torch._dynamo.eval_frame.OptimizedModule) and on_gpu._autocast
+    on_cpu = configured("cpu")
+    assert isinstance(on_cpu.net, SimpleCNN) and not on_cpu._autocast
+    assert on_cpu.net.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    assert on_cpu(torch.zeros(2, 1, 28, 28)).shape == (2, 10)

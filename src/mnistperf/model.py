@@ -65,19 +65,25 @@ class ImageClassifier(LightningModule):
 
         self._autocast = False
 
+    def _run_device(self) -> torch.device:
+        """The device training runs on. configure_model is called before the module is moved there,
+        so ask the trainer's strategy rather than self.device."""
+        return self._trainer.strategy.root_device if self._trainer is not None else self.device
+
     def configure_model(self) -> None:
         hp = self.hparams
-        on_cuda = self.device.type == "cuda"
+        device = self._run_device()
+        on_cuda = device.type == "cuda"
         if hp.channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
         self._autocast = hp.bf16 and on_cuda and torch.cuda.is_bf16_supported()
         if hp.bf16 and not self._autocast:
-            rank_zero_info(f"model.bf16: skipped on {self.device.type}, which has no fast bf16 path here; training in float32.")
+            rank_zero_info(f"model.bf16: skipped on {device.type}, which has no fast bf16 path here; training in float32.")
         if hp.compile and not isinstance(self.net, torch._dynamo.eval_frame.OptimizedModule):
             if on_cuda or hp.compile_on_cpu:
                 self.net = torch.compile(self.net)
             else:
-                rank_zero_info(f"model.compile: skipped on {self.device.type} (set model.compile_on_cpu true to force it).")
+                rank_zero_info(f"model.compile: skipped on {device.type} (set model.compile_on_cpu true to force it).")
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if self.hparams.channels_last:
@@ -107,5 +113,5 @@ class ImageClassifier(LightningModule):
         return self(batch["image"]).argmax(dim=1)
 
     def configure_optimizers(self):
-        fused = self.hparams.fused_adam and self.device.type == "cuda"
+        fused = self.hparams.fused_adam and self._run_device().type == "cuda"
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, fused=fused or None)

@@ -111,8 +111,6 @@ class MNISTDataModule(L.LightningDataModule):
 
     def _split_off(self, train, fraction: float):
         """Seeded split of the training data into (train, validation) parts."""
-        if self.hparams.pipeline == "stream":
-            raise ConfigError("data.val_source: the stream pipeline reads files in order; use val_source: test.")
         n = len(train[1]) if isinstance(train, tuple) else len(train)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(self.hparams.seed))
         n_val = max(1, int(round(n * fraction)))
@@ -194,4 +192,7 @@ def _check_options(dataset, pipeline, batch_size, num_workers, persistent_worker
         raise ConfigError("data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null.")
     if val_source != "test" and not (isinstance(val_source, (int, float)) and 0 < float(val_source) < 1):
         raise ConfigError(f"data.val_source must be 'test' or a fraction between 0 and 1 (got {val_source!r}).")
+    if val_source != "test" and pipeline == "stream":
+        raise ConfigError("data.val_source: the stream pipeline never holds the training set, so it cannot split "
+                          "a fraction off it; use val_source: test or another pipeline.")
 

@@ -108,7 +108,8 @@ def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):
 def test_real_bench_on_tiny_data_writes_every_result_file(tiny_data, monkeypatch, capsys):
     monkeypatch.chdir(tiny_data.parent)
     shutil.copytree(CONFIGS, tiny_data.parent / "configs")
-    (tiny_data.parent / "configs" / "broken.yaml").write_text("data:\n  batch_size: -3\n")
+    broken = (CONFIGS / "v2_pinned.yaml").read_text().replace("batch_size: 512", "batch_size: -3")
+    (tiny_data.parent / "configs" / "broken.yaml").write_text(broken)
     main(["bench", "--stages", "v2_pinned,broken", "--epochs", "1", "--set", "data.num_workers=0",
           "--set", "data.persistent_workers=false", "--out", "out"])
     out = tiny_data.parent / "out"

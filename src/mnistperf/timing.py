@@ -183,11 +183,13 @@ class EpochTimer(Callback):
             )
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not self.epochs or not trainer.is_global_zero:
+        if not self.epochs:
+            return
+        folder = Path(trainer.log_dir or trainer.default_root_dir)  # a collective under DDP: every rank asks
+        if not trainer.is_global_zero:
             return
         summary = self.summary(trainer)
         print(format_summary(summary), flush=True)
-        folder = Path(trainer.log_dir or trainer.default_root_dir)
         self.summary_path = folder / self.summary_file
         write_summary(summary, self.summary_path)
         print(f"timing summary written to {self.summary_path}", flush=True)

@@ -91,19 +91,16 @@ class ParquetStream(IterableDataset):
         meta = parquet.metadata
         offsets = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
         groups = [g for g in range(meta.num_row_groups) if offsets[g] < end and offsets[g + 1] > begin]
-        if not groups:
-            return
-        position = int(offsets[groups[0]])
-        for record_batch in parquet.iter_batches(batch_size=READ_ROWS, row_groups=groups):
-            lo, hi = max(begin - position, 0), min(end - position, record_batch.num_rows)
-            position += record_batch.num_rows
-            if lo >= hi:
-                continue
-            piece = record_batch.slice(lo, hi - lo)
-            schema.check_values(piece, self.path)
-            yield schema.to_tensors(piece)
-            if position >= end:
-                return
+        for group in groups:
+            # One row group per call: asked for many at once, pyarrow reads ahead and memory grows with the file.
+            position = int(offsets[group])
+            for record_batch in parquet.iter_batches(batch_size=READ_ROWS, row_groups=[group]):
+                lo, hi = max(begin - position, 0), min(end - position, record_batch.num_rows)
+                position += record_batch.num_rows
+                if lo < hi:
+                    piece = record_batch.slice(lo, hi - lo)
+                    schema.check_values(piece, self.path)
+                    yield schema.to_tensors(piece)
 
     # ------------------------------------------------------------------ shuffling and batching
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:

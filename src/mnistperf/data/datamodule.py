@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Subset
 from mnistperf.data import prepare, schema
 from mnistperf.data.datasets import PandasRowDataset, TensorDataset
 from mnistperf.data.resident import ResidentBatches
+from mnistperf.data.sources import DATASETS
 from mnistperf.data.streaming import ParquetStream, StreamLoader
 from mnistperf.errors import ConfigError
 
@@ -175,8 +176,6 @@ class MNISTDataModule(L.LightningDataModule):
 
 def _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source) -> None:
     """Reject option values that cannot work, naming the option and the fix."""
-    from mnistperf.data.sources import DATASETS
-
     names = [*DATASETS, "synthetic"]
     if dataset not in names:
         raise ConfigError(f"data.dataset: unknown dataset {dataset!r}; choose one of {', '.join(names)}.")

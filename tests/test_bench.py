@@ -53,9 +53,17 @@ def test_plan_covers_stages_sweeps_and_baseline():
     assert "mnistperf.bench.baseline" in plain and "dataset=mnist" in plain
 
 
+def test_set_keeps_a_value_with_commas_whole():
+    opts = runner.parse_args(["--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--baseline", "none",
+                              "--set", "trainer.devices=[0,1]"])
+    command, _ = runner.plan_runs(opts)[0].command(Path("/runs"), "r1")
+    assert command[command.index("--trainer.devices") + 1] == "[0,1]"
+
+
 def test_unknown_stage_and_bad_sweep_are_reported_by_name(capsys):
     for argv, expected in ((["--stages", "v9_magic"], "--stages: no config"),
-                           (["--sweep", "data.batch_size"], "--sweep 'data.batch_size': expected KEY=V1,V2")):
+                           (["--sweep", "data.batch_size"], "--sweep 'data.batch_size': expected KEY=V1,V2"),
+                           (["--set", "data.num_workers"], "--set 'data.num_workers': expected KEY=VALUE")):
         with pytest.raises(SystemExit) as exit_info:
             main(["bench", "--config-dir", str(CONFIGS), *argv])
         assert exit_info.value.code == 2

@@ -37,6 +37,14 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
     return key.strip(), [v.strip() for v in values.split(",") if v.strip()]
 
 
+def parse_setting(text: str) -> tuple[str, str]:
+    """--set KEY=VALUE; the value is kept whole (it may hold commas, e.g. a list)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not value.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE such as data.num_workers=2.")
+    return key.strip(), value.strip()
+
+
 def resolve_stages(text: str, config_dir: Path) -> list[tuple[str, Path]]:
     names = reference.LADDER + reference.BEYOND if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
     stages = []
@@ -128,7 +136,7 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
     """Every configuration the options ask for, in order: stages x sweep values, then the baseline."""
     stages = resolve_stages(opts.stages, opts.config_dir)
     sweeps = [parse_sweep(s) for s in opts.sweep]
-    fixed = [(key, values[0]) for key, values in map(parse_sweep, opts.set)]
+    fixed = [parse_setting(s) for s in opts.set]
     if opts.dataset:
         fixed.append(("data.dataset", opts.dataset))
 

@@ -33,14 +33,10 @@ class ResidentBatches:
         self.pixels, self.labels = pixels, labels
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.rank, self.world_size = rank, world_size
-        self.epoch = 0
+        self.epoch = 0  # advanced by every pass; seeds that pass's permutation
         n = len(labels)
         # DistributedSampler's arithmetic: pad up to a multiple of world_size, then stride by rank.
         self.samples_per_rank = math.ceil(n / world_size)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Choose the permutation explicitly (as with DistributedSampler); iterating also advances it."""
-        self.epoch = epoch
 
     def __len__(self) -> int:
         if self.drop_last:

@@ -62,6 +62,36 @@ def test_bad_parquet_fails_at_setup_naming_the_file(tmp_path, case, pipeline):
     assert str(path) in str(error.value) and expected in str(error.value)
 
 
+def write_shards(folder, *tables):
+    return [write_parquet(folder / f"part-{i:05d}.parquet", table) for i, table in enumerate(tables)]
+
+
+@pytest.mark.parametrize("pipeline", ["v1", "v2", "resident", "stream"])
+def test_a_bad_shard_is_named(tmp_path, pipeline):
+    data = tmp_path / "data"
+    _, bad = write_shards(data / "Synthetic" / "train", good_table(), good_table().drop_columns(["label"]))
+    write_shards(data / "Synthetic" / "test", good_table())
+    with pytest.raises(DataError) as error:
+        MNISTDataModule(dataset="synthetic", data_dir=str(data), pipeline=pipeline).setup("fit")
+    assert f"{bad} has no 'label' column" in str(error.value)
+
+
+@pytest.mark.parametrize("pipeline", ["v2", "stream"])
+def test_shards_must_agree_on_labels(tmp_path, pipeline):
+    data = tmp_path / "data"
+    _, unlabelled = write_shards(data / "Synthetic" / "test", good_table(), good_table().drop_columns(["label"]))
+    with pytest.raises(DataError, match=rf"{unlabelled} lacks a 'label' column, unlike the shards before it"):
+        MNISTDataModule(dataset="synthetic", data_dir=str(data), pipeline=pipeline).setup("predict")
+
+
+def test_a_shard_folder_without_parquet_files(tmp_path):
+    data = tmp_path / "data"
+    for split in ("train", "test"):
+        (data / "Synthetic" / split).mkdir(parents=True)
+    with pytest.raises(DataError, match=r"train is a folder without .parquet files; re-create it"):
+        MNISTDataModule(dataset="synthetic", data_dir=str(data), pipeline="stream").setup("fit")
+
+
 def test_not_a_parquet_file(tmp_path):
     data = tmp_path / "data"
     path = data / "FashionMNIST" / "train.parquet"

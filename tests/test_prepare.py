@@ -155,10 +155,25 @@ def test_prepare_command_rejects_unknown_format(fake_raw, tmp_path, capsys):
     assert "--formats: unknown format 'xlsx'" in capsys.readouterr().err
 
 
-def test_synthetic_dataset_is_written_in_row_groups(tmp_path, monkeypatch):
-    monkeypatch.setattr(prepare, "SYNTHETIC_CHUNK_ROWS", 20_000)  # a multiple of the row group size
+def test_synthetic_dataset_is_written_in_shards_of_row_groups(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare, "SYNTHETIC_SHARD_ROWS", 20_000)
+    monkeypatch.setattr(prepare, "SYNTHETIC_ROW_GROUP_ROWS", 5_000)
     prepare.prepare_synthetic(50_000, tmp_path / "data", test_rows=100, log=lambda m: None)
-    meta = pq.read_metadata(prepare.split_path(tmp_path / "data", "synthetic", "train"))
-    assert meta.num_rows == 50_000
-    assert meta.num_row_groups == 50_000 // prepare.SYNTHETIC_ROW_GROUP_ROWS
+    train = prepare.split_path(tmp_path / "data", "synthetic", "train")
+    shards = [pq.read_metadata(f) for f in schema.parquet_files(train)]
+    assert [m.num_rows for m in shards] == [20_000, 20_000, 10_000]
+    assert [m.num_row_groups for m in shards] == [4, 4, 2]
+    assert prepare.is_ready(train, 50_000) and not prepare.is_ready(train, 60_000)
+    assert schema.read_checked(train, require_labels=True).num_rows == 50_000
     schema.read_checked(prepare.split_path(tmp_path / "data", "synthetic", "test"), require_labels=True)
+    assert sorted(p.name for p in (tmp_path / "data" / "Synthetic").iterdir()) == ["test", "train"]  # no temp left
+
+
+def test_synthetic_rebuild_replaces_the_shard_folder_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare, "SYNTHETIC_SHARD_ROWS", 1_000)
+    data = tmp_path / "data"
+    prepare.prepare_synthetic(3_000, data, test_rows=10, log=lambda m: None)
+    prepare.prepare_synthetic(1_500, data, test_rows=10, log=lambda m: None)  # fewer shards: no stale one may stay
+    train = prepare.split_path(data, "synthetic", "train")
+    assert [f.name for f in schema.parquet_files(train)] == ["part-00000.parquet", "part-00001.parquet"]
+    assert sorted(p.name for p in (data / "Synthetic").iterdir()) == ["test", "train"]

@@ -12,14 +12,25 @@ from mnistperf.data import schema
 from mnistperf.data.streaming import ParquetStream, StreamLoader, _shuffled
 
 
-@pytest.fixture
-def numbered(tmp_path):
-    """A file of 203 rows in row groups of 25 whose labels are 0..9 and whose pixel0 is the row number % 256."""
+@pytest.fixture(params=["one file", "shards"])
+def numbered(tmp_path, request):
+    """203 rows in row groups of 25 whose labels are 0..9 and whose pixel0 is the row number % 256:
+    one file, or a folder of three shards (70, 70 and 63 rows) whose edges fall inside batches."""
     images, _ = random_split(203, seed=0)
     images[:, 0, 0] = torch.arange(203).numpy() % 256
     table = schema.build_table(images, torch.arange(203).numpy() % 10)
-    path = write_parquet(tmp_path / "rows.parquet", table, row_group_size=25)
-    return path, images
+    if request.param == "one file":
+        return write_parquet(tmp_path / "rows.parquet", table, row_group_size=25), images
+    for index, start in enumerate(range(0, 203, 70)):
+        write_parquet(tmp_path / "rows" / f"part-{index}.parquet", table.slice(start, 70), row_group_size=25)
+    return tmp_path / "rows", images
+
+
+def test_shards_are_read_in_name_order_as_one_sequence(numbered):
+    path, images = numbered
+    unshuffled = ParquetStream(path, require_labels=True).configured(batch_size=64)
+    rows, _ = rows_seen(unshuffled, num_workers=0)
+    assert rows == [bytes(row.reshape(-1).tolist()) for row in images]
 
 
 def rows_seen(stream: ParquetStream, num_workers: int) -> tuple[list[bytes], list[int]]:

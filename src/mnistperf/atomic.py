@@ -3,12 +3,14 @@
 Everything mnistperf writes (Parquet, CSV, downloads, summaries, bench results) goes
 through :func:`atomic_write`: the content lands in a temporary file beside the target and is
 renamed over it, so an interrupted run leaves no partial file that a later run would trust,
-and two runs writing the same file at once both end with a complete one.
+and two runs writing the same file at once both end with a complete one. A folder of shards
+goes through :func:`atomic_write_dir` the same way.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -26,6 +28,24 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def atomic_write_dir(target: Path, write: Callable[[Path], None]) -> None:
+    """Call write(tmp) on a temporary folder beside target, then swap it in for target (and its old content)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    old = tmp.with_suffix(".old")
+    try:
+        write(tmp)
+        for file in tmp.iterdir():
+            os.chmod(file, 0o666 & ~_umask())
+        os.chmod(tmp, 0o777 & ~_umask())
+        if target.exists():  # a folder cannot be renamed over a non-empty one: move the old one aside first
+            os.replace(target, old)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _umask() -> int:

@@ -78,7 +78,7 @@ class MNISTDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         """Convert the raw files to Parquet if they are missing (Lightning runs this on one process)."""
         hp = self.hparams
-        missing = [s for s in prepare.SPLITS if not prepare.split_path(self.data_dir, hp.dataset, s).is_file()]
+        missing = [s for s in prepare.SPLITS if not prepare.split_path(self.data_dir, hp.dataset, s).exists()]
         if missing and hp.dataset != "synthetic":
             prepare.prepare_dataset(hp.dataset, self.data_dir, source_root=hp.source_root)
 

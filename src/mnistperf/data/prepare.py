@@ -1,6 +1,8 @@
 """Turn the official idx files into the Parquet (and optionally CSV) files every stage reads.
 
 Writes ``<data_dir>/<Folder>/{train,test}.parquet`` once; a second run finds them ready.
+The synthetic dataset, which exists to be larger than memory, is written as folders of shards
+``<data_dir>/Synthetic/{train,test}/part-NNNNN.parquet`` instead (see ``streaming``).
 Each file is written to a temporary name beside its target and renamed into place, so an
 interrupted run never leaves a file a later run would trust, and two runs at once both end
 with complete files. While writing, it measures size and write/read time per format: the
@@ -9,6 +11,7 @@ reference's CSV-against-Parquet comparison, reproduced on the user's machine.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -20,7 +23,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from mnistperf.atomic import atomic_write
+from mnistperf.atomic import atomic_write, atomic_write_dir
 from mnistperf.data import schema, sources
 from mnistperf.errors import ConfigError, DataError
 
@@ -28,7 +31,7 @@ FORMATS = ("parquet", "csv")
 SPLITS = ("train", "test")
 SYNTHETIC_FOLDER = "Synthetic"
 SYNTHETIC_ROW_GROUP_ROWS = 10_000
-SYNTHETIC_CHUNK_ROWS = 100_000
+SYNTHETIC_SHARD_ROWS = 100_000  # about 88 MB per shard; a reader holds one shard's footer (~7.5 MB parsed)
 
 
 @dataclass
@@ -51,19 +54,27 @@ def dataset_folder(dataset: str) -> str:
 
 
 def split_path(data_dir: str | os.PathLike, dataset: str, split: str, fmt: str = "parquet") -> Path:
-    """Where a prepared split lives: <data_dir>/<Folder>/<split>.<fmt>."""
+    """Where a prepared split lives: <data_dir>/<Folder>/<split>.<fmt>, or the shard folder <split>/ for synthetic."""
+    if dataset == "synthetic" and fmt == "parquet":
+        return Path(data_dir) / SYNTHETIC_FOLDER / split
     return Path(data_dir) / dataset_folder(dataset) / f"{split}.{fmt}"
 
 
 def is_ready(path: Path, expected_rows: int | None = None) -> bool:
-    """Whether path is a complete prepared Parquet file (footer readable, layout right)."""
-    try:
-        meta = pq.read_metadata(path)
-    except (OSError, pa.ArrowException):
+    """Whether path is a complete prepared split, one file or shards (footers readable, layout right)."""
+    if not path.exists():
         return False
-    names = set(meta.schema.to_arrow_schema().names)
-    complete = schema.LABEL_COLUMN in names and set(schema.PIXEL_COLUMNS) <= names
-    return complete and (expected_rows is None or meta.num_rows == expected_rows)
+    rows = 0
+    try:
+        for file in schema.parquet_files(path):
+            meta = pq.read_metadata(file)
+            names = set(meta.schema.to_arrow_schema().names)
+            if schema.LABEL_COLUMN not in names or not set(schema.PIXEL_COLUMNS) <= names:
+                return False
+            rows += meta.num_rows
+    except (OSError, pa.ArrowException, DataError):
+        return False
+    return expected_rows is None or rows == expected_rows
 
 
 def _write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: Iterable[str]) -> list[FormatReport]:
@@ -119,7 +130,7 @@ def prepare_synthetic(
     force: bool = False,
     log: Callable[[str], None] = print,
 ) -> list[FormatReport]:
-    """Write a large random dataset of the same layout, in row groups, without holding it in memory."""
+    """Write a large random dataset of the same layout, in shards of row groups, without holding it in memory."""
     if rows < 1 or test_rows < 1:
         raise ConfigError(f"--rows and test rows must be at least 1 (got {rows} and {test_rows}).")
     reports = []
@@ -131,25 +142,20 @@ def prepare_synthetic(
             continue
         start = time.perf_counter()
 
-        def write(tmp: Path, count=count) -> None:
-            writer = None
-            try:
-                for offset in range(0, count, SYNTHETIC_CHUNK_ROWS):
-                    n = min(SYNTHETIC_CHUNK_ROWS, count - offset)
-                    images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-                    labels = rng.integers(0, schema.NUM_CLASSES, size=n)
-                    table = schema.build_table(images, labels)
-                    if writer is None:
-                        writer = pq.ParquetWriter(tmp, table.schema)
-                    writer.write_table(table, row_group_size=SYNTHETIC_ROW_GROUP_ROWS)
-            finally:
-                if writer is not None:
-                    writer.close()
+        def write(folder: Path, count=count) -> None:
+            for index, offset in enumerate(range(0, count, SYNTHETIC_SHARD_ROWS)):
+                n = min(SYNTHETIC_SHARD_ROWS, count - offset)
+                images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+                labels = rng.integers(0, schema.NUM_CLASSES, size=n)
+                table = schema.build_table(images, labels)
+                pq.write_table(table, folder / f"part-{index:05d}.parquet", row_group_size=SYNTHETIC_ROW_GROUP_ROWS)
 
-        atomic_write(path, write)
+        atomic_write_dir(path, write)
         write_s = time.perf_counter() - start
-        reports.append(FormatReport("synthetic", split, count, "parquet", path.stat().st_size / 1e6, write_s, float("nan")))
-        log(f"{path}: {count:,} random rows written in {write_s:.1f} s")
+        size_mb = sum(f.stat().st_size for f in path.iterdir()) / 1e6
+        reports.append(FormatReport("synthetic", split, count, "parquet", size_mb, write_s, float("nan")))
+        shards = math.ceil(count / SYNTHETIC_SHARD_ROWS)
+        log(f"{path}: {count:,} random rows written as {shards} shard{'s' if shards > 1 else ''} in {write_s:.1f} s")
     return reports
 
 
@@ -183,7 +189,7 @@ def format_reports(reports: list[FormatReport]) -> str:
 def require_prepared(dataset: str, data_dir, split: str) -> Path:
     """The path of a prepared split, or a DataError saying how to prepare it."""
     path = split_path(data_dir, dataset, split)
-    if path.is_file():
+    if path.exists():
         return path
     if dataset == "synthetic":
         how = "`python -m mnistperf prepare --dataset synthetic --rows N`"

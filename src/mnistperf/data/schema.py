@@ -1,9 +1,11 @@
 """The Parquet layout every pipeline reads, and the checks that keep bad files out of training.
 
 One row per image: an integer ``label`` column (0..9) and 784 uint8 columns ``pixel0`` ..
-``pixel783`` in row-major order. Files are checked once, in the main process, when a
-pipeline is set up, so a malformed file fails with a message naming the file and the fix
-instead of crashing inside a DataLoader worker.
+``pixel783`` in row-major order. A split is one Parquet file, or a folder of Parquet files
+(shards, read in name order) for data too large to keep one file's footer in every reader's
+memory. Files are checked once, in the main process, when a pipeline is set up, so a malformed
+file fails with a message naming the file and the fix instead of crashing inside a DataLoader
+worker.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ def build_table(images: np.ndarray, labels: np.ndarray | None) -> pa.Table:
     columns.extend(pa.array(flat[:, i]) for i in range(NUM_PIXELS))
     names.extend(PIXEL_COLUMNS)
     return pa.Table.from_arrays(columns, names=names)
+
+
+def parquet_files(path: Path) -> list[Path]:
+    """The files of a split: [path] for one file, the folder's ``*.parquet`` files in name order for shards."""
+    if path.is_dir():
+        files = sorted(path.glob("*.parquet"))
+        if not files:
+            raise DataError(f"{path} is a folder without .parquet files; {REPREPARE}.")
+        return files
+    return [path]
 
 
 def open_parquet(path: Path) -> pq.ParquetFile:
@@ -106,12 +118,24 @@ def check_values(table: pa.Table | pa.RecordBatch, path: Path) -> None:
 
 
 def read_checked(path: Path, require_labels: bool) -> pa.Table:
-    """Read a whole Parquet file and check it; the table is safe to hand to any pipeline."""
-    parquet = open_parquet(path)
-    check_schema(parquet.schema_arrow, parquet.metadata.num_rows, path, require_labels)
-    table = parquet.read()
-    check_values(table, path)
-    return table
+    """Read a whole split (file or shards) and check it; the table is safe to hand to any pipeline."""
+    tables, has_labels = [], None
+    for file in parquet_files(path):
+        parquet = open_parquet(file)
+        labelled = check_schema(parquet.schema_arrow, parquet.metadata.num_rows, file, require_labels)
+        check_same_labelling(has_labels, labelled, file)
+        has_labels = labelled
+        table = parquet.read()
+        check_values(table, file)
+        tables.append(table)
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+
+
+def check_same_labelling(before: bool | None, now: bool, file: Path) -> None:
+    """Shards of one split must all have labels or all lack them."""
+    if before is not None and before != now:
+        state = "has" if now else "lacks"
+        raise DataError(f"{file} {state} a '{LABEL_COLUMN}' column, unlike the shards before it; {REPREPARE}.")
 
 
 def to_tensors(table: pa.Table | pa.RecordBatch) -> tuple[torch.Tensor, torch.Tensor]:

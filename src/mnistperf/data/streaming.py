@@ -2,8 +2,11 @@
 
 Nothing loads the whole file: each worker reads its own rows record batch by record batch
 with pyarrow, pushes them through a bounded, seeded shuffle buffer and yields ready batches.
-Peak memory is set by the buffer, one row group being decoded, and the batches in flight,
-whatever the file's size.
+Peak memory is set by the buffer, one row group being decoded, the batches in flight, and the
+footer of the one file being read. A Parquet footer grows with the file (about 0.75 MB per
+row group of 785 columns once parsed), so data larger than memory comes as a folder of
+shards: a reader holds one shard's footer at a time, and memory no longer depends on the
+data's size. The shards are read as one sequence of rows, in name order.
 
 How rows are split, so that no row is lost or read twice:
 
@@ -35,13 +38,20 @@ READ_ROWS = 4096  # rows per pyarrow record batch
 
 
 class ParquetStream(IterableDataset):
-    """An iterable of ``{"image", "label"}`` batches read from one Parquet file."""
+    """An iterable of ``{"image", "label"}`` batches read from one Parquet file or a folder of shards."""
 
     def __init__(self, path: Path, require_labels: bool, seed: int = 0):
-        parquet = schema.open_parquet(path)
         self.path = path
-        self.num_rows = parquet.metadata.num_rows
-        self.has_labels = schema.check_schema(parquet.schema_arrow, self.num_rows, path, require_labels, allow_float=False)
+        self.files, counts, self.has_labels = schema.parquet_files(path), [], None
+        for file in self.files:  # one footer at a time: none is kept
+            parquet = schema.open_parquet(file)
+            counts.append(parquet.metadata.num_rows)
+            labelled = schema.check_schema(parquet.schema_arrow, counts[-1], file, require_labels, allow_float=False)
+            schema.check_same_labelling(self.has_labels, labelled, file)
+            self.has_labels = labelled
+            del parquet
+        self.file_offsets = np.cumsum([0] + counts).tolist()  # first row of each file
+        self.num_rows = self.file_offsets[-1]
         self.seed = seed
         self.shuffle, self.buffer_rows, self.batch_size, self.drop_last = False, 10_000, 1, False
         self.rank, self.world_size = 0, 1
@@ -81,13 +91,21 @@ class ParquetStream(IterableDataset):
         """uint8 pixels and labels of virtual rows [start, stop); rows past the end wrap to the start."""
         while start < stop:
             begin, end = start % self.num_rows, min(stop - start, self.num_rows - start % self.num_rows)
-            yield from self._read_file(begin, begin + end)
+            yield from self._read_rows(begin, begin + end)
             start += end
 
-    def _read_file(self, begin: int, end: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _read_rows(self, begin: int, end: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Rows [begin, end) of the whole split, file by file."""
+        for index, file in enumerate(self.files):
+            first, last = self.file_offsets[index], self.file_offsets[index + 1]
+            if first < end and last > begin:
+                yield from self._read_file(file, max(begin - first, 0), min(end, last) - first)
+
+    def _read_file(self, file: Path, begin: int, end: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Rows [begin, end) of one file, one row group at a time."""
         import pyarrow.parquet as pq
 
-        parquet = pq.ParquetFile(self.path)
+        parquet = pq.ParquetFile(file)
         meta = parquet.metadata
         offsets = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
         groups = [g for g in range(meta.num_row_groups) if offsets[g] < end and offsets[g + 1] > begin]
@@ -99,7 +117,7 @@ class ParquetStream(IterableDataset):
                 position += record_batch.num_rows
                 if lo < hi:
                     piece = record_batch.slice(lo, hi - lo)
-                    schema.check_values(piece, self.path)
+                    schema.check_values(piece, file)
                     yield schema.to_tensors(piece)
 
     # ------------------------------------------------------------------ shuffling and batching

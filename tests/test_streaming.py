@@ -64,6 +64,27 @@ def test_every_row_is_read_once_across_ranks_and_workers(numbered, world_size, n
         assert seen == expected
 
 
+def test_only_one_footer_is_held_at_a_time(numbered, monkeypatch):
+    """Memory must not grow with the number of shards: each file's parsed footer is dropped before the next opens."""
+    import weakref
+
+    import pyarrow.parquet as pq
+
+    alive, most = weakref.WeakSet(), []
+
+    class TrackedFile(pq.ParquetFile):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            alive.add(self)
+            most.append(len(alive))
+
+    monkeypatch.setattr(pq, "ParquetFile", TrackedFile)
+    stream = ParquetStream(numbered[0], require_labels=True).configured(shuffle=True, buffer_rows=30, batch_size=16)
+    rows, _ = rows_seen(stream, num_workers=0)
+    assert len(rows) == 203 and max(most) == 1
+    assert len(most) == 2 * len(schema.parquet_files(numbered[0]))  # each file opened once at setup, once to read
+
+
 def test_drop_last_drops_only_the_final_partial_batch(numbered):
     stream = ParquetStream(numbered[0], require_labels=True).configured(batch_size=16, drop_last=True)
     rows, sizes = rows_seen(stream, num_workers=2)

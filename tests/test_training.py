@@ -148,3 +148,5 @@ def test_step_options_follow_the_device_training_will_run_on(monkeypatch):
     assert isinstance(on_cpu.net, SimpleCNN) and not on_cpu._autocast
     assert on_cpu.net.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     assert on_cpu(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert on_cpu.configure_optimizers().defaults["fused"]  # torch has a fused Adam for CPU too
+    assert not configured("meta").configure_optimizers().defaults["fused"]

@@ -15,6 +15,8 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from mnistperf.data.schema import NUM_CLASSES
 
+FUSED_ADAM_DEVICES = ("cpu", "cuda")
+
 
 class SimpleCNN(nn.Module):
     """Two conv blocks and two linear layers: 206,922 parameters for 28x28 grayscale input."""
@@ -44,7 +46,7 @@ class ImageClassifier(LightningModule):
         bf16: run forward and loss under bfloat16 autocast where the device supports it (CUDA
             with bf16); elsewhere it is skipped with a message, and training stays in float32.
         channels_last: keep images and conv weights in NHWC layout.
-        fused_adam: use the fused Adam kernel (CUDA only; ignored elsewhere).
+        fused_adam: use the fused Adam kernel (on CPU and CUDA, where torch has one; ignored elsewhere).
     """
 
     def __init__(
@@ -113,5 +115,5 @@ class ImageClassifier(LightningModule):
         return self(batch["image"]).argmax(dim=1)
 
     def configure_optimizers(self):
-        fused = self.hparams.fused_adam and self._run_device().type == "cuda"
+        fused = self.hparams.fused_adam and self._run_device().type in FUSED_ADAM_DEVICES
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, fused=fused or None)

@@ -123,6 +123,7 @@ def test_prepare_data_with_no_source_reachable_says_how_to_get_it(fake_raw, tmp_
         ({"pipeline": "v9"}, "data.pipeline: unknown pipeline 'v9'"),
         ({"val_source": 1.5}, "data.val_source must be 'test' or a fraction"),
         ({"val_source": 0.1, "pipeline": "stream"}, "data.val_source: the stream pipeline never holds"),
+        ({"stream_buffer_rows": 0}, "data.stream_buffer_rows must be at least 1"),
     ],
 )
 def test_bad_options_are_rejected_by_name(options, expected):

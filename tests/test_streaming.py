@@ -105,17 +105,19 @@ def test_shuffle_is_seeded_and_changes_every_epoch_even_with_fresh_workers(numbe
     assert first[0] != [b["label"].tolist() for b in StreamLoader(unshuffled, batch_size=None)]
 
 
-def test_shuffle_buffer_is_bounded():
+def test_shuffle_buffer_fills_first_then_holds_a_fixed_number_of_rows():
     pieces = [(torch.full((10, 1), i, dtype=torch.uint8), torch.arange(i * 10, i * 10 + 10)) for i in range(20)]
-    held = []
+    pulled, held = [0], []
 
-    def tracking():
+    def counted():
         for piece in pieces:
+            pulled[0] += len(piece[1])
             yield piece
-            held.append(len(piece[1]))
 
-    out = list(_shuffled(tracking(), buffer_rows=35, generator=torch.Generator().manual_seed(0)))
-    emitted = torch.cat([labels for _, labels in out])
-    assert sorted(emitted.tolist()) == list(range(200))
-    assert all(len(labels) <= 35 + 10 for _, labels in out)
-    assert emitted[:10].tolist() != list(range(10))
+    emitted = []
+    for _, labels in _shuffled(counted(), buffer_rows=35, generator=torch.Generator().manual_seed(0)):
+        held.append(pulled[0] - len(emitted))  # rows read but not yet emitted, before this output counts
+        emitted += labels.tolist()
+    assert sorted(emitted) == list(range(200))  # every row once
+    assert held[0] >= 35 and max(held) <= 35 + 10  # the buffer fills first, then holds 35 (plus the piece arriving)
+    assert emitted[:10] != list(range(10))

@@ -33,7 +33,8 @@ class MNISTDataModule(L.LightningDataModule):
 
     Args:
         dataset: which prepared dataset to read: ``fashion_mnist``, ``mnist`` or ``synthetic``.
-        data_dir: folder holding ``<Folder>/{train,test}.parquet``.
+        data_dir: folder holding ``<Folder>/{train,test}.parquet`` (for ``synthetic``, the shard
+            folders ``Synthetic/{train,test}/``).
         pipeline: ``v1`` per-row pandas dataset, ``v2`` pre-tensorized dataset, ``resident``
             whole split on the training device, ``stream`` record batches read from Parquet.
         batch_size: samples per batch (per process under DDP).
@@ -68,7 +69,8 @@ class MNISTDataModule(L.LightningDataModule):
         stream_buffer_rows: int = 10_000,
     ):
         super().__init__()
-        _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source)
+        _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
+                       stream_buffer_rows)
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
         self.datasets: dict[str, object] = {}
@@ -181,7 +183,8 @@ class MNISTDataModule(L.LightningDataModule):
         return {k: self.hparams[k] for k in keys}
 
 
-def _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source) -> None:
+def _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
+                   stream_buffer_rows) -> None:
     """Reject option values that cannot work, naming the option and the fix."""
     names = [*DATASETS, "synthetic"]
     if dataset not in names:
@@ -198,6 +201,9 @@ def _check_options(dataset, pipeline, batch_size, num_workers, persistent_worker
         raise ConfigError("data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null.")
     if val_source != "test" and not (isinstance(val_source, (int, float)) and 0 < float(val_source) < 1):
         raise ConfigError(f"data.val_source must be 'test' or a fraction between 0 and 1 (got {val_source!r}).")
+    if stream_buffer_rows < 1:
+        raise ConfigError(f"data.stream_buffer_rows must be at least 1 (got {stream_buffer_rows}): it is how many rows "
+                          "the stream pipeline holds for shuffling.")
     if val_source != "test" and pipeline == "stream":
         raise ConfigError("data.val_source: the stream pipeline never holds the training set, so it cannot split "
                           "a fraction off it; use val_source: test or another pipeline.")

@@ -136,22 +136,33 @@ class ParquetStream(IterableDataset):
 
 
 def _shuffled(pieces, buffer_rows: int, generator: torch.Generator):
-    """Shuffle a stream of (pixels, labels) through a buffer of at most buffer_rows rows."""
-    buffer_pixels, buffer_labels = None, None
+    """Shuffle a stream of (pixels, labels) through a buffer of buffer_rows rows, allocated once.
+
+    The buffer fills first; after that every incoming row takes the slot of a randomly chosen
+    buffered row, which is emitted. Each row is copied once in and once out, and the buffer is
+    never reallocated: a buffer that grew and shrank with every piece would leave the C heap
+    fragmented and each worker's memory creeping upwards epoch after epoch.
+    """
+    buffer_pixels = buffer_labels = None
+    filled = 0
     for pixels, labels in pieces:
         if buffer_pixels is None:
-            buffer_pixels, buffer_labels = pixels, labels
-        else:
-            buffer_pixels, buffer_labels = torch.cat([buffer_pixels, pixels]), torch.cat([buffer_labels, labels])
-        overflow = len(buffer_labels) - buffer_rows
-        if overflow > 0:  # emit random rows, keep the rest buffered
-            order = torch.randperm(len(buffer_labels), generator=generator)
-            out, keep = order[:overflow], order[overflow:]
-            yield buffer_pixels[out], buffer_labels[out]
-            buffer_pixels, buffer_labels = buffer_pixels[keep], buffer_labels[keep]
-    if buffer_pixels is not None:
-        order = torch.randperm(len(buffer_labels), generator=generator)
-        yield buffer_pixels[order], buffer_labels[order]
+            buffer_pixels = pixels.new_empty((buffer_rows, *pixels.shape[1:]))
+            buffer_labels = labels.new_empty((buffer_rows,))
+        start = min(buffer_rows - filled, len(labels))  # rows that go to still-empty slots
+        buffer_pixels[filled : filled + start], buffer_labels[filled : filled + start] = pixels[:start], labels[:start]
+        filled += start
+        while start < len(labels):  # the buffer is full: swap incoming rows for random buffered ones
+            count = min(len(labels) - start, buffer_rows)
+            slots = torch.randperm(buffer_rows, generator=generator)[:count]
+            yield buffer_pixels[slots], buffer_labels[slots]
+            buffer_pixels[slots], buffer_labels[slots] = pixels[start : start + count], labels[start : start + count]
+            start += count
+    if filled:  # the end of the stream: empty the buffer in random order
+        order = torch.randperm(filled, generator=generator)
+        for first in range(0, filled, READ_ROWS):
+            slots = order[first : first + READ_ROWS]
+            yield buffer_pixels[slots], buffer_labels[slots]
 
 
 def _batched(pieces, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:

@@ -162,3 +162,18 @@ def test_build_table_layout():
     table = schema.build_table(*random_split(3, 0))
     assert table.schema.field("label").type == pa.int64()
     assert all(table.schema.field(n).type == pa.uint8() for n in schema.PIXEL_COLUMNS)
+
+
+@pytest.mark.parametrize("num_workers,persistent,freezes", [(0, False, 0), (2, False, 2), (2, True, 1)])
+def test_garbage_collector_is_frozen_before_each_fork_of_workers(monkeypatch, num_workers, persistent, freezes):
+    """Workers share the parent's pages only if no later collection writes to the objects that existed at the fork."""
+    import gc
+
+    from mnistperf.data.workers import WorkerLoader
+
+    calls = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    loader = WorkerLoader(list(range(8)), batch_size=4, num_workers=num_workers, persistent_workers=persistent)
+    for _ in range(2):  # two epochs
+        assert [len(b) for b in loader] == [4, 4]
+    assert len(calls) == freezes

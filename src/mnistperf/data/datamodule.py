@@ -14,13 +14,14 @@ import lightning as L
 import pyarrow as pa
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import Subset
 
 from mnistperf.data import prepare, schema
 from mnistperf.data.datasets import PandasRowDataset, TensorDataset
 from mnistperf.data.resident import ResidentBatches
 from mnistperf.data.sources import DATASETS
 from mnistperf.data.streaming import ParquetStream, StreamLoader
+from mnistperf.data.workers import WorkerLoader
 from mnistperf.errors import ConfigError
 
 DatasetName = Literal["fashion_mnist", "mnist", "synthetic"]
@@ -149,7 +150,7 @@ class MNISTDataModule(L.LightningDataModule):
                                      drop_last=drop_last, **self._ranks())
             # The stream yields whole batches and shuffles itself, through its buffer.
             return StreamLoader(stream, batch_size=None, **self._worker_options())
-        return DataLoader(data, batch_size=hp.batch_size, shuffle=shuffle, drop_last=drop_last, **self._worker_options())
+        return WorkerLoader(data, batch_size=hp.batch_size, shuffle=shuffle, drop_last=drop_last, **self._worker_options())
 
     def _worker_options(self) -> dict:
         hp = self.hparams

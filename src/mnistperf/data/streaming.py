@@ -29,10 +29,11 @@ from typing import Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
 from mnistperf.data import schema
 from mnistperf.data.datasets import normalize
+from mnistperf.data.workers import WorkerLoader
 
 READ_ROWS = 4096  # rows per pyarrow record batch
 
@@ -184,7 +185,7 @@ def _batched(pieces, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         yield {"image": normalize(torch.cat(held_pixels)), "label": torch.cat(held_labels)}
 
 
-class StreamLoader(DataLoader):
+class StreamLoader(WorkerLoader):
     """A DataLoader over a ParquetStream that advances the stream's shared epoch before every pass."""
 
     def __iter__(self):

@@ -165,7 +165,7 @@ class MNISTDataModule(L.LightningDataModule):
         hp = self.hparams
         if hp.num_workers or hp.pin_memory:
             rank_zero_warn("data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect.")
-        pixels, labels = (t.to(self._device()) for t in tensors)  # already there unless the device changed
+        pixels, labels = tensors  # moved to the device in setup
         return ResidentBatches(pixels, labels, hp.batch_size, shuffle, hp.seed, drop_last, **self._ranks())
 
     def _device(self) -> torch.device:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -117,25 +118,30 @@ def check_values(table: pa.Table | pa.RecordBatch, path: Path) -> None:
             )
 
 
-def read_checked(path: Path, require_labels: bool) -> pa.Table:
-    """Read a whole split (file or shards) and check it; the table is safe to hand to any pipeline."""
-    tables, has_labels = [], None
+def checked_files(path: Path, require_labels: bool, allow_float: bool = True) -> Iterator[tuple[Path, pq.ParquetFile]]:
+    """Open the files of a split one by one, each schema checked, all with labels or all without.
+
+    A footer can be large, so the caller drops each ParquetFile before asking for the next.
+    """
+    has_labels = None
     for file in parquet_files(path):
         parquet = open_parquet(file)
-        labelled = check_schema(parquet.schema_arrow, parquet.metadata.num_rows, file, require_labels)
-        check_same_labelling(has_labels, labelled, file)
+        labelled = check_schema(parquet.schema_arrow, parquet.metadata.num_rows, file, require_labels, allow_float)
+        if has_labels is not None and labelled != has_labels:
+            state = "has" if labelled else "lacks"
+            raise DataError(f"{file} {state} a '{LABEL_COLUMN}' column, unlike the shards before it; {REPREPARE}.")
         has_labels = labelled
-        table = parquet.read()
-        check_values(table, file)
-        tables.append(table)
+        yield file, parquet
+        del parquet
+
+
+def read_checked(path: Path, require_labels: bool) -> pa.Table:
+    """Read a whole split (file or shards) and check it; the table is safe to hand to any pipeline."""
+    tables = []
+    for file, parquet in checked_files(path, require_labels):
+        tables.append(parquet.read())
+        check_values(tables[-1], file)
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
-
-
-def check_same_labelling(before: bool | None, now: bool, file: Path) -> None:
-    """Shards of one split must all have labels or all lack them."""
-    if before is not None and before != now:
-        state = "has" if now else "lacks"
-        raise DataError(f"{file} {state} a '{LABEL_COLUMN}' column, unlike the shards before it; {REPREPARE}.")
 
 
 def to_tensors(table: pa.Table | pa.RecordBatch) -> tuple[torch.Tensor, torch.Tensor]:

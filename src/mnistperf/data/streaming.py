@@ -43,14 +43,11 @@ class ParquetStream(IterableDataset):
 
     def __init__(self, path: Path, require_labels: bool, seed: int = 0):
         self.path = path
-        self.files, counts, self.has_labels = schema.parquet_files(path), [], None
-        for file in self.files:  # one footer at a time: none is kept
-            parquet = schema.open_parquet(file)
+        self.files, counts = [], []
+        for file, parquet in schema.checked_files(path, require_labels, allow_float=False):
+            self.files.append(file)
             counts.append(parquet.metadata.num_rows)
-            labelled = schema.check_schema(parquet.schema_arrow, counts[-1], file, require_labels, allow_float=False)
-            schema.check_same_labelling(self.has_labels, labelled, file)
-            self.has_labels = labelled
-            del parquet
+            del parquet  # one footer at a time: none is kept
         self.file_offsets = np.cumsum([0] + counts).tolist()  # first row of each file
         self.num_rows = self.file_offsets[-1]
         self.seed = seed

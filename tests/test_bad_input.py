@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from conftest import CONFIGS, random_split, write_parquet
 from mnistperf.cli import main
@@ -146,6 +147,22 @@ def test_cli_reports_bad_options_without_a_traceback(override, expected, capsys)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        (["--trainer.accelerator", "cpu", "--trainer.devices", "0"], "is not a valid input using cpu accelerator"),
+        pytest.param(["--trainer.accelerator", "cuda"], "`CUDAAccelerator` can not run on your system",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+    ],
+)
+def test_cli_reports_trainer_settings_lightning_rejects_without_a_traceback(override, expected, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "v3_compiled.yaml"), *override])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mnistperf: error:") and expected in err and "Traceback" not in err
 
 
 def test_cli_reports_missing_data_without_a_traceback(tmp_path, monkeypatch, capsys, fake_raw):

@@ -3,7 +3,8 @@
 ``fit``/``validate``/``test``/``predict`` are LightningCLI's own subcommands, configured by the
 YAML files in ``configs/``; ``prepare`` and ``bench`` sit beside them. ``main(args)`` takes
 the arguments as a list so that tests drive the whole CLI in-process. Errors the user can
-fix are printed as one line naming the file or option, with exit status 2.
+fix are printed as one line naming the file or option, with exit status 2; so are the trainer
+settings Lightning rejects (an accelerator this machine lacks, an impossible device count).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from typing import Optional, Sequence
 
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.data import MNISTDataModule
 from mnistperf.errors import MnistperfError
@@ -94,6 +96,6 @@ def main(args: Optional[Sequence[str]] = None) -> None:
             if command not in (None, "-h", "--help"):
                 print(f"mnistperf: error: unknown command {command!r}", file=sys.stderr)
                 raise SystemExit(2)
-    except MnistperfError as exc:
+    except (MnistperfError, MisconfigurationException) as exc:
         print(f"mnistperf: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -18,19 +18,21 @@ from mnistperf.cli import main
 def summary(train: float, evals: float, epochs: int = 2, acc: float = 0.9) -> dict:
     return {
         "avg_train_s": train, "avg_eval_s": evals, "total_train_s": train * epochs, "total_eval_s": evals * epochs,
-        "samples_per_s": 1000 / train, "input_wait_share": 0.25, "final_val_acc": acc,
+        "samples_per_s": 1000 / train, "input_wait_share": 0.25, "final_val_acc": acc, "verdict": "compute-bound",
+        "warmup": {"epoch": 1, "train_s": 3 * train, "eval_s": evals},
         "peak_rss_mb": {"main_process": 500.0, "tree_pss": 800.0}, "device": "cpu (test)", "cpu_count": 2,
         "versions": {"torch": "x"},
     }
 
 
-def test_table_speed_up_is_total_time_against_the_first_row_and_shows_lightning_cost():
+def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_shows_lightning_cost():
     rows = [Row("v1_naive", "v1_naive", summaries=[summary(10, 2)]),
             Row("v2_pinned", "v2_pinned", summaries=[summary(1, 0.5), summary(3, 0.5), summary(2, 0.5)]),
             Row("plain PyTorch (v2_pinned)", "v2_pinned", runner="plain", summaries=[summary(1.6, 0.5)]),
             Row("v3_resident", "v3_resident", error="failed (exit 1): boom")]
     table = table_rows(rows)
-    assert table[0]["speed-up"] == "1.0x" and table[1]["speed-up"] == f"{24 / 5:.1f}x"
+    assert table[0]["speed-up"] == "1.0x" and table[1]["speed-up"] == f"{12 / 2.5:.1f}x"  # (train + test) per epoch
+    assert table[1]["warm-up train s"] == "6.00" and table[1]["verdict"] == "compute-bound"
     assert table[1]["train s/epoch"] == "2.00 [1.00-3.00]"  # median and min-max over repeats
     assert table[1]["published train s/epoch"] == f"{reference.STAGES['v2_pinned'][0]:.2f}"
     assert table[2]["note"] == "Lightning/plain train time: 1.250x" and table[2]["published train s/epoch"] == ""
@@ -50,7 +52,10 @@ def test_plan_covers_stages_sweeps_and_baseline():
     assert command[command.index("--data.dataset") + 1] == "mnist"
     assert command[command.index("--trainer.max_epochs") + 1] == "2"
     plain, _ = plans[-1].command(Path("/runs"), "r5")
-    assert "mnistperf.bench.baseline" in plain and "dataset=mnist" in plain
+    # The plain loop gets the fit command line itself: every override, trainer ones included.
+    assert "mnistperf.bench.baseline" in plain
+    for key, value in (("--data.dataset", "mnist"), ("--trainer.max_epochs", "2"), ("--config", str(CONFIGS / "v2_pinned.yaml"))):
+        assert plain[plain.index(key) + 1] == value
 
 
 def test_set_keeps_a_value_with_commas_whole():

@@ -152,8 +152,11 @@ def test_loader_settings_reach_the_dataloader(tiny_data):
                     pin_memory=True, prefetch_factor=3)
     dm.setup("fit")
     loader = dm.train_dataloader()
-    assert (loader.batch_size, loader.num_workers, loader.persistent_workers, loader.pin_memory,
-            loader.prefetch_factor) == (8, 2, True, True, 3)
+    assert (loader.batch_size, loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (8, 2, True, 3)
+    # Pinning only helps copies to a CUDA device: it applies there and nowhere else.
+    assert loader.pin_memory is (dm._device().type == "cuda") is dm.loader_settings()["pin_memory_applied"]
+    dm.device = torch.device("cuda")
+    assert dm.pins_memory and dm.loader_settings()["pin_memory"] is True
     assert isinstance(loader.sampler, torch.utils.data.RandomSampler)
     assert isinstance(dm.val_dataloader().sampler, torch.utils.data.SequentialSampler)
 

@@ -44,14 +44,21 @@ def test_every_stage_config_trains_and_writes_its_timing_summary(workdir, config
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2]
     assert all(e["samples"] == TRAIN_ROWS for e in summary["epochs"])
     assert all(e["train_s"] > 0 and e["eval_s"] > 0 and 0 <= e["input_wait_share"] <= 1 for e in summary["epochs"])
-    assert summary["avg_train_s"] == pytest.approx(sum(e["train_s"] for e in summary["epochs"]) / 2)
-    assert summary["verdict"] in ("input-bound", "compute-bound")
-    assert summary["accelerator"] == "cpu" and summary["versions"]["torch"] == torch.__version__
+    # Epoch 1 is warm-up, reported apart; the headline figures are the steady-state epochs'.
+    assert summary["warmup"]["train_s"] == summary["epochs"][0]["train_s"] and summary["steady_epochs"] == [2, 2]
+    assert summary["avg_train_s"] == summary["epochs"][1]["train_s"]
+    assert summary["total_train_s"] == pytest.approx(sum(e["train_s"] for e in summary["epochs"]))
+    ran_on = "cuda" if torch.cuda.is_available() else "cpu"
+    # overhead-bound needs a device apart from the host
+    assert summary["verdict"] in (("input-bound", "overhead-bound", "compute-bound") if ran_on == "cuda"
+                                  else ("input-bound", "compute-bound"))
+    assert summary["accelerator"] == ran_on and summary["versions"]["torch"] == torch.__version__
+    assert (summary["peak_device_mb"] is not None) == (ran_on == "cuda")
     assert summary["data"]["pipeline"] == yaml.safe_load((CONFIGS / config).read_text())["data"]["pipeline"]
     assert 0 <= summary["final_val_acc"] <= 1
     out = capsys.readouterr().out
     for line in ("Average Train Time per Epoch:", "Average Test Time per Epoch:", "Total Train Time:",
-                 "Total Test Time:", "Train throughput:", "Device: cpu", "Verdict:"):
+                 "Total Test Time:", "Train throughput:", f"Device: {ran_on}", "Verdict:"):
         assert line in out
 
 
@@ -136,16 +143,15 @@ def test_step_options_follow_the_device_training_will_run_on(monkeypatch):
     from types import SimpleNamespace
 
     def configured(device: str) -> ImageClassifier:
-        module = ImageClassifier(compile=True, bf16=True, channels_last=True, fused_adam=True)
+        module = ImageClassifier(compile=True, channels_last=True, fused_adam=True)
         module._trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))
         module.configure_model()
         return module
 
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     on_gpu = configured("cuda")
-    assert isinstance(on_gpu.net, torch._dynamo.eval_frame.OptimizedModule) and on_gpu._autocast
+    assert isinstance(on_gpu.net, torch._dynamo.eval_frame.OptimizedModule)
     on_cpu = configured("cpu")
-    assert isinstance(on_cpu.net, SimpleCNN) and not on_cpu._autocast
+    assert isinstance(on_cpu.net, SimpleCNN)
     assert on_cpu.net.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     assert on_cpu(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert on_cpu.configure_optimizers().defaults["fused"]  # torch has a fused Adam for CPU too

@@ -13,7 +13,9 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+import torch
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.data import MNISTDataModule
@@ -36,8 +38,19 @@ commands:
 """
 
 
+def native_bf16(accelerator) -> bool:
+    """Whether the accelerator a run asks for resolves to a GPU with native bf16 (not emulated) here."""
+    wants_gpu = str(accelerator) in ("auto", "gpu", "cuda")
+    return wants_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
 class MnistperfCLI(LightningCLI):
-    """LightningCLI with the project's model and data module fixed."""
+    """LightningCLI with the project's model and data module fixed.
+
+    A ``bf16`` trainer precision runs only where the GPU has native bf16: elsewhere (a CPU, an
+    older GPU) it would be emulated and slower, so the run falls back to ``32-true`` and says so;
+    timing.json records the precision that actually ran.
+    """
 
     def __init__(self, args: Optional[Sequence[str]] = None, run: bool = True):
         super().__init__(
@@ -47,6 +60,13 @@ class MnistperfCLI(LightningCLI):
             args=args,
             run=run,
         )
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        precision = str(config.trainer.precision)
+        if precision.startswith("bf16") and not native_bf16(config.trainer.accelerator):
+            rank_zero_info(f"trainer.precision {precision}: no GPU with native bf16 here; training in 32-true.")
+            config.trainer.precision = "32-true"
 
 
 def prepare_command(argv: Sequence[str]) -> None:

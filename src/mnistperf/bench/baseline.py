@@ -1,120 +1,137 @@
-"""The same training without Lightning, so the bench can show what Lightning costs.
+"""The same training without Lightning's loop, so the bench can show what Lightning costs.
+
+It takes exactly the command line of a ``fit`` run (config and every override, model and
+trainer ones included) and lets LightningCLI parse it into the same DataModule, model and
+trainer settings; then it trains in a plain loop in the shape of the reference's: the same
+SimpleCNN and optimizer (``configure_optimizers``), the same non-blocking copies to the
+device, the same precision, the same torchmetrics accuracy and loss accumulated on the device,
+the same epochs and batch limits. It is timed exactly as
+:class:`~mnistperf.timing.EpochTimer` times a Lightning run (device synchronized at the
+epoch's ends, host wait between steps, CUDA events per step) and writes the same ``timing.json``.
 
 With ``--loader-only`` it only draws the training batches onto the device, timing the input
-pipeline alone (the bench uses it to show the stream pipeline's memory staying bounded).
+pipeline alone.
 
-It reads a stage config, builds the same DataModule (same dataset, pipeline and DataLoader
-settings), the same SimpleCNN and Adam, and runs a plain loop timed exactly as
-:class:`~mnistperf.timing.EpochTimer` times a Lightning run: device synchronized at the
-epoch's ends, input wait measured between steps. It writes the same ``timing.json``.
-
-    python -m mnistperf.bench.baseline --config configs/v2_pinned.yaml --out plain.json
+    python -m mnistperf.bench.baseline --out plain.json --config configs/v2_pinned.yaml [fit overrides]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
-import yaml
 
-from mnistperf.data import MNISTDataModule
-from mnistperf.model import SimpleCNN
-from mnistperf.timing import aggregate, environment, epoch_row, synchronize, write_summary
-
-
-def _to(batch: dict, device: torch.device, non_blocking: bool) -> dict:
-    return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}
+from mnistperf.cli import MnistperfCLI
+from mnistperf.timing import synchronize
+from mnistperf.timing.device_clock import StepEvents
+from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary
 
 
-def run(config: dict, epochs: int, limit_train_batches: Optional[int], device: torch.device,
-        loader_only: bool = False) -> dict:
+def _batch_limit(limit, batches: int) -> int:
+    """The trainer's limit_train_batches (a count or a fraction) as a number of batches."""
+    if isinstance(limit, float) and limit <= 1.0:
+        return int(batches * limit) if limit < 1.0 else batches
+    return min(int(limit), batches)
+
+
+def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     """Train (or, with loader_only, only draw the training batches onto the device) and time every epoch."""
-    torch.manual_seed(config.get("seed_everything", 42))
-    datamodule = MNISTDataModule(**config.get("data", {}))
-    datamodule.device = device
+    trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
+    device = trainer.strategy.root_device
+    datamodule.device = model_device = device
     datamodule.prepare_data()
     datamodule.setup("fit")
     train_loader, val_loader = datamodule.train_dataloader(), datamodule.val_dataloader()
-    non_blocking = bool(datamodule.hparams.pin_memory)
-    model = SimpleCNN().to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.get("model", {}).get("lr", 1e-3))
+    model.to(model_device)
+    model.configure_model()
+    optimizer = model.configure_optimizers()
+    bf16 = str(trainer.precision).startswith("bf16")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    events = StepEvents(device) if device.type == "cuda" else None
+    limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
+    threshold = 0.5
     rows = []
-    for epoch in range(1, epochs + 1):
+    for epoch in range(1, trainer.max_epochs + 1):
         model.train()
         synchronize(device)
         start = last_end = time.perf_counter()
+        if events is not None:
+            events.reset()
+            events.mark_origin()
         wait = 0.0
         samples = 0
-        train_correct = torch.zeros((), device=device)  # the module's per-step metric work, kept on the device
+        loss_sum = torch.zeros((), device=device)
         for step, batch in enumerate(train_loader):
-            if limit_train_batches is not None and step >= limit_train_batches:
+            if step >= limit:
                 break
-            batch = _to(batch, device, non_blocking)
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             wait += time.perf_counter() - last_end
             samples += len(batch["label"])
-            if loader_only:
-                last_end = time.perf_counter()
-                continue
-            logits = model(batch["image"])
-            loss = F.cross_entropy(logits, batch["label"])
-            train_correct += (logits.argmax(1) == batch["label"]).sum()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            if events is not None:
+                events.step_start()
+            if not loader_only:
+                with autocast:
+                    logits = model(batch["image"])
+                    loss = F.cross_entropy(logits, batch["label"])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                model.train_acc.update(logits, batch["label"])
+                loss_sum += loss.detach() * len(batch["label"])
+            if events is not None:
+                events.step_end()
             last_end = time.perf_counter()
         synchronize(device)
         eval_start = time.perf_counter()
         train_s = eval_start - start
+        figures = events.read() if events is not None else None
         if loader_only:
-            rows.append(epoch_row(epoch, train_s, 0.0, samples, wait / train_s, {}))
+            rows.append(epoch_row(epoch, train_s, 0.0, samples, wait, figures, {}, threshold))
             print(f"epoch {epoch}: {samples:,} samples drawn in {train_s:.2f} s", flush=True)
             continue
         model.eval()
-        correct = total = 0
-        with torch.no_grad():
+        with torch.no_grad(), autocast:
             for batch in val_loader:
-                batch = _to(batch, device, non_blocking)
-                correct += (model(batch["image"]).argmax(1) == batch["label"]).sum()
-                total += len(batch["label"])
-        accuracy = (correct / total).item()
+                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                model.val_acc.update(model(batch["image"]), batch["label"])
+        accuracy = model.val_acc.compute().item()
         synchronize(device)
         eval_s = time.perf_counter() - eval_start
-        metrics = {"train/acc": (train_correct / max(samples, 1)).item(), "val/acc": accuracy}
-        rows.append(epoch_row(epoch, train_s, eval_s, samples, wait / train_s, metrics))
-        print(f"epoch {epoch}: train {train_s:.2f} s, eval {eval_s:.2f} s, val/acc {accuracy:.4f}", flush=True)
+        metrics = {"train/acc": model.train_acc.compute().item(), "train/loss": (loss_sum / max(samples, 1)).item(),
+                   "val/acc": accuracy}
+        model.train_acc.reset()
+        model.val_acc.reset()
+        row = epoch_row(epoch, train_s, eval_s, samples, wait, figures, metrics, threshold)
+        rows.append(row)
+        print(f"epoch {epoch}: train {train_s:.2f} s, eval {eval_s:.2f} s, val/acc {accuracy:.4f}, {row['verdict']}",
+              flush=True)
     return {
-        "config": config.get("trainer", {}).get("logger", {}).get("init_args", {}).get("name"),
+        "config": getattr(trainer.logger, "name", None),
         "runner": "loader" if loader_only else "plain",
         "data": datamodule.loader_settings(),
+        "precision": str(trainer.precision),
         "world_size": 1,
         **environment(device),
-        **aggregate(rows, 0.5),
+        **aggregate(rows, threshold),
     }
 
 
 def main(args: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mnistperf.bench.baseline", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, type=Path)
-    parser.add_argument("--epochs", type=int, default=None, help="default: the config's trainer.max_epochs")
-    parser.add_argument("--limit-train-batches", type=int, default=None)
-    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override a data option")
     parser.add_argument("--loader-only", action="store_true", help="only draw batches: the input pipeline alone")
     parser.add_argument("--out", type=Path, required=True, help="where to write the timing summary (JSON)")
-    opts = parser.parse_args(args)
-    config = yaml.safe_load(opts.config.read_text())
-    for item in opts.data:
-        key, _, value = item.partition("=")
-        config.setdefault("data", {})[key] = yaml.safe_load(value)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print(f"mnistperf: plain PyTorch loop on {environment(device)['device']}", flush=True)
-    epochs = opts.epochs or config.get("trainer", {}).get("max_epochs", 5)
-    summary = run(config, epochs, opts.limit_train_batches, device, opts.loader_only)
-    write_summary(summary, opts.out)
+    opts, fit_args = parser.parse_known_args(args)
+    cli = MnistperfCLI(args=fit_args, run=False)
+    if not math.isfinite(cli.trainer.max_epochs or math.inf) or cli.trainer.max_epochs < 1:
+        parser.error("trainer.max_epochs must be set to a positive number for a plain run")
+    print(f"mnistperf: plain PyTorch loop on {environment(cli.trainer.strategy.root_device)['device']}", flush=True)
+    write_summary(run(cli, opts.loader_only), opts.out)
 
 
 if __name__ == "__main__":

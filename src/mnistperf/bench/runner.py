@@ -96,8 +96,8 @@ class Plan:
         """The command line of one run, and a function that finds the summary it wrote."""
         if self.row.runner in ("plain", "loader"):
             target = runs_dir / run_name / SUMMARY_FILE
-            command = [sys.executable, "-m", "mnistperf.bench.baseline", "--config", str(self.config),
-                       *self.args, "--out", str(target)]
+            command = [sys.executable, "-m", "mnistperf.bench.baseline", "--out", str(target),
+                       "--config", str(self.config), *self.args]
             return command, lambda: target
         command = [sys.executable, "-m", "mnistperf", "fit", "--config", str(self.config), *self.args,
                    "--trainer.logger.init_args.save_dir", str(runs_dir), "--trainer.logger.init_args.name", run_name]
@@ -140,19 +140,14 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
     if opts.dataset:
         fixed.append(("data.dataset", opts.dataset))
 
-    # Runs without Lightning take the data options and the epoch settings as their own flags.
-    plain_args = ["--epochs", str(opts.epochs)] + [a for k, v in fixed if k.startswith("data.")
-                                                   for a in ("--data", f"{k.split('.', 1)[1]}={v}")]
-    if opts.limit_train_batches:
-        plain_args += ["--limit-train-batches", str(opts.limit_train_batches)]
-    if opts.loader_only:
-        return [Plan(Row(f"{stage} (loader only)", stage, runner="loader"), path, plain_args + ["--loader-only"])
-                for stage, path in stages]
-
     common = ["--trainer.max_epochs", str(opts.epochs), "--trainer.enable_progress_bar", "false",
               "--trainer.enable_model_summary", "false"] + [a for k, v in fixed for a in (f"--{k}", v)]
     if opts.limit_train_batches:
         common += ["--trainer.limit_train_batches", str(opts.limit_train_batches)]
+    if opts.loader_only:
+        return [Plan(Row(f"{stage} (loader only)", stage, runner="loader"), path, common + ["--loader-only"])
+                for stage, path in stages]
+
     plans = []
     for stage, path in stages:
         for combo in itertools.product(*[[(k, v) for v in values] for k, values in sweeps]):
@@ -164,7 +159,8 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
         baseline = "v2_pinned" if "v2_pinned" in dict(stages) else stages[-1][0]
     if baseline != "none":
         path = dict(stages).get(baseline) or resolve_stages(baseline, opts.config_dir)[0][1]
-        plans.append(Plan(Row(f"plain PyTorch ({baseline})", baseline, runner="plain"), path, plain_args))
+        # The plain loop takes the fit command line itself, so every override applies to it too.
+        plans.append(Plan(Row(f"plain PyTorch ({baseline})", baseline, runner="plain"), path, common))
     return plans
 
 

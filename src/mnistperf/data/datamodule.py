@@ -41,7 +41,8 @@ class MNISTDataModule(L.LightningDataModule):
         batch_size: samples per batch (per process under DDP).
         num_workers: DataLoader worker processes (v1, v2, stream).
         persistent_workers: keep workers alive between epochs (needs num_workers > 0).
-        pin_memory: page-locked host batches for faster, asynchronous copies to the GPU.
+        pin_memory: page-locked host batches for faster, asynchronous copies to the GPU (applies only
+            when batches go to a CUDA device; elsewhere pinning would cost time for nothing).
         prefetch_factor: batches each worker loads ahead (needs num_workers > 0; default 2).
         shuffle: reshuffle the training set every epoch.
         drop_last: drop the last, partial training batch.
@@ -157,9 +158,14 @@ class MNISTDataModule(L.LightningDataModule):
         return {
             "num_workers": hp.num_workers,
             "persistent_workers": hp.persistent_workers,
-            "pin_memory": hp.pin_memory,
+            "pin_memory": self.pins_memory,
             "prefetch_factor": hp.prefetch_factor,
         }
+
+    @property
+    def pins_memory(self) -> bool:
+        """pin_memory as it applies: only when batches go to a CUDA device."""
+        return bool(self.hparams.pin_memory) and self._device().type == "cuda"
 
     def _resident(self, tensors, shuffle: bool, drop_last: bool) -> ResidentBatches:
         hp = self.hparams
@@ -181,7 +187,7 @@ class MNISTDataModule(L.LightningDataModule):
         """The options that describe this pipeline, for timing summaries and reports."""
         keys = ("dataset", "pipeline", "batch_size", "num_workers", "persistent_workers", "pin_memory",
                 "prefetch_factor", "shuffle", "drop_last", "val_source")
-        return {k: self.hparams[k] for k in keys}
+        return {**{k: self.hparams[k] for k in keys}, "pin_memory_applied": self.pins_memory}
 
 
 def _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,

@@ -1,0 +1,183 @@
+"""From per-epoch figures to the verdict, the run's summary and ``timing.json``.
+
+Shared by the Lightning callback and the plain-PyTorch baseline, so both report the same
+figures computed the same way. The first epoch carries one-off costs (compilation, worker
+start, allocator and cache warm-up): it is reported on its own as ``warmup``, and the headline
+averages, throughput, shares and verdict use the steady-state epochs (2..N; epoch 1 alone
+when the run has a single epoch). Totals cover every epoch, as in the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import sys
+from pathlib import Path
+from statistics import mean
+from typing import Any, Optional
+
+import lightning
+import torch
+
+from mnistperf.atomic import atomic_write
+from mnistperf.timing.device_clock import HOST_PACED_LAG_STEPS
+
+SUMMARY_FILE = "timing.json"
+VERDICTS = ("input-bound", "overhead-bound", "compute-bound")
+
+
+def describe_device(device: torch.device) -> str:
+    """A human-readable name of the device that ran, e.g. 'cuda:0 (NVIDIA H100 80GB HBM3)'."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"{device.type} ({platform.machine()}, {os.cpu_count()} logical cores)"
+
+
+def classify(figures: dict[str, Any], threshold: float) -> tuple[str, str]:
+    """(verdict, reason) for one epoch's or one run's figures.
+
+    With device figures (CUDA): input-bound when the device sat between steps for at least
+    ``threshold`` of train time; otherwise overhead-bound when the device keeps pace with the
+    host (it trails by less than HOST_PACED_LAG_STEPS steps, so it waits for launches), else
+    compute-bound. Without them (CPU, where host and device are one): input-bound when the
+    host waited for data for at least ``threshold`` of train time, else compute-bound.
+    """
+    host = figures["host_wait_share"]
+    if figures.get("device_gap_share") is None:
+        if host >= threshold:
+            return "input-bound", f"{host:.0%} of train time waiting for the next batch"
+        return "compute-bound", f"{1 - host:.0%} of train time computing, {host:.0%} waiting for data"
+    gap, lag = figures["device_gap_share"], figures["device_lag_steps"]
+    detail = f"device idle between steps {gap:.0%} of train time, trailing the host by {lag:.2f} steps; host waited for data {host:.0%}"
+    if gap >= threshold:
+        return "input-bound", detail
+    if lag < HOST_PACED_LAG_STEPS:
+        return "overhead-bound", detail + " (the device runs each kernel as soon as the host launches it)"
+    return "compute-bound", detail
+
+
+def epoch_row(epoch: int, train_s: float, eval_s: float, samples: int, host_wait_s: float,
+              device: Optional[dict[str, float]], metrics: dict, threshold: float) -> dict[str, Any]:
+    """One epoch's figures, as they appear in timing.json."""
+    row: dict[str, Any] = {
+        "epoch": epoch,
+        "train_s": train_s,
+        "eval_s": eval_s,
+        "samples": samples,
+        "samples_per_s": samples / train_s if train_s > 0 else float("nan"),
+        "host_wait_share": _share(host_wait_s, train_s),
+    }
+    if device is not None:
+        row["device_step_s"] = device["device_step_s"]
+        row["device_gap_s"] = device["device_gap_s"]
+        row["device_gap_share"] = _share(device["device_gap_s"], train_s)
+        row["device_lag_steps"] = device["device_lag_steps"]
+    row["input_wait_share"] = row.get("device_gap_share", row["host_wait_share"])
+    row["verdict"], row["verdict_reason"] = classify(row, threshold)
+    row.update(metrics)
+    return row
+
+
+def _share(part: float, whole: float) -> float:
+    return min(max(part / whole, 0.0), 1.0) if whole > 0 else 0.0
+
+
+def _weighted(epochs: list[dict[str, Any]], key: str) -> Optional[float]:
+    """A share averaged over epochs, weighted by their train time."""
+    if any(e.get(key) is None for e in epochs):
+        return None
+    return sum(e[key] * e["train_s"] for e in epochs) / max(sum(e["train_s"] for e in epochs), 1e-12)
+
+
+def aggregate(epochs: list[dict[str, Any]], input_bound_share: float) -> dict[str, Any]:
+    """The per-epoch rows, warm-up apart, the steady-state averages, totals and the verdict."""
+    steady = epochs[1:] if len(epochs) > 1 else epochs
+    train = sum(e["train_s"] for e in steady)
+    figures: dict[str, Any] = {
+        "host_wait_share": _weighted(steady, "host_wait_share"),
+        "device_gap_share": _weighted(steady, "device_gap_share"),
+        "device_lag_steps": mean(e["device_lag_steps"] for e in steady) if "device_lag_steps" in steady[0] else None,
+    }
+    figures["input_wait_share"] = figures["device_gap_share"] if figures["device_gap_share"] is not None \
+        else figures["host_wait_share"]
+    verdict, reason = classify(figures, input_bound_share)
+    return {
+        "epochs": epochs,
+        "steady_epochs": [steady[0]["epoch"], steady[-1]["epoch"]],
+        "warmup": {k: epochs[0][k] for k in ("epoch", "train_s", "eval_s")} if len(epochs) > 1 else None,
+        "avg_train_s": mean(e["train_s"] for e in steady),
+        "avg_eval_s": mean(e["eval_s"] for e in steady),
+        "total_train_s": sum(e["train_s"] for e in epochs),
+        "total_eval_s": sum(e["eval_s"] for e in epochs),
+        "samples_per_s": sum(e["samples"] for e in steady) / train if train > 0 else float("nan"),
+        **{k: v for k, v in figures.items() if v is not None},
+        "input_bound_share": input_bound_share,
+        "verdict": verdict,
+        "verdict_reason": reason,
+        "final_val_acc": epochs[-1].get("val/acc"),
+    }
+
+
+def peak_rss_mb() -> dict[str, float]:
+    """Peak resident memory of this process and of its largest finished child (workers), in MB."""
+    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # ru_maxrss: KiB on Linux, bytes on macOS
+    return {
+        "main_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+        "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale,
+    }
+
+
+def peak_device_mb(device: torch.device) -> Optional[dict[str, float]]:
+    """Peak GPU memory allocated by tensors and reserved by the caching allocator, in MB (None off CUDA)."""
+    if device.type != "cuda":
+        return None
+    return {"allocated": torch.cuda.max_memory_allocated(device) / 2**20,
+            "reserved": torch.cuda.max_memory_reserved(device) / 2**20}
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """What ran: device, CPU count, versions and peak memory (host, and GPU on CUDA)."""
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "lightning": lightning.__version__}
+    if device.type == "cuda":
+        versions["cuda"] = torch.version.cuda
+    return {
+        "device": describe_device(device),
+        "accelerator": device.type,
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "versions": versions,
+        "peak_rss_mb": peak_rss_mb(),
+        "peak_device_mb": peak_device_mb(device),
+    }
+
+
+def write_summary(summary: dict[str, Any], path: Path) -> None:
+    text = json.dumps(summary, indent=2)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def _epochs_label(summary: dict[str, Any]) -> str:
+    first, last = summary["steady_epochs"]
+    return f"epoch {first}" if first == last else f"epochs {first}-{last}"
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The reference's four lines (averages over the steady-state epochs), then throughput, device and verdict."""
+    steady = _epochs_label(summary)
+    warmup = summary.get("warmup")
+    first = f"; epoch 1 (warm-up): {warmup['train_s']:.2f} s" if warmup else ""
+    first_eval = f"; epoch 1: {warmup['eval_s']:.2f} s" if warmup else ""
+    lines = [
+        f"Average Train Time per Epoch: {summary['avg_train_s']:.2f} s ({steady}{first})",
+        f"Average Test Time per Epoch: {summary['avg_eval_s']:.2f} s ({steady}{first_eval})",
+        f"Total Train Time: {summary['total_train_s']:.2f} s",
+        f"Total Test Time: {summary['total_eval_s']:.2f} s",
+        f"Train throughput: {summary['samples_per_s']:,.0f} samples/s ({steady})",
+        f"Device: {summary['device']}, precision {summary.get('precision', '32-true')}",
+        f"Verdict: {summary['verdict']} ({summary['verdict_reason']})",
+    ]
+    if summary.get("final_val_acc") is not None:
+        lines.append(f"Final validation accuracy: {summary['final_val_acc']:.4f}")
+    return "\n".join(lines)

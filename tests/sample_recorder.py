@@ -18,10 +18,9 @@ class SampleRecorder(Callback):
     def __init__(self):
         self.epochs: list[list[int]] = []
 
-    def on_train_epoch_start(self, trainer, pl_module):
-        self.epochs.append([])
-
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        while len(self.epochs) <= trainer.current_epoch:  # a run resumed mid-epoch starts inside one
+            self.epochs.append([])
         pixels = (batch["image"].reshape(len(batch["label"]), -1)[:, :2] * 255).round().to(torch.int64).cpu()
         self.epochs[-1] += (pixels[:, 0] + 256 * pixels[:, 1]).tolist()
 

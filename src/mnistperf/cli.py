@@ -84,6 +84,8 @@ def prepare_command(argv: Sequence[str]) -> None:
     parser.add_argument("--force", action="store_true", help="rebuild files that are already there")
     parser.add_argument("--rows", type=int, default=2_000_000, help="training rows of --dataset synthetic")
     parser.add_argument("--seed", type=int, default=0, help="seed of --dataset synthetic")
+    parser.add_argument("--litdata", action="store_true",
+                        help="also write the litdata copy each split needs for data.pipeline litdata")
     opts = parser.parse_args(argv)
     if opts.dataset == "synthetic":
         reports = prepare.prepare_synthetic(opts.rows, opts.data_dir, seed=opts.seed, force=opts.force)
@@ -96,6 +98,13 @@ def prepare_command(argv: Sequence[str]) -> None:
             )
     if reports:
         print(prepare.format_reports(reports))
+    if opts.litdata:
+        from mnistperf.data.litdata_stream import prepare_copies
+
+        names = ["synthetic"] if opts.dataset == "synthetic" else (
+            list(sources.DATASETS) if opts.dataset == "all" else [opts.dataset])
+        prepare_copies([prepare.split_path(opts.data_dir, name, split) for name in names for split in prepare.SPLITS],
+                       force=opts.force)
 
 
 def main(args: Optional[Sequence[str]] = None) -> None:

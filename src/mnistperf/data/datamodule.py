@@ -13,20 +13,26 @@ from typing import Literal, Optional, Union
 import lightning as L
 import pyarrow as pa
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
-from torch.utils.data import Subset
 
-from mnistperf.data import prepare, schema
-from mnistperf.data.datasets import PandasRowDataset, TensorDataset
-from mnistperf.data.resident import ResidentBatches
+from mnistperf.data import prepare
+from mnistperf.data.datasets import PandasRowsPipeline, TensorsPipeline
+from mnistperf.data.litdata_stream import LitdataPipeline
+from mnistperf.data.pipeline import Pipeline, Placement, is_uri, pins_memory
+from mnistperf.data.resident import ResidentPipeline
 from mnistperf.data.sources import DATASETS
-from mnistperf.data.streaming import ParquetStream, StreamLoader
-from mnistperf.data.workers import WorkerLoader
+from mnistperf.data.streaming import StreamPipeline
 from mnistperf.errors import ConfigError
 
 DatasetName = Literal["fashion_mnist", "mnist", "synthetic"]
-PipelineName = Literal["v1", "v2", "resident", "stream"]
-MAP_STYLE = {"v1": PandasRowDataset, "v2": TensorDataset}
+PipelineName = Literal["v1", "v2", "resident", "stream", "litdata"]
+# The one registry of pipelines: a new pipeline is a module with a Pipeline subclass and a line here.
+PIPELINES: dict[str, type[Pipeline]] = {
+    "v1": PandasRowsPipeline,
+    "v2": TensorsPipeline,
+    "resident": ResidentPipeline,
+    "stream": StreamPipeline,
+    "litdata": LitdataPipeline,
+}
 
 
 class MNISTDataModule(L.LightningDataModule):
@@ -35,9 +41,11 @@ class MNISTDataModule(L.LightningDataModule):
     Args:
         dataset: which prepared dataset to read: ``fashion_mnist``, ``mnist`` or ``synthetic``.
         data_dir: folder holding ``<Folder>/{train,test}.parquet`` (for ``synthetic``, the shard
-            folders ``Synthetic/{train,test}/``).
+            folders ``Synthetic/{train,test}/``); for the litdata pipeline also a URI such as
+            ``s3://bucket/data`` holding ``<Folder>/litdata/{train,test}/``.
         pipeline: ``v1`` per-row pandas dataset, ``v2`` pre-tensorized dataset, ``resident``
-            whole split on the training device, ``stream`` record batches read from Parquet.
+            whole split on the training device, ``stream`` record batches read from Parquet,
+            ``litdata`` Lightning's streaming engine over a litdata copy of the split.
         batch_size: samples per batch (per process under DDP).
         num_workers: DataLoader worker processes (v1, v2, stream).
         persistent_workers: keep workers alive between epochs (needs num_workers > 0).
@@ -71,36 +79,41 @@ class MNISTDataModule(L.LightningDataModule):
         stream_buffer_rows: int = 10_000,
     ):
         super().__init__()
-        _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
-                       stream_buffer_rows)
+        _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source)
         self.save_hyperparameters()
-        self.data_dir = Path(data_dir)
+        self.pipeline = PIPELINES[pipeline](self.hparams)
+        self.pipeline.check()
+        self.data_dir = data_dir.rstrip("/") if is_uri(data_dir) else Path(data_dir)
         self.datasets: dict[str, object] = {}
         # Where the resident pipeline puts the data when no Trainer is attached (the plain-PyTorch baseline).
         self.device = torch.device("cpu")
 
     # ----------------------------------------------------------------- preparation
     def prepare_data(self) -> None:
-        """Convert the raw files to Parquet if they are missing (Lightning runs this on one process)."""
+        """Convert the raw files to Parquet if they are missing, then let the pipeline build what it reads
+        (Lightning runs this on one process)."""
         hp = self.hparams
+        if is_uri(self.data_dir):  # remote data is prepared where it was made, then uploaded
+            return
         missing = [s for s in prepare.SPLITS if not prepare.split_path(self.data_dir, hp.dataset, s).exists()]
         if missing and hp.dataset != "synthetic":
             prepare.prepare_dataset(hp.dataset, self.data_dir, source_root=hp.source_root)
+        for split in prepare.SPLITS:
+            path = prepare.split_path(self.data_dir, hp.dataset, split)
+            if path.exists():
+                self.pipeline.prepare(path)
 
     def setup(self, stage: str) -> None:
         """Load and check the splits this stage needs; nothing is converted or downloaded here."""
         hp = self.hparams
-        if stage == "fit":
-            train = self._load("train", require_labels=True)
+        if stage in ("fit", "validate"):
             if hp.val_source == "test":
-                self.datasets["train"], self.datasets["val"] = train, self._load("test", require_labels=True)
-            else:
-                self.datasets["train"], self.datasets["val"] = self._split_off(train, float(hp.val_source))
-        elif stage == "validate":
-            if hp.val_source == "test":
+                if stage == "fit":
+                    self.datasets["train"] = self._load("train", require_labels=True)
                 self.datasets["val"] = self._load("test", require_labels=True)
             else:
-                _, self.datasets["val"] = self._split_off(self._load("train", require_labels=True), float(hp.val_source))
+                self.datasets["train"], self.datasets["val"] = self.pipeline.split_off(
+                    self._load("train", require_labels=True), float(hp.val_source))
         elif stage == "test":
             self.datasets["test"] = self._load("test", require_labels=True)
         elif stage == "predict":
@@ -110,78 +123,38 @@ class MNISTDataModule(L.LightningDataModule):
         pa.default_memory_pool().release_unused()
 
     def _load(self, split: str, require_labels: bool):
-        path = prepare.require_prepared(self.hparams.dataset, self.data_dir, split)
-        if self.hparams.pipeline == "stream":
-            return ParquetStream(path, require_labels=require_labels, seed=self.hparams.seed)
-        table = schema.read_checked(path, require_labels)
-        if self.hparams.pipeline == "resident":  # straight to the device: no host copy outlives setup
-            return tuple(t.to(self._device()) for t in schema.to_tensors(table))
-        return MAP_STYLE[self.hparams.pipeline](table)
-
-    def _split_off(self, train, fraction: float):
-        """Seeded split of the training data into (train, validation) parts."""
-        n = len(train[1]) if isinstance(train, tuple) else len(train)
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.hparams.seed))
-        n_val = max(1, int(round(n * fraction)))
-        val_index, train_index = order[:n_val].sort().values, order[n_val:].sort().values
-        if isinstance(train, tuple):
-            return tuple(t[train_index] for t in train), tuple(t[val_index] for t in train)
-        return Subset(train, train_index.tolist()), Subset(train, val_index.tolist())
+        if is_uri(self.data_dir):
+            path = f"{self.data_dir}/{prepare.split_path('', self.hparams.dataset, split).as_posix()}"
+        else:
+            path = prepare.require_prepared(self.hparams.dataset, self.data_dir, split)
+        return self.pipeline.load(path, require_labels, self._placement())
 
     # ----------------------------------------------------------------- loaders
     def train_dataloader(self):
-        return self._loader(self.datasets["train"], train=True)
+        return self.pipeline.loader(self.datasets["train"], True, self._placement())
 
     def val_dataloader(self):
-        return self._loader(self.datasets["val"], train=False)
+        return self.pipeline.loader(self.datasets["val"], False, self._placement())
 
     def test_dataloader(self):
-        return self._loader(self.datasets["test"], train=False)
+        return self.pipeline.loader(self.datasets["test"], False, self._placement())
 
     def predict_dataloader(self):
-        return self._loader(self.datasets["predict"], train=False)
-
-    def _loader(self, data, train: bool):
-        hp = self.hparams
-        shuffle, drop_last = (hp.shuffle, hp.drop_last) if train else (False, False)
-        if hp.pipeline == "resident":
-            return self._resident(data, shuffle, drop_last)
-        if hp.pipeline == "stream":
-            stream = data.configured(shuffle=shuffle, buffer_rows=hp.stream_buffer_rows, batch_size=hp.batch_size,
-                                     drop_last=drop_last, **self._ranks())
-            # The stream yields whole batches and shuffles itself, through its buffer.
-            return StreamLoader(stream, batch_size=None, **self._worker_options())
-        return WorkerLoader(data, batch_size=hp.batch_size, shuffle=shuffle, drop_last=drop_last, **self._worker_options())
-
-    def _worker_options(self) -> dict:
-        hp = self.hparams
-        return {
-            "num_workers": hp.num_workers,
-            "persistent_workers": hp.persistent_workers,
-            "pin_memory": self.pins_memory,
-            "prefetch_factor": hp.prefetch_factor,
-        }
-
-    @property
-    def pins_memory(self) -> bool:
-        """pin_memory as it applies: only when batches go to a CUDA device."""
-        return bool(self.hparams.pin_memory) and self._device().type == "cuda"
-
-    def _resident(self, tensors, shuffle: bool, drop_last: bool) -> ResidentBatches:
-        hp = self.hparams
-        if hp.num_workers or hp.pin_memory:
-            rank_zero_warn("data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect.")
-        pixels, labels = tensors  # moved to the device in setup
-        return ResidentBatches(pixels, labels, hp.batch_size, shuffle, hp.seed, drop_last, **self._ranks())
+        return self.pipeline.loader(self.datasets["predict"], False, self._placement())
 
     def _device(self) -> torch.device:
         """The training device: the strategy's (known before setup runs), else ``self.device``."""
         return self.trainer.strategy.root_device if self.trainer is not None else self.device
 
-    def _ranks(self) -> dict[str, int]:
+    def _placement(self) -> Placement:
         if self.trainer is None:
-            return {"rank": 0, "world_size": 1}
-        return {"rank": self.trainer.global_rank, "world_size": self.trainer.world_size}
+            return Placement(self.device)
+        return Placement(self._device(), self.trainer.global_rank, self.trainer.world_size)
+
+    @property
+    def pins_memory(self) -> bool:
+        """pin_memory as it applies: only when batches go to a CUDA device."""
+        return self.pipeline.uses_workers and pins_memory(self.hparams.pin_memory, self._device())
 
     def loader_settings(self) -> dict:
         """The options that describe this pipeline, for timing summaries and reports."""
@@ -190,14 +163,13 @@ class MNISTDataModule(L.LightningDataModule):
         return {**{k: self.hparams[k] for k in keys}, "pin_memory_applied": self.pins_memory}
 
 
-def _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
-                   stream_buffer_rows) -> None:
+def _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source) -> None:
     """Reject option values that cannot work, naming the option and the fix."""
     names = [*DATASETS, "synthetic"]
     if dataset not in names:
         raise ConfigError(f"data.dataset: unknown dataset {dataset!r}; choose one of {', '.join(names)}.")
-    if pipeline not in (*MAP_STYLE, "resident", "stream"):
-        raise ConfigError(f"data.pipeline: unknown pipeline {pipeline!r}; choose one of v1, v2, resident, stream.")
+    if pipeline not in PIPELINES:
+        raise ConfigError(f"data.pipeline: unknown pipeline {pipeline!r}; choose one of {', '.join(PIPELINES)}.")
     if batch_size < 1:
         raise ConfigError(f"data.batch_size must be at least 1 (got {batch_size}).")
     if num_workers < 0:
@@ -208,10 +180,4 @@ def _check_options(dataset, pipeline, batch_size, num_workers, persistent_worker
         raise ConfigError("data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null.")
     if val_source != "test" and not (isinstance(val_source, (int, float)) and 0 < float(val_source) < 1):
         raise ConfigError(f"data.val_source must be 'test' or a fraction between 0 and 1 (got {val_source!r}).")
-    if stream_buffer_rows < 1:
-        raise ConfigError(f"data.stream_buffer_rows must be at least 1 (got {stream_buffer_rows}): it is how many rows "
-                          "the stream pipeline holds for shuffling.")
-    if val_source != "test" and pipeline == "stream":
-        raise ConfigError("data.val_source: the stream pipeline never holds the training set, so it cannot split "
-                          "a fraction off it; use val_source: test or another pipeline.")
 

@@ -1,4 +1,4 @@
-"""The two map-style datasets the reference compares: per-row pandas work (v1) against ready tensors (v2).
+"""The two map-style pipelines the reference compares: per-row pandas work (v1) against ready tensors (v2).
 
 Both return identical items, bit for bit: ``{"image": float32 [1, 28, 28] in 0..1, "label": int64}``
 with label -1 for a file that has no label column.
@@ -9,11 +9,15 @@ conversions again, on purpose. Do not make it faster; that is what v2 is for.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from mnistperf.data import schema
+from mnistperf.data.pipeline import Pipeline, Placement, seeded_split
+from mnistperf.data.workers import WorkerLoader
 
 IMAGE_SHAPE = (1, 28, 28)
 
@@ -53,3 +57,33 @@ class TensorDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {"image": self.images[index], "label": self.labels[index]}
+
+
+class MapStylePipeline(Pipeline):
+    """A whole split read into a map-style dataset, batched by a DataLoader with worker processes."""
+
+    dataset_class: type[Dataset]
+
+    def load(self, path: Path, require_labels: bool, place: Placement) -> Dataset:
+        return self.dataset_class(schema.read_checked(path, require_labels))
+
+    def split_off(self, data: Dataset, fraction: float) -> tuple[Subset, Subset]:
+        train, val = seeded_split(len(data), fraction, self.options.seed)
+        return Subset(data, train.tolist()), Subset(data, val.tolist())
+
+    def loader(self, data: Dataset, train: bool, place: Placement) -> WorkerLoader:
+        shuffle, drop_last = self.order(train)
+        return WorkerLoader(data, batch_size=self.options.batch_size, shuffle=shuffle, drop_last=drop_last,
+                            **self.worker_options(place))
+
+
+class PandasRowsPipeline(MapStylePipeline):
+    """v1: the naive per-row pandas dataset."""
+
+    dataset_class = PandasRowDataset
+
+
+class TensorsPipeline(MapStylePipeline):
+    """v2: the pre-tensorized dataset."""
+
+    dataset_class = TensorDataset

@@ -9,11 +9,17 @@ its own disjoint share of the permutation, exactly as ``DistributedSampler`` wou
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Iterator
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
+from mnistperf.data import schema
 from mnistperf.data.datasets import normalize
+from mnistperf.data.pipeline import Pipeline, Placement, seeded_split
+
+Tensors = tuple[torch.Tensor, torch.Tensor]
 
 
 class ResidentBatches:
@@ -62,3 +68,24 @@ class ResidentBatches:
         for batch in range(len(self)):
             index = order[batch * self.batch_size : (batch + 1) * self.batch_size]
             yield {"image": normalize(self.pixels[index]), "label": self.labels[index]}
+
+
+class ResidentPipeline(Pipeline):
+    """The whole split on the training device as uint8; batches sliced there, no DataLoader."""
+
+    uses_workers = False
+
+    def load(self, path: Path, require_labels: bool, place: Placement) -> Tensors:
+        # Straight to the device: no host copy outlives setup.
+        return tuple(t.to(place.device) for t in schema.to_tensors(schema.read_checked(path, require_labels)))
+
+    def split_off(self, data: Tensors, fraction: float) -> tuple[Tensors, Tensors]:
+        train, val = seeded_split(len(data[1]), fraction, self.options.seed)
+        return tuple(t[train.to(t.device)] for t in data), tuple(t[val.to(t.device)] for t in data)
+
+    def loader(self, data: Tensors, train: bool, place: Placement) -> ResidentBatches:
+        o = self.options
+        if o.num_workers or o.pin_memory:
+            rank_zero_warn("data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect.")
+        shuffle, drop_last = self.order(train)
+        return ResidentBatches(*data, o.batch_size, shuffle, o.seed, drop_last, place.rank, place.world_size)

@@ -33,7 +33,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from mnistperf.data import schema
 from mnistperf.data.datasets import normalize
+from mnistperf.data.pipeline import Pipeline, Placement
 from mnistperf.data.workers import WorkerLoader
+from mnistperf.errors import ConfigError
 
 READ_ROWS = 4096  # rows per pyarrow record batch
 
@@ -189,3 +191,26 @@ class StreamLoader(WorkerLoader):
         if self.num_workers > 0:
             self.dataset.epoch += 1
         return super().__iter__()
+
+
+class StreamPipeline(Pipeline):
+    """Record batches read from Parquet through a bounded, seeded shuffle buffer, by DataLoader workers."""
+
+    can_split_off = False
+
+    def check(self) -> None:
+        super().check()
+        if self.options.stream_buffer_rows < 1:
+            raise ConfigError(f"data.stream_buffer_rows must be at least 1 (got {self.options.stream_buffer_rows}): "
+                              "it is how many rows the stream pipeline holds for shuffling.")
+
+    def load(self, path: Path, require_labels: bool, place: Placement) -> ParquetStream:
+        return ParquetStream(path, require_labels=require_labels, seed=self.options.seed)
+
+    def loader(self, data: ParquetStream, train: bool, place: Placement) -> StreamLoader:
+        shuffle, drop_last = self.order(train)
+        stream = data.configured(shuffle=shuffle, buffer_rows=self.options.stream_buffer_rows,
+                                 batch_size=self.options.batch_size, drop_last=drop_last, rank=place.rank,
+                                 world_size=place.world_size)
+        # The stream yields whole batches and shuffles itself, through its buffer.
+        return StreamLoader(stream, batch_size=None, **self.worker_options(place))

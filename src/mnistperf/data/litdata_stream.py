@@ -1,0 +1,155 @@
+"""litdata: Lightning's streaming engine over a chunked copy of each split.
+
+litdata's StreamingDataset and StreamingDataLoader read data that need not fit in memory, from
+a local folder or object storage (``s3://``, ``gs://``, ...), split it across nodes, ranks and
+workers, shuffle it with a seed, and keep their position in a state dict that Lightning saves
+in its checkpoints, so a run resumes mid-epoch with the samples it had not yet seen.
+
+What it reads is a litdata copy of the split, written once by ``prepare_data`` beside the
+Parquet data: ``<data_dir>/<Folder>/litdata/<split>/`` (chunk files and ``index.json``), one
+sample per row holding its 784 uint8 pixels and its label. litdata can also index Parquet
+files and read them in place, but only through polars (one more dependency), decoding rows
+one at a time out of 785 columns; the copy is read as raw bytes. The copy is written from
+the Parquet file or shards after the same checks as every other pipeline, into a temporary
+folder that is renamed into place, so an interrupted copy is never read.
+
+With ``data_dir`` a URI, the copy is read from there: write it locally with
+``python -m mnistperf prepare --dataset NAME --litdata`` and upload the ``litdata/`` folder.
+litdata is an optional extra: ``pip install 'mnistperf[litdata]'``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+from mnistperf.atomic import atomic_write_dir
+from mnistperf.data import schema
+from mnistperf.data.datasets import normalize
+from mnistperf.data.pipeline import Pipeline, Placement, is_uri
+from mnistperf.errors import ConfigError, DataError
+
+COPY_FOLDER = "litdata"
+CHUNK_BYTES = "8MB"  # about 10,000 samples: each worker holds a few chunks, not the split
+INSTALL = "pip install 'mnistperf[litdata]' (or pip install litdata)"
+
+Location = Union[Path, str]
+
+
+def require_litdata():
+    """The litdata module, or a one-line error saying how to install it."""
+    try:
+        import litdata
+    except ImportError:
+        raise ConfigError(f"data.pipeline litdata needs the litdata package, which is not installed: {INSTALL}.") from None
+    return litdata
+
+
+def copy_location(split: Location) -> Location:
+    """Where the litdata copy of a split lives: the folder ``litdata/<split>`` beside the Parquet split."""
+    if isinstance(split, str):  # a URI: <root>/<Folder>/<split>.parquet or <root>/<Folder>/<split>
+        root, _, name = split.rstrip("/").rpartition("/")
+        return f"{root}/{COPY_FOLDER}/{name.removesuffix('.parquet')}"
+    return split.parent / COPY_FOLDER / split.name.removesuffix(".parquet")
+
+
+def write_copy(split: Path, target: Path) -> int:
+    """Write the litdata copy of a checked Parquet split (file or shards) into target; return its rows."""
+    from litdata.streaming.writer import BinaryWriter
+
+    rows = 0
+
+    def write(folder: Path) -> None:
+        nonlocal rows
+        writer = BinaryWriter(str(folder), chunk_bytes=CHUNK_BYTES)
+        for file, parquet in schema.checked_files(split, require_labels=False):
+            table = parquet.read()
+            schema.check_values(table, file)
+            pixels, labels = (t.numpy() for t in schema.to_tensors(table))
+            for pixel_row, label in zip(pixels, labels.tolist()):
+                writer[rows] = {"pixels": pixel_row, "label": label}
+                rows += 1
+        writer.done()
+        # merge() waits for an index from every DDP rank, but prepare_data runs on one process only:
+        # merge this process's index alone.
+        writer._merge_no_wait()
+
+    atomic_write_dir(target, write)
+    return rows
+
+
+def is_current(split: Path, copy: Path) -> bool:
+    """Whether the copy exists, is complete, and is no older than the Parquet data it was made from."""
+    index = copy / "index.json"
+    if not index.is_file():
+        return False
+    sources = schema.parquet_files(split) if split.exists() else []
+    return all(index.stat().st_mtime >= f.stat().st_mtime for f in sources)
+
+
+def prepare_copies(splits: list[Path], force: bool = False) -> None:
+    """Write the litdata copy of every split that lacks a current one (all of them with force)."""
+    require_litdata()
+    for split in splits:
+        copy = copy_location(split)
+        if force or not is_current(split, copy):
+            schema.parquet_files(split) if split.is_dir() else schema.open_parquet(split)  # missing -> one line
+            rows = write_copy(split, copy)
+            print(f"mnistperf: wrote the litdata copy of {split} ({rows:,} samples) to {copy}", flush=True)
+
+
+def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """uint8 samples to a batch: float32 images [N, 1, 28, 28] in 0..1 and int64 labels."""
+    pixels = torch.from_numpy(np.stack([item["pixels"] for item in items]))
+    return {"image": normalize(pixels), "label": torch.tensor([item["label"] for item in items], dtype=torch.int64)}
+
+
+class LitdataPipeline(Pipeline):
+    """litdata's StreamingDataset and StreamingDataLoader over the split's litdata copy."""
+
+    can_split_off = False
+    reads_uris = True
+
+    def check(self) -> None:
+        super().check()
+        require_litdata()
+
+    def prepare(self, path: Path) -> None:
+        prepare_copies([path])
+
+    def load(self, path: Location, require_labels: bool, place: Placement):
+        litdata = require_litdata()
+        copy = copy_location(path)
+        if not is_uri(str(copy)) and not (Path(copy) / "index.json").is_file():
+            raise DataError(f"{copy} holds no litdata copy: run `python -m mnistperf fit` (its prepare_data writes "
+                            f"it) or `python -m mnistperf prepare --litdata`.")
+        try:
+            dataset = litdata.StreamingDataset(str(copy), shuffle=False, seed=self.options.seed, drop_last=False)
+        except (OSError, ValueError, AssertionError, json.JSONDecodeError) as exc:
+            raise DataError(f"{copy}: litdata cannot read it ({exc}); write it again with "
+                            "`python -m mnistperf prepare --litdata --force`.") from exc
+        if require_labels and int(dataset[0]["label"]) == schema.NO_LABEL:
+            raise DataError(f"{path} has no '{schema.LABEL_COLUMN}' column, which training, validation and testing "
+                            "need; add the labels or use the file only with `predict`.")
+        return dataset
+
+    def loader(self, data, train: bool, place: Placement):
+        litdata = require_litdata()
+        shuffle, drop_last = self.order(train)
+        # The dataset reads these when an epoch starts; litdata splits it across ranks and workers itself.
+        data.shuffle = shuffle
+        # litdata hands each rank whole batches and the last rank the remainder. Under DDP every rank
+        # must run the same number of training steps, so the remainder (fewer than world_size x
+        # batch_size samples, different ones each shuffled epoch) is left out there, as litdata does
+        # by default in a distributed run. Evaluation has no per-step collective and keeps every sample.
+        data.drop_last = drop_last or (train and place.world_size > 1)
+        options = self.worker_options(place)
+        if not options["num_workers"]:
+            options.pop("persistent_workers")
+            options.pop("prefetch_factor")
+        return litdata.StreamingDataLoader(data, batch_size=self.options.batch_size, drop_last=drop_last,
+                                           collate_fn=collate, **options)

@@ -1,0 +1,97 @@
+"""What every input pipeline provides: how it loads a split, splits off validation, and builds its loader.
+
+Each pipeline (``v1``, ``v2``, ``resident``, ``stream``, ``litdata``) is one small subclass in
+its own module; the DataModule looks the class up by name in its registry and never branches
+on the name. A pipeline gets the DataModule's options once, and at setup/loader time the
+:class:`Placement` (training device, rank, world size) that only the trainer knows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from mnistperf.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where batches go: the training device and this process's rank among world_size."""
+
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+
+
+class Pipeline:
+    """One way of turning a prepared Parquet split into training batches.
+
+    Args:
+        options: the DataModule's options (``batch_size``, ``num_workers``, ``seed``, ...).
+    """
+
+    #: whether batches come through DataLoader worker processes (num_workers, pin_memory apply)
+    uses_workers = True
+
+    def __init__(self, options: Any):
+        self.options = options
+
+    #: whether it can split a validation fraction off the training data (it holds the whole split)
+    can_split_off = True
+    #: whether data_dir may be a URI such as s3://bucket/data
+    reads_uris = False
+
+    def check(self) -> None:
+        """Reject option combinations this pipeline cannot honour (called when the DataModule is built)."""
+        o = self.options
+        if o.val_source != "test" and not self.can_split_off:
+            raise ConfigError(f"data.val_source: the {o.pipeline} pipeline never holds the training set, "
+                              "so it cannot split a fraction off it; use val_source: test or another pipeline.")
+        if is_uri(o.data_dir) and not self.reads_uris:
+            raise ConfigError(f"data.data_dir {o.data_dir!r} is remote, and the {o.pipeline} pipeline reads local "
+                              "files only; use data.pipeline litdata, or a local folder.")
+
+    def prepare(self, path: Path) -> None:
+        """Build whatever this pipeline reads besides the Parquet split itself (run once, on one process)."""
+
+    def load(self, path: Path, require_labels: bool, place: Placement) -> Any:
+        """Read and check one split; what it returns is what ``loader`` and ``split_off`` take."""
+        raise NotImplementedError
+
+    def split_off(self, data: Any, fraction: float) -> tuple[Any, Any]:
+        """A seeded (train, validation) split of loaded training data."""
+        raise NotImplementedError
+
+    def loader(self, data: Any, train: bool, place: Placement) -> Iterable[dict[str, torch.Tensor]]:
+        """The iterable of ``{"image", "label"}`` batches Lightning trains or evaluates on."""
+        raise NotImplementedError
+
+    def worker_options(self, place: Placement) -> dict[str, Any]:
+        """The DataLoader settings this pipeline's loaders use; pinning applies only to CUDA."""
+        o = self.options
+        return {"num_workers": o.num_workers, "persistent_workers": o.persistent_workers,
+                "pin_memory": pins_memory(o.pin_memory, place.device), "prefetch_factor": o.prefetch_factor}
+
+    def order(self, train: bool) -> tuple[bool, bool]:
+        """(shuffle, drop_last) for a training or an evaluation loader."""
+        return (self.options.shuffle, self.options.drop_last) if train else (False, False)
+
+
+def is_uri(location) -> bool:
+    """Whether a data location is a URI (s3://, gs://, ...) rather than a local path."""
+    return "://" in str(location)
+
+
+def pins_memory(requested: bool, device: torch.device) -> bool:
+    """pin_memory as it applies: page-locked batches help only copies to a CUDA device."""
+    return bool(requested) and device.type == "cuda"
+
+
+def seeded_split(n: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted (train, validation) indices of a seeded random split of n rows."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    n_val = max(1, int(round(n * fraction)))
+    return order[n_val:].sort().values, order[:n_val].sort().values

@@ -79,7 +79,8 @@ class MNISTDataModule(L.LightningDataModule):
         stream_buffer_rows: int = 10_000,
     ):
         super().__init__()
-        _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source)
+        _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
+                       stream_buffer_rows)
         self.save_hyperparameters()
         self.pipeline = PIPELINES[pipeline](self.hparams)
         self.pipeline.check()
@@ -163,7 +164,8 @@ class MNISTDataModule(L.LightningDataModule):
         return {**{k: self.hparams[k] for k in keys}, "pin_memory_applied": self.pins_memory}
 
 
-def _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source) -> None:
+def _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
+                   stream_buffer_rows) -> None:
     """Reject option values that cannot work, naming the option and the fix."""
     names = [*DATASETS, "synthetic"]
     if dataset not in names:
@@ -180,4 +182,7 @@ def _check_options(dataset, pipeline, batch_size, num_workers, persistent_worker
         raise ConfigError("data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null.")
     if val_source != "test" and not (isinstance(val_source, (int, float)) and 0 < float(val_source) < 1):
         raise ConfigError(f"data.val_source must be 'test' or a fraction between 0 and 1 (got {val_source!r}).")
+    if stream_buffer_rows < 1:
+        raise ConfigError(f"data.stream_buffer_rows must be at least 1 (got {stream_buffer_rows}): it is how many rows "
+                          "the stream pipeline holds for shuffling.")
 

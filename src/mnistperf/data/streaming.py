@@ -35,7 +35,6 @@ from mnistperf.data import schema
 from mnistperf.data.datasets import normalize
 from mnistperf.data.pipeline import Pipeline, Placement
 from mnistperf.data.workers import WorkerLoader
-from mnistperf.errors import ConfigError
 
 READ_ROWS = 4096  # rows per pyarrow record batch
 
@@ -197,12 +196,6 @@ class StreamPipeline(Pipeline):
     """Record batches read from Parquet through a bounded, seeded shuffle buffer, by DataLoader workers."""
 
     can_split_off = False
-
-    def check(self) -> None:
-        super().check()
-        if self.options.stream_buffer_rows < 1:
-            raise ConfigError(f"data.stream_buffer_rows must be at least 1 (got {self.options.stream_buffer_rows}): "
-                              "it is how many rows the stream pipeline holds for shuffling.")
 
     def load(self, path: Path, require_labels: bool, place: Placement) -> ParquetStream:
         return ParquetStream(path, require_labels=require_labels, seed=self.options.seed)

@@ -62,6 +62,7 @@ def test_download_from_mirror_is_verified_and_cached(fake_raw, tmp_path, monkeyp
 
 
 def test_no_source_reachable_says_how_to_get_the_data(fake_raw, tmp_path):
+    (tmp_path / "empty").mkdir()
     with pytest.raises(DataError) as error:
         prepare.prepare_dataset("mnist", tmp_path / "data", source_root=tmp_path / "empty", log=lambda m: None)
     message = str(error.value)

@@ -1,7 +1,7 @@
-"""The single entry point: ``mnistperf {fit,validate,test,predict,prepare,bench}``.
+"""The single entry point: ``mnistperf {fit,validate,test,predict,prepare,bench,tune}``.
 
 ``fit``/``validate``/``test``/``predict`` are LightningCLI's own subcommands, configured by the
-YAML files in ``configs/``; ``prepare`` and ``bench`` sit beside them. ``main(args)`` takes
+YAML files in ``configs/``; ``prepare``, ``bench`` and ``tune`` sit beside them. ``main(args)`` takes
 the arguments as a list so that tests drive the whole CLI in-process. Errors the user can
 fix are printed as one line naming the file or option, with exit status 2; so are the trainer
 settings Lightning rejects (an accelerator this machine lacks, an impossible device count).
@@ -10,7 +10,9 @@ settings Lightning rejects (an accelerator this machine lacks, an impossible dev
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
@@ -19,10 +21,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.data import MNISTDataModule
-from mnistperf.errors import MnistperfError
+from mnistperf.errors import ConfigError, MnistperfError
 from mnistperf.model import ImageClassifier
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+DEBUG_ENV = "MNISTPERF_DEBUG"  # set to 1 to see the traceback behind a one-line error
 OVERVIEW = """\
 usage: mnistperf COMMAND [options]
 
@@ -33,6 +36,7 @@ commands:
   test       evaluate on the test split
   predict    predict the test split's labels
   bench      run the whole ladder (or a sweep) in fresh processes and print the table
+  tune       find the fastest input pipeline for this machine by measuring, and write a config
 
 `mnistperf COMMAND --help` shows each command's options.
 """
@@ -61,6 +65,38 @@ class MnistperfCLI(LightningCLI):
             run=run,
         )
 
+    def before_fit(self) -> None:
+        trainer = self.trainer
+        for name in ("limit_train_batches", "max_epochs", "max_steps"):
+            if getattr(trainer, name, None) == 0 or (name == "max_steps" and trainer.fit_loop.max_steps == 0):
+                raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
+
+    def after_fit(self) -> None:
+        if self.trainer.global_step == 0 and not self.trainer.interrupted:
+            raise ConfigError("fit trained no batch (the training split gave no batches with these options); "
+                              "check data.batch_size, data.drop_last and trainer.limit_train_batches.")
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        self._check_checkpoint()  # before LightningCLI reads the checkpoint's hyperparameters
+
+    def _check_checkpoint(self) -> None:
+        """An explicit checkpoint path must be a readable Lightning checkpoint (not 'last', 'best', ...)."""
+        subcommand = self.config.get("subcommand")
+        path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if path is None or str(path) in ("last", "best", "hpc", "registry"):
+            return
+        if not Path(path).is_file():
+            raise ConfigError(f"--ckpt_path {path}: no such file; give a checkpoint written by fit "
+                              "(lightning_logs/<config>/version_N/checkpoints/*.ckpt), or 'last'.")
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # truncated zip, pickle garbage, ...: torch raises many kinds
+            raise ConfigError(f"--ckpt_path {path} is not a readable checkpoint ({type(exc).__name__}); "
+                              "it may be truncated or not a checkpoint: use another one.") from None
+        if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+            raise ConfigError(f"--ckpt_path {path} holds no model state_dict; give a checkpoint written by fit.")
+
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
         precision = str(config.trainer.precision)
@@ -86,8 +122,21 @@ def prepare_command(argv: Sequence[str]) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of --dataset synthetic")
     parser.add_argument("--litdata", action="store_true",
                         help="also write the litdata copy each split needs for data.pipeline litdata")
+    parser.add_argument("--from", dest="source", type=Path, default=None, metavar="DIR",
+                        help="import your own data: a folder with train and test splits as CSV (Kaggle's layout) "
+                             "or Parquet (Hugging Face's image layout, or pixel columns)")
+    parser.add_argument("--name", default=None, help="with --from: the dataset's name, its folder under --data-dir "
+                                                     "(default: the folder's name); use it as --data.dataset NAME")
     opts = parser.parse_args(argv)
-    if opts.dataset == "synthetic":
+    if opts.name is not None and opts.source is None:
+        parser.error("--name goes with --from DIR, the folder to import")
+    if opts.source is not None:
+        from mnistperf.data import importer
+
+        opts.dataset = opts.name or opts.source.resolve().name
+        reports = importer.import_folder(opts.source, opts.dataset, Path(opts.data_dir),
+                                         prepare.check_formats(opts.formats.split(",")), force=opts.force)
+    elif opts.dataset == "synthetic":
         reports = prepare.prepare_synthetic(opts.rows, opts.data_dir, seed=opts.seed, force=opts.force)
     else:
         names = list(sources.DATASETS) if opts.dataset == "all" else [opts.dataset]
@@ -101,8 +150,7 @@ def prepare_command(argv: Sequence[str]) -> None:
     if opts.litdata:
         from mnistperf.data.litdata_stream import prepare_copies
 
-        names = ["synthetic"] if opts.dataset == "synthetic" else (
-            list(sources.DATASETS) if opts.dataset == "all" else [opts.dataset])
+        names = list(sources.DATASETS) if opts.dataset == "all" else [opts.dataset]
         prepare_copies([prepare.split_path(opts.data_dir, name, split) for name in names for split in prepare.SPLITS],
                        force=opts.force)
 
@@ -118,6 +166,10 @@ def main(args: Optional[Sequence[str]] = None) -> None:
             from mnistperf.bench.runner import bench_command
 
             bench_command(argv[1:])
+        elif command == "tune":
+            from mnistperf.tune.command import tune_command
+
+            tune_command(argv[1:])
         elif command in LIGHTNING_COMMANDS:
             MnistperfCLI(args=None if args is None else argv)
         else:
@@ -126,5 +178,7 @@ def main(args: Optional[Sequence[str]] = None) -> None:
                 print(f"mnistperf: error: unknown command {command!r}", file=sys.stderr)
                 raise SystemExit(2)
     except (MnistperfError, MisconfigurationException) as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
         print(f"mnistperf: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -75,15 +75,19 @@ def _spread(row: Row, key: str) -> str:
 def table_rows(rows: list[Row]) -> list[dict[str, str]]:
     """The printable columns of every row."""
     base = next((r.epoch_s for r in rows if r.epoch_s), None)
-    lightning_by_stage = {r.stage: r for r in rows if r.runner == "lightning" and not r.overrides and r.summaries}
+    lightning_rows = [r for r in rows if r.runner == "lightning" and r.summaries and r.med("avg_train_s")]
     out = []
     for r in rows:
         ref = reference.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
         epoch = r.epoch_s
         note = r.error or ""
-        if r.runner == "plain" and r.stage in lightning_by_stage and r.med("avg_train_s"):
-            ratio = lightning_by_stage[r.stage].med("avg_train_s") / r.med("avg_train_s")
-            note = f"Lightning/plain train time: {ratio:.3f}x"
+        same_stage = [lr for lr in lightning_rows if lr.stage == r.stage]
+        if r.runner == "plain" and same_stage and r.med("avg_train_s"):
+            ratios = [(lr, lr.med("avg_train_s") / r.med("avg_train_s")) for lr in same_stage]
+            if len(ratios) == 1:
+                note = f"Lightning/plain train time: {ratios[0][1]:.3f}x"
+            else:
+                note = "Lightning/plain train time: " + ", ".join(f"{x:.3f}x ({lr.label})" for lr, x in ratios)
         out.append(
             {
                 "stage": r.label,
@@ -129,9 +133,11 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
     env = environment_of(rows)
     written = []
 
+    unfinished = [r.label for r in rows if not r.summaries]
     md = [
-        "# mnistperf bench",
+        "# mnistperf bench" + (" (incomplete)" if unfinished else ""),
         "",
+        *([f"- **incomplete**: no result for {', '.join(unfinished)} (see each row's note)", ""] if unfinished else []),
         f"- device: {env.get('device', 'unknown')}; CPU count: {env.get('cpu_count', '?')}",
         f"- versions: {env.get('versions', {})}",
         f"- settings: {json.dumps(settings)}",

@@ -1,5 +1,8 @@
 """``mnistperf bench``: run stages (and sweeps) each in a fresh process, then report.
 
+Repeats are interleaved: every configuration runs once, then every configuration again, so
+figures compared side by side were measured under the same conditions.
+
 Every run is ``python -m mnistperf fit --config configs/<stage>.yaml`` in its own process, so
 no worker, allocator or device state leaks from one stage into the next; the bench reads the
 ``timing.json`` that the run's EpochTimer wrote. A plain-PyTorch run of one stage gives the
@@ -132,11 +135,33 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return opts
 
 
+def check_key(key: str, option: str) -> None:
+    """A --set or --sweep key must name an option a stage config has: data.X, model.X, trainer.X or seed_everything."""
+    import inspect
+
+    from lightning.pytorch import Trainer
+
+    from mnistperf.data import MNISTDataModule
+    from mnistperf.model import ImageClassifier
+
+    section, _, name = key.partition(".")
+    known = {"data": MNISTDataModule, "model": ImageClassifier, "trainer": Trainer}
+    if key == "seed_everything":
+        return
+    if section not in known or name.split(".")[0] not in inspect.signature(known[section].__init__).parameters:
+        raise ConfigError(f"{option} {key}: no stage config has this option; use data.NAME, model.NAME or "
+                          "trainer.NAME (`python -m mnistperf fit --help` lists them).")
+
+
 def plan_runs(opts: argparse.Namespace) -> list[Plan]:
     """Every configuration the options ask for, in order: stages x sweep values, then the baseline."""
     stages = resolve_stages(opts.stages, opts.config_dir)
     sweeps = [parse_sweep(s) for s in opts.sweep]
     fixed = [parse_setting(s) for s in opts.set]
+    for key, _ in sweeps:
+        check_key(key, "--sweep")
+    for key, _ in fixed:
+        check_key(key, "--set")
     if opts.dataset:
         fixed.append(("data.dataset", opts.dataset))
 
@@ -172,19 +197,23 @@ def bench_command(argv: Sequence[str]) -> None:
     rows = [plan.row for plan in plans]
     print(f"mnistperf bench: {len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs; results in {out}")
     try:
-        for index, plan in enumerate(plans, 1):
-            for repeat in range(1, opts.repeats + 1):
+        # Repeats go round the configurations (A B C A B C ...), so a drift of the machine over the
+        # bench (heat, other load) spreads over every row instead of landing on one.
+        for repeat in range(1, opts.repeats + 1):
+            for index, plan in enumerate(plans, 1):
+                if plan.row.error is not None:
+                    continue  # failed before: its error stays in its row
                 print(f"[{index}/{len(plans)}] {plan.row.label} (repeat {repeat}/{opts.repeats})", flush=True)
                 command, summary_path = plan.command(out / "runs", f"{index:02d}_{plan.row.stage}_r{repeat}")
                 status, last_line, memory = run_process(command, plan.row.label)
                 if status != 0 or not summary_path().is_file():
                     plan.row.error = f"failed (exit {status}): {last_line}"
                     print(f"    {plan.row.label}: {plan.row.error}", flush=True)
-                    break
-                summary = json.loads(summary_path().read_text())
-                summary["peak_rss_mb"].update(memory)
-                plan.row.summaries.append(summary)
-            write_all(rows, out, settings, opts.log_scale)
+                else:
+                    summary = json.loads(summary_path().read_text())
+                    summary["peak_rss_mb"].update(memory)
+                    plan.row.summaries.append(summary)
+                write_all(rows, out, settings, opts.log_scale)
     except KeyboardInterrupt:
         print("\ninterrupted: keeping the rows already finished", flush=True)
         for row in rows:
@@ -194,3 +223,5 @@ def bench_command(argv: Sequence[str]) -> None:
     print()
     print(markdown_table(rows))
     print("\nwritten: " + ", ".join(str(p) for p in written))
+    if not any(row.summaries for row in rows):
+        raise ConfigError(f"every run failed, so nothing was measured; the first error: {rows[0].error}")

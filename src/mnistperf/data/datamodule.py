@@ -7,6 +7,7 @@ and how the DataLoader is set up. ``prepare_data`` converts the raw files once (
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal, Optional, Union
 
@@ -23,7 +24,7 @@ from mnistperf.data.sources import DATASETS
 from mnistperf.data.streaming import StreamPipeline
 from mnistperf.errors import ConfigError
 
-DatasetName = Literal["fashion_mnist", "mnist", "synthetic"]
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 PipelineName = Literal["v1", "v2", "resident", "stream", "litdata"]
 # The one registry of pipelines: a new pipeline is a module with a Pipeline subclass and a line here.
 PIPELINES: dict[str, type[Pipeline]] = {
@@ -39,7 +40,8 @@ class MNISTDataModule(L.LightningDataModule):
     """MNIST-style Parquet data with the DataLoader options the ladder tunes.
 
     Args:
-        dataset: which prepared dataset to read: ``fashion_mnist``, ``mnist`` or ``synthetic``.
+        dataset: which dataset to read: ``fashion_mnist``, ``mnist`` or ``synthetic`` (made by
+            ``prepare``), or the name of a dataset of your own, read from ``<data_dir>/<name>/``.
         data_dir: folder holding ``<Folder>/{train,test}.parquet`` (for ``synthetic``, the shard
             folders ``Synthetic/{train,test}/``); for the litdata pipeline also a URI such as
             ``s3://bucket/data`` holding ``<Folder>/litdata/{train,test}/``.
@@ -63,7 +65,7 @@ class MNISTDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        dataset: DatasetName = "fashion_mnist",
+        dataset: str = "fashion_mnist",
         data_dir: str = "data",
         pipeline: PipelineName = "v2",
         batch_size: int = 64,
@@ -79,7 +81,7 @@ class MNISTDataModule(L.LightningDataModule):
         stream_buffer_rows: int = 10_000,
     ):
         super().__init__()
-        _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
+        _check_options(dataset, data_dir, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
                        stream_buffer_rows)
         self.save_hyperparameters()
         self.pipeline = PIPELINES[pipeline](self.hparams)
@@ -97,7 +99,7 @@ class MNISTDataModule(L.LightningDataModule):
         if is_uri(self.data_dir):  # remote data is prepared where it was made, then uploaded
             return
         missing = [s for s in prepare.SPLITS if not prepare.split_path(self.data_dir, hp.dataset, s).exists()]
-        if missing and hp.dataset != "synthetic":
+        if missing and hp.dataset in DATASETS:  # only the official datasets can be made here
             prepare.prepare_dataset(hp.dataset, self.data_dir, source_root=hp.source_root)
         for split in prepare.SPLITS:
             path = prepare.split_path(self.data_dir, hp.dataset, split)
@@ -164,12 +166,16 @@ class MNISTDataModule(L.LightningDataModule):
         return {**{k: self.hparams[k] for k in keys}, "pin_memory_applied": self.pins_memory}
 
 
-def _check_options(dataset, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
+def _check_options(dataset, data_dir, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
                    stream_buffer_rows) -> None:
     """Reject option values that cannot work, naming the option and the fix."""
-    names = [*DATASETS, "synthetic"]
-    if dataset not in names:
-        raise ConfigError(f"data.dataset: unknown dataset {dataset!r}; choose one of {', '.join(names)}.")
+    if not is_uri(data_dir) and Path(data_dir).exists() and not Path(data_dir).is_dir():
+        raise ConfigError(f"data.data_dir {data_dir} is a file; give the folder that holds the datasets "
+                          "(data/ by default).")
+    if not _FOLDER_NAME.match(str(dataset)):
+        names = ", ".join([*DATASETS, "synthetic"])
+        raise ConfigError(f"data.dataset {dataset!r} is neither a built-in dataset ({names}) nor a folder name "
+                          "of your own (letters, digits, '_', '-', '.'); use the folder's name under data_dir.")
     if pipeline not in PIPELINES:
         raise ConfigError(f"data.pipeline: unknown pipeline {pipeline!r}; choose one of {', '.join(PIPELINES)}.")
     if batch_size < 1:

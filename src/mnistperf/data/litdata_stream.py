@@ -66,8 +66,8 @@ def write_copy(split: Path, target: Path) -> int:
     def write(folder: Path) -> None:
         nonlocal rows
         writer = BinaryWriter(str(folder), chunk_bytes=CHUNK_BYTES)
-        for file, parquet in schema.checked_files(split, require_labels=False):
-            table = parquet.read()
+        for file, parquet, layout in schema.checked_files(split, require_labels=False):
+            table = layout.canonical(parquet.read())
             schema.check_values(table, file)
             pixels, labels = (t.numpy() for t in schema.to_tensors(table))
             for pixel_row, label in zip(pixels, labels.tolist()):

@@ -47,17 +47,28 @@ class FormatReport:
     read_s: float
 
 
+def is_builtin(dataset: str) -> bool:
+    """Whether mnistperf knows how to make this dataset (the official ones and synthetic)."""
+    return dataset in sources.DATASETS or dataset == "synthetic"
+
+
 def dataset_folder(dataset: str) -> str:
+    """The folder under data_dir: the built-in datasets' own names, or a dataset of the user's own by its name."""
     if dataset == "synthetic":
         return SYNTHETIC_FOLDER
-    return sources.DATASETS[dataset].folder
+    if dataset in sources.DATASETS:
+        return sources.DATASETS[dataset].folder
+    return dataset
 
 
 def split_path(data_dir: str | os.PathLike, dataset: str, split: str, fmt: str = "parquet") -> Path:
-    """Where a prepared split lives: <data_dir>/<Folder>/<split>.<fmt>, or the shard folder <split>/ for synthetic."""
-    if dataset == "synthetic" and fmt == "parquet":
-        return Path(data_dir) / SYNTHETIC_FOLDER / split
-    return Path(data_dir) / dataset_folder(dataset) / f"{split}.{fmt}"
+    """Where a split lives: <data_dir>/<Folder>/<split>.<fmt>, or a folder of shards <split>/ (always for
+    synthetic; for a dataset of the user's own, when there is no single file)."""
+    folder = Path(data_dir) / dataset_folder(dataset)
+    if fmt == "parquet" and (dataset == "synthetic" or (not is_builtin(dataset) and (folder / split).is_dir()
+                                                        and not (folder / f"{split}.parquet").exists())):
+        return folder / split
+    return folder / f"{split}.{fmt}"
 
 
 def is_ready(path: Path, expected_rows: int | None = None) -> bool:
@@ -77,7 +88,7 @@ def is_ready(path: Path, expected_rows: int | None = None) -> bool:
     return expected_rows is None or rows == expected_rows
 
 
-def _write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: Iterable[str]) -> list[FormatReport]:
+def write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: Iterable[str]) -> list[FormatReport]:
     reports = []
     for fmt in formats:
         path = split_path(data_dir, dataset, split, fmt)
@@ -105,7 +116,7 @@ def prepare_dataset(
     """Prepare one official dataset; return a report per split and format written (empty if ready)."""
     if dataset not in sources.DATASETS:
         raise ConfigError(f"unknown dataset {dataset!r}: choose one of {', '.join(sources.DATASETS)}.")
-    formats = _check_formats(formats)
+    formats = check_formats(formats)
     spec = sources.DATASETS[dataset]
     wanted = [split_path(data_dir, dataset, s, f) for s in SPLITS for f in formats]
     if not force and all(p.is_file() if p.suffix == ".csv" else is_ready(p) for p in wanted):
@@ -118,7 +129,7 @@ def prepare_dataset(
         images, labels = sources.load_split(spec, split, source_root, cache_dir, log)
         decode_s = time.perf_counter() - start
         log(f"{spec.folder} {split}: {len(images):,} images verified and decoded in {decode_s:.2f} s")
-        reports += _write_split(schema.build_table(images, labels), dataset, split, data_dir, formats)
+        reports += write_split(schema.build_table(images, labels), dataset, split, data_dir, formats)
     return reports
 
 
@@ -159,7 +170,7 @@ def prepare_synthetic(
     return reports
 
 
-def _check_formats(formats: Iterable[str]) -> list[str]:
+def check_formats(formats: Iterable[str]) -> list[str]:
     formats = [f.strip() for f in formats if f.strip()]
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
@@ -193,8 +204,18 @@ def require_prepared(dataset: str, data_dir, split: str) -> Path:
         return path
     if dataset == "synthetic":
         how = "`python -m mnistperf prepare --dataset synthetic --rows N`"
+    elif not is_builtin(dataset):
+        return _require_own(dataset, Path(data_dir), path)
     else:
         how = f"`python -m mnistperf prepare --dataset {dataset}`, which needs the raw files: " + sources.how_to_get(
             sources.DATASETS[dataset]
         )
     raise DataError(f"{path} not found. Create it with {how}.")
+
+
+def _require_own(dataset: str, data_dir: Path, path: Path) -> Path:
+    raise DataError(
+        f"{path} not found: data.dataset {dataset!r} is a dataset of your own, read from {data_dir / dataset}/ "
+        f"(train.parquet and test.parquet, or train/ and test/ folders of shards). Put them there, or convert a "
+        f"folder of CSV or Hugging Face Parquet files with `python -m mnistperf prepare --from DIR --name {dataset}`."
+    )

@@ -1,7 +1,13 @@
 """The Parquet layout every pipeline reads, and the checks that keep bad files out of training.
 
-One row per image: an integer ``label`` column (0..9) and 784 uint8 columns ``pixel0`` ..
-``pixel783`` in row-major order. A split is one Parquet file, or a folder of Parquet files
+One row per image: an integer label column (0..9) and 784 integer pixel columns (0..255) in
+row-major pixel order. ``prepare`` writes them as ``label`` and ``pixel0`` .. ``pixel783``
+(uint8), but a split of the user's own may name them otherwise, as the original experiment
+allowed: the label is the one column named ``label`` (or ``labels``, ``target``, ``class``,
+``y``; any case), and every other column is a pixel, whatever its name (``pixel1..784``,
+``pixel_0..``, ``0..783``). Pixels are taken in the order of the numbers in their names when
+every name has one, else in file order. :class:`Layout` maps such a file onto the canonical
+names once, at no copy, so the pipelines only ever see ``label`` and ``pixel0..783``. A split is one Parquet file, or a folder of Parquet files
 (shards, read in name order) for data too large to keep one file's footer in every reader's
 memory. Files are checked once, in the main process, when a pipeline is set up, so a malformed
 file fails with a message naming the file and the fix instead of crashing inside a DataLoader
@@ -11,8 +17,9 @@ worker.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -23,11 +30,13 @@ import torch
 from mnistperf.errors import DataError
 
 LABEL_COLUMN = "label"
+LABEL_NAMES = ("label", "labels", "target", "class", "y")  # compared case-insensitively
 NUM_PIXELS = 28 * 28
 PIXEL_COLUMNS = [f"pixel{i}" for i in range(NUM_PIXELS)]
 NUM_CLASSES = 10
 NO_LABEL = -1
 _PIXEL_NAME = re.compile(r"pixel\d+$")
+_NUMBER = re.compile(r"(\d+)\D*$")
 
 REPREPARE = "re-create it with `python -m mnistperf prepare --force`"
 
@@ -64,31 +73,69 @@ def open_parquet(path: Path) -> pq.ParquetFile:
         raise DataError(f"{path} is not a readable Parquet file ({exc}); {REPREPARE}.") from exc
 
 
-def check_schema(schema: pa.Schema, num_rows: int, path: Path, require_labels: bool, allow_float: bool = True) -> bool:
-    """Check column names and types; return whether the file has labels.
+@dataclass(frozen=True)
+class Layout:
+    """Which columns of a file hold the label and the 784 pixels, in pixel order."""
+
+    label: Optional[str]
+    pixels: tuple[str, ...]
+
+    @property
+    def has_labels(self) -> bool:
+        return self.label is not None
+
+    @property
+    def is_canonical(self) -> bool:
+        return self.label in (None, LABEL_COLUMN) and self.pixels == tuple(PIXEL_COLUMNS)
+
+    def canonical(self, data: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
+        """The same data with only the label and pixel columns, named ``label`` and ``pixel0..783`` (no copy)."""
+        if self.is_canonical and data.num_columns == len(self.pixels) + self.has_labels:
+            return data
+        names = ([self.label] if self.label else []) + list(self.pixels)
+        selected = data.select(names)
+        return selected.rename_columns(([LABEL_COLUMN] if self.label else []) + PIXEL_COLUMNS)
+
+
+def find_layout(names: list[str], path: Path) -> Layout:
+    """The layout of a file with these column names, or a DataError saying what was found and what is expected."""
+    labels = [n for n in names if n.lower() in LABEL_NAMES]
+    if len(labels) > 1:
+        raise DataError(f"{path} has {len(labels)} label-like columns ({', '.join(labels)}); keep exactly one, "
+                        f"named {LABEL_COLUMN!r}, beside the {NUM_PIXELS} pixel columns.")
+    label = labels[0] if labels else None
+    pixels = [n for n in names if n != label]
+    if len(pixels) != NUM_PIXELS:
+        what = f"{len(pixels)} columns besides the label {label!r}" if label else f"{len(pixels)} columns and no label column"
+        raise DataError(f"{path} has {what}; expected a label column ({' or '.join(LABEL_NAMES)}) and exactly "
+                        f"{NUM_PIXELS} pixel columns (28x28 images) in pixel order.")
+    numbers = [_NUMBER.search(n) for n in pixels]
+    if all(numbers):
+        values = [int(m.group(1)) for m in numbers]
+        if sorted(values) == list(range(min(values), min(values) + NUM_PIXELS)):  # 0..783 or 1..784: by number
+            pixels = [n for _, n in sorted(zip(values, pixels))]
+    return Layout(label, tuple(pixels))
+
+
+def check_schema(schema: pa.Schema, num_rows: int, path: Path, require_labels: bool, allow_float: bool = True) -> Layout:
+    """Check column names and types; return the file's layout.
 
     Float columns pass only with ``allow_float``, for a caller that reads the values next: check_values
     rejects them too, and can say whether they hold NaN.
     """
     if num_rows == 0:
         raise DataError(f"{path} is empty (0 rows); {REPREPARE}.")
-    pixel_names = [n for n in schema.names if _PIXEL_NAME.match(n)]
-    if sorted(pixel_names) != sorted(PIXEL_COLUMNS):
-        raise DataError(
-            f"{path} has {len(pixel_names)} pixel columns, expected {NUM_PIXELS} named pixel0..pixel{NUM_PIXELS - 1} "
-            f"(28x28 images); {REPREPARE}."
-        )
-    has_labels = LABEL_COLUMN in schema.names
-    if require_labels and not has_labels:
+    layout = find_layout(schema.names, path)
+    if require_labels and not layout.has_labels:
         raise DataError(
             f"{path} has no '{LABEL_COLUMN}' column, which training, validation and testing need; "
             f"add the labels or use the file only with `predict`."
         )
-    for name in PIXEL_COLUMNS + ([LABEL_COLUMN] if has_labels else []):
+    for name in list(layout.pixels) + ([layout.label] if layout.has_labels else []):
         dtype = schema.field(name).type
         if not (pa.types.is_integer(dtype) or (allow_float and pa.types.is_floating(dtype))):
             raise DataError(f"{path}: column {name} has type {dtype}, expected integers; {REPREPARE}.")
-    return has_labels
+    return layout
 
 
 def check_values(table: pa.Table | pa.RecordBatch, path: Path) -> None:
@@ -118,7 +165,8 @@ def check_values(table: pa.Table | pa.RecordBatch, path: Path) -> None:
             )
 
 
-def checked_files(path: Path, require_labels: bool, allow_float: bool = True) -> Iterator[tuple[Path, pq.ParquetFile]]:
+def checked_files(path: Path, require_labels: bool,
+                  allow_float: bool = True) -> Iterator[tuple[Path, pq.ParquetFile, Layout]]:
     """Open the files of a split one by one, each schema checked, all with labels or all without.
 
     A footer can be large, so the caller drops each ParquetFile before asking for the next.
@@ -126,20 +174,22 @@ def checked_files(path: Path, require_labels: bool, allow_float: bool = True) ->
     has_labels = None
     for file in parquet_files(path):
         parquet = open_parquet(file)
-        labelled = check_schema(parquet.schema_arrow, parquet.metadata.num_rows, file, require_labels, allow_float)
+        layout = check_schema(parquet.schema_arrow, parquet.metadata.num_rows, file, require_labels, allow_float)
+        labelled = layout.has_labels
         if has_labels is not None and labelled != has_labels:
             state = "has" if labelled else "lacks"
             raise DataError(f"{file} {state} a '{LABEL_COLUMN}' column, unlike the shards before it; {REPREPARE}.")
         has_labels = labelled
-        yield file, parquet
+        yield file, parquet, layout
         del parquet
 
 
 def read_checked(path: Path, require_labels: bool) -> pa.Table:
-    """Read a whole split (file or shards) and check it; the table is safe to hand to any pipeline."""
+    """Read a whole split (file or shards) and check it; the table, in the canonical layout, is safe to hand
+    to any pipeline."""
     tables = []
-    for file, parquet in checked_files(path, require_labels):
-        tables.append(parquet.read())
+    for file, parquet, layout in checked_files(path, require_labels):
+        tables.append(layout.canonical(parquet.read(columns=[c for c in (layout.label,) if c] + list(layout.pixels))))
         check_values(tables[-1], file)
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 

@@ -105,8 +105,12 @@ def how_to_get(spec: DatasetSpec) -> str:
 def candidate_dirs(spec: DatasetSpec, source_root: str | os.PathLike | None, cache_dir: Path) -> list[Path]:
     """Local folders to search, in order of preference."""
     dirs = []
+    named = "--source-root" if source_root is not None else SOURCE_ROOT_ENV
     root = source_root if source_root is not None else os.environ.get(SOURCE_ROOT_ENV)
     if root:
+        if not Path(root).is_dir():  # named on purpose: passing it over would hide a typo
+            raise DataError(f"{named} {root}: no such folder; give the folder that holds "
+                            f"{spec.source_folder}/ with the official .gz files.")
         dirs.append(Path(root) / spec.source_folder)
     dirs.append(SYSTEM_DATASETS_DIR / spec.source_folder)
     dirs.append(cache_dir)

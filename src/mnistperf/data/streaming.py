@@ -44,9 +44,10 @@ class ParquetStream(IterableDataset):
 
     def __init__(self, path: Path, require_labels: bool, seed: int = 0):
         self.path = path
-        self.files, counts = [], []
-        for file, parquet in schema.checked_files(path, require_labels, allow_float=False):
+        self.files, self.layouts, counts = [], [], []
+        for file, parquet, layout in schema.checked_files(path, require_labels, allow_float=False):
             self.files.append(file)
+            self.layouts.append(layout)
             counts.append(parquet.metadata.num_rows)
             del parquet  # one footer at a time: none is kept
         self.file_offsets = np.cumsum([0] + counts).tolist()  # first row of each file
@@ -98,9 +99,10 @@ class ParquetStream(IterableDataset):
         for index, file in enumerate(self.files):
             first, last = self.file_offsets[index], self.file_offsets[index + 1]
             if first < end and last > begin:
-                yield from self._read_file(file, max(begin - first, 0), min(end, last) - first)
+                yield from self._read_file(file, self.layouts[index], max(begin - first, 0), min(end, last) - first)
 
-    def _read_file(self, file: Path, begin: int, end: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _read_file(self, file: Path, layout: schema.Layout, begin: int,
+                   end: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Rows [begin, end) of one file, one row group at a time."""
         import pyarrow.parquet as pq
 
@@ -111,11 +113,12 @@ class ParquetStream(IterableDataset):
         for group in groups:
             # One row group per call: asked for many at once, pyarrow reads ahead and memory grows with the file.
             position = int(offsets[group])
-            for record_batch in parquet.iter_batches(batch_size=READ_ROWS, row_groups=[group]):
+            columns = [c for c in (layout.label,) if c] + list(layout.pixels)
+            for record_batch in parquet.iter_batches(batch_size=READ_ROWS, row_groups=[group], columns=columns):
                 lo, hi = max(begin - position, 0), min(end - position, record_batch.num_rows)
                 position += record_batch.num_rows
                 if lo < hi:
-                    piece = record_batch.slice(lo, hi - lo)
+                    piece = layout.canonical(record_batch.slice(lo, hi - lo))
                     schema.check_values(piece, file)
                     yield schema.to_tensors(piece)
 

@@ -1,0 +1,163 @@
+"""Import MNIST-style data in the layouts people have into the project's layout.
+
+    python -m mnistperf prepare --from DIR --name NAME [--data-dir data]
+
+DIR holds a train and a test split, each one file or several (shards, read in name order):
+
+* **CSV**, Kaggle's layout: a label, then 784 pixels per row, with a header (``label,
+  pixel1..pixel784`` or any names :func:`mnistperf.data.schema.find_layout` accepts) or without
+  one (then the first column is the label);
+* **Hugging Face Parquet**: an ``image`` column of structs holding PNG ``bytes`` (and a
+  ``path``) and a ``label`` column, in files such as ``train-00000-of-00001.parquet``; every PNG
+  is decoded once, here, and must be a 28x28 grayscale image;
+* **Parquet** with a label and 784 pixel columns under any names.
+
+A file belongs to the split whose name (``train``/``test``) stands in its file name, as a word
+(``train.csv``, ``mnist_train.csv``, ``fashion-mnist_test.csv``, ``train-00000-of-00001.parquet``),
+or in the name of a folder above it. The result is ``DATA_DIR/NAME/{train,test}.parquet``, in
+the canonical layout, written atomically and checked as every prepared split is.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from mnistperf.data import prepare, schema
+from mnistperf.errors import ConfigError, DataError
+
+SPLIT_WORD = {split: re.compile(rf"(^|[^a-z]){split}([^a-z]|$)") for split in prepare.SPLITS}
+SUFFIXES = (".csv", ".parquet")
+EXAMPLES = "train.csv, mnist_train.csv or train-00000-of-00001.parquet"
+
+
+def find_splits(folder: Path) -> dict[str, list[Path]]:
+    """The CSV or Parquet files of each split under folder, in name order; a DataError if a split is missing."""
+    if not folder.is_dir():
+        raise DataError(f"--from {folder}: no such folder; give the folder that holds the train and test files.")
+    found: dict[str, list[Path]] = {split: [] for split in prepare.SPLITS}
+    for file in sorted(folder.rglob("*")):
+        if not file.is_file() or file.suffix.lower() not in SUFFIXES or file.name.startswith("."):
+            continue
+        words = [part.lower() for part in file.relative_to(folder).parts]
+        splits = {s for s, word in SPLIT_WORD.items() if any(word.search(part) for part in words)}
+        if len(splits) == 1:
+            found[splits.pop()].append(file)
+    for split, files in found.items():
+        if not files:
+            raise DataError(f"{folder} has no {split} split: expected CSV or Parquet files named like {EXAMPLES} "
+                            f"(or inside a folder named {split}/).")
+        kinds = {f.suffix.lower() for f in files}
+        if len(kinds) > 1:
+            raise DataError(f"{folder}: the {split} split mixes CSV and Parquet files ({', '.join(map(str, files[:3]))}"
+                            "...); keep one format per split.")
+    return found
+
+
+def _has_header(file: Path) -> bool:
+    with open(file, encoding="utf-8", errors="replace") as handle:
+        first = handle.readline().split(",")[0].strip().strip('"')
+    return not first.lstrip("-").isdigit()
+
+
+def read_csv(file: Path) -> pa.Table:
+    """A CSV file in the canonical layout: header or not, label column first where there is no header."""
+    header = _has_header(file)
+    options = pacsv.ReadOptions(autogenerate_column_names=not header)
+    try:
+        table = pacsv.read_csv(file, read_options=options)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DataError(f"{file} is not a readable CSV file ({exc}).") from exc
+    if header:
+        layout = schema.find_layout(table.column_names, file)
+        if not layout.has_labels:
+            raise DataError(f"{file} has a header without a label column; name the label column 'label'.")
+    else:
+        if table.num_columns != schema.NUM_PIXELS + 1:
+            raise DataError(f"{file} has {table.num_columns} columns and no header; expected "
+                            f"{schema.NUM_PIXELS + 1}: the label, then {schema.NUM_PIXELS} pixels.")
+        layout = schema.Layout(table.column_names[0], tuple(table.column_names[1:]))
+    return layout.canonical(table)
+
+
+def _image_column(table_schema: pa.Schema) -> str | None:
+    """The column holding encoded images: a struct with a 'bytes' field, or a binary column."""
+    for field in table_schema:
+        if pa.types.is_struct(field.type) and field.type.get_field_index("bytes") >= 0:
+            return field.name
+        if pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type):
+            return field.name
+    return None
+
+
+def decode_images(file: Path, column: pa.ChunkedArray) -> np.ndarray:
+    """PNG (or any Pillow-readable) bytes to uint8 [N, 28, 28]; one line naming the file and row on a bad image."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ConfigError(f"{file} holds encoded images; decoding them needs Pillow: "
+                          "pip install 'mnistperf[import]' (or pip install pillow).") from None
+    if pa.types.is_struct(column.type):
+        column = column.combine_chunks().field("bytes")
+    images = np.empty((len(column), 28, 28), dtype=np.uint8)
+    for row, encoded in enumerate(column.to_pylist()):
+        try:
+            image = Image.open(io.BytesIO(encoded))
+            image.load()
+        except Exception as exc:  # Pillow raises many kinds for a broken image
+            raise DataError(f"{file}: the image in row {row} does not decode ({type(exc).__name__}: {exc}); "
+                            "re-export it as a 28x28 grayscale PNG.") from None
+        if image.mode != "L" or image.size != (28, 28):
+            raise DataError(f"{file}: the image in row {row} is {image.size[0]}x{image.size[1]} {image.mode}; "
+                            "expected 28x28 grayscale (mode L), as MNIST-style data is.")
+        images[row] = np.asarray(image)
+    return images
+
+
+def read_parquet(file: Path) -> pa.Table:
+    """A Parquet file, Hugging Face's image layout or pixel columns, in the canonical layout."""
+    parquet = schema.open_parquet(file)
+    image_column = _image_column(parquet.schema_arrow)
+    if image_column is None:
+        return schema.read_checked(file, require_labels=True)
+    table = parquet.read()
+    labels = [n for n in table.column_names if n.lower() in schema.LABEL_NAMES]
+    if len(labels) != 1:
+        raise DataError(f"{file} has an image column {image_column!r} and {len(labels)} label columns; "
+                        f"expected one, named {schema.LABEL_COLUMN!r}.")
+    images = decode_images(file, table.column(image_column))
+    return schema.build_table(images, table.column(labels[0]).to_numpy())
+
+
+def read_split(files: Iterable[Path]) -> pa.Table:
+    """Every file of one split, checked, as one table in the canonical layout."""
+    tables = []
+    for file in files:
+        table = read_csv(file) if file.suffix.lower() == ".csv" else read_parquet(file)
+        schema.check_values(table, file)
+        tables.append(table.cast(schema.build_table(np.zeros((0, 28, 28), np.uint8), np.zeros(0, np.int64)).schema))
+    return pa.concat_tables(tables)
+
+
+def import_folder(folder: Path, name: str, data_dir: Path, formats: list[str], force: bool = False) -> list:
+    """Convert folder's train and test splits into data_dir/name/; return the size/time reports."""
+    if prepare.is_builtin(name):
+        raise ConfigError(f"--name {name!r} is a built-in dataset; choose another name for your own data.")
+    targets = {split: prepare.split_path(data_dir, name, split) for split in prepare.SPLITS}
+    if not force and all(prepare.is_ready(path) for path in targets.values()):
+        print(f"{name}: ready in {data_dir / name} (use --force to rebuild)", flush=True)
+        return []
+    splits = find_splits(folder)
+    tables = {split: read_split(files) for split, files in splits.items()}  # all checked before anything is written
+    reports = []
+    for split, table in tables.items():
+        print(f"{name} {split}: {table.num_rows:,} images from {len(splits[split])} file(s) in {folder}", flush=True)
+        reports += prepare.write_split(table, name, split, data_dir, formats)
+    return reports

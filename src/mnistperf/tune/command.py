@@ -1,0 +1,124 @@
+"""``python -m mnistperf tune --config CONFIG [--set KEY=VALUE ...] [--budget MINUTES] [--out tuned.yaml]``.
+
+Reads the config as ``fit`` would (every ``--set`` applied), measures (see
+:mod:`mnistperf.tune.search`), and writes a standalone config that ``fit`` runs as is: the input
+config with the chosen data settings and comments stating what was measured, plus a table of
+every probe printed and written beside it (``<out>.probes.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import yaml
+
+from mnistperf.atomic import atomic_write
+from mnistperf.bench.runner import check_key, parse_setting
+from mnistperf.errors import ConfigError
+from mnistperf.timing.summary import describe_device
+from mnistperf.tune import search as tuning
+
+MIN_BUDGET_MIN = 0.25
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mnistperf tune", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True, help="the stage config to start from")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override, as for bench")
+    parser.add_argument("--budget", type=float, default=5.0, help="minutes of measuring at most (default 5)")
+    parser.add_argument("--out", type=Path, default=Path("tuned.yaml"), help="the tuned config to write")
+    parser.add_argument("--tune-batch-size", action="store_true",
+                        help="also try bigger batches (this changes the optimisation, so it is off by default)")
+    opts = parser.parse_args(argv)
+    if opts.budget < MIN_BUDGET_MIN:
+        raise ConfigError(f"--budget {opts.budget:g}: too small to measure anything; give at least "
+                          f"{MIN_BUDGET_MIN} minutes (the step alone and one loader take that long).")
+    if not opts.config.is_file():
+        raise ConfigError(f"--config {opts.config}: no such file; give a stage config such as configs/v1_bs512.yaml.")
+    return opts
+
+
+def load_config(path: Path, settings: list[tuple[str, str]]) -> dict:
+    """The config as a dict with the --set overrides applied (values parsed as YAML, as the CLI does)."""
+    config = yaml.safe_load(path.read_text()) or {}
+    for key, value in settings:
+        section, _, name = key.partition(".")
+        target = config if not name else config.setdefault(section, {})
+        target[name or section] = yaml.safe_load(value)
+    return config
+
+
+def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path, device: str, spent_s: float) -> str:
+    chosen = outcome.chosen
+    lines = [
+        f"# mnistperf tune: tuned from {source} on {device} in {spent_s:.0f} s ({time.strftime('%Y-%m-%d')}).",
+        f"# Step alone: {outcome.step.rate:,.0f} samples/s at batch {outcome.step.settings['batch_size']}.",
+    ]
+    if chosen is not None:
+        lines.append(f"# These data settings with the step, measured together: {chosen.rate:,.0f} samples/s, "
+                     f"host waiting for data {chosen.wait_share:.0%} of the time.")
+    if outcome.baseline is not None:
+        lines.append(f"# The input config's settings, measured the same way: {outcome.baseline.rate:,.0f} samples/s.")
+    lines.append(f"# Stopped: {outcome.stopped}.")
+    if outcome.bigger_batch is not None:
+        gain = outcome.bigger_batch.rate / outcome.step.rate - 1
+        lines.append(f"# A batch of {outcome.bigger_batch.settings['batch_size']} would step at "
+                     f"{outcome.bigger_batch.rate:,.0f} samples/s ({gain:+.0%}); it changes the optimisation, "
+                     "so it is only tried with --tune-batch-size.")
+    lines.append(f"# Every probe, with its settings, rate, spread and seconds: {probes_path(out).name}.")
+    config = {**config, "data": {**config.get("data", {}), **outcome.best}}
+    buffer = io.StringIO()
+    yaml.safe_dump(config, buffer, sort_keys=False)
+    return "\n".join(lines) + "\n" + buffer.getvalue()
+
+
+def probes_path(out: Path) -> Path:
+    return out.with_suffix(".probes.md")
+
+
+def probes_table(outcome: tuning.Outcome) -> str:
+    rows = ["| # | probe | settings | samples/s | spread | input wait | seconds | note |", "|---|---|---|---|---|---|---|---|"]
+    for index, probe in enumerate(outcome.probes, 1):
+        wait = f"{probe.wait_share:.0%}" if probe.wait_share is not None else "-"
+        rows.append(f"| {index} | {probe.kind} | {tuning.describe(probe.settings)} | {probe.rate:,.0f} | "
+                    f"{probe.spread:.0%} | {wait} | {probe.seconds:.1f} | {probe.note} |")
+    return "\n".join(rows)
+
+
+def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
+    from mnistperf.cli import MnistperfCLI
+
+    opts = parse_args(argv)
+    settings = [parse_setting(s) for s in opts.set]
+    for key, _ in settings:
+        check_key(key, "--set")
+    began = time.perf_counter()
+    cli_args = ["--config", str(opts.config)] + [a for k, v in settings for a in (f"--{k}", v)]
+    cli = MnistperfCLI(args=cli_args, run=False)  # the config as fit reads it: a config that cannot run fails here
+    device = cli.trainer.strategy.root_device
+    model = cli.model.to(device)
+    model.configure_model()
+    options = dict(cli.datamodule.hparams)
+    log(f"mnistperf tune: {opts.config} on {describe_device(device)}, {tuning.usable_cpus()} usable CPUs, "
+        f"budget {opts.budget:g} min")
+    search = tuning.Search(options, model, device, opts.budget * 60, log)
+    pipelines = tuning.pipelines_to_try(options, device, log)
+    epoch_samples = tuning.split_rows(cli.datamodule)
+    outcome = tuning.run(search, options, epoch_samples, pipelines, tuning.usable_cpus(), opts.tune_batch_size)
+    spent = time.perf_counter() - began
+    config = load_config(opts.config, settings)
+    text = tuned_config(config, outcome, opts.config, opts.out, describe_device(device), spent)
+    table = probes_table(outcome)
+    atomic_write(opts.out, lambda tmp: tmp.write_text(text))
+    atomic_write(probes_path(opts.out), lambda tmp: tmp.write_text(
+        f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"))
+    log("")
+    log(table)
+    log(f"\nchosen: {tuning.describe(outcome.best)}")
+    log(f"stopped: {outcome.stopped}")
+    log(f"written: {opts.out} (run it: python -m mnistperf fit --config {opts.out}), {probes_path(opts.out)}")
+    return outcome

@@ -1,0 +1,126 @@
+"""Short timed probes: the input pipeline alone, the training step alone, and both together.
+
+Every probe runs on the real data and the real device, leaves its warm-up out (worker start,
+first batches, allocator and kernel warm-up), and is repeated: a probe's figure is the median
+of its repeats, and the spread between them says how much of a difference is noise.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from mnistperf.timing import synchronize
+
+
+@dataclass
+class Probe:
+    """One measured setting: what ran, samples/s per repeat, the host's wait share, and the seconds it took."""
+
+    kind: str  # "loader", "step" or "both"
+    settings: dict[str, Any]
+    rates: list[float] = field(default_factory=list)
+    wait_share: float | None = None
+    seconds: float = 0.0
+    note: str = ""
+
+    @property
+    def rate(self) -> float:
+        return median(self.rates) if self.rates else 0.0
+
+    @property
+    def spread(self) -> float:
+        """Relative spread of the repeats: (max - min) / median."""
+        return (max(self.rates) - min(self.rates)) / self.rate if len(self.rates) > 1 and self.rate else 0.0
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _cycle(loader: Iterable) -> Iterator[dict]:
+    """Batches of epoch after epoch: a probe longer than one epoch pays each new epoch's start, as training does."""
+    while True:
+        yield from loader
+
+
+def time_loader(make_loader: Callable[[], Iterable], device: torch.device, batches: int, warmup: int,
+                repeats: int) -> tuple[list[float], float]:
+    """samples/s of drawing ``batches`` batches onto the device, per repeat, after ``warmup`` untimed ones (the
+    first epoch's worker start among them); and the seconds a later epoch takes to give its first batch."""
+    loader = make_loader()
+    source = _cycle(loader)
+    for _ in range(warmup + 1):
+        next(source)
+    rates = []
+    for _ in range(repeats):
+        synchronize(device)
+        began = time.perf_counter()
+        samples = sum(len(_to(next(source), device)["label"]) for _ in range(batches))
+        synchronize(device)
+        rates.append(samples / (time.perf_counter() - began))
+    source.close()
+    began = time.perf_counter()
+    next(iter(loader))  # a new epoch: persistent workers are already there, others start again
+    return rates, time.perf_counter() - began
+
+
+def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int) -> list[float]:
+    """samples/s of the training step alone (forward, loss, backward, optimizer) on one batch already on the device."""
+    optimizer = model.configure_optimizers()
+    model.train()
+    images, labels = batch["image"], batch["label"]
+
+    def step():
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    rates = []
+    for _ in range(repeats):
+        synchronize(device)
+        began = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        rates.append(steps * len(labels) / (time.perf_counter() - began))
+    return rates
+
+
+def time_training(model, make_loader: Callable[[], Iterable], device: torch.device, steps: int, warmup: int,
+                  repeats: int) -> tuple[list[float], float]:
+    """samples/s of loader and step together, as training runs them (workers and step share the CPUs);
+    and the share of time the host waited for the next batch."""
+    optimizer = model.configure_optimizers()
+    model.train()
+    source = _cycle(make_loader())
+    rates, waits = [], []
+    for repeat in range(repeats + 1):
+        count = warmup if repeat == 0 else steps
+        synchronize(device)
+        began = last = time.perf_counter()
+        wait = samples = 0
+        for _ in range(count):
+            batch = _to(next(source), device)
+            wait += time.perf_counter() - last
+            loss = F.cross_entropy(model(batch["image"]), batch["label"])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            samples += len(batch["label"])
+            last = time.perf_counter()
+        synchronize(device)
+        if repeat:
+            elapsed = time.perf_counter() - began
+            rates.append(samples / elapsed)
+            waits.append(wait / elapsed)
+    source.close()
+    return rates, median(waits)

@@ -1,0 +1,269 @@
+"""How ``mnistperf tune`` decides: measure the step, then the cheapest loaders first, stop when input is no longer the bound.
+
+1. **The step alone** (forward, loss, backward, optimizer on a batch already on the device)
+   gives the ceiling: no input pipeline can make training faster than this.
+2. **Loaders alone**, pipeline by pipeline (resident first when the split fits in the
+   device's memory, then v2, litdata, stream, v1), worker counts from 0 up to the CPUs this
+   process may use (its affinity, not the machine's count), cheapest first. A loader's
+   predicted training rate is min(loader, step) with workers (they load while the step runs)
+   and 1 / (1/loader + 1/step) without (the main process does both in turn), less each
+   epoch's start (a new iterator's first batch, which persistent workers save).
+   As soon as a loader draws batches faster than the step consumes them (by more than the
+   probes' noise), the run is compute-bound and **the search stops**: more input speed buys
+   nothing. For the best worker count of a pipeline it also tries persistent workers off,
+   prefetch_factor 4, and pin_memory (CUDA only).
+3. **Together**: the best predicted settings and the input config train for a few steps each,
+   loader and step sharing the CPUs as they do in training; the one with the higher measured
+   rate wins, unless the difference is within the noise, where the cheaper one (fewer worker
+   processes) does. Every probe is repeated (3 times) and its figure is the median.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from mnistperf.data import MNISTDataModule, prepare
+from mnistperf.data.datamodule import PIPELINES
+from mnistperf.tune.probes import Probe, time_loader, time_step, time_training
+
+ORDER = ("resident", "v2", "litdata", "stream", "v1")  # cheapest to feed first, slowest last
+LOADER_KEYS = ("pipeline", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
+REPEATS = 3
+NOISE_FLOOR = 0.05  # differences under 5 % are never taken as real
+
+
+@dataclass
+class Outcome:
+    """What the search found, and why it stopped."""
+
+    best: dict[str, Any]
+    step: Probe
+    probes: list[Probe] = field(default_factory=list)
+    stopped: str = ""
+    baseline: Optional[Probe] = None
+    chosen: Optional[Probe] = None
+    bigger_batch: Optional[Probe] = None
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity), not the machine's count."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def worker_counts(cpus: int) -> list[int]:
+    counts, n = [0], 1
+    while n <= cpus:
+        counts.append(n)
+        n *= 2
+    return counts
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def split_rows(datamodule: MNISTDataModule) -> int:
+    import pyarrow.parquet as pq
+
+    from mnistperf.data import schema
+
+    path = prepare.require_prepared(datamodule.hparams.dataset, datamodule.data_dir, "train")
+    return sum(pq.read_metadata(f).num_rows for f in schema.parquet_files(path))
+
+
+def pipelines_to_try(options: dict, device: torch.device, log: Callable[[str], None]) -> list[str]:
+    names = [n for n in ORDER if n in PIPELINES]
+    try:
+        import litdata  # noqa: F401
+    except ImportError:
+        names.remove("litdata")
+        log("litdata is not installed: its pipeline is left out (pip install 'mnistperf[litdata]').")
+    probe = MNISTDataModule(**{**options, "pipeline": "v2", "num_workers": 0, "persistent_workers": False,
+                               "prefetch_factor": None})
+    needed = split_rows(probe) * (28 * 28 + 8) * 2  # uint8 pixels, int64 labels, and room for a batch's copies
+    if needed > free_memory_bytes(device) // 2:
+        names.remove("resident")
+        log(f"resident: the training split needs about {needed / 2**20:,.0f} MB on {device.type}, more than half "
+            "the free memory: left out.")
+    return names
+
+
+class Search:
+    """Runs the probes within a time budget; every probe is kept for the report."""
+
+    def __init__(self, options: dict, model, device: torch.device, budget_s: float, log: Callable[[str], None]):
+        self.options, self.model, self.device, self.log = options, model, device, log
+        self.deadline = time.perf_counter() + budget_s
+        self.modules: dict[str, MNISTDataModule] = {}
+        self.probes: list[Probe] = []
+        self.batches = 20
+
+    # ---------------------------------------------------------------- plumbing
+    def out_of_time(self) -> bool:
+        return time.perf_counter() > self.deadline
+
+    def datamodule(self, settings: dict) -> MNISTDataModule:
+        """One set-up DataModule per pipeline (its split loaded once); loader settings changed per probe."""
+        pipeline = settings["pipeline"]
+        if pipeline not in self.modules:
+            dm = MNISTDataModule(**{**self.options, **settings})
+            dm.device = self.device
+            dm.prepare_data()
+            dm.setup("fit")
+            self.modules[pipeline] = dm
+        dm = self.modules[pipeline]
+        dm.hparams.update({"batch_size": self.options["batch_size"], **settings})
+        return dm
+
+    def _record(self, probe: Probe, began: float) -> Probe:
+        probe.seconds = time.perf_counter() - began
+        self.probes.append(probe)
+        spread = f" (spread {probe.spread:.0%})" if probe.spread else ""
+        self.log(f"[probe {len(self.probes)}] {probe.kind:<6} {describe(probe.settings)}: {probe.rate:,.0f} samples/s"
+                 f"{spread}{', ' + probe.note if probe.note else ''} ({probe.seconds:.1f} s)")
+        return probe
+
+    # ---------------------------------------------------------------- probes
+    def step(self, batch_size: int) -> Probe:
+        began = time.perf_counter()
+        batch = next(iter(self.datamodule({"pipeline": "v2", "num_workers": 0, "persistent_workers": False,
+                                           "prefetch_factor": None, "batch_size": batch_size}).train_dataloader()))
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        rates = time_step(self.model, batch, self.device, steps=10, warmup=3, repeats=REPEATS)
+        return self._record(Probe("step", {"batch_size": batch_size}, rates), began)
+
+    def loader(self, settings: dict) -> Probe:
+        began = time.perf_counter()
+        dm = self.datamodule(settings)
+        rates, start_s = time_loader(dm.train_dataloader, self.device, self.batches, warmup=2, repeats=REPEATS)
+        return self._record(Probe("loader", dict(settings), rates, note=f"epoch start {start_s:.2f} s",
+                                  wait_share=None), began)
+
+    def together(self, settings: dict, label: str = "") -> Probe:
+        began = time.perf_counter()
+        dm = self.datamodule(settings)
+        rates, wait = time_training(self.model, dm.train_dataloader, self.device, steps=self.batches, warmup=3,
+                                    repeats=REPEATS)
+        probe = Probe("both", dict(settings), rates, wait_share=wait, note=label)
+        return self._record(probe, began)
+
+
+def describe(settings: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def predicted(loader: Probe, step_rate: float, epoch_samples: int) -> float:
+    """Training samples/s a loader should give beside a step of step_rate, its epoch start included."""
+    rate = loader.rate
+    steady = min(rate, step_rate) if loader.settings.get("num_workers") else 1 / (1 / rate + 1 / step_rate)
+    start_s = float(loader.note.split()[-2]) if loader.note.startswith("epoch start") else 0.0
+    return epoch_samples / (epoch_samples / steady + start_s)
+
+
+def cost(settings: dict) -> tuple:
+    """Fewer worker processes first, then no pinning, then less prefetching."""
+    return (settings.get("num_workers", 0), bool(settings.get("pin_memory")), settings.get("prefetch_factor") or 2)
+
+
+class _Stop(Exception):
+    pass
+
+
+def run(search: Search, base: dict, epoch_samples: int, pipelines: list[str], cpus: int,
+        tune_batch_size: bool) -> Outcome:
+    """Search loader settings for this step; see the module docstring for the order and the stopping rule."""
+    on_cuda = search.device.type == "cuda"
+    step = search.step(base["batch_size"])
+    outcome = Outcome(best={k: base[k] for k in LOADER_KEYS}, step=step, probes=search.probes)
+    margin = max(NOISE_FLOOR, step.spread)
+    best: Optional[tuple[Probe, float]] = None
+
+    def consider(settings: dict) -> Probe:
+        nonlocal best
+        if search.out_of_time():
+            outcome.stopped = "the time budget is spent: the best found so far is kept"
+            raise _Stop
+        probe = search.loader(settings)
+        rate = predicted(probe, step.rate, epoch_samples)
+        if best is None or rate > best[1] * (1 + margin) or (rate >= best[1] * (1 - margin)
+                                                              and cost(settings) < cost(best[0].settings)):
+            best = (probe, rate)
+        if probe.rate >= step.rate * (1 + margin):
+            outcome.stopped = (f"compute-bound: the loader ({describe(settings)}) draws {probe.rate:,.0f} samples/s, "
+                               f"more than the {step.rate:,.0f} samples/s the step takes, so more input speed buys "
+                               "nothing")
+            best = (probe, rate)
+            raise _Stop
+        return probe
+
+    try:
+        for pipeline in pipelines:
+            counts = worker_counts(cpus) if PIPELINES[pipeline].uses_workers else [0]
+            of_pipeline = []
+            for workers in counts:
+                settings = {"pipeline": pipeline, "num_workers": workers, "persistent_workers": workers > 0,
+                            "prefetch_factor": None, "pin_memory": on_cuda and workers > 0}
+                of_pipeline.append(consider(settings))
+            top = max(of_pipeline, key=lambda p: predicted(p, step.rate, epoch_samples))
+            if top.settings["num_workers"]:
+                variants = [{"persistent_workers": False}, {"prefetch_factor": 4}]
+                if on_cuda:
+                    variants.append({"pin_memory": False})
+                for variant in variants:
+                    consider({**top.settings, **variant})
+        outcome.stopped = ("every setting was measured and no loader outran the step: the fastest predicted one "
+                           "is kept")
+    except _Stop:
+        pass
+    except KeyboardInterrupt:
+        outcome.stopped = "interrupted (Ctrl-C): the best found so far is kept"
+    if best is not None:
+        outcome.best = {k: best[0].settings[k] for k in LOADER_KEYS}
+    if outcome.stopped.startswith("interrupted"):
+        return outcome
+    try:
+        verify(search, base, outcome, margin, tune_batch_size)
+    except KeyboardInterrupt:
+        outcome.stopped += "; the final check was interrupted (Ctrl-C)"
+    return outcome
+
+
+def verify(search: Search, base: dict, outcome: Outcome, margin: float, tune_batch_size: bool) -> None:
+    """Train a few steps with the best settings and with the input config's, loader and step together."""
+    if search.out_of_time():
+        return
+    chosen = search.together({**outcome.best, "batch_size": base["batch_size"]}, "best predicted")
+    start = {k: base[k] for k in LOADER_KEYS}
+    if start != outcome.best and not search.out_of_time():
+        outcome.baseline = search.together({**start, "batch_size": base["batch_size"]}, "input config")
+        if outcome.baseline.rate >= chosen.rate * (1 + margin) or (
+                outcome.baseline.rate >= chosen.rate * (1 - margin) and cost(start) < cost(outcome.best)):
+            outcome.best, chosen = start, outcome.baseline
+            outcome.stopped += "; measured together, the input config's settings were as fast, and cheaper"
+    outcome.chosen = chosen
+    if search.out_of_time():
+        return
+    bigger = base["batch_size"] * 2
+    outcome.bigger_batch = search.step(bigger)
+    if tune_batch_size:
+        for size in (bigger, bigger * 2):
+            if search.out_of_time():
+                break
+            probe = search.together({**outcome.best, "batch_size": size}, f"batch {size}")
+            if probe.rate > outcome.chosen.rate * (1 + margin):
+                outcome.chosen = probe
+                outcome.best = {**outcome.best, "batch_size": size}

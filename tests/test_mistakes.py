@@ -1,0 +1,150 @@
+"""A user in a hurry: every mistake ends in one line naming the option or file, exit status 2, and nothing trusted later."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import CONFIGS
+from mnistperf.bench import runner
+from mnistperf.cli import main
+
+
+def fails_in_one_line(capsys, argv: list[str], expected: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert expected in err, err
+    assert "Traceback" not in err and err.strip().count("\n") == 0, err
+    return err
+
+
+def fit_args(*extra: str) -> list[str]:
+    return ["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false", "--data.num_workers", "0", "--data.persistent_workers", "false",
+            "--trainer.max_epochs", "1", *extra]
+
+
+@pytest.fixture
+def workdir(tiny_data, monkeypatch) -> Path:
+    monkeypatch.chdir(tiny_data.parent)
+    return tiny_data.parent
+
+
+# ---------------------------------------------------------------- doing nothing is an error
+@pytest.mark.parametrize("option", ["--trainer.limit_train_batches", "--trainer.max_epochs", "--trainer.max_steps"])
+def test_options_that_train_nothing_are_refused(workdir, capsys, option):
+    fails_in_one_line(capsys, fit_args(option, "0"), f"{option.removeprefix('--')} is 0, so fit would train nothing")
+
+
+def test_a_bench_whose_every_run_failed_fails(workdir, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "run_process", lambda command, label: (1, "RuntimeError: boom", {}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--stages", "v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS), "--out", "out"])
+    assert exit_info.value.code == 2
+    assert "every run failed, so nothing was measured" in capsys.readouterr().err
+    assert (workdir / "out" / "results.md").read_text().startswith("# mnistperf bench (incomplete)")
+
+
+@pytest.mark.parametrize("flag, key", [("--set", "data.num_wokers=2"), ("--sweep", "model.learning_rate=1,2"),
+                                       ("--set", "optimizer.lr=1")])
+def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag, key):
+    fails_in_one_line(capsys, ["bench", "--config-dir", str(CONFIGS), flag, key], "no stage config has this option")
+
+
+# ---------------------------------------------------------------- checkpoints
+def test_a_missing_checkpoint_says_what_to_give(workdir, capsys):
+    fails_in_one_line(capsys, fit_args("--ckpt_path", "nowhere.ckpt"), "--ckpt_path nowhere.ckpt: no such file")
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", b"PK\x03\x04 truncated zip"])
+def test_a_corrupt_checkpoint_says_so(workdir, capsys, content):
+    (workdir / "broken.ckpt").write_bytes(content)
+    for command in ("fit", "validate", "test"):
+        argv = fit_args("--ckpt_path", "broken.ckpt")
+        argv[0] = command
+        if command != "fit":
+            argv = [a for a in argv if a not in ("--trainer.max_epochs", "1")]
+        fails_in_one_line(capsys, argv, "--ckpt_path broken.ckpt is not a readable checkpoint")
+
+
+def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
+    import torch
+
+    torch.save({"weights": torch.zeros(3)}, workdir / "other.ckpt")
+    fails_in_one_line(capsys, fit_args("--ckpt_path", "other.ckpt"), "holds no model state_dict")
+
+
+# ---------------------------------------------------------------- paths
+def test_a_data_dir_that_is_a_file(workdir, capsys):
+    (workdir / "notes.txt").write_text("x")
+    fails_in_one_line(capsys, fit_args("--data.data_dir", "notes.txt"), "data.data_dir notes.txt is a file")
+
+
+def test_a_named_source_root_that_does_not_exist_is_not_passed_over(tmp_path, capsys, fake_raw):
+    fails_in_one_line(capsys, ["prepare", "--dataset", "mnist", "--source-root", str(tmp_path / "typo"),
+                               "--data-dir", str(tmp_path / "data")], f"--source-root {tmp_path / 'typo'}: no such folder")
+    assert not (tmp_path / "data" / "MNIST" / "train.parquet").exists()
+
+
+def test_an_import_folder_that_does_not_exist(tmp_path, capsys):
+    fails_in_one_line(capsys, ["prepare", "--from", str(tmp_path / "nowhere"), "--name", "mine"], "no such folder")
+
+
+def test_name_without_from(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prepare", "--name", "mine"])
+    assert exit_info.value.code == 2 and "--name goes with --from DIR" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- options, values, types
+@pytest.mark.parametrize("override, expected", [
+    (["--data.batch_size", "-1"], "data.batch_size must be at least 1"),
+    (["--data.num_workers", "-2"], "data.num_workers cannot be negative"),
+    (["--data.prefetch_factor", "2"], "data.prefetch_factor needs worker processes"),
+    (["--data.val_source", "2"], "data.val_source must be 'test' or a fraction"),
+    (["--data.pipeline", "stream", "--data.val_source", "0.2"], "the stream pipeline never holds the training set"),
+    (["--data.dataset", "../elsewhere"], "is neither a built-in dataset"),
+    (["--data.data_dir", "s3://bucket/x"], "is remote, and the v2 pipeline reads local files only"),
+    (["--data.dataset", "mine"], "data.dataset 'mine' is a dataset of your own"),
+])
+def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
+    fails_in_one_line(capsys, fit_args(*override), expected)
+
+
+def test_the_debug_switch_shows_the_traceback(workdir, monkeypatch):
+    from mnistperf.errors import ConfigError
+
+    monkeypatch.setenv("MNISTPERF_DEBUG", "1")
+    with pytest.raises(ConfigError):
+        main(fit_args("--data.batch_size", "0"))
+
+
+# ---------------------------------------------------------------- files changed between runs
+def test_a_prepared_file_replaced_by_garbage_between_runs(workdir, capsys):
+    main(fit_args())
+    (workdir / "data" / "FashionMNIST" / "train.parquet").write_bytes(b"garbage")
+    fails_in_one_line(capsys, fit_args(), "train.parquet is not a readable Parquet file")
+
+
+def test_an_interrupted_bench_keeps_its_rows_and_says_it_is_incomplete(workdir, capsys, monkeypatch):
+    outcomes = iter(["ok", "interrupt"])
+
+    def run_process(command, label):
+        if next(outcomes) == "interrupt":
+            raise KeyboardInterrupt
+        target = Path(command[command.index("--trainer.logger.init_args.save_dir") + 1])
+        target = target / command[command.index("--trainer.logger.init_args.name") + 1] / "version_0" / "timing.json"
+        target.parent.mkdir(parents=True)
+        target.write_text(json.dumps({"avg_train_s": 1.0, "avg_eval_s": 0.1, "total_train_s": 2.0, "total_eval_s": 0.2,
+                                      "samples_per_s": 1.0, "input_wait_share": 0.1, "verdict": "compute-bound",
+                                      "peak_rss_mb": {}, "device": "cpu", "cpu_count": 2, "versions": {}}))
+        return 0, "", {}
+
+    monkeypatch.setattr(runner, "run_process", run_process)
+    main(["bench", "--stages", "v1_naive,v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS), "--out", "out"])
+    report = (workdir / "out" / "results.md").read_text()
+    assert report.startswith("# mnistperf bench (incomplete)") and "no result for v2_pinned" in report

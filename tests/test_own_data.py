@@ -1,0 +1,195 @@
+"""Data of the user's own: any pixel column names, a dataset by name, and importing CSV and Hugging Face layouts."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from conftest import CONFIGS, random_split, write_parquet
+from mnistperf.cli import main
+from mnistperf.data import MNISTDataModule, prepare, schema
+from mnistperf.errors import DataError
+
+PIL = pytest.importorskip("PIL.Image")
+PIPELINES = ["v1", "v2", "resident", "stream", "litdata"]
+NAMINGS = {
+    "pixel1..784": lambda i: f"pixel{i + 1}",
+    "pixel_0..783": lambda i: f"pixel_{i}",
+    "0..783": lambda i: str(i),
+}
+
+
+def table_with_names(images: np.ndarray, labels: np.ndarray, name, label="label", order=None) -> pa.Table:
+    flat = images.reshape(len(images), -1)
+    columns = {label: pa.array(labels.astype(np.int64))}
+    for i in (order if order is not None else range(784)):
+        columns[name(i)] = pa.array(flat[:, i].astype(np.int64))
+    return pa.table(columns)
+
+
+def first_batch(data_dir: Path, dataset: str, pipeline: str) -> dict:
+    dm = MNISTDataModule(dataset=dataset, data_dir=str(data_dir), pipeline=pipeline, batch_size=8, shuffle=False)
+    dm.prepare_data()
+    dm.setup("fit")
+    return next(iter(dm.train_dataloader()))
+
+
+def assert_batch_is(batch, images, labels):
+    expected = torch.from_numpy(images[: len(batch["label"])]).to(torch.float32).div(255).unsqueeze(1)
+    assert torch.equal(batch["image"].cpu(), expected)
+    assert batch["label"].tolist() == labels[: len(batch["label"])].tolist()
+
+
+@pytest.mark.parametrize("naming", NAMINGS)
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_any_pixel_names_same_pixels_in_every_pipeline(tmp_path, naming, pipeline):
+    if pipeline == "litdata":
+        pytest.importorskip("litdata")
+    images, labels = random_split(24, seed=4)
+    shuffled = np.random.default_rng(0).permutation(784)  # columns stored out of order: names give the order
+    for split in prepare.SPLITS:
+        write_parquet(tmp_path / "data" / "mine" / f"{split}.parquet",
+                      table_with_names(images, labels, NAMINGS[naming], order=shuffled if naming != "0..783" else None))
+    assert_batch_is(first_batch(tmp_path / "data", "mine", pipeline), images, labels)
+
+
+def test_names_without_numbers_are_taken_in_file_order(tmp_path):
+    images, labels = random_split(8, seed=5)
+    letters = lambda i: "p" + "".join(chr(97 + int(d)) for d in f"{i:03d}")  # pa, pb, ...: no digits
+    for split in prepare.SPLITS:
+        write_parquet(tmp_path / "data" / "letters" / f"{split}.parquet", table_with_names(images, labels, letters))
+    assert_batch_is(first_batch(tmp_path / "data", "letters", "v2"), images, labels)
+
+
+@pytest.mark.parametrize("build, expected", [
+    (lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").append_column("extra", pa.array(lb)),
+     "785 columns besides the label 'label'"),
+    (lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").append_column("target", pa.array(lb)),
+     "2 label-like columns (label, target)"),
+    (lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").set_column(
+        1, "pixel0", pa.array(np.full(len(lb), 300.5))), "column pixel0 has type double"),
+    (lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").set_column(
+        1, "pixel0", pa.array(np.full(len(lb), 300))), "values 300..300; pixels must lie in 0..255"),
+])
+def test_ambiguous_or_impossible_files_are_named_with_what_was_found(tmp_path, build, expected):
+    images, labels = random_split(8, seed=6)
+    for split in prepare.SPLITS:
+        write_parquet(tmp_path / "data" / "odd" / f"{split}.parquet", build(images, labels))
+    with pytest.raises(DataError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        first_batch(tmp_path / "data", "odd", "v2")
+
+
+def test_a_dataset_of_your_own_that_is_missing_says_where_it_is_read_from(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--data.dataset", "mine",
+              "--data.data_dir", str(tmp_path / "data")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'data' / 'mine' / 'train.parquet'} not found" in err and "prepare --from DIR --name mine" in err
+
+
+# ---------------------------------------------------------------- importing the layouts people have
+def kaggle_csv(path: Path, images: np.ndarray, labels: np.ndarray, header: bool = True) -> None:
+    table = table_with_names(images, labels, lambda i: f"pixel{i + 1}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pacsv.write_csv(table, path, pacsv.WriteOptions(include_header=header))
+
+
+def png(image: np.ndarray, mode: str = "L") -> bytes:
+    buffer = io.BytesIO()
+    PIL.fromarray(image).convert(mode).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def hf_parquet(path: Path, images: np.ndarray, labels: np.ndarray, encode=png) -> None:
+    structs = [{"bytes": encode(image), "path": f"{i}.png"} for i, image in enumerate(images)]
+    write_parquet(path, pa.table({"image": pa.array(structs), "label": pa.array(labels.astype(np.int64))}))
+
+
+def imported(tmp_path: Path, source: Path, name: str = "mine", *extra: str) -> tuple[np.ndarray, np.ndarray]:
+    main(["prepare", "--from", str(source), "--name", name, "--data-dir", str(tmp_path / "data"), *extra])
+    pixels, labels = schema.to_tensors(pq.read_table(tmp_path / "data" / name / "train.parquet"))
+    return pixels.numpy().reshape(-1, 28, 28), labels.numpy()
+
+
+@pytest.mark.parametrize("layout", ["kaggle csv", "csv without header", "hugging face", "hugging face shards"])
+def test_import_gives_back_exactly_the_pixels_that_went_in(tmp_path, layout, capsys):
+    images, labels = random_split(30, seed=7)
+    source = tmp_path / "source"
+    if layout == "kaggle csv":
+        kaggle_csv(source / "fashion-mnist_train.csv", images, labels)
+        kaggle_csv(source / "fashion-mnist_test.csv", images[:5], labels[:5])
+    elif layout == "csv without header":
+        kaggle_csv(source / "mnist_train.csv", images, labels, header=False)
+        kaggle_csv(source / "mnist_test.csv", images[:5], labels[:5], header=False)
+    elif layout == "hugging face":
+        hf_parquet(source / "data" / "train-00000-of-00001.parquet", images, labels)
+        hf_parquet(source / "data" / "test-00000-of-00001.parquet", images[:5], labels[:5])
+    else:
+        hf_parquet(source / "train" / "part-0.parquet", images[:12], labels[:12])
+        hf_parquet(source / "train" / "part-1.parquet", images[12:], labels[12:])
+        hf_parquet(source / "test" / "part-0.parquet", images[:5], labels[:5])
+    got_images, got_labels = imported(tmp_path, source, "mine", "--formats", "parquet,csv")
+    assert np.array_equal(got_images, images) and np.array_equal(got_labels, labels)
+    out = capsys.readouterr().out
+    assert "mine" in out and "csv" in out and "parquet" in out  # the size report, as for the built-in data
+    assert_batch_is(first_batch(tmp_path / "data", "mine", "v2"), images, labels)  # usable by name at once
+
+
+def bad_source(tmp_path: Path, case: str) -> Path:
+    images, labels = random_split(6, seed=8)
+    source = tmp_path / "source"
+    if case == "no train split":
+        kaggle_csv(source / "test.csv", images, labels)
+    elif case == "783 columns":
+        kaggle_csv(source / "test.csv", images, labels)
+        (source / "train.csv").write_text("\n".join(",".join(["1"] * 783) for _ in range(3)) + "\n")
+    else:
+        hf_parquet(source / "test.parquet", images, labels)
+        encode = {"not 28x28 grayscale": lambda im: png(np.zeros((32, 32), np.uint8), "RGB"),
+                  "png does not decode": lambda im: b"\x89PNG\r\n\x1a\n garbage"}[case]
+        hf_parquet(source / "train.parquet", images, labels, encode)
+    return source
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("no train split", "has no train split: expected CSV or Parquet files named like"),
+    ("783 columns", "train.csv has 783 columns and no header; expected 785"),
+    ("not 28x28 grayscale", "train.parquet: the image in row 0 is 32x32 RGB; expected 28x28 grayscale"),
+    ("png does not decode", "train.parquet: the image in row 0 does not decode"),
+])
+def test_bad_imports_end_in_one_line_naming_the_file(tmp_path, capsys, case, expected):
+    source = bad_source(tmp_path, case)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prepare", "--from", str(source), "--name", "mine", "--data-dir", str(tmp_path / "data")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+    assert not (tmp_path / "data" / "mine" / "train.parquet").exists()  # nothing half-written
+
+
+@pytest.mark.realdata
+def test_official_files_in_each_layout_import_pixel_for_pixel(shared_datasets, tmp_path):
+    from mnistperf.data import sources
+
+    main(["prepare", "--dataset", "mnist", "--source-root", str(shared_datasets), "--data-dir", str(tmp_path / "data")])
+    official = {split: schema.to_tensors(pq.read_table(prepare.split_path(tmp_path / "data", "mnist", split)))
+                for split in prepare.SPLITS}
+    kaggle, hf = tmp_path / "kaggle", tmp_path / "hf"
+    for split, (pixels, labels) in official.items():
+        images = pixels.numpy().reshape(-1, 28, 28)
+        kaggle_csv(kaggle / f"mnist_{split}.csv", images, labels.numpy())
+        hf_parquet(hf / "mnist" / f"{split}-00000-of-00001.parquet", images[:2000], labels.numpy()[:2000])
+    got = imported(tmp_path, kaggle, "kaggle")
+    assert np.array_equal(got[0].reshape(-1, 784), official["train"][0].numpy())
+    assert np.array_equal(got[1], official["train"][1].numpy())
+    got = imported(tmp_path, hf, "hf")
+    assert np.array_equal(got[0].reshape(-1, 784), official["train"][0].numpy()[:2000])
+    assert sources.DATASETS  # the official registry is untouched by imports

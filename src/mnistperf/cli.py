@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -103,6 +104,13 @@ class MnistperfCLI(LightningCLI):
         if precision.startswith("bf16") and not native_bf16(config.trainer.accelerator):
             rank_zero_info(f"trainer.precision {precision}: no GPU with native bf16 here; training in 32-true.")
             config.trainer.precision = "32-true"
+
+
+def parse_fit_config(args: Sequence[str]) -> MnistperfCLI:
+    """The trainer, model and DataModule a ``fit`` with these arguments would build, without running it."""
+    with warnings.catch_warnings():  # LightningCLI warns that args were given beside the process's own argv
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        return MnistperfCLI(args=list(args), run=False)
 
 
 def prepare_command(argv: Sequence[str]) -> None:

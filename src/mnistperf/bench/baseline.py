@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from mnistperf.cli import MnistperfCLI
+from mnistperf.cli import MnistperfCLI, parse_fit_config
 from mnistperf.timing import synchronize
 from mnistperf.timing.device_clock import StepEvents
 from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary
@@ -127,7 +127,7 @@ def main(args: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--loader-only", action="store_true", help="only draw batches: the input pipeline alone")
     parser.add_argument("--out", type=Path, required=True, help="where to write the timing summary (JSON)")
     opts, fit_args = parser.parse_known_args(args)
-    cli = MnistperfCLI(args=fit_args, run=False)
+    cli = parse_fit_config(fit_args)
     if not math.isfinite(cli.trainer.max_epochs or math.inf) or cli.trainer.max_epochs < 1:
         parser.error("trainer.max_epochs must be set to a positive number for a plain run")
     print(f"mnistperf: plain PyTorch loop on {environment(cli.trainer.strategy.root_device)['device']}", flush=True)

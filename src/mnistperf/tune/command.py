@@ -71,6 +71,9 @@ def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path,
                      "so it is only tried with --tune-batch-size.")
     lines.append(f"# Every probe, with its settings, rate, spread and seconds: {probes_path(out).name}.")
     config = {**config, "data": {**config.get("data", {}), **outcome.best}}
+    logger = config.get("trainer", {}).get("logger")
+    if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):  # runs land beside the stages'
+        logger["init_args"]["name"] = out.stem
     buffer = io.StringIO()
     yaml.safe_dump(config, buffer, sort_keys=False)
     return "\n".join(lines) + "\n" + buffer.getvalue()
@@ -90,7 +93,7 @@ def probes_table(outcome: tuning.Outcome) -> str:
 
 
 def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
-    from mnistperf.cli import MnistperfCLI
+    from mnistperf.cli import parse_fit_config
 
     opts = parse_args(argv)
     settings = [parse_setting(s) for s in opts.set]
@@ -98,11 +101,11 @@ def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
         check_key(key, "--set")
     began = time.perf_counter()
     cli_args = ["--config", str(opts.config)] + [a for k, v in settings for a in (f"--{k}", v)]
-    cli = MnistperfCLI(args=cli_args, run=False)  # the config as fit reads it: a config that cannot run fails here
+    cli = parse_fit_config(cli_args)  # the config as fit reads it: a config that cannot run fails here
     device = cli.trainer.strategy.root_device
     model = cli.model.to(device)
     model.configure_model()
-    options = dict(cli.datamodule.hparams)
+    options = {k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}
     log(f"mnistperf tune: {opts.config} on {describe_device(device)}, {tuning.usable_cpus()} usable CPUs, "
         f"budget {opts.budget:g} min")
     search = tuning.Search(options, model, device, opts.budget * 60, log)

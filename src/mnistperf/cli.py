@@ -67,9 +67,8 @@ class MnistperfCLI(LightningCLI):
         )
 
     def before_fit(self) -> None:
-        trainer = self.trainer
         for name in ("limit_train_batches", "max_epochs", "max_steps"):
-            if getattr(trainer, name, None) == 0 or (name == "max_steps" and trainer.fit_loop.max_steps == 0):
+            if getattr(self.trainer, name) == 0:
                 raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
 
     def after_fit(self) -> None:

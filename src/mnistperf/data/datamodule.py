@@ -49,7 +49,7 @@ class MNISTDataModule(L.LightningDataModule):
             whole split on the training device, ``stream`` record batches read from Parquet,
             ``litdata`` Lightning's streaming engine over a litdata copy of the split.
         batch_size: samples per batch (per process under DDP).
-        num_workers: DataLoader worker processes (v1, v2, stream).
+        num_workers: DataLoader worker processes (v1, v2, stream, litdata).
         persistent_workers: keep workers alive between epochs (needs num_workers > 0).
         pin_memory: page-locked host batches for faster, asynchronous copies to the GPU (applies only
             when batches go to a CUDA device; elsewhere pinning would cost time for nothing).

@@ -105,12 +105,13 @@ def pipelines_to_try(options: dict, device: torch.device, log: Callable[[str], N
 class Search:
     """Runs the probes within a time budget; every probe is kept for the report."""
 
+    batches = 20  # batches (steps) per timed repeat of a probe
+
     def __init__(self, options: dict, model, device: torch.device, budget_s: float, log: Callable[[str], None]):
         self.options, self.model, self.device, self.log = options, model, device, log
         self.deadline = time.perf_counter() + budget_s
         self.modules: dict[str, MNISTDataModule] = {}
         self.probes: list[Probe] = []
-        self.batches = 20
 
     # ---------------------------------------------------------------- plumbing
     def out_of_time(self) -> bool:

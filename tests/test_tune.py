@@ -1,0 +1,92 @@
+"""mnistperf tune: it measures, stops when input is no longer the bound, and writes a config fit runs as is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CONFIGS
+from mnistperf.cli import main
+from mnistperf.tune import probes, search
+from mnistperf.tune.command import probes_path
+
+
+@pytest.fixture
+def workdir(tiny_data, monkeypatch) -> Path:
+    monkeypatch.chdir(tiny_data.parent)
+    monkeypatch.setattr(search, "REPEATS", 2)  # tiny data: short probes
+    monkeypatch.setattr(search.Search, "batches", 4)
+    return tiny_data.parent
+
+
+def tune(*args: str) -> None:
+    main(["tune", "--set", "data.batch_size=16", "--budget", "2", *args])
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_tune_writes_a_config_that_fit_runs_as_is(workdir, config, capsys):
+    tune("--config", str(CONFIGS / config), "--out", "tuned.yaml")
+    out = capsys.readouterr().out
+    assert "[probe 1] step" in out and "stopped:" in out  # progress while it runs, and why it stopped
+    text = (workdir / "tuned.yaml").read_text()
+    assert text.startswith("# mnistperf tune: tuned from") and "# Step alone:" in text and "# Stopped:" in text
+    tuned = yaml.safe_load(text)
+    assert tuned["data"]["pipeline"] in ("v1", "v2", "resident", "stream", "litdata")
+    assert tuned["data"]["batch_size"] == 16  # the batch size stays unless asked
+    table = probes_path(workdir / "tuned.yaml").read_text()
+    assert "| 1 | step | batch_size=16 |" in table and "| loader |" in table
+    if config == "v1_bs512.yaml":  # one of them trained for real; the others write the same kind of file
+        main(["fit", "--config", "tuned.yaml", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"])
+        summary = json.loads(next((workdir / "lightning_logs" / "tuned").glob("version_*/timing.json")).read_text())
+        assert summary["data"]["pipeline"] == tuned["data"]["pipeline"]
+
+
+def test_a_loader_faster_than_the_step_stops_the_search(workdir, monkeypatch, capsys):
+    """Make the step slow: the first loader outruns it, so nothing else is probed."""
+    monkeypatch.setattr(search, "time_step", lambda *a, **k: [10.0, 10.0])
+    tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
+    out = capsys.readouterr().out
+    assert "stopped: compute-bound: the loader" in out
+    assert out.count("] loader") == 1
+
+
+def test_ctrl_c_keeps_the_best_found_so_far(workdir, monkeypatch, capsys):
+    calls = []
+    real = search.time_loader
+
+    def interrupt_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search, "time_loader", interrupt_second)
+    monkeypatch.setattr(search, "time_step", lambda *a, **k: [1e12, 1e12])  # no loader outruns this step
+    tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
+    out = capsys.readouterr().out
+    assert "stopped: interrupted (Ctrl-C): the best found so far is kept" in out
+    assert yaml.safe_load((workdir / "tuned.yaml").read_text())["data"]["pipeline"] == "resident"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--set", "data.num_wrkers=2"], "--set data.num_wrkers: no stage config has this option"),
+    (["--budget", "0.01"], "--budget 0.01: too small to measure anything"),
+    (["--set", "data.batch_size=0"], "data.batch_size must be at least 1"),
+])
+def test_bad_input_ends_in_one_line(workdir, capsys, argv, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", "--config", str(CONFIGS / "v1_bs512.yaml"), *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and expected in err and "Traceback" not in err
+
+
+def test_predicted_rate_overlaps_with_workers_and_adds_up_without():
+    with_workers = probes.Probe("loader", {"num_workers": 2}, [1000.0], note="epoch start 0.00 s")
+    alone = probes.Probe("loader", {"num_workers": 0}, [1000.0], note="epoch start 0.00 s")
+    assert search.predicted(with_workers, 500.0, 10_000) == pytest.approx(500.0)
+    assert search.predicted(alone, 1000.0, 10_000) == pytest.approx(500.0)
+    slow_start = probes.Probe("loader", {"num_workers": 2}, [1000.0], note="epoch start 10.00 s")
+    assert search.predicted(slow_start, 500.0, 10_000) == pytest.approx(10_000 / 30)

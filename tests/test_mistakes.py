@@ -115,6 +115,19 @@ def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
     fails_in_one_line(capsys, fit_args(*override), expected)
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["--data.batch_size", "abc"], 'Parser key "data.batch_size": Expected a <class \'int\'>. Got value: abc'),
+    (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3"),
+])
+def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, expected):
+    err = fails_in_one_line(capsys, fit_args(*argv), expected)
+    assert "`python -m mnistperf fit --help` lists the options" in err
+
+
+def test_a_missing_config_file(workdir, capsys):
+    fails_in_one_line(capsys, ["validate", "--config", "configs/nope.yaml"], "File does not exist")
+
+
 def test_the_debug_switch_shows_the_traceback(workdir, monkeypatch):
     from mnistperf.errors import ConfigError
 

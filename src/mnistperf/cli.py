@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
@@ -43,6 +43,18 @@ commands:
 """
 
 
+class OneLineErrorParser(LightningArgumentParser):
+    """LightningCLI's parser, answering a wrong option or value in one line instead of the whole usage."""
+
+    def error(self, message: str, ex: Optional[Exception] = None):
+        if os.environ.get(DEBUG_ENV):
+            super().error(message, ex)
+        text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+        print(f"mnistperf: error: {text} (`python -m mnistperf {self.prog.split()[-1]} --help` lists the options)",
+              file=sys.stderr)
+        raise SystemExit(2)
+
+
 def native_bf16(accelerator) -> bool:
     """Whether the accelerator a run asks for resolves to a GPU with native bf16 (not emulated) here."""
     wants_gpu = str(accelerator) in ("auto", "gpu", "cuda")
@@ -64,6 +76,7 @@ class MnistperfCLI(LightningCLI):
             save_config_kwargs={"overwrite": True},
             args=args,
             run=run,
+            parser_class=OneLineErrorParser,
         )
 
     def before_fit(self) -> None:

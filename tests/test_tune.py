@@ -84,9 +84,9 @@ def test_bad_input_ends_in_one_line(workdir, capsys, argv, expected):
 
 
 def test_predicted_rate_overlaps_with_workers_and_adds_up_without():
-    with_workers = probes.Probe("loader", {"num_workers": 2}, [1000.0], note="epoch start 0.00 s")
-    alone = probes.Probe("loader", {"num_workers": 0}, [1000.0], note="epoch start 0.00 s")
+    with_workers = probes.Probe("loader", {"num_workers": 2}, [1000.0])
+    alone = probes.Probe("loader", {"num_workers": 0}, [1000.0])
     assert search.predicted(with_workers, 500.0, 10_000) == pytest.approx(500.0)
     assert search.predicted(alone, 1000.0, 10_000) == pytest.approx(500.0)
-    slow_start = probes.Probe("loader", {"num_workers": 2}, [1000.0], note="epoch start 10.00 s")
+    slow_start = probes.Probe("loader", {"num_workers": 2}, [1000.0], start_s=10.0)
     assert search.predicted(slow_start, 500.0, 10_000) == pytest.approx(10_000 / 30)

@@ -28,7 +28,6 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from mnistperf.data import prepare, schema
 from mnistperf.errors import ConfigError, DataError

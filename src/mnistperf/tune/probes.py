@@ -28,6 +28,7 @@ class Probe:
     wait_share: float | None = None
     seconds: float = 0.0
     note: str = ""
+    start_s: float = 0.0  # a new epoch's time to its first batch (loader probes)
 
     @property
     def rate(self) -> float:

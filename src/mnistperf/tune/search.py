@@ -152,7 +152,7 @@ class Search:
         dm = self.datamodule(settings)
         rates, start_s = time_loader(dm.train_dataloader, self.device, self.batches, warmup=2, repeats=REPEATS)
         return self._record(Probe("loader", dict(settings), rates, note=f"epoch start {start_s:.2f} s",
-                                  wait_share=None), began)
+                                  start_s=start_s), began)
 
     def together(self, settings: dict, label: str = "") -> Probe:
         began = time.perf_counter()
@@ -171,8 +171,7 @@ def predicted(loader: Probe, step_rate: float, epoch_samples: int) -> float:
     """Training samples/s a loader should give beside a step of step_rate, its epoch start included."""
     rate = loader.rate
     steady = min(rate, step_rate) if loader.settings.get("num_workers") else 1 / (1 / rate + 1 / step_rate)
-    start_s = float(loader.note.split()[-2]) if loader.note.startswith("epoch start") else 0.0
-    return epoch_samples / (epoch_samples / steady + start_s)
+    return epoch_samples / (epoch_samples / steady + loader.start_s)
 
 
 def cost(settings: dict) -> tuple:

@@ -41,6 +41,11 @@ _NUMBER = re.compile(r"(\d+)\D*$")
 REPREPARE = "re-create it with `python -m mnistperf prepare --force`"
 
 
+def canonical_schema() -> pa.Schema:
+    """The types prepare writes: int64 label, uint8 pixel0..pixel783."""
+    return pa.schema([(LABEL_COLUMN, pa.int64())] + [(name, pa.uint8()) for name in PIXEL_COLUMNS])
+
+
 def build_table(images: np.ndarray, labels: np.ndarray | None) -> pa.Table:
     """An Arrow table in the project's layout from uint8 images [N, 28, 28] and labels [N]."""
     flat = np.ascontiguousarray(images.reshape(len(images), NUM_PIXELS), dtype=np.uint8)
@@ -184,13 +189,18 @@ def checked_files(path: Path, require_labels: bool,
         del parquet
 
 
+def checked_tables(path: Path, require_labels: bool) -> Iterator[tuple[Path, pa.Table]]:
+    """Each file of a split read whole, checked, in the canonical layout: one file's table in memory at a time."""
+    for file, parquet, layout in checked_files(path, require_labels):
+        table = layout.canonical(parquet.read(columns=[c for c in (layout.label,) if c] + list(layout.pixels)))
+        check_values(table, file)
+        yield file, table
+
+
 def read_checked(path: Path, require_labels: bool) -> pa.Table:
     """Read a whole split (file or shards) and check it; the table, in the canonical layout, is safe to hand
     to any pipeline."""
-    tables = []
-    for file, parquet, layout in checked_files(path, require_labels):
-        tables.append(layout.canonical(parquet.read(columns=[c for c in (layout.label,) if c] + list(layout.pixels))))
-        check_values(tables[-1], file)
+    tables = [table for _, table in checked_tables(path, require_labels)]
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 

@@ -44,6 +44,14 @@ def _to(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+def _train_step(model, optimizer, batch: dict) -> None:
+    """One training step as fit runs it: forward, cross-entropy, backward, optimizer."""
+    loss = F.cross_entropy(model(batch["image"]), batch["label"])
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
 def _cycle(loader: Iterable) -> Iterator[dict]:
     """Batches of epoch after epoch: a probe longer than one epoch pays each new epoch's start, as training does."""
     while True:
@@ -75,24 +83,16 @@ def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int,
     """samples/s of the training step alone (forward, loss, backward, optimizer) on one batch already on the device."""
     optimizer = model.configure_optimizers()
     model.train()
-    images, labels = batch["image"], batch["label"]
-
-    def step():
-        loss = F.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
     for _ in range(warmup):
-        step()
+        _train_step(model, optimizer, batch)
     rates = []
     for _ in range(repeats):
         synchronize(device)
         began = time.perf_counter()
         for _ in range(steps):
-            step()
+            _train_step(model, optimizer, batch)
         synchronize(device)
-        rates.append(steps * len(labels) / (time.perf_counter() - began))
+        rates.append(steps * len(batch["label"]) / (time.perf_counter() - began))
     return rates
 
 
@@ -112,10 +112,7 @@ def time_training(model, make_loader: Callable[[], Iterable], device: torch.devi
         for _ in range(count):
             batch = _to(next(source), device)
             wait += time.perf_counter() - last
-            loss = F.cross_entropy(model(batch["image"]), batch["label"])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            _train_step(model, optimizer, batch)
             samples += len(batch["label"])
             last = time.perf_counter()
         synchronize(device)

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mnistperf.data import schema, sources
+from mnistperf.data import schema
+from mnistperf.data.ingest import sources
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"

@@ -9,7 +9,8 @@ import torch
 
 from conftest import CONFIGS, random_split, write_parquet
 from mnistperf.cli import main
-from mnistperf.data import MNISTDataModule, schema
+from mnistperf.data import schema
+from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.errors import ConfigError, DataError
 
 

@@ -17,7 +17,8 @@ import torch
 
 from conftest import CONFIGS, REPO, random_split, write_parquet
 from mnistperf.cli import main
-from mnistperf.data import MNISTDataModule, schema
+from mnistperf.data import schema
+from mnistperf.data.datamodule import MNISTDataModule
 
 pytest.importorskip("litdata")
 ROWS = 203  # not a multiple of the batch, the workers or the shards

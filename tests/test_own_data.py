@@ -14,7 +14,9 @@ import torch
 
 from conftest import CONFIGS, random_split, write_parquet
 from mnistperf.cli import main
-from mnistperf.data import MNISTDataModule, prepare, schema
+from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.data import schema
+from mnistperf.data.ingest import prepare
 from mnistperf.errors import DataError
 
 PIL = pytest.importorskip("PIL.Image")

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from conftest import TEST_ROWS, TRAIN_ROWS, random_split, write_parquet
-from mnistperf.data import MNISTDataModule, schema
-from mnistperf.data.datasets import PandasRowDataset, TensorDataset
-from mnistperf.data.resident import ResidentBatches
+from mnistperf.data import schema
+from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.data.pipelines.pandas_rows import PandasRowDataset
+from mnistperf.data.pipelines.tensors import TensorDataset
+from mnistperf.data.pipelines.resident import ResidentBatches
 
 
 def items_equal(a: dict, b: dict) -> bool:
@@ -172,7 +174,7 @@ def test_garbage_collector_is_frozen_before_each_fork_of_workers(monkeypatch, nu
     """Workers share the parent's pages only if no later collection writes to the objects that existed at the fork."""
     import gc
 
-    from mnistperf.data.workers import WorkerLoader
+    from mnistperf.data.pipelines.workers import WorkerLoader
 
     calls = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))

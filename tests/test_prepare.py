@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mnistperf.cli import main
-from mnistperf.data import prepare, schema, sources
+from mnistperf.data import schema
+from mnistperf.data.ingest import prepare, sources
 from mnistperf.errors import DataError
 
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from mnistperf.data import prepare, schema
-from mnistperf.data.datasets import PandasRowDataset, TensorDataset
+from mnistperf.data import schema
+from mnistperf.data.ingest import prepare
+from mnistperf.data.pipelines.pandas_rows import PandasRowDataset
+from mnistperf.data.pipelines.tensors import TensorDataset
 
 pytestmark = pytest.mark.realdata
 IDX = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),

@@ -9,7 +9,7 @@ import torch
 
 from conftest import random_split, write_parquet
 from mnistperf.data import schema
-from mnistperf.data.streaming import ParquetStream, StreamLoader, _shuffled
+from mnistperf.data.pipelines.stream import ParquetStream, StreamLoader, _shuffled
 
 
 @pytest.fixture(params=["one file", "shards"])

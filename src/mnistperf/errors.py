@@ -15,3 +15,7 @@ class ConfigError(MnistperfError, ValueError):
 
 class DataError(MnistperfError):
     """A data file is missing, unreadable or does not hold what the pipeline needs."""
+
+
+#: set to 1 to see the traceback behind a one-line error
+DEBUG_ENV = "MNISTPERF_DEBUG"

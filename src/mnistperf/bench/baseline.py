@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from mnistperf.cli import MnistperfCLI, parse_fit_config
+from mnistperf.fit_config import MnistperfCLI, parse_fit_config
 from mnistperf.timing import synchronize
 from mnistperf.timing.device_clock import StepEvents
 from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary

@@ -28,6 +28,7 @@ from mnistperf.bench import reference
 from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.report import Row, markdown_table, write_all
 from mnistperf.errors import ConfigError
+from mnistperf.fit_config import check_key, parse_setting
 from mnistperf.timing import SUMMARY_FILE
 
 SHOWN_PREFIXES = ("epoch ", "mnistperf:", "Average ", "Total ", "Verdict")
@@ -38,14 +39,6 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
     if not sep or not key or not values:
         raise ConfigError(f"--sweep {text!r}: expected KEY=V1,V2,... such as data.batch_size=16,32,64.")
     return key.strip(), [v.strip() for v in values.split(",") if v.strip()]
-
-
-def parse_setting(text: str) -> tuple[str, str]:
-    """--set KEY=VALUE; the value is kept whole (it may hold commas, e.g. a list)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip() or not value.strip():
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE such as data.num_workers=2.")
-    return key.strip(), value.strip()
 
 
 def resolve_stages(text: str, config_dir: Path) -> list[tuple[str, Path]]:
@@ -133,24 +126,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if opts.loader_only and opts.sweep:
         raise ConfigError("--loader-only takes no --sweep; use --set data.KEY=VALUE instead.")
     return opts
-
-
-def check_key(key: str, option: str) -> None:
-    """A --set or --sweep key must name an option a stage config has: data.X, model.X, trainer.X or seed_everything."""
-    import inspect
-
-    from lightning.pytorch import Trainer
-
-    from mnistperf.data import MNISTDataModule
-    from mnistperf.model import ImageClassifier
-
-    section, _, name = key.partition(".")
-    known = {"data": MNISTDataModule, "model": ImageClassifier, "trainer": Trainer}
-    if key == "seed_everything":
-        return
-    if section not in known or name.split(".")[0] not in inspect.signature(known[section].__init__).parameters:
-        raise ConfigError(f"{option} {key}: no stage config has this option; use data.NAME, model.NAME or "
-                          "trainer.NAME (`python -m mnistperf fit --help` lists them).")
 
 
 def plan_runs(opts: argparse.Namespace) -> list[Plan]:

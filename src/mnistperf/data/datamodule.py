@@ -1,4 +1,8 @@
-"""The LightningDataModule every stage config points at: Parquet in, batches out.
+"""The LightningDataModule every stage config points at: the wiring between ingestion and pipelines.
+
+``prepare_data`` calls :mod:`mnistperf.data.ingest` to make the Parquet splits if they are
+missing; ``setup`` and the ``*_dataloader`` hooks hand them to the pipeline that the
+``pipeline`` option names, looked up in the one registry below.
 
 The ladder's stages differ only in this module's options: which dataset class (``pipeline``)
 and how the DataLoader is set up. ``prepare_data`` converts the raw files once (rank 0 only);
@@ -15,13 +19,14 @@ import lightning as L
 import pyarrow as pa
 import torch
 
-from mnistperf.data import prepare
-from mnistperf.data.datasets import PandasRowsPipeline, TensorsPipeline
-from mnistperf.data.litdata_stream import LitdataPipeline
-from mnistperf.data.pipeline import Pipeline, Placement, is_uri, pins_memory
-from mnistperf.data.resident import ResidentPipeline
-from mnistperf.data.sources import DATASETS
-from mnistperf.data.streaming import StreamPipeline
+from mnistperf.data.ingest import prepare
+from mnistperf.data.ingest.sources import DATASETS
+from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, pins_memory
+from mnistperf.data.pipelines.litdata_stream import LitdataPipeline
+from mnistperf.data.pipelines.pandas_rows import PandasRowsPipeline
+from mnistperf.data.pipelines.resident import ResidentPipeline
+from mnistperf.data.pipelines.stream import StreamPipeline
+from mnistperf.data.pipelines.tensors import TensorsPipeline
 from mnistperf.errors import ConfigError
 
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")

@@ -17,8 +17,8 @@ from typing import Optional, Sequence
 import yaml
 
 from mnistperf.atomic import atomic_write
-from mnistperf.bench.runner import check_key, parse_setting
 from mnistperf.errors import ConfigError
+from mnistperf.fit_config import check_key, parse_fit_config, parse_setting
 from mnistperf.timing.summary import describe_device
 from mnistperf.tune import search as tuning
 
@@ -93,8 +93,6 @@ def probes_table(outcome: tuning.Outcome) -> str:
 
 
 def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
-    from mnistperf.cli import parse_fit_config
-
     opts = parse_args(argv)
     settings = [parse_setting(s) for s in opts.set]
     for key, _ in settings:

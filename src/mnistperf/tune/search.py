@@ -28,7 +28,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from mnistperf.data import MNISTDataModule, prepare
+from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.data.ingest import prepare
 from mnistperf.data.datamodule import PIPELINES
 from mnistperf.tune.probes import Probe, time_loader, time_step, time_training
 

@@ -29,8 +29,7 @@ import torch
 
 from mnistperf.atomic import atomic_write_dir
 from mnistperf.data import schema
-from mnistperf.data.datasets import normalize
-from mnistperf.data.pipeline import Pipeline, Placement, is_uri
+from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, normalize
 from mnistperf.errors import ConfigError, DataError
 
 COPY_FOLDER = "litdata"

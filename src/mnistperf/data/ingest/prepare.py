@@ -24,7 +24,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from mnistperf.atomic import atomic_write, atomic_write_dir
-from mnistperf.data import schema, sources
+from mnistperf.data import schema
+from mnistperf.data.ingest import sources
 from mnistperf.errors import ConfigError, DataError
 
 FORMATS = ("parquet", "csv")

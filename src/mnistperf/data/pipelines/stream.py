@@ -32,9 +32,8 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from mnistperf.data import schema
-from mnistperf.data.datasets import normalize
-from mnistperf.data.pipeline import Pipeline, Placement
-from mnistperf.data.workers import WorkerLoader
+from mnistperf.data.pipelines.base import Pipeline, Placement, normalize
+from mnistperf.data.pipelines.workers import WorkerLoader
 
 READ_ROWS = 4096  # rows per pyarrow record batch
 

@@ -2,7 +2,8 @@
 
 Each pipeline (``v1``, ``v2``, ``resident``, ``stream``, ``litdata``) is one small subclass in
 its own module; the DataModule looks the class up by name in its registry and never branches
-on the name. A pipeline gets the DataModule's options once, and at setup/loader time the
+on the name. What they all share lives here too: the batch format (:func:`normalize`), the
+seeded validation split, and the rule for pinning. A pipeline gets the DataModule's options once, and at setup/loader time the
 :class:`Placement` (training device, rank, world size) that only the trainer knows.
 """
 
@@ -78,6 +79,14 @@ class Pipeline:
     def order(self, train: bool) -> tuple[bool, bool]:
         """(shuffle, drop_last) for a training or an evaluation loader."""
         return (self.options.shuffle, self.options.drop_last) if train else (False, False)
+
+
+IMAGE_SHAPE = (1, 28, 28)
+
+
+def normalize(pixels: torch.Tensor) -> torch.Tensor:
+    """uint8 (or integer) pixels [..., 784] to float32 images [..., 1, 28, 28] in 0..1."""
+    return pixels.to(torch.float32).div_(255).reshape(*pixels.shape[:-1], *IMAGE_SHAPE)
 
 
 def is_uri(location) -> bool:

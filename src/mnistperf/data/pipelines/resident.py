@@ -16,8 +16,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from mnistperf.data import schema
-from mnistperf.data.datasets import normalize
-from mnistperf.data.pipeline import Pipeline, Placement, seeded_split
+from mnistperf.data.pipelines.base import Pipeline, Placement, normalize, seeded_split
 
 Tensors = tuple[torch.Tensor, torch.Tensor]
 

@@ -29,7 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from mnistperf.data import prepare, schema
+from mnistperf.data import schema
+from mnistperf.data.ingest import prepare
 from mnistperf.errors import ConfigError, DataError
 
 SPLIT_WORD = {split: re.compile(rf"(^|[^a-z]){split}([^a-z]|$)") for split in prepare.SPLITS}

@@ -1,0 +1,35 @@
+"""What the two map-style pipelines share: a whole split read into a ``Dataset``, batched by a DataLoader.
+
+v1 (:mod:`.pandas_rows`) and v2 (:mod:`.tensors`) differ only in their dataset class, which is
+the point of the reference's comparison. Both return identical items, bit for bit:
+``{"image": float32 [1, 28, 28] in 0..1, "label": int64}``, with label -1 for a file that has no
+label column.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch.utils.data import Dataset, Subset
+
+from mnistperf.data import schema
+from mnistperf.data.pipelines.base import Pipeline, Placement, seeded_split
+from mnistperf.data.pipelines.workers import WorkerLoader
+
+
+class MapStylePipeline(Pipeline):
+    """A whole split read into a map-style dataset, batched by a DataLoader with worker processes."""
+
+    dataset_class: type[Dataset]
+
+    def load(self, path: Path, require_labels: bool, place: Placement) -> Dataset:
+        return self.dataset_class(schema.read_checked(path, require_labels))
+
+    def split_off(self, data: Dataset, fraction: float) -> tuple[Subset, Subset]:
+        train, val = seeded_split(len(data), fraction, self.options.seed)
+        return Subset(data, train.tolist()), Subset(data, val.tolist())
+
+    def loader(self, data: Dataset, train: bool, place: Placement) -> WorkerLoader:
+        shuffle, drop_last = self.order(train)
+        return WorkerLoader(data, batch_size=self.options.batch_size, shuffle=shuffle, drop_last=drop_last,
+                            **self.worker_options(place))

@@ -70,7 +70,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         for step, batch in enumerate(train_loader):
             if step >= limit:
                 break
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            batch = datamodule.on_after_batch_transfer({k: v.to(device, non_blocking=True) for k, v in batch.items()}, 0)
             wait += time.perf_counter() - last_end
             samples += len(batch["label"])
             if events is not None:
@@ -98,7 +98,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         model.eval()
         with torch.no_grad(), autocast:
             for batch in val_loader:
-                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                batch = datamodule.on_after_batch_transfer({k: v.to(device, non_blocking=True) for k, v in batch.items()}, 0)
                 model.val_acc.update(model(batch["image"]), batch["label"])
         accuracy = model.val_acc.compute().item()
         synchronize(device)

@@ -150,6 +150,10 @@ class MNISTDataModule(L.LightningDataModule):
     def predict_dataloader(self):
         return self.pipeline.loader(self.datasets["predict"], False, self._placement())
 
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Lightning calls this with each batch on the device; the plain loops of bench and tune call it too."""
+        return self.pipeline.on_device(batch)
+
     def _device(self) -> torch.device:
         """The training device: the strategy's (known before setup runs), else ``self.device``."""
         return self.trainer.strategy.root_device if self.trainer is not None else self.device

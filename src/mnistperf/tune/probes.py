@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +40,9 @@ class Probe:
         return (max(self.rates) - min(self.rates)) / self.rate if len(self.rates) > 1 and self.rate else 0.0
 
 
-def _to(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+def _to(batch: dict, device: torch.device, datamodule) -> dict:
+    """A batch on the device and finished there, as Lightning hands it to the step."""
+    return datamodule.on_after_batch_transfer({k: v.to(device, non_blocking=True) for k, v in batch.items()}, 0)
 
 
 def _train_step(model, optimizer, batch: dict) -> None:
@@ -58,11 +59,11 @@ def _cycle(loader: Iterable) -> Iterator[dict]:
         yield from loader
 
 
-def time_loader(make_loader: Callable[[], Iterable], device: torch.device, batches: int, warmup: int,
+def time_loader(datamodule, device: torch.device, batches: int, warmup: int,
                 repeats: int) -> tuple[list[float], float]:
     """samples/s of drawing ``batches`` batches onto the device, per repeat, after ``warmup`` untimed ones (the
     first epoch's worker start among them); and the seconds a later epoch takes to give its first batch."""
-    loader = make_loader()
+    loader = datamodule.train_dataloader()
     source = _cycle(loader)
     for _ in range(warmup + 1):
         next(source)
@@ -70,7 +71,7 @@ def time_loader(make_loader: Callable[[], Iterable], device: torch.device, batch
     for _ in range(repeats):
         synchronize(device)
         began = time.perf_counter()
-        samples = sum(len(_to(next(source), device)["label"]) for _ in range(batches))
+        samples = sum(len(_to(next(source), device, datamodule)["label"]) for _ in range(batches))
         synchronize(device)
         rates.append(samples / (time.perf_counter() - began))
     source.close()
@@ -96,13 +97,13 @@ def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int,
     return rates
 
 
-def time_training(model, make_loader: Callable[[], Iterable], device: torch.device, steps: int, warmup: int,
+def time_training(model, datamodule, device: torch.device, steps: int, warmup: int,
                   repeats: int) -> tuple[list[float], float]:
     """samples/s of loader and step together, as training runs them (workers and step share the CPUs);
     and the share of time the host waited for the next batch."""
     optimizer = model.configure_optimizers()
     model.train()
-    source = _cycle(make_loader())
+    source = _cycle(datamodule.train_dataloader())
     rates, waits = [], []
     for repeat in range(repeats + 1):
         count = warmup if repeat == 0 else steps
@@ -110,7 +111,7 @@ def time_training(model, make_loader: Callable[[], Iterable], device: torch.devi
         began = last = time.perf_counter()
         wait = samples = 0
         for _ in range(count):
-            batch = _to(next(source), device)
+            batch = _to(next(source), device, datamodule)
             wait += time.perf_counter() - last
             _train_step(model, optimizer, batch)
             samples += len(batch["label"])

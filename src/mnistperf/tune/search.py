@@ -151,14 +151,14 @@ class Search:
     def loader(self, settings: dict) -> Probe:
         began = time.perf_counter()
         dm = self.datamodule(settings)
-        rates, start_s = time_loader(dm.train_dataloader, self.device, self.batches, warmup=2, repeats=REPEATS)
+        rates, start_s = time_loader(dm, self.device, self.batches, warmup=2, repeats=REPEATS)
         return self._record(Probe("loader", dict(settings), rates, note=f"epoch start {start_s:.2f} s",
                                   start_s=start_s), began)
 
     def together(self, settings: dict, label: str = "") -> Probe:
         began = time.perf_counter()
         dm = self.datamodule(settings)
-        rates, wait = time_training(self.model, dm.train_dataloader, self.device, steps=self.batches, warmup=3,
+        rates, wait = time_training(self.model, dm, self.device, steps=self.batches, warmup=3,
                                     repeats=REPEATS)
         probe = Probe("both", dict(settings), rates, wait_share=wait, note=label)
         return self._record(probe, began)

@@ -70,6 +70,11 @@ class Pipeline:
         """The iterable of ``{"image", "label"}`` batches Lightning trains or evaluates on."""
         raise NotImplementedError
 
+    def on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Finish a batch once it is on the training device (the DataModule's ``on_after_batch_transfer``);
+        a pipeline whose loader yields finished batches leaves it as it is."""
+        return batch
+
     def worker_options(self, place: Placement) -> dict[str, Any]:
         """The DataLoader settings this pipeline's loaders use; pinning applies only to CUDA."""
         o = self.options

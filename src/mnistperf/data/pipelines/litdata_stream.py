@@ -16,6 +16,28 @@ folder that is renamed into place, so an interrupted copy is never read.
 With ``data_dir`` a URI, the copy is read from there: write it locally with
 ``python -m mnistperf prepare --dataset NAME --litdata`` and upload the ``litdata/`` folder.
 litdata is an optional extra: ``pip install 'mnistperf[litdata]'``.
+
+What this pipeline decides rather than leaving to litdata's defaults (0.2.76):
+
+* **The topology comes from Lightning**, set on the dataset in :func:`tell_topology`, not
+  guessed by litdata. litdata infers nodes as ``world_size // cuda.device_count()`` (two gloo
+  processes on a one-GPU host become "two nodes"), and with more than one node its shuffle
+  gives every node the whole of each chunk it touches from the second epoch on, so samples are
+  seen twice. With one node declared, every rank of every node takes its share of one global,
+  seeded assignment: every sample at most once per epoch, on any topology. The price: no node
+  keeps a private set of chunks in its cache across epochs.
+* **The same drop_last everywhere.** Under DDP training every rank must run the same number
+  of steps; litdata gives each rank whole batches and the last one the remainder, so the
+  remainder (fewer than world_size x batch_size samples, different ones each shuffled epoch)
+  is left out. ``StreamingDataLoader(drop_last=...)`` overrides the dataset's own setting, so it
+  gets the same value, or the ranks' batch counts differ and DDP waits forever.
+* **Batches travel as uint8** and become float images on the training device
+  (:meth:`LitdataPipeline.on_device`): a quarter of the bytes through the workers' shared memory
+  and the copy to the device.
+* **A chunk is decoded once per worker** (``batch_decode="all"``) and its items permuted as a
+  whole (``item_shuffle_window=0``). litdata's defaults decode 256-row windows aligned to the
+  chunk, caching one, while its in-chunk shuffle works in 256-item blocks aligned to each
+  worker's start: most workers then decode the same rows many times over.
 """
 
 from __future__ import annotations
@@ -33,6 +55,8 @@ from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, normalize
 from mnistperf.errors import ConfigError, DataError
 
 COPY_FOLDER = "litdata"
+BATCH_DECODE = "all"  # decode a chunk's rows together, once per worker
+ITEM_SHUFFLE_WINDOW = 0  # a full permutation of the items inside each chunk
 CHUNK_BYTES = "8MB"  # about 10,000 samples: each worker holds a few chunks, not the split
 INSTALL = "pip install 'mnistperf[litdata]' (or pip install litdata)"
 
@@ -98,10 +122,18 @@ def prepare_copies(splits: list[Path], force: bool = False) -> None:
             print(f"mnistperf: wrote the litdata copy of {split} ({rows:,} samples) to {copy}", flush=True)
 
 
+def tell_topology(dataset, place: Placement) -> None:
+    """Give the dataset Lightning's world size and rank, as one node (see the module's docstring)."""
+    from litdata.utilities.env import _DistributedEnv
+
+    dataset.distributed_env = _DistributedEnv(world_size=place.world_size, global_rank=place.rank, num_nodes=1)
+
+
 def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """uint8 samples to a batch: float32 images [N, 1, 28, 28] in 0..1 and int64 labels."""
+    """Samples to a batch still in uint8 ([N, 784]; a quarter of float32's bytes between processes and to the
+    device), with int64 labels; :meth:`LitdataPipeline.on_device` makes the images on the device."""
     pixels = torch.from_numpy(np.stack([item["pixels"] for item in items]))
-    return {"image": normalize(pixels), "label": torch.tensor([item["label"] for item in items], dtype=torch.int64)}
+    return {"image": pixels, "label": torch.tensor([item["label"] for item in items], dtype=torch.int64)}
 
 
 class LitdataPipeline(Pipeline):
@@ -124,28 +156,31 @@ class LitdataPipeline(Pipeline):
             raise DataError(f"{copy} holds no litdata copy: run `python -m mnistperf fit` (its prepare_data writes "
                             f"it) or `python -m mnistperf prepare --litdata`.")
         try:
-            dataset = litdata.StreamingDataset(str(copy), shuffle=False, seed=self.options.seed, drop_last=False)
+            dataset = litdata.StreamingDataset(str(copy), shuffle=False, seed=self.options.seed, drop_last=False,
+                                               batch_decode=BATCH_DECODE, item_shuffle_window=ITEM_SHUFFLE_WINDOW)
         except (OSError, ValueError, AssertionError, json.JSONDecodeError) as exc:
             raise DataError(f"{copy}: litdata cannot read it ({exc}); write it again with "
                             "`python -m mnistperf prepare --litdata --force`.") from exc
+        tell_topology(dataset, place)
         if require_labels and int(dataset[0]["label"]) == schema.NO_LABEL:
             raise DataError(f"{path} has no '{schema.LABEL_COLUMN}' column, which training, validation and testing "
                             "need; add the labels or use the file only with `predict`.")
         return dataset
 
+    def on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """uint8 pixels [N, 784] to float32 images [N, 1, 28, 28] in 0..1, on the training device."""
+        return {**batch, "image": normalize(batch["image"])}
+
     def loader(self, data, train: bool, place: Placement):
         litdata = require_litdata()
         shuffle, drop_last = self.order(train)
-        # The dataset reads these when an epoch starts; litdata splits it across ranks and workers itself.
-        data.shuffle = shuffle
-        # litdata hands each rank whole batches and the last rank the remainder. Under DDP every rank
-        # must run the same number of training steps, so the remainder (fewer than world_size x
-        # batch_size samples, different ones each shuffled epoch) is left out there, as litdata does
-        # by default in a distributed run. Evaluation has no per-step collective and keeps every sample.
-        data.drop_last = drop_last or (train and place.world_size > 1)
+        # Under DDP training every rank must run the same number of steps: the remainder is left
+        # out (see the module's docstring). Evaluation has no per-step collective and keeps every sample.
+        drop_last = drop_last or (train and place.world_size > 1)
         options = self.worker_options(place)
         if not options["num_workers"]:
             options.pop("persistent_workers")
             options.pop("prefetch_factor")
-        return litdata.StreamingDataLoader(data, batch_size=self.options.batch_size, drop_last=drop_last,
-                                           collate_fn=collate, **options)
+        # StreamingDataLoader sets shuffle and drop_last on the dataset, which reads them when an epoch starts.
+        return litdata.StreamingDataLoader(data, batch_size=self.options.batch_size, shuffle=shuffle,
+                                           drop_last=drop_last, collate_fn=collate, **options)

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from mnistperf.data import schema
 from mnistperf.data.ingest import sources
@@ -88,3 +89,13 @@ def shared_datasets() -> Path:
     if not (SHARED_DATASETS / "fashion-mnist" / "train-images-idx3-ubyte.gz").is_file():
         pytest.skip(f"real datasets not found in {SHARED_DATASETS}")
     return SHARED_DATASETS
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` run only where CUDA is (``pytest -m cuda`` runs them alone, as scripts/gpu-check does)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

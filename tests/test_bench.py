@@ -109,6 +109,24 @@ def test_a_failed_stage_keeps_its_error_and_the_other_rows(tmp_path, monkeypatch
     assert "CUDA out of memory" in (tmp_path / "results.md").read_text()
 
 
+def test_results_csv_holds_one_number_per_cell_with_the_settings_that_shaped_each_row(tmp_path, monkeypatch):
+    pandas = pytest.importorskip("pandas")
+    fake_runs(monkeypatch, ["ok"] * 8)
+    main(["bench", "--stages", "v1_bs512,v2_pinned", "--sweep", "data.batch_size=16,64", "--repeats", "2",
+          "--limit-train-batches", "5", "--epochs", "3", "--baseline", "none", "--config-dir", str(CONFIGS),
+          "--out", str(tmp_path)])
+    table = pandas.read_csv(tmp_path / "results.csv")
+    text = (tmp_path / "results.csv").read_text()
+    assert not any(mark in text for mark in ("[", "%", "0x", " / "))  # no ranges, units or pairs inside cells
+    for column in ("train_s_median", "train_s_min", "train_s_max", "speedup_x", "input_wait_pct", "epochs",
+                   "train_batches_limit", "repeats", "sweep:data.batch_size", "peak_tree_pss_mb"):
+        assert pandas.api.types.is_numeric_dtype(table[column]), column
+    first = table.iloc[0]
+    assert (first["epochs"], first["repeats"], first["train_batches_limit"]) == (3, 2, 5)
+    assert not first["full_epochs"] and first["sweep:data.batch_size"] == 16 and first["device"] == "cpu (test)"
+    assert first["input_wait_pct"] == 25 and first["speedup_x"] == 1
+
+
 def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):
     fake_runs(monkeypatch, ["ok", "interrupt"])
     main(["bench", "--stages", "v1_naive,v1_bs512,v2_pinned", "--config-dir", str(CONFIGS), "--out", str(tmp_path)])

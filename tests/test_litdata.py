@@ -32,8 +32,9 @@ def numbered_table(rows: int):
 
 
 def row_ids(batch) -> list[int]:
-    """The row numbers of a batch as the loader yields it (uint8 pixels, finished on the device later)."""
-    pixels = batch["image"].reshape(len(batch["label"]), -1)[:, :2].to(torch.int64)
+    """The row numbers of a batch as the loader yields it (finished images, or uint8 pixels bound for a GPU)."""
+    pixels = batch["image"].reshape(len(batch["label"]), -1)[:, :2]
+    pixels = (pixels * 255).round().to(torch.int64) if pixels.is_floating_point() else pixels.to(torch.int64)
     return (pixels[:, 0] + 256 * pixels[:, 1]).tolist()
 
 
@@ -292,3 +293,15 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
         assert len(seen[0][epoch]) == len(seen[1][epoch]) == rows // 2
         assert collections.Counter(seen[0][epoch] + seen[1][epoch]) == collections.Counter(range(rows))
     assert seen[0][0] != seen[0][1]
+
+
+def test_batches_bound_for_a_gpu_travel_as_uint8_and_are_finished_on_the_device():
+    from mnistperf.data.pipelines.litdata_stream import LitdataPipeline, collate
+
+    rng = np.random.default_rng(0)
+    items = [{"pixels": rng.integers(0, 256, 784, dtype=np.uint8), "label": i % 10} for i in range(5)]
+    travelling, finished = collate(items, finish=False), collate(items)
+    assert travelling["image"].dtype == torch.uint8 and travelling["image"].shape == (5, 784)
+    on_device = LitdataPipeline.on_device(None, travelling)
+    assert torch.equal(on_device["image"], finished["image"]) and on_device["image"].shape == (5, 1, 28, 28)
+    assert LitdataPipeline.on_device(None, finished) is finished  # finished in the worker: left as it is

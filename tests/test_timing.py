@@ -17,7 +17,6 @@ from mnistperf.timing import EpochTimer
 from mnistperf.timing.device_clock import device_figures
 from mnistperf.timing.summary import aggregate, classify, epoch_row
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 PIPELINES = ("v1", "v2", "resident", "stream")
 
 
@@ -150,7 +149,7 @@ def test_the_compiled_step_recompiles_nothing_after_its_first_epoch(tiny_data, m
 
 
 # ---------------------------------------------------------------- CUDA only
-@needs_cuda
+@pytest.mark.cuda
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_no_step_waits_for_the_device(tiny_data, monkeypatch, pipeline):
     """Between the first and the last training step nothing may synchronize host and device."""
@@ -175,7 +174,7 @@ def test_no_step_waits_for_the_device(tiny_data, monkeypatch, pipeline):
         torch.cuda.set_sync_debug_mode("default")
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_cuda_events_give_device_figures_and_gpu_memory(tiny_data, monkeypatch):
     monkeypatch.chdir(tiny_data.parent)
     summary = fit(tiny_data.parent, "v3_resident.yaml", "--data.batch_size", "8")
@@ -185,7 +184,7 @@ def test_cuda_events_give_device_figures_and_gpu_memory(tiny_data, monkeypatch):
     assert summary["accelerator"] == "cuda" and summary["peak_device_mb"]["reserved"] > 0
 
 
-@needs_cuda
+@pytest.mark.cuda
 def test_the_compiled_stage_runs_bf16_on_a_gpu_that_has_it(tiny_data, monkeypatch):
     monkeypatch.chdir(tiny_data.parent)
     summary = fit(tiny_data.parent, "v3_compiled.yaml", "--data.batch_size", "40")

@@ -4,7 +4,7 @@ It takes exactly the command line of a ``fit`` run (config and every override, m
 trainer ones included) and lets LightningCLI parse it into the same DataModule, model and
 trainer settings; then it trains in a plain loop in the shape of the reference's: the same
 SimpleCNN and optimizer (``configure_optimizers``), the same non-blocking copies to the
-device, the same precision, the same torchmetrics accuracy and loss accumulated on the device,
+device, the same precision, the same loss and correct counts summed on the device (EpochSums),
 the same epochs and batch limits. It is timed exactly as
 :class:`~mnistperf.timing.EpochTimer` times a Lightning run (device synchronized at the
 epoch's ends, host wait between steps, CUDA events per step) and writes the same ``timing.json``.
@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from mnistperf.fit_config import MnistperfCLI, parse_fit_config
+from mnistperf.model import EpochSums
 from mnistperf.timing import synchronize
 from mnistperf.timing.device_clock import StepEvents
 from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary
@@ -66,7 +67,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             events.mark_origin()
         wait = 0.0
         samples = 0
-        loss_sum = torch.zeros((), device=device)
+        train_sums = EpochSums(device)
         for step, batch in enumerate(train_loader):
             if step >= limit:
                 break
@@ -82,8 +83,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                model.train_acc.update(logits, batch["label"])
-                loss_sum += loss.detach() * len(batch["label"])
+                train_sums.add(loss, logits, batch["label"])
             if events is not None:
                 events.step_end()
             last_end = time.perf_counter()
@@ -96,17 +96,17 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             print(f"epoch {epoch}: {samples:,} samples drawn in {train_s:.2f} s", flush=True)
             continue
         model.eval()
+        val_sums = EpochSums(device)
         with torch.no_grad(), autocast:
             for batch in val_loader:
                 batch = datamodule.on_after_batch_transfer({k: v.to(device, non_blocking=True) for k, v in batch.items()}, 0)
-                model.val_acc.update(model(batch["image"]), batch["label"])
-        accuracy = model.val_acc.compute().item()
+                logits = model(batch["image"])
+                val_sums.add(F.cross_entropy(logits, batch["label"]), logits, batch["label"])
+        metrics = {f"{stage}/{name}": value.item() for stage, sums in (("train", train_sums), ("val", val_sums))
+                   for name, value in sums.means().items()}
+        accuracy = metrics["val/acc"]
         synchronize(device)
         eval_s = time.perf_counter() - eval_start
-        metrics = {"train/acc": model.train_acc.compute().item(), "train/loss": (loss_sum / max(samples, 1)).item(),
-                   "val/acc": accuracy}
-        model.train_acc.reset()
-        model.val_acc.reset()
         row = epoch_row(epoch, train_s, eval_s, samples, wait, figures, metrics, threshold)
         rows.append(row)
         print(f"epoch {epoch}: train {train_s:.2f} s, eval {eval_s:.2f} s, val/acc {accuracy:.4f}, {row['verdict']}",

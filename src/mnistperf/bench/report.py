@@ -110,6 +110,50 @@ def table_rows(rows: list[Row]) -> list[dict[str, str]]:
     return out
 
 
+def _stat(row: Row, key: str, name: str) -> dict[str, Optional[float]]:
+    values = row.values(key)
+    return {f"{name}_median": median(values) if values else None, f"{name}_min": min(values, default=None),
+            f"{name}_max": max(values, default=None)}
+
+
+def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """One value per cell, for tools: statistics in their own columns, units in the names, and the settings that
+    shape a row (epochs, bounded or full epochs, repeats, swept values, device) beside its figures."""
+    base = next((r.epoch_s for r in rows if r.epoch_s), None)
+    swept = sorted({key for r in rows for key in r.overrides})
+    limit = settings.get("limit_train_batches")
+    out = []
+    for r in rows:
+        ref = reference.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
+        epochs = [e for s in r.summaries for e in s.get("epochs", [])[1:] or s.get("epochs", [])]
+        wait = r.med("input_wait_share")
+        out.append({
+            "label": r.label, "stage": r.stage, "runner": r.runner,
+            **{f"sweep:{key}": r.overrides.get(key) for key in swept},
+            "device": r.summaries[0]["device"] if r.summaries else None,
+            "epochs": settings.get("epochs"),
+            "full_epochs": limit is None,
+            "train_batches_limit": limit,
+            "train_samples_per_epoch": median(e["samples"] for e in epochs) if epochs else None,
+            "repeats": len(r.summaries),
+            **_stat(r, "avg_train_s", "train_s"),
+            **_stat(r, "avg_eval_s", "test_s"),
+            "warmup_train_s": r.warmup_s,
+            "total_s_median": r.total_s,
+            "speedup_x": base / r.epoch_s if base and r.epoch_s else None,
+            "samples_per_s_median": r.med("samples_per_s"),
+            "input_wait_pct": 100 * wait if wait is not None else None,
+            "verdict": "/".join(sorted({s["verdict"] for s in r.summaries})) or None,
+            "val_acc_median": r.med("final_val_acc"),
+            "peak_main_rss_mb": r.peak_memory_mb("main_process"),
+            "peak_tree_pss_mb": r.peak_memory_mb("tree_pss"),
+            "published_train_s": ref[0] if ref else None,
+            "published_speedup_x": ref[3] if ref else None,
+            "error": r.error,
+        })
+    return out
+
+
 def markdown_table(rows: list[Row]) -> str:
     printable = table_rows(rows)
     if not printable:
@@ -141,6 +185,8 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         f"- device: {env.get('device', 'unknown')}; CPU count: {env.get('cpu_count', '?')}",
         f"- versions: {env.get('versions', {})}",
         f"- settings: {json.dumps(settings)}",
+        *([f"- **bounded epochs**: {settings['limit_train_batches']} training batches per epoch, not whole epochs"]
+          if settings.get("limit_train_batches") else []),
         f"- published figures: {reference.HARDWARE}",
         "- train s/epoch, test s/epoch, samples/s, input wait and verdict: steady-state epochs (2..N), medians "
         "over repeats; epoch 1 is shown apart as warm-up; total s covers every epoch",
@@ -154,11 +200,11 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
     targets = {"results.md": "\n".join(md)}
 
     buffer = io.StringIO()
-    printable = table_rows(rows)
-    if printable:
-        writer = csv.DictWriter(buffer, fieldnames=list(printable[0]))
+    records = csv_rows(rows, settings)
+    if records:
+        writer = csv.DictWriter(buffer, fieldnames=list(records[0]))
         writer.writeheader()
-        writer.writerows(printable)
+        writer.writerows(records)
     targets["results.csv"] = buffer.getvalue()
     targets["results.json"] = json.dumps(
         {"settings": settings, "environment": env, "rows": [asdict(r) for r in rows]}, indent=2

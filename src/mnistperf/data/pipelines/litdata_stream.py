@@ -31,9 +31,9 @@ What this pipeline decides rather than leaving to litdata's defaults (0.2.76):
   remainder (fewer than world_size x batch_size samples, different ones each shuffled epoch)
   is left out. ``StreamingDataLoader(drop_last=...)`` overrides the dataset's own setting, so it
   gets the same value, or the ranks' batch counts differ and DDP waits forever.
-* **Batches travel as uint8** and become float images on the training device
+* **On a GPU, batches travel as uint8** and become float images there
   (:meth:`LitdataPipeline.on_device`): a quarter of the bytes through the workers' shared memory
-  and the copy to the device.
+  and the copy to the device. On the CPU the workers finish them, off the training process.
 * **A chunk is decoded once per worker** (``batch_decode="all"``) and its items permuted as a
   whole (``item_shuffle_window=0``). litdata's defaults decode 256-row windows aligned to the
   chunk, caching one, while its in-chunk shuffle works in 256-item blocks aligned to each
@@ -43,6 +43,7 @@ What this pipeline decides rather than leaving to litdata's defaults (0.2.76):
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any, Union
 
@@ -129,11 +130,12 @@ def tell_topology(dataset, place: Placement) -> None:
     dataset.distributed_env = _DistributedEnv(world_size=place.world_size, global_rank=place.rank, num_nodes=1)
 
 
-def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Samples to a batch still in uint8 ([N, 784]; a quarter of float32's bytes between processes and to the
-    device), with int64 labels; :meth:`LitdataPipeline.on_device` makes the images on the device."""
+def collate(items: list[dict[str, Any]], finish: bool = True) -> dict[str, torch.Tensor]:
+    """Samples to a batch: int64 labels, and float32 images [N, 1, 28, 28] in 0..1, or with ``finish`` false
+    the uint8 pixels [N, 784] (a quarter of the bytes), which :meth:`LitdataPipeline.on_device` finishes."""
     pixels = torch.from_numpy(np.stack([item["pixels"] for item in items]))
-    return {"image": pixels, "label": torch.tensor([item["label"] for item in items], dtype=torch.int64)}
+    return {"image": normalize(pixels) if finish else pixels,
+            "label": torch.tensor([item["label"] for item in items], dtype=torch.int64)}
 
 
 class LitdataPipeline(Pipeline):
@@ -169,6 +171,8 @@ class LitdataPipeline(Pipeline):
 
     def on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """uint8 pixels [N, 784] to float32 images [N, 1, 28, 28] in 0..1, on the training device."""
+        if batch["image"].dtype != torch.uint8:
+            return batch  # finished in the worker already (training on the CPU)
         return {**batch, "image": normalize(batch["image"])}
 
     def loader(self, data, train: bool, place: Placement):
@@ -181,6 +185,9 @@ class LitdataPipeline(Pipeline):
         if not options["num_workers"]:
             options.pop("persistent_workers")
             options.pop("prefetch_factor")
+        # On a GPU, batches travel as uint8 and become images there; on the CPU the workers finish them,
+        # since the training process would otherwise do that work itself, beside the step.
+        on_gpu = place.device.type == "cuda"
         # StreamingDataLoader sets shuffle and drop_last on the dataset, which reads them when an epoch starts.
         return litdata.StreamingDataLoader(data, batch_size=self.options.batch_size, shuffle=shuffle,
-                                           drop_last=drop_last, collate_fn=collate, **options)
+                                           drop_last=drop_last, collate_fn=partial(collate, finish=not on_gpu), **options)

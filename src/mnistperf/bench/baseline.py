@@ -71,7 +71,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         for step, batch in enumerate(train_loader):
             if step >= limit:
                 break
-            batch = datamodule.on_after_batch_transfer({k: v.to(device, non_blocking=True) for k, v in batch.items()}, 0)
+            batch = datamodule.to_device(batch, device)
             wait += time.perf_counter() - last_end
             samples += len(batch["label"])
             if events is not None:
@@ -99,7 +99,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         val_sums = EpochSums(device)
         with torch.no_grad(), autocast:
             for batch in val_loader:
-                batch = datamodule.on_after_batch_transfer({k: v.to(device, non_blocking=True) for k, v in batch.items()}, 0)
+                batch = datamodule.to_device(batch, device)
                 logits = model(batch["image"])
                 val_sums.add(F.cross_entropy(logits, batch["label"]), logits, batch["label"])
         metrics = {f"{stage}/{name}": value.item() for stage, sums in (("train", train_sums), ("val", val_sums))

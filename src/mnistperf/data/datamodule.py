@@ -151,8 +151,12 @@ class MNISTDataModule(L.LightningDataModule):
         return self.pipeline.loader(self.datasets["predict"], False, self._placement())
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        """Lightning calls this with each batch on the device; the plain loops of bench and tune call it too."""
+        """Lightning calls this with each batch on the device: the pipeline finishes it there."""
         return self.pipeline.on_device(batch)
+
+    def to_device(self, batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+        """A batch copied to the device and finished there, as Lightning hands it to the step (for plain loops)."""
+        return self.on_after_batch_transfer({k: v.to(device, non_blocking=True) for k, v in batch.items()}, 0)
 
     def _device(self) -> torch.device:
         """The training device: the strategy's (known before setup runs), else ``self.device``."""

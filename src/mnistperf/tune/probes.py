@@ -40,11 +40,6 @@ class Probe:
         return (max(self.rates) - min(self.rates)) / self.rate if len(self.rates) > 1 and self.rate else 0.0
 
 
-def _to(batch: dict, device: torch.device, datamodule) -> dict:
-    """A batch on the device and finished there, as Lightning hands it to the step."""
-    return datamodule.on_after_batch_transfer({k: v.to(device, non_blocking=True) for k, v in batch.items()}, 0)
-
-
 def _train_step(model, optimizer, batch: dict) -> None:
     """One training step as fit runs it: forward, cross-entropy, backward, optimizer."""
     loss = F.cross_entropy(model(batch["image"]), batch["label"])
@@ -71,7 +66,7 @@ def time_loader(datamodule, device: torch.device, batches: int, warmup: int,
     for _ in range(repeats):
         synchronize(device)
         began = time.perf_counter()
-        samples = sum(len(_to(next(source), device, datamodule)["label"]) for _ in range(batches))
+        samples = sum(len(datamodule.to_device(next(source), device)["label"]) for _ in range(batches))
         synchronize(device)
         rates.append(samples / (time.perf_counter() - began))
     source.close()
@@ -111,7 +106,7 @@ def time_training(model, datamodule, device: torch.device, steps: int, warmup: i
         began = last = time.perf_counter()
         wait = samples = 0
         for _ in range(count):
-            batch = _to(next(source), device, datamodule)
+            batch = datamodule.to_device(next(source), device)
             wait += time.perf_counter() - last
             _train_step(model, optimizer, batch)
             samples += len(batch["label"])

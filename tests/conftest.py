@@ -91,6 +91,44 @@ def shared_datasets() -> Path:
     return SHARED_DATASETS
 
 
+@pytest.fixture(autouse=True)
+def _run_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in its own temporary folder: the logs, timing.json and results a command writes
+    to relative paths (``lightning_logs/...``) land there, never in the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
+# Folders a test run may write (bytecode, pytest's cache, the venv and the install metadata).
+NOT_GUARDED = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".ruff_cache"}
+
+
+def _checkout_state() -> dict[str, int]:
+    """Every file in the checkout, ignored ones included (lightning_logs/, timing.json, data/), with its mtime."""
+    state = {}
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in NOT_GUARDED and not d.endswith(".egg-info")]
+        for name in files:
+            path = Path(folder, name)
+            state[str(path.relative_to(REPO))] = path.stat().st_mtime_ns
+    return state
+
+
+def pytest_sessionstart(session):
+    session.config._checkout_before = _checkout_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite leaves the checkout as it found it: a test that writes into it fails the run."""
+    before = getattr(session.config, "_checkout_before", None)
+    if before is None:
+        return
+    after = _checkout_state()
+    added = sorted(path for path, mtime in after.items() if before.get(path) != mtime)
+    if added:
+        print("\nthe test suite changed the checkout (tests must write under tmp_path):\n  " + "\n  ".join(added))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``cuda`` run only where CUDA is (``pytest -m cuda`` runs them alone, as scripts/gpu-check does)."""
     if torch.cuda.is_available():

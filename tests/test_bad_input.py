@@ -111,7 +111,7 @@ def test_missing_prepared_file_says_how_to_prepare(tmp_path):
 def test_prepare_data_with_no_source_reachable_says_how_to_get_it(fake_raw, tmp_path):
     (tmp_path / "empty").mkdir()  # a source root that exists but holds none of the files
     dm = MNISTDataModule(dataset="mnist", data_dir=str(tmp_path / "data"), source_root=str(tmp_path / "empty"))
-    with pytest.raises(DataError, match="--source-root DIR .* Debian's package dataset-fashion-mnist"):
+    with pytest.raises(DataError, match="--data.source_root DIR .* Debian's package dataset-fashion-mnist"):
         dm.prepare_data()
 
 
@@ -174,4 +174,4 @@ def test_cli_reports_missing_data_without_a_traceback(tmp_path, monkeypatch, cap
               "--data.source_root", str(tmp_path / "nowhere")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("mnistperf: error:") and "--source-root" in err and "Traceback" not in err
+    assert err.startswith("mnistperf: error:") and "--data.source_root" in err and "Traceback" not in err

@@ -65,6 +65,20 @@ def test_set_keeps_a_value_with_commas_whole():
     assert command[command.index("--trainer.devices") + 1] == "[0,1]"
 
 
+def test_header_says_what_runs_even_when_set_gives_the_epochs():
+    """`--set trainer.max_epochs=2` runs 2 epochs, and the header, the commands and the settings say 2, not 5."""
+    opts = runner.parse_args(["--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--baseline", "none", "--set",
+                              "trainer.max_epochs=2", "--set", "trainer.limit_train_batches=7", "--set", "data.seed=3"])
+    plans = runner.plan_runs(opts)
+    text = runner.header(opts, plans, Path("out"))
+    first, second = text.splitlines()
+    assert first.startswith("mnistperf: bench on cpu (")
+    assert "1 configurations x 1 repeats, 2 epochs, 7 train batches per epoch; overrides: data.seed=3" in second
+    command, _ = plans[0].command(Path("/runs"), "r1")
+    assert [command[i + 1] for i, a in enumerate(command) if a == "--trainer.max_epochs"] == ["2"]
+    assert (opts.epochs, opts.limit_train_batches) == (2, 7)
+
+
 def test_unknown_stage_and_bad_sweep_are_reported_by_name(capsys):
     for argv, expected in ((["--stages", "v9_magic"], "--stages: no config"),
                            (["--sweep", "data.batch_size"], "--sweep 'data.batch_size': expected KEY=V1,V2"),

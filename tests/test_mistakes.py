@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,24 @@ def test_an_interrupted_bench_keeps_its_rows_and_says_it_is_incomplete(workdir, 
     main(["bench", "--stages", "v1_naive,v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS), "--out", "out"])
     report = (workdir / "out" / "results.md").read_text()
     assert report.startswith("# mnistperf bench (incomplete)") and "no result for v2_pinned" in report
+
+
+# ---------------------------------------------------------------- advice that works
+def test_offline_fit_names_its_own_option_and_following_the_advice_trains(tmp_path, capsys, fake_raw):
+    """No source folder, no network: the advice names fit's option (not prepare's), leaves no empty folder
+    behind, and the command it describes then works."""
+    args = fit_args("--data.dataset", "mnist", "--data.batch_size", "8", "--trainer.limit_val_batches", "1")
+    err = fails_in_one_line(capsys, args, "pass --data.source_root DIR")
+    assert not (tmp_path / "data").exists(), "a failed preparation left folders behind"
+    option = re.search(r"pass (--\S+) DIR", err).group(1)
+    main([*args, option, str(fake_raw.root)])
+    assert (tmp_path / "data" / "MNIST" / "train.parquet").is_file()
+
+
+def test_offline_prepare_names_its_own_option_and_following_the_advice_prepares(tmp_path, capsys, fake_raw):
+    args = ["prepare", "--dataset", "mnist"]
+    err = fails_in_one_line(capsys, args, "pass --source-root DIR")
+    assert not (tmp_path / "data").exists(), "a failed preparation left folders behind"
+    option = re.search(r"pass (--\S+) DIR", err).group(1)
+    main([*args, option, str(fake_raw.root)])
+    assert (tmp_path / "data" / "MNIST" / "test.parquet").is_file()

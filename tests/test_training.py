@@ -95,12 +95,32 @@ def test_runs_land_side_by_side_and_tensorboard_reads_them_back(workdir):
     assert hparams["pipeline"] == "v2" and hparams["lr"] == 0.001
 
 
-def test_validate_test_and_predict_run_from_a_config(workdir, capsys):
+def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(workdir, capsys):
+    """validate/test/predict without --ckpt_path never score random weights: they refuse in one line with the
+    command to run, and after a fit they name and load its checkpoint. Every command's first line names the device."""
+    options = ["--config", str(CONFIGS / "v2_pinned.yaml"), "--data.num_workers", "0",
+               "--data.persistent_workers", "false", "--trainer.enable_progress_bar", "false"]
     for command in ("validate", "test", "predict"):
-        main([command, "--config", str(CONFIGS / "v2_pinned.yaml"), "--data.num_workers", "0",
-              "--data.persistent_workers", "false", "--trainer.enable_progress_bar", "false"])
-    out = capsys.readouterr().out
-    assert "val/acc" in out and "test/acc" in out
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, *options])
+        captured = capsys.readouterr()
+        assert exit_info.value.code == 2
+        assert captured.out.startswith(f"mnistperf: {command} on cpu")
+        assert "no trained model to evaluate" in captured.err and "python -m mnistperf fit --config" in captured.err
+    fit("v2_pinned.yaml", "--data.num_workers", "0", "--data.persistent_workers", "false")
+    capsys.readouterr()
+    for command in ("validate", "test", "predict"):
+        main([command, *options])
+        out = capsys.readouterr().out
+        assert out.startswith(f"mnistperf: {command} on cpu"), out
+        assert f"mnistperf: {command} with lightning_logs/v2_pinned/version_0/checkpoints/epoch=1-step=" in out
+        assert command == "predict" or f"{'val' if command == 'validate' else 'test'}/acc" in out
+
+
+def test_fit_prints_the_device_line_first_even_with_the_progress_bar(workdir, capsys):
+    main(["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--trainer.max_epochs", "1", "--data.num_workers", "0",
+          "--data.persistent_workers", "false"])
+    assert capsys.readouterr().out.startswith("mnistperf: fit on cpu (")
 
 
 def test_print_config_shows_the_merged_configuration(workdir, capsys):

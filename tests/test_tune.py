@@ -90,3 +90,43 @@ def test_predicted_rate_overlaps_with_workers_and_adds_up_without():
     assert search.predicted(alone, 1000.0, 10_000) == pytest.approx(500.0)
     slow_start = probes.Probe("loader", {"num_workers": 2}, [1000.0], start_s=10.0)
     assert search.predicted(slow_start, 500.0, 10_000) == pytest.approx(10_000 / 30)
+
+
+def _outcome(step_rates, bigger_rates, *others) -> search.Outcome:
+    step = probes.Probe("step", {"batch_size": 512}, list(step_rates))
+    bigger = probes.Probe("step", {"batch_size": 1024}, list(bigger_rates))
+    all_probes = [step, *[probes.Probe("loader", {"num_workers": 0}, list(r)) for r in others], bigger]
+    return search.Outcome(best={}, step=step, probes=all_probes, bigger_batch=bigger)
+
+
+def test_a_quiet_machine_gets_the_batch_projection_and_no_warning():
+    outcome = _outcome([1000, 1010, 990], [1500, 1510, 1490], [800, 810, 805])
+    assert "would step at 1,500 samples/s (+50%)" in outcome.batch_projection()
+    assert outcome.noise_warning() is None
+
+
+def test_a_noisy_machine_is_said_and_its_projection_withheld():
+    """The figures of a loaded machine (a batch 'stepping' at -82 %, spreads of 17-137 %) are not printed as findings."""
+    outcome = _outcome([11000, 4000, 9000], [1969, 3000, 5000], [800, 300, 900])
+    assert "could not be measured reliably" in outcome.batch_projection()
+    assert "would step at" not in outcome.batch_projection()
+    assert "the machine was busy" in outcome.noise_warning() and "idle machine" in outcome.noise_warning()
+
+
+def test_a_difference_within_the_noise_is_no_projection():
+    outcome = _outcome([1000, 1100, 950], [1050, 1000, 1120])
+    assert "no faster or slower than the probes' noise" in outcome.batch_projection()
+
+
+def test_a_noisy_probe_is_measured_again(monkeypatch):
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return [1000.0, 1000.0, 1000.0]
+
+    finder = search.Search({}, None, None, budget_s=60, log=lambda m: None)
+    probe = finder._record(probes.Probe("step", {"batch_size": 8}, [100.0, 1000.0, 500.0]), 0.0, measure)
+    assert calls == [1] and len(probe.rates) == 6 and "repeated (6 runs)" in probe.note
+    quiet = finder._record(probes.Probe("step", {"batch_size": 8}, [1000.0, 1010.0]), 0.0, measure)
+    assert calls == [1] and len(quiet.rates) == 2

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 
 def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
@@ -46,6 +47,26 @@ def atomic_write_dir(target: Path, write: Callable[[Path], None]) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def removing_new_folders(folder: Path) -> Iterator[None]:
+    """If the block fails, remove the folders on the way to ``folder`` that did not exist before it
+    and are still empty, so a failed preparation leaves the disk as it found it."""
+    new = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        new.append(path)
+    try:
+        yield
+    except BaseException:
+        for path in new:  # deepest first
+            try:
+                path.rmdir()
+            except OSError:  # not empty (something finished there) or already gone: keep it
+                pass
+        raise
 
 
 def _umask() -> int:

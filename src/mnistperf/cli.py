@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from mnistperf.console import calm_library_noise
 from mnistperf.errors import DEBUG_ENV, MnistperfError
 from mnistperf.fit_config import MnistperfCLI
 
@@ -91,6 +92,7 @@ def main(args: Optional[Sequence[str]] = None) -> None:
     """Run one mnistperf command; ``args`` defaults to the process's command line."""
     argv = list(sys.argv[1:] if args is None else args)
     command = argv[0] if argv else None
+    calm_library_noise()
     try:
         if command == "prepare":
             prepare_command(argv[1:])

@@ -13,14 +13,19 @@ import inspect
 import os
 import sys
 import warnings
+from argparse import RawDescriptionHelpFormatter
+
+from jsonargparse import DefaultHelpFormatter
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_only
 
+from mnistperf.console import device_line
+from mnistperf.machine import run_device
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.errors import DEBUG_ENV, ConfigError
 from mnistperf.model import ImageClassifier
@@ -44,15 +49,48 @@ def native_bf16(accelerator) -> bool:
     return wants_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
+FIT_DESCRIPTION = """\
+Train one stage of the ladder. The options a user of this lab changes:
+
+  --config configs/STAGE.yaml       the stage (v1_naive ... v3_resident, streaming, streaming_litdata)
+  --data.batch_size N               samples per step
+  --data.num_workers N              loader worker processes (0: load in the main process)
+  --data.persistent_workers BOOL    keep workers alive between epochs
+  --data.pin_memory BOOL            page-locked batches for faster copies to a GPU
+  --data.pipeline NAME              v1, v2, resident, stream, litdata
+  --data.dataset NAME               fashion_mnist (default), mnist, synthetic or your own folder
+  --data.source_root DIR            offline: the folder holding mnist/ and fashion-mnist/ .gz files
+  --trainer.max_epochs N            epochs to train
+  --trainer.accelerator cpu|cuda    where to train (auto: CUDA when present)
+  --ckpt_path last                  resume the newest run of this config
+
+Every other option of Lightning's Trainer, the model and the data module follows.
+"""
+EVAL_COMMANDS = ("validate", "test", "predict")
+
+
+class KeepDescriptionLines(RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help, with the description's lines kept as written (the table above)."""
+
+
 class MnistperfCLI(LightningCLI):
     """LightningCLI with the project's model and data module fixed.
 
-    A ``bf16`` trainer precision runs only where the GPU has native bf16: elsewhere (a CPU, an
-    older GPU) it would be emulated and slower, so the run falls back to ``32-true`` and says so;
-    timing.json records the precision that actually ran.
+    Before anything else it prints the device line (``mnistperf: fit on cuda:0 (...), precision
+    bf16-mixed``). A ``bf16`` trainer precision runs only where the GPU has native bf16: elsewhere
+    (a CPU, an older GPU) it would be emulated and slower, so the run falls back to ``32-true``
+    and says so on that line; timing.json records the precision that actually ran. ``validate``,
+    ``test`` and ``predict`` without ``--ckpt_path`` use the newest checkpoint of the config's runs
+    and name it, or refuse: they never score an untrained model in silence.
+
+    Args:
+        announce: the command named on the device line; by default the subcommand that runs,
+            nothing when ``run`` is false.
     """
 
-    def __init__(self, args: Optional[Sequence[str]] = None, run: bool = True):
+    def __init__(self, args: Optional[Sequence[str]] = None, run: bool = True, announce: Optional[str] = None):
+        self._announce = announce
+        self._announce_subcommand = run
         super().__init__(
             ImageClassifier,
             MNISTDataModule,
@@ -60,6 +98,8 @@ class MnistperfCLI(LightningCLI):
             args=args,
             run=run,
             parser_class=OneLineErrorParser,
+            parser_kwargs={"prog": "mnistperf", "formatter_class": KeepDescriptionLines, "fit": {
+                "usage": "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]", "description": FIT_DESCRIPTION}},
         )
 
     def before_fit(self) -> None:
@@ -74,7 +114,25 @@ class MnistperfCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
+        # Here, before Lightning seeds and builds anything, so the device line is the run's first.
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        precision_note = self._resolve_precision(config)
+        announce = self._announce or (subcommand if self._announce_subcommand else None)
+        if announce and rank_zero_only.rank == 0:
+            print(device_line(announce, run_device(config.trainer.accelerator),
+                              f"precision {config.trainer.precision}{precision_note}"), flush=True)
         self._check_checkpoint()  # before LightningCLI reads the checkpoint's hyperparameters
+        if subcommand in EVAL_COMMANDS and config.get("ckpt_path") is None:
+            config.ckpt_path = str(newest_checkpoint(subcommand, config))
+
+    @staticmethod
+    def _resolve_precision(config) -> str:
+        precision = str(config.trainer.precision)
+        if precision.startswith("bf16") and not native_bf16(config.trainer.accelerator):
+            config.trainer.precision = "32-true"
+            return f" ({precision} asked for: no GPU with native bf16 here)"
+        return ""
 
     def _check_checkpoint(self) -> None:
         """An explicit checkpoint path must be a readable Lightning checkpoint (not 'last', 'best', ...)."""
@@ -93,19 +151,36 @@ class MnistperfCLI(LightningCLI):
         if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
             raise ConfigError(f"--ckpt_path {path} holds no model state_dict; give a checkpoint written by fit.")
 
-    def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand] if self.subcommand else self.config
-        precision = str(config.trainer.precision)
-        if precision.startswith("bf16") and not native_bf16(config.trainer.accelerator):
-            rank_zero_info(f"trainer.precision {precision}: no GPU with native bf16 here; training in 32-true.")
-            config.trainer.precision = "32-true"
+
+def runs_folder(config) -> Path:
+    """Where fit with this config writes its runs: the logger's save_dir/name, as in the stage configs."""
+    logger = config.trainer.get("logger")
+    init = logger.get("init_args") if hasattr(logger, "get") else None
+    if init is not None and init.get("save_dir") is not None:
+        return Path(init.save_dir) / str(init.get("name") or "lightning_logs")
+    return Path(config.trainer.get("default_root_dir") or ".") / "lightning_logs"
 
 
-def parse_fit_config(args: Sequence[str]) -> MnistperfCLI:
-    """The trainer, model and DataModule a ``fit`` with these arguments would build, without running it."""
+def newest_checkpoint(command: str, config) -> Path:
+    """The most recent checkpoint fit wrote with this config, announced; a ConfigError naming the fix if none."""
+    folder = runs_folder(config)
+    found = sorted(folder.glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        stage = " ".join(f"--config {c}" for c in (config.get("config") or [])) or "--config configs/STAGE.yaml"
+        raise ConfigError(f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
+                          f"Train one with `python -m mnistperf fit {stage}`, or pass --ckpt_path FILE.")
+    if rank_zero_only.rank == 0:
+        print(f"mnistperf: {command} with {found[-1]} (the newest checkpoint in {folder}; "
+              "--ckpt_path FILE picks another)", flush=True)
+    return found[-1]
+
+
+def parse_fit_config(args: Sequence[str], announce: Optional[str] = None) -> MnistperfCLI:
+    """The trainer, model and DataModule a ``fit`` with these arguments would build, without running it;
+    ``announce`` names the command on the device line it prints first (none when not given)."""
     with warnings.catch_warnings():  # LightningCLI warns that args were given beside the process's own argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        return MnistperfCLI(args=list(args), run=False)
+        return MnistperfCLI(args=list(args), run=False, announce=announce)
 
 
 def parse_setting(text: str) -> tuple[str, str]:

@@ -27,8 +27,10 @@ from typing import Callable, Sequence
 from mnistperf.bench import reference
 from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.report import Row, markdown_table, write_all
+from mnistperf.console import device_line
 from mnistperf.errors import ConfigError
 from mnistperf.fit_config import check_key, parse_setting
+from mnistperf.machine import run_device
 from mnistperf.timing import SUMMARY_FILE
 
 SHOWN_PREFIXES = ("epoch ", "mnistperf:", "Average ", "Total ", "Verdict")
@@ -125,7 +127,41 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         raise ConfigError("--epochs and --repeats must be at least 1.")
     if opts.loader_only and opts.sweep:
         raise ConfigError("--loader-only takes no --sweep; use --set data.KEY=VALUE instead.")
+    # The bench's own options are the one place epochs and batch limits are set, so its header and
+    # report say what ran: the same settings given through --set are taken as those options.
+    kept = []
+    for text in opts.set:
+        key, value = parse_setting(text)
+        if key == "trainer.max_epochs":
+            opts.epochs = _positive_int(value, "--set trainer.max_epochs")
+        elif key == "trainer.limit_train_batches":
+            opts.limit_train_batches = _positive_int(value, "--set trainer.limit_train_batches")
+        else:
+            kept.append(text)
+    opts.set = kept
     return opts
+
+
+def _positive_int(value: str, option: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"{option}={value}: the bench needs a whole number of at least 1 here "
+                          "(a fraction of an epoch does not compare across stages).")
+    return number
+
+
+def header(opts: argparse.Namespace, plans: list[Plan], out: Path) -> str:
+    """The device line, then what will run: configurations, repeats, epochs, batches and overrides."""
+    accelerator = dict(parse_setting(s) for s in opts.set).get("trainer.accelerator", "auto")
+    batches = f", {opts.limit_train_batches} train batches per epoch" if opts.limit_train_batches else ", full epochs"
+    overrides = f"; overrides: {' '.join(opts.set)}" if opts.set else ""
+    dataset = f"; dataset {opts.dataset}" if opts.dataset else ""
+    return (device_line("bench", run_device(accelerator)) + "\n"
+            f"{len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs{batches}{dataset}{overrides}; "
+            f"results in {out}")
 
 
 def plan_runs(opts: argparse.Namespace) -> list[Plan]:
@@ -170,7 +206,7 @@ def bench_command(argv: Sequence[str]) -> None:
     out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}
     rows = [plan.row for plan in plans]
-    print(f"mnistperf bench: {len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs; results in {out}")
+    print(header(opts, plans, out), flush=True)
     try:
         # Repeats go round the configurations (A B C A B C ...), so a drift of the machine over the
         # bench (heat, other load) spreads over every row instead of landing on one.

@@ -18,6 +18,7 @@ from typing import Literal, Optional, Union
 import lightning as L
 import pyarrow as pa
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
@@ -28,6 +29,7 @@ from mnistperf.data.pipelines.resident import ResidentPipeline
 from mnistperf.data.pipelines.stream import StreamPipeline
 from mnistperf.data.pipelines.tensors import TensorsPipeline
 from mnistperf.errors import ConfigError
+from mnistperf.machine import usable_cpus
 
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 PipelineName = Literal["v1", "v2", "resident", "stream", "litdata"]
@@ -95,6 +97,7 @@ class MNISTDataModule(L.LightningDataModule):
         self.datasets: dict[str, object] = {}
         # Where the resident pipeline puts the data when no Trainer is attached (the plain-PyTorch baseline).
         self.device = torch.device("cpu")
+        self._workers_noted = False
 
     # ----------------------------------------------------------------- preparation
     def prepare_data(self) -> None:
@@ -105,7 +108,8 @@ class MNISTDataModule(L.LightningDataModule):
             return
         missing = [s for s in prepare.SPLITS if not prepare.split_path(self.data_dir, hp.dataset, s).exists()]
         if missing and hp.dataset in DATASETS:  # only the official datasets can be made here
-            prepare.prepare_dataset(hp.dataset, self.data_dir, source_root=hp.source_root)
+            prepare.prepare_dataset(hp.dataset, self.data_dir, source_root=hp.source_root,
+                                    source_option="--data.source_root")
         for split in prepare.SPLITS:
             path = prepare.split_path(self.data_dir, hp.dataset, split)
             if path.exists():
@@ -114,6 +118,11 @@ class MNISTDataModule(L.LightningDataModule):
     def setup(self, stage: str) -> None:
         """Load and check the splits this stage needs; nothing is converted or downloaded here."""
         hp = self.hparams
+        if self.pipeline.uses_workers and hp.num_workers > usable_cpus() and not self._workers_noted:
+            self._workers_noted = True  # one line of ours instead of torch's warning per loader
+            rank_zero_info(f"mnistperf: data.num_workers {hp.num_workers} on {usable_cpus()} usable CPUs: the workers "
+                           "share them (as the published stage does on a small machine); `mnistperf tune` measures "
+                           "the best count here.")
         if stage in ("fit", "validate"):
             if hp.val_source == "test":
                 if stage == "fit":

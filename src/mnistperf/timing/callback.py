@@ -37,8 +37,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 
 from mnistperf.timing.device_clock import StepEvents
-from mnistperf.timing.summary import (SUMMARY_FILE, aggregate, describe_device, environment, epoch_row,
-                                      format_summary, write_summary)
+from mnistperf.timing.summary import SUMMARY_FILE, aggregate, environment, epoch_row, format_summary, write_summary
 
 # Figures gathered from every rank at the end of an epoch, with how they combine.
 GATHERED = (("train_s", "max"), ("eval_s", "max"), ("host_wait_s", "max"), ("samples", "sum"),
@@ -108,8 +107,6 @@ class EpochTimer(Callback):
         self._device = pl_module.device
         self._events = StepEvents(self._device) if self._device.type == "cuda" else None
         self.epochs = []
-        if trainer.is_global_zero:
-            say(trainer, f"mnistperf: training on {describe_device(self._device)}, precision {trainer.precision}")
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._reset_epoch()

@@ -22,17 +22,11 @@ import lightning
 import torch
 
 from mnistperf.atomic import atomic_write
+from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.timing.device_clock import HOST_PACED_LAG_STEPS
 
 SUMMARY_FILE = "timing.json"
 VERDICTS = ("input-bound", "overhead-bound", "compute-bound")
-
-
-def describe_device(device: torch.device) -> str:
-    """A human-readable name of the device that ran, e.g. 'cuda:0 (NVIDIA H100 80GB HBM3)'."""
-    if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)})"
-    return f"{device.type} ({platform.machine()}, {os.cpu_count()} logical cores)"
 
 
 def classify(figures: dict[str, Any], threshold: float) -> tuple[str, str]:
@@ -146,7 +140,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device": describe_device(device),
         "accelerator": device.type,
         "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_affinity": usable_cpus(),
         "versions": versions,
         "peak_rss_mb": peak_rss_mb(),
         "peak_device_mb": peak_device_mb(device),

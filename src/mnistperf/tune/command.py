@@ -19,7 +19,7 @@ import yaml
 from mnistperf.atomic import atomic_write
 from mnistperf.errors import ConfigError
 from mnistperf.fit_config import check_key, parse_fit_config, parse_setting
-from mnistperf.timing.summary import describe_device
+from mnistperf.timing.summary import describe_device, usable_cpus
 from mnistperf.tune import search as tuning
 
 MIN_BUDGET_MIN = 0.25
@@ -64,11 +64,9 @@ def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path,
     if outcome.baseline is not None:
         lines.append(f"# The input config's settings, measured the same way: {outcome.baseline.rate:,.0f} samples/s.")
     lines.append(f"# Stopped: {outcome.stopped}.")
-    if outcome.bigger_batch is not None:
-        gain = outcome.bigger_batch.rate / outcome.step.rate - 1
-        lines.append(f"# A batch of {outcome.bigger_batch.settings['batch_size']} would step at "
-                     f"{outcome.bigger_batch.rate:,.0f} samples/s ({gain:+.0%}); it changes the optimisation, "
-                     "so it is only tried with --tune-batch-size.")
+    for sentence in (outcome.batch_projection(), outcome.noise_warning()):
+        if sentence:
+            lines.append(f"# {sentence[0].upper()}{sentence[1:]}.")
     lines.append(f"# Every probe, with its settings, rate, spread and seconds: {probes_path(out).name}.")
     config = {**config, "data": {**config.get("data", {}), **outcome.best}}
     logger = config.get("trainer", {}).get("logger")
@@ -99,17 +97,16 @@ def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
         check_key(key, "--set")
     began = time.perf_counter()
     cli_args = ["--config", str(opts.config)] + [a for k, v in settings for a in (f"--{k}", v)]
-    cli = parse_fit_config(cli_args)  # the config as fit reads it: a config that cannot run fails here
+    cli = parse_fit_config(cli_args, announce="tune")  # as fit reads it: a config that cannot run fails here
     device = cli.trainer.strategy.root_device
     model = cli.model.to(device)
     model.configure_model()
     options = {k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}
-    log(f"mnistperf tune: {opts.config} on {describe_device(device)}, {tuning.usable_cpus()} usable CPUs, "
-        f"budget {opts.budget:g} min")
+    log(f"tuning {opts.config}: {usable_cpus()} usable CPUs, budget {opts.budget:g} min")
     search = tuning.Search(options, model, device, opts.budget * 60, log)
     pipelines = tuning.pipelines_to_try(options, device, log)
     epoch_samples = tuning.split_rows(cli.datamodule)
-    outcome = tuning.run(search, options, epoch_samples, pipelines, tuning.usable_cpus(), opts.tune_batch_size)
+    outcome = tuning.run(search, options, epoch_samples, pipelines, usable_cpus(), opts.tune_batch_size)
     spent = time.perf_counter() - began
     config = load_config(opts.config, settings)
     text = tuned_config(config, outcome, opts.config, opts.out, describe_device(device), spent)
@@ -121,5 +118,7 @@ def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
     log(table)
     log(f"\nchosen: {tuning.describe(outcome.best)}")
     log(f"stopped: {outcome.stopped}")
+    if outcome.noise_warning():
+        log(f"warning: {outcome.noise_warning()}")
     log(f"written: {opts.out} (run it: python -m mnistperf fit --config {opts.out}), {probes_path(opts.out)}")
     return outcome

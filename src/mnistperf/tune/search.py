@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ ORDER = ("resident", "v2", "litdata", "stream", "v1")  # cheapest to feed first,
 LOADER_KEYS = ("pipeline", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
 REPEATS = 3
 NOISE_FLOOR = 0.05  # differences under 5 % are never taken as real
+NOISY_SPREAD = 0.25  # repeats further apart than this: the machine is busy; the probe is repeated once more
 
 
 @dataclass
@@ -51,10 +51,35 @@ class Outcome:
     chosen: Optional[Probe] = None
     bigger_batch: Optional[Probe] = None
 
+    @property
+    def noise(self) -> float:
+        """The largest spread of any probe: differences smaller than this are not to be trusted."""
+        return max((p.spread for p in self.probes), default=0.0)
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity), not the machine's count."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    def noise_warning(self) -> Optional[str]:
+        """A sentence for the user when the probes were too noisy for small differences to mean anything."""
+        noisy = [p for p in self.probes if p.spread > NOISY_SPREAD]
+        if not noisy:
+            return None
+        return (f"the machine was busy: {len(noisy)} of {len(self.probes)} probes varied by more than "
+                f"{NOISY_SPREAD:.0%} between repeats (up to {self.noise:.0%}) even after repeating, so differences "
+                "smaller than that are noise; run tune again on an idle machine before trusting close calls")
+
+    def batch_projection(self) -> Optional[str]:
+        """What a bigger batch would do to the step, only where the two step probes can tell."""
+        bigger, step = self.bigger_batch, self.step
+        if bigger is None:
+            return None
+        size = bigger.settings["batch_size"]
+        noise = max(bigger.spread, step.spread, NOISE_FLOOR)
+        if noise > NOISY_SPREAD:
+            return (f"a batch of {size} could not be measured reliably here (its step probes varied by up to "
+                    f"{noise:.0%}); no projection is made")
+        gain = bigger.rate / step.rate - 1
+        if abs(gain) <= noise:
+            return f"a batch of {size} steps no faster or slower than the probes' noise ({noise:.0%}) can show"
+        return (f"a batch of {size} would step at {bigger.rate:,.0f} samples/s ({gain:+.0%}); it changes the "
+                "optimisation, so it is only tried with --tune-batch-size")
 
 
 def worker_counts(cpus: int) -> list[int]:
@@ -131,7 +156,11 @@ class Search:
         dm.hparams.update({"batch_size": self.options["batch_size"], **settings})
         return dm
 
-    def _record(self, probe: Probe, began: float) -> Probe:
+    def _record(self, probe: Probe, began: float, measure: Callable[[], list[float]]) -> Probe:
+        """Keep a probe; one whose repeats disagree by more than NOISY_SPREAD is measured once more."""
+        if probe.spread > NOISY_SPREAD and not self.out_of_time():
+            probe.rates += measure()
+            probe.note = ", ".join(n for n in (probe.note, f"repeated ({len(probe.rates)} runs): noisy") if n)
         probe.seconds = time.perf_counter() - began
         self.probes.append(probe)
         spread = f" (spread {probe.spread:.0%})" if probe.spread else ""
@@ -145,23 +174,30 @@ class Search:
         batch = next(iter(self.datamodule({"pipeline": "v2", "num_workers": 0, "persistent_workers": False,
                                            "prefetch_factor": None, "batch_size": batch_size}).train_dataloader()))
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        rates = time_step(self.model, batch, self.device, steps=10, warmup=3, repeats=REPEATS)
-        return self._record(Probe("step", {"batch_size": batch_size}, rates), began)
+        def measure() -> list[float]:
+            return time_step(self.model, batch, self.device, steps=10, warmup=3, repeats=REPEATS)
+
+        return self._record(Probe("step", {"batch_size": batch_size}, measure()), began, measure)
 
     def loader(self, settings: dict) -> Probe:
         began = time.perf_counter()
         dm = self.datamodule(settings)
+        def measure() -> list[float]:
+            return time_loader(dm, self.device, self.batches, warmup=2, repeats=REPEATS)[0]
+
         rates, start_s = time_loader(dm, self.device, self.batches, warmup=2, repeats=REPEATS)
         return self._record(Probe("loader", dict(settings), rates, note=f"epoch start {start_s:.2f} s",
-                                  start_s=start_s), began)
+                                  start_s=start_s), began, measure)
 
     def together(self, settings: dict, label: str = "") -> Probe:
         began = time.perf_counter()
         dm = self.datamodule(settings)
-        rates, wait = time_training(self.model, dm, self.device, steps=self.batches, warmup=3,
-                                    repeats=REPEATS)
+        def measure() -> list[float]:
+            return time_training(self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS)[0]
+
+        rates, wait = time_training(self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS)
         probe = Probe("both", dict(settings), rates, wait_share=wait, note=label)
-        return self._record(probe, began)
+        return self._record(probe, began, measure)
 
 
 def describe(settings: dict) -> str:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from mnistperf.atomic import atomic_write, atomic_write_dir
+from mnistperf.atomic import atomic_write, atomic_write_dir, removing_new_folders
 from mnistperf.data import schema
 from mnistperf.data.ingest import sources
 from mnistperf.errors import ConfigError, DataError
@@ -113,8 +113,13 @@ def prepare_dataset(
     formats: Iterable[str] = ("parquet",),
     force: bool = False,
     log: Callable[[str], None] = print,
+    source_option: str = sources.PREPARE_OPTION,
 ) -> list[FormatReport]:
-    """Prepare one official dataset; return a report per split and format written (empty if ready)."""
+    """Prepare one official dataset; return a report per split and format written (empty if ready).
+
+    ``source_option`` is how the calling command takes ``source_root``, for the advice in its errors.
+    A preparation that fails leaves no folder behind that it created.
+    """
     if dataset not in sources.DATASETS:
         raise ConfigError(f"unknown dataset {dataset!r}: choose one of {', '.join(sources.DATASETS)}.")
     formats = check_formats(formats)
@@ -125,12 +130,13 @@ def prepare_dataset(
         return []
     cache_dir = Path(data_dir) / spec.folder / "raw"
     reports = []
-    for split in SPLITS:
-        start = time.perf_counter()
-        images, labels = sources.load_split(spec, split, source_root, cache_dir, log)
-        decode_s = time.perf_counter() - start
-        log(f"{spec.folder} {split}: {len(images):,} images verified and decoded in {decode_s:.2f} s")
-        reports += write_split(schema.build_table(images, labels), dataset, split, data_dir, formats)
+    with removing_new_folders(cache_dir):
+        for split in SPLITS:
+            start = time.perf_counter()
+            images, labels = sources.load_split(spec, split, source_root, cache_dir, log, source_option)
+            decode_s = time.perf_counter() - start
+            log(f"{spec.folder} {split}: {len(images):,} images verified and decoded in {decode_s:.2f} s")
+            reports += write_split(schema.build_table(images, labels), dataset, split, data_dir, formats)
     return reports
 
 

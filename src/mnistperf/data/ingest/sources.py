@@ -92,20 +92,26 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
-def how_to_get(spec: DatasetSpec) -> str:
-    """The ways a user can make the raw files reachable, for error messages."""
+#: how the command that prepares names the source folder: ``prepare`` has --source-root, ``fit`` --data.source_root
+PREPARE_OPTION = "--source-root"
+
+
+def how_to_get(spec: DatasetSpec, option: str = PREPARE_OPTION) -> str:
+    """The ways a user can make the raw files reachable, for error messages; ``option`` is how the
+    command that failed takes the source folder."""
     return (
-        f"pass --source-root DIR (or set {SOURCE_ROOT_ENV}) where DIR/{spec.source_folder}/ holds the "
+        f"pass {option} DIR (or set {SOURCE_ROOT_ENV}) where DIR/{spec.source_folder}/ holds the "
         f"four official .gz files; or install Debian's package dataset-fashion-mnist "
         f"(FashionMNIST only, into {SYSTEM_DATASETS_DIR}/fashion-mnist); or allow network access to "
         f"{spec.mirrors[0]}"
     )
 
 
-def candidate_dirs(spec: DatasetSpec, source_root: str | os.PathLike | None, cache_dir: Path) -> list[Path]:
+def candidate_dirs(spec: DatasetSpec, source_root: str | os.PathLike | None, cache_dir: Path,
+                   option: str = PREPARE_OPTION) -> list[Path]:
     """Local folders to search, in order of preference."""
     dirs = []
-    named = "--source-root" if source_root is not None else SOURCE_ROOT_ENV
+    named = option if source_root is not None else SOURCE_ROOT_ENV
     root = source_root if source_root is not None else os.environ.get(SOURCE_ROOT_ENV)
     if root:
         if not Path(root).is_dir():  # named on purpose: passing it over would hide a typo
@@ -160,9 +166,10 @@ def download(url: str, target: Path, raw: RawFile) -> bytes:
     return content
 
 
-def read_raw(spec: DatasetSpec, raw: RawFile, source_root, cache_dir: Path, log=print) -> bytes:
+def read_raw(spec: DatasetSpec, raw: RawFile, source_root, cache_dir: Path, log=print,
+             option: str = PREPARE_OPTION) -> bytes:
     """Return the verified decompressed content of one raw file from the first place that has it."""
-    for folder in candidate_dirs(spec, source_root, cache_dir):
+    for folder in candidate_dirs(spec, source_root, cache_dir, option):
         path = folder / raw.name
         if path.is_file():
             return decompress_verified(path, raw)
@@ -174,18 +181,21 @@ def read_raw(spec: DatasetSpec, raw: RawFile, source_root, cache_dir: Path, log=
             return download(url, cache_dir / raw.name, raw)
         except (urllib.error.URLError, OSError, DataError) as exc:
             failures.append(f"{url}: {exc}")
-    searched = ", ".join(str(d) for d in candidate_dirs(spec, source_root, cache_dir))
+    searched = ", ".join(str(d) for d in candidate_dirs(spec, source_root, cache_dir, option))
     raise DataError(
         f"{raw.name} of {spec.folder} was not found in {searched} and could not be downloaded "
-        f"({'; '.join(failures)}). To fix: {how_to_get(spec)}."
+        f"({'; '.join(failures)}). To fix: {how_to_get(spec, option)}."
     )
 
 
-def load_split(spec: DatasetSpec, split: str, source_root, cache_dir: Path, log=print) -> tuple[np.ndarray, np.ndarray]:
+def load_split(spec: DatasetSpec, split: str, source_root, cache_dir: Path, log=print,
+               option: str = PREPARE_OPTION) -> tuple[np.ndarray, np.ndarray]:
     """Verified uint8 images [N, 28, 28] and labels [N] of one split, in the official order."""
     image_file, label_file = spec.splits[split]
-    images = decode_idx(read_raw(spec, image_file, source_root, cache_dir, log), IDX_IMAGES_MAGIC, Path(image_file.name))
-    labels = decode_idx(read_raw(spec, label_file, source_root, cache_dir, log), IDX_LABELS_MAGIC, Path(label_file.name))
+    images = decode_idx(read_raw(spec, image_file, source_root, cache_dir, log, option), IDX_IMAGES_MAGIC,
+                        Path(image_file.name))
+    labels = decode_idx(read_raw(spec, label_file, source_root, cache_dir, log, option), IDX_LABELS_MAGIC,
+                        Path(label_file.name))
     if len(images) != len(labels):
         raise DataError(f"{spec.folder} {split}: {len(images)} images but {len(labels)} labels.")
     return images, labels

@@ -1,0 +1,52 @@
+"""What a run prints before its figures: the device line first, and nothing alarming that is not ours.
+
+Every command (fit, validate, test, predict, bench, tune) starts its output with one line naming
+the device it runs on, so a figure is never read without knowing where it came from. Library
+messages that are true but not useful here are calmed at their source:
+
+* Lightning's "Tip" advertisements are dropped from its rank-zero log;
+* torch's warning that a DataLoader has more workers than the machine has cores becomes one
+  line of ours (the published ladder uses 4 workers on purpose, so a 2-core machine hears why);
+* Lightning's warning that the epoch has fewer batches than ``log_every_n_steps`` is dropped:
+  the lab logs once per epoch by design;
+* a deprecation inside Lightning's own code, which its users cannot act on, is dropped.
+
+Everything else Lightning and torch print stays visible.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+
+from mnistperf.machine import describe_device
+
+# (category, message regex) of warnings that are not the user's to act on, or that the lab answers itself.
+CALMED_WARNINGS = (
+    (UserWarning, r"This DataLoader will create \d+ worker processes in total"),
+    (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval"),
+    (Warning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+)
+LIGHTNING_RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+class _NoTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in str(record.msg)
+
+
+def calm_library_noise() -> None:
+    """Install the filters above (idempotent)."""
+    for category, message in CALMED_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    for name in LIGHTNING_RANK_ZERO_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _NoTips) for f in log.filters):
+            log.addFilter(_NoTips())
+
+
+def device_line(command: str, device: torch.device, detail: str = "") -> str:
+    """``mnistperf: <command> on <device>[, <detail>]``: the first line every command prints."""
+    return f"mnistperf: {command} on {describe_device(device)}" + (f", {detail}" if detail else "")

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import CONFIGS
 from mnistperf.bench import reference, runner
-from mnistperf.bench.report import Row, table_rows
+from mnistperf.bench.report import Row, per_step, table_rows
 from mnistperf.cli import main
 
 
@@ -35,9 +35,26 @@ def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_sho
     assert table[1]["warm-up train s"] == "6.00" and table[1]["verdict"] == "compute-bound"
     assert table[1]["train s/epoch"] == "2.00 [1.00-3.00]"  # median and min-max over repeats
     assert table[1]["published train s/epoch"] == f"{reference.STAGES['v2_pinned'][0]:.2f}"
-    assert table[2]["note"] == "Lightning/plain train time: 1.250x" and table[2]["published train s/epoch"] == ""
+    assert table[2]["note"] == "stage/plain train time: 1.250x" and table[2]["published train s/epoch"] == ""
     assert table[3]["note"] == "failed (exit 1): boom" and table[3]["train s/epoch"] == "-"
     assert table[1]["input wait"] == "25%" and table[1]["peak MB (main RSS / tree PSS)"] == "500 / 800"
+
+
+def test_per_step_splits_a_step_into_plain_lightnings_loop_and_the_lab():
+    def with_epochs(train: float) -> dict:
+        return {**summary(train, 0.1), "data": {"batch_size": 512},
+                "epochs": [{"samples": 60_000}, {"samples": 60_000}, {"samples": 60_000}]}
+
+    rows = [Row("v2_pinned", "v2_pinned", summaries=[with_epochs(1.18)]),
+            Row("bare Lightning (v2_pinned)", "v2_pinned", runner="bare", summaries=[with_epochs(1.06)]),
+            Row("plain PyTorch (v2_pinned)", "v2_pinned", runner="plain", summaries=[with_epochs(0.59)])]
+    (found,) = per_step(rows)
+    assert found["steps_per_epoch"] == 118  # 117 x 512 + 96
+    assert found["plain_step_ms"] == pytest.approx(590 / 118)
+    assert found["lightning_loop_adds_ms"] == pytest.approx(470 / 118)
+    assert found["lab_adds_ms"] == pytest.approx(120 / 118)
+    assert found["stage_over_bare_x"] == pytest.approx(1.18 / 1.06)
+    assert table_rows(rows)[1]["note"] == f"stage/bare Lightning train time: {1.18 / 1.06:.3f}x"
 
 
 def test_plan_covers_stages_sweeps_and_baseline():
@@ -46,7 +63,9 @@ def test_plan_covers_stages_sweeps_and_baseline():
     plans = runner.plan_runs(opts)
     assert [p.row.label for p in plans] == ["v1_bs512 batch_size=16", "v1_bs512 batch_size=64",
                                             "v2_pinned batch_size=16", "v2_pinned batch_size=64",
-                                            "plain PyTorch (v2_pinned)"]
+                                            "bare Lightning (v2_pinned)", "plain PyTorch (v2_pinned)"]
+    bare, _ = plans[-2].command(Path("/runs"), "r4")
+    assert "mnistperf.bench.baseline" in bare and "--bare-lightning" in bare
     command, _ = plans[1].command(Path("/runs"), "r1")
     assert command[command.index("--data.batch_size") + 1] == "64"
     assert command[command.index("--data.dataset") + 1] == "mnist"
@@ -146,7 +165,7 @@ def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):
     main(["bench", "--stages", "v1_naive,v1_bs512,v2_pinned", "--config-dir", str(CONFIGS), "--out", str(tmp_path)])
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert len(rows[0]["summaries"]) == 1
-    assert [r["error"] for r in rows[1:]] == ["not run (interrupted)"] * 3
+    assert [r["error"] for r in rows[1:]] == ["not run (interrupted)"] * 4
     assert "interrupted: keeping the rows already finished" in capsys.readouterr().out
 
 
@@ -160,10 +179,12 @@ def test_real_bench_on_tiny_data_writes_every_result_file(tiny_data, monkeypatch
     out = tiny_data.parent / "out"
     assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["chart.png", "results.csv", "results.json", "results.md"]
     rows = json.loads((out / "results.json").read_text())["rows"]
-    assert [r["label"] for r in rows] == ["v2_pinned", "broken", "plain PyTorch (v2_pinned)"]
+    assert [r["label"] for r in rows] == ["v2_pinned", "broken", "bare Lightning (v2_pinned)",
+                                          "plain PyTorch (v2_pinned)"]
     assert rows[0]["summaries"][0]["config"] == "01_v2_pinned_r1"
     assert rows[0]["summaries"][0]["peak_rss_mb"]["tree_pss"] > 0
     assert "data.batch_size must be at least 1" in rows[1]["error"]
-    assert rows[2]["summaries"][0]["runner"] == "plain"
+    assert rows[2]["summaries"][0]["runner"] == "bare" and rows[3]["summaries"][0]["runner"] == "plain"
     printed = capsys.readouterr().out
-    assert "[1/3] v2_pinned" in printed and "Lightning/plain train time" in printed
+    assert "[1/4] v2_pinned" in printed and "stage/plain train time" in printed and "stage/bare Lightning" in printed
+    assert "| v2_pinned | 1 |" in printed  # the per-step table: 96 rows in one batch of 512

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning import LightningModule, Trainer
+from lightning import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, Dataset
 
-from conftest import CONFIGS
+from conftest import CONFIGS, random_split, write_parquet
+from mnistperf.data import schema
 from mnistperf.cli import main
 from mnistperf.timing import EpochTimer
-from mnistperf.timing.device_clock import device_figures
+from mnistperf.timing.kernel_busy import KernelWindow, busy_share, window_steps
 from mnistperf.timing.summary import aggregate, classify, epoch_row
 
 PIPELINES = ("v1", "v2", "resident", "stream")
@@ -58,52 +59,63 @@ def timed_fit(item_delay_s: float, step_delay_s: float) -> EpochTimer:
 def test_a_slow_loader_is_called_input_bound():
     timer = timed_fit(item_delay_s=0.01, step_delay_s=0.0)  # 40 ms of loading per step, a step of microseconds
     assert [e["verdict"] for e in timer.epochs] == ["input-bound", "input-bound"]
-    assert timer.epochs[1]["host_wait_share"] > 0.5
+    assert timer.epochs[1]["input_wait_share"] > 0.5
 
 
 def test_a_slow_step_is_called_compute_bound():
     timer = timed_fit(item_delay_s=0.0, step_delay_s=0.04)
     assert [e["verdict"] for e in timer.epochs] == ["compute-bound", "compute-bound"]
-    assert timer.epochs[1]["host_wait_share"] < 0.5
+    assert timer.epochs[1]["input_wait_share"] < 0.5
 
 
-# ---------------------------------------------------------------- the device timeline, as CUDA events report it
-def timeline(steps: int, host_step: float, device_step: float, fetch: float):
-    """Simulate a host that fetches for ``fetch`` s and launches a step for ``host_step`` s, and a device that
-    runs each step for ``device_step`` s once its work is launched (in order, never before it was launched)."""
-    host = device_free = 0.0
-    starts, ends, host_ends = [], [], []
-    for _ in range(steps):
-        host += fetch
-        start = max(host, device_free)  # the start marker runs when enqueued and the device is free
-        host += host_step
-        end = max(start + device_step, host)  # the device cannot finish before the host launched the last kernel
-        device_free = end
-        starts.append(start)
-        ends.append(end)
-        host_ends.append(host)
-    return device_figures(starts, ends, host_ends), max(host, device_free)
+def test_input_wait_is_the_fetch_not_every_gap_between_steps():
+    """Slow work between steps that is not data (here a callback) shows in the host wait, never in the input wait."""
+
+    class SlowBetweenSteps(Callback):
+        def on_train_batch_end(self, *args):
+            time.sleep(0.03)
+
+    timer = EpochTimer()
+    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[SlowBetweenSteps(), timer], logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(SleepyModule(0.0), DataLoader(SlowItems(0.0), batch_size=4))
+    assert timer.epochs[1]["input_wait_share"] < 0.2 and timer.epochs[1]["verdict"] == "compute-bound"
+    assert trainer.profiler.__class__.__name__ == "PassThroughProfiler"  # the trainer's own profiler is back
 
 
-@pytest.mark.parametrize("host_step,device_step,fetch,expected", [
-    (0.001, 0.010, 0.0001, "compute-bound"),   # the host runs ahead; work queues on the device
-    (0.005, 0.001, 0.0001, "overhead-bound"),  # the device finishes each kernel as soon as it is launched
-    (0.001, 0.001, 0.0100, "input-bound"),     # the device idles while the host fetches the next batch
+# ---------------------------------------------------------------- GPU busy time, from kernel intervals
+def test_busy_share_is_the_union_of_the_intervals_over_their_span():
+    assert busy_share([(0, 10), (20, 30)]) == pytest.approx(20 / 30)
+    assert busy_share([(0, 10), (5, 15), (14, 16), (30, 40)]) == pytest.approx(26 / 40)  # overlaps count once
+    assert busy_share([(0, 40), (10, 20)]) == 1.0  # a short interval inside a long one
+    assert busy_share([]) is None and busy_share([(5, 5)]) is None
+
+
+def test_the_window_sits_at_the_end_of_the_first_epoch():
+    assert window_steps(118) == (98, 117)  # the last 20 steps of 118
+    assert window_steps(10) == (3, 9)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled
+    assert window_steps(3) is None
+
+
+@pytest.mark.parametrize("busy,wait,expected", [
+    (0.95, 0.05, "compute-bound"),
+    (0.23, 0.05, "overhead-bound"),   # the H100's v3_resident: the GPU idles three quarters of the time
+    (0.30, 0.70, "input-bound"),
+    (None, 0.05, "undetermined"),     # no window measured: no guess
 ])
-def test_device_timelines_give_the_three_verdicts(host_step, device_step, fetch, expected):
-    figures, train_s = timeline(50, host_step, device_step, fetch)
-    row = epoch_row(2, train_s, 0.1, 50 * 512, host_wait_s=50 * fetch, device=figures, metrics={}, threshold=0.5)
-    assert row["verdict"] == expected, row
-    assert row["device_step_s"] + row["device_gap_s"] == pytest.approx(train_s)
+def test_the_cuda_verdict_comes_from_the_busy_share_and_the_fetch(busy, wait, expected):
+    verdict, reason = classify({"input_wait_share": wait, "host_wait_share": wait, "device_busy_share": busy}, 0.5)
+    assert verdict == expected
+    assert busy is None or f"GPU busy {busy:.0%}" in reason
 
 
 def test_without_device_figures_the_cpu_keeps_two_answers():
-    assert classify({"host_wait_share": 0.7}, 0.5)[0] == "input-bound"
-    assert classify({"host_wait_share": 0.2}, 0.5)[0] == "compute-bound"
+    assert classify({"input_wait_share": 0.7}, 0.5)[0] == "input-bound"
+    assert classify({"input_wait_share": 0.2}, 0.5)[0] == "compute-bound"
 
 
 def test_warm_up_is_reported_apart_from_the_steady_state():
-    epochs = [epoch_row(i, t, 0.5, 1000, 0.1, None, {}, 0.5) for i, t in ((1, 30.0), (2, 2.0), (3, 4.0))]
+    epochs = [epoch_row(i, t, 0.5, 1000, 0.1, 0.1, None, {}, 0.5) for i, t in ((1, 30.0), (2, 2.0), (3, 4.0))]
     summary = aggregate(epochs, 0.5)
     assert summary["warmup"] == {"epoch": 1, "train_s": 30.0, "eval_s": 0.5}
     assert summary["steady_epochs"] == [2, 3] and summary["avg_train_s"] == 3.0
@@ -120,11 +132,12 @@ def fit(tmp_path: Path, config: str, *overrides: str) -> dict:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback where no GPU has native bf16")
-def test_bf16_falls_back_to_32_bit_without_a_native_bf16_gpu_and_says_so(tiny_data, monkeypatch, caplog):
+def test_bf16_falls_back_to_32_bit_without_a_native_bf16_gpu_and_says_so(tiny_data, monkeypatch, capsys):
     monkeypatch.chdir(tiny_data.parent)
     summary = fit(tiny_data.parent, "v3_resident.yaml", "--trainer.precision", "bf16-mixed")
     assert summary["precision"] == "32-true"
-    assert "trainer.precision bf16-mixed: no GPU with native bf16 here" in caplog.text
+    first_line = capsys.readouterr().out.splitlines()[0]
+    assert first_line.endswith("precision 32-true (bf16-mixed asked for: no GPU with native bf16 here)")
 
 
 def test_the_compiled_step_recompiles_nothing_after_its_first_epoch(tiny_data, monkeypatch):
@@ -174,14 +187,96 @@ def test_no_step_waits_for_the_device(tiny_data, monkeypatch, pipeline):
         torch.cuda.set_sync_debug_mode("default")
 
 
+class DeviceItems(Dataset):
+    """Random images already on the GPU (an in-memory dataset: the fetch costs nothing)."""
+
+    def __init__(self, count: int, shape=(4,), delay_s: float = 0.0):
+        self.images = torch.randn(count, *shape, device="cuda")
+        self.delay_s = delay_s
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return {"image": self.images[index], "label": torch.tensor(index % 2, device="cuda")}
+
+
+class HeavyStep(LightningModule):
+    """A step made of large matmuls: the GPU has far more to do than the host has to launch."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 2)
+        self.weight = torch.nn.Parameter(torch.randn(4096, 4096) / 64)
+
+    def training_step(self, batch, batch_idx):
+        x = self.weight
+        for _ in range(8):
+            x = torch.tanh(x @ self.weight)
+        return torch.nn.functional.cross_entropy(self.layer(batch["image"]), batch["label"]) + 1e-9 * x.mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def cuda_fit(module: LightningModule, data: Dataset, batch_size: int) -> EpochTimer:
+    timer = EpochTimer()
+    trainer = Trainer(accelerator="cuda", devices=1, max_epochs=2, callbacks=[timer], logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, DataLoader(data, batch_size=batch_size))
+    return timer
+
+
 @pytest.mark.cuda
-def test_cuda_events_give_device_figures_and_gpu_memory(tiny_data, monkeypatch):
-    monkeypatch.chdir(tiny_data.parent)
-    summary = fit(tiny_data.parent, "v3_resident.yaml", "--data.batch_size", "8")
-    for epoch in summary["epochs"]:
-        assert 0 < epoch["device_step_s"] <= epoch["train_s"] and 0 <= epoch["device_gap_share"] <= 1
-        assert epoch["device_lag_steps"] >= 0 and epoch["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
+def test_a_heavy_step_reads_compute_bound_from_the_kernels():
+    timer = cuda_fit(HeavyStep(), DeviceItems(30 * 4), batch_size=4)
+    summary = aggregate(timer.epochs, 0.5, timer.busy_window)
+    assert summary["device_busy_share"] >= 0.8 and summary["verdict"] == "compute-bound", summary
+
+
+@pytest.mark.cuda
+def test_a_slow_loader_reads_input_bound_on_cuda():
+    timer = cuda_fit(SleepyModule(0.0), DeviceItems(30 * 4, delay_s=0.005), batch_size=4)
+    assert [e["verdict"] for e in timer.epochs] == ["input-bound", "input-bound"]
+
+
+@pytest.mark.cuda
+def test_the_tiny_cnn_at_batch_512_with_resident_data_reads_overhead_bound(tmp_path, monkeypatch):
+    """32 steps of SimpleCNN at batch 512, data on the device: the GPU idles most of the time."""
+    data = tmp_path / "data"
+    for split, rows in (("train", 32 * 512), ("test", 1024)):
+        write_parquet(data / "FashionMNIST" / f"{split}.parquet", schema.build_table(*random_split(rows, 5)))
+    monkeypatch.chdir(tmp_path)
+    summary = fit(tmp_path, "v3_resident.yaml", "--trainer.max_epochs", "2")
     assert summary["accelerator"] == "cuda" and summary["peak_device_mb"]["reserved"] > 0
+    assert summary["busy_window"]["epoch"] == 1 and summary["busy_window"]["kernels"] > 0
+    assert summary["device_busy_share"] < 0.5 and summary["verdict"] == "overhead-bound", summary
+
+
+@pytest.mark.cuda
+def test_the_busy_share_agrees_with_an_independent_measure_of_the_same_steps():
+    """One matmul per step and host time after it: CUDA events around the lone kernel of each step give the
+    kernel time independently of the profiler; both shares must agree within 10 points."""
+    a = torch.randn(2048, 2048, device="cuda")
+    window = KernelWindow(5, 24)
+    events = []
+    for step in range(25):
+        window.step_start(step)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a = torch.tanh(a @ a / 2048)
+        end.record()
+        if window.first <= step <= window.last:
+            events.append((start, end))
+        time.sleep(0.001 * (step % 3))  # uneven host gaps between steps
+        window.step_end(step)
+    torch.cuda.synchronize()
+    kernel_ms = sum(s.elapsed_time(e) for s, e in events)
+    span_ms = events[0][0].elapsed_time(events[-1][1])
+    assert window.busy is not None
+    assert abs(window.busy - kernel_ms / span_ms) <= 0.10, (window.busy, kernel_ms / span_ms)
 
 
 @pytest.mark.cuda

@@ -6,6 +6,11 @@ from them. Nothing in a step logs, syncs, allocates a metric state or walks Ligh
 collection: on a fast GPU a single ``self.log`` per step costs more host time than the step's
 own kernels. Mixed precision is Lightning's ``trainer.precision`` (``bf16-mixed``), not this
 module's business.
+
+With ``cuda_graph`` the module optimizes manually: each training step hands Lightning's
+optimizer wrapper a closure that runs the whole step (zeroing gradients, forward, loss,
+backward, Adam's update, the sums) through :class:`mnistperf.graphed_step.StepGraphs`, which
+captures it as one CUDA graph per batch shape and replays it (eagerly off CUDA and under DDP).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from mnistperf.data.schema import NUM_CLASSES
+from mnistperf.errors import ConfigError
+from mnistperf.graphed_step import GraphedAdam, StepGraphs
 
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
 
@@ -33,6 +40,10 @@ class EpochSums:
 
     def __init__(self, device: torch.device):
         self.totals = torch.zeros(3, device=device)  # loss x samples, correct, samples
+
+    def reset(self) -> None:
+        """Zero in place: the same tensor serves the next epoch (a captured graph keeps adding into it)."""
+        self.totals.zero_()
 
     def add(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
         samples = len(labels)
@@ -74,6 +85,8 @@ class ImageClassifier(LightningModule):
         compile_on_cpu: allow ``compile`` off CUDA too.
         channels_last: keep images and conv weights in NHWC layout.
         fused_adam: use the fused Adam kernel (on CPU and CUDA, where torch has one; ignored elsewhere).
+        cuda_graph: run the whole training step as one CUDA graph per batch shape, replayed (on a
+            single CUDA device; elsewhere the same step runs eagerly, and the run says so).
     """
 
     def __init__(
@@ -83,11 +96,18 @@ class ImageClassifier(LightningModule):
         compile_on_cpu: bool = False,
         channels_last: bool = False,
         fused_adam: bool = False,
+        cuda_graph: bool = False,
     ):
         super().__init__()
+        if cuda_graph and compile:
+            raise ConfigError("model.compile and model.cuda_graph both capture the step: choose one "
+                              "(cuda_graph captures the optimizer's update too).")
         self.save_hyperparameters()
         self.net = SimpleCNN()
-        self.sums: dict[str, EpochSums] = {}  # per stage; made by its epoch's first step, taken at its end
+        self.sums: dict[str, EpochSums] = {}  # per stage; made by its first step, zeroed in place after each epoch
+        self.automatic_optimization = not cuda_graph
+        self.graphs = StepGraphs(self._whole_step, self._step_state)
+        self._graphing = False  # decided in configure_model, once the device and the process count are known
 
     def _run_device(self) -> torch.device:
         """The device training runs on. configure_model is called before the module is moved there,
@@ -98,6 +118,13 @@ class ImageClassifier(LightningModule):
         hp = self.hparams
         device = self._run_device()
         on_cuda = device.type == "cuda"
+        if hp.cuda_graph:
+            world_size = self._trainer.world_size if self._trainer is not None else 1
+            self._graphing = on_cuda and world_size == 1
+            if not self._graphing:
+                why = f"on {device.type} (a CUDA graph needs a CUDA device)" if not on_cuda else \
+                    f"under {world_size} processes (the gradients' all-reduce is not captured)"
+                rank_zero_info(f"model.cuda_graph: skipped {why}; the same whole step runs eagerly.")
         if hp.channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
         if hp.compile and not isinstance(self.net, torch._dynamo.eval_frame.OptimizedModule):
@@ -111,24 +138,57 @@ class ImageClassifier(LightningModule):
             images = images.contiguous(memory_format=torch.channels_last)
         return self.net(images)
 
+    def _sums(self, stage: str) -> EpochSums:
+        sums = self.sums.get(stage)
+        if sums is None or sums.totals.device != self.device:  # the first step (or the first after a move)
+            sums = self.sums[stage] = EpochSums(self.device)
+        return sums
+
     def _step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
         logits = self(batch["image"])
         loss = F.cross_entropy(logits, batch["label"])
-        sums = self.sums.get(stage)
-        if sums is None:  # the epoch's first step (or the first after resuming mid-epoch)
-            sums = self.sums[stage] = EpochSums(self.device)
-        sums.add(loss, logits, batch["label"])
+        self._sums(stage).add(loss, logits, batch["label"])
         return loss
 
     def _log_epoch(self, stage: str) -> None:
         """Loss and accuracy of the epoch, logged once. Every process takes part (the sums are gathered),
         also one that had no batch."""
-        sums = self.sums.pop(stage, None) or EpochSums(self.device)
-        means = sums.means(self.all_gather)
+        sums = self._sums(stage)
+        means = sums.means(self.all_gather)  # new tensors: the reset below does not touch them
         self.log_dict({f"{stage}/{name}": value for name, value in means.items()}, prog_bar=stage != "train")
+        sums.reset()
+
+    # ------------------------------------------------------------------ the whole step (cuda_graph)
+    def _whole_step(self, batch: dict[str, torch.Tensor]) -> None:
+        """Everything one training step changes, in place: what :class:`StepGraphs` captures and replays."""
+        optimizer = self.optimizers().optimizer
+        optimizer.zero_grad(set_to_none=False)  # zeroing is part of the graph; no zero_grad between replays
+        logits = self(batch["image"])
+        loss = F.cross_entropy(logits, batch["label"])
+        if self._graphing:
+            loss.backward()  # Lightning's backward hooks run Python that a replay would skip
+        else:
+            self.manual_backward(loss)
+        optimizer.update()
+        self._sums("train").add(loss, logits, batch["label"])
+
+    def _step_state(self) -> list[torch.Tensor]:
+        """The tensors the whole step changes: weights, buffers, Adam's state and the training sums."""
+        tensors = [*self.parameters(), *self.buffers()]
+        optimizer = self.optimizers().optimizer
+        tensors += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+        if "train" in self.sums:
+            tensors.append(self.sums["train"].totals)
+        return tensors
+
+    def on_load_checkpoint(self, checkpoint) -> None:
+        self.graphs.reset()  # the optimizer's state is about to be new tensors: capture again
 
     def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
+        if self.automatic_optimization:
+            return self._step(batch, "train")
+        run = self.graphs if self._graphing else self._whole_step
+        self.optimizers().step(closure=lambda: run(batch))
 
     def validation_step(self, batch, batch_idx):
         self._step(batch, "val")
@@ -149,5 +209,15 @@ class ImageClassifier(LightningModule):
         return self(batch["image"]).argmax(dim=1)
 
     def configure_optimizers(self):
-        fused = self.hparams.fused_adam and self._run_device().type in FUSED_ADAM_DEVICES
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, fused=fused or None)
+        hp = self.hparams
+        return adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph)
+
+
+def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False) -> torch.optim.Adam:
+    """The stages' optimizer: Adam, fused where asked and torch has the kernel; for a graphed step a
+    :class:`GraphedAdam`, capturable on CUDA (its step count lives on the device, where a replay advances it).
+    The plain and bare-Lightning loops of the bench build theirs here too (ungraphed)."""
+    fused = (fused_adam and device.type in FUSED_ADAM_DEVICES) or None
+    if graphed:
+        return GraphedAdam(params, lr=lr, fused=fused, capturable=device.type == "cuda")
+    return torch.optim.Adam(params, lr=lr, fused=fused)

@@ -1,16 +1,24 @@
-"""The same training without Lightning's loop, so the bench can show what Lightning costs.
+"""The same training without Lightning's loop, or in Lightning's bare loop, so the bench can show what each costs.
 
 It takes exactly the command line of a ``fit`` run (config and every override, model and
 trainer ones included) and lets LightningCLI parse it into the same DataModule, model and
 trainer settings; then it trains in a plain loop in the shape of the reference's: the same
 SimpleCNN and optimizer (``configure_optimizers``), the same non-blocking copies to the
 device, the same precision, the same loss and correct counts summed on the device (EpochSums),
-the same epochs and batch limits. It is timed exactly as
-:class:`~mnistperf.timing.EpochTimer` times a Lightning run (device synchronized at the
-epoch's ends, host wait between steps, CUDA events per step) and writes the same ``timing.json``.
+the same epochs and batch limits. It is timed as :class:`~mnistperf.timing.EpochTimer` times a
+Lightning run (device synchronized at the epoch's ends, input wait around the fetch of each
+batch, host wait between steps, on CUDA the GPU's kernels profiled over the same window of the
+first epoch) and writes the same ``timing.json``.
 
 With ``--loader-only`` it only draws the training batches onto the device, timing the input
 pipeline alone.
+
+With ``--bare-lightning`` it trains the same network, optimizer, precision and DataModule (so the
+same data path, finished on the device by the same hook) inside the smallest LightningModule and
+Trainer that can: no logger, no progress bar, no checkpoints, no model summary, no validation,
+no metrics and no ``self.log``; a two-hook clock (device synchronized at the epoch's ends, as
+everywhere). Between ``plain PyTorch`` and ``bare Lightning`` lies the cost of Lightning's loop;
+between ``bare Lightning`` and the stage, the cost of what the lab adds.
 
     python -m mnistperf.bench.baseline --out plain.json --config configs/v2_pinned.yaml [fit overrides]
 """
@@ -26,11 +34,12 @@ from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
+from lightning.pytorch import Callback, LightningModule, Trainer
 
 from mnistperf.fit_config import MnistperfCLI, parse_fit_config
-from mnistperf.model import EpochSums
+from mnistperf.model import EpochSums, adam
 from mnistperf.timing import synchronize
-from mnistperf.timing.device_clock import StepEvents
+from mnistperf.timing.kernel_busy import KernelWindow, window_steps
 from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary
 
 
@@ -51,31 +60,34 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     train_loader, val_loader = datamodule.train_dataloader(), datamodule.val_dataloader()
     model.to(model_device)
     model.configure_model()
-    optimizer = model.configure_optimizers()
+    optimizer = adam(model.parameters(), model.hparams.lr, model.hparams.fused_adam, device)  # eager, never graphed
     bf16 = str(trainer.precision).startswith("bf16")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    events = StepEvents(device) if device.type == "cuda" else None
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
+    busy_window = {"share": None} if device.type == "cuda" and not loader_only else None
+    steps = window_steps(limit) if busy_window is not None else None
+    window = KernelWindow(*steps) if steps else None
     threshold = 0.5
     rows = []
     for epoch in range(1, trainer.max_epochs + 1):
         model.train()
         synchronize(device)
         start = last_end = time.perf_counter()
-        if events is not None:
-            events.reset()
-            events.mark_origin()
-        wait = 0.0
+        wait = fetch_wait = 0.0
         samples = 0
         train_sums = EpochSums(device)
-        for step, batch in enumerate(train_loader):
-            if step >= limit:
+        batches = iter(train_loader)
+        for step in range(limit):
+            fetch_start = time.perf_counter()
+            batch = next(batches, None)
+            fetch_wait += time.perf_counter() - fetch_start
+            if batch is None:
                 break
             batch = datamodule.to_device(batch, device)
             wait += time.perf_counter() - last_end
             samples += len(batch["label"])
-            if events is not None:
-                events.step_start()
+            if window is not None and epoch == 1:
+                window.step_start(step)
             if not loader_only:
                 with autocast:
                     logits = model(batch["image"])
@@ -84,15 +96,18 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
                 loss.backward()
                 optimizer.step()
                 train_sums.add(loss, logits, batch["label"])
-            if events is not None:
-                events.step_end()
+            if window is not None and epoch == 1:
+                window.step_end(step)
+                if window.busy is not None:
+                    busy_window.update(share=window.busy, epoch=1, first_step=window.first + 1,
+                                       last_step=window.last + 1, kernels=window.kernels)
             last_end = time.perf_counter()
+        del batches  # its workers stop here, as a non-persistent DataLoader's do at an epoch's end
         synchronize(device)
         eval_start = time.perf_counter()
         train_s = eval_start - start
-        figures = events.read() if events is not None else None
         if loader_only:
-            rows.append(epoch_row(epoch, train_s, 0.0, samples, wait, figures, {}, threshold))
+            rows.append(epoch_row(epoch, train_s, 0.0, samples, fetch_wait, wait, None, {}, threshold))
             print(f"epoch {epoch}: {samples:,} samples drawn in {train_s:.2f} s", flush=True)
             continue
         model.eval()
@@ -107,13 +122,81 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         accuracy = metrics["val/acc"]
         synchronize(device)
         eval_s = time.perf_counter() - eval_start
-        row = epoch_row(epoch, train_s, eval_s, samples, wait, figures, metrics, threshold)
+        row = epoch_row(epoch, train_s, eval_s, samples, fetch_wait, wait, busy_window, metrics, threshold)
         rows.append(row)
         print(f"epoch {epoch}: train {train_s:.2f} s, eval {eval_s:.2f} s, val/acc {accuracy:.4f}, {row['verdict']}",
               flush=True)
     return {
         "config": getattr(trainer.logger, "name", None),
         "runner": "loader" if loader_only else "plain",
+        "data": datamodule.loader_settings(),
+        "precision": str(trainer.precision),
+        "world_size": 1,
+        **environment(device),
+        **aggregate(rows, threshold, busy_window),
+    }
+
+
+class BareStep(LightningModule):
+    """Forward and cross-entropy on the stage's network; Lightning does the rest. Nothing logged, nothing summed."""
+
+    def __init__(self, net: torch.nn.Module, channels_last: bool, make_optimizer):
+        super().__init__()
+        self.net = net
+        self.channels_last = channels_last
+        self.make_optimizer = make_optimizer
+
+    def training_step(self, batch, batch_idx):
+        images = batch["image"]
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return F.cross_entropy(self.net(images), batch["label"])
+
+    def configure_optimizers(self):
+        return self.make_optimizer(self.parameters())
+
+
+class EpochClock(Callback):
+    """Train seconds per epoch, device synchronized at both ends; samples counted as batches start."""
+
+    def __init__(self):
+        self.rows: list[tuple[float, int]] = []
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        synchronize(pl_module.device)
+        self._samples = 0
+        self._start = time.perf_counter()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._samples += len(batch["label"])
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        synchronize(pl_module.device)
+        self.rows.append((time.perf_counter() - self._start, self._samples))
+
+
+def run_bare(cli: MnistperfCLI) -> dict:
+    """Train in Lightning's bare loop (see the module docstring) and time every epoch."""
+    config, model, datamodule = cli.trainer, cli.model, cli.datamodule
+    device = config.strategy.root_device
+    model.to(device)
+    model.configure_model()  # channels_last and compile as the stage has them, for this device
+    hp = model.hparams
+    bare = BareStep(model.net, hp.channels_last, lambda params: adam(params, hp.lr, hp.fused_adam, device))
+    clock = EpochClock()
+    trainer = Trainer(accelerator=device.type, devices=1, precision=config.precision, max_epochs=config.max_epochs,
+                      limit_train_batches=config.limit_train_batches, limit_val_batches=0, num_sanity_val_steps=0,
+                      logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      enable_checkpointing=False, callbacks=[clock])
+    trainer.fit(bare, datamodule=datamodule)
+    threshold = 0.5
+    rows = []
+    for epoch, (train_s, samples) in enumerate(clock.rows, 1):
+        rows.append(epoch_row(epoch, train_s, 0.0, samples, 0.0, 0.0, None, {}, threshold))
+        print(f"epoch {epoch}: train {train_s:.2f} s, {samples / train_s:,.0f} samples/s", flush=True)
+    return {
+        "config": getattr(config.logger, "name", None),
+        "runner": "bare",
         "data": datamodule.loader_settings(),
         "precision": str(trainer.precision),
         "world_size": 1,
@@ -125,13 +208,18 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
 def main(args: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mnistperf.bench.baseline", description=__doc__.splitlines()[0])
     parser.add_argument("--loader-only", action="store_true", help="only draw batches: the input pipeline alone")
+    parser.add_argument("--bare-lightning", action="store_true",
+                        help="train in Lightning's bare loop (no logger, bar, checkpoints, metrics or self.log)")
     parser.add_argument("--out", type=Path, required=True, help="where to write the timing summary (JSON)")
     opts, fit_args = parser.parse_known_args(args)
-    cli = parse_fit_config(fit_args)
+    runner = "bare Lightning" if opts.bare_lightning else "input pipeline alone" if opts.loader_only else "plain PyTorch"
+    cli = parse_fit_config(fit_args, announce=runner)
     if not math.isfinite(cli.trainer.max_epochs or math.inf) or cli.trainer.max_epochs < 1:
         parser.error("trainer.max_epochs must be set to a positive number for a plain run")
-    print(f"mnistperf: plain PyTorch loop on {environment(cli.trainer.strategy.root_device)['device']}", flush=True)
-    write_summary(run(cli, opts.loader_only), opts.out)
+    if opts.bare_lightning:
+        write_summary(run_bare(cli), opts.out)
+    else:
+        write_summary(run(cli, opts.loader_only), opts.out)
 
 
 if __name__ == "__main__":

@@ -17,4 +17,4 @@ STAGES = {
 }
 
 LADDER = list(STAGES)
-BEYOND = ["v3_resident", "v3_compiled"]
+BEYOND = ["v3_resident", "v3_compiled", "v4_graphed"]

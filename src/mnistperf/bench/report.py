@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
@@ -82,12 +83,13 @@ def table_rows(rows: list[Row]) -> list[dict[str, str]]:
         epoch = r.epoch_s
         note = r.error or ""
         same_stage = [lr for lr in lightning_rows if lr.stage == r.stage]
-        if r.runner == "plain" and same_stage and r.med("avg_train_s"):
+        if r.runner in ("plain", "bare") and same_stage and r.med("avg_train_s"):
             ratios = [(lr, lr.med("avg_train_s") / r.med("avg_train_s")) for lr in same_stage]
+            what = "stage/plain" if r.runner == "plain" else "stage/bare Lightning"
             if len(ratios) == 1:
-                note = f"Lightning/plain train time: {ratios[0][1]:.3f}x"
+                note = f"{what} train time: {ratios[0][1]:.3f}x"
             else:
-                note = "Lightning/plain train time: " + ", ".join(f"{x:.3f}x ({lr.label})" for lr, x in ratios)
+                note = f"{what} train time: " + ", ".join(f"{x:.3f}x ({lr.label})" for lr, x in ratios)
         out.append(
             {
                 "stage": r.label,
@@ -154,6 +156,42 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def per_step(rows: list[Row]) -> list[dict[str, Any]]:
+    """Where a step's time goes, in ms, for every stage run beside its `plain PyTorch` and `bare Lightning` rows:
+    the plain step, what Lightning's loop adds to it, and what the lab adds on top (its logging, sums, timing
+    callback, logger, checkpoints and validation hooks; the bench runs with the progress bar off)."""
+    out = []
+    for row in rows:
+        if row.runner != "lightning" or row.overrides or not row.med("avg_train_s"):
+            continue
+        plain, bare = (next((r for r in rows if r.runner == kind and r.stage == row.stage and r.med("avg_train_s")),
+                            None) for kind in ("plain", "bare"))
+        epochs = [e for s in row.summaries for e in s.get("epochs", [])[1:] or s.get("epochs", [])]
+        if plain is None or bare is None or not epochs:
+            continue
+        steps = math.ceil(median(e["samples"] for e in epochs) / row.summaries[0]["data"]["batch_size"])
+
+        def ms(r: Row) -> float:
+            return 1000 * r.med("avg_train_s") / steps
+
+        out.append({"stage": row.label, "steps_per_epoch": steps, "plain_step_ms": ms(plain),
+                    "lightning_loop_adds_ms": ms(bare) - ms(plain), "lab_adds_ms": ms(row) - ms(bare),
+                    "stage_over_bare_x": ms(row) / ms(bare)})
+    return out
+
+
+def per_step_table(rows: list[Row]) -> str:
+    """The per-step decomposition as a Markdown table ('' when no stage has both reference rows)."""
+    found = per_step(rows)
+    if not found:
+        return ""
+    lines = ["| stage | steps/epoch | plain PyTorch step ms | Lightning's loop adds ms | the lab adds ms | "
+             "stage / bare Lightning |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {d['stage']} | {d['steps_per_epoch']} | {d['plain_step_ms']:.2f} | {d['lightning_loop_adds_ms']:+.2f} | "
+              f"{d['lab_adds_ms']:+.2f} | {d['stage_over_bare_x']:.3f}x |" for d in found]
+    return "\n".join(lines)
+
+
 def markdown_table(rows: list[Row]) -> str:
     printable = table_rows(rows)
     if not printable:
@@ -197,6 +235,11 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         markdown_table(rows),
         "",
     ]
+    steps = per_step_table(rows)
+    if steps:
+        md += ["Per training step (steady-state train time over the epoch's steps; `bare Lightning`: the same network, "
+               "optimizer, precision and data path in Lightning's loop with no logger, bar, checkpoints, metrics, "
+               "validation or `self.log`; `plain PyTorch`: the same in a plain loop):", "", steps, ""]
     targets = {"results.md": "\n".join(md)}
 
     buffer = io.StringIO()
@@ -207,7 +250,8 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         writer.writerows(records)
     targets["results.csv"] = buffer.getvalue()
     targets["results.json"] = json.dumps(
-        {"settings": settings, "environment": env, "rows": [asdict(r) for r in rows]}, indent=2
+        {"settings": settings, "environment": env, "per_step": per_step(rows), "rows": [asdict(r) for r in rows]},
+        indent=2
     )
     for name, text in targets.items():
         atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text))

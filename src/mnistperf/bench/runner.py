@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 from mnistperf.bench import reference
 from mnistperf.bench.memory import TreeMemorySampler
-from mnistperf.bench.report import Row, markdown_table, write_all
+from mnistperf.bench.report import Row, markdown_table, per_step_table, write_all
 from mnistperf.console import device_line
 from mnistperf.errors import ConfigError
 from mnistperf.fit_config import check_key, parse_setting
@@ -92,7 +92,7 @@ class Plan:
 
     def command(self, runs_dir: Path, run_name: str) -> tuple[list[str], Callable[[], Path]]:
         """The command line of one run, and a function that finds the summary it wrote."""
-        if self.row.runner in ("plain", "loader"):
+        if self.row.runner in ("plain", "loader", "bare"):
             target = runs_dir / run_name / SUMMARY_FILE
             command = [sys.executable, "-m", "mnistperf.bench.baseline", "--out", str(target),
                        "--config", str(self.config), *self.args]
@@ -117,7 +117,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--limit-train-batches", type=int, default=None, help="train only K batches per epoch (quick looks)")
     parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2", help="e.g. data.batch_size=16,64,512")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a fixed override for every run")
-    parser.add_argument("--baseline", default="auto", help="stage to also run as a plain PyTorch loop ('none' to skip)")
+    parser.add_argument("--baseline", default="auto",
+                        help="stages (comma-separated) to also run as a plain PyTorch loop and in Lightning's bare "
+                             "loop; 'auto': v2_pinned and v3_resident among the stages run; 'none' to skip")
     parser.add_argument("--loader-only", action="store_true",
                         help="time only the input pipeline of each stage (plain loop, no model, no Lightning)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default bench_results/<time>)")
@@ -190,14 +192,25 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
             overrides = dict(combo)
             label = stage + "".join(f" {k.split('.')[-1]}={v}" for k, v in overrides.items())
             plans.append(Plan(Row(label, stage, overrides), path, common + [a for k, v in combo for a in (f"--{k}", v)]))
-    baseline = opts.baseline
-    if baseline == "auto":
-        baseline = "v2_pinned" if "v2_pinned" in dict(stages) else stages[-1][0]
-    if baseline != "none":
+    for baseline in baseline_stages(opts.baseline, [name for name, _ in stages]):
         path = dict(stages).get(baseline) or resolve_stages(baseline, opts.config_dir)[0][1]
-        # The plain loop takes the fit command line itself, so every override applies to it too.
+        # Both take the fit command line itself, so every override applies to them too.
+        plans.append(Plan(Row(f"bare Lightning ({baseline})", baseline, runner="bare"), path,
+                          common + ["--bare-lightning"]))
         plans.append(Plan(Row(f"plain PyTorch ({baseline})", baseline, runner="plain"), path, common))
     return plans
+
+
+REFERENCE_STAGES = ("v2_pinned", "v3_resident")  # the pre-tensorized stage and the resident one
+
+
+def baseline_stages(text: str, run: list[str]) -> list[str]:
+    """The stages that get the `bare Lightning` and `plain PyTorch` rows."""
+    if text == "none":
+        return []
+    if text == "auto":
+        return [name for name in REFERENCE_STAGES if name in run] or run[-1:]
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def bench_command(argv: Sequence[str]) -> None:
@@ -233,6 +246,8 @@ def bench_command(argv: Sequence[str]) -> None:
     written = write_all(rows, out, settings, opts.log_scale)
     print()
     print(markdown_table(rows))
+    if per_step_table(rows):
+        print("\nPer training step:\n" + per_step_table(rows))
     print("\nwritten: " + ", ".join(str(p) for p in written))
     if not any(row.summaries for row in rows):
         raise ConfigError(f"every run failed, so nothing was measured; the first error: {rows[0].error}")

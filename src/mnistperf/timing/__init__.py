@@ -1,7 +1,8 @@
 """Timing: where an epoch's time goes, and whether the run waits for data.
 
 ``callback`` holds :class:`EpochTimer`, the Lightning callback every stage config uses;
-``device_clock`` the CUDA-event timeline of the training steps; ``summary`` the verdict,
+``fetch_clock`` times the host's wait for each training batch; ``kernel_busy`` the GPU's busy
+share from its kernels over a profiled window; ``summary`` the verdict,
 the warm-up/steady-state split and ``timing.json``.
 """
 

@@ -7,15 +7,16 @@ Per epoch it measures, on the host:
   evaluation inside the epoch is paused out;
 * **eval time**: from the end of the last training step to the end of validation
   (synchronized), so it includes starting the validation DataLoader's workers;
-* **host wait**: host time between the end of one training step and the start of the next:
-  fetching and collating the batch, copying it to the device, and Lightning's own work between
-  steps.
+* **input wait**: host time inside Lightning's fetch of the next training batch
+  (:mod:`mnistperf.timing.fetch_clock`): the time the host waited for data;
+* **host wait**: host time between the end of one training step and the start of the next
+  (the fetch, the copy to the device and Lightning's own work between steps).
 
-On CUDA it also records two events per step (see :mod:`mnistperf.timing.device_clock`) and
-reads them once, after the epoch's synchronize: device time in steps, the device's idle gaps
-between steps, and how far the device trails the host. The verdict
-(:func:`mnistperf.timing.summary.classify`) is input-bound, overhead-bound or compute-bound on
-CUDA, and input-bound or compute-bound on a CPU, where host and device are one.
+On CUDA it also profiles the GPU's kernels over a short window of steps in the first epoch (the
+warm-up epoch, reported apart; :mod:`mnistperf.timing.kernel_busy`): the share of the time the
+GPU was executing work. The verdict (:func:`mnistperf.timing.summary.classify`) is input-bound,
+overhead-bound or compute-bound on CUDA, and input-bound or compute-bound on a CPU, where host
+and device are one.
 
 Sanity-check validation is excluded. Lightning creates the first epoch's DataLoader
 iterator (starting its workers and fetching one batch) before the epoch begins, so epoch 1
@@ -36,12 +37,13 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 
-from mnistperf.timing.device_clock import StepEvents
+from mnistperf.timing.fetch_clock import FetchClock
+from mnistperf.timing.kernel_busy import WINDOW_STEPS, KernelWindow, window_steps
 from mnistperf.timing.summary import SUMMARY_FILE, aggregate, environment, epoch_row, format_summary, write_summary
 
 # Figures gathered from every rank at the end of an epoch, with how they combine.
-GATHERED = (("train_s", "max"), ("eval_s", "max"), ("host_wait_s", "max"), ("samples", "sum"),
-            ("device_step_s", "max"), ("device_gap_s", "max"), ("device_lag_steps", "mean"))
+GATHERED = (("train_s", "max"), ("eval_s", "max"), ("fetch_wait_s", "max"), ("host_wait_s", "max"),
+            ("samples", "sum"), ("device_busy", "mean"))
 
 
 def synchronize(device: torch.device) -> None:
@@ -68,15 +70,21 @@ class EpochTimer(Callback):
         input_bound_share: share of train time the device (on CUDA) or the host (on a CPU)
             spends waiting for data at which a run is called input-bound.
         summary_file: name of the JSON summary written into the run's log folder.
+        busy_window_steps: training steps of the first epoch whose GPU kernels are profiled for the
+            busy share (CUDA only; 0 turns the profiling off).
     """
 
-    def __init__(self, input_bound_share: float = 0.5, summary_file: str = SUMMARY_FILE):
+    def __init__(self, input_bound_share: float = 0.5, summary_file: str = SUMMARY_FILE,
+                 busy_window_steps: int = WINDOW_STEPS):
         self.input_bound_share = input_bound_share
         self.summary_file = summary_file
+        self.busy_window_steps = busy_window_steps
         self.epochs: list[dict[str, Any]] = []
         self.summary_path: Optional[Path] = None
+        self.busy_window: Optional[dict[str, Any]] = None  # CUDA: where the busy share was profiled, and its value
         self._device = torch.device("cpu")
-        self._events: Optional[StepEvents] = None
+        self._fetch: Optional[FetchClock] = None
+        self._window: Optional[KernelWindow] = None
         self._reset_epoch()
 
     # ------------------------------------------------------------------ clocks
@@ -92,8 +100,8 @@ class EpochTimer(Callback):
         self._eval_start: Optional[float] = None
         self._last_step_end = 0.0
         self._val_metrics: dict[str, float] = {}
-        if self._events is not None:
-            self._events.reset()
+        if self._fetch is not None:
+            self._fetch.reset()
 
     def _pause_train(self) -> None:
         if self._train_start is not None:
@@ -105,14 +113,25 @@ class EpochTimer(Callback):
     # ------------------------------------------------------------------ hooks
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._device = pl_module.device
-        self._events = StepEvents(self._device) if self._device.type == "cuda" else None
         self.epochs = []
+        self.busy_window = {"share": None} if self._device.type == "cuda" else None
+        self._fetch = FetchClock(trainer.profiler)
+        trainer.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self._fetch is not None and trainer.profiler is self._fetch:
+            trainer.profiler = self._fetch.inner
+        if self._window is not None:
+            self._window.close()
+            self._window = None
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._reset_epoch()
+        first_epoch = not self.epochs
+        if first_epoch and self.busy_window is not None and self.busy_window_steps > 0:
+            steps = window_steps(trainer.num_training_batches, self.busy_window_steps)
+            self._window = KernelWindow(*steps) if steps else None
         self._train_start = self._last_step_end = self._now(sync=True)
-        if self._events is not None:
-            self._events.mark_origin()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         now = self._now()
@@ -120,13 +139,18 @@ class EpochTimer(Callback):
             self._train_start = now
         else:
             self._wait_s += now - self._last_step_end
-        if self._events is not None:
-            self._events.step_start()
+        if self._window is not None:
+            self._window.step_start(batch_idx)
         self._samples += len(batch["label"])
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self._events is not None:
-            self._events.step_end()
+        if self._window is not None:
+            self._window.step_end(batch_idx)
+            if self._window.busy is not None:
+                self.busy_window.update(share=self._window.busy, epoch=trainer.current_epoch + 1,
+                                        first_step=self._window.first + 1, last_step=self._window.last + 1,
+                                        kernels=self._window.kernels)
+                self._window = None
         self._last_step_end = self._now()
         if batch_idx + 1 == trainer.num_training_batches:
             self._pause_train()
@@ -148,19 +172,24 @@ class EpochTimer(Callback):
         }
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._pause_train()  # synchronizes: every event of the epoch has run
-        device = self._events.read() if self._events is not None else None
-        local = {"train_s": self._train_s, "eval_s": self._eval_s, "host_wait_s": self._wait_s,
-                 "samples": self._samples, **(device or {})}
+        self._pause_train()  # synchronizes: every kernel of the epoch has run
+        if self._window is not None:  # the epoch ended before the window did (a limit on batches)
+            self._window.close()
+            self._window = None
+        local = {"train_s": self._train_s, "eval_s": self._eval_s, "fetch_wait_s": self._fetch.reset(),
+                 "host_wait_s": self._wait_s, "samples": self._samples}
+        if self.busy_window is not None and self.busy_window["share"] is not None:
+            local["device_busy"] = self.busy_window["share"]
         merged = self._gather(trainer, local)
-        device = {k: merged[k] for k in ("device_step_s", "device_gap_s", "device_lag_steps")} if device else None
+        if "device_busy" in merged:
+            self.busy_window["share"] = merged["device_busy"]  # every rank's window, averaged
         row = epoch_row(trainer.current_epoch + 1, merged["train_s"], merged["eval_s"], int(merged["samples"]),
-                        merged["host_wait_s"], device, self._val_metrics, self.input_bound_share)
+                        merged["fetch_wait_s"], merged["host_wait_s"], self.busy_window, self._val_metrics,
+                        self.input_bound_share)
         self.epochs.append(row)
         if trainer.is_global_zero:
-            keys = ("train_s", "eval_s", "samples_per_s", "input_wait_share", "host_wait_share", "device_gap_share",
-                    "device_lag_steps")
-            scalars = {f"timing/{k}": row[k] for k in keys if k in row}
+            keys = ("train_s", "eval_s", "samples_per_s", "input_wait_share", "host_wait_share", "device_busy_share")
+            scalars = {f"timing/{k}": row[k] for k in keys if row.get(k) is not None}
             for logger in trainer.loggers:
                 logger.log_metrics(scalars, step=trainer.global_step)
             say(trainer, f"epoch {row['epoch']}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
@@ -200,5 +229,5 @@ class EpochTimer(Callback):
             "precision": str(trainer.precision),
             "world_size": trainer.world_size,
             **environment(self._device),
-            **aggregate(self.epochs, self.input_bound_share),
+            **aggregate(self.epochs, self.input_bound_share, self.busy_window),
         }

@@ -23,52 +23,55 @@ import torch
 
 from mnistperf.atomic import atomic_write
 from mnistperf.machine import describe_device, usable_cpus
-from mnistperf.timing.device_clock import HOST_PACED_LAG_STEPS
 
 SUMMARY_FILE = "timing.json"
-VERDICTS = ("input-bound", "overhead-bound", "compute-bound")
+VERDICTS = ("input-bound", "overhead-bound", "compute-bound", "undetermined")
+# The GPU executing work at least this share of the time: the GPU sets the pace.
+COMPUTE_BOUND_BUSY = 0.8
 
 
 def classify(figures: dict[str, Any], threshold: float) -> tuple[str, str]:
     """(verdict, reason) for one epoch's or one run's figures.
 
-    With device figures (CUDA): input-bound when the device sat between steps for at least
-    ``threshold`` of train time; otherwise overhead-bound when the device keeps pace with the
-    host (it trails by less than HOST_PACED_LAG_STEPS steps, so it waits for launches), else
-    compute-bound. Without them (CPU, where host and device are one): input-bound when the
-    host waited for data for at least ``threshold`` of train time, else compute-bound.
+    Input-bound when the host waited for the next batch (timed around the fetch) for at least
+    ``threshold`` of train time. Otherwise, on CUDA (``device_busy_share`` present), from the
+    kernels' own busy share: compute-bound at ``COMPUTE_BOUND_BUSY`` or more, else overhead-bound
+    (the GPU idles while the host launches work and runs the loop); undetermined when no busy share
+    could be measured. On a CPU, where host and device are one: compute-bound.
     """
-    host = figures["host_wait_share"]
-    if figures.get("device_gap_share") is None:
-        if host >= threshold:
-            return "input-bound", f"{host:.0%} of train time waiting for the next batch"
-        return "compute-bound", f"{1 - host:.0%} of train time computing, {host:.0%} waiting for data"
-    gap, lag = figures["device_gap_share"], figures["device_lag_steps"]
-    detail = f"device idle between steps {gap:.0%} of train time, trailing the host by {lag:.2f} steps; host waited for data {host:.0%}"
-    if gap >= threshold:
+    wait = figures["input_wait_share"]
+    waited = f"host waited for the next batch {wait:.0%} of train time"
+    if "device_busy_share" not in figures:
+        if wait >= threshold:
+            return "input-bound", waited
+        return "compute-bound", f"{1 - wait:.0%} of train time computing, {wait:.0%} waiting for data"
+    busy = figures["device_busy_share"]
+    if busy is None:
+        return ("input-bound" if wait >= threshold else "undetermined"), \
+            f"{waited}; GPU busy time not measured (too few steps for the profiled window)"
+    detail = f"GPU busy {busy:.0%} of the time, {waited}"
+    if wait >= threshold:
         return "input-bound", detail
-    if lag < HOST_PACED_LAG_STEPS:
-        return "overhead-bound", detail + " (the device runs each kernel as soon as the host launches it)"
-    return "compute-bound", detail
+    if busy >= COMPUTE_BOUND_BUSY:
+        return "compute-bound", detail
+    return "overhead-bound", detail + " (the GPU waits for the host to launch work)"
 
 
-def epoch_row(epoch: int, train_s: float, eval_s: float, samples: int, host_wait_s: float,
-              device: Optional[dict[str, float]], metrics: dict, threshold: float) -> dict[str, Any]:
-    """One epoch's figures, as they appear in timing.json."""
+def epoch_row(epoch: int, train_s: float, eval_s: float, samples: int, fetch_wait_s: float, host_wait_s: float,
+              device_busy: Optional[dict[str, Any]], metrics: dict, threshold: float) -> dict[str, Any]:
+    """One epoch's figures, as they appear in timing.json. ``device_busy`` (CUDA only): the run's
+    profiled window, ``{"share": ..., ...}``, or ``{"share": None}`` while not measured."""
     row: dict[str, Any] = {
         "epoch": epoch,
         "train_s": train_s,
         "eval_s": eval_s,
         "samples": samples,
         "samples_per_s": samples / train_s if train_s > 0 else float("nan"),
+        "input_wait_share": _share(fetch_wait_s, train_s),
         "host_wait_share": _share(host_wait_s, train_s),
     }
-    if device is not None:
-        row["device_step_s"] = device["device_step_s"]
-        row["device_gap_s"] = device["device_gap_s"]
-        row["device_gap_share"] = _share(device["device_gap_s"], train_s)
-        row["device_lag_steps"] = device["device_lag_steps"]
-    row["input_wait_share"] = row.get("device_gap_share", row["host_wait_share"])
+    if device_busy is not None:
+        row["device_busy_share"] = device_busy.get("share")
     row["verdict"], row["verdict_reason"] = classify(row, threshold)
     row.update(metrics)
     return row
@@ -85,17 +88,21 @@ def _weighted(epochs: list[dict[str, Any]], key: str) -> Optional[float]:
     return sum(e[key] * e["train_s"] for e in epochs) / max(sum(e["train_s"] for e in epochs), 1e-12)
 
 
-def aggregate(epochs: list[dict[str, Any]], input_bound_share: float) -> dict[str, Any]:
-    """The per-epoch rows, warm-up apart, the steady-state averages, totals and the verdict."""
+def aggregate(epochs: list[dict[str, Any]], input_bound_share: float,
+              busy_window: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The per-epoch rows, warm-up apart, the steady-state averages, totals and the verdict.
+
+    ``busy_window`` (CUDA): where the GPU's busy share was profiled and what it read; the same
+    share stands for every epoch, since it is a property of the step.
+    """
     steady = epochs[1:] if len(epochs) > 1 else epochs
     train = sum(e["train_s"] for e in steady)
     figures: dict[str, Any] = {
+        "input_wait_share": _weighted(steady, "input_wait_share"),
         "host_wait_share": _weighted(steady, "host_wait_share"),
-        "device_gap_share": _weighted(steady, "device_gap_share"),
-        "device_lag_steps": mean(e["device_lag_steps"] for e in steady) if "device_lag_steps" in steady[0] else None,
     }
-    figures["input_wait_share"] = figures["device_gap_share"] if figures["device_gap_share"] is not None \
-        else figures["host_wait_share"]
+    if busy_window is not None:
+        figures["device_busy_share"] = busy_window.get("share")
     verdict, reason = classify(figures, input_bound_share)
     return {
         "epochs": epochs,
@@ -106,7 +113,8 @@ def aggregate(epochs: list[dict[str, Any]], input_bound_share: float) -> dict[st
         "total_train_s": sum(e["train_s"] for e in epochs),
         "total_eval_s": sum(e["eval_s"] for e in epochs),
         "samples_per_s": sum(e["samples"] for e in steady) / train if train > 0 else float("nan"),
-        **{k: v for k, v in figures.items() if v is not None},
+        **figures,
+        **({"busy_window": busy_window} if busy_window is not None else {}),
         "input_bound_share": input_bound_share,
         "verdict": verdict,
         "verdict_reason": reason,
@@ -172,6 +180,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"Device: {summary['device']}, precision {summary.get('precision', '32-true')}",
         f"Verdict: {summary['verdict']} ({summary['verdict_reason']})",
     ]
+    window = summary.get("busy_window")
+    if window and window.get("share") is not None:
+        lines.append(f"GPU busy: {window['share']:.0%} of the time over training steps {window['first_step']}-"
+                     f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} kernels and copies, "
+                     "profiled in the warm-up epoch)")
     if summary.get("final_val_acc") is not None:
         lines.append(f"Final validation accuracy: {summary['final_val_acc']:.4f}")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator
 import torch
 import torch.nn.functional as F
 
+from mnistperf.model import adam
 from mnistperf.timing import synchronize
 
 
@@ -38,6 +39,13 @@ class Probe:
     def spread(self) -> float:
         """Relative spread of the repeats: (max - min) / median."""
         return (max(self.rates) - min(self.rates)) / self.rate if len(self.rates) > 1 and self.rate else 0.0
+
+
+def eager_optimizer(model) -> torch.optim.Optimizer:
+    """The stage's Adam for an eager step (a v4_graphed stage's step is probed eagerly: its graph is the
+    module's, inside Lightning; the probe then reads a slower step than the stage runs)."""
+    hp = model.hparams
+    return adam(model.parameters(), hp.lr, hp.fused_adam, next(model.parameters()).device)
 
 
 def _train_step(model, optimizer, batch: dict) -> None:
@@ -77,7 +85,7 @@ def time_loader(datamodule, device: torch.device, batches: int, warmup: int,
 
 def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int) -> list[float]:
     """samples/s of the training step alone (forward, loss, backward, optimizer) on one batch already on the device."""
-    optimizer = model.configure_optimizers()
+    optimizer = eager_optimizer(model)
     model.train()
     for _ in range(warmup):
         _train_step(model, optimizer, batch)
@@ -96,7 +104,7 @@ def time_training(model, datamodule, device: torch.device, steps: int, warmup: i
                   repeats: int) -> tuple[list[float], float]:
     """samples/s of loader and step together, as training runs them (workers and step share the CPUs);
     and the share of time the host waited for the next batch."""
-    optimizer = model.configure_optimizers()
+    optimizer = eager_optimizer(model)
     model.train()
     source = _cycle(datamodule.train_dataloader())
     rates, waits = [], []

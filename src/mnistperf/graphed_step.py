@@ -1,0 +1,148 @@
+"""The whole training step as one CUDA graph: captured once per batch shape, replayed every step.
+
+Why: once the data is resident on the GPU, a small CNN's step is bound by kernel launches. Its
+forward, loss, backward, optimizer update and on-device sums are some fifty small kernels, each
+launched by Python through autograd and the optimizer; replaying them as one graph costs one
+launch. Lightning offers ``torch.compile(mode="reduce-overhead")``, which graphs the model but
+leaves the optimizer eager and pays Dynamo's guards per call; this graphs the step itself.
+
+Two pieces, neither tied to this project's model:
+
+* :class:`StepGraphs` runs a step function ``step(batch)`` that updates state in place
+  (weights, optimizer moments, sums). On CUDA it keeps static input buffers and one graph per
+  batch shape; the first call with a shape warms up on a side stream, **undoes the warm-up**
+  (the weights, optimizer state and sums are put back exactly as they were, so no sample is
+  trained on twice), captures, then replays. Elsewhere it calls the step eagerly. ``captures``
+  counts the graphs made: with a fixed batch size, two (the full batch and the last, smaller
+  one), whatever the number of epochs.
+* :class:`GraphedAdam`, an Adam whose ``step(closure)`` runs only the closure (the replayed
+  graph, which holds the update recorded by :meth:`GraphedAdam.update`). Lightning's manual
+  optimization calls ``optimizer.step(closure)``, so its step counter, hooks, checkpoints and
+  ``--ckpt_path`` resume work unchanged; the optimizer state in a checkpoint is Adam's own.
+
+What a step may not do inside a graph: sync with the host (``.item()``, ``self.log``), take
+data-dependent branches, or change shape. The learning rate is baked in as a Python float (no
+scheduler here); autocast runs with its weight cache off, as capture requires.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+import torch
+
+Batch = dict[str, torch.Tensor]
+
+
+class GraphedAdam(torch.optim.Adam):
+    """Adam whose ``step(closure)`` only runs the closure; :meth:`update` is Adam's own step, for the graph.
+
+    Made ``capturable`` on CUDA (its step count lives on the device, so a replayed graph advances it).
+    """
+
+    def step(self, closure: Optional[Callable[[], object]] = None):  # type: ignore[override]
+        if closure is None:
+            raise RuntimeError("GraphedAdam.step needs the closure that runs (or replays) the whole step.")
+        return closure()
+
+    def update(self) -> None:
+        """Adam's update of the parameters from their gradients (recorded into the graph when capturing)."""
+        torch.optim.Adam.step(self)
+
+
+@dataclass
+class _Captured:
+    inputs: Batch  # static buffers the graph reads; each step's batch is copied into them
+    replay: Callable[[], None]
+
+
+def _shape_key(batch: Batch) -> tuple:
+    return tuple((name, tuple(t.shape), t.dtype, t.device) for name, t in sorted(batch.items()))
+
+
+class StepGraphs:
+    """Runs ``step(batch)`` as a replayed CUDA graph, one per batch shape (eagerly off CUDA).
+
+    Args:
+        step: the whole training step; it must update everything it changes in place.
+        state: the tensors ``step`` changes (parameters, buffers, optimizer state, sums); asked
+            before and after the warm-up, so that the warm-up can be undone.
+        warmup_steps: eager steps on a side stream before a capture (lazy initialization of
+            cuDNN/cuBLAS workspaces and of the optimizer's state happens there, not in the graph).
+        emulate: off CUDA, go through the same static buffers, warm-up, undo and per-shape
+            bookkeeping and "replay" by calling the step on the static buffers. For tests of the
+            logic on a CPU; nothing is faster for it.
+    """
+
+    def __init__(self, step: Callable[[Batch], None], state: Callable[[], Iterable[torch.Tensor]],
+                 warmup_steps: int = 3, emulate: bool = False):
+        self.step = step
+        self.state = state
+        self.warmup_steps = warmup_steps
+        self.emulate = emulate
+        self.graphs: dict[tuple, _Captured] = {}
+        self.captures = 0
+        self._pool = None  # one memory pool shared by the graphs of every batch shape
+
+    def reset(self) -> None:
+        """Forget every graph (after a checkpoint was loaded: the state the graphs point at may be new tensors)."""
+        self.graphs.clear()
+        self._pool = None
+
+    def __call__(self, batch: Batch) -> None:
+        on_cuda = all(t.is_cuda for t in batch.values())
+        if not (on_cuda or self.emulate):
+            self.step(batch)
+            return
+        key = _shape_key(batch)
+        captured = self.graphs.get(key)
+        if captured is None:
+            captured = self.graphs[key] = self._capture(batch, on_cuda)
+        for name, tensor in batch.items():
+            captured.inputs[name].copy_(tensor, non_blocking=True)
+        captured.replay()
+
+    # ------------------------------------------------------------------ capture
+    def _capture(self, batch: Batch, on_cuda: bool) -> _Captured:
+        inputs = {name: tensor.clone() for name, tensor in batch.items()}
+        with _autocast_without_cache(on_cuda):
+            self._warm_up(inputs, on_cuda)
+            if on_cuda:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self._pool):
+                    self.step(inputs)
+                self._pool = graph.pool()
+                replay = graph.replay
+            else:
+                def replay() -> None:
+                    with _autocast_without_cache(False):
+                        self.step(inputs)
+        self.captures += 1
+        return _Captured(inputs, replay)
+
+    def _warm_up(self, inputs: Batch, on_cuda: bool) -> None:
+        """A few eager steps on a side stream, then every tensor of the state as it was before them."""
+        before = {id(t): (t, t.detach().clone()) for t in self.state()}
+        stream = torch.cuda.Stream() if on_cuda else None
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream) if stream is not None else nullcontext():
+            for _ in range(self.warmup_steps):
+                self.step(inputs)
+        if stream is not None:
+            torch.cuda.current_stream().wait_stream(stream)
+        with torch.no_grad():
+            for tensor in self.state():
+                if id(tensor) in before:
+                    tensor.copy_(before[id(tensor)][1])
+                else:  # made by the warm-up (Adam's moments and step count, the sums): as if never made
+                    tensor.zero_()
+
+
+def _autocast_without_cache(on_cuda: bool):
+    """The autocast already in force (Lightning's bf16-mixed), with its weight-cast cache off, as capture needs."""
+    device = "cuda" if on_cuda else "cpu"
+    return torch.autocast(device, dtype=torch.get_autocast_dtype(device), enabled=torch.is_autocast_enabled(device),
+                          cache_enabled=False)

@@ -1,0 +1,57 @@
+"""Input wait, timed where the host waits for the next training batch: around Lightning's fetch.
+
+Lightning's training loop brackets every ``next()`` on the training data with
+``trainer.profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")``: the one place
+where the host waits for data (a worker's queue, a pandas row, a Parquet read). :class:`FetchClock`
+is a Lightning profiler that wraps the trainer's own (the pass-through one by default, or the
+user's, which keeps working) and adds up the seconds spent inside that action. Nothing is
+inferred from gaps between steps, which also hold the copy to the device and Lightning's own work.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from lightning.pytorch.profilers import Profiler
+
+TRAIN_FETCH_ACTION = "train_dataloader_next"
+
+
+class FetchClock(Profiler):
+    """The trainer's profiler, plus a clock of the training fetches."""
+
+    def __init__(self, inner: Profiler):
+        super().__init__()
+        self.inner = inner
+        self.fetch_s = 0.0
+        self._started: Optional[float] = None
+
+    def reset(self) -> float:
+        """The seconds counted since the last reset, and a new count."""
+        counted, self.fetch_s = self.fetch_s, 0.0
+        return counted
+
+    def start(self, action_name: str) -> None:
+        if action_name.endswith(TRAIN_FETCH_ACTION):
+            self._started = time.perf_counter()
+        self.inner.start(action_name)
+
+    def stop(self, action_name: str) -> None:
+        self.inner.stop(action_name)
+        if action_name.endswith(TRAIN_FETCH_ACTION) and self._started is not None:
+            self.fetch_s += time.perf_counter() - self._started
+            self._started = None
+
+    # Everything else is the wrapped profiler's.
+    def summary(self) -> str:
+        return self.inner.summary()
+
+    def describe(self) -> None:
+        self.inner.describe()
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        self.inner.setup(*args, **kwargs)
+
+    def teardown(self, stage: Optional[str]) -> None:
+        self.inner.teardown(stage)

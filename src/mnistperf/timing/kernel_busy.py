@@ -1,0 +1,105 @@
+"""How much of the time the GPU was executing work, from the kernels themselves.
+
+CUDA events around a step cannot say it: the device reaches a step's end marker only when the
+host has enqueued it, so for a launch-bound step the span between two markers is the host's time,
+with every idle gap between the step's small kernels counted as busy. The kernels' own start
+and end times can: :class:`KernelWindow` records them with the PyTorch profiler (CUPTI through
+Kineto, CUDA activity only: no CPU operators, no stacks, no host sync per step) over a short window
+of steps, and :func:`busy_share` takes the union of the kernel, memcpy and memset intervals over
+the window's span, from its first device activity to its last.
+
+The profiler costs host time per kernel launch, so the profiled steps run slower than the others:
+the window sits in the warm-up epoch (epoch 1, reported apart), never in the headline epochs,
+and its busy share, a property of the step, is reported beside them. A profiler warm-up of two
+steps comes before the recorded ones, as the profiler's documentation advises.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Optional
+
+import torch
+
+# Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
+WINDOW_STEPS = 20
+PROFILER_WARMUP_STEPS = 2
+
+
+def busy_share(intervals: Iterable[tuple[float, float]]) -> Optional[float]:
+    """The share of [first start, last end] covered by at least one interval (overlaps counted once)."""
+    spans = sorted((start, end) for start, end in intervals if end > start)
+    if not spans:
+        return None
+    covered = 0.0
+    current_start, current_end = spans[0]
+    for start, end in spans[1:]:
+        if start > current_end:
+            covered += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    covered += current_end - current_start
+    whole = max(end for _, end in spans) - spans[0][0]
+    return min(covered / whole, 1.0) if whole > 0 else None
+
+
+def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> Optional[tuple[int, int]]:
+    """(first, last) batch index of the window in the first epoch: its last ``steps`` steps (after the
+    profiler's warm-up and at least one unprofiled step), or None when the epoch is too short."""
+    if batches_per_epoch == float("inf"):
+        return 10 + PROFILER_WARMUP_STEPS, 10 + PROFILER_WARMUP_STEPS + steps - 1
+    total = int(batches_per_epoch)
+    first = max(1 + PROFILER_WARMUP_STEPS, total - steps)
+    return (first, total - 1) if first <= total - 1 else None
+
+
+class KernelWindow:
+    """Profiles the CUDA activity of the steps from ``first`` to ``last`` (batch indices of one epoch).
+
+    Call :meth:`step_start` and :meth:`step_end` around every step of that epoch; after ``last``
+    :attr:`busy` holds the busy share (None if nothing ran on the device).
+    """
+
+    def __init__(self, first: int, last: int):
+        self.first, self.last = first, last
+        self.busy: Optional[float] = None
+        self.kernels = 0
+        self._profiler = None
+
+    def step_start(self, index: int) -> None:
+        if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None:
+            # Without it, CUPTI stays attached after the profiler stops and slows every later launch.
+            os.environ.setdefault("TEARDOWN_CUPTI", "1")
+            from torch.profiler import ProfilerActivity, profile, schedule
+
+            self._profiler = profile(activities=[ProfilerActivity.CUDA],
+                                     schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS,
+                                                       active=self.last - self.first + 1, repeat=1))
+            self._profiler.start()
+
+    def step_end(self, index: int) -> None:
+        if self._profiler is None or index < self.first - PROFILER_WARMUP_STEPS:
+            return
+        self._profiler.step()
+        if index == self.last:
+            self._profiler.stop()  # waits for the device: this is the warm-up epoch, outside the headline
+            intervals = device_intervals(self._profiler)
+            self.kernels = len(intervals)
+            self.busy = busy_share(intervals)
+            self._profiler = None
+
+    def close(self) -> None:
+        """Stop a window the epoch did not finish (an interrupted or shortened epoch)."""
+        if self._profiler is not None:
+            self._profiler.stop()
+            self._profiler = None
+
+
+def device_intervals(profiler) -> list[tuple[float, float]]:
+    """(start, end) in microseconds of every kernel, memcpy and memset the profiler saw on the GPU."""
+    intervals = []
+    for event in profiler.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            intervals.append((event.time_range.start, event.time_range.end))
+    return intervals

@@ -1,0 +1,209 @@
+"""v4_graphed: the whole step captured once per batch shape and replayed, inside Lightning.
+
+On a CPU the graph logic runs through StepGraphs' emulation (static buffers, warm-up undone,
+one capture per shape, replays) and the stage trains eagerly; the CUDA-only tests check the
+real graphs: the same losses as eager steps, one capture per batch shape, resume, accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import CONFIGS, TRAIN_ROWS
+from mnistperf.cli import main
+from mnistperf.graphed_step import GraphedAdam, StepGraphs
+from mnistperf.model import EpochSums, SimpleCNN
+from mnistperf.timing import EpochTimer
+
+
+class PlainStep:
+    """The whole step on a bare SimpleCNN, as the module runs it; the last loss lands in a static tensor."""
+
+    def __init__(self, device: str = "cpu", seed: int = 0):
+        torch.manual_seed(seed)
+        self.net = SimpleCNN().to(device)
+        cuda = device == "cuda"
+        self.optimizer = GraphedAdam(self.net.parameters(), lr=1e-3, fused=cuda or None, capturable=cuda)
+        self.sums = EpochSums(torch.device(device))
+        self.loss = torch.zeros((), device=device)
+
+    def __call__(self, batch) -> None:
+        self.optimizer.zero_grad(set_to_none=False)
+        logits = self.net(batch["image"])
+        loss = F.cross_entropy(logits, batch["label"])
+        loss.backward()
+        self.optimizer.update()
+        self.sums.add(loss, logits, batch["label"])
+        self.loss.copy_(loss.detach())
+
+    def state(self):
+        tensors = list(self.net.parameters())
+        tensors += [t for s in self.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        return tensors + [self.sums.totals]
+
+
+def batches(sizes, device="cpu", seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return [{"image": torch.rand(n, 1, 28, 28, generator=generator).to(device),
+             "label": torch.randint(0, 10, (n,), generator=generator).to(device)} for n in sizes]
+
+
+SIZES = [32, 32, 32, 8, 32, 32, 32, 8]  # two epochs of 104 rows: three full batches and a partial one
+
+
+def run(step: PlainStep, runner, data) -> list[float]:
+    losses = []
+    for batch in data:
+        runner(batch)
+        losses.append(float(step.loss))
+    return losses
+
+
+# ---------------------------------------------------------------- the logic, on a CPU
+def test_emulated_graphs_train_exactly_like_eager_steps():
+    """Warm-up undone, static buffers refilled, replays: the same losses, sums and weights as plain steps."""
+    data = batches(SIZES)
+    eager = PlainStep()
+    eager_losses = run(eager, eager, data)
+    graphed = PlainStep()
+    graphs = StepGraphs(graphed, graphed.state, emulate=True)
+    graphed_losses = run(graphed, graphs, data)
+    assert graphed_losses == pytest.approx(eager_losses, abs=1e-6)
+    assert torch.allclose(graphed.sums.totals, eager.sums.totals, atol=1e-4)
+    assert graphed.sums.totals[2] == sum(SIZES)  # every sample counted once: the warm-up left no trace
+    for mine, theirs in zip(graphed.net.parameters(), eager.net.parameters()):
+        assert torch.allclose(mine, theirs, atol=1e-6)
+    assert graphs.captures == 2  # one per batch shape: 32 and the partial 8
+
+
+def test_the_warm_up_leaves_no_trace_of_itself():
+    step = PlainStep()
+    before = [p.detach().clone() for p in step.net.parameters()]
+    graphs = StepGraphs(step, step.state, warmup_steps=3, emulate=True)
+    graphs._capture(batches([16])[0], on_cuda=False)  # warm-up and capture, no replay
+    assert all(torch.equal(a, b) for a, b in zip(before, step.net.parameters()))
+    assert all(float(t.abs().sum()) == 0 for s in step.optimizer.state.values() for t in s.values())
+    assert float(step.sums.totals.abs().sum()) == 0
+
+
+def test_graphed_adam_steps_only_through_its_closure():
+    step = PlainStep()
+    with pytest.raises(RuntimeError, match="needs the closure"):
+        step.optimizer.step()
+    assert step.optimizer.step(closure=lambda: "ran") == "ran"
+
+
+def test_reset_forgets_the_graphs():
+    step = PlainStep()
+    graphs = StepGraphs(step, step.state, emulate=True)
+    graphs(batches([8])[0])
+    graphs.reset()
+    graphs(batches([8])[0])
+    assert graphs.captures == 2 and len(graphs.graphs) == 1
+
+
+# ---------------------------------------------------------------- the stage, inside Lightning
+def fit(workdir: Path, *overrides: str) -> dict:
+    main(["fit", "--config", str(CONFIGS / "v4_graphed.yaml"), "--trainer.enable_progress_bar", "false",
+          "--trainer.enable_model_summary", "false", "--data.batch_size", "40", *overrides])
+    runs = sorted((workdir / "lightning_logs" / "v4_graphed").glob("version_*/timing.json"))
+    return json.loads(runs[-1].read_text())
+
+
+@pytest.fixture
+def captures(monkeypatch) -> list[int]:
+    """The module's capture count at the end of every training epoch, read by the config's own timer."""
+    seen: list[int] = []
+
+    class CountCaptures(EpochTimer):
+        def on_train_epoch_end(self, trainer, pl_module):
+            super().on_train_epoch_end(trainer, pl_module)
+            seen.append(pl_module.graphs.captures)
+
+    monkeypatch.setattr("mnistperf.timing.EpochTimer", CountCaptures)
+    return seen
+
+
+def test_off_cuda_the_stage_trains_eagerly_and_says_why(tiny_data, caplog, captures):
+    summary = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu")
+    assert "model.cuda_graph: skipped on cpu (a CUDA graph needs a CUDA device)" in caplog.text
+    assert [e["samples"] for e in summary["epochs"]] == [TRAIN_ROWS, TRAIN_ROWS]  # 40 + 40 + 16, every row once
+    assert captures == [0, 0]
+    checkpoints = list((tiny_data.parent / "lightning_logs" / "v4_graphed").glob("version_0/checkpoints/*.ckpt"))
+    assert [c.name for c in checkpoints] == ["epoch=1-step=6.ckpt"]  # Lightning counted every optimizer step
+
+
+def test_the_manual_whole_step_matches_lightnings_automatic_one(tiny_data):
+    """The same config with the graph option off (automatic optimization) logs the same training loss."""
+    graphed = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu")
+    automatic = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu",
+                    "--model.cuda_graph", "false")
+    for mine, theirs in zip(graphed["epochs"], automatic["epochs"]):
+        assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
+        assert mine["val/acc"] == theirs["val/acc"]
+
+
+def test_resume_from_the_last_checkpoint(tiny_data, captures):
+    fit(tiny_data.parent, "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu")
+    summary = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu",
+                  "--ckpt_path", str(next((tiny_data.parent / "lightning_logs").glob("v4_graphed/version_0/checkpoints/*.ckpt"))))
+    assert [e["epoch"] for e in summary["epochs"]] == [2]
+
+
+def test_compile_and_cuda_graph_together_are_refused(tiny_data, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "v4_graphed.yaml"), "--model.compile", "true"])
+    assert exit_info.value.code == 2
+    assert "model.compile and model.cuda_graph both capture the step" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- CUDA only
+@pytest.mark.cuda
+def test_graphed_steps_give_the_losses_of_eager_steps():
+    """The first 20 graphed steps from the same initial weights, bf16 autocast: the same losses within bf16's precision."""
+    data = batches([64] * 19 + [24], device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        eager = PlainStep("cuda")
+        eager_losses = run(eager, eager, data)
+        graphed = PlainStep("cuda")
+        graphs = StepGraphs(graphed, graphed.state)
+        graphed_losses = run(graphed, graphs, data)
+    assert graphs.captures == 2 and len(graphed_losses) == 20
+    assert graphed_losses == pytest.approx(eager_losses, rel=2e-2, abs=2e-2)
+    assert graphed.sums.totals[2] == eager.sums.totals[2] == sum(64 for _ in range(19)) + 24
+
+
+@pytest.mark.cuda
+def test_one_capture_per_batch_shape_and_none_after_the_first_epoch(tiny_data, captures):
+    summary = fit(tiny_data.parent, "--trainer.max_epochs", "3")
+    assert summary["accelerator"] == "cuda"
+    assert captures == [2, 2, 2]  # batches of 40, 40 and 16: two shapes, captured in epoch 1 only
+    assert [e["samples"] for e in summary["epochs"]] == [TRAIN_ROWS] * 3
+
+
+@pytest.mark.cuda
+def test_resume_captures_again_after_loading(tiny_data, captures):
+    fit(tiny_data.parent, "--trainer.max_epochs", "1")
+    checkpoint = next((tiny_data.parent / "lightning_logs").glob("v4_graphed/version_0/checkpoints/*.ckpt"))
+    summary = fit(tiny_data.parent, "--trainer.max_epochs", "3", "--ckpt_path", str(checkpoint))
+    assert [e["epoch"] for e in summary["epochs"]] == [2, 3]
+    assert captures[-2:] == [2, 2] and summary["final_val_acc"] is not None
+
+
+@pytest.mark.cuda
+@pytest.mark.realdata
+def test_graphed_accuracy_is_within_half_a_point_of_v2_pinned(shared_datasets, tmp_path, monkeypatch):
+    """FashionMNIST, 5 epochs each: the graphed stage learns what the pre-tensorized one does."""
+    monkeypatch.chdir(tmp_path)
+    accuracy = {}
+    for stage in ("v2_pinned", "v4_graphed"):
+        main(["fit", "--config", str(CONFIGS / f"{stage}.yaml"), "--data.source_root", str(shared_datasets),
+              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"])
+        summary = json.loads(next((tmp_path / "lightning_logs" / stage).glob("version_0/timing.json")).read_text())
+        accuracy[stage] = summary["final_val_acc"]  # val_source is the test split in both configs
+    assert abs(accuracy["v4_graphed"] - accuracy["v2_pinned"]) <= 0.005, accuracy

@@ -38,6 +38,9 @@ def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_sho
     assert table[2]["note"] == "stage/plain train time: 1.250x" and table[2]["published train s/epoch"] == ""
     assert table[3]["note"] == "failed (exit 1): boom" and table[3]["train s/epoch"] == "-"
     assert table[1]["input wait"] == "25%" and table[1]["peak MB (main RSS / tree PSS)"] == "500 / 800"
+    assert table[1]["GPU busy"] == "-"  # a CPU run has no busy share
+    gpu = table_rows([Row("v3_resident", "v3_resident", summaries=[{**summary(1, 0.5), "device_busy_share": 0.23}])])
+    assert gpu[0]["GPU busy"] == "23%"
 
 
 def test_per_step_splits_a_step_into_plain_lightnings_loop_and_the_lab():

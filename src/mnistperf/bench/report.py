@@ -100,6 +100,7 @@ def table_rows(rows: list[Row]) -> list[dict[str, str]]:
                 "speed-up": f"{base / epoch:.1f}x" if base and epoch else "-",
                 "samples/s": _fmt(r.med("samples_per_s"), 0),
                 "input wait": f"{r.med('input_wait_share'):.0%}" if r.med("input_wait_share") is not None else "-",
+                "GPU busy": f"{r.med('device_busy_share'):.0%}" if r.med("device_busy_share") is not None else "-",
                 "verdict": "/".join(sorted({s["verdict"] for s in r.summaries})) or "-",
                 "val acc": _fmt(r.med("final_val_acc"), 4),
                 "peak MB (main RSS / tree PSS)": f"{_fmt(r.peak_memory_mb('main_process'), 0)} / "
@@ -145,6 +146,7 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
             "speedup_x": base / r.epoch_s if base and r.epoch_s else None,
             "samples_per_s_median": r.med("samples_per_s"),
             "input_wait_pct": 100 * wait if wait is not None else None,
+            "gpu_busy_pct": 100 * r.med("device_busy_share") if r.med("device_busy_share") is not None else None,
             "verdict": "/".join(sorted({s["verdict"] for s in r.summaries})) or None,
             "val_acc_median": r.med("final_val_acc"),
             "peak_main_rss_mb": r.peak_memory_mb("main_process"),
@@ -229,8 +231,10 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         "- train s/epoch, test s/epoch, samples/s, input wait and verdict: steady-state epochs (2..N), medians "
         "over repeats; epoch 1 is shown apart as warm-up; total s covers every epoch",
         "- speed-up: steady-state seconds per epoch (train + test) of the first row over this row's",
-        "- input wait: share of train time the device sat between steps (CUDA) or the host waited for the next "
-        "batch (CPU); >= 50 %: input-bound",
+        "- input wait: share of train time the host waited for the next batch (timed around the fetch); "
+        ">= 50 %: input-bound",
+        "- GPU busy (CUDA): share of the time the GPU executed kernels or copies, profiled over 20 steps of the "
+        "warm-up epoch; >= 80 %: compute-bound, below: overhead-bound",
         "",
         markdown_table(rows),
         "",

@@ -123,8 +123,12 @@ class MnistperfCLI(LightningCLI):
             print(device_line(announce, run_device(config.trainer.accelerator),
                               f"precision {config.trainer.precision}{precision_note}"), flush=True)
         self._check_checkpoint()  # before LightningCLI reads the checkpoint's hyperparameters
-        if subcommand in EVAL_COMMANDS and config.get("ckpt_path") is None:
-            config.ckpt_path = str(newest_checkpoint(subcommand, config))
+        if subcommand in EVAL_COMMANDS:
+            # Evaluating restores the checkpoint callback's state too, and Lightning warns that the new run's
+            # folder differs from the training run's: true, and nothing to act on when only evaluating.
+            warnings.filterwarnings("ignore", message="The dirpath has changed from")
+            if config.get("ckpt_path") is None:
+                config.ckpt_path = str(newest_checkpoint(subcommand, config))
 
     @staticmethod
     def _resolve_precision(config) -> str:

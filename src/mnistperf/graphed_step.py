@@ -84,12 +84,10 @@ class StepGraphs:
         self.emulate = emulate
         self.graphs: dict[tuple, _Captured] = {}
         self.captures = 0
-        self._pool = None  # one memory pool shared by the graphs of every batch shape
 
     def reset(self) -> None:
         """Forget every graph (after a checkpoint was loaded: the state the graphs point at may be new tensors)."""
         self.graphs.clear()
-        self._pool = None
 
     def __call__(self, batch: Batch) -> None:
         on_cuda = all(t.is_cuda for t in batch.values())
@@ -110,10 +108,12 @@ class StepGraphs:
         with _autocast_without_cache(on_cuda):
             self._warm_up(inputs, on_cuda)
             if on_cuda:
+                # Each graph has its own memory pool: the full batch's and the last batch's replays interleave
+                # in no fixed order, which a shared pool would require. Every tensor that outlives a step
+                # (weights, gradients, Adam's state, the sums) was made by the warm-up, outside the pools.
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self._pool):
+                with torch.cuda.graph(graph):
                     self.step(inputs)
-                self._pool = graph.pool()
                 replay = graph.replay
             else:
                 def replay() -> None:

@@ -19,6 +19,8 @@ from conftest import CONFIGS, REPO, random_split, write_parquet
 from mnistperf.cli import main
 from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.data.pipelines.base import Placement
+from mnistperf.errors import ConfigError, DataError
 
 pytest.importorskip("litdata")
 ROWS = 203  # not a multiple of the batch, the workers or the shards
@@ -87,6 +89,35 @@ def test_the_copy_is_written_once_and_rewritten_when_the_parquet_changes(tiny_da
     litdata_module(tiny_data)
     assert "wrote the litdata copy of" in capsys.readouterr().out
     assert not [p for p in copy.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left behind
+
+
+def test_a_copy_in_the_older_one_row_layout_is_rewritten_locally_and_refused_remotely(tiny_data, tmp_path, capsys,
+                                                                                       monkeypatch):
+    from mnistperf.data.pipelines import litdata_stream
+
+    copy = tiny_data / "FashionMNIST" / "litdata" / "train"
+    litdata_module(tiny_data)
+    (copy / litdata_stream.LAYOUT_FILE).unlink()  # as a copy written before blocks had it
+    capsys.readouterr()
+    litdata_module(tiny_data)
+    assert "wrote the litdata copy of" in capsys.readouterr().out
+    from litdata.streaming.writer import BinaryWriter
+
+    old = tmp_path / "old"  # the older layout, one row per item with a scalar label, as a remote copy may still be
+    writer = BinaryWriter(str(old), chunk_bytes="1MB")
+    for index in range(4):
+        writer[index] = {"pixels": np.zeros(784, dtype=np.uint8), "label": index}
+    writer.done()
+    writer._merge_no_wait()
+    monkeypatch.setattr(litdata_stream, "copy_location", lambda split: old)
+    dm = MNISTDataModule(data_dir=str(tiny_data), pipeline="litdata", batch_size=16)
+    with pytest.raises(DataError, match="another layout .* prepare --litdata --force"):
+        dm.pipeline.load(tiny_data / "FashionMNIST" / "train.parquet", True, Placement(torch.device("cpu")))
+
+
+def test_a_batch_size_that_is_not_a_multiple_of_the_block_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"data.batch_size 100: .* blocks of 8, .*\(such as 96 or 104\)"):
+        MNISTDataModule(pipeline="litdata", batch_size=100)
 
 
 def test_without_litdata_the_pipeline_says_how_to_install_it(tiny_data, monkeypatch, capsys):
@@ -174,10 +205,11 @@ def test_every_rank_of_every_node_takes_a_disjoint_share_every_epoch(tmp_path, m
                 dm.pipeline.loader(dataset, train=True, place=place)  # sets shuffle, drop_last, batch and workers
                 dataset.set_epoch(epoch)
                 dataset._forced_worker_env = _WorkerEnv(workers, worker)  # litdata's hook for in-process workers
-                items = [int(item["pixels"][0]) + 256 * int(item["pixels"][1]) for item in dataset]
-                counts.update(items)
-                assert len(items) % batch == 0  # whole batches only: no partial batch on any worker
-                rank_batches += len(items) // batch
+                blocks = [item["pixels"].reshape(-1, schema.NUM_PIXELS)[:, :2].astype(np.int64) for item in dataset]
+                counts.update(int(low) + 256 * int(high) for block in blocks for low, high in block)
+                per_batch = batch // litdata_stream.BLOCK_ROWS  # items of a batch
+                assert len(blocks) % per_batch == 0  # whole batches only: no partial batch on any worker
+                rank_batches += len(blocks) // per_batch
             batches.append(rank_batches)
         assert max(counts.values()) == 1, f"epoch {epoch}: a sample seen twice"
         assert len(set(batches)) == 1, f"epoch {epoch}: ranks run {batches} batches"
@@ -236,7 +268,7 @@ def test_litdata_finds_the_copy_on_s3(tiny_data, s3_server, tmp_path, monkeypatc
     dm.setup("fit")
     train, val = dm.datasets["train"], dm.datasets["val"]
     assert train.input_dir.url == "s3://lab/data/FashionMNIST/litdata/train"
-    assert (len(train), len(val)) == (96, 40)
+    assert (len(train), len(val)) == (96 // 8, 40 // 8)  # items are blocks of 8 rows
     assert len(dm.train_dataloader()) == 6
 
 

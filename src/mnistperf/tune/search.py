@@ -30,6 +30,7 @@ import torch
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
 from mnistperf.data.datamodule import PIPELINES
+from mnistperf.data.pipelines.litdata_stream import BLOCK_ROWS
 from mnistperf.tune.probes import Probe, time_loader, time_step, time_training
 
 ORDER = ("resident", "v2", "litdata", "stream", "v1")  # cheapest to feed first, slowest last
@@ -118,6 +119,11 @@ def pipelines_to_try(options: dict, device: torch.device, log: Callable[[str], N
     except ImportError:
         names.remove("litdata")
         log("litdata is not installed: its pipeline is left out (pip install 'mnistperf[litdata]').")
+    else:
+        if options["batch_size"] % BLOCK_ROWS:
+            names.remove("litdata")
+            log(f"litdata: it reads rows in blocks of {BLOCK_ROWS} and data.batch_size {options['batch_size']} is not "
+                "a multiple of that: left out.")
     probe = MNISTDataModule(**{**options, "pipeline": "v2", "num_workers": 0, "persistent_workers": False,
                                "prefetch_factor": None})
     needed = split_rows(probe) * (28 * 28 + 8) * 2  # uint8 pixels, int64 labels, and room for a batch's copies

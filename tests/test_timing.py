@@ -91,6 +91,21 @@ def test_busy_share_is_the_union_of_the_intervals_over_their_span():
     assert busy_share([]) is None and busy_share([(5, 5)]) is None
 
 
+def test_device_intervals_are_read_from_kinetos_own_events():
+    from types import SimpleNamespace
+
+    from mnistperf.timing.kernel_busy import device_intervals
+
+    def event(device, start_ns, end_ns):
+        return SimpleNamespace(device_type=lambda: device, start_ns=lambda: start_ns, end_ns=lambda: end_ns)
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    results = SimpleNamespace(events=lambda: [event(cpu, 0, 9000), event(cuda, 1000, 3000), event(cuda, 5000, 6000)])
+    profiler = SimpleNamespace(profiler=SimpleNamespace(kineto_results=results))
+    assert device_intervals(profiler) == [(1.0, 3.0), (5.0, 6.0)]  # microseconds, the GPU's only
+    assert busy_share(device_intervals(profiler)) == pytest.approx(3 / 5)
+
+
 def test_the_window_sits_at_the_end_of_the_first_epoch():
     assert window_steps(118) == (98, 117)  # the last 20 steps of 118
     assert window_steps(10) == (3, 9)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled

@@ -97,9 +97,14 @@ class KernelWindow:
 
 
 def device_intervals(profiler) -> list[tuple[float, float]]:
-    """(start, end) in microseconds of every kernel, memcpy and memset the profiler saw on the GPU."""
-    intervals = []
-    for event in profiler.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            intervals.append((event.time_range.start, event.time_range.end))
-    return intervals
+    """(start, end) in microseconds of every kernel, memcpy and memset the profiler saw on the GPU.
+
+    Read from Kineto's raw events (each has its device and its own start and end); the processed
+    ``events()`` list, which nests device events under the operators that launched them, is the
+    fallback.
+    """
+    cuda = torch.autograd.DeviceType.CUDA
+    results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
+    if results is not None:
+        return [(e.start_ns() / 1e3, e.end_ns() / 1e3) for e in results.events() if e.device_type() == cuda]
+    return [(e.time_range.start, e.time_range.end) for e in profiler.events() if e.device_type == cuda]

@@ -99,10 +99,9 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             if window is not None and epoch == 1:
                 window.step_end(step)
                 if window.busy is not None:
-                    busy_window.update(share=window.busy, epoch=1, first_step=window.first + 1,
-                                       last_step=window.last + 1, kernels=window.kernels)
+                    busy_window = window.result(epoch)
             last_end = time.perf_counter()
-        del batches  # its workers stop here, as a non-persistent DataLoader's do at an epoch's end
+        del batches  # as a for loop would: a non-persistent loader's workers stop at the epoch's end
         synchronize(device)
         eval_start = time.perf_counter()
         train_s = eval_start - start

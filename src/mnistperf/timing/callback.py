@@ -147,9 +147,7 @@ class EpochTimer(Callback):
         if self._window is not None:
             self._window.step_end(batch_idx)
             if self._window.busy is not None:
-                self.busy_window.update(share=self._window.busy, epoch=trainer.current_epoch + 1,
-                                        first_step=self._window.first + 1, last_step=self._window.last + 1,
-                                        kernels=self._window.kernels)
+                self.busy_window = self._window.result(trainer.current_epoch + 1)
                 self._window = None
         self._last_step_end = self._now()
         if batch_idx + 1 == trainer.num_training_batches:

@@ -89,6 +89,11 @@ class KernelWindow:
             self.busy = busy_share(intervals)
             self._profiler = None
 
+    def result(self, epoch: int) -> dict:
+        """What timing.json records as ``busy_window``: the share, and where and over what it was measured."""
+        return {"share": self.busy, "epoch": epoch, "first_step": self.first + 1, "last_step": self.last + 1,
+                "kernels": self.kernels}
+
     def close(self) -> None:
         """Stop a window the epoch did not finish (an interrupted or shortened epoch)."""
         if self._profiler is not None:

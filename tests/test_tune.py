@@ -71,6 +71,23 @@ def test_ctrl_c_keeps_the_best_found_so_far(workdir, monkeypatch, capsys):
     assert yaml.safe_load((workdir / "tuned.yaml").read_text())["data"]["pipeline"] == "resident"
 
 
+def test_ctrl_c_while_a_noisy_probe_is_measured_again_keeps_its_first_measurement(workdir, monkeypatch, capsys):
+    calls = []
+
+    def noisy_then_interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second measurement of the first, noisy, probe
+            raise KeyboardInterrupt
+        return [100.0, 1000.0], 0.1
+
+    monkeypatch.setattr(search, "time_loader", noisy_then_interrupted)
+    monkeypatch.setattr(search, "time_step", lambda *a, **k: [1e12, 1e12])
+    tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
+    out = capsys.readouterr().out
+    assert "[probe 2] loader pipeline=resident" in out and "stopped: interrupted (Ctrl-C)" in out
+    assert yaml.safe_load((workdir / "tuned.yaml").read_text())["data"]["pipeline"] == "resident"
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["--set", "data.num_wrkers=2"], "--set data.num_wrkers: no stage config has this option"),
     (["--budget", "0.01"], "--budget 0.01: too small to measure anything"),

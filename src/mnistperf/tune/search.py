@@ -165,8 +165,15 @@ class Search:
     def _record(self, probe: Probe, began: float, measure: Callable[[], list[float]]) -> Probe:
         """Keep a probe; one whose repeats disagree by more than NOISY_SPREAD is measured once more."""
         if probe.spread > NOISY_SPREAD and not self.out_of_time():
-            probe.rates += measure()
+            try:
+                probe.rates += measure()
+            except KeyboardInterrupt:  # Ctrl-C during the second measurement: keep the first
+                self._keep(probe, began)
+                raise
             probe.note = ", ".join(n for n in (probe.note, f"repeated ({len(probe.rates)} runs): noisy") if n)
+        return self._keep(probe, began)
+
+    def _keep(self, probe: Probe, began: float) -> Probe:
         probe.seconds = time.perf_counter() - began
         self.probes.append(probe)
         spread = f" (spread {probe.spread:.0%})" if probe.spread else ""
@@ -274,6 +281,11 @@ def run(search: Search, base: dict, epoch_samples: int, pipelines: list[str], cp
         pass
     except KeyboardInterrupt:
         outcome.stopped = "interrupted (Ctrl-C): the best found so far is kept"
+        for probe in search.probes:  # a probe kept while its second measurement was interrupted counts too
+            if probe.kind == "loader":
+                rate = predicted(probe, step.rate, epoch_samples)
+                if best is None or rate > best[1]:
+                    best = (probe, rate)
     if best is not None:
         outcome.best = {k: best[0].settings[k] for k in LOADER_KEYS}
     if outcome.stopped.startswith("interrupted"):

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from mnistperf.console import calm_library_noise
 from mnistperf.fit_config import MnistperfCLI, parse_fit_config
 from mnistperf.model import EpochSums, adam
 from mnistperf.timing import synchronize
@@ -211,6 +212,7 @@ def main(args: Optional[Sequence[str]] = None) -> None:
                         help="train in Lightning's bare loop (no logger, bar, checkpoints, metrics or self.log)")
     parser.add_argument("--out", type=Path, required=True, help="where to write the timing summary (JSON)")
     opts, fit_args = parser.parse_known_args(args)
+    calm_library_noise()
     runner = "bare Lightning" if opts.bare_lightning else "input pipeline alone" if opts.loader_only else "plain PyTorch"
     cli = parse_fit_config(fit_args, announce=runner)
     if not math.isfinite(cli.trainer.max_epochs or math.inf) or cli.trainer.max_epochs < 1:

@@ -122,7 +122,8 @@ class MnistperfCLI(LightningCLI):
         if announce and rank_zero_only.rank == 0:
             print(device_line(announce, run_device(config.trainer.accelerator),
                               f"precision {config.trainer.precision}{precision_note}"), flush=True)
-        self._check_checkpoint()  # before LightningCLI reads the checkpoint's hyperparameters
+        if subcommand:
+            check_checkpoint(config.get("ckpt_path"))  # before LightningCLI reads the checkpoint's hyperparameters
         if subcommand in EVAL_COMMANDS:
             # Evaluating restores the checkpoint callback's state too, and Lightning warns that the new run's
             # folder differs from the training run's: true, and nothing to act on when only evaluating.
@@ -138,22 +139,22 @@ class MnistperfCLI(LightningCLI):
             return f" ({precision} asked for: no GPU with native bf16 here)"
         return ""
 
-    def _check_checkpoint(self) -> None:
-        """An explicit checkpoint path must be a readable Lightning checkpoint (not 'last', 'best', ...)."""
-        subcommand = self.config.get("subcommand")
-        path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if path is None or str(path) in ("last", "best", "hpc", "registry"):
-            return
-        if not Path(path).is_file():
-            raise ConfigError(f"--ckpt_path {path}: no such file; give a checkpoint written by fit "
-                              "(lightning_logs/<config>/version_N/checkpoints/*.ckpt), or 'last'.")
-        try:
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # truncated zip, pickle garbage, ...: torch raises many kinds
-            raise ConfigError(f"--ckpt_path {path} is not a readable checkpoint ({type(exc).__name__}); "
-                              "it may be truncated or not a checkpoint: use another one.") from None
-        if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-            raise ConfigError(f"--ckpt_path {path} holds no model state_dict; give a checkpoint written by fit.")
+
+
+def check_checkpoint(path) -> None:
+    """An explicit checkpoint path must be a readable Lightning checkpoint (not 'last', 'best', ...)."""
+    if path is None or str(path) in ("last", "best", "hpc", "registry"):
+        return
+    if not Path(path).is_file():
+        raise ConfigError(f"--ckpt_path {path}: no such file; give a checkpoint written by fit "
+                          "(lightning_logs/<config>/version_N/checkpoints/*.ckpt), or 'last'.")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, pickle garbage, ...: torch raises many kinds
+        raise ConfigError(f"--ckpt_path {path} is not a readable checkpoint ({type(exc).__name__}); "
+                          "it may be truncated or not a checkpoint: use another one.") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ConfigError(f"--ckpt_path {path} holds no model state_dict; give a checkpoint written by fit.")
 
 
 def runs_folder(config) -> Path:

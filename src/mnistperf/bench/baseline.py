@@ -126,14 +126,19 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         rows.append(row)
         print(f"epoch {epoch}: train {train_s:.2f} s, eval {eval_s:.2f} s, val/acc {accuracy:.4f}, {row['verdict']}",
               flush=True)
+    return summary("loader" if loader_only else "plain", trainer, datamodule, device, aggregate(rows, threshold, busy_window))
+
+
+def summary(runner: str, trainer, datamodule, device: torch.device, figures: dict) -> dict:
+    """timing.json of a plain or bare run: what ran, where, and its figures, as EpochTimer writes them."""
     return {
         "config": getattr(trainer.logger, "name", None),
-        "runner": "loader" if loader_only else "plain",
+        "runner": runner,
         "data": datamodule.loader_settings(),
         "precision": str(trainer.precision),
         "world_size": 1,
         **environment(device),
-        **aggregate(rows, threshold, busy_window),
+        **figures,
     }
 
 
@@ -194,15 +199,7 @@ def run_bare(cli: MnistperfCLI) -> dict:
     for epoch, (train_s, samples) in enumerate(clock.rows, 1):
         rows.append(epoch_row(epoch, train_s, 0.0, samples, 0.0, 0.0, None, {}, threshold))
         print(f"epoch {epoch}: train {train_s:.2f} s, {samples / train_s:,.0f} samples/s", flush=True)
-    return {
-        "config": getattr(config.logger, "name", None),
-        "runner": "bare",
-        "data": datamodule.loader_settings(),
-        "precision": str(trainer.precision),
-        "world_size": 1,
-        **environment(device),
-        **aggregate(rows, threshold),
-    }
+    return summary("bare", config, datamodule, device, aggregate(rows, threshold))
 
 
 def main(args: Optional[Sequence[str]] = None) -> None:

@@ -15,7 +15,7 @@ from conftest import CONFIGS, random_split, write_parquet
 from mnistperf.data import schema
 from mnistperf.cli import main
 from mnistperf.timing import EpochTimer
-from mnistperf.timing.kernel_busy import KernelWindow, busy_share, window_steps
+from mnistperf.timing.kernel_busy import KernelWindow, busy_share, cupti_tears_down_safely, window_steps
 from mnistperf.timing.summary import aggregate, classify, epoch_row
 
 PIPELINES = ("v1", "v2", "resident", "stream")
@@ -107,9 +107,17 @@ def test_device_intervals_are_read_from_kinetos_own_events():
 
 
 def test_the_window_sits_at_the_end_of_the_first_epoch():
-    assert window_steps(118) == (98, 117)  # the last 20 steps of 118
-    assert window_steps(10) == (3, 9)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled
-    assert window_steps(3) is None
+    assert window_steps(118) == (96, 115)  # the 20 steps before the last (the 96-sample remainder) of 118
+    assert window_steps(10) == (3, 8)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled
+    assert window_steps(5) == (3, 3)
+    assert window_steps(4) is None
+
+
+@pytest.mark.parametrize("cuda,tears_down", [("13.0", True), ("12.6", True), ("12.4", False), ("11.8", False),
+                                             (None, False)])
+def test_cupti_is_torn_down_only_where_cuda_graphs_survive_it(monkeypatch, cuda, tears_down):
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    assert cupti_tears_down_safely() is tears_down
 
 
 @pytest.mark.parametrize("busy,wait,expected", [

@@ -45,13 +45,25 @@ def busy_share(intervals: Iterable[tuple[float, float]]) -> Optional[float]:
 
 
 def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> Optional[tuple[int, int]]:
-    """(first, last) batch index of the window in the first epoch: its last ``steps`` steps (after the
-    profiler's warm-up and at least one unprofiled step), or None when the epoch is too short."""
+    """(first, last) batch index of the window in the first epoch: the ``steps`` steps before its last one
+    (after the profiler's warm-up and at least one unprofiled step), or None when the epoch is too short.
+
+    The epoch's last step is left out: its batch is often the smaller remainder (60,000 = 117 x 512 + 96),
+    and a graphed step (``model.cuda_graph``) captures that shape's graph there, eager warm-up included,
+    which is not the steady state the share describes.
+    """
     if batches_per_epoch == float("inf"):
         return 10 + PROFILER_WARMUP_STEPS, 10 + PROFILER_WARMUP_STEPS + steps - 1
-    total = int(batches_per_epoch)
-    first = max(1 + PROFILER_WARMUP_STEPS, total - steps)
-    return (first, total - 1) if first <= total - 1 else None
+    last = int(batches_per_epoch) - 2
+    first = max(1 + PROFILER_WARMUP_STEPS, last - steps + 1)
+    return (first, last) if first <= last else None
+
+
+def cupti_tears_down_safely() -> bool:
+    """Whether Kineto may detach CUPTI after profiling: crashes with CUDA graphs were fixed in CUDA 12.6
+    (pytorch PR #146604); older runtimes keep Kineto's default (attached, slower afterwards)."""
+    version = tuple(int(part) for part in (torch.version.cuda or "0").split(".")[:2])
+    return version >= (12, 6)
 
 
 class KernelWindow:
@@ -70,7 +82,8 @@ class KernelWindow:
     def step_start(self, index: int) -> None:
         if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None:
             # Without it, CUPTI stays attached after the profiler stops and slows every later launch.
-            os.environ.setdefault("TEARDOWN_CUPTI", "1")
+            if cupti_tears_down_safely():
+                os.environ.setdefault("TEARDOWN_CUPTI", "1")
             from torch.profiler import ProfilerActivity, profile, schedule
 
             self._profiler = profile(activities=[ProfilerActivity.CUDA],

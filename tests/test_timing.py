@@ -107,7 +107,7 @@ def test_device_intervals_are_read_from_kinetos_own_events():
 
 
 def test_the_window_sits_at_the_end_of_the_first_epoch():
-    assert window_steps(118) == (96, 115)  # the 20 steps before the last (the 96-sample remainder) of 118
+    assert window_steps(118) == (97, 116)  # the 20 steps before the last (the 96-sample remainder) of 118
     assert window_steps(10) == (3, 8)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled
     assert window_steps(5) == (3, 3)
     assert window_steps(4) is None

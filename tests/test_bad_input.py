@@ -127,6 +127,8 @@ def test_prepare_data_with_no_source_reachable_says_how_to_get_it(fake_raw, tmp_
         ({"val_source": 1.5}, "data.val_source must be 'test' or a fraction"),
         ({"val_source": 0.1, "pipeline": "stream"}, "data.val_source: the stream pipeline never holds"),
         ({"stream_buffer_rows": 0}, "data.stream_buffer_rows must be at least 1"),
+        ({"batches_per_step": 0}, "data.batches_per_step must be at least 1"),
+        ({"batches_per_step": 4, "pipeline": "v2"}, "data.batches_per_step 4: the v2 pipeline hands out one batch"),
     ],
 )
 def test_bad_options_are_rejected_by_name(options, expected):
@@ -141,9 +143,11 @@ def test_bad_options_are_rejected_by_name(options, expected):
         (["--data.batch_size", "0"], "data.batch_size must be at least 1"),
         (["--data.pipeline", "v9"], "data.pipeline"),
         (["--data.dataset", "cifar10"], "data.dataset"),
+        (["--config", str(CONFIGS / "v3_resident.yaml"), "--data.batches_per_step", "4"],
+         "data.batches_per_step 4 needs model.cuda_graph true"),
     ],
 )
-def test_cli_reports_bad_options_without_a_traceback(override, expected, capsys):
+def test_cli_reports_bad_options_without_a_traceback(override, expected, capsys, tiny_data):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(CONFIGS / "v1_naive.yaml"), *override])
     assert exit_info.value.code == 2

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import CONFIGS
-from mnistperf.bench import reference, runner
+from mnistperf.bench import baseline, reference, runner
 from mnistperf.bench.report import Row, per_step, table_rows
 from mnistperf.cli import main
+from mnistperf.graphed_step import StepGraphs
 
 
 def summary(train: float, evals: float, epochs: int = 2, acc: float = 0.9) -> dict:
@@ -78,6 +79,16 @@ def test_plan_covers_stages_sweeps_and_baseline():
     assert "mnistperf.bench.baseline" in plain
     for key, value in (("--data.dataset", "mnist"), ("--trainer.max_epochs", "2"), ("--config", str(CONFIGS / "v2_pinned.yaml"))):
         assert plain[plain.index(key) + 1] == value
+
+
+@pytest.mark.parametrize("run,expected", [
+    (["v2_pinned", "v3_resident", "v3_compiled", "v4_graphed"], ["v2_pinned", "v4_graphed"]),
+    (["v2_pinned", "v3_resident"], ["v2_pinned", "v3_resident"]),
+    (["v1_naive", "streaming"], ["streaming"]),
+])
+def test_auto_baseline_is_v2_pinned_and_the_highest_resident_rung(run, expected):
+    assert runner.baseline_stages("auto", run) == expected
+    assert runner.baseline_stages("none", run) == []
 
 
 def test_set_keeps_a_value_with_commas_whole():
@@ -191,3 +202,26 @@ def test_real_bench_on_tiny_data_writes_every_result_file(tiny_data, monkeypatch
     printed = capsys.readouterr().out
     assert "[1/4] v2_pinned" in printed and "stage/plain train time" in printed and "stage/bare Lightning" in printed
     assert "| v2_pinned | 1 |" in printed  # the per-step table: 96 rows in one batch of 512
+
+
+def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_group(tiny_data, monkeypatch):
+    """For v4_graphed the reference rows run the stage's own step (graph logic emulated on a CPU), one per batch
+    of each group: every row once per epoch, and the plain loop learns exactly what it learns ungrouped."""
+    monkeypatch.chdir(tiny_data.parent)
+    graphs_made = []
+
+    def emulated(*args, **kwargs):
+        graphs_made.append(StepGraphs(*args, emulate=True, **kwargs))
+        return graphs_made[-1]
+
+    monkeypatch.setattr("mnistperf.bench.baseline.StepGraphs", emulated)
+    common = ["--config", str(CONFIGS / "v4_graphed.yaml"), "--trainer.max_epochs", "2", "--data.batch_size", "40"]
+    summaries = {}
+    for name, extra in (("plain", []), ("bare", ["--bare-lightning"]), ("plain ungrouped", [])):
+        grouping = [] if name == "plain ungrouped" else ["--data.batches_per_step", "2"]
+        baseline.main([*extra, "--out", f"{name}.json", *common, *grouping])
+        summaries[name] = json.loads((tiny_data.parent / f"{name}.json").read_text())
+        assert [e["samples"] for e in summaries[name]["epochs"]] == [96, 96]  # 40 + 40 + 16, each row once
+    assert [g.captures for g in graphs_made] == [2, 2, 2]  # shapes 40 and 16, in epoch 1 only
+    for mine, theirs in zip(summaries["plain"]["epochs"], summaries["plain ungrouped"]["epochs"], strict=True):
+        assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)

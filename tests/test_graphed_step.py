@@ -148,6 +148,41 @@ def test_the_manual_whole_step_matches_lightnings_automatic_one(tiny_data):
         assert mine["val/acc"] == theirs["val/acc"]
 
 
+def test_several_batches_per_lightning_step_train_exactly_like_one(tiny_data, captures):
+    """data.batches_per_step 2: the same optimizer steps in the same order (Lightning counts each one),
+    so the same losses, accuracies and checkpoint step; Lightning's loop ran once per group."""
+    grouped = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu",
+                  "--data.batches_per_step", "2")
+    single = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu")
+    assert grouped["data"]["batches_per_step"] == 2 and single["data"]["batches_per_step"] == 1
+    for mine, theirs in zip(grouped["epochs"], single["epochs"], strict=True):
+        assert mine["samples"] == theirs["samples"] == TRAIN_ROWS
+        assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
+        assert mine["val/acc"] == theirs["val/acc"]
+    checkpoints = sorted(p.name for p in (tiny_data.parent / "lightning_logs" / "v4_graphed").glob("version_*/checkpoints/*.ckpt"))
+    assert checkpoints == ["epoch=1-step=6.ckpt"] * 2  # 40 + 40 + 16 per epoch: 3 optimizer steps, in 2 or 3 Lightning steps
+
+
+def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(tiny_data, captures, monkeypatch):
+    """The module's graph path on a CPU (StepGraphs' emulation): batches of 40, 40 and 16 in groups of 2
+    and 1 capture two shapes in epoch 1 and none after, and train as the eager path does."""
+    monkeypatch.setattr("mnistperf.model.StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
+    monkeypatch.setattr("mnistperf.model.ImageClassifier.configure_model", graphing_on_cpu)
+    emulated = fit(tiny_data.parent, "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu",
+                   "--data.batches_per_step", "2")
+    assert captures == [2, 2, 2]
+    eager = fit(tiny_data.parent, "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu")
+    for mine, theirs in zip(emulated["epochs"], eager["epochs"], strict=True):
+        assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
+
+
+def graphing_on_cpu(module) -> None:
+    """configure_model as on a single CUDA device: the module takes its graph path (emulated on a CPU)."""
+    module._graphing = True
+    if module.hparams.channels_last:
+        module.net = module.net.to(memory_format=torch.channels_last)
+
+
 def test_resume_from_the_last_checkpoint(tiny_data, captures):
     fit(tiny_data.parent, "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu")
     summary = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu",

@@ -13,6 +13,7 @@ from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.pandas_rows import PandasRowDataset
 from mnistperf.data.pipelines.tensors import TensorDataset
+from mnistperf.data.pipelines.base import step_batches
 from mnistperf.data.pipelines.resident import ResidentBatches
 
 
@@ -79,6 +80,37 @@ def test_resident_batches_are_normalized_like_v2():
     pixels, label_tensor = schema.to_tensors(table)
     batch = next(iter(ResidentBatches(pixels, label_tensor, batch_size=20, shuffle=False, seed=0)))
     assert torch.equal(batch["image"], v2.images) and torch.equal(batch["label"], v2.labels)
+
+
+@pytest.mark.parametrize("rows,drop_last", [(100, False), (100, True), (96, False)])
+def test_grouped_resident_batches_are_the_same_batches_stacked(rows, drop_last):
+    """k = 3 at batch 8: groups of three full batches, the full ones left over, then the partial one alone;
+    the same samples in the same order as k = 1, so the optimizer steps are the same."""
+    pixels = torch.randint(0, 256, (rows, 784), dtype=torch.uint8)
+    labels = torch.arange(rows)
+
+    def epoch(k):
+        return list(ResidentBatches(pixels, labels, 8, shuffle=True, seed=5, drop_last=drop_last, batches_per_step=k))
+
+    single, grouped = epoch(1), epoch(3)
+    full, rest = divmod(rows, 8)
+    shapes = [tuple(g["label"].shape) for g in grouped]
+    expected = [(3, 8)] * (full // 3) + ([(full % 3, 8)] if full % 3 else []) + ([(1, rest)] if rest and not drop_last else [])
+    assert shapes == expected
+    assert len(ResidentBatches(pixels, labels, 8, True, 5, drop_last, batches_per_step=3)) == len(expected)
+    unstacked = [b for g in grouped for b in step_batches(g)]
+    assert len(unstacked) == len(single)
+    for mine, theirs in zip(unstacked, single):
+        assert items_equal(mine, theirs)
+        assert mine["image"].shape[1:] == (1, 28, 28)
+
+
+def test_only_the_training_loader_groups_batches(tiny_data):
+    dm = datamodule(tiny_data, pipeline="resident", batch_size=16, batches_per_step=4)
+    dm.setup("fit")
+    assert [tuple(b["label"].shape) for b in dm.train_dataloader()] == [(4, 16), (2, 16)]  # 96 rows
+    assert [tuple(b["label"].shape) for b in dm.val_dataloader()] == [(16,), (16,), (8,)]  # 40 rows
+    assert dm.loader_settings()["batches_per_step"] == 4
 
 
 def test_resident_shuffle_is_seeded_and_changes_every_epoch():

@@ -106,6 +106,10 @@ class MnistperfCLI(LightningCLI):
         for name in ("limit_train_batches", "max_epochs", "max_steps"):
             if getattr(self.trainer, name) == 0:
                 raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
+        group = self.datamodule.hparams.batches_per_step
+        if group > 1 and not self.model.hparams.cuda_graph:
+            raise ConfigError(f"data.batches_per_step {group} needs model.cuda_graph true: only the whole-step "
+                              "module runs several optimizer steps per Lightning step; or set batches_per_step 1.")
 
     def after_fit(self) -> None:
         if self.trainer.global_step == 0 and not self.trainer.interrupted:

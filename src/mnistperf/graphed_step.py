@@ -52,6 +52,14 @@ class GraphedAdam(torch.optim.Adam):
         torch.optim.Adam.step(self)
 
 
+def step_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer, *extra: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors a whole training step changes: the module's parameters and buffers, the optimizer's state
+    (moments, step counts) and any ``extra`` (running sums); what :class:`StepGraphs` asks for as ``state``."""
+    tensors = [*module.parameters(), *module.buffers()]
+    tensors += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+    return tensors + list(extra)
+
+
 @dataclass
 class _Captured:
     inputs: Batch  # static buffers the graph reads; each step's batch is copied into them

@@ -11,6 +11,8 @@ With ``cuda_graph`` the module optimizes manually: each training step hands Ligh
 optimizer wrapper a closure that runs the whole step (zeroing gradients, forward, loss,
 backward, Adam's update, the sums) through :class:`mnistperf.graphed_step.StepGraphs`, which
 captures it as one CUDA graph per batch shape and replays it (eagerly off CUDA and under DDP).
+Handed a group of batches (``data.batches_per_step``), it runs one such step per batch of the
+group, so Lightning's loop, hooks and callbacks run once per group.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from lightning import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
+from mnistperf.data.pipelines.base import step_batches
 from mnistperf.data.schema import NUM_CLASSES
 from mnistperf.errors import ConfigError
-from mnistperf.graphed_step import GraphedAdam, StepGraphs
+from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
 
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
 
@@ -160,26 +163,15 @@ class ImageClassifier(LightningModule):
 
     # ------------------------------------------------------------------ the whole step (cuda_graph)
     def _whole_step(self, batch: dict[str, torch.Tensor]) -> None:
-        """Everything one training step changes, in place: what :class:`StepGraphs` captures and replays."""
-        optimizer = self.optimizers().optimizer
-        optimizer.zero_grad(set_to_none=False)  # zeroing is part of the graph; no zero_grad between replays
-        logits = self(batch["image"])
-        loss = F.cross_entropy(logits, batch["label"])
-        if self._graphing:
-            loss.backward()  # Lightning's backward hooks run Python that a replay would skip
-        else:
-            self.manual_backward(loss)
-        optimizer.update()
-        self._sums("train").add(loss, logits, batch["label"])
+        """Everything one training step changes, in place: what :class:`StepGraphs` captures and replays.
+        Graphed, the backward is autograd's own: Lightning's backward hooks run Python a replay would skip."""
+        backward = torch.Tensor.backward if self._graphing else self.manual_backward
+        whole_training_step(self, self.optimizers().optimizer, batch, self._sums("train"), backward)
 
     def _step_state(self) -> list[torch.Tensor]:
         """The tensors the whole step changes: weights, buffers, Adam's state and the training sums."""
-        tensors = [*self.parameters(), *self.buffers()]
-        optimizer = self.optimizers().optimizer
-        tensors += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
-        if "train" in self.sums:
-            tensors.append(self.sums["train"].totals)
-        return tensors
+        sums = [self.sums["train"].totals] if "train" in self.sums else []
+        return step_state(self, self.optimizers().optimizer, *sums)
 
     def on_load_checkpoint(self, checkpoint) -> None:
         self.graphs.reset()  # the optimizer's state is about to be new tensors: capture again
@@ -188,7 +180,9 @@ class ImageClassifier(LightningModule):
         if self.automatic_optimization:
             return self._step(batch, "train")
         run = self.graphs if self._graphing else self._whole_step
-        self.optimizers().step(closure=lambda: run(batch))
+        optimizer = self.optimizers()
+        for step_batch in step_batches(batch):  # one, or the k of a group (data.batches_per_step)
+            optimizer.step(closure=lambda b=step_batch: run(b))  # Lightning counts each: global_step = optimizer steps
 
     def validation_step(self, batch, batch_idx):
         self._step(batch, "val")
@@ -211,6 +205,23 @@ class ImageClassifier(LightningModule):
     def configure_optimizers(self):
         hp = self.hparams
         return adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph)
+
+
+def whole_training_step(forward: Callable[[torch.Tensor], torch.Tensor], optimizer: GraphedAdam,
+                        batch: dict[str, torch.Tensor], sums: Optional[EpochSums] = None,
+                        backward: Callable[[torch.Tensor], None] = torch.Tensor.backward) -> None:
+    """One optimizer step of cross-entropy training that changes everything in place and returns nothing, so
+    that :class:`~mnistperf.graphed_step.StepGraphs` can capture and replay it: the gradients are zeroed inside
+    (a graph replays the zeroing; nothing runs between replays), Adam's update is the graph's
+    (:meth:`GraphedAdam.update`), and loss and correct predictions go to ``sums`` on the device. The stage's
+    module, the bench's bare-Lightning module and its plain loop all run this one step."""
+    optimizer.zero_grad(set_to_none=False)
+    logits = forward(batch["image"])
+    loss = F.cross_entropy(logits, batch["label"])
+    backward(loss)
+    optimizer.update()
+    if sums is not None:
+        sums.add(loss, logits, batch["label"])
 
 
 def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False) -> torch.optim.Adam:

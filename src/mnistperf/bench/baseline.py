@@ -8,7 +8,9 @@ device, the same precision, the same loss and correct counts summed on the devic
 the same epochs and batch limits. It is timed as :class:`~mnistperf.timing.EpochTimer` times a
 Lightning run (device synchronized at the epoch's ends, input wait around the fetch of each
 batch, host wait between steps, on CUDA the GPU's kernels profiled over the same window of the
-first epoch) and writes the same ``timing.json``.
+first epoch) and writes the same ``timing.json``. For a graphed stage (``model.cuda_graph``) the
+loop replays the stage's whole step as a CUDA graph, one per batch of each group it is handed
+(``data.batches_per_step``), so that the row is the graphed step without Lightning, not an eager one.
 
 With ``--loader-only`` it only draws the training batches onto the device, timing the input
 pipeline alone.
@@ -37,8 +39,10 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from mnistperf.console import calm_library_noise
+from mnistperf.data.pipelines.base import step_batches
 from mnistperf.fit_config import MnistperfCLI, parse_fit_config
-from mnistperf.model import EpochSums, adam
+from mnistperf.graphed_step import StepGraphs, step_state
+from mnistperf.model import EpochSums, adam, whole_training_step
 from mnistperf.timing import synchronize
 from mnistperf.timing.kernel_busy import KernelWindow, window_steps
 from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary
@@ -61,7 +65,12 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     train_loader, val_loader = datamodule.train_dataloader(), datamodule.val_dataloader()
     model.to(model_device)
     model.configure_model()
-    optimizer = adam(model.parameters(), model.hparams.lr, model.hparams.fused_adam, device)  # eager, never graphed
+    hp = model.hparams
+    optimizer = adam(model.parameters(), hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph)
+    train_sums = EpochSums(device)  # zeroed in place every epoch: a captured step keeps adding into this tensor
+    # A graphed stage's plain loop runs the module's whole step as a graph (eagerly off CUDA), as the stage does.
+    graphs = StepGraphs(lambda b: whole_training_step(model, optimizer, b, train_sums),
+                        lambda: step_state(model, optimizer, train_sums.totals)) if hp.cuda_graph else None
     bf16 = str(trainer.precision).startswith("bf16")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
@@ -76,7 +85,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         start = last_end = time.perf_counter()
         wait = fetch_wait = 0.0
         samples = 0
-        train_sums = EpochSums(device)
+        train_sums.reset()
         batches = iter(train_loader)
         for step in range(limit):
             fetch_start = time.perf_counter()
@@ -86,17 +95,21 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
                 break
             batch = datamodule.to_device(batch, device)
             wait += time.perf_counter() - last_end
-            samples += len(batch["label"])
+            samples += batch["label"].numel()  # a group of batches (data.batches_per_step) counts all of them
             if window is not None and epoch == 1:
                 window.step_start(step)
-            if not loader_only:
+            for step_batch in ([] if loader_only else step_batches(batch)):
+                if graphs is not None:
+                    with autocast:  # over the whole step, as Lightning's precision runs a manual step
+                        graphs(step_batch)
+                    continue
                 with autocast:
-                    logits = model(batch["image"])
-                    loss = F.cross_entropy(logits, batch["label"])
+                    logits = model(step_batch["image"])
+                    loss = F.cross_entropy(logits, step_batch["label"])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                train_sums.add(loss, logits, batch["label"])
+                train_sums.add(loss, logits, step_batch["label"])
             if window is not None and epoch == 1:
                 window.step_end(step)
                 if window.busy is not None:
@@ -143,19 +156,34 @@ def summary(runner: str, trainer, datamodule, device: torch.device, figures: dic
 
 
 class BareStep(LightningModule):
-    """Forward and cross-entropy on the stage's network; Lightning does the rest. Nothing logged, nothing summed."""
+    """Forward and cross-entropy on the stage's network; Lightning does the rest. Nothing logged, nothing summed.
 
-    def __init__(self, net: torch.nn.Module, channels_last: bool, make_optimizer):
+    For a graphed stage (``cuda_graph``) it optimizes manually and runs the stage's whole step as one CUDA
+    graph per batch shape (eagerly off CUDA), one optimizer step per batch of a group, as the stage does.
+    """
+
+    def __init__(self, net: torch.nn.Module, channels_last: bool, make_optimizer, graphed: bool = False):
         super().__init__()
         self.net = net
         self.channels_last = channels_last
         self.make_optimizer = make_optimizer
+        self.automatic_optimization = not graphed
+        self.graphs = StepGraphs(self._whole_step, lambda: step_state(self, self.optimizers().optimizer))
 
-    def training_step(self, batch, batch_idx):
-        images = batch["image"]
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        return F.cross_entropy(self.net(images), batch["label"])
+        return self.net(images)
+
+    def training_step(self, batch, batch_idx):
+        if self.automatic_optimization:
+            return F.cross_entropy(self(batch["image"]), batch["label"])
+        optimizer = self.optimizers()
+        for step_batch in step_batches(batch):
+            optimizer.step(closure=lambda b=step_batch: self.graphs(b))
+
+    def _whole_step(self, batch) -> None:
+        whole_training_step(self, self.optimizers().optimizer, batch)
 
     def configure_optimizers(self):
         return self.make_optimizer(self.parameters())
@@ -173,7 +201,7 @@ class EpochClock(Callback):
         self._start = time.perf_counter()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._samples += len(batch["label"])
+        self._samples += batch["label"].numel()
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         synchronize(pl_module.device)
@@ -187,7 +215,8 @@ def run_bare(cli: MnistperfCLI) -> dict:
     model.to(device)
     model.configure_model()  # channels_last and compile as the stage has them, for this device
     hp = model.hparams
-    bare = BareStep(model.net, hp.channels_last, lambda params: adam(params, hp.lr, hp.fused_adam, device))
+    bare = BareStep(model.net, hp.channels_last, lambda params: adam(params, hp.lr, hp.fused_adam, device,
+                                                                     graphed=hp.cuda_graph), graphed=hp.cuda_graph)
     clock = EpochClock()
     trainer = Trainer(accelerator=device.type, devices=1, precision=config.precision, max_epochs=config.max_epochs,
                       limit_train_batches=config.limit_train_batches, limit_val_batches=0, num_sanity_val_steps=0,

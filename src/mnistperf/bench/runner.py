@@ -119,7 +119,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a fixed override for every run")
     parser.add_argument("--baseline", default="auto",
                         help="stages (comma-separated) to also run as a plain PyTorch loop and in Lightning's bare "
-                             "loop; 'auto': v2_pinned and v3_resident among the stages run; 'none' to skip")
+                             "loop; 'auto': v2_pinned and the highest resident rung (v4_graphed, else v3_resident) among the "
+                             "stages run; 'none' to skip")
     parser.add_argument("--loader-only", action="store_true",
                         help="time only the input pipeline of each stage (plain loop, no model, no Lightning)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default bench_results/<time>)")
@@ -201,7 +202,8 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
     return plans
 
 
-REFERENCE_STAGES = ("v2_pinned", "v3_resident")  # the pre-tensorized stage and the resident one
+PRE_TENSORIZED_STAGE = "v2_pinned"
+RESIDENT_RUNGS = ("v4_graphed", "v3_resident")  # highest first: the fastest resident stage on a GPU
 
 
 def baseline_stages(text: str, run: list[str]) -> list[str]:
@@ -209,7 +211,8 @@ def baseline_stages(text: str, run: list[str]) -> list[str]:
     if text == "none":
         return []
     if text == "auto":
-        return [name for name in REFERENCE_STAGES if name in run] or run[-1:]
+        resident = [name for name in RESIDENT_RUNGS if name in run][:1]
+        return [name for name in (PRE_TENSORIZED_STAGE, *resident) if name in run] or run[-1:]
     return [name.strip() for name in text.split(",") if name.strip()]
 
 

@@ -68,6 +68,10 @@ class MNISTDataModule(L.LightningDataModule):
         seed: seed for the validation split and the resident/stream shuffles.
         source_root: folder with the raw ``mnist/`` and ``fashion-mnist/`` .gz files, for prepare_data.
         stream_buffer_rows: rows held in the stream pipeline's shuffle buffer.
+        batches_per_step: training batches handed to the model per Lightning step (resident pipeline
+            with ``model.cuda_graph`` only): k optimizer steps per Lightning step, so that Lightning's
+            per-step cost is paid once per k. The batches, their order and the optimizer steps are
+            those of 1; the progress bar counts groups.
     """
 
     def __init__(
@@ -86,10 +90,11 @@ class MNISTDataModule(L.LightningDataModule):
         seed: int = 42,
         source_root: Optional[str] = None,
         stream_buffer_rows: int = 10_000,
+        batches_per_step: int = 1,
     ):
         super().__init__()
         _check_options(dataset, data_dir, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
-                       stream_buffer_rows)
+                       stream_buffer_rows, batches_per_step)
         self.save_hyperparameters()
         self.pipeline = PIPELINES[pipeline](self.hparams)
         self.pipeline.check()
@@ -184,12 +189,12 @@ class MNISTDataModule(L.LightningDataModule):
     def loader_settings(self) -> dict:
         """The options that describe this pipeline, for timing summaries and reports."""
         keys = ("dataset", "pipeline", "batch_size", "num_workers", "persistent_workers", "pin_memory",
-                "prefetch_factor", "shuffle", "drop_last", "val_source")
+                "prefetch_factor", "shuffle", "drop_last", "val_source", "batches_per_step")
         return {**{k: self.hparams[k] for k in keys}, "pin_memory_applied": self.pins_memory}
 
 
 def _check_options(dataset, data_dir, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
-                   stream_buffer_rows) -> None:
+                   stream_buffer_rows, batches_per_step) -> None:
     """Reject option values that cannot work, naming the option and the fix."""
     if not is_uri(data_dir) and Path(data_dir).exists() and not Path(data_dir).is_dir():
         raise ConfigError(f"data.data_dir {data_dir} is a file; give the folder that holds the datasets "
@@ -210,6 +215,9 @@ def _check_options(dataset, data_dir, pipeline, batch_size, num_workers, persist
         raise ConfigError("data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null.")
     if val_source != "test" and not (isinstance(val_source, (int, float)) and 0 < float(val_source) < 1):
         raise ConfigError(f"data.val_source must be 'test' or a fraction between 0 and 1 (got {val_source!r}).")
+    if batches_per_step < 1:
+        raise ConfigError(f"data.batches_per_step must be at least 1 (got {batches_per_step}): it is how many "
+                          "training batches one Lightning step runs.")
     if stream_buffer_rows < 1:
         raise ConfigError(f"data.stream_buffer_rows must be at least 1 (got {stream_buffer_rows}): it is how many rows "
                           "the stream pipeline holds for shuffling.")

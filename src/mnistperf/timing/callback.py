@@ -141,7 +141,7 @@ class EpochTimer(Callback):
             self._wait_s += now - self._last_step_end
         if self._window is not None:
             self._window.step_start(batch_idx)
-        self._samples += len(batch["label"])
+        self._samples += batch["label"].numel()  # a group of k batches (data.batches_per_step) counts k
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._window is not None:

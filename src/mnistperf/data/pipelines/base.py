@@ -45,9 +45,16 @@ class Pipeline:
     #: whether data_dir may be a URI such as s3://bucket/data
     reads_uris = False
 
+    #: whether its training loader can hand out groups of batches (data.batches_per_step above 1)
+    groups_batches = False
+
     def check(self) -> None:
         """Reject option combinations this pipeline cannot honour (called when the DataModule is built)."""
         o = self.options
+        if o.batches_per_step > 1 and not self.groups_batches:
+            raise ConfigError(f"data.batches_per_step {o.batches_per_step}: the {o.pipeline} pipeline hands out one "
+                              "batch per step; groups of batches need data.pipeline resident (and model.cuda_graph "
+                              "true), or set batches_per_step 1.")
         if o.val_source != "test" and not self.can_split_off:
             raise ConfigError(f"data.val_source: the {o.pipeline} pipeline never holds the training set, "
                               "so it cannot split a fraction off it; use val_source: test or another pipeline.")
@@ -92,6 +99,14 @@ IMAGE_SHAPE = (1, 28, 28)
 def normalize(pixels: torch.Tensor) -> torch.Tensor:
     """uint8 (or integer) pixels [..., 784] to float32 images [..., 1, 28, 28] in 0..1."""
     return pixels.to(torch.float32).div_(255).reshape(*pixels.shape[:-1], *IMAGE_SHAPE)
+
+
+def step_batches(batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """The training batches of what a loader yielded: a group of k stacked batches (labels [k, B]) gives k
+    batches (views, no copy), a plain batch (labels [B]) itself."""
+    if batch["label"].dim() == 1:
+        return [batch]
+    return [{name: tensor[i] for name, tensor in batch.items()} for i in range(batch["label"].shape[0])]
 
 
 def is_uri(location) -> bool:

@@ -4,6 +4,14 @@ The split is kept as uint8 (about 47 MB for 60,000 images), shuffled every epoch
 seeded ``randperm`` on the device, sliced into batches and normalized there: no worker
 processes, no per-item Python, no host-to-device copy per step. Under DDP each rank takes
 its own disjoint share of the permutation, exactly as ``DistributedSampler`` would.
+
+With ``batches_per_step`` k above 1 the training loader hands out *groups*: k consecutive
+batches of the same permutation stacked on a leading dimension (``image`` [k, B, 1, 28, 28],
+``label`` [k, B]), so that a graphed step (``model.cuda_graph``) runs k optimizer steps per
+Lightning step and pays Lightning's per-step cost once per k. The batches are exactly those of
+k = 1, in the same order: groups of full batches first, the full batches left over as a
+shorter group, the partial last batch as a group of its own (so every step of every group has
+one of two shapes). :func:`~mnistperf.data.pipelines.base.step_batches` takes a group apart.
 """
 
 from __future__ import annotations
@@ -34,19 +42,28 @@ class ResidentBatches:
         drop_last: bool = False,
         rank: int = 0,
         world_size: int = 1,
+        batches_per_step: int = 1,
     ):
         self.pixels, self.labels = pixels, labels
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.rank, self.world_size = rank, world_size
+        self.batches_per_step = batches_per_step
         self.epoch = 0  # advanced by every pass; seeds that pass's permutation
         n = len(labels)
         # DistributedSampler's arithmetic: pad up to a multiple of world_size, then stride by rank.
         self.samples_per_rank = math.ceil(n / world_size)
 
+    def _spans(self) -> list[tuple[int, int, int]]:
+        """(first sample, batches, batch size) of every item an epoch yields, in order."""
+        full, rest = divmod(self.samples_per_rank, self.batch_size)
+        k = self.batches_per_step
+        spans = [(first * self.batch_size, min(k, full - first), self.batch_size) for first in range(0, full, k)]
+        if rest and not self.drop_last:
+            spans.append((full * self.batch_size, 1, rest))
+        return spans
+
     def __len__(self) -> int:
-        if self.drop_last:
-            return self.samples_per_rank // self.batch_size
-        return math.ceil(self.samples_per_rank / self.batch_size)
+        return len(self._spans())
 
     def indices(self) -> torch.Tensor:
         """This rank's sample indices for the current epoch, on the device."""
@@ -64,8 +81,10 @@ class ResidentBatches:
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         order = self.indices()
         self.epoch += 1
-        for batch in range(len(self)):
-            index = order[batch * self.batch_size : (batch + 1) * self.batch_size]
+        for first, batches, size in self._spans():
+            index = order[first : first + batches * size]
+            if self.batches_per_step > 1:  # a group: one gather for its k batches
+                index = index.view(batches, size)
             yield {"image": normalize(self.pixels[index]), "label": self.labels[index]}
 
 
@@ -73,6 +92,7 @@ class ResidentPipeline(Pipeline):
     """The whole split on the training device as uint8; batches sliced there, no DataLoader."""
 
     uses_workers = False
+    groups_batches = True
 
     def load(self, path: Path, require_labels: bool, place: Placement) -> Tensors:
         # Straight to the device: no host copy outlives setup.
@@ -87,4 +107,5 @@ class ResidentPipeline(Pipeline):
         if o.num_workers or o.pin_memory:
             rank_zero_warn("data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect.")
         shuffle, drop_last = self.order(train)
-        return ResidentBatches(*data, o.batch_size, shuffle, o.seed, drop_last, place.rank, place.world_size)
+        return ResidentBatches(*data, o.batch_size, shuffle, o.seed, drop_last, place.rank, place.world_size,
+                               o.batches_per_step if train else 1)

@@ -68,7 +68,11 @@ def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path,
         if sentence:
             lines.append(f"# {sentence[0].upper()}{sentence[1:]}.")
     lines.append(f"# Every probe, with its settings, rate, spread and seconds: {probes_path(out).name}.")
-    config = {**config, "data": {**config.get("data", {}), **outcome.best}}
+    data = {**config.get("data", {}), **outcome.best}
+    if data.get("pipeline") != "resident" and data.get("batches_per_step", 1) != 1:
+        lines.append(f"# data.batches_per_step {data['batches_per_step']} -> 1: only the resident pipeline groups batches.")
+        data["batches_per_step"] = 1
+    config = {**config, "data": data}
     logger = config.get("trainer", {}).get("logger")
     if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):  # runs land beside the stages'
         logger["init_args"]["name"] = out.stem
@@ -102,6 +106,8 @@ def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
     model = cli.model.to(device)
     model.configure_model()
     options = {k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}
+    # Probes time one batch per step; groups of batches (v4_graphed) only shape Lightning's loop around a graph.
+    options["batches_per_step"] = 1
     log(f"tuning {opts.config}: {usable_cpus()} usable CPUs, budget {opts.budget:g} min")
     search = tuning.Search(options, model, device, opts.budget * 60, log)
     pipelines = tuning.pipelines_to_try(options, device, log)

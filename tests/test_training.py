@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from conftest import CONFIGS, TRAIN_ROWS
 from mnistperf.cli import main
+from mnistperf.errors import ConfigError
 from mnistperf.model import ImageClassifier, SimpleCNN
 
 STAGE_CONFIGS = sorted(p.name for p in CONFIGS.glob("*.yaml"))
@@ -176,3 +177,13 @@ def test_step_options_follow_the_device_training_will_run_on(monkeypatch):
     assert on_cpu(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert on_cpu.configure_optimizers().defaults["fused"]  # torch has a fused Adam for CPU too
     assert not configured("meta").configure_optimizers().defaults["fused"]
+
+
+def test_compile_mode_reaches_torch_compile_and_needs_compile(monkeypatch):
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda net, mode=None: seen.append(mode) or net)
+    ImageClassifier(compile=True, compile_on_cpu=True, compile_mode="reduce-overhead").configure_model()
+    ImageClassifier(compile=True, compile_on_cpu=True).configure_model()
+    assert seen == ["reduce-overhead", None]
+    with pytest.raises(ConfigError, match="model.compile_mode 'max-autotune' applies only with model.compile true"):
+        ImageClassifier(compile_mode="max-autotune")

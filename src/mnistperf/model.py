@@ -17,7 +17,7 @@ group, so Lightning's loop, hooks and callbacks run once per group.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,7 @@ from mnistperf.errors import ConfigError
 from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
 
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 class EpochSums:
@@ -86,6 +87,8 @@ class ImageClassifier(LightningModule):
         compile: wrap the network in ``torch.compile`` (on CUDA; on other devices only with
             ``compile_on_cpu``, since compiling there costs more than it saves on runs this short).
         compile_on_cpu: allow ``compile`` off CUDA too.
+        compile_mode: ``torch.compile``'s mode (``default``, ``reduce-overhead``: CUDA graphs of the
+            network, ``max-autotune``, ``max-autotune-no-cudagraphs``); None is torch's default.
         channels_last: keep images and conv weights in NHWC layout.
         fused_adam: use the fused Adam kernel (on CPU and CUDA, where torch has one; ignored elsewhere).
         cuda_graph: run the whole training step as one CUDA graph per batch shape, replayed (on a
@@ -97,11 +100,15 @@ class ImageClassifier(LightningModule):
         lr: float = 1e-3,
         compile: bool = False,
         compile_on_cpu: bool = False,
+        compile_mode: Optional[CompileMode] = None,
         channels_last: bool = False,
         fused_adam: bool = False,
         cuda_graph: bool = False,
     ):
         super().__init__()
+        if compile_mode is not None and not compile:
+            raise ConfigError(f"model.compile_mode {compile_mode!r} applies only with model.compile true; set it, "
+                              "or compile_mode null.")
         if cuda_graph and compile:
             raise ConfigError("model.compile and model.cuda_graph both capture the step: choose one "
                               "(cuda_graph captures the optimizer's update too).")
@@ -132,7 +139,7 @@ class ImageClassifier(LightningModule):
             self.net = self.net.to(memory_format=torch.channels_last)
         if hp.compile and not isinstance(self.net, torch._dynamo.eval_frame.OptimizedModule):
             if on_cuda or hp.compile_on_cpu:
-                self.net = torch.compile(self.net)
+                self.net = torch.compile(self.net, mode=hp.compile_mode)
             else:
                 rank_zero_info(f"model.compile: skipped on {device.type} (set model.compile_on_cpu true to force it).")
 

@@ -150,3 +150,25 @@ def test_a_noisy_probe_is_measured_again(monkeypatch):
     assert calls == [1] and len(probe.rates) == 6 and "repeated (6 runs)" in probe.note
     quiet = finder._record(probes.Probe("step", {"batch_size": 8}, [1000.0, 1010.0]), 0.0, measure)
     assert calls == [1] and len(quiet.rates) == 2
+
+
+def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):
+    """For model.cuda_graph the probe times the stage's graphed step (emulated on a CPU): one capture for the
+    batch shape, and the weights trained exactly as the eager probe step trains them."""
+    import torch
+
+    from mnistperf.graphed_step import StepGraphs
+    from mnistperf.model import ImageClassifier
+
+    monkeypatch.setattr(probes, "StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
+    batch = {"image": torch.rand(16, 1, 28, 28), "label": torch.randint(0, 10, (16,))}
+    trained = []
+    for graphed in (True, False):
+        torch.manual_seed(0)
+        model = ImageClassifier(cuda_graph=graphed)
+        step = probes.StageStep(model)
+        for _ in range(3):
+            step(batch)
+        assert (step.graphs is not None and step.graphs.captures == 1) or not graphed
+        trained.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*trained))

@@ -109,7 +109,7 @@ def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
     # Probes time one batch per step; groups of batches (v4_graphed) only shape Lightning's loop around a graph.
     options["batches_per_step"] = 1
     log(f"tuning {opts.config}: {usable_cpus()} usable CPUs, budget {opts.budget:g} min")
-    search = tuning.Search(options, model, device, opts.budget * 60, log)
+    search = tuning.Search(options, model, device, opts.budget * 60, log, precision=str(cli.trainer.precision))
     pipelines = tuning.pipelines_to_try(options, device, log)
     epoch_samples = tuning.split_rows(cli.datamodule)
     outcome = tuning.run(search, options, epoch_samples, pipelines, usable_cpus(), opts.tune_batch_size)

@@ -8,6 +8,7 @@ of its repeats, and the spread between them says how much of a difference is noi
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Iterable, Iterator
@@ -15,7 +16,8 @@ from typing import Any, Iterable, Iterator
 import torch
 import torch.nn.functional as F
 
-from mnistperf.model import adam
+from mnistperf.graphed_step import StepGraphs, step_state
+from mnistperf.model import adam, whole_training_step
 from mnistperf.timing import synchronize
 
 
@@ -41,19 +43,29 @@ class Probe:
         return (max(self.rates) - min(self.rates)) / self.rate if len(self.rates) > 1 and self.rate else 0.0
 
 
-def eager_optimizer(model) -> torch.optim.Optimizer:
-    """The stage's Adam for an eager step (a v4_graphed stage's step is probed eagerly: its graph is the
-    module's, inside Lightning; the probe then reads a slower step than the stage runs)."""
-    hp = model.hparams
-    return adam(model.parameters(), hp.lr, hp.fused_adam, next(model.parameters()).device)
+class StageStep:
+    """The training step as the stage's fit runs it, for the probes: the stage's Adam and precision (bf16 autocast
+    where fit runs bf16-mixed), and for a graphed stage (``model.cuda_graph``) the whole step replayed as one CUDA
+    graph per batch shape (eagerly off CUDA), so that the probe times the step the stage will run."""
 
+    def __init__(self, model, precision: str = "32-true"):
+        hp = model.hparams
+        device = next(model.parameters()).device
+        self.model = model
+        self.autocast = torch.autocast(device.type, dtype=torch.bfloat16) if precision.startswith("bf16") else nullcontext()
+        self.optimizer = adam(model.parameters(), hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph)
+        self.graphs = StepGraphs(lambda batch: whole_training_step(model, self.optimizer, batch),
+                                 lambda: step_state(model, self.optimizer)) if hp.cuda_graph else None
 
-def _train_step(model, optimizer, batch: dict) -> None:
-    """One training step as fit runs it: forward, cross-entropy, backward, optimizer."""
-    loss = F.cross_entropy(model(batch["image"]), batch["label"])
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
+    def __call__(self, batch: dict) -> None:
+        with self.autocast:
+            if self.graphs is not None:
+                self.graphs(batch)
+                return
+            loss = F.cross_entropy(self.model(batch["image"]), batch["label"])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
 
 
 def _cycle(loader: Iterable) -> Iterator[dict]:
@@ -83,28 +95,29 @@ def time_loader(datamodule, device: torch.device, batches: int, warmup: int,
     return rates, time.perf_counter() - began
 
 
-def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int) -> list[float]:
+def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int,
+              precision: str = "32-true") -> list[float]:
     """samples/s of the training step alone (forward, loss, backward, optimizer) on one batch already on the device."""
-    optimizer = eager_optimizer(model)
+    step = StageStep(model, precision)
     model.train()
     for _ in range(warmup):
-        _train_step(model, optimizer, batch)
+        step(batch)
     rates = []
     for _ in range(repeats):
         synchronize(device)
         began = time.perf_counter()
         for _ in range(steps):
-            _train_step(model, optimizer, batch)
+            step(batch)
         synchronize(device)
         rates.append(steps * len(batch["label"]) / (time.perf_counter() - began))
     return rates
 
 
 def time_training(model, datamodule, device: torch.device, steps: int, warmup: int,
-                  repeats: int) -> tuple[list[float], float]:
+                  repeats: int, precision: str = "32-true") -> tuple[list[float], float]:
     """samples/s of loader and step together, as training runs them (workers and step share the CPUs);
     and the share of time the host waited for the next batch."""
-    optimizer = eager_optimizer(model)
+    step = StageStep(model, precision)
     model.train()
     source = _cycle(datamodule.train_dataloader())
     rates, waits = [], []
@@ -116,7 +129,7 @@ def time_training(model, datamodule, device: torch.device, steps: int, warmup: i
         for _ in range(count):
             batch = datamodule.to_device(next(source), device)
             wait += time.perf_counter() - last
-            _train_step(model, optimizer, batch)
+            step(batch)
             samples += len(batch["label"])
             last = time.perf_counter()
         synchronize(device)

@@ -139,8 +139,10 @@ class Search:
 
     batches = 20  # batches (steps) per timed repeat of a probe
 
-    def __init__(self, options: dict, model, device: torch.device, budget_s: float, log: Callable[[str], None]):
+    def __init__(self, options: dict, model, device: torch.device, budget_s: float, log: Callable[[str], None],
+                 precision: str = "32-true"):
         self.options, self.model, self.device, self.log = options, model, device, log
+        self.precision = precision  # the trainer precision fit runs (bf16-mixed only where the GPU has it)
         self.deadline = time.perf_counter() + budget_s
         self.modules: dict[str, MNISTDataModule] = {}
         self.probes: list[Probe] = []
@@ -188,7 +190,8 @@ class Search:
                                            "prefetch_factor": None, "batch_size": batch_size}).train_dataloader()))
         batch = {k: v.to(self.device) for k, v in batch.items()}
         def measure() -> list[float]:
-            return time_step(self.model, batch, self.device, steps=10, warmup=3, repeats=REPEATS)
+            return time_step(self.model, batch, self.device, steps=10, warmup=3, repeats=REPEATS,
+                             precision=self.precision)
 
         return self._record(Probe("step", {"batch_size": batch_size}, measure()), began, measure)
 
@@ -206,9 +209,11 @@ class Search:
         began = time.perf_counter()
         dm = self.datamodule(settings)
         def measure() -> list[float]:
-            return time_training(self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS)[0]
+            return time_training(self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS,
+                                 precision=self.precision)[0]
 
-        rates, wait = time_training(self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS)
+        rates, wait = time_training(self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS,
+                                    precision=self.precision)
         probe = Probe("both", dict(settings), rates, wait_share=wait, note=label)
         return self._record(probe, began, measure)
 

@@ -22,7 +22,7 @@ def summary(train: float, evals: float, epochs: int = 2, acc: float = 0.9) -> di
         "samples_per_s": 1000 / train, "input_wait_share": 0.25, "final_val_acc": acc, "verdict": "compute-bound",
         "warmup": {"epoch": 1, "train_s": 3 * train, "eval_s": evals},
         "peak_rss_mb": {"main_process": 500.0, "tree_pss": 800.0}, "device": "cpu (test)", "cpu_count": 2,
-        "versions": {"torch": "x"},
+        "versions": {"torch": "x"}, "data": {"batch_size": 512, "batches_per_step": 1},
     }
 
 
@@ -166,12 +166,14 @@ def test_results_csv_holds_one_number_per_cell_with_the_settings_that_shaped_eac
     text = (tmp_path / "results.csv").read_text()
     assert not any(mark in text for mark in ("[", "%", "0x", " / "))  # no ranges, units or pairs inside cells
     for column in ("train_s_median", "train_s_min", "train_s_max", "speedup_x", "input_wait_pct", "epochs",
-                   "train_batches_limit", "repeats", "sweep:data.batch_size", "peak_tree_pss_mb"):
+                   "train_batches_limit", "repeats", "sweep:data.batch_size", "peak_tree_pss_mb", "batch_size",
+                   "batches_per_step"):
         assert pandas.api.types.is_numeric_dtype(table[column]), column
     first = table.iloc[0]
     assert (first["epochs"], first["repeats"], first["train_batches_limit"]) == (3, 2, 5)
     assert not first["full_epochs"] and first["sweep:data.batch_size"] == 16 and first["device"] == "cpu (test)"
     assert first["input_wait_pct"] == 25 and first["speedup_x"] == 1
+    assert (first["batch_size"], first["batches_per_step"]) == (512, 1)  # as the run's timing.json recorded them
 
 
 def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):

@@ -130,13 +130,16 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
         ref = reference.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
         epochs = [e for s in r.summaries for e in s.get("epochs", [])[1:] or s.get("epochs", [])]
         wait = r.med("input_wait_share")
+        data = r.summaries[0].get("data") or {} if r.summaries else {}
         out.append({
             "label": r.label, "stage": r.stage, "runner": r.runner,
             **{f"sweep:{key}": r.overrides.get(key) for key in swept},
             "device": r.summaries[0]["device"] if r.summaries else None,
             "epochs": settings.get("epochs"),
             "full_epochs": limit is None,
-            "train_batches_limit": limit,
+            "train_batches_limit": limit,  # Lightning steps: groups of batches_per_step batches
+            "batch_size": data.get("batch_size"),
+            "batches_per_step": data.get("batches_per_step"),
             "train_samples_per_epoch": median(e["samples"] for e in epochs) if epochs else None,
             "repeats": len(r.summaries),
             **_stat(r, "avg_train_s", "train_s"),

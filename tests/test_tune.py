@@ -160,13 +160,13 @@ def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):
     from mnistperf.graphed_step import StepGraphs
     from mnistperf.model import ImageClassifier
 
-    monkeypatch.setattr(probes, "StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
+    monkeypatch.setattr("mnistperf.model.StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
     batch = {"image": torch.rand(16, 1, 28, 28), "label": torch.randint(0, 10, (16,))}
     trained = []
     for graphed in (True, False):
         torch.manual_seed(0)
         model = ImageClassifier(cuda_graph=graphed)
-        step = probes.StageStep(model)
+        step = probes.StandaloneStep(model)  # what time_step and time_training run
         for _ in range(3):
             step(batch)
         assert (step.graphs is not None and step.graphs.captures == 1) or not graphed

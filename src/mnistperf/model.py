@@ -17,6 +17,7 @@ group, so Lightning's loop, hooks and callbacks run once per group.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Callable, Literal, Optional
 
 import torch
@@ -229,6 +230,39 @@ def whole_training_step(forward: Callable[[torch.Tensor], torch.Tensor], optimiz
     optimizer.update()
     if sums is not None:
         sums.add(loss, logits, batch["label"])
+
+
+class StandaloneStep:
+    """The stage's training step outside Lightning's loop: the bench's plain-PyTorch loop and tune's probes.
+
+    The stage's Adam and precision (bf16 autocast where fit runs ``bf16-mixed``); for a graphed stage
+    (``cuda_graph``) the whole step replayed as one CUDA graph per batch shape (eagerly off CUDA), otherwise
+    the reference's eager step. Loss and correct predictions go to ``sums`` when given.
+    """
+
+    def __init__(self, model: ImageClassifier, precision: str = "32-true", sums: Optional[EpochSums] = None):
+        hp = model.hparams
+        device = next(model.parameters()).device
+        self.model, self.sums = model, sums
+        bf16 = str(precision).startswith("bf16")
+        self.autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+        self.optimizer = adam(model.parameters(), hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph)
+        extra = [sums.totals] if sums is not None else []
+        self.graphs = StepGraphs(lambda batch: whole_training_step(model, self.optimizer, batch, sums),
+                                 lambda: step_state(model, self.optimizer, *extra)) if hp.cuda_graph else None
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> None:
+        with self.autocast:  # graphed: over the whole step, as Lightning's precision runs a manual step
+            if self.graphs is not None:
+                self.graphs(batch)
+                return
+            logits = self.model(batch["image"])
+            loss = F.cross_entropy(logits, batch["label"])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        if self.sums is not None:
+            self.sums.add(loss, logits, batch["label"])
 
 
 def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False) -> torch.optim.Adam:

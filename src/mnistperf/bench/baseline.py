@@ -42,7 +42,7 @@ from mnistperf.console import calm_library_noise
 from mnistperf.data.pipelines.base import step_batches
 from mnistperf.fit_config import MnistperfCLI, parse_fit_config
 from mnistperf.graphed_step import StepGraphs, step_state
-from mnistperf.model import EpochSums, adam, whole_training_step
+from mnistperf.model import EpochSums, StandaloneStep, adam, whole_training_step
 from mnistperf.timing import synchronize
 from mnistperf.timing.kernel_busy import KernelWindow, window_steps
 from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary
@@ -65,12 +65,9 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     train_loader, val_loader = datamodule.train_dataloader(), datamodule.val_dataloader()
     model.to(model_device)
     model.configure_model()
-    hp = model.hparams
-    optimizer = adam(model.parameters(), hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph)
     train_sums = EpochSums(device)  # zeroed in place every epoch: a captured step keeps adding into this tensor
-    # A graphed stage's plain loop runs the module's whole step as a graph (eagerly off CUDA), as the stage does.
-    graphs = StepGraphs(lambda b: whole_training_step(model, optimizer, b, train_sums),
-                        lambda: step_state(model, optimizer, train_sums.totals)) if hp.cuda_graph else None
+    # The stage's step; a graphed stage's replays its whole step as a graph (eagerly off CUDA), as the stage does.
+    train_step = StandaloneStep(model, str(trainer.precision), train_sums)
     bf16 = str(trainer.precision).startswith("bf16")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
@@ -99,17 +96,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             if window is not None and epoch == 1:
                 window.step_start(step)
             for step_batch in ([] if loader_only else step_batches(batch)):
-                if graphs is not None:
-                    with autocast:  # over the whole step, as Lightning's precision runs a manual step
-                        graphs(step_batch)
-                    continue
-                with autocast:
-                    logits = model(step_batch["image"])
-                    loss = F.cross_entropy(logits, step_batch["label"])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                train_sums.add(loss, logits, step_batch["label"])
+                train_step(step_batch)
             if window is not None and epoch == 1:
                 window.step_end(step)
                 if window.busy is not None:

@@ -8,16 +8,13 @@ of its repeats, and the spread between them says how much of a difference is noi
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Iterable, Iterator
 
 import torch
-import torch.nn.functional as F
 
-from mnistperf.graphed_step import StepGraphs, step_state
-from mnistperf.model import adam, whole_training_step
+from mnistperf.model import StandaloneStep
 from mnistperf.timing import synchronize
 
 
@@ -41,31 +38,6 @@ class Probe:
     def spread(self) -> float:
         """Relative spread of the repeats: (max - min) / median."""
         return (max(self.rates) - min(self.rates)) / self.rate if len(self.rates) > 1 and self.rate else 0.0
-
-
-class StageStep:
-    """The training step as the stage's fit runs it, for the probes: the stage's Adam and precision (bf16 autocast
-    where fit runs bf16-mixed), and for a graphed stage (``model.cuda_graph``) the whole step replayed as one CUDA
-    graph per batch shape (eagerly off CUDA), so that the probe times the step the stage will run."""
-
-    def __init__(self, model, precision: str = "32-true"):
-        hp = model.hparams
-        device = next(model.parameters()).device
-        self.model = model
-        self.autocast = torch.autocast(device.type, dtype=torch.bfloat16) if precision.startswith("bf16") else nullcontext()
-        self.optimizer = adam(model.parameters(), hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph)
-        self.graphs = StepGraphs(lambda batch: whole_training_step(model, self.optimizer, batch),
-                                 lambda: step_state(model, self.optimizer)) if hp.cuda_graph else None
-
-    def __call__(self, batch: dict) -> None:
-        with self.autocast:
-            if self.graphs is not None:
-                self.graphs(batch)
-                return
-            loss = F.cross_entropy(self.model(batch["image"]), batch["label"])
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
 
 
 def _cycle(loader: Iterable) -> Iterator[dict]:
@@ -98,7 +70,7 @@ def time_loader(datamodule, device: torch.device, batches: int, warmup: int,
 def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int,
               precision: str = "32-true") -> list[float]:
     """samples/s of the training step alone (forward, loss, backward, optimizer) on one batch already on the device."""
-    step = StageStep(model, precision)
+    step = StandaloneStep(model, precision)
     model.train()
     for _ in range(warmup):
         step(batch)
@@ -117,7 +89,7 @@ def time_training(model, datamodule, device: torch.device, steps: int, warmup: i
                   repeats: int, precision: str = "32-true") -> tuple[list[float], float]:
     """samples/s of loader and step together, as training runs them (workers and step share the CPUs);
     and the share of time the host waited for the next batch."""
-    step = StageStep(model, precision)
+    step = StandaloneStep(model, precision)
     model.train()
     source = _cycle(datamodule.train_dataloader())
     rates, waits = [], []

@@ -187,10 +187,7 @@ class ImageClassifier(LightningModule):
     def training_step(self, batch, batch_idx):
         if self.automatic_optimization:
             return self._step(batch, "train")
-        run = self.graphs if self._graphing else self._whole_step
-        optimizer = self.optimizers()
-        for step_batch in step_batches(batch):  # one, or the k of a group (data.batches_per_step)
-            optimizer.step(closure=lambda b=step_batch: run(b))  # Lightning counts each: global_step = optimizer steps
+        optimizer_steps(self.optimizers(), batch, self.graphs if self._graphing else self._whole_step)
 
     def validation_step(self, batch, batch_idx):
         self._step(batch, "val")
@@ -213,6 +210,14 @@ class ImageClassifier(LightningModule):
     def configure_optimizers(self):
         hp = self.hparams
         return adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph)
+
+
+def optimizer_steps(optimizer, batch: dict[str, torch.Tensor], run: Callable[[dict[str, torch.Tensor]], None]) -> None:
+    """Under manual optimization, one step of Lightning's optimizer wrapper per training batch of what the loader
+    yielded (one, or the k of a group: ``data.batches_per_step``), each running ``run(batch)`` as its closure.
+    Lightning counts every one, so ``global_step`` is the number of optimizer steps whatever the grouping."""
+    for step_batch in step_batches(batch):
+        optimizer.step(closure=lambda b=step_batch: run(b))
 
 
 def whole_training_step(forward: Callable[[torch.Tensor], torch.Tensor], optimizer: GraphedAdam,

@@ -28,7 +28,6 @@ between ``bare Lightning`` and the stage, the cost of what the lab adds.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ from mnistperf.console import calm_library_noise
 from mnistperf.data.pipelines.base import step_batches
 from mnistperf.fit_config import MnistperfCLI, parse_fit_config
 from mnistperf.graphed_step import StepGraphs, step_state
-from mnistperf.model import EpochSums, StandaloneStep, adam, whole_training_step
+from mnistperf.model import EpochSums, StandaloneStep, adam, optimizer_steps, whole_training_step
 from mnistperf.timing import synchronize
 from mnistperf.timing.kernel_busy import KernelWindow, window_steps
 from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary
@@ -68,8 +67,6 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     train_sums = EpochSums(device)  # zeroed in place every epoch: a captured step keeps adding into this tensor
     # The stage's step; a graphed stage's replays its whole step as a graph (eagerly off CUDA), as the stage does.
     train_step = StandaloneStep(model, str(trainer.precision), train_sums)
-    bf16 = str(trainer.precision).startswith("bf16")
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
     busy_window = {"share": None} if device.type == "cuda" and not loader_only else None
     steps = window_steps(limit) if busy_window is not None else None
@@ -112,7 +109,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             continue
         model.eval()
         val_sums = EpochSums(device)
-        with torch.no_grad(), autocast:
+        with torch.no_grad(), train_step.autocast:  # the stage's precision
             for batch in val_loader:
                 batch = datamodule.to_device(batch, device)
                 logits = model(batch["image"])
@@ -165,9 +162,7 @@ class BareStep(LightningModule):
     def training_step(self, batch, batch_idx):
         if self.automatic_optimization:
             return F.cross_entropy(self(batch["image"]), batch["label"])
-        optimizer = self.optimizers()
-        for step_batch in step_batches(batch):
-            optimizer.step(closure=lambda b=step_batch: self.graphs(b))
+        optimizer_steps(self.optimizers(), batch, self.graphs)
 
     def _whole_step(self, batch) -> None:
         whole_training_step(self, self.optimizers().optimizer, batch)

@@ -198,24 +198,23 @@ class Search:
     def loader(self, settings: dict) -> Probe:
         began = time.perf_counter()
         dm = self.datamodule(settings)
-        def measure() -> list[float]:
-            return time_loader(dm, self.device, self.batches, warmup=2, repeats=REPEATS)[0]
+        def measure_with_start() -> tuple[list[float], float]:
+            return time_loader(dm, self.device, self.batches, warmup=2, repeats=REPEATS)
 
-        rates, start_s = time_loader(dm, self.device, self.batches, warmup=2, repeats=REPEATS)
+        rates, start_s = measure_with_start()
         return self._record(Probe("loader", dict(settings), rates, note=f"epoch start {start_s:.2f} s",
-                                  start_s=start_s), began, measure)
+                                  start_s=start_s), began, lambda: measure_with_start()[0])
 
     def together(self, settings: dict, label: str = "") -> Probe:
         began = time.perf_counter()
         dm = self.datamodule(settings)
-        def measure() -> list[float]:
+        def measure_with_wait() -> tuple[list[float], float]:
             return time_training(self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS,
-                                 precision=self.precision)[0]
+                                 precision=self.precision)
 
-        rates, wait = time_training(self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS,
-                                    precision=self.precision)
+        rates, wait = measure_with_wait()
         probe = Probe("both", dict(settings), rates, wait_share=wait, note=label)
-        return self._record(probe, began, measure)
+        return self._record(probe, began, lambda: measure_with_wait()[0])
 
 
 def describe(settings: dict) -> str:

@@ -112,6 +112,21 @@ def test_header_says_what_runs_even_when_set_gives_the_epochs():
     assert (opts.epochs, opts.limit_train_batches) == (2, 7)
 
 
+def test_a_bounded_bench_trains_the_same_batches_in_every_row_grouped_or_not():
+    """--limit-train-batches counts training batches; a stage that takes k per Lightning step gets the whole
+    groups that cover them (Lightning's own limit counts what the loader yields: groups)."""
+    opts = runner.parse_args(["--stages", "v2_pinned,v4_graphed", "--config-dir", str(CONFIGS), "--limit-train-batches",
+                              "40", "--sweep", "data.batches_per_step=1,16"])
+    limits = {plan.row.label: plan.command(Path("/runs"), "r")[0] for plan in runner.plan_runs(opts)}
+    limits = {label: command[command.index("--trainer.limit_train_batches") + 1] for label, command in limits.items()}
+    assert limits == {"v2_pinned batches_per_step=1": "40", "v2_pinned batches_per_step=16": "3",
+                      "v4_graphed batches_per_step=1": "40", "v4_graphed batches_per_step=16": "3",
+                      "bare Lightning (v2_pinned)": "40", "plain PyTorch (v2_pinned)": "40",
+                      "bare Lightning (v4_graphed)": "5", "plain PyTorch (v4_graphed)": "5"}  # its config's 8
+    whole = runner.parse_args(["--stages", "v4_graphed", "--config-dir", str(CONFIGS), "--baseline", "none"])
+    assert "--trainer.limit_train_batches" not in runner.plan_runs(whole)[0].command(Path("/runs"), "r")[0]
+
+
 def test_unknown_stage_and_bad_sweep_are_reported_by_name(capsys):
     for argv, expected in ((["--stages", "v9_magic"], "--stages: no config"),
                            (["--sweep", "data.batch_size"], "--sweep 'data.batch_size': expected KEY=V1,V2"),

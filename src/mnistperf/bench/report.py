@@ -137,7 +137,7 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
             "device": r.summaries[0]["device"] if r.summaries else None,
             "epochs": settings.get("epochs"),
             "full_epochs": limit is None,
-            "train_batches_limit": limit,  # Lightning steps: groups of batches_per_step batches
+            "train_batches_limit": limit,  # batches asked; a grouped stage ran whole groups covering them
             "batch_size": data.get("batch_size"),
             "batches_per_step": data.get("batches_per_step"),
             "train_samples_per_epoch": median(e["samples"] for e in epochs) if epochs else None,

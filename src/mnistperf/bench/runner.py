@@ -19,10 +19,13 @@ import json
 import os
 import subprocess
 import sys
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
+
+import yaml
 
 from mnistperf.bench import reference
 from mnistperf.bench.memory import TreeMemorySampler
@@ -114,7 +117,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--dataset", default=None, help="override data.dataset for every run")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--limit-train-batches", type=int, default=None, help="train only K batches per epoch (quick looks)")
+    parser.add_argument("--limit-train-batches", type=int, default=None,
+                        help="train only K batches per epoch (quick looks); a stage that takes several batches per "
+                             "Lightning step (data.batches_per_step) gets as many whole groups as cover K")
     parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2", help="e.g. data.batch_size=16,64,512")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a fixed override for every run")
     parser.add_argument("--baseline", default="auto",
@@ -181,25 +186,50 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
 
     common = ["--trainer.max_epochs", str(opts.epochs), "--trainer.enable_progress_bar", "false",
               "--trainer.enable_model_summary", "false"] + [a for k, v in fixed for a in (f"--{k}", v)]
-    if opts.limit_train_batches:
-        common += ["--trainer.limit_train_batches", str(opts.limit_train_batches)]
+    def limit(path: Path, overrides: dict[str, str]) -> list[str]:
+        return train_batch_limit(opts.limit_train_batches, path, {**dict(fixed), **overrides})
+
     if opts.loader_only:
-        return [Plan(Row(f"{stage} (loader only)", stage, runner="loader"), path, common + ["--loader-only"])
-                for stage, path in stages]
+        return [Plan(Row(f"{stage} (loader only)", stage, runner="loader"), path,
+                     common + limit(path, {}) + ["--loader-only"]) for stage, path in stages]
 
     plans = []
     for stage, path in stages:
         for combo in itertools.product(*[[(k, v) for v in values] for k, values in sweeps]):
             overrides = dict(combo)
             label = stage + "".join(f" {k.split('.')[-1]}={v}" for k, v in overrides.items())
-            plans.append(Plan(Row(label, stage, overrides), path, common + [a for k, v in combo for a in (f"--{k}", v)]))
+            plans.append(Plan(Row(label, stage, overrides), path,
+                              common + limit(path, overrides) + [a for k, v in combo for a in (f"--{k}", v)]))
     for baseline in baseline_stages(opts.baseline, [name for name, _ in stages]):
         path = dict(stages).get(baseline) or resolve_stages(baseline, opts.config_dir)[0][1]
         # Both take the fit command line itself, so every override applies to them too.
         plans.append(Plan(Row(f"bare Lightning ({baseline})", baseline, runner="bare"), path,
-                          common + ["--bare-lightning"]))
-        plans.append(Plan(Row(f"plain PyTorch ({baseline})", baseline, runner="plain"), path, common))
+                          common + limit(path, {}) + ["--bare-lightning"]))
+        plans.append(Plan(Row(f"plain PyTorch ({baseline})", baseline, runner="plain"), path, common + limit(path, {})))
     return plans
+
+
+def train_batch_limit(batches, config: Path, overrides: dict[str, str]) -> list[str]:
+    """The fit options that train ``batches`` batches per epoch (none for whole epochs).
+
+    Lightning's ``limit_train_batches`` counts what the loader yields; a stage with ``data.batches_per_step`` k
+    yields groups of k batches, so it gets ``ceil(batches / k)`` of them. Every row of a bounded bench then trains
+    (at least) the same batches, and the speed-up column compares like with like; ``train_samples_per_epoch``
+    in results.csv says what each row trained."""
+    if not batches:
+        return []
+    per_step = overrides.get("data.batches_per_step")
+    if per_step is None:
+        try:
+            data = (yaml.safe_load(config.read_text()) or {}).get("data") or {}
+        except (OSError, yaml.YAMLError, AttributeError):
+            data = {}  # the run itself reports what is wrong with its config
+        per_step = data.get("batches_per_step", 1) if isinstance(data, dict) else 1
+    try:
+        per_step = max(int(per_step), 1)
+    except (TypeError, ValueError):
+        per_step = 1  # refused by the run itself, in its own words
+    return ["--trainer.limit_train_batches", str(math.ceil(batches / per_step))]
 
 
 PRE_TENSORIZED_STAGE = "v2_pinned"

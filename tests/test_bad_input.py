@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-
 from conftest import CONFIGS, random_split, write_parquet
+
 from mnistperf.cli import main
 from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import CONFIGS
+
 from mnistperf.bench import baseline, reference, runner
 from mnistperf.bench.report import Row, per_step, table_rows
 from mnistperf.cli import main

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import CONFIGS, REPO, write_parquet
+
 from mnistperf.data import schema
 
 ROWS = 200  # a multiple of the world size: DistributedSampler-style padding adds nothing

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import CONFIGS, TRAIN_ROWS
+
 from mnistperf.cli import main
 from mnistperf.graphed_step import GraphedAdam, StepGraphs
 from mnistperf.model import EpochSums, SimpleCNN

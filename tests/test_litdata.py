@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import CONFIGS, REPO, random_split, write_parquet
+
 from mnistperf.cli import main
 from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import CONFIGS
+
 from mnistperf.bench import runner
 from mnistperf.cli import main
 

@@ -11,11 +11,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 import torch
-
 from conftest import CONFIGS, random_split, write_parquet
+
 from mnistperf.cli import main
-from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data import schema
+from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
 from mnistperf.errors import DataError
 

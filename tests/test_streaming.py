@@ -6,8 +6,8 @@ import collections
 
 import pytest
 import torch
-
 from conftest import random_split, write_parquet
+
 from mnistperf.data import schema
 from mnistperf.data.pipelines.stream import ParquetStream, StreamLoader, _shuffled
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CONFIGS, random_split, write_parquet
 from lightning import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, Dataset
 
-from conftest import CONFIGS, random_split, write_parquet
-from mnistperf.data import schema
 from mnistperf.cli import main
+from mnistperf.data import schema
 from mnistperf.timing import EpochTimer
 from mnistperf.timing.kernel_busy import KernelWindow, busy_share, cupti_tears_down_safely, window_steps
 from mnistperf.timing.summary import aggregate, classify, epoch_row

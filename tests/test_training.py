@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import CONFIGS, TRAIN_ROWS
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import CONFIGS, TRAIN_ROWS
 from mnistperf.cli import main
 from mnistperf.errors import ConfigError
 from mnistperf.model import ImageClassifier, SimpleCNN
@@ -142,8 +142,8 @@ def test_validation_split_off_the_training_set(workdir):
 def test_training_learns_on_separable_data(tmp_path, monkeypatch):
     """A sanity check of the model and loop: a trivially separable problem reaches high accuracy."""
     import numpy as np
-
     from conftest import write_parquet
+
     from mnistperf.data import schema
 
     rng = np.random.default_rng(0)

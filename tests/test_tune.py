@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import CONFIGS
+
 from mnistperf.cli import main
 from mnistperf.tune import probes, search
 from mnistperf.tune.command import probes_path

@@ -14,20 +14,19 @@ import os
 import sys
 import warnings
 from argparse import RawDescriptionHelpFormatter
-
-from jsonargparse import DefaultHelpFormatter
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
 from mnistperf.console import device_line
-from mnistperf.machine import run_device
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.errors import DEBUG_ENV, ConfigError
+from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
 
 

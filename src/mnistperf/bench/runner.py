@@ -16,10 +16,10 @@ import argparse
 import collections
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path

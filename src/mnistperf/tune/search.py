@@ -27,9 +27,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.data.datamodule import PIPELINES, MNISTDataModule
 from mnistperf.data.ingest import prepare
-from mnistperf.data.datamodule import PIPELINES
 from mnistperf.data.pipelines.litdata_stream import BLOCK_ROWS
 from mnistperf.tune.probes import Probe, time_loader, time_step, time_training
 

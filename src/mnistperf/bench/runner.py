@@ -219,16 +219,12 @@ def train_batch_limit(batches, config: Path, overrides: dict[str, str]) -> list[
     if not batches:
         return []
     per_step = overrides.get("data.batches_per_step")
-    if per_step is None:
-        try:
-            data = (yaml.safe_load(config.read_text()) or {}).get("data") or {}
-        except (OSError, yaml.YAMLError, AttributeError):
-            data = {}  # the run itself reports what is wrong with its config
-        per_step = data.get("batches_per_step", 1) if isinstance(data, dict) else 1
     try:
+        if per_step is None:
+            per_step = yaml.safe_load(config.read_text())["data"].get("batches_per_step", 1)
         per_step = max(int(per_step), 1)
-    except (TypeError, ValueError):
-        per_step = 1  # refused by the run itself, in its own words
+    except (OSError, yaml.YAMLError, LookupError, TypeError, AttributeError, ValueError):
+        per_step = 1  # the run itself reports what is wrong with its config or value, in its own words
     return ["--trainer.limit_train_batches", str(math.ceil(batches / per_step))]
 
 

@@ -143,7 +143,6 @@ class MnistperfCLI(LightningCLI):
         return ""
 
 
-
 def check_checkpoint(path) -> None:
     """An explicit checkpoint path must be a readable Lightning checkpoint (not 'last', 'best', ...)."""
     if path is None or str(path) in ("last", "best", "hpc", "registry"):

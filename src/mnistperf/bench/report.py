@@ -51,6 +51,12 @@ class Row:
         return median(values) if values else None
 
     @property
+    def samples_per_epoch(self) -> Optional[float]:
+        """Median training samples of a steady-state epoch (epochs 2..N, or the only one) over the repeats."""
+        counts = [e["samples"] for s in self.summaries for e in s.get("epochs", [])[1:] or s.get("epochs", [])]
+        return median(counts) if counts else None
+
+    @property
     def total_s(self) -> Optional[float]:
         totals = [s["total_train_s"] + s["total_eval_s"] for s in self.summaries]
         return median(totals) if totals else None
@@ -128,7 +134,6 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         ref = reference.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
-        epochs = [e for s in r.summaries for e in s.get("epochs", [])[1:] or s.get("epochs", [])]
         wait = r.med("input_wait_share")
         data = r.summaries[0].get("data") or {} if r.summaries else {}
         out.append({
@@ -140,7 +145,7 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
             "train_batches_limit": limit,  # batches asked; a grouped stage ran whole groups covering them
             "batch_size": data.get("batch_size"),
             "batches_per_step": data.get("batches_per_step"),
-            "train_samples_per_epoch": median(e["samples"] for e in epochs) if epochs else None,
+            "train_samples_per_epoch": r.samples_per_epoch,
             "repeats": len(r.summaries),
             **_stat(r, "avg_train_s", "train_s"),
             **_stat(r, "avg_eval_s", "test_s"),
@@ -171,10 +176,9 @@ def per_step(rows: list[Row]) -> list[dict[str, Any]]:
             continue
         plain, bare = (next((r for r in rows if r.runner == kind and r.stage == row.stage and r.med("avg_train_s")),
                             None) for kind in ("plain", "bare"))
-        epochs = [e for s in row.summaries for e in s.get("epochs", [])[1:] or s.get("epochs", [])]
-        if plain is None or bare is None or not epochs:
+        if plain is None or bare is None or not row.samples_per_epoch:
             continue
-        steps = math.ceil(median(e["samples"] for e in epochs) / row.summaries[0]["data"]["batch_size"])
+        steps = math.ceil(row.samples_per_epoch / row.summaries[0]["data"]["batch_size"])
 
         def ms(r: Row) -> float:
             return 1000 * r.med("avg_train_s") / steps

@@ -17,9 +17,10 @@ from typing import Optional, Sequence
 import yaml
 
 from mnistperf.atomic import atomic_write
+from mnistperf.data.datamodule import PIPELINES
 from mnistperf.errors import ConfigError
 from mnistperf.fit_config import check_key, parse_fit_config, parse_setting
-from mnistperf.timing.summary import describe_device, usable_cpus
+from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.tune import search as tuning
 
 MIN_BUDGET_MIN = 0.25
@@ -69,8 +70,9 @@ def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path,
             lines.append(f"# {sentence[0].upper()}{sentence[1:]}.")
     lines.append(f"# Every probe, with its settings, rate, spread and seconds: {probes_path(out).name}.")
     data = {**config.get("data", {}), **outcome.best}
-    if data.get("pipeline") != "resident" and data.get("batches_per_step", 1) != 1:
-        lines.append(f"# data.batches_per_step {data['batches_per_step']} -> 1: only the resident pipeline groups batches.")
+    if not PIPELINES[data["pipeline"]].groups_batches and data.get("batches_per_step", 1) != 1:
+        lines.append(f"# data.batches_per_step {data['batches_per_step']} -> 1: the {data['pipeline']} pipeline hands out "
+                     "one batch per step.")
         data["batches_per_step"] = 1
     config = {**config, "data": data}
     logger = config.get("trainer", {}).get("logger")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
+import yaml
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -188,6 +189,16 @@ def parse_fit_config(args: Sequence[str], announce: Optional[str] = None) -> Mni
     with warnings.catch_warnings():  # LightningCLI warns that args were given beside the process's own argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         return MnistperfCLI(args=list(args), run=False, announce=announce)
+
+
+def load_config(path: Path, settings: list[tuple[str, str]]) -> dict:
+    """The config as a dict with the --set overrides applied (values parsed as YAML, as the CLI does)."""
+    config = yaml.safe_load(path.read_text()) or {}
+    for key, value in settings:
+        section, _, name = key.partition(".")
+        target = config if not name else config.setdefault(section, {})
+        target[name or section] = yaml.safe_load(value)
+    return config
 
 
 def parse_setting(text: str) -> tuple[str, str]:

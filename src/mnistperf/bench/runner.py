@@ -32,7 +32,7 @@ from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.report import Row, markdown_table, per_step_table, write_all
 from mnistperf.console import device_line
 from mnistperf.errors import ConfigError
-from mnistperf.fit_config import check_key, parse_setting
+from mnistperf.fit_config import check_key, load_config, parse_setting
 from mnistperf.machine import run_device
 from mnistperf.timing import SUMMARY_FILE
 
@@ -218,11 +218,8 @@ def train_batch_limit(batches, config: Path, overrides: dict[str, str]) -> list[
     in results.csv says what each row trained."""
     if not batches:
         return []
-    per_step = overrides.get("data.batches_per_step")
     try:
-        if per_step is None:
-            per_step = yaml.safe_load(config.read_text())["data"].get("batches_per_step", 1)
-        per_step = max(int(per_step), 1)
+        per_step = max(int(load_config(config, list(overrides.items()))["data"].get("batches_per_step", 1)), 1)
     except (OSError, yaml.YAMLError, LookupError, TypeError, AttributeError, ValueError):
         per_step = 1  # the run itself reports what is wrong with its config or value, in its own words
     return ["--trainer.limit_train_batches", str(math.ceil(batches / per_step))]

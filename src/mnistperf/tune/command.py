@@ -19,7 +19,7 @@ import yaml
 from mnistperf.atomic import atomic_write
 from mnistperf.data.datamodule import PIPELINES
 from mnistperf.errors import ConfigError
-from mnistperf.fit_config import check_key, parse_fit_config, parse_setting
+from mnistperf.fit_config import check_key, load_config, parse_fit_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.tune import search as tuning
 
@@ -41,16 +41,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if not opts.config.is_file():
         raise ConfigError(f"--config {opts.config}: no such file; give a stage config such as configs/v1_bs512.yaml.")
     return opts
-
-
-def load_config(path: Path, settings: list[tuple[str, str]]) -> dict:
-    """The config as a dict with the --set overrides applied (values parsed as YAML, as the CLI does)."""
-    config = yaml.safe_load(path.read_text()) or {}
-    for key, value in settings:
-        section, _, name = key.partition(".")
-        target = config if not name else config.setdefault(section, {})
-        target[name or section] = yaml.safe_load(value)
-    return config
 
 
 def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path, device: str, spent_s: float) -> str:

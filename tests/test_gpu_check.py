@@ -45,6 +45,12 @@ def test_the_script_is_valid_shell_and_runs_every_part():
     assert len(script_benches()) == 5  # fast, graph, compiled and the two v1 benches
 
 
+def test_the_script_runs_every_stage_config():
+    """A new stage gets its GPU figures too: every config in configs/ is in one of the script's benches."""
+    run = {stage for bench in script_benches() for stage in bench[bench.index("--stages") + 1].split(",")}
+    assert run == {path.stem for path in CONFIGS.glob("*.yaml")}
+
+
 @pytest.mark.parametrize("bench", script_benches(), ids=lambda args: args[args.index("--out") + 1])
 def test_every_run_of_the_script_is_one_fit_would_build(bench, monkeypatch):
     """Each planned run's fit options, read as fit reads them (the trainer, model and data built, nothing run)."""

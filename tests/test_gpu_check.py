@@ -52,9 +52,8 @@ def test_the_script_runs_every_stage_config():
 
 
 @pytest.mark.parametrize("bench", script_benches(), ids=lambda args: args[args.index("--out") + 1])
-def test_every_run_of_the_script_is_one_fit_would_build(bench, monkeypatch):
+def test_every_run_of_the_script_is_one_fit_would_build(bench):
     """Each planned run's fit options, read as fit reads them (the trainer, model and data built, nothing run)."""
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     opts = parse_args([*bench, "--config-dir", str(CONFIGS)])
     plans = plan_runs(opts)
     assert plans, bench

@@ -1,17 +1,9 @@
 """What a run prints before its figures: the device line first, and nothing alarming that is not ours.
 
-Every command (fit, validate, test, predict, bench, tune) starts its output with one line naming
-the device it runs on, so a figure is never read without knowing where it came from. Library
-messages that are true but not useful here are calmed at their source:
-
-* Lightning's "Tip" advertisements are dropped from its rank-zero log;
-* torch's warning that a DataLoader has more workers than the machine has cores becomes one
-  line of ours (the published ladder uses 4 workers on purpose, so a 2-core machine hears why);
-* Lightning's warning that the epoch has fewer batches than ``log_every_n_steps`` is dropped:
-  the lab logs once per epoch by design;
-* a deprecation inside Lightning's own code, which its users cannot act on, is dropped.
-
-Everything else Lightning and torch print stays visible.
+Every command starts with one line naming its device. Library messages that are true but not useful here
+(Lightning's tips and its ``log_every_n_steps`` warning, a deprecation inside Lightning, torch's warning
+about more workers than cores, which becomes one line of ours) are calmed at their source; everything else
+stays visible. See docs/timing.md#where-the-figures-go.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""How a ``fit`` configuration is read: shared by the commands that sit on top of it.
+"""How a ``fit`` configuration is read, the same way by every command that reads one.
 
-``fit`` itself (through :mod:`mnistperf.cli`), ``bench`` (its plain-PyTorch baseline parses a
-fit command line) and ``tune`` (which measures a config before rewriting it) all read a stage
-config the same way: LightningCLI with the project's model and DataModule, errors in one line,
-bf16 only where the GPU has it, and ``--set KEY=VALUE`` overrides checked against the options
-a stage config has. It lives below the commands so that none of them imports another.
+LightningCLI with the project's model and DataModule, errors in one line, bf16 only where the GPU has it,
+and ``--set KEY=VALUE`` overrides checked against the options a stage config has. It lives below the
+commands so that none of them imports another.
 """
 
 from __future__ import annotations

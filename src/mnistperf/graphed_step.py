@@ -1,28 +1,13 @@
 """The whole training step as one CUDA graph: captured once per batch shape, replayed every step.
 
-Why: once the data is resident on the GPU, a small CNN's step is bound by kernel launches. Its
-forward, loss, backward, optimizer update and on-device sums are some fifty small kernels, each
-launched by Python through autograd and the optimizer; replaying them as one graph costs one
-launch. Lightning offers ``torch.compile(mode="reduce-overhead")``, which graphs the model but
-leaves the optimizer eager and pays Dynamo's guards per call; this graphs the step itself.
+* :class:`StepGraphs` runs a step function ``step(batch)`` that updates state in place (weights,
+  optimizer moments, sums). On CUDA it keeps static input buffers and one graph per batch shape; the
+  first call with a shape warms up on a side stream, puts the state back exactly as it was, captures,
+  then replays. Elsewhere it calls the step eagerly. ``captures`` counts the graphs made.
+* :class:`GraphedAdam`, an Adam whose ``step(closure)`` runs only the closure (the replayed graph, which
+  holds the update recorded by :meth:`GraphedAdam.update`); its checkpointed state is Adam's own.
 
-Two pieces, neither tied to this project's model:
-
-* :class:`StepGraphs` runs a step function ``step(batch)`` that updates state in place
-  (weights, optimizer moments, sums). On CUDA it keeps static input buffers and one graph per
-  batch shape; the first call with a shape warms up on a side stream, **undoes the warm-up**
-  (the weights, optimizer state and sums are put back exactly as they were, so no sample is
-  trained on twice), captures, then replays. Elsewhere it calls the step eagerly. ``captures``
-  counts the graphs made: with a fixed batch size, two (the full batch and the last, smaller
-  one), whatever the number of epochs.
-* :class:`GraphedAdam`, an Adam whose ``step(closure)`` runs only the closure (the replayed
-  graph, which holds the update recorded by :meth:`GraphedAdam.update`). Lightning's manual
-  optimization calls ``optimizer.step(closure)``, so its step counter, hooks, checkpoints and
-  ``--ckpt_path`` resume work unchanged; the optimizer state in a checkpoint is Adam's own.
-
-What a step may not do inside a graph: sync with the host (``.item()``, ``self.log``), take
-data-dependent branches, or change shape. The learning rate is baked in as a Python float (no
-scheduler here); autocast runs with its weight cache off, as capture requires.
+A captured step may not sync with the host, branch on data or change shape. Why: docs/stages.md#graphed.
 """
 
 from __future__ import annotations

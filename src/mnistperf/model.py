@@ -1,18 +1,9 @@
 """The model the ladder trains: the reference's SimpleCNN inside a small LightningModule.
 
-A step adds its summed loss, its correct predictions and its sample count to three numbers
-kept on the device (:class:`EpochSums`), and the module logs loss and accuracy once per epoch
-from them. Nothing in a step logs, syncs, allocates a metric state or walks Lightning's result
-collection: on a fast GPU a single ``self.log`` per step costs more host time than the step's
-own kernels. Mixed precision is Lightning's ``trainer.precision`` (``bf16-mixed``), not this
-module's business.
-
-With ``cuda_graph`` the module optimizes manually: each training step hands Lightning's
-optimizer wrapper a closure that runs the whole step (zeroing gradients, forward, loss,
-backward, Adam's update, the sums) through :class:`mnistperf.graphed_step.StepGraphs`, which
-captures it as one CUDA graph per batch shape and replays it (eagerly off CUDA and under DDP).
-Handed a group of batches (``data.batches_per_step``), it runs one such step per batch of the
-group, so Lightning's loop, hooks and callbacks run once per group.
+A step adds its summed loss, correct predictions and sample count to :class:`EpochSums` on the device;
+loss and accuracy are logged once per epoch from them, and nothing in a step logs or syncs. With
+``cuda_graph`` the module optimizes manually, one graphed step (:mod:`mnistperf.graphed_step`) per batch
+of the group it is handed (``data.batches_per_step``). Why: docs/timing.md#why-nothing-in-a-step-logs.
 """
 
 from __future__ import annotations
@@ -226,8 +217,7 @@ def whole_training_step(forward: Callable[[torch.Tensor], torch.Tensor], optimiz
     """One optimizer step of cross-entropy training that changes everything in place and returns nothing, so
     that :class:`~mnistperf.graphed_step.StepGraphs` can capture and replay it: the gradients are zeroed inside
     (a graph replays the zeroing; nothing runs between replays), Adam's update is the graph's
-    (:meth:`GraphedAdam.update`), and loss and correct predictions go to ``sums`` on the device. The stage's
-    module, the bench's bare-Lightning module and its plain loop all run this one step."""
+    (:meth:`GraphedAdam.update`), and loss and correct predictions go to ``sums`` on the device."""
     optimizer.zero_grad(set_to_none=False)
     logits = forward(batch["image"])
     loss = F.cross_entropy(logits, batch["label"])
@@ -238,7 +228,7 @@ def whole_training_step(forward: Callable[[torch.Tensor], torch.Tensor], optimiz
 
 
 class StandaloneStep:
-    """The stage's training step outside Lightning's loop: the bench's plain-PyTorch loop and tune's probes.
+    """The stage's training step outside Lightning's loop.
 
     The stage's Adam and precision (bf16 autocast where fit runs ``bf16-mixed``); for a graphed stage
     (``cuda_graph``) the whole step replayed as one CUDA graph per batch shape (eagerly off CUDA), otherwise
@@ -272,8 +262,7 @@ class StandaloneStep:
 
 def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False) -> torch.optim.Adam:
     """The stages' optimizer: Adam, fused where asked and torch has the kernel; for a graphed step a
-    :class:`GraphedAdam`, capturable on CUDA (its step count lives on the device, where a replay advances it).
-    The plain and bare-Lightning loops of the bench build theirs here too (ungraphed)."""
+    :class:`GraphedAdam`, capturable on CUDA (its step count lives on the device, where a replay advances it)."""
     fused = (fused_adam and device.type in FUSED_ADAM_DEVICES) or None
     if graphed:
         return GraphedAdam(params, lr=lr, fused=fused, capturable=device.type == "cuda")

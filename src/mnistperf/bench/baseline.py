@@ -1,26 +1,10 @@
 """The same training without Lightning's loop, or in Lightning's bare loop, so the bench can show what each costs.
 
-It takes exactly the command line of a ``fit`` run (config and every override, model and
-trainer ones included) and lets LightningCLI parse it into the same DataModule, model and
-trainer settings; then it trains in a plain loop in the shape of the reference's: the same
-SimpleCNN and optimizer (``configure_optimizers``), the same non-blocking copies to the
-device, the same precision, the same loss and correct counts summed on the device (EpochSums),
-the same epochs and batch limits. It is timed as :class:`~mnistperf.timing.EpochTimer` times a
-Lightning run (device synchronized at the epoch's ends, input wait around the fetch of each
-batch, host wait between steps, on CUDA the GPU's kernels profiled over the same window of the
-first epoch) and writes the same ``timing.json``. For a graphed stage (``model.cuda_graph``) the
-loop replays the stage's whole step as a CUDA graph, one per batch of each group it is handed
-(``data.batches_per_step``), so that the row is the graphed step without Lightning, not an eager one.
-
-With ``--loader-only`` it only draws the training batches onto the device, timing the input
-pipeline alone.
-
-With ``--bare-lightning`` it trains the same network, optimizer, precision and DataModule (so the
-same data path, finished on the device by the same hook) inside the smallest LightningModule and
-Trainer that can: no logger, no progress bar, no checkpoints, no model summary, no validation,
-no metrics and no ``self.log``; a two-hook clock (device synchronized at the epoch's ends, as
-everywhere). Between ``plain PyTorch`` and ``bare Lightning`` lies the cost of Lightning's loop;
-between ``bare Lightning`` and the stage, the cost of what the lab adds.
+It parses a ``fit`` command line into the same DataModule, model and trainer settings and trains them in a
+plain loop, or with ``--bare-lightning`` in the smallest LightningModule and Trainer that can. It is timed
+as :class:`~mnistperf.timing.EpochTimer` times a run and writes the same ``timing.json``; a graphed stage
+replays its graphed step here too. ``--loader-only`` times the input pipeline alone.
+See docs/timing.md#the-bench.
 
     python -m mnistperf.bench.baseline --out plain.json --config configs/v2_pinned.yaml [fit overrides]
 """

@@ -1,13 +1,8 @@
 """``mnistperf bench``: run stages (and sweeps) each in a fresh process, then report.
 
-Repeats are interleaved: every configuration runs once, then every configuration again, so
-figures compared side by side were measured under the same conditions.
-
-Every run is ``python -m mnistperf fit --config configs/<stage>.yaml`` in its own process, so
-no worker, allocator or device state leaks from one stage into the next; the bench reads the
-``timing.json`` that the run's EpochTimer wrote. A plain-PyTorch run of one stage gives the
-Lightning/plain ratio. Results are rewritten after every run, so a failed stage keeps its
-error in its row and Ctrl-C keeps the rows already finished.
+Every run is ``python -m mnistperf fit --config configs/<stage>.yaml`` in its own process; the bench reads
+the ``timing.json`` its EpochTimer wrote. Repeats are interleaved, and results are rewritten after every
+run. See docs/timing.md#the-bench.
 """
 
 from __future__ import annotations

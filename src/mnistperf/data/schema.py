@@ -1,17 +1,10 @@
 """The Parquet layout every pipeline reads, and the checks that keep bad files out of training.
 
-One row per image: an integer label column (0..9) and 784 integer pixel columns (0..255) in
-row-major pixel order. ``prepare`` writes them as ``label`` and ``pixel0`` .. ``pixel783``
-(uint8), but a split of the user's own may name them otherwise, as the original experiment
-allowed: the label is the one column named ``label`` (or ``labels``, ``target``, ``class``,
-``y``; any case), and every other column is a pixel, whatever its name (``pixel1..784``,
-``pixel_0..``, ``0..783``). Pixels are taken in the order of the numbers in their names when
-every name has one, else in file order. :class:`Layout` maps such a file onto the canonical
-names once, at no copy, so the pipelines only ever see ``label`` and ``pixel0..783``. A split is one Parquet file, or a folder of Parquet files
-(shards, read in name order) for data too large to keep one file's footer in every reader's
-memory. Files are checked once, in the main process, when a pipeline is set up, so a malformed
-file fails with a message naming the file and the fix instead of crashing inside a DataLoader
-worker.
+One row per image: an integer label (0..9) and 784 integer pixels (0..255) in row-major order. ``prepare``
+writes them as ``label`` and ``pixel0`` .. ``pixel783`` (uint8); :class:`Layout` maps a split's own names
+onto these once, at no copy (accepted names: docs/data.md#your-own-data). A split is one Parquet file or a
+folder of shards read in name order. Files are checked once, in the main process, when a pipeline is set
+up, so a malformed file fails with a message naming the file and the fix.
 """
 
 from __future__ import annotations

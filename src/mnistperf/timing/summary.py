@@ -1,6 +1,6 @@
 """From per-epoch figures to the verdict, the run's summary and ``timing.json``.
 
-Shared by the Lightning callback and the plain-PyTorch baseline, so both report the same
+Every timed run reports through here, so all runs report the same
 figures computed the same way. The first epoch carries one-off costs (compilation, worker
 start, allocator and cache warm-up): it is reported on its own as ``warmup``, and the headline
 averages, throughput, shares and verdict use the steady-state epochs (2..N; epoch 1 alone

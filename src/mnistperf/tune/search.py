@@ -1,21 +1,9 @@
-"""How ``mnistperf tune`` decides: measure the step, then the cheapest loaders first, stop when input is no longer the bound.
+"""How ``mnistperf tune`` decides: the step, then the cheapest loaders first, until input is no longer the bound.
 
-1. **The step alone** (forward, loss, backward, optimizer on a batch already on the device)
-   gives the ceiling: no input pipeline can make training faster than this.
-2. **Loaders alone**, pipeline by pipeline (resident first when the split fits in the
-   device's memory, then v2, litdata, stream, v1), worker counts from 0 up to the CPUs this
-   process may use (its affinity, not the machine's count), cheapest first. A loader's
-   predicted training rate is min(loader, step) with workers (they load while the step runs)
-   and 1 / (1/loader + 1/step) without (the main process does both in turn), less each
-   epoch's start (a new iterator's first batch, which persistent workers save).
-   As soon as a loader draws batches faster than the step consumes them (by more than the
-   probes' noise), the run is compute-bound and **the search stops**: more input speed buys
-   nothing. For the best worker count of a pipeline it also tries persistent workers off,
-   prefetch_factor 4, and pin_memory (CUDA only).
-3. **Together**: the best predicted settings and the input config train for a few steps each,
-   loader and step sharing the CPUs as they do in training; the one with the higher measured
-   rate wins, unless the difference is within the noise, where the cheaper one (fewer worker
-   processes) does. Every probe is repeated (3 times) and its figure is the median.
+A loader's predicted training rate is min(loader, step) with workers and 1 / (1/loader + 1/step) without,
+less each epoch's start. The search stops once a loader outruns the step by more than the probes' noise;
+the best prediction and the input config then train side by side, and within the noise the one with
+fewer worker processes wins. Every probe's figure is the median of 3. Why: docs/stages.md#tune.
 """
 
 from __future__ import annotations
@@ -238,7 +226,7 @@ class _Stop(Exception):
 
 def run(search: Search, base: dict, epoch_samples: int, pipelines: list[str], cpus: int,
         tune_batch_size: bool) -> Outcome:
-    """Search loader settings for this step; see the module docstring for the order and the stopping rule."""
+    """Search loader settings for this step; the order and the stopping rule: docs/stages.md#tune."""
     on_cuda = search.device.type == "cuda"
     step = search.step(base["batch_size"])
     outcome = Outcome(best={k: base[k] for k in LOADER_KEYS}, step=step, probes=search.probes)

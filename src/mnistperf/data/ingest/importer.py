@@ -2,20 +2,10 @@
 
     python -m mnistperf prepare --from DIR --name NAME [--data-dir data]
 
-DIR holds a train and a test split, each one file or several (shards, read in name order):
-
-* **CSV**, Kaggle's layout: a label, then 784 pixels per row, with a header (``label,
-  pixel1..pixel784`` or any names :func:`mnistperf.data.schema.find_layout` accepts) or without
-  one (then the first column is the label);
-* **Hugging Face Parquet**: an ``image`` column of structs holding PNG ``bytes`` (and a
-  ``path``) and a ``label`` column, in files such as ``train-00000-of-00001.parquet``; every PNG
-  is decoded once, here, and must be a 28x28 grayscale image;
-* **Parquet** with a label and 784 pixel columns under any names.
-
-A file belongs to the split whose name (``train``/``test``) stands in its file name, as a word
-(``train.csv``, ``mnist_train.csv``, ``fashion-mnist_test.csv``, ``train-00000-of-00001.parquet``),
-or in the name of a folder above it. The result is ``DATA_DIR/NAME/{train,test}.parquet``, in
-the canonical layout, written atomically and checked as every prepared split is.
+DIR holds CSV (Kaggle's layout), Hugging Face Parquet (PNG bytes) or Parquet with any column names. A file
+belongs to the split (``train``/``test``) named as a word in its file name or a folder above it. The result is
+``DATA_DIR/NAME/{train,test}.parquet``, written atomically and checked as every prepared split is.
+Layouts and rejections: docs/data.md#your-own-data.
 """
 
 from __future__ import annotations

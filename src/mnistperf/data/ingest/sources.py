@@ -1,13 +1,8 @@
 """Where the official MNIST / FashionMNIST idx files come from, and proof that they are intact.
 
-The raw files are looked for, in this order: a local folder laid out like
-``DIR/mnist/`` and ``DIR/fashion-mnist/`` (``--source-root`` or ``MNISTPERF_SOURCE_ROOT``),
-Debian's system folder ``/usr/share/datasets/<name>/`` (package ``dataset-fashion-mnist``),
-an earlier download kept in ``<data_dir>/<Folder>/raw/``, and finally the public mirrors.
-
-Every file is verified by the MD5 of its *decompressed* content, so a copy that was
-re-compressed with another gzip header (Debian's) passes, while a corrupt or truncated
-file is rejected with an error that names it.
+Looked for in order: ``--source-root`` (or ``MNISTPERF_SOURCE_ROOT``), Debian's
+``/usr/share/datasets/<name>/``, ``<data_dir>/<Folder>/raw/``, then the public mirrors. Every file is
+verified by the MD5 of its decompressed content. See docs/data.md.
 """
 
 from __future__ import annotations

@@ -1,51 +1,11 @@
 """litdata: Lightning's streaming engine over a chunked copy of each split.
 
-litdata's StreamingDataset and StreamingDataLoader read data that need not fit in memory, from
-a local folder or object storage (``s3://``, ``gs://``, ...), split it across nodes, ranks and
-workers, shuffle it with a seed, and keep their position in a state dict that Lightning saves
-in its checkpoints, so a run resumes mid-epoch with the samples it had not yet seen.
-
-What it reads is a litdata copy of the split, written once by ``prepare_data`` beside the
-Parquet data: ``<data_dir>/<Folder>/litdata/<split>/`` (chunk files and ``index.json``), one
-litdata item per block of ``BLOCK_ROWS`` consecutive rows, holding their uint8 pixels and labels. litdata can also index Parquet
-files and read them in place, but only through polars (one more dependency), decoding rows
-one at a time out of 785 columns; the copy is read as raw bytes. The copy is written from
-the Parquet file or shards after the same checks as every other pipeline, into a temporary
-folder that is renamed into place, so an interrupted copy is never read.
-
-With ``data_dir`` a URI, the copy is read from there: write it locally with
-``python -m mnistperf prepare --dataset NAME --litdata`` and upload the ``litdata/`` folder.
-litdata is an optional extra: ``pip install 'mnistperf[litdata]'``.
-
-What this pipeline decides rather than leaving to litdata's defaults (0.2.76):
-
-* **The topology comes from Lightning**, set on the dataset in :func:`tell_topology`, not
-  guessed by litdata. litdata infers nodes as ``world_size // cuda.device_count()`` (two gloo
-  processes on a one-GPU host become "two nodes"), and with more than one node its shuffle
-  gives every node the whole of each chunk it touches from the second epoch on, so samples are
-  seen twice. With one node declared, every rank of every node takes its share of one global,
-  seeded assignment: every sample at most once per epoch, on any topology. The price: no node
-  keeps a private set of chunks in its cache across epochs.
-* **The same drop_last everywhere.** Under DDP training every rank must run the same number
-  of steps; litdata gives each rank whole batches and the last one the remainder, so the
-  remainder (fewer than world_size x batch_size samples, different ones each shuffled epoch)
-  is left out. ``StreamingDataLoader(drop_last=...)`` overrides the dataset's own setting, so it
-  gets the same value, or the ranks' batch counts differ and DDP waits forever.
-* **On a GPU, batches travel as uint8** and become float images there
-  (:meth:`LitdataPipeline.on_device`): a quarter of the bytes through the workers' shared memory
-  and the copy to the device. On the CPU the workers finish them, off the training process.
-* **A chunk is decoded once per worker** (``batch_decode="all"``) and its items permuted as a
-  whole (``item_shuffle_window=0``). litdata's defaults decode 256-row windows aligned to the
-  chunk, caching one, while its in-chunk shuffle works in 256-item blocks aligned to each
-  worker's start: most workers then decode the same rows many times over.
-* **Rows travel in blocks of 8.** litdata spends about 25 microseconds of Python on every item
-  it reads (measured on the 2-core CPU: one worker reads 60,000 one-row items in 2.05 s, where
-  v2 indexes them in 0.52 s), so one item holds 8 consecutive rows and a batch of 512 is 64
-  items. What it costs in randomness: litdata shuffles items, so the 8 rows of a block are
-  always in the same batch, in the same order, every epoch; batches are still drawn from the
-  whole split in a new order each epoch, and which blocks meet in a batch changes. The blocks
-  are the rows in the order of the Parquet data: data sorted by class or time should be
-  shuffled once before ``prepare``. ``data.batch_size`` must be a multiple of 8 here.
+Reads ``<data_dir>/<Folder>/litdata/<split>/`` (a local folder or a URI such as ``s3://``), which
+``prepare_data`` writes once from the checked Parquet data, ``BLOCK_ROWS`` consecutive rows per litdata
+item, into a temporary folder renamed into place. The topology comes from Lightning
+(:func:`tell_topology`), dataset and loader share one ``drop_last``, each chunk is decoded once per
+worker, ``data.batch_size`` must be a multiple of ``BLOCK_ROWS``, and on a GPU batches travel as uint8
+(:meth:`LitdataPipeline.on_device`). Why each: docs/stages.md#litdata.
 """
 
 from __future__ import annotations
@@ -67,7 +27,7 @@ COPY_FOLDER = "litdata"
 BATCH_DECODE = "all"  # decode a chunk's rows together, once per worker
 ITEM_SHUFFLE_WINDOW = 0  # a full permutation of the items inside each chunk
 CHUNK_BYTES = "8MB"  # about 10,000 samples: each worker holds a few chunks, not the split
-BLOCK_ROWS = 8  # rows per litdata item (see the module's docstring)
+BLOCK_ROWS = 8  # rows per litdata item (why: docs/stages.md#litdata)
 LAYOUT_FILE = "mnistperf-layout.json"  # the copy's layout, so a copy in another layout is rewritten
 INSTALL = "pip install 'mnistperf[litdata]' (or pip install litdata)"
 
@@ -157,7 +117,7 @@ def _has_block_layout(copy: Path) -> bool:
 
 
 def tell_topology(dataset, place: Placement) -> None:
-    """Give the dataset Lightning's world size and rank, as one node (see the module's docstring)."""
+    """Give the dataset Lightning's world size and rank, as one node (why: docs/stages.md#litdata)."""
     from litdata.utilities.env import _DistributedEnv
 
     dataset.distributed_env = _DistributedEnv(world_size=place.world_size, global_rank=place.rank, num_nodes=1)
@@ -221,7 +181,7 @@ class LitdataPipeline(Pipeline):
         litdata = require_litdata()
         shuffle, drop_last = self.order(train)
         # Under DDP training every rank must run the same number of steps: the remainder is left
-        # out (see the module's docstring). Evaluation has no per-step collective and keeps every sample.
+        # out (docs/stages.md#litdata). Evaluation has no per-step collective and keeps every sample.
         drop_last = drop_last or (train and place.world_size > 1)
         options = self.worker_options(place)
         if not options["num_workers"]:

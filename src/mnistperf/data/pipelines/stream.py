@@ -1,23 +1,11 @@
 """Batches streamed from Parquet record batches, for data that does not fit in memory.
 
-Nothing loads the whole file: each worker reads its own rows record batch by record batch
-with pyarrow, pushes them through a bounded, seeded shuffle buffer and yields ready batches.
-Peak memory is set by the buffer, one row group being decoded, the batches in flight, and the
-footer of the one file being read. A Parquet footer grows with the file (about 0.75 MB per
-row group of 785 columns once parsed), so data larger than memory comes as a folder of
-shards: a reader holds one shard's footer at a time, and memory no longer depends on the
-data's size. The shards are read as one sequence of rows, in name order.
-
-How rows are split, so that no row is lost or read twice:
-
-* ranks (DDP) take contiguous, equal shares of ``ceil(N / world_size)`` rows; as with
-  ``DistributedSampler``, the share of the last ranks wraps around to the first rows when
-  N is not a multiple of the world size, so every rank runs the same number of steps;
-* inside a rank, the share is cut into batch-sized chunks, and each DataLoader worker takes a
-  contiguous block of chunks, so only the rank's very last batch can be partial, exactly as
-  with a map-style dataset.
-
-Values are checked batch by batch as they are read (the schema was checked at setup).
+Each worker reads its own rows record batch by record batch with pyarrow, through a bounded, seeded
+shuffle buffer. A split is one file or a folder of shards read as one sequence of rows, in name order.
+Ranks take contiguous, equal shares of ``ceil(N / world_size)`` rows (the last ranks' shares wrap to the
+first rows, as with ``DistributedSampler``); each worker takes a contiguous block of batch-sized chunks,
+so only a rank's last batch can be partial. Values are checked batch by batch as they are read.
+Why shards: docs/stages.md#stream.
 """
 
 from __future__ import annotations

@@ -14,10 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CONFIGS, TRAIN_ROWS
+from lightning import Trainer
 
 from mnistperf.cli import main
 from mnistperf.graphed_step import GraphedAdam, StepGraphs
-from mnistperf.model import EpochSums, SimpleCNN
+from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.model import EpochSums, ImageClassifier, SimpleCNN
 from mnistperf.timing import EpochTimer
 
 
@@ -107,6 +109,42 @@ def test_reset_forgets_the_graphs():
     assert graphs.captures == 2 and len(graphs.graphs) == 1
 
 
+def test_the_emulation_refuses_a_graph_whose_state_was_replaced():
+    """As a real graph would read and write the old tensors, the emulated one refuses: here a new optimizer
+    (a second fit's) whose state is not the one captured."""
+    step = PlainStep()
+    graphs = StepGraphs(step, step.state, emulate=True)
+    graphs(batches([8])[0])
+    step.optimizer = GraphedAdam(step.net.parameters(), lr=1e-3)
+    with pytest.raises(RuntimeError, match="state moved or was replaced"):
+        graphs(batches([8])[0])
+    graphs.reset()
+    graphs(batches([8])[0])
+    assert graphs.captures == 2
+
+
+def test_adam_keeps_its_own_capturable_when_loading_a_checkpoint():
+    """A checkpoint from a captured step (capturable) resumed where the step runs eagerly: the saved flag
+    would make Adam capturable there (slower, and refused on a CPU); this run's flag stays."""
+    step = PlainStep()
+    step(batches([8])[0])
+    saved = step.optimizer.state_dict()
+    saved["param_groups"][0]["capturable"] = True  # as written on a GPU with the step captured
+    step.optimizer.load_state_dict(saved)
+    assert step.optimizer.param_groups[0]["capturable"] is False
+    step(batches([8])[0])  # a capturable Adam refuses parameters on a CPU
+
+
+def test_adam_is_capturable_only_where_the_step_is_captured(monkeypatch):
+    """On CUDA under DDP the whole step runs eagerly: its Adam is not capturable there."""
+    model = ImageClassifier(cuda_graph=True)
+    monkeypatch.setattr(model, "_run_device", lambda: torch.device("cuda"))
+    for graphing in (False, True):
+        model._graphing = graphing
+        optimizer = model.configure_optimizers()
+        assert isinstance(optimizer, GraphedAdam) and optimizer.param_groups[0]["capturable"] is graphing
+
+
 # ---------------------------------------------------------------- the stage, inside Lightning
 def fit(workdir: Path, *overrides: str) -> dict:
     main(["fit", "--config", str(CONFIGS / "v4_graphed.yaml"), "--trainer.enable_progress_bar", "false",
@@ -175,6 +213,21 @@ def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(tin
     eager = fit(tiny_data.parent, "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu")
     for mine, theirs in zip(emulated["epochs"], eager["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
+
+
+def test_a_second_fit_of_the_same_module_captures_again(tiny_data, monkeypatch):
+    """A second fit builds a new optimizer (and Lightning's teardown moved the module between them): the
+    graphs of the first fit are gone, the second captures its own, and it trains."""
+    monkeypatch.setattr("mnistperf.model.StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
+    monkeypatch.setattr("mnistperf.model.ImageClassifier.configure_model", graphing_on_cpu)
+    model = ImageClassifier(cuda_graph=True)
+    data = MNISTDataModule(data_dir=str(tiny_data), pipeline="resident", batch_size=40)
+    for fits in (1, 2):
+        trainer = Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
+                          enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(model, data)
+        assert model.graphs.captures == 2 * fits and trainer.global_step == 6
+        assert not model.graphs.graphs  # none outlives the fit
 
 
 def graphing_on_cpu(module) -> None:

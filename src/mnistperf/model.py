@@ -181,6 +181,12 @@ class ImageClassifier(LightningModule):
         sums = [self.sums["train"].totals] if "train" in self.sums else []
         return step_state(self, self.optimizers().optimizer, *sums)
 
+    def on_fit_start(self) -> None:
+        self.graphs.reset()  # a fit builds a new optimizer, and may have moved the module since the last one
+
+    def on_fit_end(self) -> None:
+        self.graphs.reset()  # Lightning's teardown has just moved the module and Adam's state to the CPU
+
     def on_load_checkpoint(self, checkpoint) -> None:
         self.graphs.reset()  # the optimizer's state is about to be new tensors: capture again
 
@@ -209,7 +215,8 @@ class ImageClassifier(LightningModule):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph)
+        return adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph,
+                    capturable=self._graphing)
 
 
 def optimizer_steps(optimizer, batch: dict[str, torch.Tensor], run: Callable[[dict[str, torch.Tensor]], None]) -> None:
@@ -270,11 +277,17 @@ class StandaloneStep:
             self.sums.add(loss, logits, batch["label"])
 
 
-def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False) -> torch.optim.Adam:
-    """The stages' optimizer: Adam, fused where asked and torch has the kernel; for a graphed step a
-    :class:`GraphedAdam`, capturable on CUDA (its step count lives on the device, where a replay advances it).
-    The plain and bare-Lightning loops of the bench build theirs here too (ungraphed)."""
+def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False,
+         capturable: bool = True) -> torch.optim.Adam:
+    """The stages' optimizer: Adam, fused where asked and torch has the kernel; for the whole-step module
+    (``cuda_graph``) a :class:`GraphedAdam`.
+
+    Args:
+        graphed: a :class:`GraphedAdam`, whose update runs inside the whole step.
+        capturable: whether a graph captures its update; Adam is then capturable on CUDA (its step count
+            lives on the device, where a replay advances it), and only then: eagerly, capturable is slower.
+    """
     fused = (fused_adam and device.type in FUSED_ADAM_DEVICES) or None
     if graphed:
-        return GraphedAdam(params, lr=lr, fused=fused, capturable=device.type == "cuda")
+        return GraphedAdam(params, lr=lr, fused=fused, capturable=capturable and device.type == "cuda")
     return torch.optim.Adam(params, lr=lr, fused=fused)

@@ -9,7 +9,10 @@ messages that are true but not useful here are calmed at their source:
   line of ours (the published ladder uses 4 workers on purpose, so a 2-core machine hears why);
 * Lightning's warning that the epoch has fewer batches than ``log_every_n_steps`` is dropped:
   the lab logs once per epoch by design;
-* a deprecation inside Lightning's own code, which its users cannot act on, is dropped.
+* a deprecation inside Lightning's own code, which its users cannot act on, is dropped;
+* Lightning's hint to lower the float32 matmul precision on a GPU with tensor cores is dropped
+  (it shows even where bf16 autocast runs every matmul): the device line states the precision
+  the run uses and, where full fp32 matmuls run on such a GPU, the option that trades it for TF32.
 
 Everything else Lightning and torch print stays visible.
 """
@@ -21,7 +24,7 @@ import warnings
 
 import torch
 
-from mnistperf.machine import describe_device
+from mnistperf.machine import describe_device, has_tf32_tensor_cores
 
 # (category, message regex) of warnings that are not the user's to act on, or that the lab answers itself.
 CALMED_WARNINGS = (
@@ -30,11 +33,14 @@ CALMED_WARNINGS = (
     (Warning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
 )
 LIGHTNING_RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+# Fragments of Lightning's rank-zero messages that are dropped: its tips, and its Tensor Cores hint.
+DROPPED_LIGHTNING_INFO = ("Tip:", "that has Tensor Cores. To properly utilize them")
+FP32_PRECISIONS = ("32-true", "32")
 
 
 class _NoTips(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip:" not in str(record.msg)
+        return not any(fragment in str(record.msg) for fragment in DROPPED_LIGHTNING_INFO)
 
 
 def calm_library_noise() -> None:
@@ -50,3 +56,12 @@ def calm_library_noise() -> None:
 def device_line(command: str, device: torch.device, detail: str = "") -> str:
     """``mnistperf: <command> on <device>[, <detail>]``: the first line every command prints."""
     return f"mnistperf: {command} on {describe_device(device)}" + (f", {detail}" if detail else "")
+
+
+def matmul_precision_note(device: torch.device, precision: str, matmul_precision: str) -> str:
+    """The device line's ``float32 matmuls <precision>``, with the TF32 option where full-fp32 products of an
+    fp32 run go to a GPU that has tensor cores for TF32."""
+    note = f"float32 matmuls {matmul_precision}"
+    if matmul_precision == "highest" and str(precision) in FP32_PRECISIONS and has_tf32_tensor_cores(device):
+        note += " (full fp32, torch's default; --model.float32_matmul_precision high runs them as TF32)"
+    return note

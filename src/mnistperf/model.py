@@ -33,6 +33,7 @@ from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
 
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+MatmulPrecision = Literal["highest", "high", "medium"]
 
 
 class EpochSums:
@@ -94,6 +95,8 @@ class ImageClassifier(LightningModule):
         fused_adam: use the fused Adam kernel (on CPU and CUDA, where torch has one; ignored elsewhere).
         cuda_graph: run the whole training step as one CUDA graph per batch shape, replayed (on a
             single CUDA device; elsewhere the same step runs eagerly, and the run says so).
+        float32_matmul_precision: ``torch.set_float32_matmul_precision`` for the run: ``highest`` (torch's
+            default: float32 matrix products in full fp32), ``high`` (TF32 on tensor cores) or ``medium``.
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class ImageClassifier(LightningModule):
         channels_last: bool = False,
         fused_adam: bool = False,
         cuda_graph: bool = False,
+        float32_matmul_precision: MatmulPrecision = "highest",
     ):
         super().__init__()
         if compile_mode is not None and not compile:
@@ -129,6 +133,7 @@ class ImageClassifier(LightningModule):
         hp = self.hparams
         device = self._run_device()
         on_cuda = device.type == "cuda"
+        torch.set_float32_matmul_precision(hp.float32_matmul_precision)  # set every run, the default too
         if hp.cuda_graph:
             world_size = self._trainer.world_size if self._trainer is not None else 1
             self._graphing = on_cuda and world_size == 1

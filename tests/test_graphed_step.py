@@ -14,10 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CONFIGS, TRAIN_ROWS
+from lightning import Trainer
 
 from mnistperf.cli import main
+from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.graphed_step import GraphedAdam, StepGraphs
-from mnistperf.model import EpochSums, SimpleCNN
+from mnistperf.model import EpochSums, ImageClassifier, SimpleCNN
 from mnistperf.timing import EpochTimer
 
 
@@ -107,6 +109,42 @@ def test_reset_forgets_the_graphs():
     assert graphs.captures == 2 and len(graphs.graphs) == 1
 
 
+def test_the_emulation_refuses_a_graph_whose_state_was_replaced():
+    """As a real graph would read and write the old tensors, the emulated one refuses: here a new optimizer
+    (a second fit's) whose state is not the one captured."""
+    step = PlainStep()
+    graphs = StepGraphs(step, step.state, emulate=True)
+    graphs(batches([8])[0])
+    step.optimizer = GraphedAdam(step.net.parameters(), lr=1e-3)
+    with pytest.raises(RuntimeError, match="state moved or was replaced"):
+        graphs(batches([8])[0])
+    graphs.reset()
+    graphs(batches([8])[0])
+    assert graphs.captures == 2
+
+
+def test_adam_keeps_its_own_capturable_when_loading_a_checkpoint():
+    """A checkpoint from a captured step (capturable) resumed where the step runs eagerly: the saved flag
+    would make Adam capturable there (slower, and refused on a CPU); this run's flag stays."""
+    step = PlainStep()
+    step(batches([8])[0])
+    saved = step.optimizer.state_dict()
+    saved["param_groups"][0]["capturable"] = True  # as written on a GPU with the step captured
+    step.optimizer.load_state_dict(saved)
+    assert step.optimizer.param_groups[0]["capturable"] is False
+    step(batches([8])[0])  # a capturable Adam refuses parameters on a CPU
+
+
+def test_adam_is_capturable_only_where_the_step_is_captured(monkeypatch):
+    """On CUDA under DDP the whole step runs eagerly: its Adam is not capturable there."""
+    model = ImageClassifier(cuda_graph=True)
+    monkeypatch.setattr(model, "_run_device", lambda: torch.device("cuda"))
+    for graphing in (False, True):
+        model._graphing = graphing
+        optimizer = model.configure_optimizers()
+        assert isinstance(optimizer, GraphedAdam) and optimizer.param_groups[0]["capturable"] is graphing
+
+
 # ---------------------------------------------------------------- the stage, inside Lightning
 def fit(workdir: Path, *overrides: str) -> dict:
     main(["fit", "--config", str(CONFIGS / "v4_graphed.yaml"), "--trainer.enable_progress_bar", "false",
@@ -177,6 +215,21 @@ def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(tin
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
 
 
+def test_a_second_fit_of_the_same_module_captures_again(tiny_data, monkeypatch):
+    """A second fit builds a new optimizer (and Lightning's teardown moved the module between them): the
+    graphs of the first fit are gone, the second captures its own, and it trains."""
+    monkeypatch.setattr("mnistperf.model.StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
+    monkeypatch.setattr("mnistperf.model.ImageClassifier.configure_model", graphing_on_cpu)
+    model = ImageClassifier(cuda_graph=True)
+    data = MNISTDataModule(data_dir=str(tiny_data), pipeline="resident", batch_size=40)
+    for fits in (1, 2):
+        trainer = Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
+                          enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(model, data)
+        assert model.graphs.captures == 2 * fits and trainer.global_step == 6
+        assert not model.graphs.graphs  # none outlives the fit
+
+
 def graphing_on_cpu(module) -> None:
     """configure_model as on a single CUDA device: the module takes its graph path (emulated on a CPU)."""
     module._graphing = True
@@ -198,19 +251,45 @@ def test_compile_and_cuda_graph_together_are_refused(tiny_data, capsys):
     assert "model.compile and model.cuda_graph both capture the step" in capsys.readouterr().err
 
 
+# ---------------------------------------------------------------- bf16: graphed and eager steps agree
+def run_autocast(step: PlainStep, runner, data, device: str) -> list[float]:
+    """``run`` with bf16 autocast entered per step, as Lightning's precision does: autocast's weight cache
+    lives as long as its region, so one region around every step would reuse the first step's bf16 weights."""
+    losses = []
+    for batch in data:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            runner(batch)
+        losses.append(float(step.loss))
+    return losses
+
+
+# Two summation orders of the same bf16 steps (channels_last or not, on a CPU) part by at most 1.1e-4 in 20
+# steps' losses; a warm-up left in the weights parts them by 0.14, one autocast region around all 20 eager
+# steps by 0.03.
+BF16_LOSS_TOLERANCE = 5e-3
+
+
+def test_emulated_graphs_under_bf16_give_the_losses_of_eager_steps():
+    data = batches([64] * 19 + [24])
+    eager = PlainStep()
+    graphed = PlainStep()
+    graphs = StepGraphs(graphed, graphed.state, emulate=True)
+    assert run_autocast(graphed, graphs, data, "cpu") == run_autocast(eager, eager, data, "cpu")
+
+
 # ---------------------------------------------------------------- CUDA only
 @pytest.mark.cuda
 def test_graphed_steps_give_the_losses_of_eager_steps():
-    """The first 20 graphed steps from the same initial weights, bf16 autocast: the same losses within bf16's precision."""
+    """The first 20 graphed steps from the same initial weights, bf16 autocast per step in both: the same
+    losses up to the order of the GPU's sums."""
     data = batches([64] * 19 + [24], device="cuda")
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        eager = PlainStep("cuda")
-        eager_losses = run(eager, eager, data)
-        graphed = PlainStep("cuda")
-        graphs = StepGraphs(graphed, graphed.state)
-        graphed_losses = run(graphed, graphs, data)
+    eager = PlainStep("cuda")
+    eager_losses = run_autocast(eager, eager, data, "cuda")
+    graphed = PlainStep("cuda")
+    graphs = StepGraphs(graphed, graphed.state)
+    graphed_losses = run_autocast(graphed, graphs, data, "cuda")
     assert graphs.captures == 2 and len(graphed_losses) == 20
-    assert graphed_losses == pytest.approx(eager_losses, rel=2e-2, abs=2e-2)
+    assert graphed_losses == pytest.approx(eager_losses, rel=0, abs=BF16_LOSS_TOLERANCE)
     assert graphed.sums.totals[2] == eager.sums.totals[2] == sum(64 for _ in range(19)) + 24
 
 
@@ -233,13 +312,19 @@ def test_resume_captures_again_after_loading(tiny_data, captures):
 
 @pytest.mark.cuda
 @pytest.mark.realdata
-def test_graphed_accuracy_is_within_half_a_point_of_v2_pinned(shared_datasets, tmp_path, monkeypatch):
-    """FashionMNIST, 5 epochs each: the graphed stage learns what the pre-tensorized one does."""
+def test_the_graphed_stage_learns_what_the_same_stage_run_eagerly_does(shared_datasets, tmp_path, monkeypatch):
+    """FashionMNIST, 5 epochs: v4_graphed against itself with model.cuda_graph false and one batch per step (the
+    same initial weights, data order and bf16 precision), so only a fault of the graph parts them, not a seed.
+    The GPU's sums run in no fixed order, so the two runs part slowly: after one epoch (118 steps) the test loss
+    agrees within 1 % (a fault in the step, such as a warm-up left in or a stale buffer, moves it further);
+    after five the accuracy within a point (three seeds span 1.25: docs/results/cpu-2core-accuracy-seeds)."""
     monkeypatch.chdir(tmp_path)
-    accuracy = {}
-    for stage in ("v2_pinned", "v4_graphed"):
-        main(["fit", "--config", str(CONFIGS / f"{stage}.yaml"), "--data.source_root", str(shared_datasets),
-              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"])
-        summary = json.loads(next((tmp_path / "lightning_logs" / stage).glob("version_0/timing.json")).read_text())
-        accuracy[stage] = summary["final_val_acc"]  # val_source is the test split in both configs
-    assert abs(accuracy["v4_graphed"] - accuracy["v2_pinned"]) <= 0.005, accuracy
+    runs = []
+    for version, overrides in enumerate(((), ("--model.cuda_graph", "false", "--data.batches_per_step", "1"))):
+        main(["fit", "--config", str(CONFIGS / "v4_graphed.yaml"), "--data.source_root", str(shared_datasets),
+              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *overrides])
+        runs.append(json.loads((tmp_path / f"lightning_logs/v4_graphed/version_{version}/timing.json").read_text()))
+    graphed, eager = runs
+    assert graphed["precision"] == eager["precision"] and len(graphed["epochs"]) == len(eager["epochs"]) == 5
+    assert graphed["epochs"][0]["val/loss"] == pytest.approx(eager["epochs"][0]["val/loss"], rel=0.01), runs
+    assert abs(graphed["final_val_acc"] - eager["final_val_acc"]) <= 0.01, runs

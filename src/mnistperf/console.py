@@ -1,9 +1,10 @@
 """What a run prints before its figures: the device line first, and nothing alarming that is not ours.
 
-Every command starts with one line naming its device. Library messages that are true but not useful here
-(Lightning's tips and its ``log_every_n_steps`` warning, a deprecation inside Lightning, torch's warning
-about more workers than cores, which becomes one line of ours) are calmed at their source; everything else
-stays visible. See docs/timing.md#where-the-figures-go.
+Every command starts with one line naming its device and the precision it runs. Library messages that are
+true but not useful here (Lightning's tips, its ``log_every_n_steps`` warning and its Tensor Cores hint, which
+the device line answers; a deprecation inside Lightning; torch's warning about more workers than cores, which
+becomes one line of ours) are calmed at their source; everything else stays visible. See
+docs/timing.md#where-the-figures-go.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import warnings
 
 import torch
 
-from mnistperf.machine import describe_device
+from mnistperf.machine import describe_device, has_tf32_tensor_cores
 
 # (category, message regex) of warnings that are not the user's to act on, or that the lab answers itself.
 CALMED_WARNINGS = (
@@ -22,11 +23,14 @@ CALMED_WARNINGS = (
     (Warning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
 )
 LIGHTNING_RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+# Fragments of Lightning's rank-zero messages that are dropped: its tips, and its Tensor Cores hint.
+DROPPED_LIGHTNING_INFO = ("Tip:", "that has Tensor Cores. To properly utilize them")
+FP32_PRECISIONS = ("32-true", "32")
 
 
 class _NoTips(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip:" not in str(record.msg)
+        return not any(fragment in str(record.msg) for fragment in DROPPED_LIGHTNING_INFO)
 
 
 def calm_library_noise() -> None:
@@ -42,3 +46,12 @@ def calm_library_noise() -> None:
 def device_line(command: str, device: torch.device, detail: str = "") -> str:
     """``mnistperf: <command> on <device>[, <detail>]``: the first line every command prints."""
     return f"mnistperf: {command} on {describe_device(device)}" + (f", {detail}" if detail else "")
+
+
+def matmul_precision_note(device: torch.device, precision: str, matmul_precision: str) -> str:
+    """The device line's ``float32 matmuls <precision>``, with the TF32 option where full-fp32 products of an
+    fp32 run go to a GPU that has tensor cores for TF32."""
+    note = f"float32 matmuls {matmul_precision}"
+    if matmul_precision == "highest" and str(precision) in FP32_PRECISIONS and has_tf32_tensor_cores(device):
+        note += " (full fp32, torch's default; --model.float32_matmul_precision high runs them as TF32)"
+    return note

@@ -22,7 +22,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
-from mnistperf.console import device_line
+from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.errors import DEBUG_ENV, ConfigError
 from mnistperf.machine import run_device
@@ -75,7 +75,7 @@ class MnistperfCLI(LightningCLI):
     """LightningCLI with the project's model and data module fixed.
 
     Before anything else it prints the device line (``mnistperf: fit on cuda:0 (...), precision
-    bf16-mixed``). A ``bf16`` trainer precision runs only where the GPU has native bf16: elsewhere
+    bf16-mixed, float32 matmuls highest``). A ``bf16`` trainer precision runs only where the GPU has native bf16: elsewhere
     (a CPU, an older GPU) it would be emulated and slower, so the run falls back to ``32-true``
     and says so on that line; timing.json records the precision that actually ran. ``validate``,
     ``test`` and ``predict`` without ``--ckpt_path`` use the newest checkpoint of the config's runs
@@ -122,8 +122,10 @@ class MnistperfCLI(LightningCLI):
         precision_note = self._resolve_precision(config)
         announce = self._announce or (subcommand if self._announce_subcommand else None)
         if announce and rank_zero_only.rank == 0:
-            print(device_line(announce, run_device(config.trainer.accelerator),
-                              f"precision {config.trainer.precision}{precision_note}"), flush=True)
+            device = run_device(config.trainer.accelerator)
+            matmuls = matmul_precision_note(device, config.trainer.precision, config.model.float32_matmul_precision)
+            print(device_line(announce, device, f"precision {config.trainer.precision}{precision_note}, {matmuls}"),
+                  flush=True)
         if subcommand:
             check_checkpoint(config.get("ckpt_path"))  # before LightningCLI reads the checkpoint's hyperparameters
         if subcommand in EVAL_COMMANDS:

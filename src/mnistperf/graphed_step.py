@@ -24,8 +24,15 @@ Batch = dict[str, torch.Tensor]
 class GraphedAdam(torch.optim.Adam):
     """Adam whose ``step(closure)`` only runs the closure; :meth:`update` is Adam's own step, for the graph.
 
-    Made ``capturable`` on CUDA (its step count lives on the device, so a replayed graph advances it).
+    ``capturable`` where a graph captures its update (its step count then lives on the device, so a replayed
+    graph advances it), and only there: capturable Adam is slower when it runs eagerly. Loading a state dict
+    keeps this run's ``capturable`` (torch would take the saved one), so a checkpoint written where the step
+    ran eagerly resumes into a captured step, and the other way round.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_load_state_dict_pre_hook(_keep_own_capturable)
 
     def step(self, closure: Optional[Callable[[], object]] = None):  # type: ignore[override]
         if closure is None:
@@ -35,6 +42,14 @@ class GraphedAdam(torch.optim.Adam):
     def update(self) -> None:
         """Adam's update of the parameters from their gradients (recorded into the graph when capturing)."""
         torch.optim.Adam.step(self)
+
+
+def _keep_own_capturable(optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
+    """A load_state_dict pre-hook: the saved groups take the optimizer's own ``capturable`` (how this run
+    steps, not what it learned), before torch places the step counts by it."""
+    groups = [{**saved, "capturable": own["capturable"]}
+              for saved, own in zip(state_dict["param_groups"], optimizer.param_groups)]
+    return {**state_dict, "param_groups": groups}
 
 
 def step_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer, *extra: torch.Tensor) -> list[torch.Tensor]:
@@ -65,8 +80,8 @@ class StepGraphs:
         warmup_steps: eager steps on a side stream before a capture (lazy initialization of
             cuDNN/cuBLAS workspaces and of the optimizer's state happens there, not in the graph).
         emulate: off CUDA, go through the same static buffers, warm-up, undo and per-shape
-            bookkeeping and "replay" by calling the step on the static buffers. For tests of the
-            logic on a CPU; nothing is faster for it.
+            bookkeeping and "replay" by calling the step on the static buffers, refusing where the
+            state has moved since the capture. For tests of the logic on a CPU; nothing is faster for it.
     """
 
     def __init__(self, step: Callable[[Batch], None], state: Callable[[], Iterable[torch.Tensor]],
@@ -79,7 +94,8 @@ class StepGraphs:
         self.captures = 0
 
     def reset(self) -> None:
-        """Forget every graph (after a checkpoint was loaded: the state the graphs point at may be new tensors)."""
+        """Forget every graph: call it whenever the state the graphs read and write may have moved or been
+        replaced (a fit's start and end, a checkpoint loaded); the next call with each shape captures again."""
         self.graphs.clear()
 
     def __call__(self, batch: Batch) -> None:
@@ -109,11 +125,22 @@ class StepGraphs:
                     self.step(inputs)
                 replay = graph.replay
             else:
-                def replay() -> None:
-                    with _autocast_without_cache(False):
-                        self.step(inputs)
+                replay = self._emulated_replay(inputs)
         self.captures += 1
         return _Captured(inputs, replay)
+
+    def _emulated_replay(self, inputs: Batch) -> Callable[[], None]:
+        """The step on the static buffers, refused as a real graph would fail (silently) where the state it was
+        captured over has moved or been replaced since: the same tensors at the same addresses, or an error."""
+        captured = [t.data_ptr() for t in self.state()]
+
+        def replay() -> None:
+            if [t.data_ptr() for t in self.state()] != captured:
+                raise RuntimeError("StepGraphs: replaying a graph whose state moved or was replaced since its "
+                                   "capture; reset() the graphs first.")
+            with _autocast_without_cache(False):
+                self.step(inputs)
+        return replay
 
     def _warm_up(self, inputs: Batch, on_cuda: bool) -> None:
         """A few eager steps on a side stream, then every tensor of the state as it was before them."""

@@ -31,3 +31,8 @@ def run_device(accelerator: str) -> torch.device:
     if accelerator in ("auto", "gpu", "mps") and getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def has_tf32_tensor_cores(device: torch.device) -> bool:
+    """Whether float32 matrix products could run as TF32 on this device's tensor cores (CUDA, Ampere or later)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8

@@ -24,6 +24,7 @@ from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
 
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+MatmulPrecision = Literal["highest", "high", "medium"]
 
 
 class EpochSums:
@@ -85,6 +86,8 @@ class ImageClassifier(LightningModule):
         fused_adam: use the fused Adam kernel (on CPU and CUDA, where torch has one; ignored elsewhere).
         cuda_graph: run the whole training step as one CUDA graph per batch shape, replayed (on a
             single CUDA device; elsewhere the same step runs eagerly, and the run says so).
+        float32_matmul_precision: ``torch.set_float32_matmul_precision`` for the run: ``highest`` (torch's
+            default: float32 matrix products in full fp32), ``high`` (TF32 on tensor cores) or ``medium``.
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class ImageClassifier(LightningModule):
         channels_last: bool = False,
         fused_adam: bool = False,
         cuda_graph: bool = False,
+        float32_matmul_precision: MatmulPrecision = "highest",
     ):
         super().__init__()
         if compile_mode is not None and not compile:
@@ -120,6 +124,7 @@ class ImageClassifier(LightningModule):
         hp = self.hparams
         device = self._run_device()
         on_cuda = device.type == "cuda"
+        torch.set_float32_matmul_precision(hp.float32_matmul_precision)  # set every run, the default too
         if hp.cuda_graph:
             world_size = self._trainer.world_size if self._trainer is not None else 1
             self._graphing = on_cuda and world_size == 1
@@ -172,6 +177,12 @@ class ImageClassifier(LightningModule):
         sums = [self.sums["train"].totals] if "train" in self.sums else []
         return step_state(self, self.optimizers().optimizer, *sums)
 
+    def on_fit_start(self) -> None:
+        self.graphs.reset()  # a fit builds a new optimizer, and may have moved the module since the last one
+
+    def on_fit_end(self) -> None:
+        self.graphs.reset()  # Lightning's teardown has just moved the module and Adam's state to the CPU
+
     def on_load_checkpoint(self, checkpoint) -> None:
         self.graphs.reset()  # the optimizer's state is about to be new tensors: capture again
 
@@ -200,7 +211,8 @@ class ImageClassifier(LightningModule):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph)
+        return adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph,
+                    capturable=self._graphing)
 
 
 def optimizer_steps(optimizer, batch: dict[str, torch.Tensor], run: Callable[[dict[str, torch.Tensor]], None]) -> None:
@@ -260,10 +272,17 @@ class StandaloneStep:
             self.sums.add(loss, logits, batch["label"])
 
 
-def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False) -> torch.optim.Adam:
-    """The stages' optimizer: Adam, fused where asked and torch has the kernel; for a graphed step a
-    :class:`GraphedAdam`, capturable on CUDA (its step count lives on the device, where a replay advances it)."""
+def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False,
+         capturable: bool = True) -> torch.optim.Adam:
+    """The stages' optimizer: Adam, fused where asked and torch has the kernel; for the whole-step module
+    (``cuda_graph``) a :class:`GraphedAdam`.
+
+    Args:
+        graphed: a :class:`GraphedAdam`, whose update runs inside the whole step.
+        capturable: whether a graph captures its update; Adam is then capturable on CUDA (its step count
+            lives on the device, where a replay advances it), and only then: eagerly, capturable is slower.
+    """
     fused = (fused_adam and device.type in FUSED_ADAM_DEVICES) or None
     if graphed:
-        return GraphedAdam(params, lr=lr, fused=fused, capturable=device.type == "cuda")
+        return GraphedAdam(params, lr=lr, fused=fused, capturable=capturable and device.type == "cuda")
     return torch.optim.Adam(params, lr=lr, fused=fused)

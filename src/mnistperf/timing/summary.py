@@ -150,6 +150,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu_affinity": usable_cpus(),
         "versions": versions,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "peak_rss_mb": peak_rss_mb(),
         "peak_device_mb": peak_device_mb(device),
     }

@@ -1,0 +1,159 @@
+"""What ``scripts/gpu-check`` needs, checked in seconds before it spends minutes on a GPU.
+
+Each missing piece is one line on stderr naming its fix, and costs only the parts (and the fast
+bench's stages) that need it; the rest still run. On stdout, for the script: the parts that can
+run and the stages to leave out of the fast bench, as two comma-separated words (``-`` for none).
+Exit status: 0 when everything asked for can run, 1 when some of it cannot, 2 when nothing can.
+
+    python -m mnistperf.gpu_preflight --parts tests,fast,graph,compiled,v1 [--source-root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+PARTS = ("tests", "fast", "graph", "compiled", "v1")
+DATA_PARTS = ("fast", "graph", "compiled", "v1")  # every bench trains on FashionMNIST; the tests make their own data
+DATA_DIR = Path("data")
+DATASET = "fashion_mnist"
+
+
+@dataclass(frozen=True)
+class Need:
+    """One thing the check needs, the parts and fast-bench stages that need it, and how to look for it.
+
+    Args:
+        name: what it is, for the summary line.
+        parts: the parts that cannot run without it.
+        stages: the stages of the fast bench that cannot run without it (the rest of that bench still can).
+        problem: None when present, else the one line naming what is missing and its fix.
+    """
+
+    name: str
+    parts: tuple[str, ...]
+    stages: tuple[str, ...]
+    problem: Callable[[Optional[str]], Optional[str]]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
+
+
+def jsonargparse_problem(source_root: Optional[str]) -> Optional[str]:
+    from lightning.pytorch.cli import _JSONARGPARSE_SIGNATURES_AVAILABLE as available
+
+    if available:
+        return None
+    return (f"LightningCLI cannot run ({available}); every part trains through it: "
+            "pip install 'jsonargparse[signatures]'")
+
+
+def pytest_problem(source_root: Optional[str]) -> Optional[str]:
+    try:
+        import pytest  # noqa: F401
+    except ImportError as exc:
+        return f"pytest does not import ({_first_line(exc)}): pip install pytest"
+    return None
+
+
+def compile_problem(source_root: Optional[str]) -> Optional[str]:
+    import torch
+
+    try:
+        torch.compile(lambda x: torch.sin(x) + 1)(torch.ones(8, device="cuda"))
+        torch.cuda.synchronize()
+    except Exception as exc:  # a missing compiler or header surfaces as whatever Triton's build raises
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        return (f"torch.compile cannot build a kernel on the GPU ({_first_line(exc)}); Triton needs a C compiler "
+                f"and Python's headers: apt-get install gcc python{version}-dev (or set CC to a compiler)")
+    return None
+
+
+def litdata_problem(source_root: Optional[str]) -> Optional[str]:
+    try:
+        import litdata  # noqa: F401
+    except ImportError as exc:
+        return f"litdata does not import ({_first_line(exc)}): pip install 'mnistperf[litdata]'"
+    return None
+
+
+def data_problem(source_root: Optional[str]) -> Optional[str]:
+    """None when FashionMNIST is prepared in data/, or when its official files lie where prepare looks first
+    (``--source-root``, the system's datasets folder, an earlier download): prepare then needs no network."""
+    from mnistperf.data.ingest import prepare, sources
+    from mnistperf.errors import DataError
+
+    if all(prepare.is_ready(prepare.split_path(DATA_DIR, DATASET, split)) for split in prepare.SPLITS):
+        return None
+    spec = sources.DATASETS[DATASET]
+    try:
+        folders = sources.candidate_dirs(spec, source_root, DATA_DIR / spec.folder / "raw", option="--source-root")
+    except DataError as exc:
+        return str(exc)
+    names = [raw.name for pair in spec.splits.values() for raw in pair]
+    missing = [name for name in names if not any((folder / name).is_file() for folder in folders)]
+    if not missing:
+        return None
+    return (f"no {spec.folder} in {DATA_DIR}/ and {missing[0]} not in {', '.join(map(str, folders))}: pass "
+            f"--source-root DIR (the folder holding {spec.source_folder}/ with the official .gz files), or copy "
+            f"{DATA_DIR}/{spec.folder}/ from a machine where `python -m mnistperf prepare` ran")
+
+
+NEEDS = (
+    Need("jsonargparse", PARTS, (), jsonargparse_problem),
+    Need("pytest", ("tests",), (), pytest_problem),
+    Need("data", DATA_PARTS, (), data_problem),
+    Need("torch.compile", ("compiled",), ("v3_compiled",), compile_problem),
+    Need("litdata", (), ("streaming_litdata",), litdata_problem),
+)
+
+
+def plan(parts: Sequence[str], source_root: Optional[str] = None,
+         needs: Sequence[Need] = NEEDS) -> tuple[list[str], list[str], list[str]]:
+    """(parts that can run, fast-bench stages to leave out, one line per missing piece). A piece no asked
+    part needs is not looked for."""
+    runnable, dropped, lines = list(parts), [], []
+    for need in needs:
+        wanted = [part for part in need.parts if part in runnable]
+        if not wanted and not (need.stages and "fast" in runnable):
+            continue
+        problem = need.problem(source_root)
+        if problem is None:
+            continue
+        runnable = [part for part in runnable if part not in need.parts]
+        dropped += [stage for stage in need.stages if "fast" in runnable]
+        cost = ", ".join([*(f"part {p}" for p in wanted), *(f"stage {s} of fast" for s in need.stages
+                                                             if "fast" in runnable)])
+        lines.append(f"gpu-check: {problem}. Skipped: {cost}.")
+    return runnable, dropped, lines
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Check, print the lines and the plan; the exit status (0, 1 or 2) as the module docstring says."""
+    parser = argparse.ArgumentParser(prog="python -m mnistperf.gpu_preflight", description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--source-root", default=None)
+    opts = parser.parse_args(argv)
+    asked = [part for part in opts.parts.split(",") if part]
+    unknown = [part for part in asked if part not in PARTS]
+    if unknown:
+        print(f"gpu-check: --parts {unknown[0]}: no such part; choose from {','.join(PARTS)}.", file=sys.stderr)
+        return 2
+    runnable, dropped, lines = plan(asked, opts.source_root)
+    for line in lines:
+        print(line, file=sys.stderr)
+    print(",".join(runnable) or "-", ",".join(dropped) or "-")
+    if not runnable:
+        print("gpu-check: nothing asked for can run here; fix the lines above first.", file=sys.stderr)
+        return 2
+    return 1 if lines else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

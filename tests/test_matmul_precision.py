@@ -1,0 +1,70 @@
+"""The float32 matmul precision is the run's decision, stated: set by the model option, on the device line and in
+timing.json, with Lightning's Tensor Cores hint answered by the lab's own words where it applies."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+from conftest import CONFIGS
+from lightning.fabric.accelerators import cuda as lightning_cuda
+
+from mnistperf import console
+from mnistperf.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _torch_default_after():
+    yield
+    torch.set_float32_matmul_precision("highest")
+
+
+def fit_summary(workdir, capsys, *overrides: str) -> tuple[str, dict]:
+    main(["fit", "--config", str(CONFIGS / "v3_resident.yaml"), "--trainer.max_epochs", "1",
+          "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *overrides])
+    runs = sorted((workdir / "lightning_logs" / "v3_resident").glob("version_*/timing.json"))
+    return capsys.readouterr().out.splitlines()[0], json.loads(runs[-1].read_text())
+
+
+def test_the_run_sets_says_and_records_its_float32_matmul_precision(tiny_data, monkeypatch, capsys):
+    monkeypatch.chdir(tiny_data.parent)
+    line, summary = fit_summary(tiny_data.parent, capsys, "--model.float32_matmul_precision", "high")
+    assert line.endswith("precision 32-true, float32 matmuls high"), line
+    assert summary["float32_matmul_precision"] == "high"
+    line, summary = fit_summary(tiny_data.parent, capsys)  # a published stage: torch's default, set again
+    assert line.endswith("float32 matmuls highest") and summary["float32_matmul_precision"] == "highest"
+
+
+def test_a_wrong_precision_is_refused_in_one_line(tiny_data, monkeypatch, capsys):
+    monkeypatch.chdir(tiny_data.parent)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "v3_resident.yaml"), "--model.float32_matmul_precision", "tf32"])
+    assert exit_info.value.code == 2
+    assert "float32_matmul_precision" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tensor_cores,precision,matmuls,hint", [
+    (True, "32-true", "highest", True),  # full fp32 products on a GPU that could run them as TF32
+    (True, "bf16-mixed", "highest", False),  # autocast runs the products in bf16
+    (True, "32-true", "high", False),  # already TF32
+    (False, "32-true", "highest", False),  # a CPU, or a GPU older than Ampere
+])
+def test_the_tf32_option_is_named_only_where_it_would_change_something(monkeypatch, tensor_cores, precision,
+                                                                         matmuls, hint):
+    monkeypatch.setattr(console, "has_tf32_tensor_cores", lambda device: tensor_cores)
+    note = console.matmul_precision_note(torch.device("cuda", 0), precision, matmuls)
+    assert note.startswith(f"float32 matmuls {matmuls}")
+    assert ("--model.float32_matmul_precision high" in note) is hint
+
+
+def test_lightnings_tensor_cores_hint_is_not_printed(monkeypatch, caplog):
+    """Lightning's own check, run as on an H100 at torch's default precision: the device line speaks instead."""
+    monkeypatch.setattr(lightning_cuda.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(lightning_cuda, "_is_ampere_or_later", lambda device=None: True)
+    monkeypatch.setattr(lightning_cuda.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100")
+    console.calm_library_noise()
+    with caplog.at_level(logging.INFO):
+        lightning_cuda._check_cuda_matmul_precision(torch.device("cuda", 0))
+    assert "Tensor Cores" not in caplog.text

@@ -95,6 +95,20 @@ def test_an_optimizer_state_of_another_kind_starts_a_fresh_optimizer(workdir, v2
     assert all(float(s["step"]) == 3 for s in state.values())  # one epoch of Adam, from nothing
 
 
+def test_a_checkpoint_that_does_not_record_its_precision_is_not_said_to_differ(caplog):
+    """Checkpoints written before the precision was recorded, with the run's own model settings: nothing to say."""
+    from types import SimpleNamespace
+
+    module = ImageClassifier()
+    module._trainer = SimpleNamespace(precision="32-true", logger=SimpleNamespace(name="v2_pinned"))
+    module.on_load_checkpoint({"state_dict": ImageClassifier().state_dict(), "hyper_parameters": dict(module.hparams)})
+    module.on_load_checkpoint({"state_dict": ImageClassifier().state_dict(), "mnistperf_precision": "bf16-mixed",
+                               "hyper_parameters": {**module.hparams, "lr": 0.01}})
+    assert "checkpoint trained with" in caplog.text and caplog.text.count("checkpoint trained with") == 1
+    assert "trained with trainer.precision bf16-mixed, model.lr 0.01; running v2_pinned's trainer.precision " \
+           "32-true, model.lr 0.001" in caplog.text
+
+
 # ---------------------------------------------------------------- any checkpoint on any device
 def as_a_gpu_writes_it(checkpoint: dict, compiled: bool, capturable: bool) -> dict:
     """A CPU checkpoint made into what a GPU run writes: torch.compile's key names, capturable (and fused) Adam

@@ -197,8 +197,8 @@ class ImageClassifier(LightningModule):
         changed = differences(checkpoint.get("hyper_parameters", {}), self.hparams, "model.")
         stage = None
         if self._trainer is not None:
-            run = {"precision": str(self._trainer.precision)}
-            changed = differences({"precision": checkpoint.get(PRECISION_KEY)}, run, "trainer.") + changed
+            saved = {"precision": checkpoint[PRECISION_KEY]} if PRECISION_KEY in checkpoint else {}
+            changed = differences(saved, {"precision": str(self._trainer.precision)}, "trainer.") + changed
             stage = self._trainer.logger.name if self._trainer.logger is not None else None
         line = differences_line(changed, stage)
         if line is not None:

@@ -31,7 +31,8 @@ def run(command: str, stage: str, *overrides: str) -> None:
 
 
 def newest(workdir: Path, stage: str) -> Path:
-    return max((workdir / "lightning_logs" / stage).glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+    found = (workdir / "lightning_logs" / stage).glob("version_*/checkpoints/*.ckpt")
+    return max(found, key=lambda p: p.stat().st_mtime)
 
 
 @pytest.fixture
@@ -65,7 +66,7 @@ def test_the_command_line_wins_over_the_checkpoint(workdir, v2_checkpoint, seen_
         in caplog.text
 
 
-def test_resuming_into_another_stage_trains_that_stage_from_where_the_checkpoint_stopped(workdir, v2_checkpoint, caplog):
+def test_resuming_into_another_stage_trains_that_stage_from_where_it_stopped(workdir, v2_checkpoint, caplog):
     """v2_pinned (automatic optimization) to v4_graphed (the whole step, 8 batches per Lightning step): the config's
     cuda_graph and batches_per_step hold, Adam's state carries over, and the optimizer steps go on counting."""
     run("fit", "v4_graphed", "--trainer.max_epochs", "2", "--ckpt_path", str(v2_checkpoint))
@@ -114,7 +115,8 @@ def as_a_gpu_writes_it(checkpoint: dict, compiled: bool, capturable: bool) -> di
     """A CPU checkpoint made into what a GPU run writes: torch.compile's key names, capturable (and fused) Adam
     whose step counts are float32 tensors (on the device, mapped to the CPU when Lightning loads them)."""
     if compiled:
-        checkpoint["state_dict"] = {k.replace("net.", "net._orig_mod.", 1): v for k, v in checkpoint["state_dict"].items()}
+        weights = checkpoint["state_dict"]
+        checkpoint["state_dict"] = {k.replace("net.", "net._orig_mod.", 1): v for k, v in weights.items()}
     if capturable:
         optimizer = checkpoint["optimizer_states"][0]
         for group in optimizer["param_groups"]:

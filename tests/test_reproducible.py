@@ -16,7 +16,6 @@ from conftest import CONFIGS
 from mnistperf.cli import main
 
 
-
 @pytest.fixture
 def workdir(tiny_data, monkeypatch) -> Path:
     monkeypatch.chdir(tiny_data.parent)
@@ -32,7 +31,8 @@ def trained(workdir: Path, stage: str, *overrides: str, epochs: int = 2) -> dict
 
 
 def newest(workdir: Path, stage: str) -> Path:
-    return max((workdir / "lightning_logs" / stage).glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+    found = (workdir / "lightning_logs" / stage).glob("version_*/checkpoints/*.ckpt")
+    return max(found, key=lambda p: p.stat().st_mtime)
 
 
 def assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:

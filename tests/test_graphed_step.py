@@ -123,18 +123,6 @@ def test_the_emulation_refuses_a_graph_whose_state_was_replaced():
     assert graphs.captures == 2
 
 
-def test_adam_keeps_its_own_capturable_when_loading_a_checkpoint():
-    """A checkpoint from a captured step (capturable) resumed where the step runs eagerly: the saved flag
-    would make Adam capturable there (slower, and refused on a CPU); this run's flag stays."""
-    step = PlainStep()
-    step(batches([8])[0])
-    saved = step.optimizer.state_dict()
-    saved["param_groups"][0]["capturable"] = True  # as written on a GPU with the step captured
-    step.optimizer.load_state_dict(saved)
-    assert step.optimizer.param_groups[0]["capturable"] is False
-    step(batches([8])[0])  # a capturable Adam refuses parameters on a CPU
-
-
 def test_adam_is_capturable_only_where_the_step_is_captured(monkeypatch):
     """On CUDA under DDP the whole step runs eagerly: its Adam is not capturable there."""
     model = ImageClassifier(cuda_graph=True)

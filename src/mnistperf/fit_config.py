@@ -127,13 +127,18 @@ class MnistperfCLI(LightningCLI):
             print(device_line(announce, device, f"precision {config.trainer.precision}{precision_note}, {matmuls}"),
                   flush=True)
         if subcommand:
-            check_checkpoint(config.get("ckpt_path"))  # before LightningCLI reads the checkpoint's hyperparameters
+            check_checkpoint(config.get("ckpt_path"))  # one line, before Lightning loads it
         if subcommand in EVAL_COMMANDS:
             # Evaluating restores the checkpoint callback's state too, and Lightning warns that the new run's
             # folder differs from the training run's: true, and nothing to act on when only evaluating.
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
             if config.get("ckpt_path") is None:
                 config.ckpt_path = str(newest_checkpoint(subcommand, config))
+
+    def _parse_ckpt_path(self) -> None:
+        """Leave the model's settings to the config and the command line: LightningCLI would replace them with the
+        checkpoint's hyperparameters. The checkpoint brings weights, optimizer state and the loop's position, and
+        the module names the settings it was trained with that differ (:meth:`ImageClassifier.on_load_checkpoint`)."""
 
     @staticmethod
     def _resolve_precision(config) -> str:

@@ -25,14 +25,9 @@ class GraphedAdam(torch.optim.Adam):
     """Adam whose ``step(closure)`` only runs the closure; :meth:`update` is Adam's own step, for the graph.
 
     ``capturable`` where a graph captures its update (its step count then lives on the device, so a replayed
-    graph advances it), and only there: capturable Adam is slower when it runs eagerly. Loading a state dict
-    keeps this run's ``capturable`` (torch would take the saved one), so a checkpoint written where the step
-    ran eagerly resumes into a captured step, and the other way round.
+    graph advances it), and only there: capturable Adam is slower when it runs eagerly. A checkpoint's flags
+    give way to the run's (:func:`mnistperf.checkpoint.follow_the_run`).
     """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.register_load_state_dict_pre_hook(_keep_own_capturable)
 
     def step(self, closure: Optional[Callable[[], object]] = None):  # type: ignore[override]
         if closure is None:
@@ -42,14 +37,6 @@ class GraphedAdam(torch.optim.Adam):
     def update(self) -> None:
         """Adam's update of the parameters from their gradients (recorded into the graph when capturing)."""
         torch.optim.Adam.step(self)
-
-
-def _keep_own_capturable(optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
-    """A load_state_dict pre-hook: the saved groups take the optimizer's own ``capturable`` (how this run
-    steps, not what it learned), before torch places the step counts by it."""
-    groups = [{**saved, "capturable": own["capturable"]}
-              for saved, own in zip(state_dict["param_groups"], optimizer.param_groups)]
-    return {**state_dict, "param_groups": groups}
 
 
 def step_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer, *extra: torch.Tensor) -> list[torch.Tensor]:

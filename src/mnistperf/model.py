@@ -17,12 +17,14 @@ from lightning import LightningModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
+from mnistperf.checkpoint import carry_step_count, differences, differences_line, follow_the_run, keys_for, plain_keys
 from mnistperf.data.pipelines.base import step_batches
 from mnistperf.data.schema import NUM_CLASSES
 from mnistperf.errors import ConfigError
 from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
 
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
+PRECISION_KEY = "mnistperf_precision"  # the trainer precision a checkpoint was trained in
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 MatmulPrecision = Literal["highest", "high", "medium"]
 
@@ -183,7 +185,26 @@ class ImageClassifier(LightningModule):
     def on_fit_end(self) -> None:
         self.graphs.reset()  # Lightning's teardown has just moved the module and Adam's state to the CPU
 
-    def on_load_checkpoint(self, checkpoint) -> None:
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Plain key names (compiled or not, the network is the same) and the precision the run trained in."""
+        checkpoint["state_dict"] = plain_keys(checkpoint["state_dict"])
+        if self._trainer is not None:
+            checkpoint[PRECISION_KEY] = str(self._trainer.precision)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """The checkpoint's weights under this module's key names; its settings, where they differ from the run's
+        (which win), named in one line."""
+        checkpoint["state_dict"] = keys_for(self, checkpoint["state_dict"])
+        carry_step_count(checkpoint, self.automatic_optimization)
+        changed = differences(checkpoint.get("hyper_parameters", {}), self.hparams, "model.")
+        stage = None
+        if self._trainer is not None:
+            saved = {"precision": checkpoint[PRECISION_KEY]} if PRECISION_KEY in checkpoint else {}
+            changed = differences(saved, {"precision": str(self._trainer.precision)}, "trainer.") + changed
+            stage = self._trainer.logger.name if self._trainer.logger is not None else None
+        line = differences_line(changed, stage)
+        if line is not None:
+            rank_zero_info(line)
         self.graphs.reset()  # the optimizer's state is about to be new tensors: capture again
 
     def training_step(self, batch, batch_idx):
@@ -211,8 +232,9 @@ class ImageClassifier(LightningModule):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph,
-                    capturable=self._graphing)
+        optimizer = adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph,
+                         capturable=self._graphing)
+        return follow_the_run(optimizer)
 
 
 def optimizer_steps(optimizer, batch: dict[str, torch.Tensor], run: Callable[[dict[str, torch.Tensor]], None]) -> None:

@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
 from mnistperf.timing.fetch_clock import FetchClock
@@ -114,6 +115,7 @@ class EpochTimer(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._device = pl_module.device
         self.epochs = []
+        self.summary_path = None
         self.busy_window = {"share": None} if self._device.type == "cuda" else None
         self._fetch = FetchClock(trainer.profiler)
         trainer.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
@@ -207,10 +209,25 @@ class EpochTimer(Callback):
         if not self.epochs:
             return
         folder = Path(trainer.log_dir or trainer.default_root_dir)  # a collective under DDP: every rank asks
-        if not trainer.is_global_zero:
+        if trainer.is_global_zero:
+            self._report(trainer, folder, interrupted=False)
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        """A fit stopped early (Ctrl-C, an error): the finished epochs are still reported, marked interrupted."""
+        if trainer.state.fn != TrainerFn.FITTING or not self.epochs or self.summary_path is not None:
             return
-        summary = self.summary(trainer)
+        if trainer.is_global_zero:  # trainer.log_dir's folder without its collective: the other ranks may be gone
+            logger = trainer.logger
+            folder = trainer.default_root_dir if logger is None else \
+                logger.log_dir if isinstance(logger, (TensorBoardLogger, CSVLogger)) else logger.save_dir
+            self._report(trainer, Path(folder or trainer.default_root_dir), interrupted=True)
+
+    def _report(self, trainer: Trainer, folder: Path, interrupted: bool) -> None:
+        """Print the summary once and write it atomically to ``folder``/timing.json."""
+        summary = {**self.summary(trainer), "interrupted": interrupted}
         print(format_summary(summary), flush=True)
+        if interrupted:
+            print(f"Interrupted: the figures cover the {len(self.epochs)} finished epoch(s)", flush=True)
         self.summary_path = folder / self.summary_file
         write_summary(summary, self.summary_path)
         print(f"timing summary written to {self.summary_path}", flush=True)

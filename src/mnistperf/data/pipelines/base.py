@@ -3,7 +3,7 @@
 Each pipeline (``v1``, ``v2``, ``resident``, ``stream``, ``litdata``) is one small subclass in
 its own module; the DataModule looks the class up by name in its registry and never branches
 on the name. What they all share lives here too: the batch format (:func:`normalize`), the
-seeded validation split, and the rule for pinning. A pipeline gets the DataModule's options once, and at setup/loader time the
+seeded validation split, the training order of every epoch (:func:`epoch_order`), and the rule for pinning. A pipeline gets the DataModule's options once, and at setup/loader time the
 :class:`Placement` (training device, rank, world size) that only the trainer knows.
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Sized
 
 import torch
+from torch.utils.data import RandomSampler
 
 from mnistperf.errors import ConfigError
 
@@ -124,3 +125,36 @@ def seeded_split(n: int, fraction: float, seed: int) -> tuple[torch.Tensor, torc
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     n_val = max(1, int(round(n * fraction)))
     return order[n_val:].sort().values, order[:n_val].sort().values
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The training order of one epoch: a permutation of n rows drawn on the CPU from ``seed + epoch`` alone
+    (as ``DistributedSampler`` draws its own), so that every pipeline, every device and a resumed run draw
+    the same one, whatever else used the random number generators before."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
+
+
+class EpochShuffle(RandomSampler):
+    """A DataLoader's shuffle in :func:`epoch_order`: Lightning hands it the epoch (``set_epoch``) before each
+    training epoch, and a loop without Lightning gets the next epoch's order at each pass.
+
+    Args:
+        data_source: the dataset; only its length is read.
+        seed: the seed of every epoch's order (``data.seed``).
+    """
+
+    def __init__(self, data_source: Sized, seed: int):
+        super().__init__(data_source)
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def order(self) -> torch.Tensor:
+        """This pass's order, as a tensor on the CPU; the next pass draws the next epoch's."""
+        order = epoch_order(len(self.data_source), self.seed, self.epoch)
+        self.epoch += 1
+        return order
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order().tolist())

@@ -3,7 +3,7 @@
 v1 (:mod:`.pandas_rows`) and v2 (:mod:`.tensors`) differ only in their dataset class, which is
 the point of the reference's comparison. Both return identical items, bit for bit:
 ``{"image": float32 [1, 28, 28] in 0..1, "label": int64}``, with label -1 for a file that has no
-label column.
+label column. The training order of every epoch is :func:`~.base.epoch_order`'s, as the resident pipeline's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from torch.utils.data import Dataset, Subset
 
 from mnistperf.data import schema
-from mnistperf.data.pipelines.base import Pipeline, Placement, seeded_split
+from mnistperf.data.pipelines.base import EpochShuffle, Pipeline, Placement, seeded_split
 from mnistperf.data.pipelines.workers import WorkerLoader
 
 
@@ -31,5 +31,6 @@ class MapStylePipeline(Pipeline):
 
     def loader(self, data: Dataset, train: bool, place: Placement) -> WorkerLoader:
         shuffle, drop_last = self.order(train)
-        return WorkerLoader(data, batch_size=self.options.batch_size, shuffle=shuffle, drop_last=drop_last,
+        sampler = EpochShuffle(data, self.options.seed) if shuffle else None
+        return WorkerLoader(data, batch_size=self.options.batch_size, sampler=sampler, drop_last=drop_last,
                             **self.worker_options(place))

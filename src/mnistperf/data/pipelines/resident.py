@@ -1,7 +1,8 @@
 """Batches drawn from a split that lives entirely on the training device.
 
-The split is kept as uint8 (about 47 MB for 60,000 images), shuffled every epoch with a
-seeded ``randperm`` on the device, sliced into batches and normalized there: no worker
+The split is kept as uint8 (about 47 MB for 60,000 images), shuffled every epoch in the order
+the DataLoader pipelines draw (:func:`~.base.epoch_order`: drawn on the CPU, a copy of 8 bytes
+per row to the device), sliced into batches and normalized there: no worker
 processes, no per-item Python, no host-to-device copy per step. Under DDP each rank takes
 its own disjoint share of the permutation, exactly as ``DistributedSampler`` would.
 
@@ -22,9 +23,10 @@ from typing import Iterator
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import SequentialSampler
 
 from mnistperf.data import schema
-from mnistperf.data.pipelines.base import Pipeline, Placement, normalize, seeded_split
+from mnistperf.data.pipelines.base import EpochShuffle, Pipeline, Placement, normalize, seeded_split
 
 Tensors = tuple[torch.Tensor, torch.Tensor]
 
@@ -48,8 +50,10 @@ class ResidentBatches:
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.rank, self.world_size = rank, world_size
         self.batches_per_step = batches_per_step
-        self.epoch = 0  # advanced by every pass; seeds that pass's permutation
         n = len(labels)
+        # As a DataLoader's: Lightning hands the epoch to sampler.set_epoch before each training epoch.
+        self.sampler = EpochShuffle(range(n), seed) if shuffle else SequentialSampler(range(n))
+        self.batch_sampler = None
         # DistributedSampler's arithmetic: pad up to a multiple of world_size, then stride by rank.
         self.samples_per_rank = math.ceil(n / world_size)
 
@@ -66,11 +70,11 @@ class ResidentBatches:
         return len(self._spans())
 
     def indices(self) -> torch.Tensor:
-        """This rank's sample indices for the current epoch, on the device."""
+        """This rank's sample indices for this pass, on the device (a shuffled loader's next pass draws the next
+        epoch's order, unless Lightning sets the epoch first)."""
         n, device = len(self.labels), self.labels.device
-        if self.shuffle:
-            generator = torch.Generator(device=device).manual_seed(self.seed + self.epoch)
-            order = torch.randperm(n, generator=generator, device=device)
+        if isinstance(self.sampler, EpochShuffle):
+            order = self.sampler.order().to(device)  # the DataLoader pipelines' order too
         else:
             order = torch.arange(n, device=device)
         padding = self.samples_per_rank * self.world_size - n
@@ -80,7 +84,6 @@ class ResidentBatches:
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         order = self.indices()
-        self.epoch += 1
         for first, batches, size in self._spans():
             index = order[first : first + batches * size]
             if self.batches_per_step > 1:  # a group: one gather for its k batches

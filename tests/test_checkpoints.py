@@ -1,0 +1,213 @@
+"""A checkpoint brings weights, optimizer state and the loop's position; the stage config and the command line
+bring everything else, on any device, from any stage."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONFIGS
+
+from mnistperf.checkpoint import follow_the_run
+from mnistperf.cli import main
+from mnistperf.model import ImageClassifier
+
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", "--data.batch_size", "32"]
+NO_WORKERS = ["--data.num_workers", "0", "--data.persistent_workers", "false"]
+
+
+@pytest.fixture
+def workdir(tiny_data, monkeypatch) -> Path:
+    monkeypatch.chdir(tiny_data.parent)
+    return tiny_data.parent
+
+
+def run(command: str, stage: str, *overrides: str) -> None:
+    extra = NO_WORKERS if stage.startswith(("v1", "v2")) else []
+    main([command, "--config", str(CONFIGS / f"{stage}.yaml"), *QUIET, *extra, *overrides])
+
+
+def newest(workdir: Path, stage: str) -> Path:
+    found = (workdir / "lightning_logs" / stage).glob("version_*/checkpoints/*.ckpt")
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+@pytest.fixture
+def v2_checkpoint(workdir) -> Path:
+    run("fit", "v2_pinned", "--trainer.max_epochs", "1")
+    return newest(workdir, "v2_pinned")
+
+
+@pytest.fixture
+def seen_hparams(monkeypatch) -> list[dict]:
+    """The model settings every evaluation ran with."""
+    seen: list[dict] = []
+    for hook in ("on_test_start", "on_validation_start", "on_predict_start"):
+        monkeypatch.setattr(ImageClassifier, hook, lambda self: seen.append(dict(self.hparams)), raising=False)
+    return seen
+
+
+# ---------------------------------------------------------------- the stage config and the command line win
+def test_evaluating_a_checkpoint_of_another_stage_runs_the_stage_asked_for_and_says_what_differs(
+        workdir, v2_checkpoint, seen_hparams, caplog):
+    run("test", "v3_compiled", "--ckpt_path", str(v2_checkpoint))
+    assert seen_hparams[-1]["compile"] and seen_hparams[-1]["channels_last"] and seen_hparams[-1]["fused_adam"]
+    assert ("checkpoint trained with model.compile false, model.channels_last false, model.fused_adam false; "
+            "running v3_compiled's model.compile true, model.channels_last true, model.fused_adam true") in caplog.text
+
+
+def test_the_command_line_wins_over_the_checkpoint(workdir, v2_checkpoint, seen_hparams, caplog):
+    run("validate", "v2_pinned", "--ckpt_path", str(v2_checkpoint), "--model.channels_last", "true")
+    assert seen_hparams[-1]["channels_last"]
+    assert "checkpoint trained with model.channels_last false; running v2_pinned's model.channels_last true" \
+        in caplog.text
+
+
+def test_resuming_into_another_stage_trains_that_stage_from_where_it_stopped(workdir, v2_checkpoint, caplog):
+    """v2_pinned (automatic optimization) to v4_graphed (the whole step, 8 batches per Lightning step): the config's
+    cuda_graph and batches_per_step hold, Adam's state carries over, and the optimizer steps go on counting."""
+    run("fit", "v4_graphed", "--trainer.max_epochs", "2", "--ckpt_path", str(v2_checkpoint))
+    assert "checkpoint trained with model.channels_last false, model.fused_adam false, model.cuda_graph false; " \
+           "running v4_graphed's model.channels_last true, model.fused_adam true, model.cuda_graph true" in caplog.text
+    assert "fresh optimizer" not in caplog.text
+    resumed = newest(workdir, "v4_graphed")
+    assert resumed.name == "epoch=1-step=6.ckpt"  # 96 rows in batches of 32: 3 steps per epoch, the first 3 before
+    summary = json.loads((resumed.parents[1] / "timing.json").read_text())
+    assert summary["model"]["cuda_graph"] and [e["epoch"] for e in summary["epochs"]] == [2]
+    state = torch.load(resumed, weights_only=True)["optimizer_states"][0]["state"]
+    assert all(float(s["step"]) == 6 for s in state.values())  # Adam's step counts went on from the checkpoint's 3
+
+
+def test_an_optimizer_state_of_another_kind_starts_a_fresh_optimizer(workdir, v2_checkpoint, caplog):
+    checkpoint = torch.load(v2_checkpoint, weights_only=True)
+    params = [torch.nn.Parameter(t.clone()) for t in checkpoint["state_dict"].values()]
+    sgd = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    sum(p.sum() for p in params).backward()
+    sgd.step()
+    checkpoint["optimizer_states"] = [{**sgd.state_dict(), "kind": "SGD"}]  # as a stage training with SGD writes it
+    torch.save(checkpoint, workdir / "sgd.ckpt")
+    run("fit", "v2_pinned", "--trainer.max_epochs", "2", "--ckpt_path", "sgd.ckpt")
+    assert "the checkpoint's optimizer state is not loaded (it holds SGD state, this run optimizes with Adam): " \
+           "starting a fresh optimizer" in caplog.text
+    state = torch.load(newest(workdir, "v2_pinned"), weights_only=True)["optimizer_states"][0]["state"]
+    assert all(float(s["step"]) == 3 for s in state.values())  # one epoch of Adam, from nothing
+
+
+def test_a_checkpoint_that_does_not_record_its_precision_is_not_said_to_differ(caplog):
+    """Checkpoints written before the precision was recorded, with the run's own model settings: nothing to say."""
+    from types import SimpleNamespace
+
+    module = ImageClassifier()
+    module._trainer = SimpleNamespace(precision="32-true", logger=SimpleNamespace(name="v2_pinned"))
+    module.on_load_checkpoint({"state_dict": ImageClassifier().state_dict(), "hyper_parameters": dict(module.hparams)})
+    module.on_load_checkpoint({"state_dict": ImageClassifier().state_dict(), "mnistperf_precision": "bf16-mixed",
+                               "hyper_parameters": {**module.hparams, "lr": 0.01}})
+    assert "checkpoint trained with" in caplog.text and caplog.text.count("checkpoint trained with") == 1
+    assert "trained with trainer.precision bf16-mixed, model.lr 0.01; running v2_pinned's trainer.precision " \
+           "32-true, model.lr 0.001" in caplog.text
+
+
+# ---------------------------------------------------------------- any checkpoint on any device
+def as_a_gpu_writes_it(checkpoint: dict, compiled: bool, capturable: bool) -> dict:
+    """A CPU checkpoint made into what a GPU run writes: torch.compile's key names, capturable (and fused) Adam
+    whose step counts are float32 tensors (on the device, mapped to the CPU when Lightning loads them)."""
+    if compiled:
+        weights = checkpoint["state_dict"]
+        checkpoint["state_dict"] = {k.replace("net.", "net._orig_mod.", 1): v for k, v in weights.items()}
+    if capturable:
+        optimizer = checkpoint["optimizer_states"][0]
+        for group in optimizer["param_groups"]:
+            group.update(capturable=True, fused=True)
+        for state in optimizer["state"].values():
+            state["step"] = state["step"].to(torch.float32)
+    return checkpoint
+
+
+@pytest.mark.parametrize("compiled, capturable", [(True, False), (False, True)], ids=["compiled-keys", "capturable"])
+def test_a_gpu_checkpoint_resumes_and_evaluates_on_a_cpu(workdir, compiled, capturable, seen_hparams):
+    run("fit", "v4_graphed", "--trainer.max_epochs", "1")
+    checkpoint = as_a_gpu_writes_it(torch.load(newest(workdir, "v4_graphed"), weights_only=True), compiled, capturable)
+    torch.save(checkpoint, workdir / "gpu.ckpt")
+    weights = {k.replace("_orig_mod.", ""): v for k, v in checkpoint["state_dict"].items()}
+    run("fit", "v4_graphed", "--trainer.max_epochs", "2", "--ckpt_path", "gpu.ckpt")
+    resumed = torch.load(newest(workdir, "v4_graphed"), weights_only=True)
+    assert all(not g["capturable"] for g in resumed["optimizer_states"][0]["param_groups"])  # the run's, on a CPU
+    assert all(k.startswith("net.") and "_orig_mod" not in k for k in resumed["state_dict"])
+    assert not any(torch.equal(weights[k], v) for k, v in resumed["state_dict"].items())  # it trained on
+    seen_hparams.clear()
+    for command in ("validate", "test", "predict"):
+        run(command, "v3_compiled", "--ckpt_path", "gpu.ckpt")
+    assert len(seen_hparams) == 3 and all(hp["channels_last"] and hp["fused_adam"] for hp in seen_hparams)
+
+
+def test_a_compiled_network_writes_plain_keys_and_reads_both():
+    compiled = ImageClassifier(compile=True, compile_on_cpu=True)
+    compiled.configure_model()  # torch.compile wraps lazily: nothing is compiled until a forward
+    compiled_keys = compiled.state_dict()
+    assert any("_orig_mod" in k for k in compiled_keys)
+    written = {"state_dict": compiled.state_dict()}
+    compiled.on_save_checkpoint(written)
+    assert written["state_dict"].keys() == ImageClassifier().state_dict().keys()
+    for module in (compiled, ImageClassifier()):
+        for keys in (written["state_dict"], compiled_keys):
+            loaded = {"state_dict": {k: torch.zeros_like(v) for k, v in keys.items()}}
+            module.on_load_checkpoint(loaded)
+            module.load_state_dict(loaded["state_dict"])  # strict: every key matched
+            assert not any(p.any() for p in module.parameters())
+
+
+def test_optimizer_flags_follow_the_run_not_the_file():
+    """A CPU checkpoint (capturable false, step counts on the CPU) into a run whose Adam is capturable and fused,
+    as a graphed step on a GPU builds it: the run's flags stay, and torch puts the step counts where they need to be."""
+    weights = [torch.nn.Parameter(torch.randn(3))]
+    on_cpu = torch.optim.Adam(weights, lr=0.5)
+    weights[0].grad = torch.ones(3)
+    on_cpu.step()
+    run = follow_the_run(torch.optim.Adam([torch.nn.Parameter(torch.randn(3))], lr=0.001, capturable=True,
+                                          fused=True))
+    run.load_state_dict(on_cpu.state_dict())
+    group = run.param_groups[0]
+    assert group["capturable"] and group["fused"] and group["lr"] == 0.001
+    assert run.state[run.param_groups[0]["params"][0]]["step"].dtype == torch.float32
+    assert torch.equal(run.state[group["params"][0]]["exp_avg"], on_cpu.state[weights[0]]["exp_avg"])
+    assert run.state_dict()["kind"] == "Adam"
+
+
+@pytest.mark.cuda
+def test_a_cpu_checkpoint_of_the_graphed_stage_resumes_captured_on_cuda(workdir):
+    run("fit", "v4_graphed", "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu")
+    run("fit", "v4_graphed", "--trainer.max_epochs", "2", "--ckpt_path", str(newest(workdir, "v4_graphed")))
+    resumed = torch.load(newest(workdir, "v4_graphed"), weights_only=True)
+    assert resumed["global_step"] == 6
+    assert all(g["capturable"] for g in resumed["optimizer_states"][0]["param_groups"])
+
+
+# ---------------------------------------------------------------- an interrupted fit keeps its timing
+def test_an_interrupted_fit_writes_the_finished_epochs_timing_marked_interrupted(workdir, monkeypatch, capsys):
+    def interrupt_in_epoch_2(self):
+        if self.current_epoch == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ImageClassifier, "on_train_epoch_start", interrupt_in_epoch_2, raising=False)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            run("fit", "v2_pinned", "--trainer.max_epochs", "3")
+    finally:
+        signal.signal(signal.SIGINT, handler)  # Lightning's graceful shutdown ignores further Ctrl-C
+    assert exit_info.value.code == 1
+    folder = workdir / "lightning_logs" / "v2_pinned" / "version_0"
+    summary = json.loads((folder / "timing.json").read_text())
+    assert summary["interrupted"] is True and [e["epoch"] for e in summary["epochs"]] == [1]
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+    out = capsys.readouterr().out
+    assert out.count("Average Train Time per Epoch") == 1 and out.count("timing summary written to") == 1
+    assert "Interrupted: the figures cover the 1 finished epoch(s)" in out
+
+
+def test_a_finished_fit_says_it_was_not_interrupted(workdir, v2_checkpoint):
+    summary = json.loads((v2_checkpoint.parents[1] / "timing.json").read_text())
+    assert summary["interrupted"] is False

@@ -1,0 +1,64 @@
+"""What trains to the same weights, bit for bit, on a CPU: the claims docs/stages.md makes, each guarded here.
+
+The stages change speed, not the arithmetic: with the same seed and the same loader settings, a run repeats
+itself, the per-row and pre-tensorized datasets train the same weights, and a resumed run continues exactly
+where it stopped. Where it stops: see docs/stages.md (v3_resident's own shuffle, bf16, a GPU's kernels).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONFIGS
+
+from mnistperf.cli import main
+
+
+@pytest.fixture
+def workdir(tiny_data, monkeypatch) -> Path:
+    monkeypatch.chdir(tiny_data.parent)
+    return tiny_data.parent
+
+
+def trained(workdir: Path, stage: str, *overrides: str, epochs: int = 2) -> dict[str, torch.Tensor]:
+    """The weights of the newest checkpoint of ``stage`` after a fit with these overrides (batch 32: 3 steps)."""
+    main(["fit", "--config", str(CONFIGS / f"{stage}.yaml"), "--trainer.max_epochs", str(epochs),
+          "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+          "--data.batch_size", "32", *overrides])
+    return torch.load(newest(workdir, stage), weights_only=True)["state_dict"]
+
+
+def newest(workdir: Path, stage: str) -> Path:
+    found = (workdir / "lightning_logs" / stage).glob("version_*/checkpoints/*.ckpt")
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    different = [key for key in a if not torch.equal(a[key], b[key])]
+    assert not different, f"weights differ: {different}"
+
+
+ONE_WORKER = ["--data.num_workers", "1"]  # v2_pinned's persistent, pinned workers, fewer of them
+
+
+def test_a_stage_run_twice_trains_the_same_weights(workdir):
+    assert_identical(trained(workdir, "v2_pinned", *ONE_WORKER), trained(workdir, "v2_pinned", *ONE_WORKER))
+
+
+def test_the_cpu_ladder_trains_the_same_weights_at_the_same_batch_size(workdir):
+    """Per-row or pre-tensorized dataset, workers or none, persistent or not, DataLoader or resident: one order."""
+    v2 = trained(workdir, "v2_pinned", *ONE_WORKER)
+    assert_identical(trained(workdir, "v1_bs512"), v2)
+    assert_identical(trained(workdir, "v3_resident"), v2)
+
+
+@pytest.mark.parametrize("stage, overrides", [("v2_pinned", ["--data.num_workers", "0", "--data.persistent_workers",
+                                                             "false"]), ("v3_resident", [])])
+def test_a_resumed_run_trains_the_weights_of_an_uninterrupted_one(workdir, stage, overrides):
+    straight = trained(workdir, stage, *overrides, epochs=2)
+    trained(workdir, stage, *overrides, epochs=1)
+    resumed = trained(workdir, stage, *overrides, "--ckpt_path", str(newest(workdir, stage)), epochs=2)
+    assert_identical(straight, resumed)

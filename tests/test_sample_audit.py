@@ -8,6 +8,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from mnistperf import sample_audit
 from mnistperf.sample_audit import Fingerprinter, SampleAudit, SampleAuditError
 
 ROWS = 24
@@ -65,7 +66,7 @@ def test_a_clean_epoch_sees_every_sample_once_whatever_the_batch_holds(form, cap
     audit = fit(DataLoader(Rows(form), batch_size=5, shuffle=True), SampleAudit())
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2
     assert audit.epochs[0]["dataset_size"] == ROWS  # read from the DataLoader's dataset
-    assert audit.epochs[1]["same_order"] is False  # reshuffled
+    assert audit.epochs[1]["same_order_ranks"] == 0  # reshuffled
     out = capsys.readouterr().out
     assert f"sample audit, epoch 2: {ROWS} samples seen, {ROWS} distinct of {ROWS}: 0 duplicates, 0 missing" in out
 
@@ -81,8 +82,8 @@ def test_a_loader_that_repeats_samples_reports_the_duplicates(form, capsys):
 def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_order_is_noticed(capsys):
     audit = fit(DataLoader(Rows(), batch_size=5, sampler=range(0, ROWS, 2)), SampleAudit())
     assert [counts(row) for row in audit.epochs] == [(ROWS // 2, ROWS // 2, 0, ROWS // 2)] * 2
-    assert [row["same_order"] for row in audit.epochs] == [None, True]
-    assert "same order as epoch 1 on every rank" in capsys.readouterr().out
+    assert [row["same_order_ranks"] for row in audit.epochs] == [None, 1]
+    assert "same order as epoch 1 on 1 of 1 rank: is the sampler reshuffled" in capsys.readouterr().out
 
 
 def test_identical_samples_in_the_data_are_told_apart_by_their_index():
@@ -159,3 +160,29 @@ def test_fingerprints_tell_any_bit_apart_and_agree_on_equal_samples():
     assert torch.equal(hash_([big], 3), hash_([big.clone()], 3)) and len(set(hash_([big], 3).tolist())) == 3
     many = torch.arange(100_000, dtype=torch.int64).reshape(-1, 1)
     assert torch.unique(hash_([many], len(many))).numel() == len(many) and (hash_([many], len(many)) >= 0).all()
+
+
+@pytest.mark.parametrize("row", [
+    {"epoch": 1, "seen": 1200, "distinct": 1199, "duplicates": 1, "missing": 3, "dataset_size": 1202,
+     "per_rank": [600, 600], "same_order_ranks": None},
+    {"epoch": 2, "seen": 7, "distinct": 7, "duplicates": 0, "missing": None, "dataset_size": None,
+     "per_rank": [7], "same_order_ranks": 1},
+])
+def test_the_report_line_carries_every_count(row):
+    """The multi-process tests read the counts back from rank 0's line."""
+    from records import audit_epochs
+
+    expected = {k: row[k] for k in ("epoch", "seen", "distinct", "duplicates", "missing", "per_rank")}
+    assert audit_epochs(SampleAudit().describe(row) + "\n") == [{**expected,
+                                                                 "same_order_ranks": row["same_order_ranks"] or 0}]
+
+
+def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunking(monkeypatch):
+    values = torch.randint(-(2**15), 2**15, (50, 3000))
+    weights = torch.randint(1, sample_audit.PRIME, (3000, sample_audit.LANES))
+    exact = [sum(int(v) * int(w) for v, w in zip(row, weights[:, lane])) % sample_audit.PRIME
+             for row in values[:3] for lane in range(sample_audit.LANES)]
+    by_matmul = sample_audit.lane_sums(values, weights, matmul=True)
+    assert by_matmul[:3].reshape(-1).tolist() == exact
+    monkeypatch.setattr(sample_audit, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
+    assert torch.equal(sample_audit.lane_sums(values, weights, matmul=False), by_matmul)

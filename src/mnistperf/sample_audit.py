@@ -59,6 +59,24 @@ def say(trainer: Trainer, message: str) -> None:
         print(message, flush=True)
 
 
+def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
+    """``values @ weights`` modulo PRIME, exact in int64: [samples, words] x [words, LANES] -> [samples, LANES].
+
+    Args:
+        values: words of at most 16 bits.
+        weights: weights below PRIME.
+        matmul: use an integer matmul (CPU only, and there the fastest); otherwise products and sums
+            in chunks of at most CHUNK_ELEMENTS elements.
+    """
+    # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
+    step = 1 << 15 if matmul else max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
+    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
+    for start in range(0, values.shape[1], step):
+        part, factors = values[:, start:start + step], weights[start:start + step]
+        total = (total + (part @ factors if matmul else (part[:, :, None] * factors).sum(dim=1))) % PRIME
+    return total
+
+
 class Fingerprinter:
     """Hashes the bits of each sample's tensors to one non-negative int64, on the tensors' device.
 
@@ -82,24 +100,21 @@ class Fingerprinter:
         return self._weights[key][:words]
 
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
-        """The tensor's bits as [samples, words] int64 values below 2**16."""
+        """The tensor's bits as [samples, words] int64 values, 16 bits each (bytes for 1-byte types)."""
         flat = tensor.detach().reshape(samples, -1)
         if flat.dtype == torch.bool:
             flat = flat.to(torch.uint8)
         flat = flat.contiguous()
-        if flat.element_size() == 1:
-            values = flat.view(torch.uint8).to(torch.int64)
-        else:
-            values = flat.view(torch.int16).to(torch.int64) & 0xFFFF
-        count = values.shape[1]
+        words = flat.view(torch.uint8) if flat.element_size() == 1 else flat.view(torch.int16)
+        count = words.shape[1]
         if count > self.max_words:
-            key = (count, values.device)
+            key = (count, words.device)
             if key not in self._positions:
                 generator = torch.Generator().manual_seed(self.seed + count)
-                self._positions[key] = torch.randperm(count, generator=generator)[: self.max_words].sort().values \
-                    .to(values.device)
-            values = values[:, self._positions[key]]
-        return values
+                chosen = torch.randperm(count, generator=generator)[: self.max_words].sort().values
+                self._positions[key] = chosen.to(words.device)
+            words = words[:, self._positions[key]]
+        return words.to(torch.int64)  # int16 words are signed: the sums' remainder is non-negative anyway
 
     def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
@@ -108,11 +123,7 @@ class Fingerprinter:
         for offset, tensor in enumerate(tensors):
             values = self.words(tensor.to(device), samples)
             weights = self.weights(offset, values.shape[1], device)
-            # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
-            step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, samples * LANES)))
-            for start in range(0, values.shape[1], step):
-                chunk = values[:, start:start + step, None] * weights[start:start + step]
-                lanes = (lanes + chunk.sum(dim=1)) % PRIME
+            lanes = (lanes + lane_sums(values, weights, matmul=device.type == "cpu")) % PRIME
         return lanes[:, 0] * PRIME + lanes[:, 1]
 
 
@@ -146,7 +157,7 @@ class SampleAudit(Callback):
         self.hash = Fingerprinter(seed, max_words)
         self.epochs: list[dict[str, Any]] = []
         self._seen: list[torch.Tensor] = []
-        self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in order
+        self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
         self._restored: dict[str, Any] | None = None
         self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
         self._carried = False  # _seen holds a resumed epoch's fingerprints from its checkpoint
@@ -222,7 +233,8 @@ class SampleAudit(Callback):
         row: dict[str, Any] = {
             "epoch": trainer.current_epoch + 1, "seen": seen, "distinct": distinct, "duplicates": seen - distinct,
             "dataset_size": size, "missing": None if size is None else max(0, size - distinct),
-            "per_rank": [int(share.numel()) for share, _ in shares], "same_order": None if -1 in flags else all(flags)}
+            "per_rank": [int(share.numel()) for share, _ in shares],
+            "same_order_ranks": None if -1 in flags else sum(flags)}  # ranks that repeated their last epoch's order
         self.epochs.append(row)
         line = self.describe(row)
         if trainer.is_global_zero:
@@ -268,8 +280,9 @@ class SampleAudit(Callback):
                          "or a dataset_size that does not count samples?)")
         if row["duplicates"] and self.sample_id is None and self.fingerprint is None:
             line += "; samples identified by content: identical samples in the data count as duplicates (sample_id)"
-        if row["same_order"]:
-            line += f"; same order as epoch {row['epoch'] - 1} on every rank: is the sampler reshuffled per epoch?"
+        if row["same_order_ranks"]:
+            line += (f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {len(ranks)} "
+                     f"rank{'s' if len(ranks) > 1 else ''}: is the sampler reshuffled every epoch?")
         return line
 
     # ------------------------------------------------------------------ checkpoints

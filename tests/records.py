@@ -1,32 +1,38 @@
-"""A test-only callback: records which rows each rank trains on, per epoch, for the DDP test.
-
-Rows are identified by their first two pixels, which the test's data encodes as the row
-number (low byte, high byte).
-"""
+"""What a test reads back from a fit it ran in other processes: the sample audit's lines and each rank's weights."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
-import torch
 from lightning.pytorch import Callback
 
+AUDIT = "--trainer.callbacks+=mnistperf.sample_audit.SampleAudit"
+AUDIT_LINE = re.compile(r"sample audit, epoch (\d+): ([\d,]+) samples seen(?: \(([\d +]+) on \d+ ranks\))?, "
+                        r"([\d,]+) distinct(?: of [\d,]+)?: ([\d,]+) duplicates(?:, ([\d,]+) missing)?"
+                        r"(?:.*same order as epoch \d+ on (\d+) of)?")
 
-class SampleRecorder(Callback):
-    def __init__(self):
-        self.epochs: list[list[int]] = []
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        while len(self.epochs) <= trainer.current_epoch:  # a run resumed mid-epoch starts inside one
-            self.epochs.append([])
-        pixels = (batch["image"].reshape(batch["label"].numel(), -1)[:, :2] * 255).round().to(torch.int64).cpu()
-        self.epochs[-1] += (pixels[:, 0] + 256 * pixels[:, 1]).tolist()
+def audit_epochs(output: str) -> list[dict]:
+    """The counts of every ``sample audit`` line a fit printed, in order (per_rank: one entry on one process)."""
+    def number(text: str | None) -> int | None:
+        return None if text is None else int(text.replace(",", ""))
 
-    def on_fit_end(self, trainer, pl_module):
-        folder = Path(os.environ["MNISTPERF_RECORD_DIR"])
-        (folder / f"rank{trainer.global_rank}.json").write_text(json.dumps(self.epochs))
+    epochs = []
+    for match in AUDIT_LINE.finditer(output):
+        epoch, seen, ranks, distinct, duplicates, missing, same = match.groups()
+        epochs.append({"epoch": int(epoch), "seen": number(seen), "distinct": number(distinct),
+                       "duplicates": number(duplicates), "missing": number(missing),
+                       "per_rank": [int(r) for r in ranks.split(" + ")] if ranks else [number(seen)],
+                       "same_order_ranks": number(same) or 0})
+    return epochs
+
+
+def audit_counts(epochs: list[dict]) -> list[tuple]:
+    """(seen, distinct, duplicates, missing) of every epoch."""
+    return [(e["seen"], e["distinct"], e["duplicates"], e["missing"]) for e in epochs]
 
 
 class WeightsRecorder(Callback):

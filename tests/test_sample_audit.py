@@ -186,3 +186,11 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
     assert by_matmul[:3].reshape(-1).tolist() == exact
     monkeypatch.setattr(sample_audit, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
     assert torch.equal(sample_audit.lane_sums(values, weights, matmul=False), by_matmul)
+
+
+def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_duplicates():
+    row = {"epoch": 1, "seen": 202, "distinct": 201, "duplicates": 1, "missing": 0, "dataset_size": 201,
+           "per_rank": [101, 101], "same_order_ranks": None}
+    line = SampleAudit().describe(row)
+    assert "a distributed sampler pads 201 samples to a multiple of 2 ranks by repeating 1" in line
+    assert "pads" not in SampleAudit().describe({**row, "duplicates": 2, "seen": 203})

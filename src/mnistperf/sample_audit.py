@@ -278,8 +278,13 @@ class SampleAudit(Callback):
             if extra > 0:
                 line += (f"; {extra:,} more distinct than the dataset holds (a random augmentation before the step, "
                          "or a dataset_size that does not count samples?)")
-        if row["duplicates"] and self.sample_id is None and self.fingerprint is None:
-            line += "; samples identified by content: identical samples in the data count as duplicates (sample_id)"
+        padding = -row["dataset_size"] % len(ranks) if row["dataset_size"] else 0
+        if padding and row["duplicates"] == padding:
+            line += (f"; a distributed sampler pads {row['dataset_size']:,} samples to a multiple of {len(ranks)} "
+                     f"ranks by repeating {padding} (drop_last avoids it)")
+        elif row["duplicates"] and self.sample_id is None and self.fingerprint is None:
+            line += ("; samples identified by content: identical samples in the data count as duplicates "
+                     "(sample_id= names an index field instead)")
         if row["same_order_ranks"]:
             line += (f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {len(ranks)} "
                      f"rank{'s' if len(ranks) > 1 else ''}: is the sampler reshuffled every epoch?")

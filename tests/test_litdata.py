@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import builtins
 import collections
-import json
 import os
 import socket
 import subprocess
@@ -14,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CONFIGS, REPO, random_split, write_parquet
+from conftest import CONFIGS, random_split, write_parquet
+from records import AUDIT, audit_counts, audit_epochs
 
 from mnistperf.cli import main
 from mnistperf.data import schema
@@ -143,15 +143,12 @@ def test_remote_data_dir_is_refused_by_pipelines_that_read_local_files_only(caps
 
 
 # ---------------------------------------------------------------- through the command line, in fresh processes
-def run_fit(cwd: Path, *args: str, record: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, **(env or {}), "MNISTPERF_RECORD_DIR": str(cwd),
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+def run_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env or {})}
     command = [sys.executable, "-m", "mnistperf", "fit", "--config", str(CONFIGS / "streaming_litdata.yaml"),
                "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
                "--trainer.enable_model_summary", "false", "--data.batch_size", "16", "--data.num_workers", "0",
                "--data.persistent_workers", "false", "--data.pin_memory", "false", *args]
-    if record:
-        command.append("--trainer.callbacks+=sample_recorder.SampleRecorder")
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
@@ -163,15 +160,14 @@ def test_ddp_seen_as_two_nodes_gives_every_rank_the_same_batches_and_no_sample_t
     unless the remainder is left out everywhere; the run is time-bounded, so a hang fails it."""
     rows, batch, ranks = 200, 16, 2
     write_parquet(tiny_data / "FashionMNIST" / "train.parquet", numbered_table(rows), row_group_size=32)
-    run_fit(tiny_data.parent, "--trainer.strategy", "ddp", "--trainer.devices", str(ranks), "--trainer.max_epochs", "3",
-            "--trainer.enable_checkpointing", "false", "--data.num_workers", "2", env={"NNODES": "2"})
-    seen = [json.loads((tiny_data.parent / f"rank{r}.json").read_text()) for r in range(ranks)]
-    kept = rows // (ranks * batch) * ranks * batch
-    for epoch in range(3):
-        assert len(seen[0][epoch]) == len(seen[1][epoch]) == kept // ranks
-        both = collections.Counter(seen[0][epoch] + seen[1][epoch])
-        assert max(both.values()) == 1 and len(both) == kept  # never twice; fewer than ranks x batch left out
-    assert seen[0][0] != seen[0][1] != seen[0][2]
+    result = run_fit(tiny_data.parent, "--trainer.strategy", "ddp", "--trainer.devices", str(ranks),
+                     "--trainer.max_epochs", "3", "--trainer.enable_checkpointing", "false", "--data.num_workers", "2",
+                     AUDIT, f"--trainer.callbacks.dataset_size={rows}", env={"NNODES": "2"})
+    epochs = audit_epochs(result.stdout)
+    kept = rows // (ranks * batch) * ranks * batch  # fewer than ranks x batch left out
+    assert audit_counts(epochs) == [(kept, kept, 0, rows - kept)] * 3
+    assert [e["per_rank"] for e in epochs] == [[kept // ranks] * ranks] * 3
+    assert [e["same_order_ranks"] for e in epochs[1:]] == [0, 0]  # a new order every epoch, on both ranks
 
 
 @pytest.mark.parametrize("nodes, ranks_per_node, workers", [(1, 2, 2), (2, 1, 2), (2, 2, 3), (2, 4, 2)])
@@ -224,13 +220,14 @@ def test_an_interrupted_epoch_resumes_with_the_samples_not_yet_seen(tiny_data):
     checkpoints = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
                    "--trainer.callbacks.every_n_train_steps=5", "--trainer.callbacks.save_last=true",
                    "--trainer.callbacks.dirpath=checkpoints"]
-    # Interrupted right after the checkpoint of step 5: samples of 5 batches seen.
-    run_fit(cwd, "--trainer.max_epochs", "1", "--trainer.max_steps", "5", *checkpoints)
-    first = json.loads((cwd / "rank0.json").read_text())
-    assert len(first[0]) == 5 * 16
-    run_fit(cwd, "--trainer.max_epochs", "1", *checkpoints, "--ckpt_path", "checkpoints/last.ckpt")
-    rest = json.loads((cwd / "rank0.json").read_text())
-    assert collections.Counter(first[0] + rest[0]) == collections.Counter(range(ROWS))
+    audit = [AUDIT, f"--trainer.callbacks.dataset_size={ROWS}"]
+    # Interrupted right after the checkpoint of step 5: samples of 5 batches seen, carried in the checkpoint.
+    first = run_fit(cwd, "--trainer.max_epochs", "1", "--trainer.max_steps", "5", *audit, *checkpoints)
+    assert audit_counts(audit_epochs(first.stdout)) == [(5 * 16, 5 * 16, 0, ROWS - 5 * 16)]
+    resumed = run_fit(cwd, "--trainer.max_epochs", "1", *audit, "--trainer.callbacks.strict=true", *checkpoints,
+                      "--ckpt_path", "checkpoints/last.ckpt")
+    epochs = audit_epochs(resumed.stdout)
+    assert audit_counts(epochs) == [(ROWS, ROWS, 0, 0)]
 
 
 # ---------------------------------------------------------------- remote data, on an S3-compatible server of this test's own
@@ -302,15 +299,15 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
         cwd = tmp_path / f"node{node}"
         cwd.mkdir()
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": str(node),
-               "MNISTPERF_RECORD_DIR": str(cwd), "LITDATA_CACHE_DIR": str(cwd / "chunks"),  # a disk of its own
-               "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+               "LITDATA_CACHE_DIR": str(cwd / "chunks")}  # a disk of its own
         command = [sys.executable, "-c", NODE, "fit", "--config", str(CONFIGS / "streaming_litdata.yaml"),
                    "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp", "--trainer.devices", "1",
                    "--trainer.num_nodes", "2", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
                    "--trainer.enable_model_summary", "false", "--trainer.enable_checkpointing", "false",
-                   "--trainer.logger", "false", "--trainer.callbacks+=sample_recorder.SampleRecorder",
-                   "--data.data_dir", "s3://lab/data", "--data.batch_size", "16", "--data.num_workers", "0",
-                   "--data.persistent_workers", "false", "--data.pin_memory", "false"]
+                   "--trainer.logger", "false", AUDIT, "--trainer.callbacks.strict=true",
+                   f"--trainer.callbacks.dataset_size={rows}", "--data.data_dir", "s3://lab/data",
+                   "--data.batch_size", "16", "--data.num_workers", "0", "--data.persistent_workers", "false",
+                   "--data.pin_memory", "false"]
         nodes.append(subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
     try:
@@ -320,11 +317,10 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
             process.kill()
     for process, output in zip(nodes, outputs):
         assert process.returncode == 0, output[-3000:]
-    seen = [json.loads((tmp_path / f"node{node}" / f"rank{node}.json").read_text()) for node in range(2)]
-    for epoch in range(2):
-        assert len(seen[0][epoch]) == len(seen[1][epoch]) == rows // 2
-        assert collections.Counter(seen[0][epoch] + seen[1][epoch]) == collections.Counter(range(rows))
-    assert seen[0][0] != seen[0][1]
+    epochs = audit_epochs(outputs[0])  # node 0 holds global rank 0, which reports
+    assert audit_counts(epochs) == [(rows, rows, 0, 0)] * 2
+    assert [e["per_rank"] for e in epochs] == [[rows // 2] * 2] * 2
+    assert epochs[1]["same_order_ranks"] == 0
 
 
 def test_batches_bound_for_a_gpu_travel_as_uint8_and_are_finished_on_the_device():

@@ -1,0 +1,304 @@
+"""SampleAudit: a Lightning callback that checks every training sample is seen once per epoch.
+
+Every training step, each rank fingerprints the samples of its batch on the device (integer
+arithmetic, no copy to the host, no synchronization) and keeps the fingerprints there. At the
+end of the epoch the ranks' fingerprints are gathered and counted: how many samples were seen,
+how many distinct, how many sightings were repeats (duplicates) and, against the dataset size
+where it is known, how many samples were never seen (missing). Rank 0 prints one line and logs
+the counts to the loggers; ``epochs`` holds them on every rank.
+
+A sample's fingerprint, by default, is a hash of the bits of every tensor of the batch that
+shares the batch's leading sample dimension (images, labels, ...): the same content gives the
+same fingerprint, wherever and whenever it is seen. Two consequences, both said in the line when
+they matter: identical samples in the data itself count as duplicates, and a random augmentation
+applied before the batch reaches the step makes one sample look like several. Naming a field that
+holds a sample index (``sample_id``) counts by that index instead, exactly.
+
+The hash: each tensor's per-sample bits are read as 16-bit words, and two sums of word times a
+fixed pseudo-random weight modulo the prime 2**31 - 1 make a 62-bit fingerprint. Over the choice
+of the weights, two different samples share a fingerprint with probability about 2**-62, so the
+expected number of false duplicates among n distinct samples is about n**2 / 2**63 (1e-7 for a
+million samples). Samples of more than ``max_words`` words are hashed on that many fixed word
+positions: samples equal on all of them share a fingerprint.
+
+The epoch's fingerprints travel in checkpoints (``state_dict``), so an epoch interrupted and
+resumed is counted whole. Device memory: 8 bytes per sample seen, per rank, plus the gathered
+epoch at its end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch.utils.data import DataLoader, IterableDataset
+
+from mnistperf.errors import MnistperfError
+
+PRIME = 2**31 - 1
+LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
+# Elements of the temporary (samples x words x lanes) product per chunk of words.
+CHUNK_ELEMENTS = 1 << 22
+PADDING = -1  # fingerprints are non-negative
+
+
+class SampleAuditError(MnistperfError):
+    """An epoch saw a sample twice or missed one, with ``strict`` set."""
+
+
+def say(trainer: Trainer, message: str) -> None:
+    """Print a line without tearing the progress bar."""
+    bar = trainer.progress_bar_callback
+    if bar is not None:
+        bar.print(message)
+    else:
+        print(message, flush=True)
+
+
+def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
+    """``values @ weights`` modulo PRIME, exact in int64: [samples, words] x [words, LANES] -> [samples, LANES].
+
+    Args:
+        values: words of at most 16 bits.
+        weights: weights below PRIME.
+        matmul: use an integer matmul (CPU only, and there the fastest); otherwise products and sums
+            in chunks of at most CHUNK_ELEMENTS elements.
+    """
+    # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
+    step = 1 << 15 if matmul else max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
+    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
+    for start in range(0, values.shape[1], step):
+        part, factors = values[:, start:start + step], weights[start:start + step]
+        total = (total + (part @ factors if matmul else (part[:, :, None] * factors).sum(dim=1))) % PRIME
+    return total
+
+
+class Fingerprinter:
+    """Hashes the bits of each sample's tensors to one non-negative int64, on the tensors' device.
+
+    Args:
+        seed: seed of the fixed weights; every rank and every epoch uses the same ones.
+        max_words: 16-bit words of a tensor's sample hashed at most (fixed positions beyond that).
+    """
+
+    def __init__(self, seed: int = 0, max_words: int = 4096):
+        self.seed, self.max_words = seed, max_words
+        self._weights: dict[tuple[int, torch.device], torch.Tensor] = {}
+        self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+    def weights(self, offset: int, words: int, device: torch.device) -> torch.Tensor:
+        """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors."""
+        key = (offset, device)
+        if key not in self._weights:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
+            self._weights[key] = torch.randint(1, PRIME, (self.max_words, LANES), generator=generator,
+                                               dtype=torch.int64).to(device)
+        return self._weights[key][:words]
+
+    def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
+        """The tensor's bits as [samples, words] int64 values, 16 bits each (bytes for 1-byte types)."""
+        flat = tensor.detach().reshape(samples, -1)
+        if flat.dtype == torch.bool:
+            flat = flat.to(torch.uint8)
+        flat = flat.contiguous()
+        words = flat.view(torch.uint8) if flat.element_size() == 1 else flat.view(torch.int16)
+        count = words.shape[1]
+        if count > self.max_words:
+            key = (count, words.device)
+            if key not in self._positions:
+                generator = torch.Generator().manual_seed(self.seed + count)
+                chosen = torch.randperm(count, generator=generator)[: self.max_words].sort().values
+                self._positions[key] = chosen.to(words.device)
+            words = words[:, self._positions[key]]
+        return words.to(torch.int64)  # int16 words are signed: the sums' remainder is non-negative anyway
+
+    def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
+        """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
+        device = tensors[0].device
+        lanes = torch.zeros(samples, LANES, dtype=torch.int64, device=device)
+        for offset, tensor in enumerate(tensors):
+            values = self.words(tensor.to(device), samples)
+            weights = self.weights(offset, values.shape[1], device)
+            lanes = (lanes + lane_sums(values, weights, matmul=device.type == "cpu")) % PRIME
+        return lanes[:, 0] * PRIME + lanes[:, 1]
+
+
+class SampleAudit(Callback):
+    """Checks that an epoch trains on every sample once, over all ranks, and says what it found.
+
+    Args:
+        dataset_size: samples in the training set, to count the missing. Default: the length of
+            the training DataLoader's map-style dataset when it batches single items (the whole
+            dataset, whatever the number of ranks); otherwise unknown and missing is not counted.
+        sample_id: a field of the batch holding an integer index per sample (a key of a dict
+            batch, a position of a tuple batch): the audit counts these indices instead of
+            fingerprinting content, so identical samples in the data are not taken for duplicates.
+        fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity,
+            instead of either of the above.
+        sample_dims: leading dimensions of the batch's tensors that index samples (2 for a
+            batch holding a group of batches as [k, B, ...]).
+        strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a
+            missing sample (on every rank, so none is left waiting).
+        max_words: 16-bit words of each tensor of a sample that the content hash reads at most.
+        seed: seed of the content hash's weights.
+    """
+
+    def __init__(self, dataset_size: int | None = None, sample_id: str | int | None = None,
+                 fingerprint: Callable[[Any], torch.Tensor] | None = None, sample_dims: int = 1,
+                 strict: bool = False, max_words: int = 4096, seed: int = 0):
+        if sample_dims < 1:
+            raise ValueError(f"SampleAudit sample_dims {sample_dims}: at least 1 leading dimension indexes samples")
+        self.dataset_size, self.sample_id, self.fingerprint = dataset_size, sample_id, fingerprint
+        self.sample_dims, self.strict = sample_dims, strict
+        self.hash = Fingerprinter(seed, max_words)
+        self.epochs: list[dict[str, Any]] = []
+        self._seen: list[torch.Tensor] = []
+        self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
+        self._restored: dict[str, Any] | None = None
+        self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
+        self._carried = False  # _seen holds a resumed epoch's fingerprints from its checkpoint
+        self._trainer: Trainer | None = None
+
+    # ------------------------------------------------------------------ fingerprints
+    def fingerprints(self, batch: Any) -> torch.Tensor:
+        """The fingerprints [N] of a batch's samples, on the batch's device."""
+        if self.fingerprint is not None:
+            return self.fingerprint(batch).reshape(-1).to(torch.int64)
+        if self.sample_id is not None:
+            try:
+                ids = batch[self.sample_id]
+            except (KeyError, IndexError, TypeError):
+                raise SampleAuditError(f"SampleAudit sample_id {self.sample_id!r}: the batch has no such field "
+                                       f"(it is a {type(batch).__name__}); name a key of a dict batch or a "
+                                       "position of a tuple batch") from None
+            if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
+                raise SampleAuditError(f"SampleAudit sample_id {self.sample_id!r}: holds "
+                                       f"{getattr(ids, 'dtype', type(ids).__name__)}, not an integer tensor of "
+                                       "sample indices; pass fingerprint= to identify samples another way")
+            return ids.reshape(-1).to(torch.int64)
+        tensors: list[torch.Tensor] = []
+        apply_to_collection(batch, torch.Tensor, tensors.append)
+        tensors = [t for t in tensors if t.dim() >= self.sample_dims]
+        if not tensors:
+            raise SampleAuditError(f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with "
+                                   f"{self.sample_dims} sample dimension(s); pass sample_id= or fingerprint=")
+        lead = tensors[0].shape[: self.sample_dims]
+        tensors = [t for t in tensors if t.shape[: self.sample_dims] == lead]
+        return self.hash(tensors, math.prod(lead))
+
+    def _dataset_size(self, trainer: Trainer) -> int | None:
+        if self.dataset_size is not None:
+            return self.dataset_size
+        loader = trainer.train_dataloader
+        if (self.sample_dims == 1 and isinstance(loader, DataLoader) and loader.batch_size is not None
+                and not isinstance(loader.dataset, IterableDataset) and hasattr(loader.dataset, "__len__")):
+            return len(loader.dataset)  # the whole dataset: a distributed sampler splits it, not the dataset
+        return None
+
+    # ------------------------------------------------------------------ hooks
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._trainer = trainer
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        restored, self._restored = self._restored, None
+        if restored is not None and restored["epoch"] == trainer.current_epoch:  # resumed inside that epoch
+            shares = restored["fingerprints"]
+            mine = shares[trainer.global_rank] if len(shares) == trainer.world_size else \
+                (torch.cat(shares) if trainer.global_rank == 0 else torch.empty(0, dtype=torch.int64))
+            self._seen, self._in_epoch, self._carried = [mine.to(trainer.strategy.root_device)], True, True
+            self._previous = None  # the order before the interruption is not known
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._carried:  # Lightning calls this hook on a resumed epoch's start only when none of it ran
+            self._seen = []
+        self._in_epoch, self._carried = True, False
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        self._seen.append(self.fingerprints(batch))
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        local = self._local(trainer)
+        same = -1 if self._previous is None else int(torch.equal(self._previous, local))
+        self._previous, self._seen, self._in_epoch, self._carried = local, [], False, False
+        shares = self._gather(trainer, local, same)
+        everything = torch.cat([share for share, _ in shares])
+        distinct = int(torch.unique(everything).numel())
+        size = self._dataset_size(trainer)
+        flags = [flag for _, flag in shares]
+        seen = int(everything.numel())
+        row: dict[str, Any] = {
+            "epoch": trainer.current_epoch + 1, "seen": seen, "distinct": distinct, "duplicates": seen - distinct,
+            "dataset_size": size, "missing": None if size is None else max(0, size - distinct),
+            "per_rank": [int(share.numel()) for share, _ in shares],
+            "same_order_ranks": None if -1 in flags else sum(flags)}  # ranks that repeated their last epoch's order
+        self.epochs.append(row)
+        line = self.describe(row)
+        if trainer.is_global_zero:
+            scalars = {f"audit/{k}": float(row[k]) for k in ("seen", "distinct", "duplicates", "missing")
+                       if row[k] is not None}
+            for logger in trainer.loggers:
+                logger.log_metrics(scalars, step=trainer.global_step)
+            say(trainer, line)
+        if self.strict and (row["duplicates"] or row["missing"]):
+            raise SampleAuditError(f"{line} (SampleAudit strict=True)")
+
+    # ------------------------------------------------------------------ counting
+    def _local(self, trainer: Trainer) -> torch.Tensor:
+        device = trainer.strategy.root_device
+        if not self._seen:
+            return torch.empty(0, dtype=torch.int64, device=device)
+        return torch.cat([f.to(device) for f in self._seen])
+
+    @staticmethod
+    def _gather(trainer: Trainer, local: torch.Tensor, flag: int) -> list[tuple[torch.Tensor, int]]:
+        """Every rank's (fingerprints, same-order flag), in rank order (this rank's alone on one process)."""
+        world = trainer.world_size
+        meta = torch.tensor([local.numel(), flag], dtype=torch.int64, device=local.device)
+        metas = trainer.strategy.all_gather(meta).reshape(world, 2).tolist()
+        longest = max(count for count, _ in metas)
+        padded = torch.full((longest,), PADDING, dtype=torch.int64, device=local.device)
+        padded[: local.numel()] = local
+        everyone = trainer.strategy.all_gather(padded).reshape(world, longest) if longest else padded.reshape(world, 0)
+        return [(everyone[rank, :count], same) for rank, (count, same) in enumerate(metas)]
+
+    def describe(self, row: dict[str, Any]) -> str:
+        """The one-line report of an epoch's counts."""
+        ranks = row["per_rank"]
+        where = f" ({' + '.join(map(str, ranks))} on {len(ranks)} ranks)" if len(ranks) > 1 else ""
+        line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} samples seen{where}, {row['distinct']:,} distinct"
+        if row["dataset_size"] is None:
+            line += f": {row['duplicates']:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
+        else:
+            line += f" of {row['dataset_size']:,}: {row['duplicates']:,} duplicates, {row['missing']:,} missing"
+            extra = row["distinct"] - row["dataset_size"]
+            if extra > 0:
+                line += (f"; {extra:,} more distinct than the dataset holds (a random augmentation before the step, "
+                         "or a dataset_size that does not count samples?)")
+        padding = -row["dataset_size"] % len(ranks) if row["dataset_size"] else 0
+        if padding and row["duplicates"] == padding:
+            line += (f"; a distributed sampler pads {row['dataset_size']:,} samples to a multiple of {len(ranks)} "
+                     f"ranks by repeating {padding} (drop_last avoids it)")
+        elif row["duplicates"] and self.sample_id is None and self.fingerprint is None:
+            line += ("; samples identified by content: identical samples in the data count as duplicates "
+                     "(sample_id= names an index field instead)")
+        if row["same_order_ranks"]:
+            line += (f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {len(ranks)} "
+                     f"rank{'s' if len(ranks) > 1 else ''}: is the sampler reshuffled every epoch?")
+        return line
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The current epoch's fingerprints of every rank (a collective under DDP, as saving a checkpoint is)."""
+        trainer = self._trainer
+        if trainer is None or not self._in_epoch:
+            return {}
+        shares = self._gather(trainer, self._local(trainer), 0)
+        return {"epoch": trainer.current_epoch, "fingerprints": [share.cpu() for share, _ in shares]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = state_dict if state_dict else None
+

@@ -1,0 +1,196 @@
+"""SampleAudit in one process: duplicates, missing samples, any batch structure, strict mode and resuming."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from mnistperf import sample_audit
+from mnistperf.sample_audit import Fingerprinter, SampleAudit, SampleAuditError
+
+ROWS = 24
+
+
+class Rows(Dataset):
+    """ROWS distinct samples, handed out as a dict, a tuple or a bare tensor."""
+
+    def __init__(self, form: str = "tuple", rows: int = ROWS):
+        generator = torch.Generator().manual_seed(0)
+        self.x = torch.randn(rows, 3, 4, generator=generator)
+        self.y = torch.randint(0, 10, (rows,), generator=generator)
+        self.form = form
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        if self.form == "dict":
+            return {"image": self.x[i], "label": self.y[i]}
+        if self.form == "indexed":
+            return {"image": self.x[i], "label": self.y[i], "index": i}
+        if self.form == "tensor":
+            return self.x[i]
+        return self.x[i], self.y[i]
+
+
+class Probe(LightningModule):
+    """Trains a constant: the audit only looks at the batches."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(torch.ones(1, 4)).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit(loader, audit: SampleAudit, epochs: int = 2, *others, ckpt_path=None, **trainer_options) -> SampleAudit:
+    options = {"accelerator": "cpu", "max_epochs": epochs, "logger": False, "enable_checkpointing": bool(others),
+               "enable_progress_bar": False, "enable_model_summary": False}
+    Trainer(callbacks=[audit, *others], **{**options, **trainer_options}).fit(Probe(), loader, ckpt_path=ckpt_path)
+    return audit
+
+
+def counts(row: dict) -> tuple:
+    return row["seen"], row["distinct"], row["duplicates"], row["missing"]
+
+
+@pytest.mark.parametrize("form", ["dict", "tuple", "tensor"])
+def test_a_clean_epoch_sees_every_sample_once_whatever_the_batch_holds(form, capsys):
+    audit = fit(DataLoader(Rows(form), batch_size=5, shuffle=True), SampleAudit())
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2
+    assert audit.epochs[0]["dataset_size"] == ROWS  # read from the DataLoader's dataset
+    assert audit.epochs[1]["same_order_ranks"] == 0  # reshuffled
+    out = capsys.readouterr().out
+    assert f"sample audit, epoch 2: {ROWS} samples seen, {ROWS} distinct of {ROWS}: 0 duplicates, 0 missing" in out
+
+
+@pytest.mark.parametrize("form", ["dict", "tuple", "tensor"])
+def test_a_loader_that_repeats_samples_reports_the_duplicates(form, capsys):
+    order = list(range(ROWS)) + [3, 7, 3]  # 3 seen three times, 7 twice
+    audit = fit(DataLoader(Rows(form), batch_size=5, sampler=order), SampleAudit(), epochs=1)
+    assert counts(audit.epochs[0]) == (ROWS + 3, ROWS, 3, 0)
+    assert "3 duplicates, 0 missing; samples identified by content" in capsys.readouterr().out
+
+
+def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_order_is_noticed(capsys):
+    audit = fit(DataLoader(Rows(), batch_size=5, sampler=range(0, ROWS, 2)), SampleAudit())
+    assert [counts(row) for row in audit.epochs] == [(ROWS // 2, ROWS // 2, 0, ROWS // 2)] * 2
+    assert [row["same_order_ranks"] for row in audit.epochs] == [None, 1]
+    assert "same order as epoch 1 on 1 of 1 rank: is the sampler reshuffled" in capsys.readouterr().out
+
+
+def test_identical_samples_in_the_data_are_told_apart_by_their_index():
+    data = Rows("dict")
+    data.x[5], data.y[5] = data.x[4], data.y[4]  # one sample twice in the data itself
+    by_content = fit(DataLoader(data, batch_size=5), SampleAudit(), epochs=1)
+    data.form = "indexed"
+    by_index = fit(DataLoader(data, batch_size=5), SampleAudit(sample_id="index"), epochs=1)
+    assert counts(by_content.epochs[0]) == (ROWS, ROWS - 1, 1, 1)
+    assert counts(by_index.epochs[0]) == (ROWS, ROWS, 0, 0)
+
+
+def test_a_fingerprint_function_and_a_tuple_position_name_the_identity():
+    data = Rows()
+    data.x[:] = 0  # every sample has the same image: only the label tells them apart
+    audit = fit(DataLoader(data, batch_size=5), SampleAudit(fingerprint=lambda batch: batch[1]), epochs=1)
+    assert audit.epochs[0]["distinct"] == len(set(data.y.tolist()))
+    positional = fit(DataLoader(data, batch_size=5), SampleAudit(sample_id=1), epochs=1)
+    assert positional.epochs[0]["distinct"] == len(set(data.y.tolist()))
+
+
+def test_strict_raises_at_the_end_of_an_epoch_with_a_fault():
+    with pytest.raises(SampleAuditError, match=r"epoch 1: .* 1 duplicates, 0 missing.*strict=True"):
+        fit(DataLoader(Rows(), batch_size=5, sampler=[*range(ROWS), 0]), SampleAudit(strict=True))
+    fit(DataLoader(Rows(), batch_size=5), SampleAudit(strict=True))  # a clean run passes
+
+
+def test_a_bad_sample_id_is_refused_by_name():
+    with pytest.raises(SampleAuditError, match=r"sample_id 'idx': the batch has no such field"):
+        fit(DataLoader(Rows("dict"), batch_size=5), SampleAudit(sample_id="idx"), epochs=1)
+    with pytest.raises(SampleAuditError, match=r"sample_id 'image': holds torch.float32, not an integer tensor"):
+        fit(DataLoader(Rows("dict"), batch_size=5), SampleAudit(sample_id="image"), epochs=1)
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        yield from Rows()
+
+
+def test_the_dataset_size_is_unknown_for_a_stream_unless_given(capsys):
+    audit = fit(DataLoader(Stream(), batch_size=5), SampleAudit(), epochs=1)
+    assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, None)
+    assert "dataset size unknown: pass dataset_size" in capsys.readouterr().out
+    given = fit(DataLoader(Stream(), batch_size=5), SampleAudit(dataset_size=ROWS + 2), epochs=1)
+    assert counts(given.epochs[0]) == (ROWS, ROWS, 0, 2)
+
+
+def test_groups_of_batches_count_every_sample_with_two_sample_dims():
+    data = Rows()
+    groups = [(data.x[i:i + 6].reshape(2, 3, 3, 4), data.y[i:i + 6].reshape(2, 3)) for i in range(0, ROWS, 6)]
+    audit = fit(DataLoader(groups, batch_size=None), SampleAudit(sample_dims=2, dataset_size=ROWS), epochs=1)
+    assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)
+
+
+def test_an_epoch_resumed_from_a_checkpoint_is_counted_whole_and_a_plain_loader_is_seen_to_start_over(tmp_path):
+    """A plain DataLoader cannot resume inside an epoch: Lightning runs the epoch's remaining 3 batches from a
+    fresh iterator, so the first 10 samples are seen twice and the last 9 never."""
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_last=True)
+    first = fit(DataLoader(Rows(), batch_size=5), SampleAudit(), 1, checkpoint, max_steps=2)
+    assert counts(first.epochs[0]) == (10, 10, 0, ROWS - 10)  # stopped after 2 of 5 batches
+    resumed = fit(DataLoader(Rows(), batch_size=5), SampleAudit(), 1, ckpt_path=tmp_path / "last.ckpt")
+    assert counts(resumed.epochs[0]) == (10 + 15, 15, 10, ROWS - 15)
+
+
+def test_fingerprints_tell_any_bit_apart_and_agree_on_equal_samples():
+    hash_ = Fingerprinter(max_words=640)
+    for dtype in (torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool):
+        base = torch.zeros(2, 40, dtype=dtype)
+        changed = base.clone()
+        changed[1, 17] = 1
+        prints = hash_([changed], 2)
+        assert prints[0] == hash_([base], 2)[1] and prints[0] != prints[1], dtype
+    big = torch.randn(3, 1000)  # more words than max_words: hashed on fixed positions, the same every call
+    assert torch.equal(hash_([big], 3), hash_([big.clone()], 3)) and len(set(hash_([big], 3).tolist())) == 3
+    many = torch.arange(100_000, dtype=torch.int64).reshape(-1, 1)
+    assert torch.unique(hash_([many], len(many))).numel() == len(many) and (hash_([many], len(many)) >= 0).all()
+
+
+@pytest.mark.parametrize("row", [
+    {"epoch": 1, "seen": 1200, "distinct": 1199, "duplicates": 1, "missing": 3, "dataset_size": 1202,
+     "per_rank": [600, 600], "same_order_ranks": None},
+    {"epoch": 2, "seen": 7, "distinct": 7, "duplicates": 0, "missing": None, "dataset_size": None,
+     "per_rank": [7], "same_order_ranks": 1},
+])
+def test_the_report_line_carries_every_count(row):
+    """The multi-process tests read the counts back from rank 0's line."""
+    from records import audit_epochs
+
+    expected = {k: row[k] for k in ("epoch", "seen", "distinct", "duplicates", "missing", "per_rank")}
+    assert audit_epochs(SampleAudit().describe(row) + "\n") == [{**expected,
+                                                                 "same_order_ranks": row["same_order_ranks"] or 0}]
+
+
+def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunking(monkeypatch):
+    values = torch.randint(-(2**15), 2**15, (50, 3000))
+    weights = torch.randint(1, sample_audit.PRIME, (3000, sample_audit.LANES))
+    exact = [sum(int(v) * int(w) for v, w in zip(row, weights[:, lane])) % sample_audit.PRIME
+             for row in values[:3] for lane in range(sample_audit.LANES)]
+    by_matmul = sample_audit.lane_sums(values, weights, matmul=True)
+    assert by_matmul[:3].reshape(-1).tolist() == exact
+    monkeypatch.setattr(sample_audit, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
+    assert torch.equal(sample_audit.lane_sums(values, weights, matmul=False), by_matmul)
+
+
+def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_duplicates():
+    row = {"epoch": 1, "seen": 202, "distinct": 201, "duplicates": 1, "missing": 0, "dataset_size": 201,
+           "per_rank": [101, 101], "same_order_ranks": None}
+    line = SampleAudit().describe(row)
+    assert "a distributed sampler pads 201 samples to a multiple of 2 ranks by repeating 1" in line
+    assert "pads" not in SampleAudit().describe({**row, "duplicates": 2, "seen": 203})

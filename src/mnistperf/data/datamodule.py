@@ -23,11 +23,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, pins_memory
-from mnistperf.data.pipelines.litdata_stream import LitdataPipeline
-from mnistperf.data.pipelines.pandas_rows import PandasRowsPipeline
+from mnistperf.data.pipelines.litdata import LitdataPipeline
+from mnistperf.data.pipelines.v1 import V1Pipeline
 from mnistperf.data.pipelines.resident import ResidentPipeline
 from mnistperf.data.pipelines.stream import StreamPipeline
-from mnistperf.data.pipelines.tensors import TensorsPipeline
+from mnistperf.data.pipelines.v2 import V2Pipeline
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
@@ -35,8 +35,8 @@ _FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 PipelineName = Literal["v1", "v2", "resident", "stream", "litdata"]
 # The one registry of pipelines: a new pipeline is a module with a Pipeline subclass and a line here.
 PIPELINES: dict[str, type[Pipeline]] = {
-    "v1": PandasRowsPipeline,
-    "v2": TensorsPipeline,
+    "v1": V1Pipeline,
+    "v2": V2Pipeline,
     "resident": ResidentPipeline,
     "stream": StreamPipeline,
     "litdata": LitdataPipeline,

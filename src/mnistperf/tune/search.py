@@ -29,7 +29,7 @@ import torch
 
 from mnistperf.data.datamodule import PIPELINES, MNISTDataModule
 from mnistperf.data.ingest import prepare
-from mnistperf.data.pipelines.litdata_stream import BLOCK_ROWS
+from mnistperf.data.pipelines.litdata import BLOCK_ROWS
 from mnistperf.tune.probes import Probe, time_loader, time_step, time_training
 
 ORDER = ("resident", "v2", "litdata", "stream", "v1")  # cheapest to feed first, slowest last

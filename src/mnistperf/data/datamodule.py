@@ -2,7 +2,7 @@
 
 ``prepare_data`` calls :mod:`mnistperf.data.ingest` to make the Parquet splits if they are
 missing; ``setup`` and the ``*_dataloader`` hooks hand them to the pipeline that the
-``pipeline`` option names, looked up in the one registry below.
+``pipeline`` option names, looked up in :mod:`mnistperf.data.pipelines.registry`.
 
 The ladder's stages differ only in this module's options: which dataset class (``pipeline``)
 and how the DataLoader is set up. ``prepare_data`` converts the raw files once (rank 0 only);
@@ -22,25 +22,12 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
-from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, pins_memory
-from mnistperf.data.pipelines.litdata import LitdataPipeline
-from mnistperf.data.pipelines.v1 import V1Pipeline
-from mnistperf.data.pipelines.resident import ResidentPipeline
-from mnistperf.data.pipelines.stream import StreamPipeline
-from mnistperf.data.pipelines.v2 import V2Pipeline
+from mnistperf.data.pipelines.base import Placement, is_uri, pins_memory
+from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-PipelineName = Literal["v1", "v2", "resident", "stream", "litdata"]
-# The one registry of pipelines: a new pipeline is a module with a Pipeline subclass and a line here.
-PIPELINES: dict[str, type[Pipeline]] = {
-    "v1": V1Pipeline,
-    "v2": V2Pipeline,
-    "resident": ResidentPipeline,
-    "stream": StreamPipeline,
-    "litdata": LitdataPipeline,
-}
 
 
 class MNISTDataModule(L.LightningDataModule):
@@ -52,9 +39,8 @@ class MNISTDataModule(L.LightningDataModule):
         data_dir: folder holding ``<Folder>/{train,test}.parquet`` (for ``synthetic``, the shard
             folders ``Synthetic/{train,test}/``); for the litdata pipeline also a URI such as
             ``s3://bucket/data`` holding ``<Folder>/litdata/{train,test}/``.
-        pipeline: ``v1`` per-row pandas dataset, ``v2`` pre-tensorized dataset, ``resident``
-            whole split on the training device, ``stream`` record batches read from Parquet,
-            ``litdata`` Lightning's streaming engine over a litdata copy of the split.
+        pipeline: the input pipeline, by its name in the registry
+            (:mod:`mnistperf.data.pipelines.registry`); ``fit --help`` lists them.
         batch_size: samples per batch (per process under DDP).
         num_workers: DataLoader worker processes (v1, v2, stream, litdata).
         persistent_workers: keep workers alive between epochs (needs num_workers > 0).
@@ -78,7 +64,7 @@ class MNISTDataModule(L.LightningDataModule):
         self,
         dataset: str = "fashion_mnist",
         data_dir: str = "data",
-        pipeline: PipelineName = "v2",
+        pipeline: str = "v2",
         batch_size: int = 64,
         num_workers: int = 0,
         persistent_workers: bool = False,

@@ -2,9 +2,10 @@
 
 1. **The step alone** (forward, loss, backward, optimizer on a batch already on the device)
    gives the ceiling: no input pipeline can make training faster than this.
-2. **Loaders alone**, pipeline by pipeline (resident first when the split fits in the
-   device's memory, then v2, litdata, stream, v1), worker counts from 0 up to the CPUs this
-   process may use (its affinity, not the machine's count), cheapest first. A loader's
+2. **Loaders alone**, pipeline by pipeline in the order of each pipeline class's ``tune_rank``,
+   cheapest to feed first (one whose own checks refuse the config's options, or that would hold
+   a split too large for the device, is left out with the reason), worker counts from 0 up to the
+   CPUs this process may use (its affinity, not the machine's count), cheapest first. A loader's
    predicted training rate is min(loader, step) with workers (they load while the step runs)
    and 1 / (1/loader + 1/step) without (the main process does both in turn), less each
    epoch's start (a new iterator's first batch, which persistent workers save).
@@ -27,12 +28,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from mnistperf.data.datamodule import PIPELINES, MNISTDataModule
+from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
-from mnistperf.data.pipelines.litdata import BLOCK_ROWS
+from mnistperf.data.pipelines.registry import PIPELINES, tune_order
+from mnistperf.errors import ConfigError
 from mnistperf.tune.probes import Probe, time_loader, time_step, time_training
 
-ORDER = ("resident", "v2", "litdata", "stream", "v1")  # cheapest to feed first, slowest last
 LOADER_KEYS = ("pipeline", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
 REPEATS = 3
 NOISE_FLOOR = 0.05  # differences under 5 % are never taken as real
@@ -112,24 +113,27 @@ def split_rows(datamodule: MNISTDataModule) -> int:
 
 
 def pipelines_to_try(options: dict, device: torch.device, log: Callable[[str], None]) -> list[str]:
-    names = [n for n in ORDER if n in PIPELINES]
-    try:
-        import litdata  # noqa: F401
-    except ImportError:
-        names.remove("litdata")
-        log("litdata is not installed: its pipeline is left out (pip install 'mnistperf[litdata]').")
-    else:
-        if options["batch_size"] % BLOCK_ROWS:
-            names.remove("litdata")
-            log(f"litdata: it reads rows in blocks of {BLOCK_ROWS} and data.batch_size {options['batch_size']} is not "
-                "a multiple of that: left out.")
-    probe = MNISTDataModule(**{**options, "pipeline": "v2", "num_workers": 0, "persistent_workers": False,
-                               "prefetch_factor": None})
-    needed = split_rows(probe) * (28 * 28 + 8) * 2  # uint8 pixels, int64 labels, and room for a batch's copies
-    if needed > free_memory_bytes(device) // 2:
-        names.remove("resident")
-        log(f"resident: the training split needs about {needed / 2**20:,.0f} MB on {device.type}, more than half "
-            "the free memory: left out.")
+    """The registered pipelines tune tries, in order, less those that cannot run here (each said in the log).
+
+    Args:
+        options: the DataModule's options from the input config.
+        device: the training device.
+        log: where the reasons go.
+    """
+    names = []
+    for name in tune_order():
+        try:  # the pipeline's own checks: a package it needs, a batch size it cannot take, ...
+            datamodule = MNISTDataModule(**{**options, "pipeline": name})
+        except ConfigError as exc:
+            log(f"{name}: left out: {exc}")
+            continue
+        if PIPELINES[name].holds_split_on_device:
+            needed = split_rows(datamodule) * (28 * 28 + 8) * 2  # uint8 pixels, int64 labels, room for a batch's copies
+            if needed > free_memory_bytes(device) // 2:
+                log(f"{name}: the training split needs about {needed / 2**20:,.0f} MB on {device.type}, more than "
+                    "half the free memory: left out.")
+                continue
+        names.append(name)
     return names
 
 
@@ -143,7 +147,7 @@ class Search:
         self.options, self.model, self.device, self.log = options, model, device, log
         self.precision = precision  # the trainer precision fit runs (bf16-mixed only where the GPU has it)
         self.deadline = time.perf_counter() + budget_s
-        self.modules: dict[str, MNISTDataModule] = {}
+        self.loaded: dict[str, dict[str, Any]] = {}  # pipeline -> its DataModule's loaded splits
         self.probes: list[Probe] = []
 
     # ---------------------------------------------------------------- plumbing
@@ -151,16 +155,16 @@ class Search:
         return time.perf_counter() > self.deadline
 
     def datamodule(self, settings: dict) -> MNISTDataModule:
-        """One set-up DataModule per pipeline (its split loaded once); loader settings changed per probe."""
+        """A DataModule built with these settings (through its checks); a pipeline's split is loaded by its first
+        probe and shared by the DataModules of the next ones, whose loader settings differ."""
+        dm = MNISTDataModule(**{**self.options, **settings})
+        dm.device = self.device
         pipeline = settings["pipeline"]
-        if pipeline not in self.modules:
-            dm = MNISTDataModule(**{**self.options, **settings})
-            dm.device = self.device
+        if pipeline not in self.loaded:
             dm.prepare_data()
             dm.setup("fit")
-            self.modules[pipeline] = dm
-        dm = self.modules[pipeline]
-        dm.hparams.update({"batch_size": self.options["batch_size"], **settings})
+            self.loaded[pipeline] = dm.datasets
+        dm.datasets = self.loaded[pipeline]
         return dm
 
     def _record(self, probe: Probe, began: float, measure: Callable[[], list[float]]) -> Probe:

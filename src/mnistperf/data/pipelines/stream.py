@@ -198,6 +198,7 @@ class StreamPipeline(Pipeline):
     """Record batches read from Parquet through a bounded, seeded shuffle buffer, by DataLoader workers."""
 
     can_split_off = False
+    tune_rank = 40
 
     def load(self, path: Path, require_labels: bool, place: Placement) -> ParquetStream:
         return ParquetStream(path, require_labels=require_labels, seed=self.options.seed)

@@ -34,6 +34,7 @@ class PandasRowDataset(Dataset):
 
 
 class V1Pipeline(MapStylePipeline):
-    """v1: the naive per-row pandas dataset."""
+    """The naive per-row pandas dataset: every item converted from its row on every access."""
 
     dataset_class = PandasRowDataset
+    tune_rank = 50

@@ -30,6 +30,7 @@ class TensorDataset(Dataset):
 
 
 class V2Pipeline(MapStylePipeline):
-    """v2: the pre-tensorized dataset."""
+    """The pre-tensorized dataset: the split converted once, each item an index into ready tensors."""
 
     dataset_class = TensorDataset
+    tune_rank = 20

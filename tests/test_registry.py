@@ -51,7 +51,7 @@ def test_fit_help_and_the_docs_table_list_every_registered_pipeline(item_list, c
     assert all(path.stem in text for path in CONFIGS.glob("*.yaml"))
     table = registry.markdown_table().splitlines()
     assert len(table) == 2 + len(BUILT_IN) + 1
-    assert "| `items` | throwaway_pipeline.py | Items made once and kept in a Python list | yes | yes | - | - | 1. |" \
+    assert "| `items` | throwaway_pipeline.py | Items made once and kept in a Python list | yes | yes | - | - | 1 |" \
         in table
 
 

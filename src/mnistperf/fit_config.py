@@ -1,6 +1,6 @@
 """How a ``fit`` configuration is read: shared by the commands that sit on top of it.
 
-``fit`` itself (through :mod:`mnistperf.cli`), ``bench`` (its plain-PyTorch baseline parses a
+``fit`` itself (through :mod:`mnistperf.cli`), ``bench`` (its reference rows parse a
 fit command line) and ``tune`` (which measures a config before rewriting it) all read a stage
 config the same way: LightningCLI with the project's model and DataModule, errors in one line,
 bf16 only where the GPU has it, and ``--set KEY=VALUE`` overrides checked against the options

@@ -17,7 +17,7 @@ from statistics import median
 from typing import Any, Optional
 
 from mnistperf.atomic import atomic_write
-from mnistperf.bench import reference
+from mnistperf.bench import published
 
 
 @dataclass
@@ -85,7 +85,7 @@ def table_rows(rows: list[Row]) -> list[dict[str, str]]:
     lightning_rows = [r for r in rows if r.runner == "lightning" and r.summaries and r.med("avg_train_s")]
     out = []
     for r in rows:
-        ref = reference.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
+        ref = published.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
         epoch = r.epoch_s
         note = r.error or ""
         same_stage = [lr for lr in lightning_rows if lr.stage == r.stage]
@@ -133,7 +133,7 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     limit = settings.get("limit_train_batches")
     out = []
     for r in rows:
-        ref = reference.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
+        ref = published.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
         wait = r.med("input_wait_share")
         data = r.summaries[0].get("data") or {} if r.summaries else {}
         out.append({
@@ -234,7 +234,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         f"- settings: {json.dumps(settings)}",
         *([f"- **bounded epochs**: {settings['limit_train_batches']} training batches per epoch, not whole epochs"]
           if settings.get("limit_train_batches") else []),
-        f"- published figures: {reference.HARDWARE}",
+        f"- published figures: {published.HARDWARE}",
         "- train s/epoch, test s/epoch, samples/s, input wait and verdict: steady-state epochs (2..N), medians "
         "over repeats; epoch 1 is shown apart as warm-up; total s covers every epoch",
         "- speed-up: steady-state seconds per epoch (train + test) of the first row over this row's",

@@ -49,7 +49,7 @@ class MNISTDataModule(L.LightningDataModule):
         prefetch_factor: batches each worker loads ahead (needs num_workers > 0; default 2).
         shuffle: reshuffle the training set every epoch.
         drop_last: drop the last, partial training batch.
-        val_source: ``test`` evaluates on the test split, as the reference does; a fraction
+        val_source: ``test`` evaluates on the test split, as the published experiment does; a fraction
             such as ``0.1`` splits that share off the training set instead (seeded).
         seed: seed for the validation split and the resident/stream shuffles.
         source_root: folder with the raw ``mnist/`` and ``fashion-mnist/`` .gz files, for prepare_data.
@@ -86,7 +86,7 @@ class MNISTDataModule(L.LightningDataModule):
         self.pipeline.check()
         self.data_dir = data_dir.rstrip("/") if is_uri(data_dir) else Path(data_dir)
         self.datasets: dict[str, object] = {}
-        # Where the resident pipeline puts the data when no Trainer is attached (the plain-PyTorch baseline).
+        # Where the resident pipeline puts the data when no Trainer is attached (the bench's plain-PyTorch reference row).
         self.device = torch.device("cpu")
         self._workers_noted = False
 

@@ -48,7 +48,7 @@ class Outcome:
     step: Probe
     probes: list[Probe] = field(default_factory=list)
     stopped: str = ""
-    baseline: Optional[Probe] = None
+    baseline: Optional[Probe] = None  # the input config's settings measured together: what tune's choice must beat
     chosen: Optional[Probe] = None
     bigger_batch: Optional[Probe] = None
 

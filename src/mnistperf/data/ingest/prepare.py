@@ -6,7 +6,7 @@ The synthetic dataset, which exists to be larger than memory, is written as fold
 Each file is written to a temporary name beside its target and renamed into place, so an
 interrupted run never leaves a file a later run would trust, and two runs at once both end
 with complete files. While writing, it measures size and write/read time per format: the
-reference's CSV-against-Parquet comparison, reproduced on the user's machine.
+published experiment's CSV-against-Parquet comparison, reproduced on the user's machine.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def check_formats(formats: Iterable[str]) -> list[str]:
 
 
 def format_reports(reports: list[FormatReport]) -> str:
-    """The reference's CSV-vs-Parquet table: size, write and read time, size relative to Parquet."""
+    """The published experiment's CSV-vs-Parquet table: size, write and read time, size relative to Parquet."""
     if not reports:
         return ""
     lines = [

@@ -135,7 +135,8 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     for r in rows:
         ref = published.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
         wait = r.med("input_wait_share")
-        data = r.summaries[0].get("data") or {} if r.summaries else {}
+        first = r.summaries[0] if r.summaries else {}
+        data = first.get("data") or {}
         out.append({
             "label": r.label, "stage": r.stage, "runner": r.runner,
             **{f"sweep:{key}": r.overrides.get(key) for key in swept},

@@ -42,7 +42,6 @@ class ParquetStream(IterableDataset):
     """An iterable of ``{"image", "label"}`` batches read from one Parquet file or a folder of shards."""
 
     def __init__(self, path: Path, require_labels: bool, seed: int = 0):
-        self.path = path
         self.files, self.layouts, counts = [], [], []
         for file, parquet, layout in schema.checked_files(path, require_labels, allow_float=False):
             self.files.append(file)

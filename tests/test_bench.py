@@ -11,7 +11,7 @@ import pytest
 from conftest import CONFIGS
 
 from mnistperf.bench import baseline, published, runner
-from mnistperf.bench.report import Row, per_step, table_rows
+from mnistperf.bench.report import Row, chart_figure, per_step, table_rows, write_all
 from mnistperf.cli import main
 from mnistperf.graphed_step import StepGraphs
 
@@ -247,3 +247,44 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
     assert [g.captures for g in graphs_made] == [0, 2] * 3
     for mine, theirs in zip(summaries["plain"]["epochs"], summaries["plain ungrouped"]["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
+
+
+def test_the_chart_puts_each_published_figure_beside_the_measured_bar_with_speed_ups():
+    rows = [Row("v1_naive", "v1_naive", summaries=[summary(100, 0)]),
+            Row("v2_pinned", "v2_pinned", summaries=[summary(4, 0)]),
+            Row("v3_resident", "v3_resident", summaries=[summary(2, 0)]),
+            Row("v2_pinned batch_size=64", "v2_pinned", {"data.batch_size": "64"}, summaries=[summary(5, 0)]),
+            Row("v4_graphed", "v4_graphed", error="failed (exit 1): boom")]
+    fig = chart_figure(rows, "cpu (test)", log_scale=False)
+    ax = fig.axes[0]
+    measured, figures = ax.containers
+    assert [bar.get_height() for bar in measured] == [100, 4, 2, 5]  # the failed row has no bar
+    # Published figures only for the unmodified stages that have them, each right of its measured bar.
+    assert [bar.get_height() for bar in figures] == [published.STAGES[s][0] for s in ("v1_naive", "v2_pinned")]
+    assert figures[1].get_x() == pytest.approx(measured[1].get_x() + measured[1].get_width())
+    assert [t.get_text() for t in ax.get_xticklabels()] == [r.label for r in rows[:4]]
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == ["1.0x", "25.0x", "50.0x", "20.0x", f"{published.STAGES['v1_naive'][3]:.1f}x",
+                      f"{published.STAGES['v2_pinned'][3]:.1f}x"]
+    assert ax.get_yscale() == "log"  # 100 s against 0.44 s published: a linear axis would hide the small bars
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["cpu (test) (measured)", published.HARDWARE]
+
+
+def test_the_chart_is_linear_for_a_narrow_range_unless_asked_for_a_log_axis():
+    rows = [Row("v3_resident", "v3_resident", summaries=[summary(4, 0)]),
+            Row("v3_compiled", "v3_compiled", summaries=[summary(2, 0)])]
+    assert chart_figure(rows, "cpu", log_scale=False).axes[0].get_yscale() == "linear"
+    assert len(chart_figure(rows, "cpu", log_scale=False).axes[0].containers) == 1  # nothing published for these
+    assert chart_figure(rows, "cpu", log_scale=True).axes[0].get_yscale() == "log"
+
+
+def test_redraw_draws_the_chart_again_from_results_json(tmp_path, capsys):
+    rows = [Row("v1_naive", "v1_naive", summaries=[summary(10, 2)]), Row("v2_pinned", "v2_pinned",
+                                                                         summaries=[summary(1, 0.5)])]
+    write_all(rows, tmp_path, {"epochs": 2})
+    (tmp_path / "chart.png").unlink()
+    main(["bench", "--redraw", str(tmp_path)])
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--redraw", str(tmp_path / "nothing")])
+    assert exit_info.value.code == 2 and "--redraw" in capsys.readouterr().err

@@ -29,7 +29,7 @@ import yaml
 
 from mnistperf.bench import published
 from mnistperf.bench.memory import TreeMemorySampler
-from mnistperf.bench.report import Row, markdown_table, per_step_table, write_all
+from mnistperf.bench.report import Row, markdown_table, per_step_table, redraw_chart, write_all
 from mnistperf.console import device_line
 from mnistperf.errors import ConfigError
 from mnistperf.fit_config import check_key, load_config, parse_setting
@@ -129,7 +129,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--loader-only", action="store_true",
                         help="time only the input pipeline of each stage (plain loop, no model, no Lightning)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default bench_results/<time>)")
-    parser.add_argument("--log-scale", action="store_true", help="log-scale y axis in chart.png")
+    parser.add_argument("--log-scale", action="store_true",
+                        help="log-scale y axis in chart.png (by default, only where the bars span more than 20x)")
+    parser.add_argument("--redraw", type=Path, default=None, metavar="DIR",
+                        help="run nothing: draw DIR/chart.png again from the DIR/results.json a bench wrote")
     opts = parser.parse_args(argv)
     if opts.epochs < 1 or opts.repeats < 1:
         raise ConfigError("--epochs and --repeats must be at least 1.")
@@ -241,6 +244,12 @@ def reference_row_stages(text: str, run: list[str]) -> list[str]:
 
 def bench_command(argv: Sequence[str]) -> None:
     opts = parse_args(argv)
+    if opts.redraw is not None:
+        chart = redraw_chart(opts.redraw, opts.log_scale)
+        if chart is None:
+            raise ConfigError("--redraw needs matplotlib: pip install 'mnistperf[bench]'.")
+        print(f"written: {chart}")
+        return
     plans = plan_runs(opts)
     out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}

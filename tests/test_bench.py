@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS
 
-from mnistperf.bench import baseline, reference, runner
-from mnistperf.bench.report import Row, per_step, table_rows
+from mnistperf.bench import baseline, published, runner
+from mnistperf.bench.report import Row, chart_figure, per_step, table_rows, write_all
 from mnistperf.cli import main
 from mnistperf.graphed_step import StepGraphs
 
@@ -35,7 +35,7 @@ def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_sho
     assert table[0]["speed-up"] == "1.0x" and table[1]["speed-up"] == f"{12 / 2.5:.1f}x"  # (train + test) per epoch
     assert table[1]["warm-up train s"] == "6.00" and table[1]["verdict"] == "compute-bound"
     assert table[1]["train s/epoch"] == "2.00 [1.00-3.00]"  # median and min-max over repeats
-    assert table[1]["published train s/epoch"] == f"{reference.STAGES['v2_pinned'][0]:.2f}"
+    assert table[1]["published train s/epoch"] == f"{published.STAGES['v2_pinned'][0]:.2f}"
     assert table[2]["note"] == "stage/plain train time: 1.250x" and table[2]["published train s/epoch"] == ""
     assert table[3]["note"] == "failed (exit 1): boom" and table[3]["train s/epoch"] == "-"
     assert table[1]["input wait"] == "25%" and table[1]["peak MB (main RSS / tree PSS)"] == "500 / 800"
@@ -61,7 +61,7 @@ def test_per_step_splits_a_step_into_plain_lightnings_loop_and_the_lab():
     assert table_rows(rows)[1]["note"] == f"stage/bare Lightning train time: {1.18 / 1.06:.3f}x"
 
 
-def test_plan_covers_stages_sweeps_and_baseline():
+def test_plan_covers_stages_sweeps_and_reference_rows():
     opts = runner.parse_args(["--stages", "v1_bs512,v2_pinned", "--sweep", "data.batch_size=16,64", "--epochs", "2",
                               "--config-dir", str(CONFIGS), "--dataset", "mnist"])
     plans = runner.plan_runs(opts)
@@ -79,6 +79,8 @@ def test_plan_covers_stages_sweeps_and_baseline():
     assert "mnistperf.bench.baseline" in plain
     for key, value in (("--data.dataset", "mnist"), ("--trainer.max_epochs", "2"), ("--config", str(CONFIGS / "v2_pinned.yaml"))):
         assert plain[plain.index(key) + 1] == value
+    # --baseline is an alias of --reference-rows, so existing commands keep working.
+    assert runner.parse_args(["--baseline", "none"]).reference_rows == "none"
 
 
 @pytest.mark.parametrize("run,expected", [
@@ -86,13 +88,13 @@ def test_plan_covers_stages_sweeps_and_baseline():
     (["v2_pinned", "v3_resident"], ["v2_pinned", "v3_resident"]),
     (["v1_naive", "streaming"], ["streaming"]),
 ])
-def test_auto_baseline_is_v2_pinned_and_the_highest_resident_rung(run, expected):
-    assert runner.baseline_stages("auto", run) == expected
-    assert runner.baseline_stages("none", run) == []
+def test_auto_reference_rows_are_v2_pinned_and_the_highest_resident_rung(run, expected):
+    assert runner.reference_row_stages("auto", run) == expected
+    assert runner.reference_row_stages("none", run) == []
 
 
 def test_set_keeps_a_value_with_commas_whole():
-    opts = runner.parse_args(["--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--baseline", "none",
+    opts = runner.parse_args(["--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--reference-rows", "none",
                               "--set", "trainer.devices=[0,1]"])
     command, _ = runner.plan_runs(opts)[0].command(Path("/runs"), "r1")
     assert command[command.index("--trainer.devices") + 1] == "[0,1]"
@@ -100,7 +102,7 @@ def test_set_keeps_a_value_with_commas_whole():
 
 def test_header_says_what_runs_even_when_set_gives_the_epochs():
     """`--set trainer.max_epochs=2` runs 2 epochs, and the header, the commands and the settings say 2, not 5."""
-    opts = runner.parse_args(["--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--baseline", "none", "--set",
+    opts = runner.parse_args(["--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--reference-rows", "none", "--set",
                               "trainer.max_epochs=2", "--set", "trainer.limit_train_batches=7", "--set", "data.seed=3"])
     plans = runner.plan_runs(opts)
     text = runner.header(opts, plans, Path("out"))
@@ -123,7 +125,7 @@ def test_a_bounded_bench_trains_the_same_batches_in_every_row_grouped_or_not():
                       "v4_graphed batches_per_step=1": "40", "v4_graphed batches_per_step=16": "3",
                       "bare Lightning (v2_pinned)": "40", "plain PyTorch (v2_pinned)": "40",
                       "bare Lightning (v4_graphed)": "5", "plain PyTorch (v4_graphed)": "5"}  # its config's 8
-    whole = runner.parse_args(["--stages", "v4_graphed", "--config-dir", str(CONFIGS), "--baseline", "none"])
+    whole = runner.parse_args(["--stages", "v4_graphed", "--config-dir", str(CONFIGS), "--reference-rows", "none"])
     assert "--trainer.limit_train_batches" not in runner.plan_runs(whole)[0].command(Path("/runs"), "r")[0]
 
 
@@ -161,7 +163,7 @@ def fake_runs(monkeypatch, outcomes):
 
 def test_a_failed_stage_keeps_its_error_and_the_other_rows(tmp_path, monkeypatch, capsys):
     fake_runs(monkeypatch, ["ok", "fail", "ok"])
-    main(["bench", "--stages", "v1_naive,v1_bs512,v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS),
+    main(["bench", "--stages", "v1_naive,v1_bs512,v2_pinned", "--reference-rows", "none", "--config-dir", str(CONFIGS),
           "--out", str(tmp_path)])
     data = json.loads((tmp_path / "results.json").read_text())
     assert [r["error"] for r in data["rows"]] == [None, "failed (exit 1): torch.OutOfMemoryError: CUDA out of memory", None]
@@ -175,7 +177,7 @@ def test_results_csv_holds_one_number_per_cell_with_the_settings_that_shaped_eac
     pandas = pytest.importorskip("pandas")
     fake_runs(monkeypatch, ["ok"] * 8)
     main(["bench", "--stages", "v1_bs512,v2_pinned", "--sweep", "data.batch_size=16,64", "--repeats", "2",
-          "--limit-train-batches", "5", "--epochs", "3", "--baseline", "none", "--config-dir", str(CONFIGS),
+          "--limit-train-batches", "5", "--epochs", "3", "--reference-rows", "none", "--config-dir", str(CONFIGS),
           "--out", str(tmp_path)])
     table = pandas.read_csv(tmp_path / "results.csv")
     text = (tmp_path / "results.csv").read_text()
@@ -245,3 +247,44 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
     assert [g.captures for g in graphs_made] == [0, 2] * 3
     for mine, theirs in zip(summaries["plain"]["epochs"], summaries["plain ungrouped"]["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
+
+
+def test_the_chart_puts_each_published_figure_beside_the_measured_bar_with_speed_ups():
+    rows = [Row("v1_naive", "v1_naive", summaries=[summary(100, 0)]),
+            Row("v2_pinned", "v2_pinned", summaries=[summary(4, 0)]),
+            Row("v3_resident", "v3_resident", summaries=[summary(2, 0)]),
+            Row("v2_pinned batch_size=64", "v2_pinned", {"data.batch_size": "64"}, summaries=[summary(5, 0)]),
+            Row("v4_graphed", "v4_graphed", error="failed (exit 1): boom")]
+    fig = chart_figure(rows, "cpu (test)", log_scale=False)
+    ax = fig.axes[0]
+    measured, figures = ax.containers
+    assert [bar.get_height() for bar in measured] == [100, 4, 2, 5]  # the failed row has no bar
+    # Published figures only for the unmodified stages that have them, each right of its measured bar.
+    assert [bar.get_height() for bar in figures] == [published.STAGES[s][0] for s in ("v1_naive", "v2_pinned")]
+    assert figures[1].get_x() == pytest.approx(measured[1].get_x() + measured[1].get_width())
+    assert [t.get_text() for t in ax.get_xticklabels()] == [r.label for r in rows[:4]]
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == ["1.0x", "25.0x", "50.0x", "20.0x", f"{published.STAGES['v1_naive'][3]:.1f}x",
+                      f"{published.STAGES['v2_pinned'][3]:.1f}x"]
+    assert ax.get_yscale() == "log"  # 100 s against 0.44 s published: a linear axis would hide the small bars
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["cpu (test) (measured)", published.HARDWARE]
+
+
+def test_the_chart_is_linear_for_a_narrow_range_unless_asked_for_a_log_axis():
+    rows = [Row("v3_resident", "v3_resident", summaries=[summary(4, 0)]),
+            Row("v3_compiled", "v3_compiled", summaries=[summary(2, 0)])]
+    assert chart_figure(rows, "cpu", log_scale=False).axes[0].get_yscale() == "linear"
+    assert len(chart_figure(rows, "cpu", log_scale=False).axes[0].containers) == 1  # nothing published for these
+    assert chart_figure(rows, "cpu", log_scale=True).axes[0].get_yscale() == "log"
+
+
+def test_redraw_draws_the_chart_again_from_results_json(tmp_path, capsys):
+    rows = [Row("v1_naive", "v1_naive", summaries=[summary(10, 2)]), Row("v2_pinned", "v2_pinned",
+                                                                         summaries=[summary(1, 0.5)])]
+    write_all(rows, tmp_path, {"epochs": 2})
+    (tmp_path / "chart.png").unlink()
+    main(["bench", "--redraw", str(tmp_path)])
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--redraw", str(tmp_path / "nothing")])
+    assert exit_info.value.code == 2 and "--redraw" in capsys.readouterr().err

@@ -93,11 +93,11 @@ def test_the_copy_is_written_once_and_rewritten_when_the_parquet_changes(tiny_da
 
 def test_a_copy_in_the_older_one_row_layout_is_rewritten_locally_and_refused_remotely(tiny_data, tmp_path, capsys,
                                                                                        monkeypatch):
-    from mnistperf.data.pipelines import litdata_stream
+    from mnistperf.data.pipelines import litdata as litdata_pipeline
 
     copy = tiny_data / "FashionMNIST" / "litdata" / "train"
     litdata_module(tiny_data)
-    (copy / litdata_stream.LAYOUT_FILE).unlink()  # as a copy written before blocks had it
+    (copy / litdata_pipeline.LAYOUT_FILE).unlink()  # as a copy written before blocks had it
     capsys.readouterr()
     litdata_module(tiny_data)
     assert "wrote the litdata copy of" in capsys.readouterr().out
@@ -109,7 +109,7 @@ def test_a_copy_in_the_older_one_row_layout_is_rewritten_locally_and_refused_rem
         writer[index] = {"pixels": np.zeros(784, dtype=np.uint8), "label": index}
     writer.done()
     writer._merge_no_wait()
-    monkeypatch.setattr(litdata_stream, "copy_location", lambda split: old)
+    monkeypatch.setattr(litdata_pipeline, "copy_location", lambda split: old)
     dm = MNISTDataModule(data_dir=str(tiny_data), pipeline="litdata", batch_size=16)
     with pytest.raises(DataError, match="another layout .* prepare --litdata --force"):
         dm.pipeline.load(tiny_data / "FashionMNIST" / "train.parquet", True, Placement(torch.device("cpu")))
@@ -179,14 +179,14 @@ def test_every_rank_of_every_node_takes_a_disjoint_share_every_epoch(tmp_path, m
     several chunks; 3 epochs (litdata's node-local shuffle duplicated samples from the second on)."""
     from litdata.utilities.env import _WorkerEnv
 
-    from mnistperf.data.pipelines import litdata_stream
+    from mnistperf.data.pipelines import litdata as litdata_pipeline
     from mnistperf.data.pipelines.base import Placement
 
-    monkeypatch.setattr(litdata_stream, "CHUNK_BYTES", "64kb")  # about 80 samples a chunk
+    monkeypatch.setattr(litdata_pipeline, "CHUNK_BYTES", "64kb")  # about 80 samples a chunk
     batch, world = 64, nodes * ranks_per_node
     split = tmp_path / "train.parquet"
     write_parquet(split, numbered_table(rows))
-    litdata_stream.prepare_copies([split])
+    litdata_pipeline.prepare_copies([split])
     dm = MNISTDataModule(pipeline="litdata", batch_size=batch, num_workers=workers, persistent_workers=True)
     monkeypatch.setenv("NNODES", str(nodes))
     monkeypatch.setenv("WORLD_SIZE", str(world))
@@ -203,7 +203,7 @@ def test_every_rank_of_every_node_takes_a_disjoint_share_every_epoch(tmp_path, m
                 dataset._forced_worker_env = _WorkerEnv(workers, worker)  # litdata's hook for in-process workers
                 blocks = [item["pixels"].reshape(-1, schema.NUM_PIXELS)[:, :2].astype(np.int64) for item in dataset]
                 counts.update(int(low) + 256 * int(high) for block in blocks for low, high in block)
-                per_batch = batch // litdata_stream.BLOCK_ROWS  # items of a batch
+                per_batch = batch // litdata_pipeline.BLOCK_ROWS  # items of a batch
                 assert len(blocks) % per_batch == 0  # whole batches only: no partial batch on any worker
                 rank_batches += len(blocks) // per_batch
             batches.append(rank_batches)
@@ -324,7 +324,7 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
 
 
 def test_batches_bound_for_a_gpu_travel_as_uint8_and_are_finished_on_the_device():
-    from mnistperf.data.pipelines.litdata_stream import LitdataPipeline, collate
+    from mnistperf.data.pipelines.litdata import LitdataPipeline, collate
 
     rng = np.random.default_rng(0)
     items = [{"pixels": rng.integers(0, 256, 784, dtype=np.uint8), "label": i % 10} for i in range(5)]

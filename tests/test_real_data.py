@@ -10,8 +10,8 @@ import torch
 
 from mnistperf.data import schema
 from mnistperf.data.ingest import prepare
-from mnistperf.data.pipelines.pandas_rows import PandasRowDataset
-from mnistperf.data.pipelines.tensors import TensorDataset
+from mnistperf.data.pipelines.v1 import PandasRowDataset
+from mnistperf.data.pipelines.v2 import TensorDataset
 
 pytestmark = pytest.mark.realdata
 IDX = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),

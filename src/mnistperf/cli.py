@@ -81,7 +81,7 @@ def prepare_command(argv: Sequence[str]) -> None:
     if reports:
         print(prepare.format_reports(reports))
     if opts.litdata:
-        from mnistperf.data.pipelines.litdata_stream import prepare_copies
+        from mnistperf.data.pipelines.litdata import prepare_copies
 
         names = list(sources.DATASETS) if opts.dataset == "all" else [opts.dataset]
         prepare_copies([prepare.split_path(opts.data_dir, name, split) for name in names for split in prepare.SPLITS],

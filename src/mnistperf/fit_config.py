@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import textwrap
 import warnings
 from argparse import RawDescriptionHelpFormatter
 from pathlib import Path
@@ -24,6 +25,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.data.pipelines import registry
 from mnistperf.errors import DEBUG_ENV, ConfigError
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
@@ -47,23 +49,38 @@ def native_bf16(accelerator) -> bool:
     return wants_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-FIT_DESCRIPTION = """\
-Train one stage of the ladder. The options a user of this lab changes:
-
-  --config configs/STAGE.yaml       the stage (v1_naive ... v3_resident, streaming, streaming_litdata)
+FIT_OPTIONS = """\
   --data.batch_size N               samples per step
   --data.num_workers N              loader worker processes (0: load in the main process)
   --data.persistent_workers BOOL    keep workers alive between epochs
   --data.pin_memory BOOL            page-locked batches for faster copies to a GPU
-  --data.pipeline NAME              v1, v2, resident, stream, litdata
+  --data.pipeline NAME              the input pipeline, one of those listed below
   --data.dataset NAME               fashion_mnist (default), mnist, synthetic or your own folder
   --data.source_root DIR            offline: the folder holding mnist/ and fashion-mnist/ .gz files
   --trainer.max_epochs N            epochs to train
   --trainer.accelerator cpu|cuda    where to train (auto: CUDA when present)
   --ckpt_path last                  resume the newest run of this config
-
-Every other option of Lightning's Trainer, the model and the data module follows.
 """
+# The stage configs of a checkout, for when fit runs from elsewhere than its root.
+CHECKOUT_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def stage_names() -> list[str]:
+    """The stages in ``configs/`` (of the working folder, else of the checkout), the ladder's ``v*`` first."""
+    for folder in (Path("configs"), CHECKOUT_CONFIGS):
+        names = [path.stem for path in folder.glob("*.yaml")]
+        if names:
+            return sorted(names, key=lambda name: (not name.startswith("v"), name))
+    return []
+
+
+def fit_description() -> str:
+    """``fit --help``'s description: the options a user of this lab changes, the stages and the pipelines."""
+    stages = textwrap.fill("the stage: " + (", ".join(stage_names()) or "none found in configs/"), width=100,
+                           initial_indent="  --config configs/STAGE.yaml       ", subsequent_indent=" " * 36)
+    return (f"Train one stage of the ladder. The options a user of this lab changes:\n\n{stages}\n{FIT_OPTIONS}\n"
+            "Input pipelines (--data.pipeline):\n" + "\n".join(registry.help_lines()) + "\n\n"
+            "Every other option of Lightning's Trainer, the model and the data module follows.\n")
 EVAL_COMMANDS = ("validate", "test", "predict")
 
 
@@ -97,7 +114,7 @@ class MnistperfCLI(LightningCLI):
             run=run,
             parser_class=OneLineErrorParser,
             parser_kwargs={"prog": "mnistperf", "formatter_class": KeepDescriptionLines, "fit": {
-                "usage": "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]", "description": FIT_DESCRIPTION}},
+                "usage": "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]", "description": fit_description()}},
         )
 
     def before_fit(self) -> None:

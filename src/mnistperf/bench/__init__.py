@@ -1,1 +1,1 @@
-"""The bench: every stage in a fresh process, a plain-PyTorch baseline, and the report."""
+"""The bench: every stage in a fresh process, the reference rows (plain PyTorch, bare Lightning), and the report."""

@@ -17,7 +17,8 @@ from statistics import median
 from typing import Any, Optional
 
 from mnistperf.atomic import atomic_write
-from mnistperf.bench import reference
+from mnistperf.bench import published
+from mnistperf.errors import ConfigError
 
 
 @dataclass
@@ -85,7 +86,7 @@ def table_rows(rows: list[Row]) -> list[dict[str, str]]:
     lightning_rows = [r for r in rows if r.runner == "lightning" and r.summaries and r.med("avg_train_s")]
     out = []
     for r in rows:
-        ref = reference.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
+        ref = published_figures(r)
         epoch = r.epoch_s
         note = r.error or ""
         same_stage = [lr for lr in lightning_rows if lr.stage == r.stage]
@@ -133,9 +134,10 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     limit = settings.get("limit_train_batches")
     out = []
     for r in rows:
-        ref = reference.STAGES.get(r.stage) if not r.overrides and r.runner == "lightning" else None
+        ref = published_figures(r)
         wait = r.med("input_wait_share")
-        data = r.summaries[0].get("data") or {} if r.summaries else {}
+        first = r.summaries[0] if r.summaries else {}
+        data = first.get("data") or {}
         out.append({
             "label": r.label, "stage": r.stage, "runner": r.runner,
             **{f"sweep:{key}": r.overrides.get(key) for key in swept},
@@ -234,7 +236,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         f"- settings: {json.dumps(settings)}",
         *([f"- **bounded epochs**: {settings['limit_train_batches']} training batches per epoch, not whole epochs"]
           if settings.get("limit_train_batches") else []),
-        f"- published figures: {reference.HARDWARE}",
+        f"- published figures: {published.HARDWARE}",
         "- train s/epoch, test s/epoch, samples/s, input wait and verdict: steady-state epochs (2..N), medians "
         "over repeats; epoch 1 is shown apart as warm-up; total s covers every epoch",
         "- speed-up: steady-state seconds per epoch (train + test) of the first row over this row's",
@@ -273,8 +275,54 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
     return written
 
 
+LOG_SCALE_RANGE = 20  # bars further apart than this (largest / smallest) are drawn on a log axis
+
+
+def published_figures(row: Row) -> Optional[tuple[float, float, float, float]]:
+    """The published (train s/epoch, test s/epoch, total s, speed-up) of a row's stage, for unmodified stage rows."""
+    return published.STAGES.get(row.stage) if not row.overrides and row.runner == "lightning" else None
+
+
+def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
+    """The ladder as bars: per row, its measured train s/epoch with the published figure beside it where the stage
+    has one, each bar labelled with its speed-up; a log axis when asked or when the bars span more than
+    ``LOG_SCALE_RANGE``. None when no row has a result.
+
+    Args:
+        rows: the bench's rows; those without a result are left out.
+        device: what the measured bars ran on, for the legend.
+        log_scale: a log axis whatever the range.
+    """
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if r.med("avg_train_s")]
+    if not done:
+        return None
+    base = next((r.epoch_s for r in rows if r.epoch_s), None)
+    shown = [(i, published_figures(r)) for i, r in enumerate(done) if published_figures(r)]
+    width = 0.4 if shown else 0.6
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(done)), 4.5))
+    measured = ax.bar([i - width / 2 if shown else i for i in range(len(done))],
+                      [r.med("avg_train_s") for r in done], width, color="#4C72B0", label=f"{device} (measured)")
+    ax.bar_label(measured, labels=[f"{base / r.epoch_s:.1f}x" if base else "" for r in done], fontsize=8)
+    heights = [r.med("avg_train_s") for r in done]
+    if shown:
+        figures = ax.bar([i + width / 2 for i, _ in shown], [ref[0] for _, ref in shown], width, color="#C8C8C8",
+                         label=published.HARDWARE)
+        ax.bar_label(figures, labels=[f"{ref[3]:.1f}x" for _, ref in shown], fontsize=8)
+        heights += [ref[0] for _, ref in shown]
+    ax.set_xticks(range(len(done)), [r.label for r in done], rotation=30, ha="right")
+    ax.set_ylabel("train s/epoch (median); bar labels: speed-up")
+    ax.set_title(f"mnistperf ladder on {device}", fontsize=10)
+    if log_scale or max(heights) / min(heights) > LOG_SCALE_RANGE:
+        ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def write_chart(rows: list[Row], path: Path, device: str, log_scale: bool) -> Optional[Path]:
-    """A bar chart of train seconds per epoch per row; None when matplotlib is not installed."""
+    """Draw :func:`chart_figure` into a PNG; None when matplotlib is not installed or no row has a result."""
     try:
         import matplotlib
 
@@ -282,17 +330,25 @@ def write_chart(rows: list[Row], path: Path, device: str, log_scale: bool) -> Op
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    done = [r for r in rows if r.med("avg_train_s")]
-    if not done:
+    fig = chart_figure(rows, device, log_scale)
+    if fig is None:
         return None
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(done)), 4))
-    ax.bar([r.label for r in done], [r.med("avg_train_s") for r in done], color="#4C72B0")
-    ax.set_ylabel("train s/epoch (median)")
-    ax.set_title(f"mnistperf ladder on {device}", fontsize=10)
-    if log_scale:
-        ax.set_yscale("log")
-    ax.tick_params(axis="x", rotation=30)
-    fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
     plt.close(fig)
     return path
+
+
+def redraw_chart(folder: Path, log_scale: bool = False) -> Optional[Path]:
+    """Draw ``chart.png`` again from a bench folder's ``results.json``; None when matplotlib is not installed.
+
+    Args:
+        folder: a folder the bench wrote.
+        log_scale: a log axis whatever the range.
+    """
+    try:
+        results = json.loads((folder / "results.json").read_text())
+        rows = [Row(**row) for row in results["rows"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"--redraw {folder}: no bench results.json readable there ({exc}); give a folder the "
+                          "bench wrote.") from None
+    return write_chart(rows, folder / "chart.png", results.get("environment", {}).get("device", ""), log_scale)

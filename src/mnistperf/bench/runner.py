@@ -22,9 +22,9 @@ from typing import Callable, Sequence
 
 import yaml
 
-from mnistperf.bench import reference
+from mnistperf.bench import published
 from mnistperf.bench.memory import TreeMemorySampler
-from mnistperf.bench.report import Row, markdown_table, per_step_table, write_all
+from mnistperf.bench.report import Row, markdown_table, per_step_table, redraw_chart, write_all
 from mnistperf.console import device_line
 from mnistperf.errors import ConfigError
 from mnistperf.fit_config import check_key, load_config, parse_setting
@@ -42,7 +42,7 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
 
 
 def resolve_stages(text: str, config_dir: Path) -> list[tuple[str, Path]]:
-    names = reference.LADDER + reference.BEYOND if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
+    names = published.LADDER + published.BEYOND if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
     stages = []
     for name in names:
         path = Path(name) if name.endswith(".yaml") else config_dir / f"{name}.yaml"
@@ -117,14 +117,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                              "Lightning step (data.batches_per_step) gets as many whole groups as cover K")
     parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2", help="e.g. data.batch_size=16,64,512")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a fixed override for every run")
-    parser.add_argument("--baseline", default="auto",
-                        help="stages (comma-separated) to also run as a plain PyTorch loop and in Lightning's bare "
-                             "loop; 'auto': v2_pinned and the highest resident rung (v4_graphed, else v3_resident) among the "
-                             "stages run; 'none' to skip")
+    parser.add_argument("--reference-rows", "--baseline", dest="reference_rows", default="auto",
+                        help="stages (comma-separated) to also run as reference rows, a plain PyTorch loop and "
+                             "Lightning's bare loop; 'auto': v2_pinned and the highest resident rung (v4_graphed, else "
+                             "v3_resident) among the stages run; 'none' to skip")
     parser.add_argument("--loader-only", action="store_true",
                         help="time only the input pipeline of each stage (plain loop, no model, no Lightning)")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default bench_results/<time>)")
-    parser.add_argument("--log-scale", action="store_true", help="log-scale y axis in chart.png")
+    parser.add_argument("--log-scale", action="store_true",
+                        help="log-scale y axis in chart.png (by default, only where the bars span more than 20x)")
+    parser.add_argument("--redraw", type=Path, default=None, metavar="DIR",
+                        help="run nothing: draw DIR/chart.png again from the DIR/results.json a bench wrote")
     opts = parser.parse_args(argv)
     if opts.epochs < 1 or opts.repeats < 1:
         raise ConfigError("--epochs and --repeats must be at least 1.")
@@ -168,7 +171,7 @@ def header(opts: argparse.Namespace, plans: list[Plan], out: Path) -> str:
 
 
 def plan_runs(opts: argparse.Namespace) -> list[Plan]:
-    """Every configuration the options ask for, in order: stages x sweep values, then the baseline."""
+    """Every configuration the options ask for, in order: stages x sweep values, then the reference rows."""
     stages = resolve_stages(opts.stages, opts.config_dir)
     sweeps = [parse_sweep(s) for s in opts.sweep]
     fixed = [parse_setting(s) for s in opts.set]
@@ -195,12 +198,12 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
             label = stage + "".join(f" {k.split('.')[-1]}={v}" for k, v in overrides.items())
             plans.append(Plan(Row(label, stage, overrides), path,
                               common + limit(path, overrides) + [a for k, v in combo for a in (f"--{k}", v)]))
-    for baseline in baseline_stages(opts.baseline, [name for name, _ in stages]):
-        path = dict(stages).get(baseline) or resolve_stages(baseline, opts.config_dir)[0][1]
+    for stage in reference_row_stages(opts.reference_rows, [name for name, _ in stages]):
+        path = dict(stages).get(stage) or resolve_stages(stage, opts.config_dir)[0][1]
         # Both take the fit command line itself, so every override applies to them too.
-        plans.append(Plan(Row(f"bare Lightning ({baseline})", baseline, runner="bare"), path,
+        plans.append(Plan(Row(f"bare Lightning ({stage})", stage, runner="bare"), path,
                           common + limit(path, {}) + ["--bare-lightning"]))
-        plans.append(Plan(Row(f"plain PyTorch ({baseline})", baseline, runner="plain"), path, common + limit(path, {})))
+        plans.append(Plan(Row(f"plain PyTorch ({stage})", stage, runner="plain"), path, common + limit(path, {})))
     return plans
 
 
@@ -224,8 +227,8 @@ PRE_TENSORIZED_STAGE = "v2_pinned"
 RESIDENT_RUNGS = ("v4_graphed", "v3_resident")  # highest first: the fastest resident stage on a GPU
 
 
-def baseline_stages(text: str, run: list[str]) -> list[str]:
-    """The stages that get the `bare Lightning` and `plain PyTorch` rows."""
+def reference_row_stages(text: str, run: list[str]) -> list[str]:
+    """The stages that get the reference rows, `bare Lightning` and `plain PyTorch`."""
     if text == "none":
         return []
     if text == "auto":
@@ -236,6 +239,12 @@ def baseline_stages(text: str, run: list[str]) -> list[str]:
 
 def bench_command(argv: Sequence[str]) -> None:
     opts = parse_args(argv)
+    if opts.redraw is not None:
+        chart = redraw_chart(opts.redraw, opts.log_scale)
+        if chart is None:
+            raise ConfigError("--redraw needs matplotlib: pip install 'mnistperf[bench]'.")
+        print(f"written: {chart}")
+        return
     plans = plan_runs(opts)
     out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}

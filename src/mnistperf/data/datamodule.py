@@ -2,7 +2,7 @@
 
 ``prepare_data`` calls :mod:`mnistperf.data.ingest` to make the Parquet splits if they are
 missing; ``setup`` and the ``*_dataloader`` hooks hand them to the pipeline that the
-``pipeline`` option names, looked up in the one registry below.
+``pipeline`` option names, looked up in :mod:`mnistperf.data.pipelines.registry`.
 
 The ladder's stages differ only in this module's options: which dataset class (``pipeline``)
 and how the DataLoader is set up. ``prepare_data`` converts the raw files once (rank 0 only);
@@ -22,25 +22,12 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
-from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, pins_memory
-from mnistperf.data.pipelines.litdata_stream import LitdataPipeline
-from mnistperf.data.pipelines.pandas_rows import PandasRowsPipeline
-from mnistperf.data.pipelines.resident import ResidentPipeline
-from mnistperf.data.pipelines.stream import StreamPipeline
-from mnistperf.data.pipelines.tensors import TensorsPipeline
+from mnistperf.data.pipelines.base import Placement, is_uri, pins_memory
+from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-PipelineName = Literal["v1", "v2", "resident", "stream", "litdata"]
-# The one registry of pipelines: a new pipeline is a module with a Pipeline subclass and a line here.
-PIPELINES: dict[str, type[Pipeline]] = {
-    "v1": PandasRowsPipeline,
-    "v2": TensorsPipeline,
-    "resident": ResidentPipeline,
-    "stream": StreamPipeline,
-    "litdata": LitdataPipeline,
-}
 
 
 class MNISTDataModule(L.LightningDataModule):
@@ -52,9 +39,8 @@ class MNISTDataModule(L.LightningDataModule):
         data_dir: folder holding ``<Folder>/{train,test}.parquet`` (for ``synthetic``, the shard
             folders ``Synthetic/{train,test}/``); for the litdata pipeline also a URI such as
             ``s3://bucket/data`` holding ``<Folder>/litdata/{train,test}/``.
-        pipeline: ``v1`` per-row pandas dataset, ``v2`` pre-tensorized dataset, ``resident``
-            whole split on the training device, ``stream`` record batches read from Parquet,
-            ``litdata`` Lightning's streaming engine over a litdata copy of the split.
+        pipeline: the input pipeline, by its name in the registry
+            (:mod:`mnistperf.data.pipelines.registry`); ``fit --help`` lists them.
         batch_size: samples per batch (per process under DDP).
         num_workers: DataLoader worker processes (v1, v2, stream, litdata).
         persistent_workers: keep workers alive between epochs (needs num_workers > 0).
@@ -63,7 +49,7 @@ class MNISTDataModule(L.LightningDataModule):
         prefetch_factor: batches each worker loads ahead (needs num_workers > 0; default 2).
         shuffle: reshuffle the training set every epoch.
         drop_last: drop the last, partial training batch.
-        val_source: ``test`` evaluates on the test split, as the reference does; a fraction
+        val_source: ``test`` evaluates on the test split, as the published experiment does; a fraction
             such as ``0.1`` splits that share off the training set instead (seeded).
         seed: seed for the validation split and the resident/stream shuffles.
         source_root: folder with the raw ``mnist/`` and ``fashion-mnist/`` .gz files, for prepare_data.
@@ -78,7 +64,7 @@ class MNISTDataModule(L.LightningDataModule):
         self,
         dataset: str = "fashion_mnist",
         data_dir: str = "data",
-        pipeline: PipelineName = "v2",
+        pipeline: str = "v2",
         batch_size: int = 64,
         num_workers: int = 0,
         persistent_workers: bool = False,
@@ -100,7 +86,7 @@ class MNISTDataModule(L.LightningDataModule):
         self.pipeline.check()
         self.data_dir = data_dir.rstrip("/") if is_uri(data_dir) else Path(data_dir)
         self.datasets: dict[str, object] = {}
-        # Where the resident pipeline puts the data when no Trainer is attached (the plain-PyTorch baseline).
+        # Where the resident pipeline puts the data when no Trainer is attached (the bench's plain-PyTorch reference row).
         self.device = torch.device("cpu")
         self._workers_noted = False
 

@@ -1,7 +1,7 @@
 """How ``mnistperf tune`` decides: the step, then the cheapest loaders first, until input is no longer the bound.
 
 A loader's predicted training rate is min(loader, step) with workers and 1 / (1/loader + 1/step) without,
-less each epoch's start. The search stops once a loader outruns the step by more than the probes' noise;
+less each epoch's start. Pipelines are tried in the order of their class's ``tune_rank``. The search stops once a loader outruns the step by more than the probes' noise;
 the best prediction and the input config then train side by side, and within the noise the one with
 fewer worker processes wins. Every probe's figure is the median of 3. Why: docs/stages.md#tune.
 """
@@ -15,12 +15,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from mnistperf.data.datamodule import PIPELINES, MNISTDataModule
+from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
-from mnistperf.data.pipelines.litdata_stream import BLOCK_ROWS
+from mnistperf.data.pipelines.registry import PIPELINES, tune_order
+from mnistperf.errors import ConfigError
 from mnistperf.tune.probes import Probe, time_loader, time_step, time_training
 
-ORDER = ("resident", "v2", "litdata", "stream", "v1")  # cheapest to feed first, slowest last
 LOADER_KEYS = ("pipeline", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
 REPEATS = 3
 NOISE_FLOOR = 0.05  # differences under 5 % are never taken as real
@@ -35,7 +35,7 @@ class Outcome:
     step: Probe
     probes: list[Probe] = field(default_factory=list)
     stopped: str = ""
-    baseline: Optional[Probe] = None
+    baseline: Optional[Probe] = None  # the input config's settings measured together: what tune's choice must beat
     chosen: Optional[Probe] = None
     bigger_batch: Optional[Probe] = None
 
@@ -100,24 +100,27 @@ def split_rows(datamodule: MNISTDataModule) -> int:
 
 
 def pipelines_to_try(options: dict, device: torch.device, log: Callable[[str], None]) -> list[str]:
-    names = [n for n in ORDER if n in PIPELINES]
-    try:
-        import litdata  # noqa: F401
-    except ImportError:
-        names.remove("litdata")
-        log("litdata is not installed: its pipeline is left out (pip install 'mnistperf[litdata]').")
-    else:
-        if options["batch_size"] % BLOCK_ROWS:
-            names.remove("litdata")
-            log(f"litdata: it reads rows in blocks of {BLOCK_ROWS} and data.batch_size {options['batch_size']} is not "
-                "a multiple of that: left out.")
-    probe = MNISTDataModule(**{**options, "pipeline": "v2", "num_workers": 0, "persistent_workers": False,
-                               "prefetch_factor": None})
-    needed = split_rows(probe) * (28 * 28 + 8) * 2  # uint8 pixels, int64 labels, and room for a batch's copies
-    if needed > free_memory_bytes(device) // 2:
-        names.remove("resident")
-        log(f"resident: the training split needs about {needed / 2**20:,.0f} MB on {device.type}, more than half "
-            "the free memory: left out.")
+    """The registered pipelines tune tries, in order, less those that cannot run here (each said in the log).
+
+    Args:
+        options: the DataModule's options from the input config.
+        device: the training device.
+        log: where the reasons go.
+    """
+    names = []
+    for name in tune_order():
+        try:  # the pipeline's own checks: a package it needs, a batch size it cannot take, ...
+            datamodule = MNISTDataModule(**{**options, "pipeline": name})
+        except ConfigError as exc:
+            log(f"{name}: left out: {exc}")
+            continue
+        if PIPELINES[name].holds_split_on_device:
+            needed = split_rows(datamodule) * (28 * 28 + 8) * 2  # uint8 pixels, int64 labels, room for a batch's copies
+            if needed > free_memory_bytes(device) // 2:
+                log(f"{name}: the training split needs about {needed / 2**20:,.0f} MB on {device.type}, more than "
+                    "half the free memory: left out.")
+                continue
+        names.append(name)
     return names
 
 
@@ -131,7 +134,7 @@ class Search:
         self.options, self.model, self.device, self.log = options, model, device, log
         self.precision = precision  # the trainer precision fit runs (bf16-mixed only where the GPU has it)
         self.deadline = time.perf_counter() + budget_s
-        self.modules: dict[str, MNISTDataModule] = {}
+        self.loaded: dict[str, dict[str, Any]] = {}  # pipeline -> its DataModule's loaded splits
         self.probes: list[Probe] = []
 
     # ---------------------------------------------------------------- plumbing
@@ -139,16 +142,16 @@ class Search:
         return time.perf_counter() > self.deadline
 
     def datamodule(self, settings: dict) -> MNISTDataModule:
-        """One set-up DataModule per pipeline (its split loaded once); loader settings changed per probe."""
+        """A DataModule built with these settings (through its checks); a pipeline's split is loaded by its first
+        probe and shared by the DataModules of the next ones, whose loader settings differ."""
+        dm = MNISTDataModule(**{**self.options, **settings})
+        dm.device = self.device
         pipeline = settings["pipeline"]
-        if pipeline not in self.modules:
-            dm = MNISTDataModule(**{**self.options, **settings})
-            dm.device = self.device
+        if pipeline not in self.loaded:
             dm.prepare_data()
             dm.setup("fit")
-            self.modules[pipeline] = dm
-        dm = self.modules[pipeline]
-        dm.hparams.update({"batch_size": self.options["batch_size"], **settings})
+            self.loaded[pipeline] = dm.datasets
+        dm.datasets = self.loaded[pipeline]
         return dm
 
     def _record(self, probe: Probe, began: float, measure: Callable[[], list[float]]) -> Probe:

@@ -2,11 +2,12 @@
 
 Writes ``<data_dir>/<Folder>/{train,test}.parquet`` once; a second run finds them ready.
 The synthetic dataset, which exists to be larger than memory, is written as folders of shards
-``<data_dir>/Synthetic/{train,test}/part-NNNNN.parquet`` instead (see ``streaming``).
+``<data_dir>/Synthetic/{train,test}/part-NNNNN.parquet`` instead, which the ``stream`` pipeline
+(:mod:`mnistperf.data.pipelines.stream`) reads shard by shard.
 Each file is written to a temporary name beside its target and renamed into place, so an
 interrupted run never leaves a file a later run would trust, and two runs at once both end
 with complete files. While writing, it measures size and write/read time per format: the
-reference's CSV-against-Parquet comparison, reproduced on the user's machine.
+published experiment's CSV-against-Parquet comparison, reproduced on the user's machine.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -187,7 +188,7 @@ def check_formats(formats: Iterable[str]) -> list[str]:
 
 
 def format_reports(reports: list[FormatReport]) -> str:
-    """The reference's CSV-vs-Parquet table: size, write and read time, size relative to Parquet."""
+    """The published experiment's CSV-vs-Parquet table: size, write and read time, size relative to Parquet."""
     if not reports:
         return ""
     lines = [
@@ -196,7 +197,7 @@ def format_reports(reports: list[FormatReport]) -> str:
     parquet_size = {(r.dataset, r.split): r.size_mb for r in reports if r.format == "parquet"}
     for r in reports:
         ratio = r.size_mb / parquet_size[(r.dataset, r.split)]
-        read = "" if r.read_s != r.read_s else f"{r.read_s:.2f}"
+        read = "" if math.isnan(r.read_s) else f"{r.read_s:.2f}"
         lines.append(
             f"{dataset_folder(r.dataset):<14}{r.split:<7}{r.rows:>10,}  {r.format:<8}{r.size_mb:>9.1f}"
             f"{r.write_s:>9.2f}{read:>8}{ratio:>10.1f}x"
@@ -212,7 +213,7 @@ def require_prepared(dataset: str, data_dir, split: str) -> Path:
     if dataset == "synthetic":
         how = "`python -m mnistperf prepare --dataset synthetic --rows N`"
     elif not is_builtin(dataset):
-        return _require_own(dataset, Path(data_dir), path)
+        _require_own(dataset, Path(data_dir), path)
     else:
         how = f"`python -m mnistperf prepare --dataset {dataset}`, which needs the raw files: " + sources.how_to_get(
             sources.DATASETS[dataset]
@@ -220,7 +221,8 @@ def require_prepared(dataset: str, data_dir, split: str) -> Path:
     raise DataError(f"{path} not found. Create it with {how}.")
 
 
-def _require_own(dataset: str, data_dir: Path, path: Path) -> Path:
+def _require_own(dataset: str, data_dir: Path, path: Path) -> NoReturn:
+    """Raise the DataError for a missing split of a dataset of the user's own, saying where it is read from."""
     raise DataError(
         f"{path} not found: data.dataset {dataset!r} is a dataset of your own, read from {data_dir / dataset}/ "
         f"(train.parquet and test.parquet, or train/ and test/ folders of shards). Put them there, or convert a "

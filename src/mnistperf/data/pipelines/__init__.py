@@ -1,5 +1,5 @@
-"""Feeding batches: one module per input pipeline, plus what they share (``base``, ``workers``, ``map_style``).
+"""Feeding batches: one module per input pipeline, named as configs name it, plus what they share.
 
-v1 ``pandas_rows``, v2 ``tensors``, ``resident``, ``stream`` and ``litdata_stream``; the registry that
-maps a config's ``data.pipeline`` to a class is in :mod:`mnistperf.data.datamodule`.
+``v1``, ``v2``, ``resident``, ``stream`` and ``litdata`` are the pipelines; ``base``, ``map_style`` and
+``workers`` are what they share; ``registry`` maps a config's ``data.pipeline`` to a class.
 """

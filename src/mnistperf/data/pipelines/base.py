@@ -1,9 +1,11 @@
 """What every input pipeline provides: how it loads a split, splits off validation, and builds its loader.
 
 Each pipeline (``v1``, ``v2``, ``resident``, ``stream``, ``litdata``) is one small subclass in
-its own module; the DataModule looks the class up by name in its registry and never branches
-on the name. What they all share lives here too: the batch format (:func:`normalize`), the
-seeded validation split, the training order of every epoch (:func:`epoch_order`), and the rule for pinning. A pipeline gets the DataModule's options once, and at setup/loader time the
+its own module; the DataModule looks the class up by name in :mod:`.registry` and never branches
+on the name, and neither does anything else: what differs between pipelines is a class attribute here.
+What they all share lives here too: the batch format (:func:`normalize`), the seeded validation split, the
+training order of every epoch (:func:`epoch_order`), and the rule for pinning. A pipeline gets the
+DataModule's options once, and at setup/loader time the
 :class:`Placement` (training device, rank, world size) that only the trainer knows.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sized
+from typing import Any, Iterable, Iterator, Optional, Sized
 
 import torch
 from torch.utils.data import RandomSampler
@@ -48,6 +50,10 @@ class Pipeline:
 
     #: whether its training loader can hand out groups of batches (data.batches_per_step above 1)
     groups_batches = False
+    #: whether it holds the whole split in the training device's memory (tune leaves it out where that would not fit)
+    holds_split_on_device = False
+    #: its place among the pipelines ``mnistperf tune`` tries, lowest first (cheapest to feed first); None: never tried
+    tune_rank: Optional[int] = None
 
     def check(self) -> None:
         """Reject option combinations this pipeline cannot honour (called when the DataModule is built)."""

@@ -1,7 +1,7 @@
 """What the two map-style pipelines share: a whole split read into a ``Dataset``, batched by a DataLoader.
 
-v1 (:mod:`.pandas_rows`) and v2 (:mod:`.tensors`) differ only in their dataset class, which is
-the point of the reference's comparison. Both return identical items, bit for bit:
+v1 (:mod:`.v1`) and v2 (:mod:`.v2`) differ only in their dataset class, which is
+the point of the published comparison. Both return identical items, bit for bit:
 ``{"image": float32 [1, 28, 28] in 0..1, "label": int64}``, with label -1 for a file that has no
 label column. The training order of every epoch is :func:`~.base.epoch_order`'s, as the resident pipeline's.
 """

@@ -96,6 +96,8 @@ class ResidentPipeline(Pipeline):
 
     uses_workers = False
     groups_batches = True
+    holds_split_on_device = True
+    tune_rank = 10
 
     def load(self, path: Path, require_labels: bool, place: Placement) -> Tensors:
         # Straight to the device: no host copy outlives setup.

@@ -30,7 +30,6 @@ class ParquetStream(IterableDataset):
     """An iterable of ``{"image", "label"}`` batches read from one Parquet file or a folder of shards."""
 
     def __init__(self, path: Path, require_labels: bool, seed: int = 0):
-        self.path = path
         self.files, self.layouts, counts = [], [], []
         for file, parquet, layout in schema.checked_files(path, require_labels, allow_float=False):
             self.files.append(file)
@@ -186,6 +185,7 @@ class StreamPipeline(Pipeline):
     """Record batches read from Parquet through a bounded, seeded shuffle buffer, by DataLoader workers."""
 
     can_split_off = False
+    tune_rank = 40
 
     def load(self, path: Path, require_labels: bool, place: Placement) -> ParquetStream:
         return ParquetStream(path, require_labels=require_labels, seed=self.options.seed)

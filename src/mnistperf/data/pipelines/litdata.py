@@ -136,6 +136,7 @@ class LitdataPipeline(Pipeline):
 
     can_split_off = False
     reads_uris = True
+    tune_rank = 30
 
     def check(self) -> None:
         super().check()

@@ -1,7 +1,7 @@
-"""v1, the baseline being measured: the naive per-row pandas dataset.
+"""v1, where the ladder starts: the naive per-row pandas dataset.
 
 Every ``__getitem__`` does the row lookup and the conversions again, on purpose. Do not make
-it faster; that is what v2 (:mod:`.tensors`) is for.
+it faster; that is what v2 (:mod:`.v2`) is for.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class PandasRowDataset(Dataset):
         return {"image": image, "label": torch.tensor(label, dtype=torch.int64)}
 
 
-class PandasRowsPipeline(MapStylePipeline):
-    """v1: the naive per-row pandas dataset."""
+class V1Pipeline(MapStylePipeline):
+    """The naive per-row pandas dataset: every item converted from its row on every access."""
 
     dataset_class = PandasRowDataset
+    tune_rank = 50

@@ -234,7 +234,8 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
         return graphs_made[-1]
 
     monkeypatch.setattr("mnistperf.bench.baseline.StepGraphs", emulated)  # the bare-Lightning module's
-    monkeypatch.setattr("mnistperf.model.StepGraphs", emulated)  # the plain loop's (StandaloneStep)
+    monkeypatch.setattr("mnistperf.model.StepGraphs", emulated)  # the parsed stage module's
+    monkeypatch.setattr("mnistperf.step.StepGraphs", emulated)  # the plain loop's (StandaloneStep)
     common = ["--config", str(CONFIGS / "v4_graphed.yaml"), "--trainer.max_epochs", "2", "--data.batch_size", "40"]
     summaries = {}
     for name, extra in (("plain", []), ("bare", ["--bare-lightning"]), ("plain ungrouped", [])):

@@ -22,7 +22,7 @@ from conftest import CONFIGS, REPO
 from mnistperf import gpu_preflight
 from mnistperf.bench.runner import parse_args, plan_runs
 from mnistperf.data.ingest import sources
-from mnistperf.fit_config import parse_fit_config
+from mnistperf.lightning_cli import parse_fit_config
 
 SCRIPT = REPO / "scripts" / "gpu-check"
 BENCH = '"$py" -m mnistperf bench'

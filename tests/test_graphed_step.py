@@ -19,7 +19,8 @@ from lightning import Trainer
 from mnistperf.cli import main
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.graphed_step import GraphedAdam, StepGraphs
-from mnistperf.model import EpochSums, ImageClassifier, SimpleCNN
+from mnistperf.model import ImageClassifier, SimpleCNN
+from mnistperf.sums import EpochSums
 from mnistperf.timing import EpochTimer
 
 

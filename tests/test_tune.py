@@ -160,7 +160,7 @@ def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):
     from mnistperf.graphed_step import StepGraphs
     from mnistperf.model import ImageClassifier
 
-    monkeypatch.setattr("mnistperf.model.StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
+    monkeypatch.setattr("mnistperf.step.StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
     batch = {"image": torch.rand(16, 1, 28, 28), "label": torch.randint(0, 10, (16,))}
     trained = []
     for graphed in (True, False):

@@ -19,7 +19,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.console import calm_library_noise
 from mnistperf.errors import DEBUG_ENV, MnistperfError
-from mnistperf.fit_config import MnistperfCLI
+from mnistperf.lightning_cli import MnistperfCLI
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 OVERVIEW = """\

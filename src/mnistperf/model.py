@@ -1,6 +1,6 @@
 """The model the ladder trains: the reference's SimpleCNN inside a small LightningModule.
 
-A step adds its summed loss, correct predictions and sample count to :class:`EpochSums` on the device;
+A step adds its summed loss, correct predictions and sample count to :class:`~mnistperf.sums.EpochSums` on the device;
 loss and accuracy are logged once per epoch from them, and nothing in a step logs or syncs. With
 ``cuda_graph`` the module optimizes manually, one graphed step (:mod:`mnistperf.graphed_step`) per batch
 of the group it is handed (``data.batches_per_step``). Why: docs/timing.md#why-nothing-in-a-step-logs.
@@ -8,8 +8,7 @@ of the group it is handed (``data.batches_per_step``). Why: docs/timing.md#why-n
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 import torch
 import torch.nn.functional as F
@@ -18,43 +17,15 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from mnistperf.checkpoint import carry_step_count, differences, differences_line, follow_the_run, keys_for, plain_keys
-from mnistperf.data.pipelines.base import step_batches
 from mnistperf.data.schema import NUM_CLASSES
 from mnistperf.errors import ConfigError
-from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
+from mnistperf.graphed_step import StepGraphs, step_state
+from mnistperf.step import adam, optimizer_steps, whole_training_step
+from mnistperf.sums import EpochSums
 
-FUSED_ADAM_DEVICES = ("cpu", "cuda")
 PRECISION_KEY = "mnistperf_precision"  # the trainer precision a checkpoint was trained in
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 MatmulPrecision = Literal["highest", "high", "medium"]
-
-
-class EpochSums:
-    """Summed loss, correct predictions and samples of one stage's epoch, as three numbers on the device.
-
-    ``add`` is three in-place additions (no allocation beyond the step's own, no sync);
-    ``means`` adds the figures of every process first, so loss and accuracy are per sample
-    over the whole epoch, whatever the number of processes or the size of the last batch.
-    """
-
-    def __init__(self, device: torch.device):
-        self.totals = torch.zeros(3, device=device)  # loss x samples, correct, samples
-
-    def reset(self) -> None:
-        """Zero in place: the same tensor serves the next epoch (a captured graph keeps adding into it)."""
-        self.totals.zero_()
-
-    def add(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
-        samples = len(labels)
-        self.totals[0].add_(loss.detach(), alpha=samples)
-        self.totals[1].add_((logits.argmax(dim=1) == labels).sum())
-        self.totals[2].add_(samples)
-
-    def means(self, gather: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> dict[str, torch.Tensor]:
-        """Per-sample loss and accuracy; ``gather`` (a LightningModule's ``all_gather``) adds every process's sums."""
-        totals = self.totals if gather is None else gather(self.totals).reshape(-1, 3).sum(dim=0)
-        samples = totals[2].clamp(min=1)
-        return {"loss": totals[0] / samples, "acc": totals[1] / samples}
 
 
 class SimpleCNN(nn.Module):
@@ -235,76 +206,3 @@ class ImageClassifier(LightningModule):
         optimizer = adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph,
                          capturable=self._graphing)
         return follow_the_run(optimizer)
-
-
-def optimizer_steps(optimizer, batch: dict[str, torch.Tensor], run: Callable[[dict[str, torch.Tensor]], None]) -> None:
-    """Under manual optimization, one step of Lightning's optimizer wrapper per training batch of what the loader
-    yielded (one, or the k of a group: ``data.batches_per_step``), each running ``run(batch)`` as its closure.
-    Lightning counts every one, so ``global_step`` is the number of optimizer steps whatever the grouping."""
-    for step_batch in step_batches(batch):
-        optimizer.step(closure=lambda b=step_batch: run(b))
-
-
-def whole_training_step(forward: Callable[[torch.Tensor], torch.Tensor], optimizer: GraphedAdam,
-                        batch: dict[str, torch.Tensor], sums: Optional[EpochSums] = None,
-                        backward: Callable[[torch.Tensor], None] = torch.Tensor.backward) -> None:
-    """One optimizer step of cross-entropy training that changes everything in place and returns nothing, so
-    that :class:`~mnistperf.graphed_step.StepGraphs` can capture and replay it: the gradients are zeroed inside
-    (a graph replays the zeroing; nothing runs between replays), Adam's update is the graph's
-    (:meth:`GraphedAdam.update`), and loss and correct predictions go to ``sums`` on the device."""
-    optimizer.zero_grad(set_to_none=False)
-    logits = forward(batch["image"])
-    loss = F.cross_entropy(logits, batch["label"])
-    backward(loss)
-    optimizer.update()
-    if sums is not None:
-        sums.add(loss, logits, batch["label"])
-
-
-class StandaloneStep:
-    """The stage's training step outside Lightning's loop.
-
-    The stage's Adam and precision (bf16 autocast where fit runs ``bf16-mixed``); for a graphed stage
-    (``cuda_graph``) the whole step replayed as one CUDA graph per batch shape (eagerly off CUDA), otherwise
-    the reference's eager step. Loss and correct predictions go to ``sums`` when given.
-    """
-
-    def __init__(self, model: ImageClassifier, precision: str = "32-true", sums: Optional[EpochSums] = None):
-        hp = model.hparams
-        device = next(model.parameters()).device
-        self.model, self.sums = model, sums
-        bf16 = str(precision).startswith("bf16")
-        self.autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
-        self.optimizer = adam(model.parameters(), hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph)
-        extra = [sums.totals] if sums is not None else []
-        self.graphs = StepGraphs(lambda batch: whole_training_step(model, self.optimizer, batch, sums),
-                                 lambda: step_state(model, self.optimizer, *extra)) if hp.cuda_graph else None
-
-    def __call__(self, batch: dict[str, torch.Tensor]) -> None:
-        with self.autocast:  # graphed: over the whole step, as Lightning's precision runs a manual step
-            if self.graphs is not None:
-                self.graphs(batch)
-                return
-            logits = self.model(batch["image"])
-            loss = F.cross_entropy(logits, batch["label"])
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        if self.sums is not None:
-            self.sums.add(loss, logits, batch["label"])
-
-
-def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False,
-         capturable: bool = True) -> torch.optim.Adam:
-    """The stages' optimizer: Adam, fused where asked and torch has the kernel; for the whole-step module
-    (``cuda_graph``) a :class:`GraphedAdam`.
-
-    Args:
-        graphed: a :class:`GraphedAdam`, whose update runs inside the whole step.
-        capturable: whether a graph captures its update; Adam is then capturable on CUDA (its step count
-            lives on the device, where a replay advances it), and only then: eagerly, capturable is slower.
-    """
-    fused = (fused_adam and device.type in FUSED_ADAM_DEVICES) or None
-    if graphed:
-        return GraphedAdam(params, lr=lr, fused=fused, capturable=capturable and device.type == "cuda")
-    return torch.optim.Adam(params, lr=lr, fused=fused)

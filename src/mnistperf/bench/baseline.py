@@ -23,9 +23,10 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 from mnistperf.console import calm_library_noise
 from mnistperf.data.pipelines.base import step_batches
-from mnistperf.fit_config import MnistperfCLI, parse_fit_config
 from mnistperf.graphed_step import StepGraphs, step_state
-from mnistperf.model import EpochSums, StandaloneStep, adam, optimizer_steps, whole_training_step
+from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
+from mnistperf.step import StandaloneStep, adam, optimizer_steps, whole_training_step
+from mnistperf.sums import EpochSums
 from mnistperf.timing import synchronize
 from mnistperf.timing.kernel_busy import KernelWindow, window_steps
 from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary

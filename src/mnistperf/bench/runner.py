@@ -27,7 +27,7 @@ from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.report import Row, markdown_table, per_step_table, redraw_chart, write_all
 from mnistperf.console import device_line
 from mnistperf.errors import ConfigError
-from mnistperf.fit_config import check_key, load_config, parse_setting
+from mnistperf.lightning_cli import check_key, load_config, parse_setting
 from mnistperf.machine import run_device
 from mnistperf.timing import SUMMARY_FILE
 

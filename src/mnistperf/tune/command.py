@@ -19,7 +19,7 @@ import yaml
 from mnistperf.atomic import atomic_write
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
-from mnistperf.fit_config import check_key, load_config, parse_fit_config, parse_setting
+from mnistperf.lightning_cli import check_key, load_config, parse_fit_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.tune import search as tuning
 

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from mnistperf.model import StandaloneStep
+from mnistperf.step import StandaloneStep
 from mnistperf.timing import synchronize
 
 

@@ -65,3 +65,9 @@ def test_an_unknown_pipeline_is_one_line_naming_the_registered_ones(item_list, c
 
 def test_tune_tries_the_pipelines_by_their_rank():
     assert registry.tune_order() == ["resident", "v2", "litdata", "stream", "v1"]
+
+
+def test_the_docs_pipeline_table_is_the_registrys():
+    """docs/layout.md shows the table the registry renders: a pipeline added or changed there shows up here."""
+    layout = (CONFIGS.parent / "docs" / "layout.md").read_text()
+    assert registry.markdown_table().strip() in layout

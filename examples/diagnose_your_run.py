@@ -81,17 +81,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--slow-ms", type=float, default=0.0, help="sleep in every __getitem__, in milliseconds")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for the logs and timing.json (default: a temporary folder, removed at the end)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for the logs and timing.json (default: a temporary folder, removed at the end)",
+    )
     args = parser.parse_args(argv)
     seed_everything(0, verbose=False)
     with tempfile.TemporaryDirectory(prefix="diagnose-") as scratch:
         out = args.out or Path(scratch)
-        loader = DataLoader(Points(args.samples, slow_ms=args.slow_ms), batch_size=args.batch_size, shuffle=True,
-                            num_workers=args.workers, persistent_workers=args.workers > 0)
-        trainer = Trainer(accelerator="auto", devices=1, max_epochs=args.epochs, default_root_dir=out,
-                          callbacks=[EpochTimer(), SampleAudit()], enable_progress_bar=False,
-                          enable_model_summary=False, enable_checkpointing=False, log_every_n_steps=10)
+        loader = DataLoader(
+            Points(args.samples, slow_ms=args.slow_ms),
+            batch_size=args.batch_size,
+            shuffle=True,
+            num_workers=args.workers,
+            persistent_workers=args.workers > 0,
+        )
+        trainer = Trainer(
+            accelerator="auto",
+            devices=1,
+            max_epochs=args.epochs,
+            default_root_dir=out,
+            callbacks=[EpochTimer(), SampleAudit()],
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            log_every_n_steps=10,
+        )
         trainer.fit(Classifier(), loader)
 
 

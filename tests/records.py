@@ -10,23 +10,33 @@ from pathlib import Path
 from lightning.pytorch import Callback
 
 AUDIT = "--trainer.callbacks+=mnistperf.sample_audit.SampleAudit"
-AUDIT_LINE = re.compile(r"sample audit, epoch (\d+): ([\d,]+) samples seen(?: \(([\d +]+) on \d+ ranks\))?, "
-                        r"([\d,]+) distinct(?: of [\d,]+)?: ([\d,]+) duplicates(?:, ([\d,]+) missing)?"
-                        r"(?:.*same order as epoch \d+ on (\d+) of)?")
+AUDIT_LINE = re.compile(
+    r"sample audit, epoch (\d+): ([\d,]+) samples seen(?: \(([\d +]+) on \d+ ranks\))?, "
+    r"([\d,]+) distinct(?: of [\d,]+)?: ([\d,]+) duplicates(?:, ([\d,]+) missing)?"
+    r"(?:.*same order as epoch \d+ on (\d+) of)?"
+)
 
 
 def audit_epochs(output: str) -> list[dict]:
     """The counts of every ``sample audit`` line a fit printed, in order (per_rank: one entry on one process)."""
+
     def number(text: str | None) -> int | None:
         return None if text is None else int(text.replace(",", ""))
 
     epochs = []
     for match in AUDIT_LINE.finditer(output):
         epoch, seen, ranks, distinct, duplicates, missing, same = match.groups()
-        epochs.append({"epoch": int(epoch), "seen": number(seen), "distinct": number(distinct),
-                       "duplicates": number(duplicates), "missing": number(missing),
-                       "per_rank": [int(r) for r in ranks.split(" + ")] if ranks else [number(seen)],
-                       "same_order_ranks": number(same) or 0})
+        epochs.append(
+            {
+                "epoch": int(epoch),
+                "seen": number(seen),
+                "distinct": number(distinct),
+                "duplicates": number(duplicates),
+                "missing": number(missing),
+                "per_rank": [int(r) for r in ranks.split(" + ")] if ranks else [number(seen)],
+                "same_order_ranks": number(same) or 0,
+            }
+        )
     return epochs
 
 

@@ -30,13 +30,25 @@ def bad_tables() -> dict[str, tuple[pa.Table, str]]:
     with_nan[3] = np.nan
     return {
         "no label column": (good.drop_columns(["label"]), "has no 'label' column"),
-        "wrong number of pixel columns": (good.drop_columns(["pixel783"]), "has 783 columns besides the label 'label'; expected"),
-        "pixels above 255": (replace_column(good, "pixel5", np.full(n, 300, dtype=np.int16)), "pixel5 has values 300..300"),
+        "wrong number of pixel columns": (
+            good.drop_columns(["pixel783"]),
+            "has 783 columns besides the label 'label'; expected",
+        ),
+        "pixels above 255": (
+            replace_column(good, "pixel5", np.full(n, 300, dtype=np.int16)),
+            "pixel5 has values 300..300",
+        ),
         "negative pixels": (replace_column(good, "pixel6", np.full(n, -1, dtype=np.int16)), "must lie in 0..255"),
         "pixels not integers": (replace_column(good, "pixel7", floats), "pixel7 has type double"),
         "NaN pixels": (replace_column(good, "pixel8", with_nan), "pixel8 holds 1 NaN or missing values"),
-        "labels outside 0..9": (replace_column(good, "label", np.full(n, 10)), "label has values 10..10; labels must lie in 0..9"),
-        "null labels": (replace_column(good, "label", pa.array([None] + [1] * (n - 1), pa.int64())), "label holds 1 NaN"),
+        "labels outside 0..9": (
+            replace_column(good, "label", np.full(n, 10)),
+            "label has values 10..10; labels must lie in 0..9",
+        ),
+        "null labels": (
+            replace_column(good, "label", pa.array([None] + [1] * (n - 1), pa.int64())),
+            "label holds 1 NaN",
+        ),
         "text pixels": (replace_column(good, "pixel9", ["x"] * n), "pixel9 has type string, expected integers"),
         "empty file": (good.slice(0, 0), "is empty (0 rows)"),
     }
@@ -143,8 +155,10 @@ def test_bad_options_are_rejected_by_name(options, expected):
         (["--data.batch_size", "0"], "data.batch_size must be at least 1"),
         (["--data.pipeline", "v9"], "data.pipeline"),
         (["--data.dataset", "cifar10"], "data.dataset"),
-        (["--config", str(CONFIGS / "v3_resident.yaml"), "--data.batches_per_step", "4"],
-         "data.batches_per_step 4 needs model.cuda_graph true"),
+        (
+            ["--config", str(CONFIGS / "v3_resident.yaml"), "--data.batches_per_step", "4"],
+            "data.batches_per_step 4 needs model.cuda_graph true",
+        ),
     ],
 )
 def test_cli_reports_bad_options_without_a_traceback(override, expected, capsys, tiny_data):
@@ -159,8 +173,11 @@ def test_cli_reports_bad_options_without_a_traceback(override, expected, capsys,
     "override, expected",
     [
         (["--trainer.accelerator", "cpu", "--trainer.devices", "0"], "is not a valid input using cpu accelerator"),
-        pytest.param(["--trainer.accelerator", "cuda"], "`CUDAAccelerator` can not run on your system",
-                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+        pytest.param(
+            ["--trainer.accelerator", "cuda"],
+            "`CUDAAccelerator` can not run on your system",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA"),
+        ),
     ],
 )
 def test_cli_reports_trainer_settings_lightning_rejects_without_a_traceback(override, expected, capsys):
@@ -174,8 +191,17 @@ def test_cli_reports_trainer_settings_lightning_rejects_without_a_traceback(over
 def test_cli_reports_missing_data_without_a_traceback(tmp_path, monkeypatch, capsys, fake_raw):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--data.dataset", "mnist",
-              "--data.source_root", str(tmp_path / "nowhere")])
+        main(
+            [
+                "fit",
+                "--config",
+                str(CONFIGS / "v2_pinned.yaml"),
+                "--data.dataset",
+                "mnist",
+                "--data.source_root",
+                str(tmp_path / "nowhere"),
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("mnistperf: error:") and "--data.source_root" in err and "Traceback" not in err

@@ -18,19 +18,30 @@ from mnistperf.graphed_step import StepGraphs
 
 def summary(train: float, evals: float, epochs: int = 2, acc: float = 0.9) -> dict:
     return {
-        "avg_train_s": train, "avg_eval_s": evals, "total_train_s": train * epochs, "total_eval_s": evals * epochs,
-        "samples_per_s": 1000 / train, "input_wait_share": 0.25, "final_val_acc": acc, "verdict": "compute-bound",
+        "avg_train_s": train,
+        "avg_eval_s": evals,
+        "total_train_s": train * epochs,
+        "total_eval_s": evals * epochs,
+        "samples_per_s": 1000 / train,
+        "input_wait_share": 0.25,
+        "final_val_acc": acc,
+        "verdict": "compute-bound",
         "warmup": {"epoch": 1, "train_s": 3 * train, "eval_s": evals},
-        "peak_rss_mb": {"main_process": 500.0, "tree_pss": 800.0}, "device": "cpu (test)", "cpu_count": 2,
-        "versions": {"torch": "x"}, "data": {"batch_size": 512, "batches_per_step": 1},
+        "peak_rss_mb": {"main_process": 500.0, "tree_pss": 800.0},
+        "device": "cpu (test)",
+        "cpu_count": 2,
+        "versions": {"torch": "x"},
+        "data": {"batch_size": 512, "batches_per_step": 1},
     }
 
 
 def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_shows_lightning_cost():
-    rows = [Row("v1_naive", "v1_naive", summaries=[summary(10, 2)]),
-            Row("v2_pinned", "v2_pinned", summaries=[summary(1, 0.5), summary(3, 0.5), summary(2, 0.5)]),
-            Row("plain PyTorch (v2_pinned)", "v2_pinned", runner="plain", summaries=[summary(1.6, 0.5)]),
-            Row("v3_resident", "v3_resident", error="failed (exit 1): boom")]
+    rows = [
+        Row("v1_naive", "v1_naive", summaries=[summary(10, 2)]),
+        Row("v2_pinned", "v2_pinned", summaries=[summary(1, 0.5), summary(3, 0.5), summary(2, 0.5)]),
+        Row("plain PyTorch (v2_pinned)", "v2_pinned", runner="plain", summaries=[summary(1.6, 0.5)]),
+        Row("v3_resident", "v3_resident", error="failed (exit 1): boom"),
+    ]
     table = table_rows(rows)
     assert table[0]["speed-up"] == "1.0x" and table[1]["speed-up"] == f"{12 / 2.5:.1f}x"  # (train + test) per epoch
     assert table[1]["warm-up train s"] == "6.00" and table[1]["verdict"] == "compute-bound"
@@ -46,12 +57,17 @@ def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_sho
 
 def test_per_step_splits_a_step_into_plain_lightnings_loop_and_the_lab():
     def with_epochs(train: float) -> dict:
-        return {**summary(train, 0.1), "data": {"batch_size": 512},
-                "epochs": [{"samples": 60_000}, {"samples": 60_000}, {"samples": 60_000}]}
+        return {
+            **summary(train, 0.1),
+            "data": {"batch_size": 512},
+            "epochs": [{"samples": 60_000}, {"samples": 60_000}, {"samples": 60_000}],
+        }
 
-    rows = [Row("v2_pinned", "v2_pinned", summaries=[with_epochs(1.18)]),
-            Row("bare Lightning (v2_pinned)", "v2_pinned", runner="bare", summaries=[with_epochs(1.06)]),
-            Row("plain PyTorch (v2_pinned)", "v2_pinned", runner="plain", summaries=[with_epochs(0.59)])]
+    rows = [
+        Row("v2_pinned", "v2_pinned", summaries=[with_epochs(1.18)]),
+        Row("bare Lightning (v2_pinned)", "v2_pinned", runner="bare", summaries=[with_epochs(1.06)]),
+        Row("plain PyTorch (v2_pinned)", "v2_pinned", runner="plain", summaries=[with_epochs(0.59)]),
+    ]
     (found,) = per_step(rows)
     assert found["steps_per_epoch"] == 118  # 117 x 512 + 96
     assert found["plain_step_ms"] == pytest.approx(590 / 118)
@@ -62,12 +78,29 @@ def test_per_step_splits_a_step_into_plain_lightnings_loop_and_the_lab():
 
 
 def test_plan_covers_stages_sweeps_and_reference_rows():
-    opts = runner.parse_args(["--stages", "v1_bs512,v2_pinned", "--sweep", "data.batch_size=16,64", "--epochs", "2",
-                              "--config-dir", str(CONFIGS), "--dataset", "mnist"])
+    opts = runner.parse_args(
+        [
+            "--stages",
+            "v1_bs512,v2_pinned",
+            "--sweep",
+            "data.batch_size=16,64",
+            "--epochs",
+            "2",
+            "--config-dir",
+            str(CONFIGS),
+            "--dataset",
+            "mnist",
+        ]
+    )
     plans = runner.plan_runs(opts)
-    assert [p.row.label for p in plans] == ["v1_bs512 batch_size=16", "v1_bs512 batch_size=64",
-                                            "v2_pinned batch_size=16", "v2_pinned batch_size=64",
-                                            "bare Lightning (v2_pinned)", "plain PyTorch (v2_pinned)"]
+    assert [p.row.label for p in plans] == [
+        "v1_bs512 batch_size=16",
+        "v1_bs512 batch_size=64",
+        "v2_pinned batch_size=16",
+        "v2_pinned batch_size=64",
+        "bare Lightning (v2_pinned)",
+        "plain PyTorch (v2_pinned)",
+    ]
     bare, _ = plans[-2].command(Path("/runs"), "r4")
     assert "mnistperf.bench.baseline" in bare and "--bare-lightning" in bare
     command, _ = plans[1].command(Path("/runs"), "r1")
@@ -77,33 +110,64 @@ def test_plan_covers_stages_sweeps_and_reference_rows():
     plain, _ = plans[-1].command(Path("/runs"), "r5")
     # The plain loop gets the fit command line itself: every override, trainer ones included.
     assert "mnistperf.bench.baseline" in plain
-    for key, value in (("--data.dataset", "mnist"), ("--trainer.max_epochs", "2"), ("--config", str(CONFIGS / "v2_pinned.yaml"))):
+    for key, value in (
+        ("--data.dataset", "mnist"),
+        ("--trainer.max_epochs", "2"),
+        ("--config", str(CONFIGS / "v2_pinned.yaml")),
+    ):
         assert plain[plain.index(key) + 1] == value
     # --baseline is an alias of --reference-rows, so existing commands keep working.
     assert runner.parse_args(["--baseline", "none"]).reference_rows == "none"
 
 
-@pytest.mark.parametrize("run,expected", [
-    (["v2_pinned", "v3_resident", "v3_compiled", "v4_graphed"], ["v2_pinned", "v4_graphed"]),
-    (["v2_pinned", "v3_resident"], ["v2_pinned", "v3_resident"]),
-    (["v1_naive", "streaming"], ["streaming"]),
-])
+@pytest.mark.parametrize(
+    "run,expected",
+    [
+        (["v2_pinned", "v3_resident", "v3_compiled", "v4_graphed"], ["v2_pinned", "v4_graphed"]),
+        (["v2_pinned", "v3_resident"], ["v2_pinned", "v3_resident"]),
+        (["v1_naive", "streaming"], ["streaming"]),
+    ],
+)
 def test_auto_reference_rows_are_v2_pinned_and_the_highest_resident_rung(run, expected):
     assert runner.reference_row_stages("auto", run) == expected
     assert runner.reference_row_stages("none", run) == []
 
 
 def test_set_keeps_a_value_with_commas_whole():
-    opts = runner.parse_args(["--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--reference-rows", "none",
-                              "--set", "trainer.devices=[0,1]"])
+    opts = runner.parse_args(
+        [
+            "--stages",
+            "v2_pinned",
+            "--config-dir",
+            str(CONFIGS),
+            "--reference-rows",
+            "none",
+            "--set",
+            "trainer.devices=[0,1]",
+        ]
+    )
     command, _ = runner.plan_runs(opts)[0].command(Path("/runs"), "r1")
     assert command[command.index("--trainer.devices") + 1] == "[0,1]"
 
 
 def test_header_says_what_runs_even_when_set_gives_the_epochs():
     """`--set trainer.max_epochs=2` runs 2 epochs, and the header, the commands and the settings say 2, not 5."""
-    opts = runner.parse_args(["--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--reference-rows", "none", "--set",
-                              "trainer.max_epochs=2", "--set", "trainer.limit_train_batches=7", "--set", "data.seed=3"])
+    opts = runner.parse_args(
+        [
+            "--stages",
+            "v2_pinned",
+            "--config-dir",
+            str(CONFIGS),
+            "--reference-rows",
+            "none",
+            "--set",
+            "trainer.max_epochs=2",
+            "--set",
+            "trainer.limit_train_batches=7",
+            "--set",
+            "data.seed=3",
+        ]
+    )
     plans = runner.plan_runs(opts)
     text = runner.header(opts, plans, Path("out"))
     first, second = text.splitlines()
@@ -117,22 +181,40 @@ def test_header_says_what_runs_even_when_set_gives_the_epochs():
 def test_a_bounded_bench_trains_the_same_batches_in_every_row_grouped_or_not():
     """--limit-train-batches counts training batches; a stage that takes k per Lightning step gets the whole
     groups that cover them (Lightning's own limit counts what the loader yields: groups)."""
-    opts = runner.parse_args(["--stages", "v2_pinned,v4_graphed", "--config-dir", str(CONFIGS), "--limit-train-batches",
-                              "40", "--sweep", "data.batches_per_step=1,16"])
+    opts = runner.parse_args(
+        [
+            "--stages",
+            "v2_pinned,v4_graphed",
+            "--config-dir",
+            str(CONFIGS),
+            "--limit-train-batches",
+            "40",
+            "--sweep",
+            "data.batches_per_step=1,16",
+        ]
+    )
     limits = {plan.row.label: plan.command(Path("/runs"), "r")[0] for plan in runner.plan_runs(opts)}
     limits = {label: command[command.index("--trainer.limit_train_batches") + 1] for label, command in limits.items()}
-    assert limits == {"v2_pinned batches_per_step=1": "40", "v2_pinned batches_per_step=16": "3",
-                      "v4_graphed batches_per_step=1": "40", "v4_graphed batches_per_step=16": "3",
-                      "bare Lightning (v2_pinned)": "40", "plain PyTorch (v2_pinned)": "40",
-                      "bare Lightning (v4_graphed)": "5", "plain PyTorch (v4_graphed)": "5"}  # its config's 8
+    assert limits == {
+        "v2_pinned batches_per_step=1": "40",
+        "v2_pinned batches_per_step=16": "3",
+        "v4_graphed batches_per_step=1": "40",
+        "v4_graphed batches_per_step=16": "3",
+        "bare Lightning (v2_pinned)": "40",
+        "plain PyTorch (v2_pinned)": "40",
+        "bare Lightning (v4_graphed)": "5",
+        "plain PyTorch (v4_graphed)": "5",
+    }  # its config's 8
     whole = runner.parse_args(["--stages", "v4_graphed", "--config-dir", str(CONFIGS), "--reference-rows", "none"])
     assert "--trainer.limit_train_batches" not in runner.plan_runs(whole)[0].command(Path("/runs"), "r")[0]
 
 
 def test_unknown_stage_and_bad_sweep_are_reported_by_name(capsys):
-    for argv, expected in ((["--stages", "v9_magic"], "--stages: no config"),
-                           (["--sweep", "data.batch_size"], "--sweep 'data.batch_size': expected KEY=V1,V2"),
-                           (["--set", "data.num_workers"], "--set 'data.num_workers': expected KEY=VALUE")):
+    for argv, expected in (
+        (["--stages", "v9_magic"], "--stages: no config"),
+        (["--sweep", "data.batch_size"], "--sweep 'data.batch_size': expected KEY=V1,V2"),
+        (["--set", "data.num_workers"], "--set 'data.num_workers': expected KEY=VALUE"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(["bench", "--config-dir", str(CONFIGS), *argv])
         assert exit_info.value.code == 2
@@ -163,10 +245,25 @@ def fake_runs(monkeypatch, outcomes):
 
 def test_a_failed_stage_keeps_its_error_and_the_other_rows(tmp_path, monkeypatch, capsys):
     fake_runs(monkeypatch, ["ok", "fail", "ok"])
-    main(["bench", "--stages", "v1_naive,v1_bs512,v2_pinned", "--reference-rows", "none", "--config-dir", str(CONFIGS),
-          "--out", str(tmp_path)])
+    main(
+        [
+            "bench",
+            "--stages",
+            "v1_naive,v1_bs512,v2_pinned",
+            "--reference-rows",
+            "none",
+            "--config-dir",
+            str(CONFIGS),
+            "--out",
+            str(tmp_path),
+        ]
+    )
     data = json.loads((tmp_path / "results.json").read_text())
-    assert [r["error"] for r in data["rows"]] == [None, "failed (exit 1): torch.OutOfMemoryError: CUDA out of memory", None]
+    assert [r["error"] for r in data["rows"]] == [
+        None,
+        "failed (exit 1): torch.OutOfMemoryError: CUDA out of memory",
+        None,
+    ]
     assert [len(r["summaries"]) for r in data["rows"]] == [1, 0, 1]
     with open(tmp_path / "results.csv") as handle:
         assert [row["stage"] for row in csv.DictReader(handle)] == ["v1_naive", "v1_bs512", "v2_pinned"]
@@ -176,15 +273,44 @@ def test_a_failed_stage_keeps_its_error_and_the_other_rows(tmp_path, monkeypatch
 def test_results_csv_holds_one_number_per_cell_with_the_settings_that_shaped_each_row(tmp_path, monkeypatch):
     pandas = pytest.importorskip("pandas")
     fake_runs(monkeypatch, ["ok"] * 8)
-    main(["bench", "--stages", "v1_bs512,v2_pinned", "--sweep", "data.batch_size=16,64", "--repeats", "2",
-          "--limit-train-batches", "5", "--epochs", "3", "--reference-rows", "none", "--config-dir", str(CONFIGS),
-          "--out", str(tmp_path)])
+    main(
+        [
+            "bench",
+            "--stages",
+            "v1_bs512,v2_pinned",
+            "--sweep",
+            "data.batch_size=16,64",
+            "--repeats",
+            "2",
+            "--limit-train-batches",
+            "5",
+            "--epochs",
+            "3",
+            "--reference-rows",
+            "none",
+            "--config-dir",
+            str(CONFIGS),
+            "--out",
+            str(tmp_path),
+        ]
+    )
     table = pandas.read_csv(tmp_path / "results.csv")
     text = (tmp_path / "results.csv").read_text()
     assert not any(mark in text for mark in ("[", "%", "0x", " / "))  # no ranges, units or pairs inside cells
-    for column in ("train_s_median", "train_s_min", "train_s_max", "speedup_x", "input_wait_pct", "epochs",
-                   "train_batches_limit", "repeats", "sweep:data.batch_size", "peak_tree_pss_mb", "batch_size",
-                   "batches_per_step"):
+    for column in (
+        "train_s_median",
+        "train_s_min",
+        "train_s_max",
+        "speedup_x",
+        "input_wait_pct",
+        "epochs",
+        "train_batches_limit",
+        "repeats",
+        "sweep:data.batch_size",
+        "peak_tree_pss_mb",
+        "batch_size",
+        "batches_per_step",
+    ):
         assert pandas.api.types.is_numeric_dtype(table[column]), column
     first = table.iloc[0]
     assert (first["epochs"], first["repeats"], first["train_batches_limit"]) == (3, 2, 5)
@@ -207,13 +333,35 @@ def test_real_bench_on_tiny_data_writes_every_result_file(tiny_data, monkeypatch
     shutil.copytree(CONFIGS, tiny_data.parent / "configs")
     broken = (CONFIGS / "v2_pinned.yaml").read_text().replace("batch_size: 512", "batch_size: -3")
     (tiny_data.parent / "configs" / "broken.yaml").write_text(broken)
-    main(["bench", "--stages", "v2_pinned,broken", "--epochs", "1", "--set", "data.num_workers=0",
-          "--set", "data.persistent_workers=false", "--out", "out"])
+    main(
+        [
+            "bench",
+            "--stages",
+            "v2_pinned,broken",
+            "--epochs",
+            "1",
+            "--set",
+            "data.num_workers=0",
+            "--set",
+            "data.persistent_workers=false",
+            "--out",
+            "out",
+        ]
+    )
     out = tiny_data.parent / "out"
-    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["chart.png", "results.csv", "results.json", "results.md"]
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == [
+        "chart.png",
+        "results.csv",
+        "results.json",
+        "results.md",
+    ]
     rows = json.loads((out / "results.json").read_text())["rows"]
-    assert [r["label"] for r in rows] == ["v2_pinned", "broken", "bare Lightning (v2_pinned)",
-                                          "plain PyTorch (v2_pinned)"]
+    assert [r["label"] for r in rows] == [
+        "v2_pinned",
+        "broken",
+        "bare Lightning (v2_pinned)",
+        "plain PyTorch (v2_pinned)",
+    ]
     assert rows[0]["summaries"][0]["config"] == "01_v2_pinned_r1"
     assert rows[0]["summaries"][0]["peak_rss_mb"]["tree_pss"] > 0
     assert "data.batch_size must be at least 1" in rows[1]["error"]
@@ -251,11 +399,13 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
 
 
 def test_the_chart_puts_each_published_figure_beside_the_measured_bar_with_speed_ups():
-    rows = [Row("v1_naive", "v1_naive", summaries=[summary(100, 0)]),
-            Row("v2_pinned", "v2_pinned", summaries=[summary(4, 0)]),
-            Row("v3_resident", "v3_resident", summaries=[summary(2, 0)]),
-            Row("v2_pinned batch_size=64", "v2_pinned", {"data.batch_size": "64"}, summaries=[summary(5, 0)]),
-            Row("v4_graphed", "v4_graphed", error="failed (exit 1): boom")]
+    rows = [
+        Row("v1_naive", "v1_naive", summaries=[summary(100, 0)]),
+        Row("v2_pinned", "v2_pinned", summaries=[summary(4, 0)]),
+        Row("v3_resident", "v3_resident", summaries=[summary(2, 0)]),
+        Row("v2_pinned batch_size=64", "v2_pinned", {"data.batch_size": "64"}, summaries=[summary(5, 0)]),
+        Row("v4_graphed", "v4_graphed", error="failed (exit 1): boom"),
+    ]
     fig = chart_figure(rows, "cpu (test)", log_scale=False)
     ax = fig.axes[0]
     measured, figures = ax.containers
@@ -265,23 +415,33 @@ def test_the_chart_puts_each_published_figure_beside_the_measured_bar_with_speed
     assert figures[1].get_x() == pytest.approx(measured[1].get_x() + measured[1].get_width())
     assert [t.get_text() for t in ax.get_xticklabels()] == [r.label for r in rows[:4]]
     labels = [t.get_text() for t in ax.texts]
-    assert labels == ["1.0x", "25.0x", "50.0x", "20.0x", f"{published.STAGES['v1_naive'][3]:.1f}x",
-                      f"{published.STAGES['v2_pinned'][3]:.1f}x"]
+    assert labels == [
+        "1.0x",
+        "25.0x",
+        "50.0x",
+        "20.0x",
+        f"{published.STAGES['v1_naive'][3]:.1f}x",
+        f"{published.STAGES['v2_pinned'][3]:.1f}x",
+    ]
     assert ax.get_yscale() == "log"  # 100 s against 0.44 s published: a linear axis would hide the small bars
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["cpu (test) (measured)", published.HARDWARE]
 
 
 def test_the_chart_is_linear_for_a_narrow_range_unless_asked_for_a_log_axis():
-    rows = [Row("v3_resident", "v3_resident", summaries=[summary(4, 0)]),
-            Row("v3_compiled", "v3_compiled", summaries=[summary(2, 0)])]
+    rows = [
+        Row("v3_resident", "v3_resident", summaries=[summary(4, 0)]),
+        Row("v3_compiled", "v3_compiled", summaries=[summary(2, 0)]),
+    ]
     assert chart_figure(rows, "cpu", log_scale=False).axes[0].get_yscale() == "linear"
     assert len(chart_figure(rows, "cpu", log_scale=False).axes[0].containers) == 1  # nothing published for these
     assert chart_figure(rows, "cpu", log_scale=True).axes[0].get_yscale() == "log"
 
 
 def test_redraw_draws_the_chart_again_from_results_json(tmp_path, capsys):
-    rows = [Row("v1_naive", "v1_naive", summaries=[summary(10, 2)]), Row("v2_pinned", "v2_pinned",
-                                                                         summaries=[summary(1, 0.5)])]
+    rows = [
+        Row("v1_naive", "v1_naive", summaries=[summary(10, 2)]),
+        Row("v2_pinned", "v2_pinned", summaries=[summary(1, 0.5)]),
+    ]
     write_all(rows, tmp_path, {"epochs": 2})
     (tmp_path / "chart.png").unlink()
     main(["bench", "--redraw", str(tmp_path)])

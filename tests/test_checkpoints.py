@@ -52,26 +52,32 @@ def seen_hparams(monkeypatch) -> list[dict]:
 
 # ---------------------------------------------------------------- the stage config and the command line win
 def test_evaluating_a_checkpoint_of_another_stage_runs_the_stage_asked_for_and_says_what_differs(
-        workdir, v2_checkpoint, seen_hparams, caplog):
+    workdir, v2_checkpoint, seen_hparams, caplog
+):
     run("test", "v3_compiled", "--ckpt_path", str(v2_checkpoint))
     assert seen_hparams[-1]["compile"] and seen_hparams[-1]["channels_last"] and seen_hparams[-1]["fused_adam"]
-    assert ("checkpoint trained with model.compile false, model.channels_last false, model.fused_adam false; "
-            "running v3_compiled's model.compile true, model.channels_last true, model.fused_adam true") in caplog.text
+    assert (
+        "checkpoint trained with model.compile false, model.channels_last false, model.fused_adam false; "
+        "running v3_compiled's model.compile true, model.channels_last true, model.fused_adam true"
+    ) in caplog.text
 
 
 def test_the_command_line_wins_over_the_checkpoint(workdir, v2_checkpoint, seen_hparams, caplog):
     run("validate", "v2_pinned", "--ckpt_path", str(v2_checkpoint), "--model.channels_last", "true")
     assert seen_hparams[-1]["channels_last"]
-    assert "checkpoint trained with model.channels_last false; running v2_pinned's model.channels_last true" \
-        in caplog.text
+    assert (
+        "checkpoint trained with model.channels_last false; running v2_pinned's model.channels_last true" in caplog.text
+    )
 
 
 def test_resuming_into_another_stage_trains_that_stage_from_where_it_stopped(workdir, v2_checkpoint, caplog):
     """v2_pinned (automatic optimization) to v4_graphed (the whole step, 8 batches per Lightning step): the config's
     cuda_graph and batches_per_step hold, Adam's state carries over, and the optimizer steps go on counting."""
     run("fit", "v4_graphed", "--trainer.max_epochs", "2", "--ckpt_path", str(v2_checkpoint))
-    assert "checkpoint trained with model.channels_last false, model.fused_adam false, model.cuda_graph false; " \
-           "running v4_graphed's model.channels_last true, model.fused_adam true, model.cuda_graph true" in caplog.text
+    assert (
+        "checkpoint trained with model.channels_last false, model.fused_adam false, model.cuda_graph false; "
+        "running v4_graphed's model.channels_last true, model.fused_adam true, model.cuda_graph true" in caplog.text
+    )
     assert "fresh optimizer" not in caplog.text
     resumed = newest(workdir, "v4_graphed")
     assert resumed.name == "epoch=1-step=6.ckpt"  # 96 rows in batches of 32: 3 steps per epoch, the first 3 before
@@ -90,8 +96,10 @@ def test_an_optimizer_state_of_another_kind_starts_a_fresh_optimizer(workdir, v2
     checkpoint["optimizer_states"] = [{**sgd.state_dict(), "kind": "SGD"}]  # as a stage training with SGD writes it
     torch.save(checkpoint, workdir / "sgd.ckpt")
     run("fit", "v2_pinned", "--trainer.max_epochs", "2", "--ckpt_path", "sgd.ckpt")
-    assert "the checkpoint's optimizer state is not loaded (it holds SGD state, this run optimizes with Adam): " \
-           "starting a fresh optimizer" in caplog.text
+    assert (
+        "the checkpoint's optimizer state is not loaded (it holds SGD state, this run optimizes with Adam): "
+        "starting a fresh optimizer" in caplog.text
+    )
     state = torch.load(newest(workdir, "v2_pinned"), weights_only=True)["optimizer_states"][0]["state"]
     assert all(float(s["step"]) == 3 for s in state.values())  # one epoch of Adam, from nothing
 
@@ -103,11 +111,18 @@ def test_a_checkpoint_that_does_not_record_its_precision_is_not_said_to_differ(c
     module = ImageClassifier()
     module._trainer = SimpleNamespace(precision="32-true", logger=SimpleNamespace(name="v2_pinned"))
     module.on_load_checkpoint({"state_dict": ImageClassifier().state_dict(), "hyper_parameters": dict(module.hparams)})
-    module.on_load_checkpoint({"state_dict": ImageClassifier().state_dict(), "mnistperf_precision": "bf16-mixed",
-                               "hyper_parameters": {**module.hparams, "lr": 0.01}})
+    module.on_load_checkpoint(
+        {
+            "state_dict": ImageClassifier().state_dict(),
+            "mnistperf_precision": "bf16-mixed",
+            "hyper_parameters": {**module.hparams, "lr": 0.01},
+        }
+    )
     assert "checkpoint trained with" in caplog.text and caplog.text.count("checkpoint trained with") == 1
-    assert "trained with trainer.precision bf16-mixed, model.lr 0.01; running v2_pinned's trainer.precision " \
-           "32-true, model.lr 0.001" in caplog.text
+    assert (
+        "trained with trainer.precision bf16-mixed, model.lr 0.01; running v2_pinned's trainer.precision "
+        "32-true, model.lr 0.001" in caplog.text
+    )
 
 
 # ---------------------------------------------------------------- any checkpoint on any device
@@ -166,8 +181,7 @@ def test_optimizer_flags_follow_the_run_not_the_file():
     on_cpu = torch.optim.Adam(weights, lr=0.5)
     weights[0].grad = torch.ones(3)
     on_cpu.step()
-    run = follow_the_run(torch.optim.Adam([torch.nn.Parameter(torch.randn(3))], lr=0.001, capturable=True,
-                                          fused=True))
+    run = follow_the_run(torch.optim.Adam([torch.nn.Parameter(torch.randn(3))], lr=0.001, capturable=True, fused=True))
     run.load_state_dict(on_cpu.state_dict())
     group = run.param_groups[0]
     assert group["capturable"] and group["fused"] and group["lr"] == 0.001

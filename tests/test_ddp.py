@@ -32,14 +32,39 @@ def numbered_data(tmp_path: Path) -> Path:
 def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
     """fit on two CPU processes (gloo) with a strict sample audit (a duplicate or a missing row fails the run);
     the audit's counts, per epoch."""
-    env = {**os.environ, "MNISTPERF_RECORD_DIR": str(folder),
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "mnistperf", "fit", "--config", str(CONFIGS / config),
-               "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp", "--trainer.devices", "2",
-               "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
-               "--trainer.enable_model_summary", "false", "--trainer.enable_checkpointing", "false",
-               AUDIT, "--trainer.callbacks.strict=true", f"--trainer.callbacks.dataset_size={ROWS}",
-               "--data.batch_size", "16", *overrides]
+    env = {
+        **os.environ,
+        "MNISTPERF_RECORD_DIR": str(folder),
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "mnistperf",
+        "fit",
+        "--config",
+        str(CONFIGS / config),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.devices",
+        "2",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--trainer.enable_checkpointing",
+        "false",
+        AUDIT,
+        "--trainer.callbacks.strict=true",
+        f"--trainer.callbacks.dataset_size={ROWS}",
+        "--data.batch_size",
+        "16",
+        *overrides,
+    ]
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("Average Train Time per Epoch") == 1  # printed once
@@ -48,12 +73,24 @@ def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
 
 @pytest.mark.parametrize("pipeline", ["v1", "v2", "resident", "stream"])
 def test_ddp_two_processes_see_every_row_once_per_epoch(numbered_data, pipeline):
-    epochs = ddp_fit(numbered_data, "v2_pinned.yaml", "--data.pipeline", pipeline, "--data.num_workers", "0",
-                     "--data.persistent_workers", "false", "--data.pin_memory", "false")
+    epochs = ddp_fit(
+        numbered_data,
+        "v2_pinned.yaml",
+        "--data.pipeline",
+        pipeline,
+        "--data.num_workers",
+        "0",
+        "--data.persistent_workers",
+        "false",
+        "--data.pin_memory",
+        "false",
+    )
     assert audit_counts(epochs) == [(ROWS, ROWS, 0, 0)] * 2
     assert [e["per_rank"] for e in epochs] == [[ROWS // 2] * 2] * 2
     assert epochs[1]["same_order_ranks"] == 0  # both ranks reshuffled between epochs
-    summary = json.loads(next((numbered_data / "lightning_logs" / "v2_pinned").glob("version_*/timing.json")).read_text())
+    summary = json.loads(
+        next((numbered_data / "lightning_logs" / "v2_pinned").glob("version_*/timing.json")).read_text()
+    )
     assert summary["world_size"] == 2
     assert [e["samples"] for e in summary["epochs"]] == [ROWS, ROWS]  # all ranks added up
 
@@ -62,8 +99,14 @@ def test_the_graphed_stage_under_ddp_steps_eagerly_in_sync_with_groups_of_batche
     """v4_graphed on two processes: the whole step runs eagerly (the all-reduce is not captured), 4 batches per
     Lightning step (groups of 4, 2 and a partial 1 of 100 rows per rank); every row once per epoch, and both
     ranks end with the same weights, so every one of the optimizer steps was all-reduced."""
-    epochs = ddp_fit(numbered_data, "v4_graphed.yaml", "--data.batches_per_step", "4",
-                     "--trainer.callbacks.sample_dims=2", "--trainer.callbacks+=records.WeightsRecorder")
+    epochs = ddp_fit(
+        numbered_data,
+        "v4_graphed.yaml",
+        "--data.batches_per_step",
+        "4",
+        "--trainer.callbacks.sample_dims=2",
+        "--trainer.callbacks+=records.WeightsRecorder",
+    )
     assert audit_counts(epochs) == [(ROWS, ROWS, 0, 0)] * 2
     weights = [json.loads((numbered_data / f"weights{r}.json").read_text()) for r in range(2)]
     assert weights[0] == pytest.approx(weights[1], abs=1e-6) and weights[0] != pytest.approx([0.0] * len(weights[0]))

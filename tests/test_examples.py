@@ -17,9 +17,12 @@ VERDICT = r"(input-bound|overhead-bound|compute-bound|undetermined)"
 RUNS = {
     "diagnose_your_run.py": (
         ["--samples", "256", "--batch-size", "32", "--epochs", "2", "--slow-ms", "0.1"],
-        [rf"^epoch 1: train .*{VERDICT}", rf"^epoch 2: train .*{VERDICT}",
-         r"^sample audit, epoch 1: 256 samples seen, 256 distinct of 256: 0 duplicates, 0 missing$",
-         r"^sample audit, epoch 2: 256 samples seen, 256 distinct of 256: 0 duplicates, 0 missing$"],
+        [
+            rf"^epoch 1: train .*{VERDICT}",
+            rf"^epoch 2: train .*{VERDICT}",
+            r"^sample audit, epoch 1: 256 samples seen, 256 distinct of 256: 0 duplicates, 0 missing$",
+            r"^sample audit, epoch 2: 256 samples seen, 256 distinct of 256: 0 duplicates, 0 missing$",
+        ],
     ),
 }
 
@@ -33,8 +36,14 @@ def test_the_example_runs_and_prints_its_diagnosis(name: str, tmp_path: Path):
     settings, lines = RUNS[name]
     cwd, out = tmp_path / "cwd", tmp_path / "out"
     cwd.mkdir()
-    result = subprocess.run([sys.executable, str(EXAMPLES / name), *settings, "--out", str(out)], cwd=cwd,
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *settings, "--out", str(out)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for line in lines:
         assert re.search(line, result.stdout, re.MULTILINE), f"{line!r} not in:\n{result.stdout[-3000:]}"

@@ -37,7 +37,9 @@ def script_benches() -> list[list[str]]:
     benches = []
     for line in text.splitlines():
         if BENCH in line:
-            arguments = line.split(BENCH, 1)[1].split("||")[0].replace("$out", "OUT").replace("$fast_stages", fast_stages)
+            arguments = (
+                line.split(BENCH, 1)[1].split("||")[0].replace("$out", "OUT").replace("$fast_stages", fast_stages)
+            )
             benches.append(shlex.split(arguments))
     return benches
 
@@ -76,16 +78,21 @@ def test_every_run_of_the_script_is_one_fit_would_build(bench):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_without_cuda_it_says_so_writes_nothing_and_exits_2(tmp_path):
     out = tmp_path / "results"
-    done = subprocess.run(["bash", str(SCRIPT), str(out)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHON": sys.executable})
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(out)], capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable}
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == "gpu-check: no CUDA device here; run it on a machine with an NVIDIA GPU."
     assert not out.exists()
 
 
 def test_a_missing_interpreter_is_named(tmp_path):
-    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "results")], capture_output=True, text=True,
-                          env={**os.environ, "PYTHON": "no-such-python"})
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "results")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": "no-such-python"},
+    )
     assert done.returncode == 2
     assert "no Python 'no-such-python' here; set PYTHON" in done.stderr
 
@@ -107,7 +114,7 @@ else:
 def fake_cuda_python(tmp_path) -> str:
     """An interpreter that reports a CUDA device it does not have (for -c and -m, as the script calls it)."""
     wrapper = tmp_path / "python-with-fake-cuda"
-    wrapper.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(FAKE_CUDA)} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(FAKE_CUDA)} "$@"\n')
     wrapper.chmod(0o755)
     return str(wrapper)
 
@@ -126,12 +133,20 @@ def source_root(tmp_path) -> Path:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch.compile cannot reach a GPU")
 def test_a_failing_compile_skips_only_what_compiles_and_says_how_to_fix_it(tmp_path, fake_cuda_python, source_root):
     out = tmp_path / "results"
-    done = subprocess.run(["bash", str(SCRIPT), str(out), "--preflight", "--source-root", str(source_root)],
-                          capture_output=True, text=True, env={**os.environ, "PYTHON": fake_cuda_python})
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(out), "--preflight", "--source-root", str(source_root)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": fake_cuda_python},
+    )
     assert done.returncode == 1, done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("gpu-check: torch.compile cannot build a kernel on the GPU")
-    assert "C compiler" in line and "python3" in line and line.endswith("Skipped: part compiled, stage v3_compiled of fast.")
+    assert (
+        "C compiler" in line
+        and "python3" in line
+        and line.endswith("Skipped: part compiled, stage v3_compiled of fast.")
+    )
     assert done.stdout.strip().splitlines()[-1] == "gpu-check: runs tests, fast, graph, v1 (fast without v3_compiled)"
     assert not out.exists()
 
@@ -187,4 +202,6 @@ def test_without_jsonargparse_nothing_runs(monkeypatch, capsys):
 
 def test_a_part_that_does_not_exist_is_named(capsys):
     status, lines, _ = preflight(capsys, "--parts", "tests,fastt")
-    assert status == 2 and lines == ["gpu-check: --parts fastt: no such part; choose from tests,fast,graph,compiled,v1."]
+    assert status == 2 and lines == [
+        "gpu-check: --parts fastt: no such part; choose from tests,fast,graph,compiled,v1."
+    ]

@@ -52,8 +52,13 @@ class PlainStep:
 
 def batches(sizes, device="cpu", seed=1):
     generator = torch.Generator().manual_seed(seed)
-    return [{"image": torch.rand(n, 1, 28, 28, generator=generator).to(device),
-             "label": torch.randint(0, 10, (n,), generator=generator).to(device)} for n in sizes]
+    return [
+        {
+            "image": torch.rand(n, 1, 28, 28, generator=generator).to(device),
+            "label": torch.randint(0, 10, (n,), generator=generator).to(device),
+        }
+        for n in sizes
+    ]
 
 
 SIZES = [32, 32, 32, 8, 32, 32, 32, 8]  # two epochs of 104 rows: three full batches and a partial one
@@ -136,8 +141,20 @@ def test_adam_is_capturable_only_where_the_step_is_captured(monkeypatch):
 
 # ---------------------------------------------------------------- the stage, inside Lightning
 def fit(workdir: Path, *overrides: str) -> dict:
-    main(["fit", "--config", str(CONFIGS / "v4_graphed.yaml"), "--trainer.enable_progress_bar", "false",
-          "--trainer.enable_model_summary", "false", "--data.batch_size", "40", *overrides])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / "v4_graphed.yaml"),
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.enable_model_summary",
+            "false",
+            "--data.batch_size",
+            "40",
+            *overrides,
+        ]
+    )
     runs = sorted((workdir / "lightning_logs" / "v4_graphed").glob("version_*/timing.json"))
     return json.loads(runs[-1].read_text())
 
@@ -168,8 +185,17 @@ def test_off_cuda_the_stage_trains_eagerly_and_says_why(tiny_data, caplog, captu
 def test_the_manual_whole_step_matches_lightnings_automatic_one(tiny_data):
     """The same config with the graph option off (automatic optimization) logs the same training loss."""
     graphed = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu")
-    automatic = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu",
-                    "--model.cuda_graph", "false", "--data.batches_per_step", "1")
+    automatic = fit(
+        tiny_data.parent,
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.accelerator",
+        "cpu",
+        "--model.cuda_graph",
+        "false",
+        "--data.batches_per_step",
+        "1",
+    )
     for mine, theirs in zip(graphed["epochs"], automatic["epochs"]):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
         assert mine["val/acc"] == theirs["val/acc"]
@@ -178,17 +204,23 @@ def test_the_manual_whole_step_matches_lightnings_automatic_one(tiny_data):
 def test_several_batches_per_lightning_step_train_exactly_like_one(tiny_data, captures):
     """data.batches_per_step 2: the same optimizer steps in the same order (Lightning counts each one),
     so the same losses, accuracies and checkpoint step; Lightning's loop ran once per group."""
-    grouped = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu",
-                  "--data.batches_per_step", "2")
-    single = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu",
-                 "--data.batches_per_step", "1")
+    grouped = fit(
+        tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu", "--data.batches_per_step", "2"
+    )
+    single = fit(
+        tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu", "--data.batches_per_step", "1"
+    )
     assert grouped["data"]["batches_per_step"] == 2 and single["data"]["batches_per_step"] == 1
     for mine, theirs in zip(grouped["epochs"], single["epochs"], strict=True):
         assert mine["samples"] == theirs["samples"] == TRAIN_ROWS
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
         assert mine["val/acc"] == theirs["val/acc"]
-    checkpoints = sorted(p.name for p in (tiny_data.parent / "lightning_logs" / "v4_graphed").glob("version_*/checkpoints/*.ckpt"))
-    assert checkpoints == ["epoch=1-step=6.ckpt"] * 2  # 40 + 40 + 16 per epoch: 3 optimizer steps, in 2 or 3 Lightning steps
+    checkpoints = sorted(
+        p.name for p in (tiny_data.parent / "lightning_logs" / "v4_graphed").glob("version_*/checkpoints/*.ckpt")
+    )
+    assert (
+        checkpoints == ["epoch=1-step=6.ckpt"] * 2
+    )  # 40 + 40 + 16 per epoch: 3 optimizer steps, in 2 or 3 Lightning steps
 
 
 def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(tiny_data, captures, monkeypatch):
@@ -196,8 +228,9 @@ def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(tin
     and 1 capture two shapes in epoch 1 and none after, and train as the eager path does."""
     monkeypatch.setattr("mnistperf.model.StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
     monkeypatch.setattr("mnistperf.model.ImageClassifier.configure_model", graphing_on_cpu)
-    emulated = fit(tiny_data.parent, "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu",
-                   "--data.batches_per_step", "2")
+    emulated = fit(
+        tiny_data.parent, "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu", "--data.batches_per_step", "2"
+    )
     assert captures == [2, 2, 2]
     eager = fit(tiny_data.parent, "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu")
     for mine, theirs in zip(emulated["epochs"], eager["epochs"], strict=True):
@@ -212,8 +245,14 @@ def test_a_second_fit_of_the_same_module_captures_again(tiny_data, monkeypatch):
     model = ImageClassifier(cuda_graph=True)
     data = MNISTDataModule(data_dir=str(tiny_data), pipeline="resident", batch_size=40)
     for fits in (1, 2):
-        trainer = Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
-                          enable_progress_bar=False, enable_model_summary=False)
+        trainer = Trainer(
+            accelerator="cpu",
+            max_epochs=2,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
         trainer.fit(model, data)
         assert model.graphs.captures == 2 * fits and trainer.global_step == 6
         assert not model.graphs.graphs  # none outlives the fit
@@ -228,8 +267,15 @@ def graphing_on_cpu(module) -> None:
 
 def test_resume_from_the_last_checkpoint(tiny_data, captures):
     fit(tiny_data.parent, "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu")
-    summary = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu",
-                  "--ckpt_path", str(next((tiny_data.parent / "lightning_logs").glob("v4_graphed/version_0/checkpoints/*.ckpt"))))
+    summary = fit(
+        tiny_data.parent,
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.accelerator",
+        "cpu",
+        "--ckpt_path",
+        str(next((tiny_data.parent / "lightning_logs").glob("v4_graphed/version_0/checkpoints/*.ckpt"))),
+    )
     assert [e["epoch"] for e in summary["epochs"]] == [2]
 
 
@@ -310,8 +356,20 @@ def test_the_graphed_stage_learns_what_the_same_stage_run_eagerly_does(shared_da
     monkeypatch.chdir(tmp_path)
     runs = []
     for version, overrides in enumerate(((), ("--model.cuda_graph", "false", "--data.batches_per_step", "1"))):
-        main(["fit", "--config", str(CONFIGS / "v4_graphed.yaml"), "--data.source_root", str(shared_datasets),
-              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *overrides])
+        main(
+            [
+                "fit",
+                "--config",
+                str(CONFIGS / "v4_graphed.yaml"),
+                "--data.source_root",
+                str(shared_datasets),
+                "--trainer.enable_progress_bar",
+                "false",
+                "--trainer.enable_model_summary",
+                "false",
+                *overrides,
+            ]
+        )
         runs.append(json.loads((tmp_path / f"lightning_logs/v4_graphed/version_{version}/timing.json").read_text()))
     graphed, eager = runs
     assert graphed["precision"] == eager["precision"] and len(graphed["epochs"]) == len(eager["epochs"]) == 5

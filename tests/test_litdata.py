@@ -91,8 +91,9 @@ def test_the_copy_is_written_once_and_rewritten_when_the_parquet_changes(tiny_da
     assert not [p for p in copy.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left behind
 
 
-def test_a_copy_in_the_older_one_row_layout_is_rewritten_locally_and_refused_remotely(tiny_data, tmp_path, capsys,
-                                                                                       monkeypatch):
+def test_a_copy_in_the_older_one_row_layout_is_rewritten_locally_and_refused_remotely(
+    tiny_data, tmp_path, capsys, monkeypatch
+):
     from mnistperf.data.pipelines import litdata as litdata_pipeline
 
     copy = tiny_data / "FashionMNIST" / "litdata" / "train"
@@ -145,10 +146,29 @@ def test_remote_data_dir_is_refused_by_pipelines_that_read_local_files_only(caps
 # ---------------------------------------------------------------- through the command line, in fresh processes
 def run_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env or {})}
-    command = [sys.executable, "-m", "mnistperf", "fit", "--config", str(CONFIGS / "streaming_litdata.yaml"),
-               "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
-               "--trainer.enable_model_summary", "false", "--data.batch_size", "16", "--data.num_workers", "0",
-               "--data.persistent_workers", "false", "--data.pin_memory", "false", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "mnistperf",
+        "fit",
+        "--config",
+        str(CONFIGS / "streaming_litdata.yaml"),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--data.batch_size",
+        "16",
+        "--data.num_workers",
+        "0",
+        "--data.persistent_workers",
+        "false",
+        "--data.pin_memory",
+        "false",
+        *args,
+    ]
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
@@ -160,9 +180,22 @@ def test_ddp_seen_as_two_nodes_gives_every_rank_the_same_batches_and_no_sample_t
     unless the remainder is left out everywhere; the run is time-bounded, so a hang fails it."""
     rows, batch, ranks = 200, 16, 2
     write_parquet(tiny_data / "FashionMNIST" / "train.parquet", numbered_table(rows), row_group_size=32)
-    result = run_fit(tiny_data.parent, "--trainer.strategy", "ddp", "--trainer.devices", str(ranks),
-                     "--trainer.max_epochs", "3", "--trainer.enable_checkpointing", "false", "--data.num_workers", "2",
-                     AUDIT, f"--trainer.callbacks.dataset_size={rows}", env={"NNODES": "2"})
+    result = run_fit(
+        tiny_data.parent,
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.devices",
+        str(ranks),
+        "--trainer.max_epochs",
+        "3",
+        "--trainer.enable_checkpointing",
+        "false",
+        "--data.num_workers",
+        "2",
+        AUDIT,
+        f"--trainer.callbacks.dataset_size={rows}",
+        env={"NNODES": "2"},
+    )
     epochs = audit_epochs(result.stdout)
     kept = rows // (ranks * batch) * ranks * batch  # fewer than ranks x batch left out
     assert audit_counts(epochs) == [(kept, kept, 0, rows - kept)] * 3
@@ -172,8 +205,9 @@ def test_ddp_seen_as_two_nodes_gives_every_rank_the_same_batches_and_no_sample_t
 
 @pytest.mark.parametrize("nodes, ranks_per_node, workers", [(1, 2, 2), (2, 1, 2), (2, 2, 3), (2, 4, 2)])
 @pytest.mark.parametrize("rows", [2100, 2048])
-def test_every_rank_of_every_node_takes_a_disjoint_share_every_epoch(tmp_path, monkeypatch, nodes, ranks_per_node,
-                                                                      workers, rows):
+def test_every_rank_of_every_node_takes_a_disjoint_share_every_epoch(
+    tmp_path, monkeypatch, nodes, ranks_per_node, workers, rows
+):
     """litdata's assignment, simulated in one process: each (rank, worker) iterates the dataset as that worker of
     that rank would, with litdata's node detection seeing ``nodes`` nodes. Small chunks, so a node's share is
     several chunks; 3 epochs (litdata's node-local shuffle duplicated samples from the second on)."""
@@ -217,15 +251,26 @@ def test_every_rank_of_every_node_takes_a_disjoint_share_every_epoch(tmp_path, m
 def test_an_interrupted_epoch_resumes_with_the_samples_not_yet_seen(tiny_data):
     write_parquet(tiny_data / "FashionMNIST" / "train.parquet", numbered_table(ROWS), row_group_size=40)
     cwd = tiny_data.parent
-    checkpoints = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
-                   "--trainer.callbacks.every_n_train_steps=5", "--trainer.callbacks.save_last=true",
-                   "--trainer.callbacks.dirpath=checkpoints"]
+    checkpoints = [
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.every_n_train_steps=5",
+        "--trainer.callbacks.save_last=true",
+        "--trainer.callbacks.dirpath=checkpoints",
+    ]
     audit = [AUDIT, f"--trainer.callbacks.dataset_size={ROWS}"]
     # Interrupted right after the checkpoint of step 5: samples of 5 batches seen, carried in the checkpoint.
     first = run_fit(cwd, "--trainer.max_epochs", "1", "--trainer.max_steps", "5", *audit, *checkpoints)
     assert audit_counts(audit_epochs(first.stdout)) == [(5 * 16, 5 * 16, 0, ROWS - 5 * 16)]
-    resumed = run_fit(cwd, "--trainer.max_epochs", "1", *audit, "--trainer.callbacks.strict=true", *checkpoints,
-                      "--ckpt_path", "checkpoints/last.ckpt")
+    resumed = run_fit(
+        cwd,
+        "--trainer.max_epochs",
+        "1",
+        *audit,
+        "--trainer.callbacks.strict=true",
+        *checkpoints,
+        "--ckpt_path",
+        "checkpoints/last.ckpt",
+    )
     epochs = audit_epochs(resumed.stdout)
     assert audit_counts(epochs) == [(ROWS, ROWS, 0, 0)]
 
@@ -241,8 +286,13 @@ def s3_server(monkeypatch):
     server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
-    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-                       "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ALLOW_HTTP": "true",
+    }.items():
         monkeypatch.setenv(key, value)
     try:
         yield boto3.client("s3", endpoint_url=endpoint)
@@ -258,7 +308,9 @@ def test_litdata_finds_the_copy_on_s3(tiny_data, s3_server, tmp_path, monkeypatc
     copy_root = tiny_data / "FashionMNIST" / "litdata"
     for file in copy_root.rglob("*"):
         if file.is_file():
-            s3_server.upload_file(str(file), "lab", f"data/FashionMNIST/litdata/{file.relative_to(copy_root).as_posix()}")
+            s3_server.upload_file(
+                str(file), "lab", f"data/FashionMNIST/litdata/{file.relative_to(copy_root).as_posix()}"
+            )
     monkeypatch.chdir(tmp_path)  # nothing local to fall back on
     dm = MNISTDataModule(data_dir="s3://lab/data/", pipeline="litdata", batch_size=16)
     dm.prepare_data()  # nothing to prepare for remote data
@@ -290,7 +342,9 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
     copy_root = tiny_data / "FashionMNIST" / "litdata"
     for file in copy_root.rglob("*"):
         if file.is_file():
-            s3_server.upload_file(str(file), "lab", f"data/FashionMNIST/litdata/{file.relative_to(copy_root).as_posix()}")
+            s3_server.upload_file(
+                str(file), "lab", f"data/FashionMNIST/litdata/{file.relative_to(copy_root).as_posix()}"
+            )
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -298,18 +352,55 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
     for node in range(2):
         cwd = tmp_path / f"node{node}"
         cwd.mkdir()
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": str(node),
-               "LITDATA_CACHE_DIR": str(cwd / "chunks")}  # a disk of its own
-        command = [sys.executable, "-c", NODE, "fit", "--config", str(CONFIGS / "streaming_litdata.yaml"),
-                   "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp", "--trainer.devices", "1",
-                   "--trainer.num_nodes", "2", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
-                   "--trainer.enable_model_summary", "false", "--trainer.enable_checkpointing", "false",
-                   "--trainer.logger", "false", AUDIT, "--trainer.callbacks.strict=true",
-                   f"--trainer.callbacks.dataset_size={rows}", "--data.data_dir", "s3://lab/data",
-                   "--data.batch_size", "16", "--data.num_workers", "0", "--data.persistent_workers", "false",
-                   "--data.pin_memory", "false"]
-        nodes.append(subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "NODE_RANK": str(node),
+            "LITDATA_CACHE_DIR": str(cwd / "chunks"),
+        }  # a disk of its own
+        command = [
+            sys.executable,
+            "-c",
+            NODE,
+            "fit",
+            "--config",
+            str(CONFIGS / "streaming_litdata.yaml"),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.strategy",
+            "ddp",
+            "--trainer.devices",
+            "1",
+            "--trainer.num_nodes",
+            "2",
+            "--trainer.max_epochs",
+            "2",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.enable_model_summary",
+            "false",
+            "--trainer.enable_checkpointing",
+            "false",
+            "--trainer.logger",
+            "false",
+            AUDIT,
+            "--trainer.callbacks.strict=true",
+            f"--trainer.callbacks.dataset_size={rows}",
+            "--data.data_dir",
+            "s3://lab/data",
+            "--data.batch_size",
+            "16",
+            "--data.num_workers",
+            "0",
+            "--data.persistent_workers",
+            "false",
+            "--data.pin_memory",
+            "false",
+        ]
+        nodes.append(
+            subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
     try:
         outputs = [process.communicate(timeout=300)[0] for process in nodes]
     finally:

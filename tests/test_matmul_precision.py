@@ -22,8 +22,20 @@ def _torch_default_after():
 
 
 def fit_summary(workdir, capsys, *overrides: str) -> tuple[str, dict]:
-    main(["fit", "--config", str(CONFIGS / "v3_resident.yaml"), "--trainer.max_epochs", "1",
-          "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *overrides])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / "v3_resident.yaml"),
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.enable_model_summary",
+            "false",
+            *overrides,
+        ]
+    )
     runs = sorted((workdir / "lightning_logs" / "v3_resident").glob("version_*/timing.json"))
     return capsys.readouterr().out.splitlines()[0], json.loads(runs[-1].read_text())
 
@@ -45,14 +57,18 @@ def test_a_wrong_precision_is_refused_in_one_line(tiny_data, monkeypatch, capsys
     assert "float32_matmul_precision" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("tensor_cores,precision,matmuls,hint", [
-    (True, "32-true", "highest", True),  # full fp32 products on a GPU that could run them as TF32
-    (True, "bf16-mixed", "highest", False),  # autocast runs the products in bf16
-    (True, "32-true", "high", False),  # already TF32
-    (False, "32-true", "highest", False),  # a CPU, or a GPU older than Ampere
-])
-def test_the_tf32_option_is_named_only_where_it_would_change_something(monkeypatch, tensor_cores, precision,
-                                                                         matmuls, hint):
+@pytest.mark.parametrize(
+    "tensor_cores,precision,matmuls,hint",
+    [
+        (True, "32-true", "highest", True),  # full fp32 products on a GPU that could run them as TF32
+        (True, "bf16-mixed", "highest", False),  # autocast runs the products in bf16
+        (True, "32-true", "high", False),  # already TF32
+        (False, "32-true", "highest", False),  # a CPU, or a GPU older than Ampere
+    ],
+)
+def test_the_tf32_option_is_named_only_where_it_would_change_something(
+    monkeypatch, tensor_cores, precision, matmuls, hint
+):
     monkeypatch.setattr(console, "has_tf32_tensor_cores", lambda device: tensor_cores)
     note = console.matmul_precision_note(torch.device("cuda", 0), precision, matmuls)
     assert note.startswith(f"float32 matmuls {matmuls}")

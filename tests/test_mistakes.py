@@ -24,9 +24,22 @@ def fails_in_one_line(capsys, argv: list[str], expected: str) -> str:
 
 
 def fit_args(*extra: str) -> list[str]:
-    return ["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--trainer.enable_progress_bar", "false",
-            "--trainer.enable_model_summary", "false", "--data.num_workers", "0", "--data.persistent_workers", "false",
-            "--trainer.max_epochs", "1", *extra]
+    return [
+        "fit",
+        "--config",
+        str(CONFIGS / "v2_pinned.yaml"),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--data.num_workers",
+        "0",
+        "--data.persistent_workers",
+        "false",
+        "--trainer.max_epochs",
+        "1",
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -50,8 +63,9 @@ def test_a_bench_whose_every_run_failed_fails(workdir, capsys, monkeypatch):
     assert (workdir / "out" / "results.md").read_text().startswith("# mnistperf bench (incomplete)")
 
 
-@pytest.mark.parametrize("flag, key", [("--set", "data.num_wokers=2"), ("--sweep", "model.learning_rate=1,2"),
-                                       ("--set", "optimizer.lr=1")])
+@pytest.mark.parametrize(
+    "flag, key", [("--set", "data.num_wokers=2"), ("--sweep", "model.learning_rate=1,2"), ("--set", "optimizer.lr=1")]
+)
 def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag, key):
     fails_in_one_line(capsys, ["bench", "--config-dir", str(CONFIGS), flag, key], "no stage config has this option")
 
@@ -86,8 +100,19 @@ def test_a_data_dir_that_is_a_file(workdir, capsys):
 
 
 def test_a_named_source_root_that_does_not_exist_is_not_passed_over(tmp_path, capsys, fake_raw):
-    fails_in_one_line(capsys, ["prepare", "--dataset", "mnist", "--source-root", str(tmp_path / "typo"),
-                               "--data-dir", str(tmp_path / "data")], f"--source-root {tmp_path / 'typo'}: no such folder")
+    fails_in_one_line(
+        capsys,
+        [
+            "prepare",
+            "--dataset",
+            "mnist",
+            "--source-root",
+            str(tmp_path / "typo"),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        f"--source-root {tmp_path / 'typo'}: no such folder",
+    )
     assert not (tmp_path / "data" / "MNIST" / "train.parquet").exists()
 
 
@@ -102,24 +127,30 @@ def test_name_without_from(capsys):
 
 
 # ---------------------------------------------------------------- options, values, types
-@pytest.mark.parametrize("override, expected", [
-    (["--data.batch_size", "-1"], "data.batch_size must be at least 1"),
-    (["--data.num_workers", "-2"], "data.num_workers cannot be negative"),
-    (["--data.prefetch_factor", "2"], "data.prefetch_factor needs worker processes"),
-    (["--data.val_source", "2"], "data.val_source must be 'test' or a fraction"),
-    (["--data.pipeline", "stream", "--data.val_source", "0.2"], "the stream pipeline never holds the training set"),
-    (["--data.dataset", "../elsewhere"], "is neither a built-in dataset"),
-    (["--data.data_dir", "s3://bucket/x"], "is remote, and the v2 pipeline reads local files only"),
-    (["--data.dataset", "mine"], "data.dataset 'mine' is a dataset of your own"),
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        (["--data.batch_size", "-1"], "data.batch_size must be at least 1"),
+        (["--data.num_workers", "-2"], "data.num_workers cannot be negative"),
+        (["--data.prefetch_factor", "2"], "data.prefetch_factor needs worker processes"),
+        (["--data.val_source", "2"], "data.val_source must be 'test' or a fraction"),
+        (["--data.pipeline", "stream", "--data.val_source", "0.2"], "the stream pipeline never holds the training set"),
+        (["--data.dataset", "../elsewhere"], "is neither a built-in dataset"),
+        (["--data.data_dir", "s3://bucket/x"], "is remote, and the v2 pipeline reads local files only"),
+        (["--data.dataset", "mine"], "data.dataset 'mine' is a dataset of your own"),
+    ],
+)
 def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
     fails_in_one_line(capsys, fit_args(*override), expected)
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--data.batch_size", "abc"], 'Parser key "data.batch_size": Expected a <class \'int\'>. Got value: abc'),
-    (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--data.batch_size", "abc"], "Parser key \"data.batch_size\": Expected a <class 'int'>. Got value: abc"),
+        (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3"),
+    ],
+)
 def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, expected):
     err = fails_in_one_line(capsys, fit_args(*argv), expected)
     assert "`python -m mnistperf fit --help` lists the options" in err
@@ -153,13 +184,29 @@ def test_an_interrupted_bench_keeps_its_rows_and_says_it_is_incomplete(workdir, 
         target = Path(command[command.index("--trainer.logger.init_args.save_dir") + 1])
         target = target / command[command.index("--trainer.logger.init_args.name") + 1] / "version_0" / "timing.json"
         target.parent.mkdir(parents=True)
-        target.write_text(json.dumps({"avg_train_s": 1.0, "avg_eval_s": 0.1, "total_train_s": 2.0, "total_eval_s": 0.2,
-                                      "samples_per_s": 1.0, "input_wait_share": 0.1, "verdict": "compute-bound",
-                                      "peak_rss_mb": {}, "device": "cpu", "cpu_count": 2, "versions": {}}))
+        target.write_text(
+            json.dumps(
+                {
+                    "avg_train_s": 1.0,
+                    "avg_eval_s": 0.1,
+                    "total_train_s": 2.0,
+                    "total_eval_s": 0.2,
+                    "samples_per_s": 1.0,
+                    "input_wait_share": 0.1,
+                    "verdict": "compute-bound",
+                    "peak_rss_mb": {},
+                    "device": "cpu",
+                    "cpu_count": 2,
+                    "versions": {},
+                }
+            )
+        )
         return 0, "", {}
 
     monkeypatch.setattr(runner, "run_process", run_process)
-    main(["bench", "--stages", "v1_naive,v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS), "--out", "out"])
+    main(
+        ["bench", "--stages", "v1_naive,v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS), "--out", "out"]
+    )
     report = (workdir / "out" / "results.md").read_text()
     assert report.startswith("# mnistperf bench (incomplete)") and "no result for v2_pinned" in report
 

@@ -31,7 +31,7 @@ NAMINGS = {
 def table_with_names(images: np.ndarray, labels: np.ndarray, name, label="label", order=None) -> pa.Table:
     flat = images.reshape(len(images), -1)
     columns = {label: pa.array(labels.astype(np.int64))}
-    for i in (order if order is not None else range(784)):
+    for i in order if order is not None else range(784):
         columns[name(i)] = pa.array(flat[:, i].astype(np.int64))
     return pa.table(columns)
 
@@ -57,8 +57,10 @@ def test_any_pixel_names_same_pixels_in_every_pipeline(tmp_path, naming, pipelin
     images, labels = random_split(24, seed=4)
     shuffled = np.random.default_rng(0).permutation(784)  # columns stored out of order: names give the order
     for split in prepare.SPLITS:
-        write_parquet(tmp_path / "data" / "mine" / f"{split}.parquet",
-                      table_with_names(images, labels, NAMINGS[naming], order=shuffled if naming != "0..783" else None))
+        write_parquet(
+            tmp_path / "data" / "mine" / f"{split}.parquet",
+            table_with_names(images, labels, NAMINGS[naming], order=shuffled if naming != "0..783" else None),
+        )
     assert_batch_is(first_batch(tmp_path / "data", "mine", pipeline), images, labels)
 
 
@@ -70,16 +72,31 @@ def test_names_without_numbers_are_taken_in_file_order(tmp_path):
     assert_batch_is(first_batch(tmp_path / "data", "letters", "v2"), images, labels)
 
 
-@pytest.mark.parametrize("build, expected", [
-    (lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").append_column("extra", pa.array(lb)),
-     "785 columns besides the label 'label'"),
-    (lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").append_column("target", pa.array(lb)),
-     "2 label-like columns (label, target)"),
-    (lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").set_column(
-        1, "pixel0", pa.array(np.full(len(lb), 300.5))), "column pixel0 has type double"),
-    (lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").set_column(
-        1, "pixel0", pa.array(np.full(len(lb), 300))), "values 300..300; pixels must lie in 0..255"),
-])
+@pytest.mark.parametrize(
+    "build, expected",
+    [
+        (
+            lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").append_column("extra", pa.array(lb)),
+            "785 columns besides the label 'label'",
+        ),
+        (
+            lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").append_column("target", pa.array(lb)),
+            "2 label-like columns (label, target)",
+        ),
+        (
+            lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").set_column(
+                1, "pixel0", pa.array(np.full(len(lb), 300.5))
+            ),
+            "column pixel0 has type double",
+        ),
+        (
+            lambda im, lb: table_with_names(im, lb, lambda i: f"pixel{i}").set_column(
+                1, "pixel0", pa.array(np.full(len(lb), 300))
+            ),
+            "values 300..300; pixels must lie in 0..255",
+        ),
+    ],
+)
 def test_ambiguous_or_impossible_files_are_named_with_what_was_found(tmp_path, build, expected):
     images, labels = random_split(8, seed=6)
     for split in prepare.SPLITS:
@@ -90,11 +107,22 @@ def test_ambiguous_or_impossible_files_are_named_with_what_was_found(tmp_path, b
 
 def test_a_dataset_of_your_own_that_is_missing_says_where_it_is_read_from(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--data.dataset", "mine",
-              "--data.data_dir", str(tmp_path / "data")])
+        main(
+            [
+                "fit",
+                "--config",
+                str(CONFIGS / "v2_pinned.yaml"),
+                "--data.dataset",
+                "mine",
+                "--data.data_dir",
+                str(tmp_path / "data"),
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert f"{tmp_path / 'data' / 'mine' / 'train.parquet'} not found" in err and "prepare --from DIR --name mine" in err
+    assert (
+        f"{tmp_path / 'data' / 'mine' / 'train.parquet'} not found" in err and "prepare --from DIR --name mine" in err
+    )
 
 
 # ---------------------------------------------------------------- importing the layouts people have
@@ -155,18 +183,23 @@ def bad_source(tmp_path: Path, case: str) -> Path:
         (source / "train.csv").write_text("\n".join(",".join(["1"] * 783) for _ in range(3)) + "\n")
     else:
         hf_parquet(source / "test.parquet", images, labels)
-        encode = {"not 28x28 grayscale": lambda im: png(np.zeros((32, 32), np.uint8), "RGB"),
-                  "png does not decode": lambda im: b"\x89PNG\r\n\x1a\n garbage"}[case]
+        encode = {
+            "not 28x28 grayscale": lambda im: png(np.zeros((32, 32), np.uint8), "RGB"),
+            "png does not decode": lambda im: b"\x89PNG\r\n\x1a\n garbage",
+        }[case]
         hf_parquet(source / "train.parquet", images, labels, encode)
     return source
 
 
-@pytest.mark.parametrize("case, expected", [
-    ("no train split", "has no train split: expected CSV or Parquet files named like"),
-    ("783 columns", "train.csv has 783 columns and no header; expected 785"),
-    ("not 28x28 grayscale", "train.parquet: the image in row 0 is 32x32 RGB; expected 28x28 grayscale"),
-    ("png does not decode", "train.parquet: the image in row 0 does not decode"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("no train split", "has no train split: expected CSV or Parquet files named like"),
+        ("783 columns", "train.csv has 783 columns and no header; expected 785"),
+        ("not 28x28 grayscale", "train.parquet: the image in row 0 is 32x32 RGB; expected 28x28 grayscale"),
+        ("png does not decode", "train.parquet: the image in row 0 does not decode"),
+    ],
+)
 def test_bad_imports_end_in_one_line_naming_the_file(tmp_path, capsys, case, expected):
     source = bad_source(tmp_path, case)
     with pytest.raises(SystemExit) as exit_info:
@@ -180,8 +213,10 @@ def test_bad_imports_end_in_one_line_naming_the_file(tmp_path, capsys, case, exp
 @pytest.mark.realdata
 def test_official_files_in_each_layout_import_pixel_for_pixel(shared_datasets, tmp_path):
     main(["prepare", "--dataset", "mnist", "--source-root", str(shared_datasets), "--data-dir", str(tmp_path / "data")])
-    official = {split: schema.to_tensors(pq.read_table(prepare.split_path(tmp_path / "data", "mnist", split)))
-                for split in prepare.SPLITS}
+    official = {
+        split: schema.to_tensors(pq.read_table(prepare.split_path(tmp_path / "data", "mnist", split)))
+        for split in prepare.SPLITS
+    }
     kaggle, hf = tmp_path / "kaggle", tmp_path / "hf"
     for split, (pixels, labels) in official.items():
         images = pixels.numpy().reshape(-1, 28, 28)

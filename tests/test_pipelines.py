@@ -95,7 +95,9 @@ def test_grouped_resident_batches_are_the_same_batches_stacked(rows, drop_last):
     single, grouped = epoch(1), epoch(3)
     full, rest = divmod(rows, 8)
     shapes = [tuple(g["label"].shape) for g in grouped]
-    expected = [(3, 8)] * (full // 3) + ([(full % 3, 8)] if full % 3 else []) + ([(1, rest)] if rest and not drop_last else [])
+    expected = (
+        [(3, 8)] * (full // 3) + ([(full % 3, 8)] if full % 3 else []) + ([(1, rest)] if rest and not drop_last else [])
+    )
     assert shapes == expected
     assert len(ResidentBatches(pixels, labels, 8, True, 5, drop_last, batches_per_step=3)) == len(expected)
     unstacked = [b for g in grouped for b in step_batches(g)]
@@ -182,8 +184,15 @@ def test_predict_accepts_a_file_without_labels(tmp_path):
 
 
 def test_loader_settings_reach_the_dataloader(tiny_data):
-    dm = datamodule(tiny_data, pipeline="v1", batch_size=8, num_workers=2, persistent_workers=True,
-                    pin_memory=True, prefetch_factor=3)
+    dm = datamodule(
+        tiny_data,
+        pipeline="v1",
+        batch_size=8,
+        num_workers=2,
+        persistent_workers=True,
+        pin_memory=True,
+        prefetch_factor=3,
+    )
     dm.setup("fit")
     loader = dm.train_dataloader()
     assert (loader.batch_size, loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (8, 2, True, 3)

@@ -53,7 +53,9 @@ def test_recompressed_copy_with_other_gzip_header_passes(fake_raw, tmp_path, mon
 def test_download_from_mirror_is_verified_and_cached(fake_raw, tmp_path, monkeypatch):
     mirror = fake_raw.folder.as_uri() + "/"
     spec = sources.DATASETS["mnist"]
-    monkeypatch.setitem(sources.DATASETS, "mnist", type(spec)(**{**spec.__dict__, "mirrors": ("file:///nope/", mirror)}))
+    monkeypatch.setitem(
+        sources.DATASETS, "mnist", type(spec)(**{**spec.__dict__, "mirrors": ("file:///nope/", mirror)})
+    )
     logged = []
     prepare.prepare_dataset("mnist", tmp_path / "data", log=logged.append)
     assert any("downloading" in m for m in logged)
@@ -123,7 +125,9 @@ def test_two_prepares_at_once_both_end_with_correct_files(fake_raw, tmp_path):
 
     def run():
         try:
-            prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, formats=["csv"], force=True, log=lambda m: None)
+            prepare.prepare_dataset(
+                "mnist", data, source_root=fake_raw.root, formats=["csv"], force=True, log=lambda m: None
+            )
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -134,15 +138,38 @@ def test_two_prepares_at_once_both_end_with_correct_files(fake_raw, tmp_path):
         t.join()
     assert errors == []
     assert_matches(prepare.split_path(data, "mnist", "train"), *fake_raw.arrays["train"])
-    assert sorted(p.name for p in (data / "MNIST").iterdir()) == ["test.csv", "test.parquet", "train.csv", "train.parquet"]
+    assert sorted(p.name for p in (data / "MNIST").iterdir()) == [
+        "test.csv",
+        "test.parquet",
+        "train.csv",
+        "train.parquet",
+    ]
 
 
 def test_prepare_command_prints_size_and_time_table(fake_raw, tmp_path, capsys):
-    main(["prepare", "--dataset", "mnist", "--data-dir", str(tmp_path / "data"), "--source-root", str(fake_raw.root),
-          "--formats", "parquet,csv"])
+    main(
+        [
+            "prepare",
+            "--dataset",
+            "mnist",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--source-root",
+            str(fake_raw.root),
+            "--formats",
+            "parquet,csv",
+        ]
+    )
     out = capsys.readouterr().out
-    rows = [line.split() for line in out.splitlines() if line.startswith("MNIST ") and ("csv" in line or "parquet" in line)]
-    assert [(r[1], r[3]) for r in rows] == [("train", "parquet"), ("train", "csv"), ("test", "parquet"), ("test", "csv")]
+    rows = [
+        line.split() for line in out.splitlines() if line.startswith("MNIST ") and ("csv" in line or "parquet" in line)
+    ]
+    assert [(r[1], r[3]) for r in rows] == [
+        ("train", "parquet"),
+        ("train", "csv"),
+        ("test", "parquet"),
+        ("test", "csv"),
+    ]
     assert all(r[-1].endswith("x") for r in rows)
     folder = tmp_path / "data" / "MNIST"
     expected = (folder / "train.csv").stat().st_size / (folder / "train.parquet").stat().st_size
@@ -151,8 +178,19 @@ def test_prepare_command_prints_size_and_time_table(fake_raw, tmp_path, capsys):
 
 def test_prepare_command_rejects_unknown_format(fake_raw, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["prepare", "--dataset", "mnist", "--data-dir", str(tmp_path), "--source-root", str(fake_raw.root),
-              "--formats", "parquet,xlsx"])
+        main(
+            [
+                "prepare",
+                "--dataset",
+                "mnist",
+                "--data-dir",
+                str(tmp_path),
+                "--source-root",
+                str(fake_raw.root),
+                "--formats",
+                "parquet,xlsx",
+            ]
+        )
     assert exit_info.value.code == 2
     assert "--formats: unknown format 'xlsx'" in capsys.readouterr().err
 

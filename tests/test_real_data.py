@@ -14,8 +14,10 @@ from mnistperf.data.pipelines.v1 import PandasRowDataset
 from mnistperf.data.pipelines.v2 import TensorDataset
 
 pytestmark = pytest.mark.realdata
-IDX = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-       "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
+IDX = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
 
 
 def decode(path, header: int) -> np.ndarray:

@@ -30,8 +30,19 @@ def test_a_registered_pipeline_is_tuned_and_trains(item_list, monkeypatch, capsy
     monkeypatch.setattr(search, "time_step", lambda *a, **k: [10.0, 10.0])
     monkeypatch.setattr(search, "REPEATS", 2)
     monkeypatch.setattr(search.Search, "batches", 4)
-    main(["tune", "--config", str(CONFIGS / "v1_naive.yaml"), "--set", "data.pipeline=items", "--budget", "2",
-          "--out", "tuned.yaml"])
+    main(
+        [
+            "tune",
+            "--config",
+            str(CONFIGS / "v1_naive.yaml"),
+            "--set",
+            "data.pipeline=items",
+            "--budget",
+            "2",
+            "--out",
+            "tuned.yaml",
+        ]
+    )
     out = capsys.readouterr().out
     assert "[probe 2] loader pipeline=items num_workers=0" in out and "stopped: compute-bound" in out
     assert yaml.safe_load((item_list / "tuned.yaml").read_text())["data"]["pipeline"] == "items"
@@ -51,8 +62,10 @@ def test_fit_help_and_the_docs_table_list_every_registered_pipeline(item_list, c
     assert all(path.stem in text for path in CONFIGS.glob("*.yaml"))
     table = registry.markdown_table().splitlines()
     assert len(table) == 2 + len(BUILT_IN) + 1
-    assert "| `items` | throwaway_pipeline.py | Items made once and kept in a Python list | yes | yes | - | - | 1 |" \
+    assert (
+        "| `items` | throwaway_pipeline.py | Items made once and kept in a Python list | yes | yes | - | - | 1 |"
         in table
+    )
 
 
 def test_an_unknown_pipeline_is_one_line_naming_the_registered_ones(item_list, capsys):

@@ -24,9 +24,22 @@ def workdir(tiny_data, monkeypatch) -> Path:
 
 def trained(workdir: Path, stage: str, *overrides: str, epochs: int = 2) -> dict[str, torch.Tensor]:
     """The weights of the newest checkpoint of ``stage`` after a fit with these overrides (batch 32: 3 steps)."""
-    main(["fit", "--config", str(CONFIGS / f"{stage}.yaml"), "--trainer.max_epochs", str(epochs),
-          "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-          "--data.batch_size", "32", *overrides])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / f"{stage}.yaml"),
+            "--trainer.max_epochs",
+            str(epochs),
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.enable_model_summary",
+            "false",
+            "--data.batch_size",
+            "32",
+            *overrides,
+        ]
+    )
     return torch.load(newest(workdir, stage), weights_only=True)["state_dict"]
 
 
@@ -55,8 +68,10 @@ def test_the_cpu_ladder_trains_the_same_weights_at_the_same_batch_size(workdir):
     assert_identical(trained(workdir, "v3_resident"), v2)
 
 
-@pytest.mark.parametrize("stage, overrides", [("v2_pinned", ["--data.num_workers", "0", "--data.persistent_workers",
-                                                             "false"]), ("v3_resident", [])])
+@pytest.mark.parametrize(
+    "stage, overrides",
+    [("v2_pinned", ["--data.num_workers", "0", "--data.persistent_workers", "false"]), ("v3_resident", [])],
+)
 def test_a_resumed_run_trains_the_weights_of_an_uninterrupted_one(workdir, stage, overrides):
     straight = trained(workdir, stage, *overrides, epochs=2)
     trained(workdir, stage, *overrides, epochs=1)

@@ -51,8 +51,14 @@ class Probe(LightningModule):
 
 
 def fit(loader, audit: SampleAudit, epochs: int = 2, *others, ckpt_path=None, **trainer_options) -> SampleAudit:
-    options = {"accelerator": "cpu", "max_epochs": epochs, "logger": False, "enable_checkpointing": bool(others),
-               "enable_progress_bar": False, "enable_model_summary": False}
+    options = {
+        "accelerator": "cpu",
+        "max_epochs": epochs,
+        "logger": False,
+        "enable_checkpointing": bool(others),
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
     Trainer(callbacks=[audit, *others], **{**options, **trainer_options}).fit(Probe(), loader, ckpt_path=ckpt_path)
     return audit
 
@@ -133,7 +139,7 @@ def test_the_dataset_size_is_unknown_for_a_stream_unless_given(capsys):
 
 def test_groups_of_batches_count_every_sample_with_two_sample_dims():
     data = Rows()
-    groups = [(data.x[i:i + 6].reshape(2, 3, 3, 4), data.y[i:i + 6].reshape(2, 3)) for i in range(0, ROWS, 6)]
+    groups = [(data.x[i : i + 6].reshape(2, 3, 3, 4), data.y[i : i + 6].reshape(2, 3)) for i in range(0, ROWS, 6)]
     audit = fit(DataLoader(groups, batch_size=None), SampleAudit(sample_dims=2, dataset_size=ROWS), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)
 
@@ -162,26 +168,49 @@ def test_fingerprints_tell_any_bit_apart_and_agree_on_equal_samples():
     assert torch.unique(hash_([many], len(many))).numel() == len(many) and (hash_([many], len(many)) >= 0).all()
 
 
-@pytest.mark.parametrize("row", [
-    {"epoch": 1, "seen": 1200, "distinct": 1199, "duplicates": 1, "missing": 3, "dataset_size": 1202,
-     "per_rank": [600, 600], "same_order_ranks": None},
-    {"epoch": 2, "seen": 7, "distinct": 7, "duplicates": 0, "missing": None, "dataset_size": None,
-     "per_rank": [7], "same_order_ranks": 1},
-])
+@pytest.mark.parametrize(
+    "row",
+    [
+        {
+            "epoch": 1,
+            "seen": 1200,
+            "distinct": 1199,
+            "duplicates": 1,
+            "missing": 3,
+            "dataset_size": 1202,
+            "per_rank": [600, 600],
+            "same_order_ranks": None,
+        },
+        {
+            "epoch": 2,
+            "seen": 7,
+            "distinct": 7,
+            "duplicates": 0,
+            "missing": None,
+            "dataset_size": None,
+            "per_rank": [7],
+            "same_order_ranks": 1,
+        },
+    ],
+)
 def test_the_report_line_carries_every_count(row):
     """The multi-process tests read the counts back from rank 0's line."""
     from records import audit_epochs
 
     expected = {k: row[k] for k in ("epoch", "seen", "distinct", "duplicates", "missing", "per_rank")}
-    assert audit_epochs(SampleAudit().describe(row) + "\n") == [{**expected,
-                                                                 "same_order_ranks": row["same_order_ranks"] or 0}]
+    assert audit_epochs(SampleAudit().describe(row) + "\n") == [
+        {**expected, "same_order_ranks": row["same_order_ranks"] or 0}
+    ]
 
 
 def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunking(monkeypatch):
     values = torch.randint(-(2**15), 2**15, (50, 3000))
     weights = torch.randint(1, sample_audit.PRIME, (3000, sample_audit.LANES))
-    exact = [sum(int(v) * int(w) for v, w in zip(row, weights[:, lane])) % sample_audit.PRIME
-             for row in values[:3] for lane in range(sample_audit.LANES)]
+    exact = [
+        sum(int(v) * int(w) for v, w in zip(row, weights[:, lane])) % sample_audit.PRIME
+        for row in values[:3]
+        for lane in range(sample_audit.LANES)
+    ]
     by_matmul = sample_audit.lane_sums(values, weights, matmul=True)
     assert by_matmul[:3].reshape(-1).tolist() == exact
     monkeypatch.setattr(sample_audit, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
@@ -189,8 +218,16 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
 
 
 def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_duplicates():
-    row = {"epoch": 1, "seen": 202, "distinct": 201, "duplicates": 1, "missing": 0, "dataset_size": 201,
-           "per_rank": [101, 101], "same_order_ranks": None}
+    row = {
+        "epoch": 1,
+        "seen": 202,
+        "distinct": 201,
+        "duplicates": 1,
+        "missing": 0,
+        "dataset_size": 201,
+        "per_rank": [101, 101],
+        "same_order_ranks": None,
+    }
     line = SampleAudit().describe(row)
     assert "a distributed sampler pads 201 samples to a multiple of 2 ranks by repeating 1" in line
     assert "pads" not in SampleAudit().describe({**row, "duplicates": 2, "seen": 203})

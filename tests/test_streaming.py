@@ -50,7 +50,8 @@ def test_every_row_is_read_once_across_ranks_and_workers(numbered, world_size, n
     seen, batch_counts = collections.Counter(), []
     for rank in range(world_size):
         stream = ParquetStream(path, require_labels=True, seed=1).configured(
-            shuffle=shuffle, buffer_rows=30, batch_size=16, rank=rank, world_size=world_size)
+            shuffle=shuffle, buffer_rows=30, batch_size=16, rank=rank, world_size=world_size
+        )
         rows, sizes = rows_seen(stream, num_workers)
         assert len(sizes) == len(stream)  # the length Lightning is told is the length it gets
         assert all(size == 16 for size in sizes[:-1])  # only a rank's last batch may be partial
@@ -94,7 +95,8 @@ def test_drop_last_drops_only_the_final_partial_batch(numbered):
 def test_shuffle_is_seeded_and_changes_every_epoch_even_with_fresh_workers(numbered):
     def epochs(seed):
         stream = ParquetStream(numbered[0], require_labels=True, seed=seed).configured(
-            shuffle=True, buffer_rows=50, batch_size=64)
+            shuffle=True, buffer_rows=50, batch_size=64
+        )
         loader = StreamLoader(stream, batch_size=None, num_workers=2, persistent_workers=False)
         return [[b["label"].tolist() for b in loader] for _ in range(2)]
 

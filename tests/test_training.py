@@ -26,8 +26,20 @@ def test_simple_cnn_has_the_reference_parameter_count():
 
 
 def fit(config: str, *overrides: str) -> None:
-    main(["fit", "--config", str(CONFIGS / config), "--trainer.max_epochs", "2", "--trainer.enable_progress_bar",
-          "false", "--trainer.enable_model_summary", "false", *overrides])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / config),
+            "--trainer.max_epochs",
+            "2",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.enable_model_summary",
+            "false",
+            *overrides,
+        ]
+    )
 
 
 @pytest.fixture
@@ -60,15 +72,30 @@ def test_every_stage_config_trains_and_writes_its_timing_summary(workdir, config
     assert summary["data"]["pipeline"] == yaml.safe_load((CONFIGS / config).read_text())["data"]["pipeline"]
     assert 0 <= summary["final_val_acc"] <= 1
     out = capsys.readouterr().out
-    for line in ("Average Train Time per Epoch:", "Average Test Time per Epoch:", "Total Train Time:",
-                 "Total Test Time:", "Train throughput:", f"Device: {ran_on}", "Verdict:"):
+    for line in (
+        "Average Train Time per Epoch:",
+        "Average Test Time per Epoch:",
+        "Total Train Time:",
+        "Total Test Time:",
+        "Train throughput:",
+        f"Device: {ran_on}",
+        "Verdict:",
+    ):
         assert line in out
 
 
 def cpu_verdict(workdir: Path, *overrides: str) -> str:
     """Two epochs of two batches of v1_naive (loading in the main process) on the CPU; the verdict of the second."""
-    fit("v1_naive.yaml", "--trainer.accelerator", "cpu", "--trainer.limit_train_batches", "2",
-        "--trainer.limit_val_batches", "1", *overrides)
+    fit(
+        "v1_naive.yaml",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.limit_train_batches",
+        "2",
+        "--trainer.limit_val_batches",
+        "1",
+        *overrides,
+    )
     return json.loads((workdir / "lightning_logs" / "v1_naive" / "version_0" / "timing.json").read_text())["verdict"]
 
 
@@ -112,11 +139,21 @@ def test_runs_land_side_by_side_and_tensorboard_reads_them_back(workdir):
     assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
     events = EventAccumulator(str(runs / "version_1")).Reload()
     scalars = set(events.Tags()["scalars"])
-    assert {"timing/train_s", "timing/eval_s", "timing/samples_per_s", "timing/input_wait_share",
-            "train/loss", "train/acc", "val/loss", "val/acc"} <= scalars
+    assert {
+        "timing/train_s",
+        "timing/eval_s",
+        "timing/samples_per_s",
+        "timing/input_wait_share",
+        "train/loss",
+        "train/acc",
+        "val/loss",
+        "val/acc",
+    } <= scalars
     assert len(events.Scalars("timing/train_s")) == 2
     summary = json.loads((runs / "version_1" / "timing.json").read_text())
-    assert [s.value for s in events.Scalars("timing/train_s")] == pytest.approx([e["train_s"] for e in summary["epochs"]])
+    assert [s.value for s in events.Scalars("timing/train_s")] == pytest.approx(
+        [e["train_s"] for e in summary["epochs"]]
+    )
     hparams = yaml.safe_load((runs / "version_1" / "hparams.yaml").read_text())
     assert hparams["pipeline"] == "v2" and hparams["lr"] == 0.001
 
@@ -124,8 +161,16 @@ def test_runs_land_side_by_side_and_tensorboard_reads_them_back(workdir):
 def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(workdir, capsys):
     """validate/test/predict without --ckpt_path never score random weights: they refuse in one line with the
     command to run, and after a fit they name and load its checkpoint. Every command's first line names the device."""
-    options = ["--config", str(CONFIGS / "v2_pinned.yaml"), "--data.num_workers", "0",
-               "--data.persistent_workers", "false", "--trainer.enable_progress_bar", "false"]
+    options = [
+        "--config",
+        str(CONFIGS / "v2_pinned.yaml"),
+        "--data.num_workers",
+        "0",
+        "--data.persistent_workers",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
     for command in ("validate", "test", "predict"):
         with pytest.raises(SystemExit) as exit_info:
             main([command, *options])
@@ -144,8 +189,19 @@ def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(w
 
 
 def test_fit_prints_the_device_line_first_even_with_the_progress_bar(workdir, capsys):
-    main(["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--trainer.max_epochs", "1", "--data.num_workers", "0",
-          "--data.persistent_workers", "false"])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / "v2_pinned.yaml"),
+            "--trainer.max_epochs",
+            "1",
+            "--data.num_workers",
+            "0",
+            "--data.persistent_workers",
+            "false",
+        ]
+    )
     assert capsys.readouterr().out.startswith("mnistperf: fit on cpu (")
 
 

@@ -91,11 +91,14 @@ def test_ctrl_c_while_a_noisy_probe_is_measured_again_keeps_its_first_measuremen
     assert yaml.safe_load((workdir / "tuned.yaml").read_text())["data"]["pipeline"] == "resident"
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--set", "data.num_wrkers=2"], "--set data.num_wrkers: no stage config has this option"),
-    (["--budget", "0.01"], "--budget 0.01: too small to measure anything"),
-    (["--set", "data.batch_size=0"], "data.batch_size must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--set", "data.num_wrkers=2"], "--set data.num_wrkers: no stage config has this option"),
+        (["--budget", "0.01"], "--budget 0.01: too small to measure anything"),
+        (["--set", "data.batch_size=0"], "data.batch_size must be at least 1"),
+    ],
+)
 def test_bad_input_ends_in_one_line(workdir, capsys, argv, expected):
     with pytest.raises(SystemExit) as exit_info:
         main(["tune", "--config", str(CONFIGS / "v1_bs512.yaml"), *argv])

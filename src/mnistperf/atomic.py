@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 
 def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
@@ -52,7 +52,8 @@ def atomic_write_dir(target: Path, write: Callable[[Path], None]) -> None:
 @contextmanager
 def removing_new_folders(folder: Path) -> Iterator[None]:
     """If the block fails, remove the folders on the way to ``folder`` that did not exist before it
-    and are still empty, so a failed preparation leaves the disk as it found it."""
+    and are still empty, so a failed preparation leaves the disk as it found it.
+    """
     new = []
     for path in (folder, *folder.parents):
         if path.exists():

@@ -18,7 +18,8 @@ that loads it, whatever stage or device wrote the file:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_info
@@ -40,7 +41,8 @@ def plain_keys(state_dict: Mapping[str, Any]) -> dict[str, Any]:
 
 def keys_for(module: torch.nn.Module, state_dict: Mapping[str, Any]) -> dict[str, Any]:
     """The state_dict renamed to ``module``'s own key names (compiled or not); keys it lacks are kept as they are,
-    for ``load_state_dict`` to report."""
+    for ``load_state_dict`` to report.
+    """
     own = {plain_key(key): key for key in module.state_dict()}
     return {own.get(plain_key(key), key): value for key, value in state_dict.items()}
 
@@ -85,11 +87,14 @@ def _keep_run_settings(optimizer: torch.optim.Optimizer, state_dict: dict[str, A
     elif [len(group["params"]) for group in saved_groups] != sizes:
         why = "its parameter groups do not match this run's"
     if why is not None:
-        rank_zero_info(f"mnistperf: the checkpoint's optimizer state is not loaded ({why}): "
-                       "starting a fresh optimizer.")
+        rank_zero_info(
+            f"mnistperf: the checkpoint's optimizer state is not loaded ({why}): starting a fresh optimizer."
+        )
         return optimizer.state_dict() | {"state": {}}
-    groups = [{**{k: v for k, v in run.items() if k != "params"}, "params": saved["params"]}
-              for run, saved in zip(optimizer.param_groups, saved_groups)]
+    groups = [
+        {**{k: v for k, v in run.items() if k != "params"}, "params": saved["params"]}
+        for run, saved in zip(optimizer.param_groups, saved_groups)
+    ]
     return {**state_dict, "param_groups": groups}
 
 
@@ -106,8 +111,10 @@ def carry_step_count(checkpoint: dict[str, Any], automatic: bool) -> None:
     loop = checkpoint.get("loops", {}).get("fit_loop")
     if not loop:
         return
-    auto_key, manual_key = "epoch_loop.automatic_optimization.optim_progress", \
-        "epoch_loop.manual_optimization.optim_step_progress"
+    auto_key, manual_key = (
+        "epoch_loop.automatic_optimization.optim_progress",
+        "epoch_loop.manual_optimization.optim_step_progress",
+    )
     if auto_key not in loop or manual_key not in loop:
         return
     counts = {"auto": loop[auto_key]["optimizer"]["step"], "manual": loop[manual_key]}
@@ -122,11 +129,14 @@ def carry_step_count(checkpoint: dict[str, Any], automatic: bool) -> None:
 
 def differences(saved: Mapping[str, Any], run: Mapping[str, Any], prefix: str) -> list[tuple[str, Any, Any]]:
     """(option, checkpoint's value, run's value) for every setting both name and that differs, in the run's order."""
-    return [(f"{prefix}{name}", saved[name], value) for name, value in run.items()
-            if not name.startswith("_") and name in saved and saved[name] != value]
+    return [
+        (f"{prefix}{name}", saved[name], value)
+        for name, value in run.items()
+        if not name.startswith("_") and name in saved and saved[name] != value
+    ]
 
 
-def differences_line(changed: list[tuple[str, Any, Any]], stage: Optional[str]) -> Optional[str]:
+def differences_line(changed: list[tuple[str, Any, Any]], stage: str | None) -> str | None:
     """One line naming the settings the checkpoint was trained with that this run overrides (None when none)."""
     if not changed:
         return None

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
@@ -53,13 +53,24 @@ def prepare_command(argv: Sequence[str]) -> None:
     parser.add_argument("--force", action="store_true", help="rebuild files that are already there")
     parser.add_argument("--rows", type=int, default=2_000_000, help="training rows of --dataset synthetic")
     parser.add_argument("--seed", type=int, default=0, help="seed of --dataset synthetic")
-    parser.add_argument("--litdata", action="store_true",
-                        help="also write the litdata copy each split needs for data.pipeline litdata")
-    parser.add_argument("--from", dest="source", type=Path, default=None, metavar="DIR",
-                        help="import your own data: a folder with train and test splits as CSV (Kaggle's layout) "
-                             "or Parquet (Hugging Face's image layout, or pixel columns)")
-    parser.add_argument("--name", default=None, help="with --from: the dataset's name, its folder under --data-dir "
-                                                     "(default: the folder's name); use it as --data.dataset NAME")
+    parser.add_argument(
+        "--litdata", action="store_true", help="also write the litdata copy each split needs for data.pipeline litdata"
+    )
+    parser.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="import your own data: a folder with train and test splits as CSV (Kaggle's layout) "
+        "or Parquet (Hugging Face's image layout, or pixel columns)",
+    )
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="with --from: the dataset's name, its folder under --data-dir "
+        "(default: the folder's name); use it as --data.dataset NAME",
+    )
     opts = parser.parse_args(argv)
     if opts.name is not None and opts.source is None:
         parser.error("--name goes with --from DIR, the folder to import")
@@ -67,8 +78,13 @@ def prepare_command(argv: Sequence[str]) -> None:
         from mnistperf.data.ingest import importer
 
         opts.dataset = opts.name or opts.source.resolve().name
-        reports = importer.import_folder(opts.source, opts.dataset, Path(opts.data_dir),
-                                         prepare.check_formats(opts.formats.split(",")), force=opts.force)
+        reports = importer.import_folder(
+            opts.source,
+            opts.dataset,
+            Path(opts.data_dir),
+            prepare.check_formats(opts.formats.split(",")),
+            force=opts.force,
+        )
     elif opts.dataset == "synthetic":
         reports = prepare.prepare_synthetic(opts.rows, opts.data_dir, seed=opts.seed, force=opts.force)
     else:
@@ -84,11 +100,13 @@ def prepare_command(argv: Sequence[str]) -> None:
         from mnistperf.data.pipelines.litdata import prepare_copies
 
         names = list(sources.DATASETS) if opts.dataset == "all" else [opts.dataset]
-        prepare_copies([prepare.split_path(opts.data_dir, name, split) for name in names for split in prepare.SPLITS],
-                       force=opts.force)
+        prepare_copies(
+            [prepare.split_path(opts.data_dir, name, split) for name in names for split in prepare.SPLITS],
+            force=opts.force,
+        )
 
 
-def main(args: Optional[Sequence[str]] = None) -> None:
+def main(args: Sequence[str] | None = None) -> None:
     """Run one mnistperf command; ``args`` defaults to the process's command line."""
     argv = list(sys.argv[1:] if args is None else args)
     command = argv[0] if argv else None

@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 PARTS = ("tests", "fast", "graph", "compiled", "v1")
 DATA_PARTS = ("fast", "graph", "compiled", "v1")  # every bench trains on FashionMNIST; the tests make their own data
@@ -37,7 +36,7 @@ class Need:
     name: str
     parts: tuple[str, ...]
     stages: tuple[str, ...]
-    problem: Callable[[Optional[str]], Optional[str]]
+    problem: Callable[[str | None], str | None]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -45,16 +44,17 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
 
 
-def jsonargparse_problem(source_root: Optional[str]) -> Optional[str]:
+def jsonargparse_problem(source_root: str | None) -> str | None:
     from lightning.pytorch.cli import _JSONARGPARSE_SIGNATURES_AVAILABLE as available
 
     if available:
         return None
-    return (f"LightningCLI cannot run ({available}); every part trains through it: "
-            "pip install 'jsonargparse[signatures]'")
+    return (
+        f"LightningCLI cannot run ({available}); every part trains through it: pip install 'jsonargparse[signatures]'"
+    )
 
 
-def pytest_problem(source_root: Optional[str]) -> Optional[str]:
+def pytest_problem(source_root: str | None) -> str | None:
     try:
         import pytest  # noqa: F401
     except ImportError as exc:
@@ -62,7 +62,7 @@ def pytest_problem(source_root: Optional[str]) -> Optional[str]:
     return None
 
 
-def compile_problem(source_root: Optional[str]) -> Optional[str]:
+def compile_problem(source_root: str | None) -> str | None:
     import torch
 
     try:
@@ -70,12 +70,14 @@ def compile_problem(source_root: Optional[str]) -> Optional[str]:
         torch.cuda.synchronize()
     except Exception as exc:  # a missing compiler or header surfaces as whatever Triton's build raises
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        return (f"torch.compile cannot build a kernel on the GPU ({_first_line(exc)}); Triton needs a C compiler "
-                f"and Python's headers: apt-get install gcc python{version}-dev (or set CC to a compiler)")
+        return (
+            f"torch.compile cannot build a kernel on the GPU ({_first_line(exc)}); Triton needs a C compiler "
+            f"and Python's headers: apt-get install gcc python{version}-dev (or set CC to a compiler)"
+        )
     return None
 
 
-def litdata_problem(source_root: Optional[str]) -> Optional[str]:
+def litdata_problem(source_root: str | None) -> str | None:
     try:
         import litdata  # noqa: F401
     except ImportError as exc:
@@ -83,9 +85,10 @@ def litdata_problem(source_root: Optional[str]) -> Optional[str]:
     return None
 
 
-def data_problem(source_root: Optional[str]) -> Optional[str]:
+def data_problem(source_root: str | None) -> str | None:
     """None when FashionMNIST is prepared in data/, or when its official files lie where prepare looks first
-    (``--source-root``, the system's datasets folder, an earlier download): prepare then needs no network."""
+    (``--source-root``, the system's datasets folder, an earlier download): prepare then needs no network.
+    """
     from mnistperf.data.ingest import prepare, sources
     from mnistperf.errors import DataError
 
@@ -100,9 +103,11 @@ def data_problem(source_root: Optional[str]) -> Optional[str]:
     missing = [name for name in names if not any((folder / name).is_file() for folder in folders)]
     if not missing:
         return None
-    return (f"no {spec.folder} in {DATA_DIR}/ and {missing[0]} not in {', '.join(map(str, folders))}: pass "
-            f"--source-root DIR (the folder holding {spec.source_folder}/ with the official .gz files), or copy "
-            f"{DATA_DIR}/{spec.folder}/ from a machine where `python -m mnistperf prepare` ran")
+    return (
+        f"no {spec.folder} in {DATA_DIR}/ and {missing[0]} not in {', '.join(map(str, folders))}: pass "
+        f"--source-root DIR (the folder holding {spec.source_folder}/ with the official .gz files), or copy "
+        f"{DATA_DIR}/{spec.folder}/ from a machine where `python -m mnistperf prepare` ran"
+    )
 
 
 NEEDS = (
@@ -114,10 +119,12 @@ NEEDS = (
 )
 
 
-def plan(parts: Sequence[str], source_root: Optional[str] = None,
-         needs: Sequence[Need] = NEEDS) -> tuple[list[str], list[str], list[str]]:
+def plan(
+    parts: Sequence[str], source_root: str | None = None, needs: Sequence[Need] = NEEDS
+) -> tuple[list[str], list[str], list[str]]:
     """(parts that can run, fast-bench stages to leave out, one line per missing piece). A piece no asked
-    part needs is not looked for."""
+    part needs is not looked for.
+    """
     runnable, dropped, lines = list(parts), [], []
     for need in needs:
         wanted = [part for part in need.parts if part in runnable]
@@ -128,13 +135,14 @@ def plan(parts: Sequence[str], source_root: Optional[str] = None,
             continue
         runnable = [part for part in runnable if part not in need.parts]
         dropped += [stage for stage in need.stages if "fast" in runnable]
-        cost = ", ".join([*(f"part {p}" for p in wanted), *(f"stage {s} of fast" for s in need.stages
-                                                             if "fast" in runnable)])
+        cost = ", ".join(
+            [*(f"part {p}" for p in wanted), *(f"stage {s} of fast" for s in need.stages if "fast" in runnable)]
+        )
         lines.append(f"gpu-check: {problem}. Skipped: {cost}.")
     return runnable, dropped, lines
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Check, print the lines and the plan; the exit status (0, 1 or 2) as the module docstring says."""
     parser = argparse.ArgumentParser(prog="python -m mnistperf.gpu_preflight", description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default=",".join(PARTS))

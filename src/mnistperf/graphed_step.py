@@ -12,9 +12,9 @@ A captured step may not sync with the host, branch on data or change shape. Why:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
 
 import torch
 
@@ -29,7 +29,7 @@ class GraphedAdam(torch.optim.Adam):
     give way to the run's (:func:`mnistperf.checkpoint.follow_the_run`).
     """
 
-    def step(self, closure: Optional[Callable[[], object]] = None):  # type: ignore[override]
+    def step(self, closure: Callable[[], object] | None = None):  # type: ignore[override]
         if closure is None:
             raise RuntimeError("GraphedAdam.step needs the closure that runs (or replays) the whole step.")
         return closure()
@@ -41,7 +41,8 @@ class GraphedAdam(torch.optim.Adam):
 
 def step_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer, *extra: torch.Tensor) -> list[torch.Tensor]:
     """The tensors a whole training step changes: the module's parameters and buffers, the optimizer's state
-    (moments, step counts) and any ``extra`` (running sums); what :class:`StepGraphs` asks for as ``state``."""
+    (moments, step counts) and any ``extra`` (running sums); what :class:`StepGraphs` asks for as ``state``.
+    """
     tensors = [*module.parameters(), *module.buffers()]
     tensors += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
     return tensors + list(extra)
@@ -71,8 +72,13 @@ class StepGraphs:
             state has moved since the capture. For tests of the logic on a CPU; nothing is faster for it.
     """
 
-    def __init__(self, step: Callable[[Batch], None], state: Callable[[], Iterable[torch.Tensor]],
-                 warmup_steps: int = 3, emulate: bool = False):
+    def __init__(
+        self,
+        step: Callable[[Batch], None],
+        state: Callable[[], Iterable[torch.Tensor]],
+        warmup_steps: int = 3,
+        emulate: bool = False,
+    ):
         self.step = step
         self.state = state
         self.warmup_steps = warmup_steps
@@ -82,7 +88,8 @@ class StepGraphs:
 
     def reset(self) -> None:
         """Forget every graph: call it whenever the state the graphs read and write may have moved or been
-        replaced (a fit's start and end, a checkpoint loaded); the next call with each shape captures again."""
+        replaced (a fit's start and end, a checkpoint loaded); the next call with each shape captures again.
+        """
         self.graphs.clear()
 
     def __call__(self, batch: Batch) -> None:
@@ -118,15 +125,19 @@ class StepGraphs:
 
     def _emulated_replay(self, inputs: Batch) -> Callable[[], None]:
         """The step on the static buffers, refused as a real graph would fail (silently) where the state it was
-        captured over has moved or been replaced since: the same tensors at the same addresses, or an error."""
+        captured over has moved or been replaced since: the same tensors at the same addresses, or an error.
+        """
         captured = [t.data_ptr() for t in self.state()]
 
         def replay() -> None:
             if [t.data_ptr() for t in self.state()] != captured:
-                raise RuntimeError("StepGraphs: replaying a graph whose state moved or was replaced since its "
-                                   "capture; reset() the graphs first.")
+                raise RuntimeError(
+                    "StepGraphs: replaying a graph whose state moved or was replaced since its "
+                    "capture; reset() the graphs first."
+                )
             with _autocast_without_cache(False):
                 self.step(inputs)
+
         return replay
 
     def _warm_up(self, inputs: Batch, on_cuda: bool) -> None:
@@ -151,5 +162,6 @@ class StepGraphs:
 def _autocast_without_cache(on_cuda: bool):
     """The autocast already in force (Lightning's bf16-mixed), with its weight-cast cache off, as capture needs."""
     device = "cuda" if on_cuda else "cpu"
-    return torch.autocast(device, dtype=torch.get_autocast_dtype(device), enabled=torch.is_autocast_enabled(device),
-                          cache_enabled=False)
+    return torch.autocast(
+        device, dtype=torch.get_autocast_dtype(device), enabled=torch.is_autocast_enabled(device), cache_enabled=False
+    )

@@ -13,8 +13,8 @@ import sys
 import textwrap
 import warnings
 from argparse import RawDescriptionHelpFormatter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import torch
 import yaml
@@ -34,12 +34,14 @@ from mnistperf.model import ImageClassifier
 class OneLineErrorParser(LightningArgumentParser):
     """LightningCLI's parser, answering a wrong option or value in one line instead of the whole usage."""
 
-    def error(self, message: str, ex: Optional[Exception] = None):
+    def error(self, message: str, ex: Exception | None = None):
         if os.environ.get(DEBUG_ENV):
             super().error(message, ex)
         text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
-        print(f"mnistperf: error: {text} (`python -m mnistperf {self.prog.split()[-1]} --help` lists the options)",
-              file=sys.stderr)
+        print(
+            f"mnistperf: error: {text} (`python -m mnistperf {self.prog.split()[-1]} --help` lists the options)",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
 
 
@@ -76,11 +78,19 @@ def stage_names() -> list[str]:
 
 def fit_description() -> str:
     """``fit --help``'s description: the options a user of this lab changes, the stages and the pipelines."""
-    stages = textwrap.fill("the stage: " + (", ".join(stage_names()) or "none found in configs/"), width=100,
-                           initial_indent="  --config configs/STAGE.yaml       ", subsequent_indent=" " * 36)
-    return (f"Train one stage of the ladder. The options a user of this lab changes:\n\n{stages}\n{FIT_OPTIONS}\n"
-            "Input pipelines (--data.pipeline):\n" + "\n".join(registry.help_lines()) + "\n\n"
-            "Every other option of Lightning's Trainer, the model and the data module follows.\n")
+    stages = textwrap.fill(
+        "the stage: " + (", ".join(stage_names()) or "none found in configs/"),
+        width=100,
+        initial_indent="  --config configs/STAGE.yaml       ",
+        subsequent_indent=" " * 36,
+    )
+    return (
+        f"Train one stage of the ladder. The options a user of this lab changes:\n\n{stages}\n{FIT_OPTIONS}\n"
+        "Input pipelines (--data.pipeline):\n" + "\n".join(registry.help_lines()) + "\n\n"
+        "Every other option of Lightning's Trainer, the model and the data module follows.\n"
+    )
+
+
 EVAL_COMMANDS = ("validate", "test", "predict")
 
 
@@ -103,7 +113,7 @@ class MnistperfCLI(LightningCLI):
             nothing when ``run`` is false.
     """
 
-    def __init__(self, args: Optional[Sequence[str]] = None, run: bool = True, announce: Optional[str] = None):
+    def __init__(self, args: Sequence[str] | None = None, run: bool = True, announce: str | None = None):
         self._announce = announce
         self._announce_subcommand = run
         super().__init__(
@@ -113,8 +123,14 @@ class MnistperfCLI(LightningCLI):
             args=args,
             run=run,
             parser_class=OneLineErrorParser,
-            parser_kwargs={"prog": "mnistperf", "formatter_class": KeepDescriptionLines, "fit": {
-                "usage": "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]", "description": fit_description()}},
+            parser_kwargs={
+                "prog": "mnistperf",
+                "formatter_class": KeepDescriptionLines,
+                "fit": {
+                    "usage": "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]",
+                    "description": fit_description(),
+                },
+            },
         )
 
     def before_fit(self) -> None:
@@ -123,13 +139,17 @@ class MnistperfCLI(LightningCLI):
                 raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
         group = self.datamodule.hparams.batches_per_step
         if group > 1 and not self.model.hparams.cuda_graph:
-            raise ConfigError(f"data.batches_per_step {group} needs model.cuda_graph true: only the whole-step "
-                              "module runs several optimizer steps per Lightning step; or set batches_per_step 1.")
+            raise ConfigError(
+                f"data.batches_per_step {group} needs model.cuda_graph true: only the whole-step "
+                "module runs several optimizer steps per Lightning step; or set batches_per_step 1."
+            )
 
     def after_fit(self) -> None:
         if self.trainer.global_step == 0 and not self.trainer.interrupted:
-            raise ConfigError("fit trained no batch (the training split gave no batches with these options); "
-                              "check data.batch_size, data.drop_last and trainer.limit_train_batches.")
+            raise ConfigError(
+                "fit trained no batch (the training split gave no batches with these options); "
+                "check data.batch_size, data.drop_last and trainer.limit_train_batches."
+            )
 
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
@@ -141,8 +161,10 @@ class MnistperfCLI(LightningCLI):
         if announce and rank_zero_only.rank == 0:
             device = run_device(config.trainer.accelerator)
             matmuls = matmul_precision_note(device, config.trainer.precision, config.model.float32_matmul_precision)
-            print(device_line(announce, device, f"precision {config.trainer.precision}{precision_note}, {matmuls}"),
-                  flush=True)
+            print(
+                device_line(announce, device, f"precision {config.trainer.precision}{precision_note}, {matmuls}"),
+                flush=True,
+            )
         if subcommand:
             check_checkpoint(config.get("ckpt_path"))  # one line, before Lightning loads it
         if subcommand in EVAL_COMMANDS:
@@ -155,7 +177,8 @@ class MnistperfCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """Leave the model's settings to the config and the command line: LightningCLI would replace them with the
         checkpoint's hyperparameters. The checkpoint brings weights, optimizer state and the loop's position, and
-        the module names the settings it was trained with that differ (:meth:`ImageClassifier.on_load_checkpoint`)."""
+        the module names the settings it was trained with that differ (:meth:`ImageClassifier.on_load_checkpoint`).
+        """
 
     @staticmethod
     def _resolve_precision(config) -> str:
@@ -171,13 +194,17 @@ def check_checkpoint(path) -> None:
     if path is None or str(path) in ("last", "best", "hpc", "registry"):
         return
     if not Path(path).is_file():
-        raise ConfigError(f"--ckpt_path {path}: no such file; give a checkpoint written by fit "
-                          "(lightning_logs/<config>/version_N/checkpoints/*.ckpt), or 'last'.")
+        raise ConfigError(
+            f"--ckpt_path {path}: no such file; give a checkpoint written by fit "
+            "(lightning_logs/<config>/version_N/checkpoints/*.ckpt), or 'last'."
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated zip, pickle garbage, ...: torch raises many kinds
-        raise ConfigError(f"--ckpt_path {path} is not a readable checkpoint ({type(exc).__name__}); "
-                          "it may be truncated or not a checkpoint: use another one.") from None
+        raise ConfigError(
+            f"--ckpt_path {path} is not a readable checkpoint ({type(exc).__name__}); "
+            "it may be truncated or not a checkpoint: use another one."
+        ) from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ConfigError(f"--ckpt_path {path} holds no model state_dict; give a checkpoint written by fit.")
 
@@ -197,17 +224,23 @@ def newest_checkpoint(command: str, config) -> Path:
     found = sorted(folder.glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not found:
         stage = " ".join(f"--config {c}" for c in (config.get("config") or [])) or "--config configs/STAGE.yaml"
-        raise ConfigError(f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
-                          f"Train one with `python -m mnistperf fit {stage}`, or pass --ckpt_path FILE.")
+        raise ConfigError(
+            f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
+            f"Train one with `python -m mnistperf fit {stage}`, or pass --ckpt_path FILE."
+        )
     if rank_zero_only.rank == 0:
-        print(f"mnistperf: {command} with {found[-1]} (the newest checkpoint in {folder}; "
-              "--ckpt_path FILE picks another)", flush=True)
+        print(
+            f"mnistperf: {command} with {found[-1]} (the newest checkpoint in {folder}; "
+            "--ckpt_path FILE picks another)",
+            flush=True,
+        )
     return found[-1]
 
 
-def parse_fit_config(args: Sequence[str], announce: Optional[str] = None) -> MnistperfCLI:
+def parse_fit_config(args: Sequence[str], announce: str | None = None) -> MnistperfCLI:
     """The trainer, model and DataModule a ``fit`` with these arguments would build, without running it;
-    ``announce`` names the command on the device line it prints first (none when not given)."""
+    ``announce`` names the command on the device line it prints first (none when not given).
+    """
     with warnings.catch_warnings():  # LightningCLI warns that args were given beside the process's own argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         return MnistperfCLI(args=list(args), run=False, announce=announce)
@@ -238,5 +271,7 @@ def check_key(key: str, option: str) -> None:
     if key == "seed_everything":
         return
     if section not in known or name.split(".")[0] not in inspect.signature(known[section].__init__).parameters:
-        raise ConfigError(f"{option} {key}: no stage config has this option; use data.NAME, model.NAME or "
-                          "trainer.NAME (`python -m mnistperf fit --help` lists them).")
+        raise ConfigError(
+            f"{option} {key}: no stage config has this option; use data.NAME, model.NAME or "
+            "trainer.NAME (`python -m mnistperf fit --help` lists them)."
+        )

@@ -28,7 +28,11 @@ def run_device(accelerator: str) -> torch.device:
     accelerator = str(accelerator)
     if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    if accelerator in ("auto", "gpu", "mps") and getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+    if (
+        accelerator in ("auto", "gpu", "mps")
+        and getattr(torch.backends, "mps", None)
+        and torch.backends.mps.is_available()
+    ):
         return torch.device("mps")
     return torch.device("cpu")
 

@@ -8,7 +8,7 @@ of the group it is handed (``data.batches_per_step``). Why: docs/timing.md#why-n
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +68,7 @@ class ImageClassifier(LightningModule):
         lr: float = 1e-3,
         compile: bool = False,
         compile_on_cpu: bool = False,
-        compile_mode: Optional[CompileMode] = None,
+        compile_mode: CompileMode | None = None,
         channels_last: bool = False,
         fused_adam: bool = False,
         cuda_graph: bool = False,
@@ -76,11 +76,15 @@ class ImageClassifier(LightningModule):
     ):
         super().__init__()
         if compile_mode is not None and not compile:
-            raise ConfigError(f"model.compile_mode {compile_mode!r} applies only with model.compile true; set it, "
-                              "or compile_mode null.")
+            raise ConfigError(
+                f"model.compile_mode {compile_mode!r} applies only with model.compile true; set it, "
+                "or compile_mode null."
+            )
         if cuda_graph and compile:
-            raise ConfigError("model.compile and model.cuda_graph both capture the step: choose one "
-                              "(cuda_graph captures the optimizer's update too).")
+            raise ConfigError(
+                "model.compile and model.cuda_graph both capture the step: choose one "
+                "(cuda_graph captures the optimizer's update too)."
+            )
         self.save_hyperparameters()
         self.net = SimpleCNN()
         self.sums: dict[str, EpochSums] = {}  # per stage; made by its first step, zeroed in place after each epoch
@@ -90,7 +94,8 @@ class ImageClassifier(LightningModule):
 
     def _run_device(self) -> torch.device:
         """The device training runs on. configure_model is called before the module is moved there,
-        so ask the trainer's strategy rather than self.device."""
+        so ask the trainer's strategy rather than self.device.
+        """
         return self._trainer.strategy.root_device if self._trainer is not None else self.device
 
     def configure_model(self) -> None:
@@ -102,8 +107,11 @@ class ImageClassifier(LightningModule):
             world_size = self._trainer.world_size if self._trainer is not None else 1
             self._graphing = on_cuda and world_size == 1
             if not self._graphing:
-                why = f"on {device.type} (a CUDA graph needs a CUDA device)" if not on_cuda else \
-                    f"under {world_size} processes (the gradients' all-reduce is not captured)"
+                why = (
+                    f"on {device.type} (a CUDA graph needs a CUDA device)"
+                    if not on_cuda
+                    else f"under {world_size} processes (the gradients' all-reduce is not captured)"
+                )
                 rank_zero_info(f"model.cuda_graph: skipped {why}; the same whole step runs eagerly.")
         if hp.channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
@@ -132,7 +140,8 @@ class ImageClassifier(LightningModule):
 
     def _log_epoch(self, stage: str) -> None:
         """Loss and accuracy of the epoch, logged once. Every process takes part (the sums are gathered),
-        also one that had no batch."""
+        also one that had no batch.
+        """
         sums = self._sums(stage)
         means = sums.means(self.all_gather)  # new tensors: the reset below does not touch them
         self.log_dict({f"{stage}/{name}": value for name, value in means.items()}, prog_bar=stage != "train")
@@ -141,7 +150,8 @@ class ImageClassifier(LightningModule):
     # ------------------------------------------------------------------ the whole step (cuda_graph)
     def _whole_step(self, batch: dict[str, torch.Tensor]) -> None:
         """Everything one training step changes, in place: what :class:`StepGraphs` captures and replays.
-        Graphed, the backward is autograd's own: Lightning's backward hooks run Python a replay would skip."""
+        Graphed, the backward is autograd's own: Lightning's backward hooks run Python a replay would skip.
+        """
         backward = torch.Tensor.backward if self._graphing else self.manual_backward
         whole_training_step(self, self.optimizers().optimizer, batch, self._sums("train"), backward)
 
@@ -164,7 +174,8 @@ class ImageClassifier(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """The checkpoint's weights under this module's key names; its settings, where they differ from the run's
-        (which win), named in one line."""
+        (which win), named in one line.
+        """
         checkpoint["state_dict"] = keys_for(self, checkpoint["state_dict"])
         carry_step_count(checkpoint, self.automatic_optimization)
         changed = differences(checkpoint.get("hyper_parameters", {}), self.hparams, "model.")
@@ -203,6 +214,12 @@ class ImageClassifier(LightningModule):
 
     def configure_optimizers(self):
         hp = self.hparams
-        optimizer = adam(self.parameters(), hp.lr, hp.fused_adam, self._run_device(), graphed=hp.cuda_graph,
-                         capturable=self._graphing)
+        optimizer = adam(
+            self.parameters(),
+            hp.lr,
+            hp.fused_adam,
+            self._run_device(),
+            graphed=hp.cuda_graph,
+            capturable=self._graphing,
+        )
         return follow_the_run(optimizer)

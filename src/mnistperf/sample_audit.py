@@ -72,7 +72,7 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torc
     step = 1 << 15 if matmul else max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
     total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     for start in range(0, values.shape[1], step):
-        part, factors = values[:, start:start + step], weights[start:start + step]
+        part, factors = values[:, start : start + step], weights[start : start + step]
         total = (total + (part @ factors if matmul else (part[:, :, None] * factors).sum(dim=1))) % PRIME
     return total
 
@@ -95,8 +95,9 @@ class Fingerprinter:
         key = (offset, device)
         if key not in self._weights:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
-            self._weights[key] = torch.randint(1, PRIME, (self.max_words, LANES), generator=generator,
-                                               dtype=torch.int64).to(device)
+            self._weights[key] = torch.randint(
+                1, PRIME, (self.max_words, LANES), generator=generator, dtype=torch.int64
+            ).to(device)
         return self._weights[key][:words]
 
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
@@ -147,9 +148,16 @@ class SampleAudit(Callback):
         seed: seed of the content hash's weights.
     """
 
-    def __init__(self, dataset_size: int | None = None, sample_id: str | int | None = None,
-                 fingerprint: Callable[[Any], torch.Tensor] | None = None, sample_dims: int = 1,
-                 strict: bool = False, max_words: int = 4096, seed: int = 0):
+    def __init__(
+        self,
+        dataset_size: int | None = None,
+        sample_id: str | int | None = None,
+        fingerprint: Callable[[Any], torch.Tensor] | None = None,
+        sample_dims: int = 1,
+        strict: bool = False,
+        max_words: int = 4096,
+        seed: int = 0,
+    ):
         if sample_dims < 1:
             raise ValueError(f"SampleAudit sample_dims {sample_dims}: at least 1 leading dimension indexes samples")
         self.dataset_size, self.sample_id, self.fingerprint = dataset_size, sample_id, fingerprint
@@ -172,20 +180,26 @@ class SampleAudit(Callback):
             try:
                 ids = batch[self.sample_id]
             except (KeyError, IndexError, TypeError):
-                raise SampleAuditError(f"SampleAudit sample_id {self.sample_id!r}: the batch has no such field "
-                                       f"(it is a {type(batch).__name__}); name a key of a dict batch or a "
-                                       "position of a tuple batch") from None
+                raise SampleAuditError(
+                    f"SampleAudit sample_id {self.sample_id!r}: the batch has no such field "
+                    f"(it is a {type(batch).__name__}); name a key of a dict batch or a "
+                    "position of a tuple batch"
+                ) from None
             if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
-                raise SampleAuditError(f"SampleAudit sample_id {self.sample_id!r}: holds "
-                                       f"{getattr(ids, 'dtype', type(ids).__name__)}, not an integer tensor of "
-                                       "sample indices; pass fingerprint= to identify samples another way")
+                raise SampleAuditError(
+                    f"SampleAudit sample_id {self.sample_id!r}: holds "
+                    f"{getattr(ids, 'dtype', type(ids).__name__)}, not an integer tensor of "
+                    "sample indices; pass fingerprint= to identify samples another way"
+                )
             return ids.reshape(-1).to(torch.int64)
         tensors: list[torch.Tensor] = []
         apply_to_collection(batch, torch.Tensor, tensors.append)
         tensors = [t for t in tensors if t.dim() >= self.sample_dims]
         if not tensors:
-            raise SampleAuditError(f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with "
-                                   f"{self.sample_dims} sample dimension(s); pass sample_id= or fingerprint=")
+            raise SampleAuditError(
+                f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with "
+                f"{self.sample_dims} sample dimension(s); pass sample_id= or fingerprint="
+            )
         lead = tensors[0].shape[: self.sample_dims]
         tensors = [t for t in tensors if t.shape[: self.sample_dims] == lead]
         return self.hash(tensors, math.prod(lead))
@@ -194,8 +208,13 @@ class SampleAudit(Callback):
         if self.dataset_size is not None:
             return self.dataset_size
         loader = trainer.train_dataloader
-        if (self.sample_dims == 1 and isinstance(loader, DataLoader) and loader.batch_size is not None
-                and not isinstance(loader.dataset, IterableDataset) and hasattr(loader.dataset, "__len__")):
+        if (
+            self.sample_dims == 1
+            and isinstance(loader, DataLoader)
+            and loader.batch_size is not None
+            and not isinstance(loader.dataset, IterableDataset)
+            and hasattr(loader.dataset, "__len__")
+        ):
             return len(loader.dataset)  # the whole dataset: a distributed sampler splits it, not the dataset
         return None
 
@@ -207,8 +226,11 @@ class SampleAudit(Callback):
         restored, self._restored = self._restored, None
         if restored is not None and restored["epoch"] == trainer.current_epoch:  # resumed inside that epoch
             shares = restored["fingerprints"]
-            mine = shares[trainer.global_rank] if len(shares) == trainer.world_size else \
-                (torch.cat(shares) if trainer.global_rank == 0 else torch.empty(0, dtype=torch.int64))
+            mine = (
+                shares[trainer.global_rank]
+                if len(shares) == trainer.world_size
+                else (torch.cat(shares) if trainer.global_rank == 0 else torch.empty(0, dtype=torch.int64))
+            )
             self._seen, self._in_epoch, self._carried = [mine.to(trainer.strategy.root_device)], True, True
             self._previous = None  # the order before the interruption is not known
 
@@ -231,15 +253,21 @@ class SampleAudit(Callback):
         flags = [flag for _, flag in shares]
         seen = int(everything.numel())
         row: dict[str, Any] = {
-            "epoch": trainer.current_epoch + 1, "seen": seen, "distinct": distinct, "duplicates": seen - distinct,
-            "dataset_size": size, "missing": None if size is None else max(0, size - distinct),
+            "epoch": trainer.current_epoch + 1,
+            "seen": seen,
+            "distinct": distinct,
+            "duplicates": seen - distinct,
+            "dataset_size": size,
+            "missing": None if size is None else max(0, size - distinct),
             "per_rank": [int(share.numel()) for share, _ in shares],
-            "same_order_ranks": None if -1 in flags else sum(flags)}  # ranks that repeated their last epoch's order
+            "same_order_ranks": None if -1 in flags else sum(flags),
+        }  # ranks that repeated their last epoch's order
         self.epochs.append(row)
         line = self.describe(row)
         if trainer.is_global_zero:
-            scalars = {f"audit/{k}": float(row[k]) for k in ("seen", "distinct", "duplicates", "missing")
-                       if row[k] is not None}
+            scalars = {
+                f"audit/{k}": float(row[k]) for k in ("seen", "distinct", "duplicates", "missing") if row[k] is not None
+            }
             for logger in trainer.loggers:
                 logger.log_metrics(scalars, step=trainer.global_step)
             say(trainer, line)
@@ -276,18 +304,26 @@ class SampleAudit(Callback):
             line += f" of {row['dataset_size']:,}: {row['duplicates']:,} duplicates, {row['missing']:,} missing"
             extra = row["distinct"] - row["dataset_size"]
             if extra > 0:
-                line += (f"; {extra:,} more distinct than the dataset holds (a random augmentation before the step, "
-                         "or a dataset_size that does not count samples?)")
+                line += (
+                    f"; {extra:,} more distinct than the dataset holds (a random augmentation before the step, "
+                    "or a dataset_size that does not count samples?)"
+                )
         padding = -row["dataset_size"] % len(ranks) if row["dataset_size"] else 0
         if padding and row["duplicates"] == padding:
-            line += (f"; a distributed sampler pads {row['dataset_size']:,} samples to a multiple of {len(ranks)} "
-                     f"ranks by repeating {padding} (drop_last avoids it)")
+            line += (
+                f"; a distributed sampler pads {row['dataset_size']:,} samples to a multiple of {len(ranks)} "
+                f"ranks by repeating {padding} (drop_last avoids it)"
+            )
         elif row["duplicates"] and self.sample_id is None and self.fingerprint is None:
-            line += ("; samples identified by content: identical samples in the data count as duplicates "
-                     "(sample_id= names an index field instead)")
+            line += (
+                "; samples identified by content: identical samples in the data count as duplicates "
+                "(sample_id= names an index field instead)"
+            )
         if row["same_order_ranks"]:
-            line += (f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {len(ranks)} "
-                     f"rank{'s' if len(ranks) > 1 else ''}: is the sampler reshuffled every epoch?")
+            line += (
+                f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {len(ranks)} "
+                f"rank{'s' if len(ranks) > 1 else ''}: is the sampler reshuffled every epoch?"
+            )
         return line
 
     # ------------------------------------------------------------------ checkpoints
@@ -301,4 +337,3 @@ class SampleAudit(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = state_dict if state_dict else None
-

@@ -7,8 +7,8 @@ optimizer step per batch of a group (:func:`optimizer_steps`), and the stage's s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -24,18 +24,24 @@ FUSED_ADAM_DEVICES = ("cpu", "cuda")
 def optimizer_steps(optimizer, batch: dict[str, torch.Tensor], run: Callable[[dict[str, torch.Tensor]], None]) -> None:
     """Under manual optimization, one step of Lightning's optimizer wrapper per training batch of what the loader
     yielded (one, or the k of a group: ``data.batches_per_step``), each running ``run(batch)`` as its closure.
-    Lightning counts every one, so ``global_step`` is the number of optimizer steps whatever the grouping."""
+    Lightning counts every one, so ``global_step`` is the number of optimizer steps whatever the grouping.
+    """
     for step_batch in step_batches(batch):
         optimizer.step(closure=lambda b=step_batch: run(b))
 
 
-def whole_training_step(forward: Callable[[torch.Tensor], torch.Tensor], optimizer: GraphedAdam,
-                        batch: dict[str, torch.Tensor], sums: Optional[EpochSums] = None,
-                        backward: Callable[[torch.Tensor], None] = torch.Tensor.backward) -> None:
+def whole_training_step(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: GraphedAdam,
+    batch: dict[str, torch.Tensor],
+    sums: EpochSums | None = None,
+    backward: Callable[[torch.Tensor], None] = torch.Tensor.backward,
+) -> None:
     """One optimizer step of cross-entropy training that changes everything in place and returns nothing, so
     that :class:`~mnistperf.graphed_step.StepGraphs` can capture and replay it: the gradients are zeroed inside
     (a graph replays the zeroing; nothing runs between replays), Adam's update is the graph's
-    (:meth:`GraphedAdam.update`), and loss and correct predictions go to ``sums`` on the device."""
+    (:meth:`GraphedAdam.update`), and loss and correct predictions go to ``sums`` on the device.
+    """
     optimizer.zero_grad(set_to_none=False)
     logits = forward(batch["image"])
     loss = F.cross_entropy(logits, batch["label"])
@@ -53,7 +59,7 @@ class StandaloneStep:
     the reference's eager step. Loss and correct predictions go to ``sums`` when given.
     """
 
-    def __init__(self, model: LightningModule, precision: str = "32-true", sums: Optional[EpochSums] = None):
+    def __init__(self, model: LightningModule, precision: str = "32-true", sums: EpochSums | None = None):
         hp = model.hparams
         device = next(model.parameters()).device
         self.model, self.sums = model, sums
@@ -61,8 +67,14 @@ class StandaloneStep:
         self.autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
         self.optimizer = adam(model.parameters(), hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph)
         extra = [sums.totals] if sums is not None else []
-        self.graphs = StepGraphs(lambda batch: whole_training_step(model, self.optimizer, batch, sums),
-                                 lambda: step_state(model, self.optimizer, *extra)) if hp.cuda_graph else None
+        self.graphs = (
+            StepGraphs(
+                lambda batch: whole_training_step(model, self.optimizer, batch, sums),
+                lambda: step_state(model, self.optimizer, *extra),
+            )
+            if hp.cuda_graph
+            else None
+        )
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> None:
         with self.autocast:  # graphed: over the whole step, as Lightning's precision runs a manual step
@@ -78,8 +90,9 @@ class StandaloneStep:
             self.sums.add(loss, logits, batch["label"])
 
 
-def adam(params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False,
-         capturable: bool = True) -> torch.optim.Adam:
+def adam(
+    params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False, capturable: bool = True
+) -> torch.optim.Adam:
     """The stages' optimizer: Adam, fused where asked and torch has the kernel; for the whole-step module
     (``cuda_graph``) a :class:`GraphedAdam`.
 

@@ -5,7 +5,7 @@ Why a step adds to three numbers instead of logging: docs/timing.md#why-nothing-
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 
@@ -31,7 +31,7 @@ class EpochSums:
         self.totals[1].add_((logits.argmax(dim=1) == labels).sum())
         self.totals[2].add_(samples)
 
-    def means(self, gather: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> dict[str, torch.Tensor]:
+    def means(self, gather: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Per-sample loss and accuracy; ``gather`` (a LightningModule's ``all_gather``) adds every process's sums."""
         totals = self.totals if gather is None else gather(self.totals).reshape(-1, 3).sum(dim=0)
         samples = totals[2].clamp(min=1)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Optional
 
 PROC = Path("/proc")
 
@@ -52,12 +51,12 @@ class TreeMemorySampler:
 
     def __init__(self, pid: int, interval: float = 0.25):
         self.pid, self.interval = pid, interval
-        self.peak_rss_mb: Optional[float] = None
-        self.peak_pss_mb: Optional[float] = None
+        self.peak_rss_mb: float | None = None
+        self.peak_pss_mb: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "TreeMemorySampler":
+    def __enter__(self) -> TreeMemorySampler:
         if (PROC / "self" / "smaps_rollup").exists():
             self.peak_rss_mb = self.peak_pss_mb = 0.0
             self._thread.start()

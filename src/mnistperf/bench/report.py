@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any, Optional
+from typing import Any
 
 from mnistperf.atomic import atomic_write
 from mnistperf.bench import published
@@ -30,46 +30,46 @@ class Row:
     overrides: dict[str, str] = field(default_factory=dict)
     runner: str = "lightning"
     summaries: list[dict[str, Any]] = field(default_factory=list)
-    error: Optional[str] = None
+    error: str | None = None
 
     def values(self, key: str) -> list[float]:
         return [s[key] for s in self.summaries if s.get(key) is not None]
 
-    def med(self, key: str) -> Optional[float]:
+    def med(self, key: str) -> float | None:
         values = self.values(key)
         return median(values) if values else None
 
     @property
-    def epoch_s(self) -> Optional[float]:
+    def epoch_s(self) -> float | None:
         """Median steady-state seconds per epoch (train + test, epochs 2..N): what speed-ups compare."""
         per_epoch = [s["avg_train_s"] + s["avg_eval_s"] for s in self.summaries]
         return median(per_epoch) if per_epoch else None
 
     @property
-    def warmup_s(self) -> Optional[float]:
+    def warmup_s(self) -> float | None:
         """Median train seconds of epoch 1, the warm-up epoch (None for single-epoch runs)."""
         values = [s["warmup"]["train_s"] for s in self.summaries if s.get("warmup")]
         return median(values) if values else None
 
     @property
-    def samples_per_epoch(self) -> Optional[float]:
+    def samples_per_epoch(self) -> float | None:
         """Median training samples of a steady-state epoch (epochs 2..N, or the only one) over the repeats."""
         counts = [e["samples"] for s in self.summaries for e in s.get("epochs", [])[1:] or s.get("epochs", [])]
         return median(counts) if counts else None
 
     @property
-    def total_s(self) -> Optional[float]:
+    def total_s(self) -> float | None:
         totals = [s["total_train_s"] + s["total_eval_s"] for s in self.summaries]
         return median(totals) if totals else None
 
-    def peak_memory_mb(self, kind: str) -> Optional[float]:
+    def peak_memory_mb(self, kind: str) -> float | None:
         """Largest peak over the repeats: 'main_process' RSS, or the sampled 'tree_pss' / 'tree_rss'."""
         values = [s["peak_rss_mb"].get(kind) for s in self.summaries if "peak_rss_mb" in s]
         values = [v for v in values if v is not None]
         return max(values) if values else None
 
 
-def _fmt(value: Optional[float], digits: int = 2) -> str:
+def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -120,15 +120,19 @@ def table_rows(rows: list[Row]) -> list[dict[str, str]]:
     return out
 
 
-def _stat(row: Row, key: str, name: str) -> dict[str, Optional[float]]:
+def _stat(row: Row, key: str, name: str) -> dict[str, float | None]:
     values = row.values(key)
-    return {f"{name}_median": median(values) if values else None, f"{name}_min": min(values, default=None),
-            f"{name}_max": max(values, default=None)}
+    return {
+        f"{name}_median": median(values) if values else None,
+        f"{name}_min": min(values, default=None),
+        f"{name}_max": max(values, default=None),
+    }
 
 
 def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     """One value per cell, for tools: statistics in their own columns, units in the names, and the settings that
-    shape a row (epochs, bounded or full epochs, repeats, swept values, device) beside its figures."""
+    shape a row (epochs, bounded or full epochs, repeats, swept values, device) beside its figures.
+    """
     base = next((r.epoch_s for r in rows if r.epoch_s), None)
     swept = sorted({key for r in rows for key in r.overrides})
     limit = settings.get("limit_train_batches")
@@ -138,46 +142,53 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
         wait = r.med("input_wait_share")
         first = r.summaries[0] if r.summaries else {}
         data = first.get("data") or {}
-        out.append({
-            "label": r.label, "stage": r.stage, "runner": r.runner,
-            **{f"sweep:{key}": r.overrides.get(key) for key in swept},
-            "device": r.summaries[0]["device"] if r.summaries else None,
-            "epochs": settings.get("epochs"),
-            "full_epochs": limit is None,
-            "train_batches_limit": limit,  # batches asked; a grouped stage ran whole groups covering them
-            "batch_size": data.get("batch_size"),
-            "batches_per_step": data.get("batches_per_step"),
-            "train_samples_per_epoch": r.samples_per_epoch,
-            "repeats": len(r.summaries),
-            **_stat(r, "avg_train_s", "train_s"),
-            **_stat(r, "avg_eval_s", "test_s"),
-            "warmup_train_s": r.warmup_s,
-            "total_s_median": r.total_s,
-            "speedup_x": base / r.epoch_s if base and r.epoch_s else None,
-            "samples_per_s_median": r.med("samples_per_s"),
-            "input_wait_pct": 100 * wait if wait is not None else None,
-            "gpu_busy_pct": 100 * r.med("device_busy_share") if r.med("device_busy_share") is not None else None,
-            "verdict": "/".join(sorted({s["verdict"] for s in r.summaries})) or None,
-            "val_acc_median": r.med("final_val_acc"),
-            "peak_main_rss_mb": r.peak_memory_mb("main_process"),
-            "peak_tree_pss_mb": r.peak_memory_mb("tree_pss"),
-            "published_train_s": ref[0] if ref else None,
-            "published_speedup_x": ref[3] if ref else None,
-            "error": r.error,
-        })
+        out.append(
+            {
+                "label": r.label,
+                "stage": r.stage,
+                "runner": r.runner,
+                **{f"sweep:{key}": r.overrides.get(key) for key in swept},
+                "device": r.summaries[0]["device"] if r.summaries else None,
+                "epochs": settings.get("epochs"),
+                "full_epochs": limit is None,
+                "train_batches_limit": limit,  # batches asked; a grouped stage ran whole groups covering them
+                "batch_size": data.get("batch_size"),
+                "batches_per_step": data.get("batches_per_step"),
+                "train_samples_per_epoch": r.samples_per_epoch,
+                "repeats": len(r.summaries),
+                **_stat(r, "avg_train_s", "train_s"),
+                **_stat(r, "avg_eval_s", "test_s"),
+                "warmup_train_s": r.warmup_s,
+                "total_s_median": r.total_s,
+                "speedup_x": base / r.epoch_s if base and r.epoch_s else None,
+                "samples_per_s_median": r.med("samples_per_s"),
+                "input_wait_pct": 100 * wait if wait is not None else None,
+                "gpu_busy_pct": 100 * r.med("device_busy_share") if r.med("device_busy_share") is not None else None,
+                "verdict": "/".join(sorted({s["verdict"] for s in r.summaries})) or None,
+                "val_acc_median": r.med("final_val_acc"),
+                "peak_main_rss_mb": r.peak_memory_mb("main_process"),
+                "peak_tree_pss_mb": r.peak_memory_mb("tree_pss"),
+                "published_train_s": ref[0] if ref else None,
+                "published_speedup_x": ref[3] if ref else None,
+                "error": r.error,
+            }
+        )
     return out
 
 
 def per_step(rows: list[Row]) -> list[dict[str, Any]]:
     """Where a step's time goes, in ms, for every stage run beside its `plain PyTorch` and `bare Lightning` rows:
     the plain step, what Lightning's loop adds to it, and what the lab adds on top (its logging, sums, timing
-    callback, logger, checkpoints and validation hooks; the bench runs with the progress bar off)."""
+    callback, logger, checkpoints and validation hooks; the bench runs with the progress bar off).
+    """
     out = []
     for row in rows:
         if row.runner != "lightning" or row.overrides or not row.med("avg_train_s"):
             continue
-        plain, bare = (next((r for r in rows if r.runner == kind and r.stage == row.stage and r.med("avg_train_s")),
-                            None) for kind in ("plain", "bare"))
+        plain, bare = (
+            next((r for r in rows if r.runner == kind and r.stage == row.stage and r.med("avg_train_s")), None)
+            for kind in ("plain", "bare")
+        )
         if plain is None or bare is None or not row.samples_per_epoch:
             continue
         steps = math.ceil(row.samples_per_epoch / row.summaries[0]["data"]["batch_size"])
@@ -185,9 +196,16 @@ def per_step(rows: list[Row]) -> list[dict[str, Any]]:
         def ms(r: Row) -> float:
             return 1000 * r.med("avg_train_s") / steps
 
-        out.append({"stage": row.label, "steps_per_epoch": steps, "plain_step_ms": ms(plain),
-                    "lightning_loop_adds_ms": ms(bare) - ms(plain), "lab_adds_ms": ms(row) - ms(bare),
-                    "stage_over_bare_x": ms(row) / ms(bare)})
+        out.append(
+            {
+                "stage": row.label,
+                "steps_per_epoch": steps,
+                "plain_step_ms": ms(plain),
+                "lightning_loop_adds_ms": ms(bare) - ms(plain),
+                "lab_adds_ms": ms(row) - ms(bare),
+                "stage_over_bare_x": ms(row) / ms(bare),
+            }
+        )
     return out
 
 
@@ -196,10 +214,16 @@ def per_step_table(rows: list[Row]) -> str:
     found = per_step(rows)
     if not found:
         return ""
-    lines = ["| stage | steps/epoch | plain PyTorch step ms | Lightning's loop adds ms | the lab adds ms | "
-             "stage / bare Lightning |", "|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {d['stage']} | {d['steps_per_epoch']} | {d['plain_step_ms']:.2f} | {d['lightning_loop_adds_ms']:+.2f} | "
-              f"{d['lab_adds_ms']:+.2f} | {d['stage_over_bare_x']:.3f}x |" for d in found]
+    lines = [
+        "| stage | steps/epoch | plain PyTorch step ms | Lightning's loop adds ms | the lab adds ms | "
+        "stage / bare Lightning |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {d['stage']} | {d['steps_per_epoch']} | {d['plain_step_ms']:.2f} | {d['lightning_loop_adds_ms']:+.2f} | "
+        f"{d['lab_adds_ms']:+.2f} | {d['stage_over_bare_x']:.3f}x |"
+        for d in found
+    ]
     return "\n".join(lines)
 
 
@@ -234,8 +258,11 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         f"- device: {env.get('device', 'unknown')}; CPU count: {env.get('cpu_count', '?')}",
         f"- versions: {env.get('versions', {})}",
         f"- settings: {json.dumps(settings)}",
-        *([f"- **bounded epochs**: {settings['limit_train_batches']} training batches per epoch, not whole epochs"]
-          if settings.get("limit_train_batches") else []),
+        *(
+            [f"- **bounded epochs**: {settings['limit_train_batches']} training batches per epoch, not whole epochs"]
+            if settings.get("limit_train_batches")
+            else []
+        ),
         f"- published figures: {published.HARDWARE}",
         "- train s/epoch, test s/epoch, samples/s, input wait and verdict: steady-state epochs (2..N), medians "
         "over repeats; epoch 1 is shown apart as warm-up; total s covers every epoch",
@@ -250,9 +277,14 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
     ]
     steps = per_step_table(rows)
     if steps:
-        md += ["Per training step (steady-state train time over the epoch's steps; `bare Lightning`: the same network, "
-               "optimizer, precision and data path in Lightning's loop with no logger, bar, checkpoints, metrics, "
-               "validation or `self.log`; `plain PyTorch`: the same in a plain loop):", "", steps, ""]
+        md += [
+            "Per training step (steady-state train time over the epoch's steps; `bare Lightning`: the same network, "
+            "optimizer, precision and data path in Lightning's loop with no logger, bar, checkpoints, metrics, "
+            "validation or `self.log`; `plain PyTorch`: the same in a plain loop):",
+            "",
+            steps,
+            "",
+        ]
     targets = {"results.md": "\n".join(md)}
 
     buffer = io.StringIO()
@@ -264,7 +296,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
     targets["results.csv"] = buffer.getvalue()
     targets["results.json"] = json.dumps(
         {"settings": settings, "environment": env, "per_step": per_step(rows), "rows": [asdict(r) for r in rows]},
-        indent=2
+        indent=2,
     )
     for name, text in targets.items():
         atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text))
@@ -278,7 +310,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
 LOG_SCALE_RANGE = 20  # bars further apart than this (largest / smallest) are drawn on a log axis
 
 
-def published_figures(row: Row) -> Optional[tuple[float, float, float, float]]:
+def published_figures(row: Row) -> tuple[float, float, float, float] | None:
     """The published (train s/epoch, test s/epoch, total s, speed-up) of a row's stage, for unmodified stage rows."""
     return published.STAGES.get(row.stage) if not row.overrides and row.runner == "lightning" else None
 
@@ -302,13 +334,23 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
     shown = [(i, published_figures(r)) for i, r in enumerate(done) if published_figures(r)]
     width = 0.4 if shown else 0.6
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(done)), 4.5))
-    measured = ax.bar([i - width / 2 if shown else i for i in range(len(done))],
-                      [r.med("avg_train_s") for r in done], width, color="#4C72B0", label=f"{device} (measured)")
+    measured = ax.bar(
+        [i - width / 2 if shown else i for i in range(len(done))],
+        [r.med("avg_train_s") for r in done],
+        width,
+        color="#4C72B0",
+        label=f"{device} (measured)",
+    )
     ax.bar_label(measured, labels=[f"{base / r.epoch_s:.1f}x" if base else "" for r in done], fontsize=8)
     heights = [r.med("avg_train_s") for r in done]
     if shown:
-        figures = ax.bar([i + width / 2 for i, _ in shown], [ref[0] for _, ref in shown], width, color="#C8C8C8",
-                         label=published.HARDWARE)
+        figures = ax.bar(
+            [i + width / 2 for i, _ in shown],
+            [ref[0] for _, ref in shown],
+            width,
+            color="#C8C8C8",
+            label=published.HARDWARE,
+        )
         ax.bar_label(figures, labels=[f"{ref[3]:.1f}x" for _, ref in shown], fontsize=8)
         heights += [ref[0] for _, ref in shown]
     ax.set_xticks(range(len(done)), [r.label for r in done], rotation=30, ha="right")
@@ -321,7 +363,7 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
     return fig
 
 
-def write_chart(rows: list[Row], path: Path, device: str, log_scale: bool) -> Optional[Path]:
+def write_chart(rows: list[Row], path: Path, device: str, log_scale: bool) -> Path | None:
     """Draw :func:`chart_figure` into a PNG; None when matplotlib is not installed or no row has a result."""
     try:
         import matplotlib
@@ -338,7 +380,7 @@ def write_chart(rows: list[Row], path: Path, device: str, log_scale: bool) -> Op
     return path
 
 
-def redraw_chart(folder: Path, log_scale: bool = False) -> Optional[Path]:
+def redraw_chart(folder: Path, log_scale: bool = False) -> Path | None:
     """Draw ``chart.png`` again from a bench folder's ``results.json``; None when matplotlib is not installed.
 
     Args:
@@ -349,6 +391,7 @@ def redraw_chart(folder: Path, log_scale: bool = False) -> Optional[Path]:
         results = json.loads((folder / "results.json").read_text())
         rows = [Row(**row) for row in results["rows"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"--redraw {folder}: no bench results.json readable there ({exc}); give a folder the "
-                          "bench wrote.") from None
+        raise ConfigError(
+            f"--redraw {folder}: no bench results.json readable there ({exc}); give a folder the bench wrote."
+        ) from None
     return write_chart(rows, folder / "chart.png", results.get("environment", {}).get("device", ""), log_scale)

@@ -16,9 +16,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import yaml
 
@@ -65,8 +65,10 @@ def run_process(command: list[str], label: str) -> tuple[int, str, dict]:
     """Run one command, echoing its progress lines; return (exit status, last error line, peak memory)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     tail: collections.deque = collections.deque(maxlen=40)
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc, \
-            TreeMemorySampler(proc.pid) as memory:
+    with (
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc,
+        TreeMemorySampler(proc.pid) as memory,
+    ):
         try:
             for line in proc.stdout:
                 tail.append(line.rstrip())
@@ -92,11 +94,30 @@ class Plan:
         """The command line of one run, and a function that finds the summary it wrote."""
         if self.row.runner in ("plain", "loader", "bare"):
             target = runs_dir / run_name / SUMMARY_FILE
-            command = [sys.executable, "-m", "mnistperf.bench.baseline", "--out", str(target),
-                       "--config", str(self.config), *self.args]
+            command = [
+                sys.executable,
+                "-m",
+                "mnistperf.bench.baseline",
+                "--out",
+                str(target),
+                "--config",
+                str(self.config),
+                *self.args,
+            ]
             return command, lambda: target
-        command = [sys.executable, "-m", "mnistperf", "fit", "--config", str(self.config), *self.args,
-                   "--trainer.logger.init_args.save_dir", str(runs_dir), "--trainer.logger.init_args.name", run_name]
+        command = [
+            sys.executable,
+            "-m",
+            "mnistperf",
+            "fit",
+            "--config",
+            str(self.config),
+            *self.args,
+            "--trainer.logger.init_args.save_dir",
+            str(runs_dir),
+            "--trainer.logger.init_args.name",
+            run_name,
+        ]
 
         def find() -> Path:
             found = sorted((runs_dir / run_name).glob(f"version_*/{SUMMARY_FILE}"))
@@ -107,27 +128,53 @@ class Plan:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mnistperf bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--stages", default="all", help="'all' (the ladder and v3 stages) or names/paths, comma-separated")
+    parser.add_argument(
+        "--stages", default="all", help="'all' (the ladder and v3 stages) or names/paths, comma-separated"
+    )
     parser.add_argument("--config-dir", type=Path, default=Path("configs"))
     parser.add_argument("--dataset", default=None, help="override data.dataset for every run")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--limit-train-batches", type=int, default=None,
-                        help="train only K batches per epoch (quick looks); a stage that takes several batches per "
-                             "Lightning step (data.batches_per_step) gets as many whole groups as cover K")
-    parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2", help="e.g. data.batch_size=16,64,512")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a fixed override for every run")
-    parser.add_argument("--reference-rows", "--baseline", dest="reference_rows", default="auto",
-                        help="stages (comma-separated) to also run as reference rows, a plain PyTorch loop and "
-                             "Lightning's bare loop; 'auto': v2_pinned and the highest resident rung (v4_graphed, else "
-                             "v3_resident) among the stages run; 'none' to skip")
-    parser.add_argument("--loader-only", action="store_true",
-                        help="time only the input pipeline of each stage (plain loop, no model, no Lightning)")
+    parser.add_argument(
+        "--limit-train-batches",
+        type=int,
+        default=None,
+        help="train only K batches per epoch (quick looks); a stage that takes several batches per "
+        "Lightning step (data.batches_per_step) gets as many whole groups as cover K",
+    )
+    parser.add_argument(
+        "--sweep", action="append", default=[], metavar="KEY=V1,V2", help="e.g. data.batch_size=16,64,512"
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a fixed override for every run"
+    )
+    parser.add_argument(
+        "--reference-rows",
+        "--baseline",
+        dest="reference_rows",
+        default="auto",
+        help="stages (comma-separated) to also run as reference rows, a plain PyTorch loop and "
+        "Lightning's bare loop; 'auto': v2_pinned and the highest resident rung (v4_graphed, else "
+        "v3_resident) among the stages run; 'none' to skip",
+    )
+    parser.add_argument(
+        "--loader-only",
+        action="store_true",
+        help="time only the input pipeline of each stage (plain loop, no model, no Lightning)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="results folder (default bench_results/<time>)")
-    parser.add_argument("--log-scale", action="store_true",
-                        help="log-scale y axis in chart.png (by default, only where the bars span more than 20x)")
-    parser.add_argument("--redraw", type=Path, default=None, metavar="DIR",
-                        help="run nothing: draw DIR/chart.png again from the DIR/results.json a bench wrote")
+    parser.add_argument(
+        "--log-scale",
+        action="store_true",
+        help="log-scale y axis in chart.png (by default, only where the bars span more than 20x)",
+    )
+    parser.add_argument(
+        "--redraw",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run nothing: draw DIR/chart.png again from the DIR/results.json a bench wrote",
+    )
     opts = parser.parse_args(argv)
     if opts.epochs < 1 or opts.repeats < 1:
         raise ConfigError("--epochs and --repeats must be at least 1.")
@@ -154,8 +201,10 @@ def _positive_int(value: str, option: str) -> int:
     except ValueError:
         number = 0
     if number < 1:
-        raise ConfigError(f"{option}={value}: the bench needs a whole number of at least 1 here "
-                          "(a fraction of an epoch does not compare across stages).")
+        raise ConfigError(
+            f"{option}={value}: the bench needs a whole number of at least 1 here "
+            "(a fraction of an epoch does not compare across stages)."
+        )
     return number
 
 
@@ -165,9 +214,11 @@ def header(opts: argparse.Namespace, plans: list[Plan], out: Path) -> str:
     batches = f", {opts.limit_train_batches} train batches per epoch" if opts.limit_train_batches else ", full epochs"
     overrides = f"; overrides: {' '.join(opts.set)}" if opts.set else ""
     dataset = f"; dataset {opts.dataset}" if opts.dataset else ""
-    return (device_line("bench", run_device(accelerator)) + "\n"
-            f"{len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs{batches}{dataset}{overrides}; "
-            f"results in {out}")
+    return (
+        device_line("bench", run_device(accelerator)) + "\n"
+        f"{len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs{batches}{dataset}{overrides}; "
+        f"results in {out}"
+    )
 
 
 def plan_runs(opts: argparse.Namespace) -> list[Plan]:
@@ -182,27 +233,50 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
     if opts.dataset:
         fixed.append(("data.dataset", opts.dataset))
 
-    common = ["--trainer.max_epochs", str(opts.epochs), "--trainer.enable_progress_bar", "false",
-              "--trainer.enable_model_summary", "false"] + [a for k, v in fixed for a in (f"--{k}", v)]
+    common = [
+        "--trainer.max_epochs",
+        str(opts.epochs),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+    ] + [a for k, v in fixed for a in (f"--{k}", v)]
+
     def limit(path: Path, overrides: dict[str, str]) -> list[str]:
         return train_batch_limit(opts.limit_train_batches, path, {**dict(fixed), **overrides})
 
     if opts.loader_only:
-        return [Plan(Row(f"{stage} (loader only)", stage, runner="loader"), path,
-                     common + limit(path, {}) + ["--loader-only"]) for stage, path in stages]
+        return [
+            Plan(
+                Row(f"{stage} (loader only)", stage, runner="loader"),
+                path,
+                common + limit(path, {}) + ["--loader-only"],
+            )
+            for stage, path in stages
+        ]
 
     plans = []
     for stage, path in stages:
         for combo in itertools.product(*[[(k, v) for v in values] for k, values in sweeps]):
             overrides = dict(combo)
             label = stage + "".join(f" {k.split('.')[-1]}={v}" for k, v in overrides.items())
-            plans.append(Plan(Row(label, stage, overrides), path,
-                              common + limit(path, overrides) + [a for k, v in combo for a in (f"--{k}", v)]))
+            plans.append(
+                Plan(
+                    Row(label, stage, overrides),
+                    path,
+                    common + limit(path, overrides) + [a for k, v in combo for a in (f"--{k}", v)],
+                )
+            )
     for stage in reference_row_stages(opts.reference_rows, [name for name, _ in stages]):
         path = dict(stages).get(stage) or resolve_stages(stage, opts.config_dir)[0][1]
         # Both take the fit command line itself, so every override applies to them too.
-        plans.append(Plan(Row(f"bare Lightning ({stage})", stage, runner="bare"), path,
-                          common + limit(path, {}) + ["--bare-lightning"]))
+        plans.append(
+            Plan(
+                Row(f"bare Lightning ({stage})", stage, runner="bare"),
+                path,
+                common + limit(path, {}) + ["--bare-lightning"],
+            )
+        )
         plans.append(Plan(Row(f"plain PyTorch ({stage})", stage, runner="plain"), path, common + limit(path, {})))
     return plans
 
@@ -213,7 +287,8 @@ def train_batch_limit(batches, config: Path, overrides: dict[str, str]) -> list[
     Lightning's ``limit_train_batches`` counts what the loader yields; a stage with ``data.batches_per_step`` k
     yields groups of k batches, so it gets ``ceil(batches / k)`` of them. Every row of a bounded bench then trains
     (at least) the same batches, and the speed-up column compares like with like; ``train_samples_per_epoch``
-    in results.csv says what each row trained."""
+    in results.csv says what each row trained.
+    """
     if not batches:
         return []
     try:

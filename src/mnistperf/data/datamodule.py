@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Literal
 
 import lightning as L
 import pyarrow as pa
@@ -69,18 +69,28 @@ class MNISTDataModule(L.LightningDataModule):
         num_workers: int = 0,
         persistent_workers: bool = False,
         pin_memory: bool = False,
-        prefetch_factor: Optional[int] = None,
+        prefetch_factor: int | None = None,
         shuffle: bool = True,
         drop_last: bool = False,
-        val_source: Union[Literal["test"], float] = "test",
+        val_source: Literal["test"] | float = "test",
         seed: int = 42,
-        source_root: Optional[str] = None,
+        source_root: str | None = None,
         stream_buffer_rows: int = 10_000,
         batches_per_step: int = 1,
     ):
         super().__init__()
-        _check_options(dataset, data_dir, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
-                       stream_buffer_rows, batches_per_step)
+        _check_options(
+            dataset,
+            data_dir,
+            pipeline,
+            batch_size,
+            num_workers,
+            persistent_workers,
+            prefetch_factor,
+            val_source,
+            stream_buffer_rows,
+            batches_per_step,
+        )
         self.save_hyperparameters()
         self.pipeline = PIPELINES[pipeline](self.hparams)
         self.pipeline.check()
@@ -93,14 +103,16 @@ class MNISTDataModule(L.LightningDataModule):
     # ----------------------------------------------------------------- preparation
     def prepare_data(self) -> None:
         """Convert the raw files to Parquet if they are missing, then let the pipeline build what it reads
-        (Lightning runs this on one process)."""
+        (Lightning runs this on one process).
+        """
         hp = self.hparams
         if is_uri(self.data_dir):  # remote data is prepared where it was made, then uploaded
             return
         missing = [s for s in prepare.SPLITS if not prepare.split_path(self.data_dir, hp.dataset, s).exists()]
         if missing and hp.dataset in DATASETS:  # only the official datasets can be made here
-            prepare.prepare_dataset(hp.dataset, self.data_dir, source_root=hp.source_root,
-                                    source_option="--data.source_root")
+            prepare.prepare_dataset(
+                hp.dataset, self.data_dir, source_root=hp.source_root, source_option="--data.source_root"
+            )
         for split in prepare.SPLITS:
             path = prepare.split_path(self.data_dir, hp.dataset, split)
             if path.exists():
@@ -111,9 +123,11 @@ class MNISTDataModule(L.LightningDataModule):
         hp = self.hparams
         if self.pipeline.uses_workers and hp.num_workers > usable_cpus() and not self._workers_noted:
             self._workers_noted = True  # one line of ours instead of torch's warning per loader
-            rank_zero_info(f"mnistperf: data.num_workers {hp.num_workers} on {usable_cpus()} usable CPUs: the workers "
-                           "share them (as the published stage does on a small machine); `mnistperf tune` measures "
-                           "the best count here.")
+            rank_zero_info(
+                f"mnistperf: data.num_workers {hp.num_workers} on {usable_cpus()} usable CPUs: the workers "
+                "share them (as the published stage does on a small machine); `mnistperf tune` measures "
+                "the best count here."
+            )
         if stage in ("fit", "validate"):
             if hp.val_source == "test":
                 if stage == "fit":
@@ -121,7 +135,8 @@ class MNISTDataModule(L.LightningDataModule):
                 self.datasets["val"] = self._load("test", require_labels=True)
             else:
                 self.datasets["train"], self.datasets["val"] = self.pipeline.split_off(
-                    self._load("train", require_labels=True), float(hp.val_source))
+                    self._load("train", require_labels=True), float(hp.val_source)
+                )
         elif stage == "test":
             self.datasets["test"] = self._load("test", require_labels=True)
         elif stage == "predict":
@@ -174,37 +189,70 @@ class MNISTDataModule(L.LightningDataModule):
 
     def loader_settings(self) -> dict:
         """The options that describe this pipeline, for timing summaries and reports."""
-        keys = ("dataset", "pipeline", "batch_size", "num_workers", "persistent_workers", "pin_memory",
-                "prefetch_factor", "shuffle", "drop_last", "val_source", "batches_per_step")
+        keys = (
+            "dataset",
+            "pipeline",
+            "batch_size",
+            "num_workers",
+            "persistent_workers",
+            "pin_memory",
+            "prefetch_factor",
+            "shuffle",
+            "drop_last",
+            "val_source",
+            "batches_per_step",
+        )
         return {**{k: self.hparams[k] for k in keys}, "pin_memory_applied": self.pins_memory}
 
 
-def _check_options(dataset, data_dir, pipeline, batch_size, num_workers, persistent_workers, prefetch_factor, val_source,
-                   stream_buffer_rows, batches_per_step) -> None:
+def _check_options(
+    dataset,
+    data_dir,
+    pipeline,
+    batch_size,
+    num_workers,
+    persistent_workers,
+    prefetch_factor,
+    val_source,
+    stream_buffer_rows,
+    batches_per_step,
+) -> None:
     """Reject option values that cannot work, naming the option and the fix."""
     if not is_uri(data_dir) and Path(data_dir).exists() and not Path(data_dir).is_dir():
-        raise ConfigError(f"data.data_dir {data_dir} is a file; give the folder that holds the datasets "
-                          "(data/ by default).")
+        raise ConfigError(
+            f"data.data_dir {data_dir} is a file; give the folder that holds the datasets (data/ by default)."
+        )
     if not _FOLDER_NAME.match(str(dataset)):
         names = ", ".join([*DATASETS, "synthetic"])
-        raise ConfigError(f"data.dataset {dataset!r} is neither a built-in dataset ({names}) nor a folder name "
-                          "of your own (letters, digits, '_', '-', '.'); use the folder's name under data_dir.")
+        raise ConfigError(
+            f"data.dataset {dataset!r} is neither a built-in dataset ({names}) nor a folder name "
+            "of your own (letters, digits, '_', '-', '.'); use the folder's name under data_dir."
+        )
     if pipeline not in PIPELINES:
         raise ConfigError(f"data.pipeline: unknown pipeline {pipeline!r}; choose one of {', '.join(PIPELINES)}.")
     if batch_size < 1:
         raise ConfigError(f"data.batch_size must be at least 1 (got {batch_size}).")
     if num_workers < 0:
-        raise ConfigError(f"data.num_workers cannot be negative (got {num_workers}); use 0 to load in the main process.")
+        raise ConfigError(
+            f"data.num_workers cannot be negative (got {num_workers}); use 0 to load in the main process."
+        )
     if persistent_workers and num_workers == 0:
-        raise ConfigError("data.persistent_workers needs worker processes: set data.num_workers above 0 or persistent_workers false.")
+        raise ConfigError(
+            "data.persistent_workers needs worker processes: set data.num_workers above 0 or persistent_workers false."
+        )
     if prefetch_factor is not None and num_workers == 0:
-        raise ConfigError("data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null.")
+        raise ConfigError(
+            "data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null."
+        )
     if val_source != "test" and not (isinstance(val_source, (int, float)) and 0 < float(val_source) < 1):
         raise ConfigError(f"data.val_source must be 'test' or a fraction between 0 and 1 (got {val_source!r}).")
     if batches_per_step < 1:
-        raise ConfigError(f"data.batches_per_step must be at least 1 (got {batches_per_step}): it is how many "
-                          "training batches one Lightning step runs.")
+        raise ConfigError(
+            f"data.batches_per_step must be at least 1 (got {batches_per_step}): it is how many "
+            "training batches one Lightning step runs."
+        )
     if stream_buffer_rows < 1:
-        raise ConfigError(f"data.stream_buffer_rows must be at least 1 (got {stream_buffer_rows}): it is how many rows "
-                          "the stream pipeline holds for shuffling.")
-
+        raise ConfigError(
+            f"data.stream_buffer_rows must be at least 1 (got {stream_buffer_rows}): it is how many rows "
+            "the stream pipeline holds for shuffling."
+        )

@@ -10,9 +10,9 @@ up, so a malformed file fails with a message naming the file and the fix.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -75,7 +75,7 @@ def open_parquet(path: Path) -> pq.ParquetFile:
 class Layout:
     """Which columns of a file hold the label and the 784 pixels, in pixel order."""
 
-    label: Optional[str]
+    label: str | None
     pixels: tuple[str, ...]
 
     @property
@@ -99,14 +99,22 @@ def find_layout(names: list[str], path: Path) -> Layout:
     """The layout of a file with these column names, or a DataError saying what was found and what is expected."""
     labels = [n for n in names if n.lower() in LABEL_NAMES]
     if len(labels) > 1:
-        raise DataError(f"{path} has {len(labels)} label-like columns ({', '.join(labels)}); keep exactly one, "
-                        f"named {LABEL_COLUMN!r}, beside the {NUM_PIXELS} pixel columns.")
+        raise DataError(
+            f"{path} has {len(labels)} label-like columns ({', '.join(labels)}); keep exactly one, "
+            f"named {LABEL_COLUMN!r}, beside the {NUM_PIXELS} pixel columns."
+        )
     label = labels[0] if labels else None
     pixels = [n for n in names if n != label]
     if len(pixels) != NUM_PIXELS:
-        what = f"{len(pixels)} columns besides the label {label!r}" if label else f"{len(pixels)} columns and no label column"
-        raise DataError(f"{path} has {what}; expected a label column ({' or '.join(LABEL_NAMES)}) and exactly "
-                        f"{NUM_PIXELS} pixel columns (28x28 images) in pixel order.")
+        what = (
+            f"{len(pixels)} columns besides the label {label!r}"
+            if label
+            else f"{len(pixels)} columns and no label column"
+        )
+        raise DataError(
+            f"{path} has {what}; expected a label column ({' or '.join(LABEL_NAMES)}) and exactly "
+            f"{NUM_PIXELS} pixel columns (28x28 images) in pixel order."
+        )
     numbers = [_NUMBER.search(n) for n in pixels]
     if all(numbers):
         values = [int(m.group(1)) for m in numbers]
@@ -115,7 +123,9 @@ def find_layout(names: list[str], path: Path) -> Layout:
     return Layout(label, tuple(pixels))
 
 
-def check_schema(schema: pa.Schema, num_rows: int, path: Path, require_labels: bool, allow_float: bool = True) -> Layout:
+def check_schema(
+    schema: pa.Schema, num_rows: int, path: Path, require_labels: bool, allow_float: bool = True
+) -> Layout:
     """Check column names and types; return the file's layout.
 
     Float columns pass only with ``allow_float``, for a caller that reads the values next: check_values
@@ -163,8 +173,9 @@ def check_values(table: pa.Table | pa.RecordBatch, path: Path) -> None:
             )
 
 
-def checked_files(path: Path, require_labels: bool,
-                  allow_float: bool = True) -> Iterator[tuple[Path, pq.ParquetFile, Layout]]:
+def checked_files(
+    path: Path, require_labels: bool, allow_float: bool = True
+) -> Iterator[tuple[Path, pq.ParquetFile, Layout]]:
     """Open the files of a split one by one, each schema checked, all with labels or all without.
 
     A footer can be large, so the caller drops each ParquetFile before asking for the next.
@@ -192,7 +203,8 @@ def checked_tables(path: Path, require_labels: bool) -> Iterator[tuple[Path, pa.
 
 def read_checked(path: Path, require_labels: bool) -> pa.Table:
     """Read a whole split (file or shards) and check it; the table, in the canonical layout, is safe to hand
-    to any pipeline."""
+    to any pipeline.
+    """
     tables = [table for _, table in checked_tables(path, require_labels)]
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 

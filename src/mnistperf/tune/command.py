@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import io
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import yaml
 
@@ -32,12 +32,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override, as for bench")
     parser.add_argument("--budget", type=float, default=5.0, help="minutes of measuring at most (default 5)")
     parser.add_argument("--out", type=Path, default=Path("tuned.yaml"), help="the tuned config to write")
-    parser.add_argument("--tune-batch-size", action="store_true",
-                        help="also try bigger batches (this changes the optimisation, so it is off by default)")
+    parser.add_argument(
+        "--tune-batch-size",
+        action="store_true",
+        help="also try bigger batches (this changes the optimisation, so it is off by default)",
+    )
     opts = parser.parse_args(argv)
     if opts.budget < MIN_BUDGET_MIN:
-        raise ConfigError(f"--budget {opts.budget:g}: too small to measure anything; give at least "
-                          f"{MIN_BUDGET_MIN} minutes (the step alone and one loader take that long).")
+        raise ConfigError(
+            f"--budget {opts.budget:g}: too small to measure anything; give at least "
+            f"{MIN_BUDGET_MIN} minutes (the step alone and one loader take that long)."
+        )
     if not opts.config.is_file():
         raise ConfigError(f"--config {opts.config}: no such file; give a stage config such as configs/v1_bs512.yaml.")
     return opts
@@ -50,8 +55,10 @@ def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path,
         f"# Step alone: {outcome.step.rate:,.0f} samples/s at batch {outcome.step.settings['batch_size']}.",
     ]
     if chosen is not None:
-        lines.append(f"# These data settings with the step, measured together: {chosen.rate:,.0f} samples/s, "
-                     f"host waiting for data {chosen.wait_share:.0%} of the time.")
+        lines.append(
+            f"# These data settings with the step, measured together: {chosen.rate:,.0f} samples/s, "
+            f"host waiting for data {chosen.wait_share:.0%} of the time."
+        )
     if outcome.baseline is not None:
         lines.append(f"# The input config's settings, measured the same way: {outcome.baseline.rate:,.0f} samples/s.")
     lines.append(f"# Stopped: {outcome.stopped}.")
@@ -61,8 +68,10 @@ def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path,
     lines.append(f"# Every probe, with its settings, rate, spread and seconds: {probes_path(out).name}.")
     data = {**config.get("data", {}), **outcome.best}
     if not PIPELINES[data["pipeline"]].groups_batches and data.get("batches_per_step", 1) != 1:
-        lines.append(f"# data.batches_per_step {data['batches_per_step']} -> 1: the {data['pipeline']} pipeline hands out "
-                     "one batch per step.")
+        lines.append(
+            f"# data.batches_per_step {data['batches_per_step']} -> 1: the {data['pipeline']} pipeline hands out "
+            "one batch per step."
+        )
         data["batches_per_step"] = 1
     config = {**config, "data": data}
     logger = config.get("trainer", {}).get("logger")
@@ -78,15 +87,20 @@ def probes_path(out: Path) -> Path:
 
 
 def probes_table(outcome: tuning.Outcome) -> str:
-    rows = ["| # | probe | settings | samples/s | spread | input wait | seconds | note |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| # | probe | settings | samples/s | spread | input wait | seconds | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for index, probe in enumerate(outcome.probes, 1):
         wait = f"{probe.wait_share:.0%}" if probe.wait_share is not None else "-"
-        rows.append(f"| {index} | {probe.kind} | {tuning.describe(probe.settings)} | {probe.rate:,.0f} | "
-                    f"{probe.spread:.0%} | {wait} | {probe.seconds:.1f} | {probe.note} |")
+        rows.append(
+            f"| {index} | {probe.kind} | {tuning.describe(probe.settings)} | {probe.rate:,.0f} | "
+            f"{probe.spread:.0%} | {wait} | {probe.seconds:.1f} | {probe.note} |"
+        )
     return "\n".join(rows)
 
 
-def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
+def tune_command(argv: Sequence[str], log=print) -> tuning.Outcome | None:
     opts = parse_args(argv)
     settings = [parse_setting(s) for s in opts.set]
     for key, _ in settings:
@@ -110,8 +124,12 @@ def tune_command(argv: Sequence[str], log=print) -> Optional[tuning.Outcome]:
     text = tuned_config(config, outcome, opts.config, opts.out, describe_device(device), spent)
     table = probes_table(outcome)
     atomic_write(opts.out, lambda tmp: tmp.write_text(text))
-    atomic_write(probes_path(opts.out), lambda tmp: tmp.write_text(
-        f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"))
+    atomic_write(
+        probes_path(opts.out),
+        lambda tmp: tmp.write_text(
+            f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"
+        ),
+    )
     log("")
     log(table)
     log(f"\nchosen: {tuning.describe(outcome.best)}")

@@ -9,9 +9,10 @@ fewer worker processes wins. Every probe's figure is the median of 3. Why: docs/
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
@@ -35,25 +36,27 @@ class Outcome:
     step: Probe
     probes: list[Probe] = field(default_factory=list)
     stopped: str = ""
-    baseline: Optional[Probe] = None  # the input config's settings measured together: what tune's choice must beat
-    chosen: Optional[Probe] = None
-    bigger_batch: Optional[Probe] = None
+    baseline: Probe | None = None  # the input config's settings measured together: what tune's choice must beat
+    chosen: Probe | None = None
+    bigger_batch: Probe | None = None
 
     @property
     def noise(self) -> float:
         """The largest spread of any probe: differences smaller than this are not to be trusted."""
         return max((p.spread for p in self.probes), default=0.0)
 
-    def noise_warning(self) -> Optional[str]:
+    def noise_warning(self) -> str | None:
         """A sentence for the user when the probes were too noisy for small differences to mean anything."""
         noisy = [p for p in self.probes if p.spread > NOISY_SPREAD]
         if not noisy:
             return None
-        return (f"the machine was busy: {len(noisy)} of {len(self.probes)} probes varied by more than "
-                f"{NOISY_SPREAD:.0%} between repeats (up to {self.noise:.0%}) even after repeating, so differences "
-                "smaller than that are noise; run tune again on an idle machine before trusting close calls")
+        return (
+            f"the machine was busy: {len(noisy)} of {len(self.probes)} probes varied by more than "
+            f"{NOISY_SPREAD:.0%} between repeats (up to {self.noise:.0%}) even after repeating, so differences "
+            "smaller than that are noise; run tune again on an idle machine before trusting close calls"
+        )
 
-    def batch_projection(self) -> Optional[str]:
+    def batch_projection(self) -> str | None:
         """What a bigger batch would do to the step, only where the two step probes can tell."""
         bigger, step = self.bigger_batch, self.step
         if bigger is None:
@@ -61,13 +64,17 @@ class Outcome:
         size = bigger.settings["batch_size"]
         noise = max(bigger.spread, step.spread, NOISE_FLOOR)
         if noise > NOISY_SPREAD:
-            return (f"a batch of {size} could not be measured reliably here (its step probes varied by up to "
-                    f"{noise:.0%}); no projection is made")
+            return (
+                f"a batch of {size} could not be measured reliably here (its step probes varied by up to "
+                f"{noise:.0%}); no projection is made"
+            )
         gain = bigger.rate / step.rate - 1
         if abs(gain) <= noise:
             return f"a batch of {size} steps no faster or slower than the probes' noise ({noise:.0%}) can show"
-        return (f"a batch of {size} would step at {bigger.rate:,.0f} samples/s ({gain:+.0%}); it changes the "
-                "optimisation, so it is only tried with --tune-batch-size")
+        return (
+            f"a batch of {size} would step at {bigger.rate:,.0f} samples/s ({gain:+.0%}); it changes the "
+            "optimisation, so it is only tried with --tune-batch-size"
+        )
 
 
 def worker_counts(cpus: int) -> list[int]:
@@ -117,8 +124,10 @@ def pipelines_to_try(options: dict, device: torch.device, log: Callable[[str], N
         if PIPELINES[name].holds_split_on_device:
             needed = split_rows(datamodule) * (28 * 28 + 8) * 2  # uint8 pixels, int64 labels, room for a batch's copies
             if needed > free_memory_bytes(device) // 2:
-                log(f"{name}: the training split needs about {needed / 2**20:,.0f} MB on {device.type}, more than "
-                    "half the free memory: left out.")
+                log(
+                    f"{name}: the training split needs about {needed / 2**20:,.0f} MB on {device.type}, more than "
+                    "half the free memory: left out."
+                )
                 continue
         names.append(name)
     return names
@@ -129,8 +138,15 @@ class Search:
 
     batches = 20  # batches (steps) per timed repeat of a probe
 
-    def __init__(self, options: dict, model, device: torch.device, budget_s: float, log: Callable[[str], None],
-                 precision: str = "32-true"):
+    def __init__(
+        self,
+        options: dict,
+        model,
+        device: torch.device,
+        budget_s: float,
+        log: Callable[[str], None],
+        precision: str = "32-true",
+    ):
         self.options, self.model, self.device, self.log = options, model, device, log
         self.precision = precision  # the trainer precision fit runs (bf16-mixed only where the GPU has it)
         self.deadline = time.perf_counter() + budget_s
@@ -143,7 +159,8 @@ class Search:
 
     def datamodule(self, settings: dict) -> MNISTDataModule:
         """A DataModule built with these settings (through its checks); a pipeline's split is loaded by its first
-        probe and shared by the DataModules of the next ones, whose loader settings differ."""
+        probe and shared by the DataModules of the next ones, whose loader settings differ.
+        """
         dm = MNISTDataModule(**{**self.options, **settings})
         dm.device = self.device
         pipeline = settings["pipeline"]
@@ -169,38 +186,59 @@ class Search:
         probe.seconds = time.perf_counter() - began
         self.probes.append(probe)
         spread = f" (spread {probe.spread:.0%})" if probe.spread else ""
-        self.log(f"[probe {len(self.probes)}] {probe.kind:<6} {describe(probe.settings)}: {probe.rate:,.0f} samples/s"
-                 f"{spread}{', ' + probe.note if probe.note else ''} ({probe.seconds:.1f} s)")
+        self.log(
+            f"[probe {len(self.probes)}] {probe.kind:<6} {describe(probe.settings)}: {probe.rate:,.0f} samples/s"
+            f"{spread}{', ' + probe.note if probe.note else ''} ({probe.seconds:.1f} s)"
+        )
         return probe
 
     # ---------------------------------------------------------------- probes
     def step(self, batch_size: int) -> Probe:
         began = time.perf_counter()
-        batch = next(iter(self.datamodule({"pipeline": "v2", "num_workers": 0, "persistent_workers": False,
-                                           "prefetch_factor": None, "batch_size": batch_size}).train_dataloader()))
+        batch = next(
+            iter(
+                self.datamodule(
+                    {
+                        "pipeline": "v2",
+                        "num_workers": 0,
+                        "persistent_workers": False,
+                        "prefetch_factor": None,
+                        "batch_size": batch_size,
+                    }
+                ).train_dataloader()
+            )
+        )
         batch = {k: v.to(self.device) for k, v in batch.items()}
+
         def measure() -> list[float]:
-            return time_step(self.model, batch, self.device, steps=10, warmup=3, repeats=REPEATS,
-                             precision=self.precision)
+            return time_step(
+                self.model, batch, self.device, steps=10, warmup=3, repeats=REPEATS, precision=self.precision
+            )
 
         return self._record(Probe("step", {"batch_size": batch_size}, measure()), began, measure)
 
     def loader(self, settings: dict) -> Probe:
         began = time.perf_counter()
         dm = self.datamodule(settings)
+
         def measure_with_start() -> tuple[list[float], float]:
             return time_loader(dm, self.device, self.batches, warmup=2, repeats=REPEATS)
 
         rates, start_s = measure_with_start()
-        return self._record(Probe("loader", dict(settings), rates, note=f"epoch start {start_s:.2f} s",
-                                  start_s=start_s), began, lambda: measure_with_start()[0])
+        return self._record(
+            Probe("loader", dict(settings), rates, note=f"epoch start {start_s:.2f} s", start_s=start_s),
+            began,
+            lambda: measure_with_start()[0],
+        )
 
     def together(self, settings: dict, label: str = "") -> Probe:
         began = time.perf_counter()
         dm = self.datamodule(settings)
+
         def measure_with_wait() -> tuple[list[float], float]:
-            return time_training(self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS,
-                                 precision=self.precision)
+            return time_training(
+                self.model, dm, self.device, steps=self.batches, warmup=3, repeats=REPEATS, precision=self.precision
+            )
 
         rates, wait = measure_with_wait()
         probe = Probe("both", dict(settings), rates, wait_share=wait, note=label)
@@ -227,14 +265,15 @@ class _Stop(Exception):
     pass
 
 
-def run(search: Search, base: dict, epoch_samples: int, pipelines: list[str], cpus: int,
-        tune_batch_size: bool) -> Outcome:
+def run(
+    search: Search, base: dict, epoch_samples: int, pipelines: list[str], cpus: int, tune_batch_size: bool
+) -> Outcome:
     """Search loader settings for this step; the order and the stopping rule: docs/stages.md#tune."""
     on_cuda = search.device.type == "cuda"
     step = search.step(base["batch_size"])
     outcome = Outcome(best={k: base[k] for k in LOADER_KEYS}, step=step, probes=search.probes)
     margin = max(NOISE_FLOOR, step.spread)
-    best: Optional[tuple[Probe, float]] = None
+    best: tuple[Probe, float] | None = None
 
     def consider(settings: dict) -> Probe:
         nonlocal best
@@ -243,13 +282,18 @@ def run(search: Search, base: dict, epoch_samples: int, pipelines: list[str], cp
             raise _Stop
         probe = search.loader(settings)
         rate = predicted(probe, step.rate, epoch_samples)
-        if best is None or rate > best[1] * (1 + margin) or (rate >= best[1] * (1 - margin)
-                                                              and cost(settings) < cost(best[0].settings)):
+        if (
+            best is None
+            or rate > best[1] * (1 + margin)
+            or (rate >= best[1] * (1 - margin) and cost(settings) < cost(best[0].settings))
+        ):
             best = (probe, rate)
         if probe.rate >= step.rate * (1 + margin):
-            outcome.stopped = (f"compute-bound: the loader ({describe(settings)}) draws {probe.rate:,.0f} samples/s, "
-                               f"more than the {step.rate:,.0f} samples/s the step takes, so more input speed buys "
-                               "nothing")
+            outcome.stopped = (
+                f"compute-bound: the loader ({describe(settings)}) draws {probe.rate:,.0f} samples/s, "
+                f"more than the {step.rate:,.0f} samples/s the step takes, so more input speed buys "
+                "nothing"
+            )
             best = (probe, rate)
             raise _Stop
         return probe
@@ -259,8 +303,13 @@ def run(search: Search, base: dict, epoch_samples: int, pipelines: list[str], cp
             counts = worker_counts(cpus) if PIPELINES[pipeline].uses_workers else [0]
             of_pipeline = []
             for workers in counts:
-                settings = {"pipeline": pipeline, "num_workers": workers, "persistent_workers": workers > 0,
-                            "prefetch_factor": None, "pin_memory": on_cuda and workers > 0}
+                settings = {
+                    "pipeline": pipeline,
+                    "num_workers": workers,
+                    "persistent_workers": workers > 0,
+                    "prefetch_factor": None,
+                    "pin_memory": on_cuda and workers > 0,
+                }
                 of_pipeline.append(consider(settings))
             top = max(of_pipeline, key=lambda p: predicted(p, step.rate, epoch_samples))
             if top.settings["num_workers"]:
@@ -269,8 +318,7 @@ def run(search: Search, base: dict, epoch_samples: int, pipelines: list[str], cp
                     variants.append({"pin_memory": False})
                 for variant in variants:
                     consider({**top.settings, **variant})
-        outcome.stopped = ("every setting was measured and no loader outran the step: the fastest predicted one "
-                           "is kept")
+        outcome.stopped = "every setting was measured and no loader outran the step: the fastest predicted one is kept"
     except _Stop:
         pass
     except KeyboardInterrupt:
@@ -300,7 +348,8 @@ def verify(search: Search, base: dict, outcome: Outcome, margin: float, tune_bat
     if start != outcome.best and not search.out_of_time():
         outcome.baseline = search.together({**start, "batch_size": base["batch_size"]}, "input config")
         if outcome.baseline.rate >= chosen.rate * (1 + margin) or (
-                outcome.baseline.rate >= chosen.rate * (1 - margin) and cost(start) < cost(outcome.best)):
+            outcome.baseline.rate >= chosen.rate * (1 - margin) and cost(start) < cost(outcome.best)
+        ):
             outcome.best, chosen = start, outcome.baseline
             outcome.stopped += "; measured together, the input config's settings were as fast, and cheaper"
     outcome.chosen = chosen

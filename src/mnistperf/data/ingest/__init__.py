@@ -1,2 +1,3 @@
 """Getting data in: the official files (``sources``), their conversion to Parquet (``prepare``), and your own
-CSV or Hugging Face files (``importer``). Every file is written atomically and checked against ``schema``."""
+CSV or Hugging Face files (``importer``). Every file is written atomically and checked against ``schema``.
+"""

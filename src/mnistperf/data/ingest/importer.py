@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -42,12 +42,16 @@ def find_splits(folder: Path) -> dict[str, list[Path]]:
             found[splits.pop()].append(file)
     for split, files in found.items():
         if not files:
-            raise DataError(f"{folder} has no {split} split: expected CSV or Parquet files named like {EXAMPLES} "
-                            f"(or inside a folder named {split}/).")
+            raise DataError(
+                f"{folder} has no {split} split: expected CSV or Parquet files named like {EXAMPLES} "
+                f"(or inside a folder named {split}/)."
+            )
         kinds = {f.suffix.lower() for f in files}
         if len(kinds) > 1:
-            raise DataError(f"{folder}: the {split} split mixes CSV and Parquet files ({', '.join(map(str, files[:3]))}"
-                            "...); keep one format per split.")
+            raise DataError(
+                f"{folder}: the {split} split mixes CSV and Parquet files ({', '.join(map(str, files[:3]))}"
+                "...); keep one format per split."
+            )
     return found
 
 
@@ -71,8 +75,10 @@ def read_csv(file: Path) -> pa.Table:
             raise DataError(f"{file} has a header without a label column; name the label column 'label'.")
     else:
         if table.num_columns != schema.NUM_PIXELS + 1:
-            raise DataError(f"{file} has {table.num_columns} columns and no header; expected "
-                            f"{schema.NUM_PIXELS + 1}: the label, then {schema.NUM_PIXELS} pixels.")
+            raise DataError(
+                f"{file} has {table.num_columns} columns and no header; expected "
+                f"{schema.NUM_PIXELS + 1}: the label, then {schema.NUM_PIXELS} pixels."
+            )
         layout = schema.Layout(table.column_names[0], tuple(table.column_names[1:]))
     return layout.canonical(table)
 
@@ -92,8 +98,10 @@ def decode_images(file: Path, column: pa.ChunkedArray) -> np.ndarray:
     try:
         from PIL import Image
     except ImportError:
-        raise ConfigError(f"{file} holds encoded images; decoding them needs Pillow: "
-                          "pip install 'mnistperf[import]' (or pip install pillow).") from None
+        raise ConfigError(
+            f"{file} holds encoded images; decoding them needs Pillow: "
+            "pip install 'mnistperf[import]' (or pip install pillow)."
+        ) from None
     if pa.types.is_struct(column.type):
         column = column.combine_chunks().field("bytes")
     images = np.empty((len(column), 28, 28), dtype=np.uint8)
@@ -102,11 +110,15 @@ def decode_images(file: Path, column: pa.ChunkedArray) -> np.ndarray:
             image = Image.open(io.BytesIO(encoded))
             image.load()
         except Exception as exc:  # Pillow raises many kinds for a broken image
-            raise DataError(f"{file}: the image in row {row} does not decode ({type(exc).__name__}: {exc}); "
-                            "re-export it as a 28x28 grayscale PNG.") from None
+            raise DataError(
+                f"{file}: the image in row {row} does not decode ({type(exc).__name__}: {exc}); "
+                "re-export it as a 28x28 grayscale PNG."
+            ) from None
         if image.mode != "L" or image.size != (28, 28):
-            raise DataError(f"{file}: the image in row {row} is {image.size[0]}x{image.size[1]} {image.mode}; "
-                            "expected 28x28 grayscale (mode L), as MNIST-style data is.")
+            raise DataError(
+                f"{file}: the image in row {row} is {image.size[0]}x{image.size[1]} {image.mode}; "
+                "expected 28x28 grayscale (mode L), as MNIST-style data is."
+            )
         images[row] = np.asarray(image)
     return images
 
@@ -120,8 +132,10 @@ def read_parquet(file: Path) -> pa.Table:
     table = parquet.read()
     labels = [n for n in table.column_names if n.lower() in schema.LABEL_NAMES]
     if len(labels) != 1:
-        raise DataError(f"{file} has an image column {image_column!r} and {len(labels)} label columns; "
-                        f"expected one, named {schema.LABEL_COLUMN!r}.")
+        raise DataError(
+            f"{file} has an image column {image_column!r} and {len(labels)} label columns; "
+            f"expected one, named {schema.LABEL_COLUMN!r}."
+        )
     images = decode_images(file, table.column(image_column))
     return schema.build_table(images, table.column(labels[0]).to_numpy())
 

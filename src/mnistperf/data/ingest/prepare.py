@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, NoReturn
+from typing import NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -65,10 +66,13 @@ def dataset_folder(dataset: str) -> str:
 
 def split_path(data_dir: str | os.PathLike, dataset: str, split: str, fmt: str = "parquet") -> Path:
     """Where a split lives: <data_dir>/<Folder>/<split>.<fmt>, or a folder of shards <split>/ (always for
-    synthetic; for a dataset of the user's own, when there is no single file)."""
+    synthetic; for a dataset of the user's own, when there is no single file).
+    """
     folder = Path(data_dir) / dataset_folder(dataset)
-    if fmt == "parquet" and (dataset == "synthetic" or (not is_builtin(dataset) and (folder / split).is_dir()
-                                                        and not (folder / f"{split}.parquet").exists())):
+    if fmt == "parquet" and (
+        dataset == "synthetic"
+        or (not is_builtin(dataset) and (folder / split).is_dir() and not (folder / f"{split}.parquet").exists())
+    ):
         return folder / split
     return folder / f"{split}.{fmt}"
 

@@ -93,7 +93,8 @@ PREPARE_OPTION = "--source-root"
 
 def how_to_get(spec: DatasetSpec, option: str = PREPARE_OPTION) -> str:
     """The ways a user can make the raw files reachable, for error messages; ``option`` is how the
-    command that failed takes the source folder."""
+    command that failed takes the source folder.
+    """
     return (
         f"pass {option} DIR (or set {SOURCE_ROOT_ENV}) where DIR/{spec.source_folder}/ holds the "
         f"four official .gz files; or install Debian's package dataset-fashion-mnist "
@@ -102,16 +103,19 @@ def how_to_get(spec: DatasetSpec, option: str = PREPARE_OPTION) -> str:
     )
 
 
-def candidate_dirs(spec: DatasetSpec, source_root: str | os.PathLike | None, cache_dir: Path,
-                   option: str = PREPARE_OPTION) -> list[Path]:
+def candidate_dirs(
+    spec: DatasetSpec, source_root: str | os.PathLike | None, cache_dir: Path, option: str = PREPARE_OPTION
+) -> list[Path]:
     """Local folders to search, in order of preference."""
     dirs = []
     named = option if source_root is not None else SOURCE_ROOT_ENV
     root = source_root if source_root is not None else os.environ.get(SOURCE_ROOT_ENV)
     if root:
         if not Path(root).is_dir():  # named on purpose: passing it over would hide a typo
-            raise DataError(f"{named} {root}: no such folder; give the folder that holds "
-                            f"{spec.source_folder}/ with the official .gz files.")
+            raise DataError(
+                f"{named} {root}: no such folder; give the folder that holds "
+                f"{spec.source_folder}/ with the official .gz files."
+            )
         dirs.append(Path(root) / spec.source_folder)
     dirs.append(SYSTEM_DATASETS_DIR / spec.source_folder)
     dirs.append(cache_dir)
@@ -161,8 +165,9 @@ def download(url: str, target: Path, raw: RawFile) -> bytes:
     return content
 
 
-def read_raw(spec: DatasetSpec, raw: RawFile, source_root, cache_dir: Path, log=print,
-             option: str = PREPARE_OPTION) -> bytes:
+def read_raw(
+    spec: DatasetSpec, raw: RawFile, source_root, cache_dir: Path, log=print, option: str = PREPARE_OPTION
+) -> bytes:
     """Return the verified decompressed content of one raw file from the first place that has it."""
     for folder in candidate_dirs(spec, source_root, cache_dir, option):
         path = folder / raw.name
@@ -183,14 +188,17 @@ def read_raw(spec: DatasetSpec, raw: RawFile, source_root, cache_dir: Path, log=
     )
 
 
-def load_split(spec: DatasetSpec, split: str, source_root, cache_dir: Path, log=print,
-               option: str = PREPARE_OPTION) -> tuple[np.ndarray, np.ndarray]:
+def load_split(
+    spec: DatasetSpec, split: str, source_root, cache_dir: Path, log=print, option: str = PREPARE_OPTION
+) -> tuple[np.ndarray, np.ndarray]:
     """Verified uint8 images [N, 28, 28] and labels [N] of one split, in the official order."""
     image_file, label_file = spec.splits[split]
-    images = decode_idx(read_raw(spec, image_file, source_root, cache_dir, log, option), IDX_IMAGES_MAGIC,
-                        Path(image_file.name))
-    labels = decode_idx(read_raw(spec, label_file, source_root, cache_dir, log, option), IDX_LABELS_MAGIC,
-                        Path(label_file.name))
+    images = decode_idx(
+        read_raw(spec, image_file, source_root, cache_dir, log, option), IDX_IMAGES_MAGIC, Path(image_file.name)
+    )
+    labels = decode_idx(
+        read_raw(spec, label_file, source_root, cache_dir, log, option), IDX_LABELS_MAGIC, Path(label_file.name)
+    )
     if len(images) != len(labels):
         raise DataError(f"{spec.folder} {split}: {len(images)} images but {len(labels)} labels.")
     return images, labels

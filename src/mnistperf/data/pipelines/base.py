@@ -11,9 +11,10 @@ DataModule's options once, and at setup/loader time the
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sized
+from typing import Any
 
 import torch
 from torch.utils.data import RandomSampler
@@ -53,21 +54,27 @@ class Pipeline:
     #: whether it holds the whole split in the training device's memory (tune leaves it out where that would not fit)
     holds_split_on_device = False
     #: its place among the pipelines ``mnistperf tune`` tries, lowest first (cheapest to feed first); None: never tried
-    tune_rank: Optional[int] = None
+    tune_rank: int | None = None
 
     def check(self) -> None:
         """Reject option combinations this pipeline cannot honour (called when the DataModule is built)."""
         o = self.options
         if o.batches_per_step > 1 and not self.groups_batches:
-            raise ConfigError(f"data.batches_per_step {o.batches_per_step}: the {o.pipeline} pipeline hands out one "
-                              "batch per step; groups of batches need data.pipeline resident (and model.cuda_graph "
-                              "true), or set batches_per_step 1.")
+            raise ConfigError(
+                f"data.batches_per_step {o.batches_per_step}: the {o.pipeline} pipeline hands out one "
+                "batch per step; groups of batches need data.pipeline resident (and model.cuda_graph "
+                "true), or set batches_per_step 1."
+            )
         if o.val_source != "test" and not self.can_split_off:
-            raise ConfigError(f"data.val_source: the {o.pipeline} pipeline never holds the training set, "
-                              "so it cannot split a fraction off it; use val_source: test or another pipeline.")
+            raise ConfigError(
+                f"data.val_source: the {o.pipeline} pipeline never holds the training set, "
+                "so it cannot split a fraction off it; use val_source: test or another pipeline."
+            )
         if is_uri(o.data_dir) and not self.reads_uris:
-            raise ConfigError(f"data.data_dir {o.data_dir!r} is remote, and the {o.pipeline} pipeline reads local "
-                              "files only; use data.pipeline litdata, or a local folder.")
+            raise ConfigError(
+                f"data.data_dir {o.data_dir!r} is remote, and the {o.pipeline} pipeline reads local "
+                "files only; use data.pipeline litdata, or a local folder."
+            )
 
     def prepare(self, path: Path) -> None:
         """Build whatever this pipeline reads besides the Parquet split itself (run once, on one process)."""
@@ -86,14 +93,19 @@ class Pipeline:
 
     def on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Finish a batch once it is on the training device (the DataModule's ``on_after_batch_transfer``);
-        a pipeline whose loader yields finished batches leaves it as it is."""
+        a pipeline whose loader yields finished batches leaves it as it is.
+        """
         return batch
 
     def worker_options(self, place: Placement) -> dict[str, Any]:
         """The DataLoader settings this pipeline's loaders use; pinning applies only to CUDA."""
         o = self.options
-        return {"num_workers": o.num_workers, "persistent_workers": o.persistent_workers,
-                "pin_memory": pins_memory(o.pin_memory, place.device), "prefetch_factor": o.prefetch_factor}
+        return {
+            "num_workers": o.num_workers,
+            "persistent_workers": o.persistent_workers,
+            "pin_memory": pins_memory(o.pin_memory, place.device),
+            "prefetch_factor": o.prefetch_factor,
+        }
 
     def order(self, train: bool) -> tuple[bool, bool]:
         """(shuffle, drop_last) for a training or an evaluation loader."""
@@ -110,7 +122,8 @@ def normalize(pixels: torch.Tensor) -> torch.Tensor:
 
 def step_batches(batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
     """The training batches of what a loader yielded: a group of k stacked batches (labels [k, B]) gives k
-    batches (views, no copy), a plain batch (labels [B]) itself."""
+    batches (views, no copy), a plain batch (labels [B]) itself.
+    """
     if batch["label"].dim() == 1:
         return [batch]
     return [{name: tensor[i] for name, tensor in batch.items()} for i in range(batch["label"].shape[0])]
@@ -136,7 +149,8 @@ def seeded_split(n: int, fraction: float, seed: int) -> tuple[torch.Tensor, torc
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The training order of one epoch: a permutation of n rows drawn on the CPU from ``seed + epoch`` alone
     (as ``DistributedSampler`` draws its own), so that every pipeline, every device and a resumed run draw
-    the same one, whatever else used the random number generators before."""
+    the same one, whatever else used the random number generators before.
+    """
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
 
 

@@ -39,7 +39,9 @@ def require_litdata():
     try:
         import litdata
     except ImportError:
-        raise ConfigError(f"data.pipeline litdata needs the litdata package, which is not installed: {INSTALL}.") from None
+        raise ConfigError(
+            f"data.pipeline litdata needs the litdata package, which is not installed: {INSTALL}."
+        ) from None
     return litdata
 
 
@@ -76,7 +78,7 @@ def write_copy(split: Path, target: Path) -> int:
                 pixels, labels = np.concatenate([held[0], pixels]), np.concatenate([held[1], labels])
             whole = len(labels) - len(labels) % BLOCK_ROWS
             for start in range(0, whole, BLOCK_ROWS):
-                emit(pixels[start:start + BLOCK_ROWS], labels[start:start + BLOCK_ROWS])
+                emit(pixels[start : start + BLOCK_ROWS], labels[start : start + BLOCK_ROWS])
             held = (pixels[whole:], labels[whole:]) if whole < len(labels) else None
         if held is not None:
             emit(*held)  # the split's last, shorter block
@@ -125,7 +127,8 @@ def tell_topology(dataset, place: Placement) -> None:
 
 def collate(items: list[dict[str, Any]], finish: bool = True) -> dict[str, torch.Tensor]:
     """Blocks of rows to a batch: int64 labels, and float32 images [N, 1, 28, 28] in 0..1, or with ``finish``
-    false the uint8 pixels [N, 784] (a quarter of the bytes), which :meth:`LitdataPipeline.on_device` finishes."""
+    false the uint8 pixels [N, 784] (a quarter of the bytes), which :meth:`LitdataPipeline.on_device` finishes.
+    """
     pixels = torch.from_numpy(np.concatenate([item["pixels"] for item in items]).reshape(-1, schema.NUM_PIXELS))
     labels = torch.from_numpy(np.concatenate([np.atleast_1d(item["label"]) for item in items]).astype(np.int64))
     return {"image": normalize(pixels) if finish else pixels, "label": labels}
@@ -144,8 +147,10 @@ class LitdataPipeline(Pipeline):
         size = self.options.batch_size
         if size % BLOCK_ROWS:
             lower, upper = max(BLOCK_ROWS, size - size % BLOCK_ROWS), size - size % BLOCK_ROWS + BLOCK_ROWS
-            raise ConfigError(f"data.batch_size {size}: the litdata pipeline reads rows in blocks of {BLOCK_ROWS}, so "
-                              f"the batch size must be a multiple of {BLOCK_ROWS} (such as {lower} or {upper}).")
+            raise ConfigError(
+                f"data.batch_size {size}: the litdata pipeline reads rows in blocks of {BLOCK_ROWS}, so "
+                f"the batch size must be a multiple of {BLOCK_ROWS} (such as {lower} or {upper})."
+            )
 
     def prepare(self, path: Path) -> None:
         prepare_copies([path])
@@ -154,22 +159,36 @@ class LitdataPipeline(Pipeline):
         litdata = require_litdata()
         copy = copy_location(path)
         if not is_uri(str(copy)) and not (Path(copy) / "index.json").is_file():
-            raise DataError(f"{copy} holds no litdata copy: run `python -m mnistperf fit` (its prepare_data writes "
-                            f"it) or `python -m mnistperf prepare --litdata`.")
+            raise DataError(
+                f"{copy} holds no litdata copy: run `python -m mnistperf fit` (its prepare_data writes "
+                f"it) or `python -m mnistperf prepare --litdata`."
+            )
         try:
-            dataset = litdata.StreamingDataset(str(copy), shuffle=False, seed=self.options.seed, drop_last=False,
-                                               batch_decode=BATCH_DECODE, item_shuffle_window=ITEM_SHUFFLE_WINDOW)
+            dataset = litdata.StreamingDataset(
+                str(copy),
+                shuffle=False,
+                seed=self.options.seed,
+                drop_last=False,
+                batch_decode=BATCH_DECODE,
+                item_shuffle_window=ITEM_SHUFFLE_WINDOW,
+            )
         except (OSError, ValueError, AssertionError, json.JSONDecodeError) as exc:
-            raise DataError(f"{copy}: litdata cannot read it ({exc}); write it again with "
-                            "`python -m mnistperf prepare --litdata --force`.") from exc
+            raise DataError(
+                f"{copy}: litdata cannot read it ({exc}); write it again with "
+                "`python -m mnistperf prepare --litdata --force`."
+            ) from exc
         tell_topology(dataset, place)
         first = dataset[0]
         if np.ndim(first["label"]) != 1:  # a copy written one row per item, by an earlier version
-            raise DataError(f"{copy} holds a litdata copy in another layout (one row per item); write it again with "
-                            "`python -m mnistperf prepare --litdata --force` (and upload it again if it is remote).")
+            raise DataError(
+                f"{copy} holds a litdata copy in another layout (one row per item); write it again with "
+                "`python -m mnistperf prepare --litdata --force` (and upload it again if it is remote)."
+            )
         if require_labels and int(first["label"][0]) == schema.NO_LABEL:
-            raise DataError(f"{path} has no '{schema.LABEL_COLUMN}' column, which training, validation and testing "
-                            "need; add the labels or use the file only with `predict`.")
+            raise DataError(
+                f"{path} has no '{schema.LABEL_COLUMN}' column, which training, validation and testing "
+                "need; add the labels or use the file only with `predict`."
+            )
         return dataset
 
     def on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -192,5 +211,11 @@ class LitdataPipeline(Pipeline):
         # since the training process would otherwise do that work itself, beside the step.
         on_gpu = place.device.type == "cuda"
         # StreamingDataLoader sets shuffle and drop_last on the dataset, which reads them when an epoch starts.
-        return litdata.StreamingDataLoader(data, batch_size=self.options.batch_size // BLOCK_ROWS, shuffle=shuffle,
-                                           drop_last=drop_last, collate_fn=partial(collate, finish=not on_gpu), **options)
+        return litdata.StreamingDataLoader(
+            data,
+            batch_size=self.options.batch_size // BLOCK_ROWS,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            collate_fn=partial(collate, finish=not on_gpu),
+            **options,
+        )

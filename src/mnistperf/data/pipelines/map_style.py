@@ -32,5 +32,6 @@ class MapStylePipeline(Pipeline):
     def loader(self, data: Dataset, train: bool, place: Placement) -> WorkerLoader:
         shuffle, drop_last = self.order(train)
         sampler = EpochShuffle(data, self.options.seed) if shuffle else None
-        return WorkerLoader(data, batch_size=self.options.batch_size, sampler=sampler, drop_last=drop_last,
-                            **self.worker_options(place))
+        return WorkerLoader(
+            data, batch_size=self.options.batch_size, sampler=sampler, drop_last=drop_last, **self.worker_options(place)
+        )

@@ -58,12 +58,16 @@ def markdown_table() -> str:
     def yes(flag: bool) -> str:
         return "yes" if flag else "-"
 
-    header = ("| data.pipeline | module | what it does | DataLoader workers | val_source fraction | remote data_dir | "
-              "batches_per_step > 1 | tune's order |")
+    header = (
+        "| data.pipeline | module | what it does | DataLoader workers | val_source fraction | remote data_dir | "
+        "batches_per_step > 1 | tune's order |"
+    )
     lines = [header, "|---|---|---|---|---|---|---|---|"]
     for name, cls in PIPELINES.items():
         module = cls.__module__.rpartition(".")[2] + ".py"
         tried = str(order.index(name) + 1) if name in order else "-"
-        lines.append(f"| `{name}` | {module} | {summary(name)} | {yes(cls.uses_workers)} | {yes(cls.can_split_off)} | "
-                     f"{yes(cls.reads_uris)} | {yes(cls.groups_batches)} | {tried} |")
+        lines.append(
+            f"| `{name}` | {module} | {summary(name)} | {yes(cls.uses_workers)} | {yes(cls.can_split_off)} | "
+            f"{yes(cls.reads_uris)} | {yes(cls.groups_batches)} | {tried} |"
+        )
     return "\n".join(lines)

@@ -18,8 +18,8 @@ one of two shapes). :func:`~mnistperf.data.pipelines.base.step_batches` takes a 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -71,7 +71,8 @@ class ResidentBatches:
 
     def indices(self) -> torch.Tensor:
         """This rank's sample indices for this pass, on the device (a shuffled loader's next pass draws the next
-        epoch's order, unless Lightning sets the epoch first)."""
+        epoch's order, unless Lightning sets the epoch first).
+        """
         n, device = len(self.labels), self.labels.device
         if isinstance(self.sampler, EpochShuffle):
             order = self.sampler.order().to(device)  # the DataLoader pipelines' order too
@@ -112,5 +113,13 @@ class ResidentPipeline(Pipeline):
         if o.num_workers or o.pin_memory:
             rank_zero_warn("data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect.")
         shuffle, drop_last = self.order(train)
-        return ResidentBatches(*data, o.batch_size, shuffle, o.seed, drop_last, place.rank, place.world_size,
-                               o.batches_per_step if train else 1)
+        return ResidentBatches(
+            *data,
+            o.batch_size,
+            shuffle,
+            o.seed,
+            drop_last,
+            place.rank,
+            place.world_size,
+            o.batches_per_step if train else 1,
+        )

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ class ParquetStream(IterableDataset):
         # Shared with worker processes, so a new epoch reshuffles even with non-persistent workers.
         self.epoch = torch.full((), -1, dtype=torch.int64).share_memory_()
 
-    def configured(self, **options) -> "ParquetStream":
+    def configured(self, **options) -> ParquetStream:
         """A copy with loader options set: shuffle, buffer_rows, batch_size, drop_last, rank, world_size."""
         stream = copy.copy(self)
         for name, value in options.items():
@@ -87,8 +87,9 @@ class ParquetStream(IterableDataset):
             if first < end and last > begin:
                 yield from self._read_file(file, self.layouts[index], max(begin - first, 0), min(end, last) - first)
 
-    def _read_file(self, file: Path, layout: schema.Layout, begin: int,
-                   end: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _read_file(
+        self, file: Path, layout: schema.Layout, begin: int, end: int
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Rows [begin, end) of one file, one row group at a time."""
         import pyarrow.parquet as pq
 
@@ -192,8 +193,13 @@ class StreamPipeline(Pipeline):
 
     def loader(self, data: ParquetStream, train: bool, place: Placement) -> StreamLoader:
         shuffle, drop_last = self.order(train)
-        stream = data.configured(shuffle=shuffle, buffer_rows=self.options.stream_buffer_rows,
-                                 batch_size=self.options.batch_size, drop_last=drop_last, rank=place.rank,
-                                 world_size=place.world_size)
+        stream = data.configured(
+            shuffle=shuffle,
+            buffer_rows=self.options.stream_buffer_rows,
+            batch_size=self.options.batch_size,
+            drop_last=drop_last,
+            rank=place.rank,
+            world_size=place.world_size,
+        )
         # The stream yields whole batches and shuffles itself, through its buffer.
         return StreamLoader(stream, batch_size=None, **self.worker_options(place))

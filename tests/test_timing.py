@@ -308,3 +308,42 @@ def test_the_compiled_stage_runs_bf16_on_a_gpu_that_has_it(tiny_data, monkeypatc
     summary = fit(tiny_data.parent, "v3_compiled.yaml", "--data.batch_size", "40")
     expected = "bf16-mixed" if torch.cuda.is_bf16_supported(including_emulation=False) else "32-true"
     assert summary["precision"] == expected and summary["accelerator"] == "cuda"
+
+
+# ---------------------------------------------------------------- one clock for every loop
+def test_the_clock_turns_timestamps_into_the_epochs_figures_and_verdict_with_the_runs_threshold(monkeypatch):
+    from mnistperf.timing.clock import EpochClock
+
+    def one_epoch(threshold: float) -> dict:
+        times = iter([0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0])
+        monkeypatch.setattr("mnistperf.timing.clock.time.perf_counter", lambda: next(times))
+        clock = EpochClock(torch.device("cpu"), input_bound_share=threshold)
+        clock.epoch_start(2)                   # 0
+        for index in range(2):
+            clock.step_start(index)            # 1, 4: a second of host wait before each step
+            clock.count(5)
+            clock.step_end(index)              # 3, 6
+        clock.add_fetch_wait(1.5)
+        clock.eval_start()                     # 7: train time ends, evaluation begins
+        clock.eval_end()                       # 9
+        return clock.epoch_end({"val/acc": 0.5})
+
+    row = one_epoch(0.5)
+    assert row["train_s"] == 7.0 and row["eval_s"] == 2.0 and row["samples_per_s"] == pytest.approx(10 / 7)
+    assert row["host_wait_share"] == pytest.approx(2 / 7) and row["input_wait_share"] == pytest.approx(1.5 / 7)
+    assert row["verdict"] == "compute-bound" and row["val/acc"] == 0.5
+    assert one_epoch(0.2)["verdict"] == "input-bound"  # 21 % waiting: input-bound at the run's threshold of 20 %
+
+
+def test_the_reference_rows_take_the_threshold_from_the_stages_config(tiny_data, monkeypatch):
+    from mnistperf.bench import reference_rows
+
+    monkeypatch.chdir(tiny_data.parent)
+    config = tiny_data.parent / "v2_pinned.yaml"
+    config.write_text((CONFIGS / "v2_pinned.yaml").read_text().replace("input_bound_share: 0.5",
+                                                                       "input_bound_share: 0.05"))
+    reference_rows.main(["--loader-only", "--out", "loader.json", "--config", str(config), "--trainer.max_epochs",
+                         "1", "--data.num_workers", "0", "--data.persistent_workers", "false"])
+    summary = json.loads((tiny_data.parent / "loader.json").read_text())
+    assert summary["input_bound_share"] == 0.05 and summary["runner"] == "loader"
+    assert summary["verdict"] == "input-bound"  # drawing batches is all it does: input-bound at any threshold

@@ -70,11 +70,12 @@ class KernelWindow:
     """Profiles the CUDA activity of the steps from ``first`` to ``last`` (batch indices of one epoch).
 
     Call :meth:`step_start` and :meth:`step_end` around every step of that epoch; after ``last``
-    :attr:`busy` holds the busy share (None if nothing ran on the device).
+    :attr:`done` is true and :attr:`busy` holds the busy share (None if nothing ran on the device).
     """
 
     def __init__(self, first: int, last: int):
         self.first, self.last = first, last
+        self.done = False
         self.busy: Optional[float] = None
         self.kernels = 0
         self._profiler = None
@@ -101,6 +102,7 @@ class KernelWindow:
             self.kernels = len(intervals)
             self.busy = busy_share(intervals)
             self._profiler = None
+            self.done = True
 
     def result(self, epoch: int) -> dict:
         """What timing.json records as ``busy_window``: the share, and where and over what it was measured."""

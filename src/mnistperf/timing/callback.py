@@ -98,7 +98,7 @@ class EpochTimer(Callback):
         self._val_metrics = {}
         if self._fetch is not None:
             self._fetch.reset()
-        self.clock.epoch_start(trainer.num_training_batches)
+        self.clock.epoch_start(trainer.num_training_batches, trainer.current_epoch + 1)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.clock.step_start(batch_idx)

@@ -78,11 +78,14 @@ class EpochClock:
         self._train_start: Optional[float] = None
         self._eval_start: Optional[float] = None
         self._last_step_end = 0.0
+        self._number = len(self.epochs) + 1
 
     # ------------------------------------------------------------------ timestamps
-    def epoch_start(self, batches: float = math.inf) -> None:
-        """Start an epoch of ``batches`` training steps (the first opens the busy window); synchronizes."""
+    def epoch_start(self, batches: float = math.inf, number: Optional[int] = None) -> None:
+        """Start epoch ``number`` (by default the one after the last timed) of ``batches`` training steps; the
+        first timed opens the busy window. Synchronizes."""
         self._reset()
+        self._number = number if number is not None else len(self.epochs) + 1
         if not self.epochs and self.busy_window is not None and self.busy_window_steps > 0:
             steps = window_steps(batches, self.busy_window_steps)
             self.window = KernelWindow(*steps) if steps else None
@@ -103,7 +106,7 @@ class EpochClock:
         if self.window is not None:
             self.window.step_end(index)
             if self.window.done:
-                self.busy_window = self.window.result(len(self.epochs) + 1)
+                self.busy_window = self.window.result(self._number)
                 self.window = None
         self._last_step_end = self._now()
 
@@ -162,7 +165,7 @@ class EpochClock:
         if self.busy_window is not None and not math.isnan(merged["device_busy"]):
             self.busy_window["share"] = merged["device_busy"]  # every process's window, averaged
         samples = None if math.isnan(merged["samples"]) else int(merged["samples"])
-        row = epoch_row(len(self.epochs) + 1, merged["train_s"], merged["eval_s"], samples, merged["fetch_wait_s"],
+        row = epoch_row(self._number, merged["train_s"], merged["eval_s"], samples, merged["fetch_wait_s"],
                         merged["host_wait_s"], self.busy_window, metrics or {}, self.input_bound_share)
         self.epochs.append(row)
         return row

@@ -91,26 +91,64 @@ def test_busy_share_is_the_union_of_the_intervals_over_their_span():
     assert busy_share([]) is None and busy_share([(5, 5)]) is None
 
 
-def test_device_intervals_are_read_from_kinetos_own_events():
+def kineto_event(device, start_ns: int, end_ns: int, kind: str = "kernel", annotation: bool = False):
     from types import SimpleNamespace
 
-    from mnistperf.timing.kernel_busy import device_intervals
+    return SimpleNamespace(device_type=lambda: device, start_ns=lambda: start_ns, end_ns=lambda: end_ns,
+                           activity_type=lambda: kind, is_user_annotation=lambda: annotation)
 
-    def event(device, start_ns, end_ns):
-        return SimpleNamespace(device_type=lambda: device, start_ns=lambda: start_ns, end_ns=lambda: end_ns)
+
+def kineto_profiler(events: list):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
+
+
+def test_device_intervals_are_the_gpus_work_read_from_kinetos_own_events():
+    from mnistperf.timing.kernel_busy import device_activities, device_intervals
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
-    results = SimpleNamespace(events=lambda: [event(cpu, 0, 9000), event(cuda, 1000, 3000), event(cuda, 5000, 6000)])
-    profiler = SimpleNamespace(profiler=SimpleNamespace(kineto_results=results))
-    assert device_intervals(profiler) == [(1.0, 3.0), (5.0, 6.0)]  # microseconds, the GPU's only
+    profiler = kineto_profiler([
+        kineto_event(cpu, 0, 9000, "cpu_op"),
+        kineto_event(cuda, 0, 9000, "gpu_user_annotation", annotation=True),  # ProfilerStep#3 spans the step's gaps
+        kineto_event(cuda, 1000, 3000), kineto_event(cuda, 5000, 6000, "gpu_memcpy")])
+    assert device_intervals(profiler) == [(1.0, 3.0), (5.0, 6.0)]  # microseconds, the GPU's work only
+    assert [kind for kind, _, _ in device_activities(profiler)] == ["kernel", "gpu_memcpy"]
     assert busy_share(device_intervals(profiler)) == pytest.approx(3 / 5)
 
 
-def test_the_window_sits_at_the_end_of_the_first_epoch():
-    assert window_steps(118) == (97, 116)  # the 20 steps before the last (the 96-sample remainder) of 118
-    assert window_steps(10) == (3, 8)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled
-    assert window_steps(5) == (3, 3)
-    assert window_steps(4) is None
+def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says_why():
+    from mnistperf.timing.kernel_busy import MIN_KERNELS_PER_STEP, window_reading
+
+    steps = 20
+    eager = [("kernel", 10.0 * i, 10.0 * i + 4) for i in range(MIN_KERNELS_PER_STEP * steps)]
+    assert window_reading(eager, steps) == (pytest.approx(0.4, abs=0.01), None)
+    # A graphed step the profiler cannot see: the batch's copies into the graph's inputs and its preparation only.
+    unseen = [("gpu_memcpy", 10.0 * i, 10.0 * i + 9) for i in range(16 * steps)] + eager[: 4 * steps]
+    share, reason = window_reading(unseen, steps)
+    assert share is None and f"saw {4 * steps} kernels in {steps} steps" in reason and "75504" in reason
+    verdict, why = classify({"input_wait_share": 0.05, "device_busy_share": None}, 0.5, reason)
+    assert verdict == "undetermined" and "pytorch#75504" in why
+    assert window_reading([], steps)[0] is None
+
+
+def test_a_capture_initializes_the_profiler_once_and_ends_a_window_still_profiling(monkeypatch):
+    from types import SimpleNamespace
+
+    from mnistperf.timing import kernel_busy
+
+    inits = []
+    monkeypatch.setattr("torch.profiler._utils._init_for_cuda_graphs", lambda: inits.append(1))
+    monkeypatch.setattr(kernel_busy, "_cupti_ready", False)
+    window = KernelWindow(3, 22)
+    stops = []
+    window._profiler = SimpleNamespace(stop=lambda: stops.append(1))
+    monkeypatch.setattr(kernel_busy, "_profiling", window)
+    kernel_busy.before_graph_capture()
+    kernel_busy.before_graph_capture()
+    assert inits == [1] and stops == [1]  # torch's guard once per process; the window's profiler stopped
+    assert window.done and window.busy is None and "captured inside the profiled window" in window.result(1)["reason"]
+    assert kernel_busy._profiling is None
 
 
 @pytest.mark.parametrize("cuda,tears_down", [("13.0", True), ("12.6", True), ("12.4", False), ("11.8", False),
@@ -283,7 +321,7 @@ def test_the_busy_share_agrees_with_an_independent_measure_of_the_same_steps():
     """One matmul per step and host time after it: CUDA events around the lone kernel of each step give the
     kernel time independently of the profiler; both shares must agree within 10 points."""
     a = torch.randn(2048, 2048, device="cuda")
-    window = KernelWindow(5, 24)
+    window = KernelWindow(5, 24, min_kernels_per_step=1)  # a matmul, a division and a tanh per step
     events = []
     for step in range(25):
         window.step_start(step)
@@ -308,6 +346,22 @@ def test_the_compiled_stage_runs_bf16_on_a_gpu_that_has_it(tiny_data, monkeypatc
     summary = fit(tiny_data.parent, "v3_compiled.yaml", "--data.batch_size", "40")
     expected = "bf16-mixed" if torch.cuda.is_bf16_supported(including_emulation=False) else "32-true"
     assert summary["precision"] == expected and summary["accelerator"] == "cuda"
+
+
+@pytest.mark.cuda
+def test_the_graphed_stages_busy_window_sees_the_graphs_kernels(tmp_path, monkeypatch):
+    """v4_graphed in groups of 2 batches: the window covers replays of a graph captured before it (in the first
+    step), and reads the graph's kernels, some fifty per optimizer step, not just the batches' copies."""
+    data = tmp_path / "data"
+    for split, rows in (("train", 32 * 64), ("test", 256)):
+        write_parquet(data / "FashionMNIST" / f"{split}.parquet", schema.build_table(*random_split(rows, 5)))
+    monkeypatch.chdir(tmp_path)
+    summary = fit(tmp_path, "v4_graphed.yaml", "--trainer.max_epochs", "2", "--data.batch_size", "64",
+                  "--data.batches_per_step", "2")
+    window = summary["busy_window"]
+    steps = window["last_step"] - window["first_step"] + 1
+    assert window["share"] is not None and "reason" not in window, window
+    assert window["kernels"] >= 2 * 20 * steps, window
 
 
 # ---------------------------------------------------------------- one clock for every loop

@@ -207,6 +207,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"GPU busy: {window['share']:.0%} of the time over training steps {window['first_step']}-"
                      f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} kernels and copies, "
                      "profiled in the warm-up epoch)")
+    elif window and window.get("reason"):
+        lines.append(f"GPU busy: not measured ({window['reason']})")
     if summary.get("final_val_acc") is not None:
         lines.append(f"Final validation accuracy: {summary['final_val_acc']:.4f}")
     return "\n".join(lines)

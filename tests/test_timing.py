@@ -151,6 +151,14 @@ def test_a_capture_initializes_the_profiler_once_and_ends_a_window_still_profili
     assert kernel_busy._profiling is None
 
 
+def test_the_window_sits_at_the_end_of_the_first_epoch_clear_of_the_remainders_capture():
+    assert window_steps(118) == (96, 115)  # 20 steps, one unprofiled, then the last (the 96-sample remainder)
+    assert window_steps(16) == (3, 13)  # batches_per_step 8: 16 groups, the remainder's capture in the 16th
+    assert window_steps(10) == (3, 7)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled
+    assert window_steps(6) == (3, 3)
+    assert window_steps(5) is None
+
+
 @pytest.mark.parametrize("cuda,tears_down", [("13.0", True), ("12.6", True), ("12.4", False), ("11.8", False),
                                              (None, False)])
 def test_cupti_is_torn_down_only_where_cuda_graphs_survive_it(monkeypatch, cuda, tears_down):

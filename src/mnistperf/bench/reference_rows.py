@@ -89,7 +89,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
                 break
             batch = datamodule.to_device(batch, device)
             clock.step_start(step)
-            clock.count(batch["label"].numel())  # a group of batches (data.batches_per_step) counts all of them
+            clock.count(model.samples_in_batch(batch))
             for step_batch in ([] if loader_only else step_batches(batch)):
                 train_step(step_batch)
             clock.step_end(step)
@@ -153,6 +153,9 @@ class BareStep(LightningModule):
             return F.cross_entropy(self(batch["image"]), batch["label"])
         optimizer_steps(self.optimizers(), batch, self.graphs)
 
+    def samples_in_batch(self, batch) -> int:
+        return batch["label"].numel()  # a group of k batches counts all k
+
     def _whole_step(self, batch) -> None:
         whole_training_step(self, self.optimizers().optimizer, batch)
 
@@ -170,7 +173,7 @@ class BareClock(Callback):
         self.clock.epoch_start()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self.clock.count(batch["label"].numel())
+        self.clock.count(pl_module.samples_in_batch(batch))
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.clock.epoch_end()

@@ -1,4 +1,14 @@
-"""EpochTimer: the Lightning callback that times every epoch and says what bounds the run.
+"""EpochTimer: the Lightning callback that times every epoch of any LightningModule and says what bounds the run.
+
+``Trainer(callbacks=[EpochTimer()])``, or one line under ``trainer.callbacks`` of a LightningCLI
+config (``- class_path: mnistperf.timing.EpochTimer``). Automatic or manual optimization, with or
+without a DataModule, on CPU or CUDA, under DDP; the trainer's own profiler keeps working.
+
+Samples are counted from each training batch: the module's own ``samples_in_batch(batch) -> int``
+where it defines one (for batches whose tensors do not lead with the batch dimension, such as
+groups of stacked batches), else the leading length of the batch's tensors, found by Lightning's
+``extract_batch_size`` in a dict, tuple, list, bare tensor or nested mix. What it cannot measure
+(samples no batch shows, GPU busy time beside a torch profiler of the user's) it says once.
 
 A thin callback over :class:`~mnistperf.timing.clock.EpochClock`, which holds the arithmetic: the
 callback tells the clock when epochs, steps and validation begin and end, and hands it the input
@@ -24,7 +34,10 @@ from typing import Any, Optional
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.data import extract_batch_size
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.timing.clock import GATHERED, EpochClock
 from mnistperf.timing.fetch_clock import FetchClock
@@ -48,6 +61,18 @@ def say(trainer: Trainer, message: str) -> None:
         print(message, flush=True)
 
 
+def batch_samples(module: LightningModule, batch: Any) -> Optional[int]:
+    """The samples in a training batch: ``module.samples_in_batch(batch)`` where the module defines it, else the
+    leading length of the batch's tensors; None where neither tells."""
+    own = getattr(module, "samples_in_batch", None)
+    if callable(own):
+        return int(own(batch))
+    try:
+        return extract_batch_size(batch)
+    except (MisconfigurationException, RecursionError):
+        return None
+
+
 class EpochTimer(Callback):
     """Times every epoch, logs the figures to the loggers and prints the run's summary.
 
@@ -68,6 +93,7 @@ class EpochTimer(Callback):
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch: Optional[FetchClock] = None
         self._val_metrics: dict[str, float] = {}
+        self._said: set[str] = set()
 
     @property
     def epochs(self) -> list[dict[str, Any]]:
@@ -83,9 +109,19 @@ class EpochTimer(Callback):
     def _fitting(trainer: Trainer) -> bool:
         return not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING
 
+    def _say_once(self, trainer: Trainer, message: str) -> None:
+        if message not in self._said and trainer.is_global_zero:
+            say(trainer, f"EpochTimer: {message}")
+        self._said.add(message)
+
     # ------------------------------------------------------------------ hooks
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.clock = EpochClock(pl_module.device, self.input_bound_share, self.busy_window_steps)
+        busy_unavailable = None
+        if pl_module.device.type == "cuda" and isinstance(trainer.profiler, PyTorchProfiler):
+            busy_unavailable = "the trainer's PyTorchProfiler holds the GPU's profiler, and only one can run"
+            self._say_once(trainer, f"GPU busy time not measured: {busy_unavailable}.")
+        self.clock = EpochClock(pl_module.device, self.input_bound_share, self.busy_window_steps,
+                                busy_unavailable=busy_unavailable)
         self._fetch = FetchClock(trainer.profiler)
         trainer.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
 
@@ -102,7 +138,12 @@ class EpochTimer(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.clock.step_start(batch_idx)
-        self.clock.count(batch["label"].numel())  # a group of k batches (data.batches_per_step) counts k
+        samples = batch_samples(pl_module, batch)
+        if samples is None:
+            self._say_once(trainer, f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so "
+                                    "samples/s is not measured; define samples_in_batch(self, batch) -> int on "
+                                    f"{type(pl_module).__name__}.")
+        self.clock.count(samples)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.clock.step_end(batch_idx)
@@ -157,12 +198,16 @@ class EpochTimer(Callback):
 
     # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:
-        """Every figure of the run, per epoch and in total, with what produced it."""
+        """Every figure of the run, per epoch and in total, with what produced it. ``config`` (the logger's
+        name) and ``data`` (a DataModule's ``loader_settings()``) appear where the run has them."""
         datamodule = trainer.datamodule
-        return {
+        found = {
             "config": trainer.logger.name if trainer.logger is not None else None,
-            "runner": "lightning",
             "data": datamodule.loader_settings() if hasattr(datamodule, "loader_settings") else None,
+        }
+        return {
+            **{k: v for k, v in found.items() if v is not None},
+            "runner": "lightning",
             "model": {k: v for k, v in trainer.lightning_module.hparams.items() if not k.startswith("_")},
             "precision": str(trainer.precision),
             "world_size": trainer.world_size,

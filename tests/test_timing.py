@@ -409,3 +409,43 @@ def test_the_reference_rows_take_the_threshold_from_the_stages_config(tiny_data,
     summary = json.loads((tiny_data.parent / "loader.json").read_text())
     assert summary["input_bound_share"] == 0.05 and summary["runner"] == "loader"
     assert summary["verdict"] == "input-bound"  # drawing batches is all it does: input-bound at any threshold
+
+
+# ---------------------------------------------------------------- what a fix could buy
+def test_the_advice_bounds_the_gain_from_the_measured_figures_and_names_the_stages():
+    from mnistperf.timing.advice import advice, format_advice
+
+    waiting = advice({"verdict": "input-bound", "avg_train_s": 10.0, "input_wait_share": 0.7})
+    assert waiting["at_most_s_less"] == pytest.approx(7.0)
+    assert "at most 7.00 s (70%) less" in waiting["ceiling"]
+    assert [h["stage"] for h in waiting["hints"]][:3] == ["v1_workers4", "v2_pinned", "v3_resident"]
+    assert "mnistperf tune" in format_advice(waiting) and "not a promise" in format_advice(waiting)
+
+    launching = advice({"verdict": "overhead-bound", "avg_train_s": 0.68, "input_wait_share": 0.01,
+                        "device_busy_share": 0.25})
+    assert launching["speed_up_at_most"] == pytest.approx(4.0) and launching["at_most_s_less"] == pytest.approx(0.51)
+    assert "busy 25% of the time" in launching["ceiling"] and "up to 4.0x faster" in launching["ceiling"]
+    assert [h["stage"] for h in launching["hints"]][:2] == ["v4_graphed", "v1_bs512"]
+
+    computing = advice({"verdict": "compute-bound", "avg_train_s": 1.0, "input_wait_share": 0.0,
+                        "device_busy_share": 0.95})
+    assert "GPU's arithmetic" in computing["ceiling"] and computing["hints"][0]["stage"] == "v3_compiled"
+    assert "at_most_s_less" not in computing
+    assert "CPU's arithmetic" in advice({"verdict": "compute-bound", "avg_train_s": 1.0,
+                                          "input_wait_share": 0.1})["ceiling"]
+    assert advice({"verdict": "undetermined", "avg_train_s": 1.0, "input_wait_share": 0.1,
+                   "device_busy_share": None}) is None
+
+
+def test_the_advice_is_printed_once_at_the_end_of_fit_and_kept_in_timing_json(tmp_path, capsys):
+    from lightning.pytorch.loggers import CSVLogger
+
+    timer = EpochTimer()
+    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[timer], logger=CSVLogger(tmp_path),
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(SleepyModule(0.0), DataLoader(SlowItems(0.01), batch_size=4))
+    printed = capsys.readouterr().out
+    assert printed.count("What a fix could buy") == 1
+    summary = json.loads(timer.summary_path.read_text())
+    assert summary["advice"]["verdict"] == summary["verdict"] and summary["advice"]["hints"]
+

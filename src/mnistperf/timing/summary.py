@@ -22,6 +22,7 @@ import lightning
 import torch
 
 from mnistperf.atomic import atomic_write
+from mnistperf.timing.advice import advice, format_advice
 from mnistperf.machine import describe_device, usable_cpus
 
 SUMMARY_FILE = "timing.json"
@@ -106,7 +107,8 @@ def _weighted(epochs: list[dict[str, Any]], key: str) -> Optional[float]:
 
 def aggregate(epochs: list[dict[str, Any]], input_bound_share: float,
               busy_window: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """The per-epoch rows, warm-up apart, the steady-state averages, totals and the verdict.
+    """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix of
+    its bound could buy (:func:`~mnistperf.timing.advice.advice`).
 
     ``busy_window`` (CUDA): where the GPU's busy share was profiled and what it read; the same
     share stands for every epoch, since it is a property of the step.
@@ -121,7 +123,7 @@ def aggregate(epochs: list[dict[str, Any]], input_bound_share: float,
         figures["device_busy_share"] = busy_window.get("share")
     verdict, reason = classify(figures, input_bound_share, _not_measured(busy_window))
     counted = None if any(e["samples"] is None for e in steady) else sum(e["samples"] for e in steady)
-    return {
+    found = {
         "epochs": epochs,
         "steady_epochs": [steady[0]["epoch"], steady[-1]["epoch"]],
         "warmup": {k: epochs[0][k] for k in ("epoch", "train_s", "eval_s")} if len(epochs) > 1 else None,
@@ -137,6 +139,8 @@ def aggregate(epochs: list[dict[str, Any]], input_bound_share: float,
         "verdict_reason": reason,
         "final_val_acc": epochs[-1].get("val/acc"),
     }
+    found["advice"] = advice(found)
+    return found
 
 
 def peak_rss_mb() -> dict[str, float]:
@@ -209,6 +213,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                      "profiled in the warm-up epoch)")
     elif window and window.get("reason"):
         lines.append(f"GPU busy: not measured ({window['reason']})")
+    if summary.get("advice"):
+        lines.append(format_advice(summary["advice"]))
     if summary.get("final_val_acc") is not None:
         lines.append(f"Final validation accuracy: {summary['final_val_acc']:.4f}")
     return "\n".join(lines)

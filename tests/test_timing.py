@@ -370,6 +370,8 @@ def test_the_graphed_stages_busy_window_sees_the_graphs_kernels(tmp_path, monkey
     steps = window["last_step"] - window["first_step"] + 1
     assert window["share"] is not None and "reason" not in window, window
     assert window["kernels"] >= 2 * 20 * steps, window
+    trace = next((tmp_path / "lightning_logs").glob(f"v4_graphed/version_0/{window['trace']}"))
+    assert json.loads(trace.read_text())["traceEvents"]  # the same window, viewable
 
 
 # ---------------------------------------------------------------- one clock for every loop
@@ -449,3 +451,24 @@ def test_the_advice_is_printed_once_at_the_end_of_fit_and_kept_in_timing_json(tm
     summary = json.loads(timer.summary_path.read_text())
     assert summary["advice"]["verdict"] == summary["verdict"] and summary["advice"]["hints"]
 
+
+# ---------------------------------------------------------------- the busy window, viewable
+def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
+    """The export EpochTimer runs on CUDA, on a profiler of the CPU's activity: a complete Chrome trace at
+    TensorBoard's plugins/profile/<run>/*.pt.trace.json, named in busy_window, and no temporary file left."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mnistperf.timing.clock import EpochClock
+    from mnistperf.timing.kernel_busy import TRACE_FILE
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        torch.randn(64, 64) @ torch.randn(64, 64)
+    clock = EpochClock(torch.device("cpu"))
+    assert clock.export_trace(tmp_path) is None  # nothing recorded: nothing written
+    clock.busy_window, clock.recorded = {"share": 0.4}, profiler
+    path = clock.export_trace(tmp_path)
+    assert path == tmp_path / TRACE_FILE and path.parent.parent.name == "profile"
+    assert path.name.endswith(".pt.trace.json") and [p.name for p in path.parent.iterdir()] == [path.name]
+    trace = json.loads(path.read_text())
+    assert any(event.get("name") == "aten::matmul" for event in trace["traceEvents"])
+    assert clock.busy_window["trace"] == TRACE_FILE.as_posix() and clock.recorded is None

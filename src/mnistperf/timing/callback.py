@@ -14,7 +14,9 @@ A thin callback over :class:`~mnistperf.timing.clock.EpochClock`, which holds th
 callback tells the clock when epochs, steps and validation begin and end, and hands it the input
 wait timed around Lightning's fetch of each training batch (:mod:`mnistperf.timing.fetch_clock`).
 On CUDA the clock also profiles the GPU's kernels over a short window of steps in the first epoch
-(the warm-up epoch, reported apart). The verdict (:func:`mnistperf.timing.summary.classify`) is
+(the warm-up epoch, reported apart), and saves that window beside ``timing.json`` as a trace that
+Perfetto and TensorBoard's profile plugin open (``plugins/profile/busy_window/*.pt.trace.json``),
+so the gaps the busy share summarizes can be seen. The verdict (:func:`mnistperf.timing.summary.classify`) is
 input-bound, overhead-bound or compute-bound on CUDA, and input-bound or compute-bound on a CPU,
 where host and device are one.
 
@@ -190,11 +192,14 @@ class EpochTimer(Callback):
         folder = Path(trainer.log_dir or trainer.default_root_dir)  # a collective under DDP: every rank asks
         if not trainer.is_global_zero:
             return
+        trace = self.clock.export_trace(folder)
         summary = self.summary(trainer)
         print(format_summary(summary), flush=True)
         self.summary_path = folder / self.summary_file
         write_summary(summary, self.summary_path)
         print(f"timing summary written to {self.summary_path}", flush=True)
+        if trace is not None:
+            print(f"GPU busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
 
     # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:

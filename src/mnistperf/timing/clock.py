@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
-from mnistperf.timing.kernel_busy import WINDOW_STEPS, KernelWindow, window_steps
+from mnistperf.timing.kernel_busy import TRACE_FILE, WINDOW_STEPS, KernelWindow, export_trace, window_steps
 from mnistperf.timing.summary import INPUT_BOUND_SHARE, aggregate, epoch_row
 
 # An epoch's figures before they become a row: what every process measured, with how they combine.
@@ -64,6 +65,7 @@ class EpochClock:
         if device.type == "cuda" and device_busy:
             self.busy_window = {"share": None, **({"reason": busy_unavailable} if busy_unavailable else {})}
         self.window: Optional[KernelWindow] = None
+        self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
         self.epochs: list[dict[str, Any]] = []
         self._reset()
 
@@ -107,6 +109,7 @@ class EpochClock:
             self.window.step_end(index)
             if self.window.done:
                 self.busy_window = self.window.result(self._number)
+                self.recorded = self.window.recorded
                 self.window = None
         self._last_step_end = self._now()
 
@@ -146,6 +149,17 @@ class EpochClock:
         if self.window is not None:
             self.window.close()
             self.window = None
+
+    def export_trace(self, folder: Path) -> Optional[Path]:
+        """Save the busy window's trace under ``folder`` (see :data:`~mnistperf.timing.kernel_busy.TRACE_FILE`)
+        and name it in ``busy_window["trace"]``; None when no window was recorded."""
+        if self.recorded is None or self.busy_window is None:
+            return None
+        path = folder / TRACE_FILE
+        export_trace(self.recorded, path)
+        self.recorded = None
+        self.busy_window["trace"] = TRACE_FILE.as_posix()
+        return path
 
     # ------------------------------------------------------------------ figures
     def figures(self) -> dict[str, float]:

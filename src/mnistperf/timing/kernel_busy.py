@@ -23,9 +23,12 @@ implausibly few kernels for the steps it covered reports the share as not measur
 from __future__ import annotations
 
 import os
-from typing import Iterable, Optional
+from pathlib import Path
+from typing import Any, Iterable, Optional
 
 import torch
+
+from mnistperf.atomic import atomic_write
 
 # Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
 WINDOW_STEPS = 20
@@ -33,6 +36,9 @@ PROFILER_WARMUP_STEPS = 2
 # A training step (forward, loss, backward, update) launches about ten kernels at the very least (a graphed
 # SimpleCNN step some fifty); a step whose graph the profiler cannot see shows only its batch's preparation.
 MIN_KERNELS_PER_STEP = 8
+# Where the profiled window's trace goes, under the run's log folder: TensorBoard's profile plugin reads
+# <logdir>/plugins/profile/<run>/*.pt.trace.json, and Perfetto (ui.perfetto.dev) opens the file itself.
+TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
 # What the busy share counts as the GPU working (user annotations, which span whole steps, are not work).
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -134,6 +140,7 @@ class KernelWindow:
         self.busy: Optional[float] = None
         self.reason: Optional[str] = None
         self.kernels = 0
+        self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler = None
 
     def step_start(self, index: int) -> None:
@@ -159,7 +166,7 @@ class KernelWindow:
             activities = device_activities(self._profiler)
             self.kernels = len(activities)
             self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
-            self._profiler = None
+            self.recorded, self._profiler = self._profiler, None
             self.done = True
 
     def _stop(self) -> None:
@@ -185,6 +192,11 @@ class KernelWindow:
         if self._profiler is not None:
             self._stop()
             self._profiler = None
+
+
+def export_trace(profiler: Any, path: Path) -> None:
+    """Write a stopped profiler's events to ``path`` as a Chrome trace (JSON with ``traceEvents``), atomically."""
+    atomic_write(path, lambda tmp: profiler.export_chrome_trace(str(tmp)))
 
 
 def device_activities(profiler) -> list[tuple[str, float, float]]:

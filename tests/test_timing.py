@@ -1,4 +1,5 @@
-"""Timing: the verdict from real slow loaders and steps, the device timeline arithmetic, warm-up, and CUDA-only checks."""
+"""Timing: the verdict from real slow loaders and steps, the device timeline arithmetic, warm-up, one clock,
+the advice, the trace, and CUDA-only checks."""
 
 from __future__ import annotations
 

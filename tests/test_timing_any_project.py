@@ -103,7 +103,8 @@ class DictOfTuples(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
-def fit(module: LightningModule, tmp_path: Path, data=None, datamodule=None, **trainer_options) -> tuple[EpochTimer, Trainer]:
+def fit(module: LightningModule, tmp_path: Path, data=None, datamodule=None,
+        **trainer_options) -> tuple[EpochTimer, Trainer]:
     timer = EpochTimer()
     trainer = Trainer(accelerator="cpu", max_epochs=EPOCHS, callbacks=[timer], enable_checkpointing=False,
                       enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0,

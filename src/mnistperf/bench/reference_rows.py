@@ -9,8 +9,9 @@ the same epochs and batch limits. It is timed by :class:`~mnistperf.timing.clock
 of :class:`~mnistperf.timing.EpochTimer` (device synchronized at the epoch's ends, input wait around the
 fetch of each batch, host wait between steps, on CUDA the GPU's kernels profiled over the same window
 of the first epoch), with the stage's own ``input_bound_share``, and writes the same ``timing.json``.
-For a graphed stage (``model.cuda_graph``) the loop replays the stage's whole step as a CUDA graph, one per batch of each group it is handed
-(``data.batches_per_step``), so that the row is the graphed step without Lightning, not an eager one.
+For a graphed stage (``model.cuda_graph``) the loop replays the stage's whole step as a CUDA graph, one
+per batch of each group it is handed (``data.batches_per_step``), so that the row is the graphed step
+without Lightning, not an eager one.
 
 With ``--loader-only`` it only draws the training batches onto the device, timing the input
 pipeline alone.
@@ -20,7 +21,8 @@ same data path, finished on the device by the same hook) inside the smallest Lig
 Trainer that can: no logger, no progress bar, no checkpoints, no model summary, no validation,
 no metrics and no ``self.log``; the same clock, told only where epochs start and end and how many
 samples each batch holds (device synchronized at the epoch's ends, as everywhere; no waits timed).
-Between ``plain PyTorch`` and ``bare Lightning`` lies the cost of Lightning's loop; between ``bare Lightning`` and the stage, the cost of what the lab adds.
+Between ``plain PyTorch`` and ``bare Lightning`` lies the cost of Lightning's loop; between
+``bare Lightning`` and the stage, the cost of what the lab adds.
 
     python -m mnistperf.bench.reference_rows --out plain.json --config configs/v2_pinned.yaml [fit overrides]
 """
@@ -110,8 +112,8 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
                    for name, value in sums.means().items()}
         clock.eval_end()
         row = clock.epoch_end(metrics)
-        print(f"epoch {epoch}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, val/acc {metrics['val/acc']:.4f}, "
-              f"{row['verdict']}", flush=True)
+        print(f"epoch {epoch}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
+              f"val/acc {metrics['val/acc']:.4f}, {row['verdict']}", flush=True)
     return summary("loader" if loader_only else "plain", trainer, datamodule, device, clock.summary())
 
 
@@ -200,7 +202,8 @@ def run_bare(cli: MnistperfCLI) -> dict:
 
 
 def main(args: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m mnistperf.bench.reference_rows", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m mnistperf.bench.reference_rows",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--loader-only", action="store_true", help="only draw batches: the input pipeline alone")
     parser.add_argument("--bare-lightning", action="store_true",
                         help="train in Lightning's bare loop (no logger, bar, checkpoints, metrics or self.log)")

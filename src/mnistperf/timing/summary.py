@@ -22,8 +22,8 @@ import lightning
 import torch
 
 from mnistperf.atomic import atomic_write
-from mnistperf.timing.advice import advice, format_advice
 from mnistperf.machine import describe_device, usable_cpus
+from mnistperf.timing.advice import advice, format_advice
 
 SUMMARY_FILE = "timing.json"
 # The host waiting for data at least this share of train time: the input sets the pace (unless a run says otherwise).

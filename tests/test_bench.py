@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import CONFIGS
 
-from mnistperf.bench import baseline, published, runner
+from mnistperf.bench import published, reference_rows, runner
 from mnistperf.bench.report import Row, chart_figure, per_step, table_rows, write_all
 from mnistperf.cli import main
 from mnistperf.graphed_step import StepGraphs
@@ -102,19 +102,15 @@ def test_plan_covers_stages_sweeps_and_reference_rows():
         "plain PyTorch (v2_pinned)",
     ]
     bare, _ = plans[-2].command(Path("/runs"), "r4")
-    assert "mnistperf.bench.baseline" in bare and "--bare-lightning" in bare
+    assert "mnistperf.bench.reference_rows" in bare and "--bare-lightning" in bare
     command, _ = plans[1].command(Path("/runs"), "r1")
     assert command[command.index("--data.batch_size") + 1] == "64"
     assert command[command.index("--data.dataset") + 1] == "mnist"
     assert command[command.index("--trainer.max_epochs") + 1] == "2"
     plain, _ = plans[-1].command(Path("/runs"), "r5")
     # The plain loop gets the fit command line itself: every override, trainer ones included.
-    assert "mnistperf.bench.baseline" in plain
-    for key, value in (
-        ("--data.dataset", "mnist"),
-        ("--trainer.max_epochs", "2"),
-        ("--config", str(CONFIGS / "v2_pinned.yaml")),
-    ):
+    assert "mnistperf.bench.reference_rows" in plain
+    for key, value in (("--data.dataset", "mnist"), ("--trainer.max_epochs", "2"), ("--config", str(CONFIGS / "v2_pinned.yaml"))):
         assert plain[plain.index(key) + 1] == value
     # --baseline is an alias of --reference-rows, so existing commands keep working.
     assert runner.parse_args(["--baseline", "none"]).reference_rows == "none"
@@ -381,14 +377,14 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
         graphs_made.append(StepGraphs(*args, emulate=True, **kwargs))
         return graphs_made[-1]
 
-    monkeypatch.setattr("mnistperf.bench.baseline.StepGraphs", emulated)  # the bare-Lightning module's
+    monkeypatch.setattr("mnistperf.bench.reference_rows.StepGraphs", emulated)  # the bare-Lightning module's
     monkeypatch.setattr("mnistperf.model.StepGraphs", emulated)  # the parsed stage module's
     monkeypatch.setattr("mnistperf.step.StepGraphs", emulated)  # the plain loop's (StandaloneStep)
     common = ["--config", str(CONFIGS / "v4_graphed.yaml"), "--trainer.max_epochs", "2", "--data.batch_size", "40"]
     summaries = {}
     for name, extra in (("plain", []), ("bare", ["--bare-lightning"]), ("plain ungrouped", [])):
         grouping = [] if name == "plain ungrouped" else ["--data.batches_per_step", "2"]
-        baseline.main([*extra, "--out", f"{name}.json", *common, *grouping])
+        reference_rows.main([*extra, "--out", f"{name}.json", *common, *grouping])
         summaries[name] = json.loads((tiny_data.parent / f"{name}.json").read_text())
         assert [e["samples"] for e in summaries[name]["epochs"]] == [96, 96]  # 40 + 40 + 16, each row once
     # Per run: the parsed stage module's own graphs (unused by either row: 0), then the row's step (shapes 40

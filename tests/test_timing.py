@@ -1,4 +1,5 @@
-"""Timing: the verdict from real slow loaders and steps, the device timeline arithmetic, warm-up, and CUDA-only checks."""
+"""Timing: the verdict from real slow loaders and steps, the device timeline arithmetic, warm-up, one clock,
+the advice, the trace, and CUDA-only checks."""
 
 from __future__ import annotations
 
@@ -91,26 +92,72 @@ def test_busy_share_is_the_union_of_the_intervals_over_their_span():
     assert busy_share([]) is None and busy_share([(5, 5)]) is None
 
 
-def test_device_intervals_are_read_from_kinetos_own_events():
+def kineto_event(device, start_ns: int, end_ns: int, kind: str = "kernel", annotation: bool = False):
     from types import SimpleNamespace
 
-    from mnistperf.timing.kernel_busy import device_intervals
+    return SimpleNamespace(device_type=lambda: device, start_ns=lambda: start_ns, end_ns=lambda: end_ns,
+                           activity_type=lambda: kind, is_user_annotation=lambda: annotation)
 
-    def event(device, start_ns, end_ns):
-        return SimpleNamespace(device_type=lambda: device, start_ns=lambda: start_ns, end_ns=lambda: end_ns)
+
+def kineto_profiler(events: list):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
+
+
+def test_device_intervals_are_the_gpus_work_read_from_kinetos_own_events():
+    from mnistperf.timing.kernel_busy import device_activities, device_intervals
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
-    results = SimpleNamespace(events=lambda: [event(cpu, 0, 9000), event(cuda, 1000, 3000), event(cuda, 5000, 6000)])
-    profiler = SimpleNamespace(profiler=SimpleNamespace(kineto_results=results))
-    assert device_intervals(profiler) == [(1.0, 3.0), (5.0, 6.0)]  # microseconds, the GPU's only
+    profiler = kineto_profiler([
+        kineto_event(cpu, 0, 9000, "cpu_op"),
+        kineto_event(cuda, 0, 9000, "gpu_user_annotation", annotation=True),  # ProfilerStep#3 spans the step's gaps
+        kineto_event(cuda, 1000, 3000), kineto_event(cuda, 5000, 6000, "gpu_memcpy")])
+    assert device_intervals(profiler) == [(1.0, 3.0), (5.0, 6.0)]  # microseconds, the GPU's work only
+    assert [kind for kind, _, _ in device_activities(profiler)] == ["kernel", "gpu_memcpy"]
     assert busy_share(device_intervals(profiler)) == pytest.approx(3 / 5)
 
 
-def test_the_window_sits_at_the_end_of_the_first_epoch():
-    assert window_steps(118) == (97, 116)  # the 20 steps before the last (the 96-sample remainder) of 118
-    assert window_steps(10) == (3, 8)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled
-    assert window_steps(5) == (3, 3)
-    assert window_steps(4) is None
+def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says_why():
+    from mnistperf.timing.kernel_busy import MIN_KERNELS_PER_STEP, window_reading
+
+    steps = 20
+    eager = [("kernel", 10.0 * i, 10.0 * i + 4) for i in range(MIN_KERNELS_PER_STEP * steps)]
+    assert window_reading(eager, steps) == (pytest.approx(0.4, abs=0.01), None)
+    # A graphed step the profiler cannot see: the batch's copies into the graph's inputs and its preparation only.
+    unseen = [("gpu_memcpy", 10.0 * i, 10.0 * i + 9) for i in range(16 * steps)] + eager[: 4 * steps]
+    share, reason = window_reading(unseen, steps)
+    assert share is None and f"saw {4 * steps} kernels in {steps} steps" in reason and "75504" in reason
+    verdict, why = classify({"input_wait_share": 0.05, "device_busy_share": None}, 0.5, reason)
+    assert verdict == "undetermined" and "pytorch#75504" in why
+    assert window_reading([], steps)[0] is None
+
+
+def test_a_capture_initializes_the_profiler_once_and_ends_a_window_still_profiling(monkeypatch):
+    from types import SimpleNamespace
+
+    from mnistperf.timing import kernel_busy
+
+    inits = []
+    monkeypatch.setattr("torch.profiler._utils._init_for_cuda_graphs", lambda: inits.append(1))
+    monkeypatch.setattr(kernel_busy, "_cupti_ready", False)
+    window = KernelWindow(3, 22)
+    stops = []
+    window._profiler = SimpleNamespace(stop=lambda: stops.append(1))
+    monkeypatch.setattr(kernel_busy, "_profiling", window)
+    kernel_busy.before_graph_capture()
+    kernel_busy.before_graph_capture()
+    assert inits == [1] and stops == [1]  # torch's guard once per process; the window's profiler stopped
+    assert window.done and window.busy is None and "captured inside the profiled window" in window.result(1)["reason"]
+    assert kernel_busy._profiling is None
+
+
+def test_the_window_sits_at_the_end_of_the_first_epoch_clear_of_the_remainders_capture():
+    assert window_steps(118) == (96, 115)  # 20 steps, one unprofiled, then the last (the 96-sample remainder)
+    assert window_steps(16) == (3, 13)  # batches_per_step 8: 16 groups, the remainder's capture in the 16th
+    assert window_steps(10) == (3, 7)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled
+    assert window_steps(6) == (3, 3)
+    assert window_steps(5) is None
 
 
 @pytest.mark.parametrize("cuda,tears_down", [("13.0", True), ("12.6", True), ("12.4", False), ("11.8", False),
@@ -288,7 +335,7 @@ def test_the_busy_share_agrees_with_an_independent_measure_of_the_same_steps():
     """One matmul per step and host time after it: CUDA events around the lone kernel of each step give the
     kernel time independently of the profiler; both shares must agree within 10 points."""
     a = torch.randn(2048, 2048, device="cuda")
-    window = KernelWindow(5, 24)
+    window = KernelWindow(5, 24, min_kernels_per_step=1)  # a matmul, a division and a tanh per step
     events = []
     for step in range(25):
         window.step_start(step)
@@ -313,3 +360,121 @@ def test_the_compiled_stage_runs_bf16_on_a_gpu_that_has_it(tiny_data, monkeypatc
     summary = fit(tiny_data.parent, "v3_compiled.yaml", "--data.batch_size", "40")
     expected = "bf16-mixed" if torch.cuda.is_bf16_supported(including_emulation=False) else "32-true"
     assert summary["precision"] == expected and summary["accelerator"] == "cuda"
+
+
+@pytest.mark.cuda
+def test_the_graphed_stages_busy_window_sees_the_graphs_kernels(tmp_path, monkeypatch):
+    """v4_graphed in groups of 2 batches: the window covers replays of a graph captured before it (in the first
+    step), and reads the graph's kernels, some fifty per optimizer step, not just the batches' copies."""
+    data = tmp_path / "data"
+    for split, rows in (("train", 32 * 64), ("test", 256)):
+        write_parquet(data / "FashionMNIST" / f"{split}.parquet", schema.build_table(*random_split(rows, 5)))
+    monkeypatch.chdir(tmp_path)
+    summary = fit(tmp_path, "v4_graphed.yaml", "--trainer.max_epochs", "2", "--data.batch_size", "64",
+                  "--data.batches_per_step", "2")
+    window = summary["busy_window"]
+    steps = window["last_step"] - window["first_step"] + 1
+    assert window["share"] is not None and "reason" not in window, window
+    assert window["kernels"] >= 2 * 20 * steps, window
+    trace = next((tmp_path / "lightning_logs").glob(f"v4_graphed/version_0/{window['trace']}"))
+    assert json.loads(trace.read_text())["traceEvents"]  # the same window, viewable
+
+
+# ---------------------------------------------------------------- one clock for every loop
+def test_the_clock_turns_timestamps_into_the_epochs_figures_and_verdict_with_the_runs_threshold(monkeypatch):
+    from mnistperf.timing.clock import EpochClock
+
+    def one_epoch(threshold: float) -> dict:
+        times = iter([0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0])
+        monkeypatch.setattr("mnistperf.timing.clock.time.perf_counter", lambda: next(times))
+        clock = EpochClock(torch.device("cpu"), input_bound_share=threshold)
+        clock.epoch_start(2)                   # 0
+        for index in range(2):
+            clock.step_start(index)            # 1, 4: a second of host wait before each step
+            clock.count(5)
+            clock.step_end(index)              # 3, 6
+        clock.add_fetch_wait(1.5)
+        clock.eval_start()                     # 7: train time ends, evaluation begins
+        clock.eval_end()                       # 9
+        return clock.epoch_end({"val/acc": 0.5})
+
+    row = one_epoch(0.5)
+    assert row["train_s"] == 7.0 and row["eval_s"] == 2.0 and row["samples_per_s"] == pytest.approx(10 / 7)
+    assert row["host_wait_share"] == pytest.approx(2 / 7) and row["input_wait_share"] == pytest.approx(1.5 / 7)
+    assert row["verdict"] == "compute-bound" and row["val/acc"] == 0.5
+    assert one_epoch(0.2)["verdict"] == "input-bound"  # 21 % waiting: input-bound at the run's threshold of 20 %
+
+
+def test_the_reference_rows_take_the_threshold_from_the_stages_config(tiny_data, monkeypatch):
+    from mnistperf.bench import reference_rows
+
+    monkeypatch.chdir(tiny_data.parent)
+    config = tiny_data.parent / "v2_pinned.yaml"
+    config.write_text((CONFIGS / "v2_pinned.yaml").read_text().replace("input_bound_share: 0.5",
+                                                                       "input_bound_share: 0.05"))
+    reference_rows.main(["--loader-only", "--out", "loader.json", "--config", str(config), "--trainer.max_epochs",
+                         "1", "--data.num_workers", "0", "--data.persistent_workers", "false"])
+    summary = json.loads((tiny_data.parent / "loader.json").read_text())
+    assert summary["input_bound_share"] == 0.05 and summary["runner"] == "loader"
+    assert summary["verdict"] == "input-bound"  # drawing batches is all it does: input-bound at any threshold
+
+
+# ---------------------------------------------------------------- what a fix could buy
+def test_the_advice_bounds_the_gain_from_the_measured_figures_and_names_the_stages():
+    from mnistperf.timing.advice import advice, format_advice
+
+    waiting = advice({"verdict": "input-bound", "avg_train_s": 10.0, "input_wait_share": 0.7})
+    assert waiting["at_most_s_less"] == pytest.approx(7.0)
+    assert "at most 7.00 s (70%) less" in waiting["ceiling"]
+    assert [h["stage"] for h in waiting["hints"]][:3] == ["v1_workers4", "v2_pinned", "v3_resident"]
+    assert "mnistperf tune" in format_advice(waiting) and "not a promise" in format_advice(waiting)
+
+    launching = advice({"verdict": "overhead-bound", "avg_train_s": 0.68, "input_wait_share": 0.01,
+                        "device_busy_share": 0.25})
+    assert launching["speed_up_at_most"] == pytest.approx(4.0) and launching["at_most_s_less"] == pytest.approx(0.51)
+    assert "busy 25% of the time" in launching["ceiling"] and "up to 4.0x faster" in launching["ceiling"]
+    assert [h["stage"] for h in launching["hints"]][:2] == ["v4_graphed", "v1_bs512"]
+
+    computing = advice({"verdict": "compute-bound", "avg_train_s": 1.0, "input_wait_share": 0.0,
+                        "device_busy_share": 0.95})
+    assert "GPU's arithmetic" in computing["ceiling"] and computing["hints"][0]["stage"] == "v3_compiled"
+    assert "at_most_s_less" not in computing
+    assert "CPU's arithmetic" in advice({"verdict": "compute-bound", "avg_train_s": 1.0,
+                                          "input_wait_share": 0.1})["ceiling"]
+    assert advice({"verdict": "undetermined", "avg_train_s": 1.0, "input_wait_share": 0.1,
+                   "device_busy_share": None}) is None
+
+
+def test_the_advice_is_printed_once_at_the_end_of_fit_and_kept_in_timing_json(tmp_path, capsys):
+    from lightning.pytorch.loggers import CSVLogger
+
+    timer = EpochTimer()
+    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[timer], logger=CSVLogger(tmp_path),
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(SleepyModule(0.0), DataLoader(SlowItems(0.01), batch_size=4))
+    printed = capsys.readouterr().out
+    assert printed.count("What a fix could buy") == 1
+    summary = json.loads(timer.summary_path.read_text())
+    assert summary["advice"]["verdict"] == summary["verdict"] and summary["advice"]["hints"]
+
+
+# ---------------------------------------------------------------- the busy window, viewable
+def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
+    """The export EpochTimer runs on CUDA, on a profiler of the CPU's activity: a complete Chrome trace at
+    TensorBoard's plugins/profile/<run>/*.pt.trace.json, named in busy_window, and no temporary file left."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mnistperf.timing.clock import EpochClock
+    from mnistperf.timing.kernel_busy import TRACE_FILE
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        torch.randn(64, 64) @ torch.randn(64, 64)
+    clock = EpochClock(torch.device("cpu"))
+    assert clock.export_trace(tmp_path) is None  # nothing recorded: nothing written
+    clock.busy_window, clock.recorded = {"share": 0.4}, profiler
+    path = clock.export_trace(tmp_path)
+    assert path == tmp_path / TRACE_FILE and path.parent.parent.name == "profile"
+    assert path.name.endswith(".pt.trace.json") and [p.name for p in path.parent.iterdir()] == [path.name]
+    trace = json.loads(path.read_text())
+    assert any(event.get("name") == "aten::matmul" for event in trace["traceEvents"])
+    assert clock.busy_window["trace"] == TRACE_FILE.as_posix() and clock.recorded is None

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mnistperf.timing.kernel_busy import before_graph_capture
+
 Batch = dict[str, torch.Tensor]
 
 
@@ -114,6 +116,7 @@ class StepGraphs:
                 # Each graph has its own memory pool: the full batch's and the last batch's replays interleave
                 # in no fixed order, which a shared pool would require. Every tensor that outlives a step
                 # (weights, gradients, Adam's state, the sums) was made by the warm-up, outside the pools.
+                before_graph_capture()  # so that a profiled busy window sees this graph's kernels
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     self.step(inputs)

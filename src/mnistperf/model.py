@@ -209,6 +209,10 @@ class ImageClassifier(LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")
 
+    def samples_in_batch(self, batch: dict[str, torch.Tensor]) -> int:
+        """Samples in what the loader yielded, a group of k batches (data.batches_per_step) counting all k."""
+        return batch["label"].numel()
+
     def predict_step(self, batch, batch_idx):
         return self(batch["image"]).argmax(dim=1)
 

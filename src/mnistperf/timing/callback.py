@@ -1,22 +1,24 @@
-"""EpochTimer: the Lightning callback that times every epoch and says what bounds the run.
+"""EpochTimer: the Lightning callback that times every epoch of any LightningModule and says what bounds the run.
 
-Per epoch it measures, on the host:
+``Trainer(callbacks=[EpochTimer()])``, or one line under ``trainer.callbacks`` of a LightningCLI
+config (``- class_path: mnistperf.timing.EpochTimer``). Automatic or manual optimization, with or
+without a DataModule, on CPU or CUDA, under DDP; the trainer's own profiler keeps working.
 
-* **train time**: from the start of the epoch to the end of its last training step, with the
-  device synchronized at both ends (the only synchronizations in the training loop);
-  evaluation inside the epoch is paused out;
-* **eval time**: from the end of the last training step to the end of validation
-  (synchronized), so it includes starting the validation DataLoader's workers;
-* **input wait**: host time inside Lightning's fetch of the next training batch
-  (:mod:`mnistperf.timing.fetch_clock`): the time the host waited for data;
-* **host wait**: host time between the end of one training step and the start of the next
-  (the fetch, the copy to the device and Lightning's own work between steps).
+Samples are counted from each training batch: the module's own ``samples_in_batch(batch) -> int``
+where it defines one (for batches whose tensors do not lead with the batch dimension, such as
+groups of stacked batches), else the leading length of the batch's tensors, found by Lightning's
+``extract_batch_size`` in a dict, tuple, list, bare tensor or nested mix. What it cannot measure
+(samples no batch shows, GPU busy time beside a torch profiler of the user's) it says once.
 
-On CUDA it also profiles the GPU's kernels over a short window of steps in the first epoch (the
-warm-up epoch, reported apart; :mod:`mnistperf.timing.kernel_busy`): the share of the time the
-GPU was executing work. The verdict (:func:`mnistperf.timing.summary.classify`) is input-bound,
-overhead-bound or compute-bound on CUDA, and input-bound or compute-bound on a CPU, where host
-and device are one.
+A thin callback over :class:`~mnistperf.timing.clock.EpochClock`, which holds the arithmetic: the
+callback tells the clock when epochs, steps and validation begin and end, and hands it the input
+wait timed around Lightning's fetch of each training batch (:mod:`mnistperf.timing.fetch_clock`).
+On CUDA the clock also profiles the GPU's kernels over a short window of steps in the first epoch
+(the warm-up epoch, reported apart), and saves that window beside ``timing.json`` as a trace that
+Perfetto and TensorBoard's profile plugin open (``plugins/profile/busy_window/*.pt.trace.json``),
+so the gaps the busy share summarizes can be seen. The verdict (:func:`mnistperf.timing.summary.classify`) is
+input-bound, overhead-bound or compute-bound on CUDA, and input-bound or compute-bound on a CPU,
+where host and device are one.
 
 Sanity-check validation is excluded. Lightning creates the first epoch's DataLoader
 iterator (starting its workers and fetching one batch) before the epoch begins, so epoch 1
@@ -29,30 +31,28 @@ rank 0 prints, logs and writes ``timing.json`` into the run's log folder.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.data import extract_batch_size
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from mnistperf.timing.clock import GATHERED, EpochClock
 from mnistperf.timing.fetch_clock import FetchClock
-from mnistperf.timing.kernel_busy import WINDOW_STEPS, KernelWindow, window_steps
-from mnistperf.timing.summary import SUMMARY_FILE, aggregate, environment, epoch_row, format_summary, write_summary
-
-# Figures gathered from every rank at the end of an epoch, with how they combine.
-GATHERED = (("train_s", "max"), ("eval_s", "max"), ("fetch_wait_s", "max"), ("host_wait_s", "max"),
-            ("samples", "sum"), ("device_busy", "mean"))
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued device work, so a host clock read after it covers that work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
+from mnistperf.timing.kernel_busy import WINDOW_STEPS
+from mnistperf.timing.summary import (
+    INPUT_BOUND_SHARE,
+    SUMMARY_FILE,
+    environment,
+    format_summary,
+    throughput,
+    write_summary,
+)
 
 
 def say(trainer: Trainer, message: str) -> None:
@@ -64,8 +64,20 @@ def say(trainer: Trainer, message: str) -> None:
         print(message, flush=True)
 
 
+def batch_samples(module: LightningModule, batch: Any) -> Optional[int]:
+    """The samples in a training batch: ``module.samples_in_batch(batch)`` where the module defines it, else the
+    leading length of the batch's tensors; None where neither tells."""
+    own = getattr(module, "samples_in_batch", None)
+    if callable(own):
+        return int(own(batch))
+    try:
+        return extract_batch_size(batch)
+    except (MisconfigurationException, RecursionError):
+        return None
+
+
 class EpochTimer(Callback):
-    """Times every epoch, logs the figures to the loggers and prints the reference's summary.
+    """Times every epoch, logs the figures to the loggers and prints the run's summary.
 
     Args:
         input_bound_share: share of train time the device (on CUDA) or the host (on a CPU)
@@ -75,135 +87,106 @@ class EpochTimer(Callback):
             busy share (CUDA only; 0 turns the profiling off).
     """
 
-    def __init__(self, input_bound_share: float = 0.5, summary_file: str = SUMMARY_FILE,
+    def __init__(self, input_bound_share: float = INPUT_BOUND_SHARE, summary_file: str = SUMMARY_FILE,
                  busy_window_steps: int = WINDOW_STEPS):
         self.input_bound_share = input_bound_share
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
-        self.epochs: list[dict[str, Any]] = []
         self.summary_path: Optional[Path] = None
-        self.busy_window: Optional[dict[str, Any]] = None  # CUDA: where the busy share was profiled, and its value
-        self._device = torch.device("cpu")
+        self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch: Optional[FetchClock] = None
-        self._window: Optional[KernelWindow] = None
-        self._reset_epoch()
-
-    # ------------------------------------------------------------------ clocks
-    def _now(self, sync: bool = False) -> float:
-        if sync:
-            synchronize(self._device)
-        return time.perf_counter()
-
-    def _reset_epoch(self) -> None:
-        self._train_s = self._eval_s = self._wait_s = 0.0
-        self._samples = 0
-        self._train_start: Optional[float] = None
-        self._eval_start: Optional[float] = None
-        self._last_step_end = 0.0
         self._val_metrics: dict[str, float] = {}
-        if self._fetch is not None:
-            self._fetch.reset()
+        self._said: set[str] = set()
 
-    def _pause_train(self) -> None:
-        if self._train_start is not None:
-            now = self._now(sync=True)
-            self._train_s += now - self._train_start
-            self._train_start = None
-            self._eval_start = now
+    @property
+    def epochs(self) -> list[dict[str, Any]]:
+        """Every finished epoch's row, as timing.json has it."""
+        return self.clock.epochs
+
+    @property
+    def busy_window(self) -> Optional[dict[str, Any]]:
+        """CUDA: where the busy share was profiled, and its value (None elsewhere)."""
+        return self.clock.busy_window
+
+    @staticmethod
+    def _fitting(trainer: Trainer) -> bool:
+        return not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING
+
+    def _say_once(self, trainer: Trainer, message: str) -> None:
+        if message not in self._said and trainer.is_global_zero:
+            say(trainer, f"EpochTimer: {message}")
+        self._said.add(message)
 
     # ------------------------------------------------------------------ hooks
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._device = pl_module.device
-        self.epochs = []
         self.summary_path = None
-        self.busy_window = {"share": None} if self._device.type == "cuda" else None
+        busy_unavailable = None
+        if pl_module.device.type == "cuda" and isinstance(trainer.profiler, PyTorchProfiler):
+            busy_unavailable = "the trainer's PyTorchProfiler holds the GPU's profiler, and only one can run"
+            self._say_once(trainer, f"GPU busy time not measured: {busy_unavailable}.")
+        self.clock = EpochClock(pl_module.device, self.input_bound_share, self.busy_window_steps,
+                                busy_unavailable=busy_unavailable)
         self._fetch = FetchClock(trainer.profiler)
         trainer.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self._fetch is not None and trainer.profiler is self._fetch:
             trainer.profiler = self._fetch.inner
-        if self._window is not None:
-            self._window.close()
-            self._window = None
+        self.clock.close()
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._reset_epoch()
-        first_epoch = not self.epochs
-        if first_epoch and self.busy_window is not None and self.busy_window_steps > 0:
-            steps = window_steps(trainer.num_training_batches, self.busy_window_steps)
-            self._window = KernelWindow(*steps) if steps else None
-        self._train_start = self._last_step_end = self._now(sync=True)
+        self._val_metrics = {}
+        if self._fetch is not None:
+            self._fetch.reset()
+        self.clock.epoch_start(trainer.num_training_batches, trainer.current_epoch + 1)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        now = self._now()
-        if self._train_start is None:  # resuming after a validation run inside the epoch
-            self._train_start = now
-        else:
-            self._wait_s += now - self._last_step_end
-        if self._window is not None:
-            self._window.step_start(batch_idx)
-        self._samples += batch["label"].numel()  # a group of k batches (data.batches_per_step) counts k
+        self.clock.step_start(batch_idx)
+        samples = batch_samples(pl_module, batch)
+        if samples is None:
+            self._say_once(trainer, f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so "
+                                    "samples/s is not measured; define samples_in_batch(self, batch) -> int on "
+                                    f"{type(pl_module).__name__}.")
+        self.clock.count(samples)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self._window is not None:
-            self._window.step_end(batch_idx)
-            if self._window.busy is not None:
-                self.busy_window = self._window.result(trainer.current_epoch + 1)
-                self._window = None
-        self._last_step_end = self._now()
+        self.clock.step_end(batch_idx)
         if batch_idx + 1 == trainer.num_training_batches:
-            self._pause_train()
+            self.clock.train_end()
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
-            return
-        self._pause_train()
-        if self._eval_start is None:
-            self._eval_start = self._now(sync=True)
+        if self._fitting(trainer):
+            self.clock.eval_start()
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING or self._eval_start is None:
+        if not self._fitting(trainer):
             return
-        self._eval_s += self._now(sync=True) - self._eval_start
-        self._eval_start = None
+        self.clock.eval_end()
         self._val_metrics = {
             k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/") and v.numel() == 1
         }
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._pause_train()  # synchronizes: every kernel of the epoch has run
-        if self._window is not None:  # the epoch ended before the window did (a limit on batches)
-            self._window.close()
-            self._window = None
-        local = {"train_s": self._train_s, "eval_s": self._eval_s, "fetch_wait_s": self._fetch.reset(),
-                 "host_wait_s": self._wait_s, "samples": self._samples}
-        if self.busy_window is not None and self.busy_window["share"] is not None:
-            local["device_busy"] = self.busy_window["share"]
-        merged = self._gather(trainer, local)
-        if "device_busy" in merged:
-            self.busy_window["share"] = merged["device_busy"]  # every rank's window, averaged
-        row = epoch_row(trainer.current_epoch + 1, merged["train_s"], merged["eval_s"], int(merged["samples"]),
-                        merged["fetch_wait_s"], merged["host_wait_s"], self.busy_window, self._val_metrics,
-                        self.input_bound_share)
-        self.epochs.append(row)
+        if self._fetch is not None:
+            self.clock.add_fetch_wait(self._fetch.reset())
+        row = self.clock.epoch_end(self._val_metrics, lambda local: self._gather(trainer, local))
         if trainer.is_global_zero:
             keys = ("train_s", "eval_s", "samples_per_s", "input_wait_share", "host_wait_share", "device_busy_share")
             scalars = {f"timing/{k}": row[k] for k in keys if row.get(k) is not None}
             for logger in trainer.loggers:
                 logger.log_metrics(scalars, step=trainer.global_step)
             say(trainer, f"epoch {row['epoch']}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
-                         f"{row['samples_per_s']:,.0f} samples/s, {row['verdict']} ({row['verdict_reason']})")
+                         f"{throughput(row['samples_per_s'])}, {row['verdict']} ({row['verdict_reason']})")
 
     @staticmethod
     def _gather(trainer: Trainer, local: dict[str, float]) -> dict[str, float]:
-        """Combine one epoch's figures over every rank (identity on one process); absent figures stay absent."""
-        keys = [(k, how) for k, how in GATHERED if k in local]
-        values = torch.tensor([float(local[k]) for k, _ in keys], dtype=torch.float64,
+        """Combine one epoch's figures over every rank (identity on one process); NaN (not measured) is skipped
+        by the mean and poisons the sum."""
+        values = torch.tensor([float(local[k]) for k, _ in GATHERED], dtype=torch.float64,
                               device=trainer.strategy.root_device)
-        gathered = trainer.strategy.all_gather(values).reshape(-1, len(keys)).cpu()
-        reduce = {"max": lambda c: c.max(), "sum": lambda c: c.sum(), "mean": lambda c: c.mean()}
-        return {k: reduce[how](gathered[:, i]).item() for i, (k, how) in enumerate(keys)}
+        gathered = trainer.strategy.all_gather(values).reshape(-1, len(GATHERED)).cpu()
+        reduce = {"max": lambda c: c.max(), "sum": lambda c: c.sum(), "mean": lambda c: c.nanmean()}
+        return {k: reduce[how](gathered[:, i]).item() for i, (k, how) in enumerate(GATHERED)}
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.epochs:
@@ -224,6 +207,7 @@ class EpochTimer(Callback):
 
     def _report(self, trainer: Trainer, folder: Path, interrupted: bool) -> None:
         """Print the summary once and write it atomically to ``folder``/timing.json."""
+        trace = self.clock.export_trace(folder)  # before the summary, which names it
         summary = {**self.summary(trainer), "interrupted": interrupted}
         print(format_summary(summary), flush=True)
         if interrupted:
@@ -231,18 +215,24 @@ class EpochTimer(Callback):
         self.summary_path = folder / self.summary_file
         write_summary(summary, self.summary_path)
         print(f"timing summary written to {self.summary_path}", flush=True)
+        if trace is not None:
+            print(f"GPU busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
 
     # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:
-        """Every figure of the run, per epoch and in total, with what produced it."""
+        """Every figure of the run, per epoch and in total, with what produced it. ``config`` (the logger's
+        name) and ``data`` (a DataModule's ``loader_settings()``) appear where the run has them."""
         datamodule = trainer.datamodule
-        return {
+        found = {
             "config": trainer.logger.name if trainer.logger is not None else None,
-            "runner": "lightning",
             "data": datamodule.loader_settings() if hasattr(datamodule, "loader_settings") else None,
+        }
+        return {
+            **{k: v for k, v in found.items() if v is not None},
+            "runner": "lightning",
             "model": {k: v for k, v in trainer.lightning_module.hparams.items() if not k.startswith("_")},
             "precision": str(trainer.precision),
             "world_size": trainer.world_size,
-            **environment(self._device),
-            **aggregate(self.epochs, self.input_bound_share, self.busy_window),
+            **environment(self.clock.device),
+            **self.clock.summary(),
         }

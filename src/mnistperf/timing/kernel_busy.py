@@ -12,18 +12,55 @@ The profiler costs host time per kernel launch, so the profiled steps run slower
 the window sits in the warm-up epoch (epoch 1, reported apart), never in the headline epochs,
 and its busy share, a property of the step, is reported beside them. A profiler warm-up of two
 steps comes before the recorded ones, as the profiler's documentation advises.
+
+CUDA graphs: CUPTI sees the kernels of a graph replay only if it was initialized before the graph
+was captured (pytorch#75504). :func:`before_graph_capture` is called before every capture: it
+initializes it the way torch's own workaround does, once per process, and ends a window still
+profiling (a capture inside the window is not the steady state it measures). A window that counts
+implausibly few kernels for the steps it covered reports the share as not measured, with the reason.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Iterable, Optional
+from pathlib import Path
+from typing import Any, Iterable, Optional
 
 import torch
+
+from mnistperf.atomic import atomic_write
 
 # Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
 WINDOW_STEPS = 20
 PROFILER_WARMUP_STEPS = 2
+# A training step (forward, loss, backward, update) launches about ten kernels at the very least (a graphed
+# SimpleCNN step some fifty); a step whose graph the profiler cannot see shows only its batch's preparation.
+MIN_KERNELS_PER_STEP = 8
+# Where the profiled window's trace goes, under the run's log folder: TensorBoard's profile plugin reads
+# <logdir>/plugins/profile/<run>/*.pt.trace.json, and Perfetto (ui.perfetto.dev) opens the file itself.
+TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
+# What the busy share counts as the GPU working (user annotations, which span whole steps, are not work).
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+
+_cupti_ready = False  # whether before_graph_capture has initialized the profiler's CUPTI in this process
+_profiling: Optional["KernelWindow"] = None  # the window whose profiler is running, if any
+
+
+def before_graph_capture() -> None:
+    """Call just before a CUDA graph capture begins (any capture: the graphs of this project's step, a user's).
+
+    The first call initializes the profiler's CUPTI (``torch.profiler._utils._init_for_cuda_graphs``, torch's
+    guard against pytorch#75504), so that a later busy window sees the graph's kernels. A window still profiling
+    is ended and reports its share as not measured: a capture is not the steady state the share describes.
+    """
+    global _cupti_ready
+    if _profiling is not None:
+        _profiling.abandon("a CUDA graph was captured inside the profiled window")
+    if not _cupti_ready and not torch._C._autograd._profiler_enabled():
+        from torch.profiler._utils import _init_for_cuda_graphs
+
+        _init_for_cuda_graphs()
+        _cupti_ready = True
 
 
 def busy_share(intervals: Iterable[tuple[float, float]]) -> Optional[float]:
@@ -45,16 +82,18 @@ def busy_share(intervals: Iterable[tuple[float, float]]) -> Optional[float]:
 
 
 def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> Optional[tuple[int, int]]:
-    """(first, last) batch index of the window in the first epoch: the ``steps`` steps before its last one
-    (after the profiler's warm-up and at least one unprofiled step), or None when the epoch is too short.
+    """(first, last) batch index of the window in the first epoch: up to ``steps`` steps ending two before the
+    epoch's last (after the profiler's warm-up and at least one unprofiled step), or None when the epoch is too
+    short.
 
     The epoch's last step is left out: its batch is often the smaller remainder (60,000 = 117 x 512 + 96),
     and a graphed step (``model.cuda_graph``) captures that shape's graph there, eager warm-up included,
-    which is not the steady state the share describes.
+    which is not the steady state the share describes. One unprofiled step stands between the window and
+    that capture, so the profiler has stopped and let go of the device well before it.
     """
     if batches_per_epoch == float("inf"):
         return 10 + PROFILER_WARMUP_STEPS, 10 + PROFILER_WARMUP_STEPS + steps - 1
-    last = int(batches_per_epoch) - 2
+    last = int(batches_per_epoch) - 3
     first = max(1 + PROFILER_WARMUP_STEPS, last - steps + 1)
     return (first, last) if first <= last else None
 
@@ -66,21 +105,47 @@ def cupti_tears_down_safely() -> bool:
     return version >= (12, 6)
 
 
+def window_reading(activities: list[tuple[str, float, float]], steps: int,
+                   min_kernels_per_step: int = MIN_KERNELS_PER_STEP) -> tuple[Optional[float], Optional[str]]:
+    """(busy share, None), or (None, why not) from a window's device activities over ``steps`` steps.
+
+    ``activities``: (kind, start, end) as :func:`device_activities` reads them. A window with fewer kernels than
+    ``min_kernels_per_step`` per step did not see the GPU's work, and gets no share.
+    """
+    kernels = sum(1 for kind, _, _ in activities if kind == "kernel")
+    if kernels < min_kernels_per_step * steps:
+        return None, (f"the profiled window saw {kernels} kernels in {steps} steps, fewer than a training step "
+                      "launches: the profiler missed the GPU's work (a CUDA graph captured before the profiler "
+                      "was initialized, pytorch#75504)")
+    share = busy_share((start, end) for _, start, end in activities)
+    return (share, None) if share is not None else (None, "nothing ran on the GPU in the profiled window")
+
+
 class KernelWindow:
     """Profiles the CUDA activity of the steps from ``first`` to ``last`` (batch indices of one epoch).
 
     Call :meth:`step_start` and :meth:`step_end` around every step of that epoch; after ``last``
-    :attr:`busy` holds the busy share (None if nothing ran on the device).
+    :attr:`done` is true and :attr:`busy` holds the busy share, or None with :attr:`reason` saying why.
+
+    Args:
+        first, last: the window's first and last profiled step (batch indices).
+        min_kernels_per_step: fewer kernels than this per step and the window is not trusted
+            (see :func:`window_reading`).
     """
 
-    def __init__(self, first: int, last: int):
+    def __init__(self, first: int, last: int, min_kernels_per_step: int = MIN_KERNELS_PER_STEP):
         self.first, self.last = first, last
+        self.min_kernels_per_step = min_kernels_per_step
+        self.done = False
         self.busy: Optional[float] = None
+        self.reason: Optional[str] = None
         self.kernels = 0
+        self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler = None
 
     def step_start(self, index: int) -> None:
-        if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None:
+        global _profiling
+        if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None and not self.done:
             # Without it, CUPTI stays attached after the profiler stops and slows every later launch.
             if cupti_tears_down_safely():
                 os.environ.setdefault("TEARDOWN_CUPTI", "1")
@@ -90,39 +155,67 @@ class KernelWindow:
                                      schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS,
                                                        active=self.last - self.first + 1, repeat=1))
             self._profiler.start()
+            _profiling = self
 
     def step_end(self, index: int) -> None:
         if self._profiler is None or index < self.first - PROFILER_WARMUP_STEPS:
             return
         self._profiler.step()
         if index == self.last:
-            self._profiler.stop()  # waits for the device: this is the warm-up epoch, outside the headline
-            intervals = device_intervals(self._profiler)
-            self.kernels = len(intervals)
-            self.busy = busy_share(intervals)
-            self._profiler = None
+            self._stop()  # waits for the device: this is the warm-up epoch, outside the headline
+            activities = device_activities(self._profiler)
+            self.kernels = len(activities)
+            self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
+            self.recorded, self._profiler = self._profiler, None
+            self.done = True
+
+    def _stop(self) -> None:
+        global _profiling
+        self._profiler.stop()
+        if _profiling is self:
+            _profiling = None
+
+    def abandon(self, reason: str) -> None:
+        """End the window now, without a share, for ``reason``."""
+        self.close()
+        self.done, self.busy, self.reason = True, None, reason
 
     def result(self, epoch: int) -> dict:
-        """What timing.json records as ``busy_window``: the share, and where and over what it was measured."""
-        return {"share": self.busy, "epoch": epoch, "first_step": self.first + 1, "last_step": self.last + 1,
-                "kernels": self.kernels}
+        """What timing.json records as ``busy_window``: the share (or why there is none), where and over what
+        it was measured."""
+        found = {"share": self.busy, "epoch": epoch, "first_step": self.first + 1, "last_step": self.last + 1,
+                 "kernels": self.kernels}
+        return {**found, "reason": self.reason} if self.reason else found
 
     def close(self) -> None:
         """Stop a window the epoch did not finish (an interrupted or shortened epoch)."""
         if self._profiler is not None:
-            self._profiler.stop()
+            self._stop()
             self._profiler = None
 
 
-def device_intervals(profiler) -> list[tuple[float, float]]:
-    """(start, end) in microseconds of every kernel, memcpy and memset the profiler saw on the GPU.
+def export_trace(profiler: Any, path: Path) -> None:
+    """Write a stopped profiler's events to ``path`` as a Chrome trace (JSON with ``traceEvents``), atomically."""
+    atomic_write(path, lambda tmp: profiler.export_chrome_trace(str(tmp)))
 
-    Read from Kineto's raw events (each has its device and its own start and end); the processed
-    ``events()`` list, which nests device events under the operators that launched them, is the
-    fallback.
+
+def device_activities(profiler) -> list[tuple[str, float, float]]:
+    """(kind, start, end), times in microseconds, of every kernel, memcpy and memset the profiler saw on the GPU.
+
+    Read from Kineto's raw events (each has its device, its activity type and its own start and end); the
+    processed ``events()`` list, which nests device events under the operators that launched them, is the
+    fallback. User annotations (Kineto projects each ``record_function`` range and profiler step onto the
+    GPU's timeline, spanning its gaps) are left out: they are not work.
     """
     cuda = torch.autograd.DeviceType.CUDA
     results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
     if results is not None:
-        return [(e.start_ns() / 1e3, e.end_ns() / 1e3) for e in results.events() if e.device_type() == cuda]
-    return [(e.time_range.start, e.time_range.end) for e in profiler.events() if e.device_type == cuda]
+        return [(e.activity_type(), e.start_ns() / 1e3, e.end_ns() / 1e3) for e in results.events()
+                if e.device_type() == cuda and not e.is_user_annotation() and e.activity_type() in DEVICE_WORK]
+    return [(str(getattr(e, "activity_type", "kernel") or "kernel"), e.time_range.start, e.time_range.end)
+            for e in profiler.events() if e.device_type == cuda and not getattr(e, "is_user_annotation", False)]
+
+
+def device_intervals(profiler) -> list[tuple[float, float]]:
+    """(start, end) in microseconds of the GPU's work the profiler saw (see :func:`device_activities`)."""
+    return [(start, end) for _, start, end in device_activities(profiler)]

@@ -1,7 +1,7 @@
 """From per-epoch figures to the verdict, the run's summary and ``timing.json``.
 
-Every timed run reports through here, so all runs report the same
-figures computed the same way. The first epoch carries one-off costs (compilation, worker
+Shared by every timed loop through :class:`~mnistperf.timing.clock.EpochClock`, so all report the
+same figures computed the same way. The first epoch carries one-off costs (compilation, worker
 start, allocator and cache warm-up): it is reported on its own as ``warmup``, and the headline
 averages, throughput, shares and verdict use the steady-state epochs (2..N; epoch 1 alone
 when the run has a single epoch). Totals cover every epoch, as in the reference.
@@ -23,21 +23,26 @@ import torch
 
 from mnistperf.atomic import atomic_write
 from mnistperf.machine import describe_device, usable_cpus
+from mnistperf.timing.advice import advice, format_advice
 
 SUMMARY_FILE = "timing.json"
-VERDICTS = ("input-bound", "overhead-bound", "compute-bound", "undetermined")
+# The host waiting for data at least this share of train time: the input sets the pace (unless a run says otherwise).
+INPUT_BOUND_SHARE = 0.5
 # The GPU executing work at least this share of the time: the GPU sets the pace.
 COMPUTE_BOUND_BUSY = 0.8
 
 
-def classify(figures: dict[str, Any], threshold: float) -> tuple[str, str]:
+NOT_MEASURED = "too few steps for the profiled window"
+
+
+def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
     """(verdict, reason) for one epoch's or one run's figures.
 
     Input-bound when the host waited for the next batch (timed around the fetch) for at least
     ``threshold`` of train time. Otherwise, on CUDA (``device_busy_share`` present), from the
     kernels' own busy share: compute-bound at ``COMPUTE_BOUND_BUSY`` or more, else overhead-bound
     (the GPU idles while the host launches work and runs the loop); undetermined when no busy share
-    could be measured. On a CPU, where host and device are one: compute-bound.
+    could be measured (``not_measured`` says why). On a CPU, where host and device are one: compute-bound.
     """
     wait = figures["input_wait_share"]
     waited = f"host waited for the next batch {wait:.0%} of train time"
@@ -48,7 +53,7 @@ def classify(figures: dict[str, Any], threshold: float) -> tuple[str, str]:
     busy = figures["device_busy_share"]
     if busy is None:
         return ("input-bound" if wait >= threshold else "undetermined"), \
-            f"{waited}; GPU busy time not measured (too few steps for the profiled window)"
+            f"{waited}; GPU busy time not measured ({not_measured})"
     detail = f"GPU busy {busy:.0%} of the time, {waited}"
     if wait >= threshold:
         return "input-bound", detail
@@ -57,24 +62,36 @@ def classify(figures: dict[str, Any], threshold: float) -> tuple[str, str]:
     return "overhead-bound", detail + " (the GPU waits for the host to launch work)"
 
 
-def epoch_row(epoch: int, train_s: float, eval_s: float, samples: int, fetch_wait_s: float, host_wait_s: float,
-              device_busy: Optional[dict[str, Any]], metrics: dict, threshold: float) -> dict[str, Any]:
-    """One epoch's figures, as they appear in timing.json. ``device_busy`` (CUDA only): the run's
-    profiled window, ``{"share": ..., ...}``, or ``{"share": None}`` while not measured."""
+def epoch_row(epoch: int, train_s: float, eval_s: float, samples: Optional[int], fetch_wait_s: float,
+              host_wait_s: float, device_busy: Optional[dict[str, Any]], metrics: dict,
+              threshold: float) -> dict[str, Any]:
+    """One epoch's figures, as they appear in timing.json. ``samples``: None where they could not be counted.
+    ``device_busy`` (CUDA only): the run's profiled window, ``{"share": ..., ...}``, or ``{"share": None}``
+    (with a ``reason`` where one is known) while not measured."""
     row: dict[str, Any] = {
         "epoch": epoch,
         "train_s": train_s,
         "eval_s": eval_s,
         "samples": samples,
-        "samples_per_s": samples / train_s if train_s > 0 else float("nan"),
+        "samples_per_s": _rate(samples, train_s),
         "input_wait_share": _share(fetch_wait_s, train_s),
         "host_wait_share": _share(host_wait_s, train_s),
     }
     if device_busy is not None:
         row["device_busy_share"] = device_busy.get("share")
-    row["verdict"], row["verdict_reason"] = classify(row, threshold)
+    row["verdict"], row["verdict_reason"] = classify(row, threshold, _not_measured(device_busy))
     row.update(metrics)
     return row
+
+
+def _rate(samples: Optional[int], seconds: float) -> Optional[float]:
+    if samples is None:
+        return None
+    return samples / seconds if seconds > 0 else float("nan")
+
+
+def _not_measured(busy_window: Optional[dict[str, Any]]) -> str:
+    return (busy_window or {}).get("reason") or NOT_MEASURED
 
 
 def _share(part: float, whole: float) -> float:
@@ -90,7 +107,8 @@ def _weighted(epochs: list[dict[str, Any]], key: str) -> Optional[float]:
 
 def aggregate(epochs: list[dict[str, Any]], input_bound_share: float,
               busy_window: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """The per-epoch rows, warm-up apart, the steady-state averages, totals and the verdict.
+    """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix of
+    its bound could buy (:func:`~mnistperf.timing.advice.advice`).
 
     ``busy_window`` (CUDA): where the GPU's busy share was profiled and what it read; the same
     share stands for every epoch, since it is a property of the step.
@@ -103,8 +121,9 @@ def aggregate(epochs: list[dict[str, Any]], input_bound_share: float,
     }
     if busy_window is not None:
         figures["device_busy_share"] = busy_window.get("share")
-    verdict, reason = classify(figures, input_bound_share)
-    return {
+    verdict, reason = classify(figures, input_bound_share, _not_measured(busy_window))
+    counted = None if any(e["samples"] is None for e in steady) else sum(e["samples"] for e in steady)
+    found = {
         "epochs": epochs,
         "steady_epochs": [steady[0]["epoch"], steady[-1]["epoch"]],
         "warmup": {k: epochs[0][k] for k in ("epoch", "train_s", "eval_s")} if len(epochs) > 1 else None,
@@ -112,7 +131,7 @@ def aggregate(epochs: list[dict[str, Any]], input_bound_share: float,
         "avg_eval_s": mean(e["eval_s"] for e in steady),
         "total_train_s": sum(e["train_s"] for e in epochs),
         "total_eval_s": sum(e["eval_s"] for e in epochs),
-        "samples_per_s": sum(e["samples"] for e in steady) / train if train > 0 else float("nan"),
+        "samples_per_s": _rate(counted, train),
         **figures,
         **({"busy_window": busy_window} if busy_window is not None else {}),
         "input_bound_share": input_bound_share,
@@ -120,6 +139,8 @@ def aggregate(epochs: list[dict[str, Any]], input_bound_share: float,
         "verdict_reason": reason,
         "final_val_acc": epochs[-1].get("val/acc"),
     }
+    found["advice"] = advice(found)
+    return found
 
 
 def peak_rss_mb() -> dict[str, float]:
@@ -161,6 +182,11 @@ def write_summary(summary: dict[str, Any], path: Path) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
+def throughput(samples_per_s: Optional[float]) -> str:
+    """samples/s as printed, or why there is no figure."""
+    return "not measured (samples not counted)" if samples_per_s is None else f"{samples_per_s:,.0f} samples/s"
+
+
 def _epochs_label(summary: dict[str, Any]) -> str:
     first, last = summary["steady_epochs"]
     return f"epoch {first}" if first == last else f"epochs {first}-{last}"
@@ -177,7 +203,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"Average Test Time per Epoch: {summary['avg_eval_s']:.2f} s ({steady}{first_eval})",
         f"Total Train Time: {summary['total_train_s']:.2f} s",
         f"Total Test Time: {summary['total_eval_s']:.2f} s",
-        f"Train throughput: {summary['samples_per_s']:,.0f} samples/s ({steady})",
+        f"Train throughput: {throughput(summary['samples_per_s'])} ({steady})",
         f"Device: {summary['device']}, precision {summary.get('precision', '32-true')}",
         f"Verdict: {summary['verdict']} ({summary['verdict_reason']})",
     ]
@@ -186,6 +212,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"GPU busy: {window['share']:.0%} of the time over training steps {window['first_step']}-"
                      f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} kernels and copies, "
                      "profiled in the warm-up epoch)")
+    elif window and window.get("reason"):
+        lines.append(f"GPU busy: not measured ({window['reason']})")
+    if summary.get("advice"):
+        lines.append(format_advice(summary["advice"]))
     if summary.get("final_val_acc") is not None:
         lines.append(f"Final validation accuracy: {summary['final_val_acc']:.4f}")
     return "\n".join(lines)

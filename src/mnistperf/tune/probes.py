@@ -2,7 +2,8 @@
 
 Every probe runs on the real data and the real device, leaves its warm-up out (worker start,
 first batches, allocator and kernel warm-up), and is repeated: a probe's figure is the median
-of its repeats, and the spread between them says how much of a difference is noise.
+of its repeats, and the spread between them says how much of a difference is noise. Every repeat
+is timed as an epoch of training is, by :class:`~mnistperf.timing.clock.EpochClock`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from mnistperf.step import StandaloneStep
-from mnistperf.timing import synchronize
+from mnistperf.timing.clock import EpochClock
 
 
 @dataclass
@@ -54,17 +55,16 @@ def time_loader(datamodule, device: torch.device, batches: int, warmup: int,
     source = _cycle(loader)
     for _ in range(warmup + 1):
         next(source)
-    rates = []
+    clock = EpochClock(device, device_busy=False)
     for _ in range(repeats):
-        synchronize(device)
-        began = time.perf_counter()
-        samples = sum(len(datamodule.to_device(next(source), device)["label"]) for _ in range(batches))
-        synchronize(device)
-        rates.append(samples / (time.perf_counter() - began))
+        clock.epoch_start()
+        for _ in range(batches):
+            clock.count(len(datamodule.to_device(next(source), device)["label"]))
+        clock.epoch_end()
     source.close()
     began = time.perf_counter()
     next(iter(loader))  # a new epoch: persistent workers are already there, others start again
-    return rates, time.perf_counter() - began
+    return [row["samples_per_s"] for row in clock.epochs], time.perf_counter() - began
 
 
 def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int,
@@ -74,15 +74,14 @@ def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int,
     model.train()
     for _ in range(warmup):
         step(batch)
-    rates = []
+    clock = EpochClock(device, device_busy=False)
     for _ in range(repeats):
-        synchronize(device)
-        began = time.perf_counter()
+        clock.epoch_start()
         for _ in range(steps):
             step(batch)
-        synchronize(device)
-        rates.append(steps * len(batch["label"]) / (time.perf_counter() - began))
-    return rates
+            clock.count(len(batch["label"]))
+        clock.epoch_end()
+    return [row["samples_per_s"] for row in clock.epochs]
 
 
 def time_training(model, datamodule, device: torch.device, steps: int, warmup: int,
@@ -92,22 +91,16 @@ def time_training(model, datamodule, device: torch.device, steps: int, warmup: i
     step = StandaloneStep(model, precision)
     model.train()
     source = _cycle(datamodule.train_dataloader())
-    rates, waits = [], []
+    clock = EpochClock(device, device_busy=False)
     for repeat in range(repeats + 1):
-        count = warmup if repeat == 0 else steps
-        synchronize(device)
-        began = last = time.perf_counter()
-        wait = samples = 0
-        for _ in range(count):
+        clock.epoch_start()
+        for index in range(warmup if repeat == 0 else steps):
             batch = datamodule.to_device(next(source), device)
-            wait += time.perf_counter() - last
+            clock.step_start(index)
             step(batch)
-            samples += len(batch["label"])
-            last = time.perf_counter()
-        synchronize(device)
-        if repeat:
-            elapsed = time.perf_counter() - began
-            rates.append(samples / elapsed)
-            waits.append(wait / elapsed)
+            clock.count(len(batch["label"]))
+            clock.step_end(index)
+        clock.epoch_end()
     source.close()
-    return rates, median(waits)
+    timed = clock.epochs[1:]  # the first pass is the warm-up
+    return [row["samples_per_s"] for row in timed], median(row["host_wait_share"] for row in timed)

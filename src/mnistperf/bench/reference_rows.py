@@ -1,12 +1,30 @@
-"""The same training without Lightning's loop, or in Lightning's bare loop, so the bench can show what each costs.
+"""The bench's reference rows: the same training without Lightning's loop, or in Lightning's bare loop.
 
-It parses a ``fit`` command line into the same DataModule, model and trainer settings and trains them in a
-plain loop, or with ``--bare-lightning`` in the smallest LightningModule and Trainer that can. It is timed
-as :class:`~mnistperf.timing.EpochTimer` times a run and writes the same ``timing.json``; a graphed stage
-replays its graphed step here too. ``--loader-only`` times the input pipeline alone.
-See docs/timing.md#the-bench.
+It takes exactly the command line of a ``fit`` run (config and every override, model and
+trainer ones included) and lets LightningCLI parse it into the same DataModule, model and
+trainer settings; then it trains in a plain loop in the shape of the reference's: the same
+SimpleCNN and optimizer (``configure_optimizers``), the same non-blocking copies to the
+device, the same precision, the same loss and correct counts summed on the device (EpochSums),
+the same epochs and batch limits. It is timed by :class:`~mnistperf.timing.clock.EpochClock`, the clock
+of :class:`~mnistperf.timing.EpochTimer` (device synchronized at the epoch's ends, input wait around the
+fetch of each batch, host wait between steps, on CUDA the GPU's kernels profiled over the same window
+of the first epoch), with the stage's own ``input_bound_share``, and writes the same ``timing.json``.
+For a graphed stage (``model.cuda_graph``) the loop replays the stage's whole step as a CUDA graph, one
+per batch of each group it is handed (``data.batches_per_step``), so that the row is the graphed step
+without Lightning, not an eager one.
 
-    python -m mnistperf.bench.baseline --out plain.json --config configs/v2_pinned.yaml [fit overrides]
+With ``--loader-only`` it only draws the training batches onto the device, timing the input
+pipeline alone.
+
+With ``--bare-lightning`` it trains the same network, optimizer, precision and DataModule (so the
+same data path, finished on the device by the same hook) inside the smallest LightningModule and
+Trainer that can: no logger, no progress bar, no checkpoints, no model summary, no validation,
+no metrics and no ``self.log``; the same clock, told only where epochs start and end and how many
+samples each batch holds (device synchronized at the epoch's ends, as everywhere; no waits timed).
+Between ``plain PyTorch`` and ``bare Lightning`` lies the cost of Lightning's loop; between
+``bare Lightning`` and the stage, the cost of what the lab adds.
+
+    python -m mnistperf.bench.reference_rows --out plain.json --config configs/v2_pinned.yaml [fit overrides]
 """
 
 from __future__ import annotations
@@ -20,6 +38,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.cli import LightningCLI
 
 from mnistperf.console import calm_library_noise
 from mnistperf.data.pipelines.base import step_batches
@@ -27,9 +46,9 @@ from mnistperf.graphed_step import StepGraphs, step_state
 from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
 from mnistperf.step import StandaloneStep, adam, optimizer_steps, whole_training_step
 from mnistperf.sums import EpochSums
-from mnistperf.timing import synchronize
-from mnistperf.timing.kernel_busy import KernelWindow, window_steps
-from mnistperf.timing.summary import aggregate, environment, epoch_row, write_summary
+from mnistperf.timing import EpochTimer
+from mnistperf.timing.clock import EpochClock
+from mnistperf.timing.summary import INPUT_BOUND_SHARE, environment, write_summary
 
 
 def _batch_limit(limit, batches: int) -> int:
@@ -37,6 +56,12 @@ def _batch_limit(limit, batches: int) -> int:
     if isinstance(limit, float) and limit <= 1.0:
         return int(batches * limit) if limit < 1.0 else batches
     return min(int(limit), batches)
+
+
+def input_bound_share(cli: LightningCLI) -> float:
+    """The threshold the stage's EpochTimer is given in its config (the default where it has none)."""
+    timers = [c for c in cli.trainer.callbacks if isinstance(c, EpochTimer)]
+    return timers[0].input_bound_share if timers else INPUT_BOUND_SHARE
 
 
 def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
@@ -53,44 +78,29 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     # The stage's step; a graphed stage's replays its whole step as a graph (eagerly off CUDA), as the stage does.
     train_step = StandaloneStep(model, str(trainer.precision), train_sums)
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
-    busy_window = {"share": None} if device.type == "cuda" and not loader_only else None
-    steps = window_steps(limit) if busy_window is not None else None
-    window = KernelWindow(*steps) if steps else None
-    threshold = 0.5
-    rows = []
+    clock = EpochClock(device, input_bound_share(cli), device_busy=not loader_only)
     for epoch in range(1, trainer.max_epochs + 1):
         model.train()
-        synchronize(device)
-        start = last_end = time.perf_counter()
-        wait = fetch_wait = 0.0
-        samples = 0
         train_sums.reset()
+        clock.epoch_start(limit)
         batches = iter(train_loader)
         for step in range(limit):
             fetch_start = time.perf_counter()
             batch = next(batches, None)
-            fetch_wait += time.perf_counter() - fetch_start
+            clock.add_fetch_wait(time.perf_counter() - fetch_start)
             if batch is None:
                 break
             batch = datamodule.to_device(batch, device)
-            wait += time.perf_counter() - last_end
-            samples += batch["label"].numel()  # a group of batches (data.batches_per_step) counts all of them
-            if window is not None and epoch == 1:
-                window.step_start(step)
+            clock.step_start(step)
+            clock.count(model.samples_in_batch(batch))
             for step_batch in ([] if loader_only else step_batches(batch)):
                 train_step(step_batch)
-            if window is not None and epoch == 1:
-                window.step_end(step)
-                if window.busy is not None:
-                    busy_window = window.result(epoch)
-            last_end = time.perf_counter()
+            clock.step_end(step)
         del batches  # as a for loop would: a non-persistent loader's workers stop at the epoch's end
-        synchronize(device)
-        eval_start = time.perf_counter()
-        train_s = eval_start - start
+        clock.train_end()
         if loader_only:
-            rows.append(epoch_row(epoch, train_s, 0.0, samples, fetch_wait, wait, None, {}, threshold))
-            print(f"epoch {epoch}: {samples:,} samples drawn in {train_s:.2f} s", flush=True)
+            row = clock.epoch_end()
+            print(f"epoch {epoch}: {row['samples']:,} samples drawn in {row['train_s']:.2f} s", flush=True)
             continue
         model.eval()
         val_sums = EpochSums(device)
@@ -101,14 +111,11 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
                 val_sums.add(F.cross_entropy(logits, batch["label"]), logits, batch["label"])
         metrics = {f"{stage}/{name}": value.item() for stage, sums in (("train", train_sums), ("val", val_sums))
                    for name, value in sums.means().items()}
-        accuracy = metrics["val/acc"]
-        synchronize(device)
-        eval_s = time.perf_counter() - eval_start
-        row = epoch_row(epoch, train_s, eval_s, samples, fetch_wait, wait, busy_window, metrics, threshold)
-        rows.append(row)
-        print(f"epoch {epoch}: train {train_s:.2f} s, eval {eval_s:.2f} s, val/acc {accuracy:.4f}, {row['verdict']}",
-              flush=True)
-    return summary("loader" if loader_only else "plain", trainer, datamodule, device, aggregate(rows, threshold, busy_window))
+        clock.eval_end()
+        row = clock.epoch_end(metrics)
+        print(f"epoch {epoch}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
+              f"val/acc {metrics['val/acc']:.4f}, {row['verdict']}", flush=True)
+    return summary("loader" if loader_only else "plain", trainer, datamodule, device, clock.summary())
 
 
 def summary(runner: str, trainer, datamodule, device: torch.device, figures: dict) -> dict:
@@ -149,6 +156,9 @@ class BareStep(LightningModule):
             return F.cross_entropy(self(batch["image"]), batch["label"])
         optimizer_steps(self.optimizers(), batch, self.graphs)
 
+    def samples_in_batch(self, batch) -> int:
+        return batch["label"].numel()  # a group of k batches counts all k
+
     def _whole_step(self, batch) -> None:
         whole_training_step(self, self.optimizers().optimizer, batch)
 
@@ -156,50 +166,45 @@ class BareStep(LightningModule):
         return self.make_optimizer(self.parameters())
 
 
-class EpochClock(Callback):
-    """Train seconds per epoch, device synchronized at both ends; samples counted as batches start."""
+class BareClock(Callback):
+    """The run's clock told only where epochs start and end and how many samples each batch holds."""
 
-    def __init__(self):
-        self.rows: list[tuple[float, int]] = []
+    def __init__(self, clock: EpochClock):
+        self.clock = clock
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        synchronize(pl_module.device)
-        self._samples = 0
-        self._start = time.perf_counter()
+        self.clock.epoch_start()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._samples += batch["label"].numel()
+        self.clock.count(pl_module.samples_in_batch(batch))
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        synchronize(pl_module.device)
-        self.rows.append((time.perf_counter() - self._start, self._samples))
+        self.clock.epoch_end()
 
 
 def run_bare(cli: MnistperfCLI) -> dict:
     """Train in Lightning's bare loop (see the module docstring) and time every epoch."""
-    config, model, datamodule = cli.trainer, cli.model, cli.datamodule
-    device = config.strategy.root_device
+    stage_trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
+    device = stage_trainer.strategy.root_device
     model.to(device)
     model.configure_model()  # channels_last and compile as the stage has them, for this device
     hp = model.hparams
     bare = BareStep(model.net, hp.channels_last, lambda params: adam(params, hp.lr, hp.fused_adam, device,
                                                                      graphed=hp.cuda_graph), graphed=hp.cuda_graph)
-    clock = EpochClock()
-    trainer = Trainer(accelerator=device.type, devices=1, precision=config.precision, max_epochs=config.max_epochs,
-                      limit_train_batches=config.limit_train_batches, limit_val_batches=0, num_sanity_val_steps=0,
-                      logger=False, enable_progress_bar=False, enable_model_summary=False,
-                      enable_checkpointing=False, callbacks=[clock])
+    clock = EpochClock(device, input_bound_share(cli), device_busy=False)
+    trainer = Trainer(accelerator=device.type, devices=1, precision=stage_trainer.precision,
+                      max_epochs=stage_trainer.max_epochs, limit_train_batches=stage_trainer.limit_train_batches,
+                      limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, enable_checkpointing=False, callbacks=[BareClock(clock)])
     trainer.fit(bare, datamodule=datamodule)
-    threshold = 0.5
-    rows = []
-    for epoch, (train_s, samples) in enumerate(clock.rows, 1):
-        rows.append(epoch_row(epoch, train_s, 0.0, samples, 0.0, 0.0, None, {}, threshold))
-        print(f"epoch {epoch}: train {train_s:.2f} s, {samples / train_s:,.0f} samples/s", flush=True)
-    return summary("bare", config, datamodule, device, aggregate(rows, threshold))
+    for row in clock.epochs:
+        print(f"epoch {row['epoch']}: train {row['train_s']:.2f} s, {row['samples_per_s']:,.0f} samples/s", flush=True)
+    return summary("bare", stage_trainer, datamodule, device, clock.summary())
 
 
 def main(args: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m mnistperf.bench.baseline", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m mnistperf.bench.reference_rows",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--loader-only", action="store_true", help="only draw batches: the input pipeline alone")
     parser.add_argument("--bare-lightning", action="store_true",
                         help="train in Lightning's bare loop (no logger, bar, checkpoints, metrics or self.log)")

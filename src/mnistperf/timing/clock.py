@@ -1,0 +1,189 @@
+"""One clock for every timed loop: host timestamps and the GPU's profiled window, turned into an epoch's figures.
+
+Per epoch it measures, on the host:
+
+* **train time**: from :meth:`EpochClock.epoch_start` to the end of the last training step, with the
+  device synchronized at both ends (the only synchronizations in the training loop); evaluation
+  inside the epoch (:meth:`~EpochClock.eval_start` .. :meth:`~EpochClock.eval_end`) is paused out;
+* **eval time**: from the end of the last training step to the end of evaluation (synchronized);
+* **input wait**: seconds the loop reports through :meth:`~EpochClock.add_fetch_wait`, timed around
+  the fetch of each training batch: the time the host waited for data;
+* **host wait**: host time between the end of one training step and the start of the next
+  (the fetch, the copy to the device and the loop's own work between steps).
+
+On CUDA it also profiles the GPU's kernels over a short window of steps in the first epoch
+(:mod:`mnistperf.timing.kernel_busy`): the share of the time the GPU was executing work, which
+stands for every epoch. :meth:`~EpochClock.epoch_end` turns the figures into the epoch's row and
+verdict (:mod:`mnistperf.timing.summary`), with the threshold the run was given.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from mnistperf.timing.kernel_busy import TRACE_FILE, WINDOW_STEPS, KernelWindow, export_trace, window_steps
+from mnistperf.timing.summary import INPUT_BOUND_SHARE, aggregate, epoch_row
+
+# An epoch's figures before they become a row: what every process measured, with how they combine.
+GATHERED = (("train_s", "max"), ("eval_s", "max"), ("fetch_wait_s", "max"), ("host_wait_s", "max"),
+            ("samples", "sum"), ("device_busy", "mean"))
+Gather = Callable[[dict[str, float]], dict[str, float]]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work, so a host clock read after it covers that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+class EpochClock:
+    """Times the epochs of one run and keeps their rows.
+
+    Args:
+        device: the training device, synchronized at the ends of train and eval time.
+        input_bound_share: the run's threshold for the verdict (see :func:`~mnistperf.timing.summary.classify`).
+        busy_window_steps: training steps of the first epoch whose GPU kernels are profiled (CUDA only; 0: none).
+        device_busy: whether the verdict on CUDA reads the GPU's busy share (False where no step runs).
+        busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
+    """
+
+    def __init__(self, device: torch.device, input_bound_share: float = INPUT_BOUND_SHARE,
+                 busy_window_steps: int = WINDOW_STEPS, device_busy: bool = True,
+                 busy_unavailable: Optional[str] = None):
+        self.device = device
+        self.input_bound_share = input_bound_share
+        self.busy_window_steps = 0 if busy_unavailable else busy_window_steps
+        # CUDA: where the busy share was profiled, and its value (None while not measured, with the reason)
+        self.busy_window: Optional[dict[str, Any]] = None
+        if device.type == "cuda" and device_busy:
+            self.busy_window = {"share": None, **({"reason": busy_unavailable} if busy_unavailable else {})}
+        self.window: Optional[KernelWindow] = None
+        self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
+        self.epochs: list[dict[str, Any]] = []
+        self._reset()
+
+    def _now(self, sync: bool = False) -> float:
+        if sync:
+            synchronize(self.device)
+        return time.perf_counter()
+
+    def _reset(self) -> None:
+        self._train_s = self._eval_s = self._host_wait_s = self._fetch_wait_s = 0.0
+        self._samples: Optional[int] = 0
+        self._train_start: Optional[float] = None
+        self._eval_start: Optional[float] = None
+        self._last_step_end = 0.0
+        self._number = len(self.epochs) + 1
+
+    # ------------------------------------------------------------------ timestamps
+    def epoch_start(self, batches: float = math.inf, number: Optional[int] = None) -> None:
+        """Start epoch ``number`` (by default the one after the last timed) of ``batches`` training steps; the
+        first timed opens the busy window. Synchronizes."""
+        self._reset()
+        self._number = number if number is not None else len(self.epochs) + 1
+        if not self.epochs and self.busy_window is not None and self.busy_window_steps > 0:
+            steps = window_steps(batches, self.busy_window_steps)
+            self.window = KernelWindow(*steps) if steps else None
+        self._train_start = self._last_step_end = self._now(sync=True)
+
+    def step_start(self, index: int) -> None:
+        """Training step ``index`` of the epoch begins (its batch is on the device)."""
+        now = self._now()
+        if self._train_start is None:  # resuming after an evaluation inside the epoch
+            self._train_start = now
+        else:
+            self._host_wait_s += now - self._last_step_end
+        if self.window is not None:
+            self.window.step_start(index)
+
+    def step_end(self, index: int) -> None:
+        """Training step ``index`` has been launched."""
+        if self.window is not None:
+            self.window.step_end(index)
+            if self.window.done:
+                self.busy_window = self.window.result(self._number)
+                self.recorded = self.window.recorded
+                self.window = None
+        self._last_step_end = self._now()
+
+    def count(self, samples: Optional[int]) -> None:
+        """Add a training batch's samples; None where they could not be counted (the epoch then has no count)."""
+        if samples is None or self._samples is None:
+            self._samples = None
+        else:
+            self._samples += samples
+
+    def add_fetch_wait(self, seconds: float) -> None:
+        """Add host seconds spent waiting for a training batch."""
+        self._fetch_wait_s += seconds
+
+    def train_end(self) -> None:
+        """Training stops (the last step, or an evaluation begins); synchronizes. Idempotent."""
+        if self._train_start is not None:
+            now = self._now(sync=True)
+            self._train_s += now - self._train_start
+            self._train_start = None
+            self._eval_start = now
+
+    def eval_start(self) -> None:
+        """An evaluation inside the epoch begins: train time pauses."""
+        self.train_end()
+        if self._eval_start is None:
+            self._eval_start = self._now(sync=True)
+
+    def eval_end(self) -> None:
+        """The evaluation ends; synchronizes."""
+        if self._eval_start is not None:
+            self._eval_s += self._now(sync=True) - self._eval_start
+            self._eval_start = None
+
+    def close(self) -> None:
+        """Stop a busy window the run did not finish (an interrupted or shortened epoch)."""
+        if self.window is not None:
+            self.window.close()
+            self.window = None
+
+    def export_trace(self, folder: Path) -> Optional[Path]:
+        """Save the busy window's trace under ``folder`` (see :data:`~mnistperf.timing.kernel_busy.TRACE_FILE`)
+        and name it in ``busy_window["trace"]``; None when no window was recorded."""
+        if self.recorded is None or self.busy_window is None:
+            return None
+        path = folder / TRACE_FILE
+        export_trace(self.recorded, path)
+        self.recorded = None
+        self.busy_window["trace"] = TRACE_FILE.as_posix()
+        return path
+
+    # ------------------------------------------------------------------ figures
+    def figures(self) -> dict[str, float]:
+        """This process's figures of the epoch so far (NaN where not measured)."""
+        busy = self.busy_window.get("share") if self.busy_window is not None else None
+        return {"train_s": self._train_s, "eval_s": self._eval_s, "fetch_wait_s": self._fetch_wait_s,
+                "host_wait_s": self._host_wait_s,
+                "samples": float("nan") if self._samples is None else float(self._samples),
+                "device_busy": float("nan") if busy is None else busy}
+
+    def epoch_end(self, metrics: Optional[dict[str, float]] = None, gather: Optional[Gather] = None) -> dict[str, Any]:
+        """End the epoch (synchronizes) and return its row: its figures, every process's through ``gather``
+        (see :data:`GATHERED`), and its verdict. ``metrics`` (validation figures) join the row."""
+        self.train_end()
+        self.close()  # the epoch ended before the window did (a limit on batches)
+        merged = gather(self.figures()) if gather is not None else self.figures()
+        if self.busy_window is not None and not math.isnan(merged["device_busy"]):
+            self.busy_window["share"] = merged["device_busy"]  # every process's window, averaged
+        samples = None if math.isnan(merged["samples"]) else int(merged["samples"])
+        row = epoch_row(self._number, merged["train_s"], merged["eval_s"], samples, merged["fetch_wait_s"],
+                        merged["host_wait_s"], self.busy_window, metrics or {}, self.input_bound_share)
+        self.epochs.append(row)
+        return row
+
+    def summary(self) -> dict[str, Any]:
+        """The run's figures: per epoch, warm-up apart, steady-state averages, totals and verdict."""
+        return aggregate(self.epochs, self.input_bound_share, self.busy_window)

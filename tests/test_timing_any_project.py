@@ -1,0 +1,246 @@
+"""EpochTimer on Lightning projects that are not this lab's: their batches, optimization, data and profiler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from lightning import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.profilers import SimpleProfiler
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from mnistperf.timing import EpochTimer
+
+ROWS, BATCH, EPOCHS = 24, 4, 2
+SCALARS = ("timing/train_s", "timing/eval_s", "timing/samples_per_s", "timing/input_wait_share",
+           "timing/host_wait_share")
+
+
+def features(rows: int = ROWS) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(rows, 3, generator=generator), torch.randint(0, 2, (rows,), generator=generator)
+
+
+class TupleBatches(LightningModule):
+    """(x, y) batches from a plain DataLoader, a self.log every step, automatic optimization."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.layer(x), y)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class BareTensorsManual(LightningModule):
+    """Bare tensor batches, manual optimization."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.layer = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        self.manual_backward(self.layer(batch).pow(2).mean())
+        optimizer.step()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class Pairs(Dataset):
+    def __init__(self):
+        self.x, self.y = features()
+
+    def __len__(self) -> int:
+        return ROWS
+
+    def __getitem__(self, index):
+        return {"pair": (self.x[index], self.y[index]), "index": index}
+
+
+class PairData(LightningDataModule):
+    """Dict-of-tuple batches, for training and validation."""
+
+    def train_dataloader(self):
+        return DataLoader(Pairs(), batch_size=BATCH)
+
+    def val_dataloader(self):
+        return DataLoader(Pairs(), batch_size=BATCH)
+
+
+class DictOfTuples(LightningModule):
+    def __init__(self, lr: float = 0.1):
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(3, 2)
+
+    def _loss(self, batch):
+        x, y = batch["pair"]
+        return torch.nn.functional.cross_entropy(self.layer(x), y)
+
+    def training_step(self, batch, batch_idx):
+        return self._loss(batch)
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self._loss(batch))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+def fit(module: LightningModule, tmp_path: Path, data=None, datamodule=None,
+        **trainer_options) -> tuple[EpochTimer, Trainer]:
+    timer = EpochTimer()
+    trainer = Trainer(accelerator="cpu", max_epochs=EPOCHS, callbacks=[timer], enable_checkpointing=False,
+                      enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0,
+                      logger=TensorBoardLogger(tmp_path, name="foreign"), **trainer_options)
+    trainer.fit(module, train_dataloaders=data, datamodule=datamodule)
+    return timer, trainer
+
+
+def check_reported(timer: EpochTimer, trainer: Trainer, with_eval: bool = False) -> dict:
+    """Every epoch timed and counted, timing.json written beside the logs, the scalars in TensorBoard."""
+    assert [e["samples"] for e in timer.epochs] == [ROWS] * EPOCHS
+    for row in timer.epochs:
+        assert row["train_s"] > 0 and row["samples_per_s"] == pytest.approx(ROWS / row["train_s"])
+        assert row["verdict"] in ("input-bound", "compute-bound")
+        assert (row["eval_s"] > 0) is with_eval
+    summary = json.loads((Path(trainer.log_dir) / "timing.json").read_text())
+    assert summary["epochs"] == json.loads(json.dumps(timer.epochs))
+    assert summary["config"] == "foreign" and summary["runner"] == "lightning" and "data" not in summary
+    events = EventAccumulator(trainer.log_dir)
+    events.Reload()
+    for tag in SCALARS:
+        assert len(events.Scalars(tag)) == EPOCHS, tag
+    assert [s.value for s in events.Scalars("timing/samples_per_s")] == pytest.approx(
+        [e["samples_per_s"] for e in timer.epochs])
+    return summary
+
+
+def test_tuple_batches_with_a_log_per_step_and_no_datamodule_keep_the_users_profiler(tmp_path):
+    profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
+    timer, trainer = fit(TupleBatches(), tmp_path, DataLoader(TensorDataset(*features()), batch_size=BATCH),
+                         profiler=profiler)
+    check_reported(timer, trainer)
+    assert trainer.profiler is profiler
+    report = (tmp_path / "fit-profile.txt").read_text()
+    assert "train_dataloader_next" in report and "run_training_batch" in report
+
+
+def test_bare_tensor_batches_under_manual_optimization(tmp_path):
+    timer, trainer = fit(BareTensorsManual(), tmp_path, DataLoader(features()[0], batch_size=BATCH))
+    check_reported(timer, trainer)
+    assert trainer.global_step == EPOCHS * ROWS // BATCH
+
+
+def test_dict_of_tuple_batches_from_a_datamodule_with_validation(tmp_path):
+    timer, trainer = fit(DictOfTuples(), tmp_path, datamodule=PairData())
+    summary = check_reported(timer, trainer, with_eval=True)
+    assert summary["model"] == {"lr": 0.1}
+
+
+def test_one_line_under_trainer_callbacks_of_any_lightningcli_config(tmp_path, capsys):
+    config = {
+        "seed_everything": 1,
+        "trainer": {"accelerator": "cpu", "max_epochs": EPOCHS, "enable_progress_bar": False,
+                    "enable_checkpointing": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
+                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                               "init_args": {"save_dir": str(tmp_path), "name": "foreign"}},
+                    "callbacks": [{"class_path": "mnistperf.timing.EpochTimer"}]},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cli = LightningCLI(DictOfTuples, PairData, args=["fit", "--config", str(path)])
+    (timer,) = [c for c in cli.trainer.callbacks if isinstance(c, EpochTimer)]
+    check_reported(timer, cli.trainer, with_eval=True)
+    printed = capsys.readouterr().out
+    assert printed.count("epoch 1: train") == 1 and "Average Train Time per Epoch" in printed
+
+
+class Words(Dataset):
+    def __len__(self) -> int:
+        return ROWS
+
+    def __getitem__(self, index):
+        return f"word {index}"
+
+
+class WordModule(LightningModule):
+    """Batches of strings: no tensor in them says how many samples they hold."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(torch.full((len(batch), 1), 1.0)).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class CountedWords(WordModule):
+    def samples_in_batch(self, batch) -> int:
+        return len(batch)
+
+
+def test_what_no_batch_shows_it_says_once_and_a_module_can_say_its_batch_size(tmp_path, capsys):
+    timer, trainer = fit(WordModule(), tmp_path, DataLoader(Words(), batch_size=BATCH))
+    printed = capsys.readouterr().out
+    assert printed.count("EpochTimer: no tensor in a training batch (list) gives its samples") == 1
+    assert "samples_in_batch" in printed
+    assert all(e["samples"] is None and e["samples_per_s"] is None for e in timer.epochs)
+    summary = json.loads((Path(trainer.log_dir) / "timing.json").read_text())
+    assert summary["samples_per_s"] is None and "Train throughput: not measured" in printed
+
+    timer, _ = fit(CountedWords(), tmp_path / "counted", DataLoader(Words(), batch_size=BATCH))
+    assert [e["samples"] for e in timer.epochs] == [ROWS] * EPOCHS
+
+
+@pytest.mark.cuda
+def test_a_foreign_module_trains_without_a_single_sync_between_its_steps(tmp_path):
+    """Tuple batches already on the GPU, a self.log per step: nothing EpochTimer does between the first and the
+    last training step of an epoch may wait for the device."""
+
+    class ForbidSyncs(EpochTimer):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+            if batch_idx == 1:
+                torch.cuda.set_sync_debug_mode("error")
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if batch_idx + 2 == trainer.num_training_batches:
+                torch.cuda.set_sync_debug_mode("default")
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    class QuietLog(TupleBatches):
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.cross_entropy(self.layer(x), y)
+            self.log("train_loss", loss, on_step=False, on_epoch=True)  # prog_bar on a step would .item() it
+            return loss
+
+    x, y = (t.cuda() for t in features(64))
+    timer = ForbidSyncs()
+    trainer = Trainer(accelerator="cuda", devices=1, max_epochs=EPOCHS, callbacks=[timer], logger=False,
+                      enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False)
+    try:
+        trainer.fit(QuietLog(), DataLoader(TensorDataset(x, y), batch_size=BATCH))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert [e["samples"] for e in timer.epochs] == [64] * EPOCHS

@@ -84,7 +84,7 @@ def test_emulated_graphs_train_exactly_like_eager_steps():
     assert graphed_losses == pytest.approx(eager_losses, abs=1e-6)
     assert torch.allclose(graphed.sums.totals, eager.sums.totals, atol=1e-4)
     assert graphed.sums.totals[2] == sum(SIZES)  # every sample counted once: the warm-up left no trace
-    for mine, theirs in zip(graphed.net.parameters(), eager.net.parameters()):
+    for mine, theirs in zip(graphed.net.parameters(), eager.net.parameters(), strict=True):
         assert torch.allclose(mine, theirs, atol=1e-6)
     assert graphs.captures == 2  # one per batch shape: 32 and the partial 8
 
@@ -94,7 +94,7 @@ def test_the_warm_up_leaves_no_trace_of_itself():
     before = [p.detach().clone() for p in step.net.parameters()]
     graphs = StepGraphs(step, step.state, warmup_steps=3, emulate=True)
     graphs._capture(batches([16])[0], on_cuda=False)  # warm-up and capture, no replay
-    assert all(torch.equal(a, b) for a, b in zip(before, step.net.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, step.net.parameters(), strict=True))
     assert all(float(t.abs().sum()) == 0 for s in step.optimizer.state.values() for t in s.values())
     assert float(step.sums.totals.abs().sum()) == 0
 
@@ -196,7 +196,7 @@ def test_the_manual_whole_step_matches_lightnings_automatic_one(tiny_data):
         "--data.batches_per_step",
         "1",
     )
-    for mine, theirs in zip(graphed["epochs"], automatic["epochs"]):
+    for mine, theirs in zip(graphed["epochs"], automatic["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
         assert mine["val/acc"] == theirs["val/acc"]
 

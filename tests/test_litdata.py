@@ -275,7 +275,7 @@ def test_an_interrupted_epoch_resumes_with_the_samples_not_yet_seen(tiny_data):
     assert audit_counts(epochs) == [(ROWS, ROWS, 0, 0)]
 
 
-# ---------------------------------------------------------------- remote data, on an S3-compatible server of this test's own
+# ---------------------------------------------------------------- remote data, on this test's own S3-compatible server
 @pytest.fixture
 def s3_server(monkeypatch):
     server_module = pytest.importorskip("moto.server")
@@ -406,7 +406,7 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
     finally:
         for process in nodes:
             process.kill()
-    for process, output in zip(nodes, outputs):
+    for process, output in zip(nodes, outputs, strict=True):
         assert process.returncode == 0, output[-3000:]
     epochs = audit_epochs(outputs[0])  # node 0 holds global rank 0, which reports
     assert audit_counts(epochs) == [(rows, rows, 0, 0)] * 2

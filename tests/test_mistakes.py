@@ -1,4 +1,4 @@
-"""A user in a hurry: every mistake ends in one line naming the option or file, exit status 2, and nothing trusted later."""
+"""A user in a hurry: every mistake ends in one line naming the option or file, exit status 2, nothing trusted later."""
 
 from __future__ import annotations
 

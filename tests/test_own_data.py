@@ -66,7 +66,10 @@ def test_any_pixel_names_same_pixels_in_every_pipeline(tmp_path, naming, pipelin
 
 def test_names_without_numbers_are_taken_in_file_order(tmp_path):
     images, labels = random_split(8, seed=5)
-    letters = lambda i: "p" + "".join(chr(97 + int(d)) for d in f"{i:03d}")  # pa, pb, ...: no digits
+
+    def letters(i: int) -> str:  # pa, pb, ...: no digits
+        return "p" + "".join(chr(97 + int(d)) for d in f"{i:03d}")
+
     for split in prepare.SPLITS:
         write_parquet(tmp_path / "data" / "letters" / f"{split}.parquet", table_with_names(images, labels, letters))
     assert_batch_is(first_batch(tmp_path / "data", "letters", "v2"), images, labels)

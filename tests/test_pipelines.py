@@ -102,7 +102,7 @@ def test_grouped_resident_batches_are_the_same_batches_stacked(rows, drop_last):
     assert len(ResidentBatches(pixels, labels, 8, True, 5, drop_last, batches_per_step=3)) == len(expected)
     unstacked = [b for g in grouped for b in step_batches(g)]
     assert len(unstacked) == len(single)
-    for mine, theirs in zip(unstacked, single):
+    for mine, theirs in zip(unstacked, single, strict=True):
         assert items_equal(mine, theirs)
         assert mine["image"].shape[1:] == (1, 28, 28)
 

@@ -207,7 +207,7 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
     values = torch.randint(-(2**15), 2**15, (50, 3000))
     weights = torch.randint(1, sample_audit.PRIME, (3000, sample_audit.LANES))
     exact = [
-        sum(int(v) * int(w) for v, w in zip(row, weights[:, lane])) % sample_audit.PRIME
+        sum(int(v) * int(w) for v, w in zip(row, weights[:, lane], strict=True)) % sample_audit.PRIME
         for row in values[:3]
         for lane in range(sample_audit.LANES)
     ]

@@ -122,7 +122,7 @@ def test_the_ladder_configs_differ_only_in_their_stage_setting():
         return config
 
     changed = []
-    for before, after in zip(LADDER, LADDER[1:]):
+    for before, after in zip(LADDER, LADDER[1:], strict=False):
         a, b = settings(before), settings(after)
         changed.append(sorted(k for k in a["data"] if a["data"][k] != b["data"][k]))
         assert {k: v for k, v in a.items() if k != "data"} == {k: v for k, v in b.items() if k != "data"}

@@ -129,7 +129,7 @@ def test_a_quiet_machine_gets_the_batch_projection_and_no_warning():
 
 
 def test_a_noisy_machine_is_said_and_its_projection_withheld():
-    """The figures of a loaded machine (a batch 'stepping' at -82 %, spreads of 17-137 %) are not printed as findings."""
+    """A loaded machine's figures (a batch 'stepping' at -82 %, spreads of 17-137 %) are not printed as findings."""
     outcome = _outcome([11000, 4000, 9000], [1969, 3000, 5000], [800, 300, 900])
     assert "could not be measured reliably" in outcome.batch_projection()
     assert "would step at" not in outcome.batch_projection()
@@ -174,4 +174,4 @@ def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):
             step(batch)
         assert (step.graphs is not None and step.graphs.captures == 1) or not graphed
         trained.append([p.detach().clone() for p in model.parameters()])
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*trained))
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*trained, strict=True))

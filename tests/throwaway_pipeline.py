@@ -16,7 +16,7 @@ class ItemListDataset(Dataset):
 
     def __init__(self, table: pa.Table):
         pixels, labels = schema.to_tensors(table)
-        self.items = [{"image": image, "label": label} for image, label in zip(normalize(pixels), labels)]
+        self.items = [{"image": image, "label": label} for image, label in zip(normalize(pixels), labels, strict=True)]
 
     def __len__(self) -> int:
         return len(self.items)

@@ -1,3 +1,5 @@
+"""``python -m mnistperf``: the command line."""
+
 from mnistperf.cli import main
 
 if __name__ == "__main__":

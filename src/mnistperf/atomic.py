@@ -9,6 +9,7 @@ goes through :func:`atomic_write_dir` the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
+def atomic_write(target: Path, write: Callable[[Path], object]) -> None:
     """Call write(tmp) on a temporary file beside target, then rename it over target."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -31,7 +32,7 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def atomic_write_dir(target: Path, write: Callable[[Path], None]) -> None:
+def atomic_write_dir(target: Path, write: Callable[[Path], object]) -> None:
     """Call write(tmp) on a temporary folder beside target, then swap it in for target (and its old content)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
@@ -51,8 +52,9 @@ def atomic_write_dir(target: Path, write: Callable[[Path], None]) -> None:
 
 @contextmanager
 def removing_new_folders(folder: Path) -> Iterator[None]:
-    """If the block fails, remove the folders on the way to ``folder`` that did not exist before it
-    and are still empty, so a failed preparation leaves the disk as it found it.
+    """If the block fails, remove the still-empty folders on the way to ``folder`` that it created.
+
+    A failed preparation so leaves the disk as it found it.
     """
     new = []
     for path in (folder, *folder.parents):
@@ -63,10 +65,8 @@ def removing_new_folders(folder: Path) -> Iterator[None]:
         yield
     except BaseException:
         for path in new:  # deepest first
-            try:
+            with contextlib.suppress(OSError):  # not empty (something finished there) or already gone: keep it
                 path.rmdir()
-            except OSError:  # not empty (something finished there) or already gone: keep it
-                pass
         raise
 
 

@@ -40,8 +40,9 @@ def plain_keys(state_dict: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def keys_for(module: torch.nn.Module, state_dict: Mapping[str, Any]) -> dict[str, Any]:
-    """The state_dict renamed to ``module``'s own key names (compiled or not); keys it lacks are kept as they are,
-    for ``load_state_dict`` to report.
+    """The state_dict renamed to ``module``'s own key names (compiled or not).
+
+    Keys the module lacks are kept as they are, for ``load_state_dict`` to report.
     """
     own = {plain_key(key): key for key in module.state_dict()}
     return {own.get(plain_key(key), key): value for key, value in state_dict.items()}
@@ -93,7 +94,7 @@ def _keep_run_settings(optimizer: torch.optim.Optimizer, state_dict: dict[str, A
         return optimizer.state_dict() | {"state": {}}
     groups = [
         {**{k: v for k, v in run.items() if k != "params"}, "params": saved["params"]}
-        for run, saved in zip(optimizer.param_groups, saved_groups)
+        for run, saved in zip(optimizer.param_groups, saved_groups, strict=True)
     ]
     return {**state_dict, "param_groups": groups}
 

@@ -39,6 +39,7 @@ commands:
 
 
 def prepare_command(argv: Sequence[str]) -> None:
+    """``mnistperf prepare``: convert the datasets to Parquet (and the formats or copies asked for)."""
     from mnistperf.data.ingest import prepare, sources
 
     parser = argparse.ArgumentParser(prog="mnistperf prepare", description=prepare.__doc__.splitlines()[0])

@@ -49,8 +49,9 @@ def device_line(command: str, device: torch.device, detail: str = "") -> str:
 
 
 def matmul_precision_note(device: torch.device, precision: str, matmul_precision: str) -> str:
-    """The device line's ``float32 matmuls <precision>``, with the TF32 option where full-fp32 products of an
-    fp32 run go to a GPU that has tensor cores for TF32.
+    """The device line's ``float32 matmuls <precision>``, with the TF32 option where it would help.
+
+    The option is named where full-fp32 products of an fp32 run go to a GPU that has tensor cores for TF32.
     """
     note = f"float32 matmuls {matmul_precision}"
     if matmul_precision == "highest" and str(precision) in FP32_PRECISIONS and has_tf32_tensor_cores(device):

@@ -45,6 +45,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def jsonargparse_problem(source_root: str | None) -> str | None:
+    """None when LightningCLI can read signatures, else the line saying what to install."""
     from lightning.pytorch.cli import _JSONARGPARSE_SIGNATURES_AVAILABLE as available
 
     if available:
@@ -55,6 +56,7 @@ def jsonargparse_problem(source_root: str | None) -> str | None:
 
 
 def pytest_problem(source_root: str | None) -> str | None:
+    """None when pytest imports, else the line saying what to install."""
     try:
         import pytest  # noqa: F401
     except ImportError as exc:
@@ -63,6 +65,7 @@ def pytest_problem(source_root: str | None) -> str | None:
 
 
 def compile_problem(source_root: str | None) -> str | None:
+    """None when torch.compile builds and runs a kernel on the GPU, else the line saying what it lacks."""
     import torch
 
     try:
@@ -78,6 +81,7 @@ def compile_problem(source_root: str | None) -> str | None:
 
 
 def litdata_problem(source_root: str | None) -> str | None:
+    """None when litdata imports, else the line saying what to install."""
     try:
         import litdata  # noqa: F401
     except ImportError as exc:
@@ -86,8 +90,10 @@ def litdata_problem(source_root: str | None) -> str | None:
 
 
 def data_problem(source_root: str | None) -> str | None:
-    """None when FashionMNIST is prepared in data/, or when its official files lie where prepare looks first
-    (``--source-root``, the system's datasets folder, an earlier download): prepare then needs no network.
+    """None when FashionMNIST can be prepared without the network, else the line saying where to put it.
+
+    That is when it is prepared in data/ already, or when its official files lie where prepare looks first
+    (``--source-root``, the system's datasets folder, an earlier download).
     """
     from mnistperf.data.ingest import prepare, sources
     from mnistperf.errors import DataError
@@ -122,8 +128,9 @@ NEEDS = (
 def plan(
     parts: Sequence[str], source_root: str | None = None, needs: Sequence[Need] = NEEDS
 ) -> tuple[list[str], list[str], list[str]]:
-    """(parts that can run, fast-bench stages to leave out, one line per missing piece). A piece no asked
-    part needs is not looked for.
+    """(parts that can run, fast-bench stages to leave out, one line per missing piece).
+
+    A piece no asked part needs is not looked for.
     """
     runnable, dropped, lines = list(parts), [], []
     for need in needs:

@@ -31,7 +31,8 @@ class GraphedAdam(torch.optim.Adam):
     give way to the run's (:func:`mnistperf.checkpoint.follow_the_run`).
     """
 
-    def step(self, closure: Callable[[], object] | None = None):  # type: ignore[override]
+    def step(self, closure: Callable[[], object] | None = None):
+        """Run the closure, which runs (or replays) the whole step; there is no step without one."""
         if closure is None:
             raise RuntimeError("GraphedAdam.step needs the closure that runs (or replays) the whole step.")
         return closure()
@@ -42,8 +43,10 @@ class GraphedAdam(torch.optim.Adam):
 
 
 def step_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer, *extra: torch.Tensor) -> list[torch.Tensor]:
-    """The tensors a whole training step changes: the module's parameters and buffers, the optimizer's state
-    (moments, step counts) and any ``extra`` (running sums); what :class:`StepGraphs` asks for as ``state``.
+    """The tensors a whole training step changes, what :class:`StepGraphs` asks for as ``state``.
+
+    They are the module's parameters and buffers, the optimizer's state (moments, step counts) and any ``extra``
+    (running sums).
     """
     tensors = [*module.parameters(), *module.buffers()]
     tensors += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
@@ -89,12 +92,15 @@ class StepGraphs:
         self.captures = 0
 
     def reset(self) -> None:
-        """Forget every graph: call it whenever the state the graphs read and write may have moved or been
-        replaced (a fit's start and end, a checkpoint loaded); the next call with each shape captures again.
+        """Forget every graph; the next call with each shape captures again.
+
+        Call it whenever the state the graphs read and write may have moved or been replaced (a fit's start and
+        end, a checkpoint loaded).
         """
         self.graphs.clear()
 
     def __call__(self, batch: Batch) -> None:
+        """Run the step on a batch: replay its shape's graph (captured at its first call) on CUDA, else eagerly."""
         on_cuda = all(t.is_cuda for t in batch.values())
         if not (on_cuda or self.emulate):
             self.step(batch)
@@ -127,8 +133,10 @@ class StepGraphs:
         return _Captured(inputs, replay)
 
     def _emulated_replay(self, inputs: Batch) -> Callable[[], None]:
-        """The step on the static buffers, refused as a real graph would fail (silently) where the state it was
-        captured over has moved or been replaced since: the same tensors at the same addresses, or an error.
+        """The step on the static buffers, refused where a real graph would fail (silently).
+
+        A real graph fails where the state it was captured over has moved or been replaced since: the replay
+        demands the same tensors at the same addresses, or raises.
         """
         captured = [t.data_ptr() for t in self.state()]
 

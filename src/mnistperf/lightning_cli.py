@@ -13,7 +13,7 @@ import sys
 import textwrap
 import warnings
 from argparse import RawDescriptionHelpFormatter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -35,6 +35,7 @@ class OneLineErrorParser(LightningArgumentParser):
     """LightningCLI's parser, answering a wrong option or value in one line instead of the whole usage."""
 
     def error(self, message: str, ex: Exception | None = None):
+        """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
         if os.environ.get(DEBUG_ENV):
             super().error(message, ex)
         text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
@@ -102,8 +103,8 @@ class MnistperfCLI(LightningCLI):
     """LightningCLI with the project's model and data module fixed.
 
     Before anything else it prints the device line (``mnistperf: fit on cuda:0 (...), precision
-    bf16-mixed, float32 matmuls highest``). A ``bf16`` trainer precision runs only where the GPU has native bf16: elsewhere
-    (a CPU, an older GPU) it would be emulated and slower, so the run falls back to ``32-true``
+    bf16-mixed, float32 matmuls highest``). A ``bf16`` trainer precision runs only where the GPU has native bf16:
+    elsewhere (a CPU, an older GPU) it would be emulated and slower, so the run falls back to ``32-true``
     and says so on that line; timing.json records the precision that actually ran. ``validate``,
     ``test`` and ``predict`` without ``--ckpt_path`` use the newest checkpoint of the config's runs
     and name it, or refuse: they never score an untrained model in silence.
@@ -113,7 +114,7 @@ class MnistperfCLI(LightningCLI):
             nothing when ``run`` is false.
     """
 
-    def __init__(self, args: Sequence[str] | None = None, run: bool = True, announce: str | None = None):
+    def __init__(self, args: list[str] | None = None, run: bool = True, announce: str | None = None):
         self._announce = announce
         self._announce_subcommand = run
         super().__init__(
@@ -134,6 +135,7 @@ class MnistperfCLI(LightningCLI):
         )
 
     def before_fit(self) -> None:
+        """Refuse a fit that would train nothing, or group batches without the whole-step module."""
         for name in ("limit_train_batches", "max_epochs", "max_steps"):
             if getattr(self.trainer, name) == 0:
                 raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
@@ -145,6 +147,7 @@ class MnistperfCLI(LightningCLI):
             )
 
     def after_fit(self) -> None:
+        """Refuse, after the fact, a fit that trained no batch (and was not interrupted)."""
         if self.trainer.global_step == 0 and not self.trainer.interrupted:
             raise ConfigError(
                 "fit trained no batch (the training split gave no batches with these options); "
@@ -152,13 +155,14 @@ class MnistperfCLI(LightningCLI):
             )
 
     def parse_arguments(self, parser, args) -> None:
+        """Parse, then settle the precision, print the device line and pick the checkpoint an evaluation uses."""
         super().parse_arguments(parser, args)
         # Here, before Lightning seeds and builds anything, so the device line is the run's first.
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
         precision_note = self._resolve_precision(config)
         announce = self._announce or (subcommand if self._announce_subcommand else None)
-        if announce and rank_zero_only.rank == 0:
+        if announce and rank_zero_only.rank == 0:  # type: ignore[attr-defined]
             device = run_device(config.trainer.accelerator)
             matmuls = matmul_precision_note(device, config.trainer.precision, config.model.float32_matmul_precision)
             print(
@@ -175,9 +179,11 @@ class MnistperfCLI(LightningCLI):
                 config.ckpt_path = str(newest_checkpoint(subcommand, config))
 
     def _parse_ckpt_path(self) -> None:
-        """Leave the model's settings to the config and the command line: LightningCLI would replace them with the
-        checkpoint's hyperparameters. The checkpoint brings weights, optimizer state and the loop's position, and
-        the module names the settings it was trained with that differ (:meth:`ImageClassifier.on_load_checkpoint`).
+        """Leave the model's settings to the config and the command line, not the checkpoint's hyperparameters.
+
+        LightningCLI would replace them with the checkpoint's. The checkpoint brings weights, optimizer state and the
+        loop's position, and the module names the settings it was trained with that differ
+        (:meth:`ImageClassifier.on_load_checkpoint`).
         """
 
     @staticmethod
@@ -228,7 +234,7 @@ def newest_checkpoint(command: str, config) -> Path:
             f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
             f"Train one with `python -m mnistperf fit {stage}`, or pass --ckpt_path FILE."
         )
-    if rank_zero_only.rank == 0:
+    if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
         print(
             f"mnistperf: {command} with {found[-1]} (the newest checkpoint in {folder}; "
             "--ckpt_path FILE picks another)",
@@ -238,8 +244,11 @@ def newest_checkpoint(command: str, config) -> Path:
 
 
 def parse_fit_config(args: Sequence[str], announce: str | None = None) -> MnistperfCLI:
-    """The trainer, model and DataModule a ``fit`` with these arguments would build, without running it;
-    ``announce`` names the command on the device line it prints first (none when not given).
+    """The trainer, model and DataModule a ``fit`` with these arguments would build, without running it.
+
+    Args:
+        args: the arguments after ``fit``.
+        announce: the command named on the device line it prints first (none when not given).
     """
     with warnings.catch_warnings():  # LightningCLI warns that args were given beside the process's own argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
@@ -267,10 +276,14 @@ def parse_setting(text: str) -> tuple[str, str]:
 def check_key(key: str, option: str) -> None:
     """A --set or --sweep key must name an option a stage config has: data.X, model.X, trainer.X or seed_everything."""
     section, _, name = key.partition(".")
-    known = {"data": MNISTDataModule, "model": ImageClassifier, "trainer": Trainer}
+    known: dict[str, Callable[..., None]] = {
+        "data": MNISTDataModule.__init__,
+        "model": ImageClassifier.__init__,
+        "trainer": Trainer.__init__,
+    }
     if key == "seed_everything":
         return
-    if section not in known or name.split(".")[0] not in inspect.signature(known[section].__init__).parameters:
+    if section not in known or name.split(".")[0] not in inspect.signature(known[section]).parameters:
         raise ConfigError(
             f"{option} {key}: no stage config has this option; use data.NAME, model.NAME or "
             "trainer.NAME (`python -m mnistperf fit --help` lists them)."

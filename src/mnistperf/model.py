@@ -8,18 +8,21 @@ of the group it is handed (``data.batches_per_step``). Why: docs/timing.md#why-n
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
 from lightning import LightningModule
+from lightning.fabric.utilities.data import AttributeDict
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from mnistperf.checkpoint import carry_step_count, differences, differences_line, follow_the_run, keys_for, plain_keys
 from mnistperf.data.schema import NUM_CLASSES
 from mnistperf.errors import ConfigError
-from mnistperf.graphed_step import StepGraphs, step_state
+from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
 from mnistperf.step import adam, optimizer_steps, whole_training_step
 from mnistperf.sums import EpochSums
 
@@ -39,6 +42,7 @@ class SimpleCNN(nn.Module):
         self.fc2 = nn.Linear(128, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits [N, num_classes] of images [N, 1, 28, 28]."""
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
         x = F.relu(self.fc1(torch.flatten(x, 1)))
@@ -86,20 +90,23 @@ class ImageClassifier(LightningModule):
                 "(cuda_graph captures the optimizer's update too)."
             )
         self.save_hyperparameters()
-        self.net = SimpleCNN()
+        self.net: nn.Module = SimpleCNN()  # torch.compile wraps it in configure_model
         self.sums: dict[str, EpochSums] = {}  # per stage; made by its first step, zeroed in place after each epoch
         self.automatic_optimization = not cuda_graph
         self.graphs = StepGraphs(self._whole_step, self._step_state)
         self._graphing = False  # decided in configure_model, once the device and the process count are known
 
     def _run_device(self) -> torch.device:
-        """The device training runs on. configure_model is called before the module is moved there,
-        so ask the trainer's strategy rather than self.device.
+        """The device training runs on.
+
+        configure_model is called before the module is moved there, so ask the trainer's strategy rather than
+        self.device.
         """
         return self._trainer.strategy.root_device if self._trainer is not None else self.device
 
     def configure_model(self) -> None:
-        hp = self.hparams
+        """Set the run's matmul precision, decide whether the step is graphed, and lay out or compile the network."""
+        hp = cast(AttributeDict, self.hparams)
         device = self._run_device()
         on_cuda = device.type == "cuda"
         torch.set_float32_matmul_precision(hp.float32_matmul_precision)  # set every run, the default too
@@ -114,15 +121,17 @@ class ImageClassifier(LightningModule):
                 )
                 rank_zero_info(f"model.cuda_graph: skipped {why}; the same whole step runs eagerly.")
         if hp.channels_last:
-            self.net = self.net.to(memory_format=torch.channels_last)
+            self.net = self.net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         if hp.compile and not isinstance(self.net, torch._dynamo.eval_frame.OptimizedModule):
             if on_cuda or hp.compile_on_cpu:
-                self.net = torch.compile(self.net, mode=hp.compile_mode)
+                # torch.compile of a module is a module (OptimizedModule); its annotation says any callable
+                self.net = cast(nn.Module, torch.compile(self.net, mode=hp.compile_mode))
             else:
                 rank_zero_info(f"model.compile: skipped on {device.type} (set model.compile_on_cpu true to force it).")
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        if self.hparams.channels_last:
+        """The network's logits for a batch of images (in NHWC layout with ``channels_last``)."""
+        if cast(AttributeDict, self.hparams).channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         return self.net(images)
 
@@ -139,31 +148,43 @@ class ImageClassifier(LightningModule):
         return loss
 
     def _log_epoch(self, stage: str) -> None:
-        """Loss and accuracy of the epoch, logged once. Every process takes part (the sums are gathered),
-        also one that had no batch.
+        """Loss and accuracy of the epoch, logged once.
+
+        Every process takes part (the sums are gathered), also one that had no batch.
         """
         sums = self._sums(stage)
-        means = sums.means(self.all_gather)  # new tensors: the reset below does not touch them
+        # all_gather of a tensor is a tensor (its annotation covers collections too)
+        gather = cast(Callable[[torch.Tensor], torch.Tensor], self.all_gather)
+        means = sums.means(gather)  # new tensors: the reset below does not touch them
         self.log_dict({f"{stage}/{name}": value for name, value in means.items()}, prog_bar=stage != "train")
         sums.reset()
 
     # ------------------------------------------------------------------ the whole step (cuda_graph)
     def _whole_step(self, batch: dict[str, torch.Tensor]) -> None:
         """Everything one training step changes, in place: what :class:`StepGraphs` captures and replays.
+
         Graphed, the backward is autograd's own: Lightning's backward hooks run Python a replay would skip.
         """
         backward = torch.Tensor.backward if self._graphing else self.manual_backward
-        whole_training_step(self, self.optimizers().optimizer, batch, self._sums("train"), backward)
+        whole_training_step(self, self._graphed_adam(), batch, self._sums("train"), backward)
 
     def _step_state(self) -> list[torch.Tensor]:
         """The tensors the whole step changes: weights, buffers, Adam's state and the training sums."""
         sums = [self.sums["train"].totals] if "train" in self.sums else []
-        return step_state(self, self.optimizers().optimizer, *sums)
+        return step_state(self, self._graphed_adam(), *sums)
+
+    def _graphed_adam(self) -> GraphedAdam:
+        """The whole step's optimizer (a GraphedAdam under cuda_graph), unwrapped from Lightning's."""
+        wrapper = self.optimizers()
+        assert isinstance(wrapper, LightningOptimizer) and isinstance(wrapper.optimizer, GraphedAdam)
+        return wrapper.optimizer
 
     def on_fit_start(self) -> None:
+        """Forget the step's CUDA graphs."""
         self.graphs.reset()  # a fit builds a new optimizer, and may have moved the module since the last one
 
     def on_fit_end(self) -> None:
+        """Forget the step's CUDA graphs."""
         self.graphs.reset()  # Lightning's teardown has just moved the module and Adam's state to the CPU
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -173,8 +194,9 @@ class ImageClassifier(LightningModule):
             checkpoint[PRECISION_KEY] = str(self._trainer.precision)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """The checkpoint's weights under this module's key names; its settings, where they differ from the run's
-        (which win), named in one line.
+        """The checkpoint's weights under this module's key names; its settings that differ named in one line.
+
+        The run's settings win over the checkpoint's.
         """
         checkpoint["state_dict"] = keys_for(self, checkpoint["state_dict"])
         carry_step_count(checkpoint, self.automatic_optimization)
@@ -190,23 +212,29 @@ class ImageClassifier(LightningModule):
         self.graphs.reset()  # the optimizer's state is about to be new tensors: capture again
 
     def training_step(self, batch, batch_idx):
+        """Add the batch's loss and correct predictions to the epoch's sums; under cuda_graph, step by hand."""
         if self.automatic_optimization:
             return self._step(batch, "train")
         optimizer_steps(self.optimizers(), batch, self.graphs if self._graphing else self._whole_step)
 
     def validation_step(self, batch, batch_idx):
+        """Add the batch's loss and correct predictions to the validation sums."""
         self._step(batch, "val")
 
     def test_step(self, batch, batch_idx):
+        """Add the batch's loss and correct predictions to the test sums."""
         self._step(batch, "test")
 
     def on_train_epoch_end(self) -> None:
+        """Log the epoch's training loss and accuracy."""
         self._log_epoch("train")
 
     def on_validation_epoch_end(self) -> None:
+        """Log the epoch's validation loss and accuracy."""
         self._log_epoch("val")
 
     def on_test_epoch_end(self) -> None:
+        """Log the test loss and accuracy."""
         self._log_epoch("test")
 
     def samples_in_batch(self, batch: dict[str, torch.Tensor]) -> int:
@@ -214,10 +242,12 @@ class ImageClassifier(LightningModule):
         return batch["label"].numel()
 
     def predict_step(self, batch, batch_idx):
+        """The predicted class of each image."""
         return self(batch["image"]).argmax(dim=1)
 
     def configure_optimizers(self):
-        hp = self.hparams
+        """The stages' Adam on the run's device, following the run's settings when a checkpoint is loaded."""
+        hp = cast(AttributeDict, self.hparams)
         optimizer = adam(
             self.parameters(),
             hp.lr,

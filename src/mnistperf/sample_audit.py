@@ -220,9 +220,11 @@ class SampleAudit(Callback):
 
     # ------------------------------------------------------------------ hooks
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """Keep the trainer, which state_dict needs to gather the epoch's fingerprints."""
         self._trainer = trainer
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """On a run resumed inside an epoch, take back this rank's fingerprints of that epoch from the checkpoint."""
         restored, self._restored = self._restored, None
         if restored is not None and restored["epoch"] == trainer.current_epoch:  # resumed inside that epoch
             shares = restored["fingerprints"]
@@ -235,14 +237,17 @@ class SampleAudit(Callback):
             self._previous = None  # the order before the interruption is not known
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Start the epoch's fingerprints afresh (unless carried over from the checkpoint)."""
         if not self._carried:  # Lightning calls this hook on a resumed epoch's start only when none of it ran
             self._seen = []
         self._in_epoch, self._carried = True, False
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        """Record the batch's fingerprints, on the device."""
         self._seen.append(self.fingerprints(batch))
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Gather every rank's fingerprints of the epoch and audit them."""
         local = self._local(trainer)
         same = -1 if self._previous is None else int(torch.equal(self._previous, local))
         self._previous, self._seen, self._in_epoch, self._carried = local, [], False, False
@@ -336,4 +341,5 @@ class SampleAudit(Callback):
         return {"epoch": trainer.current_epoch, "fingerprints": [share.cpu() for share, _ in shares]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep a checkpoint's fingerprints for on_train_start (nothing when it was saved between epochs)."""
         self._restored = state_dict if state_dict else None

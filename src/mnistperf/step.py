@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from lightning import LightningModule
+from lightning.fabric.utilities.data import AttributeDict
 
 from mnistperf.data.pipelines.base import step_batches
 from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
@@ -22,9 +24,10 @@ FUSED_ADAM_DEVICES = ("cpu", "cuda")
 
 
 def optimizer_steps(optimizer, batch: dict[str, torch.Tensor], run: Callable[[dict[str, torch.Tensor]], None]) -> None:
-    """Under manual optimization, one step of Lightning's optimizer wrapper per training batch of what the loader
-    yielded (one, or the k of a group: ``data.batches_per_step``), each running ``run(batch)`` as its closure.
-    Lightning counts every one, so ``global_step`` is the number of optimizer steps whatever the grouping.
+    """Under manual optimization, one step of Lightning's optimizer wrapper per training batch the loader yielded.
+
+    A loader yields one batch, or the k of a group (``data.batches_per_step``); each step runs ``run(batch)`` as its
+    closure. Lightning counts every one, so ``global_step`` is the number of optimizer steps whatever the grouping.
     """
     for step_batch in step_batches(batch):
         optimizer.step(closure=lambda b=step_batch: run(b))
@@ -37,8 +40,9 @@ def whole_training_step(
     sums: EpochSums | None = None,
     backward: Callable[[torch.Tensor], None] = torch.Tensor.backward,
 ) -> None:
-    """One optimizer step of cross-entropy training that changes everything in place and returns nothing, so
-    that :class:`~mnistperf.graphed_step.StepGraphs` can capture and replay it: the gradients are zeroed inside
+    """One optimizer step of cross-entropy training that changes everything in place and returns nothing.
+
+    So :class:`~mnistperf.graphed_step.StepGraphs` can capture and replay it: the gradients are zeroed inside
     (a graph replays the zeroing; nothing runs between replays), Adam's update is the graph's
     (:meth:`GraphedAdam.update`), and loss and correct predictions go to ``sums`` on the device.
     """
@@ -60,23 +64,24 @@ class StandaloneStep:
     """
 
     def __init__(self, model: LightningModule, precision: str = "32-true", sums: EpochSums | None = None):
-        hp = model.hparams
+        hp = cast(AttributeDict, model.hparams)
         device = next(model.parameters()).device
         self.model, self.sums = model, sums
         bf16 = str(precision).startswith("bf16")
         self.autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
         self.optimizer = adam(model.parameters(), hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph)
         extra = [sums.totals] if sums is not None else []
-        self.graphs = (
-            StepGraphs(
-                lambda batch: whole_training_step(model, self.optimizer, batch, sums),
-                lambda: step_state(model, self.optimizer, *extra),
+        self.graphs: StepGraphs | None = None
+        if hp.cuda_graph:
+            graphed = self.optimizer
+            assert isinstance(graphed, GraphedAdam)  # adam(graphed=True) makes one
+            self.graphs = StepGraphs(
+                lambda batch: whole_training_step(model, graphed, batch, sums),
+                lambda: step_state(model, graphed, *extra),
             )
-            if hp.cuda_graph
-            else None
-        )
 
     def __call__(self, batch: dict[str, torch.Tensor]) -> None:
+        """One training step on a batch: the graph's replay for a graphed stage, else the eager step."""
         with self.autocast:  # graphed: over the whole step, as Lightning's precision runs a manual step
             if self.graphs is not None:
                 self.graphs(batch)
@@ -93,10 +98,13 @@ class StandaloneStep:
 def adam(
     params, lr: float, fused_adam: bool, device: torch.device, graphed: bool = False, capturable: bool = True
 ) -> torch.optim.Adam:
-    """The stages' optimizer: Adam, fused where asked and torch has the kernel; for the whole-step module
-    (``cuda_graph``) a :class:`GraphedAdam`.
+    """The stages' optimizer: Adam, fused where asked and torch has the kernel.
 
     Args:
+        params: the parameters to optimize.
+        lr: the learning rate.
+        fused_adam: use the fused kernel where the device has it.
+        device: where the parameters live.
         graphed: a :class:`GraphedAdam`, whose update runs inside the whole step.
         capturable: whether a graph captures its update; Adam is then capturable on CUDA (its step count
             lives on the device, where a replay advances it), and only then: eagerly, capturable is slower.

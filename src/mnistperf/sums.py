@@ -26,6 +26,7 @@ class EpochSums:
         self.totals.zero_()
 
     def add(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        """Add a batch's loss (times its samples), correct predictions and samples, on the device."""
         samples = len(labels)
         self.totals[0].add_(loss.detach(), alpha=samples)
         self.totals[1].add_((logits.argmax(dim=1) == labels).sum())

@@ -8,6 +8,7 @@ Linux only (it reads /proc); elsewhere the figures are None.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -17,10 +18,8 @@ PROC = Path("/proc")
 def _children(pid: int) -> list[int]:
     kids = []
     for task in (PROC / str(pid) / "task").glob("*/children"):
-        try:
+        with contextlib.suppress(OSError):
             kids += [int(p) for p in task.read_text().split()]
-        except OSError:
-            pass
     return kids
 
 
@@ -62,12 +61,13 @@ class TreeMemorySampler:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
 
     def _run(self) -> None:
+        assert self.peak_rss_mb is not None and self.peak_pss_mb is not None  # set before the thread starts
         while not self._stop.wait(self.interval):
             sizes = [_rss_pss_kb(p) for p in _tree(self.pid)]
             self.peak_rss_mb = max(self.peak_rss_mb, sum(r for r, _ in sizes) / 1024)

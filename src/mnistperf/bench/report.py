@@ -8,6 +8,7 @@ figures beside it where the stage has them.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -33,9 +34,11 @@ class Row:
     error: str | None = None
 
     def values(self, key: str) -> list[float]:
+        """The repeats' values of summary field ``key``, from the repeats that have one."""
         return [s[key] for s in self.summaries if s.get(key) is not None]
 
     def med(self, key: str) -> float | None:
+        """Median of summary field ``key`` over the repeats; None when no repeat has it."""
         values = self.values(key)
         return median(values) if values else None
 
@@ -59,8 +62,15 @@ class Row:
 
     @property
     def total_s(self) -> float | None:
+        """Median seconds of the whole run (train + test, every epoch) over the repeats."""
         totals = [s["total_train_s"] + s["total_eval_s"] for s in self.summaries]
         return median(totals) if totals else None
+
+    def train_s(self) -> float:
+        """Median train seconds per steady-state epoch, for a row known to have one."""
+        value = self.med("avg_train_s")
+        assert value is not None, f"{self.label} has no train time"
+        return value
 
     def peak_memory_mb(self, kind: str) -> float | None:
         """Largest peak over the repeats: 'main_process' RSS, or the sampled 'tree_pss' / 'tree_rss'."""
@@ -91,7 +101,7 @@ def table_rows(rows: list[Row]) -> list[dict[str, str]]:
         note = r.error or ""
         same_stage = [lr for lr in lightning_rows if lr.stage == r.stage]
         if r.runner in ("plain", "bare") and same_stage and r.med("avg_train_s"):
-            ratios = [(lr, lr.med("avg_train_s") / r.med("avg_train_s")) for lr in same_stage]
+            ratios = [(lr, lr.train_s() / r.train_s()) for lr in same_stage]
             what = "stage/plain" if r.runner == "plain" else "stage/bare Lightning"
             if len(ratios) == 1:
                 note = f"{what} train time: {ratios[0][1]:.3f}x"
@@ -130,8 +140,10 @@ def _stat(row: Row, key: str, name: str) -> dict[str, float | None]:
 
 
 def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """One value per cell, for tools: statistics in their own columns, units in the names, and the settings that
-    shape a row (epochs, bounded or full epochs, repeats, swept values, device) beside its figures.
+    """One value per cell, for tools: statistics in their own columns, units in the names.
+
+    The settings that shape a row (epochs, bounded or full epochs, repeats, swept values, device) stand beside its
+    figures.
     """
     base = next((r.epoch_s for r in rows if r.epoch_s), None)
     swept = sorted({key for r in rows for key in r.overrides})
@@ -140,6 +152,7 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     for r in rows:
         ref = published_figures(r)
         wait = r.med("input_wait_share")
+        busy = r.med("device_busy_share")
         first = r.summaries[0] if r.summaries else {}
         data = first.get("data") or {}
         out.append(
@@ -163,7 +176,7 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
                 "speedup_x": base / r.epoch_s if base and r.epoch_s else None,
                 "samples_per_s_median": r.med("samples_per_s"),
                 "input_wait_pct": 100 * wait if wait is not None else None,
-                "gpu_busy_pct": 100 * r.med("device_busy_share") if r.med("device_busy_share") is not None else None,
+                "gpu_busy_pct": 100 * busy if busy is not None else None,
                 "verdict": "/".join(sorted({s["verdict"] for s in r.summaries})) or None,
                 "val_acc_median": r.med("final_val_acc"),
                 "peak_main_rss_mb": r.peak_memory_mb("main_process"),
@@ -177,9 +190,10 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def per_step(rows: list[Row]) -> list[dict[str, Any]]:
-    """Where a step's time goes, in ms, for every stage run beside its `plain PyTorch` and `bare Lightning` rows:
-    the plain step, what Lightning's loop adds to it, and what the lab adds on top (its logging, sums, timing
-    callback, logger, checkpoints and validation hooks; the bench runs with the progress bar off).
+    """Where a step's time goes, in ms, for every stage run beside its `plain PyTorch` and `bare Lightning` rows.
+
+    Per stage: the plain step, what Lightning's loop adds to it, and what the lab adds on top (its logging, sums,
+    timing callback, logger, checkpoints and validation hooks; the bench runs with the progress bar off).
     """
     out = []
     for row in rows:
@@ -193,8 +207,8 @@ def per_step(rows: list[Row]) -> list[dict[str, Any]]:
             continue
         steps = math.ceil(row.samples_per_epoch / row.summaries[0]["data"]["batch_size"])
 
-        def ms(r: Row) -> float:
-            return 1000 * r.med("avg_train_s") / steps
+        def ms(r: Row, steps: int = steps) -> float:
+            return 1000 * r.train_s() / steps
 
         out.append(
             {
@@ -228,6 +242,7 @@ def per_step_table(rows: list[Row]) -> str:
 
 
 def markdown_table(rows: list[Row]) -> str:
+    """The printable columns of every row as a Markdown table ('(no rows)' when there are none)."""
     printable = table_rows(rows)
     if not printable:
         return "(no rows)"
@@ -238,6 +253,7 @@ def markdown_table(rows: list[Row]) -> str:
 
 
 def environment_of(rows: list[Row]) -> dict[str, Any]:
+    """The device, CPU count and versions the first finished repeat ran with ({} when none finished)."""
     for r in rows:
         for s in r.summaries:
             return {k: s[k] for k in ("device", "cpu_count", "versions")}
@@ -299,7 +315,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         indent=2,
     )
     for name, text in targets.items():
-        atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text))
+        atomic_write(out / name, functools.partial(Path.write_text, data=text))
         written.append(out / name)
     chart = write_chart(rows, out / "chart.png", env.get("device", ""), log_scale)
     if chart:
@@ -316,8 +332,9 @@ def published_figures(row: Row) -> tuple[float, float, float, float] | None:
 
 
 def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
-    """The ladder as bars: per row, its measured train s/epoch with the published figure beside it where the stage
-    has one, each bar labelled with its speed-up; a log axis when asked or when the bars span more than
+    """The ladder as bars: per row, its measured train s/epoch and the published figure where the stage has one.
+
+    Each bar is labelled with its speed-up; the axis is logarithmic when asked or when the bars span more than
     ``LOG_SCALE_RANGE``. None when no row has a result.
 
     Args:
@@ -331,18 +348,18 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
     if not done:
         return None
     base = next((r.epoch_s for r in rows if r.epoch_s), None)
-    shown = [(i, published_figures(r)) for i, r in enumerate(done) if published_figures(r)]
+    shown = [(i, ref) for i, r in enumerate(done) if (ref := published_figures(r))]
     width = 0.4 if shown else 0.6
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(done)), 4.5))
     measured = ax.bar(
         [i - width / 2 if shown else i for i in range(len(done))],
-        [r.med("avg_train_s") for r in done],
+        [r.train_s() for r in done],
         width,
         color="#4C72B0",
         label=f"{device} (measured)",
     )
-    ax.bar_label(measured, labels=[f"{base / r.epoch_s:.1f}x" if base else "" for r in done], fontsize=8)
-    heights = [r.med("avg_train_s") for r in done]
+    ax.bar_label(measured, labels=[f"{base / r.epoch_s:.1f}x" if base and r.epoch_s else "" for r in done], fontsize=8)
+    heights = [r.train_s() for r in done]
     if shown:
         figures = ax.bar(
             [i + width / 2 for i, _ in shown],

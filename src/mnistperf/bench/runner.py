@@ -35,6 +35,7 @@ SHOWN_PREFIXES = ("epoch ", "mnistperf:", "Average ", "Total ", "Verdict")
 
 
 def parse_sweep(text: str) -> tuple[str, list[str]]:
+    """--sweep KEY=V1,V2,...: the key and its values."""
     key, sep, values = text.partition("=")
     if not sep or not key or not values:
         raise ConfigError(f"--sweep {text!r}: expected KEY=V1,V2,... such as data.batch_size=16,32,64.")
@@ -42,6 +43,7 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
 
 
 def resolve_stages(text: str, config_dir: Path) -> list[tuple[str, Path]]:
+    """(name, config path) of every stage --stages names ('all': the ladder and the stages beyond it)."""
     names = published.LADDER + published.BEYOND if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
     stages = []
     for name in names:
@@ -69,6 +71,7 @@ def run_process(command: list[str], label: str) -> tuple[int, str, dict]:
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc,
         TreeMemorySampler(proc.pid) as memory,
     ):
+        assert proc.stdout is not None  # stdout=PIPE
         try:
             for line in proc.stdout:
                 tail.append(line.rstrip())
@@ -119,6 +122,7 @@ class Plan:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The bench's options."""
     parser = argparse.ArgumentParser(prog="mnistperf bench", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--stages", default="all", help="'all' (the ladder and v3 stages) or names/paths, comma-separated"
@@ -305,6 +309,7 @@ def reference_row_stages(text: str, run: list[str]) -> list[str]:
 
 
 def bench_command(argv: Sequence[str]) -> None:
+    """``mnistperf bench``: run the stages (and sweeps) as separate processes and write the report."""
     opts = parse_args(argv)
     if opts.redraw is not None:
         chart = redraw_chart(opts.redraw, opts.log_scale)

@@ -12,12 +12,14 @@ and how the DataLoader is set up. ``prepare_data`` converts the raw files once (
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 import lightning as L
 import pyarrow as pa
 import torch
+from lightning.fabric.utilities.data import AttributeDict
 from lightning.pytorch.utilities import rank_zero_info
 
 from mnistperf.data.ingest import prepare
@@ -96,16 +98,18 @@ class MNISTDataModule(L.LightningDataModule):
         self.pipeline.check()
         self.data_dir = data_dir.rstrip("/") if is_uri(data_dir) else Path(data_dir)
         self.datasets: dict[str, object] = {}
-        # Where the resident pipeline puts the data when no Trainer is attached (the bench's plain-PyTorch reference row).
+        # Where the resident pipeline puts the data when no Trainer is attached (the bench's plain-PyTorch
+        # reference row).
         self.device = torch.device("cpu")
         self._workers_noted = False
 
     # ----------------------------------------------------------------- preparation
     def prepare_data(self) -> None:
-        """Convert the raw files to Parquet if they are missing, then let the pipeline build what it reads
-        (Lightning runs this on one process).
+        """Convert the raw files to Parquet if they are missing, then let the pipeline build what it reads.
+
+        Lightning runs this on one process.
         """
-        hp = self.hparams
+        hp = cast(AttributeDict, self.hparams)
         if is_uri(self.data_dir):  # remote data is prepared where it was made, then uploaded
             return
         missing = [s for s in prepare.SPLITS if not prepare.split_path(self.data_dir, hp.dataset, s).exists()]
@@ -120,7 +124,7 @@ class MNISTDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         """Load and check the splits this stage needs; nothing is converted or downloaded here."""
-        hp = self.hparams
+        hp = cast(AttributeDict, self.hparams)
         if self.pipeline.uses_workers and hp.num_workers > usable_cpus() and not self._workers_noted:
             self._workers_noted = True  # one line of ours instead of torch's warning per loader
             rank_zero_info(
@@ -145,24 +149,31 @@ class MNISTDataModule(L.LightningDataModule):
         # reuse: without this, every pipeline would carry about twice the decoded file for the whole run.
         pa.default_memory_pool().release_unused()
 
-    def _load(self, split: str, require_labels: bool):
+    def _load(self, split: str, require_labels: bool) -> Any:
+        dataset = cast(AttributeDict, self.hparams).dataset
+        path: Path | str
         if is_uri(self.data_dir):
-            path = f"{self.data_dir}/{prepare.split_path('', self.hparams.dataset, split).as_posix()}"
+            path = f"{self.data_dir}/{prepare.split_path('', dataset, split).as_posix()}"
         else:
-            path = prepare.require_prepared(self.hparams.dataset, self.data_dir, split)
-        return self.pipeline.load(path, require_labels, self._placement())
+            path = prepare.require_prepared(dataset, self.data_dir, split)
+        # A URI reaches only a pipeline that reads URIs (Pipeline.check rejects the others).
+        return self.pipeline.load(path, require_labels, self._placement())  # type: ignore[arg-type]
 
     # ----------------------------------------------------------------- loaders
-    def train_dataloader(self):
+    def train_dataloader(self) -> Iterable[dict[str, torch.Tensor]]:
+        """The pipeline's training loader over the training split."""
         return self.pipeline.loader(self.datasets["train"], True, self._placement())
 
-    def val_dataloader(self):
+    def val_dataloader(self) -> Iterable[dict[str, torch.Tensor]]:
+        """The pipeline's evaluation loader over the validation split."""
         return self.pipeline.loader(self.datasets["val"], False, self._placement())
 
-    def test_dataloader(self):
+    def test_dataloader(self) -> Iterable[dict[str, torch.Tensor]]:
+        """The pipeline's evaluation loader over the test split."""
         return self.pipeline.loader(self.datasets["test"], False, self._placement())
 
-    def predict_dataloader(self):
+    def predict_dataloader(self) -> Iterable[dict[str, torch.Tensor]]:
+        """The pipeline's evaluation loader over the test split, labels not required."""
         return self.pipeline.loader(self.datasets["predict"], False, self._placement())
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
@@ -185,7 +196,7 @@ class MNISTDataModule(L.LightningDataModule):
     @property
     def pins_memory(self) -> bool:
         """pin_memory as it applies: only when batches go to a CUDA device."""
-        return self.pipeline.uses_workers and pins_memory(self.hparams.pin_memory, self._device())
+        return self.pipeline.uses_workers and pins_memory(cast(AttributeDict, self.hparams).pin_memory, self._device())
 
     def loader_settings(self) -> dict:
         """The options that describe this pipeline, for timing summaries and reports."""

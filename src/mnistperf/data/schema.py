@@ -80,10 +80,12 @@ class Layout:
 
     @property
     def has_labels(self) -> bool:
+        """Whether the file has a label column."""
         return self.label is not None
 
     @property
     def is_canonical(self) -> bool:
+        """Whether the columns are already named and ordered as the canonical schema's."""
         return self.label in (None, LABEL_COLUMN) and self.pixels == tuple(PIXEL_COLUMNS)
 
     def canonical(self, data: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
@@ -117,9 +119,9 @@ def find_layout(names: list[str], path: Path) -> Layout:
         )
     numbers = [_NUMBER.search(n) for n in pixels]
     if all(numbers):
-        values = [int(m.group(1)) for m in numbers]
+        values = [int(m.group(1)) for m in numbers if m]
         if sorted(values) == list(range(min(values), min(values) + NUM_PIXELS)):  # 0..783 or 1..784: by number
-            pixels = [n for _, n in sorted(zip(values, pixels))]
+            pixels = [n for _, n in sorted(zip(values, pixels, strict=True))]
     return Layout(label, tuple(pixels))
 
 
@@ -202,9 +204,7 @@ def checked_tables(path: Path, require_labels: bool) -> Iterator[tuple[Path, pa.
 
 
 def read_checked(path: Path, require_labels: bool) -> pa.Table:
-    """Read a whole split (file or shards) and check it; the table, in the canonical layout, is safe to hand
-    to any pipeline.
-    """
+    """Read a whole split (file or shards) and check it; the table, in the canonical layout, suits any pipeline."""
     tables = [table for _, table in checked_tables(path, require_labels)]
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 

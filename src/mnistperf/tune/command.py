@@ -27,6 +27,7 @@ MIN_BUDGET_MIN = 0.25
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Tune's options, checked."""
     parser = argparse.ArgumentParser(prog="mnistperf tune", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True, help="the stage config to start from")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override, as for bench")
@@ -49,6 +50,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path, device: str, spent_s: float) -> str:
+    """The tuned config's YAML: the input config with the chosen data settings, under comments saying what was found."""
     chosen = outcome.chosen
     lines = [
         f"# mnistperf tune: tuned from {source} on {device} in {spent_s:.0f} s ({time.strftime('%Y-%m-%d')}).",
@@ -83,10 +85,12 @@ def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path,
 
 
 def probes_path(out: Path) -> Path:
+    """Where the table of every probe goes, beside the tuned config."""
     return out.with_suffix(".probes.md")
 
 
 def probes_table(outcome: tuning.Outcome) -> str:
+    """Every probe as a Markdown table row: settings, rate, spread, input wait, seconds, note."""
     rows = [
         "| # | probe | settings | samples/s | spread | input wait | seconds | note |",
         "|---|---|---|---|---|---|---|---|",
@@ -101,6 +105,7 @@ def probes_table(outcome: tuning.Outcome) -> str:
 
 
 def tune_command(argv: Sequence[str], log=print) -> tuning.Outcome | None:
+    """``mnistperf tune``: search for the fastest data settings here and write them as a config."""
     opts = parse_args(argv)
     settings = [parse_setting(s) for s in opts.set]
     for key, _ in settings:

@@ -1,9 +1,10 @@
 """How ``mnistperf tune`` decides: the step, then the cheapest loaders first, until input is no longer the bound.
 
 A loader's predicted training rate is min(loader, step) with workers and 1 / (1/loader + 1/step) without,
-less each epoch's start. Pipelines are tried in the order of their class's ``tune_rank``. The search stops once a loader outruns the step by more than the probes' noise;
-the best prediction and the input config then train side by side, and within the noise the one with
-fewer worker processes wins. Every probe's figure is the median of 3. Why: docs/stages.md#tune.
+less each epoch's start. Pipelines are tried in the order of their class's ``tune_rank``. The search stops once a
+loader outruns the step by more than the probes' noise; the best prediction and the input config then train side
+by side, and within the noise the one with fewer worker processes wins. Every probe's figure is the median of 3.
+Why: docs/stages.md#tune.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from lightning.fabric.utilities.data import AttributeDict
 
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
@@ -78,6 +80,7 @@ class Outcome:
 
 
 def worker_counts(cpus: int) -> list[int]:
+    """The worker counts tune tries: 0, then the powers of two up to ``cpus``."""
     counts, n = [0], 1
     while n <= cpus:
         counts.append(n)
@@ -86,6 +89,7 @@ def worker_counts(cpus: int) -> list[int]:
 
 
 def free_memory_bytes(device: torch.device) -> int:
+    """Free memory on the device (the host's available memory for the CPU); 0 when unknown."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     try:
@@ -98,11 +102,12 @@ def free_memory_bytes(device: torch.device) -> int:
 
 
 def split_rows(datamodule: MNISTDataModule) -> int:
+    """Rows of the DataModule's prepared training split, from the Parquet footers."""
     import pyarrow.parquet as pq
 
     from mnistperf.data import schema
 
-    path = prepare.require_prepared(datamodule.hparams.dataset, datamodule.data_dir, "train")
+    path = prepare.require_prepared(cast(AttributeDict, datamodule.hparams).dataset, datamodule.data_dir, "train")
     return sum(pq.read_metadata(f).num_rows for f in schema.parquet_files(path))
 
 
@@ -155,11 +160,14 @@ class Search:
 
     # ---------------------------------------------------------------- plumbing
     def out_of_time(self) -> bool:
+        """Whether the budget is spent."""
         return time.perf_counter() > self.deadline
 
     def datamodule(self, settings: dict) -> MNISTDataModule:
-        """A DataModule built with these settings (through its checks); a pipeline's split is loaded by its first
-        probe and shared by the DataModules of the next ones, whose loader settings differ.
+        """A DataModule built with these settings (through its checks).
+
+        A pipeline's split is loaded by its first probe and shared by the DataModules of the next ones, whose loader
+        settings differ.
         """
         dm = MNISTDataModule(**{**self.options, **settings})
         dm.device = self.device
@@ -194,6 +202,7 @@ class Search:
 
     # ---------------------------------------------------------------- probes
     def step(self, batch_size: int) -> Probe:
+        """Probe the training step alone, on one batch of ``batch_size`` already on the device."""
         began = time.perf_counter()
         batch = next(
             iter(
@@ -218,6 +227,7 @@ class Search:
         return self._record(Probe("step", {"batch_size": batch_size}, measure()), began, measure)
 
     def loader(self, settings: dict) -> Probe:
+        """Probe a loader alone with these data settings, its epoch start timed apart."""
         began = time.perf_counter()
         dm = self.datamodule(settings)
 
@@ -232,6 +242,7 @@ class Search:
         )
 
     def together(self, settings: dict, label: str = "") -> Probe:
+        """Probe training with these data settings, the loader and the step together, and the host's input wait."""
         began = time.perf_counter()
         dm = self.datamodule(settings)
 
@@ -246,6 +257,7 @@ class Search:
 
 
 def describe(settings: dict) -> str:
+    """Settings as ``key=value`` words."""
     return " ".join(f"{k}={v}" for k, v in settings.items())
 
 
@@ -313,7 +325,7 @@ def run(
                 of_pipeline.append(consider(settings))
             top = max(of_pipeline, key=lambda p: predicted(p, step.rate, epoch_samples))
             if top.settings["num_workers"]:
-                variants = [{"persistent_workers": False}, {"prefetch_factor": 4}]
+                variants: list[dict[str, Any]] = [{"persistent_workers": False}, {"prefetch_factor": 4}]
                 if on_cuda:
                     variants.append({"pin_memory": False})
                 for variant in variants:

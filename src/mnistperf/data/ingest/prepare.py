@@ -65,8 +65,9 @@ def dataset_folder(dataset: str) -> str:
 
 
 def split_path(data_dir: str | os.PathLike, dataset: str, split: str, fmt: str = "parquet") -> Path:
-    """Where a split lives: <data_dir>/<Folder>/<split>.<fmt>, or a folder of shards <split>/ (always for
-    synthetic; for a dataset of the user's own, when there is no single file).
+    """Where a split lives: <data_dir>/<Folder>/<split>.<fmt>, or a folder of shards <split>/.
+
+    Shards are used always for synthetic, and for a dataset of the user's own when there is no single file.
     """
     folder = Path(data_dir) / dataset_folder(dataset)
     if fmt == "parquet" and (
@@ -95,6 +96,7 @@ def is_ready(path: Path, expected_rows: int | None = None) -> bool:
 
 
 def write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: Iterable[str]) -> list[FormatReport]:
+    """Write a split in every format asked, atomically, and report each file's size, write and read time."""
     reports = []
     for fmt in formats:
         path = split_path(data_dir, dataset, split, fmt)
@@ -183,6 +185,7 @@ def prepare_synthetic(
 
 
 def check_formats(formats: Iterable[str]) -> list[str]:
+    """The formats to write: those asked, checked, with Parquet always first."""
     formats = [f.strip() for f in formats if f.strip()]
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
@@ -196,7 +199,8 @@ def format_reports(reports: list[FormatReport]) -> str:
     if not reports:
         return ""
     lines = [
-        f"{'dataset':<14}{'split':<7}{'rows':>10}  {'format':<8}{'size MB':>9}{'write s':>9}{'read s':>8}{'x parquet':>11}",
+        f"{'dataset':<14}{'split':<7}{'rows':>10}  {'format':<8}"
+        f"{'size MB':>9}{'write s':>9}{'read s':>8}{'x parquet':>11}",
     ]
     parquet_size = {(r.dataset, r.split): r.size_mb for r in reports if r.format == "parquet"}
     for r in reports:

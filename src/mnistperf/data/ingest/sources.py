@@ -92,8 +92,11 @@ PREPARE_OPTION = "--source-root"
 
 
 def how_to_get(spec: DatasetSpec, option: str = PREPARE_OPTION) -> str:
-    """The ways a user can make the raw files reachable, for error messages; ``option`` is how the
-    command that failed takes the source folder.
+    """The ways a user can make the raw files reachable, for error messages.
+
+    Args:
+        spec: the dataset whose raw files are missing.
+        option: how the command that failed takes the source folder.
     """
     return (
         f"pass {option} DIR (or set {SOURCE_ROOT_ENV}) where DIR/{spec.source_folder}/ holds the "

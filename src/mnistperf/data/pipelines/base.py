@@ -92,8 +92,9 @@ class Pipeline:
         raise NotImplementedError
 
     def on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Finish a batch once it is on the training device (the DataModule's ``on_after_batch_transfer``);
-        a pipeline whose loader yields finished batches leaves it as it is.
+        """Finish a batch once it is on the training device (the DataModule's ``on_after_batch_transfer``).
+
+        A pipeline whose loader yields finished batches leaves it as it is.
         """
         return batch
 
@@ -121,15 +122,16 @@ def normalize(pixels: torch.Tensor) -> torch.Tensor:
 
 
 def step_batches(batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-    """The training batches of what a loader yielded: a group of k stacked batches (labels [k, B]) gives k
-    batches (views, no copy), a plain batch (labels [B]) itself.
+    """The training batches of what a loader yielded.
+
+    A group of k stacked batches (labels [k, B]) gives k batches (views, no copy), a plain batch (labels [B]) itself.
     """
     if batch["label"].dim() == 1:
         return [batch]
     return [{name: tensor[i] for name, tensor in batch.items()} for i in range(batch["label"].shape[0])]
 
 
-def is_uri(location) -> bool:
+def is_uri(location: object) -> bool:
     """Whether a data location is a URI (s3://, gs://, ...) rather than a local path."""
     return "://" in str(location)
 
@@ -147,16 +149,19 @@ def seeded_split(n: int, fraction: float, seed: int) -> tuple[torch.Tensor, torc
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """The training order of one epoch: a permutation of n rows drawn on the CPU from ``seed + epoch`` alone
-    (as ``DistributedSampler`` draws its own), so that every pipeline, every device and a resumed run draw
-    the same one, whatever else used the random number generators before.
+    """The training order of one epoch: a permutation of n rows drawn on the CPU from ``seed + epoch`` alone.
+
+    As ``DistributedSampler`` draws its own, so every pipeline, every device and a resumed run draw the same one,
+    whatever else used the random number generators before.
     """
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
 
 
 class EpochShuffle(RandomSampler):
-    """A DataLoader's shuffle in :func:`epoch_order`: Lightning hands it the epoch (``set_epoch``) before each
-    training epoch, and a loop without Lightning gets the next epoch's order at each pass.
+    """A DataLoader's shuffle in :func:`epoch_order`.
+
+    Lightning hands it the epoch (``set_epoch``) before each training epoch, and a loop without Lightning gets
+    the next epoch's order at each pass.
 
     Args:
         data_source: the dataset; only its length is read.
@@ -168,6 +173,7 @@ class EpochShuffle(RandomSampler):
         self.seed, self.epoch = seed, 0
 
     def set_epoch(self, epoch: int) -> None:
+        """Draw the next pass's order for ``epoch``."""
         self.epoch = epoch
 
     def order(self) -> torch.Tensor:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from functools import partial
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ BLOCK_ROWS = 8  # rows per litdata item (why: docs/stages.md#litdata)
 LAYOUT_FILE = "mnistperf-layout.json"  # the copy's layout, so a copy in another layout is rewritten
 INSTALL = "pip install 'mnistperf[litdata]' (or pip install litdata)"
 
-Location = Union[Path, str]
+Location = Path | str
 
 
 def require_litdata():
@@ -43,6 +43,14 @@ def require_litdata():
             f"data.pipeline litdata needs the litdata package, which is not installed: {INSTALL}."
         ) from None
     return litdata
+
+
+@overload
+def copy_location(split: Path) -> Path: ...
+
+
+@overload
+def copy_location(split: str) -> str: ...
 
 
 def copy_location(split: Location) -> Location:
@@ -126,8 +134,10 @@ def tell_topology(dataset, place: Placement) -> None:
 
 
 def collate(items: list[dict[str, Any]], finish: bool = True) -> dict[str, torch.Tensor]:
-    """Blocks of rows to a batch: int64 labels, and float32 images [N, 1, 28, 28] in 0..1, or with ``finish``
-    false the uint8 pixels [N, 784] (a quarter of the bytes), which :meth:`LitdataPipeline.on_device` finishes.
+    """Blocks of rows to a batch: int64 labels, and float32 images [N, 1, 28, 28] in 0..1.
+
+    With ``finish`` false the images stay uint8 pixels [N, 784] (a quarter of the bytes), which
+    :meth:`LitdataPipeline.on_device` finishes.
     """
     pixels = torch.from_numpy(np.concatenate([item["pixels"] for item in items]).reshape(-1, schema.NUM_PIXELS))
     labels = torch.from_numpy(np.concatenate([np.atleast_1d(item["label"]) for item in items]).astype(np.int64))
@@ -142,6 +152,7 @@ class LitdataPipeline(Pipeline):
     tune_rank = 30
 
     def check(self) -> None:
+        """Also reject a missing litdata package and a batch size that is not a whole number of blocks."""
         super().check()
         require_litdata()
         size = self.options.batch_size
@@ -153,9 +164,11 @@ class LitdataPipeline(Pipeline):
             )
 
     def prepare(self, path: Path) -> None:
+        """Write the split's litdata copy where it lacks a current one."""
         prepare_copies([path])
 
-    def load(self, path: Location, require_labels: bool, place: Placement):
+    def load(self, path: Location, require_labels: bool, place: Placement) -> Any:
+        """The StreamingDataset over the split's litdata copy (local or remote), checked by its first block."""
         litdata = require_litdata()
         copy = copy_location(path)
         if not is_uri(str(copy)) and not (Path(copy) / "index.json").is_file():
@@ -197,7 +210,8 @@ class LitdataPipeline(Pipeline):
             return batch  # finished in the worker already (training on the CPU)
         return {**batch, "image": normalize(batch["image"])}
 
-    def loader(self, data, train: bool, place: Placement):
+    def loader(self, data: Any, train: bool, place: Placement) -> Any:
+        """A StreamingDataLoader handing out batches of ``batch_size`` rows (``batch_size / BLOCK_ROWS`` blocks)."""
         litdata = require_litdata()
         shuffle, drop_last = self.order(train)
         # Under DDP training every rank must run the same number of steps: the remainder is left

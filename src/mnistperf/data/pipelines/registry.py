@@ -37,8 +37,8 @@ def summary(name: str) -> str:
 
 def tune_order() -> list[str]:
     """The registered pipelines ``tune`` tries, by ``tune_rank`` (cheapest to feed first)."""
-    ranked = [name for name, cls in PIPELINES.items() if cls.tune_rank is not None]
-    return sorted(ranked, key=lambda name: PIPELINES[name].tune_rank)
+    ranked = [(cls.tune_rank, name) for name, cls in PIPELINES.items() if cls.tune_rank is not None]
+    return [name for _, name in sorted(ranked, key=lambda pair: pair[0])]
 
 
 def help_lines(indent: int = 2, width: int = 10) -> list[str]:

@@ -70,8 +70,9 @@ class ResidentBatches:
         return len(self._spans())
 
     def indices(self) -> torch.Tensor:
-        """This rank's sample indices for this pass, on the device (a shuffled loader's next pass draws the next
-        epoch's order, unless Lightning sets the epoch first).
+        """This rank's sample indices for this pass, on the device.
+
+        A shuffled loader's next pass draws the next epoch's order, unless Lightning sets the epoch first.
         """
         n, device = len(self.labels), self.labels.device
         if isinstance(self.sampler, EpochShuffle):
@@ -101,14 +102,18 @@ class ResidentPipeline(Pipeline):
     tune_rank = 10
 
     def load(self, path: Path, require_labels: bool, place: Placement) -> Tensors:
+        """The split's (pixels, labels), checked, on the training device."""
         # Straight to the device: no host copy outlives setup.
-        return tuple(t.to(place.device) for t in schema.to_tensors(schema.read_checked(path, require_labels)))
+        pixels, labels = schema.to_tensors(schema.read_checked(path, require_labels))
+        return pixels.to(place.device), labels.to(place.device)
 
     def split_off(self, data: Tensors, fraction: float) -> tuple[Tensors, Tensors]:
+        """A seeded (train, validation) split of the rows, where they are."""
         train, val = seeded_split(len(data[1]), fraction, self.options.seed)
-        return tuple(t[train.to(t.device)] for t in data), tuple(t[val.to(t.device)] for t in data)
+        return _rows(data, train), _rows(data, val)
 
     def loader(self, data: Tensors, train: bool, place: Placement) -> ResidentBatches:
+        """Batches sliced from the resident split on its device; no DataLoader, no workers."""
         o = self.options
         if o.num_workers or o.pin_memory:
             rank_zero_warn("data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect.")
@@ -123,3 +128,8 @@ class ResidentPipeline(Pipeline):
             place.world_size,
             o.batches_per_step if train else 1,
         )
+
+
+def _rows(data: Tensors, index: torch.Tensor) -> Tensors:
+    pixels, labels = data
+    return pixels[index.to(pixels.device)], labels[index.to(labels.device)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,7 @@ class ParquetStream(IterableDataset):
     # ------------------------------------------------------------------ splitting
     @property
     def rows_per_rank(self) -> int:
+        """Rows each rank reads in one epoch: ``ceil(N / world_size)``."""
         return math.ceil(self.num_rows / self.world_size)
 
     def __len__(self) -> int:
@@ -124,7 +125,9 @@ class ParquetStream(IterableDataset):
         yield from _batched(pieces, self.batch_size)
 
 
-def _shuffled(pieces, buffer_rows: int, generator: torch.Generator):
+def _shuffled(
+    pieces: Iterable[tuple[torch.Tensor, torch.Tensor]], buffer_rows: int, generator: torch.Generator
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Shuffle a stream of (pixels, labels) through a buffer of buffer_rows rows, allocated once.
 
     The buffer fills first; after that every incoming row takes the slot of a randomly chosen
@@ -132,10 +135,11 @@ def _shuffled(pieces, buffer_rows: int, generator: torch.Generator):
     never reallocated: a buffer that grew and shrank with every piece would leave the C heap
     fragmented and each worker's memory creeping upwards epoch after epoch.
     """
-    buffer_pixels = buffer_labels = None
+    buffer_pixels: torch.Tensor | None = None
+    buffer_labels: torch.Tensor | None = None
     filled = 0
     for pixels, labels in pieces:
-        if buffer_pixels is None:
+        if buffer_pixels is None or buffer_labels is None:
             buffer_pixels = pixels.new_empty((buffer_rows, *pixels.shape[1:]))
             buffer_labels = labels.new_empty((buffer_rows,))
         start = min(buffer_rows - filled, len(labels))  # rows that go to still-empty slots
@@ -148,6 +152,7 @@ def _shuffled(pieces, buffer_rows: int, generator: torch.Generator):
             buffer_pixels[slots], buffer_labels[slots] = pixels[start : start + count], labels[start : start + count]
             start += count
     if filled:  # the end of the stream: empty the buffer in random order
+        assert buffer_pixels is not None and buffer_labels is not None  # allocated with the first piece
         order = torch.randperm(filled, generator=generator)
         for first in range(0, filled, READ_ROWS):
             slots = order[first : first + READ_ROWS]
@@ -189,9 +194,11 @@ class StreamPipeline(Pipeline):
     tune_rank = 40
 
     def load(self, path: Path, require_labels: bool, place: Placement) -> ParquetStream:
+        """A stream over the split's files; nothing is read until a loader iterates it."""
         return ParquetStream(path, require_labels=require_labels, seed=self.options.seed)
 
     def loader(self, data: ParquetStream, train: bool, place: Placement) -> StreamLoader:
+        """DataLoader workers streaming this rank's batches, through the shuffle buffer where the loader shuffles."""
         shuffle, drop_last = self.order(train)
         stream = data.configured(
             shuffle=shuffle,

@@ -110,7 +110,11 @@ def test_plan_covers_stages_sweeps_and_reference_rows():
     plain, _ = plans[-1].command(Path("/runs"), "r5")
     # The plain loop gets the fit command line itself: every override, trainer ones included.
     assert "mnistperf.bench.reference_rows" in plain
-    for key, value in (("--data.dataset", "mnist"), ("--trainer.max_epochs", "2"), ("--config", str(CONFIGS / "v2_pinned.yaml"))):
+    for key, value in (
+        ("--data.dataset", "mnist"),
+        ("--trainer.max_epochs", "2"),
+        ("--config", str(CONFIGS / "v2_pinned.yaml")),
+    ):
         assert plain[plain.index(key) + 1] == value
     # --baseline is an alias of --reference-rows, so existing commands keep working.
     assert runner.parse_args(["--baseline", "none"]).reference_rows == "none"

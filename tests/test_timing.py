@@ -51,8 +51,15 @@ class SleepyModule(LightningModule):
 
 def timed_fit(item_delay_s: float, step_delay_s: float) -> EpochTimer:
     timer = EpochTimer()
-    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[timer], logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False)
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        callbacks=[timer],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(SleepyModule(step_delay_s), DataLoader(SlowItems(item_delay_s), batch_size=4))
     return timer
 
@@ -77,8 +84,15 @@ def test_input_wait_is_the_fetch_not_every_gap_between_steps():
             time.sleep(0.03)
 
     timer = EpochTimer()
-    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[SlowBetweenSteps(), timer], logger=False,
-                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        callbacks=[SlowBetweenSteps(), timer],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(SleepyModule(0.0), DataLoader(SlowItems(0.0), batch_size=4))
     assert timer.epochs[1]["input_wait_share"] < 0.2 and timer.epochs[1]["verdict"] == "compute-bound"
     assert trainer.profiler.__class__.__name__ == "PassThroughProfiler"  # the trainer's own profiler is back
@@ -95,8 +109,13 @@ def test_busy_share_is_the_union_of_the_intervals_over_their_span():
 def kineto_event(device, start_ns: int, end_ns: int, kind: str = "kernel", annotation: bool = False):
     from types import SimpleNamespace
 
-    return SimpleNamespace(device_type=lambda: device, start_ns=lambda: start_ns, end_ns=lambda: end_ns,
-                           activity_type=lambda: kind, is_user_annotation=lambda: annotation)
+    return SimpleNamespace(
+        device_type=lambda: device,
+        start_ns=lambda: start_ns,
+        end_ns=lambda: end_ns,
+        activity_type=lambda: kind,
+        is_user_annotation=lambda: annotation,
+    )
 
 
 def kineto_profiler(events: list):
@@ -109,10 +128,14 @@ def test_device_intervals_are_the_gpus_work_read_from_kinetos_own_events():
     from mnistperf.timing.kernel_busy import device_activities, device_intervals
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
-    profiler = kineto_profiler([
-        kineto_event(cpu, 0, 9000, "cpu_op"),
-        kineto_event(cuda, 0, 9000, "gpu_user_annotation", annotation=True),  # ProfilerStep#3 spans the step's gaps
-        kineto_event(cuda, 1000, 3000), kineto_event(cuda, 5000, 6000, "gpu_memcpy")])
+    profiler = kineto_profiler(
+        [
+            kineto_event(cpu, 0, 9000, "cpu_op"),
+            kineto_event(cuda, 0, 9000, "gpu_user_annotation", annotation=True),  # ProfilerStep#3 spans the step's gaps
+            kineto_event(cuda, 1000, 3000),
+            kineto_event(cuda, 5000, 6000, "gpu_memcpy"),
+        ]
+    )
     assert device_intervals(profiler) == [(1.0, 3.0), (5.0, 6.0)]  # microseconds, the GPU's work only
     assert [kind for kind, _, _ in device_activities(profiler)] == ["kernel", "gpu_memcpy"]
     assert busy_share(device_intervals(profiler)) == pytest.approx(3 / 5)
@@ -160,19 +183,23 @@ def test_the_window_sits_at_the_end_of_the_first_epoch_clear_of_the_remainders_c
     assert window_steps(5) is None
 
 
-@pytest.mark.parametrize("cuda,tears_down", [("13.0", True), ("12.6", True), ("12.4", False), ("11.8", False),
-                                             (None, False)])
+@pytest.mark.parametrize(
+    "cuda,tears_down", [("13.0", True), ("12.6", True), ("12.4", False), ("11.8", False), (None, False)]
+)
 def test_cupti_is_torn_down_only_where_cuda_graphs_survive_it(monkeypatch, cuda, tears_down):
     monkeypatch.setattr(torch.version, "cuda", cuda)
     assert cupti_tears_down_safely() is tears_down
 
 
-@pytest.mark.parametrize("busy,wait,expected", [
-    (0.95, 0.05, "compute-bound"),
-    (0.23, 0.05, "overhead-bound"),   # the H100's v3_resident: the GPU idles three quarters of the time
-    (0.30, 0.70, "input-bound"),
-    (None, 0.05, "undetermined"),     # no window measured: no guess
-])
+@pytest.mark.parametrize(
+    "busy,wait,expected",
+    [
+        (0.95, 0.05, "compute-bound"),
+        (0.23, 0.05, "overhead-bound"),  # the H100's v3_resident: the GPU idles three quarters of the time
+        (0.30, 0.70, "input-bound"),
+        (None, 0.05, "undetermined"),  # no window measured: no guess
+    ],
+)
 def test_the_cuda_verdict_comes_from_the_busy_share_and_the_fetch(busy, wait, expected):
     verdict, reason = classify({"input_wait_share": wait, "host_wait_share": wait, "device_busy_share": busy}, 0.5)
     assert verdict == expected
@@ -196,8 +223,20 @@ def test_warm_up_is_reported_apart_from_the_steady_state():
 
 # ---------------------------------------------------------------- precision and compilation through the CLI
 def fit(tmp_path: Path, config: str, *overrides: str) -> dict:
-    main(["fit", "--config", str(CONFIGS / config), "--trainer.max_epochs", "3", "--trainer.enable_progress_bar",
-          "false", "--trainer.enable_model_summary", "false", *overrides])
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / config),
+            "--trainer.max_epochs",
+            "3",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.enable_model_summary",
+            "false",
+            *overrides,
+        ]
+    )
     return json.loads(next((tmp_path / "lightning_logs").glob("*/version_0/timing.json")).read_text())
 
 
@@ -251,8 +290,20 @@ def test_no_step_waits_for_the_device(tiny_data, monkeypatch, pipeline):
     monkeypatch.chdir(tiny_data.parent)
     monkeypatch.setattr("mnistperf.timing.EpochTimer", ForbidSyncs)
     try:
-        fit(tiny_data.parent, "v2_pinned.yaml", "--data.pipeline", pipeline, "--data.batch_size", "8",
-            "--data.num_workers", "0", "--data.persistent_workers", "false", "--trainer.max_epochs", "1")
+        fit(
+            tiny_data.parent,
+            "v2_pinned.yaml",
+            "--data.pipeline",
+            pipeline,
+            "--data.batch_size",
+            "8",
+            "--data.num_workers",
+            "0",
+            "--data.persistent_workers",
+            "false",
+            "--trainer.max_epochs",
+            "1",
+        )
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
@@ -298,8 +349,16 @@ class HeavyStep(LightningModule):
 
 def cuda_fit(module: LightningModule, data: Dataset, batch_size: int) -> EpochTimer:
     timer = EpochTimer()
-    trainer = Trainer(accelerator="cuda", devices=1, max_epochs=2, callbacks=[timer], logger=False,
-                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = Trainer(
+        accelerator="cuda",
+        devices=1,
+        max_epochs=2,
+        callbacks=[timer],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, DataLoader(data, batch_size=batch_size))
     return timer
 
@@ -370,8 +429,16 @@ def test_the_graphed_stages_busy_window_sees_the_graphs_kernels(tmp_path, monkey
     for split, rows in (("train", 32 * 64), ("test", 256)):
         write_parquet(data / "FashionMNIST" / f"{split}.parquet", schema.build_table(*random_split(rows, 5)))
     monkeypatch.chdir(tmp_path)
-    summary = fit(tmp_path, "v4_graphed.yaml", "--trainer.max_epochs", "2", "--data.batch_size", "64",
-                  "--data.batches_per_step", "2")
+    summary = fit(
+        tmp_path,
+        "v4_graphed.yaml",
+        "--trainer.max_epochs",
+        "2",
+        "--data.batch_size",
+        "64",
+        "--data.batches_per_step",
+        "2",
+    )
     window = summary["busy_window"]
     steps = window["last_step"] - window["first_step"] + 1
     assert window["share"] is not None and "reason" not in window, window
@@ -388,14 +455,14 @@ def test_the_clock_turns_timestamps_into_the_epochs_figures_and_verdict_with_the
         times = iter([0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0])
         monkeypatch.setattr("mnistperf.timing.clock.time.perf_counter", lambda: next(times))
         clock = EpochClock(torch.device("cpu"), input_bound_share=threshold)
-        clock.epoch_start(2)                   # 0
+        clock.epoch_start(2)  # 0
         for index in range(2):
-            clock.step_start(index)            # 1, 4: a second of host wait before each step
+            clock.step_start(index)  # 1, 4: a second of host wait before each step
             clock.count(5)
-            clock.step_end(index)              # 3, 6
+            clock.step_end(index)  # 3, 6
         clock.add_fetch_wait(1.5)
-        clock.eval_start()                     # 7: train time ends, evaluation begins
-        clock.eval_end()                       # 9
+        clock.eval_start()  # 7: train time ends, evaluation begins
+        clock.eval_end()  # 9
         return clock.epoch_end({"val/acc": 0.5})
 
     row = one_epoch(0.5)
@@ -410,10 +477,24 @@ def test_the_reference_rows_take_the_threshold_from_the_stages_config(tiny_data,
 
     monkeypatch.chdir(tiny_data.parent)
     config = tiny_data.parent / "v2_pinned.yaml"
-    config.write_text((CONFIGS / "v2_pinned.yaml").read_text().replace("input_bound_share: 0.5",
-                                                                       "input_bound_share: 0.05"))
-    reference_rows.main(["--loader-only", "--out", "loader.json", "--config", str(config), "--trainer.max_epochs",
-                         "1", "--data.num_workers", "0", "--data.persistent_workers", "false"])
+    config.write_text(
+        (CONFIGS / "v2_pinned.yaml").read_text().replace("input_bound_share: 0.5", "input_bound_share: 0.05")
+    )
+    reference_rows.main(
+        [
+            "--loader-only",
+            "--out",
+            "loader.json",
+            "--config",
+            str(config),
+            "--trainer.max_epochs",
+            "1",
+            "--data.num_workers",
+            "0",
+            "--data.persistent_workers",
+            "false",
+        ]
+    )
     summary = json.loads((tiny_data.parent / "loader.json").read_text())
     assert summary["input_bound_share"] == 0.05 and summary["runner"] == "loader"
     assert summary["verdict"] == "input-bound"  # drawing batches is all it does: input-bound at any threshold
@@ -429,28 +510,41 @@ def test_the_advice_bounds_the_gain_from_the_measured_figures_and_names_the_stag
     assert [h["stage"] for h in waiting["hints"]][:3] == ["v1_workers4", "v2_pinned", "v3_resident"]
     assert "mnistperf tune" in format_advice(waiting) and "not a promise" in format_advice(waiting)
 
-    launching = advice({"verdict": "overhead-bound", "avg_train_s": 0.68, "input_wait_share": 0.01,
-                        "device_busy_share": 0.25})
+    launching = advice(
+        {"verdict": "overhead-bound", "avg_train_s": 0.68, "input_wait_share": 0.01, "device_busy_share": 0.25}
+    )
     assert launching["speed_up_at_most"] == pytest.approx(4.0) and launching["at_most_s_less"] == pytest.approx(0.51)
     assert "busy 25% of the time" in launching["ceiling"] and "up to 4.0x faster" in launching["ceiling"]
     assert [h["stage"] for h in launching["hints"]][:2] == ["v4_graphed", "v1_bs512"]
 
-    computing = advice({"verdict": "compute-bound", "avg_train_s": 1.0, "input_wait_share": 0.0,
-                        "device_busy_share": 0.95})
+    computing = advice(
+        {"verdict": "compute-bound", "avg_train_s": 1.0, "input_wait_share": 0.0, "device_busy_share": 0.95}
+    )
     assert "GPU's arithmetic" in computing["ceiling"] and computing["hints"][0]["stage"] == "v3_compiled"
     assert "at_most_s_less" not in computing
-    assert "CPU's arithmetic" in advice({"verdict": "compute-bound", "avg_train_s": 1.0,
-                                          "input_wait_share": 0.1})["ceiling"]
-    assert advice({"verdict": "undetermined", "avg_train_s": 1.0, "input_wait_share": 0.1,
-                   "device_busy_share": None}) is None
+    assert (
+        "CPU's arithmetic"
+        in advice({"verdict": "compute-bound", "avg_train_s": 1.0, "input_wait_share": 0.1})["ceiling"]
+    )
+    assert (
+        advice({"verdict": "undetermined", "avg_train_s": 1.0, "input_wait_share": 0.1, "device_busy_share": None})
+        is None
+    )
 
 
 def test_the_advice_is_printed_once_at_the_end_of_fit_and_kept_in_timing_json(tmp_path, capsys):
     from lightning.pytorch.loggers import CSVLogger
 
     timer = EpochTimer()
-    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[timer], logger=CSVLogger(tmp_path),
-                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        callbacks=[timer],
+        logger=CSVLogger(tmp_path),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(SleepyModule(0.0), DataLoader(SlowItems(0.01), batch_size=4))
     printed = capsys.readouterr().out
     assert printed.count("What a fix could buy") == 1

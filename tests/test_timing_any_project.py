@@ -18,8 +18,13 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from mnistperf.timing import EpochTimer
 
 ROWS, BATCH, EPOCHS = 24, 4, 2
-SCALARS = ("timing/train_s", "timing/eval_s", "timing/samples_per_s", "timing/input_wait_share",
-           "timing/host_wait_share")
+SCALARS = (
+    "timing/train_s",
+    "timing/eval_s",
+    "timing/samples_per_s",
+    "timing/input_wait_share",
+    "timing/host_wait_share",
+)
 
 
 def features(rows: int = ROWS) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,12 +108,21 @@ class DictOfTuples(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
-def fit(module: LightningModule, tmp_path: Path, data=None, datamodule=None,
-        **trainer_options) -> tuple[EpochTimer, Trainer]:
+def fit(
+    module: LightningModule, tmp_path: Path, data=None, datamodule=None, **trainer_options
+) -> tuple[EpochTimer, Trainer]:
     timer = EpochTimer()
-    trainer = Trainer(accelerator="cpu", max_epochs=EPOCHS, callbacks=[timer], enable_checkpointing=False,
-                      enable_model_summary=False, enable_progress_bar=False, num_sanity_val_steps=0,
-                      logger=TensorBoardLogger(tmp_path, name="foreign"), **trainer_options)
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=EPOCHS,
+        callbacks=[timer],
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        logger=TensorBoardLogger(tmp_path, name="foreign"),
+        **trainer_options,
+    )
     trainer.fit(module, train_dataloaders=data, datamodule=datamodule)
     return timer, trainer
 
@@ -128,14 +142,16 @@ def check_reported(timer: EpochTimer, trainer: Trainer, with_eval: bool = False)
     for tag in SCALARS:
         assert len(events.Scalars(tag)) == EPOCHS, tag
     assert [s.value for s in events.Scalars("timing/samples_per_s")] == pytest.approx(
-        [e["samples_per_s"] for e in timer.epochs])
+        [e["samples_per_s"] for e in timer.epochs]
+    )
     return summary
 
 
 def test_tuple_batches_with_a_log_per_step_and_no_datamodule_keep_the_users_profiler(tmp_path):
     profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
-    timer, trainer = fit(TupleBatches(), tmp_path, DataLoader(TensorDataset(*features()), batch_size=BATCH),
-                         profiler=profiler)
+    timer, trainer = fit(
+        TupleBatches(), tmp_path, DataLoader(TensorDataset(*features()), batch_size=BATCH), profiler=profiler
+    )
     check_reported(timer, trainer)
     assert trainer.profiler is profiler
     report = (tmp_path / "fit-profile.txt").read_text()
@@ -157,11 +173,19 @@ def test_dict_of_tuple_batches_from_a_datamodule_with_validation(tmp_path):
 def test_one_line_under_trainer_callbacks_of_any_lightningcli_config(tmp_path, capsys):
     config = {
         "seed_everything": 1,
-        "trainer": {"accelerator": "cpu", "max_epochs": EPOCHS, "enable_progress_bar": False,
-                    "enable_checkpointing": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
-                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                               "init_args": {"save_dir": str(tmp_path), "name": "foreign"}},
-                    "callbacks": [{"class_path": "mnistperf.timing.EpochTimer"}]},
+        "trainer": {
+            "accelerator": "cpu",
+            "max_epochs": EPOCHS,
+            "enable_progress_bar": False,
+            "enable_checkpointing": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                "init_args": {"save_dir": str(tmp_path), "name": "foreign"},
+            },
+            "callbacks": [{"class_path": "mnistperf.timing.EpochTimer"}],
+        },
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -237,8 +261,16 @@ def test_a_foreign_module_trains_without_a_single_sync_between_its_steps(tmp_pat
 
     x, y = (t.cuda() for t in features(64))
     timer = ForbidSyncs()
-    trainer = Trainer(accelerator="cuda", devices=1, max_epochs=EPOCHS, callbacks=[timer], logger=False,
-                      enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False)
+    trainer = Trainer(
+        accelerator="cuda",
+        devices=1,
+        max_epochs=EPOCHS,
+        callbacks=[timer],
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+    )
     try:
         trainer.fit(QuietLog(), DataLoader(TensorDataset(x, y), batch_size=BATCH))
     finally:

@@ -55,9 +55,17 @@ def steady_epoch(with_timer: bool, root: Path) -> float:
     seed_everything(0, verbose=False)
     clock = Clock()
     loader = DataLoader(example.Points(SAMPLES), batch_size=BATCH, shuffle=True)
-    trainer = Trainer(accelerator="cpu", devices=1, max_epochs=EPOCHS, default_root_dir=root,
-                      callbacks=[clock, *([EpochTimer()] if with_timer else [])], enable_progress_bar=False,
-                      enable_model_summary=False, enable_checkpointing=False, log_every_n_steps=10)
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=EPOCHS,
+        default_root_dir=root,
+        callbacks=[clock, *([EpochTimer()] if with_timer else [])],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        log_every_n_steps=10,
+    )
     trainer.fit(example.Classifier(), loader)
     return statistics.median(clock.seconds[1:])
 
@@ -72,18 +80,29 @@ def main() -> None:
     pair_ratios = [w / wo for w, wo in zip(runs["with"], runs["without"], strict=True)]
     result = {
         "what": "steady-state training epoch of examples/diagnose_your_run.py's module, with and without EpochTimer",
-        "samples_per_epoch": SAMPLES, "batch_size": BATCH, "steps_per_epoch": SAMPLES // BATCH,
-        "epochs_per_run": EPOCHS, "pairs": PAIRS,
+        "samples_per_epoch": SAMPLES,
+        "batch_size": BATCH,
+        "steps_per_epoch": SAMPLES // BATCH,
+        "epochs_per_run": EPOCHS,
+        "pairs": PAIRS,
         "epoch_s": runs,
         "median_epoch_s": {name: statistics.median(values) for name, values in runs.items()},
         "ratio_of_medians": statistics.median(runs["with"]) / statistics.median(runs["without"]),
-        "median_pair_ratio": statistics.median(pair_ratios), "pair_ratios": pair_ratios,
-        "environment": {"machine": platform.machine(), "cpus": torch.get_num_threads(), "torch": torch.__version__,
-                        "lightning": lightning.__version__, "python": platform.python_version()},
+        "median_pair_ratio": statistics.median(pair_ratios),
+        "pair_ratios": pair_ratios,
+        "environment": {
+            "machine": platform.machine(),
+            "cpus": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "lightning": lightning.__version__,
+            "python": platform.python_version(),
+        },
     }
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"with/without EpochTimer: ratio of medians {result['ratio_of_medians']:.3f}x, "
-          f"median pair ratio {result['median_pair_ratio']:.3f}x over {PAIRS} alternating pairs")
+    print(
+        f"with/without EpochTimer: ratio of medians {result['ratio_of_medians']:.3f}x, "
+        f"median pair ratio {result['median_pair_ratio']:.3f}x over {PAIRS} alternating pairs"
+    )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -93,7 +93,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             batch = datamodule.to_device(batch, device)
             clock.step_start(step)
             clock.count(model.samples_in_batch(batch))
-            for step_batch in ([] if loader_only else step_batches(batch)):
+            for step_batch in [] if loader_only else step_batches(batch):
                 train_step(step_batch)
             clock.step_end(step)
         del batches  # as a for loop would: a non-persistent loader's workers stop at the epoch's end
@@ -109,12 +109,18 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
                 batch = datamodule.to_device(batch, device)
                 logits = model(batch["image"])
                 val_sums.add(F.cross_entropy(logits, batch["label"]), logits, batch["label"])
-        metrics = {f"{stage}/{name}": value.item() for stage, sums in (("train", train_sums), ("val", val_sums))
-                   for name, value in sums.means().items()}
+        metrics = {
+            f"{stage}/{name}": value.item()
+            for stage, sums in (("train", train_sums), ("val", val_sums))
+            for name, value in sums.means().items()
+        }
         clock.eval_end()
         row = clock.epoch_end(metrics)
-        print(f"epoch {epoch}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
-              f"val/acc {metrics['val/acc']:.4f}, {row['verdict']}", flush=True)
+        print(
+            f"epoch {epoch}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
+            f"val/acc {metrics['val/acc']:.4f}, {row['verdict']}",
+            flush=True,
+        )
     return summary("loader" if loader_only else "plain", trainer, datamodule, device, clock.summary())
 
 
@@ -189,29 +195,49 @@ def run_bare(cli: MnistperfCLI) -> dict:
     model.to(device)
     model.configure_model()  # channels_last and compile as the stage has them, for this device
     hp = model.hparams
-    bare = BareStep(model.net, hp.channels_last, lambda params: adam(params, hp.lr, hp.fused_adam, device,
-                                                                     graphed=hp.cuda_graph), graphed=hp.cuda_graph)
+    bare = BareStep(
+        model.net,
+        hp.channels_last,
+        lambda params: adam(params, hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph),
+        graphed=hp.cuda_graph,
+    )
     clock = EpochClock(device, input_bound_share(cli), device_busy=False)
-    trainer = Trainer(accelerator=device.type, devices=1, precision=stage_trainer.precision,
-                      max_epochs=stage_trainer.max_epochs, limit_train_batches=stage_trainer.limit_train_batches,
-                      limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_progress_bar=False,
-                      enable_model_summary=False, enable_checkpointing=False, callbacks=[BareClock(clock)])
+    trainer = Trainer(
+        accelerator=device.type,
+        devices=1,
+        precision=stage_trainer.precision,
+        max_epochs=stage_trainer.max_epochs,
+        limit_train_batches=stage_trainer.limit_train_batches,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=[BareClock(clock)],
+    )
     trainer.fit(bare, datamodule=datamodule)
     for row in clock.epochs:
         print(f"epoch {row['epoch']}: train {row['train_s']:.2f} s, {row['samples_per_s']:,.0f} samples/s", flush=True)
     return summary("bare", stage_trainer, datamodule, device, clock.summary())
 
 
-def main(args: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m mnistperf.bench.reference_rows",
-                                     description=__doc__.splitlines()[0])
+def main(args: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m mnistperf.bench.reference_rows", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--loader-only", action="store_true", help="only draw batches: the input pipeline alone")
-    parser.add_argument("--bare-lightning", action="store_true",
-                        help="train in Lightning's bare loop (no logger, bar, checkpoints, metrics or self.log)")
+    parser.add_argument(
+        "--bare-lightning",
+        action="store_true",
+        help="train in Lightning's bare loop (no logger, bar, checkpoints, metrics or self.log)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="where to write the timing summary (JSON)")
     opts, fit_args = parser.parse_known_args(args)
     calm_library_noise()
-    runner = "bare Lightning" if opts.bare_lightning else "input pipeline alone" if opts.loader_only else "plain PyTorch"
+    runner = (
+        "bare Lightning" if opts.bare_lightning else "input pipeline alone" if opts.loader_only else "plain PyTorch"
+    )
     cli = parse_fit_config(fit_args, announce=runner)
     if not math.isfinite(cli.trainer.max_epochs or math.inf) or cli.trainer.max_epochs < 1:
         parser.error("trainer.max_epochs must be set to a positive number for a plain run")

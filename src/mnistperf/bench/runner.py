@@ -97,8 +97,16 @@ class Plan:
         """The command line of one run, and a function that finds the summary it wrote."""
         if self.row.runner in ("plain", "loader", "bare"):
             target = runs_dir / run_name / SUMMARY_FILE
-            command = [sys.executable, "-m", "mnistperf.bench.reference_rows", "--out", str(target),
-                       "--config", str(self.config), *self.args]
+            command = [
+                sys.executable,
+                "-m",
+                "mnistperf.bench.reference_rows",
+                "--out",
+                str(target),
+                "--config",
+                str(self.config),
+                *self.args,
+            ]
             return command, lambda: target
         command = [
             sys.executable,

@@ -7,10 +7,10 @@ than by the share of time the GPU sat idle. Each hint names the lab stage that d
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 # verdict -> (what usually removes the bound, the stage that demonstrates it)
-HINTS: dict[str, list[tuple[str, Optional[str]]]] = {
+HINTS: dict[str, list[tuple[str, str | None]]] = {
     "input-bound": [
         ("more loader workers (data.num_workers)", "v1_workers4"),
         ("the per-item work done once in setup instead of per item", "v2_pinned"),
@@ -32,7 +32,7 @@ HINTS: dict[str, list[tuple[str, Optional[str]]]] = {
 }
 
 
-def advice(summary: dict[str, Any]) -> Optional[dict[str, Any]]:
+def advice(summary: dict[str, Any]) -> dict[str, Any] | None:
     """What fixing the run's bound could buy, or None where the verdict is undetermined.
 
     Args:
@@ -48,14 +48,18 @@ def advice(summary: dict[str, Any]) -> Optional[dict[str, Any]]:
     if verdict == "input-bound":
         wait = summary["input_wait_share"]
         found["at_most_s_less"] = wait * train_s
-        found["ceiling"] = (f"with input free, an epoch's training would take at most {wait * train_s:.2f} s "
-                            f"({wait:.0%}) less: the time the host was measured waiting for data")
+        found["ceiling"] = (
+            f"with input free, an epoch's training would take at most {wait * train_s:.2f} s "
+            f"({wait:.0%}) less: the time the host was measured waiting for data"
+        )
     elif verdict == "overhead-bound":
         busy = summary["device_busy_share"]
         found["at_most_s_less"] = (1 - busy) * train_s
         found["speed_up_at_most"] = 1 / busy
-        found["ceiling"] = (f"the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to "
-                            f"{1 / busy:.1f}x faster (at most {(1 - busy) * train_s:.2f} s less per epoch)")
+        found["ceiling"] = (
+            f"the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to "
+            f"{1 / busy:.1f}x faster (at most {(1 - busy) * train_s:.2f} s less per epoch)"
+        )
     elif verdict == "compute-bound" and "device_busy_share" in summary:
         found["ceiling"] = "what remains is the GPU's arithmetic"
     elif verdict == "compute-bound":

@@ -32,7 +32,7 @@ rank 0 prints, logs and writes ``timing.json`` into the run's log folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -64,9 +64,10 @@ def say(trainer: Trainer, message: str) -> None:
         print(message, flush=True)
 
 
-def batch_samples(module: LightningModule, batch: Any) -> Optional[int]:
+def batch_samples(module: LightningModule, batch: Any) -> int | None:
     """The samples in a training batch: ``module.samples_in_batch(batch)`` where the module defines it, else the
-    leading length of the batch's tensors; None where neither tells."""
+    leading length of the batch's tensors; None where neither tells.
+    """
     own = getattr(module, "samples_in_batch", None)
     if callable(own):
         return int(own(batch))
@@ -87,14 +88,18 @@ class EpochTimer(Callback):
             busy share (CUDA only; 0 turns the profiling off).
     """
 
-    def __init__(self, input_bound_share: float = INPUT_BOUND_SHARE, summary_file: str = SUMMARY_FILE,
-                 busy_window_steps: int = WINDOW_STEPS):
+    def __init__(
+        self,
+        input_bound_share: float = INPUT_BOUND_SHARE,
+        summary_file: str = SUMMARY_FILE,
+        busy_window_steps: int = WINDOW_STEPS,
+    ):
         self.input_bound_share = input_bound_share
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
-        self.summary_path: Optional[Path] = None
+        self.summary_path: Path | None = None
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
-        self._fetch: Optional[FetchClock] = None
+        self._fetch: FetchClock | None = None
         self._val_metrics: dict[str, float] = {}
         self._said: set[str] = set()
 
@@ -104,7 +109,7 @@ class EpochTimer(Callback):
         return self.clock.epochs
 
     @property
-    def busy_window(self) -> Optional[dict[str, Any]]:
+    def busy_window(self) -> dict[str, Any] | None:
         """CUDA: where the busy share was profiled, and its value (None elsewhere)."""
         return self.clock.busy_window
 
@@ -124,8 +129,9 @@ class EpochTimer(Callback):
         if pl_module.device.type == "cuda" and isinstance(trainer.profiler, PyTorchProfiler):
             busy_unavailable = "the trainer's PyTorchProfiler holds the GPU's profiler, and only one can run"
             self._say_once(trainer, f"GPU busy time not measured: {busy_unavailable}.")
-        self.clock = EpochClock(pl_module.device, self.input_bound_share, self.busy_window_steps,
-                                busy_unavailable=busy_unavailable)
+        self.clock = EpochClock(
+            pl_module.device, self.input_bound_share, self.busy_window_steps, busy_unavailable=busy_unavailable
+        )
         self._fetch = FetchClock(trainer.profiler)
         trainer.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
 
@@ -144,9 +150,12 @@ class EpochTimer(Callback):
         self.clock.step_start(batch_idx)
         samples = batch_samples(pl_module, batch)
         if samples is None:
-            self._say_once(trainer, f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so "
-                                    "samples/s is not measured; define samples_in_batch(self, batch) -> int on "
-                                    f"{type(pl_module).__name__}.")
+            self._say_once(
+                trainer,
+                f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so "
+                "samples/s is not measured; define samples_in_batch(self, batch) -> int on "
+                f"{type(pl_module).__name__}.",
+            )
         self.clock.count(samples)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -175,15 +184,20 @@ class EpochTimer(Callback):
             scalars = {f"timing/{k}": row[k] for k in keys if row.get(k) is not None}
             for logger in trainer.loggers:
                 logger.log_metrics(scalars, step=trainer.global_step)
-            say(trainer, f"epoch {row['epoch']}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
-                         f"{throughput(row['samples_per_s'])}, {row['verdict']} ({row['verdict_reason']})")
+            say(
+                trainer,
+                f"epoch {row['epoch']}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
+                f"{throughput(row['samples_per_s'])}, {row['verdict']} ({row['verdict_reason']})",
+            )
 
     @staticmethod
     def _gather(trainer: Trainer, local: dict[str, float]) -> dict[str, float]:
         """Combine one epoch's figures over every rank (identity on one process); NaN (not measured) is skipped
-        by the mean and poisons the sum."""
-        values = torch.tensor([float(local[k]) for k, _ in GATHERED], dtype=torch.float64,
-                              device=trainer.strategy.root_device)
+        by the mean and poisons the sum.
+        """
+        values = torch.tensor(
+            [float(local[k]) for k, _ in GATHERED], dtype=torch.float64, device=trainer.strategy.root_device
+        )
         gathered = trainer.strategy.all_gather(values).reshape(-1, len(GATHERED)).cpu()
         reduce = {"max": lambda c: c.max(), "sum": lambda c: c.sum(), "mean": lambda c: c.nanmean()}
         return {k: reduce[how](gathered[:, i]).item() for i, (k, how) in enumerate(GATHERED)}
@@ -201,8 +215,13 @@ class EpochTimer(Callback):
             return
         if trainer.is_global_zero:  # trainer.log_dir's folder without its collective: the other ranks may be gone
             logger = trainer.logger
-            folder = trainer.default_root_dir if logger is None else \
-                logger.log_dir if isinstance(logger, (TensorBoardLogger, CSVLogger)) else logger.save_dir
+            folder = (
+                trainer.default_root_dir
+                if logger is None
+                else logger.log_dir
+                if isinstance(logger, (TensorBoardLogger, CSVLogger))
+                else logger.save_dir
+            )
             self._report(trainer, Path(folder or trainer.default_root_dir), interrupted=True)
 
     def _report(self, trainer: Trainer, folder: Path, interrupted: bool) -> None:
@@ -221,7 +240,8 @@ class EpochTimer(Callback):
     # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:
         """Every figure of the run, per epoch and in total, with what produced it. ``config`` (the logger's
-        name) and ``data`` (a DataModule's ``loader_settings()``) appear where the run has them."""
+        name) and ``data`` (a DataModule's ``loader_settings()``) appear where the run has them.
+        """
         datamodule = trainer.datamodule
         found = {
             "config": trainer.logger.name if trainer.logger is not None else None,

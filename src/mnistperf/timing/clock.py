@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
@@ -30,8 +31,14 @@ from mnistperf.timing.kernel_busy import TRACE_FILE, WINDOW_STEPS, KernelWindow,
 from mnistperf.timing.summary import INPUT_BOUND_SHARE, aggregate, epoch_row
 
 # An epoch's figures before they become a row: what every process measured, with how they combine.
-GATHERED = (("train_s", "max"), ("eval_s", "max"), ("fetch_wait_s", "max"), ("host_wait_s", "max"),
-            ("samples", "sum"), ("device_busy", "mean"))
+GATHERED = (
+    ("train_s", "max"),
+    ("eval_s", "max"),
+    ("fetch_wait_s", "max"),
+    ("host_wait_s", "max"),
+    ("samples", "sum"),
+    ("device_busy", "mean"),
+)
 Gather = Callable[[dict[str, float]], dict[str, float]]
 
 
@@ -54,17 +61,22 @@ class EpochClock:
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
     """
 
-    def __init__(self, device: torch.device, input_bound_share: float = INPUT_BOUND_SHARE,
-                 busy_window_steps: int = WINDOW_STEPS, device_busy: bool = True,
-                 busy_unavailable: Optional[str] = None):
+    def __init__(
+        self,
+        device: torch.device,
+        input_bound_share: float = INPUT_BOUND_SHARE,
+        busy_window_steps: int = WINDOW_STEPS,
+        device_busy: bool = True,
+        busy_unavailable: str | None = None,
+    ):
         self.device = device
         self.input_bound_share = input_bound_share
         self.busy_window_steps = 0 if busy_unavailable else busy_window_steps
         # CUDA: where the busy share was profiled, and its value (None while not measured, with the reason)
-        self.busy_window: Optional[dict[str, Any]] = None
+        self.busy_window: dict[str, Any] | None = None
         if device.type == "cuda" and device_busy:
             self.busy_window = {"share": None, **({"reason": busy_unavailable} if busy_unavailable else {})}
-        self.window: Optional[KernelWindow] = None
+        self.window: KernelWindow | None = None
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
         self.epochs: list[dict[str, Any]] = []
         self._reset()
@@ -76,16 +88,17 @@ class EpochClock:
 
     def _reset(self) -> None:
         self._train_s = self._eval_s = self._host_wait_s = self._fetch_wait_s = 0.0
-        self._samples: Optional[int] = 0
-        self._train_start: Optional[float] = None
-        self._eval_start: Optional[float] = None
+        self._samples: int | None = 0
+        self._train_start: float | None = None
+        self._eval_start: float | None = None
         self._last_step_end = 0.0
         self._number = len(self.epochs) + 1
 
     # ------------------------------------------------------------------ timestamps
-    def epoch_start(self, batches: float = math.inf, number: Optional[int] = None) -> None:
+    def epoch_start(self, batches: float = math.inf, number: int | None = None) -> None:
         """Start epoch ``number`` (by default the one after the last timed) of ``batches`` training steps; the
-        first timed opens the busy window. Synchronizes."""
+        first timed opens the busy window. Synchronizes.
+        """
         self._reset()
         self._number = number if number is not None else len(self.epochs) + 1
         if not self.epochs and self.busy_window is not None and self.busy_window_steps > 0:
@@ -113,7 +126,7 @@ class EpochClock:
                 self.window = None
         self._last_step_end = self._now()
 
-    def count(self, samples: Optional[int]) -> None:
+    def count(self, samples: int | None) -> None:
         """Add a training batch's samples; None where they could not be counted (the epoch then has no count)."""
         if samples is None or self._samples is None:
             self._samples = None
@@ -150,9 +163,10 @@ class EpochClock:
             self.window.close()
             self.window = None
 
-    def export_trace(self, folder: Path) -> Optional[Path]:
+    def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder`` (see :data:`~mnistperf.timing.kernel_busy.TRACE_FILE`)
-        and name it in ``busy_window["trace"]``; None when no window was recorded."""
+        and name it in ``busy_window["trace"]``; None when no window was recorded.
+        """
         if self.recorded is None or self.busy_window is None:
             return None
         path = folder / TRACE_FILE
@@ -165,22 +179,36 @@ class EpochClock:
     def figures(self) -> dict[str, float]:
         """This process's figures of the epoch so far (NaN where not measured)."""
         busy = self.busy_window.get("share") if self.busy_window is not None else None
-        return {"train_s": self._train_s, "eval_s": self._eval_s, "fetch_wait_s": self._fetch_wait_s,
-                "host_wait_s": self._host_wait_s,
-                "samples": float("nan") if self._samples is None else float(self._samples),
-                "device_busy": float("nan") if busy is None else busy}
+        return {
+            "train_s": self._train_s,
+            "eval_s": self._eval_s,
+            "fetch_wait_s": self._fetch_wait_s,
+            "host_wait_s": self._host_wait_s,
+            "samples": float("nan") if self._samples is None else float(self._samples),
+            "device_busy": float("nan") if busy is None else busy,
+        }
 
-    def epoch_end(self, metrics: Optional[dict[str, float]] = None, gather: Optional[Gather] = None) -> dict[str, Any]:
+    def epoch_end(self, metrics: dict[str, float] | None = None, gather: Gather | None = None) -> dict[str, Any]:
         """End the epoch (synchronizes) and return its row: its figures, every process's through ``gather``
-        (see :data:`GATHERED`), and its verdict. ``metrics`` (validation figures) join the row."""
+        (see :data:`GATHERED`), and its verdict. ``metrics`` (validation figures) join the row.
+        """
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
         merged = gather(self.figures()) if gather is not None else self.figures()
         if self.busy_window is not None and not math.isnan(merged["device_busy"]):
             self.busy_window["share"] = merged["device_busy"]  # every process's window, averaged
         samples = None if math.isnan(merged["samples"]) else int(merged["samples"])
-        row = epoch_row(self._number, merged["train_s"], merged["eval_s"], samples, merged["fetch_wait_s"],
-                        merged["host_wait_s"], self.busy_window, metrics or {}, self.input_bound_share)
+        row = epoch_row(
+            self._number,
+            merged["train_s"],
+            merged["eval_s"],
+            samples,
+            merged["fetch_wait_s"],
+            merged["host_wait_s"],
+            self.busy_window,
+            metrics or {},
+            self.input_bound_share,
+        )
         self.epochs.append(row)
         return row
 

@@ -11,7 +11,7 @@ inferred from gaps between steps, which also hold the copy to the device and Lig
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any
 
 from lightning.pytorch.profilers import Profiler
 
@@ -25,7 +25,7 @@ class FetchClock(Profiler):
         super().__init__()
         self.inner = inner
         self.fetch_s = 0.0
-        self._started: Optional[float] = None
+        self._started: float | None = None
 
     def reset(self) -> float:
         """The seconds counted since the last reset, and a new count."""
@@ -53,5 +53,5 @@ class FetchClock(Profiler):
     def setup(self, *args: Any, **kwargs: Any) -> None:
         self.inner.setup(*args, **kwargs)
 
-    def teardown(self, stage: Optional[str]) -> None:
+    def teardown(self, stage: str | None) -> None:
         self.inner.teardown(stage)

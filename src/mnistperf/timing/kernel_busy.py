@@ -23,8 +23,9 @@ implausibly few kernels for the steps it covered reports the share as not measur
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import torch
 
@@ -43,7 +44,7 @@ TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.jso
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 
 _cupti_ready = False  # whether before_graph_capture has initialized the profiler's CUPTI in this process
-_profiling: Optional["KernelWindow"] = None  # the window whose profiler is running, if any
+_profiling: KernelWindow | None = None  # the window whose profiler is running, if any
 
 
 def before_graph_capture() -> None:
@@ -63,7 +64,7 @@ def before_graph_capture() -> None:
         _cupti_ready = True
 
 
-def busy_share(intervals: Iterable[tuple[float, float]]) -> Optional[float]:
+def busy_share(intervals: Iterable[tuple[float, float]]) -> float | None:
     """The share of [first start, last end] covered by at least one interval (overlaps counted once)."""
     spans = sorted((start, end) for start, end in intervals if end > start)
     if not spans:
@@ -81,7 +82,7 @@ def busy_share(intervals: Iterable[tuple[float, float]]) -> Optional[float]:
     return min(covered / whole, 1.0) if whole > 0 else None
 
 
-def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> Optional[tuple[int, int]]:
+def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[int, int] | None:
     """(first, last) batch index of the window in the first epoch: up to ``steps`` steps ending two before the
     epoch's last (after the profiler's warm-up and at least one unprofiled step), or None when the epoch is too
     short.
@@ -100,13 +101,15 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> Optiona
 
 def cupti_tears_down_safely() -> bool:
     """Whether Kineto may detach CUPTI after profiling: crashes with CUDA graphs were fixed in CUDA 12.6
-    (pytorch PR #146604); older runtimes keep Kineto's default (attached, slower afterwards)."""
+    (pytorch PR #146604); older runtimes keep Kineto's default (attached, slower afterwards).
+    """
     version = tuple(int(part) for part in (torch.version.cuda or "0").split(".")[:2])
     return version >= (12, 6)
 
 
-def window_reading(activities: list[tuple[str, float, float]], steps: int,
-                   min_kernels_per_step: int = MIN_KERNELS_PER_STEP) -> tuple[Optional[float], Optional[str]]:
+def window_reading(
+    activities: list[tuple[str, float, float]], steps: int, min_kernels_per_step: int = MIN_KERNELS_PER_STEP
+) -> tuple[float | None, str | None]:
     """(busy share, None), or (None, why not) from a window's device activities over ``steps`` steps.
 
     ``activities``: (kind, start, end) as :func:`device_activities` reads them. A window with fewer kernels than
@@ -114,9 +117,11 @@ def window_reading(activities: list[tuple[str, float, float]], steps: int,
     """
     kernels = sum(1 for kind, _, _ in activities if kind == "kernel")
     if kernels < min_kernels_per_step * steps:
-        return None, (f"the profiled window saw {kernels} kernels in {steps} steps, fewer than a training step "
-                      "launches: the profiler missed the GPU's work (a CUDA graph captured before the profiler "
-                      "was initialized, pytorch#75504)")
+        return None, (
+            f"the profiled window saw {kernels} kernels in {steps} steps, fewer than a training step "
+            "launches: the profiler missed the GPU's work (a CUDA graph captured before the profiler "
+            "was initialized, pytorch#75504)"
+        )
     share = busy_share((start, end) for _, start, end in activities)
     return (share, None) if share is not None else (None, "nothing ran on the GPU in the profiled window")
 
@@ -137,8 +142,8 @@ class KernelWindow:
         self.first, self.last = first, last
         self.min_kernels_per_step = min_kernels_per_step
         self.done = False
-        self.busy: Optional[float] = None
-        self.reason: Optional[str] = None
+        self.busy: float | None = None
+        self.reason: str | None = None
         self.kernels = 0
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler = None
@@ -151,9 +156,10 @@ class KernelWindow:
                 os.environ.setdefault("TEARDOWN_CUPTI", "1")
             from torch.profiler import ProfilerActivity, profile, schedule
 
-            self._profiler = profile(activities=[ProfilerActivity.CUDA],
-                                     schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS,
-                                                       active=self.last - self.first + 1, repeat=1))
+            self._profiler = profile(
+                activities=[ProfilerActivity.CUDA],
+                schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=self.last - self.first + 1, repeat=1),
+            )
             self._profiler.start()
             _profiling = self
 
@@ -182,9 +188,15 @@ class KernelWindow:
 
     def result(self, epoch: int) -> dict:
         """What timing.json records as ``busy_window``: the share (or why there is none), where and over what
-        it was measured."""
-        found = {"share": self.busy, "epoch": epoch, "first_step": self.first + 1, "last_step": self.last + 1,
-                 "kernels": self.kernels}
+        it was measured.
+        """
+        found = {
+            "share": self.busy,
+            "epoch": epoch,
+            "first_step": self.first + 1,
+            "last_step": self.last + 1,
+            "kernels": self.kernels,
+        }
         return {**found, "reason": self.reason} if self.reason else found
 
     def close(self) -> None:
@@ -210,10 +222,16 @@ def device_activities(profiler) -> list[tuple[str, float, float]]:
     cuda = torch.autograd.DeviceType.CUDA
     results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
     if results is not None:
-        return [(e.activity_type(), e.start_ns() / 1e3, e.end_ns() / 1e3) for e in results.events()
-                if e.device_type() == cuda and not e.is_user_annotation() and e.activity_type() in DEVICE_WORK]
-    return [(str(getattr(e, "activity_type", "kernel") or "kernel"), e.time_range.start, e.time_range.end)
-            for e in profiler.events() if e.device_type == cuda and not getattr(e, "is_user_annotation", False)]
+        return [
+            (e.activity_type(), e.start_ns() / 1e3, e.end_ns() / 1e3)
+            for e in results.events()
+            if e.device_type() == cuda and not e.is_user_annotation() and e.activity_type() in DEVICE_WORK
+        ]
+    return [
+        (str(getattr(e, "activity_type", "kernel") or "kernel"), e.time_range.start, e.time_range.end)
+        for e in profiler.events()
+        if e.device_type == cuda and not getattr(e, "is_user_annotation", False)
+    ]
 
 
 def device_intervals(profiler) -> list[tuple[float, float]]:

@@ -16,7 +16,7 @@ import resource
 import sys
 from pathlib import Path
 from statistics import mean
-from typing import Any, Optional
+from typing import Any
 
 import lightning
 import torch
@@ -52,8 +52,9 @@ def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_
         return "compute-bound", f"{1 - wait:.0%} of train time computing, {wait:.0%} waiting for data"
     busy = figures["device_busy_share"]
     if busy is None:
-        return ("input-bound" if wait >= threshold else "undetermined"), \
-            f"{waited}; GPU busy time not measured ({not_measured})"
+        return (
+            "input-bound" if wait >= threshold else "undetermined"
+        ), f"{waited}; GPU busy time not measured ({not_measured})"
     detail = f"GPU busy {busy:.0%} of the time, {waited}"
     if wait >= threshold:
         return "input-bound", detail
@@ -62,12 +63,21 @@ def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_
     return "overhead-bound", detail + " (the GPU waits for the host to launch work)"
 
 
-def epoch_row(epoch: int, train_s: float, eval_s: float, samples: Optional[int], fetch_wait_s: float,
-              host_wait_s: float, device_busy: Optional[dict[str, Any]], metrics: dict,
-              threshold: float) -> dict[str, Any]:
+def epoch_row(
+    epoch: int,
+    train_s: float,
+    eval_s: float,
+    samples: int | None,
+    fetch_wait_s: float,
+    host_wait_s: float,
+    device_busy: dict[str, Any] | None,
+    metrics: dict,
+    threshold: float,
+) -> dict[str, Any]:
     """One epoch's figures, as they appear in timing.json. ``samples``: None where they could not be counted.
     ``device_busy`` (CUDA only): the run's profiled window, ``{"share": ..., ...}``, or ``{"share": None}``
-    (with a ``reason`` where one is known) while not measured."""
+    (with a ``reason`` where one is known) while not measured.
+    """
     row: dict[str, Any] = {
         "epoch": epoch,
         "train_s": train_s,
@@ -84,13 +94,13 @@ def epoch_row(epoch: int, train_s: float, eval_s: float, samples: Optional[int],
     return row
 
 
-def _rate(samples: Optional[int], seconds: float) -> Optional[float]:
+def _rate(samples: int | None, seconds: float) -> float | None:
     if samples is None:
         return None
     return samples / seconds if seconds > 0 else float("nan")
 
 
-def _not_measured(busy_window: Optional[dict[str, Any]]) -> str:
+def _not_measured(busy_window: dict[str, Any] | None) -> str:
     return (busy_window or {}).get("reason") or NOT_MEASURED
 
 
@@ -98,15 +108,16 @@ def _share(part: float, whole: float) -> float:
     return min(max(part / whole, 0.0), 1.0) if whole > 0 else 0.0
 
 
-def _weighted(epochs: list[dict[str, Any]], key: str) -> Optional[float]:
+def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
     """A share averaged over epochs, weighted by their train time."""
     if any(e.get(key) is None for e in epochs):
         return None
     return sum(e[key] * e["train_s"] for e in epochs) / max(sum(e["train_s"] for e in epochs), 1e-12)
 
 
-def aggregate(epochs: list[dict[str, Any]], input_bound_share: float,
-              busy_window: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def aggregate(
+    epochs: list[dict[str, Any]], input_bound_share: float, busy_window: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix of
     its bound could buy (:func:`~mnistperf.timing.advice.advice`).
 
@@ -152,12 +163,14 @@ def peak_rss_mb() -> dict[str, float]:
     }
 
 
-def peak_device_mb(device: torch.device) -> Optional[dict[str, float]]:
+def peak_device_mb(device: torch.device) -> dict[str, float] | None:
     """Peak GPU memory allocated by tensors and reserved by the caching allocator, in MB (None off CUDA)."""
     if device.type != "cuda":
         return None
-    return {"allocated": torch.cuda.max_memory_allocated(device) / 2**20,
-            "reserved": torch.cuda.max_memory_reserved(device) / 2**20}
+    return {
+        "allocated": torch.cuda.max_memory_allocated(device) / 2**20,
+        "reserved": torch.cuda.max_memory_reserved(device) / 2**20,
+    }
 
 
 def environment(device: torch.device) -> dict[str, Any]:
@@ -182,7 +195,7 @@ def write_summary(summary: dict[str, Any], path: Path) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-def throughput(samples_per_s: Optional[float]) -> str:
+def throughput(samples_per_s: float | None) -> str:
     """samples/s as printed, or why there is no figure."""
     return "not measured (samples not counted)" if samples_per_s is None else f"{samples_per_s:,.0f} samples/s"
 
@@ -209,9 +222,11 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     window = summary.get("busy_window")
     if window and window.get("share") is not None:
-        lines.append(f"GPU busy: {window['share']:.0%} of the time over training steps {window['first_step']}-"
-                     f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} kernels and copies, "
-                     "profiled in the warm-up epoch)")
+        lines.append(
+            f"GPU busy: {window['share']:.0%} of the time over training steps {window['first_step']}-"
+            f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} kernels and copies, "
+            "profiled in the warm-up epoch)"
+        )
     elif window and window.get("reason"):
         lines.append(f"GPU busy: not measured ({window['reason']})")
     if summary.get("advice"):

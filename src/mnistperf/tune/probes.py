@@ -9,9 +9,10 @@ is timed as an epoch of training is, by :class:`~mnistperf.timing.clock.EpochClo
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -47,10 +48,10 @@ def _cycle(loader: Iterable) -> Iterator[dict]:
         yield from loader
 
 
-def time_loader(datamodule, device: torch.device, batches: int, warmup: int,
-                repeats: int) -> tuple[list[float], float]:
+def time_loader(datamodule, device: torch.device, batches: int, warmup: int, repeats: int) -> tuple[list[float], float]:
     """samples/s of drawing ``batches`` batches onto the device, per repeat, after ``warmup`` untimed ones (the
-    first epoch's worker start among them); and the seconds a later epoch takes to give its first batch."""
+    first epoch's worker start among them); and the seconds a later epoch takes to give its first batch.
+    """
     loader = datamodule.train_dataloader()
     source = _cycle(loader)
     for _ in range(warmup + 1):
@@ -67,8 +68,9 @@ def time_loader(datamodule, device: torch.device, batches: int, warmup: int,
     return [row["samples_per_s"] for row in clock.epochs], time.perf_counter() - began
 
 
-def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int,
-              precision: str = "32-true") -> list[float]:
+def time_step(
+    model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int, precision: str = "32-true"
+) -> list[float]:
     """samples/s of the training step alone (forward, loss, backward, optimizer) on one batch already on the device."""
     step = StandaloneStep(model, precision)
     model.train()
@@ -84,10 +86,12 @@ def time_step(model, batch: dict, device: torch.device, steps: int, warmup: int,
     return [row["samples_per_s"] for row in clock.epochs]
 
 
-def time_training(model, datamodule, device: torch.device, steps: int, warmup: int,
-                  repeats: int, precision: str = "32-true") -> tuple[list[float], float]:
+def time_training(
+    model, datamodule, device: torch.device, steps: int, warmup: int, repeats: int, precision: str = "32-true"
+) -> tuple[list[float], float]:
     """samples/s of loader and step together, as training runs them (workers and step share the CPUs);
-    and the share of time the host waited for the next batch."""
+    and the share of time the host waited for the next batch.
+    """
     step = StandaloneStep(model, precision)
     model.train()
     source = _cycle(datamodule.train_dataloader())

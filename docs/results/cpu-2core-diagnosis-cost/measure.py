@@ -44,9 +44,11 @@ class Clock(Callback):
         self.seconds: list[float] = []
 
     def on_train_epoch_start(self, trainer, module) -> None:
+        """Note the epoch's start."""
         self.started = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, module) -> None:
+        """Keep the epoch's seconds."""
         self.seconds.append(time.perf_counter() - self.started)
 
 
@@ -71,6 +73,7 @@ def steady_epoch(with_timer: bool, root: Path) -> float:
 
 
 def main() -> None:
+    """Run the pairs, print and write the medians and ratios."""
     runs: dict[str, list[float]] = {"without": [], "with": []}
     with tempfile.TemporaryDirectory() as scratch:
         for pair in range(PAIRS):

@@ -23,26 +23,35 @@ OPTIMIZER_STEPS = 960
 
 
 class DoNothing(torch.optim.SGD):
+    """An optimizer whose step only runs the closure."""
+
     def step(self, closure=None):
+        """Run the closure; no update."""
         return closure()
 
 
 class Steps(LightningModule):
+    """Manual optimization: K optimizer steps of a closure that does nothing per Lightning step."""
+
     def __init__(self):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1))
         self.automatic_optimization = False
 
     def training_step(self, batch, batch_idx):
+        """Step the optimizer K times with an empty closure."""
         optimizer = self.optimizers()
         for _ in range(K):
             optimizer.step(closure=lambda: None)
 
     def configure_optimizers(self):
+        """The do-nothing optimizer."""
         return DoNothing(self.parameters(), lr=0.1)
 
 
 class Groups:
+    """OPTIMIZER_STEPS / K tiny batches, each labelled as a group of K."""
+
     def __len__(self):
         return OPTIMIZER_STEPS // K
 
@@ -52,20 +61,35 @@ class Groups:
 
 
 class Clock(Callback):
+    """Host seconds of every training epoch."""
+
     seconds: list[float] = []
 
     def on_train_epoch_start(self, trainer, module):
+        """Note the epoch's start."""
         self.started = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, module):
+        """Keep the epoch's seconds."""
         self.seconds.append(time.perf_counter() - self.started)
 
 
 clock = Clock()
-trainer = Trainer(accelerator="cpu", max_epochs=3, logger=LAB, enable_progress_bar=LAB, enable_checkpointing=False,
-                  enable_model_summary=False, callbacks=[clock] + ([EpochTimer()] if LAB else []),
-                  num_sanity_val_steps=0, default_root_dir="/tmp/host-cost-runs")
+trainer = Trainer(
+    accelerator="cpu",
+    max_epochs=3,
+    logger=LAB,
+    enable_progress_bar=LAB,
+    enable_checkpointing=False,
+    enable_model_summary=False,
+    callbacks=[clock] + ([EpochTimer()] if LAB else []),
+    num_sanity_val_steps=0,
+    default_root_dir="/tmp/host-cost-runs",
+)
 trainer.fit(Steps(), Groups())
 epoch = statistics.median(clock.seconds[1:])
-print(f"RESULT k={K} {'lab' if LAB else 'bare'}: {epoch * 1e3 / len(Groups()):.3f} ms per Lightning step, "
-      f"{epoch * 1e6 / OPTIMIZER_STEPS:.0f} us per optimizer step", flush=True)
+print(
+    f"RESULT k={K} {'lab' if LAB else 'bare'}: {epoch * 1e3 / len(Groups()):.3f} ms per Lightning step, "
+    f"{epoch * 1e6 / OPTIMIZER_STEPS:.0f} us per optimizer step",
+    flush=True,
+)

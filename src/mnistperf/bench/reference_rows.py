@@ -30,23 +30,25 @@ Between ``plain PyTorch`` and ``bare Lightning`` lies the cost of Lightning's lo
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.core.optimizer import LightningOptimizer
 
 from mnistperf.console import calm_library_noise
 from mnistperf.data.pipelines.base import step_batches
-from mnistperf.graphed_step import StepGraphs, step_state
+from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
 from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
 from mnistperf.step import StandaloneStep, adam, optimizer_steps, whole_training_step
 from mnistperf.sums import EpochSums
 from mnistperf.timing import EpochTimer
+from mnistperf.timing.callback import TrainerAttributes
 from mnistperf.timing.clock import EpochClock
 from mnistperf.timing.summary import INPUT_BOUND_SHARE, environment, write_summary
 
@@ -60,7 +62,7 @@ def _batch_limit(limit, batches: int) -> int:
 
 def input_bound_share(cli: LightningCLI) -> float:
     """The threshold the stage's EpochTimer is given in its config (the default where it has none)."""
-    timers = [c for c in cli.trainer.callbacks if isinstance(c, EpochTimer)]
+    timers = [c for c in cast(TrainerAttributes, cli.trainer).callbacks if isinstance(c, EpochTimer)]
     return timers[0].input_bound_share if timers else INPUT_BOUND_SHARE
 
 
@@ -79,6 +81,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     train_step = StandaloneStep(model, str(trainer.precision), train_sums)
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
     clock = EpochClock(device, input_bound_share(cli), device_busy=not loader_only)
+    assert trainer.max_epochs is not None, "a plain run needs a positive trainer.max_epochs"
     for epoch in range(1, trainer.max_epochs + 1):
         model.train()
         train_sums.reset()
@@ -150,25 +153,35 @@ class BareStep(LightningModule):
         self.channels_last = channels_last
         self.make_optimizer = make_optimizer
         self.automatic_optimization = not graphed
-        self.graphs = StepGraphs(self._whole_step, lambda: step_state(self, self.optimizers().optimizer))
+        self.graphs = StepGraphs(self._whole_step, lambda: step_state(self, self._graphed_adam()))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """The stage's network on ``images``, channels-last where the stage is."""
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         return self.net(images)
 
     def training_step(self, batch, batch_idx):
+        """The loss for Lightning to optimize, or under a graphed stage the whole step run per batch of the group."""
         if self.automatic_optimization:
             return F.cross_entropy(self(batch["image"]), batch["label"])
         optimizer_steps(self.optimizers(), batch, self.graphs)
 
     def samples_in_batch(self, batch) -> int:
+        """The samples in a batch or group."""
         return batch["label"].numel()  # a group of k batches counts all k
 
+    def _graphed_adam(self) -> GraphedAdam:
+        """The whole step's optimizer (a GraphedAdam under a graphed stage), unwrapped from Lightning's."""
+        wrapper = self.optimizers()
+        assert isinstance(wrapper, LightningOptimizer) and isinstance(wrapper.optimizer, GraphedAdam)
+        return wrapper.optimizer
+
     def _whole_step(self, batch) -> None:
-        whole_training_step(self, self.optimizers().optimizer, batch)
+        whole_training_step(self, self._graphed_adam(), batch)
 
     def configure_optimizers(self):
+        """The stage's optimizer over this module's parameters."""
         return self.make_optimizer(self.parameters())
 
 
@@ -179,12 +192,15 @@ class BareClock(Callback):
         self.clock = clock
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
+        """Start timing the epoch."""
         self.clock.epoch_start()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        """Count the batch's samples."""
         self.clock.count(pl_module.samples_in_batch(batch))
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
+        """Close the epoch's row."""
         self.clock.epoch_end()
 
 
@@ -223,6 +239,7 @@ def run_bare(cli: MnistperfCLI) -> dict:
 
 
 def main(args: Sequence[str] | None = None) -> None:
+    """Parse a fit command line, run the chosen reference row and write its timing summary to ``--out``."""
     parser = argparse.ArgumentParser(
         prog="python -m mnistperf.bench.reference_rows", description=__doc__.splitlines()[0]
     )
@@ -239,7 +256,7 @@ def main(args: Sequence[str] | None = None) -> None:
         "bare Lightning" if opts.bare_lightning else "input pipeline alone" if opts.loader_only else "plain PyTorch"
     )
     cli = parse_fit_config(fit_args, announce=runner)
-    if not math.isfinite(cli.trainer.max_epochs or math.inf) or cli.trainer.max_epochs < 1:
+    if cli.trainer.max_epochs is None or cli.trainer.max_epochs < 1:
         parser.error("trainer.max_epochs must be set to a positive number for a plain run")
     if opts.bare_lightning:
         write_summary(run_bare(cli), opts.out)

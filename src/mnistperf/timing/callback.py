@@ -32,12 +32,12 @@ rank 0 prints, logs and writes ``timing.json`` into the run's log folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-from lightning.pytorch.profilers import PyTorchProfiler
+from lightning.pytorch.profilers import Profiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -55,6 +55,14 @@ from mnistperf.timing.summary import (
 )
 
 
+class TrainerAttributes(Protocol):
+    """The Trainer's attributes that Lightning assigns outside its class, so its annotations do not declare them."""
+
+    profiler: Profiler
+    datamodule: LightningDataModule | None
+    callbacks: list[Callback]
+
+
 def say(trainer: Trainer, message: str) -> None:
     """Print a line without tearing the progress bar."""
     bar = trainer.progress_bar_callback
@@ -65,8 +73,9 @@ def say(trainer: Trainer, message: str) -> None:
 
 
 def batch_samples(module: LightningModule, batch: Any) -> int | None:
-    """The samples in a training batch: ``module.samples_in_batch(batch)`` where the module defines it, else the
-    leading length of the batch's tensors; None where neither tells.
+    """The samples in a training batch, or None where neither the module nor the batch's tensors tell.
+
+    ``module.samples_in_batch(batch)`` where the module defines it, else the leading length of the batch's tensors.
     """
     own = getattr(module, "samples_in_batch", None)
     if callable(own):
@@ -124,29 +133,35 @@ class EpochTimer(Callback):
 
     # ------------------------------------------------------------------ hooks
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
         self.summary_path = None
         busy_unavailable = None
-        if pl_module.device.type == "cuda" and isinstance(trainer.profiler, PyTorchProfiler):
+        attributes = cast(TrainerAttributes, trainer)
+        if pl_module.device.type == "cuda" and isinstance(attributes.profiler, PyTorchProfiler):
             busy_unavailable = "the trainer's PyTorchProfiler holds the GPU's profiler, and only one can run"
             self._say_once(trainer, f"GPU busy time not measured: {busy_unavailable}.")
         self.clock = EpochClock(
             pl_module.device, self.input_bound_share, self.busy_window_steps, busy_unavailable=busy_unavailable
         )
-        self._fetch = FetchClock(trainer.profiler)
-        trainer.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
+        self._fetch = FetchClock(attributes.profiler)
+        attributes.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if self._fetch is not None and trainer.profiler is self._fetch:
-            trainer.profiler = self._fetch.inner
+        """Give the trainer back its own profiler and stop a busy window still open."""
+        attributes = cast(TrainerAttributes, trainer)
+        if self._fetch is not None and attributes.profiler is self._fetch:
+            attributes.profiler = self._fetch.inner
         self.clock.close()
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Start timing the epoch, its fetch wait from zero."""
         self._val_metrics = {}
         if self._fetch is not None:
             self._fetch.reset()
         self.clock.epoch_start(trainer.num_training_batches, trainer.current_epoch + 1)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        """Mark the step's start and count the batch's samples, saying once where they cannot be counted."""
         self.clock.step_start(batch_idx)
         samples = batch_samples(pl_module, batch)
         if samples is None:
@@ -159,15 +174,18 @@ class EpochTimer(Callback):
         self.clock.count(samples)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        """Mark the step's end, and the end of training time after the epoch's last batch."""
         self.clock.step_end(batch_idx)
         if batch_idx + 1 == trainer.num_training_batches:
             self.clock.train_end()
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Start timing a fit's validation (not the sanity check's)."""
         if self._fitting(trainer):
             self.clock.eval_start()
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Stop timing a fit's validation and keep its scalar ``val/`` metrics for the epoch's row."""
         if not self._fitting(trainer):
             return
         self.clock.eval_end()
@@ -176,6 +194,7 @@ class EpochTimer(Callback):
         }
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Close the epoch's row over every rank; rank 0 logs its figures and prints its line."""
         if self._fetch is not None:
             self.clock.add_fetch_wait(self._fetch.reset())
         row = self.clock.epoch_end(self._val_metrics, lambda local: self._gather(trainer, local))
@@ -192,8 +211,9 @@ class EpochTimer(Callback):
 
     @staticmethod
     def _gather(trainer: Trainer, local: dict[str, float]) -> dict[str, float]:
-        """Combine one epoch's figures over every rank (identity on one process); NaN (not measured) is skipped
-        by the mean and poisons the sum.
+        """Combine one epoch's figures over every rank (identity on one process).
+
+        NaN (not measured) is skipped by the mean and poisons the sum.
         """
         values = torch.tensor(
             [float(local[k]) for k, _ in GATHERED], dtype=torch.float64, device=trainer.strategy.root_device
@@ -203,6 +223,7 @@ class EpochTimer(Callback):
         return {k: reduce[how](gathered[:, i]).item() for i, (k, how) in enumerate(GATHERED)}
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Report the run: rank 0 prints the summary and writes it into the run's log folder."""
         if not self.epochs:
             return
         folder = Path(trainer.log_dir or trainer.default_root_dir)  # a collective under DDP: every rank asks
@@ -239,13 +260,17 @@ class EpochTimer(Callback):
 
     # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:
-        """Every figure of the run, per epoch and in total, with what produced it. ``config`` (the logger's
-        name) and ``data`` (a DataModule's ``loader_settings()``) appear where the run has them.
+        """Every figure of the run, per epoch and in total, with what produced it.
+
+        ``config`` (the logger's name) and ``data`` (a DataModule's ``loader_settings()``) appear where the run
+        has them.
         """
-        datamodule = trainer.datamodule
+        datamodule = cast(TrainerAttributes, trainer).datamodule
         found = {
             "config": trainer.logger.name if trainer.logger is not None else None,
-            "data": datamodule.loader_settings() if hasattr(datamodule, "loader_settings") else None,
+            "data": datamodule.loader_settings()
+            if datamodule is not None and hasattr(datamodule, "loader_settings")
+            else None,
         }
         return {
             **{k: v for k, v in found.items() if v is not None},

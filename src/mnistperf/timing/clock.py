@@ -96,8 +96,9 @@ class EpochClock:
 
     # ------------------------------------------------------------------ timestamps
     def epoch_start(self, batches: float = math.inf, number: int | None = None) -> None:
-        """Start epoch ``number`` (by default the one after the last timed) of ``batches`` training steps; the
-        first timed opens the busy window. Synchronizes.
+        """Start epoch ``number`` (by default the one after the last timed) of ``batches`` training steps.
+
+        The first timed opens the busy window. Synchronizes.
         """
         self._reset()
         self._number = number if number is not None else len(self.epochs) + 1
@@ -164,8 +165,9 @@ class EpochClock:
             self.window = None
 
     def export_trace(self, folder: Path) -> Path | None:
-        """Save the busy window's trace under ``folder`` (see :data:`~mnistperf.timing.kernel_busy.TRACE_FILE`)
-        and name it in ``busy_window["trace"]``; None when no window was recorded.
+        """Save the busy window's trace under ``folder`` and return its path; None when no window was recorded.
+
+        The trace is :data:`~mnistperf.timing.kernel_busy.TRACE_FILE` there, named in ``busy_window["trace"]``.
         """
         if self.recorded is None or self.busy_window is None:
             return None
@@ -189,8 +191,10 @@ class EpochClock:
         }
 
     def epoch_end(self, metrics: dict[str, float] | None = None, gather: Gather | None = None) -> dict[str, Any]:
-        """End the epoch (synchronizes) and return its row: its figures, every process's through ``gather``
-        (see :data:`GATHERED`), and its verdict. ``metrics`` (validation figures) join the row.
+        """End the epoch (synchronizes) and return its row.
+
+        The row holds its figures, every process's through ``gather`` (see :data:`GATHERED`), and its verdict;
+        ``metrics`` (validation figures) join it.
         """
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)

@@ -33,11 +33,13 @@ class FetchClock(Profiler):
         return counted
 
     def start(self, action_name: str) -> None:
+        """Start ``action_name`` in the wrapped profiler, and the clock where it is a training fetch."""
         if action_name.endswith(TRAIN_FETCH_ACTION):
             self._started = time.perf_counter()
         self.inner.start(action_name)
 
     def stop(self, action_name: str) -> None:
+        """Stop ``action_name`` in the wrapped profiler, and add a training fetch's seconds to the count."""
         self.inner.stop(action_name)
         if action_name.endswith(TRAIN_FETCH_ACTION) and self._started is not None:
             self.fetch_s += time.perf_counter() - self._started
@@ -45,13 +47,17 @@ class FetchClock(Profiler):
 
     # Everything else is the wrapped profiler's.
     def summary(self) -> str:
+        """The wrapped profiler's summary."""
         return self.inner.summary()
 
     def describe(self) -> None:
+        """The wrapped profiler's description."""
         self.inner.describe()
 
     def setup(self, *args: Any, **kwargs: Any) -> None:
+        """Set up the wrapped profiler."""
         self.inner.setup(*args, **kwargs)
 
     def teardown(self, stage: str | None) -> None:
+        """Tear down the wrapped profiler."""
         self.inner.teardown(stage)

@@ -83,9 +83,10 @@ def busy_share(intervals: Iterable[tuple[float, float]]) -> float | None:
 
 
 def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[int, int] | None:
-    """(first, last) batch index of the window in the first epoch: up to ``steps`` steps ending two before the
-    epoch's last (after the profiler's warm-up and at least one unprofiled step), or None when the epoch is too
-    short.
+    """(first, last) batch index of the window in the first epoch, or None when the epoch is too short.
+
+    Up to ``steps`` steps ending two before the epoch's last, after the profiler's warm-up and at least one
+    unprofiled step.
 
     The epoch's last step is left out: its batch is often the smaller remainder (60,000 = 117 x 512 + 96),
     and a graphed step (``model.cuda_graph``) captures that shape's graph there, eager warm-up included,
@@ -100,8 +101,10 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
 
 
 def cupti_tears_down_safely() -> bool:
-    """Whether Kineto may detach CUPTI after profiling: crashes with CUDA graphs were fixed in CUDA 12.6
-    (pytorch PR #146604); older runtimes keep Kineto's default (attached, slower afterwards).
+    """Whether Kineto may detach CUPTI after profiling.
+
+    Crashes with CUDA graphs were fixed in CUDA 12.6 (pytorch PR #146604); older runtimes keep Kineto's default
+    (attached, slower afterwards).
     """
     version = tuple(int(part) for part in (torch.version.cuda or "0").split(".")[:2])
     return version >= (12, 6)
@@ -146,9 +149,10 @@ class KernelWindow:
         self.reason: str | None = None
         self.kernels = 0
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
-        self._profiler = None
+        self._profiler: torch.profiler.profile | None = None
 
     def step_start(self, index: int) -> None:
+        """Step ``index`` begins: the profiler starts its warm-up before the window's first step."""
         global _profiling
         if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None and not self.done:
             # Without it, CUPTI stays attached after the profiler stops and slows every later launch.
@@ -156,14 +160,15 @@ class KernelWindow:
                 os.environ.setdefault("TEARDOWN_CUPTI", "1")
             from torch.profiler import ProfilerActivity, profile, schedule
 
-            self._profiler = profile(
+            self._profiler = profiler = profile(
                 activities=[ProfilerActivity.CUDA],
                 schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=self.last - self.first + 1, repeat=1),
             )
-            self._profiler.start()
+            profiler.start()
             _profiling = self
 
     def step_end(self, index: int) -> None:
+        """Step ``index`` ends: the profiler steps, and after the window's last step its reading is taken."""
         if self._profiler is None or index < self.first - PROFILER_WARMUP_STEPS:
             return
         self._profiler.step()
@@ -177,6 +182,7 @@ class KernelWindow:
 
     def _stop(self) -> None:
         global _profiling
+        assert self._profiler is not None  # stopped only while profiling
         self._profiler.stop()
         if _profiling is self:
             _profiling = None
@@ -187,9 +193,7 @@ class KernelWindow:
         self.done, self.busy, self.reason = True, None, reason
 
     def result(self, epoch: int) -> dict:
-        """What timing.json records as ``busy_window``: the share (or why there is none), where and over what
-        it was measured.
-        """
+        """What timing.json records as ``busy_window``: the share (or why there is none), where and over what."""
         found = {
             "share": self.busy,
             "epoch": epoch,

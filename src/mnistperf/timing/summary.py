@@ -74,9 +74,10 @@ def epoch_row(
     metrics: dict,
     threshold: float,
 ) -> dict[str, Any]:
-    """One epoch's figures, as they appear in timing.json. ``samples``: None where they could not be counted.
-    ``device_busy`` (CUDA only): the run's profiled window, ``{"share": ..., ...}``, or ``{"share": None}``
-    (with a ``reason`` where one is known) while not measured.
+    """One epoch's figures, as they appear in timing.json.
+
+    ``samples``: None where they could not be counted. ``device_busy`` (CUDA only): the run's profiled window,
+    ``{"share": ..., ...}``, or ``{"share": None}`` (with a ``reason`` where one is known) while not measured.
     """
     row: dict[str, Any] = {
         "epoch": epoch,
@@ -118,8 +119,9 @@ def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
 def aggregate(
     epochs: list[dict[str, Any]], input_bound_share: float, busy_window: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix of
-    its bound could buy (:func:`~mnistperf.timing.advice.advice`).
+    """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix could buy.
+
+    What a fix of the run's bound could buy is :func:`~mnistperf.timing.advice.advice`'s.
 
     ``busy_window`` (CUDA): where the GPU's busy share was profiled and what it read; the same
     share stands for every epoch, since it is a property of the step.
@@ -175,7 +177,11 @@ def peak_device_mb(device: torch.device) -> dict[str, float] | None:
 
 def environment(device: torch.device) -> dict[str, Any]:
     """What ran: device, CPU count, versions and peak memory (host, and GPU on CUDA)."""
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "lightning": lightning.__version__}
+    versions: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+    }
     if device.type == "cuda":
         versions["cuda"] = torch.version.cuda
     return {
@@ -191,6 +197,7 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 
 def write_summary(summary: dict[str, Any], path: Path) -> None:
+    """Write ``summary`` to ``path`` as indented JSON, atomically."""
     text = json.dumps(summary, indent=2)
     atomic_write(path, lambda tmp: tmp.write_text(text))
 

@@ -9,7 +9,7 @@ is timed as an epoch of training is, by :class:`~mnistperf.timing.clock.EpochClo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -34,6 +34,7 @@ class Probe:
 
     @property
     def rate(self) -> float:
+        """Median samples/s of the repeats (0 before any)."""
         return median(self.rates) if self.rates else 0.0
 
     @property
@@ -42,15 +43,16 @@ class Probe:
         return (max(self.rates) - min(self.rates)) / self.rate if len(self.rates) > 1 and self.rate else 0.0
 
 
-def _cycle(loader: Iterable) -> Iterator[dict]:
+def _cycle(loader: Iterable) -> Generator[dict, None, None]:
     """Batches of epoch after epoch: a probe longer than one epoch pays each new epoch's start, as training does."""
     while True:
         yield from loader
 
 
 def time_loader(datamodule, device: torch.device, batches: int, warmup: int, repeats: int) -> tuple[list[float], float]:
-    """samples/s of drawing ``batches`` batches onto the device, per repeat, after ``warmup`` untimed ones (the
-    first epoch's worker start among them); and the seconds a later epoch takes to give its first batch.
+    """samples/s per repeat of drawing batches onto the device, and the seconds a new epoch takes to its first batch.
+
+    Each repeat draws ``batches`` batches, after ``warmup`` untimed ones (the first epoch's worker start among them).
     """
     loader = datamodule.train_dataloader()
     source = _cycle(loader)
@@ -89,8 +91,9 @@ def time_step(
 def time_training(
     model, datamodule, device: torch.device, steps: int, warmup: int, repeats: int, precision: str = "32-true"
 ) -> tuple[list[float], float]:
-    """samples/s of loader and step together, as training runs them (workers and step share the CPUs);
-    and the share of time the host waited for the next batch.
+    """samples/s of loader and step together per repeat, and the share of time the host waited for a batch.
+
+    They run as training runs them: workers and step share the CPUs.
     """
     step = StandaloneStep(model, precision)
     model.train()

@@ -16,11 +16,14 @@ import torch
 
 from mnistperf.data import schema
 from mnistperf.data.ingest import sources
+from mnistperf.timing import EpochTimer
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 SHARED_DATASETS = Path(os.environ.get("MNISTPERF_SHARED_DATASETS", REPO.parent / "shared" / "datasets"))
 TRAIN_ROWS, TEST_ROWS = 96, 40
+# A fit that prints only its own lines: no progress bar, no model summary.
+QUIET = ("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false")
 
 
 def random_split(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -137,3 +140,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+class ForbidSyncs(EpochTimer):
+    """EpochTimer that makes any host-device sync between the second and the second-to-last step an error."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+        if batch_idx == 1:
+            torch.cuda.set_sync_debug_mode("error")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx + 2 == trainer.num_training_batches:
+            torch.cuda.set_sync_debug_mode("default")
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS
+from conftest import CONFIGS, QUIET
 
 from mnistperf.checkpoint import follow_the_run
 from mnistperf.cli import main
 from mnistperf.model import ImageClassifier
 
-QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", "--data.batch_size", "32"]
+SMALL = [*QUIET, "--data.batch_size", "32"]
 NO_WORKERS = ["--data.num_workers", "0", "--data.persistent_workers", "false"]
 
 
@@ -27,7 +27,7 @@ def workdir(tiny_data, monkeypatch) -> Path:
 
 def run(command: str, stage: str, *overrides: str) -> None:
     extra = NO_WORKERS if stage.startswith(("v1", "v2")) else []
-    main([command, "--config", str(CONFIGS / f"{stage}.yaml"), *QUIET, *extra, *overrides])
+    main([command, "--config", str(CONFIGS / f"{stage}.yaml"), *SMALL, *extra, *overrides])
 
 
 def newest(workdir: Path, stage: str) -> Path:

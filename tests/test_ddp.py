@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CONFIGS, REPO, write_parquet
+from conftest import CONFIGS, QUIET, REPO, write_parquet
 from records import AUDIT, audit_counts, audit_epochs
 
 from mnistperf.data import schema
@@ -52,10 +52,7 @@ def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
         "2",
         "--trainer.max_epochs",
         "2",
-        "--trainer.enable_progress_bar",
-        "false",
-        "--trainer.enable_model_summary",
-        "false",
+        *QUIET,
         "--trainer.enable_checkpointing",
         "false",
         AUDIT,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CONFIGS, TRAIN_ROWS
+from conftest import CONFIGS, QUIET, TRAIN_ROWS
 from lightning import Trainer
 
 from mnistperf.cli import main
@@ -146,10 +146,7 @@ def fit(workdir: Path, *overrides: str) -> dict:
             "fit",
             "--config",
             str(CONFIGS / "v4_graphed.yaml"),
-            "--trainer.enable_progress_bar",
-            "false",
-            "--trainer.enable_model_summary",
-            "false",
+            *QUIET,
             "--data.batch_size",
             "40",
             *overrides,
@@ -363,10 +360,7 @@ def test_the_graphed_stage_learns_what_the_same_stage_run_eagerly_does(shared_da
                 str(CONFIGS / "v4_graphed.yaml"),
                 "--data.source_root",
                 str(shared_datasets),
-                "--trainer.enable_progress_bar",
-                "false",
-                "--trainer.enable_model_summary",
-                "false",
+                *QUIET,
                 *overrides,
             ]
         )

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CONFIGS, random_split, write_parquet
+from conftest import CONFIGS, QUIET, random_split, write_parquet
 from records import AUDIT, audit_counts, audit_epochs
 
 from mnistperf.cli import main
@@ -155,10 +155,7 @@ def run_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Comple
         str(CONFIGS / "streaming_litdata.yaml"),
         "--trainer.accelerator",
         "cpu",
-        "--trainer.enable_progress_bar",
-        "false",
-        "--trainer.enable_model_summary",
-        "false",
+        *QUIET,
         "--data.batch_size",
         "16",
         "--data.num_workers",
@@ -376,10 +373,7 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
             "2",
             "--trainer.max_epochs",
             "2",
-            "--trainer.enable_progress_bar",
-            "false",
-            "--trainer.enable_model_summary",
-            "false",
+            *QUIET,
             "--trainer.enable_checkpointing",
             "false",
             "--trainer.logger",

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 import torch
-from conftest import CONFIGS
+from conftest import CONFIGS, QUIET
 from lightning.fabric.accelerators import cuda as lightning_cuda
 
 from mnistperf import console
@@ -29,10 +29,7 @@ def fit_summary(workdir, capsys, *overrides: str) -> tuple[str, dict]:
             str(CONFIGS / "v3_resident.yaml"),
             "--trainer.max_epochs",
             "1",
-            "--trainer.enable_progress_bar",
-            "false",
-            "--trainer.enable_model_summary",
-            "false",
+            *QUIET,
             *overrides,
         ]
     )

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS
+from conftest import CONFIGS, QUIET
 
 from mnistperf.bench import runner
 from mnistperf.cli import main
@@ -28,10 +28,7 @@ def fit_args(*extra: str) -> list[str]:
         "fit",
         "--config",
         str(CONFIGS / "v2_pinned.yaml"),
-        "--trainer.enable_progress_bar",
-        "false",
-        "--trainer.enable_model_summary",
-        "false",
+        *QUIET,
         "--data.num_workers",
         "0",
         "--data.persistent_workers",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS
+from conftest import CONFIGS, QUIET
 
 from mnistperf.cli import main
 
@@ -31,10 +31,7 @@ def trained(workdir: Path, stage: str, *overrides: str, epochs: int = 2) -> dict
             str(CONFIGS / f"{stage}.yaml"),
             "--trainer.max_epochs",
             str(epochs),
-            "--trainer.enable_progress_bar",
-            "false",
-            "--trainer.enable_model_summary",
-            "false",
+            *QUIET,
             "--data.batch_size",
             "32",
             *overrides,

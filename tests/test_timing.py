@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, random_split, write_parquet
+from conftest import CONFIGS, QUIET, ForbidSyncs, random_split, write_parquet
 from lightning import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, Dataset
 
@@ -230,10 +230,7 @@ def fit(tmp_path: Path, config: str, *overrides: str) -> dict:
             str(CONFIGS / config),
             "--trainer.max_epochs",
             "3",
-            "--trainer.enable_progress_bar",
-            "false",
-            "--trainer.enable_model_summary",
-            "false",
+            *QUIET,
             *overrides,
         ]
     )
@@ -275,17 +272,6 @@ def test_the_compiled_step_recompiles_nothing_after_its_first_epoch(tiny_data, m
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_no_step_waits_for_the_device(tiny_data, monkeypatch, pipeline):
     """Between the first and the last training step nothing may synchronize host and device."""
-
-    class ForbidSyncs(EpochTimer):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
-            if batch_idx == 1:
-                torch.cuda.set_sync_debug_mode("error")
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            if batch_idx + 2 == trainer.num_training_batches:
-                torch.cuda.set_sync_debug_mode("default")
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     monkeypatch.chdir(tiny_data.parent)
     monkeypatch.setattr("mnistperf.timing.EpochTimer", ForbidSyncs)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import ForbidSyncs
 from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -240,17 +241,6 @@ def test_what_no_batch_shows_it_says_once_and_a_module_can_say_its_batch_size(tm
 def test_a_foreign_module_trains_without_a_single_sync_between_its_steps(tmp_path):
     """Tuple batches already on the GPU, a self.log per step: nothing EpochTimer does between the first and the
     last training step of an epoch may wait for the device."""
-
-    class ForbidSyncs(EpochTimer):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
-            if batch_idx == 1:
-                torch.cuda.set_sync_debug_mode("error")
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            if batch_idx + 2 == trainer.num_training_batches:
-                torch.cuda.set_sync_debug_mode("default")
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     class QuietLog(TupleBatches):
         def training_step(self, batch, batch_idx):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import CONFIGS, TRAIN_ROWS
+from conftest import CONFIGS, QUIET, TRAIN_ROWS
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mnistperf.cli import main
@@ -33,10 +33,7 @@ def fit(config: str, *overrides: str) -> None:
             str(CONFIGS / config),
             "--trainer.max_epochs",
             "2",
-            "--trainer.enable_progress_bar",
-            "false",
-            "--trainer.enable_model_summary",
-            "false",
+            *QUIET,
             *overrides,
         ]
     )

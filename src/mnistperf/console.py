@@ -13,6 +13,7 @@ import logging
 import warnings
 
 import torch
+from lightning.pytorch import Trainer
 
 from mnistperf.machine import describe_device, has_tf32_tensor_cores
 
@@ -57,3 +58,12 @@ def matmul_precision_note(device: torch.device, precision: str, matmul_precision
     if matmul_precision == "highest" and str(precision) in FP32_PRECISIONS and has_tf32_tensor_cores(device):
         note += " (full fp32, torch's default; --model.float32_matmul_precision high runs them as TF32)"
     return note
+
+
+def say(trainer: Trainer, message: str) -> None:
+    """Print a line without tearing the progress bar."""
+    bar = trainer.progress_bar_callback
+    if bar is not None:
+        bar.print(message)
+    else:
+        print(message, flush=True)

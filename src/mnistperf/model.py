@@ -15,15 +15,14 @@ import torch
 import torch.nn.functional as F
 from lightning import LightningModule
 from lightning.fabric.utilities.data import AttributeDict
-from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 
 from mnistperf.checkpoint import carry_step_count, differences, differences_line, follow_the_run, keys_for, plain_keys
 from mnistperf.data.schema import NUM_CLASSES
 from mnistperf.errors import ConfigError
-from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
-from mnistperf.step import adam, optimizer_steps, whole_training_step
+from mnistperf.graphed_step import StepGraphs, step_state
+from mnistperf.step import adam, graphed_adam, optimizer_steps, whole_training_step
 from mnistperf.sums import EpochSums
 
 PRECISION_KEY = "mnistperf_precision"  # the trainer precision a checkpoint was trained in
@@ -166,18 +165,12 @@ class ImageClassifier(LightningModule):
         Graphed, the backward is autograd's own: Lightning's backward hooks run Python a replay would skip.
         """
         backward = torch.Tensor.backward if self._graphing else self.manual_backward
-        whole_training_step(self, self._graphed_adam(), batch, self._sums("train"), backward)
+        whole_training_step(self, graphed_adam(self), batch, self._sums("train"), backward)
 
     def _step_state(self) -> list[torch.Tensor]:
         """The tensors the whole step changes: weights, buffers, Adam's state and the training sums."""
         sums = [self.sums["train"].totals] if "train" in self.sums else []
-        return step_state(self, self._graphed_adam(), *sums)
-
-    def _graphed_adam(self) -> GraphedAdam:
-        """The whole step's optimizer (a GraphedAdam under cuda_graph), unwrapped from Lightning's."""
-        wrapper = self.optimizers()
-        assert isinstance(wrapper, LightningOptimizer) and isinstance(wrapper.optimizer, GraphedAdam)
-        return wrapper.optimizer
+        return step_state(self, graphed_adam(self), *sums)
 
     def on_fit_start(self) -> None:
         """Forget the step's CUDA graphs."""

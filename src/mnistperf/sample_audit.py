@@ -37,6 +37,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader, IterableDataset
 
+from mnistperf.console import say
 from mnistperf.errors import MnistperfError
 
 PRIME = 2**31 - 1
@@ -48,15 +49,6 @@ PADDING = -1  # fingerprints are non-negative
 
 class SampleAuditError(MnistperfError):
     """An epoch saw a sample twice or missed one, with ``strict`` set."""
-
-
-def say(trainer: Trainer, message: str) -> None:
-    """Print a line without tearing the progress bar."""
-    bar = trainer.progress_bar_callback
-    if bar is not None:
-        bar.print(message)
-    else:
-        print(message, flush=True)
 
 
 def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:

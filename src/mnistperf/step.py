@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from lightning import LightningModule
 from lightning.fabric.utilities.data import AttributeDict
+from lightning.pytorch.core.optimizer import LightningOptimizer
 
 from mnistperf.data.pipelines.base import step_batches
 from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
@@ -113,3 +114,10 @@ def adam(
     if graphed:
         return GraphedAdam(params, lr=lr, fused=fused, capturable=capturable and device.type == "cuda")
     return torch.optim.Adam(params, lr=lr, fused=fused)
+
+
+def graphed_adam(module: LightningModule) -> GraphedAdam:
+    """The whole step's optimizer of a graphed stage's module, unwrapped from Lightning's optimizer wrapper."""
+    wrapper = module.optimizers()
+    assert isinstance(wrapper, LightningOptimizer) and isinstance(wrapper.optimizer, GraphedAdam)
+    return wrapper.optimizer

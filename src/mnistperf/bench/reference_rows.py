@@ -39,13 +39,12 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.core.optimizer import LightningOptimizer
 
 from mnistperf.console import calm_library_noise
 from mnistperf.data.pipelines.base import step_batches
-from mnistperf.graphed_step import GraphedAdam, StepGraphs, step_state
+from mnistperf.graphed_step import StepGraphs, step_state
 from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
-from mnistperf.step import StandaloneStep, adam, optimizer_steps, whole_training_step
+from mnistperf.step import StandaloneStep, adam, graphed_adam, optimizer_steps, whole_training_step
 from mnistperf.sums import EpochSums
 from mnistperf.timing import EpochTimer
 from mnistperf.timing.callback import TrainerAttributes
@@ -153,7 +152,7 @@ class BareStep(LightningModule):
         self.channels_last = channels_last
         self.make_optimizer = make_optimizer
         self.automatic_optimization = not graphed
-        self.graphs = StepGraphs(self._whole_step, lambda: step_state(self, self._graphed_adam()))
+        self.graphs = StepGraphs(self._whole_step, lambda: step_state(self, graphed_adam(self)))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """The stage's network on ``images``, channels-last where the stage is."""
@@ -171,14 +170,8 @@ class BareStep(LightningModule):
         """The samples in a batch or group."""
         return batch["label"].numel()  # a group of k batches counts all k
 
-    def _graphed_adam(self) -> GraphedAdam:
-        """The whole step's optimizer (a GraphedAdam under a graphed stage), unwrapped from Lightning's."""
-        wrapper = self.optimizers()
-        assert isinstance(wrapper, LightningOptimizer) and isinstance(wrapper.optimizer, GraphedAdam)
-        return wrapper.optimizer
-
     def _whole_step(self, batch) -> None:
-        whole_training_step(self, self._graphed_adam(), batch)
+        whole_training_step(self, graphed_adam(self), batch)
 
     def configure_optimizers(self):
         """The stage's optimizer over this module's parameters."""

@@ -42,6 +42,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from mnistperf.console import say
 from mnistperf.timing.clock import GATHERED, EpochClock
 from mnistperf.timing.fetch_clock import FetchClock
 from mnistperf.timing.kernel_busy import WINDOW_STEPS
@@ -61,15 +62,6 @@ class TrainerAttributes(Protocol):
     profiler: Profiler
     datamodule: LightningDataModule | None
     callbacks: list[Callback]
-
-
-def say(trainer: Trainer, message: str) -> None:
-    """Print a line without tearing the progress bar."""
-    bar = trainer.progress_bar_callback
-    if bar is not None:
-        bar.print(message)
-    else:
-        print(message, flush=True)
 
 
 def batch_samples(module: LightningModule, batch: Any) -> int | None:

@@ -44,12 +44,9 @@ def script_benches() -> list[list[str]]:
     return benches
 
 
-def test_the_script_is_valid_shell_and_runs_every_part():
+def test_the_script_is_valid_shell_with_five_benches():
+    """Its shell parses; which parts run by default is read from its own preflight line (below), not its text."""
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
-    text = SCRIPT.read_text()
-    default_parts = text.split('parts="', 1)[1].split('"', 1)[0].split(",")
-    assert default_parts == ["tests", "fast", "graph", "compiled", "v1"]
-    assert all(f"if wants {part}; then" in text for part in default_parts)
     assert len(script_benches()) == 5  # fast, graph, compiled and the two v1 benches
 
 

@@ -325,7 +325,11 @@ class SampleAudit(Callback):
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """The current epoch's fingerprints of every rank (a collective under DDP, as saving a checkpoint is)."""
+        """The current epoch's fingerprints of every rank.
+
+        A collective under DDP: every rank must save the checkpoint, as Lightning's ModelCheckpoint does. A
+        checkpoint saved by one rank alone (a rank-zero-only ``save_checkpoint``) would wait for the others.
+        """
         trainer = self._trainer
         if trainer is None or not self._in_epoch:
             return {}

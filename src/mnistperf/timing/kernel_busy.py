@@ -175,7 +175,7 @@ class KernelWindow:
         if index == self.last:
             self._stop()  # waits for the device: this is the warm-up epoch, outside the headline
             activities = device_activities(self._profiler)
-            self.kernels = len(activities)
+            self.kernels = sum(1 for kind, _, _ in activities if kind == "kernel")  # as window_reading counts
             self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
             self.recorded, self._profiler = self._profiler, None
             self.done = True

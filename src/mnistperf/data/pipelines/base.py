@@ -152,7 +152,9 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The training order of one epoch: a permutation of n rows drawn on the CPU from ``seed + epoch`` alone.
 
     As ``DistributedSampler`` draws its own, so every pipeline, every device and a resumed run draw the same one,
-    whatever else used the random number generators before.
+    whatever else used the random number generators before. Under DDP Lightning replaces a DataLoader's sampler
+    with a ``DistributedSampler`` seeded by ``seed_everything``: the same order where that seed is ``data.seed``
+    (42 in every stage config).
     """
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
 

@@ -110,6 +110,11 @@ def cupti_tears_down_safely() -> bool:
     return version >= (12, 6)
 
 
+def kernel_count(activities: list[tuple[str, float, float]]) -> int:
+    """The kernels among a window's device activities (copies and memsets left out)."""
+    return sum(1 for kind, _, _ in activities if kind == "kernel")
+
+
 def window_reading(
     activities: list[tuple[str, float, float]], steps: int, min_kernels_per_step: int = MIN_KERNELS_PER_STEP
 ) -> tuple[float | None, str | None]:
@@ -118,7 +123,7 @@ def window_reading(
     ``activities``: (kind, start, end) as :func:`device_activities` reads them. A window with fewer kernels than
     ``min_kernels_per_step`` per step did not see the GPU's work, and gets no share.
     """
-    kernels = sum(1 for kind, _, _ in activities if kind == "kernel")
+    kernels = kernel_count(activities)
     if kernels < min_kernels_per_step * steps:
         return None, (
             f"the profiled window saw {kernels} kernels in {steps} steps, fewer than a training step "
@@ -175,7 +180,7 @@ class KernelWindow:
         if index == self.last:
             self._stop()  # waits for the device: this is the warm-up epoch, outside the headline
             activities = device_activities(self._profiler)
-            self.kernels = sum(1 for kind, _, _ in activities if kind == "kernel")  # as window_reading counts
+            self.kernels = kernel_count(activities)
             self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
             self.recorded, self._profiler = self._profiler, None
             self.done = True

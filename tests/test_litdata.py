@@ -144,6 +144,19 @@ def test_remote_data_dir_is_refused_by_pipelines_that_read_local_files_only(caps
 
 
 # ---------------------------------------------------------------- through the command line, in fresh processes
+# Batches of 16 loaded in the main process, unpinned: what every run below uses.
+SMALL_LOADER = (
+    "--data.batch_size",
+    "16",
+    "--data.num_workers",
+    "0",
+    "--data.persistent_workers",
+    "false",
+    "--data.pin_memory",
+    "false",
+)
+
+
 def run_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env or {})}
     command = [
@@ -156,14 +169,7 @@ def run_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Comple
         "--trainer.accelerator",
         "cpu",
         *QUIET,
-        "--data.batch_size",
-        "16",
-        "--data.num_workers",
-        "0",
-        "--data.persistent_workers",
-        "false",
-        "--data.pin_memory",
-        "false",
+        *SMALL_LOADER,
         *args,
     ]
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
@@ -383,14 +389,7 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
             f"--trainer.callbacks.dataset_size={rows}",
             "--data.data_dir",
             "s3://lab/data",
-            "--data.batch_size",
-            "16",
-            "--data.num_workers",
-            "0",
-            "--data.persistent_workers",
-            "false",
-            "--data.pin_memory",
-            "false",
+            *SMALL_LOADER,
         ]
         nodes.append(
             subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -350,16 +350,16 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
     base = next((r.epoch_s for r in rows if r.epoch_s), None)
     shown = [(i, ref) for i, r in enumerate(done) if (ref := published_figures(r))]
     width = 0.4 if shown else 0.6
+    heights = [r.train_s() for r in done]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(done)), 4.5))
     measured = ax.bar(
         [i - width / 2 if shown else i for i in range(len(done))],
-        [r.train_s() for r in done],
+        heights,
         width,
         color="#4C72B0",
         label=f"{device} (measured)",
     )
     ax.bar_label(measured, labels=[f"{base / r.epoch_s:.1f}x" if base and r.epoch_s else "" for r in done], fontsize=8)
-    heights = [r.train_s() for r in done]
     if shown:
         figures = ax.bar(
             [i + width / 2 for i, _ in shown],

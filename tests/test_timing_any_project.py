@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,10 +15,12 @@ from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import SimpleProfiler
+from lightning.pytorch.utilities.data import extract_batch_size
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from mnistperf.timing import EpochTimer
+from mnistperf.timing.callback import leading_length
 
 ROWS, BATCH, EPOCHS = 24, 4, 2
 SCALARS = (
@@ -235,6 +239,40 @@ def test_what_no_batch_shows_it_says_once_and_a_module_can_say_its_batch_size(tm
 
     timer, _ = fit(CountedWords(), tmp_path / "counted", DataLoader(Words(), batch_size=BATCH))
     assert [e["samples"] for e in timer.epochs] == [ROWS] * EPOCHS
+
+
+Pair = collections.namedtuple("Pair", "x y")
+
+
+@dataclasses.dataclass
+class Fields:
+    label: str
+    x: torch.Tensor
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        torch.zeros(5, 3),
+        torch.tensor(2.0),
+        (torch.zeros(5, 3), torch.zeros(5)),
+        [torch.zeros(5), torch.zeros(5)],
+        {"image": torch.zeros(5, 1, 2, 2), "label": torch.zeros(5)},
+        {"pair": (torch.zeros(5), torch.zeros(5))},
+        ({"x": torch.zeros(5)}, [torch.zeros(5)]),
+        Pair(torch.zeros(5), torch.zeros(5)),
+        Fields("a", torch.zeros(5)),
+        (["a", "b"], torch.zeros(5)),
+        ((), torch.zeros(5)),
+    ],
+    ids=lambda batch: type(batch).__name__,
+)
+def test_the_samples_counted_are_those_lightnings_extract_batch_size_finds(batch):
+    assert leading_length(batch) == extract_batch_size(batch)
+
+
+def test_a_batch_with_no_tensor_counts_none():
+    assert leading_length(["a", "b"]) is None and leading_length({}) is None
 
 
 @pytest.mark.cuda

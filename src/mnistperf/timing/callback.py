@@ -31,6 +31,7 @@ rank 0 prints, logs and writes ``timing.json`` into the run's log folder.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -64,18 +65,32 @@ class TrainerAttributes(Protocol):
     callbacks: list[Callback]
 
 
-def batch_samples(module: LightningModule, batch: Any) -> int | None:
-    """The samples in a training batch, or None where neither the module nor the batch's tensors tell.
+def leading_length(batch: Any) -> int | None:
+    """The leading length of a batch's first tensor, as Lightning's ``extract_batch_size`` finds it; None if none.
 
-    ``module.samples_in_batch(batch)`` where the module defines it, else the leading length of the batch's tensors.
+    A tensor, or a tuple, list or dict whose first item is a tensor, is read directly (once per step, so this
+    path stays cheap); anything else goes through ``extract_batch_size``.
     """
-    own = getattr(module, "samples_in_batch", None)
-    if callable(own):
-        return int(own(batch))
+    first = batch
+    if isinstance(first, (tuple, list)) and first:
+        first = first[0]
+    elif isinstance(first, dict) and first:
+        first = next(iter(first.values()))
+    if isinstance(first, torch.Tensor):
+        return first.shape[0] if first.ndim else 1
     try:
         return extract_batch_size(batch)
     except (MisconfigurationException, RecursionError):
         return None
+
+
+def sample_counter(module: LightningModule) -> Callable[[Any], int | None]:
+    """How to count a training batch's samples: ``module.samples_in_batch`` where defined, else :func:`leading_length`.
+
+    Looked up once per fit, not per step.
+    """
+    own = getattr(module, "samples_in_batch", None)
+    return (lambda batch: int(own(batch))) if callable(own) else leading_length
 
 
 class EpochTimer(Callback):
@@ -101,6 +116,7 @@ class EpochTimer(Callback):
         self.summary_path: Path | None = None
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch: FetchClock | None = None
+        self._count_samples: Callable[[Any], int | None] = leading_length
         self._val_metrics: dict[str, float] = {}
         self._said: set[str] = set()
 
@@ -136,6 +152,7 @@ class EpochTimer(Callback):
             pl_module.device, self.input_bound_share, self.busy_window_steps, busy_unavailable=busy_unavailable
         )
         self._fetch = FetchClock(attributes.profiler)
+        self._count_samples = sample_counter(pl_module)
         attributes.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -155,7 +172,7 @@ class EpochTimer(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         """Mark the step's start and count the batch's samples, saying once where they cannot be counted."""
         self.clock.step_start(batch_idx)
-        samples = batch_samples(pl_module, batch)
+        samples = self._count_samples(batch)
         if samples is None:
             self._say_once(
                 trainer,

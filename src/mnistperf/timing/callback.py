@@ -183,10 +183,8 @@ class EpochTimer(Callback):
         self.clock.count(samples)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        """Mark the step's end, and the end of training time after the epoch's last batch."""
+        """Mark the step's end (after the epoch's last batch, the end of training time)."""
         self.clock.step_end(batch_idx)
-        if batch_idx + 1 == trainer.num_training_batches:
-            self.clock.train_end()
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing a fit's validation (not the sanity check's)."""

@@ -92,6 +92,7 @@ class EpochClock:
         self._train_start: float | None = None
         self._eval_start: float | None = None
         self._last_step_end = 0.0
+        self._batches = math.inf
         self._number = len(self.epochs) + 1
 
     # ------------------------------------------------------------------ timestamps
@@ -101,6 +102,7 @@ class EpochClock:
         The first timed opens the busy window. Synchronizes.
         """
         self._reset()
+        self._batches = batches
         self._number = number if number is not None else len(self.epochs) + 1
         if not self.epochs and self.busy_window is not None and self.busy_window_steps > 0:
             steps = window_steps(batches, self.busy_window_steps)
@@ -109,7 +111,7 @@ class EpochClock:
 
     def step_start(self, index: int) -> None:
         """Training step ``index`` of the epoch begins (its batch is on the device)."""
-        now = self._now()
+        now = time.perf_counter()  # called every step: kept to the fewest calls
         if self._train_start is None:  # resuming after an evaluation inside the epoch
             self._train_start = now
         else:
@@ -118,14 +120,16 @@ class EpochClock:
             self.window.step_start(index)
 
     def step_end(self, index: int) -> None:
-        """Training step ``index`` has been launched."""
+        """Training step ``index`` has been launched; after the epoch's last, training time ends (:meth:`train_end`)."""
         if self.window is not None:
             self.window.step_end(index)
             if self.window.done:
                 self.busy_window = self.window.result(self._number)
                 self.recorded = self.window.recorded
                 self.window = None
-        self._last_step_end = self._now()
+        self._last_step_end = time.perf_counter()
+        if index + 1 == self._batches:
+            self.train_end()
 
     def count(self, samples: int | None) -> None:
         """Add a training batch's samples; None where they could not be counted (the epoch then has no count)."""

@@ -1,22 +1,31 @@
-"""What EpochTimer costs a Lightning project that is not the lab's: the same epochs with and without it.
+"""What EpochTimer costs a Lightning project that is not the lab's: its epochs with and without the timer.
 
 The module and data are examples/diagnose_your_run.py's (an MLP, ``(x, y)`` tuple batches from a plain
-DataLoader, a ``self.log`` every step). Each run is a fresh Trainer in this process, runs alternate
-(without, with, without, with, ...), and an outside clock callback, the same in both, times every training
-epoch; epoch 1 is warm-up and left out. Runs on this machine differ by more than the timer costs, so the
-"with" runs also add up the host time spent inside the timer itself (its hooks and its wrapper around the
-trainer's profiler), per steady-state epoch: the cost measured directly. Prints each run's median
-steady-state epoch, the ratio of the two medians, the median of the pair-by-pair ratios and the timer's own
-share, and writes them to results.json beside this file.
+DataLoader, a ``self.log`` every step), at the example's own settings. Runs on this machine differ by more
+than the timer costs, so the arms alternate epoch by epoch inside each fit, where consecutive epochs are
+a second apart: the timer is in the trainer's callbacks (and its fetch clock is the trainer's profiler) in
+"with" epochs only; "without" epochs are the plain run; two more arms tell Lightning's share apart: an
+empty ``Callback`` ("empty": what Lightning charges for any callback) and one that overrides the timer's
+hooks with bodies that do nothing ("hooks": what it charges for a callback with those hooks). The order
+of the arms rotates from fit to fit, and each fit's first epoch, with the timer, is warm-up and left out.
 
-    python docs/results/cpu-2core-diagnosis-cost/measure.py [PAIRS] [EPOCHS]
+An epoch is timed from its ``on_train_epoch_start`` to the next one's, so the timer's own work at the
+ends of the epoch (its row, its TensorBoard scalars, its line) is inside. Prints and writes to
+results.json beside this file: the median epoch of each arm, the ratio of the medians, the median of the
+ratios of the arms' epochs within each round, the difference per training step, and a 95 % interval of
+the ratio of the medians (rounds resampled with replacement).
+
+    python docs/results/cpu-2core-diagnosis-cost/measure.py [FITS] [ROUNDS]
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -29,143 +38,138 @@ from lightning.pytorch import Callback, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
 from mnistperf.timing import EpochTimer
-from mnistperf.timing.fetch_clock import FetchClock
 
 HERE = Path(__file__).resolve().parent
 spec = importlib.util.spec_from_file_location("example", HERE.parents[2] / "examples" / "diagnose_your_run.py")
+assert spec is not None and spec.loader is not None
 example = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(example)
 
-PAIRS = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-EPOCHS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+FITS = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 12
 SAMPLES, BATCH = 16384, 64
-
-
-class Clock(Callback):
-    """Host seconds of every training epoch."""
-
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
-
-    def on_train_epoch_start(self, trainer, module) -> None:
-        """Note the epoch's start."""
-        self.started = time.perf_counter()
-
-    def on_train_epoch_end(self, trainer, module) -> None:
-        """Keep the epoch's seconds."""
-        self.seconds.append(time.perf_counter() - self.started)
-
-
-class Inside:
-    """Host seconds spent inside the wrapped methods, per training epoch."""
-
-    def __init__(self) -> None:
-        self.seconds: list[float] = [0.0]
-
-    def wrap(self, owner: object, name: str) -> None:
-        """Replace ``owner.name`` with the same method, its host time added to this epoch's tally."""
-        method = getattr(owner, name)
-
-        def timed(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self.seconds[-1] += time.perf_counter() - started
-
-        setattr(owner, name, timed)
-
-
-INSIDE = Inside()
-TIMER_HOOKS = (
-    "on_train_epoch_start",
-    "on_train_batch_start",
-    "on_train_batch_end",
-    "on_train_epoch_end",
-    "on_validation_start",
-    "on_validation_end",
+ARMS = ("without", "empty", "hooks", "with")
+COMPARED = ARMS[1:]
+SameHooks = type(
+    "SameHooks",
+    (Callback,),
+    {name: lambda self, *args, **kwargs: None for name in vars(EpochTimer) if name.startswith(("on_", "teardown"))},
 )
 
 
-class EpochMark(Callback):
-    """Starts a new tally of the timer's own seconds with each training epoch (runs before the timer's hooks)."""
+class Alternate(Callback):
+    """First in the trainer's callbacks: puts each epoch's arm in place and times the epoch.
 
-    def on_train_epoch_start(self, trainer, module) -> None:
-        """Open this epoch's tally."""
-        INSIDE.seconds.append(0.0)
+    Args:
+        timer: the fit's EpochTimer, in place from the fit's start so that it installs its fetch clock.
+        order: the arms in the order this fit runs them, round after round.
+    """
+
+    def __init__(self, timer: EpochTimer, order: tuple[str, ...]):
+        self.timer, self.order = timer, order
+        self.stand_ins = {"empty": Callback(), "hooks": SameHooks(), "with": timer}
+        self.seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        self.arm: str | None = None
+        self.started = 0.0
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: lightning.LightningModule) -> None:
+        """Close the last epoch's time, then put this epoch's arm in place and start its time."""
+        now = time.perf_counter()
+        if self.arm is not None:
+            self.seconds[self.arm].append(now - self.started)
+        if trainer.current_epoch == 0:  # warm-up, with the timer, not counted
+            return
+        self.arm = self.order[(trainer.current_epoch - 1) % len(self.order)]
+        fetch = self.timer._fetch
+        assert fetch is not None
+        # Appended while Lightning walks this list, an arm's callback gets this very epoch-start hook.
+        for callback in self.stand_ins.values():
+            if callback in trainer.callbacks:
+                trainer.callbacks.remove(callback)
+        trainer.profiler = fetch if self.arm == "with" else fetch.inner  # type: ignore[misc]
+        if self.arm in self.stand_ins:
+            trainer.callbacks.append(self.stand_ins[self.arm])
+        self.started = time.perf_counter()
 
 
-def steady_epoch(with_timer: bool, root: Path) -> tuple[float, float | None]:
-    """Median training seconds of epochs 2..EPOCHS of one fresh run, and of the seconds inside the timer."""
+def fit(order: tuple[str, ...], root: Path) -> dict[str, list[float]]:
+    """The epoch seconds of each arm over one fresh fit of ROUNDS rounds."""
     seed_everything(0, verbose=False)
-    clock = Clock()
-    INSIDE.seconds = [0.0]  # before the first epoch: setup, sanity check
-    timers = []
-    if with_timer:
-        timer = EpochTimer()
-        for hook in TIMER_HOOKS:
-            INSIDE.wrap(timer, hook)
-        timers = [EpochMark(), timer]
-    loader = DataLoader(example.Points(SAMPLES), batch_size=BATCH, shuffle=True)
+    timer = EpochTimer()
+    alternate = Alternate(timer, order)
     trainer = Trainer(
         accelerator="cpu",
         devices=1,
-        max_epochs=EPOCHS,
+        max_epochs=1 + ROUNDS * len(ARMS) + 1,  # warm-up, the rounds, and one epoch that closes the last
         default_root_dir=root,
-        callbacks=[clock, *timers],
+        callbacks=[alternate, timer],
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
         log_every_n_steps=10,
     )
-    trainer.fit(example.Classifier(), loader)
-    inside = statistics.median(INSIDE.seconds[2:]) if with_timer else None  # epochs 2..EPOCHS
-    return statistics.median(clock.seconds[1:]), inside
+    loader = DataLoader(example.Points(SAMPLES), batch_size=BATCH, shuffle=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # the timer's lines, in "with" epochs only
+        trainer.fit(example.Classifier(), loader)
+    assert len(timer.epochs) >= 1 + ROUNDS, "the timer missed epochs of its arm"
+    return alternate.seconds
+
+
+def interval(arm: str, seconds: dict[str, list[float]], draws: int = 2000) -> tuple[float, float]:
+    """2.5th and 97.5th percentiles of ``arm``'s ratio of medians over rounds resampled with replacement."""
+    draw = random.Random(0)
+    rounds = range(len(seconds["without"]))
+    ratios = []
+    for _ in range(draws):
+        picked = [draw.choice(rounds) for _ in rounds]
+        median = {name: statistics.median(seconds[name][i] for i in picked) for name in (arm, "without")}
+        ratios.append(median[arm] / median["without"])
+    cuts = statistics.quantiles(ratios, n=40)
+    return cuts[0], cuts[-1]
 
 
 def main() -> None:
-    """Run the pairs, print and write the medians and ratios."""
-    runs: dict[str, list[float]] = {"without": [], "with": []}
-    inside: list[float] = []
-    for name in ("start", "stop"):  # the profiler wrapper's share of every hook Lightning reports to a profiler
-        INSIDE.wrap(FetchClock, name)
+    """Run the fits, print and write the medians and ratios."""
+    seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory() as scratch:
-        for pair in range(PAIRS):
-            for name in ("without", "with"):
-                epoch_s, inside_s = steady_epoch(name == "with", Path(scratch) / f"{name}{pair}")
-                runs[name].append(epoch_s)
-                if inside_s is not None:
-                    inside.append(inside_s / epoch_s)
-                print(f"pair {pair + 1}: {name} EpochTimer {epoch_s * 1000:.1f} ms per epoch", flush=True)
-    pair_ratios = [w / wo for w, wo in zip(runs["with"], runs["without"], strict=True)]
+        for number in range(FITS):
+            order = ARMS[number % len(ARMS) :] + ARMS[: number % len(ARMS)]
+            for arm, values in fit(order, Path(scratch) / str(number)).items():
+                seconds[arm].extend(values)
+            print(f"fit {number + 1}/{FITS}: " + ", ".join(f"{a} {statistics.median(seconds[a]):.3f} s" for a in ARMS))
+    median = {arm: statistics.median(values) for arm, values in seconds.items()}
+    steps = SAMPLES // BATCH
+    within_round = {arm: [a / b for a, b in zip(seconds[arm], seconds["without"], strict=True)] for arm in COMPARED}
     result = {
-        "what": "steady-state training epoch of examples/diagnose_your_run.py's module, with and without EpochTimer",
+        "what": "training epochs of examples/diagnose_your_run.py's module; the arms alternate epoch by epoch",
         "samples_per_epoch": SAMPLES,
         "batch_size": BATCH,
-        "steps_per_epoch": SAMPLES // BATCH,
-        "epochs_per_run": EPOCHS,
-        "pairs": PAIRS,
-        "epoch_s": runs,
-        "median_epoch_s": {name: statistics.median(values) for name, values in runs.items()},
-        "ratio_of_medians": statistics.median(runs["with"]) / statistics.median(runs["without"]),
-        "median_pair_ratio": statistics.median(pair_ratios),
-        "pair_ratios": pair_ratios,
-        "timer_share_of_epoch": inside,
-        "median_timer_share_of_epoch": statistics.median(inside),
+        "steps_per_epoch": steps,
+        "fits": FITS,
+        "rounds_per_fit": ROUNDS,
+        "epoch_s": seconds,
+        "median_epoch_s": median,
+        "ratio_of_medians": {arm: median[arm] / median["without"] for arm in COMPARED},
+        "ratio_of_medians_95": {arm: interval(arm, seconds) for arm in COMPARED},
+        "median_round_ratio": {arm: statistics.median(r) for arm, r in within_round.items()},
+        "us_per_step": {arm: (median[arm] - median["without"]) / steps * 1e6 for arm in COMPARED},
+        "step_ms_without": median["without"] / steps * 1e3,
         "environment": {
             "machine": platform.machine(),
-            "cpus": torch.get_num_threads(),
+            "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "lightning": lightning.__version__,
             "python": platform.python_version(),
         },
     }
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(
-        f"with/without EpochTimer: ratio of medians {result['ratio_of_medians']:.3f}x, "
-        f"median pair ratio {result['median_pair_ratio']:.3f}x over {PAIRS} alternating pairs; "
-        f"host time inside the timer {result['median_timer_share_of_epoch']:.2%} of an epoch (median)"
-    )
+    for arm in COMPARED:
+        print(
+            f"{arm} / without: ratio of medians {result['ratio_of_medians'][arm]:.4f}x "
+            f"(95 % {result['ratio_of_medians_95'][arm][0]:.4f}-{result['ratio_of_medians_95'][arm][1]:.4f}), "
+            f"median round ratio {result['median_round_ratio'][arm]:.4f}x, "
+            f"{result['us_per_step'][arm]:+.1f} us per step of {result['step_ms_without']:.2f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -173,6 +173,7 @@ def test_dict_of_tuple_batches_from_a_datamodule_with_validation(tmp_path):
     timer, trainer = fit(DictOfTuples(), tmp_path, datamodule=PairData())
     summary = check_reported(timer, trainer, with_eval=True)
     assert summary["model"] == {"lr": 0.1}
+    assert all(isinstance(row["val_loss"], float) for row in summary["epochs"])
 
 
 def test_one_line_under_trainer_callbacks_of_any_lightningcli_config(tmp_path, capsys):

@@ -31,6 +31,7 @@ rank 0 prints, logs and writes ``timing.json`` into the run's log folder.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -55,6 +56,8 @@ from mnistperf.timing.summary import (
     throughput,
     write_summary,
 )
+
+VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")
 
 
 class TrainerAttributes(Protocol):
@@ -192,12 +195,16 @@ class EpochTimer(Callback):
             self.clock.eval_start()
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Stop timing a fit's validation and keep its scalar ``val/`` metrics for the epoch's row."""
+        """Stop timing a fit's validation and keep its scalar validation metrics for the epoch's row.
+
+        Validation metrics are those named ``val``, ``valid`` or ``validation`` then ``/``, ``_``, ``.`` or ``-``
+        (``val/acc``, ``val_loss``).
+        """
         if not self._fitting(trainer):
             return
         self.clock.eval_end()
         self._val_metrics = {
-            k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/") and v.numel() == 1
+            k: float(v) for k, v in trainer.callback_metrics.items() if VALIDATION_METRIC.match(k) and v.numel() == 1
         }
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

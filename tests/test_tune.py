@@ -11,7 +11,7 @@ from conftest import CONFIGS
 
 from mnistperf.cli import main
 from mnistperf.tune import probes, search
-from mnistperf.tune.command import probes_path
+from mnistperf.tune.command import probes_path, tuned_config
 
 
 @pytest.fixture
@@ -175,3 +175,15 @@ def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):
         assert (step.graphs is not None and step.graphs.captures == 1) or not graphed
         trained.append([p.detach().clone() for p in model.parameters()])
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*trained, strict=True))
+
+
+def test_the_tuned_config_leaves_the_input_config_as_it_was(tmp_path):
+    config = yaml.safe_load((CONFIGS / "v2_pinned.yaml").read_text())
+    before = json.dumps(config, sort_keys=True)
+    step = probes.Probe("step", {"batch_size": 512}, [1000.0])
+    outcome = search.Outcome(best={"num_workers": 1}, step=step)
+    tuned = yaml.safe_load(
+        tuned_config(config, outcome, CONFIGS / "v2_pinned.yaml", tmp_path / "tuned.yaml", "cpu", 1.0)
+    )
+    assert json.dumps(config, sort_keys=True) == before
+    assert tuned["data"]["num_workers"] == 1 and tuned["trainer"]["logger"]["init_args"]["name"] == "tuned"

@@ -9,6 +9,7 @@ every probe printed and written beside it (``<out>.probes.md``).
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import time
 from collections.abc import Sequence
@@ -75,7 +76,7 @@ def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path,
             "one batch per step."
         )
         data["batches_per_step"] = 1
-    config = {**config, "data": data}
+    config = {**copy.deepcopy(config), "data": data}  # the caller's config stays as it was
     logger = config.get("trainer", {}).get("logger")
     if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):  # runs land beside the stages'
         logger["init_args"]["name"] = out.stem

@@ -11,6 +11,7 @@ Exit status: 0 when everything asked for can run, 1 when some of it cannot, 2 wh
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,13 +56,17 @@ def jsonargparse_problem(source_root: str | None) -> str | None:
     )
 
 
-def pytest_problem(source_root: str | None) -> str | None:
-    """None when pytest imports, else the line saying what to install."""
-    try:
-        import pytest  # noqa: F401
-    except ImportError as exc:
-        return f"pytest does not import ({_first_line(exc)}): pip install pytest"
-    return None
+def import_problem(module: str, install: str) -> Callable[[str | None], str | None]:
+    """A check that is None when ``module`` imports, else the line saying what to install (``install``)."""
+
+    def problem(source_root: str | None) -> str | None:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            return f"{module} does not import ({_first_line(exc)}): {install}"
+        return None
+
+    return problem
 
 
 def compile_problem(source_root: str | None) -> str | None:
@@ -77,15 +82,6 @@ def compile_problem(source_root: str | None) -> str | None:
             f"torch.compile cannot build a kernel on the GPU ({_first_line(exc)}); Triton needs a C compiler "
             f"and Python's headers: apt-get install gcc python{version}-dev (or set CC to a compiler)"
         )
-    return None
-
-
-def litdata_problem(source_root: str | None) -> str | None:
-    """None when litdata imports, else the line saying what to install."""
-    try:
-        import litdata  # noqa: F401
-    except ImportError as exc:
-        return f"litdata does not import ({_first_line(exc)}): pip install 'mnistperf[litdata]'"
     return None
 
 
@@ -118,10 +114,10 @@ def data_problem(source_root: str | None) -> str | None:
 
 NEEDS = (
     Need("jsonargparse", PARTS, (), jsonargparse_problem),
-    Need("pytest", ("tests",), (), pytest_problem),
+    Need("pytest", ("tests",), (), import_problem("pytest", "pip install pytest")),
     Need("data", DATA_PARTS, (), data_problem),
     Need("torch.compile", ("compiled",), ("v3_compiled",), compile_problem),
-    Need("litdata", (), ("streaming_litdata",), litdata_problem),
+    Need("litdata", (), ("streaming_litdata",), import_problem("litdata", "pip install 'mnistperf[litdata]'")),
 )
 
 

@@ -8,7 +8,7 @@ user's, which keeps working) and adds up the seconds spent inside that action. N
 inferred from gaps between steps, which also hold the copy to the device and Lightning's own work.
 
 Lightning reports its fetches through ``start``/``stop`` and every hook it calls through
-``profile(...)``, some forty a step: ``profile`` is the wrapped profiler's own bound method, so
+``profile(...)``, about two dozen a step: ``profile`` is the wrapped profiler's own bound method, so
 hooks cost what they cost without the clock.
 """
 

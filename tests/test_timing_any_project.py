@@ -163,6 +163,41 @@ def test_tuple_batches_with_a_log_per_step_and_no_datamodule_keep_the_users_prof
     assert "train_dataloader_next" in report and "run_training_batch" in report
 
 
+class TimerWatchingBackward(EpochTimer):
+    """A user's EpochTimer that also uses one of the hooks the timer leaves to Lightning to skip."""
+
+    def __init__(self):
+        super().__init__()
+        self.backwards = 0
+
+    def on_after_backward(self, trainer, pl_module):
+        self.backwards += 1
+
+
+def test_lightning_dispatches_only_the_batch_hooks_the_timer_uses_and_a_subclass_keeps_its_own(tmp_path):
+    profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
+    data = DataLoader(TensorDataset(*features()), batch_size=BATCH)
+    timer, trainer = fit(TupleBatches(), tmp_path, data, profiler=profiler)
+    check_reported(timer, trainer)
+    report = (tmp_path / "fit-profile.txt").read_text()
+    assert "[Callback]EpochTimer.on_train_batch_start" in report
+    assert "[Callback]EpochTimer.on_train_batch_end" in report
+    assert "[Callback]EpochTimer.on_after_backward" not in report
+    assert "[Callback]EpochTimer.on_before_optimizer_step" not in report
+
+    watching = TimerWatchingBackward()
+    Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        callbacks=[watching],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    ).fit(TupleBatches(), data)
+    assert watching.backwards == ROWS // BATCH and len(watching.epochs) == 1
+
+
 def test_bare_tensor_batches_under_manual_optimization(tmp_path):
     timer, trainer = fit(BareTensorsManual(), tmp_path, DataLoader(features()[0], batch_size=BATCH))
     check_reported(timer, trainer)

@@ -37,6 +37,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader, IterableDataset
 
+from mnistperf.batch_hooks import skip_unused_batch_hooks
 from mnistperf.console import say
 from mnistperf.errors import MnistperfError
 
@@ -162,6 +163,7 @@ class SampleAudit(Callback):
         self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
         self._carried = False  # _seen holds a resumed epoch's fingerprints from its checkpoint
         self._trainer: Trainer | None = None
+        skip_unused_batch_hooks(self)
 
     # ------------------------------------------------------------------ fingerprints
     def fingerprints(self, batch: Any) -> torch.Tensor:

@@ -6,7 +6,7 @@ than the timer costs, so the arms alternate epoch by epoch inside each fit, wher
 a second apart: the timer is in the trainer's callbacks (and its fetch clock is the trainer's profiler) in
 "with" epochs only; "without" epochs are the plain run; two more arms tell Lightning's share apart: an
 empty ``Callback`` ("empty": what Lightning charges for any callback) and one that overrides the timer's
-hooks with bodies that do nothing ("hooks": what it charges for a callback with those hooks). The order
+hooks with bodies that do nothing ("hooks": what it charges for a callback with those hooks, and only those). The order
 of the arms rotates from fit to fit, and each fit's first epoch, with the timer, is warm-up and left out.
 
 An epoch is timed from its ``on_train_epoch_start`` to the next one's, so the timer's own work at the
@@ -37,6 +37,7 @@ import torch
 from lightning.pytorch import Callback, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
+from mnistperf.batch_hooks import skip_unused_batch_hooks
 from mnistperf.timing import EpochTimer
 
 HERE = Path(__file__).resolve().parent
@@ -53,7 +54,14 @@ COMPARED = ARMS[1:]
 SameHooks = type(
     "SameHooks",
     (Callback,),
-    {name: lambda self, *args, **kwargs: None for name in vars(EpochTimer) if name.startswith(("on_", "teardown"))},
+    {
+        **{
+            name: lambda self, *args, **kwargs: None
+            for name in vars(EpochTimer)
+            if name.startswith(("on_", "teardown"))
+        },
+        "__init__": skip_unused_batch_hooks,  # as the timer does
+    },
 )
 
 

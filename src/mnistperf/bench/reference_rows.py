@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
 
+from mnistperf.batch_hooks import skip_unused_batch_hooks
 from mnistperf.console import calm_library_noise
 from mnistperf.data.pipelines.base import step_batches
 from mnistperf.graphed_step import StepGraphs, step_state
@@ -183,6 +184,7 @@ class BareClock(Callback):
 
     def __init__(self, clock: EpochClock):
         self.clock = clock
+        skip_unused_batch_hooks(self)  # as the lab's EpochTimer does
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         """Start timing the epoch."""

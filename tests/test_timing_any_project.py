@@ -114,9 +114,9 @@ class DictOfTuples(LightningModule):
 
 
 def fit(
-    module: LightningModule, tmp_path: Path, data=None, datamodule=None, **trainer_options
+    module: LightningModule, tmp_path: Path, data=None, datamodule=None, timer=None, **trainer_options
 ) -> tuple[EpochTimer, Trainer]:
-    timer = EpochTimer()
+    timer = timer or EpochTimer()
     trainer = Trainer(
         accelerator="cpu",
         max_epochs=EPOCHS,
@@ -185,17 +185,9 @@ def test_lightning_dispatches_only_the_batch_hooks_the_timer_uses_and_a_subclass
     assert "[Callback]EpochTimer.on_after_backward" not in report
     assert "[Callback]EpochTimer.on_before_optimizer_step" not in report
 
-    watching = TimerWatchingBackward()
-    Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        callbacks=[watching],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    ).fit(TupleBatches(), data)
-    assert watching.backwards == ROWS // BATCH and len(watching.epochs) == 1
+    watching, trainer = fit(TupleBatches(), tmp_path / "subclass", data, timer=TimerWatchingBackward())
+    check_reported(watching, trainer)
+    assert watching.backwards == EPOCHS * ROWS // BATCH
 
 
 def test_bare_tensor_batches_under_manual_optimization(tmp_path):

@@ -197,9 +197,13 @@ def test_bare_tensor_batches_under_manual_optimization(tmp_path):
 
 
 def test_dict_of_tuple_batches_from_a_datamodule_with_validation(tmp_path):
-    timer, trainer = fit(DictOfTuples(), tmp_path, datamodule=PairData())
+    profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
+    timer, trainer = fit(DictOfTuples(), tmp_path, datamodule=PairData(), profiler=profiler)
     summary = check_reported(timer, trainer, with_eval=True)
     assert summary["model"] == {"lr": 0.1}
+    report = (tmp_path / "fit-profile.txt").read_text()
+    assert "[Callback]EpochTimer.on_validation_start" in report  # used: dispatched
+    assert "[Callback]EpochTimer.on_validation_batch_end" not in report  # unused per-batch hook: skipped
     assert all(isinstance(row["val_loss"], float) for row in summary["epochs"])
 
 

@@ -24,6 +24,8 @@ SHARED_DATASETS = Path(os.environ.get("MNISTPERF_SHARED_DATASETS", REPO.parent /
 TRAIN_ROWS, TEST_ROWS = 96, 40
 # A fit that prints only its own lines: no progress bar, no model summary.
 QUIET = ("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false")
+# Batches loaded in the main process: no worker to start, nothing to keep between epochs.
+NO_WORKERS = ("--data.num_workers", "0", "--data.persistent_workers", "false")
 
 
 def random_split(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

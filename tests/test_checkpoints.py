@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, QUIET
+from conftest import CONFIGS, NO_WORKERS, QUIET
 
 from mnistperf.checkpoint import follow_the_run
 from mnistperf.cli import main
 from mnistperf.model import ImageClassifier
 
 SMALL = [*QUIET, "--data.batch_size", "32"]
-NO_WORKERS = ["--data.num_workers", "0", "--data.persistent_workers", "false"]
 
 
 @pytest.fixture
@@ -26,7 +25,7 @@ def workdir(tiny_data, monkeypatch) -> Path:
 
 
 def run(command: str, stage: str, *overrides: str) -> None:
-    extra = NO_WORKERS if stage.startswith(("v1", "v2")) else []
+    extra = NO_WORKERS if stage.startswith(("v1", "v2")) else ()
     main([command, "--config", str(CONFIGS / f"{stage}.yaml"), *SMALL, *extra, *overrides])
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CONFIGS, QUIET, REPO, write_parquet
+from conftest import CONFIGS, NO_WORKERS, QUIET, REPO, write_parquet
 from records import AUDIT, audit_counts, audit_epochs
 
 from mnistperf.data import schema
@@ -75,10 +75,7 @@ def test_ddp_two_processes_see_every_row_once_per_epoch(numbered_data, pipeline)
         "v2_pinned.yaml",
         "--data.pipeline",
         pipeline,
-        "--data.num_workers",
-        "0",
-        "--data.persistent_workers",
-        "false",
+        *NO_WORKERS,
         "--data.pin_memory",
         "false",
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CONFIGS, QUIET, random_split, write_parquet
+from conftest import CONFIGS, NO_WORKERS, QUIET, random_split, write_parquet
 from records import AUDIT, audit_counts, audit_epochs
 
 from mnistperf.cli import main
@@ -148,10 +148,7 @@ def test_remote_data_dir_is_refused_by_pipelines_that_read_local_files_only(caps
 SMALL_LOADER = (
     "--data.batch_size",
     "16",
-    "--data.num_workers",
-    "0",
-    "--data.persistent_workers",
-    "false",
+    *NO_WORKERS,
     "--data.pin_memory",
     "false",
 )

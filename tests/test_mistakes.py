@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, QUIET
+from conftest import CONFIGS, NO_WORKERS, QUIET
 
 from mnistperf.bench import runner
 from mnistperf.cli import main
@@ -29,10 +29,7 @@ def fit_args(*extra: str) -> list[str]:
         "--config",
         str(CONFIGS / "v2_pinned.yaml"),
         *QUIET,
-        "--data.num_workers",
-        "0",
-        "--data.persistent_workers",
-        "false",
+        *NO_WORKERS,
         "--trainer.max_epochs",
         "1",
         *extra,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, QUIET
+from conftest import CONFIGS, NO_WORKERS, QUIET
 
 from mnistperf.cli import main
 
@@ -67,7 +67,7 @@ def test_the_cpu_ladder_trains_the_same_weights_at_the_same_batch_size(workdir):
 
 @pytest.mark.parametrize(
     "stage, overrides",
-    [("v2_pinned", ["--data.num_workers", "0", "--data.persistent_workers", "false"]), ("v3_resident", [])],
+    [("v2_pinned", [*NO_WORKERS]), ("v3_resident", [])],
 )
 def test_a_resumed_run_trains_the_weights_of_an_uninterrupted_one(workdir, stage, overrides):
     straight = trained(workdir, stage, *overrides, epochs=2)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, QUIET, ForbidSyncs, random_split, write_parquet
+from conftest import CONFIGS, NO_WORKERS, QUIET, ForbidSyncs, random_split, write_parquet
 from lightning import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, Dataset
 
@@ -49,10 +49,12 @@ class SleepyModule(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def timed_fit(item_delay_s: float, step_delay_s: float) -> EpochTimer:
+def timer_fit(module: LightningModule, data: Dataset, batch_size: int = 4, accelerator: str = "cpu") -> EpochTimer:
+    """Two epochs of ``module`` on ``data`` on one device, with nothing but an EpochTimer: its rows."""
     timer = EpochTimer()
     trainer = Trainer(
-        accelerator="cpu",
+        accelerator=accelerator,
+        devices=1,
         max_epochs=2,
         callbacks=[timer],
         logger=False,
@@ -60,18 +62,19 @@ def timed_fit(item_delay_s: float, step_delay_s: float) -> EpochTimer:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(SleepyModule(step_delay_s), DataLoader(SlowItems(item_delay_s), batch_size=4))
+    trainer.fit(module, DataLoader(data, batch_size=batch_size))
     return timer
 
 
 def test_a_slow_loader_is_called_input_bound():
-    timer = timed_fit(item_delay_s=0.01, step_delay_s=0.0)  # 40 ms of loading per step, a step of microseconds
+    # 40 ms of loading per step, a step of microseconds
+    timer = timer_fit(SleepyModule(step_delay_s=0.0), SlowItems(delay_s=0.01))
     assert [e["verdict"] for e in timer.epochs] == ["input-bound", "input-bound"]
     assert timer.epochs[1]["input_wait_share"] > 0.5
 
 
 def test_a_slow_step_is_called_compute_bound():
-    timer = timed_fit(item_delay_s=0.0, step_delay_s=0.04)
+    timer = timer_fit(SleepyModule(step_delay_s=0.04), SlowItems(delay_s=0.0))
     assert [e["verdict"] for e in timer.epochs] == ["compute-bound", "compute-bound"]
     assert timer.epochs[1]["input_wait_share"] < 0.5
 
@@ -283,10 +286,7 @@ def test_no_step_waits_for_the_device(tiny_data, monkeypatch, pipeline):
             pipeline,
             "--data.batch_size",
             "8",
-            "--data.num_workers",
-            "0",
-            "--data.persistent_workers",
-            "false",
+            *NO_WORKERS,
             "--trainer.max_epochs",
             "1",
         )
@@ -333,32 +333,16 @@ class HeavyStep(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def cuda_fit(module: LightningModule, data: Dataset, batch_size: int) -> EpochTimer:
-    timer = EpochTimer()
-    trainer = Trainer(
-        accelerator="cuda",
-        devices=1,
-        max_epochs=2,
-        callbacks=[timer],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(module, DataLoader(data, batch_size=batch_size))
-    return timer
-
-
 @pytest.mark.cuda
 def test_a_heavy_step_reads_compute_bound_from_the_kernels():
-    timer = cuda_fit(HeavyStep(), DeviceItems(30 * 4), batch_size=4)
+    timer = timer_fit(HeavyStep(), DeviceItems(30 * 4), accelerator="cuda")
     summary = aggregate(timer.epochs, 0.5, timer.busy_window)
     assert summary["device_busy_share"] >= 0.8 and summary["verdict"] == "compute-bound", summary
 
 
 @pytest.mark.cuda
 def test_a_slow_loader_reads_input_bound_on_cuda():
-    timer = cuda_fit(SleepyModule(0.0), DeviceItems(30 * 4, delay_s=0.005), batch_size=4)
+    timer = timer_fit(SleepyModule(0.0), DeviceItems(30 * 4, delay_s=0.005), accelerator="cuda")
     assert [e["verdict"] for e in timer.epochs] == ["input-bound", "input-bound"]
 
 
@@ -475,10 +459,7 @@ def test_the_reference_rows_take_the_threshold_from_the_stages_config(tiny_data,
             str(config),
             "--trainer.max_epochs",
             "1",
-            "--data.num_workers",
-            "0",
-            "--data.persistent_workers",
-            "false",
+            *NO_WORKERS,
         ]
     )
     summary = json.loads((tiny_data.parent / "loader.json").read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import CONFIGS, QUIET, TRAIN_ROWS
+from conftest import CONFIGS, NO_WORKERS, QUIET, TRAIN_ROWS
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mnistperf.cli import main
@@ -132,8 +132,8 @@ def test_the_ladder_configs_differ_only_in_their_stage_setting():
 
 
 def test_runs_land_side_by_side_and_tensorboard_reads_them_back(workdir):
-    fit("v2_pinned.yaml", "--data.num_workers", "0", "--data.persistent_workers", "false")
-    fit("v2_pinned.yaml", "--data.num_workers", "0", "--data.persistent_workers", "false")  # same command again
+    fit("v2_pinned.yaml", *NO_WORKERS)
+    fit("v2_pinned.yaml", *NO_WORKERS)  # same command again
     runs = workdir / "lightning_logs" / "v2_pinned"
     assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
     events = EventAccumulator(str(runs / "version_1")).Reload()
@@ -163,10 +163,7 @@ def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(w
     options = [
         "--config",
         str(CONFIGS / "v2_pinned.yaml"),
-        "--data.num_workers",
-        "0",
-        "--data.persistent_workers",
-        "false",
+        *NO_WORKERS,
         "--trainer.enable_progress_bar",
         "false",
     ]
@@ -177,7 +174,7 @@ def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(w
         assert exit_info.value.code == 2
         assert captured.out.startswith(f"mnistperf: {command} on cpu")
         assert "no trained model to evaluate" in captured.err and "python -m mnistperf fit --config" in captured.err
-    fit("v2_pinned.yaml", "--data.num_workers", "0", "--data.persistent_workers", "false")
+    fit("v2_pinned.yaml", *NO_WORKERS)
     capsys.readouterr()
     for command in ("validate", "test", "predict"):
         main([command, *options])
@@ -195,10 +192,7 @@ def test_fit_prints_the_device_line_first_even_with_the_progress_bar(workdir, ca
             str(CONFIGS / "v2_pinned.yaml"),
             "--trainer.max_epochs",
             "1",
-            "--data.num_workers",
-            "0",
-            "--data.persistent_workers",
-            "false",
+            *NO_WORKERS,
         ]
     )
     assert capsys.readouterr().out.startswith("mnistperf: fit on cpu (")
@@ -213,7 +207,7 @@ def test_print_config_shows_the_merged_configuration(workdir, capsys):
 
 
 def test_validation_split_off_the_training_set(workdir):
-    fit("v2_pinned.yaml", "--data.val_source", "0.25", "--data.num_workers", "0", "--data.persistent_workers", "false")
+    fit("v2_pinned.yaml", "--data.val_source", "0.25", *NO_WORKERS)
     summary = json.loads((workdir / "lightning_logs" / "v2_pinned" / "version_0" / "timing.json").read_text())
     assert summary["epochs"][0]["samples"] == TRAIN_ROWS - TRAIN_ROWS // 4
     assert summary["data"]["val_source"] == 0.25

@@ -9,7 +9,7 @@ split and ``timing.json``.
 """
 
 from mnistperf.timing.callback import EpochTimer
-from mnistperf.timing.clock import EpochClock, synchronize
+from mnistperf.timing.clock import EpochClock
 from mnistperf.timing.summary import SUMMARY_FILE
 
-__all__ = ["SUMMARY_FILE", "EpochClock", "EpochTimer", "synchronize"]
+__all__ = ["SUMMARY_FILE", "EpochClock", "EpochTimer"]

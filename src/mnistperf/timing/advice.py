@@ -47,18 +47,18 @@ def advice(summary: dict[str, Any]) -> dict[str, Any] | None:
     found: dict[str, Any] = {"verdict": verdict}
     if verdict == "input-bound":
         wait = summary["input_wait_share"]
-        found["at_most_s_less"] = wait * train_s
+        less = found["at_most_s_less"] = wait * train_s
         found["ceiling"] = (
-            f"with input free, an epoch's training would take at most {wait * train_s:.2f} s "
+            f"with input free, an epoch's training would take at most {less:.2f} s "
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
     elif verdict == "overhead-bound":
         busy = summary["device_busy_share"]
-        found["at_most_s_less"] = (1 - busy) * train_s
-        found["speed_up_at_most"] = 1 / busy
+        less = found["at_most_s_less"] = (1 - busy) * train_s
+        faster = found["speed_up_at_most"] = 1 / busy
         found["ceiling"] = (
             f"the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to "
-            f"{1 / busy:.1f}x faster (at most {(1 - busy) * train_s:.2f} s less per epoch)"
+            f"{faster:.1f}x faster (at most {less:.2f} s less per epoch)"
         )
     elif verdict == "compute-bound" and "device_busy_share" in summary:
         found["ceiling"] = "what remains is the GPU's arithmetic"

@@ -81,19 +81,18 @@ class EpochClock:
         self.epochs: list[dict[str, Any]] = []
         self._reset()
 
-    def _now(self, sync: bool = False) -> float:
-        if sync:
-            synchronize(self.device)
+    def _synced_now(self) -> float:
+        synchronize(self.device)
         return time.perf_counter()
 
-    def _reset(self) -> None:
+    def _reset(self, batches: float = math.inf, number: int | None = None) -> None:
         self._train_s = self._eval_s = self._host_wait_s = self._fetch_wait_s = 0.0
         self._samples: int | None = 0
         self._train_start: float | None = None
         self._eval_start: float | None = None
         self._last_step_end = 0.0
-        self._batches = math.inf
-        self._number = len(self.epochs) + 1
+        self._batches = batches
+        self._number = number if number is not None else len(self.epochs) + 1
 
     # ------------------------------------------------------------------ timestamps
     def epoch_start(self, batches: float = math.inf, number: int | None = None) -> None:
@@ -101,13 +100,11 @@ class EpochClock:
 
         The first timed opens the busy window. Synchronizes.
         """
-        self._reset()
-        self._batches = batches
-        self._number = number if number is not None else len(self.epochs) + 1
+        self._reset(batches, number)
         if not self.epochs and self.busy_window is not None and self.busy_window_steps > 0:
             steps = window_steps(batches, self.busy_window_steps)
             self.window = KernelWindow(*steps) if steps else None
-        self._train_start = self._last_step_end = self._now(sync=True)
+        self._train_start = self._last_step_end = self._synced_now()
 
     def step_start(self, index: int) -> None:
         """Training step ``index`` of the epoch begins (its batch is on the device)."""
@@ -145,7 +142,7 @@ class EpochClock:
     def train_end(self) -> None:
         """Training stops (the last step, or an evaluation begins); synchronizes. Idempotent."""
         if self._train_start is not None:
-            now = self._now(sync=True)
+            now = self._synced_now()
             self._train_s += now - self._train_start
             self._train_start = None
             self._eval_start = now
@@ -154,12 +151,12 @@ class EpochClock:
         """An evaluation inside the epoch begins: train time pauses."""
         self.train_end()
         if self._eval_start is None:
-            self._eval_start = self._now(sync=True)
+            self._eval_start = self._synced_now()
 
     def eval_end(self) -> None:
         """The evaluation ends; synchronizes."""
         if self._eval_start is not None:
-            self._eval_s += self._now(sync=True) - self._eval_start
+            self._eval_s += self._synced_now() - self._eval_start
             self._eval_start = None
 
     def close(self) -> None:

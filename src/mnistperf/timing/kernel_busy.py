@@ -241,8 +241,3 @@ def device_activities(profiler) -> list[tuple[str, float, float]]:
         for e in profiler.events()
         if e.device_type == cuda and not getattr(e, "is_user_annotation", False)
     ]
-
-
-def device_intervals(profiler) -> list[tuple[float, float]]:
-    """(start, end) in microseconds of the GPU's work the profiler saw (see :func:`device_activities`)."""
-    return [(start, end) for _, start, end in device_activities(profiler)]

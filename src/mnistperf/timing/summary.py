@@ -231,7 +231,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     if window and window.get("share") is not None:
         lines.append(
             f"GPU busy: {window['share']:.0%} of the time over training steps {window['first_step']}-"
-            f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} kernels and copies, "
+            f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} kernels, "
             "profiled in the warm-up epoch)"
         )
     elif window and window.get("reason"):

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -168,10 +168,6 @@ class BareStep(LightningModule):
             return F.cross_entropy(self(batch["image"]), batch["label"])
         optimizer_steps(self.optimizers(), batch, self.graphs)
 
-    def samples_in_batch(self, batch) -> int:
-        """The samples in a batch or group."""
-        return batch["label"].numel()  # a group of k batches counts all k
-
     def _whole_step(self, batch) -> None:
         whole_training_step(self, graphed_adam(self), batch)
 
@@ -181,10 +177,16 @@ class BareStep(LightningModule):
 
 
 class BareClock(Callback):
-    """The run's clock told only where epochs start and end and how many samples each batch holds."""
+    """The run's clock told only where epochs start and end and how many samples each batch holds.
 
-    def __init__(self, clock: EpochClock):
+    Args:
+        clock: the run's clock.
+        samples_in_batch: the samples a training batch holds (the stage module's own count).
+    """
+
+    def __init__(self, clock: EpochClock, samples_in_batch: Callable[[Any], int]):
         self.clock = clock
+        self.samples_in_batch = samples_in_batch
         skip_unused_batch_hooks(self)  # as the lab's EpochTimer does
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
@@ -193,7 +195,7 @@ class BareClock(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         """Count the batch's samples."""
-        self.clock.count(pl_module.samples_in_batch(batch))
+        self.clock.count(self.samples_in_batch(batch))
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         """Close the epoch's row."""
@@ -226,7 +228,7 @@ def run_bare(cli: MnistperfCLI) -> dict:
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
-        callbacks=[BareClock(clock)],
+        callbacks=[BareClock(clock, model.samples_in_batch)],
     )
     trainer.fit(bare, datamodule=datamodule)
     for row in clock.epochs:

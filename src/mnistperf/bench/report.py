@@ -83,6 +83,10 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
+
+
 def _spread(row: Row, key: str) -> str:
     values = row.values(key)
     if len(values) < 2:
@@ -116,8 +120,8 @@ def table_rows(rows: list[Row]) -> list[dict[str, str]]:
                 "total s": _fmt(r.total_s),
                 "speed-up": f"{base / epoch:.1f}x" if base and epoch else "-",
                 "samples/s": _fmt(r.med("samples_per_s"), 0),
-                "input wait": f"{r.med('input_wait_share'):.0%}" if r.med("input_wait_share") is not None else "-",
-                "GPU busy": f"{r.med('device_busy_share'):.0%}" if r.med("device_busy_share") is not None else "-",
+                "input wait": _pct(r.med("input_wait_share")),
+                "GPU busy": _pct(r.med("device_busy_share")),
                 "verdict": "/".join(sorted({s["verdict"] for s in r.summaries})) or "-",
                 "val acc": _fmt(r.med("final_val_acc"), 4),
                 "peak MB (main RSS / tree PSS)": f"{_fmt(r.peak_memory_mb('main_process'), 0)} / "

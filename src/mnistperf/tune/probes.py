@@ -83,7 +83,7 @@ def time_step(
         clock.epoch_start()
         for _ in range(steps):
             step(batch)
-            clock.count(len(batch["label"]))
+        clock.count(steps * len(batch["label"]))
         clock.epoch_end()
     return [row["samples_per_s"] for row in clock.epochs]
 

@@ -21,8 +21,7 @@ from lightning.pytorch import LightningModule, Trainer, seed_everything
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from mnistperf.sample_audit import SampleAudit
-from mnistperf.timing import EpochTimer
+from mnistperf.diagnosis import EpochTimer, SampleAudit
 
 
 class Points(Dataset):

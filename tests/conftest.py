@@ -16,7 +16,7 @@ import torch
 
 from mnistperf.data import schema
 from mnistperf.data.ingest import sources
-from mnistperf.timing import EpochTimer
+from mnistperf.diagnosis import EpochTimer
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lightning.pytorch import Callback
 
-AUDIT = "--trainer.callbacks+=mnistperf.sample_audit.SampleAudit"
+AUDIT = "--trainer.callbacks+=mnistperf.diagnosis.SampleAudit"
 AUDIT_LINE = re.compile(
     r"sample audit, epoch (\d+): ([\d,]+) samples seen(?: \(([\d +]+) on \d+ ranks\))?, "
     r"([\d,]+) distinct(?: of [\d,]+)?: ([\d,]+) duplicates(?:, ([\d,]+) missing)?"

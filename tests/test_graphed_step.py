@@ -18,10 +18,10 @@ from lightning import Trainer
 
 from mnistperf.cli import main
 from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.diagnosis import EpochTimer
 from mnistperf.graphed_step import GraphedAdam, StepGraphs
 from mnistperf.model import ImageClassifier, SimpleCNN
 from mnistperf.sums import EpochSums
-from mnistperf.timing import EpochTimer
 
 
 class PlainStep:
@@ -166,7 +166,7 @@ def captures(monkeypatch) -> list[int]:
             super().on_train_epoch_end(trainer, pl_module)
             seen.append(pl_module.graphs.captures)
 
-    monkeypatch.setattr("mnistperf.timing.EpochTimer", CountCaptures)
+    monkeypatch.setattr("mnistperf.diagnosis.EpochTimer", CountCaptures)
     return seen
 
 

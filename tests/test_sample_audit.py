@@ -8,8 +8,8 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from mnistperf import sample_audit
-from mnistperf.sample_audit import Fingerprinter, SampleAudit, SampleAuditError
+from mnistperf.diagnosis import sample_audit
+from mnistperf.diagnosis.sample_audit import Fingerprinter, SampleAudit, SampleAuditError
 
 ROWS = 24
 

@@ -15,9 +15,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.cli import main
 from mnistperf.data import schema
-from mnistperf.timing import EpochTimer
-from mnistperf.timing.kernel_busy import KernelWindow, busy_share, cupti_tears_down_safely, window_steps
-from mnistperf.timing.summary import aggregate, classify, epoch_row
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.kernel_busy import KernelWindow, busy_share, cupti_tears_down_safely, window_steps
+from mnistperf.diagnosis.summary import aggregate, classify, epoch_row
 
 PIPELINES = ("v1", "v2", "resident", "stream")
 
@@ -128,7 +128,7 @@ def kineto_profiler(events: list):
 
 
 def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
-    from mnistperf.timing.kernel_busy import device_activities
+    from mnistperf.diagnosis.kernel_busy import device_activities
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -146,7 +146,7 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
 
 
 def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says_why():
-    from mnistperf.timing.kernel_busy import MIN_KERNELS_PER_STEP, window_reading
+    from mnistperf.diagnosis.kernel_busy import MIN_KERNELS_PER_STEP, window_reading
 
     steps = 20
     eager = [("kernel", 10.0 * i, 10.0 * i + 4) for i in range(MIN_KERNELS_PER_STEP * steps)]
@@ -163,7 +163,7 @@ def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says
 def test_a_capture_initializes_the_profiler_once_and_ends_a_window_still_profiling(monkeypatch):
     from types import SimpleNamespace
 
-    from mnistperf.timing import kernel_busy
+    from mnistperf.diagnosis import kernel_busy
 
     inits = []
     monkeypatch.setattr("torch.profiler._utils._init_for_cuda_graphs", lambda: inits.append(1))
@@ -265,7 +265,7 @@ def test_the_compiled_step_recompiles_nothing_after_its_first_epoch(tiny_data, m
             super().on_train_epoch_end(trainer, pl_module)
             frames_after_epoch.append(counters["stats"]["unique_graphs"])
 
-    monkeypatch.setattr("mnistperf.timing.EpochTimer", CountCompiles)
+    monkeypatch.setattr("mnistperf.diagnosis.EpochTimer", CountCompiles)
     fit(tiny_data.parent, "v3_compiled.yaml", "--model.compile_on_cpu", "true", "--data.batch_size", "40")
     assert frames_after_epoch[0] > 0  # on_train_epoch_end comes after the epoch's validation
     assert frames_after_epoch[0] == frames_after_epoch[1] == frames_after_epoch[2], frames_after_epoch
@@ -278,7 +278,7 @@ def test_no_step_waits_for_the_device(tiny_data, monkeypatch, pipeline):
     """Between the first and the last training step nothing may synchronize host and device."""
 
     monkeypatch.chdir(tiny_data.parent)
-    monkeypatch.setattr("mnistperf.timing.EpochTimer", ForbidSyncs)
+    monkeypatch.setattr("mnistperf.diagnosis.EpochTimer", ForbidSyncs)
     try:
         fit(
             tiny_data.parent,
@@ -420,11 +420,11 @@ def test_the_graphed_stages_busy_window_sees_the_graphs_kernels(tmp_path, monkey
 
 # ---------------------------------------------------------------- one clock for every loop
 def test_the_clock_turns_timestamps_into_the_epochs_figures_and_verdict_with_the_runs_threshold(monkeypatch):
-    from mnistperf.timing.clock import EpochClock
+    from mnistperf.diagnosis.clock import EpochClock
 
     def one_epoch(threshold: float) -> dict:
         times = iter([0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0])
-        monkeypatch.setattr("mnistperf.timing.clock.time.perf_counter", lambda: next(times))
+        monkeypatch.setattr("mnistperf.diagnosis.clock.time.perf_counter", lambda: next(times))
         clock = EpochClock(torch.device("cpu"), input_bound_share=threshold)
         clock.epoch_start(2)  # 0
         for index in range(2):
@@ -470,7 +470,7 @@ def test_the_reference_rows_take_the_threshold_from_the_stages_config(tiny_data,
 
 # ---------------------------------------------------------------- what a fix could buy
 def test_the_advice_bounds_the_gain_from_the_measured_figures_and_names_the_stages():
-    from mnistperf.timing.advice import advice, format_advice
+    from mnistperf.diagnosis.advice import advice, format_advice
 
     waiting = advice({"verdict": "input-bound", "avg_train_s": 10.0, "input_wait_share": 0.7})
     assert waiting["at_most_s_less"] == pytest.approx(7.0)
@@ -526,8 +526,8 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
     TensorBoard's plugins/profile/<run>/*.pt.trace.json, named in busy_window, and no temporary file left."""
     from torch.profiler import ProfilerActivity, profile
 
-    from mnistperf.timing.clock import EpochClock
-    from mnistperf.timing.kernel_busy import TRACE_FILE
+    from mnistperf.diagnosis.clock import EpochClock
+    from mnistperf.diagnosis.kernel_busy import TRACE_FILE
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         torch.randn(64, 64) @ torch.randn(64, 64)

@@ -19,8 +19,8 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from mnistperf.timing import EpochTimer
-from mnistperf.timing.callback import leading_length
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.epoch_timer import leading_length
 
 ROWS, BATCH, EPOCHS = 24, 4, 2
 SCALARS = (
@@ -221,7 +221,7 @@ def test_one_line_under_trainer_callbacks_of_any_lightningcli_config(tmp_path, c
                 "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
                 "init_args": {"save_dir": str(tmp_path), "name": "foreign"},
             },
-            "callbacks": [{"class_path": "mnistperf.timing.EpochTimer"}],
+            "callbacks": [{"class_path": "mnistperf.diagnosis.EpochTimer"}],
         },
     }
     path = tmp_path / "config.yaml"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mnistperf.timing.kernel_busy import before_graph_capture
+from mnistperf.diagnosis.kernel_busy import before_graph_capture
 
 Batch = dict[str, torch.Tensor]
 

@@ -37,8 +37,8 @@ import torch
 from lightning.pytorch import Callback, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
-from mnistperf.batch_hooks import skip_unused_batch_hooks
-from mnistperf.timing import EpochTimer
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 
 HERE = Path(__file__).resolve().parent
 spec = importlib.util.spec_from_file_location("example", HERE.parents[2] / "examples" / "diagnose_your_run.py")

@@ -16,7 +16,7 @@ import time
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from mnistperf.timing import EpochTimer
+from mnistperf.diagnosis import EpochTimer
 
 K, LAB = int(sys.argv[1]), sys.argv[2] == "lab"
 OPTIMIZER_STEPS = 960

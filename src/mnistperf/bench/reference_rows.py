@@ -5,8 +5,8 @@ trainer ones included) and lets LightningCLI parse it into the same DataModule, 
 trainer settings; then it trains in a plain loop in the shape of the reference's: the same
 SimpleCNN and optimizer (``configure_optimizers``), the same non-blocking copies to the
 device, the same precision, the same loss and correct counts summed on the device (EpochSums),
-the same epochs and batch limits. It is timed by :class:`~mnistperf.timing.clock.EpochClock`, the clock
-of :class:`~mnistperf.timing.EpochTimer` (device synchronized at the epoch's ends, input wait around the
+the same epochs and batch limits. It is timed by :class:`~mnistperf.diagnosis.clock.EpochClock`, the clock
+of :class:`~mnistperf.diagnosis.EpochTimer` (device synchronized at the epoch's ends, input wait around the
 fetch of each batch, host wait between steps, on CUDA the GPU's kernels profiled over the same window
 of the first epoch), with the stage's own ``input_bound_share``, and writes the same ``timing.json``.
 For a graphed stage (``model.cuda_graph``) the loop replays the stage's whole step as a CUDA graph, one
@@ -41,17 +41,17 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
 
-from mnistperf.batch_hooks import skip_unused_batch_hooks
 from mnistperf.console import calm_library_noise
 from mnistperf.data.pipelines.base import step_batches
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.clock import EpochClock
+from mnistperf.diagnosis.epoch_timer import TrainerAttributes
+from mnistperf.diagnosis.summary import INPUT_BOUND_SHARE, environment, write_summary
 from mnistperf.graphed_step import StepGraphs, step_state
 from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
 from mnistperf.step import StandaloneStep, adam, graphed_adam, optimizer_steps, whole_training_step
 from mnistperf.sums import EpochSums
-from mnistperf.timing import EpochTimer
-from mnistperf.timing.callback import TrainerAttributes
-from mnistperf.timing.clock import EpochClock
-from mnistperf.timing.summary import INPUT_BOUND_SHARE, environment, write_summary
 
 
 def _batch_limit(limit, batches: int) -> int:

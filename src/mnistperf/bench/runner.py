@@ -26,10 +26,10 @@ from mnistperf.bench import published
 from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.report import Row, markdown_table, per_step_table, redraw_chart, write_all
 from mnistperf.console import device_line
+from mnistperf.diagnosis import SUMMARY_FILE
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli import check_key, load_config, parse_setting
 from mnistperf.machine import run_device
-from mnistperf.timing import SUMMARY_FILE
 
 SHOWN_PREFIXES = ("epoch ", "mnistperf:", "Average ", "Total ", "Verdict")
 

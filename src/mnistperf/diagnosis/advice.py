@@ -37,7 +37,7 @@ def advice(summary: dict[str, Any]) -> dict[str, Any] | None:
 
     Args:
         summary: the run's steady-state figures (``verdict``, ``avg_train_s``, ``input_wait_share`` and,
-            on CUDA, ``device_busy_share``), as :func:`~mnistperf.timing.summary.aggregate` makes them.
+            on CUDA, ``device_busy_share``), as :func:`~mnistperf.diagnosis.summary.aggregate` makes them.
 
     Returns:
         ``{"verdict", "ceiling", "hints": [{"try", "stage"}]}``, plus ``at_most_s_less`` (train seconds per

@@ -1,6 +1,6 @@
 """From per-epoch figures to the verdict, the run's summary and ``timing.json``.
 
-Shared by every timed loop through :class:`~mnistperf.timing.clock.EpochClock`, so all report the
+Shared by every timed loop through :class:`~mnistperf.diagnosis.clock.EpochClock`, so all report the
 same figures computed the same way. The first epoch carries one-off costs (compilation, worker
 start, allocator and cache warm-up): it is reported on its own as ``warmup``, and the headline
 averages, throughput, shares and verdict use the steady-state epochs (2..N; epoch 1 alone
@@ -22,8 +22,8 @@ import lightning
 import torch
 
 from mnistperf.atomic import atomic_write
+from mnistperf.diagnosis.advice import advice, format_advice
 from mnistperf.machine import describe_device, usable_cpus
-from mnistperf.timing.advice import advice, format_advice
 
 SUMMARY_FILE = "timing.json"
 # The host waiting for data at least this share of train time: the input sets the pace (unless a run says otherwise).
@@ -121,7 +121,7 @@ def aggregate(
 ) -> dict[str, Any]:
     """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix could buy.
 
-    What a fix of the run's bound could buy is :func:`~mnistperf.timing.advice.advice`'s.
+    What a fix of the run's bound could buy is :func:`~mnistperf.diagnosis.advice.advice`'s.
 
     ``busy_window`` (CUDA): where the GPU's busy share was profiled and what it read; the same
     share stands for every epoch, since it is a property of the step.

@@ -1,7 +1,7 @@
 """EpochTimer: the Lightning callback that times every epoch of any LightningModule and says what bounds the run.
 
 ``Trainer(callbacks=[EpochTimer()])``, or one line under ``trainer.callbacks`` of a LightningCLI
-config (``- class_path: mnistperf.timing.EpochTimer``). Automatic or manual optimization, with or
+config (``- class_path: mnistperf.diagnosis.EpochTimer``). Automatic or manual optimization, with or
 without a DataModule, on CPU or CUDA, under DDP; the trainer's own profiler keeps working.
 
 Samples are counted from each training batch: the module's own ``samples_in_batch(batch) -> int``
@@ -10,13 +10,13 @@ groups of stacked batches), else the leading length of the batch's tensors, foun
 ``extract_batch_size`` in a dict, tuple, list, bare tensor or nested mix. What it cannot measure
 (samples no batch shows, GPU busy time beside a torch profiler of the user's) it says once.
 
-A thin callback over :class:`~mnistperf.timing.clock.EpochClock`, which holds the arithmetic: the
+A thin callback over :class:`~mnistperf.diagnosis.clock.EpochClock`, which holds the arithmetic: the
 callback tells the clock when epochs, steps and validation begin and end, and hands it the input
-wait timed around Lightning's fetch of each training batch (:mod:`mnistperf.timing.fetch_clock`).
+wait timed around Lightning's fetch of each training batch (:mod:`mnistperf.diagnosis.fetch_clock`).
 On CUDA the clock also profiles the GPU's kernels over a short window of steps in the first epoch
 (the warm-up epoch, reported apart), and saves that window beside ``timing.json`` as a trace that
 Perfetto and TensorBoard's profile plugin open (``plugins/profile/busy_window/*.pt.trace.json``),
-so the gaps the busy share summarizes can be seen. The verdict (:func:`mnistperf.timing.summary.classify`) is
+so the gaps the busy share summarizes can be seen. The verdict (:func:`mnistperf.diagnosis.summary.classify`) is
 input-bound, overhead-bound or compute-bound on CUDA, and input-bound or compute-bound on a CPU,
 where host and device are one.
 
@@ -44,12 +44,12 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from mnistperf.batch_hooks import skip_unused_batch_hooks
 from mnistperf.console import say
-from mnistperf.timing.clock import GATHERED, EpochClock
-from mnistperf.timing.fetch_clock import FetchClock
-from mnistperf.timing.kernel_busy import WINDOW_STEPS
-from mnistperf.timing.summary import (
+from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.clock import GATHERED, EpochClock
+from mnistperf.diagnosis.fetch_clock import FetchClock
+from mnistperf.diagnosis.kernel_busy import WINDOW_STEPS
+from mnistperf.diagnosis.summary import (
     INPUT_BOUND_SHARE,
     SUMMARY_FILE,
     environment,

@@ -12,9 +12,9 @@ Per epoch it measures, on the host:
   (the fetch, the copy to the device and the loop's own work between steps).
 
 On CUDA it also profiles the GPU's kernels over a short window of steps in the first epoch
-(:mod:`mnistperf.timing.kernel_busy`): the share of the time the GPU was executing work, which
+(:mod:`mnistperf.diagnosis.kernel_busy`): the share of the time the GPU was executing work, which
 stands for every epoch. :meth:`~EpochClock.epoch_end` turns the figures into the epoch's row and
-verdict (:mod:`mnistperf.timing.summary`), with the threshold the run was given.
+verdict (:mod:`mnistperf.diagnosis.summary`), with the threshold the run was given.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from mnistperf.timing.kernel_busy import TRACE_FILE, WINDOW_STEPS, KernelWindow, export_trace, window_steps
-from mnistperf.timing.summary import INPUT_BOUND_SHARE, aggregate, epoch_row
+from mnistperf.diagnosis.kernel_busy import TRACE_FILE, WINDOW_STEPS, KernelWindow, export_trace, window_steps
+from mnistperf.diagnosis.summary import INPUT_BOUND_SHARE, aggregate, epoch_row
 
 # An epoch's figures before they become a row: what every process measured, with how they combine.
 GATHERED = (
@@ -55,7 +55,7 @@ class EpochClock:
 
     Args:
         device: the training device, synchronized at the ends of train and eval time.
-        input_bound_share: the run's threshold for the verdict (see :func:`~mnistperf.timing.summary.classify`).
+        input_bound_share: the run's threshold for the verdict (see :func:`~mnistperf.diagnosis.summary.classify`).
         busy_window_steps: training steps of the first epoch whose GPU kernels are profiled (CUDA only; 0: none).
         device_busy: whether the verdict on CUDA reads the GPU's busy share (False where no step runs).
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
@@ -168,7 +168,7 @@ class EpochClock:
     def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder`` and return its path; None when no window was recorded.
 
-        The trace is :data:`~mnistperf.timing.kernel_busy.TRACE_FILE` there, named in ``busy_window["trace"]``.
+        The trace is :data:`~mnistperf.diagnosis.kernel_busy.TRACE_FILE` there, named in ``busy_window["trace"]``.
         """
         if self.recorded is None or self.busy_window is None:
             return None

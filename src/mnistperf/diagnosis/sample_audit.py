@@ -37,8 +37,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader, IterableDataset
 
-from mnistperf.batch_hooks import skip_unused_batch_hooks
 from mnistperf.console import say
+from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.errors import MnistperfError
 
 PRIME = 2**31 - 1

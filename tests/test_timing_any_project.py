@@ -336,3 +336,19 @@ def test_a_foreign_module_trains_without_a_single_sync_between_its_steps(tmp_pat
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert [e["samples"] for e in timer.epochs] == [64] * EPOCHS
+
+
+def test_beside_a_progress_bar_the_timer_says_where_its_epochs_start(tmp_path, capsys):
+    timer = EpochTimer()
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        callbacks=[timer],
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(TupleBatches(), DataLoader(TensorDataset(*features()), batch_size=BATCH))
+    out = capsys.readouterr().out
+    assert out.count("epoch 1 (the progress bar's Epoch 0): train") == 1  # the bar counts from 0, the timer from 1
+    assert "epoch 2: train" in out

@@ -14,6 +14,8 @@ import warnings
 
 import torch
 from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import TQDMProgressBar
+from tqdm import tqdm
 
 from mnistperf.machine import describe_device, has_tf32_tensor_cores
 
@@ -61,9 +63,15 @@ def matmul_precision_note(device: torch.device, precision: str, matmul_precision
 
 
 def say(trainer: Trainer, message: str) -> None:
-    """Print a line without tearing the progress bar."""
+    """Print a line without tearing the progress bar, whether or not a bar is showing.
+
+    Lightning's TQDM bar drops a line printed while none of its bars is open (before the first epoch, after the
+    last); tqdm's own ``write`` prints it in any case.
+    """
     bar = trainer.progress_bar_callback
-    if bar is not None:
+    if isinstance(bar, TQDMProgressBar):
+        tqdm.write(message)
+    elif bar is not None:
         bar.print(message)
     else:
         print(message, flush=True)

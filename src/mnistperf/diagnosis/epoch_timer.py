@@ -31,8 +31,10 @@ rank 0 prints, logs and writes ``timing.json`` into the run's log folder.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -48,6 +50,7 @@ from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.clock import GATHERED, EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
+from mnistperf.diagnosis.guard import Problems
 from mnistperf.diagnosis.kernel_busy import WINDOW_STEPS
 from mnistperf.diagnosis.summary import (
     INPUT_BOUND_SHARE,
@@ -88,6 +91,17 @@ def leading_length(batch: Any) -> int | None:
         return None
 
 
+def scalar_metrics(metrics: Mapping[str, Any], names: re.Pattern[str]) -> dict[str, float]:
+    """The metrics whose names match ``names`` and that hold one number (a one-element tensor, an int, a float)."""
+    found = {}
+    for name, value in metrics.items():
+        if not names.match(name):
+            continue
+        if (isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, numbers.Real):
+            found[name] = float(value)
+    return found
+
+
 def sample_counter(module: LightningModule) -> Callable[[Any], int | None]:
     """How to count a training batch's samples: ``module.samples_in_batch`` where defined, else :func:`leading_length`.
 
@@ -117,13 +131,15 @@ class EpochTimer(Callback):
         self.input_bound_share = input_bound_share
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
-        self.summary_path: Path | None = None
+        self.summary_path: Path | None = None  # where timing.json was written (None until it is)
+        self._reported = False
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch: FetchClock | None = None
         self._count_samples: Callable[[Any], int | None] = leading_length
         self._uncounted = False  # a batch of this fit had no countable samples (said once)
         self._val_metrics: dict[str, float] = {}
         self._said: set[str] = set()
+        self.problems = Problems("EpochTimer")  # what went wrong inside the timer: said once, kept in timing.json
         skip_unused_batch_hooks(self)
 
     @property
@@ -149,6 +165,14 @@ class EpochTimer(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
         self.summary_path = None
+        self._reported = False
+        self.problems = Problems("EpochTimer")
+        self.clock = EpochClock(torch.device("cpu"), self.input_bound_share, 0)
+        self._fetch = None
+        with self.problems.guard("starting the clock"):
+            self._start(trainer, pl_module)
+
+    def _start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         busy_unavailable = None
         attributes = cast(TrainerAttributes, trainer)
         if pl_module.device.type == "cuda" and isinstance(attributes.profiler, PyTorchProfiler):
@@ -167,19 +191,25 @@ class EpochTimer(Callback):
         attributes = cast(TrainerAttributes, trainer)
         if self._fetch is not None and attributes.profiler is self._fetch:
             attributes.profiler = self._fetch.inner
-        self.clock.close()
+        with self.problems.guard("stopping the busy window"):
+            self.clock.close()
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing the epoch, its fetch wait from zero."""
         self._val_metrics = {}
         if self._fetch is not None:
             self._fetch.reset()
-        self.clock.epoch_start(trainer.num_training_batches, trainer.current_epoch + 1)
+        with self.problems.guard("starting the epoch's clock"):
+            self.clock.epoch_start(trainer.num_training_batches, trainer.current_epoch + 1)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         """Mark the step's start and count the batch's samples, saying once where they cannot be counted."""
-        self.clock.step_start(batch_idx)
-        samples = self._count_samples(batch)
+        try:
+            self.clock.step_start(batch_idx)
+            samples = self._count_samples(batch)
+        except Exception as error:
+            self.problems.note("timing a step's start or counting its samples", error)
+            samples = None
         if samples is None and not self._uncounted:
             self._uncounted = True
             self._say_once(
@@ -192,12 +222,16 @@ class EpochTimer(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """Mark the step's end (after the epoch's last batch, the end of training time)."""
-        self.clock.step_end(batch_idx)
+        try:
+            self.clock.step_end(batch_idx)
+        except Exception as error:
+            self.problems.note("timing a step's end", error)
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing a fit's validation (not the sanity check's)."""
         if self._fitting(trainer):
-            self.clock.eval_start()
+            with self.problems.guard("timing the validation's start"):
+                self.clock.eval_start()
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Stop timing a fit's validation and keep its scalar validation metrics for the epoch's row.
@@ -207,26 +241,51 @@ class EpochTimer(Callback):
         """
         if not self._fitting(trainer):
             return
-        self.clock.eval_end()
-        self._val_metrics = {
-            k: float(v) for k, v in trainer.callback_metrics.items() if VALIDATION_METRIC.match(k) and v.numel() == 1
-        }
+        with self.problems.guard("timing the validation's end"):
+            self.clock.eval_end()
+        with self.problems.guard("reading the validation metrics"):
+            self._val_metrics = scalar_metrics(trainer.callback_metrics, VALIDATION_METRIC)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Close the epoch's row over every rank; rank 0 logs its figures and prints its line."""
-        if self._fetch is not None:
-            self.clock.add_fetch_wait(self._fetch.reset())
-        row = self.clock.epoch_end(self._val_metrics, lambda local: self._gather(trainer, local))
+        """Close the epoch's row over every rank; rank 0 logs its figures and prints its line.
+
+        Every rank takes part in the epoch's one gather, also one whose own figures failed (it sends NaN).
+        """
+        gathered = False
+
+        def gather(local: dict[str, float]) -> dict[str, float]:
+            nonlocal gathered
+            gathered = True
+            return self._gather(trainer, local)
+
+        try:
+            if self._fetch is not None:
+                self.clock.add_fetch_wait(self._fetch.reset())
+            row = self.clock.epoch_end(self._val_metrics, gather)
+        except Exception as error:
+            self.problems.note("closing the epoch's figures", error)
+            if not gathered and trainer.world_size > 1:
+                self._gather(trainer, dict.fromkeys((k for k, _ in GATHERED), math.nan))
+            return
         if trainer.is_global_zero:
             keys = ("train_s", "eval_s", "samples_per_s", "input_wait_share", "host_wait_share", "device_busy_share")
             scalars = {f"timing/{k}": row[k] for k in keys if row.get(k) is not None}
             for logger in trainer.loggers:
-                logger.log_metrics(scalars, step=trainer.global_step)
-            say(
-                trainer,
-                f"epoch {row['epoch']}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
-                f"{throughput(row['samples_per_s'])}, {row['verdict']} ({row['verdict_reason']})",
-            )
+                with self.problems.guard(f"logging the epoch's figures to {type(logger).__name__}"):
+                    logger.log_metrics(scalars, step=trainer.global_step)
+            with self.problems.guard("printing the epoch's line"):
+                say(
+                    trainer,
+                    f"epoch {row['epoch']}{self._bar_epoch(trainer)}: train {row['train_s']:.2f} s, "
+                    f"eval {row['eval_s']:.2f} s, {throughput(row['samples_per_s'])}, "
+                    f"{row['verdict']} ({row['verdict_reason']})",
+                )
+
+    def _bar_epoch(self, trainer: Trainer) -> str:
+        """Beside a progress bar, the first epoch's line says the bar's number for it (the bar counts from 0)."""
+        if trainer.progress_bar_callback is None or len(self.epochs) != 1:
+            return ""
+        return f" (the progress bar's Epoch {trainer.current_epoch})"
 
     @staticmethod
     def _gather(trainer: Trainer, local: dict[str, float]) -> dict[str, float]:
@@ -245,35 +304,49 @@ class EpochTimer(Callback):
         """Report the run: rank 0 prints the summary and writes it into the run's log folder."""
         if not self.epochs:
             return
-        folder = Path(trainer.log_dir or trainer.default_root_dir)  # a collective under DDP: every rank asks
+        folder = Path(trainer.default_root_dir)
+        with self.problems.guard("finding the run's log folder"):
+            folder = Path(trainer.log_dir or trainer.default_root_dir)  # a collective under DDP: every rank asks
         if trainer.is_global_zero:
             self._report(trainer, folder, interrupted=False)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         """A fit stopped early (Ctrl-C, an error): the finished epochs are still reported, marked interrupted."""
-        if trainer.state.fn != TrainerFn.FITTING or not self.epochs or self.summary_path is not None:
+        if trainer.state.fn != TrainerFn.FITTING or not self.epochs or self._reported:
             return
         if trainer.is_global_zero:  # trainer.log_dir's folder without its collective: the other ranks may be gone
-            logger = trainer.logger
-            folder = (
-                trainer.default_root_dir
-                if logger is None
-                else logger.log_dir
-                if isinstance(logger, (TensorBoardLogger, CSVLogger))
-                else logger.save_dir
-            )
-            self._report(trainer, Path(folder or trainer.default_root_dir), interrupted=True)
+            folder = Path(trainer.default_root_dir)
+            with self.problems.guard("finding the run's log folder"):
+                logger = trainer.logger
+                found = (
+                    trainer.default_root_dir
+                    if logger is None
+                    else logger.log_dir
+                    if isinstance(logger, (TensorBoardLogger, CSVLogger))
+                    else logger.save_dir
+                )
+                folder = Path(found or trainer.default_root_dir)
+            self._report(trainer, folder, interrupted=True)
 
     def _report(self, trainer: Trainer, folder: Path, interrupted: bool) -> None:
-        """Print the summary once and write it atomically to ``folder``/timing.json."""
-        trace = self.clock.export_trace(folder)  # before the summary, which names it
+        """Print the summary once and write it atomically to ``folder``/timing.json.
+
+        Each part that fails is one warning line; the rest is still printed and written.
+        """
+        self._reported = True
+        trace = None
+        with self.problems.guard(f"saving the busy window's trace under {folder}"):
+            trace = self.clock.export_trace(folder)  # before the summary, which names it
         summary = {**self.summary(trainer), "interrupted": interrupted}
-        print(format_summary(summary), flush=True)
+        with self.problems.guard("printing the summary"):
+            print(format_summary(summary), flush=True)
         if interrupted:
             print(f"Interrupted: the figures cover the {len(self.epochs)} finished epoch(s)", flush=True)
-        self.summary_path = folder / self.summary_file
-        write_summary(summary, self.summary_path)
-        print(f"timing summary written to {self.summary_path}", flush=True)
+        path = folder / self.summary_file
+        with self.problems.guard(f"writing {path}"):
+            write_summary({**summary, "problems": list(self.problems.lines)}, path)
+            self.summary_path = path
+            print(f"timing summary written to {path}", flush=True)
         if trace is not None:
             print(f"GPU busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
 
@@ -285,18 +358,18 @@ class EpochTimer(Callback):
         has them.
         """
         datamodule = cast(TrainerAttributes, trainer).datamodule
-        found = {
-            "config": trainer.logger.name if trainer.logger is not None else None,
-            "data": datamodule.loader_settings()
-            if datamodule is not None and hasattr(datamodule, "loader_settings")
-            else None,
-        }
-        return {
-            **{k: v for k, v in found.items() if v is not None},
-            "runner": "lightning",
-            "model": {k: v for k, v in trainer.lightning_module.hparams.items() if not k.startswith("_")},
-            "precision": str(trainer.precision),
-            "world_size": trainer.world_size,
-            **environment(self.clock.device),
-            **self.clock.summary(),
-        }
+        found: dict[str, Any] = {"runner": "lightning"}
+        with self.problems.guard("reading the logger's name"):
+            if trainer.logger is not None and trainer.logger.name is not None:
+                found["config"] = trainer.logger.name
+        with self.problems.guard("reading the DataModule's loader_settings()"):
+            if datamodule is not None and hasattr(datamodule, "loader_settings"):
+                found["data"] = datamodule.loader_settings()
+        with self.problems.guard("reading the module's hyperparameters"):
+            found["model"] = {k: v for k, v in trainer.lightning_module.hparams.items() if not k.startswith("_")}
+        found.update(precision=str(trainer.precision), world_size=trainer.world_size)
+        with self.problems.guard("reading the environment"):
+            found.update(environment(self.clock.device))
+        with self.problems.guard("summarizing the epochs"):
+            found.update(self.clock.summary())
+        return found

@@ -24,6 +24,10 @@ positions: samples equal on all of them share a fingerprint.
 The epoch's fingerprints travel in checkpoints (``state_dict``), so an epoch interrupted and
 resumed is counted whole. Device memory: 8 bytes per sample seen, per rank, plus the gathered
 epoch at its end.
+
+The audit never breaks the fit it watches (``strict`` aside, which asks it to): a batch it cannot
+fingerprint (a ``sample_id`` the batch lacks, a ``fingerprint`` that raises) is one warning line, and
+the epoch's row says it is not audited (``"audited": False`` and why) on every rank.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.guard import Problems
 from mnistperf.errors import MnistperfError
 
 PRIME = 2**31 - 1
@@ -46,6 +51,7 @@ LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
 # Elements of the temporary (samples x words x lanes) product per chunk of words.
 CHUNK_ELEMENTS = 1 << 22
 PADDING = -1  # fingerprints are non-negative
+FAILED = -2  # a rank's same-order flag when it could not fingerprint the epoch (else -1: unknown, 0 or 1)
 
 
 class SampleAuditError(MnistperfError):
@@ -163,6 +169,8 @@ class SampleAudit(Callback):
         self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
         self._carried = False  # _seen holds a resumed epoch's fingerprints from its checkpoint
         self._trainer: Trainer | None = None
+        self.problems = Problems("SampleAudit")  # what went wrong inside the audit: each said once
+        self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
         skip_unused_batch_hooks(self)
 
     # ------------------------------------------------------------------ fingerprints
@@ -216,10 +224,16 @@ class SampleAudit(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Keep the trainer, which state_dict needs to gather the epoch's fingerprints."""
         self._trainer = trainer
+        if stage == "fit":
+            self.problems = Problems("SampleAudit")
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """On a run resumed inside an epoch, take back this rank's fingerprints of that epoch from the checkpoint."""
         restored, self._restored = self._restored, None
+        with self.problems.guard("restoring the epoch's fingerprints from the checkpoint"):
+            self._restore(trainer, restored)
+
+    def _restore(self, trainer: Trainer, restored: dict[str, Any] | None) -> None:
         if restored is not None and restored["epoch"] == trainer.current_epoch:  # resumed inside that epoch
             shares = restored["fingerprints"]
             mine = (
@@ -234,25 +248,48 @@ class SampleAudit(Callback):
         """Start the epoch's fingerprints afresh (unless carried over from the checkpoint)."""
         if not self._carried:  # Lightning calls this hook on a resumed epoch's start only when none of it ran
             self._seen = []
-        self._in_epoch, self._carried = True, False
+        self._in_epoch, self._carried, self._failed = True, False, None
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        """Record the batch's fingerprints, on the device."""
-        self._seen.append(self.fingerprints(batch))
+        """Record the batch's fingerprints, on the device; a batch that cannot be fingerprinted ends the audit."""
+        if self._failed is not None:
+            return
+        try:
+            self._seen.append(self.fingerprints(batch))
+        except Exception as error:
+            self._failed = self.problems.note("fingerprinting a training batch", error)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Gather every rank's fingerprints of the epoch and audit them."""
-        local = self._local(trainer)
-        same = -1 if self._previous is None else int(torch.equal(self._previous, local))
-        self._previous, self._seen, self._in_epoch, self._carried = local, [], False, False
+        """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
+        try:
+            local = self._local(trainer)
+        except Exception as error:
+            self._failed = self.problems.note("collecting the epoch's fingerprints", error)
+        if self._failed is not None:
+            local = torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
+            same = FAILED
+        else:
+            same = -1 if self._previous is None else int(torch.equal(self._previous, local))
+        self._previous = None if self._failed is not None else local
+        self._seen, self._in_epoch, self._carried = [], False, False
         shares = self._gather(trainer, local, same)
+        flags = [flag for _, flag in shares]
+        if FAILED in flags:
+            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": self._why_not(flags)}
+            self.epochs.append(row)
+            if trainer.is_global_zero:
+                self._say(trainer, f"sample audit, epoch {row['epoch']}: not audited ({row['why']})")
+            self._failed = None
+            return
         everything = torch.cat([share for share, _ in shares])
         distinct = int(torch.unique(everything).numel())
-        size = self._dataset_size(trainer)
-        flags = [flag for _, flag in shares]
+        size = None
+        with self.problems.guard("reading the training set's size"):
+            size = self._dataset_size(trainer)
         seen = int(everything.numel())
-        row: dict[str, Any] = {
+        row = {
             "epoch": trainer.current_epoch + 1,
+            "audited": True,
             "seen": seen,
             "distinct": distinct,
             "duplicates": seen - distinct,
@@ -268,10 +305,22 @@ class SampleAudit(Callback):
                 f"audit/{k}": float(row[k]) for k in ("seen", "distinct", "duplicates", "missing") if row[k] is not None
             }
             for logger in trainer.loggers:
-                logger.log_metrics(scalars, step=trainer.global_step)
-            say(trainer, line)
+                with self.problems.guard(f"logging the epoch's counts to {type(logger).__name__}"):
+                    logger.log_metrics(scalars, step=trainer.global_step)
+            self._say(trainer, line)
         if self.strict and (row["duplicates"] or row["missing"]):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
+
+    def _say(self, trainer: Trainer, line: str) -> None:
+        with self.problems.guard("printing the epoch's line"):
+            say(trainer, line)
+
+    def _why_not(self, flags: list[int]) -> str:
+        """Why an epoch is not audited: this rank's problem, or the ranks that had one."""
+        if self._failed is not None:
+            return self._failed.removeprefix("SampleAudit: ")
+        ranks = ", ".join(str(rank) for rank, flag in enumerate(flags) if flag == FAILED)
+        return f"rank {ranks} could not fingerprint a batch; its own warning says why"
 
     # ------------------------------------------------------------------ counting
     def _local(self, trainer: Trainer) -> torch.Tensor:

@@ -23,6 +23,7 @@ import torch
 
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.advice import advice, format_advice
+from mnistperf.diagnosis.guard import jsonable
 from mnistperf.machine import describe_device, usable_cpus
 
 SUMMARY_FILE = "timing.json"
@@ -197,8 +198,8 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 
 def write_summary(summary: dict[str, Any], path: Path) -> None:
-    """Write ``summary`` to ``path`` as indented JSON, atomically."""
-    text = json.dumps(summary, indent=2)
+    """Write ``summary`` to ``path`` as indented JSON, atomically (a value JSON cannot hold as its repr)."""
+    text = json.dumps(jsonable(summary), indent=2)
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
@@ -224,7 +225,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"Total Train Time: {summary['total_train_s']:.2f} s",
         f"Total Test Time: {summary['total_eval_s']:.2f} s",
         f"Train throughput: {throughput(summary['samples_per_s'])} ({steady})",
-        f"Device: {summary['device']}, precision {summary.get('precision', '32-true')}",
+        f"Device: {summary.get('device', 'not known')}, precision {summary.get('precision', '32-true')}",
         f"Verdict: {summary['verdict']} ({summary['verdict_reason']})",
     ]
     window = summary.get("busy_window")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from conftest import CONFIGS
+from emulated_graphs import EmulatedGraphs
 
 from mnistperf.bench import published, reference_rows, runner
 from mnistperf.bench.report import Row, chart_figure, per_step, table_rows, write_all
 from mnistperf.cli import main
-from mnistperf.graphed_step import StepGraphs
 
 
 def summary(train: float, evals: float, epochs: int = 2, acc: float = 0.9) -> dict:
@@ -378,12 +378,10 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
     graphs_made = []
 
     def emulated(*args, **kwargs):
-        graphs_made.append(StepGraphs(*args, emulate=True, **kwargs))
+        graphs_made.append(EmulatedGraphs(*args, **kwargs))
         return graphs_made[-1]
 
-    monkeypatch.setattr("mnistperf.bench.reference_rows.StepGraphs", emulated)  # the bare-Lightning module's
-    monkeypatch.setattr("mnistperf.model.StepGraphs", emulated)  # the parsed stage module's
-    monkeypatch.setattr("mnistperf.step.StepGraphs", emulated)  # the plain loop's (StandaloneStep)
+    monkeypatch.setattr("mnistperf.model.step.StepGraphs", emulated)  # every TrainingStep's
     common = ["--config", str(CONFIGS / "v4_graphed.yaml"), "--trainer.max_epochs", "2", "--data.batch_size", "40"]
     summaries = {}
     for name, extra in (("plain", []), ("bare", ["--bare-lightning"]), ("plain ungrouped", [])):

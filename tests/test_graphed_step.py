@@ -14,14 +14,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import CONFIGS, QUIET, TRAIN_ROWS
+from emulated_graphs import EmulatedGraphs
 from lightning import Trainer
 
 from mnistperf.cli import main
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.graphed_step import GraphedAdam, StepGraphs
 from mnistperf.model import ImageClassifier, SimpleCNN
-from mnistperf.sums import EpochSums
+from mnistperf.model.graphs import GraphedAdam, StepGraphs
+from mnistperf.model.sums import EpochSums
 
 
 class PlainStep:
@@ -79,7 +80,7 @@ def test_emulated_graphs_train_exactly_like_eager_steps():
     eager = PlainStep()
     eager_losses = run(eager, eager, data)
     graphed = PlainStep()
-    graphs = StepGraphs(graphed, graphed.state, emulate=True)
+    graphs = EmulatedGraphs(graphed, graphed.state)
     graphed_losses = run(graphed, graphs, data)
     assert graphed_losses == pytest.approx(eager_losses, abs=1e-6)
     assert torch.allclose(graphed.sums.totals, eager.sums.totals, atol=1e-4)
@@ -92,8 +93,8 @@ def test_emulated_graphs_train_exactly_like_eager_steps():
 def test_the_warm_up_leaves_no_trace_of_itself():
     step = PlainStep()
     before = [p.detach().clone() for p in step.net.parameters()]
-    graphs = StepGraphs(step, step.state, warmup_steps=3, emulate=True)
-    graphs._capture(batches([16])[0], on_cuda=False)  # warm-up and capture, no replay
+    graphs = EmulatedGraphs(step, step.state, warmup_steps=3)
+    graphs._capture(batches([16])[0])  # warm-up and capture, no replay
     assert all(torch.equal(a, b) for a, b in zip(before, step.net.parameters(), strict=True))
     assert all(float(t.abs().sum()) == 0 for s in step.optimizer.state.values() for t in s.values())
     assert float(step.sums.totals.abs().sum()) == 0
@@ -108,7 +109,7 @@ def test_graphed_adam_steps_only_through_its_closure():
 
 def test_reset_forgets_the_graphs():
     step = PlainStep()
-    graphs = StepGraphs(step, step.state, emulate=True)
+    graphs = EmulatedGraphs(step, step.state)
     graphs(batches([8])[0])
     graphs.reset()
     graphs(batches([8])[0])
@@ -119,7 +120,7 @@ def test_the_emulation_refuses_a_graph_whose_state_was_replaced():
     """As a real graph would read and write the old tensors, the emulated one refuses: here a new optimizer
     (a second fit's) whose state is not the one captured."""
     step = PlainStep()
-    graphs = StepGraphs(step, step.state, emulate=True)
+    graphs = EmulatedGraphs(step, step.state)
     graphs(batches([8])[0])
     step.optimizer = GraphedAdam(step.net.parameters(), lr=1e-3)
     with pytest.raises(RuntimeError, match="state moved or was replaced"):
@@ -164,7 +165,7 @@ def captures(monkeypatch) -> list[int]:
     class CountCaptures(EpochTimer):
         def on_train_epoch_end(self, trainer, pl_module):
             super().on_train_epoch_end(trainer, pl_module)
-            seen.append(pl_module.graphs.captures)
+            seen.append(pl_module.step.graphs.captures)
 
     monkeypatch.setattr("mnistperf.diagnosis.EpochTimer", CountCaptures)
     return seen
@@ -223,8 +224,8 @@ def test_several_batches_per_lightning_step_train_exactly_like_one(tiny_data, ca
 def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(tiny_data, captures, monkeypatch):
     """The module's graph path on a CPU (StepGraphs' emulation): batches of 40, 40 and 16 in groups of 2
     and 1 capture two shapes in epoch 1 and none after, and train as the eager path does."""
-    monkeypatch.setattr("mnistperf.model.StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
-    monkeypatch.setattr("mnistperf.model.ImageClassifier.configure_model", graphing_on_cpu)
+    monkeypatch.setattr("mnistperf.model.step.StepGraphs", EmulatedGraphs)
+    monkeypatch.setattr("mnistperf.model.classifier.ImageClassifier.configure_model", graphing_on_cpu)
     emulated = fit(
         tiny_data.parent, "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu", "--data.batches_per_step", "2"
     )
@@ -237,8 +238,8 @@ def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(tin
 def test_a_second_fit_of_the_same_module_captures_again(tiny_data, monkeypatch):
     """A second fit builds a new optimizer (and Lightning's teardown moved the module between them): the
     graphs of the first fit are gone, the second captures its own, and it trains."""
-    monkeypatch.setattr("mnistperf.model.StepGraphs", lambda *args: StepGraphs(*args, emulate=True))
-    monkeypatch.setattr("mnistperf.model.ImageClassifier.configure_model", graphing_on_cpu)
+    monkeypatch.setattr("mnistperf.model.step.StepGraphs", EmulatedGraphs)
+    monkeypatch.setattr("mnistperf.model.classifier.ImageClassifier.configure_model", graphing_on_cpu)
     model = ImageClassifier(cuda_graph=True)
     data = MNISTDataModule(data_dir=str(tiny_data), pipeline="resident", batch_size=40)
     for fits in (1, 2):
@@ -251,8 +252,8 @@ def test_a_second_fit_of_the_same_module_captures_again(tiny_data, monkeypatch):
             enable_model_summary=False,
         )
         trainer.fit(model, data)
-        assert model.graphs.captures == 2 * fits and trainer.global_step == 6
-        assert not model.graphs.graphs  # none outlives the fit
+        assert model.step.graphs.captures == 2 * fits and trainer.global_step == 6
+        assert not model.step.graphs.graphs  # none outlives the fit
 
 
 def graphing_on_cpu(module) -> None:
@@ -305,7 +306,7 @@ def test_emulated_graphs_under_bf16_give_the_losses_of_eager_steps():
     data = batches([64] * 19 + [24])
     eager = PlainStep()
     graphed = PlainStep()
-    graphs = StepGraphs(graphed, graphed.state, emulate=True)
+    graphs = EmulatedGraphs(graphed, graphed.state)
     assert run_autocast(graphed, graphs, data, "cpu") == run_autocast(eager, eager, data, "cpu")
 
 

@@ -11,10 +11,10 @@ from conftest import TEST_ROWS, TRAIN_ROWS, random_split, write_parquet
 
 from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule
-from mnistperf.data.pipelines.base import step_batches
 from mnistperf.data.pipelines.resident import ResidentBatches
 from mnistperf.data.pipelines.v1 import PandasRowDataset
 from mnistperf.data.pipelines.v2 import TensorDataset
+from mnistperf.model.step import step_batches
 
 
 def items_equal(a: dict, b: dict) -> bool:

@@ -234,3 +234,29 @@ def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_dupli
     line = SampleAudit().describe(row)
     assert "a distributed sampler pads 201 samples to a multiple of 2 ranks by repeating 1" in line
     assert "pads" not in SampleAudit().describe({**row, "duplicates": 2, "seen": 203})
+
+
+def test_steps_hashed_together_give_each_sample_the_fingerprint_it_has_alone(monkeypatch):
+    monkeypatch.setattr(sample_audit, "HASH_SAMPLES", 7)  # hashed every two steps, across shapes
+    generator = torch.Generator().manual_seed(3)
+    batches = [
+        {"x": torch.randn(n, width, generator=generator), "y": torch.randint(0, 9, (n,), generator=generator)}
+        for n, width in ((4, 3), (4, 3), (2, 3), (4, 5), (3, 5), (4, 3))
+    ]
+    audit = SampleAudit()
+    for batch in batches:
+        audit.on_train_batch_start(None, None, batch, 0)
+    alone = torch.cat([audit.fingerprints(batch) for batch in batches])
+    assert torch.equal(audit._local(Trainer(accelerator="cpu", logger=False)), alone)
+
+
+def test_a_loader_that_reuses_its_batch_buffer_is_audited_by_content_at_each_step():
+    buffer = torch.empty(5, 3, 4)
+
+    def into_the_buffer(items):  # a collate that fills one preallocated tensor, as some fast loaders do
+        out = buffer[: len(items)]
+        torch.stack([x for x, _ in items], out=out)
+        return out
+
+    audit = fit(DataLoader(Rows(), batch_size=5, collate_fn=into_the_buffer), SampleAudit(), epochs=1)
+    assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)

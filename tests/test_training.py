@@ -243,10 +243,12 @@ def test_step_options_follow_the_device_training_will_run_on(monkeypatch):
         module.configure_model()
         return module
 
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda forward, mode=None: compiled.append(forward) or forward)
     on_gpu = configured("cuda")
-    assert isinstance(on_gpu.net, torch._dynamo.eval_frame.OptimizedModule)
+    assert len(compiled) == 1 and isinstance(on_gpu.net, SimpleCNN)  # compiled in place, on CUDA only
     on_cpu = configured("cpu")
-    assert isinstance(on_cpu.net, SimpleCNN)
+    assert len(compiled) == 1 and isinstance(on_cpu.net, SimpleCNN)
     assert on_cpu.net.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     assert on_cpu(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert on_cpu.configure_optimizers().defaults["fused"]  # torch has a fused Adam for CPU too

@@ -26,7 +26,9 @@ from lightning.pytorch.utilities import rank_zero_only
 from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines import registry
+from mnistperf.diagnosis import EpochTimer
 from mnistperf.errors import DEBUG_ENV, ConfigError
+from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
 
@@ -133,6 +135,13 @@ class MnistperfCLI(LightningCLI):
                 },
             },
         )
+
+    def instantiate_classes(self) -> None:
+        """Build the model, data and trainer; a stage's EpochTimer speaks the lab's terms (its stages and options)."""
+        super().instantiate_classes()
+        for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
+            if isinstance(callback, EpochTimer) and callback.hints is None:
+                callback.hints = LAB_HINTS
 
     def before_fit(self) -> None:
         """Refuse a fit that would train nothing, or group batches without the whole-step module."""

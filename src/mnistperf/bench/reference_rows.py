@@ -37,21 +37,18 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
 
 from mnistperf.console import calm_library_noise
-from mnistperf.data.pipelines.base import step_batches
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.epoch_timer import TrainerAttributes
 from mnistperf.diagnosis.summary import INPUT_BOUND_SHARE, environment, write_summary
-from mnistperf.graphed_step import StepGraphs, step_state
+from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
-from mnistperf.step import StandaloneStep, adam, graphed_adam, optimizer_steps, whole_training_step
-from mnistperf.sums import EpochSums
+from mnistperf.model.step import TrainingStep, adam, optimizer_steps, step_batches
 
 
 def _batch_limit(limit, batches: int) -> int:
@@ -77,15 +74,14 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     train_loader, val_loader = datamodule.train_dataloader(), datamodule.val_dataloader()
     model.to(model_device)
     model.configure_model()
-    train_sums = EpochSums(device)  # zeroed in place every epoch: a captured step keeps adding into this tensor
     # The stage's step; a graphed stage's replays its whole step as a graph (eagerly off CUDA), as the stage does.
-    train_step = StandaloneStep(model, str(trainer.precision), train_sums)
+    train_step = model.standalone_step(str(trainer.precision), summed=True)
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
-    clock = EpochClock(device, input_bound_share(cli), device_busy=not loader_only)
+    clock = EpochClock(device, input_bound_share(cli), device_busy=not loader_only, hints=LAB_HINTS)
     assert trainer.max_epochs is not None, "a plain run needs a positive trainer.max_epochs"
     for epoch in range(1, trainer.max_epochs + 1):
         model.train()
-        train_sums.reset()
+        train_step.stage_sums("train", device).reset()  # in place: a captured step keeps adding into this tensor
         clock.epoch_start(limit)
         batches = iter(train_loader)
         for step in range(limit):
@@ -107,16 +103,14 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             print(f"epoch {epoch}: {row['samples']:,} samples drawn in {row['train_s']:.2f} s", flush=True)
             continue
         model.eval()
-        val_sums = EpochSums(device)
+        train_step.stage_sums("val", device).reset()
         with torch.no_grad(), train_step.autocast:  # the stage's precision
             for batch in val_loader:
-                batch = datamodule.to_device(batch, device)
-                logits = model(batch["image"])
-                val_sums.add(F.cross_entropy(logits, batch["label"]), logits, batch["label"])
+                train_step.loss(datamodule.to_device(batch, device), "val")
         metrics = {
             f"{stage}/{name}": value.item()
-            for stage, sums in (("train", train_sums), ("val", val_sums))
-            for name, value in sums.means().items()
+            for stage in ("train", "val")
+            for name, value in train_step.stage_sums(stage, device).means().items()
         }
         clock.eval_end()
         row = clock.epoch_end(metrics)
@@ -142,7 +136,7 @@ def summary(runner: str, trainer, datamodule, device: torch.device, figures: dic
 
 
 class BareStep(LightningModule):
-    """Forward and cross-entropy on the stage's network; Lightning does the rest. Nothing logged, nothing summed.
+    """The stage's training step, loss only; Lightning does the rest. Nothing logged, nothing summed.
 
     For a graphed stage (``cuda_graph``) it optimizes manually and runs the stage's whole step as one CUDA
     graph per batch shape (eagerly off CUDA), one optimizer step per batch of a group, as the stage does.
@@ -151,29 +145,21 @@ class BareStep(LightningModule):
     def __init__(self, net: torch.nn.Module, channels_last: bool, make_optimizer, graphed: bool = False):
         super().__init__()
         self.net = net
-        self.channels_last = channels_last
+        self.step = TrainingStep(net, channels_last, summed=False)
         self.make_optimizer = make_optimizer
         self.automatic_optimization = not graphed
-        self.graphs = StepGraphs(self._whole_step, lambda: step_state(self, graphed_adam(self)))
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """The stage's network on ``images``, channels-last where the stage is."""
-        if self.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return self.net(images)
 
     def training_step(self, batch, batch_idx):
         """The loss for Lightning to optimize, or under a graphed stage the whole step run per batch of the group."""
         if self.automatic_optimization:
-            return F.cross_entropy(self(batch["image"]), batch["label"])
-        optimizer_steps(self.optimizers(), batch, self.graphs)
-
-    def _whole_step(self, batch) -> None:
-        whole_training_step(self, graphed_adam(self), batch)
+            return self.step.loss(batch)
+        optimizer_steps(self.optimizers(), batch, self.step)
 
     def configure_optimizers(self):
         """The stage's optimizer over this module's parameters."""
-        return self.make_optimizer(self.parameters())
+        optimizer = self.make_optimizer(self.parameters())
+        self.step.use(optimizer, graphed=not self.automatic_optimization)
+        return optimizer
 
 
 class BareClock(Callback):

@@ -2,48 +2,61 @@
 
 The ceiling is arithmetic on what was measured, never a promise: an input-bound epoch cannot get
 shorter than by the time the host waited for data, and an overhead-bound step cannot get faster
-than by the share of time the GPU sat idle. Each hint names the lab stage that demonstrates it, where one does.
+than by the share of time the GPU sat idle. The hints name what anyone can change in their own code
+(:data:`USER_HINTS`); a project with its own names for those changes passes its own hints instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-# verdict -> (what usually removes the bound, the stage that demonstrates it)
-HINTS: dict[str, list[tuple[str, str | None]]] = {
+# For each verdict (on a CPU, the CPU's own two), what usually removes the bound, in every project's terms.
+Hints = Mapping[str, Sequence[str]]
+USER_HINTS: dict[str, list[str]] = {
     "input-bound": [
-        ("more loader workers (data.num_workers)", "v1_workers4"),
-        ("the per-item work done once in setup instead of per item", "v2_pinned"),
-        ("the data resident on the device", "v3_resident"),
-        ("`mnistperf tune`, which measures the lab's pipelines on this machine", None),
+        "more DataLoader workers (num_workers)",
+        "persistent_workers=True and pin_memory=True on the DataLoader",
+        "the per-item work of __getitem__ (decoding, conversion to tensors) done once before training",
+        "the dataset kept on the device as tensors, batches sliced there",
     ],
     "overhead-bound": [
-        ("the whole step as one CUDA graph", "v4_graphed"),
-        ("a larger batch", "v1_bs512"),
-        ("no per-step self.log or .item(): sums kept on the device, logged once per epoch", "every stage"),
+        "a larger batch size (more work per launch)",
+        "no per-step self.log or .item() (each waits for the device): sums kept on the device, logged once per epoch",
+        "the whole step as a CUDA graph (torch.compile with mode='reduce-overhead', or torch.cuda.graphs)",
     ],
     "compute-bound": [
-        ("bf16 mixed precision and channels_last", "v3_compiled"),
-        ("a larger GPU", None),
+        "bf16 mixed precision (Trainer(precision='bf16-mixed'))",
+        "channels_last memory format and torch.compile",
+        "a larger GPU",
     ],
     "compute-bound on a CPU": [
-        ("a GPU (trainer.accelerator cuda)", None),
+        "a GPU (Trainer(accelerator='gpu'))",
+    ],
+    "overhead-bound on a CPU": [
+        "a larger batch size (the same Python and framework work per step, more arithmetic)",
+        "no per-step self.log or .item(), and no callback doing work every step",
+        "torch.compile, which fuses the step's many small operations",
     ],
 }
 
 
-def advice(summary: dict[str, Any]) -> dict[str, Any] | None:
+def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any] | None:
     """What fixing the run's bound could buy, or None where the verdict is undetermined.
 
     Args:
         summary: the run's steady-state figures (``verdict``, ``avg_train_s``, ``input_wait_share`` and,
-            on CUDA, ``device_busy_share``), as :func:`~mnistperf.diagnosis.summary.aggregate` makes them.
+            on CUDA, ``device_busy_share``; on a CPU, ``cpu_busy_share`` where it was measured), as
+            :func:`~mnistperf.diagnosis.summary.aggregate` makes them.
+        hints: what to suggest per verdict (see :data:`USER_HINTS`, the default); a verdict it lacks gets
+            the default's.
 
     Returns:
-        ``{"verdict", "ceiling", "hints": [{"try", "stage"}]}``, plus ``at_most_s_less`` (train seconds per
-        epoch) where the figures bound the gain and ``speed_up_at_most`` for an overhead-bound step.
+        ``{"verdict", "ceiling", "hints": [str]}``, plus ``at_most_s_less`` (train seconds per epoch) where the
+        figures bound the gain and ``speed_up_at_most`` for an overhead-bound step.
     """
     verdict, train_s = summary["verdict"], summary["avg_train_s"]
+    on_cpu = "device_busy_share" not in summary
     found: dict[str, Any] = {"verdict": verdict}
     if verdict == "input-bound":
         wait = summary["input_wait_share"]
@@ -52,7 +65,7 @@ def advice(summary: dict[str, Any]) -> dict[str, Any] | None:
             f"with input free, an epoch's training would take at most {less:.2f} s "
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
-    elif verdict == "overhead-bound":
+    elif verdict == "overhead-bound" and not on_cpu:
         busy = summary["device_busy_share"]
         less = found["at_most_s_less"] = (1 - busy) * train_s
         faster = found["speed_up_at_most"] = 1 / busy
@@ -60,18 +73,26 @@ def advice(summary: dict[str, Any]) -> dict[str, Any] | None:
             f"the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to "
             f"{faster:.1f}x faster (at most {less:.2f} s less per epoch)"
         )
-    elif verdict == "compute-bound" and "device_busy_share" in summary:
-        found["ceiling"] = "what remains is the GPU's arithmetic"
+    elif verdict == "overhead-bound":
+        busy = summary["cpu_busy_share"]
+        less = found["at_most_s_less"] = (1 - busy) * train_s
+        faster = found["speed_up_at_most"] = 1 / busy
+        found["ceiling"] = (
+            f"the CPU spent {busy:.0%} of the step inside tensor operations, so with the Python and framework "
+            f"work around them gone the step could be up to {faster:.1f}x faster (at most {less:.2f} s less per epoch)"
+        )
     elif verdict == "compute-bound":
-        verdict = "compute-bound on a CPU"
-        found["ceiling"] = "what remains is the CPU's arithmetic"
+        found["ceiling"] = f"what remains is the {'CPU' if on_cpu else 'GPU'}'s arithmetic"
     else:
         return None
-    found["hints"] = [{"try": what, "stage": stage} for what, stage in HINTS[verdict]]
+    key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
+    chosen = hints if hints is not None and key in hints else USER_HINTS
+    found["hints"] = list(chosen[key])
     return found
 
 
 def format_advice(found: dict[str, Any]) -> str:
     """The advice as printed at the end of fit: the ceiling, then what usually brings it."""
-    hints = "; ".join(hint["try"] + (f" ({hint['stage']})" if hint["stage"] else "") for hint in found["hints"])
-    return f"What a fix could buy (a measured ceiling, not a promise): {found['ceiling']}. Usually: {hints}."
+    return f"What a fix could buy (a measured ceiling, not a promise): {found['ceiling']}. Usually: " + (
+        "; ".join(found["hints"]) + "."
+    )

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from mnistperf.diagnosis.advice import Hints
 from mnistperf.diagnosis.kernel_busy import TRACE_FILE, WINDOW_STEPS, KernelWindow, export_trace, window_steps
 from mnistperf.diagnosis.summary import INPUT_BOUND_SHARE, aggregate, epoch_row
 
@@ -59,6 +60,7 @@ class EpochClock:
         busy_window_steps: training steps of the first epoch whose GPU kernels are profiled (CUDA only; 0: none).
         device_busy: whether the verdict on CUDA reads the GPU's busy share (False where no step runs).
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
+        hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.advice.USER_HINTS` by default).
     """
 
     def __init__(
@@ -68,8 +70,10 @@ class EpochClock:
         busy_window_steps: int = WINDOW_STEPS,
         device_busy: bool = True,
         busy_unavailable: str | None = None,
+        hints: Hints | None = None,
     ):
         self.device = device
+        self.hints = hints
         self.input_bound_share = input_bound_share
         self.busy_window_steps = 0 if busy_unavailable else busy_window_steps
         # CUDA: where the busy share was profiled, and its value (None while not measured, with the reason)
@@ -219,4 +223,4 @@ class EpochClock:
 
     def summary(self) -> dict[str, Any]:
         """The run's figures: per epoch, warm-up apart, steady-state averages, totals and verdict."""
-        return aggregate(self.epochs, self.input_bound_share, self.busy_window)
+        return aggregate(self.epochs, self.input_bound_share, self.busy_window, self.hints)

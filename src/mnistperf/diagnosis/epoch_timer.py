@@ -120,6 +120,8 @@ class EpochTimer(Callback):
         summary_file: name of the JSON summary written into the run's log folder.
         busy_window_steps: training steps of the first epoch whose GPU kernels are profiled for the
             busy share (CUDA only; 0 turns the profiling off).
+        hints: what the advice at the end suggests per verdict, in the project's own terms; by default what
+            anyone can change in their own code (:data:`~mnistperf.diagnosis.advice.USER_HINTS`).
     """
 
     def __init__(
@@ -127,8 +129,10 @@ class EpochTimer(Callback):
         input_bound_share: float = INPUT_BOUND_SHARE,
         summary_file: str = SUMMARY_FILE,
         busy_window_steps: int = WINDOW_STEPS,
+        hints: dict[str, list[str]] | None = None,
     ):
         self.input_bound_share = input_bound_share
+        self.hints = hints
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
         self.summary_path: Path | None = None  # where timing.json was written (None until it is)
@@ -179,7 +183,11 @@ class EpochTimer(Callback):
             busy_unavailable = "the trainer's PyTorchProfiler holds the GPU's profiler, and only one can run"
             self._say_once(trainer, f"GPU busy time not measured: {busy_unavailable}.")
         self.clock = EpochClock(
-            pl_module.device, self.input_bound_share, self.busy_window_steps, busy_unavailable=busy_unavailable
+            pl_module.device,
+            self.input_bound_share,
+            self.busy_window_steps,
+            busy_unavailable=busy_unavailable,
+            hints=self.hints,
         )
         self._fetch = FetchClock(attributes.profiler)
         self._count_samples = sample_counter(pl_module)

@@ -51,6 +51,9 @@ LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
 # Elements of the temporary (samples x words x lanes) product per chunk of words.
 CHUNK_ELEMENTS = 1 << 22
 PADDING = -1  # fingerprints are non-negative
+# Held steps are hashed together once they hold this many samples, or this many bytes.
+HASH_SAMPLES = 4096
+HASH_BYTES = 32 * 2**20
 FAILED = -2  # a rank's same-order flag when it could not fingerprint the epoch (else -1: unknown, 0 or 1)
 
 
@@ -74,6 +77,20 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torc
         part, factors = values[:, start : start + step], weights[start : start + step]
         total = (total + (part @ factors if matmul else (part[:, :, None] * factors).sum(dim=1))) % PRIME
     return total
+
+
+def tensors_of(batch: Any) -> list[torch.Tensor]:
+    """Every tensor of a batch, in order: a tensor, a tuple, list or dict of tensors read directly, else walked."""
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else None
+    if items is not None:
+        found = list(items)
+        if all(isinstance(item, torch.Tensor) for item in found):
+            return found
+    tensors: list[torch.Tensor] = []
+    apply_to_collection(batch, torch.Tensor, tensors.append)
+    return tensors
 
 
 class Fingerprinter:
@@ -171,6 +188,8 @@ class SampleAudit(Callback):
         self._trainer: Trainer | None = None
         self.problems = Problems("SampleAudit")  # what went wrong inside the audit: each said once
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
+        self._held: list[tuple[list[torch.Tensor], int]] = []  # copies of the steps' sample rows not yet hashed
+        self._held_samples = self._held_bytes = 0
         skip_unused_batch_hooks(self)
 
     # ------------------------------------------------------------------ fingerprints
@@ -194,8 +213,11 @@ class SampleAudit(Callback):
                     "sample indices; pass fingerprint= to identify samples another way"
                 )
             return ids.reshape(-1).to(torch.int64)
-        tensors: list[torch.Tensor] = []
-        apply_to_collection(batch, torch.Tensor, tensors.append)
+        return self.hash(*self._sample_rows(batch))
+
+    def _sample_rows(self, batch: Any) -> tuple[list[torch.Tensor], int]:
+        """The batch's tensors that share its sample dimensions, each as [samples, rest], and the samples."""
+        tensors = tensors_of(batch)
         tensors = [t for t in tensors if t.dim() >= self.sample_dims]
         if not tensors:
             raise SampleAuditError(
@@ -203,8 +225,38 @@ class SampleAudit(Callback):
                 f"{self.sample_dims} sample dimension(s); pass sample_id= or fingerprint="
             )
         lead = tensors[0].shape[: self.sample_dims]
-        tensors = [t for t in tensors if t.shape[: self.sample_dims] == lead]
-        return self.hash(tensors, math.prod(lead))
+        samples = math.prod(lead)
+        rows = [t for t in tensors if t.shape[: self.sample_dims] == lead]
+        return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples
+
+    def _hold(self, batch: Any) -> None:
+        """Keep a copy of the batch's sample rows for the next :meth:`_flush`, which hashes many steps at once.
+
+        Hashing costs mostly the launch of a dozen small operations, whatever the samples: a step's batch is
+        copied (the loader may reuse its buffers) and hashed with those of the steps around it, every
+        ``HASH_SAMPLES`` samples or ``HASH_BYTES`` bytes held.
+        """
+        rows, samples = self._sample_rows(batch)
+        held = [t.detach().clone() for t in rows]
+        self._held.append((held, samples))
+        self._held_samples += samples
+        self._held_bytes += sum(t.numel() * t.element_size() for t in held)
+        if self._held_samples >= HASH_SAMPLES or self._held_bytes >= HASH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Hash the held steps' samples, each run of steps whose tensors have the same shapes at once, in order."""
+        held, self._held, self._held_samples, self._held_bytes = self._held, [], 0, 0
+        start = 0
+        shapes = [[(t.dtype, t.shape[1:]) for t in rows] for rows, _ in held]
+        while start < len(held):
+            end = start + 1
+            while end < len(held) and shapes[end] == shapes[start]:
+                end += 1
+            run = held[start:end]
+            columns = [torch.cat([rows[i] for rows, _ in run]) for i in range(len(shapes[start]))]
+            self._seen.append(self.hash(columns, sum(samples for _, samples in run)))
+            start = end
 
     def _dataset_size(self, trainer: Trainer) -> int | None:
         if self.dataset_size is not None:
@@ -248,6 +300,7 @@ class SampleAudit(Callback):
         """Start the epoch's fingerprints afresh (unless carried over from the checkpoint)."""
         if not self._carried:  # Lightning calls this hook on a resumed epoch's start only when none of it ran
             self._seen = []
+        self._held, self._held_samples, self._held_bytes = [], 0, 0
         self._in_epoch, self._carried, self._failed = True, False, None
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
@@ -255,7 +308,10 @@ class SampleAudit(Callback):
         if self._failed is not None:
             return
         try:
-            self._seen.append(self.fingerprints(batch))
+            if self.fingerprint is None and self.sample_id is None:
+                self._hold(batch)
+            else:
+                self._seen.append(self.fingerprints(batch))
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
 
@@ -324,6 +380,7 @@ class SampleAudit(Callback):
 
     # ------------------------------------------------------------------ counting
     def _local(self, trainer: Trainer) -> torch.Tensor:
+        self._flush()
         device = trainer.strategy.root_device
         if not self._seen:
             return torch.empty(0, dtype=torch.int64, device=device)

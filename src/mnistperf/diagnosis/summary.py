@@ -22,7 +22,7 @@ import lightning
 import torch
 
 from mnistperf.atomic import atomic_write
-from mnistperf.diagnosis.advice import advice, format_advice
+from mnistperf.diagnosis.advice import Hints, advice, format_advice
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.machine import describe_device, usable_cpus
 
@@ -118,11 +118,14 @@ def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
 
 
 def aggregate(
-    epochs: list[dict[str, Any]], input_bound_share: float, busy_window: dict[str, Any] | None = None
+    epochs: list[dict[str, Any]],
+    input_bound_share: float,
+    busy_window: dict[str, Any] | None = None,
+    hints: Hints | None = None,
 ) -> dict[str, Any]:
     """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix could buy.
 
-    What a fix of the run's bound could buy is :func:`~mnistperf.diagnosis.advice.advice`'s.
+    What a fix of the run's bound could buy is :func:`~mnistperf.diagnosis.advice.advice`'s, with ``hints``.
 
     ``busy_window`` (CUDA): where the GPU's busy share was profiled and what it read; the same
     share stands for every epoch, since it is a property of the step.
@@ -153,7 +156,7 @@ def aggregate(
         "verdict_reason": reason,
         "final_val_acc": epochs[-1].get("val/acc"),
     }
-    found["advice"] = advice(found)
+    found["advice"] = advice(found, hints)
     return found
 
 

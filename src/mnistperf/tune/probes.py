@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.clock import EpochClock
-from mnistperf.step import StandaloneStep
 
 
 @dataclass
@@ -74,7 +73,7 @@ def time_step(
     model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int, precision: str = "32-true"
 ) -> list[float]:
     """samples/s of the training step alone (forward, loss, backward, optimizer) on one batch already on the device."""
-    step = StandaloneStep(model, precision)
+    step = model.standalone_step(precision)
     model.train()
     for _ in range(warmup):
         step(batch)
@@ -95,7 +94,7 @@ def time_training(
 
     They run as training runs them: workers and step share the CPUs.
     """
-    step = StandaloneStep(model, precision)
+    step = model.standalone_step(precision)
     model.train()
     source = _cycle(datamodule.train_dataloader())
     clock = EpochClock(device, device_busy=False)

@@ -121,16 +121,6 @@ def normalize(pixels: torch.Tensor) -> torch.Tensor:
     return pixels.to(torch.float32).div_(255).reshape(*pixels.shape[:-1], *IMAGE_SHAPE)
 
 
-def step_batches(batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-    """The training batches of what a loader yielded.
-
-    A group of k stacked batches (labels [k, B]) gives k batches (views, no copy), a plain batch (labels [B]) itself.
-    """
-    if batch["label"].dim() == 1:
-        return [batch]
-    return [{name: tensor[i] for name, tensor in batch.items()} for i in range(batch["label"].shape[0])]
-
-
 def is_uri(location: object) -> bool:
     """Whether a data location is a URI (s3://, gs://, ...) rather than a local path."""
     return "://" in str(location)

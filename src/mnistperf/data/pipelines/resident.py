@@ -12,7 +12,7 @@ batches of the same permutation stacked on a leading dimension (``image`` [k, B,
 Lightning step and pays Lightning's per-step cost once per k. The batches are exactly those of
 k = 1, in the same order: groups of full batches first, the full batches left over as a
 shorter group, the partial last batch as a group of its own (so every step of every group has
-one of two shapes). :func:`~mnistperf.data.pipelines.base.step_batches` takes a group apart.
+one of two shapes). :func:`~mnistperf.model.step.step_batches` takes a group apart.
 """
 
 from __future__ import annotations

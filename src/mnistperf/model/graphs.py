@@ -3,7 +3,8 @@
 * :class:`StepGraphs` runs a step function ``step(batch)`` that updates state in place (weights,
   optimizer moments, sums). On CUDA it keeps static input buffers and one graph per batch shape; the
   first call with a shape warms up on a side stream, puts the state back exactly as it was, captures,
-  then replays. Elsewhere it calls the step eagerly. ``captures`` counts the graphs made.
+  then replays. Elsewhere it calls the step eagerly. ``captures`` counts the graphs made. A subclass
+  can record something other than a CUDA graph (:meth:`StepGraphs.graphs_here`, :meth:`StepGraphs.record`).
 * :class:`GraphedAdam`, an Adam whose ``step(closure)`` runs only the closure (the replayed graph, which
   holds the update recorded by :meth:`GraphedAdam.update`); its checkpointed state is Adam's own.
 
@@ -28,7 +29,7 @@ class GraphedAdam(torch.optim.Adam):
 
     ``capturable`` where a graph captures its update (its step count then lives on the device, so a replayed
     graph advances it), and only there: capturable Adam is slower when it runs eagerly. A checkpoint's flags
-    give way to the run's (:func:`mnistperf.checkpoint.follow_the_run`).
+    give way to the run's (:func:`mnistperf.model.checkpoint.follow_the_run`).
     """
 
     def step(self, closure: Callable[[], object] | None = None):
@@ -72,9 +73,6 @@ class StepGraphs:
             before and after the warm-up, so that the warm-up can be undone.
         warmup_steps: eager steps on a side stream before a capture (lazy initialization of
             cuDNN/cuBLAS workspaces and of the optimizer's state happens there, not in the graph).
-        emulate: off CUDA, go through the same static buffers, warm-up, undo and per-shape
-            bookkeeping and "replay" by calling the step on the static buffers, refusing where the
-            state has moved since the capture. For tests of the logic on a CPU; nothing is faster for it.
     """
 
     def __init__(
@@ -82,12 +80,10 @@ class StepGraphs:
         step: Callable[[Batch], None],
         state: Callable[[], Iterable[torch.Tensor]],
         warmup_steps: int = 3,
-        emulate: bool = False,
     ):
         self.step = step
         self.state = state
         self.warmup_steps = warmup_steps
-        self.emulate = emulate
         self.graphs: dict[tuple, _Captured] = {}
         self.captures = 0
 
@@ -101,55 +97,41 @@ class StepGraphs:
 
     def __call__(self, batch: Batch) -> None:
         """Run the step on a batch: replay its shape's graph (captured at its first call) on CUDA, else eagerly."""
-        on_cuda = all(t.is_cuda for t in batch.values())
-        if not (on_cuda or self.emulate):
+        if not self.graphs_here(batch):
             self.step(batch)
             return
         key = _shape_key(batch)
         captured = self.graphs.get(key)
         if captured is None:
-            captured = self.graphs[key] = self._capture(batch, on_cuda)
+            captured = self.graphs[key] = self._capture(batch)
         for name, tensor in batch.items():
             captured.inputs[name].copy_(tensor, non_blocking=True)
         captured.replay()
 
+    def graphs_here(self, batch: Batch) -> bool:
+        """Whether this batch's step is captured and replayed: where the batch is on CUDA."""
+        return all(t.is_cuda for t in batch.values())
+
+    def record(self, inputs: Batch) -> Callable[[], None]:
+        """Capture the step over the static ``inputs`` (warmed up, state undone) and return its replay."""
+        # Each graph has its own memory pool: the full batch's and the last batch's replays interleave in no
+        # fixed order, which a shared pool would require. Every tensor that outlives a step (weights, gradients,
+        # Adam's state, the sums) was made by the warm-up, outside the pools.
+        before_graph_capture()  # so that a profiled busy window sees this graph's kernels
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.step(inputs)
+        return graph.replay
+
     # ------------------------------------------------------------------ capture
-    def _capture(self, batch: Batch, on_cuda: bool) -> _Captured:
+    def _capture(self, batch: Batch) -> _Captured:
         inputs = {name: tensor.clone() for name, tensor in batch.items()}
-        with _autocast_without_cache(on_cuda):
+        on_cuda = all(t.is_cuda for t in inputs.values())
+        with autocast_without_cache(on_cuda):
             self._warm_up(inputs, on_cuda)
-            if on_cuda:
-                # Each graph has its own memory pool: the full batch's and the last batch's replays interleave
-                # in no fixed order, which a shared pool would require. Every tensor that outlives a step
-                # (weights, gradients, Adam's state, the sums) was made by the warm-up, outside the pools.
-                before_graph_capture()  # so that a profiled busy window sees this graph's kernels
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    self.step(inputs)
-                replay = graph.replay
-            else:
-                replay = self._emulated_replay(inputs)
+            replay = self.record(inputs)
         self.captures += 1
         return _Captured(inputs, replay)
-
-    def _emulated_replay(self, inputs: Batch) -> Callable[[], None]:
-        """The step on the static buffers, refused where a real graph would fail (silently).
-
-        A real graph fails where the state it was captured over has moved or been replaced since: the replay
-        demands the same tensors at the same addresses, or raises.
-        """
-        captured = [t.data_ptr() for t in self.state()]
-
-        def replay() -> None:
-            if [t.data_ptr() for t in self.state()] != captured:
-                raise RuntimeError(
-                    "StepGraphs: replaying a graph whose state moved or was replaced since its "
-                    "capture; reset() the graphs first."
-                )
-            with _autocast_without_cache(False):
-                self.step(inputs)
-
-        return replay
 
     def _warm_up(self, inputs: Batch, on_cuda: bool) -> None:
         """A few eager steps on a side stream, then every tensor of the state as it was before them."""
@@ -170,7 +152,7 @@ class StepGraphs:
                     tensor.zero_()
 
 
-def _autocast_without_cache(on_cuda: bool):
+def autocast_without_cache(on_cuda: bool):
     """The autocast already in force (Lightning's bf16-mixed), with its weight-cast cache off, as capture needs."""
     device = "cuda" if on_cuda else "cpu"
     return torch.autocast(

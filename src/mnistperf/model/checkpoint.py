@@ -4,9 +4,8 @@ A checkpoint brings the weights, the optimizer's state (Adam's moments and step 
 loop's position. Everything else comes from the stage config and the command line of the run
 that loads it, whatever stage or device wrote the file:
 
-* **Key names** are written without ``torch.compile``'s ``_orig_mod`` segment and renamed on the
-  way in to the names the run's module has, so a compiled and an uncompiled network read each
-  other's checkpoints (:func:`plain_key`, :func:`keys_for`).
+* **Key names** are the network's own, compiled or not (it is compiled in place), so a compiled and an
+  uncompiled network read each other's checkpoints as they are.
 * **Optimizer settings** (learning rate, betas, ``capturable``, ``fused``, ``foreach``, ...) are the
   run's: a checkpoint written by a graphed step on a GPU (capturable Adam, its step counts on the
   device) resumes eagerly on a CPU, and the reverse (:func:`follow_the_run`). Its state loads only
@@ -24,28 +23,8 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-COMPILED_SEGMENT = "_orig_mod"  # the attribute torch.compile's wrapper keeps the original module under
 KIND_KEY = "kind"  # written into an optimizer's state_dict: the torch.optim algorithm that made its state
 RUN_FLAGS = ("capturable", "fused", "foreach", "differentiable")
-
-
-def plain_key(key: str) -> str:
-    """A state_dict key without torch.compile's wrapper segment (``net._orig_mod.fc1.weight`` -> ``net.fc1.weight``)."""
-    return ".".join(part for part in key.split(".") if part != COMPILED_SEGMENT)
-
-
-def plain_keys(state_dict: Mapping[str, Any]) -> dict[str, Any]:
-    """The state_dict with every key plain, as checkpoints are written."""
-    return {plain_key(key): value for key, value in state_dict.items()}
-
-
-def keys_for(module: torch.nn.Module, state_dict: Mapping[str, Any]) -> dict[str, Any]:
-    """The state_dict renamed to ``module``'s own key names (compiled or not).
-
-    Keys the module lacks are kept as they are, for ``load_state_dict`` to report.
-    """
-    own = {plain_key(key): key for key in module.state_dict()}
-    return {own.get(plain_key(key), key): value for key, value in state_dict.items()}
 
 
 def optimizer_kind(optimizer: torch.optim.Optimizer) -> str:

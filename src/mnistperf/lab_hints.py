@@ -1,0 +1,33 @@
+"""The advice in the lab's own terms: its stage configs and options, for the diagnosis of its own runs.
+
+What the diagnosis suggests to anyone (:data:`~mnistperf.diagnosis.advice.USER_HINTS`), named as the lab's
+configs name it, with the stage that demonstrates each; every command that runs a stage config hands these to
+its EpochTimer (:class:`~mnistperf.lightning_cli.MnistperfCLI`), and the bench's reference rows to their clock.
+"""
+
+from __future__ import annotations
+
+LAB_HINTS: dict[str, list[str]] = {
+    "input-bound": [
+        "more loader workers (data.num_workers; stage v1_workers4)",
+        "the per-item work done once in setup instead of per item (data.pipeline v2; stage v2_pinned)",
+        "the data resident on the device (data.pipeline resident; stage v3_resident)",
+        "`mnistperf tune`, which measures the lab's pipelines on this machine",
+    ],
+    "overhead-bound": [
+        "the whole step as one CUDA graph (model.cuda_graph; stage v4_graphed)",
+        "a larger batch (data.batch_size; stage v1_bs512)",
+        "no per-step self.log or .item(): sums kept on the device, logged once per epoch (every stage)",
+    ],
+    "compute-bound": [
+        "bf16 mixed precision and channels_last (trainer.precision bf16-mixed, model.channels_last; stage v3_compiled)",
+        "a larger GPU",
+    ],
+    "compute-bound on a CPU": [
+        "a GPU (trainer.accelerator cuda)",
+    ],
+    "overhead-bound on a CPU": [
+        "a larger batch (data.batch_size; stage v1_bs512)",
+        "a GPU, where the step's small operations run as one CUDA graph (trainer.accelerator cuda; stage v4_graphed)",
+    ],
+}

@@ -87,6 +87,9 @@ def test_ddp_two_processes_see_every_row_once_per_epoch(numbered_data, pipeline)
     )
     assert summary["world_size"] == 2
     assert [e["samples"] for e in summary["epochs"]] == [ROWS, ROWS]  # all ranks added up
+    for row in (summary, *summary["epochs"]):  # each rank's own train time and wait for data
+        assert [r["rank"] for r in row["ranks"]] == [0, 1]
+        assert all(r["train_s"] > 0 and r["input_wait_s"] >= 0 for r in row["ranks"])
 
 
 def test_the_graphed_stage_under_ddp_steps_eagerly_in_sync_with_groups_of_batches(numbered_data):

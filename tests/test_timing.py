@@ -12,12 +12,14 @@ import pytest
 import torch
 from conftest import CONFIGS, NO_WORKERS, QUIET, ForbidSyncs, random_split, write_parquet
 from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.cli import main
 from mnistperf.data import schema
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.kernel_busy import KernelWindow, busy_share, cupti_tears_down_safely, window_steps
+from mnistperf.diagnosis.busy_window import BusyWindow, busy_share, cupti_tears_down_safely, window_steps
 from mnistperf.diagnosis.summary import aggregate, classify, epoch_row
 
 PIPELINES = ("v1", "v2", "resident", "stream")
@@ -25,11 +27,11 @@ PIPELINES = ("v1", "v2", "resident", "stream")
 
 # ---------------------------------------------------------------- the verdict on a CPU, driven for real
 class SlowItems(Dataset):
-    def __init__(self, delay_s: float):
-        self.delay_s = delay_s
+    def __init__(self, delay_s: float, items: int = 32):
+        self.delay_s, self.items = delay_s, items
 
     def __len__(self) -> int:
-        return 32
+        return self.items
 
     def __getitem__(self, index):
         time.sleep(self.delay_s)
@@ -74,10 +76,77 @@ def test_a_slow_loader_is_called_input_bound():
     assert timer.epochs[1]["input_wait_share"] > 0.5
 
 
-def test_a_slow_step_is_called_compute_bound():
-    timer = timer_fit(SleepyModule(step_delay_s=0.04), SlowItems(delay_s=0.0))
+class Convolution(LightningModule):
+    """A step that is nearly all arithmetic: a wide convolution over 64x64 maps."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 64, kernel_size=3, padding=1)
+
+    def training_step(self, batch, batch_idx):
+        images = batch["image"].reshape(-1, 1, 1, 1).expand(-1, 16, 64, 64)
+        return self.conv(images).square().mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class TinyMLP(LightningModule):
+    """A step whose arithmetic is a sliver of Lightning's loop around it: an MLP on batches of 8."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+
+    def training_step(self, batch, batch_idx):
+        loss = torch.nn.functional.cross_entropy(self.net(batch["image"]), batch["label"])
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread, as a step this small runs best; a busy shared machine then cannot stretch its operators."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_on_a_cpu_a_large_convolution_is_compute_bound():
+    timer = timer_fit(Convolution(), SlowItems(delay_s=0.0))
     assert [e["verdict"] for e in timer.epochs] == ["compute-bound", "compute-bound"]
-    assert timer.epochs[1]["input_wait_share"] < 0.5
+    assert timer.busy_window["share"] >= 0.8 and timer.epochs[1]["input_wait_share"] < 0.5
+
+
+def test_on_a_cpu_a_tiny_step_is_overhead_bound_and_its_time_split(one_thread, tmp_path):
+    timer = EpochTimer()
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        callbacks=[timer],
+        logger=TensorBoardLogger(tmp_path, name="tiny"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(TinyMLP(), DataLoader(SlowItems(delay_s=0.0, items=128), batch_size=8))
+    assert [e["verdict"] for e in timer.epochs] == ["overhead-bound", "overhead-bound"]
+    assert timer.busy_window["device"] == "cpu" and timer.busy_window["share"] < 0.8
+    row = timer.epochs[1]
+    parts = [row[k] for k in ("input_wait_s", "forward_s", "backward_s", "optimizer_s", "rest_s")]
+    assert all(part > 0 for part in parts) and sum(parts) == pytest.approx(row["train_s"])
+    summary = json.loads(timer.summary_path.read_text())
+    assert summary["split"]["rest_s"] == pytest.approx(row["rest_s"])  # one steady epoch: its own split
+    assert (Path(trainer.log_dir) / summary["busy_window"]["trace"]).is_file()  # the window's trace, on a CPU too
+    events = EventAccumulator(trainer.log_dir)
+    events.Reload()
+    assert [s.value for s in events.Scalars("timing/forward_s")] == pytest.approx(
+        [e["forward_s"] for e in timer.epochs]
+    )
 
 
 def test_input_wait_is_the_fetch_not_every_gap_between_steps():
@@ -98,7 +167,8 @@ def test_input_wait_is_the_fetch_not_every_gap_between_steps():
         enable_model_summary=False,
     )
     trainer.fit(SleepyModule(0.0), DataLoader(SlowItems(0.0), batch_size=4))
-    assert timer.epochs[1]["input_wait_share"] < 0.2 and timer.epochs[1]["verdict"] == "compute-bound"
+    # Between steps, not data and not tensor operations: overhead
+    assert timer.epochs[1]["input_wait_share"] < 0.2 and timer.epochs[1]["verdict"] == "overhead-bound"
     assert trainer.profiler.__class__.__name__ == "PassThroughProfiler"  # the trainer's own profiler is back
 
 
@@ -129,7 +199,7 @@ def kineto_profiler(events: list):
 
 
 def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
-    from mnistperf.diagnosis.kernel_busy import device_activities
+    from mnistperf.diagnosis.busy_window import device_activities
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -147,7 +217,7 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
 
 
 def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says_why():
-    from mnistperf.diagnosis.kernel_busy import MIN_KERNELS_PER_STEP, window_reading
+    from mnistperf.diagnosis.busy_window import MIN_KERNELS_PER_STEP, window_reading
 
     steps = 20
     eager = [("kernel", 10.0 * i, 10.0 * i + 4) for i in range(MIN_KERNELS_PER_STEP * steps)]
@@ -164,20 +234,20 @@ def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says
 def test_a_capture_initializes_the_profiler_once_and_ends_a_window_still_profiling(monkeypatch):
     from types import SimpleNamespace
 
-    from mnistperf.diagnosis import kernel_busy
+    from mnistperf.diagnosis import busy_window
 
     inits = []
     monkeypatch.setattr("torch.profiler._utils._init_for_cuda_graphs", lambda: inits.append(1))
-    monkeypatch.setattr(kernel_busy, "_cupti_ready", False)
-    window = KernelWindow(3, 22)
+    monkeypatch.setattr(busy_window, "_cupti_ready", False)
+    window = BusyWindow(3, 22)
     stops = []
     window._profiler = SimpleNamespace(stop=lambda: stops.append(1))
-    monkeypatch.setattr(kernel_busy, "_profiling", window)
-    kernel_busy.before_graph_capture()
-    kernel_busy.before_graph_capture()
+    monkeypatch.setattr(busy_window, "_profiling", window)
+    busy_window.before_graph_capture()
+    busy_window.before_graph_capture()
     assert inits == [1] and stops == [1]  # torch's guard once per process; the window's profiler stopped
     assert window.done and window.busy is None and "captured inside the profiled window" in window.result(1)["reason"]
-    assert kernel_busy._profiling is None
+    assert busy_window._profiling is None
 
 
 def test_the_window_sits_at_the_end_of_the_first_epoch_clear_of_the_remainders_capture():
@@ -374,7 +444,7 @@ def test_the_busy_share_agrees_with_an_independent_measure_of_the_same_steps():
     """One matmul per step and host time after it: CUDA events around the lone kernel of each step give the
     kernel time independently of the profiler; both shares must agree within 10 points."""
     a = torch.randn(2048, 2048, device="cuda")
-    window = KernelWindow(5, 24, min_kernels_per_step=1)  # a matmul, a division and a tanh per step
+    window = BusyWindow(5, 24, min_kernels_per_step=1)  # a matmul, a division and a tanh per step
     events = []
     for step in range(25):
         window.step_start(step)
@@ -563,8 +633,8 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
     TensorBoard's plugins/profile/<run>/*.pt.trace.json, named in busy_window, and no temporary file left."""
     from torch.profiler import ProfilerActivity, profile
 
+    from mnistperf.diagnosis.busy_window import TRACE_FILE
     from mnistperf.diagnosis.clock import EpochClock
-    from mnistperf.diagnosis.kernel_busy import TRACE_FILE
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         torch.randn(64, 64) @ torch.randn(64, 64)
@@ -577,3 +647,17 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
     trace = json.loads(path.read_text())
     assert any(event.get("name") == "aten::matmul" for event in trace["traceEvents"])
     assert clock.busy_window["trace"] == TRACE_FILE.as_posix() and clock.recorded is None
+
+
+def test_ranks_apart_name_the_slowest_and_what_held_it():
+    from mnistperf.diagnosis.summary import ranks_apart
+
+    # Under DDP the train times agree (the all-reduce waits for the slowest); the ranks' own work does not.
+    together = ranks_apart([10.0, 10.0], [1.0, 1.2], [3.0, 3.1])
+    assert "slowest_rank" not in together and [r["input_wait_s"] for r in together["ranks"]] == [1.0, 1.2]
+    data = ranks_apart([10.0, 10.1], [1.0, 4.0], [3.0, 3.0])
+    assert data["slowest_rank"] == {"rank": 1, "held_by": "data", "behind_s": pytest.approx(3.0)}
+    step = ranks_apart([10.0, 10.0, 10.0], [1.0, 1.0, 1.5], [6.0, 2.0, 2.0])
+    assert step["slowest_rank"]["rank"] == 0 and step["slowest_rank"]["held_by"] == "step"
+    unmeasured = ranks_apart([10.0, 10.0], [1.0, 3.0], [float("nan")] * 2)
+    assert unmeasured["slowest_rank"]["held_by"] == "data" and unmeasured["ranks"][0]["forward_s"] is None

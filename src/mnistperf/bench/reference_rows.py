@@ -77,7 +77,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     # The stage's step; a graphed stage's replays its whole step as a graph (eagerly off CUDA), as the stage does.
     train_step = model.standalone_step(str(trainer.precision), summed=True)
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
-    clock = EpochClock(device, input_bound_share(cli), device_busy=not loader_only, hints=LAB_HINTS)
+    clock = EpochClock(device, input_bound_share(cli), profile_window=not loader_only, hints=LAB_HINTS)
     assert trainer.max_epochs is not None, "a plain run needs a positive trainer.max_epochs"
     for epoch in range(1, trainer.max_epochs + 1):
         model.train()
@@ -201,7 +201,7 @@ def run_bare(cli: MnistperfCLI) -> dict:
         lambda params: adam(params, hp.lr, hp.fused_adam, device, graphed=hp.cuda_graph),
         graphed=hp.cuda_graph,
     )
-    clock = EpochClock(device, input_bound_share(cli), device_busy=False)
+    clock = EpochClock(device, input_bound_share(cli), profile_window=False)
     trainer = Trainer(
         accelerator=device.type,
         devices=1,

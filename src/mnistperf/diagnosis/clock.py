@@ -1,4 +1,4 @@
-"""One clock for every timed loop: host timestamps and the GPU's profiled window, turned into an epoch's figures.
+"""One clock for every timed loop: host timestamps and the device's profiled window, turned into an epoch's figures.
 
 Per epoch it measures, on the host:
 
@@ -9,12 +9,16 @@ Per epoch it measures, on the host:
 * **input wait**: seconds the loop reports through :meth:`~EpochClock.add_fetch_wait`, timed around
   the fetch of each training batch: the time the host waited for data;
 * **host wait**: host time between the end of one training step and the start of the next
-  (the fetch, the copy to the device and the loop's own work between steps).
+  (the fetch, the copy to the device and the loop's own work between steps);
+* **the step's phases**: forward, backward and the optimizer's update, from the marks a loop sets on its
+  sampled steps (:mod:`mnistperf.diagnosis.phases`); the rest of train time is the wait for data and
+  the loop's own work (hooks, logging, Python between them).
 
-On CUDA it also profiles the GPU's kernels over a short window of steps in the first epoch
-(:mod:`mnistperf.diagnosis.kernel_busy`): the share of the time the GPU was executing work, which
-stands for every epoch. :meth:`~EpochClock.epoch_end` turns the figures into the epoch's row and
-verdict (:mod:`mnistperf.diagnosis.summary`), with the threshold the run was given.
+It also profiles the device's work over a short window of steps in the first epoch
+(:mod:`mnistperf.diagnosis.busy_window`): on CUDA the share of the time the GPU was executing kernels,
+on a CPU the share spent inside tensor operations, which stands for every epoch.
+:meth:`~EpochClock.epoch_end` turns the figures into the epoch's row and verdict
+(:mod:`mnistperf.diagnosis.summary`), with the threshold the run was given.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.advice import Hints
-from mnistperf.diagnosis.kernel_busy import TRACE_FILE, WINDOW_STEPS, KernelWindow, export_trace, window_steps
-from mnistperf.diagnosis.summary import INPUT_BOUND_SHARE, aggregate, epoch_row
+from mnistperf.diagnosis.busy_window import TRACE_FILE, WINDOW_STEPS, BusyWindow, export_trace, window_steps
+from mnistperf.diagnosis.phases import PHASES, StepPhases
+from mnistperf.diagnosis.summary import BUSY_KEYS, INPUT_BOUND_SHARE, aggregate, epoch_row, ranks_apart
 
 # An epoch's figures before they become a row: what every process measured, with how they combine.
 GATHERED = (
@@ -38,9 +43,14 @@ GATHERED = (
     ("fetch_wait_s", "max"),
     ("host_wait_s", "max"),
     ("samples", "sum"),
-    ("device_busy", "mean"),
+    ("busy_share", "mean"),
+    ("forward_s", "mean"),
+    ("backward_s", "mean"),
+    ("optimizer_s", "mean"),
 )
-Gather = Callable[[dict[str, float]], dict[str, float]]
+# What every rank's own figures are kept of under DDP (``per_rank`` beside the combined figures).
+PER_RANK = ("train_s", "fetch_wait_s", "forward_s")
+Gather = Callable[[dict[str, float]], dict[str, Any]]
 
 
 def synchronize(device: torch.device) -> None:
@@ -57,8 +67,9 @@ class EpochClock:
     Args:
         device: the training device, synchronized at the ends of train and eval time.
         input_bound_share: the run's threshold for the verdict (see :func:`~mnistperf.diagnosis.summary.classify`).
-        busy_window_steps: training steps of the first epoch whose GPU kernels are profiled (CUDA only; 0: none).
-        device_busy: whether the verdict on CUDA reads the GPU's busy share (False where no step runs).
+        busy_window_steps: training steps of the first epoch whose device work is profiled (0: none).
+        profile_window: whether the verdict reads the device's busy share from a profiled window (False where no
+            step runs, or where the loop's own cost would hide it).
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
         hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.advice.USER_HINTS` by default).
     """
@@ -68,7 +79,7 @@ class EpochClock:
         device: torch.device,
         input_bound_share: float = INPUT_BOUND_SHARE,
         busy_window_steps: int = WINDOW_STEPS,
-        device_busy: bool = True,
+        profile_window: bool = True,
         busy_unavailable: str | None = None,
         hints: Hints | None = None,
     ):
@@ -76,11 +87,18 @@ class EpochClock:
         self.hints = hints
         self.input_bound_share = input_bound_share
         self.busy_window_steps = 0 if busy_unavailable else busy_window_steps
-        # CUDA: where the busy share was profiled, and its value (None while not measured, with the reason)
+        # Where the busy share was profiled, and its value (None while not measured, with the reason)
         self.busy_window: dict[str, Any] | None = None
-        if device.type == "cuda" and device_busy:
-            self.busy_window = {"share": None, **({"reason": busy_unavailable} if busy_unavailable else {})}
-        self.window: KernelWindow | None = None
+        if device.type in BUSY_KEYS and profile_window:
+            if busy_unavailable is None and busy_window_steps <= 0:
+                busy_unavailable = "the profiled window is off (busy_window_steps 0)"
+            self.busy_window = {
+                "device": device.type,
+                "share": None,
+                **({"reason": busy_unavailable} if busy_unavailable else {}),
+            }
+        self.phases = StepPhases(device)
+        self.window: BusyWindow | None = None
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
         self.epochs: list[dict[str, Any]] = []
         self._reset()
@@ -97,6 +115,7 @@ class EpochClock:
         self._last_step_end = 0.0
         self._batches = batches
         self._number = number if number is not None else len(self.epochs) + 1
+        self.phases.reset()
 
     # ------------------------------------------------------------------ timestamps
     def epoch_start(self, batches: float = math.inf, number: int | None = None) -> None:
@@ -107,7 +126,7 @@ class EpochClock:
         self._reset(batches, number)
         if not self.epochs and self.busy_window is not None and self.busy_window_steps > 0:
             steps = window_steps(batches, self.busy_window_steps)
-            self.window = KernelWindow(*steps) if steps else None
+            self.window = BusyWindow(*steps, device_type=self.device.type) if steps else None
         self._train_start = self._last_step_end = self._synced_now()
 
     def step_start(self, index: int) -> None:
@@ -125,7 +144,7 @@ class EpochClock:
         if self.window is not None:
             self.window.step_end(index)
             if self.window.done:
-                self.busy_window = self.window.result(self._number)
+                self.busy_window = {"device": self.device.type, **self.window.result(self._number)}
                 self.recorded = self.window.recorded
                 self.window = None
         self._last_step_end = time.perf_counter()
@@ -172,7 +191,7 @@ class EpochClock:
     def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder`` and return its path; None when no window was recorded.
 
-        The trace is :data:`~mnistperf.diagnosis.kernel_busy.TRACE_FILE` there, named in ``busy_window["trace"]``.
+        The trace is :data:`~mnistperf.diagnosis.busy_window.TRACE_FILE` there, named in ``busy_window["trace"]``.
         """
         if self.recorded is None or self.busy_window is None:
             return None
@@ -184,15 +203,21 @@ class EpochClock:
 
     # ------------------------------------------------------------------ figures
     def figures(self) -> dict[str, float]:
-        """This process's figures of the epoch so far (NaN where not measured)."""
+        """This process's figures of the epoch so far (NaN where not measured).
+
+        The phases' seconds are their shares of the sampled steps times the epoch's time inside steps.
+        """
         busy = self.busy_window.get("share") if self.busy_window is not None else None
+        shares = self.phases.shares() or {}
+        in_steps = max(self._train_s - self._host_wait_s, 0.0)
         return {
             "train_s": self._train_s,
             "eval_s": self._eval_s,
             "fetch_wait_s": self._fetch_wait_s,
             "host_wait_s": self._host_wait_s,
             "samples": float("nan") if self._samples is None else float(self._samples),
-            "device_busy": float("nan") if busy is None else busy,
+            "busy_share": float("nan") if busy is None else busy,
+            **{f"{phase}_s": shares.get(phase, math.nan) * in_steps for phase in PHASES},
         }
 
     def epoch_end(self, metrics: dict[str, float] | None = None, gather: Gather | None = None) -> dict[str, Any]:
@@ -204,9 +229,10 @@ class EpochClock:
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
         merged = gather(self.figures()) if gather is not None else self.figures()
-        if self.busy_window is not None and not math.isnan(merged["device_busy"]):
-            self.busy_window["share"] = merged["device_busy"]  # every process's window, averaged
+        if self.busy_window is not None and not math.isnan(merged["busy_share"]):
+            self.busy_window["share"] = merged["busy_share"]  # every process's window, averaged
         samples = None if math.isnan(merged["samples"]) else int(merged["samples"])
+        phases = {f"{p}_s": None if math.isnan(merged[f"{p}_s"]) else merged[f"{p}_s"] for p in PHASES}
         row = epoch_row(
             self._number,
             merged["train_s"],
@@ -217,7 +243,11 @@ class EpochClock:
             self.busy_window,
             metrics or {},
             self.input_bound_share,
+            phases,
         )
+        per_rank = merged.get("per_rank")
+        if isinstance(per_rank, dict):
+            row.update(ranks_apart(**per_rank))
         self.epochs.append(row)
         return row
 

@@ -48,12 +48,15 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.clock import GATHERED, EpochClock
+from mnistperf.diagnosis.busy_window import WINDOW_STEPS
+from mnistperf.diagnosis.clock import GATHERED, PER_RANK, EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
 from mnistperf.diagnosis.guard import Problems
-from mnistperf.diagnosis.kernel_busy import WINDOW_STEPS
+from mnistperf.diagnosis.phases import sampled
 from mnistperf.diagnosis.summary import (
+    BUSY_KEYS,
     INPUT_BOUND_SHARE,
+    SPLIT_KEYS,
     SUMMARY_FILE,
     environment,
     format_summary,
@@ -61,6 +64,7 @@ from mnistperf.diagnosis.summary import (
     write_summary,
 )
 
+PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")
 
 
@@ -145,6 +149,10 @@ class EpochTimer(Callback):
         self._said: set[str] = set()
         self.problems = Problems("EpochTimer")  # what went wrong inside the timer: said once, kept in timing.json
         skip_unused_batch_hooks(self)
+        # The phase hooks this class leaves as the timer's own are dispatched on sampled steps only.
+        self._phase_hooks = [hook for hook in PHASE_HOOKS if getattr(type(self), hook) is getattr(EpochTimer, hook)]
+        self._sampling = False
+        self._stop_sampling()
 
     @property
     def epochs(self) -> list[dict[str, Any]]:
@@ -179,9 +187,9 @@ class EpochTimer(Callback):
     def _start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         busy_unavailable = None
         attributes = cast(TrainerAttributes, trainer)
-        if pl_module.device.type == "cuda" and isinstance(attributes.profiler, PyTorchProfiler):
-            busy_unavailable = "the trainer's PyTorchProfiler holds the GPU's profiler, and only one can run"
-            self._say_once(trainer, f"GPU busy time not measured: {busy_unavailable}.")
+        if isinstance(attributes.profiler, PyTorchProfiler):
+            busy_unavailable = "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
+            self._say_once(trainer, f"busy share not measured: {busy_unavailable}.")
         self.clock = EpochClock(
             pl_module.device,
             self.input_bound_share,
@@ -227,13 +235,53 @@ class EpochTimer(Callback):
                 f"{type(pl_module).__name__}.",
             )
         self.clock.count(samples)
+        if sampled(batch_idx):
+            self._start_sampling()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """Mark the step's end (after the epoch's last batch, the end of training time)."""
         try:
+            if self._sampling:
+                self._stop_sampling()
+                self.clock.phases.end()
             self.clock.step_end(batch_idx)
         except Exception as error:
             self.problems.note("timing a step's end", error)
+
+    # Sampled steps: where the forward, the backward and the update begin and end (mnistperf.diagnosis.phases).
+    def _start_sampling(self) -> None:
+        try:
+            self.clock.phases.start()
+        except Exception as error:
+            self.problems.note("marking a sampled step's start", error)
+            return
+        self._sampling = True
+        for hook in self._phase_hooks:
+            vars(self).pop(hook, None)  # the class's own method again
+
+    def _stop_sampling(self) -> None:
+        self._sampling = False
+        for hook in self._phase_hooks:
+            setattr(self, hook, None)  # Lightning skips a hook that is not callable
+
+    def _mark(self, name: str) -> None:
+        if self._sampling:
+            try:
+                self.clock.phases.mark(name)
+            except Exception as error:
+                self.problems.note(f"marking a sampled step's {name}", error)
+
+    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
+        """On a sampled step: the forward is done."""
+        self._mark("backward")
+
+    def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """On a sampled step: the backward is done."""
+        self._mark("backward_end")
+
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
+        """On a sampled step: the optimizer's update begins."""
+        self._mark("optimizer")
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing a fit's validation (not the sanity check's)."""
@@ -276,7 +324,15 @@ class EpochTimer(Callback):
                 self._gather(trainer, dict.fromkeys((k for k, _ in GATHERED), math.nan))
             return
         if trainer.is_global_zero:
-            keys = ("train_s", "eval_s", "samples_per_s", "input_wait_share", "host_wait_share", "device_busy_share")
+            keys = (
+                "train_s",
+                "eval_s",
+                "samples_per_s",
+                "input_wait_share",
+                "host_wait_share",
+                *BUSY_KEYS.values(),
+                *SPLIT_KEYS,
+            )
             scalars = {f"timing/{k}": row[k] for k in keys if row.get(k) is not None}
             for logger in trainer.loggers:
                 with self.problems.guard(f"logging the epoch's figures to {type(logger).__name__}"):
@@ -296,8 +352,8 @@ class EpochTimer(Callback):
         return f" (the progress bar's Epoch {trainer.current_epoch})"
 
     @staticmethod
-    def _gather(trainer: Trainer, local: dict[str, float]) -> dict[str, float]:
-        """Combine one epoch's figures over every rank (identity on one process).
+    def _gather(trainer: Trainer, local: dict[str, float]) -> dict[str, Any]:
+        """Combine one epoch's figures over every rank (identity on one process), with each rank's own under DDP.
 
         NaN (not measured) is skipped by the mean and poisons the sum.
         """
@@ -306,7 +362,10 @@ class EpochTimer(Callback):
         )
         gathered = trainer.strategy.all_gather(values).reshape(-1, len(GATHERED)).cpu()
         reduce = {"max": lambda c: c.max(), "sum": lambda c: c.sum(), "mean": lambda c: c.nanmean()}
-        return {k: reduce[how](gathered[:, i]).item() for i, (k, how) in enumerate(GATHERED)}
+        merged: dict[str, Any] = {k: reduce[how](gathered[:, i]).item() for i, (k, how) in enumerate(GATHERED)}
+        if len(gathered) > 1:
+            merged["per_rank"] = {k: gathered[:, i].tolist() for i, (k, _) in enumerate(GATHERED) if k in PER_RANK}
+        return merged
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Report the run: rank 0 prints the summary and writes it into the run's log folder."""
@@ -356,7 +415,7 @@ class EpochTimer(Callback):
             self.summary_path = path
             print(f"timing summary written to {path}", flush=True)
         if trace is not None:
-            print(f"GPU busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
+            print(f"busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
 
     # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:

@@ -10,6 +10,7 @@ when the run has a single epoch). Totals cover every epoch, as in the reference.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import resource
@@ -34,6 +35,12 @@ COMPUTE_BOUND_BUSY = 0.8
 
 
 NOT_MEASURED = "too few steps for the profiled window"
+# Ranks whose own work (the wait for data, the forward) differs by more than this share of train time are apart.
+RANKS_APART = 0.1
+# The figure a profiled window gives, by the device it profiled.
+BUSY_KEYS = {"cuda": "device_busy_share", "cpu": "cpu_busy_share"}
+PHASE_KEYS = ("forward_s", "backward_s", "optimizer_s")
+SPLIT_KEYS = ("input_wait_s", *PHASE_KEYS, "rest_s")  # train time, split: these add up to it
 
 
 def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
@@ -43,14 +50,25 @@ def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_
     ``threshold`` of train time. Otherwise, on CUDA (``device_busy_share`` present), from the
     kernels' own busy share: compute-bound at ``COMPUTE_BOUND_BUSY`` or more, else overhead-bound
     (the GPU idles while the host launches work and runs the loop); undetermined when no busy share
-    could be measured (``not_measured`` says why). On a CPU, where host and device are one: compute-bound.
+    could be measured (``not_measured`` says why). On a CPU (``cpu_busy_share``), from the share of the
+    time inside tensor operations the same way: below ``COMPUTE_BOUND_BUSY`` the step is Python,
+    framework and dispatch, overhead-bound; where it was not measured, compute-bound, saying so.
     """
     wait = figures["input_wait_share"]
     waited = f"host waited for the next batch {wait:.0%} of train time"
     if "device_busy_share" not in figures:
         if wait >= threshold:
             return "input-bound", waited
-        return "compute-bound", f"{1 - wait:.0%} of train time computing, {wait:.0%} waiting for data"
+        cpu_busy = figures.get("cpu_busy_share")
+        if cpu_busy is None:
+            unknown = (
+                f"; time inside tensor operations not measured ({not_measured})" if "cpu_busy_share" in figures else ""
+            )
+            return "compute-bound", f"{1 - wait:.0%} of train time computing, {wait:.0%} waiting for data{unknown}"
+        detail = f"CPU inside tensor operations {cpu_busy:.0%} of the time, {waited}"
+        if cpu_busy >= COMPUTE_BOUND_BUSY:
+            return "compute-bound", detail
+        return "overhead-bound", detail + " (the rest is Python, the framework and dispatch around them)"
     busy = figures["device_busy_share"]
     if busy is None:
         return (
@@ -71,14 +89,17 @@ def epoch_row(
     samples: int | None,
     fetch_wait_s: float,
     host_wait_s: float,
-    device_busy: dict[str, Any] | None,
+    busy_window: dict[str, Any] | None,
     metrics: dict,
     threshold: float,
+    phases: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """One epoch's figures, as they appear in timing.json.
 
-    ``samples``: None where they could not be counted. ``device_busy`` (CUDA only): the run's profiled window,
-    ``{"share": ..., ...}``, or ``{"share": None}`` (with a ``reason`` where one is known) while not measured.
+    ``samples``: None where they could not be counted. ``busy_window``: the run's profiled window,
+    ``{"device": ..., "share": ..., ...}``, or with ``"share": None`` (and a ``reason`` where one is known)
+    while not measured. ``phases``: the epoch's seconds of forward, backward and optimizer (None where not
+    measured); the rest of train time, past the wait for data, is ``rest_s``.
     """
     row: dict[str, Any] = {
         "epoch": epoch,
@@ -89,11 +110,46 @@ def epoch_row(
         "input_wait_share": _share(fetch_wait_s, train_s),
         "host_wait_share": _share(host_wait_s, train_s),
     }
-    if device_busy is not None:
-        row["device_busy_share"] = device_busy.get("share")
-    row["verdict"], row["verdict_reason"] = classify(row, threshold, _not_measured(device_busy))
+    if busy_window is not None:
+        row[BUSY_KEYS[busy_window["device"]]] = busy_window.get("share")
+    row.update(split(train_s, fetch_wait_s, phases or {}))
+    row["verdict"], row["verdict_reason"] = classify(row, threshold, _not_measured(busy_window))
     row.update(metrics)
     return row
+
+
+def ranks_apart(train_s: list[float], fetch_wait_s: list[float], forward_s: list[float]) -> dict[str, Any]:
+    """Each rank's train time and input wait, and where the ranks are apart, the slowest and what held it.
+
+    Ranks are apart when their own work differs by more than ``RANKS_APART`` of train time. Under DDP every
+    rank waits for the slowest in the gradients' all-reduce, so their train times agree; what a rank does alone
+    tells them apart: its wait for data and its forward (NaN where not measured). The slowest is the rank with
+    the most of both, held by ``data`` or by its ``step``, whichever it spent more time on than the quickest rank.
+    """
+    ranks = [
+        {"rank": rank, "train_s": train, "input_wait_s": wait, "forward_s": None if math.isnan(f) else f}
+        for rank, (train, wait, f) in enumerate(zip(train_s, fetch_wait_s, forward_s, strict=True))
+    ]
+    forward = [0.0 if math.isnan(f) else f for f in forward_s]
+    alone = [wait + f for wait, f in zip(fetch_wait_s, forward, strict=True)]
+    slowest, quickest = alone.index(max(alone)), alone.index(min(alone))
+    if alone[slowest] - alone[quickest] <= RANKS_APART * max(train_s):
+        return {"ranks": ranks}
+    more_wait = fetch_wait_s[slowest] - fetch_wait_s[quickest]
+    more_step = forward[slowest] - forward[quickest]
+    held_by = "data" if more_wait >= more_step else "step"
+    return {
+        "ranks": ranks,
+        "slowest_rank": {"rank": slowest, "held_by": held_by, "behind_s": alone[slowest] - alone[quickest]},
+    }
+
+
+def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dict[str, float | None]:
+    """Train time split: the wait for data, forward, backward, optimizer and the rest (None where not measured)."""
+    parts = [phases.get(key) for key in PHASE_KEYS]
+    known = [part for part in parts if part is not None]
+    rest = max(train_s - wait_s - sum(known), 0.0) if len(known) == len(parts) else None
+    return {"input_wait_s": wait_s, **dict(zip(PHASE_KEYS, parts, strict=True)), "rest_s": rest}
 
 
 def _rate(samples: int | None, seconds: float) -> float | None:
@@ -108,6 +164,24 @@ def _not_measured(busy_window: dict[str, Any] | None) -> str:
 
 def _share(part: float, whole: float) -> float:
     return min(max(part / whole, 0.0), 1.0) if whole > 0 else 0.0
+
+
+def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each rank's figures averaged over ``epochs``, and whether the ranks are apart (nothing on one process)."""
+    if not all("ranks" in e for e in epochs):
+        return {}
+    count = len(epochs[0]["ranks"])
+
+    def averaged(key: str) -> list[float]:
+        values = [[e["ranks"][rank][key] for e in epochs] for rank in range(count)]
+        return [math.nan if None in v else mean(v) for v in values]
+
+    return ranks_apart(averaged("train_s"), averaged("input_wait_s"), averaged("forward_s"))
+
+
+def _mean_or_none(epochs: list[dict[str, Any]], key: str) -> float | None:
+    values = [e.get(key) for e in epochs]
+    return mean(v for v in values if v is not None) if all(v is not None for v in values) else None
 
 
 def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
@@ -127,8 +201,8 @@ def aggregate(
 
     What a fix of the run's bound could buy is :func:`~mnistperf.diagnosis.advice.advice`'s, with ``hints``.
 
-    ``busy_window`` (CUDA): where the GPU's busy share was profiled and what it read; the same
-    share stands for every epoch, since it is a property of the step.
+    ``busy_window``: where the device's busy share was profiled and what it read; the same share stands for
+    every epoch, since it is a property of the step. ``split`` averages the epochs' split of train time.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
     train = sum(e["train_s"] for e in steady)
@@ -137,7 +211,7 @@ def aggregate(
         "host_wait_share": _weighted(steady, "host_wait_share"),
     }
     if busy_window is not None:
-        figures["device_busy_share"] = busy_window.get("share")
+        figures[BUSY_KEYS[busy_window["device"]]] = busy_window.get("share")
     verdict, reason = classify(figures, input_bound_share, _not_measured(busy_window))
     counted = None if any(e["samples"] is None for e in steady) else sum(e["samples"] for e in steady)
     found = {
@@ -149,6 +223,8 @@ def aggregate(
         "total_train_s": sum(e["train_s"] for e in epochs),
         "total_eval_s": sum(e["eval_s"] for e in epochs),
         "samples_per_s": _rate(counted, train),
+        "split": {key: _mean_or_none(steady, key) for key in SPLIT_KEYS},
+        **_ranks_over(steady),
         **figures,
         **({"busy_window": busy_window} if busy_window is not None else {}),
         "input_bound_share": input_bound_share,
@@ -216,6 +292,47 @@ def _epochs_label(summary: dict[str, Any]) -> str:
     return f"epoch {first}" if first == last else f"epochs {first}-{last}"
 
 
+def format_split(split: dict[str, float | None] | None, epochs: str) -> str | None:
+    """The steady-state epochs' train time split in one line (None where the run has no split)."""
+    if not split:
+        return None
+    head = f"Train time per epoch ({epochs}): waiting for data {split['input_wait_s']:.2f} s"
+    if split["rest_s"] is None:
+        return head + "; forward, backward and optimizer not measured (no sampled step reached Lightning's hooks)"
+    parts = ", ".join(f"{key.removesuffix('_s')} {split[key]:.2f} s" for key in SPLIT_KEYS[1:])
+    return head + f", {parts} (the rest: hooks, logging, Python between them)"
+
+
+def format_ranks(summary: dict[str, Any], epochs: str) -> str:
+    """Each rank's train time and input wait, and the slowest rank with what held it where the ranks are apart."""
+    each = "; ".join(
+        f"rank {r['rank']} train {r['train_s']:.2f} s, waiting for data {r['input_wait_s']:.2f} s"
+        for r in summary["ranks"]
+    )
+    slowest = summary.get("slowest_rank")
+    verdict = (
+        f"slowest: rank {slowest['rank']}, held by {'the data' if slowest['held_by'] == 'data' else 'its step'} "
+        f"({slowest['behind_s']:.2f} s behind)"
+        if slowest
+        else f"within {RANKS_APART:.0%} of each other"
+    )
+    return f"Ranks ({epochs}, per epoch): {each}; {verdict}"
+
+
+def format_window(window: dict[str, Any]) -> str:
+    """The busy window's line: its share, where it was profiled and its trace, or why there is none."""
+    on_cuda = window["device"] == "cuda"
+    label = "GPU busy" if on_cuda else "CPU inside tensor operations"
+    if window.get("share") is None:
+        return f"{label}: not measured ({window.get('reason') or NOT_MEASURED}); no trace written"
+    trace = f"; trace {window['trace']}" if window.get("trace") else "; no trace written"
+    return (
+        f"{label}: {window['share']:.0%} of the time over training steps {window['first_step']}-"
+        f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} "
+        f"{'kernels' if on_cuda else 'operators'}, profiled in the warm-up epoch{trace})"
+    )
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The reference's four lines (averages over the steady-state epochs), then throughput, device and verdict."""
     steady = _epochs_label(summary)
@@ -231,15 +348,14 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"Device: {summary.get('device', 'not known')}, precision {summary.get('precision', '32-true')}",
         f"Verdict: {summary['verdict']} ({summary['verdict_reason']})",
     ]
+    split_line = format_split(summary.get("split"), steady)
+    if split_line:
+        lines.append(split_line)
+    if summary.get("ranks"):
+        lines.append(format_ranks(summary, steady))
     window = summary.get("busy_window")
-    if window and window.get("share") is not None:
-        lines.append(
-            f"GPU busy: {window['share']:.0%} of the time over training steps {window['first_step']}-"
-            f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} kernels, "
-            "profiled in the warm-up epoch)"
-        )
-    elif window and window.get("reason"):
-        lines.append(f"GPU busy: not measured ({window['reason']})")
+    if window:
+        lines.append(format_window(window))
     if summary.get("advice"):
         lines.append(format_advice(summary["advice"]))
     if summary.get("final_val_acc") is not None:

@@ -57,7 +57,7 @@ def time_loader(datamodule, device: torch.device, batches: int, warmup: int, rep
     source = _cycle(loader)
     for _ in range(warmup + 1):
         next(source)
-    clock = EpochClock(device, device_busy=False)
+    clock = EpochClock(device, profile_window=False)
     for _ in range(repeats):
         clock.epoch_start()
         for _ in range(batches):
@@ -77,7 +77,7 @@ def time_step(
     model.train()
     for _ in range(warmup):
         step(batch)
-    clock = EpochClock(device, device_busy=False)
+    clock = EpochClock(device, profile_window=False)
     for _ in range(repeats):
         clock.epoch_start()
         for _ in range(steps):
@@ -97,7 +97,7 @@ def time_training(
     step = model.standalone_step(precision)
     model.train()
     source = _cycle(datamodule.train_dataloader())
-    clock = EpochClock(device, device_busy=False)
+    clock = EpochClock(device, profile_window=False)
     for repeat in range(repeats + 1):
         clock.epoch_start()
         for index in range(warmup if repeat == 0 else steps):

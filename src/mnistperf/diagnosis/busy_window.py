@@ -1,12 +1,18 @@
-"""How much of the time the GPU was executing work, from the kernels themselves.
+"""How much of the time the device was executing work, from its operations' own intervals.
 
-CUDA events around a step cannot say it: the device reaches a step's end marker only when the
+On CUDA, events around a step cannot say it: the device reaches a step's end marker only when the
 host has enqueued it, so for a launch-bound step the span between two markers is the host's time,
 with every idle gap between the step's small kernels counted as busy. The kernels' own start
-and end times can: :class:`KernelWindow` records them with the PyTorch profiler (CUPTI through
+and end times can: :class:`BusyWindow` records them with the PyTorch profiler (CUPTI through
 Kineto, CUDA activity only: no CPU operators, no stacks, no host sync per step) over a short window
 of steps, and :func:`busy_share` takes the union of the kernel, memcpy and memset intervals over
 the window's span, from its first device activity to its last.
+
+On a CPU, host and device are one processor, and the same window tells arithmetic from overhead: it
+records the CPU operators (tensor operations and autograd's nodes, each from its dispatch to its
+return) and the busy share is the union of their intervals over the window's span. What lies outside
+them is Python, Lightning's loop and hooks, logging and the wait for data: a small step whose
+operators fill a fifth of its time is overhead-bound, a large convolution's fill nearly all of it.
 
 The profiler costs host time per kernel launch, so the profiled steps run slower than the others:
 the window sits in the warm-up epoch (epoch 1, reported apart), never in the headline epochs,
@@ -40,11 +46,11 @@ MIN_KERNELS_PER_STEP = 8
 # Where the profiled window's trace goes, under the run's log folder: TensorBoard's profile plugin reads
 # <logdir>/plugins/profile/<run>/*.pt.trace.json, and Perfetto (ui.perfetto.dev) opens the file itself.
 TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
-# What the busy share counts as the GPU working (user annotations, which span whole steps, are not work).
-DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+# What the busy share counts as the device working (user annotations, which span whole steps, are not work).
+DEVICE_WORK = {"cuda": ("kernel", "gpu_memcpy", "gpu_memset"), "cpu": ("cpu_op",)}
 
 _cupti_ready = False  # whether before_graph_capture has initialized the profiler's CUPTI in this process
-_profiling: KernelWindow | None = None  # the window whose profiler is running, if any
+_profiling: BusyWindow | None = None  # the window whose profiler is running, if any
 
 
 def before_graph_capture() -> None:
@@ -111,8 +117,8 @@ def cupti_tears_down_safely() -> bool:
 
 
 def kernel_count(activities: list[tuple[str, float, float]]) -> int:
-    """The kernels among a window's device activities (copies and memsets left out)."""
-    return sum(1 for kind, _, _ in activities if kind == "kernel")
+    """The kernels (CUDA) or operators (CPU) among a window's device activities (copies and memsets left out)."""
+    return sum(1 for kind, _, _ in activities if kind in ("kernel", "cpu_op"))
 
 
 def window_reading(
@@ -134,20 +140,24 @@ def window_reading(
     return (share, None) if share is not None else (None, "nothing ran on the GPU in the profiled window")
 
 
-class KernelWindow:
-    """Profiles the CUDA activity of the steps from ``first`` to ``last`` (batch indices of one epoch).
+class BusyWindow:
+    """Profiles the device activity of the steps from ``first`` to ``last`` (batch indices of one epoch).
 
     Call :meth:`step_start` and :meth:`step_end` around every step of that epoch; after ``last``
     :attr:`done` is true and :attr:`busy` holds the busy share, or None with :attr:`reason` saying why.
 
     Args:
         first, last: the window's first and last profiled step (batch indices).
+        device_type: ``cuda`` (the GPU's kernels) or ``cpu`` (the CPU's operators).
         min_kernels_per_step: fewer kernels than this per step and the window is not trusted
             (see :func:`window_reading`).
     """
 
-    def __init__(self, first: int, last: int, min_kernels_per_step: int = MIN_KERNELS_PER_STEP):
+    def __init__(
+        self, first: int, last: int, device_type: str = "cuda", min_kernels_per_step: int = MIN_KERNELS_PER_STEP
+    ):
         self.first, self.last = first, last
+        self.device_type = device_type
         self.min_kernels_per_step = min_kernels_per_step
         self.done = False
         self.busy: float | None = None
@@ -160,13 +170,14 @@ class KernelWindow:
         """Step ``index`` begins: the profiler starts its warm-up before the window's first step."""
         global _profiling
         if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None and not self.done:
-            # Without it, CUPTI stays attached after the profiler stops and slows every later launch.
-            if cupti_tears_down_safely():
-                os.environ.setdefault("TEARDOWN_CUPTI", "1")
             from torch.profiler import ProfilerActivity, profile, schedule
 
+            on_cuda = self.device_type == "cuda"
+            # Without it, CUPTI stays attached after the profiler stops and slows every later launch.
+            if on_cuda and cupti_tears_down_safely():
+                os.environ.setdefault("TEARDOWN_CUPTI", "1")
             self._profiler = profiler = profile(
-                activities=[ProfilerActivity.CUDA],
+                activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU],
                 schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=self.last - self.first + 1, repeat=1),
             )
             profiler.start()
@@ -179,7 +190,7 @@ class KernelWindow:
         self._profiler.step()
         if index == self.last:
             self._stop()  # waits for the device: this is the warm-up epoch, outside the headline
-            activities = device_activities(self._profiler)
+            activities = device_activities(self._profiler, self.device_type)
             self.kernels = kernel_count(activities)
             self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
             self.recorded, self._profiler = self._profiler, None
@@ -220,24 +231,26 @@ def export_trace(profiler: Any, path: Path) -> None:
     atomic_write(path, lambda tmp: profiler.export_chrome_trace(str(tmp)))
 
 
-def device_activities(profiler) -> list[tuple[str, float, float]]:
-    """(kind, start, end), times in microseconds, of every kernel, memcpy and memset the profiler saw on the GPU.
+def device_activities(profiler, device_type: str = "cuda") -> list[tuple[str, float, float]]:
+    """(kind, start, end), times in microseconds, of the work the profiler saw on the device.
 
-    Read from Kineto's raw events (each has its device, its activity type and its own start and end); the
-    processed ``events()`` list, which nests device events under the operators that launched them, is the
-    fallback. User annotations (Kineto projects each ``record_function`` range and profiler step onto the
-    GPU's timeline, spanning its gaps) are left out: they are not work.
+    On CUDA every kernel, memcpy and memset; on a CPU every operator. Read from Kineto's raw events (each has
+    its device, its activity type and its own start and end); the processed ``events()`` list, which nests
+    device events under the operators that launched them, is the fallback. User annotations (each
+    ``record_function`` range, which Kineto also projects onto the GPU's timeline, spanning its gaps) are left
+    out: they are not work.
     """
-    cuda = torch.autograd.DeviceType.CUDA
+    device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
+    work = DEVICE_WORK[device_type]
     results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
     if results is not None:
         return [
             (e.activity_type(), e.start_ns() / 1e3, e.end_ns() / 1e3)
             for e in results.events()
-            if e.device_type() == cuda and not e.is_user_annotation() and e.activity_type() in DEVICE_WORK
+            if e.device_type() == device and not e.is_user_annotation() and e.activity_type() in work
         ]
     return [
-        (str(getattr(e, "activity_type", "kernel") or "kernel"), e.time_range.start, e.time_range.end)
+        (str(getattr(e, "activity_type", work[0]) or work[0]), e.time_range.start, e.time_range.end)
         for e in profiler.events()
-        if e.device_type == cuda and not getattr(e, "is_user_annotation", False)
+        if e.device_type == device and not getattr(e, "is_user_annotation", False)
     ]

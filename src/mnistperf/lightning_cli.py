@@ -31,6 +31,7 @@ from mnistperf.errors import DEBUG_ENV, ConfigError
 from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
+from mnistperf.upstream import KeepRunHyperparameters
 
 
 class OneLineErrorParser(LightningArgumentParser):
@@ -101,7 +102,7 @@ class KeepDescriptionLines(RawDescriptionHelpFormatter, DefaultHelpFormatter):
     """jsonargparse's help, with the description's lines kept as written (the table above)."""
 
 
-class MnistperfCLI(LightningCLI):
+class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
     """LightningCLI with the project's model and data module fixed.
 
     Before anything else it prints the device line (``mnistperf: fit on cuda:0 (...), precision
@@ -109,7 +110,10 @@ class MnistperfCLI(LightningCLI):
     elsewhere (a CPU, an older GPU) it would be emulated and slower, so the run falls back to ``32-true``
     and says so on that line; timing.json records the precision that actually ran. ``validate``,
     ``test`` and ``predict`` without ``--ckpt_path`` use the newest checkpoint of the config's runs
-    and name it, or refuse: they never score an untrained model in silence.
+    and name it, or refuse: they never score an untrained model in silence. A checkpoint brings weights,
+    optimizer state and the loop's position; the model's settings stay the config's and the command line's
+    (:class:`~mnistperf.upstream.KeepRunHyperparameters`), and the module names those that differ
+    (:meth:`ImageClassifier.on_load_checkpoint`).
 
     Args:
         announce: the command named on the device line; by default the subcommand that runs,
@@ -186,14 +190,6 @@ class MnistperfCLI(LightningCLI):
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
             if config.get("ckpt_path") is None:
                 config.ckpt_path = str(newest_checkpoint(subcommand, config))
-
-    def _parse_ckpt_path(self) -> None:
-        """Leave the model's settings to the config and the command line, not the checkpoint's hyperparameters.
-
-        LightningCLI would replace them with the checkpoint's. The checkpoint brings weights, optimizer state and the
-        loop's position, and the module names the settings it was trained with that differ
-        (:meth:`ImageClassifier.on_load_checkpoint`).
-        """
 
     @staticmethod
     def _resolve_precision(config) -> str:

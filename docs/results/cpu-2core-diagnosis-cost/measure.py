@@ -16,6 +16,12 @@ ratios of the arms' epochs within each round, the difference per training step, 
 the ratio of the medians (rounds resampled with replacement).
 
     python docs/results/cpu-2core-diagnosis-cost/measure.py [FITS] [ROUNDS]
+
+``--audit`` measures both callbacks instead, on a tiny model with dict batches of 8 (``{"x", "y"}``, steps
+of under 2 ms): the arms are the plain run, the timer ("with"), SampleAudit ("audit") and both together
+("both"), written to results-audit.json.
+
+    python docs/results/cpu-2core-diagnosis-cost/measure.py --audit [FITS] [ROUNDS]
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import torch
 from lightning.pytorch import Callback, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
-from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 
 HERE = Path(__file__).resolve().parent
@@ -46,11 +52,30 @@ assert spec is not None and spec.loader is not None
 example = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(example)
 
-FITS = int(sys.argv[1]) if len(sys.argv) > 1 else 6
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 12
-SAMPLES, BATCH = 16384, 64
-ARMS = ("without", "empty", "hooks", "with")
+AUDIT = "--audit" in sys.argv
+NUMBERS = [arg for arg in sys.argv[1:] if arg != "--audit"]
+FITS = int(NUMBERS[0]) if NUMBERS else 6
+ROUNDS = int(NUMBERS[1]) if len(NUMBERS) > 1 else 12
+SAMPLES, BATCH = (4096, 8) if AUDIT else (16384, 64)
+ARMS = ("without", "with", "audit", "both") if AUDIT else ("without", "empty", "hooks", "with")
 COMPARED = ARMS[1:]
+RESULTS = HERE / ("results-audit.json" if AUDIT else "results.json")
+
+
+class DictPoints(example.Points):
+    """The example's points as dict batches, ``{"x": features, "y": label}``."""
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        x, y = super().__getitem__(index)
+        return {"x": x, "y": y}
+
+
+class DictClassifier(example.Classifier):
+    """The example's MLP on dict batches."""
+
+    def training_step(self, batch, batch_idx):  # type: ignore[override]
+        """The example's step on the batch's features and labels."""
+        return super().training_step((batch["x"], batch["y"]), batch_idx)
 
 
 class SameHooks(Callback):
@@ -75,7 +100,14 @@ class Alternate(Callback):
 
     def __init__(self, timer: EpochTimer, order: tuple[str, ...]):
         self.timer, self.order = timer, order
-        self.stand_ins = {"empty": Callback(), "hooks": SameHooks(), "with": timer}
+        audit = SampleAudit()
+        self.stand_ins: dict[str, list[Callback]] = {
+            "empty": [Callback()],
+            "hooks": [SameHooks()],
+            "with": [timer],
+            "audit": [audit],
+            "both": [timer, audit],
+        }
         self.seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
         self.arm: str | None = None
         self.started = 0.0
@@ -91,12 +123,12 @@ class Alternate(Callback):
         fetch = self.timer._fetch
         assert fetch is not None
         # Appended while Lightning walks this list, an arm's callback gets this very epoch-start hook.
-        for callback in self.stand_ins.values():
-            if callback in trainer.callbacks:
-                trainer.callbacks.remove(callback)
-        trainer.profiler = fetch if self.arm == "with" else fetch.inner  # type: ignore[misc]
-        if self.arm in self.stand_ins:
-            trainer.callbacks.append(self.stand_ins[self.arm])
+        for callbacks in self.stand_ins.values():
+            for callback in callbacks:
+                if callback in trainer.callbacks:
+                    trainer.callbacks.remove(callback)
+        trainer.profiler = fetch if self.arm in ("with", "both") else fetch.inner  # type: ignore[misc]
+        trainer.callbacks.extend(self.stand_ins.get(self.arm, []))
         self.started = time.perf_counter()
 
 
@@ -116,9 +148,10 @@ def fit(order: tuple[str, ...], root: Path) -> dict[str, list[float]]:
         enable_checkpointing=False,
         log_every_n_steps=10,
     )
-    loader = DataLoader(example.Points(SAMPLES), batch_size=BATCH, shuffle=True)
-    with contextlib.redirect_stdout(io.StringIO()):  # the timer's lines, in "with" epochs only
-        trainer.fit(example.Classifier(), loader)
+    points, module = (DictPoints, DictClassifier) if AUDIT else (example.Points, example.Classifier)
+    loader = DataLoader(points(SAMPLES), batch_size=BATCH, shuffle=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # the callbacks' lines, in their arms' epochs only
+        trainer.fit(module(), loader)
     assert len(timer.epochs) >= 1 + ROUNDS, "the timer missed epochs of its arm"
     return alternate.seconds
 
@@ -149,7 +182,9 @@ def main() -> None:
     steps = SAMPLES // BATCH
     within_round = {arm: [a / b for a, b in zip(seconds[arm], seconds["without"], strict=True)] for arm in COMPARED}
     result = {
-        "what": "training epochs of examples/diagnose_your_run.py's module; the arms alternate epoch by epoch",
+        "what": "training epochs of examples/diagnose_your_run.py's module"
+        + (" on dict batches" if AUDIT else "")
+        + "; the arms alternate epoch by epoch",
         "samples_per_epoch": SAMPLES,
         "batch_size": BATCH,
         "steps_per_epoch": steps,
@@ -170,7 +205,7 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
-    (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
     for arm in COMPARED:
         print(
             f"{arm} / without: ratio of medians {result['ratio_of_medians'][arm]:.4f}x "

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from lightning.pytorch import Callback
 
+from mnistperf.upstream import skip_hook
+
 BATCH_HOOKS = (
     "on_train_batch_start",
     "on_before_zero_grad",
@@ -35,4 +37,4 @@ def skip_unused_batch_hooks(callback: Callback) -> None:
     """
     for hook in BATCH_HOOKS:
         if hook not in vars(callback) and getattr(type(callback), hook) is getattr(Callback, hook):
-            setattr(callback, hook, None)
+            skip_hook(callback, hook)

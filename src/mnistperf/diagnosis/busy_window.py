@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from mnistperf.atomic import atomic_write
+from mnistperf.upstream import init_profiler_for_cuda_graphs, kineto_results, profiler_running
 
 # Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
 WINDOW_STEPS = 20
@@ -56,17 +57,15 @@ _profiling: BusyWindow | None = None  # the window whose profiler is running, if
 def before_graph_capture() -> None:
     """Call just before a CUDA graph capture begins (any capture: the graphs of this project's step, a user's).
 
-    The first call initializes the profiler's CUPTI (``torch.profiler._utils._init_for_cuda_graphs``, torch's
+    The first call initializes the profiler's CUPTI (:func:`~mnistperf.upstream.init_profiler_for_cuda_graphs`, torch's
     guard against pytorch#75504), so that a later busy window sees the graph's kernels. A window still profiling
     is ended and reports its share as not measured: a capture is not the steady state the share describes.
     """
     global _cupti_ready
     if _profiling is not None:
         _profiling.abandon("a CUDA graph was captured inside the profiled window")
-    if not _cupti_ready and not torch._C._autograd._profiler_enabled():
-        from torch.profiler._utils import _init_for_cuda_graphs
-
-        _init_for_cuda_graphs()
+    if not _cupti_ready and not profiler_running():
+        init_profiler_for_cuda_graphs()
         _cupti_ready = True
 
 
@@ -242,7 +241,7 @@ def device_activities(profiler, device_type: str = "cuda") -> list[tuple[str, fl
     """
     device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
     work = DEVICE_WORK[device_type]
-    results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
+    results = kineto_results(profiler)
     if results is not None:
         return [
             (e.activity_type(), e.start_ns() / 1e3, e.end_ns() / 1e3)

@@ -63,6 +63,7 @@ from mnistperf.diagnosis.summary import (
     throughput,
     write_summary,
 )
+from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
 
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")
@@ -200,13 +201,13 @@ class EpochTimer(Callback):
         self._fetch = FetchClock(attributes.profiler)
         self._count_samples = sample_counter(pl_module)
         self._uncounted = False
-        attributes.profiler = self._fetch  # Lightning's fetch reports to the trainer's profiler: time it there
+        swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Give the trainer back its own profiler and stop a busy window still open."""
         attributes = cast(TrainerAttributes, trainer)
         if self._fetch is not None and attributes.profiler is self._fetch:
-            attributes.profiler = self._fetch.inner
+            swap_profiler(trainer, self._fetch.inner)
         with self.problems.guard("stopping the busy window"):
             self.clock.close()
 
@@ -257,12 +258,12 @@ class EpochTimer(Callback):
             return
         self._sampling = True
         for hook in self._phase_hooks:
-            vars(self).pop(hook, None)  # the class's own method again
+            restore_hook(self, hook)
 
     def _stop_sampling(self) -> None:
         self._sampling = False
         for hook in self._phase_hooks:
-            setattr(self, hook, None)  # Lightning skips a hook that is not callable
+            skip_hook(self, hook)
 
     def _mark(self, name: str) -> None:
         if self._sampling:

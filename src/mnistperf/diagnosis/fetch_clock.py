@@ -19,7 +19,7 @@ from typing import Any
 
 from lightning.pytorch.profilers import Profiler
 
-TRAIN_FETCH_ACTION = "train_dataloader_next"
+from mnistperf.upstream import TRAIN_FETCH_ACTION
 
 
 class FetchClock(Profiler):

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
+from mnistperf.upstream import OPTIMIZER_STEP_PROGRESS
+
 KIND_KEY = "kind"  # written into an optimizer's state_dict: the torch.optim algorithm that made its state
 RUN_FLAGS = ("capturable", "fused", "foreach", "differentiable")
 
@@ -91,10 +93,7 @@ def carry_step_count(checkpoint: dict[str, Any], automatic: bool) -> None:
     loop = checkpoint.get("loops", {}).get("fit_loop")
     if not loop:
         return
-    auto_key, manual_key = (
-        "epoch_loop.automatic_optimization.optim_progress",
-        "epoch_loop.manual_optimization.optim_step_progress",
-    )
+    auto_key, manual_key = OPTIMIZER_STEP_PROGRESS["automatic"], OPTIMIZER_STEP_PROGRESS["manual"]
     if auto_key not in loop or manual_key not in loop:
         return
     counts = {"auto": loop[auto_key]["optimizer"]["step"], "manual": loop[manual_key]}

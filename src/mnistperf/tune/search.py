@@ -280,7 +280,7 @@ class _Stop(Exception):
 def run(
     search: Search, base: dict, epoch_samples: int, pipelines: list[str], cpus: int, tune_batch_size: bool
 ) -> Outcome:
-    """Search loader settings for this step; the order and the stopping rule: docs/stages.md#tune."""
+    """Search loader settings for this step, in the order and with the stopping rule the module describes."""
     on_cuda = search.device.type == "cuda"
     step = search.step(base["batch_size"])
     outcome = Outcome(best={k: base[k] for k in LOADER_KEYS}, step=step, probes=search.probes)

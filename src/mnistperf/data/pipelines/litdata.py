@@ -22,12 +22,13 @@ from mnistperf.atomic import atomic_write_dir
 from mnistperf.data import schema
 from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, normalize
 from mnistperf.errors import ConfigError, DataError
+from mnistperf.upstream import distributed_env, merge_index_alone
 
 COPY_FOLDER = "litdata"
 BATCH_DECODE = "all"  # decode a chunk's rows together, once per worker
 ITEM_SHUFFLE_WINDOW = 0  # a full permutation of the items inside each chunk
 CHUNK_BYTES = "8MB"  # about 10,000 samples: each worker holds a few chunks, not the split
-BLOCK_ROWS = 8  # rows per litdata item (why: docs/stages.md#litdata)
+BLOCK_ROWS = 8  # rows per litdata item
 LAYOUT_FILE = "mnistperf-layout.json"  # the copy's layout, so a copy in another layout is rewritten
 INSTALL = "pip install 'mnistperf[litdata]' (or pip install litdata)"
 
@@ -93,7 +94,7 @@ def write_copy(split: Path, target: Path) -> int:
         writer.done()
         # merge() waits for an index from every DDP rank, but prepare_data runs on one process only:
         # merge this process's index alone.
-        writer._merge_no_wait()
+        merge_index_alone(writer)
         (folder / LAYOUT_FILE).write_text(json.dumps({"rows_per_item": BLOCK_ROWS}))
 
     atomic_write_dir(target, write)
@@ -127,10 +128,8 @@ def _has_block_layout(copy: Path) -> bool:
 
 
 def tell_topology(dataset, place: Placement) -> None:
-    """Give the dataset Lightning's world size and rank, as one node (why: docs/stages.md#litdata)."""
-    from litdata.utilities.env import _DistributedEnv
-
-    dataset.distributed_env = _DistributedEnv(world_size=place.world_size, global_rank=place.rank, num_nodes=1)
+    """Give the dataset Lightning's world size and rank, as one node."""
+    dataset.distributed_env = distributed_env(place.world_size, place.rank)
 
 
 def collate(items: list[dict[str, Any]], finish: bool = True) -> dict[str, torch.Tensor]:
@@ -215,7 +214,7 @@ class LitdataPipeline(Pipeline):
         litdata = require_litdata()
         shuffle, drop_last = self.order(train)
         # Under DDP training every rank must run the same number of steps: the remainder is left
-        # out (docs/stages.md#litdata). Evaluation has no per-step collective and keeps every sample.
+        # out. Evaluation has no per-step collective and keeps every sample.
         drop_last = drop_last or (train and place.world_size > 1)
         options = self.worker_options(place)
         if not options["num_workers"]:

@@ -1,0 +1,116 @@
+"""Every private part of Lightning, litdata and torch that mnistperf relies on, and nowhere else.
+
+Each is one small definition here, with why it is needed and the public API that would replace it.
+``tests/test_upstream.py`` checks each against the installed version, so that a release that changes
+one fails there, naming the release, rather than somewhere far from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, Trainer
+
+# ---------------------------------------------------------------- Lightning: hooks Lightning skips
+# Why: Lightning calls every per-batch hook of every callback inside the trainer's profiler, overridden or not
+# (about 2 µs each); ``_call_callback_hooks`` skips a hook that is not callable, so a callback pays only for the
+# hooks it sets. Public replacement: Lightning skipping hooks a callback does not override.
+
+
+def skip_hook(callback: Callback, hook: str) -> None:
+    """Make Lightning skip ``callback``'s ``hook`` (it is then None on the instance, not a method)."""
+    setattr(callback, hook, None)
+
+
+def restore_hook(callback: Callback, hook: str) -> None:
+    """Let Lightning call ``callback``'s own ``hook`` again, after :func:`skip_hook`."""
+    vars(callback).pop(hook, None)
+
+
+# ---------------------------------------------------------------- Lightning: the training fetch
+# Why: the one place the host waits for data is Lightning's ``next()`` on the training data, which its training
+# loop reports to the trainer's profiler as an action whose name ends with this; standing in for the trainer's
+# profiler times it.
+# Public replacement: a hook around the training fetch (Lightning has none; ``on_train_batch_start`` comes after
+# the fetch and the copy to the device).
+TRAIN_FETCH_ACTION = "train_dataloader_next"
+
+
+def swap_profiler(trainer: Trainer, profiler: Any) -> Any:
+    """Put ``profiler`` in the trainer's place (its loops read ``trainer.profiler`` on every use); return the old."""
+    previous = getattr(trainer, "profiler")  # noqa: B009  (assigned by Lightning outside the class: undeclared)
+    setattr(trainer, "profiler", profiler)  # noqa: B010
+    return previous
+
+
+# ---------------------------------------------------------------- Lightning: LightningCLI and checkpoints
+class KeepRunHyperparameters:
+    """A LightningCLI mixin: the model's settings come from the config and the command line, not the checkpoint.
+
+    Why: LightningCLI's ``_parse_ckpt_path`` replaces the parsed model arguments with a checkpoint's saved
+    hyperparameters. Public replacement: a LightningCLI switch to keep the parsed ones.
+    """
+
+    def _parse_ckpt_path(self) -> None:
+        """Keep the parsed model arguments (LightningCLI's own would take the checkpoint's)."""
+
+
+# Why: a checkpoint's optimizer steps are counted in one of two places of the fit loop's state, by whether the
+# module optimizes automatically or manually; a run of the other kind would resume at global step 0 unless they
+# are carried over. Public replacement: Lightning counting optimizer steps in one place.
+OPTIMIZER_STEP_PROGRESS = {
+    "automatic": "epoch_loop.automatic_optimization.optim_progress",
+    "manual": "epoch_loop.manual_optimization.optim_step_progress",
+}
+
+
+# ---------------------------------------------------------------- litdata
+def merge_index_alone(writer: Any) -> None:
+    """Write a litdata copy's index from this process's chunks alone.
+
+    Why: ``BinaryWriter.merge()`` waits for an index from every DDP rank, but ``prepare_data`` runs on one
+    process only. Public replacement: ``merge()`` with a single-process mode.
+    """
+    writer._merge_no_wait()
+
+
+def distributed_env(world_size: int, rank: int) -> Any:
+    """Litdata's description of the ranks a dataset is split over, as one node.
+
+    Why: a StreamingDataset made before Lightning starts its processes reads the topology from the environment;
+    the pipeline hands it Lightning's. Public replacement: a world-size and rank argument on StreamingDataset.
+    """
+    from litdata.utilities.env import _DistributedEnv
+
+    return _DistributedEnv(world_size=world_size, global_rank=rank, num_nodes=1)
+
+
+# ---------------------------------------------------------------- torch's profiler
+def profiler_running() -> bool:
+    """Whether a torch profiler is recording in this process.
+
+    Why: initializing CUPTI for CUDA graphs while a profiler records would disturb it. Public replacement:
+    ``torch.profiler`` saying whether it is active.
+    """
+    return bool(torch._C._autograd._profiler_enabled())
+
+
+def init_profiler_for_cuda_graphs() -> None:
+    """Initialize CUPTI so that a later profiler sees the kernels of CUDA graphs captured from now on.
+
+    Why: pytorch#75504; torch's own graph code calls this. Public replacement: the profiler seeing graph kernels
+    whatever the order.
+    """
+    from torch.profiler._utils import _init_for_cuda_graphs
+
+    _init_for_cuda_graphs()
+
+
+def kineto_results(profiler: Any) -> Any:
+    """A stopped profiler's raw Kineto results (each event with its device, kind and own interval), or None.
+
+    Why: the processed ``events()`` nest device work under the operators that launched it and lose the
+    activity kind. Public replacement: the raw events on ``torch.profiler.profile``.
+    """
+    return getattr(getattr(profiler, "profiler", None), "kineto_results", None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -142,7 +143,7 @@ def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
     "argv, expected",
     [
         (["--data.batch_size", "abc"], "Parser key \"data.batch_size\": Expected a <class 'int'>. Got value: abc"),
-        (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3"),
+        (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3; did you mean --data.batch_size"),
     ],
 )
 def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, expected):
@@ -150,8 +151,24 @@ def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, e
     assert "`python -m mnistperf fit --help` lists the options" in err
 
 
-def test_a_missing_config_file(workdir, capsys):
-    fails_in_one_line(capsys, ["validate", "--config", "configs/nope.yaml"], "File does not exist")
+@pytest.mark.parametrize(
+    "section, wrong, meant",
+    [("data", "num_worker", "data.num_workers"), ("trainer", "max_epoch", "trainer.max_epochs")],
+)
+def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdir, capsys, section, wrong, meant):
+    config = (CONFIGS / "v2_pinned.yaml").read_text()
+    assert f"\n{section}:\n" in config
+    (workdir / "mine.yaml").write_text(config.replace(f"\n{section}:\n", f"\n{section}:\n  {wrong}: 1\n", 1))
+    err = fails_in_one_line(capsys, ["fit", "--config", "mine.yaml"], f"option '{section}.{wrong}'")
+    assert f"did you mean {meant}?" in err and "`python -m mnistperf fit --help` lists the options" in err
+
+
+@pytest.mark.parametrize("command", ["fit", "validate"])
+def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command):
+    shutil.copytree(CONFIGS, workdir / "configs")
+    err = fails_in_one_line(capsys, [command, "--config", "configs/v2_pinnned.yaml"], "configs/v2_pinnned.yaml")
+    assert "no such file; did you mean configs/v2_pinned.yaml?" in err
+    assert "v1_naive, " in err and "streaming" in err
 
 
 def test_the_debug_switch_shows_the_traceback(workdir, monkeypatch):

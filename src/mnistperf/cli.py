@@ -4,7 +4,8 @@
 YAML files in ``configs/``; ``prepare``, ``bench`` and ``tune`` sit beside them. ``main(args)`` takes
 the arguments as a list so that tests drive the whole CLI in-process. Errors the user can
 fix are printed as one line naming the file or option, with exit status 2; so are the trainer
-settings Lightning rejects (an accelerator this machine lacks, an impossible device count).
+settings Lightning rejects (an accelerator this machine lacks, an impossible device count), and a
+torchvision that cannot load beside torch, checked before anything imports Lightning.
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
-from mnistperf.console import calm_library_noise
 from mnistperf.errors import DEBUG_ENV, MnistperfError
-from mnistperf.lightning_cli import MnistperfCLI
+from mnistperf.install_check import check_torchvision
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 OVERVIEW = """\
@@ -111,6 +109,24 @@ def main(args: Sequence[str] | None = None) -> None:
     """Run one mnistperf command; ``args`` defaults to the process's command line."""
     argv = list(sys.argv[1:] if args is None else args)
     command = argv[0] if argv else None
+    try:
+        check_torchvision()  # before anything imports Lightning, which imports torchvision when it is there
+        run_command(command, argv, args is None)
+    except MnistperfError as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"mnistperf: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_command(command: str | None, argv: list[str], from_process: bool) -> None:
+    """Run one command; Lightning's refusals of trainer settings become ConfigErrors (one line, status 2)."""
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    from mnistperf.console import calm_library_noise
+    from mnistperf.errors import ConfigError
+    from mnistperf.lightning_cli import MnistperfCLI
+
     calm_library_noise()
     try:
         if command == "prepare":
@@ -124,14 +140,11 @@ def main(args: Sequence[str] | None = None) -> None:
 
             tune_command(argv[1:])
         elif command in LIGHTNING_COMMANDS:
-            MnistperfCLI(args=None if args is None else argv)
+            MnistperfCLI(args=None if from_process else argv)
         else:
             print(OVERVIEW, end="")
             if command not in (None, "-h", "--help"):
                 print(f"mnistperf: error: unknown command {command!r}", file=sys.stderr)
                 raise SystemExit(2)
-    except (MnistperfError, MisconfigurationException) as exc:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        print(f"mnistperf: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except MisconfigurationException as exc:
+        raise ConfigError(str(exc)) from exc

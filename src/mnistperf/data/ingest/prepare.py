@@ -225,7 +225,10 @@ def require_prepared(dataset: str, data_dir, split: str) -> Path:
     if path.exists():
         return path
     if dataset == "synthetic":
-        how = f"`python -m mnistperf prepare --dataset synthetic --rows N{_data_dir_option(data_dir)}`"
+        how = (
+            f"`python -m mnistperf prepare --dataset synthetic{_data_dir_option(data_dir)}` "
+            "(add --rows N for another size than 2,000,000 rows)"
+        )
     elif not is_builtin(dataset):
         _require_own(dataset, Path(data_dir), path)
     else:
@@ -271,5 +274,6 @@ def _require_own(dataset: str, data_dir: Path, path: Path) -> NoReturn:
     raise DataError(
         f"{path} not found: data.dataset {dataset!r} is a dataset of your own, read from {data_dir / dataset}/ "
         f"(train.parquet and test.parquet, or train/ and test/ folders of shards). Put them there, or convert a "
-        f"folder of CSV or Hugging Face Parquet files with `python -m mnistperf prepare --from DIR --name {dataset}`."
+        f"folder of CSV or Hugging Face Parquet files with "
+        f"`python -m mnistperf prepare --from DIR --name {dataset}{_data_dir_option(data_dir)}`."
     )

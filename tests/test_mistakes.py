@@ -163,6 +163,20 @@ def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdi
     assert f"did you mean {meant}?" in err and "`python -m mnistperf fit --help` lists the options" in err
 
 
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--data_dir", "mine"], "unrecognized arguments: --data_dir mine; did you mean --data-dir for --data_dir?"),
+        (["--dataset", "fashion"], "invalid choice: 'fashion'"),
+    ],
+)
+def test_prepare_answers_a_wrong_option_in_one_line_with_the_one_meant(capsys, argv, expected):
+    err = fails_in_one_line(capsys, ["prepare", *argv], expected)
+    assert "`python -m mnistperf prepare --help` lists the options" in err
+    if "fashion" in argv:
+        assert "did you mean fashion_mnist?" in err
+
+
 @pytest.mark.parametrize("command", ["fit", "validate"])
 def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command):
     shutil.copytree(CONFIGS, workdir / "configs")

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
+from mnistperf.close_names import did_you_mean, with_options_meant
 from mnistperf.errors import DEBUG_ENV, MnistperfError
 from mnistperf.install_check import check_torchvision
 
@@ -36,11 +39,30 @@ commands:
 """
 
 
+_INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]+)'? \(choose from (.*)\)")
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse, answering a wrong option or value in one line with the option meant and the help command."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
+        if os.environ.get(DEBUG_ENV):
+            super().error(message)
+        options = [o[2:] for action in self._actions for o in action.option_strings if o.startswith("--")]
+        text = with_options_meant(message, options)
+        choice = _INVALID_CHOICE.search(text)
+        if choice:
+            text += did_you_mean(choice.group(1), (c.strip("' ") for c in choice.group(2).split(",")))
+        print(f"mnistperf: error: {text} (`python -m {self.prog} --help` lists the options)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def prepare_command(argv: Sequence[str]) -> None:
     """``mnistperf prepare``: convert the datasets to Parquet (and the formats or copies asked for)."""
     from mnistperf.data.ingest import prepare, sources
 
-    parser = argparse.ArgumentParser(prog="mnistperf prepare", description=prepare.__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="mnistperf prepare", description=prepare.__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="all", choices=["all", *sources.DATASETS, "synthetic"])
     parser.add_argument("--data-dir", default="data", help="where <Folder>/{train,test}.parquet are written")
     parser.add_argument(

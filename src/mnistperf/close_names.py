@@ -7,7 +7,10 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)$")
 
 #: how alike two names must be (difflib's ratio) for one to be suggested for the other
 CUTOFF = 0.6
@@ -23,3 +26,17 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """``"; did you mean NAME?"`` with the closest candidate, or an empty string when none is close."""
     match = closest(name, candidates)
     return f"; did you mean {match}?" if match else ""
+
+
+def with_options_meant(text: str, options: Iterable[str]) -> str:
+    """An argparse ``unrecognized arguments: ...`` message, with the valid option nearest to each unknown one.
+
+    ``options`` are the valid names without their dashes (``data.batch_size``); other messages come back as they are.
+    """
+    unrecognized = _UNRECOGNIZED.search(text)
+    if not unrecognized:
+        return text
+    names = list(options)
+    given = [word.split("=")[0] for word in unrecognized.group(1).split() if word.startswith("--")]
+    hints = [f"--{match} for {word}" for word in given if (match := closest(word[2:], names))]
+    return f"{text}; did you mean {', '.join(hints)}?" if hints else text

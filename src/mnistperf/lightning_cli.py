@@ -24,7 +24,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
-from mnistperf.close_names import closest, did_you_mean
+from mnistperf.close_names import closest, did_you_mean, with_options_meant
 from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines import registry
@@ -69,7 +69,6 @@ class OneLineErrorParser(LightningArgumentParser):
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 _SUBCOMMAND = re.compile(r"Subcommand '(\w+)'")
 _UNKNOWN_KEY = re.compile(r"does not accept options? '([^']+)'")
-_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)$")
 _MISSING_CONFIG = re.compile(r"Parser key \"config\": File does not exist: '?([^']+)'?")
 
 
@@ -87,14 +86,7 @@ def explain_parser_error(text: str, options: set[str]) -> str:
     unknown = _UNKNOWN_KEY.search(text)
     if unknown:
         return text + did_you_mean(unknown.group(1), options)
-    unrecognized = _UNRECOGNIZED.search(text)
-    if unrecognized:
-        given = [word.split("=")[0] for word in unrecognized.group(1).split() if word.startswith("--")]
-        meant = [(word, closest(word[2:], options)) for word in given]
-        hints = [f"{'--' + match} for {word}" for word, match in meant if match]
-        if hints:
-            return f"{text}; did you mean {', '.join(hints)}?"
-    return text
+    return with_options_meant(text, options)
 
 
 def missing_config(path: Path) -> str:

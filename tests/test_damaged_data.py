@@ -7,23 +7,11 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, NO_WORKERS, QUIET
+from conftest import CONFIGS, NO_WORKERS, QUIET, damage
 
 from mnistperf.cli import main
 
 PREFIX = ["python", "-m", "mnistperf"]
-
-
-def damage(path: Path, place: str) -> None:
-    """Overwrite 8 bytes at the start, in the middle of the pages, or inside the footer; or cut the file in half."""
-    data = bytearray(path.read_bytes())
-    footer = int.from_bytes(data[-8:-4], "little")  # the footer's length, before the closing magic bytes
-    if place == "truncated":
-        path.write_bytes(data[: len(data) // 2])
-        return
-    at = {"start": 0, "middle": (4 + len(data) - 8 - footer) // 2, "footer": len(data) - 8 - footer // 2}[place]
-    data[at : at + 8] = bytes(b ^ 0xFF for b in data[at : at + 8])
-    path.write_bytes(data)
 
 
 def fit(data_dir: str, pipeline: str, dataset: str = "mnist", source_root: Path | None = None) -> list[str]:

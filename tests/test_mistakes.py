@@ -7,11 +7,13 @@ import re
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
-from conftest import CONFIGS, NO_WORKERS, QUIET
+from conftest import CONFIGS, NO_WORKERS, QUIET, damage, random_split
 
 from mnistperf.bench import runner
 from mnistperf.cli import main
+from mnistperf.data import schema
 
 
 def fails_in_one_line(capsys, argv: list[str], expected: str) -> str:
@@ -255,3 +257,16 @@ def test_offline_prepare_names_its_own_option_and_following_the_advice_prepares(
     option = re.search(r"pass (--\S+) DIR", err).group(1)
     main([*args, option, str(fake_raw.root)])
     assert (tmp_path / "data" / "MNIST" / "test.parquet").is_file()
+
+
+@pytest.mark.parametrize("place", ["middle", "truncated"])
+def test_a_damaged_file_to_import_is_the_users_to_replace(tmp_path, capsys, place):
+    folder = tmp_path / "download"
+    folder.mkdir()
+    for split, rows in (("train", 64), ("test", 16)):
+        table = schema.build_table(*random_split(rows, seed=3))
+        pq.write_table(table, folder / f"{split}.parquet", row_group_size=16, write_page_checksum=True)
+    damage(folder / "train.parquet", place)
+    err = fails_in_one_line(capsys, ["prepare", "--from", str(folder), "--name", "mine"], str(folder / "train.parquet"))
+    assert "replace it with a good copy and import again" in err and "prepare --force" not in err
+    assert not (tmp_path / "data" / "mine").exists()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mnistperf.close_names import did_you_mean, with_options_meant
-from mnistperf.errors import DEBUG_ENV, MnistperfError
+from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.install_check import check_torchvision
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -146,7 +146,6 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
     from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
     from mnistperf.console import calm_library_noise
-    from mnistperf.errors import ConfigError
     from mnistperf.lightning_cli import MnistperfCLI
 
     calm_library_noise()

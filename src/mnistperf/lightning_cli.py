@@ -56,7 +56,7 @@ class OneLineErrorParser(LightningArgumentParser):
         """The subcommand the error is about: named in the message (a config key), else this parser's own."""
         named = _SUBCOMMAND.search(text)
         command = named.group(1) if named else self.prog.split()[-1]
-        return command if command in LIGHTNING_COMMANDS else None
+        return command if command in ("fit", *EVAL_COMMANDS) else None
 
     def _command_parser(self, command: str | None) -> LightningArgumentParser:
         """The parser holding the subcommand's options: this one, or the subcommand's below the root."""
@@ -66,7 +66,6 @@ class OneLineErrorParser(LightningArgumentParser):
         return subcommands._name_parser_map.get(command, self)
 
 
-LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 _SUBCOMMAND = re.compile(r"Subcommand '(\w+)'")
 _UNKNOWN_KEY = re.compile(r"does not accept options? '([^']+)'")
 _MISSING_CONFIG = re.compile(r"Parser key \"config\": File does not exist: '?([^']+)'?")
@@ -96,7 +95,7 @@ def missing_config(path: Path) -> str:
     if not names:
         return f"--config {shown}: no such file, and no configs in {folder}/"
     meant = closest(path.stem, names)
-    suggestion = f"; did you mean {folder / meant}.yaml?" if meant else ""
+    suggestion = f"; did you mean {folder / meant}.yaml?" if meant else "."
     return f"--config {shown}: no such file{suggestion} The configs in {folder}/ are {', '.join(names)}"
 
 

@@ -156,3 +156,15 @@ class ForbidSyncs(EpochTimer):
         if batch_idx + 2 == trainer.num_training_batches:
             torch.cuda.set_sync_debug_mode("default")
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+def damage(path: Path, place: str) -> None:
+    """Overwrite 8 bytes at the start, in the middle of the pages, or inside the footer; or cut the file in half."""
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")  # the footer's length, before the closing magic bytes
+    if place == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+        return
+    at = {"start": 0, "middle": (4 + len(data) - 8 - footer) // 2, "footer": len(data) - 8 - footer // 2}[place]
+    data[at : at + 8] = bytes(b ^ 0xFF for b in data[at : at + 8])
+    path.write_bytes(data)

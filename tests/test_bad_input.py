@@ -205,3 +205,17 @@ def test_cli_reports_missing_data_without_a_traceback(tmp_path, monkeypatch, cap
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("mnistperf: error:") and "--data.source_root" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "dataset, command",
+    [
+        ("synthetic", "`python -m mnistperf prepare --dataset synthetic --data-dir {data}`"),
+        ("mine", "`python -m mnistperf prepare --from DIR --name mine --data-dir {data}`"),
+    ],
+)
+def test_a_missing_split_names_the_command_for_the_users_data_dir(tmp_path, dataset, command):
+    data = tmp_path / "elsewhere"
+    with pytest.raises(DataError) as error:
+        MNISTDataModule(dataset=dataset, data_dir=str(data), pipeline="stream").setup("fit")
+    assert command.format(data=data) in str(error.value)

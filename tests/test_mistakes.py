@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
-from conftest import CONFIGS, NO_WORKERS, QUIET
+from conftest import CONFIGS, NO_WORKERS, QUIET, damage, random_split
 
 from mnistperf.bench import runner
 from mnistperf.cli import main
+from mnistperf.data import schema
 
 
 def fails_in_one_line(capsys, argv: list[str], expected: str) -> str:
@@ -142,7 +145,7 @@ def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
     "argv, expected",
     [
         (["--data.batch_size", "abc"], "Parser key \"data.batch_size\": Expected a <class 'int'>. Got value: abc"),
-        (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3"),
+        (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3; did you mean --data.batch_size"),
     ],
 )
 def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, expected):
@@ -150,8 +153,38 @@ def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, e
     assert "`python -m mnistperf fit --help` lists the options" in err
 
 
-def test_a_missing_config_file(workdir, capsys):
-    fails_in_one_line(capsys, ["validate", "--config", "configs/nope.yaml"], "File does not exist")
+@pytest.mark.parametrize(
+    "section, wrong, meant",
+    [("data", "num_worker", "data.num_workers"), ("trainer", "max_epoch", "trainer.max_epochs")],
+)
+def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdir, capsys, section, wrong, meant):
+    config = (CONFIGS / "v2_pinned.yaml").read_text()
+    assert f"\n{section}:\n" in config
+    (workdir / "mine.yaml").write_text(config.replace(f"\n{section}:\n", f"\n{section}:\n  {wrong}: 1\n", 1))
+    err = fails_in_one_line(capsys, ["fit", "--config", "mine.yaml"], f"option '{section}.{wrong}'")
+    assert f"did you mean {meant}?" in err and "`python -m mnistperf fit --help` lists the options" in err
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--data_dir", "mine"], "unrecognized arguments: --data_dir mine; did you mean --data-dir for --data_dir?"),
+        (["--dataset", "fashion"], "invalid choice: 'fashion'"),
+    ],
+)
+def test_prepare_answers_a_wrong_option_in_one_line_with_the_one_meant(capsys, argv, expected):
+    err = fails_in_one_line(capsys, ["prepare", *argv], expected)
+    assert "`python -m mnistperf prepare --help` lists the options" in err
+    if "fashion" in argv:
+        assert "did you mean fashion_mnist?" in err
+
+
+@pytest.mark.parametrize("command", ["fit", "validate"])
+def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command):
+    shutil.copytree(CONFIGS, workdir / "configs")
+    err = fails_in_one_line(capsys, [command, "--config", "configs/v2_pinnned.yaml"], "configs/v2_pinnned.yaml")
+    assert "no such file; did you mean configs/v2_pinned.yaml?" in err
+    assert "v1_naive, " in err and "streaming" in err
 
 
 def test_the_debug_switch_shows_the_traceback(workdir, monkeypatch):
@@ -224,3 +257,16 @@ def test_offline_prepare_names_its_own_option_and_following_the_advice_prepares(
     option = re.search(r"pass (--\S+) DIR", err).group(1)
     main([*args, option, str(fake_raw.root)])
     assert (tmp_path / "data" / "MNIST" / "test.parquet").is_file()
+
+
+@pytest.mark.parametrize("place", ["middle", "truncated"])
+def test_a_damaged_file_to_import_is_the_users_to_replace(tmp_path, capsys, place):
+    folder = tmp_path / "download"
+    folder.mkdir()
+    for split, rows in (("train", 64), ("test", 16)):
+        table = schema.build_table(*random_split(rows, seed=3))
+        pq.write_table(table, folder / f"{split}.parquet", row_group_size=16, write_page_checksum=True)
+    damage(folder / "train.parquet", place)
+    err = fails_in_one_line(capsys, ["prepare", "--from", str(folder), "--name", "mine"], str(folder / "train.parquet"))
+    assert "replace it with a good copy and import again" in err and "prepare --force" not in err
+    assert not (tmp_path / "data" / "mine").exists()

@@ -4,22 +4,23 @@
 YAML files in ``configs/``; ``prepare``, ``bench`` and ``tune`` sit beside them. ``main(args)`` takes
 the arguments as a list so that tests drive the whole CLI in-process. Errors the user can
 fix are printed as one line naming the file or option, with exit status 2; so are the trainer
-settings Lightning rejects (an accelerator this machine lacks, an impossible device count).
+settings Lightning rejects (an accelerator this machine lacks, an impossible device count), and a
+torchvision that cannot load beside torch, checked before anything imports Lightning.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
-from mnistperf.console import calm_library_noise
-from mnistperf.errors import DEBUG_ENV, MnistperfError
-from mnistperf.lightning_cli import MnistperfCLI
+from mnistperf.close_names import did_you_mean, with_options_meant
+from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
+from mnistperf.install_check import check_torchvision
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 OVERVIEW = """\
@@ -38,11 +39,30 @@ commands:
 """
 
 
+_INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]+)'? \(choose from (.*)\)")
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse, answering a wrong option or value in one line with the option meant and the help command."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
+        if os.environ.get(DEBUG_ENV):
+            super().error(message)
+        options = [o[2:] for action in self._actions for o in action.option_strings if o.startswith("--")]
+        text = with_options_meant(message, options)
+        choice = _INVALID_CHOICE.search(text)
+        if choice:
+            text += did_you_mean(choice.group(1), (c.strip("' ") for c in choice.group(2).split(",")))
+        print(f"mnistperf: error: {text} (`python -m {self.prog} --help` lists the options)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def prepare_command(argv: Sequence[str]) -> None:
     """``mnistperf prepare``: convert the datasets to Parquet (and the formats or copies asked for)."""
     from mnistperf.data.ingest import prepare, sources
 
-    parser = argparse.ArgumentParser(prog="mnistperf prepare", description=prepare.__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="mnistperf prepare", description=prepare.__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="all", choices=["all", *sources.DATASETS, "synthetic"])
     parser.add_argument("--data-dir", default="data", help="where <Folder>/{train,test}.parquet are written")
     parser.add_argument(
@@ -111,6 +131,23 @@ def main(args: Sequence[str] | None = None) -> None:
     """Run one mnistperf command; ``args`` defaults to the process's command line."""
     argv = list(sys.argv[1:] if args is None else args)
     command = argv[0] if argv else None
+    try:
+        check_torchvision()  # before anything imports Lightning, which imports torchvision when it is there
+        run_command(command, argv, args is None)
+    except MnistperfError as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"mnistperf: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_command(command: str | None, argv: list[str], from_process: bool) -> None:
+    """Run one command; Lightning's refusals of trainer settings become ConfigErrors (one line, status 2)."""
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    from mnistperf.console import calm_library_noise
+    from mnistperf.lightning_cli import MnistperfCLI
+
     calm_library_noise()
     try:
         if command == "prepare":
@@ -124,14 +161,11 @@ def main(args: Sequence[str] | None = None) -> None:
 
             tune_command(argv[1:])
         elif command in LIGHTNING_COMMANDS:
-            MnistperfCLI(args=None if args is None else argv)
+            MnistperfCLI(args=None if from_process else argv)
         else:
             print(OVERVIEW, end="")
             if command not in (None, "-h", "--help"):
                 print(f"mnistperf: error: unknown command {command!r}", file=sys.stderr)
                 raise SystemExit(2)
-    except (MnistperfError, MisconfigurationException) as exc:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        print(f"mnistperf: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except MisconfigurationException as exc:
+        raise ConfigError(str(exc)) from exc

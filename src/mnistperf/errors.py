@@ -4,6 +4,8 @@ Anything the user can fix (a missing or malformed file, a bad option) raises a s
 :class:`MnistperfError` whose message names the file or option and says what to do.
 """
 
+from __future__ import annotations
+
 
 class MnistperfError(Exception):
     """An error caused by the user's input, with the fix in its message."""
@@ -15,6 +17,29 @@ class ConfigError(MnistperfError, ValueError):
 
 class DataError(MnistperfError):
     """A data file is missing, unreadable or does not hold what the pipeline needs."""
+
+
+class PreparedFileError(DataError):
+    """A prepared file is damaged or malformed, so re-creating it is the fix: the message ends with the command.
+
+    Code that knows only the file raises it with a general command; the caller that knows the dataset and
+    its folder replaces that with the exact one (:meth:`with_fix`).
+
+    Args:
+        problem: what is wrong, naming the file.
+        fix: the command that re-creates the file.
+    """
+
+    def __init__(self, problem: str, fix: str = "python -m mnistperf prepare --force"):
+        super().__init__(problem, fix)
+        self.problem, self.fix = problem, fix
+
+    def __str__(self) -> str:
+        return f"{self.problem}; re-create it with `{self.fix}`."
+
+    def with_fix(self, fix: str) -> PreparedFileError:
+        """The same problem with the command that re-creates this very file."""
+        return PreparedFileError(self.problem, fix)
 
 
 #: set to 1 to see the traceback behind a one-line error

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import sys
 import textwrap
 import warnings
@@ -23,6 +24,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
+from mnistperf.close_names import closest, did_you_mean, with_options_meant
 from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines import registry
@@ -35,18 +37,79 @@ from mnistperf.upstream import KeepRunHyperparameters
 
 
 class OneLineErrorParser(LightningArgumentParser):
-    """LightningCLI's parser, answering a wrong option or value in one line instead of the whole usage."""
+    """LightningCLI's parser, answering a wrong option or value in one line instead of the whole usage.
+
+    The line names the command whose ``--help`` lists the options, the valid option nearest to an
+    unknown one (on the command line or in a config file), and, for a config file that does not
+    exist, the configs that do.
+    """
 
     def error(self, message: str, ex: Exception | None = None):
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
         if os.environ.get(DEBUG_ENV):
             super().error(message, ex)
         text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
-        print(
-            f"mnistperf: error: {text} (`python -m mnistperf {self.prog.split()[-1]} --help` lists the options)",
-            file=sys.stderr,
-        )
+        command = self._command(text)
+        text = explain_parser_error(text, option_names(self._command_parser(command)))
+        help_command = " ".join(["python -m mnistperf", *([command] if command else []), "--help"])
+        print(f"mnistperf: error: {text} (`{help_command}` lists the options)", file=sys.stderr)
         raise SystemExit(2)
+
+    def _command(self, text: str) -> str | None:
+        """The subcommand the error is about: named in the message (a config key), else this parser's own."""
+        named = _SUBCOMMAND.search(text)
+        command = named.group(1) if named else self.prog.split()[-1]
+        return command if command in ("fit", *EVAL_COMMANDS) else None
+
+    def _command_parser(self, command: str | None) -> LightningArgumentParser:
+        """The parser holding the subcommand's options: this one, or the subcommand's below the root."""
+        subcommands = self._subcommands_action
+        if command is None or subcommands is None:
+            return self
+        return subcommands._name_parser_map.get(command, self)
+
+
+_SUBCOMMAND = re.compile(r"Subcommand '(\w+)'")
+_UNKNOWN_KEY = re.compile(r"does not accept options? '([^']+)'")
+_MISSING_CONFIG = re.compile(r"Parser key \"config\": File does not exist: '?([^']+)'?")
+
+
+def option_names(parser) -> set[str]:
+    """Every option of a parser without its dashes (``data.batch_size``), and each section (``data``)."""
+    names = {option[2:] for action in parser._actions for option in action.option_strings if option.startswith("--")}
+    return names | {name.rsplit(".", depth)[0] for name in names for depth in range(1, name.count(".") + 1)}
+
+
+def explain_parser_error(text: str, options: set[str]) -> str:
+    """The parser's message, with the option meant for an unknown one and the configs for a missing config."""
+    missing = _MISSING_CONFIG.search(text)
+    if missing:
+        return missing_config(Path(missing.group(1)))
+    unknown = _UNKNOWN_KEY.search(text)
+    if unknown:
+        return text + did_you_mean(unknown.group(1), options)
+    return with_options_meant(text, options)
+
+
+def missing_config(path: Path) -> str:
+    """The line for a ``--config`` that does not exist: the closest config and those that do exist."""
+    shown = os.path.relpath(path) if path.is_absolute() and not os.path.relpath(path).startswith("..") else str(path)
+    folder, names = configs_near(path)
+    if not names:
+        return f"--config {shown}: no such file, and no configs in {folder}/"
+    meant = closest(path.stem, names)
+    suggestion = f"; did you mean {folder / meant}.yaml?" if meant else "."
+    return f"--config {shown}: no such file{suggestion} The configs in {folder}/ are {', '.join(names)}"
+
+
+def configs_near(path: Path) -> tuple[Path, list[str]]:
+    """The configs a user who gave ``path`` likely meant: its own folder's, else those of configs/ or the checkout."""
+    shown_folder = Path(os.path.relpath(path.parent)) if path.is_absolute() else path.parent
+    for folder, shown in ((path.parent, shown_folder), (Path("configs"), Path("configs"))):
+        names = config_names(folder)
+        if names:
+            return shown, names
+    return CHECKOUT_CONFIGS, config_names(CHECKOUT_CONFIGS)
 
 
 def native_bf16(accelerator) -> bool:
@@ -71,13 +134,15 @@ FIT_OPTIONS = """\
 CHECKOUT_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
+def config_names(folder: Path) -> list[str]:
+    """The configs in a folder by name (no ``.yaml``), the ladder's ``v*`` first."""
+    names = [path.stem for path in folder.glob("*.yaml")]
+    return sorted(names, key=lambda name: (not name.startswith("v"), name))
+
+
 def stage_names() -> list[str]:
     """The stages in ``configs/`` (of the working folder, else of the checkout), the ladder's ``v*`` first."""
-    for folder in (Path("configs"), CHECKOUT_CONFIGS):
-        names = [path.stem for path in folder.glob("*.yaml")]
-        if names:
-            return sorted(names, key=lambda name: (not name.startswith("v"), name))
-    return []
+    return config_names(Path("configs")) or config_names(CHECKOUT_CONFIGS)
 
 
 def fit_description() -> str:

@@ -12,7 +12,8 @@ and how the DataLoader is set up. ``prepare_data`` converts the raw files once (
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -26,7 +27,7 @@ from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.data.pipelines.base import Placement, is_uri, pins_memory
 from mnistperf.data.pipelines.registry import PIPELINES
-from mnistperf.errors import ConfigError
+from mnistperf.errors import ConfigError, PreparedFileError
 from mnistperf.machine import usable_cpus
 
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -120,7 +121,8 @@ class MNISTDataModule(L.LightningDataModule):
         for split in prepare.SPLITS:
             path = prepare.split_path(self.data_dir, hp.dataset, split)
             if path.exists():
-                self.pipeline.prepare(path)
+                with self._exact_fix():
+                    self.pipeline.prepare(path)
 
     def setup(self, stage: str) -> None:
         """Load and check the splits this stage needs; nothing is converted or downloaded here."""
@@ -156,8 +158,20 @@ class MNISTDataModule(L.LightningDataModule):
             path = f"{self.data_dir}/{prepare.split_path('', dataset, split).as_posix()}"
         else:
             path = prepare.require_prepared(dataset, self.data_dir, split)
-        # A URI reaches only a pipeline that reads URIs (Pipeline.check rejects the others).
-        return self.pipeline.load(path, require_labels, self._placement())  # type: ignore[arg-type]
+        with self._exact_fix():
+            # A URI reaches only a pipeline that reads URIs (Pipeline.check rejects the others).
+            return self.pipeline.load(path, require_labels, self._placement())  # type: ignore[arg-type]
+
+    @contextmanager
+    def _exact_fix(self) -> Iterator[None]:
+        """A damaged or malformed prepared file names the command that re-creates this dataset in this folder."""
+        hp = cast(AttributeDict, self.hparams)
+        try:
+            yield
+        except PreparedFileError as exc:
+            if is_uri(self.data_dir):
+                raise
+            raise exc.with_fix(prepare.recreate_command(hp.dataset, self.data_dir, hp.source_root)) from exc
 
     # ----------------------------------------------------------------- loaders
     def train_dataloader(self) -> Iterable[dict[str, torch.Tensor]]:

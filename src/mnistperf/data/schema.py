@@ -4,7 +4,9 @@ One row per image: an integer label (0..9) and 784 integer pixels (0..255) in ro
 writes them as ``label`` and ``pixel0`` .. ``pixel783`` (uint8); :class:`Layout` maps a split's own names
 onto these once, at no copy (accepted names: docs/data.md#your-own-data). A split is one Parquet file or a
 folder of shards read in name order. Files are checked once, in the main process, when a pipeline is set
-up, so a malformed file fails with a message naming the file and the fix.
+up, so a malformed file fails with a message naming the file and the fix. ``prepare`` writes a checksum
+with every page and every read verifies those a file has, so a file damaged anywhere (its start, a page
+in the middle, its footer) fails there too, as a :class:`PreparedFileError`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
-from mnistperf.errors import DataError
+from mnistperf.errors import DataError, PreparedFileError
 
 LABEL_COLUMN = "label"
 LABEL_NAMES = ("label", "labels", "target", "class", "y")  # compared case-insensitively
@@ -31,7 +33,8 @@ NO_LABEL = -1
 _PIXEL_NAME = re.compile(r"pixel\d+$")
 _NUMBER = re.compile(r"(\d+)\D*$")
 
-REPREPARE = "re-create it with `python -m mnistperf prepare --force`"
+#: prepare writes a CRC with every page, and every read checks the CRCs a file has: damage inside a page is caught
+WRITE_OPTIONS = {"write_page_checksum": True}
 
 
 def canonical_schema() -> pa.Schema:
@@ -56,7 +59,7 @@ def parquet_files(path: Path) -> list[Path]:
     if path.is_dir():
         files = sorted(path.glob("*.parquet"))
         if not files:
-            raise DataError(f"{path} is a folder without .parquet files; {REPREPARE}.")
+            raise PreparedFileError(f"{path} is a folder without .parquet files")
         return files
     return [path]
 
@@ -64,11 +67,30 @@ def parquet_files(path: Path) -> list[Path]:
 def open_parquet(path: Path) -> pq.ParquetFile:
     """Open a Parquet file, turning 'missing' and 'not Parquet' into errors that say what to do."""
     if not path.is_file():
-        raise DataError(f"{path} not found: run `python -m mnistperf prepare` to create it.")
+        raise PreparedFileError(f"{path} not found")
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{path} is not a readable Parquet file ({exc}); {REPREPARE}.") from exc
+        raise PreparedFileError(f"{path} is not a readable Parquet file ({_first_line(exc)})") from exc
+
+
+def damaged(path: Path, exc: Exception) -> PreparedFileError:
+    """The error for a file whose footer opened but whose pages do not read (damaged or cut short inside)."""
+    return PreparedFileError(f"{path} is damaged: its data does not read ({_first_line(exc)})")
+
+
+def verify_pages(parquet: pq.ParquetFile, path: Path) -> None:
+    """Read every page of a file once, one row group at a time, checking the CRCs it has; a damaged file raises."""
+    try:
+        for group in range(parquet.metadata.num_row_groups):
+            parquet.read_row_group(group)
+    except (pa.ArrowException, OSError) as exc:
+        raise damaged(path, exc) from exc
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -134,7 +156,7 @@ def check_schema(
     rejects them too, and can say whether they hold NaN.
     """
     if num_rows == 0:
-        raise DataError(f"{path} is empty (0 rows); {REPREPARE}.")
+        raise PreparedFileError(f"{path} is empty (0 rows)")
     layout = find_layout(schema.names, path)
     if require_labels and not layout.has_labels:
         raise DataError(
@@ -144,7 +166,7 @@ def check_schema(
     for name in list(layout.pixels) + ([layout.label] if layout.has_labels else []):
         dtype = schema.field(name).type
         if not (pa.types.is_integer(dtype) or (allow_float and pa.types.is_floating(dtype))):
-            raise DataError(f"{path}: column {name} has type {dtype}, expected integers; {REPREPARE}.")
+            raise PreparedFileError(f"{path}: column {name} has type {dtype}, expected integers")
     return layout
 
 
@@ -163,9 +185,8 @@ def check_values(table: pa.Table | pa.RecordBatch, path: Path) -> None:
         if nan_count:
             raise DataError(f"{path}: column {name} holds {nan_count} NaN or missing values; {what} must all be set.")
         if pa.types.is_floating(column.type):
-            raise DataError(
-                f"{path}: column {name} has type {column.type}; {what} must be stored as integers "
-                f"{low}..{high}; {REPREPARE}."
+            raise PreparedFileError(
+                f"{path}: column {name} has type {column.type}; {what} must be stored as integers {low}..{high}"
             )
         extremes = pc.min_max(column).as_py()
         if extremes["min"] < low or extremes["max"] > high:
@@ -189,7 +210,7 @@ def checked_files(
         labelled = layout.has_labels
         if has_labels is not None and labelled != has_labels:
             state = "has" if labelled else "lacks"
-            raise DataError(f"{file} {state} a '{LABEL_COLUMN}' column, unlike the shards before it; {REPREPARE}.")
+            raise PreparedFileError(f"{file} {state} a '{LABEL_COLUMN}' column, unlike the shards before it")
         has_labels = labelled
         yield file, parquet, layout
         del parquet
@@ -198,7 +219,10 @@ def checked_files(
 def checked_tables(path: Path, require_labels: bool) -> Iterator[tuple[Path, pa.Table]]:
     """Each file of a split read whole, checked, in the canonical layout: one file's table in memory at a time."""
     for file, parquet, layout in checked_files(path, require_labels):
-        table = layout.canonical(parquet.read(columns=[c for c in (layout.label,) if c] + list(layout.pixels)))
+        try:
+            table = layout.canonical(parquet.read(columns=[c for c in (layout.label,) if c] + list(layout.pixels)))
+        except (pa.ArrowException, OSError) as exc:
+            raise damaged(file, exc) from exc
         check_values(table, file)
         yield file, table
 

@@ -21,7 +21,7 @@ import pyarrow.csv as pacsv
 
 from mnistperf.data import schema
 from mnistperf.data.ingest import prepare
-from mnistperf.errors import ConfigError, DataError
+from mnistperf.errors import ConfigError, DataError, PreparedFileError
 
 SPLIT_WORD = {split: re.compile(rf"(^|[^a-z]){split}([^a-z]|$)") for split in prepare.SPLITS}
 SUFFIXES = (".csv", ".parquet")
@@ -124,12 +124,21 @@ def decode_images(file: Path, column: pa.ChunkedArray) -> np.ndarray:
 
 
 def read_parquet(file: Path) -> pa.Table:
-    """A Parquet file, Hugging Face's image layout or pixel columns, in the canonical layout."""
-    parquet = schema.open_parquet(file)
-    image_column = _image_column(parquet.schema_arrow)
-    if image_column is None:
-        return schema.read_checked(file, require_labels=True)
-    table = parquet.read()
+    """A Parquet file, Hugging Face's image layout or pixel columns, in the canonical layout.
+
+    A file that does not read is the user's to replace: prepare cannot re-create it.
+    """
+    try:
+        parquet = schema.open_parquet(file)
+        image_column = _image_column(parquet.schema_arrow)
+        if image_column is None:
+            return schema.read_checked(file, require_labels=True)
+        try:
+            table = parquet.read()
+        except (pa.ArrowException, OSError) as exc:
+            raise schema.damaged(file, exc) from exc
+    except PreparedFileError as exc:
+        raise DataError(f"{exc.problem}; replace it with a good copy and import again.") from exc
     labels = [n for n in table.column_names if n.lower() in schema.LABEL_NAMES]
     if len(labels) != 1:
         raise DataError(

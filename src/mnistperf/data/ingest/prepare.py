@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -102,7 +103,7 @@ def write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: It
         path = split_path(data_dir, dataset, split, fmt)
         start = time.perf_counter()
         if fmt == "parquet":
-            atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+            atomic_write(path, lambda tmp: pq.write_table(table, tmp, **schema.WRITE_OPTIONS))
         else:
             atomic_write(path, lambda tmp: pacsv.write_csv(table, tmp))
         write_s = time.perf_counter() - start
@@ -173,7 +174,12 @@ def prepare_synthetic(
                 images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
                 labels = rng.integers(0, schema.NUM_CLASSES, size=n)
                 table = schema.build_table(images, labels)
-                pq.write_table(table, folder / f"part-{index:05d}.parquet", row_group_size=SYNTHETIC_ROW_GROUP_ROWS)
+                pq.write_table(
+                    table,
+                    folder / f"part-{index:05d}.parquet",
+                    row_group_size=SYNTHETIC_ROW_GROUP_ROWS,
+                    **schema.WRITE_OPTIONS,
+                )
 
         atomic_write_dir(path, write)
         write_s = time.perf_counter() - start
@@ -219,14 +225,48 @@ def require_prepared(dataset: str, data_dir, split: str) -> Path:
     if path.exists():
         return path
     if dataset == "synthetic":
-        how = "`python -m mnistperf prepare --dataset synthetic --rows N`"
+        how = (
+            f"`python -m mnistperf prepare --dataset synthetic{_data_dir_option(data_dir)}` "
+            "(add --rows N for another size than 2,000,000 rows)"
+        )
     elif not is_builtin(dataset):
         _require_own(dataset, Path(data_dir), path)
     else:
-        how = f"`python -m mnistperf prepare --dataset {dataset}`, which needs the raw files: " + sources.how_to_get(
-            sources.DATASETS[dataset]
+        how = (
+            f"`python -m mnistperf prepare --dataset {dataset}{_data_dir_option(data_dir)}`, which needs the raw "
+            "files: " + sources.how_to_get(sources.DATASETS[dataset])
         )
     raise DataError(f"{path} not found. Create it with {how}.")
+
+
+def recreate_command(dataset: str, data_dir: str | os.PathLike, source_root: str | os.PathLike | None = None) -> str:
+    """The command that re-creates a dataset's prepared files in data_dir, and only that dataset's.
+
+    An official dataset is converted again from its raw files (from ``source_root`` when the run had one);
+    synthetic is written again with as many rows as its readable footers hold; a dataset of the user's own
+    is imported again from the folder it came from, which only the user knows (``DIR``).
+    """
+    where = _data_dir_option(data_dir)
+    if dataset in sources.DATASETS:
+        source = f" --source-root {shlex.quote(str(source_root))}" if source_root is not None else ""
+        return f"python -m mnistperf prepare --force --dataset {dataset}{where}{source}"
+    if dataset == "synthetic":
+        rows = _readable_rows(split_path(data_dir, dataset, "train"))
+        return f"python -m mnistperf prepare --force --dataset synthetic{f' --rows {rows}' if rows else ''}{where}"
+    return f"python -m mnistperf prepare --force --from DIR --name {shlex.quote(dataset)}{where}"
+
+
+def _data_dir_option(data_dir: str | os.PathLike) -> str:
+    """`` --data-dir DIR`` for a command line, or nothing for the default ``data``."""
+    return "" if Path(data_dir) == Path("data") else f" --data-dir {shlex.quote(str(data_dir))}"
+
+
+def _readable_rows(path: Path) -> int | None:
+    """The rows a split's footers declare, or None when one does not read."""
+    try:
+        return sum(pq.read_metadata(file).num_rows for file in schema.parquet_files(path))
+    except (OSError, pa.ArrowException, DataError):
+        return None
 
 
 def _require_own(dataset: str, data_dir: Path, path: Path) -> NoReturn:
@@ -234,5 +274,6 @@ def _require_own(dataset: str, data_dir: Path, path: Path) -> NoReturn:
     raise DataError(
         f"{path} not found: data.dataset {dataset!r} is a dataset of your own, read from {data_dir / dataset}/ "
         f"(train.parquet and test.parquet, or train/ and test/ folders of shards). Put them there, or convert a "
-        f"folder of CSV or Hugging Face Parquet files with `python -m mnistperf prepare --from DIR --name {dataset}`."
+        f"folder of CSV or Hugging Face Parquet files with "
+        f"`python -m mnistperf prepare --from DIR --name {dataset}{_data_dir_option(data_dir)}`."
     )

@@ -4,7 +4,8 @@ Each worker reads its own rows record batch by record batch with pyarrow, throug
 shuffle buffer. A split is one file or a folder of shards read as one sequence of rows, in name order.
 Ranks take contiguous, equal shares of ``ceil(N / world_size)`` rows (the last ranks' shares wrap to the
 first rows, as with ``DistributedSampler``); each worker takes a contiguous block of batch-sized chunks,
-so only a rank's last batch can be partial. Values are checked batch by batch as they are read.
+so only a rank's last batch can be partial. Every page is read once at setup, one row group at a time, so
+a damaged file fails before training; values are checked batch by batch as they are read.
 Why shards: docs/stages.md#stream.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -32,6 +34,7 @@ class ParquetStream(IterableDataset):
     def __init__(self, path: Path, require_labels: bool, seed: int = 0):
         self.files, self.layouts, counts = [], [], []
         for file, parquet, layout in schema.checked_files(path, require_labels, allow_float=False):
+            schema.verify_pages(parquet, file)  # one row group at a time: damage fails here, not mid-epoch
             self.files.append(file)
             self.layouts.append(layout)
             counts.append(parquet.metadata.num_rows)
@@ -94,7 +97,7 @@ class ParquetStream(IterableDataset):
         """Rows [begin, end) of one file, one row group at a time."""
         import pyarrow.parquet as pq
 
-        parquet = pq.ParquetFile(file)
+        parquet = pq.ParquetFile(file, page_checksum_verification=True)
         meta = parquet.metadata
         offsets = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
         groups = [g for g in range(meta.num_row_groups) if offsets[g] < end and offsets[g + 1] > begin]
@@ -102,7 +105,7 @@ class ParquetStream(IterableDataset):
             # One row group per call: asked for many at once, pyarrow reads ahead and memory grows with the file.
             position = int(offsets[group])
             columns = [c for c in (layout.label,) if c] + list(layout.pixels)
-            for record_batch in parquet.iter_batches(batch_size=READ_ROWS, row_groups=[group], columns=columns):
+            for record_batch in _batches(parquet, file, group, columns):
                 lo, hi = max(begin - position, 0), min(end - position, record_batch.num_rows)
                 position += record_batch.num_rows
                 if lo < hi:
@@ -123,6 +126,14 @@ class ParquetStream(IterableDataset):
             generator = torch.Generator().manual_seed(hash((self.seed, epoch, self.rank, worker)) % 2**63)
             pieces = _shuffled(pieces, self.buffer_rows, generator)
         yield from _batched(pieces, self.batch_size)
+
+
+def _batches(parquet, file: Path, group: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """One row group's record batches; a file damaged since setup raises an error naming it."""
+    try:
+        yield from parquet.iter_batches(batch_size=READ_ROWS, row_groups=[group], columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        raise schema.damaged(file, exc) from exc
 
 
 def _shuffled(

@@ -1,0 +1,42 @@
+"""The valid name nearest to a mistyped one, for errors that say what was meant.
+
+``closest("data.num_worker", names)`` is ``"data.num_workers"``; a name close to none of them gets
+``None``, so an error never suggests something unrelated.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)$")
+
+#: how alike two names must be (difflib's ratio) for one to be suggested for the other
+CUTOFF = 0.6
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate most like ``name``, or None when none is alike enough."""
+    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=CUTOFF)
+    return matches[0] if matches else None
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean NAME?"`` with the closest candidate, or an empty string when none is close."""
+    match = closest(name, candidates)
+    return f"; did you mean {match}?" if match else ""
+
+
+def with_options_meant(text: str, options: Iterable[str]) -> str:
+    """An argparse ``unrecognized arguments: ...`` message, with the valid option nearest to each unknown one.
+
+    ``options`` are the valid names without their dashes (``data.batch_size``); other messages come back as they are.
+    """
+    unrecognized = _UNRECOGNIZED.search(text)
+    if not unrecognized:
+        return text
+    names = list(options)
+    given = [word.split("=")[0] for word in unrecognized.group(1).split() if word.startswith("--")]
+    hints = [f"--{match} for {word}" for word in given if (match := closest(word[2:], names))]
+    return f"{text}; did you mean {', '.join(hints)}?" if hints else text

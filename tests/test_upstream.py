@@ -136,3 +136,20 @@ def test_torchs_profiler_says_when_it_runs_and_keeps_its_raw_events():
     from torch.profiler import _utils
 
     assert callable(getattr(_utils, "_init_for_cuda_graphs", None)), f"{version}: no _init_for_cuda_graphs"
+
+
+def test_the_parsers_list_their_options_and_hand_out_a_subcommands_parser():
+    import argparse
+
+    import jsonargparse
+
+    version = f"jsonargparse {importlib.metadata.version('jsonargparse')}"
+    plain = argparse.ArgumentParser()
+    plain.add_argument("--data-dir")
+    assert upstream.long_options(plain) == ["help", "data-dir"]
+    root = jsonargparse.ArgumentParser()
+    fit = jsonargparse.ArgumentParser()
+    fit.add_argument("--data.batch_size", type=int)
+    root.add_subcommands().add_subcommand("fit", fit)
+    assert upstream.subcommand_parser(root, "fit") is fit, f"{version}: subcommands are kept elsewhere"
+    assert "data.batch_size" in upstream.long_options(upstream.subcommand_parser(root, "fit"))

@@ -21,6 +21,7 @@ from typing import NoReturn
 from mnistperf.close_names import did_you_mean, with_options_meant
 from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.install_check import check_torchvision
+from mnistperf.upstream import long_options
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 OVERVIEW = """\
@@ -49,7 +50,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
         if os.environ.get(DEBUG_ENV):
             super().error(message)
-        options = [o[2:] for action in self._actions for o in action.option_strings if o.startswith("--")]
+        options = long_options(self)
         text = with_options_meant(message, options)
         choice = _INVALID_CHOICE.search(text)
         if choice:

@@ -33,7 +33,7 @@ from mnistperf.errors import DEBUG_ENV, ConfigError
 from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
-from mnistperf.upstream import KeepRunHyperparameters
+from mnistperf.upstream import KeepRunHyperparameters, long_options, subcommand_parser
 
 
 class OneLineErrorParser(LightningArgumentParser):
@@ -63,10 +63,7 @@ class OneLineErrorParser(LightningArgumentParser):
 
     def _command_parser(self, command: str | None) -> LightningArgumentParser:
         """The parser holding the subcommand's options: this one, or the subcommand's below the root."""
-        subcommands = self._subcommands_action
-        if command is None or subcommands is None:
-            return self
-        return subcommands._name_parser_map.get(command, self)
+        return self if command is None else subcommand_parser(self, command)
 
 
 _SUBCOMMAND = re.compile(r"Subcommand '(\w+)'")
@@ -76,7 +73,7 @@ _MISSING_CONFIG = re.compile(r"Parser key \"config\": File does not exist: '?([^
 
 def option_names(parser) -> set[str]:
     """Every option of a parser without its dashes (``data.batch_size``), and each section (``data``)."""
-    names = {option[2:] for action in parser._actions for option in action.option_strings if option.startswith("--")}
+    names = set(long_options(parser))
     return names | {name.rsplit(".", depth)[0] for name in names for depth in range(1, name.count(".") + 1)}
 
 

@@ -65,6 +65,26 @@ OPTIMIZER_STEP_PROGRESS = {
 }
 
 
+# ---------------------------------------------------------------- argparse and jsonargparse (LightningCLI's parser)
+def long_options(parser: Any) -> list[str]:
+    """Every ``--option`` a parser (argparse's, or jsonargparse's below LightningCLI) accepts, without its dashes.
+
+    Why: an unknown option is answered with the nearest valid one. Public replacement: argparse listing its
+    options (``_actions`` is its own attribute, unchanged since Python 3.2).
+    """
+    return [option[2:] for action in parser._actions for option in action.option_strings if option.startswith("--")]
+
+
+def subcommand_parser(parser: Any, name: str) -> Any:
+    """The parser of subcommand ``name`` below a jsonargparse root parser (the root itself where there is none).
+
+    Why: an error in a config file is raised by the root parser, whose options are not the subcommand's.
+    Public replacement: jsonargparse handing out a subcommand's parser.
+    """
+    subcommands = getattr(parser, "_subcommands_action", None)
+    return parser if subcommands is None else subcommands._name_parser_map.get(name, parser)
+
+
 # ---------------------------------------------------------------- litdata
 def merge_index_alone(writer: Any) -> None:
     """Write a litdata copy's index from this process's chunks alone.

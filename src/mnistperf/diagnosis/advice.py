@@ -41,6 +41,17 @@ USER_HINTS: dict[str, list[str]] = {
 }
 
 
+# What an overhead-bound step could gain, from the device's measured busy share.
+GPU_OVERHEAD = (
+    "the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to {faster:.1f}x faster "
+    "(at most {less:.2f} s less per epoch)"
+)
+CPU_OVERHEAD = (
+    "the CPU spent {busy:.0%} of the step inside tensor operations, so with the Python and framework work "
+    "around them gone the step could be up to {faster:.1f}x faster (at most {less:.2f} s less per epoch)"
+)
+
+
 def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any] | None:
     """What fixing the run's bound could buy, or None where the verdict is undetermined.
 
@@ -65,22 +76,11 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             f"with input free, an epoch's training would take at most {less:.2f} s "
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
-    elif verdict == "overhead-bound" and not on_cpu:
-        busy = summary["device_busy_share"]
-        less = found["at_most_s_less"] = (1 - busy) * train_s
-        faster = found["speed_up_at_most"] = 1 / busy
-        found["ceiling"] = (
-            f"the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to "
-            f"{faster:.1f}x faster (at most {less:.2f} s less per epoch)"
-        )
     elif verdict == "overhead-bound":
-        busy = summary["cpu_busy_share"]
+        busy = summary["cpu_busy_share" if on_cpu else "device_busy_share"]
         less = found["at_most_s_less"] = (1 - busy) * train_s
         faster = found["speed_up_at_most"] = 1 / busy
-        found["ceiling"] = (
-            f"the CPU spent {busy:.0%} of the step inside tensor operations, so with the Python and framework "
-            f"work around them gone the step could be up to {faster:.1f}x faster (at most {less:.2f} s less per epoch)"
-        )
+        found["ceiling"] = (CPU_OVERHEAD if on_cpu else GPU_OVERHEAD).format(busy=busy, faster=faster, less=less)
     elif verdict == "compute-bound":
         found["ceiling"] = f"what remains is the {'CPU' if on_cpu else 'GPU'}'s arithmetic"
     else:

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("chemprop")
 
 import numpy as np
+import torch
 from chemprop import data, featurizers, models, nn
 from lightning import pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -54,7 +55,8 @@ def mpnn(scaler, model_class=models.MPNN) -> models.MPNN:
     return model_class(nn.BondMessagePassing(), nn.MeanAggregation(), ffn, True, metrics)
 
 
-def fit(root: Path, model: models.MPNN, train_loader, val_loader):
+def fit(root: Path, model: models.MPNN, train_loader, val_loader, epochs=EPOCHS, diagnose=True):
+    """The notebook's trainer; ``diagnose`` adds the two callbacks (the cost measurement turns it off)."""
     timer, audit = EpochTimer(), SampleAudit()
     checkpointing = ModelCheckpoint(root / "checkpoints", "best-{epoch}-{val_loss:.2f}", "val_loss", mode="min")
     trainer = pl.Trainer(
@@ -64,8 +66,8 @@ def fit(root: Path, model: models.MPNN, train_loader, val_loader):
         enable_progress_bar=False,
         accelerator="cpu",
         devices=1,
-        max_epochs=EPOCHS,
-        callbacks=[checkpointing, timer, audit],
+        max_epochs=epochs,
+        callbacks=[checkpointing, timer, audit] if diagnose else [checkpointing],
     )
     trainer.fit(model, train_loader, val_loader)
     return trainer, timer, audit
@@ -130,3 +132,19 @@ def test_samples_in_batch_makes_the_timer_count_molecules(tmp_path: Path):
     molecules = molecules_per_epoch(train_loader)
     assert [row["samples"] for row in timer.epochs] == [molecules] * EPOCHS
     assert [row["seen"] for row in audit.epochs] == [molecules] * EPOCHS
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the audit's content hash skips the init=False fields of chemprop's BatchMolGraph, so molecules are "
+    "told apart by their targets and weights alone",
+)
+def test_audit_tells_apart_molecules_that_share_a_label():
+    """A classification set's molecules share labels: only their graphs tell them apart."""
+    smis, _ = molecules()
+    featurizer = featurizers.SimpleMoleculeMolGraphFeaturizer()
+    points = [data.MoleculeDatapoint.from_smi(smi, np.array([i % 2], dtype=float)) for i, smi in enumerate(smis)]
+    loader = data.build_dataloader(data.MoleculeDataset(points, featurizer), batch_size=8, shuffle=False)
+    audit = SampleAudit()
+    fingerprints = torch.cat([audit.fingerprints(batch) for batch in loader])
+    assert fingerprints.unique().numel() == len(smis)

@@ -1,0 +1,153 @@
+"""What EpochTimer and SampleAudit together cost a published library's fit: its fits with and without them.
+
+The fits are the compatibility tier's (tests/compat): pytorch-forecasting's N-BEATS as its tutorial trains it, or
+chemprop's MPNN as its training notebook trains it, on the tier's small data, each built afresh (data, loaders,
+model, trainer) for every fit. A pair is one fit with both callbacks and one without; the order within a pair
+alternates from pair to pair, so drift of the machine falls on both arms. The whole ``trainer.fit`` is timed,
+so the callbacks' work at the ends of the fit (the summary, timing.json) is inside, in wall seconds and in
+this process's CPU seconds (all its threads): on a machine other jobs share, the CPU seconds move far less
+with their load than the wall seconds do. Both arms print to a discarded buffer. Run in the library's
+environment, which .ci/run builds:
+
+    .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting [PAIRS] [EPOCHS]
+    .venv-compat-chemprop/bin/python docs/results/cpu-2core-compat-cost/measure.py chemprop [PAIRS] [EPOCHS]
+
+Prints and writes results-LIBRARY.json beside this file: every fit's seconds and, for wall and CPU seconds
+each, the median of each arm, the ratio of the medians with a 95 % interval (pairs resampled with
+replacement) and the median of the pairs' ratios.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2] / "tests" / "compat"))
+
+LIBRARY = sys.argv[1] if len(sys.argv) > 1 else "forecasting"
+PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+EPOCHS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+ARMS = ("without", "with")
+
+
+def forecasting_fit(root: Path, diagnose: bool) -> None:
+    """One N-BEATS fit of the tier's pytorch-forecasting test."""
+    case = importlib.import_module("test_pytorch_forecasting")
+    training, validation = case.datasets()
+    train_loader = training.to_dataloader(train=True, batch_size=case.BATCH, num_workers=0)
+    val_loader = validation.to_dataloader(train=False, batch_size=case.BATCH, num_workers=0)
+    case.fit_nbeats(root, training, train_loader, val_loader, epochs=EPOCHS, diagnose=diagnose)
+
+
+def chemprop_fit(root: Path, diagnose: bool) -> None:
+    """One MPNN fit of the tier's chemprop test."""
+    case = importlib.import_module("test_chemprop")
+    train_loader, val_loader, scaler = case.loaders()
+    case.fit(root, case.mpnn(scaler), train_loader, val_loader, epochs=EPOCHS, diagnose=diagnose)
+
+
+FITS = {"forecasting": forecasting_fit, "chemprop": chemprop_fit}
+PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop"}
+
+
+def timed(root: Path, diagnose: bool) -> dict[str, float]:
+    """Wall and CPU seconds of one fresh fit, its output discarded."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        wall, cpu = time.perf_counter(), time.process_time()
+        FITS[LIBRARY](root, diagnose)
+        return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+
+
+def interval(seconds: dict[str, list[float]], draws: int = 2000) -> tuple[float, float]:
+    """2.5th and 97.5th percentiles of the ratio of medians over pairs resampled with replacement."""
+    draw = random.Random(0)
+    pairs = range(len(seconds["with"]))
+    ratios = []
+    for _ in range(draws):
+        picked = [draw.choice(pairs) for _ in pairs]
+        ratios.append(
+            statistics.median(seconds["with"][i] for i in picked)
+            / statistics.median(seconds["without"][i] for i in picked)
+        )
+    cuts = statistics.quantiles(ratios, n=40)
+    return cuts[0], cuts[-1]
+
+
+def figures(seconds: dict[str, list[float]]) -> dict[str, Any]:
+    """The medians, their ratio with its 95 % interval, and the median of the pairs' ratios."""
+    median = {arm: statistics.median(values) for arm, values in seconds.items()}
+    return {
+        "fit_s": seconds,
+        "median_fit_s": median,
+        "ratio_of_medians": median["with"] / median["without"],
+        "ratio_of_medians_95": interval(seconds),
+        "median_pair_ratio": statistics.median(a / b for a, b in zip(seconds["with"], seconds["without"], strict=True)),
+    }
+
+
+def main() -> None:
+    """Warm up once, run the pairs, print and write the figures."""
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    seconds: dict[str, dict[str, list[float]]] = {clock: {arm: [] for arm in ARMS} for clock in ("wall", "cpu")}
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as scratch:
+        timed(Path(scratch) / "warm-up", diagnose=True)  # imports and first-call costs, in neither arm
+        for pair in range(PAIRS):
+            order = ARMS if pair % 2 == 0 else ARMS[::-1]
+            for arm in order:
+                for clock, value in timed(Path(scratch) / f"{pair}-{arm}", diagnose=arm == "with").items():
+                    seconds[clock][arm].append(value)
+            load.append(os.getloadavg()[0])
+            print(
+                f"pair {pair + 1}/{PAIRS}: "
+                + ", ".join(
+                    f"{arm} {seconds['wall'][arm][-1]:.2f} s ({seconds['cpu'][arm][-1]:.2f} s CPU)" for arm in ARMS
+                )
+            )
+    package = importlib.import_module(PACKAGES[LIBRARY])
+    result: dict[str, Any] = {
+        "what": f"whole fits of the compatibility tier's {LIBRARY} test, with and without EpochTimer and SampleAudit",
+        "library": f"{PACKAGES[LIBRARY]} {package.__version__}",
+        "epochs_per_fit": EPOCHS,
+        "pairs": PAIRS,
+        "load_average_1min": load,
+        **{clock: figures(values) for clock, values in seconds.items()},
+        "environment": {
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "lightning": lightning.__version__,
+            "python": platform.python_version(),
+        },
+    }
+    (HERE / f"results-{LIBRARY}.json").write_text(json.dumps(result, indent=1) + "\n")
+    for clock in ("wall", "cpu"):
+        row = result[clock]
+        low, high = row["ratio_of_medians_95"]
+        print(
+            f"{result['library']}, {clock} seconds: median fit {row['median_fit_s']['without']:.2f} s without, "
+            f"{row['median_fit_s']['with']:.2f} s with; ratio of medians {row['ratio_of_medians']:.3f}x "
+            f"(95 % {low:.3f}-{high:.3f}x), median pair ratio {row['median_pair_ratio']:.3f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -26,8 +26,8 @@ ENDS = ("", "O", "N", "Cl", "F", "C(=O)O")
 
 
 def molecules() -> tuple[list[str], np.ndarray]:
-    """60 distinct chains of 2-11 carbons with one end group each, and a random target per molecule."""
-    smiles = [f"C{'C' * n}{end}" for n in range(1, 11) for end in ENDS]
+    """66 distinct chains of 2-12 carbons with one end group each, and a random target per molecule."""
+    smiles = [f"C{'C' * n}{end}" for n in range(1, 12) for end in ENDS]
     return smiles, np.random.default_rng(0).normal(size=(len(smiles), 1))
 
 

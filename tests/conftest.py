@@ -103,16 +103,23 @@ def _run_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-# Folders a test run may write (bytecode, pytest's cache, the venv and the install metadata).
+# Folders a test run may write (bytecode, pytest's cache, the venvs and the install metadata).
 NOT_GUARDED = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".ruff_cache"}
+
+
+def guarded_away(folder: str) -> bool:
+    """A folder the suite may write in: bytecode, caches, install metadata, the venvs (.venv-compat-* too)."""
+    return folder in NOT_GUARDED or folder.endswith(".egg-info") or folder.startswith(".venv")
 
 
 def _checkout_state() -> dict[str, int]:
     """Every file in the checkout, ignored ones included (lightning_logs/, timing.json, data/), with its mtime."""
     state = {}
     for folder, dirs, files in os.walk(REPO):
-        dirs[:] = [d for d in dirs if d not in NOT_GUARDED and not d.endswith(".egg-info")]
+        dirs[:] = [d for d in dirs if not guarded_away(d)]
         for name in files:
+            if name.startswith(".venv"):  # the compatibility environments' build logs and lock, written meanwhile
+                continue
             path = Path(folder, name)
             state[str(path.relative_to(REPO))] = path.stat().st_mtime_ns
     return state

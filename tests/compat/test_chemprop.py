@@ -110,8 +110,8 @@ def test_audit_sees_every_molecule_once_but_the_one_build_dataloader_drops(noteb
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the timer counts the atoms of chemprop's BatchMolGraph (the first tensor Lightning's "
-    "extract_batch_size finds), not the molecules",
+    reason="the timer counts the atoms of chemprop's BatchMolGraph (the first tensor of the batch, as Lightning's "
+    "extract_batch_size finds it), not the molecules; it says so once, naming samples_in_batch",
 )
 def test_timer_counts_molecules(notebook_fit):
     _, train_loader, _, timer, _ = notebook_fit
@@ -136,8 +136,8 @@ def test_samples_in_batch_makes_the_timer_count_molecules(tmp_path: Path):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the audit's content hash skips the init=False fields of chemprop's BatchMolGraph, so molecules are "
-    "told apart by their targets and weights alone",
+    reason="the audit takes a row of the batch's first tensor (an atom of chemprop's BatchMolGraph) as a sample; "
+    "it says so once, naming sample_id= and fingerprint=",
 )
 def test_audit_tells_apart_molecules_that_share_a_label():
     """A classification set's molecules share labels: only their graphs tell them apart."""

@@ -48,6 +48,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.batches import leading_lengths
 from mnistperf.diagnosis.busy_window import WINDOW_STEPS
 from mnistperf.diagnosis.clock import GATHERED, PER_RANK, EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
@@ -146,6 +147,7 @@ class EpochTimer(Callback):
         self._fetch: FetchClock | None = None
         self._count_samples: Callable[[Any], int | None] = leading_length
         self._uncounted = False  # a batch of this fit had no countable samples (said once)
+        self._batch_read = False  # the fit's first batch was read for lengths that disagree
         self._val_metrics: dict[str, float] = {}
         self._said: set[str] = set()
         self.problems = Problems("EpochTimer")  # what went wrong inside the timer: said once, kept in timing.json
@@ -201,6 +203,7 @@ class EpochTimer(Callback):
         self._fetch = FetchClock(attributes.profiler)
         self._count_samples = sample_counter(pl_module)
         self._uncounted = False
+        self._batch_read = callable(getattr(pl_module, "samples_in_batch", None))  # the module counts its own
         swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -236,8 +239,24 @@ class EpochTimer(Callback):
                 f"{type(pl_module).__name__}.",
             )
         self.clock.count(samples)
+        if not self._batch_read:
+            self._batch_read = True
+            self._say_if_ambiguous(trainer, pl_module, batch, samples)
         if sampled(batch_idx):
             self._start_sampling()
+
+    def _say_if_ambiguous(self, trainer: Trainer, pl_module: LightningModule, batch: Any, samples: int | None) -> None:
+        """Once a fit: where a batch's tensors lead with different lengths, say which one samples are counted by."""
+        with self.problems.guard("reading the first batch's tensors"):
+            lengths = leading_lengths(batch)
+            if len(lengths) > 1 and samples is not None:
+                self._say_once(
+                    trainer,
+                    f"the tensors of a training batch ({type(batch).__name__}) lead with different lengths "
+                    f"({', '.join(map(str, lengths))}): samples are counted as the first tensor's, {samples} a "
+                    f"batch; define samples_in_batch(self, batch) -> int on {type(pl_module).__name__} to "
+                    "count what a sample is.",
+                )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """Mark the step's end (after the epoch's last batch, the end of training time)."""

@@ -38,11 +38,11 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader, IterableDataset
 
 from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.batches import leading_lengths, tensors_of
 from mnistperf.diagnosis.guard import Problems
 from mnistperf.errors import MnistperfError
 
@@ -77,20 +77,6 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torc
         part, factors = values[:, start : start + step], weights[start : start + step]
         total = (total + (part @ factors if matmul else (part[:, :, None] * factors).sum(dim=1))) % PRIME
     return total
-
-
-def tensors_of(batch: Any) -> list[torch.Tensor]:
-    """Every tensor of a batch, in order: a tensor, a tuple, list or dict of tensors read directly, else walked."""
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else None
-    if items is not None:
-        found = list(items)
-        if all(isinstance(item, torch.Tensor) for item in found):
-            return found
-    tensors: list[torch.Tensor] = []
-    apply_to_collection(batch, torch.Tensor, tensors.append)
-    return tensors
 
 
 class Fingerprinter:
@@ -190,6 +176,7 @@ class SampleAudit(Callback):
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
         self._held: list[tuple[list[torch.Tensor], int]] = []  # copies of the steps' sample rows not yet hashed
         self._held_samples = self._held_bytes = 0
+        self._batch_read = False
         skip_unused_batch_hooks(self)
 
     # ------------------------------------------------------------------ fingerprints
@@ -278,6 +265,7 @@ class SampleAudit(Callback):
         self._trainer = trainer
         if stage == "fit":
             self.problems = Problems("SampleAudit")
+            self._batch_read = False  # the fit's first batch is read for lengths that disagree
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """On a run resumed inside an epoch, take back this rank's fingerprints of that epoch from the checkpoint."""
@@ -309,11 +297,25 @@ class SampleAudit(Callback):
             return
         try:
             if self.fingerprint is None and self.sample_id is None:
+                if not self._batch_read:
+                    self._batch_read = True
+                    self._say_if_ambiguous(trainer, batch)
                 self._hold(batch)
             else:
                 self._seen.append(self.fingerprints(batch))
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
+
+    def _say_if_ambiguous(self, trainer: Trainer, batch: Any) -> None:
+        """Once a fit: where a batch's tensors lead with different lengths, say which rows are taken for samples."""
+        lengths = leading_lengths(batch)
+        if len(lengths) > 1 and self.sample_dims == 1 and trainer.is_global_zero:
+            self._say(
+                trainer,
+                f"SampleAudit: the tensors of a training batch ({type(batch).__name__}) lead with different lengths "
+                f"({', '.join(map(str, lengths))}): a sample is taken as a row of those leading with {lengths[0]}; "
+                "pass sample_id= or fingerprint= to name what a sample is",
+            )
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""

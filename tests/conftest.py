@@ -1,10 +1,12 @@
-"""Shared fixtures: tiny synthetic Parquet, fake raw idx files, and the real datasets when present."""
+"""Shared fixtures and helpers: tiny synthetic Parquet, fake raw idx files, the real datasets when present, a stage
+config run in-process, and a foreign LightningModule fitted with a plain Trainer."""
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -13,7 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from lightning import LightningModule, Trainer
 
+from mnistperf.cli import main
 from mnistperf.data import schema
 from mnistperf.data.ingest import sources
 from mnistperf.diagnosis import EpochTimer
@@ -46,6 +50,79 @@ def tiny_data(tmp_path: Path) -> Path:
     for split, rows, seed in (("train", TRAIN_ROWS, 1), ("test", TEST_ROWS, 2)):
         write_parquet(data_dir / "FashionMNIST" / f"{split}.parquet", schema.build_table(*random_split(rows, seed)), 16)
     return data_dir
+
+
+@pytest.fixture
+def workdir(tiny_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's working folder, whose data/ holds tiny FashionMNIST Parquet: the stage configs run there unchanged."""
+    monkeypatch.chdir(tiny_data.parent)
+    return tiny_data.parent
+
+
+def stage_argv(
+    config: str | Path, *overrides: str, command: str = "fit", epochs: int | None = None, quiet: bool = True
+) -> list[str]:
+    """The command line of ``mnistperf COMMAND`` on a stage config, as ``main`` takes it.
+
+    Args:
+        config: a stage's name (its YAML in configs/), or the path of any config.
+        overrides: options after the defaults below, so they win over them.
+        command: fit, validate, test or predict.
+        epochs: ``--trainer.max_epochs`` (None: the config's).
+        quiet: QUIET first (no progress bar, no model summary).
+    """
+    path = CONFIGS / f"{config}.yaml" if isinstance(config, str) and not config.endswith(".yaml") else Path(config)
+    max_epochs = ("--trainer.max_epochs", str(epochs)) if epochs is not None else ()
+    return [command, "--config", str(path), *max_epochs, *(QUIET if quiet else ()), *overrides]
+
+
+def _timing_files() -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in Path.cwd().glob("lightning_logs/*/version_*/timing.json")}
+
+
+def run_stage(
+    config: str | Path, *overrides: str, command: str = "fit", epochs: int | None = None, quiet: bool = True
+) -> dict | None:
+    """Run :func:`stage_argv`'s command in this process through ``mnistperf.cli.main``, as torchgeo's tests run
+    tiny configs through ``main([...])``; return the timing.json it wrote under lightning_logs/ (None where it
+    wrote none: validate, test, predict)."""
+    before = _timing_files()
+    main(stage_argv(config, *overrides, command=command, epochs=epochs, quiet=quiet))
+    written = [path for path, mtime in _timing_files().items() if before.get(path) != mtime]
+    return json.loads(max(written, key=lambda p: p.stat().st_mtime_ns).read_text()) if written else None
+
+
+def newest_checkpoint(workdir: Path, run_name: str) -> Path:
+    """The newest checkpoint of the runs logged as ``run_name`` (a stage config's logger name)."""
+    found = (workdir / "lightning_logs" / run_name).glob("version_*/checkpoints/*.ckpt")
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def fit_module(
+    module: LightningModule, *loaders, callbacks=(), datamodule=None, ckpt_path=None, **trainer_options
+) -> Trainer:
+    """Fit a LightningModule (any project's) with a plain Trainer and return the trainer.
+
+    Args:
+        module: the module to fit.
+        loaders: the training loader (or a DataModule), then the validation loader, as ``Trainer.fit`` takes them.
+        callbacks: the trainer's callbacks.
+        datamodule: a DataModule instead of loaders.
+        ckpt_path: the checkpoint to resume from.
+        trainer_options: over the defaults: on the CPU, 2 epochs, no logger, checkpoints, progress bar or model
+            summary.
+    """
+    options = {
+        "accelerator": "cpu",
+        "max_epochs": 2,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+    trainer = Trainer(callbacks=list(callbacks), **{**options, **trainer_options})
+    trainer.fit(module, *loaders, datamodule=datamodule, ckpt_path=ckpt_path)
+    return trainer
 
 
 def idx_bytes(array: np.ndarray, magic: int) -> bytes:

@@ -328,11 +328,10 @@ def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):
     assert "interrupted: keeping the rows already finished" in capsys.readouterr().out
 
 
-def test_real_bench_on_tiny_data_writes_every_result_file(tiny_data, monkeypatch, capsys):
-    monkeypatch.chdir(tiny_data.parent)
-    shutil.copytree(CONFIGS, tiny_data.parent / "configs")
+def test_real_bench_on_tiny_data_writes_every_result_file(workdir, monkeypatch, capsys):
+    shutil.copytree(CONFIGS, workdir / "configs")
     broken = (CONFIGS / "v2_pinned.yaml").read_text().replace("batch_size: 512", "batch_size: -3")
-    (tiny_data.parent / "configs" / "broken.yaml").write_text(broken)
+    (workdir / "configs" / "broken.yaml").write_text(broken)
     main(
         [
             "bench",
@@ -348,7 +347,7 @@ def test_real_bench_on_tiny_data_writes_every_result_file(tiny_data, monkeypatch
             "out",
         ]
     )
-    out = tiny_data.parent / "out"
+    out = workdir / "out"
     assert sorted(p.name for p in out.iterdir() if p.is_file()) == [
         "chart.png",
         "results.csv",
@@ -371,10 +370,9 @@ def test_real_bench_on_tiny_data_writes_every_result_file(tiny_data, monkeypatch
     assert "| v2_pinned | 1 |" in printed  # the per-step table: 96 rows in one batch of 512
 
 
-def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_group(tiny_data, monkeypatch):
+def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_group(workdir, monkeypatch):
     """For v4_graphed the reference rows run the stage's own step (graph logic emulated on a CPU), one per batch
     of each group: every row once per epoch, and the plain loop learns exactly what it learns ungrouped."""
-    monkeypatch.chdir(tiny_data.parent)
     graphs_made = []
 
     def emulated(*args, **kwargs):
@@ -387,7 +385,7 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
     for name, extra in (("plain", []), ("bare", ["--bare-lightning"]), ("plain ungrouped", [])):
         grouping = [] if name == "plain ungrouped" else ["--data.batches_per_step", "2"]
         reference_rows.main([*extra, "--out", f"{name}.json", *common, *grouping])
-        summaries[name] = json.loads((tiny_data.parent / f"{name}.json").read_text())
+        summaries[name] = json.loads((workdir / f"{name}.json").read_text())
         assert [e["samples"] for e in summaries[name]["epochs"]] == [96, 96]  # 40 + 40 + 16, each row once
     # Per run: the parsed stage module's own graphs (unused by either row: 0), then the row's step (shapes 40
     # and 16, captured in epoch 1 only: 2).

@@ -9,35 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, NO_WORKERS, QUIET
+from conftest import NO_WORKERS, newest_checkpoint, run_stage
 
-from mnistperf.cli import main
 from mnistperf.model import ImageClassifier
 from mnistperf.model.checkpoint import follow_the_run
 
-SMALL = [*QUIET, "--data.batch_size", "32"]
-
-
-@pytest.fixture
-def workdir(tiny_data, monkeypatch) -> Path:
-    monkeypatch.chdir(tiny_data.parent)
-    return tiny_data.parent
-
-
-def run(command: str, stage: str, *overrides: str) -> None:
-    extra = NO_WORKERS if stage.startswith(("v1", "v2")) else ()
-    main([command, "--config", str(CONFIGS / f"{stage}.yaml"), *SMALL, *extra, *overrides])
-
-
-def newest(workdir: Path, stage: str) -> Path:
-    found = (workdir / "lightning_logs" / stage).glob("version_*/checkpoints/*.ckpt")
-    return max(found, key=lambda p: p.stat().st_mtime)
+# Batches of 32 (3 steps an epoch) loaded in the main process (the resident stages have no workers anyway).
+SMALL = ("--data.batch_size", "32", *NO_WORKERS)
 
 
 @pytest.fixture
 def v2_checkpoint(workdir) -> Path:
-    run("fit", "v2_pinned", "--trainer.max_epochs", "1")
-    return newest(workdir, "v2_pinned")
+    run_stage("v2_pinned", *SMALL, epochs=1)
+    return newest_checkpoint(workdir, "v2_pinned")
 
 
 @pytest.fixture
@@ -53,7 +37,7 @@ def seen_hparams(monkeypatch) -> list[dict]:
 def test_evaluating_a_checkpoint_of_another_stage_runs_the_stage_asked_for_and_says_what_differs(
     workdir, v2_checkpoint, seen_hparams, caplog
 ):
-    run("test", "v3_compiled", "--ckpt_path", str(v2_checkpoint))
+    run_stage("v3_compiled", *SMALL, "--ckpt_path", str(v2_checkpoint), command="test")
     assert seen_hparams[-1]["compile"] and seen_hparams[-1]["channels_last"] and seen_hparams[-1]["fused_adam"]
     assert (
         "checkpoint trained with model.compile false, model.channels_last false, model.fused_adam false; "
@@ -62,7 +46,9 @@ def test_evaluating_a_checkpoint_of_another_stage_runs_the_stage_asked_for_and_s
 
 
 def test_the_command_line_wins_over_the_checkpoint(workdir, v2_checkpoint, seen_hparams, caplog):
-    run("validate", "v2_pinned", "--ckpt_path", str(v2_checkpoint), "--model.channels_last", "true")
+    run_stage(
+        "v2_pinned", *SMALL, "--ckpt_path", str(v2_checkpoint), "--model.channels_last", "true", command="validate"
+    )
     assert seen_hparams[-1]["channels_last"]
     assert (
         "checkpoint trained with model.channels_last false; running v2_pinned's model.channels_last true" in caplog.text
@@ -72,13 +58,13 @@ def test_the_command_line_wins_over_the_checkpoint(workdir, v2_checkpoint, seen_
 def test_resuming_into_another_stage_trains_that_stage_from_where_it_stopped(workdir, v2_checkpoint, caplog):
     """v2_pinned (automatic optimization) to v4_graphed (the whole step, 8 batches per Lightning step): the config's
     cuda_graph and batches_per_step hold, Adam's state carries over, and the optimizer steps go on counting."""
-    run("fit", "v4_graphed", "--trainer.max_epochs", "2", "--ckpt_path", str(v2_checkpoint))
+    run_stage("v4_graphed", *SMALL, "--ckpt_path", str(v2_checkpoint), epochs=2)
     assert (
         "checkpoint trained with model.channels_last false, model.fused_adam false, model.cuda_graph false; "
         "running v4_graphed's model.channels_last true, model.fused_adam true, model.cuda_graph true" in caplog.text
     )
     assert "fresh optimizer" not in caplog.text
-    resumed = newest(workdir, "v4_graphed")
+    resumed = newest_checkpoint(workdir, "v4_graphed")
     assert resumed.name == "epoch=1-step=6.ckpt"  # 96 rows in batches of 32: 3 steps per epoch, the first 3 before
     summary = json.loads((resumed.parents[1] / "timing.json").read_text())
     assert summary["model"]["cuda_graph"] and [e["epoch"] for e in summary["epochs"]] == [2]
@@ -94,12 +80,12 @@ def test_an_optimizer_state_of_another_kind_starts_a_fresh_optimizer(workdir, v2
     sgd.step()
     checkpoint["optimizer_states"] = [{**sgd.state_dict(), "kind": "SGD"}]  # as a stage training with SGD writes it
     torch.save(checkpoint, workdir / "sgd.ckpt")
-    run("fit", "v2_pinned", "--trainer.max_epochs", "2", "--ckpt_path", "sgd.ckpt")
+    run_stage("v2_pinned", *SMALL, "--ckpt_path", "sgd.ckpt", epochs=2)
     assert (
         "the checkpoint's optimizer state is not loaded (it holds SGD state, this run optimizes with Adam): "
         "starting a fresh optimizer" in caplog.text
     )
-    state = torch.load(newest(workdir, "v2_pinned"), weights_only=True)["optimizer_states"][0]["state"]
+    state = torch.load(newest_checkpoint(workdir, "v2_pinned"), weights_only=True)["optimizer_states"][0]["state"]
     assert all(float(s["step"]) == 3 for s in state.values())  # one epoch of Adam, from nothing
 
 
@@ -141,19 +127,19 @@ def as_a_gpu_writes_it(checkpoint: dict) -> dict:
 
 
 def test_a_gpu_checkpoint_resumes_and_evaluates_on_a_cpu(workdir, seen_hparams):
-    run("fit", "v4_graphed", "--trainer.max_epochs", "1")
-    checkpoint = as_a_gpu_writes_it(torch.load(newest(workdir, "v4_graphed"), weights_only=True))
+    run_stage("v4_graphed", *SMALL, epochs=1)
+    checkpoint = as_a_gpu_writes_it(torch.load(newest_checkpoint(workdir, "v4_graphed"), weights_only=True))
     assert set(checkpoint["state_dict"]) == NETWORK_KEYS  # as checkpoints written before compiling in place hold them
     torch.save(checkpoint, workdir / "gpu.ckpt")
     weights = checkpoint["state_dict"]
-    run("fit", "v4_graphed", "--trainer.max_epochs", "2", "--ckpt_path", "gpu.ckpt")
-    resumed = torch.load(newest(workdir, "v4_graphed"), weights_only=True)
+    run_stage("v4_graphed", *SMALL, "--ckpt_path", "gpu.ckpt", epochs=2)
+    resumed = torch.load(newest_checkpoint(workdir, "v4_graphed"), weights_only=True)
     assert all(not g["capturable"] for g in resumed["optimizer_states"][0]["param_groups"])  # the run's, on a CPU
     assert all(k.startswith("net.") and "_orig_mod" not in k for k in resumed["state_dict"])
     assert not any(torch.equal(weights[k], v) for k, v in resumed["state_dict"].items())  # it trained on
     seen_hparams.clear()
     for command in ("validate", "test", "predict"):
-        run(command, "v3_compiled", "--ckpt_path", "gpu.ckpt")
+        run_stage("v3_compiled", *SMALL, "--ckpt_path", "gpu.ckpt", command=command)
     assert len(seen_hparams) == 3 and all(hp["channels_last"] and hp["fused_adam"] for hp in seen_hparams)
 
 
@@ -187,9 +173,9 @@ def test_optimizer_flags_follow_the_run_not_the_file():
 
 @pytest.mark.cuda
 def test_a_cpu_checkpoint_of_the_graphed_stage_resumes_captured_on_cuda(workdir):
-    run("fit", "v4_graphed", "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu")
-    run("fit", "v4_graphed", "--trainer.max_epochs", "2", "--ckpt_path", str(newest(workdir, "v4_graphed")))
-    resumed = torch.load(newest(workdir, "v4_graphed"), weights_only=True)
+    run_stage("v4_graphed", *SMALL, "--trainer.accelerator", "cpu", epochs=1)
+    run_stage("v4_graphed", *SMALL, "--ckpt_path", str(newest_checkpoint(workdir, "v4_graphed")), epochs=2)
+    resumed = torch.load(newest_checkpoint(workdir, "v4_graphed"), weights_only=True)
     assert resumed["global_step"] == 6
     assert all(g["capturable"] for g in resumed["optimizer_states"][0]["param_groups"])
 
@@ -204,7 +190,7 @@ def test_an_interrupted_fit_writes_the_finished_epochs_timing_marked_interrupted
     handler = signal.getsignal(signal.SIGINT)
     try:
         with pytest.raises(SystemExit) as exit_info:
-            run("fit", "v2_pinned", "--trainer.max_epochs", "3")
+            run_stage("v2_pinned", *SMALL, epochs=3)
     finally:
         signal.signal(signal.SIGINT, handler)  # Lightning's graceful shutdown ignores further Ctrl-C
     assert exit_info.value.code == 1

@@ -26,7 +26,7 @@ from mnistperf.lightning_cli import parse_fit_config
 
 SCRIPT = REPO / "scripts" / "gpu-check"
 BENCH = '"$py" -m mnistperf bench'
-RUNNER_ONLY = ("--bare-lightning", "--loader-only")  # the baseline module's own flags, not fit's
+RUNNER_ONLY = ("--bare-lightning", "--loader-only")  # the reference rows module's own flags, not fit's
 
 
 def script_benches() -> list[list[str]]:

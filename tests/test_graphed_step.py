@@ -7,15 +7,11 @@ real graphs: the same losses as eager steps, one capture per batch shape, resume
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CONFIGS, QUIET, TRAIN_ROWS
+from conftest import CONFIGS, TRAIN_ROWS, fit_module, run_stage
 from emulated_graphs import EmulatedGraphs
-from lightning import Trainer
 
 from mnistperf.cli import main
 from mnistperf.data.datamodule import MNISTDataModule
@@ -141,20 +137,8 @@ def test_adam_is_capturable_only_where_the_step_is_captured(monkeypatch):
 
 
 # ---------------------------------------------------------------- the stage, inside Lightning
-def fit(workdir: Path, *overrides: str) -> dict:
-    main(
-        [
-            "fit",
-            "--config",
-            str(CONFIGS / "v4_graphed.yaml"),
-            *QUIET,
-            "--data.batch_size",
-            "40",
-            *overrides,
-        ]
-    )
-    runs = sorted((workdir / "lightning_logs" / "v4_graphed").glob("version_*/timing.json"))
-    return json.loads(runs[-1].read_text())
+BATCH_40 = ("--data.batch_size", "40")  # 40 + 40 + 16 a training epoch: two batch shapes
+CPU = ("--trainer.accelerator", "cpu")
 
 
 @pytest.fixture
@@ -171,66 +155,52 @@ def captures(monkeypatch) -> list[int]:
     return seen
 
 
-def test_off_cuda_the_stage_trains_eagerly_and_says_why(tiny_data, caplog, captures):
-    summary = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu")
+def test_off_cuda_the_stage_trains_eagerly_and_says_why(workdir, caplog, captures):
+    summary = run_stage("v4_graphed", *BATCH_40, *CPU, epochs=2)
     assert "model.cuda_graph: skipped on cpu (a CUDA graph needs a CUDA device)" in caplog.text
     assert [e["samples"] for e in summary["epochs"]] == [TRAIN_ROWS, TRAIN_ROWS]  # 40 + 40 + 16, every row once
     assert captures == [0, 0]
-    checkpoints = list((tiny_data.parent / "lightning_logs" / "v4_graphed").glob("version_0/checkpoints/*.ckpt"))
+    checkpoints = list((workdir / "lightning_logs" / "v4_graphed").glob("version_0/checkpoints/*.ckpt"))
     assert [c.name for c in checkpoints] == ["epoch=1-step=6.ckpt"]  # Lightning counted every optimizer step
 
 
-def test_the_manual_whole_step_matches_lightnings_automatic_one(tiny_data):
+def test_the_manual_whole_step_matches_lightnings_automatic_one(workdir):
     """The same config with the graph option off (automatic optimization) logs the same training loss."""
-    graphed = fit(tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu")
-    automatic = fit(
-        tiny_data.parent,
-        "--trainer.max_epochs",
-        "2",
-        "--trainer.accelerator",
-        "cpu",
-        "--model.cuda_graph",
-        "false",
-        "--data.batches_per_step",
-        "1",
+    graphed = run_stage("v4_graphed", *BATCH_40, *CPU, epochs=2)
+    automatic = run_stage(
+        "v4_graphed", *BATCH_40, *CPU, "--model.cuda_graph", "false", "--data.batches_per_step", "1", epochs=2
     )
     for mine, theirs in zip(graphed["epochs"], automatic["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
         assert mine["val/acc"] == theirs["val/acc"]
 
 
-def test_several_batches_per_lightning_step_train_exactly_like_one(tiny_data, captures):
+def test_several_batches_per_lightning_step_train_exactly_like_one(workdir, captures):
     """data.batches_per_step 2: the same optimizer steps in the same order (Lightning counts each one),
     so the same losses, accuracies and checkpoint step; Lightning's loop ran once per group."""
-    grouped = fit(
-        tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu", "--data.batches_per_step", "2"
-    )
-    single = fit(
-        tiny_data.parent, "--trainer.max_epochs", "2", "--trainer.accelerator", "cpu", "--data.batches_per_step", "1"
-    )
+    grouped = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "2", epochs=2)
+    single = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "1", epochs=2)
     assert grouped["data"]["batches_per_step"] == 2 and single["data"]["batches_per_step"] == 1
     for mine, theirs in zip(grouped["epochs"], single["epochs"], strict=True):
         assert mine["samples"] == theirs["samples"] == TRAIN_ROWS
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
         assert mine["val/acc"] == theirs["val/acc"]
     checkpoints = sorted(
-        p.name for p in (tiny_data.parent / "lightning_logs" / "v4_graphed").glob("version_*/checkpoints/*.ckpt")
+        p.name for p in (workdir / "lightning_logs" / "v4_graphed").glob("version_*/checkpoints/*.ckpt")
     )
     assert (
         checkpoints == ["epoch=1-step=6.ckpt"] * 2
     )  # 40 + 40 + 16 per epoch: 3 optimizer steps, in 2 or 3 Lightning steps
 
 
-def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(tiny_data, captures, monkeypatch):
+def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(workdir, captures, monkeypatch):
     """The module's graph path on a CPU (StepGraphs' emulation): batches of 40, 40 and 16 in groups of 2
     and 1 capture two shapes in epoch 1 and none after, and train as the eager path does."""
     monkeypatch.setattr("mnistperf.model.step.StepGraphs", EmulatedGraphs)
     monkeypatch.setattr("mnistperf.model.classifier.ImageClassifier.configure_model", graphing_on_cpu)
-    emulated = fit(
-        tiny_data.parent, "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu", "--data.batches_per_step", "2"
-    )
+    emulated = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "2", epochs=3)
     assert captures == [2, 2, 2]
-    eager = fit(tiny_data.parent, "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu")
+    eager = run_stage("v4_graphed", *BATCH_40, *CPU, epochs=3)
     for mine, theirs in zip(emulated["epochs"], eager["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
 
@@ -243,15 +213,7 @@ def test_a_second_fit_of_the_same_module_captures_again(tiny_data, monkeypatch):
     model = ImageClassifier(cuda_graph=True)
     data = MNISTDataModule(data_dir=str(tiny_data), pipeline="resident", batch_size=40)
     for fits in (1, 2):
-        trainer = Trainer(
-            accelerator="cpu",
-            max_epochs=2,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        )
-        trainer.fit(model, data)
+        trainer = fit_module(model, data)
         assert model.step.graphs.captures == 2 * fits and trainer.global_step == 6
         assert not model.step.graphs.graphs  # none outlives the fit
 
@@ -263,21 +225,20 @@ def graphing_on_cpu(module) -> None:
         module.net = module.net.to(memory_format=torch.channels_last)
 
 
-def test_resume_from_the_last_checkpoint(tiny_data, captures):
-    fit(tiny_data.parent, "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu")
-    summary = fit(
-        tiny_data.parent,
-        "--trainer.max_epochs",
-        "2",
-        "--trainer.accelerator",
-        "cpu",
+def test_resume_from_the_last_checkpoint(workdir, captures):
+    run_stage("v4_graphed", *BATCH_40, *CPU, epochs=1)
+    summary = run_stage(
+        "v4_graphed",
+        *BATCH_40,
+        *CPU,
         "--ckpt_path",
-        str(next((tiny_data.parent / "lightning_logs").glob("v4_graphed/version_0/checkpoints/*.ckpt"))),
+        str(next((workdir / "lightning_logs").glob("v4_graphed/version_0/checkpoints/*.ckpt"))),
+        epochs=2,
     )
     assert [e["epoch"] for e in summary["epochs"]] == [2]
 
 
-def test_compile_and_cuda_graph_together_are_refused(tiny_data, capsys):
+def test_compile_and_cuda_graph_together_are_refused(workdir, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(CONFIGS / "v4_graphed.yaml"), "--model.compile", "true"])
     assert exit_info.value.code == 2
@@ -327,18 +288,18 @@ def test_graphed_steps_give_the_losses_of_eager_steps():
 
 
 @pytest.mark.cuda
-def test_one_capture_per_batch_shape_and_none_after_the_first_epoch(tiny_data, captures):
-    summary = fit(tiny_data.parent, "--trainer.max_epochs", "3")
+def test_one_capture_per_batch_shape_and_none_after_the_first_epoch(workdir, captures):
+    summary = run_stage("v4_graphed", *BATCH_40, epochs=3)
     assert summary["accelerator"] == "cuda"
     assert captures == [2, 2, 2]  # batches of 40, 40 and 16: two shapes, captured in epoch 1 only
     assert [e["samples"] for e in summary["epochs"]] == [TRAIN_ROWS] * 3
 
 
 @pytest.mark.cuda
-def test_resume_captures_again_after_loading(tiny_data, captures):
-    fit(tiny_data.parent, "--trainer.max_epochs", "1")
-    checkpoint = next((tiny_data.parent / "lightning_logs").glob("v4_graphed/version_0/checkpoints/*.ckpt"))
-    summary = fit(tiny_data.parent, "--trainer.max_epochs", "3", "--ckpt_path", str(checkpoint))
+def test_resume_captures_again_after_loading(workdir, captures):
+    run_stage("v4_graphed", *BATCH_40, epochs=1)
+    checkpoint = next((workdir / "lightning_logs").glob("v4_graphed/version_0/checkpoints/*.ckpt"))
+    summary = run_stage("v4_graphed", *BATCH_40, "--ckpt_path", str(checkpoint), epochs=3)
     assert [e["epoch"] for e in summary["epochs"]] == [2, 3]
     assert captures[-2:] == [2, 2] and summary["final_val_acc"] is not None
 
@@ -353,19 +314,8 @@ def test_the_graphed_stage_learns_what_the_same_stage_run_eagerly_does(shared_da
     after five the accuracy within a point (three seeds span 1.25: docs/results/cpu-2core-accuracy-seeds)."""
     monkeypatch.chdir(tmp_path)
     runs = []
-    for version, overrides in enumerate(((), ("--model.cuda_graph", "false", "--data.batches_per_step", "1"))):
-        main(
-            [
-                "fit",
-                "--config",
-                str(CONFIGS / "v4_graphed.yaml"),
-                "--data.source_root",
-                str(shared_datasets),
-                *QUIET,
-                *overrides,
-            ]
-        )
-        runs.append(json.loads((tmp_path / f"lightning_logs/v4_graphed/version_{version}/timing.json").read_text()))
+    for overrides in ((), ("--model.cuda_graph", "false", "--data.batches_per_step", "1")):
+        runs.append(run_stage("v4_graphed", "--data.source_root", str(shared_datasets), *overrides))
     graphed, eager = runs
     assert graphed["precision"] == eager["precision"] and len(graphed["epochs"]) == len(eager["epochs"]) == 5
     assert graphed["epochs"][0]["val/loss"] == pytest.approx(eager["epochs"][0]["val/loss"], rel=0.01), runs

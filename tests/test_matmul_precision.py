@@ -3,12 +3,11 @@ timing.json, with Lightning's Tensor Cores hint answered by the lab's own words 
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
 import torch
-from conftest import CONFIGS, QUIET
+from conftest import CONFIGS, run_stage
 from lightning.fabric.accelerators import cuda as lightning_cuda
 
 from mnistperf import console
@@ -21,33 +20,21 @@ def _torch_default_after():
     torch.set_float32_matmul_precision("highest")
 
 
-def fit_summary(workdir, capsys, *overrides: str) -> tuple[str, dict]:
-    main(
-        [
-            "fit",
-            "--config",
-            str(CONFIGS / "v3_resident.yaml"),
-            "--trainer.max_epochs",
-            "1",
-            *QUIET,
-            *overrides,
-        ]
-    )
-    runs = sorted((workdir / "lightning_logs" / "v3_resident").glob("version_*/timing.json"))
-    return capsys.readouterr().out.splitlines()[0], json.loads(runs[-1].read_text())
+def device_line_and_timing(capsys, *overrides: str) -> tuple[str, dict]:
+    """One epoch of v3_resident: the first line it printed, and its timing.json."""
+    summary = run_stage("v3_resident", *overrides, epochs=1)
+    return capsys.readouterr().out.splitlines()[0], summary
 
 
-def test_the_run_sets_says_and_records_its_float32_matmul_precision(tiny_data, monkeypatch, capsys):
-    monkeypatch.chdir(tiny_data.parent)
-    line, summary = fit_summary(tiny_data.parent, capsys, "--model.float32_matmul_precision", "high")
+def test_the_run_sets_says_and_records_its_float32_matmul_precision(workdir, capsys):
+    line, summary = device_line_and_timing(capsys, "--model.float32_matmul_precision", "high")
     assert line.endswith("precision 32-true, float32 matmuls high"), line
     assert summary["float32_matmul_precision"] == "high"
-    line, summary = fit_summary(tiny_data.parent, capsys)  # a published stage: torch's default, set again
+    line, summary = device_line_and_timing(capsys)  # a published stage: torch's default, set again
     assert line.endswith("float32 matmuls highest") and summary["float32_matmul_precision"] == "highest"
 
 
-def test_a_wrong_precision_is_refused_in_one_line(tiny_data, monkeypatch, capsys):
-    monkeypatch.chdir(tiny_data.parent)
+def test_a_wrong_precision_is_refused_in_one_line(workdir, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(CONFIGS / "v3_resident.yaml"), "--model.float32_matmul_precision", "tf32"])
     assert exit_info.value.code == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import CONFIGS, NO_WORKERS, QUIET, damage, random_split
+from conftest import CONFIGS, NO_WORKERS, damage, random_split, stage_argv
 
 from mnistperf.bench import runner
 from mnistperf.cli import main
@@ -27,22 +27,8 @@ def fails_in_one_line(capsys, argv: list[str], expected: str) -> str:
 
 
 def fit_args(*extra: str) -> list[str]:
-    return [
-        "fit",
-        "--config",
-        str(CONFIGS / "v2_pinned.yaml"),
-        *QUIET,
-        *NO_WORKERS,
-        "--trainer.max_epochs",
-        "1",
-        *extra,
-    ]
-
-
-@pytest.fixture
-def workdir(tiny_data, monkeypatch) -> Path:
-    monkeypatch.chdir(tiny_data.parent)
-    return tiny_data.parent
+    """One epoch of v2_pinned loading in the main process, then ``extra``."""
+    return stage_argv("v2_pinned", *NO_WORKERS, *extra, epochs=1)
 
 
 # ---------------------------------------------------------------- doing nothing is an error
@@ -76,10 +62,8 @@ def test_a_missing_checkpoint_says_what_to_give(workdir, capsys):
 def test_a_corrupt_checkpoint_says_so(workdir, capsys, content):
     (workdir / "broken.ckpt").write_bytes(content)
     for command in ("fit", "validate", "test"):
-        argv = fit_args("--ckpt_path", "broken.ckpt")
-        argv[0] = command
-        if command != "fit":
-            argv = [a for a in argv if a not in ("--trainer.max_epochs", "1")]
+        epochs = 1 if command == "fit" else None
+        argv = stage_argv("v2_pinned", *NO_WORKERS, "--ckpt_path", "broken.ckpt", command=command, epochs=epochs)
         fails_in_one_line(capsys, argv, "--ckpt_path broken.ckpt is not a readable checkpoint")
 
 

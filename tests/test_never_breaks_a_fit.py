@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from conftest import fit_module
 from lightning import LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, Logger
 from torch.utils.data import DataLoader, Dataset
@@ -100,21 +101,19 @@ class Elsewhere(Logger):
         self.logged.append(dict(metrics))
 
 
-def fit(module: LightningModule, tmp_path: Path, **trainer_options) -> tuple[Trainer, EpochTimer, SampleAudit]:
+def watched(module: LightningModule, tmp_path: Path, **trainer_options) -> tuple[Trainer, EpochTimer, SampleAudit]:
+    """``module`` fitted on shuffled Rows, validated on Rows, with an EpochTimer and a SampleAudit watching, logging
+    to a CSVLogger in ``tmp_path`` unless ``trainer_options`` say otherwise."""
     timer, audit = EpochTimer(), SampleAudit()
-    options = {
-        "accelerator": "cpu",
-        "max_epochs": EPOCHS,
-        "enable_checkpointing": False,
-        "enable_model_summary": False,
-        "enable_progress_bar": False,
-        "num_sanity_val_steps": 0,
-        "default_root_dir": tmp_path,
-        "logger": CSVLogger(tmp_path, name="odd"),
-    }
-    trainer = Trainer(callbacks=[timer, audit], **{**options, **trainer_options})
-    loader = DataLoader(Rows(), batch_size=BATCH, shuffle=True)
-    trainer.fit(module, loader, DataLoader(Rows(), batch_size=BATCH))
+    options = {"num_sanity_val_steps": 0, "default_root_dir": tmp_path, "logger": CSVLogger(tmp_path, name="odd")}
+    trainer = fit_module(
+        module,
+        DataLoader(Rows(), batch_size=BATCH, shuffle=True),
+        DataLoader(Rows(), batch_size=BATCH),
+        callbacks=[timer, audit],
+        max_epochs=EPOCHS,
+        **{**options, **trainer_options},
+    )
     return trainer, timer, audit
 
 
@@ -131,7 +130,7 @@ def clean(trainer: Trainer, timer: EpochTimer, audit: SampleAudit) -> None:
 
 def test_hyperparameters_json_cannot_hold_are_written_as_their_repr(tmp_path, caplog):
     module = Odd(Normalizer(2.0), torch.nn.CrossEntropyLoss(), dict, {("a", 1): [Normalizer(1.0)]}, np.int64(3))
-    trainer, timer, audit = fit(module, tmp_path)
+    trainer, timer, audit = watched(module, tmp_path)
     clean(trainer, timer, audit)
     written = json.loads(timer.summary_path.read_text())
     assert written["model"] == {
@@ -146,28 +145,28 @@ def test_hyperparameters_json_cannot_hold_are_written_as_their_repr(tmp_path, ca
 
 
 def test_metrics_that_are_not_scalars_are_left_out_of_the_epochs_row(tmp_path):
-    trainer, timer, audit = fit(Odd(), tmp_path)
+    trainer, timer, audit = watched(Odd(), tmp_path)
     clean(trainer, timer, audit)
     for row in timer.epochs:
         assert "val_loss" in row and "val_histogram" not in row and "val_note" not in row
 
 
 def test_without_a_logger_timing_json_goes_to_the_root_folder(tmp_path):
-    trainer, timer, audit = fit(Odd(), tmp_path, logger=False)
+    trainer, timer, audit = watched(Odd(), tmp_path, logger=False)
     clean(trainer, timer, audit)
     assert timer.summary_path == tmp_path / "timing.json" and timer.summary_path.is_file()
 
 
 def test_a_missing_log_folder_is_made(tmp_path):
     folder = tmp_path / "not" / "yet"
-    trainer, timer, audit = fit(Odd(), tmp_path, logger=Elsewhere(folder))
+    trainer, timer, audit = watched(Odd(), tmp_path, logger=Elsewhere(folder))
     clean(trainer, timer, audit)
     assert json.loads((folder / "timing.json").read_text())["config"] == "elsewhere"
 
 
 def test_a_log_folder_nobody_can_write_is_one_warning_line(tmp_path, caplog, capsys):
     folder = Path("/proc/mnistperf-cannot-write-here")  # not writable, whoever runs the test
-    trainer, timer, audit = fit(Odd(), tmp_path, logger=Elsewhere(folder))
+    trainer, timer, audit = watched(Odd(), tmp_path, logger=Elsewhere(folder))
     clean(trainer, timer, audit)
     assert timer.summary_path is None
     (line,) = problems(caplog)
@@ -181,7 +180,7 @@ def test_a_logger_that_refuses_the_figures_and_a_failing_part_of_the_report_are_
 
     monkeypatch.setattr("mnistperf.diagnosis.epoch_timer.environment", broken)
     logger = Elsewhere(tmp_path / "logs", refuse=("timing/", "audit/"))
-    trainer, timer, audit = fit(Odd(), tmp_path, logger=logger)
+    trainer, timer, audit = watched(Odd(), tmp_path, logger=logger)
     clean(trainer, timer, audit)
     said = problems(caplog)
     assert said == [
@@ -198,7 +197,7 @@ def test_a_logger_that_refuses_the_figures_and_a_failing_part_of_the_report_are_
 
 
 def test_a_samples_in_batch_that_raises_leaves_samples_uncounted(tmp_path, caplog):
-    trainer, timer, _ = fit(Odd(broken_count=True), tmp_path)
+    trainer, timer, _ = watched(Odd(broken_count=True), tmp_path)
     assert trainer.state.finished and [row["samples"] for row in timer.epochs] == [None] * EPOCHS
     assert problems(caplog) == [
         "EpochTimer: timing a step's start or counting its samples failed (KeyError: 'label'); "
@@ -208,16 +207,7 @@ def test_a_samples_in_batch_that_raises_leaves_samples_uncounted(tmp_path, caplo
 
 def test_a_sample_id_the_batch_lacks_leaves_the_epochs_not_audited(tmp_path, caplog, capsys):
     audit = SampleAudit(sample_id="idx")
-    trainer = Trainer(
-        accelerator="cpu",
-        max_epochs=EPOCHS,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[audit],
-    )
-    trainer.fit(Odd(), DataLoader(Rows(), batch_size=BATCH))
+    trainer = fit_module(Odd(), DataLoader(Rows(), batch_size=BATCH), callbacks=[audit], max_epochs=EPOCHS)
     assert trainer.state.finished and trainer.global_step == EPOCHS * ROWS // BATCH
     (line,) = problems(caplog)
     assert "sample_id 'idx': the batch has no such field" in line

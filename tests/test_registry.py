@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CONFIGS
+from conftest import CONFIGS, run_stage
 from throwaway_pipeline import ItemListPipeline
 
 from mnistperf.cli import main
@@ -18,11 +17,10 @@ BUILT_IN = ["v1", "v2", "resident", "stream", "litdata"]
 
 
 @pytest.fixture
-def item_list(tiny_data, monkeypatch) -> Path:
+def item_list(workdir, monkeypatch) -> Path:
     """The throwaway pipeline registered as `items` (its one line), in a folder whose data/ holds tiny Parquet."""
     monkeypatch.setitem(registry.PIPELINES, "items", ItemListPipeline)
-    monkeypatch.chdir(tiny_data.parent)
-    return tiny_data.parent
+    return workdir
 
 
 def test_a_registered_pipeline_is_tuned_and_trains(item_list, monkeypatch, capsys):
@@ -47,8 +45,7 @@ def test_a_registered_pipeline_is_tuned_and_trains(item_list, monkeypatch, capsy
     assert "[probe 2] loader pipeline=items num_workers=0" in out and "stopped: compute-bound" in out
     assert yaml.safe_load((item_list / "tuned.yaml").read_text())["data"]["pipeline"] == "items"
 
-    main(["fit", "--config", "tuned.yaml", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"])
-    summary = json.loads(next((item_list / "lightning_logs").glob("tuned/version_*/timing.json")).read_text())
+    summary = run_stage("tuned.yaml", "--trainer.enable_progress_bar", "false", epochs=1, quiet=False)
     assert summary["data"]["pipeline"] == "items" and summary["epochs"][0]["samples"] > 0
 
 

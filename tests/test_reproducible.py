@@ -11,38 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, NO_WORKERS, QUIET
-
-from mnistperf.cli import main
-
-
-@pytest.fixture
-def workdir(tiny_data, monkeypatch) -> Path:
-    monkeypatch.chdir(tiny_data.parent)
-    return tiny_data.parent
+from conftest import NO_WORKERS, newest_checkpoint, run_stage
 
 
 def trained(workdir: Path, stage: str, *overrides: str, epochs: int = 2) -> dict[str, torch.Tensor]:
     """The weights of the newest checkpoint of ``stage`` after a fit with these overrides (batch 32: 3 steps)."""
-    main(
-        [
-            "fit",
-            "--config",
-            str(CONFIGS / f"{stage}.yaml"),
-            "--trainer.max_epochs",
-            str(epochs),
-            *QUIET,
-            "--data.batch_size",
-            "32",
-            *overrides,
-        ]
-    )
-    return torch.load(newest(workdir, stage), weights_only=True)["state_dict"]
-
-
-def newest(workdir: Path, stage: str) -> Path:
-    found = (workdir / "lightning_logs" / stage).glob("version_*/checkpoints/*.ckpt")
-    return max(found, key=lambda p: p.stat().st_mtime)
+    run_stage(stage, "--data.batch_size", "32", *overrides, epochs=epochs)
+    return torch.load(newest_checkpoint(workdir, stage), weights_only=True)["state_dict"]
 
 
 def assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -72,5 +47,5 @@ def test_the_cpu_ladder_trains_the_same_weights_at_the_same_batch_size(workdir):
 def test_a_resumed_run_trains_the_weights_of_an_uninterrupted_one(workdir, stage, overrides):
     straight = trained(workdir, stage, *overrides, epochs=2)
     trained(workdir, stage, *overrides, epochs=1)
-    resumed = trained(workdir, stage, *overrides, "--ckpt_path", str(newest(workdir, stage)), epochs=2)
+    resumed = trained(workdir, stage, *overrides, "--ckpt_path", str(newest_checkpoint(workdir, stage)), epochs=2)
     assert_identical(straight, resumed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import fit_module
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -50,16 +51,11 @@ class Probe(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def fit(loader, audit: SampleAudit, epochs: int = 2, *others, ckpt_path=None, **trainer_options) -> SampleAudit:
-    options = {
-        "accelerator": "cpu",
-        "max_epochs": epochs,
-        "logger": False,
-        "enable_checkpointing": bool(others),
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-    }
-    Trainer(callbacks=[audit, *others], **{**options, **trainer_options}).fit(Probe(), loader, ckpt_path=ckpt_path)
+def audited(loader, audit: SampleAudit, epochs: int = 2, *others, **options) -> SampleAudit:
+    """``audit`` after Probe trained on ``loader`` (checkpoints on where ``others`` hold a ModelCheckpoint)."""
+    fit_module(
+        Probe(), loader, callbacks=[audit, *others], max_epochs=epochs, enable_checkpointing=bool(others), **options
+    )
     return audit
 
 
@@ -69,7 +65,7 @@ def counts(row: dict) -> tuple:
 
 @pytest.mark.parametrize("form", ["dict", "tuple", "tensor"])
 def test_a_clean_epoch_sees_every_sample_once_whatever_the_batch_holds(form, capsys):
-    audit = fit(DataLoader(Rows(form), batch_size=5, shuffle=True), SampleAudit())
+    audit = audited(DataLoader(Rows(form), batch_size=5, shuffle=True), SampleAudit())
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2
     assert audit.epochs[0]["dataset_size"] == ROWS  # read from the DataLoader's dataset
     assert audit.epochs[1]["same_order_ranks"] == 0  # reshuffled
@@ -80,13 +76,13 @@ def test_a_clean_epoch_sees_every_sample_once_whatever_the_batch_holds(form, cap
 @pytest.mark.parametrize("form", ["dict", "tuple", "tensor"])
 def test_a_loader_that_repeats_samples_reports_the_duplicates(form, capsys):
     order = list(range(ROWS)) + [3, 7, 3]  # 3 seen three times, 7 twice
-    audit = fit(DataLoader(Rows(form), batch_size=5, sampler=order), SampleAudit(), epochs=1)
+    audit = audited(DataLoader(Rows(form), batch_size=5, sampler=order), SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS + 3, ROWS, 3, 0)
     assert "3 duplicates, 0 missing; samples identified by content" in capsys.readouterr().out
 
 
 def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_order_is_noticed(capsys):
-    audit = fit(DataLoader(Rows(), batch_size=5, sampler=range(0, ROWS, 2)), SampleAudit())
+    audit = audited(DataLoader(Rows(), batch_size=5, sampler=range(0, ROWS, 2)), SampleAudit())
     assert [counts(row) for row in audit.epochs] == [(ROWS // 2, ROWS // 2, 0, ROWS // 2)] * 2
     assert [row["same_order_ranks"] for row in audit.epochs] == [None, 1]
     assert "same order as epoch 1 on 1 of 1 rank: is the sampler reshuffled" in capsys.readouterr().out
@@ -95,9 +91,9 @@ def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_orde
 def test_identical_samples_in_the_data_are_told_apart_by_their_index():
     data = Rows("dict")
     data.x[5], data.y[5] = data.x[4], data.y[4]  # one sample twice in the data itself
-    by_content = fit(DataLoader(data, batch_size=5), SampleAudit(), epochs=1)
+    by_content = audited(DataLoader(data, batch_size=5), SampleAudit(), epochs=1)
     data.form = "indexed"
-    by_index = fit(DataLoader(data, batch_size=5), SampleAudit(sample_id="index"), epochs=1)
+    by_index = audited(DataLoader(data, batch_size=5), SampleAudit(sample_id="index"), epochs=1)
     assert counts(by_content.epochs[0]) == (ROWS, ROWS - 1, 1, 1)
     assert counts(by_index.epochs[0]) == (ROWS, ROWS, 0, 0)
 
@@ -105,21 +101,21 @@ def test_identical_samples_in_the_data_are_told_apart_by_their_index():
 def test_a_fingerprint_function_and_a_tuple_position_name_the_identity():
     data = Rows()
     data.x[:] = 0  # every sample has the same image: only the label tells them apart
-    audit = fit(DataLoader(data, batch_size=5), SampleAudit(fingerprint=lambda batch: batch[1]), epochs=1)
+    audit = audited(DataLoader(data, batch_size=5), SampleAudit(fingerprint=lambda batch: batch[1]), epochs=1)
     assert audit.epochs[0]["distinct"] == len(set(data.y.tolist()))
-    positional = fit(DataLoader(data, batch_size=5), SampleAudit(sample_id=1), epochs=1)
+    positional = audited(DataLoader(data, batch_size=5), SampleAudit(sample_id=1), epochs=1)
     assert positional.epochs[0]["distinct"] == len(set(data.y.tolist()))
 
 
 def test_strict_raises_at_the_end_of_an_epoch_with_a_fault():
     with pytest.raises(SampleAuditError, match=r"epoch 1: .* 1 duplicates, 0 missing.*strict=True"):
-        fit(DataLoader(Rows(), batch_size=5, sampler=[*range(ROWS), 0]), SampleAudit(strict=True))
-    fit(DataLoader(Rows(), batch_size=5), SampleAudit(strict=True))  # a clean run passes
+        audited(DataLoader(Rows(), batch_size=5, sampler=[*range(ROWS), 0]), SampleAudit(strict=True))
+    audited(DataLoader(Rows(), batch_size=5), SampleAudit(strict=True))  # a clean run passes
 
 
 def test_a_bad_sample_id_is_named_in_one_warning_and_the_epoch_not_audited(caplog):
     for sample_id, why in (("idx", "the batch has no such field"), ("image", "holds torch.float32, not an integer")):
-        audit = fit(DataLoader(Rows("dict"), batch_size=5), SampleAudit(sample_id=sample_id), epochs=1)
+        audit = audited(DataLoader(Rows("dict"), batch_size=5), SampleAudit(sample_id=sample_id), epochs=1)
         (row,) = audit.epochs
         assert row["audited"] is False and f"sample_id {sample_id!r}: {why}" in row["why"]
     said = [r.getMessage() for r in caplog.records if r.name == "mnistperf.diagnosis"]
@@ -133,17 +129,17 @@ class Stream(IterableDataset):
 
 
 def test_the_dataset_size_is_unknown_for_a_stream_unless_given(capsys):
-    audit = fit(DataLoader(Stream(), batch_size=5), SampleAudit(), epochs=1)
+    audit = audited(DataLoader(Stream(), batch_size=5), SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, None)
     assert "dataset size unknown: pass dataset_size" in capsys.readouterr().out
-    given = fit(DataLoader(Stream(), batch_size=5), SampleAudit(dataset_size=ROWS + 2), epochs=1)
+    given = audited(DataLoader(Stream(), batch_size=5), SampleAudit(dataset_size=ROWS + 2), epochs=1)
     assert counts(given.epochs[0]) == (ROWS, ROWS, 0, 2)
 
 
 def test_groups_of_batches_count_every_sample_with_two_sample_dims():
     data = Rows()
     groups = [(data.x[i : i + 6].reshape(2, 3, 3, 4), data.y[i : i + 6].reshape(2, 3)) for i in range(0, ROWS, 6)]
-    audit = fit(DataLoader(groups, batch_size=None), SampleAudit(sample_dims=2, dataset_size=ROWS), epochs=1)
+    audit = audited(DataLoader(groups, batch_size=None), SampleAudit(sample_dims=2, dataset_size=ROWS), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)
 
 
@@ -151,9 +147,9 @@ def test_an_epoch_resumed_from_a_checkpoint_is_counted_whole_and_a_plain_loader_
     """A plain DataLoader cannot resume inside an epoch: Lightning runs the epoch's remaining 3 batches from a
     fresh iterator, so the first 10 samples are seen twice and the last 9 never."""
     checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_last=True)
-    first = fit(DataLoader(Rows(), batch_size=5), SampleAudit(), 1, checkpoint, max_steps=2)
+    first = audited(DataLoader(Rows(), batch_size=5), SampleAudit(), 1, checkpoint, max_steps=2)
     assert counts(first.epochs[0]) == (10, 10, 0, ROWS - 10)  # stopped after 2 of 5 batches
-    resumed = fit(DataLoader(Rows(), batch_size=5), SampleAudit(), 1, ckpt_path=tmp_path / "last.ckpt")
+    resumed = audited(DataLoader(Rows(), batch_size=5), SampleAudit(), 1, ckpt_path=tmp_path / "last.ckpt")
     assert counts(resumed.epochs[0]) == (10 + 15, 15, 10, ROWS - 15)
 
 
@@ -258,5 +254,5 @@ def test_a_loader_that_reuses_its_batch_buffer_is_audited_by_content_at_each_ste
         torch.stack([x for x, _ in items], out=out)
         return out
 
-    audit = fit(DataLoader(Rows(), batch_size=5, collate_fn=into_the_buffer), SampleAudit(), epochs=1)
+    audit = audited(DataLoader(Rows(), batch_size=5, collate_fn=into_the_buffer), SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, NO_WORKERS, QUIET, ForbidSyncs, random_split, write_parquet
+from conftest import CONFIGS, NO_WORKERS, ForbidSyncs, fit_module, random_split, run_stage, write_parquet
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, Dataset
 
-from mnistperf.cli import main
 from mnistperf.data import schema
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.busy_window import BusyWindow, busy_share, cupti_tears_down_safely, window_steps
@@ -55,17 +54,7 @@ class SleepyModule(LightningModule):
 def timer_fit(module: LightningModule, data: Dataset, batch_size: int = 4, accelerator: str = "cpu") -> EpochTimer:
     """Two epochs of ``module`` on ``data`` on one device, with nothing but an EpochTimer: its rows."""
     timer = EpochTimer()
-    trainer = Trainer(
-        accelerator=accelerator,
-        devices=1,
-        max_epochs=2,
-        callbacks=[timer],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(module, DataLoader(data, batch_size=batch_size))
+    fit_module(module, DataLoader(data, batch_size=batch_size), callbacks=[timer], accelerator=accelerator, devices=1)
     return timer
 
 
@@ -157,16 +146,9 @@ def test_input_wait_is_the_fetch_not_every_gap_between_steps(one_thread):
             time.sleep(0.03)
 
     timer = EpochTimer()
-    trainer = Trainer(
-        accelerator="cpu",
-        max_epochs=2,
-        callbacks=[SlowBetweenSteps(), timer],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+    trainer = fit_module(
+        SleepyModule(0.0), DataLoader(SlowItems(0.0), batch_size=4), callbacks=[SlowBetweenSteps(), timer]
     )
-    trainer.fit(SleepyModule(0.0), DataLoader(SlowItems(0.0), batch_size=4))
     # Between steps, not data and not tensor operations: overhead
     assert timer.epochs[1]["input_wait_share"] < 0.2 and timer.epochs[1]["verdict"] == "overhead-bound"
     assert trainer.profiler.__class__.__name__ == "PassThroughProfiler"  # the trainer's own profiler is back
@@ -297,44 +279,26 @@ def test_warm_up_is_reported_apart_from_the_steady_state():
 
 
 # ---------------------------------------------------------------- precision and compilation through the CLI
-def fit(tmp_path: Path, config: str, *overrides: str) -> dict:
-    main(
-        [
-            "fit",
-            "--config",
-            str(CONFIGS / config),
-            "--trainer.max_epochs",
-            "3",
-            *QUIET,
-            *overrides,
-        ]
-    )
-    return json.loads(next((tmp_path / "lightning_logs").glob("*/version_0/timing.json")).read_text())
-
-
-def test_a_stage_configs_advice_speaks_the_labs_terms(tiny_data, monkeypatch):
+def test_a_stage_configs_advice_speaks_the_labs_terms(workdir):
     from mnistperf.lab_hints import LAB_HINTS
 
-    monkeypatch.chdir(tiny_data.parent)
-    summary = fit(tiny_data.parent, "v3_resident.yaml", "--trainer.max_epochs", "2", "--data.batch_size", "32")
+    summary = run_stage("v3_resident", "--data.batch_size", "32", epochs=2)
     assert summary["advice"]["hints"] == LAB_HINTS[f"{summary['verdict']} on a CPU"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback where no GPU has native bf16")
-def test_bf16_falls_back_to_32_bit_without_a_native_bf16_gpu_and_says_so(tiny_data, monkeypatch, capsys):
-    monkeypatch.chdir(tiny_data.parent)
-    summary = fit(tiny_data.parent, "v3_resident.yaml", "--trainer.precision", "bf16-mixed")
+def test_bf16_falls_back_to_32_bit_without_a_native_bf16_gpu_and_says_so(workdir, capsys):
+    summary = run_stage("v3_resident", "--trainer.precision", "bf16-mixed", epochs=3)
     assert summary["precision"] == "32-true"
     first_line = capsys.readouterr().out.splitlines()[0]
     assert "precision 32-true (bf16-mixed asked for: no GPU with native bf16 here)" in first_line
 
 
-def test_the_compiled_step_recompiles_nothing_after_its_first_epoch(tiny_data, monkeypatch):
+def test_the_compiled_step_recompiles_nothing_after_its_first_epoch(workdir, monkeypatch):
     """96 training rows in batches of 40 leave a partial batch of 16, and validation runs in eval mode:
     every graph torch needs is compiled in epoch 1, none in the epochs after."""
     from torch._dynamo.utils import counters
 
-    monkeypatch.chdir(tiny_data.parent)
     torch._dynamo.reset()
     counters.clear()
     frames_after_epoch: list[int] = []
@@ -345,7 +309,7 @@ def test_the_compiled_step_recompiles_nothing_after_its_first_epoch(tiny_data, m
             frames_after_epoch.append(counters["stats"]["unique_graphs"])
 
     monkeypatch.setattr("mnistperf.diagnosis.EpochTimer", CountCompiles)
-    fit(tiny_data.parent, "v3_compiled.yaml", "--model.compile_on_cpu", "true", "--data.batch_size", "40")
+    run_stage("v3_compiled", "--model.compile_on_cpu", "true", "--data.batch_size", "40", epochs=3)
     assert frames_after_epoch[0] > 0  # on_train_epoch_end comes after the epoch's validation
     assert frames_after_epoch[0] == frames_after_epoch[1] == frames_after_epoch[2], frames_after_epoch
 
@@ -353,23 +317,12 @@ def test_the_compiled_step_recompiles_nothing_after_its_first_epoch(tiny_data, m
 # ---------------------------------------------------------------- CUDA only
 @pytest.mark.cuda
 @pytest.mark.parametrize("pipeline", PIPELINES)
-def test_no_step_waits_for_the_device(tiny_data, monkeypatch, pipeline):
+def test_no_step_waits_for_the_device(workdir, monkeypatch, pipeline):
     """Between the first and the last training step nothing may synchronize host and device."""
 
-    monkeypatch.chdir(tiny_data.parent)
     monkeypatch.setattr("mnistperf.diagnosis.EpochTimer", ForbidSyncs)
     try:
-        fit(
-            tiny_data.parent,
-            "v2_pinned.yaml",
-            "--data.pipeline",
-            pipeline,
-            "--data.batch_size",
-            "8",
-            *NO_WORKERS,
-            "--trainer.max_epochs",
-            "1",
-        )
+        run_stage("v2_pinned", "--data.pipeline", pipeline, "--data.batch_size", "8", *NO_WORKERS, epochs=1)
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
@@ -433,7 +386,7 @@ def test_the_tiny_cnn_at_batch_512_with_resident_data_reads_overhead_bound(tmp_p
     for split, rows in (("train", 32 * 512), ("test", 1024)):
         write_parquet(data / "FashionMNIST" / f"{split}.parquet", schema.build_table(*random_split(rows, 5)))
     monkeypatch.chdir(tmp_path)
-    summary = fit(tmp_path, "v3_resident.yaml", "--trainer.max_epochs", "2")
+    summary = run_stage("v3_resident", epochs=2)
     assert summary["accelerator"] == "cuda" and summary["peak_device_mb"]["reserved"] > 0
     assert summary["busy_window"]["epoch"] == 1 and summary["busy_window"]["kernels"] > 0
     assert summary["device_busy_share"] < 0.5 and summary["verdict"] == "overhead-bound", summary
@@ -464,9 +417,8 @@ def test_the_busy_share_agrees_with_an_independent_measure_of_the_same_steps():
 
 
 @pytest.mark.cuda
-def test_the_compiled_stage_runs_bf16_on_a_gpu_that_has_it(tiny_data, monkeypatch):
-    monkeypatch.chdir(tiny_data.parent)
-    summary = fit(tiny_data.parent, "v3_compiled.yaml", "--data.batch_size", "40")
+def test_the_compiled_stage_runs_bf16_on_a_gpu_that_has_it(workdir):
+    summary = run_stage("v3_compiled", "--data.batch_size", "40", epochs=3)
     expected = "bf16-mixed" if torch.cuda.is_bf16_supported(including_emulation=False) else "32-true"
     assert summary["precision"] == expected and summary["accelerator"] == "cuda"
 
@@ -479,16 +431,7 @@ def test_the_graphed_stages_busy_window_sees_the_graphs_kernels(tmp_path, monkey
     for split, rows in (("train", 32 * 64), ("test", 256)):
         write_parquet(data / "FashionMNIST" / f"{split}.parquet", schema.build_table(*random_split(rows, 5)))
     monkeypatch.chdir(tmp_path)
-    summary = fit(
-        tmp_path,
-        "v4_graphed.yaml",
-        "--trainer.max_epochs",
-        "2",
-        "--data.batch_size",
-        "64",
-        "--data.batches_per_step",
-        "2",
-    )
+    summary = run_stage("v4_graphed", "--data.batch_size", "64", "--data.batches_per_step", "2", epochs=2)
     window = summary["busy_window"]
     steps = window["last_step"] - window["first_step"] + 1
     assert window["share"] is not None and "reason" not in window, window
@@ -522,11 +465,10 @@ def test_the_clock_turns_timestamps_into_the_epochs_figures_and_verdict_with_the
     assert one_epoch(0.2)["verdict"] == "input-bound"  # 21 % waiting: input-bound at the run's threshold of 20 %
 
 
-def test_the_reference_rows_take_the_threshold_from_the_stages_config(tiny_data, monkeypatch):
+def test_the_reference_rows_take_the_threshold_from_the_stages_config(workdir):
     from mnistperf.bench import reference_rows
 
-    monkeypatch.chdir(tiny_data.parent)
-    config = tiny_data.parent / "v2_pinned.yaml"
+    config = workdir / "v2_pinned.yaml"
     config.write_text(
         (CONFIGS / "v2_pinned.yaml").read_text().replace("input_bound_share: 0.5", "input_bound_share: 0.05")
     )
@@ -542,7 +484,7 @@ def test_the_reference_rows_take_the_threshold_from_the_stages_config(tiny_data,
             *NO_WORKERS,
         ]
     )
-    summary = json.loads((tiny_data.parent / "loader.json").read_text())
+    summary = json.loads((workdir / "loader.json").read_text())
     assert summary["input_bound_share"] == 0.05 and summary["runner"] == "loader"
     assert summary["verdict"] == "input-bound"  # drawing batches is all it does: input-bound at any threshold
 
@@ -611,16 +553,9 @@ def test_the_advice_is_printed_once_at_the_end_of_fit_and_kept_in_timing_json(tm
     from lightning.pytorch.loggers import CSVLogger
 
     timer = EpochTimer()
-    trainer = Trainer(
-        accelerator="cpu",
-        max_epochs=2,
-        callbacks=[timer],
-        logger=CSVLogger(tmp_path),
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+    fit_module(
+        SleepyModule(0.0), DataLoader(SlowItems(0.01), batch_size=4), callbacks=[timer], logger=CSVLogger(tmp_path)
     )
-    trainer.fit(SleepyModule(0.0), DataLoader(SlowItems(0.01), batch_size=4))
     printed = capsys.readouterr().out
     assert printed.count("What a fix could buy") == 1
     summary = json.loads(timer.summary_path.read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ForbidSyncs
+from conftest import ForbidSyncs, fit_module
 from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -114,22 +114,21 @@ class DictOfTuples(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
-def fit(
+def timed(
     module: LightningModule, tmp_path: Path, data=None, datamodule=None, timer=None, **trainer_options
 ) -> tuple[EpochTimer, Trainer]:
+    """``module`` fitted under an EpochTimer (``timer`` or a new one), logging to TensorBoard in ``tmp_path``."""
     timer = timer or EpochTimer()
-    trainer = Trainer(
-        accelerator="cpu",
-        max_epochs=EPOCHS,
+    trainer = fit_module(
+        module,
+        *([data] if data is not None else []),
+        datamodule=datamodule,
         callbacks=[timer],
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
+        max_epochs=EPOCHS,
         num_sanity_val_steps=0,
         logger=TensorBoardLogger(tmp_path, name="foreign"),
         **trainer_options,
     )
-    trainer.fit(module, train_dataloaders=data, datamodule=datamodule)
     return timer, trainer
 
 
@@ -155,7 +154,7 @@ def check_reported(timer: EpochTimer, trainer: Trainer, with_eval: bool = False)
 
 def test_tuple_batches_with_a_log_per_step_and_no_datamodule_keep_the_users_profiler(tmp_path):
     profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
-    timer, trainer = fit(
+    timer, trainer = timed(
         TupleBatches(), tmp_path, DataLoader(TensorDataset(*features()), batch_size=BATCH), profiler=profiler
     )
     check_reported(timer, trainer)
@@ -178,7 +177,7 @@ class TimerWatchingBackward(EpochTimer):
 def test_lightning_dispatches_only_the_batch_hooks_the_timer_uses_and_a_subclass_keeps_its_own(tmp_path):
     profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
     data = DataLoader(TensorDataset(*features()), batch_size=BATCH)
-    timer, trainer = fit(TupleBatches(), tmp_path, data, profiler=profiler)
+    timer, trainer = timed(TupleBatches(), tmp_path, data, profiler=profiler)
     check_reported(timer, trainer)
     report = (tmp_path / "fit-profile.txt").read_text()
     calls = dict(re.findall(r"\[Callback\]EpochTimer\.(\w+)\s*\|\s*\S+\s*\|\s*(\d+)", report))
@@ -188,20 +187,20 @@ def test_lightning_dispatches_only_the_batch_hooks_the_timer_uses_and_a_subclass
         assert int(calls[phase_hook]) == sampled  # dispatched on the sampled steps only
     assert not {"on_before_zero_grad", "on_validation_batch_end"} & set(calls)
 
-    watching, trainer = fit(TupleBatches(), tmp_path / "subclass", data, timer=TimerWatchingBackward())
+    watching, trainer = timed(TupleBatches(), tmp_path / "subclass", data, timer=TimerWatchingBackward())
     check_reported(watching, trainer)
     assert watching.backwards == EPOCHS * ROWS // BATCH
 
 
 def test_bare_tensor_batches_under_manual_optimization(tmp_path):
-    timer, trainer = fit(BareTensorsManual(), tmp_path, DataLoader(features()[0], batch_size=BATCH))
+    timer, trainer = timed(BareTensorsManual(), tmp_path, DataLoader(features()[0], batch_size=BATCH))
     check_reported(timer, trainer)
     assert trainer.global_step == EPOCHS * ROWS // BATCH
 
 
 def test_dict_of_tuple_batches_from_a_datamodule_with_validation(tmp_path):
     profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
-    timer, trainer = fit(DictOfTuples(), tmp_path, datamodule=PairData(), profiler=profiler)
+    timer, trainer = timed(DictOfTuples(), tmp_path, datamodule=PairData(), profiler=profiler)
     summary = check_reported(timer, trainer, with_eval=True)
     assert summary["model"] == {"lr": 0.1}
     report = (tmp_path / "fit-profile.txt").read_text()
@@ -264,7 +263,7 @@ class CountedWords(WordModule):
 
 
 def test_what_no_batch_shows_it_says_once_and_a_module_can_say_its_batch_size(tmp_path, capsys):
-    timer, trainer = fit(WordModule(), tmp_path, DataLoader(Words(), batch_size=BATCH))
+    timer, trainer = timed(WordModule(), tmp_path, DataLoader(Words(), batch_size=BATCH))
     printed = capsys.readouterr().out
     assert printed.count("EpochTimer: no tensor in a training batch (list) gives its samples") == 1
     assert "samples_in_batch" in printed
@@ -272,7 +271,7 @@ def test_what_no_batch_shows_it_says_once_and_a_module_can_say_its_batch_size(tm
     summary = json.loads((Path(trainer.log_dir) / "timing.json").read_text())
     assert summary["samples_per_s"] is None and "Train throughput: not measured" in printed
 
-    timer, _ = fit(CountedWords(), tmp_path / "counted", DataLoader(Words(), batch_size=BATCH))
+    timer, _ = timed(CountedWords(), tmp_path / "counted", DataLoader(Words(), batch_size=BATCH))
     assert [e["samples"] for e in timer.epochs] == [ROWS] * EPOCHS
 
 
@@ -324,34 +323,29 @@ def test_a_foreign_module_trains_without_a_single_sync_between_its_steps(tmp_pat
 
     x, y = (t.cuda() for t in features(64))
     timer = ForbidSyncs()
-    trainer = Trainer(
-        accelerator="cuda",
-        devices=1,
-        max_epochs=EPOCHS,
-        callbacks=[timer],
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-    )
     try:
-        trainer.fit(QuietLog(), DataLoader(TensorDataset(x, y), batch_size=BATCH))
+        fit_module(
+            QuietLog(),
+            DataLoader(TensorDataset(x, y), batch_size=BATCH),
+            callbacks=[timer],
+            accelerator="cuda",
+            devices=1,
+            max_epochs=EPOCHS,
+        )
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert [e["samples"] for e in timer.epochs] == [64] * EPOCHS
 
 
 def test_beside_a_progress_bar_the_timer_says_where_its_epochs_start(tmp_path, capsys):
-    timer = EpochTimer()
-    trainer = Trainer(
-        accelerator="cpu",
-        max_epochs=2,
-        callbacks=[timer],
-        logger=False,
-        enable_checkpointing=False,
+    fit_module(
+        TupleBatches(),
+        DataLoader(TensorDataset(*features()), batch_size=BATCH),
+        callbacks=[EpochTimer()],
+        enable_progress_bar=True,
+        enable_model_summary=True,
         default_root_dir=tmp_path,
     )
-    trainer.fit(TupleBatches(), DataLoader(TensorDataset(*features()), batch_size=BATCH))
     out = capsys.readouterr().out
     assert out.count("epoch 1 (the progress bar's Epoch 0): train") == 1  # the bar counts from 0, the timer from 1
     assert "epoch 2: train" in out

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import CONFIGS, NO_WORKERS, QUIET, TRAIN_ROWS
+from conftest import CONFIGS, NO_WORKERS, TRAIN_ROWS, run_stage
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from mnistperf.cli import main
 from mnistperf.errors import ConfigError
 from mnistperf.model import ImageClassifier, SimpleCNN
 
@@ -25,32 +24,10 @@ def test_simple_cnn_has_the_reference_parameter_count():
     assert SimpleCNN()(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
 
 
-def fit(config: str, *overrides: str) -> None:
-    main(
-        [
-            "fit",
-            "--config",
-            str(CONFIGS / config),
-            "--trainer.max_epochs",
-            "2",
-            *QUIET,
-            *overrides,
-        ]
-    )
-
-
-@pytest.fixture
-def workdir(tiny_data, monkeypatch) -> Path:
-    """Run from a folder whose data/ holds tiny FashionMNIST Parquet, so configs work unchanged."""
-    monkeypatch.chdir(tiny_data.parent)
-    return tiny_data.parent
-
-
 @pytest.mark.parametrize("config", STAGE_CONFIGS)
 def test_every_stage_config_trains_and_writes_its_timing_summary(workdir, config, capsys):
-    fit(config, "--data.batch_size", "32")
     name = Path(config).stem
-    summary = json.loads((workdir / "lightning_logs" / name / "version_0" / "timing.json").read_text())
+    summary = run_stage(name, "--data.batch_size", "32", epochs=2)
     assert summary["config"] == name
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2]
     assert all(e["samples"] == TRAIN_ROWS for e in summary["epochs"])
@@ -81,10 +58,10 @@ def test_every_stage_config_trains_and_writes_its_timing_summary(workdir, config
         assert line in out
 
 
-def cpu_verdict(workdir: Path, *overrides: str) -> str:
+def cpu_verdict(*overrides: str) -> str:
     """Two epochs of two batches of v1_naive (loading in the main process) on the CPU; the verdict of the second."""
-    fit(
-        "v1_naive.yaml",
+    return run_stage(
+        "v1_naive",
         "--trainer.accelerator",
         "cpu",
         "--trainer.limit_train_batches",
@@ -94,8 +71,8 @@ def cpu_verdict(workdir: Path, *overrides: str) -> str:
         "--trainer.num_sanity_val_steps",
         "0",
         *overrides,
-    )
-    return json.loads((workdir / "lightning_logs" / "v1_naive" / "version_0" / "timing.json").read_text())["verdict"]
+        epochs=2,
+    )["verdict"]
 
 
 def test_a_slow_loader_is_input_bound(workdir, monkeypatch):
@@ -104,14 +81,14 @@ def test_a_slow_loader_is_input_bound(workdir, monkeypatch):
 
     load = PandasRowDataset.__getitem__
     monkeypatch.setattr(PandasRowDataset, "__getitem__", lambda self, index: (time.sleep(0.04), load(self, index))[1])
-    assert cpu_verdict(workdir) == "input-bound"
+    assert cpu_verdict() == "input-bound"
 
 
 def test_a_slow_step_is_compute_bound(workdir, monkeypatch):
     """Every step takes 0.5 s more, and the loader hands out batches of ready tensors (v2) in about a millisecond."""
     step = ImageClassifier.training_step
     monkeypatch.setattr(ImageClassifier, "training_step", lambda self, *args: (time.sleep(0.5), step(self, *args))[1])
-    assert cpu_verdict(workdir, "--data.pipeline", "v2") == "compute-bound"
+    assert cpu_verdict("--data.pipeline", "v2") == "compute-bound"
 
 
 def test_the_ladder_configs_differ_only_in_their_stage_setting():
@@ -132,8 +109,8 @@ def test_the_ladder_configs_differ_only_in_their_stage_setting():
 
 
 def test_runs_land_side_by_side_and_tensorboard_reads_them_back(workdir):
-    fit("v2_pinned.yaml", *NO_WORKERS)
-    fit("v2_pinned.yaml", *NO_WORKERS)  # same command again
+    run_stage("v2_pinned", *NO_WORKERS, epochs=2)
+    run_stage("v2_pinned", *NO_WORKERS, epochs=2)  # same command again
     runs = workdir / "lightning_logs" / "v2_pinned"
     assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
     events = EventAccumulator(str(runs / "version_1")).Reload()
@@ -160,24 +137,18 @@ def test_runs_land_side_by_side_and_tensorboard_reads_them_back(workdir):
 def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(workdir, capsys):
     """validate/test/predict without --ckpt_path never score random weights: they refuse in one line with the
     command to run, and after a fit they name and load its checkpoint. Every command's first line names the device."""
-    options = [
-        "--config",
-        str(CONFIGS / "v2_pinned.yaml"),
-        *NO_WORKERS,
-        "--trainer.enable_progress_bar",
-        "false",
-    ]
+    options = (*NO_WORKERS, "--trainer.enable_progress_bar", "false")
     for command in ("validate", "test", "predict"):
         with pytest.raises(SystemExit) as exit_info:
-            main([command, *options])
+            run_stage("v2_pinned", *options, command=command, quiet=False)
         captured = capsys.readouterr()
         assert exit_info.value.code == 2
         assert captured.out.startswith(f"mnistperf: {command} on cpu")
         assert "no trained model to evaluate" in captured.err and "python -m mnistperf fit --config" in captured.err
-    fit("v2_pinned.yaml", *NO_WORKERS)
+    run_stage("v2_pinned", *NO_WORKERS, epochs=2)
     capsys.readouterr()
     for command in ("validate", "test", "predict"):
-        main([command, *options])
+        run_stage("v2_pinned", *options, command=command, quiet=False)
         out = capsys.readouterr().out
         assert out.startswith(f"mnistperf: {command} on cpu"), out
         assert f"mnistperf: {command} with lightning_logs/v2_pinned/version_0/checkpoints/epoch=1-step=" in out
@@ -185,35 +156,25 @@ def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(w
 
 
 def test_fit_prints_the_device_line_first_even_with_the_progress_bar(workdir, capsys):
-    main(
-        [
-            "fit",
-            "--config",
-            str(CONFIGS / "v2_pinned.yaml"),
-            "--trainer.max_epochs",
-            "1",
-            *NO_WORKERS,
-        ]
-    )
+    run_stage("v2_pinned", *NO_WORKERS, epochs=1, quiet=False)
     assert capsys.readouterr().out.startswith("mnistperf: fit on cpu (")
 
 
 def test_print_config_shows_the_merged_configuration(workdir, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "v1_pinned.yaml"), "--data.batch_size", "64", "--print_config"])
+        run_stage("v1_pinned", "--data.batch_size", "64", "--print_config", quiet=False)
     assert exit_info.value.code in (0, None)
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["data"]["batch_size"] == 64 and printed["data"]["pin_memory"] is True
 
 
 def test_validation_split_off_the_training_set(workdir):
-    fit("v2_pinned.yaml", "--data.val_source", "0.25", *NO_WORKERS)
-    summary = json.loads((workdir / "lightning_logs" / "v2_pinned" / "version_0" / "timing.json").read_text())
+    summary = run_stage("v2_pinned", "--data.val_source", "0.25", *NO_WORKERS, epochs=2)
     assert summary["epochs"][0]["samples"] == TRAIN_ROWS - TRAIN_ROWS // 4
     assert summary["data"]["val_source"] == 0.25
 
 
-def test_training_learns_on_separable_data(tmp_path, monkeypatch):
+def test_training_learns_on_separable_data(tmp_path):
     """A sanity check of the model and loop: a trivially separable problem reaches high accuracy."""
     import numpy as np
     from conftest import write_parquet
@@ -227,9 +188,7 @@ def test_training_learns_on_separable_data(tmp_path, monkeypatch):
         images[i, 2 * label + 4, :] = 255
     for split in ("train", "test"):
         write_parquet(tmp_path / "data" / "FashionMNIST" / f"{split}.parquet", schema.build_table(images, labels))
-    monkeypatch.chdir(tmp_path)
-    fit("v3_resident.yaml", "--trainer.max_epochs", "3", "--data.batch_size", "32")
-    summary = json.loads((tmp_path / "lightning_logs" / "v3_resident" / "version_0" / "timing.json").read_text())
+    summary = run_stage("v3_resident", "--data.batch_size", "32", epochs=3)
     assert summary["final_val_acc"] > 0.9
 
 

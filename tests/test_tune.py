@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CONFIGS
+from conftest import CONFIGS, run_stage
 
 from mnistperf.cli import main
 from mnistperf.tune import probes, search
@@ -15,17 +14,17 @@ from mnistperf.tune.command import probes_path, tuned_config
 
 
 @pytest.fixture
-def workdir(tiny_data, monkeypatch) -> Path:
-    monkeypatch.chdir(tiny_data.parent)
-    monkeypatch.setattr(search, "REPEATS", 2)  # tiny data: short probes
+def short_probes(monkeypatch) -> None:
+    """Tiny data: short probes."""
+    monkeypatch.setattr(search, "REPEATS", 2)
     monkeypatch.setattr(search.Search, "batches", 4)
-    return tiny_data.parent
 
 
 def tune(*args: str) -> None:
     main(["tune", "--set", "data.batch_size=16", "--budget", "2", *args])
 
 
+@pytest.mark.usefixtures("short_probes")
 @pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
 def test_tune_writes_a_config_that_fit_runs_as_is(workdir, config, capsys):
     tune("--config", str(CONFIGS / config), "--out", "tuned.yaml")
@@ -42,11 +41,11 @@ def test_tune_writes_a_config_that_fit_runs_as_is(workdir, config, capsys):
     grouped = config == "v4_graphed.yaml" and tuned["data"]["pipeline"] == "resident"
     assert tuned["data"]["batches_per_step"] == (8 if grouped else 1)
     if config in ("v1_bs512.yaml", "v4_graphed.yaml"):  # these train for real; the others write the same kind of file
-        main(["fit", "--config", "tuned.yaml", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false"])
-        summary = json.loads(next((workdir / "lightning_logs" / "tuned").glob("version_*/timing.json")).read_text())
+        summary = run_stage("tuned.yaml", "--trainer.enable_progress_bar", "false", epochs=1, quiet=False)
         assert summary["data"]["pipeline"] == tuned["data"]["pipeline"]
 
 
+@pytest.mark.usefixtures("short_probes")
 def test_a_loader_faster_than_the_step_stops_the_search(workdir, monkeypatch, capsys):
     """Make the step slow: the first loader outruns it, so nothing else is probed."""
     monkeypatch.setattr(search, "time_step", lambda *a, **k: [10.0, 10.0])
@@ -56,6 +55,7 @@ def test_a_loader_faster_than_the_step_stops_the_search(workdir, monkeypatch, ca
     assert out.count("] loader") == 1
 
 
+@pytest.mark.usefixtures("short_probes")
 def test_ctrl_c_keeps_the_best_found_so_far(workdir, monkeypatch, capsys):
     calls = []
     real = search.time_loader
@@ -74,6 +74,7 @@ def test_ctrl_c_keeps_the_best_found_so_far(workdir, monkeypatch, capsys):
     assert yaml.safe_load((workdir / "tuned.yaml").read_text())["data"]["pipeline"] == "resident"
 
 
+@pytest.mark.usefixtures("short_probes")
 def test_ctrl_c_while_a_noisy_probe_is_measured_again_keeps_its_first_measurement(workdir, monkeypatch, capsys):
     calls = []
 
@@ -91,6 +92,7 @@ def test_ctrl_c_while_a_noisy_probe_is_measured_again_keeps_its_first_measuremen
     assert yaml.safe_load((workdir / "tuned.yaml").read_text())["data"]["pipeline"] == "resident"
 
 
+@pytest.mark.usefixtures("short_probes")
 @pytest.mark.parametrize(
     "argv, expected",
     [

@@ -296,10 +296,10 @@ def newest_checkpoint(command: str, config) -> Path:
     folder = runs_folder(config)
     found = sorted(folder.glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not found:
-        stage = " ".join(f"--config {c}" for c in (config.get("config") or [])) or "--config configs/STAGE.yaml"
+        config_args = " ".join(f"--config {c}" for c in (config.get("config") or [])) or "--config configs/STAGE.yaml"
         raise ConfigError(
             f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
-            f"Train one with `python -m mnistperf fit {stage}`, or pass --ckpt_path FILE."
+            f"Train one with `python -m mnistperf fit {config_args}`, or pass --ckpt_path FILE."
         )
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
         print(

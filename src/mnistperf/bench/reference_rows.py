@@ -108,9 +108,9 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             for batch in val_loader:
                 train_step.loss(datamodule.to_device(batch, device), "val")
         metrics = {
-            f"{stage}/{name}": value.item()
-            for stage in ("train", "val")
-            for name, value in train_step.stage_sums(stage, device).means().items()
+            f"{phase}/{name}": value.item()
+            for phase in ("train", "val")
+            for name, value in train_step.stage_sums(phase, device).means().items()
         }
         clock.eval_end()
         row = clock.epoch_end(metrics)
@@ -119,10 +119,10 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             f"val/acc {metrics['val/acc']:.4f}, {row['verdict']}",
             flush=True,
         )
-    return summary("loader" if loader_only else "plain", trainer, datamodule, device, clock.summary())
+    return timing_summary("loader" if loader_only else "plain", trainer, datamodule, device, clock.summary())
 
 
-def summary(runner: str, trainer, datamodule, device: torch.device, figures: dict) -> dict:
+def timing_summary(runner: str, trainer, datamodule, device: torch.device, figures: dict) -> dict:
     """timing.json of a plain or bare run: what ran, where, and its figures, as EpochTimer writes them."""
     return {
         "config": getattr(trainer.logger, "name", None),
@@ -219,7 +219,7 @@ def run_bare(cli: MnistperfCLI) -> dict:
     trainer.fit(bare, datamodule=datamodule)
     for row in clock.epochs:
         print(f"epoch {row['epoch']}: train {row['train_s']:.2f} s, {row['samples_per_s']:,.0f} samples/s", flush=True)
-    return summary("bare", stage_trainer, datamodule, device, waits_not_timed(clock.summary()))
+    return timing_summary("bare", stage_trainer, datamodule, device, waits_not_timed(clock.summary()))
 
 
 # What the bare row's clock does not time (no waits), and so cannot conclude (no verdict): not measured, not 0.

@@ -1,8 +1,10 @@
 """Turn bench rows into the table, CSV, JSON and chart the bench writes.
 
 Each row is one configuration (a stage, possibly with sweep overrides) over its repeats:
-medians with min-max, speed-up of total time against the first row, and the published
-figures beside it where the stage has them.
+medians with min-max, speed-up of steady-state epoch time against the first row, and the
+published figures beside it where the stage has them. Every column is defined once, in
+``COLUMNS`` (its results.csv key, its table header, its value and how the table shows it):
+the table, results.csv and the chart all read it.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import functools
 import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, NamedTuple
 
 from mnistperf.atomic import atomic_write
 from mnistperf.bench import published
@@ -26,11 +29,11 @@ from mnistperf.errors import ConfigError
 class Row:
     """One configuration's results over its repeats (or the error that stopped it)."""
 
-    label: str
-    stage: str
+    label: str  # the row's name: its stage, and the swept values or the reference row it is
+    stage: str  # the name of the stage config it ran
     overrides: dict[str, str] = field(default_factory=dict)
     runner: str = "lightning"
-    summaries: list[dict[str, Any]] = field(default_factory=list)
+    summaries: list[dict[str, Any]] = field(default_factory=list)  # the timing.json of every repeat
     error: str | None = None
 
     def values(self, key: str) -> list[float]:
@@ -79,68 +82,165 @@ class Row:
         return max(values) if values else None
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+def _fmt(value: float | None, digits: int = 2, none: str = "-") -> str:
+    return none if value is None else f"{value:.{digits}f}"
 
 
-def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{share:.0%}"
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
 
 
-def _spread(row: Row, key: str) -> str:
-    values = row.values(key)
-    if len(values) < 2:
-        return ""
-    return f" [{min(values):.2f}-{max(values):.2f}]"
+def _times(value: float | None, none: str = "-") -> str:
+    return none if value is None else f"{value:.1f}x"
+
+
+class Spread(NamedTuple):
+    """A figure over the repeats: results.csv holds its median, min and max, the table its median and range."""
+
+    median: float | None
+    low: float | None
+    high: float | None
+    repeats: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        """The spread of the repeats' values."""
+        low, high = min(values, default=None), max(values, default=None)
+        return cls(median(values) if values else None, low, high, len(values))
+
+    def text(self) -> str:
+        """The median, then [min-max] where two repeats or more have the figure."""
+        return _fmt(self.median) + (f" [{self.low:.2f}-{self.high:.2f}]" if self.repeats >= 2 else "")
+
+
+@dataclass
+class Bench:
+    """What a column reads beside its own row: every row, and the settings the bench ran with."""
+
+    rows: list[Row]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @functools.cached_property
+    def first_epoch_s(self) -> float | None:
+        """Steady-state seconds per epoch of the first row that has them: what every speed-up is against."""
+        return next((r.epoch_s for r in self.rows if r.epoch_s), None)
+
+    @functools.cached_property
+    def swept(self) -> list[str]:
+        """Every option a sweep varied, sorted."""
+        return sorted({key for r in self.rows for key in r.overrides})
+
+    def speedup(self, row: Row) -> float | None:
+        """The first row's seconds per epoch over this row's."""
+        return self.first_epoch_s / row.epoch_s if self.first_epoch_s and row.epoch_s else None
+
+    def note(self, row: Row) -> str:
+        """A row's error; for a reference row, the train time of each row of its stage over its own."""
+        same_stage = [r for r in self.rows if r.runner == "lightning" and r.stage == row.stage and r.med("avg_train_s")]
+        if row.runner not in ("plain", "bare") or not same_stage or not row.med("avg_train_s"):
+            return row.error or ""
+        ratios = [(r, r.train_s() / row.train_s()) for r in same_stage]
+        what = "stage/plain" if row.runner == "plain" else "stage/bare Lightning"
+        if len(ratios) == 1:
+            return f"{what} train time: {ratios[0][1]:.3f}x"
+        return f"{what} train time: " + ", ".join(f"{x:.3f}x ({r.label})" for r, x in ratios)
+
+
+def _share_pct(row: Row, key: str) -> float | None:
+    share = row.med(key)
+    return None if share is None else 100 * share
+
+
+def _data(row: Row, key: str) -> Any:
+    return ((row.summaries[0] if row.summaries else {}).get("data") or {}).get(key)
+
+
+def _verdicts(row: Row) -> str | None:
+    return "/".join(sorted({s["verdict"] for s in row.summaries})) or None
+
+
+def _published(row: Row, index: int) -> float | None:
+    figures = published_figures(row)
+    return figures[index] if figures else None
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the bench's results, read by the table (results.md and the printed one), results.csv and the chart.
+
+    Args:
+        key: its name in results.csv (None: the table only); a Spread fills ``KEY_median``, ``KEY_min`` and
+            ``KEY_max``, a dict one column per key.
+        header: its header in the table (None: results.csv only).
+        value: its value for a row, as results.csv holds it.
+        text: how the table shows the value.
+    """
+
+    key: str | None
+    header: str | None
+    value: Callable[[Row, Bench], Any]
+    text: Callable[[Any], str] = str
+
+    def cells(self, row: Row, bench: Bench) -> dict[str, Any]:
+        """The results.csv cells of a row."""
+        assert self.key is not None, f"{self.header} is the table's only"
+        value = self.value(row, bench)
+        if isinstance(value, Spread):
+            return {f"{self.key}_median": value.median, f"{self.key}_min": value.low, f"{self.key}_max": value.high}
+        return value if isinstance(value, dict) else {self.key: value}
+
+
+COLUMNS = [
+    Column("label", "label", lambda r, b: r.label),
+    Column("stage", None, lambda r, b: r.stage),
+    Column("runner", None, lambda r, b: r.runner),
+    Column("sweep", None, lambda r, b: {f"sweep:{key}": r.overrides.get(key) for key in b.swept}),
+    Column("device", None, lambda r, b: r.summaries[0]["device"] if r.summaries else None),
+    Column("epochs", None, lambda r, b: b.settings.get("epochs")),
+    Column("full_epochs", None, lambda r, b: b.settings.get("limit_train_batches") is None),
+    # batches asked; a grouped stage ran whole groups covering them
+    Column("train_batches_limit", None, lambda r, b: b.settings.get("limit_train_batches")),
+    Column("batch_size", None, lambda r, b: _data(r, "batch_size")),
+    Column("batches_per_step", None, lambda r, b: _data(r, "batches_per_step")),
+    Column("train_samples_per_epoch", None, lambda r, b: r.samples_per_epoch),
+    Column("repeats", None, lambda r, b: len(r.summaries)),
+    Column("train_s", "train s/epoch", lambda r, b: Spread.of(r.values("avg_train_s")), Spread.text),
+    Column("test_s", "test s/epoch", lambda r, b: Spread.of(r.values("avg_eval_s")), Spread.text),
+    Column("warmup_train_s", "warm-up train s", lambda r, b: r.warmup_s, _fmt),
+    Column("total_s_median", "total s", lambda r, b: r.total_s, _fmt),
+    Column("speedup_x", "speed-up", lambda r, b: b.speedup(r), _times),
+    Column("samples_per_s_median", "samples/s", lambda r, b: r.med("samples_per_s"), lambda v: _fmt(v, 0)),
+    Column("input_wait_pct", "input wait", lambda r, b: _share_pct(r, "input_wait_share"), _pct),
+    Column("gpu_busy_pct", "GPU busy", lambda r, b: _share_pct(r, "device_busy_share"), _pct),
+    Column("verdict", "verdict", lambda r, b: _verdicts(r), lambda v: v or "-"),
+    Column("val_acc_median", "val acc", lambda r, b: r.med("final_val_acc"), lambda v: _fmt(v, 4)),
+    Column(
+        "peak",
+        "peak MB (main RSS / tree PSS)",
+        lambda r, b: {
+            "peak_main_rss_mb": r.peak_memory_mb("main_process"),
+            "peak_tree_pss_mb": r.peak_memory_mb("tree_pss"),
+        },
+        lambda v: f"{_fmt(v['peak_main_rss_mb'], 0)} / {_fmt(v['peak_tree_pss_mb'], 0)}",
+    ),
+    Column("published_train_s", "published train s/epoch", lambda r, b: _published(r, 0), lambda v: _fmt(v, none="")),
+    Column("published_speedup_x", "published speed-up", lambda r, b: _published(r, 3), lambda v: _times(v, "")),
+    Column(None, "note", lambda r, b: b.note(r)),
+    Column("error", None, lambda r, b: r.error),
+]
+COLUMN = {column.key or column.header: column for column in COLUMNS}
+
+
+def shown(key: str, row: Row, bench: Bench) -> str:
+    """Column ``key`` of a row as the table shows it."""
+    column = COLUMN[key]
+    return column.text(column.value(row, bench))
 
 
 def table_rows(rows: list[Row]) -> list[dict[str, str]]:
-    """The printable columns of every row."""
-    base = next((r.epoch_s for r in rows if r.epoch_s), None)
-    lightning_rows = [r for r in rows if r.runner == "lightning" and r.summaries and r.med("avg_train_s")]
-    out = []
-    for r in rows:
-        ref = published_figures(r)
-        epoch = r.epoch_s
-        note = r.error or ""
-        same_stage = [lr for lr in lightning_rows if lr.stage == r.stage]
-        if r.runner in ("plain", "bare") and same_stage and r.med("avg_train_s"):
-            ratios = [(lr, lr.train_s() / r.train_s()) for lr in same_stage]
-            what = "stage/plain" if r.runner == "plain" else "stage/bare Lightning"
-            if len(ratios) == 1:
-                note = f"{what} train time: {ratios[0][1]:.3f}x"
-            else:
-                note = f"{what} train time: " + ", ".join(f"{x:.3f}x ({lr.label})" for lr, x in ratios)
-        out.append(
-            {
-                "stage": r.label,
-                "train s/epoch": _fmt(r.med("avg_train_s")) + _spread(r, "avg_train_s"),
-                "test s/epoch": _fmt(r.med("avg_eval_s")) + _spread(r, "avg_eval_s"),
-                "warm-up train s": _fmt(r.warmup_s),
-                "total s": _fmt(r.total_s),
-                "speed-up": f"{base / epoch:.1f}x" if base and epoch else "-",
-                "samples/s": _fmt(r.med("samples_per_s"), 0),
-                "input wait": _pct(r.med("input_wait_share")),
-                "GPU busy": _pct(r.med("device_busy_share")),
-                "verdict": "/".join(sorted({s["verdict"] for s in r.summaries})) or "-",
-                "val acc": _fmt(r.med("final_val_acc"), 4),
-                "peak MB (main RSS / tree PSS)": f"{_fmt(r.peak_memory_mb('main_process'), 0)} / "
-                f"{_fmt(r.peak_memory_mb('tree_pss'), 0)}",
-                "published train s/epoch": _fmt(ref[0]) if ref else "",
-                "published speed-up": f"{ref[3]:.1f}x" if ref else "",
-                "note": note,
-            }
-        )
-    return out
-
-
-def _stat(row: Row, key: str, name: str) -> dict[str, float | None]:
-    values = row.values(key)
-    return {
-        f"{name}_median": median(values) if values else None,
-        f"{name}_min": min(values, default=None),
-        f"{name}_max": max(values, default=None),
-    }
+    """The table's columns of every row, by header."""
+    bench = Bench(rows)
+    return [{c.header: c.text(c.value(r, bench)) for c in COLUMNS if c.header is not None} for r in rows]
 
 
 def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -149,48 +249,8 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     The settings that shape a row (epochs, bounded or full epochs, repeats, swept values, device) stand beside its
     figures.
     """
-    base = next((r.epoch_s for r in rows if r.epoch_s), None)
-    swept = sorted({key for r in rows for key in r.overrides})
-    limit = settings.get("limit_train_batches")
-    out = []
-    for r in rows:
-        ref = published_figures(r)
-        wait = r.med("input_wait_share")
-        busy = r.med("device_busy_share")
-        first = r.summaries[0] if r.summaries else {}
-        data = first.get("data") or {}
-        out.append(
-            {
-                "label": r.label,
-                "stage": r.stage,
-                "runner": r.runner,
-                **{f"sweep:{key}": r.overrides.get(key) for key in swept},
-                "device": r.summaries[0]["device"] if r.summaries else None,
-                "epochs": settings.get("epochs"),
-                "full_epochs": limit is None,
-                "train_batches_limit": limit,  # batches asked; a grouped stage ran whole groups covering them
-                "batch_size": data.get("batch_size"),
-                "batches_per_step": data.get("batches_per_step"),
-                "train_samples_per_epoch": r.samples_per_epoch,
-                "repeats": len(r.summaries),
-                **_stat(r, "avg_train_s", "train_s"),
-                **_stat(r, "avg_eval_s", "test_s"),
-                "warmup_train_s": r.warmup_s,
-                "total_s_median": r.total_s,
-                "speedup_x": base / r.epoch_s if base and r.epoch_s else None,
-                "samples_per_s_median": r.med("samples_per_s"),
-                "input_wait_pct": 100 * wait if wait is not None else None,
-                "gpu_busy_pct": 100 * busy if busy is not None else None,
-                "verdict": "/".join(sorted({s["verdict"] for s in r.summaries})) or None,
-                "val_acc_median": r.med("final_val_acc"),
-                "peak_main_rss_mb": r.peak_memory_mb("main_process"),
-                "peak_tree_pss_mb": r.peak_memory_mb("tree_pss"),
-                "published_train_s": ref[0] if ref else None,
-                "published_speedup_x": ref[3] if ref else None,
-                "error": r.error,
-            }
-        )
-    return out
+    bench = Bench(rows, settings)
+    return [{k: v for c in COLUMNS if c.key is not None for k, v in c.cells(r, bench).items()} for r in rows]
 
 
 def per_step(rows: list[Row]) -> list[dict[str, Any]]:
@@ -216,7 +276,7 @@ def per_step(rows: list[Row]) -> list[dict[str, Any]]:
 
         out.append(
             {
-                "stage": row.label,
+                "stage": row.stage,  # a stage's own row: no sweep, so its label is its stage's name
                 "steps_per_epoch": steps,
                 "plain_step_ms": ms(plain),
                 "lightning_loop_adds_ms": ms(bare) - ms(plain),
@@ -348,33 +408,35 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
     """
     import matplotlib.pyplot as plt
 
+    bench = Bench(rows)
     done = [r for r in rows if r.med("avg_train_s")]
     if not done:
         return None
-    base = next((r.epoch_s for r in rows if r.epoch_s), None)
-    shown = [(i, ref) for i, r in enumerate(done) if (ref := published_figures(r))]
-    width = 0.4 if shown else 0.6
-    heights = [r.train_s() for r in done]
+    published_bars = [(i, r) for i, r in enumerate(done) if COLUMN["published_train_s"].value(r, bench) is not None]
+    width = 0.4 if published_bars else 0.6
+    heights = [COLUMN["train_s"].value(r, bench).median for r in done]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(done)), 4.5))
     measured = ax.bar(
-        [i - width / 2 if shown else i for i in range(len(done))],
+        [i - width / 2 if published_bars else i for i in range(len(done))],
         heights,
         width,
         color="#4C72B0",
         label=f"{device} (measured)",
     )
-    ax.bar_label(measured, labels=[f"{base / r.epoch_s:.1f}x" if base and r.epoch_s else "" for r in done], fontsize=8)
-    if shown:
+    speedups = [shown("speedup_x", r, bench) if bench.speedup(r) is not None else "" for r in done]
+    ax.bar_label(measured, labels=speedups, fontsize=8)
+    if published_bars:
+        published_heights = [COLUMN["published_train_s"].value(r, bench) for _, r in published_bars]
         figures = ax.bar(
-            [i + width / 2 for i, _ in shown],
-            [ref[0] for _, ref in shown],
+            [i + width / 2 for i, _ in published_bars],
+            published_heights,
             width,
             color="#C8C8C8",
             label=published.HARDWARE,
         )
-        ax.bar_label(figures, labels=[f"{ref[3]:.1f}x" for _, ref in shown], fontsize=8)
-        heights += [ref[0] for _, ref in shown]
-    ax.set_xticks(range(len(done)), [r.label for r in done], rotation=30, ha="right")
+        ax.bar_label(figures, labels=[shown("published_speedup_x", r, bench) for _, r in published_bars], fontsize=8)
+        heights += published_heights
+    ax.set_xticks(range(len(done)), [COLUMN["label"].value(r, bench) for r in done], rotation=30, ha="right")
     ax.set_ylabel("train s/epoch (median); bar labels: speed-up")
     ax.set_title(f"mnistperf ladder on {device}", fontsize=10)
     if log_scale or max(heights) / min(heights) > LOG_SCALE_RANGE:

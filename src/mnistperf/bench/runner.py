@@ -94,7 +94,7 @@ class Plan:
     args: list[str]
 
     def command(self, runs_dir: Path, run_name: str) -> tuple[list[str], Callable[[], Path]]:
-        """The command line of one run, and a function that finds the summary it wrote."""
+        """The command line of one run, and a function that finds the timing.json it wrote."""
         if self.row.runner in ("plain", "loader", "bare"):
             target = runs_dir / run_name / SUMMARY_FILE
             command = [
@@ -154,13 +154,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--reference-rows",
-        "--baseline",
         dest="reference_rows",
         default="auto",
         help="stages (comma-separated) to also run as reference rows, a plain PyTorch loop and "
         "Lightning's bare loop; 'auto': v2_pinned and the highest resident rung (v4_graphed, else "
         "v3_resident) among the stages run; 'none' to skip",
     )
+    # The option's former name, still accepted; "baseline" is tune's word, for the input config's own settings.
+    parser.add_argument("--baseline", dest="reference_rows", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.add_argument(
         "--loader-only",
         action="store_true",
@@ -338,15 +339,15 @@ def bench_command(argv: Sequence[str]) -> None:
                 if plan.row.error is not None:
                     continue  # failed before: its error stays in its row
                 print(f"[{index}/{len(plans)}] {plan.row.label} (repeat {repeat}/{opts.repeats})", flush=True)
-                command, summary_path = plan.command(out / "runs", f"{index:02d}_{plan.row.stage}_r{repeat}")
+                command, timing_path = plan.command(out / "runs", f"{index:02d}_{plan.row.stage}_r{repeat}")
                 status, last_line, memory = run_process(command, plan.row.label)
-                if status != 0 or not summary_path().is_file():
+                if status != 0 or not timing_path().is_file():
                     plan.row.error = f"failed (exit {status}): {last_line}"
                     print(f"    {plan.row.label}: {plan.row.error}", flush=True)
                 else:
-                    summary = json.loads(summary_path().read_text())
-                    summary["peak_rss_mb"].update(memory)
-                    plan.row.summaries.append(summary)
+                    timing = json.loads(timing_path().read_text())
+                    timing["peak_rss_mb"].update(memory)
+                    plan.row.summaries.append(timing)
                 write_all(rows, out, settings, opts.log_scale)
     except KeyboardInterrupt:
         print("\ninterrupted: keeping the rows already finished", flush=True)

@@ -7,10 +7,12 @@ one fails there, naming the release, rather than somewhere far from here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from lightning.pytorch import Callback, Trainer
+
+if TYPE_CHECKING:  # Lightning loads only where it is used: the commands check the install before importing it
+    from lightning.pytorch import Callback, Trainer
 
 # ---------------------------------------------------------------- Lightning: hooks Lightning skips
 # Why: Lightning calls every per-batch hook of every callback inside the trainer's profiler, overridden or not

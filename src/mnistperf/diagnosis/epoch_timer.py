@@ -13,12 +13,13 @@ groups of stacked batches), else the leading length of the batch's tensors, foun
 A thin callback over :class:`~mnistperf.diagnosis.clock.EpochClock`, which holds the arithmetic: the
 callback tells the clock when epochs, steps and validation begin and end, and hands it the input
 wait timed around Lightning's fetch of each training batch (:mod:`mnistperf.diagnosis.fetch_clock`).
-On CUDA the clock also profiles the GPU's kernels over a short window of steps in the first epoch
-(the warm-up epoch, reported apart), and saves that window beside ``timing.json`` as a trace that
-Perfetto and TensorBoard's profile plugin open (``plugins/profile/busy_window/*.pt.trace.json``),
-so the gaps the busy share summarizes can be seen. The verdict (:func:`mnistperf.diagnosis.summary.classify`) is
-input-bound, overhead-bound or compute-bound on CUDA, and input-bound or compute-bound on a CPU,
-where host and device are one.
+The clock also profiles the device's work over a short window of steps in the first epoch (the
+warm-up epoch, reported apart): the GPU's kernels on CUDA, the CPU's tensor operations on a CPU. It
+saves that window beside ``timing.json`` as a trace that Perfetto and TensorBoard's profile plugin
+open (``plugins/profile/busy_window/*.pt.trace.json``). On one training step in four it marks where
+the forward, the backward and the update begin (:mod:`mnistperf.diagnosis.phases`), for the epoch's
+split of train time. The verdict (:func:`mnistperf.diagnosis.summary.classify`) is input-bound,
+overhead-bound or compute-bound, on CUDA and on a CPU alike.
 
 Sanity-check validation is excluded. Lightning creates the first epoch's DataLoader
 iterator (starting its workers and fetching one batch) before the epoch begins, so epoch 1
@@ -124,8 +125,8 @@ class EpochTimer(Callback):
         input_bound_share: share of train time the device (on CUDA) or the host (on a CPU)
             spends waiting for data at which a run is called input-bound.
         summary_file: name of the JSON summary written into the run's log folder.
-        busy_window_steps: training steps of the first epoch whose GPU kernels are profiled for the
-            busy share (CUDA only; 0 turns the profiling off).
+        busy_window_steps: training steps of the first epoch whose device work is profiled for the
+            busy share (0 turns the profiling off).
         hints: what the advice at the end suggests per verdict, in the project's own terms; by default what
             anyone can change in their own code (:data:`~mnistperf.diagnosis.advice.USER_HINTS`).
     """

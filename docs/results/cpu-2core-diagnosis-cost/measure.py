@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import lightning
+import numpy as np
 import torch
 from lightning.pytorch import Callback, Trainer, seed_everything
 from torch.utils.data import DataLoader
@@ -56,7 +57,7 @@ AUDIT = "--audit" in sys.argv
 NUMBERS = [arg for arg in sys.argv[1:] if arg != "--audit"]
 FITS = int(NUMBERS[0]) if NUMBERS else 6
 ROUNDS = int(NUMBERS[1]) if len(NUMBERS) > 1 else 12
-SAMPLES, BATCH = (4096, 8) if AUDIT else (16384, 64)
+SAMPLES, BATCH = (1024, 8) if AUDIT else (16384, 64)
 ARMS = ("without", "with", "audit", "both") if AUDIT else ("without", "empty", "hooks", "with")
 COMPARED = ARMS[1:]
 RESULTS = HERE / ("results-audit.json" if AUDIT else "results.json")
@@ -109,14 +110,23 @@ class Alternate(Callback):
             "both": [timer, audit],
         }
         self.seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        self.profiles: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
         self.arm: str | None = None
         self.started = 0.0
+        self.marks: list[float] = []
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: lightning.LightningModule, batch, batch_idx) -> None:
+        """Mark the step's start: an epoch's profile is the time from each mark to the next."""
+        self.marks.append(time.perf_counter())
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: lightning.LightningModule) -> None:
         """Close the last epoch's time, then put this epoch's arm in place and start its time."""
         now = time.perf_counter()
         if self.arm is not None:
             self.seconds[self.arm].append(now - self.started)
+            ends = [self.started, *self.marks, now]
+            self.profiles[self.arm].append(np.diff(ends).tolist())
+        self.marks = []
         if trainer.current_epoch == 0:  # warm-up, with the timer, not counted
             return
         self.arm = self.order[(trainer.current_epoch - 1) % len(self.order)]
@@ -132,8 +142,8 @@ class Alternate(Callback):
         self.started = time.perf_counter()
 
 
-def fit(order: tuple[str, ...], root: Path) -> dict[str, list[float]]:
-    """The epoch seconds of each arm over one fresh fit of ROUNDS rounds."""
+def fit(order: tuple[str, ...], root: Path) -> Alternate:
+    """One fresh fit of ROUNDS rounds; its Alternate holds each arm's epoch seconds and step profiles."""
     seed_everything(0, verbose=False)
     timer = EpochTimer()
     alternate = Alternate(timer, order)
@@ -153,7 +163,7 @@ def fit(order: tuple[str, ...], root: Path) -> dict[str, list[float]]:
     with contextlib.redirect_stdout(io.StringIO()):  # the callbacks' lines, in their arms' epochs only
         trainer.fit(module(), loader)
     assert len(timer.epochs) >= 1 + ROUNDS, "the timer missed epochs of its arm"
-    return alternate.seconds
+    return alternate
 
 
 def interval(arm: str, seconds: dict[str, list[float]], draws: int = 2000) -> tuple[float, float]:
@@ -169,16 +179,51 @@ def interval(arm: str, seconds: dict[str, list[float]], draws: int = 2000) -> tu
     return cuts[0], cuts[-1]
 
 
+def round_interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
+    """2.5th and 97.5th percentiles of the median of the round-by-round ratios, rounds resampled with replacement."""
+    draw = random.Random(0)
+    medians = [statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(draws)]
+    cuts = statistics.quantiles(medians, n=40)
+    return cuts[0], cuts[-1]
+
+
+def typical_epoch(profiles: np.ndarray) -> float:
+    """The sum over an epoch's positions (each step, and the epoch's ends) of that position's median over epochs.
+
+    The machine's slowdowns come in bursts that lengthen some epochs by up to half: a burst moves the median of
+    a position only where it hits most epochs there, while the work of every step, also one step in a few or
+    once an epoch, stays in the sum.
+    """
+    return float(np.median(profiles, axis=0).sum())
+
+
+def typical_interval(arm: str, profiles: dict[str, np.ndarray], draws: int = 400) -> tuple[float, float]:
+    """2.5th and 97.5th percentiles of ``arm``'s ratio of typical epochs over rounds resampled with replacement."""
+    generator = np.random.default_rng(0)
+    rounds = len(profiles["without"])
+    ratios = []
+    for _ in range(draws):
+        picked = generator.integers(0, rounds, rounds)
+        ratios.append(typical_epoch(profiles[arm][picked]) / typical_epoch(profiles["without"][picked]))
+    low, high = np.quantile(ratios, [0.025, 0.975])
+    return float(low), float(high)
+
+
 def main() -> None:
     """Run the fits, print and write the medians and ratios."""
     seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    steps_of: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory() as scratch:
         for number in range(FITS):
             order = ARMS[number % len(ARMS) :] + ARMS[: number % len(ARMS)]
-            for arm, values in fit(order, Path(scratch) / str(number)).items():
-                seconds[arm].extend(values)
+            alternate = fit(order, Path(scratch) / str(number))
+            for arm in ARMS:
+                seconds[arm].extend(alternate.seconds[arm])
+                steps_of[arm].extend(alternate.profiles[arm])
             print(f"fit {number + 1}/{FITS}: " + ", ".join(f"{a} {statistics.median(seconds[a]):.3f} s" for a in ARMS))
     median = {arm: statistics.median(values) for arm, values in seconds.items()}
+    profiles = {arm: np.array(values) for arm, values in steps_of.items()}
+    typical = {arm: typical_epoch(values) for arm, values in profiles.items()}
     steps = SAMPLES // BATCH
     within_round = {arm: [a / b for a, b in zip(seconds[arm], seconds["without"], strict=True)] for arm in COMPARED}
     result = {
@@ -195,7 +240,12 @@ def main() -> None:
         "ratio_of_medians": {arm: median[arm] / median["without"] for arm in COMPARED},
         "ratio_of_medians_95": {arm: interval(arm, seconds) for arm in COMPARED},
         "median_round_ratio": {arm: statistics.median(r) for arm, r in within_round.items()},
+        "median_round_ratio_95": {arm: round_interval(r) for arm, r in within_round.items()},
         "us_per_step": {arm: (median[arm] - median["without"]) / steps * 1e6 for arm in COMPARED},
+        "typical_epoch_s": typical,
+        "typical_ratio": {arm: typical[arm] / typical["without"] for arm in COMPARED},
+        "typical_ratio_95": {arm: typical_interval(arm, profiles) for arm in COMPARED},
+        "typical_us_per_step": {arm: (typical[arm] - typical["without"]) / steps * 1e6 for arm in COMPARED},
         "step_ms_without": median["without"] / steps * 1e3,
         "environment": {
             "machine": platform.machine(),
@@ -210,8 +260,11 @@ def main() -> None:
         print(
             f"{arm} / without: ratio of medians {result['ratio_of_medians'][arm]:.4f}x "
             f"(95 % {result['ratio_of_medians_95'][arm][0]:.4f}-{result['ratio_of_medians_95'][arm][1]:.4f}), "
-            f"median round ratio {result['median_round_ratio'][arm]:.4f}x, "
-            f"{result['us_per_step'][arm]:+.1f} us per step of {result['step_ms_without']:.2f} ms"
+            f"median round ratio {result['median_round_ratio'][arm]:.4f}x "
+            f"(95 % {result['median_round_ratio_95'][arm][0]:.4f}-{result['median_round_ratio_95'][arm][1]:.4f}), "
+            f"{result['us_per_step'][arm]:+.1f} us per step of {result['step_ms_without']:.2f} ms; "
+            f"typical epochs {result['typical_ratio'][arm]:.4f}x (95 % {result['typical_ratio_95'][arm][0]:.4f}-"
+            f"{result['typical_ratio_95'][arm][1]:.4f}), {result['typical_us_per_step'][arm]:+.1f} us per step"
         )
 
 

@@ -204,17 +204,18 @@ class SampleAudit(Callback):
 
     def _sample_rows(self, batch: Any) -> tuple[list[torch.Tensor], int]:
         """The batch's tensors that share its sample dimensions, each as [samples, rest], and the samples."""
-        tensors = tensors_of(batch)
-        tensors = [t for t in tensors if t.dim() >= self.sample_dims]
+        tensors = [t for t in tensors_of(batch) if t.ndim >= self.sample_dims]
         if not tensors:
             raise SampleAuditError(
                 f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with "
                 f"{self.sample_dims} sample dimension(s); pass sample_id= or fingerprint="
             )
+        if self.sample_dims == 1:  # every step: an int compared, not a shape sliced
+            first = tensors[0].shape[0]
+            return [t for t in tensors if t.shape[0] == first], first
         lead = tensors[0].shape[: self.sample_dims]
         samples = math.prod(lead)
-        rows = [t for t in tensors if t.shape[: self.sample_dims] == lead]
-        return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples
+        return [t.reshape(samples, -1) for t in tensors if t.shape[: self.sample_dims] == lead], samples
 
     def _hold(self, batch: Any) -> None:
         """Keep a copy of the batch's sample rows for the next :meth:`_flush`, which hashes many steps at once.

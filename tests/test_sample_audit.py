@@ -212,6 +212,8 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
     ]
     by_matmul = sample_audit.lane_sums(values, weights, matmul=True)
     assert by_matmul[:3].reshape(-1).tolist() == exact
+    monkeypatch.setattr(sample_audit, "FLOAT_CHUNK_WORDS", 11)  # float64 matmuls of 11 words, the last one shorter
+    assert torch.equal(sample_audit.lane_sums(values, weights, matmul=True), by_matmul)
     monkeypatch.setattr(sample_audit, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
     assert torch.equal(sample_audit.lane_sums(values, weights, matmul=False), by_matmul)
 

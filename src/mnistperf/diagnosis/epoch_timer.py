@@ -16,7 +16,7 @@ wait timed around Lightning's fetch of each training batch (:mod:`mnistperf.diag
 The clock also profiles the device's work over a short window of steps in the first epoch (the
 warm-up epoch, reported apart): the GPU's kernels on CUDA, the CPU's tensor operations on a CPU. It
 saves that window beside ``timing.json`` as a trace that Perfetto and TensorBoard's profile plugin
-open (``plugins/profile/busy_window/*.pt.trace.json``). On one training step in four it marks where
+open (``plugins/profile/busy_window/*.pt.trace.json``). On one training step in sixteen it marks where
 the forward, the backward and the update begin (:mod:`mnistperf.diagnosis.phases`), for the epoch's
 split of train time. The verdict (:func:`mnistperf.diagnosis.summary.classify`) is input-bound,
 overhead-bound or compute-bound, on CUDA and on a CPU alike.

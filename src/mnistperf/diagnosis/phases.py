@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-SAMPLE_EVERY = 4  # one training step in this many is stamped: batch indices 1, 5, 9, ...
+SAMPLE_EVERY = 16  # one training step in this many is stamped: batch indices 1, 17, 33, ...
 PHASES = ("forward", "backward", "optimizer")
 # The marks of a sampled step, in order; each phase lies between two of them.
 SPANS = {"forward": ("start", "backward"), "backward": ("backward", "backward_end"), "optimizer": ("optimizer", "end")}

@@ -50,6 +50,8 @@ PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
 # Elements of the temporary (samples x words x lanes) product per chunk of words.
 CHUNK_ELEMENTS = 1 << 22
+# Words per float64 matmul on a CPU: below 2**22 keeps each sum exact (see _float_lane_sums).
+FLOAT_CHUNK_WORDS = 1 << 20
 PADDING = -1  # fingerprints are non-negative
 # Held steps are hashed together once they hold this many samples, or this many bytes.
 HASH_SAMPLES = 4096
@@ -62,21 +64,60 @@ class SampleAuditError(MnistperfError):
 
 
 def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
-    """``values @ weights`` modulo PRIME, exact in int64: [samples, words] x [words, LANES] -> [samples, LANES].
+    """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
 
     Args:
-        values: words of at most 16 bits.
+        values: words of at most 16 bits, of any integer type.
         weights: weights below PRIME.
-        matmul: use an integer matmul (CPU only, and there the fastest); otherwise products and sums
-            in chunks of at most CHUNK_ELEMENTS elements.
+        matmul: use a float64 matmul (CPU, where it is BLAS's and the fastest); otherwise int64 products and sums
+            in chunks of at most CHUNK_ELEMENTS elements. Both give the same numbers.
     """
+    if matmul:
+        return _float_lane_sums(values, weights)
     # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
-    step = 1 << 15 if matmul else max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
+    step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
     total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     for start in range(0, values.shape[1], step):
-        part, factors = values[:, start : start + step], weights[start : start + step]
-        total = (total + (part @ factors if matmul else (part[:, :, None] * factors).sum(dim=1))) % PRIME
+        part, factors = values[:, start : start + step].to(torch.int64), weights[start : start + step]
+        total = (total + (part[:, :, None] * factors).sum(dim=1)) % PRIME
     return total
+
+
+def _float_lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """:func:`lane_sums` by float64 matmuls on the weights' 16-bit halves, whose sums float64 holds exactly.
+
+    A word (|v| < 2**16) times a half (< 2**16) is below 2**32, so a chunk of FLOAT_CHUNK_WORDS sums below 2**52.
+    """
+    halves = torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)  # [words, 2 * LANES]
+    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
+    step = FLOAT_CHUNK_WORDS
+    for start in range(0, values.shape[1], step):
+        part = values[:, start : start + step].to(torch.float64)
+        sums = (halves[start : start + step].T @ part.T).T.to(torch.int64)  # as [4, words] x [words, samples]: faster
+        low, high = sums[:, :LANES], sums[:, LANES:]
+        total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
+    return total
+
+
+def joined(held: list[tuple[list[torch.Tensor], int]]) -> list[torch.Tensor] | None:
+    """Each of the held steps' tensors joined along the samples; None where the steps' tensors do not agree.
+
+    Steps agree when they hold as many tensors and each has the same type and the same shape past its first
+    dimension (``torch.cat`` raises on any other shape, but would convert types).
+    """
+    width = len(held[0][0])
+    if any(len(rows) != width for rows, _ in held):
+        return None
+    columns = []
+    for i in range(width):
+        column = [rows[i] for rows, _ in held]
+        if len({t.dtype for t in column}) > 1:
+            return None
+        try:
+            columns.append(torch.cat(column))
+        except RuntimeError:
+            return None
+    return columns
 
 
 class Fingerprinter:
@@ -103,7 +144,7 @@ class Fingerprinter:
         return self._weights[key][:words]
 
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
-        """The tensor's bits as [samples, words] int64 values, 16 bits each (bytes for 1-byte types)."""
+        """The tensor's bits as [samples, words], int16 words (uint8 for 1-byte types)."""
         flat = tensor.detach().reshape(samples, -1)
         if flat.dtype == torch.bool:
             flat = flat.to(torch.uint8)
@@ -117,7 +158,7 @@ class Fingerprinter:
                 chosen = torch.randperm(count, generator=generator)[: self.max_words].sort().values
                 self._positions[key] = chosen.to(words.device)
             words = words[:, self._positions[key]]
-        return words.to(torch.int64)  # int16 words are signed: the sums' remainder is non-negative anyway
+        return words  # int16 words are signed: the sums' remainder is non-negative anyway
 
     def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
@@ -225,16 +266,26 @@ class SampleAudit(Callback):
         ``HASH_SAMPLES`` samples or ``HASH_BYTES`` bytes held.
         """
         rows, samples = self._sample_rows(batch)
-        held = [t.detach().clone() for t in rows]
+        held = [t.detach().clone() if t.requires_grad else t.clone() for t in rows]
         self._held.append((held, samples))
         self._held_samples += samples
-        self._held_bytes += sum(t.numel() * t.element_size() for t in held)
+        self._held_bytes += sum(t.nbytes for t in held)
         if self._held_samples >= HASH_SAMPLES or self._held_bytes >= HASH_BYTES:
             self._flush()
 
     def _flush(self) -> None:
-        """Hash the held steps' samples, each run of steps whose tensors have the same shapes at once, in order."""
+        """Hash the held steps' samples in order: all at once, or each run of steps whose tensors agree.
+
+        Steps agree (see :func:`joined`) but for a smaller last batch of a different shape, or a batch structure
+        that changes from step to step.
+        """
         held, self._held, self._held_samples, self._held_bytes = self._held, [], 0, 0
+        if not held:
+            return
+        columns = joined(held)
+        if columns is not None:
+            self._seen.append(self.hash(columns, sum(samples for _, samples in held)))
+            return
         start = 0
         shapes = [[(t.dtype, t.shape[1:]) for t in rows] for rows, _ in held]
         while start < len(held):

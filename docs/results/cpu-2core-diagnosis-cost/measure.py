@@ -1,4 +1,4 @@
-"""What EpochTimer costs a Lightning project that is not the lab's: its epochs with and without the timer.
+"""What EpochTimer and SampleAudit cost a Lightning project that is not the lab's: epochs with and without them.
 
 The module and data are examples/diagnose_your_run.py's (an MLP, ``(x, y)`` tuple batches from a plain
 DataLoader, a ``self.log`` every step), at the example's own settings. Runs on this machine differ by more
@@ -6,22 +6,31 @@ than the timer costs, so the arms alternate epoch by epoch inside each fit, wher
 a second apart: the timer is in the trainer's callbacks (and its fetch clock is the trainer's profiler) in
 "with" epochs only; "without" epochs are the plain run; two more arms tell Lightning's share apart: an
 empty ``Callback`` ("empty": what Lightning charges for any callback) and one that overrides the timer's
-hooks with bodies that do nothing ("hooks": what it charges for a callback with those hooks, and only those). The order
-of the arms rotates from fit to fit, and each fit's first epoch, with the timer, is warm-up and left out.
+hooks with bodies that do nothing ("hooks": what it charges for those hooks). The order of the arms
+rotates from fit to fit, and each fit's first epoch, with the timer, is warm-up and left out.
 
-An epoch is timed from its ``on_train_epoch_start`` to the next one's, so the timer's own work at the
-ends of the epoch (its row, its TensorBoard scalars, its line) is inside. Prints and writes to
-results.json beside this file: the median epoch of each arm, the ratio of the medians, the median of the
-ratios of the arms' epochs within each round, the difference per training step, and a 95 % interval of
-the ratio of the medians (rounds resampled with replacement).
+An epoch is timed from its ``on_train_epoch_start`` to the next one's, so the callbacks' own work at the
+ends of the epoch (rows, scalars, lines, the audit's count) is inside. Prints and writes to results.json
+beside this file, for each arm against the plain run:
 
-    python docs/results/cpu-2core-diagnosis-cost/measure.py [FITS] [ROUNDS]
+* the ratio of the arms' median epochs, with a 95 % interval (rounds resampled with replacement);
+* the median of the round-by-round ratios, each of an arm's epoch to the plain epoch of the same round
+  (seconds apart, so the machine's drift between fits and within a fit cancels), with its interval;
+* the ratio of typical epochs: an epoch's time is split into its steps (from one step's start to the
+  next's) and its ends, and the typical epoch sums each position's median over the arm's epochs, which
+  keeps work done once an epoch or one step in a few while a burst of slowness that hits a minority of
+  epochs at a position moves nothing; with its interval, and the typical epoch's parts;
+* the difference per training step of the medians and of the typical epochs, and the one-minute load
+  average after each fit.
 
-``--audit`` measures both callbacks instead, on a tiny model with dict batches of 8 (``{"x", "y"}``, steps
-of under 2 ms): the arms are the plain run, the timer ("with"), SampleAudit ("audit") and both together
-("both"), written to results-audit.json.
+    python docs/results/cpu-2core-diagnosis-cost/measure.py [FITS] [ROUNDS] [--samples=N]
 
-    python docs/results/cpu-2core-diagnosis-cost/measure.py --audit [FITS] [ROUNDS]
+``--audit`` measures both callbacks instead, on the same module with dict batches of 8 (``{"x", "y"}``):
+the arms are the plain run, the timer ("with"), SampleAudit ("audit") and both together ("both"), written
+to results-audit.json. ``--samples=N`` sets the samples per epoch (default 16,384, or 4,096 with
+``--audit``) and adds ``-N`` to the file's name.
+
+    python docs/results/cpu-2core-diagnosis-cost/measure.py --audit [FITS] [ROUNDS] [--samples=N]
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 import platform
 import random
 import statistics
@@ -46,6 +56,8 @@ from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.epoch_timer import PHASE_HOOKS
+from mnistperf.upstream import skip_hook
 
 HERE = Path(__file__).resolve().parent
 spec = importlib.util.spec_from_file_location("example", HERE.parents[2] / "examples" / "diagnose_your_run.py")
@@ -54,13 +66,14 @@ example = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(example)
 
 AUDIT = "--audit" in sys.argv
-NUMBERS = [arg for arg in sys.argv[1:] if arg != "--audit"]
+GIVEN = next((int(arg.removeprefix("--samples=")) for arg in sys.argv if arg.startswith("--samples=")), None)
+NUMBERS = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
 FITS = int(NUMBERS[0]) if NUMBERS else 6
 ROUNDS = int(NUMBERS[1]) if len(NUMBERS) > 1 else 12
-SAMPLES, BATCH = (1024, 8) if AUDIT else (16384, 64)
+SAMPLES, BATCH = (GIVEN or 4096, 8) if AUDIT else (GIVEN or 16384, 64)
 ARMS = ("without", "with", "audit", "both") if AUDIT else ("without", "empty", "hooks", "with")
 COMPARED = ARMS[1:]
-RESULTS = HERE / ("results-audit.json" if AUDIT else "results.json")
+RESULTS = HERE / (("results-audit" if AUDIT else "results") + (f"-{GIVEN}" if GIVEN else "") + ".json")
 
 
 class DictPoints(example.Points):
@@ -80,10 +93,16 @@ class DictClassifier(example.Classifier):
 
 
 class SameHooks(Callback):
-    """The timer's hooks with bodies that do nothing; like the timer, its unused per-batch hooks are skipped."""
+    """The timer's hooks with bodies that do nothing, dispatched as the timer's are on a step it does not sample.
+
+    Like the timer, it has its unused per-batch hooks skipped, and its phase hooks too (the timer has them
+    dispatched on one step in sixteen only).
+    """
 
     def __init__(self) -> None:
         skip_unused_batch_hooks(self)
+        for hook in PHASE_HOOKS:
+            skip_hook(self, hook)
 
 
 for _name in vars(EpochTimer):
@@ -197,6 +216,16 @@ def typical_epoch(profiles: np.ndarray) -> float:
     return float(np.median(profiles, axis=0).sum())
 
 
+def typical_parts(profiles: np.ndarray) -> dict[str, float]:
+    """The typical epoch's milliseconds in three parts: its start, its steps, and its last step with its end.
+
+    The start runs to the first step's start; each step, from its start to the next one's; the last step and the
+    epoch's end, to the next epoch's start.
+    """
+    medians = np.median(profiles, axis=0) * 1e3
+    return {"start": float(medians[0]), "steps": float(medians[1:-1].sum()), "last_step_and_end": float(medians[-1])}
+
+
 def typical_interval(arm: str, profiles: dict[str, np.ndarray], draws: int = 400) -> tuple[float, float]:
     """2.5th and 97.5th percentiles of ``arm``'s ratio of typical epochs over rounds resampled with replacement."""
     generator = np.random.default_rng(0)
@@ -213,6 +242,7 @@ def main() -> None:
     """Run the fits, print and write the medians and ratios."""
     seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
     steps_of: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
+    loads: list[float] = []  # the one-minute load average after each fit: how much else the machine ran
     with tempfile.TemporaryDirectory() as scratch:
         for number in range(FITS):
             order = ARMS[number % len(ARMS) :] + ARMS[: number % len(ARMS)]
@@ -220,7 +250,11 @@ def main() -> None:
             for arm in ARMS:
                 seconds[arm].extend(alternate.seconds[arm])
                 steps_of[arm].extend(alternate.profiles[arm])
-            print(f"fit {number + 1}/{FITS}: " + ", ".join(f"{a} {statistics.median(seconds[a]):.3f} s" for a in ARMS))
+            loads.append(os.getloadavg()[0])
+            print(
+                f"fit {number + 1}/{FITS}: " + ", ".join(f"{a} {statistics.median(seconds[a]):.3f} s" for a in ARMS),
+                f"(load {loads[-1]:.2f})",
+            )
     median = {arm: statistics.median(values) for arm, values in seconds.items()}
     profiles = {arm: np.array(values) for arm, values in steps_of.items()}
     typical = {arm: typical_epoch(values) for arm, values in profiles.items()}
@@ -246,7 +280,9 @@ def main() -> None:
         "typical_ratio": {arm: typical[arm] / typical["without"] for arm in COMPARED},
         "typical_ratio_95": {arm: typical_interval(arm, profiles) for arm in COMPARED},
         "typical_us_per_step": {arm: (typical[arm] - typical["without"]) / steps * 1e6 for arm in COMPARED},
+        "typical_parts_ms": {arm: typical_parts(values) for arm, values in profiles.items()},
         "step_ms_without": median["without"] / steps * 1e3,
+        "load_after_fit": loads,
         "environment": {
             "machine": platform.machine(),
             "torch_threads": torch.get_num_threads(),

@@ -6,6 +6,7 @@ import re
 import shlex
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import CONFIGS, NO_WORKERS, QUIET, damage
 
@@ -72,3 +73,17 @@ def test_a_damaged_synthetic_shard_names_the_command_for_its_own_rows(tmp_path, 
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and str(shard) in err, err
     assert "re-create it with `python -m mnistperf prepare --force --dataset synthetic --rows 48 --data-dir big`" in err
+
+
+@pytest.mark.parametrize("place", ["start", "middle", "footer", "truncated"])
+def test_prepare_without_force_rebuilds_a_damaged_file_instead_of_calling_it_ready(tmp_path, capsys, fake_raw, place):
+    prepare = ["prepare", "--dataset", "mnist", "--source-root", str(fake_raw.root), "--data-dir", "mine"]
+    main(prepare)
+    damaged = Path("mine") / "MNIST" / "train.parquet"
+    damage(damaged, place)
+    capsys.readouterr()
+    main(prepare)
+    assert "ready" not in capsys.readouterr().out
+    pq.ParquetFile(damaged, page_checksum_verification=True).read()  # whole again: every page reads
+    main(prepare)
+    assert "ready" in capsys.readouterr().out

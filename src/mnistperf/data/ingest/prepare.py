@@ -79,8 +79,12 @@ def split_path(data_dir: str | os.PathLike, dataset: str, split: str, fmt: str =
     return folder / f"{split}.{fmt}"
 
 
-def is_ready(path: Path, expected_rows: int | None = None) -> bool:
-    """Whether path is a complete prepared split, one file or shards (footers readable, layout right)."""
+def is_ready(path: Path, expected_rows: int | None = None, read_pages: bool = False) -> bool:
+    """Whether path is a complete prepared split, one file or shards (footers readable, layout right).
+
+    ``read_pages`` also reads every page against its checksum, which finds damage inside the data that a
+    footer does not show (a whole read: meant for the official datasets' files, tens of MB).
+    """
     if not path.exists():
         return False
     rows = 0
@@ -91,6 +95,8 @@ def is_ready(path: Path, expected_rows: int | None = None) -> bool:
             if schema.LABEL_COLUMN not in names or not set(schema.PIXEL_COLUMNS) <= names:
                 return False
             rows += meta.num_rows
+            if read_pages:
+                schema.open_parquet(file).read()
     except (OSError, pa.ArrowException, DataError):
         return False
     return expected_rows is None or rows == expected_rows
@@ -133,7 +139,7 @@ def prepare_dataset(
     formats = check_formats(formats)
     spec = sources.DATASETS[dataset]
     wanted = [split_path(data_dir, dataset, s, f) for s in SPLITS for f in formats]
-    if not force and all(p.is_file() if p.suffix == ".csv" else is_ready(p) for p in wanted):
+    if not force and all(p.is_file() if p.suffix == ".csv" else is_ready(p, read_pages=True) for p in wanted):
         log(f"{spec.folder}: ready in {Path(data_dir) / spec.folder} (use --force to rebuild)")
         return []
     cache_dir = Path(data_dir) / spec.folder / "raw"

@@ -82,8 +82,9 @@ def split_path(data_dir: str | os.PathLike, dataset: str, split: str, fmt: str =
 def is_ready(path: Path, expected_rows: int | None = None, read_pages: bool = False) -> bool:
     """Whether path is a complete prepared split, one file or shards (footers readable, layout right).
 
-    ``read_pages`` also reads every page against its checksum, which finds damage inside the data that a
-    footer does not show (a whole read: meant for the official datasets' files, tens of MB).
+    ``read_pages`` also reads every page against its checksum, one row group at a time, which finds damage
+    inside the data that a footer does not show (a whole pass: meant for the official datasets' files, tens of
+    MB).
     """
     if not path.exists():
         return False
@@ -96,7 +97,7 @@ def is_ready(path: Path, expected_rows: int | None = None, read_pages: bool = Fa
                 return False
             rows += meta.num_rows
             if read_pages:
-                schema.open_parquet(file).read()
+                schema.verify_pages(schema.open_parquet(file), file)
     except (OSError, pa.ArrowException, DataError):
         return False
     return expected_rows is None or rows == expected_rows

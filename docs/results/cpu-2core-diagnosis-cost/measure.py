@@ -67,7 +67,7 @@ spec.loader.exec_module(example)
 
 AUDIT = "--audit" in sys.argv
 GIVEN = next((int(arg.removeprefix("--samples=")) for arg in sys.argv if arg.startswith("--samples=")), None)
-NUMBERS = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
+NUMBERS = [arg for arg in sys.argv[1:] if arg.isdigit()]  # other arguments are a script's that imports this one
 FITS = int(NUMBERS[0]) if NUMBERS else 6
 ROUNDS = int(NUMBERS[1]) if len(NUMBERS) > 1 else 12
 SAMPLES, BATCH = (GIVEN or 4096, 8) if AUDIT else (GIVEN or 16384, 64)

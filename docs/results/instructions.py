@@ -2,7 +2,7 @@
 
 Every instruction of the process, in every thread, is counted. The environment pins what would make two counts of
 the same run differ: Python's string hashing, and one thread for OpenMP and MKL (a waiting thread spins).
-The result scripts that count (cpu-2core-diagnosis-cost/count.py, cpu-2core-compat-cost/count.py) import it.
+cpu-2core-diagnosis-cost/count.py imports it.
 """
 
 from __future__ import annotations

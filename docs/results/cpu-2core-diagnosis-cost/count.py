@@ -21,8 +21,6 @@ Needs ``valgrind`` on the PATH; about 20 minutes on the lab's 2-core CPU, two fi
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import platform
 import sys
@@ -33,8 +31,7 @@ from pathlib import Path
 import lightning
 import measure  # this folder's: the module, the data and the stand-in callbacks of every arm
 import torch
-from lightning.pytorch import Callback, Trainer, seed_everything
-from torch.utils.data import DataLoader
+from lightning.pytorch import seed_everything
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 
@@ -49,35 +46,9 @@ def fit(arm: str, epochs: int) -> None:
     """One fit of ``arm`` for ``epochs`` epochs, in this process (the one Valgrind counts)."""
     torch.set_num_threads(1)
     seed_everything(0, verbose=False)
-    timer, audit = EpochTimer(), SampleAudit()
-    callbacks: dict[str, list[Callback]] = {
-        "without": [],
-        "empty": [Callback()],
-        "hooks": [measure.SameHooks()],
-        "with": [timer],
-        "audit": [audit],
-        "both": [timer, audit],
-    }
+    callbacks = measure.arm_callbacks(EpochTimer(), SampleAudit())[arm]
     with tempfile.TemporaryDirectory() as root:
-        trainer = Trainer(
-            accelerator="cpu",
-            devices=1,
-            max_epochs=epochs,
-            default_root_dir=root,
-            callbacks=callbacks[arm],
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            enable_checkpointing=False,
-            log_every_n_steps=10,
-        )
-        points, module = (
-            (measure.DictPoints, measure.DictClassifier)
-            if measure.AUDIT
-            else (measure.example.Points, measure.example.Classifier)
-        )
-        loader = DataLoader(points(measure.SAMPLES), batch_size=measure.BATCH, shuffle=True)
-        with contextlib.redirect_stdout(io.StringIO()):
-            trainer.fit(module(), loader)
+        measure.train(callbacks, epochs, Path(root))
 
 
 def main() -> None:

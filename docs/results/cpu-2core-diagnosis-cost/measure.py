@@ -120,14 +120,7 @@ class Alternate(Callback):
 
     def __init__(self, timer: EpochTimer, order: tuple[str, ...]):
         self.timer, self.order = timer, order
-        audit = SampleAudit()
-        self.stand_ins: dict[str, list[Callback]] = {
-            "empty": [Callback()],
-            "hooks": [SameHooks()],
-            "with": [timer],
-            "audit": [audit],
-            "both": [timer, audit],
-        }
+        self.stand_ins = arm_callbacks(timer, SampleAudit())
         self.seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
         self.profiles: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
         self.arm: str | None = None
@@ -157,21 +150,30 @@ class Alternate(Callback):
                 if callback in trainer.callbacks:
                     trainer.callbacks.remove(callback)
         trainer.profiler = fetch if self.arm in ("with", "both") else fetch.inner  # type: ignore[misc]
-        trainer.callbacks.extend(self.stand_ins.get(self.arm, []))
+        trainer.callbacks.extend(self.stand_ins[self.arm])
         self.started = time.perf_counter()
 
 
-def fit(order: tuple[str, ...], root: Path) -> Alternate:
-    """One fresh fit of ROUNDS rounds; its Alternate holds each arm's epoch seconds and step profiles."""
-    seed_everything(0, verbose=False)
-    timer = EpochTimer()
-    alternate = Alternate(timer, order)
+def arm_callbacks(timer: EpochTimer, audit: SampleAudit) -> dict[str, list[Callback]]:
+    """The callbacks of each arm, the measured ones and Lightning's stand-ins (``timer`` and ``audit`` shared)."""
+    return {
+        "without": [],
+        "empty": [Callback()],
+        "hooks": [SameHooks()],
+        "with": [timer],
+        "audit": [audit],
+        "both": [timer, audit],
+    }
+
+
+def train(callbacks: list[Callback], epochs: int, root: Path) -> None:
+    """A fresh fit of the example's module (dict batches with ``--audit``) with ``callbacks``, its lines discarded."""
     trainer = Trainer(
         accelerator="cpu",
         devices=1,
-        max_epochs=1 + ROUNDS * len(ARMS) + 1,  # warm-up, the rounds, and one epoch that closes the last
+        max_epochs=epochs,
         default_root_dir=root,
-        callbacks=[alternate, timer],
+        callbacks=callbacks,
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
@@ -179,8 +181,16 @@ def fit(order: tuple[str, ...], root: Path) -> Alternate:
     )
     points, module = (DictPoints, DictClassifier) if AUDIT else (example.Points, example.Classifier)
     loader = DataLoader(points(SAMPLES), batch_size=BATCH, shuffle=True)
-    with contextlib.redirect_stdout(io.StringIO()):  # the callbacks' lines, in their arms' epochs only
+    with contextlib.redirect_stdout(io.StringIO()):  # the callbacks' lines
         trainer.fit(module(), loader)
+
+
+def fit(order: tuple[str, ...], root: Path) -> Alternate:
+    """One fresh fit of ROUNDS rounds; its Alternate holds each arm's epoch seconds and step profiles."""
+    seed_everything(0, verbose=False)
+    timer = EpochTimer()
+    alternate = Alternate(timer, order)
+    train([alternate, timer], 1 + ROUNDS * len(ARMS) + 1, root)  # warm-up, the rounds, one epoch closing the last
     assert len(timer.epochs) >= 1 + ROUNDS, "the timer missed epochs of its arm"
     return alternate
 

@@ -39,6 +39,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "tests" / "compat"))
+sys.path.insert(0, str(HERE.parent))
+from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
 
 LIBRARY = sys.argv[1] if len(sys.argv) > 1 else "forecasting"
 PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -89,13 +91,6 @@ def interval(seconds: dict[str, list[float]], draws: int = 2000) -> tuple[float,
     return cuts[0], cuts[-1]
 
 
-def pair_interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
-    """2.5th and 97.5th percentiles of the median of the pairs' ratios, pairs resampled with replacement."""
-    draw = random.Random(0)
-    cuts = statistics.quantiles((statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(draws)), n=40)
-    return cuts[0], cuts[-1]
-
-
 def figures(seconds: dict[str, list[float]]) -> dict[str, Any]:
     """The medians, their ratio, and the median of the pairs' ratios, each with its 95 % interval."""
     median = {arm: statistics.median(values) for arm, values in seconds.items()}
@@ -106,7 +101,7 @@ def figures(seconds: dict[str, list[float]]) -> dict[str, Any]:
         "ratio_of_medians": median["with"] / median["without"],
         "ratio_of_medians_95": interval(seconds),
         "median_pair_ratio": statistics.median(ratios),
-        "median_pair_ratio_95": pair_interval(ratios),
+        "median_pair_ratio_95": median_interval(ratios),
     }
 
 

@@ -60,6 +60,9 @@ from mnistperf.diagnosis.epoch_timer import PHASE_HOOKS
 from mnistperf.upstream import skip_hook
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
+
 spec = importlib.util.spec_from_file_location("example", HERE.parents[2] / "examples" / "diagnose_your_run.py")
 assert spec is not None and spec.loader is not None
 example = importlib.util.module_from_spec(spec)
@@ -208,14 +211,6 @@ def interval(arm: str, seconds: dict[str, list[float]], draws: int = 2000) -> tu
     return cuts[0], cuts[-1]
 
 
-def round_interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
-    """2.5th and 97.5th percentiles of the median of the round-by-round ratios, rounds resampled with replacement."""
-    draw = random.Random(0)
-    medians = [statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(draws)]
-    cuts = statistics.quantiles(medians, n=40)
-    return cuts[0], cuts[-1]
-
-
 def typical_epoch(profiles: np.ndarray) -> float:
     """The sum over an epoch's positions (each step, and the epoch's ends) of that position's median over epochs.
 
@@ -284,7 +279,7 @@ def main() -> None:
         "ratio_of_medians": {arm: median[arm] / median["without"] for arm in COMPARED},
         "ratio_of_medians_95": {arm: interval(arm, seconds) for arm in COMPARED},
         "median_round_ratio": {arm: statistics.median(r) for arm, r in within_round.items()},
-        "median_round_ratio_95": {arm: round_interval(r) for arm, r in within_round.items()},
+        "median_round_ratio_95": {arm: median_interval(r) for arm, r in within_round.items()},
         "us_per_step": {arm: (median[arm] - median["without"]) / steps * 1e6 for arm in COMPARED},
         "typical_epoch_s": typical,
         "typical_ratio": {arm: typical[arm] / typical["without"] for arm in COMPARED},

@@ -13,9 +13,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from measure import round_interval  # this folder's
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
 
 
 def main(names: list[str]) -> None:
@@ -30,7 +30,7 @@ def main(names: list[str]) -> None:
             for run in runs
             for mine, plain in zip(run["epoch_s"][arm], run["epoch_s"]["without"], strict=True)
         ]
-        low, high = round_interval(ratios)
+        low, high = median_interval(ratios)
         median = statistics.median(ratios)
         print(f"{arm} / without over {len(ratios)} rounds: {median:.4f}x (95 % {low:.4f}-{high:.4f})")
 

@@ -163,6 +163,19 @@ def test_prepare_answers_a_wrong_option_in_one_line_with_the_one_meant(capsys, a
         assert "did you mean fashion_mnist?" in err
 
 
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["bench", "--epochz", "2"], "unrecognized arguments: --epochz 2; did you mean --epochs for --epochz?"),
+        (["tune", "--config", "c.yaml", "--budjet", "1"], "did you mean --budget for --budjet?"),
+        (["bench", "--repeats", "two"], "argument --repeats: invalid int value: 'two'"),
+    ],
+)
+def test_bench_and_tune_answer_a_wrong_option_in_one_line_with_the_one_meant(capsys, argv, expected):
+    err = fails_in_one_line(capsys, argv, expected)
+    assert f"`python -m mnistperf {argv[0]} --help` lists the options" in err
+
+
 @pytest.mark.parametrize("command", ["fit", "validate"])
 def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command):
     shutil.copytree(CONFIGS, workdir / "configs")

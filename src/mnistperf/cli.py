@@ -10,18 +10,14 @@ torchvision that cannot load beside torch, checked before anything imports Light
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
-from mnistperf.close_names import did_you_mean, with_options_meant
+from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.install_check import check_torchvision
-from mnistperf.upstream import long_options
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 OVERVIEW = """\
@@ -38,25 +34,6 @@ commands:
 
 `mnistperf COMMAND --help` shows each command's options.
 """
-
-
-_INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]+)'? \(choose from (.*)\)")
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse, answering a wrong option or value in one line with the option meant and the help command."""
-
-    def error(self, message: str) -> NoReturn:
-        """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
-        if os.environ.get(DEBUG_ENV):
-            super().error(message)
-        options = long_options(self)
-        text = with_options_meant(message, options)
-        choice = _INVALID_CHOICE.search(text)
-        if choice:
-            text += did_you_mean(choice.group(1), (c.strip("' ") for c in choice.group(2).split(",")))
-        print(f"mnistperf: error: {text} (`python -m {self.prog} --help` lists the options)", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def prepare_command(argv: Sequence[str]) -> None:

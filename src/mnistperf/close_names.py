@@ -1,14 +1,22 @@
 """The valid name nearest to a mistyped one, for errors that say what was meant.
 
 ``closest("data.num_worker", names)`` is ``"data.num_workers"``; a name close to none of them gets
-``None``, so an error never suggests something unrelated.
+``None``, so an error never suggests something unrelated. ``OneLineArgumentParser`` is argparse answering
+with the option or value meant, in one line, for every command of the lab that argparse parses.
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
+import os
 import re
+import sys
 from collections.abc import Iterable
+from typing import NoReturn
+
+from mnistperf.errors import DEBUG_ENV
+from mnistperf.upstream import long_options
 
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)$")
 
@@ -40,3 +48,22 @@ def with_options_meant(text: str, options: Iterable[str]) -> str:
     given = [word.split("=")[0] for word in unrecognized.group(1).split() if word.startswith("--")]
     hints = [f"--{match} for {word}" for word in given if (match := closest(word[2:], names))]
     return f"{text}; did you mean {', '.join(hints)}?" if hints else text
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]+)'? \(choose from (.*)\)")
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse, answering a wrong option or value in one line with the option meant and the help command."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
+        if os.environ.get(DEBUG_ENV):
+            super().error(message)
+        options = long_options(self)
+        text = with_options_meant(message, options)
+        choice = _INVALID_CHOICE.search(text)
+        if choice:
+            text += did_you_mean(choice.group(1), (c.strip("' ") for c in choice.group(2).split(",")))
+        print(f"mnistperf: error: {text} (`python -m {self.prog} --help` lists the options)", file=sys.stderr)
+        raise SystemExit(2)

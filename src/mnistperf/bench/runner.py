@@ -25,6 +25,7 @@ import yaml
 from mnistperf.bench import published
 from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.report import Row, markdown_table, per_step_table, redraw_chart, write_all
+from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.console import device_line
 from mnistperf.diagnosis import SUMMARY_FILE
 from mnistperf.errors import ConfigError
@@ -131,7 +132,7 @@ class Plan:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The bench's options."""
-    parser = argparse.ArgumentParser(prog="mnistperf bench", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="mnistperf bench", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--stages", default="all", help="'all' (the ladder and v3 stages) or names/paths, comma-separated"
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from mnistperf.atomic import atomic_write
+from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli import check_key, load_config, parse_fit_config, parse_setting
@@ -29,7 +30,7 @@ MIN_BUDGET_MIN = 0.25
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """Tune's options, checked."""
-    parser = argparse.ArgumentParser(prog="mnistperf tune", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="mnistperf tune", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True, help="the stage config to start from")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override, as for bench")
     parser.add_argument("--budget", type=float, default=5.0, help="minutes of measuring at most (default 5)")

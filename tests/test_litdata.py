@@ -112,8 +112,30 @@ def test_a_copy_in_the_older_one_row_layout_is_rewritten_locally_and_refused_rem
     writer._merge_no_wait()
     monkeypatch.setattr(litdata_pipeline, "copy_location", lambda split: old)
     dm = MNISTDataModule(data_dir=str(tiny_data), pipeline="litdata", batch_size=16)
-    with pytest.raises(DataError, match="another layout .* prepare --litdata --force"):
+    with pytest.raises(DataError, match="another layout") as error:
         dm.pipeline.load(tiny_data / "FashionMNIST" / "train.parquet", True, Placement(torch.device("cpu")))
+    # the command for this run's dataset and data folder, which works when pasted
+    assert f"`python -m mnistperf prepare --force --dataset fashion_mnist --data-dir {tiny_data} --litdata`" in str(
+        error.value
+    )
+
+
+@pytest.mark.parametrize(
+    "data_dir, dataset, command",
+    [
+        ("data", "mnist", "`python -m mnistperf prepare --force --dataset mnist --litdata`"),
+        ("mine", "own", "`python -m mnistperf prepare --force --from DIR --name own --data-dir mine --litdata`"),
+        (
+            "s3://bucket/data",
+            "fashion_mnist",
+            "`python -m mnistperf prepare --force --dataset fashion_mnist --litdata`, then upload data/ to "
+            "s3://bucket/data again",
+        ),
+    ],
+)
+def test_the_command_that_writes_a_copy_again_is_the_runs_own(data_dir, dataset, command):
+    dm = MNISTDataModule(data_dir=data_dir, dataset=dataset, pipeline="litdata", batch_size=16)
+    assert dm.pipeline.write_again() == command
 
 
 def test_a_batch_size_that_is_not_a_multiple_of_the_block_is_refused_by_name():

@@ -20,6 +20,7 @@ import torch
 
 from mnistperf.atomic import atomic_write_dir
 from mnistperf.data import schema
+from mnistperf.data.ingest.prepare import recreate_command
 from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, normalize
 from mnistperf.errors import ConfigError, DataError
 from mnistperf.upstream import distributed_env, merge_index_alone
@@ -166,6 +167,16 @@ class LitdataPipeline(Pipeline):
         """Write the split's litdata copy where it lacks a current one."""
         prepare_copies([path])
 
+    def write_again(self) -> str:
+        """The command, in backquotes, that writes this run's dataset and its litdata copies again.
+
+        A remote copy is written under the local ``data`` folder, and the sentence says to upload it.
+        """
+        o = self.options
+        remote = is_uri(str(o.data_dir))
+        command = f"`{recreate_command(o.dataset, 'data' if remote else o.data_dir, o.source_root)} --litdata`"
+        return f"{command}, then upload data/ to {o.data_dir} again" if remote else command
+
     def load(self, path: Location, require_labels: bool, place: Placement) -> Any:
         """The StreamingDataset over the split's litdata copy (local or remote), checked by its first block."""
         litdata = require_litdata()
@@ -173,7 +184,7 @@ class LitdataPipeline(Pipeline):
         if not is_uri(str(copy)) and not (Path(copy) / "index.json").is_file():
             raise DataError(
                 f"{copy} holds no litdata copy: run `python -m mnistperf fit` (its prepare_data writes "
-                f"it) or `python -m mnistperf prepare --litdata`."
+                f"it) or {self.write_again()}."
             )
         try:
             dataset = litdata.StreamingDataset(
@@ -186,15 +197,14 @@ class LitdataPipeline(Pipeline):
             )
         except (OSError, ValueError, AssertionError, json.JSONDecodeError) as exc:
             raise DataError(
-                f"{copy}: litdata cannot read it ({exc}); write it again with "
-                "`python -m mnistperf prepare --litdata --force`."
+                f"{copy}: litdata cannot read it ({exc}); write it again with {self.write_again()}."
             ) from exc
         tell_topology(dataset, place)
         first = dataset[0]
         if np.ndim(first["label"]) != 1:  # a copy written one row per item, by an earlier version
             raise DataError(
                 f"{copy} holds a litdata copy in another layout (one row per item); write it again with "
-                "`python -m mnistperf prepare --litdata --force` (and upload it again if it is remote)."
+                f"{self.write_again()}."
             )
         if require_labels and int(first["label"][0]) == schema.NO_LABEL:
             raise DataError(

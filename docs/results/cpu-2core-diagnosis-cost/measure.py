@@ -243,32 +243,17 @@ def typical_interval(arm: str, profiles: dict[str, np.ndarray], draws: int = 400
     return float(low), float(high)
 
 
-def main() -> None:
-    """Run the fits, print and write the medians and ratios."""
-    seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
-    steps_of: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
-    loads: list[float] = []  # the one-minute load average after each fit: how much else the machine ran
-    with tempfile.TemporaryDirectory() as scratch:
-        for number in range(FITS):
-            order = ARMS[number % len(ARMS) :] + ARMS[: number % len(ARMS)]
-            alternate = fit(order, Path(scratch) / str(number))
-            for arm in ARMS:
-                seconds[arm].extend(alternate.seconds[arm])
-                steps_of[arm].extend(alternate.profiles[arm])
-            loads.append(os.getloadavg()[0])
-            print(
-                f"fit {number + 1}/{FITS}: " + ", ".join(f"{a} {statistics.median(seconds[a]):.3f} s" for a in ARMS),
-                f"(load {loads[-1]:.2f})",
-            )
+def summarize(
+    what: str, seconds: dict[str, list[float]], steps_of: dict[str, list[list[float]]], loads: list[float]
+) -> dict:
+    """The figures of a measurement: the arms' epochs (``seconds``, round by round) and step profiles."""
     median = {arm: statistics.median(values) for arm, values in seconds.items()}
     profiles = {arm: np.array(values) for arm, values in steps_of.items()}
     typical = {arm: typical_epoch(values) for arm, values in profiles.items()}
     steps = SAMPLES // BATCH
     within_round = {arm: [a / b for a, b in zip(seconds[arm], seconds["without"], strict=True)] for arm in COMPARED}
-    result = {
-        "what": "training epochs of examples/diagnose_your_run.py's module"
-        + (" on dict batches" if AUDIT else "")
-        + "; the arms alternate epoch by epoch",
+    return {
+        "what": what,
         "samples_per_epoch": SAMPLES,
         "batch_size": BATCH,
         "steps_per_epoch": steps,
@@ -296,7 +281,11 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def report(result: dict, path: Path) -> None:
+    """Write ``result`` to ``path`` and print each arm's ratios."""
+    path.write_text(json.dumps(result, indent=1) + "\n")
     for arm in COMPARED:
         print(
             f"{arm} / without: ratio of medians {result['ratio_of_medians'][arm]:.4f}x "
@@ -307,6 +296,31 @@ def main() -> None:
             f"typical epochs {result['typical_ratio'][arm]:.4f}x (95 % {result['typical_ratio_95'][arm][0]:.4f}-"
             f"{result['typical_ratio_95'][arm][1]:.4f}), {result['typical_us_per_step'][arm]:+.1f} us per step"
         )
+
+
+def main() -> None:
+    """Run the fits, print and write the medians and ratios."""
+    seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    steps_of: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
+    loads: list[float] = []  # the one-minute load average after each fit: how much else the machine ran
+    with tempfile.TemporaryDirectory() as scratch:
+        for number in range(FITS):
+            order = ARMS[number % len(ARMS) :] + ARMS[: number % len(ARMS)]
+            alternate = fit(order, Path(scratch) / str(number))
+            for arm in ARMS:
+                seconds[arm].extend(alternate.seconds[arm])
+                steps_of[arm].extend(alternate.profiles[arm])
+            loads.append(os.getloadavg()[0])
+            print(
+                f"fit {number + 1}/{FITS}: " + ", ".join(f"{a} {statistics.median(seconds[a]):.3f} s" for a in ARMS),
+                f"(load {loads[-1]:.2f})",
+            )
+    what = (
+        "training epochs of examples/diagnose_your_run.py's module"
+        + (" on dict batches" if AUDIT else "")
+        + "; the arms alternate epoch by epoch"
+    )
+    report(summarize(what, seconds, steps_of, loads), RESULTS)
 
 
 if __name__ == "__main__":

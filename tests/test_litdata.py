@@ -5,6 +5,8 @@ from __future__ import annotations
 import builtins
 import collections
 import os
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CONFIGS, NO_WORKERS, QUIET, random_split, write_parquet
+from conftest import CONFIGS, NO_WORKERS, QUIET, TRAIN_ROWS, random_split, write_parquet
 from records import AUDIT, audit_counts, audit_epochs
 
 from mnistperf.cli import main
@@ -115,27 +117,47 @@ def test_a_copy_in_the_older_one_row_layout_is_rewritten_locally_and_refused_rem
     with pytest.raises(DataError, match="another layout") as error:
         dm.pipeline.load(tiny_data / "FashionMNIST" / "train.parquet", True, Placement(torch.device("cpu")))
     # the command for this run's dataset and data folder, which works when pasted
-    assert f"`python -m mnistperf prepare --force --dataset fashion_mnist --data-dir {tiny_data} --litdata`" in str(
-        error.value
-    )
+    assert f"`python -m mnistperf prepare --dataset fashion_mnist --data-dir {tiny_data} --litdata`" in str(error.value)
 
 
 @pytest.mark.parametrize(
-    "data_dir, dataset, command",
+    "data_dir, dataset, damaged, command",
     [
-        ("data", "mnist", "`python -m mnistperf prepare --force --dataset mnist --litdata`"),
-        ("mine", "own", "`python -m mnistperf prepare --force --from DIR --name own --data-dir mine --litdata`"),
+        ("data", "mnist", None, "`python -m mnistperf prepare --dataset mnist --litdata`"),
+        ("mine", "own", None, "`python -m mnistperf prepare --from DIR --name own --data-dir mine --litdata`"),
+        (
+            "data",
+            "mnist",
+            "data/MNIST/litdata/train",
+            "`rm -r data/MNIST/litdata/train && python -m mnistperf prepare --dataset mnist --litdata`",
+        ),
         (
             "s3://bucket/data",
             "fashion_mnist",
-            "`python -m mnistperf prepare --force --dataset fashion_mnist --litdata`, then upload data/ to "
-            "s3://bucket/data again",
+            None,
+            "`python -m mnistperf prepare --dataset fashion_mnist --litdata`, then upload data/FashionMNIST to "
+            "s3://bucket/data/FashionMNIST again",
         ),
     ],
 )
-def test_the_command_that_writes_a_copy_again_is_the_runs_own(data_dir, dataset, command):
+def test_the_command_that_writes_a_copy_again_is_the_runs_own(data_dir, dataset, damaged, command):
     dm = MNISTDataModule(data_dir=data_dir, dataset=dataset, pipeline="litdata", batch_size=16)
-    assert dm.pipeline.write_again() == command
+    assert dm.pipeline.write_again(damaged) == command
+
+
+def test_the_command_for_a_missing_copy_writes_it_when_pasted(tiny_data):
+    from mnistperf.data.pipelines.litdata import BLOCK_ROWS
+
+    dm = MNISTDataModule(data_dir=str(tiny_data), pipeline="litdata", batch_size=16)
+    split, place = tiny_data / "FashionMNIST" / "train.parquet", Placement(torch.device("cpu"))
+    with pytest.raises(DataError, match="holds no litdata copy") as error:
+        dm.pipeline.load(split, True, place)
+    found = re.search(r"or `([^`]*)`", str(error.value))
+    assert found is not None, error.value
+    argv = shlex.split(found.group(1))
+    assert argv[:3] == ["python", "-m", "mnistperf"]
+    main(argv[3:])
+    assert len(dm.pipeline.load(split, True, place)) * BLOCK_ROWS >= TRAIN_ROWS
 
 
 def test_a_batch_size_that_is_not_a_multiple_of_the_block_is_refused_by_name():

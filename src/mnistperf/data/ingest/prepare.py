@@ -246,21 +246,25 @@ def require_prepared(dataset: str, data_dir, split: str) -> Path:
     raise DataError(f"{path} not found. Create it with {how}.")
 
 
-def recreate_command(dataset: str, data_dir: str | os.PathLike, source_root: str | os.PathLike | None = None) -> str:
+def recreate_command(
+    dataset: str, data_dir: str | os.PathLike, source_root: str | os.PathLike | None = None, force: bool = True
+) -> str:
     """The command that re-creates a dataset's prepared files in data_dir, and only that dataset's.
 
     An official dataset is converted again from its raw files (from ``source_root`` when the run had one);
     synthetic is written again with as many rows as its readable footers hold; a dataset of the user's own
-    is imported again from the folder it came from, which only the user knows (``DIR``).
+    is imported again from the folder it came from, which only the user knows (``DIR``). Without ``force``
+    the command keeps the files that are ready, for an option added to it (``--litdata``) to write the rest.
     """
+    prepare = f"python -m mnistperf prepare{' --force' if force else ''}"
     where = _data_dir_option(data_dir)
     if dataset in sources.DATASETS:
         source = f" --source-root {shlex.quote(str(source_root))}" if source_root is not None else ""
-        return f"python -m mnistperf prepare --force --dataset {dataset}{where}{source}"
+        return f"{prepare} --dataset {dataset}{where}{source}"
     if dataset == "synthetic":
         rows = _readable_rows(split_path(data_dir, dataset, "train"))
-        return f"python -m mnistperf prepare --force --dataset synthetic{f' --rows {rows}' if rows else ''}{where}"
-    return f"python -m mnistperf prepare --force --from DIR --name {shlex.quote(dataset)}{where}"
+        return f"{prepare} --dataset synthetic{f' --rows {rows}' if rows else ''}{where}"
+    return f"{prepare} --from DIR --name {shlex.quote(dataset)}{where}"
 
 
 def _data_dir_option(data_dir: str | os.PathLike) -> str:

@@ -11,6 +11,7 @@ worker, ``data.batch_size`` must be a multiple of ``BLOCK_ROWS``, and on a GPU b
 from __future__ import annotations
 
 import json
+import shlex
 from functools import partial
 from pathlib import Path
 from typing import Any, overload
@@ -20,7 +21,7 @@ import torch
 
 from mnistperf.atomic import atomic_write_dir
 from mnistperf.data import schema
-from mnistperf.data.ingest.prepare import recreate_command
+from mnistperf.data.ingest.prepare import recreate_command, split_path
 from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, normalize
 from mnistperf.errors import ConfigError, DataError
 from mnistperf.upstream import distributed_env, merge_index_alone
@@ -167,15 +168,20 @@ class LitdataPipeline(Pipeline):
         """Write the split's litdata copy where it lacks a current one."""
         prepare_copies([path])
 
-    def write_again(self) -> str:
-        """The command, in backquotes, that writes this run's dataset and its litdata copies again.
+    def write_again(self, damaged: Location | None = None) -> str:
+        """The command, in backquotes, that writes this run's litdata copies where they are missing or stale.
 
-        A remote copy is written under the local ``data`` folder, and the sentence says to upload it.
+        The Parquet files that are ready are kept. A ``damaged`` local copy is removed first (it may look
+        current); a remote one is written under the local ``data`` folder, and the sentence says to upload it.
         """
         o = self.options
         remote = is_uri(str(o.data_dir))
-        command = f"`{recreate_command(o.dataset, 'data' if remote else o.data_dir, o.source_root)} --litdata`"
-        return f"{command}, then upload data/ to {o.data_dir} again" if remote else command
+        data_dir = "data" if remote else o.data_dir
+        command = f"{recreate_command(o.dataset, data_dir, o.source_root, force=False)} --litdata"
+        if remote:
+            folder = split_path("data", o.dataset, "train").parent.as_posix()
+            return f"`{command}`, then upload {folder} to {o.data_dir}/{folder.removeprefix('data/')} again"
+        return f"`rm -r {shlex.quote(str(damaged))} && {command}`" if damaged is not None else f"`{command}`"
 
     def load(self, path: Location, require_labels: bool, place: Placement) -> Any:
         """The StreamingDataset over the split's litdata copy (local or remote), checked by its first block."""
@@ -197,7 +203,7 @@ class LitdataPipeline(Pipeline):
             )
         except (OSError, ValueError, AssertionError, json.JSONDecodeError) as exc:
             raise DataError(
-                f"{copy}: litdata cannot read it ({exc}); write it again with {self.write_again()}."
+                f"{copy}: litdata cannot read it ({exc}); write it again with {self.write_again(copy)}."
             ) from exc
         tell_topology(dataset, place)
         first = dataset[0]

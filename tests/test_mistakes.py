@@ -169,6 +169,7 @@ def test_prepare_answers_a_wrong_option_in_one_line_with_the_one_meant(capsys, a
         (["bench", "--epochz", "2"], "unrecognized arguments: --epochz 2; did you mean --epochs for --epochz?"),
         (["tune", "--config", "c.yaml", "--budjet", "1"], "did you mean --budget for --budjet?"),
         (["bench", "--repeats", "two"], "argument --repeats: invalid int value: 'two'"),
+        (["bench", "--baselne", "x"], "unrecognized arguments: --baselne x (`"),  # no hidden old name offered
     ],
 )
 def test_bench_and_tune_answer_a_wrong_option_in_one_line_with_the_one_meant(capsys, argv, expected):

@@ -2,7 +2,7 @@
 
 ``closest("data.num_worker", names)`` is ``"data.num_workers"``; a name close to none of them gets
 ``None``, so an error never suggests something unrelated. ``OneLineArgumentParser`` is argparse answering
-with the option or value meant, in one line, for every command of the lab that argparse parses.
+with the option or value meant, in one line, for ``prepare``, ``bench`` and ``tune``.
 """
 
 from __future__ import annotations

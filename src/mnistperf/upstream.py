@@ -7,6 +7,7 @@ one fails there, naming the release, rather than somewhere far from here.
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -69,12 +70,19 @@ OPTIMIZER_STEP_PROGRESS = {
 
 # ---------------------------------------------------------------- argparse and jsonargparse (LightningCLI's parser)
 def long_options(parser: Any) -> list[str]:
-    """Every ``--option`` a parser (argparse's, or jsonargparse's below LightningCLI) accepts, without its dashes.
+    """Every ``--option`` a parser (argparse's, or jsonargparse's below LightningCLI) shows, without its dashes.
 
-    Why: an unknown option is answered with the nearest valid one. Public replacement: argparse listing its
-    options (``_actions`` is its own attribute, unchanged since Python 3.2).
+    Why: an unknown option is answered with the nearest valid one, never with a hidden one (``help=SUPPRESS``,
+    an old name kept working). Public replacement: argparse listing its options (``_actions`` is its own
+    attribute, unchanged since Python 3.2).
     """
-    return [option[2:] for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    return [
+        option[2:]
+        for action in parser._actions
+        if action.help != argparse.SUPPRESS
+        for option in action.option_strings
+        if option.startswith("--")
+    ]
 
 
 def subcommand_parser(parser: Any, name: str) -> Any:

@@ -97,6 +97,7 @@ def group(number: int, seconds: dict[str, list[float]], steps_of: dict[str, list
             mine, theirs = context.Pipe()
             child = context.Process(target=run_arm, args=(arm, theirs, str(Path(scratch) / arm)))
             child.start()
+            theirs.close()  # the child's end: a fit that dies then ends this one's recv() instead of hanging it
             pipes[arm] = mine
             children.append(child)
         for arm in measure.ARMS:  # every fit set up and waiting at its first epoch
@@ -123,7 +124,7 @@ def main() -> None:
     """Run the groups, print and write the medians and ratios."""
     seconds: dict[str, list[float]] = {arm: [] for arm in measure.ARMS}
     steps_of: dict[str, list[list[float]]] = {arm: [] for arm in measure.ARMS}
-    loads: list[float] = []
+    loads: list[float] = []  # after each group: its processes' start-up and closing epochs, four at a time, in it
     for number in range(measure.FITS):
         group(number, seconds, steps_of)
         loads.append(os.getloadavg()[0])

@@ -25,15 +25,13 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import lightning
 import measure  # this folder's: the module, the data, the arms, the fit and the figures
-import numpy as np
-from lightning.pytorch import Callback, Trainer, seed_everything
+from lightning.pytorch import Trainer, seed_everything
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 
@@ -51,32 +49,22 @@ RESULTS = HERE / "".join(
 )
 
 
-class Turn(Callback):
+class Turn(measure.EpochMarks):
     """First in a fit's callbacks: at each epoch's start, hands back the last epoch's times and waits for the turn.
 
     An epoch is timed from the turn given at its start to the next epoch's start, so the callbacks' work at its
-    ends is inside; its profile is the time from each step's start to the next.
+    ends is inside.
     """
 
     def __init__(self, connection: Connection):
+        super().__init__()
         self.connection = connection
-        self.started: float | None = None
-        self.marks: list[float] = []
-
-    def on_train_batch_start(self, trainer: Trainer, pl_module: lightning.LightningModule, batch, batch_idx) -> None:
-        """Mark the step's start."""
-        self.marks.append(time.perf_counter())
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: lightning.LightningModule) -> None:
         """Hand back the last epoch's seconds and profile (None before the first), then wait for the turn."""
-        now = time.perf_counter()
-        epoch = None
-        if self.started is not None:
-            epoch = (now - self.started, np.diff([self.started, *self.marks, now]).tolist())
-        self.connection.send(epoch)
+        self.connection.send(self.close())
         self.connection.recv()
-        self.marks = []
-        self.started = time.perf_counter()
+        self.start()
 
 
 def run_arm(arm: str, connection: Connection, root: str) -> None:
@@ -143,9 +131,9 @@ def main() -> None:
     result["median_group_ratio"] = {arm: statistics.median(ratios) for arm, ratios in by_group.items()}
     result["median_group_ratio_95"] = {arm: median_interval(ratios) for arm, ratios in by_group.items()}
     measure.report(result, RESULTS)
-    for arm, ratios in by_group.items():
+    for arm, ratio in result["median_group_ratio"].items():
         low, high = result["median_group_ratio_95"][arm]
-        print(f"{arm} / without: median group ratio {statistics.median(ratios):.4f}x (95 % {low:.4f}-{high:.4f})")
+        print(f"{arm} / without: median group ratio {ratio:.4f}x (95 % {low:.4f}-{high:.4f})")
 
 
 def group_ratios(seconds: dict[str, list[float]]) -> dict[str, list[float]]:

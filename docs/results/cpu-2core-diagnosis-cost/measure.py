@@ -113,7 +113,36 @@ for _name in vars(EpochTimer):
         setattr(SameHooks, _name, lambda self, *args, **kwargs: None)
 
 
-class Alternate(Callback):
+class EpochMarks(Callback):
+    """Marks each training step's start; an epoch, from :meth:`start` to :meth:`close`, is its seconds and profile.
+
+    The profile is the time from the epoch's start to its first step's, from each step's start to the next's, and
+    from the last step's start to the close: the steps, with the epoch's ends around them.
+    """
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.marks: list[float] = []
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: lightning.LightningModule, batch, batch_idx) -> None:
+        """Mark the step's start."""
+        self.marks.append(time.perf_counter())
+
+    def start(self) -> None:
+        """Start an epoch's time."""
+        self.started = time.perf_counter()
+
+    def close(self) -> tuple[float, list[float]] | None:
+        """The epoch started last, ending now: its seconds and profile (None where none was started); new marks."""
+        now = time.perf_counter()
+        closed = None
+        if self.started is not None:
+            closed = (now - self.started, np.diff([self.started, *self.marks, now]).tolist())
+        self.started, self.marks = None, []
+        return closed
+
+
+class Alternate(EpochMarks):
     """First in the trainer's callbacks: puts each epoch's arm in place and times the epoch.
 
     Args:
@@ -122,26 +151,19 @@ class Alternate(Callback):
     """
 
     def __init__(self, timer: EpochTimer, order: tuple[str, ...]):
+        super().__init__()
         self.timer, self.order = timer, order
         self.stand_ins = arm_callbacks(timer, SampleAudit())
         self.seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
         self.profiles: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
         self.arm: str | None = None
-        self.started = 0.0
-        self.marks: list[float] = []
-
-    def on_train_batch_start(self, trainer: Trainer, pl_module: lightning.LightningModule, batch, batch_idx) -> None:
-        """Mark the step's start: an epoch's profile is the time from each mark to the next."""
-        self.marks.append(time.perf_counter())
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: lightning.LightningModule) -> None:
         """Close the last epoch's time, then put this epoch's arm in place and start its time."""
-        now = time.perf_counter()
-        if self.arm is not None:
-            self.seconds[self.arm].append(now - self.started)
-            ends = [self.started, *self.marks, now]
-            self.profiles[self.arm].append(np.diff(ends).tolist())
-        self.marks = []
+        closed = self.close()
+        if self.arm is not None and closed is not None:
+            self.seconds[self.arm].append(closed[0])
+            self.profiles[self.arm].append(closed[1])
         if trainer.current_epoch == 0:  # warm-up, with the timer, not counted
             return
         self.arm = self.order[(trainer.current_epoch - 1) % len(self.order)]
@@ -154,7 +176,7 @@ class Alternate(Callback):
                     trainer.callbacks.remove(callback)
         trainer.profiler = fetch if self.arm in ("with", "both") else fetch.inner  # type: ignore[misc]
         trainer.callbacks.extend(self.stand_ins[self.arm])
-        self.started = time.perf_counter()
+        self.start()
 
 
 def arm_callbacks(timer: EpochTimer, audit: SampleAudit) -> dict[str, list[Callback]]:

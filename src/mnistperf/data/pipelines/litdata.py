@@ -21,7 +21,7 @@ import torch
 
 from mnistperf.atomic import atomic_write_dir
 from mnistperf.data import schema
-from mnistperf.data.ingest.prepare import recreate_command, split_path
+from mnistperf.data.ingest.prepare import dataset_folder, recreate_command
 from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, normalize
 from mnistperf.errors import ConfigError, DataError
 from mnistperf.upstream import distributed_env, merge_index_alone
@@ -179,8 +179,8 @@ class LitdataPipeline(Pipeline):
         data_dir = "data" if remote else o.data_dir
         command = f"{recreate_command(o.dataset, data_dir, o.source_root, force=False)} --litdata"
         if remote:
-            folder = split_path("data", o.dataset, "train").parent.as_posix()
-            return f"`{command}`, then upload {folder} to {o.data_dir}/{folder.removeprefix('data/')} again"
+            folder = dataset_folder(o.dataset)
+            return f"`{command}`, then upload data/{folder} to {o.data_dir}/{folder} again"
         return f"`rm -r {shlex.quote(str(damaged))} && {command}`" if damaged is not None else f"`{command}`"
 
     def load(self, path: Location, require_labels: bool, place: Placement) -> Any:

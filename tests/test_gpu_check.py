@@ -1,63 +1,55 @@
 """scripts/gpu-check runs only where CUDA is, and a GPU comes rarely: these keep it runnable from a CPU.
 
-Every bench the script starts must be one the bench accepts and every run of it one that fit would
-build (stages, --set and --sweep keys, their values, the batch limits), or the GPU session that
-finally runs it loses that part to a typo; its shell must parse; and without CUDA it must say so in
-one line, write nothing and exit 2.
+Every bench the check starts must be one the bench accepts and every run of it one that fit would build
+(stages, --set and --sweep keys, their values, the batch limits), or the GPU session that finally runs it
+loses that part to a typo; its plan must fit its budget, in order; and without CUDA it must say so in one
+line, write nothing and exit 2.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import CONFIGS, REPO
 
-from mnistperf import gpu_preflight
+from mnistperf import gpu_check, gpu_preflight
 from mnistperf.bench.runner import parse_args, plan_runs
 from mnistperf.data.ingest import sources
 from mnistperf.lightning_cli import parse_fit_config
 
 SCRIPT = REPO / "scripts" / "gpu-check"
-BENCH = '"$py" -m mnistperf bench'
 RUNNER_ONLY = ("--bare-lightning", "--loader-only")  # the reference rows module's own flags, not fit's
 
 
-def script_benches() -> list[list[str]]:
-    """The arguments of every bench the script runs, as the shell would pass them ($out named OUT, the fast
-    bench's stages all of them, as when the preflight drops none)."""
-    text = SCRIPT.read_text().replace("\\\n", " ")
-    fast_stages = re.search(r"^fast_stages=(\S+)$", text, re.MULTILINE).group(1)
+def check_benches() -> list[list[str]]:
+    """The arguments of every bench the check runs, with nothing dropped by the preflight."""
     benches = []
-    for line in text.splitlines():
-        if BENCH in line:
-            arguments = (
-                line.split(BENCH, 1)[1].split("||")[0].replace("$out", "OUT").replace("$fast_stages", fast_stages)
-            )
-            benches.append(shlex.split(arguments))
+    for part in gpu_check.PARTS:
+        for command in gpu_check.part_commands(part, "python3", Path("OUT"), ()):
+            if command[1:4] == ["-m", "mnistperf", "bench"]:
+                benches.append(command[4:])
     return benches
 
 
-def test_the_script_is_valid_shell_with_five_benches():
-    """Its shell parses; which parts run by default is read from its own preflight line (below), not its text."""
-    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
-    assert len(script_benches()) == 5  # fast, graph, compiled and the two v1 benches
+def test_the_parts_are_the_preflights_in_its_order():
+    assert tuple(part.name for part in gpu_check.PARTS) == gpu_preflight.PARTS
 
 
-def test_the_script_runs_every_stage_config():
-    """A new stage gets its GPU figures too: every config in configs/ is in one of the script's benches."""
-    run = {stage for bench in script_benches() for stage in bench[bench.index("--stages") + 1].split(",")}
+def test_the_check_runs_every_stage_config():
+    """A new stage gets its GPU figures too: every config in configs/ is in one of the check's benches."""
+    run = {stage for bench in check_benches() for stage in bench[bench.index("--stages") + 1].split(",")}
     assert run == {path.stem for path in CONFIGS.glob("*.yaml")}
 
 
-@pytest.mark.parametrize("bench", script_benches(), ids=lambda args: args[args.index("--out") + 1])
-def test_every_run_of_the_script_is_one_fit_would_build(bench):
+@pytest.mark.parametrize("bench", check_benches(), ids=lambda args: args[args.index("--out") + 1])
+def test_every_run_of_the_check_is_one_fit_would_build(bench):
     """Each planned run's fit options, read as fit reads them (the trainer, model and data built, nothing run)."""
     opts = parse_args([*bench, "--config-dir", str(CONFIGS)])
     plans = plan_runs(opts)
@@ -70,6 +62,55 @@ def test_every_run_of_the_script_is_one_fit_would_build(bench):
         seen.add(args)
         cli = parse_fit_config(args)
         cli.before_fit()  # the checks fit makes before training (batches per step, limits of 0)
+
+
+def test_the_timer_arm_without_the_timer_has_no_callback():
+    cli = parse_fit_config(("--config", str(CONFIGS / "v2_pinned.yaml"), "--trainer.callbacks=[]"))
+    assert not any(type(c).__name__ == "EpochTimer" for c in cli.trainer.callbacks)
+
+
+def test_a_preflight_drop_leaves_the_stage_out_of_its_bench():
+    [streams] = [part for part in gpu_check.PARTS if part.name == gpu_preflight.STAGED_PART]
+    [command] = gpu_check.part_commands(streams, "py", Path("OUT"), ("streaming_litdata",))
+    assert command[command.index("--stages") + 1] == "v2_pinned,streaming"
+
+
+def test_the_plan_starts_parts_in_order_only_where_they_fit():
+    planned = gpu_check.schedule(gpu_preflight.PARTS, 4.0)
+    assert [part.name for part, _ in planned] == list(gpu_preflight.PARTS)
+    left = 4.0 - gpu_check.SETUP_MINUTES
+    for part, fits in planned:
+        assert fits == (part.minutes <= left)
+        left -= part.minutes if fits else 0
+    assert planned[0][1] and not all(fits for _, fits in planned)
+
+
+def test_the_dry_run_names_the_call_its_carry_and_every_part(capsys):
+    assert gpu_check.main(["--dry-run", "--minutes", "5", "--parts", "fast,tests"]) == 0
+    text = capsys.readouterr().out
+    assert "carry: ['.gpu-carry']" in text and "--minutes 5 --parts fast,tests" in text
+    rows = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and " min " in line]
+    assert rows == ["fast", "tests"]
+
+
+def test_a_part_that_runs_past_its_time_is_interrupted_and_keeps_its_output(tmp_path):
+    script = "\n".join(
+        ["import time", "try:", "    print('started', flush=True)", "    time.sleep(60)", "except KeyboardInterrupt:"]
+    )
+    script += "\n    print('kept')"
+    with open(tmp_path / "log", "w") as log:
+        status = gpu_check.run_part([sys.executable, "-c", script], time.monotonic() + 1, log)
+    assert status == "cut at its time limit"
+    assert (tmp_path / "log").read_text().splitlines()[-2:] == ["started", "kept"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"), [(["--parts", "fast,fastt"], "--parts fastt"), (["--minutes", "0"], "--minutes 0")]
+)
+def test_a_wrong_option_is_named(argv, named, capsys):
+    with pytest.raises(SystemExit) as ended:
+        gpu_check.main([*argv, "--dry-run"])
+    assert ended.value.code == 2 and named in capsys.readouterr().err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -128,24 +169,19 @@ def source_root(tmp_path) -> Path:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch.compile cannot reach a GPU")
-def test_a_failing_compile_skips_only_what_compiles_and_says_how_to_fix_it(tmp_path, fake_cuda_python, source_root):
-    out = tmp_path / "results"
+def test_a_failing_compile_skips_only_what_compiles_and_says_how_to_fix_it(fake_cuda_python, source_root):
     done = subprocess.run(
-        ["bash", str(SCRIPT), str(out), "--preflight", "--source-root", str(source_root)],
+        [fake_cuda_python, "-m", "mnistperf.gpu_preflight", "--source-root", str(source_root)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHON": fake_cuda_python},
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
     )
     assert done.returncode == 1, done.stderr
-    [line] = done.stderr.strip().splitlines()
+    [line] = [line for line in done.stderr.splitlines() if "torch.compile" in line]
     assert line.startswith("gpu-check: torch.compile cannot build a kernel on the GPU")
-    assert (
-        "C compiler" in line
-        and "python3" in line
-        and line.endswith("Skipped: part compiled, stage v3_compiled of fast.")
-    )
-    assert done.stdout.strip().splitlines()[-1] == "gpu-check: runs tests, fast, graph, v1 (fast without v3_compiled)"
-    assert not out.exists()
+    assert "C compiler" in line and "python3" in line and line.endswith("Skipped: part compiled.")
+    runnable = done.stdout.split()[0].split(",")
+    assert "compiled" not in runnable and {"fast", "tests", "graph", "v1"} <= set(runnable)
 
 
 def preflight(capsys, *args: str) -> tuple[int, list[str], str]:
@@ -179,14 +215,13 @@ def test_a_source_root_that_is_not_there_is_named(tmp_path, monkeypatch, capsys)
     assert f"--source-root {tmp_path / 'nowhere'}: no such folder" in lines[0]
 
 
-def test_without_litdata_the_fast_bench_runs_without_its_stage(tmp_path, monkeypatch, capsys, source_root):
+def test_without_litdata_the_streams_bench_runs_without_its_stage(tmp_path, monkeypatch, capsys, source_root):
     monkeypatch.setattr(gpu_preflight, "DATA_DIR", tmp_path / "data")
     monkeypatch.setitem(sys.modules, "litdata", None)  # import litdata raises ImportError
-    status, lines, plan = preflight(capsys, "--parts", "fast", "--source-root", str(source_root))
-    if torch.cuda.is_available():  # the compile probe passes on a working GPU
-        assert status == 1 and plan == "fast streaming_litdata"
-    [line] = [line for line in lines if "litdata" in line]
-    assert "pip install 'mnistperf[litdata]'" in line and line.endswith("Skipped: stage streaming_litdata of fast.")
+    status, lines, plan = preflight(capsys, "--parts", "streams", "--source-root", str(source_root))
+    assert status == 1 and plan == "streams streaming_litdata"
+    [line] = lines
+    assert "pip install 'mnistperf[litdata]'" in line and line.endswith("Skipped: stage streaming_litdata of streams.")
 
 
 def test_without_jsonargparse_nothing_runs(monkeypatch, capsys):
@@ -200,5 +235,5 @@ def test_without_jsonargparse_nothing_runs(monkeypatch, capsys):
 def test_a_part_that_does_not_exist_is_named(capsys):
     status, lines, _ = preflight(capsys, "--parts", "tests,fastt")
     assert status == 2 and lines == [
-        "gpu-check: --parts fastt: no such part; choose from tests,fast,graph,compiled,v1."
+        f"gpu-check: --parts fastt: no such part; choose from {','.join(gpu_preflight.PARTS)}."
     ]

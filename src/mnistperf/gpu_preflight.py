@@ -1,11 +1,11 @@
 """What ``scripts/gpu-check`` needs, checked in seconds before it spends minutes on a GPU.
 
-Each missing piece is one line on stderr naming its fix, and costs only the parts (and the fast
-bench's stages) that need it; the rest still run. On stdout, for the script: the parts that can
-run and the stages to leave out of the fast bench, as two comma-separated words (``-`` for none).
+Each missing piece is one line on stderr naming its fix, and costs only the parts (and the
+benches' stages) that need it; the rest still run. On stdout: the parts that can run and the stages to
+leave out of their benches, as two comma-separated words (``-`` for none).
 Exit status: 0 when everything asked for can run, 1 when some of it cannot, 2 when nothing can.
 
-    python -m mnistperf.gpu_preflight --parts tests,fast,graph,compiled,v1 [--source-root DIR]
+    python -m mnistperf.gpu_preflight --parts fast,tests,... [--source-root DIR]
 """
 
 from __future__ import annotations
@@ -17,20 +17,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-PARTS = ("tests", "fast", "graph", "compiled", "v1")
-DATA_PARTS = ("fast", "graph", "compiled", "v1")  # every bench trains on FashionMNIST; the tests make their own data
+PARTS = ("fast", "diagnosis", "tests", "timer", "graph", "compiled", "streams", "v1")  # gpu_check's, in its order
+DATA_PARTS = ("fast", "timer", "graph", "compiled", "streams", "v1")  # each trains on FashionMNIST
+STAGED_PART = "streams"  # the part whose bench can run without a stage whose library is missing
 DATA_DIR = Path("data")
 DATASET = "fashion_mnist"
 
 
 @dataclass(frozen=True)
 class Need:
-    """One thing the check needs, the parts and fast-bench stages that need it, and how to look for it.
+    """One thing the check needs, the parts and bench stages that need it, and how to look for it.
 
     Args:
         name: what it is, for the summary line.
         parts: the parts that cannot run without it.
-        stages: the stages of the fast bench that cannot run without it (the rest of that bench still can).
+        stages: the stages of a bench that cannot run without it (the rest of that bench still can).
         problem: None when present, else the one line naming what is missing and its fix.
     """
 
@@ -116,7 +117,7 @@ NEEDS = (
     Need("jsonargparse", PARTS, (), jsonargparse_problem),
     Need("pytest", ("tests",), (), import_problem("pytest", "pip install pytest")),
     Need("data", DATA_PARTS, (), data_problem),
-    Need("torch.compile", ("compiled",), ("v3_compiled",), compile_problem),
+    Need("torch.compile", ("compiled",), (), compile_problem),
     Need("litdata", (), ("streaming_litdata",), import_problem("litdata", "pip install 'mnistperf[litdata]'")),
 )
 
@@ -124,23 +125,22 @@ NEEDS = (
 def plan(
     parts: Sequence[str], source_root: str | None = None, needs: Sequence[Need] = NEEDS
 ) -> tuple[list[str], list[str], list[str]]:
-    """(parts that can run, fast-bench stages to leave out, one line per missing piece).
+    """(parts that can run, bench stages to leave out, one line per missing piece).
 
     A piece no asked part needs is not looked for.
     """
-    runnable, dropped, lines = list(parts), [], []
+    runnable, dropped, lines = list(parts), list[str](), list[str]()
     for need in needs:
         wanted = [part for part in need.parts if part in runnable]
-        if not wanted and not (need.stages and "fast" in runnable):
+        if not wanted and not (need.stages and STAGED_PART in runnable):
             continue
         problem = need.problem(source_root)
         if problem is None:
             continue
         runnable = [part for part in runnable if part not in need.parts]
-        dropped += [stage for stage in need.stages if "fast" in runnable]
-        cost = ", ".join(
-            [*(f"part {p}" for p in wanted), *(f"stage {s} of fast" for s in need.stages if "fast" in runnable)]
-        )
+        staged = need.stages if STAGED_PART in runnable else ()
+        dropped += staged
+        cost = ", ".join([*(f"part {p}" for p in wanted), *(f"stage {s} of {STAGED_PART}" for s in staged)])
         lines.append(f"gpu-check: {problem}. Skipped: {cost}.")
     return runnable, dropped, lines
 

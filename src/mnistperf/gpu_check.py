@@ -74,10 +74,11 @@ class Part:
     commands: tuple[tuple[str, ...], ...]
 
 
+# Planned minutes: what each part took on an H200 (docs/results/cuda-h200/parts.md), rounded up.
 PARTS = (
     Part(
         "fast",
-        3.0,
+        2.5,
         "v2_pinned, v3_resident and v4_graphed beside their bare-Lightning and plain-PyTorch rows, 4 epochs, 1 repeat",
         (
             (
@@ -93,25 +94,25 @@ PARTS = (
     ),
     Part(
         "diagnosis",
-        0.5,
+        0.3,
         "examples/diagnose_your_run.py under torch.cuda.set_sync_debug_mode: the diagnosis's syncs, trace, verdict",
         (("{py}", "-m", "mnistperf.gpu_check", "--sync-probe", "{out}/diagnosis"),),
     ),
     Part(
         "tests",
-        2.0,
+        1.0,
         "the CUDA-only tests (pytest -m cuda)",
         (("{py}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda"),),
     ),
     Part(
         "timer",
-        1.5,
+        1.0,
         "the default fit of v2_pinned, whole processes with and without EpochTimer, taking turns",
         (("{py}", "-m", "mnistperf.gpu_check", "--timer-cost", "{out}/timer-cost.json"),),
     ),
     Part(
         "graph",
-        1.0,
+        0.8,
         "v4_graphed at 1, 4 and 16 optimizer steps per Lightning step (8, its own, is in fast)",
         (
             (
@@ -150,7 +151,7 @@ PARTS = (
     ),
     Part(
         "streams",
-        1.5,
+        0.8,
         "streaming and streaming_litdata beside v2_pinned",
         (
             (

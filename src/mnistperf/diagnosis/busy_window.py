@@ -235,7 +235,8 @@ def device_activities(profiler, device_type: str = "cuda") -> list[tuple[str, fl
 
     On CUDA every kernel, memcpy and memset; on a CPU every operator. Read from Kineto's raw events (each has
     its device, its activity type and its own start and end); the processed ``events()`` list, which nests
-    device events under the operators that launched them, is the fallback. User annotations (each
+    device events under the operators that launched them, is the fallback (also where a raw event has no
+    ``activity_type()``, as in torch 2.11). User annotations (each
     ``record_function`` range, which Kineto also projects onto the GPU's timeline, spanning its gaps) are left
     out: they are not work.
     """
@@ -243,11 +244,14 @@ def device_activities(profiler, device_type: str = "cuda") -> list[tuple[str, fl
     work = DEVICE_WORK[device_type]
     results = kineto_results(profiler)
     if results is not None:
-        return [
-            (e.activity_type(), e.start_ns() / 1e3, e.end_ns() / 1e3)
-            for e in results.events()
-            if e.device_type() == device and not e.is_user_annotation() and e.activity_type() in work
-        ]
+        try:
+            return [
+                (e.activity_type(), e.start_ns() / 1e3, e.end_ns() / 1e3)
+                for e in results.events()
+                if e.device_type() == device and not e.is_user_annotation() and e.activity_type() in work
+            ]
+        except AttributeError:  # a raw event without activity_type() (torch before 2.12): the processed list
+            pass
     return [
         (str(getattr(e, "activity_type", work[0]) or work[0]), e.time_range.start, e.time_range.end)
         for e in profiler.events()

@@ -198,6 +198,25 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
     assert busy_share(intervals) == pytest.approx(3 / 5)
 
 
+def test_raw_events_without_their_activity_type_fall_back_to_the_processed_events():
+    """torch 2.11's raw Kineto events have no activity_type(): the processed list still gives the GPU's work."""
+    from types import SimpleNamespace
+
+    from mnistperf.diagnosis.busy_window import device_activities
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    raw = kineto_event(cuda, 1000, 3000)
+    del raw.activity_type
+    processed = [
+        SimpleNamespace(device_type=cpu, time_range=SimpleNamespace(start=0.0, end=9.0)),
+        SimpleNamespace(device_type=cuda, time_range=SimpleNamespace(start=1.0, end=3.0)),
+        SimpleNamespace(device_type=cuda, time_range=SimpleNamespace(start=0.0, end=9.0), is_user_annotation=True),
+    ]
+    profiler = kineto_profiler([raw])
+    profiler.events = lambda: processed
+    assert device_activities(profiler) == [("kernel", 1.0, 3.0)]
+
+
 def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says_why():
     from mnistperf.diagnosis.busy_window import MIN_KERNELS_PER_STEP, window_reading
 

@@ -244,8 +244,9 @@ def test_steps_hashed_together_give_each_sample_the_fingerprint_it_has_alone(mon
     audit = SampleAudit()
     for batch in batches:
         audit.on_train_batch_start(None, None, batch, 0)
+        audit.on_train_batch_end(None, None, None, batch, 0)
     alone = torch.cat([audit.fingerprints(batch) for batch in batches])
-    assert torch.equal(audit._local(Trainer(accelerator="cpu", logger=False)), alone)
+    assert torch.equal(torch.cat(audit._local(Trainer(accelerator="cpu", logger=False))), alone)
 
 
 def test_a_loader_that_reuses_its_batch_buffer_is_audited_by_content_at_each_step():
@@ -258,3 +259,8 @@ def test_a_loader_that_reuses_its_batch_buffer_is_audited_by_content_at_each_ste
 
     audit = audited(DataLoader(Rows(), batch_size=5, collate_fn=into_the_buffer), SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)
+
+
+def test_a_lone_loader_in_a_dict_is_audited_against_its_dataset():
+    audit = audited({"only": DataLoader(Rows(), batch_size=5)}, SampleAudit(), epochs=1)
+    assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0) and "loaders" not in audit.epochs[0]

@@ -6,6 +6,10 @@ tensors; :func:`tensors_of` walks it, a dataclass's every field included (fields
 length of the first tensor, as Lightning's ``extract_batch_size`` counts them; where the batch's
 tensors lead with different lengths (a graph batch's atoms and its molecules), that count is a guess,
 and :func:`leading_lengths` lets a callback say so once.
+
+A fit with several training loaders (a dict, list or tuple of them, or a CombinedLoader) trains on one batch
+a step holding each loader's batch at its key: :class:`Loaders` finds each loader's part, so that every
+loader's samples are counted, and told apart.
 """
 
 from __future__ import annotations
@@ -38,3 +42,55 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
 def leading_lengths(batch: Any) -> list[int]:
     """The distinct leading lengths of a batch's tensors (0-dim ones left out), in the order first met."""
     return list(dict.fromkeys(t.shape[0] for t in tensors_of(batch) if t.ndim))
+
+
+def _holds_loaders(node: Any) -> bool:
+    """Whether Lightning reads ``node`` as a container of training loaders (a dict, list or tuple of iterables).
+
+    As CombinedLoader flattens its iterables: a container of nothing but numbers and strings is one iterable.
+    """
+    items = list(node.values()) if isinstance(node, Mapping) else node if isinstance(node, (list, tuple)) else None
+    return items is not None and not all(isinstance(item, (int, float, str)) for item in items)
+
+
+def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
+    """Where each training loader's batch sits in a step's batch: the keys (and positions) leading to it.
+
+    Lightning combines several training loaders (a dict, list or tuple of them, nested too, or a CombinedLoader's)
+    into one batch a step that has their structure, each loader's batch at its keys; one loader is ``[()]``.
+    """
+    if not _holds_loaders(loaders):
+        return [()]
+    items = loaders.items() if isinstance(loaders, Mapping) else enumerate(loaders)
+    return [(key, *path) for key, value in items for path in loader_paths(value)]
+
+
+class Loaders:
+    """A fit's training loaders, and how to find each one's part of a step's batch.
+
+    Args:
+        loaders: the fit's training loaders as Lightning holds them (``trainer.train_dataloader``).
+    """
+
+    def __init__(self, loaders: Any = None):
+        self.paths = loader_paths(loaders)
+        self.names = ["/".join(map(str, path)) for path in self.paths]
+        self.several = len(self.paths) > 1
+
+    def parts(self, batch: Any) -> list[Any]:
+        """Each loader's batch in a step's batch, in :attr:`names`' order (None where a loader gave none that step)."""
+        found = []
+        for path in self.paths:
+            part = batch
+            for key in path:
+                part = part[key]
+            found.append(part)
+        return found
+
+    def fits(self, batch: Any) -> bool:
+        """Whether ``batch`` holds every loader's batch at its keys (a hook of the module may have reshaped it)."""
+        try:
+            self.parts(batch)
+        except (KeyError, IndexError, TypeError):
+            return False
+        return True

@@ -2,16 +2,19 @@
 
 Lightning calls ``on_before_backward`` when the forward (``training_step``, the loss) is done,
 ``on_after_backward`` when the backward is, and ``on_before_optimizer_step`` just before the update.
-:class:`StepPhases` stamps those points on one training step in :data:`SAMPLE_EVERY` (a callback
+:class:`StepPhases` stamps those points on one optimizer step in :data:`SAMPLE_EVERY` (a callback
 dispatches the three hooks on those steps only, so the others pay nothing for them) and gives the
 epoch's share of step time in each phase. Stamps are host clock readings on a CPU and CUDA events on
 the GPU (recorded in stream order, read once, at the epoch's end, after its synchronization): no
 step waits for the device.
 
-A step's phases: *forward* from the step's start to its first ``on_before_backward``, *backward* from
-there to its last ``on_after_backward``, *optimizer* from its last ``on_before_optimizer_step`` to the
-step's end. A step missing one of them (a graphed step's own backward, a step skipped by returning
-None) is left out of the sample.
+A sample is one optimizer step's training steps: one, or with ``accumulate_grad_batches=N`` the N
+whose gradients it adds up (each a forward and a backward, the last also the update), so that the
+split weighs the update as often as the fit makes it. A step's phases: *forward* from the step's start
+to its first ``on_before_backward``, *backward* from there to its last ``on_after_backward``,
+*optimizer* from the sample's last ``on_before_optimizer_step`` to its end. A sample missing one of them
+(a graphed step's own backward, a step skipped by returning None, an epoch that ended inside it) is left
+out.
 """
 
 from __future__ import annotations
@@ -21,15 +24,37 @@ from typing import Any
 
 import torch
 
-SAMPLE_EVERY = 16  # one training step in this many is stamped: batch indices 1, 17, 33, ...
+SAMPLE_EVERY = 16  # one optimizer step in this many is stamped: batch indices 1, 17, 33, ... without accumulation
 PHASES = ("forward", "backward", "optimizer")
-# The marks of a sampled step, in order; each phase lies between two of them.
-SPANS = {"forward": ("start", "backward"), "backward": ("backward", "backward_end"), "optimizer": ("optimizer", "end")}
+# The marks every step of a sample has; its last step also has ``optimizer``.
+STEP_MARKS = ("start", "backward", "backward_end", "end")
 
 
-def sampled(index: int) -> bool:
-    """Whether training step ``index`` of an epoch is one whose phases are stamped."""
-    return index % SAMPLE_EVERY == 1
+def sampled(index: int, steps: int = 1) -> bool:
+    """Whether training step ``index`` of an epoch begins a sample of ``steps`` steps (one optimizer step's)."""
+    return index % steps == 0 and index // steps % SAMPLE_EVERY == 1
+
+
+def unsampled(first: int | None, last: int | None, steps: int = 1) -> str | None:
+    """Why an epoch that trained steps ``first``..``last`` (indices; None: none) has no sample of ``steps`` steps.
+
+    None where one of those steps begins a sample: then the epoch's sample was lost another way.
+    """
+    if first is None or last is None:
+        trained = "no step"
+    else:
+        period = steps * SAMPLE_EVERY
+        if first + (steps - first) % period <= last:  # the first step from ``first`` on that begins a sample
+            return None
+        trained = f"step {first + 1} only" if first == last else f"steps {first + 1}-{last + 1} only"
+    if steps == 1:
+        sampled_steps = f"step 2 of an epoch, then every {SAMPLE_EVERY}th"
+    else:
+        sampled_steps = (
+            f"steps {steps + 1}-{2 * steps} of an epoch (one optimizer step: accumulate_grad_batches={steps}), "
+            f"then every {SAMPLE_EVERY}th optimizer step's"
+        )
+    return f"the epoch trained {trained}, and the split times {sampled_steps}"
 
 
 class StepPhases:
@@ -46,9 +71,16 @@ class StepPhases:
 
     def reset(self) -> None:
         """Forget the epoch's marks (a new epoch)."""
-        self._steps: list[dict[str, Any]] = []
+        self._samples: list[list[dict[str, Any]]] = []
+        self._open: list[dict[str, Any]] | None = None  # the steps of the sample being stamped
+        self._steps = 1  # the open sample's steps at most
         self._current: dict[str, Any] | None = None
         self._used = 0
+
+    @property
+    def started(self) -> bool:
+        """Whether any step of the epoch was stamped."""
+        return bool(self._samples) or self._open is not None
 
     def _stamp(self) -> Any:
         if not self.on_cuda:
@@ -60,8 +92,10 @@ class StepPhases:
         event.record()
         return event
 
-    def start(self) -> None:
-        """A sampled step begins."""
+    def start(self, steps: int = 1) -> None:
+        """A sampled step begins: the first of a sample of up to ``steps`` steps, or the next of the one open."""
+        if self._open is None:
+            self._open, self._steps = [], steps
         self._current = {"start": self._stamp()}
 
     def mark(self, name: str) -> None:
@@ -69,28 +103,41 @@ class StepPhases:
         if self._current is not None and not (name == "backward" and name in self._current):
             self._current[name] = self._stamp()
 
-    def end(self) -> None:
-        """The sampled step ends."""
-        if self._current is not None:
-            self._current["end"] = self._stamp()
-            self._steps.append(self._current)
-            self._current = None
+    def end(self) -> bool:
+        """The sampled step ends; True when its sample is done (it reached the update, or holds its steps)."""
+        if self._current is None or self._open is None:
+            return True
+        self._current["end"] = self._stamp()
+        self._open.append(self._current)
+        done = "optimizer" in self._current or len(self._open) >= self._steps
+        self._current = None
+        if done:
+            self._samples.append(self._open)
+            self._open = None
+        return done
 
     def _seconds(self, first: Any, last: Any) -> float:
         return first.elapsed_time(last) / 1e3 if self.on_cuda else last - first
 
     def shares(self) -> dict[str, float] | None:
-        """Each phase's share of the sampled steps' time; None where no sampled step had every mark.
+        """Each phase's share of the sampled steps' time; None where no sample had every mark.
 
         On CUDA, call it after the device has been synchronized (the epoch's end).
         """
-        complete = [marks for marks in self._steps if len(marks) == 5]
+        complete = [sample for sample in self._samples if _complete(sample)]
         if not complete:
             return None
-        whole = sum(self._seconds(marks["start"], marks["end"]) for marks in complete)
+        whole = sum(self._seconds(step["start"], step["end"]) for sample in complete for step in sample)
         if whole <= 0:
             return None
-        return {
-            phase: sum(self._seconds(marks[a], marks[b]) for marks in complete) / whole
-            for phase, (a, b) in SPANS.items()
+        seconds = {
+            "forward": sum(self._seconds(s["start"], s["backward"]) for sample in complete for s in sample),
+            "backward": sum(self._seconds(s["backward"], s["backward_end"]) for sample in complete for s in sample),
+            "optimizer": sum(self._seconds(sample[-1]["optimizer"], sample[-1]["end"]) for sample in complete),
         }
+        return {phase: seconds[phase] / whole for phase in PHASES}
+
+
+def _complete(sample: list[dict[str, Any]]) -> bool:
+    """Whether every step of a sample has its marks, and its last step the update's."""
+    return all(all(mark in step for mark in STEP_MARKS) for step in sample) and "optimizer" in sample[-1]

@@ -21,9 +21,17 @@ expected number of false duplicates among n distinct samples is about n**2 / 2**
 million samples). Samples of more than ``max_words`` words are hashed on that many fixed word
 positions: samples equal on all of them share a fingerprint.
 
+A step's samples count once it has trained: they are copied (or fingerprinted) when the step begins
+and counted when it ends, so a batch the module skips (its ``on_train_batch_start`` returning -1) is
+not. Several training loaders (a dict or list of them, a CombinedLoader in any mode) are audited each
+apart: each loader's samples are fingerprinted on their own and counted against that loader's dataset,
+so a shorter loader cycled to the longest one's length shows its repeats as duplicates, and the same
+sample in two loaders is two samples.
+
 The epoch's fingerprints travel in checkpoints (``state_dict``), so an epoch interrupted and
-resumed is counted whole. Device memory: 8 bytes per sample seen, per rank, plus the gathered
-epoch at its end.
+resumed is counted whole; sightings after the resume of samples seen before it are counted as
+``replayed``, and the line names the resume as their cause. Device memory: 8 bytes per sample seen,
+per rank, plus the gathered epoch at its end.
 
 The audit never breaks the fit it watches (``strict`` aside, which asks it to): a batch it cannot
 fingerprint (a ``sample_id`` the batch lacks, a ``fingerprint`` that raises) is one warning line, and
@@ -34,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -42,7 +50,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.batches import leading_lengths, tensors_of
+from mnistperf.diagnosis.batches import Loaders, leading_lengths, tensors_of
 from mnistperf.diagnosis.guard import Problems
 from mnistperf.errors import MnistperfError
 
@@ -171,18 +179,62 @@ class Fingerprinter:
         return lanes[:, 0] * PRIME + lanes[:, 1]
 
 
+class Share(NamedTuple):
+    """One rank's fingerprints of an epoch as gathered: per training loader, and how many came from a checkpoint."""
+
+    parts: list[torch.Tensor]  # the fingerprints of each loader's samples, in the order seen
+    flag: int  # whether the rank repeated its last epoch's order (see FAILED)
+    carried: list[int]  # per loader, how many of its first fingerprints were seen before a resume
+
+
+def split_counts(flat: torch.Tensor, counts: Sequence[int]) -> list[torch.Tensor]:
+    """``flat`` cut into consecutive parts of ``counts`` elements."""
+    return list(torch.split(flat, list(counts))) if counts else []
+
+
+def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[str, Any]:
+    """One training loader's counts over every rank: seen, distinct, duplicates, its size and missing, and replayed.
+
+    ``replayed``: sightings after a resume of samples seen before it in the same epoch (None where nothing was carried
+    over from a checkpoint).
+    """
+    everything = torch.cat([share.parts[loader] for share in shares])
+    seen, distinct = int(everything.numel()), int(torch.unique(everything).numel())
+    counts: dict[str, Any] = {
+        "seen": seen,
+        "distinct": distinct,
+        "duplicates": seen - distinct,
+        "dataset_size": size,
+        "missing": None if size is None else max(0, size - distinct),
+        "replayed": None,
+    }
+    if any(share.carried[loader] for share in shares):
+        before = torch.cat([share.parts[loader][: share.carried[loader]] for share in shares])
+        after = torch.cat([share.parts[loader][share.carried[loader] :] for share in shares])
+        counts["replayed"] = int(torch.isin(after, before).sum())
+    return counts
+
+
+def _sum_or_none(values: list[int | None]) -> int | None:
+    return None if any(v is None for v in values) else sum(cast(list[int], values))
+
+
 class SampleAudit(Callback):
     """Checks that an epoch trains on every sample once, over all ranks, and says what it found.
 
+    Several training loaders (a dict or list of them, a CombinedLoader) are audited each apart: a sample of one
+    loader is never taken for a sample of another, and each loader's counts are kept in the epoch's row.
+
     Args:
-        dataset_size: samples in the training set, to count the missing. Default: the length of
-            the training DataLoader's map-style dataset when it batches single items (the whole
-            dataset, whatever the number of ranks); otherwise unknown and missing is not counted.
+        dataset_size: samples in the training set, to count the missing (of every training loader together).
+            Default: the length of each training DataLoader's map-style dataset when it batches single items
+            (the whole dataset, whatever the number of ranks); otherwise unknown and missing is not counted.
         sample_id: a field of the batch holding an integer index per sample (a key of a dict
             batch, a position of a tuple batch): the audit counts these indices instead of
             fingerprinting content, so identical samples in the data are not taken for duplicates.
+            With several training loaders, a field of each loader's batch.
         fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity,
-            instead of either of the above.
+            instead of either of the above (with several training loaders, called on each loader's batch).
         sample_dims: leading dimensions of the batch's tensors that index samples (2 for a
             batch holding a group of batches as [k, B, ...]).
         strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a
@@ -207,22 +259,27 @@ class SampleAudit(Callback):
         self.sample_dims, self.strict = sample_dims, strict
         self.hash = Fingerprinter(seed, max_words)
         self.epochs: list[dict[str, Any]] = []
-        self._seen: list[torch.Tensor] = []
+        self._loaders = Loaders()  # the fit's training loaders, each audited apart
+        self._seen: list[list[torch.Tensor]] = [[]]  # per loader: the epoch's fingerprints
         self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
         self._restored: dict[str, Any] | None = None
         self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
         self._carried = False  # _seen holds a resumed epoch's fingerprints from its checkpoint
+        self._carried_counts = [0]  # per loader: how many of them (at the front of its fingerprints)
         self._trainer: Trainer | None = None
         self.problems = Problems("SampleAudit")  # what went wrong inside the audit: each said once
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
-        self._held: list[tuple[list[torch.Tensor], int]] = []  # copies of the steps' sample rows not yet hashed
+        # per loader: copies of the steps' sample rows not yet hashed
+        self._held: list[list[tuple[list[torch.Tensor], int]]] = [[]]
         self._held_samples = self._held_bytes = 0
+        self._pending: list[Any] | None = None  # the step begun: per loader, its rows or fingerprints (None: none)
         self._batch_read = False
+        self._loaders_read = False  # the fit's first batch was checked to hold each loader's batch
         skip_unused_batch_hooks(self)
 
     # ------------------------------------------------------------------ fingerprints
     def fingerprints(self, batch: Any) -> torch.Tensor:
-        """The fingerprints [N] of a batch's samples, on the batch's device."""
+        """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
         if self.fingerprint is not None:
             return self.fingerprint(batch).reshape(-1).to(torch.int64)
         if self.sample_id is not None:
@@ -258,34 +315,41 @@ class SampleAudit(Callback):
         samples = math.prod(lead)
         return [t.reshape(samples, -1) for t in tensors if t.shape[: self.sample_dims] == lead], samples
 
-    def _hold(self, batch: Any) -> None:
-        """Keep a copy of the batch's sample rows for the next :meth:`_flush`, which hashes many steps at once.
-
-        Hashing costs mostly the launch of a dozen small operations, whatever the samples: a step's batch is
-        copied (the loader may reuse its buffers) and hashed with those of the steps around it, every
-        ``HASH_SAMPLES`` samples or ``HASH_BYTES`` bytes held.
-        """
+    def _copy_rows(self, batch: Any) -> tuple[list[torch.Tensor], int]:
+        """A copy of the batch's sample rows (the loader may reuse its buffers), and its samples."""
         rows, samples = self._sample_rows(batch)
-        held = [t.detach().clone() if t.requires_grad else t.clone() for t in rows]
-        self._held.append((held, samples))
+        return [t.detach().clone() if t.requires_grad else t.clone() for t in rows], samples
+
+    def _hold(self, loader: int, rows: list[torch.Tensor], samples: int) -> None:
+        """Keep a step's copied sample rows for the next :meth:`_flush`, which hashes many steps at once.
+
+        Hashing costs mostly the launch of a dozen small operations, whatever the samples: a step's rows are hashed
+        with those of the steps around it, every ``HASH_SAMPLES`` samples or ``HASH_BYTES`` bytes held.
+        """
+        self._held[loader].append((rows, samples))
         self._held_samples += samples
-        self._held_bytes += sum(t.nbytes for t in held)
+        self._held_bytes += sum(t.nbytes for t in rows)
         if self._held_samples >= HASH_SAMPLES or self._held_bytes >= HASH_BYTES:
             self._flush()
 
     def _flush(self) -> None:
-        """Hash the held steps' samples in order: all at once, or each run of steps whose tensors agree.
+        """Hash each loader's held steps' samples in order: all at once, or each run of steps whose tensors agree.
 
         Steps agree (see :func:`joined`) but for a smaller last batch of a different shape, or a batch structure
         that changes from step to step.
         """
-        held, self._held, self._held_samples, self._held_bytes = self._held, [], 0, 0
-        if not held:
-            return
+        everything, self._held = self._held, [[] for _ in self._held]
+        self._held_samples = self._held_bytes = 0
+        for loader, held in enumerate(everything):
+            if held:
+                self._seen[loader].extend(self._hashed(held))
+
+    def _hashed(self, held: list[tuple[list[torch.Tensor], int]]) -> list[torch.Tensor]:
+        """The fingerprints of held steps' samples, in order."""
         columns = joined(held)
         if columns is not None:
-            self._seen.append(self.hash(columns, sum(samples for _, samples in held)))
-            return
+            return [self.hash(columns, sum(samples for _, samples in held))]
+        found = []
         start = 0
         shapes = [[(t.dtype, t.shape[1:]) for t in rows] for rows, _ in held]
         while start < len(held):
@@ -294,13 +358,12 @@ class SampleAudit(Callback):
                 end += 1
             run = held[start:end]
             columns = [torch.cat([rows[i] for rows, _ in run]) for i in range(len(shapes[start]))]
-            self._seen.append(self.hash(columns, sum(samples for _, samples in run)))
+            found.append(self.hash(columns, sum(samples for _, samples in run)))
             start = end
+        return found
 
-    def _dataset_size(self, trainer: Trainer) -> int | None:
-        if self.dataset_size is not None:
-            return self.dataset_size
-        loader = trainer.train_dataloader
+    def _size_of(self, loader: Any) -> int | None:
+        """The samples of a training loader's dataset, where it is a map-style DataLoader batching single items."""
         if (
             self.sample_dims == 1
             and isinstance(loader, DataLoader)
@@ -311,79 +374,164 @@ class SampleAudit(Callback):
             return len(loader.dataset)  # the whole dataset: a distributed sampler splits it, not the dataset
         return None
 
+    def _dataset_sizes(self, trainer: Trainer) -> list[int | None]:
+        """Each training loader's dataset size (None where not known)."""
+        return [self._size_of(loader) for loader in self._loaders.parts(trainer.train_dataloader)]
+
     # ------------------------------------------------------------------ hooks
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Keep the trainer, which state_dict needs to gather the epoch's fingerprints."""
         self._trainer = trainer
         if stage == "fit":
             self.problems = Problems("SampleAudit")
-            self._batch_read = False  # the fit's first batch is read for lengths that disagree
+            self._batch_read = self._loaders_read = False  # the fit's first batch is read again
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """On a run resumed inside an epoch, take back this rank's fingerprints of that epoch from the checkpoint."""
+        """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
+        loaders = Loaders()
+        with self.problems.guard("reading the training loaders"):
+            loaders = Loaders(trainer.train_dataloader)
+        self._use_loaders(loaders)
         restored, self._restored = self._restored, None
         with self.problems.guard("restoring the epoch's fingerprints from the checkpoint"):
             self._restore(trainer, restored)
 
+    def _use_loaders(self, loaders: Loaders) -> None:
+        """Audit ``loaders`` from now on, nothing of theirs seen or held yet."""
+        self._loaders = loaders
+        self._seen = [[] for _ in loaders.names]
+        self._held = [[] for _ in loaders.names]
+        self._carried_counts = [0] * len(loaders.names)
+        self._held_samples = self._held_bytes = 0
+        self._pending = None
+
     def _restore(self, trainer: Trainer, restored: dict[str, Any] | None) -> None:
         if restored is not None and restored["epoch"] == trainer.current_epoch:  # resumed inside that epoch
             shares = restored["fingerprints"]
-            mine = (
-                shares[trainer.global_rank]
-                if len(shares) == trainer.world_size
-                else (torch.cat(shares) if trainer.global_rank == 0 else torch.empty(0, dtype=torch.int64))
-            )
-            self._seen, self._in_epoch, self._carried = [mine.to(trainer.strategy.root_device)], True, True
+            count = len(self._loaders.names)
+            counts = restored.get("loaders") or [[len(share)] + [0] * (count - 1) for share in shares]
+            if any(len(c) != count for c in counts):  # the fit's loaders are not the checkpoint's: one pool
+                counts = [[len(share)] + [0] * (count - 1) for share in shares]
+            parts = [split_counts(share, c) for share, c in zip(shares, counts, strict=True)]
+            if len(shares) == trainer.world_size:
+                mine = parts[trainer.global_rank]
+            elif trainer.global_rank == 0:
+                mine = [torch.cat([rank[loader] for rank in parts]) for loader in range(count)]
+            else:
+                mine = [torch.empty(0, dtype=torch.int64) for _ in range(count)]
+            device = trainer.strategy.root_device
+            self._seen = [[part.to(device)] for part in mine]
+            self._carried_counts = [len(part) for part in mine]
+            self._in_epoch, self._carried = True, True
             self._previous = None  # the order before the interruption is not known
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start the epoch's fingerprints afresh (unless carried over from the checkpoint)."""
         if not self._carried:  # Lightning calls this hook on a resumed epoch's start only when none of it ran
-            self._seen = []
-        self._held, self._held_samples, self._held_bytes = [], 0, 0
+            self._seen = [[] for _ in self._loaders.names]
+            self._carried_counts = [0] * len(self._loaders.names)
+        self._held, self._held_samples, self._held_bytes = [[] for _ in self._loaders.names], 0, 0
+        self._pending = None
         self._in_epoch, self._carried, self._failed = True, False, None
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        """Record the batch's fingerprints, on the device; a batch that cannot be fingerprinted ends the audit."""
+        """Copy or fingerprint each loader's samples of the batch, on the device, to count once the step has trained.
+
+        A batch the module skips (its ``on_train_batch_start`` returning -1) is never counted. A batch that cannot
+        be fingerprinted ends the audit of the epoch.
+        """
+        self._pending = None
         if self._failed is not None:
             return
         try:
+            if self._loaders.several and not self._loaders_read:
+                self._loaders_read = True
+                self._check_loaders(trainer, batch)
+            parts = self._loaders.parts(batch) if self._loaders.several else [batch]
             if self.fingerprint is None and self.sample_id is None:
                 if not self._batch_read:
                     self._batch_read = True
-                    self._say_if_ambiguous(trainer, batch)
-                self._hold(batch)
+                    for name, part in zip(self._loaders.names, parts, strict=True):
+                        self._say_if_ambiguous(trainer, part, name if self._loaders.several else None)
+                self._pending = [None if part is None else self._copy_rows(part) for part in parts]
             else:
-                self._seen.append(self.fingerprints(batch))
+                self._pending = [None if part is None else self.fingerprints(part) for part in parts]
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
 
-    def _say_if_ambiguous(self, trainer: Trainer, batch: Any) -> None:
+    def _check_loaders(self, trainer: Trainer, batch: Any) -> None:
+        """Once a fit: a batch that does not hold each training loader's batch at its key is audited as one loader's."""
+        if self._loaders.fits(batch):
+            return
+        names = ", ".join(self._loaders.names)
+        self._flush()
+        seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
+        self._use_loaders(Loaders())
+        self._seen, self._carried_counts = [seen], [carried]
+        if trainer.is_global_zero:
+            self._say(
+                trainer,
+                f"SampleAudit: a training batch ({type(batch).__name__}) does not hold the batches of the training "
+                f"loaders ({names}) at their keys (a hook of the module reshaped it?): its samples are audited as "
+                "one loader's",
+            )
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """The step trained: count its samples."""
+        try:
+            self._commit()
+        except Exception as error:
+            self._failed = self.problems.note("fingerprinting a training batch", error)
+
+    def _commit(self) -> None:
+        """Count the samples of the step begun (it trained)."""
+        pending, self._pending = self._pending, None
+        if pending is None or self._failed is not None:
+            return
+        for loader, item in enumerate(pending):
+            if item is None:
+                continue
+            if isinstance(item, torch.Tensor):
+                self._seen[loader].append(item)
+            else:
+                self._hold(loader, *item)
+
+    def _say_if_ambiguous(self, trainer: Trainer, batch: Any, loader: str | None) -> None:
         """Once a fit: where a batch's tensors lead with different lengths, say which rows are taken for samples."""
         lengths = leading_lengths(batch)
         if len(lengths) > 1 and self.sample_dims == 1 and trainer.is_global_zero:
+            where = "" if loader is None else f" of loader {loader}"
             self._say(
                 trainer,
-                f"SampleAudit: the tensors of a training batch ({type(batch).__name__}) lead with different lengths "
-                f"({', '.join(map(str, lengths))}): a sample is taken as a row of those leading with {lengths[0]}; "
-                "pass sample_id= or fingerprint= to name what a sample is",
+                f"SampleAudit: the tensors of a training batch{where} ({type(batch).__name__}) lead with different "
+                f"lengths ({', '.join(map(str, lengths))}): a sample is taken as a row of those leading with "
+                f"{lengths[0]}; pass sample_id= or fingerprint= to name what a sample is",
             )
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
+        count = len(self._loaders.names)
+        self._pending = None  # a batch the module skipped, ending the epoch
+        parts = [torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)] * count
         try:
-            local = self._local(trainer)
+            parts = self._local(trainer)
         except Exception as error:
             self._failed = self.problems.note("collecting the epoch's fingerprints", error)
+        carried = self._carried_counts
         if self._failed is not None:
-            local = torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
-            same = FAILED
+            parts = [torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)] * count
+            carried, same = [0] * count, FAILED
+            local = None
         else:
+            local = torch.cat(parts)
             same = -1 if self._previous is None else int(torch.equal(self._previous, local))
-        self._previous = None if self._failed is not None else local
-        self._seen, self._in_epoch, self._carried = [], False, False
-        shares = self._gather(trainer, local, same)
-        flags = [flag for _, flag in shares]
+        self._previous = local
+        self._seen, self._in_epoch, self._carried = [[] for _ in range(count)], False, False
+        self._carried_counts = [0] * count
+        shares = self._gather(trainer, parts, same, carried)
+        flags = [share.flag for share in shares]
         if FAILED in flags:
             row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": self._why_not(flags)}
             self.epochs.append(row)
@@ -391,23 +539,10 @@ class SampleAudit(Callback):
                 self._say(trainer, f"sample audit, epoch {row['epoch']}: not audited ({row['why']})")
             self._failed = None
             return
-        everything = torch.cat([share for share, _ in shares])
-        distinct = int(torch.unique(everything).numel())
-        size = None
+        sizes: list[int | None] = [None] * count
         with self.problems.guard("reading the training set's size"):
-            size = self._dataset_size(trainer)
-        seen = int(everything.numel())
-        row = {
-            "epoch": trainer.current_epoch + 1,
-            "audited": True,
-            "seen": seen,
-            "distinct": distinct,
-            "duplicates": seen - distinct,
-            "dataset_size": size,
-            "missing": None if size is None else max(0, size - distinct),
-            "per_rank": [int(share.numel()) for share, _ in shares],
-            "same_order_ranks": None if -1 in flags else sum(flags),
-        }  # ranks that repeated their last epoch's order
+            sizes = self._dataset_sizes(trainer)
+        row = self._row(trainer, shares, sizes, flags)
         self.epochs.append(row)
         line = self.describe(row)
         if trainer.is_global_zero:
@@ -421,6 +556,31 @@ class SampleAudit(Callback):
         if self.strict and (row["duplicates"] or row["missing"]):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
 
+    def _row(self, trainer: Trainer, shares: list[Share], sizes: list[int | None], flags: list[int]) -> dict[str, Any]:
+        """The epoch's counts: over every loader (told apart), and each loader's where there are several."""
+        each = [loader_counts(shares, loader, size) for loader, size in enumerate(sizes)]
+        seen, distinct = sum(c["seen"] for c in each), sum(c["distinct"] for c in each)
+        size = self.dataset_size if self.dataset_size is not None else _sum_or_none([c["dataset_size"] for c in each])
+        replayed = [c["replayed"] for c in each if c["replayed"] is not None]
+        row = {
+            "epoch": trainer.current_epoch + 1,
+            "audited": True,
+            "seen": seen,
+            "distinct": distinct,
+            "duplicates": seen - distinct,
+            "dataset_size": size,
+            "missing": None if size is None else max(0, size - distinct),
+            "per_rank": [sum(int(part.numel()) for part in share.parts) for share in shares],
+            "same_order_ranks": None if -1 in flags else sum(flags),  # ranks that repeated their last epoch's order
+            "replayed": sum(replayed) if replayed else None,
+        }
+        if self._loaders.several:
+            row["loaders"] = {
+                name: {k: v for k, v in counts.items() if k != "replayed"}
+                for name, counts in zip(self._loaders.names, each, strict=True)
+            }
+        return row
+
     def _say(self, trainer: Trainer, line: str) -> None:
         with self.problems.guard("printing the epoch's line"):
             say(trainer, line)
@@ -433,27 +593,38 @@ class SampleAudit(Callback):
         return f"rank {ranks} could not fingerprint a batch; its own warning says why"
 
     # ------------------------------------------------------------------ counting
-    def _local(self, trainer: Trainer) -> torch.Tensor:
+    def _local(self, trainer: Trainer) -> list[torch.Tensor]:
+        """This rank's fingerprints of the epoch so far, per loader, on the training device."""
         self._flush()
         device = trainer.strategy.root_device
-        if not self._seen:
-            return torch.empty(0, dtype=torch.int64, device=device)
-        return torch.cat([f.to(device) for f in self._seen])
+        return [
+            torch.cat([f.to(device) for f in seen]) if seen else torch.empty(0, dtype=torch.int64, device=device)
+            for seen in self._seen
+        ]
 
     @staticmethod
-    def _gather(trainer: Trainer, local: torch.Tensor, flag: int) -> list[tuple[torch.Tensor, int]]:
-        """Every rank's (fingerprints, same-order flag), in rank order (this rank's alone on one process)."""
-        world = trainer.world_size
-        meta = torch.tensor([local.numel(), flag], dtype=torch.int64, device=local.device)
-        metas = trainer.strategy.all_gather(meta).reshape(world, 2).tolist()
-        longest = max(count for count, _ in metas)
-        padded = torch.full((longest,), PADDING, dtype=torch.int64, device=local.device)
+    def _gather(trainer: Trainer, parts: list[torch.Tensor], flag: int, carried: list[int]) -> list[Share]:
+        """Every rank's fingerprints per loader, same-order flag and carried counts, in rank order.
+
+        Two gathers, whatever the loaders: the counts, then the fingerprints padded to the longest rank's.
+        """
+        world, count = trainer.world_size, len(parts)
+        device = parts[0].device
+        local = torch.cat(parts)
+        meta = torch.tensor([flag, *(len(p) for p in parts), *carried], dtype=torch.int64, device=device)
+        metas = trainer.strategy.all_gather(meta).reshape(world, 1 + 2 * count).tolist()
+        lengths = [sum(m[1 : 1 + count]) for m in metas]
+        longest = max(lengths)
+        padded = torch.full((longest,), PADDING, dtype=torch.int64, device=device)
         padded[: local.numel()] = local
         everyone = trainer.strategy.all_gather(padded).reshape(world, longest) if longest else padded.reshape(world, 0)
-        return [(everyone[rank, :count], same) for rank, (count, same) in enumerate(metas)]
+        return [
+            Share(split_counts(everyone[rank, :length], m[1 : 1 + count]), m[0], m[1 + count :])
+            for rank, (m, length) in enumerate(zip(metas, lengths, strict=True))
+        ]
 
     def describe(self, row: dict[str, Any]) -> str:
-        """The one-line report of an epoch's counts."""
+        """The one-line report of an epoch's counts, with what explains its duplicates where the audit knows."""
         ranks = row["per_rank"]
         where = f" ({' + '.join(map(str, ranks))} on {len(ranks)} ranks)" if len(ranks) > 1 else ""
         line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} samples seen{where}, {row['distinct']:,} distinct"
@@ -467,13 +638,43 @@ class SampleAudit(Callback):
                     f"; {extra:,} more distinct than the dataset holds (a random augmentation before the step, "
                     "or a dataset_size that does not count samples?)"
                 )
+        loaders = row.get("loaders") or {}
+        for name, counts in loaders.items():
+            of = "" if counts["dataset_size"] is None else f" of {counts['dataset_size']:,}"
+            missing = "" if counts["missing"] is None else f", {counts['missing']:,} missing"
+            line += (
+                f"; loader {name}: {counts['seen']:,} seen, {counts['distinct']:,} distinct{of}, "
+                f"{counts['duplicates']:,} duplicates{missing}"
+            )
+        explained = 0
         padding = -row["dataset_size"] % len(ranks) if row["dataset_size"] else 0
         if padding and row["duplicates"] == padding:
+            explained = padding
             line += (
                 f"; a distributed sampler pads {row['dataset_size']:,} samples to a multiple of {len(ranks)} "
                 f"ranks by repeating {padding} (drop_last avoids it)"
             )
-        elif row["duplicates"] and self.sample_id is None and self.fingerprint is None:
+        cycled = {
+            name: c["seen"] - c["dataset_size"]
+            for name, c in loaders.items()
+            if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
+        }
+        if cycled:
+            explained += sum(cycled.values())
+            line += (
+                f"; loader{'s' if len(cycled) > 1 else ''} {', '.join(cycled)} gave more samples than "
+                f"{'they hold' if len(cycled) > 1 else 'it holds'}: a shorter loader is cycled to the longest one's "
+                "length (CombinedLoader's max_size_cycle mode, Lightning's default for several training loaders)"
+            )
+        replayed = row.get("replayed")
+        if replayed:
+            explained += replayed
+            line += (
+                f"; {replayed:,} of the duplicates were seen again after the fit resumed from a checkpoint saved "
+                "inside this epoch: the loader started the epoch over (a DataLoader that cannot resume mid-epoch "
+                "repeats its first batches and leaves its last ones out)"
+            )
+        if row["duplicates"] > explained and self.sample_id is None and self.fingerprint is None:
             line += (
                 "; samples identified by content: identical samples in the data count as duplicates "
                 "(sample_id= names an index field instead)"
@@ -487,16 +688,25 @@ class SampleAudit(Callback):
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """The current epoch's fingerprints of every rank.
+        """The current epoch's fingerprints of every rank, with each rank's count per training loader.
 
         A collective under DDP: every rank must save the checkpoint, as Lightning's ModelCheckpoint does. A
-        checkpoint saved by one rank alone (a rank-zero-only ``save_checkpoint``) would wait for the others.
+        checkpoint saved by one rank alone (a rank-zero-only ``save_checkpoint``) would wait for the others. A
+        step that has begun counts as trained (a checkpoint saved at its end, before this callback's own hook).
         """
         trainer = self._trainer
         if trainer is None or not self._in_epoch:
             return {}
-        shares = self._gather(trainer, self._local(trainer), 0)
-        return {"epoch": trainer.current_epoch, "fingerprints": [share.cpu() for share, _ in shares]}
+        try:
+            self._commit()
+        except Exception as error:
+            self._failed = self.problems.note("fingerprinting a training batch", error)
+        shares = self._gather(trainer, self._local(trainer), 0, self._carried_counts)
+        return {
+            "epoch": trainer.current_epoch,
+            "fingerprints": [torch.cat(share.parts).cpu() for share in shares],
+            "loaders": [[len(part) for part in share.parts] for share in shares],
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's fingerprints for on_train_start (nothing when it was saved between epochs)."""

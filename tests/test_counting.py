@@ -1,0 +1,357 @@
+"""Both callbacks count what trained, on every loop: a batch the module skips, several training loaders in each of
+CombinedLoader's modes, an epoch resumed inside it, gradient accumulation and a one-step fit.
+
+Each case is checked against the module's own record of the samples that reached ``training_step``, in a fit whose
+weights are bit-identical with and without the callbacks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import fit_module
+from lightning import LightningModule
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.profilers import SimpleProfiler
+from lightning.pytorch.utilities import CombinedLoader
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from mnistperf.diagnosis import EpochTimer, SampleAudit, phases
+
+ROWS, BATCH, EPOCHS = 24, 4, 2
+
+
+class Indexed(Dataset):
+    """Distinct rows, each a dict of its features and its index."""
+
+    def __init__(self, rows: int = ROWS):
+        self.x = torch.randn(rows, 3, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int):
+        return {"x": self.x[index], "index": index}
+
+
+def loader_parts(batch) -> dict[str, dict | None]:
+    """Each training loader's batch in a step's batch, named as the callbacks name loaders ("" for one loader)."""
+    if isinstance(batch, dict) and "index" in batch:
+        return {"": batch}
+    if isinstance(batch, dict):
+        return dict(batch)
+    return {str(i): part for i, part in enumerate(batch)}
+
+
+class Recorder(LightningModule):
+    """Records the sample indices that reach training_step, per epoch (Lightning's, from 1) and per loader.
+
+    Args:
+        skip_at: the batch index at which its on_train_batch_start returns -1 (Lightning skips the rest of the epoch).
+    """
+
+    def __init__(self, skip_at: int | None = None):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 2)
+        self.skip_at = skip_at
+        self.record: dict[int, dict[str, list[int]]] = {}
+
+    def on_train_batch_start(self, batch, batch_idx):
+        return -1 if batch_idx == self.skip_at else None
+
+    def training_step(self, batch, batch_idx):
+        seen = self.record.setdefault(self.current_epoch + 1, {})
+        loss = torch.zeros(())
+        for name, part in loader_parts(batch).items():
+            if part is None:  # max_size mode: this loader is done
+                continue
+            seen.setdefault(name, []).extend(part["index"].tolist())
+            loss = loss + torch.nn.functional.cross_entropy(self.layer(part["x"]), part["index"] % 2)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def samples(self, epoch: int) -> int:
+        return sum(len(indices) for indices in self.record.get(epoch, {}).values())
+
+
+def weights(module: LightningModule) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in module.state_dict().values()]
+
+
+def fitted(data: Callable[[], object], watch: bool, skip_at=None, audit_options=None, kind=None, **options):
+    """A fresh Recorder (or ``kind``; the same initial weights every time) fitted on ``data()``, watched by both
+    callbacks or not (the audit's options ``audit_options``)."""
+    torch.manual_seed(0)
+    module = (kind or Recorder)(skip_at)
+    timer, audit = EpochTimer(), SampleAudit(**(audit_options or {}))
+    trainer = fit_module(module, data(), callbacks=[timer, audit] if watch else [], **options)
+    return module, timer, audit, trainer
+
+
+def watched(data: Callable[[], object], skip_at=None, audit_options=None, kind=None, **options):
+    """:func:`fitted` with the callbacks, after checking the fit ends with the same weights, bit for bit, without."""
+    bare, *_ = fitted(data, False, skip_at, kind=kind, **options)
+    module, timer, audit, trainer = fitted(data, True, skip_at, audit_options, kind, **options)
+    assert all(torch.equal(a, b) for a, b in zip(weights(bare), weights(module), strict=True))
+    assert bare.record == module.record
+    return module, timer, audit, trainer
+
+
+def expected(indices: list[int], size: int) -> dict:
+    """An audit's counts of a loader that gave ``indices`` from a dataset of ``size``."""
+    distinct = len(set(indices))
+    return {
+        "seen": len(indices),
+        "distinct": distinct,
+        "duplicates": len(indices) - distinct,
+        "dataset_size": size,
+        "missing": size - distinct,
+    }
+
+
+def counts(row: dict) -> dict:
+    return {k: row[k] for k in ("seen", "distinct", "duplicates", "dataset_size", "missing")}
+
+
+def problems(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "mnistperf.diagnosis"]
+
+
+@pytest.mark.parametrize("skip_at", [0, 1, 5])
+def test_a_batch_the_module_skips_is_counted_by_neither_callback(skip_at, caplog):
+    """Lightning calls the callbacks' on_train_batch_start before the module's, whose -1 skips the batch and the rest
+    of the epoch: a batch counts once it has trained. Skipped at 5, 40 samples trained in two epochs, not 48."""
+    module, timer, audit, trainer = watched(lambda: DataLoader(Indexed(), batch_size=BATCH), skip_at, max_epochs=EPOCHS)
+    trained = [module.samples(epoch) for epoch in range(1, EPOCHS + 1)]
+    assert trained == [skip_at * BATCH] * EPOCHS and trainer.global_step == EPOCHS * skip_at
+    assert [row["samples"] for row in timer.epochs] == trained
+    for epoch, row in enumerate(audit.epochs, start=1):
+        assert counts(row) == expected(module.record.get(epoch, {}).get("", []), ROWS)
+    if skip_at == 0:
+        reason = "the epoch trained no step, and the split times step 2 of an epoch, then every 16th"
+        assert [row["split_reason"] for row in timer.epochs] == [reason] * EPOCHS
+    assert problems(caplog) == []
+
+
+def two_loaders(rows_a: int, batch_a: int, rows_b: int, batch_b: int, kind: str, mode: str | None):
+    """Loaders a and b (b's rows are a's first ones: the same samples in two loaders), as a dict or a list, plain or in
+    a CombinedLoader of ``mode``."""
+
+    def data():
+        a = Indexed(rows_a)
+        loaders = [DataLoader(a, batch_size=batch_a), DataLoader(Subset(a, range(rows_b)), batch_size=batch_b)]
+        structure = dict(zip("ab", loaders, strict=True)) if kind == "dict" else loaders
+        return structure if mode is None else CombinedLoader(structure, mode)
+
+    return data
+
+
+@pytest.mark.parametrize(
+    ("rows_a", "batch_a", "rows_b", "batch_b", "kind", "mode"),
+    [
+        (48, 4, 24, 4, "dict", None),  # Lightning's default, max_size_cycle: b's 24 samples twice an epoch
+        (24, 4, 12, 3, "dict", "max_size_cycle"),
+        (24, 4, 12, 3, "list", "min_size"),
+        (24, 4, 12, 3, "dict", "max_size"),
+    ],
+)
+def test_every_loaders_samples_are_counted_and_told_apart(rows_a, batch_a, rows_b, batch_b, kind, mode, capsys, caplog):
+    data = two_loaders(rows_a, batch_a, rows_b, batch_b, kind, mode)
+    module, timer, audit, _ = watched(data, max_epochs=EPOCHS)
+    names = ("a", "b") if kind == "dict" else ("0", "1")
+    sizes = dict(zip(names, (rows_a, rows_b), strict=True))
+    out = capsys.readouterr().out
+    for epoch, (row, audited) in enumerate(zip(timer.epochs, audit.epochs, strict=True), start=1):
+        record = module.record[epoch]
+        assert row["samples"] == module.samples(epoch)
+        assert row["loader_samples"] == {name: len(record[name]) for name in names}
+        each = {name: expected(record[name], sizes[name]) for name in names}
+        assert {name: counts(c) for name, c in audited["loaders"].items()} == each
+        assert counts(audited) == {
+            key: sum(c[key] for c in each.values())
+            for key in ("seen", "distinct", "duplicates", "dataset_size", "missing")
+        }
+    if mode is None:  # the issue's case: equal batches, b cycled; before, 48 samples an epoch and no duplicate
+        assert [counts(row) for row in audit.epochs] == [
+            {"seen": 96, "distinct": 72, "duplicates": 24, "dataset_size": 72, "missing": 0}
+        ] * EPOCHS
+        assert out.count("samples/s (2 loaders of 48 samples each), ") == EPOCHS  # the timer's line
+        assert "loader b gave more samples than it holds: a shorter loader is cycled" in out
+        assert "identical samples in the data" not in out
+    assert problems(caplog) == []
+
+
+def test_a_sample_id_names_each_loaders_own_index_and_loaders_sharing_indices_stay_apart(caplog):
+    """Loader b's indices are also a's: by index, as by content, a sample of b is not one of a."""
+    module, _, audit, _ = watched(two_loaders(24, 4, 12, 3, "dict", None), audit_options={"sample_id": "index"})
+    for epoch, row in enumerate(audit.epochs, start=1):
+        each = {name: expected(module.record[epoch][name], size) for name, size in (("a", 24), ("b", 12))}
+        assert {name: counts(c) for name, c in row["loaders"].items()} == each
+        assert row["distinct"] == 36 and row["duplicates"] == 6  # b's 12 samples cycled to 6 batches of 3
+    assert problems(caplog) == []
+
+
+class Merging(Recorder):
+    """Merges the two loaders' batches into one before the step, as a module's own hook may."""
+
+    def on_before_batch_transfer(self, batch, dataloader_idx):
+        return {
+            "x": torch.cat([batch["a"]["x"], batch["b"]["x"]]),
+            "index": torch.cat([batch["a"]["index"], 100 + batch["b"]["index"]]),
+        }
+
+
+def test_a_batch_a_hook_merged_from_several_loaders_is_counted_as_one_loaders_saying_so(capsys, caplog):
+    module, timer, audit, _ = watched(two_loaders(24, 4, 12, 3, "dict", None), kind=Merging)
+    assert [row["samples"] for row in timer.epochs] == [module.samples(1), module.samples(2)] == [42, 42]
+    assert "loader_samples" not in timer.epochs[0] and "loaders" not in audit.epochs[0]
+    assert [row["distinct"] for row in audit.epochs] == [len(set(module.record[e][""])) for e in (1, 2)] == [36, 36]
+    out = capsys.readouterr().out
+    assert out.count("does not hold the batches of the training loaders (a, b) at their keys") == 2  # each, once
+    assert problems(caplog) == []
+
+
+def test_a_sequential_combined_loader_is_refused_by_lightning_as_without_the_callbacks(caplog):
+    data = two_loaders(24, 4, 12, 3, "dict", "sequential")
+    raised = []
+    for watch in (False, True):
+        with pytest.raises(ValueError, match="does not support the `CombinedLoader") as error:
+            fitted(data, watch, max_epochs=EPOCHS)
+        raised.append(str(error.value))
+    assert raised[0] == raised[1] and problems(caplog) == []
+
+
+def resumed_inside_epoch_2(folder: Path, data: Callable[[], object], watch: bool, between=lambda: None):
+    """A fit stopped after 2 of epoch 2's steps (max_steps), with a checkpoint there, then a fit resumed from it to the
+    end of epoch 3 (``between`` runs between the two): the first fit's record, the second's module and callbacks."""
+    torch.manual_seed(0)
+    first = Recorder()
+    checkpoint = ModelCheckpoint(dirpath=folder, every_n_train_steps=2, save_last=True)
+    callbacks = [EpochTimer(), SampleAudit()] if watch else []
+    fit_module(first, data(), callbacks=[*callbacks, checkpoint], max_epochs=3, enable_checkpointing=True, max_steps=8)
+    between()
+    module = Recorder()
+    callbacks = [EpochTimer(), SampleAudit()] if watch else []
+    fit_module(module, data(), callbacks=callbacks, max_epochs=3, ckpt_path=folder / "last.ckpt")
+    return first.record, module, callbacks
+
+
+def resumed_and_bare(folder: Path, data: Callable[[], object], between=lambda: None):
+    """:func:`resumed_inside_epoch_2` watched, after checking its weights are those of the same fits without the
+    callbacks, bit for bit."""
+    _, bare, _ = resumed_inside_epoch_2(folder / "bare", data, False)
+    first, module, callbacks = resumed_inside_epoch_2(folder / "watched", data, True, between)
+    assert all(torch.equal(a, b) for a, b in zip(weights(bare), weights(module), strict=True))
+    assert module.record == bare.record
+    return first, module, callbacks
+
+
+def test_a_fit_resumed_inside_an_epoch_numbers_it_as_lightning_and_names_the_resume_for_its_duplicates(
+    tmp_path, capsys, caplog
+):
+    data = lambda: DataLoader(Indexed(), batch_size=BATCH)  # noqa: E731
+    first, module, (timer, audit) = resumed_and_bare(tmp_path, data, between=capsys.readouterr)
+    out = capsys.readouterr().out  # the resumed fit's
+    assert sorted(module.record) == [2, 3]  # Lightning's numbers of the epochs this fit trained in
+    assert [row["epoch"] for row in timer.epochs] == [2, 3]
+    assert [row["samples"] for row in timer.epochs] == [module.samples(2), module.samples(3)]
+    assert re.search(r"^epoch 2: train", out, re.M) and not re.search(r"^epoch 1: train", out, re.M)
+    before, after = first[2][""], module.record[2][""]  # epoch 2 before the checkpoint, and after the resume
+    assert len(before) == 2 * BATCH and len(after) == ROWS - 2 * BATCH  # the plain loader started the epoch over
+    row = audit.epochs[0]
+    assert row["epoch"] == 2 and counts(row) == expected(before + after, ROWS)
+    assert row["replayed"] == sum(index in set(before) for index in after) == row["duplicates"] == 2 * BATCH
+    assert "8 of the duplicates were seen again after the fit resumed from a checkpoint saved inside this epoch" in out
+    assert "identical samples in the data" not in out
+    assert counts(audit.epochs[1]) == expected(module.record[3][""], ROWS) and audit.epochs[1]["replayed"] is None
+    assert problems(caplog) == []
+
+
+def test_a_resumed_epoch_of_several_loaders_is_counted_per_loader(tmp_path, caplog):
+    first, module, (timer, audit) = resumed_and_bare(tmp_path, two_loaders(24, 4, 12, 3, "dict", None))
+    assert [row["epoch"] for row in timer.epochs] == [2, 3]
+    assert timer.epochs[0]["loader_samples"] == {name: len(module.record[2][name]) for name in "ab"}
+    for name, size in (("a", 24), ("b", 12)):
+        assert counts(audit.epochs[0]["loaders"][name]) == expected(first[2][name] + module.record[2][name], size)
+        assert counts(audit.epochs[1]["loaders"][name]) == expected(module.record[3][name], size)
+    assert problems(caplog) == []
+
+
+@pytest.mark.parametrize("accumulate", [2, 3])
+def test_under_gradient_accumulation_the_split_times_whole_optimizer_steps(accumulate, tmp_path):
+    """A sample is one optimizer step's training steps: the sampled ones reach the optimizer's hook."""
+    rows = 36 * BATCH  # 36 steps an epoch
+    profiler = SimpleProfiler(dirpath=tmp_path, filename="profile")
+    options = {"max_epochs": EPOCHS, "accumulate_grad_batches": accumulate, "profiler": profiler}
+    module, timer, _, trainer = watched(lambda: DataLoader(Indexed(rows), batch_size=BATCH), **options)
+    assert [row["samples"] for row in timer.epochs] == [module.samples(epoch) for epoch in (1, 2)] == [rows] * EPOCHS
+    for row in timer.epochs:
+        assert None not in (row["forward_s"], row["backward_s"], row["optimizer_s"]) and "split_reason" not in row
+    assert None not in timer.summary(trainer)["split"].values()
+    windows = sum(phases.sampled(index, accumulate) for index in range(36))  # the sampled optimizer steps an epoch
+    assert windows == (2 if accumulate == 2 else 1)  # steps 3-4 and 35-36; steps 4-6
+    report = (tmp_path / "fit-profile.txt").read_text()
+    calls = dict(re.findall(r"\[Callback\]EpochTimer\.(\w+)\s*\|\s*\S+\s*\|\s*(\d+)", report))
+    assert int(calls["on_before_backward"]) == int(calls["on_after_backward"]) == EPOCHS * windows * accumulate
+    assert int(calls["on_before_optimizer_step"]) == EPOCHS * windows
+
+
+def test_a_one_step_fit_says_why_it_has_no_split(capsys):
+    module, timer, _, trainer = watched(lambda: DataLoader(Indexed(), batch_size=BATCH), fast_dev_run=True)
+    (row,) = timer.epochs
+    assert row["samples"] == module.samples(1) == BATCH and row["forward_s"] is None
+    reason = "the epoch trained step 1 only, and the split times step 2 of an epoch, then every 16th"
+    assert row["split_reason"] == reason
+    out = capsys.readouterr().out
+    assert out.count(f"EpochTimer: train time is not split into forward, backward and optimizer: {reason}.") == 1
+
+
+class FakeClock:
+    """time.perf_counter standing still but for the steps a test gives it."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_sample_holds_an_optimizer_steps_training_steps_and_one_cut_short_is_left_out(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(phases.time, "perf_counter", clock)
+    stamps = phases.StepPhases(torch.device("cpu"))
+
+    def step(first: bool, marks: list[tuple[str, float]]) -> bool:
+        stamps.start(3) if first else stamps.start()
+        for name, seconds in marks:
+            clock.now += seconds
+            if name != "end":
+                stamps.mark(name)
+        return stamps.end()
+
+    forward_backward = [("backward", 1.0), ("backward_end", 2.0), ("end", 0.5)]
+    assert not step(True, forward_backward) and not step(False, forward_backward)
+    assert step(False, [("backward", 1.0), ("backward_end", 2.0), ("optimizer", 0.5), ("end", 3.0)])
+    whole = 3 * 3.0 + 2 * 0.5 + 3.5
+    assert stamps.shares() == pytest.approx({"forward": 3 / whole, "backward": 6 / whole, "optimizer": 3 / whole})
+    stamps.reset()
+    assert not step(True, forward_backward) and not step(False, forward_backward)
+    assert step(False, forward_backward)  # three steps and no update: the epoch ended (or it was skipped)
+    assert stamps.shares() is None and stamps.started
+
+
+def test_which_steps_are_sampled_with_and_without_accumulation_and_why_an_epoch_has_none():
+    assert [i for i in range(40) if phases.sampled(i)] == [1, 17, 33]
+    assert [i for i in range(80) if phases.sampled(i, 2)] == [2, 34, 66]
+    assert phases.unsampled(2, 3, 4) == (
+        "the epoch trained steps 3-4 only, and the split times steps 5-8 of an epoch (one optimizer step: "
+        "accumulate_grad_batches=4), then every 16th optimizer step's"
+    )
+    assert phases.unsampled(2, 4, 4) is None  # step 5 begins a sample: its split was lost another way
+    assert phases.unsampled(2, 17, 1) is None and phases.unsampled(2, 16, 1) is not None  # index 17: step 18

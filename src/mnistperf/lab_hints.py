@@ -24,7 +24,10 @@ LAB_HINTS: dict[str, list[str]] = {
         "a larger GPU",
     ],
     "compute-bound on a CPU": [
-        "a GPU (trainer.accelerator cuda)",
+        "torch's threads matched to the cores this process may use ({threads})",
+        "a larger batch (data.batch_size; stage v1_bs512)",
+        "torch.compile (model.compile and model.compile_on_cpu; stage v3_compiled)",
+        "a GPU (trainer.accelerator cuda), once the model is large enough to fill one",
     ],
     "overhead-bound on a CPU": [
         "a larger batch (data.batch_size; stage v1_bs512)",

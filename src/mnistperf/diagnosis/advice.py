@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
+from mnistperf.diagnosis.busy_window import CROWDED
+from mnistperf.machine import usable_cpus
+
 # For each verdict (on a CPU, the CPU's own two), what usually removes the bound, in every project's terms.
+# On a CPU a compute-bound step is first given what the CPU itself can do; a GPU comes last. "{threads}" is
+# replaced by the threads the run used and the cores it could.
 Hints = Mapping[str, Sequence[str]]
 USER_HINTS: dict[str, list[str]] = {
     "input-bound": [
@@ -31,7 +38,10 @@ USER_HINTS: dict[str, list[str]] = {
         "a larger GPU",
     ],
     "compute-bound on a CPU": [
-        "a GPU (Trainer(accelerator='gpu'))",
+        "torch's threads matched to the cores this process may use ({threads})",
+        "a larger batch size (the same per-step work around more arithmetic)",
+        "torch.compile, which fuses operations and their memory traffic",
+        "a GPU (Trainer(accelerator='gpu')), once the model is large enough to fill one",
     ],
     "overhead-bound on a CPU": [
         "a larger batch size (the same Python and framework work per step, more arithmetic)",
@@ -69,7 +79,13 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     verdict, train_s = summary["verdict"], summary["avg_train_s"]
     on_cpu = "device_busy_share" not in summary
     found: dict[str, Any] = {"verdict": verdict}
-    if verdict == "input-bound":
+    crowded = summary.get("waited_for_a_core")
+    if verdict != "input-bound" and crowded is not None and crowded >= CROWDED:
+        found["ceiling"] = (
+            f"none stated: the training thread waited for a core {crowded:.0%} of the profiled window, so the share "
+            "it would rest on is in doubt"
+        )
+    elif verdict == "input-bound":
         wait = summary["input_wait_share"]
         less = found["at_most_s_less"] = wait * train_s
         found["ceiling"] = (
@@ -87,7 +103,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         return None
     key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
     chosen = hints if hints is not None and key in hints else USER_HINTS
-    found["hints"] = list(chosen[key])
+    threads = f"this run used {torch.get_num_threads()} threads on {usable_cpus()} usable cores"
+    found["hints"] = [hint.replace("{threads}", threads) for hint in chosen[key]]
     return found
 
 

@@ -14,10 +14,16 @@ return) and the busy share is the union of their intervals over the window's spa
 them is Python, Lightning's loop and hooks, logging and the wait for data: a small step whose
 operators fill a fifth of its time is overhead-bound, a large convolution's fill nearly all of it.
 
-The profiler costs host time per kernel launch, so the profiled steps run slower than the others:
-the window sits in the warm-up epoch (epoch 1, reported apart), never in the headline epochs,
-and its busy share, a property of the step, is reported beside them. A profiler warm-up of two
-steps comes before the recorded ones, as the profiler's documentation advises.
+The share describes the steady state, so the window sits in the first steady epoch (epoch 2; epoch 1
+only in a one-epoch run, which says so). The profiler costs host time per operation, so the clock
+keeps the window's steps out of that epoch's timed figures (:class:`~mnistperf.diagnosis.clock.EpochClock`).
+A profiler warm-up of two steps comes before the recorded ones, as the profiler's documentation advises.
+On a CPU, where every operator is recorded, the window is shorter, and a trace of more than
+:data:`TRACE_LIMIT` operations is not written unless asked for.
+
+Other work on the machine stretches the intervals the share is read from. On Linux the window also
+reads how long the training thread waited for a core (``/proc/thread-self/schedstat``): that share of the
+window widens the margin the verdict states, and above :data:`CROWDED` the verdict says it is in doubt.
 
 CUDA graphs: CUPTI sees the kernels of a graph replay only if it was initialized before the graph
 was captured (pytorch#75504). :func:`before_graph_capture` is called before every capture: it
@@ -29,7 +35,10 @@ implausibly few kernels for the steps it covered reports the share as not measur
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +49,15 @@ from mnistperf.upstream import init_profiler_for_cuda_graphs, kineto_results, pr
 
 # Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
 WINDOW_STEPS = 20
+# On a CPU every operator is recorded, read and kept for the trace: fewer steps say as much.
+CPU_WINDOW_STEPS = 6
 PROFILER_WARMUP_STEPS = 2
+# A trace of more recorded operations than this (about 250 bytes each) is not written unless asked for.
+TRACE_LIMIT = 20_000
+# The training thread waiting for a core at least this share of the window: the verdict is in doubt.
+CROWDED = 0.1
+# The margin any share is read with, before the wait for a core widens it.
+BASE_MARGIN = 0.05
 # A training step (forward, loss, backward, update) launches about ten kernels at the very least (a graphed
 # SimpleCNN step some fifty); a step whose graph the profiler cannot see shows only its batch's preparation.
 MIN_KERNELS_PER_STEP = 8
@@ -105,6 +122,37 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
     return (first, last) if first <= last else None
 
 
+def thread_schedule() -> tuple[float, float] | None:
+    """(seconds on a core, seconds waiting for one) of the calling thread so far; None off Linux."""
+    try:
+        with open("/proc/thread-self/schedstat") as stat:
+            on_core, waiting = stat.read().split()[:2]
+        return int(on_core) / 1e9, int(waiting) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
+@contextmanager
+def profiler_lines_dropped(prefix: bytes = b"USDT:") -> Iterator[None]:
+    """Keep the lines torch's native profiler writes to stderr on start and stop from the terminal; others pass."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to guard
+        yield
+        return
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = b"".join(line for line in caught.read().splitlines(keepends=True) if not line.startswith(prefix))
+            if kept:
+                os.write(2, kept)
+
+
 def cupti_tears_down_safely() -> bool:
     """Whether Kineto may detach CUPTI after profiling.
 
@@ -162,8 +210,10 @@ class BusyWindow:
         self.busy: float | None = None
         self.reason: str | None = None
         self.kernels = 0
+        self.crowded: float | None = None  # share of the window the training thread waited for a core
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler: torch.profiler.profile | None = None
+        self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
 
     def step_start(self, index: int) -> None:
         """Step ``index`` begins: the profiler starts its warm-up before the window's first step."""
@@ -179,16 +229,20 @@ class BusyWindow:
                 activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU],
                 schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=self.last - self.first + 1, repeat=1),
             )
-            profiler.start()
+            self._opened = (time.perf_counter(), thread_schedule())
+            with profiler_lines_dropped():
+                profiler.start()
             _profiling = self
 
     def step_end(self, index: int) -> None:
         """Step ``index`` ends: the profiler steps, and after the window's last step its reading is taken."""
         if self._profiler is None or index < self.first - PROFILER_WARMUP_STEPS:
             return
-        self._profiler.step()
+        with profiler_lines_dropped():
+            self._profiler.step()
         if index == self.last:
-            self._stop()  # waits for the device: this is the warm-up epoch, outside the headline
+            self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
+            self.crowded = waited_share(self._opened, time.perf_counter(), thread_schedule())
             activities = device_activities(self._profiler, self.device_type)
             self.kernels = kernel_count(activities)
             self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
@@ -198,7 +252,8 @@ class BusyWindow:
     def _stop(self) -> None:
         global _profiling
         assert self._profiler is not None  # stopped only while profiling
-        self._profiler.stop()
+        with profiler_lines_dropped():
+            self._profiler.stop()
         if _profiling is self:
             _profiling = None
 
@@ -215,6 +270,8 @@ class BusyWindow:
             "first_step": self.first + 1,
             "last_step": self.last + 1,
             "kernels": self.kernels,
+            "margin": BASE_MARGIN + (self.crowded or 0.0),
+            "waited_for_a_core": self.crowded,
         }
         return {**found, "reason": self.reason} if self.reason else found
 
@@ -223,6 +280,17 @@ class BusyWindow:
         if self._profiler is not None:
             self._stop()
             self._profiler = None
+
+
+def waited_share(
+    opened: tuple[float, tuple[float, float] | None], now: float, schedule: tuple[float, float] | None
+) -> float | None:
+    """The share of the time since ``opened`` (wall clock, thread schedule) the thread waited for a core."""
+    start, before = opened
+    wall = now - start
+    if before is None or schedule is None or wall <= 0:
+        return None
+    return min(max((schedule[1] - before[1]) / wall, 0.0), 1.0)
 
 
 def export_trace(profiler: Any, path: Path) -> None:

@@ -14,9 +14,13 @@ Per epoch it measures, on the host:
   sampled steps (:mod:`mnistperf.diagnosis.phases`); the rest of train time is the wait for data and
   the loop's own work (hooks, logging, Python between them).
 
-It also profiles the device's work over a short window of steps in the first epoch
-(:mod:`mnistperf.diagnosis.busy_window`): on CUDA the share of the time the GPU was executing kernels,
-on a CPU the share spent inside tensor operations, which stands for every epoch.
+It also profiles the device's work over a short window of steps in the first steady epoch (epoch 2;
+epoch 1 where no other follows) (:mod:`mnistperf.diagnosis.busy_window`): on CUDA the share of the
+time the GPU was executing kernels, on a CPU the share spent inside tensor operations. The window's
+steps run slower under the profiler, so that epoch's train time, input wait and host wait are
+extrapolated from its other steps (``profiled`` in its row says what was left out). A window the
+epoch never reached (cut short, resumed past it) moves to the next epoch, and where none is left the
+share is not measured, with the reason.
 :meth:`~EpochClock.epoch_end` turns the figures into the epoch's row and verdict
 (:mod:`mnistperf.diagnosis.summary`), with the threshold the run was given.
 """
@@ -32,9 +36,25 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.advice import Hints
-from mnistperf.diagnosis.busy_window import TRACE_FILE, WINDOW_STEPS, BusyWindow, export_trace, window_steps
+from mnistperf.diagnosis.busy_window import (
+    CPU_WINDOW_STEPS,
+    PROFILER_WARMUP_STEPS,
+    TRACE_FILE,
+    TRACE_LIMIT,
+    WINDOW_STEPS,
+    BusyWindow,
+    export_trace,
+    window_steps,
+)
 from mnistperf.diagnosis.phases import PHASES, StepPhases
-from mnistperf.diagnosis.summary import BUSY_KEYS, INPUT_BOUND_SHARE, aggregate, epoch_row, ranks_apart
+from mnistperf.diagnosis.summary import (
+    BUSY_KEYS,
+    INPUT_BOUND_SHARE,
+    WINDOW_PENDING,
+    aggregate,
+    epoch_row,
+    ranks_apart,
+)
 
 # An epoch's figures before they become a row: what every process measured, with how they combine.
 GATHERED = (
@@ -72,6 +92,7 @@ class EpochClock:
             step runs, or where the loop's own cost would hide it).
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
         hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.advice.USER_HINTS` by default).
+        trace_limit: the most recorded operations a written trace may hold (None: no limit).
     """
 
     def __init__(
@@ -82,10 +103,14 @@ class EpochClock:
         profile_window: bool = True,
         busy_unavailable: str | None = None,
         hints: Hints | None = None,
+        trace_limit: int | None = TRACE_LIMIT,
     ):
         self.device = device
         self.hints = hints
         self.input_bound_share = input_bound_share
+        self.trace_limit = trace_limit
+        if device.type != "cuda":
+            busy_window_steps = min(busy_window_steps, CPU_WINDOW_STEPS)
         self.busy_window_steps = 0 if busy_unavailable else busy_window_steps
         # Where the busy share was profiled, and its value (None while not measured, with the reason)
         self.busy_window: dict[str, Any] | None = None
@@ -99,6 +124,8 @@ class EpochClock:
             }
         self.phases = StepPhases(device)
         self.window: BusyWindow | None = None
+        self._window_open: tuple[float, float, float] | None = None  # (synced time, fetch wait, host wait)
+        self._window_cost: tuple[float, float, float, int] | None = None  # the window's seconds of each, its steps
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
         self.epochs: list[dict[str, Any]] = []
         self._reset()
@@ -115,19 +142,43 @@ class EpochClock:
         self._last_step_end = 0.0
         self._batches = batches
         self._number = number if number is not None else len(self.epochs) + 1
+        self._steps = 0
+        self._first_index: int | None = None
+        self._window_open = self._window_cost = None
         self.phases.reset()
 
     # ------------------------------------------------------------------ timestamps
-    def epoch_start(self, batches: float = math.inf, number: int | None = None) -> None:
+    def epoch_start(self, batches: float = math.inf, number: int | None = None, last: bool = False) -> None:
         """Start epoch ``number`` (by default the one after the last timed) of ``batches`` training steps.
 
-        The first timed opens the busy window. Synchronizes.
+        The first steady epoch opens the busy window, or the first where it is also the ``last`` of the fit, or a
+        later one where the window has not been read yet. Synchronizes.
         """
         self._reset(batches, number)
-        if not self.epochs and self.busy_window is not None and self.busy_window_steps > 0:
+        if self._wants_window(last):
             steps = window_steps(batches, self.busy_window_steps)
-            self.window = BusyWindow(*steps, device_type=self.device.type) if steps else None
+            if steps:
+                self.window = BusyWindow(*steps, device_type=self.device.type)
+            else:
+                self._window_missed(f"epoch {self._number} has {batches:.0f} training steps, too few for the window")
+        elif not self.epochs and self._busy_unread():
+            self._window_missed(WINDOW_PENDING)
         self._train_start = self._last_step_end = self._synced_now()
+
+    @property
+    def profiling(self) -> bool:
+        """Whether the busy window's profiler runs now (its steps are not the epoch's typical ones)."""
+        return self._window_open is not None and self._window_cost is None
+
+    def _busy_unread(self) -> bool:
+        return self.busy_window is not None and self.busy_window_steps > 0 and "first_step" not in self.busy_window
+
+    def _wants_window(self, last: bool) -> bool:
+        return self._busy_unread() and (bool(self.epochs) or last)
+
+    def _window_missed(self, reason: str) -> None:
+        assert self.busy_window is not None  # only where a window is wanted
+        self.busy_window["reason"] = reason
 
     def step_start(self, index: int) -> None:
         """Training step ``index`` of the epoch begins (its batch is on the device)."""
@@ -136,7 +187,12 @@ class EpochClock:
             self._train_start = now
         else:
             self._host_wait_s += now - self._last_step_end
+        self._steps += 1
+        if self._first_index is None:
+            self._first_index = index
         if self.window is not None:
+            if index == self.window.first - PROFILER_WARMUP_STEPS:
+                self._window_open = (self._synced_now(), self._fetch_wait_s, self._host_wait_s)
             self.window.step_start(index)
 
     def step_end(self, index: int) -> None:
@@ -145,7 +201,14 @@ class EpochClock:
             self.window.step_end(index)
             if self.window.done:
                 self.busy_window = {"device": self.device.type, **self.window.result(self._number)}
+                if len(self.epochs) == 0:
+                    self.busy_window["in_warmup"] = True
                 self.recorded = self.window.recorded
+                if self._window_open is not None:
+                    opened, fetch, host = self._window_open
+                    steps = self.window.last - self.window.first + 1 + PROFILER_WARMUP_STEPS
+                    cost = (self._synced_now() - opened, self._fetch_wait_s - fetch, self._host_wait_s - host, steps)
+                    self._window_cost = cost
                 self.window = None
         self._last_step_end = time.perf_counter()
         if index + 1 == self._batches:
@@ -183,10 +246,22 @@ class EpochClock:
             self._eval_start = None
 
     def close(self) -> None:
-        """Stop a busy window the run did not finish (an interrupted or shortened epoch)."""
+        """Stop a busy window the run did not finish (an interrupted or shortened epoch), saying why it was not read."""
         if self.window is not None:
-            self.window.close()
-            self.window = None
+            window, self.window = self.window, None
+            window.close()
+            if window.reason is not None:  # abandoned for a reason of its own (a graph captured inside it)
+                self._window_missed(window.reason)
+            elif self._first_index is not None and self._first_index > window.first - PROFILER_WARMUP_STEPS:
+                self._window_missed(
+                    f"epoch {self._number} began at step {self._first_index + 1} (a fit resumed mid-epoch), past "
+                    f"the window's start at step {window.first - PROFILER_WARMUP_STEPS + 1}"
+                )
+            else:
+                self._window_missed(
+                    f"epoch {self._number} ended after {self._steps} of its steps, before the window's last "
+                    f"(step {window.last + 1}): max_steps, limit_train_batches or the module ended it early"
+                )
 
     def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder`` and return its path; None when no window was recorded.
@@ -194,6 +269,14 @@ class EpochClock:
         The trace is :data:`~mnistperf.diagnosis.busy_window.TRACE_FILE` there, named in ``busy_window["trace"]``.
         """
         if self.recorded is None or self.busy_window is None:
+            return None
+        recorded = self.busy_window.get("kernels", 0)
+        if self.trace_limit is not None and recorded > self.trace_limit:
+            self.recorded = None
+            self.busy_window["trace_skipped"] = (
+                f"{recorded:,} recorded operations, over the limit of {self.trace_limit:,}; "
+                "EpochTimer(trace_limit=None) writes it"
+            )
             return None
         path = folder / TRACE_FILE
         export_trace(self.recorded, path)
@@ -209,16 +292,34 @@ class EpochClock:
         """
         busy = self.busy_window.get("share") if self.busy_window is not None else None
         shares = self.phases.shares() or {}
-        in_steps = max(self._train_s - self._host_wait_s, 0.0)
+        train_s, fetch_wait_s, host_wait_s = self._without_window()
+        in_steps = max(train_s - host_wait_s, 0.0)
         return {
-            "train_s": self._train_s,
+            "train_s": train_s,
             "eval_s": self._eval_s,
-            "fetch_wait_s": self._fetch_wait_s,
-            "host_wait_s": self._host_wait_s,
+            "fetch_wait_s": fetch_wait_s,
+            "host_wait_s": host_wait_s,
             "samples": float("nan") if self._samples is None else float(self._samples),
             "busy_share": float("nan") if busy is None else busy,
             **{f"{phase}_s": shares.get(phase, math.nan) * in_steps for phase in PHASES},
         }
+
+    def _without_window(self) -> tuple[float, float, float]:
+        """Train time, input wait and host wait of the epoch, the profiled window's steps replaced by the others'.
+
+        The window's steps run under the profiler; the epoch's other steps stand in for them at their mean.
+        """
+        figures = (self._train_s, self._fetch_wait_s, self._host_wait_s)
+        if self._window_cost is None:
+            return figures
+        *inside, steps = self._window_cost
+        others = self._steps - steps
+        if others <= 0:
+            return figures
+        train, fetch, host = (
+            max(whole - part, 0.0) * self._steps / others for whole, part in zip(figures, inside, strict=True)
+        )
+        return train, fetch, host
 
     def epoch_end(self, metrics: dict[str, float] | None = None, gather: Gather | None = None) -> dict[str, Any]:
         """End the epoch (synchronizes) and return its row.
@@ -248,6 +349,9 @@ class EpochClock:
         per_rank = merged.get("per_rank")
         if isinstance(per_rank, dict):
             row.update(ranks_apart(**per_rank))
+        if self._window_cost is not None:
+            seconds, _, _, steps = self._window_cost
+            row["profiled"] = {"steps": steps, "seconds": seconds, "of_steps": self._steps, "extrapolated": True}
         self.epochs.append(row)
         return row
 

@@ -8,7 +8,11 @@ Samples are counted from each training batch: the module's own ``samples_in_batc
 where it defines one (for batches whose tensors do not lead with the batch dimension, such as
 groups of stacked batches), else the leading length of the batch's tensors, found by Lightning's
 ``extract_batch_size`` in a dict, tuple, list, bare tensor or nested mix. What it cannot measure
-(samples no batch shows, GPU busy time beside a torch profiler of the user's) it says once.
+(samples no batch shows, GPU busy time beside a torch profiler of the user's) it says once. Several
+training loaders (a dict or list of them, a CombinedLoader in any mode) are each counted, and the
+epoch's row keeps each loader's samples. A batch counts once it has trained: one the module skips
+(its ``on_train_batch_start`` returning -1) does not. A fit resumed inside an epoch numbers that
+epoch as Lightning does, although Lightning does not start it with ``on_train_epoch_start``.
 
 A thin callback over :class:`~mnistperf.diagnosis.clock.EpochClock`, which holds the arithmetic: the
 callback tells the clock when epochs, steps and validation begin and end, and hands it the input
@@ -16,10 +20,11 @@ wait timed around Lightning's fetch of each training batch (:mod:`mnistperf.diag
 The clock also profiles the device's work over a short window of steps in the first epoch (the
 warm-up epoch, reported apart): the GPU's kernels on CUDA, the CPU's tensor operations on a CPU. It
 saves that window beside ``timing.json`` as a trace that Perfetto and TensorBoard's profile plugin
-open (``plugins/profile/busy_window/*.pt.trace.json``). On one training step in sixteen it marks where
-the forward, the backward and the update begin (:mod:`mnistperf.diagnosis.phases`), for the epoch's
-split of train time. The verdict (:func:`mnistperf.diagnosis.summary.classify`) is input-bound,
-overhead-bound or compute-bound, on CUDA and on a CPU alike.
+open (``plugins/profile/busy_window/*.pt.trace.json``). On one optimizer step in sixteen (its training
+steps, under gradient accumulation) it marks where the forward, the backward and the update begin
+(:mod:`mnistperf.diagnosis.phases`), for the epoch's split of train time. The verdict
+(:func:`mnistperf.diagnosis.summary.classify`) is input-bound, overhead-bound or compute-bound, on CUDA
+and on a CPU alike.
 
 Sanity-check validation is excluded. Lightning creates the first epoch's DataLoader
 iterator (starting its workers and fetching one batch) before the epoch begins, so epoch 1
@@ -35,7 +40,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -49,12 +54,12 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.batches import leading_lengths
-from mnistperf.diagnosis.busy_window import WINDOW_STEPS
+from mnistperf.diagnosis.batches import Loaders, leading_lengths
+from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_STEPS
 from mnistperf.diagnosis.clock import GATHERED, PER_RANK, EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
 from mnistperf.diagnosis.guard import Problems
-from mnistperf.diagnosis.phases import sampled
+from mnistperf.diagnosis.phases import sampled, unsampled
 from mnistperf.diagnosis.summary import (
     BUSY_KEYS,
     INPUT_BOUND_SHARE,
@@ -118,6 +123,26 @@ def sample_counter(module: LightningModule) -> Callable[[Any], int | None]:
     return (lambda batch: int(own(batch))) if callable(own) else leading_length
 
 
+def per_loader_text(samples: dict[str, int | None] | None) -> str:
+    """An epoch's samples per training loader as its line says them (nothing for one loader, or where not counted).
+
+    Each loader's count where they differ, else how many loaders counted how many each.
+    """
+    if not samples or any(count is None for count in samples.values()):
+        return ""
+    counts = cast(dict[str, int], samples)
+    if len(set(counts.values())) == 1:
+        return f" ({len(counts)} loaders of {next(iter(counts.values())):,} samples each)"
+    return " (" + " + ".join(f"{name} {count:,}" for name, count in counts.items()) + " samples)"
+
+
+def last_epoch(trainer: Trainer) -> bool:
+    """Whether the epoch starting now is the fit's last by its limits (max_epochs, max_steps)."""
+    last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
+    steps = trainer.max_steps
+    return last or (steps > 0 and trainer.global_step + trainer.num_training_batches >= steps)
+
+
 class EpochTimer(Callback):
     """Times every epoch, logs the figures to the loggers and prints the run's summary.
 
@@ -125,10 +150,12 @@ class EpochTimer(Callback):
         input_bound_share: share of train time the device (on CUDA) or the host (on a CPU)
             spends waiting for data at which a run is called input-bound.
         summary_file: name of the JSON summary written into the run's log folder.
-        busy_window_steps: training steps of the first epoch whose device work is profiled for the
-            busy share (0 turns the profiling off).
+        busy_window_steps: training steps of the first steady epoch whose device work is profiled for the
+            busy share (0 turns the profiling off; on a CPU at most six).
         hints: what the advice at the end suggests per verdict, in the project's own terms; by default what
             anyone can change in their own code (:data:`~mnistperf.diagnosis.advice.USER_HINTS`).
+        trace_limit: the most recorded operations the window's trace is written with (a few MB); None writes
+            it whatever its size.
     """
 
     def __init__(
@@ -137,11 +164,13 @@ class EpochTimer(Callback):
         summary_file: str = SUMMARY_FILE,
         busy_window_steps: int = WINDOW_STEPS,
         hints: dict[str, list[str]] | None = None,
+        trace_limit: int | None = TRACE_LIMIT,
     ):
         self.input_bound_share = input_bound_share
         self.hints = hints
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
+        self.trace_limit = trace_limit
         self.summary_path: Path | None = None  # where timing.json was written (None until it is)
         self._reported = False
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
@@ -149,6 +178,16 @@ class EpochTimer(Callback):
         self._count_samples: Callable[[Any], int | None] = leading_length
         self._uncounted = False  # a batch of this fit had no countable samples (said once)
         self._batch_read = False  # the fit's first batch was read for lengths that disagree
+        self._loaders = Loaders()  # the fit's training loaders; several are counted each apart
+        self._pending: int | None = None  # the samples of the step begun, counted once it trains
+        self._pending_parts: list[int | None] = []  # the same, per loader (several loaders)
+        self._step_begun = False  # a step began whose samples are not counted yet
+        self._loader_samples: list[float] = []  # the epoch's samples per loader (several loaders)
+        self._first_step: int | None = None  # the epoch's first training step that trained (its index)
+        self._last_step: int | None = None  # and its last so far
+        self._split_said = False  # why an epoch has no split was said (once a fit)
+        self._accumulate = 1  # training steps per optimizer step (accumulate_grad_batches)
+        self._epoch_open = False  # on_train_epoch_start ran for the epoch under way
         self._val_metrics: dict[str, float] = {}
         self._said: set[str] = set()
         self.problems = Problems("EpochTimer")  # what went wrong inside the timer: said once, kept in timing.json
@@ -200,11 +239,14 @@ class EpochTimer(Callback):
             self.busy_window_steps,
             busy_unavailable=busy_unavailable,
             hints=self.hints,
+            trace_limit=self.trace_limit,
         )
         self._fetch = FetchClock(attributes.profiler)
         self._count_samples = sample_counter(pl_module)
         self._uncounted = False
         self._batch_read = callable(getattr(pl_module, "samples_in_batch", None))  # the module counts its own
+        self._loaders, self._loader_samples, self._step_begun = Loaders(), [], False
+        self._accumulate = max(1, int(trainer.accumulate_grad_batches))
         swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -215,17 +257,36 @@ class EpochTimer(Callback):
         with self.problems.guard("stopping the busy window"):
             self.clock.close()
 
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Read the training loaders: several (a dict or list of them, a CombinedLoader) are counted each apart."""
+        self._epoch_open = False
+        with self.problems.guard("reading the training loaders"):
+            loaders = Loaders(trainer.train_dataloader)
+            if loaders.several and not callable(getattr(pl_module, "samples_in_batch", None)):
+                self._loaders, self._count_samples = loaders, self._count_loaders
+                self._loader_samples = [0.0] * len(loaders.names)
+
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing the epoch, its fetch wait from zero."""
+        self._epoch_open = True
         self._val_metrics = {}
         if self._fetch is not None:
             self._fetch.reset()
         with self.problems.guard("starting the epoch's clock"):
-            self.clock.epoch_start(trainer.num_training_batches, trainer.current_epoch + 1)
+            self.clock.epoch_start(trainer.num_training_batches, trainer.current_epoch + 1, last_epoch(trainer))
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        """Mark the step's start and count the batch's samples, saying once where they cannot be counted."""
+        """Mark the step's start and count the batch's samples, saying once where they cannot be counted.
+
+        The samples count once the step has trained (:meth:`on_train_batch_end`): a batch the module skips by
+        returning -1 from its own ``on_train_batch_start`` is not counted. A fit resumed inside an epoch starts
+        that epoch here, since Lightning does not call ``on_train_epoch_start`` for it.
+        """
+        if not self._epoch_open:
+            self.on_train_epoch_start(trainer, pl_module)
         try:
+            if not self._batch_read and self._loaders.several:
+                self._check_loaders(trainer, batch)
             self.clock.step_start(batch_idx)
             samples = self._count_samples(batch)
         except Exception as error:
@@ -239,46 +300,94 @@ class EpochTimer(Callback):
                 "samples/s is not measured; define samples_in_batch(self, batch) -> int on "
                 f"{type(pl_module).__name__}.",
             )
-        self.clock.count(samples)
+        self._pending, self._step_begun = samples, True
         if not self._batch_read:
             self._batch_read = True
-            self._say_if_ambiguous(trainer, pl_module, batch, samples)
-        if sampled(batch_idx):
+            self._say_if_ambiguous(trainer, pl_module, batch)
+        if self._sampling:
+            self._next_sampled_step()
+        elif sampled(batch_idx, self._accumulate) and not self.clock.profiling:  # profiled steps run slower
             self._start_sampling()
 
-    def _say_if_ambiguous(self, trainer: Trainer, pl_module: LightningModule, batch: Any, samples: int | None) -> None:
-        """Once a fit: where a batch's tensors lead with different lengths, say which one samples are counted by."""
+    def _count_loaders(self, batch: Any) -> int | None:
+        """The samples of every loader's part of a batch (several loaders), each loader's kept for the step's end."""
+        self._pending_parts = [0 if part is None else leading_length(part) for part in self._loaders.parts(batch)]
+        return None if None in self._pending_parts else sum(cast(list[int], self._pending_parts))
+
+    def _check_loaders(self, trainer: Trainer, batch: Any) -> None:
+        """Once a fit: a batch that does not hold each training loader's batch at its key is counted as one."""
+        if not self._loaders.fits(batch):
+            names = ", ".join(self._loaders.names)
+            self._loaders, self._loader_samples = Loaders(), []
+            self._count_samples = sample_counter(trainer.lightning_module)
+            self._say_once(
+                trainer,
+                f"a training batch ({type(batch).__name__}) does not hold the batches of the training loaders "
+                f"({names}) at their keys (a hook of the module reshaped it?): its samples are counted as one "
+                "loader's.",
+            )
+
+    def _say_if_ambiguous(self, trainer: Trainer, pl_module: LightningModule, batch: Any) -> None:
+        """Once a fit: where a batch's tensors lead with different lengths, say which one samples are counted by.
+
+        With several training loaders, each loader's batch is read apart.
+        """
         with self.problems.guard("reading the first batch's tensors"):
-            lengths = leading_lengths(batch)
-            if len(lengths) > 1 and samples is not None:
-                self._say_once(
-                    trainer,
-                    f"the tensors of a training batch ({type(batch).__name__}) lead with different lengths "
-                    f"({', '.join(map(str, lengths))}): samples are counted as the first tensor's, {samples} a "
-                    f"batch; define samples_in_batch(self, batch) -> int on {type(pl_module).__name__} to "
-                    "count what a sample is.",
-                )
+            parts = self._loaders.parts(batch) if self._loaders.several else [batch]
+            for name, part in zip(self._loaders.names, parts, strict=True):
+                lengths = leading_lengths(part)
+                samples = leading_length(part)
+                if len(lengths) > 1 and samples is not None:
+                    where = f" of loader {name}" if self._loaders.several else ""
+                    self._say_once(
+                        trainer,
+                        f"the tensors of a training batch{where} ({type(part).__name__}) lead with different "
+                        f"lengths ({', '.join(map(str, lengths))}): samples are counted as the first tensor's, "
+                        f"{samples} a batch; define samples_in_batch(self, batch) -> int on "
+                        f"{type(pl_module).__name__} to count what a sample is.",
+                    )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        """Mark the step's end (after the epoch's last batch, the end of training time)."""
+        """Count the step's samples, now that it trained, and mark its end (after the epoch's last, training ends)."""
         try:
-            if self._sampling:
+            if self._step_begun:  # not for a None batch, which Lightning ends without beginning it
+                self._step_begun = False
+                self._count_step(batch_idx)
+            if self._sampling and self.clock.phases.end():
                 self._stop_sampling()
-                self.clock.phases.end()
             self.clock.step_end(batch_idx)
         except Exception as error:
+            self._stop_sampling()
             self.problems.note("timing a step's end", error)
+
+    def _count_step(self, index: int) -> None:
+        """Count the samples of training step ``index``, which trained."""
+        if self._first_step is None:
+            self._first_step = index
+        self._last_step = index
+        self.clock.count(self._pending)
+        if self._loader_samples:
+            for i, samples in enumerate(self._pending_parts):
+                self._loader_samples[i] += math.nan if samples is None else samples
 
     # Sampled steps: where the forward, the backward and the update begin and end (mnistperf.diagnosis.phases).
     def _start_sampling(self) -> None:
         try:
-            self.clock.phases.start()
+            self.clock.phases.start(self._accumulate)
         except Exception as error:
             self.problems.note("marking a sampled step's start", error)
             return
         self._sampling = True
         for hook in self._phase_hooks:
             restore_hook(self, hook)
+
+    def _next_sampled_step(self) -> None:
+        """The next training step of a sample that spans several (gradient accumulation) begins."""
+        try:
+            self.clock.phases.start()
+        except Exception as error:
+            self._stop_sampling()
+            self.problems.note("marking a sampled step's start", error)
 
     def _stop_sampling(self) -> None:
         self._sampling = False
@@ -326,14 +435,21 @@ class EpochTimer(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Close the epoch's row over every rank; rank 0 logs its figures and prints its line.
 
-        Every rank takes part in the epoch's one gather, also one whose own figures failed (it sends NaN).
+        Every rank takes part in the epoch's one gather, also one whose own figures failed (it sends NaN). An epoch
+        none of which ran in this fit (resumed from a checkpoint saved after its last step) has no row.
         """
-        gathered = False
+        if not self._epoch_open:
+            return
+        self._epoch_open = self._step_begun = False
+        self._stop_sampling()  # the epoch ended inside a sample (a batch the module skipped)
+        per_loader, self._loader_samples = self._loader_samples, [0.0] * len(self._loader_samples)
+        trained, self._first_step, self._last_step = (self._first_step, self._last_step), None, None
+        gathered: dict[str, Any] | None = None
 
-        def gather(local: dict[str, float]) -> dict[str, float]:
+        def gather(local: dict[str, float]) -> dict[str, Any]:
             nonlocal gathered
-            gathered = True
-            return self._gather(trainer, local)
+            gathered = self._gather(trainer, local, per_loader)
+            return gathered
 
         try:
             if self._fetch is not None:
@@ -341,9 +457,11 @@ class EpochTimer(Callback):
             row = self.clock.epoch_end(self._val_metrics, gather)
         except Exception as error:
             self.problems.note("closing the epoch's figures", error)
-            if not gathered and trainer.world_size > 1:
-                self._gather(trainer, dict.fromkeys((k for k, _ in GATHERED), math.nan))
+            if gathered is None and trainer.world_size > 1:
+                self._gather(trainer, dict.fromkeys((k for k, _ in GATHERED), math.nan), [math.nan] * len(per_loader))
             return
+        with self.problems.guard("counting the epoch's samples per loader and its split"):
+            self._add_counts(trainer, row, (gathered or {}).get("loader_samples", []), trained)
         if trainer.is_global_zero:
             keys = (
                 "train_s",
@@ -362,8 +480,29 @@ class EpochTimer(Callback):
                 say(
                     trainer,
                     f"epoch {row['epoch']}{self._bar_epoch(trainer)}: train {row['train_s']:.2f} s, "
-                    f"eval {row['eval_s']:.2f} s, {throughput(row['samples_per_s'])}, "
-                    f"{row['verdict']} ({row['verdict_reason']})",
+                    f"eval {row['eval_s']:.2f} s, {throughput(row['samples_per_s'])}"
+                    f"{per_loader_text(row.get('loader_samples'))}, {row['verdict']} ({row['verdict_reason']})",
+                )
+
+    def _add_counts(
+        self, trainer: Trainer, row: dict[str, Any], per_loader: list[float], trained: tuple[int | None, int | None]
+    ) -> None:
+        """Add to the epoch's row its samples per training loader, and why it has no split where none was sampled.
+
+        ``trained``: the epoch's first and last training steps that trained. The reason is also said, once a fit.
+        """
+        if per_loader:
+            row["loader_samples"] = {
+                name: None if math.isnan(count) else int(count)
+                for name, count in zip(self._loaders.names, per_loader, strict=True)
+            }
+        reason = unsampled(*trained, self._accumulate)
+        if row.get("forward_s") is None and not self.clock.phases.started and reason is not None:
+            row["split_reason"] = reason
+            if not self._split_said:
+                self._split_said = True
+                self._say_once(
+                    trainer, f"train time is not split into forward, backward and optimizer: {row['split_reason']}."
                 )
 
     def _bar_epoch(self, trainer: Trainer) -> str:
@@ -373,17 +512,21 @@ class EpochTimer(Callback):
         return f" (the progress bar's Epoch {trainer.current_epoch})"
 
     @staticmethod
-    def _gather(trainer: Trainer, local: dict[str, float]) -> dict[str, Any]:
+    def _gather(trainer: Trainer, local: dict[str, float], per_loader: Sequence[float] = ()) -> dict[str, Any]:
         """Combine one epoch's figures over every rank (identity on one process), with each rank's own under DDP.
 
-        NaN (not measured) is skipped by the mean and poisons the sum.
+        NaN (not measured) is skipped by the mean and poisons the sum. ``per_loader``: the rank's samples per training
+        loader, summed over the ranks into ``loader_samples`` (every rank sends as many).
         """
         values = torch.tensor(
-            [float(local[k]) for k, _ in GATHERED], dtype=torch.float64, device=trainer.strategy.root_device
+            [float(local[k]) for k, _ in GATHERED] + list(per_loader),
+            dtype=torch.float64,
+            device=trainer.strategy.root_device,
         )
-        gathered = trainer.strategy.all_gather(values).reshape(-1, len(GATHERED)).cpu()
+        gathered = trainer.strategy.all_gather(values).reshape(-1, len(GATHERED) + len(per_loader)).cpu()
         reduce = {"max": lambda c: c.max(), "sum": lambda c: c.sum(), "mean": lambda c: c.nanmean()}
         merged: dict[str, Any] = {k: reduce[how](gathered[:, i]).item() for i, (k, how) in enumerate(GATHERED)}
+        merged["loader_samples"] = gathered[:, len(GATHERED) :].sum(dim=0).tolist()
         if len(gathered) > 1:
             merged["per_rank"] = {k: gathered[:, i].tolist() for i, (k, _) in enumerate(GATHERED) if k in PER_RANK}
         return merged

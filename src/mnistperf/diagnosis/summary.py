@@ -24,6 +24,7 @@ import torch
 
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.advice import Hints, advice, format_advice
+from mnistperf.diagnosis.busy_window import CROWDED
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.machine import describe_device, usable_cpus
 
@@ -35,6 +36,9 @@ COMPUTE_BOUND_BUSY = 0.8
 
 
 NOT_MEASURED = "too few steps for the profiled window"
+# Why the warm-up epoch has no busy share yet; where the fit ends there, the summary says so instead.
+WINDOW_PENDING = "read in the first steady epoch, after the warm-up"
+FIT_ENDED = "the fit ended after its warm-up epoch, before the window in a steady epoch"
 # Ranks whose own work (the wait for data, the forward) differs by more than this share of train time are apart.
 RANKS_APART = 0.1
 # The figure a profiled window gives, by the device it profiled.
@@ -47,39 +51,61 @@ def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_
     """(verdict, reason) for one epoch's or one run's figures.
 
     Input-bound when the host waited for the next batch (timed around the fetch) for at least
-    ``threshold`` of train time. Otherwise, on CUDA (``device_busy_share`` present), from the
-    kernels' own busy share: compute-bound at ``COMPUTE_BOUND_BUSY`` or more, else overhead-bound
-    (the GPU idles while the host launches work and runs the loop); undetermined when no busy share
-    could be measured (``not_measured`` says why). On a CPU (``cpu_busy_share``), from the share of the
-    time inside tensor operations the same way: below ``COMPUTE_BOUND_BUSY`` the step is Python,
-    framework and dispatch, overhead-bound; where it was not measured, compute-bound, saying so.
+    ``threshold`` of train time. Otherwise from the profiled window's busy share: on CUDA
+    (``device_busy_share``) the kernels' own, on a CPU (``cpu_busy_share``) the share of the time inside
+    tensor operations. Compute-bound at ``COMPUTE_BOUND_BUSY`` or more, else overhead-bound (the device
+    waits for the host's launches and loop, or on a CPU the step is Python, framework and dispatch).
+    Undetermined where no share was measured, with the reason (``not_measured``), never compute-bound by
+    default. A share within its margin (``busy_margin``) of the line says so, with what each side would
+    mean; a window during which the training thread waited for a core (``waited_for_a_core``) at least
+    ``CROWDED`` of the time says the verdict is in doubt.
     """
     wait = figures["input_wait_share"]
     waited = f"host waited for the next batch {wait:.0%} of train time"
-    if "device_busy_share" not in figures:
-        if wait >= threshold:
-            return "input-bound", waited
-        cpu_busy = figures.get("cpu_busy_share")
-        if cpu_busy is None:
-            unknown = (
-                f"; time inside tensor operations not measured ({not_measured})" if "cpu_busy_share" in figures else ""
-            )
-            return "compute-bound", f"{1 - wait:.0%} of train time computing, {wait:.0%} waiting for data{unknown}"
-        detail = f"CPU inside tensor operations {cpu_busy:.0%} of the time, {waited}"
-        if cpu_busy >= COMPUTE_BOUND_BUSY:
-            return "compute-bound", detail
-        return "overhead-bound", detail + " (the rest is Python, the framework and dispatch around them)"
-    busy = figures["device_busy_share"]
+    on_cuda = "device_busy_share" in figures
+    if wait >= threshold and not on_cuda:
+        return "input-bound", waited
+    if not on_cuda and "cpu_busy_share" not in figures:
+        return "undetermined", f"{waited}; time inside tensor operations not measured on this device"
+    busy = figures["device_busy_share" if on_cuda else "cpu_busy_share"]
+    label = "GPU busy time" if on_cuda else "time inside tensor operations"
     if busy is None:
-        return (
-            "input-bound" if wait >= threshold else "undetermined"
-        ), f"{waited}; GPU busy time not measured ({not_measured})"
-    detail = f"GPU busy {busy:.0%} of the time, {waited}"
+        verdict = "input-bound" if wait >= threshold else "undetermined"
+        return verdict, f"{waited}; {label} not measured ({not_measured})"
+    detail = (
+        f"GPU busy {busy:.0%} of the time, {waited}"
+        if on_cuda
+        else f"CPU inside tensor operations {busy:.0%} of the time, {waited}"
+    )
     if wait >= threshold:
         return "input-bound", detail
-    if busy >= COMPUTE_BOUND_BUSY:
-        return "compute-bound", detail
-    return "overhead-bound", detail + " (the GPU waits for the host to launch work)"
+    verdict = "compute-bound" if busy >= COMPUTE_BOUND_BUSY else "overhead-bound"
+    if verdict == "overhead-bound":
+        detail += (
+            " (the GPU waits for the host to launch work)"
+            if on_cuda
+            else " (the rest is Python, the framework and dispatch around them)"
+        )
+    return verdict, detail + doubt(figures, busy)
+
+
+def doubt(figures: dict[str, Any], busy: float) -> str:
+    """What the verdict's reason adds where the share is near the line or the machine was crowded ('' if neither)."""
+    margin = figures.get("busy_margin")
+    crowded = figures.get("waited_for_a_core")
+    if crowded is not None and crowded >= CROWDED:
+        return (
+            f"; in doubt: the training thread waited for a core {crowded:.0%} of the profiled window, so other work "
+            "on this machine moved the share; measure again on a quieter machine"
+        )
+    said = ""
+    if margin is not None and abs(busy - COMPUTE_BOUND_BUSY) < margin:
+        said += (
+            f"; near the line: {busy:.0%} is within {margin:.0%} of {COMPUTE_BOUND_BUSY:.0%}, so the step may be "
+            "either compute-bound (its own arithmetic sets the pace) or overhead-bound (the launches and the loop "
+            "around it do)"
+        )
+    return said
 
 
 def epoch_row(
@@ -110,8 +136,7 @@ def epoch_row(
         "input_wait_share": _share(fetch_wait_s, train_s),
         "host_wait_share": _share(host_wait_s, train_s),
     }
-    if busy_window is not None:
-        row[BUSY_KEYS[busy_window["device"]]] = busy_window.get("share")
+    row.update(window_figures(busy_window))
     row.update(split(train_s, fetch_wait_s, phases or {}))
     row["verdict"], row["verdict_reason"] = classify(row, threshold, _not_measured(busy_window))
     row.update(metrics)
@@ -156,6 +181,17 @@ def _rate(samples: int | None, seconds: float) -> float | None:
     if samples is None:
         return None
     return samples / seconds if seconds > 0 else float("nan")
+
+
+def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:
+    """What a verdict reads of the profiled window: its share, the margin it is read with, the wait for a core."""
+    if busy_window is None:
+        return {}
+    found = {BUSY_KEYS[busy_window["device"]]: busy_window.get("share")}
+    for key, name in (("margin", "busy_margin"), ("waited_for_a_core", "waited_for_a_core")):
+        if busy_window.get(key) is not None:
+            found[name] = busy_window[key]
+    return found
 
 
 def _not_measured(busy_window: dict[str, Any] | None) -> str:
@@ -210,9 +246,13 @@ def aggregate(
         "input_wait_share": _weighted(steady, "input_wait_share"),
         "host_wait_share": _weighted(steady, "host_wait_share"),
     }
-    if busy_window is not None:
-        figures[BUSY_KEYS[busy_window["device"]]] = busy_window.get("share")
-    verdict, reason = classify(figures, input_bound_share, _not_measured(busy_window))
+    figures.update(window_figures(busy_window))
+    not_measured = _not_measured(busy_window)
+    if not_measured == WINDOW_PENDING:
+        not_measured = FIT_ENDED
+    verdict, reason = classify(figures, input_bound_share, not_measured)
+    if busy_window is not None and busy_window.get("in_warmup") and busy_window.get("share") is not None:
+        reason += "; it rests on the warm-up epoch, the only one of this run"
     counted = None if any(e["samples"] is None for e in steady) else sum(e["samples"] for e in steady)
     found = {
         "epochs": epochs,
@@ -292,13 +332,17 @@ def _epochs_label(summary: dict[str, Any]) -> str:
     return f"epoch {first}" if first == last else f"epochs {first}-{last}"
 
 
-def format_split(split: dict[str, float | None] | None, epochs: str) -> str | None:
-    """The steady-state epochs' train time split in one line (None where the run has no split)."""
+def format_split(split: dict[str, float | None] | None, epochs: str, reason: str | None = None) -> str | None:
+    """The steady-state epochs' train time split in one line (None where the run has no split).
+
+    ``reason``: why an epoch had no sampled step, where its row says so.
+    """
     if not split:
         return None
     head = f"Train time per epoch ({epochs}): waiting for data {split['input_wait_s']:.2f} s"
     if split["rest_s"] is None:
-        return head + "; forward, backward and optimizer not measured (no sampled step reached Lightning's hooks)"
+        why = reason or "no sampled step reached Lightning's hooks"
+        return head + f"; forward, backward and optimizer not measured ({why})"
     parts = ", ".join(f"{key.removesuffix('_s')} {split[key]:.2f} s" for key in SPLIT_KEYS[1:])
     return head + f", {parts} (the rest: hooks, logging, Python between them)"
 
@@ -324,12 +368,18 @@ def format_window(window: dict[str, Any]) -> str:
     on_cuda = window["device"] == "cuda"
     label = "GPU busy" if on_cuda else "CPU inside tensor operations"
     if window.get("share") is None:
-        return f"{label}: not measured ({window.get('reason') or NOT_MEASURED}); no trace written"
+        reason = window.get("reason") or NOT_MEASURED
+        return f"{label}: not measured ({FIT_ENDED if reason == WINDOW_PENDING else reason}); no trace written"
     trace = f"; trace {window['trace']}" if window.get("trace") else "; no trace written"
+    if window.get("trace_skipped"):
+        trace += f": {window['trace_skipped']}"
+    where = "the warm-up epoch, the run's only" if window.get("in_warmup") else "a steady epoch, kept out of its timing"
+    waited = window.get("waited_for_a_core")
+    crowd = f", the training thread waiting for a core {waited:.0%} of it" if waited is not None else ""
     return (
-        f"{label}: {window['share']:.0%} of the time over training steps {window['first_step']}-"
-        f"{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} "
-        f"{'kernels' if on_cuda else 'operators'}, profiled in the warm-up epoch{trace})"
+        f"{label}: {window['share']:.0%} of the time (read within {window.get('margin', 0):.0%}) over training "
+        f"steps {window['first_step']}-{window['last_step']} of epoch {window['epoch']} ({window['kernels']:,} "
+        f"{'kernels' if on_cuda else 'operators'}, profiled in {where}{crowd}{trace})"
     )
 
 
@@ -337,8 +387,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     """The reference's four lines (averages over the steady-state epochs), then throughput, device and verdict."""
     steady = _epochs_label(summary)
     warmup = summary.get("warmup")
-    first = f"; epoch 1 (warm-up): {warmup['train_s']:.2f} s" if warmup else ""
-    first_eval = f"; epoch 1: {warmup['eval_s']:.2f} s" if warmup else ""
+    first = f"; epoch {warmup['epoch']} (warm-up): {warmup['train_s']:.2f} s" if warmup else ""
+    first_eval = f"; epoch {warmup['epoch']}: {warmup['eval_s']:.2f} s" if warmup else ""
     lines = [
         f"Average Train Time per Epoch: {summary['avg_train_s']:.2f} s ({steady}{first})",
         f"Average Test Time per Epoch: {summary['avg_eval_s']:.2f} s ({steady}{first_eval})",
@@ -348,7 +398,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"Device: {summary.get('device', 'not known')}, precision {summary.get('precision', '32-true')}",
         f"Verdict: {summary['verdict']} ({summary['verdict_reason']})",
     ]
-    split_line = format_split(summary.get("split"), steady)
+    reasons = [e["split_reason"] for e in summary.get("epochs", []) if e.get("split_reason")]
+    split_line = format_split(summary.get("split"), steady, reasons[-1] if reasons else None)
     if split_line:
         lines.append(split_line)
     if summary.get("ranks"):

@@ -1,0 +1,134 @@
+"""The verdict a user can act on: read in a steady epoch, kept out of its timing, in doubt where the machine
+was crowded, undetermined with the true reason where nothing was read, quiet and small."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import fit_module
+from lightning import LightningModule
+from torch.utils.data import DataLoader, TensorDataset
+
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis import busy_window as window_module
+from mnistperf.diagnosis.advice import advice
+from mnistperf.diagnosis.summary import FIT_ENDED
+
+
+class Newcomer(LightningModule):
+    """A newcomer's first model: a small MLP on random rows, its loss logged every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def rows(count: int = 1024, batch_size: int = 16) -> DataLoader:
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(count, 16, generator=generator)
+    labels = torch.randint(0, 4, (count,), generator=generator)
+    return DataLoader(TensorDataset(features, labels), batch_size=batch_size)
+
+
+def fit(epochs: int = 3, **options) -> EpochTimer:
+    timer = EpochTimer(**options.pop("timer", {}))
+    fit_module(Newcomer(), rows(), callbacks=[timer], max_epochs=epochs, **options)
+    return timer
+
+
+def test_the_share_is_read_in_the_first_steady_epoch_and_kept_out_of_its_timing():
+    timer = fit(epochs=3)
+    window = timer.busy_window
+    assert window["epoch"] == 2 and window["share"] is not None and "in_warmup" not in window
+    profiled = timer.epochs[1]["profiled"]
+    assert profiled["steps"] == window["last_step"] - window["first_step"] + 1 + window_module.PROFILER_WARMUP_STEPS
+    assert profiled["of_steps"] == 64 and profiled["extrapolated"]
+    assert "profiled" not in timer.epochs[0] and "profiled" not in timer.epochs[2]
+    assert timer.epochs[0]["verdict"] == "undetermined"  # the warm-up: its line does not borrow a later share
+
+
+def test_a_one_epoch_run_says_its_verdict_rests_on_the_warm_up():
+    timer = fit(epochs=1)
+    summary = timer.clock.summary()
+    assert timer.busy_window["in_warmup"] and timer.busy_window["epoch"] == 1
+    assert "rests on the warm-up epoch" in summary["verdict_reason"]
+
+
+def test_a_fit_that_ends_before_the_window_is_undetermined_with_the_true_reason():
+    timer = fit(epochs=3, max_steps=20)  # 64 steps an epoch: the first ends at 20, before the window
+    summary = timer.clock.summary()
+    assert summary["verdict"] == "undetermined"
+    assert "ended after 20 of its steps" in summary["verdict_reason"], summary["verdict_reason"]
+
+
+def test_early_stopping_after_the_warm_up_says_the_fit_ended_first():
+    from lightning.pytorch.callbacks import Callback
+
+    class StopAfterFirst(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            trainer.should_stop = True
+
+    timer = EpochTimer()
+    fit_module(Newcomer(), rows(), callbacks=[timer, StopAfterFirst()], max_epochs=3)
+    summary = timer.clock.summary()
+    assert summary["verdict"] == "undetermined" and FIT_ENDED in summary["verdict_reason"]
+
+
+def test_a_crowded_window_says_the_verdict_is_in_doubt_and_states_no_bound(monkeypatch):
+    waits = iter(range(0, 10**6))
+    # Every read of the thread's schedule has waited a further second for a core: a machine full of other work.
+    monkeypatch.setattr(window_module, "thread_schedule", lambda: (0.0, float(next(waits))))
+    timer = fit(epochs=2)
+    summary = timer.clock.summary()
+    assert timer.busy_window["waited_for_a_core"] == 1.0
+    assert "in doubt: the training thread waited for a core 100%" in summary["verdict_reason"]
+    assert summary["advice"]["ceiling"].startswith("none stated")
+
+
+@pytest.mark.skipif(window_module.thread_schedule() is None, reason="needs Linux's per-thread schedule")
+def test_the_same_run_beside_busy_processes_gives_the_same_verdict_or_says_why_not():
+    quiet = fit(epochs=2).clock.summary()
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(2, torch.get_num_threads()) + 1)
+    ]
+    try:
+        busy = fit(epochs=2).clock.summary()
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert busy["verdict"] == quiet["verdict"] or "in doubt" in busy["verdict_reason"], busy["verdict_reason"]
+
+
+def test_the_profilers_own_lines_do_not_reach_the_terminal(capfd):
+    fit(epochs=2)
+    assert "USDT" not in capfd.readouterr().err
+
+
+def test_a_large_trace_is_not_written_unless_asked_for(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    timer = fit(epochs=2, timer={"trace_limit": 10}, logger=CSVLogger(tmp_path))
+    window = timer.busy_window
+    assert "trace" not in window and "trace_limit=None" in window["trace_skipped"]
+    assert not list(tmp_path.rglob("*.pt.trace.json"))
+    unlimited = fit(epochs=2, timer={"trace_limit": None}, logger=CSVLogger(tmp_path / "all"))
+    assert list((tmp_path / "all").rglob("*.pt.trace.json")) and unlimited.busy_window.get("trace")
+
+
+def test_a_compute_bound_cpu_step_is_told_what_the_cpu_can_do_before_a_gpu():
+    found = advice({"verdict": "compute-bound", "avg_train_s": 1.0, "input_wait_share": 0.0, "cpu_busy_share": 0.9})
+    assert "threads" in found["hints"][0] and "GPU" in found["hints"][-1]
+    assert f"{torch.get_num_threads()} threads" in found["hints"][0]

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 from lightning import LightningModule, Trainer
 
 from mnistperf.cli import main
@@ -24,12 +25,26 @@ from mnistperf.diagnosis import EpochTimer
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
+# The official .gz files (mnist/ and fashion-mnist/), for the realdata tests: MNISTPERF_SHARED_DATASETS, else
+# ../shared/datasets beside the checkout.
 SHARED_DATASETS = Path(os.environ.get("MNISTPERF_SHARED_DATASETS", REPO.parent / "shared" / "datasets"))
+LITDATA_MISSING = "needs the litdata package: install the litdata extra as README.md's set-up says"
 TRAIN_ROWS, TEST_ROWS = 96, 40
 # A fit that prints only its own lines: no progress bar, no model summary.
 QUIET = ("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false")
 # Batches loaded in the main process: no worker to start, nothing to keep between epochs.
 NO_WORKERS = ("--data.num_workers", "0", "--data.persistent_workers", "false")
+
+
+def stage_marks(stage: str) -> list[pytest.MarkDecorator]:
+    """The marks a test of a stage config takes: ``litdata`` where the stage reads through litdata."""
+    pipeline = yaml.safe_load((CONFIGS / f"{stage}.yaml").read_text())["data"]["pipeline"]
+    return [pytest.mark.litdata] if pipeline == "litdata" else []
+
+
+def stage_params() -> list:
+    """Every stage config's file name as a test parameter, marked as :func:`stage_marks` says."""
+    return [pytest.param(path.name, marks=stage_marks(path.stem)) for path in sorted(CONFIGS.glob("*.yaml"))]
 
 
 def random_split(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -218,14 +233,24 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def litdata_importable() -> bool:
+    try:
+        import litdata  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``cuda`` run only where CUDA is (``pytest -m cuda`` runs them alone, as scripts/gpu-check does)."""
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
+    """Tests marked ``cuda`` run only where CUDA is (``pytest -m cuda`` runs them alone, as scripts/gpu-check does);
+    tests marked ``litdata`` only where the litdata extra is installed (``pytest -m litdata`` runs them alone)."""
+    cuda = torch.cuda.is_available()
+    litdata = not any(item.get_closest_marker("litdata") for item in items) or litdata_importable()
     for item in items:
-        if "cuda" in item.keywords:
-            item.add_marker(skip)
+        if "cuda" in item.keywords and not cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+        if item.get_closest_marker("litdata") and not litdata:
+            item.add_marker(pytest.mark.skip(reason=LITDATA_MISSING))
 
 
 class ForbidSyncs(EpochTimer):

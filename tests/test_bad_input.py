@@ -180,7 +180,7 @@ def test_cli_reports_bad_options_without_a_traceback(override, expected, capsys,
         ),
     ],
 )
-def test_cli_reports_trainer_settings_lightning_rejects_without_a_traceback(override, expected, capsys):
+def test_cli_reports_trainer_settings_lightning_rejects_without_a_traceback(workdir, override, expected, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(CONFIGS / "v3_compiled.yaml"), *override])
     assert exit_info.value.code == 2

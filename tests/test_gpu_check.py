@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS, REPO, stage_marks
 
 from mnistperf import gpu_check, gpu_preflight
 from mnistperf.bench.runner import parse_args, plan_runs
@@ -48,11 +48,20 @@ def test_the_check_runs_every_stage_config():
     assert run == {path.stem for path in CONFIGS.glob("*.yaml")}
 
 
-@pytest.mark.parametrize("bench", check_benches(), ids=lambda args: args[args.index("--out") + 1])
-def test_every_run_of_the_check_is_one_fit_would_build(bench):
+def bench_stages() -> list:
+    """Each stage of each bench the check runs, as test parameters (bench, stage), marked as its config needs."""
+    return [
+        pytest.param(bench, stage, id=f"{bench[bench.index('--out') + 1]}:{stage}", marks=stage_marks(stage))
+        for bench in check_benches()
+        for stage in bench[bench.index("--stages") + 1].split(",")
+    ]
+
+
+@pytest.mark.parametrize(("bench", "stage"), bench_stages())
+def test_every_run_of_the_check_is_one_fit_would_build(bench, stage):
     """Each planned run's fit options, read as fit reads them (the trainer, model and data built, nothing run)."""
     opts = parse_args([*bench, "--config-dir", str(CONFIGS)])
-    plans = plan_runs(opts)
+    plans = [plan for plan in plan_runs(opts) if plan.config.stem == stage]
     assert plans, bench
     seen = set()
     for plan in plans:

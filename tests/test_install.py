@@ -1,4 +1,6 @@
-"""A new user's install: the README's line brings no torchvision, and a torchvision that cannot load is one line."""
+"""A new user's install: the README's setup lines are what CI runs, the install brings no torchvision, the tests
+that need the litdata extra skip without it, the offline route is said up front, and a torchvision that cannot load
+is one line."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS, LITDATA_MISSING, REPO
 from packaging.requirements import Requirement
 
 tomllib = pytest.importorskip("tomllib")
@@ -17,6 +19,11 @@ tomllib = pytest.importorskip("tomllib")
 
 def readme_install_line() -> str:
     return next(line.strip() for line in (REPO / "README.md").read_text().splitlines() if "pip install -e" in line)
+
+
+def readme_setup() -> str:
+    """The README's "Set up and run" section."""
+    return (REPO / "README.md").read_text().split("## Set up and run\n", 1)[1].split("\n## ", 1)[0]
 
 
 def normalized(name: str) -> str:
@@ -75,3 +82,87 @@ def test_a_torchvision_that_does_not_load_is_one_line_naming_the_fix(tmp_path):
         assert run.returncode == 2, run.stderr
         assert run.stderr.startswith("mnistperf: error: torchvision") and run.stderr.strip().count("\n") == 0
         assert "`pip uninstall -y torchvision`" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_ci_runs_the_readme_setup_lines_as_written():
+    """.ci/run takes the install and test lines from the README itself, so CI fails where a newcomer would."""
+    lines = subprocess.run(["bash", str(REPO / ".ci" / "readme-setup")], capture_output=True, text=True, check=True)
+    install, tests = lines.stdout.splitlines()
+    assert install == readme_install_line() and install.startswith("python3 -m venv .venv && ")
+    assert tests == ". .venv/bin/activate && python -m pytest -q"
+    assert "litdata" not in install  # so the suite a newcomer runs is the one without the extra, and CI runs it
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "mapfile -t setup < <(bash .ci/readme-setup)" in ci
+    assert 'bash -c "${setup[0]}"' in ci and '\nbash -c "${setup[1]}"\n' in ci
+
+
+def test_without_litdata_the_tests_that_need_it_skip_saying_why_and_the_others_run(tmp_path):
+    hidden = tmp_path / "site" / "litdata"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'litdata\'", name="litdata")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    selected = [
+        "tests/test_training.py::test_every_stage_config_trains_and_writes_its_timing_summary[streaming_litdata.yaml]",
+        "tests/test_tune.py::test_tune_writes_a_config_that_fit_runs_as_is[streaming_litdata.yaml]",
+        "tests/test_gpu_check.py::test_every_run_of_the_check_is_one_fit_would_build[OUT/streams:streaming_litdata]",
+        "tests/test_gpu_check.py::test_every_run_of_the_check_is_one_fit_would_build[OUT/streams:streaming]",
+        "tests/test_litdata.py",
+    ]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *selected],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    assert re.match(r"1 passed, \d+ skipped", summary), summary
+    assert run.stdout.count(LITDATA_MISSING) >= 4 and "failed" not in summary
+
+
+def test_the_setup_names_the_offline_route_and_following_it_trains(fake_raw, tmp_path, monkeypatch):
+    """The setup section names fit's source option and variable for a machine that cannot download; the variable,
+    set as it says, lets a fit prepare its data offline."""
+    setup = readme_setup()
+    assert "`--data.source_root DIR`" in setup and "`prepare` takes `--source-root DIR`" in setup
+    variable = re.search(r"`(MNISTPERF_\w+)=DIR`", setup).group(1)
+    monkeypatch.setenv(variable, str(fake_raw.root))
+    monkeypatch.chdir(tmp_path)
+    from mnistperf.cli import main
+
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / "v2_pinned.yaml"),
+            "--data.dataset",
+            "mnist",
+            "--data.num_workers",
+            "0",
+            "--data.persistent_workers",
+            "false",
+            "--data.batch_size",
+            "8",
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.limit_val_batches",
+            "1",
+            "--trainer.enable_progress_bar",
+            "false",
+        ]
+    )
+    assert (tmp_path / "data" / "MNIST" / "train.parquet").is_file()
+
+
+def test_the_tests_find_the_official_files_through_the_variable_the_setup_names(tmp_path):
+    variable = re.search(r"`(MNISTPERF_SHARED_DATASETS)=DIR`", readme_setup()).group(1)
+    run = subprocess.run(
+        [sys.executable, "-c", "import conftest; print(conftest.SHARED_DATASETS)"],
+        cwd=REPO / "tests",
+        env={**os.environ, variable: str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str(tmp_path)

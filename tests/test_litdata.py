@@ -24,7 +24,7 @@ from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.base import Placement
 from mnistperf.errors import ConfigError, DataError
 
-pytest.importorskip("litdata")
+pytestmark = pytest.mark.litdata
 ROWS = 203  # not a multiple of the batch, the workers or the shards
 
 

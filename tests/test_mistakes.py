@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -128,13 +129,57 @@ def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["--data.batch_size", "abc"], "Parser key \"data.batch_size\": Expected a <class 'int'>. Got value: abc"),
+        (["--data.batch_size", "abc"], "data.batch_size takes a whole number, not 'abc'"),
         (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3; did you mean --data.batch_size"),
     ],
 )
 def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, expected):
     err = fails_in_one_line(capsys, fit_args(*argv), expected)
     assert "`python -m mnistperf fit --help` lists the options" in err
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--data.num_workers", "abc"], "data.num_workers takes a whole number, not 'abc'"),
+        (["--data.num_workers=1.5"], "data.num_workers takes a whole number, not '1.5'"),
+        (["--data.pin_memory", "maybe"], "data.pin_memory takes true or false, not 'maybe'"),
+        (["--model.lr", "fast"], "model.lr takes a number, not 'fast'"),
+        (["--trainer.max_epochs", "two"], "trainer.max_epochs takes a whole number or null, not 'two'"),
+        (["--data.val_source", "train"], "data.val_source takes test or a number, not 'train'"),
+        (
+            ["--model.compile_mode", "reduce-overhed"],
+            "model.compile_mode takes default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs or null, "
+            "not 'reduce-overhed'; did you mean reduce-overhead?",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_named_in_the_users_words(workdir, capsys, argv, expected):
+    err = fails_in_one_line(capsys, fit_args(*argv), expected)
+    assert "<class" not in err and "Parser key" not in err and "Union" not in err
+
+
+def test_a_value_of_the_wrong_type_in_a_config_file_is_named_the_same_way(workdir, capsys):
+    config = (CONFIGS / "v1_workers4.yaml").read_text()
+    (workdir / "mine.yaml").write_text(re.sub(r"num_workers: \d+", "num_workers: four", config))
+    fails_in_one_line(capsys, ["fit", "--config", "mine.yaml"], "data.num_workers takes a whole number, not 'four'")
+
+
+@pytest.mark.parametrize(
+    "argv, meant",
+    [
+        (fit_args("--trainer.max_epoch", "2"), "--trainer.max_epochs for --trainer.max_epoch"),
+        (fit_args("--data.num_worker", "0"), "--data.num_workers for --data.num_worker"),
+        (["bench", "--config-dir", str(CONFIGS), "--epoch", "2"], "--epochs for --epoch"),
+        (["tune", "--config", str(CONFIGS / "v1_bs512.yaml"), "--budg", "1"], "--budget for --budg"),
+        (["prepare", "--data-d", "mine"], "--data-dir for --data-d"),
+    ],
+)
+def test_a_prefix_of_an_option_is_answered_like_a_typo_not_taken(workdir, capsys, argv, meant):
+    given = next(word for word in argv if word.startswith("--") and meant.endswith(word))
+    err = fails_in_one_line(capsys, argv, f"unrecognized arguments: {given}")
+    assert f"did you mean {meant}?" in err
+    assert not (workdir / "lightning_logs").exists() and not (workdir / "bench_results").exists()
 
 
 @pytest.mark.parametrize(
@@ -239,6 +284,26 @@ def test_offline_fit_names_its_own_option_and_following_the_advice_trains(tmp_pa
     option = re.search(r"pass (--\S+) DIR", err).group(1)
     main([*args, option, str(fake_raw.root)])
     assert (tmp_path / "data" / "MNIST" / "train.parquet").is_file()
+
+
+def test_an_empty_data_dir_offline_says_so_and_the_command_it_gives_prepares_it(tmp_path, capsys, fake_raw):
+    """A data_dir with no prepared data, no source folder and no mirror answering: the device line, then one line
+    saying the folder holds no prepared data and the command that prepares it there; pasted, it does."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = fit_args("--data.dataset", "mnist", "--data.data_dir", str(empty), "--data.batch_size", "8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert [line.split(":")[0] for line in (out + err).splitlines()] == ["mnistperf", "mnistperf"], out + err
+    assert out.startswith("mnistperf: fit on ") and err.startswith(f"mnistperf: error: data.data_dir {empty} holds no")
+    assert not any(empty.iterdir())
+    command = re.search(r"Prepare it there with `([^`]+)`", err).group(1)
+    assert command == f"python -m mnistperf prepare --dataset mnist --data-dir {empty} --source-root DIR"
+    main(shlex.split(command.replace("DIR", str(fake_raw.root)))[3:])
+    main([*args, "--trainer.limit_val_batches", "1"])
+    assert (empty / "MNIST" / "train.parquet").is_file()
 
 
 def test_offline_prepare_names_its_own_option_and_following_the_advice_prepares(tmp_path, capsys, fake_raw):

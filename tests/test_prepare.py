@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import http.server
 import os
 import shutil
 import threading
@@ -71,6 +72,40 @@ def test_no_source_reachable_says_how_to_get_the_data(fake_raw, tmp_path):
     message = str(error.value)
     assert "--source-root" in message and "dataset-fashion-mnist" in message and "train-images" in message
     assert not (tmp_path / "data" / "MNIST" / "train.parquet").exists()
+
+
+class Forbidden(http.server.BaseHTTPRequestHandler):
+    """A mirror that answers every request with 403, as an object store may answer a HEAD request."""
+
+    def do_HEAD(self):
+        self.send_response(403)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_missing_dataset_is_refused_early_only_where_nothing_here_can_make_it(fake_raw, tmp_path, monkeypatch):
+    """fit goes on to prepare when the raw files are local or a mirror answers at all (any status); only
+    with neither does it stop before anything is built."""
+    data = tmp_path / "data"
+    with pytest.raises(DataError, match=f"data.data_dir {data} holds no prepared MNIST"):
+        prepare.require_preparable("mnist", data)
+    prepare.require_preparable("mnist", data, source_root=fake_raw.root)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forbidden)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        spec = sources.DATASETS["mnist"]
+        mirror = f"http://127.0.0.1:{server.server_address[1]}/"
+        monkeypatch.setitem(sources.DATASETS, "mnist", type(spec)(**{**spec.__dict__, "mirrors": (mirror,)}))
+        prepare.require_preparable("mnist", data)
+    finally:
+        server.shutdown()
+        server.server_close()
+    prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, log=lambda m: None)
+    (data / "MNIST" / "test.parquet").unlink()
+    with pytest.raises(DataError, match=f"data.data_dir {data} lacks {Path('MNIST', 'test.parquet')},"):
+        prepare.require_preparable("mnist", data)
 
 
 def test_truncated_file_is_rejected_by_name(fake_raw, tmp_path):

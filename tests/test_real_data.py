@@ -1,4 +1,5 @@
-"""On the official files (../shared/datasets, when present): prepared Parquet equals the idx content."""
+"""On the official files ($MNISTPERF_SHARED_DATASETS, else ../shared/datasets, when present): prepared Parquet
+equals the idx content."""
 
 from __future__ import annotations
 

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import CONFIGS, NO_WORKERS, TRAIN_ROWS, run_stage
+from conftest import CONFIGS, NO_WORKERS, TRAIN_ROWS, run_stage, stage_params
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mnistperf.errors import ConfigError
 from mnistperf.model import ImageClassifier, SimpleCNN
 
-STAGE_CONFIGS = sorted(p.name for p in CONFIGS.glob("*.yaml"))
 LADDER = ["v1_naive", "v1_bs512", "v1_workers4", "v1_persistent", "v1_pinned", "v2_pinned"]
 
 
@@ -24,7 +23,7 @@ def test_simple_cnn_has_the_reference_parameter_count():
     assert SimpleCNN()(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
 
 
-@pytest.mark.parametrize("config", STAGE_CONFIGS)
+@pytest.mark.parametrize("config", stage_params())
 def test_every_stage_config_trains_and_writes_its_timing_summary(workdir, config, capsys):
     name = Path(config).stem
     summary = run_stage(name, "--data.batch_size", "32", epochs=2)
@@ -37,8 +36,8 @@ def test_every_stage_config_trains_and_writes_its_timing_summary(workdir, config
     assert summary["avg_train_s"] == summary["epochs"][1]["train_s"]
     assert summary["total_train_s"] == pytest.approx(sum(e["train_s"] for e in summary["epochs"]))
     ran_on = "cuda" if torch.cuda.is_available() else "cpu"
-    if ran_on == "cpu":  # the verdict follows from the run's own wait share (host and device are one)
-        assert summary["verdict"] == ("input-bound" if summary["input_wait_share"] >= 0.5 else "compute-bound")
+    if ran_on == "cpu":  # 3 steps an epoch, too few for a profiled window: only the wait for data can decide
+        assert summary["verdict"] == ("input-bound" if summary["input_wait_share"] >= 0.5 else "undetermined")
     else:
         assert summary["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
     assert summary["accelerator"] == ran_on and summary["versions"]["torch"] == torch.__version__
@@ -84,11 +83,12 @@ def test_a_slow_loader_is_input_bound(workdir, monkeypatch):
     assert cpu_verdict() == "input-bound"
 
 
-def test_a_slow_step_is_compute_bound(workdir, monkeypatch):
-    """Every step takes 0.5 s more, and the loader hands out batches of ready tensors (v2) in about a millisecond."""
+def test_a_slow_step_too_short_to_profile_is_undetermined_not_compute_bound(workdir, monkeypatch):
+    """Every step takes 0.5 s more, and the loader hands out batches of ready tensors (v2) in about a millisecond:
+    the data does not set the pace, and two steps an epoch leave no window to read the rest from."""
     step = ImageClassifier.training_step
     monkeypatch.setattr(ImageClassifier, "training_step", lambda self, *args: (time.sleep(0.5), step(self, *args))[1])
-    assert cpu_verdict("--data.pipeline", "v2") == "compute-bound"
+    assert cpu_verdict("--data.pipeline", "v2") == "undetermined"
 
 
 def test_the_ladder_configs_differ_only_in_their_stage_setting():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from conftest import CONFIGS, run_stage
+from conftest import CONFIGS, run_stage, stage_params
 
 from mnistperf.cli import main
 from mnistperf.tune import probes, search
@@ -25,7 +25,7 @@ def tune(*args: str) -> None:
 
 
 @pytest.mark.usefixtures("short_probes")
-@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+@pytest.mark.parametrize("config", stage_params())
 def test_tune_writes_a_config_that_fit_runs_as_is(workdir, config, capsys):
     tune("--config", str(CONFIGS / config), "--out", "tuned.yaml")
     out = capsys.readouterr().out

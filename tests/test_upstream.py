@@ -113,8 +113,8 @@ def test_a_checkpoint_counts_optimizer_steps_where_carry_step_count_reads_them(t
     assert steps == trainer.global_step == 2
 
 
+@pytest.mark.litdata
 def test_litdata_merges_one_process_index_and_takes_a_topology():
-    pytest.importorskip("litdata")
     from litdata.streaming.writer import BinaryWriter
 
     version = f"litdata {importlib.metadata.version('litdata')}"

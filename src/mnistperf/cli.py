@@ -41,19 +41,38 @@ def prepare_command(argv: Sequence[str]) -> None:
     from mnistperf.data.ingest import prepare, sources
 
     parser = OneLineArgumentParser(prog="mnistperf prepare", description=prepare.__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="all", choices=["all", *sources.DATASETS, "synthetic"])
-    parser.add_argument("--data-dir", default="data", help="where <Folder>/{train,test}.parquet are written")
+    parser.add_argument(
+        "--dataset",
+        default="all",
+        choices=["all", *sources.DATASETS, "synthetic"],
+        help=f"the dataset to write: {', '.join(sources.DATASETS)} (all: both), or synthetic, random rows "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default="data",
+        metavar="DIR",
+        help="where <Folder>/{train,test}.parquet are written (default: %(default)s)",
+    )
     parser.add_argument(
         "--source-root",
         default=None,
-        help=f"folder holding mnist/ and fashion-mnist/ with the official .gz files (or set {sources.SOURCE_ROOT_ENV})",
+        metavar="DIR",
+        help="offline: the folder holding mnist/ and fashion-mnist/ with the official .gz files "
+        f"(default: {sources.SOURCE_ROOT_ENV}, else {sources.SYSTEM_DATASETS_DIR}, else a download)",
     )
-    parser.add_argument("--formats", default="parquet", help="comma-separated: parquet (always) and csv")
-    parser.add_argument("--force", action="store_true", help="rebuild files that are already there")
-    parser.add_argument("--rows", type=int, default=2_000_000, help="training rows of --dataset synthetic")
-    parser.add_argument("--seed", type=int, default=0, help="seed of --dataset synthetic")
     parser.add_argument(
-        "--litdata", action="store_true", help="also write the litdata copy each split needs for data.pipeline litdata"
+        "--formats", default="parquet", help="comma-separated: parquet (always) and csv (default: %(default)s)"
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild files that are already there (default: off)")
+    parser.add_argument(
+        "--rows", type=int, default=2_000_000, help="training rows of --dataset synthetic (default: %(default)s)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of --dataset synthetic (default: %(default)s)")
+    parser.add_argument(
+        "--litdata",
+        action="store_true",
+        help="also write the litdata copy each split needs for data.pipeline litdata (default: off)",
     )
     parser.add_argument(
         "--from",
@@ -62,13 +81,13 @@ def prepare_command(argv: Sequence[str]) -> None:
         default=None,
         metavar="DIR",
         help="import your own data: a folder with train and test splits as CSV (Kaggle's layout) "
-        "or Parquet (Hugging Face's image layout, or pixel columns)",
+        "or Parquet (Hugging Face's image layout, or pixel columns) (default: none)",
     )
     parser.add_argument(
         "--name",
         default=None,
-        help="with --from: the dataset's name, its folder under --data-dir "
-        "(default: the folder's name); use it as --data.dataset NAME",
+        help="with --from: the dataset's name, its folder under --data-dir; use it as --data.dataset NAME "
+        "(default: the folder's name)",
     )
     opts = parser.parse_args(argv)
     if opts.name is not None and opts.source is None:

@@ -2,7 +2,8 @@
 
 ``closest("data.num_worker", names)`` is ``"data.num_workers"``; a name close to none of them gets
 ``None``, so an error never suggests something unrelated. ``OneLineArgumentParser`` is argparse answering
-with the option or value meant, in one line, for ``prepare``, ``bench`` and ``tune``.
+with the option or value meant, in one line, for ``prepare``, ``bench`` and ``tune``; an option must be spelt
+whole there, as in ``fit``: a prefix of one is answered like a typo.
 """
 
 from __future__ import annotations
@@ -54,7 +55,13 @@ _INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]+)'? \(choose from (.*)\)
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse, answering a wrong option or value in one line with the option meant and the help command."""
+    """argparse, answering a wrong option or value in one line with the option meant and the help command.
+
+    A prefix of an option is not taken for it (``--epoch`` is not ``--epochs``): it is answered with the whole name.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> NoReturn:
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""

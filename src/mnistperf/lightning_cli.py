@@ -7,6 +7,7 @@ commands so that none of them imports another.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import re
@@ -27,7 +28,10 @@ from lightning.pytorch.utilities import rank_zero_only
 from mnistperf.close_names import closest, did_you_mean, with_options_meant
 from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.data.ingest import prepare
+from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.data.pipelines import registry
+from mnistperf.data.pipelines.base import is_uri
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.errors import DEBUG_ENV, ConfigError
 from mnistperf.lab_hints import LAB_HINTS
@@ -40,9 +44,13 @@ class OneLineErrorParser(LightningArgumentParser):
     """LightningCLI's parser, answering a wrong option or value in one line instead of the whole usage.
 
     The line names the command whose ``--help`` lists the options, the valid option nearest to an
-    unknown one (on the command line or in a config file), and, for a config file that does not
-    exist, the configs that do.
+    unknown one (on the command line or in a config file), what a value of the wrong type should be,
+    and, for a config file that does not exist, the configs that do. An option is spelt whole: a prefix
+    of one (``--trainer.max_epoch``) is unknown, and answered with the option meant.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str, ex: Exception | None = None):
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
@@ -78,14 +86,51 @@ def option_names(parser) -> set[str]:
 
 
 def explain_parser_error(text: str, options: set[str]) -> str:
-    """The parser's message, with the option meant for an unknown one and the configs for a missing config."""
+    """The parser's message, with the option meant, the configs that exist, or what a value should be."""
     missing = _MISSING_CONFIG.search(text)
     if missing:
         return missing_config(Path(missing.group(1)))
     unknown = _UNKNOWN_KEY.search(text)
     if unknown:
         return text + did_you_mean(unknown.group(1), options)
-    return with_options_meant(text, options)
+    return wrong_type(text) or with_options_meant(text, options)
+
+
+_WRONG_TYPE = re.compile(r'^Parser key "([^"]+)": Expected a (.+?)\. Got value: (.*)$')
+_WRONG_UNION = re.compile(
+    r'^Parser key "([^"]+)": Does not validate .*? Subtypes: \[(.*?)\] Errors: .* Given value: (.*)$'
+)
+_SUBTYPE = re.compile(r"<class '(\w+)'>|typing\.Literal\[([^\]]*)\]|([^,\s][^,]*)")
+_TYPE_WORDS = {"int": ["a whole number"], "float": ["a number"], "bool": ["true", "false"], "NoneType": ["null"]}
+
+
+def wrong_type(text: str) -> str | None:
+    """``data.num_workers takes a whole number, not 'abc'`` for a value of the wrong type, else None.
+
+    None too where a type has no plain words (a class path, a path type): the parser's message stays.
+    """
+    match = _WRONG_TYPE.match(text) or _WRONG_UNION.match(text)
+    if not match:
+        return None
+    key, subtypes, value = match.groups()
+    words: list[str] = []
+    literals: list[str] = []
+    for subtype in _SUBTYPE.finditer(subtypes):
+        name, choices, other = subtype.groups()
+        if other or (name and name not in _TYPE_WORDS):
+            return None
+        try:
+            said = _TYPE_WORDS[name] if name else [str(choice) for choice in ast.literal_eval(f"[{choices}]")]
+        except (ValueError, SyntaxError):  # choices that are not plain values (enum members)
+            return None
+        for word in said:
+            if word not in words:
+                words.append(word)
+                literals += [] if name else [word]
+    if "a number" in words and "a whole number" in words:
+        words.remove("a whole number")
+    either = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+    return f"{key} takes {either}, not {value!r}{did_you_mean(value, literals)}"
 
 
 def missing_config(path: Path) -> str:
@@ -172,7 +217,9 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
     elsewhere (a CPU, an older GPU) it would be emulated and slower, so the run falls back to ``32-true``
     and says so on that line; timing.json records the precision that actually ran. ``validate``,
     ``test`` and ``predict`` without ``--ckpt_path`` use the newest checkpoint of the config's runs
-    and name it, or refuse: they never score an untrained model in silence. A checkpoint brings weights,
+    and name it, or refuse: they never score an untrained model in silence. A run whose official dataset is not
+    prepared and cannot be made here (offline, no source folder) stops before anything is built, naming the
+    ``prepare`` command for its data folder. A checkpoint brings weights,
     optimizer state and the loop's position; the model's settings stay the config's and the command line's
     (:class:`~mnistperf.upstream.KeepRunHyperparameters`), and the module names those that differ
     (:meth:`ImageClassifier.on_load_checkpoint`).
@@ -246,6 +293,8 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             )
         if subcommand:
             check_checkpoint(config.get("ckpt_path"))  # one line, before Lightning loads it
+            if config.data.dataset in DATASETS and not is_uri(config.data.data_dir):  # before Lightning says more
+                prepare.require_preparable(config.data.dataset, config.data.data_dir, config.data.source_root)
         if subcommand in EVAL_COMMANDS:
             # Evaluating restores the checkpoint callback's state too, and Lightning warns that the new run's
             # folder differs from the training run's: true, and nothing to act on when only evaluating.

@@ -130,56 +130,94 @@ class Plan:
         return command, find
 
 
+DESCRIPTION = (
+    "Run stages of the ladder, or sweeps of their settings, each as its own python -m mnistperf fit process, and "
+    "print their table: train and test seconds per epoch, speed-up over the first row, throughput, the share of "
+    "time spent waiting for data, accuracy and peak memory, beside the published figures. Writes results.md, "
+    "results.csv, results.json and chart.png (where matplotlib is installed) into --out, again after every run, "
+    "and each run's logs under --out's runs/."
+)
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The bench's options."""
-    parser = OneLineArgumentParser(prog="mnistperf bench", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="mnistperf bench", description=DESCRIPTION)
     parser.add_argument(
-        "--stages", default="all", help="'all' (the ladder and v3 stages) or names/paths, comma-separated"
+        "--stages",
+        default="all",
+        help="the stages to run: names in --config-dir or paths of configs, comma-separated; 'all' is "
+        f"{', '.join(published.LADDER + published.BEYOND)} (default: %(default)s)",
     )
-    parser.add_argument("--config-dir", type=Path, default=Path("configs"))
-    parser.add_argument("--dataset", default=None, help="override data.dataset for every run")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--config-dir",
+        type=Path,
+        default=Path("configs"),
+        metavar="DIR",
+        help="the folder --stages names are looked up in (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dataset", default=None, help="data.dataset for every run, over each config's own (default: the configs')"
+    )
+    parser.add_argument("--epochs", type=int, default=5, metavar="N", help="epochs per run (default: %(default)s)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="N",
+        help="runs of each row, interleaved; the table shows their median and range (default: %(default)s)",
+    )
     parser.add_argument(
         "--limit-train-batches",
         type=int,
         default=None,
+        metavar="K",
         help="train only K batches per epoch (quick looks); a stage that takes several batches per "
-        "Lightning step (data.batches_per_step) gets as many whole groups as cover K",
+        "Lightning step (data.batches_per_step) gets as many whole groups as cover K (default: whole epochs)",
     )
     parser.add_argument(
-        "--sweep", action="append", default=[], metavar="KEY=V1,V2", help="e.g. data.batch_size=16,64,512"
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="one row per value of a setting, e.g. data.batch_size=16,64,512; may be repeated (default: none)",
     )
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="a fixed override for every run"
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a fixed override for every run, e.g. data.num_workers=2; may be repeated (default: none)",
     )
     parser.add_argument(
         "--reference-rows",
         dest="reference_rows",
         default="auto",
+        metavar="STAGES",
         help="stages (comma-separated) to also run as reference rows, a plain PyTorch loop and "
         "Lightning's bare loop; 'auto': v2_pinned and the highest resident rung (v4_graphed, else "
-        "v3_resident) among the stages run; 'none' to skip",
+        "v3_resident) among the stages run; 'none' to skip (default: %(default)s)",
     )
     # The option's former name, still accepted; "baseline" is tune's word, for the input config's own settings.
     parser.add_argument("--baseline", dest="reference_rows", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.add_argument(
         "--loader-only",
         action="store_true",
-        help="time only the input pipeline of each stage (plain loop, no model, no Lightning)",
+        help="time only the input pipeline of each stage: a plain loop, no model, no Lightning (default: off)",
     )
-    parser.add_argument("--out", type=Path, default=None, help="results folder (default bench_results/<time>)")
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="the results folder (default: bench_results/<time>)"
+    )
     parser.add_argument(
         "--log-scale",
         action="store_true",
-        help="log-scale y axis in chart.png (by default, only where the bars span more than 20x)",
+        help="a log-scale y axis in chart.png (default: only where the bars span more than 20x)",
     )
     parser.add_argument(
         "--redraw",
         type=Path,
         default=None,
         metavar="DIR",
-        help="run nothing: draw DIR/chart.png again from the DIR/results.json a bench wrote",
+        help="run nothing: draw DIR/chart.png again from the DIR/results.json a bench wrote (default: off)",
     )
     opts = parser.parse_args(argv)
     if opts.epochs < 1 or opts.repeats < 1:

@@ -28,17 +28,51 @@ from mnistperf.tune import search as tuning
 MIN_BUDGET_MIN = 0.25
 
 
+DESCRIPTION = (
+    "Find the fastest input settings for this machine by measuring them, starting from a stage config: "
+    f"{', '.join('data.' + key for key in tuning.LOADER_KEYS)} (and data.batch_size with --tune-batch-size). It "
+    "times the training step alone, then each input pipeline with 0, 1, 2, 4, ... workers, cheapest first, until "
+    "input is no longer the bound; then the best settings and the config's own train side by side. Writes a config "
+    "that fit runs as is (--out), saying what was measured, and a table of every probe beside it "
+    "(<out>.probes.md)."
+)
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """Tune's options, checked."""
-    parser = OneLineArgumentParser(prog="mnistperf tune", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, required=True, help="the stage config to start from")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override, as for bench")
-    parser.add_argument("--budget", type=float, default=5.0, help="minutes of measuring at most (default 5)")
-    parser.add_argument("--out", type=Path, default=Path("tuned.yaml"), help="the tuned config to write")
+    parser = OneLineArgumentParser(prog="mnistperf tune", description=DESCRIPTION)
+    parser.add_argument(
+        "--config",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="the stage config to start from, e.g. configs/v1_bs512.yaml (required)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override of the config before measuring, e.g. data.batch_size=256; may be repeated (default: none)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=5.0,
+        metavar="MINUTES",
+        help="minutes of measuring at most; then the best found so far is written (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("tuned.yaml"),
+        metavar="FILE",
+        help="the tuned config to write (default: %(default)s)",
+    )
     parser.add_argument(
         "--tune-batch-size",
         action="store_true",
-        help="also try bigger batches (this changes the optimisation, so it is off by default)",
+        help="also try 2x and 4x the batch size, which changes the optimization (default: off)",
     )
     opts = parser.parse_args(argv)
     if opts.budget < MIN_BUDGET_MIN:

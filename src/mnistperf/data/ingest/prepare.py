@@ -246,6 +246,32 @@ def require_prepared(dataset: str, data_dir, split: str) -> Path:
     raise DataError(f"{path} not found. Create it with {how}.")
 
 
+def require_preparable(dataset: str, data_dir: str | os.PathLike, source_root: str | os.PathLike | None = None) -> None:
+    """Refuse, in one line, a run whose official dataset is not prepared in data_dir and cannot be made here.
+
+    Where a split is missing, its raw files are in no local folder and no mirror answers, the error says that
+    the folder holds no prepared data and gives the command that prepares it there. A data_dir that is a file
+    is left to the data module's own check.
+    """
+    spec = sources.DATASETS[dataset]
+    missing = [split_path(data_dir, dataset, s) for s in SPLITS if not split_path(data_dir, dataset, s).exists()]
+    if not missing or Path(data_dir).is_file():
+        return
+    cache_dir = Path(data_dir) / spec.folder / "raw"
+    if sources.found_locally(spec, source_root, cache_dir, "--data.source_root") or sources.mirror_answers(spec):
+        return
+    lacks = (
+        f"holds no prepared {spec.folder}"
+        if len(missing) == len(SPLITS)
+        else "lacks " + ", ".join(str(path.relative_to(data_dir)) for path in missing)
+    )
+    raise DataError(
+        f"data.data_dir {data_dir} {lacks}, and its official files are in no local folder and cannot be downloaded "
+        f"here. Prepare it there with `{recreate_command(dataset, data_dir, 'DIR', force=False)}`, where "
+        f"DIR/{spec.source_folder}/ holds the four official .gz files; or pass --data.source_root DIR to this command."
+    )
+
+
 def recreate_command(
     dataset: str, data_dir: str | os.PathLike, source_root: str | os.PathLike | None = None, force: bool = True
 ) -> str:

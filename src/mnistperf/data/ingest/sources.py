@@ -125,6 +125,26 @@ def candidate_dirs(
     return dirs
 
 
+def found_locally(spec: DatasetSpec, source_root, cache_dir: Path, option: str = PREPARE_OPTION) -> bool:
+    """Whether every raw file of the dataset lies in one of the local folders searched, so nothing is downloaded."""
+    dirs = candidate_dirs(spec, source_root, cache_dir, option)
+    return all(any((d / raw.name).is_file() for d in dirs) for pair in spec.splits.values() for raw in pair)
+
+
+def mirror_answers(spec: DatasetSpec, timeout: float = 5.0) -> bool:
+    """Whether a mirror of the dataset answers at all (any HTTP status counts), so a download can be tried."""
+    for mirror in spec.mirrors:
+        url = mirror + spec.splits["train"][0].name
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return False
+
+
 def decompress_verified(path: Path, raw: RawFile) -> bytes:
     """Decompress one .gz file and check its content MD5; raise DataError naming the file if not intact."""
     try:

@@ -11,6 +11,10 @@ environment, which .ci/run builds:
 
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting [PAIRS] [EPOCHS]
     .venv-compat-chemprop/bin/python docs/results/cpu-2core-compat-cost/measure.py chemprop [PAIRS] [EPOCHS]
+    .venv/bin/python docs/results/cpu-2core-compat-cost/measure.py newcomer [PAIRS] [EPOCHS] [both|timer]
+
+``newcomer`` is no library: examples/diagnose_your_run.py's MLP on 4,096 random rows in batches of 64, with both
+callbacks or the timer alone, in the project's own environment.
 
 Prints and writes results-LIBRARY.json beside this file: every fit's seconds and, for wall and CPU seconds
 each, the median of each arm, the ratio of the medians and the median of the pairs' ratios, each with a 95 %
@@ -40,11 +44,13 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "tests" / "compat"))
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[2] / "examples"))
 from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
 
 LIBRARY = sys.argv[1] if len(sys.argv) > 1 else "forecasting"
 PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 EPOCHS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+ARM = sys.argv[4] if len(sys.argv) > 4 else "both"  # newcomer only: "both" callbacks, or the "timer" alone
 ARMS = ("without", "with")
 
 
@@ -64,8 +70,32 @@ def chemprop_fit(root: Path, diagnose: bool) -> None:
     case.fit(root, case.mpnn(scaler), train_loader, val_loader, epochs=EPOCHS, diagnose=diagnose)
 
 
-FITS = {"forecasting": forecasting_fit, "chemprop": chemprop_fit}
-PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop"}
+def newcomer_fit(root: Path, diagnose: bool) -> None:
+    """One fit of a newcomer's first model: examples/diagnose_your_run.py's MLP, 4,096 rows in batches of 64."""
+    from lightning.pytorch import Trainer, seed_everything
+    from torch.utils.data import DataLoader
+
+    from mnistperf.diagnosis import EpochTimer, SampleAudit
+
+    example = importlib.import_module("diagnose_your_run")
+    seed_everything(0, verbose=False)
+    callbacks = {"both": [EpochTimer(), SampleAudit()], "timer": [EpochTimer()]}[ARM] if diagnose else []
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=EPOCHS,
+        default_root_dir=root,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        log_every_n_steps=10,
+    )
+    trainer.fit(example.Classifier(), DataLoader(example.Points(4096), batch_size=64, shuffle=True))
+
+
+FITS = {"forecasting": forecasting_fit, "chemprop": chemprop_fit, "newcomer": newcomer_fit}
+PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop", "newcomer": "lightning"}
 
 
 def timed(root: Path, diagnose: bool) -> dict[str, float]:
@@ -142,7 +172,9 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
-    (HERE / f"results-{LIBRARY}.json").write_text(json.dumps(result, indent=1) + "\n")
+    name = LIBRARY if LIBRARY != "newcomer" else f"newcomer-{ARM}"
+    result["arm"] = ARM if LIBRARY == "newcomer" else "both"
+    (HERE / f"results-{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     for clock in ("wall", "cpu"):
         row = result[clock]
         low, high = row["ratio_of_medians_95"]

@@ -12,6 +12,7 @@ environment, which .ci/run builds:
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting [PAIRS] [EPOCHS]
     .venv-compat-chemprop/bin/python docs/results/cpu-2core-compat-cost/measure.py chemprop [PAIRS] [EPOCHS]
     .venv/bin/python docs/results/cpu-2core-compat-cost/measure.py newcomer [PAIRS] [EPOCHS] [both|timer]
+    .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting 10 3 8   # batches of 8
 
 ``newcomer`` is no library: examples/diagnose_your_run.py's MLP on 4,096 random rows in batches of 64, with both
 callbacks or the timer alone, in the project's own environment.
@@ -50,7 +51,8 @@ from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
 LIBRARY = sys.argv[1] if len(sys.argv) > 1 else "forecasting"
 PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 EPOCHS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-ARM = sys.argv[4] if len(sys.argv) > 4 else "both"  # newcomer only: "both" callbacks, or the "timer" alone
+# newcomer: "both" callbacks, or the "timer" alone; forecasting: a batch size (the tier's 32 by default)
+ARM = sys.argv[4] if len(sys.argv) > 4 else "both"
 ARMS = ("without", "with")
 
 
@@ -58,8 +60,9 @@ def forecasting_fit(root: Path, diagnose: bool) -> None:
     """One N-BEATS fit of the tier's pytorch-forecasting test."""
     case = importlib.import_module("test_pytorch_forecasting")
     training, validation = case.datasets()
-    train_loader = training.to_dataloader(train=True, batch_size=case.BATCH, num_workers=0)
-    val_loader = validation.to_dataloader(train=False, batch_size=case.BATCH, num_workers=0)
+    batch = int(ARM) if ARM.isdigit() else case.BATCH
+    train_loader = training.to_dataloader(train=True, batch_size=batch, num_workers=0)
+    val_loader = validation.to_dataloader(train=False, batch_size=batch, num_workers=0)
     case.fit_nbeats(root, training, train_loader, val_loader, epochs=EPOCHS, diagnose=diagnose)
 
 
@@ -172,8 +175,9 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
-    name = LIBRARY if LIBRARY != "newcomer" else f"newcomer-{ARM}"
-    result["arm"] = ARM if LIBRARY == "newcomer" else "both"
+    name = {"newcomer": f"newcomer-{ARM}", "forecasting": f"forecasting-batch-{ARM}"}.get(LIBRARY, LIBRARY)
+    name = LIBRARY if name.endswith("-both") and LIBRARY == "forecasting" else name
+    result["arm"] = ARM
     (HERE / f"results-{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     for clock in ("wall", "cpu"):
         row = result[clock]

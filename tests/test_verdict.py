@@ -132,3 +132,11 @@ def test_a_compute_bound_cpu_step_is_told_what_the_cpu_can_do_before_a_gpu():
     found = advice({"verdict": "compute-bound", "avg_train_s": 1.0, "input_wait_share": 0.0, "cpu_busy_share": 0.9})
     assert "threads" in found["hints"][0] and "GPU" in found["hints"][-1]
     assert f"{torch.get_num_threads()} threads" in found["hints"][0]
+
+
+def test_on_a_cpu_the_window_ends_once_its_steps_have_cost_their_share_of_an_epoch(monkeypatch):
+    monkeypatch.setattr("mnistperf.diagnosis.clock.CPU_WINDOW_BUDGET", 0.0)  # any recorded step spends it
+    timer = fit(epochs=2)
+    window = timer.busy_window
+    assert window["first_step"] == window["last_step"] and window["share"] is not None
+    assert timer.epochs[1]["profiled"]["steps"] == 1 + window_module.PROFILER_WARMUP_STEPS

@@ -18,7 +18,8 @@ The share describes the steady state, so the window sits in the first steady epo
 only in a one-epoch run, which says so). The profiler costs host time per operation, so the clock
 keeps the window's steps out of that epoch's timed figures (:class:`~mnistperf.diagnosis.clock.EpochClock`).
 A profiler warm-up of two steps comes before the recorded ones, as the profiler's documentation advises.
-On a CPU, where every operator is recorded, the window is shorter, and a trace of more than
+On a CPU, where every operator is recorded, the window is shorter and ends once its recorded steps
+have taken :data:`CPU_WINDOW_BUDGET` of the previous epoch's train time; a trace of more than
 :data:`TRACE_LIMIT` operations is not written unless asked for.
 
 Other work on the machine stretches the intervals the share is read from. On Linux the window also
@@ -56,6 +57,8 @@ PROFILER_WARMUP_STEPS = 2
 TRACE_LIMIT = 20_000
 # The training thread waiting for a core at least this share of the window: the verdict is in doubt.
 CROWDED = 0.1
+# On a CPU the window's recorded steps may take this share of the previous epoch's train time, then it ends.
+CPU_WINDOW_BUDGET = 0.05
 # The margin any share is read with, before the wait for a core widens it.
 BASE_MARGIN = 0.05
 # A training step (forward, loss, backward, update) launches about ten kernels at the very least (a graphed
@@ -198,12 +201,20 @@ class BusyWindow:
         device_type: ``cuda`` (the GPU's kernels) or ``cpu`` (the CPU's operators).
         min_kernels_per_step: fewer kernels than this per step and the window is not trusted
             (see :func:`window_reading`).
+        budget_s: once its recorded steps have taken this long, the window ends at the step in hand (at least
+            one recorded step); None: no limit.
     """
 
     def __init__(
-        self, first: int, last: int, device_type: str = "cuda", min_kernels_per_step: int = MIN_KERNELS_PER_STEP
+        self,
+        first: int,
+        last: int,
+        device_type: str = "cuda",
+        min_kernels_per_step: int = MIN_KERNELS_PER_STEP,
+        budget_s: float | None = None,
     ):
         self.first, self.last = first, last
+        self.budget_s = budget_s
         self.device_type = device_type
         self.min_kernels_per_step = min_kernels_per_step
         self.done = False
@@ -214,10 +225,13 @@ class BusyWindow:
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler: torch.profiler.profile | None = None
         self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
+        self._recording_since = 0.0
 
     def step_start(self, index: int) -> None:
         """Step ``index`` begins: the profiler starts its warm-up before the window's first step."""
         global _profiling
+        if index == self.first:
+            self._recording_since = time.perf_counter()
         if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None and not self.done:
             from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -240,6 +254,9 @@ class BusyWindow:
             return
         with profiler_lines_dropped():
             self._profiler.step()
+        spent = self.budget_s is not None and time.perf_counter() - self._recording_since > self.budget_s
+        if index >= self.first and spent:
+            self.last = index  # the window ends early: its recorded steps have cost what it may spend
         if index == self.last:
             self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
             self.crowded = waited_share(self._opened, time.perf_counter(), thread_schedule())

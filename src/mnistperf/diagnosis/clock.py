@@ -37,6 +37,7 @@ import torch
 
 from mnistperf.diagnosis.advice import Hints
 from mnistperf.diagnosis.busy_window import (
+    CPU_WINDOW_BUDGET,
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
     TRACE_FILE,
@@ -158,7 +159,10 @@ class EpochClock:
         if self._wants_window(last):
             steps = window_steps(batches, self.busy_window_steps)
             if steps:
-                self.window = BusyWindow(*steps, device_type=self.device.type)
+                budget = None
+                if self.device.type != "cuda" and self.epochs:
+                    budget = CPU_WINDOW_BUDGET * self.epochs[-1]["train_s"]
+                self.window = BusyWindow(*steps, device_type=self.device.type, budget_s=budget)
             else:
                 self._window_missed(f"epoch {self._number} has {batches:.0f} training steps, too few for the window")
         elif not self.epochs and self._busy_unread():

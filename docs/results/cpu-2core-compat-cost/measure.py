@@ -12,7 +12,9 @@ environment, which .ci/run builds:
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting [PAIRS] [EPOCHS]
     .venv-compat-chemprop/bin/python docs/results/cpu-2core-compat-cost/measure.py chemprop [PAIRS] [EPOCHS]
     .venv/bin/python docs/results/cpu-2core-compat-cost/measure.py newcomer [PAIRS] [EPOCHS] [both|timer]
-    .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting 10 3 8   # batches of 8
+    .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting 10 3 8
+
+The last runs ``forecasting``'s fit in batches of 8 (21 steps an epoch).
 
 ``newcomer`` is no library: examples/diagnose_your_run.py's MLP on 4,096 random rows in batches of 64, with both
 callbacks or the timer alone, in the project's own environment.

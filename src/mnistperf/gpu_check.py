@@ -34,6 +34,8 @@ from typing import Any
 
 from mnistperf import gpu_preflight
 from mnistperf.atomic import atomic_write
+from mnistperf.diagnosis.summary import write_summary
+from mnistperf.machine import usable_cpus
 
 CARRY = Path(".gpu-carry")  # git ignores it; the device call names it in carry
 WHEELS = CARRY / "wheels"
@@ -342,11 +344,6 @@ def _copy_lines(proc: subprocess.Popen, log) -> None:
         log.flush()
 
 
-def write_json(target: Path, data: dict) -> None:
-    """``data`` as indented JSON, written atomically."""
-    atomic_write(target, lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
-
-
 def check(opts: argparse.Namespace) -> int:
     """Run the parts within the budget; write parts.json and parts.md; the exit status."""
     started = time.monotonic()
@@ -404,7 +401,7 @@ def check(opts: argparse.Namespace) -> int:
 
 def write_records(out: Path, records: list[dict], opts: argparse.Namespace) -> None:
     """parts.json and parts.md: each part's status, planned and actual minutes."""
-    write_json(out / "parts.json", {"budget_min": opts.minutes, "parts": records})
+    write_summary({"budget_min": opts.minutes, "parts": records}, out / "parts.json")
     table = ["| part | planned min | took min | status |", "|---|---:|---:|---|"]
     table += [f"| {r['part']} | {r['planned_min']:g} | {r.get('took_min', '')} | {r['status']} |" for r in records]
     atomic_write(out / "parts.md", lambda tmp: tmp.write_text("\n".join(table) + "\n"))
@@ -434,7 +431,7 @@ def environment() -> str:
         f"CUDA runtime {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}\n"
         f"versions: python {platform.python_version()}, torch {torch.__version__}, lightning {lightning.__version__}, "
         f"pyarrow {pyarrow.__version__}\n"
-        f"host: {platform.machine()}, {len(os.sched_getaffinity(0))} usable CPU cores\n"
+        f"host: {platform.machine()}, {usable_cpus()} usable CPU cores\n"
         f"date: {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}\n"
     )
 
@@ -470,7 +467,7 @@ def timer_cost(target: Path, rounds: int = 2, epochs: int = 3) -> None:
     ratios = [a / b for a, b in zip(seconds["with EpochTimer"], seconds["without"], strict=True)]
     result = {"fit": f"configs/v2_pinned.yaml, {epochs} epochs, whole processes", "seconds": seconds,
               "ratios": ratios, "median_ratio": statistics.median(ratios)}  # fmt: skip
-    write_json(target, result)
+    write_summary(result, target)
     print(f"timer cost: the default fit with EpochTimer {result['median_ratio']:.3f}x the same fit without it")
 
 
@@ -539,7 +536,7 @@ def sync_probe(folder: Path) -> None:
         "trace": trace,
         "trace_opens": trace_opens,
     }
-    write_json(folder / "sync-probe.json", result)
+    write_summary(result, folder / "sync-probe.json")
     print(json.dumps(result, indent=2))
 
 

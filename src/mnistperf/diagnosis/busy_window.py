@@ -335,7 +335,7 @@ def device_activities(profiler, device_type: str = "cuda") -> list[tuple[str, fl
                 for e in results.events()
                 if e.device_type() == device and not e.is_user_annotation() and e.activity_type() in work
             ]
-        except AttributeError:  # a raw event without activity_type() (torch before 2.12): the processed list
+        except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed list
             pass
     return [
         (str(getattr(e, "activity_type", work[0]) or work[0]), e.time_range.start, e.time_range.end)

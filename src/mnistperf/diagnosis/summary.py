@@ -98,14 +98,13 @@ def doubt(figures: dict[str, Any], busy: float) -> str:
             f"; in doubt: the training thread waited for a core {crowded:.0%} of the profiled window, so other work "
             "on this machine moved the share; measure again on a quieter machine"
         )
-    said = ""
-    if margin is not None and abs(busy - COMPUTE_BOUND_BUSY) < margin:
-        said += (
-            f"; near the line: {busy:.0%} is within {margin:.0%} of {COMPUTE_BOUND_BUSY:.0%}, so the step may be "
-            "either compute-bound (its own arithmetic sets the pace) or overhead-bound (the launches and the loop "
-            "around it do)"
-        )
-    return said
+    if margin is None or abs(busy - COMPUTE_BOUND_BUSY) >= margin:
+        return ""
+    return (
+        f"; near the line: {busy:.0%} is within {margin:.0%} of {COMPUTE_BOUND_BUSY:.0%}, so the step may be "
+        "either compute-bound (its own arithmetic sets the pace) or overhead-bound (the launches and the loop "
+        "around it do)"
+    )
 
 
 def epoch_row(

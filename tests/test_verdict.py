@@ -43,7 +43,8 @@ def rows(count: int = 1024, batch_size: int = 16) -> DataLoader:
 
 
 def fit(epochs: int = 3, **options) -> EpochTimer:
-    timer = EpochTimer(**options.pop("timer", {}))
+    """A fit of the newcomer's model with an EpochTimer (whose window profiles however short the fit, unless told)."""
+    timer = EpochTimer(**{"window_share": None, **options.pop("timer", {})})
     fit_module(Newcomer(), rows(), callbacks=[timer], max_epochs=epochs, **options)
     return timer
 
@@ -80,7 +81,7 @@ def test_early_stopping_after_the_warm_up_says_the_fit_ended_first():
         def on_train_epoch_end(self, trainer, pl_module):
             trainer.should_stop = True
 
-    timer = EpochTimer()
+    timer = EpochTimer(window_share=None)
     fit_module(Newcomer(), rows(), callbacks=[timer, StopAfterFirst()], max_epochs=3)
     summary = timer.clock.summary()
     assert summary["verdict"] == "undetermined" and FIT_ENDED in summary["verdict_reason"]
@@ -134,9 +135,35 @@ def test_a_compute_bound_cpu_step_is_told_what_the_cpu_can_do_before_a_gpu():
     assert f"{torch.get_num_threads()} threads" in found["hints"][0]
 
 
-def test_on_a_cpu_the_window_ends_once_its_steps_have_cost_their_share_of_an_epoch(monkeypatch):
-    monkeypatch.setattr("mnistperf.diagnosis.clock.CPU_WINDOW_BUDGET", 0.0)  # any recorded step spends it
-    timer = fit(epochs=2)
+def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_says_how_to_profile_it(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    timer = fit(epochs=3, timer={"window_share": window_module.WINDOW_FIT_SHARE}, logger=CSVLogger(tmp_path))
+    summary = timer.clock.summary()
+    assert summary["verdict"] == "undetermined"
+    assert "128 training steps left are too few" in summary["verdict_reason"], summary["verdict_reason"]
+    assert "EpochTimer(window_share=None)" in summary["verdict_reason"]
+    assert not any("profiled" in row for row in timer.epochs) and not list(tmp_path.rglob("*.pt.trace.json"))
+
+
+def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for():
+    # 128 steps left after the first epoch, each recorded step costing CPU_WINDOW_COST of them: two at 4 %
+    share = 2.05 * window_module.CPU_WINDOW_COST / 128
+    timer = fit(epochs=3, timer={"window_share": share})
     window = timer.busy_window
-    assert window["first_step"] == window["last_step"] and window["share"] is not None
-    assert timer.epochs[1]["profiled"]["steps"] == 1 + window_module.PROFILER_WARMUP_STEPS
+    assert window["share"] is not None and 1 <= window["last_step"] - window["first_step"] + 1 <= 2
+    assert timer.epochs[1]["profiled"]["cost_s"] >= 0
+
+
+def test_steps_left_follow_the_fits_limits():
+    from types import SimpleNamespace
+
+    from mnistperf.diagnosis.epoch_timer import steps_left
+
+    def trainer(**limits):
+        found = {"max_epochs": 3, "max_steps": -1, "current_epoch": 1, "global_step": 64, "accumulate_grad_batches": 1}
+        return SimpleNamespace(num_training_batches=64, **{**found, **limits})
+
+    assert steps_left(trainer()) == 128
+    assert steps_left(trainer(max_steps=100, accumulate_grad_batches=2)) == 72
+    assert steps_left(trainer(max_epochs=-1)) == float("inf")

@@ -12,9 +12,9 @@ environment, which .ci/run builds:
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting [PAIRS] [EPOCHS]
     .venv-compat-chemprop/bin/python docs/results/cpu-2core-compat-cost/measure.py chemprop [PAIRS] [EPOCHS]
     .venv/bin/python docs/results/cpu-2core-compat-cost/measure.py newcomer [PAIRS] [EPOCHS] [both|timer]
-    .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting 10 3 8
+    .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting 10 3 8 [TAG]
 
-The last runs ``forecasting``'s fit in batches of 8 (21 steps an epoch).
+The last runs ``forecasting``'s fit in batches of 8 (21 steps an epoch); a TAG ends the results file's name.
 
 ``newcomer`` is no library: examples/diagnose_your_run.py's MLP on 4,096 random rows in batches of 64, with both
 callbacks or the timer alone, in the project's own environment.
@@ -55,6 +55,8 @@ PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 EPOCHS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 # newcomer: "both" callbacks, or the "timer" alone; forecasting: a batch size (the tier's 32 by default)
 ARM = sys.argv[4] if len(sys.argv) > 4 else "both"
+# A name the results file ends with, so a later run keeps an earlier one's file
+TAG = f"-{sys.argv[5]}" if len(sys.argv) > 5 else ""
 ARMS = ("without", "with")
 
 
@@ -177,10 +179,10 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
-    name = {"newcomer": f"newcomer-{ARM}", "forecasting": f"forecasting-batch-{ARM}"}.get(LIBRARY, LIBRARY)
+    name = {"newcomer": f"newcomer-{ARM}-{EPOCHS}", "forecasting": f"forecasting-batch-{ARM}"}.get(LIBRARY, LIBRARY)
     name = LIBRARY if name.endswith("-both") and LIBRARY == "forecasting" else name
     result["arm"] = ARM
-    (HERE / f"results-{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (HERE / f"results-{name}{TAG}.json").write_text(json.dumps(result, indent=1) + "\n")
     for clock in ("wall", "cpu"):
         row = result[clock]
         low, high = row["ratio_of_medians_95"]

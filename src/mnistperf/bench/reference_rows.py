@@ -82,7 +82,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     for epoch in range(1, trainer.max_epochs + 1):
         model.train()
         train_step.stage_sums("train", device).reset()  # in place: a captured step keeps adding into this tensor
-        clock.epoch_start(limit, last=epoch == trainer.max_epochs)
+        clock.epoch_start(limit, last=epoch == trainer.max_epochs, steps_left=limit * (trainer.max_epochs - epoch + 1))
         batches = iter(train_loader)
         for step in range(limit):
             fetch_start = time.perf_counter()

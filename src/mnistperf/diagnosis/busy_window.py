@@ -18,9 +18,10 @@ The share describes the steady state, so the window sits in the first steady epo
 only in a one-epoch run, which says so). The profiler costs host time per operation, so the clock
 keeps the window's steps out of that epoch's timed figures (:class:`~mnistperf.diagnosis.clock.EpochClock`).
 A profiler warm-up of two steps comes before the recorded ones, as the profiler's documentation advises.
-On a CPU, where every operator is recorded, the window is shorter and ends once its recorded steps
-have taken :data:`CPU_WINDOW_BUDGET` of the previous epoch's train time; a trace of more than
-:data:`TRACE_LIMIT` operations is not written unless asked for.
+On a CPU, where every operator is recorded and read, a recorded step costs about :data:`CPU_WINDOW_COST`
+steps' time besides its own, so the window may cost at most :data:`WINDOW_FIT_SHARE` of the fit's training steps
+left: it records fewer steps where the fit is short, and none where even one would cost more
+(:func:`affordable_steps`); a trace of more than :data:`TRACE_LIMIT` operations is not written unless asked for.
 
 Other work on the machine stretches the intervals the share is read from. On Linux the window also
 reads how long the training thread waited for a core (``/proc/thread-self/schedstat``): that share of the
@@ -35,6 +36,7 @@ implausibly few kernels for the steps it covered reports the share as not measur
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -57,8 +59,14 @@ PROFILER_WARMUP_STEPS = 2
 TRACE_LIMIT = 20_000
 # The training thread waiting for a core at least this share of the window: the verdict is in doubt.
 CROWDED = 0.1
-# On a CPU the window's recorded steps may take this share of the previous epoch's train time, then it ends.
-CPU_WINDOW_BUDGET = 0.05
+# On a CPU the window may cost this share of the fit's training steps left (None: no limit), so a short fit
+# keeps the timer's promised cost.
+WINDOW_FIT_SHARE = 0.01
+# What one recorded step costs a CPU fit besides its own time, in the time of an unprofiled step: recording its
+# operators and reading them. Measured 1.8-2.5 on N-BEATS' and a small MLP's steps of thousands of small
+# operators, the worst case for a profiler; the warm-up steps, which only prepare it, cost next to nothing
+# (docs/results/cpu-2core-compat-cost/results.md).
+CPU_WINDOW_COST = 2.5
 # The margin any share is read with, before the wait for a core widens it.
 BASE_MARGIN = 0.05
 # A training step (forward, loss, backward, update) launches about ten kernels at the very least (a graphed
@@ -123,6 +131,15 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
     last = int(batches_per_epoch) - 3
     first = max(1 + PROFILER_WARMUP_STEPS, last - steps + 1)
     return (first, last) if first <= last else None
+
+
+def affordable_steps(steps_left: float, share: float | None = WINDOW_FIT_SHARE) -> float:
+    """How many steps a CPU window may record in a fit with ``steps_left`` training steps (its warm-up apart).
+
+    At most ``share`` of those steps' time, each window step costing :data:`CPU_WINDOW_COST` of them; infinite where
+    ``share`` is None.
+    """
+    return math.inf if share is None else share * steps_left / CPU_WINDOW_COST
 
 
 def thread_schedule() -> tuple[float, float] | None:

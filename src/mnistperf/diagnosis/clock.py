@@ -37,13 +37,15 @@ import torch
 
 from mnistperf.diagnosis.advice import Hints
 from mnistperf.diagnosis.busy_window import (
-    CPU_WINDOW_BUDGET,
+    CPU_WINDOW_COST,
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
     TRACE_FILE,
     TRACE_LIMIT,
+    WINDOW_FIT_SHARE,
     WINDOW_STEPS,
     BusyWindow,
+    affordable_steps,
     export_trace,
     window_steps,
 )
@@ -94,6 +96,7 @@ class EpochClock:
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
         hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.advice.USER_HINTS` by default).
         trace_limit: the most recorded operations a written trace may hold (None: no limit).
+        window_share: on a CPU, the most of the fit's training steps left the window may cost (None: no limit).
     """
 
     def __init__(
@@ -105,8 +108,10 @@ class EpochClock:
         busy_unavailable: str | None = None,
         hints: Hints | None = None,
         trace_limit: int | None = TRACE_LIMIT,
+        window_share: float | None = WINDOW_FIT_SHARE,
     ):
         self.device = device
+        self.window_share = window_share
         self.hints = hints
         self.input_bound_share = input_bound_share
         self.trace_limit = trace_limit
@@ -129,6 +134,8 @@ class EpochClock:
         self._window_cost: tuple[float, float, float, int] | None = None  # the window's seconds of each, its steps
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
         self.epochs: list[dict[str, Any]] = []
+        self._window_declined = False  # the fit was too short for the window to cost its share
+        self._last_epoch_steps = 0  # the steps of the last epoch timed
         self._reset()
 
     def _synced_now(self) -> float:
@@ -149,25 +156,46 @@ class EpochClock:
         self.phases.reset()
 
     # ------------------------------------------------------------------ timestamps
-    def epoch_start(self, batches: float = math.inf, number: int | None = None, last: bool = False) -> None:
+    def epoch_start(
+        self, batches: float = math.inf, number: int | None = None, last: bool = False, steps_left: float = math.inf
+    ) -> None:
         """Start epoch ``number`` (by default the one after the last timed) of ``batches`` training steps.
 
         The first steady epoch opens the busy window, or the first where it is also the ``last`` of the fit, or a
-        later one where the window has not been read yet. Synchronizes.
+        later one where the window has not been read yet; on a CPU only where the fit's ``steps_left`` (this
+        epoch's included) can pay for it. Synchronizes.
         """
         self._reset(batches, number)
         if self._wants_window(last):
-            steps = window_steps(batches, self.busy_window_steps)
-            if steps:
-                budget = None
-                if self.device.type != "cuda" and self.epochs:
-                    budget = CPU_WINDOW_BUDGET * self.epochs[-1]["train_s"]
-                self.window = BusyWindow(*steps, device_type=self.device.type, budget_s=budget)
-            else:
-                self._window_missed(f"epoch {self._number} has {batches:.0f} training steps, too few for the window")
+            self._open_window(batches, steps_left)
         elif not self.epochs and self._busy_unread():
             self._window_missed(WINDOW_PENDING)
         self._train_start = self._last_step_end = self._synced_now()
+
+    def _open_window(self, batches: float, steps_left: float) -> None:
+        """The busy window of this epoch, as long as the fit can pay for (on a CPU), or why there is none."""
+        wanted, budget = self.busy_window_steps, None
+        if self.device.type != "cuda":
+            affordable = affordable_steps(steps_left, self.window_share)
+            if affordable < 1:
+                needed = math.ceil(CPU_WINDOW_COST / (self.window_share or 1))
+                self._window_declined = True
+                self._window_missed(
+                    f"the fit's {steps_left:,.0f} training steps left are too few for the profiled window to cost "
+                    f"under {self.window_share:.0%} of them (it needs about {needed:,}); "
+                    "EpochTimer(window_share=None) profiles such a fit anyway"
+                )
+                return
+            if math.isfinite(affordable):
+                wanted = min(wanted, int(affordable))
+            if self.epochs and self.epochs[-1]["train_s"] and math.isfinite(affordable):
+                # the recorded steps end once they have taken the time of as many steps of the last epoch
+                budget = affordable * self.epochs[-1]["train_s"] / max(self._last_epoch_steps, 1)
+        steps = window_steps(batches, wanted)
+        if steps:
+            self.window = BusyWindow(*steps, device_type=self.device.type, budget_s=budget)
+        else:
+            self._window_missed(f"epoch {self._number} has {batches:.0f} training steps, too few for the window")
 
     @property
     def profiling(self) -> bool:
@@ -175,7 +203,12 @@ class EpochClock:
         return self._window_open is not None and self._window_cost is None
 
     def _busy_unread(self) -> bool:
-        return self.busy_window is not None and self.busy_window_steps > 0 and "first_step" not in self.busy_window
+        return (
+            self.busy_window is not None
+            and self.busy_window_steps > 0
+            and not self._window_declined
+            and "first_step" not in self.busy_window
+        )
 
     def _wants_window(self, last: bool) -> bool:
         return self._busy_unread() and (bool(self.epochs) or last)
@@ -355,8 +388,19 @@ class EpochClock:
             row.update(ranks_apart(**per_rank))
         if self._window_cost is not None:
             seconds, _, _, steps = self._window_cost
-            row["profiled"] = {"steps": steps, "seconds": seconds, "of_steps": self._steps, "extrapolated": True}
+            # What the window added to the epoch: its steps' seconds beyond what as many typical steps take.
+            cost = max(seconds - steps * self._without_window()[0] / max(self._steps, 1), 0.0)
+            row["profiled"] = {
+                "steps": steps,
+                "seconds": seconds,
+                "of_steps": self._steps,
+                "extrapolated": True,
+                "cost_s": cost,
+            }
+            if self.busy_window is not None:
+                self.busy_window["cost_s"] = cost
         self.epochs.append(row)
+        self._last_epoch_steps = self._steps
         return row
 
     def summary(self) -> dict[str, Any]:

@@ -55,7 +55,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.batches import Loaders, leading_lengths
-from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_STEPS
+from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
 from mnistperf.diagnosis.clock import GATHERED, PER_RANK, EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
 from mnistperf.diagnosis.guard import Problems
@@ -143,6 +143,20 @@ def last_epoch(trainer: Trainer) -> bool:
     return last or (steps > 0 and trainer.global_step + trainer.num_training_batches >= steps)
 
 
+def steps_left(trainer: Trainer) -> float:
+    """The training steps the fit will still run from the epoch starting now, by its limits (inf where none bounds it).
+
+    max_epochs and max_steps (optimizer steps, each of ``accumulate_grad_batches`` training steps); max_time is not
+    known ahead.
+    """
+    left = math.inf
+    if trainer.max_epochs is not None and trainer.max_epochs > 0:
+        left = float(trainer.num_training_batches) * (trainer.max_epochs - trainer.current_epoch)
+    if trainer.max_steps > 0:
+        left = min(left, float(trainer.max_steps - trainer.global_step) * max(1, int(trainer.accumulate_grad_batches)))
+    return left
+
+
 class EpochTimer(Callback):
     """Times every epoch, logs the figures to the loggers and prints the run's summary.
 
@@ -156,6 +170,9 @@ class EpochTimer(Callback):
             anyone can change in their own code (:data:`~mnistperf.diagnosis.advice.USER_HINTS`).
         trace_limit: the most recorded operations the window's trace is written with (a few MB); None writes
             it whatever its size.
+        window_share: on a CPU, the most of the fit's training steps left the profiled window may cost (one
+            per cent by default: a fit with fewer than 250 steps left after its first epoch gets no window); None
+            profiles whatever it costs.
     """
 
     def __init__(
@@ -165,8 +182,10 @@ class EpochTimer(Callback):
         busy_window_steps: int = WINDOW_STEPS,
         hints: dict[str, list[str]] | None = None,
         trace_limit: int | None = TRACE_LIMIT,
+        window_share: float | None = WINDOW_FIT_SHARE,
     ):
         self.input_bound_share = input_bound_share
+        self.window_share = window_share
         self.hints = hints
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
@@ -240,6 +259,7 @@ class EpochTimer(Callback):
             busy_unavailable=busy_unavailable,
             hints=self.hints,
             trace_limit=self.trace_limit,
+            window_share=self.window_share,
         )
         self._fetch = FetchClock(attributes.profiler)
         self._count_samples = sample_counter(pl_module)
@@ -273,7 +293,9 @@ class EpochTimer(Callback):
         if self._fetch is not None:
             self._fetch.reset()
         with self.problems.guard("starting the epoch's clock"):
-            self.clock.epoch_start(trainer.num_training_batches, trainer.current_epoch + 1, last_epoch(trainer))
+            self.clock.epoch_start(
+                trainer.num_training_batches, trainer.current_epoch + 1, last_epoch(trainer), steps_left(trainer)
+            )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         """Mark the step's start and count the batch's samples, saying once where they cannot be counted.

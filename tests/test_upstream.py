@@ -1,53 +1,58 @@
 """The private parts of Lightning, litdata and torch in mnistperf.upstream still do what it relies on.
 
-A failure names the installed release: that release changed the part, and mnistperf/upstream.py says why it is
-used and what public API would replace it.
+So do the parsers' messages it reads and the library messages it calms by their text: each is produced here by the
+installed library itself. A failure names the installed release: that release changed the part, and
+mnistperf/upstream.py says why it is used and what public API would replace it.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import inspect
+import logging
+import platform
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Literal
 
+import jsonargparse
 import lightning
 import pytest
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
+from conftest import fit_module
+from lightning.pytorch import Callback, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.demos.boring_classes import BoringModel
+from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.profilers import PassThroughProfiler
-from torch.utils.data import DataLoader, TensorDataset
+from lightning.pytorch.utilities import CombinedLoader
+from torch.utils.data import DataLoader
 
 from mnistperf import upstream
 
 LIGHTNING = f"Lightning {lightning.__version__}"
+TORCH = f"torch {torch.__version__}"
+JSONARGPARSE = f"jsonargparse {importlib.metadata.version('jsonargparse')}"
+ARGPARSE = f"Python {platform.python_version()}'s argparse"
 
 
-class Line(LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(2, 1)
-
-    def training_step(self, batch, batch_idx):
-        return self.layer(batch[0]).square().mean()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def fit(tmp_path, *callbacks: Callback, checkpoints: bool = False) -> Trainer:
-    trainer = Trainer(
-        accelerator="cpu",
+def fit(tmp_path, *callbacks: Callback, checkpoints: bool = False, **trainer_options) -> Trainer:
+    """Two training steps of Lightning's own toy module, no validation."""
+    return fit_module(
+        BoringModel(),
+        callbacks=callbacks,
         max_epochs=1,
         limit_train_batches=2,
-        callbacks=list(callbacks),
-        logger=False,
+        limit_val_batches=0,
         enable_checkpointing=checkpoints,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         default_root_dir=tmp_path,
+        **trainer_options,
     )
-    trainer.fit(Line(), DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4))
-    return trainer
 
 
 class Counting(Callback):
@@ -124,7 +129,7 @@ def test_litdata_merges_one_process_index_and_takes_a_topology():
 
 
 def test_torchs_profiler_says_when_it_runs_and_keeps_its_raw_events():
-    version = f"torch {torch.__version__}"
+    version = TORCH
     assert not upstream.profiler_running()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
         assert upstream.profiler_running(), f"{version}: _profiler_enabled no longer says a profiler records"
@@ -139,11 +144,6 @@ def test_torchs_profiler_says_when_it_runs_and_keeps_its_raw_events():
 
 
 def test_the_parsers_list_their_options_and_hand_out_a_subcommands_parser():
-    import argparse
-
-    import jsonargparse
-
-    version = f"jsonargparse {importlib.metadata.version('jsonargparse')}"
     plain = argparse.ArgumentParser()
     plain.add_argument("--data-dir")
     assert upstream.long_options(plain) == ["help", "data-dir"]
@@ -151,5 +151,173 @@ def test_the_parsers_list_their_options_and_hand_out_a_subcommands_parser():
     fit = jsonargparse.ArgumentParser()
     fit.add_argument("--data.batch_size", type=int)
     root.add_subcommands().add_subcommand("fit", fit)
-    assert upstream.subcommand_parser(root, "fit") is fit, f"{version}: subcommands are kept elsewhere"
+    assert upstream.subcommand_parser(root, "fit") is fit, f"{JSONARGPARSE}: subcommands are kept elsewhere"
     assert "data.batch_size" in upstream.long_options(upstream.subcommand_parser(root, "fit"))
+
+
+# ---------------------------------------------------------------- the parsers' messages, as the CLI reads them
+def jsonargparse_says(tmp_path, *args: str) -> str:
+    """jsonargparse's message for ``fit ARGS`` against options typed as the lab's are, on one line."""
+    root = jsonargparse.ArgumentParser(exit_on_error=False)
+    fit = jsonargparse.ArgumentParser(exit_on_error=False)
+    fit.add_argument("--config", action=jsonargparse.ActionConfigFile)
+    fit.add_argument("--data.batch_size", type=int, default=1)
+    fit.add_argument("--data.val_source", type=Literal["test"] | float, default="test")
+    fit.add_argument("--trainer.max_epochs", type=int | None, default=None)
+    root.add_subcommands().add_subcommand("fit", fit)
+    (tmp_path / "misspelt.yaml").write_text("data:\n  batch_sise: 2\n")
+    with pytest.raises(jsonargparse.ArgumentError) as error:
+        root.parse_args(["fit", *args])
+    return upstream.parser_message(error.value)
+
+
+def argparse_says(*args: str) -> str:
+    """Python's argparse's message for ``ARGS`` against a parser with a ``--dataset`` of two choices."""
+
+    class Says(argparse.ArgumentParser):
+        def error(self, message):
+            raise ValueError(message)
+
+    parser = Says()
+    parser.add_argument("--dataset", choices=["fashion_mnist", "mnist"])
+    with pytest.raises(ValueError) as error:
+        parser.parse_args(list(args))
+    return upstream.parser_message(error.value)
+
+
+@pytest.mark.parametrize(
+    "name, args, found",
+    [
+        ("SUBCOMMAND", ["--config", "misspelt.yaml"], ("fit",)),
+        ("UNKNOWN_KEY", ["--config", "misspelt.yaml"], ("data.batch_sise",)),
+        ("MISSING_CONFIG", ["--config", "nowhere.yaml"], ("{tmp_path}/nowhere.yaml",)),
+        ("WRONG_TYPE", ["--data.batch_size", "abc"], ("data.batch_size", "<class 'int'>", "abc")),
+        (
+            "WRONG_UNION",
+            ["--trainer.max_epochs", "two"],
+            ("trainer.max_epochs", "<class 'int'>, <class 'NoneType'>", "two"),
+        ),
+        ("UNRECOGNIZED", ["--data.batchsize", "3"], ("--data.batchsize 3",)),
+    ],
+)
+def test_jsonargparse_says_what_the_cli_reads_from_its_messages(tmp_path, monkeypatch, name, args, found):
+    monkeypatch.chdir(tmp_path)
+    said = jsonargparse_says(tmp_path, *args)
+    match = getattr(upstream, name).search(said)
+    assert match, f"{JSONARGPARSE} no longer says what upstream.{name} reads: {said}"
+    assert match.groups() == tuple(part.format(tmp_path=tmp_path) for part in found), said
+
+
+def test_jsonargparse_lists_a_unions_types_as_the_cli_reads_them(tmp_path):
+    said = jsonargparse_says(tmp_path, "--data.val_source", "train")
+    match = upstream.WRONG_UNION.search(said)
+    assert match, f"{JSONARGPARSE} no longer says what upstream.WRONG_UNION reads: {said}"
+    subtypes = [found.groups() for found in upstream.SUBTYPE.finditer(match.group(2))]
+    assert subtypes == [(None, "'test'", None), ("float", None, None)], f"{JSONARGPARSE} lists types otherwise: {said}"
+
+
+def test_argparse_says_what_prepare_bench_and_tune_read_from_its_messages():
+    said = argparse_says("--datset", "mnist")
+    unrecognized = upstream.UNRECOGNIZED.search(said)
+    assert unrecognized and unrecognized.group(1) == "--datset mnist", f"{ARGPARSE} words it otherwise: {said}"
+    said = argparse_says("--dataset", "fashion")
+    choice = upstream.INVALID_CHOICE.search(said)
+    assert choice and choice.group(1) == "fashion", f"{ARGPARSE} words it otherwise: {said}"
+    assert [name.strip("' ") for name in choice.group(2).split(",")] == ["fashion_mnist", "mnist"], said
+
+
+# ---------------------------------------------------------------- the messages calmed by their text
+def warned(act: Callable[[], object]) -> list[warnings.WarningMessage]:
+    """Every warning ``act`` gives, none filtered."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        act()
+    return seen
+
+
+def ignores(message: str, category: type[Warning], warning: warnings.WarningMessage) -> bool:
+    """Whether ``filterwarnings("ignore", message, category)`` ignores this warning."""
+    return issubclass(warning.category, category) and bool(re.compile(message, re.I).match(str(warning.message)))
+
+
+def many_workers() -> None:
+    DataLoader(range(4), num_workers=4096).check_worker_number_rationality()
+
+
+def short_logged_epoch(tmp_path) -> None:
+    fit(tmp_path, logger=CSVLogger(tmp_path), log_every_n_steps=50)
+
+
+@pytest.mark.parametrize(
+    "calmed, act",
+    [
+        (upstream.CALMED_WARNINGS[0], lambda tmp_path: many_workers()),
+        (upstream.CALMED_WARNINGS[1], short_logged_epoch),
+        (upstream.CALMED_WARNINGS[2], lambda tmp_path: CombinedLoader(range(4))),
+    ],
+    ids=["more-workers-than-cores", "epoch-shorter-than-logging", "leafspec"],
+)
+def test_each_calmed_warning_is_still_given_in_the_words_it_is_known_by(tmp_path, calmed, act):
+    category, message = calmed
+    seen = warned(lambda: act(tmp_path))
+    assert any(ignores(message, category, warning) for warning in seen), (
+        f"{LIGHTNING}, {TORCH}: no warning matches {message!r}: {[str(w.message) for w in seen]}"
+    )
+
+
+def test_an_evaluation_in_another_folder_is_warned_in_the_words_the_cli_ignores(tmp_path):
+    state = ModelCheckpoint(dirpath=tmp_path / "training").state_dict()
+    seen = warned(lambda: ModelCheckpoint(dirpath=tmp_path / "evaluation").load_state_dict(state))
+    assert any(ignores(upstream.CHECKPOINT_FOLDER_CHANGED, Warning, warning) for warning in seen), (
+        f"{LIGHTNING}: ModelCheckpoint warns otherwise: {[str(w.message) for w in seen]}"
+    )
+
+
+def test_lightningcli_given_args_beside_the_processs_own_warns_in_the_words_the_cli_ignores(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["mnistperf", "fit"])
+    seen = warned(lambda: LightningCLI(BoringModel, args=["--trainer.logger", "false"], run=False))
+    assert any(ignores(upstream.CLI_ARGS_BESIDE_ARGV, Warning, warning) for warning in seen), (
+        f"{LIGHTNING}: LightningCLI warns otherwise: {[str(w.message) for w in seen]}"
+    )
+
+
+@contextmanager
+def lightning_info() -> Iterator[list[str]]:
+    """The messages Lightning's rank-zero loggers (as upstream names them) receive meanwhile."""
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(str(record.msg))
+
+    keep, loggers = Keep(), [logging.getLogger(name) for name in upstream.LIGHTNING_RANK_ZERO_LOGGERS]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.addHandler(keep)
+        log.setLevel(logging.INFO)
+    try:
+        yield said
+    finally:
+        for log, level in zip(loggers, levels, strict=True):
+            log.removeHandler(keep)
+            log.setLevel(level)
+
+
+def test_lightnings_tips_are_said_in_the_words_the_console_drops(tmp_path):
+    with lightning_info() as said:
+        fit(tmp_path, checkpoints=True, logger=CSVLogger(tmp_path))
+    tips = [message for message in said if "Tip" in message]
+    assert tips, f"{LIGHTNING} gives no tips any more, or not through {upstream.LIGHTNING_RANK_ZERO_LOGGERS}: {said}"
+    assert all(upstream.DROPPED_LIGHTNING_INFO[0] in tip for tip in tips), f"{LIGHTNING} words its tips otherwise"
+
+
+def test_lightnings_tensor_cores_hint_is_said_in_the_words_the_console_drops(monkeypatch):
+    from lightning.fabric.accelerators import cuda
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "an Ampere GPU")
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+    with lightning_info() as said:
+        cuda._check_cuda_matmul_precision.__wrapped__(torch.device("cuda", 0))
+    assert len(said) == 1 and upstream.DROPPED_LIGHTNING_INFO[1] in said[0], f"{LIGHTNING} hints otherwise: {said}"

@@ -11,15 +11,12 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-import re
 import sys
 from collections.abc import Iterable
 from typing import NoReturn
 
 from mnistperf.errors import DEBUG_ENV
-from mnistperf.upstream import long_options
-
-_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)$")
+from mnistperf.upstream import INVALID_CHOICE, UNRECOGNIZED, long_options
 
 #: how alike two names must be (difflib's ratio) for one to be suggested for the other
 CUTOFF = 0.6
@@ -42,16 +39,13 @@ def with_options_meant(text: str, options: Iterable[str]) -> str:
 
     ``options`` are the valid names without their dashes (``data.batch_size``); other messages come back as they are.
     """
-    unrecognized = _UNRECOGNIZED.search(text)
+    unrecognized = UNRECOGNIZED.search(text)
     if not unrecognized:
         return text
     names = list(options)
     given = [word.split("=")[0] for word in unrecognized.group(1).split() if word.startswith("--")]
     hints = [f"--{match} for {word}" for word in given if (match := closest(word[2:], names))]
     return f"{text}; did you mean {', '.join(hints)}?" if hints else text
-
-
-_INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]+)'? \(choose from (.*)\)")
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -69,7 +63,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
             super().error(message)
         options = long_options(self)
         text = with_options_meant(message, options)
-        choice = _INVALID_CHOICE.search(text)
+        choice = INVALID_CHOICE.search(text)
         if choice:
             text += did_you_mean(choice.group(1), (c.strip("' ") for c in choice.group(2).split(",")))
         print(f"mnistperf: error: {text} (`python -m {self.prog} --help` lists the options)", file=sys.stderr)

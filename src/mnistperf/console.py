@@ -3,8 +3,8 @@
 Every command starts with one line naming its device and the precision it runs. Library messages that are
 true but not useful here (Lightning's tips, its ``log_every_n_steps`` warning and its Tensor Cores hint, which
 the device line answers; a deprecation inside Lightning; torch's warning about more workers than cores, which
-becomes one line of ours) are calmed at their source; everything else stays visible. See
-docs/timing.md#where-the-figures-go.
+becomes one line of ours) are calmed at their source, known by their text as :mod:`mnistperf.upstream` holds it;
+everything else stays visible. See docs/timing.md#where-the-figures-go.
 """
 
 from __future__ import annotations
@@ -18,16 +18,8 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from tqdm import tqdm
 
 from mnistperf.machine import describe_device, has_tf32_tensor_cores
+from mnistperf.upstream import CALMED_WARNINGS, DROPPED_LIGHTNING_INFO, LIGHTNING_RANK_ZERO_LOGGERS
 
-# (category, message regex) of warnings that are not the user's to act on, or that the lab answers itself.
-CALMED_WARNINGS = (
-    (UserWarning, r"This DataLoader will create \d+ worker processes in total"),
-    (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval"),
-    (Warning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
-)
-LIGHTNING_RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
-# Fragments of Lightning's rank-zero messages that are dropped: its tips, and its Tensor Cores hint.
-DROPPED_LIGHTNING_INFO = ("Tip:", "that has Tensor Cores. To properly utilize them")
 FP32_PRECISIONS = ("32-true", "32")
 
 
@@ -37,7 +29,7 @@ class _NoTips(logging.Filter):
 
 
 def calm_library_noise() -> None:
-    """Install the filters above (idempotent)."""
+    """Ignore the library warnings and drop the Lightning messages named in :mod:`mnistperf.upstream` (idempotent)."""
     for category, message in CALMED_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
     for name in LIGHTNING_RANK_ZERO_LOGGERS:

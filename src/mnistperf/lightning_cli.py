@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import inspect
 import os
-import re
 import sys
 import textwrap
 import warnings
@@ -37,7 +36,20 @@ from mnistperf.errors import DEBUG_ENV, ConfigError
 from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
-from mnistperf.upstream import KeepRunHyperparameters, long_options, subcommand_parser
+from mnistperf.upstream import (
+    CHECKPOINT_FOLDER_CHANGED,
+    CLI_ARGS_BESIDE_ARGV,
+    MISSING_CONFIG,
+    SUBCOMMAND,
+    SUBTYPE,
+    UNKNOWN_KEY,
+    WRONG_TYPE,
+    WRONG_UNION,
+    KeepRunHyperparameters,
+    long_options,
+    parser_message,
+    subcommand_parser,
+)
 
 
 class OneLineErrorParser(LightningArgumentParser):
@@ -56,7 +68,7 @@ class OneLineErrorParser(LightningArgumentParser):
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
         if os.environ.get(DEBUG_ENV):
             super().error(message, ex)
-        text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+        text = parser_message(message)
         command = self._command(text)
         text = explain_parser_error(text, option_names(self._command_parser(command)))
         help_command = " ".join(["python -m mnistperf", *([command] if command else []), "--help"])
@@ -65,18 +77,13 @@ class OneLineErrorParser(LightningArgumentParser):
 
     def _command(self, text: str) -> str | None:
         """The subcommand the error is about: named in the message (a config key), else this parser's own."""
-        named = _SUBCOMMAND.search(text)
+        named = SUBCOMMAND.search(text)
         command = named.group(1) if named else self.prog.split()[-1]
         return command if command in ("fit", *EVAL_COMMANDS) else None
 
     def _command_parser(self, command: str | None) -> LightningArgumentParser:
         """The parser holding the subcommand's options: this one, or the subcommand's below the root."""
         return self if command is None else subcommand_parser(self, command)
-
-
-_SUBCOMMAND = re.compile(r"Subcommand '(\w+)'")
-_UNKNOWN_KEY = re.compile(r"does not accept options? '([^']+)'")
-_MISSING_CONFIG = re.compile(r"Parser key \"config\": File does not exist: '?([^']+)'?")
 
 
 def option_names(parser) -> set[str]:
@@ -87,20 +94,15 @@ def option_names(parser) -> set[str]:
 
 def explain_parser_error(text: str, options: set[str]) -> str:
     """The parser's message, with the option meant, the configs that exist, or what a value should be."""
-    missing = _MISSING_CONFIG.search(text)
+    missing = MISSING_CONFIG.search(text)
     if missing:
         return missing_config(Path(missing.group(1)))
-    unknown = _UNKNOWN_KEY.search(text)
+    unknown = UNKNOWN_KEY.search(text)
     if unknown:
         return text + did_you_mean(unknown.group(1), options)
     return wrong_type(text) or with_options_meant(text, options)
 
 
-_WRONG_TYPE = re.compile(r'^Parser key "([^"]+)": Expected a (.+?)\. Got value: (.*)$')
-_WRONG_UNION = re.compile(
-    r'^Parser key "([^"]+)": Does not validate .*? Subtypes: \[(.*?)\] Errors: .* Given value: (.*)$'
-)
-_SUBTYPE = re.compile(r"<class '(\w+)'>|typing\.Literal\[([^\]]*)\]|([^,\s][^,]*)")
 _TYPE_WORDS = {"int": ["a whole number"], "float": ["a number"], "bool": ["true", "false"], "NoneType": ["null"]}
 
 
@@ -109,13 +111,13 @@ def wrong_type(text: str) -> str | None:
 
     None too where a type has no plain words (a class path, a path type): the parser's message stays.
     """
-    match = _WRONG_TYPE.match(text) or _WRONG_UNION.match(text)
+    match = WRONG_TYPE.match(text) or WRONG_UNION.match(text)
     if not match:
         return None
     key, subtypes, value = match.groups()
     words: list[str] = []
     literals: list[str] = []
-    for subtype in _SUBTYPE.finditer(subtypes):
+    for subtype in SUBTYPE.finditer(subtypes):
         name, choices, other = subtype.groups()
         if other or (name and name not in _TYPE_WORDS):
             return None
@@ -298,7 +300,7 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         if subcommand in EVAL_COMMANDS:
             # Evaluating restores the checkpoint callback's state too, and Lightning warns that the new run's
             # folder differs from the training run's: true, and nothing to act on when only evaluating.
-            warnings.filterwarnings("ignore", message="The dirpath has changed from")
+            warnings.filterwarnings("ignore", message=CHECKPOINT_FOLDER_CHANGED)
             if config.get("ckpt_path") is None:
                 config.ckpt_path = str(newest_checkpoint(subcommand, config))
 
@@ -367,7 +369,7 @@ def parse_fit_config(args: Sequence[str], announce: str | None = None) -> Mnistp
         announce: the command named on the device line it prints first (none when not given).
     """
     with warnings.catch_warnings():  # LightningCLI warns that args were given beside the process's own argv
-        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        warnings.filterwarnings("ignore", message=CLI_ARGS_BESIDE_ARGV)
         return MnistperfCLI(args=list(args), run=False, announce=announce)
 
 

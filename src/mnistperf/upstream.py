@@ -1,6 +1,7 @@
-"""Every private part of Lightning, litdata and torch that mnistperf relies on, and nowhere else.
+"""Every private part of Lightning, litdata, torch and the parsers that mnistperf relies on, and nowhere else.
 
-Each is one small definition here, with why it is needed and the public API that would replace it.
+That includes the libraries' messages it reads or calms by their text. Each is one small definition here, with why
+it is needed and the public API that would replace it.
 ``tests/test_upstream.py`` checks each against the installed version, so that a release that changes
 one fails there, naming the release, rather than somewhere far from here.
 """
@@ -8,6 +9,7 @@ one fails there, naming the release, rather than somewhere far from here.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -93,6 +95,66 @@ def subcommand_parser(parser: Any, name: str) -> Any:
     """
     subcommands = getattr(parser, "_subcommands_action", None)
     return parser if subcommands is None else subcommands._name_parser_map.get(name, parser)
+
+
+# ---------------------------------------------------------------- argparse and jsonargparse: their messages
+# Why: a wrong option or value is answered in one line with the option meant and the value's type in words, read
+# from the parser's message; neither parser hands out what it rejected any other way. Public replacement: a parser
+# error carrying the option, the value and the types expected. Written against jsonargparse 4.53.0 and Python
+# 3.11's argparse.
+
+
+def parser_message(message: object) -> str:
+    """A parser's message on one line (jsonargparse gives a union's subtypes and their errors a line each)."""
+    return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+
+
+#: argparse's and jsonargparse's ``unrecognized arguments: --epoch 2``: the words given
+UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)$")
+#: argparse's ``invalid choice: 'x' (choose from 'a', 'b')``: the value and the choices (quoted or not, as Python
+#: 3.12.8 and later write them)
+INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]+)'? \(choose from (.*)\)")
+#: jsonargparse's ``Subcommand 'fit' does not accept option 'data.x'``, for a config file's unknown key: the subcommand
+SUBCOMMAND = re.compile(r"Subcommand '(\w+)'")
+#: the key a config file or group does not accept
+UNKNOWN_KEY = re.compile(r"does not accept options? '([^']+)'")
+#: ``Parser key "config": File does not exist: '/abs/path.yaml'``: the config file given
+MISSING_CONFIG = re.compile(r"Parser key \"config\": File does not exist: '?([^']+)'?")
+#: ``Parser key "data.batch_size": Expected a <class 'int'>. Got value: abc``: the key, the type and the value
+WRONG_TYPE = re.compile(r'^Parser key "([^"]+)": Expected a (.+?)\. Got value: (.*)$')
+#: a value that none of a union's types takes: the key, the list of subtypes and the value
+WRONG_UNION = re.compile(
+    r'^Parser key "([^"]+)": Does not validate .*? Subtypes: \[(.*?)\] Errors: .* Given value: (.*)$'
+)
+#: one type of such a list: a class (``<class 'int'>``), a Literal's choices, or anything else
+SUBTYPE = re.compile(r"<class '(\w+)'>|typing\.Literal\[([^\]]*)\]|([^,\s][^,]*)")
+
+
+# ---------------------------------------------------------------- torch and Lightning: messages calmed by their text
+# Why: messages that are true but not the user's to act on, or that the lab answers in its own line, are known only
+# by their text: neither library gives them a category or a switch of their own. Public replacement: a category per
+# message, or a switch. Each names the release it was written against.
+
+#: (category, message regex) of warnings ignored
+CALMED_WARNINGS = (
+    # torch 2.13's DataLoader with more workers than usable cores: the DataModule says so in one line of its own
+    (UserWarning, r"This DataLoader will create \d+ worker processes in total"),
+    # Lightning 2.6.6's fit loop, on an epoch shorter than log_every_n_steps: the lab logs once an epoch
+    (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval"),
+    # torch 2.13 deprecating the LeafSpec that Lightning 2.6.6's CombinedLoader still makes
+    (Warning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+)
+#: the loggers Lightning 2.6.6's rank-zero messages go to
+LIGHTNING_RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+#: fragments of Lightning 2.6.6's rank-zero messages that are dropped: its tips, and its Tensor Cores hint (the
+#: device line names the float32 matmul option itself)
+DROPPED_LIGHTNING_INFO = ("Tip:", "that has Tensor Cores. To properly utilize them")
+#: Lightning 2.6.6's ModelCheckpoint, given a training run's state in another folder (an evaluation's): the start of
+#: its warning
+CHECKPOINT_FOLDER_CHANGED = "The dirpath has changed from"
+#: Lightning 2.6.6's LightningCLI, given ``args`` in a process with command-line arguments of its own: the start of its
+#: warning
+CLI_ARGS_BESIDE_ARGV = "LightningCLI's args parameter"
 
 
 # ---------------------------------------------------------------- litdata

@@ -159,6 +159,18 @@ def test_a_value_of_the_wrong_type_is_named_in_the_users_words(workdir, capsys, 
     assert "<class" not in err and "Parser key" not in err and "Union" not in err
 
 
+@pytest.mark.parametrize(
+    "hints, expected",
+    [
+        ("mnistperf.lab_hints.LAB_HINT", "has no attribute 'LAB_HINT'); give package.module.NAME."),
+        ("mnistperf.lab_hints.annotations", "is a _Feature, not a mapping of verdicts to hints"),
+    ],
+)
+def test_hints_named_by_a_path_that_holds_none_are_one_line(workdir, capsys, hints, expected):
+    err = fails_in_one_line(capsys, fit_args("--trainer.callbacks.init_args.hints", hints), expected)
+    assert err.startswith(f"mnistperf: error: EpochTimer's hints {hints!r}"), err
+
+
 def test_a_value_of_the_wrong_type_in_a_config_file_is_named_the_same_way(workdir, capsys):
     config = (CONFIGS / "v1_workers4.yaml").read_text()
     (workdir / "mine.yaml").write_text(re.sub(r"num_workers: \d+", "num_workers: four", config))

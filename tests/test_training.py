@@ -10,9 +10,15 @@ import pytest
 import torch
 import yaml
 from conftest import CONFIGS, NO_WORKERS, TRAIN_ROWS, run_stage, stage_params
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.demos.boring_classes import BoringModel
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.advice import USER_HINTS, advice
 from mnistperf.errors import ConfigError
+from mnistperf.lab_hints import LAB_HINTS
+from mnistperf.lightning_cli import parse_fit_config
 from mnistperf.model import ImageClassifier, SimpleCNN
 
 LADDER = ["v1_naive", "v1_bs512", "v1_workers4", "v1_persistent", "v1_pinned", "v2_pinned"]
@@ -106,6 +112,28 @@ def test_the_ladder_configs_differ_only_in_their_stage_setting():
     first = settings(LADDER[0])
     assert first["seed_everything"] == 42 and first["trainer"]["max_epochs"] == 5
     assert (first["data"]["dataset"], first["data"]["val_source"]) == ("fashion_mnist", "test")
+
+
+INPUT_BOUND = {"verdict": "input-bound", "avg_train_s": 1.0, "input_wait_share": 0.6}
+
+
+def hints_given(trainer) -> list[str]:
+    """What the trainer's EpochTimer would suggest for an input-bound run."""
+    (timer,) = [callback for callback in trainer.callbacks if isinstance(callback, EpochTimer)]
+    return advice(INPUT_BOUND, timer.hints)["hints"]
+
+
+@pytest.mark.parametrize("config", stage_params())
+def test_every_stage_configs_timer_advises_in_the_labs_terms(config):
+    assert hints_given(parse_fit_config(("--config", str(CONFIGS / config))).trainer) == LAB_HINTS["input-bound"]
+
+
+def test_a_timer_whose_config_names_no_hints_advises_in_anyones_terms():
+    """Nothing is added to a callback once it is built: without hints of its own a timer keeps the general ones."""
+    lab = parse_fit_config(("--config", str(CONFIGS / "v2_pinned.yaml"), "--trainer.callbacks.init_args.hints", "null"))
+    timer = {"class_path": "mnistperf.diagnosis.EpochTimer"}
+    foreign = LightningCLI(BoringModel, run=False, args={"trainer": {"callbacks": [timer], "logger": False}})
+    assert hints_given(lab.trainer) == hints_given(foreign.trainer) == USER_HINTS["input-bound"]
 
 
 def test_runs_land_side_by_side_and_tensorboard_reads_them_back(workdir):

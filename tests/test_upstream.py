@@ -155,6 +155,23 @@ def test_the_parsers_list_their_options_and_hand_out_a_subcommands_parser():
     assert "data.batch_size" in upstream.long_options(upstream.subcommand_parser(root, "fit"))
 
 
+class Refused(Exception):
+    pass
+
+
+class Refusing(Callback):
+    def __init__(self):
+        raise Refused("no")
+
+
+def test_jsonargparse_raises_a_callbacks_own_error_inside_its_own():
+    callbacks = [{"class_path": f"{__name__}.Refusing"}]
+    with pytest.raises(ValueError) as error:
+        LightningCLI(BoringModel, run=False, args={"trainer": {"callbacks": callbacks, "logger": False}})
+    assert isinstance(upstream.raised_inside(error.value, Refused), Refused), f"{JSONARGPARSE} lost the error"
+    assert upstream.raised_inside(error.value, KeyError) is None
+
+
 # ---------------------------------------------------------------- the parsers' messages, as the CLI reads them
 def jsonargparse_says(tmp_path, *args: str) -> str:
     """jsonargparse's message for ``fit ARGS`` against options typed as the lab's are, on one line."""

@@ -1,8 +1,8 @@
 """The advice in the lab's own terms: its stage configs and options, for the diagnosis of its own runs.
 
 What the diagnosis suggests to anyone (:data:`~mnistperf.diagnosis.advice.USER_HINTS`), named as the lab's
-configs name it, with the stage that demonstrates each; every command that runs a stage config hands these to
-its EpochTimer (:class:`~mnistperf.lightning_cli.MnistperfCLI`), and the bench's reference rows to their clock.
+configs name it, with the stage that demonstrates each. Every stage config names these for its EpochTimer
+(``hints: mnistperf.lab_hints.LAB_HINTS``), and the bench's reference rows hand them to their clock.
 """
 
 from __future__ import annotations

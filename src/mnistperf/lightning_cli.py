@@ -31,9 +31,7 @@ from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.data.pipelines import registry
 from mnistperf.data.pipelines.base import is_uri
-from mnistperf.diagnosis import EpochTimer
-from mnistperf.errors import DEBUG_ENV, ConfigError
-from mnistperf.lab_hints import LAB_HINTS
+from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
 from mnistperf.upstream import (
@@ -48,6 +46,7 @@ from mnistperf.upstream import (
     KeepRunHyperparameters,
     long_options,
     parser_message,
+    raised_inside,
     subcommand_parser,
 )
 
@@ -252,11 +251,14 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         )
 
     def instantiate_classes(self) -> None:
-        """Build the model, data and trainer; a stage's EpochTimer speaks the lab's terms (its stages and options)."""
-        super().instantiate_classes()
-        for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
-            if isinstance(callback, EpochTimer) and callback.hints is None:
-                callback.hints = LAB_HINTS
+        """Build the model, data and trainer; a mistake of the user's in a callback's arguments stays one line."""
+        try:
+            super().instantiate_classes()
+        except ValueError as error:
+            ours = raised_inside(error, MnistperfError)
+            if ours is None:
+                raise
+            raise ours from None
 
     def before_fit(self) -> None:
         """Refuse a fit that would train nothing, or group batches without the whole-step module."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -95,6 +95,22 @@ def subcommand_parser(parser: Any, name: str) -> Any:
     """
     subcommands = getattr(parser, "_subcommands_action", None)
     return parser if subcommands is None else subcommands._name_parser_map.get(name, parser)
+
+
+Raised = TypeVar("Raised", bound=BaseException)
+
+
+def raised_inside(error: BaseException, kind: type[Raised]) -> Raised | None:
+    """The error of ``kind`` that ``error`` was raised from, if any: one raised while jsonargparse built a class.
+
+    Why: jsonargparse reports an error raised in a callback's ``__init__`` as a ValueError of its own, listing every
+    type of the ``trainer.callbacks`` union it tried, raised from the first type's error. Public replacement:
+    jsonargparse letting a class's own error through. Written against jsonargparse 4.53.0.
+    """
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, kind):
+        cause = cause.__cause__
+    return cause
 
 
 # ---------------------------------------------------------------- argparse and jsonargparse: their messages

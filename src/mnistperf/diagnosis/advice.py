@@ -3,17 +3,20 @@
 The ceiling is arithmetic on what was measured, never a promise: an input-bound epoch cannot get
 shorter than by the time the host waited for data, and an overhead-bound step cannot get faster
 than by the share of time the GPU sat idle. The hints name what anyone can change in their own code
-(:data:`USER_HINTS`); a project with its own names for those changes passes its own hints instead.
+(:data:`USER_HINTS`); a project with its own names for those changes passes its own hints instead, or names
+them by their import path in a YAML config.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from mnistperf.diagnosis.busy_window import CROWDED
+from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
 # For each verdict (on a CPU, the CPU's own two), what usually removes the bound, in every project's terms.
@@ -49,6 +52,24 @@ USER_HINTS: dict[str, list[str]] = {
         "torch.compile, which fuses the step's many small operations",
     ],
 }
+
+
+def imported_hints(hints: Hints | str | None) -> Hints | None:
+    """Hints as given, or those an import path names (``package.module.HINTS``, as a YAML config can give them)."""
+    if not isinstance(hints, str):
+        return hints
+    module, _, name = hints.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ConfigError(
+            f"EpochTimer's hints {hints!r}: nothing to import there ({error}); give package.module.NAME."
+        ) from None
+    if not isinstance(found, Mapping):
+        raise ConfigError(
+            f"EpochTimer's hints {hints!r} is a {type(found).__name__}, not a mapping of verdicts to hints."
+        )
+    return found
 
 
 # What an overhead-bound step could gain, from the device's measured busy share.

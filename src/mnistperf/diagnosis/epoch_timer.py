@@ -53,6 +53,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.console import say
+from mnistperf.diagnosis.advice import imported_hints
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.batches import Loaders, leading_lengths
 from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
@@ -166,8 +167,9 @@ class EpochTimer(Callback):
         summary_file: name of the JSON summary written into the run's log folder.
         busy_window_steps: training steps of the first steady epoch whose device work is profiled for the
             busy share (0 turns the profiling off; on a CPU at most six).
-        hints: what the advice at the end suggests per verdict, in the project's own terms; by default what
-            anyone can change in their own code (:data:`~mnistperf.diagnosis.advice.USER_HINTS`).
+        hints: what the advice at the end suggests per verdict, in the project's own terms, or the import path
+            of such a dict (``mypackage.hints.HINTS``, as a YAML config names it); by default what anyone can
+            change in their own code (:data:`~mnistperf.diagnosis.advice.USER_HINTS`).
         trace_limit: the most recorded operations the window's trace is written with (a few MB); None writes
             it whatever its size.
         window_share: on a CPU, the most of the fit's training steps left the profiled window may cost (one
@@ -180,13 +182,13 @@ class EpochTimer(Callback):
         input_bound_share: float = INPUT_BOUND_SHARE,
         summary_file: str = SUMMARY_FILE,
         busy_window_steps: int = WINDOW_STEPS,
-        hints: dict[str, list[str]] | None = None,
+        hints: dict[str, list[str]] | str | None = None,
         trace_limit: int | None = TRACE_LIMIT,
         window_share: float | None = WINDOW_FIT_SHARE,
     ):
         self.input_bound_share = input_bound_share
         self.window_share = window_share
-        self.hints = hints
+        self.hints = imported_hints(hints)
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
         self.trace_limit = trace_limit

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
+import inspect
 
 import pyarrow as pa
 import pytest
@@ -11,6 +13,7 @@ from conftest import TEST_ROWS, TRAIN_ROWS, random_split, write_parquet
 
 from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.data.options import LoaderOptions
 from mnistperf.data.pipelines.resident import ResidentBatches
 from mnistperf.data.pipelines.v1 import PandasRowDataset
 from mnistperf.data.pipelines.v2 import TensorDataset
@@ -181,6 +184,17 @@ def test_predict_accepts_a_file_without_labels(tmp_path):
         dm.setup("predict")
         batch = next(iter(dm.predict_dataloader()))
         assert batch["label"].tolist() == [-1] * 4
+
+
+def test_the_datamodule_takes_the_loader_options_one_by_one_as_lightningcli_reads_them():
+    """The signature LightningCLI reads and the record the rest reads from name the same options, typed and
+    defaulted alike, and the DataModule's docstring says what each means."""
+    (_, *taken) = inspect.signature(MNISTDataModule.__init__).parameters.values()
+    assert [(p.name, p.annotation, p.default) for p in taken] == [
+        (option.name, option.type, option.default) for option in dataclasses.fields(LoaderOptions)
+    ]
+    assert all(f"\n        {p.name}: " in MNISTDataModule.__doc__ for p in taken)
+    assert MNISTDataModule(batch_size=8).options == LoaderOptions(batch_size=8)
 
 
 def test_loader_settings_reach_the_dataloader(tiny_data):

@@ -29,6 +29,7 @@ from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
+from mnistperf.data.options import fit_help_lines
 from mnistperf.data.pipelines import registry
 from mnistperf.data.pipelines.base import is_uri
 from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
@@ -161,14 +162,8 @@ def native_bf16(accelerator) -> bool:
     return wants_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-FIT_OPTIONS = """\
-  --data.batch_size N               samples per step
-  --data.num_workers N              loader worker processes (0: load in the main process)
-  --data.persistent_workers BOOL    keep workers alive between epochs
-  --data.pin_memory BOOL            page-locked batches for faster copies to a GPU
-  --data.pipeline NAME              the input pipeline, one of those listed below
-  --data.dataset NAME               fashion_mnist (default), mnist, synthetic or your own folder
-  --data.source_root DIR            offline: the folder holding mnist/ and fashion-mnist/ .gz files
+# fit --help's lines for the trainer's options a user of this lab changes, after the DataModule's (fit_help_lines).
+TRAINER_OPTIONS = """\
   --trainer.max_epochs N            epochs to train
   --trainer.accelerator cpu|cuda    where to train (auto: CUDA when present)
   --ckpt_path last                  resume the newest run of this config
@@ -196,8 +191,9 @@ def fit_description() -> str:
         initial_indent="  --config configs/STAGE.yaml       ",
         subsequent_indent=" " * 36,
     )
+    options = "\n".join([stages, *fit_help_lines(), TRAINER_OPTIONS])
     return (
-        f"Train one stage of the ladder. The options a user of this lab changes:\n\n{stages}\n{FIT_OPTIONS}\n"
+        f"Train one stage of the ladder. The options a user of this lab changes:\n\n{options}\n"
         "Input pipelines (--data.pipeline):\n" + "\n".join(registry.help_lines()) + "\n\n"
         "Every other option of Lightning's Trainer, the model and the data module follows.\n"
     )
@@ -265,7 +261,7 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         for name in ("limit_train_batches", "max_epochs", "max_steps"):
             if getattr(self.trainer, name) == 0:
                 raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
-        group = self.datamodule.hparams.batches_per_step
+        group = self.datamodule.options.batches_per_step
         if group > 1 and not self.model.hparams.cuda_graph:
             raise ConfigError(
                 f"data.batches_per_step {group} needs model.cuda_graph true: only the whole-step "

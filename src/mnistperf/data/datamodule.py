@@ -6,31 +6,30 @@ missing; ``setup`` and the ``*_dataloader`` hooks hand them to the pipeline that
 
 The ladder's stages differ only in this module's options: which dataset class (``pipeline``)
 and how the DataLoader is set up. ``prepare_data`` converts the raw files once (rank 0 only);
-``setup`` only loads and checks, in the main process, so bad files fail early and clearly.
+``setup`` only loads and checks, in the main process, so bad files fail early and clearly. The options are taken
+one by one, as LightningCLI reads them, and kept as one checked :class:`~mnistperf.data.options.LoaderOptions`, which
+the pipeline gets.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import lightning as L
 import pyarrow as pa
 import torch
-from lightning.fabric.utilities.data import AttributeDict
 from lightning.pytorch.utilities import rank_zero_info
 
 from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
+from mnistperf.data.options import LoaderOptions
 from mnistperf.data.pipelines.base import Placement, is_uri, pins_memory
 from mnistperf.data.pipelines.registry import PIPELINES
-from mnistperf.errors import ConfigError, PreparedFileError
+from mnistperf.errors import PreparedFileError
 from mnistperf.machine import usable_cpus
-
-_FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 class MNISTDataModule(L.LightningDataModule):
@@ -82,20 +81,9 @@ class MNISTDataModule(L.LightningDataModule):
         batches_per_step: int = 1,
     ):
         super().__init__()
-        _check_options(
-            dataset,
-            data_dir,
-            pipeline,
-            batch_size,
-            num_workers,
-            persistent_workers,
-            prefetch_factor,
-            val_source,
-            stream_buffer_rows,
-            batches_per_step,
-        )
         self.save_hyperparameters()
-        self.pipeline = PIPELINES[pipeline](self.hparams)
+        self.options = LoaderOptions.of(self.hparams)
+        self.pipeline = PIPELINES[self.options.pipeline](self.options)
         self.pipeline.check()
         self.data_dir = data_dir.rstrip("/") if is_uri(data_dir) else Path(data_dir)
         self.datasets: dict[str, object] = {}
@@ -110,38 +98,38 @@ class MNISTDataModule(L.LightningDataModule):
 
         Lightning runs this on one process.
         """
-        hp = cast(AttributeDict, self.hparams)
+        o = self.options
         if is_uri(self.data_dir):  # remote data is prepared where it was made, then uploaded
             return
-        missing = [s for s in prepare.SPLITS if not prepare.split_path(self.data_dir, hp.dataset, s).exists()]
-        if missing and hp.dataset in DATASETS:  # only the official datasets can be made here
+        missing = [s for s in prepare.SPLITS if not prepare.split_path(self.data_dir, o.dataset, s).exists()]
+        if missing and o.dataset in DATASETS:  # only the official datasets can be made here
             prepare.prepare_dataset(
-                hp.dataset, self.data_dir, source_root=hp.source_root, source_option="--data.source_root"
+                o.dataset, self.data_dir, source_root=o.source_root, source_option="--data.source_root"
             )
         for split in prepare.SPLITS:
-            path = prepare.split_path(self.data_dir, hp.dataset, split)
+            path = prepare.split_path(self.data_dir, o.dataset, split)
             if path.exists():
                 with self._exact_fix():
                     self.pipeline.prepare(path)
 
     def setup(self, stage: str) -> None:
         """Load and check the splits this stage needs; nothing is converted or downloaded here."""
-        hp = cast(AttributeDict, self.hparams)
-        if self.pipeline.uses_workers and hp.num_workers > usable_cpus() and not self._workers_noted:
+        o = self.options
+        if self.pipeline.uses_workers and o.num_workers > usable_cpus() and not self._workers_noted:
             self._workers_noted = True  # one line of ours instead of torch's warning per loader
             rank_zero_info(
-                f"mnistperf: data.num_workers {hp.num_workers} on {usable_cpus()} usable CPUs: the workers "
+                f"mnistperf: data.num_workers {o.num_workers} on {usable_cpus()} usable CPUs: the workers "
                 "share them (as the published stage does on a small machine); `mnistperf tune` measures "
                 "the best count here."
             )
         if stage in ("fit", "validate"):
-            if hp.val_source == "test":
+            if o.val_source == "test":
                 if stage == "fit":
                     self.datasets["train"] = self._load("train", require_labels=True)
                 self.datasets["val"] = self._load("test", require_labels=True)
             else:
                 self.datasets["train"], self.datasets["val"] = self.pipeline.split_off(
-                    self._load("train", require_labels=True), float(hp.val_source)
+                    self._load("train", require_labels=True), float(o.val_source)
                 )
         elif stage == "test":
             self.datasets["test"] = self._load("test", require_labels=True)
@@ -152,7 +140,7 @@ class MNISTDataModule(L.LightningDataModule):
         pa.default_memory_pool().release_unused()
 
     def _load(self, split: str, require_labels: bool) -> Any:
-        dataset = cast(AttributeDict, self.hparams).dataset
+        dataset = self.options.dataset
         path: Path | str
         if is_uri(self.data_dir):
             path = f"{self.data_dir}/{prepare.split_path('', dataset, split).as_posix()}"
@@ -165,13 +153,13 @@ class MNISTDataModule(L.LightningDataModule):
     @contextmanager
     def _exact_fix(self) -> Iterator[None]:
         """A damaged or malformed prepared file names the command that re-creates this dataset in this folder."""
-        hp = cast(AttributeDict, self.hparams)
+        o = self.options
         try:
             yield
         except PreparedFileError as exc:
             if is_uri(self.data_dir):
                 raise
-            raise exc.with_fix(prepare.recreate_command(hp.dataset, self.data_dir, hp.source_root)) from exc
+            raise exc.with_fix(prepare.recreate_command(o.dataset, self.data_dir, o.source_root)) from exc
 
     # ----------------------------------------------------------------- loaders
     def train_dataloader(self) -> Iterable[dict[str, torch.Tensor]]:
@@ -210,74 +198,8 @@ class MNISTDataModule(L.LightningDataModule):
     @property
     def pins_memory(self) -> bool:
         """pin_memory as it applies: only when batches go to a CUDA device."""
-        return self.pipeline.uses_workers and pins_memory(cast(AttributeDict, self.hparams).pin_memory, self._device())
+        return self.pipeline.uses_workers and pins_memory(self.options.pin_memory, self._device())
 
     def loader_settings(self) -> dict:
         """The options that describe this pipeline, for timing summaries and reports."""
-        keys = (
-            "dataset",
-            "pipeline",
-            "batch_size",
-            "num_workers",
-            "persistent_workers",
-            "pin_memory",
-            "prefetch_factor",
-            "shuffle",
-            "drop_last",
-            "val_source",
-            "batches_per_step",
-        )
-        return {**{k: self.hparams[k] for k in keys}, "pin_memory_applied": self.pins_memory}
-
-
-def _check_options(
-    dataset,
-    data_dir,
-    pipeline,
-    batch_size,
-    num_workers,
-    persistent_workers,
-    prefetch_factor,
-    val_source,
-    stream_buffer_rows,
-    batches_per_step,
-) -> None:
-    """Reject option values that cannot work, naming the option and the fix."""
-    if not is_uri(data_dir) and Path(data_dir).exists() and not Path(data_dir).is_dir():
-        raise ConfigError(
-            f"data.data_dir {data_dir} is a file; give the folder that holds the datasets (data/ by default)."
-        )
-    if not _FOLDER_NAME.match(str(dataset)):
-        names = ", ".join([*DATASETS, "synthetic"])
-        raise ConfigError(
-            f"data.dataset {dataset!r} is neither a built-in dataset ({names}) nor a folder name "
-            "of your own (letters, digits, '_', '-', '.'); use the folder's name under data_dir."
-        )
-    if pipeline not in PIPELINES:
-        raise ConfigError(f"data.pipeline: unknown pipeline {pipeline!r}; choose one of {', '.join(PIPELINES)}.")
-    if batch_size < 1:
-        raise ConfigError(f"data.batch_size must be at least 1 (got {batch_size}).")
-    if num_workers < 0:
-        raise ConfigError(
-            f"data.num_workers cannot be negative (got {num_workers}); use 0 to load in the main process."
-        )
-    if persistent_workers and num_workers == 0:
-        raise ConfigError(
-            "data.persistent_workers needs worker processes: set data.num_workers above 0 or persistent_workers false."
-        )
-    if prefetch_factor is not None and num_workers == 0:
-        raise ConfigError(
-            "data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null."
-        )
-    if val_source != "test" and not (isinstance(val_source, (int, float)) and 0 < float(val_source) < 1):
-        raise ConfigError(f"data.val_source must be 'test' or a fraction between 0 and 1 (got {val_source!r}).")
-    if batches_per_step < 1:
-        raise ConfigError(
-            f"data.batches_per_step must be at least 1 (got {batches_per_step}): it is how many "
-            "training batches one Lightning step runs."
-        )
-    if stream_buffer_rows < 1:
-        raise ConfigError(
-            f"data.stream_buffer_rows must be at least 1 (got {stream_buffer_rows}): it is how many rows "
-            "the stream pipeline holds for shuffling."
-        )
+        return {**self.options.described(), "pin_memory_applied": self.pins_memory}

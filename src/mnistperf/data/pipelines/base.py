@@ -5,7 +5,7 @@ its own module; the DataModule looks the class up by name in :mod:`.registry` an
 on the name, and neither does anything else: what differs between pipelines is a class attribute here.
 What they all share lives here too: the batch format (:func:`normalize`), the seeded validation split, the
 training order of every epoch (:func:`epoch_order`), and the rule for pinning. A pipeline gets the
-DataModule's options once, and at setup/loader time the
+DataModule's options once (:class:`~mnistperf.data.options.LoaderOptions`), and at setup/loader time the
 :class:`Placement` (training device, rank, world size) that only the trainer knows.
 """
 
@@ -14,12 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import RandomSampler
 
 from mnistperf.errors import ConfigError
+
+if TYPE_CHECKING:  # the options import the registry of pipelines, which imports this module
+    from mnistperf.data.options import LoaderOptions
 
 
 @dataclass(frozen=True)
@@ -35,13 +38,13 @@ class Pipeline:
     """One way of turning a prepared Parquet split into training batches.
 
     Args:
-        options: the DataModule's options (``batch_size``, ``num_workers``, ``seed``, ...).
+        options: the DataModule's options, checked (``batch_size``, ``num_workers``, ``seed``, ...).
     """
 
     #: whether batches come through DataLoader worker processes (num_workers, pin_memory apply)
     uses_workers = True
 
-    def __init__(self, options: Any):
+    def __init__(self, options: LoaderOptions):
         self.options = options
 
     #: whether it can split a validation fraction off the training data (it holds the whole split)

@@ -45,6 +45,7 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.epoch_timer import TrainerAttributes
+from mnistperf.diagnosis.figures import WAITS
 from mnistperf.diagnosis.summary import INPUT_BOUND_SHARE, environment, write_summary
 from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
@@ -224,8 +225,7 @@ def run_bare(cli: MnistperfCLI) -> dict:
 
 # What the bare row's clock does not time (no waits), and so cannot conclude (no verdict): not measured, not 0.
 NOT_TIMED = {
-    "input_wait_share": None,
-    "host_wait_share": None,
+    **dict.fromkeys(WAITS),
     "verdict": "not measured",
     "verdict_reason": "the bare Lightning row times its epochs only, not the waits a verdict reads",
 }

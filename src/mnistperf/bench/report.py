@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 
 from mnistperf.atomic import atomic_write
 from mnistperf.bench import published
+from mnistperf.diagnosis.figures import AVG_EVAL_S, AVG_TRAIN_S, BUSY, INPUT_WAIT_SHARE, SAMPLES_PER_S
+from mnistperf.diagnosis.summary import COMPUTE_BOUND_BUSY
 from mnistperf.errors import ConfigError
 
 
@@ -48,7 +50,7 @@ class Row:
     @property
     def epoch_s(self) -> float | None:
         """Median steady-state seconds per epoch (train + test, epochs 2..N): what speed-ups compare."""
-        per_epoch = [s["avg_train_s"] + s["avg_eval_s"] for s in self.summaries]
+        per_epoch = [s[AVG_TRAIN_S.name] + s[AVG_EVAL_S.name] for s in self.summaries]
         return median(per_epoch) if per_epoch else None
 
     @property
@@ -71,7 +73,7 @@ class Row:
 
     def train_s(self) -> float:
         """Median train seconds per steady-state epoch, for a row known to have one."""
-        value = self.med("avg_train_s")
+        value = self.med(AVG_TRAIN_S.name)
         assert value is not None, f"{self.label} has no train time"
         return value
 
@@ -136,8 +138,10 @@ class Bench:
 
     def note(self, row: Row) -> str:
         """A row's error; for a reference row, the train time of each row of its stage over its own."""
-        same_stage = [r for r in self.rows if r.runner == "lightning" and r.stage == row.stage and r.med("avg_train_s")]
-        if row.runner not in ("plain", "bare") or not same_stage or not row.med("avg_train_s"):
+        same_stage = [
+            r for r in self.rows if r.runner == "lightning" and r.stage == row.stage and r.med(AVG_TRAIN_S.name)
+        ]
+        if row.runner not in ("plain", "bare") or not same_stage or not row.med(AVG_TRAIN_S.name):
             return row.error or ""
         ratios = [(r, r.train_s() / row.train_s()) for r in same_stage]
         what = "stage/plain" if row.runner == "plain" else "stage/bare Lightning"
@@ -204,14 +208,14 @@ COLUMNS = [
     Column("batches_per_step", None, lambda r, b: _data(r, "batches_per_step")),
     Column("train_samples_per_epoch", None, lambda r, b: r.samples_per_epoch),
     Column("repeats", None, lambda r, b: len(r.summaries)),
-    Column("train_s", "train s/epoch", lambda r, b: Spread.of(r.values("avg_train_s")), Spread.text),
-    Column("test_s", "test s/epoch", lambda r, b: Spread.of(r.values("avg_eval_s")), Spread.text),
+    Column("train_s", "train s/epoch", lambda r, b: Spread.of(r.values(AVG_TRAIN_S.name)), Spread.text),
+    Column("test_s", "test s/epoch", lambda r, b: Spread.of(r.values(AVG_EVAL_S.name)), Spread.text),
     Column("warmup_train_s", "warm-up train s", lambda r, b: r.warmup_s, _fmt),
     Column("total_s_median", "total s", lambda r, b: r.total_s, _fmt),
     Column("speedup_x", "speed-up", lambda r, b: b.speedup(r), _times),
-    Column("samples_per_s_median", "samples/s", lambda r, b: r.med("samples_per_s"), lambda v: _fmt(v, 0)),
-    Column("input_wait_pct", "input wait", lambda r, b: _share_pct(r, "input_wait_share"), _pct),
-    Column("gpu_busy_pct", "GPU busy", lambda r, b: _share_pct(r, "device_busy_share"), _pct),
+    Column("samples_per_s_median", "samples/s", lambda r, b: r.med(SAMPLES_PER_S.name), lambda v: _fmt(v, 0)),
+    Column("input_wait_pct", "input wait", lambda r, b: _share_pct(r, INPUT_WAIT_SHARE.name), _pct),
+    Column("gpu_busy_pct", "GPU busy", lambda r, b: _share_pct(r, BUSY["cuda"].name), _pct),
     Column("verdict", "verdict", lambda r, b: _verdicts(r), lambda v: v or "-"),
     Column("val_acc_median", "val acc", lambda r, b: r.med("final_val_acc"), lambda v: _fmt(v, 4)),
     Column(
@@ -261,10 +265,10 @@ def per_step(rows: list[Row]) -> list[dict[str, Any]]:
     """
     out = []
     for row in rows:
-        if row.runner != "lightning" or row.overrides or not row.med("avg_train_s"):
+        if row.runner != "lightning" or row.overrides or not row.med(AVG_TRAIN_S.name):
             continue
         plain, bare = (
-            next((r for r in rows if r.runner == kind and r.stage == row.stage and r.med("avg_train_s")), None)
+            next((r for r in rows if r.runner == kind and r.stage == row.stage and r.med(AVG_TRAIN_S.name)), None)
             for kind in ("plain", "bare")
         )
         if plain is None or bare is None or not row.samples_per_epoch:
@@ -324,6 +328,26 @@ def environment_of(rows: list[Row]) -> dict[str, Any]:
     return {}
 
 
+def thresholds(rows: list[Row]) -> list[str]:
+    """What the input wait and GPU busy columns mean, with the thresholds and window the runs themselves used."""
+    summaries = [summary for row in rows for summary in row.summaries]
+    shares = sorted({f"{s['input_bound_share']:.0%}" for s in summaries if s.get("input_bound_share") is not None})
+    windows = sorted(
+        {
+            f"steps {w['first_step']}-{w['last_step']} of epoch {w['epoch']}"
+            for s in summaries
+            if (w := s.get("busy_window") or {}).get("first_step") is not None and w.get("device") == "cuda"
+        }
+    )
+    where = f"profiled over training {', '.join(windows)}" if windows else "not profiled in these runs"
+    return [
+        f"- input wait: share of train time the host waited for the next batch (timed around the fetch); "
+        f">= {' or '.join(shares) or 'the run threshold'}: input-bound",
+        f"- GPU busy (CUDA): {BUSY['cuda'].meaning}, {where}; >= {COMPUTE_BOUND_BUSY:.0%}: compute-bound, "
+        "below: overhead-bound",
+    ]
+
+
 def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: bool = False) -> list[Path]:
     """Write results.md/.csv/.json (and chart.png when matplotlib is there); return what was written."""
     out.mkdir(parents=True, exist_ok=True)
@@ -347,10 +371,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         "- train s/epoch, test s/epoch, samples/s, input wait and verdict: steady-state epochs (2..N), medians "
         "over repeats; epoch 1 is shown apart as warm-up; total s covers every epoch",
         "- speed-up: steady-state seconds per epoch (train + test) of the first row over this row's",
-        "- input wait: share of train time the host waited for the next batch (timed around the fetch); "
-        ">= 50 %: input-bound",
-        "- GPU busy (CUDA): share of the time the GPU executed kernels or copies, profiled over 20 steps of the "
-        "warm-up epoch; >= 80 %: compute-bound, below: overhead-bound",
+        *thresholds(rows),
         "",
         markdown_table(rows),
         "",
@@ -409,7 +430,7 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
     import matplotlib.pyplot as plt
 
     bench = Bench(rows)
-    done = [r for r in rows if r.med("avg_train_s")]
+    done = [r for r in rows if r.med(AVG_TRAIN_S.name)]
     if not done:
         return None
     published_bars = [(i, r) for i, r in enumerate(done) if COLUMN["published_train_s"].value(r, bench) is not None]

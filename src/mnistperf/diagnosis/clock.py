@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ from mnistperf.diagnosis.busy_window import (
     export_trace,
     window_steps,
 )
+from mnistperf.diagnosis.figures import Gathered, Measures
 from mnistperf.diagnosis.phases import PHASES, StepPhases
 from mnistperf.diagnosis.summary import (
     BUSY_KEYS,
@@ -58,22 +58,6 @@ from mnistperf.diagnosis.summary import (
     epoch_row,
     ranks_apart,
 )
-
-# An epoch's figures before they become a row: what every process measured, with how they combine.
-GATHERED = (
-    ("train_s", "max"),
-    ("eval_s", "max"),
-    ("fetch_wait_s", "max"),
-    ("host_wait_s", "max"),
-    ("samples", "sum"),
-    ("busy_share", "mean"),
-    ("forward_s", "mean"),
-    ("backward_s", "mean"),
-    ("optimizer_s", "mean"),
-)
-# What every rank's own figures are kept of under DDP (``per_rank`` beside the combined figures).
-PER_RANK = ("train_s", "fetch_wait_s", "forward_s")
-Gather = Callable[[dict[str, float]], dict[str, Any]]
 
 
 def synchronize(device: torch.device) -> None:
@@ -322,8 +306,8 @@ class EpochClock:
         return path
 
     # ------------------------------------------------------------------ figures
-    def figures(self) -> dict[str, float]:
-        """This process's figures of the epoch so far (NaN where not measured).
+    def measures(self) -> Measures:
+        """This process's measures of the epoch so far (NaN where not measured).
 
         The phases' seconds are their shares of the sampled steps times the epoch's time inside steps.
         """
@@ -331,15 +315,18 @@ class EpochClock:
         shares = self.phases.shares() or {}
         train_s, fetch_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
-        return {
-            "train_s": train_s,
-            "eval_s": self._eval_s,
-            "fetch_wait_s": fetch_wait_s,
-            "host_wait_s": host_wait_s,
-            "samples": float("nan") if self._samples is None else float(self._samples),
-            "busy_share": float("nan") if busy is None else busy,
-            **{f"{phase}_s": shares.get(phase, math.nan) * in_steps for phase in PHASES},
-        }
+        forward_s, backward_s, optimizer_s = (shares.get(phase, math.nan) * in_steps for phase in PHASES)
+        return Measures(
+            train_s=train_s,
+            eval_s=self._eval_s,
+            fetch_wait_s=fetch_wait_s,
+            host_wait_s=host_wait_s,
+            samples=math.nan if self._samples is None else float(self._samples),
+            busy_share=math.nan if busy is None else busy,
+            forward_s=forward_s,
+            backward_s=backward_s,
+            optimizer_s=optimizer_s,
+        )
 
     def _without_window(self) -> tuple[float, float, float]:
         """Train time, input wait and host wait of the epoch, the profiled window's steps replaced by the others'.
@@ -358,34 +345,43 @@ class EpochClock:
         )
         return train, fetch, host
 
-    def epoch_end(self, metrics: dict[str, float] | None = None, gather: Gather | None = None) -> dict[str, Any]:
-        """End the epoch (synchronizes) and return its row.
+    def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
+        """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
+        return self.close_epoch(self.measure_epoch(), metrics)
 
-        The row holds its figures, every process's through ``gather`` (see :data:`GATHERED`), and its verdict;
-        ``metrics`` (validation figures) join it.
-        """
+    def measure_epoch(self) -> Measures:
+        """End the epoch's timing (synchronizes) and return this process's measures of it."""
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
-        merged = gather(self.figures()) if gather is not None else self.figures()
-        if self.busy_window is not None and not math.isnan(merged["busy_share"]):
-            self.busy_window["share"] = merged["busy_share"]  # every process's window, averaged
-        samples = None if math.isnan(merged["samples"]) else int(merged["samples"])
-        phases = {f"{p}_s": None if math.isnan(merged[f"{p}_s"]) else merged[f"{p}_s"] for p in PHASES}
+        return self.measures()
+
+    def close_epoch(self, gathered: Gathered | Measures, metrics: dict[str, float] | None = None) -> dict[str, Any]:
+        """The epoch's row from its measures, every process's where ``gathered`` (:func:`~.figures.gather`).
+
+        The row holds its figures, its verdict and ``metrics`` (validation figures).
+        """
+        if isinstance(gathered, Measures):
+            gathered = Gathered(gathered, [])
+        merged = gathered.measures
+        if self.busy_window is not None and not math.isnan(merged.busy_share):
+            self.busy_window["share"] = merged.busy_share  # every process's window, averaged
+        samples = None if math.isnan(merged.samples) else int(merged.samples)
+        phases = {f"{p}_s": getattr(merged, f"{p}_s") for p in PHASES}
+        phases = {key: None if math.isnan(value) else value for key, value in phases.items()}
         row = epoch_row(
             self._number,
-            merged["train_s"],
-            merged["eval_s"],
+            merged.train_s,
+            merged.eval_s,
             samples,
-            merged["fetch_wait_s"],
-            merged["host_wait_s"],
+            merged.fetch_wait_s,
+            merged.host_wait_s,
             self.busy_window,
             metrics or {},
             self.input_bound_share,
             phases,
         )
-        per_rank = merged.get("per_rank")
-        if isinstance(per_rank, dict):
-            row.update(ranks_apart(**per_rank))
+        if gathered.per_rank is not None:
+            row.update(ranks_apart(**gathered.per_rank))
         if self._window_cost is not None:
             seconds, _, _, steps = self._window_cost
             # What the window added to the epoch: its steps' seconds beyond what as many typical steps take.

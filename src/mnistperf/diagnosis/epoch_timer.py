@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -57,14 +57,13 @@ from mnistperf.diagnosis.advice import imported_hints
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.batches import Loaders, leading_lengths
 from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
-from mnistperf.diagnosis.clock import GATHERED, PER_RANK, EpochClock
+from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
+from mnistperf.diagnosis.figures import Measures, gather, scalars
 from mnistperf.diagnosis.guard import Problems
 from mnistperf.diagnosis.phases import sampled, unsampled
 from mnistperf.diagnosis.summary import (
-    BUSY_KEYS,
     INPUT_BOUND_SHARE,
-    SPLIT_KEYS,
     SUMMARY_FILE,
     environment,
     format_summary,
@@ -468,38 +467,23 @@ class EpochTimer(Callback):
         self._stop_sampling()  # the epoch ended inside a sample (a batch the module skipped)
         per_loader, self._loader_samples = self._loader_samples, [0.0] * len(self._loader_samples)
         trained, self._first_step, self._last_step = (self._first_step, self._last_step), None, None
-        gathered: dict[str, Any] | None = None
-
-        def gather(local: dict[str, float]) -> dict[str, Any]:
-            nonlocal gathered
-            gathered = self._gather(trainer, local, per_loader)
-            return gathered
-
-        try:
+        measures = Measures.unmeasured()
+        with self.problems.guard("measuring the epoch"):
             if self._fetch is not None:
                 self.clock.add_fetch_wait(self._fetch.reset())
-            row = self.clock.epoch_end(self._val_metrics, gather)
+            measures = self.clock.measure_epoch()
+        try:  # every rank takes part in the epoch's one collective, also one whose own measures failed
+            gathered = gather(measures, trainer.strategy, per_loader)
+            row = self.clock.close_epoch(gathered, self._val_metrics)
         except Exception as error:
             self.problems.note("closing the epoch's figures", error)
-            if gathered is None and trainer.world_size > 1:
-                self._gather(trainer, dict.fromkeys((k for k, _ in GATHERED), math.nan), [math.nan] * len(per_loader))
             return
         with self.problems.guard("counting the epoch's samples per loader and its split"):
-            self._add_counts(trainer, row, (gathered or {}).get("loader_samples", []), trained)
+            self._add_counts(trainer, row, gathered.loader_samples, trained)
         if trainer.is_global_zero:
-            keys = (
-                "train_s",
-                "eval_s",
-                "samples_per_s",
-                "input_wait_share",
-                "host_wait_share",
-                *BUSY_KEYS.values(),
-                *SPLIT_KEYS,
-            )
-            scalars = {f"timing/{k}": row[k] for k in keys if row.get(k) is not None}
             for logger in trainer.loggers:
                 with self.problems.guard(f"logging the epoch's figures to {type(logger).__name__}"):
-                    logger.log_metrics(scalars, step=trainer.global_step)
+                    logger.log_metrics(scalars(row), step=trainer.global_step)
             with self.problems.guard("printing the epoch's line"):
                 say(
                     trainer,
@@ -534,26 +518,6 @@ class EpochTimer(Callback):
         if trainer.progress_bar_callback is None or len(self.epochs) != 1:
             return ""
         return f" (the progress bar's Epoch {trainer.current_epoch})"
-
-    @staticmethod
-    def _gather(trainer: Trainer, local: dict[str, float], per_loader: Sequence[float] = ()) -> dict[str, Any]:
-        """Combine one epoch's figures over every rank (identity on one process), with each rank's own under DDP.
-
-        NaN (not measured) is skipped by the mean and poisons the sum. ``per_loader``: the rank's samples per training
-        loader, summed over the ranks into ``loader_samples`` (every rank sends as many).
-        """
-        values = torch.tensor(
-            [float(local[k]) for k, _ in GATHERED] + list(per_loader),
-            dtype=torch.float64,
-            device=trainer.strategy.root_device,
-        )
-        gathered = trainer.strategy.all_gather(values).reshape(-1, len(GATHERED) + len(per_loader)).cpu()
-        reduce = {"max": lambda c: c.max(), "sum": lambda c: c.sum(), "mean": lambda c: c.nanmean()}
-        merged: dict[str, Any] = {k: reduce[how](gathered[:, i]).item() for i, (k, how) in enumerate(GATHERED)}
-        merged["loader_samples"] = gathered[:, len(GATHERED) :].sum(dim=0).tolist()
-        if len(gathered) > 1:
-            merged["per_rank"] = {k: gathered[:, i].tolist() for i, (k, _) in enumerate(GATHERED) if k in PER_RANK}
-        return merged
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Report the run: rank 0 prints the summary and writes it into the run's log folder."""

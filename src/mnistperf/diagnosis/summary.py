@@ -25,6 +25,7 @@ import torch
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.advice import Hints, advice, format_advice
 from mnistperf.diagnosis.busy_window import CROWDED
+from mnistperf.diagnosis.figures import BUSY, SPLIT
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.machine import describe_device, usable_cpus
 
@@ -42,9 +43,9 @@ FIT_ENDED = "the fit ended after its warm-up epoch, before the window in a stead
 # Ranks whose own work (the wait for data, the forward) differs by more than this share of train time are apart.
 RANKS_APART = 0.1
 # The figure a profiled window gives, by the device it profiled.
-BUSY_KEYS = {"cuda": "device_busy_share", "cpu": "cpu_busy_share"}
-PHASE_KEYS = ("forward_s", "backward_s", "optimizer_s")
-SPLIT_KEYS = ("input_wait_s", *PHASE_KEYS, "rest_s")  # train time, split: these add up to it
+BUSY_KEYS = {device: figure.name for device, figure in BUSY.items()}
+SPLIT_KEYS = tuple(figure.name for figure in SPLIT)  # train time, split: these add up to it
+PHASE_KEYS = SPLIT_KEYS[1:-1]  # the step's own phases: forward, backward, optimizer
 
 
 def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:

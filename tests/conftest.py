@@ -1,5 +1,6 @@
 """Shared fixtures and helpers: tiny synthetic Parquet, fake raw idx files, the real datasets when present, a stage
-config run in-process, and a foreign LightningModule fitted with a plain Trainer."""
+config run in-process or as a fresh process, a command that fails in one line, and a foreign LightningModule fitted
+with a plain Trainer."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import gzip
 import hashlib
 import json
 import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +94,17 @@ def stage_argv(
     return [command, "--config", str(path), *max_epochs, *(QUIET if quiet else ()), *overrides]
 
 
+# ``python -m mnistperf`` as a fresh process runs it, with this interpreter.
+MNISTPERF = (sys.executable, "-m", "mnistperf")
+
+
+def stage_process(
+    config: str | Path, *overrides: str, command: str = "fit", epochs: int | None = None, quiet: bool = True
+) -> list[str]:
+    """:func:`stage_argv`'s command line for a fresh process: ``python -m mnistperf fit --config ...``."""
+    return [*MNISTPERF, *stage_argv(config, *overrides, command=command, epochs=epochs, quiet=quiet)]
+
+
 def _timing_files() -> dict[Path, int]:
     return {path: path.stat().st_mtime_ns for path in Path.cwd().glob("lightning_logs/*/version_*/timing.json")}
 
@@ -105,6 +119,26 @@ def run_stage(
     main(stage_argv(config, *overrides, command=command, epochs=epochs, quiet=quiet))
     written = [path for path, mtime in _timing_files().items() if before.get(path) != mtime]
     return json.loads(max(written, key=lambda p: p.stat().st_mtime_ns).read_text()) if written else None
+
+
+def ends_in_one_line(status: int | str | None, err: str, *expected: str) -> None:
+    """A command ended as every mistake should: exit status 2 and one line, ``mnistperf: error: ...``, holding each of
+    ``expected`` (so no traceback, no usage)."""
+    assert status == 2, err
+    assert err.startswith("mnistperf: error: ") and err.strip().count("\n") == 0, err
+    assert all(text in err for text in expected), err
+
+
+def fails_in_one_line(
+    capsys: pytest.CaptureFixture[str], argv: Sequence[str], *expected: str
+) -> pytest.CaptureResult[str]:
+    """Run ``mnistperf ARGV`` in this process and check that it fails in one line, as :func:`ends_in_one_line` says;
+    what it printed (``.out``, ``.err``)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    printed = capsys.readouterr()
+    ends_in_one_line(exit_info.value.code, printed.err, *expected)
+    return printed
 
 
 def newest_checkpoint(workdir: Path, run_name: str) -> Path:

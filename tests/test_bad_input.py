@@ -6,9 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from conftest import CONFIGS, random_split, write_parquet
+from conftest import CONFIGS, fails_in_one_line, random_split, stage_argv, write_parquet
 
-from mnistperf.cli import main
 from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.errors import ConfigError, DataError
@@ -162,11 +161,7 @@ def test_bad_options_are_rejected_by_name(options, expected):
     ],
 )
 def test_cli_reports_bad_options_without_a_traceback(override, expected, capsys, tiny_data):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "v1_naive.yaml"), *override])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert expected in err and "Traceback" not in err
+    fails_in_one_line(capsys, stage_argv("v1_naive", *override), expected)
 
 
 @pytest.mark.parametrize(
@@ -181,30 +176,13 @@ def test_cli_reports_bad_options_without_a_traceback(override, expected, capsys,
     ],
 )
 def test_cli_reports_trainer_settings_lightning_rejects_without_a_traceback(workdir, override, expected, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "v3_compiled.yaml"), *override])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("mnistperf: error:") and expected in err and "Traceback" not in err
+    fails_in_one_line(capsys, stage_argv("v3_compiled", *override), expected)
 
 
 def test_cli_reports_missing_data_without_a_traceback(tmp_path, monkeypatch, capsys, fake_raw):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "fit",
-                "--config",
-                str(CONFIGS / "v2_pinned.yaml"),
-                "--data.dataset",
-                "mnist",
-                "--data.source_root",
-                str(tmp_path / "nowhere"),
-            ]
-        )
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("mnistperf: error:") and "--data.source_root" in err and "Traceback" not in err
+    argv = stage_argv("v2_pinned", "--data.dataset", "mnist", "--data.source_root", str(tmp_path / "nowhere"))
+    fails_in_one_line(capsys, argv, "--data.source_root")
 
 
 @pytest.mark.parametrize(

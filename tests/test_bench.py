@@ -24,7 +24,7 @@ def summary(train: float, evals: float, epochs: int = 2, acc: float = 0.9) -> di
         "total_eval_s": evals * epochs,
         "samples_per_s": 1000 / train,
         "input_wait_share": 0.25,
-        "final_val_acc": acc,
+        "final_metric": acc,
         "verdict": "compute-bound",
         "warmup": {"epoch": 1, "train_s": 3 * train, "eval_s": evals},
         "peak_rss_mb": {"main_process": 500.0, "tree_pss": 800.0},

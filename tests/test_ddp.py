@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CONFIGS, NO_WORKERS, QUIET, REPO, write_parquet
+from conftest import CONFIGS, NO_WORKERS, REPO, stage_process, write_parquet
 from records import AUDIT, audit_counts, audit_epochs
 
 from mnistperf.data import schema
@@ -37,22 +36,14 @@ def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
         "MNISTPERF_RECORD_DIR": str(folder),
         "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [
-        sys.executable,
-        "-m",
-        "mnistperf",
-        "fit",
-        "--config",
-        str(CONFIGS / config),
+    command = stage_process(
+        CONFIGS / config,
         "--trainer.accelerator",
         "cpu",
         "--trainer.strategy",
         "ddp",
         "--trainer.devices",
         "2",
-        "--trainer.max_epochs",
-        "2",
-        *QUIET,
         "--trainer.enable_checkpointing",
         "false",
         AUDIT,
@@ -61,7 +52,8 @@ def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
         "--data.batch_size",
         "16",
         *overrides,
-    ]
+        epochs=2,
+    )
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("Average Train Time per Epoch") == 1  # printed once

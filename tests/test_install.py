@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CONFIGS, LITDATA_MISSING, REPO
+from conftest import LITDATA_MISSING, MNISTPERF, NO_WORKERS, REPO, ends_in_one_line, stage_argv
 from packaging.requirements import Requirement
 
 tomllib = pytest.importorskip("tomllib")
@@ -75,13 +75,9 @@ def test_a_torchvision_that_does_not_load_is_one_line_naming_the_fix(tmp_path):
     (broken / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
     env.pop("MNISTPERF_DEBUG", None)
-    for args in (["fit", "--config", str(CONFIGS / "v2_pinned.yaml")], ["prepare", "--help"]):
-        run = subprocess.run(
-            [sys.executable, "-m", "mnistperf", *args], cwd=tmp_path, env=env, capture_output=True, text=True
-        )
-        assert run.returncode == 2, run.stderr
-        assert run.stderr.startswith("mnistperf: error: torchvision") and run.stderr.strip().count("\n") == 0
-        assert "`pip uninstall -y torchvision`" in run.stderr and "Traceback" not in run.stderr
+    for args in (stage_argv("v2_pinned", quiet=False), ["prepare", "--help"]):
+        run = subprocess.run([*MNISTPERF, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+        ends_in_one_line(run.returncode, run.stderr, "mnistperf: error: torchvision", "`pip uninstall -y torchvision`")
 
 
 def test_ci_runs_the_readme_setup_lines_as_written():
@@ -132,25 +128,17 @@ def test_the_setup_names_the_offline_route_and_following_it_trains(fake_raw, tmp
     from mnistperf.cli import main
 
     main(
-        [
-            "fit",
-            "--config",
-            str(CONFIGS / "v2_pinned.yaml"),
+        stage_argv(
+            "v2_pinned",
+            *NO_WORKERS,
             "--data.dataset",
             "mnist",
-            "--data.num_workers",
-            "0",
-            "--data.persistent_workers",
-            "false",
             "--data.batch_size",
             "8",
-            "--trainer.max_epochs",
-            "1",
             "--trainer.limit_val_batches",
             "1",
-            "--trainer.enable_progress_bar",
-            "false",
-        ]
+            epochs=1,
+        )
     )
     assert (tmp_path / "data" / "MNIST" / "train.parquet").is_file()
 

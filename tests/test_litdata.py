@@ -15,7 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CONFIGS, NO_WORKERS, QUIET, TRAIN_ROWS, random_split, write_parquet
+from conftest import (
+    NO_WORKERS,
+    TRAIN_ROWS,
+    fails_in_one_line,
+    random_split,
+    stage_argv,
+    stage_process,
+    write_parquet,
+)
 from records import AUDIT, audit_counts, audit_epochs
 
 from mnistperf.cli import main
@@ -174,17 +182,13 @@ def test_without_litdata_the_pipeline_says_how_to_install_it(tiny_data, monkeypa
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_litdata)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "streaming_litdata.yaml"), "--data.data_dir", str(tiny_data)])
-    assert exit_info.value.code == 2
-    assert "pip install 'mnistperf[litdata]'" in capsys.readouterr().err
+    argv = stage_argv("streaming_litdata", "--data.data_dir", str(tiny_data))
+    fails_in_one_line(capsys, argv, "pip install 'mnistperf[litdata]'")
 
 
 def test_remote_data_dir_is_refused_by_pipelines_that_read_local_files_only(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--data.data_dir", "s3://bucket/data"])
-    assert exit_info.value.code == 2
-    assert "is remote, and the v2 pipeline reads local files only" in capsys.readouterr().err
+    argv = stage_argv("v2_pinned", "--data.data_dir", "s3://bucket/data")
+    fails_in_one_line(capsys, argv, "is remote, and the v2 pipeline reads local files only")
 
 
 # ---------------------------------------------------------------- through the command line, in fresh processes
@@ -200,19 +204,7 @@ SMALL_LOADER = (
 
 def run_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env or {})}
-    command = [
-        sys.executable,
-        "-m",
-        "mnistperf",
-        "fit",
-        "--config",
-        str(CONFIGS / "streaming_litdata.yaml"),
-        "--trainer.accelerator",
-        "cpu",
-        *QUIET,
-        *SMALL_LOADER,
-        *args,
-    ]
+    command = stage_process("streaming_litdata", "--trainer.accelerator", "cpu", *SMALL_LOADER, *args)
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
@@ -403,34 +395,27 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
             "NODE_RANK": str(node),
             "LITDATA_CACHE_DIR": str(cwd / "chunks"),
         }  # a disk of its own
+        options = ["--trainer.accelerator", "cpu", "--trainer.strategy", "ddp", "--trainer.devices", "1"]
+        audit = [AUDIT, "--trainer.callbacks.strict=true", f"--trainer.callbacks.dataset_size={rows}"]
         command = [
             sys.executable,
             "-c",
             NODE,
-            "fit",
-            "--config",
-            str(CONFIGS / "streaming_litdata.yaml"),
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.strategy",
-            "ddp",
-            "--trainer.devices",
-            "1",
-            "--trainer.num_nodes",
-            "2",
-            "--trainer.max_epochs",
-            "2",
-            *QUIET,
-            "--trainer.enable_checkpointing",
-            "false",
-            "--trainer.logger",
-            "false",
-            AUDIT,
-            "--trainer.callbacks.strict=true",
-            f"--trainer.callbacks.dataset_size={rows}",
-            "--data.data_dir",
-            "s3://lab/data",
-            *SMALL_LOADER,
+            *stage_argv(
+                "streaming_litdata",
+                *options,
+                "--trainer.num_nodes",
+                "2",
+                "--trainer.enable_checkpointing",
+                "false",
+                "--trainer.logger",
+                "false",
+                *audit,
+                "--data.data_dir",
+                "s3://lab/data",
+                *SMALL_LOADER,
+                epochs=2,
+            ),
         ]
         nodes.append(
             subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

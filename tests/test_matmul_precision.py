@@ -7,11 +7,10 @@ import logging
 
 import pytest
 import torch
-from conftest import CONFIGS, run_stage
+from conftest import fails_in_one_line, run_stage, stage_argv
 from lightning.fabric.accelerators import cuda as lightning_cuda
 
 from mnistperf import console
-from mnistperf.cli import main
 
 
 @pytest.fixture(autouse=True)
@@ -35,10 +34,8 @@ def test_the_run_sets_says_and_records_its_float32_matmul_precision(workdir, cap
 
 
 def test_a_wrong_precision_is_refused_in_one_line(workdir, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "v3_resident.yaml"), "--model.float32_matmul_precision", "tf32"])
-    assert exit_info.value.code == 2
-    assert "float32_matmul_precision" in capsys.readouterr().err
+    argv = stage_argv("v3_resident", "--model.float32_matmul_precision", "tf32")
+    fails_in_one_line(capsys, argv, "float32_matmul_precision")
 
 
 @pytest.mark.parametrize(

@@ -10,21 +10,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import CONFIGS, NO_WORKERS, damage, random_split, stage_argv
+from conftest import CONFIGS, NO_WORKERS, damage, fails_in_one_line, random_split, stage_argv
 
 from mnistperf.bench import runner
 from mnistperf.cli import main
 from mnistperf.data import schema
-
-
-def fails_in_one_line(capsys, argv: list[str], expected: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2, err
-    assert expected in err, err
-    assert "Traceback" not in err and err.strip().count("\n") == 0, err
-    return err
 
 
 def fit_args(*extra: str) -> list[str]:
@@ -40,10 +30,8 @@ def test_options_that_train_nothing_are_refused(workdir, capsys, option):
 
 def test_a_bench_whose_every_run_failed_fails(workdir, capsys, monkeypatch):
     monkeypatch.setattr(runner, "run_process", lambda command, label: (1, "RuntimeError: boom", {}))
-    with pytest.raises(SystemExit) as exit_info:
-        main(["bench", "--stages", "v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS), "--out", "out"])
-    assert exit_info.value.code == 2
-    assert "every run failed, so nothing was measured" in capsys.readouterr().err
+    argv = ["bench", "--stages", "v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS), "--out", "out"]
+    fails_in_one_line(capsys, argv, "every run failed, so nothing was measured")
     assert (workdir / "out" / "results.md").read_text().startswith("# mnistperf bench (incomplete)")
 
 
@@ -103,9 +91,7 @@ def test_an_import_folder_that_does_not_exist(tmp_path, capsys):
 
 
 def test_name_without_from(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["prepare", "--name", "mine"])
-    assert exit_info.value.code == 2 and "--name goes with --from DIR" in capsys.readouterr().err
+    fails_in_one_line(capsys, ["prepare", "--name", "mine"], "--name goes with --from DIR")
 
 
 # ---------------------------------------------------------------- options, values, types
@@ -134,7 +120,7 @@ def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
     ],
 )
 def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, expected):
-    err = fails_in_one_line(capsys, fit_args(*argv), expected)
+    err = fails_in_one_line(capsys, fit_args(*argv), expected).err
     assert "`python -m mnistperf fit --help` lists the options" in err
 
 
@@ -155,7 +141,7 @@ def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, e
     ],
 )
 def test_a_value_of_the_wrong_type_is_named_in_the_users_words(workdir, capsys, argv, expected):
-    err = fails_in_one_line(capsys, fit_args(*argv), expected)
+    err = fails_in_one_line(capsys, fit_args(*argv), expected).err
     assert "<class" not in err and "Parser key" not in err and "Union" not in err
 
 
@@ -167,7 +153,7 @@ def test_a_value_of_the_wrong_type_is_named_in_the_users_words(workdir, capsys, 
     ],
 )
 def test_hints_named_by_a_path_that_holds_none_are_one_line(workdir, capsys, hints, expected):
-    err = fails_in_one_line(capsys, fit_args("--trainer.callbacks.init_args.hints", hints), expected)
+    err = fails_in_one_line(capsys, fit_args("--trainer.callbacks.init_args.hints", hints), expected).err
     assert err.startswith(f"mnistperf: error: EpochTimer's hints {hints!r}"), err
 
 
@@ -189,7 +175,7 @@ def test_a_value_of_the_wrong_type_in_a_config_file_is_named_the_same_way(workdi
 )
 def test_a_prefix_of_an_option_is_answered_like_a_typo_not_taken(workdir, capsys, argv, meant):
     given = next(word for word in argv if word.startswith("--") and meant.endswith(word))
-    err = fails_in_one_line(capsys, argv, f"unrecognized arguments: {given}")
+    err = fails_in_one_line(capsys, argv, f"unrecognized arguments: {given}").err
     assert f"did you mean {meant}?" in err
     assert not (workdir / "lightning_logs").exists() and not (workdir / "bench_results").exists()
 
@@ -202,7 +188,7 @@ def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdi
     config = (CONFIGS / "v2_pinned.yaml").read_text()
     assert f"\n{section}:\n" in config
     (workdir / "mine.yaml").write_text(config.replace(f"\n{section}:\n", f"\n{section}:\n  {wrong}: 1\n", 1))
-    err = fails_in_one_line(capsys, ["fit", "--config", "mine.yaml"], f"option '{section}.{wrong}'")
+    err = fails_in_one_line(capsys, ["fit", "--config", "mine.yaml"], f"option '{section}.{wrong}'").err
     assert f"did you mean {meant}?" in err and "`python -m mnistperf fit --help` lists the options" in err
 
 
@@ -221,7 +207,7 @@ def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdi
     ],
 )
 def test_prepare_bench_and_tune_answer_a_wrong_option_in_one_line_with_the_one_meant(capsys, argv, expected):
-    err = fails_in_one_line(capsys, argv, expected)
+    err = fails_in_one_line(capsys, argv, expected).err
     assert f"`python -m mnistperf {argv[0]} --help` lists the options" in err
     if "fashion" in argv:
         assert "did you mean fashion_mnist?" in err
@@ -230,7 +216,7 @@ def test_prepare_bench_and_tune_answer_a_wrong_option_in_one_line_with_the_one_m
 @pytest.mark.parametrize("command", ["fit", "validate"])
 def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command):
     shutil.copytree(CONFIGS, workdir / "configs")
-    err = fails_in_one_line(capsys, [command, "--config", "configs/v2_pinnned.yaml"], "configs/v2_pinnned.yaml")
+    err = fails_in_one_line(capsys, [command, "--config", "configs/v2_pinnned.yaml"], "configs/v2_pinnned.yaml").err
     assert "no such file; did you mean configs/v2_pinned.yaml?" in err
     assert "v1_naive, " in err and "streaming" in err
 
@@ -291,7 +277,7 @@ def test_offline_fit_names_its_own_option_and_following_the_advice_trains(tmp_pa
     """No source folder, no network: the advice names fit's option (not prepare's), leaves no empty folder
     behind, and the command it describes then works."""
     args = fit_args("--data.dataset", "mnist", "--data.batch_size", "8", "--trainer.limit_val_batches", "1")
-    err = fails_in_one_line(capsys, args, "pass --data.source_root DIR")
+    err = fails_in_one_line(capsys, args, "pass --data.source_root DIR").err
     assert not (tmp_path / "data").exists(), "a failed preparation left folders behind"
     option = re.search(r"pass (--\S+) DIR", err).group(1)
     main([*args, option, str(fake_raw.root)])
@@ -304,12 +290,8 @@ def test_an_empty_data_dir_offline_says_so_and_the_command_it_gives_prepares_it(
     empty = tmp_path / "empty"
     empty.mkdir()
     args = fit_args("--data.dataset", "mnist", "--data.data_dir", str(empty), "--data.batch_size", "8")
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    out, err = capsys.readouterr()
-    assert exit_info.value.code == 2 and "Traceback" not in err
-    assert [line.split(":")[0] for line in (out + err).splitlines()] == ["mnistperf", "mnistperf"], out + err
-    assert out.startswith("mnistperf: fit on ") and err.startswith(f"mnistperf: error: data.data_dir {empty} holds no")
+    out, err = fails_in_one_line(capsys, args, f"mnistperf: error: data.data_dir {empty} holds no")
+    assert [line.split(":")[0] for line in out.splitlines()] == ["mnistperf"] and out.startswith("mnistperf: fit on ")
     assert not any(empty.iterdir())
     command = re.search(r"Prepare it there with `([^`]+)`", err).group(1)
     assert command == f"python -m mnistperf prepare --dataset mnist --data-dir {empty} --source-root DIR"
@@ -320,7 +302,7 @@ def test_an_empty_data_dir_offline_says_so_and_the_command_it_gives_prepares_it(
 
 def test_offline_prepare_names_its_own_option_and_following_the_advice_prepares(tmp_path, capsys, fake_raw):
     args = ["prepare", "--dataset", "mnist"]
-    err = fails_in_one_line(capsys, args, "pass --source-root DIR")
+    err = fails_in_one_line(capsys, args, "pass --source-root DIR").err
     assert not (tmp_path / "data").exists(), "a failed preparation left folders behind"
     option = re.search(r"pass (--\S+) DIR", err).group(1)
     main([*args, option, str(fake_raw.root)])
@@ -335,6 +317,7 @@ def test_a_damaged_file_to_import_is_the_users_to_replace(tmp_path, capsys, plac
         table = schema.build_table(*random_split(rows, seed=3))
         pq.write_table(table, folder / f"{split}.parquet", row_group_size=16, write_page_checksum=True)
     damage(folder / "train.parquet", place)
-    err = fails_in_one_line(capsys, ["prepare", "--from", str(folder), "--name", "mine"], str(folder / "train.parquet"))
+    argv = ["prepare", "--from", str(folder), "--name", "mine"]
+    err = fails_in_one_line(capsys, argv, str(folder / "train.parquet")).err
     assert "replace it with a good copy and import again" in err and "prepare --force" not in err
     assert not (tmp_path / "data" / "mine").exists()

@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import CONFIGS, random_split, write_parquet
+from conftest import fails_in_one_line, random_split, stage_argv, write_parquet
 
 from mnistperf.cli import main
 from mnistperf.data import schema
@@ -108,22 +108,11 @@ def test_ambiguous_or_impossible_files_are_named_with_what_was_found(tmp_path, b
 
 
 def test_a_dataset_of_your_own_that_is_missing_says_where_it_is_read_from(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "fit",
-                "--config",
-                str(CONFIGS / "v2_pinned.yaml"),
-                "--data.dataset",
-                "mine",
-                "--data.data_dir",
-                str(tmp_path / "data"),
-            ]
-        )
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert (
-        f"{tmp_path / 'data' / 'mine' / 'train.parquet'} not found" in err and "prepare --from DIR --name mine" in err
+    fails_in_one_line(
+        capsys,
+        stage_argv("v2_pinned", "--data.dataset", "mine", "--data.data_dir", str(tmp_path / "data")),
+        f"{tmp_path / 'data' / 'mine' / 'train.parquet'} not found",
+        "prepare --from DIR --name mine",
     )
 
 
@@ -204,11 +193,9 @@ def bad_source(tmp_path: Path, case: str) -> Path:
 )
 def test_bad_imports_end_in_one_line_naming_the_file(tmp_path, capsys, case, expected):
     source = bad_source(tmp_path, case)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["prepare", "--from", str(source), "--name", "mine", "--data-dir", str(tmp_path / "data")])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert expected in err and err.count("\n") == 1
+    fails_in_one_line(
+        capsys, ["prepare", "--from", str(source), "--name", "mine", "--data-dir", str(tmp_path / "data")], expected
+    )
     assert not (tmp_path / "data" / "mine" / "train.parquet").exists()  # nothing half-written
 
 

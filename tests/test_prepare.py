@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import fails_in_one_line
 
 from mnistperf.cli import main
 from mnistperf.data import schema
@@ -212,22 +213,8 @@ def test_prepare_command_prints_size_and_time_table(fake_raw, tmp_path, capsys):
 
 
 def test_prepare_command_rejects_unknown_format(fake_raw, tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "prepare",
-                "--dataset",
-                "mnist",
-                "--data-dir",
-                str(tmp_path),
-                "--source-root",
-                str(fake_raw.root),
-                "--formats",
-                "parquet,xlsx",
-            ]
-        )
-    assert exit_info.value.code == 2
-    assert "--formats: unknown format 'xlsx'" in capsys.readouterr().err
+    argv = ["prepare", "--dataset", "mnist", "--data-dir", str(tmp_path), "--source-root", str(fake_raw.root)]
+    fails_in_one_line(capsys, [*argv, "--formats", "parquet,xlsx"], "--formats: unknown format 'xlsx'")
 
 
 def test_synthetic_dataset_is_written_in_shards_of_row_groups(tmp_path, monkeypatch):

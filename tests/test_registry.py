@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CONFIGS, run_stage
+from conftest import CONFIGS, fails_in_one_line, run_stage, stage_argv
 from throwaway_pipeline import ItemListPipeline
 
 from mnistperf.cli import main
@@ -66,11 +66,10 @@ def test_fit_help_and_the_docs_table_list_every_registered_pipeline(item_list, c
 
 
 def test_an_unknown_pipeline_is_one_line_naming_the_registered_ones(item_list, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "v2_pinned.yaml"), "--data.pipeline", "v9"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert exit_info.value.code == 2 and len(err) == 1
-    assert f"unknown pipeline 'v9'; choose one of {', '.join([*BUILT_IN, 'items'])}." in err[0]
+    choices = ", ".join([*BUILT_IN, "items"])
+    fails_in_one_line(
+        capsys, stage_argv("v2_pinned", "--data.pipeline", "v9"), f"unknown pipeline 'v9'; choose one of {choices}."
+    )
 
 
 def test_tune_tries_the_pipelines_by_their_rank():

@@ -39,6 +39,7 @@ from typing import Any, cast
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
+from typing_extensions import override
 
 from mnistperf.console import calm_library_noise
 from mnistperf.diagnosis import EpochTimer
@@ -78,7 +79,9 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     # The stage's step; a graphed stage's replays its whole step as a graph (eagerly off CUDA), as the stage does.
     train_step = model.standalone_step(str(trainer.precision), summed=True)
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
-    clock = EpochClock(device, input_bound_share(cli), profile_window=not loader_only, hints=LAB_HINTS)
+    clock = EpochClock(
+        device, input_bound_share(cli), profile_window=not loader_only, hints=LAB_HINTS, metric="val/acc"
+    )
     assert trainer.max_epochs is not None, "a plain run needs a positive trainer.max_epochs"
     for epoch in range(1, trainer.max_epochs + 1):
         model.train()
@@ -176,14 +179,17 @@ class BareClock(Callback):
         self.samples_in_batch = samples_in_batch
         skip_unused_batch_hooks(self)  # as the lab's EpochTimer does
 
+    @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         """Start timing the epoch."""
         self.clock.epoch_start()
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         """Count the batch's samples."""
         self.clock.count(self.samples_in_batch(batch))
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         """Close the epoch's row."""
         self.clock.epoch_end()

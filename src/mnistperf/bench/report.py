@@ -217,7 +217,7 @@ COLUMNS = [
     Column("input_wait_pct", "input wait", lambda r, b: _share_pct(r, INPUT_WAIT_SHARE.name), _pct),
     Column("gpu_busy_pct", "GPU busy", lambda r, b: _share_pct(r, BUSY["cuda"].name), _pct),
     Column("verdict", "verdict", lambda r, b: _verdicts(r), lambda v: v or "-"),
-    Column("val_acc_median", "val acc", lambda r, b: r.med("final_val_acc"), lambda v: _fmt(v, 4)),
+    Column("val_acc_median", "val acc", lambda r, b: r.med("final_metric"), lambda v: _fmt(v, 4)),
     Column(
         "peak",
         "peak MB (main RSS / tree PSS)",

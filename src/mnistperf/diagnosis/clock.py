@@ -81,6 +81,7 @@ class EpochClock:
         hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.advice.USER_HINTS` by default).
         trace_limit: the most recorded operations a written trace may hold (None: no limit).
         window_share: on a CPU, the most of the fit's training steps left the window may cost (None: no limit).
+        metric: the validation metric whose last value the summary reports (None: none).
     """
 
     def __init__(
@@ -93,8 +94,10 @@ class EpochClock:
         hints: Hints | None = None,
         trace_limit: int | None = TRACE_LIMIT,
         window_share: float | None = WINDOW_FIT_SHARE,
+        metric: str | None = None,
     ):
         self.device = device
+        self.metric = metric
         self.window_share = window_share
         self.hints = hints
         self.input_bound_share = input_bound_share
@@ -401,4 +404,4 @@ class EpochClock:
 
     def summary(self) -> dict[str, Any]:
         """The run's figures: per epoch, warm-up apart, steady-state averages, totals and verdict."""
-        return aggregate(self.epochs, self.input_bound_share, self.busy_window, self.hints)
+        return aggregate(self.epochs, self.input_bound_share, self.busy_window, self.hints, self.metric)

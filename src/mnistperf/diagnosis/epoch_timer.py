@@ -4,10 +4,10 @@
 config (``- class_path: mnistperf.diagnosis.EpochTimer``). Automatic or manual optimization, with or
 without a DataModule, on CPU or CUDA, under DDP; the trainer's own profiler keeps working.
 
-Samples are counted from each training batch: the module's own ``samples_in_batch(batch) -> int``
-where it defines one (for batches whose tensors do not lead with the batch dimension, such as
-groups of stacked batches), else the leading length of the batch's tensors, found by Lightning's
-``extract_batch_size`` in a dict, tuple, list, bare tensor or nested mix. What it cannot measure
+Samples are counted from each training batch: by ``EpochTimer(samples_in_batch=fn)``, else the module's
+own ``samples_in_batch(batch) -> int`` where it defines one (for batches whose tensors do not lead with
+the batch dimension, such as groups of stacked batches), else the leading length of the batch's tensors,
+found by Lightning's ``extract_batch_size`` in a dict, tuple, list, bare tensor or nested mix. What it cannot measure
 (samples no batch shows, GPU busy time beside a torch profiler of the user's) it says once. Several
 training loaders (a dict or list of them, a CombinedLoader in any mode) are each counted, and the
 epoch's row keeps each loader's samples. A batch counts once it has trained: one the module skips
@@ -51,6 +51,7 @@ from lightning.pytorch.profilers import Profiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from typing_extensions import override
 
 from mnistperf.console import say
 from mnistperf.diagnosis.advice import imported_hints
@@ -103,24 +104,30 @@ def leading_length(batch: Any) -> int | None:
         return None
 
 
-def scalar_metrics(metrics: Mapping[str, Any], names: re.Pattern[str]) -> dict[str, float]:
-    """The metrics whose names match ``names`` and that hold one number (a one-element tensor, an int, a float)."""
+def scalar_metrics(metrics: Mapping[str, Any], names: re.Pattern[str], also: str | None = None) -> dict[str, float]:
+    """The metrics named as ``names`` matches (or ``also``) that hold one number (a one-element tensor, a number)."""
     found = {}
     for name, value in metrics.items():
-        if not names.match(name):
+        if not names.match(name) and name != also:
             continue
         if (isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, numbers.Real):
             found[name] = float(value)
     return found
 
 
-def sample_counter(module: LightningModule) -> Callable[[Any], int | None]:
-    """How to count a training batch's samples: ``module.samples_in_batch`` where defined, else :func:`leading_length`.
+def own_counter(module: LightningModule, given: Callable[[Any], int] | None) -> Callable[[Any], int] | None:
+    """The user's way to count a batch's samples: ``given`` (the timer's), else ``module.samples_in_batch``; or None."""
+    own = given or getattr(module, "samples_in_batch", None)
+    return own if callable(own) else None
+
+
+def sample_counter(module: LightningModule, given: Callable[[Any], int] | None = None) -> Callable[[Any], int | None]:
+    """How to count a training batch's samples: the user's (:func:`own_counter`), else :func:`leading_length`.
 
     Looked up once per fit, not per step.
     """
-    own = getattr(module, "samples_in_batch", None)
-    return (lambda batch: int(own(batch))) if callable(own) else leading_length
+    own = own_counter(module, given)
+    return (lambda batch: int(own(batch))) if own is not None else leading_length
 
 
 def per_loader_text(samples: dict[str, int | None] | None) -> str:
@@ -174,6 +181,11 @@ class EpochTimer(Callback):
         window_share: on a CPU, the most of the fit's training steps left the profiled window may cost (one
             per cent by default: a fit with fewer than 250 steps left after its first epoch gets no window); None
             profiles whatever it costs.
+        samples_in_batch: ``batch -> int``, the samples of a training batch, for batches whose tensors do not lead
+            with the batch dimension; by default the LightningModule's own ``samples_in_batch(batch)`` where it
+            defines one, else the leading length of the batch's first tensor.
+        monitor: a validation metric (as logged, e.g. ``val/acc``) whose last value the summary reports; None:
+            none.
     """
 
     def __init__(
@@ -184,9 +196,13 @@ class EpochTimer(Callback):
         hints: dict[str, list[str]] | str | None = None,
         trace_limit: int | None = TRACE_LIMIT,
         window_share: float | None = WINDOW_FIT_SHARE,
+        samples_in_batch: Callable[[Any], int] | None = None,
+        monitor: str | None = None,
     ):
         self.input_bound_share = input_bound_share
         self.window_share = window_share
+        self.samples_in_batch = samples_in_batch
+        self.monitor = monitor
         self.hints = imported_hints(hints)
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
@@ -237,6 +253,7 @@ class EpochTimer(Callback):
         self._said.add(message)
 
     # ------------------------------------------------------------------ hooks
+    @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
         self.summary_path = None
@@ -261,15 +278,17 @@ class EpochTimer(Callback):
             hints=self.hints,
             trace_limit=self.trace_limit,
             window_share=self.window_share,
+            metric=self.monitor,
         )
         self._fetch = FetchClock(attributes.profiler)
-        self._count_samples = sample_counter(pl_module)
+        self._count_samples = sample_counter(pl_module, self.samples_in_batch)
         self._uncounted = False
-        self._batch_read = callable(getattr(pl_module, "samples_in_batch", None))  # the module counts its own
+        self._batch_read = own_counter(pl_module, self.samples_in_batch) is not None  # the module counts its own
         self._loaders, self._loader_samples, self._step_begun = Loaders(), [], False
         self._accumulate = max(1, int(trainer.accumulate_grad_batches))
         swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
+    @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Give the trainer back its own profiler and stop a busy window still open."""
         attributes = cast(TrainerAttributes, trainer)
@@ -278,15 +297,17 @@ class EpochTimer(Callback):
         with self.problems.guard("stopping the busy window"):
             self.clock.close()
 
+    @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders: several (a dict or list of them, a CombinedLoader) are counted each apart."""
         self._epoch_open = False
         with self.problems.guard("reading the training loaders"):
             loaders = Loaders(trainer.train_dataloader)
-            if loaders.several and not callable(getattr(pl_module, "samples_in_batch", None)):
+            if loaders.several and own_counter(pl_module, self.samples_in_batch) is None:
                 self._loaders, self._count_samples = loaders, self._count_loaders
                 self._loader_samples = [0.0] * len(loaders.names)
 
+    @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing the epoch, its fetch wait from zero."""
         self._epoch_open = True
@@ -298,6 +319,7 @@ class EpochTimer(Callback):
                 trainer.num_training_batches, trainer.current_epoch + 1, last_epoch(trainer), steps_left(trainer)
             )
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         """Mark the step's start and count the batch's samples, saying once where they cannot be counted.
 
@@ -320,8 +342,8 @@ class EpochTimer(Callback):
             self._say_once(
                 trainer,
                 f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so "
-                "samples/s is not measured; define samples_in_batch(self, batch) -> int on "
-                f"{type(pl_module).__name__}.",
+                "samples/s is not measured; pass EpochTimer(samples_in_batch=...) or define "
+                f"samples_in_batch(self, batch) -> int on {type(pl_module).__name__}.",
             )
         self._pending, self._step_begun = samples, True
         if not self._batch_read:
@@ -342,7 +364,7 @@ class EpochTimer(Callback):
         if not self._loaders.fits(batch):
             names = ", ".join(self._loaders.names)
             self._loaders, self._loader_samples = Loaders(), []
-            self._count_samples = sample_counter(trainer.lightning_module)
+            self._count_samples = sample_counter(trainer.lightning_module, self.samples_in_batch)
             self._say_once(
                 trainer,
                 f"a training batch ({type(batch).__name__}) does not hold the batches of the training loaders "
@@ -366,10 +388,11 @@ class EpochTimer(Callback):
                         trainer,
                         f"the tensors of a training batch{where} ({type(part).__name__}) lead with different "
                         f"lengths ({', '.join(map(str, lengths))}): samples are counted as the first tensor's, "
-                        f"{samples} a batch; define samples_in_batch(self, batch) -> int on "
-                        f"{type(pl_module).__name__} to count what a sample is.",
+                        f"{samples} a batch; pass EpochTimer(samples_in_batch=...) or define samples_in_batch(self, "
+                        f"batch) -> int on {type(pl_module).__name__} to count what a sample is.",
                     )
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """Count the step's samples, now that it trained, and mark its end (after the epoch's last, training ends)."""
         try:
@@ -424,24 +447,29 @@ class EpochTimer(Callback):
             except Exception as error:
                 self.problems.note(f"marking a sampled step's {name}", error)
 
+    @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
         """On a sampled step: the forward is done."""
         self._mark("backward")
 
+    @override
     def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """On a sampled step: the backward is done."""
         self._mark("backward_end")
 
+    @override
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
         """On a sampled step: the optimizer's update begins."""
         self._mark("optimizer")
 
+    @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing a fit's validation (not the sanity check's)."""
         if self._fitting(trainer):
             with self.problems.guard("timing the validation's start"):
                 self.clock.eval_start()
 
+    @override
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Stop timing a fit's validation and keep its scalar validation metrics for the epoch's row.
 
@@ -453,8 +481,9 @@ class EpochTimer(Callback):
         with self.problems.guard("timing the validation's end"):
             self.clock.eval_end()
         with self.problems.guard("reading the validation metrics"):
-            self._val_metrics = scalar_metrics(trainer.callback_metrics, VALIDATION_METRIC)
+            self._val_metrics = scalar_metrics(trainer.callback_metrics, VALIDATION_METRIC, self.monitor)
 
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Close the epoch's row over every rank; rank 0 logs its figures and prints its line.
 
@@ -519,6 +548,7 @@ class EpochTimer(Callback):
             return ""
         return f" (the progress bar's Epoch {trainer.current_epoch})"
 
+    @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Report the run: rank 0 prints the summary and writes it into the run's log folder."""
         if not self.epochs:
@@ -529,6 +559,7 @@ class EpochTimer(Callback):
         if trainer.is_global_zero:
             self._report(trainer, folder, interrupted=False)
 
+    @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         """A fit stopped early (Ctrl-C, an error): the finished epochs are still reported, marked interrupted."""
         if trainer.state.fn != TrainerFn.FITTING or not self.epochs or self._reported:

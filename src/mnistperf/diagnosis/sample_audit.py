@@ -47,6 +47,7 @@ from typing import Any, NamedTuple, cast
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, IterableDataset
+from typing_extensions import override
 
 from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
@@ -379,6 +380,7 @@ class SampleAudit(Callback):
         return [self._size_of(loader) for loader in self._loaders.parts(trainer.train_dataloader)]
 
     # ------------------------------------------------------------------ hooks
+    @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Keep the trainer, which state_dict needs to gather the epoch's fingerprints."""
         self._trainer = trainer
@@ -386,6 +388,7 @@ class SampleAudit(Callback):
             self.problems = Problems("SampleAudit")
             self._batch_read = self._loaders_read = False  # the fit's first batch is read again
 
+    @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
         loaders = Loaders()
@@ -425,6 +428,7 @@ class SampleAudit(Callback):
             self._in_epoch, self._carried = True, True
             self._previous = None  # the order before the interruption is not known
 
+    @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start the epoch's fingerprints afresh (unless carried over from the checkpoint)."""
         if not self._carried:  # Lightning calls this hook on a resumed epoch's start only when none of it ran
@@ -434,6 +438,7 @@ class SampleAudit(Callback):
         self._pending = None
         self._in_epoch, self._carried, self._failed = True, False, None
 
+    @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         """Copy or fingerprint each loader's samples of the batch, on the device, to count once the step has trained.
 
@@ -510,6 +515,7 @@ class SampleAudit(Callback):
                 f"{lengths[0]}; pass sample_id= or fingerprint= to name what a sample is",
             )
 
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
         count = len(self._loaders.names)
@@ -687,6 +693,7 @@ class SampleAudit(Callback):
         return line
 
     # ------------------------------------------------------------------ checkpoints
+    @override
     def state_dict(self) -> dict[str, Any]:
         """The current epoch's fingerprints of every rank, with each rank's count per training loader.
 
@@ -708,6 +715,7 @@ class SampleAudit(Callback):
             "loaders": [[len(part) for part in share.parts] for share in shares],
         }
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's fingerprints for on_train_start (nothing when it was saved between epochs)."""
         self._restored = state_dict if state_dict else None

@@ -232,8 +232,11 @@ def aggregate(
     input_bound_share: float,
     busy_window: dict[str, Any] | None = None,
     hints: Hints | None = None,
+    metric: str | None = None,
 ) -> dict[str, Any]:
     """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix could buy.
+
+    ``metric``: a validation metric of the rows whose last value is reported as ``final_metric``.
 
     What a fix of the run's bound could buy is :func:`~mnistperf.diagnosis.advice.advice`'s, with ``hints``.
 
@@ -270,7 +273,8 @@ def aggregate(
         "input_bound_share": input_bound_share,
         "verdict": verdict,
         "verdict_reason": reason,
-        "final_val_acc": epochs[-1].get("val/acc"),
+        "metric": metric,
+        "final_metric": epochs[-1].get(metric) if metric else None,
     }
     found["advice"] = advice(found, hints)
     return found
@@ -384,16 +388,16 @@ def format_window(window: dict[str, Any]) -> str:
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """The reference's four lines (averages over the steady-state epochs), then throughput, device and verdict."""
+    """Train and validation time, averaged over the steady epochs and in total, then throughput, device and verdict."""
     steady = _epochs_label(summary)
     warmup = summary.get("warmup")
     first = f"; epoch {warmup['epoch']} (warm-up): {warmup['train_s']:.2f} s" if warmup else ""
     first_eval = f"; epoch {warmup['epoch']}: {warmup['eval_s']:.2f} s" if warmup else ""
     lines = [
         f"Average Train Time per Epoch: {summary['avg_train_s']:.2f} s ({steady}{first})",
-        f"Average Test Time per Epoch: {summary['avg_eval_s']:.2f} s ({steady}{first_eval})",
+        f"Average Validation Time per Epoch: {summary['avg_eval_s']:.2f} s ({steady}{first_eval})",
         f"Total Train Time: {summary['total_train_s']:.2f} s",
-        f"Total Test Time: {summary['total_eval_s']:.2f} s",
+        f"Total Validation Time: {summary['total_eval_s']:.2f} s",
         f"Train throughput: {throughput(summary['samples_per_s'])} ({steady})",
         f"Device: {summary.get('device', 'not known')}, precision {summary.get('precision', '32-true')}",
         f"Verdict: {summary['verdict']} ({summary['verdict_reason']})",
@@ -409,6 +413,6 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(format_window(window))
     if summary.get("advice"):
         lines.append(format_advice(summary["advice"]))
-    if summary.get("final_val_acc") is not None:
-        lines.append(f"Final validation accuracy: {summary['final_val_acc']:.4f}")
+    if summary.get("final_metric") is not None:
+        lines.append(f"Final {summary['metric']}: {summary['final_metric']:.4f}")
     return "\n".join(lines)

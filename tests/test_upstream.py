@@ -300,7 +300,7 @@ def test_lightningcli_given_args_beside_the_processs_own_warns_in_the_words_the_
 
 @contextmanager
 def lightning_info() -> Iterator[list[str]]:
-    """The messages Lightning's rank-zero loggers (as upstream names them) receive meanwhile."""
+    """The messages Lightning's rank-zero loggers (as upstream names them) receive meanwhile, none filtered out."""
     said: list[str] = []
 
     class Keep(logging.Handler):
@@ -308,16 +308,18 @@ def lightning_info() -> Iterator[list[str]]:
             said.append(str(record.msg))
 
     keep, loggers = Keep(), [logging.getLogger(name) for name in upstream.LIGHTNING_RANK_ZERO_LOGGERS]
-    levels = [log.level for log in loggers]
+    before = [(log.level, log.filters) for log in loggers]
     for log in loggers:
         log.addHandler(keep)
         log.setLevel(logging.INFO)
+        log.filters = []  # the console's, where a command ran earlier in this process
     try:
         yield said
     finally:
-        for log, level in zip(loggers, levels, strict=True):
+        for log, (level, filters) in zip(loggers, before, strict=True):
             log.removeHandler(keep)
             log.setLevel(level)
+            log.filters = filters
 
 
 def test_lightnings_tips_are_said_in_the_words_the_console_drops(tmp_path):

@@ -9,8 +9,9 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from mnistperf.diagnosis import sample_audit
-from mnistperf.diagnosis.sample_audit import Fingerprinter, SampleAudit, SampleAuditError
+from mnistperf.diagnosis import fingerprint
+from mnistperf.diagnosis.fingerprint import Fingerprinter
+from mnistperf.diagnosis.sample_audit import SampleAudit, SampleAuditError
 
 ROWS = 24
 
@@ -204,18 +205,18 @@ def test_the_report_line_carries_every_count(row):
 
 def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunking(monkeypatch):
     values = torch.randint(-(2**15), 2**15, (50, 3000))
-    weights = torch.randint(1, sample_audit.PRIME, (3000, sample_audit.LANES))
+    weights = torch.randint(1, fingerprint.PRIME, (3000, fingerprint.LANES))
     exact = [
-        sum(int(v) * int(w) for v, w in zip(row, weights[:, lane], strict=True)) % sample_audit.PRIME
+        sum(int(v) * int(w) for v, w in zip(row, weights[:, lane], strict=True)) % fingerprint.PRIME
         for row in values[:3]
-        for lane in range(sample_audit.LANES)
+        for lane in range(fingerprint.LANES)
     ]
-    by_matmul = sample_audit.lane_sums(values, weights, matmul=True)
+    by_matmul = fingerprint.lane_sums(values, weights, matmul=True)
     assert by_matmul[:3].reshape(-1).tolist() == exact
-    monkeypatch.setattr(sample_audit, "FLOAT_CHUNK_WORDS", 11)  # float64 matmuls of 11 words, the last one shorter
-    assert torch.equal(sample_audit.lane_sums(values, weights, matmul=True), by_matmul)
-    monkeypatch.setattr(sample_audit, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
-    assert torch.equal(sample_audit.lane_sums(values, weights, matmul=False), by_matmul)
+    monkeypatch.setattr(fingerprint, "FLOAT_CHUNK_WORDS", 11)  # float64 matmuls of 11 words, the last one shorter
+    assert torch.equal(fingerprint.lane_sums(values, weights, matmul=True), by_matmul)
+    monkeypatch.setattr(fingerprint, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
+    assert torch.equal(fingerprint.lane_sums(values, weights, matmul=False), by_matmul)
 
 
 def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_duplicates():
@@ -235,7 +236,7 @@ def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_dupli
 
 
 def test_steps_hashed_together_give_each_sample_the_fingerprint_it_has_alone(monkeypatch):
-    monkeypatch.setattr(sample_audit, "HASH_SAMPLES", 7)  # hashed every two steps, across shapes
+    monkeypatch.setattr(fingerprint, "HASH_SAMPLES", 7)  # hashed every two steps, across shapes
     generator = torch.Generator().manual_seed(3)
     batches = [
         {"x": torch.randn(n, width, generator=generator), "y": torch.randint(0, 9, (n,), generator=generator)}

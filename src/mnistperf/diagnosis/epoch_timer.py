@@ -53,7 +53,6 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
-from mnistperf.console import say
 from mnistperf.diagnosis.advice import imported_hints
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.batches import Loaders, leading_lengths
@@ -61,7 +60,7 @@ from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDO
 from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
 from mnistperf.diagnosis.figures import Measures, gather, scalars
-from mnistperf.diagnosis.guard import Problems
+from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.phases import sampled, unsampled
 from mnistperf.diagnosis.summary import (
     INPUT_BOUND_SHARE,
@@ -225,8 +224,7 @@ class EpochTimer(Callback):
         self._accumulate = 1  # training steps per optimizer step (accumulate_grad_batches)
         self._epoch_open = False  # on_train_epoch_start ran for the epoch under way
         self._val_metrics: dict[str, float] = {}
-        self._said: set[str] = set()
-        self.problems = Problems("EpochTimer")  # what went wrong inside the timer: said once, kept in timing.json
+        self.problems = Reporter("EpochTimer")  # what the timer says, and what went wrong inside it (timing.json)
         skip_unused_batch_hooks(self)
         # The phase hooks this class leaves as the timer's own are dispatched on sampled steps only.
         self._phase_hooks = [hook for hook in PHASE_HOOKS if getattr(type(self), hook) is getattr(EpochTimer, hook)]
@@ -247,18 +245,13 @@ class EpochTimer(Callback):
     def _fitting(trainer: Trainer) -> bool:
         return not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING
 
-    def _say_once(self, trainer: Trainer, message: str) -> None:
-        if message not in self._said and trainer.is_global_zero:
-            say(trainer, f"EpochTimer: {message}")
-        self._said.add(message)
-
     # ------------------------------------------------------------------ hooks
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
         self.summary_path = None
         self._reported = False
-        self.problems = Problems("EpochTimer")
+        self.problems = Reporter("EpochTimer")
         self.clock = EpochClock(torch.device("cpu"), self.input_bound_share, 0)
         self._fetch = None
         with self.problems.guard("starting the clock"):
@@ -269,7 +262,7 @@ class EpochTimer(Callback):
         attributes = cast(TrainerAttributes, trainer)
         if isinstance(attributes.profiler, PyTorchProfiler):
             busy_unavailable = "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
-            self._say_once(trainer, f"busy share not measured: {busy_unavailable}.")
+            self.problems.say_once(trainer, f"busy share not measured: {busy_unavailable}.")
         self.clock = EpochClock(
             pl_module.device,
             self.input_bound_share,
@@ -339,7 +332,7 @@ class EpochTimer(Callback):
             samples = None
         if samples is None and not self._uncounted:
             self._uncounted = True
-            self._say_once(
+            self.problems.say_once(
                 trainer,
                 f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so "
                 "samples/s is not measured; pass EpochTimer(samples_in_batch=...) or define "
@@ -365,7 +358,7 @@ class EpochTimer(Callback):
             names = ", ".join(self._loaders.names)
             self._loaders, self._loader_samples = Loaders(), []
             self._count_samples = sample_counter(trainer.lightning_module, self.samples_in_batch)
-            self._say_once(
+            self.problems.say_once(
                 trainer,
                 f"a training batch ({type(batch).__name__}) does not hold the batches of the training loaders "
                 f"({names}) at their keys (a hook of the module reshaped it?): its samples are counted as one "
@@ -384,7 +377,7 @@ class EpochTimer(Callback):
                 samples = leading_length(part)
                 if len(lengths) > 1 and samples is not None:
                     where = f" of loader {name}" if self._loaders.several else ""
-                    self._say_once(
+                    self.problems.say_once(
                         trainer,
                         f"the tensors of a training batch{where} ({type(part).__name__}) lead with different "
                         f"lengths ({', '.join(map(str, lengths))}): samples are counted as the first tensor's, "
@@ -509,17 +502,13 @@ class EpochTimer(Callback):
             return
         with self.problems.guard("counting the epoch's samples per loader and its split"):
             self._add_counts(trainer, row, gathered.loader_samples, trained)
-        if trainer.is_global_zero:
-            for logger in trainer.loggers:
-                with self.problems.guard(f"logging the epoch's figures to {type(logger).__name__}"):
-                    logger.log_metrics(scalars(row), step=trainer.global_step)
-            with self.problems.guard("printing the epoch's line"):
-                say(
-                    trainer,
-                    f"epoch {row['epoch']}{self._bar_epoch(trainer)}: train {row['train_s']:.2f} s, "
-                    f"eval {row['eval_s']:.2f} s, {throughput(row['samples_per_s'])}"
-                    f"{per_loader_text(row.get('loader_samples'))}, {row['verdict']} ({row['verdict_reason']})",
-                )
+        self.problems.log(trainer, scalars(row), "the epoch's figures")
+        self.problems.say(
+            trainer,
+            f"epoch {row['epoch']}{self._bar_epoch(trainer)}: train {row['train_s']:.2f} s, "
+            f"eval {row['eval_s']:.2f} s, {throughput(row['samples_per_s'])}"
+            f"{per_loader_text(row.get('loader_samples'))}, {row['verdict']} ({row['verdict_reason']})",
+        )
 
     def _add_counts(
         self, trainer: Trainer, row: dict[str, Any], per_loader: list[float], trained: tuple[int | None, int | None]
@@ -538,7 +527,7 @@ class EpochTimer(Callback):
             row["split_reason"] = reason
             if not self._split_said:
                 self._split_said = True
-                self._say_once(
+                self.problems.say_once(
                     trainer, f"train time is not split into forward, backward and optimizer: {row['split_reason']}."
                 )
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from mnistperf.diagnosis.ranks import every_rank
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -84,7 +86,7 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = 
     spec = fields(Measures)
     per_loader = list(loader_samples or [])
     values = torch.tensor([*astuple(local), *per_loader], dtype=torch.float64, device=strategy.root_device)
-    rows = strategy.all_gather(values).reshape(-1, len(spec) + len(per_loader)).cpu()
+    rows = every_rank(strategy, values).cpu()
     merged = Measures(*(REDUCERS[f.metadata["ranks"]](rows[:, i]).item() for i, f in enumerate(spec)))
     per_rank = {f.name: rows[:, i].tolist() for i, f in enumerate(spec) if f.metadata["per_rank"]}
     return Gathered(merged, rows[:, len(spec) :].sum(dim=0).tolist(), per_rank if len(rows) > 1 else None)

@@ -15,7 +15,12 @@ import logging
 import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from mnistperf.console import say
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Trainer
 
 LOG = logging.getLogger("mnistperf.diagnosis")
 
@@ -46,6 +51,36 @@ class Problems:
             yield
         except Exception as error:
             self.note(what, error)
+
+
+class Reporter(Problems):
+    """What one callback tells the user: its lines and its loggers' scalars, from rank zero, and its problems.
+
+    Each part is guarded: a printer or a logger that fails is one problem line, and the fit goes on.
+    """
+
+    def __init__(self, owner: str):
+        super().__init__(owner)
+        self._said: set[str] = set()
+
+    def say(self, trainer: Trainer, line: str) -> None:
+        """Print ``line`` on rank zero without tearing a progress bar."""
+        if trainer.is_global_zero:
+            with self.guard("printing its line"):
+                say(trainer, line)
+
+    def say_once(self, trainer: Trainer, message: str) -> None:
+        """Say ``message`` once a fit, after the callback's name."""
+        if message not in self._said:
+            self._said.add(message)
+            self.say(trainer, f"{self.owner}: {message}")
+
+    def log(self, trainer: Trainer, scalars: Mapping[str, float], what: str) -> None:
+        """Log ``scalars`` (``what`` they are) to every logger of the trainer at its global step, from rank zero."""
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                with self.guard(f"logging {what} to {type(logger).__name__}"):
+                    logger.log_metrics(dict(scalars), step=trainer.global_step)
 
 
 JSON_SCALARS = (str, int, float, bool, type(None))

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from enum import IntEnum
 from typing import Any, NamedTuple, cast
 
 import torch
@@ -49,142 +50,32 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import override
 
-from mnistperf.console import say
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.batches import Loaders, leading_lengths, tensors_of
-from mnistperf.diagnosis.guard import Problems
+from mnistperf.diagnosis.fingerprint import PADDING, Fingerprinter, HeldSteps
+from mnistperf.diagnosis.guard import Reporter
+from mnistperf.diagnosis.ranks import every_rank
 from mnistperf.errors import MnistperfError
 
-PRIME = 2**31 - 1
-LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
-# Elements of the temporary (samples x words x lanes) product per chunk of words.
-CHUNK_ELEMENTS = 1 << 22
-# Words per float64 matmul on a CPU: below 2**22 keeps each sum exact (see _float_lane_sums).
-FLOAT_CHUNK_WORDS = 1 << 20
-PADDING = -1  # fingerprints are non-negative
-# Held steps are hashed together once they hold this many samples, or this many bytes.
-HASH_SAMPLES = 4096
-HASH_BYTES = 32 * 2**20
-FAILED = -2  # a rank's same-order flag when it could not fingerprint the epoch (else -1: unknown, 0 or 1)
+
+class Order(IntEnum):
+    """What a rank sends of its epoch's order: the same as its last epoch's, another, not known, or no epoch at all."""
+
+    FAILED = -2  # the rank could not fingerprint the epoch (it is not audited)
+    UNKNOWN = -1  # no last epoch to compare with (the first, or one resumed)
+    CHANGED = 0
+    SAME = 1
 
 
 class SampleAuditError(MnistperfError):
     """An epoch saw a sample twice or missed one, with ``strict`` set."""
 
 
-def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
-    """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
-
-    Args:
-        values: words of at most 16 bits, of any integer type.
-        weights: weights below PRIME.
-        matmul: use a float64 matmul (CPU, where it is BLAS's and the fastest); otherwise int64 products and sums
-            in chunks of at most CHUNK_ELEMENTS elements. Both give the same numbers.
-    """
-    if matmul:
-        return _float_lane_sums(values, weights)
-    # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
-    step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
-    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
-    for start in range(0, values.shape[1], step):
-        part, factors = values[:, start : start + step].to(torch.int64), weights[start : start + step]
-        total = (total + (part[:, :, None] * factors).sum(dim=1)) % PRIME
-    return total
-
-
-def _float_lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """:func:`lane_sums` by float64 matmuls on the weights' 16-bit halves, whose sums float64 holds exactly.
-
-    A word (|v| < 2**16) times a half (< 2**16) is below 2**32, so a chunk of FLOAT_CHUNK_WORDS sums below 2**52.
-    """
-    halves = torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)  # [words, 2 * LANES]
-    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
-    step = FLOAT_CHUNK_WORDS
-    for start in range(0, values.shape[1], step):
-        part = values[:, start : start + step].to(torch.float64)
-        sums = (halves[start : start + step].T @ part.T).T.to(torch.int64)  # as [4, words] x [words, samples]: faster
-        low, high = sums[:, :LANES], sums[:, LANES:]
-        total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
-    return total
-
-
-def joined(held: list[tuple[list[torch.Tensor], int]]) -> list[torch.Tensor] | None:
-    """Each of the held steps' tensors joined along the samples; None where the steps' tensors do not agree.
-
-    Steps agree when they hold as many tensors and each has the same type and the same shape past its first
-    dimension (``torch.cat`` raises on any other shape, but would convert types).
-    """
-    width = len(held[0][0])
-    if any(len(rows) != width for rows, _ in held):
-        return None
-    columns = []
-    for i in range(width):
-        column = [rows[i] for rows, _ in held]
-        if len({t.dtype for t in column}) > 1:
-            return None
-        try:
-            columns.append(torch.cat(column))
-        except RuntimeError:
-            return None
-    return columns
-
-
-class Fingerprinter:
-    """Hashes the bits of each sample's tensors to one non-negative int64, on the tensors' device.
-
-    Args:
-        seed: seed of the fixed weights; every rank and every epoch uses the same ones.
-        max_words: 16-bit words of a tensor's sample hashed at most (fixed positions beyond that).
-    """
-
-    def __init__(self, seed: int = 0, max_words: int = 4096):
-        self.seed, self.max_words = seed, max_words
-        self._weights: dict[tuple[int, torch.device], torch.Tensor] = {}
-        self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
-
-    def weights(self, offset: int, words: int, device: torch.device) -> torch.Tensor:
-        """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors."""
-        key = (offset, device)
-        if key not in self._weights:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
-            self._weights[key] = torch.randint(
-                1, PRIME, (self.max_words, LANES), generator=generator, dtype=torch.int64
-            ).to(device)
-        return self._weights[key][:words]
-
-    def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
-        """The tensor's bits as [samples, words], int16 words (uint8 for 1-byte types)."""
-        flat = tensor.detach().reshape(samples, -1)
-        if flat.dtype == torch.bool:
-            flat = flat.to(torch.uint8)
-        flat = flat.contiguous()
-        words = flat.view(torch.uint8) if flat.element_size() == 1 else flat.view(torch.int16)
-        count = words.shape[1]
-        if count > self.max_words:
-            key = (count, words.device)
-            if key not in self._positions:
-                generator = torch.Generator().manual_seed(self.seed + count)
-                chosen = torch.randperm(count, generator=generator)[: self.max_words].sort().values
-                self._positions[key] = chosen.to(words.device)
-            words = words[:, self._positions[key]]
-        return words  # int16 words are signed: the sums' remainder is non-negative anyway
-
-    def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
-        """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
-        device = tensors[0].device
-        lanes = torch.zeros(samples, LANES, dtype=torch.int64, device=device)
-        for offset, tensor in enumerate(tensors):
-            values = self.words(tensor.to(device), samples)
-            weights = self.weights(offset, values.shape[1], device)
-            lanes = (lanes + lane_sums(values, weights, matmul=device.type == "cpu")) % PRIME
-        return lanes[:, 0] * PRIME + lanes[:, 1]
-
-
 class Share(NamedTuple):
     """One rank's fingerprints of an epoch as gathered: per training loader, and how many came from a checkpoint."""
 
     parts: list[torch.Tensor]  # the fingerprints of each loader's samples, in the order seen
-    flag: int  # whether the rank repeated its last epoch's order (see FAILED)
+    order: Order  # whether the rank repeated its last epoch's order
     carried: list[int]  # per loader, how many of its first fingerprints were seen before a resume
 
 
@@ -268,11 +159,9 @@ class SampleAudit(Callback):
         self._carried = False  # _seen holds a resumed epoch's fingerprints from its checkpoint
         self._carried_counts = [0]  # per loader: how many of them (at the front of its fingerprints)
         self._trainer: Trainer | None = None
-        self.problems = Problems("SampleAudit")  # what went wrong inside the audit: each said once
+        self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
-        # per loader: copies of the steps' sample rows not yet hashed
-        self._held: list[list[tuple[list[torch.Tensor], int]]] = [[]]
-        self._held_samples = self._held_bytes = 0
+        self._held = HeldSteps(self.hash)  # per loader: copies of the steps' sample rows not yet hashed
         self._pending: list[Any] | None = None  # the step begun: per loader, its rows or fingerprints (None: none)
         self._batch_read = False
         self._loaders_read = False  # the fit's first batch was checked to hold each loader's batch
@@ -322,46 +211,14 @@ class SampleAudit(Callback):
         return [t.detach().clone() if t.requires_grad else t.clone() for t in rows], samples
 
     def _hold(self, loader: int, rows: list[torch.Tensor], samples: int) -> None:
-        """Keep a step's copied sample rows for the next :meth:`_flush`, which hashes many steps at once.
-
-        Hashing costs mostly the launch of a dozen small operations, whatever the samples: a step's rows are hashed
-        with those of the steps around it, every ``HASH_SAMPLES`` samples or ``HASH_BYTES`` bytes held.
-        """
-        self._held[loader].append((rows, samples))
-        self._held_samples += samples
-        self._held_bytes += sum(t.nbytes for t in rows)
-        if self._held_samples >= HASH_SAMPLES or self._held_bytes >= HASH_BYTES:
+        """Keep a step's copied sample rows, hashed with those of the steps around it (:class:`HeldSteps`)."""
+        if self._held.hold(loader, rows, samples):
             self._flush()
 
     def _flush(self) -> None:
-        """Hash each loader's held steps' samples in order: all at once, or each run of steps whose tensors agree.
-
-        Steps agree (see :func:`joined`) but for a smaller last batch of a different shape, or a batch structure
-        that changes from step to step.
-        """
-        everything, self._held = self._held, [[] for _ in self._held]
-        self._held_samples = self._held_bytes = 0
-        for loader, held in enumerate(everything):
-            if held:
-                self._seen[loader].extend(self._hashed(held))
-
-    def _hashed(self, held: list[tuple[list[torch.Tensor], int]]) -> list[torch.Tensor]:
-        """The fingerprints of held steps' samples, in order."""
-        columns = joined(held)
-        if columns is not None:
-            return [self.hash(columns, sum(samples for _, samples in held))]
-        found = []
-        start = 0
-        shapes = [[(t.dtype, t.shape[1:]) for t in rows] for rows, _ in held]
-        while start < len(held):
-            end = start + 1
-            while end < len(held) and shapes[end] == shapes[start]:
-                end += 1
-            run = held[start:end]
-            columns = [torch.cat([rows[i] for rows, _ in run]) for i in range(len(shapes[start]))]
-            found.append(self.hash(columns, sum(samples for _, samples in run)))
-            start = end
-        return found
+        """Hash each loader's held steps' samples, in order."""
+        for loader, found in enumerate(self._held.flush()):
+            self._seen[loader].extend(found)
 
     def _size_of(self, loader: Any) -> int | None:
         """The samples of a training loader's dataset, where it is a map-style DataLoader batching single items."""
@@ -385,7 +242,7 @@ class SampleAudit(Callback):
         """Keep the trainer, which state_dict needs to gather the epoch's fingerprints."""
         self._trainer = trainer
         if stage == "fit":
-            self.problems = Problems("SampleAudit")
+            self.problems = Reporter("SampleAudit")
             self._batch_read = self._loaders_read = False  # the fit's first batch is read again
 
     @override
@@ -403,9 +260,8 @@ class SampleAudit(Callback):
         """Audit ``loaders`` from now on, nothing of theirs seen or held yet."""
         self._loaders = loaders
         self._seen = [[] for _ in loaders.names]
-        self._held = [[] for _ in loaders.names]
+        self._held = HeldSteps(self.hash, len(loaders.names))
         self._carried_counts = [0] * len(loaders.names)
-        self._held_samples = self._held_bytes = 0
         self._pending = None
 
     def _restore(self, trainer: Trainer, restored: dict[str, Any] | None) -> None:
@@ -434,7 +290,7 @@ class SampleAudit(Callback):
         if not self._carried:  # Lightning calls this hook on a resumed epoch's start only when none of it ran
             self._seen = [[] for _ in self._loaders.names]
             self._carried_counts = [0] * len(self._loaders.names)
-        self._held, self._held_samples, self._held_bytes = [[] for _ in self._loaders.names], 0, 0
+        self._held = HeldSteps(self.hash, len(self._loaders.names))
         self._pending = None
         self._in_epoch, self._carried, self._failed = True, False, None
 
@@ -474,7 +330,7 @@ class SampleAudit(Callback):
         self._use_loaders(Loaders())
         self._seen, self._carried_counts = [seen], [carried]
         if trainer.is_global_zero:
-            self._say(
+            self.problems.say(
                 trainer,
                 f"SampleAudit: a training batch ({type(batch).__name__}) does not hold the batches of the training "
                 f"loaders ({names}) at their keys (a hook of the module reshaped it?): its samples are audited as "
@@ -508,7 +364,7 @@ class SampleAudit(Callback):
         lengths = leading_lengths(batch)
         if len(lengths) > 1 and self.sample_dims == 1 and trainer.is_global_zero:
             where = "" if loader is None else f" of loader {loader}"
-            self._say(
+            self.problems.say(
                 trainer,
                 f"SampleAudit: the tensors of a training batch{where} ({type(batch).__name__}) lead with different "
                 f"lengths ({', '.join(map(str, lengths))}): a sample is taken as a row of those leading with "
@@ -528,41 +384,41 @@ class SampleAudit(Callback):
         carried = self._carried_counts
         if self._failed is not None:
             parts = [torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)] * count
-            carried, same = [0] * count, FAILED
+            carried, order = [0] * count, Order.FAILED
             local = None
         else:
             local = torch.cat(parts)
-            same = -1 if self._previous is None else int(torch.equal(self._previous, local))
+            order = Order.UNKNOWN if self._previous is None else Order(int(torch.equal(self._previous, local)))
         self._previous = local
         self._seen, self._in_epoch, self._carried = [[] for _ in range(count)], False, False
         self._carried_counts = [0] * count
-        shares = self._gather(trainer, parts, same, carried)
-        flags = [share.flag for share in shares]
-        if FAILED in flags:
-            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": self._why_not(flags)}
+        shares = self._gather(trainer, parts, order, carried)
+        orders = [share.order for share in shares]
+        if Order.FAILED in orders:
+            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": self._why_not(orders)}
             self.epochs.append(row)
             if trainer.is_global_zero:
-                self._say(trainer, f"sample audit, epoch {row['epoch']}: not audited ({row['why']})")
+                self.problems.say(trainer, f"sample audit, epoch {row['epoch']}: not audited ({row['why']})")
             self._failed = None
             return
         sizes: list[int | None] = [None] * count
         with self.problems.guard("reading the training set's size"):
             sizes = self._dataset_sizes(trainer)
-        row = self._row(trainer, shares, sizes, flags)
+        row = self._row(trainer, shares, sizes, orders)
         self.epochs.append(row)
         line = self.describe(row)
         if trainer.is_global_zero:
             scalars = {
                 f"audit/{k}": float(row[k]) for k in ("seen", "distinct", "duplicates", "missing") if row[k] is not None
             }
-            for logger in trainer.loggers:
-                with self.problems.guard(f"logging the epoch's counts to {type(logger).__name__}"):
-                    logger.log_metrics(scalars, step=trainer.global_step)
-            self._say(trainer, line)
+            self.problems.log(trainer, scalars, "the epoch's counts")
+            self.problems.say(trainer, line)
         if self.strict and (row["duplicates"] or row["missing"]):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
 
-    def _row(self, trainer: Trainer, shares: list[Share], sizes: list[int | None], flags: list[int]) -> dict[str, Any]:
+    def _row(
+        self, trainer: Trainer, shares: list[Share], sizes: list[int | None], orders: list[Order]
+    ) -> dict[str, Any]:
         """The epoch's counts: over every loader (told apart), and each loader's where there are several."""
         each = [loader_counts(shares, loader, size) for loader, size in enumerate(sizes)]
         seen, distinct = sum(c["seen"] for c in each), sum(c["distinct"] for c in each)
@@ -577,7 +433,8 @@ class SampleAudit(Callback):
             "dataset_size": size,
             "missing": None if size is None else max(0, size - distinct),
             "per_rank": [sum(int(part.numel()) for part in share.parts) for share in shares],
-            "same_order_ranks": None if -1 in flags else sum(flags),  # ranks that repeated their last epoch's order
+            # ranks that repeated their last epoch's order
+            "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),
             "replayed": sum(replayed) if replayed else None,
         }
         if self._loaders.several:
@@ -587,15 +444,11 @@ class SampleAudit(Callback):
             }
         return row
 
-    def _say(self, trainer: Trainer, line: str) -> None:
-        with self.problems.guard("printing the epoch's line"):
-            say(trainer, line)
-
-    def _why_not(self, flags: list[int]) -> str:
+    def _why_not(self, orders: list[Order]) -> str:
         """Why an epoch is not audited: this rank's problem, or the ranks that had one."""
         if self._failed is not None:
             return self._failed.removeprefix("SampleAudit: ")
-        ranks = ", ".join(str(rank) for rank, flag in enumerate(flags) if flag == FAILED)
+        ranks = ", ".join(str(rank) for rank, order in enumerate(orders) if order == Order.FAILED)
         return f"rank {ranks} could not fingerprint a batch; its own warning says why"
 
     # ------------------------------------------------------------------ counting
@@ -609,23 +462,23 @@ class SampleAudit(Callback):
         ]
 
     @staticmethod
-    def _gather(trainer: Trainer, parts: list[torch.Tensor], flag: int, carried: list[int]) -> list[Share]:
-        """Every rank's fingerprints per loader, same-order flag and carried counts, in rank order.
+    def _gather(trainer: Trainer, parts: list[torch.Tensor], order: Order, carried: list[int]) -> list[Share]:
+        """Every rank's fingerprints per loader, its order and carried counts, in rank order.
 
         Two gathers, whatever the loaders: the counts, then the fingerprints padded to the longest rank's.
         """
         world, count = trainer.world_size, len(parts)
         device = parts[0].device
         local = torch.cat(parts)
-        meta = torch.tensor([flag, *(len(p) for p in parts), *carried], dtype=torch.int64, device=device)
-        metas = trainer.strategy.all_gather(meta).reshape(world, 1 + 2 * count).tolist()
+        meta = torch.tensor([int(order), *(len(p) for p in parts), *carried], dtype=torch.int64, device=device)
+        metas = every_rank(trainer.strategy, meta).tolist()
         lengths = [sum(m[1 : 1 + count]) for m in metas]
         longest = max(lengths)
         padded = torch.full((longest,), PADDING, dtype=torch.int64, device=device)
         padded[: local.numel()] = local
-        everyone = trainer.strategy.all_gather(padded).reshape(world, longest) if longest else padded.reshape(world, 0)
+        everyone = every_rank(trainer.strategy, padded) if longest else padded.reshape(world, 0)
         return [
-            Share(split_counts(everyone[rank, :length], m[1 : 1 + count]), m[0], m[1 + count :])
+            Share(split_counts(everyone[rank, :length], m[1 : 1 + count]), Order(m[0]), m[1 + count :])
             for rank, (m, length) in enumerate(zip(metas, lengths, strict=True))
         ]
 
@@ -708,7 +561,7 @@ class SampleAudit(Callback):
             self._commit()
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
-        shares = self._gather(trainer, self._local(trainer), 0, self._carried_counts)
+        shares = self._gather(trainer, self._local(trainer), Order.UNKNOWN, self._carried_counts)
         return {
             "epoch": trainer.current_epoch,
             "fingerprints": [torch.cat(share.parts).cpu() for share in shares],

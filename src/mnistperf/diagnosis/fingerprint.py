@@ -1,0 +1,184 @@
+"""The sample fingerprints SampleAudit counts: a 62-bit modular hash of each sample's bits, on the device.
+
+Each tensor's per-sample bits are read as 16-bit words, and two sums of word times a fixed pseudo-random weight
+modulo the prime 2**31 - 1 make a 62-bit fingerprint (:class:`Fingerprinter`). Over the choice of the weights, two
+different samples share a fingerprint with probability about 2**-62. Hashing costs mostly the launch of a dozen
+small operations, whatever the samples, so :class:`HeldSteps` keeps copies of the steps' sample rows and hashes many
+steps at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+PRIME = 2**31 - 1
+LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
+# Elements of the temporary (samples x words x lanes) product per chunk of words.
+CHUNK_ELEMENTS = 1 << 22
+# Words per float64 matmul on a CPU: below 2**22 keeps each sum exact (see _float_lane_sums).
+FLOAT_CHUNK_WORDS = 1 << 20
+PADDING = -1  # fingerprints are non-negative
+# Held steps are hashed together once they hold this many samples, or this many bytes.
+HASH_SAMPLES = 4096
+HASH_BYTES = 32 * 2**20
+
+
+def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
+    """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
+
+    Args:
+        values: words of at most 16 bits, of any integer type.
+        weights: weights below PRIME.
+        matmul: use a float64 matmul (CPU, where it is BLAS's and the fastest); otherwise int64 products and sums
+            in chunks of at most CHUNK_ELEMENTS elements. Both give the same numbers.
+    """
+    if matmul:
+        return _float_lane_sums(values, weights)
+    # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
+    step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
+    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
+    for start in range(0, values.shape[1], step):
+        part, factors = values[:, start : start + step].to(torch.int64), weights[start : start + step]
+        total = (total + (part[:, :, None] * factors).sum(dim=1)) % PRIME
+    return total
+
+
+def _float_lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """:func:`lane_sums` by float64 matmuls on the weights' 16-bit halves, whose sums float64 holds exactly.
+
+    A word (|v| < 2**16) times a half (< 2**16) is below 2**32, so a chunk of FLOAT_CHUNK_WORDS sums below 2**52.
+    """
+    halves = torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)  # [words, 2 * LANES]
+    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
+    step = FLOAT_CHUNK_WORDS
+    for start in range(0, values.shape[1], step):
+        part = values[:, start : start + step].to(torch.float64)
+        sums = (halves[start : start + step].T @ part.T).T.to(torch.int64)  # as [4, words] x [words, samples]: faster
+        low, high = sums[:, :LANES], sums[:, LANES:]
+        total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
+    return total
+
+
+def joined(held: list[tuple[list[torch.Tensor], int]]) -> list[torch.Tensor] | None:
+    """Each of the held steps' tensors joined along the samples; None where the steps' tensors do not agree.
+
+    Steps agree when they hold as many tensors and each has the same type and the same shape past its first
+    dimension (``torch.cat`` raises on any other shape, but would convert types).
+    """
+    width = len(held[0][0])
+    if any(len(rows) != width for rows, _ in held):
+        return None
+    columns = []
+    for i in range(width):
+        column = [rows[i] for rows, _ in held]
+        if len({t.dtype for t in column}) > 1:
+            return None
+        try:
+            columns.append(torch.cat(column))
+        except RuntimeError:
+            return None
+    return columns
+
+
+class Fingerprinter:
+    """Hashes the bits of each sample's tensors to one non-negative int64, on the tensors' device.
+
+    Args:
+        seed: seed of the fixed weights; every rank and every epoch uses the same ones.
+        max_words: 16-bit words of a tensor's sample hashed at most (fixed positions beyond that).
+    """
+
+    def __init__(self, seed: int = 0, max_words: int = 4096):
+        self.seed, self.max_words = seed, max_words
+        self._weights: dict[tuple[int, torch.device], torch.Tensor] = {}
+        self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+    def weights(self, offset: int, words: int, device: torch.device) -> torch.Tensor:
+        """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors."""
+        key = (offset, device)
+        if key not in self._weights:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
+            self._weights[key] = torch.randint(
+                1, PRIME, (self.max_words, LANES), generator=generator, dtype=torch.int64
+            ).to(device)
+        return self._weights[key][:words]
+
+    def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
+        """The tensor's bits as [samples, words], int16 words (uint8 for 1-byte types)."""
+        flat = tensor.detach().reshape(samples, -1)
+        if flat.dtype == torch.bool:
+            flat = flat.to(torch.uint8)
+        flat = flat.contiguous()
+        words = flat.view(torch.uint8) if flat.element_size() == 1 else flat.view(torch.int16)
+        count = words.shape[1]
+        if count > self.max_words:
+            key = (count, words.device)
+            if key not in self._positions:
+                generator = torch.Generator().manual_seed(self.seed + count)
+                chosen = torch.randperm(count, generator=generator)[: self.max_words].sort().values
+                self._positions[key] = chosen.to(words.device)
+            words = words[:, self._positions[key]]
+        return words  # int16 words are signed: the sums' remainder is non-negative anyway
+
+    def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
+        """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
+        device = tensors[0].device
+        lanes = torch.zeros(samples, LANES, dtype=torch.int64, device=device)
+        for offset, tensor in enumerate(tensors):
+            values = self.words(tensor.to(device), samples)
+            weights = self.weights(offset, values.shape[1], device)
+            lanes = (lanes + lane_sums(values, weights, matmul=device.type == "cpu")) % PRIME
+        return lanes[:, 0] * PRIME + lanes[:, 1]
+
+
+Held = list[tuple[list[torch.Tensor], int]]  # steps' copied sample rows, each with its samples
+
+
+class HeldSteps:
+    """Copies of the steps' sample rows, per training loader, hashed together every so many samples or bytes.
+
+    Args:
+        hash: what fingerprints the rows.
+        loaders: how many training loaders' rows are held, each apart.
+    """
+
+    def __init__(self, hash: Fingerprinter, loaders: int = 1):
+        self.hash = hash
+        self._held: list[Held] = [[] for _ in range(loaders)]
+        self._samples = self._bytes = 0
+
+    def hold(self, loader: int, rows: list[torch.Tensor], samples: int) -> bool:
+        """Keep a step's copied rows; whether the held steps are now due to be hashed (:meth:`flush`)."""
+        self._held[loader].append((rows, samples))
+        self._samples += samples
+        self._bytes += sum(t.nbytes for t in rows)
+        return self._samples >= HASH_SAMPLES or self._bytes >= HASH_BYTES
+
+    def flush(self) -> list[list[torch.Tensor]]:
+        """Per loader, the fingerprints of its held steps' samples in order; nothing is held afterwards.
+
+        All at once, or each run of steps whose tensors agree (see :func:`joined`): they agree but for a smaller
+        last batch of a different shape, or a batch structure that changes from step to step.
+        """
+        everything, self._held = self._held, [[] for _ in self._held]
+        self._samples = self._bytes = 0
+        return [self._hashed(held) if held else [] for held in everything]
+
+    def _hashed(self, held: Held) -> list[torch.Tensor]:
+        columns = joined(held)
+        if columns is not None:
+            return [self.hash(columns, sum(samples for _, samples in held))]
+        found = []
+        start = 0
+        shapes = [[(t.dtype, t.shape[1:]) for t in rows] for rows, _ in held]
+        while start < len(held):
+            end = start + 1
+            while end < len(held) and shapes[end] == shapes[start]:
+                end += 1
+            run = held[start:end]
+            columns = [torch.cat([rows[i] for rows, _ in run]) for i in range(len(shapes[start]))]
+            found.append(self.hash(columns, sum(samples for _, samples in run)))
+            start = end
+        return found

@@ -1,0 +1,83 @@
+"""What EpochTimer and SampleAudit cost a whole short fit in instructions, which the machine's load does not move.
+
+measure.py times whole fits side by side; on 2 shared cores a second-long fit varies by more than the 2 % and
+5 % the callbacks may cost, so its intervals stay wide. This script counts the instructions of one fit per
+process with Valgrind's cachegrind (../instructions.py), for four arms of the same fit: ``imports`` (everything
+imported and built, no fit), ``without`` (the fit), ``timer`` (the fit with EpochTimer) and ``both`` (with
+EpochTimer and SampleAudit). The fit's own instructions are ``without`` less ``imports``; an arm's cost is its
+extra instructions over the fit's own, which holds everything the callbacks do once a fit (the summary,
+timing.json, the busy window where the fit can pay for it) as users meet it.
+
+    .venv/bin/python docs/results/cpu-2core-compat-cost/count.py newcomer [EPOCHS]
+    .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/count.py forecasting [EPOCHS] [BATCH]
+
+Writes counts-LIBRARY-EPOCHS.json beside this file. Needs ``valgrind``; a few minutes per arm, two at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ARMS = ("imports", "without", "timer", "both")
+
+
+def child(library: str, epochs: int, batch: str, arm: str, root: Path) -> None:
+    """One arm in this process: measure.py's fit of ``library`` with the arm's callbacks, or none at all."""
+    sys.argv = ["measure.py", library, "1", str(epochs), batch if library == "forecasting" else arm]
+    sys.path.insert(0, str(HERE))
+    import logging
+
+    import measure  # this folder's: the fits of every library
+
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    if arm == "imports":
+        return
+    if library == "forecasting" and arm == "timer":
+        raise SystemExit("forecasting's fit takes both callbacks or none")
+    measure.timed(root, diagnose=arm != "without")
+
+
+def main() -> None:
+    """Count every arm (two at a time) and write the counts and the costs."""
+    if sys.argv[1] == "--child":
+        child(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], Path(sys.argv[6]))
+        return
+    library = sys.argv[1]
+    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    batch = sys.argv[3] if len(sys.argv) > 3 else "8"
+    arms = [arm for arm in ARMS if not (library == "forecasting" and arm == "timer")]
+    sys.path.insert(0, str(HERE.parent))
+    from instructions import instructions, valgrind  # docs/results/instructions.py
+
+    with tempfile.TemporaryDirectory() as scratch:
+
+        def count(arm: str) -> int:
+            command = [sys.executable, __file__, "--child", library, str(epochs), batch, arm, f"{scratch}/{arm}"]
+            return instructions(command, Path(scratch) / f"{arm}.cachegrind")
+
+        with ThreadPoolExecutor(2) as pool:
+            counts = dict(zip(arms, pool.map(count, arms), strict=True))
+    fit = counts["without"] - counts["imports"]
+    costs = {arm: 1 + (counts[arm] - counts["without"]) / fit for arm in arms if arm not in ("imports", "without")}
+    result = {
+        "what": f"instructions of one whole {library} fit of {epochs} epochs per process, by arm",
+        "library": library,
+        "epochs": epochs,
+        **({"batch_size": int(batch)} if library == "forecasting" else {}),
+        "instructions": counts,
+        "fit_instructions": fit,
+        "cost": costs,
+        "environment": {"machine": platform.machine(), "python": platform.python_version(), "valgrind": valgrind()},
+    }
+    (HERE / f"counts-{library}-{epochs}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({"fit_instructions": fit, "cost": costs}))
+
+
+if __name__ == "__main__":
+    main()

@@ -222,3 +222,22 @@ def kineto_results(profiler: Any) -> Any:
     activity kind. Public replacement: the raw events on ``torch.profiler.profile``.
     """
     return getattr(getattr(profiler, "profiler", None), "kineto_results", None)
+
+
+# ---------------------------------------------------------------- Lightning: a DataLoader made again
+def rebuilt_dataloader(dataloader: Any, settings: dict[str, Any]) -> Any:
+    """The same DataLoader made again with ``settings`` (``num_workers=2``, ...) in place of its own.
+
+    Why: tune changes the loader of a DataModule that takes no argument for it; only Lightning's re-creation of a
+    loader for a distributed sampler recovers everything else it was made with (dataset, sampler or batch sampler,
+    collate_fn, drop_last, a subclass's own arguments, given by name or position). Public replacement: that
+    re-creation taking other settings than the sampler.
+    """
+    from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
+    from lightning.pytorch.utilities.data import _get_dataloader_init_args_and_kwargs
+
+    saved, kwargs = _get_dataloader_init_args_and_kwargs(dataloader, dataloader.sampler)
+    kwargs = {**kwargs, **settings}
+    names = list(getattr(dataloader, "__pl_saved_arg_names", ()))  # the arguments given by position, in order
+    args = [kwargs.pop(names[i]) if i < len(names) and names[i] in kwargs else arg for i, arg in enumerate(saved)]
+    return _reinstantiate_wrapped_cls(dataloader, *args, **kwargs)

@@ -22,6 +22,7 @@ from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
 from mnistperf.data.pipelines.registry import PIPELINES, tune_order
 from mnistperf.errors import ConfigError
+from mnistperf.tune.knobs import worker_counts
 from mnistperf.tune.probes import Probe, time_loader, time_step, time_training
 
 LOADER_KEYS = ("pipeline", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
@@ -77,15 +78,6 @@ class Outcome:
             f"a batch of {size} would step at {bigger.rate:,.0f} samples/s ({gain:+.0%}); it changes the "
             "optimisation, so it is only tried with --tune-batch-size"
         )
-
-
-def worker_counts(cpus: int) -> list[int]:
-    """The worker counts tune tries: 0, then the powers of two up to ``cpus``."""
-    counts, n = [0], 1
-    while n <= cpus:
-        counts.append(n)
-        n *= 2
-    return counts
 
 
 def free_memory_bytes(device: torch.device) -> int:

@@ -1,0 +1,192 @@
+"""The loader's settings tune changes in a project that is not the lab's, found by name or named by the user.
+
+A knob is one DataLoader setting (``num_workers``, ``persistent_workers``, ``pin_memory``, ``prefetch_factor``,
+``batch_size``) and where it is applied: an argument of the project's DataModule under the project's own name
+(``workers``), or the DataLoader itself, rebuilt with it where the DataModule exposes no such argument. A user
+may also name any argument with candidate values (``data.init_args.workers=0,2,4``): then those values are tried.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from mnistperf.close_names import did_you_mean
+from mnistperf.errors import ConfigError
+
+LOADER_SETTINGS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor", "batch_size")
+# The names a project's DataModule commonly gives each setting, besides the DataLoader's own.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "num_workers": ("workers", "n_workers", "loader_workers", "num_loader_workers", "dataloader_workers"),
+    "persistent_workers": ("persistent", "keep_workers", "persist_workers"),
+    "pin_memory": ("pin", "pinned", "pin_batches"),
+    "prefetch_factor": ("prefetch", "prefetch_batches"),
+    "batch_size": ("batch", "bs", "train_batch_size"),
+}
+ARG, REBUILD = "argument", "rebuilt loader"
+LOADER = "loader"  # the key a rebuilt loader's settings go under: loader.num_workers
+
+
+@dataclass
+class Knob:
+    """One setting tune may change: what it is, where it goes and the values to try (None: tune's own)."""
+
+    setting: str | None  # the DataLoader setting it is, or None for an argument the user named whose meaning is theirs
+    key: str  # where it is written: "data.init_args.workers" (an argument) or "loader.num_workers" (rebuilt)
+    via: str  # ARG or REBUILD
+    values: list[Any] | None = None  # the user's candidates; None lets the search choose
+    current: Any = None  # the value the untouched run uses (for a rebuilt loader: read from it by the first trial)
+
+    @property
+    def name(self) -> str:
+        """The argument's or the DataLoader setting's own name (the key's last part)."""
+        return self.key.rsplit(".", 1)[-1]
+
+
+@dataclass
+class Knobs:
+    """The knobs of one project, and how they were found."""
+
+    knobs: list[Knob] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the finding said: ambiguous names, knobs left out
+
+    def by_setting(self, setting: str) -> Knob | None:
+        """The knob for a DataLoader setting, or None."""
+        return next((k for k in self.knobs if k.setting == setting), None)
+
+    @property
+    def rebuilt(self) -> bool:
+        """Whether any knob is applied by rebuilding the DataLoader."""
+        return any(k.via == REBUILD for k in self.knobs)
+
+
+def matches(name: str, setting: str) -> int | None:
+    """How well an argument's name stands for a DataLoader setting: 0 its own name, 1 an alias, 2 a prefixed one."""
+    if name == setting:
+        return 0
+    if name in ALIASES[setting]:
+        return 1
+    if name.endswith("_" + setting) or any(name == f"train_{alias}" for alias in ALIASES[setting]):
+        return 2
+    return None
+
+
+def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knobs:
+    """The knobs among a DataModule's arguments, by name; where none is a loader setting, the loader is rebuilt.
+
+    Args:
+        currents: the DataModule's arguments, each with the value the untouched run gives it.
+        prefix: the key its arguments are written under (``data.init_args``; ``""`` for a Python call).
+        batch_size: whether the batch size is tuned too (it changes the training).
+    """
+    found = Knobs()
+    for setting in LOADER_SETTINGS:
+        if setting == "batch_size" and not batch_size:
+            continue
+        ranked = sorted((rank, name) for name in currents if (rank := matches(name, setting)) is not None)
+        if not ranked:
+            continue
+        best = [name for rank, name in ranked if rank == ranked[0][0]]
+        if len(best) > 1:
+            found.notes.append(
+                f"{' and '.join(best)} could each be {setting}; neither is changed: name one with --knob "
+                f"{join(prefix, best[0])}=VALUES"
+            )
+            continue
+        name = best[0]
+        found.knobs.append(Knob(setting, join(prefix, name), ARG, current=currents[name]))
+    if all(k.setting == "batch_size" for k in found.knobs):  # no loader setting among its arguments: rebuild
+        found.knobs += [Knob(s, join(LOADER, s), REBUILD) for s in LOADER_SETTINGS if s != "batch_size"]
+    if batch_size and found.by_setting("batch_size") is None:
+        found.knobs.append(Knob("batch_size", join(LOADER, "batch_size"), REBUILD))
+    return found
+
+
+def rebuilt_with(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The DataLoader settings a trial's loader is rebuilt with, by setting (None where no loader is rebuilt).
+
+    A setting whose value is not known yet (the untouched settings' first trial reads them) is left as it is.
+    """
+    if not knobs.rebuilt:
+        return None
+    return {k.name: settings[k.key] for k in knobs.knobs if k.via == REBUILD and settings.get(k.key) is not None}
+
+
+def worker_counts(cpus: int) -> list[int]:
+    """The worker counts tune tries: 0, then the powers of two up to ``cpus``."""
+    counts, n = [0], 1
+    while n <= cpus:
+        counts.append(n)
+        n *= 2
+    return counts
+
+
+def join(prefix: str, name: str) -> str:
+    """``prefix.name``, or ``name`` alone without a prefix."""
+    return f"{prefix}.{name}" if prefix else name
+
+
+def arguments(target: Callable, given: dict[str, Any]) -> dict[str, Any]:
+    """A class's (its ``__init__``'s) or a function's arguments, each with its value: given, else its default.
+
+    ``*args`` and ``**kwargs`` are left out; an argument neither given nor defaulted has None.
+    """
+    parameters = inspect.signature(target).parameters.values()
+    kept = [p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"]
+    return {p.name: given.get(p.name, None if p.default is p.empty else p.default) for p in kept}
+
+
+def parse_value(text: str) -> Any:
+    """A candidate value as YAML reads it: ``2`` an int, ``true`` a bool, ``null`` None, ``a`` a string."""
+    return yaml.safe_load(text) if text.strip() else None
+
+
+def parse_knob(text: str) -> tuple[str, list[Any]]:
+    """``KEY=V1,V2,...`` as (KEY, [values]); one line naming the option and its form otherwise."""
+    key, sep, values = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not values.strip():
+        raise ConfigError(
+            f"--knob {text}: give the option and the values to try, e.g. --knob data.init_args.workers=0,2,4"
+        )
+    return key, [parse_value(v) for v in values.split(",")]
+
+
+def named_knobs(
+    given: Sequence[tuple[str, list[Any]]], currents: dict[str, Any], prefix: str, where: str
+) -> list[Knob]:
+    """The knobs the user named (``--knob KEY=VALUES``): where named, only these are tried, with these values.
+
+    A key is an argument of the DataModule (``data.init_args.workers``; ``data.workers`` is taken for it) or a
+    DataLoader setting (``num_workers`` or ``loader.num_workers``), which rebuilds the loader. A key that is
+    neither is one line naming it, the DataModule's arguments and the fix.
+
+    Args:
+        given: the user's (key, values).
+        currents: the DataModule's arguments, each with the value the untouched run gives it.
+        prefix: the key its arguments are written under (``data.init_args``; ``""`` for a Python call).
+        where: the DataModule as the error names it (``their.yaml's data (myproj.data.Data)``).
+    """
+    knobs: list[Knob] = []
+    short = prefix.rsplit(".", 1)[0] if prefix else ""
+    for key, values in given:
+        name = key.rsplit(".", 1)[-1]
+        if name in currents and key in (join(prefix, name), join(short, name), name):
+            setting = next((s for s in LOADER_SETTINGS if matches(name, s) is not None), None)
+            knob = Knob(setting, join(prefix, name), ARG, values, currents[name])
+        elif name in LOADER_SETTINGS and key in (name, join(LOADER, name)):
+            knob = Knob(name, join(LOADER, name), REBUILD, values)
+        else:
+            options = [join(prefix, a) for a in currents]
+            meant = did_you_mean(key, [*options, *LOADER_SETTINGS]) or "."
+            raise ConfigError(
+                f"--knob {key}: {where} takes no such argument{meant} "
+                f"Its arguments are {', '.join(options) or 'none'}; name one of them, or a DataLoader setting "
+                f"({', '.join(LOADER_SETTINGS)}) to have the loader rebuilt with it."
+            )
+        knobs = [k for k in knobs if k.key != knob.key] + [knob]
+    return knobs

@@ -1,0 +1,65 @@
+"""A project's training DataLoader made again with other settings, where its DataModule takes no argument for them.
+
+The DataModule's (or, without one, the module's) ``train_dataloader`` is wrapped: the loader it returns is made
+again through :func:`mnistperf.upstream.rebuilt_dataloader`, as Lightning makes loaders again for distributed
+samplers, with the same dataset, sampler, collate_fn and the rest, and the candidate's settings.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from mnistperf.errors import ConfigError
+from mnistperf.upstream import rebuilt_dataloader
+
+READ = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor", "batch_size")
+
+
+def loader_settings(loader: Any) -> dict[str, Any] | None:
+    """A DataLoader's settings that tune may change, as it holds them (None for anything but one DataLoader)."""
+    if not isinstance(loader, DataLoader):
+        return None
+    return {name: getattr(loader, name, None) for name in READ}
+
+
+def consistent(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings a DataLoader accepts: without workers, none kept between epochs and no prefetch factor."""
+    if settings.get("num_workers") == 0:
+        settings = {**settings, "persistent_workers": False, "prefetch_factor": None}
+    return settings
+
+
+def dataloader_call(settings: dict[str, Any]) -> str:
+    """The DataLoader arguments as code: ``DataLoader(..., num_workers=2, persistent_workers=True)``."""
+    return "DataLoader(..., " + ", ".join(f"{name}={value!r}" for name, value in settings.items()) + ")"
+
+
+def rebuild_train_loader(source: Any, settings: dict[str, Any]) -> None:
+    """Make ``source.train_dataloader()`` return its loader made again with ``settings`` (none: as it was)."""
+    own = source.train_dataloader
+    where = f"{type(source).__qualname__}.train_dataloader"
+
+    @functools.wraps(own)  # Lightning sees the project's own hook through __wrapped__
+    def train_dataloader() -> DataLoader:
+        loader = own()
+        current = loader_settings(loader)
+        if current is None:
+            raise ConfigError(
+                f"{where} returns {type(loader).__name__}, not one DataLoader, so tune cannot make it again; give "
+                "the DataModule arguments for the loader's settings and name them with --knob"
+            )
+        wanted = consistent({**current, **settings})
+        changed = {name: value for name, value in wanted.items() if name in settings or value != current[name]}
+        try:
+            return rebuilt_dataloader(loader, changed)
+        except (TypeError, ValueError, RuntimeError) as exc:  # Lightning's MisconfigurationException among them
+            reason = " ".join(str(exc).split())
+            raise ConfigError(
+                f"{where}'s {type(loader).__name__} cannot be made again with other settings ({reason}); give the "
+                "DataModule arguments for them and name them with --knob"
+            ) from exc
+
+    source.train_dataloader = train_dataloader

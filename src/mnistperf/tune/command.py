@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import io
 import time
 from collections.abc import Sequence
@@ -19,11 +20,15 @@ import yaml
 
 from mnistperf.atomic import atomic_write
 from mnistperf.close_names import OneLineArgumentParser
+from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli import check_key, load_config, parse_fit_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
+from mnistperf.model import ImageClassifier
+from mnistperf.tune import end_to_end
 from mnistperf.tune import search as tuning
+from mnistperf.tune.project import names_classes, read_yaml
 
 MIN_BUDGET_MIN = 0.25
 
@@ -34,7 +39,9 @@ DESCRIPTION = (
     "times the training step alone, then each input pipeline with 0, 1, 2, 4, ... workers, cheapest first, until "
     "input is no longer the bound; then the best settings and the config's own train side by side. Writes a config "
     "that fit runs as is (--out), saying what was measured, and a table of every probe beside it "
-    "(<out>.probes.md)."
+    "(<out>.probes.md). Another project's LightningCLI config, naming its classes (model.class_path, "
+    "data.class_path), is tuned by whole trial fits of its own model and data instead: `python -m mnistperf tune "
+    "--config their.yaml --help` lists the options for it."
 )
 
 
@@ -55,12 +62,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="an override of the config before measuring, e.g. data.batch_size=256; may be repeated (default: none)",
     )
-    parser.add_argument(
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument(
         "--budget",
         type=float,
         default=5.0,
         metavar="MINUTES",
         help="minutes of measuring at most; then the best found so far is written (default: %(default)g)",
+    )
+    budget.add_argument(
+        "--budget-s", type=float, default=None, metavar="SECONDS", help="the same budget in seconds (default: none)"
     )
     parser.add_argument(
         "--out",
@@ -75,6 +86,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="also try 2x and 4x the batch size, which changes the optimization (default: off)",
     )
     opts = parser.parse_args(argv)
+    if opts.budget_s is not None:
+        opts.budget = opts.budget_s / 60
     if opts.budget < MIN_BUDGET_MIN:
         raise ConfigError(
             f"--budget {opts.budget:g}: too small to measure anything; give at least "
@@ -140,8 +153,42 @@ def probes_table(outcome: tuning.Outcome) -> str:
     return "\n".join(rows)
 
 
-def tune_command(argv: Sequence[str], log=print) -> tuning.Outcome | None:
-    """``mnistperf tune``: search for the fastest data settings here and write them as a config."""
+def names_its_classes(argv: Sequence[str]) -> bool:
+    """Whether ``--config`` is another project's LightningCLI config, naming its classes (not a stage of the lab).
+
+    A config whose ``data`` or ``model`` holds plain keys of which the lab's has none is another project's that
+    names no classes: one line says how to name them.
+    """
+    peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    peek.add_argument("--config", type=Path)
+    path = peek.parse_known_args(argv)[0].config
+    if path is None or not path.is_file():
+        return False
+    config = read_yaml(path)
+    if names_classes(config):
+        return True
+    for section, lab_class in (("data", MNISTDataModule), ("model", ImageClassifier)):
+        given = config.get(section)
+        if isinstance(given, dict) and given and not set(given) & set(inspect.signature(lab_class).parameters):
+            key = next(iter(given))
+            raise ConfigError(
+                f"{path}: {section}.{key} is no option of this lab's stages, and {section} names no class; for your "
+                f"own project's config, name its classes as LightningCLI does where any class may be given "
+                f"({section}: {{class_path: myproj.{section}.My{section.title()}, init_args: {{{key}: ...}}}})"
+            )
+    return False
+
+
+def tune_command(argv: Sequence[str], log=print) -> tuning.Outcome | end_to_end.Outcome | None:
+    """``mnistperf tune``: search for the fastest data settings here and write them as a config.
+
+    The lab's stage configs are tuned by probes of the loader and the step (:mod:`mnistperf.tune.search`); another
+    project's config by whole trial fits (:mod:`mnistperf.tune.any_project`).
+    """
+    if names_its_classes(argv):
+        from mnistperf.tune.any_project import tune_project_command
+
+        return tune_project_command(argv, log)
     opts = parse_args(argv)
     settings = [parse_setting(s) for s in opts.set]
     for key, _ in settings:

@@ -1,0 +1,210 @@
+"""A LightningCLI config of a project that is not the lab's: read, its classes imported, its trial configs written.
+
+Such a config names its classes (``model:`` and ``data:`` each with a ``class_path`` and ``init_args``), as
+LightningCLI's own configs do when any LightningModule or DataModule may be given; a config whose ``model`` and
+``data`` hold plain keys is the lab's. The classes are imported as Python finds them: from the folder tune runs
+in, ``PYTHONPATH``, or ``--import-path DIR``. A config nested under ``fit:`` (one config for every subcommand) is
+read and written back in that form.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mnistperf.errors import ConfigError
+from mnistperf.tune.knobs import ARG, Knobs, arguments, found_knobs, named_knobs
+from mnistperf.tune.trial import left_out, trial_trainer
+
+SECTIONS = ("model", "data")
+DEFAULT_SEED = 0  # where the config draws a seed at random (or none), every trial takes this one
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A config file as a mapping; one line naming the file and the fix where it cannot be read as one."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot be read ({exc.strerror}); give a readable YAML file.") from exc
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise ConfigError(
+            f"{path}: not a config tune can read ({problem}{where}); fix the YAML so that your project's "
+            "`fit --config` takes it."
+        ) from exc
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"{path}: holds {type(config).__name__}, not the mapping of a LightningCLI config "
+            "(trainer:, model:, data:); give the config your project's `fit --config` takes."
+        )
+    return config
+
+
+def fit_section(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a config that ``fit`` reads: the config itself, or its ``fit:`` mapping."""
+    nested = config.get("fit")
+    return nested if isinstance(nested, dict) and not any(k in config for k in SECTIONS) else config
+
+
+def names_classes(config: dict[str, Any]) -> bool:
+    """Whether a config names its model's or data's class (``class_path``): another project's, not the lab's."""
+    section = fit_section(config)
+    return any(isinstance(section.get(k), dict) and "class_path" in section[k] for k in SECTIONS)
+
+
+def import_class(path: Path, section: str, class_path: Any) -> type:
+    """The class a config section names; one line naming the file, the section and the fix where it cannot be."""
+    if not isinstance(class_path, str) or "." not in class_path:
+        raise ConfigError(
+            f"{path}: {section}.class_path {class_path!r} is not a full import path; give it as module.Class "
+            "(e.g. myproj.data.MyData), as tune imports it"
+        )
+    module, _, name = class_path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"{path}: {section}.class_path {class_path!r} cannot be imported ({exc}); run from the project's folder "
+            f"or add it: PYTHONPATH=/path/to/project python -m mnistperf tune --config {path} "
+            "(or --import-path /path/to/project)"
+        ) from exc
+    if not isinstance(found, type):
+        raise ConfigError(f"{path}: {section}.class_path {class_path!r} is not a class; name the class itself")
+    return found
+
+
+def set_key(config: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``a.b.c`` in nested mappings, making the missing ones."""
+    *parents, last = key.split(".")
+    for part in parents:
+        if not isinstance(config.get(part), dict):
+            config[part] = {}
+        config = config[part]
+    config[last] = value
+
+
+@dataclass
+class Project:
+    """A LightningCLI config of another project, read and checked."""
+
+    path: Path
+    config: dict[str, Any]  # the whole file, with --set applied
+    model_class: type
+    data_class: type | None  # None where the model makes its own loaders
+
+    @property
+    def fit(self) -> dict[str, Any]:
+        """The part ``fit`` reads."""
+        return fit_section(self.config)
+
+    @property
+    def data_args(self) -> dict[str, Any]:
+        """The arguments the config gives the DataModule."""
+        data = self.fit.get("data")
+        return dict(data.get("init_args") or {}) if isinstance(data, dict) else {}
+
+    @property
+    def where(self) -> str:
+        """The DataModule as an error names it."""
+        name = self.data_class.__qualname__ if self.data_class is not None else "none (the model's own loaders)"
+        return f"{self.path}'s data ({name})"
+
+    def seed(self) -> int:
+        """The seed every trial takes: the config's, else DEFAULT_SEED."""
+        seed = self.fit.get("seed_everything")
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else DEFAULT_SEED
+
+    def knobs(self, named: list[tuple[str, list[Any]]], batch_size: bool) -> Knobs:
+        """The knobs: those named with --knob, else those found among the DataModule's arguments."""
+        currents = arguments(self.data_class, self.data_args) if self.data_class is not None else {}
+        if named:
+            return Knobs(named_knobs(named, currents, "data.init_args", self.where))
+        return found_knobs(currents, "data.init_args", batch_size)
+
+    def with_settings(self, settings: dict[str, Any], knobs: Knobs) -> dict[str, Any]:
+        """The whole config with the knobs applied through the DataModule's arguments set to these values."""
+        config = copy.deepcopy(self.config)
+        section = fit_section(config)
+        for knob in knobs.knobs:
+            if knob.via == ARG and knob.key in settings:
+                set_key(section, knob.key, settings[knob.key])
+        return config
+
+    def trial_config(self, settings: dict[str, Any], knobs: Knobs, epochs: int, steps: int, root: str) -> dict:
+        """The config one trial fit reads: these settings, short and quiet, the same seed, nothing saved."""
+        section = fit_section(self.with_settings(settings, knobs))
+        section.pop("ckpt_path", None)  # a trial starts from scratch
+        trainer = dict(section.get("trainer") or {})
+        callbacks = trainer.get("callbacks") or []
+        trainer["callbacks"] = [c for c in (callbacks if isinstance(callbacks, list) else [callbacks]) if kept(c)]
+        trainer.update(trial_trainer(epochs, steps, root))
+        section["trainer"] = trainer
+        section["seed_everything"] = self.seed()
+        return section
+
+
+def kept(callback: Any) -> bool:
+    """Whether a trial keeps a callback of the config (not one it leaves out, nor one it cannot import)."""
+    class_path = callback.get("class_path") if isinstance(callback, dict) else callback
+    if not isinstance(class_path, str) or "." not in class_path:
+        return True
+    module, _, name = class_path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return True
+    return not (isinstance(found, type) and left_out(found))
+
+
+def parse_set(text: str) -> tuple[str, Any]:
+    """``--set KEY=VALUE`` as (KEY, the value as YAML reads it)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text}: give KEY=VALUE, e.g. --set trainer.precision=bf16-mixed")
+    return key.strip(), yaml.safe_load(value) if value.strip() else None
+
+
+def load(path: Path, sets: list[str]) -> Project:
+    """Read another project's config, apply ``--set``, and import its classes (checking they are its own kinds)."""
+    from lightning.pytorch import LightningDataModule, LightningModule
+
+    config = read_yaml(path)
+    section = fit_section(config)
+    for text in sets:
+        set_key(section, *parse_set(text))
+    model = section.get("model")
+    if not isinstance(model, dict) or "class_path" not in model:
+        raise ConfigError(
+            f"{path}: no model.class_path; a LightningCLI config of your project names its LightningModule "
+            "there (model: {class_path: myproj.model.MyModel, init_args: {...}})"
+        )
+    model_class = import_class(path, "model", model["class_path"])
+    if not issubclass(model_class, LightningModule):
+        raise ConfigError(f"{path}: model.class_path {model['class_path']!r} is not a LightningModule")
+    data = section.get("data")
+    data_class = None
+    if data is not None:
+        if not isinstance(data, dict) or "class_path" not in data:
+            raise ConfigError(
+                f"{path}: data has no class_path; name your LightningDataModule there "
+                "(data: {class_path: myproj.data.MyData, init_args: {...}})"
+            )
+        data_class = import_class(path, "data", data["class_path"])
+        if not issubclass(data_class, LightningDataModule):
+            raise ConfigError(f"{path}: data.class_path {data['class_path']!r} is not a LightningDataModule")
+    return Project(path, config, model_class, data_class)
+
+
+def write_yaml(config: dict[str, Any], path: Path) -> Path:
+    """Write a config as YAML; its path."""
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path

@@ -1,0 +1,214 @@
+"""``tune_loaders(model, datamodule, trainer_kwargs, budget_s=...)``: tune the loader of a project without a CLI.
+
+Every trial makes the model and the DataModule again in a fresh process, so each must be something another
+process can make: an object of an importable class that keeps its arguments (``self.save_hyperparameters()``
+in its ``__init__``), or an importable class or function that makes one. One defined in ``__main__`` (a script
+run directly, a notebook) or inside a function cannot be made again elsewhere: the error says so, with the fix.
+The knobs are found among the DataModule's arguments under their own names, or named in ``knobs=`` with the
+values to try; where it has none, its DataLoader is rebuilt. The search is :mod:`mnistperf.tune.end_to_end`'s.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import pickle
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mnistperf.errors import ConfigError
+from mnistperf.machine import usable_cpus
+from mnistperf.tune import end_to_end
+from mnistperf.tune.knobs import ARG, REBUILD, Knobs, arguments, found_knobs, named_knobs, rebuilt_with
+from mnistperf.tune.launcher import Launcher
+from mnistperf.tune.report import findings, trials_table
+from mnistperf.tune.trial import Recipe, TrialSpec
+
+WHERE = "tune_loaders"
+
+
+@dataclass
+class TuneResult:
+    """What ``tune_loaders`` found: the settings in the project's terms, the speed-up, and every trial."""
+
+    outcome: end_to_end.Outcome
+    where: str  # the DataModule as the findings name it
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The DataModule's arguments to change, by its own names (empty where the untouched settings stay)."""
+        return {key: value for key, value in self.outcome.changes(ARG).items()}
+
+    @property
+    def loader_args(self) -> dict[str, Any]:
+        """DataLoader arguments to change in ``train_dataloader``, where tune rebuilt the loader (a code change)."""
+        return {key.rsplit(".", 1)[-1]: value for key, value in self.outcome.changes(REBUILD).items()}
+
+    @property
+    def rebuilt(self) -> bool:
+        """Whether the DataLoader was rebuilt with the settings tried (the DataModule exposes none)."""
+        return self.outcome.knobs.rebuilt
+
+    @property
+    def kept(self) -> bool:
+        """Whether the untouched settings stay."""
+        return self.outcome.kept
+
+    @property
+    def speedup(self) -> float:
+        """The chosen settings' steady samples/s over the untouched settings'."""
+        return self.outcome.speedup
+
+    @property
+    def table(self) -> str:
+        """Every trial, as a Markdown table."""
+        return trials_table(self.outcome)
+
+    @property
+    def findings(self) -> list[str]:
+        """What bounds the run, what was chosen and why the search stopped, as sentences."""
+        return findings(self.outcome, self.where)
+
+
+def importable(target: Any, role: str) -> tuple[str, str]:
+    """(module, qualname) of a class or function another process can import; one line with the fix where not."""
+    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+    if not module or not qualname:
+        raise ConfigError(f"{WHERE}: the {role} {target!r} has no import path; pass an object, a class or a function")
+    if module == "__main__" or "<locals>" in qualname:
+        place = "__main__ (a script run directly, or a notebook)" if module == "__main__" else "a function"
+        raise ConfigError(
+            f"{WHERE}: the {role}'s {qualname.split('.<locals>.')[-1]} is defined in {place}, so a fresh process "
+            f"cannot make it again; move it into a module of your project (e.g. myproj/{role}.py) and import it "
+            "from there"
+        )
+    try:
+        found = Recipe(module, qualname).target()
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"{WHERE}: the {role}'s {module}.{qualname} cannot be imported here ({exc}); make its module importable "
+            "(PYTHONPATH=/path/to/project)"
+        ) from exc
+    if found is not target:
+        raise ConfigError(f"{WHERE}: {module}.{qualname} imports as another object than the {role} given; pass its own")
+    return module, qualname
+
+
+def recipe(made: Any, role: str, kind: type) -> Recipe:
+    """How a fresh process makes the model or the DataModule again: from its class and saved arguments, or a maker."""
+    if not isinstance(made, kind):  # a class or function that makes one
+        if not callable(made):
+            raise ConfigError(f"{WHERE}: the {role} must be a {kind.__name__}, or a class or function making one")
+        return Recipe(*importable(made, role))
+    module, qualname = importable(type(made), role)
+    saved = {k: v for k, v in dict(getattr(made, "hparams", {})).items() if not k.startswith("_")}
+    parameters = inspect.signature(type(made)).parameters.values()
+    named = [p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    missing = [p.name for p in named if p.default is p.empty and p.name not in saved]
+    if missing:
+        raise ConfigError(
+            f"{WHERE}: the {role}'s {qualname} does not keep its arguments {', '.join(missing)}, so a fresh process "
+            "cannot make it again; call self.save_hyperparameters() in its __init__, or pass a function that makes it"
+        )
+    params = {p.name for p in named}
+    found = Recipe(module, qualname, {k: v for k, v in saved.items() if k in params})
+    try:
+        pickle.dumps(found)
+    except Exception as exc:  # any object pickle refuses, with its own error type
+        raise ConfigError(
+            f"{WHERE}: the {role}'s saved arguments cannot be handed to another process ({exc}); pass a function "
+            "that makes it"
+        ) from exc
+    return found
+
+
+def tune_loaders(
+    model: Any,
+    datamodule: Any = None,
+    trainer_kwargs: dict[str, Any] | None = None,
+    *,
+    budget_s: float = 300.0,
+    knobs: dict[str, list[Any]] | None = None,
+    tune_batch_size: bool = False,
+    steps: int = 20,
+    epochs: int = 3,
+    repeats: int = end_to_end.REPEATS,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> TuneResult:
+    """Measure which DataLoader settings train this model and data fastest here, each in a fresh process.
+
+    Args:
+        model: the LightningModule (an object of an importable class that saved its arguments), or an importable
+            class or function that makes it.
+        datamodule: the LightningDataModule, the same way; None where the model makes its own loaders.
+        trainer_kwargs: the Trainer's arguments (precision, accelerator, ...); each trial sets its own length,
+            and leaves out checkpoints, early stopping and loggers.
+        budget_s: seconds of measuring at most; then the best found so far is kept.
+        knobs: the settings to try, each with its values: a DataModule argument (``{"workers": [0, 2, 4]}``) or a
+            DataLoader setting (``{"num_workers": [0, 2]}``, which rebuilds the loader); given, only these are
+            tried. By default the loader's settings found among the DataModule's arguments.
+        tune_batch_size: also try 2x and 4x the batch size (it changes the training).
+        steps: training steps per epoch of each trial.
+        epochs: epochs of each trial, the first a warm-up left out of its figures.
+        repeats: runs of the untouched settings, whose spread is the noise.
+        seed: the seed every trial fit takes.
+        log: where progress lines go.
+
+    Returns:
+        The settings in the project's terms (``settings``: DataModule arguments; ``loader_args``: DataLoader
+        arguments that need a code change), the speed-up, the findings and the table of trials.
+    """
+    from lightning.pytorch import LightningDataModule, LightningModule
+
+    if epochs < 2 or steps < 1 or repeats < 1:
+        raise ConfigError(f"{WHERE}: give epochs of at least 2 (the first is a warm-up), steps and repeats of 1")
+    model_recipe = recipe(model, "model", LightningModule)
+    data_recipe = recipe(datamodule, "datamodule", LightningDataModule) if datamodule is not None else None
+    trainer = dict(trainer_kwargs or {})
+    try:
+        pickle.dumps(trainer)
+    except Exception as exc:  # any object pickle refuses
+        raise ConfigError(f"{WHERE}: trainer_kwargs cannot be handed to another process ({exc})") from exc
+    where = f"{WHERE}'s datamodule ({data_recipe.qualname if data_recipe else 'none: the model makes its loaders'})"
+    currents = arguments(data_recipe.target(), data_recipe.args) if data_recipe is not None else {}
+    found = (
+        Knobs(named_knobs(list(knobs.items()), currents, "", where))
+        if knobs
+        else found_knobs(currents, "", tune_batch_size)
+    )
+    log(
+        f"tuning {where}: {', '.join(k.key for k in found.knobs)}; {usable_cpus()} usable CPUs, budget "
+        f"{budget_s:g} s, each trial {epochs} epochs of at most {steps} steps in a fresh process"
+    )
+    modules = [r.module for r in (model_recipe, data_recipe) if r is not None]
+    with Launcher([], modules) as launcher, tempfile.TemporaryDirectory(prefix="mnistperf-tune-") as work:
+        numbers = itertools.count(1)
+
+        def measure(settings: dict[str, Any], timeout_s: float) -> end_to_end.Run:
+            root = Path(work) / f"trial-{next(numbers)}"
+            root.mkdir()
+            data = None
+            if data_recipe is not None:
+                changes = {k.key: settings[k.key] for k in found.knobs if k.via == ARG and k.key in settings}
+                data = Recipe(data_recipe.module, data_recipe.qualname, {**data_recipe.args, **changes})
+            spec = TrialSpec(
+                str(root),
+                epochs,
+                steps,
+                seed,
+                model=model_recipe,
+                data=data,
+                trainer=trainer,
+                rebuild=rebuilt_with(found, settings),
+            )
+            return launcher.measure(spec, timeout_s)
+
+        outcome = end_to_end.run(found, measure, budget_s, log, usable_cpus(), WHERE, repeats, tune_batch_size)
+    result = TuneResult(outcome, where)
+    for line in result.findings:
+        log(line)
+    return result

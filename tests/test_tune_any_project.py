@@ -1,0 +1,298 @@
+"""mnistperf tune on a Lightning project that is not the lab's: its config, its names, its loader, its Python objects.
+
+The project is tests/foreign_project (slowshelf): a dataset whose items sleep, so that workers help; a model whose
+step can sleep, so that input does not bound it; a DataModule with its own option names and one with none. The
+tests that train in fresh processes decide from those controlled delays; the others feed the search measurements.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from lightning.fabric.utilities.data import _replace_dunder_methods
+from torch.utils.data import DataLoader, RandomSampler, TensorDataset
+
+from mnistperf.cli import main
+from mnistperf.tune import any_project, end_to_end, knobs, python_api, tune_loaders
+from mnistperf.tune.end_to_end import Run
+from mnistperf.upstream import rebuilt_dataloader
+
+FOREIGN = Path(__file__).parent / "foreign_project"
+# Short trials: two epochs (the first a warm-up) of eight steps; batches of four items that take 25 ms each to
+# read, 100 ms a batch, so that two workers read about twice as fast, far beyond a loaded machine's jitter.
+SHORT = ("--steps", "8", "--epochs", "2", "--budget-s", "150")
+SLOW_ITEMS = ("--set", "data.init_args.delay_ms=25", "--set", "data.init_args.batch=4")
+
+
+@pytest.fixture
+def shelf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The project's config in a working folder of its own, its modules importable as they are from its folder."""
+    monkeypatch.syspath_prepend(str(FOREIGN))
+    monkeypatch.chdir(tmp_path)
+    return Path(shutil.copy(FOREIGN / "shelf.yaml", tmp_path / "shelf.yaml"))
+
+
+@pytest.fixture(scope="module")
+def helper():
+    """One trial helper for the tests that train (each tune run starts its own; its imports take seconds)."""
+    from mnistperf.tune.launcher import Launcher
+
+    with Launcher([str(FOREIGN)]) as launcher:
+        yield launcher
+
+
+@pytest.fixture
+def trials(helper, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trials in fresh processes, forked from the module's one helper."""
+
+    class Shared:
+        def __init__(self, import_paths, preload=None):
+            pass
+
+        def __enter__(self):
+            return helper
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(any_project, "Launcher", Shared)
+    monkeypatch.setattr(python_api, "Launcher", Shared)
+
+
+def tune(*args: str) -> None:
+    main(["tune", "--config", "shelf.yaml", *args])
+
+
+class FakeLauncher:
+    """Stands in for the fresh processes: each trial's samples/s from the worker count its config gives the data."""
+
+    def __init__(self, rates: dict[int, list[float]], wait: float = 0.6):
+        self.rates, self.wait, self.configs = rates, wait, []
+
+    def __call__(self, import_paths, preload=None):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def measure(self, spec, timeout_s) -> Run:
+        config = yaml.safe_load(Path(spec.config).read_text())
+        self.configs.append(config)
+        workers = config["data"]["init_args"].get("workers", 0)
+        return Run(rate=self.rates[workers].pop(0), wait=self.wait if workers == 0 else 0.3, seconds=0.1)
+
+
+@pytest.mark.usefixtures("trials")
+def test_tune_finds_workers_for_a_slow_dataset_and_the_projects_own_cli_runs_its_config(shelf, capsys):
+    tune(*SHORT, *SLOW_ITEMS, "--import-path", str(FOREIGN))
+    out = capsys.readouterr().out
+    assert "[trial 1] workers=0 keep_workers=False" in out and "input-bound" in out  # progress, and the bound
+    text = (shelf.parent / "tuned.yaml").read_text()
+    assert text.startswith("# mnistperf tune: tuned from shelf.yaml") and "# Every trial: tuned.trials.md." in text
+    tuned = yaml.safe_load(text)
+    assert tuned["data"]["init_args"]["workers"] > 0, out  # under the project's own name
+    assert tuned["model"] == yaml.safe_load(shelf.read_text())["model"]
+    assert "| 1 | workers=0 keep_workers=False |" in (shelf.parent / "tuned.trials.md").read_text()
+    from slowshelf.cli import main as their_main
+
+    their_main(["fit", "--config", "tuned.yaml", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2"])
+
+
+@pytest.mark.usefixtures("trials")
+def test_a_slow_step_is_not_input_bound_and_keeps_the_settings(shelf, capsys):
+    tune(*SHORT, "--set", "model.init_args.step_delay_ms=30", "--set", "data.init_args.delay_ms=0")
+    out = capsys.readouterr().out
+    assert "not input-bound: the host waited for data" in out and "EpochTimer's ceiling" in out
+    assert "chosen: the untouched settings, kept" in out and "[trial 2]" not in out  # nothing else was tried
+    assert yaml.safe_load((shelf.parent / "tuned.yaml").read_text())["data"]["init_args"]["workers"] == 0
+
+
+@pytest.mark.usefixtures("trials")
+def test_a_datamodule_without_knobs_is_tuned_through_python_by_rebuilding_its_loader(shelf):
+    from slowshelf.data import FixedShelfData
+    from slowshelf.model import ShelfModel
+
+    lines: list[str] = []
+    result = tune_loaders(
+        ShelfModel(),
+        FixedShelfData(delay_ms=12),  # batches of eight: about 100 ms a batch
+        {"accelerator": "cpu"},
+        budget_s=150,
+        steps=8,
+        epochs=2,
+        log=lines.append,
+    )
+    assert result.rebuilt and result.settings == {}  # no argument of the DataModule to change
+    assert result.loader_args["num_workers"] > 0, "\n".join(lines)
+    said = "\n".join(result.findings)
+    assert "exposes no loader setting: every trial rebuilt its DataLoader" in said
+    assert "need a code change, in train_dataloader: DataLoader(..., num_workers=" in said
+    assert "| 1 | num_workers=0 " in result.table and result.speedup > 1
+
+
+@pytest.mark.usefixtures("trials")
+def test_a_loader_tune_cannot_rebuild_is_one_line_naming_it_and_the_fix(shelf):
+    from slowshelf.data import PairedShelfData
+    from slowshelf.model import ShelfModel
+
+    with pytest.raises(ValueError) as error:
+        tune_loaders(ShelfModel(), PairedShelfData(), {"accelerator": "cpu"}, budget_s=60, log=lambda line: None)
+    assert str(error.value) == (
+        "tune_loaders: PairedShelfData.train_dataloader returns dict, not one DataLoader, so tune cannot make it "
+        "again; give the DataModule arguments for the loader's settings and name them with --knob"
+    )
+
+
+def test_a_knob_named_on_the_command_line_is_tried_with_its_values(shelf, monkeypatch, capsys):
+    fake = FakeLauncher({0: [100.0, 100.0], 3: [300.0, 310.0]})
+    monkeypatch.setattr(any_project, "Launcher", fake)
+    checkpoint = "[{class_path: lightning.pytorch.callbacks.ModelCheckpoint}]"
+    tune("--knob", "data.workers=0,3", "--set", f"trainer.callbacks={checkpoint}")
+    out = capsys.readouterr().out
+    assert "tuning shelf.yaml: data.init_args.workers;" in out and "keep_workers=" not in out  # only the knob named
+    assert [c["data"]["init_args"]["workers"] for c in fake.configs] == [0, 0, 3, 3]
+    trial = fake.configs[-1]
+    assert trial["trainer"]["limit_train_batches"] == 20 and trial["trainer"]["callbacks"] == []  # short, unsaved
+    assert trial["seed_everything"] == 7  # the config's own seed, in every trial
+    tuned = yaml.safe_load((shelf.parent / "tuned.yaml").read_text())
+    assert tuned["data"]["init_args"]["workers"] == 3 and "chosen: workers=3: 305 samples/s, 3.05x" in out
+
+
+def test_within_the_noise_the_current_settings_stay(shelf, monkeypatch, capsys):
+    fake = FakeLauncher({0: [100.0, 120.0], 1: [115.0], 2: [121.0]})
+    monkeypatch.setattr(any_project, "Launcher", fake)
+    tune()
+    out = capsys.readouterr().out
+    assert "noise 18%" in out and "chosen: the untouched settings, kept" in out
+    tuned = yaml.safe_load((shelf.parent / "tuned.yaml").read_text())
+    assert tuned["data"] == yaml.safe_load(shelf.read_text())["data"]
+
+
+def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
+    class SlowTrials(FakeLauncher):
+        def measure(self, spec, timeout_s) -> Run:
+            return Run(rate=100.0, wait=0.6, seconds=1e6)  # a trial 'took' longer than the budget has left
+
+    monkeypatch.setattr(any_project, "Launcher", SlowTrials({}))
+    tune()
+    assert "stopped: the budget is spent: the best found so far is kept" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "setup, argv, expected",
+    [
+        (
+            lambda p: p.write_text("trainer: [unclosed\n"),
+            [],
+            "shelf.yaml: not a config tune can read (",
+        ),
+        (
+            lambda p: p.write_text(p.read_text().replace("slowshelf.data.ShelfData", "shelfdata.ShelfData")),
+            [],
+            "shelf.yaml: data.class_path 'shelfdata.ShelfData' cannot be imported (No module named 'shelfdata'); "
+            "run from the project's folder or add it: PYTHONPATH=/path/to/project python -m mnistperf tune",
+        ),
+        (
+            None,
+            ["--knob", "data.init_args.wrkers=0,2"],
+            "--knob data.init_args.wrkers: shelf.yaml's data (ShelfData) takes no such argument; did you mean "
+            "data.init_args.workers? Its arguments are data.init_args.rows, data.init_args.batch",
+        ),
+        (None, ["--knob", "data.init_args.workers"], "--knob data.init_args.workers: give the option and the values"),
+    ],
+)
+def test_a_config_knob_or_class_tune_cannot_use_is_one_line_in_the_projects_terms(shelf, capsys, setup, argv, expected):
+    if setup is not None:
+        setup(shelf)
+    with pytest.raises(SystemExit) as exit_info:
+        tune(*argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and expected in err and len(err.strip().splitlines()) == 1
+    assert "lists the options" not in err and "data.pipeline" not in err  # never the lab's options
+
+
+def test_a_class_tune_cannot_import_is_named_with_the_fix_from_elsewhere(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # not the project's folder, and not on the path
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "foreign_project" not in p])
+    for name in [m for m in sys.modules if m.split(".")[0] == "slowshelf"]:
+        monkeypatch.delitem(sys.modules, name)
+    shutil.copy(FOREIGN / "shelf.yaml", tmp_path / "shelf.yaml")
+    with pytest.raises(SystemExit):
+        tune()
+    assert "model.class_path 'slowshelf.model.ShelfModel' cannot be imported" in capsys.readouterr().err
+
+
+def test_python_objects_another_process_cannot_make_are_named_with_the_fix(shelf):
+    from lightning import LightningModule
+    from slowshelf.data import ShelfData
+    from slowshelf.model import ForgetfulModel
+
+    class Local(LightningModule):
+        pass
+
+    with pytest.raises(ValueError, match=r"the model's Local is defined in a function, so a fresh process cannot"):
+        tune_loaders(Local(), ShelfData())
+    with pytest.raises(ValueError, match=r"ForgetfulModel does not keep its arguments width.*save_hyperparameters"):
+        tune_loaders(ForgetfulModel(3), ShelfData())
+
+
+def test_the_loaders_settings_are_found_under_the_projects_own_names():
+    found = knobs.found_knobs({"rows": 1, "batch": 8, "workers": 0, "keep_workers": False}, "data.init_args", False)
+    assert [(k.setting, k.key, k.current) for k in found.knobs] == [
+        ("num_workers", "data.init_args.workers", 0),
+        ("persistent_workers", "data.init_args.keep_workers", False),
+    ]
+    with_batch = knobs.found_knobs({"batch": 8, "workers": 0}, "", True)
+    assert with_batch.by_setting("batch_size").key == "batch"
+    none = knobs.found_knobs({"rows": 1}, "data.init_args", False)
+    assert none.rebuilt and none.by_setting("num_workers").key == "loader.num_workers"
+    both = knobs.found_knobs({"train_num_workers": 2, "val_num_workers": 2}, "", False)
+    assert "could each be num_workers" in both.notes[0] and both.rebuilt
+
+
+def test_a_rebuilt_loader_keeps_everything_it_was_made_with_but_the_settings_tried():
+    data = TensorDataset(torch.arange(12.0))
+    sampler = RandomSampler(data)
+
+    def collate(items):
+        return torch.stack([i[0] for i in items])
+
+    with _replace_dunder_methods(DataLoader, "dataset"):  # as Lightning asks a DataModule for its loader
+        loader = DataLoader(data, 4, sampler=sampler, collate_fn=collate, drop_last=True)
+        rebuilt = rebuilt_dataloader(loader, {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4})
+    assert (rebuilt.num_workers, rebuilt.persistent_workers, rebuilt.prefetch_factor) == (2, True, 4)
+    assert rebuilt.dataset is data and rebuilt.sampler is sampler and rebuilt.collate_fn is collate
+    assert rebuilt.batch_size == 4 and rebuilt.drop_last
+    plain = rebuilt_dataloader(DataLoader(data, batch_size=3, shuffle=True), {"num_workers": 1})
+    assert plain.num_workers == 1 and plain.batch_size == 3 and isinstance(plain.sampler, RandomSampler)
+
+
+def test_more_workers_that_buy_nothing_twice_stop_the_sweep():
+    rates = {0: [100.0, 100.0], 1: [100.0], 2: [101.0], 4: [400.0]}
+    found = knobs.found_knobs({"workers": 0}, "", False)
+
+    def measure(settings, timeout_s) -> Run:
+        return Run(rate=rates[settings["workers"]].pop(0), wait=0.6, seconds=0.1)
+
+    outcome = end_to_end.run(found, measure, 60, lambda line: None, 8, "test")
+    assert [t.settings["workers"] for t in outcome.trials] == [0, 1, 2]
+    assert outcome.kept
+
+
+def test_the_help_for_another_projects_config_gives_every_option_a_line_and_a_default(shelf, capsys):
+    with pytest.raises(SystemExit):
+        tune("--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "naming its classes (model.class_path, data.class_path)" in text and "rebuilt" in text
+    options = text.split("options:", 1)[1]
+    for option in ("--knob", "--set", "--budget", "--budget-s", "--out", "--import-path", "--steps", "--epochs"):
+        entry = options.split(f" {option} ", 1)[1].split(" --", 1)[0]
+        assert "(default: " in entry, f"{option} gives no default: {entry}"

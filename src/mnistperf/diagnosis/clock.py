@@ -49,14 +49,18 @@ from mnistperf.diagnosis.busy_window import (
     window_steps,
 )
 from mnistperf.diagnosis.figures import Gathered, Measures
+from mnistperf.diagnosis.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_rss_mb
 from mnistperf.diagnosis.phases import PHASES, StepPhases
+from mnistperf.diagnosis.stalls import StepStats, step_stats
 from mnistperf.diagnosis.summary import (
     BUSY_KEYS,
     INPUT_BOUND_SHARE,
     WINDOW_PENDING,
     aggregate,
     epoch_row,
+    memory_figures,
     ranks_apart,
+    step_figures,
 )
 
 
@@ -140,6 +144,11 @@ class EpochClock:
         self._steps = 0
         self._first_index: int | None = None
         self._window_open = self._window_cost = None
+        self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
+        self._stats: StepStats | None = None
+        # Memory is read at this step (the middle of the epoch, while its loader's workers run) and at its end.
+        self._memory_at = max(1, int(batches // 2)) if math.isfinite(batches) else 2
+        self._rss = self._workers_rss = math.nan
         self.phases.reset()
 
     # ------------------------------------------------------------------ timestamps
@@ -153,6 +162,7 @@ class EpochClock:
         epoch's included) can pay for it. Synchronizes.
         """
         self._reset(batches, number)
+        reset_device_peaks(self.device)
         if self._wants_window(last):
             self._open_window(batches, steps_left)
         elif not self.epochs and self._busy_unread():
@@ -208,10 +218,12 @@ class EpochClock:
         """Training step ``index`` of the epoch begins (its batch is on the device)."""
         now = time.perf_counter()  # called every step: kept to the fewest calls
         if self._train_start is None:  # resuming after an evaluation inside the epoch
-            self._train_start = now
+            self._train_start = self._last_step_end = now
         else:
             self._host_wait_s += now - self._last_step_end
         self._steps += 1
+        if self._steps == self._memory_at:
+            self._read_memory()
         if self._first_index is None:
             self._first_index = index
         if self.window is not None:
@@ -219,9 +231,20 @@ class EpochClock:
                 self._window_open = (self._synced_now(), self._fetch_wait_s, self._host_wait_s)
             self.window.step_start(index)
 
+    def _read_memory(self) -> None:
+        """Keep the larger of the resident memory read now and before, of this process and of its workers."""
+        for name, read in (("_rss", rss_mb()), ("_workers_rss", workers_rss_mb())):
+            if read is not None:
+                setattr(self, name, max(read, getattr(self, name)) if not math.isnan(getattr(self, name)) else read)
+
     def step_end(self, index: int) -> None:
-        """Training step ``index`` has been launched; after the epoch's last, training time ends (:meth:`train_end`)."""
+        """Training step ``index`` has been launched; after the epoch's last, training time ends (:meth:`train_end`).
+
+        The step's host interval, from the end of the step before it, is kept (a profiled step's as NaN).
+        """
+        now = time.perf_counter()
         if self.window is not None:
+            self._intervals.append(math.nan if self._window_open is not None else now - self._last_step_end)
             self.window.step_end(index)
             if self.window.done:
                 self.busy_window = {"device": self.device.type, **self.window.result(self._number)}
@@ -234,7 +257,10 @@ class EpochClock:
                     cost = (self._synced_now() - opened, self._fetch_wait_s - fetch, self._host_wait_s - host, steps)
                     self._window_cost = cost
                 self.window = None
-        self._last_step_end = time.perf_counter()
+            self._last_step_end = time.perf_counter()
+        else:
+            self._intervals.append(now - self._last_step_end)
+            self._last_step_end = now
         if index + 1 == self._batches:
             self.train_end()
 
@@ -319,6 +345,9 @@ class EpochClock:
         train_s, fetch_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
         forward_s, backward_s, optimizer_s = (shares.get(phase, math.nan) * in_steps for phase in PHASES)
+        stats = self._stats = step_stats(self._intervals, self._first_index or 0)
+        self._read_memory()
+        allocated, reserved = device_peaks_mb(self.device)
         return Measures(
             train_s=train_s,
             eval_s=self._eval_s,
@@ -329,6 +358,15 @@ class EpochClock:
             forward_s=forward_s,
             backward_s=backward_s,
             optimizer_s=optimizer_s,
+            step_median_s=stats.median_s,
+            step_p90_s=stats.p90_s,
+            step_max_s=stats.max_s,
+            first_step_s=stats.first_s,
+            spikes=float(stats.spikes),
+            rss_mb=self._rss,
+            workers_rss_mb=self._workers_rss,
+            device_allocated_mb=allocated,
+            device_reserved_mb=reserved,
         )
 
     def _without_window(self) -> tuple[float, float, float]:
@@ -383,6 +421,8 @@ class EpochClock:
             self.input_bound_share,
             phases,
         )
+        row.update(step_figures(merged, self._stats))
+        row.update(memory_figures(merged))
         if gathered.per_rank is not None:
             row.update(ranks_apart(**gathered.per_rank))
         if self._window_cost is not None:

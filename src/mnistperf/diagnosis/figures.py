@@ -53,6 +53,15 @@ class Measures:
     forward_s: float = measure("s", "mean", "the forward's time, from the sampled steps", per_rank=True)
     backward_s: float = measure("s", "mean", "the backward's time, from the sampled steps")
     optimizer_s: float = measure("s", "mean", "the optimizer's update, from the sampled steps")
+    step_median_s: float = measure("s", "max", "median host interval of a step, the first step apart")
+    step_p90_s: float = measure("s", "max", "90th percentile of the host's step intervals, the first step apart")
+    step_max_s: float = measure("s", "max", "longest host interval of a step, the first step apart")
+    first_step_s: float = measure("s", "max", "the epoch's first step's host interval (the loader's start)")
+    spikes: float = measure("steps", "max", "steps at least SPIKE_FACTOR times the epoch's median")
+    rss_mb: float = measure("MB", "max", "the training process's resident memory, mid-epoch and at its end")
+    workers_rss_mb: float = measure("MB", "max", "its loader workers' resident memory, mid-epoch and at its end")
+    device_allocated_mb: float = measure("MB", "max", "the epoch's peak GPU memory allocated by tensors")
+    device_reserved_mb: float = measure("MB", "max", "the epoch's peak GPU memory reserved by the allocator")
 
     @classmethod
     def unmeasured(cls) -> Measures:
@@ -104,6 +113,21 @@ BUSY = {
     "cuda": Figure("device_busy_share", "share", "time the GPU executed kernels or copies in the profiled window"),
     "cpu": Figure("cpu_busy_share", "share", "time inside tensor operations in the profiled window"),
 }
+# The epoch's step times (mnistperf.diagnosis.stalls): host intervals, no step synchronized.
+STEPS = (
+    Figure("step_median_s", "s", "median host interval of a training step, the first step apart"),
+    Figure("step_p90_s", "s", "90th percentile of the training steps' host intervals, the first step apart"),
+    Figure("step_max_s", "s", "longest host interval of a training step, the first step apart"),
+    Figure("first_step_s", "s", "the epoch's first training step's host interval, its fetch included"),
+    Figure("spikes", "steps", "training steps at least 3x the epoch's median step"),
+)
+# The epoch's memory (mnistperf.diagnosis.memory): resident on Linux, the GPU's peaks on CUDA.
+MEMORY = (
+    Figure("rss_mb", "MB", "the training process's resident memory (the larger of mid-epoch and the epoch's end)"),
+    Figure("workers_rss_mb", "MB", "its DataLoader workers' resident memory, summed, while they run"),
+    Figure("device_allocated_mb", "MB", "the epoch's peak GPU memory allocated by tensors"),
+    Figure("device_reserved_mb", "MB", "the epoch's peak GPU memory reserved by the caching allocator"),
+)
 EPOCH_FIGURES = (
     Figure("train_s", "s", "training time of the epoch"),
     Figure("eval_s", "s", "evaluation time inside the epoch"),
@@ -112,6 +136,8 @@ EPOCH_FIGURES = (
     Figure("host_wait_share", "share", "share of train time between one step's end and the next one's start"),
     *BUSY.values(),
     *SPLIT,
+    *STEPS,
+    *MEMORY,
 )
 AVG_TRAIN_S = Figure("avg_train_s", "s", "train time per steady epoch")
 AVG_EVAL_S = Figure("avg_eval_s", "s", "evaluation time per steady epoch")
@@ -126,6 +152,7 @@ RUN_FIGURES = (
     INPUT_WAIT_SHARE,
     Figure("host_wait_share", "share", "share of the steady epochs' train time between steps"),
     *BUSY.values(),
+    Figure("step_median_s", "s", "the steady epochs' median step interval, averaged"),
 )
 # The figures a loop that does not time the waits cannot give (not measured, not 0).
 WAITS = ("input_wait_share", "host_wait_share")

@@ -25,8 +25,10 @@ import torch
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.advice import Hints, advice, format_advice
 from mnistperf.diagnosis.busy_window import CROWDED
-from mnistperf.diagnosis.figures import BUSY, SPLIT
+from mnistperf.diagnosis.figures import BUSY, MEMORY, SPLIT, STEPS, Measures
 from mnistperf.diagnosis.guard import jsonable
+from mnistperf.diagnosis.memory import format_growth, growth, measured
+from mnistperf.diagnosis.stalls import StepStats, format_stalls, median_step, stalls
 from mnistperf.machine import describe_device, usable_cpus
 
 SUMMARY_FILE = "timing.json"
@@ -169,6 +171,24 @@ def ranks_apart(train_s: list[float], fetch_wait_s: list[float], forward_s: list
     }
 
 
+def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
+    """The epoch's step times (every rank's slowest) and where this process's spikes fell (None: not measured)."""
+    found: dict[str, Any] = {}
+    for figure in STEPS:
+        value = getattr(merged, figure.name)
+        found[figure.name] = None if math.isnan(value) else value
+    if found["spikes"] is not None:
+        found["spikes"] = int(found["spikes"])
+    found["spike_steps"] = local.spike_steps if local is not None else []
+    return found
+
+
+def memory_figures(merged: Measures) -> dict[str, float | None]:
+    """The epoch's memory figures, every rank's largest (None where not measured: off Linux, off CUDA)."""
+    values = {figure.name: getattr(merged, figure.name) for figure in MEMORY}
+    return {name: None if math.isnan(value) else value for name, value in values.items()}
+
+
 def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dict[str, float | None]:
     """Train time split: the wait for data, forward, backward, optimizer and the rest (None where not measured)."""
     parts = [phases.get(key) for key in PHASE_KEYS]
@@ -267,6 +287,12 @@ def aggregate(
         "total_eval_s": sum(e["eval_s"] for e in epochs),
         "samples_per_s": _rate(counted, train),
         "split": {key: _mean_or_none(steady, key) for key in SPLIT_KEYS},
+        "step_median_s": median_step(steady),
+        "stalls": stalls(epochs),
+        "memory": {
+            "growth": growth(steady),
+            **({} if measured() else {"resident": "not measured: no /proc on this system (Linux only)"}),
+        },
         **_ranks_over(steady),
         **figures,
         **({"busy_window": busy_window} if busy_window is not None else {}),
@@ -406,6 +432,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     split_line = format_split(summary.get("split"), steady, reasons[-1] if reasons else None)
     if split_line:
         lines.append(split_line)
+    stalled = format_stalls(summary["stalls"], summary.get("step_median_s")) if summary.get("stalls") else None
+    if stalled:
+        lines.append(stalled)
+    grown = format_growth(summary["memory"]["growth"]) if summary.get("memory") else None
+    if grown:
+        lines.append(grown)
     if summary.get("ranks"):
         lines.append(format_ranks(summary, steady))
     window = summary.get("busy_window")

@@ -1,0 +1,150 @@
+"""Stalls over time: an epoch's step-time distribution from host timestamps, its spikes, and drift across epochs.
+
+A step's time is the host's interval from the end of the step before it (the epoch's start for the first) to
+the end of its own: the fetch of its batch, the copy, the step itself and the loop's work between steps. On
+CUDA a step that only launches work ends on the host before the device has run it, so these are the host's
+step intervals, not the device's step times; no step is synchronized for them. The first step of an epoch
+(where a loader without persistent workers starts them) is kept apart from the distribution, and steps inside
+the profiled window are left out (they run slower under the profiler).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import mean
+from typing import Any
+
+# A step at least this many times the epoch's median is a spike.
+SPIKE_FACTOR = 3.0
+# The first step of an epoch at least this many times the median stands out (the loader's start-up).
+SLOW_FIRST_FACTOR = 3.0
+# Step time that moves by at least this share of the first steady epoch's median, in one direction, drifts.
+DRIFT_SHARE = 0.2
+# The fewest steady epochs drift is read over.
+DRIFT_EPOCHS = 3
+# The most spike positions an epoch's row keeps.
+SPIKES_KEPT = 20
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """An epoch's step times: the distribution past the first step, the first step, and the spikes."""
+
+    median_s: float
+    p90_s: float
+    max_s: float
+    first_s: float
+    spikes: int
+    spike_steps: list[int]
+
+
+def percentile(ordered: list[float], share: float) -> float:
+    """The nearest-rank percentile ``share`` (0..1) of values already sorted (NaN where none)."""
+    if not ordered:
+        return math.nan
+    rank = max(math.ceil(share * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
+def step_stats(intervals: list[float], first_index: int) -> StepStats:
+    """The distribution of one epoch's step intervals (NaN marks a step left out), its first step apart.
+
+    ``first_index``: the batch index of the epoch's first step; spikes are named by their step number, counted from 1
+    as the batch index plus one.
+    """
+    first = intervals[0] if intervals else math.nan
+    rest = [(i, s) for i, s in enumerate(intervals) if i > 0 and not math.isnan(s)]
+    ordered = sorted(s for _, s in rest)
+    median = percentile(ordered, 0.5)
+    spiked = [first_index + i + 1 for i, s in rest if s >= SPIKE_FACTOR * median] if ordered else []
+    return StepStats(
+        median_s=median,
+        p90_s=percentile(ordered, 0.9),
+        max_s=ordered[-1] if ordered else math.nan,
+        first_s=first,
+        spikes=len(spiked),
+        spike_steps=spiked[:SPIKES_KEPT],
+    )
+
+
+def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The steady epochs' median step time moving one way by at least ``DRIFT_SHARE`` of the first's; else None.
+
+    Returns ``{"per_epoch_s", "per_epoch_share", "from_s", "to_s", "epochs": [first, last]}``: the least-squares
+    slope of the median per epoch, in seconds and as a share of the first epoch's median.
+    """
+    medians = [(e["epoch"], e.get("step_median_s")) for e in epochs]
+    points = [(n, m) for n, m in medians if m is not None and not math.isnan(m)]
+    if len(points) < DRIFT_EPOCHS:
+        return None
+    values = [m for _, m in points]
+    steps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    one_way = all(s > 0 for s in steps) or all(s < 0 for s in steps)
+    if not one_way or values[0] <= 0 or abs(values[-1] - values[0]) < DRIFT_SHARE * values[0]:
+        return None
+    x_mean, y_mean = mean(n for n, _ in points), mean(values)
+    slope = sum((n - x_mean) * (m - y_mean) for n, m in points) / sum((n - x_mean) ** 2 for n, _ in points)
+    return {
+        "per_epoch_s": slope,
+        "per_epoch_share": slope / values[0],
+        "from_s": values[0],
+        "to_s": values[-1],
+        "epochs": [points[0][0], points[-1][0]],
+    }
+
+
+def median_step(epochs: list[dict[str, Any]]) -> float | None:
+    """The epochs' median step time, averaged (None where none was measured)."""
+    medians = [e["step_median_s"] for e in epochs if e.get("step_median_s") is not None]
+    medians = [m for m in medians if not math.isnan(m)]
+    return mean(medians) if medians else None
+
+
+def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's stalls: the spikes and where they fell, the epochs with a slow first step, drift.
+
+    ``epochs``: every epoch's row (the warm-up's first step is where a loader first starts, so it is kept too).
+    """
+    steady = epochs[1:] if len(epochs) > 1 else epochs
+    spikes = [{"epoch": e["epoch"], "steps": e.get("spike_steps", [])} for e in epochs if e.get("spikes")]
+    slow_first = [
+        e["epoch"]
+        for e in epochs
+        if e.get("first_step_s") is not None
+        and e.get("step_median_s") is not None
+        and e["first_step_s"] >= SLOW_FIRST_FACTOR * e["step_median_s"] > 0
+    ]
+    return {
+        "spikes": sum(e.get("spikes") or 0 for e in epochs),
+        "spikes_at": spikes,
+        "slow_first_step": slow_first,
+        "drift": drift(steady),
+    }
+
+
+def format_stalls(found: dict[str, Any], median: float | None) -> str | None:
+    """The stalls' one line where something stood out (spikes, a slow first step, drift); None where nothing did.
+
+    ``median``: the steady epochs' median step time, which the line starts with.
+    """
+    parts = []
+    if found.get("spikes"):
+        where = "; ".join(
+            f"epoch {s['epoch']} step{'s' if len(s['steps']) > 1 else ''} {', '.join(map(str, s['steps']))}"
+            for s in found["spikes_at"][:3]
+        )
+        parts.append(f"{found['spikes']} spike(s) over {SPIKE_FACTOR:.0f}x the median step ({where})")
+    if found.get("slow_first_step"):
+        epochs = ", ".join(map(str, found["slow_first_step"]))
+        parts.append(f"a first step over {SLOW_FIRST_FACTOR:.0f}x the median in epoch(s) {epochs} (the loader's start)")
+    moved = found.get("drift")
+    if moved:
+        parts.append(
+            f"step time drifts {moved['per_epoch_share']:+.0%} per epoch ({moved['from_s'] * 1e3:.1f} ms to "
+            f"{moved['to_s'] * 1e3:.1f} ms, epochs {moved['epochs'][0]}-{moved['epochs'][1]})"
+        )
+    if not parts:
+        return None
+    head = f"Stalls (median step {median * 1e3:.1f} ms): " if median is not None else "Stalls: "
+    return head + "; ".join(parts)

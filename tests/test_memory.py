@@ -1,0 +1,118 @@
+"""Memory per epoch: the training process's and its running workers' resident memory, the GPU's peaks, growth."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import fit_module
+from lightning import LightningModule
+from torch.utils.data import DataLoader, Dataset
+
+from mnistperf.diagnosis import EpochTimer, memory
+from mnistperf.diagnosis.figures import scalars
+from mnistperf.diagnosis.summary import format_summary
+
+linux = pytest.mark.skipif(not memory.measured(), reason="resident memory is read from Linux's /proc")
+BALLAST_MB = 64
+
+
+class Rows(Dataset):
+    """Tiny rows; in a worker process each worker first holds ``ballast_mb`` of its own."""
+
+    held: torch.Tensor | None = None
+
+    def __init__(self, count: int = 24, ballast_mb: int = 0):
+        self.count, self.ballast_mb = count, ballast_mb
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        if self.ballast_mb and Rows.held is None and torch.utils.data.get_worker_info() is not None:
+            Rows.held = torch.ones(self.ballast_mb * 2**18)  # float32: 4 bytes each, written so they are resident
+        return torch.randn(4), index % 2
+
+
+class Hoarder(LightningModule):
+    """A tiny model that keeps ``per_epoch_mb`` more of memory every epoch, as a leak does."""
+
+    def __init__(self, per_epoch_mb: int = 0):
+        super().__init__()
+        self.per_epoch_mb = per_epoch_mb
+        self.kept: list[torch.Tensor] = []
+        self.net = torch.nn.Linear(4, 2)
+
+    def on_train_epoch_start(self):
+        if self.per_epoch_mb:
+            self.kept.append(torch.ones(self.per_epoch_mb * 2**18))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def rows_of(key: str, *values: float) -> list[dict]:
+    return [{"epoch": n + 2, key: v} for n, v in enumerate(values)]
+
+
+def test_growth_is_named_where_memory_rises_every_epoch_by_enough():
+    grown = memory.growth(rows_of("rss_mb", 500.0, 532.0, 564.0))
+    assert [g["figure"] for g in grown] == ["rss_mb"] and grown[0]["per_epoch_mb"] == pytest.approx(32.0)
+    assert memory.growth(rows_of("rss_mb", 500.0, 532.0, 530.0)) == []  # not every epoch: no growth named
+    assert memory.growth(rows_of("rss_mb", 500.0, 501.0, 502.0)) == []  # every epoch, by too little
+    assert memory.growth(rows_of("rss_mb", 500.0, 600.0)) == []  # too few epochs to tell
+    line = memory.format_growth(memory.growth(rows_of("device_allocated_mb", 100.0, 200.0, 300.0)))
+    assert line == "Memory grows: GPU memory allocated +100 MB per epoch (100 MB to 300 MB, epochs 2-4)"
+
+
+def test_the_gpu_peaks_are_read_in_mb_and_reset_each_epoch(monkeypatch):
+    """Emulated: the CUDA counters the clock reads on a GPU, without one."""
+    reset = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 3 * 2**20)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device: 8 * 2**20)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: reset.append(device))
+    cuda = torch.device("cuda", 0)
+    memory.reset_device_peaks(cuda)
+    assert memory.device_peaks_mb(cuda) == (3.0, 8.0) and reset == [cuda]
+    allocated, reserved = memory.device_peaks_mb(torch.device("cpu"))
+    assert allocated != allocated and reserved != reserved  # NaN: not measured off CUDA
+
+
+@linux
+def test_the_resident_memory_of_running_workers_is_measured():
+    timer = EpochTimer()
+    loader = DataLoader(Rows(ballast_mb=BALLAST_MB), batch_size=2, num_workers=1)  # not persistent: gone by the end
+    fit_module(Hoarder(), loader, callbacks=[timer], max_epochs=2)
+    for row in timer.epochs:
+        assert row["workers_rss_mb"] >= BALLAST_MB and row["rss_mb"] > 0, row
+        assert "timing/workers_rss_mb" in scalars(row) and row["device_allocated_mb"] is None
+
+
+@linux
+def test_without_workers_none_are_counted():
+    timer = EpochTimer()
+    fit_module(Hoarder(), DataLoader(Rows(ballast_mb=BALLAST_MB), batch_size=2), callbacks=[timer], max_epochs=1)
+    assert timer.epochs[0]["workers_rss_mb"] < BALLAST_MB
+
+
+@linux
+def test_memory_that_grows_every_epoch_is_named_with_how_much():
+    timer = EpochTimer()
+    fit_module(Hoarder(per_epoch_mb=48), DataLoader(Rows(), batch_size=2), callbacks=[timer], max_epochs=4)
+    summary = timer.clock.summary()
+    grown = {g["figure"]: g for g in summary["memory"]["growth"]}
+    assert "rss_mb" in grown and 24 <= grown["rss_mb"]["per_epoch_mb"] <= 96, summary["memory"]
+    assert "Memory grows: the training process +" in format_summary(summary)
+
+
+def test_off_linux_resident_memory_is_not_measured(monkeypatch, tmp_path):
+    monkeypatch.setattr(memory, "PROC", tmp_path)
+    assert not memory.measured() and memory.workers_rss_mb() is None and memory.rss_mb() is None
+    from mnistperf.diagnosis.summary import aggregate
+
+    rows = [{"epoch": 1, "train_s": 1.0, "eval_s": 0.0, "samples": 1, "input_wait_share": 0.0}]
+    found = aggregate(rows, 0.5)
+    assert "not measured" in found["memory"]["resident"]

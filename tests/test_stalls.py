@@ -1,0 +1,112 @@
+"""Stalls over time: each epoch's step-time distribution, its first step apart, spikes and where they fell, drift."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from conftest import fit_module
+from lightning import LightningModule
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.figures import scalars
+from mnistperf.diagnosis.stalls import drift, format_stalls, percentile, stalls, step_stats
+from mnistperf.diagnosis.summary import format_summary
+
+STEP_S = 0.002  # each toy step's deliberate sleep: a median far above the loop's own noise
+BATCHES = 24
+
+
+class Sleepy(LightningModule):
+    """A tiny model whose steps sleep as ``pause(epoch, batch_idx)`` says."""
+
+    def __init__(self, pause):
+        super().__init__()
+        self.pause = pause
+        self.net = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(self.pause(self.current_epoch + 1, batch_idx))
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class SlowStart(Sampler[int]):
+    """A sampler whose every pass starts late, as a loader starting its workers does."""
+
+    def __init__(self, count: int, start_s: float):
+        self.count, self.start_s = count, start_s
+
+    def __iter__(self):
+        time.sleep(self.start_s)
+        return iter(range(self.count))
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def rows(start_s: float = 0.0, batches: int = BATCHES) -> DataLoader:
+    count = batches * 4
+    data = TensorDataset(torch.randn(count, 4), torch.randint(0, 2, (count,)))
+    return DataLoader(data, batch_size=4, sampler=SlowStart(count, start_s))
+
+
+def fit(pause, epochs: int = 3, start_s: float = 0.0, batches: int = BATCHES) -> EpochTimer:
+    timer = EpochTimer()
+    fit_module(Sleepy(pause), rows(start_s, batches), callbacks=[timer], max_epochs=epochs)
+    return timer
+
+
+def test_percentiles_and_spikes_of_an_epoch_keep_its_first_step_apart():
+    intervals = [0.5] + [0.01] * 18 + [0.1, math.nan]  # a slow first step, one spike, one profiled step left out
+    stats = step_stats(intervals, first_index=0)
+    assert stats.first_s == 0.5 and stats.median_s == 0.01 and stats.max_s == 0.1
+    assert stats.spikes == 1 and stats.spike_steps == [20]  # counted from 1: the 20th step
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0], 0.9) == 9.0
+    assert math.isnan(step_stats([], 0).median_s)
+
+
+def test_drift_is_named_only_where_step_time_moves_one_way_by_enough():
+    def rows_of(*medians):
+        return [{"epoch": n + 2, "step_median_s": m} for n, m in enumerate(medians)]
+
+    moved = drift(rows_of(0.010, 0.013, 0.016))
+    assert moved is not None and abs(moved["per_epoch_s"] - 0.003) < 1e-9 and moved["epochs"] == [2, 4]
+    assert drift(rows_of(0.010, 0.013, 0.011)) is None  # back and forth: noise, not drift
+    assert drift(rows_of(0.010, 0.0105, 0.011)) is None  # one way, but by less than the line
+    assert drift(rows_of(0.010, 0.020)) is None  # too few epochs to tell
+
+
+def test_the_summary_says_nothing_of_stalls_where_nothing_stood_out():
+    quiet = [{"epoch": n, "step_median_s": 0.01, "first_step_s": 0.012, "spikes": 0} for n in (1, 2, 3)]
+    assert format_stalls(stalls(quiet), 0.01) is None
+
+
+def test_a_spike_is_counted_where_it_fell():
+    timer = fit(lambda epoch, index: 0.6 if (epoch, index) == (2, 10) else STEP_S)
+    second = timer.epochs[1]
+    assert 11 in second["spike_steps"] and second["spikes"] >= 1, second
+    assert second["step_max_s"] >= 0.6 > second["step_p90_s"] >= second["step_median_s"] >= STEP_S
+    assert "timing/step_median_s" in scalars(second) and "timing/spikes" in scalars(second)
+    summary = timer.clock.summary()
+    assert {"epoch": 2, "steps": second["spike_steps"]} in summary["stalls"]["spikes_at"]
+    assert "spike(s)" in format_summary(summary)
+
+
+def test_a_slow_first_step_of_each_epoch_is_kept_apart_and_named():
+    timer = fit(lambda epoch, index: STEP_S, start_s=0.6)
+    for row in timer.epochs[1:]:  # Lightning starts the first epoch's loader before the epoch begins
+        assert row["first_step_s"] >= 0.6 > row["step_median_s"], row
+    assert {2, 3} <= set(timer.clock.summary()["stalls"]["slow_first_step"])
+
+
+def test_step_time_growing_epoch_after_epoch_is_named_as_drift():
+    timer = fit(lambda epoch, index: 0.06 * epoch, epochs=4, batches=9)  # far above a crowded machine's noise
+    moved = timer.clock.summary()["stalls"]["drift"]
+    assert moved is not None and moved["per_epoch_share"] > 0.2 and moved["epochs"] == [2, 4]
+    assert "drifts +" in format_summary(timer.clock.summary())

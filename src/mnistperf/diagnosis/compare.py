@@ -1,0 +1,174 @@
+"""What a change bought: two runs' summaries side by side, and B's gain held against the ceiling A's advice stated.
+
+Each run is its ``timing.json`` or a folder holding one (the newest under it). The figures compared are the
+steady epochs' train time, throughput, the split of train time, the median step, the verdict and memory, each
+with B's value over A's. Where the runs' epochs hold different numbers of samples, B's time is scaled to A's
+samples before its gain is taken. The gain is then checked against A's ``advice``: what fixing A's bound
+could buy at most (``at_most_s_less``). A gain within it is what the advice predicted; one beyond it means more
+changed than the bound (the machine, the model, the epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from mnistperf.diagnosis.summary import SPLIT_KEYS, SUMMARY_FILE
+from mnistperf.errors import ConfigError
+
+# The figures side by side: (label, how to read it from a summary, unit as printed, scale to that unit).
+Reader = tuple[str, str, str, float]
+ROWS: tuple[Reader, ...] = (
+    ("steady train time per epoch", "avg_train_s", "s", 1.0),
+    ("throughput", "samples_per_s", "samples/s", 1.0),
+    *((f"  {key.removesuffix('_s').replace('_', ' ')}", f"split.{key}", "s", 1.0) for key in SPLIT_KEYS),
+    ("median step", "step_median_s", "ms", 1e3),
+    ("waiting for data", "input_wait_share", "%", 100.0),
+    ("peak resident memory", "peak_rss_mb.main_process", "MB", 1.0),
+    ("workers' resident memory", "max:workers_rss_mb", "MB", 1.0),
+    ("peak GPU memory allocated", "peak_device_mb.allocated", "MB", 1.0),
+)
+# A gain this much over the ceiling still counts as within it (the two runs' own noise).
+CEILING_SLACK = 0.05
+
+
+def find_summary(run: Path) -> Path:
+    """The run's timing.json: the file given, or the newest under the folder given."""
+    if run.is_file():
+        return run
+    if not run.is_dir():
+        raise ConfigError(f"{run}: no such file or folder (give a {SUMMARY_FILE} or the run's log folder)")
+    found = sorted(run.rglob(SUMMARY_FILE), key=lambda path: path.stat().st_mtime_ns)
+    if not found:
+        raise ConfigError(f"{run}: no {SUMMARY_FILE} under this folder (is it a run's log folder?)")
+    return found[-1]
+
+
+def load(run: Path) -> tuple[Path, dict[str, Any]]:
+    """The run's timing.json (:func:`find_summary`) and its content."""
+    path = find_summary(run)
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path}: not a readable {SUMMARY_FILE} ({error})") from None
+    if not isinstance(found, dict) or "avg_train_s" not in found:
+        raise ConfigError(f"{path}: not an EpochTimer summary (no avg_train_s)")
+    return path, found
+
+
+def read(summary: dict[str, Any], where: str) -> float | None:
+    """A figure of a summary: a dotted path (``split.forward_s``), or ``max:NAME`` over its epochs; None if absent."""
+    if where.startswith("max:"):
+        values = [e.get(where[4:]) for e in summary.get("epochs", [])]
+        numbers = [v for v in values if isinstance(v, (int, float))]
+        return max(numbers) if numbers else None
+    value: Any = summary
+    for key in where.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def epoch_samples(summary: dict[str, Any]) -> float | None:
+    """Samples per steady epoch: throughput times train time (None where samples were not counted)."""
+    rate, train = summary.get("samples_per_s"), summary.get("avg_train_s")
+    return rate * train if rate and train else None
+
+
+def bought(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """B's gain over A per epoch of A's samples, and whether it stayed within the ceiling A's advice stated.
+
+    Returns ``saved_s`` (train seconds per epoch, negative where B is slower), ``speed_up`` (A's time over B's),
+    ``scaled`` (B's time was scaled to A's samples), and from A's advice ``bound``, ``ceiling_s`` and ``within``
+    (None where A's advice gave no ceiling), and ``removed`` (B's verdict is no longer A's).
+    """
+    a_samples, b_samples = epoch_samples(a), epoch_samples(b)
+    b_time = b["avg_train_s"]
+    scaled = bool(a_samples and b_samples and not math.isclose(a_samples, b_samples, rel_tol=1e-3))
+    if scaled:
+        b_time = a_samples / b["samples_per_s"]  # both counted where scaled
+    saved = a["avg_train_s"] - b_time
+    advice = a.get("advice") or {}
+    ceiling = advice.get("at_most_s_less")
+    within = None if ceiling is None else saved <= ceiling * (1 + CEILING_SLACK)
+    return {
+        "saved_s": saved,
+        "speed_up": a["avg_train_s"] / b_time if b_time > 0 else None,
+        "scaled": scaled,
+        "bound": a.get("verdict"),
+        "ceiling_s": ceiling,
+        "within": within,
+        "removed": b.get("verdict") != a.get("verdict"),
+    }
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The two runs' figures side by side with B's over A's, their verdicts, and what B bought (:func:`bought`)."""
+    rows = []
+    for label, where, unit, scale in ROWS:
+        first, second = read(a, where), read(b, where)
+        if first is None and second is None:
+            continue
+        ratio = second / first if first and second is not None else None
+        rows.append(
+            {
+                "figure": label.strip(),
+                "key": where,
+                "unit": unit,
+                "a": None if first is None else first * scale,
+                "b": None if second is None else second * scale,
+                "ratio": ratio,
+            }
+        )
+    return {
+        "rows": rows,
+        "verdicts": [a.get("verdict"), b.get("verdict")],
+        "names": [a.get("config"), b.get("config")],
+        "bought": bought(a, b),
+    }
+
+
+def _cell(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if unit in ("samples/s", "MB") else f"{value:,.2f}" if unit != "%" else f"{value:.0f}%"
+
+
+def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
+    """The comparison as printed: a table of the figures, the verdicts, then what B bought against A's ceiling."""
+    names = [name or path.parent.name for name, path in zip(found["names"], (a_path, b_path), strict=True)]
+    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", ""]
+    lines.append(f"{'':30} {'A':>12} {'B':>12} {'B/A':>7}")
+    for row in found["rows"]:
+        ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-"
+        label = f"{row['figure']} ({row['unit']})"
+        lines.append(f"{label:30} {_cell(row['a'], row['unit']):>12} {_cell(row['b'], row['unit']):>12} {ratio:>7}")
+    lines.append(f"{'verdict':30} {found['verdicts'][0] or '-':>12} {found['verdicts'][1] or '-':>12}")
+    lines.append("")
+    lines.append(format_bought(found["bought"]))
+    return "\n".join(lines)
+
+
+def format_bought(gain: dict[str, Any]) -> str:
+    """What B bought, in one line: its gain per epoch, and A's ceiling for its bound where A's advice gave one."""
+    saved, speed = gain["saved_s"], gain["speed_up"]
+    per = " of A's samples" if gain["scaled"] else ""
+    head = (
+        f"B saves {saved:.2f} s per epoch{per} ({speed:.2f}x)"
+        if saved >= 0
+        else f"B takes {-saved:.2f} s more per epoch{per} ({speed:.2f}x)"
+    )
+    if gain["ceiling_s"] is None:
+        return head + f"; A's summary stated no ceiling for its bound ({gain['bound'] or 'no verdict'})"
+    removed = "B's verdict is no longer A's" if gain["removed"] else f"B is still {gain['bound']}"
+    if gain["within"]:
+        verdict = (
+            f"within the {gain['ceiling_s']:.2f} s that A's summary said fixing its {gain['bound']} bound could buy"
+        )
+    else:
+        verdict = (
+            f"beyond the {gain['ceiling_s']:.2f} s that A's summary said fixing its {gain['bound']} bound could buy: "
+            "more changed than that bound (the machine, the model, the epoch)"
+        )
+    return f"{head}, {verdict}; {removed}"

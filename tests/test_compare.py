@@ -1,0 +1,98 @@
+"""What a change bought: two runs side by side, and B's gain held against the ceiling A's summary stated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import NO_WORKERS, fails_in_one_line, run_stage
+
+from mnistperf.cli import main
+from mnistperf.diagnosis.compare import bought, compare, find_summary, format_comparison
+
+
+def run(train_s: float, samples: int, verdict: str, wait: float, ceiling: float | None = None, **more) -> dict:
+    """A summary as EpochTimer writes it, its figures given."""
+    advice = {"verdict": verdict, "ceiling": "...", "hints": []}
+    if ceiling is not None:
+        advice["at_most_s_less"] = ceiling
+    return {
+        "avg_train_s": train_s,
+        "samples_per_s": samples / train_s,
+        "input_wait_share": wait,
+        "verdict": verdict,
+        "advice": advice,
+        "split": {"input_wait_s": wait * train_s, "forward_s": 1.0, "backward_s": 1.0, "optimizer_s": 0.5},
+        "peak_rss_mb": {"main_process": 900.0},
+        "epochs": [{"epoch": 1, "workers_rss_mb": 300.0}],
+        **more,
+    }
+
+
+def write(folder: Path, summary: dict) -> Path:
+    path = folder / "version_0" / "timing.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(summary))
+    return path
+
+
+def test_a_gain_within_what_a_predicted_for_the_bound_b_removed():
+    a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
+    b = run(5.0, 60_000, "overhead-bound", 0.1)
+    gain = bought(a, b)
+    assert gain["saved_s"] == pytest.approx(5.0) and gain["speed_up"] == pytest.approx(2.0)
+    assert gain["within"] and gain["removed"] and not gain["scaled"]
+    rows = {row["key"]: row for row in compare(a, b)["rows"]}
+    assert rows["avg_train_s"]["ratio"] == pytest.approx(0.5) and rows["samples_per_s"]["ratio"] == pytest.approx(2.0)
+    assert rows["input_wait_share"]["a"] == pytest.approx(60.0)
+
+
+def test_a_gain_beyond_the_ceiling_says_more_changed_than_the_bound():
+    gain = bought(run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0), run(4.0, 60_000, "overhead-bound", 0.1))
+    assert gain["within"] is False
+    text = format_comparison(
+        compare(run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0), run(4.0, 60_000, "x", 0.1)),
+        Path("a/timing.json"),
+        Path("b/timing.json"),
+    )
+    assert "beyond the 3.00 s" in text and "more changed than that bound" in text
+
+
+def test_runs_of_different_epochs_are_compared_per_sample():
+    a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
+    b = run(3.0, 30_000, "input-bound", 0.6)  # half the samples in 3 s: 6 s for A's epoch
+    gain = bought(a, b)
+    assert gain["scaled"] and gain["saved_s"] == pytest.approx(4.0) and not gain["removed"]
+
+
+def test_an_old_summary_without_advice_says_there_was_no_ceiling():
+    a = run(10.0, 60_000, "input-bound", 0.6)
+    del a["advice"]
+    assert "stated no ceiling" in format_comparison(compare(a, a), Path("a"), Path("b"))
+
+
+def test_a_folder_gives_its_newest_timing_json_and_a_wrong_path_fails_in_one_line(tmp_path, capsys):
+    old = write(tmp_path / "old", run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0))
+    new = write(tmp_path / "new", run(5.0, 60_000, "overhead-bound", 0.1))
+    assert find_summary(tmp_path) == new and find_summary(old) == old
+    main(["compare", str(old), str(new.parent.parent)])
+    printed = capsys.readouterr().out
+    assert "B saves 5.00 s per epoch (2.00x), within the 6.00 s" in printed
+    fails_in_one_line(capsys, ["compare", str(tmp_path / "nowhere"), str(new)], "no such file or folder")
+    (tmp_path / "empty").mkdir()
+    fails_in_one_line(capsys, ["compare", str(tmp_path / "empty"), str(new)], "no timing.json under this folder")
+
+
+def test_the_lab_ladder_v1_pinned_against_v2_pinned(workdir, capsys):
+    small = ("--data.batch_size", "32", *NO_WORKERS)
+    run_stage("v1_pinned", *small, epochs=2)
+    run_stage("v2_pinned", *small, epochs=2)
+    capsys.readouterr()
+    logs = workdir / "lightning_logs"
+    main(["compare", str(logs / "v1_pinned"), str(logs / "v2_pinned"), "--json"])
+    found = json.loads(capsys.readouterr().out)
+    assert found["names"] == ["v1_pinned", "v2_pinned"]
+    keys = {row["key"] for row in found["rows"]}
+    assert {"avg_train_s", "samples_per_s", "split.input_wait_s", "peak_rss_mb.main_process"} <= keys
+    assert found["bought"]["saved_s"] is not None and found["bought"]["bound"] == found["verdicts"][0]

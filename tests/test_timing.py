@@ -145,7 +145,7 @@ def test_input_wait_is_the_fetch_not_every_gap_between_steps(one_thread):
 
     class SlowBetweenSteps(Callback):
         def on_train_batch_end(self, *args):
-            time.sleep(0.03)
+            time.sleep(0.1)  # long beside a fetch, even one that waits for a core on a crowded machine
 
     timer = EpochTimer(window_share=None)
     trainer = fit_module(

@@ -1,8 +1,8 @@
-"""The single entry point: ``mnistperf {fit,validate,test,predict,prepare,bench,tune,compare}``.
+"""The single entry point: ``mnistperf {fit,validate,test,predict,prepare,bench,tune,compare,report}``.
 
 ``fit``/``validate``/``test``/``predict`` are LightningCLI's own subcommands, configured by the
-YAML files in ``configs/``; ``prepare``, ``bench``, ``tune`` and ``compare`` sit beside them. ``main(args)`` takes
-the arguments as a list so that tests drive the whole CLI in-process. Errors the user can
+YAML files in ``configs/``; ``prepare``, ``bench``, ``tune``, ``compare`` and ``report`` sit beside them.
+``main(args)`` takes the arguments as a list so that tests drive the whole CLI in-process. Errors the user can
 fix are printed as one line naming the file or option, with exit status 2; so are the trainer
 settings Lightning rejects (an accelerator this machine lacks, an impossible device count), and a
 torchvision that cannot load beside torch, checked before anything imports Lightning.
@@ -32,6 +32,7 @@ commands:
   bench      run the whole ladder (or a sweep) in fresh processes and print the table
   tune       find the fastest input pipeline for this machine by measuring, and write a config
   compare    what a change bought: two runs' timing.json side by side
+  report     a run's summary, or its report as one HTML file (--html)
 
 `mnistperf COMMAND --help` shows each command's options.
 """
@@ -162,6 +163,10 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
             from mnistperf.diagnosis.commands import compare_command
 
             compare_command(argv[1:])
+        elif command == "report":
+            from mnistperf.diagnosis.commands import report_command
+
+            report_command(argv[1:])
         elif command in LIGHTNING_COMMANDS:
             MnistperfCLI(args=None if from_process else argv)
         else:

@@ -9,6 +9,8 @@ from pathlib import Path
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.compare import compare, format_comparison, load
 from mnistperf.diagnosis.guard import jsonable
+from mnistperf.diagnosis.report import REPORT_FILE, html_report, write_report
+from mnistperf.diagnosis.summary import format_summary
 
 RUN_HELP = "a run's timing.json, or its log folder (the newest timing.json under it)"
 
@@ -26,3 +28,30 @@ def compare_command(argv: Sequence[str]) -> None:
         print(json.dumps(jsonable({"a": str(a_path), "b": str(b_path), **found}), indent=2))
     else:
         print(format_comparison(found, a_path, b_path))
+
+
+def report_command(argv: Sequence[str]) -> None:
+    """``mnistperf report RUN [RUN_B] --html``: a run's summary, or its report as one HTML file (two: compared)."""
+    parser = OneLineArgumentParser(prog="mnistperf report", description=report_command.__doc__)
+    parser.add_argument("run", type=Path, metavar="RUN", help=RUN_HELP)
+    parser.add_argument("run_b", type=Path, nargs="?", metavar="RUN_B", help="a second run, compared with the first")
+    parser.add_argument(
+        "--html", action="store_true", help=f"write the report as HTML ({REPORT_FILE} beside RUN's timing.json)"
+    )
+    parser.add_argument("--out", type=Path, default=None, metavar="FILE", help="with --html: where to write it")
+    opts = parser.parse_args(argv)
+    if opts.out is not None and not opts.html:
+        parser.error("--out goes with --html")
+    a_path, a = load(opts.run)
+    runs = [(a.get("config") or a_path.parent.name, a)]
+    comparison = None
+    if opts.run_b is not None:
+        b_path, b = load(opts.run_b)
+        runs.append((b.get("config") or b_path.parent.name, b))
+        comparison = compare(a, b)
+    if not opts.html:
+        print(format_summary(a) if comparison is None else format_comparison(comparison, a_path, b_path))
+        return
+    out = opts.out or a_path.with_name(REPORT_FILE if comparison is None else f"compared-{runs[1][0]}.html")
+    write_report(html_report(runs, comparison), out)
+    print(f"report written to {out}")

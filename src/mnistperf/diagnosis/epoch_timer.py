@@ -62,6 +62,7 @@ from mnistperf.diagnosis.fetch_clock import FetchClock
 from mnistperf.diagnosis.figures import Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.phases import sampled, unsampled
+from mnistperf.diagnosis.report import REPORT_FILE, html_report, write_report
 from mnistperf.diagnosis.summary import (
     INPUT_BOUND_SHARE,
     SUMMARY_FILE,
@@ -586,6 +587,10 @@ class EpochTimer(Callback):
             write_summary({**summary, "problems": list(self.problems.lines)}, path)
             self.summary_path = path
             print(f"timing summary written to {path}", flush=True)
+        if self.summary_path is not None:  # the report goes beside it (a folder refusing it was said once)
+            with self.problems.guard(f"writing the report beside {path}"):
+                name = summary.get("config") or folder.name
+                write_report(html_report([(str(name), summary)]), path.with_name(REPORT_FILE))
         if trace is not None:
             print(f"busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
 

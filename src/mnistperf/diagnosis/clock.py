@@ -49,6 +49,7 @@ from mnistperf.diagnosis.busy_window import (
     window_steps,
 )
 from mnistperf.diagnosis.figures import Gathered, Measures
+from mnistperf.diagnosis.flops import run_utilization, utilization
 from mnistperf.diagnosis.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_rss_mb
 from mnistperf.diagnosis.phases import PHASES, StepPhases
 from mnistperf.diagnosis.stalls import StepStats, step_stats
@@ -127,6 +128,10 @@ class EpochClock:
         self.epochs: list[dict[str, Any]] = []
         self._window_declined = False  # the fit was too short for the window to cost its share
         self._last_epoch_steps = 0  # the steps of the last epoch timed
+        self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
+        self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
+        self.world_size = 1
+        self.flops_reason = "the step's FLOPs were not counted"  # why, where they were not
         self._reset()
 
     def _synced_now(self) -> float:
@@ -367,6 +372,7 @@ class EpochClock:
             workers_rss_mb=self._workers_rss,
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
+            flops=self.flops_per_step * self._steps if self.flops_per_step else math.nan,
         )
 
     def _without_window(self) -> tuple[float, float, float]:
@@ -423,6 +429,7 @@ class EpochClock:
         )
         row.update(step_figures(merged, self._stats))
         row.update(memory_figures(merged))
+        row.update(utilization(merged.flops, merged.train_s, self.peak[0], self.world_size))
         if gathered.per_rank is not None:
             row.update(ranks_apart(**gathered.per_rank))
         if self._window_cost is not None:
@@ -444,4 +451,8 @@ class EpochClock:
 
     def summary(self) -> dict[str, Any]:
         """The run's figures: per epoch, warm-up apart, steady-state averages, totals and verdict."""
-        return aggregate(self.epochs, self.input_bound_share, self.busy_window, self.hints, self.metric)
+        found = aggregate(self.epochs, self.input_bound_share, self.busy_window, self.hints, self.metric)
+        found.update(
+            run_utilization(found["epochs"], found["steady_epochs"], self.flops_per_step, self.peak, self.flops_reason)
+        )
+        return found

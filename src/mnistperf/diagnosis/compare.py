@@ -26,6 +26,8 @@ ROWS: tuple[Reader, ...] = (
     *((f"  {key.removesuffix('_s').replace('_', ' ')}", f"split.{key}", "s", 1.0) for key in SPLIT_KEYS),
     ("median step", "step_median_s", "ms", 1e3),
     ("waiting for data", "input_wait_share", "%", 100.0),
+    ("achieved", "achieved_flops_per_s", "TFLOP/s", 1e-12),
+    ("model FLOPs utilization", "mfu", "%", 100.0),
     ("peak resident memory", "peak_rss_mb.main_process", "MB", 1.0),
     ("workers' resident memory", "max:workers_rss_mb", "MB", 1.0),
     ("peak GPU memory allocated", "peak_device_mb.allocated", "MB", 1.0),

@@ -60,6 +60,7 @@ from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDO
 from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
 from mnistperf.diagnosis.figures import Measures, gather, scalars
+from mnistperf.diagnosis.flops import StepCounter, compiled, number_format, peak_flops
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.phases import sampled, unsampled
 from mnistperf.diagnosis.report import REPORT_FILE, html_report, write_report
@@ -186,6 +187,8 @@ class EpochTimer(Callback):
             defines one, else the leading length of the batch's first tensor.
         monitor: a validation metric (as logged, e.g. ``val/acc``) whose last value the summary reports; None:
             none.
+        flops_per_batch: the FLOPs of one training step, where known; by default torch's FLOP counter counts the
+            fit's first step (:mod:`mnistperf.diagnosis.flops`).
     """
 
     def __init__(
@@ -198,7 +201,11 @@ class EpochTimer(Callback):
         window_share: float | None = WINDOW_FIT_SHARE,
         samples_in_batch: Callable[[Any], int] | None = None,
         monitor: str | None = None,
+        flops_per_batch: float | None = None,
     ):
+        self.flops_per_batch = flops_per_batch
+        self._flops = StepCounter()
+        self._count_flops = self._counting_flops = False  # the fit's first step is to be counted, or is being
         self.input_bound_share = input_bound_share
         self.window_share = window_share
         self.samples_in_batch = samples_in_batch
@@ -280,6 +287,24 @@ class EpochTimer(Callback):
         self._batch_read = own_counter(pl_module, self.samples_in_batch) is not None  # the module counts its own
         self._loaders, self._loader_samples, self._step_begun = Loaders(), [], False
         self._accumulate = max(1, int(trainer.accumulate_grad_batches))
+        self._look_up_peak(trainer, pl_module)
+
+    def _look_up_peak(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """The device's peak FLOP/s for the run's number format, and whether the fit's first step is to be counted."""
+        self.clock.flops_per_step = self.flops_per_batch
+        self._count_flops = self.flops_per_batch is None and not compiled(pl_module)
+        if self.flops_per_batch is None and not self._count_flops:
+            self.clock.flops_reason = (
+                "the module runs through torch.compile, whose graphs a FLOP counter would change; "
+                "EpochTimer(flops_per_batch=...) gives the step's FLOPs"
+            )
+        self.clock.world_size = trainer.world_size
+        device = pl_module.device
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        fmt = number_format(str(trainer.precision), torch.get_float32_matmul_precision())
+        peak, reason = peak_flops(device.type, name, fmt)
+        said = f"{name}'s {fmt} peak ({peak / 1e12:,.0f} TFLOP/s)" if peak is not None else reason
+        self.clock.peak = (peak, said)
         swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
     @override
@@ -290,6 +315,14 @@ class EpochTimer(Callback):
             swap_profiler(trainer, self._fetch.inner)
         with self.problems.guard("stopping the busy window"):
             self.clock.close()
+        self._stop_counting()
+
+    def _stop_counting(self) -> None:
+        """Stop a FLOP count whose step never ended (a skipped batch, an error)."""
+        if self._counting_flops:
+            self._counting_flops = False
+            with self.problems.guard("counting the step's FLOPs"):
+                self._flops.stop()
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -327,6 +360,9 @@ class EpochTimer(Callback):
             if not self._batch_read and self._loaders.several:
                 self._check_loaders(trainer, batch)
             self.clock.step_start(batch_idx)
+            if self._count_flops:
+                self._count_flops, self._counting_flops = False, True
+                self._flops.start()
             samples = self._count_samples(batch)
         except Exception as error:
             self.problems.note("timing a step's start or counting its samples", error)
@@ -395,6 +431,9 @@ class EpochTimer(Callback):
                 self._count_step(batch_idx)
             if self._sampling and self.clock.phases.end():
                 self._stop_sampling()
+            if self._counting_flops:
+                self._counting_flops = False
+                self.clock.flops_per_step = self._flops.stop()
             self.clock.step_end(batch_idx)
         except Exception as error:
             self._stop_sampling()
@@ -488,6 +527,7 @@ class EpochTimer(Callback):
             return
         self._epoch_open = self._step_begun = False
         self._stop_sampling()  # the epoch ended inside a sample (a batch the module skipped)
+        self._stop_counting()
         per_loader, self._loader_samples = self._loader_samples, [0.0] * len(self._loader_samples)
         trained, self._first_step, self._last_step = (self._first_step, self._last_step), None, None
         measures = Measures.unmeasured()

@@ -62,6 +62,7 @@ class Measures:
     workers_rss_mb: float = measure("MB", "max", "its loader workers' resident memory, mid-epoch and at its end")
     device_allocated_mb: float = measure("MB", "max", "the epoch's peak GPU memory allocated by tensors")
     device_reserved_mb: float = measure("MB", "max", "the epoch's peak GPU memory reserved by the allocator")
+    flops: float = measure("FLOP", "sum", "the FLOPs of the epoch's training steps, one step's count times its steps")
 
     @classmethod
     def unmeasured(cls) -> Measures:
@@ -128,6 +129,11 @@ MEMORY = (
     Figure("device_allocated_mb", "MB", "the epoch's peak GPU memory allocated by tensors"),
     Figure("device_reserved_mb", "MB", "the epoch's peak GPU memory reserved by the caching allocator"),
 )
+# The epoch's utilization (mnistperf.diagnosis.flops).
+UTILIZATION = (
+    Figure("achieved_flops_per_s", "FLOP/s", "the training steps' FLOPs over train time, every rank's"),
+    Figure("mfu", "share", "achieved FLOP/s over the device's peak for the run's number format, times the ranks"),
+)
 EPOCH_FIGURES = (
     Figure("train_s", "s", "training time of the epoch"),
     Figure("eval_s", "s", "evaluation time inside the epoch"),
@@ -138,6 +144,7 @@ EPOCH_FIGURES = (
     *SPLIT,
     *STEPS,
     *MEMORY,
+    *UTILIZATION,
 )
 AVG_TRAIN_S = Figure("avg_train_s", "s", "train time per steady epoch")
 AVG_EVAL_S = Figure("avg_eval_s", "s", "evaluation time per steady epoch")

@@ -104,13 +104,13 @@ def median_step(epochs: list[dict[str, Any]]) -> float | None:
 def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's stalls: the spikes and where they fell, the epochs with a slow first step, drift.
 
-    ``epochs``: every epoch's row (the warm-up's first step is where a loader first starts, so it is kept too).
+    ``epochs``: every epoch's row; spikes are read in all, slow first steps past the warm-up.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
     spikes = [{"epoch": e["epoch"], "steps": e.get("spike_steps", [])} for e in epochs if e.get("spikes")]
     slow_first = [
         e["epoch"]
-        for e in epochs
+        for e in epochs[1:]  # the warm-up's first step holds one-off work (its loader started before it)
         if e.get("first_step_s") is not None
         and e.get("step_median_s") is not None
         and e["first_step_s"] >= SLOW_FIRST_FACTOR * e["step_median_s"] > 0

@@ -26,6 +26,7 @@ from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.advice import Hints, advice, format_advice
 from mnistperf.diagnosis.busy_window import CROWDED
 from mnistperf.diagnosis.figures import BUSY, MEMORY, SPLIT, STEPS, Measures
+from mnistperf.diagnosis.flops import format_utilization
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.memory import format_growth, growth, measured
 from mnistperf.diagnosis.stalls import StepStats, format_stalls, median_step, stalls
@@ -435,6 +436,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     stalled = format_stalls(summary["stalls"], summary.get("step_median_s")) if summary.get("stalls") else None
     if stalled:
         lines.append(stalled)
+    used = format_utilization(summary)
+    if used:
+        lines.append(used)
     grown = format_growth(summary["memory"]["growth"]) if summary.get("memory") else None
     if grown:
         lines.append(grown)

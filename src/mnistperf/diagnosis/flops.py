@@ -1,0 +1,131 @@
+"""Utilization: the FLOPs of one training step, counted once, and the device's peak for the run's number format.
+
+The step's FLOPs come from torch's FLOP counter (``torch.utils.flop_counter.FlopCounterMode``) around the fit's
+first training step, one the run makes anyway (in the warm-up epoch, whose first step is kept apart from the step
+times), or from ``EpochTimer(flops_per_batch=...)``. The counter counts the matrix products and convolutions of
+the forward and the backward, which is what the peak figures below are for. The model FLOPs utilization (MFU)
+is the achieved FLOP/s over the peak of the device for the run's number format, times the ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import mean
+from typing import Any
+
+# Dense peak TFLOP/s per GPU, by the name torch.cuda.get_device_name gives (the first name found in it wins), for
+# each number format: float32 (no tensor cores), tf32 (float32 matmuls at "high" or "medium" precision),
+# bfloat16 and float16 (tensor cores, float32 accumulation). The vendors' data sheets; sparsity left out.
+PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H200", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
+    ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
+    ("H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.0, "fp16": 835.0}),
+    ("H100", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
+    ("GH200", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
+    ("A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
+    ("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0}),
+    ("L4", {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0}),
+    ("A10G", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
+    ("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
+    ("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2}),
+    ("V100", {"fp32": 15.7, "fp16": 125.0}),
+    ("T4", {"fp32": 8.1, "fp16": 65.0}),
+)
+
+
+def number_format(precision: str, matmul_precision: str) -> str:
+    """The number format a run's matrix products use: from Lightning's precision and float32's matmul precision."""
+    if "bf16" in precision:
+        return "bf16"
+    if "16" in precision:
+        return "fp16"
+    if "64" in precision:
+        return "fp64"
+    return "tf32" if matmul_precision in ("high", "medium") else "fp32"
+
+
+def peak_flops(device_type: str, name: str, fmt: str) -> tuple[float | None, str | None]:
+    """The device's peak FLOP/s for ``fmt`` and None, or None and why there is none."""
+    if device_type != "cuda":
+        return None, f"no peak is known for a {device_type} device"
+    for key, peaks in PEAK_TFLOPS:
+        if key in name:
+            if fmt not in peaks:
+                return None, f"no {fmt} peak is known for the {key}"
+            return peaks[fmt] * 1e12, None
+    return None, f"{name} is not in the table of known peaks (mnistperf.diagnosis.flops.PEAK_TFLOPS)"
+
+
+class StepCounter:
+    """Counts the FLOPs of the operations run between :meth:`start` and :meth:`stop` (one training step)."""
+
+    def __init__(self) -> None:
+        self._mode: Any = None
+
+    def start(self) -> None:
+        """Start counting."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._mode = FlopCounterMode(display=False)
+        self._mode.__enter__()
+
+    def stop(self) -> float | None:
+        """Stop counting; the FLOPs counted (None where nothing was being counted)."""
+        if self._mode is None:
+            return None
+        mode, self._mode = self._mode, None
+        mode.__exit__(None, None, None)
+        return float(mode.get_total_flops())
+
+
+def utilization(flops: float, train_s: float, peak: float | None, ranks: int) -> dict[str, float | None]:
+    """An epoch's achieved FLOP/s (every rank's FLOPs over train time) and its MFU where the peak is known."""
+    if math.isnan(flops) or train_s <= 0:
+        return {"achieved_flops_per_s": None, "mfu": None}
+    achieved = flops / train_s
+    return {"achieved_flops_per_s": achieved, "mfu": achieved / (peak * ranks) if peak else None}
+
+
+def run_utilization(
+    epochs: list[dict[str, Any]],
+    steady: list[int],
+    flops_per_step: float | None,
+    peak: tuple[float | None, str | None],
+    not_counted: str = "the step's FLOPs were not counted",
+) -> dict[str, Any]:
+    """The run's utilization over its steady epochs: the step's FLOPs, achieved FLOP/s, MFU or why there is none.
+
+    ``steady``: the first and last steady epoch; ``peak``: the device's peak FLOP/s and its name, or None and why;
+    ``not_counted``: why the step's FLOPs are not known, where they are not.
+    """
+    rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get("achieved_flops_per_s") is not None]
+    achieved = mean(e["achieved_flops_per_s"] for e in rows) if rows else None
+    value, said = peak
+    found: dict[str, Any] = {"flops_per_step": flops_per_step, "achieved_flops_per_s": achieved}
+    if value is not None and achieved is not None:
+        found.update(mfu=mean(e["mfu"] for e in rows), peak=said, peak_flops_per_s=value)
+    else:
+        found.update(mfu=None, mfu_reason=not_counted if flops_per_step is None else said)
+    return found
+
+
+def compiled(module: Any) -> bool:
+    """Whether ``module`` or a module inside it runs through torch.compile (whose graphs a FLOP counter changes)."""
+    step = getattr(type(module), "training_step", None)
+    if hasattr(step, "_torchdynamo_orig_callable"):
+        return True
+    return any(
+        getattr(inner, "_compiled_call_impl", None) is not None or type(inner).__name__ == "OptimizedModule"
+        for inner in module.modules()
+    )
+
+
+def format_utilization(summary: dict[str, Any]) -> str | None:
+    """The utilization line: the step's FLOPs, the achieved FLOP/s and the MFU or why there is none."""
+    flops = summary.get("flops_per_step")
+    achieved = summary.get("achieved_flops_per_s")
+    if not flops or achieved is None:
+        return None
+    mfu = summary.get("mfu")
+    tail = f"MFU {mfu:.1%} of the {summary['peak']}" if mfu is not None else f"no MFU: {summary.get('mfu_reason')}"
+    return f"Utilization: {flops / 1e9:,.3g} GFLOP a step, {achieved / 1e12:,.3g} TFLOP/s achieved; {tail}"

@@ -1,0 +1,111 @@
+"""Utilization: one training step's FLOPs counted once (or given), the achieved FLOP/s per epoch, and the MFU where
+the device's peak is known."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import fit_module
+from lightning import LightningModule
+from torch.utils.data import DataLoader, TensorDataset
+
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.clock import EpochClock
+from mnistperf.diagnosis.figures import scalars
+from mnistperf.diagnosis.flops import number_format, peak_flops, run_utilization
+from mnistperf.diagnosis.summary import format_summary
+
+BATCH, IN, OUT = 8, 32, 16
+
+
+class Linear(LightningModule):
+    """One linear layer: a step's matrix products are 2*B*IN*OUT FLOPs forward, twice that backward (weight, input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(IN, OUT)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x.requires_grad_()), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def rows() -> DataLoader:
+    return DataLoader(TensorDataset(torch.randn(BATCH * 6, IN), torch.randint(0, OUT, (BATCH * 6,))), batch_size=BATCH)
+
+
+def test_the_number_format_and_the_peaks_of_current_gpus():
+    assert number_format("bf16-mixed", "highest") == "bf16" and number_format("16-mixed", "highest") == "fp16"
+    assert number_format("32-true", "high") == "tf32" and number_format("32-true", "highest") == "fp32"
+    assert peak_flops("cuda", "NVIDIA H100 80GB HBM3", "bf16") == (pytest.approx(989.4e12), None)
+    assert peak_flops("cuda", "NVIDIA H200", "tf32") == (pytest.approx(494.7e12), None)
+    assert peak_flops("cuda", "NVIDIA H100 PCIe", "bf16")[0] == pytest.approx(756e12)
+    peak, why = peak_flops("cuda", "Imaginary GPU 9000", "bf16")
+    assert peak is None and "not in the table" in why
+    assert peak_flops("cpu", "cpu", "fp32") == (None, "no peak is known for a cpu device")
+
+
+def test_the_fits_first_step_is_counted_and_each_epoch_gets_its_achieved_flops():
+    timer = EpochTimer()
+    fit_module(Linear(), rows(), callbacks=[timer], max_epochs=2)
+    assert timer.clock.flops_per_step == 3 * 2 * BATCH * IN * OUT
+    for row in timer.epochs:
+        assert row["achieved_flops_per_s"] == pytest.approx(timer.clock.flops_per_step * 6 / row["train_s"])
+        assert row["mfu"] is None and "timing/achieved_flops_per_s" in scalars(row)
+    summary = timer.clock.summary()
+    assert summary["mfu"] is None and summary["mfu_reason"] == "no peak is known for a cpu device"
+    assert "Utilization: " in format_summary(summary) and "no MFU: no peak is known" in format_summary(summary)
+
+
+def test_a_given_flops_per_batch_is_taken_instead_of_counting():
+    timer = EpochTimer(flops_per_batch=1e9)
+    fit_module(Linear(), rows(), callbacks=[timer], max_epochs=1)
+    assert timer.clock.flops_per_step == 1e9
+    assert timer.epochs[0]["achieved_flops_per_s"] == pytest.approx(6e9 / timer.epochs[0]["train_s"])
+
+
+def test_mfu_on_a_known_gpu_is_the_achieved_over_the_peak_times_the_ranks():
+    """Emulated: the clock's arithmetic with an H100's bf16 peak, without one."""
+    clock = EpochClock(torch.device("cpu"))
+    clock.flops_per_step, clock.world_size = 1e12, 2
+    clock.peak = (989.4e12, "NVIDIA H100 80GB HBM3's bf16 peak (989 TFLOP/s)")
+    for _ in range(2):
+        clock.epoch_start(batches=4)
+        for index in range(4):
+            clock.step_start(index)
+            clock.step_end(index)
+        row = clock.epoch_end()
+        assert row["mfu"] == pytest.approx(row["achieved_flops_per_s"] / (2 * 989.4e12))
+    summary = clock.summary()
+    assert summary["mfu"] == pytest.approx(clock.epochs[1]["mfu"]) and "H100" in summary["peak"]
+    assert "MFU " in format_summary(summary)
+    not_counted = run_utilization(clock.epochs, [2, 2], None, (None, "x"))
+    assert not_counted["mfu"] is None
+
+
+def test_compare_puts_the_two_runs_utilization_side_by_side():
+    from mnistperf.diagnosis.compare import compare
+
+    base = {"avg_train_s": 2.0, "samples_per_s": 100.0, "verdict": "compute-bound"}
+    a = {**base, "achieved_flops_per_s": 100e12, "mfu": 0.1}
+    b = {**base, "achieved_flops_per_s": 300e12, "mfu": 0.3}
+    rows = {row["key"]: row for row in compare(a, b)["rows"]}
+    assert rows["achieved_flops_per_s"]["a"] == pytest.approx(100.0) and rows["mfu"]["ratio"] == pytest.approx(3.0)
+
+
+def test_a_compiled_module_is_not_counted_and_says_how_to_give_its_flops():
+    from mnistperf.diagnosis.flops import compiled
+
+    module = Linear()
+    assert not compiled(module)
+    module.net.compile()  # nothing runs yet: torch.compile only wraps the call
+    assert compiled(module)
+    timer = EpochTimer()
+    timer.clock.flops_reason = "unchanged"
+    from lightning import Trainer
+
+    timer._look_up_peak(Trainer(accelerator="cpu", logger=False, enable_progress_bar=False), module)
+    assert not timer._count_flops and "torch.compile" in timer.clock.flops_reason

@@ -120,12 +120,23 @@ def compiled(module: Any) -> bool:
     )
 
 
+def si(value: float, unit: str) -> str:
+    """``value`` with an SI prefix (k, M, G, T, P) before ``unit``, to three figures."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 def format_utilization(summary: dict[str, Any]) -> str | None:
-    """The utilization line: the step's FLOPs, the achieved FLOP/s and the MFU or why there is none."""
-    flops = summary.get("flops_per_step")
-    achieved = summary.get("achieved_flops_per_s")
-    if not flops or achieved is None:
+    """The utilization line where the MFU is known: the step's FLOPs, the achieved FLOP/s and the MFU; else None.
+
+    Without a peak the achieved figure alone decides nothing: it stays in timing.json and the loggers.
+    """
+    flops, achieved, mfu = summary.get("flops_per_step"), summary.get("achieved_flops_per_s"), summary.get("mfu")
+    if not flops or achieved is None or mfu is None:
         return None
-    mfu = summary.get("mfu")
-    tail = f"MFU {mfu:.1%} of the {summary['peak']}" if mfu is not None else f"no MFU: {summary.get('mfu_reason')}"
-    return f"Utilization: {flops / 1e9:,.3g} GFLOP a step, {achieved / 1e12:,.3g} TFLOP/s achieved; {tail}"
+    return (
+        f"Utilization: {si(flops, 'FLOP')} a step, {si(achieved, 'FLOP/s')} achieved, "
+        f"MFU {mfu:.1%} of the {summary['peak']}"
+    )

@@ -146,13 +146,22 @@ def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_sa
     assert not any("profiled" in row for row in timer.epochs) and not list(tmp_path.rglob("*.pt.trace.json"))
 
 
-def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for():
-    # 128 steps left after the first epoch, each recorded step costing CPU_WINDOW_COST of them: two at 4 %
-    share = 2.05 * window_module.CPU_WINDOW_COST / 128
+def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypatch):
+    monkeypatch.setattr(window_module, "CPU_WINDOW_START_S", 0.0)  # the recorded steps' cost alone
+    # Epoch 2's window warms up at its 55th step: 74 steps left then, each recorded one costing CPU_WINDOW_COST
+    share = 2.05 * window_module.CPU_WINDOW_COST / 74
     timer = fit(epochs=3, timer={"window_share": share})
     window = timer.busy_window
     assert window["share"] is not None and 1 <= window["last_step"] - window["first_step"] + 1 <= 2
     assert timer.epochs[1]["profiled"]["cost_s"] >= 0
+
+
+def test_the_profilers_first_start_counts_against_the_fit(monkeypatch):
+    monkeypatch.setattr(window_module, "CPU_WINDOW_START_S", 1e3)  # dearer than the whole fit
+    timer = fit(epochs=3, timer={"window_share": 0.5})
+    summary = timer.clock.summary()
+    assert summary["verdict"] == "undetermined" and "too few for the profiled window" in summary["verdict_reason"]
+    assert not any("profiled" in row for row in timer.epochs)
 
 
 def test_steps_left_follow_the_fits_limits():

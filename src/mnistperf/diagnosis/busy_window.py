@@ -19,9 +19,10 @@ only in a one-epoch run, which says so). The profiler costs host time per operat
 keeps the window's steps out of that epoch's timed figures (:class:`~mnistperf.diagnosis.clock.EpochClock`).
 A profiler warm-up of two steps comes before the recorded ones, as the profiler's documentation advises.
 On a CPU, where every operator is recorded and read, a recorded step costs about :data:`CPU_WINDOW_COST`
-steps' time besides its own, so the window may cost at most :data:`WINDOW_FIT_SHARE` of the fit's training steps
-left: it records fewer steps where the fit is short, and none where even one would cost more
-(:func:`affordable_steps`); a trace of more than :data:`TRACE_LIMIT` operations is not written unless asked for.
+steps' time besides its own, and the profiler's first start in a process :data:`CPU_WINDOW_START_S`, so the window
+may cost at most :data:`WINDOW_FIT_SHARE` of the fit's training time left: it records fewer steps where the fit is
+short, and none where even one would cost more (:func:`affordable_steps`, decided at the window's first warm-up step
+from the epoch's own pace); a trace of more than :data:`TRACE_LIMIT` operations is not written unless asked for.
 
 Other work on the machine stretches the intervals the share is read from. On Linux the window also
 reads how long the training thread waited for a core (``/proc/thread-self/schedstat``): that share of the
@@ -67,6 +68,9 @@ WINDOW_FIT_SHARE = 0.01
 # operators, the worst case for a profiler; the warm-up steps, which only prepare it, cost next to nothing
 # (docs/results/cpu-2core-compat-cost/results.md).
 CPU_WINDOW_COST = 2.5
+# What the profiler's first start in a process costs a CPU fit, in CPU seconds, whatever the model: measured
+# 0.22-0.24 s on the lab's 2-core CPU in fresh processes (later windows in the same process cost next to nothing).
+CPU_WINDOW_START_S = 0.25
 # The margin any share is read with, before the wait for a core widens it.
 BASE_MARGIN = 0.05
 # A training step (forward, loss, backward, update) launches about ten kernels at the very least (a graphed
@@ -133,13 +137,16 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
     return (first, last) if first <= last else None
 
 
-def affordable_steps(steps_left: float, share: float | None = WINDOW_FIT_SHARE) -> float:
-    """How many steps a CPU window may record in a fit with ``steps_left`` training steps (its warm-up apart).
+def affordable_steps(steps_left: float, share: float | None = WINDOW_FIT_SHARE, step_s: float = 0.0) -> float:
+    """How many steps a CPU window may record in a fit with ``steps_left`` training steps of ``step_s`` each.
 
-    At most ``share`` of those steps' time, each window step costing :data:`CPU_WINDOW_COST` of them; infinite where
-    ``share`` is None.
+    At most ``share`` of those steps' time: the profiler's first start (:data:`CPU_WINDOW_START_S`, where the pace
+    ``step_s`` is known), then :data:`CPU_WINDOW_COST` steps for each recorded step; infinite where ``share`` is None.
     """
-    return math.inf if share is None else share * steps_left / CPU_WINDOW_COST
+    if share is None:
+        return math.inf
+    start = CPU_WINDOW_START_S / step_s if step_s > 0 else 0.0
+    return (share * steps_left - start) / CPU_WINDOW_COST
 
 
 def thread_schedule() -> tuple[float, float] | None:

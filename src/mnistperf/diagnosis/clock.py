@@ -36,7 +36,6 @@ import torch
 
 from mnistperf.diagnosis.advice import Hints
 from mnistperf.diagnosis.busy_window import (
-    CPU_WINDOW_COST,
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
     TRACE_FILE,
@@ -127,7 +126,7 @@ class EpochClock:
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
         self.epochs: list[dict[str, Any]] = []
         self._window_declined = False  # the fit was too short for the window to cost its share
-        self._last_epoch_steps = 0  # the steps of the last epoch timed
+        self._steps_left = math.inf  # the fit's training steps left at the window's epoch start
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
         self.world_size = 1
@@ -175,29 +174,42 @@ class EpochClock:
         self._train_start = self._last_step_end = self._synced_now()
 
     def _open_window(self, batches: float, steps_left: float) -> None:
-        """The busy window of this epoch, as long as the fit can pay for (on a CPU), or why there is none."""
-        wanted, budget = self.busy_window_steps, None
-        if self.device.type != "cuda":
-            affordable = affordable_steps(steps_left, self.window_share)
-            if affordable < 1:
-                needed = math.ceil(CPU_WINDOW_COST / (self.window_share or 1))
-                self._window_declined = True
-                self._window_missed(
-                    f"the fit's {steps_left:,.0f} training steps left are too few for the profiled window to cost "
-                    f"under {self.window_share:.0%} of them (it needs about {needed:,}); "
-                    "EpochTimer(window_share=None) profiles such a fit anyway"
-                )
-                return
-            if math.isfinite(affordable):
-                wanted = min(wanted, int(affordable))
-            if self.epochs and self.epochs[-1]["train_s"] and math.isfinite(affordable):
-                # the recorded steps end once they have taken the time of as many steps of the last epoch
-                budget = affordable * self.epochs[-1]["train_s"] / max(self._last_epoch_steps, 1)
-        steps = window_steps(batches, wanted)
+        """The busy window of this epoch, or why there is none; on a CPU, the fit's cost of it is weighed later."""
+        self._steps_left = steps_left
+        if self.device.type != "cuda" and affordable_steps(steps_left, self.window_share) < 1:
+            self._decline_window(steps_left)  # too few steps whatever their pace
+            return
+        steps = window_steps(batches, self.busy_window_steps)
         if steps:
-            self.window = BusyWindow(*steps, device_type=self.device.type, budget_s=budget)
+            self.window = BusyWindow(*steps, device_type=self.device.type)
         else:
             self._window_missed(f"epoch {self._number} has {batches:.0f} training steps, too few for the window")
+
+    def _decline_window(self, steps_left: float) -> None:
+        self._window_declined = True
+        self.window = None
+        self._window_missed(
+            f"the fit's {steps_left:,.0f} training steps left are too few for the profiled window to cost under "
+            f"{self.window_share:.0%} of their time; EpochTimer(window_share=None) profiles such a fit anyway"
+        )
+
+    def _weigh_window(self, window: BusyWindow) -> bool:
+        """On a CPU, at the window's first warm-up step: fit it to what the rest of the fit can pay for, or decline it.
+
+        The pace is this epoch's so far; the recorded steps end once they have taken as long as that many steps.
+        """
+        done = self._steps - 1
+        if self.device.type == "cuda" or self.window_share is None or done < 1 or self._train_start is None:
+            return True
+        step_s = (self._train_s + time.perf_counter() - self._train_start) / done
+        left = self._steps_left - done
+        affordable = affordable_steps(left, self.window_share, step_s)
+        if affordable < 1:
+            self._decline_window(left)
+            return False
+        window.last = min(window.last, window.first + int(affordable) - 1)
+        window.budget_s = affordable * step_s
+        return True
 
     @property
     def profiling(self) -> bool:
@@ -233,6 +245,8 @@ class EpochClock:
             self._first_index = index
         if self.window is not None:
             if index == self.window.first - PROFILER_WARMUP_STEPS:
+                if not self._weigh_window(self.window):
+                    return
                 self._window_open = (self._synced_now(), self._fetch_wait_s, self._host_wait_s)
             self.window.step_start(index)
 
@@ -446,7 +460,6 @@ class EpochClock:
             if self.busy_window is not None:
                 self.busy_window["cost_s"] = cost
         self.epochs.append(row)
-        self._last_epoch_steps = self._steps
         return row
 
     def summary(self) -> dict[str, Any]:

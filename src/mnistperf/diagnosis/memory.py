@@ -47,18 +47,18 @@ def rss_mb(pid: int | str = "self") -> float | None:
     return None
 
 
-def children(pid: int | str = "self") -> list[int]:
-    """The child processes of ``pid`` (every thread's), from ``/proc``; empty where none or not readable."""
-    found: list[int] = []
+def children(pid: int | None = None) -> list[int]:
+    """The child processes of process ``pid`` (this one by default) started by its main thread, from ``/proc``.
+
+    Empty where none or not readable. Only the main thread's are read (a DataLoader starts its workers from the
+    thread that iterates it, the training loop's): reading every thread's list costs a file per thread, and a
+    training process runs dozens of threads.
+    """
+    pid = os.getpid() if pid is None else pid
     try:
-        for task in (PROC / str(pid) / "task").iterdir():
-            try:
-                found += [int(child) for child in (task / "children").read_text().split()]
-            except (OSError, ValueError):
-                continue
-    except OSError:
+        return [int(child) for child in (PROC / str(pid) / "task" / str(pid) / "children").read_text().split()]
+    except (OSError, ValueError):
         return []
-    return found
 
 
 def local_rank(pid: int | str) -> str | None:

@@ -48,7 +48,17 @@ def test_the_number_format_and_the_peaks_of_current_gpus():
     assert peak_flops("cpu", "cpu", "fp32") == (None, "no peak is known for a cpu device")
 
 
-def test_the_fits_first_step_is_counted_and_each_epoch_gets_its_achieved_flops():
+def test_a_fit_too_short_for_the_counter_is_not_counted_and_says_how_to_give_its_flops():
+    timer = EpochTimer()
+    fit_module(Linear(), rows(), callbacks=[timer], max_epochs=2)
+    assert timer.clock.flops_per_step is None
+    assert all(row["achieved_flops_per_s"] is None for row in timer.epochs)
+    reason = timer.clock.summary()["mfu_reason"]
+    assert "too few for the FLOP counter" in reason and "flops_per_batch" in reason
+
+
+def test_the_fits_first_step_is_counted_and_each_epoch_gets_its_achieved_flops(monkeypatch):
+    monkeypatch.setattr("mnistperf.diagnosis.flops.COUNT_SHARE", 1.0)  # counted however short the fit
     timer = EpochTimer()
     fit_module(Linear(), rows(), callbacks=[timer], max_epochs=2)
     assert timer.clock.flops_per_step == 3 * 2 * BATCH * IN * OUT

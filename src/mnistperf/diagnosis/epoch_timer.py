@@ -60,7 +60,7 @@ from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDO
 from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
 from mnistperf.diagnosis.figures import Measures, gather, scalars
-from mnistperf.diagnosis.flops import StepCounter, compiled, number_format, peak_flops
+from mnistperf.diagnosis.flops import StepCounter, compiled, number_format, peak_flops, too_short_to_count
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.phases import sampled, unsampled
 from mnistperf.diagnosis.report import REPORT_FILE, html_report, write_report
@@ -360,9 +360,14 @@ class EpochTimer(Callback):
             if not self._batch_read and self._loaders.several:
                 self._check_loaders(trainer, batch)
             self.clock.step_start(batch_idx)
-            if self._count_flops:
-                self._count_flops, self._counting_flops = False, True
-                self._flops.start()
+            if self._count_flops:  # the fit's first step, if the fit can pay for counting it
+                self._count_flops = False
+                short = too_short_to_count(steps_left(trainer))
+                if short is None:
+                    self._counting_flops = True
+                    self._flops.start()
+                else:
+                    self.clock.flops_reason = short
             samples = self._count_samples(batch)
         except Exception as error:
             self.problems.note("timing a step's start or counting its samples", error)

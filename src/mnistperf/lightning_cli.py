@@ -29,9 +29,8 @@ from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
-from mnistperf.data.options import fit_help_lines
+from mnistperf.data.options import fit_help_lines, is_uri
 from mnistperf.data.pipelines import registry
-from mnistperf.data.pipelines.base import is_uri
 from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier

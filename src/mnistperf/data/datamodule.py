@@ -25,9 +25,9 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
-from mnistperf.data.options import LoaderOptions
-from mnistperf.data.pipelines.base import Placement, is_uri, pins_memory
-from mnistperf.data.pipelines.registry import PIPELINES
+from mnistperf.data.options import LoaderOptions, is_uri
+from mnistperf.data.pipelines.base import Placement, pins_memory
+from mnistperf.data.pipelines.registry import pipeline_for
 from mnistperf.errors import PreparedFileError
 from mnistperf.machine import usable_cpus
 
@@ -83,7 +83,7 @@ class MNISTDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.options = LoaderOptions.of(self.hparams)
-        self.pipeline = PIPELINES[self.options.pipeline](self.options)
+        self.pipeline = pipeline_for(self.options)
         self.pipeline.check()
         self.data_dir = data_dir.rstrip("/") if is_uri(data_dir) else Path(data_dir)
         self.datasets: dict[str, object] = {}

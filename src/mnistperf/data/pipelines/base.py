@@ -14,15 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import RandomSampler
 
+from mnistperf.data.options import LoaderOptions, is_uri
 from mnistperf.errors import ConfigError
-
-if TYPE_CHECKING:  # the options import the registry of pipelines, which imports this module
-    from mnistperf.data.options import LoaderOptions
 
 
 @dataclass(frozen=True)
@@ -122,11 +120,6 @@ IMAGE_SHAPE = (1, 28, 28)
 def normalize(pixels: torch.Tensor) -> torch.Tensor:
     """uint8 (or integer) pixels [..., 784] to float32 images [..., 1, 28, 28] in 0..1."""
     return pixels.to(torch.float32).div_(255).reshape(*pixels.shape[:-1], *IMAGE_SHAPE)
-
-
-def is_uri(location: object) -> bool:
-    """Whether a data location is a URI (s3://, gs://, ...) rather than a local path."""
-    return "://" in str(location)
 
 
 def pins_memory(requested: bool, device: torch.device) -> bool:

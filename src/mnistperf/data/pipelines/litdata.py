@@ -22,7 +22,8 @@ import torch
 from mnistperf.atomic import atomic_write_dir
 from mnistperf.data import schema
 from mnistperf.data.ingest.prepare import dataset_folder, recreate_command
-from mnistperf.data.pipelines.base import Pipeline, Placement, is_uri, normalize
+from mnistperf.data.options import is_uri
+from mnistperf.data.pipelines.base import Pipeline, Placement, normalize
 from mnistperf.errors import ConfigError, DataError
 from mnistperf.upstream import distributed_env, merge_index_alone
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import inspect
 
+from mnistperf.data.options import LoaderOptions
 from mnistperf.data.pipelines.base import Pipeline
 from mnistperf.data.pipelines.litdata import LitdataPipeline
 from mnistperf.data.pipelines.resident import ResidentPipeline
 from mnistperf.data.pipelines.stream import StreamPipeline
 from mnistperf.data.pipelines.v1 import V1Pipeline
 from mnistperf.data.pipelines.v2 import V2Pipeline
+from mnistperf.errors import ConfigError
 
 PIPELINES: dict[str, type[Pipeline]] = {
     "v1": V1Pipeline,
@@ -24,6 +26,15 @@ PIPELINES: dict[str, type[Pipeline]] = {
     "stream": StreamPipeline,
     "litdata": LitdataPipeline,
 }
+
+
+def pipeline_for(options: LoaderOptions) -> Pipeline:
+    """The pipeline ``options`` name, made with them; a name not registered is one line naming the choices."""
+    if options.pipeline not in PIPELINES:
+        raise ConfigError(
+            f"data.pipeline: unknown pipeline {options.pipeline!r}; choose one of {', '.join(PIPELINES)}."
+        )
+    return PIPELINES[options.pipeline](options)
 
 
 def summary(name: str) -> str:

@@ -28,9 +28,9 @@ EPOCHS, BATCH = 2, 32
 ENCODER, PREDICTION = 12, 4
 
 
-def datasets() -> tuple[TimeSeriesDataSet, TimeSeriesDataSet]:
-    """The tutorial's training and validation sets, on 4 series of 60 steps."""
-    data = generate_ar_data(seasonality=10.0, timesteps=60, n_series=4, seed=42)
+def datasets(series: int = 4, timesteps: int = 60) -> tuple[TimeSeriesDataSet, TimeSeriesDataSet]:
+    """The tutorial's training and validation sets, on ``series`` series of ``timesteps`` steps."""
+    data = generate_ar_data(seasonality=10.0, timesteps=timesteps, n_series=series, seed=42)
     data["static"] = 2
     data["date"] = pd.Timestamp("2020-01-01") + pd.to_timedelta(data.time_idx, "D")
     cutoff = data["time_idx"].max() - PREDICTION
@@ -69,6 +69,19 @@ def expected_row(epoch: int, seen: list[tuple[int, int]], size: int) -> dict:
     }
 
 
+def nbeats(training: TimeSeriesDataSet) -> NBeats:
+    """The tutorial's N-BEATS for ``training``."""
+    return NBeats.from_dataset(
+        training,
+        learning_rate=1e-3,
+        log_interval=10,
+        log_val_interval=1,
+        weight_decay=1e-2,
+        widths=[8, 32],
+        backcast_loss_ratio=1.0,
+    )
+
+
 def fit_nbeats(root: Path, training: TimeSeriesDataSet, train_loader, val_loader, epochs=EPOCHS, diagnose=True):
     """The tutorial's trainer and model; ``diagnose`` adds the two callbacks (the cost measurement turns it off)."""
     timer, audit = EpochTimer(), SampleAudit()
@@ -80,16 +93,7 @@ def fit_nbeats(root: Path, training: TimeSeriesDataSet, train_loader, val_loader
         enable_progress_bar=False,
         callbacks=[timer, audit] if diagnose else [],
     )
-    net = NBeats.from_dataset(
-        training,
-        learning_rate=1e-3,
-        log_interval=10,
-        log_val_interval=1,
-        weight_decay=1e-2,
-        widths=[8, 32],
-        backcast_loss_ratio=1.0,
-    )
-    trainer.fit(net, train_dataloaders=train_loader, val_dataloaders=val_loader)
+    trainer.fit(nbeats(training), train_dataloaders=train_loader, val_dataloaders=val_loader)
     return trainer, timer, audit
 
 

@@ -1,30 +1,24 @@
-"""N-BEATS as pytorch-forecasting's tutorial trains it, as a DataModule and a model maker for ``tune_loaders``."""
+"""N-BEATS as pytorch-forecasting's tutorial trains it, as a DataModule and a model maker for ``tune_loaders``.
 
-import pandas as pd
+The data and the model are the compatibility tier's (tests/compat/test_pytorch_forecasting.py), on 40 series of 200
+steps: enough steps an epoch for the loader's settings to show.
+"""
+
+import sys
+from pathlib import Path
+
 from lightning import LightningDataModule
 from pytorch_forecasting import NBeats, TimeSeriesDataSet
-from pytorch_forecasting.data import NaNLabelEncoder
-from pytorch_forecasting.data.examples import generate_ar_data
 
-BATCH = 32
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "compat"))
+import test_pytorch_forecasting as tier  # noqa: E402
+
+BATCH = tier.BATCH
 
 
-def training_set(series: int = 40, steps: int = 200) -> TimeSeriesDataSet:
-    """The tutorial's synthetic autoregressive series, its last four steps held out."""
-    data = generate_ar_data(seasonality=10.0, timesteps=steps, n_series=series, seed=42)
-    data["static"] = 2
-    data["date"] = pd.Timestamp("2020-01-01") + pd.to_timedelta(data.time_idx, "D")
-    cutoff = data["time_idx"].max() - 4
-    return TimeSeriesDataSet(
-        data[lambda x: x.time_idx <= cutoff],
-        time_idx="time_idx",
-        target="value",
-        categorical_encoders={"series": NaNLabelEncoder().fit(data.series)},
-        group_ids=["series"],
-        time_varying_unknown_reals=["value"],
-        max_encoder_length=12,
-        max_prediction_length=4,
-    )
+def training_set() -> TimeSeriesDataSet:
+    """The tutorial's synthetic autoregressive series, 40 of 200 steps, their last steps held out."""
+    return tier.datasets(series=40, timesteps=200)[0]
 
 
 class NBeatsData(LightningDataModule):
@@ -37,12 +31,4 @@ class NBeatsData(LightningDataModule):
 
 def make_model() -> NBeats:
     """N-BEATS from the training set, as the tutorial sizes it."""
-    return NBeats.from_dataset(
-        training_set(),
-        learning_rate=1e-3,
-        log_interval=10,
-        log_val_interval=1,
-        weight_decay=1e-2,
-        widths=[8, 32],
-        backcast_loss_ratio=1.0,
-    )
+    return tier.nbeats(training_set())

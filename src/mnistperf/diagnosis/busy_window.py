@@ -60,7 +60,7 @@ PROFILER_WARMUP_STEPS = 2
 TRACE_LIMIT = 20_000
 # The training thread waiting for a core at least this share of the window: the verdict is in doubt.
 CROWDED = 0.1
-# On a CPU the window may cost this share of the fit's training steps left (None: no limit), so a short fit
+# On a CPU the window may cost this share of the fit's training time left (None: no limit), so a short fit
 # keeps the timer's promised cost.
 WINDOW_FIT_SHARE = 0.01
 # What one recorded step costs a CPU fit besides its own time, in the time of an unprofiled step: recording its
@@ -225,8 +225,6 @@ class BusyWindow:
         device_type: ``cuda`` (the GPU's kernels) or ``cpu`` (the CPU's operators).
         min_kernels_per_step: fewer kernels than this per step and the window is not trusted
             (see :func:`window_reading`).
-        budget_s: once its recorded steps have taken this long, the window ends at the step in hand (at least
-            one recorded step); None: no limit.
     """
 
     def __init__(
@@ -235,10 +233,9 @@ class BusyWindow:
         last: int,
         device_type: str = "cuda",
         min_kernels_per_step: int = MIN_KERNELS_PER_STEP,
-        budget_s: float | None = None,
     ):
         self.first, self.last = first, last
-        self.budget_s = budget_s
+        self.budget_s: float | None = None  # see cap()
         self.device_type = device_type
         self.min_kernels_per_step = min_kernels_per_step
         self.done = False
@@ -250,6 +247,14 @@ class BusyWindow:
         self._profiler: torch.profiler.profile | None = None
         self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
         self._recording_since = 0.0
+
+    def cap(self, steps: int, budget_s: float) -> None:
+        """Record at most ``steps`` steps, ending at the step in hand once they have taken ``budget_s`` (one at least).
+
+        Called before the profiler starts.
+        """
+        self.last = min(self.last, self.first + steps - 1)
+        self.budget_s = budget_s
 
     def step_start(self, index: int) -> None:
         """Step ``index`` begins: the profiler starts its warm-up before the window's first step."""

@@ -64,6 +64,13 @@ from mnistperf.diagnosis.summary import (
 )
 
 
+def larger(kept: float, read: float | None) -> float:
+    """The larger of a figure kept so far (NaN: none yet) and one read now (None: not readable)."""
+    if read is None:
+        return kept
+    return read if math.isnan(kept) else max(kept, read)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued device work, so a host clock read after it covers that work."""
     if device.type == "cuda":
@@ -84,7 +91,7 @@ class EpochClock:
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
         hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.advice.USER_HINTS` by default).
         trace_limit: the most recorded operations a written trace may hold (None: no limit).
-        window_share: on a CPU, the most of the fit's training steps left the window may cost (None: no limit).
+        window_share: on a CPU, the most of the fit's training time left the window may cost (None: no limit).
         metric: the validation metric whose last value the summary reports (None: none).
     """
 
@@ -207,8 +214,7 @@ class EpochClock:
         if affordable < 1:
             self._decline_window(left)
             return False
-        window.last = min(window.last, window.first + int(affordable) - 1)
-        window.budget_s = affordable * step_s
+        window.cap(int(affordable), affordable * step_s)
         return True
 
     @property
@@ -252,9 +258,8 @@ class EpochClock:
 
     def _read_memory(self) -> None:
         """Keep the larger of the resident memory read now and before, of this process and of its workers."""
-        for name, read in (("_rss", rss_mb()), ("_workers_rss", workers_rss_mb())):
-            if read is not None:
-                setattr(self, name, max(read, getattr(self, name)) if not math.isnan(getattr(self, name)) else read)
+        self._rss = larger(self._rss, rss_mb())
+        self._workers_rss = larger(self._workers_rss, workers_rss_mb())
 
     def step_end(self, index: int) -> None:
         """Training step ``index`` has been launched; after the epoch's last, training time ends (:meth:`train_end`).
@@ -408,7 +413,7 @@ class EpochClock:
 
     def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
-        return self.close_epoch(self.measure_epoch(), metrics)
+        return self.close_epoch(Gathered(self.measure_epoch(), []), metrics)
 
     def measure_epoch(self) -> Measures:
         """End the epoch's timing (synchronizes) and return this process's measures of it."""
@@ -416,13 +421,11 @@ class EpochClock:
         self.close()  # the epoch ended before the window did (a limit on batches)
         return self.measures()
 
-    def close_epoch(self, gathered: Gathered | Measures, metrics: dict[str, float] | None = None) -> dict[str, Any]:
-        """The epoch's row from its measures, every process's where ``gathered`` (:func:`~.figures.gather`).
+    def close_epoch(self, gathered: Gathered, metrics: dict[str, float] | None = None) -> dict[str, Any]:
+        """The epoch's row from its measures over every process (:func:`~.figures.gather`).
 
         The row holds its figures, its verdict and ``metrics`` (validation figures).
         """
-        if isinstance(gathered, Measures):
-            gathered = Gathered(gathered, [])
         merged = gathered.measures
         if self.busy_window is not None and not math.isnan(merged.busy_share):
             self.busy_window["share"] = merged.busy_share  # every process's window, averaged

@@ -28,9 +28,8 @@ def numbered_data(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
-    """fit on two CPU processes (gloo) with a strict sample audit (a duplicate or a missing row fails the run);
-    the audit's counts, per epoch."""
+def ddp_run(folder: Path, config: str, *overrides: str) -> subprocess.CompletedProcess:
+    """fit on two CPU processes (gloo), 2 epochs, batches of 16, in ``folder``; it must succeed."""
     env = {
         **os.environ,
         "MNISTPERF_RECORD_DIR": str(folder),
@@ -46,9 +45,6 @@ def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
         "2",
         "--trainer.enable_checkpointing",
         "false",
-        AUDIT,
-        "--trainer.callbacks.strict=true",
-        f"--trainer.callbacks.dataset_size={ROWS}",
         "--data.batch_size",
         "16",
         *overrides,
@@ -57,7 +53,14 @@ def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("Average Train Time per Epoch") == 1  # printed once
-    return audit_epochs(result.stdout)
+    return result
+
+
+def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
+    """:func:`ddp_run` with a strict sample audit (a duplicate or a missing row fails the run); its counts, per
+    epoch."""
+    audit = (AUDIT, "--trainer.callbacks.strict=true", f"--trainer.callbacks.dataset_size={ROWS}")
+    return audit_epochs(ddp_run(folder, config, *audit, *overrides).stdout)
 
 
 @pytest.mark.parametrize("pipeline", ["v1", "v2", "resident", "stream"])
@@ -99,3 +102,31 @@ def test_the_graphed_stage_under_ddp_steps_eagerly_in_sync_with_groups_of_batche
     assert audit_counts(epochs) == [(ROWS, ROWS, 0, 0)] * 2
     weights = [json.loads((numbered_data / f"weights{r}.json").read_text()) for r in range(2)]
     assert weights[0] == pytest.approx(weights[1], abs=1e-6) and weights[0] != pytest.approx([0.0] * len(weights[0]))
+
+
+def test_under_ddp_the_profiled_window_reads_each_ranks_time_in_collectives(numbered_data):
+    """gloo's all-reduces, read from the profiled window: each rank's share of it inside collectives, and inside
+    them with no work beside, averaged in timing.json and said in the ranks line."""
+    result = ddp_run(
+        numbered_data,
+        "v2_pinned.yaml",
+        "--trainer.callbacks.init_args.window_share",
+        "null",  # a window however short the fit
+        "--data.pipeline",
+        "v2",
+        *NO_WORKERS,
+        "--data.pin_memory",
+        "false",
+    )
+    summary = json.loads(
+        next((numbered_data / "lightning_logs" / "v2_pinned").glob("version_*/timing.json")).read_text()
+    )
+    talked = summary["busy_window"]["communication"]
+    assert talked["backend"] == "gloo" and talked["world_size"] == 2 and talked["collectives"] > 0
+    assert 0 < talked["share"] <= 1 and 0 <= talked["exposed_share"] <= talked["share"]
+    assert (summary["comm_share"], summary["comm_exposed_share"]) == (talked["share"], talked["exposed_share"])
+    window_epoch = summary["epochs"][summary["busy_window"]["epoch"] - 1]
+    each = [rank["comm_share"] for rank in window_epoch["ranks"]]
+    assert all(0 < share <= 1 for share in each)
+    assert sum(each) / 2 == pytest.approx(talked["share"])  # the ranks' own readings, averaged
+    assert "gloo collectives" in result.stdout and "in collectives" in result.stdout

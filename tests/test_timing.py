@@ -164,10 +164,11 @@ def test_busy_share_is_the_union_of_the_intervals_over_their_span():
     assert busy_share([]) is None and busy_share([(5, 5)]) is None
 
 
-def kineto_event(device, start_ns: int, end_ns: int, kind: str = "kernel", annotation: bool = False):
+def kineto_event(device, start_ns: int, end_ns: int, kind: str = "kernel", annotation: bool = False, name: str = ""):
     from types import SimpleNamespace
 
     return SimpleNamespace(
+        name=lambda: name,
         device_type=lambda: device,
         start_ns=lambda: start_ns,
         end_ns=lambda: end_ns,
@@ -198,6 +199,28 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
     assert intervals == [(1.0, 3.0), (5.0, 6.0)]  # microseconds, the GPU's work only
     assert [kind for kind, _, _ in device_activities(profiler)] == ["kernel", "gpu_memcpy"]
     assert busy_share(intervals) == pytest.approx(3 / 5)
+
+
+def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_work_of_the_device():
+    from mnistperf.diagnosis.busy_window import collective_intervals, communication
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    profiler = kineto_profiler(
+        [
+            kineto_event(cuda, 0, 4000, name="volta_sgemm_128x64_nn"),
+            kineto_event(cuda, 3000, 8000, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+            kineto_event(cpu, 2000, 2500, "user_annotation", annotation=True, name="nccl:all_reduce"),  # the launch
+            kineto_event(cpu, 1000, 6000, "user_annotation", annotation=True, name="gloo:all_reduce"),
+            kineto_event(cpu, 1000, 1200, "cpu_op", name="c10d::allreduce_"),  # the call that queues it
+        ]
+    )
+    assert collective_intervals(profiler, "cuda") == [(3.0, 8.0)]
+    assert collective_intervals(profiler, "cpu") == [(1.0, 6.0)]
+    # Work 0-4, a collective 3-8: the span is 8, the collective 5 of it, 4 of those with no work beside.
+    assert communication([(0.0, 4.0)], [(3.0, 8.0)]) == {"share": 5 / 8, "exposed_share": 4 / 8}
+    assert communication([(0.0, 10.0)], [(3.0, 8.0)]) == {"share": 0.5, "exposed_share": 0.0}  # all overlapped
+    assert communication([(0.0, 4.0)], []) == {"share": 0.0, "exposed_share": 0.0}  # no collective in the window
+    assert communication([], []) is None
 
 
 def test_raw_events_without_their_activity_type_fall_back_to_the_processed_events():
@@ -625,3 +648,19 @@ def test_ranks_apart_name_the_slowest_and_what_held_it():
     assert step["slowest_rank"]["rank"] == 0 and step["slowest_rank"]["held_by"] == "step"
     unmeasured = ranks_apart([10.0, 10.0], [1.0, 3.0], [float("nan")] * 2)
     assert unmeasured["slowest_rank"]["held_by"] == "data" and unmeasured["ranks"][0]["forward_s"] is None
+
+
+def test_the_ranks_line_says_their_time_in_collectives_and_what_a_long_exposed_wait_bounds():
+    from mnistperf.diagnosis.summary import COMM_EXPOSED, format_ranks, ranks_apart
+
+    def line(exposed: float) -> str:
+        talked = {"backend": "nccl", "world_size": 2, "collectives": 40, "share": 0.5, "exposed_share": exposed}
+        ranks = ranks_apart([10.0, 10.0], [1.0, 4.0], [3.0, 3.0], [0.2, 0.5], [exposed, exposed])
+        return format_ranks({**ranks, "busy_window": {"communication": talked}}, "epochs 2-3")
+
+    quiet = line(COMM_EXPOSED / 2)
+    assert "rank 0 train 10.00 s, waiting for data 1.00 s, in collectives 20%" in quiet
+    assert "nccl collectives 50% of the profiled window, 10% with no work beside them" in quiet
+    assert "faster without that wait" not in quiet  # a small wait decides nothing
+    assert "a step up to 2.0x faster without that wait" in line(0.5)
+    assert "collectives" not in format_ranks(ranks_apart([10.0, 10.0], [1.0, 1.0], [3.0, 3.0]), "epochs 2-3")

@@ -28,6 +28,12 @@ Other work on the machine stretches the intervals the share is read from. On Lin
 reads how long the training thread waited for a core (``/proc/thread-self/schedstat``): that share of the
 window widens the margin the verdict states, and above :data:`CROWDED` the verdict says it is in doubt.
 
+Under DDP the same window tells how long the ranks talked (:func:`communication`): the share of its span
+inside collectives, and the share inside them with no work beside them (what the step waited for). On CUDA
+a collective is an NCCL kernel (its time on the GPU, the wait for the other ranks included), on a CPU gloo's
+own range (``gloo:all_reduce``, recorded on gloo's thread from the collective's start to its end). A
+collective is not the device working: the busy share leaves it out.
+
 CUDA graphs: CUPTI sees the kernels of a graph replay only if it was initialized before the graph
 was captured (pytorch#75504). :func:`before_graph_capture` is called before every capture: it
 initializes it the way torch's own workaround does, once per process, and ends a window still
@@ -81,6 +87,10 @@ MIN_KERNELS_PER_STEP = 8
 TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
 # What the busy share counts as the device working (user annotations, which span whole steps, are not work).
 DEVICE_WORK = {"cuda": ("kernel", "gpu_memcpy", "gpu_memset"), "cpu": ("cpu_op",)}
+# A collective among the profiled events, by the device profiled: (activity kind, name's start, lower case).
+COLLECTIVES = {"cuda": ("kernel", "nccl"), "cpu": ("user_annotation", "gloo:")}
+
+Activity = tuple[str, float, float]  # (kind, start, end) of the device's work, as device_activities reads it
 
 _cupti_ready = False  # whether before_graph_capture has initialized the profiler's CUPTI in this process
 _profiling: BusyWindow | None = None  # the window whose profiler is running, if any
@@ -101,22 +111,50 @@ def before_graph_capture() -> None:
         _cupti_ready = True
 
 
-def busy_share(intervals: Iterable[tuple[float, float]]) -> float | None:
-    """The share of [first start, last end] covered by at least one interval (overlaps counted once)."""
+def covered(intervals: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """(time covered by at least one interval, overlaps counted once; the span from first start to last end)."""
     spans = sorted((start, end) for start, end in intervals if end > start)
     if not spans:
-        return None
-    covered = 0.0
+        return 0.0, 0.0
+    inside = 0.0
     current_start, current_end = spans[0]
     for start, end in spans[1:]:
         if start > current_end:
-            covered += current_end - current_start
+            inside += current_end - current_start
             current_start, current_end = start, end
         else:
             current_end = max(current_end, end)
-    covered += current_end - current_start
-    whole = max(end for _, end in spans) - spans[0][0]
-    return min(covered / whole, 1.0) if whole > 0 else None
+    inside += current_end - current_start
+    return inside, max(end for _, end in spans) - spans[0][0]
+
+
+def busy_share(intervals: Iterable[tuple[float, float]]) -> float | None:
+    """The share of [first start, last end] covered by at least one interval (overlaps counted once)."""
+    inside, whole = covered(intervals)
+    return min(inside / whole, 1.0) if whole > 0 else None
+
+
+def communication(work: list[tuple[float, float]], collectives: list[tuple[float, float]]) -> dict[str, float] | None:
+    """How much of a window the collectives took (None where nothing ran).
+
+    ``share``: of its span, the time inside a collective; ``exposed_share``: inside one with no ``work`` beside it.
+    The span runs from the first interval of either to the last.
+    """
+    both, span = covered([*work, *collectives])
+    if span <= 0:
+        return None
+    talking, _ = covered(collectives)
+    working, _ = covered(work)
+    return {"share": min(talking / span, 1.0), "exposed_share": min(max(both - working, 0.0) / span, 1.0)}
+
+
+def world() -> tuple[str, int] | None:
+    """(the process group's backend, its size) where this process is one of several ranks; None on its own."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    return str(dist.get_backend()), dist.get_world_size()
 
 
 def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[int, int] | None:
@@ -243,6 +281,7 @@ class BusyWindow:
         self.reason: str | None = None
         self.kernels = 0
         self.crowded: float | None = None  # share of the window the training thread waited for a core
+        self.talked: dict[str, Any] | None = None  # under DDP, the window's collectives (see communication())
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler: torch.profiler.profile | None = None
         self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
@@ -290,10 +329,23 @@ class BusyWindow:
             self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
             self.crowded = waited_share(self._opened, time.perf_counter(), thread_schedule())
             activities = device_activities(self._profiler, self.device_type)
+            ranks = world()
+            if ranks is not None:
+                activities = self._talked(activities, *ranks)
             self.kernels = kernel_count(activities)
             self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
             self.recorded, self._profiler = self._profiler, None
             self.done = True
+
+    def _talked(self, activities: list[Activity], backend: str, size: int) -> list[Activity]:
+        """Read the window's collectives into :attr:`talked`; the device's work without them."""
+        talks = collective_intervals(self._profiler, self.device_type)
+        spans = set(talks)
+        work = [activity for activity in activities if (activity[1], activity[2]) not in spans]
+        shares = communication([(start, end) for _, start, end in work], talks)
+        if shares is not None:
+            self.talked = {"backend": backend, "world_size": size, "collectives": len(talks), **shares}
+        return work
 
     def _stop(self) -> None:
         global _profiling
@@ -318,6 +370,7 @@ class BusyWindow:
             "kernels": self.kernels,
             "margin": BASE_MARGIN + (self.crowded or 0.0),
             "waited_for_a_core": self.crowded,
+            **({"communication": dict(self.talked)} if self.talked is not None else {}),
         }
         return {**found, "reason": self.reason} if self.reason else found
 
@@ -326,6 +379,30 @@ class BusyWindow:
         if self._profiler is not None:
             self._stop()
             self._profiler = None
+
+
+def collective_intervals(profiler: Any, device_type: str = "cuda") -> list[tuple[float, float]]:
+    """(start, end), in microseconds, of every collective the profiler saw (see :data:`COLLECTIVES`).
+
+    Read from Kineto's raw events, or the processed ``events()`` where a raw event lacks its kind (torch 2.11).
+    """
+    kind, prefix = COLLECTIVES[device_type]
+    results = kineto_results(profiler)
+    if results is not None:
+        try:
+            return [
+                (e.start_ns() / 1e3, e.end_ns() / 1e3)
+                for e in results.events()
+                if e.activity_type() == kind and e.name().lower().startswith(prefix)
+            ]
+        except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed list
+            pass
+    device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
+    return [
+        (e.time_range.start, e.time_range.end)
+        for e in profiler.events()
+        if e.device_type == device and e.name.lower().startswith(prefix)
+    ]
 
 
 def waited_share(

@@ -131,6 +131,7 @@ class EpochClock:
         self._window_open: tuple[float, float, float] | None = None  # (synced time, fetch wait, host wait)
         self._window_cost: tuple[float, float, float, int] | None = None  # the window's seconds of each, its steps
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
+        self._talked: dict[str, Any] = {}  # this process's own reading of the window's collectives (under DDP)
         self.epochs: list[dict[str, Any]] = []
         self._window_declined = False  # the fit was too short for the window to cost its share
         self._steps_left = math.inf  # the fit's training steps left at the window's epoch start
@@ -275,6 +276,7 @@ class EpochClock:
                 if len(self.epochs) == 0:
                     self.busy_window["in_warmup"] = True
                 self.recorded = self.window.recorded
+                self._talked = dict(self.window.talked or {})
                 if self._window_open is not None:
                     opened, fetch, host = self._window_open
                     steps = self.window.last - self.window.first + 1 + PROFILER_WARMUP_STEPS
@@ -392,6 +394,8 @@ class EpochClock:
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
             flops=self.flops_per_step * self._steps if self.flops_per_step else math.nan,
+            comm_share=self._talked.get("share", math.nan),
+            comm_exposed_share=self._talked.get("exposed_share", math.nan),
         )
 
     def _without_window(self) -> tuple[float, float, float]:
@@ -429,6 +433,9 @@ class EpochClock:
         merged = gathered.measures
         if self.busy_window is not None and not math.isnan(merged.busy_share):
             self.busy_window["share"] = merged.busy_share  # every process's window, averaged
+        talked = (self.busy_window or {}).get("communication")
+        if talked is not None and not math.isnan(merged.comm_share):
+            talked.update(share=merged.comm_share, exposed_share=merged.comm_exposed_share)
         samples = None if math.isnan(merged.samples) else int(merged.samples)
         phases = {f"{p}_s": getattr(merged, f"{p}_s") for p in PHASES}
         phases = {key: None if math.isnan(value) else value for key, value in phases.items()}

@@ -1,11 +1,11 @@
 """What a change bought: two runs' summaries side by side, and B's gain held against the ceiling A's advice stated.
 
-Each run is its ``timing.json`` or a folder holding one (the newest under it). The figures compared are the
-steady epochs' train time, throughput, the split of train time, the median step, the verdict and memory, each
-with B's value over A's. Where the runs' epochs hold different numbers of samples, B's time is scaled to A's
-samples before its gain is taken. The gain is then checked against A's ``advice``: what fixing A's bound
-could buy at most (``at_most_s_less``). A gain within it is what the advice predicted; one beyond it means more
-changed than the bound (the machine, the model, the epoch).
+Each run is its ``timing.json`` or a folder holding one (the newest under it). The figures compared are the steady
+epochs' train time, throughput, the split of train time, the median step, the verdict, memory and, under DDP, the
+time in collectives, each with B's value over A's. Where the runs' epochs hold different numbers of samples, B's
+time is scaled to A's samples before its gain is taken. The gain is then checked against A's ``advice``: what
+fixing A's bound could buy at most (``at_most_s_less``). A gain within it is what the advice predicted; one beyond
+it means more changed than the bound (the machine, the model, the epoch).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ ROWS: tuple[Reader, ...] = (
     ("waiting for data", "input_wait_share", "%", 100.0),
     ("achieved", "achieved_flops_per_s", "TFLOP/s", 1e-12),
     ("model FLOPs utilization", "mfu", "%", 100.0),
+    ("in collectives (DDP)", "comm_share", "%", 100.0),
+    ("  with no work beside them", "comm_exposed_share", "%", 100.0),
     ("peak resident memory", "peak_rss_mb.main_process", "MB", 1.0),
     ("workers' resident memory", "max:workers_rss_mb", "MB", 1.0),
     ("peak GPU memory allocated", "peak_device_mb.allocated", "MB", 1.0),

@@ -63,6 +63,10 @@ class Measures:
     device_allocated_mb: float = measure("MB", "max", "the epoch's peak GPU memory allocated by tensors")
     device_reserved_mb: float = measure("MB", "max", "the epoch's peak GPU memory reserved by the allocator")
     flops: float = measure("FLOP", "sum", "the FLOPs of the epoch's training steps, one step's count times its steps")
+    comm_share: float = measure("share", "mean", "the profiled window's time inside collectives", per_rank=True)
+    comm_exposed_share: float = measure(
+        "share", "mean", "the profiled window's time inside collectives with no work beside them", per_rank=True
+    )
 
     @classmethod
     def unmeasured(cls) -> Measures:
@@ -134,6 +138,11 @@ UTILIZATION = (
     Figure("achieved_flops_per_s", "FLOP/s", "the training steps' FLOPs over train time, every rank's"),
     Figure("mfu", "share", "achieved FLOP/s over the device's peak for the run's number format, times the ranks"),
 )
+# Under DDP, the ranks' talk (mnistperf.diagnosis.busy_window.communication), from the profiled window.
+COMMUNICATION = (
+    Figure("comm_share", "share", "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window"),
+    Figure("comm_exposed_share", "share", "time inside collectives with no other work beside them in that window"),
+)
 EPOCH_FIGURES = (
     Figure("train_s", "s", "training time of the epoch"),
     Figure("eval_s", "s", "evaluation time inside the epoch"),
@@ -145,6 +154,7 @@ EPOCH_FIGURES = (
     *STEPS,
     *MEMORY,
     *UTILIZATION,
+    *COMMUNICATION,
 )
 AVG_TRAIN_S = Figure("avg_train_s", "s", "train time per steady epoch")
 AVG_EVAL_S = Figure("avg_eval_s", "s", "evaluation time per steady epoch")
@@ -159,6 +169,7 @@ RUN_FIGURES = (
     INPUT_WAIT_SHARE,
     Figure("host_wait_share", "share", "share of the steady epochs' train time between steps"),
     *BUSY.values(),
+    *COMMUNICATION,
     Figure("step_median_s", "s", "the steady epochs' median step interval, averaged"),
 )
 # The figures a loop that does not time the waits cannot give (not measured, not 0).

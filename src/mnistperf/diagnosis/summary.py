@@ -37,6 +37,9 @@ SUMMARY_FILE = "timing.json"
 INPUT_BOUND_SHARE = 0.5
 # The GPU executing work at least this share of the time: the GPU sets the pace.
 COMPUTE_BOUND_BUSY = 0.8
+# Ranks waiting in collectives, with nothing else running, at least this share of the window: the summary says what
+# that wait bounds.
+COMM_EXPOSED = 0.2
 
 
 NOT_MEASURED = "too few steps for the profiled window"
@@ -146,17 +149,34 @@ def epoch_row(
     return row
 
 
-def ranks_apart(train_s: list[float], fetch_wait_s: list[float], forward_s: list[float]) -> dict[str, Any]:
-    """Each rank's train time and input wait, and where the ranks are apart, the slowest and what held it.
+def ranks_apart(
+    train_s: list[float],
+    fetch_wait_s: list[float],
+    forward_s: list[float],
+    comm_share: list[float] | None = None,
+    comm_exposed_share: list[float] | None = None,
+) -> dict[str, Any]:
+    """Each rank's train time, input wait and share in collectives; where the ranks are apart, the slowest.
 
     Ranks are apart when their own work differs by more than ``RANKS_APART`` of train time. Under DDP every
     rank waits for the slowest in the gradients' all-reduce, so their train times agree; what a rank does alone
     tells them apart: its wait for data and its forward (NaN where not measured). The slowest is the rank with
     the most of both, held by ``data`` or by its ``step``, whichever it spent more time on than the quickest rank.
     """
+    unmeasured = [math.nan] * len(train_s)
+    talk = zip(comm_share or unmeasured, comm_exposed_share or unmeasured, strict=True)
     ranks = [
-        {"rank": rank, "train_s": train, "input_wait_s": wait, "forward_s": None if math.isnan(f) else f}
-        for rank, (train, wait, f) in enumerate(zip(train_s, fetch_wait_s, forward_s, strict=True))
+        {
+            "rank": rank,
+            "train_s": train,
+            "input_wait_s": wait,
+            "forward_s": _measured(f),
+            "comm_share": _measured(share),
+            "comm_exposed_share": _measured(exposed),
+        }
+        for rank, (train, wait, f, (share, exposed)) in enumerate(
+            zip(train_s, fetch_wait_s, forward_s, talk, strict=True)
+        )
     ]
     forward = [0.0 if math.isnan(f) else f for f in forward_s]
     alone = [wait + f for wait, f in zip(fetch_wait_s, forward, strict=True)]
@@ -170,6 +190,10 @@ def ranks_apart(train_s: list[float], fetch_wait_s: list[float], forward_s: list
         "ranks": ranks,
         "slowest_rank": {"rank": slowest, "held_by": held_by, "behind_s": alone[slowest] - alone[quickest]},
     }
+
+
+def _measured(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
@@ -212,6 +236,9 @@ def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:
     for key, name in (("margin", "busy_margin"), ("waited_for_a_core", "waited_for_a_core")):
         if busy_window.get(key) is not None:
             found[name] = busy_window[key]
+    talked = busy_window.get("communication")
+    if talked is not None:
+        found.update(comm_share=talked["share"], comm_exposed_share=talked["exposed_share"])
     return found
 
 
@@ -230,10 +257,11 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     count = len(epochs[0]["ranks"])
 
     def averaged(key: str) -> list[float]:
-        values = [[e["ranks"][rank][key] for e in epochs] for rank in range(count)]
+        values = [[e["ranks"][rank].get(key) for e in epochs] for rank in range(count)]
         return [math.nan if None in v else mean(v) for v in values]
 
-    return ranks_apart(averaged("train_s"), averaged("input_wait_s"), averaged("forward_s"))
+    keys = ("train_s", "input_wait_s", "forward_s", "comm_share", "comm_exposed_share")
+    return ranks_apart(*(averaged(key) for key in keys))
 
 
 def _mean_or_none(epochs: list[dict[str, Any]], key: str) -> float | None:
@@ -379,9 +407,17 @@ def format_split(split: dict[str, float | None] | None, epochs: str, reason: str
 
 
 def format_ranks(summary: dict[str, Any], epochs: str) -> str:
-    """Each rank's train time and input wait, and the slowest rank with what held it where the ranks are apart."""
+    """Each rank's train time, input wait and time in collectives, and the slowest rank with what held it.
+
+    The slowest is named where the ranks are apart; where they waited long in collectives, what that wait bounds.
+    """
+
+    def talk(rank: dict[str, Any]) -> str:
+        share = rank.get("comm_share")
+        return f", in collectives {share:.0%}" if share is not None else ""
+
     each = "; ".join(
-        f"rank {r['rank']} train {r['train_s']:.2f} s, waiting for data {r['input_wait_s']:.2f} s"
+        f"rank {r['rank']} train {r['train_s']:.2f} s, waiting for data {r['input_wait_s']:.2f} s{talk(r)}"
         for r in summary["ranks"]
     )
     slowest = summary.get("slowest_rank")
@@ -391,7 +427,26 @@ def format_ranks(summary: dict[str, Any], epochs: str) -> str:
         if slowest
         else f"within {RANKS_APART:.0%} of each other"
     )
-    return f"Ranks ({epochs}, per epoch): {each}; {verdict}"
+    return f"Ranks ({epochs}, per epoch): {each}; {verdict}{format_communication(summary)}"
+
+
+def format_communication(summary: dict[str, Any]) -> str:
+    """The profiled window's collectives: their share, that with no work beside them, and what removing it could buy."""
+    talked = (summary.get("busy_window") or {}).get("communication")
+    if talked is None:
+        return ""
+    exposed = talked["exposed_share"]
+    line = (
+        f"; {talked['backend']} collectives {talked['share']:.0%} of the profiled window, "
+        f"{exposed:.0%} with no work beside them"
+    )
+    if exposed < COMM_EXPOSED:
+        return line
+    return line + (
+        f" (a step up to {1 / (1 - exposed):.1f}x faster without that wait: fewer all-reduces with a larger batch "
+        "per rank or accumulate_grad_batches, smaller ones with DDPStrategy(ddp_comm_hook=...), or the slowest "
+        "rank's own work evened out)"
+    )
 
 
 def format_window(window: dict[str, Any]) -> str:

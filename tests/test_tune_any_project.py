@@ -106,6 +106,29 @@ def test_tune_finds_workers_for_a_slow_dataset_and_the_projects_own_cli_runs_its
     their_main(["fit", "--config", "tuned.yaml", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2"])
 
 
+@pytest.fixture
+def linked(shelf: Path) -> Path:
+    """The project's config for its own CLI subclass, which links the model's features from the data."""
+    return Path(shutil.copy(FOREIGN / "linked.yaml", shelf.parent / "linked.yaml"))
+
+
+@pytest.mark.usefixtures("trials")
+def test_a_project_training_through_its_own_cli_subclass_is_tuned_through_it(linked, capsys):
+    """Every trial reads the config through the project's ShelfCLI, whose link gives the model its argument; without
+    --cli the untouched settings cannot train, and the line says to give it."""
+    base = ("tune", "--config", "linked.yaml", *SHORT, *SLOW_ITEMS, "--knob", "data.init_args.workers=0,2")
+    with pytest.raises(SystemExit):
+        main([*base])
+    err = capsys.readouterr().err
+    assert "the untouched settings do not train" in err and "--cli myproj.cli.MyCLI" in err, err
+    main([*base, "--cli", "slowshelf.cli.ShelfCLI"])
+    tuned = yaml.safe_load((linked.parent / "tuned.yaml").read_text())
+    assert tuned["data"]["init_args"]["workers"] == 2 and "features" not in tuned["model"]["init_args"]
+    from slowshelf.cli import linked_main
+
+    linked_main(["fit", "--config", "tuned.yaml", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2"])
+
+
 @pytest.mark.usefixtures("trials")
 def test_a_slow_step_is_not_input_bound_and_keeps_the_settings(shelf, capsys):
     tune(*SHORT, "--set", "model.init_args.step_delay_ms=30", "--set", "data.init_args.delay_ms=0")
@@ -207,6 +230,13 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
             "data.init_args.workers? Its arguments are data.init_args.rows, data.init_args.batch",
         ),
         (None, ["--knob", "data.init_args.workers"], "--knob data.init_args.workers: give the option and the values"),
+        (
+            None,
+            ["--cli", "slowshelf.data.ShelfData"],
+            "--cli slowshelf.data.ShelfData: ShelfData is not a LightningCLI subclass; name the class your project's "
+            "entry point makes",
+        ),
+        (None, ["--cli", "slowshelf.cli.MissingCLI"], "--cli slowshelf.cli.MissingCLI cannot be imported"),
     ],
 )
 def test_a_config_knob_or_class_tune_cannot_use_is_one_line_in_the_projects_terms(shelf, capsys, setup, argv, expected):

@@ -32,6 +32,11 @@ from mnistperf.tune.report import findings, trials_table
 from mnistperf.tune.trial import TrialSpec
 
 MIN_BUDGET_S = 15.0
+# Where the untouched settings do not train and no --cli was given: a project's own CLI may be what they need.
+OWN_CLI_FIX = (
+    " (a project that trains through a LightningCLI subclass of its own, for its links or arguments, gives it: "
+    "--cli myproj.cli.MyCLI)"
+)
 DEFAULT_BUDGET_MIN = 5.0
 
 DESCRIPTION = (
@@ -40,7 +45,8 @@ DESCRIPTION = (
     "here (run from the project's folder, set PYTHONPATH, or give --import-path). The knobs are num_workers, "
     "persistent_workers, pin_memory and prefetch_factor (and the batch size with --tune-batch-size), found among "
     "the DataModule's arguments under its own names, or named with --knob; where it has none, its DataLoader is "
-    "rebuilt with them. Each setting trains a short fit of your model and data in a fresh process; the best is "
+    "rebuilt with them. A project training through a LightningCLI subclass of its own names it with --cli. Each "
+    "setting trains a short fit of your model and data in a fresh process; the best is "
     "written into a copy of the config (--out) that your CLI runs as is, with the table of every trial beside it."
 )
 
@@ -86,6 +92,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--tune-batch-size",
         action="store_true",
         help="also try 2x and 4x the batch size, which changes the training (default: off)",
+    )
+    parser.add_argument(
+        "--cli",
+        default=None,
+        metavar="MODULE.CLASS",
+        help="your project's LightningCLI subclass, which reads the config in every trial, so that its own "
+        "arguments and links apply, e.g. myproj.cli.MyCLI (default: Lightning's LightningCLI)",
     )
     parser.add_argument(
         "--import-path",
@@ -149,9 +162,10 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
     opts = parse_args(argv)
     for folder in reversed(opts.import_path):
         sys.path.insert(0, str(Path(folder).resolve()))
-    project = load(opts.config, opts.set)
+    project = load(opts.config, opts.set, opts.cli)
     knobs = project.knobs([parse_knob(k) for k in opts.knob], opts.tune_batch_size)
     modules = [c.__module__ for c in (project.model_class, project.data_class) if c is not None]
+    modules += [opts.cli.rpartition(".")[0]] if opts.cli else []
     with Launcher(opts.import_path, modules) as launcher:
         log(
             f"tuning {opts.config}: {', '.join(k.key for k in knobs.knobs)}; {usable_cpus()} usable CPUs, budget "
@@ -170,6 +184,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
                     opts.steps,
                     project.seed(),
                     config=str(write_yaml(config, root / "config.yaml")),
+                    cli=opts.cli,
                     rebuild=rebuilt_with(knobs, settings),
                 )
                 return launcher.measure(spec, timeout_s)
@@ -183,6 +198,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
                 str(opts.config),
                 opts.repeats,
                 opts.tune_batch_size,
+                fix=end_to_end.UNTOUCHED_FIX + ("" if opts.cli else OWN_CLI_FIX),
             )
     device = next((r.device for r in outcome.baseline.runs if r.device), None) or "this machine"
     table = trials_table(outcome)

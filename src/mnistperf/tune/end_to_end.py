@@ -273,6 +273,10 @@ def variants(knobs: Knobs, best: Trial, on_gpu: bool, tune_batch_size: bool) -> 
     return tried
 
 
+# What the user does where the untouched settings do not train.
+UNTOUCHED_FIX = "fix it so that your project trains as it is, then tune"
+
+
 def run(
     knobs: Knobs,
     measure: Measure,
@@ -282,6 +286,7 @@ def run(
     where: str,
     repeats: int = REPEATS,
     tune_batch_size: bool = False,
+    fix: str = UNTOUCHED_FIX,
 ) -> Outcome:
     """Search the knobs' settings with whole trial fits, in the order and with the rules the module describes.
 
@@ -294,6 +299,7 @@ def run(
         where: the project as errors name it (its config file, or ``tune_loaders``).
         repeats: runs of the untouched settings.
         tune_batch_size: whether the batch size is tried (it changes the training).
+        fix: what the user does where the untouched settings do not train.
     """
     search = Search(knobs, measure, budget_s, log, where)
     baseline = search.trial({k.key: k.current for k in knobs.knobs}, "untouched")
@@ -301,10 +307,7 @@ def run(
         own = "ConfigError: "  # tune's own (a loader it cannot rebuild): the fix is in the message
         if baseline.error.startswith(own):
             raise ConfigError(f"{where}: {baseline.error[len(own) :]}")
-        raise ConfigError(
-            f"{where}: the untouched settings do not train: {baseline.error}; fix it so that your project trains "
-            "as it is, then tune"
-        )
+        raise ConfigError(f"{where}: the untouched settings do not train: {baseline.error}; {fix}")
     best, noise, text, worth = baseline, NOISE_FLOOR, "", True
     try:
         for _ in range(repeats - 1):

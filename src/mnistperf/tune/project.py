@@ -61,24 +61,39 @@ def names_classes(config: dict[str, Any]) -> bool:
     return any(isinstance(section.get(k), dict) and "class_path" in section[k] for k in SECTIONS)
 
 
-def import_class(path: Path, section: str, class_path: Any) -> type:
-    """The class a config section names; one line naming the file, the section and the fix where it cannot be."""
+def import_class(path: Path, section: str, class_path: Any, option: bool = False) -> type:
+    """The class a config section (or, ``option``, a command-line option) names; where it cannot be, one line.
+
+    The line names the file and the section (or the option) and gives the fix.
+    """
+    where = f"{section} {class_path}" if option else f"{path}: {section}.class_path {class_path!r}"
     if not isinstance(class_path, str) or "." not in class_path:
         raise ConfigError(
-            f"{path}: {section}.class_path {class_path!r} is not a full import path; give it as module.Class "
-            "(e.g. myproj.data.MyData), as tune imports it"
+            f"{where} is not a full import path; give it as module.Class (e.g. myproj.data.MyData), as tune imports it"
         )
     module, _, name = class_path.rpartition(".")
     try:
         found = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(
-            f"{path}: {section}.class_path {class_path!r} cannot be imported ({exc}); run from the project's folder "
-            f"or add it: PYTHONPATH=/path/to/project python -m mnistperf tune --config {path} "
-            "(or --import-path /path/to/project)"
+            f"{where} cannot be imported ({exc}); run from the project's folder or add it: "
+            f"PYTHONPATH=/path/to/project python -m mnistperf tune --config {path} (or --import-path /path/to/project)"
         ) from exc
     if not isinstance(found, type):
-        raise ConfigError(f"{path}: {section}.class_path {class_path!r} is not a class; name the class itself")
+        raise ConfigError(f"{where} is not a class; name the class itself")
+    return found
+
+
+def cli_class(path: Path, class_path: str) -> type:
+    """The project's LightningCLI subclass ``--cli`` names; one line with the fix where it is not one."""
+    from lightning.pytorch.cli import LightningCLI
+
+    found = import_class(path, "--cli", class_path, option=True)
+    if not issubclass(found, LightningCLI):
+        raise ConfigError(
+            f"--cli {class_path}: {found.__qualname__} is not a LightningCLI subclass; name the class your project's "
+            "entry point makes (class MyCLI(LightningCLI)), or leave --cli out for Lightning's own"
+        )
     return found
 
 
@@ -100,6 +115,7 @@ class Project:
     config: dict[str, Any]  # the whole file, with --set applied
     model_class: type
     data_class: type | None  # None where the model makes its own loaders
+    cli: str | None = None  # the project's LightningCLI subclass (module.Class), else Lightning's own
 
     @property
     def fit(self) -> dict[str, Any]:
@@ -173,10 +189,15 @@ def parse_set(text: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(value) if value.strip() else None
 
 
-def load(path: Path, sets: list[str]) -> Project:
-    """Read another project's config, apply ``--set``, and import its classes (checking they are its own kinds)."""
+def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
+    """Read another project's config, apply ``--set``, and import its classes (checking they are their kinds).
+
+    ``cli``: the project's LightningCLI subclass that reads the config (module.Class), checked too.
+    """
     from lightning.pytorch import LightningDataModule, LightningModule
 
+    if cli is not None:
+        cli_class(path, cli)
     config = read_yaml(path)
     section = fit_section(config)
     for text in sets:
@@ -201,7 +222,7 @@ def load(path: Path, sets: list[str]) -> Project:
         data_class = import_class(path, "data", data["class_path"])
         if not issubclass(data_class, LightningDataModule):
             raise ConfigError(f"{path}: data.class_path {data['class_path']!r} is not a LightningDataModule")
-    return Project(path, config, model_class, data_class)
+    return Project(path, config, model_class, data_class, cli)
 
 
 def write_yaml(config: dict[str, Any], path: Path) -> Path:

@@ -56,6 +56,7 @@ class TrialSpec:
     steps: int
     seed: int
     config: str | None = None  # a LightningCLI config holding the candidate's settings
+    cli: str | None = None  # the project's LightningCLI subclass that reads it (module.Class), else LightningCLI
     model: Recipe | None = None  # or the objects, made from recipes
     data: Recipe | None = None
     trainer: dict[str, Any] = field(default_factory=dict)  # with recipes: the Trainer's arguments
@@ -127,7 +128,9 @@ def fit(spec: TrialSpec) -> dict[str, Any]:
     if spec.config is not None:
         from lightning.pytorch.cli import LightningCLI
 
-        cli = LightningCLI(
+        module, _, name = (spec.cli or "").rpartition(".")
+        cli_class = Recipe(module, name).target() if spec.cli else LightningCLI
+        cli = cli_class(
             args=["--config", spec.config],
             run=False,
             save_config_callback=None,

@@ -32,6 +32,8 @@ class SlowRows(Dataset):
 class ShelfData(LightningDataModule):
     """The project's data, with its own names for the loader's settings: ``batch``, ``workers``, ``keep_workers``."""
 
+    features = FEATURES  # what a model reads from a row (the project's CLI links it to the model)
+
     def __init__(
         self, rows: int = 256, batch: int = 8, workers: int = 0, keep_workers: bool = False, delay_ms: float = 2.0
     ):

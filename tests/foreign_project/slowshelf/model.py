@@ -32,6 +32,14 @@ class ShelfModel(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
 
+class LinkedShelfModel(ShelfModel):
+    """The classifier with its width of input given: the project's CLI links it from the data's ``features``."""
+
+    def __init__(self, features: int, lr: float = 0.05, step_delay_ms: float = 0.0):
+        super().__init__(lr, step_delay_ms)
+        self.layer = torch.nn.Linear(features, 2)
+
+
 class ForgetfulModel(LightningModule):
     """A model that keeps no record of its arguments (no ``save_hyperparameters()``)."""
 

@@ -175,13 +175,13 @@ def test_a_loader_tune_cannot_rebuild_is_one_line_naming_it_and_the_fix(shelf):
 
 
 def test_a_knob_named_on_the_command_line_is_tried_with_its_values(shelf, monkeypatch, capsys):
-    fake = FakeLauncher({0: [100.0, 100.0], 3: [300.0, 310.0]})
+    fake = FakeLauncher({0: [100.0, 100.0, 100.0], 3: [300.0, 310.0]})
     monkeypatch.setattr(any_project, "Launcher", fake)
     checkpoint = "[{class_path: lightning.pytorch.callbacks.ModelCheckpoint}]"
     tune("--knob", "data.workers=0,3", "--set", f"trainer.callbacks={checkpoint}")
     out = capsys.readouterr().out
     assert "tuning shelf.yaml: data.init_args.workers;" in out and "keep_workers=" not in out  # only the knob named
-    assert [c["data"]["init_args"]["workers"] for c in fake.configs] == [0, 0, 3, 3]
+    assert [c["data"]["init_args"]["workers"] for c in fake.configs] == [0, 0, 3, 3, 0]  # untouched beside the best
     trial = fake.configs[-1]
     assert trial["trainer"]["limit_train_batches"] == 20 and trial["trainer"]["callbacks"] == []  # short, unsaved
     assert trial["seed_everything"] == 7  # the config's own seed, in every trial
@@ -197,6 +197,20 @@ def test_within_the_noise_the_current_settings_stay(shelf, monkeypatch, capsys):
     assert "noise 18%" in out and "chosen: the untouched settings, kept" in out
     tuned = yaml.safe_load((shelf.parent / "tuned.yaml").read_text())
     assert tuned["data"] == yaml.safe_load(shelf.read_text())["data"]
+
+
+def test_a_machine_that_sped_up_during_the_search_is_caught_by_the_untouched_settings_measured_again(
+    shelf, monkeypatch, capsys
+):
+    """Three workers read 1.3x the untouched settings' first two runs, but the untouched settings measured again
+    beside them read as fast: the machine changed, not the loader, so they stay."""
+    fake = FakeLauncher({0: [100.0, 100.0, 140.0], 3: [130.0, 130.0]})
+    monkeypatch.setattr(any_project, "Launcher", fake)
+    tune("--knob", "data.workers=0,3")
+    out = capsys.readouterr().out
+    assert "[trial 1.3] workers=0: 140 samples/s" in out
+    assert "the best did not beat the untouched settings by more than the noise" in out
+    assert yaml.safe_load((shelf.parent / "tuned.yaml").read_text())["data"]["init_args"]["workers"] == 0
 
 
 def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):

@@ -26,15 +26,15 @@ EPOCHS = 2
 ENDS = ("", "O", "N", "Cl", "F", "C(=O)O")
 
 
-def molecules() -> tuple[list[str], np.ndarray]:
-    """66 distinct chains of 2-12 carbons with one end group each, and a random target per molecule."""
-    smiles = [f"C{'C' * n}{end}" for n in range(1, 12) for end in ENDS]
+def molecules(longest: int = 12) -> tuple[list[str], np.ndarray]:
+    """Distinct chains of 2 to ``longest`` carbons with one end group each (66 by default), a random target each."""
+    smiles = [f"C{'C' * n}{end}" for n in range(1, longest) for end in ENDS]
     return smiles, np.random.default_rng(0).normal(size=(len(smiles), 1))
 
 
-def loaders():
-    """The notebook's split, featurizer, datasets, target scaling and loaders; the batch leaves one molecule over."""
-    smis, ys = molecules()
+def datasets(longest: int = 12):
+    """The notebook's split, featurizer, training and validation datasets, and target scaling."""
+    smis, ys = molecules(longest)
     all_data = [data.MoleculeDatapoint.from_smi(smi, y) for smi, y in zip(smis, ys, strict=True)]
     mols = [d.mol for d in all_data]
     train_indices, val_indices, test_indices = data.make_split_indices(mols, "random", (0.8, 0.1, 0.1))
@@ -44,6 +44,12 @@ def loaders():
     scaler = train_dset.normalize_targets()
     val_dset = data.MoleculeDataset(val_data[0], featurizer)
     val_dset.normalize_targets(scaler)
+    return train_dset, val_dset, scaler
+
+
+def loaders():
+    """The notebook's loaders over :func:`datasets`; the batch leaves one molecule over."""
+    train_dset, val_dset, scaler = datasets()
     batch_size = next(b for b in range(5, len(train_dset)) if len(train_dset) % b == 1)
     train_loader = data.build_dataloader(train_dset, batch_size=batch_size, num_workers=0)
     val_loader = data.build_dataloader(val_dset, batch_size=batch_size, num_workers=0, shuffle=False)
@@ -160,3 +166,17 @@ def test_audit_tells_apart_molecules_that_share_a_label():
     audit = SampleAudit()
     fingerprints = torch.cat([audit.fingerprints(batch) for batch in loader])
     assert fingerprints.unique().numel() == len(smis)
+
+
+def test_tune_loaders_ends_and_build_dataloader_takes_the_settings_it_returns():
+    """tune_loaders on the notebook's model and the library's own loader, which the DataModule gives no setting:
+    every trial rebuilds it and trains, and the library's entry point takes the loader arguments returned."""
+    from chemprop_project import BATCH, MoleculeData, datasets, make_model
+
+    from mnistperf.tune import tune_loaders
+
+    result = tune_loaders(make_model, MoleculeData, {"accelerator": "cpu"}, budget_s=90, steps=6, epochs=2)
+    assert result.rebuilt and result.settings == {}  # nothing of the DataModule's own: a code change, if any
+    assert all(t.error is None for t in result.outcome.trials)  # each tried (the noise may leave only one) trained
+    loader = data.build_dataloader(datasets()[0], batch_size=BATCH, **result.loader_args)
+    assert loader.num_workers == result.loader_args.get("num_workers", 0)

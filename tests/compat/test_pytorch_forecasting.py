@@ -150,3 +150,18 @@ def test_weighted_sampler_duplicates_match_an_independent_replay(tmp_path: Path)
     check_timing_json(trainer, timer)
     assert audit_rows(audit) == [expected_row(e, seen, len(training)) for e, seen in enumerate(replay, 1)]
     assert all(row["duplicates"] > 0 and row["missing"] > 0 for row in audit.epochs)
+
+
+def test_tune_loaders_ends_and_to_dataloader_takes_the_settings_it_returns():
+    """tune_loaders on the tutorial's N-BEATS and the library's own loader, which the DataModule gives no setting:
+    every trial rebuilds it and trains, and the library's entry point takes the loader arguments returned."""
+    from nbeats_project import BATCH, NBeatsData, make_model, training_set
+
+    from mnistperf.tune import tune_loaders
+
+    trainer = {"accelerator": "cpu", "gradient_clip_val": 0.1}
+    result = tune_loaders(make_model, NBeatsData, trainer, budget_s=90, steps=6, epochs=2)
+    assert result.rebuilt and result.settings == {}  # nothing of the DataModule's own: a code change, if any
+    assert all(t.error is None for t in result.outcome.trials)  # each tried (the noise may leave only one) trained
+    loader = training_set().to_dataloader(train=True, batch_size=BATCH, **result.loader_args)
+    assert loader.num_workers == result.loader_args.get("num_workers", 0)

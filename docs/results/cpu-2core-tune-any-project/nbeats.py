@@ -1,6 +1,6 @@
 """``tune_loaders`` on a compatibility-tier library: pytorch-forecasting's N-BEATS, as its tutorial trains it.
 
-nbeats_project.py beside this file makes the model and a DataModule around the library's own
+tests/compat/nbeats_project.py makes the model and a DataModule around the library's own
 ``TimeSeriesDataSet.to_dataloader``, which exposes no loader setting, so every trial rebuilds its DataLoader.
 The settings tune returns go back into the library's entry point, ``to_dataloader(**loader_args)``, which
 must accept them. Run in the library's environment, which .ci/run builds, on a quiet machine:
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "compat"))
 
 from nbeats_project import BATCH, NBeatsData, make_model, training_set  # noqa: E402
 

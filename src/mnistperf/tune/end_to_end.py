@@ -9,8 +9,9 @@
 3. Around the best: workers not kept, a prefetch factor of 4, pinned memory the other way (on a GPU), the values
    the user named for any other knob, the batch size only when asked; each kept only where it wins by more than
    the noise.
-4. The best trains once more, and replaces the untouched settings only if the median of its runs still beats
-   theirs by more than the noise.
+4. The best trains once more and the untouched settings once more beside it, so that a drift of the machine during
+   the search falls on both; the best replaces them only if the median of its runs still beats theirs by more than
+   the noise (their spread over every run included).
 """
 
 from __future__ import annotations
@@ -367,17 +368,22 @@ def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, c
 
 
 def confirm(search: Search, baseline: Trial, best: Trial, noise: float) -> Trial:
-    """The best trains once more; it is chosen only if the median of its runs still beats the untouched settings."""
+    """The best trains once more, then the untouched settings beside it; the best only if it still beats them.
+
+    It must beat the median of their runs by more than the noise, their spread over every run included.
+    """
     if best is baseline:
         return baseline
-    if len(best.runs) < 2 and not search.stopped.startswith("interrupted"):
-        try:
+    try:
+        if len(best.runs) < 2 and not search.stopped.startswith("interrupted"):
             search.again(best)
-        except _Stop:
-            pass
-        except KeyboardInterrupt:
-            search.stopped = "interrupted (Ctrl-C): the best found so far is kept"
-    if beats(best, baseline, noise):
+        if not search.stopped.startswith("interrupted"):
+            search.again(baseline)  # measured late too, so that a drift of the machine falls on both
+    except _Stop:
+        pass
+    except KeyboardInterrupt:
+        search.stopped = "interrupted (Ctrl-C): the best found so far is kept"
+    if beats(best, baseline, max(noise, baseline.spread)):
         return best
     search.stopped += "; measured again, the best did not beat the untouched settings by more than the noise"
     return baseline

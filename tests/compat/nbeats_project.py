@@ -1,17 +1,12 @@
 """N-BEATS as pytorch-forecasting's tutorial trains it, as a DataModule and a model maker for ``tune_loaders``.
 
-The data and the model are the compatibility tier's (tests/compat/test_pytorch_forecasting.py), on 40 series of 200
-steps: enough steps an epoch for the loader's settings to show.
+The data and the model are the compatibility tier's (test_pytorch_forecasting.py beside this file), on 40 series of
+200 steps: enough steps an epoch for the loader's settings to show. Imported with this folder on the path.
 """
 
-import sys
-from pathlib import Path
-
+import test_pytorch_forecasting as tier
 from lightning import LightningDataModule
 from pytorch_forecasting import NBeats, TimeSeriesDataSet
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "compat"))
-import test_pytorch_forecasting as tier  # noqa: E402
 
 BATCH = tier.BATCH
 

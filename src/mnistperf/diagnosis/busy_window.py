@@ -31,8 +31,9 @@ window widens the margin the verdict states, and above :data:`CROWDED` the verdi
 Under DDP the same window tells how long the ranks talked (:func:`communication`): the share of its span
 inside collectives, and the share inside them with no work beside them (what the step waited for). On CUDA
 a collective is an NCCL kernel (its time on the GPU, the wait for the other ranks included), on a CPU gloo's
-own range (``gloo:all_reduce``, recorded on gloo's thread from the collective's start to its end). A
-collective is not the device working: the busy share leaves it out.
+own range (``gloo:all_reduce``, recorded on gloo's thread from the collective's start to its end); gloo on a
+GPU runs on the host, outside the GPU's window, and gets no reading. A collective is not the device working:
+the busy share leaves it out.
 
 CUDA graphs: CUPTI sees the kernels of a graph replay only if it was initialized before the graph
 was captured (pytorch#75504). :func:`before_graph_capture` is called before every capture: it
@@ -87,8 +88,9 @@ MIN_KERNELS_PER_STEP = 8
 TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
 # What the busy share counts as the device working (user annotations, which span whole steps, are not work).
 DEVICE_WORK = {"cuda": ("kernel", "gpu_memcpy", "gpu_memset"), "cpu": ("cpu_op",)}
-# A collective among the profiled events, by the device profiled: (activity kind, name's start, lower case).
-COLLECTIVES = {"cuda": ("kernel", "nccl"), "cpu": ("user_annotation", "gloo:")}
+# A collective among the profiled events, by the device profiled: (the backend whose collectives the window sees
+# there, their activity kind, their name's start in lower case). gloo's on a GPU run on the host, out of its view.
+COLLECTIVES = {"cuda": ("nccl", "kernel", "nccl"), "cpu": ("gloo", "user_annotation", "gloo:")}
 
 Activity = tuple[str, float, float]  # (kind, start, end) of the device's work, as device_activities reads it
 
@@ -330,7 +332,7 @@ class BusyWindow:
             self.crowded = waited_share(self._opened, time.perf_counter(), thread_schedule())
             activities = device_activities(self._profiler, self.device_type)
             ranks = world()
-            if ranks is not None:
+            if ranks is not None and COLLECTIVES[self.device_type][0] in ranks[0]:
                 activities = self._talked(activities, *ranks)
             self.kernels = kernel_count(activities)
             self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
@@ -386,7 +388,7 @@ def collective_intervals(profiler: Any, device_type: str = "cuda") -> list[tuple
 
     Read from Kineto's raw events, or the processed ``events()`` where a raw event lacks its kind (torch 2.11).
     """
-    kind, prefix = COLLECTIVES[device_type]
+    _, kind, prefix = COLLECTIVES[device_type]
     results = kineto_results(profiler)
     if results is not None:
         try:

@@ -251,6 +251,11 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
             "entry point makes",
         ),
         (None, ["--cli", "slowshelf.cli.MissingCLI"], "--cli slowshelf.cli.MissingCLI cannot be imported"),
+        (
+            lambda p: p.write_text("model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
+            ["--cli", "slowshelf.cli.ShelfCLI"],
+            "shelf.yaml: no model.class_path; a LightningCLI config of your project names its LightningModule there",
+        ),
     ],
 )
 def test_a_config_knob_or_class_tune_cannot_use_is_one_line_in_the_projects_terms(shelf, capsys, setup, argv, expected):

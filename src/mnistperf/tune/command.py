@@ -154,14 +154,18 @@ def probes_table(outcome: tuning.Outcome) -> str:
 
 
 def names_its_classes(argv: Sequence[str]) -> bool:
-    """Whether ``--config`` is another project's LightningCLI config, naming its classes (not a stage of the lab).
+    """Whether ``--config`` is another project's LightningCLI config, naming its classes or read by its ``--cli``.
 
     A config whose ``data`` or ``model`` holds plain keys of which the lab's has none is another project's that
     names no classes: one line says how to name them.
     """
     peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     peek.add_argument("--config", type=Path)
-    path = peek.parse_known_args(argv)[0].config
+    peek.add_argument("--cli")
+    known = peek.parse_known_args(argv)[0]
+    path = known.config
+    if known.cli is not None:  # only another project has a CLI class of its own
+        return True
     if path is None or not path.is_file():
         return False
     config = read_yaml(path)

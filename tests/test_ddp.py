@@ -124,9 +124,9 @@ def test_under_ddp_the_profiled_window_reads_each_ranks_time_in_collectives(numb
     talked = summary["busy_window"]["communication"]
     assert talked["backend"] == "gloo" and talked["world_size"] == 2 and talked["collectives"] > 0
     assert 0 < talked["share"] <= 1 and 0 <= talked["exposed_share"] <= talked["share"]
-    assert (summary["comm_share"], summary["comm_exposed_share"]) == (talked["share"], talked["exposed_share"])
     window_epoch = summary["epochs"][summary["busy_window"]["epoch"] - 1]
     each = [rank["comm_share"] for rank in window_epoch["ranks"]]
     assert all(0 < share <= 1 for share in each)
+    assert all(0 <= rank["comm_exposed_share"] <= rank["comm_share"] for rank in window_epoch["ranks"])
     assert sum(each) / 2 == pytest.approx(talked["share"])  # the ranks' own readings, averaged
     assert "gloo collectives" in result.stdout and "in collectives" in result.stdout

@@ -202,7 +202,7 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
 
 
 def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_work_of_the_device():
-    from mnistperf.diagnosis.busy_window import collective_intervals, communication
+    from mnistperf.diagnosis.busy_window import collective_intervals, communication, profiled_events
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -214,13 +214,47 @@ def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_
             kineto_event(cpu, 1000, 1200, "cpu_op", name="c10d::allreduce_"),  # the call that queues it
         ]
     )
-    assert collective_intervals(profiler, "cuda") == [(3.0, 8.0)]
-    assert collective_intervals(profiler, "cpu") == [(1.0, 6.0)]
+    assert collective_intervals(profiled_events(profiler, "cuda"), "cuda") == [(3.0, 8.0)]
+    assert collective_intervals(profiled_events(profiler, "cpu"), "cpu") == [(1.0, 6.0)]
     # Work 0-4, a collective 3-8: the span is 8, the collective 5 of it, 4 of those with no work beside.
     assert communication([(0.0, 4.0)], [(3.0, 8.0)]) == {"share": 5 / 8, "exposed_share": 4 / 8}
     assert communication([(0.0, 10.0)], [(3.0, 8.0)]) == {"share": 0.5, "exposed_share": 0.0}  # all overlapped
     assert communication([(0.0, 4.0)], []) == {"share": 0.0, "exposed_share": 0.0}  # no collective in the window
     assert communication([], []) is None
+
+
+def test_under_nccl_a_windows_collectives_are_read_as_talk_and_left_out_of_the_busy_share(monkeypatch):
+    """A window of two compute kernels with an all-reduce between them: busy half of its span, not all of it, and
+    half of it inside the collective with no work beside; nothing on one process, nor for gloo on a GPU."""
+    from mnistperf.diagnosis import busy_window as window_module
+
+    cuda = torch.autograd.DeviceType.CUDA
+    kernels = [
+        kineto_event(cuda, 0, 2000, name="sm90_xmma_gemm"),
+        kineto_event(cuda, 2000, 6000, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+        kineto_event(cuda, 6000, 8000, name="sm90_xmma_gemm"),
+    ]
+
+    def window_read(world):
+        monkeypatch.setattr(window_module, "world", lambda: world)
+        profiler = kineto_profiler(kernels)
+        profiler.step = profiler.stop = lambda: None
+        window = window_module.BusyWindow(0, 0, "cuda", min_kernels_per_step=1)
+        window._profiler = profiler
+        window.step_end(0)
+        return window
+
+    talked = window_read(("nccl", 2))
+    assert talked.busy == pytest.approx(0.5) and talked.kernels == 2
+    assert talked.result(2)["communication"] == {
+        "backend": "nccl",
+        "world_size": 2,
+        "collectives": 1,
+        "share": pytest.approx(0.5),
+        "exposed_share": pytest.approx(0.5),
+    }
+    for world in (None, ("gloo", 2)):  # one process; gloo's collectives run on the host, out of the GPU's view
+        assert "communication" not in window_read(world).result(2)
 
 
 def test_raw_events_without_their_activity_type_fall_back_to_the_processed_events():

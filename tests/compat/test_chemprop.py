@@ -170,7 +170,7 @@ def test_audit_tells_apart_molecules_that_share_a_label():
 
 def test_tune_loaders_ends_and_build_dataloader_takes_the_settings_it_returns():
     """tune_loaders on the notebook's model and the library's own loader, which the DataModule gives no setting:
-    every trial rebuilds it and trains, and the library's entry point takes the loader arguments returned."""
+    every trial rebuilds it and trains, and the library's entry point takes what it returns and all it tried."""
     from chemprop_project import BATCH, MoleculeData, datasets, make_model
 
     from mnistperf.tune import tune_loaders
@@ -178,5 +178,7 @@ def test_tune_loaders_ends_and_build_dataloader_takes_the_settings_it_returns():
     result = tune_loaders(make_model, MoleculeData, {"accelerator": "cpu"}, budget_s=90, steps=6, epochs=2)
     assert result.rebuilt and result.settings == {}  # nothing of the DataModule's own: a code change, if any
     assert all(t.error is None for t in result.outcome.trials)  # each tried (the noise may leave only one) trained
-    loader = data.build_dataloader(datasets()[0], batch_size=BATCH, **result.loader_args)
-    assert loader.num_workers == result.loader_args.get("num_workers", 0)
+    tried = [{key.rsplit(".", 1)[-1]: value for key, value in t.settings.items()} for t in result.outcome.trials]
+    for settings in [result.loader_args, *tried]:  # what it returned, and every setting it could have returned
+        loader = data.build_dataloader(datasets()[0], batch_size=BATCH, **settings)
+        assert loader.num_workers == settings.get("num_workers", 0)

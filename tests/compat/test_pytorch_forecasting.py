@@ -154,7 +154,7 @@ def test_weighted_sampler_duplicates_match_an_independent_replay(tmp_path: Path)
 
 def test_tune_loaders_ends_and_to_dataloader_takes_the_settings_it_returns():
     """tune_loaders on the tutorial's N-BEATS and the library's own loader, which the DataModule gives no setting:
-    every trial rebuilds it and trains, and the library's entry point takes the loader arguments returned."""
+    every trial rebuilds it and trains, and the library's entry point takes what it returns and all it tried."""
     from nbeats_project import BATCH, NBeatsData, make_model, training_set
 
     from mnistperf.tune import tune_loaders
@@ -163,5 +163,7 @@ def test_tune_loaders_ends_and_to_dataloader_takes_the_settings_it_returns():
     result = tune_loaders(make_model, NBeatsData, trainer, budget_s=90, steps=6, epochs=2)
     assert result.rebuilt and result.settings == {}  # nothing of the DataModule's own: a code change, if any
     assert all(t.error is None for t in result.outcome.trials)  # each tried (the noise may leave only one) trained
-    loader = training_set().to_dataloader(train=True, batch_size=BATCH, **result.loader_args)
-    assert loader.num_workers == result.loader_args.get("num_workers", 0)
+    tried = [{key.rsplit(".", 1)[-1]: value for key, value in t.settings.items()} for t in result.outcome.trials]
+    for settings in [result.loader_args, *tried]:  # what it returned, and every setting it could have returned
+        loader = training_set().to_dataloader(train=True, batch_size=BATCH, **settings)
+        assert loader.num_workers == settings.get("num_workers", 0)

@@ -92,7 +92,8 @@ DEVICE_WORK = {"cuda": ("kernel", "gpu_memcpy", "gpu_memset"), "cpu": ("cpu_op",
 # there, their activity kind, their name's start in lower case). gloo's on a GPU run on the host, out of its view.
 COLLECTIVES = {"cuda": ("nccl", "kernel", "nccl"), "cpu": ("gloo", "user_annotation", "gloo:")}
 
-Activity = tuple[str, float, float]  # (kind, start, end) of the device's work, as device_activities reads it
+Activity = tuple[str, float, float]  # (kind, start, end) of the device's work, as work_of reads it
+Event = tuple[str, str, float, float, bool]  # (kind, name, start, end, a user annotation), as profiled_events reads it
 
 _cupti_ready = False  # whether before_graph_capture has initialized the profiler's CUPTI in this process
 _profiling: BusyWindow | None = None  # the window whose profiler is running, if any
@@ -230,7 +231,7 @@ def cupti_tears_down_safely() -> bool:
     return version >= (12, 6)
 
 
-def kernel_count(activities: list[tuple[str, float, float]]) -> int:
+def kernel_count(activities: list[Activity]) -> int:
     """The kernels (CUDA) or operators (CPU) among a window's device activities (copies and memsets left out)."""
     return sum(1 for kind, _, _ in activities if kind in ("kernel", "cpu_op"))
 
@@ -330,24 +331,34 @@ class BusyWindow:
         if index == self.last:
             self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
             self.crowded = waited_share(self._opened, time.perf_counter(), thread_schedule())
-            activities = device_activities(self._profiler, self.device_type)
-            ranks = world()
-            if ranks is not None and COLLECTIVES[self.device_type][0] in ranks[0]:
-                activities = self._talked(activities, *ranks)
+            events = profiled_events(self._profiler, self.device_type)
+            self.talked = self._talk(events)
+            apart = COLLECTIVES[self.device_type][2] if self.talked is not None else None
+            activities = work_of(events, self.device_type, apart)
             self.kernels = kernel_count(activities)
             self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
+            if self.busy is None:
+                self.talked = None  # a window that missed the device's work cannot say what the talk left idle
             self.recorded, self._profiler = self._profiler, None
             self.done = True
 
-    def _talked(self, activities: list[Activity], backend: str, size: int) -> list[Activity]:
-        """Read the window's collectives into :attr:`talked`; the device's work without them."""
-        talks = collective_intervals(self._profiler, self.device_type)
-        spans = set(talks)
-        work = [activity for activity in activities if (activity[1], activity[2]) not in spans]
-        shares = communication([(start, end) for _, start, end in work], talks)
-        if shares is not None:
-            self.talked = {"backend": backend, "world_size": size, "collectives": len(talks), **shares}
-        return work
+    def _talk(self, events: list[Event]) -> dict[str, Any] | None:
+        """Under DDP, the window's collectives: :func:`communication`'s shares, the backend, the world, their count.
+
+        None on one process, for a backend whose collectives the window cannot see, or where they cannot be read.
+        """
+        try:
+            ranks = world()
+            if ranks is None or COLLECTIVES[self.device_type][0] not in ranks[0]:
+                return None
+            talks = collective_intervals(events, self.device_type)
+            work = work_of(events, self.device_type, apart=COLLECTIVES[self.device_type][2])
+            shares = communication([(start, end) for _, start, end in work], talks)
+        except Exception:  # a reading that fails leaves the window's share, and the fit, as they are
+            return None
+        if shares is None:
+            return None
+        return {"backend": ranks[0], "world_size": ranks[1], "collectives": len(talks), **shares}
 
     def _stop(self) -> None:
         global _profiling
@@ -383,28 +394,10 @@ class BusyWindow:
             self._profiler = None
 
 
-def collective_intervals(profiler: Any, device_type: str = "cuda") -> list[tuple[float, float]]:
-    """(start, end), in microseconds, of every collective the profiler saw (see :data:`COLLECTIVES`).
-
-    Read from Kineto's raw events, or the processed ``events()`` where a raw event lacks its kind (torch 2.11).
-    """
+def collective_intervals(events: list[Event], device_type: str = "cuda") -> list[tuple[float, float]]:
+    """(start, end), in microseconds, of every collective among a window's events (see :data:`COLLECTIVES`)."""
     _, kind, prefix = COLLECTIVES[device_type]
-    results = kineto_results(profiler)
-    if results is not None:
-        try:
-            return [
-                (e.start_ns() / 1e3, e.end_ns() / 1e3)
-                for e in results.events()
-                if e.activity_type() == kind and e.name().lower().startswith(prefix)
-            ]
-        except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed list
-            pass
-    device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
-    return [
-        (e.time_range.start, e.time_range.end)
-        for e in profiler.events()
-        if e.device_type == device and e.name.lower().startswith(prefix)
-    ]
+    return [(start, end) for what, name, start, end, _ in events if what == kind and name.lower().startswith(prefix)]
 
 
 def waited_share(
@@ -423,30 +416,49 @@ def export_trace(profiler: Any, path: Path) -> None:
     atomic_write(path, lambda tmp: profiler.export_chrome_trace(str(tmp)))
 
 
-def device_activities(profiler, device_type: str = "cuda") -> list[tuple[str, float, float]]:
-    """(kind, start, end), times in microseconds, of the work the profiler saw on the device.
+def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:
+    """Every event the profiler saw on the device: (kind, name, start, end in microseconds, a user annotation).
 
-    On CUDA every kernel, memcpy and memset; on a CPU every operator. Read from Kineto's raw events (each has
-    its device, its activity type and its own start and end); the processed ``events()`` list, which nests
-    device events under the operators that launched them, is the fallback (also where a raw event has no
-    ``activity_type()``, as in torch 2.11). User annotations (each
-    ``record_function`` range, which Kineto also projects onto the GPU's timeline, spanning its gaps) are left
-    out: they are not work.
+    Read from Kineto's raw events (each has its device, its activity type and its own start and end); the
+    processed ``events()`` list, which nests device events under the operators that launched them, is the
+    fallback (also where a raw event has no ``activity_type()``, as in torch 2.11).
     """
     device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
-    work = DEVICE_WORK[device_type]
     results = kineto_results(profiler)
     if results is not None:
         try:
             return [
-                (e.activity_type(), e.start_ns() / 1e3, e.end_ns() / 1e3)
+                (e.activity_type(), e.name(), e.start_ns() / 1e3, e.end_ns() / 1e3, e.is_user_annotation())
                 for e in results.events()
-                if e.device_type() == device and not e.is_user_annotation() and e.activity_type() in work
+                if e.device_type() == device
             ]
         except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed list
             pass
+    found = []
+    for e in profiler.events():
+        if e.device_type != device:
+            continue
+        annotation = bool(getattr(e, "is_user_annotation", False))
+        kind = getattr(e, "activity_type", None) or ("user_annotation" if annotation else DEVICE_WORK[device_type][0])
+        found.append((str(kind), str(getattr(e, "name", "")), e.time_range.start, e.time_range.end, annotation))
+    return found
+
+
+def work_of(events: list[Event], device_type: str = "cuda", apart: str | None = None) -> list[Activity]:
+    """(kind, start, end) of the device's work among a window's events.
+
+    On CUDA every kernel, memcpy and memset; on a CPU every operator. User annotations (each ``record_function``
+    range, which Kineto also projects onto the GPU's timeline, spanning its gaps) are left out: they are not work;
+    so is every event whose name starts with ``apart`` (a collective's kernel).
+    """
+    work = DEVICE_WORK[device_type]
     return [
-        (str(getattr(e, "activity_type", work[0]) or work[0]), e.time_range.start, e.time_range.end)
-        for e in profiler.events()
-        if e.device_type == device and not getattr(e, "is_user_annotation", False)
+        (kind, start, end)
+        for kind, name, start, end, annotation in events
+        if not annotation and kind in work and not (apart and name.lower().startswith(apart))
     ]
+
+
+def device_activities(profiler: Any, device_type: str = "cuda") -> list[Activity]:
+    """(kind, start, end), times in microseconds, of the work the profiler saw on the device (:func:`work_of`)."""
+    return work_of(profiled_events(profiler, device_type), device_type)

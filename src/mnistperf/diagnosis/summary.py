@@ -256,9 +256,12 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     count = len(epochs[0]["ranks"])
 
-    def averaged(key: str) -> list[float]:
-        values = [[e["ranks"][rank].get(key) for e in epochs] for rank in range(count)]
-        return [math.nan if None in v else mean(v) for v in values]
+    def averaged(key: str) -> list[float]:  # over the epochs that measured it (a window's reading: from its epoch on)
+        found = []
+        for rank in range(count):
+            values = [e["ranks"][rank].get(key) for e in epochs if e["ranks"][rank].get(key) is not None]
+            found.append(mean(values) if values else math.nan)
+        return found
 
     keys = ("train_s", "input_wait_s", "forward_s", "comm_share", "comm_exposed_share")
     return ranks_apart(*(averaged(key) for key in keys))
@@ -440,7 +443,7 @@ def format_communication(summary: dict[str, Any]) -> str:
         f"; {talked['backend']} collectives {talked['share']:.0%} of the profiled window, "
         f"{exposed:.0%} with no work beside them"
     )
-    if exposed < COMM_EXPOSED:
+    if not COMM_EXPOSED <= exposed < 1:
         return line
     return line + (
         f" (a step up to {1 / (1 - exposed):.1f}x faster without that wait: fewer all-reduces with a larger batch "

@@ -165,7 +165,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
     project = load(opts.config, opts.set, opts.cli)
     knobs = project.knobs([parse_knob(k) for k in opts.knob], opts.tune_batch_size)
     modules = [c.__module__ for c in (project.model_class, project.data_class) if c is not None]
-    modules += [opts.cli.rpartition(".")[0]] if opts.cli else []
+    modules += [project.cli.rpartition(".")[0]] if project.cli else []
     with Launcher(opts.import_path, modules) as launcher:
         log(
             f"tuning {opts.config}: {', '.join(k.key for k in knobs.knobs)}; {usable_cpus()} usable CPUs, budget "
@@ -184,7 +184,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
                     opts.steps,
                     project.seed(),
                     config=str(write_yaml(config, root / "config.yaml")),
-                    cli=opts.cli,
+                    cli=project.cli,
                     rebuild=rebuilt_with(knobs, settings),
                 )
                 return launcher.measure(spec, timeout_s)
@@ -198,7 +198,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
                 str(opts.config),
                 opts.repeats,
                 opts.tune_batch_size,
-                fix=end_to_end.UNTOUCHED_FIX + ("" if opts.cli else OWN_CLI_FIX),
+                fix=end_to_end.UNTOUCHED_FIX + ("" if project.cli else OWN_CLI_FIX),
             )
     device = next((r.device for r in outcome.baseline.runs if r.device), None) or "this machine"
     table = trials_table(outcome)

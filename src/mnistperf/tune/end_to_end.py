@@ -335,7 +335,7 @@ def run(
         search.stopped = "interrupted (Ctrl-C): the best found so far is kept"
     if not text:  # stopped before the noise was measured
         text = bound(baseline, noise)[0]
-    chosen = confirm(search, baseline, best, noise)
+    chosen, noise = confirm(search, baseline, best, noise)
     return Outcome(knobs, search.trials, chosen, noise, search.stopped, text, time.perf_counter() - search.began)
 
 
@@ -367,13 +367,14 @@ def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, c
     return best
 
 
-def confirm(search: Search, baseline: Trial, best: Trial, noise: float) -> Trial:
+def confirm(search: Search, baseline: Trial, best: Trial, noise: float) -> tuple[Trial, float]:
     """The best trains once more, then the untouched settings beside it; the best only if it still beats them.
 
-    It must beat the median of their runs by more than the noise, their spread over every run included.
+    It must beat the median of their runs by more than the noise, their spread over every run included. Returns the
+    chosen trial and the noise it was judged by.
     """
     if best is baseline:
-        return baseline
+        return baseline, noise
     try:
         if len(best.runs) < 2 and not search.stopped.startswith("interrupted"):
             search.again(best)
@@ -383,7 +384,8 @@ def confirm(search: Search, baseline: Trial, best: Trial, noise: float) -> Trial
         pass
     except KeyboardInterrupt:
         search.stopped = "interrupted (Ctrl-C): the best found so far is kept"
-    if beats(best, baseline, max(noise, baseline.spread)):
-        return best
+    noise = max(noise, baseline.spread)
+    if beats(best, baseline, noise):
+        return best, noise
     search.stopped += "; measured again, the best did not beat the untouched settings by more than the noise"
-    return baseline
+    return baseline, noise

@@ -107,8 +107,11 @@ def test_a_part_that_runs_past_its_time_is_interrupted_and_keeps_its_output(tmp_
         ["import time", "try:", "    print('started', flush=True)", "    time.sleep(60)", "except KeyboardInterrupt:"]
     )
     script += "\n    print('kept')"
+    # The time limit leaves the child's start behind it: an interrupt that lands while Python is still importing
+    # its site packages can be swallowed there (the likeliest reading of one failure under CI's load: 'started'
+    # printed, 'kept' never).
     with open(tmp_path / "log", "w") as log:
-        status = gpu_check.run_part([sys.executable, "-c", script], time.monotonic() + 1, log)
+        status = gpu_check.run_part([sys.executable, "-c", script], time.monotonic() + 5, log)
     assert status == "cut at its time limit"
     assert (tmp_path / "log").read_text().splitlines()[-2:] == ["started", "kept"]
 

@@ -314,7 +314,9 @@ def run_part(command: list[str], deadline: float, log) -> str:
     """Run one command until it ends or the deadline: 'done', 'failed (exit N)' or 'cut at its time limit'."""
     log.write(f"$ {shlex.join(command)}\n")
     log.flush()
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=interruptible
+    ) as proc:
         copier = threading.Thread(target=_copy_lines, args=(proc, log), daemon=True)
         copier.start()
         cut = False
@@ -332,6 +334,15 @@ def run_part(command: list[str], deadline: float, log) -> str:
     if cut:
         return "cut at its time limit"
     return "done" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+
+
+def interruptible() -> None:
+    """In a part's process before it starts: SIGINT back to its default, so that Python turns it into KeyboardInterrupt.
+
+    A check started in the background (``cmd &``, nohup, a remote runner) ignores SIGINT, and a child inherits that:
+    it would run on past its time limit until killed, keeping nothing.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _copy_lines(proc: subprocess.Popen, log) -> None:

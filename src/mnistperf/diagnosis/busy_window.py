@@ -94,6 +94,7 @@ COLLECTIVES = {"cuda": ("nccl", "kernel", "nccl"), "cpu": ("gloo", "user_annotat
 
 Activity = tuple[str, float, float]  # (kind, start, end) of the device's work, as work_of reads it
 Event = tuple[str, str, float, float, bool]  # (kind, name, start, end, a user annotation), as profiled_events reads it
+Talks = tuple[str, int, list[tuple[float, float]]]  # (the backend, the world's size, the window's collectives)
 
 _cupti_ready = False  # whether before_graph_capture has initialized the profiler's CUPTI in this process
 _profiling: BusyWindow | None = None  # the window whose profiler is running, if any
@@ -332,18 +333,18 @@ class BusyWindow:
             self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
             self.crowded = waited_share(self._opened, time.perf_counter(), thread_schedule())
             events = profiled_events(self._profiler, self.device_type)
-            self.talked = self._talk(events)
-            apart = COLLECTIVES[self.device_type][2] if self.talked is not None else None
+            talks = self._collectives(events)
+            apart = COLLECTIVES[self.device_type][2] if talks is not None else None
             activities = work_of(events, self.device_type, apart)
             self.kernels = kernel_count(activities)
             self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
-            if self.busy is None:
-                self.talked = None  # a window that missed the device's work cannot say what the talk left idle
+            # A window that missed the device's work cannot say what the talk left idle.
+            self.talked = self._talk(talks, activities) if self.busy is not None else None
             self.recorded, self._profiler = self._profiler, None
             self.done = True
 
-    def _talk(self, events: list[Event]) -> dict[str, Any] | None:
-        """Under DDP, the window's collectives: :func:`communication`'s shares, the backend, the world, their count.
+    def _collectives(self, events: list[Event]) -> Talks | None:
+        """Under DDP, the backend, the world's size and the window's collectives.
 
         None on one process, for a backend whose collectives the window cannot see, or where they cannot be read.
         """
@@ -351,14 +352,23 @@ class BusyWindow:
             ranks = world()
             if ranks is None or COLLECTIVES[self.device_type][0] not in ranks[0]:
                 return None
-            talks = collective_intervals(events, self.device_type)
-            work = work_of(events, self.device_type, apart=COLLECTIVES[self.device_type][2])
-            shares = communication([(start, end) for _, start, end in work], talks)
+            return (*ranks, collective_intervals(events, self.device_type))
         except Exception:  # a reading that fails leaves the window's share, and the fit, as they are
             return None
+
+    @staticmethod
+    def _talk(talks: Talks | None, work: list[Activity]) -> dict[str, Any] | None:
+        """:func:`communication`'s shares of the collectives beside the device's ``work``, with what else they are.
+
+        None where there are none to read.
+        """
+        if talks is None:
+            return None
+        backend, size, intervals = talks
+        shares = communication([(start, end) for _, start, end in work], intervals)
         if shares is None:
             return None
-        return {"backend": ranks[0], "world_size": ranks[1], "collectives": len(talks), **shares}
+        return {"backend": backend, "world_size": size, "collectives": len(intervals), **shares}
 
     def _stop(self) -> None:
         global _profiling

@@ -201,7 +201,7 @@ def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for figure in STEPS:
         value = getattr(merged, figure.name)
-        found[figure.name] = None if math.isnan(value) else value
+        found[figure.name] = _measured(value)
     if found["spikes"] is not None:
         found["spikes"] = int(found["spikes"])
     found["spike_steps"] = local.spike_steps if local is not None else []
@@ -211,7 +211,7 @@ def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
 def memory_figures(merged: Measures) -> dict[str, float | None]:
     """The epoch's memory figures, every rank's largest (None where not measured: off Linux, off CUDA)."""
     values = {figure.name: getattr(merged, figure.name) for figure in MEMORY}
-    return {name: None if math.isnan(value) else value for name, value in values.items()}
+    return {name: _measured(value) for name, value in values.items()}
 
 
 def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dict[str, float | None]:
@@ -259,7 +259,7 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     def averaged(key: str) -> list[float]:  # over the epochs that measured it (a window's reading: from its epoch on)
         found = []
         for rank in range(count):
-            values = [e["ranks"][rank].get(key) for e in epochs if e["ranks"][rank].get(key) is not None]
+            values = [v for v in (e["ranks"][rank].get(key) for e in epochs) if v is not None]
             found.append(mean(values) if values else math.nan)
         return found
 

@@ -61,10 +61,11 @@ def names_classes(config: dict[str, Any]) -> bool:
     return any(isinstance(section.get(k), dict) and "class_path" in section[k] for k in SECTIONS)
 
 
-def import_class(path: Path, section: str, class_path: Any, option: bool = False) -> type:
+def import_class(path: Path, section: str, class_path: Any, option: bool = False, base: type | None = None) -> type:
     """The class a config section (or, ``option``, a command-line option) names; where it cannot be, one line.
 
-    The line names the file and the section (or the option) and gives the fix.
+    The line names the file and the section (or the option) and gives the fix; a class that is not a ``base``
+    (where given) is one line too.
     """
     where = f"{section} {class_path}" if option else f"{path}: {section}.class_path {class_path!r}"
     if not isinstance(class_path, str) or "." not in class_path:
@@ -81,6 +82,8 @@ def import_class(path: Path, section: str, class_path: Any, option: bool = False
         ) from exc
     if not isinstance(found, type):
         raise ConfigError(f"{where} is not a class; name the class itself")
+    if base is not None and not issubclass(found, base):
+        raise ConfigError(f"{where} is not a {base.__name__}")
     return found
 
 
@@ -208,9 +211,7 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
             f"{path}: no model.class_path; a LightningCLI config of your project names its LightningModule "
             "there (model: {class_path: myproj.model.MyModel, init_args: {...}})"
         )
-    model_class = import_class(path, "model", model["class_path"])
-    if not issubclass(model_class, LightningModule):
-        raise ConfigError(f"{path}: model.class_path {model['class_path']!r} is not a LightningModule")
+    model_class = import_class(path, "model", model["class_path"], base=LightningModule)
     data = section.get("data")
     data_class = None
     if data is not None:
@@ -219,9 +220,7 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
                 f"{path}: data has no class_path; name your LightningDataModule there "
                 "(data: {class_path: myproj.data.MyData, init_args: {...}})"
             )
-        data_class = import_class(path, "data", data["class_path"])
-        if not issubclass(data_class, LightningDataModule):
-            raise ConfigError(f"{path}: data.class_path {data['class_path']!r} is not a LightningDataModule")
+        data_class = import_class(path, "data", data["class_path"], base=LightningDataModule)
     return Project(path, config, model_class, data_class, cli)
 
 

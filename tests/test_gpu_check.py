@@ -199,7 +199,7 @@ def test_a_failing_compile_skips_only_what_compiles_and_says_how_to_fix_it(fake_
     assert done.returncode == 1, done.stderr
     [line] = [line for line in done.stderr.splitlines() if "torch.compile" in line]
     assert line.startswith("gpu-check: torch.compile cannot build a kernel on the GPU")
-    assert "C compiler" in line and "python3" in line and line.endswith("Skipped: part compiled.")
+    assert "C compiler" in line and "python3" in line and line.endswith("Skipped: part compiled, part modes.")
     runnable = done.stdout.split()[0].split(",")
     assert "compiled" not in runnable and {"fast", "tests", "graph", "v1"} <= set(runnable)
 
@@ -219,7 +219,7 @@ def test_without_data_or_its_files_only_the_tests_run(tmp_path, monkeypatch, cap
     assert status == 1 and plan == "tests -"
     [line] = lines
     assert "no FashionMNIST in" in line and "--source-root DIR" in line
-    assert line.endswith("Skipped: part fast, part graph, part v1.")
+    assert line.endswith("Skipped: part fast, part v1, part graph.")
 
 
 def test_data_files_offline_are_enough(tmp_path, monkeypatch, capsys, source_root):
@@ -248,7 +248,7 @@ def test_without_jsonargparse_nothing_runs(monkeypatch, capsys):
     monkeypatch.setattr("lightning.pytorch.cli._JSONARGPARSE_SIGNATURES_AVAILABLE", "")
     status, lines, plan = preflight(capsys, "--parts", "tests,v1")
     assert status == 2 and plan == "- -"
-    assert "pip install 'jsonargparse[signatures]'" in lines[0] and lines[0].endswith("Skipped: part tests, part v1.")
+    assert "pip install 'jsonargparse[signatures]'" in lines[0] and lines[0].endswith("Skipped: part v1, part tests.")
     assert lines[-1] == "gpu-check: nothing asked for can run here; fix the lines above first."
 
 

@@ -128,11 +128,9 @@ def test_litdata_merges_one_process_index_and_takes_a_topology():
     assert (env.world_size, env.global_rank, env.num_nodes) == (2, 1, 1), f"{version}: _DistributedEnv changed"
 
 
-def test_torchs_profiler_says_when_it_runs_and_keeps_its_raw_events():
+def test_torchs_profiler_keeps_its_raw_events():
     version = TORCH
-    assert not upstream.profiler_running()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
-        assert upstream.profiler_running(), f"{version}: _profiler_enabled no longer says a profiler records"
         torch.ones(4).sum()
     results = upstream.kineto_results(profiler)
     assert results is not None, f"{version}: the profiler keeps no kineto_results"

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-PARTS = ("fast", "diagnosis", "tests", "timer", "graph", "compiled", "streams", "v1")  # gpu_check's, in its order
-DATA_PARTS = ("fast", "timer", "graph", "compiled", "streams", "v1")  # each trains on FashionMNIST
+PARTS = ("probe", "fast", "compiled", "v1", "streams", "tests", "diagnosis", "timer", "graph", "modes")  # gpu_check's
+DATA_PARTS = ("fast", "compiled", "v1", "streams", "timer", "graph", "modes")  # each trains on FashionMNIST
 STAGED_PART = "streams"  # the part whose bench can run without a stage whose library is missing
 DATA_DIR = Path("data")
 DATASET = "fashion_mnist"
@@ -114,10 +114,10 @@ def data_problem(source_root: str | None) -> str | None:
 
 
 NEEDS = (
-    Need("jsonargparse", PARTS, (), jsonargparse_problem),
+    Need("jsonargparse", tuple(p for p in PARTS if p != "probe"), (), jsonargparse_problem),  # the probe has no CLI
     Need("pytest", ("tests",), (), import_problem("pytest", "pip install pytest")),
     Need("data", DATA_PARTS, (), data_problem),
-    Need("torch.compile", ("compiled",), (), compile_problem),
+    Need("torch.compile", ("compiled", "modes"), (), compile_problem),
     Need("litdata", (), ("streaming_litdata",), import_problem("litdata", "pip install 'mnistperf[litdata]'")),
 )
 

@@ -12,8 +12,6 @@ import argparse
 import re
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import torch
-
 if TYPE_CHECKING:  # Lightning loads only where it is used: the commands check the install before importing it
     from lightning.pytorch import Callback, Trainer
 
@@ -195,26 +193,6 @@ def distributed_env(world_size: int, rank: int) -> Any:
 
 
 # ---------------------------------------------------------------- torch's profiler
-def profiler_running() -> bool:
-    """Whether a torch profiler is recording in this process.
-
-    Why: initializing CUPTI for CUDA graphs while a profiler records would disturb it. Public replacement:
-    ``torch.profiler`` saying whether it is active.
-    """
-    return bool(torch._C._autograd._profiler_enabled())
-
-
-def init_profiler_for_cuda_graphs() -> None:
-    """Initialize CUPTI so that a later profiler sees the kernels of CUDA graphs captured from now on.
-
-    Why: pytorch#75504; torch's own graph code calls this. Public replacement: the profiler seeing graph kernels
-    whatever the order.
-    """
-    from torch.profiler._utils import _init_for_cuda_graphs
-
-    _init_for_cuda_graphs()
-
-
 def kineto_results(profiler: Any) -> Any:
     """A stopped profiler's raw Kineto results (each event with its device, kind and own interval), or None.
 

@@ -35,11 +35,12 @@ own range (``gloo:all_reduce``, recorded on gloo's thread from the collective's 
 GPU runs on the host, outside the GPU's window, and gets no reading. A collective is not the device working:
 the busy share leaves it out.
 
-CUDA graphs: CUPTI sees the kernels of a graph replay only if it was initialized before the graph
-was captured (pytorch#75504). :func:`before_graph_capture` is called before every capture: it
-initializes it the way torch's own workaround does, once per process, and ends a window still
-profiling (a capture inside the window is not the steady state it measures). A window that counts
-implausibly few kernels for the steps it covered reports the share as not measured, with the reason.
+CUDA graphs: a window attached after a graph was captured sees its replays' kernels (CUDA 12.6 and later; measured
+in docs/results/cuda-h200/probe.md). No empty profiler runs before a capture: on CUDA 13 such a run has been seen
+to leave activity collection dead for the rest of the process. :func:`before_graph_capture` only ends a window
+still profiling (a capture inside the window is not the steady state it measures). A window that counts no
+kernels, or fewer than its steps must have launched, reports the share as not measured and says so, without
+guessing a cause.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from typing import Any
 import torch
 
 from mnistperf.atomic import atomic_write
-from mnistperf.upstream import init_profiler_for_cuda_graphs, kineto_results, profiler_running
+from mnistperf.upstream import kineto_results
 
 # Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
 WINDOW_STEPS = 20
@@ -96,23 +97,17 @@ Activity = tuple[str, float, float]  # (kind, start, end) of the device's work, 
 Event = tuple[str, str, float, float, bool]  # (kind, name, start, end, a user annotation), as profiled_events reads it
 Talks = tuple[str, int, list[tuple[float, float]]]  # (the backend, the world's size, the window's collectives)
 
-_cupti_ready = False  # whether before_graph_capture has initialized the profiler's CUPTI in this process
 _profiling: BusyWindow | None = None  # the window whose profiler is running, if any
 
 
 def before_graph_capture() -> None:
     """Call just before a CUDA graph capture begins (any capture: the graphs of this project's step, a user's).
 
-    The first call initializes the profiler's CUPTI (:func:`~mnistperf.upstream.init_profiler_for_cuda_graphs`, torch's
-    guard against pytorch#75504), so that a later busy window sees the graph's kernels. A window still profiling
-    is ended and reports its share as not measured: a capture is not the steady state the share describes.
+    A window still profiling is ended and reports its share as not measured: a capture is not the steady state the
+    share describes.
     """
-    global _cupti_ready
     if _profiling is not None:
         _profiling.abandon("a CUDA graph was captured inside the profiled window")
-    if not _cupti_ready and not profiler_running():
-        init_profiler_for_cuda_graphs()
-        _cupti_ready = True
 
 
 def covered(intervals: Iterable[tuple[float, float]]) -> tuple[float, float]:
@@ -246,14 +241,15 @@ def window_reading(
     ``min_kernels_per_step`` per step did not see the GPU's work, and gets no share.
     """
     kernels = kernel_count(activities)
+    if kernels == 0:
+        return None, "the profiler saw no kernels on the device"
     if kernels < min_kernels_per_step * steps:
         return None, (
-            f"the profiled window saw {kernels} kernels in {steps} steps, fewer than a training step "
-            "launches: the profiler missed the GPU's work (a CUDA graph captured before the profiler "
-            "was initialized, pytorch#75504)"
+            f"the profiler saw {kernels} kernels in {steps} steps, fewer than a training step launches: "
+            "it missed part of the device's work"
         )
     share = busy_share((start, end) for _, start, end in activities)
-    return (share, None) if share is not None else (None, "nothing ran on the GPU in the profiled window")
+    return (share, None) if share is not None else (None, "nothing ran on the device in the profiled window")
 
 
 class BusyWindow:

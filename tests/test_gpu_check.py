@@ -8,6 +8,7 @@ line, write nothing and exit 2.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -257,3 +258,33 @@ def test_a_part_that_does_not_exist_is_named(capsys):
     assert status == 2 and lines == [
         f"gpu-check: --parts fastt: no such part; choose from {','.join(gpu_preflight.PARTS)}."
     ]
+
+
+def test_the_graph_probe_keeps_each_variant_as_it_finishes(tmp_path, monkeypatch):
+    """A probe cut at its time limit keeps the variants it measured, in probe.md and probe.json, with their ratio."""
+    from types import SimpleNamespace
+
+    from mnistperf.bench import graph_probe
+
+    names = list(graph_probe.VARIANTS)
+    assert names[:3] == ["step", "step, cudnn.benchmark", graph_probe.REFERENCE]  # what tells most comes first
+    timings = {"step": 1.2, "step, cudnn.benchmark": 0.66, graph_probe.REFERENCE: 0.6}
+
+    def fake_run(command, **kwargs):
+        name = command[-1]
+        if name not in timings:
+            raise KeyboardInterrupt  # the part's time limit, during the fourth variant
+        row = {"variant": name, "ms_per_replay": timings[name], "ms_per_replay_range": [0.5, 1.3],
+               "kernels_per_replay": 80, "top_kernels": [{"kernel": "cudnn_conv", "us_per_replay": 9.0, "calls": 20}],
+               "device": "a GPU"}  # fmt: skip
+        return SimpleNamespace(returncode=0, stdout=json.dumps(row) + "\n", stderr="")
+
+    monkeypatch.setattr(graph_probe.subprocess, "run", fake_run)
+    with pytest.raises(KeyboardInterrupt):
+        graph_probe.run_all(tmp_path)
+    kept = json.loads((tmp_path / "probe.json").read_text())
+    assert [row["variant"] for row in kept] == names[:3]
+    table = (tmp_path / "probe.md").read_text()
+    assert "| step | 1.200 | 0.500-1.300 | 2.00x | 80 |" in table
+    assert "| step, cudnn.benchmark | 0.660 | 0.500-1.300 | 1.10x | 80 |" in table
+    assert "`cudnn_conv` | 9.0 | 20 |" in table

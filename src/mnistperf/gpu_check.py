@@ -76,17 +76,18 @@ class Part:
     commands: tuple[tuple[str, ...], ...]
 
 
-# Planned minutes: what each part took on an H200 (docs/results/cuda-h200/parts.md), rounded up.
+# Planned minutes: what each part took on an H200 (docs/results/cuda-h200/session*-parts.md), rounded up; the probe
+# at some 20 s a variant, the fast part at 5.5 min for 2 repeats.
 PARTS = (
     Part(
         "probe",
-        1.5,
+        3.0,
         "the graphed step's GPU time per replay in variants beside a hand-written graphed step, its kernels",
         (("{py}", "-m", "mnistperf.bench.graph_probe", "{out}/probe"),),
     ),
     Part(
         "fast",
-        5.0,
+        5.5,
         "v2_pinned, v3_resident and v4_graphed beside their bare-Lightning and plain-PyTorch rows, 4 epochs, 2 repeats",
         (
             (

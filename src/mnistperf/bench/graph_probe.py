@@ -56,15 +56,15 @@ class Variant:
     profiler_before_capture: bool = False
 
 
-VARIANTS = {
+VARIANTS = {  # in order of what they tell: a part cut at its time limit keeps the first ones
     "step": Variant(),
     "step, cudnn.benchmark": Variant(benchmark=True),
-    "step without sums": Variant(sums=False),
-    "step in float32": Variant(bf16=False),
-    "step, cudnn.benchmark, float32": Variant(benchmark=True, bf16=False),
     "hand-written, cudnn.benchmark": Variant(hand_written=True, benchmark=True),
     "hand-written": Variant(hand_written=True),
     "step, empty profiler before capture": Variant(profiler_before_capture=True),
+    "step without sums": Variant(sums=False),
+    "step in float32": Variant(bf16=False),
+    "step, cudnn.benchmark, float32": Variant(benchmark=True, bf16=False),
 }
 REFERENCE = "hand-written, cudnn.benchmark"  # the step the stage's is held against
 
@@ -194,10 +194,16 @@ def run_all(out: Path, names: Sequence[str] = tuple(VARIANTS)) -> list[dict[str,
         row = results[-1]
         print(f"graph probe: {name}: {row['ms_per_replay']:.3f} ms per replay, "
               f"{row['kernels_per_replay']} kernels seen per replay", flush=True)  # fmt: skip
-    atomic_write(out / "probe.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
-    atomic_write(out / "probe.md", lambda tmp: tmp.write_text(markdown(results)))
+        write(out, results)  # after every variant: a probe cut at its time limit keeps what it measured
+    write(out, results)
     print(markdown(results), flush=True)
     return results
+
+
+def write(out: Path, results: list[dict[str, Any]]) -> None:
+    """probe.json and probe.md in ``out`` from the variants measured so far."""
+    atomic_write(out / "probe.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
+    atomic_write(out / "probe.md", lambda tmp: tmp.write_text(markdown(results)))
 
 
 def markdown(results: list[dict[str, Any]]) -> str:

@@ -15,25 +15,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mnistperf.diagnosis.summary import SPLIT_KEYS, SUMMARY_FILE
+from mnistperf.diagnosis.figures import Figure, shown_side_by_side
+from mnistperf.diagnosis.summary import SUMMARY_FILE
 from mnistperf.errors import ConfigError
 
-# The figures side by side: (label, how to read it from a summary, unit as printed, scale to that unit).
-Reader = tuple[str, str, str, float]
-ROWS: tuple[Reader, ...] = (
-    ("steady train time per epoch", "avg_train_s", "s", 1.0),
-    ("throughput", "samples_per_s", "samples/s", 1.0),
-    *((f"  {key.removesuffix('_s').replace('_', ' ')}", f"split.{key}", "s", 1.0) for key in SPLIT_KEYS),
-    ("median step", "step_median_s", "ms", 1e3),
-    ("waiting for data", "input_wait_share", "%", 100.0),
-    ("achieved", "achieved_flops_per_s", "TFLOP/s", 1e-12),
-    ("model FLOPs utilization", "mfu", "%", 100.0),
-    ("in collectives (DDP)", "comm_share", "%", 100.0),
-    ("  with no work beside them", "comm_exposed_share", "%", 100.0),
-    ("peak resident memory", "peak_rss_mb.main_process", "MB", 1.0),
-    ("workers' resident memory", "max:workers_rss_mb", "MB", 1.0),
-    ("peak GPU memory allocated", "peak_device_mb.allocated", "MB", 1.0),
-)
 # A gain this much over the ceiling still counts as within it (the two runs' own noise).
 CEILING_SLACK = 0.05
 
@@ -62,14 +47,10 @@ def load(run: Path) -> tuple[Path, dict[str, Any]]:
     return path, found
 
 
-def read(summary: dict[str, Any], where: str) -> float | None:
-    """A figure of a summary: a dotted path (``split.forward_s``), or ``max:NAME`` over its epochs; None if absent."""
-    if where.startswith("max:"):
-        values = [e.get(where[4:]) for e in summary.get("epochs", [])]
-        numbers = [v for v in values if isinstance(v, (int, float))]
-        return max(numbers) if numbers else None
+def read(summary: dict[str, Any], figure: Figure) -> float | None:
+    """A figure of a run's summary, where the run keeps it (``figure.where``, a dotted path); None if absent."""
     value: Any = summary
-    for key in where.split("."):
+    for key in figure.where.split("."):
         value = value.get(key) if isinstance(value, dict) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -110,18 +91,18 @@ def bought(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """The two runs' figures side by side with B's over A's, their verdicts, and what B bought (:func:`bought`)."""
     rows = []
-    for label, where, unit, scale in ROWS:
-        first, second = read(a, where), read(b, where)
+    for figure in shown_side_by_side():
+        first, second = read(a, figure), read(b, figure)
         if first is None and second is None:
             continue
         ratio = second / first if first and second is not None else None
         rows.append(
             {
-                "figure": label.strip(),
-                "key": where,
-                "unit": unit,
-                "a": None if first is None else first * scale,
-                "b": None if second is None else second * scale,
+                "figure": (figure.label or figure.name).strip(),
+                "key": figure.where,
+                "unit": figure.shown,
+                "a": None if first is None else first * figure.scale,
+                "b": None if second is None else second * figure.scale,
                 "ratio": ratio,
             }
         )

@@ -1,14 +1,14 @@
-"""The diagnosis's figures, each defined once: its name, its unit, what it means and how the ranks' values combine.
+"""The diagnosis's figures, each declared once: one registry that every record and every view iterates.
 
-Three records, in the order an epoch's end makes them:
-
+* :class:`Figure`: one figure, declared once in :data:`FIGURES` with its key, unit and meaning, how it is shown
+  side by side, where a run keeps it and how a run reads it from its steady epochs (:data:`RUN_RULES`). A Figure
+  is its own key (a ``str``), so code names a figure by its constant, never by a string;
 * :class:`Measures`: what one process measured of an epoch, each field with how every rank's value combines
-  under DDP (:func:`gather`: the slowest rank's time, the sum of samples, the mean of shares);
-* :data:`EPOCH_FIGURES`: the epoch's row derived from the gathered measures (timing.json's ``epochs``, and
-  the loggers' ``timing/<name>`` scalars);
-* :data:`RUN_FIGURES`: the run's figures over its steady epochs (timing.json's top level, the bench's columns).
+  under DDP (:func:`gather`: the slowest rank's time, the sum of samples, the mean of shares).
 
-Adding a figure is one entry here and the arithmetic that makes it.
+The epoch rows, the loggers' ``timing/<name>`` scalars (:func:`scalars`), the run's figures
+(:func:`mnistperf.diagnosis.summary.aggregate`), ``compare``, the HTML report and the bench read the registry:
+adding a figure is one entry in :data:`FIGURES` (with ``derive`` where the epoch row does not already hold it).
 """
 
 from __future__ import annotations
@@ -22,14 +22,73 @@ import torch
 
 from mnistperf.diagnosis.ranks import every_rank
 
+# How a run reads a figure from its steady epochs (``Figure.run``):
+RUN_RULES = {
+    "weighted": "the epochs' values weighted by their train time",
+    "mean": "the mean over the epochs that measured it",
+    "max": "the largest epoch's",
+    "window": "the profiled window's reading, one for the run",
+    "split": "the mean over the epochs, under the run's split of train time",
+    "own": "computed by the run itself (its averages and totals, utilization, peak memory)",
+}
 
-@dataclass(frozen=True)
-class Figure:
-    """One figure: its name (in timing.json and after ``timing/`` in the loggers), its unit and what it means."""
 
-    name: str
+class Figure(str):
+    """One figure: its key (the string itself, in timing.json and after ``timing/`` in the loggers) and what it is.
+
+    Args:
+        name: the key.
+        unit: the unit it is kept in (``s``, ``share``, ``samples/s``, ``MB``, ...).
+        meaning: what it means, in one phrase.
+        label: its name where figures stand side by side (compare, the report); None: not shown there.
+        shown: the unit it is shown in (default ``unit``), ``scale`` times the kept value.
+        run: how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's only.
+        epoch: an epoch row holds it (and the loggers' scalars); False for the run's own figures.
+        where: where a run's summary keeps it, a dotted path (default: its key at the top level).
+        derive: the epoch's value from the row's other figures, for a figure the row does not already hold.
+    """
+
     unit: str
     meaning: str
+    label: str | None
+    shown: str
+    scale: float
+    run: str | None
+    epoch: bool
+    where: str
+    derive: Callable[[dict[str, Any]], float | None] | None
+
+    def __new__(
+        cls,
+        name: str,
+        unit: str,
+        meaning: str,
+        *,
+        label: str | None = None,
+        shown: str | None = None,
+        scale: float = 1.0,
+        run: str | None = None,
+        epoch: bool = True,
+        where: str | None = None,
+        derive: Callable[[dict[str, Any]], float | None] | None = None,
+    ) -> Figure:
+        """Declare a figure (the arguments are the class's)."""
+        if run is not None and run not in RUN_RULES:
+            raise ValueError(f"Figure {name!r}: run={run!r} is not one of {', '.join(RUN_RULES)}")
+        figure = super().__new__(cls, name)
+        figure.unit, figure.meaning, figure.label = unit, meaning, label
+        figure.shown, figure.scale = shown or unit, scale
+        figure.run, figure.epoch, figure.where, figure.derive = run, epoch, where or name, derive
+        return figure
+
+    @property
+    def name(self) -> str:
+        """The key, as a plain string."""
+        return str.__str__(self)
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        """Copied or pickled (a checkpoint, another process), a figure's key travels as the plain string it is."""
+        return str, (self.name,)
 
 
 def measure(unit: str, ranks: str, meaning: str, per_rank: bool = False) -> Any:
@@ -106,76 +165,207 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = 
     return Gathered(merged, rows[:, len(spec) :].sum(dim=0).tolist(), per_rank if len(rows) > 1 else None)
 
 
-SPLIT = (
-    Figure("input_wait_s", "s", "train time waiting for data"),
-    Figure("forward_s", "s", "train time in the forward"),
-    Figure("backward_s", "s", "train time in the backward"),
-    Figure("optimizer_s", "s", "train time in the optimizer's update"),
-    Figure("rest_s", "s", "the rest of train time: hooks, logging, Python between them"),
+PERCENT = {"shown": "%", "scale": 100.0}
+# The run's own figures, over its steady epochs (warm-up apart) or every epoch (totals).
+AVG_TRAIN_S = Figure(
+    "avg_train_s", "s", "train time per steady epoch", label="steady train time per epoch", run="own", epoch=False
 )
-# The profiled window's share, by the device it profiled.
-BUSY = {
-    "cuda": Figure("device_busy_share", "share", "time the GPU executed kernels or copies in the profiled window"),
-    "cpu": Figure("cpu_busy_share", "share", "time inside tensor operations in the profiled window"),
-}
+AVG_EVAL_S = Figure("avg_eval_s", "s", "evaluation time per steady epoch", run="own", epoch=False)
+TOTAL_TRAIN_S = Figure(
+    "total_train_s", "s", "train time of every epoch, the warm-up's included", run="own", epoch=False
+)
+TOTAL_EVAL_S = Figure("total_eval_s", "s", "evaluation time of every epoch", run="own", epoch=False)
+# An epoch's time and pace.
+TRAIN_S = Figure("train_s", "s", "training time of the epoch, evaluation inside it paused out")
+EVAL_S = Figure("eval_s", "s", "evaluation time inside the epoch")
+SAMPLES_PER_S = Figure(
+    "samples_per_s", "samples/s", "training samples over train time", label="throughput", run="weighted"
+)
+# Train time, split: these add up to it (mnistperf.diagnosis.phases); a run keeps their means under "split".
+SPLIT = tuple(
+    Figure(name, "s", meaning, label=f"  {label}", run="split", where=f"split.{name}")
+    for name, label, meaning in (
+        ("input_wait_s", "input wait", "train time waiting for data"),
+        ("forward_s", "forward", "train time in the forward"),
+        ("backward_s", "backward", "train time in the backward"),
+        ("optimizer_s", "optimizer", "train time in the optimizer's update"),
+        ("rest_s", "rest", "the rest of train time: hooks, logging, Python between them"),
+    )
+)
+INPUT_WAIT_S, FORWARD_S, BACKWARD_S, OPTIMIZER_S, REST_S = SPLIT
 # The epoch's step times (mnistperf.diagnosis.stalls): host intervals, no step synchronized.
-STEPS = (
-    Figure("step_median_s", "s", "median host interval of a training step, the first step apart"),
-    Figure("step_p90_s", "s", "90th percentile of the training steps' host intervals, the first step apart"),
-    Figure("step_max_s", "s", "longest host interval of a training step, the first step apart"),
-    Figure("first_step_s", "s", "the epoch's first training step's host interval, its fetch included"),
-    Figure("spikes", "steps", "training steps at least 3x the epoch's median step"),
+STEP_MEDIAN_S = Figure(
+    "step_median_s",
+    "s",
+    "median host interval of a training step, the first step apart",
+    label="median step",
+    shown="ms",
+    scale=1e3,
+    run="mean",
 )
-# The epoch's memory (mnistperf.diagnosis.memory): resident on Linux, the GPU's peaks on CUDA.
-MEMORY = (
-    Figure("rss_mb", "MB", "the training process's resident memory (the larger of mid-epoch and the epoch's end)"),
-    Figure("workers_rss_mb", "MB", "its DataLoader workers' resident memory, summed, while they run"),
-    Figure("device_allocated_mb", "MB", "the epoch's peak GPU memory allocated by tensors"),
-    Figure("device_reserved_mb", "MB", "the epoch's peak GPU memory reserved by the caching allocator"),
+STEP_P90_S = Figure("step_p90_s", "s", "90th percentile of the training steps' host intervals, the first step apart")
+STEP_MAX_S = Figure("step_max_s", "s", "longest host interval of a training step, the first step apart")
+FIRST_STEP_S = Figure("first_step_s", "s", "the epoch's first training step's host interval, its fetch included")
+SPIKES = Figure("spikes", "steps", "training steps at least 3x the epoch's median step")
+STEPS = (STEP_MEDIAN_S, STEP_P90_S, STEP_MAX_S, FIRST_STEP_S, SPIKES)
+# What the epoch waited on, as shares of its train time.
+INPUT_WAIT_SHARE = Figure(
+    "input_wait_share",
+    "share",
+    "share of train time the host waited for the next batch",
+    label="waiting for data",
+    run="weighted",
+    **PERCENT,
 )
+HOST_WAIT_SHARE = Figure(
+    "host_wait_share",
+    "share",
+    "share of train time between one step's end and the next one's start",
+    label="between steps",
+    run="weighted",
+    **PERCENT,
+)
+WAITS = (INPUT_WAIT_SHARE, HOST_WAIT_SHARE)  # what a loop that does not time the waits cannot give
+# The profiled window's share, by the device it profiled.
+DEVICE_BUSY_SHARE = Figure(
+    "device_busy_share",
+    "share",
+    "time the GPU executed kernels or copies in the profiled window",
+    label="GPU busy",
+    run="window",
+    **PERCENT,
+)
+CPU_BUSY_SHARE = Figure(
+    "cpu_busy_share",
+    "share",
+    "time inside tensor operations in the profiled window",
+    label="inside tensor operations",
+    run="window",
+    **PERCENT,
+)
+BUSY = {"cuda": DEVICE_BUSY_SHARE, "cpu": CPU_BUSY_SHARE}
 # The epoch's utilization (mnistperf.diagnosis.flops).
-UTILIZATION = (
-    Figure("achieved_flops_per_s", "FLOP/s", "the training steps' FLOPs over train time, every rank's"),
-    Figure("mfu", "share", "achieved FLOP/s over the device's peak for the run's number format, times the ranks"),
+ACHIEVED_FLOPS_PER_S = Figure(
+    "achieved_flops_per_s",
+    "FLOP/s",
+    "the training steps' FLOPs over train time, every rank's",
+    label="achieved",
+    shown="TFLOP/s",
+    scale=1e-12,
+    run="own",
 )
+MFU = Figure(
+    "mfu",
+    "share",
+    "achieved FLOP/s over the device's peak for the run's number format, times the ranks",
+    label="model FLOPs utilization",
+    run="own",
+    **PERCENT,
+)
+UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
 # Under DDP, the ranks' talk (mnistperf.diagnosis.busy_window.communication), from the profiled window.
-COMMUNICATION = (
-    Figure("comm_share", "share", "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window"),
-    Figure("comm_exposed_share", "share", "time inside collectives with no other work beside them in that window"),
+COMM_SHARE = Figure(
+    "comm_share",
+    "share",
+    "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window",
+    label="in collectives (DDP)",
+    run="window",
+    **PERCENT,
 )
-EPOCH_FIGURES = (
-    Figure("train_s", "s", "training time of the epoch"),
-    Figure("eval_s", "s", "evaluation time inside the epoch"),
-    Figure("samples_per_s", "samples/s", "training samples over train time"),
-    Figure("input_wait_share", "share", "share of train time the host waited for the next batch"),
-    Figure("host_wait_share", "share", "share of train time between one step's end and the next one's start"),
-    *BUSY.values(),
+COMM_EXPOSED_SHARE = Figure(
+    "comm_exposed_share",
+    "share",
+    "time inside collectives with no other work beside them in that window",
+    label="  with no work beside them",
+    run="window",
+    **PERCENT,
+)
+COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
+# The epoch's memory (mnistperf.diagnosis.memory): resident on Linux, the GPU's peaks on CUDA; the process's peaks.
+PEAK_RSS_MB = Figure(
+    "peak_rss_mb",
+    "MB",
+    "the training process's peak resident memory over the fit",
+    label="peak resident memory",
+    run="own",
+    epoch=False,
+    where="peak_rss_mb.main_process",
+)
+RSS_MB = Figure(
+    "rss_mb", "MB", "the training process's resident memory (the larger of mid-epoch and the epoch's end)", run="max"
+)
+WORKERS_RSS_MB = Figure(
+    "workers_rss_mb",
+    "MB",
+    "its DataLoader workers' resident memory, summed, while they run",
+    label="workers' resident memory",
+    run="max",
+)
+PEAK_DEVICE_MB = Figure(
+    "peak_device_mb",
+    "MB",
+    "peak GPU memory allocated by tensors over the fit",
+    label="peak GPU memory allocated",
+    run="own",
+    epoch=False,
+    where="peak_device_mb.allocated",
+)
+DEVICE_ALLOCATED_MB = Figure("device_allocated_mb", "MB", "the epoch's peak GPU memory allocated by tensors", run="max")
+DEVICE_RESERVED_MB = Figure(
+    "device_reserved_mb", "MB", "the epoch's peak GPU memory reserved by the caching allocator", run="max"
+)
+MEMORY = (RSS_MB, WORKERS_RSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)
+
+# Every figure, in the order they stand side by side.
+FIGURES: tuple[Figure, ...] = (
+    AVG_TRAIN_S,
+    SAMPLES_PER_S,
     *SPLIT,
-    *STEPS,
-    *MEMORY,
+    STEP_MEDIAN_S,
+    INPUT_WAIT_SHARE,
+    HOST_WAIT_SHARE,
+    DEVICE_BUSY_SHARE,
+    CPU_BUSY_SHARE,
     *UTILIZATION,
     *COMMUNICATION,
-)
-AVG_TRAIN_S = Figure("avg_train_s", "s", "train time per steady epoch")
-AVG_EVAL_S = Figure("avg_eval_s", "s", "evaluation time per steady epoch")
-SAMPLES_PER_S = Figure("samples_per_s", "samples/s", "training samples over the steady epochs' train time")
-INPUT_WAIT_SHARE = Figure("input_wait_share", "share", "share of the steady epochs' train time waiting for data")
-RUN_FIGURES = (
-    AVG_TRAIN_S,
+    PEAK_RSS_MB,
+    WORKERS_RSS_MB,
+    PEAK_DEVICE_MB,
     AVG_EVAL_S,
-    Figure("total_train_s", "s", "train time of every epoch, the warm-up's included"),
-    Figure("total_eval_s", "s", "evaluation time of every epoch"),
-    SAMPLES_PER_S,
-    INPUT_WAIT_SHARE,
-    Figure("host_wait_share", "share", "share of the steady epochs' train time between steps"),
-    *BUSY.values(),
-    *COMMUNICATION,
-    Figure("step_median_s", "s", "the steady epochs' median step interval, averaged"),
+    TOTAL_TRAIN_S,
+    TOTAL_EVAL_S,
+    TRAIN_S,
+    EVAL_S,
+    *STEPS[1:],
+    RSS_MB,
+    DEVICE_ALLOCATED_MB,
+    DEVICE_RESERVED_MB,
 )
-# The figures a loop that does not time the waits cannot give (not measured, not 0).
-WAITS = ("input_wait_share", "host_wait_share")
+
+
+def registry() -> tuple[Figure, ...]:
+    """The figures every record and view iterates (read at each use, so that a test can add one)."""
+    return FIGURES
+
+
+def epoch_figures() -> tuple[Figure, ...]:
+    """The figures an epoch row holds."""
+    return tuple(f for f in registry() if f.epoch)
+
+
+def shown_side_by_side() -> tuple[Figure, ...]:
+    """The figures compare and the report set side by side (those with a label), in the registry's order."""
+    return tuple(f for f in registry() if f.label is not None)
+
+
+def derive(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with every derived figure the registry declares that it does not already hold."""
+    for figure in epoch_figures():
+        if figure.derive is not None and figure not in row:
+            row[figure] = figure.derive(row)
+    return row
 
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:
     """An epoch row's figures as the loggers' scalars, ``timing/<name>`` (those measured)."""
-    return {f"timing/{f.name}": row[f.name] for f in EPOCH_FIGURES if row.get(f.name) is not None}
+    return {f"timing/{f.name}": row[f] for f in epoch_figures() if row.get(f) is not None}

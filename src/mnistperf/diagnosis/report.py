@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from mnistperf.atomic import atomic_write
-from mnistperf.diagnosis.compare import format_bought
+from mnistperf.diagnosis.compare import format_bought, read
+from mnistperf.diagnosis.figures import shown_side_by_side
 from mnistperf.diagnosis.summary import SPLIT_KEYS
 
 REPORT_FILE = "timing.html"
@@ -179,8 +180,21 @@ def run_section(summary: dict[str, Any], title: str) -> str:
         ),
         "<h3>Epochs</h3>",
         _table(["epoch", "train s", "samples/s", "median step ms", "spikes", "resident MB", "verdict"], rows),
+        "<h3>The run's figures</h3>",
+        figures_table(summary),
     ]
     return "\n".join(parts)
+
+
+def figures_table(summary: dict[str, Any]) -> str:
+    """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
+    rows = []
+    for figure in shown_side_by_side():
+        value = read(summary, figure)
+        if value is not None:
+            label = f"{(figure.label or figure.name).strip()} ({figure.shown})"
+            rows.append([label, _fmt(value * figure.scale), figure.meaning])
+    return _table(["figure", "value", "what it is"], rows)
 
 
 def comparison_section(found: dict[str, Any]) -> str:

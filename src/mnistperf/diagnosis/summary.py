@@ -25,11 +25,11 @@ import torch
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.advice import Hints, advice, format_advice
 from mnistperf.diagnosis.busy_window import CROWDED
-from mnistperf.diagnosis.figures import BUSY, MEMORY, SPLIT, STEPS, Measures
+from mnistperf.diagnosis.figures import BUSY, MEMORY, SPLIT, STEPS, Measures, derive, registry
 from mnistperf.diagnosis.flops import format_utilization
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.memory import format_growth, growth, measured
-from mnistperf.diagnosis.stalls import StepStats, format_stalls, median_step, stalls
+from mnistperf.diagnosis.stalls import StepStats, format_stalls, stalls
 from mnistperf.machine import describe_device, usable_cpus
 
 SUMMARY_FILE = "timing.json"
@@ -146,7 +146,7 @@ def epoch_row(
     row.update(split(train_s, fetch_wait_s, phases or {}))
     row["verdict"], row["verdict_reason"] = classify(row, threshold, _not_measured(busy_window))
     row.update(metrics)
-    return row
+    return derive(row)
 
 
 def ranks_apart(
@@ -268,15 +268,38 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _mean_or_none(epochs: list[dict[str, Any]], key: str) -> float | None:
+    """The epochs' mean, where every epoch measured it."""
     values = [e.get(key) for e in epochs]
     return mean(v for v in values if v is not None) if all(v is not None for v in values) else None
 
 
 def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
-    """A share averaged over epochs, weighted by their train time."""
+    """A share or rate averaged over epochs, weighted by their train time (where every epoch measured it)."""
     if any(e.get(key) is None for e in epochs):
         return None
     return sum(e[key] * e["train_s"] for e in epochs) / max(sum(e["train_s"] for e in epochs), 1e-12)
+
+
+def _measured_values(epochs: list[dict[str, Any]], key: str) -> list[float]:
+    values = [e.get(key) for e in epochs]
+    return [float(v) for v in values if isinstance(v, (int, float)) and not math.isnan(v)]
+
+
+# How a run reads a figure from its steady epochs, by the figure's rule (figures.RUN_RULES).
+RUN_READERS = {
+    "weighted": _weighted,
+    "mean": lambda epochs, key: mean(_measured_values(epochs, key)) if _measured_values(epochs, key) else None,
+    "max": lambda epochs, key: max(_measured_values(epochs, key), default=None),
+}
+
+
+def run_figures(steady: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every registered figure a run reads from its steady epochs by a rule: top-level ones, then its split."""
+    found: dict[str, Any] = {
+        figure: RUN_READERS[figure.run](steady, figure) for figure in registry() if figure.run in RUN_READERS
+    }
+    found["split"] = {figure: _mean_or_none(steady, figure) for figure in registry() if figure.run == "split"}
+    return found
 
 
 def aggregate(
@@ -296,11 +319,7 @@ def aggregate(
     every epoch, since it is a property of the step. ``split`` averages the epochs' split of train time.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
-    train = sum(e["train_s"] for e in steady)
-    figures: dict[str, Any] = {
-        "input_wait_share": _weighted(steady, "input_wait_share"),
-        "host_wait_share": _weighted(steady, "host_wait_share"),
-    }
+    figures = run_figures(steady)
     figures.update(window_figures(busy_window))
     not_measured = _not_measured(busy_window)
     if not_measured == WINDOW_PENDING:
@@ -308,7 +327,6 @@ def aggregate(
     verdict, reason = classify(figures, input_bound_share, not_measured)
     if busy_window is not None and busy_window.get("in_warmup") and busy_window.get("share") is not None:
         reason += "; it rests on the warm-up epoch, the only one of this run"
-    counted = None if any(e["samples"] is None for e in steady) else sum(e["samples"] for e in steady)
     found = {
         "epochs": epochs,
         "steady_epochs": [steady[0]["epoch"], steady[-1]["epoch"]],
@@ -317,9 +335,6 @@ def aggregate(
         "avg_eval_s": mean(e["eval_s"] for e in steady),
         "total_train_s": sum(e["train_s"] for e in epochs),
         "total_eval_s": sum(e["eval_s"] for e in epochs),
-        "samples_per_s": _rate(counted, train),
-        "split": {key: _mean_or_none(steady, key) for key in SPLIT_KEYS},
-        "step_median_s": median_step(steady),
         "stalls": stalls(epochs),
         "memory": {
             "growth": growth(steady),

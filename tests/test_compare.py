@@ -78,7 +78,7 @@ def test_a_folder_gives_its_newest_timing_json_and_a_wrong_path_fails_in_one_lin
     assert find_summary(tmp_path) == new and find_summary(old) == old
     main(["compare", str(old), str(new.parent.parent)])
     printed = capsys.readouterr().out
-    assert "B saves 5.00 s per epoch (2.00x), within the 6.00 s" in printed
+    assert "B saves 5.00 s per epoch (2.00x, noise not known), within the 6.00 s" in printed
     fails_in_one_line(capsys, ["compare", str(tmp_path / "nowhere"), str(new)], "no such file or folder")
     (tmp_path / "empty").mkdir()
     fails_in_one_line(capsys, ["compare", str(tmp_path / "empty"), str(new)], "no timing.json under this folder")

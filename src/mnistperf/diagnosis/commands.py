@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,13 +22,47 @@ def compare_command(argv: Sequence[str]) -> None:
     parser.add_argument("run_a", type=Path, metavar="RUN_A", help=RUN_HELP)
     parser.add_argument("run_b", type=Path, metavar="RUN_B", help=RUN_HELP)
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON (default: a table)")
+    parser.add_argument(
+        "--fail-if-slower",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="exit 1 where B's steady train time per epoch is more than PCT percent over A's, past the runs' noise "
+        "(a speed check for CI; docs/diagnose.md)",
+    )
     opts = parser.parse_args(argv)
+    if opts.fail_if_slower is not None and not 0 <= opts.fail_if_slower < 1000:
+        parser.error(f"--fail-if-slower {opts.fail_if_slower:g}: give a percentage from 0, e.g. --fail-if-slower 10")
     (a_path, a), (b_path, b) = load(opts.run_a), load(opts.run_b)
     found = compare(a, b)
     if opts.json:
         print(json.dumps(jsonable({"a": str(a_path), "b": str(b_path), **found}), indent=2))
     else:
         print(format_comparison(found, a_path, b_path))
+    if opts.fail_if_slower is not None:
+        failed, line = speed_check(found["bought"], opts.fail_if_slower)
+        print(line, file=sys.stderr if failed else sys.stdout)
+        if failed:
+            raise SystemExit(1)
+
+
+def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
+    """(whether B is slower than A past ``allowed_pct`` and the runs' noise, the line that says so either way)."""
+    slower, band = gain["slower"], gain["noise"]
+    option = f"--fail-if-slower {allowed_pct:g}"
+    noise_said = f"the runs' noise (±{band:.0%})" if band is not None else "no noise (each run had one steady epoch)"
+    limit = allowed_pct / 100 + (band or 0.0)
+    if slower is None:
+        return True, f"compare: {option}: B's train time per epoch could not be set against A's"
+    how = f"takes {slower:.0%} more time than A" if slower >= 0 else f"takes {-slower:.0%} less time than A"
+    if slower > limit:
+        return True, (
+            f"compare: {option} failed: B {how} per epoch, past the {allowed_pct:g}% allowed and {noise_said}"
+        )
+    return (
+        False,
+        f"compare: {option} passed: B {how} per epoch, within the {allowed_pct:g}% allowed and {noise_said}",
+    )
 
 
 def report_command(argv: Sequence[str]) -> None:

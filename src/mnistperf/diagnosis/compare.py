@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mnistperf.diagnosis.figures import Figure, shown_side_by_side
+from mnistperf.diagnosis.figures import AVG_TRAIN_S, Figure, shown_side_by_side
+from mnistperf.diagnosis.noise import beyond, noise, said
 from mnistperf.diagnosis.summary import SUMMARY_FILE
 from mnistperf.errors import ConfigError
 
@@ -65,6 +66,7 @@ def bought(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """B's gain over A per epoch of A's samples, and whether it stayed within the ceiling A's advice stated.
 
     Returns ``saved_s`` (train seconds per epoch, negative where B is slower), ``speed_up`` (A's time over B's),
+    ``slower`` (B's time over A's, less 1), ``noise`` (the runs' spread of train time, :mod:`.noise`),
     ``scaled`` (B's time was scaled to A's samples), and from A's advice ``bound``, ``ceiling_s`` and ``within``
     (None where A's advice gave no ceiling), and ``removed`` (B's verdict is no longer A's).
     """
@@ -74,12 +76,15 @@ def bought(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     if scaled:
         b_time = a_samples / b["samples_per_s"]  # both counted where scaled
     saved = a["avg_train_s"] - b_time
+    band = noise(a, b, AVG_TRAIN_S)
     advice = a.get("advice") or {}
     ceiling = advice.get("at_most_s_less")
     within = None if ceiling is None else saved <= ceiling * (1 + CEILING_SLACK)
     return {
         "saved_s": saved,
         "speed_up": a["avg_train_s"] / b_time if b_time > 0 else None,
+        "slower": b_time / a["avg_train_s"] - 1 if a["avg_train_s"] > 0 else None,
+        "noise": band,
         "scaled": scaled,
         "bound": a.get("verdict"),
         "ceiling_s": ceiling,
@@ -96,6 +101,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         if first is None and second is None:
             continue
         ratio = second / first if first and second is not None else None
+        band = noise(a, b, figure)
         rows.append(
             {
                 "figure": (figure.label or figure.name).strip(),
@@ -104,6 +110,8 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                 "a": None if first is None else first * figure.scale,
                 "b": None if second is None else second * figure.scale,
                 "ratio": ratio,
+                "noise": band,
+                "beyond_noise": beyond(ratio, band),
             }
         )
     return {
@@ -124,11 +132,12 @@ def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
     """The comparison as printed: a table of the figures, the verdicts, then what B bought against A's ceiling."""
     names = [name or path.parent.name for name, path in zip(found["names"], (a_path, b_path), strict=True)]
     lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", ""]
-    lines.append(f"{'':30} {'A':>12} {'B':>12} {'B/A':>7}")
+    lines.append(f"{'':30} {'A':>12} {'B':>12} {'B/A':>7}  the runs' noise")
     for row in found["rows"]:
         ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-"
         label = f"{row['figure']} ({row['unit']})"
-        lines.append(f"{label:30} {_cell(row['a'], row['unit']):>12} {_cell(row['b'], row['unit']):>12} {ratio:>7}")
+        cells = f"{_cell(row['a'], row['unit']):>12} {_cell(row['b'], row['unit']):>12} {ratio:>7}"
+        lines.append(f"{label:30} {cells}  {said(row['ratio'], row['noise'])}")
     lines.append(f"{'verdict':30} {found['verdicts'][0] or '-':>12} {found['verdicts'][1] or '-':>12}")
     lines.append("")
     lines.append(format_bought(found["bought"]))
@@ -139,10 +148,12 @@ def format_bought(gain: dict[str, Any]) -> str:
     """What B bought, in one line: its gain per epoch, and A's ceiling for its bound where A's advice gave one."""
     saved, speed = gain["saved_s"], gain["speed_up"]
     per = " of A's samples" if gain["scaled"] else ""
+    slower = gain.get("slower")
+    noise_said = said(None if slower is None else 1 + slower, gain.get("noise"))
     head = (
-        f"B saves {saved:.2f} s per epoch{per} ({speed:.2f}x)"
+        f"B saves {saved:.2f} s per epoch{per} ({speed:.2f}x, {noise_said})"
         if saved >= 0
-        else f"B takes {-saved:.2f} s more per epoch{per} ({speed:.2f}x)"
+        else f"B takes {-saved:.2f} s more per epoch{per} ({speed:.2f}x, {noise_said})"
     )
     if gain["ceiling_s"] is None:
         return head + f"; A's summary stated no ceiling for its bound ({gain['bound'] or 'no verdict'})"

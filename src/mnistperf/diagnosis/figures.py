@@ -46,6 +46,8 @@ class Figure(str):
         epoch: an epoch row holds it (and the loggers' scalars); False for the run's own figures.
         where: where a run's summary keeps it, a dotted path (default: its key at the top level).
         derive: the epoch's value from the row's other figures, for a figure the row does not already hold.
+        per_epoch: the epoch figure whose spread over the steady epochs is this figure's noise (default: itself,
+            where an epoch row holds it and it is not the profiled window's one reading; ``""``: none).
     """
 
     unit: str
@@ -57,6 +59,7 @@ class Figure(str):
     epoch: bool
     where: str
     derive: Callable[[dict[str, Any]], float | None] | None
+    per_epoch: str | None
 
     def __new__(
         cls,
@@ -71,6 +74,7 @@ class Figure(str):
         epoch: bool = True,
         where: str | None = None,
         derive: Callable[[dict[str, Any]], float | None] | None = None,
+        per_epoch: str | None = None,
     ) -> Figure:
         """Declare a figure (the arguments are the class's)."""
         if run is not None and run not in RUN_RULES:
@@ -79,6 +83,9 @@ class Figure(str):
         figure.unit, figure.meaning, figure.label = unit, meaning, label
         figure.shown, figure.scale = shown or unit, scale
         figure.run, figure.epoch, figure.where, figure.derive = run, epoch, where or name, derive
+        if per_epoch is None:
+            per_epoch = name if epoch and run != "window" else ""
+        figure.per_epoch = per_epoch or None
         return figure
 
     @property
@@ -166,18 +173,24 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = 
 
 
 PERCENT = {"shown": "%", "scale": 100.0}
+# An epoch's time and pace.
+TRAIN_S = Figure("train_s", "s", "training time of the epoch, evaluation inside it paused out")
+EVAL_S = Figure("eval_s", "s", "evaluation time inside the epoch")
 # The run's own figures, over its steady epochs (warm-up apart) or every epoch (totals).
 AVG_TRAIN_S = Figure(
-    "avg_train_s", "s", "train time per steady epoch", label="steady train time per epoch", run="own", epoch=False
+    "avg_train_s",
+    "s",
+    "train time per steady epoch",
+    label="steady train time per epoch",
+    run="own",
+    epoch=False,
+    per_epoch=TRAIN_S,
 )
-AVG_EVAL_S = Figure("avg_eval_s", "s", "evaluation time per steady epoch", run="own", epoch=False)
+AVG_EVAL_S = Figure("avg_eval_s", "s", "evaluation time per steady epoch", run="own", epoch=False, per_epoch=EVAL_S)
 TOTAL_TRAIN_S = Figure(
     "total_train_s", "s", "train time of every epoch, the warm-up's included", run="own", epoch=False
 )
 TOTAL_EVAL_S = Figure("total_eval_s", "s", "evaluation time of every epoch", run="own", epoch=False)
-# An epoch's time and pace.
-TRAIN_S = Figure("train_s", "s", "training time of the epoch, evaluation inside it paused out")
-EVAL_S = Figure("eval_s", "s", "evaluation time inside the epoch")
 SAMPLES_PER_S = Figure(
     "samples_per_s", "samples/s", "training samples over train time", label="throughput", run="weighted"
 )

@@ -1,0 +1,54 @@
+"""A run's own noise: how far a figure moved across its steady epochs, and whether two runs differ beyond it.
+
+A figure's noise in one run is its spread over the run's steady epochs, (largest - smallest) / mean of the epochs'
+values: what the same code on the same machine did from one epoch to the next. Two runs differ beyond noise where
+B over A is further from 1 than the larger of their two spreads; a run with fewer than two steady epochs measured
+none, so a difference from it is neither called within nor beyond (a fit of 3 epochs or more has two).
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import mean
+from typing import Any
+
+from mnistperf.diagnosis.figures import Figure
+
+MIN_EPOCHS = 2  # steady epochs a run needs for its spread
+
+
+def steady_values(summary: dict[str, Any], figure: Figure) -> list[float]:
+    """The figure's values in the run's steady epochs (those an epoch measured), from its epoch figure."""
+    if figure.per_epoch is None or "steady_epochs" not in summary:
+        return []
+    first, last = summary["steady_epochs"]
+    values = [row.get(figure.per_epoch) for row in summary.get("epochs", []) if first <= row.get("epoch", 0) <= last]
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+
+
+def spread(values: list[float]) -> float | None:
+    """(largest - smallest) / mean of the values; None for fewer than :data:`MIN_EPOCHS` or a mean of 0."""
+    if len(values) < MIN_EPOCHS or mean(values) <= 0:
+        return None
+    return (max(values) - min(values)) / mean(values)
+
+
+def noise(a: dict[str, Any], b: dict[str, Any], figure: Figure) -> float | None:
+    """The larger of the two runs' spreads of a figure (one run's where only it has one; None where neither has)."""
+    found = [s for s in (spread(steady_values(a, figure)), spread(steady_values(b, figure))) if s is not None]
+    return max(found) if found else None
+
+
+def beyond(ratio: float | None, band: float | None) -> bool | None:
+    """Whether B over A (``ratio``) is further from 1 than the noise ``band``; None where either is unknown."""
+    if ratio is None or band is None:
+        return None
+    return abs(ratio - 1) > band
+
+
+def said(ratio: float | None, band: float | None) -> str:
+    """The comparison's word for a difference: within or beyond the runs' noise (with it), or the noise not known."""
+    verdict = beyond(ratio, band)
+    if verdict is None:
+        return "noise not known" if ratio is not None else "-"
+    return f"{'beyond' if verdict else 'within'} noise (±{band:.0%})"

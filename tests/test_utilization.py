@@ -37,15 +37,27 @@ def rows() -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(BATCH * 6, IN), torch.randint(0, OUT, (BATCH * 6,))), batch_size=BATCH)
 
 
-def test_the_number_format_and_the_peaks_of_current_gpus():
+def peak(monkeypatch, name: str, fmt: str):
+    """The peak peak_flops gives for a GPU of that name, emulated (no GPU needed)."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    return peak_flops(torch.device("cuda", 0), fmt)
+
+
+def test_the_number_format_and_the_peaks_of_current_gpus(monkeypatch):
     assert number_format("bf16-mixed", "highest") == "bf16" and number_format("16-mixed", "highest") == "fp16"
     assert number_format("32-true", "high") == "tf32" and number_format("32-true", "highest") == "fp32"
-    assert peak_flops("cuda", "NVIDIA H100 80GB HBM3", "bf16") == (pytest.approx(989.4e12), None)
-    assert peak_flops("cuda", "NVIDIA H200", "tf32") == (pytest.approx(494.7e12), None)
-    assert peak_flops("cuda", "NVIDIA H100 PCIe", "bf16")[0] == pytest.approx(756e12)
-    peak, why = peak_flops("cuda", "Imaginary GPU 9000", "bf16")
-    assert peak is None and "not in the table" in why
-    assert peak_flops("cpu", "cpu", "fp32") == (None, "no peak is known for a cpu device")
+    # Hopper: the dense peaks (Lightning's table states them with sparsity, twice as high), and a plain H200
+    assert peak(monkeypatch, "NVIDIA H100 80GB HBM3", "bf16") == (pytest.approx(989.4e12), None)
+    assert peak(monkeypatch, "NVIDIA H200", "tf32") == (pytest.approx(494.7e12), None)
+    assert peak(monkeypatch, "NVIDIA H100 PCIe", "bf16")[0] == pytest.approx(756e12)
+    assert peak(monkeypatch, "NVIDIA GH200 480GB", "bf16")[0] == pytest.approx(989.4e12)
+    assert peak(monkeypatch, "NVIDIA A10", "bf16")[0] == pytest.approx(125e12)
+    # The rest from Lightning's table: an A100 is not taken for an A10
+    assert peak(monkeypatch, "NVIDIA A100-SXM4-80GB", "bf16") == (pytest.approx(312e12), None)
+    assert peak(monkeypatch, "Tesla T4", "fp16")[0] == pytest.approx(65e12)
+    found, why = peak(monkeypatch, "Imaginary GPU 9000", "bf16")
+    assert found is None and "no bf16 peak is known for Imaginary GPU 9000" in why
+    assert peak_flops(torch.device("cpu"), "fp32") == (None, "no peak is known for a cpu device")
 
 
 def test_a_fit_too_short_for_the_counter_is_not_counted_and_says_how_to_give_its_flops():

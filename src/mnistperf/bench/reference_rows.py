@@ -230,7 +230,7 @@ def run_bare(cli: MnistperfCLI) -> dict:
 
 
 # What the bare row's clock does not time (no waits), and so cannot conclude (no verdict): not measured, not 0.
-NOT_TIMED = {
+NOT_TIMED: dict[str, Any] = {
     **dict.fromkeys(WAITS),
     "verdict": "not measured",
     "verdict_reason": "the bare Lightning row times its epochs only, not the waits a verdict reads",

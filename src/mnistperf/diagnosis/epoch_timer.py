@@ -302,7 +302,7 @@ class EpochTimer(Callback):
         device = pl_module.device
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
         fmt = number_format(str(trainer.precision), torch.get_float32_matmul_precision())
-        peak, reason = peak_flops(device.type, name, fmt)
+        peak, reason = peak_flops(device, fmt)
         said = f"{name}'s {fmt} peak ({peak / 1e12:,.0f} TFLOP/s)" if peak is not None else reason
         self.clock.peak = (peak, said)
         swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there

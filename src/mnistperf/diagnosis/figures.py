@@ -172,7 +172,6 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = 
     return Gathered(merged, rows[:, len(spec) :].sum(dim=0).tolist(), per_rank if len(rows) > 1 else None)
 
 
-PERCENT = {"shown": "%", "scale": 100.0}
 # An epoch's time and pace.
 TRAIN_S = Figure("train_s", "s", "training time of the epoch, evaluation inside it paused out")
 EVAL_S = Figure("eval_s", "s", "evaluation time inside the epoch")
@@ -228,7 +227,8 @@ INPUT_WAIT_SHARE = Figure(
     "share of train time the host waited for the next batch",
     label="waiting for data",
     run="weighted",
-    **PERCENT,
+    shown="%",
+    scale=100.0,
 )
 HOST_WAIT_SHARE = Figure(
     "host_wait_share",
@@ -236,7 +236,8 @@ HOST_WAIT_SHARE = Figure(
     "share of train time between one step's end and the next one's start",
     label="between steps",
     run="weighted",
-    **PERCENT,
+    shown="%",
+    scale=100.0,
 )
 WAITS = (INPUT_WAIT_SHARE, HOST_WAIT_SHARE)  # what a loop that does not time the waits cannot give
 # The profiled window's share, by the device it profiled.
@@ -246,7 +247,8 @@ DEVICE_BUSY_SHARE = Figure(
     "time the GPU executed kernels or copies in the profiled window",
     label="GPU busy",
     run="window",
-    **PERCENT,
+    shown="%",
+    scale=100.0,
 )
 CPU_BUSY_SHARE = Figure(
     "cpu_busy_share",
@@ -254,7 +256,8 @@ CPU_BUSY_SHARE = Figure(
     "time inside tensor operations in the profiled window",
     label="inside tensor operations",
     run="window",
-    **PERCENT,
+    shown="%",
+    scale=100.0,
 )
 BUSY = {"cuda": DEVICE_BUSY_SHARE, "cpu": CPU_BUSY_SHARE}
 # The epoch's utilization (mnistperf.diagnosis.flops).
@@ -273,7 +276,8 @@ MFU = Figure(
     "achieved FLOP/s over the device's peak for the run's number format, times the ranks",
     label="model FLOPs utilization",
     run="own",
-    **PERCENT,
+    shown="%",
+    scale=100.0,
 )
 UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
 # Under DDP, the ranks' talk (mnistperf.diagnosis.busy_window.communication), from the profiled window.
@@ -283,7 +287,8 @@ COMM_SHARE = Figure(
     "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window",
     label="in collectives (DDP)",
     run="window",
-    **PERCENT,
+    shown="%",
+    scale=100.0,
 )
 COMM_EXPOSED_SHARE = Figure(
     "comm_exposed_share",
@@ -291,7 +296,8 @@ COMM_EXPOSED_SHARE = Figure(
     "time inside collectives with no other work beside them in that window",
     label="  with no work beside them",
     run="window",
-    **PERCENT,
+    shown="%",
+    scale=100.0,
 )
 COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
 # The epoch's memory (mnistperf.diagnosis.memory): resident on Linux, the GPU's peaks on CUDA; the process's peaks.

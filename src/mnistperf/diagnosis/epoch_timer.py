@@ -53,7 +53,8 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
-from mnistperf.diagnosis.advice import imported_hints
+from mnistperf.diagnosis.advice import USER_HINTS, imported_hints
+from mnistperf.diagnosis.arguments import Arguments
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.batches import Loaders, leading_lengths
 from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
@@ -170,7 +171,7 @@ class EpochTimer(Callback):
 
     Args:
         input_bound_share: share of train time the device (on CUDA) or the host (on a CPU)
-            spends waiting for data at which a run is called input-bound.
+            spends waiting for data at which a run is called input-bound (above 0, at most 1).
         summary_file: name of the JSON summary written into the run's log folder.
         busy_window_steps: training steps of the first steady epoch whose device work is profiled for the
             busy share (0 turns the profiling off; on a CPU at most six).
@@ -181,14 +182,14 @@ class EpochTimer(Callback):
             it whatever its size.
         window_share: on a CPU, the most of the fit's training time left the profiled window may cost (one per
             cent by default: the profiler's first start alone asks for some 25 s of training left, and a recorded
-            step for 250 steps); None profiles whatever it costs.
+            step for 250 steps; above 0, at most 1); None profiles whatever it costs.
         samples_in_batch: ``batch -> int``, the samples of a training batch, for batches whose tensors do not lead
             with the batch dimension; by default the LightningModule's own ``samples_in_batch(batch)`` where it
             defines one, else the leading length of the batch's first tensor.
         monitor: a validation metric (as logged, e.g. ``val/acc``) whose last value the summary reports; None:
             none.
-        flops_per_batch: the FLOPs of one training step, where known; by default torch's FLOP counter counts the
-            fit's first step (:mod:`mnistperf.diagnosis.flops`).
+        flops_per_batch: the FLOPs of one training step (above 0), where known; by default torch's FLOP counter
+            counts the fit's first step (:mod:`mnistperf.diagnosis.flops`).
     """
 
     def __init__(
@@ -203,6 +204,18 @@ class EpochTimer(Callback):
         monitor: str | None = None,
         flops_per_batch: float | None = None,
     ):
+        check = Arguments("EpochTimer")  # at once: a nonsense argument would otherwise fail late in the fit, or never
+        check.share("input_bound_share", input_bound_share)
+        check.text("summary_file", summary_file, takes="a file name (a non-empty string)")
+        check.number("busy_window_steps", busy_window_steps, 0, integer=True, takes="a count of steps, 0 or more")
+        check.hints(hints, list(USER_HINTS))
+        check.number("trace_limit", trace_limit, 0, integer=True, optional=True, takes="a count of 0 or more, or None")
+        check.share("window_share", window_share, optional=True)
+        check.function("samples_in_batch", samples_in_batch, takes="a function batch -> int, or None")
+        check.text("monitor", monitor, optional=True, takes="a logged metric's name, or None")
+        check.number(
+            "flops_per_batch", flops_per_batch, 0, above=True, optional=True, takes="a number of FLOPs above 0, or None"
+        )
         self.flops_per_batch = flops_per_batch
         self._flops = StepCounter()
         self._count_flops = self._counting_flops = False  # the fit's first step is to be counted, or is being
@@ -211,6 +224,7 @@ class EpochTimer(Callback):
         self.samples_in_batch = samples_in_batch
         self.monitor = monitor
         self.hints = imported_hints(hints)
+        check.hints(self.hints, list(USER_HINTS))
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
         self.trace_limit = trace_limit

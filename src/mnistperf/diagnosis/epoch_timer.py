@@ -145,24 +145,32 @@ def per_loader_text(samples: dict[str, int | None] | None) -> str:
     return " (" + " + ".join(f"{name} {count:,}" for name, count in counts.items()) + " samples)"
 
 
-def last_epoch(trainer: Trainer) -> bool:
-    """Whether the epoch starting now is the fit's last by its limits (max_epochs, max_steps)."""
+def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
+    """Whether the epoch starting now is the fit's last by its limits (max_epochs, max_steps).
+
+    ``batches``: the epoch's training steps, by default the trainer's (inf where its loader has no length: then
+    max_steps may end the fit inside it, and it is taken as possibly the last).
+    """
+    batches = float(trainer.num_training_batches) if batches is None else batches
     last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
     steps = trainer.max_steps
-    return last or (steps > 0 and trainer.global_step + trainer.num_training_batches >= steps)
+    return last or (steps > 0 and trainer.global_step + batches >= steps)
 
 
-def steps_left(trainer: Trainer) -> float:
+def steps_left(trainer: Trainer, batches: float | None = None) -> float:
     """The training steps the fit will still run from the epoch starting now, by its limits (inf where none bounds it).
 
     max_epochs and max_steps (optimizer steps, each of ``accumulate_grad_batches`` training steps); max_time is not
-    known ahead.
+    known ahead. ``batches``: the training steps of each epoch left, by default the trainer's count of this one's; NaN
+    where that is not known (a loader without a length) and max_epochs alone bounds the fit.
     """
+    batches = float(trainer.num_training_batches) if batches is None else batches
     left = math.inf
     if trainer.max_epochs is not None and trainer.max_epochs > 0:
-        left = float(trainer.num_training_batches) * (trainer.max_epochs - trainer.current_epoch)
+        left = batches * (trainer.max_epochs - trainer.current_epoch) if math.isfinite(batches) else math.nan
     if trainer.max_steps > 0:
-        left = min(left, float(trainer.max_steps - trainer.global_step) * max(1, int(trainer.accumulate_grad_batches)))
+        bound = float(trainer.max_steps - trainer.global_step) * max(1, int(trainer.accumulate_grad_batches))
+        left = bound if math.isnan(left) else min(left, bound)
     return left
 
 
@@ -356,8 +364,10 @@ class EpochTimer(Callback):
         if self._fetch is not None:
             self._fetch.reset()
         with self.problems.guard("starting the epoch's clock"):
+            batches = float(trainer.num_training_batches)  # inf where the training loader has no length
+            expected = self.clock.expected_steps(batches)
             self.clock.epoch_start(
-                trainer.num_training_batches, trainer.current_epoch + 1, last_epoch(trainer), steps_left(trainer)
+                batches, trainer.current_epoch + 1, last_epoch(trainer, expected), steps_left(trainer, expected)
             )
 
     @override
@@ -376,15 +386,20 @@ class EpochTimer(Callback):
             self.clock.step_start(batch_idx)
             if self._count_flops:  # the fit's first step, if the fit can pay for counting it
                 self._count_flops = False
-                short = too_short_to_count(steps_left(trainer))
+                left = steps_left(trainer)
+                # A fit of unknown length (a loader without one) is counted: a dozen steps' time, paid once.
+                short = None if math.isnan(left) else too_short_to_count(left)
                 if short is None:
                     self._counting_flops = True
                     self._flops.start()
                 else:
                     self.clock.flops_reason = short
+        except Exception as error:
+            self.problems.note("timing a step's start", error)
+        try:  # apart from the timing: a step whose clock failed still has its samples
             samples = self._count_samples(batch)
         except Exception as error:
-            self.problems.note("timing a step's start or counting its samples", error)
+            self.problems.note("counting a step's samples", error)
             samples = None
         if samples is None and not self._uncounted:
             self._uncounted = True

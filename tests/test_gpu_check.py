@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import CONFIGS, REPO, stage_marks
+from lightning.pytorch.callbacks import ModelSummary
 
 from mnistperf import gpu_check, gpu_preflight
 from mnistperf.bench.runner import parse_args, plan_runs
@@ -72,6 +74,23 @@ def test_every_run_of_the_check_is_one_fit_would_build(bench, stage):
         seen.add(args)
         cli = parse_fit_config(args)
         cli.before_fit()  # the checks fit makes before training (batches per step, limits of 0)
+        options = [a for a in args[2:] if a not in RUNNER_ONLY]
+        for key, value in zip(options[::2], options[1::2], strict=True):
+            assert built(cli, key) == yaml.safe_load(value), (stage, key, value)
+        config = yaml.safe_load(plan.config.read_text())
+        assert cli.datamodule.hparams["pipeline"] == config["data"]["pipeline"]  # the stage's own data, built
+
+
+def built(cli, key: str):
+    """What the fit ``cli`` built holds for the option ``--key`` (``trainer.max_epochs``, ``data.drop_last``, ...)."""
+    section, name = key.removeprefix("--").split(".")
+    if section == "trainer":
+        if name == "enable_progress_bar":
+            return cli.trainer.progress_bar_callback is not None
+        if name == "enable_model_summary":
+            return any(isinstance(callback, ModelSummary) for callback in cli.trainer.callbacks)
+        return getattr(cli.trainer, name)
+    return {"model": cli.model, "data": cli.datamodule}[section].hparams[name]
 
 
 def test_the_timer_arm_without_the_timer_has_no_callback():

@@ -86,6 +86,7 @@ def test_the_resident_memory_of_running_workers_is_measured():
     timer = EpochTimer()
     loader = DataLoader(Rows(ballast_mb=BALLAST_MB), batch_size=2, num_workers=1)  # not persistent: gone by the end
     fit_module(Hoarder(), loader, callbacks=[timer], max_epochs=2)
+    assert [row["epoch"] for row in timer.epochs] == [1, 2]
     for row in timer.epochs:
         assert row["workers_rss_mb"] >= BALLAST_MB and row["rss_mb"] > 0, row
         assert "timing/workers_rss_mb" in scalars(row) and row["device_allocated_mb"] is None

@@ -14,6 +14,7 @@ import torch
 from conftest import (
     CONFIGS,
     NO_WORKERS,
+    TRAIN_ROWS,
     ForbidSyncs,
     fit_module,
     random_split,
@@ -417,14 +418,22 @@ def test_the_compiled_step_recompiles_nothing_after_its_first_epoch(workdir, mon
 # ---------------------------------------------------------------- CUDA only
 @pytest.mark.cuda
 @pytest.mark.parametrize("pipeline", PIPELINES)
-def test_no_step_waits_for_the_device(workdir, monkeypatch, pipeline):
-    """Between the first and the last training step nothing may synchronize host and device."""
+def test_no_step_waits_for_the_device(workdir, monkeypatch, pipeline, caplog):
+    """Between the first and the last training step nothing may synchronize host and device.
+
+    A sync in the module's step fails the fit; one inside a callback is caught there, as every error of a
+    diagnostic is, and is read back from the lines the callbacks said.
+    """
 
     monkeypatch.setattr("mnistperf.diagnosis.EpochTimer", ForbidSyncs)
     try:
-        run_stage("v2_pinned", "--data.pipeline", pipeline, "--data.batch_size", "8", *NO_WORKERS, epochs=1)
+        summary = run_stage("v2_pinned", "--data.pipeline", pipeline, "--data.batch_size", "8", *NO_WORKERS, epochs=1)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    said = [r.getMessage() for r in caplog.records if r.name == "mnistperf.diagnosis"]
+    assert not [line for line in said if "synchroniz" in line], said
+    assert summary is not None and not [line for line in summary["problems"] if "synchroniz" in line]
+    assert summary["epochs"][0]["samples"] == TRAIN_ROWS  # the fit was timed through, every step counted
 
 
 class DeviceItems(Dataset):

@@ -350,6 +350,7 @@ def test_a_foreign_module_trains_without_a_single_sync_between_its_steps(tmp_pat
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert [e["samples"] for e in timer.epochs] == [64] * EPOCHS
+    assert not [line for line in timer.problems.lines if "synchroniz" in line]  # caught inside the timer, said there
 
 
 def test_beside_a_progress_bar_the_timer_says_where_its_epochs_start(tmp_path, capsys):

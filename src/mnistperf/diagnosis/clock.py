@@ -135,6 +135,8 @@ class EpochClock:
         self.epochs: list[dict[str, Any]] = []
         self._window_declined = False  # the fit was too short for the window to cost its share
         self._steps_left = math.inf  # the fit's training steps left at the window's epoch start
+        self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
+        self._placed_by = ""  # where the window's epoch had no length: what placed the window instead
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
         self.world_size = 1
@@ -163,6 +165,21 @@ class EpochClock:
         self._rss = self._workers_rss = math.nan
         self.phases.reset()
 
+    def expected_steps(self, batches: float) -> float:
+        """The training steps of the epoch about to start: ``batches``, or the last whole epoch's where that is inf.
+
+        ``batches`` is inf where the training loader has no length; so is the answer before a whole epoch ran.
+        """
+        if math.isfinite(batches) or self._last_length is None:
+            return batches
+        return float(self._last_length)
+
+    def _length_note(self, batches: float) -> str:
+        """Where an epoch's length is taken from the last one's: says so, for the reasons that rest on it."""
+        if math.isfinite(batches) or self._last_length is None:
+            return ""
+        return f"an epoch taken as the last one's {self._last_length:,} steps: the training loader has no length"
+
     # ------------------------------------------------------------------ timestamps
     def epoch_start(
         self, batches: float = math.inf, number: int | None = None, last: bool = False, steps_left: float = math.inf
@@ -171,7 +188,9 @@ class EpochClock:
 
         The first steady epoch opens the busy window, or the first where it is also the ``last`` of the fit, or a
         later one where the window has not been read yet; on a CPU only where the fit's ``steps_left`` (this
-        epoch's included) can pay for it. Synchronizes.
+        epoch's included) can pay for it. ``batches`` is inf where the training loader has no length: the window is
+        then placed by the last whole epoch's length (:meth:`expected_steps`); ``steps_left`` is NaN where the fit's
+        length is not known at all, and a CPU window is then declined, its cost being unknown. Synchronizes.
         """
         self._reset(batches, number)
         reset_device_peaks(self.device)
@@ -184,21 +203,36 @@ class EpochClock:
     def _open_window(self, batches: float, steps_left: float) -> None:
         """The busy window of this epoch, or why there is none; on a CPU, the fit's cost of it is weighed later."""
         self._steps_left = steps_left
-        if self.device.type != "cuda" and affordable_steps(steps_left, self.window_share) < 1:
-            self._decline_window(steps_left)  # too few steps whatever their pace
+        self._placed_by = self._length_note(batches)
+        on_cpu = self.device.type != "cuda" and self.window_share is not None
+        if on_cpu and (math.isnan(steps_left) or affordable_steps(steps_left, self.window_share) < 1):
+            self._decline_window(steps_left)  # too few steps whatever their pace, or a count nobody knows
             return
-        steps = window_steps(batches, self.busy_window_steps)
+        expected = self.expected_steps(batches)
+        steps = window_steps(expected, self.busy_window_steps)
         if steps:
             self.window = BusyWindow(*steps, device_type=self.device.type)
         else:
-            self._window_missed(f"epoch {self._number} has {batches:.0f} training steps, too few for the window")
+            placed = f" ({self._placed_by})" if self._placed_by else ""
+            self._window_missed(
+                f"epoch {self._number} has {expected:.0f} training steps{placed}, too few for the window"
+            )
 
     def _decline_window(self, steps_left: float) -> None:
         self._window_declined = True
         self.window = None
+        anyway = "EpochTimer(window_share=None) profiles such a fit anyway"
+        if math.isnan(steps_left):
+            self._window_missed(
+                "the fit's length is not known ahead (its training loader has no length and max_steps does not bound "
+                f"it), so the profiled window could not be kept under {self.window_share:.0%} of its time; {anyway}"
+            )
+            return
+        left = f"{steps_left:,.0f} training steps left"
+        left = f"about {left} ({self._placed_by})" if self._placed_by else left
         self._window_missed(
-            f"the fit's {steps_left:,.0f} training steps left are too few for the profiled window to cost under "
-            f"{self.window_share:.0%} of their time; EpochTimer(window_share=None) profiles such a fit anyway"
+            f"the fit's {left} are too few for the profiled window to cost under {self.window_share:.0%} of their "
+            f"time; {anyway}"
         )
 
     def _weigh_window(self, window: BusyWindow) -> bool:
@@ -215,7 +249,8 @@ class EpochClock:
         if affordable < 1:
             self._decline_window(left)
             return False
-        window.cap(int(affordable), affordable * step_s)
+        if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
+            window.cap(int(affordable), affordable * step_s)
         return True
 
     @property
@@ -333,10 +368,16 @@ class EpochClock:
                     f"epoch {self._number} began at step {self._first_index + 1} (a fit resumed mid-epoch), past "
                     f"the window's start at step {window.first - PROFILER_WARMUP_STEPS + 1}"
                 )
+            elif (self._first_index or 0) + self._steps > window.last:  # the epoch ran past it, unrecorded
+                self._window_missed(
+                    f"the profiler did not record steps {window.first + 1}-{window.last + 1} of epoch {self._number} "
+                    "(the timer's problems say why)"
+                )
             else:
+                placed = f"; {self._placed_by}" if self._placed_by else ""
                 self._window_missed(
                     f"epoch {self._number} ended after {self._steps} of its steps, before the window's last "
-                    f"(step {window.last + 1}): max_steps, limit_train_batches or the module ended it early"
+                    f"(step {window.last + 1}{placed}): max_steps, limit_train_batches or the module ended it early"
                 )
 
     def export_trace(self, folder: Path) -> Path | None:
@@ -423,6 +464,8 @@ class EpochClock:
         """End the epoch's timing (synchronizes) and return this process's measures of it."""
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
+        if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
+            self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
         return self.measures()
 
     def close_epoch(self, gathered: Gathered, metrics: dict[str, float] | None = None) -> dict[str, Any]:

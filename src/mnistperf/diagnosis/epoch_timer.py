@@ -53,7 +53,8 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
-from mnistperf.diagnosis.advice import imported_hints
+from mnistperf.diagnosis.advice import USER_HINTS, imported_hints
+from mnistperf.diagnosis.arguments import Arguments
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.batches import Loaders, leading_lengths
 from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
@@ -144,24 +145,32 @@ def per_loader_text(samples: dict[str, int | None] | None) -> str:
     return " (" + " + ".join(f"{name} {count:,}" for name, count in counts.items()) + " samples)"
 
 
-def last_epoch(trainer: Trainer) -> bool:
-    """Whether the epoch starting now is the fit's last by its limits (max_epochs, max_steps)."""
+def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
+    """Whether the epoch starting now is the fit's last by its limits (max_epochs, max_steps).
+
+    ``batches``: the epoch's training steps, by default the trainer's (inf where its loader has no length: then
+    max_steps may end the fit inside it, and it is taken as possibly the last).
+    """
+    batches = float(trainer.num_training_batches) if batches is None else batches
     last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
     steps = trainer.max_steps
-    return last or (steps > 0 and trainer.global_step + trainer.num_training_batches >= steps)
+    return last or (steps > 0 and trainer.global_step + batches >= steps)
 
 
-def steps_left(trainer: Trainer) -> float:
+def steps_left(trainer: Trainer, batches: float | None = None) -> float:
     """The training steps the fit will still run from the epoch starting now, by its limits (inf where none bounds it).
 
     max_epochs and max_steps (optimizer steps, each of ``accumulate_grad_batches`` training steps); max_time is not
-    known ahead.
+    known ahead. ``batches``: the training steps of each epoch left, by default the trainer's count of this one's; NaN
+    where that is not known (a loader without a length) and max_epochs alone bounds the fit.
     """
+    batches = float(trainer.num_training_batches) if batches is None else batches
     left = math.inf
     if trainer.max_epochs is not None and trainer.max_epochs > 0:
-        left = float(trainer.num_training_batches) * (trainer.max_epochs - trainer.current_epoch)
+        left = batches * (trainer.max_epochs - trainer.current_epoch) if math.isfinite(batches) else math.nan
     if trainer.max_steps > 0:
-        left = min(left, float(trainer.max_steps - trainer.global_step) * max(1, int(trainer.accumulate_grad_batches)))
+        bound = float(trainer.max_steps - trainer.global_step) * max(1, int(trainer.accumulate_grad_batches))
+        left = bound if math.isnan(left) else min(left, bound)
     return left
 
 
@@ -170,7 +179,7 @@ class EpochTimer(Callback):
 
     Args:
         input_bound_share: share of train time the device (on CUDA) or the host (on a CPU)
-            spends waiting for data at which a run is called input-bound.
+            spends waiting for data at which a run is called input-bound (above 0, at most 1).
         summary_file: name of the JSON summary written into the run's log folder.
         busy_window_steps: training steps of the first steady epoch whose device work is profiled for the
             busy share (0 turns the profiling off; on a CPU at most six).
@@ -181,14 +190,14 @@ class EpochTimer(Callback):
             it whatever its size.
         window_share: on a CPU, the most of the fit's training time left the profiled window may cost (one per
             cent by default: the profiler's first start alone asks for some 25 s of training left, and a recorded
-            step for 250 steps); None profiles whatever it costs.
+            step for 250 steps; above 0, at most 1); None profiles whatever it costs.
         samples_in_batch: ``batch -> int``, the samples of a training batch, for batches whose tensors do not lead
             with the batch dimension; by default the LightningModule's own ``samples_in_batch(batch)`` where it
             defines one, else the leading length of the batch's first tensor.
         monitor: a validation metric (as logged, e.g. ``val/acc``) whose last value the summary reports; None:
             none.
-        flops_per_batch: the FLOPs of one training step, where known; by default torch's FLOP counter counts the
-            fit's first step (:mod:`mnistperf.diagnosis.flops`).
+        flops_per_batch: the FLOPs of one training step (above 0), where known; by default torch's FLOP counter
+            counts the fit's first step (:mod:`mnistperf.diagnosis.flops`).
     """
 
     def __init__(
@@ -203,6 +212,18 @@ class EpochTimer(Callback):
         monitor: str | None = None,
         flops_per_batch: float | None = None,
     ):
+        check = Arguments("EpochTimer")  # at once: a nonsense argument would otherwise fail late in the fit, or never
+        check.share("input_bound_share", input_bound_share)
+        check.text("summary_file", summary_file, takes="a file name (a non-empty string)")
+        check.number("busy_window_steps", busy_window_steps, 0, integer=True, takes="a count of steps, 0 or more")
+        check.hints(hints, list(USER_HINTS))
+        check.number("trace_limit", trace_limit, 0, integer=True, optional=True, takes="a count of 0 or more, or None")
+        check.share("window_share", window_share, optional=True)
+        check.function("samples_in_batch", samples_in_batch, takes="a function batch -> int, or None")
+        check.text("monitor", monitor, optional=True, takes="a logged metric's name, or None")
+        check.number(
+            "flops_per_batch", flops_per_batch, 0, above=True, optional=True, takes="a number of FLOPs above 0, or None"
+        )
         self.flops_per_batch = flops_per_batch
         self._flops = StepCounter()
         self._count_flops = self._counting_flops = False  # the fit's first step is to be counted, or is being
@@ -211,6 +232,7 @@ class EpochTimer(Callback):
         self.samples_in_batch = samples_in_batch
         self.monitor = monitor
         self.hints = imported_hints(hints)
+        check.hints(self.hints, list(USER_HINTS))
         self.summary_file = summary_file
         self.busy_window_steps = busy_window_steps
         self.trace_limit = trace_limit
@@ -342,8 +364,10 @@ class EpochTimer(Callback):
         if self._fetch is not None:
             self._fetch.reset()
         with self.problems.guard("starting the epoch's clock"):
+            batches = float(trainer.num_training_batches)  # inf where the training loader has no length
+            expected = self.clock.expected_steps(batches)
             self.clock.epoch_start(
-                trainer.num_training_batches, trainer.current_epoch + 1, last_epoch(trainer), steps_left(trainer)
+                batches, trainer.current_epoch + 1, last_epoch(trainer, expected), steps_left(trainer, expected)
             )
 
     @override
@@ -362,15 +386,20 @@ class EpochTimer(Callback):
             self.clock.step_start(batch_idx)
             if self._count_flops:  # the fit's first step, if the fit can pay for counting it
                 self._count_flops = False
-                short = too_short_to_count(steps_left(trainer))
+                left = steps_left(trainer)
+                # A fit of unknown length (a loader without one) is counted: a dozen steps' time, paid once.
+                short = None if math.isnan(left) else too_short_to_count(left)
                 if short is None:
                     self._counting_flops = True
                     self._flops.start()
                 else:
                     self.clock.flops_reason = short
+        except Exception as error:
+            self.problems.note("timing a step's start", error)
+        try:  # apart from the timing: a step whose clock failed still has its samples
             samples = self._count_samples(batch)
         except Exception as error:
-            self.problems.note("timing a step's start or counting its samples", error)
+            self.problems.note("counting a step's samples", error)
             samples = None
         if samples is None and not self._uncounted:
             self._uncounted = True

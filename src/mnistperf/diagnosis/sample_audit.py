@@ -50,6 +50,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import override
 
+from mnistperf.diagnosis.arguments import Arguments
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.batches import Loaders, leading_lengths, tensors_of
 from mnistperf.diagnosis.fingerprint import PADDING, Fingerprinter, HeldSteps
@@ -132,7 +133,7 @@ class SampleAudit(Callback):
         strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a
             missing sample (on every rank, so none is left waiting).
         max_words: 16-bit words of each tensor of a sample that the content hash reads at most.
-        seed: seed of the content hash's weights.
+        seed: seed of the content hash's weights, from 0 to 2**32 - 1.
     """
 
     def __init__(
@@ -145,8 +146,14 @@ class SampleAudit(Callback):
         max_words: int = 4096,
         seed: int = 0,
     ):
-        if sample_dims < 1:
-            raise ValueError(f"SampleAudit sample_dims {sample_dims}: at least 1 leading dimension indexes samples")
+        check = Arguments("SampleAudit")  # at once: a nonsense argument would otherwise fail late in the fit, or never
+        check.number("dataset_size", dataset_size, 1, integer=True, optional=True, takes="a count, 1 or more, or None")
+        check.choice("sample_id", sample_id, (str, int), takes="a key (str) or a position (int) of the batch, or None")
+        check.function("fingerprint", fingerprint, takes="a function batch -> int64 tensor [N], or None")
+        check.number("sample_dims", sample_dims, 1, integer=True, takes="a count of leading dimensions, 1 or more")
+        check.flag("strict", strict)
+        check.number("max_words", max_words, 1, integer=True, takes="a count of 16-bit words, 1 or more")
+        check.number("seed", seed, 0, 2**32 - 1, integer=True, takes="a whole number from 0 to 2**32 - 1")
         self.dataset_size, self.sample_id, self.fingerprint = dataset_size, sample_id, fingerprint
         self.sample_dims, self.strict = sample_dims, strict
         self.hash = Fingerprinter(seed, max_words)

@@ -1,0 +1,150 @@
+"""Epochs of any length: a loader without ``__len__`` (Lightning's own iterable demo), a float limit_train_batches and
+max_steps. Every epoch's samples are counted, and the profiled window is placed from what is known or the reason says
+plainly why it could not be."""
+
+from __future__ import annotations
+
+import math
+import re
+from contextlib import nullcontext
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import fit_module
+from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringDataModuleNoLen, BoringModel
+
+from mnistperf.diagnosis import EpochTimer, SampleAudit
+from mnistperf.diagnosis.busy_window import CPU_WINDOW_STEPS, PROFILER_WARMUP_STEPS
+from mnistperf.diagnosis.clock import EpochClock
+from mnistperf.diagnosis.epoch_timer import last_epoch, steps_left
+
+NO_LEN_SAMPLES = 512  # BoringDataModuleNoLen: an iterable of 512 rows, batches of one, no __len__
+LEN_SAMPLES = 64  # BoringDataModule: 64 rows in a map-style dataset, batches of one
+
+
+def fitted(datamodule, timer: EpochTimer | None = None, **options) -> tuple[EpochTimer, SampleAudit, object]:
+    timer = timer or EpochTimer()
+    audit = SampleAudit()
+    trainer = fit_module(BoringModel(), datamodule=datamodule, callbacks=[timer, audit], **options)
+    return timer, audit, trainer
+
+
+def contradictions(reason: str) -> list[str]:
+    """Where a reason says an epoch ended after N steps, before a window's last step M: each such clause with N >= M."""
+    ended = re.findall(r"ended after (\d+) of its steps, before the window's last \(step (\d+)", reason)
+    return [f"{n} >= {m}" for n, m in ended if int(n) >= int(m)]
+
+
+def test_every_epoch_of_a_loader_without_a_length_is_counted_and_its_reason_agrees_with_itself():
+    timer, audit, trainer = fitted(BoringDataModuleNoLen(), max_epochs=3)
+    assert trainer.num_training_batches == math.inf
+    assert [row["samples"] for row in timer.epochs] == [NO_LEN_SAMPLES] * 3
+    assert [row["seen"] for row in audit.epochs] == [NO_LEN_SAMPLES] * 3
+    assert list(timer.problems.lines) == [] and list(audit.problems.lines) == []
+    window = timer.busy_window
+    # Placed from epoch 1's 512 steps, the window's cost is weighed against the two epochs left: a reading, or the
+    # fit's steps left named as taken from that length.
+    assert window["share"] is not None or (
+        "training steps left (an epoch taken as the last one's 512 steps: the training loader has no length) are "
+        "too few for the profiled window" in window["reason"]
+    )
+    for row in timer.epochs:
+        assert "OverflowError" not in row["verdict_reason"] and not contradictions(row["verdict_reason"])
+
+
+def test_a_window_on_a_loader_without_a_length_is_placed_by_the_last_epochs_length():
+    timer, _, _ = fitted(BoringDataModuleNoLen(), EpochTimer(window_share=None), max_epochs=2)
+    assert [row["samples"] for row in timer.epochs] == [NO_LEN_SAMPLES] * 2
+    window = timer.busy_window
+    # At the end of epoch 2, taken as epoch 1's 512 steps: clear of its last two, as in an epoch with a length.
+    assert (window["epoch"], window["first_step"], window["last_step"]) == (2, 505, 510)
+    assert window["share"] is not None and "in_warmup" not in window
+    assert timer.epochs[1]["profiled"]["steps"] == CPU_WINDOW_STEPS + PROFILER_WARMUP_STEPS
+
+
+def test_a_one_epoch_fit_of_unknown_length_says_plainly_why_the_cpu_window_was_not_placed():
+    timer, audit, _ = fitted(BoringDataModuleNoLen(), max_epochs=1)
+    assert timer.epochs[0]["samples"] == NO_LEN_SAMPLES and audit.epochs[0]["seen"] == NO_LEN_SAMPLES
+    assert timer.busy_window["share"] is None
+    assert timer.busy_window["reason"] == (
+        "the fit's length is not known ahead (its training loader has no length and max_steps does not bound it), "
+        "so the profiled window could not be kept under 1% of its time; EpochTimer(window_share=None) profiles such "
+        "a fit anyway"
+    )
+    assert list(timer.problems.lines) == []
+
+
+def test_max_steps_ends_a_fit_of_unknown_length_inside_an_epoch_and_each_part_is_counted():
+    timer, audit, trainer = fitted(
+        BoringDataModuleNoLen(), EpochTimer(window_share=None), max_epochs=None, max_steps=NO_LEN_SAMPLES + 88
+    )
+    assert trainer.global_step == NO_LEN_SAMPLES + 88
+    assert [row["samples"] for row in timer.epochs] == [NO_LEN_SAMPLES, 88]
+    assert [row["seen"] for row in audit.epochs] == [NO_LEN_SAMPLES, 88]
+    # Epoch 1 might have been the fit's last (max_steps could end it), so it holds the window, as a warm-up reading.
+    window = timer.busy_window
+    assert (window["epoch"], window["first_step"]) == (1, 13) and window["in_warmup"] and window["share"] is not None
+    assert list(timer.problems.lines) == []
+
+
+def test_a_float_limit_train_batches_counts_the_limited_epoch_and_fits_the_window_inside_it():
+    timer, audit, trainer = fitted(BoringDataModule(), EpochTimer(window_share=None), limit_train_batches=0.5)
+    assert trainer.num_training_batches == LEN_SAMPLES // 2
+    assert [row["samples"] for row in timer.epochs] == [LEN_SAMPLES // 2] * 2
+    assert [row["seen"] for row in audit.epochs] == [LEN_SAMPLES // 2] * 2
+    window = timer.busy_window
+    assert (window["epoch"], window["first_step"], window["last_step"]) == (2, 25, 30)  # 32 steps, its last two clear
+    assert window["share"] is not None
+
+
+def test_an_epoch_shorter_than_the_last_one_says_where_the_window_was_placed_from():
+    clock = EpochClock(torch.device("cpu"), window_share=None)
+    for epoch, steps in ((1, 40), (2, 20)):
+        clock.epoch_start(math.inf, epoch, steps_left=math.inf)
+        for index in range(steps):
+            clock.step_start(index)
+            clock.step_end(index)
+        clock.epoch_end()
+    assert clock.busy_window["reason"] == (
+        "epoch 2 ended after 20 of its steps, before the window's last (step 38; an epoch taken as the last one's 40 "
+        "steps: the training loader has no length): max_steps, limit_train_batches or the module ended it early"
+    )
+    assert [row["samples"] for row in clock.epochs] == [0, 0]  # nothing was counted into this bare clock
+
+
+def test_a_window_the_epoch_ran_past_unrecorded_does_not_say_the_epoch_ended_before_it(monkeypatch):
+    clock = EpochClock(torch.device("cpu"), window_share=None)
+    clock.epoch_start(40, 1, last=True)
+    monkeypatch.setattr(clock, "_weigh_window", lambda window: 1 / 0)  # the window's start fails inside the timer
+    for index in range(40):
+        with pytest.raises(ZeroDivisionError) if index == clock.window.first - PROFILER_WARMUP_STEPS else nullcontext():
+            clock.step_start(index)
+        clock.step_end(index)
+    clock.epoch_end()
+    assert (
+        clock.busy_window["reason"]
+        == "the profiler did not record steps 33-38 of epoch 1 (the timer's problems say why)"
+    )
+
+
+def trainer_at(batches: float, max_epochs: int | None = 3, max_steps: int = -1, epoch: int = 0, step: int = 0):
+    return SimpleNamespace(
+        num_training_batches=batches,
+        max_epochs=max_epochs,
+        max_steps=max_steps,
+        current_epoch=epoch,
+        global_step=step,
+        accumulate_grad_batches=1,
+    )
+
+
+def test_the_fits_steps_left_are_known_unbounded_or_not_known():
+    assert steps_left(trainer_at(100)) == 300
+    assert math.isnan(steps_left(trainer_at(math.inf)))  # max_epochs alone, epochs of unknown length
+    assert steps_left(trainer_at(math.inf), batches=512) == 3 * 512  # the last epoch's length stands in
+    assert steps_left(trainer_at(math.inf, max_steps=700, step=512)) == 188  # max_steps bounds it anyway
+    assert steps_left(trainer_at(math.inf, max_epochs=-1)) == math.inf  # nothing bounds it
+    assert last_epoch(trainer_at(math.inf, max_epochs=-1, max_steps=700))  # max_steps may end it inside this epoch
+    assert not last_epoch(trainer_at(math.inf, max_epochs=-1, max_steps=700), batches=512)
+    assert not last_epoch(trainer_at(math.inf))

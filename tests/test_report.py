@@ -55,8 +55,11 @@ def self_contained(text: str) -> bool:
     return not outside
 
 
-def test_the_fit_writes_its_report_beside_timing_json(tmp_path):
+def test_the_fit_writes_its_report_beside_timing_json(tmp_path, capsys):
     path = fitted(tmp_path)
+    printed = capsys.readouterr().out
+    assert f"timing summary written to {path}" in printed
+    assert f"timing report written to {path.with_name(REPORT_FILE)}" in printed
     report = path.with_name(REPORT_FILE).read_text()
     summary = json.loads(path.read_text())
     assert self_contained(report)

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.cli import main
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.report import REPORT_FILE, html_report
+from mnistperf.diagnosis.report import REPORT_FILE, html_report, tick_label, ticks
+from mnistperf.diagnosis.summary import SPLIT_KEYS
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 browser = pytest.mark.skipif(BROWSER is None, reason="no chromium here (Debian: apt-get install chromium)")
@@ -49,19 +51,76 @@ def fitted(folder: Path) -> Path:
     return timer.summary_path
 
 
+class Charts(HTMLParser):
+    """What a page's charts show: each chart's y-axis labels and bar heights, and the page's headings."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.labels: list[list[str]] = []  # per chart, in the page's order
+        self.bars: list[float] = []  # per chart: its bars' heights added up
+        self.names: list[str] = []  # per chart: its aria-label
+        self.headings: list[str] = []
+        self._in: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        found = dict(attrs)
+        if tag == "svg" and found.get("role") == "img":
+            self.labels.append([])
+            self.bars.append(0.0)
+            self.names.append(found["aria-label"] or "")
+        elif tag == "rect" and self.names and found.get("height") and "width" in found and "x" in found:
+            self.bars[-1] += float(found["height"] or 0)
+        self._in = "tick" if tag == "text" and found.get("class") == "tick" else tag
+
+    def handle_endtag(self, tag):
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in == "tick":
+            self.labels[-1].append(data)
+        elif self._in in ("h1", "h2", "h3"):
+            self.headings.append(data)
+
+
+SHARES = (0.1, 0.3, 0.4, 0.15, 0.05)  # of train time: input wait, forward, backward, optimizer, rest
+
+
+def summary(train_s: float, rss_mb: float) -> dict:
+    """A run's summary with three epochs, their steps, split and memory: the figures the charts draw."""
+    epochs = [
+        {
+            "epoch": n,
+            "train_s": train_s,
+            **{key: train_s * share for key, share in zip(SPLIT_KEYS, SHARES, strict=True)},
+            "step_median_s": train_s / 100,
+            "step_max_s": train_s / 50,
+            "rss_mb": rss_mb * (0.9 + 0.05 * (n - 1)),  # rss_mb at most
+        }
+        for n in (1, 2, 3)
+    ]
+    return {"verdict": "compute-bound", "verdict_reason": "r", "avg_train_s": train_s, "epochs": epochs}
+
+
+PLAIN = re.compile(r"^\d{1,3}(,\d{3})*(\.\d+)? (ms|s|MB)$")
+
+
 def self_contained(text: str) -> bool:
     """Nothing in the page is fetched or run: no script, stylesheet link, image source or remote address but SVG's."""
     outside = re.findall(r"<script|<link|\bsrc=|url\(|https?://(?!www\.w3\.org/2000/svg)", text)
     return not outside
 
 
-def test_the_fit_writes_its_report_beside_timing_json(tmp_path):
+def test_the_fit_writes_its_report_beside_timing_json(tmp_path, capsys):
     path = fitted(tmp_path)
+    printed = capsys.readouterr().out
+    assert f"timing summary written to {path}" in printed
+    assert f"timing report written to {path.with_name(REPORT_FILE)}" in printed
     report = path.with_name(REPORT_FILE).read_text()
     summary = json.loads(path.read_text())
     assert self_contained(report)
     assert f"Verdict: {summary['verdict']}" in report
-    assert report.count("<svg role=") == 3  # step times, split, memory
+    assert report.count('role="img"') == 3  # step times, split, memory
     assert 'aria-label="step times per epoch"' in report and 'aria-label="memory per epoch"' in report
 
 
@@ -83,6 +142,41 @@ def test_a_run_without_the_newer_figures_still_reports():
     assert "step times per epoch: not measured" in text and "memory per epoch: not measured" in text
 
 
+@pytest.mark.parametrize(
+    ("peak", "marks", "top"),
+    [(5950.0, 7, "6,000 MB"), (12_100.0, 4, "15,000 MB"), (0.37, 5, "0.4 MB"), (0.0, 6, "1.0 MB"), (48.0, 6, "50 MB")],
+)
+def test_the_ticks_run_from_zero_to_a_round_top_at_or_over_the_peak(peak, marks, top):
+    found = ticks(peak)
+    step = found[1] - found[0]
+    assert found[0] == 0 and found[-1] >= peak and len(found) == marks
+    assert tick_label(found[-1], step, "MB") == top and tick_label(found[0], step, "MB") == "0 MB"
+
+
+def test_the_axes_read_from_zero_in_plain_numbers_with_their_unit():
+    charts = Charts(html_report([("run", summary(train_s=12.3, rss_mb=5950.0))]))
+    assert charts.names == ["step times per epoch", "train time split per epoch", "memory per epoch"]
+    for labels, unit in zip(charts.labels, ("ms", "s", "MB"), strict=True):
+        assert labels[0] == f"0 {unit}" and len(labels) >= 3
+        assert all(PLAIN.match(label) and label.endswith(f" {unit}") for label in labels), labels
+    assert charts.labels[2][-1] == "6,000 MB"  # 5,950 MB at most, not "5.95e+03 MB"
+
+
+def test_one_run_is_titled_once():
+    charts = Charts(html_report([("v2_pinned", summary(train_s=10.0, rss_mb=800.0))]))
+    assert [h for h in charts.headings if "v2_pinned" in h] == ["Timing: v2_pinned"]
+
+
+def test_two_runs_charts_of_a_kind_share_one_scale():
+    slow, fast = summary(train_s=36.0, rss_mb=5950.0), summary(train_s=10.0, rss_mb=800.0)
+    charts = Charts(html_report([("slow", slow), ("fast", fast)]))
+    assert len(charts.names) == 6 and charts.names[0::2] == charts.names[1::2]  # A's and B's, kind by kind
+    for a, b in zip(charts.labels[0::2], charts.labels[1::2], strict=True):
+        assert a == b  # the same ticks to the same top
+    split_a, split_b = charts.bars[2], charts.bars[3]
+    assert split_b / split_a == pytest.approx(10 / 36, rel=0.02)  # bars 3.6x apart look it
+
+
 @browser
 def test_a_headless_browser_shows_the_verdict_and_the_charts(tmp_path):
     path = fitted(tmp_path)
@@ -94,6 +188,9 @@ def test_a_headless_browser_shows_the_verdict_and_the_charts(tmp_path):
     ).stdout
     assert f"Verdict: {summary['verdict']}" in dom
     assert dom.count("<polyline") >= 2 and dom.count("<rect") >= 3  # lines of step times and memory, the split's bars
+    labels = Charts(dom).labels
+    assert len(labels) == 3
+    assert all(chart[0].split()[0] == "0" and all(PLAIN.match(label) for label in chart) for chart in labels), labels
     shot = tmp_path / "report.png"
     subprocess.run(
         [BROWSER, *flags, f"--screenshot={shot}", "--window-size=1200,1600", report.as_uri()],

@@ -664,7 +664,9 @@ class EpochTimer(Callback):
         if self.summary_path is not None:  # the report goes beside it (a folder refusing it was said once)
             with self.problems.guard(f"writing the report beside {path}"):
                 name = summary.get("config") or folder.name
-                write_report(html_report([(str(name), summary)]), path.with_name(REPORT_FILE))
+                report = path.with_name(REPORT_FILE)
+                write_report(html_report([(str(name), summary)]), report)
+                print(f"timing report written to {report} (open it in a browser)", flush=True)
         if trace is not None:
             print(f"busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
 

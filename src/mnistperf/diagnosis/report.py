@@ -2,12 +2,15 @@
 
 It shows the verdict and what a fix could buy, the step times across the run (each epoch's median, 90th
 percentile and longest step), the split of train time per epoch, memory per epoch and, for two runs, their
-comparison (:mod:`mnistperf.diagnosis.compare`). EpochTimer writes it beside ``timing.json`` at the fit's end;
-``mnistperf report RUN --html`` writes it for any run.
+comparison (:mod:`mnistperf.diagnosis.compare`) with their charts side by side, each kind on one scale. Every
+axis starts at 0 and is marked at round values in plain numbers with their unit. EpochTimer writes it beside
+``timing.json`` at the fit's end; ``mnistperf report RUN --html`` writes it for any run.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -18,99 +21,191 @@ from mnistperf.diagnosis.figures import shown_side_by_side
 from mnistperf.diagnosis.summary import SPLIT_KEYS
 
 REPORT_FILE = "timing.html"
-WIDTH, HEIGHT, PAD = 560, 200, 40
+# The page's content is 1100 px wide: one run's charts take all of it, two runs' charts of a kind sit side by side.
+PAGE, GAP, HEIGHT = 1100, 20, 240
+LEFT, RIGHT, TOP, BOTTOM = 76, 12, 12, 40  # the plot's margins: tick labels left, epochs and "epoch" below
+MAX_EPOCH_LABELS = 20
 COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948")
 STYLE = (
     "body{font-family:sans-serif;margin:24px;max-width:1100px;color:#222}"
-    "h1{font-size:22px}h2{font-size:17px;margin-top:28px}"
+    "h1{font-size:22px}h2{font-size:18px;margin-top:32px}h3{font-size:15px;margin:12px 0 6px}"
     "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-    "th:first-child,td:first-child{text-align:left}.verdict{font-size:18px;font-weight:bold}"
-    ".legend span{margin-right:14px}.none{color:#888}"
+    "th:first-child,td:first-child{text-align:left}.verdict{font-size:17px;font-weight:bold}"
+    ".legend span{margin-right:14px}.none{color:#888}svg.chart{max-width:100%;height:auto;display:block}"
+    f".pair{{display:grid;gap:{GAP}px}}.pair>div{{min-width:0}}"  # its columns: one per run
 )
+STEP_SERIES = {
+    "step_median_s": "median",
+    "step_p90_s": "90th percentile",
+    "step_max_s": "longest",
+    "first_step_s": "first step",
+}
+MEMORY_SERIES = {
+    "rss_mb": "training process",
+    "workers_rss_mb": "workers",
+    "device_allocated_mb": "GPU allocated",
+    "device_reserved_mb": "GPU reserved",
+}
 
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _legend(names: list[str]) -> str:
+def _legend(names: dict[int, str]) -> str:
+    """Each series' colour and name; ``names`` by the series' place, so a series keeps its colour in every chart."""
     items = "".join(
         f'<span><svg width="12" height="12"><rect width="12" height="12" fill="{COLOURS[i % len(COLOURS)]}"/></svg> '
         f"{escape(name)}</span>"
-        for i, name in enumerate(names)
+        for i, name in names.items()
     )
     return f'<div class="legend">{items}</div>'
 
 
-def _frame(top: float, unit: str, epochs: list[int], body: str, label: str) -> str:
-    """An SVG chart's frame: its axes, the top value and the epochs under them, around ``body``."""
-    ticks = "".join(
-        f'<text x="{_x(i, len(epochs)):.1f}" y="{HEIGHT - PAD + 16}" font-size="11" text-anchor="middle">{n}</text>'
+def ticks(peak: float) -> list[float]:
+    """Round values from 0 to at least ``peak``, 4 to 7 of them: steps of 1, 2 or 5 times a power of ten."""
+    peak = peak if peak > 0 else 1.0
+    rough = peak / 6
+    power = 10 ** math.floor(math.log10(rough))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
+    count = math.ceil(peak / step - 1e-9)
+    return [i * step for i in range(count + 1)]
+
+
+def tick_label(value: float, step: float, unit: str) -> str:
+    """``value`` in plain digits with thousands separated, as many decimals as ``step`` needs, and its unit.
+
+    Zero reads "0" at any step: the axis's foot, not a measurement.
+    """
+    decimals = next((d for d in range(7) if abs(step * 10**d - round(step * 10**d)) < 1e-6), 6) if value else 0
+    return f"{value:,.{decimals}f} {unit}"
+
+
+class Plot:
+    """Where a chart of ``width`` px puts an epoch's slot and a value, for ``count`` epochs and a y axis to ``top``."""
+
+    def __init__(self, width: int, count: int, top: float) -> None:
+        self.width, self.count, self.top = width, max(count, 1), top
+
+    def x(self, index: int) -> float:
+        """The middle of epoch ``index``'s slot along the horizontal axis."""
+        return LEFT + (self.width - LEFT - RIGHT) * (index + 0.5) / self.count
+
+    def y(self, value: float) -> float:
+        """The height of ``value`` on the vertical axis (SVG's y grows downwards)."""
+        return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * (value / self.top if self.top > 0 else 0)
+
+    def slot(self) -> float:
+        """The width of one epoch's slot."""
+        return (self.width - LEFT - RIGHT) / self.count
+
+
+def _frame(plot: Plot, marks: list[float], unit: str, epochs: list[int], body: str, label: str) -> str:
+    """An SVG chart's frame around ``body``: the axes, a labelled line at each of ``marks``, the epochs under them."""
+    every = math.ceil(len(epochs) / MAX_EPOCH_LABELS)  # long runs: every k-th epoch, so the labels do not overlap
+    below = "".join(
+        f'<text x="{plot.x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" font-size="11" text-anchor="middle">{n}</text>'
         for i, n in enumerate(epochs)
+        if i % every == 0
     )
+    step = marks[1] - marks[0] if len(marks) > 1 else 1.0
+    left = "".join(
+        f'<line x1="{LEFT}" y1="{plot.y(v):.1f}" x2="{plot.width - RIGHT}" y2="{plot.y(v):.1f}" stroke="#e4e4e4"/>'
+        f'<text class="tick" x="{LEFT - 6}" y="{plot.y(v) + 4:.1f}" font-size="11" text-anchor="end">'
+        f"{escape(tick_label(v, step, unit))}</text>"
+        for v in marks
+    )
+    bottom, width = HEIGHT - BOTTOM, plot.width
     return (
-        f'<svg role="img" aria-label="{escape(label)}" width="{WIDTH}" height="{HEIGHT}" '
-        f'xmlns="http://www.w3.org/2000/svg">'
-        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - 10}" y2="{HEIGHT - PAD}" stroke="#888"/>'
-        f'<line x1="{PAD}" y1="10" x2="{PAD}" y2="{HEIGHT - PAD}" stroke="#888"/>'
-        f'<text x="2" y="16" font-size="11">{top:,.3g} {escape(unit)}</text>'
-        f'<text x="{WIDTH // 2}" y="{HEIGHT - 4}" font-size="11" text-anchor="middle">epoch</text>'
-        f"{ticks}{body}</svg>"
+        f'<svg class="chart" role="img" aria-label="{escape(label)}" width="{width}" height="{HEIGHT}" '
+        f'viewBox="0 0 {width} {HEIGHT}" xmlns="http://www.w3.org/2000/svg">{left}'
+        f'<line x1="{LEFT}" y1="{bottom}" x2="{width - RIGHT}" y2="{bottom}" stroke="#888"/>'
+        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#888"/>'
+        f'<text x="{(LEFT + width - RIGHT) / 2:.0f}" y="{HEIGHT - 4}" font-size="11" text-anchor="middle">epoch</text>'
+        f"{below}{body}</svg>"
     )
 
 
-def _x(index: int, count: int) -> float:
-    """The middle of epoch ``index``'s slot of ``count`` along the horizontal axis."""
-    return PAD + (WIDTH - PAD - 10) * (index + 0.5) / max(count, 1)
+def _series(epochs: list[dict[str, Any]], series: dict[str, str]) -> dict[int, tuple[str, list[float | None]]]:
+    """The measured series (by their place in ``series``): name and value per epoch."""
+    found = {i: (name, [_number(e.get(key)) for e in epochs]) for i, (key, name) in enumerate(series.items())}
+    return {i: (name, v) for i, (name, v) in found.items() if any(x is not None for x in v)}
 
 
-def _y(value: float, top: float) -> float:
-    return HEIGHT - PAD - (HEIGHT - PAD - 10) * (value / top if top > 0 else 0)
+def line_peak(epochs: list[dict[str, Any]], series: dict[str, str], scale: float) -> float:
+    """The highest value a :func:`line_chart` of these ``series`` draws (0 where none was measured)."""
+    return max((x * scale for _, v in _series(epochs, series).values() for x in v if x is not None), default=0.0)
 
 
-def line_chart(epochs: list[dict[str, Any]], series: dict[str, str], unit: str, scale: float, label: str) -> str:
-    """Lines over the epochs, one per ``series`` (row key: name), or a note where none was measured."""
-    numbers = [e["epoch"] for e in epochs]
-    values = {name: [_number(e.get(key)) for e in epochs] for key, name in series.items()}
-    values = {name: v for name, v in values.items() if any(x is not None for x in v)}
+def line_chart(
+    epochs: list[dict[str, Any]],
+    series: dict[str, str],
+    unit: str,
+    scale: float,
+    label: str,
+    peak: float | None = None,
+    width: int = PAGE,
+) -> str:
+    """Lines over the epochs, one per ``series`` (row key: name), or a note where none was measured.
+
+    The y axis reaches ``peak`` (default: this chart's highest value): two runs' charts given the same one share it.
+    """
+    values = _series(epochs, series)
     if not values:
         return f'<p class="none">{escape(label)}: not measured in this run.</p>'
-    top = max(x for v in values.values() for x in v if x is not None) * scale
+    marks = ticks(line_peak(epochs, series, scale) if peak is None else peak)
+    plot = Plot(width, len(epochs), marks[-1])
     body = ""
-    for i, (name, points) in enumerate(values.items()):
+    for i, (name, points) in values.items():
         colour = COLOURS[i % len(COLOURS)]
-        xy = [(_x(j, len(points)), _y(p * scale, top)) for j, p in enumerate(points) if p is not None]
+        xy = [(plot.x(j), plot.y(p * scale)) for j, p in enumerate(points) if p is not None]
         line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
         body += f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{line}"/>'
         body += "".join(
             f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"><title>{escape(name)}</title></circle>'
             for x, y in xy
         )
-    return _legend(list(values)) + _frame(top, unit, numbers, body, label)
+    legend = _legend({i: name for i, (name, _) in values.items()})
+    return legend + _frame(plot, marks, unit, [e["epoch"] for e in epochs], body, label)
 
 
-def split_chart(epochs: list[dict[str, Any]]) -> str:
-    """Each epoch's train time as stacked bars of its split (train time alone where the steps were not split)."""
-    numbers = [e["epoch"] for e in epochs]
-    top = max((_number(e.get("train_s")) or 0.0) for e in epochs) or 1.0
-    width = (WIDTH - PAD - 10) / max(len(epochs), 1) * 0.6
+def _split(epoch: dict[str, Any]) -> list[tuple[str, float]]:
+    """An epoch's train time in its split's parts, or whole where the steps were not split."""
+    parts = [(key, _number(epoch.get(key))) for key in SPLIT_KEYS]
+    if any(value is None for _, value in parts):
+        return [("train_s", _number(epoch.get("train_s")) or 0.0)]
+    return [(key, value or 0.0) for key, value in parts]
+
+
+def split_peak(epochs: list[dict[str, Any]]) -> float:
+    """The tallest bar a :func:`split_chart` draws, in seconds."""
+    return max((sum(value for _, value in _split(e)) for e in epochs), default=0.0)
+
+
+def split_chart(epochs: list[dict[str, Any]], peak: float | None = None, width: int = PAGE) -> str:
+    """Each epoch's train time as stacked bars of its split (train time alone where the steps were not split).
+
+    The y axis reaches ``peak`` (default: the tallest bar): two runs' charts given the same one share it.
+    """
+    if not epochs:
+        return '<p class="none">train time split per epoch: no finished epoch.</p>'
+    marks = ticks(split_peak(epochs) if peak is None else peak)
+    plot = Plot(width, len(epochs), marks[-1])
+    bar = min(plot.slot() * 0.6, 80)  # few epochs on a wide chart: bars, not walls
     body = ""
     for j, e in enumerate(epochs):
-        parts = [(key, _number(e.get(key))) for key in SPLIT_KEYS]
-        if any(value is None for _, value in parts):
-            parts = [("train_s", _number(e.get("train_s")) or 0.0)]
         base = 0.0
-        for key, value in parts:
+        for key, value in _split(e):
             colour = COLOURS[SPLIT_KEYS.index(key) % len(COLOURS)] if key in SPLIT_KEYS else "#999"
-            low, high = _y(base, top), _y(base + (value or 0.0), top)
+            low, high = plot.y(base), plot.y(base + value)
             body += (
-                f'<rect x="{_x(j, len(epochs)) - width / 2:.1f}" y="{high:.1f}" width="{width:.1f}" '
+                f'<rect x="{plot.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
                 f'height="{max(low - high, 0):.1f}" fill="{colour}"><title>epoch {e["epoch"]} {key} '
-                f"{value or 0:.3f} s</title></rect>"
+                f"{value:.3f} s</title></rect>"
             )
-            base += value or 0.0
-    names = [key.removesuffix("_s").replace("_", " ") for key in SPLIT_KEYS]
-    return _legend(names) + _frame(top, "s", numbers, body, "train time split per epoch")
+            base += value
+    names = {i: key.removesuffix("_s").replace("_", " ") for i, key in enumerate(SPLIT_KEYS)}
+    return _legend(names) + _frame(plot, marks, "s", [e["epoch"] for e in epochs], body, "train time split per epoch")
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -124,10 +219,22 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return "-" if number is None else f"{number:,.{digits}f}"
 
 
-def run_section(summary: dict[str, Any], title: str) -> str:
-    """One run's part of the report: verdict, advice, step times, split and memory per epoch, the epochs' table."""
-    epochs = summary.get("epochs", [])
+def run_head(summary: dict[str, Any]) -> str:
+    """A run's verdict, its reason, its steady figures and what a fix could buy."""
     advice = summary.get("advice") or {}
+    parts = [
+        f'<p class="verdict" id="verdict">Verdict: {escape(str(summary.get("verdict")))}</p>',
+        f"<p>{escape(str(summary.get('verdict_reason', '')))}</p>",
+        f"<p>Steady train time per epoch {_fmt(summary.get('avg_train_s'))} s, "
+        f"{_fmt(summary.get('samples_per_s'), 0)} samples/s; device {escape(str(summary.get('device', '-')))}.</p>",
+    ]
+    if advice.get("ceiling"):
+        parts.append(f"<p>What a fix could buy (a measured ceiling, not a promise): {escape(advice['ceiling'])}.</p>")
+    return "\n".join(parts)
+
+
+def epochs_table(summary: dict[str, Any]) -> str:
+    """A run's epochs, one row each."""
     rows = [
         [
             str(e["epoch"]),
@@ -138,52 +245,65 @@ def run_section(summary: dict[str, Any], title: str) -> str:
             _fmt(e.get("rss_mb"), 0),
             str(e.get("verdict", "-")),
         ]
-        for e in epochs
+        for e in summary.get("epochs", [])
     ]
-    parts = [
-        f"<h2>{escape(title)}</h2>",
-        f'<p class="verdict" id="verdict">Verdict: {escape(str(summary.get("verdict")))}</p>',
-        f"<p>{escape(str(summary.get('verdict_reason', '')))}</p>",
-        f"<p>Steady train time per epoch {_fmt(summary.get('avg_train_s'))} s, "
-        f"{_fmt(summary.get('samples_per_s'), 0)} samples/s; device {escape(str(summary.get('device', '-')))}.</p>",
+    return _table(["epoch", "train s", "samples/s", "median step ms", "spikes", "resident MB", "verdict"], rows)
+
+
+def _step_chart(epochs: list[dict[str, Any]], peak: float | None, width: int) -> str:
+    return line_chart(epochs, STEP_SERIES, "ms", 1e3, "step times per epoch", peak, width)
+
+
+def _memory_chart(epochs: list[dict[str, Any]], peak: float | None, width: int) -> str:
+    return line_chart(epochs, MEMORY_SERIES, "MB", 1.0, "memory per epoch", peak, width)
+
+
+Draw = Callable[[list[dict[str, Any]], float | None, int], str]
+# A run's charts: heading, the highest value one run's chart of that kind draws, and how to draw it up to a peak.
+CHARTS: tuple[tuple[str, Callable[[list[dict[str, Any]]], float], Draw], ...] = (
+    ("Step times across the run", lambda epochs: line_peak(epochs, STEP_SERIES, 1e3), _step_chart),
+    ("Train time split per epoch", split_peak, split_chart),
+    ("Memory per epoch", lambda epochs: line_peak(epochs, MEMORY_SERIES, 1.0), _memory_chart),
+)
+
+
+def one_run(summary: dict[str, Any]) -> list[str]:
+    """One run's report under its title: the head, each chart across the page, the epochs."""
+    epochs = summary.get("epochs", [])
+    charts = [f"<h2>{heading}</h2>{draw(epochs, None, PAGE)}" for heading, _, draw in CHARTS]
+    return [run_head(summary), *charts, "<h2>Epochs</h2>", epochs_table(summary), "<h2>The run's figures</h2>",
+            figures_table(summary)]  # fmt: skip
+
+
+def side_by_side(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Runs in columns, A first: their heads, then each kind of chart with every run's on one scale; then the epochs.
+
+    One scale, so that a run twice as slow draws bars twice as tall as the other's.
+    """
+    sides = [chr(ord("A") + i) for i in range(len(runs))]
+    labels = [f"{side}: {name}" for side, (name, _) in zip(sides, runs, strict=True)]
+    epochs = [summary.get("epochs", []) for _, summary in runs]
+    width = (PAGE - GAP * (len(runs) - 1)) // len(runs)
+
+    def columns(cells: list[str]) -> str:
+        inner = "".join(f"<div><h3>{escape(label)}</h3>{cell}</div>" for label, cell in zip(labels, cells, strict=True))
+        return f'<div class="pair" style="grid-template-columns:repeat({len(runs)},1fr)">{inner}</div>'
+
+    parts = [columns([run_head(summary) for _, summary in runs])]
+    for heading, peak_of, draw in CHARTS:
+        peak = max(peak_of(e) for e in epochs)
+        parts += [
+            f"<h2>{heading}: {' and '.join(sides)} on one scale</h2>",
+            columns([draw(e, peak, width) for e in epochs]),
+        ]
+    tables = [
+        f"<h3>{escape(label)}</h3>{epochs_table(summary)}" for label, (_, summary) in zip(labels, runs, strict=True)
     ]
-    if advice.get("ceiling"):
-        parts.append(f"<p>What a fix could buy (a measured ceiling, not a promise): {escape(advice['ceiling'])}.</p>")
-    parts += [
-        "<h3>Step times across the run</h3>",
-        line_chart(
-            epochs,
-            {
-                "step_median_s": "median",
-                "step_p90_s": "90th percentile",
-                "step_max_s": "longest",
-                "first_step_s": "first step",
-            },
-            "ms",
-            1e3,
-            "step times per epoch",
-        ),
-        "<h3>Train time split per epoch</h3>",
-        split_chart(epochs) if epochs else "",
-        "<h3>Memory per epoch</h3>",
-        line_chart(
-            epochs,
-            {
-                "rss_mb": "training process",
-                "workers_rss_mb": "workers",
-                "device_allocated_mb": "GPU allocated",
-                "device_reserved_mb": "GPU reserved",
-            },
-            "MB",
-            1.0,
-            "memory per epoch",
-        ),
-        "<h3>Epochs</h3>",
-        _table(["epoch", "train s", "samples/s", "median step ms", "spikes", "resident MB", "verdict"], rows),
-        "<h3>The run's figures</h3>",
-        figures_table(summary),
+    figures = [
+        f"<h3>{escape(label)}</h3>{figures_table(summary)}" for label, (_, summary) in zip(labels, runs, strict=True)
     ]
-    return "\n".join(parts)
+    # one under the other: a table's columns need more than half the page
+    return [*parts, "<h2>Epochs</h2>", *tables, "<h2>The runs' figures</h2>", *figures]
 
 
 def figures_table(summary: dict[str, Any]) -> str:
@@ -217,11 +337,10 @@ def comparison_section(found: dict[str, Any]) -> str:
 
 
 def html_report(runs: list[tuple[str, dict[str, Any]]], comparison: dict[str, Any] | None = None) -> str:
-    """The report of one run, or of two with their ``comparison`` first: a whole HTML document."""
+    """The report of one run, or of two side by side with their ``comparison`` first: a whole HTML document."""
     title = " against ".join(name for name, _ in runs)
     sections = [comparison_section(comparison)] if comparison is not None else []
-    labels = ("A: ", "B: ") if len(runs) > 1 else ("",)
-    sections += [run_section(summary, label + name) for label, (name, summary) in zip(labels, runs, strict=False)]
+    sections += one_run(runs[0][1]) if len(runs) == 1 else side_by_side(runs)
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Timing: {escape(title)}</title>'
         f"<style>{STYLE}</style></head><body><h1>Timing: {escape(title)}</h1>\n"

@@ -18,6 +18,7 @@ from typing import Any
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.compare import format_bought, read
 from mnistperf.diagnosis.figures import shown_side_by_side
+from mnistperf.diagnosis.noise import said
 from mnistperf.diagnosis.summary import SPLIT_KEYS
 
 REPORT_FILE = "timing.html"
@@ -325,13 +326,14 @@ def comparison_section(found: dict[str, Any]) -> str:
             _fmt(row["a"]),
             _fmt(row["b"]),
             "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
+            said(row["ratio"], row.get("noise")),
         ]
         for row in found["rows"]
     ]
-    rows.append(["verdict", *(str(v or "-") for v in found["verdicts"]), ""])
+    rows.append(["verdict", *(str(v or "-") for v in found["verdicts"]), "", ""])
     return (
         '<h2 id="comparison">What B bought over A</h2>'
-        + _table(["figure", "A", "B", "B/A"], rows)
+        + _table(["figure", "A", "B", "B/A", "the runs' noise"], rows)
         + f'<p id="bought">{escape(format_bought(found["bought"]))}</p>'
     )
 

@@ -25,7 +25,7 @@ def run(train_s: float, samples: int, verdict: str, wait: float, ceiling: float 
         "advice": advice,
         "split": {"input_wait_s": wait * train_s, "forward_s": 1.0, "backward_s": 1.0, "optimizer_s": 0.5},
         "peak_rss_mb": {"main_process": 900.0},
-        "epochs": [{"epoch": 1, "workers_rss_mb": 300.0}],
+        "epochs": [{"epoch": 1, "workers_pss_mb": 300.0}],
         **more,
     }
 

@@ -88,15 +88,15 @@ def test_the_resident_memory_of_running_workers_is_measured():
     fit_module(Hoarder(), loader, callbacks=[timer], max_epochs=2)
     assert [row["epoch"] for row in timer.epochs] == [1, 2]
     for row in timer.epochs:
-        assert row["workers_rss_mb"] >= BALLAST_MB and row["rss_mb"] > 0, row
-        assert "timing/workers_rss_mb" in scalars(row) and row["device_allocated_mb"] is None
+        assert row["workers_pss_mb"] >= BALLAST_MB and row["rss_mb"] > 0, row
+        assert "timing/workers_pss_mb" in scalars(row) and row["device_allocated_mb"] is None
 
 
 @linux
 def test_without_workers_none_are_counted():
     timer = EpochTimer()
     fit_module(Hoarder(), DataLoader(Rows(ballast_mb=BALLAST_MB), batch_size=2), callbacks=[timer], max_epochs=1)
-    assert timer.epochs[0]["workers_rss_mb"] < BALLAST_MB
+    assert timer.epochs[0]["workers_pss_mb"] < BALLAST_MB
 
 
 @linux
@@ -111,7 +111,7 @@ def test_memory_that_grows_every_epoch_is_named_with_how_much():
 
 def test_off_linux_resident_memory_is_not_measured(monkeypatch, tmp_path):
     monkeypatch.setattr(memory, "PROC", tmp_path)
-    assert not memory.measured() and memory.workers_rss_mb() is None and memory.rss_mb() is None
+    assert not memory.measured() and memory.workers_pss_mb() is None and memory.rss_mb() is None
     from mnistperf.diagnosis.summary import aggregate
 
     rows = [{"epoch": 1, "train_s": 1.0, "eval_s": 0.0, "samples": 1, "input_wait_share": 0.0}]

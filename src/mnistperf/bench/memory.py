@@ -12,6 +12,8 @@ import contextlib
 import threading
 from pathlib import Path
 
+from mnistperf.diagnosis.memory import rss_pss_mb
+
 PROC = Path("/proc")
 
 
@@ -30,19 +32,6 @@ def _tree(pid: int) -> list[int]:
         pids.append(current)
         todo += _children(current)
     return pids
-
-
-def _rss_pss_kb(pid: int) -> tuple[int, int]:
-    rss = pss = 0
-    try:
-        for line in (PROC / str(pid) / "smaps_rollup").read_text().splitlines():
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1])
-            elif line.startswith("Pss:"):
-                pss = int(line.split()[1])
-    except OSError:
-        pass
-    return rss, pss
 
 
 class TreeMemorySampler:
@@ -69,6 +58,6 @@ class TreeMemorySampler:
     def _run(self) -> None:
         assert self.peak_rss_mb is not None and self.peak_pss_mb is not None  # set before the thread starts
         while not self._stop.wait(self.interval):
-            sizes = [_rss_pss_kb(p) for p in _tree(self.pid)]
-            self.peak_rss_mb = max(self.peak_rss_mb, sum(r for r, _ in sizes) / 1024)
-            self.peak_pss_mb = max(self.peak_pss_mb, sum(p for _, p in sizes) / 1024)
+            sizes = [rss_pss_mb(p) for p in _tree(self.pid)]
+            self.peak_rss_mb = max(self.peak_rss_mb, sum(r or 0.0 for r, _ in sizes))
+            self.peak_pss_mb = max(self.peak_pss_mb, sum(p or 0.0 for _, p in sizes))

@@ -49,7 +49,7 @@ from mnistperf.diagnosis.busy_window import (
 )
 from mnistperf.diagnosis.figures import Gathered, Measures
 from mnistperf.diagnosis.flops import run_utilization, utilization
-from mnistperf.diagnosis.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_rss_mb
+from mnistperf.diagnosis.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_pss_mb
 from mnistperf.diagnosis.phases import PHASES, StepPhases
 from mnistperf.diagnosis.stalls import StepStats, step_stats
 from mnistperf.diagnosis.summary import (
@@ -162,7 +162,7 @@ class EpochClock:
         self._stats: StepStats | None = None
         # Memory is read at this step (the middle of the epoch, while its loader's workers run) and at its end.
         self._memory_at = max(1, int(batches // 2)) if math.isfinite(batches) else 2
-        self._rss = self._workers_rss = math.nan
+        self._rss = self._workers_pss = math.nan
         self.phases.reset()
 
     def expected_steps(self, batches: float) -> float:
@@ -295,7 +295,7 @@ class EpochClock:
     def _read_memory(self) -> None:
         """Keep the larger of the resident memory read now and before, of this process and of its workers."""
         self._rss = larger(self._rss, rss_mb())
-        self._workers_rss = larger(self._workers_rss, workers_rss_mb())
+        self._workers_pss = larger(self._workers_pss, workers_pss_mb())
 
     def step_end(self, index: int) -> None:
         """Training step ``index`` has been launched; after the epoch's last, training time ends (:meth:`train_end`).
@@ -431,7 +431,7 @@ class EpochClock:
             first_step_s=stats.first_s,
             spikes=float(stats.spikes),
             rss_mb=self._rss,
-            workers_rss_mb=self._workers_rss,
+            workers_pss_mb=self._workers_pss,
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
             flops=self.flops_per_step * self._steps if self.flops_per_step else math.nan,

@@ -125,7 +125,7 @@ class Measures:
     first_step_s: float = measure("s", "max", "the epoch's first step's host interval (the loader's start)")
     spikes: float = measure("steps", "max", "steps at least SPIKE_FACTOR times the epoch's median")
     rss_mb: float = measure("MB", "max", "the training process's resident memory, mid-epoch and at its end")
-    workers_rss_mb: float = measure("MB", "max", "its loader workers' resident memory, mid-epoch and at its end")
+    workers_pss_mb: float = measure("MB", "max", "its loader workers' PSS, mid-epoch and at its end")
     device_allocated_mb: float = measure("MB", "max", "the epoch's peak GPU memory allocated by tensors")
     device_reserved_mb: float = measure("MB", "max", "the epoch's peak GPU memory reserved by the allocator")
     flops: float = measure("FLOP", "sum", "the FLOPs of the epoch's training steps, one step's count times its steps")
@@ -313,11 +313,11 @@ PEAK_RSS_MB = Figure(
 RSS_MB = Figure(
     "rss_mb", "MB", "the training process's resident memory (the larger of mid-epoch and the epoch's end)", run="max"
 )
-WORKERS_RSS_MB = Figure(
-    "workers_rss_mb",
+WORKERS_PSS_MB = Figure(
+    "workers_pss_mb",
     "MB",
-    "its DataLoader workers' resident memory, summed, while they run",
-    label="workers' resident memory",
+    "its DataLoader workers' proportional set size (pages shared with the training process counted once), summed",
+    label="workers' memory (PSS)",
     run="max",
 )
 PEAK_DEVICE_MB = Figure(
@@ -333,7 +333,7 @@ DEVICE_ALLOCATED_MB = Figure("device_allocated_mb", "MB", "the epoch's peak GPU 
 DEVICE_RESERVED_MB = Figure(
     "device_reserved_mb", "MB", "the epoch's peak GPU memory reserved by the caching allocator", run="max"
 )
-MEMORY = (RSS_MB, WORKERS_RSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)
+MEMORY = (RSS_MB, WORKERS_PSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)
 
 # Every figure, in the order they stand side by side.
 FIGURES: tuple[Figure, ...] = (
@@ -348,7 +348,7 @@ FIGURES: tuple[Figure, ...] = (
     *UTILIZATION,
     *COMMUNICATION,
     PEAK_RSS_MB,
-    WORKERS_RSS_MB,
+    WORKERS_PSS_MB,
     PEAK_DEVICE_MB,
     AVG_EVAL_S,
     TOTAL_TRAIN_S,

@@ -1,9 +1,12 @@
 """Memory per epoch: the training process's and its DataLoader workers' resident memory, the GPU's peaks, and growth.
 
-Resident memory is read from Linux's ``/proc`` (``VmRSS``), of this process and of its child processes while
-they run (a loader's workers; under DDP another rank this process launched is told apart by its
-``LOCAL_RANK`` and left out). Off Linux it is not measured. On CUDA the epoch's peaks of memory allocated by
-tensors and reserved by the caching allocator are read at its end, the peak counters reset at its start.
+Resident memory is read from Linux's ``/proc``: this process's ``VmRSS``, and of its child processes while they
+run (a loader's workers; under DDP another rank this process launched is told apart by its ``LOCAL_RANK`` and left
+out) their PSS, the proportional set size: a worker forked from the training process shares most of its pages with
+it, and PSS charges each shared page to its sharers in proportion, so the workers' sum counts no page the
+training process already holds (their RSS would count those again, once per worker). Off Linux it is not
+measured. On CUDA the epoch's peaks of memory allocated by tensors and reserved by the caching allocator are read
+at its end, the peak counters reset at its start.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ GROWTH_EPOCHS = 3
 # The row's memory figures that growth is read on, and what each is called in the summary's line.
 GROWING = {
     "rss_mb": "the training process",
-    "workers_rss_mb": "its DataLoader workers",
+    "workers_pss_mb": "its DataLoader workers",
     "device_allocated_mb": "GPU memory allocated",
     "device_reserved_mb": "GPU memory reserved",
 }
@@ -72,8 +75,21 @@ def local_rank(pid: int | str) -> str | None:
     return None
 
 
-def workers_rss_mb() -> float | None:
-    """The resident memory of this process's child processes now (its loader's workers), in MB; None off Linux.
+def rss_pss_mb(pid: int | str = "self") -> tuple[float | None, float | None]:
+    """Process ``pid``'s resident and proportional set sizes in MB, from ``smaps_rollup`` (None where unreadable)."""
+    found: dict[str, float] = {}
+    try:
+        for line in (PROC / str(pid) / "smaps_rollup").read_text().splitlines():
+            key = line.split(":", 1)[0]
+            if key in ("Rss", "Pss"):
+                found[key] = int(line.split()[1]) * 1024 / MB
+    except (OSError, ValueError, IndexError):
+        return None, None
+    return found.get("Rss"), found.get("Pss")
+
+
+def workers_pss_mb() -> float | None:
+    """The PSS of this process's child processes now (its loader's workers), summed, in MB; None off Linux.
 
     A child started as another rank (a ``LOCAL_RANK`` neither this process's nor the one it started with) is
     left out.
@@ -86,7 +102,7 @@ def workers_rss_mb() -> float | None:
         rank = local_rank(child)
         if rank is not None and rank not in own:
             continue
-        total += rss_mb(child) or 0.0
+        total += rss_pss_mb(child)[1] or 0.0
     return total
 
 

@@ -43,7 +43,7 @@ STEP_SERIES = {
 }
 MEMORY_SERIES = {
     "rss_mb": "training process",
-    "workers_rss_mb": "workers",
+    "workers_pss_mb": "workers (PSS)",
     "device_allocated_mb": "GPU allocated",
     "device_reserved_mb": "GPU reserved",
 }

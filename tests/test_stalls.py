@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 
+import pytest
 import torch
 from conftest import fit_module
 from lightning import LightningModule
@@ -12,7 +13,7 @@ from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
-from mnistperf.diagnosis.stalls import drift, format_stalls, percentile, stalls, step_stats
+from mnistperf.diagnosis.stalls import SPIKES_WORTH, drift, format_stalls, percentile, stalls, step_stats
 from mnistperf.diagnosis.summary import format_summary
 
 STEP_S = 0.002  # each toy step's deliberate sleep: a median far above the loop's own noise
@@ -66,7 +67,8 @@ def test_percentiles_and_spikes_of_an_epoch_keep_its_first_step_apart():
     intervals = [0.5] + [0.01] * 18 + [0.1, math.nan]  # a slow first step, one spike, one profiled step left out
     stats = step_stats(intervals, first_index=0)
     assert stats.first_s == 0.5 and stats.median_s == 0.01 and stats.max_s == 0.1
-    assert stats.spikes == 1 and stats.spike_steps == [20]  # counted from 1: the 20th step
+    assert stats.spikes == 1 and stats.worst == [(20, 0.1)]  # counted from 1: the 20th step
+    assert stats.excess_s == pytest.approx(0.09)  # what the spike took past the median step
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0], 0.9) == 9.0
     assert math.isnan(step_stats([], 0).median_s)
 
@@ -87,26 +89,35 @@ def test_the_summary_says_nothing_of_stalls_where_nothing_stood_out():
     assert format_stalls(stalls(quiet), 0.01) is None
 
 
-def test_a_spike_is_counted_where_it_fell():
+def test_a_spike_is_counted_where_it_fell_and_named_only_where_it_cost_enough():
     timer = fit(lambda epoch, index: 0.6 if (epoch, index) == (2, 10) else STEP_S)
     second = timer.epochs[1]
-    assert 11 in second["spike_steps"] and second["spikes"] >= 1, second
+    assert second["worst_spikes"][0][0] == 11 and second["spikes"] >= 1, second
+    assert second["spikes_s"] >= 0.6 - 2 * STEP_S
     assert second["step_max_s"] >= 0.6 > second["step_p90_s"] >= second["step_median_s"] >= STEP_S
-    assert "timing/step_median_s" in scalars(second) and "timing/spikes" in scalars(second)
+    assert "timing/step_median_s" in scalars(second) and "timing/spikes_s" in scalars(second)
     summary = timer.clock.summary()
-    assert {"epoch": 2, "steps": second["spike_steps"]} in summary["stalls"]["spikes_at"]
-    assert "spike(s)" in format_summary(summary)
+    assert summary["stalls"]["worst_spikes"][0]["epoch"] == 2 and summary["stalls"]["worst_spikes"][0]["step"] == 11
+    share = summary["stalls"]["spikes_share"]
+    assert share == pytest.approx(sum(e["spikes_s"] for e in timer.epochs) / sum(e["train_s"] for e in timer.epochs))
+    line = format_summary(summary)
+    assert share >= SPIKES_WORTH and f"took {share:.0%} of train time past it (the longest: epoch 2 step 11" in line
+    assert "periodic work in the loop" in line
 
 
-def test_a_slow_first_step_of_each_epoch_is_kept_apart_and_named():
-    timer = fit(lambda epoch, index: STEP_S, start_s=0.6)
-    for row in timer.epochs[1:]:  # Lightning starts the first epoch's loader before the epoch begins
-        assert row["first_step_s"] >= 0.6 > row["step_median_s"], row
-    assert {2, 3} <= set(timer.clock.summary()["stalls"]["slow_first_step"])
-
-
-def test_step_time_growing_epoch_after_epoch_is_named_as_drift():
-    timer = fit(lambda epoch, index: 0.06 * epoch, epochs=4, batches=9)  # far above a crowded machine's noise
-    moved = timer.clock.summary()["stalls"]["drift"]
-    assert moved is not None and moved["per_epoch_share"] > 0.2 and moved["epochs"] == [2, 4]
-    assert "drifts +" in format_summary(timer.clock.summary())
+def test_many_small_spikes_that_cost_little_say_nothing():
+    """On a loaded machine every other step may pass 3x a tiny median; what they cost is what matters."""
+    rows = [
+        {
+            "epoch": n,
+            "train_s": 10.0,
+            "spikes": 60,
+            "spikes_s": 0.2,
+            "worst_spikes": [[3, 0.01]],
+            "step_median_s": 0.002,
+        }
+        for n in (1, 2)
+    ]
+    found = stalls(rows)
+    assert found["spikes"] == 120 and found["spikes_share"] == pytest.approx(0.02)
+    assert format_stalls(found, 0.002) is None

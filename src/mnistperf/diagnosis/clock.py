@@ -430,6 +430,7 @@ class EpochClock:
             step_max_s=stats.max_s,
             first_step_s=stats.first_s,
             spikes=float(stats.spikes),
+            spikes_s=stats.excess_s,
             rss_mb=self._rss,
             workers_pss_mb=self._workers_pss,
             device_allocated_mb=allocated,

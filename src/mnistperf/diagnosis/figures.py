@@ -124,6 +124,7 @@ class Measures:
     step_max_s: float = measure("s", "max", "longest host interval of a step, the first step apart")
     first_step_s: float = measure("s", "max", "the epoch's first step's host interval (the loader's start)")
     spikes: float = measure("steps", "max", "steps at least SPIKE_FACTOR times the epoch's median")
+    spikes_s: float = measure("s", "max", "the time those steps took past the epoch's median step")
     rss_mb: float = measure("MB", "max", "the training process's resident memory, mid-epoch and at its end")
     workers_pss_mb: float = measure("MB", "max", "its loader workers' PSS, mid-epoch and at its end")
     device_allocated_mb: float = measure("MB", "max", "the epoch's peak GPU memory allocated by tensors")
@@ -219,7 +220,8 @@ STEP_P90_S = Figure("step_p90_s", "s", "90th percentile of the training steps' h
 STEP_MAX_S = Figure("step_max_s", "s", "longest host interval of a training step, the first step apart")
 FIRST_STEP_S = Figure("first_step_s", "s", "the epoch's first training step's host interval, its fetch included")
 SPIKES = Figure("spikes", "steps", "training steps at least 3x the epoch's median step")
-STEPS = (STEP_MEDIAN_S, STEP_P90_S, STEP_MAX_S, FIRST_STEP_S, SPIKES)
+SPIKES_S = Figure("spikes_s", "s", "the time those steps took past the epoch's median step")
+STEPS = (STEP_MEDIAN_S, STEP_P90_S, STEP_MAX_S, FIRST_STEP_S, SPIKES, SPIKES_S)
 # What the epoch waited on, as shares of its train time.
 INPUT_WAIT_SHARE = Figure(
     "input_wait_share",

@@ -23,8 +23,10 @@ SLOW_FIRST_FACTOR = 3.0
 DRIFT_SHARE = 0.2
 # The fewest steady epochs drift is read over.
 DRIFT_EPOCHS = 3
-# The most spike positions an epoch's row keeps.
-SPIKES_KEPT = 20
+# The longest spikes an epoch's row keeps, and the run's line names.
+WORST_KEPT = 3
+# Spikes are worth a line where the time they took past the median step is at least this share of train time.
+SPIKES_WORTH = 0.05
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,8 @@ class StepStats:
     max_s: float
     first_s: float
     spikes: int
-    spike_steps: list[int]
+    excess_s: float  # the time the spikes took past the median step
+    worst: list[tuple[int, float]]  # the longest spikes: (step, seconds), longest first
 
 
 def percentile(ordered: list[float], share: float) -> float:
@@ -51,20 +54,21 @@ def step_stats(intervals: list[float], first_index: int) -> StepStats:
     """The distribution of one epoch's step intervals (NaN marks a step left out), its first step apart.
 
     ``first_index``: the batch index of the epoch's first step; spikes are named by their step number, counted from 1
-    as the batch index plus one.
+    as the batch index plus one. A spike's cost is the time it took past the median step.
     """
     first = intervals[0] if intervals else math.nan
     rest = [(i, s) for i, s in enumerate(intervals) if i > 0 and not math.isnan(s)]
     ordered = sorted(s for _, s in rest)
     median = percentile(ordered, 0.5)
-    spiked = [first_index + i + 1 for i, s in rest if s >= SPIKE_FACTOR * median] if ordered else []
+    spiked = [(first_index + i + 1, s) for i, s in rest if s >= SPIKE_FACTOR * median] if ordered else []
     return StepStats(
         median_s=median,
         p90_s=percentile(ordered, 0.9),
         max_s=ordered[-1] if ordered else math.nan,
         first_s=first,
         spikes=len(spiked),
-        spike_steps=spiked[:SPIKES_KEPT],
+        excess_s=sum(s - median for _, s in spiked),
+        worst=sorted(spiked, key=lambda spike: -spike[1])[:WORST_KEPT],
     )
 
 
@@ -102,12 +106,21 @@ def median_step(epochs: list[dict[str, Any]]) -> float | None:
 
 
 def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run's stalls: the spikes and where they fell, the epochs with a slow first step, drift.
+    """The run's stalls: the spikes, the share of train time they cost and the longest, slow first steps, drift.
 
     ``epochs``: every epoch's row; spikes are read in all, slow first steps past the warm-up.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
-    spikes = [{"epoch": e["epoch"], "steps": e.get("spike_steps", [])} for e in epochs if e.get("spikes")]
+    measured = [e for e in epochs if e.get("spikes_s") is not None]
+    train = sum(e["train_s"] for e in measured)
+    worst = sorted(
+        (
+            {"epoch": e["epoch"], "step": step, "s": seconds}
+            for e in epochs
+            for step, seconds in e.get("worst_spikes", [])
+        ),
+        key=lambda spike: -spike["s"],
+    )
     slow_first = [
         e["epoch"]
         for e in epochs[1:]  # the warm-up's first step holds one-off work (its loader started before it)
@@ -117,24 +130,30 @@ def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     return {
         "spikes": sum(e.get("spikes") or 0 for e in epochs),
-        "spikes_at": spikes,
+        "spikes_share": sum(e["spikes_s"] for e in measured) / train if measured and train > 0 else None,
+        "worst_spikes": worst[:WORST_KEPT],
         "slow_first_step": slow_first,
         "drift": drift(steady),
     }
 
 
 def format_stalls(found: dict[str, Any], median: float | None) -> str | None:
-    """The stalls' one line where something stood out (spikes, a slow first step, drift); None where nothing did.
+    """The stalls' one line where something cost enough to act on; None where nothing did.
 
+    Spikes are named where the time they took past the median step is at least ``SPIKES_WORTH`` of train time, with
+    that share, the longest and what usually makes them; a slow first step and drift where they stood out.
     ``median``: the steady epochs' median step time, which the line starts with.
     """
     parts = []
-    if found.get("spikes"):
-        where = "; ".join(
-            f"epoch {s['epoch']} step{'s' if len(s['steps']) > 1 else ''} {', '.join(map(str, s['steps']))}"
-            for s in found["spikes_at"][:3]
+    share = found.get("spikes_share")
+    if share is not None and share >= SPIKES_WORTH:
+        worst = ", ".join(f"epoch {w['epoch']} step {w['step']} {w['s'] * 1e3:,.0f} ms" for w in found["worst_spikes"])
+        parts.append(
+            f"{found['spikes']} steps over {SPIKE_FACTOR:.0f}x the median took {share:.0%} of train time past it "
+            f"(the longest: {worst}); such spikes usually come from a loader whose workers fall behind in bursts "
+            "(slow items, workers restarting each epoch), periodic work in the loop (logging, checkpoints), or "
+            "other work on this machine"
         )
-        parts.append(f"{found['spikes']} spike(s) over {SPIKE_FACTOR:.0f}x the median step ({where})")
     if found.get("slow_first_step"):
         epochs = ", ".join(map(str, found["slow_first_step"]))
         parts.append(f"a first step over {SLOW_FIRST_FACTOR:.0f}x the median in epoch(s) {epochs} (the loader's start)")

@@ -204,7 +204,7 @@ def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
         found[figure.name] = _measured(value)
     if found["spikes"] is not None:
         found["spikes"] = int(found["spikes"])
-    found["spike_steps"] = local.spike_steps if local is not None else []
+    found["worst_spikes"] = [list(spike) for spike in local.worst] if local is not None else []
     return found
 
 

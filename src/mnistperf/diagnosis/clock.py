@@ -148,7 +148,7 @@ class EpochClock:
         return time.perf_counter()
 
     def _reset(self, batches: float = math.inf, number: int | None = None) -> None:
-        self._train_s = self._eval_s = self._host_wait_s = self._fetch_wait_s = 0.0
+        self._train_s = self._eval_s = self._host_wait_s = self._input_wait_s = 0.0
         self._samples: int | None = 0
         self._train_start: float | None = None
         self._eval_start: float | None = None
@@ -289,7 +289,7 @@ class EpochClock:
             if index == self.window.first - PROFILER_WARMUP_STEPS:
                 if not self._weigh_window(self.window):
                     return
-                self._window_open = (self._synced_now(), self._fetch_wait_s, self._host_wait_s)
+                self._window_open = (self._synced_now(), self._input_wait_s, self._host_wait_s)
             self.window.step_start(index)
 
     def _read_memory(self) -> None:
@@ -315,7 +315,7 @@ class EpochClock:
                 if self._window_open is not None:
                     opened, fetch, host = self._window_open
                     steps = self.window.last - self.window.first + 1 + PROFILER_WARMUP_STEPS
-                    cost = (self._synced_now() - opened, self._fetch_wait_s - fetch, self._host_wait_s - host, steps)
+                    cost = (self._synced_now() - opened, self._input_wait_s - fetch, self._host_wait_s - host, steps)
                     self._window_cost = cost
                 self.window = None
             self._last_step_end = time.perf_counter()
@@ -334,7 +334,7 @@ class EpochClock:
 
     def add_fetch_wait(self, seconds: float) -> None:
         """Add host seconds spent waiting for a training batch."""
-        self._fetch_wait_s += seconds
+        self._input_wait_s += seconds
 
     def train_end(self) -> None:
         """Training stops (the last step, or an evaluation begins); synchronizes. Idempotent."""
@@ -409,7 +409,7 @@ class EpochClock:
         """
         busy = self.busy_window.get("share") if self.busy_window is not None else None
         shares = self.phases.shares() or {}
-        train_s, fetch_wait_s, host_wait_s = self._without_window()
+        train_s, input_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
         forward_s, backward_s, optimizer_s = (shares.get(phase, math.nan) * in_steps for phase in PHASES)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
@@ -418,7 +418,7 @@ class EpochClock:
         return Measures(
             train_s=train_s,
             eval_s=self._eval_s,
-            fetch_wait_s=fetch_wait_s,
+            input_wait_s=input_wait_s,
             host_wait_s=host_wait_s,
             samples=math.nan if self._samples is None else float(self._samples),
             busy_share=math.nan if busy is None else busy,
@@ -445,7 +445,7 @@ class EpochClock:
 
         The window's steps run under the profiler; the epoch's other steps stand in for them at their mean.
         """
-        figures = (self._train_s, self._fetch_wait_s, self._host_wait_s)
+        figures = (self._train_s, self._input_wait_s, self._host_wait_s)
         if self._window_cost is None:
             return figures
         *inside, steps = self._window_cost
@@ -488,7 +488,7 @@ class EpochClock:
             merged.train_s,
             merged.eval_s,
             samples,
-            merged.fetch_wait_s,
+            merged.input_wait_s,
             merged.host_wait_s,
             self.busy_window,
             metrics or {},

@@ -112,7 +112,7 @@ class Measures:
 
     train_s: float = measure("s", "max", "training time, evaluation inside the epoch paused out", per_rank=True)
     eval_s: float = measure("s", "max", "evaluation time inside the epoch")
-    fetch_wait_s: float = measure("s", "max", "host time waiting for training batches", per_rank=True)
+    input_wait_s: float = measure("s", "max", "host time waiting for training batches", per_rank=True)
     host_wait_s: float = measure("s", "max", "host time between one step's end and the next one's start")
     samples: float = measure("samples", "sum", "training samples")
     busy_share: float = measure("share", "mean", "the profiled window's busy share (device or CPU)")

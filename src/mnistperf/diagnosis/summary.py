@@ -119,7 +119,7 @@ def epoch_row(
     train_s: float,
     eval_s: float,
     samples: int | None,
-    fetch_wait_s: float,
+    input_wait_s: float,
     host_wait_s: float,
     busy_window: dict[str, Any] | None,
     metrics: dict,
@@ -139,11 +139,11 @@ def epoch_row(
         "eval_s": eval_s,
         "samples": samples,
         "samples_per_s": _rate(samples, train_s),
-        "input_wait_share": _share(fetch_wait_s, train_s),
+        "input_wait_share": _share(input_wait_s, train_s),
         "host_wait_share": _share(host_wait_s, train_s),
     }
     row.update(window_figures(busy_window))
-    row.update(split(train_s, fetch_wait_s, phases or {}))
+    row.update(split(train_s, input_wait_s, phases or {}))
     row["verdict"], row["verdict_reason"] = classify(row, threshold, _not_measured(busy_window))
     row.update(metrics)
     return derive(row)
@@ -151,7 +151,7 @@ def epoch_row(
 
 def ranks_apart(
     train_s: list[float],
-    fetch_wait_s: list[float],
+    input_wait_s: list[float],
     forward_s: list[float],
     comm_share: list[float] | None = None,
     comm_exposed_share: list[float] | None = None,
@@ -175,15 +175,15 @@ def ranks_apart(
             "comm_exposed_share": _measured(exposed),
         }
         for rank, (train, wait, f, (share, exposed)) in enumerate(
-            zip(train_s, fetch_wait_s, forward_s, talk, strict=True)
+            zip(train_s, input_wait_s, forward_s, talk, strict=True)
         )
     ]
     forward = [0.0 if math.isnan(f) else f for f in forward_s]
-    alone = [wait + f for wait, f in zip(fetch_wait_s, forward, strict=True)]
+    alone = [wait + f for wait, f in zip(input_wait_s, forward, strict=True)]
     slowest, quickest = alone.index(max(alone)), alone.index(min(alone))
     if alone[slowest] - alone[quickest] <= RANKS_APART * max(train_s):
         return {"ranks": ranks}
-    more_wait = fetch_wait_s[slowest] - fetch_wait_s[quickest]
+    more_wait = input_wait_s[slowest] - input_wait_s[quickest]
     more_step = forward[slowest] - forward[quickest]
     held_by = "data" if more_wait >= more_step else "step"
     return {

@@ -44,6 +44,7 @@ from mnistperf.upstream import (
     WRONG_TYPE,
     WRONG_UNION,
     KeepRunHyperparameters,
+    PlainHelpFormatter,
     long_options,
     parser_message,
     raised_inside,
@@ -201,8 +202,8 @@ def fit_description() -> str:
 EVAL_COMMANDS = ("validate", "test", "predict")
 
 
-class KeepDescriptionLines(RawDescriptionHelpFormatter, DefaultHelpFormatter):
-    """jsonargparse's help, with the description's lines kept as written (the table above)."""
+class KeepDescriptionLines(PlainHelpFormatter, RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help as plain text, with the description's lines kept as written (the table above)."""
 
 
 class MnistperfCLI(KeepRunHyperparameters, LightningCLI):

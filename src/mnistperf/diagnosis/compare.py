@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mnistperf.diagnosis.run_names import mismatch, run_labels
 from mnistperf.diagnosis.summary import SPLIT_KEYS, SUMMARY_FILE
 from mnistperf.errors import ConfigError
 
@@ -33,6 +34,12 @@ ROWS: tuple[Reader, ...] = (
     ("peak resident memory", "peak_rss_mb.main_process", "MB", 1.0),
     ("workers' resident memory", "max:workers_rss_mb", "MB", 1.0),
     ("peak GPU memory allocated", "peak_device_mb.allocated", "MB", 1.0),
+)
+# What a file that is not a summary is answered with: what one is, and how a run gets one
+WHAT_A_SUMMARY_IS = (
+    f"a {SUMMARY_FILE} is the summary EpochTimer writes at a fit's end, in the run's log folder "
+    f"(lightning_logs/NAME/version_N/{SUMMARY_FILE}): give it or that folder, after `python -m mnistperf fit "
+    "--config FILE` (or a fit of your own with EpochTimer among its callbacks, docs/diagnose.md)"
 )
 # A gain this much over the ceiling still counts as within it (the two runs' own noise).
 CEILING_SLACK = 0.05
@@ -55,10 +62,12 @@ def load(run: Path) -> tuple[Path, dict[str, Any]]:
     path = find_summary(run)
     try:
         found = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{path}: not a readable {SUMMARY_FILE} ({error})") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror}); {WHAT_A_SUMMARY_IS}") from None
+    except ValueError:
+        raise ConfigError(f"{path}: not a {SUMMARY_FILE} (not JSON); {WHAT_A_SUMMARY_IS}") from None
     if not isinstance(found, dict) or "avg_train_s" not in found:
-        raise ConfigError(f"{path}: not an EpochTimer summary (no avg_train_s)")
+        raise ConfigError(f"{path}: not a {SUMMARY_FILE} (JSON without avg_train_s); {WHAT_A_SUMMARY_IS}")
     return path, found
 
 
@@ -129,6 +138,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "rows": rows,
         "verdicts": [a.get("verdict"), b.get("verdict")],
         "names": [a.get("config"), b.get("config")],
+        "mismatch": mismatch(a, b),
         "bought": bought(a, b),
     }
 
@@ -141,8 +151,10 @@ def _cell(value: float | None, unit: str) -> str:
 
 def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
     """The comparison as printed: a table of the figures, the verdicts, then what B bought against A's ceiling."""
-    names = [name or path.parent.name for name, path in zip(found["names"], (a_path, b_path), strict=True)]
+    names = run_labels((a_path, b_path), found["names"])
     lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", ""]
+    if found.get("mismatch"):
+        lines[-1:] = [f"note: {found['mismatch']}", ""]
     lines.append(f"{'':30} {'A':>12} {'B':>12} {'B/A':>7}")
     for row in found["rows"]:
         ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-"

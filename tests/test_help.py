@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from mnistperf.cli import main
+from mnistperf.cli import OVERVIEW, main
+
+# Every command the overview lists, as a user finds them
+COMMANDS = re.findall(r"^  (\w+) ", OVERVIEW, re.MULTILINE)
+# reST that a reader of plain text would see raw: a literal, a role, a link, a directive
+REST = re.compile(r"``|:[a-z]+(?::[a-z]+)?:`|`_|^\s*\.\. [a-z]+::", re.MULTILINE)
+ANOTHER_PROJECT = Path(__file__).parent / "foreign_project" / "shelf.yaml"
+REPO = Path(__file__).resolve().parents[1]
 
 
-def help_text(capsys, command: str, monkeypatch) -> str:
+def help_text(capsys, command: str, monkeypatch, *before_help: str) -> str:
     monkeypatch.setenv("COLUMNS", "100")
     with pytest.raises(SystemExit) as exit_info:
-        main([command, "--help"])
+        main([command, *before_help, "--help"])
     assert exit_info.value.code == 0
     return capsys.readouterr().out
 
@@ -26,6 +34,33 @@ def option_entries(text: str) -> dict[str, str]:
         for entry in entries
         if entry.strip() and "--help" not in entry
     }
+
+
+def test_the_overview_lists_every_command():
+    assert set(COMMANDS) == {"prepare", "fit", "validate", "test", "predict", "bench", "tune", "compare", "report"}
+
+
+def test_the_readme_names_every_command_and_links_every_document():
+    readme = (REPO / "README.md").read_text()
+    commands = readme.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    for command in COMMANDS:
+        assert f"python -m mnistperf {command} " in commands or f"`{command}`" in commands, command
+    documents = readme.split("\n## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    for document in sorted((REPO / "docs").glob("*.md")):
+        assert f"(docs/{document.name})" in documents, f"the README does not link docs/{document.name}"
+
+
+@pytest.mark.parametrize(
+    "command, before_help",
+    [
+        *(pytest.param(command, (), id=command) for command in COMMANDS),
+        pytest.param("tune", ("--config", str(ANOTHER_PROJECT)), id="tune-another-project"),
+    ],
+)
+def test_every_commands_help_reads_as_plain_text(capsys, monkeypatch, command, before_help):
+    text = help_text(capsys, command, monkeypatch, *before_help)
+    assert "options:" in text, text
+    assert not REST.findall(text), [line for line in text.splitlines() if REST.search(line)]
 
 
 @pytest.mark.parametrize("command", ["prepare", "bench", "tune"])

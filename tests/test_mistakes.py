@@ -6,6 +6,7 @@ import json
 import re
 import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -218,7 +219,67 @@ def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command)
     shutil.copytree(CONFIGS, workdir / "configs")
     err = fails_in_one_line(capsys, [command, "--config", "configs/v2_pinnned.yaml"], "configs/v2_pinnned.yaml").err
     assert "no such file; did you mean configs/v2_pinned.yaml?" in err
-    assert "v1_naive, " in err and "streaming" in err
+    assert "v1_naive.yaml, " in err and "streaming" in err
+
+
+@pytest.mark.parametrize("command", ["fit", "tune"])
+def test_a_misspelt_config_in_a_project_of_ones_own_is_answered_with_its_yaml_files(
+    tmp_path, monkeypatch, capsys, command
+):
+    monkeypatch.chdir(tmp_path)
+    for name in ("config.yaml", "other.yml", ".pre-commit-config.yaml"):
+        (tmp_path / name).write_text("trainer: {}\n")
+    err = fails_in_one_line(
+        capsys,
+        [command, "--config", "confg.yaml"],
+        "--config confg.yaml: no such file; did you mean config.yaml? The YAML files in ./ are config.yaml, other.yml",
+    ).err
+    assert "configs/" not in err and ".pre-commit" not in err and "v1_bs512" not in err
+
+
+@pytest.mark.parametrize("command", ["fit", "tune"])
+def test_a_misspelt_stage_in_the_labs_checkout_is_answered_with_the_stage(monkeypatch, capsys, command):
+    monkeypatch.chdir(CONFIGS.parent)  # whose own YAML files are hidden ones: .pre-commit-config.yaml
+    fails_in_one_line(
+        capsys, [command, "--config", "v1_bs12.yaml"], "no such file; did you mean configs/v1_bs512.yaml?"
+    )
+
+
+def test_a_missing_config_where_no_yaml_file_is_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    fails_in_one_line(
+        capsys, ["tune", "--config", "mine.yaml"], "no such file, and no YAML file in ./; give your config's path"
+    )
+
+
+@pytest.fixture
+def own_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A project of the user's own in the working folder: slowmlp/model.py defines MLP, a LightningModule."""
+    (tmp_path / "slowmlp").mkdir()
+    (tmp_path / "slowmlp" / "__init__.py").write_text("")
+    (tmp_path / "slowmlp" / "model.py").write_text(
+        "from lightning import LightningModule\n\n\nclass MLP(LightningModule):\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in [name for name in sys.modules if name.split(".")[0] == "slowmlp"]:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize(
+    "class_path, meant",
+    [
+        ("slowmlp.model.MPL", "slowmlp.model has no MPL; did you mean slowmlp.model.MLP?"),
+        ("slowmlp.model.Zebra", "slowmlp.model has no Zebra; the classes it defines are MLP."),
+        ("slowmlp.modle.MLP", "(No module named 'slowmlp.modle'); did you mean slowmlp.model?"),
+        ("slowmpl.model.MLP", "(No module named 'slowmpl'); did you mean slowmlp.model, in this folder?"),
+    ],
+)
+def test_a_misspelt_class_path_in_an_importable_project_gets_the_name_meant(own_project, capsys, class_path, meant):
+    (own_project / "config.yaml").write_text(f"model:\n  class_path: {class_path}\n")
+    err = fails_in_one_line(capsys, ["tune", "--config", "config.yaml"], f"model.class_path '{class_path}'", meant).err
+    assert "PYTHONPATH" not in err  # the project is importable: the path is not what is wrong
 
 
 def test_the_debug_switch_shows_the_traceback(workdir, monkeypatch):
@@ -321,3 +382,37 @@ def test_a_damaged_file_to_import_is_the_users_to_replace(tmp_path, capsys, plac
     err = fails_in_one_line(capsys, argv, str(folder / "train.parquet")).err
     assert "replace it with a good copy and import again" in err and "prepare --force" not in err
     assert not (tmp_path / "data" / "mine").exists()
+
+
+# ---------------------------------------------------------------- runs compared and reported
+@pytest.mark.parametrize(
+    "argv",
+    [["report", "config.yaml", "--html"], ["compare", "config.yaml", "run"], ["report", "other.json"]],
+    ids=["yaml", "compared", "json"],
+)
+def test_a_file_that_is_not_a_timing_json_is_told_what_one_is_and_how_to_get_one(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text("model:\n  lr: 0.1\n")
+    (tmp_path / "other.json").write_text('{"loss": 0.1}')
+    (tmp_path / "run").mkdir()
+    err = fails_in_one_line(
+        capsys,
+        argv,
+        f"{argv[1]}: not a timing.json (",
+        "the summary EpochTimer writes at a fit's end, in the run's log folder",
+        "python -m mnistperf fit --config FILE",
+    ).err
+    assert "Expecting value" not in err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["config.yaml", "other.json", "run"]
+
+
+@pytest.mark.parametrize("out", ["afile/sub/report.html", "afile/report.html", "run"])
+def test_a_report_that_cannot_go_where_out_says_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys, out):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "timing.json").write_text(json.dumps({"avg_train_s": 1.0}))
+    (tmp_path / "afile").write_text("a file, not a folder")
+    before = sorted(str(path) for path in tmp_path.rglob("*"))
+    err = fails_in_one_line(capsys, ["report", "run", "--html", "--out", out], f"--out {out}: ").err
+    assert ("afile is a file, not a folder" in err) if "afile" in out else ("a folder; give a file" in err)
+    assert sorted(str(path) for path in tmp_path.rglob("*")) == before

@@ -245,6 +245,8 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
             "data.init_args.workers? Its arguments are data.init_args.rows, data.init_args.batch",
         ),
         (None, ["--knob", "data.init_args.workers"], "--knob data.init_args.workers: give the option and the values"),
+        (None, ["--budget", "0.1"], "--budget 0.1: too small to measure anything; give at least 0.25 minutes"),
+        (None, ["--budget-s", "-5"], "--budget-s -5: too small to measure anything; give at least 15 seconds"),
         (
             None,
             ["--cli", "slowshelf.data.ShelfData"],

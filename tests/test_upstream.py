@@ -153,6 +153,14 @@ def test_the_parsers_list_their_options_and_hand_out_a_subcommands_parser():
     assert "data.batch_size" in upstream.long_options(upstream.subcommand_parser(root, "fit"))
 
 
+def test_argparse_expands_each_help_and_fills_the_description_where_the_plain_formatter_cleans_them():
+    parser = argparse.ArgumentParser(description="Reads ``timing.json``.", formatter_class=upstream.PlainHelpFormatter)
+    parser.add_argument("--when", help="a :class:`~datetime.timedelta`, default ``None`` (%(default)s)")
+    text = " ".join(parser.format_help().split())
+    assert "Reads timing.json." in text, f"{ARGPARSE}: the description is no longer filled in _format_text"
+    assert "a timedelta, default None (None)" in text, f"{ARGPARSE}: a help is no longer expanded in _expand_help"
+
+
 class Refused(Exception):
     pass
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import NoReturn
 
 from mnistperf.errors import DEBUG_ENV
-from mnistperf.upstream import INVALID_CHOICE, UNRECOGNIZED, long_options
+from mnistperf.upstream import INVALID_CHOICE, UNRECOGNIZED, PlainHelpFormatter, long_options
 
 #: how alike two names must be (difflib's ratio) for one to be suggested for the other
 CUTOFF = 0.6
@@ -52,10 +52,11 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse, answering a wrong option or value in one line with the option meant and the help command.
 
     A prefix of an option is not taken for it (``--epoch`` is not ``--epochs``): it is answered with the whole name.
+    Its help is plain text (:class:`~mnistperf.upstream.PlainHelpFormatter`), docstrings given as descriptions too.
     """
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+        super().__init__(*args, **{"allow_abbrev": False, "formatter_class": PlainHelpFormatter, **kwargs})
 
     def error(self, message: str) -> NoReturn:
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""

@@ -44,6 +44,7 @@ from mnistperf.upstream import (
     WRONG_TYPE,
     WRONG_UNION,
     KeepRunHyperparameters,
+    PlainHelpFormatter,
     long_options,
     parser_message,
     raised_inside,
@@ -135,24 +136,46 @@ def wrong_type(text: str) -> str | None:
 
 
 def missing_config(path: Path) -> str:
-    """The line for a ``--config`` that does not exist: the closest config and those that do exist."""
+    """The line for a ``--config`` that does not exist: the file meant and the YAML files where the user looks.
+
+    Those are the YAML files of the path's own folder (the current one for a bare name), so that a user in a project
+    of their own is shown theirs; a name like a stage's is answered with the stage's config in ``configs/`` (of
+    the working folder, else of the checkout), as are folders that hold no YAML file.
+    """
     shown = os.path.relpath(path) if path.is_absolute() and not os.path.relpath(path).startswith("..") else str(path)
-    folder, names = configs_near(path)
-    if not names:
-        return f"--config {shown}: no such file, and no configs in {folder}/"
-    meant = closest(path.stem, names)
-    suggestion = f"; did you mean {folder / meant}.yaml?" if meant else "."
-    return f"--config {shown}: no such file{suggestion} The configs in {folder}/ are {', '.join(names)}"
+    own_folder = Path(os.path.relpath(path.parent)) if path.is_absolute() else path.parent
+    own = yaml_files(path.parent)
+    stages_folder = Path("configs") if config_names(Path("configs")) else CHECKOUT_CONFIGS
+    stages = [f"{name}.yaml" for name in config_names(stages_folder)]
+    meant = file_meant(path, own)
+    folder, names = (own_folder, own) if own else (stages_folder, stages)
+    if meant is None and file_meant(path, stages):
+        meant, folder, names = file_meant(path, stages), stages_folder, stages
+    if not own and meant is None:
+        stages_said = f", or one of the lab's stages in {stages_folder}/: {', '.join(stages)}" if stages else ""
+        return (
+            f"--config {shown}: no such file, and no YAML file in {own_folder}/; give your config's path{stages_said}"
+        )
+    suggestion = f"; did you mean {folder / meant}?" if meant else "."
+    return f"--config {shown}: no such file{suggestion} The YAML files in {folder}/ are {', '.join(names)}"
 
 
-def configs_near(path: Path) -> tuple[Path, list[str]]:
-    """The configs a user who gave ``path`` likely meant: its own folder's, else those of configs/ or the checkout."""
-    shown_folder = Path(os.path.relpath(path.parent)) if path.is_absolute() else path.parent
-    for folder, shown in ((path.parent, shown_folder), (Path("configs"), Path("configs"))):
-        names = config_names(folder)
-        if names:
-            return shown, names
-    return CHECKOUT_CONFIGS, config_names(CHECKOUT_CONFIGS)
+def file_meant(path: Path, names: list[str]) -> str | None:
+    """The file of ``names`` whose name is closest to the path's, by their stems: every one ends in .yaml alike."""
+    stems = {Path(name).stem: name for name in names}
+    meant = closest(path.stem, stems)
+    return None if meant is None else stems[meant]
+
+
+def yaml_files(folder: Path) -> list[str]:
+    """The YAML files a user keeps in a folder, by name, ordered as :func:`config_names` orders them.
+
+    Hidden ones are left out: they are a tool's own (.pre-commit-config.yaml).
+    """
+    found = [path.name for pattern in ("*.yaml", "*.yml") for path in folder.glob(pattern)]
+    return sorted(
+        (name for name in found if not name.startswith(".")), key=lambda name: (not name.startswith("v"), name)
+    )
 
 
 def native_bf16(accelerator) -> bool:
@@ -201,8 +224,8 @@ def fit_description() -> str:
 EVAL_COMMANDS = ("validate", "test", "predict")
 
 
-class KeepDescriptionLines(RawDescriptionHelpFormatter, DefaultHelpFormatter):
-    """jsonargparse's help, with the description's lines kept as written (the table above)."""
+class KeepDescriptionLines(PlainHelpFormatter, RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help as plain text, with the description's lines kept as written (the table above)."""
 
 
 class MnistperfCLI(KeepRunHyperparameters, LightningCLI):

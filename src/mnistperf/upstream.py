@@ -95,6 +95,36 @@ def subcommand_parser(parser: Any, name: str) -> Any:
     return parser if subcommands is None else subcommands._name_parser_map.get(name, parser)
 
 
+# reST in docstrings that help shows: a role (:class:`~a.B`, :paramref:`x <a.x>`), a literal (``x``), a link
+ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`<]*?)\s*(?:<[^`>]*>)?`")
+LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+LINK = re.compile(r"`([^`<]+?)\s*<([^`>]+)>`_")
+
+
+def plain_text(text: str) -> str:
+    """Docstring text as a reader of plain text reads it: ``x`` is x, :class:`~a.B` is B, a link is its words (url).
+
+    Single backticks stay: they quote a command, as the one-line errors do.
+    """
+    text = ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    return LINK.sub(r"\1 (\2)", LITERAL.sub(r"\1", text))
+
+
+class PlainHelpFormatter(argparse.HelpFormatter):
+    """argparse's (or, mixed in first, jsonargparse's) help formatter, each help text and description plain text.
+
+    Why: the help of LightningCLI's options is the Trainer's and the classes' docstrings, written in reST; it is
+    made plain before it is wrapped, as argparse expands and fills each text in these two methods. Public
+    replacement: argparse taking a function over each help text.
+    """
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain_text(super()._expand_help(action))
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
+
+
 Raised = TypeVar("Raised", bound=BaseException)
 
 

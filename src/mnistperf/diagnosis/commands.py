@@ -7,11 +7,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mnistperf.atomic import removing_new_folders
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.compare import compare, format_comparison, load
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.report import REPORT_FILE, html_report, write_report
+from mnistperf.diagnosis.run_names import refuse_the_same_run, run_label, run_labels
 from mnistperf.diagnosis.summary import format_summary
+from mnistperf.errors import ConfigError
 
 RUN_HELP = "a run's timing.json, or its log folder (the newest timing.json under it)"
 
@@ -33,7 +36,7 @@ def compare_command(argv: Sequence[str]) -> None:
     opts = parser.parse_args(argv)
     if opts.fail_if_slower is not None and not 0 <= opts.fail_if_slower < 1000:
         parser.error(f"--fail-if-slower {opts.fail_if_slower:g}: give a percentage from 0, e.g. --fail-if-slower 10")
-    (a_path, a), (b_path, b) = load(opts.run_a), load(opts.run_b)
+    (a_path, a), (b_path, b) = load_two(opts.run_a, opts.run_b)
     found = compare(a, b)
     if opts.json:
         print(json.dumps(jsonable({"a": str(a_path), "b": str(b_path), **found}), indent=2))
@@ -65,6 +68,13 @@ def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
     )
 
 
+def load_two(run_a: Path, run_b: Path) -> tuple[tuple[Path, dict], tuple[Path, dict]]:
+    """Both runs' timing.json and content; one line where they are one run."""
+    a, b = load(run_a), load(run_b)
+    refuse_the_same_run(run_a, run_b, a, b)
+    return a, b
+
+
 def report_command(argv: Sequence[str]) -> None:
     """``mnistperf report RUN [RUN_B] --html``: a run's summary, or its report as one HTML file (two: compared)."""
     parser = OneLineArgumentParser(prog="mnistperf report", description=report_command.__doc__)
@@ -78,15 +88,35 @@ def report_command(argv: Sequence[str]) -> None:
     if opts.out is not None and not opts.html:
         parser.error("--out goes with --html")
     a_path, a = load(opts.run)
-    runs = [(a.get("config") or a_path.parent.name, a)]
+    runs = [(run_label(a_path, a.get("config")), a)]
     comparison = None
     if opts.run_b is not None:
-        b_path, b = load(opts.run_b)
-        runs.append((b.get("config") or b_path.parent.name, b))
+        (a_path, a), (b_path, b) = load_two(opts.run, opts.run_b)
+        labels = run_labels((a_path, b_path), (a.get("config"), b.get("config")))
+        runs = [(labels[0], a), (labels[1], b)]
         comparison = compare(a, b)
     if not opts.html:
         print(format_summary(a) if comparison is None else format_comparison(comparison, a_path, b_path))
         return
-    out = opts.out or a_path.with_name(REPORT_FILE if comparison is None else f"compared-{runs[1][0]}.html")
-    write_report(html_report(runs, comparison), out)
+    file = REPORT_FILE if comparison is None else f"compared-{runs[1][0].replace('/', '-')}.html"
+    out = opts.out or a_path.with_name(file)
+    said = f"--out {out}" if opts.out else f"the report's place {out}"
+    check_place(out, said)  # before the report is made, so that a wrong path is said at once
+    try:
+        with removing_new_folders(out.parent):
+            write_report(html_report(runs, comparison), out)
+    except OSError as error:
+        raise ConfigError(f"{said}: cannot be written ({error.strerror or error}); {PLACE_FIX}") from None
     print(f"report written to {out}")
+
+
+PLACE_FIX = "give --out FILE in a folder you can write to"
+
+
+def check_place(out: Path, said: str) -> None:
+    """One line where the report cannot be written at ``out``: a folder is there, or a file where a folder must be."""
+    if out.is_dir():
+        raise ConfigError(f"{said}: a folder; give a file, e.g. --out {out / REPORT_FILE}")
+    blocking = next((parent for parent in out.parents if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ConfigError(f"{said}: {blocking} is a file, not a folder; {PLACE_FIX}, e.g. --out {out.name}")

@@ -17,9 +17,16 @@ from typing import Any
 
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, Figure, shown_side_by_side
 from mnistperf.diagnosis.noise import beyond, noise, said
+from mnistperf.diagnosis.run_names import mismatch, run_labels
 from mnistperf.diagnosis.summary import SUMMARY_FILE
 from mnistperf.errors import ConfigError
 
+# What a file that is not a summary is answered with: what one is, and how a run gets one
+WHAT_A_SUMMARY_IS = (
+    f"a {SUMMARY_FILE} is the summary EpochTimer writes at a fit's end, in the run's log folder "
+    f"(lightning_logs/NAME/version_N/{SUMMARY_FILE}): give it or that folder, after `python -m mnistperf fit "
+    "--config FILE` (or a fit of your own with EpochTimer among its callbacks, docs/diagnose.md)"
+)
 # A gain this much over the ceiling still counts as within it (the two runs' own noise).
 CEILING_SLACK = 0.05
 
@@ -41,10 +48,12 @@ def load(run: Path) -> tuple[Path, dict[str, Any]]:
     path = find_summary(run)
     try:
         found = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{path}: not a readable {SUMMARY_FILE} ({error})") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror}); {WHAT_A_SUMMARY_IS}") from None
+    except ValueError:
+        raise ConfigError(f"{path}: not a {SUMMARY_FILE} (not JSON); {WHAT_A_SUMMARY_IS}") from None
     if not isinstance(found, dict) or "avg_train_s" not in found:
-        raise ConfigError(f"{path}: not an EpochTimer summary (no avg_train_s)")
+        raise ConfigError(f"{path}: not a {SUMMARY_FILE} (JSON without avg_train_s); {WHAT_A_SUMMARY_IS}")
     return path, found
 
 
@@ -118,6 +127,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "rows": rows,
         "verdicts": [a.get("verdict"), b.get("verdict")],
         "names": [a.get("config"), b.get("config")],
+        "mismatch": mismatch(a, b),
         "bought": bought(a, b),
     }
 
@@ -130,8 +140,10 @@ def _cell(value: float | None, unit: str) -> str:
 
 def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
     """The comparison as printed: a table of the figures, the verdicts, then what B bought against A's ceiling."""
-    names = [name or path.parent.name for name, path in zip(found["names"], (a_path, b_path), strict=True)]
+    names = run_labels((a_path, b_path), found["names"])
     lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", ""]
+    if found.get("mismatch"):
+        lines[-1:] = [f"note: {found['mismatch']}", ""]
     lines.append(f"{'':30} {'A':>12} {'B':>12} {'B/A':>7}  the runs' noise")
     for row in found["rows"]:
         ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-"

@@ -331,8 +331,10 @@ def comparison_section(found: dict[str, Any]) -> str:
         for row in found["rows"]
     ]
     rows.append(["verdict", *(str(v or "-") for v in found["verdicts"]), "", ""])
+    note = f'<p id="mismatch">Note: {escape(found["mismatch"])}</p>' if found.get("mismatch") else ""
     return (
         '<h2 id="comparison">What B bought over A</h2>'
+        + note
         + _table(["figure", "A", "B", "B/A", "the runs' noise"], rows)
         + f'<p id="bought">{escape(format_bought(found["bought"]))}</p>'
     )

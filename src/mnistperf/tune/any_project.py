@@ -126,10 +126,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="runs of the untouched settings, whose spread is the noise (default: %(default)s)",
     )
     opts = parser.parse_args(argv)
-    opts.budget_s = opts.budget_s if opts.budget_s is not None else 60 * (opts.budget or DEFAULT_BUDGET_MIN)
+    given_s = opts.budget_s is not None
+    opts.budget_s = opts.budget_s if given_s else 60 * (opts.budget or DEFAULT_BUDGET_MIN)
     if opts.budget_s < MIN_BUDGET_S:
+        # Said as the user gave it: --budget in minutes, --budget-s in seconds
+        given, at_least = (
+            (f"--budget-s {opts.budget_s:g}", f"{MIN_BUDGET_S:g} seconds")
+            if given_s
+            else (f"--budget {opts.budget:g}", f"{MIN_BUDGET_S / 60:g} minutes")
+        )
         raise ConfigError(
-            f"--budget-s {opts.budget_s:g}: too small to measure anything; give at least {MIN_BUDGET_S:g} seconds "
+            f"{given}: too small to measure anything; give at least {at_least} "
             "(the untouched settings' trial alone takes that long)."
         )
     for name, least in (("steps", 1), ("epochs", 2), ("repeats", 1)):

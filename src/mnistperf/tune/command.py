@@ -23,7 +23,7 @@ from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
-from mnistperf.lightning_cli import check_key, load_config, parse_fit_config, parse_setting
+from mnistperf.lightning_cli import check_key, load_config, missing_config, parse_fit_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.model import ImageClassifier
 from mnistperf.tune import end_to_end
@@ -86,15 +86,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="also try 2x and 4x the batch size, which changes the optimization (default: off)",
     )
     opts = parser.parse_args(argv)
+    # Said as the user gave it: --budget-s in seconds, --budget in minutes
+    given, at_least = (
+        (f"--budget {opts.budget:g}", f"{MIN_BUDGET_MIN:g} minutes")
+        if opts.budget_s is None
+        else (f"--budget-s {opts.budget_s:g}", f"{MIN_BUDGET_MIN * 60:g} seconds")
+    )
     if opts.budget_s is not None:
         opts.budget = opts.budget_s / 60
     if opts.budget < MIN_BUDGET_MIN:
         raise ConfigError(
-            f"--budget {opts.budget:g}: too small to measure anything; give at least "
-            f"{MIN_BUDGET_MIN} minutes (the step alone and one loader take that long)."
+            f"{given}: too small to measure anything; give at least {at_least} (the step alone and one loader take "
+            "that long)."
         )
     if not opts.config.is_file():
-        raise ConfigError(f"--config {opts.config}: no such file; give a stage config such as configs/v1_bs512.yaml.")
+        raise ConfigError(missing_config(opts.config))
     return opts
 
 

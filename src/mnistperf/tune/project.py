@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import copy
 import importlib
+import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mnistperf.close_names import closest
 from mnistperf.errors import ConfigError
 from mnistperf.tune.knobs import ARG, Knobs, arguments, found_knobs, named_knobs
 from mnistperf.tune.trial import left_out, trial_trainer
@@ -74,17 +76,45 @@ def import_class(path: Path, section: str, class_path: Any, option: bool = False
         )
     module, _, name = class_path.rpartition(".")
     try:
-        found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"{where} cannot be imported ({exc}); run from the project's folder or add it: "
-            f"PYTHONPATH=/path/to/project python -m mnistperf tune --config {path} (or --import-path /path/to/project)"
-        ) from exc
+        imported = importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"{where} cannot be imported ({exc}); {module_fix(module, exc, path)}") from exc
+    found = getattr(imported, name, None)
+    if found is None:
+        classes = {key: value for key, value in vars(imported).items() if isinstance(value, type) and key[0] != "_"}
+        meant = closest(name, classes)
+        own = [key for key, value in classes.items() if value.__module__ == module]  # not those it imports
+        fix = f"did you mean {module}.{meant}?" if meant else f"the classes it defines are {', '.join(own) or 'none'}."
+        raise ConfigError(f"{where} cannot be imported: {module} has no {name}; {fix}")
     if not isinstance(found, type):
         raise ConfigError(f"{where} is not a class; name the class itself")
     if base is not None and not issubclass(found, base):
         raise ConfigError(f"{where} is not a {base.__name__}")
     return found
+
+
+def module_fix(module: str, exc: ImportError, path: Path) -> str:
+    """The fix for a module that does not import: the module meant where its package imports, else the path to it.
+
+    A package that imports but lacks the module is a typo (``slowmlp.modle``); one that Python does not find is
+    not on its path; a module that is found but fails inside (a name it imports is missing) is the module's to fix.
+    """
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing is None or not (module == missing or module.startswith(f"{missing}.")):
+        return f"{module} is found but fails to import; fix it until `python -c 'import {module}'` works here"
+    package, _, last = missing.rpartition(".")
+    if package:
+        found = importlib.import_module(package)  # imported on the way to the missing module
+        names = [info.name for info in pkgutil.iter_modules(getattr(found, "__path__", []))]
+        meant = closest(last, names)
+        return f"did you mean {package}.{meant}?" if meant else f"its modules are {', '.join(names) or 'none'}."
+    meant = closest(last, [info.name for info in pkgutil.iter_modules(["."])])
+    if meant:
+        return f"did you mean {meant}{module[len(missing) :]}, in this folder?"
+    return (
+        "run from the project's folder or add it: "
+        f"PYTHONPATH=/path/to/project python -m mnistperf tune --config {path} (or --import-path /path/to/project)"
+    )
 
 
 def cli_class(path: Path, class_path: str) -> type:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import csv
 import json
@@ -110,3 +111,17 @@ def test_a_figure_is_its_key_and_travels_as_a_plain_string():
 def test_a_figure_with_a_rule_no_run_knows_is_refused_where_it_is_declared():
     with pytest.raises(ValueError, match="run='median'"):
         Figure("x", "s", "a figure", run="median")
+
+
+def test_outside_the_registry_no_figures_key_is_a_string():
+    """Code names a figure by its constant, so a renamed figure cannot leave a key behind."""
+    keys = {figure.name for figure in FIGURES}
+    src = Path(figures.__file__).parent.parent
+    found = [
+        f"{path.relative_to(src)}:{node.lineno} {node.value!r}"
+        for path in sorted(src.rglob("*.py"))
+        if path != Path(figures.__file__)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in keys
+    ]
+    assert not found, found

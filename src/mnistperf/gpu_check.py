@@ -34,6 +34,7 @@ from typing import Any
 
 from mnistperf import gpu_preflight
 from mnistperf.atomic import atomic_write
+from mnistperf.diagnosis.figures import DEVICE_BUSY_SHARE
 from mnistperf.diagnosis.summary import write_summary
 from mnistperf.machine import usable_cpus
 
@@ -555,7 +556,7 @@ def sync_probe(folder: Path) -> None:
         "epochs": len(summary["epochs"]),
         "train_steps": steps,
         "where_the_diagnosis_synced": sorted({next(f for f in s[::-1] if "mnistperf/diagnosis" in f) for s in ours}),
-        "device_busy_share": summary.get("device_busy_share"),
+        DEVICE_BUSY_SHARE: summary.get(DEVICE_BUSY_SHARE),
         "verdict": summary["verdict"],
         "verdict_from_the_busy_share": verdict,
         "trace": trace,

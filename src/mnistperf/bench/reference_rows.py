@@ -46,7 +46,7 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.epoch_timer import TrainerAttributes
-from mnistperf.diagnosis.figures import WAITS
+from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S, WAITS
 from mnistperf.diagnosis.summary import INPUT_BOUND_SHARE, environment, write_summary
 from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
@@ -104,7 +104,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         clock.train_end()
         if loader_only:
             row = clock.epoch_end()
-            print(f"epoch {epoch}: {row['samples']:,} samples drawn in {row['train_s']:.2f} s", flush=True)
+            print(f"epoch {epoch}: {row['samples']:,} samples drawn in {row[TRAIN_S]:.2f} s", flush=True)
             continue
         model.eval()
         train_step.stage_sums("val", device).reset()
@@ -119,7 +119,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         clock.eval_end()
         row = clock.epoch_end(metrics)
         print(
-            f"epoch {epoch}: train {row['train_s']:.2f} s, eval {row['eval_s']:.2f} s, "
+            f"epoch {epoch}: train {row[TRAIN_S]:.2f} s, eval {row[EVAL_S]:.2f} s, "
             f"val/acc {metrics['val/acc']:.4f}, {row['verdict']}",
             flush=True,
         )
@@ -225,7 +225,7 @@ def run_bare(cli: MnistperfCLI) -> dict:
     )
     trainer.fit(bare, datamodule=datamodule)
     for row in clock.epochs:
-        print(f"epoch {row['epoch']}: train {row['train_s']:.2f} s, {row['samples_per_s']:,.0f} samples/s", flush=True)
+        print(f"epoch {row['epoch']}: train {row[TRAIN_S]:.2f} s, {row[SAMPLES_PER_S]:,.0f} samples/s", flush=True)
     return timing_summary("bare", stage_trainer, datamodule, device, waits_not_timed(clock.summary()))
 
 

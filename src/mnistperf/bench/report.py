@@ -22,7 +22,17 @@ from typing import Any, NamedTuple
 
 from mnistperf.atomic import atomic_write
 from mnistperf.bench import published
-from mnistperf.diagnosis.figures import AVG_EVAL_S, AVG_TRAIN_S, BUSY, INPUT_WAIT_SHARE, SAMPLES_PER_S
+from mnistperf.diagnosis.figures import (
+    AVG_EVAL_S,
+    AVG_TRAIN_S,
+    BUSY,
+    INPUT_WAIT_SHARE,
+    PEAK_RSS_MB,
+    SAMPLES_PER_S,
+    TOTAL_EVAL_S,
+    TOTAL_TRAIN_S,
+    TRAIN_S,
+)
 from mnistperf.diagnosis.summary import COMPUTE_BOUND_BUSY
 from mnistperf.errors import ConfigError
 
@@ -56,7 +66,7 @@ class Row:
     @property
     def warmup_s(self) -> float | None:
         """Median train seconds of epoch 1, the warm-up epoch (None for single-epoch runs)."""
-        values = [s["warmup"]["train_s"] for s in self.summaries if s.get("warmup")]
+        values = [s["warmup"][TRAIN_S] for s in self.summaries if s.get("warmup")]
         return median(values) if values else None
 
     @property
@@ -68,7 +78,7 @@ class Row:
     @property
     def total_s(self) -> float | None:
         """Median seconds of the whole run (train + test, every epoch) over the repeats."""
-        totals = [s["total_train_s"] + s["total_eval_s"] for s in self.summaries]
+        totals = [s[TOTAL_TRAIN_S] + s[TOTAL_EVAL_S] for s in self.summaries]
         return median(totals) if totals else None
 
     def train_s(self) -> float:
@@ -79,7 +89,7 @@ class Row:
 
     def peak_memory_mb(self, kind: str) -> float | None:
         """Largest peak over the repeats: 'main_process' RSS, or the sampled 'tree_pss' / 'tree_rss'."""
-        values = [s["peak_rss_mb"].get(kind) for s in self.summaries if "peak_rss_mb" in s]
+        values = [s[PEAK_RSS_MB].get(kind) for s in self.summaries if PEAK_RSS_MB in s]
         values = [v for v in values if v is not None]
         return max(values) if values else None
 
@@ -208,7 +218,7 @@ COLUMNS = [
     Column("batches_per_step", None, lambda r, b: _data(r, "batches_per_step")),
     Column("train_samples_per_epoch", None, lambda r, b: r.samples_per_epoch),
     Column("repeats", None, lambda r, b: len(r.summaries)),
-    Column("train_s", "train s/epoch", lambda r, b: Spread.of(r.values(AVG_TRAIN_S.name)), Spread.text),
+    Column(TRAIN_S, "train s/epoch", lambda r, b: Spread.of(r.values(AVG_TRAIN_S.name)), Spread.text),
     Column("test_s", "test s/epoch", lambda r, b: Spread.of(r.values(AVG_EVAL_S.name)), Spread.text),
     Column("warmup_train_s", "warm-up train s", lambda r, b: r.warmup_s, _fmt),
     Column("total_s_median", "total s", lambda r, b: r.total_s, _fmt),
@@ -435,7 +445,7 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
         return None
     published_bars = [(i, r) for i, r in enumerate(done) if COLUMN["published_train_s"].value(r, bench) is not None]
     width = 0.4 if published_bars else 0.6
-    heights = [COLUMN["train_s"].value(r, bench).median for r in done]
+    heights = [COLUMN[TRAIN_S].value(r, bench).median for r in done]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(done)), 4.5))
     measured = ax.bar(
         [i - width / 2 if published_bars else i for i in range(len(done))],

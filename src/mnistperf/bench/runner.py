@@ -28,6 +28,7 @@ from mnistperf.bench.report import Row, markdown_table, per_step_table, redraw_c
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.console import device_line
 from mnistperf.diagnosis import SUMMARY_FILE
+from mnistperf.diagnosis.figures import PEAK_RSS_MB
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli import check_key, load_config, parse_setting
 from mnistperf.machine import run_device
@@ -385,7 +386,7 @@ def bench_command(argv: Sequence[str]) -> None:
                     print(f"    {plan.row.label}: {plan.row.error}", flush=True)
                 else:
                     timing = json.loads(timing_path().read_text())
-                    timing["peak_rss_mb"].update(memory)
+                    timing[PEAK_RSS_MB].update(memory)
                     plan.row.summaries.append(timing)
                 write_all(rows, out, settings, opts.log_scale)
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.busy_window import CROWDED
+from mnistperf.diagnosis.figures import AVG_TRAIN_S, CPU_BUSY_SHARE, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
@@ -97,8 +98,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         ``{"verdict", "ceiling", "hints": [str]}``, plus ``at_most_s_less`` (train seconds per epoch) where the
         figures bound the gain and ``speed_up_at_most`` for an overhead-bound step.
     """
-    verdict, train_s = summary["verdict"], summary["avg_train_s"]
-    on_cpu = "device_busy_share" not in summary
+    verdict, train_s = summary["verdict"], summary[AVG_TRAIN_S]
+    on_cpu = DEVICE_BUSY_SHARE not in summary
     found: dict[str, Any] = {"verdict": verdict}
     crowded = summary.get("waited_for_a_core")
     if verdict != "input-bound" and crowded is not None and crowded >= CROWDED:
@@ -107,14 +108,14 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             "it would rest on is in doubt"
         )
     elif verdict == "input-bound":
-        wait = summary["input_wait_share"]
+        wait = summary[INPUT_WAIT_SHARE]
         less = found["at_most_s_less"] = wait * train_s
         found["ceiling"] = (
             f"with input free, an epoch's training would take at most {less:.2f} s "
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
     elif verdict == "overhead-bound":
-        busy = summary["cpu_busy_share" if on_cpu else "device_busy_share"]
+        busy = summary[CPU_BUSY_SHARE if on_cpu else DEVICE_BUSY_SHARE]
         less = found["at_most_s_less"] = (1 - busy) * train_s
         faster = found["speed_up_at_most"] = 1 / busy
         found["ceiling"] = (CPU_OVERHEAD if on_cpu else GPU_OVERHEAD).format(busy=busy, faster=faster, less=less)

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, Figure, shown_side_by_side
+from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, Figure, shown_side_by_side
 from mnistperf.diagnosis.noise import beyond, noise, said
 from mnistperf.diagnosis.run_names import mismatch, run_labels
 from mnistperf.diagnosis.summary import SUMMARY_FILE
@@ -52,7 +52,7 @@ def load(run: Path) -> tuple[Path, dict[str, Any]]:
         raise ConfigError(f"{path}: cannot be read ({error.strerror}); {WHAT_A_SUMMARY_IS}") from None
     except ValueError:
         raise ConfigError(f"{path}: not a {SUMMARY_FILE} (not JSON); {WHAT_A_SUMMARY_IS}") from None
-    if not isinstance(found, dict) or "avg_train_s" not in found:
+    if not isinstance(found, dict) or AVG_TRAIN_S not in found:
         raise ConfigError(f"{path}: not a {SUMMARY_FILE} (JSON without avg_train_s); {WHAT_A_SUMMARY_IS}")
     return path, found
 
@@ -67,7 +67,7 @@ def read(summary: dict[str, Any], figure: Figure) -> float | None:
 
 def epoch_samples(summary: dict[str, Any]) -> float | None:
     """Samples per steady epoch: throughput times train time (None where samples were not counted)."""
-    rate, train = summary.get("samples_per_s"), summary.get("avg_train_s")
+    rate, train = summary.get(SAMPLES_PER_S), summary.get(AVG_TRAIN_S)
     return rate * train if rate and train else None
 
 
@@ -80,19 +80,19 @@ def bought(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     (None where A's advice gave no ceiling), and ``removed`` (B's verdict is no longer A's).
     """
     a_samples, b_samples = epoch_samples(a), epoch_samples(b)
-    b_time = b["avg_train_s"]
+    b_time = b[AVG_TRAIN_S]
     scaled = bool(a_samples and b_samples and not math.isclose(a_samples, b_samples, rel_tol=1e-3))
     if scaled:
-        b_time = a_samples / b["samples_per_s"]  # both counted where scaled
-    saved = a["avg_train_s"] - b_time
+        b_time = a_samples / b[SAMPLES_PER_S]  # both counted where scaled
+    saved = a[AVG_TRAIN_S] - b_time
     band = noise(a, b, AVG_TRAIN_S)
     advice = a.get("advice") or {}
     ceiling = advice.get("at_most_s_less")
     within = None if ceiling is None else saved <= ceiling * (1 + CEILING_SLACK)
     return {
         "saved_s": saved,
-        "speed_up": a["avg_train_s"] / b_time if b_time > 0 else None,
-        "slower": b_time / a["avg_train_s"] - 1 if a["avg_train_s"] > 0 else None,
+        "speed_up": a[AVG_TRAIN_S] / b_time if b_time > 0 else None,
+        "slower": b_time / a[AVG_TRAIN_S] - 1 if a[AVG_TRAIN_S] > 0 else None,
         "noise": band,
         "scaled": scaled,
         "bound": a.get("verdict"),

@@ -60,7 +60,7 @@ from mnistperf.diagnosis.batches import Loaders, leading_lengths
 from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
 from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.fetch_clock import FetchClock
-from mnistperf.diagnosis.figures import Measures, gather, scalars
+from mnistperf.diagnosis.figures import EVAL_S, FORWARD_S, SAMPLES_PER_S, TRAIN_S, Measures, gather, scalars
 from mnistperf.diagnosis.flops import StepCounter, compiled, number_format, peak_flops, too_short_to_count
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.phases import sampled, unsampled
@@ -580,8 +580,8 @@ class EpochTimer(Callback):
         self.problems.log(trainer, scalars(row), "the epoch's figures")
         self.problems.say(
             trainer,
-            f"epoch {row['epoch']}{self._bar_epoch(trainer)}: train {row['train_s']:.2f} s, "
-            f"eval {row['eval_s']:.2f} s, {throughput(row['samples_per_s'])}"
+            f"epoch {row['epoch']}{self._bar_epoch(trainer)}: train {row[TRAIN_S]:.2f} s, "
+            f"eval {row[EVAL_S]:.2f} s, {throughput(row[SAMPLES_PER_S])}"
             f"{per_loader_text(row.get('loader_samples'))}, {row['verdict']} ({row['verdict_reason']})",
         )
 
@@ -598,7 +598,7 @@ class EpochTimer(Callback):
                 for name, count in zip(self._loaders.names, per_loader, strict=True)
             }
         reason = unsampled(*trained, self._accumulate)
-        if row.get("forward_s") is None and not self.clock.phases.started and reason is not None:
+        if row.get(FORWARD_S) is None and not self.clock.phases.started and reason is not None:
             row["split_reason"] = reason
             if not self._split_said:
                 self._split_said = True

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU
+
 # What the FLOP counter's step costs, in the time of an unprofiled step: measured 7.9-12.6 steps of a small MLP's
 # 0.8 ms step on the lab's CPU, the worst case, since most of it is the counter's own start. It counts only in a fit
 # of at least COUNT_COST_STEPS / COUNT_SHARE training steps, where it costs at most COUNT_SHARE of them.
@@ -117,9 +119,9 @@ class StepCounter:
 def utilization(flops: float, train_s: float, peak: float | None, ranks: int) -> dict[str, float | None]:
     """An epoch's achieved FLOP/s (every rank's FLOPs over train time) and its MFU where the peak is known."""
     if math.isnan(flops) or train_s <= 0:
-        return {"achieved_flops_per_s": None, "mfu": None}
+        return {ACHIEVED_FLOPS_PER_S: None, MFU: None}
     achieved = flops / train_s
-    return {"achieved_flops_per_s": achieved, "mfu": achieved / (peak * ranks) if peak else None}
+    return {ACHIEVED_FLOPS_PER_S: achieved, MFU: achieved / (peak * ranks) if peak else None}
 
 
 def run_utilization(
@@ -134,12 +136,12 @@ def run_utilization(
     ``steady``: the first and last steady epoch; ``peak``: the device's peak FLOP/s and its name, or None and why;
     ``not_counted``: why the step's FLOPs are not known, where they are not.
     """
-    rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get("achieved_flops_per_s") is not None]
-    achieved = mean(e["achieved_flops_per_s"] for e in rows) if rows else None
+    rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get(ACHIEVED_FLOPS_PER_S) is not None]
+    achieved = mean(e[ACHIEVED_FLOPS_PER_S] for e in rows) if rows else None
     value, said = peak
-    found: dict[str, Any] = {"flops_per_step": flops_per_step, "achieved_flops_per_s": achieved}
+    found: dict[str, Any] = {"flops_per_step": flops_per_step, ACHIEVED_FLOPS_PER_S: achieved}
     if value is not None and achieved is not None:
-        found.update(mfu=mean(e["mfu"] for e in rows), peak=said, peak_flops_per_s=value)
+        found.update(mfu=mean(e[MFU] for e in rows), peak=said, peak_flops_per_s=value)
     else:
         found.update(mfu=None, mfu_reason=not_counted if flops_per_step is None else said)
     return found
@@ -169,7 +171,7 @@ def format_utilization(summary: dict[str, Any]) -> str | None:
 
     Without a peak the achieved figure alone decides nothing: it stays in timing.json and the loggers.
     """
-    flops, achieved, mfu = summary.get("flops_per_step"), summary.get("achieved_flops_per_s"), summary.get("mfu")
+    flops, achieved, mfu = summary.get("flops_per_step"), summary.get(ACHIEVED_FLOPS_PER_S), summary.get(MFU)
     if not flops or achieved is None or mfu is None:
         return None
     return (

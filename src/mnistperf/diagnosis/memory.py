@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from mnistperf.diagnosis.figures import DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB, RSS_MB, WORKERS_PSS_MB
+
 PROC = Path("/proc")
 MB = 2**20
 # Memory that rises every steady epoch by at least this much a epoch on average grows.
@@ -27,10 +29,10 @@ GROWTH_MB = 4.0
 GROWTH_EPOCHS = 3
 # The row's memory figures that growth is read on, and what each is called in the summary's line.
 GROWING = {
-    "rss_mb": "the training process",
-    "workers_pss_mb": "its DataLoader workers",
-    "device_allocated_mb": "GPU memory allocated",
-    "device_reserved_mb": "GPU memory reserved",
+    RSS_MB: "the training process",
+    WORKERS_PSS_MB: "its DataLoader workers",
+    DEVICE_ALLOCATED_MB: "GPU memory allocated",
+    DEVICE_RESERVED_MB: "GPU memory reserved",
 }
 
 

@@ -17,7 +17,21 @@ from typing import Any
 
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.compare import format_bought, read
-from mnistperf.diagnosis.figures import shown_side_by_side
+from mnistperf.diagnosis.figures import (
+    AVG_TRAIN_S,
+    DEVICE_ALLOCATED_MB,
+    DEVICE_RESERVED_MB,
+    FIRST_STEP_S,
+    RSS_MB,
+    SAMPLES_PER_S,
+    SPIKES,
+    STEP_MAX_S,
+    STEP_MEDIAN_S,
+    STEP_P90_S,
+    TRAIN_S,
+    WORKERS_PSS_MB,
+    shown_side_by_side,
+)
 from mnistperf.diagnosis.noise import said
 from mnistperf.diagnosis.summary import SPLIT_KEYS
 
@@ -35,17 +49,17 @@ STYLE = (
     ".legend span{margin-right:14px}.none{color:#888}svg.chart{max-width:100%;height:auto;display:block}"
     f".pair{{display:grid;gap:{GAP}px}}.pair>div{{min-width:0}}"  # its columns: one per run
 )
-STEP_SERIES = {
-    "step_median_s": "median",
-    "step_p90_s": "90th percentile",
-    "step_max_s": "longest",
-    "first_step_s": "first step",
+STEP_SERIES: dict[str, str] = {
+    STEP_MEDIAN_S: "median",
+    STEP_P90_S: "90th percentile",
+    STEP_MAX_S: "longest",
+    FIRST_STEP_S: "first step",
 }
-MEMORY_SERIES = {
-    "rss_mb": "training process",
-    "workers_pss_mb": "workers (PSS)",
-    "device_allocated_mb": "GPU allocated",
-    "device_reserved_mb": "GPU reserved",
+MEMORY_SERIES: dict[str, str] = {
+    RSS_MB: "training process",
+    WORKERS_PSS_MB: "workers (PSS)",
+    DEVICE_ALLOCATED_MB: "GPU allocated",
+    DEVICE_RESERVED_MB: "GPU reserved",
 }
 
 
@@ -174,7 +188,7 @@ def _split(epoch: dict[str, Any]) -> list[tuple[str, float]]:
     """An epoch's train time in its split's parts, or whole where the steps were not split."""
     parts = [(key, _number(epoch.get(key))) for key in SPLIT_KEYS]
     if any(value is None for _, value in parts):
-        return [("train_s", _number(epoch.get("train_s")) or 0.0)]
+        return [(TRAIN_S, _number(epoch.get(TRAIN_S)) or 0.0)]
     return [(key, value or 0.0) for key, value in parts]
 
 
@@ -226,8 +240,8 @@ def run_head(summary: dict[str, Any]) -> str:
     parts = [
         f'<p class="verdict" id="verdict">Verdict: {escape(str(summary.get("verdict")))}</p>',
         f"<p>{escape(str(summary.get('verdict_reason', '')))}</p>",
-        f"<p>Steady train time per epoch {_fmt(summary.get('avg_train_s'))} s, "
-        f"{_fmt(summary.get('samples_per_s'), 0)} samples/s; device {escape(str(summary.get('device', '-')))}.</p>",
+        f"<p>Steady train time per epoch {_fmt(summary.get(AVG_TRAIN_S))} s, "
+        f"{_fmt(summary.get(SAMPLES_PER_S), 0)} samples/s; device {escape(str(summary.get('device', '-')))}.</p>",
     ]
     if advice.get("ceiling"):
         parts.append(f"<p>What a fix could buy (a measured ceiling, not a promise): {escape(advice['ceiling'])}.</p>")
@@ -239,16 +253,16 @@ def epochs_table(summary: dict[str, Any]) -> str:
     rows = [
         [
             str(e["epoch"]),
-            _fmt(e.get("train_s")),
-            _fmt(e.get("samples_per_s"), 0),
-            _fmt((e.get("step_median_s") or 0) * 1e3 if e.get("step_median_s") is not None else None, 1),
-            str(e.get("spikes", "-")),
-            _fmt(e.get("rss_mb"), 0),
+            _fmt(e.get(TRAIN_S)),
+            _fmt(e.get(SAMPLES_PER_S), 0),
+            _fmt((e.get(STEP_MEDIAN_S) or 0) * 1e3 if e.get(STEP_MEDIAN_S) is not None else None, 1),
+            str(e.get(SPIKES, "-")),
+            _fmt(e.get(RSS_MB), 0),
             str(e.get("verdict", "-")),
         ]
         for e in summary.get("epochs", [])
     ]
-    return _table(["epoch", "train s", "samples/s", "median step ms", "spikes", "resident MB", "verdict"], rows)
+    return _table(["epoch", "train s", "samples/s", "median step ms", "spike steps", "resident MB", "verdict"], rows)
 
 
 def _step_chart(epochs: list[dict[str, Any]], peak: float | None, width: int) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
+from mnistperf.diagnosis.figures import FIRST_STEP_S, SPIKES, SPIKES_S, STEP_MEDIAN_S, TRAIN_S
+
 # A step at least this many times the epoch's median is a spike.
 SPIKE_FACTOR = 3.0
 # The first step of an epoch at least this many times the median stands out (the loader's start-up).
@@ -78,7 +80,7 @@ def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
     Returns ``{"per_epoch_s", "per_epoch_share", "from_s", "to_s", "epochs": [first, last]}``: the least-squares
     slope of the median per epoch, in seconds and as a share of the first epoch's median.
     """
-    medians = [(e["epoch"], e.get("step_median_s")) for e in epochs]
+    medians = [(e["epoch"], e.get(STEP_MEDIAN_S)) for e in epochs]
     points = [(n, m) for n, m in medians if m is not None and not math.isnan(m)]
     if len(points) < DRIFT_EPOCHS:
         return None
@@ -100,7 +102,7 @@ def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def median_step(epochs: list[dict[str, Any]]) -> float | None:
     """The epochs' median step time, averaged (None where none was measured)."""
-    medians = [e["step_median_s"] for e in epochs if e.get("step_median_s") is not None]
+    medians = [e[STEP_MEDIAN_S] for e in epochs if e.get(STEP_MEDIAN_S) is not None]
     medians = [m for m in medians if not math.isnan(m)]
     return mean(medians) if medians else None
 
@@ -111,8 +113,8 @@ def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     ``epochs``: every epoch's row; spikes are read in all, slow first steps past the warm-up.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
-    measured = [e for e in epochs if e.get("spikes_s") is not None]
-    train = sum(e["train_s"] for e in measured)
+    measured = [e for e in epochs if e.get(SPIKES_S) is not None]
+    train = sum(e[TRAIN_S] for e in measured)
     worst = sorted(
         (
             {"epoch": e["epoch"], "step": step, "s": seconds}
@@ -124,13 +126,13 @@ def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     slow_first = [
         e["epoch"]
         for e in epochs[1:]  # the warm-up's first step holds one-off work (its loader started before it)
-        if e.get("first_step_s") is not None
-        and e.get("step_median_s") is not None
-        and e["first_step_s"] >= SLOW_FIRST_FACTOR * e["step_median_s"] > 0
+        if e.get(FIRST_STEP_S) is not None
+        and e.get(STEP_MEDIAN_S) is not None
+        and e[FIRST_STEP_S] >= SLOW_FIRST_FACTOR * e[STEP_MEDIAN_S] > 0
     ]
     return {
-        "spikes": sum(e.get("spikes") or 0 for e in epochs),
-        "spikes_share": sum(e["spikes_s"] for e in measured) / train if measured and train > 0 else None,
+        SPIKES: sum(e.get(SPIKES) or 0 for e in epochs),
+        "spikes_share": sum(e[SPIKES_S] for e in measured) / train if measured and train > 0 else None,
         "worst_spikes": worst[:WORST_KEPT],
         "slow_first_step": slow_first,
         "drift": drift(steady),
@@ -149,7 +151,7 @@ def format_stalls(found: dict[str, Any], median: float | None) -> str | None:
     if share is not None and share >= SPIKES_WORTH:
         worst = ", ".join(f"epoch {w['epoch']} step {w['step']} {w['s'] * 1e3:,.0f} ms" for w in found["worst_spikes"])
         parts.append(
-            f"{found['spikes']} steps over {SPIKE_FACTOR:.0f}x the median took {share:.0%} of train time past it "
+            f"{found[SPIKES]} steps over {SPIKE_FACTOR:.0f}x the median took {share:.0%} of train time past it "
             f"(the longest: {worst}); such spikes usually come from a loader whose workers fall behind in bursts "
             "(slow items, workers restarting each epoch), periodic work in the loop (logging, checkpoints), or "
             "other work on this machine"

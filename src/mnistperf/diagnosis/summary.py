@@ -25,7 +25,35 @@ import torch
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.advice import Hints, advice, format_advice
 from mnistperf.diagnosis.busy_window import CROWDED
-from mnistperf.diagnosis.figures import BUSY, MEMORY, SPLIT, STEPS, Measures, derive, registry
+from mnistperf.diagnosis.figures import (
+    AVG_EVAL_S,
+    AVG_TRAIN_S,
+    BUSY,
+    COMM_EXPOSED_SHARE,
+    COMM_SHARE,
+    CPU_BUSY_SHARE,
+    DEVICE_BUSY_SHARE,
+    EVAL_S,
+    FORWARD_S,
+    HOST_WAIT_SHARE,
+    INPUT_WAIT_S,
+    INPUT_WAIT_SHARE,
+    MEMORY,
+    PEAK_DEVICE_MB,
+    PEAK_RSS_MB,
+    REST_S,
+    SAMPLES_PER_S,
+    SPIKES,
+    SPLIT,
+    STEP_MEDIAN_S,
+    STEPS,
+    TOTAL_EVAL_S,
+    TOTAL_TRAIN_S,
+    TRAIN_S,
+    Measures,
+    derive,
+    registry,
+)
 from mnistperf.diagnosis.flops import format_utilization
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.memory import format_growth, growth, measured
@@ -67,14 +95,14 @@ def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_
     mean; a window during which the training thread waited for a core (``waited_for_a_core``) at least
     ``CROWDED`` of the time says the verdict is in doubt.
     """
-    wait = figures["input_wait_share"]
+    wait = figures[INPUT_WAIT_SHARE]
     waited = f"host waited for the next batch {wait:.0%} of train time"
-    on_cuda = "device_busy_share" in figures
+    on_cuda = DEVICE_BUSY_SHARE in figures
     if wait >= threshold and not on_cuda:
         return "input-bound", waited
-    if not on_cuda and "cpu_busy_share" not in figures:
+    if not on_cuda and CPU_BUSY_SHARE not in figures:
         return "undetermined", f"{waited}; time inside tensor operations not measured on this device"
-    busy = figures["device_busy_share" if on_cuda else "cpu_busy_share"]
+    busy = figures[DEVICE_BUSY_SHARE if on_cuda else CPU_BUSY_SHARE]
     label = "GPU busy time" if on_cuda else "time inside tensor operations"
     if busy is None:
         verdict = "input-bound" if wait >= threshold else "undetermined"
@@ -135,12 +163,12 @@ def epoch_row(
     """
     row: dict[str, Any] = {
         "epoch": epoch,
-        "train_s": train_s,
-        "eval_s": eval_s,
+        TRAIN_S: train_s,
+        EVAL_S: eval_s,
         "samples": samples,
-        "samples_per_s": _rate(samples, train_s),
-        "input_wait_share": _share(input_wait_s, train_s),
-        "host_wait_share": _share(host_wait_s, train_s),
+        SAMPLES_PER_S: _rate(samples, train_s),
+        INPUT_WAIT_SHARE: _share(input_wait_s, train_s),
+        HOST_WAIT_SHARE: _share(host_wait_s, train_s),
     }
     row.update(window_figures(busy_window))
     row.update(split(train_s, input_wait_s, phases or {}))
@@ -168,11 +196,11 @@ def ranks_apart(
     ranks = [
         {
             "rank": rank,
-            "train_s": train,
-            "input_wait_s": wait,
-            "forward_s": _measured(f),
-            "comm_share": _measured(share),
-            "comm_exposed_share": _measured(exposed),
+            TRAIN_S: train,
+            INPUT_WAIT_S: wait,
+            FORWARD_S: _measured(f),
+            COMM_SHARE: _measured(share),
+            COMM_EXPOSED_SHARE: _measured(exposed),
         }
         for rank, (train, wait, f, (share, exposed)) in enumerate(
             zip(train_s, input_wait_s, forward_s, talk, strict=True)
@@ -202,8 +230,8 @@ def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
     for figure in STEPS:
         value = getattr(merged, figure.name)
         found[figure.name] = _measured(value)
-    if found["spikes"] is not None:
-        found["spikes"] = int(found["spikes"])
+    if found[SPIKES] is not None:
+        found[SPIKES] = int(found[SPIKES])
     found["worst_spikes"] = [list(spike) for spike in local.worst] if local is not None else []
     return found
 
@@ -219,7 +247,7 @@ def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dic
     parts = [phases.get(key) for key in PHASE_KEYS]
     known = [part for part in parts if part is not None]
     rest = max(train_s - wait_s - sum(known), 0.0) if len(known) == len(parts) else None
-    return {"input_wait_s": wait_s, **dict(zip(PHASE_KEYS, parts, strict=True)), "rest_s": rest}
+    return {INPUT_WAIT_S: wait_s, **dict(zip(PHASE_KEYS, parts, strict=True)), REST_S: rest}
 
 
 def _rate(samples: int | None, seconds: float) -> float | None:
@@ -263,7 +291,7 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
             found.append(mean(values) if values else math.nan)
         return found
 
-    keys = ("train_s", "input_wait_s", "forward_s", "comm_share", "comm_exposed_share")
+    keys = (TRAIN_S, INPUT_WAIT_S, FORWARD_S, COMM_SHARE, COMM_EXPOSED_SHARE)
     return ranks_apart(*(averaged(key) for key in keys))
 
 
@@ -277,7 +305,7 @@ def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
     """A share or rate averaged over epochs, weighted by their train time (where every epoch measured it)."""
     if any(e.get(key) is None for e in epochs):
         return None
-    return sum(e[key] * e["train_s"] for e in epochs) / max(sum(e["train_s"] for e in epochs), 1e-12)
+    return sum(e[key] * e[TRAIN_S] for e in epochs) / max(sum(e[TRAIN_S] for e in epochs), 1e-12)
 
 
 def _measured_values(epochs: list[dict[str, Any]], key: str) -> list[float]:
@@ -330,11 +358,11 @@ def aggregate(
     found = {
         "epochs": epochs,
         "steady_epochs": [steady[0]["epoch"], steady[-1]["epoch"]],
-        "warmup": {k: epochs[0][k] for k in ("epoch", "train_s", "eval_s")} if len(epochs) > 1 else None,
-        "avg_train_s": mean(e["train_s"] for e in steady),
-        "avg_eval_s": mean(e["eval_s"] for e in steady),
-        "total_train_s": sum(e["train_s"] for e in epochs),
-        "total_eval_s": sum(e["eval_s"] for e in epochs),
+        "warmup": {k: epochs[0][k] for k in ("epoch", TRAIN_S, EVAL_S)} if len(epochs) > 1 else None,
+        AVG_TRAIN_S: mean(e[TRAIN_S] for e in steady),
+        AVG_EVAL_S: mean(e[EVAL_S] for e in steady),
+        TOTAL_TRAIN_S: sum(e[TRAIN_S] for e in epochs),
+        TOTAL_EVAL_S: sum(e[EVAL_S] for e in epochs),
         "stalls": stalls(epochs),
         "memory": {
             "growth": growth(steady),
@@ -388,8 +416,8 @@ def environment(device: torch.device) -> dict[str, Any]:
         "cpu_affinity": usable_cpus(),
         "versions": versions,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "peak_rss_mb": peak_rss_mb(),
-        "peak_device_mb": peak_device_mb(device),
+        PEAK_RSS_MB: peak_rss_mb(),
+        PEAK_DEVICE_MB: peak_device_mb(device),
     }
 
 
@@ -416,8 +444,8 @@ def format_split(split: dict[str, float | None] | None, epochs: str, reason: str
     """
     if not split:
         return None
-    head = f"Train time per epoch ({epochs}): waiting for data {split['input_wait_s']:.2f} s"
-    if split["rest_s"] is None:
+    head = f"Train time per epoch ({epochs}): waiting for data {split[INPUT_WAIT_S]:.2f} s"
+    if split[REST_S] is None:
         why = reason or "no sampled step reached Lightning's hooks"
         return head + f"; forward, backward and optimizer not measured ({why})"
     parts = ", ".join(f"{key.removesuffix('_s')} {split[key]:.2f} s" for key in SPLIT_KEYS[1:])
@@ -431,11 +459,11 @@ def format_ranks(summary: dict[str, Any], epochs: str) -> str:
     """
 
     def talk(rank: dict[str, Any]) -> str:
-        share = rank.get("comm_share")
+        share = rank.get(COMM_SHARE)
         return f", in collectives {share:.0%}" if share is not None else ""
 
     each = "; ".join(
-        f"rank {r['rank']} train {r['train_s']:.2f} s, waiting for data {r['input_wait_s']:.2f} s{talk(r)}"
+        f"rank {r['rank']} train {r[TRAIN_S]:.2f} s, waiting for data {r[INPUT_WAIT_S]:.2f} s{talk(r)}"
         for r in summary["ranks"]
     )
     slowest = summary.get("slowest_rank")
@@ -491,14 +519,14 @@ def format_summary(summary: dict[str, Any]) -> str:
     """Train and validation time, averaged over the steady epochs and in total, then throughput, device and verdict."""
     steady = _epochs_label(summary)
     warmup = summary.get("warmup")
-    first = f"; epoch {warmup['epoch']} (warm-up): {warmup['train_s']:.2f} s" if warmup else ""
-    first_eval = f"; epoch {warmup['epoch']}: {warmup['eval_s']:.2f} s" if warmup else ""
+    first = f"; epoch {warmup['epoch']} (warm-up): {warmup[TRAIN_S]:.2f} s" if warmup else ""
+    first_eval = f"; epoch {warmup['epoch']}: {warmup[EVAL_S]:.2f} s" if warmup else ""
     lines = [
-        f"Average Train Time per Epoch: {summary['avg_train_s']:.2f} s ({steady}{first})",
-        f"Average Validation Time per Epoch: {summary['avg_eval_s']:.2f} s ({steady}{first_eval})",
-        f"Total Train Time: {summary['total_train_s']:.2f} s",
-        f"Total Validation Time: {summary['total_eval_s']:.2f} s",
-        f"Train throughput: {throughput(summary['samples_per_s'])} ({steady})",
+        f"Average Train Time per Epoch: {summary[AVG_TRAIN_S]:.2f} s ({steady}{first})",
+        f"Average Validation Time per Epoch: {summary[AVG_EVAL_S]:.2f} s ({steady}{first_eval})",
+        f"Total Train Time: {summary[TOTAL_TRAIN_S]:.2f} s",
+        f"Total Validation Time: {summary[TOTAL_EVAL_S]:.2f} s",
+        f"Train throughput: {throughput(summary[SAMPLES_PER_S])} ({steady})",
         f"Device: {summary.get('device', 'not known')}, precision {summary.get('precision', '32-true')}",
         f"Verdict: {summary['verdict']} ({summary['verdict_reason']})",
     ]
@@ -506,7 +534,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     split_line = format_split(summary.get("split"), steady, reasons[-1] if reasons else None)
     if split_line:
         lines.append(split_line)
-    stalled = format_stalls(summary["stalls"], summary.get("step_median_s")) if summary.get("stalls") else None
+    stalled = format_stalls(summary["stalls"], summary.get(STEP_MEDIAN_S)) if summary.get("stalls") else None
     if stalled:
         lines.append(stalled)
     used = format_utilization(summary)

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnistperf.diagnosis.figures import INPUT_WAIT_SHARE, SAMPLES_PER_S
 from mnistperf.tune.end_to_end import Run
 from mnistperf.tune.trial import TrialSpec, result_path, write_spec
 
@@ -175,14 +176,14 @@ class Launcher:
         found = json.loads(result.read_text())
         if "error" in found:
             return Run(seconds=ended.seconds, error=found["error"])
-        if found["samples_per_s"] is None:
+        if found[SAMPLES_PER_S] is None:
             return Run(
                 seconds=ended.seconds,
                 error="no samples counted in its batches; define samples_in_batch(batch) -> int on the LightningModule",
             )
         return Run(
-            rate=found["samples_per_s"],
-            wait=found["input_wait_share"],
+            rate=found[SAMPLES_PER_S],
+            wait=found[INPUT_WAIT_SHARE],
             seconds=ended.seconds,
             loader=found["loader"],
             accelerator=found["accelerator"],

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.clock import EpochClock
+from mnistperf.diagnosis.figures import HOST_WAIT_SHARE, SAMPLES_PER_S
 
 
 @dataclass
@@ -66,7 +67,7 @@ def time_loader(datamodule, device: torch.device, batches: int, warmup: int, rep
     source.close()
     began = time.perf_counter()
     next(iter(loader))  # a new epoch: persistent workers are already there, others start again
-    return [row["samples_per_s"] for row in clock.epochs], time.perf_counter() - began
+    return [row[SAMPLES_PER_S] for row in clock.epochs], time.perf_counter() - began
 
 
 def time_step(
@@ -84,7 +85,7 @@ def time_step(
             step(batch)
         clock.count(steps * len(batch["label"]))
         clock.epoch_end()
-    return [row["samples_per_s"] for row in clock.epochs]
+    return [row[SAMPLES_PER_S] for row in clock.epochs]
 
 
 def time_training(
@@ -109,4 +110,4 @@ def time_training(
         clock.epoch_end()
     source.close()
     timed = clock.epochs[1:]  # the first pass is the warm-up
-    return [row["samples_per_s"] for row in timed], median(row["host_wait_share"] for row in timed)
+    return [row[SAMPLES_PER_S] for row in timed], median(row[HOST_WAIT_SHARE] for row in timed)

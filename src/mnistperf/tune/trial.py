@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mnistperf.diagnosis.figures import AVG_TRAIN_S, INPUT_WAIT_SHARE, SAMPLES_PER_S
+
 RESULT_SUFFIX = ".result.json"
 
 
@@ -154,9 +156,9 @@ def fit(spec: TrialSpec) -> dict[str, Any]:
         raise RuntimeError("the fit ended before its first epoch did: no figures")
     summary = json.loads(timer.summary_path.read_text())
     return {
-        "samples_per_s": summary.get("samples_per_s"),
-        "input_wait_share": summary.get("input_wait_share"),
-        "avg_train_s": summary.get("avg_train_s"),
+        SAMPLES_PER_S: summary.get(SAMPLES_PER_S),
+        INPUT_WAIT_SHARE: summary.get(INPUT_WAIT_SHARE),
+        AVG_TRAIN_S: summary.get(AVG_TRAIN_S),
         "verdict": summary.get("verdict"),
         "steady_epochs": summary.get("steady_epochs"),
         "device": summary.get("device"),

@@ -10,7 +10,7 @@ from conftest import fails_in_one_line
 
 from mnistperf.cli import main
 from mnistperf.diagnosis.compare import compare, format_comparison
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, DEVICE_BUSY_SHARE, PEAK_RSS_MB, SAMPLES_PER_S
+from mnistperf.diagnosis.figures import AVG_TRAIN_S, DEVICE_BUSY_SHARE, PEAK_RSS_MB, SAMPLES_PER_S, WORKERS_PSS_MB
 from mnistperf.diagnosis.noise import beyond, noise, said, spread, steady_values
 
 
@@ -34,6 +34,8 @@ def test_figures_with_no_spread_per_epoch_have_no_noise():
     run = summary(9.0, 1.0, 1.1, 0.9)
     assert steady_values(run, PEAK_RSS_MB) == []  # one figure for the whole run
     assert steady_values(run, DEVICE_BUSY_SHARE) == []  # the profiled window's one reading, copied to every epoch
+    run["epochs"][1]["workers_pss_mb"] = run["epochs"][2]["workers_pss_mb"] = 700.0
+    assert steady_values(run, WORKERS_PSS_MB) == []  # memory's change across epochs is growth, not noise
 
 
 def test_two_runs_differ_beyond_noise_only_past_the_larger_of_their_spreads():

@@ -47,7 +47,8 @@ class Figure(str):
         where: where a run's summary keeps it, a dotted path (default: its key at the top level).
         derive: the epoch's value from the row's other figures, for a figure the row does not already hold.
         per_epoch: the epoch figure whose spread over the steady epochs is this figure's noise (default: itself,
-            where an epoch row holds it and it is not the profiled window's one reading; ``""``: none).
+            where an epoch row holds it, it is not the profiled window's one reading and not memory, whose change
+            across epochs is growth, not noise; ``""``: none).
     """
 
     unit: str
@@ -84,7 +85,7 @@ class Figure(str):
         figure.shown, figure.scale = shown or unit, scale
         figure.run, figure.epoch, figure.where, figure.derive = run, epoch, where or name, derive
         if per_epoch is None:
-            per_epoch = name if epoch and run != "window" else ""
+            per_epoch = name if epoch and run != "window" and unit != "MB" else ""
         figure.per_epoch = per_epoch or None
         return figure
 

@@ -9,7 +9,7 @@ from lightning import LightningModule, Trainer
 from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
-from mnistperf.diagnosis.batches import leading_lengths, tensors_of
+from mnistperf.diagnosis.measure.batches import leading_lengths, tensors_of
 
 MOLECULES, BATCH = 12, 3
 

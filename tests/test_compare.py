@@ -9,7 +9,7 @@ import pytest
 from conftest import NO_WORKERS, fails_in_one_line, run_stage
 
 from mnistperf.cli import main
-from mnistperf.diagnosis.compare import bought, compare, find_summary, format_comparison
+from mnistperf.diagnosis.show.compare import bought, compare, find_summary, format_comparison
 
 
 def run(train_s: float, samples: int, verdict: str, wait: float, ceiling: float | None = None, **more) -> dict:

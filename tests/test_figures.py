@@ -17,9 +17,9 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer, figures
-from mnistperf.diagnosis.compare import compare
 from mnistperf.diagnosis.figures import EVAL_S, FIGURES, TRAIN_S, Figure
-from mnistperf.diagnosis.report import html_report
+from mnistperf.diagnosis.show.compare import compare
+from mnistperf.diagnosis.show.report import html_report
 
 
 class Tiny(LightningModule):

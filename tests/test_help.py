@@ -50,6 +50,23 @@ def test_the_readme_names_every_command_and_links_every_document():
         assert f"(docs/{document.name})" in documents, f"the README does not link docs/{document.name}"
 
 
+def test_the_layout_names_every_module_and_command():
+    """docs/layout.md is the map: every module of the package is named there, in its own folder's entry."""
+    layout = (REPO / "docs" / "layout.md").read_text()
+    words = set(re.findall(r"[\w.]+", layout))
+    src = REPO / "src" / "mnistperf"
+    unnamed = [
+        str(path.relative_to(src))
+        for path in sorted(src.rglob("*.py"))
+        if path.name != "__init__.py" and not {path.stem, path.name} & words
+    ]
+    assert not unnamed, f"docs/layout.md does not name {unnamed}"
+    folders = [path.parent.name + "/" for path in src.rglob("__init__.py") if path.parent != src]
+    assert all(folder in layout for folder in folders), [f for f in folders if f not in layout]
+    cli_line = layout.split("src/mnistperf/cli.py", 1)[1].split("    src/", 1)[0]
+    assert all(command in cli_line for command in COMMANDS), cli_line
+
+
 @pytest.mark.parametrize(
     "command, before_help",
     [

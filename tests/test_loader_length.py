@@ -15,9 +15,9 @@ from conftest import fit_module
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringDataModuleNoLen, BoringModel
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
-from mnistperf.diagnosis.busy_window import CPU_WINDOW_STEPS, PROFILER_WARMUP_STEPS
-from mnistperf.diagnosis.clock import EpochClock
-from mnistperf.diagnosis.epoch_timer import last_epoch, steps_left
+from mnistperf.diagnosis.callbacks.epoch_timer import last_epoch, steps_left
+from mnistperf.diagnosis.measure.busy_window import CPU_WINDOW_STEPS, PROFILER_WARMUP_STEPS
+from mnistperf.diagnosis.record.clock import EpochClock
 
 NO_LEN_SAMPLES = 512  # BoringDataModuleNoLen: an iterable of 512 rows, batches of one, no __len__
 LEN_SAMPLES = 64  # BoringDataModule: 64 rows in a map-style dataset, batches of one

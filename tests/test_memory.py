@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.diagnosis import EpochTimer, memory
 from mnistperf.diagnosis.figures import scalars
-from mnistperf.diagnosis.summary import format_summary
+from mnistperf.diagnosis.record.summary import format_summary
 
 linux = pytest.mark.skipif(not memory.measured(), reason="resident memory is read from Linux's /proc")
 BALLAST_MB = 64
@@ -112,7 +112,7 @@ def test_memory_that_grows_every_epoch_is_named_with_how_much():
 def test_off_linux_resident_memory_is_not_measured(monkeypatch, tmp_path):
     monkeypatch.setattr(memory, "PROC", tmp_path)
     assert not memory.measured() and memory.workers_pss_mb() is None and memory.rss_mb() is None
-    from mnistperf.diagnosis.summary import aggregate
+    from mnistperf.diagnosis.record.summary import aggregate
 
     rows = [{"epoch": 1, "train_s": 1.0, "eval_s": 0.0, "samples": 1, "input_wait_share": 0.0}]
     found = aggregate(rows, 0.5)

@@ -9,9 +9,9 @@ import pytest
 from conftest import fails_in_one_line
 
 from mnistperf.cli import main
-from mnistperf.diagnosis.compare import compare, format_comparison
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, DEVICE_BUSY_SHARE, PEAK_RSS_MB, SAMPLES_PER_S, WORKERS_PSS_MB
-from mnistperf.diagnosis.noise import beyond, noise, said, spread, steady_values
+from mnistperf.diagnosis.record.noise import beyond, noise, said, spread, steady_values
+from mnistperf.diagnosis.show.compare import compare, format_comparison
 
 
 def summary(*train_s: float, samples: int = 600) -> dict:
@@ -57,7 +57,7 @@ def test_the_words_say_within_or_beyond_with_the_noise_or_that_it_is_not_known()
 
 def timing(folder, *train_s: float) -> str:
     """A timing.json as EpochTimer writes it, for epochs that took ``train_s`` each; its path."""
-    from mnistperf.diagnosis.summary import aggregate
+    from mnistperf.diagnosis.record.summary import aggregate
 
     rows = [
         {"epoch": i + 1, "train_s": t, "eval_s": 0.1, "samples": 600, "samples_per_s": 600 / t, "input_wait_share": 0.1}

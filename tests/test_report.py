@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.cli import main
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.report import REPORT_FILE, html_report, tick_label, ticks
-from mnistperf.diagnosis.summary import SPLIT_KEYS
+from mnistperf.diagnosis.record.summary import SPLIT_KEYS
+from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, tick_label, ticks
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 browser = pytest.mark.skipif(BROWSER is None, reason="no chromium here (Debian: apt-get install chromium)")

@@ -106,8 +106,8 @@ def test_two_fits_of_one_stage_are_named_by_version_and_compared_without_a_note(
 
 
 def test_the_report_of_runs_of_different_datasets_says_so_above_the_figures():
-    from mnistperf.diagnosis.compare import compare
-    from mnistperf.diagnosis.report import comparison_section
+    from mnistperf.diagnosis.show.compare import compare
+    from mnistperf.diagnosis.show.report import comparison_section
 
     section = comparison_section(compare(summary(10.0), summary(5.0, dataset="mnist")))
     assert section.index('<p id="mismatch">Note: A trained on fashion_mnist and B on mnist') < section.index("<table")

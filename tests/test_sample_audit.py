@@ -9,9 +9,9 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from mnistperf.diagnosis import fingerprint
-from mnistperf.diagnosis.fingerprint import Fingerprinter
-from mnistperf.diagnosis.sample_audit import SampleAudit, SampleAuditError
+from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
+from mnistperf.diagnosis.measure import fingerprint
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
 
 ROWS = 24
 

@@ -29,8 +29,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.data import schema
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.busy_window import BusyWindow, busy_share, cupti_tears_down_safely, window_steps
-from mnistperf.diagnosis.summary import WINDOW_PENDING, aggregate, classify, epoch_row
+from mnistperf.diagnosis.measure.busy_window import BusyWindow, busy_share, cupti_tears_down_safely, window_steps
+from mnistperf.diagnosis.record.summary import WINDOW_PENDING, aggregate, classify, epoch_row
 
 PIPELINES = ("v1", "v2", "resident", "stream")
 
@@ -195,7 +195,7 @@ def kineto_profiler(events: list):
 
 
 def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
-    from mnistperf.diagnosis.busy_window import device_activities
+    from mnistperf.diagnosis.measure.busy_window import device_activities
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -213,7 +213,7 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
 
 
 def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_work_of_the_device():
-    from mnistperf.diagnosis.busy_window import collective_intervals, communication, profiled_events
+    from mnistperf.diagnosis.measure.busy_window import collective_intervals, communication, profiled_events
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -237,7 +237,7 @@ def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_
 def test_under_nccl_a_windows_collectives_are_read_as_talk_and_left_out_of_the_busy_share(monkeypatch):
     """A window of two compute kernels with an all-reduce between them: busy half of its span, not all of it, and
     half of it inside the collective with no work beside; nothing on one process, nor for gloo on a GPU."""
-    from mnistperf.diagnosis import busy_window as window_module
+    from mnistperf.diagnosis.measure import busy_window as window_module
 
     cuda = torch.autograd.DeviceType.CUDA
     kernels = [
@@ -272,7 +272,7 @@ def test_raw_events_without_their_activity_type_fall_back_to_the_processed_event
     """torch 2.11's raw Kineto events have no activity_type(): the processed list still gives the GPU's work."""
     from types import SimpleNamespace
 
-    from mnistperf.diagnosis.busy_window import device_activities
+    from mnistperf.diagnosis.measure.busy_window import device_activities
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     raw = kineto_event(cuda, 1000, 3000)
@@ -288,7 +288,7 @@ def test_raw_events_without_their_activity_type_fall_back_to_the_processed_event
 
 
 def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says_so_without_guessing():
-    from mnistperf.diagnosis.busy_window import MIN_KERNELS_PER_STEP, window_reading
+    from mnistperf.diagnosis.measure.busy_window import MIN_KERNELS_PER_STEP, window_reading
 
     steps = 20
     eager = [("kernel", 10.0 * i, 10.0 * i + 4) for i in range(MIN_KERNELS_PER_STEP * steps)]
@@ -309,7 +309,7 @@ def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says
 def test_a_capture_starts_no_profiler_and_ends_a_window_still_profiling(monkeypatch):
     from types import SimpleNamespace
 
-    from mnistperf.diagnosis import busy_window
+    from mnistperf.diagnosis.measure import busy_window
 
     started = []
     monkeypatch.setattr("torch.profiler._utils._init_for_cuda_graphs", lambda: started.append(1))
@@ -554,11 +554,11 @@ def test_the_graphed_stages_busy_window_sees_the_graphs_kernels_in_a_fresh_proce
 
 # ---------------------------------------------------------------- one clock for every loop
 def test_the_clock_turns_timestamps_into_the_epochs_figures_and_verdict_with_the_runs_threshold(monkeypatch):
-    from mnistperf.diagnosis.clock import EpochClock
+    from mnistperf.diagnosis.record.clock import EpochClock
 
     def one_epoch(threshold: float) -> dict:
         times = iter([0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0])
-        monkeypatch.setattr("mnistperf.diagnosis.clock.time.perf_counter", lambda: next(times))
+        monkeypatch.setattr("mnistperf.diagnosis.record.clock.time.perf_counter", lambda: next(times))
         clock = EpochClock(torch.device("cpu"), input_bound_share=threshold)
         clock.epoch_start(2)  # 0
         for index in range(2):
@@ -603,7 +603,7 @@ def test_the_reference_rows_take_the_threshold_from_the_stages_config(workdir):
 
 # ---------------------------------------------------------------- what a fix could buy
 def test_the_advice_bounds_the_gain_from_the_measured_figures_and_names_the_lab_stages_when_given_them():
-    from mnistperf.diagnosis.advice import advice, format_advice
+    from mnistperf.diagnosis.record.advice import advice, format_advice
     from mnistperf.lab_hints import LAB_HINTS
 
     waiting = advice({"verdict": "input-bound", "avg_train_s": 10.0, "input_wait_share": 0.7}, LAB_HINTS)
@@ -651,7 +651,7 @@ def test_the_advice_bounds_the_gain_from_the_measured_figures_and_names_the_lab_
     ],
 )
 def test_the_advice_for_anyones_run_names_what_they_can_change_in_their_own_code(figures):
-    from mnistperf.diagnosis.advice import advice, format_advice
+    from mnistperf.diagnosis.record.advice import advice, format_advice
 
     said = format_advice(advice({"avg_train_s": 1.0, **figures}))
     assert not re.search(r"\b(data|model|trainer)\.[a-z]|\bv[1-4]_|mnistperf", said)  # no lab option or stage
@@ -680,8 +680,8 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
     TensorBoard's plugins/profile/<run>/*.pt.trace.json, named in busy_window, and no temporary file left."""
     from torch.profiler import ProfilerActivity, profile
 
-    from mnistperf.diagnosis.busy_window import TRACE_FILE
-    from mnistperf.diagnosis.clock import EpochClock
+    from mnistperf.diagnosis.measure.busy_window import TRACE_FILE
+    from mnistperf.diagnosis.record.clock import EpochClock
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         torch.randn(64, 64) @ torch.randn(64, 64)
@@ -697,7 +697,7 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
 
 
 def test_ranks_apart_name_the_slowest_and_what_held_it():
-    from mnistperf.diagnosis.summary import ranks_apart
+    from mnistperf.diagnosis.record.summary import ranks_apart
 
     # Under DDP the train times agree (the all-reduce waits for the slowest); the ranks' own work does not.
     together = ranks_apart([10.0, 10.0], [1.0, 1.2], [3.0, 3.1])
@@ -711,7 +711,7 @@ def test_ranks_apart_name_the_slowest_and_what_held_it():
 
 
 def test_the_ranks_line_says_their_time_in_collectives_and_what_a_long_exposed_wait_bounds():
-    from mnistperf.diagnosis.summary import COMM_EXPOSED, format_ranks, ranks_apart
+    from mnistperf.diagnosis.record.summary import COMM_EXPOSED, format_ranks, ranks_apart
 
     def line(exposed: float) -> str:
         talked = {"backend": "nccl", "world_size": 2, "collectives": 40, "share": 0.5, "exposed_share": exposed}

@@ -15,7 +15,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.advice import USER_HINTS, advice
+from mnistperf.diagnosis.record.advice import USER_HINTS, advice
 from mnistperf.errors import ConfigError
 from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.lightning_cli import parse_fit_config

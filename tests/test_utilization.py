@@ -10,10 +10,10 @@ from lightning import LightningModule
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.figures import scalars
-from mnistperf.diagnosis.flops import number_format, peak_flops, run_utilization
-from mnistperf.diagnosis.summary import format_summary
+from mnistperf.diagnosis.measure.flops import number_format, peak_flops, run_utilization
+from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.diagnosis.record.summary import format_summary
 
 BATCH, IN, OUT = 8, 32, 16
 
@@ -70,7 +70,7 @@ def test_a_fit_too_short_for_the_counter_is_not_counted_and_says_how_to_give_its
 
 
 def test_the_fits_first_step_is_counted_and_each_epoch_gets_its_achieved_flops(monkeypatch):
-    monkeypatch.setattr("mnistperf.diagnosis.flops.COUNT_SHARE", 1.0)  # counted however short the fit
+    monkeypatch.setattr("mnistperf.diagnosis.measure.flops.COUNT_SHARE", 1.0)  # counted however short the fit
     timer = EpochTimer()
     fit_module(Linear(), rows(), callbacks=[timer], max_epochs=2)
     assert timer.clock.flops_per_step == 3 * 2 * BATCH * IN * OUT
@@ -109,7 +109,7 @@ def test_mfu_on_a_known_gpu_is_the_achieved_over_the_peak_times_the_ranks():
 
 
 def test_compare_puts_the_two_runs_utilization_side_by_side():
-    from mnistperf.diagnosis.compare import compare
+    from mnistperf.diagnosis.show.compare import compare
 
     base = {"avg_train_s": 2.0, "samples_per_s": 100.0, "verdict": "compute-bound"}
     a = {**base, "achieved_flops_per_s": 100e12, "mfu": 0.1}
@@ -119,7 +119,7 @@ def test_compare_puts_the_two_runs_utilization_side_by_side():
 
 
 def test_a_compiled_module_is_not_counted_and_says_how_to_give_its_flops():
-    from mnistperf.diagnosis.flops import compiled
+    from mnistperf.diagnosis.measure.flops import compiled
 
     module = Linear()
     assert not compiled(module)

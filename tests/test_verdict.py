@@ -13,9 +13,9 @@ from lightning import LightningModule
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis import busy_window as window_module
-from mnistperf.diagnosis.advice import advice
-from mnistperf.diagnosis.summary import FIT_ENDED
+from mnistperf.diagnosis.measure import busy_window as window_module
+from mnistperf.diagnosis.record.advice import advice
+from mnistperf.diagnosis.record.summary import FIT_ENDED
 
 
 class Newcomer(LightningModule):
@@ -167,7 +167,7 @@ def test_the_profilers_first_start_counts_against_the_fit(monkeypatch):
 def test_steps_left_follow_the_fits_limits():
     from types import SimpleNamespace
 
-    from mnistperf.diagnosis.epoch_timer import steps_left
+    from mnistperf.diagnosis.callbacks.epoch_timer import steps_left
 
     def trainer(**limits):
         found = {"max_epochs": 3, "max_steps": -1, "current_epoch": 1, "global_step": 64, "accumulate_grad_batches": 1}

@@ -160,11 +160,11 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
 
             tune_command(argv[1:])
         elif command == "compare":
-            from mnistperf.diagnosis.commands import compare_command
+            from mnistperf.diagnosis.show.commands import compare_command
 
             compare_command(argv[1:])
         elif command == "report":
-            from mnistperf.diagnosis.commands import report_command
+            from mnistperf.diagnosis.show.commands import report_command
 
             report_command(argv[1:])
         elif command in LIGHTNING_COMMANDS:

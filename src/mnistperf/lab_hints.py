@@ -1,6 +1,6 @@
 """The advice in the lab's own terms: its stage configs and options, for the diagnosis of its own runs.
 
-What the diagnosis suggests to anyone (:data:`~mnistperf.diagnosis.advice.USER_HINTS`), named as the lab's
+What the diagnosis suggests to anyone (:data:`~mnistperf.diagnosis.record.advice.USER_HINTS`), named as the lab's
 configs name it, with the stage that demonstrates each. Every stage config names these for its EpochTimer
 (``hints: mnistperf.lab_hints.LAB_HINTS``), and the bench's reference rows hand them to their clock.
 """

@@ -20,7 +20,7 @@ from lightning import pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
-from mnistperf.diagnosis.fingerprint import PRIME, Fingerprinter
+from mnistperf.diagnosis.measure.fingerprint import PRIME, Fingerprinter
 
 EPOCHS = 2
 ENDS = ("", "O", "N", "Cl", "F", "C(=O)O")

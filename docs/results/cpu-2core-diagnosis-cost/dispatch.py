@@ -4,7 +4,8 @@ Times Lightning's own dispatch (``_call_callback_hooks``) of ``on_before_zero_gr
 ``on_before_backward``, ``on_after_backward`` and ``on_before_optimizer_step``, the hooks of an
 automatic-optimization step besides its start and end, on a Trainer with no callback (not even its
 default checkpoint and summary), with an empty ``Callback``, with an EpochTimer whose unused
-per-batch hooks are put back (the timer before :func:`mnistperf.diagnosis.batch_hooks.skip_unused_batch_hooks`),
+per-batch hooks are put back (the timer before
+:func:`mnistperf.diagnosis.callbacks.batch_hooks.skip_unused_batch_hooks`),
 and with EpochTimer as it is. Best of 7 repeats of 20,000 steps each; prints and writes
 dispatch.json beside this file.
 

@@ -55,8 +55,8 @@ from lightning.pytorch import Callback, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
-from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.epoch_timer import PHASE_HOOKS
+from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.callbacks.epoch_timer import PHASE_HOOKS
 from mnistperf.upstream import skip_hook
 
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ import contextlib
 import threading
 from pathlib import Path
 
-from mnistperf.diagnosis.memory import rss_pss_mb
+from mnistperf.diagnosis.measure.memory import rss_pss_mb
 
 PROC = Path("/proc")
 

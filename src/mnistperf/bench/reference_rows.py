@@ -5,7 +5,7 @@ trainer ones included) and lets LightningCLI parse it into the same DataModule, 
 trainer settings; then it trains in a plain loop in the shape of the reference's: the same
 SimpleCNN and optimizer (``configure_optimizers``), the same non-blocking copies to the
 device, the same precision, the same loss and correct counts summed on the device (EpochSums),
-the same epochs and batch limits. It is timed by :class:`~mnistperf.diagnosis.clock.EpochClock`, the clock
+the same epochs and batch limits. It is timed by :class:`~mnistperf.diagnosis.record.clock.EpochClock`, the clock
 of :class:`~mnistperf.diagnosis.EpochTimer` (device synchronized at the epoch's ends, input wait around the
 fetch of each batch, host wait between steps, on CUDA the GPU's kernels profiled over the same window
 of the first epoch), with the stage's own ``input_bound_share``, and writes the same ``timing.json``.
@@ -43,11 +43,11 @@ from typing_extensions import override
 
 from mnistperf.console import calm_library_noise
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.clock import EpochClock
-from mnistperf.diagnosis.epoch_timer import TrainerAttributes
+from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.callbacks.epoch_timer import TrainerAttributes
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S, WAITS
-from mnistperf.diagnosis.summary import INPUT_BOUND_SHARE, environment, write_summary
+from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.diagnosis.record.summary import INPUT_BOUND_SHARE, environment, write_summary
 from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
 from mnistperf.model.step import TrainingStep, adam, optimizer_steps, step_batches

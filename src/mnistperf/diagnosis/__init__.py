@@ -5,9 +5,9 @@ package knows nothing of the lab (its models, data, stages or commands). How to 
 report: docs/diagnose.md.
 """
 
-from mnistperf.diagnosis.clock import EpochClock
-from mnistperf.diagnosis.epoch_timer import EpochTimer
-from mnistperf.diagnosis.sample_audit import SampleAudit, SampleAuditError
-from mnistperf.diagnosis.summary import SUMMARY_FILE
+from mnistperf.diagnosis.callbacks.epoch_timer import EpochTimer
+from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
+from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.diagnosis.record.summary import SUMMARY_FILE
 
 __all__ = ["SUMMARY_FILE", "EpochClock", "EpochTimer", "SampleAudit", "SampleAuditError"]

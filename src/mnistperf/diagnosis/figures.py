@@ -7,7 +7,7 @@
   under DDP (:func:`gather`: the slowest rank's time, the sum of samples, the mean of shares).
 
 The epoch rows, the loggers' ``timing/<name>`` scalars (:func:`scalars`), the run's figures
-(:func:`mnistperf.diagnosis.summary.aggregate`), ``compare``, the HTML report and the bench read the registry:
+(:func:`mnistperf.diagnosis.record.summary.aggregate`), ``compare``, the HTML report and the bench read the registry:
 adding a figure is one entry in :data:`FIGURES` (with ``derive`` where the epoch row does not already hold it).
 """
 
@@ -195,7 +195,7 @@ TOTAL_EVAL_S = Figure("total_eval_s", "s", "evaluation time of every epoch", run
 SAMPLES_PER_S = Figure(
     "samples_per_s", "samples/s", "training samples over train time", label="throughput", run="weighted"
 )
-# Train time, split: these add up to it (mnistperf.diagnosis.phases); a run keeps their means under "split".
+# Train time, split: these add up to it (mnistperf.diagnosis.measure.phases); a run keeps their means under "split".
 SPLIT = tuple(
     Figure(name, "s", meaning, label=f"  {label}", run="split", where=f"split.{name}")
     for name, label, meaning in (
@@ -207,7 +207,7 @@ SPLIT = tuple(
     )
 )
 INPUT_WAIT_S, FORWARD_S, BACKWARD_S, OPTIMIZER_S, REST_S = SPLIT
-# The epoch's step times (mnistperf.diagnosis.stalls): host intervals, no step synchronized.
+# The epoch's step times (mnistperf.diagnosis.measure.stalls): host intervals, no step synchronized.
 STEP_MEDIAN_S = Figure(
     "step_median_s",
     "s",
@@ -263,7 +263,7 @@ CPU_BUSY_SHARE = Figure(
     scale=100.0,
 )
 BUSY = {"cuda": DEVICE_BUSY_SHARE, "cpu": CPU_BUSY_SHARE}
-# The epoch's utilization (mnistperf.diagnosis.flops).
+# The epoch's utilization (mnistperf.diagnosis.measure.flops).
 ACHIEVED_FLOPS_PER_S = Figure(
     "achieved_flops_per_s",
     "FLOP/s",
@@ -283,7 +283,7 @@ MFU = Figure(
     scale=100.0,
 )
 UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
-# Under DDP, the ranks' talk (mnistperf.diagnosis.busy_window.communication), from the profiled window.
+# Under DDP, the ranks' talk (mnistperf.diagnosis.measure.busy_window.communication), from the profiled window.
 COMM_SHARE = Figure(
     "comm_share",
     "share",
@@ -303,7 +303,7 @@ COMM_EXPOSED_SHARE = Figure(
     scale=100.0,
 )
 COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
-# The epoch's memory (mnistperf.diagnosis.memory): resident on Linux, the GPU's peaks on CUDA; the process's peaks.
+# The epoch's memory (mnistperf.diagnosis.measure.memory): resident on Linux, the GPU's peaks on CUDA; the fit's peaks.
 PEAK_RSS_MB = Figure(
     "peak_rss_mb",
     "MB",

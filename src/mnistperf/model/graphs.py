@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mnistperf.diagnosis.busy_window import before_graph_capture
+from mnistperf.diagnosis.measure.busy_window import before_graph_capture
 
 Batch = dict[str, torch.Tensor]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from mnistperf.diagnosis.summary import INPUT_BOUND_SHARE
+from mnistperf.diagnosis.record.summary import INPUT_BOUND_SHARE
 from mnistperf.errors import ConfigError
 from mnistperf.tune.knobs import REBUILD, Knobs, worker_counts
 

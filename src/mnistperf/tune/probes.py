@@ -3,7 +3,7 @@
 Every probe runs on the real data and the real device, leaves its warm-up out (worker start,
 first batches, allocator and kernel warm-up), and is repeated: a probe's figure is the median
 of its repeats, and the spread between them says how much of a difference is noise. Every repeat
-is timed as an epoch of training is, by :class:`~mnistperf.diagnosis.clock.EpochClock`.
+is timed as an epoch of training is, by :class:`~mnistperf.diagnosis.record.clock.EpochClock`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.clock import EpochClock
 from mnistperf.diagnosis.figures import HOST_WAIT_SHARE, SAMPLES_PER_S
+from mnistperf.diagnosis.record.clock import EpochClock
 
 
 @dataclass

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from mnistperf.atomic import removing_new_folders
 from mnistperf.close_names import OneLineArgumentParser
-from mnistperf.diagnosis.compare import compare, format_comparison, load
 from mnistperf.diagnosis.guard import jsonable
-from mnistperf.diagnosis.report import REPORT_FILE, html_report, write_report
-from mnistperf.diagnosis.run_names import refuse_the_same_run, run_label, run_labels
-from mnistperf.diagnosis.summary import format_summary
+from mnistperf.diagnosis.record.summary import format_summary
+from mnistperf.diagnosis.show.compare import compare, format_comparison, load
+from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
+from mnistperf.diagnosis.show.run_names import refuse_the_same_run, run_label, run_labels
 from mnistperf.errors import ConfigError
 
 RUN_HELP = "a run's timing.json, or its log folder (the newest timing.json under it)"

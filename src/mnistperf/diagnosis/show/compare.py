@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, Figure, shown_side_by_side
-from mnistperf.diagnosis.noise import beyond, noise, said
-from mnistperf.diagnosis.run_names import mismatch, run_labels
-from mnistperf.diagnosis.summary import SUMMARY_FILE
+from mnistperf.diagnosis.record.noise import beyond, noise, said
+from mnistperf.diagnosis.record.summary import SUMMARY_FILE
+from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 from mnistperf.errors import ConfigError
 
 # What a file that is not a summary is answered with: what one is, and how a run gets one

@@ -2,7 +2,7 @@
 
 It shows the verdict and what a fix could buy, the step times across the run (each epoch's median, 90th
 percentile and longest step), the split of train time per epoch, memory per epoch and, for two runs, their
-comparison (:mod:`mnistperf.diagnosis.compare`) with their charts side by side, each kind on one scale. Every
+comparison (:mod:`mnistperf.diagnosis.show.compare`) with their charts side by side, each kind on one scale. Every
 axis starts at 0 and is marked at round values in plain numbers with their unit. EpochTimer writes it beside
 ``timing.json`` at the fit's end; ``mnistperf report RUN --html`` writes it for any run.
 """
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from mnistperf.atomic import atomic_write
-from mnistperf.diagnosis.compare import format_bought, read
 from mnistperf.diagnosis.figures import (
     AVG_TRAIN_S,
     DEVICE_ALLOCATED_MB,
@@ -32,8 +31,9 @@ from mnistperf.diagnosis.figures import (
     WORKERS_PSS_MB,
     shown_side_by_side,
 )
-from mnistperf.diagnosis.noise import said
-from mnistperf.diagnosis.summary import SPLIT_KEYS
+from mnistperf.diagnosis.record.noise import said
+from mnistperf.diagnosis.record.summary import SPLIT_KEYS
+from mnistperf.diagnosis.show.compare import format_bought, read
 
 REPORT_FILE = "timing.html"
 # The page's content is 1100 px wide: one run's charts take all of it, two runs' charts of a kind sit side by side.
@@ -333,7 +333,7 @@ def figures_table(summary: dict[str, Any]) -> str:
 
 
 def comparison_section(found: dict[str, Any]) -> str:
-    """Two runs' comparison (:func:`~mnistperf.diagnosis.compare.compare`) as a table and what B bought."""
+    """Two runs' comparison (:func:`~mnistperf.diagnosis.show.compare.compare`) as a table and what B bought."""
     rows = [
         [
             f"{row['figure']} ({row['unit']})",

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mnistperf.diagnosis.summary import SUMMARY_FILE
+from mnistperf.diagnosis.record.summary import SUMMARY_FILE
 from mnistperf.errors import ConfigError
 
 # The name Lightning's loggers give every run where the run gave none

@@ -90,7 +90,10 @@ def peak_flops(device: torch.device, fmt: str) -> tuple[float | None, str | None
         warnings.simplefilter("ignore")
         peak = get_available_flops(device, LIGHTNING_DTYPES[fmt]) if fmt in LIGHTNING_DTYPES else None
     if peak is None:
-        return None, f"no {fmt} peak is known for {name} (Lightning's table, or mnistperf.diagnosis.flops.OWN_PEAKS)"
+        return (
+            None,
+            f"no {fmt} peak is known for {name} (Lightning's table, or mnistperf.diagnosis.measure.flops.OWN_PEAKS)",
+        )
     return float(peak), None
 
 

@@ -14,16 +14,16 @@ epoch's row keeps each loader's samples. A batch counts once it has trained: one
 (its ``on_train_batch_start`` returning -1) does not. A fit resumed inside an epoch numbers that
 epoch as Lightning does, although Lightning does not start it with ``on_train_epoch_start``.
 
-A thin callback over :class:`~mnistperf.diagnosis.clock.EpochClock`, which holds the arithmetic: the
+A thin callback over :class:`~mnistperf.diagnosis.record.clock.EpochClock`, which holds the arithmetic: the
 callback tells the clock when epochs, steps and validation begin and end, and hands it the input
-wait timed around Lightning's fetch of each training batch (:mod:`mnistperf.diagnosis.fetch_clock`).
+wait timed around Lightning's fetch of each training batch (:mod:`mnistperf.diagnosis.measure.fetch_clock`).
 The clock also profiles the device's work over a short window of steps in the first epoch (the
 warm-up epoch, reported apart): the GPU's kernels on CUDA, the CPU's tensor operations on a CPU. It
 saves that window beside ``timing.json`` as a trace that Perfetto and TensorBoard's profile plugin
 open (``plugins/profile/busy_window/*.pt.trace.json``). On one optimizer step in sixteen (its training
 steps, under gradient accumulation) it marks where the forward, the backward and the update begin
-(:mod:`mnistperf.diagnosis.phases`), for the epoch's split of train time. The verdict
-(:func:`mnistperf.diagnosis.summary.classify`) is input-bound, overhead-bound or compute-bound, on CUDA
+(:mod:`mnistperf.diagnosis.measure.phases`), for the epoch's split of train time. The verdict
+(:func:`mnistperf.diagnosis.record.summary.classify`) is input-bound, overhead-bound or compute-bound, on CUDA
 and on a CPU alike.
 
 Sanity-check validation is excluded. Lightning creates the first epoch's DataLoader
@@ -53,19 +53,18 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
-from mnistperf.diagnosis.advice import USER_HINTS, imported_hints
-from mnistperf.diagnosis.arguments import Arguments
-from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.batches import Loaders, leading_lengths
-from mnistperf.diagnosis.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
-from mnistperf.diagnosis.clock import EpochClock
-from mnistperf.diagnosis.fetch_clock import FetchClock
+from mnistperf.diagnosis.callbacks.arguments import Arguments
+from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.figures import EVAL_S, FORWARD_S, SAMPLES_PER_S, TRAIN_S, Measures, gather, scalars
-from mnistperf.diagnosis.flops import StepCounter, compiled, number_format, peak_flops, too_short_to_count
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.phases import sampled, unsampled
-from mnistperf.diagnosis.report import REPORT_FILE, html_report, write_report
-from mnistperf.diagnosis.summary import (
+from mnistperf.diagnosis.measure.batches import Loaders, leading_lengths
+from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
+from mnistperf.diagnosis.measure.fetch_clock import FetchClock
+from mnistperf.diagnosis.measure.flops import StepCounter, compiled, number_format, peak_flops, too_short_to_count
+from mnistperf.diagnosis.measure.phases import sampled, unsampled
+from mnistperf.diagnosis.record.advice import USER_HINTS, imported_hints
+from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.diagnosis.record.summary import (
     INPUT_BOUND_SHARE,
     SUMMARY_FILE,
     environment,
@@ -73,6 +72,7 @@ from mnistperf.diagnosis.summary import (
     throughput,
     write_summary,
 )
+from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
 
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
@@ -185,7 +185,7 @@ class EpochTimer(Callback):
             busy share (0 turns the profiling off; on a CPU at most six).
         hints: what the advice at the end suggests per verdict, in the project's own terms, or the import path
             of such a dict (``mypackage.hints.HINTS``, as a YAML config names it); by default what anyone can
-            change in their own code (:data:`~mnistperf.diagnosis.advice.USER_HINTS`).
+            change in their own code (:data:`~mnistperf.diagnosis.record.advice.USER_HINTS`).
         trace_limit: the most recorded operations the window's trace is written with (a few MB); None writes
             it whatever its size.
         window_share: on a CPU, the most of the fit's training time left the profiled window may cost (one per
@@ -197,7 +197,7 @@ class EpochTimer(Callback):
         monitor: a validation metric (as logged, e.g. ``val/acc``) whose last value the summary reports; None:
             none.
         flops_per_batch: the FLOPs of one training step (above 0), where known; by default torch's FLOP counter
-            counts the fit's first step (:mod:`mnistperf.diagnosis.flops`).
+            counts the fit's first step (:mod:`mnistperf.diagnosis.measure.flops`).
     """
 
     def __init__(
@@ -483,7 +483,7 @@ class EpochTimer(Callback):
             for i, samples in enumerate(self._pending_parts):
                 self._loader_samples[i] += math.nan if samples is None else samples
 
-    # Sampled steps: where the forward, the backward and the update begin and end (mnistperf.diagnosis.phases).
+    # Sampled steps: where the forward, the backward and the update begin and end (mnistperf.diagnosis.measure.phases).
     def _start_sampling(self) -> None:
         try:
             self.clock.phases.start(self._accumulate)

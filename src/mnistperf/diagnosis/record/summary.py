@@ -1,6 +1,6 @@
 """From per-epoch figures to the verdict, the run's summary and ``timing.json``.
 
-Shared by every timed loop through :class:`~mnistperf.diagnosis.clock.EpochClock`, so all report the
+Shared by every timed loop through :class:`~mnistperf.diagnosis.record.clock.EpochClock`, so all report the
 same figures computed the same way. The first epoch carries one-off costs (compilation, worker
 start, allocator and cache warm-up): it is reported on its own as ``warmup``, and the headline
 averages, throughput, shares and verdict use the steady-state epochs (2..N; epoch 1 alone
@@ -23,8 +23,6 @@ import lightning
 import torch
 
 from mnistperf.atomic import atomic_write
-from mnistperf.diagnosis.advice import Hints, advice, format_advice
-from mnistperf.diagnosis.busy_window import CROWDED
 from mnistperf.diagnosis.figures import (
     AVG_EVAL_S,
     AVG_TRAIN_S,
@@ -54,10 +52,12 @@ from mnistperf.diagnosis.figures import (
     derive,
     registry,
 )
-from mnistperf.diagnosis.flops import format_utilization
 from mnistperf.diagnosis.guard import jsonable
-from mnistperf.diagnosis.memory import format_growth, growth, measured
-from mnistperf.diagnosis.stalls import StepStats, format_stalls, stalls
+from mnistperf.diagnosis.measure.busy_window import CROWDED
+from mnistperf.diagnosis.measure.flops import format_utilization
+from mnistperf.diagnosis.measure.memory import format_growth, growth, measured
+from mnistperf.diagnosis.measure.stalls import StepStats, format_stalls, stalls
+from mnistperf.diagnosis.record.advice import Hints, advice, format_advice
 from mnistperf.machine import describe_device, usable_cpus
 
 SUMMARY_FILE = "timing.json"
@@ -341,7 +341,7 @@ def aggregate(
 
     ``metric``: a validation metric of the rows whose last value is reported as ``final_metric``.
 
-    What a fix of the run's bound could buy is :func:`~mnistperf.diagnosis.advice.advice`'s, with ``hints``.
+    What a fix of the run's bound could buy is :func:`~mnistperf.diagnosis.record.advice.advice`'s, with ``hints``.
 
     ``busy_window``: where the device's busy share was profiled and what it read; the same share stands for
     every epoch, since it is a property of the step. ``split`` averages the epochs' split of train time.

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.busy_window import CROWDED
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, CPU_BUSY_SHARE, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE
+from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
@@ -90,7 +90,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     Args:
         summary: the run's steady-state figures (``verdict``, ``avg_train_s``, ``input_wait_share`` and,
             on CUDA, ``device_busy_share``; on a CPU, ``cpu_busy_share`` where it was measured), as
-            :func:`~mnistperf.diagnosis.summary.aggregate` makes them.
+            :func:`~mnistperf.diagnosis.record.summary.aggregate` makes them.
         hints: what to suggest per verdict (see :data:`USER_HINTS`, the default); a verdict it lacks gets
             the default's.
 

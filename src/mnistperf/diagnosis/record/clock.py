@@ -11,18 +11,18 @@ Per epoch it measures, on the host:
 * **host wait**: host time between the end of one training step and the start of the next
   (the fetch, the copy to the device and the loop's own work between steps);
 * **the step's phases**: forward, backward and the optimizer's update, from the marks a loop sets on its
-  sampled steps (:mod:`mnistperf.diagnosis.phases`); the rest of train time is the wait for data and
+  sampled steps (:mod:`mnistperf.diagnosis.measure.phases`); the rest of train time is the wait for data and
   the loop's own work (hooks, logging, Python between them).
 
 It also profiles the device's work over a short window of steps in the first steady epoch (epoch 2;
-epoch 1 where no other follows) (:mod:`mnistperf.diagnosis.busy_window`): on CUDA the share of the
+epoch 1 where no other follows) (:mod:`mnistperf.diagnosis.measure.busy_window`): on CUDA the share of the
 time the GPU was executing kernels, on a CPU the share spent inside tensor operations. The window's
 steps run slower under the profiler, so that epoch's train time, input wait and host wait are
 extrapolated from its other steps (``profiled`` in its row says what was left out). A window the
 epoch never reached (cut short, resumed past it) moves to the next epoch, and where none is left the
 share is not measured, with the reason.
 :meth:`~EpochClock.epoch_end` turns the figures into the epoch's row and verdict
-(:mod:`mnistperf.diagnosis.summary`), with the threshold the run was given.
+(:mod:`mnistperf.diagnosis.record.summary`), with the threshold the run was given.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.advice import Hints
-from mnistperf.diagnosis.busy_window import (
+from mnistperf.diagnosis.figures import Gathered, Measures
+from mnistperf.diagnosis.measure.busy_window import (
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
     TRACE_FILE,
@@ -47,12 +47,12 @@ from mnistperf.diagnosis.busy_window import (
     export_trace,
     window_steps,
 )
-from mnistperf.diagnosis.figures import Gathered, Measures
-from mnistperf.diagnosis.flops import run_utilization, utilization
-from mnistperf.diagnosis.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_pss_mb
-from mnistperf.diagnosis.phases import PHASES, StepPhases
-from mnistperf.diagnosis.stalls import StepStats, step_stats
-from mnistperf.diagnosis.summary import (
+from mnistperf.diagnosis.measure.flops import run_utilization, utilization
+from mnistperf.diagnosis.measure.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_pss_mb
+from mnistperf.diagnosis.measure.phases import PHASES, StepPhases
+from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
+from mnistperf.diagnosis.record.advice import Hints
+from mnistperf.diagnosis.record.summary import (
     BUSY_KEYS,
     INPUT_BOUND_SHARE,
     WINDOW_PENDING,
@@ -84,12 +84,12 @@ class EpochClock:
 
     Args:
         device: the training device, synchronized at the ends of train and eval time.
-        input_bound_share: the run's threshold for the verdict (see :func:`~mnistperf.diagnosis.summary.classify`).
+        input_bound_share: the run's threshold for the verdict (see :func:`.summary.classify`).
         busy_window_steps: training steps of the first epoch whose device work is profiled (0: none).
         profile_window: whether the verdict reads the device's busy share from a profiled window (False where no
             step runs, or where the loop's own cost would hide it).
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
-        hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.advice.USER_HINTS` by default).
+        hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.record.advice.USER_HINTS` by default).
         trace_limit: the most recorded operations a written trace may hold (None: no limit).
         window_share: on a CPU, the most of the fit's training time left the window may cost (None: no limit).
         metric: the validation metric whose last value the summary reports (None: none).
@@ -383,7 +383,7 @@ class EpochClock:
     def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder`` and return its path; None when no window was recorded.
 
-        The trace is :data:`~mnistperf.diagnosis.busy_window.TRACE_FILE` there, named in ``busy_window["trace"]``.
+        The trace is :data:`.busy_window.TRACE_FILE` there, named in ``busy_window["trace"]``.
         """
         if self.recorded is None or self.busy_window is None:
             return None

@@ -16,7 +16,7 @@ operators fill a fifth of its time is overhead-bound, a large convolution's fill
 
 The share describes the steady state, so the window sits in the first steady epoch (epoch 2; epoch 1
 only in a one-epoch run, which says so). The profiler costs host time per operation, so the clock
-keeps the window's steps out of that epoch's timed figures (:class:`~mnistperf.diagnosis.clock.EpochClock`).
+keeps the window's steps out of that epoch's timed figures (:class:`~mnistperf.diagnosis.record.clock.EpochClock`).
 A profiler warm-up of two steps comes before the recorded ones, as the profiler's documentation advises.
 On a CPU, where every operator is recorded and read, a recorded step costs about :data:`CPU_WINDOW_COST`
 steps' time besides its own, and the profiler's first start in a process :data:`CPU_WINDOW_START_S`, so the window

@@ -50,11 +50,11 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import override
 
-from mnistperf.diagnosis.arguments import Arguments
-from mnistperf.diagnosis.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.batches import Loaders, leading_lengths, tensors_of
-from mnistperf.diagnosis.fingerprint import PADDING, Fingerprinter, HeldSteps
+from mnistperf.diagnosis.callbacks.arguments import Arguments
+from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.guard import Reporter
+from mnistperf.diagnosis.measure.batches import Loaders, leading_lengths, tensors_of
+from mnistperf.diagnosis.measure.fingerprint import PADDING, Fingerprinter, HeldSteps
 from mnistperf.diagnosis.ranks import every_rank
 from mnistperf.errors import MnistperfError
 

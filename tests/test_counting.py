@@ -20,7 +20,8 @@ from lightning.pytorch.profilers import SimpleProfiler
 from lightning.pytorch.utilities import CombinedLoader
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from mnistperf.diagnosis import EpochTimer, SampleAudit, phases
+from mnistperf.diagnosis import EpochTimer, SampleAudit
+from mnistperf.diagnosis.measure import phases
 
 ROWS, BATCH, EPOCHS = 24, 4, 2
 

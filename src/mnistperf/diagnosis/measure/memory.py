@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from statistics import mean
 from typing import Any
 
 import torch
 
 from mnistperf.diagnosis.figures import DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB, RSS_MB, WORKERS_PSS_MB
+from mnistperf.diagnosis.measure.trend import slope
 
 PROC = Path("/proc")
 MB = 2**20
@@ -136,14 +136,13 @@ def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         values = [v for _, v in points]
         if not all(b > a for a, b in zip(values, values[1:], strict=False)):
             continue
-        x_mean, y_mean = mean(n for n, _ in points), mean(values)
-        slope = sum((n - x_mean) * (v - y_mean) for n, v in points) / sum((n - x_mean) ** 2 for n, _ in points)
-        if slope >= GROWTH_MB:
+        per_epoch = slope(points)
+        if per_epoch >= GROWTH_MB:
             found.append(
                 {
                     "figure": key,
                     "what": what,
-                    "per_epoch_mb": slope,
+                    "per_epoch_mb": per_epoch,
                     "from_mb": values[0],
                     "to_mb": values[-1],
                     "epochs": [points[0][0], points[-1][0]],

@@ -16,6 +16,7 @@ from statistics import mean
 from typing import Any
 
 from mnistperf.diagnosis.figures import FIRST_STEP_S, SPIKES, SPIKES_S, STEP_MEDIAN_S, TRAIN_S
+from mnistperf.diagnosis.measure.trend import slope
 
 # A step at least this many times the epoch's median is a spike.
 SPIKE_FACTOR = 3.0
@@ -89,11 +90,10 @@ def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
     one_way = all(s > 0 for s in steps) or all(s < 0 for s in steps)
     if not one_way or values[0] <= 0 or abs(values[-1] - values[0]) < DRIFT_SHARE * values[0]:
         return None
-    x_mean, y_mean = mean(n for n, _ in points), mean(values)
-    slope = sum((n - x_mean) * (m - y_mean) for n, m in points) / sum((n - x_mean) ** 2 for n, _ in points)
+    per_epoch = slope(points)
     return {
-        "per_epoch_s": slope,
-        "per_epoch_share": slope / values[0],
+        "per_epoch_s": per_epoch,
+        "per_epoch_share": per_epoch / values[0],
         "from_s": values[0],
         "to_s": values[-1],
         "epochs": [points[0][0], points[-1][0]],

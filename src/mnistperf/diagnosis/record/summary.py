@@ -30,7 +30,9 @@ from mnistperf.diagnosis.figures import (
     COMM_EXPOSED_SHARE,
     COMM_SHARE,
     CPU_BUSY_SHARE,
+    DEVICE_ALLOCATED_MB,
     DEVICE_BUSY_SHARE,
+    DEVICE_RESERVED_MB,
     EVAL_S,
     FORWARD_S,
     HOST_WAIT_SHARE,
@@ -364,6 +366,7 @@ def aggregate(
         TOTAL_TRAIN_S: sum(e[TRAIN_S] for e in epochs),
         TOTAL_EVAL_S: sum(e[EVAL_S] for e in epochs),
         "stalls": stalls(epochs),
+        PEAK_DEVICE_MB: peak_device_mb(epochs),
         "memory": {
             "growth": growth(steady),
             **({} if measured() else {"resident": "not measured: no /proc on this system (Linux only)"}),
@@ -390,18 +393,21 @@ def peak_rss_mb() -> dict[str, float]:
     }
 
 
-def peak_device_mb(device: torch.device) -> dict[str, float] | None:
-    """Peak GPU memory allocated by tensors and reserved by the caching allocator, in MB (None off CUDA)."""
-    if device.type != "cuda":
+def peak_device_mb(epochs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The fit's peak GPU memory allocated by tensors and reserved by the allocator, in MB: its epochs' largest.
+
+    The clock reads each epoch's peaks and resets the counters at the next epoch's start, so the epochs hold the
+    only reading (None off CUDA, where no epoch has one).
+    """
+    allocated = [e[DEVICE_ALLOCATED_MB] for e in epochs if e.get(DEVICE_ALLOCATED_MB) is not None]
+    reserved = [e[DEVICE_RESERVED_MB] for e in epochs if e.get(DEVICE_RESERVED_MB) is not None]
+    if not allocated:
         return None
-    return {
-        "allocated": torch.cuda.max_memory_allocated(device) / 2**20,
-        "reserved": torch.cuda.max_memory_reserved(device) / 2**20,
-    }
+    return {"allocated": max(allocated), "reserved": max(reserved, default=math.nan)}
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    """What ran: device, CPU count, versions and peak memory (host, and GPU on CUDA)."""
+    """What ran: device, CPU count, versions and the host's peak memory (the GPU's is the epochs', in the run)."""
     versions: dict[str, str | None] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -417,7 +423,6 @@ def environment(device: torch.device) -> dict[str, Any]:
         "versions": versions,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         PEAK_RSS_MB: peak_rss_mb(),
-        PEAK_DEVICE_MB: peak_device_mb(device),
     }
 
 

@@ -13,16 +13,15 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from mnistperf.errors import ConfigError
+from mnistperf.tune.knobs import LOADER_SETTINGS
 from mnistperf.upstream import rebuilt_dataloader
-
-READ = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor", "batch_size")
 
 
 def loader_settings(loader: Any) -> dict[str, Any] | None:
     """A DataLoader's settings that tune may change, as it holds them (None for anything but one DataLoader)."""
     if not isinstance(loader, DataLoader):
         return None
-    return {name: getattr(loader, name, None) for name in READ}
+    return {name: getattr(loader, name, None) for name in LOADER_SETTINGS}
 
 
 def consistent(settings: dict[str, Any]) -> dict[str, Any]:

@@ -22,10 +22,11 @@ from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
 from mnistperf.data.pipelines.registry import PIPELINES, tune_order
 from mnistperf.errors import ConfigError
-from mnistperf.tune.knobs import worker_counts
+from mnistperf.tune.knobs import LOADER_SETTINGS, worker_counts
 from mnistperf.tune.probes import Probe, time_loader, time_step, time_training
 
-LOADER_KEYS = ("pipeline", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor")
+# The lab's loader settings tune chooses: its pipeline, and every loader setting but the batch size (--tune-batch-size).
+LOADER_KEYS = ("pipeline", *(setting for setting in LOADER_SETTINGS if setting != "batch_size"))
 REPEATS = 3
 NOISE_FLOOR = 0.05  # differences under 5 % are never taken as real
 NOISY_SPREAD = 0.25  # repeats further apart than this: the machine is busy; the probe is repeated once more

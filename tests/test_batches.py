@@ -72,3 +72,22 @@ def test_both_callbacks_say_once_what_they_count_when_a_batchs_tensors_disagree(
     assert "samples are counted as the first tensor's" in out and "define samples_in_batch" in out
     assert out.count("SampleAudit: the tensors of a training batch (tuple) lead with different lengths") == 1
     assert "pass sample_id= or fingerprint=" in out
+
+
+def test_one_reading_of_a_batch_serves_both_callbacks():
+    """Loaders splits a batch into each loader's part, says once which part's tensors disagree on a sample, and
+    falls back to one loader where a hook reshaped the batch."""
+    import torch
+
+    from mnistperf.diagnosis.measure.batches import Loaders
+
+    loaders = Loaders({"a": [0], "b": [1]})
+    batch = {"a": (torch.zeros(4, 2), torch.zeros(4)), "b": (torch.zeros(3, 5), torch.zeros(7))}
+    assert [len(part[0]) for part in loaders.split(batch)] == [4, 3]
+    [(name, part, lengths)] = loaders.ambiguous(batch)
+    assert name == "b" and part is batch["b"] and lengths == [3, 7]
+    assert loaders.misfit(batch) is None and loaders.several
+    reshaped = (torch.zeros(4, 2), torch.zeros(4))
+    assert loaders.misfit(reshaped) == "a, b"
+    assert not loaders.several and loaders.split(reshaped) == [reshaped] and loaders.ambiguous(reshaped) == []
+    assert Loaders().ambiguous({"x": torch.zeros(2), "y": torch.zeros(5)})[0][0] is None  # one loader: no name

@@ -57,7 +57,7 @@ from mnistperf.diagnosis.callbacks.arguments import Arguments
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.figures import EVAL_S, FORWARD_S, SAMPLES_PER_S, TRAIN_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import Loaders, leading_lengths
+from mnistperf.diagnosis.measure.batches import Loaders
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import StepCounter, compiled, number_format, peak_flops, too_short_to_count
@@ -420,14 +420,14 @@ class EpochTimer(Callback):
 
     def _count_loaders(self, batch: Any) -> int | None:
         """The samples of every loader's part of a batch (several loaders), each loader's kept for the step's end."""
-        self._pending_parts = [0 if part is None else leading_length(part) for part in self._loaders.parts(batch)]
+        self._pending_parts = [0 if part is None else leading_length(part) for part in self._loaders.split(batch)]
         return None if None in self._pending_parts else sum(cast(list[int], self._pending_parts))
 
     def _check_loaders(self, trainer: Trainer, batch: Any) -> None:
         """Once a fit: a batch that does not hold each training loader's batch at its key is counted as one."""
-        if not self._loaders.fits(batch):
-            names = ", ".join(self._loaders.names)
-            self._loaders, self._loader_samples = Loaders(), []
+        names = self._loaders.misfit(batch)
+        if names is not None:
+            self._loader_samples = []
             self._count_samples = sample_counter(trainer.lightning_module, self.samples_in_batch)
             self.problems.say_once(
                 trainer,
@@ -437,24 +437,17 @@ class EpochTimer(Callback):
             )
 
     def _say_if_ambiguous(self, trainer: Trainer, pl_module: LightningModule, batch: Any) -> None:
-        """Once a fit: where a batch's tensors lead with different lengths, say which one samples are counted by.
-
-        With several training loaders, each loader's batch is read apart.
-        """
+        """Once a fit: where a batch's tensors lead with different lengths, say which one samples are counted by."""
         with self.problems.guard("reading the first batch's tensors"):
-            parts = self._loaders.parts(batch) if self._loaders.several else [batch]
-            for name, part in zip(self._loaders.names, parts, strict=True):
-                lengths = leading_lengths(part)
-                samples = leading_length(part)
-                if len(lengths) > 1 and samples is not None:
-                    where = f" of loader {name}" if self._loaders.several else ""
-                    self.problems.say_once(
-                        trainer,
-                        f"the tensors of a training batch{where} ({type(part).__name__}) lead with different "
-                        f"lengths ({', '.join(map(str, lengths))}): samples are counted as the first tensor's, "
-                        f"{samples} a batch; pass EpochTimer(samples_in_batch=...) or define samples_in_batch(self, "
-                        f"batch) -> int on {type(pl_module).__name__} to count what a sample is.",
-                    )
+            for name, part, lengths in self._loaders.ambiguous(batch):
+                where = f" of loader {name}" if name is not None else ""
+                self.problems.say_once(
+                    trainer,
+                    f"the tensors of a training batch{where} ({type(part).__name__}) lead with different "
+                    f"lengths ({', '.join(map(str, lengths))}): samples are counted as the first tensor's, "
+                    f"{lengths[0]} a batch; pass EpochTimer(samples_in_batch=...) or define samples_in_batch(self, "
+                    f"batch) -> int on {type(pl_module).__name__} to count what a sample is.",
+                )
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

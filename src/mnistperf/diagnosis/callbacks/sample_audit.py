@@ -53,7 +53,7 @@ from typing_extensions import override
 from mnistperf.diagnosis.callbacks.arguments import Arguments
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import Loaders, leading_lengths, tensors_of
+from mnistperf.diagnosis.measure.batches import Loaders, tensors_of
 from mnistperf.diagnosis.measure.fingerprint import PADDING, Fingerprinter, HeldSteps
 from mnistperf.diagnosis.ranks import every_rank
 from mnistperf.errors import MnistperfError
@@ -315,12 +315,11 @@ class SampleAudit(Callback):
             if self._loaders.several and not self._loaders_read:
                 self._loaders_read = True
                 self._check_loaders(trainer, batch)
-            parts = self._loaders.parts(batch) if self._loaders.several else [batch]
+            parts = self._loaders.split(batch)
             if self.fingerprint is None and self.sample_id is None:
                 if not self._batch_read:
                     self._batch_read = True
-                    for name, part in zip(self._loaders.names, parts, strict=True):
-                        self._say_if_ambiguous(trainer, part, name if self._loaders.several else None)
+                    self._say_if_ambiguous(trainer, batch)
                 self._pending = [None if part is None else self._copy_rows(part) for part in parts]
             else:
                 self._pending = [None if part is None else self.fingerprints(part) for part in parts]
@@ -331,10 +330,10 @@ class SampleAudit(Callback):
         """Once a fit: a batch that does not hold each training loader's batch at its key is audited as one loader's."""
         if self._loaders.fits(batch):
             return
-        names = ", ".join(self._loaders.names)
         self._flush()
+        names = self._loaders.misfit(batch)
         seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
-        self._use_loaders(Loaders())
+        self._use_loaders(self._loaders)
         self._seen, self._carried_counts = [seen], [carried]
         if trainer.is_global_zero:
             self.problems.say(
@@ -366,14 +365,16 @@ class SampleAudit(Callback):
             else:
                 self._hold(loader, *item)
 
-    def _say_if_ambiguous(self, trainer: Trainer, batch: Any, loader: str | None) -> None:
+    def _say_if_ambiguous(self, trainer: Trainer, batch: Any) -> None:
         """Once a fit: where a batch's tensors lead with different lengths, say which rows are taken for samples."""
-        lengths = leading_lengths(batch)
-        if len(lengths) > 1 and self.sample_dims == 1 and trainer.is_global_zero:
-            where = "" if loader is None else f" of loader {loader}"
+        found = self._loaders.ambiguous(batch) if self.sample_dims == 1 else []
+        if not found or not trainer.is_global_zero:
+            return
+        for name, part, lengths in found:
+            where = "" if name is None else f" of loader {name}"
             self.problems.say(
                 trainer,
-                f"SampleAudit: the tensors of a training batch{where} ({type(batch).__name__}) lead with different "
+                f"SampleAudit: the tensors of a training batch{where} ({type(part).__name__}) lead with different "
                 f"lengths ({', '.join(map(str, lengths))}): a sample is taken as a row of those leading with "
                 f"{lengths[0]}; pass sample_id= or fingerprint= to name what a sample is",
             )

@@ -73,7 +73,10 @@ class Loaders:
     """
 
     def __init__(self, loaders: Any = None):
-        self.paths = loader_paths(loaders)
+        self._read(loader_paths(loaders))
+
+    def _read(self, paths: list[tuple[Any, ...]]) -> None:
+        self.paths = paths
         self.names = ["/".join(map(str, path)) for path in self.paths]
         self.several = len(self.paths) > 1
 
@@ -94,3 +97,30 @@ class Loaders:
         except (KeyError, IndexError, TypeError):
             return False
         return True
+
+    def split(self, batch: Any) -> list[Any]:
+        """The batch's part of each loader (the batch itself where there is one loader)."""
+        return self.parts(batch) if self.several else [batch]
+
+    def misfit(self, batch: Any) -> str | None:
+        """Where several loaders' batch does not hold each one's at its keys: their names, and from now on one loader.
+
+        Both callbacks then read the batch as one loader's and say so once, each in its own terms.
+        """
+        if not self.several or self.fits(batch):
+            return None
+        names = ", ".join(self.names)
+        self._read([()])  # one loader: the batch as it comes
+        return names
+
+    def ambiguous(self, batch: Any) -> list[tuple[str | None, Any, list[int]]]:
+        """Each loader's part whose tensors lead with different lengths: (its name where several, the part, lengths).
+
+        A sample is then a guess (a graph batch's atoms and its molecules), which a callback says once a fit.
+        """
+        found = []
+        for name, part in zip(self.names, self.split(batch), strict=True):
+            lengths = leading_lengths(part) if part is not None else []
+            if len(lengths) > 1:
+                found.append((name if self.several else None, part, lengths))
+        return found

@@ -247,3 +247,18 @@ def test_compile_mode_reaches_torch_compile_and_needs_compile(monkeypatch):
     assert seen == ["reduce-overhead", None]
     with pytest.raises(ConfigError, match="model.compile_mode 'max-autotune' applies only with model.compile true"):
         ImageClassifier(compile_mode="max-autotune")
+
+
+def test_lightnings_own_progress_bar_is_redrawn_every_few_steps_and_a_configured_one_is_kept():
+    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+
+    from mnistperf.lightning_cli import BAR_REFRESH
+
+    config = ("--config", str(CONFIGS / "v2_pinned.yaml"))
+    bar = parse_fit_config(config).trainer.progress_bar_callback
+    assert type(bar) is TQDMProgressBar and bar.refresh_rate == BAR_REFRESH > 1
+    assert parse_fit_config((*config, "--trainer.enable_progress_bar", "false")).trainer.progress_bar_callback is None
+    own = ("--trainer.callbacks+=lightning.pytorch.callbacks.TQDMProgressBar", "--trainer.callbacks.refresh_rate=1")
+    kept = parse_fit_config((*config, *own)).trainer
+    bars = [c for c in kept.callbacks if isinstance(c, (TQDMProgressBar, RichProgressBar))]
+    assert len(bars) == 1 and bars[0].refresh_rate == 1

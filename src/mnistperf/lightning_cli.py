@@ -16,11 +16,13 @@ import warnings
 from argparse import RawDescriptionHelpFormatter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import yaml
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -31,6 +33,7 @@ from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.data.options import fit_help_lines, is_uri
 from mnistperf.data.pipelines import registry
+from mnistperf.diagnosis.callbacks.epoch_timer import TrainerAttributes
 from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
@@ -192,6 +195,10 @@ TRAINER_OPTIONS = """\
 """
 # The stage configs of a checkout, for when fit runs from elsewhere than its root.
 CHECKOUT_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+# Lightning's own progress bar is redrawn every this many steps, not every step: drawn every step it was the largest
+# per-step cost the lab added to Lightning's loop (docs/results/cpu-2core-bar-cost). A config that names a progress
+# bar of its own keeps it.
+BAR_REFRESH = 10
 
 
 def config_names(folder: Path) -> list[str]:
@@ -267,6 +274,17 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                 },
             },
         )
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The trainer, with Lightning's own progress bar (where the config names none) redrawn every few steps."""
+        # a copy: building the trainer adds Lightning's own callbacks to the config's list
+        configured = list(self._get(self.config_init, "trainer", default={}).get("callbacks") or [])
+        trainer = super().instantiate_trainer(**kwargs)
+        bar = trainer.progress_bar_callback
+        if isinstance(bar, (TQDMProgressBar, RichProgressBar)) and not any(bar is c for c in configured):
+            callbacks = cast(TrainerAttributes, trainer).callbacks
+            callbacks[callbacks.index(bar)] = TQDMProgressBar(refresh_rate=BAR_REFRESH)
+        return trainer
 
     def instantiate_classes(self) -> None:
         """Build the model, data and trainer; a mistake of the user's in a callback's arguments stays one line."""

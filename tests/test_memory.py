@@ -8,8 +8,9 @@ from conftest import fit_module
 from lightning import LightningModule
 from torch.utils.data import DataLoader, Dataset
 
-from mnistperf.diagnosis import EpochTimer, memory
+from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
+from mnistperf.diagnosis.measure import memory
 from mnistperf.diagnosis.record.summary import format_summary
 
 linux = pytest.mark.skipif(not memory.measured(), reason="resident memory is read from Linux's /proc")

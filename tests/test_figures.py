@@ -95,6 +95,7 @@ def test_each_figure_is_declared_once_and_every_group_holds_the_registrys_own():
         *figures.UTILIZATION,
         *figures.COMMUNICATION,
         *figures.WAITS,
+        *figures.CORES,
         *figures.BUSY.values(),
     ]
     assert all(any(figure is declared for declared in FIGURES) for figure in groups)

@@ -135,6 +135,10 @@ class Measures:
     comm_exposed_share: float = measure(
         "share", "mean", "the profiled window's time inside collectives with no work beside them", per_rank=True
     )
+    core_wait_share: float = measure("share", "mean", "share of train time the training thread waited for a core")
+    workers_cpu_share: float = measure(
+        "share", "mean", "its loader workers' CPU time over the epoch's time the cores had"
+    )
 
     @classmethod
     def unmeasured(cls) -> Measures:
@@ -243,6 +247,26 @@ HOST_WAIT_SHARE = Figure(
     scale=100.0,
 )
 WAITS = (INPUT_WAIT_SHARE, HOST_WAIT_SHARE)  # what a loop that does not time the waits cannot give
+# Who held the cores (mnistperf.diagnosis.measure.cores): read from Linux's /proc, a few times an epoch.
+CORE_WAIT_SHARE = Figure(
+    "core_wait_share",
+    "share",
+    "share of train time the training thread was ready to run but waited for a core (Linux)",
+    label="waiting for a core",
+    run="weighted",
+    shown="%",
+    scale=100.0,
+)
+WORKERS_CPU_SHARE = Figure(
+    "workers_cpu_share",
+    "share",
+    "its DataLoader workers' CPU time over the epoch's wall time times the cores the process may use (Linux)",
+    label="workers' CPU, of the cores",
+    run="weighted",
+    shown="%",
+    scale=100.0,
+)
+CORES = (CORE_WAIT_SHARE, WORKERS_CPU_SHARE)
 # The profiled window's share, by the device it profiled.
 DEVICE_BUSY_SHARE = Figure(
     "device_busy_share",
@@ -346,6 +370,7 @@ FIGURES: tuple[Figure, ...] = (
     STEP_MEDIAN_S,
     INPUT_WAIT_SHARE,
     HOST_WAIT_SHARE,
+    *CORES,
     DEVICE_BUSY_SHARE,
     CPU_BUSY_SHARE,
     *UTILIZATION,

@@ -90,22 +90,22 @@ def rss_pss_mb(pid: int | str = "self") -> tuple[float | None, float | None]:
     return found.get("Rss"), found.get("Pss")
 
 
-def workers_pss_mb() -> float | None:
-    """The PSS of this process's child processes now (its loader's workers), summed, in MB; None off Linux.
+def workers() -> list[int]:
+    """This process's child processes now (its loader's workers), from ``/proc``; empty off Linux.
 
     A child started as another rank (a ``LOCAL_RANK`` neither this process's nor the one it started with) is
     left out.
     """
+    own = {os.environ.get("LOCAL_RANK"), local_rank("self")}
+    ranks = {child: local_rank(child) for child in children()}
+    return [child for child, rank in ranks.items() if rank is None or rank in own]
+
+
+def workers_pss_mb() -> float | None:
+    """The PSS of this process's loader workers now (:func:`workers`), summed, in MB; None off Linux."""
     if not measured():
         return None
-    own = {os.environ.get("LOCAL_RANK"), local_rank("self")}
-    total = 0.0
-    for child in children():
-        rank = local_rank(child)
-        if rank is not None and rank not in own:
-            continue
-        total += rss_pss_mb(child)[1] or 0.0
-    return total
+    return sum(rss_pss_mb(child)[1] or 0.0 for child in workers())
 
 
 def reset_device_peaks(device: torch.device) -> None:

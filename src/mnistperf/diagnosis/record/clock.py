@@ -12,7 +12,10 @@ Per epoch it measures, on the host:
   (the fetch, the copy to the device and the loop's own work between steps);
 * **the step's phases**: forward, backward and the optimizer's update, from the marks a loop sets on its
   sampled steps (:mod:`mnistperf.diagnosis.measure.phases`); the rest of train time is the wait for data and
-  the loop's own work (hooks, logging, Python between them).
+  the loop's own work (hooks, logging, Python between them);
+* **who held the cores** (Linux): the training thread's wait for a core over train time, and its loader's workers'
+  CPU time over the epoch's, read from ``/proc`` at the epoch's ends and on the way
+  (:mod:`mnistperf.diagnosis.measure.cores`).
 
 It also profiles the device's work over a short window of steps in the first steady epoch (epoch 2;
 epoch 1 where no other follows) (:mod:`mnistperf.diagnosis.measure.busy_window`): on CUDA the share of the
@@ -47,6 +50,7 @@ from mnistperf.diagnosis.measure.busy_window import (
     export_trace,
     window_steps,
 )
+from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
 from mnistperf.diagnosis.measure.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_pss_mb
 from mnistperf.diagnosis.measure.phases import PHASES, StepPhases
@@ -57,6 +61,7 @@ from mnistperf.diagnosis.record.summary import (
     INPUT_BOUND_SHARE,
     WINDOW_PENDING,
     aggregate,
+    core_figures,
     epoch_row,
     memory_figures,
     ranks_apart,
@@ -163,6 +168,8 @@ class EpochClock:
         # Memory is read at this step (the middle of the epoch, while its loader's workers run) and at its end.
         self._memory_at = max(1, int(batches // 2)) if math.isfinite(batches) else 2
         self._rss = self._workers_pss = math.nan
+        self._cores = EpochCores()
+        self._ended = math.nan  # the clock's last read at the end of train or eval time
         self.phases.reset()
 
     def expected_steps(self, batches: float) -> float:
@@ -199,6 +206,7 @@ class EpochClock:
         elif not self.epochs and self._busy_unread():
             self._window_missed(WINDOW_PENDING)
         self._train_start = self._last_step_end = self._synced_now()
+        self._cores.start(self._train_start)
 
     def _open_window(self, batches: float, steps_left: float) -> None:
         """The busy window of this epoch, or why there is none; on a CPU, the fit's cost of it is weighed later."""
@@ -278,11 +286,14 @@ class EpochClock:
         now = time.perf_counter()  # called every step: kept to the fewest calls
         if self._train_start is None:  # resuming after an evaluation inside the epoch
             self._train_start = self._last_step_end = now
+            self._cores.train_resumed()
         else:
             self._host_wait_s += now - self._last_step_end
         self._steps += 1
         if self._steps == self._memory_at:
             self._read_memory()
+        if now >= self._cores.due or index + 2 == self._batches:  # the step before the last: workers still run
+            self._cores.read_workers(now)
         if self._first_index is None:
             self._first_index = index
         if self.window is not None:
@@ -342,7 +353,8 @@ class EpochClock:
             now = self._synced_now()
             self._train_s += now - self._train_start
             self._train_start = None
-            self._eval_start = now
+            self._eval_start = self._ended = now
+            self._cores.train_paused()
 
     def eval_start(self) -> None:
         """An evaluation inside the epoch begins: train time pauses."""
@@ -353,7 +365,8 @@ class EpochClock:
     def eval_end(self) -> None:
         """The evaluation ends; synchronizes."""
         if self._eval_start is not None:
-            self._eval_s += self._synced_now() - self._eval_start
+            self._ended = self._synced_now()
+            self._eval_s += self._ended - self._eval_start
             self._eval_start = None
 
     def close(self) -> None:
@@ -415,6 +428,8 @@ class EpochClock:
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
         self._read_memory()
         allocated, reserved = device_peaks_mb(self.device)
+        # Over the epoch's whole train time and its end (the profiled window's steps in: its waits are theirs too).
+        core_wait, workers_cpu = self._cores.shares(self._train_s, self._ended)
         return Measures(
             train_s=train_s,
             eval_s=self._eval_s,
@@ -438,6 +453,8 @@ class EpochClock:
             flops=self.flops_per_step * self._steps if self.flops_per_step else math.nan,
             comm_share=self._talked.get("share", math.nan),
             comm_exposed_share=self._talked.get("exposed_share", math.nan),
+            core_wait_share=core_wait,
+            workers_cpu_share=workers_cpu,
         )
 
     def _without_window(self) -> tuple[float, float, float]:
@@ -494,6 +511,7 @@ class EpochClock:
             metrics or {},
             self.input_bound_share,
             phases,
+            core_figures(merged),
         )
         row.update(step_figures(merged, self._stats))
         row.update(memory_figures(merged))

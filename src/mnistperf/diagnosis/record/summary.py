@@ -29,6 +29,7 @@ from mnistperf.diagnosis.figures import (
     BUSY,
     COMM_EXPOSED_SHARE,
     COMM_SHARE,
+    CORES,
     CPU_BUSY_SHARE,
     DEVICE_ALLOCATED_MB,
     DEVICE_BUSY_SHARE,
@@ -56,6 +57,7 @@ from mnistperf.diagnosis.figures import (
 )
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.measure.busy_window import CROWDED
+from mnistperf.diagnosis.measure.cores import clause, held
 from mnistperf.diagnosis.measure.flops import format_utilization
 from mnistperf.diagnosis.measure.memory import format_growth, growth, measured
 from mnistperf.diagnosis.measure.stalls import StepStats, format_stalls, stalls
@@ -85,7 +87,20 @@ PHASE_KEYS = SPLIT_KEYS[1:-1]  # the step's own phases: forward, backward, optim
 
 
 def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
-    """(verdict, reason) for one epoch's or one run's figures.
+    """(verdict, reason) for one epoch's or one run's figures: the bound (:func:`bound`), then who held the cores.
+
+    Where the training thread waited for a core a large share of train time (``core_wait_share``), the reason ends
+    with one clause naming who held them (:func:`~mnistperf.diagnosis.measure.cores.held`): the run's own loader's
+    workers, with what usually helps and what it could buy, or other work on the machine. It is a clause, not a
+    verdict of its own: the bound is still the step's (a step slowed by its workers is still overhead- or
+    compute-bound in what it does once it runs), and the clause says why that step ran slower than it could.
+    """
+    verdict, reason = bound(figures, threshold, not_measured)
+    return verdict, reason + clause(held(figures))
+
+
+def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
+    """(verdict, reason) from the wait for data and the profiled window's busy share.
 
     Input-bound when the host waited for the next batch (timed around the fetch) for at least
     ``threshold`` of train time. Otherwise from the profiled window's busy share: on CUDA
@@ -127,14 +142,17 @@ def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_
 
 
 def doubt(figures: dict[str, Any], busy: float) -> str:
-    """What the verdict's reason adds where the share is near the line or the machine was crowded ('' if neither)."""
+    """What the verdict's reason adds where the share is near the line or the machine was crowded ('' if neither).
+
+    Where the epochs' own reading names who held the cores, the clause that follows the reason says who, not this.
+    """
     margin = figures.get("busy_margin")
     crowded = figures.get("waited_for_a_core")
     if crowded is not None and crowded >= CROWDED:
-        return (
-            f"; in doubt: the training thread waited for a core {crowded:.0%} of the profiled window, so other work "
-            "on this machine moved the share; measure again on a quieter machine"
-        )
+        doubted = f"; in doubt: the training thread waited for a core {crowded:.0%} of the profiled window"
+        if held(figures) is not None:
+            return doubted + ", which moved the share"
+        return doubted + ", so other work on this machine moved the share; measure again on a quieter machine"
     if margin is None or abs(busy - COMPUTE_BOUND_BUSY) >= margin:
         return ""
     return (
@@ -155,13 +173,15 @@ def epoch_row(
     metrics: dict,
     threshold: float,
     phases: dict[str, float | None] | None = None,
+    cores: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """One epoch's figures, as they appear in timing.json.
 
     ``samples``: None where they could not be counted. ``busy_window``: the run's profiled window,
     ``{"device": ..., "share": ..., ...}``, or with ``"share": None`` (and a ``reason`` where one is known)
     while not measured. ``phases``: the epoch's seconds of forward, backward and optimizer (None where not
-    measured); the rest of train time, past the wait for data, is ``rest_s``.
+    measured); the rest of train time, past the wait for data, is ``rest_s``. ``cores``: who held the cores
+    (:func:`core_figures`), which the verdict reads.
     """
     row: dict[str, Any] = {
         "epoch": epoch,
@@ -174,6 +194,7 @@ def epoch_row(
     }
     row.update(window_figures(busy_window))
     row.update(split(train_s, input_wait_s, phases or {}))
+    row.update(cores or {})
     row["verdict"], row["verdict_reason"] = classify(row, threshold, _not_measured(busy_window))
     row.update(metrics)
     return derive(row)
@@ -242,6 +263,11 @@ def memory_figures(merged: Measures) -> dict[str, float | None]:
     """The epoch's memory figures, every rank's largest (None where not measured: off Linux, off CUDA)."""
     values = {figure.name: getattr(merged, figure.name) for figure in MEMORY}
     return {name: _measured(value) for name, value in values.items()}
+
+
+def core_figures(merged: Measures) -> dict[str, float | None]:
+    """The epoch's wait for a core and its workers' CPU, the ranks' mean (None where not measured: off Linux)."""
+    return {figure.name: _measured(getattr(merged, figure.name)) for figure in CORES}
 
 
 def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dict[str, float | None]:
@@ -377,6 +403,7 @@ def aggregate(
         "input_bound_share": input_bound_share,
         "verdict": verdict,
         "verdict_reason": reason,
+        **({"cores_held": taken} if (taken := held(figures)) is not None else {}),
         "metric": metric,
         "final_metric": epochs[-1].get(metric) if metric else None,
     }

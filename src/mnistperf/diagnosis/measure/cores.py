@@ -1,0 +1,138 @@
+"""Who held the cores over an epoch: how long the training thread waited for one, how much CPU its workers used.
+
+Read from Linux's ``/proc``, without the profiler, a few times an epoch:
+
+* the training thread's wait for a core: the run-queue wait of ``/proc/thread-self/schedstat`` (time runnable but
+  not running), read where train time starts and stops, as a share of train time (``core_wait_share``);
+* its DataLoader workers' CPU time: the user and system time of this process's child processes
+  (:func:`~.memory.workers`, ``/proc/<pid>/stat``), summed, as a share of the epoch's wall time times the cores this
+  process may use (``workers_cpu_share``). A loader without persistent workers ends them before the epoch does, so
+  they are also read on the way (:data:`READ_EVERY_S`, and at the step before the last): a worker gone by a read
+  counts with what it had used at its last one.
+
+Off Linux neither is measured. Where the thread waited a large share of train time, :func:`held` says who held the
+cores (its own loader's workers, or other work on the machine) and :func:`clause` says it in the verdict's words.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, WORKERS_CPU_SHARE
+from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_schedule
+from mnistperf.diagnosis.measure.memory import PROC, measured, workers
+from mnistperf.machine import usable_cpus
+
+# The workers are read at the first step this many seconds after the last read: a few reads an epoch, and a
+# non-persistent worker's CPU after its last read (at most this long of it) is all that can go uncounted.
+READ_EVERY_S = 1.0
+# The loader's workers using at least this share of the usable cores' time hold cores the step needs: on a CPU the
+# step runs a thread per usable core, and under the kernel's fair share busy workers beside those threads take their
+# number's share of the cores (one busy worker beside two threads: a third), so a quarter means the workers kept at
+# least a third of a core per core busy the whole epoch, enough to be the ones a wait for a core was spent behind.
+WORKERS_HOLD = 0.25
+# The training thread waiting for a core this share of train time or more is worth a clause: the wait gone would buy
+# at least 1.1x, and it is the line the profiled window's doubt already uses (busy_window.CROWDED), so the two agree.
+WAITED = CROWDED
+
+
+def cpu_s(pid: int) -> float | None:
+    """Process ``pid``'s user and system CPU time so far, in seconds; None where it cannot be read (gone, no /proc)."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+        after_name = text[text.rindex(")") + 2 :].split()  # the name, in parentheses, may hold spaces
+        return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+class EpochCores:
+    """One epoch's readings: the training thread's wait for a core in train time, its workers' CPU time.
+
+    Every method is called from the thread that runs the training steps (the schedule read is that thread's).
+    """
+
+    def __init__(self) -> None:
+        self.started: float | None = None  # the epoch's start, on the caller's clock
+        self.waited = 0.0  # seconds the training thread waited for a core in train time so far
+        self.unread = False  # a read of the thread's schedule failed: its wait is not measured
+        self._from: tuple[float, float] | None = None  # the thread's schedule where train time last started
+        self.first: dict[int, float] = {}  # each worker's CPU seconds at the epoch's start (absent: started since)
+        self.last: dict[int, float] = {}  # each worker's CPU seconds at its last read
+        self.due = math.inf  # the clock time of the next read of the workers
+
+    def start(self, now: float) -> None:
+        """The epoch starts at ``now``: its workers' CPU so far and the thread's schedule are read."""
+        self.started = now
+        self.read_workers(now)
+        self.first = dict(self.last)
+        self.train_resumed()
+
+    def train_resumed(self) -> None:
+        """Train time starts (the epoch's start, or after an evaluation inside it)."""
+        self._from = thread_schedule()
+
+    def train_paused(self) -> None:
+        """Train time stops (the last step, or an evaluation begins): the wait since it started is added."""
+        now, before, self._from = thread_schedule(), self._from, None
+        if now is None or before is None:
+            self.unread = True
+        else:
+            self.waited += max(now[1] - before[1], 0.0)
+
+    def read_workers(self, now: float) -> None:
+        """Read the workers' CPU time now; the next read is due :data:`READ_EVERY_S` later."""
+        self.due = now + READ_EVERY_S
+        for pid in workers():
+            used = cpu_s(pid)
+            if used is not None:
+                self.last[pid] = used
+
+    def shares(self, train_s: float, now: float) -> tuple[float, float]:
+        """(share of ``train_s`` the thread waited for a core, the workers' share of the cores since the start).
+
+        NaN where not measured (off Linux, a failed read, no time). Read the workers once more first.
+        """
+        wait = math.nan if self.unread or train_s <= 0 else min(max(self.waited / train_s, 0.0), 1.0)
+        if self.started is None or not measured() or not now > self.started:
+            return wait, math.nan
+        self.read_workers(now)
+        used = sum(cpu - self.first.get(pid, 0.0) for pid, cpu in self.last.items())
+        return wait, min(max(used / ((now - self.started) * usable_cpus()), 0.0), 1.0)
+
+
+def held(figures: dict[str, Any]) -> dict[str, Any] | None:
+    """Who held the cores where the training thread waited for one at least :data:`WAITED` of train time.
+
+    ``{"by": "workers" or "other work", "core_wait_share", "workers_cpu_share"}`` and, where its workers held them,
+    ``speed_up_at_most``; None where the thread waited less (or it was not measured).
+    """
+    wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)
+    if wait is None or math.isnan(wait) or wait < WAITED:
+        return None
+    found: dict[str, Any] = {CORE_WAIT_SHARE: wait, WORKERS_CPU_SHARE: used}
+    if used is not None and not math.isnan(used) and used >= WORKERS_HOLD:
+        # The training thread's own wait gone; its other threads' waits are not read, and the loader must keep pace.
+        return {"by": "workers", **found, "speed_up_at_most": 1 / (1 - wait) if wait < 1 else math.inf}
+    return {"by": "other work", **found}
+
+
+def clause(found: dict[str, Any] | None) -> str:
+    """The verdict's clause on who held the cores (:func:`held`), '' where nobody did."""
+    if found is None:
+        return ""
+    wait, used = found[CORE_WAIT_SHARE], found[WORKERS_CPU_SHARE]
+    if found["by"] == "workers":
+        return (
+            f"; its own DataLoader workers held the cores (the training thread waited for one {wait:.0%} of train "
+            f"time, the workers using {used:.0%} of them): cheaper batches, such as a pre-tensorized dataset, or fewer "
+            f"workers where the loader still keeps pace, could make training up to {found['speed_up_at_most']:.1f}x "
+            "faster, what the training thread's wait costs (the step's other threads' waits are not read)"
+        )
+    workers_used = f", its loader's workers using {used:.0%} of them" if used is not None else ""
+    return (
+        f"; other work on this machine took the cores: the training thread waited for one {wait:.0%} of train "
+        f"time{workers_used}; measure again on a quieter machine"
+    )

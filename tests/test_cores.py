@@ -1,0 +1,147 @@
+"""Workers that take the cores are named: the training thread's wait for a core and its workers' CPU, per epoch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import fit_module
+from lightning import LightningModule
+from torch.utils.data import DataLoader, Dataset
+
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, INPUT_WAIT_SHARE, WORKERS_CPU_SHARE, scalars
+from mnistperf.diagnosis.measure import cores
+from mnistperf.diagnosis.measure.busy_window import thread_schedule
+from mnistperf.diagnosis.record.summary import aggregate, classify, epoch_row
+
+linux = pytest.mark.skipif(thread_schedule() is None, reason="read from Linux's /proc")
+
+
+class Emulated:
+    """Readings of /proc as a script gives them: the thread's waits in turn, each worker's CPU at each read."""
+
+    def __init__(self, monkeypatch, waits: list[float], workers: list[dict[int, float]], cpus: int = 2):
+        self.waits, self.workers, self.now = iter(waits), iter(workers), {}
+        monkeypatch.setattr(cores, "thread_schedule", lambda: (0.0, next(self.waits)))
+        monkeypatch.setattr(cores, "workers", self._workers)
+        monkeypatch.setattr(cores, "cpu_s", lambda pid: self.now.get(pid))
+        monkeypatch.setattr(cores, "usable_cpus", lambda: cpus)
+        monkeypatch.setattr(cores, "measured", lambda: True)
+
+    def _workers(self) -> list[int]:
+        self.now = next(self.workers)
+        return list(self.now)
+
+
+def test_the_wait_counts_train_time_only_and_a_worker_gone_counts_from_its_last_read(monkeypatch):
+    # Worker 7 persists (5 s of CPU before the epoch); worker 8 starts mid-epoch and is gone by the end.
+    Emulated(monkeypatch, waits=[1.0, 3.0, 3.5, 4.0], workers=[{7: 5.0}, {7: 7.0, 8: 3.0}, {7: 9.0}])
+    epoch = cores.EpochCores()
+    epoch.start(now=100.0)
+    epoch.read_workers(now=105.0)
+    epoch.train_paused()  # 2 s waited in the first stretch of train time
+    epoch.train_resumed()  # an evaluation inside the epoch: its 0.5 s of waiting is not train time
+    epoch.train_paused()  # 0.5 s more
+    wait, used = epoch.shares(train_s=10.0, now=110.0)
+    assert wait == pytest.approx(0.25)  # 2.5 s of 10 s
+    assert used == pytest.approx((4.0 + 3.0) / (10.0 * 2))  # worker 7's 4 s, worker 8's 3 s, over 2 cores' 10 s
+
+
+def test_off_linux_or_unreadable_neither_is_measured(monkeypatch):
+    monkeypatch.setattr(cores, "thread_schedule", lambda: None)
+    monkeypatch.setattr(cores, "measured", lambda: False)
+    epoch = cores.EpochCores()
+    epoch.start(now=0.0)
+    epoch.train_paused()
+    wait, used = epoch.shares(train_s=1.0, now=1.0)
+    assert wait != wait and used != used  # NaN: not measured
+
+
+def test_a_process_cpu_time_is_read_from_its_stat_whatever_its_name(tmp_path, monkeypatch):
+    (tmp_path / "42").mkdir()
+    fields = ["S", *["0"] * 10, "250", "150", *["0"] * 30]  # utime 250 ticks, stime 150
+    (tmp_path / "42" / "stat").write_text(f"42 (a (odd) name) {' '.join(fields)}\n")
+    monkeypatch.setattr(cores, "PROC", tmp_path)
+    monkeypatch.setattr(cores.os, "sysconf", lambda name: 100)
+    assert cores.cpu_s(42) == pytest.approx(4.0)
+    assert cores.cpu_s(43) is None  # gone
+
+
+def figures(wait: float | None, used: float | None, **more) -> dict:
+    return {INPUT_WAIT_SHARE: 0.03, CORE_WAIT_SHARE: wait, WORKERS_CPU_SHARE: used, **more}
+
+
+def test_workers_holding_the_cores_are_named_with_what_helps_and_its_ceiling():
+    verdict, reason = classify(figures(0.6, 0.7), 0.5)
+    assert verdict == "undetermined"  # the bound is still the step's; the clause says why it ran slower
+    assert "its own DataLoader workers held the cores" in reason
+    assert "waited for one 60% of train time, the workers using 70% of them" in reason
+    assert "pre-tensorized dataset" in reason and "fewer workers" in reason
+    assert "up to 2.5x faster" in reason  # 1 / (1 - 0.6)
+    assert reason.count("; its own DataLoader workers") == 1
+
+
+def test_a_wait_beside_idle_workers_is_other_works_and_a_small_wait_says_nothing():
+    reason = classify(figures(0.3, 0.05), 0.5)[1]
+    assert "other work on this machine took the cores" in reason and "quieter machine" in reason
+    assert "pre-tensorized" not in reason
+    for quiet in (figures(cores.WAITED - 0.01, 0.9), figures(None, None)):
+        assert "cores" not in classify(quiet, 0.5)[1]
+
+
+def test_a_crowded_window_is_doubted_once_and_the_clause_says_who_held_the_cores():
+    crowded = {"cpu_busy_share": 0.5, "waited_for_a_core": 0.4}
+    reason = classify(figures(0.4, 0.6, **crowded), 0.5)[1]
+    assert reason.count("in doubt") == 1 and "its own DataLoader workers held the cores" in reason
+    assert "quieter machine" not in reason  # its own workers: a quieter machine would not help
+    alone = classify({**crowded, INPUT_WAIT_SHARE: 0.03}, 0.5)[1]  # no epoch reading: the window's doubt as before
+    assert "other work on this machine moved the share; measure again on a quieter machine" in alone
+
+
+def test_the_run_reads_who_held_the_cores_from_its_steady_epochs():
+    rows = [
+        epoch_row(n, 10.0, 0.5, 100, 0.3, 0.4, None, {}, 0.5, None, {CORE_WAIT_SHARE: w, WORKERS_CPU_SHARE: u})
+        for n, (w, u) in enumerate([(0.1, 0.2), (0.5, 0.6), (0.3, 0.4)], start=1)
+    ]
+    assert "its own DataLoader workers held the cores" in rows[1]["verdict_reason"]
+    summary = aggregate(rows, 0.5)
+    assert summary[CORE_WAIT_SHARE] == pytest.approx(0.4) and summary[WORKERS_CPU_SHARE] == pytest.approx(0.5)
+    assert summary["cores_held"]["by"] == "workers"
+    assert summary["cores_held"]["speed_up_at_most"] == pytest.approx(1 / 0.6)
+
+
+class Busy(Dataset):
+    """Rows whose every item costs a Python loop, as per-row conversion does."""
+
+    def __len__(self) -> int:
+        return 96
+
+    def __getitem__(self, index):
+        spent = sum(i * i for i in range(20_000))
+        return torch.full((8,), float(spent % 7)), index % 2
+
+
+class Tiny(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+@linux
+def test_a_fit_whose_workers_do_busy_work_measures_their_cpu_and_the_threads_wait():
+    timer = EpochTimer()
+    loader = DataLoader(Busy(), batch_size=8, num_workers=2)  # not persistent: gone before each epoch ends
+    fit_module(Tiny(), loader, callbacks=[timer], max_epochs=2)
+    for row in timer.epochs:
+        assert row[CORE_WAIT_SHARE] is not None and 0.0 <= row[CORE_WAIT_SHARE] <= 1.0, row
+        assert row[WORKERS_CPU_SHARE] is not None and row[WORKERS_CPU_SHARE] > 0, row
+        assert {f"timing/{CORE_WAIT_SHARE}", f"timing/{WORKERS_CPU_SHARE}"} <= set(scalars(row))
+    summary = timer.clock.summary()
+    assert summary[WORKERS_CPU_SHARE] > 0 and summary[CORE_WAIT_SHARE] is not None

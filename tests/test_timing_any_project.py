@@ -20,8 +20,9 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from mnistperf.diagnosis import EpochTimer, phases
+from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.epoch_timer import leading_length
+from mnistperf.diagnosis.measure import phases
 from mnistperf.diagnosis.measure.busy_window import PROFILER_WARMUP_STEPS
 
 ROWS, BATCH, EPOCHS = 24, 4, 2

@@ -661,6 +661,62 @@ def test_the_advice_for_anyones_run_names_what_they_can_change_in_their_own_code
     )
 
 
+SHELF = {"model": "ShelfModel", "datamodule": "ShelfData", "options": {"num_workers": "n_workers", "pin_memory": "pin"}}
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_pinning_is_suggested_only_where_the_run_trained_on_cuda_under_the_projects_own_name(cuda):
+    from mnistperf.diagnosis.callbacks.project_reader import project_hints
+    from mnistperf.diagnosis.record.advice import advice
+    from mnistperf.diagnosis.record.project_terms import ProjectTerms
+
+    figures = {"verdict": "input-bound", "avg_train_s": 1.0, "input_wait_share": 0.7}
+    if cuda:
+        figures["device_busy_share"] = 0.2
+    terms = ProjectTerms(**SHELF, prefix="data.init_args.", config="shelf.yaml")
+    hints = advice(figures, project_hints(None, terms, cuda))["hints"]
+    assert hints[0] == "more DataLoader workers (data.init_args.n_workers)"
+    pinned = [hint for hint in hints if "pin" in hint]
+    assert pinned == (["batches pinned for the copy to the GPU (data.init_args.pin true)"] if cuda else [])
+    assert "`mnistperf tune --config shelf.yaml` trains short fits with each" in " ".join(hints)
+    python = advice(figures, project_hints(None, ProjectTerms(**SHELF), cuda))["hints"]
+    assert python[0] == "more DataLoader workers (ShelfData(n_workers=...))"
+    assert ("ShelfData(pin=True)" in " ".join(python)) == cuda
+    assert "`mnistperf.tune.tune_loaders(ShelfModel(...), ShelfData(...), trainer_kwargs)`" in " ".join(python)
+
+
+def test_tune_is_named_where_it_can_make_the_loader_again_and_says_what_must_move_first():
+    from mnistperf.diagnosis.record.project_terms import ProjectTerms
+
+    assert ProjectTerms().tune() is None  # a loader handed to fit: nothing tune could make it again from
+    assert ProjectTerms(model="Net").tune() == "`mnistperf.tune.tune_loaders(Net(...), None, trainer_kwargs)`"
+    assert "(its classes moved out of __main__ into a module first)" in ProjectTerms(model="Net", in_main=True).tune()
+
+
+def test_the_labs_own_hints_keep_their_wording_whatever_the_project_and_device():
+    from mnistperf.diagnosis.callbacks.project_reader import project_hints
+    from mnistperf.diagnosis.record.project_terms import ProjectTerms
+    from mnistperf.lab_hints import LAB_HINTS
+
+    for cuda in (False, True):
+        assert project_hints(LAB_HINTS, ProjectTerms(**SHELF, prefix="data."), cuda) == LAB_HINTS
+
+
+def test_the_config_tune_is_pointed_at_is_the_one_given_else_the_one_lightningcli_saved(tmp_path):
+    from types import SimpleNamespace
+
+    from mnistperf.diagnosis.callbacks.project_reader import config_file
+
+    trainer = SimpleNamespace(log_dir=str(tmp_path))
+
+    def saver(given):
+        return SimpleNamespace(config={"config": given}, save_to_log_dir=True, config_filename="config.yaml")
+
+    assert config_file(trainer, saver([Path("their.yaml")])) == "their.yaml"
+    saved = str(tmp_path / "config.yaml")  # it holds what the command line set too
+    assert config_file(trainer, saver(None)) == config_file(trainer, saver([Path("a.yaml"), Path("b.yaml")])) == saved
+
+
 def test_the_advice_is_printed_once_at_the_end_of_fit_and_kept_in_timing_json(tmp_path, capsys):
     from lightning.pytorch.loggers import CSVLogger
 

@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -366,3 +367,106 @@ def test_beside_a_progress_bar_the_timer_says_where_its_epochs_start(tmp_path, c
     out = capsys.readouterr().out
     assert out.count("epoch 1 (the progress bar's Epoch 0): train") == 1  # the bar counts from 0, the timer from 1
     assert "epoch 2: train" in out
+
+
+# ---------------------------------------------------------------- advice in the project's own terms
+class SlowItems(Dataset):
+    """Items that take 20 ms each to read: a trivial step waits for them, so the run is input-bound."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index):
+        time.sleep(0.02)
+        return torch.randn(3), index % 2
+
+
+class WorkersData(LightningDataModule):
+    """A DataModule with its own names for the loader's settings: ``n_workers``, ``pin``."""
+
+    def __init__(self, n_workers: int = 0, pin: bool = False):
+        super().__init__()
+        self.save_hyperparameters()
+
+    def train_dataloader(self):
+        return DataLoader(SlowItems(), batch_size=2, num_workers=self.hparams.n_workers, pin_memory=self.hparams.pin)
+
+
+def input_bound_advice(how: str, tmp_path: Path) -> tuple[list[str], Path]:
+    """The advice of an input-bound fit of WorkersData: through a config naming its classes, through a CLI of fixed
+    classes, or through a plain Trainer; and the config."""
+    trainer_config = {
+        "accelerator": "cpu",
+        "max_epochs": EPOCHS,
+        "enable_progress_bar": False,
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+        "logger": False,
+        "default_root_dir": str(tmp_path),
+        "callbacks": [{"class_path": "mnistperf.diagnosis.EpochTimer"}],
+    }
+    path = tmp_path / "their.yaml"
+    if how == "plain Trainer":
+        timer = EpochTimer()
+        trainer = fit_module(TupleBatches(), datamodule=WorkersData(), callbacks=[timer], default_root_dir=tmp_path)
+    elif how == "config naming its classes":
+        classes = {
+            "model": {"class_path": f"{__name__}.TupleBatches"},
+            "data": {"class_path": f"{__name__}.WorkersData", "init_args": {"n_workers": 0}},
+        }
+        path.write_text(yaml.safe_dump({"trainer": trainer_config, **classes}))
+        trainer = LightningCLI(args=["fit", "--config", str(path)]).trainer
+    else:
+        path.write_text(yaml.safe_dump({"trainer": trainer_config, "data": {"n_workers": 0}}))
+        trainer = LightningCLI(TupleBatches, WorkersData, args=["fit", "--config", str(path)]).trainer
+    (timer,) = [c for c in trainer.callbacks if isinstance(c, EpochTimer)]
+    summary = json.loads(timer.summary_path.read_text())
+    assert summary["verdict"] == "input-bound", summary["verdict_reason"]
+    return summary["advice"]["hints"], path
+
+
+def test_an_input_bound_cli_run_is_told_its_own_option_and_the_tune_command_for_its_config(tmp_path):
+    from mnistperf.tune.project import load
+
+    hints, config = input_bound_advice("config naming its classes", tmp_path)
+    assert hints[:2] == [
+        "more DataLoader workers (data.init_args.n_workers)",
+        "workers kept alive between epochs (persistent_workers=True on the DataLoader)",
+    ]
+    assert f"`mnistperf tune --config {config}` trains short fits with each" in hints[2]
+    assert not [hint for hint in hints if "pin" in hint]  # a CPU run: pinned batches would buy nothing
+    knobs = load(config, []).knobs([], batch_size=False)  # the same discovery: tune changes the option named
+    assert knobs.by_setting("num_workers").key == "data.init_args.n_workers"
+
+
+@pytest.mark.parametrize(
+    "how, workers, tune",
+    [
+        ("CLI of fixed classes", "data.n_workers", "tune_loaders(TupleBatches(...), WorkersData(...), trainer_kwargs)"),
+        ("plain Trainer", "WorkersData(n_workers=...)", "tune_loaders(TupleBatches(...), WorkersData(...), "),
+    ],
+)
+def test_a_run_tune_cannot_read_the_config_of_is_pointed_at_tunes_python_call(tmp_path, how, workers, tune):
+    hints, _ = input_bound_advice(how, tmp_path)
+    assert hints[0] == f"more DataLoader workers ({workers})"
+    assert tune in hints[2] and "--config" not in hints[2]
+    assert not [hint for hint in hints if "pin" in hint]
+
+
+def test_a_loader_handed_to_fit_is_not_pointed_at_tune_which_cannot_make_it_again(tmp_path):
+    timer = EpochTimer()
+    fit_module(TupleBatches(), DataLoader(SlowItems(), batch_size=2), callbacks=[timer], default_root_dir=tmp_path)
+    hints = json.loads(timer.summary_path.read_text())["advice"]["hints"]
+    assert hints[0] == "more DataLoader workers (num_workers)" and not [hint for hint in hints if "tune" in hint]
+
+
+def test_a_project_whose_terms_cannot_be_read_gets_anyones_advice_and_one_problem_line(tmp_path, monkeypatch):
+    def unreadable(trainer):
+        raise RuntimeError("no signature")
+
+    monkeypatch.setattr("mnistperf.diagnosis.callbacks.epoch_timer.project_terms", unreadable)
+    timer = EpochTimer()
+    fit_module(TupleBatches(), datamodule=WorkersData(), callbacks=[timer], default_root_dir=tmp_path)
+    summary = json.loads(timer.summary_path.read_text())
+    assert summary["advice"]["hints"][0] == "more DataLoader workers (num_workers)"
+    assert [line for line in summary["problems"] if "naming the advice in the project's terms failed" in line]

@@ -4,29 +4,22 @@ A knob is one DataLoader setting (``num_workers``, ``persistent_workers``, ``pin
 ``batch_size``) and where it is applied: an argument of the project's DataModule under the project's own name
 (``workers``), or the DataLoader itself, rebuilt with it where the DataModule exposes no such argument. A user
 may also name any argument with candidate values (``data.init_args.workers=0,2,4``): then those values are tried.
+The arguments are found as :mod:`mnistperf.diagnosis.measure.loader_options` finds them, so that EpochTimer's advice
+names the same options tune changes.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from mnistperf.close_names import did_you_mean
+from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS, best_names, matches
 from mnistperf.errors import ConfigError
 
-LOADER_SETTINGS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor", "batch_size")
-# The names a project's DataModule commonly gives each setting, besides the DataLoader's own.
-ALIASES: dict[str, tuple[str, ...]] = {
-    "num_workers": ("workers", "n_workers", "loader_workers", "num_loader_workers", "dataloader_workers"),
-    "persistent_workers": ("persistent", "keep_workers", "persist_workers"),
-    "pin_memory": ("pin", "pinned", "pin_batches"),
-    "prefetch_factor": ("prefetch", "prefetch_batches"),
-    "batch_size": ("batch", "bs", "train_batch_size"),
-}
 ARG, REBUILD = "argument", "rebuilt loader"
 LOADER = "loader"  # the key a rebuilt loader's settings go under: loader.num_workers
 
@@ -64,17 +57,6 @@ class Knobs:
         return any(k.via == REBUILD for k in self.knobs)
 
 
-def matches(name: str, setting: str) -> int | None:
-    """How well an argument's name stands for a DataLoader setting: 0 its own name, 1 an alias, 2 a prefixed one."""
-    if name == setting:
-        return 0
-    if name in ALIASES[setting]:
-        return 1
-    if name.endswith("_" + setting) or any(name == f"train_{alias}" for alias in ALIASES[setting]):
-        return 2
-    return None
-
-
 def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knobs:
     """The knobs among a DataModule's arguments, by name; where none is a loader setting, the loader is rebuilt.
 
@@ -87,10 +69,9 @@ def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knob
     for setting in LOADER_SETTINGS:
         if setting == "batch_size" and not batch_size:
             continue
-        ranked = sorted((rank, name) for name in currents if (rank := matches(name, setting)) is not None)
-        if not ranked:
+        best = best_names(currents, setting)
+        if not best:
             continue
-        best = [name for rank, name in ranked if rank == ranked[0][0]]
         if len(best) > 1:
             found.notes.append(
                 f"{' and '.join(best)} could each be {setting}; neither is changed: name one with --knob "
@@ -128,16 +109,6 @@ def worker_counts(cpus: int) -> list[int]:
 def join(prefix: str, name: str) -> str:
     """``prefix.name``, or ``name`` alone without a prefix."""
     return f"{prefix}.{name}" if prefix else name
-
-
-def arguments(target: Callable, given: dict[str, Any]) -> dict[str, Any]:
-    """A class's (its ``__init__``'s) or a function's arguments, each with its value: given, else its default.
-
-    ``*args`` and ``**kwargs`` are left out; an argument neither given nor defaulted has None.
-    """
-    parameters = inspect.signature(target).parameters.values()
-    kept = [p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"]
-    return {p.name: given.get(p.name, None if p.default is p.empty else p.default) for p in kept}
 
 
 def parse_value(text: str) -> Any:

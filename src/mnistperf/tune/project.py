@@ -19,8 +19,9 @@ from typing import Any
 import yaml
 
 from mnistperf.close_names import closest
+from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
-from mnistperf.tune.knobs import ARG, Knobs, arguments, found_knobs, named_knobs
+from mnistperf.tune.knobs import ARG, Knobs, found_knobs, named_knobs
 from mnistperf.tune.trial import left_out, trial_trainer
 
 SECTIONS = ("model", "data")

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 from mnistperf.tune import end_to_end
-from mnistperf.tune.knobs import ARG, REBUILD, Knobs, arguments, found_knobs, named_knobs, rebuilt_with
+from mnistperf.tune.knobs import ARG, REBUILD, Knobs, found_knobs, named_knobs, rebuilt_with
 from mnistperf.tune.launcher import Launcher
 from mnistperf.tune.report import findings, trials_table
 from mnistperf.tune.trial import Recipe, TrialSpec

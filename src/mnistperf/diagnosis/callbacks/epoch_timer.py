@@ -55,6 +55,7 @@ from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import Arguments
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.callbacks.project_reader import project_hints, project_terms
 from mnistperf.diagnosis.figures import EVAL_S, FORWARD_S, SAMPLES_PER_S, TRAIN_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import Loaders
@@ -185,7 +186,9 @@ class EpochTimer(Callback):
             busy share (0 turns the profiling off; on a CPU at most six).
         hints: what the advice at the end suggests per verdict, in the project's own terms, or the import path
             of such a dict (``mypackage.hints.HINTS``, as a YAML config names it); by default what anyone can
-            change in their own code (:data:`~mnistperf.diagnosis.record.advice.USER_HINTS`).
+            change in their own code (:data:`~mnistperf.diagnosis.record.advice.USER_HINTS`), an input bound
+            named by the DataModule's own loader options and pointed at ``mnistperf tune`` with the run's config
+            (:mod:`~mnistperf.diagnosis.callbacks.project_reader`).
         trace_limit: the most recorded operations the window's trace is written with (a few MB); None writes
             it whatever its size.
         window_share: on a CPU, the most of the fit's training time left the profiled window may cost (one per
@@ -293,12 +296,15 @@ class EpochTimer(Callback):
         if isinstance(attributes.profiler, PyTorchProfiler):
             busy_unavailable = "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
             self.problems.say_once(trainer, f"busy share not measured: {busy_unavailable}.")
+        hints = self.hints
+        with self.problems.guard("naming the advice in the project's terms"):
+            hints = project_hints(self.hints, project_terms(trainer), pl_module.device.type == "cuda")
         self.clock = EpochClock(
             pl_module.device,
             self.input_bound_share,
             self.busy_window_steps,
             busy_unavailable=busy_unavailable,
-            hints=self.hints,
+            hints=hints,
             trace_limit=self.trace_limit,
             window_share=self.window_share,
             metric=self.monitor,

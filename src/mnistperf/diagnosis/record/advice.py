@@ -3,8 +3,9 @@
 The ceiling is arithmetic on what was measured, never a promise: an input-bound epoch cannot get
 shorter than by the time the host waited for data, and an overhead-bound step cannot get faster
 than by the share of time the GPU sat idle. The hints name what anyone can change in their own code
-(:data:`USER_HINTS`); a project with its own names for those changes passes its own hints instead, or names
-them by their import path in a YAML config.
+(:data:`USER_HINTS`); EpochTimer names the input-bound ones in the run's project's terms
+(:mod:`~mnistperf.diagnosis.record.project_terms`), and a project with its own names for those changes passes its
+own hints instead, or names them by their import path in a YAML config.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, CPU_BUSY_SHARE, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE
 from mnistperf.diagnosis.measure.busy_window import CROWDED
+from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
@@ -25,12 +27,8 @@ from mnistperf.machine import usable_cpus
 # replaced by the threads the run used and the cores it could.
 Hints = Mapping[str, Sequence[str]]
 USER_HINTS: dict[str, list[str]] = {
-    "input-bound": [
-        "more DataLoader workers (num_workers)",
-        "persistent_workers=True and pin_memory=True on the DataLoader",
-        "the per-item work of __getitem__ (decoding, conversion to tensors) done once before training",
-        "the dataset kept on the device as tensors, batches sliced there",
-    ],
+    # Nothing known of the project nor of its device: the DataLoader's own names, no pinning (a CPU gains nothing)
+    "input-bound": input_hints(ProjectTerms(), cuda=False),
     "overhead-bound": [
         "a larger batch size (more work per launch)",
         "no per-step self.log or .item() (each waits for the device): sums kept on the device, logged once per epoch",

@@ -1,0 +1,59 @@
+"""The run's project as its trainer shows it, for advice in its terms: its classes, loader options and config.
+
+Under LightningCLI the config is the one the trainer's ``SaveConfigCallback`` holds: the file given with
+``--config`` where one was, else the whole config LightningCLI saved into the run's log folder (which also holds
+what the command line set). ``mnistperf tune --config`` reads only a config naming its classes (``class_path``),
+so a CLI built on fixed classes, or a run without a CLI, is pointed at tune's Python call instead; a run whose
+loader was handed to ``fit`` is pointed at neither, since tune cannot make that loader again.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.cli import SaveConfigCallback
+
+from mnistperf.diagnosis.measure.loader_options import arguments, own_names
+from mnistperf.diagnosis.record.advice import USER_HINTS, Hints
+from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints
+
+
+def project_terms(trainer: Trainer) -> ProjectTerms:
+    """The names the advice gives the run's project: its classes, its DataModule's loader options, its config."""
+    datamodule = getattr(trainer, "datamodule", None)
+    saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfigCallback)), None)  # type: ignore[attr-defined]
+    names = own_names(arguments(type(datamodule), {})) if datamodule is not None else {}
+    config: Any = saver.config if saver is not None else None
+    named = config is not None and config.get("model.class_path") is not None
+    prefix = None
+    if config is not None and datamodule is not None:
+        prefix = "data.init_args." if config.get("data.class_path") is not None else "data."
+    module = trainer.lightning_module
+    # tune makes the loader again from the DataModule or the module's own train_dataloader, not from one given to fit
+    remade = datamodule is not None or type(module).train_dataloader is not LightningModule.train_dataloader
+    classes = [type(module), type(datamodule)] if datamodule is not None else [type(module)]
+    return ProjectTerms(
+        model=type(module).__name__ if remade else None,
+        datamodule=type(datamodule).__name__ if datamodule is not None else None,
+        options=names,
+        prefix=prefix,
+        config=config_file(trainer, saver) if named and saver is not None else None,
+        in_main=any(c.__module__ == "__main__" for c in classes),
+    )
+
+
+def config_file(trainer: Trainer, saver: SaveConfigCallback) -> str | None:
+    """The config the run was given (one ``--config``), else the one LightningCLI saved for it; None where neither."""
+    given = saver.config.get("config") or []
+    if len(given) == 1:
+        return str(getattr(given[0], "relative", given[0]))  # as the user typed it, from where they ran
+    if saver.save_to_log_dir and trainer.log_dir is not None:
+        return os.path.join(trainer.log_dir, saver.config_filename)
+    return None
+
+
+def project_hints(given: Hints | None, terms: ProjectTerms, cuda: bool) -> Hints:
+    """What the advice suggests per verdict: the hints given, else anyone's with the input-bound ones in these terms."""
+    return {**USER_HINTS, "input-bound": input_hints(terms, cuda), **(given or {})}

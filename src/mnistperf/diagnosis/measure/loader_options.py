@@ -1,0 +1,56 @@
+"""A DataModule's own names for the DataLoader's settings, found among its arguments: what tune changes, advice names.
+
+A project rarely calls its DataModule's arguments as the DataLoader does (``workers``, ``n_workers``, ``pin``): an
+argument stands for a setting under the setting's own name, a common other name, or either with a prefix. Where
+two arguments could each be the same setting, neither is taken for it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+LOADER_SETTINGS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor", "batch_size")
+# The names a project's DataModule commonly gives each setting, besides the DataLoader's own.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "num_workers": ("workers", "n_workers", "loader_workers", "num_loader_workers", "dataloader_workers"),
+    "persistent_workers": ("persistent", "keep_workers", "persist_workers"),
+    "pin_memory": ("pin", "pinned", "pin_batches"),
+    "prefetch_factor": ("prefetch", "prefetch_batches"),
+    "batch_size": ("batch", "bs", "train_batch_size"),
+}
+
+
+def matches(name: str, setting: str) -> int | None:
+    """How well an argument's name stands for a DataLoader setting: 0 its own name, 1 an alias, 2 a prefixed one."""
+    if name == setting:
+        return 0
+    if name in ALIASES[setting]:
+        return 1
+    if name.endswith("_" + setting) or any(name == f"train_{alias}" for alias in ALIASES[setting]):
+        return 2
+    return None
+
+
+def best_names(names: Iterable[str], setting: str) -> list[str]:
+    """The arguments that stand best for a setting: none, one, or several equally (then which one is not known)."""
+    ranked = sorted((rank, name) for name in names if (rank := matches(name, setting)) is not None)
+    return [name for rank, name in ranked if rank == ranked[0][0]]
+
+
+def own_names(names: Iterable[str]) -> dict[str, str]:
+    """Each DataLoader setting that one of these arguments stands for, with that argument's name."""
+    names = list(names)
+    found = {setting: best_names(names, setting) for setting in LOADER_SETTINGS}
+    return {setting: best[0] for setting, best in found.items() if len(best) == 1}
+
+
+def arguments(target: Callable, given: dict[str, Any]) -> dict[str, Any]:
+    """A class's (its ``__init__``'s) or a function's arguments, each with its value: given, else its default.
+
+    ``*args`` and ``**kwargs`` are left out; an argument neither given nor defaulted has None.
+    """
+    parameters = inspect.signature(target).parameters.values()
+    kept = [p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"]
+    return {p.name: given.get(p.name, None if p.default is p.empty else p.default) for p in kept}

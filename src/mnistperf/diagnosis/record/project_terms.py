@@ -1,0 +1,66 @@
+"""The input-bound advice in the run's project's terms: its DataModule's loader options, tune for it, pinning on CUDA.
+
+A project whose DataModule takes ``n_workers`` is told to raise ``n_workers``, in the form the user changes it in:
+the config's key under LightningCLI (``data.init_args.n_workers``), the DataModule's argument otherwise. A
+setting the DataModule does not take is named as the DataLoader's. ``mnistperf tune`` measures those settings
+instead of guessing them: its command line with the run's config, or its Python call without one. Pinned
+batches only copy faster to a GPU, so pinning is suggested on CUDA alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ProjectTerms:
+    """What the advice names of the run's project; each part None where the run does not show it."""
+
+    model: str | None = None  # the LightningModule's class name
+    datamodule: str | None = None  # the DataModule's class name
+    options: Mapping[str, str] = field(default_factory=dict)  # a DataLoader setting -> the DataModule's argument
+    prefix: str | None = None  # the key of the DataModule's arguments in a LightningCLI config ("data.init_args.")
+    config: str | None = None  # a config naming the classes, which `mnistperf tune --config` reads
+    in_main: bool = False  # a class is defined in __main__, which tune's fresh processes cannot import
+
+    def named(self, setting: str, value: Any = None) -> str:
+        """A loader setting (set to ``value``, where given) as the user changes it in this project."""
+        name = self.options.get(setting)
+        if name is None or self.datamodule is None:
+            return setting if value is None else f"{setting}={value!r} on the DataLoader"
+        if self.prefix is not None:  # as a config or the command line writes it
+            shown = "" if value is None else " " + (str(value).lower() if isinstance(value, bool) else str(value))
+            return f"{self.prefix}{name}{shown}"
+        return f"{self.datamodule}({name}={'...' if value is None else repr(value)})"
+
+    def tune(self) -> str | None:
+        """How ``mnistperf tune`` tunes this project: by its config, else in Python; None where it cannot.
+
+        ``model`` None: the run shows nothing tune could make its loader again from (a loader given to ``fit``).
+        """
+        if self.config is not None:
+            return f"`mnistperf tune --config {self.config}`"
+        if self.model is None:
+            return None
+        data = f"{self.datamodule}(...)" if self.datamodule is not None else "None"
+        moved = " (its classes moved out of __main__ into a module first)" if self.in_main else ""
+        return f"`mnistperf.tune.tune_loaders({self.model}(...), {data}, trainer_kwargs)`{moved}"
+
+
+def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
+    """What usually removes an input bound, in the project's terms; pinning only where the run trained on CUDA."""
+    hints = [
+        f"more DataLoader workers ({terms.named('num_workers')})",
+        f"workers kept alive between epochs ({terms.named('persistent_workers', True)})",
+    ]
+    if cuda:
+        hints.append(f"batches pinned for the copy to the GPU ({terms.named('pin_memory', True)})")
+    tune = terms.tune()
+    if tune is not None:
+        hints.append(f"those settings measured on this machine instead of guessed: {tune} trains short fits with each")
+    return hints + [
+        "the per-item work of __getitem__ (decoding, conversion to tensors) done once before training",
+        "the dataset kept on the device as tensors, batches sliced there",
+    ]

@@ -45,7 +45,8 @@ STYLE = (
     "body{font-family:sans-serif;margin:24px;max-width:1100px;color:#222}"
     "h1{font-size:22px}h2{font-size:18px;margin-top:32px}h3{font-size:15px;margin:12px 0 6px}"
     "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-    "th:first-child,td:first-child{text-align:left}.verdict{font-size:17px;font-weight:bold}"
+    "th:first-child,td:first-child,table.words td:last-child,table.words th:last-child{text-align:left}"
+    ".verdict{font-size:17px;font-weight:bold}"
     ".legend span{margin-right:14px}.none{color:#888}svg.chart{max-width:100%;height:auto;display:block}"
     f".pair{{display:grid;gap:{GAP}px}}.pair>div{{min-width:0}}"  # its columns: one per run
 )
@@ -223,10 +224,12 @@ def split_chart(epochs: list[dict[str, Any]], peak: float | None = None, width: 
     return _legend(names) + _frame(plot, marks, "s", [e["epoch"] for e in epochs], body, "train time split per epoch")
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
+def _table(head: list[str], rows: list[list[str]], words_last: bool = False) -> str:
+    """A table of numbers, right-aligned past the first column; ``words_last``: its last column is words."""
     cells = "".join(f"<th>{escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{cells}</tr>{body}</table>"
+    kind = ' class="words"' if words_last else ""
+    return f"<table{kind}><tr>{cells}</tr>{body}</table>"
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -329,7 +332,7 @@ def figures_table(summary: dict[str, Any]) -> str:
         if value is not None:
             label = f"{(figure.label or figure.name).strip()} ({figure.shown})"
             rows.append([label, _fmt(value * figure.scale), figure.meaning])
-    return _table(["figure", "value", "what it is"], rows)
+    return _table(["figure", "value", "what it is"], rows, words_last=True)
 
 
 def comparison_section(found: dict[str, Any]) -> str:

@@ -115,14 +115,26 @@ def test_a_figure_with_a_rule_no_run_knows_is_refused_where_it_is_declared():
 
 
 def test_outside_the_registry_no_figures_key_is_a_string():
-    """Code names a figure by its constant, so a renamed figure cannot leave a key behind."""
+    """Code names a figure by its constant, so a renamed figure cannot leave a key behind: no string of a figure's
+    key, and no keyword making one (``row.update(mfu=...)``, ``dict(mfu=...)``)."""
     keys = {figure.name for figure in FIGURES}
+
+    def makes_key(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value in keys
+        if isinstance(node, ast.Call) and (
+            (isinstance(node.func, ast.Attribute) and node.func.attr == "update")
+            or (isinstance(node.func, ast.Name) and node.func.id == "dict")
+        ):
+            return any(keyword.arg in keys for keyword in node.keywords)
+        return False
+
     src = Path(figures.__file__).parent.parent
     found = [
-        f"{path.relative_to(src)}:{node.lineno} {node.value!r}"
+        f"{path.relative_to(src)}:{node.lineno}"
         for path in sorted(src.rglob("*.py"))
         if path != Path(figures.__file__)
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in keys
+        if makes_key(node)
     ]
     assert not found, found

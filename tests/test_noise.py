@@ -44,6 +44,7 @@ def test_two_runs_differ_beyond_noise_only_past_the_larger_of_their_spreads():
     assert noise(steady, summary(5.0, 1.0), AVG_TRAIN_S) == pytest.approx(0.04)  # only one run has a spread
     assert noise(summary(5.0, 1.0), summary(5.0, 2.0), AVG_TRAIN_S) is None
     assert beyond(1.15, 0.2) is False and beyond(1.25, 0.2) is True and beyond(0.75, 0.2) is True
+    assert beyond(1.6, 0.55) is beyond(1 / 1.6, 0.55) is True  # a time and its throughput get the same call
     assert beyond(1.25, None) is None and beyond(None, 0.2) is None
     assert noise(steady, shaky, SAMPLES_PER_S) == pytest.approx(spread([600 / 1.0, 600 / 1.1, 600 / 0.9]))
 
@@ -111,3 +112,12 @@ def test_two_fits_of_the_same_numbers_read_within_noise_and_a_far_slower_one_bey
     assert far["avg_train_s"]["beyond_noise"] is True and far["samples_per_s"]["beyond_noise"] is True
     printed = format_comparison(compare(a, slow), Path("a"), Path("slow"))
     assert "beyond noise (±15%)" in printed and "(0.28x, beyond noise (±15%))" in printed
+
+
+def test_with_json_the_speed_checks_line_goes_to_stderr_and_stdout_stays_json(tmp_path, capsys):
+    a = timing(tmp_path / "a", 5.0, 1.0, 1.1, 0.95)
+    b = timing(tmp_path / "b", 5.0, 1.05, 1.07, 1.06)
+    main(["compare", a, b, "--json", "--fail-if-slower", "10"])
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["bought"]["slower"] > 0
+    assert printed.err.strip().startswith("compare: --fail-if-slower 10 passed")

@@ -249,7 +249,7 @@ def test_compile_mode_reaches_torch_compile_and_needs_compile(monkeypatch):
         ImageClassifier(compile_mode="max-autotune")
 
 
-def test_lightnings_own_progress_bar_is_redrawn_every_few_steps_and_a_configured_one_is_kept():
+def test_lightnings_own_progress_bar_is_redrawn_every_few_steps_and_a_configured_one_is_kept(tmp_path):
     from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
     from mnistperf.lightning_cli import BAR_REFRESH
@@ -262,3 +262,10 @@ def test_lightnings_own_progress_bar_is_redrawn_every_few_steps_and_a_configured
     kept = parse_fit_config((*config, *own)).trainer
     bars = [c for c in kept.callbacks if isinstance(c, (TQDMProgressBar, RichProgressBar))]
     assert len(bars) == 1 and bars[0].refresh_rate == 1
+    # one callback given alone in a config, not in a list, as the Trainer's type allows
+    stage = yaml.safe_load((CONFIGS / "v2_pinned.yaml").read_text())
+    stage["trainer"]["callbacks"] = stage["trainer"]["callbacks"][0]  # its EpochTimer, alone
+    alone = tmp_path / "alone.yaml"
+    alone.write_text(yaml.safe_dump(stage))
+    bar = parse_fit_config(("--config", str(alone))).trainer.progress_bar_callback
+    assert type(bar) is TQDMProgressBar and bar.refresh_rate == BAR_REFRESH

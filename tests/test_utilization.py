@@ -52,6 +52,11 @@ def test_the_number_format_and_the_peaks_of_current_gpus(monkeypatch):
     assert peak(monkeypatch, "NVIDIA H100 PCIe", "bf16")[0] == pytest.approx(756e12)
     assert peak(monkeypatch, "NVIDIA GH200 480GB", "bf16")[0] == pytest.approx(989.4e12)
     assert peak(monkeypatch, "NVIDIA A10", "bf16")[0] == pytest.approx(125e12)
+    # Lightning's tensor-core-less bf16 for these, and its L4 for an L40: the dense tensor-core peaks instead
+    assert peak(monkeypatch, "NVIDIA GeForce RTX 4090", "bf16")[0] == pytest.approx(165.2e12)
+    assert peak(monkeypatch, "NVIDIA RTX A6000", "bf16")[0] == pytest.approx(154.8e12)
+    assert peak(monkeypatch, "NVIDIA L40", "bf16")[0] == pytest.approx(181e12)
+    assert peak(monkeypatch, "NVIDIA L40S", "bf16")[0] == pytest.approx(362e12)
     # The rest from Lightning's table: an A100 is not taken for an A10
     assert peak(monkeypatch, "NVIDIA A100-SXM4-80GB", "bf16") == (pytest.approx(312e12), None)
     assert peak(monkeypatch, "Tesla T4", "fp16")[0] == pytest.approx(65e12)

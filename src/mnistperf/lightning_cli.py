@@ -278,7 +278,8 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with Lightning's own progress bar (where the config names none) redrawn every few steps."""
         # a copy: building the trainer adds Lightning's own callbacks to the config's list
-        configured = list(self._get(self.config_init, "trainer", default={}).get("callbacks") or [])
+        given = self._get(self.config_init, "trainer", default={}).get("callbacks")
+        configured = list(given) if isinstance(given, list) else [given] if given is not None else []
         trainer = super().instantiate_trainer(**kwargs)
         bar = trainer.progress_bar_callback
         if isinstance(bar, (TQDMProgressBar, RichProgressBar)) and not any(bar is c for c in configured):

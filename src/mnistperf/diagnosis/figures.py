@@ -406,10 +406,13 @@ def shown_side_by_side() -> tuple[Figure, ...]:
 
 
 def derive(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with every derived figure the registry declares that it does not already hold."""
+    """The row with every derived figure the registry declares that it does not already hold (None where one fails)."""
     for figure in epoch_figures():
         if figure.derive is not None and figure not in row:
-            row[figure] = figure.derive(row)
+            try:
+                row[figure] = figure.derive(row)
+            except (ArithmeticError, KeyError, TypeError, ValueError):  # a figure it reads was not measured
+                row[figure] = None
     return row
 
 

@@ -35,9 +35,9 @@ own range (``gloo:all_reduce``, recorded on gloo's thread from the collective's 
 GPU runs on the host, outside the GPU's window, and gets no reading. A collective is not the device working:
 the busy share leaves it out.
 
-CUDA graphs: a window attached after a graph was captured sees its replays' kernels (CUDA 12.6 and later; measured
-in docs/results/cuda-h200/probe.md). No empty profiler runs before a capture: on CUDA 13 such a run has been seen
-to leave activity collection dead for the rest of the process. :func:`before_graph_capture` only ends a window
+CUDA graphs: a window attached after a graph was captured sees its replays' kernels (measured on CUDA 13.0, in
+docs/results/cuda-h200/probe/probe.md). No empty profiler runs before a capture: on CUDA 13 such a run has been
+reported to leave activity collection dead for the rest of the process. :func:`before_graph_capture` only ends a window
 still profiling (a capture inside the window is not the steady state it measures). A window that counts no
 kernels, or fewer than its steps must have launched, reports the share as not measured and says so, without
 guessing a cause.

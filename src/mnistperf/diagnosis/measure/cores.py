@@ -132,7 +132,9 @@ def clause(found: dict[str, Any] | None) -> str:
             "faster, what the training thread's wait costs (the step's other threads' waits are not read)"
         )
     workers_used = f", its loader's workers using {used:.0%} of them" if used is not None else ""
+    # Each rank reads its own workers only: under DDP the other ranks and theirs are among the other work.
     return (
-        f"; other work on this machine took the cores: the training thread waited for one {wait:.0%} of train "
-        f"time{workers_used}; measure again on a quieter machine"
+        "; other work on this machine (a DDP run's other ranks and their workers among it) took the cores: "
+        f"the training thread waited for one {wait:.0%} of train time{workers_used}; measure again on a quieter "
+        "machine"
     )

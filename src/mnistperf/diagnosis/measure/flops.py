@@ -38,12 +38,13 @@ def too_short_to_count(steps: float) -> str | None:
     )
 
 
-# Dense peak TFLOP/s of the GPUs Lightning's table (lightning.fabric.utilities.throughput) lacks or states with 2:4
-# sparsity, by a word in torch.cuda.get_device_name (the first found wins), for each number format: float32 (no
-# tensor cores), tf32 (float32 matmuls at "high" or "medium" precision), bfloat16 and float16 (tensor cores,
-# float32 accumulation). Lightning gives Hopper's tensor-core figures with sparsity, twice the dense peak that
-# MFU is measured against, and has no entry for a plain "NVIDIA H200", the GH200, the L40S or the A10. The vendors'
-# data sheets. Every other GPU's peak is Lightning's.
+# Dense peak TFLOP/s of the GPUs Lightning's table (lightning.fabric.utilities.throughput) lacks or states otherwise
+# than MFU needs, by a word in torch.cuda.get_device_name (the first found wins), for each number format: float32
+# (no tensor cores), tf32 (float32 matmuls at "high" or "medium" precision), bfloat16 and float16 (tensor cores,
+# float32 accumulation). Lightning gives Hopper's tensor-core figures with 2:4 sparsity (twice the dense peak), the
+# RTX 4090's, the RTX A6000's and the A40's bf16 and fp16 without tensor cores, reads an L40 as an L4, and has no
+# entry for a plain "NVIDIA H200", the GH200, the L40S or the A10. The vendors' data sheets; every other GPU's peak
+# is Lightning's.
 OWN_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     ("GH200", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
     ("H200", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
@@ -51,7 +52,11 @@ OWN_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     ("H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.0, "fp16": 835.0}),
     ("H100", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
     ("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0}),
+    ("L40", {"fp32": 90.5, "tf32": 90.5, "bf16": 181.0, "fp16": 181.0}),
     ("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
+    ("A6000", {"fp32": 38.7, "tf32": 77.4, "bf16": 154.8, "fp16": 154.8}),
+    ("A40", {"fp32": 37.4, "tf32": 74.8, "bf16": 149.7, "fp16": 149.7}),
+    ("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2}),
 )
 # Lightning's name for each number format.
 LIGHTNING_DTYPES: dict[str, torch.dtype | str] = {
@@ -144,9 +149,9 @@ def run_utilization(
     value, said = peak
     found: dict[str, Any] = {"flops_per_step": flops_per_step, ACHIEVED_FLOPS_PER_S: achieved}
     if value is not None and achieved is not None:
-        found.update(mfu=mean(e[MFU] for e in rows), peak=said, peak_flops_per_s=value)
+        found.update({MFU: mean(e[MFU] for e in rows), "peak": said, "peak_flops_per_s": value})
     else:
-        found.update(mfu=None, mfu_reason=not_counted if flops_per_step is None else said)
+        found.update({MFU: None, "mfu_reason": not_counted if flops_per_step is None else said})
     return found
 
 

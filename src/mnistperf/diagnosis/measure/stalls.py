@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import mean
 from typing import Any
 
 from mnistperf.diagnosis.figures import FIRST_STEP_S, SPIKES, SPIKES_S, STEP_MEDIAN_S, TRAIN_S
@@ -98,13 +97,6 @@ def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "to_s": values[-1],
         "epochs": [points[0][0], points[-1][0]],
     }
-
-
-def median_step(epochs: list[dict[str, Any]]) -> float | None:
-    """The epochs' median step time, averaged (None where none was measured)."""
-    medians = [e[STEP_MEDIAN_S] for e in epochs if e.get(STEP_MEDIAN_S) is not None]
-    medians = [m for m in medians if not math.isnan(m)]
-    return mean(medians) if medians else None
 
 
 def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.figures import Gathered, Measures
+from mnistperf.diagnosis.figures import Gathered, Measures, derive
 from mnistperf.diagnosis.measure.busy_window import (
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
@@ -531,6 +531,7 @@ class EpochClock:
             }
             if self.busy_window is not None:
                 self.busy_window["cost_s"] = cost
+        derive(row)  # last: a derived figure may read any other
         self.epochs.append(row)
         return row
 

@@ -2,8 +2,9 @@
 
 A figure's noise in one run is its spread over the run's steady epochs, (largest - smallest) / mean of the epochs'
 values: what the same code on the same machine did from one epoch to the next. Two runs differ beyond noise where
-B over A is further from 1 than the larger of their two spreads; a run with fewer than two steady epochs measured
-none, so a difference from it is neither called within nor beyond (a fit of 3 epochs or more has two).
+B over A (or A over B, whichever is above 1) is further from 1 than the larger of their two spreads; a run with
+fewer than two steady epochs measured none, so a difference from it is neither called within nor beyond (a fit of 3
+epochs or more has two).
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ def noise(a: dict[str, Any], b: dict[str, Any], figure: Figure) -> float | None:
 
 def beyond(ratio: float | None, band: float | None) -> bool | None:
     """Whether B over A (``ratio``) is further from 1 than the noise ``band``; None where either is unknown."""
-    if ratio is None or band is None:
+    if ratio is None or band is None or ratio <= 0:
         return None
-    return abs(ratio - 1) > band
+    return max(ratio, 1 / ratio) - 1 > band  # the same call for a figure and its reciprocal (time, throughput)
 
 
 def said(ratio: float | None, band: float | None) -> str:

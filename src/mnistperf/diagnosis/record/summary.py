@@ -52,7 +52,6 @@ from mnistperf.diagnosis.figures import (
     TOTAL_TRAIN_S,
     TRAIN_S,
     Measures,
-    derive,
     registry,
 )
 from mnistperf.diagnosis.guard import jsonable
@@ -197,7 +196,7 @@ def epoch_row(
     row.update(cores or {})
     row["verdict"], row["verdict_reason"] = classify(row, threshold, _not_measured(busy_window))
     row.update(metrics)
-    return derive(row)
+    return row
 
 
 def ranks_apart(
@@ -294,7 +293,7 @@ def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:
             found[name] = busy_window[key]
     talked = busy_window.get("communication")
     if talked is not None:
-        found.update(comm_share=talked["share"], comm_exposed_share=talked["exposed_share"])
+        found.update({COMM_SHARE: talked["share"], COMM_EXPOSED_SHARE: talked["exposed_share"]})
     return found
 
 
@@ -344,7 +343,7 @@ def _measured_values(epochs: list[dict[str, Any]], key: str) -> list[float]:
 # How a run reads a figure from its steady epochs, by the figure's rule (figures.RUN_RULES).
 RUN_READERS = {
     "weighted": _weighted,
-    "mean": lambda epochs, key: mean(_measured_values(epochs, key)) if _measured_values(epochs, key) else None,
+    "mean": lambda epochs, key: mean(values) if (values := _measured_values(epochs, key)) else None,
     "max": lambda epochs, key: max(_measured_values(epochs, key), default=None),
 }
 

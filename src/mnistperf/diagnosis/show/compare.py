@@ -158,14 +158,15 @@ def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
 
 def format_bought(gain: dict[str, Any]) -> str:
     """What B bought, in one line: its gain per epoch, and A's ceiling for its bound where A's advice gave one."""
-    saved, speed = gain["saved_s"], gain["speed_up"]
+    saved = gain["saved_s"]
+    speed = "-" if gain["speed_up"] is None else f"{gain['speed_up']:.2f}"
     per = " of A's samples" if gain["scaled"] else ""
     slower = gain.get("slower")
     noise_said = said(None if slower is None else 1 + slower, gain.get("noise"))
     head = (
-        f"B saves {saved:.2f} s per epoch{per} ({speed:.2f}x, {noise_said})"
+        f"B saves {saved:.2f} s per epoch{per} ({speed}x, {noise_said})"
         if saved >= 0
-        else f"B takes {-saved:.2f} s more per epoch{per} ({speed:.2f}x, {noise_said})"
+        else f"B takes {-saved:.2f} s more per epoch{per} ({speed}x, {noise_said})"
     )
     if gain["ceiling_s"] is None:
         return head + f"; A's summary stated no ceiling for its bound ({gain['bound'] or 'no verdict'})"

@@ -259,7 +259,7 @@ def epochs_table(summary: dict[str, Any]) -> str:
             _fmt(e.get(TRAIN_S)),
             _fmt(e.get(SAMPLES_PER_S), 0),
             _fmt((e.get(STEP_MEDIAN_S) or 0) * 1e3 if e.get(STEP_MEDIAN_S) is not None else None, 1),
-            str(e.get(SPIKES, "-")),
+            _fmt(e.get(SPIKES), 0),
             _fmt(e.get(RSS_MB), 0),
             str(e.get("verdict", "-")),
         ]
@@ -352,7 +352,7 @@ def comparison_section(found: dict[str, Any]) -> str:
     return (
         '<h2 id="comparison">What B bought over A</h2>'
         + note
-        + _table(["figure", "A", "B", "B/A", "the runs' noise"], rows)
+        + _table(["figure", "A", "B", "B/A", "the runs' noise"], rows, words_last=True)
         + f'<p id="bought">{escape(format_bought(found["bought"]))}</p>'
     )
 

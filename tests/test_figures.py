@@ -49,7 +49,6 @@ EVAL_OVER_TRAIN = Figure(
     "evaluation time over train time",
     label="evaluation over training",
     shown="%",
-    scale=100.0,
     run="mean",
     derive=lambda row: row[EVAL_S] / row[TRAIN_S] if row[TRAIN_S] > 0 else None,
 )

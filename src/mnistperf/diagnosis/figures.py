@@ -32,6 +32,9 @@ RUN_RULES = {
     "own": "computed by the run itself (its averages and totals, utilization, peak memory)",
 }
 
+# What a kept value is multiplied by to be shown in another unit: (kept unit, shown unit).
+SHOWN = {("s", "ms"): 1e3, ("share", "%"): 100.0, ("FLOP/s", "TFLOP/s"): 1e-12}
+
 
 class Figure(str):
     """One figure: its key (the string itself, in timing.json and after ``timing/`` in the loggers) and what it is.
@@ -41,7 +44,7 @@ class Figure(str):
         unit: the unit it is kept in (``s``, ``share``, ``samples/s``, ``MB``, ...).
         meaning: what it means, in one phrase.
         label: its name where figures stand side by side (compare, the report); None: not shown there.
-        shown: the unit it is shown in (default ``unit``), ``scale`` times the kept value.
+        shown: the unit it is shown in (default ``unit``); its ``scale`` from the kept unit is :data:`SHOWN`'s.
         run: how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's only.
         epoch: an epoch row holds it (and the loggers' scalars); False for the run's own figures.
         where: where a run's summary keeps it, a dotted path (default: its key at the top level).
@@ -70,7 +73,6 @@ class Figure(str):
         *,
         label: str | None = None,
         shown: str | None = None,
-        scale: float = 1.0,
         run: str | None = None,
         epoch: bool = True,
         where: str | None = None,
@@ -80,9 +82,12 @@ class Figure(str):
         """Declare a figure (the arguments are the class's)."""
         if run is not None and run not in RUN_RULES:
             raise ValueError(f"Figure {name!r}: run={run!r} is not one of {', '.join(RUN_RULES)}")
+        shown = shown or unit
+        if shown != unit and (unit, shown) not in SHOWN:
+            raise ValueError(f"Figure {name!r}: no scale from {unit} to {shown} in SHOWN")
         figure = super().__new__(cls, name)
         figure.unit, figure.meaning, figure.label = unit, meaning, label
-        figure.shown, figure.scale = shown or unit, scale
+        figure.shown, figure.scale = shown, SHOWN.get((unit, shown), 1.0)
         figure.run, figure.epoch, figure.where, figure.derive = run, epoch, where or name, derive
         if per_epoch is None:
             per_epoch = name if epoch and run != "window" and unit != "MB" else ""
@@ -218,7 +223,6 @@ STEP_MEDIAN_S = Figure(
     "median host interval of a training step, the first step apart",
     label="median step",
     shown="ms",
-    scale=1e3,
     run="mean",
 )
 STEP_P90_S = Figure("step_p90_s", "s", "90th percentile of the training steps' host intervals, the first step apart")
@@ -235,7 +239,6 @@ INPUT_WAIT_SHARE = Figure(
     label="waiting for data",
     run="weighted",
     shown="%",
-    scale=100.0,
 )
 HOST_WAIT_SHARE = Figure(
     "host_wait_share",
@@ -244,7 +247,6 @@ HOST_WAIT_SHARE = Figure(
     label="between steps",
     run="weighted",
     shown="%",
-    scale=100.0,
 )
 WAITS = (INPUT_WAIT_SHARE, HOST_WAIT_SHARE)  # what a loop that does not time the waits cannot give
 # Who held the cores (mnistperf.diagnosis.measure.cores): read from Linux's /proc, a few times an epoch.
@@ -255,7 +257,6 @@ CORE_WAIT_SHARE = Figure(
     label="waiting for a core",
     run="weighted",
     shown="%",
-    scale=100.0,
 )
 WORKERS_CPU_SHARE = Figure(
     "workers_cpu_share",
@@ -264,7 +265,6 @@ WORKERS_CPU_SHARE = Figure(
     label="workers' CPU, of the cores",
     run="weighted",
     shown="%",
-    scale=100.0,
 )
 CORES = (CORE_WAIT_SHARE, WORKERS_CPU_SHARE)
 # The profiled window's share, by the device it profiled.
@@ -275,7 +275,6 @@ DEVICE_BUSY_SHARE = Figure(
     label="GPU busy",
     run="window",
     shown="%",
-    scale=100.0,
 )
 CPU_BUSY_SHARE = Figure(
     "cpu_busy_share",
@@ -284,7 +283,6 @@ CPU_BUSY_SHARE = Figure(
     label="inside tensor operations",
     run="window",
     shown="%",
-    scale=100.0,
 )
 BUSY = {"cuda": DEVICE_BUSY_SHARE, "cpu": CPU_BUSY_SHARE}
 # The epoch's utilization (mnistperf.diagnosis.measure.flops).
@@ -294,7 +292,6 @@ ACHIEVED_FLOPS_PER_S = Figure(
     "the training steps' FLOPs over train time, every rank's",
     label="achieved",
     shown="TFLOP/s",
-    scale=1e-12,
     run="own",
 )
 MFU = Figure(
@@ -304,7 +301,6 @@ MFU = Figure(
     label="model FLOPs utilization",
     run="own",
     shown="%",
-    scale=100.0,
 )
 UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
 # Under DDP, the ranks' talk (mnistperf.diagnosis.measure.busy_window.communication), from the profiled window.
@@ -315,7 +311,6 @@ COMM_SHARE = Figure(
     label="in collectives (DDP)",
     run="window",
     shown="%",
-    scale=100.0,
 )
 COMM_EXPOSED_SHARE = Figure(
     "comm_exposed_share",
@@ -324,7 +319,6 @@ COMM_EXPOSED_SHARE = Figure(
     label="  with no work beside them",
     run="window",
     shown="%",
-    scale=100.0,
 )
 COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
 # The epoch's memory (mnistperf.diagnosis.measure.memory): resident on Linux, the GPU's peaks on CUDA; the fit's peaks.

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.figures import Gathered, Measures, derive
+from mnistperf.diagnosis.figures import CORES, MEMORY, Gathered, Measures, derive
 from mnistperf.diagnosis.measure.busy_window import (
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
@@ -61,9 +61,8 @@ from mnistperf.diagnosis.record.summary import (
     INPUT_BOUND_SHARE,
     WINDOW_PENDING,
     aggregate,
-    core_figures,
     epoch_row,
-    memory_figures,
+    measured_figures,
     ranks_apart,
     step_figures,
 )
@@ -511,10 +510,10 @@ class EpochClock:
             metrics or {},
             self.input_bound_share,
             phases,
-            core_figures(merged),
+            measured_figures(merged, CORES),
         )
         row.update(step_figures(merged, self._stats))
-        row.update(memory_figures(merged))
+        row.update(measured_figures(merged, MEMORY))
         row.update(utilization(merged.flops, merged.train_s, self.peak[0], self.world_size))
         if gathered.per_rank is not None:
             row.update(ranks_apart(**gathered.per_rank))

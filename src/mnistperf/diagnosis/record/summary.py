@@ -15,6 +15,7 @@ import os
 import platform
 import resource
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -29,7 +30,6 @@ from mnistperf.diagnosis.figures import (
     BUSY,
     COMM_EXPOSED_SHARE,
     COMM_SHARE,
-    CORES,
     CPU_BUSY_SHARE,
     DEVICE_ALLOCATED_MB,
     DEVICE_BUSY_SHARE,
@@ -39,7 +39,6 @@ from mnistperf.diagnosis.figures import (
     HOST_WAIT_SHARE,
     INPUT_WAIT_S,
     INPUT_WAIT_SHARE,
-    MEMORY,
     PEAK_DEVICE_MB,
     PEAK_RSS_MB,
     REST_S,
@@ -51,6 +50,7 @@ from mnistperf.diagnosis.figures import (
     TOTAL_EVAL_S,
     TOTAL_TRAIN_S,
     TRAIN_S,
+    Figure,
     Measures,
     registry,
 )
@@ -180,7 +180,7 @@ def epoch_row(
     ``{"device": ..., "share": ..., ...}``, or with ``"share": None`` (and a ``reason`` where one is known)
     while not measured. ``phases``: the epoch's seconds of forward, backward and optimizer (None where not
     measured); the rest of train time, past the wait for data, is ``rest_s``. ``cores``: who held the cores
-    (:func:`core_figures`), which the verdict reads.
+    (:func:`measured_figures` of ``CORES``), which the verdict reads.
     """
     row: dict[str, Any] = {
         "epoch": epoch,
@@ -246,27 +246,18 @@ def _measured(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+def measured_figures(merged: Measures, figures: Iterable[Figure]) -> dict[str, Any]:
+    """Those figures of an epoch's gathered measures, as the ranks combined them (None where not measured)."""
+    return {figure: _measured(getattr(merged, figure.name)) for figure in figures}
+
+
 def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
     """The epoch's step times (every rank's slowest) and where this process's spikes fell (None: not measured)."""
-    found: dict[str, Any] = {}
-    for figure in STEPS:
-        value = getattr(merged, figure.name)
-        found[figure.name] = _measured(value)
+    found = measured_figures(merged, STEPS)
     if found[SPIKES] is not None:
         found[SPIKES] = int(found[SPIKES])
     found["worst_spikes"] = [list(spike) for spike in local.worst] if local is not None else []
     return found
-
-
-def memory_figures(merged: Measures) -> dict[str, float | None]:
-    """The epoch's memory figures, every rank's largest (None where not measured: off Linux, off CUDA)."""
-    values = {figure.name: getattr(merged, figure.name) for figure in MEMORY}
-    return {name: _measured(value) for name, value in values.items()}
-
-
-def core_figures(merged: Measures) -> dict[str, float | None]:
-    """The epoch's wait for a core and its workers' CPU, the ranks' mean (None where not measured: off Linux)."""
-    return {figure.name: _measured(getattr(merged, figure.name)) for figure in CORES}
 
 
 def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dict[str, float | None]:

@@ -87,10 +87,11 @@ def report_command(argv: Sequence[str]) -> None:
     opts = parser.parse_args(argv)
     if opts.out is not None and not opts.html:
         parser.error("--out goes with --html")
-    a_path, a = load(opts.run)
-    runs = [(run_label(a_path, a.get("config")), a)]
     comparison = None
-    if opts.run_b is not None:
+    if opts.run_b is None:
+        a_path, a = load(opts.run)
+        runs = [(run_label(a_path, a.get("config")), a)]
+    else:
         (a_path, a), (b_path, b) = load_two(opts.run, opts.run_b)
         labels = run_labels((a_path, b_path), (a.get("config"), b.get("config")))
         runs = [(labels[0], a), (labels[1], b)]

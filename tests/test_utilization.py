@@ -3,6 +3,9 @@ the device's peak is known."""
 
 from __future__ import annotations
 
+import re
+import warnings
+
 import pytest
 import torch
 from conftest import fit_module
@@ -11,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
-from mnistperf.diagnosis.measure.flops import number_format, peak_flops, run_utilization
+from mnistperf.diagnosis.measure.flops import OWN_PEAKS, number_format, peak_flops, run_utilization
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.summary import format_summary
 
@@ -46,11 +49,14 @@ def peak(monkeypatch, name: str, fmt: str):
 def test_the_number_format_and_the_peaks_of_current_gpus(monkeypatch):
     assert number_format("bf16-mixed", "highest") == "bf16" and number_format("16-mixed", "highest") == "fp16"
     assert number_format("32-true", "high") == "tf32" and number_format("32-true", "highest") == "fp32"
-    # Hopper: the dense peaks (Lightning's table states them with sparsity, twice as high), and a plain H200
+    # Hopper: Lightning's dense peaks for an H100 SXM (HBM3) and PCIe; the dense ones where it has none, or gives an
+    # H200's or NVL card's with sparsity (twice as high)
     assert peak(monkeypatch, "NVIDIA H100 80GB HBM3", "bf16") == (pytest.approx(989.4e12), None)
-    assert peak(monkeypatch, "NVIDIA H200", "tf32") == (pytest.approx(494.7e12), None)
     assert peak(monkeypatch, "NVIDIA H100 PCIe", "bf16")[0] == pytest.approx(756e12)
+    assert peak(monkeypatch, "NVIDIA H200", "tf32") == (pytest.approx(494.7e12), None)
     assert peak(monkeypatch, "NVIDIA GH200 480GB", "bf16")[0] == pytest.approx(989.4e12)
+    assert peak(monkeypatch, "NVIDIA H100", "bf16")[0] == pytest.approx(989.4e12)
+    assert peak(monkeypatch, "NVIDIA H100 NVL", "bf16")[0] == peak(monkeypatch, "NVIDIA H200 NVL", "bf16")[0] == 835e12
     assert peak(monkeypatch, "NVIDIA A10", "bf16")[0] == pytest.approx(125e12)
     # Lightning's tensor-core-less bf16 for these, and its L4 for an L40: the dense tensor-core peaks instead
     assert peak(monkeypatch, "NVIDIA GeForce RTX 4090", "bf16")[0] == pytest.approx(165.2e12)
@@ -63,6 +69,23 @@ def test_the_number_format_and_the_peaks_of_current_gpus(monkeypatch):
     found, why = peak(monkeypatch, "Imaginary GPU 9000", "bf16")
     assert found is None and "no bf16 peak is known for Imaginary GPU 9000" in why
     assert peak_flops(torch.device("cpu"), "fp32") == (None, "no peak is known for a cpu device")
+
+
+def test_the_own_peaks_are_only_what_lightnings_table_lacks_or_states_otherwise(monkeypatch):
+    from lightning.fabric.utilities.throughput import get_available_flops
+
+    names = ["NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA H200", "NVIDIA GH200 480GB", "NVIDIA H100", "NVIDIA L40S"]
+    names += ["NVIDIA L40", "NVIDIA A10", "NVIDIA RTX A6000", "NVIDIA A40", "NVIDIA GeForce RTX 4090"]
+    matched = set()
+    for name in names:
+        key = next(key for key, _ in OWN_PEAKS if re.search(rf"\b{key}\b", name))  # each name is one of ours
+        matched.add(key)
+        ours = peak(monkeypatch, name, "bf16")[0]  # the name now emulated
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = get_available_flops(torch.device("cuda", 0), torch.bfloat16)
+        assert theirs is None or theirs != pytest.approx(ours), name
+    assert matched == {key for key, _ in OWN_PEAKS}  # every entry is needed by a GPU named here
 
 
 def test_a_fit_too_short_for_the_counter_is_not_counted_and_says_how_to_give_its_flops():

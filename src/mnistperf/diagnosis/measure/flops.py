@@ -1,11 +1,4 @@
-"""Utilization: the FLOPs of one training step, counted once, and the device's peak for the run's number format.
-
-The step's FLOPs come from torch's FLOP counter (``torch.utils.flop_counter.FlopCounterMode``) around the fit's
-first training step, one the run makes anyway (in the warm-up epoch, whose first step is kept apart from the step
-times), or from ``EpochTimer(flops_per_batch=...)``. The counter counts the matrix products and convolutions of
-the forward and the backward, which is what the peak figures below are for. The model FLOPs utilization (MFU)
-is the achieved FLOP/s over the peak of the device for the run's number format, times the ranks.
-"""
+"""Utilization: one training step's FLOPs, counted once, and the device's dense peak (docs/timing.md, Utilization)."""
 
 from __future__ import annotations
 
@@ -38,25 +31,23 @@ def too_short_to_count(steps: float) -> str | None:
     )
 
 
-# Dense peak TFLOP/s of the GPUs Lightning's table (lightning.fabric.utilities.throughput) lacks or states otherwise
-# than MFU needs, by a word in torch.cuda.get_device_name (the first found wins), for each number format: float32
-# (no tensor cores), tf32 (float32 matmuls at "high" or "medium" precision), bfloat16 and float16 (tensor cores,
-# float32 accumulation). Lightning gives Hopper's tensor-core figures with 2:4 sparsity (twice the dense peak), the
-# RTX 4090's, the RTX A6000's and the A40's bf16 and fp16 without tensor cores, reads an L40 as an L4, and has no
-# entry for a plain "NVIDIA H200", the GH200, the L40S or the A10. The vendors' data sheets; every other GPU's peak
-# is Lightning's.
+# Dense peak FLOP/s (the vendors' data sheets) where Lightning's table (lightning.fabric.utilities.throughput) lacks a
+# GPU or states its peak otherwise than MFU needs: it gives the H200's and the NVL cards' tensor cores with 2:4
+# sparsity (twice the dense peak), reads no plain "NVIDIA H200", no GH200 and no H100 named otherwise than by HBM3,
+# HBM2e or PCIe, reads an L40 or L40S as an L4, has no A10, and gives the RTX A6000's, the A40's and the RTX 4090's
+# bf16 and fp16 without tensor cores. fp32 runs without tensor cores, tf32, bf16 and fp16 on them (accumulating in
+# float32). By a pattern searched in torch.cuda.get_device_name, the first found winning.
+HOPPER = {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}
 OWN_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
-    ("GH200", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
-    ("H200", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
-    ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
-    ("H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.0, "fp16": 835.0}),
-    ("H100", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
-    ("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0}),
-    ("L40", {"fp32": 90.5, "tf32": 90.5, "bf16": 181.0, "fp16": 181.0}),
-    ("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
-    ("A6000", {"fp32": 38.7, "tf32": 77.4, "bf16": 154.8, "fp16": 154.8}),
-    ("A40", {"fp32": 37.4, "tf32": 74.8, "bf16": 149.7, "fp16": 149.7}),
-    ("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2}),
+    ("H[12]00 NVL", {"fp32": 60e12, "tf32": 417.5e12, "bf16": 835e12, "fp16": 835e12}),
+    ("G?H200", HOPPER),
+    ("H100(?!.*(HBM3|HBM2e|PCIe))", HOPPER),
+    ("L40S", {"fp32": 91.6e12, "tf32": 183e12, "bf16": 362e12, "fp16": 362e12}),
+    ("L40", {"fp32": 90.5e12, "tf32": 90.5e12, "bf16": 181e12, "fp16": 181e12}),
+    ("A10", {"fp32": 31.2e12, "tf32": 62.5e12, "bf16": 125e12, "fp16": 125e12}),
+    ("A6000", {"fp32": 38.7e12, "tf32": 77.4e12, "bf16": 154.8e12, "fp16": 154.8e12}),
+    ("A40", {"fp32": 37.4e12, "tf32": 74.8e12, "bf16": 149.7e12, "fp16": 149.7e12}),
+    ("RTX 4090", {"fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165.2e12, "fp16": 165.2e12}),
 )
 # Lightning's name for each number format.
 LIGHTNING_DTYPES: dict[str, torch.dtype | str] = {
@@ -84,21 +75,17 @@ def peak_flops(device: torch.device, fmt: str) -> tuple[float | None, str | None
     if device.type != "cuda":
         return None, f"no peak is known for a {device.type} device"
     name = torch.cuda.get_device_name(device)
-    for key, peaks in OWN_PEAKS:
-        if re.search(rf"\b{re.escape(key)}\b", name):
-            if fmt not in peaks:
-                return None, f"no {fmt} peak is known for the {key}"
-            return peaks[fmt] * 1e12, None
-    from lightning.fabric.utilities.throughput import get_available_flops
+    own = next((peaks for key, peaks in OWN_PEAKS if re.search(rf"\b{key}\b", name)), None)
+    if own is not None:
+        peak = own.get(fmt)
+    else:
+        from lightning.fabric.utilities.throughput import get_available_flops
 
-    with warnings.catch_warnings():  # it warns where it knows no peak; the reason below says so once
-        warnings.simplefilter("ignore")
-        peak = get_available_flops(device, LIGHTNING_DTYPES[fmt]) if fmt in LIGHTNING_DTYPES else None
+        with warnings.catch_warnings():  # it warns where it knows no peak; the reason below says so once
+            warnings.simplefilter("ignore")
+            peak = get_available_flops(device, LIGHTNING_DTYPES[fmt]) if fmt in LIGHTNING_DTYPES else None
     if peak is None:
-        return (
-            None,
-            f"no {fmt} peak is known for {name} (Lightning's table, or mnistperf.diagnosis.measure.flops.OWN_PEAKS)",
-        )
+        return None, f"no {fmt} peak is known for {name} (Lightning's table, or {__name__}.OWN_PEAKS)"
     return float(peak), None
 
 
@@ -117,9 +104,9 @@ class StepCounter:
 
     def stop(self) -> float | None:
         """Stop counting; the FLOPs counted (None where nothing was being counted)."""
-        if self._mode is None:
-            return None
         mode, self._mode = self._mode, None
+        if mode is None:
+            return None
         mode.__exit__(None, None, None)
         return float(mode.get_total_flops())
 
@@ -139,10 +126,9 @@ def run_utilization(
     peak: tuple[float | None, str | None],
     not_counted: str = "the step's FLOPs were not counted",
 ) -> dict[str, Any]:
-    """The run's utilization over its steady epochs: the step's FLOPs, achieved FLOP/s, MFU or why there is none.
+    """The run's utilization over its ``steady`` epochs (the first and last): the step's FLOPs, achieved FLOP/s, MFU.
 
-    ``steady``: the first and last steady epoch; ``peak``: the device's peak FLOP/s and its name, or None and why;
-    ``not_counted``: why the step's FLOPs are not known, where they are not.
+    ``peak``: the device's peak FLOP/s and its name, or None and why; without an MFU, ``mfu_reason`` says why.
     """
     rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get(ACHIEVED_FLOPS_PER_S) is not None]
     achieved = mean(e[ACHIEVED_FLOPS_PER_S] for e in rows) if rows else None
@@ -158,9 +144,7 @@ def run_utilization(
 def compiled(module: Any) -> bool:
     """Whether ``module`` or a module inside it runs through torch.compile (whose graphs a FLOP counter changes)."""
     step = getattr(type(module), "training_step", None)
-    if hasattr(step, "_torchdynamo_orig_callable"):
-        return True
-    return any(
+    return hasattr(step, "_torchdynamo_orig_callable") or any(
         getattr(inner, "_compiled_call_impl", None) is not None or type(inner).__name__ == "OptimizedModule"
         for inner in module.modules()
     )
@@ -175,10 +159,7 @@ def si(value: float, unit: str) -> str:
 
 
 def format_utilization(summary: dict[str, Any]) -> str | None:
-    """The utilization line where the MFU is known: the step's FLOPs, the achieved FLOP/s and the MFU; else None.
-
-    Without a peak the achieved figure alone decides nothing: it stays in timing.json and the loggers.
-    """
+    """The utilization line where the MFU is known (the achieved figure alone decides nothing); else None."""
     flops, achieved, mfu = summary.get("flops_per_step"), summary.get(ACHIEVED_FLOPS_PER_S), summary.get(MFU)
     if not flops or achieved is None or mfu is None:
         return None

@@ -1,11 +1,7 @@
 """Stalls over time: an epoch's step-time distribution from host timestamps, its spikes, and drift across epochs.
 
-A step's time is the host's interval from the end of the step before it (the epoch's start for the first) to
-the end of its own: the fetch of its batch, the copy, the step itself and the loop's work between steps. On
-CUDA a step that only launches work ends on the host before the device has run it, so these are the host's
-step intervals, not the device's step times; no step is synchronized for them. The first step of an epoch
-(where a loader without persistent workers starts them) is kept apart from the distribution, and steps inside
-the profiled window are left out (they run slower under the profiler).
+A step's time is the host's interval from the end of the step before it to the end of its own; on CUDA the host's,
+not the device's (no step is synchronized for it). What each figure means: docs/timing.md, "Stalls over time".
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mnistperf.diagnosis.figures import FIRST_STEP_S, SPIKES, SPIKES_S, STEP_MEDIAN_S, TRAIN_S
-from mnistperf.diagnosis.measure.trend import slope
+from mnistperf.diagnosis.measure.trend import trend
 
 # A step at least this many times the epoch's median is a spike.
 SPIKE_FACTOR = 3.0
@@ -53,20 +49,16 @@ def percentile(ordered: list[float], share: float) -> float:
 
 
 def step_stats(intervals: list[float], first_index: int) -> StepStats:
-    """The distribution of one epoch's step intervals (NaN marks a step left out), its first step apart.
-
-    ``first_index``: the batch index of the epoch's first step; spikes are named by their step number, counted from 1
-    as the batch index plus one. A spike's cost is the time it took past the median step.
-    """
+    """One epoch's step intervals (NaN: a step left out), its first apart; ``first_index``: that step's batch index."""
     first = intervals[0] if intervals else math.nan
     rest = [(i, s) for i, s in enumerate(intervals) if i > 0 and not math.isnan(s)]
     ordered = sorted(s for _, s in rest)
     median = percentile(ordered, 0.5)
-    spiked = [(first_index + i + 1, s) for i, s in rest if s >= SPIKE_FACTOR * median] if ordered else []
+    spiked = [(first_index + i + 1, s) for i, s in rest if s >= SPIKE_FACTOR * median]  # by step, counted from 1
     return StepStats(
         median_s=median,
         p90_s=percentile(ordered, 0.9),
-        max_s=ordered[-1] if ordered else math.nan,
+        max_s=percentile(ordered, 1.0),
         first_s=first,
         spikes=len(spiked),
         excess_s=sum(s - median for _, s in spiked),
@@ -77,67 +69,36 @@ def step_stats(intervals: list[float], first_index: int) -> StepStats:
 def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The steady epochs' median step time moving one way by at least ``DRIFT_SHARE`` of the first's; else None.
 
-    Returns ``{"per_epoch_s", "per_epoch_share", "from_s", "to_s", "epochs": [first, last]}``: the least-squares
-    slope of the median per epoch, in seconds and as a share of the first epoch's median.
+    Returns :func:`~.trend.trend`'s reading in seconds, and ``per_epoch_share``: its slope over the first median.
     """
-    medians = [(e["epoch"], e.get(STEP_MEDIAN_S)) for e in epochs]
-    points = [(n, m) for n, m in medians if m is not None and not math.isnan(m)]
-    if len(points) < DRIFT_EPOCHS:
+    moved = trend(epochs, STEP_MEDIAN_S, "s", DRIFT_EPOCHS)
+    if moved is None or moved["from_s"] <= 0 or abs(moved["to_s"] - moved["from_s"]) < DRIFT_SHARE * moved["from_s"]:
         return None
-    values = [m for _, m in points]
-    steps = [b - a for a, b in zip(values, values[1:], strict=False)]
-    one_way = all(s > 0 for s in steps) or all(s < 0 for s in steps)
-    if not one_way or values[0] <= 0 or abs(values[-1] - values[0]) < DRIFT_SHARE * values[0]:
-        return None
-    per_epoch = slope(points)
-    return {
-        "per_epoch_s": per_epoch,
-        "per_epoch_share": per_epoch / values[0],
-        "from_s": values[0],
-        "to_s": values[-1],
-        "epochs": [points[0][0], points[-1][0]],
-    }
+    return {**moved, "per_epoch_share": moved["per_epoch_s"] / moved["from_s"]}
 
 
 def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run's stalls: the spikes, the share of train time they cost and the longest, slow first steps, drift.
-
-    ``epochs``: every epoch's row; spikes are read in all, slow first steps past the warm-up.
-    """
+    """The run's stalls, from every epoch's row: spikes, the share of train time they cost, slow first steps, drift."""
     steady = epochs[1:] if len(epochs) > 1 else epochs
     measured = [e for e in epochs if e.get(SPIKES_S) is not None]
     train = sum(e[TRAIN_S] for e in measured)
-    worst = sorted(
-        (
-            {"epoch": e["epoch"], "step": step, "s": seconds}
-            for e in epochs
-            for step, seconds in e.get("worst_spikes", [])
-        ),
-        key=lambda spike: -spike["s"],
-    )
+    worst = [{"epoch": e["epoch"], "step": step, "s": s} for e in epochs for step, s in e.get("worst_spikes", [])]
     slow_first = [
         e["epoch"]
         for e in epochs[1:]  # the warm-up's first step holds one-off work (its loader started before it)
-        if e.get(FIRST_STEP_S) is not None
-        and e.get(STEP_MEDIAN_S) is not None
-        and e[FIRST_STEP_S] >= SLOW_FIRST_FACTOR * e[STEP_MEDIAN_S] > 0
+        if (e.get(FIRST_STEP_S) or 0) >= SLOW_FIRST_FACTOR * (e.get(STEP_MEDIAN_S) or 0) > 0
     ]
     return {
         SPIKES: sum(e.get(SPIKES) or 0 for e in epochs),
         "spikes_share": sum(e[SPIKES_S] for e in measured) / train if measured and train > 0 else None,
-        "worst_spikes": worst[:WORST_KEPT],
+        "worst_spikes": sorted(worst, key=lambda spike: -spike["s"])[:WORST_KEPT],
         "slow_first_step": slow_first,
         "drift": drift(steady),
     }
 
 
 def format_stalls(found: dict[str, Any], median: float | None) -> str | None:
-    """The stalls' one line where something cost enough to act on; None where nothing did.
-
-    Spikes are named where the time they took past the median step is at least ``SPIKES_WORTH`` of train time, with
-    that share, the longest and what usually makes them; a slow first step and drift where they stood out.
-    ``median``: the steady epochs' median step time, which the line starts with.
-    """
+    """The stalls' line, starting with the steady epochs' ``median`` step, where something cost enough to act on."""
     parts = []
     share = found.get("spikes_share")
     if share is not None and share >= SPIKES_WORTH:

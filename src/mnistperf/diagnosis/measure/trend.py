@@ -1,11 +1,22 @@
-"""A figure's trend over epochs: the least-squares slope of its value per epoch."""
+"""A figure's trend over epochs: moving one way every epoch, and its least-squares slope per epoch."""
 
 from __future__ import annotations
 
+import math
 from statistics import mean
+from typing import Any
 
 
-def slope(points: list[tuple[int, float]]) -> float:
-    """The least-squares slope of (epoch, value) points, in the value's unit per epoch (two points at least)."""
+def trend(epochs: list[dict[str, Any]], key: str, unit: str, fewest: int) -> dict[str, Any] | None:
+    """The row figure ``key`` rising every epoch, or falling every epoch, over ``fewest`` epochs or more; else None.
+
+    Returns ``{"per_epoch_<unit>": the least-squares slope, "from_<unit>", "to_<unit>", "epochs": [first, last]}``.
+    """
+    points = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None and not math.isnan(e[key])]
+    steps = [b - a for (_, a), (_, b) in zip(points, points[1:], strict=False)]
+    if len(points) < max(fewest, 2) or not (all(s > 0 for s in steps) or all(s < 0 for s in steps)):
+        return None
     x_mean, y_mean = mean(n for n, _ in points), mean(v for _, v in points)
-    return sum((n - x_mean) * (v - y_mean) for n, v in points) / sum((n - x_mean) ** 2 for n, _ in points)
+    slope = sum((n - x_mean) * (v - y_mean) for n, v in points) / sum((n - x_mean) ** 2 for n, _ in points)
+    first, last = points[0], points[-1]
+    return {f"per_epoch_{unit}": slope, f"from_{unit}": first[1], f"to_{unit}": last[1], "epochs": [first[0], last[0]]}

@@ -86,7 +86,7 @@ def test_a_wait_beside_idle_workers_is_other_works_and_a_small_wait_says_nothing
     assert "other work on this machine (a DDP run's other ranks" in reason and "took the cores" in reason
     assert "quieter machine" in reason
     assert "pre-tensorized" not in reason
-    for quiet in (figures(cores.WAITED - 0.01, 0.9), figures(None, None)):
+    for quiet in (figures(cores.CROWDED - 0.01, 0.9), figures(None, None)):
         assert "cores" not in classify(quiet, 0.5)[1]
 
 

@@ -1,13 +1,4 @@
-"""A diagnostic never breaks the run it watches: its own failures become one warning line each.
-
-:class:`Problems` is what a callback keeps of what went wrong inside it: each problem is said once, as one
-line on the ``mnistperf.diagnosis`` logger (a warning), and kept for the callback's report; the fit goes on.
-Per-step hooks catch with a plain ``try``/``except`` (free when nothing is raised) and hand the error to
-:meth:`Problems.note`; hooks that run once an epoch or once a fit can use :meth:`Problems.guard`.
-
-:func:`jsonable` turns any value into one JSON can hold, so that a report is written whatever it carries
-(a hyperparameter that is a normalizer, a loss module or a class is written as its ``repr``).
-"""
+"""A diagnostic never breaks the run it watches (:class:`Reporter`), and its report holds whatever it carries."""
 
 from __future__ import annotations
 
@@ -25,16 +16,18 @@ if TYPE_CHECKING:
 LOG = logging.getLogger("mnistperf.diagnosis")
 
 
-class Problems:
-    """What went wrong inside one callback during a fit, each said once.
+class Reporter:
+    """What callback ``owner`` (which starts every line) tells the user from rank zero, and what went wrong inside it.
 
-    Args:
-        owner: the callback's name, which starts every line.
+    A problem, a failing printer or logger too, is said once, as a warning on the ``mnistperf.diagnosis`` logger, and
+    kept in :attr:`lines` for the callback's report; the fit goes on. Per-step hooks hand what they catch to
+    :meth:`note` (a ``try`` is free when nothing is raised); the others run inside :meth:`guard`.
     """
 
     def __init__(self, owner: str):
         self.owner = owner
         self.lines: list[str] = []
+        self._said: set[str] = set()
 
     def note(self, what: str, error: BaseException) -> str:
         """Say (once) that ``what`` failed with ``error`` and that the fit goes on; return the line."""
@@ -51,17 +44,6 @@ class Problems:
             yield
         except Exception as error:
             self.note(what, error)
-
-
-class Reporter(Problems):
-    """What one callback tells the user: its lines and its loggers' scalars, from rank zero, and its problems.
-
-    Each part is guarded: a printer or a logger that fails is one problem line, and the fit goes on.
-    """
-
-    def __init__(self, owner: str):
-        super().__init__(owner)
-        self._said: set[str] = set()
 
     def say(self, trainer: Trainer, line: str) -> None:
         """Print ``line`` on rank zero without tearing a progress bar."""

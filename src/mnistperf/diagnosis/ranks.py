@@ -8,9 +8,5 @@ import torch
 
 
 def every_rank(strategy: Any, row: torch.Tensor) -> torch.Tensor:
-    """``row`` [n] of every rank as [ranks, n] (one rank: [1, n]); a collective, which every rank must join.
-
-    ``strategy``: the trainer's, whose ``all_gather`` stacks the ranks' tensors (and returns the tensor itself on one
-    process). Every rank's row has the same length.
-    """
+    """Every rank's ``row`` [n], of one length, as [ranks, n] by the trainer's ``strategy``: a collective all join."""
     return strategy.all_gather(row).reshape(-1, row.numel())

@@ -1,17 +1,9 @@
 """Who held the cores over an epoch: how long the training thread waited for one, how much CPU its workers used.
 
-Read from Linux's ``/proc``, without the profiler, a few times an epoch:
-
-* the training thread's wait for a core: the run-queue wait of ``/proc/thread-self/schedstat`` (time runnable but
-  not running), read where train time starts and stops, as a share of train time (``core_wait_share``);
-* its DataLoader workers' CPU time: the user and system time of this process's child processes
-  (:func:`~.memory.workers`, ``/proc/<pid>/stat``), summed, as a share of the epoch's wall time times the cores this
-  process may use (``workers_cpu_share``). A loader without persistent workers ends them before the epoch does, so
-  they are also read on the way (:data:`READ_EVERY_S`, and at the step before the last): a worker gone by a read
-  counts with what it had used at its last one.
-
-Off Linux neither is measured. Where the thread waited a large share of train time, :func:`held` says who held the
-cores (its own loader's workers, or other work on the machine) and :func:`clause` says it in the verdict's words.
+Read from Linux's ``/proc`` a few times an epoch, without the profiler (docs/timing.md, "who held the cores"): the
+training thread's run-queue wait in train time, and its DataLoader workers' (:func:`~.memory.workers`) user and
+system time over the epoch's wall time times the usable cores. Off Linux neither is measured. Where the thread waited
+a large share of train time, :func:`held` says who held the cores and :func:`clause` says it in the verdict's words.
 """
 
 from __future__ import annotations
@@ -33,9 +25,6 @@ READ_EVERY_S = 1.0
 # number's share of the cores (one busy worker beside two threads: a third), so a quarter means the workers kept at
 # least a third of a core per core busy the whole epoch, enough to be the ones a wait for a core was spent behind.
 WORKERS_HOLD = 0.25
-# The training thread waiting for a core this share of train time or more is worth a clause: the wait gone would buy
-# at least 1.1x, and it is the line the profiled window's doubt already uses (busy_window.CROWDED), so the two agree.
-WAITED = CROWDED
 
 
 def cpu_s(pid: int) -> float | None:
@@ -49,10 +38,7 @@ def cpu_s(pid: int) -> float | None:
 
 
 class EpochCores:
-    """One epoch's readings: the training thread's wait for a core in train time, its workers' CPU time.
-
-    Every method is called from the thread that runs the training steps (the schedule read is that thread's).
-    """
+    """One epoch's readings, each method called from the thread that runs the training steps (whose schedule it is)."""
 
     def __init__(self) -> None:
         self.started: float | None = None  # the epoch's start, on the caller's clock
@@ -60,7 +46,7 @@ class EpochCores:
         self.unread = False  # a read of the thread's schedule failed: its wait is not measured
         self._from: tuple[float, float] | None = None  # the thread's schedule where train time last started
         self.first: dict[int, float] = {}  # each worker's CPU seconds at the epoch's start (absent: started since)
-        self.last: dict[int, float] = {}  # each worker's CPU seconds at its last read
+        self.last: dict[int, float] = {}  # each worker's CPU seconds at its last read (a worker gone keeps it)
         self.due = math.inf  # the clock time of the next read of the workers
 
     def start(self, now: float) -> None:
@@ -91,10 +77,7 @@ class EpochCores:
                 self.last[pid] = used
 
     def shares(self, train_s: float, now: float) -> tuple[float, float]:
-        """(share of ``train_s`` the thread waited for a core, the workers' share of the cores since the start).
-
-        NaN where not measured (off Linux, a failed read, no time). Read the workers once more first.
-        """
+        """(``core_wait_share``, ``workers_cpu_share``) since the start, read once more; NaN where not measured."""
         wait = math.nan if self.unread or train_s <= 0 else min(max(self.waited / train_s, 0.0), 1.0)
         if self.started is None or not measured() or not now > self.started:
             return wait, math.nan
@@ -104,17 +87,17 @@ class EpochCores:
 
 
 def held(figures: dict[str, Any]) -> dict[str, Any] | None:
-    """Who held the cores where the training thread waited for one at least :data:`WAITED` of train time.
+    """Who held the cores where the training thread waited for one at least ``CROWDED`` of train time; else None.
 
-    ``{"by": "workers" or "other work", "core_wait_share", "workers_cpu_share"}`` and, where its workers held them,
-    ``speed_up_at_most``; None where the thread waited less (or it was not measured).
+    ``CROWDED`` is the profiled window's line of doubt, so the two agree; the wait gone would buy at least 1.1x.
+    Returns ``{"by": "workers" or "other work", "core_wait_share", "workers_cpu_share"}``, and where its workers held
+    them ``speed_up_at_most``: the training thread's own wait gone (its other threads' waits are not read).
     """
     wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)
-    if wait is None or math.isnan(wait) or wait < WAITED:
+    if wait is None or math.isnan(wait) or wait < CROWDED:
         return None
     found: dict[str, Any] = {CORE_WAIT_SHARE: wait, WORKERS_CPU_SHARE: used}
     if used is not None and not math.isnan(used) and used >= WORKERS_HOLD:
-        # The training thread's own wait gone; its other threads' waits are not read, and the loader must keep pace.
         return {"by": "workers", **found, "speed_up_at_most": 1 / (1 - wait) if wait < 1 else math.inf}
     return {"by": "other work", **found}
 

@@ -1,20 +1,10 @@
-"""Where a training step's time goes: forward, backward and the optimizer's update, sampled one step in a few.
+"""Where a training step's time goes: forward, backward and the optimizer's update (docs/timing.md, "the split").
 
-Lightning calls ``on_before_backward`` when the forward (``training_step``, the loss) is done,
-``on_after_backward`` when the backward is, and ``on_before_optimizer_step`` just before the update.
-:class:`StepPhases` stamps those points on one optimizer step in :data:`SAMPLE_EVERY` (a callback
-dispatches the three hooks on those steps only, so the others pay nothing for them) and gives the
-epoch's share of step time in each phase. Stamps are host clock readings on a CPU and CUDA events on
-the GPU (recorded in stream order, read once, at the epoch's end, after its synchronization): no
-step waits for the device.
-
-A sample is one optimizer step's training steps: one, or with ``accumulate_grad_batches=N`` the N
-whose gradients it adds up (each a forward and a backward, the last also the update), so that the
-split weighs the update as often as the fit makes it. A step's phases: *forward* from the step's start
-to its first ``on_before_backward``, *backward* from there to its last ``on_after_backward``,
-*optimizer* from the sample's last ``on_before_optimizer_step`` to its end. A sample missing one of them
-(a graphed step's own backward, a step skipped by returning None, an epoch that ended inside it) is left
-out.
+One optimizer step in :data:`SAMPLE_EVERY` is a sample: its training steps (one, or with ``accumulate_grad_batches=N``
+the N whose gradients it adds up, so that the split weighs the update as often as the fit makes it). *forward* runs
+from a step's start to its first ``on_before_backward``, *backward* from there to its last ``on_after_backward``,
+*optimizer* from the sample's last ``on_before_optimizer_step`` to its end. A sample missing one (a graphed step's own
+backward, a step skipped by returning None, an epoch that ended inside it) is left out.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ import torch
 SAMPLE_EVERY = 16  # one optimizer step in this many is stamped: batch indices 1, 17, 33, ... without accumulation
 PHASES = ("forward", "backward", "optimizer")
 # The marks every step of a sample has; its last step also has ``optimizer``.
-STEP_MARKS = ("start", "backward", "backward_end", "end")
+STEP_MARKS = {"start", "backward", "backward_end", "end"}
 
 
 def sampled(index: int, steps: int = 1) -> bool:
@@ -36,10 +26,7 @@ def sampled(index: int, steps: int = 1) -> bool:
 
 
 def unsampled(first: int | None, last: int | None, steps: int = 1) -> str | None:
-    """Why an epoch that trained steps ``first``..``last`` (indices; None: none) has no sample of ``steps`` steps.
-
-    None where one of those steps begins a sample: then the epoch's sample was lost another way.
-    """
+    """Why an epoch that trained steps ``first``..``last`` (None: none) has no sample; None where one began a sample."""
     if first is None or last is None:
         trained = "no step"
     else:
@@ -58,11 +45,7 @@ def unsampled(first: int | None, last: int | None, steps: int = 1) -> str | None
 
 
 class StepPhases:
-    """The phase marks of an epoch's sampled steps, on a CPU's clock or as CUDA events.
-
-    Args:
-        device: the training device; on CUDA the marks are events recorded on its current stream.
-    """
+    """The phase marks of an epoch's sampled steps: the host clock on a CPU ``device``, on CUDA its stream's events."""
 
     def __init__(self, device: torch.device):
         self.on_cuda = device.type == "cuda"
@@ -120,24 +103,18 @@ class StepPhases:
         return first.elapsed_time(last) / 1e3 if self.on_cuda else last - first
 
     def shares(self) -> dict[str, float] | None:
-        """Each phase's share of the sampled steps' time; None where no sample had every mark.
-
-        On CUDA, call it after the device has been synchronized (the epoch's end).
-        """
-        complete = [sample for sample in self._samples if _complete(sample)]
-        if not complete:
-            return None
-        whole = sum(self._seconds(step["start"], step["end"]) for sample in complete for step in sample)
+        """Each phase's share of the sampled steps' time (on CUDA once synchronized); None where no sample was whole."""
+        complete = [
+            sample
+            for sample in self._samples
+            if "optimizer" in sample[-1] and all(step.keys() >= STEP_MARKS for step in sample)
+        ]
+        steps = [step for sample in complete for step in sample]
+        whole = sum(self._seconds(s["start"], s["end"]) for s in steps)
         if whole <= 0:
             return None
-        seconds = {
-            "forward": sum(self._seconds(s["start"], s["backward"]) for sample in complete for s in sample),
-            "backward": sum(self._seconds(s["backward"], s["backward_end"]) for sample in complete for s in sample),
-            "optimizer": sum(self._seconds(sample[-1]["optimizer"], sample[-1]["end"]) for sample in complete),
+        return {
+            "forward": sum(self._seconds(s["start"], s["backward"]) for s in steps) / whole,
+            "backward": sum(self._seconds(s["backward"], s["backward_end"]) for s in steps) / whole,
+            "optimizer": sum(self._seconds(sample[-1]["optimizer"], sample[-1]["end"]) for sample in complete) / whole,
         }
-        return {phase: seconds[phase] / whole for phase in PHASES}
-
-
-def _complete(sample: list[dict[str, Any]]) -> bool:
-    """Whether every step of a sample has its marks, and its last step the update's."""
-    return all(all(mark in step for mark in STEP_MARKS) for step in sample) and "optimizer" in sample[-1]

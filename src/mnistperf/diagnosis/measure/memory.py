@@ -20,8 +20,6 @@ PROC = Path("/proc")
 MB = 2**20
 # Memory that rises every steady epoch by at least this much a epoch on average grows.
 GROWTH_MB = 4.0
-# The fewest steady epochs growth is read over.
-GROWTH_EPOCHS = 3
 # The row's memory figures that growth is read on, and what each is called in the summary's line.
 GROWING = {
     RSS_MB: "the training process",
@@ -112,7 +110,7 @@ def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     found = []
     for key, what in GROWING.items():
-        grown = trend(epochs, key, "mb", GROWTH_EPOCHS)
+        grown = trend(epochs, key, "mb")
         if grown is not None and grown["per_epoch_mb"] >= GROWTH_MB:
             found.append({"figure": key, "what": what, **grown})
     return found

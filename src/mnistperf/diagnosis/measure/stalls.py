@@ -19,8 +19,6 @@ SPIKE_FACTOR = 3.0
 SLOW_FIRST_FACTOR = 3.0
 # Step time that moves by at least this share of the first steady epoch's median, in one direction, drifts.
 DRIFT_SHARE = 0.2
-# The fewest steady epochs drift is read over.
-DRIFT_EPOCHS = 3
 # The longest spikes an epoch's row keeps, and the run's line names.
 WORST_KEPT = 3
 # Spikes are worth a line where the time they took past the median step is at least this share of train time.
@@ -71,7 +69,7 @@ def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
     Returns :func:`~.trend.trend`'s reading in seconds, and ``per_epoch_share``: its slope over the first median.
     """
-    moved = trend(epochs, STEP_MEDIAN_S, "s", DRIFT_EPOCHS)
+    moved = trend(epochs, STEP_MEDIAN_S, "s")
     if moved is None or moved["from_s"] <= 0 or abs(moved["to_s"] - moved["from_s"]) < DRIFT_SHARE * moved["from_s"]:
         return None
     return {**moved, "per_epoch_share": moved["per_epoch_s"] / moved["from_s"]}

@@ -6,15 +6,18 @@ import math
 from statistics import mean
 from typing import Any
 
+# The fewest epochs a trend is read over.
+FEWEST_EPOCHS = 3
 
-def trend(epochs: list[dict[str, Any]], key: str, unit: str, fewest: int) -> dict[str, Any] | None:
-    """The row figure ``key`` rising every epoch, or falling every epoch, over ``fewest`` epochs or more; else None.
+
+def trend(epochs: list[dict[str, Any]], key: str, unit: str) -> dict[str, Any] | None:
+    """The row figure ``key`` rising every epoch, or falling every epoch, over ``FEWEST_EPOCHS`` or more; else None.
 
     Returns ``{"per_epoch_<unit>": the least-squares slope, "from_<unit>", "to_<unit>", "epochs": [first, last]}``.
     """
     points = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None and not math.isnan(e[key])]
     steps = [b - a for (_, a), (_, b) in zip(points, points[1:], strict=False)]
-    if len(points) < max(fewest, 2) or not (all(s > 0 for s in steps) or all(s < 0 for s in steps)):
+    if len(points) < FEWEST_EPOCHS or not (all(s > 0 for s in steps) or all(s < 0 for s in steps)):
         return None
     x_mean, y_mean = mean(n for n, _ in points), mean(v for _, v in points)
     slope = sum((n - x_mean) * (v - y_mean) for n, v in points) / sum((n - x_mean) ** 2 for n, _ in points)

@@ -69,13 +69,12 @@ class TrainerAttributes(Protocol):
 
 def scalar_metrics(metrics: Mapping[str, Any], names: re.Pattern[str], also: str | None = None) -> dict[str, float]:
     """The metrics named as ``names`` matches (or ``also``) that hold one number (a one-element tensor, a number)."""
-    found = {}
-    for name, value in metrics.items():
-        if not names.match(name) and name != also:
-            continue
-        if (isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, numbers.Real):
-            found[name] = float(value)
-    return found
+    return {
+        name: float(value)
+        for name, value in metrics.items()
+        if (names.match(name) or name == also)
+        and ((isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, numbers.Real))
+    }
 
 
 def per_loader_text(samples: dict[str, int | None] | None) -> str:
@@ -173,13 +172,9 @@ class EpochTimer(Callback):
         check.number(
             "flops_per_batch", flops_per_batch, 0, above=True, optional=True, takes="a number of FLOPs above 0, or None"
         )
-        self.input_bound_share, self.summary_file, self.busy_window_steps = (
-            input_bound_share,
-            summary_file,
-            busy_window_steps,
-        )
-        self.trace_limit, self.window_share, self.monitor = trace_limit, window_share, monitor
-        self.samples_in_batch, self.flops_per_batch = samples_in_batch, flops_per_batch
+        self.input_bound_share, self.busy_window_steps = input_bound_share, busy_window_steps
+        self.summary_file, self.trace_limit, self.window_share = summary_file, trace_limit, window_share
+        self.samples_in_batch, self.monitor, self.flops_per_batch = samples_in_batch, monitor, flops_per_batch
         self.summary_path: Path | None = None  # where timing.json was written (None until it is)
         self.problems = Reporter("EpochTimer")  # what the timer says, and what went wrong inside it (timing.json)
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
@@ -354,10 +349,7 @@ class EpochTimer(Callback):
         """Have Lightning dispatch the phase hooks (on a sampled step) or skip them."""
         self._sampling = sampling
         for hook in self._phase_hooks:
-            if sampling:
-                restore_hook(self, hook)
-            else:
-                skip_hook(self, hook)
+            (restore_hook if sampling else skip_hook)(self, hook)
 
     def _mark(self, name: str) -> None:
         if self._sampling:

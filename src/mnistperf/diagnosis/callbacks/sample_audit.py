@@ -90,19 +90,18 @@ class SampleAudit(Callback):
     duplicates, the same sample in two loaders is two samples, and each loader's counts are kept in the epoch's row.
 
     Args:
-        dataset_size: samples in the training set, to count the missing (of every training loader together).
-            Default: the length of each training DataLoader's map-style dataset when it batches single items
-            (the whole dataset, whatever the number of ranks); otherwise unknown and missing is not counted.
-        sample_id: a field of the batch holding an integer index per sample (a key of a dict
-            batch, a position of a tuple batch): the audit counts these indices instead of
-            fingerprinting content, so identical samples in the data are not taken for duplicates.
-            With several training loaders, a field of each loader's batch.
-        fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity,
-            instead of either of the above (with several training loaders, called on each loader's batch).
-        sample_dims: leading dimensions of the batch's tensors that index samples (2 for a
-            batch holding a group of batches as [k, B, ...]).
-        strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a
-            missing sample (on every rank, so none is left waiting).
+        dataset_size: samples in the training set, to count the missing (of every training loader together). Default:
+            the length of each training DataLoader's map-style dataset when it batches single items (the whole
+            dataset, whatever the number of ranks); otherwise unknown and missing is not counted.
+        sample_id: a field of the batch holding an integer index per sample (a key of a dict batch, a position of a
+            tuple batch): the audit counts these indices instead of fingerprinting content, so identical samples in
+            the data are not taken for duplicates. With several training loaders, a field of each loader's batch.
+        fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity, instead of either of the
+            above (with several training loaders, called on each loader's batch).
+        sample_dims: leading dimensions of the batch's tensors that index samples (2 for a batch holding a group of
+            batches as [k, B, ...]).
+        strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a missing sample (on every
+            rank, so none is left waiting).
         max_words: 16-bit words of each tensor of a sample that the content hash reads at most.
         seed: seed of the content hash's weights, from 0 to 2**32 - 1.
     """
@@ -119,13 +118,8 @@ class SampleAudit(Callback):
     ):
         check = Arguments("SampleAudit")  # at once: a nonsense argument would otherwise fail late in the fit, or never
         check.number("dataset_size", dataset_size, 1, integer=True, optional=True, takes="a count, 1 or more, or None")
-        check.kind(
-            "sample_id",
-            sample_id,
-            (str, int),
-            optional=True,
-            takes="a key (str) or a position (int) of the batch, or None",
-        )
+        ids = "a key (str) or a position (int) of the batch, or None"
+        check.kind("sample_id", sample_id, (str, int), optional=True, takes=ids)
         check.function("fingerprint", fingerprint, takes="a function batch -> int64 tensor [N], or None")
         check.number("sample_dims", sample_dims, 1, integer=True, takes="a count of leading dimensions, 1 or more")
         check.kind("strict", strict, (bool,), takes="True or False")
@@ -142,7 +136,6 @@ class SampleAudit(Callback):
         self._seen: list[list[torch.Tensor]] = [[]]  # per loader: the epoch's fingerprints
         self._held = HeldSteps(self.hash)  # per loader: copies of the steps' sample rows not yet hashed
         self._carried_counts = [0]  # per loader: how many fingerprints a checkpoint carried (at the front)
-        self._carried = False  # _seen holds a resumed epoch's fingerprints from its checkpoint
         self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
         self._restored: dict[str, Any] | None = None
         self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
@@ -254,15 +247,15 @@ class SampleAudit(Callback):
             mine = [torch.empty(0, dtype=torch.int64) for _ in range(count)]
         self._seen = [[part.to(trainer.strategy.root_device)] for part in mine]
         self._carried_counts = [len(part) for part in mine]
-        self._in_epoch, self._carried = True, True
+        self._in_epoch = True
         self._previous = None  # the order before the interruption is not known
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start the epoch's fingerprints afresh (unless carried over from the checkpoint)."""
-        if not self._carried:  # Lightning calls this hook on a resumed epoch's start only when none of it ran
+        if not any(self._carried_counts):  # Lightning calls this hook on a resumed epoch's start only if none of it ran
             self._start_epoch()
-        self._in_epoch, self._carried, self._failed = True, False, None
+        self._in_epoch, self._failed = True, None
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
@@ -317,7 +310,7 @@ class SampleAudit(Callback):
             order = Order.UNKNOWN if self._previous is None else Order(int(torch.equal(self._previous, local)))
             self._previous = local
         self._start_epoch()
-        self._in_epoch = self._carried = False
+        self._in_epoch = False
         shares = self._gather(trainer, parts, order, carried)
         orders = [share.order for share in shares]
         if Order.FAILED in orders:

@@ -74,20 +74,32 @@ def test_both_callbacks_say_once_what_they_count_when_a_batchs_tensors_disagree(
     assert "pass sample_id= or fingerprint=" in out
 
 
-def test_one_reading_of_a_batch_serves_both_callbacks():
-    """Loaders splits a batch into each loader's part, says once which part's tensors disagree on a sample, and
-    falls back to one loader where a hook reshaped the batch."""
-    import torch
+def test_one_reading_of_a_batch_serves_both_callbacks(capsys):
+    """TrainingBatches splits a batch into each loader's part, says once which part's tensors disagree on a sample,
+    falls back to one loader where a hook reshaped the batch, and keeps what a step read until it trained."""
+    from types import SimpleNamespace
 
-    from mnistperf.diagnosis.measure.batches import Loaders
+    from mnistperf.diagnosis.guard import Reporter
+    from mnistperf.diagnosis.measure.batches import TrainingBatches
 
-    loaders = Loaders({"a": [0], "b": [1]})
+    trainer = SimpleNamespace(is_global_zero=True, progress_bar_callback=None, lightning_module=Readout())
+    batches = TrainingBatches(Reporter("Reader"), "read as one.", {"a": [0], "b": [1]}, "taken as {first} ({module})")
     batch = {"a": (torch.zeros(4, 2), torch.zeros(4)), "b": (torch.zeros(3, 5), torch.zeros(7))}
-    assert [len(part[0]) for part in loaders.split(batch)] == [4, 3]
-    [(name, part, lengths)] = loaders.ambiguous(batch)
-    assert name == "b" and part is batch["b"] and lengths == [3, 7]
-    assert loaders.misfit(batch) is None and loaders.several
+    assert batches.begin(trainer, batch, lambda part: len(part[0])) == [4, 3] and batches.several
+    assert batches.begin(trainer, batch, lambda part: len(part[0])) == [4, 3]  # the first batch alone is checked
+    said = capsys.readouterr().out.splitlines()
+    assert said == [
+        "Reader: the tensors of a training batch of loader b (tuple) lead with different lengths (3, 7): taken as 3 "
+        "(Readout)"
+    ]
+    assert batches.trained() == [4, 3] and batches.trained() is None  # counted once
     reshaped = (torch.zeros(4, 2), torch.zeros(4))
-    assert loaders.misfit(reshaped) == "a, b"
-    assert not loaders.several and loaders.split(reshaped) == [reshaped] and loaders.ambiguous(reshaped) == []
-    assert Loaders().ambiguous({"x": torch.zeros(2), "y": torch.zeros(5)})[0][0] is None  # one loader: no name
+    batches = TrainingBatches(Reporter("Reader"), "read as one.", {"a": [0], "b": [1]})
+    assert batches.begin(trainer, reshaped, len) == [2] and not batches.several and batches.names == [""]
+    assert (
+        "training loaders (a, b) at their keys (a hook of the module reshaped it?): read as one."
+        in capsys.readouterr().out
+    )
+    one = TrainingBatches(Reporter("Reader"), "", guess="{first}")
+    one.begin(trainer, {"x": torch.zeros(2), "y": torch.zeros(5)}, len)
+    assert "a training batch (dict) lead with different lengths (2, 5): 2" in capsys.readouterr().out  # no loader named

@@ -22,8 +22,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.callbacks.epoch_timer import leading_length
 from mnistperf.diagnosis.measure import phases
+from mnistperf.diagnosis.measure.batches import leading_length
 from mnistperf.diagnosis.measure.busy_window import PROFILER_WARMUP_STEPS
 
 ROWS, BATCH, EPOCHS = 24, 4, 2

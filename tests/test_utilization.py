@@ -153,9 +153,7 @@ def test_a_compiled_module_is_not_counted_and_says_how_to_give_its_flops():
     assert not compiled(module)
     module.net.compile()  # nothing runs yet: torch.compile only wraps the call
     assert compiled(module)
-    timer = EpochTimer()
-    timer.clock.flops_reason = "unchanged"
-    from lightning import Trainer
+    from mnistperf.diagnosis.measure.step_flops import FirstStep
 
-    timer._look_up_peak(Trainer(accelerator="cpu", logger=False, enable_progress_bar=False), module)
-    assert not timer._count_flops and "torch.compile" in timer.clock.flops_reason
+    first = FirstStep(given=None)
+    assert "torch.compile" in first.plan(module) and not first.due

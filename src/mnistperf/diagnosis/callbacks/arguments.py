@@ -9,7 +9,7 @@ from typing import Any
 
 
 class Arguments:
-    """Checks the arguments of one callback; each check raises a ``TypeError`` or a ``ValueError`` naming the argument.
+    """Checks a callback's arguments: a value of another kind is a ``TypeError``, one out of range a ``ValueError``.
 
     Args:
         owner: the callback's name, which starts every message (``EpochTimer(window_share=2): ...``).
@@ -52,13 +52,13 @@ class Arguments:
         takes = "a share above 0 and at most 1" + (", or None" if optional else "")
         self.number(name, value, 0.0, 1.0, above=True, optional=optional, takes=takes)
 
-    def text(self, name: str, value: Any, *, optional: bool = False, takes: str) -> None:
-        """``value`` is a non-empty string (or None, with ``optional``)."""
+    def kind(self, name: str, value: Any, kinds: tuple[type, ...], *, optional: bool = False, takes: str) -> None:
+        """``value`` is one of ``kinds`` (a bool only where named; a str not blank), or None with ``optional``."""
         if value is None and optional:
             return
-        if not isinstance(value, str):
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             raise self._fail(TypeError, name, value, takes)
-        if not value.strip():
+        if isinstance(value, str) and not value.strip():
             raise self._fail(ValueError, name, value, takes)
 
     def function(self, name: str, value: Any, *, takes: str) -> None:
@@ -66,21 +66,11 @@ class Arguments:
         if value is not None and not callable(value):
             raise self._fail(TypeError, name, value, takes)
 
-    def flag(self, name: str, value: Any) -> None:
-        """``value`` is True or False."""
-        if not isinstance(value, bool):
-            raise self._fail(TypeError, name, value, "True or False")
-
-    def choice(self, name: str, value: Any, kinds: tuple[type, ...], *, takes: str) -> None:
-        """``value`` is None or of one of ``kinds`` (a bool is never an int here)."""
-        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
-            raise self._fail(TypeError, name, value, takes)
-
     def hints(self, value: Any, verdicts: Sequence[str]) -> None:
-        """``value`` maps some of ``verdicts`` each to a list of strings (or is None, or an import path to such)."""
+        """``value`` maps some of ``verdicts`` each to a list of strings (or is None)."""
         takes = f"a mapping of verdicts ({', '.join(verdicts)}) to lists of hints, an import path to one, or None"
-        if value is None or isinstance(value, str):
-            return  # an import path is imported, and its mapping checked, by the caller
+        if value is None:
+            return
         if not isinstance(value, Mapping):
             raise self._fail(TypeError, "hints", value, takes)
         for verdict, said in value.items():

@@ -1,11 +1,11 @@
 """A callback pays Lightning only for the per-batch hooks it uses.
 
-Lightning calls each per-batch hook of every callback, an override or not, inside the trainer's
-profiler: six hooks a training step under automatic optimization, about 2 µs each on a 2-core CPU
+Lightning calls each per-batch hook of every callback, an override or not, inside the trainer's profiler: six hooks a
+training step under automatic optimization, about 2 µs each on a 2-core CPU
 (docs/results/cpu-2core-diagnosis-cost/dispatch.py). It skips a hook that is not callable, so
-:func:`skip_unused_batch_hooks` sets those a callback's class leaves as ``Callback``'s no-ops to
-None on the instance. Such a hook is then not a method: code that calls it directly on the callback
-(a wrapper forwarding hooks to it) must check it is callable first, as Lightning does.
+:func:`skip_unused_batch_hooks` sets those a callback's class leaves as ``Callback``'s no-ops to None on the instance.
+Such a hook is then not a method: code that calls it directly on the callback (a wrapper forwarding hooks to it) must
+check it is callable first, as Lightning does.
 """
 
 from __future__ import annotations
@@ -14,19 +14,9 @@ from lightning.pytorch import Callback
 
 from mnistperf.upstream import skip_hook
 
-BATCH_HOOKS = (
-    "on_train_batch_start",
-    "on_before_zero_grad",
-    "on_before_backward",
-    "on_after_backward",
-    "on_before_optimizer_step",
-    "on_train_batch_end",
-    "on_validation_batch_start",
-    "on_validation_batch_end",
-    "on_test_batch_start",
-    "on_test_batch_end",
-    "on_predict_batch_start",
-    "on_predict_batch_end",
+# Those called for every batch: each loop's batch hooks, and those around the backward and the optimizer's step.
+BATCH_HOOKS = tuple(
+    hook for hook in vars(Callback) if "_batch_" in hook or hook.startswith(("on_before_", "on_after_"))
 )
 
 

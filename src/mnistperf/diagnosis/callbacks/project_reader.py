@@ -1,4 +1,4 @@
-"""The run's project as its trainer shows it, for advice in its terms: its classes, loader options and config.
+"""The run's project as its trainer shows it: its log folder, and its classes, loader options and config for advice.
 
 Under LightningCLI the config is the one the trainer's ``SaveConfigCallback`` holds: the file given with
 ``--config`` where one was, else the whole config LightningCLI saved into the run's log folder (which also holds
@@ -10,10 +10,12 @@ loader was handed to ``fit`` is pointed at neither, since tune cannot make that 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from mnistperf.diagnosis.measure.loader_options import arguments, own_names
 from mnistperf.diagnosis.record.advice import USER_HINTS, Hints
@@ -57,3 +59,19 @@ def config_file(trainer: Trainer, saver: SaveConfigCallback) -> str | None:
 def project_hints(given: Hints | None, terms: ProjectTerms, cuda: bool) -> Hints:
     """What the advice suggests per verdict: the hints given, else anyone's with the input-bound ones in these terms."""
     return {**USER_HINTS, "input-bound": input_hints(terms, cuda), **(given or {})}
+
+
+def log_folder(trainer: Trainer, every_rank: bool = True) -> Path:
+    """The run's log folder, else its root folder.
+
+    ``trainer.log_dir`` is a collective under DDP, which every rank asks for; without ``every_rank`` (the other ranks
+    may be gone) the logger's own folder is read instead.
+    """
+    logger = trainer.logger
+    if every_rank:
+        found = trainer.log_dir
+    elif logger is None:
+        found = trainer.default_root_dir
+    else:
+        found = logger.log_dir if isinstance(logger, (TensorBoardLogger, CSVLogger)) else logger.save_dir
+    return Path(found or trainer.default_root_dir)

@@ -1,41 +1,12 @@
-"""SampleAudit: a Lightning callback that checks every training sample is seen once per epoch.
+"""SampleAudit: a Lightning callback that checks every training sample is seen once per epoch, over every rank.
 
-Every training step, each rank fingerprints the samples of its batch on the device (integer
-arithmetic, no copy to the host, no synchronization) and keeps the fingerprints there. At the
-end of the epoch the ranks' fingerprints are gathered and counted: how many samples were seen,
-how many distinct, how many sightings were repeats (duplicates) and, against the dataset size
-where it is known, how many samples were never seen (missing). Rank 0 prints one line and logs
-the counts to the loggers; ``epochs`` holds them on every rank.
-
-A sample's fingerprint, by default, is a hash of the bits of every tensor of the batch that
-shares the batch's leading sample dimension (images, labels, ...): the same content gives the
-same fingerprint, wherever and whenever it is seen. Two consequences, both said in the line when
-they matter: identical samples in the data itself count as duplicates, and a random augmentation
-applied before the batch reaches the step makes one sample look like several. Naming a field that
-holds a sample index (``sample_id``) counts by that index instead, exactly.
-
-The hash: each tensor's per-sample bits are read as 16-bit words, and two sums of word times a
-fixed pseudo-random weight modulo the prime 2**31 - 1 make a 62-bit fingerprint. Over the choice
-of the weights, two different samples share a fingerprint with probability about 2**-62, so the
-expected number of false duplicates among n distinct samples is about n**2 / 2**63 (1e-7 for a
-million samples). Samples of more than ``max_words`` words are hashed on that many fixed word
-positions: samples equal on all of them share a fingerprint.
-
-A step's samples count once it has trained: they are copied (or fingerprinted) when the step begins
-and counted when it ends, so a batch the module skips (its ``on_train_batch_start`` returning -1) is
-not. Several training loaders (a dict or list of them, a CombinedLoader in any mode) are audited each
-apart: each loader's samples are fingerprinted on their own and counted against that loader's dataset,
-so a shorter loader cycled to the longest one's length shows its repeats as duplicates, and the same
-sample in two loaders is two samples.
-
-The epoch's fingerprints travel in checkpoints (``state_dict``), so an epoch interrupted and
-resumed is counted whole; sightings after the resume of samples seen before it are counted as
-``replayed``, and the line names the resume as their cause. Device memory: 8 bytes per sample seen,
-per rank, plus the gathered epoch at its end.
-
-The audit never breaks the fit it watches (``strict`` aside, which asks it to): a batch it cannot
-fingerprint (a ``sample_id`` the batch lacks, a ``fingerprint`` that raises) is one warning line, and
-the epoch's row says it is not audited (``"audited": False`` and why) on every rank.
+What it counts and how to read its line: docs/diagnose.md. Each step, each rank keeps its batch's sample fingerprints
+on the device (:mod:`~mnistperf.diagnosis.measure.fingerprint`), read once the step trained
+(:class:`~mnistperf.diagnosis.measure.batches.TrainingBatches`); at the epoch's end the ranks' fingerprints are
+gathered and counted, rank 0 prints one line and logs the counts, and ``epochs`` holds them on every rank. The epoch's
+fingerprints travel in checkpoints (``state_dict``), so an epoch interrupted and resumed is counted whole. A batch the
+audit cannot fingerprint is one warning line, and the epoch's row says it is not audited (``"audited": False`` and
+why) on every rank; the fit goes on, unless ``strict`` asks it to stop.
 """
 
 from __future__ import annotations
@@ -43,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -53,10 +24,16 @@ from typing_extensions import override
 from mnistperf.diagnosis.callbacks.arguments import Arguments
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import Loaders, tensors_of
+from mnistperf.diagnosis.measure.batches import TrainingBatches, tensors_of
 from mnistperf.diagnosis.measure.fingerprint import PADDING, Fingerprinter, HeldSteps
 from mnistperf.diagnosis.ranks import every_rank
 from mnistperf.errors import MnistperfError
+
+AS_ONE = "its samples are audited as one loader's"
+GUESS = (
+    "a sample is taken as a row of those leading with {first}; pass sample_id= or fingerprint= to name what a sample is"
+)
+COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known
 
 
 class Order(IntEnum):
@@ -85,22 +62,19 @@ def split_counts(flat: torch.Tensor, counts: Sequence[int]) -> list[torch.Tensor
     return list(torch.split(flat, list(counts))) if counts else []
 
 
-def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[str, Any]:
-    """One training loader's counts over every rank: seen, distinct, duplicates, its size and missing, and replayed.
+def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
+    """Samples seen and distinct, the duplicates, and against a dataset's ``size`` (where known) the missing."""
+    missing = None if size is None else max(0, size - distinct)
+    return {"seen": seen, "distinct": distinct, "duplicates": seen - distinct, "dataset_size": size, "missing": missing}
 
-    ``replayed``: sightings after a resume of samples seen before it in the same epoch (None where nothing was carried
-    over from a checkpoint).
+
+def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[str, Any]:
+    """One training loader's :func:`tally` over every rank, and ``replayed`` (None where no checkpoint carried any).
+
+    ``replayed``: sightings after a resume of samples seen before it in the same epoch.
     """
     everything = torch.cat([share.parts[loader] for share in shares])
-    seen, distinct = int(everything.numel()), int(torch.unique(everything).numel())
-    counts: dict[str, Any] = {
-        "seen": seen,
-        "distinct": distinct,
-        "duplicates": seen - distinct,
-        "dataset_size": size,
-        "missing": None if size is None else max(0, size - distinct),
-        "replayed": None,
-    }
+    counts = {**tally(everything.numel(), torch.unique(everything).numel(), size), "replayed": None}
     if any(share.carried[loader] for share in shares):
         before = torch.cat([share.parts[loader][: share.carried[loader]] for share in shares])
         after = torch.cat([share.parts[loader][share.carried[loader] :] for share in shares])
@@ -108,30 +82,26 @@ def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[st
     return counts
 
 
-def _sum_or_none(values: list[int | None]) -> int | None:
-    return None if any(v is None for v in values) else sum(cast(list[int], values))
-
-
 class SampleAudit(Callback):
     """Checks that an epoch trains on every sample once, over all ranks, and says what it found.
 
-    Several training loaders (a dict or list of them, a CombinedLoader) are audited each apart: a sample of one
-    loader is never taken for a sample of another, and each loader's counts are kept in the epoch's row.
+    Several training loaders (a dict or list of them, a CombinedLoader in any mode) are audited each apart, each
+    counted against its own dataset: a shorter loader cycled to the longest one's length shows its repeats as
+    duplicates, the same sample in two loaders is two samples, and each loader's counts are kept in the epoch's row.
 
     Args:
-        dataset_size: samples in the training set, to count the missing (of every training loader together).
-            Default: the length of each training DataLoader's map-style dataset when it batches single items
-            (the whole dataset, whatever the number of ranks); otherwise unknown and missing is not counted.
-        sample_id: a field of the batch holding an integer index per sample (a key of a dict
-            batch, a position of a tuple batch): the audit counts these indices instead of
-            fingerprinting content, so identical samples in the data are not taken for duplicates.
-            With several training loaders, a field of each loader's batch.
-        fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity,
-            instead of either of the above (with several training loaders, called on each loader's batch).
-        sample_dims: leading dimensions of the batch's tensors that index samples (2 for a
-            batch holding a group of batches as [k, B, ...]).
-        strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a
-            missing sample (on every rank, so none is left waiting).
+        dataset_size: samples in the training set, to count the missing (of every training loader together). Default:
+            the length of each training DataLoader's map-style dataset when it batches single items (the whole
+            dataset, whatever the number of ranks); otherwise unknown and missing is not counted.
+        sample_id: a field of the batch holding an integer index per sample (a key of a dict batch, a position of a
+            tuple batch): the audit counts these indices instead of fingerprinting content, so identical samples in
+            the data are not taken for duplicates. With several training loaders, a field of each loader's batch.
+        fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity, instead of either of the
+            above (with several training loaders, called on each loader's batch).
+        sample_dims: leading dimensions of the batch's tensors that index samples (2 for a batch holding a group of
+            batches as [k, B, ...]).
+        strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a missing sample (on every
+            rank, so none is left waiting).
         max_words: 16-bit words of each tensor of a sample that the content hash reads at most.
         seed: seed of the content hash's weights, from 0 to 2**32 - 1.
     """
@@ -148,30 +118,29 @@ class SampleAudit(Callback):
     ):
         check = Arguments("SampleAudit")  # at once: a nonsense argument would otherwise fail late in the fit, or never
         check.number("dataset_size", dataset_size, 1, integer=True, optional=True, takes="a count, 1 or more, or None")
-        check.choice("sample_id", sample_id, (str, int), takes="a key (str) or a position (int) of the batch, or None")
+        ids = "a key (str) or a position (int) of the batch, or None"
+        check.kind("sample_id", sample_id, (str, int), optional=True, takes=ids)
         check.function("fingerprint", fingerprint, takes="a function batch -> int64 tensor [N], or None")
         check.number("sample_dims", sample_dims, 1, integer=True, takes="a count of leading dimensions, 1 or more")
-        check.flag("strict", strict)
+        check.kind("strict", strict, (bool,), takes="True or False")
         check.number("max_words", max_words, 1, integer=True, takes="a count of 16-bit words, 1 or more")
         check.number("seed", seed, 0, 2**32 - 1, integer=True, takes="a whole number from 0 to 2**32 - 1")
         self.dataset_size, self.sample_id, self.fingerprint = dataset_size, sample_id, fingerprint
         self.sample_dims, self.strict = sample_dims, strict
         self.hash = Fingerprinter(seed, max_words)
         self.epochs: list[dict[str, Any]] = []
-        self._loaders = Loaders()  # the fit's training loaders, each audited apart
+        self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
+        self.batches = TrainingBatches(self.problems, AS_ONE)  # the fit's training batches
+        by_content = fingerprint is None and sample_id is None
+        self._guess = GUESS if by_content and sample_dims == 1 else None  # where a sample's rows may be a guess
         self._seen: list[list[torch.Tensor]] = [[]]  # per loader: the epoch's fingerprints
+        self._held = HeldSteps(self.hash)  # per loader: copies of the steps' sample rows not yet hashed
+        self._carried_counts = [0]  # per loader: how many fingerprints a checkpoint carried (at the front)
         self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
         self._restored: dict[str, Any] | None = None
         self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
-        self._carried = False  # _seen holds a resumed epoch's fingerprints from its checkpoint
-        self._carried_counts = [0]  # per loader: how many of them (at the front of its fingerprints)
         self._trainer: Trainer | None = None
-        self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
-        self._held = HeldSteps(self.hash)  # per loader: copies of the steps' sample rows not yet hashed
-        self._pending: list[Any] | None = None  # the step begun: per loader, its rows or fingerprints (None: none)
-        self._batch_read = False
-        self._loaders_read = False  # the fit's first batch was checked to hold each loader's batch
         skip_unused_batch_hooks(self)
 
     # ------------------------------------------------------------------ fingerprints
@@ -212,36 +181,30 @@ class SampleAudit(Callback):
         samples = math.prod(lead)
         return [t.reshape(samples, -1) for t in tensors if t.shape[: self.sample_dims] == lead], samples
 
-    def _copy_rows(self, batch: Any) -> tuple[list[torch.Tensor], int]:
-        """A copy of the batch's sample rows (the loader may reuse its buffers), and its samples."""
-        rows, samples = self._sample_rows(batch)
-        return [t.detach().clone() if t.requires_grad else t.clone() for t in rows], samples
+    def _read(self, part: Any) -> Any:
+        """A loader's part of a step's batch as kept until it trained: its fingerprints, or a copy of its sample rows.
 
-    def _hold(self, loader: int, rows: list[torch.Tensor], samples: int) -> None:
-        """Keep a step's copied sample rows, hashed with those of the steps around it (:class:`HeldSteps`)."""
-        if self._held.hold(loader, rows, samples):
-            self._flush()
+        The rows are copied (the loader may reuse its buffers) and hashed later, with other steps' rows.
+        """
+        if part is None or self.fingerprint is not None or self.sample_id is not None:
+            return None if part is None else self.fingerprints(part)
+        rows, samples = self._sample_rows(part)
+        return [t.detach().clone() if t.requires_grad else t.clone() for t in rows], samples
 
     def _flush(self) -> None:
         """Hash each loader's held steps' samples, in order."""
         for loader, found in enumerate(self._held.flush()):
             self._seen[loader].extend(found)
 
-    def _size_of(self, loader: Any) -> int | None:
-        """The samples of a training loader's dataset, where it is a map-style DataLoader batching single items."""
-        if (
-            self.sample_dims == 1
-            and isinstance(loader, DataLoader)
-            and loader.batch_size is not None
-            and not isinstance(loader.dataset, IterableDataset)
-            and hasattr(loader.dataset, "__len__")
-        ):
-            return len(loader.dataset)  # the whole dataset: a distributed sampler splits it, not the dataset
-        return None
+    def _local(self, trainer: Trainer) -> list[torch.Tensor]:
+        """This rank's fingerprints of the epoch so far, per loader, on the training device."""
+        self._flush()
+        device = trainer.strategy.root_device
+        return [torch.cat([f.to(device) for f in seen] or [self._none(trainer)]) for seen in self._seen]
 
-    def _dataset_sizes(self, trainer: Trainer) -> list[int | None]:
-        """Each training loader's dataset size (None where not known)."""
-        return [self._size_of(loader) for loader in self._loaders.parts(trainer.train_dataloader)]
+    @staticmethod
+    def _none(trainer: Trainer) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
 
     # ------------------------------------------------------------------ hooks
     @override
@@ -250,99 +213,66 @@ class SampleAudit(Callback):
         self._trainer = trainer
         if stage == "fit":
             self.problems = Reporter("SampleAudit")
-            self._batch_read = self._loaders_read = False  # the fit's first batch is read again
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
-        loaders = Loaders()
+        self.batches = TrainingBatches(self.problems, AS_ONE, guess=self._guess)
         with self.problems.guard("reading the training loaders"):
-            loaders = Loaders(trainer.train_dataloader)
-        self._use_loaders(loaders)
+            self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, self._guess)
+        self._start_epoch()
         restored, self._restored = self._restored, None
         with self.problems.guard("restoring the epoch's fingerprints from the checkpoint"):
-            self._restore(trainer, restored)
+            if restored is not None and restored["epoch"] == trainer.current_epoch:  # resumed inside that epoch
+                self._restore(trainer, restored)
 
-    def _use_loaders(self, loaders: Loaders) -> None:
-        """Audit ``loaders`` from now on, nothing of theirs seen or held yet."""
-        self._loaders = loaders
-        self._seen = [[] for _ in loaders.names]
-        self._held = HeldSteps(self.hash, len(loaders.names))
-        self._carried_counts = [0] * len(loaders.names)
-        self._pending = None
+    def _start_epoch(self) -> None:
+        """Nothing of the epoch seen or held yet, for each training loader."""
+        count = len(self.batches.names)
+        self._seen, self._carried_counts = [[] for _ in range(count)], [0] * count
+        self._held = HeldSteps(self.hash, count)
 
-    def _restore(self, trainer: Trainer, restored: dict[str, Any] | None) -> None:
-        if restored is not None and restored["epoch"] == trainer.current_epoch:  # resumed inside that epoch
-            shares = restored["fingerprints"]
-            count = len(self._loaders.names)
-            counts = restored.get("loaders") or [[len(share)] + [0] * (count - 1) for share in shares]
-            if any(len(c) != count for c in counts):  # the fit's loaders are not the checkpoint's: one pool
-                counts = [[len(share)] + [0] * (count - 1) for share in shares]
-            parts = [split_counts(share, c) for share, c in zip(shares, counts, strict=True)]
-            if len(shares) == trainer.world_size:
-                mine = parts[trainer.global_rank]
-            elif trainer.global_rank == 0:
-                mine = [torch.cat([rank[loader] for rank in parts]) for loader in range(count)]
-            else:
-                mine = [torch.empty(0, dtype=torch.int64) for _ in range(count)]
-            device = trainer.strategy.root_device
-            self._seen = [[part.to(device)] for part in mine]
-            self._carried_counts = [len(part) for part in mine]
-            self._in_epoch, self._carried = True, True
-            self._previous = None  # the order before the interruption is not known
+    def _restore(self, trainer: Trainer, restored: dict[str, Any]) -> None:
+        """Take back this rank's fingerprints of the epoch, per loader (every rank's on rank 0, where ranks changed)."""
+        shares, count = restored["fingerprints"], len(self.batches.names)
+        counts = restored.get("loaders")
+        if counts is None or any(len(c) != count for c in counts):  # the fit's loaders are not the checkpoint's: a pool
+            counts = [[len(share)] + [0] * (count - 1) for share in shares]
+        parts = [split_counts(share, c) for share, c in zip(shares, counts, strict=True)]
+        if len(shares) == trainer.world_size:
+            mine = parts[trainer.global_rank]
+        elif trainer.global_rank == 0:
+            mine = [torch.cat([rank[loader] for rank in parts]) for loader in range(count)]
+        else:
+            mine = [torch.empty(0, dtype=torch.int64) for _ in range(count)]
+        self._seen = [[part.to(trainer.strategy.root_device)] for part in mine]
+        self._carried_counts = [len(part) for part in mine]
+        self._in_epoch = True
+        self._previous = None  # the order before the interruption is not known
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start the epoch's fingerprints afresh (unless carried over from the checkpoint)."""
-        if not self._carried:  # Lightning calls this hook on a resumed epoch's start only when none of it ran
-            self._seen = [[] for _ in self._loaders.names]
-            self._carried_counts = [0] * len(self._loaders.names)
-        self._held = HeldSteps(self.hash, len(self._loaders.names))
-        self._pending = None
-        self._in_epoch, self._carried, self._failed = True, False, None
+        if not any(self._carried_counts):  # Lightning calls this hook on a resumed epoch's start only if none of it ran
+            self._start_epoch()
+        self._in_epoch, self._failed = True, None
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        """Copy or fingerprint each loader's samples of the batch, on the device, to count once the step has trained.
-
-        A batch the module skips (its ``on_train_batch_start`` returning -1) is never counted. A batch that cannot
-        be fingerprinted ends the audit of the epoch.
-        """
-        self._pending = None
+        """Copy or fingerprint each loader's samples of the batch, on the device (failing, the epoch is not audited)."""
         if self._failed is not None:
             return
         try:
-            if self._loaders.several and not self._loaders_read:
-                self._loaders_read = True
-                self._check_loaders(trainer, batch)
-            parts = self._loaders.split(batch)
-            if self.fingerprint is None and self.sample_id is None:
-                if not self._batch_read:
-                    self._batch_read = True
-                    self._say_if_ambiguous(trainer, batch)
-                self._pending = [None if part is None else self._copy_rows(part) for part in parts]
-            else:
-                self._pending = [None if part is None else self.fingerprints(part) for part in parts]
+            self.batches.begin(trainer, batch, self._read)
+            if len(self._seen) > len(self.batches.names):  # read as one loader's from now on: pool what was carried
+                self._flush()
+                seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
+                self._start_epoch()
+                self._seen, self._carried_counts = [seen], [carried]
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
 
-    def _check_loaders(self, trainer: Trainer, batch: Any) -> None:
-        """Once a fit: a batch that does not hold each training loader's batch at its key is audited as one loader's."""
-        if self._loaders.fits(batch):
-            return
-        self._flush()
-        names = self._loaders.misfit(batch)
-        seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
-        self._use_loaders(self._loaders)
-        self._seen, self._carried_counts = [seen], [carried]
-        if trainer.is_global_zero:
-            self.problems.say(
-                trainer,
-                f"SampleAudit: a training batch ({type(batch).__name__}) does not hold the batches of the training "
-                f"loaders ({names}) at their keys (a hook of the module reshaped it?): its samples are audited as "
-                "one loader's",
-            )
-
+    @override
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -354,103 +284,85 @@ class SampleAudit(Callback):
 
     def _commit(self) -> None:
         """Count the samples of the step begun (it trained)."""
-        pending, self._pending = self._pending, None
+        pending = self.batches.trained()
         if pending is None or self._failed is not None:
             return
         for loader, item in enumerate(pending):
-            if item is None:
-                continue
             if isinstance(item, torch.Tensor):
                 self._seen[loader].append(item)
-            else:
-                self._hold(loader, *item)
-
-    def _say_if_ambiguous(self, trainer: Trainer, batch: Any) -> None:
-        """Once a fit: where a batch's tensors lead with different lengths, say which rows are taken for samples."""
-        found = self._loaders.ambiguous(batch) if self.sample_dims == 1 else []
-        if not found or not trainer.is_global_zero:
-            return
-        for name, part, lengths in found:
-            where = "" if name is None else f" of loader {name}"
-            self.problems.say(
-                trainer,
-                f"SampleAudit: the tensors of a training batch{where} ({type(part).__name__}) lead with different "
-                f"lengths ({', '.join(map(str, lengths))}): a sample is taken as a row of those leading with "
-                f"{lengths[0]}; pass sample_id= or fingerprint= to name what a sample is",
-            )
+            elif item is not None and self._held.hold(loader, *item):  # the held steps are due to be hashed
+                self._flush()
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
-        count = len(self._loaders.names)
-        self._pending = None  # a batch the module skipped, ending the epoch
-        parts = [torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)] * count
+        self.batches.pending = None  # a batch the module skipped, ending the epoch
+        count, carried = len(self.batches.names), self._carried_counts
+        parts: list[torch.Tensor] = []
         try:
             parts = self._local(trainer)
         except Exception as error:
             self._failed = self.problems.note("collecting the epoch's fingerprints", error)
-        carried = self._carried_counts
         if self._failed is not None:
-            parts = [torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)] * count
-            carried, order = [0] * count, Order.FAILED
-            local = None
+            parts, carried, order, self._previous = [self._none(trainer)] * count, [0] * count, Order.FAILED, None
         else:
             local = torch.cat(parts)
             order = Order.UNKNOWN if self._previous is None else Order(int(torch.equal(self._previous, local)))
-        self._previous = local
-        self._seen, self._in_epoch, self._carried = [[] for _ in range(count)], False, False
-        self._carried_counts = [0] * count
+            self._previous = local
+        self._start_epoch()
+        self._in_epoch = False
         shares = self._gather(trainer, parts, order, carried)
         orders = [share.order for share in shares]
         if Order.FAILED in orders:
             row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": self._why_not(orders)}
             self.epochs.append(row)
-            if trainer.is_global_zero:
-                self.problems.say(trainer, f"sample audit, epoch {row['epoch']}: not audited ({row['why']})")
+            self.problems.say(trainer, f"sample audit, epoch {row['epoch']}: not audited ({row['why']})")
             self._failed = None
             return
-        sizes: list[int | None] = [None] * count
-        with self.problems.guard("reading the training set's size"):
-            sizes = self._dataset_sizes(trainer)
-        row = self._row(trainer, shares, sizes, orders)
+        row = self._row(trainer, shares, orders)
         self.epochs.append(row)
         line = self.describe(row)
-        if trainer.is_global_zero:
-            scalars = {
-                f"audit/{k}": float(row[k]) for k in ("seen", "distinct", "duplicates", "missing") if row[k] is not None
-            }
-            self.problems.log(trainer, scalars, "the epoch's counts")
-            self.problems.say(trainer, line)
+        logged = {f"audit/{k}": float(row[k]) for k in COUNTS if row[k] is not None}
+        self.problems.log(trainer, logged, "the epoch's counts")
+        self.problems.say(trainer, line)
         if self.strict and (row["duplicates"] or row["missing"]):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
 
-    def _row(
-        self, trainer: Trainer, shares: list[Share], sizes: list[int | None], orders: list[Order]
-    ) -> dict[str, Any]:
+    def _row(self, trainer: Trainer, shares: list[Share], orders: list[Order]) -> dict[str, Any]:
         """The epoch's counts: over every loader (told apart), and each loader's where there are several."""
+        sizes: list[int | None] = [None] * len(self.batches.names)
+        with self.problems.guard("reading the training set's size"):
+            sizes = [self._dataset_size(loader) for loader in self.batches.parts(trainer.train_dataloader)]
         each = [loader_counts(shares, loader, size) for loader, size in enumerate(sizes)]
-        seen, distinct = sum(c["seen"] for c in each), sum(c["distinct"] for c in each)
-        size = self.dataset_size if self.dataset_size is not None else _sum_or_none([c["dataset_size"] for c in each])
+        size = self.dataset_size
+        if size is None and None not in sizes:
+            size = sum(c["dataset_size"] for c in each)
         replayed = [c["replayed"] for c in each if c["replayed"] is not None]
         row = {
             "epoch": trainer.current_epoch + 1,
             "audited": True,
-            "seen": seen,
-            "distinct": distinct,
-            "duplicates": seen - distinct,
-            "dataset_size": size,
-            "missing": None if size is None else max(0, size - distinct),
+            **tally(sum(c["seen"] for c in each), sum(c["distinct"] for c in each), size),
             "per_rank": [sum(int(part.numel()) for part in share.parts) for share in shares],
             # ranks that repeated their last epoch's order
             "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),
             "replayed": sum(replayed) if replayed else None,
         }
-        if self._loaders.several:
+        if self.batches.several:
             row["loaders"] = {
                 name: {k: v for k, v in counts.items() if k != "replayed"}
-                for name, counts in zip(self._loaders.names, each, strict=True)
+                for name, counts in zip(self.batches.names, each, strict=True)
             }
         return row
+
+    def _dataset_size(self, loader: Any) -> int | None:
+        """The samples of a map-style DataLoader's whole dataset where it batches single items; None elsewhere.
+
+        The whole dataset's, whatever the ranks: a distributed sampler splits the samples, not the dataset.
+        """
+        if self.sample_dims != 1 or not isinstance(loader, DataLoader) or loader.batch_size is None:
+            return None
+        dataset = loader.dataset
+        return len(dataset) if not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__") else None
 
     def _why_not(self, orders: list[Order]) -> str:
         """Why an epoch is not audited: this rank's problem, or the ranks that had one."""
@@ -458,16 +370,6 @@ class SampleAudit(Callback):
             return self._failed.removeprefix("SampleAudit: ")
         ranks = ", ".join(str(rank) for rank, order in enumerate(orders) if order == Order.FAILED)
         return f"rank {ranks} could not fingerprint a batch; its own warning says why"
-
-    # ------------------------------------------------------------------ counting
-    def _local(self, trainer: Trainer) -> list[torch.Tensor]:
-        """This rank's fingerprints of the epoch so far, per loader, on the training device."""
-        self._flush()
-        device = trainer.strategy.root_device
-        return [
-            torch.cat([f.to(device) for f in seen]) if seen else torch.empty(0, dtype=torch.int64, device=device)
-            for seen in self._seen
-        ]
 
     @staticmethod
     def _gather(trainer: Trainer, parts: list[torch.Tensor], order: Order, carried: list[int]) -> list[Share]:

@@ -1,24 +1,27 @@
-"""What a training batch holds, read the way both callbacks read it: its tensors.
+"""What a training batch holds, read the same way by both callbacks: each loader's part, its tensors, its samples.
 
-A batch is a tensor or any nest of dicts, tuples, lists (named tuples too) and dataclasses around
-tensors; :func:`tensors_of` walks it, a dataclass's every field included (fields set in
-``__post_init__``, such as a batched graph's node features, too). Samples are counted as the leading
-length of the first tensor, as Lightning's ``extract_batch_size`` counts them; where the batch's
-tensors lead with different lengths (a graph batch's atoms and its molecules), that count is a guess,
-and :func:`leading_lengths` lets a callback say so once.
-
-A fit with several training loaders (a dict, list or tuple of them, or a CombinedLoader) trains on one batch
-a step holding each loader's batch at its key: :class:`Loaders` finds each loader's part, so that every
-loader's samples are counted, and told apart.
+A batch is a tensor or any nest of dicts, tuples, lists (named tuples too) and dataclasses around tensors;
+:func:`tensors_of` walks it, a dataclass's every field included (fields set in ``__post_init__``, such as a batched
+graph's node features, too). Samples are counted as the leading length of the first tensor, as Lightning's
+``extract_batch_size`` counts them (:func:`leading_length`). A fit with several training loaders (a dict, list or
+tuple of them, or a CombinedLoader) trains on one batch a step holding each loader's batch at its keys:
+:class:`TrainingBatches` finds each loader's part, so that every loader's samples are counted, and told apart.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
+from lightning.pytorch.utilities.data import extract_batch_size
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from mnistperf.diagnosis.guard import Reporter
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Trainer
 
 
 def tensors_of(batch: Any) -> list[torch.Tensor]:
@@ -44,44 +47,64 @@ def leading_lengths(batch: Any) -> list[int]:
     return list(dict.fromkeys(t.shape[0] for t in tensors_of(batch) if t.ndim))
 
 
-def _holds_loaders(node: Any) -> bool:
-    """Whether Lightning reads ``node`` as a container of training loaders (a dict, list or tuple of iterables).
+def leading_length(batch: Any) -> int | None:
+    """The leading length of a batch's first tensor, as Lightning's ``extract_batch_size`` finds it; None if none.
 
-    As CombinedLoader flattens its iterables: a container of nothing but numbers and strings is one iterable.
+    A tensor, or a tuple, list or dict whose first item is a tensor, is read directly (every step: kept cheap).
     """
-    items = list(node.values()) if isinstance(node, Mapping) else node if isinstance(node, (list, tuple)) else None
-    return items is not None and not all(isinstance(item, (int, float, str)) for item in items)
+    first = batch
+    if isinstance(first, (tuple, list)) and first:
+        first = first[0]
+    elif isinstance(first, dict) and first:
+        first = next(iter(first.values()))
+    if isinstance(first, torch.Tensor):
+        return first.shape[0] if first.ndim else 1
+    try:
+        return extract_batch_size(batch)
+    except (MisconfigurationException, RecursionError):
+        return None
 
 
 def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
     """Where each training loader's batch sits in a step's batch: the keys (and positions) leading to it.
 
     Lightning combines several training loaders (a dict, list or tuple of them, nested too, or a CombinedLoader's)
-    into one batch a step that has their structure, each loader's batch at its keys; one loader is ``[()]``.
+    into one batch a step that has their structure, each loader's batch at its keys; one loader is ``[()]``. As
+    CombinedLoader flattens its iterables, a container of nothing but numbers and strings is one loader.
     """
-    if not _holds_loaders(loaders):
+    items = list(loaders.values()) if isinstance(loaders, Mapping) else loaders
+    if not isinstance(items, (list, tuple)) or all(isinstance(item, (int, float, str)) for item in items):
         return [()]
-    items = loaders.items() if isinstance(loaders, Mapping) else enumerate(loaders)
-    return [(key, *path) for key, value in items for path in loader_paths(value)]
+    pairs = loaders.items() if isinstance(loaders, Mapping) else enumerate(loaders)
+    return [(key, *path) for key, value in pairs for path in loader_paths(value)]
 
 
-class Loaders:
-    """A fit's training loaders, and how to find each one's part of a step's batch.
+class TrainingBatches:
+    """A fit's training batches as one callback reads them: each loader's part, a step's reading kept until it trained.
+
+    The fit's first batch is checked once, and what is found is said once in the callback's words: a batch that does
+    not hold each loader's batch at its keys (a hook of the module reshaped it?) is read as one loader's from then on;
+    where a part's tensors lead with different lengths (a graph batch's atoms and its molecules), a sample is a guess.
 
     Args:
-        loaders: the fit's training loaders as Lightning holds them (``trainer.train_dataloader``).
+        problems: the callback's, which says each finding once.
+        as_one: what the callback does with a batch read as one loader's.
+        loaders: the fit's training loaders (``trainer.train_dataloader``; None: each batch is one loader's).
+        guess: what the callback takes a sample for where a part's tensors disagree (``{first}``: the first tensor's
+            length, ``{module}``: the LightningModule's class); None where it does not guess.
     """
 
-    def __init__(self, loaders: Any = None):
-        self._read(loader_paths(loaders))
+    def __init__(self, problems: Reporter, as_one: str, loaders: Any = None, guess: str | None = None):
+        self.problems, self.as_one, self.guess = problems, as_one, guess
+        self._use(loader_paths(loaders))
+        self.pending: list[Any] | None = None  # what the step begun read of each loader's part (None: no step)
+        self._checked = False
 
-    def _read(self, paths: list[tuple[Any, ...]]) -> None:
-        self.paths = paths
-        self.names = ["/".join(map(str, path)) for path in self.paths]
-        self.several = len(self.paths) > 1
+    def _use(self, paths: list[tuple[Any, ...]]) -> None:
+        self.paths, self.names, self.several = paths, ["/".join(map(str, path)) for path in paths], len(paths) > 1
 
     def parts(self, batch: Any) -> list[Any]:
-        """Each loader's batch in a step's batch, in :attr:`names`' order (None where a loader gave none that step)."""
+        """Each loader's part of a step's batch (or of the loaders), in :attr:`names`' order (None: it gave none)."""
         found = []
         for path in self.paths:
             part = batch
@@ -90,37 +113,46 @@ class Loaders:
             found.append(part)
         return found
 
-    def fits(self, batch: Any) -> bool:
-        """Whether ``batch`` holds every loader's batch at its keys (a hook of the module may have reshaped it)."""
-        try:
-            self.parts(batch)
-        except (KeyError, IndexError, TypeError):
-            return False
-        return True
+    def begin(self, trainer: Trainer, batch: Any, read: Callable[[Any], Any]) -> list[Any]:
+        """A step begins: ``read`` of each loader's part, kept as :attr:`pending` until :meth:`trained`.
 
-    def split(self, batch: Any) -> list[Any]:
-        """The batch's part of each loader (the batch itself where there is one loader)."""
-        return self.parts(batch) if self.several else [batch]
-
-    def misfit(self, batch: Any) -> str | None:
-        """Where several loaders' batch does not hold each one's at its keys: their names, and from now on one loader.
-
-        Both callbacks then read the batch as one loader's and say so once, each in its own terms.
+        ``read`` gets None for a loader that gave no batch this step; where reading fails, ``[None]`` is kept.
         """
-        if not self.several or self.fits(batch):
-            return None
-        names = ", ".join(self.names)
-        self._read([()])  # one loader: the batch as it comes
-        return names
+        self.pending = [None]
+        if not self._checked:
+            self._checked = True
+            self._check(trainer, batch)
+        self.pending = [read(part) for part in self.parts(batch)]
+        return self.pending
 
-    def ambiguous(self, batch: Any) -> list[tuple[str | None, Any, list[int]]]:
-        """Each loader's part whose tensors lead with different lengths: (its name where several, the part, lengths).
+    def trained(self) -> list[Any] | None:
+        """What the step begun read, now that it trained; None where none began since (a skipped or None batch)."""
+        pending, self.pending = self.pending, None
+        return pending
 
-        A sample is then a guess (a graph batch's atoms and its molecules), which a callback says once a fit.
-        """
-        found = []
-        for name, part in zip(self.names, self.split(batch), strict=True):
-            lengths = leading_lengths(part) if part is not None else []
-            if len(lengths) > 1:
-                found.append((name if self.several else None, part, lengths))
-        return found
+    def _check(self, trainer: Trainer, batch: Any) -> None:
+        """Say what the fit's first batch shows: loaders it does not hold at their keys, a sample that is a guess."""
+        if self.several:
+            try:
+                self.parts(batch)
+            except (KeyError, IndexError, TypeError):
+                names = ", ".join(self.names)
+                self._use([()])
+                self.problems.say_once(
+                    trainer,
+                    f"a training batch ({type(batch).__name__}) does not hold the batches of the training loaders "
+                    f"({names}) at their keys (a hook of the module reshaped it?): {self.as_one}",
+                )
+        if self.guess is None:
+            return
+        with self.problems.guard("reading the first batch's tensors"):
+            for name, part in zip(self.names, self.parts(batch), strict=True):
+                lengths = leading_lengths(part) if part is not None else []
+                if len(lengths) > 1:
+                    where = f" of loader {name}" if self.several else ""
+                    guessed = self.guess.format(first=lengths[0], module=type(trainer.lightning_module).__name__)
+                    self.problems.say_once(
+                        trainer,
+                        f"the tensors of a training batch{where} ({type(part).__name__}) lead with different lengths "
+                        f"({', '.join(map(str, lengths))}): {guessed}",
+                    )

@@ -1,14 +1,16 @@
 """The sample fingerprints SampleAudit counts: a 62-bit modular hash of each sample's bits, on the device.
 
-Each tensor's per-sample bits are read as 16-bit words, and two sums of word times a fixed pseudo-random weight
-modulo the prime 2**31 - 1 make a 62-bit fingerprint (:class:`Fingerprinter`). Over the choice of the weights, two
-different samples share a fingerprint with probability about 2**-62. Hashing costs mostly the launch of a dozen
-small operations, whatever the samples, so :class:`HeldSteps` keeps copies of the steps' sample rows and hashes many
-steps at once.
+Each tensor's per-sample bits are read as 16-bit words, and two sums of word times a fixed pseudo-random weight modulo
+the prime 2**31 - 1 make a 62-bit fingerprint (:class:`Fingerprinter`). Over the choice of the weights, two different
+samples share a fingerprint with probability about 2**-62: among n distinct samples about n**2 / 2**63 false duplicates
+are expected (1e-7 for a million). Samples of more than ``max_words`` words are hashed on that many fixed word
+positions: samples equal on all of them share a fingerprint. Hashing costs mostly the launch of a dozen small
+operations, whatever the samples, so :class:`HeldSteps` keeps copies of the steps' sample rows and hashes many at once.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -59,27 +61,6 @@ def _float_lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tenso
         low, high = sums[:, :LANES], sums[:, LANES:]
         total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
     return total
-
-
-def joined(held: list[tuple[list[torch.Tensor], int]]) -> list[torch.Tensor] | None:
-    """Each of the held steps' tensors joined along the samples; None where the steps' tensors do not agree.
-
-    Steps agree when they hold as many tensors and each has the same type and the same shape past its first
-    dimension (``torch.cat`` raises on any other shape, but would convert types).
-    """
-    width = len(held[0][0])
-    if any(len(rows) != width for rows, _ in held):
-        return None
-    columns = []
-    for i in range(width):
-        column = [rows[i] for rows, _ in held]
-        if len({t.dtype for t in column}) > 1:
-            return None
-        try:
-            columns.append(torch.cat(column))
-        except RuntimeError:
-            return None
-    return columns
 
 
 class Fingerprinter:
@@ -159,26 +140,17 @@ class HeldSteps:
     def flush(self) -> list[list[torch.Tensor]]:
         """Per loader, the fingerprints of its held steps' samples in order; nothing is held afterwards.
 
-        All at once, or each run of steps whose tensors agree (see :func:`joined`): they agree but for a smaller
-        last batch of a different shape, or a batch structure that changes from step to step.
+        Each run of steps whose tensors agree (in type, and in shape past the first dimension) is hashed at once: all
+        of them, but for a smaller last batch, or a batch structure that changes from step to step.
         """
         everything, self._held = self._held, [[] for _ in self._held]
         self._samples = self._bytes = 0
-        return [self._hashed(held) if held else [] for held in everything]
+        return [self._hashed(held) for held in everything]
 
     def _hashed(self, held: Held) -> list[torch.Tensor]:
-        columns = joined(held)
-        if columns is not None:
-            return [self.hash(columns, sum(samples for _, samples in held))]
         found = []
-        start = 0
-        shapes = [[(t.dtype, t.shape[1:]) for t in rows] for rows, _ in held]
-        while start < len(held):
-            end = start + 1
-            while end < len(held) and shapes[end] == shapes[start]:
-                end += 1
-            run = held[start:end]
-            columns = [torch.cat([rows[i] for rows, _ in run]) for i in range(len(shapes[start]))]
-            found.append(self.hash(columns, sum(samples for _, samples in run)))
-            start = end
+        for _, run in itertools.groupby(held, key=lambda step: [(t.dtype, t.shape[1:]) for t in step[0]]):
+            steps = list(run)
+            columns = [torch.cat(column) for column in zip(*(rows for rows, _ in steps), strict=True)]
+            found.append(self.hash(columns, sum(samples for _, samples in steps)))
         return found

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import fit_module
+from conftest import fit_module, run_stage
 from lightning import LightningModule
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -152,6 +152,17 @@ def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_sa
     assert "EpochTimer(window_share=None)" in summary["verdict_reason"]
     assert "--trainer.callbacks.init_args.window_share=null" in summary["verdict_reason"]
     assert not any("profiled" in row for row in timer.epochs) and not list(tmp_path.rglob("*.pt.trace.json"))
+
+
+def test_the_command_line_remedy_for_a_fit_too_short_profiles_it_through_fit(workdir):
+    share = "--trainer.callbacks.init_args.window_share"
+    short = run_stage("v3_resident", "--data.batch_size", "16", share, "1e-9", epochs=2)
+    assert short is not None and short["verdict"] == "undetermined"
+    remedy = f"{share}=null"
+    assert remedy in short["verdict_reason"], short["verdict_reason"]
+    anyway = run_stage("v3_resident", "--data.batch_size", "16", *remedy.split("="), epochs=2)
+    assert anyway is not None and anyway["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
+    assert anyway["busy_window"]["share"] is not None
 
 
 def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypatch):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import fit_module
+from conftest import fit_module, run_stage
 from lightning import LightningModule
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -89,8 +89,8 @@ def test_early_stopping_after_the_warm_up_says_the_fit_ended_first():
 
 def test_a_crowded_window_says_the_verdict_is_in_doubt_and_states_no_bound(monkeypatch):
     waits = iter(range(0, 10**6))
-    # Every read of the thread's schedule has waited a further second for a core: a machine full of other work.
-    monkeypatch.setattr(window_module, "thread_schedule", lambda: (0.0, float(next(waits))))
+    # Every read of the thread's schedule has waited a further hour for a core: a machine full of other work.
+    monkeypatch.setattr(window_module, "thread_schedule", lambda: (0.0, 3600.0 * next(waits)))
     timer = fit(epochs=2)
     summary = timer.clock.summary()
     assert timer.busy_window["waited_for_a_core"] == 1.0
@@ -135,33 +135,51 @@ def test_a_compute_bound_cpu_step_is_told_what_the_cpu_can_do_before_a_gpu():
     assert f"{torch.get_num_threads()} threads" in found["hints"][0]
 
 
+def test_a_short_cpu_fit_gets_a_bound_at_the_windows_default_share():
+    timer = fit(epochs=2, timer={"window_share": window_module.WINDOW_FIT_SHARE})
+    summary = timer.clock.summary()
+    assert summary["verdict"] in ("input-bound", "overhead-bound", "compute-bound"), summary["verdict_reason"]
+    assert timer.busy_window["share"] is not None and timer.epochs[1]["profiled"]["cost_s"] >= 0
+
+
 def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_says_how_to_profile_it(tmp_path):
     from lightning.pytorch.loggers import CSVLogger
 
-    timer = fit(epochs=3, timer={"window_share": window_module.WINDOW_FIT_SHARE}, logger=CSVLogger(tmp_path))
+    timer = fit(epochs=3, timer={"window_share": 1e-9}, logger=CSVLogger(tmp_path))
     summary = timer.clock.summary()
     assert summary["verdict"] == "undetermined"
-    assert "128 training steps left are too few" in summary["verdict_reason"], summary["verdict_reason"]
+    assert "is too short for one profiled step" in summary["verdict_reason"], summary["verdict_reason"]
     assert "EpochTimer(window_share=None)" in summary["verdict_reason"]
+    assert "--trainer.callbacks.init_args.window_share=null" in summary["verdict_reason"]
     assert not any("profiled" in row for row in timer.epochs) and not list(tmp_path.rglob("*.pt.trace.json"))
 
 
+def test_the_command_line_remedy_for_a_fit_too_short_profiles_it_through_fit(workdir):
+    share = "--trainer.callbacks.init_args.window_share"
+    short = run_stage("v3_resident", "--data.batch_size", "16", share, "1e-9", epochs=2)
+    assert short is not None and short["verdict"] == "undetermined"
+    remedy = f"{share}=null"
+    assert remedy in short["verdict_reason"], short["verdict_reason"]
+    anyway = run_stage("v3_resident", "--data.batch_size", "16", *remedy.split("="), epochs=2)
+    assert anyway is not None and anyway["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
+    assert anyway["busy_window"]["share"] is not None
+
+
 def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypatch):
-    monkeypatch.setattr(window_module, "CPU_WINDOW_START_S", 0.0)  # the recorded steps' cost alone
-    # Epoch 2's window warms up at its 55th step: 74 steps left then, each recorded one costing CPU_WINDOW_COST
-    share = 2.05 * window_module.CPU_WINDOW_COST / 74
-    timer = fit(epochs=3, timer={"window_share": share})
+    from mnistperf.diagnosis.record import clock
+
+    monkeypatch.setattr(clock, "affordable_steps", lambda fit_s, step_s, share: 2.05)
+    timer = fit(epochs=3, timer={"window_share": 0.01})
     window = timer.busy_window
     assert window["share"] is not None and 1 <= window["last_step"] - window["first_step"] + 1 <= 2
     assert timer.epochs[1]["profiled"]["cost_s"] >= 0
 
 
-def test_the_profilers_first_start_counts_against_the_fit(monkeypatch):
-    monkeypatch.setattr(window_module, "CPU_WINDOW_START_S", 1e3)  # dearer than the whole fit
-    timer = fit(epochs=3, timer={"window_share": 0.5})
-    summary = timer.clock.summary()
-    assert summary["verdict"] == "undetermined" and "too few for the profiled window" in summary["verdict_reason"]
-    assert not any("profiled" in row for row in timer.epochs)
+def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_worst():
+    cost = window_module.CPU_WINDOW_COST
+    assert window_module.affordable_steps(100.0, 0.1, 0.02) == pytest.approx(2.0 / (cost * 0.1))
+    assert window_module.affordable_steps(1.0, 0.1, 0.02) < 1  # not even one step
+    assert window_module.affordable_steps(1.0, 0.1, None) == float("inf")
 
 
 def test_steps_left_follow_the_fits_limits():

@@ -224,12 +224,13 @@ def distributed_env(world_size: int, rank: int) -> Any:
 
 # ---------------------------------------------------------------- torch's profiler
 def kineto_results(profiler: Any) -> Any:
-    """A stopped profiler's raw Kineto results (each event with its device, kind and own interval), or None.
+    """A stopped profiler's raw results (each event with its device, kind and own interval), or None.
 
+    ``profiler``: ``torch.profiler.profile``, or the autograd profiler it wraps (which holds them itself).
     Why: the processed ``events()`` nest device work under the operators that launched it and lose the
     activity kind. Public replacement: the raw events on ``torch.profiler.profile``.
     """
-    return getattr(getattr(profiler, "profiler", None), "kineto_results", None)
+    return getattr(getattr(profiler, "profiler", profiler), "kineto_results", None)
 
 
 # ---------------------------------------------------------------- Lightning: a DataLoader made again

@@ -17,12 +17,13 @@ operators fill a fifth of its time is overhead-bound, a large convolution's fill
 The share describes the steady state, so the window sits in the first steady epoch (epoch 2; epoch 1
 only in a one-epoch run, which says so). The profiler costs host time per operation, so the clock
 keeps the window's steps out of that epoch's timed figures (:class:`~mnistperf.diagnosis.record.clock.EpochClock`).
-A profiler warm-up of two steps comes before the recorded ones, as the profiler's documentation advises.
-On a CPU, where every operator is recorded and read, a recorded step costs about :data:`CPU_WINDOW_COST`
-steps' time besides its own, and the profiler's first start in a process :data:`CPU_WINDOW_START_S`, so the window
-may cost at most :data:`WINDOW_FIT_SHARE` of the fit's training time left: it records fewer steps where the fit is
-short, and none where even one would cost more (:func:`affordable_steps`, decided at the window's first warm-up step
-from the epoch's own pace); a trace of more than :data:`TRACE_LIMIT` operations is not written unless asked for.
+On CUDA a profiler warm-up of two steps comes before the recorded ones, as the profiler's documentation advises.
+On a CPU the autograd profiler records the operators without Kineto, which costs nothing to start; every operator is
+recorded and read, so a recorded step costs up to :data:`CPU_WINDOW_COST` steps' time besides its own, and the window
+may cost at most :data:`WINDOW_FIT_SHARE` of the whole fit's time (its time so far and its steps left at their pace):
+it records fewer steps where the fit is short, and none where even one could cost more (:func:`affordable_steps`,
+decided at the window's opening from the epoch's own pace); a trace of more than :data:`TRACE_LIMIT` operations is
+not written unless asked for.
 
 Other work on the machine stretches the intervals the share is read from. On Linux the window also
 reads how long the training thread waited for a core (``/proc/thread-self/schedstat``): that share of the
@@ -68,17 +69,13 @@ PROFILER_WARMUP_STEPS = 2
 TRACE_LIMIT = 20_000
 # The training thread waiting for a core at least this share of the window: the verdict is in doubt.
 CROWDED = 0.1
-# On a CPU the window may cost this share of the fit's training time left (None: no limit), so a short fit
-# keeps the timer's promised cost.
-WINDOW_FIT_SHARE = 0.01
+# On a CPU the window may cost this share of the whole fit's time (None: no limit): what a user does not notice.
+WINDOW_FIT_SHARE = 0.02
 # What one recorded step costs a CPU fit besides its own time, in the time of an unprofiled step: recording its
 # operators and reading them. Measured 1.8-2.5 on N-BEATS' and a small MLP's steps of thousands of small
-# operators, the worst case for a profiler; the warm-up steps, which only prepare it, cost next to nothing
-# (docs/results/cpu-2core-compat-cost/results.md).
+# operators, the worst case for a profiler (docs/results/cpu-2core-compat-cost/results.md); a step of a few large
+# operators costs a small fraction of its time.
 CPU_WINDOW_COST = 2.5
-# What the profiler's first start in a process costs a CPU fit, in CPU seconds, whatever the model: measured
-# 0.22-0.24 s on the lab's 2-core CPU in fresh processes (later windows in the same process cost next to nothing).
-CPU_WINDOW_START_S = 0.25
 # The margin any share is read with, before the wait for a core widens it.
 BASE_MARGIN = 0.05
 # A training step (forward, loss, backward, update) launches about ten kernels at the very least (a graphed
@@ -174,16 +171,15 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
     return (first, last) if first <= last else None
 
 
-def affordable_steps(steps_left: float, share: float | None = WINDOW_FIT_SHARE, step_s: float = 0.0) -> float:
-    """How many steps a CPU window may record in a fit with ``steps_left`` training steps of ``step_s`` each.
+def affordable_steps(fit_s: float, step_s: float, share: float | None = WINDOW_FIT_SHARE) -> float:
+    """How many steps of ``step_s`` each a CPU window may record in a fit of some ``fit_s`` seconds in all.
 
-    At most ``share`` of those steps' time: the profiler's first start (:data:`CPU_WINDOW_START_S`, where the pace
-    ``step_s`` is known), then :data:`CPU_WINDOW_COST` steps for each recorded step; infinite where ``share`` is None.
+    At most ``share`` of the fit's time, each recorded step at :data:`CPU_WINDOW_COST` steps' time (its worst case);
+    infinite where ``share`` is None.
     """
     if share is None:
         return math.inf
-    start = CPU_WINDOW_START_S / step_s if step_s > 0 else 0.0
-    return (share * steps_left - start) / CPU_WINDOW_COST
+    return share * fit_s / (CPU_WINDOW_COST * step_s)
 
 
 def thread_schedule() -> tuple[float, float] | None:
@@ -252,6 +248,24 @@ def window_reading(
     return (share, None) if share is not None else (None, "nothing ran on the device in the profiled window")
 
 
+def cuda_profiler(steps: int) -> torch.profiler.profile:
+    """Kineto's CUDA activity over ``steps`` recorded steps, after :data:`PROFILER_WARMUP_STEPS` of warm-up."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    # Without it, CUPTI stays attached after the profiler stops and slows every later launch.
+    if cupti_tears_down_safely():
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
+    return profile(
+        activities=[ProfilerActivity.CUDA],
+        schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=steps, repeat=1),
+    )
+
+
+def cpu_profiler() -> torch.autograd.profiler.profile:
+    """The autograd profiler recording CPU operators without Kineto: the same operator events, and no start-up cost."""
+    return torch.autograd.profiler.profile(use_kineto=False)
+
+
 class BusyWindow:
     """Profiles the device activity of the steps from ``first`` to ``last`` (batch indices of one epoch).
 
@@ -283,7 +297,7 @@ class BusyWindow:
         self.crowded: float | None = None  # share of the window the training thread waited for a core
         self.talked: dict[str, Any] | None = None  # under DDP, the window's collectives (see communication())
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
-        self._profiler: torch.profiler.profile | None = None
+        self._profiler: Any = None  # Kineto's profile on CUDA, the autograd profiler on a CPU
         self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
         self._recording_since = 0.0
 
@@ -296,32 +310,37 @@ class BusyWindow:
         self.budget_s = budget_s
 
     def step_start(self, index: int) -> None:
-        """Step ``index`` begins: the profiler starts its warm-up before the window's first step."""
-        global _profiling
+        """Step ``index`` begins: the window opens :data:`PROFILER_WARMUP_STEPS` before its first step.
+
+        On CUDA the profiler starts its warm-up there; on a CPU, which needs none, the recording starts at the first.
+        """
+        on_cuda = self.device_type == "cuda"
+        if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None and not self.done:
+            self._opened = (time.perf_counter(), thread_schedule())
+            if on_cuda:
+                self._start(cuda_profiler(self.last - self.first + 1))
         if index == self.first:
             self._recording_since = time.perf_counter()
-        if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None and not self.done:
-            from torch.profiler import ProfilerActivity, profile, schedule
+            if not on_cuda and self._opened[0] and self._profiler is None and not self.done:
+                self._start(cpu_profiler())
 
-            on_cuda = self.device_type == "cuda"
-            # Without it, CUPTI stays attached after the profiler stops and slows every later launch.
-            if on_cuda and cupti_tears_down_safely():
-                os.environ.setdefault("TEARDOWN_CUPTI", "1")
-            self._profiler = profiler = profile(
-                activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU],
-                schedule=schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=self.last - self.first + 1, repeat=1),
-            )
-            self._opened = (time.perf_counter(), thread_schedule())
-            with profiler_lines_dropped():
+    def _start(self, profiler: Any) -> None:
+        global _profiling
+        self._profiler = profiler
+        with profiler_lines_dropped():
+            if self.device_type == "cuda":
                 profiler.start()
-            _profiling = self
+            else:
+                profiler.__enter__()
+        _profiling = self
 
     def step_end(self, index: int) -> None:
         """Step ``index`` ends: the profiler steps, and after the window's last step its reading is taken."""
         if self._profiler is None or index < self.first - PROFILER_WARMUP_STEPS:
             return
-        with profiler_lines_dropped():
-            self._profiler.step()
+        if self.device_type == "cuda":
+            with profiler_lines_dropped():
+                self._profiler.step()
         spent = self.budget_s is not None and time.perf_counter() - self._recording_since > self.budget_s
         if index >= self.first and spent:
             self.last = index  # the window ends early: its recorded steps have cost what it may spend
@@ -370,7 +389,10 @@ class BusyWindow:
         global _profiling
         assert self._profiler is not None  # stopped only while profiling
         with profiler_lines_dropped():
-            self._profiler.stop()
+            if self.device_type == "cuda":
+                self._profiler.stop()
+            else:
+                self._profiler.__exit__(None, None, None)
         if _profiling is self:
             _profiling = None
 

@@ -39,6 +39,7 @@ import torch
 
 from mnistperf.diagnosis.figures import CORES, MEMORY, Gathered, Measures, derive
 from mnistperf.diagnosis.measure.busy_window import (
+    CPU_WINDOW_COST,
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
     TRACE_FILE,
@@ -65,6 +66,12 @@ from mnistperf.diagnosis.record.summary import (
     measured_figures,
     ranks_apart,
     step_figures,
+)
+
+# How a user has the window profile a fit whatever it costs, in Python and with LightningCLI.
+PROFILE_ANYWAY = (
+    "EpochTimer(window_share=None) profiles it anyway (with LightningCLI: "
+    "--trainer.callbacks.init_args.window_share=null, EpochTimer being the config's last callback)"
 )
 
 
@@ -95,7 +102,8 @@ class EpochClock:
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
         hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.record.advice.USER_HINTS` by default).
         trace_limit: the most recorded operations a written trace may hold (None: no limit).
-        window_share: on a CPU, the most of the fit's training time left the window may cost (None: no limit).
+        window_share: on a CPU, the most of the whole fit's time the window may cost (None: no limit); the fit is
+            taken to start when the clock is made.
         metric: the validation metric whose last value the summary reports (None: none).
     """
 
@@ -112,6 +120,7 @@ class EpochClock:
         metric: str | None = None,
     ):
         self.device = device
+        self._fit_start = time.perf_counter()
         self.metric = metric
         self.window_share = window_share
         self.hints = hints
@@ -193,10 +202,10 @@ class EpochClock:
         """Start epoch ``number`` (by default the one after the last timed) of ``batches`` training steps.
 
         The first steady epoch opens the busy window, or the first where it is also the ``last`` of the fit, or a
-        later one where the window has not been read yet; on a CPU only where the fit's ``steps_left`` (this
-        epoch's included) can pay for it. ``batches`` is inf where the training loader has no length: the window is
-        then placed by the last whole epoch's length (:meth:`expected_steps`); ``steps_left`` is NaN where the fit's
-        length is not known at all, and a CPU window is then declined, its cost being unknown. Synchronizes.
+        later one where the window has not been read yet; on a CPU only where the fit, with its ``steps_left`` (this
+        epoch's included), can pay for it (:meth:`_weigh_window`). ``batches`` is inf where the training loader has
+        no length: the window is then placed by the last whole epoch's length (:meth:`expected_steps`);
+        ``steps_left`` is NaN where the fit's length is not known at all. Synchronizes.
         """
         self._reset(batches, number)
         reset_device_peaks(self.device)
@@ -211,10 +220,6 @@ class EpochClock:
         """The busy window of this epoch, or why there is none; on a CPU, the fit's cost of it is weighed later."""
         self._steps_left = steps_left
         self._placed_by = self._length_note(batches)
-        on_cpu = self.device.type != "cuda" and self.window_share is not None
-        if on_cpu and (math.isnan(steps_left) or affordable_steps(steps_left, self.window_share) < 1):
-            self._decline_window(steps_left)  # too few steps whatever their pace, or a count nobody knows
-            return
         expected = self.expected_steps(batches)
         steps = window_steps(expected, self.busy_window_steps)
         if steps:
@@ -225,40 +230,41 @@ class EpochClock:
                 f"epoch {self._number} has {expected:.0f} training steps{placed}, too few for the window"
             )
 
-    def _decline_window(self, steps_left: float) -> None:
-        self._window_declined = True
-        self.window = None
-        anyway = "EpochTimer(window_share=None) profiles such a fit anyway"
-        if math.isnan(steps_left):
-            self._window_missed(
-                "the fit's length is not known ahead (its training loader has no length and max_steps does not bound "
-                f"it), so the profiled window could not be kept under {self.window_share:.0%} of its time; {anyway}"
-            )
-            return
-        left = f"{steps_left:,.0f} training steps left"
-        left = f"about {left} ({self._placed_by})" if self._placed_by else left
-        self._window_missed(
-            f"the fit's {left} are too few for the profiled window to cost under {self.window_share:.0%} of their "
-            f"time; {anyway}"
-        )
-
     def _weigh_window(self, window: BusyWindow) -> bool:
-        """On a CPU, at the window's first warm-up step: fit it to what the rest of the fit can pay for, or decline it.
+        """On a CPU, as the window opens: fit it to what the whole fit can pay for, or decline it.
 
-        The pace is this epoch's so far; the recorded steps end once they have taken as long as that many steps.
+        The fit's time is its time so far and its training steps left at this epoch's pace so far (where the fit's
+        length is not known, this epoch's steps left); the recorded steps end once they have cost their share.
         """
         done = self._steps - 1
         if self.device.type == "cuda" or self.window_share is None or done < 1 or self._train_start is None:
             return True
-        step_s = (self._train_s + time.perf_counter() - self._train_start) / done
+        now = time.perf_counter()
+        step_s = (self._train_s + now - self._train_start) / done
         left = self._steps_left - done
-        affordable = affordable_steps(left, self.window_share, step_s)
+        unknown = math.isnan(left)  # the fit's length: then this epoch's steps left, where known, stand for it
+        if unknown:
+            expected = self.expected_steps(self._batches)
+            left = expected - done if math.isfinite(expected) else 0.0
+        fit_s = now - self._fit_start + left * step_s
+        affordable = affordable_steps(fit_s, step_s, self.window_share)
         if affordable < 1:
-            self._decline_window(left)
+            self._decline_window(fit_s, step_s, unknown)
             return False
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
-            window.cap(int(affordable), affordable * step_s)
+            window.cap(int(affordable), affordable * (CPU_WINDOW_COST + 1) * step_s)
         return True
+
+    def _decline_window(self, fit_s: float, step_s: float, unknown: bool) -> None:
+        self._window_declined = True
+        self.window = None
+        length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
+        self._window_missed(
+            f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
+            f"profiled step ({step_s * 1e3:,.1f} ms, up to "
+            f"{CPU_WINDOW_COST:g} times that to record) to cost under {self.window_share:.0%} of its time; "
+            f"{PROFILE_ANYWAY}"
+        )
 
     @property
     def profiling(self) -> bool:

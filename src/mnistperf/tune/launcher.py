@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mnistperf.diagnosis.figures import INPUT_WAIT_SHARE, SAMPLES_PER_S
-from mnistperf.tune.end_to_end import Run
+from mnistperf.tune.search import Run
 from mnistperf.tune.trial import TrialSpec, result_path, write_spec
 
 READY_TIMEOUT_S = 600.0  # the helper's imports; on a loaded machine Lightning alone takes several seconds
@@ -182,7 +182,7 @@ class Launcher:
                 error="no samples counted in its batches; define samples_in_batch(batch) -> int on the LightningModule",
             )
         return Run(
-            rate=found[SAMPLES_PER_S],
+            rates=[found[SAMPLES_PER_S]],
             wait=found[INPUT_WAIT_SHARE],
             seconds=ended.seconds,
             loader=found["loader"],

@@ -12,8 +12,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS
 from mnistperf.errors import ConfigError
-from mnistperf.tune.knobs import LOADER_SETTINGS
 from mnistperf.upstream import rebuilt_dataloader
 
 

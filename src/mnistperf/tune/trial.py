@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, INPUT_WAIT_SHARE, SAMPLES_PER_S
+from mnistperf.diagnosis.figures import INPUT_WAIT_SHARE, SAMPLES_PER_S
 
 RESULT_SUFFIX = ".result.json"
 
@@ -158,13 +158,9 @@ def fit(spec: TrialSpec) -> dict[str, Any]:
     return {
         SAMPLES_PER_S: summary.get(SAMPLES_PER_S),
         INPUT_WAIT_SHARE: summary.get(INPUT_WAIT_SHARE),
-        AVG_TRAIN_S: summary.get(AVG_TRAIN_S),
-        "verdict": summary.get("verdict"),
-        "steady_epochs": summary.get("steady_epochs"),
         "device": summary.get("device"),
         "accelerator": summary.get("accelerator"),
         "loader": loader_settings(trainer.train_dataloader),
-        "rebuilt": spec.rebuild is not None,
     }
 
 

@@ -1,10 +1,7 @@
 """``python -m mnistperf tune --config their.yaml``: tune the input pipeline of another project's LightningCLI config.
 
-Its own model and data classes, its own option names: the loader's knobs are found among the DataModule's
-arguments (or named with ``--knob``), or the DataLoader is rebuilt where it has none. Every setting trains a
-short, seeded fit of the project's own model and data in a fresh process (:mod:`mnistperf.tune.end_to_end`
-decides what to try); the best is written into a copy of the config under the project's own keys, which its
-own LightningCLI runs as is, with comments stating what was measured, and the table of trials beside it.
+The best settings are written into a copy of the config under the project's own keys, which its own LightningCLI
+runs as is, with comments stating what was measured, and the table of trials beside it.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from mnistperf.tune import end_to_end
 from mnistperf.tune.knobs import ARG, Knobs, parse_knob, rebuilt_with
 from mnistperf.tune.launcher import Launcher
 from mnistperf.tune.options import budget_s, tune_parser
-from mnistperf.tune.project import Project, load, write_yaml
+from mnistperf.tune.project import Project, load
 from mnistperf.tune.report import findings, trials_table
 from mnistperf.tune.search import Outcome, Run, Trial
 from mnistperf.tune.trial import TrialSpec
@@ -142,12 +139,13 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
                 root = Path(work) / f"trial-{next(numbers)}"
                 root.mkdir()
                 config = project.trial_config(trial.settings, knobs, opts.epochs, opts.steps, str(root))
+                (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
                 spec = TrialSpec(
                     str(root),
                     opts.epochs,
                     opts.steps,
                     project.seed(),
-                    config=str(write_yaml(config, root / "config.yaml")),
+                    config=str(root / "config.yaml"),
                     cli=project.cli,
                     rebuild=rebuilt_with(knobs, trial.settings),
                 )
@@ -167,10 +165,8 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
     device = next((r.device for r in outcome.trials[0].runs if r.device), None) or "this machine"
     table = trials_table(outcome)
     atomic_write(opts.out, lambda tmp: tmp.write_text(tuned_yaml(project, outcome, knobs, opts, device)))
-    atomic_write(
-        trials_path(opts.out),
-        lambda tmp: tmp.write_text(f"# mnistperf tune: {opts.config} on {device}\n\n{table}\n"),
-    )
+    page = f"# mnistperf tune: {opts.config} on {device}\n\n{table}\n"
+    atomic_write(trials_path(opts.out), lambda tmp: tmp.write_text(page))
     log("")
     log(table)
     log("")

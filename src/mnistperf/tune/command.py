@@ -1,9 +1,7 @@
 """``python -m mnistperf tune --config CONFIG [--set KEY=VALUE ...] [--budget MINUTES] [--out tuned.yaml]``.
 
-Reads the config as ``fit`` would (every ``--set`` applied), measures (see
-:mod:`mnistperf.tune.stages`), and writes a standalone config that ``fit`` runs as is: the input
-config with the chosen data settings and comments stating what was measured, plus a table of
-every probe printed and written beside it (``<out>.probes.md``).
+Reads the config as ``fit`` would, measures (:mod:`mnistperf.tune.stages`), and writes a config that ``fit`` runs
+as is, with comments stating what was measured, and the table of every probe beside it (``<out>.probes.md``).
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ from mnistperf.lightning_cli import check_key, load_config, missing_config, pars
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.model import ImageClassifier
 from mnistperf.tune import stages
+from mnistperf.tune.any_project import tune_project_command
 from mnistperf.tune.options import budget_s, tune_parser
 from mnistperf.tune.probes import Probes
 from mnistperf.tune.project import names_classes, read_yaml
@@ -140,12 +139,9 @@ def names_its_classes(argv: Sequence[str]) -> bool:
 def tune_command(argv: Sequence[str], log=print) -> Outcome:
     """``mnistperf tune``: search for the fastest data settings here and write them as a config.
 
-    The lab's stage configs are tuned by probes of the loader and the step (:mod:`mnistperf.tune.stages`); another
-    project's config by whole trial fits (:mod:`mnistperf.tune.any_project`).
+    A stage config is tuned by probes of the loader and the step; another project's by whole trial fits.
     """
     if names_its_classes(argv):
-        from mnistperf.tune.any_project import tune_project_command
-
         return tune_project_command(argv, log)
     opts = parse_args(argv)
     settings = [parse_setting(s) for s in opts.set]
@@ -170,12 +166,8 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
     text = tuned_config(config, outcome, opts.config, opts.out, describe_device(device), spent)
     table = probes_table(outcome)
     atomic_write(opts.out, lambda tmp: tmp.write_text(text))
-    atomic_write(
-        probes_path(opts.out),
-        lambda tmp: tmp.write_text(
-            f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"
-        ),
-    )
+    page = f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"
+    atomic_write(probes_path(opts.out), lambda tmp: tmp.write_text(page))
     log("")
     log(table)
     log(f"\nchosen: {describe(outcome.best)}")

@@ -43,16 +43,6 @@ def normalized(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def with_changes(knobs: Knobs, base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with DataLoader settings (``num_workers``, ...) changed through their knobs."""
-    settings = dict(base)
-    for setting, value in changes.items():
-        knob = knobs.by_setting(setting)
-        if knob is not None:
-            settings[knob.key] = value
-    return normalized(knobs, settings)
-
-
 def workers_of(trial: Trial, knobs: Knobs) -> int:
     """The worker processes a trial's loader used (its knob's value, else what the loader held)."""
     knob = knobs.by_setting("num_workers")
@@ -60,13 +50,6 @@ def workers_of(trial: Trial, knobs: Knobs) -> int:
         return trial.settings[knob.key]
     loader = next((r.loader for r in trial.runs if r.loader), None)
     return int((loader or {}).get("num_workers") or 0)
-
-
-def untouched(knobs: Knobs, settings: dict[str, Any], loader: dict[str, Any] | None) -> None:
-    """Fill in each rebuilt knob's current value from the loader the untouched settings trained from."""
-    for knob in knobs.knobs:
-        if knob.via == REBUILD and loader and knob.setting in loader:
-            knob.current = settings[knob.key] = loader[knob.setting]
 
 
 def bound(baseline: Trial, noise: float) -> tuple[str, bool]:
@@ -132,8 +115,10 @@ def run(
 
     def measured(trial: Trial, seconds: float) -> Run:
         run = measure(trial, seconds)
-        if not search.trials:  # the untouched settings' first run: the rebuilt loader's own values
-            untouched(knobs, trial.settings, run.loader)
+        if not search.trials and run.loader:  # the untouched settings' first run: each rebuilt knob's current value
+            for knob in knobs.knobs:
+                if knob.via == REBUILD and knob.setting in run.loader:
+                    knob.current = trial.settings[knob.key] = run.loader[knob.setting]
         return run
 
     search = Search(measured, budget_s, log, say)
@@ -186,10 +171,11 @@ def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, c
     for count in knob.values if knob.values is not None else worker_counts(cpus):
         if count == baseline.settings.get(knob.key):
             continue
-        changes: dict[str, Any] = {"num_workers": count}
-        if count and keep:
-            changes["persistent_workers"] = True
-        trial = search.trial(with_changes(knobs, best.settings, changes), f"{count} worker{'s' if count != 1 else ''}")
+        changes: dict[str, Any] = {knob.key: count}
+        if count and keep and persistent is not None:
+            changes[persistent.key] = True
+        settings = normalized(knobs, {**best.settings, **changes})
+        trial = search.trial(settings, f"{count} worker{'s' if count != 1 else ''}")
         if beats(trial.rate, best.rate, noise):
             search.best = best = trial
             idle = 0
@@ -203,10 +189,9 @@ def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, c
 
 
 def confirm(search: Search, baseline: Trial, noise: float) -> tuple[Trial, float]:
-    """The best trains once more, then the untouched settings beside it; the best only if it still beats them.
+    """The best trains again, then the untouched settings beside it; the chosen trial and the noise it was judged by.
 
-    It must beat the median of their runs by more than the noise, their spread over every run included. Returns the
-    chosen trial and the noise it was judged by.
+    The best is chosen only if it still beats the median of their runs by more than the noise, their spread included.
     """
     best = search.best
     if best is baseline or best is None:

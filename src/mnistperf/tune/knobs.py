@@ -60,14 +60,19 @@ class Knobs:
         return bool(self.keys(REBUILD))
 
 
-def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knobs:
-    """The knobs among a DataModule's arguments, by name; where none is a loader setting, the loader is rebuilt.
+def project_knobs(
+    currents: dict[str, Any], prefix: str, named: Sequence[tuple[str, list[Any]]], where: str, batch_size: bool
+) -> Knobs:
+    """The knobs the user ``named`` (key, values), else those found among the DataModule's arguments.
 
-    Args:
-        currents: the DataModule's arguments, each with the value the untouched run gives it.
-        prefix: the key its arguments are written under (``data.init_args``; ``""`` for a Python call).
-        batch_size: whether the batch size is tuned too (it changes the training).
+    ``currents``: its arguments, each with the value the untouched run gives it, written under ``prefix``
+    (``data.init_args``; ``""`` for a Python call); ``where``: the DataModule as an error names it.
     """
+    return Knobs(named_knobs(named, currents, prefix, where)) if named else found_knobs(currents, prefix, batch_size)
+
+
+def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knobs:
+    """The knobs among a DataModule's arguments, by name; where none is a loader setting, the loader is rebuilt."""
     found = Knobs()
     for setting in LOADER_SETTINGS:
         if setting == "batch_size" and not batch_size:
@@ -138,12 +143,6 @@ def named_knobs(
     A key is an argument of the DataModule (``data.init_args.workers``; ``data.workers`` is taken for it) or a
     DataLoader setting (``num_workers`` or ``loader.num_workers``), which rebuilds the loader. A key that is
     neither is one line naming it, the DataModule's arguments and the fix.
-
-    Args:
-        given: the user's (key, values).
-        currents: the DataModule's arguments, each with the value the untouched run gives it.
-        prefix: the key its arguments are written under (``data.init_args``; ``""`` for a Python call).
-        where: the DataModule as the error names it (``their.yaml's data (myproj.data.Data)``).
     """
     knobs: list[Knob] = []
     short = prefix.rsplit(".", 1)[0] if prefix else ""

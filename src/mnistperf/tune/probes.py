@@ -1,9 +1,8 @@
 """What one of the lab's trials is: a short timed probe of the input pipeline alone, the step alone, or both together.
 
-Every probe runs on the real data and the real device, leaves its warm-up out (worker start,
-first batches, allocator and kernel warm-up), and is repeated: a probe's figure is the median
-of its repeats, and the spread between them says how much of a difference is noise. Every repeat
-is timed as an epoch of training is, by :class:`~mnistperf.diagnosis.record.clock.EpochClock`.
+Every probe runs on the real data and the real device, leaves its warm-up out (worker start, first batches,
+allocator and kernel warm-up), and is repeated, each repeat timed as an epoch of training is, by
+:class:`~mnistperf.diagnosis.record.clock.EpochClock`: its figure is the median of the repeats.
 """
 
 from __future__ import annotations
@@ -97,14 +96,8 @@ def time_training(
 class Probes:
     """Measures a lab trial by its kind: the step alone, a loader alone and its epoch start, or both and the input wait.
 
-    A pipeline's split is loaded by its first probe and shared by the DataModules of the next ones, whose loader
-    settings differ.
-
-    Args:
-        options: the DataModule's options from the input config.
-        model: the stage's model, on the device.
-        device: the training device.
-        precision: the trainer precision fit runs (bf16-mixed only where the GPU has it).
+    The DataModule takes the input config's ``options`` under the trial's settings; a pipeline's split is loaded by
+    its first probe and shared by the next ones. The step runs at the ``precision`` fit runs.
     """
 
     batches = 20  # batches (steps) per timed repeat of a loader, or of both together

@@ -1,11 +1,8 @@
 """``tune_loaders(model, datamodule, trainer_kwargs, budget_s=...)``: tune the loader of a project without a CLI.
 
-Every trial makes the model and the DataModule again in a fresh process, so each must be something another
-process can make: an object of an importable class that keeps its arguments (``self.save_hyperparameters()``
-in its ``__init__``), or an importable class or function that makes one. One defined in ``__main__`` (a script
-run directly, a notebook) or inside a function cannot be made again elsewhere: the error says so, with the fix.
-The knobs are found among the DataModule's arguments under their own names, or named in ``knobs=`` with the
-values to try; where it has none, its DataLoader is rebuilt. The search is :mod:`mnistperf.tune.end_to_end`'s.
+Every trial makes the model and the DataModule again in a fresh process, each from an importable class and the
+arguments it keeps, or from an importable class or function that makes it; one defined in ``__main__`` or inside
+a function cannot be made elsewhere, and the error says so, with the fix.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 from mnistperf.tune import end_to_end
-from mnistperf.tune.knobs import ARG, Knobs, found_knobs, named_knobs, rebuilt_with
+from mnistperf.tune.knobs import ARG, project_knobs, rebuilt_with
 from mnistperf.tune.launcher import Launcher
 from mnistperf.tune.report import findings, loader_args, trials_table
 from mnistperf.tune.search import Outcome, Run, Trial
@@ -132,10 +129,6 @@ def tune_loaders(
         repeats: runs of the untouched settings, whose spread is the noise.
         seed: the seed every trial fit takes.
         log: where progress lines go.
-
-    Returns:
-        The settings in the project's terms (``settings``: DataModule arguments; ``loader_args``: DataLoader
-        arguments that need a code change), the speed-up, the findings and the table of trials.
     """
     from lightning.pytorch import LightningDataModule, LightningModule
 
@@ -147,11 +140,7 @@ def tune_loaders(
     handed(trainer, "trainer_kwargs")
     where = f"{WHERE}'s datamodule ({data_recipe.qualname if data_recipe else 'none: the model makes its loaders'})"
     currents = arguments(data_recipe.target(), data_recipe.args) if data_recipe is not None else {}
-    found = (
-        Knobs(named_knobs(list(knobs.items()), currents, "", where))
-        if knobs
-        else found_knobs(currents, "", tune_batch_size)
-    )
+    found = project_knobs(currents, "", list((knobs or {}).items()), where, tune_batch_size)
     log(
         f"tuning {where}: {', '.join(k.key for k in found.knobs)}; {usable_cpus()} usable CPUs, budget "
         f"{budget_s:g} s, each trial {epochs} epochs of at most {steps} steps in a fresh process"

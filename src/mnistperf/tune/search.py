@@ -1,10 +1,8 @@
 """The one search under ``mnistperf tune``: settings measured one trial at a time within a budget, each said as it ends.
 
-A tuner gives what one trial is (``measure``: the lab's probes, :mod:`mnistperf.tune.probes`, or a whole fit of
-any project in a fresh process, :mod:`mnistperf.tune.launcher`) and what to try next (its plan:
-:mod:`mnistperf.tune.stages`, :mod:`mnistperf.tune.end_to_end`). Here every trial is kept, a trial is not started
-where a typical one so far would not finish in the budget left, a plan ends at its stop or at Ctrl-C with the
-best found so far, and a setting beats another only by more than the noise, never taken under NOISE_FLOOR.
+A tuner gives what one trial is (``measure``) and what to try next (its plan). Here every trial is kept, a trial
+is not started where a typical one so far would not finish in the budget left, a plan ends at its stop or at
+Ctrl-C with the best found so far, and a setting beats another only by more than the noise, never under NOISE_FLOOR.
 """
 
 from __future__ import annotations
@@ -127,14 +125,9 @@ def beats(rate: float, other: float, noise: float, cheaper: bool = False) -> boo
 
 
 class Search:
-    """Runs a plan's trials within a budget, keeping and saying each; the plan keeps its best so far on it.
+    """Runs a plan's trials within ``budget_s``, each line ``say`` makes going to ``log``; the plan's best is kept here.
 
-    Args:
-        measure: what one trial is.
-        budget_s: seconds for the whole search.
-        log: where each trial's line goes.
-        say: a trial's line.
-        noisy: a trial whose repeats disagree by more than this is measured once more before it is said.
+    A trial whose repeats disagree by more than ``noisy`` is measured once more before it is said.
     """
 
     def __init__(self, measure: Measure, budget_s: float, log: Callable[[str], None], say: Say, noisy: float = 0.0):

@@ -110,13 +110,7 @@ def split_rows(datamodule: MNISTDataModule) -> int:
 
 
 def pipelines_to_try(options: dict, device: torch.device, log: Callable[[str], None]) -> list[str]:
-    """The registered pipelines tune tries, in order, less those that cannot run here (each said in the log).
-
-    Args:
-        options: the DataModule's options from the input config.
-        device: the training device.
-        log: where the reasons go.
-    """
+    """The registered pipelines tune tries with the input config's options, in order, less those that cannot run."""
     names = []
     for name in tune_order():
         try:  # the pipeline's own checks: a package it needs, a batch size it cannot take, ...

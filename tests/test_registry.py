@@ -11,7 +11,7 @@ from throwaway_pipeline import ItemListPipeline
 
 from mnistperf.cli import main
 from mnistperf.data.pipelines import registry
-from mnistperf.tune import search
+from mnistperf.tune import probes
 
 BUILT_IN = ["v1", "v2", "resident", "stream", "litdata"]
 
@@ -25,9 +25,9 @@ def item_list(workdir, monkeypatch) -> Path:
 
 def test_a_registered_pipeline_is_tuned_and_trains(item_list, monkeypatch, capsys):
     # A slow step: the first loader tune tries outruns it, and that is the new pipeline's (its tune_rank is 0).
-    monkeypatch.setattr(search, "time_step", lambda *a, **k: [10.0, 10.0])
-    monkeypatch.setattr(search, "REPEATS", 2)
-    monkeypatch.setattr(search.Search, "batches", 4)
+    monkeypatch.setattr(probes, "time_step", lambda *a, **k: [10.0, 10.0])
+    monkeypatch.setattr(probes, "REPEATS", 2)
+    monkeypatch.setattr(probes.Probes, "batches", 4)
     main(
         [
             "tune",

@@ -9,15 +9,16 @@ import yaml
 from conftest import CONFIGS, fails_in_one_line, run_stage, stage_params
 
 from mnistperf.cli import main
-from mnistperf.tune import probes, search
+from mnistperf.tune import probes, stages
 from mnistperf.tune.command import probes_path, tuned_config
+from mnistperf.tune.search import Outcome, Run, Search, Trial
 
 
 @pytest.fixture
 def short_probes(monkeypatch) -> None:
     """Tiny data: short probes."""
-    monkeypatch.setattr(search, "REPEATS", 2)
-    monkeypatch.setattr(search.Search, "batches", 4)
+    monkeypatch.setattr(probes, "REPEATS", 2)
+    monkeypatch.setattr(probes.Probes, "batches", 4)
 
 
 def tune(*args: str) -> None:
@@ -48,7 +49,7 @@ def test_tune_writes_a_config_that_fit_runs_as_is(workdir, config, capsys):
 @pytest.mark.usefixtures("short_probes")
 def test_a_loader_faster_than_the_step_stops_the_search(workdir, monkeypatch, capsys):
     """Make the step slow: the first loader outruns it, so nothing else is probed."""
-    monkeypatch.setattr(search, "time_step", lambda *a, **k: [10.0, 10.0])
+    monkeypatch.setattr(probes, "time_step", lambda *a, **k: [10.0, 10.0])
     tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
     out = capsys.readouterr().out
     assert "stopped: compute-bound: the loader" in out
@@ -58,7 +59,7 @@ def test_a_loader_faster_than_the_step_stops_the_search(workdir, monkeypatch, ca
 @pytest.mark.usefixtures("short_probes")
 def test_ctrl_c_keeps_the_best_found_so_far(workdir, monkeypatch, capsys):
     calls = []
-    real = search.time_loader
+    real = probes.time_loader
 
     def interrupt_second(*args, **kwargs):
         calls.append(1)
@@ -66,8 +67,8 @@ def test_ctrl_c_keeps_the_best_found_so_far(workdir, monkeypatch, capsys):
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(search, "time_loader", interrupt_second)
-    monkeypatch.setattr(search, "time_step", lambda *a, **k: [1e12, 1e12])  # no loader outruns this step
+    monkeypatch.setattr(probes, "time_loader", interrupt_second)
+    monkeypatch.setattr(probes, "time_step", lambda *a, **k: [1e12, 1e12])  # no loader outruns this step
     tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
     out = capsys.readouterr().out
     assert "stopped: interrupted (Ctrl-C): the best found so far is kept" in out
@@ -84,8 +85,8 @@ def test_ctrl_c_while_a_noisy_probe_is_measured_again_keeps_its_first_measuremen
             raise KeyboardInterrupt
         return [100.0, 1000.0], 0.1
 
-    monkeypatch.setattr(search, "time_loader", noisy_then_interrupted)
-    monkeypatch.setattr(search, "time_step", lambda *a, **k: [1e12, 1e12])
+    monkeypatch.setattr(probes, "time_loader", noisy_then_interrupted)
+    monkeypatch.setattr(probes, "time_step", lambda *a, **k: [1e12, 1e12])
     tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
     out = capsys.readouterr().out
     assert "[probe 2] loader pipeline=resident" in out and "stopped: interrupted (Ctrl-C)" in out
@@ -106,53 +107,53 @@ def test_bad_input_ends_in_one_line(workdir, capsys, argv, expected):
     fails_in_one_line(capsys, ["tune", "--config", str(CONFIGS / "v1_bs512.yaml"), *argv], expected)
 
 
+def probe(kind: str, settings: dict, rates, start_s: float = 0.0) -> Trial:
+    return Trial(settings, kind=kind, runs=[Run(list(rates), start_s=start_s)])
+
+
 def test_predicted_rate_overlaps_with_workers_and_adds_up_without():
-    with_workers = probes.Probe("loader", {"num_workers": 2}, [1000.0])
-    alone = probes.Probe("loader", {"num_workers": 0}, [1000.0])
-    assert search.predicted(with_workers, 500.0, 10_000) == pytest.approx(500.0)
-    assert search.predicted(alone, 1000.0, 10_000) == pytest.approx(500.0)
-    slow_start = probes.Probe("loader", {"num_workers": 2}, [1000.0], start_s=10.0)
-    assert search.predicted(slow_start, 500.0, 10_000) == pytest.approx(10_000 / 30)
+    with_workers = probe("loader", {"num_workers": 2}, [1000.0])
+    alone = probe("loader", {"num_workers": 0}, [1000.0])
+    assert stages.predicted(with_workers, 500.0, 10_000) == pytest.approx(500.0)
+    assert stages.predicted(alone, 1000.0, 10_000) == pytest.approx(500.0)
+    slow_start = probe("loader", {"num_workers": 2}, [1000.0], start_s=10.0)
+    assert stages.predicted(slow_start, 500.0, 10_000) == pytest.approx(10_000 / 30)
 
 
-def _outcome(step_rates, bigger_rates, *others) -> search.Outcome:
-    step = probes.Probe("step", {"batch_size": 512}, list(step_rates))
-    bigger = probes.Probe("step", {"batch_size": 1024}, list(bigger_rates))
-    all_probes = [step, *[probes.Probe("loader", {"num_workers": 0}, list(r)) for r in others], bigger]
-    return search.Outcome(best={}, step=step, probes=all_probes, bigger_batch=bigger)
+def _outcome(step_rates, bigger_rates, *others) -> Outcome:
+    step = probe("step", {"batch_size": 512}, step_rates)
+    bigger = probe("step", {"batch_size": 1024}, bigger_rates)
+    return Outcome([step, *[probe("loader", {"num_workers": 0}, r) for r in others], bigger], best={})
 
 
 def test_a_quiet_machine_gets_the_batch_projection_and_no_warning():
     outcome = _outcome([1000, 1010, 990], [1500, 1510, 1490], [800, 810, 805])
-    assert "would step at 1,500 samples/s (+50%)" in outcome.batch_projection()
-    assert outcome.noise_warning() is None
+    assert "would step at 1,500 samples/s (+50%)" in stages.batch_projection(outcome)
+    assert stages.noise_warning(outcome) is None
 
 
 def test_a_noisy_machine_is_said_and_its_projection_withheld():
     """A loaded machine's figures (a batch 'stepping' at -82 %, spreads of 17-137 %) are not printed as findings."""
     outcome = _outcome([11000, 4000, 9000], [1969, 3000, 5000], [800, 300, 900])
-    assert "could not be measured reliably" in outcome.batch_projection()
-    assert "would step at" not in outcome.batch_projection()
-    assert "the machine was busy" in outcome.noise_warning() and "idle machine" in outcome.noise_warning()
+    assert "could not be measured reliably" in stages.batch_projection(outcome)
+    assert "would step at" not in stages.batch_projection(outcome)
+    warning = stages.noise_warning(outcome)
+    assert "the machine was busy" in warning and "idle machine" in warning
 
 
 def test_a_difference_within_the_noise_is_no_projection():
     outcome = _outcome([1000, 1100, 950], [1050, 1000, 1120])
-    assert "no faster or slower than the probes' noise" in outcome.batch_projection()
+    assert "no faster or slower than the probes' noise" in stages.batch_projection(outcome)
 
 
-def test_a_noisy_probe_is_measured_again(monkeypatch):
-    calls = []
-
-    def measure():
-        calls.append(1)
-        return [1000.0, 1000.0, 1000.0]
-
-    finder = search.Search({}, None, None, budget_s=60, log=lambda m: None)
-    probe = finder._record(probes.Probe("step", {"batch_size": 8}, [100.0, 1000.0, 500.0]), 0.0, measure)
-    assert calls == [1] and len(probe.rates) == 6 and "repeated (6 runs)" in probe.note
-    quiet = finder._record(probes.Probe("step", {"batch_size": 8}, [1000.0, 1010.0]), 0.0, measure)
-    assert calls == [1] and len(quiet.rates) == 2
+def test_a_noisy_probe_is_measured_again():
+    measured = [[100.0, 1000.0, 500.0], [1000.0, 1000.0, 1000.0], [1000.0, 1010.0]]
+    lines: list[str] = []
+    finder = Search(lambda trial, s: Run(measured.pop(0)), 60, lines.append, stages.say, stages.NOISY_SPREAD)
+    noisy = finder.trial({"batch_size": 8}, kind="step")
+    assert len(noisy.rates) == 6 and "repeated (6 runs)" in stages.note(noisy) and "repeated (6 runs)" in lines[0]
+    quiet = finder.trial({"batch_size": 8}, kind="step")
+    assert not measured and len(quiet.rates) == 2 and len(lines) == 2  # measured once, said once each
 
 
 def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):
@@ -180,8 +181,7 @@ def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):
 def test_the_tuned_config_leaves_the_input_config_as_it_was(tmp_path):
     config = yaml.safe_load((CONFIGS / "v2_pinned.yaml").read_text())
     before = json.dumps(config, sort_keys=True)
-    step = probes.Probe("step", {"batch_size": 512}, [1000.0])
-    outcome = search.Outcome(best={"num_workers": 1}, step=step)
+    outcome = Outcome([probe("step", {"batch_size": 512}, [1000.0])], best={"num_workers": 1})
     tuned = yaml.safe_load(
         tuned_config(config, outcome, CONFIGS / "v2_pinned.yaml", tmp_path / "tuned.yaml", "cpu", 1.0)
     )

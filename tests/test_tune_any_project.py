@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 
 from mnistperf.cli import main
 from mnistperf.tune import any_project, end_to_end, knobs, python_api, tune_loaders
-from mnistperf.tune.end_to_end import Run
+from mnistperf.tune.search import Run
 from mnistperf.upstream import rebuilt_dataloader
 
 FOREIGN = Path(__file__).parent / "foreign_project"
@@ -87,7 +87,7 @@ class FakeLauncher:
         config = yaml.safe_load(Path(spec.config).read_text())
         self.configs.append(config)
         workers = config["data"]["init_args"].get("workers", 0)
-        return Run(rate=self.rates[workers].pop(0), wait=self.wait if workers == 0 else 0.3, seconds=0.1)
+        return Run([self.rates[workers].pop(0)], wait=self.wait if workers == 0 else 0.3, seconds=0.1)
 
 
 @pytest.mark.usefixtures("trials")
@@ -217,7 +217,7 @@ def test_a_machine_that_sped_up_during_the_search_is_caught_by_the_untouched_set
 def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
     class SlowTrials(FakeLauncher):
         def measure(self, spec, timeout_s) -> Run:
-            return Run(rate=100.0, wait=0.6, seconds=1e6)  # a trial 'took' longer than the budget has left
+            return Run([100.0], wait=0.6, seconds=1e6)  # a trial 'took' longer than the budget has left
 
     monkeypatch.setattr(any_project, "Launcher", SlowTrials({}))
     tune()
@@ -331,8 +331,8 @@ def test_more_workers_that_buy_nothing_twice_stop_the_sweep():
     rates = {0: [100.0, 100.0], 1: [100.0], 2: [101.0], 4: [400.0]}
     found = knobs.found_knobs({"workers": 0}, "", False)
 
-    def measure(settings, timeout_s) -> Run:
-        return Run(rate=rates[settings["workers"]].pop(0), wait=0.6, seconds=0.1)
+    def measure(trial, timeout_s) -> Run:
+        return Run([rates[trial.settings["workers"]].pop(0)], wait=0.6, seconds=0.1)
 
     outcome = end_to_end.run(found, measure, 60, lambda line: None, 8, "test")
     assert [t.settings["workers"] for t in outcome.trials] == [0, 1, 2]

@@ -1,11 +1,8 @@
 """``mnistperf tune``: find the fastest input pipeline for this machine by measuring.
 
-For the lab's stage configs, ``probes`` times the loader alone, the step alone and both together; ``search``
-decides what to try and when to stop; ``command`` is the command line, the tuned config and the table. For any
-other Lightning project, ``any_project`` (a LightningCLI config) and ``python_api`` (:func:`tune_loaders`) measure
-whole trial fits in fresh processes (``trial``, ``launcher``), decided by ``end_to_end`` over the loader's
-``knobs`` (``rebuild`` where the DataModule has none), and say what they found (``report``; ``project`` reads and
-writes the config).
+One ``search`` runs the trials of both tuners. For the lab's stage configs (``command``), a trial is one of the
+``probes`` and ``stages`` says what to try next; for any other Lightning project (``any_project``, ``python_api``),
+a trial is a whole fit in a fresh process (``trial``, ``launcher``) and ``end_to_end`` says what to try next.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """``python -m mnistperf tune --config CONFIG [--set KEY=VALUE ...] [--budget MINUTES] [--out tuned.yaml]``.
 
-Reads the config as ``fit`` would (every ``--set`` applied), measures (see
-:mod:`mnistperf.tune.search`), and writes a standalone config that ``fit`` runs as is: the input
-config with the chosen data settings and comments stating what was measured, plus a table of
-every probe printed and written beside it (``<out>.probes.md``).
+Reads the config as ``fit`` would, measures (:mod:`mnistperf.tune.stages`), and writes a config that ``fit`` runs
+as is, with comments stating what was measured, and the table of every probe beside it (``<out>.probes.md``).
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ from __future__ import annotations
 import argparse
 import copy
 import inspect
-import io
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,23 +16,22 @@ from pathlib import Path
 import yaml
 
 from mnistperf.atomic import atomic_write
-from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli import check_key, load_config, missing_config, parse_fit_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.model import ImageClassifier
-from mnistperf.tune import end_to_end
-from mnistperf.tune import search as tuning
+from mnistperf.tune import stages
+from mnistperf.tune.any_project import tune_project_command
+from mnistperf.tune.options import budget_s, tune_parser
+from mnistperf.tune.probes import Probes
 from mnistperf.tune.project import names_classes, read_yaml
-
-MIN_BUDGET_MIN = 0.25
-
+from mnistperf.tune.search import Outcome, describe
 
 DESCRIPTION = (
     "Find the fastest input settings for this machine by measuring them, starting from a stage config: "
-    f"{', '.join('data.' + key for key in tuning.LOADER_KEYS)} (and data.batch_size with --tune-batch-size). It "
+    f"{', '.join('data.' + key for key in stages.LOADER_KEYS)} (and data.batch_size with --tune-batch-size). It "
     "times the training step alone, then each input pipeline with 0, 1, 2, 4, ... workers, cheapest first, until "
     "input is no longer the bound; then the best settings and the config's own train side by side. Writes a config "
     "that fit runs as is (--out), saying what was measured, and a table of every probe beside it "
@@ -46,80 +42,33 @@ DESCRIPTION = (
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """Tune's options, checked."""
-    parser = OneLineArgumentParser(prog="mnistperf tune", description=DESCRIPTION)
-    parser.add_argument(
-        "--config",
-        type=Path,
-        required=True,
-        metavar="FILE",
-        help="the stage config to start from, e.g. configs/v1_bs512.yaml (required)",
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an override of the config before measuring, e.g. data.batch_size=256; may be repeated (default: none)",
-    )
-    budget = parser.add_mutually_exclusive_group()
-    budget.add_argument(
-        "--budget",
-        type=float,
-        default=5.0,
-        metavar="MINUTES",
-        help="minutes of measuring at most; then the best found so far is written (default: %(default)g)",
-    )
-    budget.add_argument(
-        "--budget-s", type=float, default=None, metavar="SECONDS", help="the same budget in seconds (default: none)"
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("tuned.yaml"),
-        metavar="FILE",
-        help="the tuned config to write (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--tune-batch-size",
-        action="store_true",
-        help="also try 2x and 4x the batch size, which changes the optimization (default: off)",
+    """Tune's options, checked; ``budget_s`` in seconds."""
+    parser = tune_parser(
+        DESCRIPTION, "the stage config to start from, e.g. configs/v1_bs512.yaml", "data.batch_size=256", "optimization"
     )
     opts = parser.parse_args(argv)
-    # Said as the user gave it: --budget-s in seconds, --budget in minutes
-    given, at_least = (
-        (f"--budget {opts.budget:g}", f"{MIN_BUDGET_MIN:g} minutes")
-        if opts.budget_s is None
-        else (f"--budget-s {opts.budget_s:g}", f"{MIN_BUDGET_MIN * 60:g} seconds")
-    )
-    if opts.budget_s is not None:
-        opts.budget = opts.budget_s / 60
-    if opts.budget < MIN_BUDGET_MIN:
-        raise ConfigError(
-            f"{given}: too small to measure anything; give at least {at_least} (the step alone and one loader take "
-            "that long)."
-        )
+    opts.budget_s = budget_s(opts, "the step alone and one loader take")
     if not opts.config.is_file():
         raise ConfigError(missing_config(opts.config))
     return opts
 
 
-def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path, device: str, spent_s: float) -> str:
+def tuned_config(config: dict, outcome: Outcome, source: Path, out: Path, device: str, spent_s: float) -> str:
     """The tuned config's YAML: the input config with the chosen data settings, under comments saying what was found."""
-    chosen = outcome.chosen
+    chosen, step = outcome.chosen, stages.step_probes(outcome)[0]
     lines = [
         f"# mnistperf tune: tuned from {source} on {device} in {spent_s:.0f} s ({time.strftime('%Y-%m-%d')}).",
-        f"# Step alone: {outcome.step.rate:,.0f} samples/s at batch {outcome.step.settings['batch_size']}.",
+        f"# Step alone: {step.rate:,.0f} samples/s at batch {step.settings['batch_size']}.",
     ]
     if chosen is not None:
         lines.append(
             f"# These data settings with the step, measured together: {chosen.rate:,.0f} samples/s, "
-            f"host waiting for data {chosen.wait_share:.0%} of the time."
+            f"host waiting for data {chosen.wait:.0%} of the time."
         )
     if outcome.baseline is not None:
         lines.append(f"# The input config's settings, measured the same way: {outcome.baseline.rate:,.0f} samples/s.")
     lines.append(f"# Stopped: {outcome.stopped}.")
-    for sentence in (outcome.batch_projection(), outcome.noise_warning()):
+    for sentence in (stages.batch_projection(outcome), stages.noise_warning(outcome)):
         if sentence:
             lines.append(f"# {sentence[0].upper()}{sentence[1:]}.")
     lines.append(f"# Every probe, with its settings, rate, spread and seconds: {probes_path(out).name}.")
@@ -134,9 +83,7 @@ def tuned_config(config: dict, outcome: tuning.Outcome, source: Path, out: Path,
     logger = config.get("trainer", {}).get("logger")
     if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):  # runs land beside the stages'
         logger["init_args"]["name"] = out.stem
-    buffer = io.StringIO()
-    yaml.safe_dump(config, buffer, sort_keys=False)
-    return "\n".join(lines) + "\n" + buffer.getvalue()
+    return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False)
 
 
 def probes_path(out: Path) -> Path:
@@ -144,17 +91,17 @@ def probes_path(out: Path) -> Path:
     return out.with_suffix(".probes.md")
 
 
-def probes_table(outcome: tuning.Outcome) -> str:
+def probes_table(outcome: Outcome) -> str:
     """Every probe as a Markdown table row: settings, rate, spread, input wait, seconds, note."""
     rows = [
         "| # | probe | settings | samples/s | spread | input wait | seconds | note |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for index, probe in enumerate(outcome.probes, 1):
-        wait = f"{probe.wait_share:.0%}" if probe.wait_share is not None else "-"
+    for index, probe in enumerate(outcome.trials, 1):
+        wait = f"{probe.wait:.0%}" if probe.wait is not None else "-"
         rows.append(
-            f"| {index} | {probe.kind} | {tuning.describe(probe.settings)} | {probe.rate:,.0f} | "
-            f"{probe.spread:.0%} | {wait} | {probe.seconds:.1f} | {probe.note} |"
+            f"| {index} | {probe.kind} | {describe(probe.settings)} | {probe.rate:,.0f} | "
+            f"{probe.spread:.0%} | {wait} | {probe.seconds:.1f} | {stages.note(probe)} |"
         )
     return "\n".join(rows)
 
@@ -189,15 +136,12 @@ def names_its_classes(argv: Sequence[str]) -> bool:
     return False
 
 
-def tune_command(argv: Sequence[str], log=print) -> tuning.Outcome | end_to_end.Outcome | None:
+def tune_command(argv: Sequence[str], log=print) -> Outcome:
     """``mnistperf tune``: search for the fastest data settings here and write them as a config.
 
-    The lab's stage configs are tuned by probes of the loader and the step (:mod:`mnistperf.tune.search`); another
-    project's config by whole trial fits (:mod:`mnistperf.tune.any_project`).
+    A stage config is tuned by probes of the loader and the step; another project's by whole trial fits.
     """
     if names_its_classes(argv):
-        from mnistperf.tune.any_project import tune_project_command
-
         return tune_project_command(argv, log)
     opts = parse_args(argv)
     settings = [parse_setting(s) for s in opts.set]
@@ -212,27 +156,24 @@ def tune_command(argv: Sequence[str], log=print) -> tuning.Outcome | end_to_end.
     options = {k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}
     # Probes time one batch per step; groups of batches (v4_graphed) only shape Lightning's loop around a graph.
     options["batches_per_step"] = 1
-    log(f"tuning {opts.config}: {usable_cpus()} usable CPUs, budget {opts.budget:g} min")
-    search = tuning.Search(options, model, device, opts.budget * 60, log, precision=str(cli.trainer.precision))
-    pipelines = tuning.pipelines_to_try(options, device, log)
-    epoch_samples = tuning.split_rows(cli.datamodule)
-    outcome = tuning.run(search, options, epoch_samples, pipelines, usable_cpus(), opts.tune_batch_size)
+    log(f"tuning {opts.config}: {usable_cpus()} usable CPUs, budget {opts.budget_s / 60:g} min")
+    probes = Probes(options, model, device, str(cli.trainer.precision))
+    pipelines = stages.pipelines_to_try(options, device, log)
+    epoch_samples = stages.split_rows(cli.datamodule)
+    outcome = stages.run(probes, opts.budget_s, log, epoch_samples, pipelines, usable_cpus(), opts.tune_batch_size)
     spent = time.perf_counter() - began
     config = load_config(opts.config, settings)
     text = tuned_config(config, outcome, opts.config, opts.out, describe_device(device), spent)
     table = probes_table(outcome)
     atomic_write(opts.out, lambda tmp: tmp.write_text(text))
-    atomic_write(
-        probes_path(opts.out),
-        lambda tmp: tmp.write_text(
-            f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"
-        ),
-    )
+    page = f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"
+    atomic_write(probes_path(opts.out), lambda tmp: tmp.write_text(page))
     log("")
     log(table)
-    log(f"\nchosen: {tuning.describe(outcome.best)}")
+    log(f"\nchosen: {describe(outcome.best)}")
     log(f"stopped: {outcome.stopped}")
-    if outcome.noise_warning():
-        log(f"warning: {outcome.noise_warning()}")
+    warning = stages.noise_warning(outcome)
+    if warning:
+        log(f"warning: {warning}")
     log(f"written: {opts.out} (run it: python -m mnistperf fit --config {opts.out}), {probes_path(opts.out)}")
     return outcome

@@ -1,201 +1,38 @@
-"""How tune decides for a project that is not the lab's: whole trial fits, each in a fresh process, within a budget.
+"""How tune searches the loader of a project that is not the lab's, each trial a whole fit in a fresh process.
 
-1. The untouched settings train ``repeats`` times: the spread of their steady samples/s is the noise (never
-   under 5 %), and the share of train time the host waited for data is EpochTimer's ceiling on what any loader
-   setting can win. Where that ceiling is within the noise, nothing is tried and the settings stay.
-2. Workers: 0, 1, 2, 4, ... up to the usable CPUs (or the values the user named), with workers kept between
-   epochs where a knob allows, fewest first, until two more counts in a row buy nothing beyond the noise or input
-   no longer bounds the run.
-3. Around the best: workers not kept, a prefetch factor of 4, pinned memory the other way (on a GPU), the values
-   the user named for any other knob, the batch size only when asked; each kept only where it wins by more than
-   the noise.
-4. The best trains once more and the untouched settings once more beside it, so that a drift of the machine during
-   the search falls on both; the best replaces them only if the median of its runs still beats theirs by more than
-   the noise (their spread over every run included).
+The untouched settings train ``repeats`` times: their spread is the noise, their input wait EpochTimer's ceiling on
+what any setting can win (within the noise, nothing is tried). Then worker counts, fewest first, until two more in
+a row buy nothing or input no longer bounds the run; then the other knobs around the best; then the best trains
+again beside the untouched settings, and replaces them only where it still beats them by more than the noise.
+Why: docs/tune.md#what-is-measured.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from statistics import median
 from typing import Any
 
 from mnistperf.diagnosis.record.summary import INPUT_BOUND_SHARE
 from mnistperf.errors import ConfigError
 from mnistperf.tune.knobs import REBUILD, Knobs, worker_counts
+from mnistperf.tune.search import INTERRUPTED, NOISE_FLOOR, Measure, Outcome, Run, Search, Stop, Trial, beats, describe
 
-NOISE_FLOOR = 0.05  # differences under 5 % are never taken as real
 REPEATS = 2  # runs of the untouched settings, for the noise
 IDLE_COUNTS = 2  # worker counts in a row that buy nothing before the sweep stops (one worker may only overlap the step)
 
 
-@dataclass
-class Run:
-    """One trial fit's figures, or why it has none."""
-
-    rate: float | None = None  # steady samples/s
-    wait: float | None = None  # share of train time the host waited for data
-    seconds: float = 0.0
-    error: str | None = None
-    timed_out: bool = False  # stopped at the end of the budget
-    loader: dict[str, Any] | None = None  # the DataLoader it trained from, as it held its settings
-    accelerator: str | None = None
-    device: str | None = None  # the device it trained on, in words
-
-
-Measure = Callable[[dict[str, Any], float], Run]  # (settings by knob key, seconds allowed) -> one run
-
-
-@dataclass
-class Trial:
-    """One setting measured: every knob's value, and its runs' figures."""
-
-    settings: dict[str, Any]
-    runs: list[Run] = field(default_factory=list)
-    label: str = ""
-
-    @property
-    def error(self) -> str | None:
-        """Why the setting did not train (its first run's error), or None."""
-        return self.runs[0].error if self.runs else None
-
-    @property
-    def rates(self) -> list[float]:
-        """Steady samples/s of each run that has them."""
-        return [r.rate for r in self.runs if r.rate is not None]
-
-    @property
-    def rate(self) -> float:
-        """Median steady samples/s of the runs (0 without any)."""
-        return median(self.rates) if self.rates else 0.0
-
-    @property
-    def wait(self) -> float | None:
-        """Median share of train time the host waited for data."""
-        waits = [r.wait for r in self.runs if r.wait is not None]
-        return median(waits) if waits else None
-
-    @property
-    def spread(self) -> float:
-        """Relative spread of the runs: (max - min) / median."""
-        rates = self.rates
-        return (max(rates) - min(rates)) / self.rate if len(rates) > 1 and self.rate else 0.0
-
-    @property
-    def seconds(self) -> float:
-        """Wall seconds of all its runs."""
-        return sum(r.seconds for r in self.runs)
-
-
-@dataclass
-class Outcome:
-    """What tune found: every trial, the untouched settings' first, the chosen one, the noise and why it stopped."""
-
-    knobs: Knobs
-    trials: list[Trial]
-    chosen: Trial
-    noise: float
-    stopped: str
-    bound: str  # what bounds the run, with EpochTimer's ceiling
-    spent_s: float = 0.0
-
-    @property
-    def baseline(self) -> Trial:
-        """The untouched settings' trial."""
-        return self.trials[0]
-
-    @property
-    def kept(self) -> bool:
-        """Whether the untouched settings stay."""
-        return self.chosen is self.baseline
-
-    @property
-    def speedup(self) -> float:
-        """The chosen settings' steady samples/s over the untouched settings'."""
-        return self.chosen.rate / self.baseline.rate if self.baseline.rate else 1.0
-
-    def changes(self, via: str | None = None) -> dict[str, Any]:
-        """The knobs the chosen settings change, by key (only those applied ``via`` one way, if given)."""
-        return {
-            k.key: self.chosen.settings[k.key]
-            for k in self.knobs.knobs
-            if (via is None or k.via == via) and self.chosen.settings.get(k.key) != self.baseline.settings.get(k.key)
-        }
-
-
-class _Stop(Exception):
-    """The search ends here: the reason is set on the search."""
-
-
-def describe(settings: dict[str, Any], knobs: Knobs) -> str:
-    """Settings as ``name=value`` words, by each knob's own name."""
-    return " ".join(f"{k.name}={settings.get(k.key)}" for k in knobs.knobs)
-
-
-class Search:
-    """Runs trials within the budget, logging each as it ends."""
-
-    def __init__(self, knobs: Knobs, measure: Measure, budget_s: float, log: Callable[[str], None], where: str):
-        self.knobs, self.measure, self.log, self.where = knobs, measure, log, where
-        self.began = time.perf_counter()
-        self.deadline = self.began + budget_s
-        self.trials: list[Trial] = []
-        self.stopped = ""
-
-    def left(self) -> float:
-        """Seconds of the budget left."""
-        return self.deadline - time.perf_counter()
-
-    def _run(self, trial: Trial, first: bool) -> Run:
-        runs = [r.seconds for t in self.trials for r in t.runs if r.error is None]
-        if runs and self.left() < median(runs) and not first:  # a typical trial would not finish in time
-            self.stopped = "the budget is spent: the best found so far is kept"
-            raise _Stop
-        run = self.measure(trial.settings, max(self.left(), 1.0))
-        if run.timed_out:
-            if first:
-                raise ConfigError(
-                    f"{self.where}: the untouched settings' first trial fit did not end within the budget "
-                    f"({run.seconds:.0f} s); give a larger budget or fewer steps"
-                )
-            self.stopped = "the budget ended during a trial, which was stopped: the best found so far is kept"
-            raise _Stop
-        trial.runs.append(run)
-        return run
-
-    def trial(self, settings: dict[str, Any], label: str = "") -> Trial:
-        """Measure these settings once, as a new trial."""
-        trial = Trial(dict(settings), label=label)
-        run = self._run(trial, first=not self.trials)
-        self.trials.append(trial)
-        if len(self.trials) == 1:
-            untouched(self.knobs, trial)
-        self._say(trial, run)
-        return trial
-
-    def again(self, trial: Trial) -> None:
-        """Measure a trial's settings once more."""
-        self._say(trial, self._run(trial, first=False))
-
-    def _say(self, trial: Trial, run: Run) -> None:
-        index = self.trials.index(trial) + 1
-        head = f"[trial {index}{'.' + str(len(trial.runs)) if len(trial.runs) > 1 else ''}] "
-        head += describe(trial.settings, self.knobs)
-        if run.error is not None:
-            self.log(f"{head}: failed: {run.error} ({run.seconds:.1f} s)")
-            return
-        base = self.trials[0].rate
-        versus = f" ({run.rate / base:.2f}x)" if trial is not self.trials[0] and base and run.rate else ""
-        wait = f", input wait {run.wait:.0%}" if run.wait is not None else ""
-        label = f" [{trial.label}]" if trial.label else ""
-        self.log(f"{head}: {run.rate or 0:,.0f} samples/s{versus}{wait} ({run.seconds:.1f} s){label}")
-
-
-def beats(trial: Trial, best: Trial, noise: float) -> bool:
-    """Whether a trial trained and is faster than the best by more than the noise."""
-    return trial.error is None and trial.rate > best.rate * (1 + noise)
+def say(search: Search, trial: Trial, run: Run) -> str:
+    """A trial's line as each of its runs ends: settings, samples/s against the untouched settings', input wait."""
+    head = f"[trial {search.trials.index(trial) + 1}{'.' + str(len(trial.runs)) if len(trial.runs) > 1 else ''}] "
+    head += describe(trial.settings)
+    if run.error is not None:
+        return f"{head}: failed: {run.error} ({run.seconds:.1f} s)"
+    rate, base = run.rates[0], search.trials[0].rate
+    versus = f" ({rate / base:.2f}x)" if trial is not search.trials[0] and base and rate else ""
+    wait = f", input wait {run.wait:.0%}" if run.wait is not None else ""
+    label = f" [{trial.label}]" if trial.label else ""
+    return f"{head}: {rate:,.0f} samples/s{versus}{wait} ({run.seconds:.1f} s){label}"
 
 
 def normalized(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any]:
@@ -206,16 +43,6 @@ def normalized(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def with_changes(knobs: Knobs, base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with DataLoader settings (``num_workers``, ...) changed through their knobs."""
-    settings = dict(base)
-    for setting, value in changes.items():
-        knob = knobs.by_setting(setting)
-        if knob is not None:
-            settings[knob.key] = value
-    return normalized(knobs, settings)
-
-
 def workers_of(trial: Trial, knobs: Knobs) -> int:
     """The worker processes a trial's loader used (its knob's value, else what the loader held)."""
     knob = knobs.by_setting("num_workers")
@@ -223,15 +50,6 @@ def workers_of(trial: Trial, knobs: Knobs) -> int:
         return trial.settings[knob.key]
     loader = next((r.loader for r in trial.runs if r.loader), None)
     return int((loader or {}).get("num_workers") or 0)
-
-
-def untouched(knobs: Knobs, baseline: Trial) -> None:
-    """Fill in each rebuilt knob's current value from the loader the untouched settings trained from."""
-    loader = next((r.loader for r in baseline.runs if r.loader), None) or {}
-    for knob in knobs.knobs:
-        if knob.via == REBUILD and knob.setting in loader:
-            knob.current = loader[knob.setting]
-            baseline.settings[knob.key] = knob.current
 
 
 def bound(baseline: Trial, noise: float) -> tuple[str, bool]:
@@ -289,103 +107,102 @@ def run(
     tune_batch_size: bool = False,
     fix: str = UNTOUCHED_FIX,
 ) -> Outcome:
-    """Search the knobs' settings with whole trial fits, in the order and with the rules the module describes.
+    """Search the knobs' settings (by knob key) with whole trial fits, as the module describes.
 
-    Args:
-        knobs: what may change, and how.
-        measure: runs one trial fit of given settings (by knob key) within given seconds.
-        budget_s: seconds for the whole search.
-        log: where each trial's line goes as it ends.
-        cpus: the CPUs this process may use (the most workers tried).
-        where: the project as errors name it (its config file, or ``tune_loaders``).
-        repeats: runs of the untouched settings.
-        tune_batch_size: whether the batch size is tried (it changes the training).
-        fix: what the user does where the untouched settings do not train.
+    ``cpus`` bounds the workers tried, ``where`` names the project in errors (its config, or ``tune_loaders``), and
+    ``fix`` says what to do where the untouched settings do not train.
     """
-    search = Search(knobs, measure, budget_s, log, where)
-    baseline = search.trial({k.key: k.current for k in knobs.knobs}, "untouched")
+
+    def measured(trial: Trial, seconds: float) -> Run:
+        run = measure(trial, seconds)
+        if not search.trials and run.loader:  # the untouched settings' first run: each rebuilt knob's current value
+            for knob in knobs.knobs:
+                if knob.via == REBUILD and knob.setting in run.loader:
+                    knob.current = trial.settings[knob.key] = run.loader[knob.setting]
+        return run
+
+    search = Search(measured, budget_s, log, say)
+    try:
+        baseline = search.trial({k.key: k.current for k in knobs.knobs}, "untouched")
+    except Stop:  # stopped at the end of the budget
+        raise ConfigError(
+            f"{where}: the untouched settings' first trial fit did not end within the budget ({budget_s:.0f} s); "
+            "give a larger budget or fewer steps"
+        ) from None
     if baseline.error is not None:
         own = "ConfigError: "  # tune's own (a loader it cannot rebuild): the fix is in the message
         if baseline.error.startswith(own):
             raise ConfigError(f"{where}: {baseline.error[len(own) :]}")
         raise ConfigError(f"{where}: the untouched settings do not train: {baseline.error}; {fix}")
-    best, noise, text, worth = baseline, NOISE_FLOOR, "", True
-    try:
+    search.best, noise, text = baseline, NOISE_FLOOR, ""
+    with search.stops():
         for _ in range(repeats - 1):
             search.again(baseline)
         noise = max(NOISE_FLOOR, baseline.spread)
         text, worth = bound(baseline, noise)
         log(f"untouched: {baseline.rate:,.0f} samples/s, noise {noise:.0%}; {text}")
         if not worth:
-            search.stopped = "not input-bound: the current settings are kept"
-            raise _Stop
-        best = sweep_workers(search, knobs, baseline, noise, cpus)
+            raise Stop("not input-bound: the current settings are kept")
+        sweep_workers(search, knobs, baseline, noise, cpus)
         on_gpu = any(r.accelerator == "cuda" for r in baseline.runs)
-        for changes, label in variants(knobs, best, on_gpu, tune_batch_size):
-            candidate = normalized(knobs, {**best.settings, **changes})
+        for changes, label in variants(knobs, search.best, on_gpu, tune_batch_size):
+            candidate = normalized(knobs, {**search.best.settings, **changes})
             if any(t.settings == candidate for t in search.trials):
                 continue
             trial = search.trial(candidate, label)
-            if beats(trial, best, noise):
-                best = trial
+            if beats(trial.rate, search.best.rate, noise):
+                search.best = trial
         search.stopped = search.stopped or "every setting planned was measured"
-    except _Stop:
-        pass
-    except KeyboardInterrupt:
-        search.stopped = "interrupted (Ctrl-C): the best found so far is kept"
     if not text:  # stopped before the noise was measured
         text = bound(baseline, noise)[0]
-    chosen, noise = confirm(search, baseline, best, noise)
-    return Outcome(knobs, search.trials, chosen, noise, search.stopped, text, time.perf_counter() - search.began)
+    chosen, noise = confirm(search, baseline, noise)
+    spent_s = time.perf_counter() - search.began
+    return Outcome(search.trials, chosen.settings, chosen, baseline, noise, search.stopped, text, spent_s)
 
 
-def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, cpus: int) -> Trial:
-    """Worker counts, fewest first, until one more buys nothing or input no longer bounds the run; the best trial."""
+def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, cpus: int) -> None:
+    """Worker counts, fewest first, until one more buys nothing or input no longer bounds the run."""
     knob = knobs.by_setting("num_workers")
     if knob is None:
-        return baseline
-    best, idle = baseline, 0
-    asked = knob.values is not None
+        return
+    best, idle, asked = search.best or baseline, 0, knob.values is not None
     persistent = knobs.by_setting("persistent_workers")
     keep = persistent is not None and (persistent.values is None or True in persistent.values)
     for count in knob.values if knob.values is not None else worker_counts(cpus):
         if count == baseline.settings.get(knob.key):
             continue
-        changes: dict[str, Any] = {"num_workers": count}
-        if count and keep:
-            changes["persistent_workers"] = True
-        trial = search.trial(with_changes(knobs, best.settings, changes), f"{count} worker{'s' if count != 1 else ''}")
-        if beats(trial, best, noise):
-            best, idle = trial, 0
+        changes: dict[str, Any] = {knob.key: count}
+        if count and keep and persistent is not None:
+            changes[persistent.key] = True
+        settings = normalized(knobs, {**best.settings, **changes})
+        trial = search.trial(settings, f"{count} worker{'s' if count != 1 else ''}")
+        if beats(trial.rate, best.rate, noise):
+            search.best = best = trial
+            idle = 0
             if trial.wait is not None and trial.wait <= noise:
                 search.stopped = f"input no longer bounds the run (the host waited {trial.wait:.0%} of train time)"
-                break
+                return
         elif not asked and count > workers_of(best, knobs):
             idle += 1
             if idle == IDLE_COUNTS:
-                break  # more workers bought nothing, twice over
-    return best
+                return  # more workers bought nothing, twice over
 
 
-def confirm(search: Search, baseline: Trial, best: Trial, noise: float) -> tuple[Trial, float]:
-    """The best trains once more, then the untouched settings beside it; the best only if it still beats them.
+def confirm(search: Search, baseline: Trial, noise: float) -> tuple[Trial, float]:
+    """The best trains again, then the untouched settings beside it; the chosen trial and the noise it was judged by.
 
-    It must beat the median of their runs by more than the noise, their spread over every run included. Returns the
-    chosen trial and the noise it was judged by.
+    The best is chosen only if it still beats the median of their runs by more than the noise, their spread included.
     """
-    if best is baseline:
+    best = search.best
+    if best is baseline or best is None:
         return baseline, noise
-    try:
-        if len(best.runs) < 2 and not search.stopped.startswith("interrupted"):
-            search.again(best)
-        if not search.stopped.startswith("interrupted"):
+    if search.stopped != INTERRUPTED:
+        with search.stops():
+            if len(best.runs) < 2:
+                search.again(best)
             search.again(baseline)  # measured late too, so that a drift of the machine falls on both
-    except _Stop:
-        pass
-    except KeyboardInterrupt:
-        search.stopped = "interrupted (Ctrl-C): the best found so far is kept"
     noise = max(noise, baseline.spread)
-    if beats(best, baseline, noise):
+    if beats(best.rate, baseline.rate, noise):
         return best, noise
     search.stopped += "; measured again, the best did not beat the untouched settings by more than the noise"
     return baseline, noise

@@ -1,11 +1,10 @@
 """The loader's settings tune changes in a project that is not the lab's, found by name or named by the user.
 
-A knob is one DataLoader setting (``num_workers``, ``persistent_workers``, ``pin_memory``, ``prefetch_factor``,
-``batch_size``) and where it is applied: an argument of the project's DataModule under the project's own name
-(``workers``), or the DataLoader itself, rebuilt with it where the DataModule exposes no such argument. A user
-may also name any argument with candidate values (``data.init_args.workers=0,2,4``): then those values are tried.
-The arguments are found as :mod:`mnistperf.diagnosis.measure.loader_options` finds them, so that EpochTimer's advice
-names the same options tune changes.
+A knob is one of the DataLoader's settings (``LOADER_SETTINGS``) and where it is applied: an argument of the
+project's DataModule under the project's own name (``workers``), found as
+:mod:`mnistperf.diagnosis.measure.loader_options` finds it for EpochTimer's advice, or the DataLoader itself,
+rebuilt with it where the DataModule exposes no such argument. A user may also name any argument with candidate
+values (``data.init_args.workers=0,2,4``): then those values are tried.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 import yaml
 
 from mnistperf.close_names import did_you_mean
-from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS, best_names, matches
+from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS, SPEED_SETTINGS, best_names, matches
 from mnistperf.errors import ConfigError
 
 ARG, REBUILD = "argument", "rebuilt loader"
@@ -51,20 +50,29 @@ class Knobs:
         """The knob for a DataLoader setting, or None."""
         return next((k for k in self.knobs if k.setting == setting), None)
 
+    def keys(self, via: str) -> list[str]:
+        """The keys of the knobs applied one way (ARG or REBUILD)."""
+        return [k.key for k in self.knobs if k.via == via]
+
     @property
     def rebuilt(self) -> bool:
         """Whether any knob is applied by rebuilding the DataLoader."""
-        return any(k.via == REBUILD for k in self.knobs)
+        return bool(self.keys(REBUILD))
+
+
+def project_knobs(
+    currents: dict[str, Any], prefix: str, named: Sequence[tuple[str, list[Any]]], where: str, batch_size: bool
+) -> Knobs:
+    """The knobs the user ``named`` (key, values), else those found among the DataModule's arguments.
+
+    ``currents``: its arguments, each with the value the untouched run gives it, written under ``prefix``
+    (``data.init_args``; ``""`` for a Python call); ``where``: the DataModule as an error names it.
+    """
+    return Knobs(named_knobs(named, currents, prefix, where)) if named else found_knobs(currents, prefix, batch_size)
 
 
 def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knobs:
-    """The knobs among a DataModule's arguments, by name; where none is a loader setting, the loader is rebuilt.
-
-    Args:
-        currents: the DataModule's arguments, each with the value the untouched run gives it.
-        prefix: the key its arguments are written under (``data.init_args``; ``""`` for a Python call).
-        batch_size: whether the batch size is tuned too (it changes the training).
-    """
+    """The knobs among a DataModule's arguments, by name; where none is a loader setting, the loader is rebuilt."""
     found = Knobs()
     for setting in LOADER_SETTINGS:
         if setting == "batch_size" and not batch_size:
@@ -81,7 +89,7 @@ def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knob
         name = best[0]
         found.knobs.append(Knob(setting, join(prefix, name), ARG, current=currents[name]))
     if all(k.setting == "batch_size" for k in found.knobs):  # no loader setting among its arguments: rebuild
-        found.knobs += [Knob(s, join(LOADER, s), REBUILD) for s in LOADER_SETTINGS if s != "batch_size"]
+        found.knobs += [Knob(s, join(LOADER, s), REBUILD) for s in SPEED_SETTINGS]
     if batch_size and found.by_setting("batch_size") is None:
         found.knobs.append(Knob("batch_size", join(LOADER, "batch_size"), REBUILD))
     return found
@@ -135,12 +143,6 @@ def named_knobs(
     A key is an argument of the DataModule (``data.init_args.workers``; ``data.workers`` is taken for it) or a
     DataLoader setting (``num_workers`` or ``loader.num_workers``), which rebuilds the loader. A key that is
     neither is one line naming it, the DataModule's arguments and the fix.
-
-    Args:
-        given: the user's (key, values).
-        currents: the DataModule's arguments, each with the value the untouched run gives it.
-        prefix: the key its arguments are written under (``data.init_args``; ``""`` for a Python call).
-        where: the DataModule as the error names it (``their.yaml's data (myproj.data.Data)``).
     """
     knobs: list[Knob] = []
     short = prefix.rsplit(".", 1)[0] if prefix else ""

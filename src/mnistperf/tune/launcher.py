@@ -3,11 +3,10 @@
 A helper process (``python -m mnistperf.tune.launcher MODULE ...``) imports what a trial needs once (torch,
 Lightning, the timer, and the project's own modules where it can), then forks one child per trial: each child
 starts from that interpreter as it was after the imports (nothing trained, nothing cached, no earlier trial's
-workers), in a process group of its own, killed whole when the budget ends. Where
-forking is not safe (no ``fork``, or a Python thread already running in the helper after the imports; torch's
-own threads are there as in any process that forks DataLoader workers) each trial is a new interpreter instead
-(``python -m mnistperf.tune.trial SPEC``), which pays the imports every time.
-Both kinds find the project's modules where this process finds them (its search path and ``--import-path``).
+workers), in a process group of its own, killed whole when the budget ends. Where forking is not safe (no
+``fork``, or a Python thread already running in the helper after the imports; torch's own threads are there as in
+any process that forks DataLoader workers) each trial is a new interpreter instead (``python -m
+mnistperf.tune.trial SPEC``), which pays the imports every time.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mnistperf.diagnosis.figures import INPUT_WAIT_SHARE, SAMPLES_PER_S
-from mnistperf.tune.end_to_end import Run
+from mnistperf.tune.search import Run
 from mnistperf.tune.trial import TrialSpec, result_path, write_spec
 
 READY_TIMEOUT_S = 600.0  # the helper's imports; on a loaded machine Lightning alone takes several seconds
@@ -58,11 +57,9 @@ def stop_group(pid: int, sig: int = signal.SIGKILL) -> None:
 
 
 class Launcher:
-    """Runs trials, each in a fresh process; use as a context manager, which ends the helper.
+    """Runs trials, each in a fresh process that finds the project's modules here and in ``import_paths``.
 
-    Args:
-        import_paths: folders the project's modules are imported from, besides this process's own.
-        preload: the project's modules, for the helper to import once rather than every trial.
+    The helper imports the ``preload`` modules once rather than every trial. Used as a context manager, which ends it.
     """
 
     def __init__(self, import_paths: list[str], preload: list[str] | None = None):
@@ -182,7 +179,7 @@ class Launcher:
                 error="no samples counted in its batches; define samples_in_batch(batch) -> int on the LightningModule",
             )
         return Run(
-            rate=found[SAMPLES_PER_S],
+            rates=[found[SAMPLES_PER_S]],
             wait=found[INPUT_WAIT_SHARE],
             seconds=ended.seconds,
             loader=found["loader"],

@@ -1,46 +1,26 @@
-"""Short timed probes: the input pipeline alone, the training step alone, and both together.
+"""What one of the lab's trials is: a short timed probe of the input pipeline alone, the step alone, or both together.
 
-Every probe runs on the real data and the real device, leaves its warm-up out (worker start,
-first batches, allocator and kernel warm-up), and is repeated: a probe's figure is the median
-of its repeats, and the spread between them says how much of a difference is noise. Every repeat
-is timed as an epoch of training is, by :class:`~mnistperf.diagnosis.record.clock.EpochClock`.
+Every probe runs on the real data and the real device, leaves its warm-up out (worker start, first batches,
+allocator and kernel warm-up), and is repeated, each repeat timed as an epoch of training is, by
+:class:`~mnistperf.diagnosis.record.clock.EpochClock`: its figure is the median of the repeats.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterable
-from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
 import torch
 
+from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.diagnosis.figures import HOST_WAIT_SHARE, SAMPLES_PER_S
 from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.tune.search import Run, Trial
 
-
-@dataclass
-class Probe:
-    """One measured setting: what ran, samples/s per repeat, the host's wait share, and the seconds it took."""
-
-    kind: str  # "loader", "step" or "both"
-    settings: dict[str, Any]
-    rates: list[float] = field(default_factory=list)
-    wait_share: float | None = None
-    seconds: float = 0.0
-    note: str = ""
-    start_s: float = 0.0  # a new epoch's time to its first batch (loader probes)
-
-    @property
-    def rate(self) -> float:
-        """Median samples/s of the repeats (0 before any)."""
-        return median(self.rates) if self.rates else 0.0
-
-    @property
-    def spread(self) -> float:
-        """Relative spread of the repeats: (max - min) / median."""
-        return (max(self.rates) - min(self.rates)) / self.rate if len(self.rates) > 1 and self.rate else 0.0
+REPEATS = 3
+STEP, LOADER, BOTH = "step", "loader", "both"  # what a probe times
 
 
 def _cycle(loader: Iterable) -> Generator[dict, None, None]:
@@ -111,3 +91,47 @@ def time_training(
     source.close()
     timed = clock.epochs[1:]  # the first pass is the warm-up
     return [row[SAMPLES_PER_S] for row in timed], median(row[HOST_WAIT_SHARE] for row in timed)
+
+
+class Probes:
+    """Measures a lab trial by its kind: the step alone, a loader alone and its epoch start, or both and the input wait.
+
+    The DataModule takes the input config's ``options`` under the trial's settings; a pipeline's split is loaded by
+    its first probe and shared by the next ones. The step runs at the ``precision`` fit runs.
+    """
+
+    batches = 20  # batches (steps) per timed repeat of a loader, or of both together
+
+    def __init__(self, options: dict, model, device: torch.device, precision: str = "32-true"):
+        self.options, self.model, self.device, self.precision = options, model, device, precision
+        self.loaded: dict[str, dict[str, Any]] = {}  # pipeline -> its DataModule's loaded splits
+
+    def datamodule(self, settings: dict) -> MNISTDataModule:
+        """A DataModule built with these settings (through its checks)."""
+        dm = MNISTDataModule(**{**self.options, **settings})
+        dm.device = self.device
+        pipeline = settings["pipeline"]
+        if pipeline not in self.loaded:
+            dm.prepare_data()
+            dm.setup("fit")
+            self.loaded[pipeline] = dm.datasets
+        dm.datasets = self.loaded[pipeline]
+        return dm
+
+    def __call__(self, trial: Trial, seconds: float) -> Run:
+        """One run of the trial's probe."""
+        began = time.perf_counter()
+        if trial.kind == STEP:  # on one batch already on the device
+            settings = {"pipeline": "v2", "num_workers": 0, "persistent_workers": False, "prefetch_factor": None}
+            loader = self.datamodule({**settings, **trial.settings}).train_dataloader()
+            batch = {k: v.to(self.device) for k, v in next(iter(loader)).items()}
+            run = Run(time_step(self.model, batch, self.device, 10, 3, REPEATS, self.precision))
+        elif trial.kind == LOADER:
+            rates, start_s = time_loader(self.datamodule(trial.settings), self.device, self.batches, 2, REPEATS)
+            run = Run(rates, start_s=start_s)
+        else:
+            dm = self.datamodule(trial.settings)
+            rates, wait = time_training(self.model, dm, self.device, self.batches, 3, REPEATS, self.precision)
+            run = Run(rates, wait=wait)
+        run.seconds = time.perf_counter() - began
+        return run

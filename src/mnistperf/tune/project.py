@@ -1,10 +1,8 @@
-"""A LightningCLI config of a project that is not the lab's: read, its classes imported, its trial configs written.
+"""A LightningCLI config of a project that is not the lab's: read, its classes imported, its trial configs made.
 
-Such a config names its classes (``model:`` and ``data:`` each with a ``class_path`` and ``init_args``), as
-LightningCLI's own configs do when any LightningModule or DataModule may be given; a config whose ``model`` and
-``data`` hold plain keys is the lab's. The classes are imported as Python finds them: from the folder tune runs
-in, ``PYTHONPATH``, or ``--import-path DIR``. A config nested under ``fit:`` (one config for every subcommand) is
-read and written back in that form.
+Such a config names its classes (``model:`` and ``data:`` each with a ``class_path`` and ``init_args``); one whose
+``model`` and ``data`` hold plain keys is the lab's. The classes are imported as Python finds them (the folder tune
+runs in, ``PYTHONPATH``, ``--import-path DIR``). A config nested under ``fit:`` is read and written back nested.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import yaml
 from mnistperf.close_names import closest
 from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
-from mnistperf.tune.knobs import ARG, Knobs, found_knobs, named_knobs
+from mnistperf.tune.knobs import ARG, Knobs, project_knobs
 from mnistperf.tune.trial import left_out, trial_trainer
 
 SECTIONS = ("model", "data")
@@ -176,9 +174,7 @@ class Project:
     def knobs(self, named: list[tuple[str, list[Any]]], batch_size: bool) -> Knobs:
         """The knobs: those named with --knob, else those found among the DataModule's arguments."""
         currents = arguments(self.data_class, self.data_args) if self.data_class is not None else {}
-        if named:
-            return Knobs(named_knobs(named, currents, "data.init_args", self.where))
-        return found_knobs(currents, "data.init_args", batch_size)
+        return project_knobs(currents, "data.init_args", named, self.where, batch_size)
 
     def with_settings(self, settings: dict[str, Any], knobs: Knobs) -> dict[str, Any]:
         """The whole config with the knobs applied through the DataModule's arguments set to these values."""
@@ -253,9 +249,3 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
             )
         data_class = import_class(path, "data", data["class_path"], base=LightningDataModule)
     return Project(path, config, model_class, data_class, cli)
-
-
-def write_yaml(config: dict[str, Any], path: Path) -> Path:
-    """Write a config as YAML; its path."""
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path

@@ -1,11 +1,8 @@
 """``tune_loaders(model, datamodule, trainer_kwargs, budget_s=...)``: tune the loader of a project without a CLI.
 
-Every trial makes the model and the DataModule again in a fresh process, so each must be something another
-process can make: an object of an importable class that keeps its arguments (``self.save_hyperparameters()``
-in its ``__init__``), or an importable class or function that makes one. One defined in ``__main__`` (a script
-run directly, a notebook) or inside a function cannot be made again elsewhere: the error says so, with the fix.
-The knobs are found among the DataModule's arguments under their own names, or named in ``knobs=`` with the
-values to try; where it has none, its DataLoader is rebuilt. The search is :mod:`mnistperf.tune.end_to_end`'s.
+Every trial makes the model and the DataModule again in a fresh process, each from an importable class and the
+arguments it keeps, or from an importable class or function that makes it; one defined in ``__main__`` or inside
+a function cannot be made elsewhere, and the error says so, with the fix.
 """
 
 from __future__ import annotations
@@ -23,9 +20,10 @@ from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 from mnistperf.tune import end_to_end
-from mnistperf.tune.knobs import ARG, REBUILD, Knobs, found_knobs, named_knobs, rebuilt_with
+from mnistperf.tune.knobs import ARG, project_knobs, rebuilt_with
 from mnistperf.tune.launcher import Launcher
-from mnistperf.tune.report import findings, trials_table
+from mnistperf.tune.report import findings, loader_args, trials_table
+from mnistperf.tune.search import Outcome, Run, Trial
 from mnistperf.tune.trial import Recipe, TrialSpec
 
 WHERE = "tune_loaders"
@@ -35,43 +33,14 @@ WHERE = "tune_loaders"
 class TuneResult:
     """What ``tune_loaders`` found: the settings in the project's terms, the speed-up, and every trial."""
 
-    outcome: end_to_end.Outcome
-    where: str  # the DataModule as the findings name it
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        """The DataModule's arguments to change, by its own names (empty where the untouched settings stay)."""
-        return {key: value for key, value in self.outcome.changes(ARG).items()}
-
-    @property
-    def loader_args(self) -> dict[str, Any]:
-        """DataLoader arguments to change in ``train_dataloader``, where tune rebuilt the loader (a code change)."""
-        return {key.rsplit(".", 1)[-1]: value for key, value in self.outcome.changes(REBUILD).items()}
-
-    @property
-    def rebuilt(self) -> bool:
-        """Whether the DataLoader was rebuilt with the settings tried (the DataModule exposes none)."""
-        return self.outcome.knobs.rebuilt
-
-    @property
-    def kept(self) -> bool:
-        """Whether the untouched settings stay."""
-        return self.outcome.kept
-
-    @property
-    def speedup(self) -> float:
-        """The chosen settings' steady samples/s over the untouched settings'."""
-        return self.outcome.speedup
-
-    @property
-    def table(self) -> str:
-        """Every trial, as a Markdown table."""
-        return trials_table(self.outcome)
-
-    @property
-    def findings(self) -> list[str]:
-        """What bounds the run, what was chosen and why the search stopped, as sentences."""
-        return findings(self.outcome, self.where)
+    settings: dict[str, Any]  # the DataModule's arguments to change, by its own names (empty where none change)
+    loader_args: dict[str, Any]  # DataLoader arguments for train_dataloader, where tune rebuilt the loader (code)
+    rebuilt: bool  # whether the DataLoader was rebuilt with the settings tried (the DataModule exposes none)
+    kept: bool  # whether the untouched settings stay
+    speedup: float  # the chosen settings' steady samples/s over the untouched settings'
+    table: str  # every trial, as a Markdown table
+    findings: list[str]  # what bounds the run, what was chosen and why the search stopped, as sentences
+    outcome: Outcome  # every trial, with its runs
 
 
 def importable(target: Any, role: str) -> tuple[str, str]:
@@ -116,14 +85,16 @@ def recipe(made: Any, role: str, kind: type) -> Recipe:
         )
     params = {p.name for p in named}
     found = Recipe(module, qualname, {k: v for k, v in saved.items() if k in params})
-    try:
-        pickle.dumps(found)
-    except Exception as exc:  # any object pickle refuses, with its own error type
-        raise ConfigError(
-            f"{WHERE}: the {role}'s saved arguments cannot be handed to another process ({exc}); pass a function "
-            "that makes it"
-        ) from exc
+    handed(found, f"the {role}'s saved arguments", "; pass a function that makes it")
     return found
+
+
+def handed(value: Any, what: str, fix: str = "") -> None:
+    """One line, with the fix, where ``what`` cannot be handed to another process (pickled)."""
+    try:
+        pickle.dumps(value)
+    except Exception as exc:  # any object pickle refuses, with its own error type
+        raise ConfigError(f"{WHERE}: {what} cannot be handed to another process ({exc}){fix}") from exc
 
 
 def tune_loaders(
@@ -158,10 +129,6 @@ def tune_loaders(
         repeats: runs of the untouched settings, whose spread is the noise.
         seed: the seed every trial fit takes.
         log: where progress lines go.
-
-    Returns:
-        The settings in the project's terms (``settings``: DataModule arguments; ``loader_args``: DataLoader
-        arguments that need a code change), the speed-up, the findings and the table of trials.
     """
     from lightning.pytorch import LightningDataModule, LightningModule
 
@@ -170,17 +137,10 @@ def tune_loaders(
     model_recipe = recipe(model, "model", LightningModule)
     data_recipe = recipe(datamodule, "datamodule", LightningDataModule) if datamodule is not None else None
     trainer = dict(trainer_kwargs or {})
-    try:
-        pickle.dumps(trainer)
-    except Exception as exc:  # any object pickle refuses
-        raise ConfigError(f"{WHERE}: trainer_kwargs cannot be handed to another process ({exc})") from exc
+    handed(trainer, "trainer_kwargs")
     where = f"{WHERE}'s datamodule ({data_recipe.qualname if data_recipe else 'none: the model makes its loaders'})"
     currents = arguments(data_recipe.target(), data_recipe.args) if data_recipe is not None else {}
-    found = (
-        Knobs(named_knobs(list(knobs.items()), currents, "", where))
-        if knobs
-        else found_knobs(currents, "", tune_batch_size)
-    )
+    found = project_knobs(currents, "", list((knobs or {}).items()), where, tune_batch_size)
     log(
         f"tuning {where}: {', '.join(k.key for k in found.knobs)}; {usable_cpus()} usable CPUs, budget "
         f"{budget_s:g} s, each trial {epochs} epochs of at most {steps} steps in a fresh process"
@@ -189,12 +149,12 @@ def tune_loaders(
     with Launcher([], modules) as launcher, tempfile.TemporaryDirectory(prefix="mnistperf-tune-") as work:
         numbers = itertools.count(1)
 
-        def measure(settings: dict[str, Any], timeout_s: float) -> end_to_end.Run:
+        def measure(trial: Trial, timeout_s: float) -> Run:
             root = Path(work) / f"trial-{next(numbers)}"
             root.mkdir()
-            data = None
+            settings, data = trial.settings, None
             if data_recipe is not None:
-                changes = {k.key: settings[k.key] for k in found.knobs if k.via == ARG and k.key in settings}
+                changes = {key: settings[key] for key in found.keys(ARG) if key in settings}
                 data = Recipe(data_recipe.module, data_recipe.qualname, {**data_recipe.args, **changes})
             spec = TrialSpec(
                 str(root),
@@ -209,7 +169,11 @@ def tune_loaders(
             return launcher.measure(spec, timeout_s)
 
         outcome = end_to_end.run(found, measure, budget_s, log, usable_cpus(), WHERE, repeats, tune_batch_size)
-    result = TuneResult(outcome, where)
-    for line in result.findings:
+    said = findings(outcome, found, where)
+    for line in said:
         log(line)
-    return result
+    loader = loader_args(outcome, found)
+    settings = outcome.changes(found.keys(ARG))
+    return TuneResult(
+        settings, loader, found.rebuilt, outcome.kept, outcome.speedup, trials_table(outcome), said, outcome
+    )

@@ -1,8 +1,7 @@
 """A project's training DataLoader made again with other settings, where its DataModule takes no argument for them.
 
-The DataModule's (or, without one, the module's) ``train_dataloader`` is wrapped: the loader it returns is made
-again through :func:`mnistperf.upstream.rebuilt_dataloader`, as Lightning makes loaders again for distributed
-samplers, with the same dataset, sampler, collate_fn and the rest, and the candidate's settings.
+The loader the DataModule's (else the module's) ``train_dataloader`` returns is made again as Lightning makes
+loaders for distributed samplers (:func:`mnistperf.upstream.rebuilt_dataloader`), with the candidate's settings.
 """
 
 from __future__ import annotations
@@ -12,8 +11,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS
 from mnistperf.errors import ConfigError
-from mnistperf.tune.knobs import LOADER_SETTINGS
 from mnistperf.upstream import rebuilt_dataloader
 
 
@@ -22,13 +21,6 @@ def loader_settings(loader: Any) -> dict[str, Any] | None:
     if not isinstance(loader, DataLoader):
         return None
     return {name: getattr(loader, name, None) for name in LOADER_SETTINGS}
-
-
-def consistent(settings: dict[str, Any]) -> dict[str, Any]:
-    """Settings a DataLoader accepts: without workers, none kept between epochs and no prefetch factor."""
-    if settings.get("num_workers") == 0:
-        settings = {**settings, "persistent_workers": False, "prefetch_factor": None}
-    return settings
 
 
 def dataloader_call(settings: dict[str, Any]) -> str:
@@ -50,7 +42,9 @@ def rebuild_train_loader(source: Any, settings: dict[str, Any]) -> None:
                 f"{where} returns {type(loader).__name__}, not one DataLoader, so tune cannot make it again; give "
                 "the DataModule arguments for the loader's settings and name them with --knob"
             )
-        wanted = consistent({**current, **settings})
+        wanted = {**current, **settings}
+        if wanted["num_workers"] == 0:  # as a DataLoader takes it: no workers kept, no prefetch factor
+            wanted.update(persistent_workers=False, prefetch_factor=None)
         changed = {name: value for name, value in wanted.items() if name in settings or value != current[name]}
         try:
             return rebuilt_dataloader(loader, changed)

@@ -1,11 +1,8 @@
 """One trial: a short, seeded fit of a project's own model and data with one candidate's settings, timed.
 
-It runs in a process of its own (``python -m mnistperf.tune.trial SPEC``, or forked by
-:mod:`mnistperf.tune.launcher`), builds the model and the data either from a LightningCLI config or from
-recipes (:class:`Recipe`), trains ``epochs`` epochs of at most ``steps`` steps with
-:class:`~mnistperf.diagnosis.EpochTimer` (its profiled window off), and writes beside the spec a JSON of the
-steady epochs' samples/s and input-wait share (the first epoch, the warm-up, apart), the loader it trained
-from, or the error in one line.
+It runs in a process of its own, builds the model and the data from a LightningCLI config or from recipes, trains
+with :class:`~mnistperf.diagnosis.EpochTimer` (its profiled window off), and writes beside the spec a JSON of the
+steady epochs' samples/s and input-wait share (the first epoch, the warm-up, apart), or the error in one line.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, INPUT_WAIT_SHARE, SAMPLES_PER_S
+from mnistperf.diagnosis.figures import INPUT_WAIT_SHARE, SAMPLES_PER_S
 
 RESULT_SUFFIX = ".result.json"
 
@@ -32,11 +29,6 @@ class Recipe:
     qualname: str
     args: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def path(self) -> str:
-        """``module.qualname``, as an error names it."""
-        return f"{self.module}.{self.qualname}"
-
     def target(self) -> Any:
         """The class or function itself, imported."""
         found: Any = importlib.import_module(self.module)
@@ -44,9 +36,9 @@ class Recipe:
             found = getattr(found, part)
         return found
 
-    def build(self, **changes: Any) -> Any:
-        """The object, made with the recipe's arguments and ``changes`` over them."""
-        return self.target()(**{**self.args, **changes})
+    def build(self) -> Any:
+        """The object, made with the recipe's arguments."""
+        return self.target()(**self.args)
 
 
 @dataclass
@@ -158,13 +150,9 @@ def fit(spec: TrialSpec) -> dict[str, Any]:
     return {
         SAMPLES_PER_S: summary.get(SAMPLES_PER_S),
         INPUT_WAIT_SHARE: summary.get(INPUT_WAIT_SHARE),
-        AVG_TRAIN_S: summary.get(AVG_TRAIN_S),
-        "verdict": summary.get("verdict"),
-        "steady_epochs": summary.get("steady_epochs"),
         "device": summary.get("device"),
         "accelerator": summary.get("accelerator"),
         "loader": loader_settings(trainer.train_dataloader),
-        "rebuilt": spec.rebuild is not None,
     }
 
 

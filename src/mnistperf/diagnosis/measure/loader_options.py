@@ -11,8 +11,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-LOADER_SETTINGS = ("num_workers", "persistent_workers", "pin_memory", "prefetch_factor", "batch_size")
-# The names a project's DataModule commonly gives each setting, besides the DataLoader's own.
+# The DataLoader's settings, each with the names a project's DataModule commonly gives it besides the DataLoader's own.
 ALIASES: dict[str, tuple[str, ...]] = {
     "num_workers": ("workers", "n_workers", "loader_workers", "num_loader_workers", "dataloader_workers"),
     "persistent_workers": ("persistent", "keep_workers", "persist_workers"),
@@ -20,6 +19,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "prefetch_factor": ("prefetch", "prefetch_batches"),
     "batch_size": ("batch", "bs", "train_batch_size"),
 }
+LOADER_SETTINGS = tuple(ALIASES)
+# Those that change only the speed: the batch size changes the training too.
+SPEED_SETTINGS = tuple(setting for setting in LOADER_SETTINGS if setting != "batch_size")
 
 
 def matches(name: str, setting: str) -> int | None:

@@ -1,0 +1,55 @@
+"""The options both ``mnistperf tune`` commands take, the lab's and another project's, and the budget they give."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mnistperf.close_names import OneLineArgumentParser
+from mnistperf.errors import ConfigError
+
+MIN_BUDGET_S = 15.0
+
+
+def tune_parser(description: str, config_help: str, set_example: str, batch_changes: str) -> OneLineArgumentParser:
+    """A parser with the options both take: the config, its overrides, the budget, the tuned config, the batch size."""
+    parser = OneLineArgumentParser(prog="mnistperf tune", description=description)
+    parser.add_argument("--config", type=Path, required=True, metavar="FILE", help=f"{config_help} (required)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"an override of the config before measuring, e.g. {set_example}; may be repeated (default: none)",
+    )
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--budget",
+        type=float,
+        default=5.0,
+        metavar="MINUTES",
+        help="minutes of measuring at most; then the best found so far is written (default: %(default)g)",
+    )
+    budget.add_argument(
+        "--budget-s", type=float, default=None, metavar="SECONDS", help="the same budget in seconds (default: none)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("tuned.yaml"), metavar="FILE", help="the tuned config (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--tune-batch-size",
+        action="store_true",
+        help=f"also try 2x and 4x the batch size, which changes the {batch_changes} (default: off)",
+    )
+    return parser
+
+
+def budget_s(opts: argparse.Namespace, least: str) -> float:
+    """The budget in seconds; where it is under MIN_BUDGET_S, one line saying it as given and what ``least`` takes."""
+    if opts.budget_s is None:
+        seconds, given, at_least = opts.budget * 60, f"--budget {opts.budget:g}", f"{MIN_BUDGET_S / 60:g} minutes"
+    else:
+        seconds, given, at_least = opts.budget_s, f"--budget-s {opts.budget_s:g}", f"{MIN_BUDGET_S:g} seconds"
+    if seconds < MIN_BUDGET_S:
+        raise ConfigError(f"{given}: too small to measure anything; give at least {at_least} ({least} that long).")
+    return seconds

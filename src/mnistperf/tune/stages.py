@@ -1,0 +1,227 @@
+"""How tune searches a lab stage's loader: the step, then the cheapest loaders first, until input no longer bounds it.
+
+A loader's predicted training rate is min(loader, step) with workers and 1 / (1/loader + 1/step) without,
+less each epoch's start. Pipelines are tried in the order of their class's ``tune_rank``. The search stops once a
+loader outruns the step by more than the probes' noise; the best prediction and the input config then train side
+by side, and within the noise the one with fewer worker processes wins. Every probe's figure is the median of 3.
+Why: docs/stages.md#tune.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from lightning.fabric.utilities.data import AttributeDict
+
+from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.data.ingest import prepare
+from mnistperf.data.pipelines.registry import PIPELINES, tune_order
+from mnistperf.diagnosis.measure.loader_options import SPEED_SETTINGS
+from mnistperf.errors import ConfigError
+from mnistperf.tune.knobs import worker_counts
+from mnistperf.tune.probes import BOTH, LOADER, STEP, Probes
+from mnistperf.tune.search import NOISE_FLOOR, Outcome, Run, Search, Stop, Trial, beats, describe
+
+# The lab's loader settings tune chooses: its pipeline, and the rest but the batch size (only with --tune-batch-size).
+LOADER_KEYS = ("pipeline", *SPEED_SETTINGS)
+NOISY_SPREAD = 0.25  # repeats further apart than this: the machine is busy; the probe is repeated once more
+
+
+def note(probe: Trial) -> str:
+    """What a probe's line and row add: its label, a loader's epoch start, and whether it was repeated."""
+    start = f"epoch start {probe.runs[0].start_s:.2f} s" if probe.kind == LOADER else ""
+    repeated = f"repeated ({len(probe.rates)} runs): noisy" if len(probe.runs) > 1 else ""
+    return ", ".join(n for n in (probe.label, start, repeated) if n)
+
+
+def say(search: Search, probe: Trial, run: Run) -> str:
+    """A probe's line: its number, kind and settings, samples/s and spread, note and seconds."""
+    spread = f" (spread {probe.spread:.0%})" if probe.spread else ""
+    said = note(probe)
+    return (
+        f"[probe {search.trials.index(probe) + 1}] {probe.kind:<6} {describe(probe.settings)}: {probe.rate:,.0f} "
+        f"samples/s{spread}{', ' + said if said else ''} ({probe.seconds:.1f} s)"
+    )
+
+
+def step_probes(outcome: Outcome) -> list[Trial]:
+    """The step probes: at the config's batch size, then (where measured) at twice it."""
+    return [t for t in outcome.trials if t.kind == STEP]
+
+
+def noise_warning(outcome: Outcome) -> str | None:
+    """A sentence for the user when the probes were too noisy for small differences to mean anything."""
+    noisy = [p for p in outcome.trials if p.spread > NOISY_SPREAD]
+    if not noisy:
+        return None
+    return (
+        f"the machine was busy: {len(noisy)} of {len(outcome.trials)} probes varied by more than "
+        f"{NOISY_SPREAD:.0%} between repeats (up to {max(p.spread for p in noisy):.0%}) even after repeating, so "
+        "differences smaller than that are noise; run tune again on an idle machine before trusting close calls"
+    )
+
+
+def batch_projection(outcome: Outcome) -> str | None:
+    """What a bigger batch would do to the step, only where the two step probes can tell."""
+    probes = step_probes(outcome)
+    if len(probes) < 2:
+        return None
+    step, bigger = probes[:2]
+    size = bigger.settings["batch_size"]
+    noise = max(bigger.spread, step.spread, NOISE_FLOOR)
+    if noise > NOISY_SPREAD:
+        return (
+            f"a batch of {size} could not be measured reliably here (its step probes varied by up to "
+            f"{noise:.0%}); no projection is made"
+        )
+    gain = bigger.rate / step.rate - 1
+    if abs(gain) <= noise:
+        return f"a batch of {size} steps no faster or slower than the probes' noise ({noise:.0%}) can show"
+    return (
+        f"a batch of {size} would step at {bigger.rate:,.0f} samples/s ({gain:+.0%}); it changes the "
+        "optimisation, so it is only tried with --tune-batch-size"
+    )
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Free memory on the device (the host's available memory for the CPU); 0 when unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def split_rows(datamodule: MNISTDataModule) -> int:
+    """Rows of the DataModule's prepared training split, from the Parquet footers."""
+    import pyarrow.parquet as pq
+
+    from mnistperf.data import schema
+
+    path = prepare.require_prepared(cast(AttributeDict, datamodule.hparams).dataset, datamodule.data_dir, "train")
+    return sum(pq.read_metadata(f).num_rows for f in schema.parquet_files(path))
+
+
+def pipelines_to_try(options: dict, device: torch.device, log: Callable[[str], None]) -> list[str]:
+    """The registered pipelines tune tries with the input config's options, in order, less those that cannot run."""
+    names = []
+    for name in tune_order():
+        try:  # the pipeline's own checks: a package it needs, a batch size it cannot take, ...
+            datamodule = MNISTDataModule(**{**options, "pipeline": name})
+        except ConfigError as exc:
+            log(f"{name}: left out: {exc}")
+            continue
+        if PIPELINES[name].holds_split_on_device:
+            needed = split_rows(datamodule) * (28 * 28 + 8) * 2  # uint8 pixels, int64 labels, room for a batch's copies
+            if needed > free_memory_bytes(device) // 2:
+                log(
+                    f"{name}: the training split needs about {needed / 2**20:,.0f} MB on {device.type}, more than "
+                    "half the free memory: left out."
+                )
+                continue
+        names.append(name)
+    return names
+
+
+def predicted(loader: Trial, step_rate: float, epoch_samples: int) -> float:
+    """Training samples/s a loader should give beside a step of step_rate, its epoch start included."""
+    rate = loader.rate
+    steady = min(rate, step_rate) if loader.settings.get("num_workers") else 1 / (1 / rate + 1 / step_rate)
+    return epoch_samples / (epoch_samples / steady + loader.runs[0].start_s)
+
+
+def cost(settings: dict) -> tuple:
+    """Fewer worker processes first, then no pinning, then less prefetching."""
+    return (settings.get("num_workers", 0), bool(settings.get("pin_memory")), settings.get("prefetch_factor") or 2)
+
+
+def run(
+    probes: Probes,
+    budget_s: float,
+    log: Callable[[str], None],
+    epoch_samples: int,
+    pipelines: list[str],
+    cpus: int,
+    tune_batch_size: bool,
+) -> Outcome:
+    """Search loader settings for this step, in the order and with the stopping rule the module describes."""
+    base, on_cuda = probes.options, probes.device.type == "cuda"
+    search = Search(probes, budget_s, log, say, noisy=NOISY_SPREAD)
+    step = search.trial({"batch_size": base["batch_size"]}, kind=STEP)
+    margin = max(NOISE_FLOOR, step.spread)
+
+    def rate(probe: Trial) -> float:
+        return predicted(probe, step.rate, epoch_samples)
+
+    def consider(settings: dict) -> Trial:
+        probe = search.trial(settings, kind=LOADER)
+        best = search.best
+        if best is None or beats(rate(probe), rate(best), margin, cost(settings) < cost(best.settings)):
+            search.best = probe
+        if probe.rate > step.rate * (1 + margin):
+            search.best = probe
+            raise Stop(
+                f"compute-bound: the loader ({describe(settings)}) draws {probe.rate:,.0f} samples/s, more than the "
+                f"{step.rate:,.0f} samples/s the step takes, so more input speed buys nothing"
+            )
+        return probe
+
+    with search.stops():
+        for pipeline in pipelines:
+            counts = worker_counts(cpus) if PIPELINES[pipeline].uses_workers else [0]
+            of_pipeline = []
+            for workers in counts:
+                settings = {
+                    "pipeline": pipeline,
+                    "num_workers": workers,
+                    "persistent_workers": workers > 0,
+                    "prefetch_factor": None,
+                    "pin_memory": on_cuda and workers > 0,
+                }
+                of_pipeline.append(consider(settings))
+            top = max(of_pipeline, key=rate)
+            if top.settings["num_workers"]:
+                variants: list[dict[str, Any]] = [{"persistent_workers": False}, {"prefetch_factor": 4}]
+                if on_cuda:
+                    variants.append({"pin_memory": False})
+                for variant in variants:
+                    consider({**top.settings, **variant})
+        search.stopped = "every setting was measured and no loader outran the step: the fastest predicted one is kept"
+    interrupted = search.stopped.startswith("interrupted")
+    if interrupted:  # a probe kept while it was measured again was not considered: the fastest predicted counts
+        search.best = max((p for p in search.trials if p.kind == LOADER), key=rate, default=search.best)
+    start = {k: base[k] for k in LOADER_KEYS}
+    best = {k: search.best.settings[k] for k in LOADER_KEYS} if search.best is not None else start
+    outcome = Outcome(search.trials, best, noise=margin, stopped=search.stopped)
+    if not interrupted:
+        try:
+            verify(search, base["batch_size"], start, outcome, tune_batch_size)
+        except Stop:  # the budget is spent: what was measured stands
+            pass
+        except KeyboardInterrupt:
+            outcome.stopped += "; the final check was interrupted (Ctrl-C)"
+    return outcome
+
+
+def verify(search: Search, size: int, start: dict, outcome: Outcome, tune_batch_size: bool) -> None:
+    """Train a few steps with the best settings and with the input config's (``start``), loader and step together."""
+    outcome.chosen = search.trial({**outcome.best, "batch_size": size}, "best predicted", BOTH)
+    if start != outcome.best:
+        outcome.baseline = search.trial({**start, "batch_size": size}, "input config", BOTH)
+        if beats(outcome.baseline.rate, outcome.chosen.rate, outcome.noise, cost(start) < cost(outcome.best)):
+            outcome.best, outcome.chosen = start, outcome.baseline
+            outcome.stopped += "; measured together, the input config's settings were as fast, and cheaper"
+    search.trial({"batch_size": size * 2}, kind=STEP)  # what a bigger batch would do to the step
+    if tune_batch_size:
+        for bigger in (size * 2, size * 4):
+            probe = search.trial({**outcome.best, "batch_size": bigger}, f"batch {bigger}", BOTH)
+            if beats(probe.rate, outcome.chosen.rate, outcome.noise):
+                outcome.chosen = probe
+                outcome.best = {**outcome.best, "batch_size": bigger}

@@ -135,8 +135,9 @@ def test_a_compute_bound_cpu_step_is_told_what_the_cpu_can_do_before_a_gpu():
     assert f"{torch.get_num_threads()} threads" in found["hints"][0]
 
 
-def test_a_short_cpu_fit_gets_a_bound_at_the_windows_default_share():
-    timer = fit(epochs=2, timer={"window_share": window_module.WINDOW_FIT_SHARE})
+def test_a_two_epoch_cpu_fit_gets_a_bound_at_the_windows_default_share():
+    timer = EpochTimer()
+    fit_module(Newcomer(), rows(count=8192), callbacks=[timer], max_epochs=2)
     summary = timer.clock.summary()
     assert summary["verdict"] in ("input-bound", "overhead-bound", "compute-bound"), summary["verdict_reason"]
     assert timer.busy_window["share"] is not None and timer.epochs[1]["profiled"]["cost_s"] >= 0

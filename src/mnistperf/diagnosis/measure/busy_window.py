@@ -69,13 +69,13 @@ PROFILER_WARMUP_STEPS = 2
 TRACE_LIMIT = 20_000
 # The training thread waiting for a core at least this share of the window: the verdict is in doubt.
 CROWDED = 0.1
-# On a CPU the window may cost this share of the whole fit's time (None: no limit): what a user does not notice.
-WINDOW_FIT_SHARE = 0.02
-# What one recorded step costs a CPU fit besides its own time, in the time of an unprofiled step: recording its
-# operators and reading them. Measured 1.8-2.5 on N-BEATS' and a small MLP's steps of thousands of small
-# operators, the worst case for a profiler (docs/results/cpu-2core-compat-cost/results.md); a step of a few large
-# operators costs a small fraction of its time.
-CPU_WINDOW_COST = 2.5
+# On a CPU the window may cost this share of the whole fit's time (None: no limit): with the callbacks' other work, a
+# cost users do not notice (docs/results/cpu-2core-compat-cost).
+WINDOW_FIT_SHARE = 0.015
+# What one recorded step costs a CPU fit besides its own time, in unprofiled steps, at its worst: recording its
+# operators and reading them. Measured 2.5-3.6 on steps of thousands of small operators, the worst case for a
+# profiler; a step of a few large operators costs a few hundredths of a step (docs/results/cpu-2core-window-agreement).
+CPU_WINDOW_COST = 4.0
 # The margin any share is read with, before the wait for a core widens it.
 BASE_MARGIN = 0.05
 # A training step (forward, loss, backward, update) launches about ten kernels at the very least (a graphed
@@ -172,10 +172,10 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
 
 
 def affordable_steps(fit_s: float, step_s: float, share: float | None = WINDOW_FIT_SHARE) -> float:
-    """How many steps of ``step_s`` each a CPU window may record in a fit of some ``fit_s`` seconds in all.
+    """How many steps of ``step_s`` a CPU window may record in a fit of some ``fit_s`` seconds in all.
 
-    At most ``share`` of the fit's time, each recorded step at :data:`CPU_WINDOW_COST` steps' time (its worst case);
-    infinite where ``share`` is None.
+    At most ``share`` of the fit's time, each recorded step at :data:`CPU_WINDOW_COST` steps' time; infinite where
+    ``share`` is None.
     """
     if share is None:
         return math.inf

@@ -261,9 +261,8 @@ class EpochClock:
         length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
         self._window_missed(
             f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
-            f"profiled step ({step_s * 1e3:,.1f} ms, up to "
-            f"{CPU_WINDOW_COST:g} times that to record) to cost under {self.window_share:.0%} of its time; "
-            f"{PROFILE_ANYWAY}"
+            f"profiled step ({step_s * 1e3:,.1f} ms, up to {CPU_WINDOW_COST:g} times that to record) to cost under "
+            f"{self.window_share:.0%} of its time; {PROFILE_ANYWAY}"
         )
 
     @property

@@ -9,7 +9,8 @@ import pytest
 from conftest import NO_WORKERS, fails_in_one_line, run_stage
 
 from mnistperf.cli import main
-from mnistperf.diagnosis.show.compare import bought, compare, find_summary, format_comparison
+from mnistperf.diagnosis.record.run import RunSummary, find_summary
+from mnistperf.diagnosis.show.compare import bought, compare, format_comparison
 
 
 def run(train_s: float, samples: int, verdict: str, wait: float, ceiling: float | None = None, **more) -> dict:
@@ -40,7 +41,7 @@ def write(folder: Path, summary: dict) -> Path:
 def test_a_gain_within_what_a_predicted_for_the_bound_b_removed():
     a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
     b = run(5.0, 60_000, "overhead-bound", 0.1)
-    gain = bought(a, b)
+    gain = bought(RunSummary.read(a), RunSummary.read(b))
     assert gain["saved_s"] == pytest.approx(5.0) and gain["speed_up"] == pytest.approx(2.0)
     assert gain["within"] and gain["removed"] and not gain["scaled"]
     rows = {row["key"]: row for row in compare(a, b)["rows"]}
@@ -49,7 +50,8 @@ def test_a_gain_within_what_a_predicted_for_the_bound_b_removed():
 
 
 def test_a_gain_beyond_the_ceiling_says_more_changed_than_the_bound():
-    gain = bought(run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0), run(4.0, 60_000, "overhead-bound", 0.1))
+    a, b = run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0), run(4.0, 60_000, "overhead-bound", 0.1)
+    gain = bought(RunSummary.read(a), RunSummary.read(b))
     assert gain["within"] is False
     text = format_comparison(
         compare(run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0), run(4.0, 60_000, "x", 0.1)),
@@ -62,7 +64,7 @@ def test_a_gain_beyond_the_ceiling_says_more_changed_than_the_bound():
 def test_runs_of_different_epochs_are_compared_per_sample():
     a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
     b = run(3.0, 30_000, "input-bound", 0.6)  # half the samples in 3 s: 6 s for A's epoch
-    gain = bought(a, b)
+    gain = bought(RunSummary.read(a), RunSummary.read(b))
     assert gain["scaled"] and gain["saved_s"] == pytest.approx(4.0) and not gain["removed"]
 
 

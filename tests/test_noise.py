@@ -11,16 +11,17 @@ from conftest import fails_in_one_line
 from mnistperf.cli import main
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, DEVICE_BUSY_SHARE, PEAK_RSS_MB, SAMPLES_PER_S, WORKERS_PSS_MB
 from mnistperf.diagnosis.record.noise import beyond, noise, said, spread, steady_values
+from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.show.compare import compare, format_comparison
 
 
-def summary(*train_s: float, samples: int = 600) -> dict:
+def summary(*train_s: float, samples: int = 600) -> RunSummary:
     """A run whose epochs took ``train_s`` each (the first the warm-up), every epoch ``samples`` samples."""
     epochs = [
         {"epoch": i + 1, "train_s": t, "samples_per_s": samples / t, "device_busy_share": 0.5}
         for i, t in enumerate(train_s)
     ]
-    return {"epochs": epochs, "steady_epochs": [2, len(epochs)] if len(epochs) > 1 else [1, 1]}
+    return RunSummary.read({"epochs": epochs, "steady_epochs": [2, len(epochs)] if len(epochs) > 1 else [1, 1]})
 
 
 def test_a_figures_noise_is_its_spread_over_the_steady_epochs_the_warm_up_left_out():
@@ -34,7 +35,7 @@ def test_figures_with_no_spread_per_epoch_have_no_noise():
     run = summary(9.0, 1.0, 1.1, 0.9)
     assert steady_values(run, PEAK_RSS_MB) == []  # one figure for the whole run
     assert steady_values(run, DEVICE_BUSY_SHARE) == []  # the profiled window's one reading, copied to every epoch
-    run["epochs"][1]["workers_pss_mb"] = run["epochs"][2]["workers_pss_mb"] = 700.0
+    run.epochs[1]["workers_pss_mb"] = run.epochs[2]["workers_pss_mb"] = 700.0
     assert steady_values(run, WORKERS_PSS_MB) == []  # memory's change across epochs is growth, not noise
 
 

@@ -18,7 +18,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.cli import main
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.record.summary import SPLIT_KEYS
+from mnistperf.diagnosis.figures import SPLIT
+from mnistperf.diagnosis.record.text import format_summary
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, tick_label, ticks
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -92,7 +93,7 @@ def summary(train_s: float, rss_mb: float) -> dict:
         {
             "epoch": n,
             "train_s": train_s,
-            **{key: train_s * share for key, share in zip(SPLIT_KEYS, SHARES, strict=True)},
+            **{key: train_s * share for key, share in zip(SPLIT, SHARES, strict=True)},
             "step_median_s": train_s / 100,
             "step_max_s": train_s / 50,
             "rss_mb": rss_mb * (0.9 + 0.05 * (n - 1)),  # rss_mb at most
@@ -140,6 +141,8 @@ def test_a_run_without_the_newer_figures_still_reports():
     old = {"verdict": "input-bound", "verdict_reason": "r", "avg_train_s": 1.0, "epochs": [{"epoch": 1, "train_s": 1}]}
     text = html_report([("old", old)])
     assert "step times per epoch: not measured" in text and "memory per epoch: not measured" in text
+    printed = format_summary(old)  # read into the same typed summary as a new run's
+    assert "Verdict: input-bound (r)" in printed and "Average Train Time per Epoch: 1.00 s" in printed
 
 
 @pytest.mark.parametrize(

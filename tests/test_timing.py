@@ -30,7 +30,9 @@ from torch.utils.data import DataLoader, Dataset
 from mnistperf.data import schema
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure.busy_window import BusyWindow, busy_share, cupti_tears_down_safely, window_steps
-from mnistperf.diagnosis.record.summary import WINDOW_PENDING, aggregate, classify, epoch_row
+from mnistperf.diagnosis.record.rows import epoch_row
+from mnistperf.diagnosis.record.summary import aggregate
+from mnistperf.diagnosis.record.verdict import WINDOW_PENDING, classify
 
 PIPELINES = ("v1", "v2", "resident", "stream")
 
@@ -614,7 +616,8 @@ def test_the_advice_bounds_the_gain_from_the_measured_figures_and_names_the_lab_
         "v2_pinned",
         "v3_resident",
     ]
-    assert "mnistperf tune" in format_advice(waiting) and "not a promise" in format_advice(waiting)
+    printed = format_advice(waiting["ceiling"], waiting["hints"])
+    assert "mnistperf tune" in printed and "not a promise" in printed
 
     launching = advice(
         {"verdict": "overhead-bound", "avg_train_s": 0.68, "input_wait_share": 0.01, "device_busy_share": 0.25},
@@ -653,7 +656,8 @@ def test_the_advice_bounds_the_gain_from_the_measured_figures_and_names_the_lab_
 def test_the_advice_for_anyones_run_names_what_they_can_change_in_their_own_code(figures):
     from mnistperf.diagnosis.record.advice import advice, format_advice
 
-    said = format_advice(advice({"avg_train_s": 1.0, **figures}))
+    found = advice({"avg_train_s": 1.0, **figures})
+    said = format_advice(found["ceiling"], found["hints"])
     assert not re.search(r"\b(data|model|trainer)\.[a-z]|\bv[1-4]_|mnistperf", said)  # no lab option or stage
     assert any(
         own in said
@@ -753,7 +757,7 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
 
 
 def test_ranks_apart_name_the_slowest_and_what_held_it():
-    from mnistperf.diagnosis.record.summary import ranks_apart
+    from mnistperf.diagnosis.record.rows import ranks_apart
 
     # Under DDP the train times agree (the all-reduce waits for the slowest); the ranks' own work does not.
     together = ranks_apart([10.0, 10.0], [1.0, 1.2], [3.0, 3.1])
@@ -767,16 +771,21 @@ def test_ranks_apart_name_the_slowest_and_what_held_it():
 
 
 def test_the_ranks_line_says_their_time_in_collectives_and_what_a_long_exposed_wait_bounds():
-    from mnistperf.diagnosis.record.summary import COMM_EXPOSED, format_ranks, ranks_apart
+    from mnistperf.diagnosis.record.rows import ranks_apart
+    from mnistperf.diagnosis.record.run import RunSummary
+    from mnistperf.diagnosis.record.text import COMM_EXPOSED, format_ranks
 
     def line(exposed: float) -> str:
         talked = {"backend": "nccl", "world_size": 2, "collectives": 40, "share": 0.5, "exposed_share": exposed}
         ranks = ranks_apart([10.0, 10.0], [1.0, 4.0], [3.0, 3.0], [0.2, 0.5], [exposed, exposed])
-        return format_ranks({**ranks, "busy_window": {"communication": talked}}, "epochs 2-3")
+        return format_ranks(
+            RunSummary.read({**ranks, "busy_window": {"device": "cuda", "communication": talked}}), "epochs 2-3"
+        )
 
     quiet = line(COMM_EXPOSED / 2)
     assert "rank 0 train 10.00 s, waiting for data 1.00 s, in collectives 20%" in quiet
     assert "nccl collectives 50% of the profiled window, 10% with no work beside them" in quiet
     assert "faster without that wait" not in quiet  # a small wait decides nothing
     assert "a step up to 2.0x faster without that wait" in line(0.5)
-    assert "collectives" not in format_ranks(ranks_apart([10.0, 10.0], [1.0, 1.0], [3.0, 3.0]), "epochs 2-3")
+    apart = RunSummary.read(ranks_apart([10.0, 10.0], [1.0, 1.0], [3.0, 3.0]))
+    assert "collectives" not in format_ranks(apart, "epochs 2-3")

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import busy_window as window_module
 from mnistperf.diagnosis.record.advice import advice
-from mnistperf.diagnosis.record.summary import FIT_ENDED
+from mnistperf.diagnosis.record.verdict import FIT_ENDED
 
 
 class Newcomer(LightningModule):

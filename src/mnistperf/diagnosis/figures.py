@@ -44,7 +44,7 @@ class Figure(str):
         unit: the unit it is kept in (``s``, ``share``, ``samples/s``, ``MB``, ...).
         meaning: what it means, in one phrase.
         label: its name where figures stand side by side (compare, the report); None: not shown there.
-        shown: the unit it is shown in (default ``unit``); its ``scale`` from the kept unit is :data:`SHOWN`'s.
+        shown: the unit it is shown in (default: % for a share, else ``unit``); its ``scale`` is :data:`SHOWN`'s.
         run: how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's only.
         epoch: an epoch row holds it (and the loggers' scalars); False for the run's own figures.
         where: where a run's summary keeps it, a dotted path (default: its key at the top level).
@@ -82,7 +82,7 @@ class Figure(str):
         """Declare a figure (the arguments are the class's)."""
         if run is not None and run not in RUN_RULES:
             raise ValueError(f"Figure {name!r}: run={run!r} is not one of {', '.join(RUN_RULES)}")
-        shown = shown or unit
+        shown = shown or ("%" if unit == "share" else unit)
         if shown != unit and (unit, shown) not in SHOWN:
             raise ValueError(f"Figure {name!r}: no scale from {unit} to {shown} in SHOWN")
         figure = super().__new__(cls, name)
@@ -104,46 +104,45 @@ class Figure(str):
         return str, (self.name,)
 
 
-def measure(unit: str, ranks: str, meaning: str, per_rank: bool = False) -> Any:
-    """A field of :class:`Measures`: its unit, how ranks combine (``max``, ``sum`` or ``mean``), what it means.
+def measure(ranks: str, per_rank: bool = False) -> Any:
+    """A field of :class:`Measures`: how the ranks' values combine (``max``, ``sum`` or ``mean``).
 
     ``per_rank``: every rank's own value is kept too (what tells the ranks apart).
     """
-    return field(metadata={"unit": unit, "ranks": ranks, "meaning": meaning, "per_rank": per_rank})
+    return field(metadata={"ranks": ranks, "per_rank": per_rank})
 
 
 @dataclass(frozen=True)
 class Measures:
-    """What one process measured of an epoch; NaN where it measured nothing."""
+    """What one process measured of an epoch; NaN where it measured nothing.
 
-    train_s: float = measure("s", "max", "training time, evaluation inside the epoch paused out", per_rank=True)
-    eval_s: float = measure("s", "max", "evaluation time inside the epoch")
-    input_wait_s: float = measure("s", "max", "host time waiting for training batches", per_rank=True)
-    host_wait_s: float = measure("s", "max", "host time between one step's end and the next one's start")
-    samples: float = measure("samples", "sum", "training samples")
-    busy_share: float = measure("share", "mean", "the profiled window's busy share (device or CPU)")
-    forward_s: float = measure("s", "mean", "the forward's time, from the sampled steps", per_rank=True)
-    backward_s: float = measure("s", "mean", "the backward's time, from the sampled steps")
-    optimizer_s: float = measure("s", "mean", "the optimizer's update, from the sampled steps")
-    step_median_s: float = measure("s", "max", "median host interval of a step, the first step apart")
-    step_p90_s: float = measure("s", "max", "90th percentile of the host's step intervals, the first step apart")
-    step_max_s: float = measure("s", "max", "longest host interval of a step, the first step apart")
-    first_step_s: float = measure("s", "max", "the epoch's first step's host interval (the loader's start)")
-    spikes: float = measure("steps", "max", "steps at least SPIKE_FACTOR times the epoch's median")
-    spikes_s: float = measure("s", "max", "the time those steps took past the epoch's median step")
-    rss_mb: float = measure("MB", "max", "the training process's resident memory, mid-epoch and at its end")
-    workers_pss_mb: float = measure("MB", "max", "its loader workers' PSS, mid-epoch and at its end")
-    device_allocated_mb: float = measure("MB", "max", "the epoch's peak GPU memory allocated by tensors")
-    device_reserved_mb: float = measure("MB", "max", "the epoch's peak GPU memory reserved by the allocator")
-    flops: float = measure("FLOP", "sum", "the FLOPs of the epoch's training steps, one step's count times its steps")
-    comm_share: float = measure("share", "mean", "the profiled window's time inside collectives", per_rank=True)
-    comm_exposed_share: float = measure(
-        "share", "mean", "the profiled window's time inside collectives with no work beside them", per_rank=True
-    )
-    core_wait_share: float = measure("share", "mean", "share of train time the training thread waited for a core")
-    workers_cpu_share: float = measure(
-        "share", "mean", "its loader workers' CPU time over the epoch's time the cores had"
-    )
+    A field is the figure of its name (its unit and meaning there), where one is declared below.
+    """
+
+    train_s: float = measure("max", per_rank=True)
+    eval_s: float = measure("max")
+    input_wait_s: float = measure("max", per_rank=True)
+    host_wait_s: float = measure("max")  # host seconds between one step's end and the next one's start
+    samples: float = measure("sum")  # training samples
+    busy_share: float = measure("mean")  # the profiled window's busy share (device or CPU)
+    forward_s: float = measure("mean", per_rank=True)
+    backward_s: float = measure("mean")
+    optimizer_s: float = measure("mean")
+    step_median_s: float = measure("max")
+    step_p90_s: float = measure("max")
+    step_max_s: float = measure("max")
+    first_step_s: float = measure("max")
+    spikes: float = measure("max")
+    spikes_s: float = measure("max")
+    rss_mb: float = measure("max")
+    workers_pss_mb: float = measure("max")
+    device_allocated_mb: float = measure("max")
+    device_reserved_mb: float = measure("max")
+    flops: float = measure("sum")  # the FLOPs of the epoch's training steps, one step's count times its steps
+    comm_share: float = measure("mean", per_rank=True)
+    comm_exposed_share: float = measure("mean", per_rank=True)
+    core_wait_share: float = measure("mean")
+    workers_cpu_share: float = measure("mean")
 
     @classmethod
     def unmeasured(cls) -> Measures:
@@ -238,7 +237,6 @@ INPUT_WAIT_SHARE = Figure(
     "share of train time the host waited for the next batch",
     label="waiting for data",
     run="weighted",
-    shown="%",
 )
 HOST_WAIT_SHARE = Figure(
     "host_wait_share",
@@ -246,7 +244,6 @@ HOST_WAIT_SHARE = Figure(
     "share of train time between one step's end and the next one's start",
     label="between steps",
     run="weighted",
-    shown="%",
 )
 WAITS = (INPUT_WAIT_SHARE, HOST_WAIT_SHARE)  # what a loop that does not time the waits cannot give
 # Who held the cores (mnistperf.diagnosis.measure.cores): read from Linux's /proc, a few times an epoch.
@@ -256,7 +253,6 @@ CORE_WAIT_SHARE = Figure(
     "share of train time the training thread was ready to run but waited for a core (Linux)",
     label="waiting for a core",
     run="weighted",
-    shown="%",
 )
 WORKERS_CPU_SHARE = Figure(
     "workers_cpu_share",
@@ -264,7 +260,6 @@ WORKERS_CPU_SHARE = Figure(
     "its DataLoader workers' CPU time over the epoch's wall time times the cores the process may use (Linux)",
     label="workers' CPU, of the cores",
     run="weighted",
-    shown="%",
 )
 CORES = (CORE_WAIT_SHARE, WORKERS_CPU_SHARE)
 # The profiled window's share, by the device it profiled.
@@ -274,7 +269,6 @@ DEVICE_BUSY_SHARE = Figure(
     "time the GPU executed kernels or copies in the profiled window",
     label="GPU busy",
     run="window",
-    shown="%",
 )
 CPU_BUSY_SHARE = Figure(
     "cpu_busy_share",
@@ -282,7 +276,6 @@ CPU_BUSY_SHARE = Figure(
     "time inside tensor operations in the profiled window",
     label="inside tensor operations",
     run="window",
-    shown="%",
 )
 BUSY = {"cuda": DEVICE_BUSY_SHARE, "cpu": CPU_BUSY_SHARE}
 # The epoch's utilization (mnistperf.diagnosis.measure.flops).
@@ -300,7 +293,6 @@ MFU = Figure(
     "achieved FLOP/s over the device's peak for the run's number format, times the ranks",
     label="model FLOPs utilization",
     run="own",
-    shown="%",
 )
 UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
 # Under DDP, the ranks' talk (mnistperf.diagnosis.measure.busy_window.communication), from the profiled window.
@@ -310,7 +302,6 @@ COMM_SHARE = Figure(
     "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window",
     label="in collectives (DDP)",
     run="window",
-    shown="%",
 )
 COMM_EXPOSED_SHARE = Figure(
     "comm_exposed_share",
@@ -318,7 +309,6 @@ COMM_EXPOSED_SHARE = Figure(
     "time inside collectives with no other work beside them in that window",
     label="  with no work beside them",
     run="window",
-    shown="%",
 )
 COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
 # The epoch's memory (mnistperf.diagnosis.measure.memory): resident on Linux, the GPU's peaks on CUDA; the fit's peaks.

@@ -83,18 +83,11 @@ CPU_OVERHEAD = (
 
 
 def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any] | None:
-    """What fixing the run's bound could buy, or None where the verdict is undetermined.
+    """What fixing the run's bound could buy, from its steady figures; None where the verdict is undetermined.
 
-    Args:
-        summary: the run's steady-state figures (``verdict``, ``avg_train_s``, ``input_wait_share`` and,
-            on CUDA, ``device_busy_share``; on a CPU, ``cpu_busy_share`` where it was measured), as
-            :func:`~mnistperf.diagnosis.record.summary.aggregate` makes them.
-        hints: what to suggest per verdict (see :data:`USER_HINTS`, the default); a verdict it lacks gets
-            the default's.
-
-    Returns:
-        ``{"verdict", "ceiling", "hints": [str]}``, plus ``at_most_s_less`` (train seconds per epoch) where the
-        figures bound the gain and ``speed_up_at_most`` for an overhead-bound step.
+    ``hints``: what to suggest per verdict (:data:`USER_HINTS`'s where it is None or lacks the verdict). Returns
+    ``{"verdict", "ceiling", "hints": [str]}``, plus ``at_most_s_less`` (train seconds per epoch) where the
+    figures bound the gain and ``speed_up_at_most`` for an overhead-bound step.
     """
     verdict, train_s = summary["verdict"], summary[AVG_TRAIN_S]
     on_cpu = DEVICE_BUSY_SHARE not in summary
@@ -128,8 +121,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     return found
 
 
-def format_advice(found: dict[str, Any]) -> str:
+FIX_BUYS = "What a fix could buy (a measured ceiling, not a promise)"  # the words above the ceiling, wherever shown
+
+
+def format_advice(ceiling: str, hints: Sequence[str]) -> str:
     """The advice as printed at the end of fit: the ceiling, then what usually brings it."""
-    return f"What a fix could buy (a measured ceiling, not a promise): {found['ceiling']}. Usually: " + (
-        "; ".join(found["hints"]) + "."
-    )
+    return f"{FIX_BUYS}: {ceiling}. Usually: {'; '.join(hints)}."

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import math
 from statistics import mean
-from typing import Any
 
 from mnistperf.diagnosis.figures import Figure
+from mnistperf.diagnosis.record.run import RunSummary, number
 
 MIN_EPOCHS = 2  # steady epochs a run needs for its spread
 
 
-def steady_values(summary: dict[str, Any], figure: Figure) -> list[float]:
+def steady_values(run: RunSummary, figure: Figure) -> list[float]:
     """The figure's values in the run's steady epochs (those an epoch measured), from its epoch figure."""
-    if figure.per_epoch is None or "steady_epochs" not in summary:
+    if figure.per_epoch is None:
         return []
-    first, last = summary["steady_epochs"]
-    values = [row.get(figure.per_epoch) for row in summary.get("epochs", []) if first <= row.get("epoch", 0) <= last]
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    values = [number(row.get(figure.per_epoch)) for row in run.steady_rows()]
+    return [v for v in values if v is not None and math.isfinite(v)]
 
 
 def spread(values: list[float]) -> float | None:
@@ -34,7 +33,7 @@ def spread(values: list[float]) -> float | None:
     return (max(values) - min(values)) / mean(values)
 
 
-def noise(a: dict[str, Any], b: dict[str, Any], figure: Figure) -> float | None:
+def noise(a: RunSummary, b: RunSummary, figure: Figure) -> float | None:
     """The larger of the two runs' spreads of a figure (one run's where only it has one; None where neither has)."""
     found = [s for s in (spread(steady_values(a, figure)), spread(steady_values(b, figure))) if s is not None]
     return max(found) if found else None

@@ -10,8 +10,9 @@ from pathlib import Path
 from mnistperf.atomic import removing_new_folders
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.guard import jsonable
-from mnistperf.diagnosis.record.summary import format_summary
-from mnistperf.diagnosis.show.compare import compare, format_comparison, load
+from mnistperf.diagnosis.record.run import RunSummary, load
+from mnistperf.diagnosis.record.text import format_summary
+from mnistperf.diagnosis.show.compare import compare, format_comparison
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.diagnosis.show.run_names import refuse_the_same_run, run_label, run_labels
 from mnistperf.errors import ConfigError
@@ -58,17 +59,15 @@ def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
     if slower is None:
         return True, f"compare: {option}: B's train time per epoch could not be set against A's"
     how = f"takes {slower:.0%} more time than A" if slower >= 0 else f"takes {-slower:.0%} less time than A"
-    if slower > limit:
-        return True, (
-            f"compare: {option} failed: B {how} per epoch, past the {allowed_pct:g}% allowed and {noise_said}"
-        )
+    failed = slower > limit
+    outcome, side = ("failed", "past") if failed else ("passed", "within")
     return (
-        False,
-        f"compare: {option} passed: B {how} per epoch, within the {allowed_pct:g}% allowed and {noise_said}",
+        failed,
+        f"compare: {option} {outcome}: B {how} per epoch, {side} the {allowed_pct:g}% allowed and {noise_said}",
     )
 
 
-def load_two(run_a: Path, run_b: Path) -> tuple[tuple[Path, dict], tuple[Path, dict]]:
+def load_two(run_a: Path, run_b: Path) -> tuple[tuple[Path, RunSummary], tuple[Path, RunSummary]]:
     """Both runs' timing.json and content; one line where they are one run."""
     a, b = load(run_a), load(run_b)
     refuse_the_same_run(run_a, run_b, a, b)
@@ -90,10 +89,10 @@ def report_command(argv: Sequence[str]) -> None:
     comparison = None
     if opts.run_b is None:
         a_path, a = load(opts.run)
-        runs = [(run_label(a_path, a.get("config")), a)]
+        runs = [(run_label(a_path, a.config), a)]
     else:
         (a_path, a), (b_path, b) = load_two(opts.run, opts.run_b)
-        labels = run_labels((a_path, b_path), (a.get("config"), b.get("config")))
+        labels = run_labels((a_path, b_path), (a.config, b.config))
         runs = [(labels[0], a), (labels[1], b)]
         comparison = compare(a, b)
     if not opts.html:

@@ -10,7 +10,7 @@ axis starts at 0 and is marked at round values in plain numbers with their unit.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from mnistperf.diagnosis.figures import (
     RSS_MB,
     SAMPLES_PER_S,
     SPIKES,
+    SPLIT,
     STEP_MAX_S,
     STEP_MEDIAN_S,
     STEP_P90_S,
@@ -31,9 +32,10 @@ from mnistperf.diagnosis.figures import (
     WORKERS_PSS_MB,
     shown_side_by_side,
 )
+from mnistperf.diagnosis.record.advice import FIX_BUYS
 from mnistperf.diagnosis.record.noise import said
-from mnistperf.diagnosis.record.summary import SPLIT_KEYS
-from mnistperf.diagnosis.show.compare import format_bought, read
+from mnistperf.diagnosis.record.run import RunSummary, number
+from mnistperf.diagnosis.show.compare import format_bought
 
 REPORT_FILE = "timing.html"
 # The page's content is 1100 px wide: one run's charts take all of it, two runs' charts of a kind sit side by side.
@@ -62,10 +64,6 @@ MEMORY_SERIES: dict[str, str] = {
     DEVICE_ALLOCATED_MB: "GPU allocated",
     DEVICE_RESERVED_MB: "GPU reserved",
 }
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _legend(names: dict[int, str]) -> str:
@@ -144,7 +142,7 @@ def _frame(plot: Plot, marks: list[float], unit: str, epochs: list[int], body: s
 
 def _series(epochs: list[dict[str, Any]], series: dict[str, str]) -> dict[int, tuple[str, list[float | None]]]:
     """The measured series (by their place in ``series``): name and value per epoch."""
-    found = {i: (name, [_number(e.get(key)) for e in epochs]) for i, (key, name) in enumerate(series.items())}
+    found = {i: (name, [number(e.get(key)) for e in epochs]) for i, (key, name) in enumerate(series.items())}
     return {i: (name, v) for i, (name, v) in found.items() if any(x is not None for x in v)}
 
 
@@ -187,9 +185,9 @@ def line_chart(
 
 def _split(epoch: dict[str, Any]) -> list[tuple[str, float]]:
     """An epoch's train time in its split's parts, or whole where the steps were not split."""
-    parts = [(key, _number(epoch.get(key))) for key in SPLIT_KEYS]
+    parts = [(key, number(epoch.get(key))) for key in SPLIT]
     if any(value is None for _, value in parts):
-        return [(TRAIN_S, _number(epoch.get(TRAIN_S)) or 0.0)]
+        return [(TRAIN_S, number(epoch.get(TRAIN_S)) or 0.0)]
     return [(key, value or 0.0) for key, value in parts]
 
 
@@ -212,7 +210,7 @@ def split_chart(epochs: list[dict[str, Any]], peak: float | None = None, width: 
     for j, e in enumerate(epochs):
         base = 0.0
         for key, value in _split(e):
-            colour = COLOURS[SPLIT_KEYS.index(key) % len(COLOURS)] if key in SPLIT_KEYS else "#999"
+            colour = COLOURS[SPLIT.index(key) % len(COLOURS)] if key in SPLIT else "#999"
             low, high = plot.y(base), plot.y(base + value)
             body += (
                 f'<rect x="{plot.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
@@ -220,7 +218,7 @@ def split_chart(epochs: list[dict[str, Any]], peak: float | None = None, width: 
                 f"{value:.3f} s</title></rect>"
             )
             base += value
-    names = {i: key.removesuffix("_s").replace("_", " ") for i, key in enumerate(SPLIT_KEYS)}
+    names = {i: key.removesuffix("_s").replace("_", " ") for i, key in enumerate(SPLIT)}
     return _legend(names) + _frame(plot, marks, "s", [e["epoch"] for e in epochs], body, "train time split per epoch")
 
 
@@ -233,37 +231,36 @@ def _table(head: list[str], rows: list[list[str]], words_last: bool = False) -> 
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
-    number = _number(value)
-    return "-" if number is None else f"{number:,.{digits}f}"
+    found = number(value)
+    return "-" if found is None else f"{found:,.{digits}f}"
 
 
-def run_head(summary: dict[str, Any]) -> str:
+def run_head(run: RunSummary) -> str:
     """A run's verdict, its reason, its steady figures and what a fix could buy."""
-    advice = summary.get("advice") or {}
     parts = [
-        f'<p class="verdict" id="verdict">Verdict: {escape(str(summary.get("verdict")))}</p>',
-        f"<p>{escape(str(summary.get('verdict_reason', '')))}</p>",
-        f"<p>Steady train time per epoch {_fmt(summary.get(AVG_TRAIN_S))} s, "
-        f"{_fmt(summary.get(SAMPLES_PER_S), 0)} samples/s; device {escape(str(summary.get('device', '-')))}.</p>",
+        f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>',
+        f"<p>{escape(run.verdict_reason)}</p>",
+        f"<p>Steady train time per epoch {_fmt(run.figure(AVG_TRAIN_S))} s, "
+        f"{_fmt(run.figure(SAMPLES_PER_S), 0)} samples/s; device {escape(run.device or '-')}.</p>",
     ]
-    if advice.get("ceiling"):
-        parts.append(f"<p>What a fix could buy (a measured ceiling, not a promise): {escape(advice['ceiling'])}.</p>")
+    if run.advice and run.advice.ceiling:
+        parts.append(f"<p>{FIX_BUYS}: {escape(run.advice.ceiling)}.</p>")
     return "\n".join(parts)
 
 
-def epochs_table(summary: dict[str, Any]) -> str:
+def epochs_table(run: RunSummary) -> str:
     """A run's epochs, one row each."""
     rows = [
         [
             str(e["epoch"]),
             _fmt(e.get(TRAIN_S)),
             _fmt(e.get(SAMPLES_PER_S), 0),
-            _fmt((e.get(STEP_MEDIAN_S) or 0) * 1e3 if e.get(STEP_MEDIAN_S) is not None else None, 1),
+            _fmt(None if (median := number(e.get(STEP_MEDIAN_S))) is None else median * STEP_MEDIAN_S.scale, 1),
             _fmt(e.get(SPIKES), 0),
             _fmt(e.get(RSS_MB), 0),
             str(e.get("verdict", "-")),
         ]
-        for e in summary.get("epochs", [])
+        for e in run.epochs
     ]
     return _table(["epoch", "train s", "samples/s", "median step ms", "spike steps", "resident MB", "verdict"], rows)
 
@@ -285,50 +282,46 @@ CHARTS: tuple[tuple[str, Callable[[list[dict[str, Any]]], float], Draw], ...] = 
 )
 
 
-def one_run(summary: dict[str, Any]) -> list[str]:
+def one_run(run: RunSummary) -> list[str]:
     """One run's report under its title: the head, each chart across the page, the epochs."""
-    epochs = summary.get("epochs", [])
-    charts = [f"<h2>{heading}</h2>{draw(epochs, None, PAGE)}" for heading, _, draw in CHARTS]
-    return [run_head(summary), *charts, "<h2>Epochs</h2>", epochs_table(summary), "<h2>The run's figures</h2>",
-            figures_table(summary)]  # fmt: skip
+    charts = [f"<h2>{heading}</h2>{draw(run.epochs, None, PAGE)}" for heading, _, draw in CHARTS]
+    return [run_head(run), *charts, "<h2>Epochs</h2>", epochs_table(run), "<h2>The run's figures</h2>",
+            figures_table(run)]  # fmt: skip
 
 
-def side_by_side(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def side_by_side(runs: list[tuple[str, RunSummary]]) -> list[str]:
     """Runs in columns, A first: their heads, then each kind of chart with every run's on one scale; then the epochs.
 
     One scale, so that a run twice as slow draws bars twice as tall as the other's.
     """
     sides = [chr(ord("A") + i) for i in range(len(runs))]
     labels = [f"{side}: {name}" for side, (name, _) in zip(sides, runs, strict=True)]
-    epochs = [summary.get("epochs", []) for _, summary in runs]
+    epochs = [run.epochs for _, run in runs]
     width = (PAGE - GAP * (len(runs) - 1)) // len(runs)
 
     def columns(cells: list[str]) -> str:
         inner = "".join(f"<div><h3>{escape(label)}</h3>{cell}</div>" for label, cell in zip(labels, cells, strict=True))
         return f'<div class="pair" style="grid-template-columns:repeat({len(runs)},1fr)">{inner}</div>'
 
-    parts = [columns([run_head(summary) for _, summary in runs])]
+    parts = [columns([run_head(run) for _, run in runs])]
     for heading, peak_of, draw in CHARTS:
         peak = max(peak_of(e) for e in epochs)
         parts += [
             f"<h2>{heading}: {' and '.join(sides)} on one scale</h2>",
             columns([draw(e, peak, width) for e in epochs]),
         ]
-    tables = [
-        f"<h3>{escape(label)}</h3>{epochs_table(summary)}" for label, (_, summary) in zip(labels, runs, strict=True)
-    ]
-    figures = [
-        f"<h3>{escape(label)}</h3>{figures_table(summary)}" for label, (_, summary) in zip(labels, runs, strict=True)
-    ]
-    # one under the other: a table's columns need more than half the page
-    return [*parts, "<h2>Epochs</h2>", *tables, "<h2>The runs' figures</h2>", *figures]
+
+    def each(table: Callable[[RunSummary], str]) -> list[str]:  # one under the other: a table needs the page
+        return [f"<h3>{escape(label)}</h3>{table(run)}" for label, (_, run) in zip(labels, runs, strict=True)]
+
+    return [*parts, "<h2>Epochs</h2>", *each(epochs_table), "<h2>The runs' figures</h2>", *each(figures_table)]
 
 
-def figures_table(summary: dict[str, Any]) -> str:
+def figures_table(run: RunSummary) -> str:
     """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
     rows = []
     for figure in shown_side_by_side():
-        value = read(summary, figure)
+        value = run.figure(figure)
         if value is not None:
             label = f"{(figure.label or figure.name).strip()} ({figure.shown})"
             rows.append([label, _fmt(value * figure.scale), figure.meaning])
@@ -343,12 +336,12 @@ def comparison_section(found: dict[str, Any]) -> str:
             _fmt(row["a"]),
             _fmt(row["b"]),
             "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
-            said(row["ratio"], row.get("noise")),
+            said(row["ratio"], row["noise"]),
         ]
         for row in found["rows"]
     ]
     rows.append(["verdict", *(str(v or "-") for v in found["verdicts"]), "", ""])
-    note = f'<p id="mismatch">Note: {escape(found["mismatch"])}</p>' if found.get("mismatch") else ""
+    note = f'<p id="mismatch">Note: {escape(found["mismatch"])}</p>' if found["mismatch"] else ""
     return (
         '<h2 id="comparison">What B bought over A</h2>'
         + note
@@ -357,11 +350,14 @@ def comparison_section(found: dict[str, Any]) -> str:
     )
 
 
-def html_report(runs: list[tuple[str, dict[str, Any]]], comparison: dict[str, Any] | None = None) -> str:
+def html_report(
+    runs: Sequence[tuple[str, RunSummary | Mapping[str, Any]]], comparison: dict[str, Any] | None = None
+) -> str:
     """The report of one run, or of two side by side with their ``comparison`` first: a whole HTML document."""
     title = " against ".join(name for name, _ in runs)
+    typed = [(name, RunSummary.of(run)) for name, run in runs]
     sections = [comparison_section(comparison)] if comparison is not None else []
-    sections += one_run(runs[0][1]) if len(runs) == 1 else side_by_side(runs)
+    sections += one_run(typed[0][1]) if len(typed) == 1 else side_by_side(typed)
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Timing: {escape(title)}</title>'
         f"<style>{STYLE}</style></head><body><h1>Timing: {escape(title)}</h1>\n"

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from mnistperf.diagnosis.record.summary import SUMMARY_FILE
+from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary
 from mnistperf.errors import ConfigError
 
 # The name Lightning's loggers give every run where the run gave none
@@ -39,16 +38,14 @@ def run_labels(paths: Sequence[Path], configs: Sequence[str | None]) -> list[str
     return labels
 
 
-def refuse_the_same_run(
-    run_a: Path, run_b: Path, a: tuple[Path, dict[str, Any]], b: tuple[Path, dict[str, Any]]
-) -> None:
+def refuse_the_same_run(run_a: Path, run_b: Path, a: tuple[Path, RunSummary], b: tuple[Path, RunSummary]) -> None:
     """One line where A and B are one run (one file, or a copy of it), with two runs to give instead.
 
     Args:
         run_a: A's path as the user gave it.
         run_b: B's path as the user gave it.
-        a: A's timing.json and its content.
-        b: B's timing.json and its content.
+        a: A's timing.json and its summary.
+        b: B's timing.json and its summary.
     """
     (a_path, a_summary), (b_path, b_summary) = a, b
     if a_path.resolve() == b_path.resolve():
@@ -70,7 +67,7 @@ def refuse_the_same_run(
     )
 
 
-def mismatch(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+def mismatch(a: RunSummary, b: RunSummary) -> str | None:
     """A line where A and B trained different datasets or models, so their figures differ by more than a change.
 
     The dataset is the DataModule's ``dataset`` setting where both summaries record one; a model is told apart by
@@ -78,11 +75,10 @@ def mismatch(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     compare, other names are another model.
     """
     said = []
-    datasets = [(summary.get("data") or {}).get("dataset") for summary in (a, b)]
+    datasets = [(run.data or {}).get("dataset") for run in (a, b)]
     if all(datasets) and datasets[0] != datasets[1]:
         said.append(f"A trained on {datasets[0]} and B on {datasets[1]}")
-    models = [summary.get("model") for summary in (a, b)]
-    keys = [set(model) if isinstance(model, dict) else set() for model in models]
+    keys = [set(run.model) if isinstance(run.model, dict) else set() for run in (a, b)]
     if all(keys) and keys[0] != keys[1]:
         only_a, only_b = sorted(keys[0] - keys[1]), sorted(keys[1] - keys[0])
         sides = [

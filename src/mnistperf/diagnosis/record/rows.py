@@ -1,0 +1,162 @@
+"""An epoch's row: its figures as the ranks combined them, its split of train time, its verdict, the ranks apart."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from mnistperf.diagnosis.figures import (
+    BUSY,
+    COMM_EXPOSED_SHARE,
+    COMM_SHARE,
+    EVAL_S,
+    FORWARD_S,
+    HOST_WAIT_SHARE,
+    INPUT_WAIT_S,
+    INPUT_WAIT_SHARE,
+    REST_S,
+    SAMPLES_PER_S,
+    SPIKES,
+    SPLIT,
+    STEPS,
+    TRAIN_S,
+    Figure,
+    Measures,
+)
+from mnistperf.diagnosis.measure.stalls import StepStats
+from mnistperf.diagnosis.record.verdict import NOT_MEASURED, classify
+
+# Ranks whose own work (the wait for data, the forward) differs by more than this share of train time are apart.
+RANKS_APART = 0.1
+PHASES = SPLIT[1:-1]  # the step's own phases in train time's split: forward, backward, optimizer
+
+
+def epoch_row(
+    epoch: int,
+    train_s: float,
+    eval_s: float,
+    samples: int | None,
+    input_wait_s: float,
+    host_wait_s: float,
+    busy_window: dict[str, Any] | None,
+    metrics: dict,
+    threshold: float,
+    phases: dict[str, float | None] | None = None,
+    cores: dict[str, float | None] | None = None,
+) -> dict[str, Any]:
+    """One epoch's figures, as they appear in timing.json.
+
+    ``samples``: None where they could not be counted. ``busy_window``: the run's profiled window,
+    ``{"device": ..., "share": ..., ...}``, or with ``"share": None`` (and a ``reason`` where one is known)
+    while not measured. ``phases``: the epoch's seconds of forward, backward and optimizer (None where not
+    measured); the rest of train time, past the wait for data, is ``rest_s``. ``cores``: who held the cores
+    (:func:`measured_figures` of ``CORES``), which the verdict reads.
+    """
+    row: dict[str, Any] = {
+        "epoch": epoch,
+        TRAIN_S: train_s,
+        EVAL_S: eval_s,
+        "samples": samples,
+        SAMPLES_PER_S: None if samples is None else samples / train_s if train_s > 0 else math.nan,
+        INPUT_WAIT_SHARE: _share(input_wait_s, train_s),
+        HOST_WAIT_SHARE: _share(host_wait_s, train_s),
+    }
+    row.update(window_figures(busy_window))
+    row.update(split(train_s, input_wait_s, phases or {}))
+    row.update(cores or {})
+    row["verdict"], row["verdict_reason"] = classify(row, threshold, not_measured(busy_window))
+    row.update(metrics)
+    return row
+
+
+def ranks_apart(
+    train_s: list[float],
+    input_wait_s: list[float],
+    forward_s: list[float],
+    comm_share: list[float] | None = None,
+    comm_exposed_share: list[float] | None = None,
+) -> dict[str, Any]:
+    """Each rank's train time, input wait and share in collectives; where the ranks are apart, the slowest.
+
+    Ranks are apart when their own work differs by more than ``RANKS_APART`` of train time. Under DDP every
+    rank waits for the slowest in the gradients' all-reduce, so their train times agree; what a rank does alone
+    tells them apart: its wait for data and its forward (NaN where not measured). The slowest is the rank with
+    the most of both, held by ``data`` or by its ``step``, whichever it spent more time on than the quickest rank.
+    """
+    unmeasured = [math.nan] * len(train_s)
+    talk = zip(comm_share or unmeasured, comm_exposed_share or unmeasured, strict=True)
+    ranks = [
+        {
+            "rank": rank,
+            TRAIN_S: train,
+            INPUT_WAIT_S: wait,
+            FORWARD_S: _measured(f),
+            COMM_SHARE: _measured(share),
+            COMM_EXPOSED_SHARE: _measured(exposed),
+        }
+        for rank, (train, wait, f, (share, exposed)) in enumerate(
+            zip(train_s, input_wait_s, forward_s, talk, strict=True)
+        )
+    ]
+    forward = [0.0 if math.isnan(f) else f for f in forward_s]
+    alone = [wait + f for wait, f in zip(input_wait_s, forward, strict=True)]
+    slowest, quickest = alone.index(max(alone)), alone.index(min(alone))
+    if alone[slowest] - alone[quickest] <= RANKS_APART * max(train_s):
+        return {"ranks": ranks}
+    more_wait = input_wait_s[slowest] - input_wait_s[quickest]
+    more_step = forward[slowest] - forward[quickest]
+    held_by = "data" if more_wait >= more_step else "step"
+    return {
+        "ranks": ranks,
+        "slowest_rank": {"rank": slowest, "held_by": held_by, "behind_s": alone[slowest] - alone[quickest]},
+    }
+
+
+def _measured(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def measured_figures(merged: Measures, figures: Iterable[Figure]) -> dict[str, Any]:
+    """Those figures of an epoch's gathered measures, as the ranks combined them (None where not measured)."""
+    return {figure: _measured(getattr(merged, figure.name)) for figure in figures}
+
+
+def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
+    """The epoch's step times (every rank's slowest) and where this process's spikes fell (None: not measured)."""
+    found = measured_figures(merged, STEPS)
+    if found[SPIKES] is not None:
+        found[SPIKES] = int(found[SPIKES])
+    found["worst_spikes"] = [list(spike) for spike in local.worst] if local is not None else []
+    return found
+
+
+def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dict[str, float | None]:
+    """Train time split: the wait for data, forward, backward, optimizer and the rest (None where not measured)."""
+    parts = [phases.get(key) for key in PHASES]
+    known = [part for part in parts if part is not None]
+    rest = max(train_s - wait_s - sum(known), 0.0) if len(known) == len(parts) else None
+    return {INPUT_WAIT_S: wait_s, **dict(zip(PHASES, parts, strict=True)), REST_S: rest}
+
+
+def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:
+    """What a verdict reads of the profiled window: its share, the margin it is read with, the wait for a core."""
+    if busy_window is None:
+        return {}
+    found: dict[str, Any] = {BUSY[busy_window["device"]]: busy_window.get("share")}
+    for key, name in (("margin", "busy_margin"), ("waited_for_a_core", "waited_for_a_core")):
+        if busy_window.get(key) is not None:
+            found[name] = busy_window[key]
+    talked = busy_window.get("communication")
+    if talked is not None:
+        found.update({COMM_SHARE: talked["share"], COMM_EXPOSED_SHARE: talked["exposed_share"]})
+    return found
+
+
+def not_measured(busy_window: dict[str, Any] | None) -> str:
+    """Why the profiled window has no share (:data:`NOT_MEASURED` where it gives no reason)."""
+    return (busy_window or {}).get("reason") or NOT_MEASURED
+
+
+def _share(part: float, whole: float) -> float:
+    return min(max(part / whole, 0.0), 1.0) if whole > 0 else 0.0

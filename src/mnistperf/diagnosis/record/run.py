@@ -1,0 +1,156 @@
+"""A run's summary, typed, and its file ``timing.json``: written, found and read back, an older one's too.
+
+:func:`~mnistperf.diagnosis.record.summary.aggregate` computes a run's figures once, in the form ``timing.json``
+keeps; :meth:`RunSummary.read` makes of that form, a fresh run's or a file's, the record that the printed summary,
+the HTML report and ``compare`` read. Each field is named as the file names it; what an older file lacks is the
+field's default. A figure is read by :meth:`RunSummary.figure`, where the registry says a run keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from mnistperf.atomic import atomic_write
+from mnistperf.diagnosis.figures import AVG_TRAIN_S, Figure
+from mnistperf.diagnosis.guard import jsonable
+from mnistperf.errors import ConfigError
+
+SUMMARY_FILE = "timing.json"
+# What a file that is not a summary is answered with: what one is, and how a run gets one
+WHAT_A_SUMMARY_IS = (
+    f"a {SUMMARY_FILE} is the summary EpochTimer writes at a fit's end, in the run's log folder "
+    f"(lightning_logs/NAME/version_N/{SUMMARY_FILE}): give it or that folder, after `python -m mnistperf fit "
+    "--config FILE` (or a fit of your own with EpochTimer among its callbacks, docs/diagnose.md)"
+)
+
+
+def number(value: Any) -> float | None:
+    """A measured value as a float; None where it is none (absent, None, a bool, words)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def typed(kind: Any, found: Mapping[str, Any]) -> Any:
+    """A record of ``kind`` (a dataclass) from its form in timing.json: each field the value of its name, if any."""
+    return kind(**{f.name: found[f.name] for f in fields(kind) if f.name in found})
+
+
+@dataclass(frozen=True)
+class Window:
+    """The profiled window (:mod:`~mnistperf.diagnosis.measure.busy_window`): its share, or why it has none."""
+
+    device: str
+    share: float | None = None
+    reason: str | None = None  # why the share was not measured
+    margin: float = 0.0  # the share is read within it
+    waited_for_a_core: float | None = None  # share of the window the training thread waited for a core
+    in_warmup: bool = False  # profiled in the warm-up epoch, the run's only
+    epoch: int = 0
+    first_step: int = 0
+    last_step: int = 0
+    kernels: int = 0  # the kernels (CUDA) or operators (CPU) it recorded
+    trace: str | None = None  # where its trace was written
+    trace_skipped: str | None = None  # why it was not
+    communication: dict[str, Any] | None = None  # under DDP, the collectives: backend, share, exposed_share
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What fixing the run's bound could buy (:func:`~mnistperf.diagnosis.record.advice.advice`)."""
+
+    ceiling: str
+    hints: list[str] = field(default_factory=list)
+    at_most_s_less: float | None = None  # train seconds per epoch, where the figures bound the gain
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run's summary: its verdict, epochs, window, advice and what ran it; its figures by :meth:`figure`."""
+
+    content: Mapping[str, Any]  # the whole summary, as timing.json holds it
+    verdict: str | None = None
+    verdict_reason: str = ""
+    epochs: list[dict[str, Any]] = field(default_factory=list)  # one row per epoch, keyed by its figures
+    steady_epochs: list[int] | None = None  # the first and the last steady epoch
+    warmup: dict[str, Any] | None = None  # the first epoch's number, train and eval time, where others followed
+    busy_window: Window | None = None
+    advice: Advice | None = None
+    device: str | None = None
+    precision: str | None = None
+    config: str | None = None  # the logger's name
+    data: dict[str, Any] | None = None  # the DataModule's loader_settings()
+    model: dict[str, Any] | None = None  # the module's hyperparameters
+    stalls: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    ranks: list[dict[str, Any]] | None = None  # each rank's figures, under DDP
+    slowest_rank: dict[str, Any] | None = None  # where the ranks are apart
+    metric: str | None = None
+    final_metric: float | None = None
+
+    @classmethod
+    def read(cls, found: Mapping[str, Any]) -> RunSummary:
+        """The summary a timing.json holds (``found``: its content)."""
+        window, advice = found.get("busy_window"), found.get("advice")
+        return typed(
+            cls,
+            {
+                **found,
+                "content": found,
+                "busy_window": typed(Window, window) if window else None,
+                "advice": typed(Advice, advice) if advice else None,
+            },
+        )
+
+    @classmethod
+    def of(cls, run: RunSummary | Mapping[str, Any]) -> RunSummary:
+        """``run`` where it is a RunSummary, else the one its timing.json form holds."""
+        return run if isinstance(run, RunSummary) else cls.read(run)
+
+    def figure(self, figure: Figure) -> float | None:
+        """The run's value of ``figure``, where the registry says a run keeps it (None where it has none)."""
+        value: Any = self.content
+        for key in figure.where.split("."):
+            value = value.get(key) if isinstance(value, Mapping) else None
+        return number(value)
+
+    def steady_rows(self) -> list[dict[str, Any]]:
+        """The rows of its steady epochs (none where the summary does not say which they were)."""
+        if self.steady_epochs is None:
+            return []
+        first, last = self.steady_epochs
+        return [row for row in self.epochs if first <= row.get("epoch", 0) <= last]
+
+
+def write_summary(summary: dict[str, Any], path: Path) -> None:
+    """Write ``summary`` to ``path`` as indented JSON, atomically (a value JSON cannot hold as its repr)."""
+    text = json.dumps(jsonable(summary), indent=2)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def find_summary(run: Path) -> Path:
+    """The run's timing.json: the file given, or the newest under the folder given."""
+    if run.is_file():
+        return run
+    if not run.is_dir():
+        raise ConfigError(f"{run}: no such file or folder (give a {SUMMARY_FILE} or the run's log folder)")
+    found = sorted(run.rglob(SUMMARY_FILE), key=lambda path: path.stat().st_mtime_ns)
+    if not found:
+        raise ConfigError(f"{run}: no {SUMMARY_FILE} under this folder (is it a run's log folder?)")
+    return found[-1]
+
+
+def load(run: Path) -> tuple[Path, RunSummary]:
+    """The run's timing.json (:func:`find_summary`) and its summary."""
+    path = find_summary(run)
+    try:
+        found = json.loads(path.read_text())
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror}); {WHAT_A_SUMMARY_IS}") from None
+    except ValueError:
+        raise ConfigError(f"{path}: not a {SUMMARY_FILE} (not JSON); {WHAT_A_SUMMARY_IS}") from None
+    if not isinstance(found, dict) or AVG_TRAIN_S not in found:
+        raise ConfigError(f"{path}: not a {SUMMARY_FILE} (JSON without {AVG_TRAIN_S}); {WHAT_A_SUMMARY_IS}")
+    return path, RunSummary.read(found)

@@ -1,0 +1,153 @@
+"""A run's summary as printed at its fit's end and by ``mnistperf report RUN``: one line per finding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mnistperf.diagnosis.figures import (
+    AVG_EVAL_S,
+    AVG_TRAIN_S,
+    COMM_SHARE,
+    EVAL_S,
+    INPUT_WAIT_S,
+    REST_S,
+    SAMPLES_PER_S,
+    SPLIT,
+    STEP_MEDIAN_S,
+    TOTAL_EVAL_S,
+    TOTAL_TRAIN_S,
+    TRAIN_S,
+)
+from mnistperf.diagnosis.measure.flops import format_utilization
+from mnistperf.diagnosis.measure.memory import format_growth
+from mnistperf.diagnosis.measure.stalls import format_stalls
+from mnistperf.diagnosis.record.advice import format_advice
+from mnistperf.diagnosis.record.rows import RANKS_APART
+from mnistperf.diagnosis.record.run import RunSummary, Window
+from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING
+
+# Ranks waiting in collectives, with nothing else running, at least this share of the window: the summary says what
+# that wait bounds.
+COMM_EXPOSED = 0.2
+
+
+def throughput(samples_per_s: float | None) -> str:
+    """samples/s as printed, or why there is no figure."""
+    return "not measured (samples not counted)" if samples_per_s is None else f"{samples_per_s:,.0f} samples/s"
+
+
+def seconds(value: float | None) -> str:
+    """Seconds as printed ('-' where there are none)."""
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def format_split(run: RunSummary, epochs: str) -> str | None:
+    """The steady-state epochs' train time split in one line (None where the run has no split).
+
+    Where no step was sampled, the reason is the last epoch's that says one.
+    """
+    wait = run.figure(INPUT_WAIT_S)
+    if wait is None:
+        return None
+    head = f"Train time per epoch ({epochs}): waiting for data {wait:.2f} s"
+    if run.figure(REST_S) is None:
+        reasons = [e["split_reason"] for e in run.epochs if e.get("split_reason")]
+        why = reasons[-1] if reasons else "no sampled step reached Lightning's hooks"
+        return head + f"; forward, backward and optimizer not measured ({why})"
+    parts = ", ".join(f"{figure.removesuffix('_s')} {seconds(run.figure(figure))}" for figure in SPLIT[1:])
+    return head + f", {parts} (the rest: hooks, logging, Python between them)"
+
+
+def format_ranks(run: RunSummary, epochs: str) -> str:
+    """Each rank's train time, input wait and time in collectives, and the slowest rank with what held it.
+
+    The slowest is named where the ranks are apart; where they waited long in collectives, what that wait bounds.
+    """
+
+    def talk(rank: dict[str, Any]) -> str:
+        share = rank.get(COMM_SHARE)
+        return f", in collectives {share:.0%}" if share is not None else ""
+
+    each = "; ".join(
+        f"rank {r['rank']} train {r[TRAIN_S]:.2f} s, waiting for data {r[INPUT_WAIT_S]:.2f} s{talk(r)}"
+        for r in run.ranks or []
+    )
+    slowest = run.slowest_rank
+    verdict = (
+        f"slowest: rank {slowest['rank']}, held by {'the data' if slowest['held_by'] == 'data' else 'its step'} "
+        f"({slowest['behind_s']:.2f} s behind)"
+        if slowest
+        else f"within {RANKS_APART:.0%} of each other"
+    )
+    talked = run.busy_window.communication if run.busy_window else None
+    return f"Ranks ({epochs}, per epoch): {each}; {verdict}{format_communication(talked)}"
+
+
+def format_communication(talked: dict[str, Any] | None) -> str:
+    """The profiled window's collectives: their share, that with no work beside them, and what removing it could buy."""
+    if talked is None:
+        return ""
+    exposed = talked["exposed_share"]
+    line = (
+        f"; {talked['backend']} collectives {talked['share']:.0%} of the profiled window, "
+        f"{exposed:.0%} with no work beside them"
+    )
+    if not COMM_EXPOSED <= exposed < 1:
+        return line
+    return line + (
+        f" (a step up to {1 / (1 - exposed):.1f}x faster without that wait: fewer all-reduces with a larger batch "
+        "per rank or accumulate_grad_batches, smaller ones with DDPStrategy(ddp_comm_hook=...), or the slowest "
+        "rank's own work evened out)"
+    )
+
+
+def format_window(window: Window) -> str:
+    """The busy window's line: its share, where it was profiled and its trace, or why there is none."""
+    on_cuda = window.device == "cuda"
+    label = "GPU busy" if on_cuda else "CPU inside tensor operations"
+    if window.share is None:
+        reason = window.reason or NOT_MEASURED
+        return f"{label}: not measured ({FIT_ENDED if reason == WINDOW_PENDING else reason}); no trace written"
+    trace = f"; trace {window.trace}" if window.trace else "; no trace written"
+    if window.trace_skipped:
+        trace += f": {window.trace_skipped}"
+    where = "the warm-up epoch, the run's only" if window.in_warmup else "a steady epoch, kept out of its timing"
+    waited = window.waited_for_a_core
+    crowd = f", the training thread waiting for a core {waited:.0%} of it" if waited is not None else ""
+    return (
+        f"{label}: {window.share:.0%} of the time (read within {window.margin:.0%}) over training "
+        f"steps {window.first_step}-{window.last_step} of epoch {window.epoch} ({window.kernels:,} "
+        f"{'kernels' if on_cuda else 'operators'}, profiled in {where}{crowd}{trace})"
+    )
+
+
+def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
+    """Train and validation time, averaged over the steady epochs and in total, then throughput, device and verdict.
+
+    Then each finding the run has: its split, stalls, utilization, memory growth, ranks, window, advice and metric.
+    """
+    run = RunSummary.of(summary)
+    first, last = run.steady_epochs or (0, 0)
+    steady = f"epoch {first}" if first == last else f"epochs {first}-{last}"
+    warmup = run.warmup
+    train = f"; epoch {warmup['epoch']} (warm-up): {warmup[TRAIN_S]:.2f} s" if warmup else ""
+    evaluation = f"; epoch {warmup['epoch']}: {warmup[EVAL_S]:.2f} s" if warmup else ""
+    lines = [
+        f"Average Train Time per Epoch: {seconds(run.figure(AVG_TRAIN_S))} ({steady}{train})",
+        f"Average Validation Time per Epoch: {seconds(run.figure(AVG_EVAL_S))} ({steady}{evaluation})",
+        f"Total Train Time: {seconds(run.figure(TOTAL_TRAIN_S))}",
+        f"Total Validation Time: {seconds(run.figure(TOTAL_EVAL_S))}",
+        f"Train throughput: {throughput(run.figure(SAMPLES_PER_S))} ({steady})",
+        f"Device: {run.device or 'not known'}, precision {run.precision or '32-true'}",
+        f"Verdict: {run.verdict} ({run.verdict_reason})",
+        format_split(run, steady),
+        format_stalls(run.stalls, run.figure(STEP_MEDIAN_S)) if run.stalls else None,
+        format_utilization(dict(run.content)),
+        format_growth(run.memory["growth"]) if run.memory else None,
+        format_ranks(run, steady) if run.ranks else None,
+        format_window(run.busy_window) if run.busy_window else None,
+        format_advice(run.advice.ceiling, run.advice.hints) if run.advice else None,
+        f"Final {run.metric}: {run.final_metric:.4f}" if run.final_metric is not None else None,
+    ]
+    return "\n".join(line for line in lines if line)

@@ -1,0 +1,94 @@
+"""The verdict of an epoch's or a run's figures: input-, overhead- or compute-bound, or undetermined with why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mnistperf.diagnosis.figures import CPU_BUSY_SHARE, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE
+from mnistperf.diagnosis.measure.busy_window import CROWDED
+from mnistperf.diagnosis.measure.cores import clause, held
+
+# The host waiting for data at least this share of train time: the input sets the pace (unless a run says otherwise).
+INPUT_BOUND_SHARE = 0.5
+# The GPU executing work at least this share of the time: the GPU sets the pace.
+COMPUTE_BOUND_BUSY = 0.8
+NOT_MEASURED = "too few steps for the profiled window"
+# Why the warm-up epoch has no busy share yet; where the fit ends there, the summary says so instead.
+WINDOW_PENDING = "read in the first steady epoch, after the warm-up"
+FIT_ENDED = "the fit ended after its warm-up epoch, before the window in a steady epoch"
+
+
+def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
+    """(verdict, reason) for one epoch's or one run's figures: the bound (:func:`bound`), then who held the cores.
+
+    Where the training thread waited for a core a large share of train time (``core_wait_share``), the reason ends
+    with one clause naming who held them (:func:`~mnistperf.diagnosis.measure.cores.held`): the run's own loader's
+    workers, with what usually helps and what it could buy, or other work on the machine. It is a clause, not a
+    verdict of its own: the bound is still the step's (a step slowed by its workers is still overhead- or
+    compute-bound in what it does once it runs), and the clause says why that step ran slower than it could.
+    """
+    verdict, reason = bound(figures, threshold, not_measured)
+    return verdict, reason + clause(held(figures))
+
+
+def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
+    """(verdict, reason) from the wait for data and the profiled window's busy share.
+
+    Input-bound when the host waited for the next batch (timed around the fetch) for at least
+    ``threshold`` of train time. Otherwise from the profiled window's busy share: on CUDA
+    (``device_busy_share``) the kernels' own, on a CPU (``cpu_busy_share``) the share of the time inside
+    tensor operations. Compute-bound at ``COMPUTE_BOUND_BUSY`` or more, else overhead-bound (the device
+    waits for the host's launches and loop, or on a CPU the step is Python, framework and dispatch).
+    Undetermined where no share was measured, with the reason (``not_measured``), never compute-bound by
+    default. A share within its margin (``busy_margin``) of the line says so, with what each side would
+    mean; a window during which the training thread waited for a core (``waited_for_a_core``) at least
+    ``CROWDED`` of the time says the verdict is in doubt.
+    """
+    wait = figures[INPUT_WAIT_SHARE]
+    waited = f"host waited for the next batch {wait:.0%} of train time"
+    on_cuda = DEVICE_BUSY_SHARE in figures
+    if wait >= threshold and not on_cuda:
+        return "input-bound", waited
+    if not on_cuda and CPU_BUSY_SHARE not in figures:
+        return "undetermined", f"{waited}; time inside tensor operations not measured on this device"
+    busy = figures[DEVICE_BUSY_SHARE if on_cuda else CPU_BUSY_SHARE]
+    label = "GPU busy time" if on_cuda else "time inside tensor operations"
+    if busy is None:
+        verdict = "input-bound" if wait >= threshold else "undetermined"
+        return verdict, f"{waited}; {label} not measured ({not_measured})"
+    detail = (
+        f"GPU busy {busy:.0%} of the time, {waited}"
+        if on_cuda
+        else f"CPU inside tensor operations {busy:.0%} of the time, {waited}"
+    )
+    if wait >= threshold:
+        return "input-bound", detail
+    verdict = "compute-bound" if busy >= COMPUTE_BOUND_BUSY else "overhead-bound"
+    if verdict == "overhead-bound":
+        detail += (
+            " (the GPU waits for the host to launch work)"
+            if on_cuda
+            else " (the rest is Python, the framework and dispatch around them)"
+        )
+    return verdict, detail + doubt(figures, busy)
+
+
+def doubt(figures: dict[str, Any], busy: float) -> str:
+    """What the verdict's reason adds where the share is near the line or the machine was crowded ('' if neither).
+
+    Where the epochs' own reading names who held the cores, the clause that follows the reason says who, not this.
+    """
+    margin = figures.get("busy_margin")
+    crowded = figures.get("waited_for_a_core")
+    if crowded is not None and crowded >= CROWDED:
+        doubted = f"; in doubt: the training thread waited for a core {crowded:.0%} of the profiled window"
+        if held(figures) is not None:
+            return doubted + ", which moved the share"
+        return doubted + ", so other work on this machine moved the share; measure again on a quieter machine"
+    if margin is None or abs(busy - COMPUTE_BOUND_BUSY) >= margin:
+        return ""
+    return (
+        f"; near the line: {busy:.0%} is within {margin:.0%} of {COMPUTE_BOUND_BUSY:.0%}, so the step may be "
+        "either compute-bound (its own arithmetic sets the pace) or overhead-bound (the launches and the loop "
+        "around it do)"
+    )

@@ -197,7 +197,7 @@ def kineto_profiler(events: list):
 
 
 def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
-    from mnistperf.diagnosis.measure.busy_window import device_activities
+    from mnistperf.diagnosis.measure.busy_window import profiled_events, work_of
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -208,9 +208,9 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
             kineto_event(cuda, 5000, 6000, "gpu_memcpy"),
         ]
     )
-    intervals = [(start, end) for _, start, end in device_activities(profiler)]
+    intervals = [(start, end) for _, start, end in work_of(profiled_events(profiler))]
     assert intervals == [(1.0, 3.0), (5.0, 6.0)]  # microseconds, the GPU's work only
-    assert [kind for kind, _, _ in device_activities(profiler)] == ["kernel", "gpu_memcpy"]
+    assert [kind for kind, _, _ in work_of(profiled_events(profiler))] == ["kernel", "gpu_memcpy"]
     assert busy_share(intervals) == pytest.approx(3 / 5)
 
 
@@ -274,7 +274,7 @@ def test_raw_events_without_their_activity_type_fall_back_to_the_processed_event
     """torch 2.11's raw Kineto events have no activity_type(): the processed list still gives the GPU's work."""
     from types import SimpleNamespace
 
-    from mnistperf.diagnosis.measure.busy_window import device_activities
+    from mnistperf.diagnosis.measure.busy_window import profiled_events, work_of
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     raw = kineto_event(cuda, 1000, 3000)
@@ -286,7 +286,7 @@ def test_raw_events_without_their_activity_type_fall_back_to_the_processed_event
     ]
     profiler = kineto_profiler([raw])
     profiler.events = lambda: processed
-    assert device_activities(profiler) == [("kernel", 1.0, 3.0)]
+    assert work_of(profiled_events(profiler)) == [("kernel", 1.0, 3.0)]
 
 
 def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says_so_without_guessing():
@@ -559,7 +559,7 @@ def test_the_clock_turns_timestamps_into_the_epochs_figures_and_verdict_with_the
     from mnistperf.diagnosis.record.clock import EpochClock
 
     def one_epoch(threshold: float) -> dict:
-        times = iter([0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0])
+        times = iter([0.0, 0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0])  # the first read: the clock's making, the fit's start
         monkeypatch.setattr("mnistperf.diagnosis.record.clock.time.perf_counter", lambda: next(times))
         clock = EpochClock(torch.device("cpu"), input_bound_share=threshold)
         clock.epoch_start(2)  # 0

@@ -1,31 +1,8 @@
 """One clock for every timed loop: host timestamps and the device's profiled window, turned into an epoch's figures.
 
-Per epoch it measures, on the host:
-
-* **train time**: from :meth:`EpochClock.epoch_start` to the end of the last training step, with the
-  device synchronized at both ends (the only synchronizations in the training loop); evaluation
-  inside the epoch (:meth:`~EpochClock.eval_start` .. :meth:`~EpochClock.eval_end`) is paused out;
-* **eval time**: from the end of the last training step to the end of evaluation (synchronized);
-* **input wait**: seconds the loop reports through :meth:`~EpochClock.add_fetch_wait`, timed around
-  the fetch of each training batch: the time the host waited for data;
-* **host wait**: host time between the end of one training step and the start of the next
-  (the fetch, the copy to the device and the loop's own work between steps);
-* **the step's phases**: forward, backward and the optimizer's update, from the marks a loop sets on its
-  sampled steps (:mod:`mnistperf.diagnosis.measure.phases`); the rest of train time is the wait for data and
-  the loop's own work (hooks, logging, Python between them);
-* **who held the cores** (Linux): the training thread's wait for a core over train time, and its loader's workers'
-  CPU time over the epoch's, read from ``/proc`` at the epoch's ends and on the way
-  (:mod:`mnistperf.diagnosis.measure.cores`).
-
-It also profiles the device's work over a short window of steps in the first steady epoch (epoch 2;
-epoch 1 where no other follows) (:mod:`mnistperf.diagnosis.measure.busy_window`): on CUDA the share of the
-time the GPU was executing kernels, on a CPU the share spent inside tensor operations. The window's
-steps run slower under the profiler, so that epoch's train time, input wait and host wait are
-extrapolated from its other steps (``profiled`` in its row says what was left out). A window the
-epoch never reached (cut short, resumed past it) moves to the next epoch, and where none is left the
-share is not measured, with the reason.
-:meth:`~EpochClock.epoch_end` turns the figures into the epoch's row and verdict
-(:mod:`mnistperf.diagnosis.record.summary`), with the threshold the run was given.
+Per epoch: train and eval time (synchronized at their ends), the wait for data and the host's wait between steps, the
+step's phases, step times, memory and who held the cores; once a fit, the busy share of a profiled window, whose steps
+are kept out of their epoch's figures. What each means: docs/timing.md, "What each figure measures".
 """
 
 from __future__ import annotations
@@ -37,6 +14,7 @@ from typing import Any
 
 import torch
 
+from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import CORES, MEMORY, Gathered, Measures, derive
 from mnistperf.diagnosis.measure.busy_window import (
     CPU_WINDOW_COST,
@@ -48,7 +26,6 @@ from mnistperf.diagnosis.measure.busy_window import (
     WINDOW_STEPS,
     BusyWindow,
     affordable_steps,
-    export_trace,
     window_steps,
 )
 from mnistperf.diagnosis.measure.cores import EpochCores
@@ -68,7 +45,6 @@ from mnistperf.diagnosis.record.summary import (
     step_figures,
 )
 
-# How a user has the window profile a fit whatever it costs, in Python and with LightningCLI.
 PROFILE_ANYWAY = (
     "EpochTimer(window_share=None) profiles it anyway (with LightningCLI: "
     "--trainer.callbacks.init_args.window_share=null, EpochTimer being the config's last callback)"
@@ -82,28 +58,15 @@ def larger(kept: float, read: float | None) -> float:
     return read if math.isnan(kept) else max(kept, read)
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for queued device work, so a host clock read after it covers that work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
 class EpochClock:
     """Times the epochs of one run and keeps their rows.
 
     Args:
         device: the training device, synchronized at the ends of train and eval time.
-        input_bound_share: the run's threshold for the verdict (see :func:`.summary.classify`).
-        busy_window_steps: training steps of the first epoch whose device work is profiled (0: none).
-        profile_window: whether the verdict reads the device's busy share from a profiled window (False where no
-            step runs, or where the loop's own cost would hide it).
+        input_bound_share, busy_window_steps, hints, trace_limit, window_share: as
+            :class:`~mnistperf.diagnosis.EpochTimer`'s; the fit is taken to start when the clock is made.
+        profile_window: whether a profiled window's busy share is read (False: no step runs, or the loop hides it).
         busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
-        hints: what the advice suggests per verdict (:data:`~mnistperf.diagnosis.record.advice.USER_HINTS` by default).
-        trace_limit: the most recorded operations a written trace may hold (None: no limit).
-        window_share: on a CPU, the most of the whole fit's time the window may cost (None: no limit); the fit is
-            taken to start when the clock is made.
         metric: the validation metric whose last value the summary reports (None: none).
     """
 
@@ -119,13 +82,9 @@ class EpochClock:
         window_share: float | None = WINDOW_FIT_SHARE,
         metric: str | None = None,
     ):
-        self.device = device
+        self.device, self.metric, self.hints = device, metric, hints
+        self.input_bound_share, self.trace_limit, self.window_share = input_bound_share, trace_limit, window_share
         self._fit_start = time.perf_counter()
-        self.metric = metric
-        self.window_share = window_share
-        self.hints = hints
-        self.input_bound_share = input_bound_share
-        self.trace_limit = trace_limit
         if device.type != "cuda":
             busy_window_steps = min(busy_window_steps, CPU_WINDOW_STEPS)
         self.busy_window_steps = 0 if busy_unavailable else busy_window_steps
@@ -134,11 +93,9 @@ class EpochClock:
         if device.type in BUSY_KEYS and profile_window:
             if busy_unavailable is None and busy_window_steps <= 0:
                 busy_unavailable = "the profiled window is off (busy_window_steps 0)"
-            self.busy_window = {
-                "device": device.type,
-                "share": None,
-                **({"reason": busy_unavailable} if busy_unavailable else {}),
-            }
+            self.busy_window = {"device": device.type, "share": None}
+            if busy_unavailable:
+                self.busy_window["reason"] = busy_unavailable
         self.phases = StepPhases(device)
         self.window: BusyWindow | None = None
         self._window_open: tuple[float, float, float] | None = None  # (synced time, fetch wait, host wait)
@@ -157,7 +114,10 @@ class EpochClock:
         self._reset()
 
     def _synced_now(self) -> float:
-        synchronize(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elif self.device.type == "mps":
+            torch.mps.synchronize()
         return time.perf_counter()
 
     def _reset(self, batches: float = math.inf, number: int | None = None) -> None:
@@ -181,46 +141,36 @@ class EpochClock:
         self.phases.reset()
 
     def expected_steps(self, batches: float) -> float:
-        """The training steps of the epoch about to start: ``batches``, or the last whole epoch's where that is inf.
-
-        ``batches`` is inf where the training loader has no length; so is the answer before a whole epoch ran.
-        """
+        """The epoch's training steps: ``batches``, or where that is inf (no length) the last whole epoch's, if any."""
         if math.isfinite(batches) or self._last_length is None:
             return batches
         return float(self._last_length)
 
-    def _length_note(self, batches: float) -> str:
-        """Where an epoch's length is taken from the last one's: says so, for the reasons that rest on it."""
-        if math.isfinite(batches) or self._last_length is None:
-            return ""
-        return f"an epoch taken as the last one's {self._last_length:,} steps: the training loader has no length"
-
-    # ------------------------------------------------------------------ timestamps
     def epoch_start(
         self, batches: float = math.inf, number: int | None = None, last: bool = False, steps_left: float = math.inf
     ) -> None:
-        """Start epoch ``number`` (by default the one after the last timed) of ``batches`` training steps.
+        """Start epoch ``number`` (by default the next) of ``batches`` training steps (inf: no length); synchronizes.
 
-        The first steady epoch opens the busy window, or the first where it is also the ``last`` of the fit, or a
-        later one where the window has not been read yet; on a CPU only where the fit, with its ``steps_left`` (this
-        epoch's included), can pay for it (:meth:`_weigh_window`). ``batches`` is inf where the training loader has
-        no length: the window is then placed by the last whole epoch's length (:meth:`expected_steps`);
-        ``steps_left`` is NaN where the fit's length is not known at all. Synchronizes.
+        The busy window opens in the first steady epoch that has not read it (the first epoch if it is the ``last``);
+        on a CPU, ``steps_left`` (this epoch's included; NaN: not known) weighs its cost (:meth:`_weigh_window`).
         """
         self._reset(batches, number)
         reset_device_peaks(self.device)
-        if self._wants_window(last):
-            self._open_window(batches, steps_left)
-        elif not self.epochs and self._busy_unread():
-            self._window_missed(WINDOW_PENDING)
+        unread = self.busy_window is not None and "first_step" not in self.busy_window  # no window read yet
+        if unread and self.busy_window_steps > 0 and not self._window_declined:
+            if self.epochs or last:
+                self._open_window(batches, steps_left)
+            else:
+                self._window_missed(WINDOW_PENDING)
         self._train_start = self._last_step_end = self._synced_now()
         self._cores.start(self._train_start)
 
     def _open_window(self, batches: float, steps_left: float) -> None:
         """The busy window of this epoch, or why there is none; on a CPU, the fit's cost of it is weighed later."""
         self._steps_left = steps_left
-        self._placed_by = self._length_note(batches)
         expected = self.expected_steps(batches)
+        length = f"an epoch taken as the last one's {expected:,.0f} steps: the training loader has no length"
+        self._placed_by = length if expected != batches else ""
         steps = window_steps(expected, self.busy_window_steps)
         if steps:
             self.window = BusyWindow(*steps, device_type=self.device.type)
@@ -231,11 +181,7 @@ class EpochClock:
             )
 
     def _weigh_window(self, window: BusyWindow) -> bool:
-        """On a CPU, as the window opens: fit it to what the whole fit can pay for, or decline it.
-
-        The fit's time is its time so far and its training steps left at this epoch's pace so far (where the fit's
-        length is not known, this epoch's steps left); the recorded steps end once they have cost their share.
-        """
+        """On a CPU, as the window opens: fit it to what the whole fit can pay for (docs/timing.md), or decline it."""
         done = self._steps - 1
         if self.device.type == "cuda" or self.window_share is None or done < 1 or self._train_start is None:
             return True
@@ -249,37 +195,23 @@ class EpochClock:
         fit_s = now - self._fit_start + left * step_s
         affordable = affordable_steps(fit_s, step_s, self.window_share)
         if affordable < 1:
-            self._decline_window(fit_s, step_s, unknown)
+            self._window_declined = True
+            self.window = None
+            length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
+            self._window_missed(
+                f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
+                f"profiled step ({step_s * 1e3:,.1f} ms, up to {CPU_WINDOW_COST:g} times that to record) to cost "
+                f"under {self.window_share:.0%} of its time; {PROFILE_ANYWAY}"
+            )
             return False
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
             window.cap(int(affordable), affordable * (CPU_WINDOW_COST + 1) * step_s)
         return True
 
-    def _decline_window(self, fit_s: float, step_s: float, unknown: bool) -> None:
-        self._window_declined = True
-        self.window = None
-        length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
-        self._window_missed(
-            f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
-            f"profiled step ({step_s * 1e3:,.1f} ms, up to {CPU_WINDOW_COST:g} times that to record) to cost under "
-            f"{self.window_share:.0%} of its time; {PROFILE_ANYWAY}"
-        )
-
     @property
     def profiling(self) -> bool:
         """Whether the busy window's profiler runs now (its steps are not the epoch's typical ones)."""
         return self._window_open is not None and self._window_cost is None
-
-    def _busy_unread(self) -> bool:
-        return (
-            self.busy_window is not None
-            and self.busy_window_steps > 0
-            and not self._window_declined
-            and "first_step" not in self.busy_window
-        )
-
-    def _wants_window(self, last: bool) -> bool:
-        return self._busy_unread() and (bool(self.epochs) or last)
 
     def _window_missed(self, reason: str) -> None:
         assert self.busy_window is not None  # only where a window is wanted
@@ -313,10 +245,7 @@ class EpochClock:
         self._workers_pss = larger(self._workers_pss, workers_pss_mb())
 
     def step_end(self, index: int) -> None:
-        """Training step ``index`` has been launched; after the epoch's last, training time ends (:meth:`train_end`).
-
-        The step's host interval, from the end of the step before it, is kept (a profiled step's as NaN).
-        """
+        """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
         now = time.perf_counter()
         if self.window is not None:
             self._intervals.append(math.nan if self._window_open is not None else now - self._last_step_end)
@@ -342,10 +271,7 @@ class EpochClock:
 
     def count(self, samples: int | None) -> None:
         """Add a training batch's samples; None where they could not be counted (the epoch then has no count)."""
-        if samples is None or self._samples is None:
-            self._samples = None
-        else:
-            self._samples += samples
+        self._samples = None if samples is None or self._samples is None else self._samples + samples
 
     def add_fetch_wait(self, seconds: float) -> None:
         """Add host seconds spent waiting for a training batch."""
@@ -398,10 +324,7 @@ class EpochClock:
                 )
 
     def export_trace(self, folder: Path) -> Path | None:
-        """Save the busy window's trace under ``folder`` and return its path; None when no window was recorded.
-
-        The trace is :data:`.busy_window.TRACE_FILE` there, named in ``busy_window["trace"]``.
-        """
+        """Save the busy window's trace under ``folder`` (:data:`.busy_window.TRACE_FILE`): its path, or None."""
         if self.recorded is None or self.busy_window is None:
             return None
         recorded = self.busy_window.get("kernels", 0)
@@ -413,17 +336,13 @@ class EpochClock:
             )
             return None
         path = folder / TRACE_FILE
-        export_trace(self.recorded, path)
+        atomic_write(path, lambda tmp: self.recorded.export_chrome_trace(str(tmp)))
         self.recorded = None
         self.busy_window["trace"] = TRACE_FILE.as_posix()
         return path
 
-    # ------------------------------------------------------------------ figures
     def measures(self) -> Measures:
-        """This process's measures of the epoch so far (NaN where not measured).
-
-        The phases' seconds are their shares of the sampled steps times the epoch's time inside steps.
-        """
+        """This process's measures of the epoch so far (NaN where not measured)."""
         busy = self.busy_window.get("share") if self.busy_window is not None else None
         shares = self.phases.shares() or {}
         train_s, input_wait_s, host_wait_s = self._without_window()
@@ -462,17 +381,12 @@ class EpochClock:
         )
 
     def _without_window(self) -> tuple[float, float, float]:
-        """Train time, input wait and host wait of the epoch, the profiled window's steps replaced by the others'.
-
-        The window's steps run under the profiler; the epoch's other steps stand in for them at their mean.
-        """
+        """The epoch's train time, input wait and host wait, the profiled steps replaced by the others' mean."""
         figures = (self._train_s, self._input_wait_s, self._host_wait_s)
-        if self._window_cost is None:
+        if self._window_cost is None or self._steps <= self._window_cost[3]:
             return figures
         *inside, steps = self._window_cost
         others = self._steps - steps
-        if others <= 0:
-            return figures
         train, fetch, host = (
             max(whole - part, 0.0) * self._steps / others for whole, part in zip(figures, inside, strict=True)
         )
@@ -491,10 +405,7 @@ class EpochClock:
         return self.measures()
 
     def close_epoch(self, gathered: Gathered, metrics: dict[str, float] | None = None) -> dict[str, Any]:
-        """The epoch's row from its measures over every process (:func:`~.figures.gather`).
-
-        The row holds its figures, its verdict and ``metrics`` (validation figures).
-        """
+        """The epoch's row, with its verdict and ``metrics``, from its measures over every process (:func:`.gather`)."""
         merged = gathered.measures
         if self.busy_window is not None and not math.isnan(merged.busy_share):
             self.busy_window["share"] = merged.busy_share  # every process's window, averaged

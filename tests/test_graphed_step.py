@@ -169,6 +169,7 @@ def test_the_manual_whole_step_matches_lightnings_automatic_one(workdir):
     automatic = run_stage(
         "v4_graphed", *BATCH_40, *CPU, "--model.cuda_graph", "false", "--data.batches_per_step", "1", epochs=2
     )
+    assert len(graphed["epochs"]) == len(automatic["epochs"]) == 2  # both fits timed: the losses below compared
     for mine, theirs in zip(graphed["epochs"], automatic["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
         assert mine["val/acc"] == theirs["val/acc"]
@@ -180,6 +181,7 @@ def test_several_batches_per_lightning_step_train_exactly_like_one(workdir, capt
     grouped = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "2", epochs=2)
     single = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "1", epochs=2)
     assert grouped["data"]["batches_per_step"] == 2 and single["data"]["batches_per_step"] == 1
+    assert len(grouped["epochs"]) == len(single["epochs"]) == 2
     for mine, theirs in zip(grouped["epochs"], single["epochs"], strict=True):
         assert mine["samples"] == theirs["samples"] == TRAIN_ROWS
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
@@ -200,6 +202,7 @@ def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(wor
     emulated = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "2", epochs=3)
     assert captures == [2, 2, 2]
     eager = run_stage("v4_graphed", *BATCH_40, *CPU, epochs=3)
+    assert len(emulated["epochs"]) == len(eager["epochs"]) == 3
     for mine, theirs in zip(emulated["epochs"], eager["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
 

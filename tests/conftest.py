@@ -45,9 +45,13 @@ def stage_marks(stage: str) -> list[pytest.MarkDecorator]:
     return [pytest.mark.litdata] if pipeline == "litdata" else []
 
 
-def stage_params() -> list:
-    """Every stage config's file name as a test parameter, marked as :func:`stage_marks` says."""
-    return [pytest.param(path.name, marks=stage_marks(path.stem)) for path in sorted(CONFIGS.glob("*.yaml"))]
+def stage_params(slow: Sequence[str] = ()) -> list:
+    """Every stage config's file name as a test parameter, marked as :func:`stage_marks` says, and ``slow`` for the
+    stages named in ``slow``."""
+    return [
+        pytest.param(path.name, marks=stage_marks(path.stem) + ([pytest.mark.slow] if path.stem in slow else []))
+        for path in sorted(CONFIGS.glob("*.yaml"))
+    ]
 
 
 def random_split(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -275,9 +279,21 @@ def litdata_importable() -> bool:
     return True
 
 
+def named_tests(config) -> set[str]:
+    """The tests the command line names by id (``tests/test_x.py::test_y``), as ids relative to the root folder."""
+    named = set()
+    for arg in config.args:
+        path, by_id, name = arg.partition("::")
+        where = (config.invocation_params.dir / path).resolve()
+        if by_id and where.is_relative_to(config.rootpath):
+            named.add(f"{where.relative_to(config.rootpath).as_posix()}::{name}")
+    return named
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``cuda`` run only where CUDA is (``pytest -m cuda`` runs them alone, as scripts/gpu-check does);
-    tests marked ``litdata`` only where the litdata extra is installed (``pytest -m litdata`` runs them alone)."""
+    tests marked ``litdata`` only where the litdata extra is installed (``pytest -m litdata`` runs them alone);
+    tests marked ``slow`` only when asked for, by ``-m`` (``pytest -m slow`` runs them alone) or by their id."""
     cuda = torch.cuda.is_available()
     litdata = not any(item.get_closest_marker("litdata") for item in items) or litdata_importable()
     for item in items:
@@ -285,6 +301,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
         if item.get_closest_marker("litdata") and not litdata:
             item.add_marker(pytest.mark.skip(reason=LITDATA_MISSING))
+    if not config.option.markexpr:
+        named = named_tests(config)
+        slow = {
+            item.nodeid
+            for item in items
+            if item.get_closest_marker("slow")
+            and not any(item.nodeid == n or item.nodeid.startswith((f"{n}[", f"{n}::")) for n in named)
+        }
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid in slow])
+        items[:] = [item for item in items if item.nodeid not in slow]
 
 
 class ForbidSyncs(EpochTimer):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import csv
+import io
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +17,7 @@ from conftest import CONFIGS, fails_in_one_line
 from emulated_graphs import EmulatedGraphs
 
 from mnistperf.bench import published, reference_rows, runner
+from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.report import Row, chart_figure, per_step, table_rows, write_all
 from mnistperf.cli import main
 
@@ -325,7 +331,38 @@ def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):
     assert "interrupted: keeping the rows already finished" in capsys.readouterr().out
 
 
-def test_real_bench_on_tiny_data_writes_every_result_file(workdir, monkeypatch, capsys):
+def in_this_process(command: list[str], label: str) -> tuple[int, str, dict]:
+    """``runner.run_process`` without the process: the run's command line (``python -m MODULE ARGS``) run by
+    MODULE's ``main`` here, this process's memory sampled as the run's."""
+    entry = {"mnistperf": main, "mnistperf.bench.reference_rows": reference_rows.main}[command[2]]
+    said = io.StringIO()
+    with TreeMemorySampler(os.getpid()) as memory, contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        try:
+            entry(command[3:])
+            status = 0
+        except SystemExit as exit_info:
+            status = exit_info.code if isinstance(exit_info.code, int) else 1
+    last = runner._tail(collections.deque(said.getvalue().splitlines()))
+    return status, last, {"tree_rss": memory.peak_rss_mb, "tree_pss": memory.peak_pss_mb}
+
+
+def test_a_run_is_a_process_whose_exit_status_error_line_and_memory_are_kept(capsys):
+    """A run that holds 64 MB for a moment, says an epoch line, then fails: its status, its error line, its peak."""
+    child = (
+        "import sys, time; hold = bytearray(64 * 2**20); print('epoch 1: train 1.0 s', flush=True); time.sleep(1); "
+        "print('ValueError: no such batch', file=sys.stderr); sys.exit(3)"
+    )
+    status, last_line, memory = runner.run_process([sys.executable, "-c", child], "row")
+    assert (status, last_line) == (3, "ValueError: no such batch")
+    assert "    row: epoch 1: train 1.0 s" in capsys.readouterr().out  # its progress lines echoed
+    if Path("/proc/self/smaps_rollup").exists():
+        assert memory["tree_pss"] >= 64 and memory["tree_rss"] >= memory["tree_pss"] * 0.9, memory
+
+
+@pytest.mark.parametrize("runs", ["in this process", pytest.param("as processes", marks=pytest.mark.slow)])
+def test_real_bench_on_tiny_data_writes_every_result_file(workdir, monkeypatch, capsys, runs):
+    if runs == "in this process":
+        monkeypatch.setattr(runner, "run_process", in_this_process)
     shutil.copytree(CONFIGS, workdir / "configs")
     broken = (CONFIGS / "v2_pinned.yaml").read_text().replace("batch_size: 512", "batch_size: -3")
     (workdir / "configs" / "broken.yaml").write_text(broken)

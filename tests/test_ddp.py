@@ -1,18 +1,33 @@
-"""Two-process CPU DDP (gloo) through the real command line: every row once per epoch (SampleAudit), one summary."""
+"""DDP: two CPU processes (gloo) through the real command line, every row once per epoch (SampleAudit) and one
+summary (the slow tier); and, fast, each part of that emulated in one process: each rank's share of a DataLoader
+pipeline's rows, the timer's and the audit's gathers over two ranks, the graphed stage's eager step."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from conftest import CONFIGS, NO_WORKERS, REPO, stage_process, write_parquet
+from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.data import _is_dataloader_shuffled, _update_dataloader
 from records import AUDIT, audit_counts, audit_epochs
 
 from mnistperf.data import schema
+from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.diagnosis.callbacks.sample_audit import Order, SampleAudit, loader_counts
+from mnistperf.diagnosis.figures import Measures, gather
+from mnistperf.model.classifier import ImageClassifier
 
 ROWS = 200  # a multiple of the world size: DistributedSampler-style padding adds nothing
 
@@ -63,6 +78,7 @@ def ddp_fit(folder: Path, config: str, *overrides: str) -> list[dict]:
     return audit_epochs(ddp_run(folder, config, *audit, *overrides).stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pipeline", ["v1", "v2", "resident", "stream"])
 def test_ddp_two_processes_see_every_row_once_per_epoch(numbered_data, pipeline):
     epochs = ddp_fit(
@@ -87,6 +103,7 @@ def test_ddp_two_processes_see_every_row_once_per_epoch(numbered_data, pipeline)
         assert all(r["train_s"] > 0 and r["input_wait_s"] >= 0 for r in row["ranks"])
 
 
+@pytest.mark.slow
 def test_the_graphed_stage_under_ddp_steps_eagerly_in_sync_with_groups_of_batches(numbered_data):
     """v4_graphed on two processes: the whole step runs eagerly (the all-reduce is not captured), 4 batches per
     Lightning step (groups of 4, 2 and a partial 1 of 100 rows per rank); every row once per epoch, and both
@@ -104,6 +121,7 @@ def test_the_graphed_stage_under_ddp_steps_eagerly_in_sync_with_groups_of_batche
     assert weights[0] == pytest.approx(weights[1], abs=1e-6) and weights[0] != pytest.approx([0.0] * len(weights[0]))
 
 
+@pytest.mark.slow
 def test_under_ddp_the_profiled_window_reads_each_ranks_time_in_collectives(numbered_data):
     """gloo's all-reduces, read from the profiled window: each rank's share of it inside collectives, and inside
     them with no work beside, averaged in timing.json and said in the ranks line."""
@@ -130,3 +148,109 @@ def test_under_ddp_the_profiled_window_reads_each_ranks_time_in_collectives(numb
     assert all(0 <= rank["comm_exposed_share"] <= rank["comm_share"] for rank in window_epoch["ranks"])
     assert sum(each) / 2 == pytest.approx(talked["share"])  # the ranks' own readings, averaged
     assert "gloo collectives" in result.stdout and "in collectives" in result.stdout
+
+
+# ---------------------------------------------------------------- the same parts, emulated in one process
+class TwoRanks:
+    """Two ranks as two threads of this process: each one's strategy gathers as gloo's ``all_gather`` does, both
+    ranks' tensors stacked in rank order."""
+
+    def __init__(self):
+        self._barrier = threading.Barrier(2, timeout=60)
+        self._sent: list[torch.Tensor | None] = [None, None]
+
+    def _all_gather(self, rank: int, tensor: torch.Tensor) -> torch.Tensor:
+        self._sent[rank] = tensor
+        self._barrier.wait()
+        stacked = torch.stack(self._sent)
+        self._barrier.wait()  # both have read before either sends its next tensor
+        return stacked
+
+    def run(self, work) -> list:
+        """``work(rank, strategy)`` on both ranks at once; what each returned, in rank order."""
+
+        def on(rank: int):
+            strategy = SimpleNamespace(root_device=torch.device("cpu"), all_gather=lambda t: self._all_gather(rank, t))
+            return work(rank, strategy)
+
+        with ThreadPoolExecutor(2) as ranks:
+            return list(ranks.map(on, range(2)))
+
+
+@pytest.mark.parametrize("pipeline", ["v1", "v2"])
+def test_lightnings_distributed_sampler_gives_each_rank_a_disjoint_half_of_a_dataloader_pipeline(tiny_data, pipeline):
+    """The DataLoader pipelines' training loader as Lightning remakes it under DDP (its sampler replaced by a
+    DistributedSampler, shuffled because the pipeline's is): two ranks see every row once, in a new order each
+    epoch."""
+    dm = MNISTDataModule(data_dir=str(tiny_data), pipeline=pipeline, batch_size=8, num_workers=0)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    rows = len(dm.datasets["train"])
+    assert _is_dataloader_shuffled(loader)
+    orders = []
+    for epoch in (0, 1):
+        seen = []
+        for rank in range(2):
+            sampler = _get_distributed_sampler(loader, True, 0, num_replicas=2, rank=rank, seed=0)
+            sampler.set_epoch(epoch)  # as Lightning's loop does before each training epoch
+            ranks_loader = _update_dataloader(loader, sampler, mode=RunningStage.TRAINING)
+            seen.append([image.numpy().tobytes() for batch in ranks_loader for image in batch["image"]])
+        assert [len(share) for share in seen] == [rows // 2] * 2  # an even split of the 80 rows left after validation
+        assert len(set(seen[0] + seen[1])) == rows  # disjoint, and every row
+        orders.append(seen[0])
+    assert orders[0] != orders[1]
+
+
+def test_an_epochs_figures_are_combined_over_the_ranks_each_by_its_rule():
+    """Both ranks get the slowest rank's train time, the samples of both and the mean of their forwards, each
+    rank's own train time beside; a figure one rank could not measure (NaN) poisons a max and is left out of a
+    mean. One process: its own figures, none per rank."""
+    local = [
+        replace(Measures.unmeasured(), train_s=10.0, samples=96.0, forward_s=1.0, eval_s=2.0, comm_share=0.4),
+        replace(Measures.unmeasured(), train_s=12.0, samples=104.0, forward_s=3.0),
+    ]
+    for merged in TwoRanks().run(lambda rank, strategy: gather(local[rank], strategy, [96.0 - rank, float(rank)])):
+        figures = merged.measures
+        assert (figures.train_s, figures.samples, figures.forward_s, figures.comm_share) == (12.0, 200.0, 2.0, 0.4)
+        assert math.isnan(figures.eval_s)
+        assert merged.loader_samples == [191.0, 1.0]
+        assert merged.per_rank is not None and merged.per_rank["train_s"] == [10.0, 12.0]
+    alone = gather(local[0], SimpleNamespace(root_device=torch.device("cpu"), all_gather=lambda t: t), [96.0])
+    assert alone.measures.train_s == 10.0 and alone.loader_samples == [96.0] and alone.per_rank is None
+
+
+def test_the_audits_fingerprints_are_gathered_in_rank_order_however_many_each_rank_saw():
+    """Two training loaders; rank 0 saw 3 + 1 samples, rank 1 2 + 0 (one of them rank 0's too): every rank gets
+    both ranks' fingerprints per loader, the padding of the shorter cut away, with each one's order and carried
+    counts. An epoch where neither rank saw a sample gathers too."""
+    empty = torch.empty(0, dtype=torch.int64)
+    fingerprints = [[torch.tensor([11, 12, 13]), torch.tensor([21])], [torch.tensor([13, 14]), empty]]
+
+    def audit_gather(parts):
+        def on(rank, strategy):
+            trainer = SimpleNamespace(world_size=2, strategy=strategy)
+            return SampleAudit._gather(trainer, parts[rank], Order(rank), [rank, 0])
+
+        return TwoRanks().run(on)
+
+    for shares in audit_gather(fingerprints):
+        assert [[part.tolist() for part in share.parts] for share in shares] == [[[11, 12, 13], [21]], [[13, 14], []]]
+        assert [share.order for share in shares] == [Order.CHANGED, Order.SAME]
+        assert [share.carried for share in shares] == [[0, 0], [1, 0]]
+        counts = loader_counts(shares, 0, 6)
+        assert (counts["seen"], counts["distinct"], counts["duplicates"], counts["missing"]) == (5, 4, 1, 2)
+    for shares in audit_gather([[empty, empty], [empty, empty]]):
+        assert [[part.numel() for part in share.parts] for share in shares] == [[0, 0], [0, 0]]
+
+
+def test_the_graphed_stage_steps_eagerly_under_several_processes_and_says_so(monkeypatch, caplog):
+    """On CUDA with two processes the whole step is not captured (the gradients' all-reduce would not be)."""
+    model = ImageClassifier(cuda_graph=True)
+    monkeypatch.setattr(model, "_run_device", lambda: torch.device("cuda"))
+    for world_size, graphing in ((1, True), (2, False)):
+        model._trainer = SimpleNamespace(world_size=world_size)
+        caplog.clear()
+        model.configure_model()
+        assert model._graphing is graphing
+        said = "model.cuda_graph: skipped under 2 processes (the gradients' all-reduce is not captured)"
+        assert (said in caplog.text) is not graphing, caplog.text

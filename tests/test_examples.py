@@ -4,6 +4,7 @@ lines its docs page explains."""
 from __future__ import annotations
 
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -31,20 +32,25 @@ def test_every_example_is_run_by_this_suite():
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(RUNS)
 
 
+@pytest.mark.parametrize("run", ["in this process", pytest.param("as a script", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_the_example_runs_and_prints_its_diagnosis(name: str, tmp_path: Path):
+def test_the_example_runs_and_prints_its_diagnosis(name: str, run: str, tmp_path: Path, monkeypatch, capsys):
+    """Run as its page says (``python examples/NAME``), or by this interpreter as ``__main__``."""
     settings, lines = RUNS[name]
     cwd, out = tmp_path / "cwd", tmp_path / "out"
     cwd.mkdir()
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *settings, "--out", str(out)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    argv = [str(EXAMPLES / name), *settings, "--out", str(out)]
+    if run == "as a script":
+        result = subprocess.run(
+            [sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        printed = result.stdout
+    else:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setattr(sys, "argv", argv)
+        runpy.run_path(argv[0], run_name="__main__")
+        printed = capsys.readouterr().out
     for line in lines:
-        assert re.search(line, result.stdout, re.MULTILINE), f"{line!r} not in:\n{result.stdout[-3000:]}"
+        assert re.search(line, printed, re.MULTILINE), f"{line!r} not in:\n{printed[-3000:]}"
     assert list(out.rglob("timing.json")) and not list(cwd.iterdir())  # everything under --out

@@ -209,18 +209,27 @@ def source_root(tmp_path) -> Path:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch.compile cannot reach a GPU")
-def test_a_failing_compile_skips_only_what_compiles_and_says_how_to_fix_it(fake_cuda_python, source_root):
-    done = subprocess.run(
-        [fake_cuda_python, "-m", "mnistperf.gpu_preflight", "--source-root", str(source_root)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-    )
-    assert done.returncode == 1, done.stderr
-    [line] = [line for line in done.stderr.splitlines() if "torch.compile" in line]
+@pytest.mark.parametrize("run", ["in this process", pytest.param("as the script runs it", marks=pytest.mark.slow)])
+def test_a_failing_compile_skips_only_what_compiles_and_says_how_to_fix_it(
+    fake_cuda_python, source_root, monkeypatch, capsys, run
+):
+    if run == "in this process":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "Test GPU")
+        status, err, out = preflight(capsys, "--source-root", str(source_root))
+    else:
+        done = subprocess.run(
+            [fake_cuda_python, "-m", "mnistperf.gpu_preflight", "--source-root", str(source_root)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        )
+        status, err, out = done.returncode, done.stderr.splitlines(), done.stdout
+    assert status == 1, err
+    [line] = [line for line in err if "torch.compile" in line]
     assert line.startswith("gpu-check: torch.compile cannot build a kernel on the GPU")
     assert "C compiler" in line and "python3" in line and line.endswith("Skipped: part compiled, part modes.")
-    runnable = done.stdout.split()[0].split(",")
+    runnable = out.split()[0].split(",")
     assert "compiled" not in runnable and {"fast", "tests", "graph", "v1"} <= set(runnable)
 
 

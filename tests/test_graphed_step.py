@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TRAIN_ROWS, fails_in_one_line, fit_module, run_stage, stage_argv
+import yaml
+from conftest import CONFIGS, TRAIN_ROWS, fails_in_one_line, fit_module, run_stage, stage_argv
 from emulated_graphs import EmulatedGraphs
 
 from mnistperf.data.datamodule import MNISTDataModule
@@ -169,6 +170,7 @@ def test_the_manual_whole_step_matches_lightnings_automatic_one(workdir):
     automatic = run_stage(
         "v4_graphed", *BATCH_40, *CPU, "--model.cuda_graph", "false", "--data.batches_per_step", "1", epochs=2
     )
+    assert len(graphed["epochs"]) == len(automatic["epochs"]) == 2  # both fits timed: the losses below compared
     for mine, theirs in zip(graphed["epochs"], automatic["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
         assert mine["val/acc"] == theirs["val/acc"]
@@ -180,6 +182,7 @@ def test_several_batches_per_lightning_step_train_exactly_like_one(workdir, capt
     grouped = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "2", epochs=2)
     single = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "1", epochs=2)
     assert grouped["data"]["batches_per_step"] == 2 and single["data"]["batches_per_step"] == 1
+    assert len(grouped["epochs"]) == len(single["epochs"]) == 2
     for mine, theirs in zip(grouped["epochs"], single["epochs"], strict=True):
         assert mine["samples"] == theirs["samples"] == TRAIN_ROWS
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
@@ -194,12 +197,13 @@ def test_several_batches_per_lightning_step_train_exactly_like_one(workdir, capt
 
 def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(workdir, captures, monkeypatch):
     """The module's graph path on a CPU (StepGraphs' emulation): batches of 40, 40 and 16 in groups of 2
-    and 1 capture two shapes in epoch 1 and none after, and train as the eager path does."""
+    and 1 capture two shapes in epoch 1 and none in epoch 2, and train as the eager path does."""
     monkeypatch.setattr("mnistperf.model.step.StepGraphs", EmulatedGraphs)
     monkeypatch.setattr("mnistperf.model.classifier.ImageClassifier.configure_model", graphing_on_cpu)
-    emulated = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "2", epochs=3)
-    assert captures == [2, 2, 2]
-    eager = run_stage("v4_graphed", *BATCH_40, *CPU, epochs=3)
+    emulated = run_stage("v4_graphed", *BATCH_40, *CPU, "--data.batches_per_step", "2", epochs=2)
+    assert captures == [2, 2]
+    eager = run_stage("v4_graphed", *BATCH_40, *CPU, epochs=2)
+    assert len(emulated["epochs"]) == len(eager["epochs"]) == 2
     for mine, theirs in zip(emulated["epochs"], eager["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
 
@@ -237,6 +241,33 @@ def test_resume_from_the_last_checkpoint(workdir, captures):
     assert [e["epoch"] for e in summary["epochs"]] == [2]
 
 
+def test_tune_keeps_the_groups_where_the_resident_pipeline_makes_them_and_fit_runs_its_config(
+    workdir, monkeypatch, capsys
+):
+    """tune on v4_graphed (8 batches a step), its step made slow: the first loader probed, the resident pipeline's,
+    outruns it and ends the search. The tuned config keeps the groups, says above its settings what tune found, has
+    the table of probes beside it, and fit runs it as it is."""
+    from mnistperf.cli import main
+    from mnistperf.tune import search
+    from mnistperf.tune.command import probes_path
+
+    monkeypatch.setattr(search, "time_step", lambda *a, **k: [10.0, 10.0])
+    monkeypatch.setattr(search, "REPEATS", 2)
+    monkeypatch.setattr(search.Search, "batches", 4)
+    config = str(CONFIGS / "v4_graphed.yaml")
+    main(["tune", "--config", config, "--set", "data.batch_size=16", "--budget", "2", "--out", "tuned.yaml"])
+    out = capsys.readouterr().out
+    assert "[probe 1] step" in out and "[probe 2] loader pipeline=resident" in out and "stopped: compute-bound" in out
+    text = (workdir / "tuned.yaml").read_text()
+    assert text.startswith("# mnistperf tune: tuned from") and "# Step alone:" in text and "# Stopped:" in text
+    tuned = yaml.safe_load(text)["data"]
+    assert (tuned["pipeline"], tuned["batch_size"], tuned["batches_per_step"]) == ("resident", 16, 8)
+    table = probes_path(workdir / "tuned.yaml").read_text()
+    assert "| 1 | step | batch_size=16 |" in table and "| 2 | loader |" in table
+    summary = run_stage("tuned.yaml", *CPU, epochs=1)
+    assert summary["data"]["batches_per_step"] == 8 and summary["epochs"][0]["samples"] == TRAIN_ROWS
+
+
 def test_compile_and_cuda_graph_together_are_refused(workdir, capsys):
     argv = stage_argv("v4_graphed", "--model.compile", "true")
     fails_in_one_line(capsys, argv, "model.compile and model.cuda_graph both capture the step")
@@ -261,7 +292,7 @@ BF16_LOSS_TOLERANCE = 5e-3
 
 
 def test_emulated_graphs_under_bf16_give_the_losses_of_eager_steps():
-    data = batches([64] * 19 + [24])
+    data = batches([16] * 19 + [8])  # two shapes; on a CPU bf16's products are slow, so small ones
     eager = PlainStep()
     graphed = PlainStep()
     graphs = EmulatedGraphs(graphed, graphed.state)

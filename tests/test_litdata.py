@@ -210,6 +210,7 @@ def run_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Comple
     return result
 
 
+@pytest.mark.slow
 def test_ddp_seen_as_two_nodes_gives_every_rank_the_same_batches_and_no_sample_twice(tiny_data):
     """2 processes, litdata's own detection made to see two nodes (NNODES=2, as a second GPU would), 2 workers,
     3 epochs, and 200 rows: not a multiple of 2 ranks x 16, so the ranks' batch counts would differ (a hang)
@@ -368,6 +369,7 @@ main(sys.argv[1:])
 """
 
 
+@pytest.mark.slow
 def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_data, s3_server, tmp_path):
     """Two Lightning processes started as node 0 and node 1 of --trainer.num_nodes 2 (gloo, rendezvous on
     127.0.0.1), streaming the litdata copy from an S3-compatible server: every sample once per epoch, 2 epochs."""

@@ -14,7 +14,9 @@ from mnistperf import console
 
 
 @pytest.fixture(autouse=True)
-def _torch_default_after():
+def _torch_default():
+    """torch's default before each test (whatever an earlier test set) and after it."""
+    torch.set_float32_matmul_precision("highest")
     yield
     torch.set_float32_matmul_precision("highest")
 

@@ -199,6 +199,7 @@ def test_bad_imports_end_in_one_line_naming_the_file(tmp_path, capsys, case, exp
     assert not (tmp_path / "data" / "mine" / "train.parquet").exists()  # nothing half-written
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_official_files_in_each_layout_import_pixel_for_pixel(shared_datasets, tmp_path):
     main(["prepare", "--dataset", "mnist", "--source-root", str(shared_datasets), "--data-dir", str(tmp_path / "data")])

@@ -197,6 +197,18 @@ def test_the_datamodule_takes_the_loader_options_one_by_one_as_lightningcli_read
     assert MNISTDataModule(batch_size=8).options == LoaderOptions(batch_size=8)
 
 
+@pytest.mark.parametrize("pipeline", ["v1", "v2"])
+def test_worker_processes_give_the_batches_the_main_process_gives(tiny_data, pipeline):
+    """The ladder's rungs with workers: items read in two worker processes arrive as the main process reads them."""
+    epochs = {}
+    for workers in (0, 2):
+        dm = datamodule(tiny_data, pipeline=pipeline, batch_size=32, num_workers=workers, persistent_workers=False)
+        dm.setup("fit")
+        epochs[workers] = list(dm.train_dataloader())
+    assert [len(batch["label"]) for batch in epochs[2]] == [32, 32, 32]
+    assert all(items_equal(a, b) for a, b in zip(epochs[0], epochs[2], strict=True))
+
+
 def test_loader_settings_reach_the_dataloader(tiny_data):
     dm = datamodule(
         tiny_data,

@@ -14,7 +14,7 @@ from mnistperf.data.ingest import prepare
 from mnistperf.data.pipelines.v1 import PandasRowDataset
 from mnistperf.data.pipelines.v2 import TensorDataset
 
-pytestmark = pytest.mark.realdata
+pytestmark = [pytest.mark.realdata, pytest.mark.slow]  # 70,000 images a dataset
 IDX = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),

@@ -25,6 +25,7 @@ def tune(*args: str) -> None:
     main(["tune", "--set", "data.batch_size=16", "--budget", "2", *args])
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("short_probes")
 @pytest.mark.parametrize("config", stage_params())
 def test_tune_writes_a_config_that_fit_runs_as_is(workdir, config, capsys):

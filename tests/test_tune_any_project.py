@@ -90,6 +90,7 @@ class FakeLauncher:
         return Run([self.rates[workers].pop(0)], wait=self.wait if workers == 0 else 0.3, seconds=0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("trials")
 def test_tune_finds_workers_for_a_slow_dataset_and_the_projects_own_cli_runs_its_config(shelf, capsys):
     tune(*SHORT, *SLOW_ITEMS, "--import-path", str(FOREIGN))
@@ -138,6 +139,7 @@ def test_a_slow_step_is_not_input_bound_and_keeps_the_settings(shelf, capsys):
     assert yaml.safe_load((shelf.parent / "tuned.yaml").read_text())["data"]["init_args"]["workers"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("trials")
 def test_a_datamodule_without_knobs_is_tuned_through_python_by_rebuilding_its_loader(shelf):
     from slowshelf.data import FixedShelfData

@@ -100,6 +100,7 @@ def test_a_crowded_window_says_the_verdict_is_in_doubt_and_states_no_bound(monke
     assert summary["advice"]["ceiling"].startswith("none stated")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(window_module.thread_schedule() is None, reason="needs Linux's per-thread schedule")
 def test_the_same_run_beside_busy_processes_gives_the_same_verdict_or_says_why_not():
     quiet = fit(epochs=2).clock.summary()

@@ -140,6 +140,7 @@ def test_a_fit_whose_workers_do_busy_work_measures_their_cpu_and_the_threads_wai
     timer = EpochTimer()
     loader = DataLoader(Busy(), batch_size=8, num_workers=2)  # not persistent: gone before each epoch ends
     fit_module(Tiny(), loader, callbacks=[timer], max_epochs=2)
+    assert len(timer.epochs) == 2
     for row in timer.epochs:
         assert row[CORE_WAIT_SHARE] is not None and 0.0 <= row[CORE_WAIT_SHARE] <= 1.0, row
         assert row[WORKERS_CPU_SHARE] is not None and row[WORKERS_CPU_SHARE] > 0, row

@@ -132,6 +132,7 @@ def test_a_batch_the_module_skips_is_counted_by_neither_callback(skip_at, caplog
     trained = [module.samples(epoch) for epoch in range(1, EPOCHS + 1)]
     assert trained == [skip_at * BATCH] * EPOCHS and trainer.global_step == EPOCHS * skip_at
     assert [row["samples"] for row in timer.epochs] == trained
+    assert len(audit.epochs) == EPOCHS
     for epoch, row in enumerate(audit.epochs, start=1):
         assert counts(row) == expected(module.record.get(epoch, {}).get("", []), ROWS)
     if skip_at == 0:
@@ -168,6 +169,7 @@ def test_every_loaders_samples_are_counted_and_told_apart(rows_a, batch_a, rows_
     names = ("a", "b") if kind == "dict" else ("0", "1")
     sizes = dict(zip(names, (rows_a, rows_b), strict=True))
     out = capsys.readouterr().out
+    assert len(timer.epochs) == EPOCHS
     for epoch, (row, audited) in enumerate(zip(timer.epochs, audit.epochs, strict=True), start=1):
         record = module.record[epoch]
         assert row["samples"] == module.samples(epoch)
@@ -191,6 +193,7 @@ def test_every_loaders_samples_are_counted_and_told_apart(rows_a, batch_a, rows_
 def test_a_sample_id_names_each_loaders_own_index_and_loaders_sharing_indices_stay_apart(caplog):
     """Loader b's indices are also a's: by index, as by content, a sample of b is not one of a."""
     module, _, audit, _ = watched(two_loaders(24, 4, 12, 3, "dict", None), audit_options={"sample_id": "index"})
+    assert audit.epochs and len(audit.epochs) == len(module.record)
     for epoch, row in enumerate(audit.epochs, start=1):
         each = {name: expected(module.record[epoch][name], size) for name, size in (("a", 24), ("b", 12))}
         assert {name: counts(c) for name, c in row["loaders"].items()} == each

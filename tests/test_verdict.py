@@ -158,7 +158,11 @@ def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_sa
     assert "is too short for one profiled step" in summary["verdict_reason"], summary["verdict_reason"]
     assert "EpochTimer(window_share=None)" in summary["verdict_reason"]
     assert "--trainer.callbacks.init_args.window_share=null" in summary["verdict_reason"]
-    assert not any("profiled" in row for row in timer.epochs) and not list(tmp_path.rglob("*.pt.trace.json"))
+    assert (
+        len(timer.epochs) == 3
+        and not any("profiled" in row for row in timer.epochs)
+        and not list(tmp_path.rglob("*.pt.trace.json"))
+    )
 
 
 def split_of(forward: float, rest: float) -> dict:

@@ -6,6 +6,7 @@ counts no page they share with it; on CUDA the allocator's peak counters (docs/t
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -68,6 +69,11 @@ def _local_rank(pid: int | str) -> str | None:
     return None
 
 
+@functools.cache
+def _own_start_rank() -> str | None:
+    return _local_rank("self")  # the environment this process started with does not change: read once
+
+
 def workers() -> list[int]:
     """This process's children now (its loader's workers), but those started with another ``LOCAL_RANK`` (a rank).
 
@@ -79,7 +85,7 @@ def workers() -> list[int]:
         found = [int(child) for child in (PROC / str(pid) / "task" / str(pid) / "children").read_text().split()]
     except (OSError, ValueError):
         return []
-    own = {os.environ.get("LOCAL_RANK"), _local_rank("self")}
+    own = {os.environ.get("LOCAL_RANK"), _own_start_rank()}
     return [child for child in found if (rank := _local_rank(child)) is None or rank in own]
 
 

@@ -37,6 +37,7 @@ STEPS, WARMUP = 6, 2
 
 
 def workload(name: str):
+    """One training step of ``name``'s model, as a function."""
     torch.manual_seed(0)
     if name == "v2 step (SimpleCNN, batch 512)":
         model, x, y = SimpleCNN(), torch.randn(512, 1, 28, 28), torch.randint(0, 10, (512,))
@@ -60,6 +61,7 @@ def workload(name: str):
 
 
 def share_of(profiler) -> float | None:
+    """A stopped profiler's busy share, read as the diagnosis reads it."""
     return busy_share((start, end) for _, start, end in work_of(profiled_events(profiler, "cpu"), "cpu"))
 
 
@@ -92,6 +94,7 @@ def autograd(step) -> tuple[float | None, float]:
 
 
 def plain(step) -> float:
+    """Seconds of six unprofiled steps."""
     start = time.perf_counter()
     for _ in range(STEPS):
         step()
@@ -99,6 +102,7 @@ def plain(step) -> float:
 
 
 def main(rounds: int) -> None:
+    """Every workload, ``rounds`` rounds each; the table printed and results.json written."""
     results = {"rounds": rounds, "load_before": os.getloadavg()[0], "workloads": {}}
     first_use = {}
     for name in ("v2 step (SimpleCNN, batch 512)", "newcomer MLP (batch 16)", "many small operators (batch 4)"):
@@ -141,8 +145,10 @@ def main(rounds: int) -> None:
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
-    print(f"first use in the process, beyond its steps: {first_use}; load {results['load_before']:.2f} -> "
-          f"{results['load_after']:.2f}")
+    print(
+        f"first use in the process, beyond its steps: {first_use}; load {results['load_before']:.2f} -> "
+        f"{results['load_after']:.2f}"
+    )
     (HERE / "results.json").write_text(json.dumps(results, indent=1) + "\n")
 
 

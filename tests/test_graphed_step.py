@@ -248,12 +248,12 @@ def test_tune_keeps_the_groups_where_the_resident_pipeline_makes_them_and_fit_ru
     outruns it and ends the search. The tuned config keeps the groups, says above its settings what tune found, has
     the table of probes beside it, and fit runs it as it is."""
     from mnistperf.cli import main
-    from mnistperf.tune import search
+    from mnistperf.tune import probes
     from mnistperf.tune.command import probes_path
 
-    monkeypatch.setattr(search, "time_step", lambda *a, **k: [10.0, 10.0])
-    monkeypatch.setattr(search, "REPEATS", 2)
-    monkeypatch.setattr(search.Search, "batches", 4)
+    monkeypatch.setattr(probes, "time_step", lambda *a, **k: [10.0, 10.0])
+    monkeypatch.setattr(probes, "REPEATS", 2)
+    monkeypatch.setattr(probes.Probes, "batches", 4)
     config = str(CONFIGS / "v4_graphed.yaml")
     main(["tune", "--config", config, "--set", "data.batch_size=16", "--budget", "2", "--out", "tuned.yaml"])
     out = capsys.readouterr().out

@@ -201,7 +201,7 @@ class EpochClock:
             self._window_missed(
                 f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
                 f"profiled step ({step_s * 1e3:,.1f} ms, up to {CPU_WINDOW_COST:g} times that to record) to cost "
-                f"under {self.window_share:.0%} of its time; {PROFILE_ANYWAY}"
+                f"under {self.window_share:.1%} of its time; {PROFILE_ANYWAY}"
             )
             return False
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window

@@ -12,7 +12,9 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, INPUT_WAIT_SHARE, WORKERS_CPU_SHARE, scalars
 from mnistperf.diagnosis.measure import cores
 from mnistperf.diagnosis.measure.busy_window import thread_schedule
-from mnistperf.diagnosis.record.summary import aggregate, classify, epoch_row
+from mnistperf.diagnosis.record.rows import epoch_row
+from mnistperf.diagnosis.record.summary import aggregate
+from mnistperf.diagnosis.record.verdict import classify
 
 linux = pytest.mark.skipif(thread_schedule() is None, reason="read from Linux's /proc")
 

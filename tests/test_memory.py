@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
 from mnistperf.diagnosis.measure import memory
-from mnistperf.diagnosis.record.summary import format_summary
+from mnistperf.diagnosis.record.text import format_summary
 
 linux = pytest.mark.skipif(not memory.measured(), reason="resident memory is read from Linux's /proc")
 BALLAST_MB = 64

@@ -16,7 +16,7 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
 from mnistperf.diagnosis.measure.flops import OWN_PEAKS, number_format, peak_flops, run_utilization
 from mnistperf.diagnosis.record.clock import EpochClock
-from mnistperf.diagnosis.record.summary import format_summary
+from mnistperf.diagnosis.record.text import format_summary
 
 BATCH, IN, OUT = 8, 32, 16
 

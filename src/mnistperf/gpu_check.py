@@ -35,7 +35,7 @@ from typing import Any
 from mnistperf import gpu_preflight
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import DEVICE_BUSY_SHARE
-from mnistperf.diagnosis.record.summary import write_summary
+from mnistperf.diagnosis.record.run import write_summary
 from mnistperf.machine import usable_cpus
 
 CARRY = Path(".gpu-carry")  # git ignores it; the device call names it in carry
@@ -509,7 +509,8 @@ def sync_probe(folder: Path) -> None:
 
     import torch
 
-    from mnistperf.diagnosis.record.summary import SUMMARY_FILE, classify
+    from mnistperf.diagnosis.record.run import SUMMARY_FILE
+    from mnistperf.diagnosis.record.verdict import classify
 
     folder.mkdir(parents=True, exist_ok=True)
     syncs: list[list[str]] = []

@@ -47,7 +47,9 @@ from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.epoch_timer import TrainerAttributes
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S, WAITS
 from mnistperf.diagnosis.record.clock import EpochClock
-from mnistperf.diagnosis.record.summary import INPUT_BOUND_SHARE, environment, write_summary
+from mnistperf.diagnosis.record.environment import environment
+from mnistperf.diagnosis.record.run import write_summary
+from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
 from mnistperf.model.step import TrainingStep, adam, optimizer_steps, step_batches

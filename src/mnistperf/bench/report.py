@@ -33,7 +33,7 @@ from mnistperf.diagnosis.figures import (
     TOTAL_TRAIN_S,
     TRAIN_S,
 )
-from mnistperf.diagnosis.record.summary import COMPUTE_BOUND_BUSY
+from mnistperf.diagnosis.record.verdict import COMPUTE_BOUND_BUSY
 from mnistperf.errors import ConfigError
 
 

@@ -8,6 +8,6 @@ report: docs/diagnose.md.
 from mnistperf.diagnosis.callbacks.epoch_timer import EpochTimer
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.record.clock import EpochClock
-from mnistperf.diagnosis.record.summary import SUMMARY_FILE
+from mnistperf.diagnosis.record.run import SUMMARY_FILE
 
 __all__ = ["SUMMARY_FILE", "EpochClock", "EpochTimer", "SampleAudit", "SampleAuditError"]

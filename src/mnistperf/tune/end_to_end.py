@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mnistperf.diagnosis.record.summary import INPUT_BOUND_SHARE
+from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.errors import ConfigError
 from mnistperf.tune.knobs import REBUILD, Knobs, worker_counts
 from mnistperf.tune.search import INTERRUPTED, NOISE_FLOOR, Measure, Outcome, Run, Search, Stop, Trial, beats, describe

@@ -39,15 +39,10 @@ from mnistperf.diagnosis.measure.phases import sampled, unsampled
 from mnistperf.diagnosis.measure.step_flops import FirstStep, device_peak
 from mnistperf.diagnosis.record.advice import USER_HINTS, imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
-from mnistperf.diagnosis.record.run import RunSummary
-from mnistperf.diagnosis.record.summary import (
-    INPUT_BOUND_SHARE,
-    SUMMARY_FILE,
-    environment,
-    format_summary,
-    throughput,
-    write_summary,
-)
+from mnistperf.diagnosis.record.environment import environment
+from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, write_summary
+from mnistperf.diagnosis.record.text import format_summary, throughput
+from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
 

@@ -1,13 +1,7 @@
 """From the epochs' rows to the run's summary: its figures, verdict and what a fix could buy, as timing.json keeps it.
 
-Shared by every timed loop through :class:`~mnistperf.diagnosis.record.clock.EpochClock`, so all report the
-same figures computed the same way. The first epoch carries one-off costs (compilation, worker
-start, allocator and cache warm-up): it is reported on its own as ``warmup``, and the headline
-averages, throughput, shares and verdict use the steady-state epochs (2..N; epoch 1 alone
-when the run has a single epoch). Totals cover every epoch, as in the reference.
-
-The names of the summary's parts are importable from here too: the verdict (:mod:`.verdict`), an epoch's row
-(:mod:`.rows`), the file (:mod:`.run`), what ran (:mod:`.environment`) and the printed summary (:mod:`.text`).
+The first epoch is the warm-up, reported apart; averages, shares and the verdict read the steady epochs, totals
+every epoch (docs/timing.md, "What each figure measures").
 """
 
 from __future__ import annotations
@@ -32,26 +26,17 @@ from mnistperf.diagnosis.figures import (
     TRAIN_S,
     registry,
 )
-from mnistperf.diagnosis.figures import BUSY as BUSY_KEYS  # noqa: F401  (by the clock: the devices with a window)
+from mnistperf.diagnosis.figures import BUSY as BUSY_KEYS  # noqa: F401  (the clock's import)
 from mnistperf.diagnosis.measure.cores import held
 from mnistperf.diagnosis.measure.memory import growth, measured
 from mnistperf.diagnosis.measure.stalls import stalls
 from mnistperf.diagnosis.record.advice import Hints, advice
-from mnistperf.diagnosis.record.environment import environment as environment
-from mnistperf.diagnosis.record.rows import epoch_row as epoch_row
-from mnistperf.diagnosis.record.rows import measured_figures as measured_figures
-from mnistperf.diagnosis.record.rows import not_measured, window_figures
-from mnistperf.diagnosis.record.rows import ranks_apart as ranks_apart
-from mnistperf.diagnosis.record.rows import step_figures as step_figures
-from mnistperf.diagnosis.record.run import SUMMARY_FILE as SUMMARY_FILE
-from mnistperf.diagnosis.record.run import write_summary as write_summary
-from mnistperf.diagnosis.record.text import format_summary as format_summary
-from mnistperf.diagnosis.record.text import throughput as throughput
-from mnistperf.diagnosis.record.verdict import COMPUTE_BOUND_BUSY as COMPUTE_BOUND_BUSY
+from mnistperf.diagnosis.record.rows import epoch_row as epoch_row  # the clock's import
+from mnistperf.diagnosis.record.rows import measured_figures as measured_figures  # the clock's import
+from mnistperf.diagnosis.record.rows import not_measured, ranks_apart, window_figures
+from mnistperf.diagnosis.record.rows import step_figures as step_figures  # the clock's import
 from mnistperf.diagnosis.record.verdict import FIT_ENDED, WINDOW_PENDING, classify
-from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE as INPUT_BOUND_SHARE
-from mnistperf.diagnosis.record.verdict import NOT_MEASURED as NOT_MEASURED
-from mnistperf.diagnosis.record.verdict import bound as bound
+from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE as INPUT_BOUND_SHARE  # the clock's import
 
 
 def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -19,30 +19,18 @@ FIT_ENDED = "the fit ended after its warm-up epoch, before the window in a stead
 
 
 def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
-    """(verdict, reason) for one epoch's or one run's figures: the bound (:func:`bound`), then who held the cores.
+    """(verdict, reason) for one epoch's or one run's figures: the bound, then a clause on who held the cores.
 
-    Where the training thread waited for a core a large share of train time (``core_wait_share``), the reason ends
-    with one clause naming who held them (:func:`~mnistperf.diagnosis.measure.cores.held`): the run's own loader's
-    workers, with what usually helps and what it could buy, or other work on the machine. It is a clause, not a
-    verdict of its own: the bound is still the step's (a step slowed by its workers is still overhead- or
-    compute-bound in what it does once it runs), and the clause says why that step ran slower than it could.
+    The clause is not a verdict of its own (docs/timing.md, "The verdict").
     """
     verdict, reason = bound(figures, threshold, not_measured)
     return verdict, reason + clause(held(figures))
 
 
 def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
-    """(verdict, reason) from the wait for data and the profiled window's busy share.
+    """(verdict, reason) from the wait for data, the profiled window's busy share or the step's phases.
 
-    Input-bound when the host waited for the next batch (timed around the fetch) for at least
-    ``threshold`` of train time. Otherwise from the profiled window's busy share: on CUDA
-    (``device_busy_share``) the kernels' own, on a CPU (``cpu_busy_share``) the share of the time inside
-    tensor operations. Compute-bound at ``COMPUTE_BOUND_BUSY`` or more, else overhead-bound (the device
-    waits for the host's launches and loop, or on a CPU the step is Python, framework and dispatch).
-    Undetermined where no share was measured, with the reason (``not_measured``), never compute-bound by
-    default. A share within its margin (``busy_margin``) of the line says so, with what each side would
-    mean; a window during which the training thread waited for a core (``waited_for_a_core``) at least
-    ``CROWDED`` of the time says the verdict is in doubt.
+    Input-bound from ``threshold`` of train time; the rest as docs/timing.md says ("The verdict").
     """
     wait = figures[INPUT_WAIT_SHARE]
     waited = f"host waited for the next batch {wait:.0%} of train time"
@@ -52,10 +40,10 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
     if not on_cuda and CPU_BUSY_SHARE not in figures:
         return "undetermined", f"{waited}; time inside tensor operations not measured on this device"
     busy = figures[DEVICE_BUSY_SHARE if on_cuda else CPU_BUSY_SHARE]
-    label = "GPU busy time" if on_cuda else "time inside tensor operations"
     if busy is None:
+        unread = f"{waited}; {'GPU busy time' if on_cuda else 'time inside tensor operations'} not measured"
         if wait >= threshold:
-            return "input-bound", f"{waited}; {label} not measured ({not_measured})"
+            return "input-bound", f"{unread} ({not_measured})"
         most = None if on_cuda else step_share(figures)
         if most is not None and most < COMPUTE_BOUND_BUSY:
             return "overhead-bound", (
@@ -63,12 +51,8 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
                 f"inside tensor operations, the remainder being Lightning's loop, hooks and logging (the profiled "
                 f"window did not run: {not_measured})"
             )
-        return "undetermined", f"{waited}; {label} not measured ({not_measured})"
-    detail = (
-        f"GPU busy {busy:.0%} of the time, {waited}"
-        if on_cuda
-        else f"CPU inside tensor operations {busy:.0%} of the time, {waited}"
-    )
+        return "undetermined", f"{unread} ({not_measured})"
+    detail = f"{'GPU busy' if on_cuda else 'CPU inside tensor operations'} {busy:.0%} of the time, {waited}"
     if wait >= threshold:
         return "input-bound", detail
     verdict = "compute-bound" if busy >= COMPUTE_BOUND_BUSY else "overhead-bound"
@@ -82,10 +66,9 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
 
 
 def step_share(figures: dict[str, Any]) -> float | None:
-    """Of train time not spent waiting for data, the share in the step's own phases (forward, backward, update).
+    """Of train time not spent waiting for data, the share in forward, backward and update (None: not timed).
 
-    On a CPU, where every tensor operation runs on the host inside them, the most of that time those can have taken.
-    None where the phases were not timed.
+    On a CPU, the most of that time tensor operations can have taken.
     """
     split = figures.get("split", figures)
     parts = [split.get(figure) for figure in SPLIT]
@@ -96,10 +79,7 @@ def step_share(figures: dict[str, Any]) -> float | None:
 
 
 def doubt(figures: dict[str, Any], busy: float) -> str:
-    """What the verdict's reason adds where the share is near the line or the machine was crowded ('' if neither).
-
-    Where the epochs' own reading names who held the cores, the clause that follows the reason says who, not this.
-    """
+    """What the reason adds where the share is near the line or the machine was crowded ('' if neither)."""
     margin = figures.get("busy_margin")
     crowded = figures.get("waited_for_a_core")
     if crowded is not None and crowded >= CROWDED:

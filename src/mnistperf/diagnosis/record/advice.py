@@ -1,11 +1,6 @@
-"""What a fix could buy: from a run's own figures, a measured ceiling on the gain, and what usually brings it.
+"""What a fix could buy: a ceiling on the gain from a run's own figures, and what usually brings it.
 
-The ceiling is arithmetic on what was measured, never a promise: an input-bound epoch cannot get
-shorter than by the time the host waited for data, and an overhead-bound step cannot get faster
-than by the share of time the GPU sat idle. The hints name what anyone can change in their own code
-(:data:`USER_HINTS`); EpochTimer names the input-bound ones in the run's project's terms
-(:mod:`~mnistperf.diagnosis.record.project_terms`), and a project with its own names for those changes passes its
-own hints instead, or names them by their import path in a YAML config.
+In anyone's terms (:data:`USER_HINTS`) or a project's own hints (docs/timing.md, "The verdict").
 """
 
 from __future__ import annotations
@@ -22,9 +17,8 @@ from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
-# For each verdict (on a CPU, the CPU's own two), what usually removes the bound, in every project's terms.
-# On a CPU a compute-bound step is first given what the CPU itself can do; a GPU comes last. "{threads}" is
-# replaced by the threads the run used and the cores it could.
+# For each verdict (on a CPU, the CPU's own two), what usually removes the bound. "{threads}": the threads the run
+# used and the cores it could.
 Hints = Mapping[str, Sequence[str]]
 USER_HINTS: dict[str, list[str]] = {
     # Nothing known of the project nor of its device: the DataLoader's own names, no pinning (a CPU gains nothing)
@@ -71,26 +65,15 @@ def imported_hints(hints: Hints | str | None) -> Hints | None:
     return found
 
 
-# What an overhead-bound step could gain, from the device's measured busy share.
-GPU_OVERHEAD = (
-    "the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to {faster:.1f}x faster "
-    "(at most {less:.2f} s less per epoch)"
-)
-CPU_OVERHEAD = (
-    "the CPU spent {busy:.0%} of the step inside tensor operations, so with the Python and framework work "
-    "around them gone the step could be up to {faster:.1f}x faster (at most {less:.2f} s less per epoch)"
-)
-
-
 def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any] | None:
-    """What fixing the run's bound could buy, from its steady figures; None where the verdict is undetermined.
+    """``{"verdict", "ceiling", "hints"}`` from the run's steady figures; None where the verdict is undetermined.
 
-    ``hints``: what to suggest per verdict (:data:`USER_HINTS`'s where it is None or lacks the verdict). Returns
-    ``{"verdict", "ceiling", "hints": [str]}``, plus ``at_most_s_less`` (train seconds per epoch) where the
-    figures bound the gain and ``speed_up_at_most`` for an overhead-bound step.
+    Plus ``at_most_s_less`` (train seconds per epoch) where they bound the gain, ``speed_up_at_most`` for an
+    overhead-bound step. ``hints``: per verdict, :data:`USER_HINTS`'s where it is None or lacks the verdict.
     """
     verdict, train_s = summary["verdict"], summary[AVG_TRAIN_S]
     on_cpu = DEVICE_BUSY_SHARE not in summary
+    busy = summary.get(CPU_BUSY_SHARE if on_cpu else DEVICE_BUSY_SHARE)
     found: dict[str, Any] = {"verdict": verdict}
     crowded = summary.get("waited_for_a_core")
     if verdict != "input-bound" and crowded is not None and crowded >= CROWDED:
@@ -105,16 +88,21 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             f"with input free, an epoch's training would take at most {less:.2f} s "
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
-    elif verdict == "overhead-bound" and summary[CPU_BUSY_SHARE if on_cpu else DEVICE_BUSY_SHARE] is None:
+    elif verdict == "overhead-bound" and busy is None:
         found["ceiling"] = (
             "none stated: the time inside tensor operations was bounded from above by the step's phases, not "
             "measured, and only a measured share bounds what removing the overhead could buy"
         )
     elif verdict == "overhead-bound":
-        busy = summary[CPU_BUSY_SHARE if on_cpu else DEVICE_BUSY_SHARE]
         less = found["at_most_s_less"] = (1 - busy) * train_s
         faster = found["speed_up_at_most"] = 1 / busy
-        found["ceiling"] = (CPU_OVERHEAD if on_cpu else GPU_OVERHEAD).format(busy=busy, faster=faster, less=less)
+        found["ceiling"] = (
+            f"the CPU spent {busy:.0%} of the step inside tensor operations, so with the Python and framework work "
+            f"around them gone the step could be up to {faster:.1f}x faster"
+            if on_cpu
+            else f"the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to {faster:.1f}x "
+            "faster"
+        ) + f" (at most {less:.2f} s less per epoch)"
     elif verdict == "compute-bound":
         found["ceiling"] = f"what remains is the {'CPU' if on_cpu else 'GPU'}'s arithmetic"
     else:

@@ -1,10 +1,6 @@
 """A run's own noise: how far a figure moved across its steady epochs, and whether two runs differ beyond it.
 
-A figure's noise in one run is its spread over the run's steady epochs, (largest - smallest) / mean of the epochs'
-values: what the same code on the same machine did from one epoch to the next. Two runs differ beyond noise where
-B over A (or A over B, whichever is above 1) is further from 1 than the larger of their two spreads; a run with
-fewer than two steady epochs measured none, so a difference from it is neither called within nor beyond (a fit of 3
-epochs or more has two).
+The rule: docs/diagnose.md, "Compare two runs".
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from statistics import mean
 
 from mnistperf.diagnosis.figures import Figure
 from mnistperf.diagnosis.record.run import RunSummary, number
-
-MIN_EPOCHS = 2  # steady epochs a run needs for its spread
 
 
 def steady_values(run: RunSummary, figure: Figure) -> list[float]:
@@ -27,8 +21,8 @@ def steady_values(run: RunSummary, figure: Figure) -> list[float]:
 
 
 def spread(values: list[float]) -> float | None:
-    """(largest - smallest) / mean of the values; None for fewer than :data:`MIN_EPOCHS` or a mean of 0."""
-    if len(values) < MIN_EPOCHS or mean(values) <= 0:
+    """(largest - smallest) / mean of the values; None for fewer than two (a fit of 3 epochs has two) or a mean of 0."""
+    if len(values) < 2 or mean(values) <= 0:
         return None
     return (max(values) - min(values)) / mean(values)
 

@@ -1,10 +1,6 @@
 """The input-bound advice in the run's project's terms: its DataModule's loader options, tune for it, pinning on CUDA.
 
-A project whose DataModule takes ``n_workers`` is told to raise ``n_workers``, in the form the user changes it in:
-the config's key under LightningCLI (``data.init_args.n_workers``), the DataModule's argument otherwise. A
-setting the DataModule does not take is named as the DataLoader's. ``mnistperf tune`` measures those settings
-instead of guessing them: its command line with the run's config, or its Python call without one. Pinned
-batches only copy faster to a GPU, so pinning is suggested on CUDA alone.
+How each is named: docs/timing.md, "The verdict".
 """
 
 from __future__ import annotations
@@ -36,10 +32,7 @@ class ProjectTerms:
         return f"{self.datamodule}({name}={'...' if value is None else repr(value)})"
 
     def tune(self) -> str | None:
-        """How ``mnistperf tune`` tunes this project: by its config, else in Python; None where it cannot.
-
-        ``model`` None: the run shows nothing tune could make its loader again from (a loader given to ``fit``).
-        """
+        """How ``mnistperf tune`` tunes this project: by its config, else in Python; None without a model to rebuild."""
         if self.config is not None:
             return f"`mnistperf tune --config {self.config}`"
         if self.model is None:
@@ -50,7 +43,7 @@ class ProjectTerms:
 
 
 def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
-    """What usually removes an input bound, in the project's terms; pinning only where the run trained on CUDA."""
+    """What usually removes an input bound, in the project's terms; pinning (a faster copy to a GPU) on CUDA only."""
     hints = [
         f"more DataLoader workers ({terms.named('num_workers')})",
         f"workers kept alive between epochs ({terms.named('persistent_workers', True)})",

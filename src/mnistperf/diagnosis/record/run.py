@@ -1,9 +1,6 @@
 """A run's summary, typed, and its file ``timing.json``: written, found and read back, an older one's too.
 
-:func:`~mnistperf.diagnosis.record.summary.aggregate` computes a run's figures once, in the form ``timing.json``
-keeps; :meth:`RunSummary.read` makes of that form, a fresh run's or a file's, the record that the printed summary,
-the HTML report and ``compare`` read. Each field is named as the file names it; what an older file lacks is the
-field's default. A figure is read by :meth:`RunSummary.figure`, where the registry says a run keeps it.
+Each field is named as the file names it; what an older file lacks is the field's default.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from mnistperf.diagnosis.guard import jsonable
 from mnistperf.errors import ConfigError
 
 SUMMARY_FILE = "timing.json"
-# What a file that is not a summary is answered with: what one is, and how a run gets one
+# What one is and how a run gets one: the answer to a file that is not a summary.
 WHAT_A_SUMMARY_IS = (
     f"a {SUMMARY_FILE} is the summary EpochTimer writes at a fit's end, in the run's log folder "
     f"(lightning_logs/NAME/version_N/{SUMMARY_FILE}): give it or that folder, after `python -m mnistperf fit "
@@ -34,27 +31,8 @@ def number(value: Any) -> float | None:
 
 
 def typed(kind: Any, found: Mapping[str, Any]) -> Any:
-    """A record of ``kind`` (a dataclass) from its form in timing.json: each field the value of its name, if any."""
+    """A ``kind`` (a dataclass) of its form in timing.json: each field the value of its name, if any."""
     return kind(**{f.name: found[f.name] for f in fields(kind) if f.name in found})
-
-
-@dataclass(frozen=True)
-class Window:
-    """The profiled window (:mod:`~mnistperf.diagnosis.measure.busy_window`): its share, or why it has none."""
-
-    device: str
-    share: float | None = None
-    reason: str | None = None  # why the share was not measured
-    margin: float = 0.0  # the share is read within it
-    waited_for_a_core: float | None = None  # share of the window the training thread waited for a core
-    in_warmup: bool = False  # profiled in the warm-up epoch, the run's only
-    epoch: int = 0
-    first_step: int = 0
-    last_step: int = 0
-    kernels: int = 0  # the kernels (CUDA) or operators (CPU) it recorded
-    trace: str | None = None  # where its trace was written
-    trace_skipped: str | None = None  # why it was not
-    communication: dict[str, Any] | None = None  # under DDP, the collectives: backend, share, exposed_share
 
 
 @dataclass(frozen=True)
@@ -68,7 +46,7 @@ class Advice:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """A run's summary: its verdict, epochs, window, advice and what ran it; its figures by :meth:`figure`."""
+    """A run's summary, fresh or from a file: what the printed summary, the report and ``compare`` read."""
 
     content: Mapping[str, Any]  # the whole summary, as timing.json holds it
     verdict: str | None = None
@@ -76,7 +54,7 @@ class RunSummary:
     epochs: list[dict[str, Any]] = field(default_factory=list)  # one row per epoch, keyed by its figures
     steady_epochs: list[int] | None = None  # the first and the last steady epoch
     warmup: dict[str, Any] | None = None  # the first epoch's number, train and eval time, where others followed
-    busy_window: Window | None = None
+    busy_window: dict[str, Any] | None = None  # the profiled window, as the clock keeps it
     advice: Advice | None = None
     device: str | None = None
     precision: str | None = None
@@ -93,31 +71,23 @@ class RunSummary:
     @classmethod
     def read(cls, found: Mapping[str, Any]) -> RunSummary:
         """The summary a timing.json holds (``found``: its content)."""
-        window, advice = found.get("busy_window"), found.get("advice")
-        return typed(
-            cls,
-            {
-                **found,
-                "content": found,
-                "busy_window": typed(Window, window) if window else None,
-                "advice": typed(Advice, advice) if advice else None,
-            },
-        )
+        advice = found.get("advice")
+        return typed(cls, {**found, "content": found, "advice": typed(Advice, advice) if advice else None})
 
     @classmethod
     def of(cls, run: RunSummary | Mapping[str, Any]) -> RunSummary:
-        """``run`` where it is a RunSummary, else the one its timing.json form holds."""
+        """``run`` as a RunSummary."""
         return run if isinstance(run, RunSummary) else cls.read(run)
 
     def figure(self, figure: Figure) -> float | None:
-        """The run's value of ``figure``, where the registry says a run keeps it (None where it has none)."""
+        """The run's value of ``figure`` (None where it has none)."""
         value: Any = self.content
         for key in figure.where.split("."):
             value = value.get(key) if isinstance(value, Mapping) else None
         return number(value)
 
     def steady_rows(self) -> list[dict[str, Any]]:
-        """The rows of its steady epochs (none where the summary does not say which they were)."""
+        """The rows of its steady epochs (none where the summary does not say which)."""
         if self.steady_epochs is None:
             return []
         first, last = self.steady_epochs

@@ -24,7 +24,7 @@ from mnistperf.diagnosis.measure.memory import format_growth
 from mnistperf.diagnosis.measure.stalls import format_stalls
 from mnistperf.diagnosis.record.advice import format_advice
 from mnistperf.diagnosis.record.rows import RANKS_APART
-from mnistperf.diagnosis.record.run import RunSummary, Window
+from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING
 
 # Ranks waiting in collectives, with nothing else running, at least this share of the window: the summary says what
@@ -43,10 +43,7 @@ def seconds(value: float | None) -> str:
 
 
 def format_split(run: RunSummary, epochs: str) -> str | None:
-    """The steady-state epochs' train time split in one line (None where the run has no split).
-
-    Where no step was sampled, the reason is the last epoch's that says one.
-    """
+    """The steady epochs' train time split in one line (None where the run has none); unsampled, the last reason."""
     wait = run.figure(INPUT_WAIT_S)
     if wait is None:
         return None
@@ -60,10 +57,7 @@ def format_split(run: RunSummary, epochs: str) -> str | None:
 
 
 def format_ranks(run: RunSummary, epochs: str) -> str:
-    """Each rank's train time, input wait and time in collectives, and the slowest rank with what held it.
-
-    The slowest is named where the ranks are apart; where they waited long in collectives, what that wait bounds.
-    """
+    """Each rank's train time, input wait and time in collectives; the slowest where they are apart, and the talk."""
 
     def talk(rank: dict[str, Any]) -> str:
         share = rank.get(COMM_SHARE)
@@ -80,7 +74,7 @@ def format_ranks(run: RunSummary, epochs: str) -> str:
         if slowest
         else f"within {RANKS_APART:.0%} of each other"
     )
-    talked = run.busy_window.communication if run.busy_window else None
+    talked = (run.busy_window or {}).get("communication")
     return f"Ranks ({epochs}, per epoch): {each}; {verdict}{format_communication(talked)}"
 
 
@@ -102,31 +96,28 @@ def format_communication(talked: dict[str, Any] | None) -> str:
     )
 
 
-def format_window(window: Window) -> str:
+def format_window(window: dict[str, Any]) -> str:
     """The busy window's line: its share, where it was profiled and its trace, or why there is none."""
-    on_cuda = window.device == "cuda"
+    on_cuda = window["device"] == "cuda"
     label = "GPU busy" if on_cuda else "CPU inside tensor operations"
-    if window.share is None:
-        reason = window.reason or NOT_MEASURED
+    if window.get("share") is None:
+        reason = window.get("reason") or NOT_MEASURED
         return f"{label}: not measured ({FIT_ENDED if reason == WINDOW_PENDING else reason}); no trace written"
-    trace = f"; trace {window.trace}" if window.trace else "; no trace written"
-    if window.trace_skipped:
-        trace += f": {window.trace_skipped}"
-    where = "the warm-up epoch, the run's only" if window.in_warmup else "a steady epoch, kept out of its timing"
-    waited = window.waited_for_a_core
+    trace = f"; trace {window['trace']}" if window.get("trace") else "; no trace written"
+    if window.get("trace_skipped"):
+        trace += f": {window['trace_skipped']}"
+    where = "the warm-up epoch, the run's only" if window.get("in_warmup") else "a steady epoch, kept out of its timing"
+    waited = window.get("waited_for_a_core")
     crowd = f", the training thread waiting for a core {waited:.0%} of it" if waited is not None else ""
     return (
-        f"{label}: {window.share:.0%} of the time (read within {window.margin:.0%}) over training "
-        f"steps {window.first_step}-{window.last_step} of epoch {window.epoch} ({window.kernels:,} "
-        f"{'kernels' if on_cuda else 'operators'}, profiled in {where}{crowd}{trace})"
+        f"{label}: {window['share']:.0%} of the time (read within {window.get('margin', 0.0):.0%}) over training "
+        f"steps {window.get('first_step', 0)}-{window.get('last_step', 0)} of epoch {window.get('epoch', 0)} "
+        f"({window.get('kernels', 0):,} {'kernels' if on_cuda else 'operators'}, profiled in {where}{crowd}{trace})"
     )
 
 
 def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
-    """Train and validation time, averaged over the steady epochs and in total, then throughput, device and verdict.
-
-    Then each finding the run has: its split, stalls, utilization, memory growth, ranks, window, advice and metric.
-    """
+    """The run's times, throughput, device and verdict, then each finding it has, one line each."""
     run = RunSummary.of(summary)
     first, last = run.steady_epochs or (0, 0)
     steady = f"epoch {first}" if first == last else f"epochs {first}-{last}"

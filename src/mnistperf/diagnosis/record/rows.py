@@ -27,8 +27,7 @@ from mnistperf.diagnosis.figures import (
 from mnistperf.diagnosis.measure.stalls import StepStats
 from mnistperf.diagnosis.record.verdict import NOT_MEASURED, classify
 
-# Ranks whose own work (the wait for data, the forward) differs by more than this share of train time are apart.
-RANKS_APART = 0.1
+RANKS_APART = 0.1  # the share of train time by which the ranks' own work differs where they are apart
 PHASES = SPLIT[1:-1]  # the step's own phases in train time's split: forward, backward, optimizer
 
 
@@ -45,13 +44,10 @@ def epoch_row(
     phases: dict[str, float | None] | None = None,
     cores: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
-    """One epoch's figures, as they appear in timing.json.
+    """One epoch's figures, as they appear in timing.json (``samples`` None: not counted).
 
-    ``samples``: None where they could not be counted. ``busy_window``: the run's profiled window,
-    ``{"device": ..., "share": ..., ...}``, or with ``"share": None`` (and a ``reason`` where one is known)
-    while not measured. ``phases``: the epoch's seconds of forward, backward and optimizer (None where not
-    measured); the rest of train time, past the wait for data, is ``rest_s``. ``cores``: who held the cores
-    (:func:`measured_figures` of ``CORES``), which the verdict reads.
+    ``busy_window``: the run's profiled window, its share None while not measured. ``phases``: the epoch's seconds
+    of forward, backward and optimizer. ``cores``: who held the cores (:func:`measured_figures` of ``CORES``).
     """
     row: dict[str, Any] = {
         "epoch": epoch,
@@ -79,13 +75,12 @@ def ranks_apart(
 ) -> dict[str, Any]:
     """Each rank's train time, input wait and share in collectives; where the ranks are apart, the slowest.
 
-    Ranks are apart when their own work differs by more than ``RANKS_APART`` of train time. Under DDP every
-    rank waits for the slowest in the gradients' all-reduce, so their train times agree; what a rank does alone
-    tells them apart: its wait for data and its forward (NaN where not measured). The slowest is the rank with
-    the most of both, held by ``data`` or by its ``step``, whichever it spent more time on than the quickest rank.
+    Under DDP the all-reduce makes the ranks' train times agree; what a rank does alone tells them apart: its wait
+    for data and its forward (NaN: not measured). The slowest is held by ``data`` or its ``step``, whichever it spent
+    more time on than the quickest rank.
     """
     unmeasured = [math.nan] * len(train_s)
-    talk = zip(comm_share or unmeasured, comm_exposed_share or unmeasured, strict=True)
+    talk = (comm_share or unmeasured, comm_exposed_share or unmeasured)
     ranks = [
         {
             "rank": rank,
@@ -95,8 +90,8 @@ def ranks_apart(
             COMM_SHARE: _measured(share),
             COMM_EXPOSED_SHARE: _measured(exposed),
         }
-        for rank, (train, wait, f, (share, exposed)) in enumerate(
-            zip(train_s, input_wait_s, forward_s, talk, strict=True)
+        for rank, (train, wait, f, share, exposed) in enumerate(
+            zip(train_s, input_wait_s, forward_s, *talk, strict=True)
         )
     ]
     forward = [0.0 if math.isnan(f) else f for f in forward_s]
@@ -132,7 +127,7 @@ def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
 
 
 def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dict[str, float | None]:
-    """Train time split: the wait for data, forward, backward, optimizer and the rest (None where not measured)."""
+    """Train time split: the wait for data, the step's phases and the rest (None where not measured)."""
     parts = [phases.get(key) for key in PHASES]
     known = [part for part in parts if part is not None]
     rest = max(train_s - wait_s - sum(known), 0.0) if len(known) == len(parts) else None

@@ -45,7 +45,7 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     count = len(epochs[0]["ranks"])
 
-    def averaged(key: str) -> list[float]:  # over the epochs that measured it (a window's reading: from its epoch on)
+    def averaged(key: str) -> list[float]:  # over the epochs that measured it (a window's: from its epoch on)
         found = []
         for rank in range(count):
             values = [v for v in (e["ranks"][rank].get(key) for e in epochs) if v is not None]
@@ -59,7 +59,7 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 def _mean_or_none(epochs: list[dict[str, Any]], key: str) -> float | None:
     """The epochs' mean, where every epoch measured it."""
     values = [e.get(key) for e in epochs]
-    return mean(v for v in values if v is not None) if all(v is not None for v in values) else None
+    return None if None in values else mean(values)
 
 
 def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
@@ -100,10 +100,8 @@ def aggregate(
 ) -> dict[str, Any]:
     """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix could buy.
 
-    ``busy_window``: where the device's busy share was profiled and what it read; the same share stands for
-    every epoch, since it is a property of the step. ``hints``: what the advice suggests per verdict
-    (:func:`~mnistperf.diagnosis.record.advice.advice`). ``metric``: a validation metric of the rows whose last
-    value is reported as ``final_metric``.
+    ``busy_window``: the profiled window, whose share (a property of the step) stands for every epoch. ``hints``:
+    the advice's per verdict. ``metric``: a validation metric of the rows, its last value ``final_metric``.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
     figures = run_figures(steady)
@@ -143,8 +141,7 @@ def aggregate(
 def peak_device_mb(epochs: list[dict[str, Any]]) -> dict[str, float] | None:
     """The fit's peak GPU memory allocated by tensors and reserved by the allocator, in MB: its epochs' largest.
 
-    The clock reads each epoch's peaks and resets the counters at the next epoch's start, so the epochs hold the
-    only reading (None off CUDA, where no epoch has one).
+    Each epoch holds its own peaks, the counters reset at the next one's start (None off CUDA).
     """
     allocated = [e[DEVICE_ALLOCATED_MB] for e in epochs if e.get(DEVICE_ALLOCATED_MB) is not None]
     reserved = [e[DEVICE_RESERVED_MB] for e in epochs if e.get(DEVICE_RESERVED_MB) is not None]

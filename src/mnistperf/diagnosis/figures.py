@@ -1,14 +1,7 @@
-"""The diagnosis's figures, each declared once: one registry that every record and every view iterates.
+"""The diagnosis's figures, each declared once in :data:`FIGURES`, and what one process measured of an epoch.
 
-* :class:`Figure`: one figure, declared once in :data:`FIGURES` with its key, unit and meaning, how it is shown
-  side by side, where a run keeps it and how a run reads it from its steady epochs (:data:`RUN_RULES`). A Figure
-  is its own key (a ``str``), so code names a figure by its constant, never by a string;
-* :class:`Measures`: what one process measured of an epoch, each field with how every rank's value combines
-  under DDP (:func:`gather`: the slowest rank's time, the sum of samples, the mean of shares).
-
-The epoch rows, the loggers' ``timing/<name>`` scalars (:func:`scalars`), the run's figures
-(:func:`mnistperf.diagnosis.record.summary.aggregate`), ``compare``, the HTML report and the bench read the registry:
-adding a figure is one entry in :data:`FIGURES` (with ``derive`` where the epoch row does not already hold it).
+The epoch rows, the loggers' scalars, the run's figures, ``compare``, the HTML report and the bench iterate the
+registry: adding a figure is one entry in :data:`FIGURES` (with ``derive`` where the epoch row does not hold it).
 """
 
 from __future__ import annotations
@@ -39,30 +32,20 @@ SHOWN = {("s", "ms"): 1e3, ("share", "%"): 100.0, ("FLOP/s", "TFLOP/s"): 1e-12}
 class Figure(str):
     """One figure: its key (the string itself, in timing.json and after ``timing/`` in the loggers) and what it is.
 
-    Args:
-        name: the key.
-        unit: the unit it is kept in (``s``, ``share``, ``samples/s``, ``MB``, ...).
-        meaning: what it means, in one phrase.
-        label: its name where figures stand side by side (compare, the report); None: not shown there.
-        shown: the unit it is shown in (default: % for a share, else ``unit``); its ``scale`` is :data:`SHOWN`'s.
-        run: how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's only.
-        epoch: an epoch row holds it (and the loggers' scalars); False for the run's own figures.
-        where: where a run's summary keeps it, a dotted path (default: its key at the top level).
-        derive: the epoch's value from the row's other figures, for a figure the row does not already hold.
-        per_epoch: the epoch figure whose spread over the steady epochs is this figure's noise (default: itself,
-            where an epoch row holds it, it is not the profiled window's one reading and not memory, whose change
-            across epochs is growth, not noise; ``""``: none).
+    Code names a figure by its constant, never by a string.
     """
 
-    unit: str
-    meaning: str
-    label: str | None
-    shown: str
+    unit: str  # the unit it is kept in (``s``, ``share``, ``samples/s``, ``MB``, ...)
+    meaning: str  # what it means, in one phrase
+    label: str | None  # its name where figures stand side by side (compare, the report); None: not shown there
+    shown: str  # the unit it is shown in (default: % for a share, else ``unit``), times ``scale`` (:data:`SHOWN`)
     scale: float
-    run: str | None
-    epoch: bool
-    where: str
-    derive: Callable[[dict[str, Any]], float | None] | None
+    run: str | None  # how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's only
+    epoch: bool  # an epoch row holds it (and the loggers' scalars); False for the run's own figures
+    where: str  # where a run's summary keeps it, a dotted path (default: its key at the top level)
+    derive: Callable[[dict[str, Any]], float | None] | None  # the epoch's value from the row's other figures
+    # The epoch figure whose spread over the steady epochs is its noise (default: itself, where an epoch row holds it
+    # and it is neither the window's one reading nor memory, whose change is growth, not noise; ``""``: none).
     per_epoch: str | None
 
     def __new__(
@@ -79,7 +62,7 @@ class Figure(str):
         derive: Callable[[dict[str, Any]], float | None] | None = None,
         per_epoch: str | None = None,
     ) -> Figure:
-        """Declare a figure (the arguments are the class's)."""
+        """Declare a figure; its attributes say what each argument is."""
         if run is not None and run not in RUN_RULES:
             raise ValueError(f"Figure {name!r}: run={run!r} is not one of {', '.join(RUN_RULES)}")
         shown = shown or ("%" if unit == "share" else unit)
@@ -105,19 +88,13 @@ class Figure(str):
 
 
 def measure(ranks: str, per_rank: bool = False) -> Any:
-    """A field of :class:`Measures`: how the ranks' values combine (``max``, ``sum`` or ``mean``).
-
-    ``per_rank``: every rank's own value is kept too (what tells the ranks apart).
-    """
+    """A :class:`Measures` field: how the ranks' values combine (``max``, ``sum``, ``mean``), and if each is kept."""
     return field(metadata={"ranks": ranks, "per_rank": per_rank})
 
 
 @dataclass(frozen=True)
 class Measures:
-    """What one process measured of an epoch; NaN where it measured nothing.
-
-    A field is the figure of its name (its unit and meaning there), where one is declared below.
-    """
+    """What one process measured of an epoch (NaN: nothing); a field is the figure of its name, where one is."""
 
     train_s: float = measure("max", per_rank=True)
     eval_s: float = measure("max")
@@ -170,8 +147,8 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = 
     """Combine one epoch's measures over every rank by each field's ``ranks`` (identity on one process).
 
     NaN (not measured) is skipped by the mean and poisons the sum and the max. ``loader_samples``: the rank's
-    samples per training loader, summed over the ranks (every rank sends as many). ``strategy``: the trainer's,
-    whose ``all_gather`` is the one collective of the epoch's end.
+    samples per training loader, summed over the ranks. ``strategy``: the trainer's, its ``all_gather`` the one
+    collective of the epoch's end.
     """
     spec = fields(Measures)
     per_loader = list(loader_samples or [])

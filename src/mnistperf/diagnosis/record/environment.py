@@ -15,15 +15,6 @@ from mnistperf.diagnosis.figures import PEAK_RSS_MB
 from mnistperf.machine import describe_device, usable_cpus
 
 
-def peak_rss_mb() -> dict[str, float]:
-    """Peak resident memory of this process and of its largest finished child (workers), in MB."""
-    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # ru_maxrss: KiB on Linux, bytes on macOS
-    return {
-        "main_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
-        "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale,
-    }
-
-
 def environment(device: torch.device) -> dict[str, Any]:
     """What ran: device, CPU count, versions and the host's peak memory (the GPU's is the epochs', in the run)."""
     versions: dict[str, str | None] = {
@@ -33,6 +24,7 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
     if device.type == "cuda":
         versions["cuda"] = torch.version.cuda
+    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # ru_maxrss: KiB on Linux, bytes on macOS
     return {
         "device": describe_device(device),
         "accelerator": device.type,
@@ -40,5 +32,8 @@ def environment(device: torch.device) -> dict[str, Any]:
         "cpu_affinity": usable_cpus(),
         "versions": versions,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        PEAK_RSS_MB: peak_rss_mb(),
+        PEAK_RSS_MB: {  # of this process and of its largest finished child (a worker)
+            "main_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+            "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale,
+        },
     }

@@ -88,12 +88,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             f"with input free, an epoch's training would take at most {less:.2f} s "
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
-    elif verdict == "overhead-bound" and busy is None:
-        found["ceiling"] = (
-            "none stated: the time inside tensor operations was bounded from above by the step's phases, not "
-            "measured, and only a measured share bounds what removing the overhead could buy"
-        )
-    elif verdict == "overhead-bound":
+    elif verdict == "overhead-bound" and busy is not None:
         less = found["at_most_s_less"] = (1 - busy) * train_s
         faster = found["speed_up_at_most"] = 1 / busy
         found["ceiling"] = (
@@ -103,6 +98,11 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             else f"the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to {faster:.1f}x "
             "faster"
         ) + f" (at most {less:.2f} s less per epoch)"
+    elif verdict == "overhead-bound":
+        found["ceiling"] = (
+            "none stated: the time inside tensor operations was bounded from above by the step's phases, not "
+            "measured, and only a measured share bounds what removing the overhead could buy"
+        )
     elif verdict == "compute-bound":
         found["ceiling"] = f"what remains is the {'CPU' if on_cpu else 'GPU'}'s arithmetic"
     else:

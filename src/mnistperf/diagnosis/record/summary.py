@@ -46,11 +46,8 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     count = len(epochs[0]["ranks"])
 
     def averaged(key: str) -> list[float]:  # over the epochs that measured it (a window's: from its epoch on)
-        found = []
-        for rank in range(count):
-            values = [v for v in (e["ranks"][rank].get(key) for e in epochs) if v is not None]
-            found.append(mean(values) if values else math.nan)
-        return found
+        per_rank = [_measured_values([e["ranks"][rank] for e in epochs], key) for rank in range(count)]
+        return [mean(values) if values else math.nan for values in per_rank]
 
     keys = (TRAIN_S, INPUT_WAIT_S, FORWARD_S, COMM_SHARE, COMM_EXPOSED_SHARE)
     return ranks_apart(*(averaged(key) for key in keys))
@@ -59,7 +56,7 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 def _mean_or_none(epochs: list[dict[str, Any]], key: str) -> float | None:
     """The epochs' mean, where every epoch measured it."""
     values = [e.get(key) for e in epochs]
-    return None if None in values else mean(values)
+    return mean(v for v in values if v is not None) if all(v is not None for v in values) else None
 
 
 def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:

@@ -19,9 +19,8 @@ LOG = logging.getLogger("mnistperf.diagnosis")
 class Reporter:
     """What callback ``owner`` (which starts every line) tells the user from rank zero, and what went wrong inside it.
 
-    A problem, a failing printer or logger too, is said once, as a warning on the ``mnistperf.diagnosis`` logger, and
-    kept in :attr:`lines` for the callback's report; the fit goes on. Per-step hooks hand what they catch to
-    :meth:`note` (a ``try`` is free when nothing is raised); the others run inside :meth:`guard`.
+    A problem, a failing printer or logger too, is warned once on the ``mnistperf.diagnosis`` logger and kept in
+    :attr:`lines`; the fit goes on. Per-step hooks hand it to :meth:`note` (a ``try`` costs nothing until it raises).
     """
 
     def __init__(self, owner: str):

@@ -27,9 +27,7 @@ from mnistperf.diagnosis.record.rows import RANKS_APART
 from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING
 
-# Ranks waiting in collectives, with nothing else running, at least this share of the window: the summary says what
-# that wait bounds.
-COMM_EXPOSED = 0.2
+COMM_EXPOSED = 0.2  # ranks in collectives with no work beside them this share of the window: say what it bounds
 
 
 def throughput(samples_per_s: float | None) -> str:

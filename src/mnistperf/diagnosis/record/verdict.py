@@ -8,10 +8,8 @@ from mnistperf.diagnosis.figures import CPU_BUSY_SHARE, DEVICE_BUSY_SHARE, INPUT
 from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.cores import clause, held
 
-# The host waiting for data at least this share of train time: the input sets the pace (unless a run says otherwise).
-INPUT_BOUND_SHARE = 0.5
-# The GPU executing work at least this share of the time: the GPU sets the pace.
-COMPUTE_BOUND_BUSY = 0.8
+INPUT_BOUND_SHARE = 0.5  # the host waiting for data this share of train time or more: the input sets the pace
+COMPUTE_BOUND_BUSY = 0.8  # the device busy this share of the time or more: its arithmetic sets the pace
 NOT_MEASURED = "too few steps for the profiled window"
 # Why the warm-up epoch has no busy share yet; where the fit ends there, the summary says so instead.
 WINDOW_PENDING = "read in the first steady epoch, after the warm-up"

@@ -1,11 +1,8 @@
 """The sample fingerprints SampleAudit counts: a 62-bit modular hash of each sample's bits, on the device.
 
 Each tensor's per-sample bits are read as 16-bit words, and two sums of word times a fixed pseudo-random weight modulo
-the prime 2**31 - 1 make a 62-bit fingerprint (:class:`Fingerprinter`). Over the choice of the weights, two different
-samples share a fingerprint with probability about 2**-62: among n distinct samples about n**2 / 2**63 false duplicates
-are expected (1e-7 for a million). Samples of more than ``max_words`` words are hashed on that many fixed word
-positions: samples equal on all of them share a fingerprint. Hashing costs mostly the launch of a dozen small
-operations, whatever the samples, so :class:`HeldSteps` keeps copies of the steps' sample rows and hashes many at once.
+the prime 2**31 - 1 make the fingerprint (:class:`Fingerprinter`); :class:`HeldSteps` hashes many steps at once. Their
+odds of a false duplicate and their cost: docs/diagnose.md, "How samples are identified" and "Cost".
 """
 
 from __future__ import annotations
@@ -19,7 +16,8 @@ PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
 # Elements of the temporary (samples x words x lanes) product per chunk of words.
 CHUNK_ELEMENTS = 1 << 22
-# Words per float64 matmul on a CPU: below 2**22 keeps each sum exact (see _float_lane_sums).
+# Words per float64 matmul: a word (|v| < 2**16) times a weight's 16-bit half is below 2**32, so these sum below 2**52,
+# exact in float64.
 FLOAT_CHUNK_WORDS = 1 << 20
 PADDING = -1  # fingerprints are non-negative
 # Held steps are hashed together once they hold this many samples, or this many bytes.
@@ -30,11 +28,8 @@ HASH_BYTES = 32 * 2**20
 def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
     """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
 
-    Args:
-        values: words of at most 16 bits, of any integer type.
-        weights: weights below PRIME.
-        matmul: use a float64 matmul (CPU, where it is BLAS's and the fastest); otherwise int64 products and sums
-            in chunks of at most CHUNK_ELEMENTS elements. Both give the same numbers.
+    ``values``: words of at most 16 bits; ``matmul``: by float64 matmuls (on a CPU, BLAS's: the fastest), else by
+    int64 products summed in chunks of at most CHUNK_ELEMENTS elements. Both give the same numbers.
     """
     if matmul:
         return _float_lane_sums(values, weights)
@@ -48,10 +43,7 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torc
 
 
 def _float_lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """:func:`lane_sums` by float64 matmuls on the weights' 16-bit halves, whose sums float64 holds exactly.
-
-    A word (|v| < 2**16) times a half (< 2**16) is below 2**32, so a chunk of FLOAT_CHUNK_WORDS sums below 2**52.
-    """
+    """:func:`lane_sums` by float64 matmuls on the weights' 16-bit halves, in chunks of FLOAT_CHUNK_WORDS words."""
     halves = torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)  # [words, 2 * LANES]
     total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     step = FLOAT_CHUNK_WORDS
@@ -138,16 +130,13 @@ class HeldSteps:
         return self._samples >= HASH_SAMPLES or self._bytes >= HASH_BYTES
 
     def flush(self) -> list[list[torch.Tensor]]:
-        """Per loader, the fingerprints of its held steps' samples in order; nothing is held afterwards.
-
-        Each run of steps whose tensors agree (in type, and in shape past the first dimension) is hashed at once: all
-        of them, but for a smaller last batch, or a batch structure that changes from step to step.
-        """
+        """Per loader, the fingerprints of its held steps' samples in order; nothing is held afterwards."""
         everything, self._held = self._held, [[] for _ in self._held]
         self._samples = self._bytes = 0
         return [self._hashed(held) for held in everything]
 
     def _hashed(self, held: Held) -> list[torch.Tensor]:
+        """Each run of steps whose tensors agree in type and in shape past the first dimension, hashed at once."""
         found = []
         for _, run in itertools.groupby(held, key=lambda step: [(t.dtype, t.shape[1:]) for t in step[0]]):
             steps = list(run)

@@ -1,8 +1,4 @@
-"""Memory per epoch: the training process's and its DataLoader workers' resident memory, the GPU's peaks, and growth.
-
-Read from Linux's ``/proc`` (off Linux not measured): this process's ``VmRSS`` and its loader workers' PSS, which
-counts no page they share with it; on CUDA the allocator's peak counters (docs/timing.md, "Memory per epoch").
-"""
+"""Memory per epoch, from Linux's ``/proc`` and CUDA's allocator, and its growth (docs/timing.md, Memory per epoch)."""
 
 from __future__ import annotations
 
@@ -19,8 +15,7 @@ from mnistperf.diagnosis.measure.trend import trend
 
 PROC = Path("/proc")
 MB = 2**20
-# Memory that rises every steady epoch by at least this much a epoch on average grows.
-GROWTH_MB = 4.0
+GROWTH_MB = 4.0  # a epoch on average, rising every steady epoch: memory that grows
 # The row's memory figures that growth is read on, and what each is called in the summary's line.
 GROWING = {
     RSS_MB: "the training process",
@@ -110,10 +105,7 @@ def device_peaks_mb(device: torch.device) -> tuple[float, float]:
 
 
 def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each memory figure rising every steady epoch by at least ``GROWTH_MB`` a epoch on average.
-
-    Returns ``[{"figure", "what", "per_epoch_mb", "from_mb", "to_mb", "epochs"}]`` (:func:`~.trend.trend`'s reading).
-    """
+    """Each memory figure that grows: ``[{"figure", "what"}]`` with :func:`~.trend.trend`'s reading in MB."""
     found = []
     for key, what in GROWING.items():
         grown = trend(epochs, key, "mb")

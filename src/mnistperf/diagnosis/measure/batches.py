@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -96,13 +98,7 @@ class TrainingBatches:
 
     def parts(self, batch: Any) -> list[Any]:
         """Each loader's part of a step's batch (or of the loaders), in :attr:`names`' order (None: it gave none)."""
-        found = []
-        for path in self.paths:
-            part = batch
-            for key in path:
-                part = part[key]
-            found.append(part)
-        return found
+        return [functools.reduce(operator.getitem, path, batch) for path in self.paths]
 
     def begin(self, trainer: Trainer, batch: Any, read: Callable[[Any], Any]) -> list[Any]:
         """A step begins: ``read`` of each loader's part, kept as :attr:`pending` until :meth:`trained`.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -10,22 +9,10 @@ import torch
 from mnistperf.diagnosis.measure.flops import number_format, peak_flops
 
 # What the FLOP counter's step costs, in the time of an unprofiled step: measured 7.9-12.6 steps of a small MLP's
-# 0.8 ms step on the lab's CPU, the worst case, since most of it is the counter's own start. It counts only in a fit
-# of at least COUNT_COST_STEPS / COUNT_SHARE training steps, where it costs at most COUNT_SHARE of them.
+# 0.8 ms step on the lab's CPU, the worst case, since most of it is the counter's own start.
 COUNT_COST_STEPS = 12
-COUNT_SHARE = 0.005
+COUNT_SHARE = 0.005  # the most of a fit's training steps' time the counter may cost
 GIVE_FLOPS = "EpochTimer(flops_per_batch=...) gives the step's FLOPs"
-
-
-def too_short_to_count(steps: float) -> str | None:
-    """Why a fit of ``steps`` training steps is too short for the FLOP counter's cost; None where it is not."""
-    needed = COUNT_COST_STEPS / COUNT_SHARE
-    if steps >= needed:
-        return None
-    return (
-        f"the fit's {steps:,.0f} training steps are too few for the FLOP counter (about {COUNT_COST_STEPS} steps' "
-        f"time) to cost under {COUNT_SHARE:.1%} of them (it needs {needed:,.0f}); {GIVE_FLOPS}"
-    )
 
 
 def compiled(module: Any) -> bool:
@@ -60,13 +47,18 @@ class FirstStep:
     def begin(self, steps_left: float) -> str | None:
         """The first step begins: counted, unless the fit's ``steps_left`` are known (not NaN) and too few (why not)."""
         self.due = False
-        short = None if math.isnan(steps_left) else too_short_to_count(steps_left)
-        if short is None:
-            from torch.utils.flop_counter import FlopCounterMode
+        needed = COUNT_COST_STEPS / COUNT_SHARE
+        if steps_left < needed:  # False for NaN
+            return (
+                f"the fit's {steps_left:,.0f} training steps are too few for the FLOP counter (about "
+                f"{COUNT_COST_STEPS} steps' time) to cost under {COUNT_SHARE:.1%} of them (it needs {needed:,.0f}); "
+                f"{GIVE_FLOPS}"
+            )
+        from torch.utils.flop_counter import FlopCounterMode
 
-            self.counting, self._mode = True, FlopCounterMode(display=False)
-            self._mode.__enter__()
-        return short
+        self.counting, self._mode = True, FlopCounterMode(display=False)
+        self._mode.__enter__()
+        return None
 
     def end(self) -> float | None:
         """The counted step's FLOPs (it ended, or was cut short: a skipped batch, an error)."""

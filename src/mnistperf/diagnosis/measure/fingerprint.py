@@ -28,30 +28,24 @@ HASH_BYTES = 32 * 2**20
 def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
     """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
 
-    ``values``: words of at most 16 bits; ``matmul``: by float64 matmuls (on a CPU, BLAS's: the fastest), else by
-    int64 products summed in chunks of at most CHUNK_ELEMENTS elements. Both give the same numbers.
+    ``values``: words of at most 16 bits; ``matmul``: by float64 matmuls on the weights' 16-bit halves (on a CPU,
+    BLAS's: the fastest), else by int64 products summed in chunks of CHUNK_ELEMENTS. Both give the same numbers.
     """
+    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     if matmul:
-        return _float_lane_sums(values, weights)
+        halves = torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)  # [words, 2 * LANES]
+        step = FLOAT_CHUNK_WORDS
+        for start in range(0, values.shape[1], step):
+            part = values[:, start : start + step].to(torch.float64)
+            sums = (halves[start : start + step].T @ part.T).T.to(torch.int64)  # [4, words] x [words, samples]: faster
+            low, high = sums[:, :LANES], sums[:, LANES:]
+            total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
+        return total
     # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
     step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
-    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     for start in range(0, values.shape[1], step):
         part, factors = values[:, start : start + step].to(torch.int64), weights[start : start + step]
         total = (total + (part[:, :, None] * factors).sum(dim=1)) % PRIME
-    return total
-
-
-def _float_lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """:func:`lane_sums` by float64 matmuls on the weights' 16-bit halves, in chunks of FLOAT_CHUNK_WORDS words."""
-    halves = torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)  # [words, 2 * LANES]
-    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
-    step = FLOAT_CHUNK_WORDS
-    for start in range(0, values.shape[1], step):
-        part = values[:, start : start + step].to(torch.float64)
-        sums = (halves[start : start + step].T @ part.T).T.to(torch.int64)  # as [4, words] x [words, samples]: faster
-        low, high = sums[:, :LANES], sums[:, LANES:]
-        total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
     return total
 
 

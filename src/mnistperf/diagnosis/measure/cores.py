@@ -1,8 +1,4 @@
-"""Who held the cores over an epoch: the training thread's wait for one, its DataLoader workers' CPU, and the clause.
-
-Read from Linux's ``/proc`` a few times an epoch, without the profiler; off Linux neither is measured (docs/timing.md,
-"who held the cores", and "The verdict" for the clause).
-"""
+"""Who held the cores over an epoch, from Linux's ``/proc``, and the verdict's clause on it (docs/timing.md)."""
 
 from __future__ import annotations
 
@@ -15,8 +11,8 @@ from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_schedule
 from mnistperf.diagnosis.measure.memory import PROC, measured, workers
 from mnistperf.machine import usable_cpus
 
-# The workers are read at the first step this many seconds after the last read: a few reads an epoch, and a
-# non-persistent worker's CPU after its last read (at most this long of it) is all that can go uncounted.
+# The workers are read at the first step this long after the last read: a non-persistent worker's CPU after its last
+# read (at most this long of it) is all that can go uncounted.
 READ_EVERY_S = 1.0
 # The loader's workers using at least this share of the usable cores' time hold cores the step needs: beside the
 # step's thread per core they take their number's share (one busy worker beside two threads: a third), so a quarter

@@ -1,8 +1,7 @@
 """The sample fingerprints SampleAudit counts: a 62-bit modular hash of each sample's bits, on the device.
 
-Each tensor's per-sample bits are read as 16-bit words, and two sums of word times a fixed pseudo-random weight modulo
-the prime 2**31 - 1 make the fingerprint (:class:`Fingerprinter`); :class:`HeldSteps` hashes many steps at once. Their
-odds of a false duplicate and their cost: docs/diagnose.md, "How samples are identified" and "Cost".
+Two sums of each 16-bit word times a fixed pseudo-random weight, modulo the prime 2**31 - 1, make a fingerprint; its
+odds of a false duplicate and its cost: docs/diagnose.md, "How samples are identified" and "Cost".
 """
 
 from __future__ import annotations

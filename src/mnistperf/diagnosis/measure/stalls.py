@@ -1,7 +1,4 @@
-"""Stalls over time: an epoch's step-time distribution from host timestamps, its spikes, and drift across epochs.
-
-What each figure is, and why a step's time is the host's: docs/timing.md, "Stalls over time".
-"""
+"""Stalls over time: an epoch's host step times, their spikes, and drift across epochs (docs/timing.md)."""
 
 from __future__ import annotations
 

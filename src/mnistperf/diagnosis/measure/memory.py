@@ -43,12 +43,12 @@ def _sizes_mb(pid: int | str, file: str, *keys: str) -> list[float | None]:
     return [found.get(key) for key in keys]
 
 
-def rss_mb(pid: int | str = "self") -> float | None:
-    """Process ``pid``'s resident memory in MB, from ``status``."""
-    return _sizes_mb(pid, "status", "VmRSS")[0]
+def rss_mb() -> float | None:
+    """This process's resident memory in MB, from ``status``."""
+    return _sizes_mb("self", "status", "VmRSS")[0]
 
 
-def rss_pss_mb(pid: int | str = "self") -> tuple[float | None, float | None]:
+def rss_pss_mb(pid: int) -> tuple[float | None, float | None]:
     """Process ``pid``'s resident and proportional set sizes in MB, from ``smaps_rollup``."""
     rss, pss = _sizes_mb(pid, "smaps_rollup", "Rss", "Pss")
     return rss, pss

@@ -23,7 +23,7 @@ def sampled(index: int, steps: int = 1) -> bool:
     return index % steps == 0 and index // steps % SAMPLE_EVERY == 1
 
 
-def unsampled(first: int | None, last: int | None, steps: int = 1) -> str | None:
+def unsampled(first: int | None, last: int | None, steps: int) -> str | None:
     """Why an epoch that trained steps ``first``..``last`` (None: none) has no sample; None where one began a sample."""
     if first is None or last is None:
         trained = "no step"

@@ -34,12 +34,12 @@ class FirstStep:
 
     def __init__(self, given: float | None):
         self.given = given
-        self._mode: Any = None  # the FlopCounterMode counting the step
-        self.due = self.counting = False  # the fit's first step is to be counted, or is being
+        self.due = False  # the fit's first step is to be counted
+        self.counting: Any = None  # the FlopCounterMode counting it, while it runs
 
     def plan(self, module: Any) -> str | None:
         """A fit begins: count its first step, unless given or ``module`` is compiled (then say why not)."""
-        self.due, self.counting = self.given is None and not compiled(module), False
+        self.due, self.counting = self.given is None and not compiled(module), None
         if self.given is None and not self.due:
             return f"the module runs through torch.compile, whose graphs a FLOP counter would change; {GIVE_FLOPS}"
         return None
@@ -56,13 +56,13 @@ class FirstStep:
             )
         from torch.utils.flop_counter import FlopCounterMode
 
-        self.counting, self._mode = True, FlopCounterMode(display=False)
-        self._mode.__enter__()
+        self.counting = FlopCounterMode(display=False)
+        self.counting.__enter__()
         return None
 
     def end(self) -> float | None:
         """The counted step's FLOPs (it ended, or was cut short: a skipped batch, an error)."""
-        mode, self._mode, self.counting = self._mode, None, False
+        mode, self.counting = self.counting, None
         if mode is None:
             return None
         mode.__exit__(None, None, None)

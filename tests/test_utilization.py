@@ -51,9 +51,15 @@ def test_the_number_format_and_the_peaks_of_current_gpus(monkeypatch):
     assert number_format("32-true", "high") == "tf32" and number_format("32-true", "highest") == "fp32"
     # Hopper: Lightning's dense peaks for an H100 SXM (HBM3) and PCIe; the dense ones where it has none, or gives an
     # H200's or NVL card's with sparsity (twice as high)
-    assert peak(monkeypatch, "NVIDIA H100 80GB HBM3", "bf16") == (pytest.approx(989.4e12), None)
+    assert peak(monkeypatch, "NVIDIA H100 80GB HBM3", "bf16") == (
+        pytest.approx(989.4e12),
+        "NVIDIA H100 80GB HBM3's bf16 peak (989 TFLOP/s)",
+    )
     assert peak(monkeypatch, "NVIDIA H100 PCIe", "bf16")[0] == pytest.approx(756e12)
-    assert peak(monkeypatch, "NVIDIA H200", "tf32") == (pytest.approx(494.7e12), None)
+    assert peak(monkeypatch, "NVIDIA H200", "tf32") == (
+        pytest.approx(494.7e12),
+        "NVIDIA H200's tf32 peak (495 TFLOP/s)",
+    )
     assert peak(monkeypatch, "NVIDIA GH200 480GB", "bf16")[0] == pytest.approx(989.4e12)
     assert peak(monkeypatch, "NVIDIA H100", "bf16")[0] == pytest.approx(989.4e12)
     assert peak(monkeypatch, "NVIDIA H100 NVL", "bf16")[0] == peak(monkeypatch, "NVIDIA H200 NVL", "bf16")[0] == 835e12
@@ -64,7 +70,7 @@ def test_the_number_format_and_the_peaks_of_current_gpus(monkeypatch):
     assert peak(monkeypatch, "NVIDIA L40", "bf16")[0] == pytest.approx(181e12)
     assert peak(monkeypatch, "NVIDIA L40S", "bf16")[0] == pytest.approx(362e12)
     # The rest from Lightning's table: an A100 is not taken for an A10
-    assert peak(monkeypatch, "NVIDIA A100-SXM4-80GB", "bf16") == (pytest.approx(312e12), None)
+    assert peak(monkeypatch, "NVIDIA A100-SXM4-80GB", "bf16")[0] == pytest.approx(312e12)
     assert peak(monkeypatch, "Tesla T4", "fp16")[0] == pytest.approx(65e12)
     found, why = peak(monkeypatch, "Imaginary GPU 9000", "bf16")
     assert found is None and "no bf16 peak is known for Imaginary GPU 9000" in why
@@ -98,7 +104,7 @@ def test_a_fit_too_short_for_the_counter_is_not_counted_and_says_how_to_give_its
 
 
 def test_the_fits_first_step_is_counted_and_each_epoch_gets_its_achieved_flops(monkeypatch):
-    monkeypatch.setattr("mnistperf.diagnosis.measure.flops.COUNT_SHARE", 1.0)  # counted however short the fit
+    monkeypatch.setattr("mnistperf.diagnosis.measure.step_flops.COUNT_SHARE", 1.0)  # counted however short the fit
     timer = EpochTimer()
     fit_module(Linear(), rows(), callbacks=[timer], max_epochs=2)
     assert timer.clock.flops_per_step == 3 * 2 * BATCH * IN * OUT
@@ -132,8 +138,8 @@ def test_mfu_on_a_known_gpu_is_the_achieved_over_the_peak_times_the_ranks():
     summary = clock.summary()
     assert summary["mfu"] == pytest.approx(clock.epochs[1]["mfu"]) and "H100" in summary["peak"]
     assert "FLOP/s achieved, MFU " in format_summary(summary)
-    not_counted = run_utilization(clock.epochs, [2, 2], None, (None, "x"))
-    assert not_counted["mfu"] is None
+    not_counted = run_utilization(clock.epochs, [2, 2], None, (None, "x"), "not counted")
+    assert not_counted["mfu"] is None and not_counted["mfu_reason"] == "not counted"
 
 
 def test_compare_puts_the_two_runs_utilization_side_by_side():
@@ -147,13 +153,11 @@ def test_compare_puts_the_two_runs_utilization_side_by_side():
 
 
 def test_a_compiled_module_is_not_counted_and_says_how_to_give_its_flops():
-    from mnistperf.diagnosis.measure.flops import compiled
+    from mnistperf.diagnosis.measure.step_flops import FirstStep, compiled
 
     module = Linear()
     assert not compiled(module)
     module.net.compile()  # nothing runs yet: torch.compile only wraps the call
     assert compiled(module)
-    from mnistperf.diagnosis.measure.step_flops import FirstStep
-
     first = FirstStep(given=None)
     assert "torch.compile" in first.plan(module) and not first.due

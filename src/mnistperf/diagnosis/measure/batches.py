@@ -1,16 +1,10 @@
-"""What a training batch holds, read the same way by both callbacks: each loader's part, its tensors, its samples.
-
-A batch is a tensor or any nest of dicts, tuples, lists (named tuples too) and dataclasses around tensors;
-:func:`tensors_of` walks it, a dataclass's every field included (fields set in ``__post_init__``, such as a batched
-graph's node features, too). Samples are counted as the leading length of the first tensor, as Lightning's
-``extract_batch_size`` counts them (:func:`leading_length`). A fit with several training loaders (a dict, list or
-tuple of them, or a CombinedLoader) trains on one batch a step holding each loader's batch at its keys:
-:class:`TrainingBatches` finds each loader's part, so that every loader's samples are counted, and told apart.
-"""
+"""What a training batch holds, read the same way by both callbacks: each loader's part, its tensors, its samples."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +19,10 @@ if TYPE_CHECKING:
 
 
 def tensors_of(batch: Any) -> list[torch.Tensor]:
-    """Every tensor of a batch, in order (a tensor, or the tensors of any nest of containers and dataclasses)."""
+    """Every tensor of a batch, in order, in any nest of mappings, sequences and dataclasses (each field of theirs).
+
+    Fields set in ``__post_init__`` count too (a batched graph's node features).
+    """
     if isinstance(batch, torch.Tensor):
         return [batch]
     if type(batch) is dict or isinstance(batch, Mapping):  # a plain dict skips the abstract class's slower check
@@ -69,8 +66,8 @@ def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
     """Where each training loader's batch sits in a step's batch: the keys (and positions) leading to it.
 
     Lightning combines several training loaders (a dict, list or tuple of them, nested too, or a CombinedLoader's)
-    into one batch a step that has their structure, each loader's batch at its keys; one loader is ``[()]``. As
-    CombinedLoader flattens its iterables, a container of nothing but numbers and strings is one loader.
+    into one batch a step of their structure; one loader is ``[()]``. As CombinedLoader flattens its iterables, a
+    container of nothing but numbers and strings is one loader.
     """
     items = list(loaders.values()) if isinstance(loaders, Mapping) else loaders
     if not isinstance(items, (list, tuple)) or all(isinstance(item, (int, float, str)) for item in items):
@@ -81,10 +78,6 @@ def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
 
 class TrainingBatches:
     """A fit's training batches as one callback reads them: each loader's part, a step's reading kept until it trained.
-
-    The fit's first batch is checked once, and what is found is said once in the callback's words: a batch that does
-    not hold each loader's batch at its keys (a hook of the module reshaped it?) is read as one loader's from then on;
-    where a part's tensors lead with different lengths (a graph batch's atoms and its molecules), a sample is a guess.
 
     Args:
         problems: the callback's, which says each finding once.
@@ -105,13 +98,7 @@ class TrainingBatches:
 
     def parts(self, batch: Any) -> list[Any]:
         """Each loader's part of a step's batch (or of the loaders), in :attr:`names`' order (None: it gave none)."""
-        found = []
-        for path in self.paths:
-            part = batch
-            for key in path:
-                part = part[key]
-            found.append(part)
-        return found
+        return [functools.reduce(operator.getitem, path, batch) for path in self.paths]
 
     def begin(self, trainer: Trainer, batch: Any, read: Callable[[Any], Any]) -> list[Any]:
         """A step begins: ``read`` of each loader's part, kept as :attr:`pending` until :meth:`trained`.
@@ -131,7 +118,7 @@ class TrainingBatches:
         return pending
 
     def _check(self, trainer: Trainer, batch: Any) -> None:
-        """Say what the fit's first batch shows: loaders it does not hold at their keys, a sample that is a guess."""
+        """Say once what the fit's first batch shows: loaders not at their keys, tensors that make a sample a guess."""
         if self.several:
             try:
                 self.parts(batch)

@@ -1,10 +1,4 @@
-"""Who held the cores over an epoch: how long the training thread waited for one, how much CPU its workers used.
-
-Read from Linux's ``/proc`` a few times an epoch, without the profiler (docs/timing.md, "who held the cores"): the
-training thread's run-queue wait in train time, and its DataLoader workers' (:func:`~.memory.workers`) user and
-system time over the epoch's wall time times the usable cores. Off Linux neither is measured. Where the thread waited
-a large share of train time, :func:`held` says who held the cores and :func:`clause` says it in the verdict's words.
-"""
+"""Who held the cores over an epoch, from Linux's ``/proc``, and the verdict's clause on it (docs/timing.md)."""
 
 from __future__ import annotations
 
@@ -17,13 +11,12 @@ from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_schedule
 from mnistperf.diagnosis.measure.memory import PROC, measured, workers
 from mnistperf.machine import usable_cpus
 
-# The workers are read at the first step this many seconds after the last read: a few reads an epoch, and a
-# non-persistent worker's CPU after its last read (at most this long of it) is all that can go uncounted.
+# The workers are read at the first step this long after the last read: a non-persistent worker's CPU after its last
+# read (at most this long of it) is all that can go uncounted.
 READ_EVERY_S = 1.0
-# The loader's workers using at least this share of the usable cores' time hold cores the step needs: on a CPU the
-# step runs a thread per usable core, and under the kernel's fair share busy workers beside those threads take their
-# number's share of the cores (one busy worker beside two threads: a third), so a quarter means the workers kept at
-# least a third of a core per core busy the whole epoch, enough to be the ones a wait for a core was spent behind.
+# The loader's workers using at least this share of the usable cores' time hold cores the step needs: beside the
+# step's thread per core they take their number's share (one busy worker beside two threads: a third), so a quarter
+# means they kept a third of a core per core busy all epoch, enough to be what a wait for a core was spent behind.
 WORKERS_HOLD = 0.25
 
 
@@ -87,11 +80,10 @@ class EpochCores:
 
 
 def held(figures: dict[str, Any]) -> dict[str, Any] | None:
-    """Who held the cores where the training thread waited for one at least ``CROWDED`` of train time; else None.
+    """Who held the cores where the training thread waited for one at least ``CROWDED`` (the window's line of doubt).
 
-    ``CROWDED`` is the profiled window's line of doubt, so the two agree; the wait gone would buy at least 1.1x.
     Returns ``{"by": "workers" or "other work", "core_wait_share", "workers_cpu_share"}``, and where its workers held
-    them ``speed_up_at_most``: the training thread's own wait gone (its other threads' waits are not read).
+    them ``speed_up_at_most``: the training thread's own wait gone; else None.
     """
     wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)
     if wait is None or math.isnan(wait) or wait < CROWDED:

@@ -1,10 +1,7 @@
-"""Input wait, timed where the host waits for the next training batch: around Lightning's fetch.
+"""Input wait: the seconds inside the ``train_dataloader_next`` action Lightning reports to the trainer's profiler.
 
-Lightning's training loop brackets every ``next()`` on the training data with
-``trainer.profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")``. :class:`FetchClock` is a profiler
-that wraps the trainer's own (the pass-through one by default, or the user's, which keeps working) and adds up the
-seconds inside that action. Every hook Lightning calls goes through ``profile(...)``, about two dozen a step: that,
-like everything but ``start`` and ``stop``, is the wrapped profiler's own bound method, so hooks skip the clock.
+Every hook Lightning calls goes through the profiler's ``profile(...)``, about two dozen a step: that, like all but
+``start`` and ``stop``, is the wrapped profiler's own bound method, so hooks skip the clock.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from mnistperf.upstream import TRAIN_FETCH_ACTION
 
 
 class FetchClock(Profiler):
-    """The trainer's profiler, plus a clock of the training fetches."""
+    """The trainer's profiler (the pass-through one, or the user's, still working), plus a clock of the fetches."""
 
     def __init__(self, inner: Profiler):
         super().__init__()

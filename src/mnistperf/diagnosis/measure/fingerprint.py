@@ -1,11 +1,7 @@
 """The sample fingerprints SampleAudit counts: a 62-bit modular hash of each sample's bits, on the device.
 
-Each tensor's per-sample bits are read as 16-bit words, and two sums of word times a fixed pseudo-random weight modulo
-the prime 2**31 - 1 make a 62-bit fingerprint (:class:`Fingerprinter`). Over the choice of the weights, two different
-samples share a fingerprint with probability about 2**-62: among n distinct samples about n**2 / 2**63 false duplicates
-are expected (1e-7 for a million). Samples of more than ``max_words`` words are hashed on that many fixed word
-positions: samples equal on all of them share a fingerprint. Hashing costs mostly the launch of a dozen small
-operations, whatever the samples, so :class:`HeldSteps` keeps copies of the steps' sample rows and hashes many at once.
+Two sums of each 16-bit word times a fixed pseudo-random weight, modulo the prime 2**31 - 1, make a fingerprint; its
+odds of a false duplicate and its cost: docs/diagnose.md, "How samples are identified" and "Cost".
 """
 
 from __future__ import annotations
@@ -19,7 +15,8 @@ PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
 # Elements of the temporary (samples x words x lanes) product per chunk of words.
 CHUNK_ELEMENTS = 1 << 22
-# Words per float64 matmul on a CPU: below 2**22 keeps each sum exact (see _float_lane_sums).
+# Words per float64 matmul: a word (|v| < 2**16) times a weight's 16-bit half is below 2**32, so these sum below 2**52,
+# exact in float64.
 FLOAT_CHUNK_WORDS = 1 << 20
 PADDING = -1  # fingerprints are non-negative
 # Held steps are hashed together once they hold this many samples, or this many bytes.
@@ -30,36 +27,24 @@ HASH_BYTES = 32 * 2**20
 def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
     """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
 
-    Args:
-        values: words of at most 16 bits, of any integer type.
-        weights: weights below PRIME.
-        matmul: use a float64 matmul (CPU, where it is BLAS's and the fastest); otherwise int64 products and sums
-            in chunks of at most CHUNK_ELEMENTS elements. Both give the same numbers.
+    ``values``: words of at most 16 bits; ``matmul``: by float64 matmuls on the weights' 16-bit halves (on a CPU,
+    BLAS's: the fastest), else by int64 products summed in chunks of CHUNK_ELEMENTS. Both give the same numbers.
     """
+    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     if matmul:
-        return _float_lane_sums(values, weights)
+        halves = torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)  # [words, 2 * LANES]
+        step = FLOAT_CHUNK_WORDS
+        for start in range(0, values.shape[1], step):
+            part = values[:, start : start + step].to(torch.float64)
+            sums = (halves[start : start + step].T @ part.T).T.to(torch.int64)  # [4, words] x [words, samples]: faster
+            low, high = sums[:, :LANES], sums[:, LANES:]
+            total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
+        return total
     # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
     step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
-    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     for start in range(0, values.shape[1], step):
         part, factors = values[:, start : start + step].to(torch.int64), weights[start : start + step]
         total = (total + (part[:, :, None] * factors).sum(dim=1)) % PRIME
-    return total
-
-
-def _float_lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """:func:`lane_sums` by float64 matmuls on the weights' 16-bit halves, whose sums float64 holds exactly.
-
-    A word (|v| < 2**16) times a half (< 2**16) is below 2**32, so a chunk of FLOAT_CHUNK_WORDS sums below 2**52.
-    """
-    halves = torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)  # [words, 2 * LANES]
-    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
-    step = FLOAT_CHUNK_WORDS
-    for start in range(0, values.shape[1], step):
-        part = values[:, start : start + step].to(torch.float64)
-        sums = (halves[start : start + step].T @ part.T).T.to(torch.int64)  # as [4, words] x [words, samples]: faster
-        low, high = sums[:, :LANES], sums[:, LANES:]
-        total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
     return total
 
 
@@ -138,16 +123,13 @@ class HeldSteps:
         return self._samples >= HASH_SAMPLES or self._bytes >= HASH_BYTES
 
     def flush(self) -> list[list[torch.Tensor]]:
-        """Per loader, the fingerprints of its held steps' samples in order; nothing is held afterwards.
-
-        Each run of steps whose tensors agree (in type, and in shape past the first dimension) is hashed at once: all
-        of them, but for a smaller last batch, or a batch structure that changes from step to step.
-        """
+        """Per loader, the fingerprints of its held steps' samples in order; nothing is held afterwards."""
         everything, self._held = self._held, [[] for _ in self._held]
         self._samples = self._bytes = 0
         return [self._hashed(held) for held in everything]
 
     def _hashed(self, held: Held) -> list[torch.Tensor]:
+        """Each run of steps whose tensors agree in type and in shape past the first dimension, hashed at once."""
         found = []
         for _, run in itertools.groupby(held, key=lambda step: [(t.dtype, t.shape[1:]) for t in step[0]]):
             steps = list(run)

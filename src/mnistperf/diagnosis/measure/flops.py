@@ -1,4 +1,4 @@
-"""Utilization: one training step's FLOPs, counted once, and the device's dense peak (docs/timing.md, Utilization)."""
+"""Utilization: the device's dense peak FLOP/s, and the achieved FLOP/s and MFU (docs/timing.md, Utilization)."""
 
 from __future__ import annotations
 
@@ -12,31 +12,9 @@ import torch
 
 from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU
 
-# What the FLOP counter's step costs, in the time of an unprofiled step: measured 7.9-12.6 steps of a small MLP's
-# 0.8 ms step on the lab's CPU, the worst case, since most of it is the counter's own start. It counts only in a fit
-# of at least COUNT_COST_STEPS / COUNT_SHARE training steps, where it costs at most COUNT_SHARE of them.
-COUNT_COST_STEPS = 12
-COUNT_SHARE = 0.005
-
-
-def too_short_to_count(steps: float) -> str | None:
-    """Why a fit of ``steps`` training steps is too short for the FLOP counter's cost; None where it is not."""
-    needed = COUNT_COST_STEPS / COUNT_SHARE
-    if steps >= needed:
-        return None
-    return (
-        f"the fit's {steps:,.0f} training steps are too few for the FLOP counter (about {COUNT_COST_STEPS} steps' "
-        f"time) to cost under {COUNT_SHARE:.1%} of them (it needs {needed:,.0f}); EpochTimer(flops_per_batch=...) "
-        "gives the step's FLOPs"
-    )
-
-
-# Dense peak FLOP/s (the vendors' data sheets) where Lightning's table (lightning.fabric.utilities.throughput) lacks a
-# GPU or states its peak otherwise than MFU needs: it gives the H200's and the NVL cards' tensor cores with 2:4
-# sparsity (twice the dense peak), reads no plain "NVIDIA H200", no GH200 and no H100 named otherwise than by HBM3,
-# HBM2e or PCIe, reads an L40 or L40S as an L4, has no A10, and gives the RTX A6000's, the A40's and the RTX 4090's
-# bf16 and fp16 without tensor cores. fp32 runs without tensor cores, tf32, bf16 and fp16 on them (accumulating in
-# float32). By a pattern searched in torch.cuda.get_device_name, the first found winning.
+# Dense peak FLOP/s from the vendors' data sheets, for the GPUs Lightning's table lacks or states otherwise than MFU
+# needs (docs/timing.md, Utilization): fp32 without tensor cores, tf32, bf16 and fp16 on them. By a pattern searched
+# in torch.cuda.get_device_name, the first found winning.
 HOPPER = {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}
 OWN_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     ("H[12]00 NVL", {"fp32": 60e12, "tf32": 417.5e12, "bf16": 835e12, "fp16": 835e12}),
@@ -71,7 +49,7 @@ def number_format(precision: str, matmul_precision: str) -> str:
 
 
 def peak_flops(device: torch.device, fmt: str) -> tuple[float | None, str | None]:
-    """The device's dense peak FLOP/s for ``fmt`` and None, or None and why there is none."""
+    """The device's dense peak FLOP/s for ``fmt``, named; or None and why there is none."""
     if device.type != "cuda":
         return None, f"no peak is known for a {device.type} device"
     name = torch.cuda.get_device_name(device)
@@ -83,32 +61,10 @@ def peak_flops(device: torch.device, fmt: str) -> tuple[float | None, str | None
 
         with warnings.catch_warnings():  # it warns where it knows no peak; the reason below says so once
             warnings.simplefilter("ignore")
-            peak = get_available_flops(device, LIGHTNING_DTYPES[fmt]) if fmt in LIGHTNING_DTYPES else None
+            peak = get_available_flops(device, LIGHTNING_DTYPES[fmt])
     if peak is None:
         return None, f"no {fmt} peak is known for {name} (Lightning's table, or {__name__}.OWN_PEAKS)"
-    return float(peak), None
-
-
-class StepCounter:
-    """Counts the FLOPs of the operations run between :meth:`start` and :meth:`stop` (one training step)."""
-
-    def __init__(self) -> None:
-        self._mode: Any = None
-
-    def start(self) -> None:
-        """Start counting."""
-        from torch.utils.flop_counter import FlopCounterMode
-
-        self._mode = FlopCounterMode(display=False)
-        self._mode.__enter__()
-
-    def stop(self) -> float | None:
-        """Stop counting; the FLOPs counted (None where nothing was being counted)."""
-        mode, self._mode = self._mode, None
-        if mode is None:
-            return None
-        mode.__exit__(None, None, None)
-        return float(mode.get_total_flops())
+    return float(peak), f"{name}'s {fmt} peak ({peak / 1e12:,.0f} TFLOP/s)"
 
 
 def utilization(flops: float, train_s: float, peak: float | None, ranks: int) -> dict[str, float | None]:
@@ -124,11 +80,11 @@ def run_utilization(
     steady: list[int],
     flops_per_step: float | None,
     peak: tuple[float | None, str | None],
-    not_counted: str = "the step's FLOPs were not counted",
+    not_counted: str,
 ) -> dict[str, Any]:
     """The run's utilization over its ``steady`` epochs (the first and last): the step's FLOPs, achieved FLOP/s, MFU.
 
-    ``peak``: the device's peak FLOP/s and its name, or None and why; without an MFU, ``mfu_reason`` says why.
+    ``peak``: :func:`peak_flops`'s; without an MFU, ``mfu_reason`` says why (``not_counted``: why no FLOPs).
     """
     rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get(ACHIEVED_FLOPS_PER_S) is not None]
     achieved = mean(e[ACHIEVED_FLOPS_PER_S] for e in rows) if rows else None
@@ -139,15 +95,6 @@ def run_utilization(
     else:
         found.update({MFU: None, "mfu_reason": not_counted if flops_per_step is None else said})
     return found
-
-
-def compiled(module: Any) -> bool:
-    """Whether ``module`` or a module inside it runs through torch.compile (whose graphs a FLOP counter changes)."""
-    step = getattr(type(module), "training_step", None)
-    return hasattr(step, "_torchdynamo_orig_callable") or any(
-        getattr(inner, "_compiled_call_impl", None) is not None or type(inner).__name__ == "OptimizedModule"
-        for inner in module.modules()
-    )
 
 
 def si(value: float, unit: str) -> str:

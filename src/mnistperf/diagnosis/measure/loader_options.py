@@ -1,8 +1,7 @@
 """A DataModule's own names for the DataLoader's settings, found among its arguments: what tune changes, advice names.
 
-A project rarely calls its DataModule's arguments as the DataLoader does (``workers``, ``n_workers``, ``pin``): an
-argument stands for a setting under the setting's own name, a common other name, or either with a prefix. Where
-two arguments could each be the same setting, neither is taken for it.
+An argument stands for a setting under the setting's own name, a common other name (``workers``, ``pin``), or either
+with a prefix; where two arguments could each be the same setting, neither is taken for it.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-# The DataLoader's settings, each with the names a project's DataModule commonly gives it besides the DataLoader's own.
+# The DataLoader's settings, each with the other names a project's DataModule commonly gives it.
 ALIASES: dict[str, tuple[str, ...]] = {
     "num_workers": ("workers", "n_workers", "loader_workers", "num_loader_workers", "dataloader_workers"),
     "persistent_workers": ("persistent", "keep_workers", "persist_workers"),
@@ -49,10 +48,7 @@ def own_names(names: Iterable[str]) -> dict[str, str]:
 
 
 def arguments(target: Callable, given: dict[str, Any]) -> dict[str, Any]:
-    """A class's (its ``__init__``'s) or a function's arguments, each with its value: given, else its default.
-
-    ``*args`` and ``**kwargs`` are left out; an argument neither given nor defaulted has None.
-    """
+    """A class's (its ``__init__``'s) or a function's named arguments, each given, else its default, else None."""
     parameters = inspect.signature(target).parameters.values()
     kept = [p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"]
     return {p.name: given.get(p.name, None if p.default is p.empty else p.default) for p in kept}

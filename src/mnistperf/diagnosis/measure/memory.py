@@ -1,8 +1,4 @@
-"""Memory per epoch: the training process's and its DataLoader workers' resident memory, the GPU's peaks, and growth.
-
-Read from Linux's ``/proc`` (off Linux not measured): this process's ``VmRSS`` and its loader workers' PSS, which
-counts no page they share with it; on CUDA the allocator's peak counters (docs/timing.md, "Memory per epoch").
-"""
+"""Memory per epoch, from Linux's ``/proc`` and CUDA's allocator, and its growth (docs/timing.md, Memory per epoch)."""
 
 from __future__ import annotations
 
@@ -19,8 +15,7 @@ from mnistperf.diagnosis.measure.trend import trend
 
 PROC = Path("/proc")
 MB = 2**20
-# Memory that rises every steady epoch by at least this much a epoch on average grows.
-GROWTH_MB = 4.0
+GROWTH_MB = 4.0  # a epoch on average, rising every steady epoch: memory that grows
 # The row's memory figures that growth is read on, and what each is called in the summary's line.
 GROWING = {
     RSS_MB: "the training process",
@@ -48,12 +43,12 @@ def _sizes_mb(pid: int | str, file: str, *keys: str) -> list[float | None]:
     return [found.get(key) for key in keys]
 
 
-def rss_mb(pid: int | str = "self") -> float | None:
-    """Process ``pid``'s resident memory in MB, from ``status``."""
-    return _sizes_mb(pid, "status", "VmRSS")[0]
+def rss_mb() -> float | None:
+    """This process's resident memory in MB, from ``status``."""
+    return _sizes_mb("self", "status", "VmRSS")[0]
 
 
-def rss_pss_mb(pid: int | str = "self") -> tuple[float | None, float | None]:
+def rss_pss_mb(pid: int) -> tuple[float | None, float | None]:
     """Process ``pid``'s resident and proportional set sizes in MB, from ``smaps_rollup``."""
     rss, pss = _sizes_mb(pid, "smaps_rollup", "Rss", "Pss")
     return rss, pss
@@ -110,10 +105,7 @@ def device_peaks_mb(device: torch.device) -> tuple[float, float]:
 
 
 def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each memory figure rising every steady epoch by at least ``GROWTH_MB`` a epoch on average.
-
-    Returns ``[{"figure", "what", "per_epoch_mb", "from_mb", "to_mb", "epochs"}]`` (:func:`~.trend.trend`'s reading).
-    """
+    """Each memory figure that grows: ``[{"figure", "what"}]`` with :func:`~.trend.trend`'s reading in MB."""
     found = []
     for key, what in GROWING.items():
         grown = trend(epochs, key, "mb")

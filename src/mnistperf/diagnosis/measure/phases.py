@@ -1,10 +1,8 @@
 """Where a training step's time goes: forward, backward and the optimizer's update (docs/timing.md, "the split").
 
-One optimizer step in :data:`SAMPLE_EVERY` is a sample: its training steps (one, or with ``accumulate_grad_batches=N``
-the N whose gradients it adds up, so that the split weighs the update as often as the fit makes it). *forward* runs
-from a step's start to its first ``on_before_backward``, *backward* from there to its last ``on_after_backward``,
-*optimizer* from the sample's last ``on_before_optimizer_step`` to its end. A sample missing one (a graphed step's own
-backward, a step skipped by returning None, an epoch that ended inside it) is left out.
+A sample is one optimizer step's training steps (with ``accumulate_grad_batches=N``, the N whose gradients it adds up,
+so that the split weighs the update as often as the fit makes it). One missing a mark (a graphed step's own backward,
+a step skipped by returning None, an epoch that ended inside it) is left out.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from typing import Any
 
 import torch
 
-SAMPLE_EVERY = 16  # one optimizer step in this many is stamped: batch indices 1, 17, 33, ... without accumulation
+SAMPLE_EVERY = 16  # one optimizer step in this many is a sample: batch indices 1, 17, 33, ... without accumulation
 PHASES = ("forward", "backward", "optimizer")
 # The marks every step of a sample has; its last step also has ``optimizer``.
 STEP_MARKS = {"start", "backward", "backward_end", "end"}
@@ -25,7 +23,7 @@ def sampled(index: int, steps: int = 1) -> bool:
     return index % steps == 0 and index // steps % SAMPLE_EVERY == 1
 
 
-def unsampled(first: int | None, last: int | None, steps: int = 1) -> str | None:
+def unsampled(first: int | None, last: int | None, steps: int) -> str | None:
     """Why an epoch that trained steps ``first``..``last`` (None: none) has no sample; None where one began a sample."""
     if first is None or last is None:
         trained = "no step"

@@ -1,8 +1,4 @@
-"""Stalls over time: an epoch's step-time distribution from host timestamps, its spikes, and drift across epochs.
-
-A step's time is the host's interval from the end of the step before it to the end of its own; on CUDA the host's,
-not the device's (no step is synchronized for it). What each figure means: docs/timing.md, "Stalls over time".
-"""
+"""Stalls over time: an epoch's host step times, their spikes, and drift across epochs (docs/timing.md)."""
 
 from __future__ import annotations
 
@@ -13,16 +9,11 @@ from typing import Any
 from mnistperf.diagnosis.figures import FIRST_STEP_S, SPIKES, SPIKES_S, STEP_MEDIAN_S, TRAIN_S
 from mnistperf.diagnosis.measure.trend import trend
 
-# A step at least this many times the epoch's median is a spike.
-SPIKE_FACTOR = 3.0
-# The first step of an epoch at least this many times the median stands out (the loader's start-up).
-SLOW_FIRST_FACTOR = 3.0
-# Step time that moves by at least this share of the first steady epoch's median, in one direction, drifts.
-DRIFT_SHARE = 0.2
-# The longest spikes an epoch's row keeps, and the run's line names.
-WORST_KEPT = 3
-# Spikes are worth a line where the time they took past the median step is at least this share of train time.
-SPIKES_WORTH = 0.05
+SPIKE_FACTOR = 3.0  # a step at least this many times the epoch's median is a spike
+SLOW_FIRST_FACTOR = 3.0  # an epoch's first step at least this many times the median stands out (the loader's start)
+DRIFT_SHARE = 0.2  # step time moving one way by this share of the first steady epoch's median drifts
+WORST_KEPT = 3  # the longest spikes an epoch's row keeps, and the run's line names
+SPIKES_WORTH = 0.05  # spikes are worth a line where the time they took past the median is this share of train time
 
 
 @dataclass(frozen=True)
@@ -65,10 +56,7 @@ def step_stats(intervals: list[float], first_index: int) -> StepStats:
 
 
 def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The steady epochs' median step time moving one way by at least ``DRIFT_SHARE`` of the first's; else None.
-
-    Returns :func:`~.trend.trend`'s reading in seconds, and ``per_epoch_share``: its slope over the first median.
-    """
+    """The steady epochs' median step drifting: :func:`~.trend.trend`'s reading, with ``per_epoch_share``; else None."""
     moved = trend(epochs, STEP_MEDIAN_S, "s")
     if moved is None or moved["from_s"] <= 0 or abs(moved["to_s"] - moved["from_s"]) < DRIFT_SHARE * moved["from_s"]:
         return None

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-from statistics import mean
+from statistics import linear_regression
 from typing import Any
 
-# The fewest epochs a trend is read over.
 FEWEST_EPOCHS = 3
 
 
@@ -19,7 +18,6 @@ def trend(epochs: list[dict[str, Any]], key: str, unit: str) -> dict[str, Any] |
     steps = [b - a for (_, a), (_, b) in zip(points, points[1:], strict=False)]
     if len(points) < FEWEST_EPOCHS or not (all(s > 0 for s in steps) or all(s < 0 for s in steps)):
         return None
-    x_mean, y_mean = mean(n for n, _ in points), mean(v for _, v in points)
-    slope = sum((n - x_mean) * (v - y_mean) for n, v in points) / sum((n - x_mean) ** 2 for n, _ in points)
+    slope = linear_regression([n for n, _ in points], [v for _, v in points]).slope
     first, last = points[0], points[-1]
     return {f"per_epoch_{unit}": slope, f"from_{unit}": first[1], f"to_{unit}": last[1], "epochs": [first[0], last[0]]}

@@ -99,10 +99,6 @@ class Plot:
         """The height of ``value`` on the vertical axis (SVG's y grows downwards)."""
         return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * (value / self.top if self.top > 0 else 0)
 
-    def slot(self) -> float:
-        """The width of one epoch's slot."""
-        return (self.width - LEFT - RIGHT) / self.count
-
 
 def _frame(plot: Plot, marks: list[float], unit: str, epochs: list[int], body: str, label: str) -> str:
     """An SVG chart's frame around ``body``: the axes, a labelled line at each of ``marks``, the epochs under them."""
@@ -181,7 +177,7 @@ def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
             charts.append('<p class="none">train time split per epoch: no finished epoch.</p>')
             continue
         plot = Plot(width, len(epochs), marks[-1])
-        bar = min(plot.slot() * 0.6, 80)  # few epochs on a wide chart: bars, not walls
+        bar = min((width - LEFT - RIGHT) / len(epochs) * 0.6, 80)  # few epochs on a wide chart: bars, not walls
         body = ""
         for j, e in enumerate(epochs):
             base = 0.0

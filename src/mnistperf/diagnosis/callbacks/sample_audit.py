@@ -344,10 +344,7 @@ class SampleAudit(Callback):
         return row
 
     def _dataset_size(self, loader: Any) -> int | None:
-        """The samples of a map-style DataLoader's whole dataset where it batches single items; None elsewhere.
-
-        The whole dataset's, whatever the ranks: a distributed sampler splits the samples, not the dataset.
-        """
+        """A map-style DataLoader's whole dataset's length (whatever the ranks) where it batches items, else None."""
         if self.sample_dims != 1 or not isinstance(loader, DataLoader) or loader.batch_size is None:
             return None
         dataset = loader.dataset

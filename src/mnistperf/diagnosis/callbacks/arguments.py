@@ -9,11 +9,7 @@ from typing import Any
 
 
 class Arguments:
-    """Checks a callback's arguments: a value of another kind is a ``TypeError``, one out of range a ``ValueError``.
-
-    Args:
-        owner: the callback's name, which starts every message (``EpochTimer(window_share=2): ...``).
-    """
+    """Checks callback ``owner``'s arguments: a value of another kind is a TypeError, out of range a ValueError."""
 
     def __init__(self, owner: str):
         self.owner = owner
@@ -33,10 +29,7 @@ class Arguments:
         optional: bool = False,
         takes: str,
     ) -> None:
-        """``value`` is a number (an integer with ``integer``) from ``low`` (excluded with ``above``) to ``high``.
-
-        ``takes`` says the range in words; ``optional`` lets None through.
-        """
+        """``value`` is a number (an integer with ``integer``) from ``low`` (excluded with ``above``) to ``high``."""
         if value is None and optional:
             return
         kind = numbers.Integral if integer else numbers.Real

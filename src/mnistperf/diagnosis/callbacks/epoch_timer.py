@@ -1,15 +1,10 @@
 """EpochTimer: the Lightning callback that times every epoch of any LightningModule and says what bounds the run.
 
-``Trainer(callbacks=[EpochTimer()])``, or one line under ``trainer.callbacks`` of a LightningCLI config; what it
-measures and how to read it: docs/diagnose.md and docs/timing.md. The hooks delegate: an
-:class:`~mnistperf.diagnosis.record.clock.EpochClock` is told when epochs, steps and validation begin and end, and
-holds the arithmetic and the verdict; a :class:`~mnistperf.diagnosis.measure.fetch_clock.FetchClock` in the trainer's
-profiler's place times Lightning's fetch of each training batch; a
-:class:`~mnistperf.diagnosis.measure.batches.TrainingBatches` reads each batch's samples, counted once the step
-trained; :class:`~mnistperf.diagnosis.measure.step_flops.FirstStep` counts a step's FLOPs; on sampled steps the phase
-hooks mark the forward, the backward and the update (:mod:`~mnistperf.diagnosis.measure.phases`). Under DDP every rank
-measures itself, the epoch's figures are gathered at its end, and global rank 0 alone prints, logs and writes
-``timing.json``.
+What it measures and how to read it: docs/diagnose.md and docs/timing.md. The hooks delegate: an EpochClock, told
+when epochs, steps and validation begin and end, holds the arithmetic and the verdict; a FetchClock in the trainer's
+profiler's place times Lightning's fetch of each training batch; TrainingBatches counts a batch's samples once its
+step trained; FirstStep counts a step's FLOPs; on sampled steps the phase hooks mark the forward, the backward and
+the update. Under DDP every rank measures itself and global rank 0 alone prints, logs and writes timing.json.
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -47,12 +42,10 @@ from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_repo
 from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
 
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")
+VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")  # val/acc, val_loss: the metrics an epoch's row keeps
 AS_ONE = "its samples are counted as one loader's."
-GUESS = (
-    "samples are counted as the first tensor's, {first} a batch; pass EpochTimer(samples_in_batch=...) or define "
-    "samples_in_batch(self, batch) -> int on {module} to count what a sample is."
-)
+OWN_COUNT = "pass EpochTimer(samples_in_batch=...) or define samples_in_batch(self, batch) -> int on {module}"
+GUESS = "samples are counted as the first tensor's, {first} a batch; " + OWN_COUNT + " to count what a sample is."
 
 
 class TrainerAttributes(Protocol):
@@ -63,21 +56,8 @@ class TrainerAttributes(Protocol):
     callbacks: list[Callback]
 
 
-def scalar_metrics(metrics: Mapping[str, Any], names: re.Pattern[str], also: str | None = None) -> dict[str, float]:
-    """The metrics named as ``names`` matches (or ``also``) that hold one number (a one-element tensor, a number)."""
-    return {
-        name: float(value)
-        for name, value in metrics.items()
-        if (names.match(name) or name == also)
-        and ((isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, numbers.Real))
-    }
-
-
 def per_loader_text(samples: dict[str, int | None] | None) -> str:
-    """An epoch's samples per training loader as its line says them (nothing for one loader, or where not counted).
-
-    Each loader's count where they differ, else how many loaders counted how many each.
-    """
+    """An epoch's samples per training loader as its line says them: each loader's, or how many each where alike."""
     if not samples or any(count is None for count in samples.values()):
         return ""
     counts = cast(dict[str, int], samples)
@@ -99,11 +79,10 @@ def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
 
 
 def steps_left(trainer: Trainer, batches: float | None = None) -> float:
-    """The training steps the fit will still run from the epoch starting now, by its limits (inf where none bounds it).
+    """The training steps the fit will still run from the epoch starting now, by max_epochs and max_steps.
 
-    max_epochs and max_steps (optimizer steps, each of ``accumulate_grad_batches`` training steps); max_time is not
-    known ahead. ``batches``: the training steps of each epoch left, by default the trainer's count of this one's; NaN
-    where that is not known (a loader without a length) and max_epochs alone bounds the fit.
+    inf where neither bounds it; NaN where max_epochs alone does and ``batches`` (each epoch's steps, by default the
+    trainer's count of this one's) is not known. max_steps counts optimizer steps, of ``accumulate_grad_batches`` each.
     """
     batches = float(trainer.num_training_batches) if batches is None else batches
     left = math.inf
@@ -119,27 +98,22 @@ class EpochTimer(Callback):
     """Times every epoch, logs the figures to the loggers and prints the run's summary.
 
     Args:
-        input_bound_share: share of train time the device (on CUDA) or the host (on a CPU)
-            spends waiting for data at which a run is called input-bound (above 0, at most 1).
+        input_bound_share: share of train time spent waiting for data at which a run is called input-bound (above 0,
+            at most 1).
         summary_file: name of the JSON summary written into the run's log folder.
-        busy_window_steps: training steps of the first steady epoch whose device work is profiled for the
-            busy share (0 turns the profiling off; on a CPU at most six).
-        hints: what the advice at the end suggests per verdict, in the project's own terms, or the import path
-            of such a dict (``mypackage.hints.HINTS``, as a YAML config names it); by default what anyone can
-            change in their own code (:data:`~mnistperf.diagnosis.record.advice.USER_HINTS`), an input bound
-            named by the DataModule's own loader options and pointed at ``mnistperf tune`` with the run's config
-            (:mod:`~mnistperf.diagnosis.callbacks.project_reader`).
-        trace_limit: the most recorded operations the window's trace is written with (a few MB); None writes
-            it whatever its size.
-        window_share: on a CPU, the most of the whole fit's time the profiled window may cost (1.5 % by default, a
-            recorded step counted at up to 4 steps' time; above 0, at most 1); None profiles whatever it costs.
-        samples_in_batch: ``batch -> int``, the samples of a training batch, for batches whose tensors do not lead
-            with the batch dimension; by default the LightningModule's own ``samples_in_batch(batch)`` where it
-            defines one, else the leading length of the batch's first tensor.
-        monitor: a validation metric (as logged, e.g. ``val/acc``) whose last value the summary reports; None:
-            none.
-        flops_per_batch: the FLOPs of one training step (above 0), where known; by default torch's FLOP counter
-            counts the fit's first step (:mod:`mnistperf.diagnosis.measure.flops`).
+        busy_window_steps: training steps of the first steady epoch profiled for the busy share (0: none; on a CPU
+            at most six).
+        hints: what the advice suggests per verdict, in the project's own terms, or the import path of such a dict
+            (``mypackage.hints.HINTS``); by default what anyone can change in their own code, an input bound named
+            by the DataModule's own loader options.
+        trace_limit: the most recorded operations the window's trace is written with; None: whatever its size.
+        window_share: on a CPU, the most of the whole fit's time the profiled window may cost (above 0, at most 1);
+            None profiles whatever it costs.
+        samples_in_batch: ``batch -> int``, a training batch's samples; by default the LightningModule's own
+            ``samples_in_batch(batch)`` where it defines one, else the leading length of the batch's first tensor.
+        monitor: a validation metric (``val/acc``) whose last value the summary reports.
+        flops_per_batch: the FLOPs of one training step (above 0); by default torch's FLOP counter counts the fit's
+            first step.
     """
 
     def __init__(
@@ -197,7 +171,7 @@ class EpochTimer(Callback):
 
     @property
     def busy_window(self) -> dict[str, Any] | None:
-        """CUDA: where the busy share was profiled, and its value (None elsewhere)."""
+        """Where the busy share was profiled, and its value."""
         return self.clock.busy_window
 
     @staticmethod
@@ -212,33 +186,30 @@ class EpochTimer(Callback):
         self.problems = Reporter("EpochTimer")
         self.clock = EpochClock(torch.device("cpu"), self.input_bound_share, 0)
         with self.problems.guard("starting the clock"):
-            self._start(trainer, pl_module)
-
-    def _start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        busy_unavailable = None
-        profiler = cast(TrainerAttributes, trainer).profiler
-        if isinstance(profiler, PyTorchProfiler):
-            busy_unavailable = "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
-            self.problems.say_once(trainer, f"busy share not measured: {busy_unavailable}.")
-        hints = self.hints
-        with self.problems.guard("naming the advice in the project's terms"):
-            hints = project_hints(self.hints, project_terms(trainer), pl_module.device.type == "cuda")
-        self.clock = EpochClock(
-            pl_module.device,
-            self.input_bound_share,
-            self.busy_window_steps,
-            busy_unavailable=busy_unavailable,
-            hints=hints,
-            trace_limit=self.trace_limit,
-            window_share=self.window_share,
-            metric=self.monitor,
-        )
-        self._fetch = FetchClock(profiler)
-        self._accumulate = max(1, int(trainer.accumulate_grad_batches))
-        self.clock.flops_per_step, self.clock.world_size = self.flops_per_batch, trainer.world_size
-        self.clock.flops_reason = self._flops.plan(pl_module) or self.clock.flops_reason
-        self.clock.peak = device_peak(pl_module.device, str(trainer.precision))
-        swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
+            busy_unavailable = None
+            profiler = cast(TrainerAttributes, trainer).profiler
+            if isinstance(profiler, PyTorchProfiler):
+                busy_unavailable = "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
+                self.problems.say_once(trainer, f"busy share not measured: {busy_unavailable}.")
+            hints = self.hints
+            with self.problems.guard("naming the advice in the project's terms"):
+                hints = project_hints(self.hints, project_terms(trainer), pl_module.device.type == "cuda")
+            self.clock = EpochClock(
+                pl_module.device,
+                self.input_bound_share,
+                self.busy_window_steps,
+                busy_unavailable=busy_unavailable,
+                hints=hints,
+                trace_limit=self.trace_limit,
+                window_share=self.window_share,
+                metric=self.monitor,
+            )
+            self._fetch = FetchClock(profiler)
+            self._accumulate = max(1, int(trainer.accumulate_grad_batches))
+            self.clock.flops_per_step, self.clock.world_size = self.flops_per_batch, trainer.world_size
+            self.clock.flops_reason = self._flops.plan(pl_module) or self.clock.flops_reason
+            self.clock.peak = device_peak(pl_module.device, str(trainer.precision))
+            swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -300,9 +271,8 @@ class EpochTimer(Callback):
             self._uncounted = True
             self.problems.say_once(
                 trainer,
-                f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so "
-                "samples/s is not measured; pass EpochTimer(samples_in_batch=...) or define "
-                f"samples_in_batch(self, batch) -> int on {type(pl_module).__name__}.",
+                f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so samples/s is not "
+                f"measured; {OWN_COUNT.format(module=type(pl_module).__name__)}.",
             )
         try:  # profiled steps run slower: none of them is sampled
             if self._sampling:  # the next training step of a sample spanning several (gradient accumulation)
@@ -377,26 +347,23 @@ class EpochTimer(Callback):
 
     @override
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Stop timing a fit's validation and keep its scalar validation metrics for the epoch's row.
-
-        Validation metrics are those named ``val``, ``valid`` or ``validation`` then ``/``, ``_``, ``.`` or ``-``
-        (``val/acc``, ``val_loss``).
-        """
+        """Stop timing a fit's validation and keep its one-number validation metrics (and ``monitor``) for the row."""
         if not self._fitting(trainer):
             return
         with self.problems.guard("timing the validation's end"):
             self.clock.eval_end()
         with self.problems.guard("reading the validation metrics"):
-            self._val_metrics = scalar_metrics(trainer.callback_metrics, VALIDATION_METRIC, self.monitor)
+            self._val_metrics = {
+                name: float(value)
+                for name, value in trainer.callback_metrics.items()
+                if (VALIDATION_METRIC.match(name) or name == self.monitor)
+                and ((isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, numbers.Real))
+            }
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Close the epoch's row over every rank; rank 0 logs its figures and prints its line.
-
-        Every rank takes part in the epoch's one gather, also one whose own figures failed (it sends NaN). An epoch
-        none of which ran in this fit (resumed from a checkpoint saved after its last step) has no row.
-        """
-        if not self._epoch_open:
+        """Close the epoch's row over every rank; rank 0 logs its figures and prints its line."""
+        if not self._epoch_open:  # none of the epoch ran in this fit (resumed after its last step): no row
             return
         self._epoch_open, self.batches.pending = False, None  # pending: a batch the module skipped, ending the epoch
         self._sample(False)  # the epoch ended inside a sample (a batch the module skipped)
@@ -406,7 +373,7 @@ class EpochTimer(Callback):
             if self._fetch is not None:
                 self.clock.add_fetch_wait(self._fetch.reset())
             measures = self.clock.measure_epoch()
-        try:  # every rank takes part in the epoch's one collective, also one whose own measures failed
+        try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, self._loader_samples if self.batches.several else [])
             row = self.clock.close_epoch(gathered, self._val_metrics)
         except Exception as error:
@@ -462,10 +429,7 @@ class EpochTimer(Callback):
         return folder
 
     def _report(self, trainer: Trainer, folder: Path, interrupted: bool) -> None:
-        """Print the summary once and write it atomically to ``folder``/timing.json, with the report beside it.
-
-        Each part that fails is one warning line; the rest is still printed and written.
-        """
+        """Print the summary once and write it to ``folder``/timing.json, with the report beside it."""
         self._reported = True
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
@@ -493,11 +457,7 @@ class EpochTimer(Callback):
 
     # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:
-        """Every figure of the run, per epoch and in total, with what produced it.
-
-        ``config`` (the logger's name) and ``data`` (a DataModule's ``loader_settings()``) appear where the run
-        has them.
-        """
+        """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""
         datamodule = cast(TrainerAttributes, trainer).datamodule
         found: dict[str, Any] = {"runner": "lightning"}
         with self.problems.guard("reading the logger's name"):

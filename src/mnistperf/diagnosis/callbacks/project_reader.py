@@ -1,10 +1,8 @@
 """The run's project as its trainer shows it: its log folder, and its classes, loader options and config for advice.
 
-Under LightningCLI the config is the one the trainer's ``SaveConfigCallback`` holds: the file given with
-``--config`` where one was, else the whole config LightningCLI saved into the run's log folder (which also holds
-what the command line set). ``mnistperf tune --config`` reads only a config naming its classes (``class_path``),
-so a CLI built on fixed classes, or a run without a CLI, is pointed at tune's Python call instead; a run whose
-loader was handed to ``fit`` is pointed at neither, since tune cannot make that loader again.
+``mnistperf tune --config`` reads only a config naming its classes (``class_path``), so a CLI built on fixed classes,
+or a run without a CLI, is pointed at tune's Python call instead; a run whose loader was handed to ``fit`` is pointed
+at neither, since tune cannot make that loader again.
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
 
 
 def config_file(trainer: Trainer, saver: SaveConfigCallback) -> str | None:
-    """The config the run was given (one ``--config``), else the one LightningCLI saved for it; None where neither."""
+    """The config the run was given (one ``--config``), else the one LightningCLI saved (with the command line's)."""
     given = saver.config.get("config") or []
     if len(given) == 1:
         return str(getattr(given[0], "relative", given[0]))  # as the user typed it, from where they ran
@@ -62,10 +60,9 @@ def project_hints(given: Hints | None, terms: ProjectTerms, cuda: bool) -> Hints
 
 
 def log_folder(trainer: Trainer, every_rank: bool = True) -> Path:
-    """The run's log folder, else its root folder.
+    """The run's log folder, else its root folder; without ``every_rank`` (the others may be gone) not as a collective.
 
-    ``trainer.log_dir`` is a collective under DDP, which every rank asks for; without ``every_rank`` (the other ranks
-    may be gone) the logger's own folder is read instead.
+    ``trainer.log_dir`` is a collective under DDP; the logger's own folder is read instead.
     """
     logger = trainer.logger
     if every_rank:

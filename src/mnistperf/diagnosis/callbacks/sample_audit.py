@@ -1,12 +1,9 @@
 """SampleAudit: a Lightning callback that checks every training sample is seen once per epoch, over every rank.
 
-What it counts and how to read its line: docs/diagnose.md. Each step, each rank keeps its batch's sample fingerprints
-on the device (:mod:`~mnistperf.diagnosis.measure.fingerprint`), read once the step trained
-(:class:`~mnistperf.diagnosis.measure.batches.TrainingBatches`); at the epoch's end the ranks' fingerprints are
-gathered and counted, rank 0 prints one line and logs the counts, and ``epochs`` holds them on every rank. The epoch's
-fingerprints travel in checkpoints (``state_dict``), so an epoch interrupted and resumed is counted whole. A batch the
-audit cannot fingerprint is one warning line, and the epoch's row says it is not audited (``"audited": False`` and
-why) on every rank; the fit goes on, unless ``strict`` asks it to stop.
+What it counts and how to read its line: docs/diagnose.md. Each rank keeps the fingerprints of its steps' samples on
+the device, read once a step trained; at the epoch's end every rank's are gathered and counted, rank 0 prints one
+line and logs the counts, and ``epochs`` holds them on every rank. An epoch not audited (a batch the audit could not
+fingerprint) says so in its row (``"audited": False`` and why); the fit goes on, unless ``strict`` asks it to stop.
 """
 
 from __future__ import annotations
@@ -69,10 +66,7 @@ def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
 
 
 def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[str, Any]:
-    """One training loader's :func:`tally` over every rank, and ``replayed`` (None where no checkpoint carried any).
-
-    ``replayed``: sightings after a resume of samples seen before it in the same epoch.
-    """
+    """One loader's :func:`tally` over every rank, and ``replayed``: sightings after a resume of samples seen before."""
     everything = torch.cat([share.parts[loader] for share in shares])
     counts = {**tally(everything.numel(), torch.unique(everything).numel(), size), "replayed": None}
     if any(share.carried[loader] for share in shares):
@@ -86,22 +80,19 @@ class SampleAudit(Callback):
     """Checks that an epoch trains on every sample once, over all ranks, and says what it found.
 
     Several training loaders (a dict or list of them, a CombinedLoader in any mode) are audited each apart, each
-    counted against its own dataset: a shorter loader cycled to the longest one's length shows its repeats as
-    duplicates, the same sample in two loaders is two samples, and each loader's counts are kept in the epoch's row.
+    against its own dataset, and each loader's counts are kept in the epoch's row.
 
     Args:
-        dataset_size: samples in the training set, to count the missing (of every training loader together). Default:
-            the length of each training DataLoader's map-style dataset when it batches single items (the whole
-            dataset, whatever the number of ranks); otherwise unknown and missing is not counted.
-        sample_id: a field of the batch holding an integer index per sample (a key of a dict batch, a position of a
-            tuple batch): the audit counts these indices instead of fingerprinting content, so identical samples in
-            the data are not taken for duplicates. With several training loaders, a field of each loader's batch.
-        fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity, instead of either of the
-            above (with several training loaders, called on each loader's batch).
-        sample_dims: leading dimensions of the batch's tensors that index samples (2 for a batch holding a group of
-            batches as [k, B, ...]).
-        strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a missing sample (on every
-            rank, so none is left waiting).
+        dataset_size: samples in the training set (of every training loader together), to count the missing.
+            Default: the length of each training DataLoader's map-style dataset where it batches single items;
+            otherwise missing is not counted.
+        sample_id: a field of the batch (a dict's key, a tuple's position; of each loader's batch) holding an integer
+            index per sample, counted instead of the content's fingerprint.
+        fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity (called on each loader's
+            batch), instead of either of the above.
+        sample_dims: leading dimensions of the batch's tensors that index samples (2 for a [k, B, ...] batch).
+        strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a missing sample, on every
+            rank.
         max_words: 16-bit words of each tensor of a sample that the content hash reads at most.
         seed: seed of the content hash's weights, from 0 to 2**32 - 1.
     """
@@ -277,21 +268,21 @@ class SampleAudit(Callback):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         """The step trained: count its samples."""
-        try:
-            self._commit()
-        except Exception as error:
-            self._failed = self.problems.note("fingerprinting a training batch", error)
+        self._commit()
 
     def _commit(self) -> None:
         """Count the samples of the step begun (it trained)."""
         pending = self.batches.trained()
         if pending is None or self._failed is not None:
             return
-        for loader, item in enumerate(pending):
-            if isinstance(item, torch.Tensor):
-                self._seen[loader].append(item)
-            elif item is not None and self._held.hold(loader, *item):  # the held steps are due to be hashed
-                self._flush()
+        try:
+            for loader, item in enumerate(pending):
+                if isinstance(item, torch.Tensor):
+                    self._seen[loader].append(item)
+                elif item is not None and self._held.hold(loader, *item):  # the held steps are due to be hashed
+                    self._flush()
+        except Exception as error:
+            self._failed = self.problems.note("fingerprinting a training batch", error)
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -315,17 +306,15 @@ class SampleAudit(Callback):
         orders = [share.order for share in shares]
         if Order.FAILED in orders:
             row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": self._why_not(orders)}
-            self.epochs.append(row)
-            self.problems.say(trainer, f"sample audit, epoch {row['epoch']}: not audited ({row['why']})")
-            self._failed = None
-            return
-        row = self._row(trainer, shares, orders)
+            line, self._failed = f"sample audit, epoch {row['epoch']}: not audited ({row['why']})", None
+        else:
+            row = self._row(trainer, shares, orders)
+            line = self.describe(row)
+            logged = {f"audit/{k}": float(row[k]) for k in COUNTS if row[k] is not None}
+            self.problems.log(trainer, logged, "the epoch's counts")
         self.epochs.append(row)
-        line = self.describe(row)
-        logged = {f"audit/{k}": float(row[k]) for k in COUNTS if row[k] is not None}
-        self.problems.log(trainer, logged, "the epoch's counts")
         self.problems.say(trainer, line)
-        if self.strict and (row["duplicates"] or row["missing"]):
+        if self.strict and (row.get("duplicates") or row.get("missing")):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
 
     def _row(self, trainer: Trainer, shares: list[Share], orders: list[Order]) -> dict[str, Any]:
@@ -355,10 +344,7 @@ class SampleAudit(Callback):
         return row
 
     def _dataset_size(self, loader: Any) -> int | None:
-        """The samples of a map-style DataLoader's whole dataset where it batches single items; None elsewhere.
-
-        The whole dataset's, whatever the ranks: a distributed sampler splits the samples, not the dataset.
-        """
+        """A map-style DataLoader's whole dataset's length (whatever the ranks) where it batches items, else None."""
         if self.sample_dims != 1 or not isinstance(loader, DataLoader) or loader.batch_size is None:
             return None
         dataset = loader.dataset
@@ -373,10 +359,7 @@ class SampleAudit(Callback):
 
     @staticmethod
     def _gather(trainer: Trainer, parts: list[torch.Tensor], order: Order, carried: list[int]) -> list[Share]:
-        """Every rank's fingerprints per loader, its order and carried counts, in rank order.
-
-        Two gathers, whatever the loaders: the counts, then the fingerprints padded to the longest rank's.
-        """
+        """Every rank's share, in rank order: two gathers, the counts, then the fingerprints padded to the longest."""
         world, count = trainer.world_size, len(parts)
         device = parts[0].device
         local = torch.cat(parts)
@@ -460,17 +443,13 @@ class SampleAudit(Callback):
     def state_dict(self) -> dict[str, Any]:
         """The current epoch's fingerprints of every rank, with each rank's count per training loader.
 
-        A collective under DDP: every rank must save the checkpoint, as Lightning's ModelCheckpoint does. A
-        checkpoint saved by one rank alone (a rank-zero-only ``save_checkpoint``) would wait for the others. A
-        step that has begun counts as trained (a checkpoint saved at its end, before this callback's own hook).
+        A collective under DDP: every rank must save the checkpoint, as Lightning's ModelCheckpoint does. A step
+        that has begun counts as trained (a checkpoint saved at its end, before this callback's own hook).
         """
         trainer = self._trainer
         if trainer is None or not self._in_epoch:
             return {}
-        try:
-            self._commit()
-        except Exception as error:
-            self._failed = self.problems.note("fingerprinting a training batch", error)
+        self._commit()
         shares = self._gather(trainer, self._local(trainer), Order.UNKNOWN, self._carried_counts)
         return {
             "epoch": trainer.current_epoch,

@@ -10,11 +10,11 @@ from pathlib import Path
 from mnistperf.atomic import removing_new_folders
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.guard import jsonable
-from mnistperf.diagnosis.record.run import RunSummary, load
+from mnistperf.diagnosis.record.run import load
 from mnistperf.diagnosis.record.text import format_summary
 from mnistperf.diagnosis.show.compare import compare, format_comparison
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
-from mnistperf.diagnosis.show.run_names import refuse_the_same_run, run_label, run_labels
+from mnistperf.diagnosis.show.run_names import load_two, run_label, run_labels
 from mnistperf.errors import ConfigError
 
 RUN_HELP = "a run's timing.json, or its log folder (the newest timing.json under it)"
@@ -65,13 +65,6 @@ def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
         failed,
         f"compare: {option} {outcome}: B {how} per epoch, {side} the {allowed_pct:g}% allowed and {noise_said}",
     )
-
-
-def load_two(run_a: Path, run_b: Path) -> tuple[tuple[Path, RunSummary], tuple[Path, RunSummary]]:
-    """Both runs' timing.json and content; one line where they are one run."""
-    a, b = load(run_a), load(run_b)
-    refuse_the_same_run(run_a, run_b, a, b)
-    return a, b
 
 
 def report_command(argv: Sequence[str]) -> None:

@@ -1,11 +1,6 @@
-"""What a change bought: two runs' summaries side by side, and B's gain held against the ceiling A's advice stated.
+"""What a change bought: two runs' figures side by side, and B's gain held against the ceiling A's advice stated.
 
-Each run is its ``timing.json`` or a folder holding one (the newest under it). The figures compared are the steady
-epochs' train time, throughput, the split of train time, the median step, the verdict, memory and, under DDP, the
-time in collectives, each with B's value over A's. Where the runs' epochs hold different numbers of samples, B's
-time is scaled to A's samples before its gain is taken. The gain is then checked against A's ``advice``: what
-fixing A's bound could buy at most (``at_most_s_less``). A gain within it is what the advice predicted; one beyond
-it means more changed than the bound (the machine, the model, the epoch).
+What is compared and how to read it: docs/diagnose.md, "Compare two runs".
 """
 
 from __future__ import annotations
@@ -31,12 +26,10 @@ def epoch_samples(run: RunSummary) -> float | None:
 
 
 def bought(a: RunSummary, b: RunSummary) -> dict[str, Any]:
-    """B's gain over A per epoch of A's samples, and whether it stayed within the ceiling A's advice stated.
+    """B's gain over A per epoch of A's samples, and whether it stayed within A's ceiling (``at_most_s_less``).
 
-    Returns ``saved_s`` (train seconds per epoch, negative where B is slower), ``speed_up`` (A's time over B's),
-    ``slower`` (B's time over A's, less 1), ``noise`` (the runs' spread of train time, :mod:`.noise`),
-    ``scaled`` (B's time was scaled to A's samples), and from A's advice ``bound``, ``ceiling_s`` and ``within``
-    (None where A's advice gave no ceiling), and ``removed`` (B's verdict is no longer A's).
+    ``saved_s`` is negative where B is slower, ``slower`` is B's time over A's less 1, ``scaled`` says B's time was
+    scaled to A's samples; ``ceiling_s`` and ``within`` are None where A's advice gave no ceiling.
     """
     a_time, b_time = a.figure(AVG_TRAIN_S), b.figure(AVG_TRAIN_S)
     if a_time is None or b_time is None:

@@ -1,11 +1,4 @@
-"""A run's report to look at: one self-contained HTML file (inline SVG charts, no script, nothing fetched).
-
-It shows the verdict and what a fix could buy, the step times across the run (each epoch's median, 90th
-percentile and longest step), the split of train time per epoch, memory per epoch and, for two runs, their
-comparison (:mod:`mnistperf.diagnosis.show.compare`) with their charts side by side, each kind on one scale. Every
-axis starts at 0 and is marked at round values in plain numbers with their unit. EpochTimer writes it beside
-``timing.json`` at the fit's end; ``mnistperf report RUN --html`` writes it for any run.
-"""
+"""A run's report, or two runs' side by side: one self-contained HTML file (docs/diagnose.md, "A report to look at")."""
 
 from __future__ import annotations
 
@@ -87,10 +80,7 @@ def ticks(peak: float) -> list[float]:
 
 
 def tick_label(value: float, step: float, unit: str) -> str:
-    """``value`` in plain digits with thousands separated, as many decimals as ``step`` needs, and its unit.
-
-    Zero reads "0" at any step: the axis's foot, not a measurement.
-    """
+    """``value`` in plain digits with thousands separated, as many decimals as ``step`` needs (0 none), and its unit."""
     decimals = next((d for d in range(7) if abs(step * 10**d - round(step * 10**d)) < 1e-6), 6) if value else 0
     return f"{value:,.{decimals}f} {unit}"
 
@@ -108,10 +98,6 @@ class Plot:
     def y(self, value: float) -> float:
         """The height of ``value`` on the vertical axis (SVG's y grows downwards)."""
         return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * (value / self.top if self.top > 0 else 0)
-
-    def slot(self) -> float:
-        """The width of one epoch's slot."""
-        return (self.width - LEFT - RIGHT) / self.count
 
 
 def _frame(plot: Plot, marks: list[float], unit: str, epochs: list[int], body: str, label: str) -> str:
@@ -146,41 +132,31 @@ def _series(epochs: list[dict[str, Any]], series: dict[str, str]) -> dict[int, t
     return {i: (name, v) for i, (name, v) in found.items() if any(x is not None for x in v)}
 
 
-def line_peak(epochs: list[dict[str, Any]], series: dict[str, str], scale: float) -> float:
-    """The highest value a :func:`line_chart` of these ``series`` draws (0 where none was measured)."""
-    return max((x * scale for _, v in _series(epochs, series).values() for x in v if x is not None), default=0.0)
-
-
-def line_chart(
-    epochs: list[dict[str, Any]],
-    series: dict[str, str],
-    unit: str,
-    scale: float,
-    label: str,
-    peak: float | None = None,
-    width: int = PAGE,
-) -> str:
-    """Lines over the epochs, one per ``series`` (row key: name), or a note where none was measured.
-
-    The y axis reaches ``peak`` (default: this chart's highest value): two runs' charts given the same one share it.
-    """
-    values = _series(epochs, series)
-    if not values:
-        return f'<p class="none">{escape(label)}: not measured in this run.</p>'
-    marks = ticks(line_peak(epochs, series, scale) if peak is None else peak)
-    plot = Plot(width, len(epochs), marks[-1])
-    body = ""
-    for i, (name, points) in values.items():
-        colour = COLOURS[i % len(COLOURS)]
-        xy = [(plot.x(j), plot.y(p * scale)) for j, p in enumerate(points) if p is not None]
-        line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
-        body += f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{line}"/>'
-        body += "".join(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"><title>{escape(name)}</title></circle>'
-            for x, y in xy
-        )
-    legend = _legend({i: name for i, (name, _) in values.items()})
-    return legend + _frame(plot, marks, unit, [e["epoch"] for e in epochs], body, label)
+def line_charts(
+    runs: list[list[dict[str, Any]]], width: int, series: dict[str, str], unit: str, scale: float, label: str
+) -> list[str]:
+    """Each run's lines over its epochs, one per ``series`` (row key: name), on one scale (a note where none is)."""
+    found = [_series(epochs, series) for epochs in runs]
+    marks = ticks(max((x * scale for each in found for _, v in each.values() for x in v if x is not None), default=0))
+    charts = []
+    for epochs, values in zip(runs, found, strict=True):
+        if not values:
+            charts.append(f'<p class="none">{escape(label)}: not measured in this run.</p>')
+            continue
+        plot = Plot(width, len(epochs), marks[-1])
+        body = ""
+        for i, (name, points) in values.items():
+            colour = COLOURS[i % len(COLOURS)]
+            xy = [(plot.x(j), plot.y(p * scale)) for j, p in enumerate(points) if p is not None]
+            line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
+            body += f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{line}"/>'
+            body += "".join(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"><title>{escape(name)}</title></circle>'
+                for x, y in xy
+            )
+        legend = _legend({i: name for i, (name, _) in values.items()})
+        charts.append(legend + _frame(plot, marks, unit, [e["epoch"] for e in epochs], body, label))
+    return charts
 
 
 def _split(epoch: dict[str, Any]) -> list[tuple[str, float]]:
@@ -191,35 +167,32 @@ def _split(epoch: dict[str, Any]) -> list[tuple[str, float]]:
     return [(key, value or 0.0) for key, value in parts]
 
 
-def split_peak(epochs: list[dict[str, Any]]) -> float:
-    """The tallest bar a :func:`split_chart` draws, in seconds."""
-    return max((sum(value for _, value in _split(e)) for e in epochs), default=0.0)
-
-
-def split_chart(epochs: list[dict[str, Any]], peak: float | None = None, width: int = PAGE) -> str:
-    """Each epoch's train time as stacked bars of its split (train time alone where the steps were not split).
-
-    The y axis reaches ``peak`` (default: the tallest bar): two runs' charts given the same one share it.
-    """
-    if not epochs:
-        return '<p class="none">train time split per epoch: no finished epoch.</p>'
-    marks = ticks(split_peak(epochs) if peak is None else peak)
-    plot = Plot(width, len(epochs), marks[-1])
-    bar = min(plot.slot() * 0.6, 80)  # few epochs on a wide chart: bars, not walls
-    body = ""
-    for j, e in enumerate(epochs):
-        base = 0.0
-        for key, value in _split(e):
-            colour = COLOURS[SPLIT.index(key) % len(COLOURS)] if key in SPLIT else "#999"
-            low, high = plot.y(base), plot.y(base + value)
-            body += (
-                f'<rect x="{plot.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
-                f'height="{max(low - high, 0):.1f}" fill="{colour}"><title>epoch {e["epoch"]} {key} '
-                f"{value:.3f} s</title></rect>"
-            )
-            base += value
+def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
+    """Each run's train time per epoch as stacked bars of its split (whole where not split), all on one scale."""
+    marks = ticks(max((sum(value for _, value in _split(e)) for epochs in runs for e in epochs), default=0.0))
     names = {i: key.removesuffix("_s").replace("_", " ") for i, key in enumerate(SPLIT)}
-    return _legend(names) + _frame(plot, marks, "s", [e["epoch"] for e in epochs], body, "train time split per epoch")
+    charts = []
+    for epochs in runs:
+        if not epochs:
+            charts.append('<p class="none">train time split per epoch: no finished epoch.</p>')
+            continue
+        plot = Plot(width, len(epochs), marks[-1])
+        bar = min((width - LEFT - RIGHT) / len(epochs) * 0.6, 80)  # few epochs on a wide chart: bars, not walls
+        body = ""
+        for j, e in enumerate(epochs):
+            base = 0.0
+            for key, value in _split(e):
+                colour = COLOURS[SPLIT.index(key) % len(COLOURS)] if key in SPLIT else "#999"
+                low, high = plot.y(base), plot.y(base + value)
+                body += (
+                    f'<rect x="{plot.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
+                    f'height="{max(low - high, 0):.1f}" fill="{colour}"><title>epoch {e["epoch"]} {key} '
+                    f"{value:.3f} s</title></rect>"
+                )
+                base += value
+        epoch_numbers = [e["epoch"] for e in epochs]
+        charts.append(_legend(names) + _frame(plot, marks, "s", epoch_numbers, body, "train time split per epoch"))
+    return charts
 
 
 def _table(head: list[str], rows: list[list[str]], words_last: bool = False) -> str:
@@ -265,35 +238,23 @@ def epochs_table(run: RunSummary) -> str:
     return _table(["epoch", "train s", "samples/s", "median step ms", "spike steps", "resident MB", "verdict"], rows)
 
 
-def _step_chart(epochs: list[dict[str, Any]], peak: float | None, width: int) -> str:
-    return line_chart(epochs, STEP_SERIES, "ms", 1e3, "step times per epoch", peak, width)
-
-
-def _memory_chart(epochs: list[dict[str, Any]], peak: float | None, width: int) -> str:
-    return line_chart(epochs, MEMORY_SERIES, "MB", 1.0, "memory per epoch", peak, width)
-
-
-Draw = Callable[[list[dict[str, Any]], float | None, int], str]
-# A run's charts: heading, the highest value one run's chart of that kind draws, and how to draw it up to a peak.
-CHARTS: tuple[tuple[str, Callable[[list[dict[str, Any]]], float], Draw], ...] = (
-    ("Step times across the run", lambda epochs: line_peak(epochs, STEP_SERIES, 1e3), _step_chart),
-    ("Train time split per epoch", split_peak, split_chart),
-    ("Memory per epoch", lambda epochs: line_peak(epochs, MEMORY_SERIES, 1.0), _memory_chart),
+# A run's charts: heading, and how to draw each run's chart of that kind at a width, all on one scale.
+CHARTS: tuple[tuple[str, Callable[[list[list[dict[str, Any]]], int], list[str]]], ...] = (
+    ("Step times across the run", lambda runs, w: line_charts(runs, w, STEP_SERIES, "ms", 1e3, "step times per epoch")),
+    ("Train time split per epoch", split_charts),
+    ("Memory per epoch", lambda runs, w: line_charts(runs, w, MEMORY_SERIES, "MB", 1.0, "memory per epoch")),
 )
 
 
 def one_run(run: RunSummary) -> list[str]:
     """One run's report under its title: the head, each chart across the page, the epochs."""
-    charts = [f"<h2>{heading}</h2>{draw(run.epochs, None, PAGE)}" for heading, _, draw in CHARTS]
+    charts = [f"<h2>{heading}</h2>{draw([run.epochs], PAGE)[0]}" for heading, draw in CHARTS]
     return [run_head(run), *charts, "<h2>Epochs</h2>", epochs_table(run), "<h2>The run's figures</h2>",
             figures_table(run)]  # fmt: skip
 
 
 def side_by_side(runs: list[tuple[str, RunSummary]]) -> list[str]:
-    """Runs in columns, A first: their heads, then each kind of chart with every run's on one scale; then the epochs.
-
-    One scale, so that a run twice as slow draws bars twice as tall as the other's.
-    """
+    """Runs in columns, A first: their heads, then each kind of chart with every run's on one scale; then the epochs."""
     sides = [chr(ord("A") + i) for i in range(len(runs))]
     labels = [f"{side}: {name}" for side, (name, _) in zip(sides, runs, strict=True)]
     epochs = [run.epochs for _, run in runs]
@@ -304,12 +265,8 @@ def side_by_side(runs: list[tuple[str, RunSummary]]) -> list[str]:
         return f'<div class="pair" style="grid-template-columns:repeat({len(runs)},1fr)">{inner}</div>'
 
     parts = [columns([run_head(run) for _, run in runs])]
-    for heading, peak_of, draw in CHARTS:
-        peak = max(peak_of(e) for e in epochs)
-        parts += [
-            f"<h2>{heading}: {' and '.join(sides)} on one scale</h2>",
-            columns([draw(e, peak, width) for e in epochs]),
-        ]
+    for heading, draw in CHARTS:
+        parts += [f"<h2>{heading}: {' and '.join(sides)} on one scale</h2>", columns(draw(epochs, width))]
 
     def each(table: Callable[[RunSummary], str]) -> list[str]:  # one under the other: a table needs the page
         return [f"<h3>{escape(label)}</h3>{table(run)}" for label, (_, run) in zip(labels, runs, strict=True)]

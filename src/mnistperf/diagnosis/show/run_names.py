@@ -1,26 +1,19 @@
-"""Which runs a comparison holds: each named by its own folder, and a pair that cannot show what a change bought said.
-
-A run is named by its folder (``version_1``) after its logger's name where the run gave one
-(``v2_pinned/version_1``); Lightning's default name, ``lightning_logs``, tells no run apart, so it is left out. Two
-runs are the same run where both paths lead to one ``timing.json`` (a folder stands for the newest run under it) or
-where the two files hold the same figures (a copy): comparing it with itself would show a change of nothing. Two
-runs of different datasets, or of models whose arguments differ, are compared as asked, under a line saying so.
-"""
+"""Which runs a comparison holds: each named by its folder, and a pair that cannot show what a change bought said."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary
+from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, load
 from mnistperf.errors import ConfigError
 
-# The name Lightning's loggers give every run where the run gave none
+# The name Lightning's loggers give every run where the run gave none: it tells no run apart
 DEFAULT_LOGGER_NAME = "lightning_logs"
 
 
 def run_label(path: Path, config: str | None) -> str:
-    """A run as a comparison names it: its folder, after its logger's name where the run gave one."""
+    """A run as a comparison names it: its folder (``version_1``), after its logger's name (``v2_pinned/version_1``)."""
     folder = path.resolve().parent.name
     if not config or config in (DEFAULT_LOGGER_NAME, folder):
         return folder
@@ -38,16 +31,12 @@ def run_labels(paths: Sequence[Path], configs: Sequence[str | None]) -> list[str
     return labels
 
 
-def refuse_the_same_run(run_a: Path, run_b: Path, a: tuple[Path, RunSummary], b: tuple[Path, RunSummary]) -> None:
-    """One line where A and B are one run (one file, or a copy of it), with two runs to give instead.
+def load_two(run_a: Path, run_b: Path) -> tuple[tuple[Path, RunSummary], tuple[Path, RunSummary]]:
+    """Both runs' timing.json and summary; one line where they are one run, which would show a change of nothing.
 
-    Args:
-        run_a: A's path as the user gave it.
-        run_b: B's path as the user gave it.
-        a: A's timing.json and its summary.
-        b: B's timing.json and its summary.
+    One run: both paths lead to one timing.json (a folder stands for the newest under it), or to a copy of it.
     """
-    (a_path, a_summary), (b_path, b_summary) = a, b
+    (a_path, a_summary), (b_path, b_summary) = load(run_a), load(run_b)
     if a_path.resolve() == b_path.resolve():
         why = f"both lead to {a_path}" + (
             ", a folder standing for the newest run under it" if run_a.is_dir() or run_b.is_dir() else ""
@@ -55,7 +44,7 @@ def refuse_the_same_run(run_a: Path, run_b: Path, a: tuple[Path, RunSummary], b:
     elif a_summary == b_summary:
         why = f"{b_path} holds the very figures of {a_path}, a copy"
     else:
-        return
+        return (a_path, a_summary), (b_path, b_summary)
     others = [p.parent for p in a_path.parent.parent.glob(f"*/{SUMMARY_FILE}") if p.resolve() != a_path.resolve()]
     newest = max(others, key=lambda folder: (folder / SUMMARY_FILE).stat().st_mtime_ns, default=None)
     pair = (
@@ -70,9 +59,8 @@ def refuse_the_same_run(run_a: Path, run_b: Path, a: tuple[Path, RunSummary], b:
 def mismatch(a: RunSummary, b: RunSummary) -> str | None:
     """A line where A and B trained different datasets or models, so their figures differ by more than a change.
 
-    The dataset is the DataModule's ``dataset`` setting where both summaries record one; a model is told apart by
-    the names of the arguments it saved (its hyperparameters): the same module with other values is a change to
-    compare, other names are another model.
+    The dataset is the DataModule's ``dataset`` setting; a model is told apart by the names of the arguments it saved:
+    the same module with other values is a change to compare, other names are another model.
     """
     said = []
     datasets = [(run.data or {}).get("dataset") for run in (a, b)]

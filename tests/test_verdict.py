@@ -3,6 +3,7 @@ was crowded, undetermined with the true reason where nothing was read, quiet and
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -213,7 +214,7 @@ def test_the_command_line_remedy_for_a_fit_too_short_profiles_it_through_fit(wor
 def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypatch):
     from mnistperf.diagnosis.record import clock
 
-    monkeypatch.setattr(clock, "affordable_steps", lambda fit_s, step_s, share: 2.05)
+    monkeypatch.setattr(clock, "affordable_steps", lambda *weighed: 2.05)
     timer = fit(epochs=3, timer={"window_share": 0.01})
     window = timer.busy_window
     assert window["share"] is not None and 1 <= window["last_step"] - window["first_step"] + 1 <= 2
@@ -225,6 +226,44 @@ def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_w
     assert window_module.affordable_steps(100.0, 0.1, 0.02) == pytest.approx(2.0 / (cost * 0.1))
     assert window_module.affordable_steps(1.0, 0.1, 0.02) < 1  # not even one step
     assert window_module.affordable_steps(1.0, 0.1, None) == float("inf")
+    # priced by its own graph at a tenth of a step, less the profiler's fixed second
+    assert window_module.affordable_steps(100.0, 0.1, 0.02, 0.1, 1.0) == pytest.approx(1.0 / (0.1 * 0.1))
+
+
+def test_a_step_is_priced_by_the_operators_of_its_graph_and_at_its_worst_where_the_graph_is_unread():
+    weight = torch.ones(3, requires_grad=True)
+    assert window_module.graph_nodes((weight * 2).sum()) == 3  # the sum, the product, the weight's gradient
+    chain = weight
+    for _ in range(20):
+        chain = chain * 2
+    assert window_module.graph_nodes(chain.sum(), limit=5) == 5
+    assert window_module.graph_nodes(torch.ones(3).sum()) is None  # no graph
+    price = window_module.step_price(10, 1e-6, 0.01)
+    assert price == pytest.approx(10 * window_module.EVENTS_PER_NODE * 1e-6 / 0.01)
+    worst = window_module.CPU_WINDOW_COST
+    assert window_module.step_price(None, 1e-6, 0.01) == worst
+    assert window_module.step_price(window_module.GRAPH_LIMIT, 1e-6, 0.01) == worst
+    assert window_module.step_price(10, math.inf, 0.01) == worst  # the cost could not be read
+    assert window_module.step_price(1_000, 1e-3, 0.01) == worst  # capped
+    fixed_s, event_s = window_module.recording_cost()
+    assert fixed_s >= 0 and 0 <= event_s < 1
+
+
+def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_share(monkeypatch):
+    from mnistperf.diagnosis.record import clock
+
+    monkeypatch.setattr(clock, "recording_cost", lambda: (0.0, 1e-9))  # whatever the machine's load
+    timer = EpochTimer()
+    fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)  # two epochs of 30 steps
+    assert timer.clock._nodes is not None and timer.clock._nodes > 3
+    assert timer.busy_window["share"] is not None, timer.busy_window
+    assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
+    # the same fit without its graph read is priced at the worst, which so short a fit cannot pay for
+    monkeypatch.setattr(clock, "graph_nodes", lambda loss: None)
+    worst = EpochTimer(window_share=0.001)
+    fit_module(Newcomer(), rows(count=480), callbacks=[worst], max_epochs=2)
+    assert worst.busy_window["share"] is None
+    assert f"{window_module.CPU_WINDOW_COST:.2g} times that to record" in worst.busy_window["reason"]
 
 
 def test_steps_left_follow_the_fits_limits():

@@ -325,8 +325,11 @@ class EpochTimer(Callback):
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
-        """On a sampled step: the forward is done."""
+        """On a sampled step: the forward is done (on a CPU, the first one's graph prices the profiled window)."""
         self._mark("backward")
+        if not self.clock.priced:
+            with self.problems.guard("reading the step's graph"):
+                self.clock.read_graph(loss)
 
     @override
     def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:

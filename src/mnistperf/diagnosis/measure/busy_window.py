@@ -36,6 +36,12 @@ WINDOW_FIT_SHARE = 0.015
 # operators and reading them. Measured 2.5-3.6 on steps of thousands of small operators, the worst case for a
 # profiler; a step of a few large operators costs a few hundredths of a step (docs/results/cpu-2core-window-agreement).
 CPU_WINDOW_COST = 4.0
+# A step is priced by its own operators where its autograd graph was read (docs/timing.md, "what the window may
+# cost"): the profiler records 18-22 operator events per node of that graph on SimpleCNN and on a step of hundreds
+# of small layers, 10 on an MLP of two layers (forward, backward and update together; cpu-2core-window-price). A
+# graph past GRAPH_LIMIT nodes is priced at the worst.
+EVENTS_PER_NODE = 24
+GRAPH_LIMIT = 5_000
 # The margin any share is read with, before the wait for a core widens it.
 BASE_MARGIN = 0.05
 # A training step launches about ten kernels at the very least; a window that saw fewer missed part of its work.
@@ -109,9 +115,59 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
     return (first, last) if first <= last else None
 
 
-def affordable_steps(fit_s: float, step_s: float, share: float | None = WINDOW_FIT_SHARE) -> float:
-    """The steps of ``step_s`` a CPU window may record for at most ``share`` of a fit of ``fit_s`` (None: no limit)."""
-    return math.inf if share is None else share * fit_s / (CPU_WINDOW_COST * step_s)
+def affordable_steps(
+    fit_s: float, step_s: float, share: float | None = WINDOW_FIT_SHARE, price: float = CPU_WINDOW_COST, fixed_s=0.0
+) -> float:
+    """The steps of ``step_s`` a CPU window may record for at most ``share`` of a fit of ``fit_s`` (None: no limit).
+
+    ``price``: what recording one step costs, in steps (:func:`step_price`); ``fixed_s``: what the window costs
+    whatever its steps (:func:`recording_cost`).
+    """
+    return math.inf if share is None else (share * fit_s - fixed_s) / (price * step_s)
+
+
+def graph_nodes(loss: Any, limit: int = GRAPH_LIMIT) -> int | None:
+    """The nodes of ``loss``'s autograd graph, counted up to ``limit``; None where it has none."""
+    seen: set[Any] = set()
+    todo = [getattr(loss, "grad_fn", None)]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo.extend(child for child, _ in node.next_functions)
+    return len(seen) or None
+
+
+def recording_cost(ops: int = 64) -> tuple[float, float]:
+    """(the window's profiler's start, stop and reading, its recording of one operator event) on this thread, in s.
+
+    Timed on bare tiny operators: none, then ``ops`` of them, against the same ``ops`` unrecorded.
+    """
+    tiny = torch.zeros(1)
+
+    def recorded(count: int) -> tuple[float, int]:
+        start = time.perf_counter()
+        with profiler_lines_dropped(), torch.autograd.profiler.profile(use_kineto=False) as profiler:
+            for _ in range(count):
+                torch.neg(tiny)
+        events = len(work_of(profiled_events(profiler, "cpu"), "cpu"))
+        return time.perf_counter() - start, events
+
+    with torch.no_grad():
+        fixed, _ = recorded(0)
+        start = time.perf_counter()
+        for _ in range(ops):
+            torch.neg(tiny)
+        plain = time.perf_counter() - start
+        seconds, events = recorded(ops)
+    return fixed, max(seconds - fixed - plain, 0.0) / max(events, 1)
+
+
+def step_price(nodes: int | None, event_cost_s: float, step_s: float) -> float:
+    """What recording a step of ``step_s`` costs, in steps, from its graph's ``nodes`` and an event's cost."""
+    if nodes is None or nodes >= GRAPH_LIMIT or not (event_cost_s > 0 and step_s > 0):  # not read: the worst
+        return CPU_WINDOW_COST
+    return min(nodes * EVENTS_PER_NODE * event_cost_s / step_s, CPU_WINDOW_COST)
 
 
 def thread_schedule() -> tuple[float, float] | None:

@@ -17,7 +17,6 @@ import torch
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import CORES, MEMORY, Gathered, Measures, derive
 from mnistperf.diagnosis.measure.busy_window import (
-    CPU_WINDOW_COST,
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
     TRACE_FILE,
@@ -26,6 +25,9 @@ from mnistperf.diagnosis.measure.busy_window import (
     WINDOW_STEPS,
     BusyWindow,
     affordable_steps,
+    graph_nodes,
+    recording_cost,
+    step_price,
     window_steps,
 )
 from mnistperf.diagnosis.measure.cores import EpochCores
@@ -107,6 +109,8 @@ class EpochClock:
         self._steps_left = math.inf  # the fit's training steps left at the window's epoch start
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._placed_by = ""  # where the window's epoch had no length: what placed the window instead
+        self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
+        self._recording = (0.0, math.nan)  # on a CPU, the window's fixed cost and an event's (recording_cost)
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
         self.world_size = 1
@@ -193,20 +197,33 @@ class EpochClock:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
         fit_s = now - self._fit_start + left * step_s
-        affordable = affordable_steps(fit_s, step_s, self.window_share)
+        fixed_s, event_s = self._recording
+        price = step_price(self._nodes, event_s, step_s)
+        affordable = affordable_steps(fit_s, step_s, self.window_share, price, 2 * fixed_s)  # its own and its price's
         if affordable < 1:
             self._window_declined = True
             self.window = None
             length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
             self._window_missed(
                 f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
-                f"profiled step ({step_s * 1e3:,.1f} ms, up to {CPU_WINDOW_COST:g} times that to record) to cost "
+                f"profiled step ({step_s * 1e3:,.1f} ms, {price:.2g} times that to record) to cost "
                 f"under {self.window_share:.1%} of its time; {PROFILE_ANYWAY}"
             )
             return False
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
-            window.cap(int(affordable), affordable * (CPU_WINDOW_COST + 1) * step_s)
+            window.cap(int(affordable), affordable * (price + 1) * step_s)
         return True
+
+    @property
+    def priced(self) -> bool:
+        """Whether the window needs no price, or has the step's graph to price it by (:meth:`read_graph`)."""
+        unpriced = self.device.type != "cuda" and self.window_share is not None and self.busy_window_steps > 0
+        return not unpriced or self._nodes is not None
+
+    def read_graph(self, loss: Any) -> None:
+        """On a CPU, once a fit: the nodes of a training step's graph, from its ``loss`` before the backward."""
+        if not self.priced:
+            self._nodes = graph_nodes(loss)
 
     @property
     def profiling(self) -> bool:
@@ -400,6 +417,11 @@ class EpochClock:
         """End the epoch's timing (synchronizes) and return this process's measures of it."""
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
+        if self._nodes is not None and math.isnan(self._recording[1]):  # the graph was read: the price's other part
+            try:
+                self._recording = recording_cost()
+            except Exception:  # another profiler runs: the window is priced at its worst
+                self._recording = (0.0, math.inf)
         if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
             self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
         return self.measures()

@@ -1,0 +1,155 @@
+"""The CPU window's price from the step's own graph, against what recording the step really costs.
+
+The same three steps as ../cpu-2core-window-agreement (the lab's v2 step, the newcomer's MLP, a step of many small
+operators), plus the lab's step at a batch of 64. In one process, after warm-up, each round reads the price as
+the diagnosis does (``busy_window.graph_nodes`` on one step's loss, ``operator_s``, ``step_price`` against the
+median of twenty unprofiled steps), then records six steps under the window's profiler and reads their events as
+the window does; the real cost is those steps' time beyond as many unprofiled steps, in steps per recorded step.
+Also kept: the recorded events per graph node (``EVENTS_PER_NODE``'s measure), and each event's real cost beside
+the cost ``recording_cost`` priced it at, and the profiler's fixed cost.
+
+    .venv/bin/python docs/results/cpu-2core-window-price/measure.py [ROUNDS]
+
+Prints a table and writes results.json beside this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mnistperf.diagnosis.measure.busy_window import (
+    CPU_WINDOW_COST,
+    graph_nodes,
+    profiled_events,
+    recording_cost,
+    step_price,
+    work_of,
+)
+from mnistperf.model.network import SimpleCNN
+
+HERE = Path(__file__).resolve().parent
+STEPS = 6
+WORKLOADS = (
+    "v2 step (SimpleCNN, batch 512)",
+    "SimpleCNN, batch 64",
+    "newcomer MLP (batch 16)",
+    "many small operators (batch 4)",
+)
+
+
+def workload(name: str):
+    """One training step of ``name``'s model, as a function returning its loss (read before the backward)."""
+    torch.manual_seed(0)
+    if name.startswith("v2") or name.startswith("SimpleCNN"):
+        batch = 512 if name.startswith("v2") else 64
+        model, x, y = SimpleCNN(), torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+        opt = torch.optim.Adam(model.parameters(), 1e-3)
+    elif name.startswith("newcomer"):
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        x, y = torch.randn(16, 16), torch.randint(0, 4, (16,))
+        opt = torch.optim.SGD(model.parameters(), 0.01)
+    else:
+        blocks = [m for _ in range(30) for m in (nn.Linear(16, 16), nn.LayerNorm(16), nn.GELU())]
+        model, x, y = nn.Sequential(*blocks, nn.Linear(16, 10)), torch.randn(4, 16), torch.randint(0, 10, (4,))
+        opt = torch.optim.Adam(model.parameters(), 1e-3)
+    seen: list[int | None] = []
+
+    def step(read: bool = False) -> None:
+        loss = F.cross_entropy(model(x), y)
+        if read:
+            seen.append(graph_nodes(loss))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return step, seen
+
+
+def round_of(step, seen) -> dict:
+    """One round: the price as the diagnosis reads it, and the real cost of six recorded steps."""
+    times = []
+    for _ in range(20):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    step_s = statistics.median(times)
+    step(read=True)
+    nodes, (fixed_s, event_cost_s) = seen[-1], recording_cost()
+    price = step_price(nodes, event_cost_s, step_s)
+    start = time.perf_counter()
+    with torch.autograd.profiler.profile(use_kineto=False) as recorded:
+        for _ in range(STEPS):
+            step()
+    events = len(work_of(profiled_events(recorded, "cpu"), "cpu"))
+    cost = (time.perf_counter() - start - STEPS * step_s) / STEPS / step_s
+    return {
+        "step_s": step_s,
+        "nodes": nodes,
+        "fixed_s": fixed_s,
+        "event_s": event_cost_s,
+        "price_steps": price,
+        "predicted_steps": price + fixed_s / STEPS / step_s,
+        "cost_steps": cost,
+        "events_per_node": events / STEPS / nodes if nodes else None,
+        "event_cost_s": cost * step_s * STEPS / events if events else None,
+    }
+
+
+def main() -> None:
+    """Every workload, ``ROUNDS`` rounds in turn; the medians printed, every round kept."""
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    torch.set_num_threads(min(torch.get_num_threads(), 2))
+    steps = {name: workload(name) for name in WORKLOADS}
+    for step, _ in steps.values():
+        for _ in range(5):
+            step()
+    found: dict[str, list[dict]] = {name: [] for name in WORKLOADS}
+    for _ in range(rounds):
+        for name, (step, seen) in steps.items():
+            found[name].append(round_of(step, seen))
+    heads = ("nodes", "events/node", "event (us)", "priced at", "predicted", "cost")
+    print(f"{'step':32}", *(f"{head:>11}" for head in heads))
+    medians = {}
+    for name, runs in found.items():
+        med = {key: statistics.median(r[key] for r in runs) for key in runs[0] if runs[0][key] is not None}
+        medians[name] = med
+        shown = (
+            med["nodes"],
+            med["events_per_node"],
+            med["event_cost_s"] * 1e6,
+            med["event_s"] * 1e6,
+            med["predicted_steps"],
+            med["cost_steps"],
+        )
+        print(f"{name:32}", *(f"{value:11.3g}" for value in shown))
+    print(
+        "predicted (the step's price, capped at "
+        f"{CPU_WINDOW_COST:g}, and the profiler's fixed cost over {STEPS} steps) and cost: steps per recorded step"
+    )
+    (HERE / "results.json").write_text(
+        json.dumps(
+            {
+                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "load_before": os.getloadavg(),
+                "rounds": found,
+                "medians": medians,
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

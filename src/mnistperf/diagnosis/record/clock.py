@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from mnistperf.atomic import atomic_write
-from mnistperf.diagnosis.figures import CORES, MEMORY, Gathered, Measures, derive
+from mnistperf.diagnosis.figures import BUSY, CORES, MEMORY, Gathered, Measures, derive
 from mnistperf.diagnosis.measure.busy_window import (
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
@@ -36,16 +36,9 @@ from mnistperf.diagnosis.measure.memory import device_peaks_mb, reset_device_pea
 from mnistperf.diagnosis.measure.phases import PHASES, StepPhases
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.record.advice import Hints
-from mnistperf.diagnosis.record.summary import (
-    BUSY_KEYS,
-    INPUT_BOUND_SHARE,
-    WINDOW_PENDING,
-    aggregate,
-    epoch_row,
-    measured_figures,
-    ranks_apart,
-    step_figures,
-)
+from mnistperf.diagnosis.record.rows import epoch_row, measured_figures, ranks_apart, step_figures
+from mnistperf.diagnosis.record.summary import aggregate
+from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, WINDOW_PENDING
 
 PROFILE_ANYWAY = (
     "EpochTimer(window_share=None) profiles it anyway (with LightningCLI: "
@@ -92,7 +85,7 @@ class EpochClock:
         self.busy_window_steps = 0 if busy_unavailable else busy_window_steps
         # Where the busy share was profiled, and its value (None while not measured, with the reason)
         self.busy_window: dict[str, Any] | None = None
-        if device.type in BUSY_KEYS and profile_window:
+        if device.type in BUSY and profile_window:
             if busy_unavailable is None and busy_window_steps <= 0:
                 busy_unavailable = "the profiled window is off (busy_window_steps 0)"
             self.busy_window = {"device": device.type, "share": None}

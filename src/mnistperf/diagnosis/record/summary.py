@@ -26,17 +26,12 @@ from mnistperf.diagnosis.figures import (
     TRAIN_S,
     registry,
 )
-from mnistperf.diagnosis.figures import BUSY as BUSY_KEYS  # noqa: F401  (the clock's import)
 from mnistperf.diagnosis.measure.cores import held
 from mnistperf.diagnosis.measure.memory import growth, measured
 from mnistperf.diagnosis.measure.stalls import stalls
 from mnistperf.diagnosis.record.advice import Hints, advice
-from mnistperf.diagnosis.record.rows import epoch_row as epoch_row  # the clock's import
-from mnistperf.diagnosis.record.rows import measured_figures as measured_figures  # the clock's import
 from mnistperf.diagnosis.record.rows import not_measured, ranks_apart, window_figures
-from mnistperf.diagnosis.record.rows import step_figures as step_figures  # the clock's import
 from mnistperf.diagnosis.record.verdict import FIT_ENDED, WINDOW_PENDING, classify
-from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE as INPUT_BOUND_SHARE  # the clock's import
 
 
 def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -3,7 +3,6 @@ was crowded, undetermined with the true reason where nothing was read, quiet and
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 
@@ -226,8 +225,9 @@ def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_w
     assert window_module.affordable_steps(100.0, 0.1, 0.02) == pytest.approx(2.0 / (cost * 0.1))
     assert window_module.affordable_steps(1.0, 0.1, 0.02) < 1  # not even one step
     assert window_module.affordable_steps(1.0, 0.1, None) == float("inf")
-    # priced by its own graph at a tenth of a step, less the profiler's fixed second
-    assert window_module.affordable_steps(100.0, 0.1, 0.02, 0.1, 1.0) == pytest.approx(1.0 / (0.1 * 0.1))
+    # priced by its own graph at a tenth of a step, less the profiler's start, stop and reading
+    fixed = window_module.START_COST * 1e-4
+    assert window_module.affordable_steps(100.0, 0.1, 0.02, 0.1, 1e-4) == pytest.approx((2.0 - fixed) / (0.1 * 0.1))
 
 
 def test_a_step_is_priced_by_the_operators_of_its_graph_and_at_its_worst_where_the_graph_is_unread():
@@ -239,20 +239,19 @@ def test_a_step_is_priced_by_the_operators_of_its_graph_and_at_its_worst_where_t
     assert window_module.graph_nodes(chain.sum(), limit=5) == 5
     assert window_module.graph_nodes(torch.ones(3).sum()) is None  # no graph
     price = window_module.step_price(10, 1e-6, 0.01)
-    assert price == pytest.approx(10 * window_module.EVENTS_PER_NODE * 1e-6 / 0.01)
+    assert price == pytest.approx(10 * window_module.EVENTS_PER_NODE * window_module.EVENT_COST * 1e-6 / 0.01)
     worst = window_module.CPU_WINDOW_COST
     assert window_module.step_price(None, 1e-6, 0.01) == worst
     assert window_module.step_price(window_module.GRAPH_LIMIT, 1e-6, 0.01) == worst
-    assert window_module.step_price(10, math.inf, 0.01) == worst  # the cost could not be read
+    assert window_module.step_price(10, 0.0, 0.01) == worst  # the operator's time not read
     assert window_module.step_price(1_000, 1e-3, 0.01) == worst  # capped
-    fixed_s, event_s = window_module.recording_cost()
-    assert fixed_s >= 0 and 0 <= event_s < 1
+    assert 0 < window_module.operator_s() < 1e-2
 
 
 def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_share(monkeypatch):
     from mnistperf.diagnosis.record import clock
 
-    monkeypatch.setattr(clock, "recording_cost", lambda: (0.0, 1e-9))  # whatever the machine's load
+    monkeypatch.setattr(clock, "operator_s", lambda: 1e-9)  # whatever the machine's load
     timer = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)  # two epochs of 30 steps
     assert timer.clock._nodes is not None and timer.clock._nodes > 3

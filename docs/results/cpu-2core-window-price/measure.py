@@ -3,10 +3,12 @@
 The same three steps as ../cpu-2core-window-agreement (the lab's v2 step, the newcomer's MLP, a step of many small
 operators), plus the lab's step at a batch of 64. In one process, after warm-up, each round reads the price as
 the diagnosis does (``busy_window.graph_nodes`` on one step's loss, ``operator_s``, ``step_price`` against the
-median of twenty unprofiled steps), then records six steps under the window's profiler and reads their events as
-the window does; the real cost is those steps' time beyond as many unprofiled steps, in steps per recorded step.
-Also kept: the recorded events per graph node (``EVENTS_PER_NODE``'s measure), and each event's real cost beside
-the cost ``recording_cost`` priced it at, and the profiler's fixed cost.
+median of twenty unprofiled steps), then times the window's profiler recording nothing (its start, stop and
+reading) and recording six steps, their events read as the window reads them. The real cost is those six steps'
+time beyond as many unprofiled steps, in steps per recorded step; the predicted one is the price plus the start's
+priced cost over the six steps. Also kept, in bare tiny operators' time: what each recorded event cost
+(``EVENT_COST``'s measure) and the empty window (``START_COST``'s); and the events per graph node
+(``EVENTS_PER_NODE``'s).
 
     .venv/bin/python docs/results/cpu-2core-window-price/measure.py [ROUNDS]
 
@@ -29,9 +31,10 @@ from torch import nn
 
 from mnistperf.diagnosis.measure.busy_window import (
     CPU_WINDOW_COST,
+    START_COST,
     graph_nodes,
+    operator_s,
     profiled_events,
-    recording_cost,
     step_price,
     work_of,
 )
@@ -75,8 +78,17 @@ def workload(name: str):
     return step, seen
 
 
+def recorded(work, *args) -> tuple[float, int]:
+    """Seconds of ``work(*args)`` under the window's profiler, its events read as the window reads them; the events."""
+    start = time.perf_counter()
+    with torch.autograd.profiler.profile(use_kineto=False) as profiler:
+        work(*args)
+    events = len(work_of(profiled_events(profiler, "cpu"), "cpu"))
+    return time.perf_counter() - start, events
+
+
 def round_of(step, seen) -> dict:
-    """One round: the price as the diagnosis reads it, and the real cost of six recorded steps."""
+    """One round: the price as the diagnosis reads it, and the real cost of an empty window and of six steps."""
     times = []
     for _ in range(20):
         start = time.perf_counter()
@@ -84,24 +96,20 @@ def round_of(step, seen) -> dict:
         times.append(time.perf_counter() - start)
     step_s = statistics.median(times)
     step(read=True)
-    nodes, (fixed_s, event_cost_s) = seen[-1], recording_cost()
-    price = step_price(nodes, event_cost_s, step_s)
-    start = time.perf_counter()
-    with torch.autograd.profiler.profile(use_kineto=False) as recorded:
-        for _ in range(STEPS):
-            step()
-    events = len(work_of(profiled_events(recorded, "cpu"), "cpu"))
-    cost = (time.perf_counter() - start - STEPS * step_s) / STEPS / step_s
+    nodes, op_s = seen[-1], operator_s()
+    price = step_price(nodes, op_s, step_s)
+    empty_s, _ = recorded(lambda: None)
+    seconds, events = recorded(lambda: [step() for _ in range(STEPS)])
     return {
         "step_s": step_s,
         "nodes": nodes,
-        "fixed_s": fixed_s,
-        "event_s": event_cost_s,
+        "operator_s": op_s,
         "price_steps": price,
-        "predicted_steps": price + fixed_s / STEPS / step_s,
-        "cost_steps": cost,
+        "predicted_steps": price + START_COST * op_s / STEPS / step_s,
+        "cost_steps": (seconds - STEPS * step_s) / STEPS / step_s,
         "events_per_node": events / STEPS / nodes if nodes else None,
-        "event_cost_s": cost * step_s * STEPS / events if events else None,
+        "event_cost_ops": (seconds - STEPS * step_s - empty_s) / events / op_s if events else None,
+        "start_cost_ops": empty_s / op_s,
     }
 
 
@@ -117,24 +125,17 @@ def main() -> None:
     for _ in range(rounds):
         for name, (step, seen) in steps.items():
             found[name].append(round_of(step, seen))
-    heads = ("nodes", "events/node", "event (us)", "priced at", "predicted", "cost")
+    heads = ("nodes", "events/node", "event (ops)", "start (ops)", "predicted", "cost")
     print(f"{'step':32}", *(f"{head:>11}" for head in heads))
     medians = {}
     for name, runs in found.items():
         med = {key: statistics.median(r[key] for r in runs) for key in runs[0] if runs[0][key] is not None}
         medians[name] = med
-        shown = (
-            med["nodes"],
-            med["events_per_node"],
-            med["event_cost_s"] * 1e6,
-            med["event_s"] * 1e6,
-            med["predicted_steps"],
-            med["cost_steps"],
-        )
-        print(f"{name:32}", *(f"{value:11.3g}" for value in shown))
+        shown = ("nodes", "events_per_node", "event_cost_ops", "start_cost_ops", "predicted_steps", "cost_steps")
+        print(f"{name:32}", *(f"{med[key]:11.3g}" for key in shown))
     print(
         "predicted (the step's price, capped at "
-        f"{CPU_WINDOW_COST:g}, and the profiler's fixed cost over {STEPS} steps) and cost: steps per recorded step"
+        f"{CPU_WINDOW_COST:g}, and its start over {STEPS} steps) and cost: steps per recorded step"
     )
     (HERE / "results.json").write_text(
         json.dumps(

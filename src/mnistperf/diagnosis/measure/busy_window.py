@@ -29,18 +29,23 @@ PROFILER_WARMUP_STEPS = 2
 TRACE_LIMIT = 20_000
 # The training thread waiting for a core at least this share of the window: the verdict is in doubt.
 CROWDED = 0.1
-# On a CPU the window may cost this share of the whole fit's time (None: no limit): with the callbacks' other work, a
-# cost users do not notice (docs/results/cpu-2core-compat-cost).
-WINDOW_FIT_SHARE = 0.015
+# On a CPU the window may cost this share of the whole fit's time (None: no limit): with the callbacks' other work
+# (4.6 % of the newcomer's second-long fit, counted in instructions), within the 1.05x users do not notice
+# (docs/results/cpu-2core-compat-cost).
+WINDOW_FIT_SHARE = 0.005
 # What one recorded step costs a CPU fit besides its own time, in unprofiled steps, at its worst: recording its
 # operators and reading them. Measured 2.5-3.6 on steps of thousands of small operators, the worst case for a
 # profiler; a step of a few large operators costs a few hundredths of a step (docs/results/cpu-2core-window-agreement).
 CPU_WINDOW_COST = 4.0
 # A step is priced by its own operators where its autograd graph was read (docs/timing.md, "what the window may
 # cost"): the profiler records 18-22 operator events per node of that graph on SimpleCNN and on a step of hundreds
-# of small layers, 10 on an MLP of two layers (forward, backward and update together; cpu-2core-window-price). A
-# graph past GRAPH_LIMIT nodes is priced at the worst.
+# of small layers, 10 on an MLP of two layers (forward, backward and update together); recording and reading one
+# costs 2.5-4.5 bare tiny operators' time (operator_s), and the profiler's start, stop and reading 350-950 whatever
+# it records (docs/results/cpu-2core-window-price). Each is priced with a margin; a graph past GRAPH_LIMIT nodes is
+# priced at the worst.
 EVENTS_PER_NODE = 24
+EVENT_COST = 6.0
+START_COST = 1_000.0
 GRAPH_LIMIT = 5_000
 # The margin any share is read with, before the wait for a core widens it.
 BASE_MARGIN = 0.05
@@ -116,14 +121,14 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
 
 
 def affordable_steps(
-    fit_s: float, step_s: float, share: float | None = WINDOW_FIT_SHARE, price: float = CPU_WINDOW_COST, fixed_s=0.0
+    fit_s: float, step_s: float, share: float | None = WINDOW_FIT_SHARE, price: float = CPU_WINDOW_COST, op_s=0.0
 ) -> float:
     """The steps of ``step_s`` a CPU window may record for at most ``share`` of a fit of ``fit_s`` (None: no limit).
 
-    ``price``: what recording one step costs, in steps (:func:`step_price`); ``fixed_s``: what the window costs
-    whatever its steps (:func:`recording_cost`).
+    ``price``: what recording one step costs, in steps (:func:`step_price`); ``op_s``: a bare tiny operator's time
+    (:func:`operator_s`), which prices the window's start, stop and reading.
     """
-    return math.inf if share is None else (share * fit_s - fixed_s) / (price * step_s)
+    return math.inf if share is None else (share * fit_s - START_COST * op_s) / (price * step_s)
 
 
 def graph_nodes(loss: Any, limit: int = GRAPH_LIMIT) -> int | None:
@@ -138,36 +143,23 @@ def graph_nodes(loss: Any, limit: int = GRAPH_LIMIT) -> int | None:
     return len(seen) or None
 
 
-def recording_cost(ops: int = 64) -> tuple[float, float]:
-    """(the window's profiler's start, stop and reading, its recording of one operator event) on this thread, in s.
-
-    Timed on bare tiny operators: none, then ``ops`` of them, against the same ``ops`` unrecorded.
-    """
-    tiny = torch.zeros(1)
-
-    def recorded(count: int) -> tuple[float, int]:
-        start = time.perf_counter()
-        with profiler_lines_dropped(), torch.autograd.profiler.profile(use_kineto=False) as profiler:
-            for _ in range(count):
-                torch.neg(tiny)
-        events = len(work_of(profiled_events(profiler, "cpu"), "cpu"))
-        return time.perf_counter() - start, events
-
+def operator_s(ops: int = 32, repeats: int = 3) -> float:
+    """A bare tiny operator's time on this thread, with no profiler: the least over a few short loops."""
+    tiny, best = torch.zeros(1), math.inf
     with torch.no_grad():
-        fixed, _ = recorded(0)
-        start = time.perf_counter()
-        for _ in range(ops):
-            torch.neg(tiny)
-        plain = time.perf_counter() - start
-        seconds, events = recorded(ops)
-    return fixed, max(seconds - fixed - plain, 0.0) / max(events, 1)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(ops):
+                torch.neg(tiny)
+            best = min(best, (time.perf_counter() - start) / ops)
+    return best
 
 
-def step_price(nodes: int | None, event_cost_s: float, step_s: float) -> float:
-    """What recording a step of ``step_s`` costs, in steps, from its graph's ``nodes`` and an event's cost."""
-    if nodes is None or nodes >= GRAPH_LIMIT or not (event_cost_s > 0 and step_s > 0):  # not read: the worst
+def step_price(nodes: int | None, op_s: float, step_s: float) -> float:
+    """What recording a step of ``step_s`` costs, in steps, from its graph's ``nodes`` and :func:`operator_s`."""
+    if nodes is None or nodes >= GRAPH_LIMIT or not (op_s > 0 and step_s > 0):  # not read: the worst
         return CPU_WINDOW_COST
-    return min(nodes * EVENTS_PER_NODE * event_cost_s / step_s, CPU_WINDOW_COST)
+    return min(nodes * EVENTS_PER_NODE * EVENT_COST * op_s / step_s, CPU_WINDOW_COST)
 
 
 def thread_schedule() -> tuple[float, float] | None:

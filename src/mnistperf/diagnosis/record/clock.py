@@ -26,7 +26,7 @@ from mnistperf.diagnosis.measure.busy_window import (
     BusyWindow,
     affordable_steps,
     graph_nodes,
-    recording_cost,
+    operator_s,
     step_price,
     window_steps,
 )
@@ -103,7 +103,7 @@ class EpochClock:
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._placed_by = ""  # where the window's epoch had no length: what placed the window instead
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
-        self._recording = (0.0, math.nan)  # on a CPU, the window's fixed cost and an event's (recording_cost)
+        self._op_s = 0.0  # on a CPU, a bare tiny operator's time (operator_s), read once outside train time (0: not)
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
         self.world_size = 1
@@ -190,9 +190,8 @@ class EpochClock:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
         fit_s = now - self._fit_start + left * step_s
-        fixed_s, event_s = self._recording
-        price = step_price(self._nodes, event_s, step_s)
-        affordable = affordable_steps(fit_s, step_s, self.window_share, price, 2 * fixed_s)  # its own and its price's
+        price = step_price(self._nodes, self._op_s, step_s)
+        affordable = affordable_steps(fit_s, step_s, self.window_share, price, self._op_s)
         if affordable < 1:
             self._window_declined = True
             self.window = None
@@ -410,11 +409,8 @@ class EpochClock:
         """End the epoch's timing (synchronizes) and return this process's measures of it."""
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
-        if self._nodes is not None and math.isnan(self._recording[1]):  # the graph was read: the price's other part
-            try:
-                self._recording = recording_cost()
-            except Exception:  # another profiler runs: the window is priced at its worst
-                self._recording = (0.0, math.inf)
+        if self._nodes is not None and not self._op_s:  # the graph was read: the price's other part
+            self._op_s = operator_s()
         if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
             self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
         return self.measures()

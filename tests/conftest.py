@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,13 +66,20 @@ def write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None
     return path
 
 
-@pytest.fixture
-def tiny_data(tmp_path: Path) -> Path:
-    """data/FashionMNIST/{train,test}.parquet with 96 and 40 random rows, in row groups of 16."""
-    data_dir = tmp_path / "data"
+@pytest.fixture(scope="session")
+def _tiny_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`tiny_data`'s files, written once a session (784 columns in six row groups take a while each time)."""
+    data_dir = tmp_path_factory.mktemp("tiny") / "data"
     for split, rows, seed in (("train", TRAIN_ROWS, 1), ("test", TEST_ROWS, 2)):
         write_parquet(data_dir / "FashionMNIST" / f"{split}.parquet", schema.build_table(*random_split(rows, seed)), 16)
     return data_dir
+
+
+@pytest.fixture
+def tiny_data(tmp_path: Path, _tiny_parquet: Path) -> Path:
+    """data/FashionMNIST/{train,test}.parquet with 96 and 40 random rows, in row groups of 16: the test's own copy,
+    new files it may change or damage."""
+    return Path(shutil.copytree(_tiny_parquet, tmp_path / "data", copy_function=shutil.copyfile))
 
 
 @pytest.fixture

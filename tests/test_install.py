@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import LITDATA_MISSING, MNISTPERF, NO_WORKERS, REPO, ends_in_one_line, stage_argv
+from conftest import LITDATA_MISSING, MNISTPERF, NO_WORKERS, REPO, ends_in_one_line, fails_in_one_line, stage_argv
 from packaging.requirements import Requirement
 
 tomllib = pytest.importorskip("tomllib")
@@ -70,15 +70,22 @@ def test_the_readme_gives_a_cpu_line_and_what_to_do_without_its_index():
     assert re.search(r"Where that index cannot be reached, [^\n]*\n[^\n]*pip install torch", readme)
 
 
-def test_a_torchvision_that_does_not_load_is_one_line_naming_the_fix(tmp_path):
+def test_a_torchvision_that_does_not_load_is_one_line_naming_the_fix(tmp_path, monkeypatch, capsys):
+    """fit as a fresh process, where nothing has imported Lightning yet, and ``prepare --help`` in this process: the
+    same line, before either command does anything."""
     broken = tmp_path / "site" / "torchvision"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
     env.pop("MNISTPERF_DEBUG", None)
-    for args in (stage_argv("v2_pinned", quiet=False), ["prepare", "--help"]):
-        run = subprocess.run([*MNISTPERF, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
-        ends_in_one_line(run.returncode, run.stderr, "mnistperf: error: torchvision", "`pip uninstall -y torchvision`")
+    run = subprocess.run(
+        [*MNISTPERF, *stage_argv("v2_pinned", quiet=False)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    ends_in_one_line(run.returncode, run.stderr, "mnistperf: error: torchvision", "`pip uninstall -y torchvision`")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "torchvision", raising=False)
+    monkeypatch.delenv("MNISTPERF_DEBUG", raising=False)
+    fails_in_one_line(capsys, ["prepare", "--help"], "mnistperf: error: torchvision", "`pip uninstall -y torchvision`")
 
 
 def test_ci_runs_the_readme_setup_lines_as_written():

@@ -7,6 +7,7 @@ where it stopped. Where it stops: see docs/stages.md (v3_resident's own shuffle,
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,23 +30,33 @@ def assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> 
 ONE_WORKER = ["--data.num_workers", "1"]  # v2_pinned's persistent, pinned workers, fewer of them
 
 
-def test_a_stage_run_twice_trains_the_same_weights(workdir):
-    assert_identical(trained(workdir, "v2_pinned", *ONE_WORKER), trained(workdir, "v2_pinned", *ONE_WORKER))
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory, _tiny_parquet: Path) -> dict[str, dict[str, torch.Tensor]]:
+    """The weights of two-epoch fits that several tests compare: v2_pinned with one worker, and v3_resident."""
+    folder = tmp_path_factory.mktemp("straight")
+    shutil.copytree(_tiny_parquet, folder / "data", copy_function=shutil.copyfile)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        return {"v2_pinned": trained(folder, "v2_pinned", *ONE_WORKER), "v3_resident": trained(folder, "v3_resident")}
 
 
-def test_the_cpu_ladder_trains_the_same_weights_at_the_same_batch_size(workdir):
+def test_a_stage_run_twice_trains_the_same_weights(workdir, straight):
+    assert_identical(trained(workdir, "v2_pinned", *ONE_WORKER), straight["v2_pinned"])
+
+
+def test_the_cpu_ladder_trains_the_same_weights_at_the_same_batch_size(workdir, straight):
     """Per-row or pre-tensorized dataset, workers or none, persistent or not, DataLoader or resident: one order."""
-    v2 = trained(workdir, "v2_pinned", *ONE_WORKER)
+    v2 = straight["v2_pinned"]
     assert_identical(trained(workdir, "v1_bs512"), v2)
-    assert_identical(trained(workdir, "v3_resident"), v2)
+    assert_identical(straight["v3_resident"], v2)
 
 
 @pytest.mark.parametrize(
     "stage, overrides",
     [("v2_pinned", [*NO_WORKERS]), ("v3_resident", [])],
 )
-def test_a_resumed_run_trains_the_weights_of_an_uninterrupted_one(workdir, stage, overrides):
-    straight = trained(workdir, stage, *overrides, epochs=2)
+def test_a_resumed_run_trains_the_weights_of_an_uninterrupted_one(workdir, straight, stage, overrides):
+    uninterrupted = straight[stage] if stage == "v3_resident" else trained(workdir, stage, *overrides, epochs=2)
     trained(workdir, stage, *overrides, epochs=1)
     resumed = trained(workdir, stage, *overrides, "--ckpt_path", str(newest_checkpoint(workdir, stage)), epochs=2)
-    assert_identical(straight, resumed)
+    assert_identical(uninterrupted, resumed)

@@ -230,6 +230,14 @@ def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_w
     assert window_module.affordable_steps(100.0, 0.1, 0.02, 0.1, 1e-4) == pytest.approx((2.0 - fixed) / (0.1 * 0.1))
 
 
+def test_a_window_priced_too_low_stops_once_its_steps_took_what_they_were_allowed():
+    window = window_module.BusyWindow(3, 8, device_type="cpu")
+    window.cap(4, 0.01, 0.005)  # four steps of 10 ms, allowed 5 ms more
+    assert window.last == 6 and window.budget_s == pytest.approx(0.045)
+    window.cap(100, 0.01, 0.005)  # no more steps than the window has
+    assert window.last == 6
+
+
 def test_a_step_is_priced_by_the_operators_of_its_graph_and_at_its_worst_where_the_graph_is_unread():
     weight = torch.ones(3, requires_grad=True)
     assert window_module.graph_nodes((weight * 2).sum()) == 3  # the sum, the product, the weight's gradient

@@ -258,6 +258,9 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
     def __init__(self, args: list[str] | None = None, run: bool = True, announce: str | None = None):
         self._announce = announce
         self._announce_subcommand = run
+        given = sys.argv[1:] if args is None else args
+        self._asked = given[0] if run and given and given[0] in LightningCLI.subcommands() else None
+        fit = {"usage": "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]", "description": fit_description()}
         super().__init__(
             ImageClassifier,
             MNISTDataModule,
@@ -268,12 +271,14 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             parser_kwargs={
                 "prog": "mnistperf",
                 "formatter_class": KeepDescriptionLines,
-                "fit": {
-                    "usage": "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]",
-                    "description": fit_description(),
-                },
+                **({"fit": fit} if "fit" in self.subcommands() else {}),
             },
         )
+
+    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
+        """Lightning's subcommands; where the command line names one, that one alone, whose parser alone is built."""
+        every = LightningCLI.subcommands()
+        return {self._asked: every[self._asked]} if self._asked else every
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with Lightning's own progress bar (where the config names none) redrawn every few steps."""

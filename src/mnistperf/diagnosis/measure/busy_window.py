@@ -32,7 +32,7 @@ CROWDED = 0.1
 # On a CPU the window may cost this share of the whole fit's time (None: no limit): with the callbacks' other work
 # (4.6 % of the newcomer's second-long fit, counted in instructions), within the 1.05x users do not notice
 # (docs/results/cpu-2core-compat-cost).
-WINDOW_FIT_SHARE = 0.005
+WINDOW_FIT_SHARE = 0.004
 # What one recorded step costs a CPU fit besides its own time, in unprofiled steps, at its worst: recording its
 # operators and reading them. Measured 2.5-3.6 on steps of thousands of small operators, the worst case for a
 # profiler; a step of a few large operators costs a few hundredths of a step (docs/results/cpu-2core-window-agreement).
@@ -128,7 +128,12 @@ def affordable_steps(
     ``price``: what recording one step costs, in steps (:func:`step_price`); ``op_s``: a bare tiny operator's time
     (:func:`operator_s`), which prices the window's start, stop and reading.
     """
-    return math.inf if share is None else (share * fit_s - START_COST * op_s) / (price * step_s)
+    return math.inf if share is None else allowed_s(fit_s, share, op_s) / (price * step_s)
+
+
+def allowed_s(fit_s: float, share: float, op_s: float = 0.0) -> float:
+    """What a CPU window may add to a fit of ``fit_s`` besides its start, stop and reading, in seconds."""
+    return share * fit_s - START_COST * op_s
 
 
 def graph_nodes(loss: Any, limit: int = GRAPH_LIMIT) -> int | None:
@@ -243,10 +248,13 @@ class BusyWindow:
         self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
         self._recording_since = 0.0
 
-    def cap(self, steps: int, budget_s: float) -> None:
-        """Before the profiler starts: record at most ``steps`` steps, ending once they have taken ``budget_s``."""
+    def cap(self, steps: int, step_s: float, allowed_s: float) -> None:
+        """Before the profiler starts: record at most ``steps`` steps of ``step_s``, ending past ``allowed_s`` more.
+
+        A step priced too low then costs the fit at most itself beyond what it was allowed.
+        """
         self.last = min(self.last, self.first + steps - 1)
-        self.budget_s = budget_s
+        self.budget_s = (self.last - self.first + 1) * step_s + allowed_s
 
     def step_start(self, index: int) -> None:
         """Step ``index`` begins: the CUDA profiler starts its warm-up before ``first``, a CPU's recording at it."""

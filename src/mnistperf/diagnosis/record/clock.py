@@ -25,6 +25,7 @@ from mnistperf.diagnosis.measure.busy_window import (
     WINDOW_STEPS,
     BusyWindow,
     affordable_steps,
+    allowed_s,
     graph_nodes,
     operator_s,
     step_price,
@@ -203,7 +204,7 @@ class EpochClock:
             )
             return False
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
-            window.cap(int(affordable), affordable * (price + 1) * step_s)
+            window.cap(int(affordable), step_s, allowed_s(fit_s, self.window_share, self._op_s))
         return True
 
     @property

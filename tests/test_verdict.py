@@ -233,9 +233,21 @@ def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_w
 def test_a_window_priced_too_low_stops_once_its_steps_took_what_they_were_allowed():
     window = window_module.BusyWindow(3, 8, device_type="cpu")
     window.cap(4, 0.01, 0.005)  # four steps of 10 ms, allowed 5 ms more
-    assert window.last == 6 and window.budget_s == pytest.approx(0.045)
+    assert window.last == 6 and window.budget == (0.01, 0.005)
     window.cap(100, 0.01, 0.005)  # no more steps than the window has
     assert window.last == 6
+
+    def recorded_steps(allowed_s: float) -> int:
+        window = window_module.BusyWindow(3, 8, device_type="cpu")
+        window.cap(6, 0.0, allowed_s)  # steps priced at nothing
+        for index in range(9):
+            window.step_start(index)
+            window.step_end(index)
+        assert window.done
+        return window.last - window.first + 1
+
+    assert recorded_steps(0.0) == 1  # the first step took more than nothing: the window ends there
+    assert recorded_steps(60.0) == 6
 
 
 def test_a_step_is_priced_by_the_operators_of_its_graph_and_at_its_worst_where_the_graph_is_unread():

@@ -236,7 +236,7 @@ class BusyWindow:
     ):
         self.first, self.last, self.device_type = first, last, device_type
         self.min_kernels_per_step = min_kernels_per_step
-        self.budget_s: float | None = None  # see cap()
+        self.budget: tuple[float, float] | None = None  # (a step's time, what recording may add to it): see cap()
         self.done = False
         self.busy: float | None = None
         self.reason: str | None = None
@@ -254,7 +254,7 @@ class BusyWindow:
         A step priced too low then costs the fit at most itself beyond what it was allowed.
         """
         self.last = min(self.last, self.first + steps - 1)
-        self.budget_s = (self.last - self.first + 1) * step_s + allowed_s
+        self.budget = (step_s, allowed_s)
 
     def step_start(self, index: int) -> None:
         """Step ``index`` begins: the CUDA profiler starts its warm-up before ``first``, a CPU's recording at it."""
@@ -286,9 +286,10 @@ class BusyWindow:
         if self.device_type == "cuda":
             with profiler_lines_dropped():
                 self._profiler.step()
-        spent = self.budget_s is not None and time.perf_counter() - self._recording_since > self.budget_s
-        if index >= self.first and spent:
-            self.last = index  # the window ends early: its recorded steps have cost what it may spend
+        if index >= self.first and self.budget is not None:  # what its recorded steps took beyond their own time
+            step_s, allowed_s = self.budget
+            if time.perf_counter() - self._recording_since - (index - self.first + 1) * step_s > allowed_s:
+                self.last = index  # the window ends early: its recorded steps have cost what it may spend
         if index == self.last:
             self.recorded = self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
             (opened, before), now, schedule = self._opened, time.perf_counter(), thread_schedule()

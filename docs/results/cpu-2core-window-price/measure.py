@@ -4,10 +4,11 @@ The same three steps as ../cpu-2core-window-agreement (the lab's v2 step, the ne
 operators), plus the lab's step at a batch of 64. In one process, after warm-up, each round reads the price as
 the diagnosis does (``busy_window.graph_nodes`` on one step's loss, ``operator_s``, ``step_price`` against the
 median of twenty unprofiled steps), then times the window's profiler recording nothing (its start, stop and
-reading) and recording six steps, their events read as the window reads them. The real cost is those six steps'
-time beyond as many unprofiled steps, in steps per recorded step; the predicted one is the price plus the start's
-priced cost over the six steps. Also kept, in bare tiny operators' time: what each recorded event cost
-(``EVENT_COST``'s measure) and the empty window (``START_COST``'s); and the events per graph node
+reading) and recording six steps, their events read as the window reads them and written to a trace as it
+writes them once a fit. The real cost is those six steps' time and their trace's beyond as many unprofiled steps,
+in steps per recorded step; the predicted one is the price plus the start's priced cost over the six steps. Also
+kept, in bare tiny operators' time: what each recorded event cost and what writing it to the trace cost (together,
+``EVENT_COST``'s measure) and the empty window (``START_COST``'s); and the events per graph node
 (``EVENTS_PER_NODE``'s).
 
     .venv/bin/python docs/results/cpu-2core-window-price/measure.py [ROUNDS]
@@ -22,6 +23,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,13 +80,22 @@ def workload(name: str):
     return step, seen
 
 
-def recorded(work, *args) -> tuple[float, int]:
-    """Seconds of ``work(*args)`` under the window's profiler, its events read as the window reads them; the events."""
+def recorded(work, trace: bool = False) -> tuple[float, int, float]:
+    """(seconds of ``work()`` recorded and its events read as the window reads them, the events, its trace's writing).
+
+    The trace is written only where ``trace`` asks; else its seconds are 0.
+    """
     start = time.perf_counter()
     with torch.autograd.profiler.profile(use_kineto=False) as profiler:
-        work(*args)
+        work()
     events = len(work_of(profiled_events(profiler, "cpu"), "cpu"))
-    return time.perf_counter() - start, events
+    seconds = time.perf_counter() - start
+    if not trace:
+        return seconds, events, 0.0
+    with tempfile.TemporaryDirectory() as scratch:
+        start = time.perf_counter()
+        profiler.export_chrome_trace(str(Path(scratch, "window.json")))
+        return seconds, events, time.perf_counter() - start
 
 
 def round_of(step, seen) -> dict:
@@ -98,18 +109,19 @@ def round_of(step, seen) -> dict:
     step(read=True)
     nodes, op_s = seen[-1], operator_s()
     price = step_price(nodes, op_s, step_s)
-    empty_s, _ = recorded(lambda: None)
-    seconds, events = recorded(lambda: [step() for _ in range(STEPS)])
+    empty_s, _, _ = recorded(lambda: None)
+    seconds, events, trace_s = recorded(lambda: [step() for _ in range(STEPS)], trace=True)
     return {
         "step_s": step_s,
         "nodes": nodes,
         "operator_s": op_s,
         "price_steps": price,
         "predicted_steps": price + START_COST * op_s / STEPS / step_s,
-        "cost_steps": (seconds - STEPS * step_s) / STEPS / step_s,
+        "cost_steps": (seconds + trace_s - STEPS * step_s) / STEPS / step_s,
         "events_per_node": events / STEPS / nodes if nodes else None,
         "event_cost_ops": (seconds - STEPS * step_s - empty_s) / events / op_s if events else None,
         "start_cost_ops": empty_s / op_s,
+        "trace_cost_ops": trace_s / events / op_s if events else None,
     }
 
 
@@ -125,13 +137,14 @@ def main() -> None:
     for _ in range(rounds):
         for name, (step, seen) in steps.items():
             found[name].append(round_of(step, seen))
-    heads = ("nodes", "events/node", "event (ops)", "start (ops)", "predicted", "cost")
+    heads = ("nodes", "events/node", "event (ops)", "trace (ops)", "start (ops)", "predicted", "cost")
     print(f"{'step':32}", *(f"{head:>11}" for head in heads))
     medians = {}
     for name, runs in found.items():
         med = {key: statistics.median(r[key] for r in runs) for key in runs[0] if runs[0][key] is not None}
         medians[name] = med
-        shown = ("nodes", "events_per_node", "event_cost_ops", "start_cost_ops", "predicted_steps", "cost_steps")
+        shown = ("nodes", "events_per_node", "event_cost_ops", "trace_cost_ops", "start_cost_ops")
+        shown += ("predicted_steps", "cost_steps")
         print(f"{name:32}", *(f"{med[key]:11.3g}" for key in shown))
     print(
         "predicted (the step's price, capped at "

@@ -40,11 +40,11 @@ CPU_WINDOW_COST = 4.0
 # A step is priced by its own operators where its autograd graph was read (docs/timing.md, "what the window may
 # cost"): the profiler records 18-22 operator events per node of that graph on SimpleCNN and on a step of hundreds
 # of small layers, 10 on an MLP of two layers (forward, backward and update together); recording and reading one
-# costs 2.5-4.5 bare tiny operators' time (operator_s), and the profiler's start, stop and reading 350-950 whatever
-# it records (docs/results/cpu-2core-window-price). Each is priced with a margin; a graph past GRAPH_LIMIT nodes is
-# priced at the worst.
+# costs 2.5-4.5 bare tiny operators' time (operator_s), writing it to the trace 1-2 more, and the profiler's start,
+# stop and reading 350-950 whatever it records (docs/results/cpu-2core-window-price). Each is priced with a margin;
+# a graph past GRAPH_LIMIT nodes is priced at the worst.
 EVENTS_PER_NODE = 24
-EVENT_COST = 6.0
+EVENT_COST = 8.0
 START_COST = 1_000.0
 GRAPH_LIMIT = 5_000
 # The margin any share is read with, before the wait for a core widens it.

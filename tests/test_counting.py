@@ -316,6 +316,13 @@ def test_a_one_step_fit_says_why_it_has_no_split(capsys):
     assert out.count(f"EpochTimer: train time is not split into forward, backward and optimizer: {reason}.") == 1
 
 
+def test_a_timer_given_a_second_fit_says_why_that_fit_has_no_split_too(capsys):
+    timer = EpochTimer()
+    for _ in range(2):
+        fit_module(Recorder(None), DataLoader(Indexed(), batch_size=BATCH), callbacks=[timer], fast_dev_run=True)
+    assert capsys.readouterr().out.count("EpochTimer: train time is not split into forward, backward") == 2
+
+
 class FakeClock:
     """time.perf_counter standing still but for the steps a test gives it."""
 

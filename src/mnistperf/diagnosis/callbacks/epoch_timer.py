@@ -229,7 +229,7 @@ class EpochTimer(Callback):
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders, each counted apart; a count of the user's counts each batch whole."""
-        self._epoch_open = self._uncounted = False
+        self._epoch_open = self._uncounted = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
         self._own = own if callable(own) else None
         self.batches = TrainingBatches(self.problems, AS_ONE)

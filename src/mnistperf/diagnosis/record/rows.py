@@ -28,7 +28,7 @@ from mnistperf.diagnosis.measure.stalls import StepStats
 from mnistperf.diagnosis.record.verdict import NOT_MEASURED, classify
 
 RANKS_APART = 0.1  # the share of train time by which the ranks' own work differs where they are apart
-PHASES = SPLIT[1:-1]  # the step's own phases in train time's split: forward, backward, optimizer
+PHASE_FIGURES = SPLIT[1:-1]  # the step's own phases in train time's split: forward_s, backward_s, optimizer_s
 
 
 def epoch_row(
@@ -128,10 +128,10 @@ def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
 
 def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dict[str, float | None]:
     """Train time split: the wait for data, the step's phases and the rest (None where not measured)."""
-    parts = [phases.get(key) for key in PHASES]
+    parts = [phases.get(key) for key in PHASE_FIGURES]
     known = [part for part in parts if part is not None]
     rest = max(train_s - wait_s - sum(known), 0.0) if len(known) == len(parts) else None
-    return {INPUT_WAIT_S: wait_s, **dict(zip(PHASES, parts, strict=True)), REST_S: rest}
+    return {INPUT_WAIT_S: wait_s, **dict(zip(PHASE_FIGURES, parts, strict=True)), REST_S: rest}
 
 
 def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:

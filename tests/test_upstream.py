@@ -136,6 +136,10 @@ def test_torchs_profiler_keeps_its_raw_events():
     assert results is not None, f"{version}: the profiler keeps no kineto_results"
     kinds = {event.activity_type() for event in results.events()}
     assert "cpu_op" in kinds and all(event.end_ns() >= event.start_ns() for event in results.events())
+    assert not upstream.profiler_running()
+    with torch.autograd.profiler.profile(use_kineto=False):
+        assert upstream.profiler_running(), f"{version}: torch.autograd.profiler._is_profiler_enabled is gone"
+    assert not upstream.profiler_running()
     from torch.profiler import _utils
 
     assert callable(getattr(_utils, "_init_for_cuda_graphs", None)), f"{version}: no _init_for_cuda_graphs"

@@ -250,6 +250,18 @@ def test_a_window_priced_too_low_stops_once_its_steps_took_what_they_were_allowe
     assert recorded_steps(60.0) == 6
 
 
+def test_a_window_leaves_a_torch_profiler_the_user_runs_alone():
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as users:
+        window = window_module.BusyWindow(3, 5, device_type="cpu")
+        for index in range(7):
+            window.step_start(index)
+            torch.ones(4).sum()
+            window.step_end(index)
+        torch.ones(4).sum()  # still recorded by the user's profiler
+    assert window.done and window.busy is None and "another torch profiler" in window.reason
+    assert any(event.name == "aten::sum" for event in users.events())
+
+
 def test_a_step_is_priced_by_the_operators_of_its_graph_and_at_its_worst_where_the_graph_is_unread():
     weight = torch.ones(3, requires_grad=True)
     assert window_module.graph_nodes((weight * 2).sum()) == 3  # the sum, the product, the weight's gradient
@@ -277,6 +289,9 @@ def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_s
     assert timer.clock._nodes is not None and timer.clock._nodes > 3
     assert timer.busy_window["share"] is not None, timer.busy_window
     assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
+    one = EpochTimer()  # a one-epoch fit weighs its window before its first epoch ends: priced by its graph too
+    fit_module(Newcomer(), rows(count=480), callbacks=[one], max_epochs=1)
+    assert one.busy_window["share"] is not None and one.busy_window["in_warmup"], one.busy_window
     # the same fit without its graph read is priced at the worst, which so short a fit cannot pay for
     monkeypatch.setattr(clock, "graph_nodes", lambda loss: None)
     worst = EpochTimer(window_share=0.001)

@@ -233,6 +233,17 @@ def kineto_results(profiler: Any) -> Any:
     return getattr(getattr(profiler, "profiler", profiler), "kineto_results", None)
 
 
+def profiler_running() -> bool:
+    """Whether a torch profiler records in this process now (the user's own, or any other).
+
+    Why: a second profiler started inside it does not fail; stopping that one ends the user's session too. Public
+    replacement: none; torch.autograd.profiler's flag of the running session.
+    """
+    import torch
+
+    return bool(torch.autograd.profiler._is_profiler_enabled)
+
+
 # ---------------------------------------------------------------- Lightning: a DataLoader made again
 def rebuilt_dataloader(dataloader: Any, settings: dict[str, Any]) -> Any:
     """The same DataLoader made again with ``settings`` (``num_workers=2``, ...) in place of its own.

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from mnistperf.upstream import kineto_results
+from mnistperf.upstream import kineto_results, profiler_running
 
 # Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
 WINDOW_STEPS = 20
@@ -268,12 +268,15 @@ class BusyWindow:
                 plan = torch.profiler.schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=active, repeat=1)
                 self._start(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA], schedule=plan))
         if index == self.first:
-            self._recording_since = time.perf_counter()
             if not on_cuda and self._opened[0] and self._profiler is None and not self.done:
                 self._start(torch.autograd.profiler.profile(use_kineto=False))  # no start-up cost
+            self._recording_since = time.perf_counter()  # its start is priced apart (allowed_s)
 
     def _start(self, profiler: Any) -> None:
         global _profiling
+        if profiler_running():  # ending ours would end it too
+            self.abandon("another torch profiler was running, and only one can run at a time")
+            return
         self._profiler = profiler
         with profiler_lines_dropped():
             profiler.__enter__()  # Kineto's profile: its start()

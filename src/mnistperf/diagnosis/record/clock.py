@@ -191,9 +191,11 @@ class EpochClock:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
         fit_s = now - self._fit_start + left * step_s
+        if self._nodes is not None and not self._op_s:  # a one-epoch fit: its first epoch has not ended
+            self._op_s = operator_s()
         price = step_price(self._nodes, self._op_s, step_s)
         affordable = affordable_steps(fit_s, step_s, self.window_share, price, self._op_s)
-        if affordable < 1:
+        if not affordable >= 1:  # NaN too
             self._window_declined = True
             self.window = None
             length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "

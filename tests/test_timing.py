@@ -145,7 +145,10 @@ def test_on_a_cpu_a_tiny_step_is_overhead_bound_and_its_time_split(one_thread, t
     assert timer.busy_window["device"] == "cpu" and timer.busy_window["share"] < 0.8
     row = timer.epochs[1]
     parts = [row[k] for k in ("input_wait_s", "forward_s", "backward_s", "optimizer_s", "rest_s")]
-    assert all(part > 0 for part in parts) and sum(parts) == pytest.approx(row["train_s"])
+    # the measured parts are each positive; the rest, what they leave of train time, at least none (on a crowded
+    # machine the sampled phases, scaled to the epoch, can fill it)
+    assert all(part > 0 for part in parts[:4]) and parts[4] >= 0, parts
+    assert sum(parts) == pytest.approx(row["train_s"])
     summary = json.loads(timer.summary_path.read_text())
     assert summary["split"]["rest_s"] == pytest.approx(row["rest_s"])  # one steady epoch: its own split
     assert (Path(trainer.log_dir) / summary["busy_window"]["trace"]).is_file()  # the window's trace, on a CPU too

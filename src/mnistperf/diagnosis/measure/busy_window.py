@@ -121,7 +121,11 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
 
 
 def affordable_steps(
-    fit_s: float, step_s: float, share: float | None = WINDOW_FIT_SHARE, price: float = CPU_WINDOW_COST, op_s=0.0
+    fit_s: float,
+    step_s: float,
+    share: float | None = WINDOW_FIT_SHARE,
+    price: float = CPU_WINDOW_COST,
+    op_s: float = 0.0,
 ) -> float:
     """The steps of ``step_s`` a CPU window may record for at most ``share`` of a fit of ``fit_s`` (None: no limit).
 

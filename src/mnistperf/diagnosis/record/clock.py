@@ -104,7 +104,7 @@ class EpochClock:
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._placed_by = ""  # where the window's epoch had no length: what placed the window instead
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
-        self._op_s = 0.0  # on a CPU, a bare tiny operator's time (operator_s), read once outside train time (0: not)
+        self._op_s = 0.0  # on a CPU, a bare tiny operator's time (operator_s), read as a window opens (0: not yet)
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
         self.world_size = 1
@@ -172,6 +172,8 @@ class EpochClock:
         steps = window_steps(expected, self.busy_window_steps)
         if steps:
             self.window = BusyWindow(*steps, device_type=self.device.type)
+            if self.device.type != "cuda" and self.window_share is not None and not self._op_s:
+                self._op_s = operator_s()  # the window's price's other part, before train time starts
         else:
             placed = f" ({self._placed_by})" if self._placed_by else ""
             self._window_missed(
@@ -191,8 +193,6 @@ class EpochClock:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
         fit_s = now - self._fit_start + left * step_s
-        if self._nodes is not None and not self._op_s:  # a one-epoch fit: its first epoch has not ended
-            self._op_s = operator_s()
         price = step_price(self._nodes, self._op_s, step_s)
         affordable = affordable_steps(fit_s, step_s, self.window_share, price, self._op_s)
         if not affordable >= 1:  # NaN too
@@ -412,8 +412,6 @@ class EpochClock:
         """End the epoch's timing (synchronizes) and return this process's measures of it."""
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
-        if self._nodes is not None and not self._op_s:  # the graph was read: the price's other part
-            self._op_s = operator_s()
         if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
             self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
         return self.measures()

@@ -229,6 +229,7 @@ def fit_description() -> str:
 
 
 EVAL_COMMANDS = ("validate", "test", "predict")
+FIT_USAGE = "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]"
 
 
 class KeepDescriptionLines(PlainHelpFormatter, RawDescriptionHelpFormatter, DefaultHelpFormatter):
@@ -260,7 +261,6 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         self._announce_subcommand = run
         given = sys.argv[1:] if args is None else args
         self._asked = given[0] if run and given and given[0] in LightningCLI.subcommands() else None
-        fit = {"usage": "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]", "description": fit_description()}
         super().__init__(
             ImageClassifier,
             MNISTDataModule,
@@ -271,7 +271,11 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             parser_kwargs={
                 "prog": "mnistperf",
                 "formatter_class": KeepDescriptionLines,
-                **({"fit": fit} if "fit" in self.subcommands() else {}),
+                **(
+                    {"fit": {"usage": FIT_USAGE, "description": fit_description()}}
+                    if "fit" in self.subcommands()
+                    else {}
+                ),
             },
         )
 

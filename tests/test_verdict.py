@@ -227,7 +227,7 @@ def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_w
     assert window_module.affordable_steps(1.0, 0.1, None) == float("inf")
     # priced by its own graph at a tenth of a step, less the profiler's start, stop and reading
     fixed = window_module.START_COST * 1e-4
-    assert window_module.affordable_steps(100.0, 0.1, 0.02, 0.1, 1e-4) == pytest.approx((2.0 - fixed) / (0.1 * 0.1))
+    assert window_module.affordable_steps(100.0, 0.1, 0.02, 0.1, fixed) == pytest.approx((2.0 - fixed) / (0.1 * 0.1))
 
 
 def test_a_window_priced_too_low_stops_once_its_steps_took_what_they_were_allowed():
@@ -292,12 +292,13 @@ def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_s
     one = EpochTimer()  # a one-epoch fit weighs its window before its first epoch ends: priced by its graph too
     fit_module(Newcomer(), rows(count=480), callbacks=[one], max_epochs=1)
     assert one.busy_window["share"] is not None and one.busy_window["in_warmup"], one.busy_window
-    # the same fit without its graph read is priced at the worst, which so short a fit cannot pay for
+    # the same fit without its graph read is priced at the worst, which so short a fit cannot pay for, nor the
+    # operator clock's worst, the cheaper price the reason then gives
     monkeypatch.setattr(clock, "graph_nodes", lambda loss: None)
     worst = EpochTimer(window_share=0.001)
     fit_module(Newcomer(), rows(count=480), callbacks=[worst], max_epochs=2)
     assert worst.busy_window["share"] is None
-    assert f"{window_module.CPU_WINDOW_COST:.2g} times that to record" in worst.busy_window["reason"]
+    assert f"{window_module.CLOCK_WORST:.2g} times that to record" in worst.busy_window["reason"]
 
 
 def test_steps_left_follow_the_fits_limits():

@@ -12,12 +12,13 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.upstream import kineto_results, profiler_running
 
 # Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
@@ -47,6 +48,12 @@ EVENTS_PER_NODE = 24
 EVENT_COST = 8.0
 START_COST = 1_000.0
 GRAPH_LIMIT = 5_000
+# Where the profiler costs more than the fit may spend, the operator clock times a step's torch calls instead
+# (docs/timing.md, "The operator clock"): 3.6-9.3 calls per graph node (an MLP under SGD, SimpleCNN and hundreds of
+# small layers under Adam), each costing its step 1.1-1.4 bare tiny operators' time; at its worst, a step of bare
+# tiny calls, 1.4 steps. Each is priced with a margin; it has no start of its own to pay for.
+CLOCK_NODE_COST = 12 * 2.0
+CLOCK_WORST = 2.0
 # The margin any share is read with, before the wait for a core widens it.
 BASE_MARGIN = 0.05
 # A training step launches about ten kernels at the very least; a window that saw fewer missed part of its work.
@@ -125,19 +132,14 @@ def affordable_steps(
     step_s: float,
     share: float | None = WINDOW_FIT_SHARE,
     price: float = CPU_WINDOW_COST,
-    op_s: float = 0.0,
+    start_s: float = 0.0,
 ) -> float:
     """The steps of ``step_s`` a CPU window may record for at most ``share`` of a fit of ``fit_s`` (None: no limit).
 
-    ``price``: what recording one step costs, in steps (:func:`step_price`); ``op_s``: a bare tiny operator's time
-    (:func:`operator_s`), which prices the window's start, stop and reading.
+    ``price``: what recording one step costs, in steps (:func:`step_price`); ``start_s``: the window's start, stop
+    and reading.
     """
-    return math.inf if share is None else allowed_s(fit_s, share, op_s) / (price * step_s)
-
-
-def allowed_s(fit_s: float, share: float, op_s: float = 0.0) -> float:
-    """What a CPU window may add to a fit of ``fit_s`` besides its start, stop and reading, in seconds."""
-    return share * fit_s - START_COST * op_s
+    return math.inf if share is None else (share * fit_s - start_s) / (price * step_s)
 
 
 def graph_nodes(loss: Any, limit: int = GRAPH_LIMIT) -> int | None:
@@ -164,11 +166,20 @@ def operator_s(ops: int = 32, repeats: int = 3) -> float:
     return best
 
 
-def step_price(nodes: int | None, op_s: float, step_s: float) -> float:
-    """What recording a step of ``step_s`` costs, in steps, from its graph's ``nodes`` and :func:`operator_s`."""
+def step_price(
+    nodes: int | None,
+    op_s: float,
+    step_s: float,
+    node_cost: float = EVENTS_PER_NODE * EVENT_COST,
+    worst: float = CPU_WINDOW_COST,
+) -> float:
+    """What recording a step of ``step_s`` costs, in steps, from its graph's ``nodes`` and :func:`operator_s`.
+
+    ``node_cost``: a node's price in tiny operators' time; ``worst``: the price of a step whose graph was not read.
+    """
     if nodes is None or nodes >= GRAPH_LIMIT or not (op_s > 0 and step_s > 0):  # not read: the worst
-        return CPU_WINDOW_COST
-    return min(nodes * EVENTS_PER_NODE * EVENT_COST * op_s / step_s, CPU_WINDOW_COST)
+        return worst
+    return min(nodes * node_cost * op_s / step_s, worst)
 
 
 def thread_schedule() -> tuple[float, float] | None:
@@ -249,6 +260,8 @@ class BusyWindow:
         self.talked: dict[str, Any] | None = None  # under DDP, the window's collectives (see communication())
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler: Any = None  # Kineto's profile on CUDA, the autograd profiler on a CPU
+        self.clock: OperatorClock | None = None  # on a CPU, in the profiler's place: see time_calls()
+        self.bounds: tuple[float, float] | None = None  # the operator clock's least and most share
         self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
         self._recording_since = 0.0
 
@@ -259,6 +272,13 @@ class BusyWindow:
         """
         self.last = min(self.last, self.first + steps - 1)
         self.budget = (step_s, allowed_s)
+
+    def time_calls(self, floor_s: float, nodes: int) -> None:
+        """Before the window starts: time its steps' torch calls (:class:`OperatorClock`) instead of profiling them.
+
+        ``floor_s``: a bare tiny operator's time; ``nodes``: a step's autograd graph nodes.
+        """
+        self.clock = OperatorClock(floor_s, nodes)
 
     def step_start(self, index: int) -> None:
         """Step ``index`` begins: the CUDA profiler starts its warm-up before ``first``, a CPU's recording at it."""
@@ -273,16 +293,16 @@ class BusyWindow:
                 self._start(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA], schedule=plan))
         if index == self.first:
             if not on_cuda and self._opened[0] and self._profiler is None and not self.done:
-                self._start(torch.autograd.profiler.profile(use_kineto=False))  # no start-up cost
+                self._start(self.clock or torch.autograd.profiler.profile(use_kineto=False))  # no start-up cost
             self._recording_since = time.perf_counter()  # its start is priced apart (allowed_s)
 
     def _start(self, profiler: Any) -> None:
         global _profiling
-        if profiler_running():  # ending ours would end it too
+        if profiler is not self.clock and profiler_running():  # ending ours would end it too
             self.abandon("another torch profiler was running, and only one can run at a time")
             return
         self._profiler = profiler
-        with profiler_lines_dropped():
+        with nullcontext() if profiler is self.clock else profiler_lines_dropped():
             profiler.__enter__()  # Kineto's profile: its start()
         _profiling = self
 
@@ -298,10 +318,17 @@ class BusyWindow:
             if time.perf_counter() - self._recording_since - (index - self.first + 1) * step_s > allowed_s:
                 self.last = index  # the window ends early: its recorded steps have cost what it may spend
         if index == self.last:
-            self.recorded = self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
+            stopped = self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
             (opened, before), now, schedule = self._opened, time.perf_counter(), thread_schedule()
             if before is not None and schedule is not None and now > opened:  # the share it waited for a core
                 self.crowded = min(max((schedule[1] - before[1]) / (now - opened), 0.0), 1.0)
+            self.done = True
+            if self.clock is not None:
+                self.kernels, self.bounds = self.clock.calls, self.clock.bounds(now - self._recording_since)
+                self.busy = sum(self.bounds) / 2 if self.bounds else None
+                self.reason = None if self.bounds else "the operator clock timed no torch call"
+                return
+            self.recorded = stopped
             events = profiled_events(self.recorded, self.device_type)
             talks = self._collectives(events)
             apart = COLLECTIVES[self.device_type][2] if talks is not None else None
@@ -314,7 +341,6 @@ class BusyWindow:
                 shares = communication([(start, end) for _, start, end in activities], intervals)
                 if shares is not None:
                     self.talked = {"backend": backend, "world_size": size, "collectives": len(intervals), **shares}
-            self.done = True
 
     def _collectives(self, events: list[Event]) -> tuple[str, int, list[tuple[float, float]]] | None:
         """Under DDP, the backend, the world's size and the window's collectives; None where there are none to see."""
@@ -330,10 +356,10 @@ class BusyWindow:
         """Stop the profiler and let go of it; return it."""
         global _profiling
         profiler, self._profiler = self._profiler, None
-        with profiler_lines_dropped():
+        with nullcontext() if profiler is self.clock else profiler_lines_dropped():
             if self.device_type == "cuda":
                 profiler.stop()
-            else:
+            else:  # the autograd profiler, or the operator clock
                 profiler.__exit__(None, None, None)
         if _profiling is self:
             _profiling = None
@@ -346,15 +372,17 @@ class BusyWindow:
 
     def result(self, epoch: int) -> dict:
         """What timing.json records as ``busy_window``: the share (or why there is none), where and over what."""
+        spread = (self.bounds[1] - self.bounds[0]) / 2 if self.bounds else 0.0  # the operator clock's
         found = {
             "share": self.busy,
             "epoch": epoch,
             "first_step": self.first + 1,
             "last_step": self.last + 1,
             "kernels": self.kernels,
-            "margin": BASE_MARGIN + (self.crowded or 0.0),
+            "margin": BASE_MARGIN + (self.crowded or 0.0) + spread,
             "waited_for_a_core": self.crowded,
             **({"communication": dict(self.talked)} if self.talked is not None else {}),
+            **({"operator_clock": list(self.bounds)} if self.bounds else {}),
         }
         return {**found, "reason": self.reason} if self.reason else found
 

@@ -17,19 +17,22 @@ import torch
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import BUSY, CORES, MEMORY, Gathered, Measures, derive
 from mnistperf.diagnosis.measure.busy_window import (
+    CLOCK_NODE_COST,
+    CLOCK_WORST,
     CPU_WINDOW_STEPS,
     PROFILER_WARMUP_STEPS,
+    START_COST,
     TRACE_FILE,
     TRACE_LIMIT,
     WINDOW_FIT_SHARE,
     WINDOW_STEPS,
     BusyWindow,
     affordable_steps,
-    allowed_s,
     graph_nodes,
     operator_s,
     step_price,
     window_steps,
+    world,
 )
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
@@ -105,6 +108,7 @@ class EpochClock:
         self._placed_by = ""  # where the window's epoch had no length: what placed the window instead
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
         self._op_s = 0.0  # on a CPU, a bare tiny operator's time (operator_s), read as a window opens (0: not yet)
+        self.clock_calls = True  # whether the operator clock may stand in for a profiler the fit cannot pay for
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
         self.world_size = 1
@@ -194,7 +198,14 @@ class EpochClock:
             left = expected - done if math.isfinite(expected) else 0.0
         fit_s = now - self._fit_start + left * step_s
         price = step_price(self._nodes, self._op_s, step_s)
-        affordable = affordable_steps(fit_s, step_s, self.window_share, price, self._op_s)
+        start_s = START_COST * self._op_s
+        affordable = affordable_steps(fit_s, step_s, self.window_share, price, start_s)
+        if not affordable >= 1 and self.clock_calls and world() is None:  # the operator clock, where it may run
+            price = step_price(self._nodes, self._op_s, step_s, CLOCK_NODE_COST, CLOCK_WORST)
+            start_s = 0.0
+            affordable = affordable_steps(fit_s, step_s, self.window_share, price)
+            if affordable >= 1:
+                window.time_calls(self._op_s, self._nodes or 1)
         if not affordable >= 1:  # NaN too
             self._window_declined = True
             self.window = None
@@ -206,7 +217,7 @@ class EpochClock:
             )
             return False
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
-            window.cap(int(affordable), step_s, allowed_s(fit_s, self.window_share, self._op_s))
+            window.cap(int(affordable), step_s, self.window_share * fit_s - start_s)
         return True
 
     @property

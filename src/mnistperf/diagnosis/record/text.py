@@ -107,10 +107,15 @@ def format_window(window: dict[str, Any]) -> str:
     where = "the warm-up epoch, the run's only" if window.get("in_warmup") else "a steady epoch, kept out of its timing"
     waited = window.get("waited_for_a_core")
     crowd = f", the training thread waiting for a core {waited:.0%} of it" if waited is not None else ""
+    how = f"{window.get('kernels', 0):,} {'kernels' if on_cuda else 'operators'}, profiled"
+    if window.get("operator_clock"):  # the profiler cost more than the fit could spend (docs/timing.md)
+        least, most = window["operator_clock"]
+        how = f"between {least:.0%} and {most:.0%}, {window.get('kernels', 0):,} torch calls timed"
+        trace = "; no trace: the profiler did not run, the fit being too short to pay for it"
     return (
         f"{label}: {window['share']:.0%} of the time (read within {window.get('margin', 0.0):.0%}) over training "
         f"steps {window.get('first_step', 0)}-{window.get('last_step', 0)} of epoch {window.get('epoch', 0)} "
-        f"({window.get('kernels', 0):,} {'kernels' if on_cuda else 'operators'}, profiled in {where}{crowd}{trace})"
+        f"({how} in {where}{crowd}{trace})"
     )
 
 

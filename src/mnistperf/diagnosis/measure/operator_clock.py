@@ -1,0 +1,59 @@
+"""Time inside tensor operations as Python sees it: every top-level torch call of a few steps timed, as two bounds.
+
+Where the profiled window costs a CPU fit more than it may spend, this reads the same share for a fraction of its
+price: what it measures, its bounds and its cost are in docs/timing.md, "The operator clock".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+# Calls that run a whole backward pass: its graph's nodes each cost at least a bare call's dispatch.
+BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+
+
+class OperatorClock(TorchFunctionMode):
+    """Times each top-level torch call made while it is entered, calls inside a call left to their caller.
+
+    ``floor_s``: a bare tiny call's time under this clock (:func:`call_floor_s`); ``nodes``: a training step's
+    autograd graph nodes, the calls its backward runs. :attr:`inside` is every call's time; :attr:`beyond` what each
+    took past its floor, so the time tensor operations ran lies between them.
+    """
+
+    def __init__(self, floor_s: float = 0.0, nodes: int = 1) -> None:
+        super().__init__()
+        self.floor_s, self.backward_floor_s = floor_s, floor_s * nodes
+        self.inside = self.beyond = 0.0
+        self.calls = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        start = time.perf_counter()
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            took = time.perf_counter() - start
+            self.inside += took
+            self.beyond += max(took - (self.backward_floor_s if func in BACKWARD else self.floor_s), 0.0)
+            self.calls += 1
+
+    def bounds(self, span_s: float) -> tuple[float, float] | None:
+        """(least, most) share of ``span_s`` spent inside tensor operations; None where nothing was timed."""
+        if self.calls == 0 or span_s <= 0:
+            return None
+        return min(self.beyond / span_s, 1.0), min(self.inside / span_s, 1.0)
+
+
+def call_floor_s(calls: int = 16, repeats: int = 2) -> float:
+    """A bare tiny torch call's time under :class:`OperatorClock`: the least over a few short loops."""
+    tiny, best = torch.zeros(1), float("inf")
+    with torch.no_grad():
+        for _ in range(repeats):
+            with OperatorClock() as clock:
+                for _ in range(calls):
+                    torch.neg(tiny)
+            best = min(best, clock.inside / calls)
+    return best

@@ -1,0 +1,82 @@
+"""The operator clock: bounds on the time inside tensor operations, where the fit cannot pay for the profiler."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from conftest import fit_module
+from test_verdict import Newcomer, rows
+
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.measure import busy_window as window_module
+from mnistperf.diagnosis.measure.operator_clock import OperatorClock
+from mnistperf.diagnosis.record.text import format_window
+
+
+def test_the_clock_times_top_level_calls_and_bounds_their_share_of_the_span():
+    weights = torch.randn(64, 64)
+    start = time.perf_counter()
+    with OperatorClock(floor_s=0.0) as clock:
+        torch.nn.functional.linear(weights, weights)  # one call, whatever runs inside it
+        weights.sum()
+        time.sleep(0.02)  # time around the calls
+    span = time.perf_counter() - start
+    assert clock.calls == 2
+    least, most = clock.bounds(span)
+    assert 0 < least == most < 0.5  # no floor: both bounds are every call's time, the sleep outside them
+    assert OperatorClock().bounds(1.0) is None  # nothing timed
+
+
+def test_a_floor_per_call_and_per_backward_node_lowers_the_least_share_only():
+    weight = torch.ones(8, requires_grad=True)
+    with OperatorClock(floor_s=1.0, nodes=3) as clock:  # every call, the backward too, within its floor
+        (weight * 2).sum().backward()
+    assert clock.calls == 3 and clock.beyond == 0.0 and clock.inside > 0
+    least, most = clock.bounds(clock.inside * 2)
+    assert least == 0.0 and most == 0.5
+
+
+def test_a_step_under_the_clock_computes_exactly_what_it_computes_without():
+    def step() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.Adam(model.parameters())
+        for _ in range(3):
+            loss = torch.nn.functional.cross_entropy(model(torch.randn(4, 8)), torch.tensor([0, 1, 1, 0]))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return [parameter.detach().clone() for parameter in model.parameters()]
+
+    plain = step()
+    with OperatorClock(floor_s=1e-6, nodes=8):
+        clocked = step()
+    assert all(torch.equal(a, b) for a, b in zip(plain, clocked, strict=True))
+
+
+def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(monkeypatch):
+    from mnistperf.diagnosis.record import clock
+
+    def price(nodes, op_s, step_s, node_cost=window_module.EVENTS_PER_NODE * window_module.EVENT_COST, worst=4.0):
+        return 1e6 if node_cost == window_module.EVENTS_PER_NODE * window_module.EVENT_COST else 1e-6
+
+    monkeypatch.setattr(clock, "step_price", price)  # the profiler priced past any fit, the clock at nothing
+    timer = EpochTimer()
+    fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)  # two epochs of 30 steps
+    window = timer.busy_window
+    least, most = window["operator_clock"]
+    assert 0 <= least <= window["share"] <= most <= 1 and window["kernels"] > 0, window
+    assert window["margin"] >= window_module.BASE_MARGIN + (most - least) / 2
+    assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
+    assert timer.epochs[1]["profiled"]["cost_s"] >= 0 and timer.clock.recorded is None  # no trace to write
+    line = format_window(window)
+    assert "torch calls timed" in line and "the profiler did not run" in line, line
+    assert torch._C._is_torch_function_mode_enabled() is False  # the clock left nothing behind
+
+    from mnistperf.diagnosis.callbacks import epoch_timer
+
+    monkeypatch.setattr(epoch_timer, "compiled", lambda module: True)  # as if compiled: under a mode it recompiles
+    declined = EpochTimer()
+    fit_module(Newcomer(), rows(count=480), callbacks=[declined], max_epochs=2)
+    assert declined.busy_window["share"] is None and "operator_clock" not in declined.busy_window

@@ -22,7 +22,7 @@ from lightning.pytorch.profilers import Profiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
-from mnistperf.diagnosis.callbacks.arguments import Arguments
+from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import log_folder, project_hints, project_terms
 from mnistperf.diagnosis.figures import EVAL_S, FORWARD_S, SAMPLES_PER_S, TRAIN_S, Measures, gather, scalars
@@ -32,7 +32,7 @@ from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHAR
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.phases import sampled, unsampled
 from mnistperf.diagnosis.measure.step_flops import FirstStep, device_peak
-from mnistperf.diagnosis.record.advice import USER_HINTS, imported_hints
+from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.environment import environment
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, write_summary
@@ -128,19 +128,9 @@ class EpochTimer(Callback):
         monitor: str | None = None,
         flops_per_batch: float | None = None,
     ):
-        check = Arguments("EpochTimer")  # at once: a nonsense argument would otherwise fail late in the fit, or never
-        check.share("input_bound_share", input_bound_share)
-        check.kind("summary_file", summary_file, (str,), takes="a file name (a non-empty string)")
-        check.number("busy_window_steps", busy_window_steps, 0, integer=True, takes="a count of steps, 0 or more")
+        check("EpochTimer", locals())
         self.hints = imported_hints(hints)
-        check.hints(self.hints, list(USER_HINTS))
-        check.number("trace_limit", trace_limit, 0, integer=True, optional=True, takes="a count of 0 or more, or None")
-        check.share("window_share", window_share, optional=True)
-        check.function("samples_in_batch", samples_in_batch, takes="a function batch -> int, or None")
-        check.kind("monitor", monitor, (str,), optional=True, takes="a logged metric's name, or None")
-        check.number(
-            "flops_per_batch", flops_per_batch, 0, above=True, optional=True, takes="a number of FLOPs above 0, or None"
-        )
+        check_hints(self.hints)
         self.input_bound_share, self.busy_window_steps = input_bound_share, busy_window_steps
         self.summary_file, self.trace_limit, self.window_share = summary_file, trace_limit, window_share
         self.samples_in_batch, self.monitor, self.flops_per_batch = samples_in_batch, monitor, flops_per_batch

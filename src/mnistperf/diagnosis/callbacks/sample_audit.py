@@ -18,7 +18,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import override
 
-from mnistperf.diagnosis.callbacks.arguments import Arguments
+from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, tensors_of
@@ -107,15 +107,7 @@ class SampleAudit(Callback):
         max_words: int = 4096,
         seed: int = 0,
     ):
-        check = Arguments("SampleAudit")  # at once: a nonsense argument would otherwise fail late in the fit, or never
-        check.number("dataset_size", dataset_size, 1, integer=True, optional=True, takes="a count, 1 or more, or None")
-        ids = "a key (str) or a position (int) of the batch, or None"
-        check.kind("sample_id", sample_id, (str, int), optional=True, takes=ids)
-        check.function("fingerprint", fingerprint, takes="a function batch -> int64 tensor [N], or None")
-        check.number("sample_dims", sample_dims, 1, integer=True, takes="a count of leading dimensions, 1 or more")
-        check.kind("strict", strict, (bool,), takes="True or False")
-        check.number("max_words", max_words, 1, integer=True, takes="a count of 16-bit words, 1 or more")
-        check.number("seed", seed, 0, 2**32 - 1, integer=True, takes="a whole number from 0 to 2**32 - 1")
+        check("SampleAudit", locals())
         self.dataset_size, self.sample_id, self.fingerprint = dataset_size, sample_id, fingerprint
         self.sample_dims, self.strict = sample_dims, strict
         self.hash = Fingerprinter(seed, max_words)

@@ -1,10 +1,8 @@
 """EpochTimer: the Lightning callback that times every epoch of any LightningModule and says what bounds the run.
 
-What it measures and how to read it: docs/diagnose.md and docs/timing.md. The hooks delegate: an EpochClock, told
-when epochs, steps and validation begin and end, holds the arithmetic and the verdict; a FetchClock in the trainer's
-profiler's place times Lightning's fetch of each training batch; TrainingBatches counts a batch's samples once its
-step trained; FirstStep counts a step's FLOPs; on sampled steps the phase hooks mark the forward, the backward and
-the update. Under DDP every rank measures itself and global rank 0 alone prints, logs and writes timing.json.
+What it measures and how to read it: docs/diagnose.md and docs/timing.md. Its hooks tell an EpochClock, which holds
+the arithmetic, when epochs, steps and validation begin and end. Under DDP every rank measures itself and global rank
+0 alone prints, logs and writes timing.json.
 """
 
 from __future__ import annotations
@@ -67,10 +65,9 @@ def per_loader_text(samples: dict[str, int | None] | None) -> str:
 
 
 def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
-    """Whether the epoch starting now is the fit's last by its limits (max_epochs, max_steps).
+    """Whether the epoch starting now may be the fit's last by max_epochs and max_steps.
 
-    ``batches``: the epoch's training steps, by default the trainer's (inf where its loader has no length: then
-    max_steps may end the fit inside it, and it is taken as possibly the last).
+    ``batches``: its training steps, by default the trainer's (inf where its loader has no length).
     """
     batches = float(trainer.num_training_batches) if batches is None else batches
     last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
@@ -79,10 +76,9 @@ def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
 
 
 def steps_left(trainer: Trainer, batches: float | None = None) -> float:
-    """The training steps the fit will still run from the epoch starting now, by max_epochs and max_steps.
+    """The training steps the fit will still run from the epoch starting now (inf: unbounded; NaN: not known).
 
-    inf where neither bounds it; NaN where max_epochs alone does and ``batches`` (each epoch's steps, by default the
-    trainer's count of this one's) is not known. max_steps counts optimizer steps, of ``accumulate_grad_batches`` each.
+    ``batches``: each epoch's steps, by default the trainer's count of this one's. max_steps counts optimizer steps.
     """
     batches = float(trainer.num_training_batches) if batches is None else batches
     left = math.inf
@@ -98,22 +94,17 @@ class EpochTimer(Callback):
     """Times every epoch, logs the figures to the loggers and prints the run's summary.
 
     Args:
-        input_bound_share: share of train time spent waiting for data at which a run is called input-bound (above 0,
-            at most 1).
-        summary_file: name of the JSON summary written into the run's log folder.
-        busy_window_steps: training steps of the first steady epoch profiled for the busy share (0: none; on a CPU
-            at most six).
-        hints: what the advice suggests per verdict, in the project's own terms, or the import path of such a dict
-            (``mypackage.hints.HINTS``); by default what anyone can change in their own code, an input bound named
-            by the DataModule's own loader options.
-        trace_limit: the most recorded operations the window's trace is written with; None: whatever its size.
-        window_share: on a CPU, the most of the whole fit's time the profiled window may cost (above 0, at most 1);
-            None profiles whatever it costs.
-        samples_in_batch: ``batch -> int``, a training batch's samples; by default the LightningModule's own
-            ``samples_in_batch(batch)`` where it defines one, else the leading length of the batch's first tensor.
+        input_bound_share: the share of train time waiting for data at which a run is input-bound.
+        summary_file: the JSON summary's name in the run's log folder.
+        busy_window_steps: training steps profiled for the busy share (0: none; on a CPU at most six).
+        hints: per verdict, what the advice suggests, or the import path of such a dict (``mypackage.hints.HINTS``);
+            by default what anyone can change, an input bound named by the DataModule's own loader options.
+        trace_limit: the most recorded operations the window's trace is written with (None: any).
+        window_share: on a CPU, the most of the fit's time the profiled window may cost (None: any).
+        samples_in_batch: ``batch -> int``; by default the module's own ``samples_in_batch(batch)``, else the
+            leading length of the batch's first tensor.
         monitor: a validation metric (``val/acc``) whose last value the summary reports.
-        flops_per_batch: the FLOPs of one training step (above 0); by default torch's FLOP counter counts the fit's
-            first step.
+        flops_per_batch: one training step's FLOPs; by default torch's FLOP counter counts the fit's first step.
     """
 
     def __init__(

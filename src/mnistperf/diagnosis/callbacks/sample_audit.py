@@ -1,9 +1,7 @@
 """SampleAudit: a Lightning callback that checks every training sample is seen once per epoch, over every rank.
 
-What it counts and how to read its line: docs/diagnose.md. Each rank keeps the fingerprints of its steps' samples on
-the device, read once a step trained; at the epoch's end every rank's are gathered and counted, rank 0 prints one
-line and logs the counts, and ``epochs`` holds them on every rank. An epoch not audited (a batch the audit could not
-fingerprint) says so in its row (``"audited": False`` and why); the fit goes on, unless ``strict`` asks it to stop.
+What it counts and how to read its line: docs/diagnose.md. Each rank keeps its trained samples' fingerprints on the
+device; at the epoch's end every rank's are gathered and counted, and rank 0 prints one line and logs the counts.
 """
 
 from __future__ import annotations
@@ -77,24 +75,21 @@ def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[st
 
 
 class SampleAudit(Callback):
-    """Checks that an epoch trains on every sample once, over all ranks, and says what it found.
+    """Checks that an epoch trains on every sample once, over all ranks and each training loader apart.
 
-    Several training loaders (a dict or list of them, a CombinedLoader in any mode) are audited each apart, each
-    against its own dataset, and each loader's counts are kept in the epoch's row.
+    ``epochs`` holds each epoch's row; one not audited (a batch the audit could not fingerprint) has
+    ``"audited": False`` and why.
 
     Args:
-        dataset_size: samples in the training set (of every training loader together), to count the missing.
-            Default: the length of each training DataLoader's map-style dataset where it batches single items;
-            otherwise missing is not counted.
-        sample_id: a field of the batch (a dict's key, a tuple's position; of each loader's batch) holding an integer
-            index per sample, counted instead of the content's fingerprint.
-        fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity (called on each loader's
-            batch), instead of either of the above.
+        dataset_size: samples in the training set (every loader's together), to count the missing; by default each
+            training DataLoader's map-style dataset's length where it batches single items.
+        sample_id: a field of each loader's batch (a dict's key, a tuple's position) holding an integer index per
+            sample, counted instead of the content's fingerprint.
+        fingerprint: ``batch -> int64 tensor [N]``, each sample's identity, instead of either of the above.
         sample_dims: leading dimensions of the batch's tensors that index samples (2 for a [k, B, ...] batch).
-        strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a missing sample, on every
-            rank.
+        strict: raise :class:`SampleAuditError` on every rank at the end of an epoch with a duplicate or a missing.
         max_words: 16-bit words of each tensor of a sample that the content hash reads at most.
-        seed: seed of the content hash's weights, from 0 to 2**32 - 1.
+        seed: seed of the content hash's weights.
     """
 
     def __init__(

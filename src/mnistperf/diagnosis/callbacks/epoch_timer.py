@@ -159,7 +159,6 @@ class EpochTimer(Callback):
     def _fitting(trainer: Trainer) -> bool:
         return not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING
 
-    # ------------------------------------------------------------------ hooks
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
@@ -194,7 +193,6 @@ class EpochTimer(Callback):
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """Give the trainer back its own profiler and stop a busy window still open."""
         if self._fetch is not None and cast(TrainerAttributes, trainer).profiler is self._fetch:
             swap_profiler(trainer, self._fetch.inner)
         with self.problems.guard("stopping the busy window"):
@@ -314,17 +312,14 @@ class EpochTimer(Callback):
 
     @override
     def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """On a sampled step: the backward is done."""
         self._mark("backward_end")
 
     @override
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
-        """On a sampled step: the optimizer's update begins."""
         self._mark("optimizer")
 
     @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Start timing a fit's validation (not the sanity check's)."""
         if self._fitting(trainer):
             with self.problems.guard("timing the validation's start"):
                 self.clock.eval_start()
@@ -394,7 +389,6 @@ class EpochTimer(Callback):
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Report the run: rank 0 prints the summary and writes it into the run's log folder."""
         if self.epochs:
             folder = self._folder(trainer, every_rank=True)  # a collective under DDP: every rank asks
             if trainer.is_global_zero:
@@ -439,7 +433,6 @@ class EpochTimer(Callback):
         if trace is not None:
             print(f"busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
 
-    # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:
         """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""
         datamodule = cast(TrainerAttributes, trainer).datamodule

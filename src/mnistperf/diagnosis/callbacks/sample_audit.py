@@ -114,7 +114,6 @@ class SampleAudit(Callback):
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
         skip_unused_batch_hooks(self)
 
-    # ------------------------------------------------------------------ fingerprints
     def fingerprints(self, batch: Any) -> torch.Tensor:
         """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
         if self.fingerprint is not None:
@@ -161,7 +160,6 @@ class SampleAudit(Callback):
         return [t.detach().clone() if t.requires_grad else t.clone() for t in rows], samples
 
     def _flush(self) -> None:
-        """Hash each loader's held steps' samples, in order."""
         for loader, found in enumerate(self._held.flush()):
             self._seen[loader].extend(found)
 
@@ -175,7 +173,6 @@ class SampleAudit(Callback):
     def _none(trainer: Trainer) -> torch.Tensor:
         return torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
 
-    # ------------------------------------------------------------------ hooks
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Keep the trainer, which state_dict needs to gather the epoch's fingerprints."""
@@ -245,7 +242,6 @@ class SampleAudit(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        """The step trained: count its samples."""
         self._commit()
 
     def _commit(self) -> None:
@@ -412,7 +408,6 @@ class SampleAudit(Callback):
             )
         return line
 
-    # ------------------------------------------------------------------ checkpoints
     @override
     def state_dict(self) -> dict[str, Any]:
         """The current epoch's fingerprints of every rank, with each rank's count per training loader.

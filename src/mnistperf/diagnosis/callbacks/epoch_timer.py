@@ -390,24 +390,22 @@ class EpochTimer(Callback):
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.epochs:
-            folder = self._folder(trainer, every_rank=True)  # a collective under DDP: every rank asks
-            if trainer.is_global_zero:
-                self._report(trainer, folder, interrupted=False)
+            self._report(trainer, interrupted=False)
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         """A fit stopped early (Ctrl-C, an error): the finished epochs are still reported, marked interrupted."""
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
-            self._report(trainer, self._folder(trainer, every_rank=False), interrupted=True)  # the others may be gone
+            self._report(trainer, interrupted=True)
 
-    def _folder(self, trainer: Trainer, every_rank: bool) -> Path:
+    def _report(self, trainer: Trainer, interrupted: bool) -> None:
+        """Rank 0 prints the summary once and writes it to the log folder's timing.json, with the report beside it."""
         folder = Path(trainer.default_root_dir)
         with self.problems.guard("finding the run's log folder"):
-            folder = log_folder(trainer, every_rank)
-        return folder
-
-    def _report(self, trainer: Trainer, folder: Path, interrupted: bool) -> None:
-        """Print the summary once and write it to ``folder``/timing.json, with the report beside it."""
+            # a collective under DDP, which every rank joins; after an exception the others may be gone
+            folder = log_folder(trainer, every_rank=not interrupted)
+        if not trainer.is_global_zero:
+            return
         self._reported = True
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):

@@ -11,17 +11,14 @@ from mnistperf.diagnosis.record.advice import USER_HINTS
 
 
 class Takes(NamedTuple):
-    """What an argument takes: ``kinds`` (a bool only where named, a str not blank) from ``low`` to ``high``.
-
-    ``above`` excludes ``low``; ``optional`` takes None too; ``text`` says it in the error.
-    """
+    """What an argument takes, as ``text`` says in the error: a value of ``kinds`` from ``low`` to ``high``."""
 
     text: str
-    kinds: tuple[Any, ...]
+    kinds: tuple[Any, ...]  # a bool only where named (True is an int to Python); a str not blank
     low: float = -math.inf
     high: float = math.inf
-    above: bool = False
-    optional: bool = False
+    above: bool = False  # low excluded
+    optional: bool = False  # None taken too
 
 
 REAL, COUNT, FUNCTION = (numbers.Real,), (numbers.Integral,), (Callable,)

@@ -4,70 +4,78 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from mnistperf.diagnosis.record.advice import USER_HINTS
 
 
-class Arguments:
-    """Checks callback ``owner``'s arguments: a value of another kind is a TypeError, out of range a ValueError."""
+class Takes(NamedTuple):
+    """What an argument takes, as ``text`` says in the error: a value of ``kinds`` from ``low`` to ``high``."""
 
-    def __init__(self, owner: str):
-        self.owner = owner
+    text: str
+    kinds: tuple[Any, ...]  # a bool only where named (True is an int to Python); a str not blank
+    low: float = -math.inf
+    high: float = math.inf
+    above: bool = False  # low excluded
+    optional: bool = False  # None taken too
 
-    def _fail(self, error: type[Exception], name: str, value: Any, takes: str) -> Exception:
-        return error(f"{self.owner}({name}={value!r}): {name} takes {takes}")
 
-    def number(
-        self,
-        name: str,
-        value: Any,
-        low: float | None = None,
-        high: float | None = None,
-        *,
-        above: bool = False,
-        integer: bool = False,
-        optional: bool = False,
-        takes: str,
-    ) -> None:
-        """``value`` is a number (an integer with ``integer``) from ``low`` (excluded with ``above``) to ``high``."""
-        if value is None and optional:
-            return
-        kind = numbers.Integral if integer else numbers.Real
-        if isinstance(value, bool) or not isinstance(value, kind):  # True is an int to Python, never a count here
-            raise self._fail(TypeError, name, value, takes)
-        number = float(value)
-        below = low is not None and (number <= low if above else number < low)
-        if math.isnan(number) or below or (high is not None and number > high):
-            raise self._fail(ValueError, name, value, takes)
+REAL, COUNT, FUNCTION = (numbers.Real,), (numbers.Integral,), (Callable,)
+SHARE = Takes("a share above 0 and at most 1", REAL, 0, 1, above=True)
 
-    def share(self, name: str, value: Any, *, optional: bool = False) -> None:
-        """``value`` is a share of time: above 0, at most 1."""
-        takes = "a share above 0 and at most 1" + (", or None" if optional else "")
-        self.number(name, value, 0.0, 1.0, above=True, optional=optional, takes=takes)
+ARGUMENTS = {
+    "EpochTimer": {
+        "input_bound_share": SHARE,
+        "summary_file": Takes("a file name (a non-empty string)", (str,)),
+        "busy_window_steps": Takes("a count of steps, 0 or more", COUNT, 0),
+        "trace_limit": Takes("a count of 0 or more", COUNT, 0, optional=True),
+        "window_share": SHARE._replace(optional=True),
+        "samples_in_batch": Takes("a function batch -> int", FUNCTION, optional=True),
+        "monitor": Takes("a logged metric's name", (str,), optional=True),
+        "flops_per_batch": Takes("a number of FLOPs above 0", REAL, 0, above=True, optional=True),
+    },
+    "SampleAudit": {
+        "dataset_size": Takes("a count, 1 or more", COUNT, 1, optional=True),
+        "sample_id": Takes("a key (str) or a position (int) of the batch", (str, int), optional=True),
+        "fingerprint": Takes("a function batch -> int64 tensor [N]", FUNCTION, optional=True),
+        "sample_dims": Takes("a count of leading dimensions, 1 or more", COUNT, 1),
+        "strict": Takes("True or False", (bool,)),
+        "max_words": Takes("a count of 16-bit words, 1 or more", COUNT, 1),
+        "seed": Takes("a whole number from 0 to 2**32 - 1", COUNT, 0, 2**32 - 1),
+    },
+}
 
-    def kind(self, name: str, value: Any, kinds: tuple[type, ...], *, optional: bool = False, takes: str) -> None:
-        """``value`` is one of ``kinds`` (a bool only where named; a str not blank), or None with ``optional``."""
-        if value is None and optional:
-            return
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise self._fail(TypeError, name, value, takes)
+
+def check(owner: str, values: Mapping[str, Any]) -> None:
+    """Check callback ``owner``'s arguments in ``values``: of another kind a TypeError, out of range a ValueError.
+
+    Called as the callback is made: a nonsense argument would otherwise fail late in the fit, or never.
+    """
+    for name, takes in ARGUMENTS[owner].items():
+        value = values[name]
+        if value is None and takes.optional:
+            continue
+        fail = f"{owner}({name}={value!r}): {name} takes {takes.text}{', or None' if takes.optional else ''}"
+        if not isinstance(value, takes.kinds) or (isinstance(value, bool) and bool not in takes.kinds):
+            raise TypeError(fail)
         if isinstance(value, str) and not value.strip():
-            raise self._fail(ValueError, name, value, takes)
+            raise ValueError(fail)
+        number = float(value) if isinstance(value, numbers.Real) else 0.0
+        if not ((number > takes.low if takes.above else number >= takes.low) and number <= takes.high):  # NaN too
+            raise ValueError(fail)
 
-    def function(self, name: str, value: Any, *, takes: str) -> None:
-        """``value`` is callable, or None."""
-        if value is not None and not callable(value):
-            raise self._fail(TypeError, name, value, takes)
 
-    def hints(self, value: Any, verdicts: Sequence[str]) -> None:
-        """``value`` maps some of ``verdicts`` each to a list of strings (or is None)."""
-        takes = f"a mapping of verdicts ({', '.join(verdicts)}) to lists of hints, an import path to one, or None"
-        if value is None:
-            return
-        if not isinstance(value, Mapping):
-            raise self._fail(TypeError, "hints", value, takes)
-        for verdict, said in value.items():
-            if verdict not in verdicts:
-                raise self._fail(ValueError, "hints", value, f"{takes}; {verdict!r} is no verdict")
-            if isinstance(said, str) or not isinstance(said, Sequence) or not all(isinstance(s, str) for s in said):
-                raise self._fail(TypeError, "hints", value, f"{takes}; {verdict!r} maps to no list of strings")
+def check_hints(value: Any) -> None:
+    """EpochTimer's ``hints`` (once imported) map some verdicts each to a list of strings, or are None."""
+    if value is None:
+        return
+    takes = f"a mapping of verdicts ({', '.join(USER_HINTS)}) to lists of hints, an import path to one, or None"
+    fail = f"EpochTimer(hints={value!r}): hints takes {takes}"
+    if not isinstance(value, Mapping):
+        raise TypeError(fail)
+    for verdict, said in value.items():
+        if verdict not in USER_HINTS:
+            raise ValueError(f"{fail}; {verdict!r} is no verdict")
+        if isinstance(said, str) or not isinstance(said, Sequence) or not all(isinstance(s, str) for s in said):
+            raise TypeError(f"{fail}; {verdict!r} maps to no list of strings")

@@ -1,8 +1,7 @@
 """A callback pays Lightning only for the per-batch hooks it uses (why: :func:`mnistperf.upstream.skip_hook`).
 
-Six such hooks run a training step under automatic optimization (docs/results/cpu-2core-diagnosis-cost/dispatch.py
-measures them). A skipped hook is None on the instance, not a method: code that calls it directly on the callback (a
-wrapper forwarding hooks to it) must check it is callable first, as Lightning does.
+docs/results/cpu-2core-diagnosis-cost/dispatch.py measures them. A wrapper forwarding hooks to the callback must check
+a hook is callable first, as Lightning does: a skipped one is None.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """EpochTimer: the Lightning callback that times every epoch of any LightningModule and says what bounds the run.
 
-What it measures and how to read it: docs/diagnose.md and docs/timing.md. The hooks delegate: an EpochClock, told
-when epochs, steps and validation begin and end, holds the arithmetic and the verdict; a FetchClock in the trainer's
-profiler's place times Lightning's fetch of each training batch; TrainingBatches counts a batch's samples once its
-step trained; FirstStep counts a step's FLOPs; on sampled steps the phase hooks mark the forward, the backward and
-the update. Under DDP every rank measures itself and global rank 0 alone prints, logs and writes timing.json.
+What it measures and how to read it: docs/diagnose.md and docs/timing.md. Its hooks tell an EpochClock, which holds
+the arithmetic, when epochs, steps and validation begin and end. Under DDP every rank measures itself and global rank
+0 alone prints, logs and writes timing.json.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from lightning.pytorch.profilers import Profiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
-from mnistperf.diagnosis.callbacks.arguments import Arguments
+from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import log_folder, project_hints, project_terms
 from mnistperf.diagnosis.figures import EVAL_S, FORWARD_S, SAMPLES_PER_S, TRAIN_S, Measures, gather, scalars
@@ -32,7 +30,7 @@ from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHAR
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.phases import sampled, unsampled
 from mnistperf.diagnosis.measure.step_flops import FirstStep, compiled, device_peak
-from mnistperf.diagnosis.record.advice import USER_HINTS, imported_hints
+from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.environment import environment
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, write_summary
@@ -67,10 +65,9 @@ def per_loader_text(samples: dict[str, int | None] | None) -> str:
 
 
 def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
-    """Whether the epoch starting now is the fit's last by its limits (max_epochs, max_steps).
+    """Whether the epoch starting now may be the fit's last by max_epochs and max_steps.
 
-    ``batches``: the epoch's training steps, by default the trainer's (inf where its loader has no length: then
-    max_steps may end the fit inside it, and it is taken as possibly the last).
+    ``batches``: its training steps, by default the trainer's (inf where its loader has no length).
     """
     batches = float(trainer.num_training_batches) if batches is None else batches
     last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
@@ -79,10 +76,9 @@ def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
 
 
 def steps_left(trainer: Trainer, batches: float | None = None) -> float:
-    """The training steps the fit will still run from the epoch starting now, by max_epochs and max_steps.
+    """The training steps the fit will still run from the epoch starting now (inf: unbounded; NaN: not known).
 
-    inf where neither bounds it; NaN where max_epochs alone does and ``batches`` (each epoch's steps, by default the
-    trainer's count of this one's) is not known. max_steps counts optimizer steps, of ``accumulate_grad_batches`` each.
+    ``batches``: each epoch's steps, by default the trainer's count of this one's. max_steps counts optimizer steps.
     """
     batches = float(trainer.num_training_batches) if batches is None else batches
     left = math.inf
@@ -98,22 +94,17 @@ class EpochTimer(Callback):
     """Times every epoch, logs the figures to the loggers and prints the run's summary.
 
     Args:
-        input_bound_share: share of train time spent waiting for data at which a run is called input-bound (above 0,
-            at most 1).
-        summary_file: name of the JSON summary written into the run's log folder.
-        busy_window_steps: training steps of the first steady epoch profiled for the busy share (0: none; on a CPU
-            at most six).
-        hints: what the advice suggests per verdict, in the project's own terms, or the import path of such a dict
-            (``mypackage.hints.HINTS``); by default what anyone can change in their own code, an input bound named
-            by the DataModule's own loader options.
-        trace_limit: the most recorded operations the window's trace is written with; None: whatever its size.
-        window_share: on a CPU, the most of the whole fit's time the profiled window may cost (above 0, at most 1);
-            None profiles whatever it costs.
-        samples_in_batch: ``batch -> int``, a training batch's samples; by default the LightningModule's own
-            ``samples_in_batch(batch)`` where it defines one, else the leading length of the batch's first tensor.
+        input_bound_share: the share of train time waiting for data at which a run is input-bound.
+        summary_file: the JSON summary's name in the run's log folder.
+        busy_window_steps: training steps profiled for the busy share (0: none; on a CPU at most six).
+        hints: per verdict, what the advice suggests, or the import path of such a dict (``mypackage.hints.HINTS``);
+            by default what anyone can change, an input bound named by the DataModule's own loader options.
+        trace_limit: the most recorded operations the window's trace is written with (None: any).
+        window_share: on a CPU, the most of the fit's time the profiled window may cost (None: any).
+        samples_in_batch: ``batch -> int``; by default the module's own ``samples_in_batch(batch)``, else the
+            leading length of the batch's first tensor.
         monitor: a validation metric (``val/acc``) whose last value the summary reports.
-        flops_per_batch: the FLOPs of one training step (above 0); by default torch's FLOP counter counts the fit's
-            first step.
+        flops_per_batch: one training step's FLOPs; by default torch's FLOP counter counts the fit's first step.
     """
 
     def __init__(
@@ -128,19 +119,9 @@ class EpochTimer(Callback):
         monitor: str | None = None,
         flops_per_batch: float | None = None,
     ):
-        check = Arguments("EpochTimer")  # at once: a nonsense argument would otherwise fail late in the fit, or never
-        check.share("input_bound_share", input_bound_share)
-        check.kind("summary_file", summary_file, (str,), takes="a file name (a non-empty string)")
-        check.number("busy_window_steps", busy_window_steps, 0, integer=True, takes="a count of steps, 0 or more")
+        check("EpochTimer", locals())
         self.hints = imported_hints(hints)
-        check.hints(self.hints, list(USER_HINTS))
-        check.number("trace_limit", trace_limit, 0, integer=True, optional=True, takes="a count of 0 or more, or None")
-        check.share("window_share", window_share, optional=True)
-        check.function("samples_in_batch", samples_in_batch, takes="a function batch -> int, or None")
-        check.kind("monitor", monitor, (str,), optional=True, takes="a logged metric's name, or None")
-        check.number(
-            "flops_per_batch", flops_per_batch, 0, above=True, optional=True, takes="a number of FLOPs above 0, or None"
-        )
+        check_hints(self.hints)
         self.input_bound_share, self.busy_window_steps = input_bound_share, busy_window_steps
         self.summary_file, self.trace_limit, self.window_share = summary_file, trace_limit, window_share
         self.samples_in_batch, self.monitor, self.flops_per_batch = samples_in_batch, monitor, flops_per_batch
@@ -178,7 +159,6 @@ class EpochTimer(Callback):
     def _fitting(trainer: Trainer) -> bool:
         return not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING
 
-    # ------------------------------------------------------------------ hooks
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
@@ -214,7 +194,6 @@ class EpochTimer(Callback):
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """Give the trainer back its own profiler and stop a busy window still open."""
         if self._fetch is not None and cast(TrainerAttributes, trainer).profiler is self._fetch:
             swap_profiler(trainer, self._fetch.inner)
         with self.problems.guard("stopping the busy window"):
@@ -334,17 +313,14 @@ class EpochTimer(Callback):
 
     @override
     def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """On a sampled step: the backward is done."""
         self._mark("backward_end")
 
     @override
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
-        """On a sampled step: the optimizer's update begins."""
         self._mark("optimizer")
 
     @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Start timing a fit's validation (not the sanity check's)."""
         if self._fitting(trainer):
             with self.problems.guard("timing the validation's start"):
                 self.clock.eval_start()
@@ -414,26 +390,23 @@ class EpochTimer(Callback):
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Report the run: rank 0 prints the summary and writes it into the run's log folder."""
         if self.epochs:
-            folder = self._folder(trainer, every_rank=True)  # a collective under DDP: every rank asks
-            if trainer.is_global_zero:
-                self._report(trainer, folder, interrupted=False)
+            self._report(trainer, interrupted=False)
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         """A fit stopped early (Ctrl-C, an error): the finished epochs are still reported, marked interrupted."""
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
-            self._report(trainer, self._folder(trainer, every_rank=False), interrupted=True)  # the others may be gone
+            self._report(trainer, interrupted=True)
 
-    def _folder(self, trainer: Trainer, every_rank: bool) -> Path:
+    def _report(self, trainer: Trainer, interrupted: bool) -> None:
+        """Rank 0 prints the summary once and writes it to the log folder's timing.json, with the report beside it."""
         folder = Path(trainer.default_root_dir)
         with self.problems.guard("finding the run's log folder"):
-            folder = log_folder(trainer, every_rank)
-        return folder
-
-    def _report(self, trainer: Trainer, folder: Path, interrupted: bool) -> None:
-        """Print the summary once and write it to ``folder``/timing.json, with the report beside it."""
+            # a collective under DDP, which every rank joins; after an exception the others may be gone
+            folder = log_folder(trainer, every_rank=not interrupted)
+        if not trainer.is_global_zero:
+            return
         self._reported = True
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
@@ -459,7 +432,6 @@ class EpochTimer(Callback):
         if trace is not None:
             print(f"busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
 
-    # ------------------------------------------------------------------ summary
     def summary(self, trainer: Trainer) -> dict[str, Any]:
         """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""
         datamodule = cast(TrainerAttributes, trainer).datamodule

@@ -1,8 +1,6 @@
 """The run's project as its trainer shows it: its log folder, and its classes, loader options and config for advice.
 
-``mnistperf tune --config`` reads only a config naming its classes (``class_path``), so a CLI built on fixed classes,
-or a run without a CLI, is pointed at tune's Python call instead; a run whose loader was handed to ``fit`` is pointed
-at neither, since tune cannot make that loader again.
+Which of tune's calls the advice points at, and why: docs/timing.md, "The verdict".
 """
 
 from __future__ import annotations
@@ -60,10 +58,7 @@ def project_hints(given: Hints | None, terms: ProjectTerms, cuda: bool) -> Hints
 
 
 def log_folder(trainer: Trainer, every_rank: bool = True) -> Path:
-    """The run's log folder, else its root folder; without ``every_rank`` (the others may be gone) not as a collective.
-
-    ``trainer.log_dir`` is a collective under DDP; the logger's own folder is read instead.
-    """
+    """The run's log folder, else its root folder; without ``every_rank`` not by the DDP collective trainer.log_dir."""
     logger = trainer.logger
     if every_rank:
         found = trainer.log_dir

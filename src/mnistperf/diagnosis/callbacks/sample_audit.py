@@ -1,15 +1,13 @@
 """SampleAudit: a Lightning callback that checks every training sample is seen once per epoch, over every rank.
 
-What it counts and how to read its line: docs/diagnose.md. Each rank keeps the fingerprints of its steps' samples on
-the device, read once a step trained; at the epoch's end every rank's are gathered and counted, rank 0 prints one
-line and logs the counts, and ``epochs`` holds them on every rank. An epoch not audited (a batch the audit could not
-fingerprint) says so in its row (``"audited": False`` and why); the fit goes on, unless ``strict`` asks it to stop.
+What it counts and how to read its line: docs/diagnose.md. Each rank keeps its trained samples' fingerprints on the
+device; at the epoch's end every rank's are gathered and counted, and rank 0 prints one line and logs the counts.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -18,7 +16,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import override
 
-from mnistperf.diagnosis.callbacks.arguments import Arguments
+from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, tensors_of
@@ -49,14 +47,9 @@ class SampleAuditError(MnistperfError):
 class Share(NamedTuple):
     """One rank's fingerprints of an epoch as gathered: per training loader, and how many came from a checkpoint."""
 
-    parts: list[torch.Tensor]  # the fingerprints of each loader's samples, in the order seen
+    parts: tuple[torch.Tensor, ...]  # the fingerprints of each loader's samples, in the order seen
     order: Order  # whether the rank repeated its last epoch's order
     carried: list[int]  # per loader, how many of its first fingerprints were seen before a resume
-
-
-def split_counts(flat: torch.Tensor, counts: Sequence[int]) -> list[torch.Tensor]:
-    """``flat`` cut into consecutive parts of ``counts`` elements."""
-    return list(torch.split(flat, list(counts))) if counts else []
 
 
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
@@ -77,24 +70,21 @@ def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[st
 
 
 class SampleAudit(Callback):
-    """Checks that an epoch trains on every sample once, over all ranks, and says what it found.
+    """Checks that an epoch trains on every sample once, over all ranks and each training loader apart.
 
-    Several training loaders (a dict or list of them, a CombinedLoader in any mode) are audited each apart, each
-    against its own dataset, and each loader's counts are kept in the epoch's row.
+    ``epochs`` holds each epoch's row; one not audited (a batch the audit could not fingerprint) has
+    ``"audited": False`` and why.
 
     Args:
-        dataset_size: samples in the training set (of every training loader together), to count the missing.
-            Default: the length of each training DataLoader's map-style dataset where it batches single items;
-            otherwise missing is not counted.
-        sample_id: a field of the batch (a dict's key, a tuple's position; of each loader's batch) holding an integer
-            index per sample, counted instead of the content's fingerprint.
-        fingerprint: a function ``batch -> int64 tensor [N]`` giving each sample's identity (called on each loader's
-            batch), instead of either of the above.
+        dataset_size: samples in the training set (every loader's together), to count the missing; by default each
+            training DataLoader's map-style dataset's length where it batches single items.
+        sample_id: a field of each loader's batch (a dict's key, a tuple's position) holding an integer index per
+            sample, counted instead of the content's fingerprint.
+        fingerprint: ``batch -> int64 tensor [N]``, each sample's identity, instead of either of the above.
         sample_dims: leading dimensions of the batch's tensors that index samples (2 for a [k, B, ...] batch).
-        strict: raise :class:`SampleAuditError` at the end of an epoch with a duplicate or a missing sample, on every
-            rank.
+        strict: raise :class:`SampleAuditError` on every rank at the end of an epoch with a duplicate or a missing.
         max_words: 16-bit words of each tensor of a sample that the content hash reads at most.
-        seed: seed of the content hash's weights, from 0 to 2**32 - 1.
+        seed: seed of the content hash's weights.
     """
 
     def __init__(
@@ -107,26 +97,16 @@ class SampleAudit(Callback):
         max_words: int = 4096,
         seed: int = 0,
     ):
-        check = Arguments("SampleAudit")  # at once: a nonsense argument would otherwise fail late in the fit, or never
-        check.number("dataset_size", dataset_size, 1, integer=True, optional=True, takes="a count, 1 or more, or None")
-        ids = "a key (str) or a position (int) of the batch, or None"
-        check.kind("sample_id", sample_id, (str, int), optional=True, takes=ids)
-        check.function("fingerprint", fingerprint, takes="a function batch -> int64 tensor [N], or None")
-        check.number("sample_dims", sample_dims, 1, integer=True, takes="a count of leading dimensions, 1 or more")
-        check.kind("strict", strict, (bool,), takes="True or False")
-        check.number("max_words", max_words, 1, integer=True, takes="a count of 16-bit words, 1 or more")
-        check.number("seed", seed, 0, 2**32 - 1, integer=True, takes="a whole number from 0 to 2**32 - 1")
+        check("SampleAudit", locals())
         self.dataset_size, self.sample_id, self.fingerprint = dataset_size, sample_id, fingerprint
         self.sample_dims, self.strict = sample_dims, strict
         self.hash = Fingerprinter(seed, max_words)
         self.epochs: list[dict[str, Any]] = []
         self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
         self.batches = TrainingBatches(self.problems, AS_ONE)  # the fit's training batches
-        by_content = fingerprint is None and sample_id is None
-        self._guess = GUESS if by_content and sample_dims == 1 else None  # where a sample's rows may be a guess
-        self._seen: list[list[torch.Tensor]] = [[]]  # per loader: the epoch's fingerprints
-        self._held = HeldSteps(self.hash)  # per loader: copies of the steps' sample rows not yet hashed
-        self._carried_counts = [0]  # per loader: how many fingerprints a checkpoint carried (at the front)
+        self._by_content = fingerprint is None and sample_id is None
+        self._guess = GUESS if self._by_content and sample_dims == 1 else None  # where a sample's rows may be a guess
+        self._start_epoch()
         self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
         self._restored: dict[str, Any] | None = None
         self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
@@ -134,7 +114,6 @@ class SampleAudit(Callback):
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
         skip_unused_batch_hooks(self)
 
-    # ------------------------------------------------------------------ fingerprints
     def fingerprints(self, batch: Any) -> torch.Tensor:
         """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
         if self.fingerprint is not None:
@@ -144,15 +123,13 @@ class SampleAudit(Callback):
                 ids = batch[self.sample_id]
             except (KeyError, IndexError, TypeError):
                 raise SampleAuditError(
-                    f"SampleAudit sample_id {self.sample_id!r}: the batch has no such field "
-                    f"(it is a {type(batch).__name__}); name a key of a dict batch or a "
-                    "position of a tuple batch"
+                    f"SampleAudit sample_id {self.sample_id!r}: the batch has no such field (it is a "
+                    f"{type(batch).__name__}); name a key of a dict batch or a position of a tuple batch"
                 ) from None
             if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
                 raise SampleAuditError(
-                    f"SampleAudit sample_id {self.sample_id!r}: holds "
-                    f"{getattr(ids, 'dtype', type(ids).__name__)}, not an integer tensor of "
-                    "sample indices; pass fingerprint= to identify samples another way"
+                    f"SampleAudit sample_id {self.sample_id!r}: holds {getattr(ids, 'dtype', type(ids).__name__)}, "
+                    "not an integer tensor of sample indices; pass fingerprint= to identify samples another way"
                 )
             return ids.reshape(-1).to(torch.int64)
         return self.hash(*self._sample_rows(batch))
@@ -177,13 +154,12 @@ class SampleAudit(Callback):
 
         The rows are copied (the loader may reuse its buffers) and hashed later, with other steps' rows.
         """
-        if part is None or self.fingerprint is not None or self.sample_id is not None:
+        if part is None or not self._by_content:
             return None if part is None else self.fingerprints(part)
         rows, samples = self._sample_rows(part)
         return [t.detach().clone() if t.requires_grad else t.clone() for t in rows], samples
 
     def _flush(self) -> None:
-        """Hash each loader's held steps' samples, in order."""
         for loader, found in enumerate(self._held.flush()):
             self._seen[loader].extend(found)
 
@@ -197,7 +173,6 @@ class SampleAudit(Callback):
     def _none(trainer: Trainer) -> torch.Tensor:
         return torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
 
-    # ------------------------------------------------------------------ hooks
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Keep the trainer, which state_dict needs to gather the epoch's fingerprints."""
@@ -220,8 +195,9 @@ class SampleAudit(Callback):
     def _start_epoch(self) -> None:
         """Nothing of the epoch seen or held yet, for each training loader."""
         count = len(self.batches.names)
-        self._seen, self._carried_counts = [[] for _ in range(count)], [0] * count
-        self._held = HeldSteps(self.hash, count)
+        self._seen: list[list[torch.Tensor]] = [[] for _ in range(count)]  # per loader: the epoch's fingerprints
+        self._carried_counts = [0] * count  # per loader: how many fingerprints a checkpoint carried (at the front)
+        self._held = HeldSteps(self.hash, count)  # per loader: copies of the steps' sample rows not yet hashed
 
     def _restore(self, trainer: Trainer, restored: dict[str, Any]) -> None:
         """Take back this rank's fingerprints of the epoch, per loader (every rank's on rank 0, where ranks changed)."""
@@ -229,7 +205,7 @@ class SampleAudit(Callback):
         counts = restored.get("loaders")
         if counts is None or any(len(c) != count for c in counts):  # the fit's loaders are not the checkpoint's: a pool
             counts = [[len(share)] + [0] * (count - 1) for share in shares]
-        parts = [split_counts(share, c) for share, c in zip(shares, counts, strict=True)]
+        parts = [share.split(c) for share, c in zip(shares, counts, strict=True)]
         if len(shares) == trainer.world_size:
             mine = parts[trainer.global_rank]
         elif trainer.global_rank == 0:
@@ -256,7 +232,6 @@ class SampleAudit(Callback):
         try:
             self.batches.begin(trainer, batch, self._read)
             if len(self._seen) > len(self.batches.names):  # read as one loader's from now on: pool what was carried
-                self._flush()
                 seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
                 self._start_epoch()
                 self._seen, self._carried_counts = [seen], [carried]
@@ -267,7 +242,6 @@ class SampleAudit(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        """The step trained: count its samples."""
         self._commit()
 
     def _commit(self) -> None:
@@ -371,25 +345,24 @@ class SampleAudit(Callback):
         padded[: local.numel()] = local
         everyone = every_rank(trainer.strategy, padded) if longest else padded.reshape(world, 0)
         return [
-            Share(split_counts(everyone[rank, :length], m[1 : 1 + count]), Order(m[0]), m[1 + count :])
+            Share(everyone[rank, :length].split(m[1 : 1 + count]), Order(m[0]), m[1 + count :])
             for rank, (m, length) in enumerate(zip(metas, lengths, strict=True))
         ]
 
     def describe(self, row: dict[str, Any]) -> str:
         """The one-line report of an epoch's counts, with what explains its duplicates where the audit knows."""
-        ranks = row["per_rank"]
-        where = f" ({' + '.join(map(str, ranks))} on {len(ranks)} ranks)" if len(ranks) > 1 else ""
+        ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
+        where = f" ({' + '.join(map(str, row['per_rank']))} on {ranks} ranks)" if ranks > 1 else ""
         line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} samples seen{where}, {row['distinct']:,} distinct"
-        if row["dataset_size"] is None:
-            line += f": {row['duplicates']:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
+        if size is None:
+            line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
         else:
-            line += f" of {row['dataset_size']:,}: {row['duplicates']:,} duplicates, {row['missing']:,} missing"
-            extra = row["distinct"] - row["dataset_size"]
-            if extra > 0:
-                line += (
-                    f"; {extra:,} more distinct than the dataset holds (a random augmentation before the step, "
-                    "or a dataset_size that does not count samples?)"
-                )
+            line += f" of {size:,}: {duplicates:,} duplicates, {row['missing']:,} missing"
+        if size is not None and row["distinct"] > size:
+            line += (
+                f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "
+                "step, or a dataset_size that does not count samples?)"
+            )
         loaders = row.get("loaders") or {}
         for name, counts in loaders.items():
             of = "" if counts["dataset_size"] is None else f" of {counts['dataset_size']:,}"
@@ -398,13 +371,12 @@ class SampleAudit(Callback):
                 f"; loader {name}: {counts['seen']:,} seen, {counts['distinct']:,} distinct{of}, "
                 f"{counts['duplicates']:,} duplicates{missing}"
             )
-        explained = 0
-        padding = -row["dataset_size"] % len(ranks) if row["dataset_size"] else 0
-        if padding and row["duplicates"] == padding:
-            explained = padding
+        padding = -size % ranks if size else 0
+        padded = padding if duplicates == padding else 0  # a distributed sampler's padding explains them
+        if padded:
             line += (
-                f"; a distributed sampler pads {row['dataset_size']:,} samples to a multiple of {len(ranks)} "
-                f"ranks by repeating {padding} (drop_last avoids it)"
+                f"; a distributed sampler pads {size:,} samples to a multiple of {ranks} ranks by repeating "
+                f"{padding} (drop_last avoids it)"
             )
         cycled = {
             name: c["seen"] - c["dataset_size"]
@@ -412,33 +384,30 @@ class SampleAudit(Callback):
             if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
         }
         if cycled:
-            explained += sum(cycled.values())
             line += (
                 f"; loader{'s' if len(cycled) > 1 else ''} {', '.join(cycled)} gave more samples than "
                 f"{'they hold' if len(cycled) > 1 else 'it holds'}: a shorter loader is cycled to the longest one's "
                 "length (CombinedLoader's max_size_cycle mode, Lightning's default for several training loaders)"
             )
-        replayed = row.get("replayed")
+        replayed = row.get("replayed") or 0
         if replayed:
-            explained += replayed
             line += (
                 f"; {replayed:,} of the duplicates were seen again after the fit resumed from a checkpoint saved "
                 "inside this epoch: the loader started the epoch over (a DataLoader that cannot resume mid-epoch "
                 "repeats its first batches and leaves its last ones out)"
             )
-        if row["duplicates"] > explained and self.sample_id is None and self.fingerprint is None:
+        if duplicates > padded + sum(cycled.values()) + replayed and self._by_content:
             line += (
                 "; samples identified by content: identical samples in the data count as duplicates "
                 "(sample_id= names an index field instead)"
             )
         if row["same_order_ranks"]:
             line += (
-                f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {len(ranks)} "
-                f"rank{'s' if len(ranks) > 1 else ''}: is the sampler reshuffled every epoch?"
+                f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "
+                f"rank{'s' if ranks > 1 else ''}: is the sampler reshuffled every epoch?"
             )
         return line
 
-    # ------------------------------------------------------------------ checkpoints
     @override
     def state_dict(self) -> dict[str, Any]:
         """The current epoch's fingerprints of every rank, with each rank's count per training loader.

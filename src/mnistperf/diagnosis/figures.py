@@ -207,54 +207,48 @@ FIRST_STEP_S = Figure("first_step_s", "s", "the epoch's first training step's ho
 SPIKES = Figure("spikes", "steps", "training steps at least 3x the epoch's median step")
 SPIKES_S = Figure("spikes_s", "s", "the time those steps took past the epoch's median step")
 STEPS = (STEP_MEDIAN_S, STEP_P90_S, STEP_MAX_S, FIRST_STEP_S, SPIKES, SPIKES_S)
-# What the epoch waited on, as shares of its train time.
-INPUT_WAIT_SHARE = Figure(
-    "input_wait_share",
-    "share",
-    "share of train time the host waited for the next batch",
-    label="waiting for data",
-    run="weighted",
-)
-HOST_WAIT_SHARE = Figure(
-    "host_wait_share",
-    "share",
-    "share of train time between one step's end and the next one's start",
-    label="between steps",
-    run="weighted",
+# Shares of train time, read weighted by it: what the epoch waited on, and who held the cores
+# (mnistperf.diagnosis.measure.cores: read from Linux's /proc, a few times an epoch).
+INPUT_WAIT_SHARE, HOST_WAIT_SHARE, CORE_WAIT_SHARE, WORKERS_CPU_SHARE = (
+    Figure(name, "share", meaning, label=label, run="weighted")
+    for name, label, meaning in (
+        ("input_wait_share", "waiting for data", "share of train time the host waited for the next batch"),
+        ("host_wait_share", "between steps", "share of train time between one step's end and the next one's start"),
+        (
+            "core_wait_share",
+            "waiting for a core",
+            "share of train time the training thread was ready to run but waited for a core (Linux)",
+        ),
+        (
+            "workers_cpu_share",
+            "workers' CPU, of the cores",
+            "its DataLoader workers' CPU time over the epoch's wall time times the cores the process may use (Linux)",
+        ),
+    )
 )
 WAITS = (INPUT_WAIT_SHARE, HOST_WAIT_SHARE)  # what a loop that does not time the waits cannot give
-# Who held the cores (mnistperf.diagnosis.measure.cores): read from Linux's /proc, a few times an epoch.
-CORE_WAIT_SHARE = Figure(
-    "core_wait_share",
-    "share",
-    "share of train time the training thread was ready to run but waited for a core (Linux)",
-    label="waiting for a core",
-    run="weighted",
-)
-WORKERS_CPU_SHARE = Figure(
-    "workers_cpu_share",
-    "share",
-    "its DataLoader workers' CPU time over the epoch's wall time times the cores the process may use (Linux)",
-    label="workers' CPU, of the cores",
-    run="weighted",
-)
 CORES = (CORE_WAIT_SHARE, WORKERS_CPU_SHARE)
-# The profiled window's share, by the device it profiled.
-DEVICE_BUSY_SHARE = Figure(
-    "device_busy_share",
-    "share",
-    "time the GPU executed kernels or copies in the profiled window",
-    label="GPU busy",
-    run="window",
-)
-CPU_BUSY_SHARE = Figure(
-    "cpu_busy_share",
-    "share",
-    "time inside tensor operations in the profiled window",
-    label="inside tensor operations",
-    run="window",
+# The profiled window's one reading: its busy share, by the device it profiled, and under DDP the ranks' talk
+# (mnistperf.diagnosis.measure.busy_window.communication).
+DEVICE_BUSY_SHARE, CPU_BUSY_SHARE, COMM_SHARE, COMM_EXPOSED_SHARE = (
+    Figure(name, "share", meaning, label=label, run="window")
+    for name, label, meaning in (
+        ("device_busy_share", "GPU busy", "time the GPU executed kernels or copies in the profiled window"),
+        ("cpu_busy_share", "inside tensor operations", "time inside tensor operations in the profiled window"),
+        (
+            "comm_share",
+            "in collectives (DDP)",
+            "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window",
+        ),
+        (
+            "comm_exposed_share",
+            "  with no work beside them",
+            "time inside collectives with no other work beside them in that window",
+        ),
+    )
 )
 BUSY = {"cuda": DEVICE_BUSY_SHARE, "cpu": CPU_BUSY_SHARE}
+COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
 # The epoch's utilization (mnistperf.diagnosis.measure.flops).
 ACHIEVED_FLOPS_PER_S = Figure(
     "achieved_flops_per_s",
@@ -272,22 +266,6 @@ MFU = Figure(
     run="own",
 )
 UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
-# Under DDP, the ranks' talk (mnistperf.diagnosis.measure.busy_window.communication), from the profiled window.
-COMM_SHARE = Figure(
-    "comm_share",
-    "share",
-    "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window",
-    label="in collectives (DDP)",
-    run="window",
-)
-COMM_EXPOSED_SHARE = Figure(
-    "comm_exposed_share",
-    "share",
-    "time inside collectives with no other work beside them in that window",
-    label="  with no work beside them",
-    run="window",
-)
-COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
 # The epoch's memory (mnistperf.diagnosis.measure.memory): resident on Linux, the GPU's peaks on CUDA; the fit's peaks.
 PEAK_RSS_MB = Figure(
     "peak_rss_mb",

@@ -87,8 +87,8 @@ class Figure(str):
         return str, (self.name,)
 
 
-def measure(ranks: str, per_rank: bool = False) -> Any:
-    """A :class:`Measures` field: how the ranks' values combine (``max``, ``sum``, ``mean``), and if each is kept."""
+def measure(ranks: Callable[[torch.Tensor], torch.Tensor], per_rank: bool = False) -> Any:
+    """A :class:`Measures` field: what combines the ranks' values (a tensor of them), and if each is kept."""
     return field(metadata={"ranks": ranks, "per_rank": per_rank})
 
 
@@ -96,42 +96,35 @@ def measure(ranks: str, per_rank: bool = False) -> Any:
 class Measures:
     """What one process measured of an epoch (NaN: nothing); a field is the figure of its name, where one is."""
 
-    train_s: float = measure("max", per_rank=True)
-    eval_s: float = measure("max")
-    input_wait_s: float = measure("max", per_rank=True)
-    host_wait_s: float = measure("max")  # host seconds between one step's end and the next one's start
-    samples: float = measure("sum")  # training samples
-    busy_share: float = measure("mean")  # the profiled window's busy share (device or CPU)
-    forward_s: float = measure("mean", per_rank=True)
-    backward_s: float = measure("mean")
-    optimizer_s: float = measure("mean")
-    step_median_s: float = measure("max")
-    step_p90_s: float = measure("max")
-    step_max_s: float = measure("max")
-    first_step_s: float = measure("max")
-    spikes: float = measure("max")
-    spikes_s: float = measure("max")
-    rss_mb: float = measure("max")
-    workers_pss_mb: float = measure("max")
-    device_allocated_mb: float = measure("max")
-    device_reserved_mb: float = measure("max")
-    flops: float = measure("sum")  # the FLOPs of the epoch's training steps, one step's count times its steps
-    comm_share: float = measure("mean", per_rank=True)
-    comm_exposed_share: float = measure("mean", per_rank=True)
-    core_wait_share: float = measure("mean")
-    workers_cpu_share: float = measure("mean")
+    train_s: float = measure(torch.max, per_rank=True)
+    eval_s: float = measure(torch.max)
+    input_wait_s: float = measure(torch.max, per_rank=True)
+    host_wait_s: float = measure(torch.max)  # host seconds between one step's end and the next one's start
+    samples: float = measure(torch.sum)  # training samples
+    busy_share: float = measure(torch.nanmean)  # the profiled window's busy share (device or CPU)
+    forward_s: float = measure(torch.nanmean, per_rank=True)
+    backward_s: float = measure(torch.nanmean)
+    optimizer_s: float = measure(torch.nanmean)
+    step_median_s: float = measure(torch.max)
+    step_p90_s: float = measure(torch.max)
+    step_max_s: float = measure(torch.max)
+    first_step_s: float = measure(torch.max)
+    spikes: float = measure(torch.max)
+    spikes_s: float = measure(torch.max)
+    rss_mb: float = measure(torch.max)
+    workers_pss_mb: float = measure(torch.max)
+    device_allocated_mb: float = measure(torch.max)
+    device_reserved_mb: float = measure(torch.max)
+    flops: float = measure(torch.sum)  # the FLOPs of the epoch's training steps, one step's count times its steps
+    comm_share: float = measure(torch.nanmean, per_rank=True)
+    comm_exposed_share: float = measure(torch.nanmean, per_rank=True)
+    core_wait_share: float = measure(torch.nanmean)
+    workers_cpu_share: float = measure(torch.nanmean)
 
     @classmethod
     def unmeasured(cls) -> Measures:
         """Every figure NaN: what a rank whose own figures failed sends to the gather."""
         return cls(*(math.nan for _ in fields(cls)))
-
-
-REDUCERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "max": lambda ranks: ranks.max(),
-    "sum": lambda ranks: ranks.sum(),
-    "mean": lambda ranks: ranks.nanmean(),
-}
 
 
 @dataclass(frozen=True)
@@ -154,7 +147,7 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = 
     per_loader = list(loader_samples or [])
     values = torch.tensor([*astuple(local), *per_loader], dtype=torch.float64, device=strategy.root_device)
     rows = every_rank(strategy, values).cpu()
-    merged = Measures(*(REDUCERS[f.metadata["ranks"]](rows[:, i]).item() for i, f in enumerate(spec)))
+    merged = Measures(*(f.metadata["ranks"](rows[:, i]).item() for i, f in enumerate(spec)))
     per_rank = {f.name: rows[:, i].tolist() for i, f in enumerate(spec) if f.metadata["per_rank"]}
     return Gathered(merged, rows[:, len(spec) :].sum(dim=0).tolist(), per_rank if len(rows) > 1 else None)
 
@@ -307,8 +300,7 @@ FIGURES: tuple[Figure, ...] = (
     SAMPLES_PER_S,
     *SPLIT,
     STEP_MEDIAN_S,
-    INPUT_WAIT_SHARE,
-    HOST_WAIT_SHARE,
+    *WAITS,
     *CORES,
     DEVICE_BUSY_SHARE,
     CPU_BUSY_SHARE,

@@ -62,10 +62,7 @@ class EpochCores:
     def read_workers(self, now: float) -> None:
         """Read the workers' CPU time now; the next read is due :data:`READ_EVERY_S` later."""
         self.due = now + READ_EVERY_S
-        for pid in workers():
-            used = cpu_s(pid)
-            if used is not None:
-                self.last[pid] = used
+        self.last.update({pid: used for pid in workers() if (used := cpu_s(pid)) is not None})
 
     def shares(self, train_s: float, now: float) -> tuple[float, float]:
         """(``core_wait_share``, ``workers_cpu_share``) since the start, read once more; NaN where not measured."""

@@ -15,7 +15,7 @@ from mnistperf.diagnosis.measure.trend import trend
 
 PROC = Path("/proc")
 MB = 2**20
-GROWTH_MB = 4.0  # a epoch on average, rising every steady epoch: memory that grows
+GROWTH_MB = 4.0  # an epoch on average, rising every steady epoch: memory that grows
 # The row's memory figures that growth is read on, and what each is called in the summary's line.
 GROWING = {
     RSS_MB: "the training process",
@@ -56,12 +56,10 @@ def rss_pss_mb(pid: int) -> tuple[float | None, float | None]:
 
 def _local_rank(pid: int | str) -> str | None:
     try:
-        for entry in (PROC / str(pid) / "environ").read_bytes().split(b"\0"):
-            if entry.startswith(b"LOCAL_RANK="):
-                return entry.split(b"=", 1)[1].decode()
+        environ = (PROC / str(pid) / "environ").read_bytes().split(b"\0")
     except OSError:
         return None
-    return None
+    return next((entry.split(b"=", 1)[1].decode() for entry in environ if entry.startswith(b"LOCAL_RANK=")), None)
 
 
 @functools.cache

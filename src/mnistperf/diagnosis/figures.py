@@ -1,7 +1,7 @@
 """The diagnosis's figures, each declared once in :data:`FIGURES`, and what one process measured of an epoch.
 
 The epoch rows, the loggers' scalars, the run's figures, ``compare``, the HTML report and the bench iterate the
-registry: adding a figure is one entry in :data:`FIGURES` (with ``derive`` where the epoch row does not hold it).
+registry: adding a figure is declaring it here (with ``derive`` where the epoch row does not hold it).
 """
 
 from __future__ import annotations
@@ -221,27 +221,15 @@ INPUT_WAIT_SHARE, HOST_WAIT_SHARE, CORE_WAIT_SHARE, WORKERS_CPU_SHARE = (
 )
 WAITS = (INPUT_WAIT_SHARE, HOST_WAIT_SHARE)  # what a loop that does not time the waits cannot give
 CORES = (CORE_WAIT_SHARE, WORKERS_CPU_SHARE)
-# The profiled window's one reading: its busy share, by the device it profiled, and under DDP the ranks' talk
-# (mnistperf.diagnosis.measure.busy_window.communication).
-DEVICE_BUSY_SHARE, CPU_BUSY_SHARE, COMM_SHARE, COMM_EXPOSED_SHARE = (
+# The profiled window's busy share, by the device it profiled: one reading for the run.
+DEVICE_BUSY_SHARE, CPU_BUSY_SHARE = (
     Figure(name, "share", meaning, label=label, run="window")
     for name, label, meaning in (
         ("device_busy_share", "GPU busy", "time the GPU executed kernels or copies in the profiled window"),
         ("cpu_busy_share", "inside tensor operations", "time inside tensor operations in the profiled window"),
-        (
-            "comm_share",
-            "in collectives (DDP)",
-            "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window",
-        ),
-        (
-            "comm_exposed_share",
-            "  with no work beside them",
-            "time inside collectives with no other work beside them in that window",
-        ),
     )
 )
 BUSY = {"cuda": DEVICE_BUSY_SHARE, "cpu": CPU_BUSY_SHARE}
-COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
 # The epoch's utilization (mnistperf.diagnosis.measure.flops).
 ACHIEVED_FLOPS_PER_S = Figure(
     "achieved_flops_per_s",
@@ -259,6 +247,22 @@ MFU = Figure(
     run="own",
 )
 UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
+# Under DDP, the ranks' talk (mnistperf.diagnosis.measure.busy_window.communication), from the profiled window.
+COMM_SHARE = Figure(
+    "comm_share",
+    "share",
+    "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window",
+    label="in collectives (DDP)",
+    run="window",
+)
+COMM_EXPOSED_SHARE = Figure(
+    "comm_exposed_share",
+    "share",
+    "time inside collectives with no other work beside them in that window",
+    label="  with no work beside them",
+    run="window",
+)
+COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
 # The epoch's memory (mnistperf.diagnosis.measure.memory): resident on Linux, the GPU's peaks on CUDA; the fit's peaks.
 PEAK_RSS_MB = Figure(
     "peak_rss_mb",
@@ -269,15 +273,15 @@ PEAK_RSS_MB = Figure(
     epoch=False,
     where="peak_rss_mb.main_process",
 )
-RSS_MB = Figure(
-    "rss_mb", "MB", "the training process's resident memory (the larger of mid-epoch and the epoch's end)", run="max"
-)
 WORKERS_PSS_MB = Figure(
     "workers_pss_mb",
     "MB",
     "its DataLoader workers' proportional set size (pages shared with the training process counted once), summed",
     label="workers' memory (PSS)",
     run="max",
+)
+RSS_MB = Figure(
+    "rss_mb", "MB", "the training process's resident memory (the larger of mid-epoch and the epoch's end)", run="max"
 )
 PEAK_DEVICE_MB = Figure(
     "peak_device_mb",
@@ -294,31 +298,8 @@ DEVICE_RESERVED_MB = Figure(
 )
 MEMORY = (RSS_MB, WORKERS_PSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)
 
-# Every figure, in the order they stand side by side.
-FIGURES: tuple[Figure, ...] = (
-    AVG_TRAIN_S,
-    SAMPLES_PER_S,
-    *SPLIT,
-    STEP_MEDIAN_S,
-    *WAITS,
-    *CORES,
-    DEVICE_BUSY_SHARE,
-    CPU_BUSY_SHARE,
-    *UTILIZATION,
-    *COMMUNICATION,
-    PEAK_RSS_MB,
-    WORKERS_PSS_MB,
-    PEAK_DEVICE_MB,
-    AVG_EVAL_S,
-    TOTAL_TRAIN_S,
-    TOTAL_EVAL_S,
-    TRAIN_S,
-    EVAL_S,
-    *STEPS[1:],
-    RSS_MB,
-    DEVICE_ALLOCATED_MB,
-    DEVICE_RESERVED_MB,
-)
+# Every figure, in the order declared above: the order they stand side by side (those with a label).
+FIGURES: tuple[Figure, ...] = tuple(value for value in globals().values() if isinstance(value, Figure))
 
 
 def registry() -> tuple[Figure, ...]:

@@ -13,8 +13,7 @@ import torch
 from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU
 
 # Dense peak FLOP/s from the vendors' data sheets, for the GPUs Lightning's table lacks or states otherwise than MFU
-# needs (docs/timing.md, Utilization): fp32 without tensor cores, tf32, bf16 and fp16 on them. By a pattern searched
-# in torch.cuda.get_device_name, the first found winning.
+# needs (docs/timing.md, Utilization): fp32 without tensor cores, tf32, bf16 and fp16 on them; the first name found.
 HOPPER = {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}
 OWN_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     ("H[12]00 NVL", {"fp32": 60e12, "tf32": 417.5e12, "bf16": 835e12, "fp16": 835e12}),

@@ -156,20 +156,15 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = 
 TRAIN_S = Figure("train_s", "s", "training time of the epoch, evaluation inside it paused out")
 EVAL_S = Figure("eval_s", "s", "evaluation time inside the epoch")
 # The run's own figures, over its steady epochs (warm-up apart) or every epoch (totals).
-AVG_TRAIN_S = Figure(
-    "avg_train_s",
-    "s",
-    "train time per steady epoch",
-    label="steady train time per epoch",
-    run="own",
-    epoch=False,
-    per_epoch=TRAIN_S,
+AVG_TRAIN_S, AVG_EVAL_S, TOTAL_TRAIN_S, TOTAL_EVAL_S = (
+    Figure(name, "s", meaning, label=label, run="own", epoch=False, per_epoch=per_epoch)
+    for name, label, per_epoch, meaning in (
+        ("avg_train_s", "steady train time per epoch", TRAIN_S, "train time per steady epoch"),
+        ("avg_eval_s", None, EVAL_S, "evaluation time per steady epoch"),
+        ("total_train_s", None, None, "train time of every epoch, the warm-up's included"),
+        ("total_eval_s", None, None, "evaluation time of every epoch"),
+    )
 )
-AVG_EVAL_S = Figure("avg_eval_s", "s", "evaluation time per steady epoch", run="own", epoch=False, per_epoch=EVAL_S)
-TOTAL_TRAIN_S = Figure(
-    "total_train_s", "s", "train time of every epoch, the warm-up's included", run="own", epoch=False
-)
-TOTAL_EVAL_S = Figure("total_eval_s", "s", "evaluation time of every epoch", run="own", epoch=False)
 SAMPLES_PER_S = Figure(
     "samples_per_s", "samples/s", "training samples over train time", label="throughput", run="weighted"
 )

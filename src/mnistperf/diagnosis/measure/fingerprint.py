@@ -72,11 +72,8 @@ class Fingerprinter:
         return self._weights[key][:words]
 
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
-        """The tensor's bits as [samples, words], int16 words (uint8 for 1-byte types)."""
-        flat = tensor.detach().reshape(samples, -1)
-        if flat.dtype == torch.bool:
-            flat = flat.to(torch.uint8)
-        flat = flat.contiguous()
+        """The tensor's bits as [samples, words], int16 words (uint8 for 1-byte types, bool's too)."""
+        flat = tensor.detach().reshape(samples, -1).contiguous()
         words = flat.view(torch.uint8) if flat.element_size() == 1 else flat.view(torch.int16)
         count = words.shape[1]
         if count > self.max_words:

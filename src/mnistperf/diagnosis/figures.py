@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import astuple, dataclass, field, fields
+from dataclasses import KW_ONLY, InitVar, astuple, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -29,53 +29,43 @@ RUN_RULES = {
 SHOWN = {("s", "ms"): 1e3, ("share", "%"): 100.0, ("FLOP/s", "TFLOP/s"): 1e-12}
 
 
+@dataclass(eq=False, repr=False)  # a figure compares, hashes and prints as its key
 class Figure(str):
     """One figure: its key (the string itself, in timing.json and after ``timing/`` in the loggers) and what it is.
 
     Code names a figure by its constant, never by a string.
     """
 
+    key: InitVar[str]  # the string the figure is
     unit: str  # the unit it is kept in (``s``, ``share``, ``samples/s``, ``MB``, ...)
     meaning: str  # what it means, in one phrase
-    label: str | None  # its name where figures stand side by side (compare, the report); None: not shown there
-    shown: str  # the unit it is shown in (default: % for a share, else ``unit``), times ``scale`` (:data:`SHOWN`)
-    scale: float
-    run: str | None  # how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's only
-    epoch: bool  # an epoch row holds it (and the loggers' scalars); False for the run's own figures
-    where: str  # where a run's summary keeps it, a dotted path (default: its key at the top level)
-    derive: Callable[[dict[str, Any]], float | None] | None  # the epoch's value from the row's other figures
+    _: KW_ONLY
+    label: str | None = None  # its name where figures stand side by side (compare, the report); None: not shown there
+    shown: str = ""  # the unit it is shown in (default: % for a share, else ``unit``), times ``scale`` (:data:`SHOWN`)
+    run: str | None = None  # how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's
+    epoch: bool = True  # an epoch row holds it (and the loggers' scalars); False for the run's own figures
+    where: str = ""  # where a run's summary keeps it, a dotted path (default: its key at the top level)
+    derive: Callable[[dict[str, Any]], float | None] | None = None  # the epoch's value from the row's other figures
     # The epoch figure whose spread over the steady epochs is its noise (default: itself, where an epoch row holds it
     # and it is neither the window's one reading nor memory, whose change is growth, not noise; ``""``: none).
-    per_epoch: str | None
+    per_epoch: str | None = None
+    scale: float = field(init=False)
 
-    def __new__(
-        cls,
-        name: str,
-        unit: str,
-        meaning: str,
-        *,
-        label: str | None = None,
-        shown: str | None = None,
-        run: str | None = None,
-        epoch: bool = True,
-        where: str | None = None,
-        derive: Callable[[dict[str, Any]], float | None] | None = None,
-        per_epoch: str | None = None,
-    ) -> Figure:
-        """Declare a figure; its attributes say what each argument is."""
-        if run is not None and run not in RUN_RULES:
-            raise ValueError(f"Figure {name!r}: run={run!r} is not one of {', '.join(RUN_RULES)}")
-        shown = shown or ("%" if unit == "share" else unit)
-        if shown != unit and (unit, shown) not in SHOWN:
-            raise ValueError(f"Figure {name!r}: no scale from {unit} to {shown} in SHOWN")
-        figure = super().__new__(cls, name)
-        figure.unit, figure.meaning, figure.label = unit, meaning, label
-        figure.shown, figure.scale = shown, SHOWN.get((unit, shown), 1.0)
-        figure.run, figure.epoch, figure.where, figure.derive = run, epoch, where or name, derive
-        if per_epoch is None:
-            per_epoch = name if epoch and run != "window" and unit != "MB" else ""
-        figure.per_epoch = per_epoch or None
-        return figure
+    def __new__(cls, key: str, *args: Any, **options: Any) -> Figure:
+        """The figure is its key; :meth:`__init__` sets what it is."""
+        return super().__new__(cls, key)
+
+    def __post_init__(self, key: str) -> None:
+        """The defaults that depend on other fields, checked."""
+        if self.run is not None and self.run not in RUN_RULES:
+            raise ValueError(f"Figure {key!r}: run={self.run!r} is not one of {', '.join(RUN_RULES)}")
+        self.shown = self.shown or ("%" if self.unit == "share" else self.unit)
+        if self.shown != self.unit and (self.unit, self.shown) not in SHOWN:
+            raise ValueError(f"Figure {key!r}: no scale from {self.unit} to {self.shown} in SHOWN")
+        self.scale, self.where = SHOWN.get((self.unit, self.shown), 1.0), self.where or key
+        if self.per_epoch is None:
+            self.per_epoch = key if self.epoch and self.run != "window" and self.unit != "MB" else ""
+        self.per_epoch = self.per_epoch or None
 
     @property
     def name(self) -> str:

@@ -129,9 +129,8 @@ class Gathered:
 def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = None) -> Gathered:
     """Combine one epoch's measures over every rank by each field's ``ranks`` (identity on one process).
 
-    NaN (not measured) is skipped by the mean and poisons the sum and the max. ``loader_samples``: the rank's
-    samples per training loader, summed over the ranks. ``strategy``: the trainer's, its ``all_gather`` the one
-    collective of the epoch's end.
+    NaN (not measured) is skipped by the mean and poisons the sum and the max; ``loader_samples`` (the rank's per
+    training loader) are summed. ``strategy``: the trainer's, its ``all_gather`` the epoch end's one collective.
     """
     spec = fields(Measures)
     per_loader = list(loader_samples or [])

@@ -100,12 +100,7 @@ Held = list[tuple[list[torch.Tensor], int]]  # steps' copied sample rows, each w
 
 
 class HeldSteps:
-    """Copies of the steps' sample rows, per training loader, hashed together every so many samples or bytes.
-
-    Args:
-        hash: what fingerprints the rows.
-        loaders: how many training loaders' rows are held, each apart.
-    """
+    """Steps' copied sample rows, each of ``loaders`` apart, that ``hash`` fingerprints every so many samples or MB."""
 
     def __init__(self, hash: Fingerprinter, loaders: int = 1):
         self.hash = hash

@@ -84,9 +84,7 @@ def workers() -> list[int]:
 
 def workers_pss_mb() -> float | None:
     """The PSS of this process's loader workers now, summed, in MB; None off Linux."""
-    if not measured():
-        return None
-    return sum(rss_pss_mb(child)[1] or 0.0 for child in workers())
+    return sum(rss_pss_mb(child)[1] or 0.0 for child in workers()) if measured() else None
 
 
 def reset_device_peaks(device: torch.device) -> None:
@@ -114,11 +112,9 @@ def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def format_growth(grown: list[dict[str, Any]]) -> str | None:
     """The memory line where memory grows epoch after epoch; None where none does."""
-    if not grown:
-        return None
     parts = [
         f"{g['what']} +{g['per_epoch_mb']:,.0f} MB per epoch ({g['from_mb']:,.0f} MB to {g['to_mb']:,.0f} MB, "
         f"epochs {g['epochs'][0]}-{g['epochs'][1]})"
         for g in grown
     ]
-    return "Memory grows: " + "; ".join(parts)
+    return "Memory grows: " + "; ".join(parts) if parts else None

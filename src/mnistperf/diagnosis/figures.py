@@ -15,15 +15,10 @@ import torch
 
 from mnistperf.diagnosis.ranks import every_rank
 
-# How a run reads a figure from its steady epochs (``Figure.run``):
-RUN_RULES = {
-    "weighted": "the epochs' values weighted by their train time",
-    "mean": "the mean over the epochs that measured it",
-    "max": "the largest epoch's",
-    "window": "the profiled window's reading, one for the run",
-    "split": "the mean over the epochs, under the run's split of train time",
-    "own": "computed by the run itself (its averages and totals, utilization, peak memory)",
-}
+# How a run reads a figure from its steady epochs (``Figure.run``): their values ``weighted`` by their train time, the
+# ``mean`` of those that measured it, the largest (``max``), the profiled ``window``'s one reading, the mean under the
+# run's ``split`` of train time, or computed by the run itself (``own``: averages, totals, utilization, peak memory).
+RUN_RULES = ("weighted", "mean", "max", "window", "split", "own")
 
 # What a kept value is multiplied by to be shown in another unit: (kept unit, shown unit).
 SHOWN = {("s", "ms"): 1e3, ("share", "%"): 100.0, ("FLOP/s", "TFLOP/s"): 1e-12}

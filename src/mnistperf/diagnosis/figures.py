@@ -1,4 +1,4 @@
-"""The diagnosis's figures, each declared once in :data:`FIGURES`, and what one process measured of an epoch.
+"""The diagnosis's figures, each declared once (:data:`FIGURES` holds all), and what one process measured of an epoch.
 
 The epoch rows, the loggers' scalars, the run's figures, ``compare``, the HTML report and the bench iterate the
 registry: adding a figure is declaring it here (with ``derive`` where the epoch row does not hold it).

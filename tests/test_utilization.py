@@ -104,7 +104,7 @@ def test_a_fit_too_short_for_the_counter_is_not_counted_and_says_how_to_give_its
 
 
 def test_the_fits_first_step_is_counted_and_each_epoch_gets_its_achieved_flops(monkeypatch):
-    monkeypatch.setattr("mnistperf.diagnosis.measure.step_flops.COUNT_SHARE", 1.0)  # counted however short the fit
+    monkeypatch.setattr("mnistperf.diagnosis.measure.flops.COUNT_SHARE", 1.0)  # counted however short the fit
     timer = EpochTimer()
     fit_module(Linear(), rows(), callbacks=[timer], max_epochs=2)
     assert timer.clock.flops_per_step == 3 * 2 * BATCH * IN * OUT
@@ -153,7 +153,7 @@ def test_compare_puts_the_two_runs_utilization_side_by_side():
 
 
 def test_a_compiled_module_is_not_counted_and_says_how_to_give_its_flops():
-    from mnistperf.diagnosis.measure.step_flops import FirstStep, compiled
+    from mnistperf.diagnosis.measure.flops import FirstStep, compiled
 
     module = Linear()
     assert not compiled(module)

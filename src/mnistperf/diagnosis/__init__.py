@@ -1,8 +1,6 @@
 """The diagnosis of any Lightning run: where an epoch's time goes, and whether every sample was trained on.
 
-``from mnistperf.diagnosis import EpochTimer, SampleAudit``: two callbacks for any ``Trainer``. The
-package knows nothing of the lab (its models, data, stages or commands). How to read what they
-report: docs/diagnose.md.
+Two callbacks for any ``Trainer``, ``EpochTimer`` and ``SampleAudit``; how to read them: docs/diagnose.md.
 """
 
 from mnistperf.diagnosis.callbacks.epoch_timer import EpochTimer

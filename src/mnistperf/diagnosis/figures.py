@@ -1,81 +1,66 @@
-"""The diagnosis's figures, each declared once in :data:`FIGURES`, and what one process measured of an epoch.
+"""The diagnosis's figures, each declared once (:data:`FIGURES` holds all), and what one process measured of an epoch.
 
 The epoch rows, the loggers' scalars, the run's figures, ``compare``, the HTML report and the bench iterate the
-registry: adding a figure is one entry in :data:`FIGURES` (with ``derive`` where the epoch row does not hold it).
+registry: adding a figure is declaring it here (with ``derive`` where the epoch row does not hold it).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import astuple, dataclass, field, fields
+from dataclasses import KW_ONLY, InitVar, astuple, dataclass, field, fields
 from typing import Any
 
 import torch
 
 from mnistperf.diagnosis.ranks import every_rank
 
-# How a run reads a figure from its steady epochs (``Figure.run``):
-RUN_RULES = {
-    "weighted": "the epochs' values weighted by their train time",
-    "mean": "the mean over the epochs that measured it",
-    "max": "the largest epoch's",
-    "window": "the profiled window's reading, one for the run",
-    "split": "the mean over the epochs, under the run's split of train time",
-    "own": "computed by the run itself (its averages and totals, utilization, peak memory)",
-}
+# How a run reads a figure from its steady epochs (``Figure.run``): their values ``weighted`` by their train time, the
+# ``mean`` of those that measured it, the largest (``max``), the profiled ``window``'s one reading, the mean under the
+# run's ``split`` of train time, or computed by the run itself (``own``: averages, totals, utilization, peak memory).
+RUN_RULES = ("weighted", "mean", "max", "window", "split", "own")
 
 # What a kept value is multiplied by to be shown in another unit: (kept unit, shown unit).
 SHOWN = {("s", "ms"): 1e3, ("share", "%"): 100.0, ("FLOP/s", "TFLOP/s"): 1e-12}
 
 
+@dataclass(eq=False, repr=False)  # a figure compares, hashes and prints as its key
 class Figure(str):
     """One figure: its key (the string itself, in timing.json and after ``timing/`` in the loggers) and what it is.
 
     Code names a figure by its constant, never by a string.
     """
 
+    key: InitVar[str]  # the string the figure is
     unit: str  # the unit it is kept in (``s``, ``share``, ``samples/s``, ``MB``, ...)
     meaning: str  # what it means, in one phrase
-    label: str | None  # its name where figures stand side by side (compare, the report); None: not shown there
-    shown: str  # the unit it is shown in (default: % for a share, else ``unit``), times ``scale`` (:data:`SHOWN`)
-    scale: float
-    run: str | None  # how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's only
-    epoch: bool  # an epoch row holds it (and the loggers' scalars); False for the run's own figures
-    where: str  # where a run's summary keeps it, a dotted path (default: its key at the top level)
-    derive: Callable[[dict[str, Any]], float | None] | None  # the epoch's value from the row's other figures
+    _: KW_ONLY
+    label: str | None = None  # its name where figures stand side by side (compare, the report); None: not shown there
+    shown: str = ""  # the unit it is shown in (default: % for a share, else ``unit``), times ``scale`` (:data:`SHOWN`)
+    run: str | None = None  # how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's
+    epoch: bool = True  # an epoch row holds it (and the loggers' scalars); False for the run's own figures
+    where: str = ""  # where a run's summary keeps it, a dotted path (default: its key at the top level)
+    derive: Callable[[dict[str, Any]], float | None] | None = None  # the epoch's value from the row's other figures
     # The epoch figure whose spread over the steady epochs is its noise (default: itself, where an epoch row holds it
     # and it is neither the window's one reading nor memory, whose change is growth, not noise; ``""``: none).
-    per_epoch: str | None
+    per_epoch: str | None = None
+    scale: float = field(init=False)
 
-    def __new__(
-        cls,
-        name: str,
-        unit: str,
-        meaning: str,
-        *,
-        label: str | None = None,
-        shown: str | None = None,
-        run: str | None = None,
-        epoch: bool = True,
-        where: str | None = None,
-        derive: Callable[[dict[str, Any]], float | None] | None = None,
-        per_epoch: str | None = None,
-    ) -> Figure:
-        """Declare a figure; its attributes say what each argument is."""
-        if run is not None and run not in RUN_RULES:
-            raise ValueError(f"Figure {name!r}: run={run!r} is not one of {', '.join(RUN_RULES)}")
-        shown = shown or ("%" if unit == "share" else unit)
-        if shown != unit and (unit, shown) not in SHOWN:
-            raise ValueError(f"Figure {name!r}: no scale from {unit} to {shown} in SHOWN")
-        figure = super().__new__(cls, name)
-        figure.unit, figure.meaning, figure.label = unit, meaning, label
-        figure.shown, figure.scale = shown, SHOWN.get((unit, shown), 1.0)
-        figure.run, figure.epoch, figure.where, figure.derive = run, epoch, where or name, derive
-        if per_epoch is None:
-            per_epoch = name if epoch and run != "window" and unit != "MB" else ""
-        figure.per_epoch = per_epoch or None
-        return figure
+    def __new__(cls, key: str, *args: Any, **options: Any) -> Figure:
+        """The figure is its key; :meth:`__init__` sets what it is."""
+        return super().__new__(cls, key)
+
+    def __post_init__(self, key: str) -> None:
+        """The defaults that depend on other fields, checked."""
+        if self.run is not None and self.run not in RUN_RULES:
+            raise ValueError(f"Figure {key!r}: run={self.run!r} is not one of {', '.join(RUN_RULES)}")
+        self.shown = self.shown or ("%" if self.unit == "share" else self.unit)
+        if self.shown != self.unit and (self.unit, self.shown) not in SHOWN:
+            raise ValueError(f"Figure {key!r}: no scale from {self.unit} to {self.shown} in SHOWN")
+        self.scale, self.where = SHOWN.get((self.unit, self.shown), 1.0), self.where or key
+        if self.per_epoch is None:
+            self.per_epoch = key if self.epoch and self.run != "window" and self.unit != "MB" else ""
+        self.per_epoch = self.per_epoch or None
 
     @property
     def name(self) -> str:
@@ -87,8 +72,8 @@ class Figure(str):
         return str, (self.name,)
 
 
-def measure(ranks: str, per_rank: bool = False) -> Any:
-    """A :class:`Measures` field: how the ranks' values combine (``max``, ``sum``, ``mean``), and if each is kept."""
+def measure(ranks: Callable[[torch.Tensor], torch.Tensor], per_rank: bool = False) -> Any:
+    """A :class:`Measures` field: what combines the ranks' values (a tensor of them), and if each is kept."""
     return field(metadata={"ranks": ranks, "per_rank": per_rank})
 
 
@@ -96,42 +81,35 @@ def measure(ranks: str, per_rank: bool = False) -> Any:
 class Measures:
     """What one process measured of an epoch (NaN: nothing); a field is the figure of its name, where one is."""
 
-    train_s: float = measure("max", per_rank=True)
-    eval_s: float = measure("max")
-    input_wait_s: float = measure("max", per_rank=True)
-    host_wait_s: float = measure("max")  # host seconds between one step's end and the next one's start
-    samples: float = measure("sum")  # training samples
-    busy_share: float = measure("mean")  # the profiled window's busy share (device or CPU)
-    forward_s: float = measure("mean", per_rank=True)
-    backward_s: float = measure("mean")
-    optimizer_s: float = measure("mean")
-    step_median_s: float = measure("max")
-    step_p90_s: float = measure("max")
-    step_max_s: float = measure("max")
-    first_step_s: float = measure("max")
-    spikes: float = measure("max")
-    spikes_s: float = measure("max")
-    rss_mb: float = measure("max")
-    workers_pss_mb: float = measure("max")
-    device_allocated_mb: float = measure("max")
-    device_reserved_mb: float = measure("max")
-    flops: float = measure("sum")  # the FLOPs of the epoch's training steps, one step's count times its steps
-    comm_share: float = measure("mean", per_rank=True)
-    comm_exposed_share: float = measure("mean", per_rank=True)
-    core_wait_share: float = measure("mean")
-    workers_cpu_share: float = measure("mean")
+    train_s: float = measure(torch.max, per_rank=True)
+    eval_s: float = measure(torch.max)
+    input_wait_s: float = measure(torch.max, per_rank=True)
+    host_wait_s: float = measure(torch.max)  # host seconds between one step's end and the next one's start
+    samples: float = measure(torch.sum)  # training samples
+    busy_share: float = measure(torch.nanmean)  # the profiled window's busy share (device or CPU)
+    forward_s: float = measure(torch.nanmean, per_rank=True)
+    backward_s: float = measure(torch.nanmean)
+    optimizer_s: float = measure(torch.nanmean)
+    step_median_s: float = measure(torch.max)
+    step_p90_s: float = measure(torch.max)
+    step_max_s: float = measure(torch.max)
+    first_step_s: float = measure(torch.max)
+    spikes: float = measure(torch.max)
+    spikes_s: float = measure(torch.max)
+    rss_mb: float = measure(torch.max)
+    workers_pss_mb: float = measure(torch.max)
+    device_allocated_mb: float = measure(torch.max)
+    device_reserved_mb: float = measure(torch.max)
+    flops: float = measure(torch.sum)  # the FLOPs of the epoch's training steps, one step's count times its steps
+    comm_share: float = measure(torch.nanmean, per_rank=True)
+    comm_exposed_share: float = measure(torch.nanmean, per_rank=True)
+    core_wait_share: float = measure(torch.nanmean)
+    workers_cpu_share: float = measure(torch.nanmean)
 
     @classmethod
     def unmeasured(cls) -> Measures:
         """Every figure NaN: what a rank whose own figures failed sends to the gather."""
         return cls(*(math.nan for _ in fields(cls)))
-
-
-REDUCERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "max": lambda ranks: ranks.max(),
-    "sum": lambda ranks: ranks.sum(),
-    "mean": lambda ranks: ranks.nanmean(),
-}
 
 
 @dataclass(frozen=True)
@@ -146,15 +124,14 @@ class Gathered:
 def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = None) -> Gathered:
     """Combine one epoch's measures over every rank by each field's ``ranks`` (identity on one process).
 
-    NaN (not measured) is skipped by the mean and poisons the sum and the max. ``loader_samples``: the rank's
-    samples per training loader, summed over the ranks. ``strategy``: the trainer's, its ``all_gather`` the one
-    collective of the epoch's end.
+    NaN (not measured) is skipped by the mean and poisons the sum and the max; ``loader_samples`` (the rank's per
+    training loader) are summed. ``strategy``: the trainer's, its ``all_gather`` the epoch end's one collective.
     """
     spec = fields(Measures)
     per_loader = list(loader_samples or [])
     values = torch.tensor([*astuple(local), *per_loader], dtype=torch.float64, device=strategy.root_device)
     rows = every_rank(strategy, values).cpu()
-    merged = Measures(*(REDUCERS[f.metadata["ranks"]](rows[:, i]).item() for i, f in enumerate(spec)))
+    merged = Measures(*(f.metadata["ranks"](rows[:, i]).item() for i, f in enumerate(spec)))
     per_rank = {f.name: rows[:, i].tolist() for i, f in enumerate(spec) if f.metadata["per_rank"]}
     return Gathered(merged, rows[:, len(spec) :].sum(dim=0).tolist(), per_rank if len(rows) > 1 else None)
 
@@ -163,20 +140,15 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = 
 TRAIN_S = Figure("train_s", "s", "training time of the epoch, evaluation inside it paused out")
 EVAL_S = Figure("eval_s", "s", "evaluation time inside the epoch")
 # The run's own figures, over its steady epochs (warm-up apart) or every epoch (totals).
-AVG_TRAIN_S = Figure(
-    "avg_train_s",
-    "s",
-    "train time per steady epoch",
-    label="steady train time per epoch",
-    run="own",
-    epoch=False,
-    per_epoch=TRAIN_S,
+AVG_TRAIN_S, AVG_EVAL_S, TOTAL_TRAIN_S, TOTAL_EVAL_S = (
+    Figure(name, "s", meaning, label=label, run="own", epoch=False, per_epoch=per_epoch)
+    for name, label, per_epoch, meaning in (
+        ("avg_train_s", "steady train time per epoch", TRAIN_S, "train time per steady epoch"),
+        ("avg_eval_s", None, EVAL_S, "evaluation time per steady epoch"),
+        ("total_train_s", None, None, "train time of every epoch, the warm-up's included"),
+        ("total_eval_s", None, None, "evaluation time of every epoch"),
+    )
 )
-AVG_EVAL_S = Figure("avg_eval_s", "s", "evaluation time per steady epoch", run="own", epoch=False, per_epoch=EVAL_S)
-TOTAL_TRAIN_S = Figure(
-    "total_train_s", "s", "train time of every epoch, the warm-up's included", run="own", epoch=False
-)
-TOTAL_EVAL_S = Figure("total_eval_s", "s", "evaluation time of every epoch", run="own", epoch=False)
 SAMPLES_PER_S = Figure(
     "samples_per_s", "samples/s", "training samples over train time", label="throughput", run="weighted"
 )
@@ -207,52 +179,34 @@ FIRST_STEP_S = Figure("first_step_s", "s", "the epoch's first training step's ho
 SPIKES = Figure("spikes", "steps", "training steps at least 3x the epoch's median step")
 SPIKES_S = Figure("spikes_s", "s", "the time those steps took past the epoch's median step")
 STEPS = (STEP_MEDIAN_S, STEP_P90_S, STEP_MAX_S, FIRST_STEP_S, SPIKES, SPIKES_S)
-# What the epoch waited on, as shares of its train time.
-INPUT_WAIT_SHARE = Figure(
-    "input_wait_share",
-    "share",
-    "share of train time the host waited for the next batch",
-    label="waiting for data",
-    run="weighted",
-)
-HOST_WAIT_SHARE = Figure(
-    "host_wait_share",
-    "share",
-    "share of train time between one step's end and the next one's start",
-    label="between steps",
-    run="weighted",
+# Shares of train time, read weighted by it: what the epoch waited on, and who held the cores
+# (mnistperf.diagnosis.measure.cores: read from Linux's /proc, a few times an epoch).
+INPUT_WAIT_SHARE, HOST_WAIT_SHARE, CORE_WAIT_SHARE, WORKERS_CPU_SHARE = (
+    Figure(name, "share", meaning, label=label, run="weighted")
+    for name, label, meaning in (
+        ("input_wait_share", "waiting for data", "share of train time the host waited for the next batch"),
+        ("host_wait_share", "between steps", "share of train time between one step's end and the next one's start"),
+        (
+            "core_wait_share",
+            "waiting for a core",
+            "share of train time the training thread was ready to run but waited for a core (Linux)",
+        ),
+        (
+            "workers_cpu_share",
+            "workers' CPU, of the cores",
+            "its DataLoader workers' CPU time over the epoch's wall time times the cores the process may use (Linux)",
+        ),
+    )
 )
 WAITS = (INPUT_WAIT_SHARE, HOST_WAIT_SHARE)  # what a loop that does not time the waits cannot give
-# Who held the cores (mnistperf.diagnosis.measure.cores): read from Linux's /proc, a few times an epoch.
-CORE_WAIT_SHARE = Figure(
-    "core_wait_share",
-    "share",
-    "share of train time the training thread was ready to run but waited for a core (Linux)",
-    label="waiting for a core",
-    run="weighted",
-)
-WORKERS_CPU_SHARE = Figure(
-    "workers_cpu_share",
-    "share",
-    "its DataLoader workers' CPU time over the epoch's wall time times the cores the process may use (Linux)",
-    label="workers' CPU, of the cores",
-    run="weighted",
-)
 CORES = (CORE_WAIT_SHARE, WORKERS_CPU_SHARE)
-# The profiled window's share, by the device it profiled.
-DEVICE_BUSY_SHARE = Figure(
-    "device_busy_share",
-    "share",
-    "time the GPU executed kernels or copies in the profiled window",
-    label="GPU busy",
-    run="window",
-)
-CPU_BUSY_SHARE = Figure(
-    "cpu_busy_share",
-    "share",
-    "time inside tensor operations in the profiled window",
-    label="inside tensor operations",
-    run="window",
+# The profiled window's busy share, by the device it profiled: one reading for the run.
+DEVICE_BUSY_SHARE, CPU_BUSY_SHARE = (
+    Figure(name, "share", meaning, label=label, run="window")
+    for name, label, meaning in (
+        ("device_busy_share", "GPU busy", "time the GPU executed kernels or copies in the profiled window"),
+        ("cpu_busy_share", "inside tensor operations", "time inside tensor operations in the profiled window"),
+    )
 )
 BUSY = {"cuda": DEVICE_BUSY_SHARE, "cpu": CPU_BUSY_SHARE}
 # The epoch's utilization (mnistperf.diagnosis.measure.flops).
@@ -298,15 +252,15 @@ PEAK_RSS_MB = Figure(
     epoch=False,
     where="peak_rss_mb.main_process",
 )
-RSS_MB = Figure(
-    "rss_mb", "MB", "the training process's resident memory (the larger of mid-epoch and the epoch's end)", run="max"
-)
 WORKERS_PSS_MB = Figure(
     "workers_pss_mb",
     "MB",
     "its DataLoader workers' proportional set size (pages shared with the training process counted once), summed",
     label="workers' memory (PSS)",
     run="max",
+)
+RSS_MB = Figure(
+    "rss_mb", "MB", "the training process's resident memory (the larger of mid-epoch and the epoch's end)", run="max"
 )
 PEAK_DEVICE_MB = Figure(
     "peak_device_mb",
@@ -323,32 +277,8 @@ DEVICE_RESERVED_MB = Figure(
 )
 MEMORY = (RSS_MB, WORKERS_PSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)
 
-# Every figure, in the order they stand side by side.
-FIGURES: tuple[Figure, ...] = (
-    AVG_TRAIN_S,
-    SAMPLES_PER_S,
-    *SPLIT,
-    STEP_MEDIAN_S,
-    INPUT_WAIT_SHARE,
-    HOST_WAIT_SHARE,
-    *CORES,
-    DEVICE_BUSY_SHARE,
-    CPU_BUSY_SHARE,
-    *UTILIZATION,
-    *COMMUNICATION,
-    PEAK_RSS_MB,
-    WORKERS_PSS_MB,
-    PEAK_DEVICE_MB,
-    AVG_EVAL_S,
-    TOTAL_TRAIN_S,
-    TOTAL_EVAL_S,
-    TRAIN_S,
-    EVAL_S,
-    *STEPS[1:],
-    RSS_MB,
-    DEVICE_ALLOCATED_MB,
-    DEVICE_RESERVED_MB,
-)
+# Every figure, in the order declared above: the order they stand side by side (those with a label).
+FIGURES: tuple[Figure, ...] = tuple(value for value in globals().values() if isinstance(value, Figure))
 
 
 def registry() -> tuple[Figure, ...]:

@@ -28,8 +28,8 @@ from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, leading_length
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
+from mnistperf.diagnosis.measure.flops import FirstStep, compiled, device_peak
 from mnistperf.diagnosis.measure.phases import sampled, unsampled
-from mnistperf.diagnosis.measure.step_flops import FirstStep, compiled, device_peak
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.environment import environment

@@ -45,11 +45,8 @@ def leading_lengths(batch: Any) -> list[int]:
 
 
 def leading_length(batch: Any) -> int | None:
-    """The leading length of a batch's first tensor, as Lightning's ``extract_batch_size`` finds it; None if none.
-
-    A tensor, or a tuple, list or dict whose first item is a tensor, is read directly (every step: kept cheap).
-    """
-    first = batch
+    """The leading length of a batch's first tensor, as Lightning's ``extract_batch_size`` finds it; None if none."""
+    first = batch  # a tensor, or a tuple, list or dict of them first, read directly: this runs every step
     if isinstance(first, (tuple, list)) and first:
         first = first[0]
     elif isinstance(first, dict) and first:

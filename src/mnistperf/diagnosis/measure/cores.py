@@ -11,12 +11,10 @@ from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_schedule
 from mnistperf.diagnosis.measure.memory import PROC, measured, workers
 from mnistperf.machine import usable_cpus
 
-# The workers are read at the first step this long after the last read: a non-persistent worker's CPU after its last
-# read (at most this long of it) is all that can go uncounted.
+# Workers are read at the first step this long after the last read: a worker gone since loses that much CPU at most.
 READ_EVERY_S = 1.0
-# The loader's workers using at least this share of the usable cores' time hold cores the step needs: beside the
-# step's thread per core they take their number's share (one busy worker beside two threads: a third), so a quarter
-# means they kept a third of a core per core busy all epoch, enough to be what a wait for a core was spent behind.
+# Workers using this share of the usable cores' time held cores the step needed: beside its thread per core they take
+# their number's share, so a quarter keeps a third of each core busy all epoch (docs/timing.md, "The verdict").
 WORKERS_HOLD = 0.25
 
 
@@ -64,10 +62,7 @@ class EpochCores:
     def read_workers(self, now: float) -> None:
         """Read the workers' CPU time now; the next read is due :data:`READ_EVERY_S` later."""
         self.due = now + READ_EVERY_S
-        for pid in workers():
-            used = cpu_s(pid)
-            if used is not None:
-                self.last[pid] = used
+        self.last.update({pid: used for pid in workers() if (used := cpu_s(pid)) is not None})
 
     def shares(self, train_s: float, now: float) -> tuple[float, float]:
         """(``core_wait_share``, ``workers_cpu_share``) since the start, read once more; NaN where not measured."""

@@ -72,11 +72,8 @@ class Fingerprinter:
         return self._weights[key][:words]
 
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
-        """The tensor's bits as [samples, words], int16 words (uint8 for 1-byte types)."""
-        flat = tensor.detach().reshape(samples, -1)
-        if flat.dtype == torch.bool:
-            flat = flat.to(torch.uint8)
-        flat = flat.contiguous()
+        """The tensor's bits as [samples, words], int16 words (uint8 for 1-byte types, bool's too)."""
+        flat = tensor.detach().reshape(samples, -1).contiguous()
         words = flat.view(torch.uint8) if flat.element_size() == 1 else flat.view(torch.int16)
         count = words.shape[1]
         if count > self.max_words:
@@ -103,12 +100,7 @@ Held = list[tuple[list[torch.Tensor], int]]  # steps' copied sample rows, each w
 
 
 class HeldSteps:
-    """Copies of the steps' sample rows, per training loader, hashed together every so many samples or bytes.
-
-    Args:
-        hash: what fingerprints the rows.
-        loaders: how many training loaders' rows are held, each apart.
-    """
+    """Steps' copied sample rows, each of ``loaders`` apart, that ``hash`` fingerprints every so many samples or MB."""
 
     def __init__(self, hash: Fingerprinter, loaders: int = 1):
         self.hash = hash

@@ -1,8 +1,4 @@
-"""A DataModule's own names for the DataLoader's settings, found among its arguments: what tune changes, advice names.
-
-An argument stands for a setting under the setting's own name, a common other name (``workers``, ``pin``), or either
-with a prefix; where two arguments could each be the same setting, neither is taken for it.
-"""
+"""A DataModule's own names for the DataLoader's settings among its arguments: what tune changes, advice names."""
 
 from __future__ import annotations
 
@@ -41,7 +37,7 @@ def best_names(names: Iterable[str], setting: str) -> list[str]:
 
 
 def own_names(names: Iterable[str]) -> dict[str, str]:
-    """Each DataLoader setting that one of these arguments stands for, with that argument's name."""
+    """Each DataLoader setting that one of these arguments stands for best (not two), with that argument's name."""
     names = list(names)
     found = {setting: best_names(names, setting) for setting in LOADER_SETTINGS}
     return {setting: best[0] for setting, best in found.items() if len(best) == 1}

@@ -15,7 +15,7 @@ from mnistperf.diagnosis.measure.trend import trend
 
 PROC = Path("/proc")
 MB = 2**20
-GROWTH_MB = 4.0  # a epoch on average, rising every steady epoch: memory that grows
+GROWTH_MB = 4.0  # an epoch on average, rising every steady epoch: memory that grows
 # The row's memory figures that growth is read on, and what each is called in the summary's line.
 GROWING = {
     RSS_MB: "the training process",
@@ -56,12 +56,10 @@ def rss_pss_mb(pid: int) -> tuple[float | None, float | None]:
 
 def _local_rank(pid: int | str) -> str | None:
     try:
-        for entry in (PROC / str(pid) / "environ").read_bytes().split(b"\0"):
-            if entry.startswith(b"LOCAL_RANK="):
-                return entry.split(b"=", 1)[1].decode()
+        environ = (PROC / str(pid) / "environ").read_bytes().split(b"\0")
     except OSError:
         return None
-    return None
+    return next((entry.split(b"=", 1)[1].decode() for entry in environ if entry.startswith(b"LOCAL_RANK=")), None)
 
 
 @functools.cache
@@ -86,9 +84,7 @@ def workers() -> list[int]:
 
 def workers_pss_mb() -> float | None:
     """The PSS of this process's loader workers now, summed, in MB; None off Linux."""
-    if not measured():
-        return None
-    return sum(rss_pss_mb(child)[1] or 0.0 for child in workers())
+    return sum(rss_pss_mb(child)[1] or 0.0 for child in workers()) if measured() else None
 
 
 def reset_device_peaks(device: torch.device) -> None:
@@ -116,11 +112,9 @@ def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def format_growth(grown: list[dict[str, Any]]) -> str | None:
     """The memory line where memory grows epoch after epoch; None where none does."""
-    if not grown:
-        return None
     parts = [
         f"{g['what']} +{g['per_epoch_mb']:,.0f} MB per epoch ({g['from_mb']:,.0f} MB to {g['to_mb']:,.0f} MB, "
         f"epochs {g['epochs'][0]}-{g['epochs'][1]})"
         for g in grown
     ]
-    return "Memory grows: " + "; ".join(parts)
+    return "Memory grows: " + "; ".join(parts) if parts else None

@@ -65,7 +65,6 @@ def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's stalls, from every epoch's row: spikes, the share of train time they cost, slow first steps, drift."""
-    steady = epochs[1:] if len(epochs) > 1 else epochs
     measured = [e for e in epochs if e.get(SPIKES_S) is not None]
     train = sum(e[TRAIN_S] for e in measured)
     worst = [{"epoch": e["epoch"], "step": step, "s": s} for e in epochs for step, s in e.get("worst_spikes", [])]
@@ -79,7 +78,7 @@ def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
         "spikes_share": sum(e[SPIKES_S] for e in measured) / train if measured and train > 0 else None,
         "worst_spikes": sorted(worst, key=lambda spike: -spike["s"])[:WORST_KEPT],
         "slow_first_step": slow_first,
-        "drift": drift(steady),
+        "drift": drift(epochs[1:] or epochs),  # the steady epochs: the warm-up apart, where there are others
     }
 
 

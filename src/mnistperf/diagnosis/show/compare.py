@@ -12,7 +12,7 @@ from typing import Any
 
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, shown_side_by_side
 from mnistperf.diagnosis.record.noise import beyond, noise, said
-from mnistperf.diagnosis.record.run import RunSummary
+from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 
 # A gain this much over the ceiling still counts as within it (the two runs' own noise).
@@ -84,28 +84,41 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
     }
 
 
-def _cell(value: float | None, unit: str) -> str:
-    if value is None:
+WHOLE = ("samples/s", "MB", "steps")  # units shown without decimals
+COLUMNS = ["A", "B", "B/A", "the runs' noise"]  # the comparison's table, after its figures
+
+
+def shown(value: Any, unit: str, scale: float = 1.0) -> str:
+    """A figure's value times ``scale``, as compare and the report show it in ``unit`` ('-' where there is none)."""
+    found = number(value)
+    if found is None:
         return "-"
-    return f"{value:,.0f}" if unit in ("samples/s", "MB") else f"{value:,.2f}" if unit != "%" else f"{value:.0f}%"
+    return f"{found * scale:.0f}%" if unit == "%" else f"{found * scale:,.{0 if unit in WHOLE else 2}f}"
+
+
+def comparison_rows(found: dict[str, Any]) -> list[list[str]]:
+    """The comparison's table: each figure (its unit), A's and B's values, B over A and the noise; the verdicts last."""
+    rows = [
+        [
+            f"{row['figure']} ({row['unit']})",
+            shown(row["a"], row["unit"]),
+            shown(row["b"], row["unit"]),
+            "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
+            said(row["ratio"], row["noise"]),
+        ]
+        for row in found["rows"]
+    ]
+    return [*rows, ["verdict", *(str(verdict or "-") for verdict in found["verdicts"]), "", ""]]
 
 
 def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
     """The comparison as printed: a table of the figures, the verdicts, then what B bought against A's ceiling."""
     names = run_labels((a_path, b_path), found["names"])
-    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", ""]
-    if found["mismatch"]:
-        lines[-1:] = [f"note: {found['mismatch']}", ""]
-    lines.append(f"{'':30} {'A':>12} {'B':>12} {'B/A':>7}  the runs' noise")
-    for row in found["rows"]:
-        ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-"
-        label = f"{row['figure']} ({row['unit']})"
-        cells = f"{_cell(row['a'], row['unit']):>12} {_cell(row['b'], row['unit']):>12} {ratio:>7}"
-        lines.append(f"{label:30} {cells}  {said(row['ratio'], row['noise'])}")
-    lines.append(f"{'verdict':30} {found['verdicts'][0] or '-':>12} {found['verdicts'][1] or '-':>12}")
-    lines.append("")
-    lines.append(format_bought(found["bought"]))
-    return "\n".join(lines)
+    note = [f"note: {found['mismatch']}"] if found["mismatch"] else []
+    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", *note, ""]
+    for label, a, b, ratio, noise_said in [["", *COLUMNS], *comparison_rows(found)]:
+        lines.append(f"{label:30} {a:>12} {b:>12} {ratio:>7}  {noise_said}".rstrip())
+    return "\n".join([*lines, "", format_bought(found["bought"])])
 
 
 def format_bought(gain: dict[str, Any]) -> str:

@@ -26,9 +26,8 @@ from mnistperf.diagnosis.figures import (
     shown_side_by_side,
 )
 from mnistperf.diagnosis.record.advice import FIX_BUYS
-from mnistperf.diagnosis.record.noise import said
 from mnistperf.diagnosis.record.run import RunSummary, number
-from mnistperf.diagnosis.show.compare import format_bought
+from mnistperf.diagnosis.show.compare import COLUMNS, comparison_rows, format_bought, shown
 
 REPORT_FILE = "timing.html"
 # The page's content is 1100 px wide: one run's charts take all of it, two runs' charts of a kind sit side by side.
@@ -203,39 +202,45 @@ def _table(head: list[str], rows: list[list[str]], words_last: bool = False) -> 
     return f"<table{kind}><tr>{cells}</tr>{body}</table>"
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
-    found = number(value)
-    return "-" if found is None else f"{found:,.{digits}f}"
-
-
 def run_head(run: RunSummary) -> str:
     """A run's verdict, its reason, its steady figures and what a fix could buy."""
-    parts = [
-        f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>',
-        f"<p>{escape(run.verdict_reason)}</p>",
-        f"<p>Steady train time per epoch {_fmt(run.figure(AVG_TRAIN_S))} s, "
-        f"{_fmt(run.figure(SAMPLES_PER_S), 0)} samples/s; device {escape(run.device or '-')}.</p>",
-    ]
-    if run.advice and run.advice.ceiling:
-        parts.append(f"<p>{FIX_BUYS}: {escape(run.advice.ceiling)}.</p>")
-    return "\n".join(parts)
+    advice = run.advice.ceiling if run.advice else ""
+    return (
+        f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>\n'
+        f"<p>{escape(run.verdict_reason)}</p>\n"
+        f"<p>Steady train time per epoch {shown(run.figure(AVG_TRAIN_S), 's')} s, "
+        f"{shown(run.figure(SAMPLES_PER_S), 'samples/s')} samples/s; device {escape(run.device or '-')}.</p>"
+        + (f"\n<p>{FIX_BUYS}: {escape(advice)}.</p>" if advice else "")
+    )
+
+
+# The epochs table's columns after the epoch: each figure, shown in its unit, and its heading.
+EPOCH_COLUMNS = (
+    (TRAIN_S, "train s"),
+    (SAMPLES_PER_S, "samples/s"),
+    (STEP_MEDIAN_S, "median step ms"),
+    (SPIKES, "spike steps"),
+    (RSS_MB, "resident MB"),
+)
 
 
 def epochs_table(run: RunSummary) -> str:
     """A run's epochs, one row each."""
     rows = [
-        [
-            str(e["epoch"]),
-            _fmt(e.get(TRAIN_S)),
-            _fmt(e.get(SAMPLES_PER_S), 0),
-            _fmt(None if (median := number(e.get(STEP_MEDIAN_S))) is None else median * STEP_MEDIAN_S.scale, 1),
-            _fmt(e.get(SPIKES), 0),
-            _fmt(e.get(RSS_MB), 0),
-            str(e.get("verdict", "-")),
-        ]
+        [str(e["epoch"]), *(shown(e.get(f), f.shown, f.scale) for f, _ in EPOCH_COLUMNS), str(e.get("verdict", "-"))]
         for e in run.epochs
     ]
-    return _table(["epoch", "train s", "samples/s", "median step ms", "spike steps", "resident MB", "verdict"], rows)
+    return _table(["epoch", *(head for _, head in EPOCH_COLUMNS), "verdict"], rows)
+
+
+def figures_table(run: RunSummary) -> str:
+    """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
+    rows = [
+        [f"{(f.label or f.name).strip()} ({f.shown})", shown(value, f.shown, f.scale), f.meaning]
+        for f in shown_side_by_side()
+        if (value := run.figure(f)) is not None
+    ]
+    return _table(["figure", "value", "what it is"], rows, words_last=True)
 
 
 # A run's charts: heading, and how to draw each run's chart of that kind at a width, all on one scale.
@@ -246,63 +251,39 @@ CHARTS: tuple[tuple[str, Callable[[list[list[dict[str, Any]]], int], list[str]]]
 )
 
 
-def one_run(run: RunSummary) -> list[str]:
-    """One run's report under its title: the head, each chart across the page, the epochs."""
-    charts = [f"<h2>{heading}</h2>{draw([run.epochs], PAGE)[0]}" for heading, draw in CHARTS]
-    return [run_head(run), *charts, "<h2>Epochs</h2>", epochs_table(run), "<h2>The run's figures</h2>",
-            figures_table(run)]  # fmt: skip
+def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
+    """The runs' heads, each kind of chart with every run's on one scale, their epochs and figures.
 
-
-def side_by_side(runs: list[tuple[str, RunSummary]]) -> list[str]:
-    """Runs in columns, A first: their heads, then each kind of chart with every run's on one scale; then the epochs."""
-    sides = [chr(ord("A") + i) for i in range(len(runs))]
-    labels = [f"{side}: {name}" for side, (name, _) in zip(sides, runs, strict=True)]
-    epochs = [run.epochs for _, run in runs]
+    Several runs stand in columns, A first, each under its name; their tables one under the other (a table needs the
+    page).
+    """
+    one, sides = len(runs) == 1, [chr(ord("A") + i) for i in range(len(runs))]
     width = (PAGE - GAP * (len(runs) - 1)) // len(runs)
 
+    def titled(cells: list[str]) -> list[str]:
+        names = [f"{side}: {name}" for side, (name, _) in zip(sides, runs, strict=True)]
+        return cells if one else [f"<h3>{escape(name)}</h3>{cell}" for name, cell in zip(names, cells, strict=True)]
+
     def columns(cells: list[str]) -> str:
-        inner = "".join(f"<div><h3>{escape(label)}</h3>{cell}</div>" for label, cell in zip(labels, cells, strict=True))
+        if one:
+            return cells[0]
+        inner = "".join(f"<div>{cell}</div>" for cell in titled(cells))
         return f'<div class="pair" style="grid-template-columns:repeat({len(runs)},1fr)">{inner}</div>'
 
-    parts = [columns([run_head(run) for _, run in runs])]
-    for heading, draw in CHARTS:
-        parts += [f"<h2>{heading}: {' and '.join(sides)} on one scale</h2>", columns(draw(epochs, width))]
-
-    def each(table: Callable[[RunSummary], str]) -> list[str]:  # one under the other: a table needs the page
-        return [f"<h3>{escape(label)}</h3>{table(run)}" for label, (_, run) in zip(labels, runs, strict=True)]
-
-    return [*parts, "<h2>Epochs</h2>", *each(epochs_table), "<h2>The runs' figures</h2>", *each(figures_table)]
-
-
-def figures_table(run: RunSummary) -> str:
-    """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
-    rows = []
-    for figure in shown_side_by_side():
-        value = run.figure(figure)
-        if value is not None:
-            label = f"{(figure.label or figure.name).strip()} ({figure.shown})"
-            rows.append([label, _fmt(value * figure.scale), figure.meaning])
-    return _table(["figure", "value", "what it is"], rows, words_last=True)
+    scale = "" if one else f": {' and '.join(sides)} on one scale"
+    charts = [f"<h2>{head}{scale}</h2>{columns(draw([r.epochs for _, r in runs], width))}" for head, draw in CHARTS]
+    epochs, figures = (titled([table(run) for _, run in runs]) for table in (epochs_table, figures_table))
+    whose = "run's" if one else "runs'"
+    heads = columns([run_head(run) for _, run in runs])
+    return [heads, *charts, "<h2>Epochs</h2>", *epochs, f"<h2>The {whose} figures</h2>", *figures]
 
 
 def comparison_section(found: dict[str, Any]) -> str:
     """Two runs' comparison (:func:`~mnistperf.diagnosis.show.compare.compare`) as a table and what B bought."""
-    rows = [
-        [
-            f"{row['figure']} ({row['unit']})",
-            _fmt(row["a"]),
-            _fmt(row["b"]),
-            "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
-            said(row["ratio"], row["noise"]),
-        ]
-        for row in found["rows"]
-    ]
-    rows.append(["verdict", *(str(v or "-") for v in found["verdicts"]), "", ""])
     note = f'<p id="mismatch">Note: {escape(found["mismatch"])}</p>' if found["mismatch"] else ""
     return (
-        '<h2 id="comparison">What B bought over A</h2>'
-        + note
-        + _table(["figure", "A", "B", "B/A", "the runs' noise"], rows, words_last=True)
+        f'<h2 id="comparison">What B bought over A</h2>{note}'
+        + _table(["figure", *COLUMNS], comparison_rows(found), words_last=True)
         + f'<p id="bought">{escape(format_bought(found["bought"]))}</p>'
     )
 
@@ -312,14 +293,11 @@ def html_report(
 ) -> str:
     """The report of one run, or of two side by side with their ``comparison`` first: a whole HTML document."""
     title = " against ".join(name for name, _ in runs)
-    typed = [(name, RunSummary.of(run)) for name, run in runs]
-    sections = [comparison_section(comparison)] if comparison is not None else []
-    sections += one_run(typed[0][1]) if len(typed) == 1 else side_by_side(typed)
+    parts = [comparison_section(comparison)] if comparison is not None else []
+    parts += sections([(name, RunSummary.of(run)) for name, run in runs])
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Timing: {escape(title)}</title>'
-        f"<style>{STYLE}</style></head><body><h1>Timing: {escape(title)}</h1>\n"
-        + "\n".join(sections)
-        + "</body></html>\n"
+        f"<style>{STYLE}</style></head><body><h1>Timing: {escape(title)}</h1>\n" + "\n".join(parts) + "</body></html>\n"
     )
 
 

@@ -14,9 +14,10 @@ from mnistperf.diagnosis.record.run import RunSummary, number
 
 def steady_values(run: RunSummary, figure: Figure) -> list[float]:
     """The figure's values in the run's steady epochs (those an epoch measured), from its epoch figure."""
-    if figure.per_epoch is None:
+    if figure.per_epoch is None or run.steady_epochs is None:
         return []
-    values = [number(row.get(figure.per_epoch)) for row in run.steady_rows()]
+    first, last = run.steady_epochs
+    values = [number(row.get(figure.per_epoch)) for row in run.epochs if first <= row.get("epoch", 0) <= last]
     return [v for v in values if v is not None and math.isfinite(v)]
 
 

@@ -25,7 +25,7 @@ from mnistperf.diagnosis.figures import (
     Measures,
 )
 from mnistperf.diagnosis.measure.stalls import StepStats
-from mnistperf.diagnosis.record.verdict import NOT_MEASURED, classify
+from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING, classify
 
 RANKS_APART = 0.1  # the share of train time by which the ranks' own work differs where they are apart
 PHASE_FIGURES = SPLIT[1:-1]  # the step's own phases in train time's split: forward_s, backward_s, optimizer_s
@@ -148,9 +148,10 @@ def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:
     return found
 
 
-def not_measured(busy_window: dict[str, Any] | None) -> str:
-    """Why the profiled window has no share (:data:`NOT_MEASURED` where it gives no reason)."""
-    return (busy_window or {}).get("reason") or NOT_MEASURED
+def not_measured(busy_window: dict[str, Any] | None, ended: bool = False) -> str:
+    """Why the profiled window has no share (:data:`NOT_MEASURED` where it gives none); ``ended``: as the fit ends."""
+    reason = (busy_window or {}).get("reason") or NOT_MEASURED
+    return FIT_ENDED if ended and reason == WINDOW_PENDING else reason
 
 
 def _share(part: float, whole: float) -> float:

@@ -23,9 +23,8 @@ from mnistperf.diagnosis.measure.flops import format_utilization
 from mnistperf.diagnosis.measure.memory import format_growth
 from mnistperf.diagnosis.measure.stalls import format_stalls
 from mnistperf.diagnosis.record.advice import format_advice
-from mnistperf.diagnosis.record.rows import RANKS_APART
+from mnistperf.diagnosis.record.rows import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.run import RunSummary
-from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING
 
 COMM_EXPOSED = 0.2  # ranks in collectives with no work beside them this share of the window: say what it bounds
 
@@ -99,8 +98,7 @@ def format_window(window: dict[str, Any]) -> str:
     on_cuda = window["device"] == "cuda"
     label = "GPU busy" if on_cuda else "CPU inside tensor operations"
     if window.get("share") is None:
-        reason = window.get("reason") or NOT_MEASURED
-        return f"{label}: not measured ({FIT_ENDED if reason == WINDOW_PENDING else reason}); no trace written"
+        return f"{label}: not measured ({not_measured(window, ended=True)}); no trace written"
     trace = f"; trace {window['trace']}" if window.get("trace") else "; no trace written"
     if window.get("trace_skipped"):
         trace += f": {window['trace_skipped']}"

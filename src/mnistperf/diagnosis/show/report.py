@@ -58,16 +58,6 @@ MEMORY_SERIES: dict[str, str] = {
 }
 
 
-def _legend(names: dict[int, str]) -> str:
-    """Each series' colour and name; ``names`` by the series' place, so a series keeps its colour in every chart."""
-    items = "".join(
-        f'<span><svg width="12" height="12"><rect width="12" height="12" fill="{COLOURS[i % len(COLOURS)]}"/></svg> '
-        f"{escape(name)}</span>"
-        for i, name in names.items()
-    )
-    return f'<div class="legend">{items}</div>'
-
-
 def ticks(peak: float) -> list[float]:
     """Round values from 0 to at least ``peak``, 4 to 7 of them: steps of 1, 2 or 5 times a power of ten."""
     peak = peak if peak > 0 else 1.0
@@ -84,45 +74,55 @@ def tick_label(value: float, step: float, unit: str) -> str:
     return f"{value:,.{decimals}f} {unit}"
 
 
-class Plot:
-    """Where a chart of ``width`` px puts an epoch's slot and a value, for ``count`` epochs and a y axis to ``top``."""
+class Chart:
+    """A chart of ``label`` over a run's ``epochs``, ``width`` px wide, its y axis in ``unit`` marked at ``marks``."""
 
-    def __init__(self, width: int, count: int, top: float) -> None:
-        self.width, self.count, self.top = width, max(count, 1), top
+    def __init__(self, width: int, epochs: list[dict[str, Any]], marks: list[float], unit: str, label: str) -> None:
+        self.width, self.epochs, self.marks, self.unit, self.label = width, epochs, marks, unit, label
 
     def x(self, index: int) -> float:
         """The middle of epoch ``index``'s slot along the horizontal axis."""
-        return LEFT + (self.width - LEFT - RIGHT) * (index + 0.5) / self.count
+        return LEFT + (self.width - LEFT - RIGHT) * (index + 0.5) / max(len(self.epochs), 1)
 
     def y(self, value: float) -> float:
         """The height of ``value`` on the vertical axis (SVG's y grows downwards)."""
-        return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * (value / self.top if self.top > 0 else 0)
+        top = self.marks[-1]
+        return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * (value / top if top > 0 else 0)
 
+    def svg(self, drawn: str, names: dict[int, str]) -> str:
+        """``drawn`` in the chart's axes, a labelled line at each mark, the epochs under them; above, the legend.
 
-def _frame(plot: Plot, marks: list[float], unit: str, epochs: list[int], body: str, label: str) -> str:
-    """An SVG chart's frame around ``body``: the axes, a labelled line at each of ``marks``, the epochs under them."""
-    every = math.ceil(len(epochs) / MAX_EPOCH_LABELS)  # long runs: every k-th epoch, so the labels do not overlap
-    below = "".join(
-        f'<text x="{plot.x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" font-size="11" text-anchor="middle">{n}</text>'
-        for i, n in enumerate(epochs)
-        if i % every == 0
-    )
-    step = marks[1] - marks[0] if len(marks) > 1 else 1.0
-    left = "".join(
-        f'<line x1="{LEFT}" y1="{plot.y(v):.1f}" x2="{plot.width - RIGHT}" y2="{plot.y(v):.1f}" stroke="#e4e4e4"/>'
-        f'<text class="tick" x="{LEFT - 6}" y="{plot.y(v) + 4:.1f}" font-size="11" text-anchor="end">'
-        f"{escape(tick_label(v, step, unit))}</text>"
-        for v in marks
-    )
-    bottom, width = HEIGHT - BOTTOM, plot.width
-    return (
-        f'<svg class="chart" role="img" aria-label="{escape(label)}" width="{width}" height="{HEIGHT}" '
-        f'viewBox="0 0 {width} {HEIGHT}" xmlns="http://www.w3.org/2000/svg">{left}'
-        f'<line x1="{LEFT}" y1="{bottom}" x2="{width - RIGHT}" y2="{bottom}" stroke="#888"/>'
-        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#888"/>'
-        f'<text x="{(LEFT + width - RIGHT) / 2:.0f}" y="{HEIGHT - 4}" font-size="11" text-anchor="middle">epoch</text>'
-        f"{below}{body}</svg>"
-    )
+        ``names``: each series' by its place, so that a series keeps its colour in every chart.
+        """
+        legend = "".join(
+            f'<span><svg width="12" height="12"><rect width="12" height="12" fill="{COLOURS[i % len(COLOURS)]}"/>'
+            f"</svg> {escape(name)}</span>"
+            for i, name in names.items()
+        )
+        every = math.ceil(len(self.epochs) / MAX_EPOCH_LABELS)  # long runs: every k-th epoch, the labels apart
+        below = "".join(
+            f'<text x="{self.x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" font-size="11" text-anchor="middle">{e["epoch"]}'
+            "</text>"
+            for i, e in enumerate(self.epochs)
+            if i % every == 0
+        )
+        step = self.marks[1] - self.marks[0] if len(self.marks) > 1 else 1.0
+        left = "".join(
+            f'<line x1="{LEFT}" y1="{self.y(v):.1f}" x2="{self.width - RIGHT}" y2="{self.y(v):.1f}" stroke="#e4e4e4"/>'
+            f'<text class="tick" x="{LEFT - 6}" y="{self.y(v) + 4:.1f}" font-size="11" text-anchor="end">'
+            f"{escape(tick_label(v, step, self.unit))}</text>"
+            for v in self.marks
+        )
+        bottom, width = HEIGHT - BOTTOM, self.width
+        return (
+            f'<div class="legend">{legend}</div>'
+            f'<svg class="chart" role="img" aria-label="{escape(self.label)}" width="{width}" height="{HEIGHT}" '
+            f'viewBox="0 0 {width} {HEIGHT}" xmlns="http://www.w3.org/2000/svg">{left}'
+            f'<line x1="{LEFT}" y1="{bottom}" x2="{width - RIGHT}" y2="{bottom}" stroke="#888"/>'
+            f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#888"/>'
+            f'<text x="{(LEFT + width - RIGHT) / 2:.0f}" y="{HEIGHT - 4}" font-size="11" text-anchor="middle">epoch'
+            f"</text>{below}{drawn}</svg>"
+        )
 
 
 def _series(epochs: list[dict[str, Any]], series: dict[str, str]) -> dict[int, tuple[str, list[float | None]]]:
@@ -142,19 +142,18 @@ def line_charts(
         if not values:
             charts.append(f'<p class="none">{escape(label)}: not measured in this run.</p>')
             continue
-        plot = Plot(width, len(epochs), marks[-1])
+        chart = Chart(width, epochs, marks, unit, label)
         body = ""
         for i, (name, points) in values.items():
             colour = COLOURS[i % len(COLOURS)]
-            xy = [(plot.x(j), plot.y(p * scale)) for j, p in enumerate(points) if p is not None]
+            xy = [(chart.x(j), chart.y(p * scale)) for j, p in enumerate(points) if p is not None]
             line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
             body += f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{line}"/>'
             body += "".join(
                 f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"><title>{escape(name)}</title></circle>'
                 for x, y in xy
             )
-        legend = _legend({i: name for i, (name, _) in values.items()})
-        charts.append(legend + _frame(plot, marks, unit, [e["epoch"] for e in epochs], body, label))
+        charts.append(chart.svg(body, {i: name for i, (name, _) in values.items()}))
     return charts
 
 
@@ -175,22 +174,21 @@ def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
         if not epochs:
             charts.append('<p class="none">train time split per epoch: no finished epoch.</p>')
             continue
-        plot = Plot(width, len(epochs), marks[-1])
+        chart = Chart(width, epochs, marks, "s", "train time split per epoch")
         bar = min((width - LEFT - RIGHT) / len(epochs) * 0.6, 80)  # few epochs on a wide chart: bars, not walls
         body = ""
         for j, e in enumerate(epochs):
             base = 0.0
             for key, value in _split(e):
                 colour = COLOURS[SPLIT.index(key) % len(COLOURS)] if key in SPLIT else "#999"
-                low, high = plot.y(base), plot.y(base + value)
+                low, high = chart.y(base), chart.y(base + value)
                 body += (
-                    f'<rect x="{plot.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
+                    f'<rect x="{chart.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
                     f'height="{max(low - high, 0):.1f}" fill="{colour}"><title>epoch {e["epoch"]} {key} '
                     f"{value:.3f} s</title></rect>"
                 )
                 base += value
-        epoch_numbers = [e["epoch"] for e in epochs]
-        charts.append(_legend(names) + _frame(plot, marks, "s", epoch_numbers, body, "train time split per epoch"))
+        charts.append(chart.svg(body, names))
     return charts
 
 

@@ -25,6 +25,7 @@ from mnistperf.diagnosis.measure.stalls import format_stalls
 from mnistperf.diagnosis.record.advice import format_advice
 from mnistperf.diagnosis.record.rows import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.run import RunSummary
+from mnistperf.diagnosis.record.verdict import BUSY_SAID
 
 COMM_EXPOSED = 0.2  # ranks in collectives with no work beside them this share of the window: say what it bounds
 
@@ -96,7 +97,7 @@ def format_communication(talked: dict[str, Any] | None) -> str:
 def format_window(window: dict[str, Any]) -> str:
     """The busy window's line: its share, where it was profiled and its trace, or why there is none."""
     on_cuda = window["device"] == "cuda"
-    label = "GPU busy" if on_cuda else "CPU inside tensor operations"
+    label = BUSY_SAID[window["device"]]
     if window.get("share") is None:
         return f"{label}: not measured ({not_measured(window, ended=True)}); no trace written"
     trace = f"; trace {window['trace']}" if window.get("trace") else "; no trace written"

@@ -56,13 +56,9 @@ def format_split(run: RunSummary, epochs: str) -> str | None:
 
 def format_ranks(run: RunSummary, epochs: str) -> str:
     """Each rank's train time, input wait and time in collectives; the slowest where they are apart, and the talk."""
-
-    def talk(rank: dict[str, Any]) -> str:
-        share = rank.get(COMM_SHARE)
-        return f", in collectives {share:.0%}" if share is not None else ""
-
     each = "; ".join(
-        f"rank {r['rank']} train {r[TRAIN_S]:.2f} s, waiting for data {r[INPUT_WAIT_S]:.2f} s{talk(r)}"
+        f"rank {r['rank']} train {r[TRAIN_S]:.2f} s, waiting for data {r[INPUT_WAIT_S]:.2f} s"
+        + ("" if r.get(COMM_SHARE) is None else f", in collectives {r[COMM_SHARE]:.0%}")
         for r in run.ranks or []
     )
     slowest = run.slowest_rank

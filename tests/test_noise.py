@@ -10,9 +10,8 @@ from conftest import fails_in_one_line
 
 from mnistperf.cli import main
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, DEVICE_BUSY_SHARE, PEAK_RSS_MB, SAMPLES_PER_S, WORKERS_PSS_MB
-from mnistperf.diagnosis.record.noise import beyond, noise, said, spread, steady_values
 from mnistperf.diagnosis.record.run import RunSummary
-from mnistperf.diagnosis.show.compare import compare, format_comparison
+from mnistperf.diagnosis.show.compare import beyond, compare, format_comparison, noise, said, spread, steady_values
 
 
 def summary(*train_s: float, samples: int = 600) -> RunSummary:

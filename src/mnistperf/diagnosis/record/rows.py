@@ -25,7 +25,7 @@ from mnistperf.diagnosis.figures import (
     Measures,
 )
 from mnistperf.diagnosis.measure.stalls import StepStats
-from mnistperf.diagnosis.record.verdict import NOT_MEASURED, classify
+from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING, classify
 
 RANKS_APART = 0.1  # the share of train time by which the ranks' own work differs where they are apart
 PHASE_FIGURES = SPLIT[1:-1]  # the step's own phases in train time's split: forward_s, backward_s, optimizer_s
@@ -59,7 +59,10 @@ def epoch_row(
         HOST_WAIT_SHARE: _share(host_wait_s, train_s),
     }
     row.update(window_figures(busy_window))
-    row.update(split(train_s, input_wait_s, phases or {}))
+    parts = [(phases or {}).get(key) for key in PHASE_FIGURES]  # train time's split, its rest where all were timed
+    known = [part for part in parts if part is not None]
+    rest = max(train_s - input_wait_s - sum(known), 0.0) if len(known) == len(parts) else None
+    row.update({INPUT_WAIT_S: input_wait_s, **dict(zip(PHASE_FIGURES, parts, strict=True)), REST_S: rest})
     row.update(cores or {})
     row["verdict"], row["verdict_reason"] = classify(row, threshold, not_measured(busy_window))
     row.update(metrics)
@@ -79,20 +82,15 @@ def ranks_apart(
     for data and its forward (NaN: not measured). The slowest is held by ``data`` or its ``step``, whichever it spent
     more time on than the quickest rank.
     """
-    unmeasured = [math.nan] * len(train_s)
-    talk = (comm_share or unmeasured, comm_exposed_share or unmeasured)
+    optional = {FORWARD_S: forward_s, COMM_SHARE: comm_share, COMM_EXPOSED_SHARE: comm_exposed_share}
     ranks = [
         {
             "rank": rank,
-            TRAIN_S: train,
-            INPUT_WAIT_S: wait,
-            FORWARD_S: _measured(f),
-            COMM_SHARE: _measured(share),
-            COMM_EXPOSED_SHARE: _measured(exposed),
+            TRAIN_S: train_s[rank],
+            INPUT_WAIT_S: input_wait_s[rank],
+            **{key: _measured(values[rank]) if values else None for key, values in optional.items()},
         }
-        for rank, (train, wait, f, share, exposed) in enumerate(
-            zip(train_s, input_wait_s, forward_s, *talk, strict=True)
-        )
+        for rank in range(len(train_s))
     ]
     forward = [0.0 if math.isnan(f) else f for f in forward_s]
     alone = [wait + f for wait, f in zip(input_wait_s, forward, strict=True)]
@@ -100,8 +98,7 @@ def ranks_apart(
     if alone[slowest] - alone[quickest] <= RANKS_APART * max(train_s):
         return {"ranks": ranks}
     more_wait = input_wait_s[slowest] - input_wait_s[quickest]
-    more_step = forward[slowest] - forward[quickest]
-    held_by = "data" if more_wait >= more_step else "step"
+    held_by = "data" if more_wait >= forward[slowest] - forward[quickest] else "step"
     return {
         "ranks": ranks,
         "slowest_rank": {"rank": slowest, "held_by": held_by, "behind_s": alone[slowest] - alone[quickest]},
@@ -126,14 +123,6 @@ def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
     return found
 
 
-def split(train_s: float, wait_s: float, phases: dict[str, float | None]) -> dict[str, float | None]:
-    """Train time split: the wait for data, the step's phases and the rest (None where not measured)."""
-    parts = [phases.get(key) for key in PHASE_FIGURES]
-    known = [part for part in parts if part is not None]
-    rest = max(train_s - wait_s - sum(known), 0.0) if len(known) == len(parts) else None
-    return {INPUT_WAIT_S: wait_s, **dict(zip(PHASE_FIGURES, parts, strict=True)), REST_S: rest}
-
-
 def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:
     """What a verdict reads of the profiled window: its share, the margin it is read with, the wait for a core."""
     if busy_window is None:
@@ -148,9 +137,10 @@ def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:
     return found
 
 
-def not_measured(busy_window: dict[str, Any] | None) -> str:
-    """Why the profiled window has no share (:data:`NOT_MEASURED` where it gives no reason)."""
-    return (busy_window or {}).get("reason") or NOT_MEASURED
+def not_measured(busy_window: dict[str, Any] | None, ended: bool = False) -> str:
+    """Why the profiled window has no share (:data:`NOT_MEASURED` where it gives none); ``ended``: as the fit ends."""
+    reason = (busy_window or {}).get("reason") or NOT_MEASURED
+    return FIT_ENDED if ended and reason == WINDOW_PENDING else reason
 
 
 def _share(part: float, whole: float) -> float:

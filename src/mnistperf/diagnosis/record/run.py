@@ -86,13 +86,6 @@ class RunSummary:
             value = value.get(key) if isinstance(value, Mapping) else None
         return number(value)
 
-    def steady_rows(self) -> list[dict[str, Any]]:
-        """The rows of its steady epochs (none where the summary does not say which)."""
-        if self.steady_epochs is None:
-            return []
-        first, last = self.steady_epochs
-        return [row for row in self.epochs if first <= row.get("epoch", 0) <= last]
-
 
 def write_summary(summary: dict[str, Any], path: Path) -> None:
     """Write ``summary`` to ``path`` as indented JSON, atomically (a value JSON cannot hold as its repr)."""

@@ -31,7 +31,7 @@ from mnistperf.diagnosis.measure.memory import growth, measured
 from mnistperf.diagnosis.measure.stalls import stalls
 from mnistperf.diagnosis.record.advice import Hints, advice
 from mnistperf.diagnosis.record.rows import not_measured, ranks_apart, window_figures
-from mnistperf.diagnosis.record.verdict import FIT_ENDED, WINDOW_PENDING, classify
+from mnistperf.diagnosis.record.verdict import classify
 
 
 def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -46,12 +46,6 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 
     keys = (TRAIN_S, INPUT_WAIT_S, FORWARD_S, COMM_SHARE, COMM_EXPOSED_SHARE)
     return ranks_apart(*(averaged(key) for key in keys))
-
-
-def _mean_or_none(epochs: list[dict[str, Any]], key: str) -> float | None:
-    """The epochs' mean, where every epoch measured it."""
-    values = [e.get(key) for e in epochs]
-    return mean(v for v in values if v is not None) if all(v is not None for v in values) else None
 
 
 def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
@@ -71,6 +65,7 @@ RUN_READERS = {
     "weighted": _weighted,
     "mean": lambda epochs, key: mean(values) if (values := _measured_values(epochs, key)) else None,
     "max": lambda epochs, key: max(_measured_values(epochs, key), default=None),
+    "split": lambda epochs, key: None if any(e.get(key) is None for e in epochs) else mean(e[key] for e in epochs),
 }
 
 
@@ -79,7 +74,7 @@ def run_figures(steady: list[dict[str, Any]]) -> dict[str, Any]:
     found: dict[str, Any] = {
         figure: RUN_READERS[figure.run](steady, figure) for figure in registry() if figure.run in RUN_READERS
     }
-    found["split"] = {figure: _mean_or_none(steady, figure) for figure in registry() if figure.run == "split"}
+    found["split"] = {figure: found.pop(figure) for figure in registry() if figure.run == "split"}
     return found
 
 
@@ -98,8 +93,7 @@ def aggregate(
     steady = epochs[1:] if len(epochs) > 1 else epochs
     figures = run_figures(steady)
     figures.update(window_figures(busy_window))
-    why = not_measured(busy_window)
-    verdict, reason = classify(figures, input_bound_share, FIT_ENDED if why == WINDOW_PENDING else why)
+    verdict, reason = classify(figures, input_bound_share, not_measured(busy_window, ended=True))
     if busy_window is not None and busy_window.get("in_warmup") and busy_window.get("share") is not None:
         reason += "; it rests on the warm-up epoch, the only one of this run"
     found = {
@@ -135,8 +129,6 @@ def peak_device_mb(epochs: list[dict[str, Any]]) -> dict[str, float] | None:
 
     Each epoch holds its own peaks, the counters reset at the next one's start (None off CUDA).
     """
-    allocated = [e[DEVICE_ALLOCATED_MB] for e in epochs if e.get(DEVICE_ALLOCATED_MB) is not None]
-    reserved = [e[DEVICE_RESERVED_MB] for e in epochs if e.get(DEVICE_RESERVED_MB) is not None]
-    if not allocated:
-        return None
-    return {"allocated": max(allocated), "reserved": max(reserved, default=math.nan)}
+    allocated = max(_measured_values(epochs, DEVICE_ALLOCATED_MB), default=None)
+    reserved = max(_measured_values(epochs, DEVICE_RESERVED_MB), default=math.nan)
+    return None if allocated is None else {"allocated": allocated, "reserved": reserved}

@@ -23,9 +23,9 @@ from mnistperf.diagnosis.measure.flops import format_utilization
 from mnistperf.diagnosis.measure.memory import format_growth
 from mnistperf.diagnosis.measure.stalls import format_stalls
 from mnistperf.diagnosis.record.advice import format_advice
-from mnistperf.diagnosis.record.rows import RANKS_APART
+from mnistperf.diagnosis.record.rows import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.run import RunSummary
-from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING
+from mnistperf.diagnosis.record.verdict import BUSY_SAID
 
 COMM_EXPOSED = 0.2  # ranks in collectives with no work beside them this share of the window: say what it bounds
 
@@ -56,13 +56,9 @@ def format_split(run: RunSummary, epochs: str) -> str | None:
 
 def format_ranks(run: RunSummary, epochs: str) -> str:
     """Each rank's train time, input wait and time in collectives; the slowest where they are apart, and the talk."""
-
-    def talk(rank: dict[str, Any]) -> str:
-        share = rank.get(COMM_SHARE)
-        return f", in collectives {share:.0%}" if share is not None else ""
-
     each = "; ".join(
-        f"rank {r['rank']} train {r[TRAIN_S]:.2f} s, waiting for data {r[INPUT_WAIT_S]:.2f} s{talk(r)}"
+        f"rank {r['rank']} train {r[TRAIN_S]:.2f} s, waiting for data {r[INPUT_WAIT_S]:.2f} s"
+        + ("" if r.get(COMM_SHARE) is None else f", in collectives {r[COMM_SHARE]:.0%}")
         for r in run.ranks or []
     )
     slowest = run.slowest_rank
@@ -97,10 +93,9 @@ def format_communication(talked: dict[str, Any] | None) -> str:
 def format_window(window: dict[str, Any]) -> str:
     """The busy window's line: its share, where it was profiled and its trace, or why there is none."""
     on_cuda = window["device"] == "cuda"
-    label = "GPU busy" if on_cuda else "CPU inside tensor operations"
+    label = BUSY_SAID[window["device"]]
     if window.get("share") is None:
-        reason = window.get("reason") or NOT_MEASURED
-        return f"{label}: not measured ({FIT_ENDED if reason == WINDOW_PENDING else reason}); no trace written"
+        return f"{label}: not measured ({not_measured(window, ended=True)}); no trace written"
     trace = f"; trace {window['trace']}" if window.get("trace") else "; no trace written"
     if window.get("trace_skipped"):
         trace += f": {window['trace_skipped']}"

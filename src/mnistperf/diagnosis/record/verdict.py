@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mnistperf.diagnosis.figures import CPU_BUSY_SHARE, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE, SPLIT
+from mnistperf.diagnosis.figures import BUSY, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE, SPLIT
 from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.cores import clause, held
 
@@ -14,6 +14,7 @@ NOT_MEASURED = "too few steps for the profiled window"
 # Why the warm-up epoch has no busy share yet; where the fit ends there, the summary says so instead.
 WINDOW_PENDING = "read in the first steady epoch, after the warm-up"
 FIT_ENDED = "the fit ended after its warm-up epoch, before the window in a steady epoch"
+BUSY_SAID = {"cuda": "GPU busy", "cpu": "CPU inside tensor operations"}  # the profiled window's share, by device
 
 
 def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
@@ -33,13 +34,14 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
     wait = figures[INPUT_WAIT_SHARE]
     waited = f"host waited for the next batch {wait:.0%} of train time"
     on_cuda = DEVICE_BUSY_SHARE in figures
+    device = "cuda" if on_cuda else "cpu"
     if wait >= threshold and not on_cuda:
         return "input-bound", waited
-    if not on_cuda and CPU_BUSY_SHARE not in figures:
+    if BUSY[device] not in figures:
         return "undetermined", f"{waited}; time inside tensor operations not measured on this device"
-    busy = figures[DEVICE_BUSY_SHARE if on_cuda else CPU_BUSY_SHARE]
+    busy = figures[BUSY[device]]
     if busy is None:
-        unread = f"{waited}; {'GPU busy time' if on_cuda else 'time inside tensor operations'} not measured"
+        unread = f"{waited}; {BUSY_SAID[device]} not measured"
         if wait >= threshold:
             return "input-bound", f"{unread} ({not_measured})"
         most = None if on_cuda else step_share(figures)
@@ -50,7 +52,7 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
                 f"window did not run: {not_measured})"
             )
         return "undetermined", f"{unread} ({not_measured})"
-    detail = f"{'GPU busy' if on_cuda else 'CPU inside tensor operations'} {busy:.0%} of the time, {waited}"
+    detail = f"{BUSY_SAID[device]} {busy:.0%} of the time, {waited}"
     if wait >= threshold:
         return "input-bound", detail
     verdict = "compute-bound" if busy >= COMPUTE_BOUND_BUSY else "overhead-bound"

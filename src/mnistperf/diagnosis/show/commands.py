@@ -14,7 +14,7 @@ from mnistperf.diagnosis.record.run import load
 from mnistperf.diagnosis.record.text import format_summary
 from mnistperf.diagnosis.show.compare import compare, format_comparison
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
-from mnistperf.diagnosis.show.run_names import load_two, run_label, run_labels
+from mnistperf.diagnosis.show.run_names import load_two, run_labels
 from mnistperf.errors import ConfigError
 
 RUN_HELP = "a run's timing.json, or its log folder (the newest timing.json under it)"
@@ -79,20 +79,15 @@ def report_command(argv: Sequence[str]) -> None:
     opts = parser.parse_args(argv)
     if opts.out is not None and not opts.html:
         parser.error("--out goes with --html")
-    comparison = None
-    if opts.run_b is None:
-        a_path, a = load(opts.run)
-        runs = [(run_label(a_path, a.config), a)]
-    else:
-        (a_path, a), (b_path, b) = load_two(opts.run, opts.run_b)
-        labels = run_labels((a_path, b_path), (a.config, b.config))
-        runs = [(labels[0], a), (labels[1], b)]
-        comparison = compare(a, b)
+    loaded = [load(opts.run)] if opts.run_b is None else list(load_two(opts.run, opts.run_b))
+    paths, summaries = [path for path, _ in loaded], [run for _, run in loaded]
+    runs = list(zip(run_labels(paths, [run.config for run in summaries]), summaries, strict=True))
+    comparison = compare(*summaries) if len(loaded) == 2 else None
     if not opts.html:
-        print(format_summary(a) if comparison is None else format_comparison(comparison, a_path, b_path))
+        print(format_summary(summaries[0]) if comparison is None else format_comparison(comparison, *paths))
         return
     file = REPORT_FILE if comparison is None else f"compared-{runs[1][0].replace('/', '-')}.html"
-    out = opts.out or a_path.with_name(file)
+    out = opts.out or paths[0].with_name(file)
     said = f"--out {out}" if opts.out else f"the report's place {out}"
     check_place(out, said)  # before the report is made, so that a wrong path is said at once
     try:

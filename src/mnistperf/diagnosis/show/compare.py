@@ -1,6 +1,7 @@
-"""What a change bought: two runs' figures side by side, and B's gain held against the ceiling A's advice stated.
+"""What a change bought: two runs' figures side by side within their noise, B's gain against A's stated ceiling.
 
-What is compared and how to read it: docs/diagnose.md, "Compare two runs".
+The noise is how far a figure moved across a run's steady epochs; what is compared, the noise's rule and how to read
+them: docs/diagnose.md, "Compare two runs".
 """
 
 from __future__ import annotations
@@ -8,15 +9,52 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, shown_side_by_side
-from mnistperf.diagnosis.record.noise import beyond, noise, said
-from mnistperf.diagnosis.record.run import RunSummary
+from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, Figure, shown_side_by_side
+from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 
 # A gain this much over the ceiling still counts as within it (the two runs' own noise).
 CEILING_SLACK = 0.05
+
+
+def steady_values(run: RunSummary, figure: Figure) -> list[float]:
+    """The figure's values in the run's steady epochs (those an epoch measured), from its epoch figure."""
+    if figure.per_epoch is None or run.steady_epochs is None:
+        return []
+    first, last = run.steady_epochs
+    values = [number(row.get(figure.per_epoch)) for row in run.epochs if first <= row.get("epoch", 0) <= last]
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def spread(values: list[float]) -> float | None:
+    """(largest - smallest) / mean of the values; None for fewer than two (a fit of 3 epochs has two) or a mean of 0."""
+    if len(values) < 2 or mean(values) <= 0:
+        return None
+    return (max(values) - min(values)) / mean(values)
+
+
+def noise(a: RunSummary, b: RunSummary, figure: Figure) -> float | None:
+    """The larger of the two runs' spreads of a figure (one run's where only it has one; None where neither has)."""
+    found = [s for s in (spread(steady_values(a, figure)), spread(steady_values(b, figure))) if s is not None]
+    return max(found) if found else None
+
+
+def beyond(ratio: float | None, band: float | None) -> bool | None:
+    """Whether B over A (``ratio``) is further from 1 than the noise ``band``; None where either is unknown."""
+    if ratio is None or band is None or ratio <= 0:
+        return None
+    return max(ratio, 1 / ratio) - 1 > band  # the same call for a figure and its reciprocal (time, throughput)
+
+
+def said(ratio: float | None, band: float | None) -> str:
+    """The comparison's word for a difference: within or beyond the runs' noise (with it), or the noise not known."""
+    verdict = beyond(ratio, band)
+    if verdict is None:
+        return "noise not known" if ratio is not None else "-"
+    return f"{'beyond' if verdict else 'within'} noise (±{band:.0%})"
 
 
 def epoch_samples(run: RunSummary) -> float | None:
@@ -84,28 +122,41 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
     }
 
 
-def _cell(value: float | None, unit: str) -> str:
-    if value is None:
+WHOLE = ("samples/s", "MB", "steps")  # units shown without decimals
+COLUMNS = ["A", "B", "B/A", "the runs' noise"]  # the comparison's table, after its figures
+
+
+def shown(value: Any, unit: str, scale: float = 1.0) -> str:
+    """A figure's value times ``scale``, as compare and the report show it in ``unit`` ('-' where there is none)."""
+    found = number(value)
+    if found is None:
         return "-"
-    return f"{value:,.0f}" if unit in ("samples/s", "MB") else f"{value:,.2f}" if unit != "%" else f"{value:.0f}%"
+    return f"{found * scale:.0f}%" if unit == "%" else f"{found * scale:,.{0 if unit in WHOLE else 2}f}"
+
+
+def comparison_rows(found: dict[str, Any]) -> list[list[str]]:
+    """The comparison's table: each figure (its unit), A's and B's values, B over A and the noise; the verdicts last."""
+    rows = [
+        [
+            f"{row['figure']} ({row['unit']})",
+            shown(row["a"], row["unit"]),
+            shown(row["b"], row["unit"]),
+            "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
+            said(row["ratio"], row["noise"]),
+        ]
+        for row in found["rows"]
+    ]
+    return [*rows, ["verdict", *(str(verdict or "-") for verdict in found["verdicts"]), "", ""]]
 
 
 def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
     """The comparison as printed: a table of the figures, the verdicts, then what B bought against A's ceiling."""
     names = run_labels((a_path, b_path), found["names"])
-    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", ""]
-    if found["mismatch"]:
-        lines[-1:] = [f"note: {found['mismatch']}", ""]
-    lines.append(f"{'':30} {'A':>12} {'B':>12} {'B/A':>7}  the runs' noise")
-    for row in found["rows"]:
-        ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-"
-        label = f"{row['figure']} ({row['unit']})"
-        cells = f"{_cell(row['a'], row['unit']):>12} {_cell(row['b'], row['unit']):>12} {ratio:>7}"
-        lines.append(f"{label:30} {cells}  {said(row['ratio'], row['noise'])}")
-    lines.append(f"{'verdict':30} {found['verdicts'][0] or '-':>12} {found['verdicts'][1] or '-':>12}")
-    lines.append("")
-    lines.append(format_bought(found["bought"]))
-    return "\n".join(lines)
+    note = [f"note: {found['mismatch']}"] if found["mismatch"] else []
+    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", *note, ""]
+    for label, a, b, ratio, noise_said in [["", *COLUMNS], *comparison_rows(found)]:
+        lines.append(f"{label:30} {a:>12} {b:>12} {ratio:>7}  {noise_said}".rstrip())
+    return "\n".join([*lines, "", format_bought(found["bought"])])
 
 
 def format_bought(gain: dict[str, Any]) -> str:

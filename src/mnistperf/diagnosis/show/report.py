@@ -26,9 +26,8 @@ from mnistperf.diagnosis.figures import (
     shown_side_by_side,
 )
 from mnistperf.diagnosis.record.advice import FIX_BUYS
-from mnistperf.diagnosis.record.noise import said
 from mnistperf.diagnosis.record.run import RunSummary, number
-from mnistperf.diagnosis.show.compare import format_bought
+from mnistperf.diagnosis.show.compare import COLUMNS, comparison_rows, format_bought, shown
 
 REPORT_FILE = "timing.html"
 # The page's content is 1100 px wide: one run's charts take all of it, two runs' charts of a kind sit side by side.
@@ -59,16 +58,6 @@ MEMORY_SERIES: dict[str, str] = {
 }
 
 
-def _legend(names: dict[int, str]) -> str:
-    """Each series' colour and name; ``names`` by the series' place, so a series keeps its colour in every chart."""
-    items = "".join(
-        f'<span><svg width="12" height="12"><rect width="12" height="12" fill="{COLOURS[i % len(COLOURS)]}"/></svg> '
-        f"{escape(name)}</span>"
-        for i, name in names.items()
-    )
-    return f'<div class="legend">{items}</div>'
-
-
 def ticks(peak: float) -> list[float]:
     """Round values from 0 to at least ``peak``, 4 to 7 of them: steps of 1, 2 or 5 times a power of ten."""
     peak = peak if peak > 0 else 1.0
@@ -85,45 +74,55 @@ def tick_label(value: float, step: float, unit: str) -> str:
     return f"{value:,.{decimals}f} {unit}"
 
 
-class Plot:
-    """Where a chart of ``width`` px puts an epoch's slot and a value, for ``count`` epochs and a y axis to ``top``."""
+class Chart:
+    """A chart of ``label`` over a run's ``epochs``, ``width`` px wide, its y axis in ``unit`` marked at ``marks``."""
 
-    def __init__(self, width: int, count: int, top: float) -> None:
-        self.width, self.count, self.top = width, max(count, 1), top
+    def __init__(self, width: int, epochs: list[dict[str, Any]], marks: list[float], unit: str, label: str) -> None:
+        self.width, self.epochs, self.marks, self.unit, self.label = width, epochs, marks, unit, label
 
     def x(self, index: int) -> float:
         """The middle of epoch ``index``'s slot along the horizontal axis."""
-        return LEFT + (self.width - LEFT - RIGHT) * (index + 0.5) / self.count
+        return LEFT + (self.width - LEFT - RIGHT) * (index + 0.5) / max(len(self.epochs), 1)
 
     def y(self, value: float) -> float:
         """The height of ``value`` on the vertical axis (SVG's y grows downwards)."""
-        return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * (value / self.top if self.top > 0 else 0)
+        top = self.marks[-1]
+        return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * (value / top if top > 0 else 0)
 
+    def svg(self, drawn: str, names: dict[int, str]) -> str:
+        """``drawn`` in the chart's axes, a labelled line at each mark, the epochs under them; above, the legend.
 
-def _frame(plot: Plot, marks: list[float], unit: str, epochs: list[int], body: str, label: str) -> str:
-    """An SVG chart's frame around ``body``: the axes, a labelled line at each of ``marks``, the epochs under them."""
-    every = math.ceil(len(epochs) / MAX_EPOCH_LABELS)  # long runs: every k-th epoch, so the labels do not overlap
-    below = "".join(
-        f'<text x="{plot.x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" font-size="11" text-anchor="middle">{n}</text>'
-        for i, n in enumerate(epochs)
-        if i % every == 0
-    )
-    step = marks[1] - marks[0] if len(marks) > 1 else 1.0
-    left = "".join(
-        f'<line x1="{LEFT}" y1="{plot.y(v):.1f}" x2="{plot.width - RIGHT}" y2="{plot.y(v):.1f}" stroke="#e4e4e4"/>'
-        f'<text class="tick" x="{LEFT - 6}" y="{plot.y(v) + 4:.1f}" font-size="11" text-anchor="end">'
-        f"{escape(tick_label(v, step, unit))}</text>"
-        for v in marks
-    )
-    bottom, width = HEIGHT - BOTTOM, plot.width
-    return (
-        f'<svg class="chart" role="img" aria-label="{escape(label)}" width="{width}" height="{HEIGHT}" '
-        f'viewBox="0 0 {width} {HEIGHT}" xmlns="http://www.w3.org/2000/svg">{left}'
-        f'<line x1="{LEFT}" y1="{bottom}" x2="{width - RIGHT}" y2="{bottom}" stroke="#888"/>'
-        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#888"/>'
-        f'<text x="{(LEFT + width - RIGHT) / 2:.0f}" y="{HEIGHT - 4}" font-size="11" text-anchor="middle">epoch</text>'
-        f"{below}{body}</svg>"
-    )
+        ``names``: each series' by its place, so that a series keeps its colour in every chart.
+        """
+        legend = "".join(
+            f'<span><svg width="12" height="12"><rect width="12" height="12" fill="{COLOURS[i % len(COLOURS)]}"/>'
+            f"</svg> {escape(name)}</span>"
+            for i, name in names.items()
+        )
+        every = math.ceil(len(self.epochs) / MAX_EPOCH_LABELS)  # long runs: every k-th epoch, the labels apart
+        below = "".join(
+            f'<text x="{self.x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" font-size="11" text-anchor="middle">{e["epoch"]}'
+            "</text>"
+            for i, e in enumerate(self.epochs)
+            if i % every == 0
+        )
+        step = self.marks[1] - self.marks[0] if len(self.marks) > 1 else 1.0
+        left = "".join(
+            f'<line x1="{LEFT}" y1="{self.y(v):.1f}" x2="{self.width - RIGHT}" y2="{self.y(v):.1f}" stroke="#e4e4e4"/>'
+            f'<text class="tick" x="{LEFT - 6}" y="{self.y(v) + 4:.1f}" font-size="11" text-anchor="end">'
+            f"{escape(tick_label(v, step, self.unit))}</text>"
+            for v in self.marks
+        )
+        bottom, width = HEIGHT - BOTTOM, self.width
+        return (
+            f'<div class="legend">{legend}</div>'
+            f'<svg class="chart" role="img" aria-label="{escape(self.label)}" width="{width}" height="{HEIGHT}" '
+            f'viewBox="0 0 {width} {HEIGHT}" xmlns="http://www.w3.org/2000/svg">{left}'
+            f'<line x1="{LEFT}" y1="{bottom}" x2="{width - RIGHT}" y2="{bottom}" stroke="#888"/>'
+            f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#888"/>'
+            f'<text x="{(LEFT + width - RIGHT) / 2:.0f}" y="{HEIGHT - 4}" font-size="11" text-anchor="middle">epoch'
+            f"</text>{below}{drawn}</svg>"
+        )
 
 
 def _series(epochs: list[dict[str, Any]], series: dict[str, str]) -> dict[int, tuple[str, list[float | None]]]:
@@ -143,19 +142,18 @@ def line_charts(
         if not values:
             charts.append(f'<p class="none">{escape(label)}: not measured in this run.</p>')
             continue
-        plot = Plot(width, len(epochs), marks[-1])
+        chart = Chart(width, epochs, marks, unit, label)
         body = ""
         for i, (name, points) in values.items():
             colour = COLOURS[i % len(COLOURS)]
-            xy = [(plot.x(j), plot.y(p * scale)) for j, p in enumerate(points) if p is not None]
+            xy = [(chart.x(j), chart.y(p * scale)) for j, p in enumerate(points) if p is not None]
             line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
             body += f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{line}"/>'
             body += "".join(
                 f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"><title>{escape(name)}</title></circle>'
                 for x, y in xy
             )
-        legend = _legend({i: name for i, (name, _) in values.items()})
-        charts.append(legend + _frame(plot, marks, unit, [e["epoch"] for e in epochs], body, label))
+        charts.append(chart.svg(body, {i: name for i, (name, _) in values.items()}))
     return charts
 
 
@@ -176,22 +174,21 @@ def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
         if not epochs:
             charts.append('<p class="none">train time split per epoch: no finished epoch.</p>')
             continue
-        plot = Plot(width, len(epochs), marks[-1])
+        chart = Chart(width, epochs, marks, "s", "train time split per epoch")
         bar = min((width - LEFT - RIGHT) / len(epochs) * 0.6, 80)  # few epochs on a wide chart: bars, not walls
         body = ""
         for j, e in enumerate(epochs):
             base = 0.0
             for key, value in _split(e):
                 colour = COLOURS[SPLIT.index(key) % len(COLOURS)] if key in SPLIT else "#999"
-                low, high = plot.y(base), plot.y(base + value)
+                low, high = chart.y(base), chart.y(base + value)
                 body += (
-                    f'<rect x="{plot.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
+                    f'<rect x="{chart.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
                     f'height="{max(low - high, 0):.1f}" fill="{colour}"><title>epoch {e["epoch"]} {key} '
                     f"{value:.3f} s</title></rect>"
                 )
                 base += value
-        epoch_numbers = [e["epoch"] for e in epochs]
-        charts.append(_legend(names) + _frame(plot, marks, "s", epoch_numbers, body, "train time split per epoch"))
+        charts.append(chart.svg(body, names))
     return charts
 
 
@@ -203,39 +200,45 @@ def _table(head: list[str], rows: list[list[str]], words_last: bool = False) -> 
     return f"<table{kind}><tr>{cells}</tr>{body}</table>"
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
-    found = number(value)
-    return "-" if found is None else f"{found:,.{digits}f}"
-
-
 def run_head(run: RunSummary) -> str:
     """A run's verdict, its reason, its steady figures and what a fix could buy."""
-    parts = [
-        f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>',
-        f"<p>{escape(run.verdict_reason)}</p>",
-        f"<p>Steady train time per epoch {_fmt(run.figure(AVG_TRAIN_S))} s, "
-        f"{_fmt(run.figure(SAMPLES_PER_S), 0)} samples/s; device {escape(run.device or '-')}.</p>",
-    ]
-    if run.advice and run.advice.ceiling:
-        parts.append(f"<p>{FIX_BUYS}: {escape(run.advice.ceiling)}.</p>")
-    return "\n".join(parts)
+    advice = run.advice.ceiling if run.advice else ""
+    return (
+        f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>\n'
+        f"<p>{escape(run.verdict_reason)}</p>\n"
+        f"<p>Steady train time per epoch {shown(run.figure(AVG_TRAIN_S), 's')} s, "
+        f"{shown(run.figure(SAMPLES_PER_S), 'samples/s')} samples/s; device {escape(run.device or '-')}.</p>"
+        + (f"\n<p>{FIX_BUYS}: {escape(advice)}.</p>" if advice else "")
+    )
+
+
+# The epochs table's columns after the epoch: each figure, shown in its unit, and its heading.
+EPOCH_COLUMNS = (
+    (TRAIN_S, "train s"),
+    (SAMPLES_PER_S, "samples/s"),
+    (STEP_MEDIAN_S, "median step ms"),
+    (SPIKES, "spike steps"),
+    (RSS_MB, "resident MB"),
+)
 
 
 def epochs_table(run: RunSummary) -> str:
     """A run's epochs, one row each."""
     rows = [
-        [
-            str(e["epoch"]),
-            _fmt(e.get(TRAIN_S)),
-            _fmt(e.get(SAMPLES_PER_S), 0),
-            _fmt(None if (median := number(e.get(STEP_MEDIAN_S))) is None else median * STEP_MEDIAN_S.scale, 1),
-            _fmt(e.get(SPIKES), 0),
-            _fmt(e.get(RSS_MB), 0),
-            str(e.get("verdict", "-")),
-        ]
+        [str(e["epoch"]), *(shown(e.get(f), f.shown, f.scale) for f, _ in EPOCH_COLUMNS), str(e.get("verdict", "-"))]
         for e in run.epochs
     ]
-    return _table(["epoch", "train s", "samples/s", "median step ms", "spike steps", "resident MB", "verdict"], rows)
+    return _table(["epoch", *(head for _, head in EPOCH_COLUMNS), "verdict"], rows)
+
+
+def figures_table(run: RunSummary) -> str:
+    """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
+    rows = [
+        [f"{(f.label or f.name).strip()} ({f.shown})", shown(value, f.shown, f.scale), f.meaning]
+        for f in shown_side_by_side()
+        if (value := run.figure(f)) is not None
+    ]
+    return _table(["figure", "value", "what it is"], rows, words_last=True)
 
 
 # A run's charts: heading, and how to draw each run's chart of that kind at a width, all on one scale.
@@ -246,63 +249,39 @@ CHARTS: tuple[tuple[str, Callable[[list[list[dict[str, Any]]], int], list[str]]]
 )
 
 
-def one_run(run: RunSummary) -> list[str]:
-    """One run's report under its title: the head, each chart across the page, the epochs."""
-    charts = [f"<h2>{heading}</h2>{draw([run.epochs], PAGE)[0]}" for heading, draw in CHARTS]
-    return [run_head(run), *charts, "<h2>Epochs</h2>", epochs_table(run), "<h2>The run's figures</h2>",
-            figures_table(run)]  # fmt: skip
+def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
+    """The runs' heads, each kind of chart with every run's on one scale, their epochs and figures.
 
-
-def side_by_side(runs: list[tuple[str, RunSummary]]) -> list[str]:
-    """Runs in columns, A first: their heads, then each kind of chart with every run's on one scale; then the epochs."""
-    sides = [chr(ord("A") + i) for i in range(len(runs))]
-    labels = [f"{side}: {name}" for side, (name, _) in zip(sides, runs, strict=True)]
-    epochs = [run.epochs for _, run in runs]
+    Several runs stand in columns, A first, each under its name; their tables one under the other (a table needs the
+    page).
+    """
+    one, sides = len(runs) == 1, [chr(ord("A") + i) for i in range(len(runs))]
     width = (PAGE - GAP * (len(runs) - 1)) // len(runs)
 
+    def titled(cells: list[str]) -> list[str]:
+        names = [f"{side}: {name}" for side, (name, _) in zip(sides, runs, strict=True)]
+        return cells if one else [f"<h3>{escape(name)}</h3>{cell}" for name, cell in zip(names, cells, strict=True)]
+
     def columns(cells: list[str]) -> str:
-        inner = "".join(f"<div><h3>{escape(label)}</h3>{cell}</div>" for label, cell in zip(labels, cells, strict=True))
+        if one:
+            return cells[0]
+        inner = "".join(f"<div>{cell}</div>" for cell in titled(cells))
         return f'<div class="pair" style="grid-template-columns:repeat({len(runs)},1fr)">{inner}</div>'
 
-    parts = [columns([run_head(run) for _, run in runs])]
-    for heading, draw in CHARTS:
-        parts += [f"<h2>{heading}: {' and '.join(sides)} on one scale</h2>", columns(draw(epochs, width))]
-
-    def each(table: Callable[[RunSummary], str]) -> list[str]:  # one under the other: a table needs the page
-        return [f"<h3>{escape(label)}</h3>{table(run)}" for label, (_, run) in zip(labels, runs, strict=True)]
-
-    return [*parts, "<h2>Epochs</h2>", *each(epochs_table), "<h2>The runs' figures</h2>", *each(figures_table)]
-
-
-def figures_table(run: RunSummary) -> str:
-    """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
-    rows = []
-    for figure in shown_side_by_side():
-        value = run.figure(figure)
-        if value is not None:
-            label = f"{(figure.label or figure.name).strip()} ({figure.shown})"
-            rows.append([label, _fmt(value * figure.scale), figure.meaning])
-    return _table(["figure", "value", "what it is"], rows, words_last=True)
+    scale = "" if one else f": {' and '.join(sides)} on one scale"
+    charts = [f"<h2>{head}{scale}</h2>{columns(draw([r.epochs for _, r in runs], width))}" for head, draw in CHARTS]
+    epochs, figures = (titled([table(run) for _, run in runs]) for table in (epochs_table, figures_table))
+    whose = "run's" if one else "runs'"
+    heads = columns([run_head(run) for _, run in runs])
+    return [heads, *charts, "<h2>Epochs</h2>", *epochs, f"<h2>The {whose} figures</h2>", *figures]
 
 
 def comparison_section(found: dict[str, Any]) -> str:
     """Two runs' comparison (:func:`~mnistperf.diagnosis.show.compare.compare`) as a table and what B bought."""
-    rows = [
-        [
-            f"{row['figure']} ({row['unit']})",
-            _fmt(row["a"]),
-            _fmt(row["b"]),
-            "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
-            said(row["ratio"], row["noise"]),
-        ]
-        for row in found["rows"]
-    ]
-    rows.append(["verdict", *(str(v or "-") for v in found["verdicts"]), "", ""])
     note = f'<p id="mismatch">Note: {escape(found["mismatch"])}</p>' if found["mismatch"] else ""
     return (
-        '<h2 id="comparison">What B bought over A</h2>'
-        + note
-        + _table(["figure", "A", "B", "B/A", "the runs' noise"], rows, words_last=True)
+        f'<h2 id="comparison">What B bought over A</h2>{note}'
+        + _table(["figure", *COLUMNS], comparison_rows(found), words_last=True)
         + f'<p id="bought">{escape(format_bought(found["bought"]))}</p>'
     )
 
@@ -312,14 +291,11 @@ def html_report(
 ) -> str:
     """The report of one run, or of two side by side with their ``comparison`` first: a whole HTML document."""
     title = " against ".join(name for name, _ in runs)
-    typed = [(name, RunSummary.of(run)) for name, run in runs]
-    sections = [comparison_section(comparison)] if comparison is not None else []
-    sections += one_run(typed[0][1]) if len(typed) == 1 else side_by_side(typed)
+    parts = [comparison_section(comparison)] if comparison is not None else []
+    parts += sections([(name, RunSummary.of(run)) for name, run in runs])
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Timing: {escape(title)}</title>'
-        f"<style>{STYLE}</style></head><body><h1>Timing: {escape(title)}</h1>\n"
-        + "\n".join(sections)
-        + "</body></html>\n"
+        f"<style>{STYLE}</style></head><body><h1>Timing: {escape(title)}</h1>\n" + "\n".join(parts) + "</body></html>\n"
     )
 
 

@@ -63,6 +63,17 @@ def main() -> None:
 
         with ThreadPoolExecutor(2) as pool:
             counts = dict(zip(arms, pool.map(count, arms), strict=True))
+        answers = {}  # what each diagnosed fit answered: a cost is only worth its answer
+        for arm in ("timer", "both"):
+            for found in Path(scratch, arm).rglob("timing.json"):
+                summary = json.loads(found.read_text())
+                window = summary.get("busy_window") or {}
+                answers[arm] = {
+                    "verdict": summary.get("verdict"),
+                    "window": "operator clock" if "operator_clock" in window else window.get("share") and "profiler",
+                    "share": window.get("share"),
+                    "reason": window.get("reason"),
+                }
     fit = counts["without"] - counts["imports"]
     costs = {arm: 1 + (counts[arm] - counts["without"]) / fit for arm in arms if arm not in ("imports", "without")}
     result = {
@@ -73,10 +84,11 @@ def main() -> None:
         "instructions": counts,
         "fit_instructions": fit,
         "cost": costs,
+        "answers": answers,
         "environment": {"machine": platform.machine(), "python": platform.python_version(), "valgrind": valgrind()},
     }
     (HERE / f"counts-{library}-{epochs}.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({"fit_instructions": fit, "cost": costs}))
+    print(json.dumps({"fit_instructions": fit, "cost": costs, "answers": answers}))
 
 
 if __name__ == "__main__":

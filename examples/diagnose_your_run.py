@@ -7,6 +7,7 @@ every step. ``--slow-ms`` makes every item cost that long to load, so the timer'
 
     python examples/diagnose_your_run.py                  # a few seconds on a CPU
     python examples/diagnose_your_run.py --slow-ms 2      # the same run, waiting for its data
+    python examples/diagnose_your_run.py --bare           # the same run without the callbacks: what they cost
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="folder for the logs and timing.json (default: a temporary folder, removed at the end)",
     )
+    parser.add_argument("--bare", action="store_true", help="the same fit without the two callbacks")
     args = parser.parse_args(argv)
     seed_everything(0, verbose=False)
     with tempfile.TemporaryDirectory(prefix="diagnose-") as scratch:
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             devices=1,
             max_epochs=args.epochs,
             default_root_dir=out,
-            callbacks=[EpochTimer(), SampleAudit()],
+            callbacks=[] if args.bare else [EpochTimer(), SampleAudit()],
             enable_progress_bar=False,
             enable_model_summary=False,
             enable_checkpointing=False,

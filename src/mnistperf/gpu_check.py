@@ -183,8 +183,8 @@ PARTS = (
     ),
     Part(
         "timer",
-        1.0,
-        "the default fit of v2_pinned, whole processes with and without EpochTimer, taking turns",
+        1.5,
+        "v2_pinned's default fit and the newcomer's short fit, whole processes with and without the diagnosis",
         (("{py}", "-m", "mnistperf.gpu_check", "--timer-cost", "{out}/timer-cost.json"),),
     ),
     Part(
@@ -474,27 +474,39 @@ def copy_back(out: Path, target: Path) -> None:
 
 # ---------------------------------------------------------------- the probes the parts run in processes of their own
 def timer_cost(target: Path, rounds: int = 2, epochs: int = 3) -> None:
-    """The default fit of v2_pinned as a user runs it, whole processes with and without EpochTimer, taking turns."""
-    arms = {"with EpochTimer": [], "without": ["--trainer.callbacks=[]"]}
+    """The default fit of v2_pinned as a user runs it, whole processes with and without EpochTimer, taking turns.
+
+    Then the newcomer's short fit (examples/diagnose_your_run.py) with and without both callbacks alike.
+    """
+    timer_cost_of(target, rounds, [sys.executable, "-m", "mnistperf", "fit", "--config", "configs/v2_pinned.yaml",
+                  "--trainer.max_epochs", str(epochs), "--trainer.logger.init_args.save_dir", "{out}"],
+                  {"with EpochTimer": [], "without": ["--trainer.callbacks=[]"]},
+                  f"configs/v2_pinned.yaml, {epochs} epochs, whole processes")  # fmt: skip
+    timer_cost_of(target.with_name(f"{target.stem}-short{target.suffix}"), rounds + 1,
+                  [sys.executable, "examples/diagnose_your_run.py", "--epochs", str(epochs), "--out", "{out}"],
+                  {"with both callbacks": [], "without": ["--bare"]},
+                  f"examples/diagnose_your_run.py, {epochs} epochs, whole processes")  # fmt: skip
+
+
+def timer_cost_of(target: Path, rounds: int, fit: list[str], arms: dict[str, list[str]], what: str) -> None:
+    """``fit`` (its ``{out}`` a scratch folder) in whole processes, each of ``arms`` added in turn; the ratios."""
     seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+    with_it, without = arms
     with tempfile.TemporaryDirectory(prefix="timer-cost-") as scratch:
         for turn in range(rounds):
             order = list(arms) if turn % 2 == 0 else list(arms)[::-1]
             for arm in order:
-                command = [sys.executable, "-m", "mnistperf", "fit", "--config", "configs/v2_pinned.yaml",
-                           "--trainer.max_epochs", str(epochs), "--trainer.logger.init_args.save_dir", scratch,
-                           *arms[arm]]  # fmt: skip
+                command = [word.replace("{out}", scratch) for word in fit] + arms[arm]
                 began = time.perf_counter()
                 done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 if done.returncode != 0:
                     raise SystemExit(f"timer cost: {shlex.join(command)} failed:\n{done.stderr[-2000:]}")
                 seconds[arm].append(time.perf_counter() - began)
                 print(f"timer cost: {arm}, turn {turn + 1}: {seconds[arm][-1]:.2f} s", flush=True)
-    ratios = [a / b for a, b in zip(seconds["with EpochTimer"], seconds["without"], strict=True)]
-    result = {"fit": f"configs/v2_pinned.yaml, {epochs} epochs, whole processes", "seconds": seconds,
-              "ratios": ratios, "median_ratio": statistics.median(ratios)}  # fmt: skip
+    ratios = [a / b for a, b in zip(seconds[with_it], seconds[without], strict=True)]
+    result = {"fit": what, "seconds": seconds, "ratios": ratios, "median_ratio": statistics.median(ratios)}
     write_summary(result, target)
-    print(f"timer cost: the default fit with EpochTimer {result['median_ratio']:.3f}x the same fit without it")
+    print(f"timer cost: {what}: {with_it} {result['median_ratio']:.3f}x the same fit without")
 
 
 def sync_probe(folder: Path) -> None:

@@ -212,10 +212,8 @@ class EpochTimer(Callback):
         self._epoch_open = self._uncounted = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
         self._own = own if callable(own) else None
-        self.batches = TrainingBatches(self.problems, AS_ONE)
-        if self._own is None:
-            with self.problems.guard("reading the training loaders"):
-                self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, GUESS)
+        loaders, guess = (trainer.train_dataloader, GUESS) if self._own is None else (None, None)
+        self.batches = TrainingBatches(self.problems, AS_ONE, loaders, guess)
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

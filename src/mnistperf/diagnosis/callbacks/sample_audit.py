@@ -183,9 +183,7 @@ class SampleAudit(Callback):
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
-        self.batches = TrainingBatches(self.problems, AS_ONE, guess=self._guess)
-        with self.problems.guard("reading the training loaders"):
-            self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, self._guess)
+        self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, self._guess)
         self._start_epoch()
         restored, self._restored = self._restored, None
         with self.problems.guard("restoring the epoch's fingerprints from the checkpoint"):

@@ -79,14 +79,16 @@ class TrainingBatches:
     Args:
         problems: the callback's, which says each finding once.
         as_one: what the callback does with a batch read as one loader's.
-        loaders: the fit's training loaders (``trainer.train_dataloader``; None: each batch is one loader's).
+        loaders: the fit's training loaders (``trainer.train_dataloader``; None, or unreadable: one loader's batches).
         guess: what the callback takes a sample for where a part's tensors disagree (``{first}``: the first tensor's
             length, ``{module}``: the LightningModule's class); None where it does not guess.
     """
 
     def __init__(self, problems: Reporter, as_one: str, loaders: Any = None, guess: str | None = None):
         self.problems, self.as_one, self.guess = problems, as_one, guess
-        self._use(loader_paths(loaders))
+        self._use([()])
+        with problems.guard("reading the training loaders"):
+            self._use(loader_paths(loaders))
         self.pending: list[Any] | None = None  # what the step begun read of each loader's part (None: no step)
         self._checked = False
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from mnistperf.diagnosis.figures import FIRST_STEP_S, SPIKES, SPIKES_S, STEP_MEDIAN_S, TRAIN_S
 from mnistperf.diagnosis.measure.trend import trend
@@ -16,8 +15,7 @@ WORST_KEPT = 3  # the longest spikes an epoch's row keeps, and the run's line na
 SPIKES_WORTH = 0.05  # spikes are worth a line where the time they took past the median is this share of train time
 
 
-@dataclass(frozen=True)
-class StepStats:
+class StepStats(NamedTuple):
     """An epoch's step times: the distribution past the first step, the first step, and the spikes."""
 
     median_s: float

@@ -227,21 +227,13 @@ MFU = Figure(
 )
 UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
 # Under DDP, the ranks' talk (mnistperf.diagnosis.measure.busy_window.communication), from the profiled window.
-COMM_SHARE = Figure(
-    "comm_share",
-    "share",
-    "time inside collectives (NCCL kernels, gloo's ranges) in the profiled window",
-    label="in collectives (DDP)",
-    run="window",
+COMM_SHARE, COMM_EXPOSED_SHARE = COMMUNICATION = tuple(
+    Figure(name, "share", f"time inside collectives {which}", label=label, run="window")
+    for name, label, which in (
+        ("comm_share", "in collectives (DDP)", "(NCCL kernels, gloo's ranges) in the profiled window"),
+        ("comm_exposed_share", "  with no work beside them", "with no other work beside them in that window"),
+    )
 )
-COMM_EXPOSED_SHARE = Figure(
-    "comm_exposed_share",
-    "share",
-    "time inside collectives with no other work beside them in that window",
-    label="  with no work beside them",
-    run="window",
-)
-COMMUNICATION = (COMM_SHARE, COMM_EXPOSED_SHARE)
 # The epoch's memory (mnistperf.diagnosis.measure.memory): resident on Linux, the GPU's peaks on CUDA; the fit's peaks.
 PEAK_RSS_MB = Figure(
     "peak_rss_mb",

@@ -54,15 +54,6 @@ RUN_READERS = {
 }
 
 
-def run_figures(steady: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every registered figure a run reads from its steady epochs by a rule: top-level ones, then its split."""
-    found: dict[str, Any] = {
-        figure: RUN_READERS[figure.run](steady, figure) for figure in figures.registry() if figure.run in RUN_READERS
-    }
-    found["split"] = {figure: found.pop(figure) for figure in figures.registry() if figure.run == "split"}
-    return found
-
-
 def aggregate(
     epochs: list[dict[str, Any]],
     input_bound_share: float,
@@ -76,9 +67,10 @@ def aggregate(
     the advice's per verdict. ``metric``: a validation metric of the rows, its last value ``final_metric``.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
-    steady_figures = run_figures(steady)
-    steady_figures.update(window_figures(busy_window))
-    verdict, reason = classify(steady_figures, input_bound_share, not_measured(busy_window, ended=True))
+    read: dict[str, Any] = {f: RUN_READERS[f.run](steady, f) for f in figures.registry() if f.run in RUN_READERS}
+    read["split"] = {f: read.pop(f) for f in figures.registry() if f.run == "split"}
+    read.update(window_figures(busy_window))
+    verdict, reason = classify(read, input_bound_share, not_measured(busy_window, ended=True))
     if busy_window is not None and busy_window.get("in_warmup") and busy_window.get("share") is not None:
         reason += "; it rests on the warm-up epoch, the only one of this run"
     found = {
@@ -96,12 +88,12 @@ def aggregate(
             **({} if measured() else {"resident": "not measured: no /proc on this system (Linux only)"}),
         },
         **_ranks_over(steady),
-        **steady_figures,
+        **read,
         **({"busy_window": busy_window} if busy_window is not None else {}),
         "input_bound_share": input_bound_share,
         "verdict": verdict,
         "verdict_reason": reason,
-        **({"cores_held": taken} if (taken := held(steady_figures)) is not None else {}),
+        **({"cores_held": taken} if (taken := held(read)) is not None else {}),
         "metric": metric,
         "final_metric": epochs[-1].get(metric) if metric else None,
     }
@@ -110,10 +102,7 @@ def aggregate(
 
 
 def peak_device_mb(epochs: list[dict[str, Any]]) -> dict[str, float] | None:
-    """The fit's peak GPU memory allocated by tensors and reserved by the allocator, in MB: its epochs' largest.
-
-    Each epoch holds its own peaks, the counters reset at the next one's start (None off CUDA).
-    """
+    """The fit's peak GPU memory allocated by tensors and reserved by the allocator, in MB: its epochs' largest."""
     allocated = max(_measured_values(epochs, figures.DEVICE_ALLOCATED_MB), default=None)
     reserved = max(_measured_values(epochs, figures.DEVICE_RESERVED_MB), default=math.nan)
     return None if allocated is None else {"allocated": allocated, "reserved": reserved}

@@ -79,7 +79,6 @@ def format_communication(talked: dict[str, Any] | None) -> str:
 
 def format_window(window: dict[str, Any]) -> str:
     """The busy window's line: its share, where it was profiled and its trace, or why there is none."""
-    on_cuda = window["device"] == "cuda"
     label = BUSY_SAID[window["device"]]
     if window.get("share") is None:
         return f"{label}: not measured ({not_measured(window, ended=True)}); no trace written"
@@ -89,7 +88,7 @@ def format_window(window: dict[str, Any]) -> str:
     where = "the warm-up epoch, the run's only" if window.get("in_warmup") else "a steady epoch, kept out of its timing"
     waited = window.get("waited_for_a_core")
     crowd = f", the training thread waiting for a core {waited:.0%} of it" if waited is not None else ""
-    how = f"{window.get('kernels', 0):,} {'kernels' if on_cuda else 'operators'}, profiled"
+    how = f"{window.get('kernels', 0):,} {'kernels' if window['device'] == 'cuda' else 'operators'}, profiled"
     if window.get("operator_clock"):  # the profiler cost more than the fit could spend (docs/timing.md)
         least, most = window["operator_clock"]
         how = f"between {least:.0%} and {most:.0%}, {window.get('kernels', 0):,} torch calls timed"

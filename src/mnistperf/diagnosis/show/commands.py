@@ -55,11 +55,10 @@ def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
     slower, band = gain["slower"], gain["noise"]
     option = f"--fail-if-slower {allowed_pct:g}"
     noise_said = f"the runs' noise (±{band:.0%})" if band is not None else "no noise (each run had one steady epoch)"
-    limit = allowed_pct / 100 + (band or 0.0)
     if slower is None:
         return True, f"compare: {option}: B's train time per epoch could not be set against A's"
     how = f"takes {slower:.0%} more time than A" if slower >= 0 else f"takes {-slower:.0%} less time than A"
-    failed = slower > limit
+    failed = slower > allowed_pct / 100 + (band or 0.0)
     outcome, side = ("failed", "past") if failed else ("passed", "within")
     return (
         failed,

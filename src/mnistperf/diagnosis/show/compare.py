@@ -38,8 +38,7 @@ def spread(values: list[float]) -> float | None:
 
 def noise(a: RunSummary, b: RunSummary, figure: Figure) -> float | None:
     """The larger of the two runs' spreads of a figure (one run's where only it has one; None where neither has)."""
-    found = [s for s in (spread(steady_values(a, figure)), spread(steady_values(b, figure))) if s is not None]
-    return max(found) if found else None
+    return max((s for run in (a, b) if (s := spread(steady_values(run, figure))) is not None), default=None)
 
 
 def beyond(ratio: float | None, band: float | None) -> bool | None:

@@ -98,20 +98,16 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
         first, second = a.figure(figure), b.figure(figure)
         if first is None and second is None:
             continue
-        ratio = second / first if first and second is not None else None
-        band = noise(a, b, figure)
-        rows.append(
-            {
-                "figure": (figure.label or figure.name).strip(),
-                "key": figure.where,
-                "unit": figure.shown,
-                "a": None if first is None else first * figure.scale,
-                "b": None if second is None else second * figure.scale,
-                "ratio": ratio,
-                "noise": band,
-                "beyond_noise": beyond(ratio, band),
-            }
-        )
+        row: dict[str, Any] = {
+            "figure": (figure.label or figure.name).strip(),
+            "key": figure.where,
+            "unit": figure.shown,
+            "a": None if first is None else first * figure.scale,
+            "b": None if second is None else second * figure.scale,
+            "ratio": second / first if first and second is not None else None,
+            "noise": noise(a, b, figure),
+        }
+        rows.append({**row, "beyond_noise": beyond(row["ratio"], row["noise"])})
     return {
         "rows": rows,
         "verdicts": [a.verdict, b.verdict],

@@ -55,16 +55,12 @@ def format_ranks(run: RunSummary, epochs: str) -> str:
         if slowest
         else f"within {RANKS_APART:.0%} of each other"
     )
+    line = f"Ranks ({epochs}, per epoch): {each}; {verdict}"
     talked = (run.busy_window or {}).get("communication")
-    return f"Ranks ({epochs}, per epoch): {each}; {verdict}{format_communication(talked)}"
-
-
-def format_communication(talked: dict[str, Any] | None) -> str:
-    """The profiled window's collectives: their share, that with no work beside them, and what removing it could buy."""
     if talked is None:
-        return ""
+        return line
     exposed = talked["exposed_share"]
-    line = (
+    line += (
         f"; {talked['backend']} collectives {talked['share']:.0%} of the profiled window, "
         f"{exposed:.0%} with no work beside them"
     )

@@ -86,10 +86,9 @@ class Chart:
         )
         every = math.ceil(len(self.epochs) / MAX_EPOCH_LABELS)  # long runs: every k-th epoch, the labels apart
         below = "".join(
-            f'<text x="{self.x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" font-size="11" text-anchor="middle">{e["epoch"]}'
-            "</text>"
-            for i, e in enumerate(self.epochs)
-            if i % every == 0
+            f'<text x="{self.x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" font-size="11" text-anchor="middle">'
+            f"{self.epochs[i]['epoch']}</text>"
+            for i in range(0, len(self.epochs), every)
         )
         step = self.marks[1] - self.marks[0] if len(self.marks) > 1 else 1.0
         left = "".join(

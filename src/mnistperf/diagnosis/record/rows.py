@@ -44,9 +44,8 @@ def epoch_row(
     row.update(window_figures(busy_window))
     parts = [(phases or {}).get(key) for key in PHASE_FIGURES]  # train time's split, its rest where all were timed
     known = [part for part in parts if part is not None]
-    rest = max(train_s - input_wait_s - sum(known), 0.0) if len(known) == len(parts) else None
     row.update({figures.INPUT_WAIT_S: input_wait_s, **dict(zip(PHASE_FIGURES, parts, strict=True))})
-    row[figures.REST_S] = rest
+    row[figures.REST_S] = max(train_s - input_wait_s - sum(known), 0.0) if len(known) == len(parts) else None
     row.update(cores or {})
     row["verdict"], row["verdict_reason"] = classify(row, threshold, not_measured(busy_window))
     row.update(metrics)
@@ -83,14 +82,12 @@ def ranks_apart(
     forward = [0.0 if math.isnan(f) else f for f in forward_s]
     alone = [wait + f for wait, f in zip(input_wait_s, forward, strict=True)]
     slowest, quickest = alone.index(max(alone)), alone.index(min(alone))
-    if alone[slowest] - alone[quickest] <= RANKS_APART * max(train_s):
+    behind = alone[slowest] - alone[quickest]
+    if behind <= RANKS_APART * max(train_s):
         return {"ranks": ranks}
     more_wait = input_wait_s[slowest] - input_wait_s[quickest]
     held_by = "data" if more_wait >= forward[slowest] - forward[quickest] else "step"
-    return {
-        "ranks": ranks,
-        "slowest_rank": {"rank": slowest, "held_by": held_by, "behind_s": alone[slowest] - alone[quickest]},
-    }
+    return {"ranks": ranks, "slowest_rank": {"rank": slowest, "held_by": held_by, "behind_s": behind}}
 
 
 def _measured(value: float) -> float | None:

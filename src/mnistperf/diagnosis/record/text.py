@@ -101,9 +101,8 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
     run = RunSummary.of(summary)
     first, last = run.steady_epochs or (0, 0)
     steady = f"epoch {first}" if first == last else f"epochs {first}-{last}"
-    warmup = run.warmup
-    train = f"; epoch {warmup['epoch']} (warm-up): {warmup[figures.TRAIN_S]:.2f} s" if warmup else ""
-    evaluation = f"; epoch {warmup['epoch']}: {warmup[figures.EVAL_S]:.2f} s" if warmup else ""
+    train = f"; epoch {run.warmup['epoch']} (warm-up): {run.warmup[figures.TRAIN_S]:.2f} s" if run.warmup else ""
+    evaluation = f"; epoch {run.warmup['epoch']}: {run.warmup[figures.EVAL_S]:.2f} s" if run.warmup else ""
     lines = [
         f"Average Train Time per Epoch: {seconds(run.figure(figures.AVG_TRAIN_S))} ({steady}{train})",
         f"Average Validation Time per Epoch: {seconds(run.figure(figures.AVG_EVAL_S))} ({steady}{evaluation})",

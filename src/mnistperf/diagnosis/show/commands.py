@@ -18,6 +18,7 @@ from mnistperf.diagnosis.show.run_names import load_two, run_labels
 from mnistperf.errors import ConfigError
 
 RUN_HELP = "a run's timing.json, or its log folder (the newest timing.json under it)"
+PLACE_FIX = "give --out FILE in a folder you can write to"
 
 
 def compare_command(argv: Sequence[str]) -> None:
@@ -88,22 +89,14 @@ def report_command(argv: Sequence[str]) -> None:
     file = REPORT_FILE if comparison is None else f"compared-{runs[1][0].replace('/', '-')}.html"
     out = opts.out or paths[0].with_name(file)
     said = f"--out {out}" if opts.out else f"the report's place {out}"
-    check_place(out, said)  # before the report is made, so that a wrong path is said at once
+    if out.is_dir():  # said before the report is made, so that a wrong path is said at once
+        raise ConfigError(f"{said}: a folder; give a file, e.g. --out {out / REPORT_FILE}")
+    blocking = next((parent for parent in out.parents if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ConfigError(f"{said}: {blocking} is a file, not a folder; {PLACE_FIX}, e.g. --out {out.name}")
     try:
         with removing_new_folders(out.parent):
             write_report(html_report(runs, comparison), out)
     except OSError as error:
         raise ConfigError(f"{said}: cannot be written ({error.strerror or error}); {PLACE_FIX}") from None
     print(f"report written to {out}")
-
-
-PLACE_FIX = "give --out FILE in a folder you can write to"
-
-
-def check_place(out: Path, said: str) -> None:
-    """One line where the report cannot be written at ``out``: a folder is there, or a file where a folder must be."""
-    if out.is_dir():
-        raise ConfigError(f"{said}: a folder; give a file, e.g. --out {out / REPORT_FILE}")
-    blocking = next((parent for parent in out.parents if parent.exists()), None)
-    if blocking is not None and not blocking.is_dir():
-        raise ConfigError(f"{said}: {blocking} is a file, not a folder; {PLACE_FIX}, e.g. --out {out.name}")

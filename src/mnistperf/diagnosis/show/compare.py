@@ -16,8 +16,7 @@ from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, Figure, show
 from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 
-# A gain this much over the ceiling still counts as within it (the two runs' own noise).
-CEILING_SLACK = 0.05
+CEILING_SLACK = 0.05  # a gain this much over the ceiling still counts as within it (the two runs' own noise)
 
 
 def steady_values(run: RunSummary, figure: Figure) -> list[float]:

@@ -196,7 +196,6 @@ def run_head(run: RunSummary) -> str:
     )
 
 
-# The epochs table's columns after the epoch: each figure, shown in its unit, and its heading.
 EPOCH_COLUMNS = (
     (figures.TRAIN_S, "train s"),
     (figures.SAMPLES_PER_S, "samples/s"),

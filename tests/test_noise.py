@@ -20,7 +20,7 @@ def summary(*train_s: float, samples: int = 600) -> RunSummary:
         {"epoch": i + 1, "train_s": t, "samples_per_s": samples / t, "device_busy_share": 0.5}
         for i, t in enumerate(train_s)
     ]
-    return RunSummary.read({"epochs": epochs, "steady_epochs": [2, len(epochs)] if len(epochs) > 1 else [1, 1]})
+    return RunSummary.of({"epochs": epochs, "steady_epochs": [2, len(epochs)] if len(epochs) > 1 else [1, 1]})
 
 
 def test_a_figures_noise_is_its_spread_over_the_steady_epochs_the_warm_up_left_out():

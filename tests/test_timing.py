@@ -785,7 +785,7 @@ def test_the_ranks_line_says_their_time_in_collectives_and_what_a_long_exposed_w
         talked = {"backend": "nccl", "world_size": 2, "collectives": 40, "share": 0.5, "exposed_share": exposed}
         ranks = ranks_apart([10.0, 10.0], [1.0, 4.0], [3.0, 3.0], [0.2, 0.5], [exposed, exposed])
         return format_ranks(
-            RunSummary.read({**ranks, "busy_window": {"device": "cuda", "communication": talked}}), "epochs 2-3"
+            RunSummary.of({**ranks, "busy_window": {"device": "cuda", "communication": talked}}), "epochs 2-3"
         )
 
     quiet = line(COMM_EXPOSED / 2)
@@ -793,5 +793,5 @@ def test_the_ranks_line_says_their_time_in_collectives_and_what_a_long_exposed_w
     assert "nccl collectives 50% of the profiled window, 10% with no work beside them" in quiet
     assert "faster without that wait" not in quiet  # a small wait decides nothing
     assert "a step up to 2.0x faster without that wait" in line(0.5)
-    apart = RunSummary.read(ranks_apart([10.0, 10.0], [1.0, 1.0], [3.0, 3.0]))
+    apart = RunSummary.of(ranks_apart([10.0, 10.0], [1.0, 1.0], [3.0, 3.0]))
     assert "collectives" not in format_ranks(apart, "epochs 2-3")

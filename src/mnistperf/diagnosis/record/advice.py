@@ -52,16 +52,13 @@ def imported_hints(hints: Hints | str | None) -> Hints | None:
     if not isinstance(hints, str):
         return hints
     module, _, name = hints.rpartition(".")
+    said = f"EpochTimer's hints {hints!r}"
     try:
         found = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError) as error:
-        raise ConfigError(
-            f"EpochTimer's hints {hints!r}: nothing to import there ({error}); give package.module.NAME."
-        ) from None
+        raise ConfigError(f"{said}: nothing to import there ({error}); give package.module.NAME.") from None
     if not isinstance(found, Mapping):
-        raise ConfigError(
-            f"EpochTimer's hints {hints!r} is a {type(found).__name__}, not a mapping of verdicts to hints."
-        )
+        raise ConfigError(f"{said} is a {type(found).__name__}, not a mapping of verdicts to hints.")
     return found
 
 

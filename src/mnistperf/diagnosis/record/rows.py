@@ -6,29 +6,12 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from mnistperf.diagnosis.figures import (
-    BUSY,
-    COMM_EXPOSED_SHARE,
-    COMM_SHARE,
-    EVAL_S,
-    FORWARD_S,
-    HOST_WAIT_SHARE,
-    INPUT_WAIT_S,
-    INPUT_WAIT_SHARE,
-    REST_S,
-    SAMPLES_PER_S,
-    SPIKES,
-    SPLIT,
-    STEPS,
-    TRAIN_S,
-    Figure,
-    Measures,
-)
+from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.measure.stalls import StepStats
 from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING, classify
 
 RANKS_APART = 0.1  # the share of train time by which the ranks' own work differs where they are apart
-PHASE_FIGURES = SPLIT[1:-1]  # the step's own phases in train time's split: forward_s, backward_s, optimizer_s
+PHASE_FIGURES = figures.SPLIT[1:-1]  # the step's own phases in train time's split: forward, backward, optimizer
 
 
 def epoch_row(
@@ -51,18 +34,18 @@ def epoch_row(
     """
     row: dict[str, Any] = {
         "epoch": epoch,
-        TRAIN_S: train_s,
-        EVAL_S: eval_s,
+        figures.TRAIN_S: train_s,
+        figures.EVAL_S: eval_s,
         "samples": samples,
-        SAMPLES_PER_S: None if samples is None else samples / train_s if train_s > 0 else math.nan,
-        INPUT_WAIT_SHARE: _share(input_wait_s, train_s),
-        HOST_WAIT_SHARE: _share(host_wait_s, train_s),
+        figures.SAMPLES_PER_S: None if samples is None else samples / train_s if train_s > 0 else math.nan,
+        figures.INPUT_WAIT_SHARE: _share(input_wait_s, train_s),
+        figures.HOST_WAIT_SHARE: _share(host_wait_s, train_s),
     }
     row.update(window_figures(busy_window))
     parts = [(phases or {}).get(key) for key in PHASE_FIGURES]  # train time's split, its rest where all were timed
     known = [part for part in parts if part is not None]
-    rest = max(train_s - input_wait_s - sum(known), 0.0) if len(known) == len(parts) else None
-    row.update({INPUT_WAIT_S: input_wait_s, **dict(zip(PHASE_FIGURES, parts, strict=True)), REST_S: rest})
+    row.update({figures.INPUT_WAIT_S: input_wait_s, **dict(zip(PHASE_FIGURES, parts, strict=True))})
+    row[figures.REST_S] = max(train_s - input_wait_s - sum(known), 0.0) if len(known) == len(parts) else None
     row.update(cores or {})
     row["verdict"], row["verdict_reason"] = classify(row, threshold, not_measured(busy_window))
     row.update(metrics)
@@ -82,12 +65,16 @@ def ranks_apart(
     for data and its forward (NaN: not measured). The slowest is held by ``data`` or its ``step``, whichever it spent
     more time on than the quickest rank.
     """
-    optional = {FORWARD_S: forward_s, COMM_SHARE: comm_share, COMM_EXPOSED_SHARE: comm_exposed_share}
+    optional = {
+        figures.FORWARD_S: forward_s,
+        figures.COMM_SHARE: comm_share,
+        figures.COMM_EXPOSED_SHARE: comm_exposed_share,
+    }
     ranks = [
         {
             "rank": rank,
-            TRAIN_S: train_s[rank],
-            INPUT_WAIT_S: input_wait_s[rank],
+            figures.TRAIN_S: train_s[rank],
+            figures.INPUT_WAIT_S: input_wait_s[rank],
             **{key: _measured(values[rank]) if values else None for key, values in optional.items()},
         }
         for rank in range(len(train_s))
@@ -95,30 +82,28 @@ def ranks_apart(
     forward = [0.0 if math.isnan(f) else f for f in forward_s]
     alone = [wait + f for wait, f in zip(input_wait_s, forward, strict=True)]
     slowest, quickest = alone.index(max(alone)), alone.index(min(alone))
-    if alone[slowest] - alone[quickest] <= RANKS_APART * max(train_s):
+    behind = alone[slowest] - alone[quickest]
+    if behind <= RANKS_APART * max(train_s):
         return {"ranks": ranks}
     more_wait = input_wait_s[slowest] - input_wait_s[quickest]
     held_by = "data" if more_wait >= forward[slowest] - forward[quickest] else "step"
-    return {
-        "ranks": ranks,
-        "slowest_rank": {"rank": slowest, "held_by": held_by, "behind_s": alone[slowest] - alone[quickest]},
-    }
+    return {"ranks": ranks, "slowest_rank": {"rank": slowest, "held_by": held_by, "behind_s": behind}}
 
 
 def _measured(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def measured_figures(merged: Measures, figures: Iterable[Figure]) -> dict[str, Any]:
+def measured_figures(merged: figures.Measures, chosen: Iterable[figures.Figure]) -> dict[str, Any]:
     """Those figures of an epoch's gathered measures, as the ranks combined them (None where not measured)."""
-    return {figure: _measured(getattr(merged, figure.name)) for figure in figures}
+    return {figure: _measured(getattr(merged, figure.name)) for figure in chosen}
 
 
-def step_figures(merged: Measures, local: StepStats | None) -> dict[str, Any]:
+def step_figures(merged: figures.Measures, local: StepStats | None) -> dict[str, Any]:
     """The epoch's step times (every rank's slowest) and where this process's spikes fell (None: not measured)."""
-    found = measured_figures(merged, STEPS)
-    if found[SPIKES] is not None:
-        found[SPIKES] = int(found[SPIKES])
+    found = measured_figures(merged, figures.STEPS)
+    if found[figures.SPIKES] is not None:
+        found[figures.SPIKES] = int(found[figures.SPIKES])
     found["worst_spikes"] = [list(spike) for spike in local.worst] if local is not None else []
     return found
 
@@ -127,13 +112,13 @@ def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:
     """What a verdict reads of the profiled window: its share, the margin it is read with, the wait for a core."""
     if busy_window is None:
         return {}
-    found: dict[str, Any] = {BUSY[busy_window["device"]]: busy_window.get("share")}
+    found: dict[str, Any] = {figures.BUSY[busy_window["device"]]: busy_window.get("share")}
     for key, name in (("margin", "busy_margin"), ("waited_for_a_core", "waited_for_a_core")):
         if busy_window.get(key) is not None:
             found[name] = busy_window[key]
     talked = busy_window.get("communication")
     if talked is not None:
-        found.update({COMM_SHARE: talked["share"], COMM_EXPOSED_SHARE: talked["exposed_share"]})
+        found.update({figures.COMM_SHARE: talked["share"], figures.COMM_EXPOSED_SHARE: talked["exposed_share"]})
     return found
 
 

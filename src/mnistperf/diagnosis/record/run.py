@@ -69,15 +69,12 @@ class RunSummary:
     final_metric: float | None = None
 
     @classmethod
-    def read(cls, found: Mapping[str, Any]) -> RunSummary:
-        """The summary a timing.json holds (``found``: its content)."""
-        advice = found.get("advice")
-        return typed(cls, {**found, "content": found, "advice": typed(Advice, advice) if advice else None})
-
-    @classmethod
     def of(cls, run: RunSummary | Mapping[str, Any]) -> RunSummary:
-        """``run`` as a RunSummary."""
-        return run if isinstance(run, RunSummary) else cls.read(run)
+        """``run`` as a RunSummary: itself, or the summary a timing.json's content holds."""
+        if isinstance(run, RunSummary):
+            return run
+        advice = run.get("advice")
+        return typed(cls, {**run, "content": run, "advice": typed(Advice, advice) if advice else None})
 
     def figure(self, figure: Figure) -> float | None:
         """The run's value of ``figure`` (None where it has none)."""
@@ -116,4 +113,4 @@ def load(run: Path) -> tuple[Path, RunSummary]:
         raise ConfigError(f"{path}: not a {SUMMARY_FILE} (not JSON); {WHAT_A_SUMMARY_IS}") from None
     if not isinstance(found, dict) or AVG_TRAIN_S not in found:
         raise ConfigError(f"{path}: not a {SUMMARY_FILE} (JSON without {AVG_TRAIN_S}); {WHAT_A_SUMMARY_IS}")
-    return path, RunSummary.read(found)
+    return path, RunSummary.of(found)

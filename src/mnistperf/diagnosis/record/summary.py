@@ -10,22 +10,7 @@ import math
 from statistics import mean
 from typing import Any
 
-from mnistperf.diagnosis.figures import (
-    AVG_EVAL_S,
-    AVG_TRAIN_S,
-    COMM_EXPOSED_SHARE,
-    COMM_SHARE,
-    DEVICE_ALLOCATED_MB,
-    DEVICE_RESERVED_MB,
-    EVAL_S,
-    FORWARD_S,
-    INPUT_WAIT_S,
-    PEAK_DEVICE_MB,
-    TOTAL_EVAL_S,
-    TOTAL_TRAIN_S,
-    TRAIN_S,
-    registry,
-)
+from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.measure.cores import held
 from mnistperf.diagnosis.measure.memory import growth, measured
 from mnistperf.diagnosis.measure.stalls import stalls
@@ -44,7 +29,7 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
         per_rank = [_measured_values([e["ranks"][rank] for e in epochs], key) for rank in range(count)]
         return [mean(values) if values else math.nan for values in per_rank]
 
-    keys = (TRAIN_S, INPUT_WAIT_S, FORWARD_S, COMM_SHARE, COMM_EXPOSED_SHARE)
+    keys = (figures.TRAIN_S, figures.INPUT_WAIT_S, figures.FORWARD_S, figures.COMM_SHARE, figures.COMM_EXPOSED_SHARE)
     return ranks_apart(*(averaged(key) for key in keys))
 
 
@@ -52,7 +37,7 @@ def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
     """A share or rate averaged over epochs, weighted by their train time (where every epoch measured it)."""
     if any(e.get(key) is None for e in epochs):
         return None
-    return sum(e[key] * e[TRAIN_S] for e in epochs) / max(sum(e[TRAIN_S] for e in epochs), 1e-12)
+    return sum(e[key] * e[figures.TRAIN_S] for e in epochs) / max(sum(e[figures.TRAIN_S] for e in epochs), 1e-12)
 
 
 def _measured_values(epochs: list[dict[str, Any]], key: str) -> list[float]:
@@ -69,15 +54,6 @@ RUN_READERS = {
 }
 
 
-def run_figures(steady: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every registered figure a run reads from its steady epochs by a rule: top-level ones, then its split."""
-    found: dict[str, Any] = {
-        figure: RUN_READERS[figure.run](steady, figure) for figure in registry() if figure.run in RUN_READERS
-    }
-    found["split"] = {figure: found.pop(figure) for figure in registry() if figure.run == "split"}
-    return found
-
-
 def aggregate(
     epochs: list[dict[str, Any]],
     input_bound_share: float,
@@ -91,32 +67,33 @@ def aggregate(
     the advice's per verdict. ``metric``: a validation metric of the rows, its last value ``final_metric``.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
-    figures = run_figures(steady)
-    figures.update(window_figures(busy_window))
-    verdict, reason = classify(figures, input_bound_share, not_measured(busy_window, ended=True))
+    read: dict[str, Any] = {f: RUN_READERS[f.run](steady, f) for f in figures.registry() if f.run in RUN_READERS}
+    read["split"] = {f: read.pop(f) for f in figures.registry() if f.run == "split"}
+    read.update(window_figures(busy_window))
+    verdict, reason = classify(read, input_bound_share, not_measured(busy_window, ended=True))
     if busy_window is not None and busy_window.get("in_warmup") and busy_window.get("share") is not None:
         reason += "; it rests on the warm-up epoch, the only one of this run"
     found = {
         "epochs": epochs,
         "steady_epochs": [steady[0]["epoch"], steady[-1]["epoch"]],
-        "warmup": {k: epochs[0][k] for k in ("epoch", TRAIN_S, EVAL_S)} if len(epochs) > 1 else None,
-        AVG_TRAIN_S: mean(e[TRAIN_S] for e in steady),
-        AVG_EVAL_S: mean(e[EVAL_S] for e in steady),
-        TOTAL_TRAIN_S: sum(e[TRAIN_S] for e in epochs),
-        TOTAL_EVAL_S: sum(e[EVAL_S] for e in epochs),
+        "warmup": {k: epochs[0][k] for k in ("epoch", figures.TRAIN_S, figures.EVAL_S)} if len(epochs) > 1 else None,
+        figures.AVG_TRAIN_S: mean(e[figures.TRAIN_S] for e in steady),
+        figures.AVG_EVAL_S: mean(e[figures.EVAL_S] for e in steady),
+        figures.TOTAL_TRAIN_S: sum(e[figures.TRAIN_S] for e in epochs),
+        figures.TOTAL_EVAL_S: sum(e[figures.EVAL_S] for e in epochs),
         "stalls": stalls(epochs),
-        PEAK_DEVICE_MB: peak_device_mb(epochs),
+        figures.PEAK_DEVICE_MB: peak_device_mb(epochs),
         "memory": {
             "growth": growth(steady),
             **({} if measured() else {"resident": "not measured: no /proc on this system (Linux only)"}),
         },
         **_ranks_over(steady),
-        **figures,
+        **read,
         **({"busy_window": busy_window} if busy_window is not None else {}),
         "input_bound_share": input_bound_share,
         "verdict": verdict,
         "verdict_reason": reason,
-        **({"cores_held": taken} if (taken := held(figures)) is not None else {}),
+        **({"cores_held": taken} if (taken := held(read)) is not None else {}),
         "metric": metric,
         "final_metric": epochs[-1].get(metric) if metric else None,
     }
@@ -125,10 +102,7 @@ def aggregate(
 
 
 def peak_device_mb(epochs: list[dict[str, Any]]) -> dict[str, float] | None:
-    """The fit's peak GPU memory allocated by tensors and reserved by the allocator, in MB: its epochs' largest.
-
-    Each epoch holds its own peaks, the counters reset at the next one's start (None off CUDA).
-    """
-    allocated = max(_measured_values(epochs, DEVICE_ALLOCATED_MB), default=None)
-    reserved = max(_measured_values(epochs, DEVICE_RESERVED_MB), default=math.nan)
+    """The fit's peak GPU memory allocated by tensors and reserved by the allocator, in MB: its epochs' largest."""
+    allocated = max(_measured_values(epochs, figures.DEVICE_ALLOCATED_MB), default=None)
+    reserved = max(_measured_values(epochs, figures.DEVICE_RESERVED_MB), default=math.nan)
     return None if allocated is None else {"allocated": allocated, "reserved": reserved}

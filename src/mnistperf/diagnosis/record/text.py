@@ -5,20 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mnistperf.diagnosis.figures import (
-    AVG_EVAL_S,
-    AVG_TRAIN_S,
-    COMM_SHARE,
-    EVAL_S,
-    INPUT_WAIT_S,
-    REST_S,
-    SAMPLES_PER_S,
-    SPLIT,
-    STEP_MEDIAN_S,
-    TOTAL_EVAL_S,
-    TOTAL_TRAIN_S,
-    TRAIN_S,
-)
+from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.measure.flops import format_utilization
 from mnistperf.diagnosis.measure.memory import format_growth
 from mnistperf.diagnosis.measure.stalls import format_stalls
@@ -42,23 +29,23 @@ def seconds(value: float | None) -> str:
 
 def format_split(run: RunSummary, epochs: str) -> str | None:
     """The steady epochs' train time split in one line (None where the run has none); unsampled, the last reason."""
-    wait = run.figure(INPUT_WAIT_S)
+    wait = run.figure(figures.INPUT_WAIT_S)
     if wait is None:
         return None
     head = f"Train time per epoch ({epochs}): waiting for data {wait:.2f} s"
-    if run.figure(REST_S) is None:
+    if run.figure(figures.REST_S) is None:
         reasons = [e["split_reason"] for e in run.epochs if e.get("split_reason")]
         why = reasons[-1] if reasons else "no sampled step reached Lightning's hooks"
         return head + f"; forward, backward and optimizer not measured ({why})"
-    parts = ", ".join(f"{figure.removesuffix('_s')} {seconds(run.figure(figure))}" for figure in SPLIT[1:])
+    parts = ", ".join(f"{figure.removesuffix('_s')} {seconds(run.figure(figure))}" for figure in figures.SPLIT[1:])
     return head + f", {parts} (the rest: hooks, logging, Python between them)"
 
 
 def format_ranks(run: RunSummary, epochs: str) -> str:
     """Each rank's train time, input wait and time in collectives; the slowest where they are apart, and the talk."""
     each = "; ".join(
-        f"rank {r['rank']} train {r[TRAIN_S]:.2f} s, waiting for data {r[INPUT_WAIT_S]:.2f} s"
-        + ("" if r.get(COMM_SHARE) is None else f", in collectives {r[COMM_SHARE]:.0%}")
+        f"rank {r['rank']} train {r[figures.TRAIN_S]:.2f} s, waiting for data {r[figures.INPUT_WAIT_S]:.2f} s"
+        + ("" if r.get(figures.COMM_SHARE) is None else f", in collectives {r[figures.COMM_SHARE]:.0%}")
         for r in run.ranks or []
     )
     slowest = run.slowest_rank
@@ -68,16 +55,12 @@ def format_ranks(run: RunSummary, epochs: str) -> str:
         if slowest
         else f"within {RANKS_APART:.0%} of each other"
     )
+    line = f"Ranks ({epochs}, per epoch): {each}; {verdict}"
     talked = (run.busy_window or {}).get("communication")
-    return f"Ranks ({epochs}, per epoch): {each}; {verdict}{format_communication(talked)}"
-
-
-def format_communication(talked: dict[str, Any] | None) -> str:
-    """The profiled window's collectives: their share, that with no work beside them, and what removing it could buy."""
     if talked is None:
-        return ""
+        return line
     exposed = talked["exposed_share"]
-    line = (
+    line += (
         f"; {talked['backend']} collectives {talked['share']:.0%} of the profiled window, "
         f"{exposed:.0%} with no work beside them"
     )
@@ -92,7 +75,6 @@ def format_communication(talked: dict[str, Any] | None) -> str:
 
 def format_window(window: dict[str, Any]) -> str:
     """The busy window's line: its share, where it was profiled and its trace, or why there is none."""
-    on_cuda = window["device"] == "cuda"
     label = BUSY_SAID[window["device"]]
     if window.get("share") is None:
         return f"{label}: not measured ({not_measured(window, ended=True)}); no trace written"
@@ -102,7 +84,7 @@ def format_window(window: dict[str, Any]) -> str:
     where = "the warm-up epoch, the run's only" if window.get("in_warmup") else "a steady epoch, kept out of its timing"
     waited = window.get("waited_for_a_core")
     crowd = f", the training thread waiting for a core {waited:.0%} of it" if waited is not None else ""
-    how = f"{window.get('kernels', 0):,} {'kernels' if on_cuda else 'operators'}, profiled"
+    how = f"{window.get('kernels', 0):,} {'kernels' if window['device'] == 'cuda' else 'operators'}, profiled"
     if window.get("operator_clock"):  # the profiler cost more than the fit could spend (docs/timing.md)
         least, most = window["operator_clock"]
         how = f"between {least:.0%} and {most:.0%}, {window.get('kernels', 0):,} torch calls timed"
@@ -119,19 +101,18 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
     run = RunSummary.of(summary)
     first, last = run.steady_epochs or (0, 0)
     steady = f"epoch {first}" if first == last else f"epochs {first}-{last}"
-    warmup = run.warmup
-    train = f"; epoch {warmup['epoch']} (warm-up): {warmup[TRAIN_S]:.2f} s" if warmup else ""
-    evaluation = f"; epoch {warmup['epoch']}: {warmup[EVAL_S]:.2f} s" if warmup else ""
+    train = f"; epoch {run.warmup['epoch']} (warm-up): {run.warmup[figures.TRAIN_S]:.2f} s" if run.warmup else ""
+    evaluation = f"; epoch {run.warmup['epoch']}: {run.warmup[figures.EVAL_S]:.2f} s" if run.warmup else ""
     lines = [
-        f"Average Train Time per Epoch: {seconds(run.figure(AVG_TRAIN_S))} ({steady}{train})",
-        f"Average Validation Time per Epoch: {seconds(run.figure(AVG_EVAL_S))} ({steady}{evaluation})",
-        f"Total Train Time: {seconds(run.figure(TOTAL_TRAIN_S))}",
-        f"Total Validation Time: {seconds(run.figure(TOTAL_EVAL_S))}",
-        f"Train throughput: {throughput(run.figure(SAMPLES_PER_S))} ({steady})",
+        f"Average Train Time per Epoch: {seconds(run.figure(figures.AVG_TRAIN_S))} ({steady}{train})",
+        f"Average Validation Time per Epoch: {seconds(run.figure(figures.AVG_EVAL_S))} ({steady}{evaluation})",
+        f"Total Train Time: {seconds(run.figure(figures.TOTAL_TRAIN_S))}",
+        f"Total Validation Time: {seconds(run.figure(figures.TOTAL_EVAL_S))}",
+        f"Train throughput: {throughput(run.figure(figures.SAMPLES_PER_S))} ({steady})",
         f"Device: {run.device or 'not known'}, precision {run.precision or '32-true'}",
         f"Verdict: {run.verdict} ({run.verdict_reason})",
         format_split(run, steady),
-        format_stalls(run.stalls, run.figure(STEP_MEDIAN_S)) if run.stalls else None,
+        format_stalls(run.stalls, run.figure(figures.STEP_MEDIAN_S)) if run.stalls else None,
         format_utilization(dict(run.content)),
         format_growth(run.memory["growth"]) if run.memory else None,
         format_ranks(run, steady) if run.ranks else None,

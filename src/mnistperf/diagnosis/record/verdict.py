@@ -18,19 +18,13 @@ BUSY_SAID = {"cuda": "GPU busy", "cpu": "CPU inside tensor operations"}  # the p
 
 
 def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
-    """(verdict, reason) for one epoch's or one run's figures: the bound, then a clause on who held the cores.
-
-    The clause is not a verdict of its own (docs/timing.md, "The verdict").
-    """
+    """(verdict, reason) of an epoch's or a run's figures: their :func:`bound`, then a clause on who held the cores."""
     verdict, reason = bound(figures, threshold, not_measured)
     return verdict, reason + clause(held(figures))
 
 
 def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
-    """(verdict, reason) from the wait for data, the profiled window's busy share or the step's phases.
-
-    Input-bound from ``threshold`` of train time; the rest as docs/timing.md says ("The verdict").
-    """
+    """(verdict, reason) from the wait for data, the busy share or the step's phases (docs/timing.md, "The verdict")."""
     wait = figures[INPUT_WAIT_SHARE]
     waited = f"host waited for the next batch {wait:.0%} of train time"
     on_cuda = DEVICE_BUSY_SHARE in figures
@@ -41,17 +35,15 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
         return "undetermined", f"{waited}; time inside tensor operations not measured on this device"
     busy = figures[BUSY[device]]
     if busy is None:
-        unread = f"{waited}; {BUSY_SAID[device]} not measured"
-        if wait >= threshold:
-            return "input-bound", f"{unread} ({not_measured})"
-        most = None if on_cuda else step_share(figures)
+        unread = f"{waited}; {BUSY_SAID[device]} not measured ({not_measured})"
+        most = None if on_cuda or wait >= threshold else step_share(figures)
         if most is not None and most < COMPUTE_BOUND_BUSY:
             return "overhead-bound", (
                 f"{waited}; the step's forward, backward and update took {most:.0%} of the rest, so at most that was "
                 f"inside tensor operations, the remainder being Lightning's loop, hooks and logging (the profiled "
                 f"window did not run: {not_measured})"
             )
-        return "undetermined", f"{unread} ({not_measured})"
+        return ("input-bound" if wait >= threshold else "undetermined"), unread
     detail = f"{BUSY_SAID[device]} {busy:.0%} of the time, {waited}"
     if wait >= threshold:
         return "input-bound", detail
@@ -66,10 +58,7 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
 
 
 def step_share(figures: dict[str, Any]) -> float | None:
-    """Of train time not spent waiting for data, the share in forward, backward and update (None: not timed).
-
-    On a CPU, the most of that time tensor operations can have taken.
-    """
+    """Of train time not spent waiting for data, the share in forward, backward and update (None: not timed)."""
     split = figures.get("split", figures)
     parts = [split.get(figure) for figure in SPLIT]
     if any(part is None for part in parts) or sum(parts[1:]) <= 0:

@@ -18,6 +18,7 @@ from mnistperf.diagnosis.show.run_names import load_two, run_labels
 from mnistperf.errors import ConfigError
 
 RUN_HELP = "a run's timing.json, or its log folder (the newest timing.json under it)"
+PLACE_FIX = "give --out FILE in a folder you can write to"
 
 
 def compare_command(argv: Sequence[str]) -> None:
@@ -55,11 +56,10 @@ def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
     slower, band = gain["slower"], gain["noise"]
     option = f"--fail-if-slower {allowed_pct:g}"
     noise_said = f"the runs' noise (±{band:.0%})" if band is not None else "no noise (each run had one steady epoch)"
-    limit = allowed_pct / 100 + (band or 0.0)
     if slower is None:
         return True, f"compare: {option}: B's train time per epoch could not be set against A's"
     how = f"takes {slower:.0%} more time than A" if slower >= 0 else f"takes {-slower:.0%} less time than A"
-    failed = slower > limit
+    failed = slower > allowed_pct / 100 + (band or 0.0)
     outcome, side = ("failed", "past") if failed else ("passed", "within")
     return (
         failed,
@@ -89,22 +89,14 @@ def report_command(argv: Sequence[str]) -> None:
     file = REPORT_FILE if comparison is None else f"compared-{runs[1][0].replace('/', '-')}.html"
     out = opts.out or paths[0].with_name(file)
     said = f"--out {out}" if opts.out else f"the report's place {out}"
-    check_place(out, said)  # before the report is made, so that a wrong path is said at once
+    if out.is_dir():  # said before the report is made, so that a wrong path is said at once
+        raise ConfigError(f"{said}: a folder; give a file, e.g. --out {out / REPORT_FILE}")
+    blocking = next((parent for parent in out.parents if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ConfigError(f"{said}: {blocking} is a file, not a folder; {PLACE_FIX}, e.g. --out {out.name}")
     try:
         with removing_new_folders(out.parent):
             write_report(html_report(runs, comparison), out)
     except OSError as error:
         raise ConfigError(f"{said}: cannot be written ({error.strerror or error}); {PLACE_FIX}") from None
     print(f"report written to {out}")
-
-
-PLACE_FIX = "give --out FILE in a folder you can write to"
-
-
-def check_place(out: Path, said: str) -> None:
-    """One line where the report cannot be written at ``out``: a folder is there, or a file where a folder must be."""
-    if out.is_dir():
-        raise ConfigError(f"{said}: a folder; give a file, e.g. --out {out / REPORT_FILE}")
-    blocking = next((parent for parent in out.parents if parent.exists()), None)
-    if blocking is not None and not blocking.is_dir():
-        raise ConfigError(f"{said}: {blocking} is a file, not a folder; {PLACE_FIX}, e.g. --out {out.name}")

@@ -16,8 +16,7 @@ from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, Figure, show
 from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 
-# A gain this much over the ceiling still counts as within it (the two runs' own noise).
-CEILING_SLACK = 0.05
+CEILING_SLACK = 0.05  # a gain this much over the ceiling still counts as within it (the two runs' own noise)
 
 
 def steady_values(run: RunSummary, figure: Figure) -> list[float]:
@@ -38,8 +37,7 @@ def spread(values: list[float]) -> float | None:
 
 def noise(a: RunSummary, b: RunSummary, figure: Figure) -> float | None:
     """The larger of the two runs' spreads of a figure (one run's where only it has one; None where neither has)."""
-    found = [s for s in (spread(steady_values(a, figure)), spread(steady_values(b, figure))) if s is not None]
-    return max(found) if found else None
+    return max((s for run in (a, b) if (s := spread(steady_values(run, figure))) is not None), default=None)
 
 
 def beyond(ratio: float | None, band: float | None) -> bool | None:
@@ -99,20 +97,16 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
         first, second = a.figure(figure), b.figure(figure)
         if first is None and second is None:
             continue
-        ratio = second / first if first and second is not None else None
-        band = noise(a, b, figure)
-        rows.append(
-            {
-                "figure": (figure.label or figure.name).strip(),
-                "key": figure.where,
-                "unit": figure.shown,
-                "a": None if first is None else first * figure.scale,
-                "b": None if second is None else second * figure.scale,
-                "ratio": ratio,
-                "noise": band,
-                "beyond_noise": beyond(ratio, band),
-            }
-        )
+        row: dict[str, Any] = {
+            "figure": (figure.label or figure.name).strip(),
+            "key": figure.where,
+            "unit": figure.shown,
+            "a": None if first is None else first * figure.scale,
+            "b": None if second is None else second * figure.scale,
+            "ratio": second / first if first and second is not None else None,
+            "noise": noise(a, b, figure),
+        }
+        rows.append({**row, "beyond_noise": beyond(row["ratio"], row["noise"])})
     return {
         "rows": rows,
         "verdicts": [a.verdict, b.verdict],

@@ -9,22 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mnistperf.atomic import atomic_write
-from mnistperf.diagnosis.figures import (
-    AVG_TRAIN_S,
-    DEVICE_ALLOCATED_MB,
-    DEVICE_RESERVED_MB,
-    FIRST_STEP_S,
-    RSS_MB,
-    SAMPLES_PER_S,
-    SPIKES,
-    SPLIT,
-    STEP_MAX_S,
-    STEP_MEDIAN_S,
-    STEP_P90_S,
-    TRAIN_S,
-    WORKERS_PSS_MB,
-    shown_side_by_side,
-)
+from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.advice import FIX_BUYS
 from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.show.compare import COLUMNS, comparison_rows, format_bought, shown
@@ -45,16 +30,16 @@ STYLE = (
     f".pair{{display:grid;gap:{GAP}px}}.pair>div{{min-width:0}}"  # its columns: one per run
 )
 STEP_SERIES: dict[str, str] = {
-    STEP_MEDIAN_S: "median",
-    STEP_P90_S: "90th percentile",
-    STEP_MAX_S: "longest",
-    FIRST_STEP_S: "first step",
+    figures.STEP_MEDIAN_S: "median",
+    figures.STEP_P90_S: "90th percentile",
+    figures.STEP_MAX_S: "longest",
+    figures.FIRST_STEP_S: "first step",
 }
 MEMORY_SERIES: dict[str, str] = {
-    RSS_MB: "training process",
-    WORKERS_PSS_MB: "workers (PSS)",
-    DEVICE_ALLOCATED_MB: "GPU allocated",
-    DEVICE_RESERVED_MB: "GPU reserved",
+    figures.RSS_MB: "training process",
+    figures.WORKERS_PSS_MB: "workers (PSS)",
+    figures.DEVICE_ALLOCATED_MB: "GPU allocated",
+    figures.DEVICE_RESERVED_MB: "GPU reserved",
 }
 
 
@@ -101,10 +86,9 @@ class Chart:
         )
         every = math.ceil(len(self.epochs) / MAX_EPOCH_LABELS)  # long runs: every k-th epoch, the labels apart
         below = "".join(
-            f'<text x="{self.x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" font-size="11" text-anchor="middle">{e["epoch"]}'
-            "</text>"
-            for i, e in enumerate(self.epochs)
-            if i % every == 0
+            f'<text x="{self.x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" font-size="11" text-anchor="middle">'
+            f"{self.epochs[i]['epoch']}</text>"
+            for i in range(0, len(self.epochs), every)
         )
         step = self.marks[1] - self.marks[0] if len(self.marks) > 1 else 1.0
         left = "".join(
@@ -159,16 +143,16 @@ def line_charts(
 
 def _split(epoch: dict[str, Any]) -> list[tuple[str, float]]:
     """An epoch's train time in its split's parts, or whole where the steps were not split."""
-    parts = [(key, number(epoch.get(key))) for key in SPLIT]
+    parts = [(key, number(epoch.get(key))) for key in figures.SPLIT]
     if any(value is None for _, value in parts):
-        return [(TRAIN_S, number(epoch.get(TRAIN_S)) or 0.0)]
+        return [(figures.TRAIN_S, number(epoch.get(figures.TRAIN_S)) or 0.0)]
     return [(key, value or 0.0) for key, value in parts]
 
 
 def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
     """Each run's train time per epoch as stacked bars of its split (whole where not split), all on one scale."""
     marks = ticks(max((sum(value for _, value in _split(e)) for epochs in runs for e in epochs), default=0.0))
-    names = {i: key.removesuffix("_s").replace("_", " ") for i, key in enumerate(SPLIT)}
+    names = {i: key.removesuffix("_s").replace("_", " ") for i, key in enumerate(figures.SPLIT)}
     charts = []
     for epochs in runs:
         if not epochs:
@@ -180,7 +164,7 @@ def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
         for j, e in enumerate(epochs):
             base = 0.0
             for key, value in _split(e):
-                colour = COLOURS[SPLIT.index(key) % len(COLOURS)] if key in SPLIT else "#999"
+                colour = COLOURS[figures.SPLIT.index(key) % len(COLOURS)] if key in figures.SPLIT else "#999"
                 low, high = chart.y(base), chart.y(base + value)
                 body += (
                     f'<rect x="{chart.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
@@ -206,19 +190,18 @@ def run_head(run: RunSummary) -> str:
     return (
         f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>\n'
         f"<p>{escape(run.verdict_reason)}</p>\n"
-        f"<p>Steady train time per epoch {shown(run.figure(AVG_TRAIN_S), 's')} s, "
-        f"{shown(run.figure(SAMPLES_PER_S), 'samples/s')} samples/s; device {escape(run.device or '-')}.</p>"
+        f"<p>Steady train time per epoch {shown(run.figure(figures.AVG_TRAIN_S), 's')} s, "
+        f"{shown(run.figure(figures.SAMPLES_PER_S), 'samples/s')} samples/s; device {escape(run.device or '-')}.</p>"
         + (f"\n<p>{FIX_BUYS}: {escape(advice)}.</p>" if advice else "")
     )
 
 
-# The epochs table's columns after the epoch: each figure, shown in its unit, and its heading.
 EPOCH_COLUMNS = (
-    (TRAIN_S, "train s"),
-    (SAMPLES_PER_S, "samples/s"),
-    (STEP_MEDIAN_S, "median step ms"),
-    (SPIKES, "spike steps"),
-    (RSS_MB, "resident MB"),
+    (figures.TRAIN_S, "train s"),
+    (figures.SAMPLES_PER_S, "samples/s"),
+    (figures.STEP_MEDIAN_S, "median step ms"),
+    (figures.SPIKES, "spike steps"),
+    (figures.RSS_MB, "resident MB"),
 )
 
 
@@ -235,7 +218,7 @@ def figures_table(run: RunSummary) -> str:
     """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
     rows = [
         [f"{(f.label or f.name).strip()} ({f.shown})", shown(value, f.shown, f.scale), f.meaning]
-        for f in shown_side_by_side()
+        for f in figures.shown_side_by_side()
         if (value := run.figure(f)) is not None
     ]
     return _table(["figure", "value", "what it is"], rows, words_last=True)
@@ -270,10 +253,10 @@ def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
 
     scale = "" if one else f": {' and '.join(sides)} on one scale"
     charts = [f"<h2>{head}{scale}</h2>{columns(draw([r.epochs for _, r in runs], width))}" for head, draw in CHARTS]
-    epochs, figures = (titled([table(run) for _, run in runs]) for table in (epochs_table, figures_table))
+    epochs, measured = (titled([table(run) for _, run in runs]) for table in (epochs_table, figures_table))
     whose = "run's" if one else "runs'"
     heads = columns([run_head(run) for _, run in runs])
-    return [heads, *charts, "<h2>Epochs</h2>", *epochs, f"<h2>The {whose} figures</h2>", *figures]
+    return [heads, *charts, "<h2>Epochs</h2>", *epochs, f"<h2>The {whose} figures</h2>", *measured]
 
 
 def comparison_section(found: dict[str, Any]) -> str:

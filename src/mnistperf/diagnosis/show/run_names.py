@@ -8,8 +8,7 @@ from pathlib import Path
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, load
 from mnistperf.errors import ConfigError
 
-# The name Lightning's loggers give every run where the run gave none: it tells no run apart
-DEFAULT_LOGGER_NAME = "lightning_logs"
+DEFAULT_LOGGER_NAME = "lightning_logs"  # Lightning's loggers' name for a run that gave none: it tells no run apart
 
 
 def run_label(path: Path, config: str | None) -> str:

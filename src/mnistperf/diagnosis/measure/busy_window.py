@@ -30,38 +30,23 @@ PROFILER_WARMUP_STEPS = 2
 TRACE_LIMIT = 20_000
 # The training thread waiting for a core at least this share of the window: the verdict is in doubt.
 CROWDED = 0.1
-# On a CPU the window may cost this share of the whole fit's time (None: no limit): with the callbacks' other work
-# (4.6 % of the newcomer's second-long fit, counted in instructions), within the 1.05x users do not notice
-# (docs/results/cpu-2core-compat-cost).
-WINDOW_FIT_SHARE = 0.004
-# What one recorded step costs a CPU fit besides its own time, in unprofiled steps, at its worst: recording its
-# operators and reading them. Measured 2.5-3.6 on steps of thousands of small operators, the worst case for a
-# profiler; a step of a few large operators costs a few hundredths of a step (docs/results/cpu-2core-window-agreement).
-CPU_WINDOW_COST = 4.0
-# A step is priced by its own operators where its autograd graph was read (docs/timing.md, "what the window may
-# cost"): the profiler records 18-22 operator events per node of that graph on SimpleCNN and on a step of hundreds
-# of small layers, 10 on an MLP of two layers (forward, backward and update together); recording and reading one
-# costs 2.5-4.5 bare tiny operators' time (operator_s), writing it to the trace 1-2 more, and the profiler's start,
-# stop and reading 350-950 whatever it records (docs/results/cpu-2core-window-price). Each is priced with a margin;
-# a graph past GRAPH_LIMIT nodes is priced at the worst.
-EVENTS_PER_NODE = 24
-EVENT_COST = 8.0
-START_COST = 1_000.0
-GRAPH_LIMIT = 5_000
-# Where the profiler costs more than the fit may spend, the operator clock times a step's torch calls instead
-# (docs/timing.md, "The operator clock"): 3.6-9.3 calls per graph node (an MLP under SGD, SimpleCNN and hundreds of
-# small layers under Adam), each costing its step 1.1-2.3 bare tiny operators' time (more for functions written in
-# Python, such as layer_norm's); it has no start of its own to pay for (docs/results/cpu-2core-operator-clock).
-CLOCK_NODE_COST = 12 * 2.5
-CLOCK_WORST = 3.0
+# On a CPU, what the window may cost and how a step is priced, each with a margin over what was measured
+# (docs/timing.md, "What the window may cost" and "The operator clock"):
+WINDOW_FIT_SHARE = 0.004  # of the whole fit's time (None: no limit)
+CPU_WINDOW_COST = 4.0  # one recorded step, in unprofiled steps, at its worst (its graph unread)
+EVENTS_PER_NODE = 24  # operator events the profiler records per node of a step's autograd graph
+EVENT_COST = 8.0  # recording, reading and writing one, in bare tiny operators' time (operator_s)
+START_COST = 1_000.0  # the profiler's start, stop and reading, in the same
+GRAPH_LIMIT = 5_000  # a graph past this many nodes is priced at the worst
+CLOCK_NODE_COST = 12 * 2.5  # the operator clock's: 12 torch calls per node, each 2.5 tiny operators' time
+CLOCK_WORST = 3.0  # the operator clock's price of a step at its worst
 # The margin any share is read with, before the wait for a core widens it.
 BASE_MARGIN = 0.05
 # A training step launches about ten kernels at the very least; a window that saw fewer missed part of its work.
 MIN_KERNELS_PER_STEP = 8
 # Under the run's log folder, where TensorBoard's profile plugin looks; Perfetto (ui.perfetto.dev) opens it too.
 TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
-# What the busy share counts as the device working; user annotations, which Kineto also projects onto the GPU's
-# timeline across whole steps, are not work.
+# What the busy share counts as the device working (not user annotations, which span whole steps on the GPU).
 DEVICE_WORK = {"cuda": ("kernel", "gpu_memcpy", "gpu_memset"), "cpu": ("cpu_op",)}
 # By device: (the backend whose collectives it shows, their kind, their name's start); gloo's on a GPU run on the host.
 COLLECTIVES = {"cuda": ("nccl", "kernel", "nccl"), "cpu": ("gloo", "user_annotation", "gloo:")}
@@ -260,7 +245,7 @@ class BusyWindow:
         self.talked: dict[str, Any] | None = None  # under DDP, the window's collectives (see communication())
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler: Any = None  # Kineto's profile on CUDA, the autograd profiler on a CPU
-        self.clock: OperatorClock | None = None  # on a CPU, in the profiler's place: see time_calls()
+        self.clock: OperatorClock | None = None  # set before it starts: times the torch calls in the profiler's place
         self.bounds: tuple[float, float] | None = None  # the operator clock's least and most share
         self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
         self._recording_since = 0.0
@@ -272,13 +257,6 @@ class BusyWindow:
         """
         self.last = min(self.last, self.first + steps - 1)
         self.budget = (step_s, allowed_s)
-
-    def time_calls(self, floor_s: float, nodes: int) -> None:
-        """Before the window starts: time its steps' torch calls (:class:`OperatorClock`) instead of profiling them.
-
-        ``floor_s``: a bare tiny operator's time; ``nodes``: a step's autograd graph nodes.
-        """
-        self.clock = OperatorClock(floor_s, nodes)
 
     def step_start(self, index: int) -> None:
         """Step ``index`` begins: the CUDA profiler starts its warm-up before ``first``, a CPU's recording at it."""

@@ -37,6 +37,7 @@ from mnistperf.diagnosis.measure.busy_window import (
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
 from mnistperf.diagnosis.measure.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_pss_mb
+from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.phases import PHASES, StepPhases
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.record.advice import Hints
@@ -205,7 +206,7 @@ class EpochClock:
             start_s = 0.0
             affordable = affordable_steps(fit_s, step_s, self.window_share, price)
             if affordable >= 1:
-                window.time_calls(self._op_s, self._nodes or 1)
+                window.clock = OperatorClock(self._op_s, self._nodes or 1)
         if not affordable >= 1:  # NaN too
             self._window_declined = True
             self.window = None

@@ -235,6 +235,7 @@ class BusyWindow:
         self, first: int, last: int, device_type: str = "cuda", min_kernels_per_step: int = MIN_KERNELS_PER_STEP
     ):
         self.first, self.last, self.device_type = first, last, device_type
+        self.opens = first - PROFILER_WARMUP_STEPS  # the step it opens at (on CUDA, the profiler warms up from it)
         self.min_kernels_per_step = min_kernels_per_step
         self.budget: tuple[float, float] | None = None  # (a step's time, what recording may add to it): see cap()
         self.done = False
@@ -261,7 +262,7 @@ class BusyWindow:
     def step_start(self, index: int) -> None:
         """Step ``index`` begins: the CUDA profiler starts its warm-up before ``first``, a CPU's recording at it."""
         on_cuda = self.device_type == "cuda"
-        if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None and not self.done:
+        if index == self.opens and self._profiler is None and not self.done:
             self._opened = (time.perf_counter(), thread_schedule())
             if on_cuda:
                 if cupti_tears_down_safely():  # else CUPTI stays attached after the profiler and slows every launch
@@ -286,7 +287,7 @@ class BusyWindow:
 
     def step_end(self, index: int) -> None:
         """Step ``index`` ends: the profiler steps, and after the window's last step its reading is taken."""
-        if self._profiler is None or index < self.first - PROFILER_WARMUP_STEPS:
+        if self._profiler is None or index < self.opens:
             return
         if self.device_type == "cuda":
             with profiler_lines_dropped():

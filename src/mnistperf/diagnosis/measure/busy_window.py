@@ -113,16 +113,11 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
 
 
 def affordable_steps(
-    fit_s: float,
-    step_s: float,
-    share: float | None = WINDOW_FIT_SHARE,
-    price: float = CPU_WINDOW_COST,
-    start_s: float = 0.0,
+    fit_s: float, step_s: float, share: float | None, price: float = CPU_WINDOW_COST, start_s: float = 0.0
 ) -> float:
     """The steps of ``step_s`` a CPU window may record for at most ``share`` of a fit of ``fit_s`` (None: no limit).
 
-    ``price``: what recording one step costs, in steps (:func:`step_price`); ``start_s``: the window's start, stop
-    and reading.
+    Each costs ``price`` steps more (:func:`step_price`); the window's start, stop and reading cost ``start_s``.
     """
     return math.inf if share is None else (share * fit_s - start_s) / (price * step_s)
 
@@ -252,10 +247,7 @@ class BusyWindow:
         self._recording_since = 0.0
 
     def cap(self, steps: int, step_s: float, allowed_s: float) -> None:
-        """Before the profiler starts: record at most ``steps`` steps of ``step_s``, ending past ``allowed_s`` more.
-
-        A step priced too low then costs the fit at most itself beyond what it was allowed.
-        """
+        """Before the profiler starts: record at most ``steps`` steps of ``step_s``, ending past ``allowed_s`` more."""
         self.last = min(self.last, self.first + steps - 1)
         self.budget = (step_s, allowed_s)
 
@@ -378,10 +370,7 @@ def collective_intervals(events: list[Event], device_type: str = "cuda") -> list
 
 
 def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:
-    """Every event the profiler saw on the device: (kind, name, start, end in microseconds, a user annotation).
-
-    Read from the raw events; the fallback, the processed ``events()``, nest device events under their operators.
-    """
+    """Every event the profiler saw on the device: (kind, name, start, end in microseconds, a user annotation)."""
     device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
     results = kineto_results(profiler)
     if results is not None:
@@ -391,7 +380,7 @@ def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:
                 for e in results.events()
                 if e.device_type() == device
             ]
-        except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed list
+        except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed events instead
             pass
     found = []
     for e in profiler.events():

@@ -21,15 +21,11 @@ import torch
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.upstream import kineto_results, profiler_running
 
-# Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
-WINDOW_STEPS = 20
-# On a CPU every operator is recorded, read and kept for the trace: fewer steps say as much.
-CPU_WINDOW_STEPS = 6
+WINDOW_STEPS = 20  # enough to average over a few dozen kernels' jitter, few enough to stay cheap
+CPU_WINDOW_STEPS = 6  # on a CPU, where every operator is recorded, read and kept: fewer steps say as much
 PROFILER_WARMUP_STEPS = 2
-# A trace of more recorded operations than this (about 250 bytes each) is not written unless asked for.
-TRACE_LIMIT = 20_000
-# The training thread waiting for a core at least this share of the window: the verdict is in doubt.
-CROWDED = 0.1
+TRACE_LIMIT = 20_000  # recorded operations (about 250 bytes each) past which the trace is written only if asked
+CROWDED = 0.1  # the share of the window the training thread waited for a core that puts the verdict in doubt
 # On a CPU, what the window may cost and how a step is priced, each with a margin over what was measured
 # (docs/timing.md, "What the window may cost" and "The operator clock"):
 WINDOW_FIT_SHARE = 0.004  # of the whole fit's time (None: no limit)
@@ -40,10 +36,8 @@ START_COST = 1_000.0  # the profiler's start, stop and reading, in the same
 GRAPH_LIMIT = 5_000  # a graph past this many nodes is priced at the worst
 CLOCK_NODE_COST = 12 * 2.5  # the operator clock's: 12 torch calls per node, each 2.5 tiny operators' time
 CLOCK_WORST = 3.0  # the operator clock's price of a step at its worst
-# The margin any share is read with, before the wait for a core widens it.
-BASE_MARGIN = 0.05
-# A training step launches about ten kernels at the very least; a window that saw fewer missed part of its work.
-MIN_KERNELS_PER_STEP = 8
+BASE_MARGIN = 0.05  # the margin any share is read with, before the wait for a core widens it
+MIN_KERNELS_PER_STEP = 8  # a step launches about ten at the least: a window that saw fewer missed part of its work
 # Under the run's log folder, where TensorBoard's profile plugin looks; Perfetto (ui.perfetto.dev) opens it too.
 TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
 # What the busy share counts as the device working (not user annotations, which span whole steps on the GPU).
@@ -115,10 +109,7 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
 def affordable_steps(
     fit_s: float, step_s: float, share: float | None, price: float = CPU_WINDOW_COST, start_s: float = 0.0
 ) -> float:
-    """The steps of ``step_s`` a CPU window may record for at most ``share`` of a fit of ``fit_s`` (None: no limit).
-
-    Each costs ``price`` steps more (:func:`step_price`); the window's start, stop and reading cost ``start_s``.
-    """
+    """The steps of ``step_s`` costing ``price`` each a window may record in ``share`` of ``fit_s`` past ``start_s``."""
     return math.inf if share is None else (share * fit_s - start_s) / (price * step_s)
 
 
@@ -153,10 +144,7 @@ def step_price(
     node_cost: float = EVENTS_PER_NODE * EVENT_COST,
     worst: float = CPU_WINDOW_COST,
 ) -> float:
-    """What recording a step of ``step_s`` costs, in steps, from its graph's ``nodes`` and :func:`operator_s`.
-
-    ``node_cost``: a node's price in tiny operators' time; ``worst``: the price of a step whose graph was not read.
-    """
+    """A recorded step's cost in steps of ``step_s``: ``node_cost`` times ``op_s`` per graph node, at most ``worst``."""
     if nodes is None or nodes >= GRAPH_LIMIT or not (op_s > 0 and step_s > 0):  # not read: the worst
         return worst
     return min(nodes * node_cost * op_s / step_s, worst)

@@ -25,7 +25,7 @@ from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.phases import PHASES, StepPhases
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.record.advice import Hints
-from mnistperf.diagnosis.record.rows import epoch_row, measured_figures, ranks_apart, step_figures
+from mnistperf.diagnosis.record.rows import PHASE_FIGURES, epoch_row, measured_figures, ranks_apart, step_figures
 from mnistperf.diagnosis.record.summary import aggregate
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, WINDOW_PENDING
 
@@ -197,9 +197,8 @@ class EpochClock:
         return not unpriced or self._nodes is not None
 
     def read_graph(self, loss: Any) -> None:
-        """On a CPU, once a fit: the nodes of a training step's graph, from its ``loss`` before the backward."""
-        if not self.priced:
-            self._nodes = busy_window.graph_nodes(loss)
+        """Where not :attr:`priced`: the nodes of a training step's graph, from its ``loss`` before the backward."""
+        self._nodes = busy_window.graph_nodes(loss)
 
     @property
     def profiling(self) -> bool:
@@ -401,8 +400,7 @@ class EpochClock:
         if talked is not None and not math.isnan(merged.comm_share):
             talked.update(share=merged.comm_share, exposed_share=merged.comm_exposed_share)
         samples = None if math.isnan(merged.samples) else int(merged.samples)
-        phases = {f"{p}_s": getattr(merged, f"{p}_s") for p in PHASES}
-        phases = {key: None if math.isnan(value) else value for key, value in phases.items()}
+        phases = measured_figures(merged, PHASE_FIGURES)
         row = epoch_row(
             self._number,
             merged.train_s,

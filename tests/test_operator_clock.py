@@ -57,8 +57,8 @@ def test_a_step_under_the_clock_computes_exactly_what_it_computes_without():
 
 
 def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(monkeypatch):
-    def price(nodes, op_s, step_s, node_cost=window_module.EVENTS_PER_NODE * window_module.EVENT_COST, worst=4.0):
-        return 1e6 if node_cost == window_module.EVENTS_PER_NODE * window_module.EVENT_COST else 1e-6
+    def price(nodes, op_s, step_s, node_cost=window_module.NODE_COST, worst=4.0):
+        return 1e6 if node_cost == window_module.NODE_COST else 1e-6
 
     monkeypatch.setattr(window_module, "step_price", price)  # the profiler priced past any fit, the clock at nothing
     timer = EpochTimer()

@@ -32,6 +32,7 @@ WINDOW_FIT_SHARE = 0.004  # of the whole fit's time (None: no limit)
 CPU_WINDOW_COST = 4.0  # one recorded step, in unprofiled steps, at its worst (its graph unread)
 EVENTS_PER_NODE = 24  # operator events the profiler records per node of a step's autograd graph
 EVENT_COST = 8.0  # recording, reading and writing one, in bare tiny operators' time (operator_s)
+NODE_COST = EVENTS_PER_NODE * EVENT_COST  # a graph node's price under the profiler, in the same
 START_COST = 1_000.0  # the profiler's start, stop and reading, in the same
 GRAPH_LIMIT = 5_000  # a graph past this many nodes is priced at the worst
 CLOCK_NODE_COST = 12 * 2.5  # the operator clock's: 12 torch calls per node, each 2.5 tiny operators' time
@@ -138,11 +139,7 @@ def operator_s(ops: int = 32, repeats: int = 3) -> float:
 
 
 def step_price(
-    nodes: int | None,
-    op_s: float,
-    step_s: float,
-    node_cost: float = EVENTS_PER_NODE * EVENT_COST,
-    worst: float = CPU_WINDOW_COST,
+    nodes: int | None, op_s: float, step_s: float, node_cost: float = NODE_COST, worst: float = CPU_WINDOW_COST
 ) -> float:
     """A recorded step's cost in steps of ``step_s``: ``node_cost`` times ``op_s`` per graph node, at most ``worst``."""
     if nodes is None or nodes >= GRAPH_LIMIT or not (op_s > 0 and step_s > 0):  # not read: the worst

@@ -1,8 +1,7 @@
 """One clock for every timed loop: host timestamps and the device's profiled window, turned into an epoch's figures.
 
-Per epoch: train and eval time (synchronized at their ends), the wait for data and the host's wait between steps, the
-step's phases, step times, memory and who held the cores; once a fit, the busy share of a profiled window, whose steps
-are kept out of their epoch's figures. What each means: docs/timing.md, "What each figure measures".
+Train and eval time are synchronized at their ends; the once-a-fit window's steps are kept out of their epoch's
+figures. What each figure means: docs/timing.md, "What each figure measures".
 """
 
 from __future__ import annotations
@@ -43,12 +42,10 @@ def larger(kept: float, read: float | None) -> float:
 
 
 class EpochClock:
-    """Times the epochs of one run and keeps their rows.
+    """Times the epochs of one run, the fit taken to start when the clock is made, and keeps their rows.
 
-    ``input_bound_share``, ``busy_window_steps``, ``hints``, ``trace_limit``, ``window_share``: as
-    :class:`~mnistperf.diagnosis.EpochTimer`'s; the fit is taken to start when the clock is made. ``profile_window``:
-    whether a profiled window's busy share is read (False: no step runs, or the loop hides it); ``busy_unavailable``:
-    why it cannot be in this run; ``metric``: the validation metric whose last value the summary reports.
+    Settings as :class:`~mnistperf.diagnosis.EpochTimer`'s (``metric``: its ``monitor``); ``profile_window``: whether
+    a window's busy share is read (False: no step runs, or the loop hides it); ``busy_unavailable``: why it cannot be.
     """
 
     def __init__(
@@ -75,7 +72,7 @@ class EpochClock:
         self.busy_window: dict[str, Any] | None = {"device": device.type, "share": None} if wanted else None
         if self.busy_window is not None and busy_unavailable:
             self.busy_window["reason"] = busy_unavailable
-        self.busy_window_steps = 0 if busy_unavailable or not wanted else busy_window_steps  # 0: no window to open
+        self.busy_window_steps = 0 if busy_unavailable or not wanted else busy_window_steps  # 0: none (left) to open
         self.phases = StepPhases(device)
         self.window: BusyWindow | None = None
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
@@ -224,11 +221,9 @@ class EpochClock:
             self._cores.read_workers(now)
         if self._first_index is None:
             self._first_index = index
-        if self.window is not None:
-            if index == self.window.opens:
-                if not self._weigh_window(self.window):
-                    return
-                self._window_open = (self._synced_now(), self._input_wait_s, self._host_wait_s)
+        if self.window is not None and index == self.window.opens and self._weigh_window(self.window):
+            self._window_open = (self._synced_now(), self._input_wait_s, self._host_wait_s)
+        if self.window is not None:  # unless declined as it opened
             self.window.step_start(index)
 
     def _read_memory(self) -> None:
@@ -251,9 +246,8 @@ class EpochClock:
                 self.busy_window_steps = 0  # read: no window again this fit
                 if self._window_open is not None:
                     opened, fetch, host = self._window_open
-                    steps = window.last - window.opens + 1
-                    cost = (self._synced_now() - opened, self._input_wait_s - fetch, self._host_wait_s - host, steps)
-                    self._window_cost = cost
+                    waits = (self._input_wait_s - fetch, self._host_wait_s - host)
+                    self._window_cost = (self._synced_now() - opened, *waits, window.last - window.opens + 1)
             now = time.perf_counter()
         self._last_step_end = now
         if index + 1 == self._batches:
@@ -330,13 +324,30 @@ class EpochClock:
         self.busy_window["trace"] = busy_window.TRACE_FILE.as_posix()
         return path
 
-    def measures(self) -> Measures:
-        """This process's measures of the epoch so far (NaN where not measured)."""
+    def _without_window(self) -> tuple[float, float, float]:
+        """The epoch's train time, input wait and host wait, the profiled steps replaced by the others' mean."""
+        figures = (self._train_s, self._input_wait_s, self._host_wait_s)
+        if self._window_cost is None or self._steps <= self._window_cost[3]:
+            return figures
+        *inside, steps = self._window_cost
+        scale = self._steps / (self._steps - steps)
+        train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
+        return train, fetch, host
+
+    def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
+        """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
+        return self.close_epoch(Gathered(self.measure_epoch(), []), metrics)
+
+    def measure_epoch(self) -> Measures:
+        """End the epoch's timing (synchronizes) and return this process's measures of it (NaN: not measured)."""
+        self.train_end()
+        self.close()  # the epoch ended before the window did (a limit on batches)
+        if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
+            self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
         busy = self.busy_window.get("share") if self.busy_window is not None else None
         shares = self.phases.shares() or {}
         train_s, input_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
-        forward_s, backward_s, optimizer_s = (shares.get(phase, math.nan) * in_steps for phase in PHASES)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
         self._read_memory()
         allocated, reserved = device_peaks_mb(self.device)
@@ -349,9 +360,7 @@ class EpochClock:
             host_wait_s=host_wait_s,
             samples=math.nan if self._samples is None else float(self._samples),
             busy_share=math.nan if busy is None else busy,
-            forward_s=forward_s,
-            backward_s=backward_s,
-            optimizer_s=optimizer_s,
+            **{f"{phase}_s": shares.get(phase, math.nan) * in_steps for phase in PHASES},  # forward_s and the others
             step_median_s=stats.median_s,
             step_p90_s=stats.p90_s,
             step_max_s=stats.max_s,
@@ -368,28 +377,6 @@ class EpochClock:
             core_wait_share=core_wait,
             workers_cpu_share=workers_cpu,
         )
-
-    def _without_window(self) -> tuple[float, float, float]:
-        """The epoch's train time, input wait and host wait, the profiled steps replaced by the others' mean."""
-        figures = (self._train_s, self._input_wait_s, self._host_wait_s)
-        if self._window_cost is None or self._steps <= self._window_cost[3]:
-            return figures
-        *inside, steps = self._window_cost
-        scale = self._steps / (self._steps - steps)
-        train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
-        return train, fetch, host
-
-    def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
-        """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
-        return self.close_epoch(Gathered(self.measure_epoch(), []), metrics)
-
-    def measure_epoch(self) -> Measures:
-        """End the epoch's timing (synchronizes) and return this process's measures of it."""
-        self.train_end()
-        self.close()  # the epoch ended before the window did (a limit on batches)
-        if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
-            self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
-        return self.measures()
 
     def close_epoch(self, gathered: Gathered, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """The epoch's row, with its verdict and ``metrics``, from its measures over every process (:func:`.gather`)."""
@@ -419,7 +406,7 @@ class EpochClock:
         row.update(utilization(merged.flops, merged.train_s, self.peak[0], self.world_size))
         if gathered.per_rank is not None:
             row.update(ranks_apart(**gathered.per_rank))
-        if self._window_cost is not None:
+        if self._window_cost is not None and self.busy_window is not None:  # a window read in this epoch
             seconds, _, _, steps = self._window_cost
             # What the window added to the epoch: its steps' seconds beyond what as many typical steps take.
             cost = max(seconds - steps * self._without_window()[0] / max(self._steps, 1), 0.0)
@@ -430,8 +417,7 @@ class EpochClock:
                 "extrapolated": True,
                 "cost_s": cost,
             }
-            if self.busy_window is not None:
-                self.busy_window["cost_s"] = cost
+            self.busy_window["cost_s"] = cost
         derive(row)  # last: a derived figure may read any other
         self.epochs.append(row)
         return row

@@ -57,12 +57,10 @@ def test_a_step_under_the_clock_computes_exactly_what_it_computes_without():
 
 
 def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(monkeypatch):
-    from mnistperf.diagnosis.record import clock
+    def price(nodes, op_s, step_s, node_cost=window_module.NODE_COST, worst=4.0):
+        return 1e6 if node_cost == window_module.NODE_COST else 1e-6
 
-    def price(nodes, op_s, step_s, node_cost=window_module.EVENTS_PER_NODE * window_module.EVENT_COST, worst=4.0):
-        return 1e6 if node_cost == window_module.EVENTS_PER_NODE * window_module.EVENT_COST else 1e-6
-
-    monkeypatch.setattr(clock, "step_price", price)  # the profiler priced past any fit, the clock at nothing
+    monkeypatch.setattr(window_module, "step_price", price)  # the profiler priced past any fit, the clock at nothing
     timer = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)  # two epochs of 30 steps
     window = timer.busy_window

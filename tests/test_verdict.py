@@ -211,9 +211,7 @@ def test_the_command_line_remedy_for_a_fit_too_short_profiles_it_through_fit(wor
 
 
 def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypatch):
-    from mnistperf.diagnosis.record import clock
-
-    monkeypatch.setattr(clock, "affordable_steps", lambda *weighed: 2.05)
+    monkeypatch.setattr(window_module, "affordable_steps", lambda *weighed: 2.05)
     timer = fit(epochs=3, timer={"window_share": 0.01})
     window = timer.busy_window
     assert window["share"] is not None and 1 <= window["last_step"] - window["first_step"] + 1 <= 2
@@ -281,9 +279,7 @@ def test_a_step_is_priced_by_the_operators_of_its_graph_and_at_its_worst_where_t
 
 
 def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_share(monkeypatch):
-    from mnistperf.diagnosis.record import clock
-
-    monkeypatch.setattr(clock, "operator_s", lambda: 1e-9)  # whatever the machine's load
+    monkeypatch.setattr(window_module, "operator_s", lambda: 1e-9)  # whatever the machine's load
     timer = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)  # two epochs of 30 steps
     assert timer.clock._nodes is not None and timer.clock._nodes > 3
@@ -294,7 +290,7 @@ def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_s
     assert one.busy_window["share"] is not None and one.busy_window["in_warmup"], one.busy_window
     # the same fit without its graph read is priced at the worst, which so short a fit cannot pay for, nor the
     # operator clock's worst, the cheaper price the reason then gives
-    monkeypatch.setattr(clock, "graph_nodes", lambda loss: None)
+    monkeypatch.setattr(window_module, "graph_nodes", lambda loss: None)
     worst = EpochTimer(window_share=0.001)
     fit_module(Newcomer(), rows(count=480), callbacks=[worst], max_epochs=2)
     assert worst.busy_window["share"] is None

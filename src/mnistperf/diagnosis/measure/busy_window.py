@@ -21,47 +21,27 @@ import torch
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.upstream import kineto_results, profiler_running
 
-# Steps of the window: enough to average over a few dozen kernels' jitter, few enough to stay cheap.
-WINDOW_STEPS = 20
-# On a CPU every operator is recorded, read and kept for the trace: fewer steps say as much.
-CPU_WINDOW_STEPS = 6
+WINDOW_STEPS = 20  # enough to average over a few dozen kernels' jitter, few enough to stay cheap
+CPU_WINDOW_STEPS = 6  # on a CPU, where every operator is recorded, read and kept: fewer steps say as much
 PROFILER_WARMUP_STEPS = 2
-# A trace of more recorded operations than this (about 250 bytes each) is not written unless asked for.
-TRACE_LIMIT = 20_000
-# The training thread waiting for a core at least this share of the window: the verdict is in doubt.
-CROWDED = 0.1
-# On a CPU the window may cost this share of the whole fit's time (None: no limit): with the callbacks' other work
-# (4.6 % of the newcomer's second-long fit, counted in instructions), within the 1.05x users do not notice
-# (docs/results/cpu-2core-compat-cost).
-WINDOW_FIT_SHARE = 0.004
-# What one recorded step costs a CPU fit besides its own time, in unprofiled steps, at its worst: recording its
-# operators and reading them. Measured 2.5-3.6 on steps of thousands of small operators, the worst case for a
-# profiler; a step of a few large operators costs a few hundredths of a step (docs/results/cpu-2core-window-agreement).
-CPU_WINDOW_COST = 4.0
-# A step is priced by its own operators where its autograd graph was read (docs/timing.md, "what the window may
-# cost"): the profiler records 18-22 operator events per node of that graph on SimpleCNN and on a step of hundreds
-# of small layers, 10 on an MLP of two layers (forward, backward and update together); recording and reading one
-# costs 2.5-4.5 bare tiny operators' time (operator_s), writing it to the trace 1-2 more, and the profiler's start,
-# stop and reading 350-950 whatever it records (docs/results/cpu-2core-window-price). Each is priced with a margin;
-# a graph past GRAPH_LIMIT nodes is priced at the worst.
-EVENTS_PER_NODE = 24
-EVENT_COST = 8.0
-START_COST = 1_000.0
-GRAPH_LIMIT = 5_000
-# Where the profiler costs more than the fit may spend, the operator clock times a step's torch calls instead
-# (docs/timing.md, "The operator clock"): 3.6-9.3 calls per graph node (an MLP under SGD, SimpleCNN and hundreds of
-# small layers under Adam), each costing its step 1.1-2.3 bare tiny operators' time (more for functions written in
-# Python, such as layer_norm's); it has no start of its own to pay for (docs/results/cpu-2core-operator-clock).
-CLOCK_NODE_COST = 12 * 2.5
-CLOCK_WORST = 3.0
-# The margin any share is read with, before the wait for a core widens it.
-BASE_MARGIN = 0.05
-# A training step launches about ten kernels at the very least; a window that saw fewer missed part of its work.
-MIN_KERNELS_PER_STEP = 8
+TRACE_LIMIT = 20_000  # recorded operations (about 250 bytes each) past which the trace is written only if asked
+CROWDED = 0.1  # the share of the window the training thread waited for a core that puts the verdict in doubt
+# On a CPU, what the window may cost and how a step is priced, each with a margin over what was measured
+# (docs/timing.md, "What the window may cost" and "The operator clock"):
+WINDOW_FIT_SHARE = 0.004  # of the whole fit's time (None: no limit)
+CPU_WINDOW_COST = 4.0  # one recorded step, in unprofiled steps, at its worst (its graph unread)
+EVENTS_PER_NODE = 24  # operator events the profiler records per node of a step's autograd graph
+EVENT_COST = 8.0  # recording, reading and writing one, in bare tiny operators' time (operator_s)
+NODE_COST = EVENTS_PER_NODE * EVENT_COST  # a graph node's price under the profiler, in the same
+START_COST = 1_000.0  # the profiler's start, stop and reading, in the same
+GRAPH_LIMIT = 5_000  # a graph past this many nodes is priced at the worst
+CLOCK_NODE_COST = 12 * 2.5  # the operator clock's: 12 torch calls per node, each 2.5 tiny operators' time
+CLOCK_WORST = 3.0  # the operator clock's price of a step at its worst
+BASE_MARGIN = 0.05  # the margin any share is read with, before the wait for a core widens it
+MIN_KERNELS_PER_STEP = 8  # a step launches about ten at the least: a window that saw fewer missed part of its work
 # Under the run's log folder, where TensorBoard's profile plugin looks; Perfetto (ui.perfetto.dev) opens it too.
 TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
-# What the busy share counts as the device working; user annotations, which Kineto also projects onto the GPU's
-# timeline across whole steps, are not work.
+# What the busy share counts as the device working (not user annotations, which span whole steps on the GPU).
 DEVICE_WORK = {"cuda": ("kernel", "gpu_memcpy", "gpu_memset"), "cpu": ("cpu_op",)}
 # By device: (the backend whose collectives it shows, their kind, their name's start); gloo's on a GPU run on the host.
 COLLECTIVES = {"cuda": ("nccl", "kernel", "nccl"), "cpu": ("gloo", "user_annotation", "gloo:")}
@@ -128,17 +108,9 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
 
 
 def affordable_steps(
-    fit_s: float,
-    step_s: float,
-    share: float | None = WINDOW_FIT_SHARE,
-    price: float = CPU_WINDOW_COST,
-    start_s: float = 0.0,
+    fit_s: float, step_s: float, share: float | None, price: float = CPU_WINDOW_COST, start_s: float = 0.0
 ) -> float:
-    """The steps of ``step_s`` a CPU window may record for at most ``share`` of a fit of ``fit_s`` (None: no limit).
-
-    ``price``: what recording one step costs, in steps (:func:`step_price`); ``start_s``: the window's start, stop
-    and reading.
-    """
+    """The steps of ``step_s`` costing ``price`` each a window may record in ``share`` of ``fit_s`` past ``start_s``."""
     return math.inf if share is None else (share * fit_s - start_s) / (price * step_s)
 
 
@@ -167,16 +139,9 @@ def operator_s(ops: int = 32, repeats: int = 3) -> float:
 
 
 def step_price(
-    nodes: int | None,
-    op_s: float,
-    step_s: float,
-    node_cost: float = EVENTS_PER_NODE * EVENT_COST,
-    worst: float = CPU_WINDOW_COST,
+    nodes: int | None, op_s: float, step_s: float, node_cost: float = NODE_COST, worst: float = CPU_WINDOW_COST
 ) -> float:
-    """What recording a step of ``step_s`` costs, in steps, from its graph's ``nodes`` and :func:`operator_s`.
-
-    ``node_cost``: a node's price in tiny operators' time; ``worst``: the price of a step whose graph was not read.
-    """
+    """A recorded step's cost in steps of ``step_s``: ``node_cost`` times ``op_s`` per graph node, at most ``worst``."""
     if nodes is None or nodes >= GRAPH_LIMIT or not (op_s > 0 and step_s > 0):  # not read: the worst
         return worst
     return min(nodes * node_cost * op_s / step_s, worst)
@@ -250,6 +215,7 @@ class BusyWindow:
         self, first: int, last: int, device_type: str = "cuda", min_kernels_per_step: int = MIN_KERNELS_PER_STEP
     ):
         self.first, self.last, self.device_type = first, last, device_type
+        self.opens = first - PROFILER_WARMUP_STEPS  # the step it opens at (on CUDA, the profiler warms up from it)
         self.min_kernels_per_step = min_kernels_per_step
         self.budget: tuple[float, float] | None = None  # (a step's time, what recording may add to it): see cap()
         self.done = False
@@ -260,30 +226,20 @@ class BusyWindow:
         self.talked: dict[str, Any] | None = None  # under DDP, the window's collectives (see communication())
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler: Any = None  # Kineto's profile on CUDA, the autograd profiler on a CPU
-        self.clock: OperatorClock | None = None  # on a CPU, in the profiler's place: see time_calls()
+        self.clock: OperatorClock | None = None  # set before it starts: times the torch calls in the profiler's place
         self.bounds: tuple[float, float] | None = None  # the operator clock's least and most share
         self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
         self._recording_since = 0.0
 
     def cap(self, steps: int, step_s: float, allowed_s: float) -> None:
-        """Before the profiler starts: record at most ``steps`` steps of ``step_s``, ending past ``allowed_s`` more.
-
-        A step priced too low then costs the fit at most itself beyond what it was allowed.
-        """
+        """Before the profiler starts: record at most ``steps`` steps of ``step_s``, ending past ``allowed_s`` more."""
         self.last = min(self.last, self.first + steps - 1)
         self.budget = (step_s, allowed_s)
-
-    def time_calls(self, floor_s: float, nodes: int) -> None:
-        """Before the window starts: time its steps' torch calls (:class:`OperatorClock`) instead of profiling them.
-
-        ``floor_s``: a bare tiny operator's time; ``nodes``: a step's autograd graph nodes.
-        """
-        self.clock = OperatorClock(floor_s, nodes)
 
     def step_start(self, index: int) -> None:
         """Step ``index`` begins: the CUDA profiler starts its warm-up before ``first``, a CPU's recording at it."""
         on_cuda = self.device_type == "cuda"
-        if index == self.first - PROFILER_WARMUP_STEPS and self._profiler is None and not self.done:
+        if index == self.opens and self._profiler is None and not self.done:
             self._opened = (time.perf_counter(), thread_schedule())
             if on_cuda:
                 if cupti_tears_down_safely():  # else CUPTI stays attached after the profiler and slows every launch
@@ -308,7 +264,7 @@ class BusyWindow:
 
     def step_end(self, index: int) -> None:
         """Step ``index`` ends: the profiler steps, and after the window's last step its reading is taken."""
-        if self._profiler is None or index < self.first - PROFILER_WARMUP_STEPS:
+        if self._profiler is None or index < self.opens:
             return
         if self.device_type == "cuda":
             with profiler_lines_dropped():
@@ -399,10 +355,7 @@ def collective_intervals(events: list[Event], device_type: str = "cuda") -> list
 
 
 def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:
-    """Every event the profiler saw on the device: (kind, name, start, end in microseconds, a user annotation).
-
-    Read from the raw events; the fallback, the processed ``events()``, nest device events under their operators.
-    """
+    """Every event the profiler saw on the device: (kind, name, start, end in microseconds, a user annotation)."""
     device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
     results = kineto_results(profiler)
     if results is not None:
@@ -412,7 +365,7 @@ def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:
                 for e in results.events()
                 if e.device_type() == device
             ]
-        except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed list
+        except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed events instead
             pass
     found = []
     for e in profiler.events():

@@ -19,7 +19,7 @@ BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
 class OperatorClock(TorchFunctionMode):
     """Times each top-level torch call made while it is entered, calls inside a call left to their caller.
 
-    ``floor_s``: a bare tiny call's time under this clock (:func:`call_floor_s`); ``nodes``: a training step's
+    ``floor_s``: a bare tiny operator's time (:func:`.busy_window.operator_s`); ``nodes``: a training step's
     autograd graph nodes, the calls its backward runs. :attr:`inside` is every call's time; :attr:`beyond` what each
     took past its floor, so the time tensor operations ran lies between them.
     """
@@ -45,15 +45,3 @@ class OperatorClock(TorchFunctionMode):
         if self.calls == 0 or span_s <= 0:
             return None
         return min(self.beyond / span_s, 1.0), min(self.inside / span_s, 1.0)
-
-
-def call_floor_s(calls: int = 16, repeats: int = 2) -> float:
-    """A bare tiny torch call's time under :class:`OperatorClock`: the least over a few short loops."""
-    tiny, best = torch.zeros(1), float("inf")
-    with torch.no_grad():
-        for _ in range(repeats):
-            with OperatorClock() as clock:
-                for _ in range(calls):
-                    torch.neg(tiny)
-            best = min(best, clock.inside / calls)
-    return best

@@ -1,8 +1,7 @@
 """One clock for every timed loop: host timestamps and the device's profiled window, turned into an epoch's figures.
 
-Per epoch: train and eval time (synchronized at their ends), the wait for data and the host's wait between steps, the
-step's phases, step times, memory and who held the cores; once a fit, the busy share of a profiled window, whose steps
-are kept out of their epoch's figures. What each means: docs/timing.md, "What each figure measures".
+Train and eval time are synchronized at their ends; the once-a-fit window's steps are kept out of their epoch's
+figures. What each figure means: docs/timing.md, "What each figure measures".
 """
 
 from __future__ import annotations
@@ -16,31 +15,16 @@ import torch
 
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import BUSY, CORES, MEMORY, Gathered, Measures, derive
-from mnistperf.diagnosis.measure.busy_window import (
-    CLOCK_NODE_COST,
-    CLOCK_WORST,
-    CPU_WINDOW_STEPS,
-    PROFILER_WARMUP_STEPS,
-    START_COST,
-    TRACE_FILE,
-    TRACE_LIMIT,
-    WINDOW_FIT_SHARE,
-    WINDOW_STEPS,
-    BusyWindow,
-    affordable_steps,
-    graph_nodes,
-    operator_s,
-    step_price,
-    window_steps,
-    world,
-)
+from mnistperf.diagnosis.measure import busy_window
+from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
 from mnistperf.diagnosis.measure.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_pss_mb
+from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.phases import PHASES, StepPhases
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.record.advice import Hints
-from mnistperf.diagnosis.record.rows import epoch_row, measured_figures, ranks_apart, step_figures
+from mnistperf.diagnosis.record.rows import PHASE_FIGURES, epoch_row, measured_figures, ranks_apart, step_figures
 from mnistperf.diagnosis.record.summary import aggregate
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, WINDOW_PENDING
 
@@ -58,54 +42,43 @@ def larger(kept: float, read: float | None) -> float:
 
 
 class EpochClock:
-    """Times the epochs of one run and keeps their rows.
+    """Times the epochs of one run, the fit taken to start when the clock is made, and keeps their rows.
 
-    Args:
-        device: the training device, synchronized at the ends of train and eval time.
-        input_bound_share, busy_window_steps, hints, trace_limit, window_share: as
-            :class:`~mnistperf.diagnosis.EpochTimer`'s; the fit is taken to start when the clock is made.
-        profile_window: whether a profiled window's busy share is read (False: no step runs, or the loop hides it).
-        busy_unavailable: why the busy share cannot be measured in this run (then nothing is profiled).
-        metric: the validation metric whose last value the summary reports (None: none).
+    Settings as :class:`~mnistperf.diagnosis.EpochTimer`'s (``metric``: its ``monitor``); ``profile_window``: whether
+    a window's busy share is read (False: no step runs, or the loop hides it); ``busy_unavailable``: why it cannot be.
     """
 
     def __init__(
         self,
         device: torch.device,
         input_bound_share: float = INPUT_BOUND_SHARE,
-        busy_window_steps: int = WINDOW_STEPS,
+        busy_window_steps: int = busy_window.WINDOW_STEPS,
         profile_window: bool = True,
         busy_unavailable: str | None = None,
         hints: Hints | None = None,
-        trace_limit: int | None = TRACE_LIMIT,
-        window_share: float | None = WINDOW_FIT_SHARE,
+        trace_limit: int | None = busy_window.TRACE_LIMIT,
+        window_share: float | None = busy_window.WINDOW_FIT_SHARE,
         metric: str | None = None,
     ):
         self.device, self.metric, self.hints = device, metric, hints
         self.input_bound_share, self.trace_limit, self.window_share = input_bound_share, trace_limit, window_share
         self._fit_start = time.perf_counter()
         if device.type != "cuda":
-            busy_window_steps = min(busy_window_steps, CPU_WINDOW_STEPS)
-        self.busy_window_steps = 0 if busy_unavailable else busy_window_steps
+            busy_window_steps = min(busy_window_steps, busy_window.CPU_WINDOW_STEPS)
+        if busy_unavailable is None and busy_window_steps <= 0:
+            busy_unavailable = "the profiled window is off (busy_window_steps 0)"
+        wanted = device.type in BUSY and profile_window
         # Where the busy share was profiled, and its value (None while not measured, with the reason)
-        self.busy_window: dict[str, Any] | None = None
-        if device.type in BUSY and profile_window:
-            if busy_unavailable is None and busy_window_steps <= 0:
-                busy_unavailable = "the profiled window is off (busy_window_steps 0)"
-            self.busy_window = {"device": device.type, "share": None}
-            if busy_unavailable:
-                self.busy_window["reason"] = busy_unavailable
+        self.busy_window: dict[str, Any] | None = {"device": device.type, "share": None} if wanted else None
+        if self.busy_window is not None and busy_unavailable:
+            self.busy_window["reason"] = busy_unavailable
+        self.busy_window_steps = 0 if busy_unavailable or not wanted else busy_window_steps  # 0: none (left) to open
         self.phases = StepPhases(device)
         self.window: BusyWindow | None = None
-        self._window_open: tuple[float, float, float] | None = None  # (synced time, fetch wait, host wait)
-        self._window_cost: tuple[float, float, float, int] | None = None  # the window's seconds of each, its steps
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
         self._talked: dict[str, Any] = {}  # this process's own reading of the window's collectives (under DDP)
         self.epochs: list[dict[str, Any]] = []
-        self._window_declined = False  # the fit was too short for the window to cost its share
-        self._steps_left = math.inf  # the fit's training steps left at the window's epoch start
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
-        self._placed_by = ""  # where the window's epoch had no length: what placed the window instead
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
         self._op_s = 0.0  # on a CPU, a bare tiny operator's time (operator_s), read as a window opens (0: not yet)
         self.clock_calls = True  # whether the operator clock may stand in for a profiler the fit cannot pay for
@@ -132,7 +105,8 @@ class EpochClock:
         self._number = number if number is not None else len(self.epochs) + 1
         self._steps = 0
         self._first_index: int | None = None
-        self._window_open = self._window_cost = None
+        self._window_open: tuple[float, float, float] | None = None  # (synced time, fetch wait, host wait)
+        self._window_cost: tuple[float, float, float, int] | None = None  # the window's seconds of each, its steps
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
         self._stats: StepStats | None = None
         # Memory is read at this step (the middle of the epoch, while its loader's workers run) and at its end.
@@ -158,31 +132,25 @@ class EpochClock:
         """
         self._reset(batches, number)
         reset_device_peaks(self.device)
-        unread = self.busy_window is not None and "first_step" not in self.busy_window  # no window read yet
-        if unread and self.busy_window_steps > 0 and not self._window_declined:
-            if self.epochs or last:
-                self._open_window(batches, steps_left)
+        if self.busy_window_steps > 0 and not (self.epochs or last):
+            self._window_missed(WINDOW_PENDING)
+        elif self.busy_window_steps > 0:
+            self._steps_left = steps_left  # the fit's training steps left at the window's epoch start
+            expected = self.expected_steps(batches)
+            length = f"an epoch taken as the last one's {expected:,.0f} steps: the training loader has no length"
+            self._placed_by = length if expected != batches else ""  # what placed the window, where not the length
+            steps = busy_window.window_steps(expected, self.busy_window_steps)
+            if steps is None:
+                placed = f" ({self._placed_by})" if self._placed_by else ""
+                self._window_missed(
+                    f"epoch {self._number} has {expected:.0f} training steps{placed}, too few for the window"
+                )
             else:
-                self._window_missed(WINDOW_PENDING)
+                self.window = BusyWindow(*steps, device_type=self.device.type)
+                if self.device.type != "cuda" and self.window_share is not None and not self._op_s:
+                    self._op_s = busy_window.operator_s()  # the window's price's other part, before train time starts
         self._train_start = self._last_step_end = self._synced_now()
         self._cores.start(self._train_start)
-
-    def _open_window(self, batches: float, steps_left: float) -> None:
-        """The busy window of this epoch, or why there is none; on a CPU, the fit's cost of it is weighed later."""
-        self._steps_left = steps_left
-        expected = self.expected_steps(batches)
-        length = f"an epoch taken as the last one's {expected:,.0f} steps: the training loader has no length"
-        self._placed_by = length if expected != batches else ""
-        steps = window_steps(expected, self.busy_window_steps)
-        if steps:
-            self.window = BusyWindow(*steps, device_type=self.device.type)
-            if self.device.type != "cuda" and self.window_share is not None and not self._op_s:
-                self._op_s = operator_s()  # the window's price's other part, before train time starts
-        else:
-            placed = f" ({self._placed_by})" if self._placed_by else ""
-            self._window_missed(
-                f"epoch {self._number} has {expected:.0f} training steps{placed}, too few for the window"
-            )
 
     def _weigh_window(self, window: BusyWindow) -> bool:
         """On a CPU, as the window opens: fit it to what the whole fit can pay for (docs/timing.md), or decline it."""
@@ -197,18 +165,17 @@ class EpochClock:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
         fit_s = now - self._fit_start + left * step_s
-        price = step_price(self._nodes, self._op_s, step_s)
-        start_s = START_COST * self._op_s
-        affordable = affordable_steps(fit_s, step_s, self.window_share, price, start_s)
-        if not affordable >= 1 and self.clock_calls and world() is None:  # the operator clock, where it may run
-            price = step_price(self._nodes, self._op_s, step_s, CLOCK_NODE_COST, CLOCK_WORST)
-            start_s = 0.0
-            affordable = affordable_steps(fit_s, step_s, self.window_share, price)
+        price = busy_window.step_price(self._nodes, self._op_s, step_s)
+        start_s = busy_window.START_COST * self._op_s
+        affordable = busy_window.affordable_steps(fit_s, step_s, self.window_share, price, start_s)
+        if not affordable >= 1 and self.clock_calls and busy_window.world() is None:  # the operator clock may run
+            cost, worst = busy_window.CLOCK_NODE_COST, busy_window.CLOCK_WORST
+            price, start_s = busy_window.step_price(self._nodes, self._op_s, step_s, cost, worst), 0.0
+            affordable = busy_window.affordable_steps(fit_s, step_s, self.window_share, price)
             if affordable >= 1:
-                window.time_calls(self._op_s, self._nodes or 1)
+                window.clock = OperatorClock(self._op_s, self._nodes or 1)
         if not affordable >= 1:  # NaN too
-            self._window_declined = True
-            self.window = None
+            self.busy_window_steps, self.window = 0, None  # declined: no window again this fit
             length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
             self._window_missed(
                 f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
@@ -227,14 +194,13 @@ class EpochClock:
         return not unpriced or self._nodes is not None
 
     def read_graph(self, loss: Any) -> None:
-        """On a CPU, once a fit: the nodes of a training step's graph, from its ``loss`` before the backward."""
-        if not self.priced:
-            self._nodes = graph_nodes(loss)
+        """Where not :attr:`priced`: the nodes of a training step's graph, from its ``loss`` before the backward."""
+        self._nodes = busy_window.graph_nodes(loss)
 
     @property
     def profiling(self) -> bool:
         """Whether the busy window's profiler runs now (its steps are not the epoch's typical ones)."""
-        return self._window_open is not None and self._window_cost is None
+        return self.window is not None and self._window_open is not None
 
     def _window_missed(self, reason: str) -> None:
         assert self.busy_window is not None  # only where a window is wanted
@@ -255,11 +221,9 @@ class EpochClock:
             self._cores.read_workers(now)
         if self._first_index is None:
             self._first_index = index
-        if self.window is not None:
-            if index == self.window.first - PROFILER_WARMUP_STEPS:
-                if not self._weigh_window(self.window):
-                    return
-                self._window_open = (self._synced_now(), self._input_wait_s, self._host_wait_s)
+        if self.window is not None and index == self.window.opens and self._weigh_window(self.window):
+            self._window_open = (self._synced_now(), self._input_wait_s, self._host_wait_s)
+        if self.window is not None:  # unless declined as it opened
             self.window.step_start(index)
 
     def _read_memory(self) -> None:
@@ -270,25 +234,22 @@ class EpochClock:
     def step_end(self, index: int) -> None:
         """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
         now = time.perf_counter()
+        self._intervals.append(math.nan if self.profiling else now - self._last_step_end)
         if self.window is not None:
-            self._intervals.append(math.nan if self._window_open is not None else now - self._last_step_end)
             self.window.step_end(index)
             if self.window.done:
-                self.busy_window = {"device": self.device.type, **self.window.result(self._number)}
-                if len(self.epochs) == 0:
+                window, self.window = self.window, None
+                self.busy_window = {"device": self.device.type, **window.result(self._number)}
+                if not self.epochs:
                     self.busy_window["in_warmup"] = True
-                self.recorded = self.window.recorded
-                self._talked = dict(self.window.talked or {})
+                self.recorded, self._talked = window.recorded, dict(window.talked or {})
+                self.busy_window_steps = 0  # read: no window again this fit
                 if self._window_open is not None:
                     opened, fetch, host = self._window_open
-                    steps = self.window.last - self.window.first + 1 + PROFILER_WARMUP_STEPS
-                    cost = (self._synced_now() - opened, self._input_wait_s - fetch, self._host_wait_s - host, steps)
-                    self._window_cost = cost
-                self.window = None
-            self._last_step_end = time.perf_counter()
-        else:
-            self._intervals.append(now - self._last_step_end)
-            self._last_step_end = now
+                    waits = (self._input_wait_s - fetch, self._host_wait_s - host)
+                    self._window_cost = (self._synced_now() - opened, *waits, window.last - window.opens + 1)
+            now = time.perf_counter()
+        self._last_step_end = now
         if index + 1 == self._batches:
             self.train_end()
 
@@ -329,10 +290,10 @@ class EpochClock:
             window.close()
             if window.reason is not None:  # abandoned for a reason of its own (a graph captured inside it)
                 self._window_missed(window.reason)
-            elif self._first_index is not None and self._first_index > window.first - PROFILER_WARMUP_STEPS:
+            elif self._first_index is not None and self._first_index > window.opens:
                 self._window_missed(
                     f"epoch {self._number} began at step {self._first_index + 1} (a fit resumed mid-epoch), past "
-                    f"the window's start at step {window.first - PROFILER_WARMUP_STEPS + 1}"
+                    f"the window's start at step {window.opens + 1}"
                 )
             elif (self._first_index or 0) + self._steps > window.last:  # the epoch ran past it, unrecorded
                 self._window_missed(
@@ -348,29 +309,45 @@ class EpochClock:
 
     def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder`` (:data:`.busy_window.TRACE_FILE`): its path, or None."""
-        if self.recorded is None or self.busy_window is None:
+        profiler, self.recorded = self.recorded, None
+        if profiler is None or self.busy_window is None:
             return None
         recorded = self.busy_window.get("kernels", 0)
         if self.trace_limit is not None and recorded > self.trace_limit:
-            self.recorded = None
             self.busy_window["trace_skipped"] = (
                 f"{recorded:,} recorded operations, over the limit of {self.trace_limit:,}; "
                 "EpochTimer(trace_limit=None) writes it"
             )
             return None
-        path = folder / TRACE_FILE
-        atomic_write(path, lambda tmp: self.recorded.export_chrome_trace(str(tmp)))
-        self.recorded = None
-        self.busy_window["trace"] = TRACE_FILE.as_posix()
+        path = folder / busy_window.TRACE_FILE
+        atomic_write(path, lambda tmp: profiler.export_chrome_trace(str(tmp)))
+        self.busy_window["trace"] = busy_window.TRACE_FILE.as_posix()
         return path
 
-    def measures(self) -> Measures:
-        """This process's measures of the epoch so far (NaN where not measured)."""
+    def _without_window(self) -> tuple[float, float, float]:
+        """The epoch's train time, input wait and host wait, the profiled steps replaced by the others' mean."""
+        figures = (self._train_s, self._input_wait_s, self._host_wait_s)
+        if self._window_cost is None or self._steps <= self._window_cost[3]:
+            return figures
+        *inside, steps = self._window_cost
+        scale = self._steps / (self._steps - steps)
+        train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
+        return train, fetch, host
+
+    def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
+        """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
+        return self.close_epoch(Gathered(self.measure_epoch(), []), metrics)
+
+    def measure_epoch(self) -> Measures:
+        """End the epoch's timing (synchronizes) and return this process's measures of it (NaN: not measured)."""
+        self.train_end()
+        self.close()  # the epoch ended before the window did (a limit on batches)
+        if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
+            self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
         busy = self.busy_window.get("share") if self.busy_window is not None else None
         shares = self.phases.shares() or {}
         train_s, input_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
-        forward_s, backward_s, optimizer_s = (shares.get(phase, math.nan) * in_steps for phase in PHASES)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
         self._read_memory()
         allocated, reserved = device_peaks_mb(self.device)
@@ -383,9 +360,7 @@ class EpochClock:
             host_wait_s=host_wait_s,
             samples=math.nan if self._samples is None else float(self._samples),
             busy_share=math.nan if busy is None else busy,
-            forward_s=forward_s,
-            backward_s=backward_s,
-            optimizer_s=optimizer_s,
+            **{f"{phase}_s": shares.get(phase, math.nan) * in_steps for phase in PHASES},  # forward_s and the others
             step_median_s=stats.median_s,
             step_p90_s=stats.p90_s,
             step_max_s=stats.max_s,
@@ -403,30 +378,6 @@ class EpochClock:
             workers_cpu_share=workers_cpu,
         )
 
-    def _without_window(self) -> tuple[float, float, float]:
-        """The epoch's train time, input wait and host wait, the profiled steps replaced by the others' mean."""
-        figures = (self._train_s, self._input_wait_s, self._host_wait_s)
-        if self._window_cost is None or self._steps <= self._window_cost[3]:
-            return figures
-        *inside, steps = self._window_cost
-        others = self._steps - steps
-        train, fetch, host = (
-            max(whole - part, 0.0) * self._steps / others for whole, part in zip(figures, inside, strict=True)
-        )
-        return train, fetch, host
-
-    def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
-        """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
-        return self.close_epoch(Gathered(self.measure_epoch(), []), metrics)
-
-    def measure_epoch(self) -> Measures:
-        """End the epoch's timing (synchronizes) and return this process's measures of it."""
-        self.train_end()
-        self.close()  # the epoch ended before the window did (a limit on batches)
-        if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
-            self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
-        return self.measures()
-
     def close_epoch(self, gathered: Gathered, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """The epoch's row, with its verdict and ``metrics``, from its measures over every process (:func:`.gather`)."""
         merged = gathered.measures
@@ -436,8 +387,7 @@ class EpochClock:
         if talked is not None and not math.isnan(merged.comm_share):
             talked.update(share=merged.comm_share, exposed_share=merged.comm_exposed_share)
         samples = None if math.isnan(merged.samples) else int(merged.samples)
-        phases = {f"{p}_s": getattr(merged, f"{p}_s") for p in PHASES}
-        phases = {key: None if math.isnan(value) else value for key, value in phases.items()}
+        phases = measured_figures(merged, PHASE_FIGURES)
         row = epoch_row(
             self._number,
             merged.train_s,
@@ -456,7 +406,7 @@ class EpochClock:
         row.update(utilization(merged.flops, merged.train_s, self.peak[0], self.world_size))
         if gathered.per_rank is not None:
             row.update(ranks_apart(**gathered.per_rank))
-        if self._window_cost is not None:
+        if self._window_cost is not None and self.busy_window is not None:  # a window read in this epoch
             seconds, _, _, steps = self._window_cost
             # What the window added to the epoch: its steps' seconds beyond what as many typical steps take.
             cost = max(seconds - steps * self._without_window()[0] / max(self._steps, 1), 0.0)
@@ -467,8 +417,7 @@ class EpochClock:
                 "extrapolated": True,
                 "cost_s": cost,
             }
-            if self.busy_window is not None:
-                self.busy_window["cost_s"] = cost
+            self.busy_window["cost_s"] = cost
         derive(row)  # last: a derived figure may read any other
         self.epochs.append(row)
         return row

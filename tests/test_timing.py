@@ -79,6 +79,17 @@ def test_a_slow_loader_is_called_input_bound(one_thread):
     assert timer.epochs[1]["input_wait_share"] > 0.5
 
 
+def test_the_windows_own_wait_for_data_is_left_out_of_its_epoch_not_scaled_up(one_thread):
+    # 20 steps an epoch, each fetch 8 ms of sleep; the window's 8 steps in epoch 2 replaced by the others' mean
+    timer = EpochTimer(window_share=None)
+    data = DataLoader(SlowItems(delay_s=0.002, items=80), batch_size=4)
+    fit_module(SleepyModule(step_delay_s=0.0), data, callbacks=[timer], accelerator="cpu", devices=1, max_epochs=3)
+    windowed, plain = (timer.epochs[number]["input_wait_s"] for number in (1, 2))
+    assert "profiled" in timer.epochs[1] and "profiled" not in timer.epochs[2]
+    # scaling the whole epoch's wait by 20/12, as if the window had waited for nothing, reads 1.67x
+    assert windowed < 1.25 * plain, (windowed, plain)
+
+
 class Convolution(LightningModule):
     """A step that is nearly all arithmetic: a wide convolution over 64x64 maps."""
 

@@ -235,6 +235,8 @@ class EpochTimer(Callback):
         if not self._epoch_open:  # Lightning does not call on_train_epoch_start for an epoch resumed inside
             self.on_train_epoch_start(trainer, pl_module)
         try:
+            if self._fetch is not None:  # the wait so far, so that a profiled window's own is left out of the epoch's
+                self.clock.add_fetch_wait(self._fetch.reset())
             self.clock.step_start(batch_idx)
             if self._flops.due:  # the fit's first step, if the fit can pay for counting it
                 self.clock.flops_reason = self._flops.begin(steps_left(trainer)) or self.clock.flops_reason

@@ -76,12 +76,9 @@ def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
 class TrainingBatches:
     """A fit's training batches as one callback reads them: each loader's part, a step's reading kept until it trained.
 
-    Args:
-        problems: the callback's, which says each finding once.
-        as_one: what the callback does with a batch read as one loader's.
-        loaders: the fit's training loaders (``trainer.train_dataloader``; None, or unreadable: one loader's batches).
-        guess: what the callback takes a sample for where a part's tensors disagree (``{first}``: the first tensor's
-            length, ``{module}``: the LightningModule's class); None where it does not guess.
+    ``as_one``: what the callback does with a batch read as one loader's; ``loaders``: ``trainer.train_dataloader``
+    (None, or unreadable: one loader's batches); ``guess``: what it takes a sample for where a part's tensors disagree
+    (``{first}``: the first tensor's length, ``{module}``: the LightningModule's class), None where it does not guess.
     """
 
     def __init__(self, problems: Reporter, as_one: str, loaders: Any = None, guess: str | None = None):

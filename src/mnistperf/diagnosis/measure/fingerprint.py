@@ -51,9 +51,8 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torc
 class Fingerprinter:
     """Hashes the bits of each sample's tensors to one non-negative int64, on the tensors' device.
 
-    Args:
-        seed: seed of the fixed weights; every rank and every epoch uses the same ones.
-        max_words: 16-bit words of a tensor's sample hashed at most (fixed positions beyond that).
+    ``seed``: of the fixed weights, the same on every rank and epoch; ``max_words``: 16-bit words of a tensor's sample
+    hashed at most (fixed positions beyond that).
     """
 
     def __init__(self, seed: int = 0, max_words: int = 4096):

@@ -9,6 +9,7 @@ from statistics import mean
 from typing import Any
 
 import torch
+from lightning.fabric.utilities.throughput import get_available_flops
 
 from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU
 
@@ -58,14 +59,9 @@ def peak_flops(device: torch.device, fmt: str) -> tuple[float | None, str | None
         return None, f"no peak is known for a {device.type} device"
     name = torch.cuda.get_device_name(device)
     own = next((peaks for key, peaks in OWN_PEAKS if re.search(rf"\b{key}\b", name)), None)
-    if own is not None:
-        peak = own.get(fmt)
-    else:
-        from lightning.fabric.utilities.throughput import get_available_flops
-
-        with warnings.catch_warnings():  # it warns where it knows no peak; the reason below says so once
-            warnings.simplefilter("ignore")
-            peak = get_available_flops(device, LIGHTNING_DTYPES[fmt])
+    with warnings.catch_warnings():  # Lightning warns where it knows no peak; the reason below says so once
+        warnings.simplefilter("ignore")
+        peak = own.get(fmt) if own is not None else get_available_flops(device, LIGHTNING_DTYPES[fmt])
     if peak is None:
         return None, f"no {fmt} peak is known for {name} (Lightning's table, or {__name__}.OWN_PEAKS)"
     return float(peak), f"{name}'s {fmt} peak ({peak / 1e12:,.0f} TFLOP/s)"

@@ -70,9 +70,8 @@ class Chart:
         return LEFT + (self.width - LEFT - RIGHT) * (index + 0.5) / max(len(self.epochs), 1)
 
     def y(self, value: float) -> float:
-        """The height of ``value`` on the vertical axis (SVG's y grows downwards)."""
-        top = self.marks[-1]
-        return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * (value / top if top > 0 else 0)
+        """The height of ``value`` on the vertical axis (SVG's y grows downwards; the top mark is above 0)."""
+        return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * value / self.marks[-1]
 
     def svg(self, drawn: str, names: dict[int, str]) -> str:
         """``drawn`` in the chart's axes, a labelled line at each mark, the epochs under them; above, the legend.
@@ -90,11 +89,10 @@ class Chart:
             f"{self.epochs[i]['epoch']}</text>"
             for i in range(0, len(self.epochs), every)
         )
-        step = self.marks[1] - self.marks[0] if len(self.marks) > 1 else 1.0
         left = "".join(
             f'<line x1="{LEFT}" y1="{self.y(v):.1f}" x2="{self.width - RIGHT}" y2="{self.y(v):.1f}" stroke="#e4e4e4"/>'
             f'<text class="tick" x="{LEFT - 6}" y="{self.y(v) + 4:.1f}" font-size="11" text-anchor="end">'
-            f"{escape(tick_label(v, step, self.unit))}</text>"
+            f"{escape(tick_label(v, self.marks[1], self.unit))}</text>"  # the marks: 0 and at least one step
             for v in self.marks
         )
         bottom, width = HEIGHT - BOTTOM, self.width

@@ -42,8 +42,15 @@ def step_stats(intervals: list[float], first_index: int) -> StepStats:
     ordered = sorted(s for _, s in rest)
     median = percentile(ordered, 0.5)
     spiked = [(first_index + i + 1, s) for i, s in rest if s >= SPIKE_FACTOR * median]  # by step, counted from 1
-    excess, worst = sum(s - median for _, s in spiked), sorted(spiked, key=lambda spike: -spike[1])[:WORST_KEPT]
-    return StepStats(median, percentile(ordered, 0.9), percentile(ordered, 1.0), first, len(spiked), excess, worst)
+    return StepStats(
+        median_s=median,
+        p90_s=percentile(ordered, 0.9),
+        max_s=percentile(ordered, 1.0),
+        first_s=first,
+        spikes=len(spiked),
+        excess_s=sum(s - median for _, s in spiked),
+        worst=sorted(spiked, key=lambda spike: -spike[1])[:WORST_KEPT],
+    )
 
 
 def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 from conftest import fit_module
 from test_verdict import Newcomer, rows
+from torch.overrides import TorchFunctionMode
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import busy_window as window_module
@@ -79,3 +81,57 @@ def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(mo
     declined = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[declined], max_epochs=2)
     assert declined.busy_window["share"] is None and "operator_clock" not in declined.busy_window
+
+
+@pytest.fixture
+def clock_forced(monkeypatch):
+    """The profiler priced past any fit, the clock at nothing: every window is the operator clock's."""
+
+    def price(nodes, op_s, step_s, node_cost=window_module.NODE_COST, worst=4.0):
+        return 1e6 if node_cost == window_module.NODE_COST else 1e-6
+
+    monkeypatch.setattr(window_module, "step_price", price)
+
+
+def test_a_fit_that_fails_inside_the_clocks_window_leaves_no_mode_behind(clock_forced):
+    class FailsInside(Newcomer):
+        def training_step(self, batch, batch_idx):
+            if self.current_epoch == 1 and batch_idx == 22:  # the window's first step (23)
+                raise RuntimeError("the module's own error")
+            return super().training_step(batch, batch_idx)
+
+    timer = EpochTimer()
+    with pytest.raises(RuntimeError, match="the module's own error"):
+        fit_module(FailsInside(), rows(count=480), callbacks=[timer], max_epochs=2)
+    assert torch._C._is_torch_function_mode_enabled() is False  # Lightning calls no teardown after an error
+    assert timer.busy_window["share"] is None
+
+
+def test_a_mode_the_users_callback_enters_and_leaves_around_each_step_voids_the_clocks_share(clock_forced):
+    from lightning.pytorch import Callback
+
+    class CountingMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class EveryStep(Callback):  # before EpochTimer: it leaves its mode before the timer's step ends
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.mode = CountingMode().__enter__()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.mode.__exit__(None, None, None)
+
+    timer = EpochTimer()
+    fit_module(Newcomer(), rows(count=480), callbacks=[EveryStep(), timer], max_epochs=2)
+    assert timer.busy_window["share"] is None and "another torch function mode" in timer.busy_window["reason"]
+    assert torch._C._is_torch_function_mode_enabled() is False
+
+
+def test_once_torch_compile_has_compiled_code_the_clock_is_declined(clock_forced, monkeypatch):
+    from mnistperf.diagnosis.record import clock
+
+    monkeypatch.setattr(clock, "dynamo_compiled", lambda: True)  # a compiled function called inside the step
+    timer = EpochTimer()
+    fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)
+    assert timer.busy_window["share"] is None and "operator_clock" not in timer.busy_window
+    assert "its torch calls timed" not in timer.busy_window["reason"]

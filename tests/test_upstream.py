@@ -145,6 +145,19 @@ def test_torchs_profiler_keeps_its_raw_events():
     assert callable(getattr(_utils, "_init_for_cuda_graphs", None)), f"{version}: no _init_for_cuda_graphs"
 
 
+def test_torch_names_its_top_function_mode_and_counts_what_dynamo_compiled():
+    from torch.overrides import TorchFunctionMode
+
+    version = TORCH
+    assert upstream.top_function_mode() is None
+    with TorchFunctionMode() as mode:
+        assert upstream.top_function_mode() is mode, f"{version}: torch.overrides reads the mode stack otherwise"
+    before = upstream.dynamo_compiled()
+    torch.compile(lambda x: x * 2, backend="eager")(torch.ones(2))
+    assert upstream.dynamo_compiled(), f"{version}: dynamo's counters['frames']['ok'] counts compiled frames no more"
+    assert before in (False, True)
+
+
 def test_the_parsers_list_their_options_and_hand_out_a_subcommands_parser():
     plain = argparse.ArgumentParser()
     plain.add_argument("--data-dir")

@@ -244,6 +244,28 @@ def profiler_running() -> bool:
     return bool(torch.autograd.profiler._is_profiler_enabled)
 
 
+def dynamo_compiled() -> bool:
+    """Whether torch.compile has compiled any frame in this process (a module, a function, anything it traced).
+
+    Why: a torch function mode around compiled code makes it recompile, and a compiled function called inside a
+    step cannot be seen from the module. Public replacement: none; dynamo's own count of the frames it compiled.
+    """
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["ok"] > 0
+
+
+def top_function_mode() -> Any:
+    """The torch function mode on top of this thread's stack (None: none).
+
+    Why: a mode entered in one hook and left in another must be the one it leaves. Public replacement: none;
+    torch.overrides' own reading of the stack.
+    """
+    from torch.overrides import _get_current_function_mode
+
+    return _get_current_function_mode()
+
+
 # ---------------------------------------------------------------- Lightning: a DataLoader made again
 def rebuilt_dataloader(dataloader: Any, settings: dict[str, Any]) -> Any:
     """The same DataLoader made again with ``settings`` (``num_workers=2``, ...) in place of its own.

@@ -395,7 +395,9 @@ class EpochTimer(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        """A fit stopped early (Ctrl-C, an error): the finished epochs are still reported, marked interrupted."""
+        """A fit stopped early (Ctrl-C, an error): the window stops, the finished epochs are still reported."""
+        with self.problems.guard("stopping the busy window"):  # Lightning calls no teardown after an exception
+            self.clock.close()
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
-from mnistperf.upstream import kineto_results, profiler_running
+from mnistperf.upstream import kineto_results, profiler_running, top_function_mode
 
 WINDOW_STEPS = 20  # enough to average over a few dozen kernels' jitter, few enough to stay cheap
 CPU_WINDOW_STEPS = 6  # on a CPU, where every operator is recorded, read and kept: fewer steps say as much
@@ -269,6 +269,8 @@ class BusyWindow:
         if self.device_type == "cuda":
             with profiler_lines_dropped():
                 self._profiler.step()
+        if self.clock is not None and index >= self.first and top_function_mode() is not self.clock:
+            self.reason = "another torch function mode was entered or left across the window's steps"  # calls missed
         if index >= self.first and self.budget is not None:  # what its recorded steps took beyond their own time
             step_s, allowed_s = self.budget
             if time.perf_counter() - self._recording_since - (index - self.first + 1) * step_s > allowed_s:
@@ -281,8 +283,9 @@ class BusyWindow:
             self.done = True
             if self.clock is not None:
                 self.kernels, self.bounds = self.clock.calls, self.clock.bounds(now - self._recording_since)
+                self.bounds = None if self.reason else self.bounds
                 self.busy = sum(self.bounds) / 2 if self.bounds else None
-                self.reason = None if self.bounds else "the operator clock timed no torch call"
+                self.reason = None if self.bounds else self.reason or "the operator clock timed no torch call"
                 return
             self.recorded = stopped
             events = profiled_events(self.recorded, self.device_type)

@@ -27,6 +27,7 @@ from mnistperf.diagnosis.record.advice import Hints
 from mnistperf.diagnosis.record.rows import PHASE_FIGURES, epoch_row, measured_figures, ranks_apart, step_figures
 from mnistperf.diagnosis.record.summary import aggregate
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, WINDOW_PENDING
+from mnistperf.upstream import dynamo_compiled
 
 PROFILE_ANYWAY = (
     "EpochTimer(window_share=None) profiles it anyway (with LightningCLI: "
@@ -81,7 +82,7 @@ class EpochClock:
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
         self._op_s = 0.0  # on a CPU, a bare tiny operator's time (operator_s), read as a window opens (0: not yet)
-        self.clock_calls = True  # whether the operator clock may stand in for a profiler the fit cannot pay for
+        self.clock_calls = False  # whether the operator clock may stand in for a profiler the fit cannot pay for
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
         self.world_size = 1
@@ -168,7 +169,8 @@ class EpochClock:
         price = busy_window.step_price(self._nodes, self._op_s, step_s)
         start_s = busy_window.START_COST * self._op_s
         affordable = busy_window.affordable_steps(fit_s, step_s, self.window_share, price, start_s)
-        if not affordable >= 1 and self.clock_calls and busy_window.world() is None:  # the operator clock may run
+        clock_may = self.clock_calls and busy_window.world() is None and not dynamo_compiled()  # docs/timing.md
+        if not affordable >= 1 and clock_may:
             cost, worst = busy_window.CLOCK_NODE_COST, busy_window.CLOCK_WORST
             price, start_s = busy_window.step_price(self._nodes, self._op_s, step_s, cost, worst), 0.0
             affordable = busy_window.affordable_steps(fit_s, step_s, self.window_share, price)
@@ -179,8 +181,9 @@ class EpochClock:
             length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
             self._window_missed(
                 f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
-                f"profiled step ({step_s * 1e3:,.1f} ms, {price:.2g} times that to record) to cost "
-                f"under {self.window_share:.1%} of its time; {PROFILE_ANYWAY}"
+                f"profiled step ({step_s * 1e3:,.1f} ms, {price:.2g} times that to record"
+                f"{', its torch calls timed' if clock_may else ''}) to cost under {self.window_share:.1%} of its time; "
+                f"{PROFILE_ANYWAY}"
             )
             return False
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window

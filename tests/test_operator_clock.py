@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -38,6 +39,10 @@ def test_a_floor_per_call_and_per_backward_node_lowers_the_least_share_only():
     assert clock.calls == 3 and clock.beyond == 0.0 and clock.inside > 0
     least, most = clock.bounds(clock.inside * 2)
     assert least == 0.0 and most == 0.5
+    loss = (weight * 2).sum()
+    with OperatorClock(floor_s=1e-9, nodes=math.inf) as uncounted:  # a graph not counted: its backward no floor
+        loss.backward()
+    assert uncounted.calls == 1 and uncounted.beyond == 0.0 and uncounted.inside > 0
 
 
 def test_a_step_under_the_clock_computes_exactly_what_it_computes_without():
@@ -58,11 +63,22 @@ def test_a_step_under_the_clock_computes_exactly_what_it_computes_without():
     assert all(torch.equal(a, b) for a, b in zip(plain, clocked, strict=True))
 
 
-def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(monkeypatch):
+@pytest.fixture
+def clock_forced(monkeypatch):
+    """The profiler priced past any fit, the clock at nothing: every window is the operator clock's.
+
+    Whatever an earlier test compiled in this process (the clock is declined once anything was).
+    """
+    from mnistperf.diagnosis.record import clock
+
     def price(nodes, op_s, step_s, node_cost=window_module.NODE_COST, worst=4.0):
         return 1e6 if node_cost == window_module.NODE_COST else 1e-6
 
-    monkeypatch.setattr(window_module, "step_price", price)  # the profiler priced past any fit, the clock at nothing
+    monkeypatch.setattr(window_module, "step_price", price)
+    monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)
+
+
+def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(clock_forced, monkeypatch):
     timer = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)  # two epochs of 30 steps
     window = timer.busy_window
@@ -81,16 +97,6 @@ def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(mo
     declined = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[declined], max_epochs=2)
     assert declined.busy_window["share"] is None and "operator_clock" not in declined.busy_window
-
-
-@pytest.fixture
-def clock_forced(monkeypatch):
-    """The profiler priced past any fit, the clock at nothing: every window is the operator clock's."""
-
-    def price(nodes, op_s, step_s, node_cost=window_module.NODE_COST, worst=4.0):
-        return 1e6 if node_cost == window_module.NODE_COST else 1e-6
-
-    monkeypatch.setattr(window_module, "step_price", price)
 
 
 def test_a_fit_that_fails_inside_the_clocks_window_leaves_no_mode_behind(clock_forced):

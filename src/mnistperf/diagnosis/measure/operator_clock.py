@@ -20,11 +20,11 @@ class OperatorClock(TorchFunctionMode):
     """Times each top-level torch call made while it is entered, calls inside a call left to their caller.
 
     ``floor_s``: a bare tiny operator's time (:func:`.busy_window.operator_s`); ``nodes``: a training step's
-    autograd graph nodes, the calls its backward runs. :attr:`inside` is every call's time; :attr:`beyond` what each
-    took past its floor, so the time tensor operations ran lies between them.
+    autograd graph nodes, the calls its backward runs (inf: not counted). :attr:`inside` is every call's time;
+    :attr:`beyond` what each took past its floor, so the time tensor operations ran lies between them.
     """
 
-    def __init__(self, floor_s: float = 0.0, nodes: int = 1) -> None:
+    def __init__(self, floor_s: float = 0.0, nodes: float = 1) -> None:
         super().__init__()
         self.floor_s, self.backward_floor_s = floor_s, floor_s * nodes
         self.inside = self.beyond = 0.0

@@ -175,7 +175,8 @@ class EpochClock:
             price, start_s = busy_window.step_price(self._nodes, self._op_s, step_s, cost, worst), 0.0
             affordable = busy_window.affordable_steps(fit_s, step_s, self.window_share, price)
             if affordable >= 1:
-                window.clock = OperatorClock(self._op_s, self._nodes or 1)
+                nodes = self._nodes if self._nodes and self._nodes < busy_window.GRAPH_LIMIT else math.inf
+                window.clock = OperatorClock(self._op_s, nodes)  # a graph not counted: its backward at the least 0
         if not affordable >= 1:  # NaN too
             self.busy_window_steps, self.window = 0, None  # declined: no window again this fit
             length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "

@@ -282,10 +282,11 @@ class BusyWindow:
                 self.crowded = min(max((schedule[1] - before[1]) / (now - opened), 0.0), 1.0)
             self.done = True
             if self.clock is not None:
-                self.kernels, self.bounds = self.clock.calls, self.clock.bounds(now - self._recording_since)
-                self.bounds = None if self.reason else self.bounds
+                self.kernels = self.clock.calls
+                if self.reason is None:  # no other mode crossed its steps
+                    self.bounds = self.clock.bounds(now - self._recording_since)
+                    self.reason = None if self.bounds else "the operator clock timed no torch call"
                 self.busy = sum(self.bounds) / 2 if self.bounds else None
-                self.reason = None if self.bounds else self.reason or "the operator clock timed no torch call"
                 return
             self.recorded = stopped
             events = profiled_events(self.recorded, self.device_type)

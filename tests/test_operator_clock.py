@@ -78,7 +78,7 @@ def clock_forced(monkeypatch):
     monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)
 
 
-def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(clock_forced, monkeypatch):
+def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(clock_forced):
     timer = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)  # two epochs of 30 steps
     window = timer.busy_window
@@ -90,13 +90,6 @@ def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(cl
     line = format_window(window)
     assert "torch calls timed" in line and "the profiler did not run" in line, line
     assert torch._C._is_torch_function_mode_enabled() is False  # the clock left nothing behind
-
-    from mnistperf.diagnosis.callbacks import epoch_timer
-
-    monkeypatch.setattr(epoch_timer, "compiled", lambda module: True)  # as if compiled: under a mode it recompiles
-    declined = EpochTimer()
-    fit_module(Newcomer(), rows(count=480), callbacks=[declined], max_epochs=2)
-    assert declined.busy_window["share"] is None and "operator_clock" not in declined.busy_window
 
 
 def test_a_fit_that_fails_inside_the_clocks_window_leaves_no_mode_behind(clock_forced):
@@ -141,3 +134,22 @@ def test_once_torch_compile_has_compiled_code_the_clock_is_declined(clock_forced
     fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)
     assert timer.busy_window["share"] is None and "operator_clock" not in timer.busy_window
     assert "its torch calls timed" not in timer.busy_window["reason"]
+
+
+def test_code_compiled_inside_the_step_is_not_timed_by_the_clock(monkeypatch):
+    def price(nodes, op_s, step_s, node_cost=window_module.NODE_COST, worst=4.0):
+        return 1e6 if node_cost == window_module.NODE_COST else 1e-6
+
+    class CompiledLoss(Newcomer):  # under a function mode its compiled frame would recompile
+        def __init__(self):
+            super().__init__()
+            self.loss = torch.compile(lambda logits, y: torch.nn.functional.cross_entropy(logits, y), backend="eager")
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return self.loss(self.net(x), y)
+
+    monkeypatch.setattr(window_module, "step_price", price)  # the clock at nothing: only the compile declines it
+    declined = EpochTimer()
+    fit_module(CompiledLoss(), rows(count=480), callbacks=[declined], max_epochs=2)
+    assert declined.busy_window["share"] is None and "operator_clock" not in declined.busy_window

@@ -28,7 +28,7 @@ from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, leading_length
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
-from mnistperf.diagnosis.measure.flops import FirstStep, compiled, device_peak
+from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
 from mnistperf.diagnosis.measure.phases import sampled, unsampled
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
@@ -189,7 +189,7 @@ class EpochTimer(Callback):
             self.clock.flops_per_step, self.clock.world_size = self.flops_per_batch, trainer.world_size
             self.clock.flops_reason = self._flops.plan(pl_module) or self.clock.flops_reason
             self.clock.peak = device_peak(pl_module.device, str(trainer.precision))
-            self.clock.clock_calls = not compiled(pl_module)  # a mode around its step would recompile it
+            self.clock.clock_calls = True  # a Lightning step: the clock may time it where nothing was compiled
             swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
     @override

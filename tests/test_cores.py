@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import fit_module
@@ -9,7 +11,7 @@ from lightning import LightningModule
 from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, INPUT_WAIT_SHARE, WORKERS_CPU_SHARE, scalars
+from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, INPUT_WAIT_SHARE, WORKERS_CPU_SHARE, Measures, scalars
 from mnistperf.diagnosis.measure import cores
 from mnistperf.diagnosis.measure.busy_window import thread_schedule
 from mnistperf.diagnosis.record.rows import epoch_row
@@ -102,8 +104,9 @@ def test_a_crowded_window_is_doubted_once_and_the_clause_says_who_held_the_cores
 
 
 def test_the_run_reads_who_held_the_cores_from_its_steady_epochs():
+    epoch = replace(Measures.unmeasured(), train_s=10.0, eval_s=0.5, samples=100, input_wait_s=0.3, host_wait_s=0.4)
     rows = [
-        epoch_row(n, 10.0, 0.5, 100, 0.3, 0.4, None, {}, 0.5, None, {CORE_WAIT_SHARE: w, WORKERS_CPU_SHARE: u})
+        epoch_row(n, replace(epoch, core_wait_share=w, workers_cpu_share=u), None, None, {}, 0.5)
         for n, (w, u) in enumerate([(0.1, 0.2), (0.5, 0.6), (0.3, 0.4)], start=1)
     ]
     assert "its own DataLoader workers held the cores" in rows[1]["verdict_reason"]

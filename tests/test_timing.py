@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.data import schema
 from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.figures import Measures
 from mnistperf.diagnosis.measure.busy_window import BusyWindow, busy_share, cupti_tears_down_safely, window_steps
 from mnistperf.diagnosis.record.rows import epoch_row
 from mnistperf.diagnosis.record.summary import aggregate
@@ -382,7 +384,8 @@ def test_without_device_figures_the_cpu_keeps_two_answers():
 
 
 def test_warm_up_is_reported_apart_from_the_steady_state():
-    epochs = [epoch_row(i, t, 0.5, 1000, 0.1, 0.1, None, {}, 0.5) for i, t in ((1, 30.0), (2, 2.0), (3, 4.0))]
+    epoch = replace(Measures.unmeasured(), eval_s=0.5, samples=1000, input_wait_s=0.1, host_wait_s=0.1)
+    epochs = [epoch_row(i, replace(epoch, train_s=t), None, None, {}, 0.5) for i, t in ((1, 30.0), (2, 2.0), (3, 4.0))]
     summary = aggregate(epochs, 0.5)
     assert summary["warmup"] == {"epoch": 1, "train_s": 30.0, "eval_s": 0.5}
     assert summary["steady_epochs"] == [2, 3] and summary["avg_train_s"] == 3.0

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from mnistperf.atomic import atomic_write
-from mnistperf.diagnosis.figures import BUSY, CORES, MEMORY, Gathered, Measures, derive
+from mnistperf.diagnosis.figures import BUSY, Gathered, Measures, derive
 from mnistperf.diagnosis.measure import busy_window
 from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.cores import EpochCores
@@ -24,7 +24,7 @@ from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.phases import PHASES, StepPhases
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.record.advice import Hints
-from mnistperf.diagnosis.record.rows import PHASE_FIGURES, epoch_row, measured_figures, ranks_apart, step_figures
+from mnistperf.diagnosis.record.rows import epoch_row, ranks_apart
 from mnistperf.diagnosis.record.summary import aggregate
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, WINDOW_PENDING
 from mnistperf.upstream import dynamo_compiled
@@ -390,23 +390,7 @@ class EpochClock:
         talked = (self.busy_window or {}).get("communication")
         if talked is not None and not math.isnan(merged.comm_share):
             talked.update(share=merged.comm_share, exposed_share=merged.comm_exposed_share)
-        samples = None if math.isnan(merged.samples) else int(merged.samples)
-        phases = measured_figures(merged, PHASE_FIGURES)
-        row = epoch_row(
-            self._number,
-            merged.train_s,
-            merged.eval_s,
-            samples,
-            merged.input_wait_s,
-            merged.host_wait_s,
-            self.busy_window,
-            metrics or {},
-            self.input_bound_share,
-            phases,
-            measured_figures(merged, CORES),
-        )
-        row.update(step_figures(merged, self._stats))
-        row.update(measured_figures(merged, MEMORY))
+        row = epoch_row(self._number, merged, self._stats, self.busy_window, metrics or {}, self.input_bound_share)
         row.update(utilization(merged.flops, merged.train_s, self.peak[0], self.world_size))
         if gathered.per_rank is not None:
             row.update(ranks_apart(**gathered.per_rank))

@@ -11,44 +11,46 @@ from mnistperf.diagnosis.measure.stalls import StepStats
 from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING, classify
 
 RANKS_APART = 0.1  # the share of train time by which the ranks' own work differs where they are apart
-PHASE_FIGURES = figures.SPLIT[1:-1]  # the step's own phases in train time's split: forward, backward, optimizer
 
 
 def epoch_row(
     epoch: int,
-    train_s: float,
-    eval_s: float,
-    samples: int | None,
-    input_wait_s: float,
-    host_wait_s: float,
+    merged: figures.Measures,
+    local: StepStats | None,
     busy_window: dict[str, Any] | None,
     metrics: dict,
     threshold: float,
-    phases: dict[str, float | None] | None = None,
-    cores: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
-    """One epoch's figures, as they appear in timing.json (``samples`` None: not counted).
+    """One epoch's figures from its measures over every rank, as they appear in timing.json.
 
-    ``busy_window``: the run's profiled window, its share None while not measured. ``phases``: the epoch's seconds
-    of forward, backward and optimizer. ``cores``: who held the cores (:func:`measured_figures` of ``CORES``).
+    ``local``: this process's step times, where its spikes fell. ``busy_window``: the run's profiled window, its
+    share None while not measured.
     """
+    train_s, input_wait_s = merged.train_s, merged.input_wait_s
+    samples = None if math.isnan(merged.samples) else int(merged.samples)
     row: dict[str, Any] = {
         "epoch": epoch,
         figures.TRAIN_S: train_s,
-        figures.EVAL_S: eval_s,
+        figures.EVAL_S: merged.eval_s,
         "samples": samples,
         figures.SAMPLES_PER_S: None if samples is None else samples / train_s if train_s > 0 else math.nan,
         figures.INPUT_WAIT_SHARE: _share(input_wait_s, train_s),
-        figures.HOST_WAIT_SHARE: _share(host_wait_s, train_s),
+        figures.HOST_WAIT_SHARE: _share(merged.host_wait_s, train_s),
     }
     row.update(window_figures(busy_window))
-    parts = [(phases or {}).get(key) for key in PHASE_FIGURES]  # train time's split, its rest where all were timed
-    known = [part for part in parts if part is not None]
-    row.update({figures.INPUT_WAIT_S: input_wait_s, **dict(zip(PHASE_FIGURES, parts, strict=True))})
-    row[figures.REST_S] = max(train_s - input_wait_s - sum(known), 0.0) if len(known) == len(parts) else None
-    row.update(cores or {})
+    # Train time's split: the step's own phases (forward, backward, optimizer), its rest where all were timed
+    phases = measured_figures(merged, figures.SPLIT[1:-1])
+    known = [part for part in phases.values() if part is not None]
+    row.update({figures.INPUT_WAIT_S: input_wait_s, **phases})
+    row[figures.REST_S] = max(train_s - input_wait_s - sum(known), 0.0) if len(known) == len(phases) else None
+    row.update(measured_figures(merged, figures.CORES))
     row["verdict"], row["verdict_reason"] = classify(row, threshold, not_measured(busy_window))
     row.update(metrics)
+    row.update(measured_figures(merged, figures.STEPS))  # every rank's slowest
+    if row[figures.SPIKES] is not None:
+        row[figures.SPIKES] = int(row[figures.SPIKES])
+    row["worst_spikes"] = [list(spike) for spike in local.worst] if local is not None else []
+    row.update(measured_figures(merged, figures.MEMORY))
     return row
 
 
@@ -97,15 +99,6 @@ def _measured(value: float) -> float | None:
 def measured_figures(merged: figures.Measures, chosen: Iterable[figures.Figure]) -> dict[str, Any]:
     """Those figures of an epoch's gathered measures, as the ranks combined them (None where not measured)."""
     return {figure: _measured(getattr(merged, figure.name)) for figure in chosen}
-
-
-def step_figures(merged: figures.Measures, local: StepStats | None) -> dict[str, Any]:
-    """The epoch's step times (every rank's slowest) and where this process's spikes fell (None: not measured)."""
-    found = measured_figures(merged, figures.STEPS)
-    if found[figures.SPIKES] is not None:
-        found[figures.SPIKES] = int(found[figures.SPIKES])
-    found["worst_spikes"] = [list(spike) for spike in local.worst] if local is not None else []
-    return found
 
 
 def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:

@@ -35,13 +35,6 @@ PROFILE_ANYWAY = (
 )
 
 
-def larger(kept: float, read: float | None) -> float:
-    """The larger of a figure kept so far (NaN: none yet) and one read now (None: not readable)."""
-    if read is None:
-        return kept
-    return read if math.isnan(kept) else max(kept, read)
-
-
 class EpochClock:
     """Times the epochs of one run, the fit taken to start when the clock is made, and keeps their rows.
 
@@ -112,7 +105,7 @@ class EpochClock:
         self._stats: StepStats | None = None
         # Memory is read at this step (the middle of the epoch, while its loader's workers run) and at its end.
         self._memory_at = max(1, int(batches // 2)) if math.isfinite(batches) else 2
-        self._rss = self._workers_pss = math.nan
+        self._memory: list[tuple[float | None, float | None]] = []  # MB resident: this process's, its workers' (PSS)
         self._cores = EpochCores()
         self._ended = math.nan  # the clock's last read at the end of train or eval time
         self.phases.reset()
@@ -220,7 +213,7 @@ class EpochClock:
             self._host_wait_s += now - self._last_step_end
         self._steps += 1
         if self._steps == self._memory_at:
-            self._read_memory()
+            self._memory.append((rss_mb(), workers_pss_mb()))
         if now >= self._cores.due or index + 2 == self._batches:  # the step before the last: workers still run
             self._cores.read_workers(now)
         if self._first_index is None:
@@ -229,11 +222,6 @@ class EpochClock:
             self._window_open = (self._synced_now(), self._input_wait_s, self._host_wait_s)
         if self.window is not None:  # unless declined as it opened
             self.window.step_start(index)
-
-    def _read_memory(self) -> None:
-        """Keep the larger of the resident memory read now and before, of this process and of its workers."""
-        self._rss = larger(self._rss, rss_mb())
-        self._workers_pss = larger(self._workers_pss, workers_pss_mb())
 
     def step_end(self, index: int) -> None:
         """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
@@ -353,7 +341,9 @@ class EpochClock:
         train_s, input_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
-        self._read_memory()
+        self._memory.append((rss_mb(), workers_pss_mb()))
+        readings = zip(*self._memory, strict=True)  # each figure's, mid-epoch and now
+        rss, workers_pss = (max((mb for mb in read if mb is not None), default=math.nan) for read in readings)
         allocated, reserved = device_peaks_mb(self.device)
         # Over the epoch's whole train time and its end (the profiled window's steps in: its waits are theirs too).
         core_wait, workers_cpu = self._cores.shares(self._train_s, self._ended)
@@ -371,8 +361,8 @@ class EpochClock:
             first_step_s=stats.first_s,
             spikes=float(stats.spikes),
             spikes_s=stats.excess_s,
-            rss_mb=self._rss,
-            workers_pss_mb=self._workers_pss,
+            rss_mb=rss,  # each the larger of its readings (NaN: none readable)
+            workers_pss_mb=workers_pss,
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
             flops=self.flops_per_step * self._steps if self.flops_per_step else math.nan,

@@ -23,14 +23,11 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """Each rank's figures averaged over ``epochs``, and whether the ranks are apart (nothing on one process)."""
     if not all("ranks" in e for e in epochs):
         return {}
-    count = len(epochs[0]["ranks"])
-
-    def averaged(key: str) -> list[float]:  # over the epochs that measured it (a window's: from its epoch on)
-        per_rank = [_measured_values([e["ranks"][rank] for e in epochs], key) for rank in range(count)]
-        return [mean(values) if values else math.nan for values in per_rank]
-
+    ranks = [[e["ranks"][rank] for e in epochs] for rank in range(len(epochs[0]["ranks"]))]  # each rank's rows
     keys = (figures.TRAIN_S, figures.INPUT_WAIT_S, figures.FORWARD_S, figures.COMM_SHARE, figures.COMM_EXPOSED_SHARE)
-    return ranks_apart(*(averaged(key) for key in keys))
+    # Each over the epochs that measured it (a window's: from its epoch on)
+    averaged = ([mean(v) if (v := _measured_values(rows, key)) else math.nan for rows in ranks] for key in keys)
+    return ranks_apart(*averaged)
 
 
 def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:

@@ -63,9 +63,8 @@ class EpochClock:
             busy_unavailable = "the profiled window is off (busy_window_steps 0)"
         wanted = device.type in BUSY and profile_window
         # Where the busy share was profiled, and its value (None while not measured, with the reason)
-        self.busy_window: dict[str, Any] | None = {"device": device.type, "share": None} if wanted else None
-        if self.busy_window is not None and busy_unavailable:
-            self.busy_window["reason"] = busy_unavailable
+        unread = {"device": device.type, "share": None, **({"reason": busy_unavailable} if busy_unavailable else {})}
+        self.busy_window: dict[str, Any] | None = unread if wanted else None
         self.busy_window_steps = 0 if busy_unavailable or not wanted else busy_window_steps  # 0: none (left) to open
         self.phases = StepPhases(device)
         self.window: BusyWindow | None = None

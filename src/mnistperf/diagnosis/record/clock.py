@@ -387,13 +387,7 @@ class EpochClock:
             seconds, _, _, steps = self._window_cost
             # What the window added to the epoch: its steps' seconds beyond what as many typical steps take.
             cost = max(seconds - steps * self._without_window()[0] / max(self._steps, 1), 0.0)
-            row["profiled"] = {
-                "steps": steps,
-                "seconds": seconds,
-                "of_steps": self._steps,
-                "extrapolated": True,
-                "cost_s": cost,
-            }
+            row["profiled"] = dict(steps=steps, seconds=seconds, of_steps=self._steps, extrapolated=True, cost_s=cost)
             self.busy_window["cost_s"] = cost
         derive(row)  # last: a derived figure may read any other
         self.epochs.append(row)

@@ -70,6 +70,8 @@ def aggregate(
     verdict, reason = classify(read, input_bound_share, not_measured(busy_window, ended=True))
     if busy_window is not None and busy_window.get("in_warmup") and busy_window.get("share") is not None:
         reason += "; it rests on the warm-up epoch, the only one of this run"
+    allocated = max(_measured_values(epochs, figures.DEVICE_ALLOCATED_MB), default=None)  # over every epoch
+    reserved = max(_measured_values(epochs, figures.DEVICE_RESERVED_MB), default=math.nan)
     found = {
         "epochs": epochs,
         "steady_epochs": [steady[0]["epoch"], steady[-1]["epoch"]],
@@ -79,7 +81,7 @@ def aggregate(
         figures.TOTAL_TRAIN_S: sum(e[figures.TRAIN_S] for e in epochs),
         figures.TOTAL_EVAL_S: sum(e[figures.EVAL_S] for e in epochs),
         "stalls": stalls(epochs),
-        figures.PEAK_DEVICE_MB: peak_device_mb(epochs),
+        figures.PEAK_DEVICE_MB: None if allocated is None else {"allocated": allocated, "reserved": reserved},
         "memory": {
             "growth": growth(steady),
             **({} if measured() else {"resident": "not measured: no /proc on this system (Linux only)"}),
@@ -96,10 +98,3 @@ def aggregate(
     }
     found["advice"] = advice(found, hints)
     return found
-
-
-def peak_device_mb(epochs: list[dict[str, Any]]) -> dict[str, float] | None:
-    """The fit's peak GPU memory allocated by tensors and reserved by the allocator, in MB: its epochs' largest."""
-    allocated = max(_measured_values(epochs, figures.DEVICE_ALLOCATED_MB), default=None)
-    reserved = max(_measured_values(epochs, figures.DEVICE_RESERVED_MB), default=math.nan)
-    return None if allocated is None else {"allocated": allocated, "reserved": reserved}

@@ -269,29 +269,15 @@ DEVICE_RESERVED_MB = Figure(
 )
 MEMORY = (RSS_MB, WORKERS_PSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)
 
-# Every figure, in the order declared above: the order they stand side by side (those with a label).
+# Every figure, in the order declared above: the order they stand side by side (those with a label). Every record
+# and view reads it as ``figures.FIGURES`` at each use, so that a test can add one.
 FIGURES: tuple[Figure, ...] = tuple(value for value in globals().values() if isinstance(value, Figure))
-
-
-def registry() -> tuple[Figure, ...]:
-    """The figures every record and view iterates (read at each use, so that a test can add one)."""
-    return FIGURES
-
-
-def epoch_figures() -> tuple[Figure, ...]:
-    """The figures an epoch row holds."""
-    return tuple(f for f in registry() if f.epoch)
-
-
-def shown_side_by_side() -> tuple[Figure, ...]:
-    """The figures compare and the report set side by side (those with a label), in the registry's order."""
-    return tuple(f for f in registry() if f.label is not None)
 
 
 def derive(row: dict[str, Any]) -> dict[str, Any]:
     """The row with every derived figure the registry declares that it does not already hold (None where one fails)."""
-    for figure in epoch_figures():
-        if figure.derive is not None and figure not in row:
+    for figure in FIGURES:
+        if figure.epoch and figure.derive is not None and figure not in row:
             try:
                 row[figure] = figure.derive(row)
             except (ArithmeticError, KeyError, TypeError, ValueError):  # a figure it reads was not measured
@@ -301,4 +287,4 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:
     """An epoch row's figures as the loggers' scalars, ``timing/<name>`` (those measured)."""
-    return {f"timing/{f.name}": row[f] for f in epoch_figures() if row.get(f) is not None}
+    return {f"timing/{f.name}": row[f] for f in FIGURES if f.epoch and row.get(f) is not None}

@@ -12,7 +12,8 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, Figure, shown_side_by_side
+from mnistperf.diagnosis import figures
+from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, Figure
 from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 
@@ -93,9 +94,9 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
     """The two runs' figures side by side with B's over A's, their verdicts, and what B bought (:func:`bought`)."""
     a, b = RunSummary.of(a), RunSummary.of(b)
     rows = []
-    for figure in shown_side_by_side():
+    for figure in figures.FIGURES:
         first, second = a.figure(figure), b.figure(figure)
-        if first is None and second is None:
+        if figure.label is None or (first is None and second is None):
             continue
         row: dict[str, Any] = {
             "figure": (figure.label or figure.name).strip(),

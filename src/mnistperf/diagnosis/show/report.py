@@ -216,8 +216,8 @@ def figures_table(run: RunSummary) -> str:
     """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
     rows = [
         [f"{(f.label or f.name).strip()} ({f.shown})", shown(value, f.shown, f.scale), f.meaning]
-        for f in figures.shown_side_by_side()
-        if (value := run.figure(f)) is not None
+        for f in figures.FIGURES
+        if f.label is not None and (value := run.figure(f)) is not None
     ]
     return _table(["figure", "value", "what it is"], rows, words_last=True)
 

@@ -13,8 +13,6 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.ranks import every_rank
-
 # How a run reads a figure from its steady epochs (``Figure.run``): their values ``weighted`` by their train time, the
 # ``mean`` of those that measured it, the largest (``max``), the profiled ``window``'s one reading, the mean under the
 # run's ``split`` of train time, or computed by the run itself (``own``: averages, totals, utilization, peak memory).
@@ -130,7 +128,7 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = 
     spec = fields(Measures)
     per_loader = list(loader_samples or [])
     values = torch.tensor([*astuple(local), *per_loader], dtype=torch.float64, device=strategy.root_device)
-    rows = every_rank(strategy, values).cpu()
+    rows = strategy.all_gather(values).reshape(-1, values.numel()).cpu()  # [ranks, values], one process too
     merged = Measures(*(f.metadata["ranks"](rows[:, i]).item() for i, f in enumerate(spec)))
     per_rank = {f.name: rows[:, i].tolist() for i, f in enumerate(spec) if f.metadata["per_rank"]}
     return Gathered(merged, rows[:, len(spec) :].sum(dim=0).tolist(), per_rank if len(rows) > 1 else None)

@@ -49,7 +49,6 @@ class Figure(str):
         return super().__new__(cls, key)
 
     def __post_init__(self, key: str) -> None:
-        """The defaults that depend on other fields, checked."""
         if self.run is not None and self.run not in RUN_RULES:
             raise ValueError(f"Figure {key!r}: run={self.run!r} is not one of {', '.join(RUN_RULES)}")
         self.shown = self.shown or ("%" if self.unit == "share" else self.unit)

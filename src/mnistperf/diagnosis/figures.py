@@ -118,15 +118,14 @@ class Gathered:
     per_rank: dict[str, list[float]] | None = None
 
 
-def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = None) -> Gathered:
+def gather(local: Measures, strategy: Any, loader_samples: list[float]) -> Gathered:
     """Combine one epoch's measures over every rank by each field's ``ranks`` (identity on one process).
 
     NaN (not measured) is skipped by the mean and poisons the sum and the max; ``loader_samples`` (the rank's per
     training loader) are summed. ``strategy``: the trainer's, its ``all_gather`` the epoch end's one collective.
     """
     spec = fields(Measures)
-    per_loader = list(loader_samples or [])
-    values = torch.tensor([*astuple(local), *per_loader], dtype=torch.float64, device=strategy.root_device)
+    values = torch.tensor([*astuple(local), *loader_samples], dtype=torch.float64, device=strategy.root_device)
     rows = strategy.all_gather(values).reshape(-1, values.numel()).cpu()  # [ranks, values], one process too
     merged = Measures(*(f.metadata["ranks"](rows[:, i]).item() for i, f in enumerate(spec)))
     per_rank = {f.name: rows[:, i].tolist() for i, f in enumerate(spec) if f.metadata["per_rank"]}

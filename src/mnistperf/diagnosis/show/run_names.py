@@ -44,11 +44,9 @@ def load_two(run_a: Path, run_b: Path) -> tuple[tuple[Path, RunSummary], tuple[P
         why = f"{b_path} holds the very figures of {a_path}, a copy"
     else:
         return (a_path, a_summary), (b_path, b_summary)
-    others = [p.parent for p in a_path.parent.parent.glob(f"*/{SUMMARY_FILE}") if p.resolve() != a_path.resolve()]
-    newest = max(others, key=lambda folder: (folder / SUMMARY_FILE).stat().st_mtime_ns, default=None)
-    pair = (
-        sorted((newest, a_path.parent), key=lambda folder: (folder / SUMMARY_FILE).stat().st_mtime_ns) if newest else []
-    )
+    others = [p for p in a_path.parent.parent.glob(f"*/{SUMMARY_FILE}") if p.resolve() != a_path.resolve()]
+    newest = max(others, key=lambda path: path.stat().st_mtime_ns, default=None)
+    pair = [p.parent for p in sorted((newest, a_path), key=lambda path: path.stat().st_mtime_ns)] if newest else []
     fix = f"e.g. {pair[0]} {pair[1]} (the older first)" if pair else "a second run's timing.json or its log folder"
     raise ConfigError(
         f"{run_a} and {run_b} are the same run ({why}), so nothing changed between them; give two runs, {fix}"

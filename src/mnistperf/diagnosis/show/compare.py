@@ -13,14 +13,13 @@ from statistics import mean
 from typing import Any
 
 from mnistperf.diagnosis import figures
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, Figure
 from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 
 CEILING_SLACK = 0.05  # a gain this much over the ceiling still counts as within it (the two runs' own noise)
 
 
-def steady_values(run: RunSummary, figure: Figure) -> list[float]:
+def steady_values(run: RunSummary, figure: figures.Figure) -> list[float]:
     """The figure's values in the run's steady epochs (those an epoch measured), from its epoch figure."""
     if figure.per_epoch is None or run.steady_epochs is None:
         return []
@@ -36,7 +35,7 @@ def spread(values: list[float]) -> float | None:
     return (max(values) - min(values)) / mean(values)
 
 
-def noise(a: RunSummary, b: RunSummary, figure: Figure) -> float | None:
+def noise(a: RunSummary, b: RunSummary, figure: figures.Figure) -> float | None:
     """The larger of the two runs' spreads of a figure (one run's where only it has one; None where neither has)."""
     return max((s for run in (a, b) if (s := spread(steady_values(run, figure))) is not None), default=None)
 
@@ -58,7 +57,7 @@ def said(ratio: float | None, band: float | None) -> str:
 
 def epoch_samples(run: RunSummary) -> float | None:
     """Samples per steady epoch: throughput times train time (None where samples were not counted)."""
-    rate, train = run.figure(SAMPLES_PER_S), run.figure(AVG_TRAIN_S)
+    rate, train = run.figure(figures.SAMPLES_PER_S), run.figure(figures.AVG_TRAIN_S)
     return rate * train if rate and train else None
 
 
@@ -68,7 +67,7 @@ def bought(a: RunSummary, b: RunSummary) -> dict[str, Any]:
     ``saved_s`` is negative where B is slower, ``slower`` is B's time over A's less 1, ``scaled`` says B's time was
     scaled to A's samples; ``ceiling_s`` and ``within`` are None where A's advice gave no ceiling.
     """
-    a_time, b_time = a.figure(AVG_TRAIN_S), b.figure(AVG_TRAIN_S)
+    a_time, b_time = a.figure(figures.AVG_TRAIN_S), b.figure(figures.AVG_TRAIN_S)
     if a_time is None or b_time is None:
         raise ValueError("a run's summary without its steady train time per epoch")
     a_samples, b_samples = epoch_samples(a), epoch_samples(b)
@@ -81,7 +80,7 @@ def bought(a: RunSummary, b: RunSummary) -> dict[str, Any]:
         "saved_s": saved,
         "speed_up": a_time / b_time if b_time > 0 else None,
         "slower": b_time / a_time - 1 if a_time > 0 else None,
-        "noise": noise(a, b, AVG_TRAIN_S),
+        "noise": noise(a, b, figures.AVG_TRAIN_S),
         "scaled": scaled,
         "bound": a.verdict,
         "ceiling_s": ceiling,

@@ -65,11 +65,8 @@ def mismatch(a: RunSummary, b: RunSummary) -> str | None:
         said.append(f"A trained on {datasets[0]} and B on {datasets[1]}")
     keys = [set(run.model) if isinstance(run.model, dict) else set() for run in (a, b)]
     if all(keys) and keys[0] != keys[1]:
-        only_a, only_b = sorted(keys[0] - keys[1]), sorted(keys[1] - keys[0])
-        sides = [
-            f"A's model has {', '.join(only_a)}" if only_a else "",
-            f"B's has {', '.join(only_b)}" if only_b else "",
-        ]
+        only_a, only_b = (", ".join(sorted(mine - theirs)) for mine, theirs in (keys, keys[::-1]))
+        sides = [f"A's model has {only_a}" if only_a else "", f"B's has {only_b}" if only_b else ""]
         said.append(" and ".join(side for side in sides if side) + " (other models)")
     if not said:
         return None

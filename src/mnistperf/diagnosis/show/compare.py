@@ -98,7 +98,7 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
         if figure.label is None or (first is None and second is None):
             continue
         row: dict[str, Any] = {
-            "figure": (figure.label or figure.name).strip(),
+            "figure": figure.label.strip(),
             "key": figure.where,
             "unit": figure.shown,
             "a": None if first is None else first * figure.scale,

@@ -212,7 +212,7 @@ def epochs_table(run: RunSummary) -> str:
 def figures_table(run: RunSummary) -> str:
     """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
     rows = [
-        [f"{(f.label or f.name).strip()} ({f.shown})", shown(value, f.shown, f.scale), f.meaning]
+        [f"{f.label.strip()} ({f.shown})", shown(value, f.shown, f.scale), f.meaning]
         for f in figures.FIGURES
         if f.label is not None and (value := run.figure(f)) is not None
     ]

@@ -11,18 +11,16 @@ from mnistperf.errors import ConfigError
 DEFAULT_LOGGER_NAME = "lightning_logs"  # Lightning's loggers' name for a run that gave none: it tells no run apart
 
 
-def run_label(path: Path, config: str | None) -> str:
-    """A run as a comparison names it: its folder (``version_1``), after its logger's name (``v2_pinned/version_1``)."""
-    folder = path.resolve().parent.name
-    if not config or config in (DEFAULT_LOGGER_NAME, folder):
-        return folder
-    return f"{config}/{folder}"
-
-
 def run_labels(paths: Sequence[Path], configs: Sequence[str | None]) -> list[str]:
-    """Each run's :func:`run_label`; where two come out alike, the folders above theirs until they differ."""
-    labels = [run_label(path, config) for path, config in zip(paths, configs, strict=True)]
+    """Each run as a comparison names it: its folder (``version_1``), after its logger's name (``v2_pinned/version_1``).
+
+    Where two come out alike, the folders above theirs until they differ.
+    """
     folders = [path.resolve().parent.parts for path in paths]
+    labels = [
+        f"{config}/{parts[-1]}" if config and config not in (DEFAULT_LOGGER_NAME, parts[-1]) else parts[-1]
+        for parts, config in zip(folders, configs, strict=True)
+    ]
     depth = 2
     while len(set(labels)) < len(labels) and depth <= max(len(parts) for parts in folders):
         labels = ["/".join(parts[-depth:]) for parts in folders]

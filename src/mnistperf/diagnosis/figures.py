@@ -265,8 +265,7 @@ DEVICE_RESERVED_MB = Figure(
 )
 MEMORY = (RSS_MB, WORKERS_PSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)
 
-# Every figure, in the order declared above: the order they stand side by side (those with a label). Every record
-# and view reads it as ``figures.FIGURES`` at each use, so that a test can add one.
+# Every figure, in the order they stand side by side; read as figures.FIGURES at each use, so that a test can add one.
 FIGURES: tuple[Figure, ...] = tuple(value for value in globals().values() if isinstance(value, Figure))
 
 

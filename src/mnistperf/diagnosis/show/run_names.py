@@ -35,9 +35,8 @@ def load_two(run_a: Path, run_b: Path) -> tuple[tuple[Path, RunSummary], tuple[P
     """
     (a_path, a_summary), (b_path, b_summary) = load(run_a), load(run_b)
     if a_path.resolve() == b_path.resolve():
-        why = f"both lead to {a_path}" + (
-            ", a folder standing for the newest run under it" if run_a.is_dir() or run_b.is_dir() else ""
-        )
+        folder = ", a folder standing for the newest run under it" if run_a.is_dir() or run_b.is_dir() else ""
+        why = f"both lead to {a_path}{folder}"
     elif a_summary == b_summary:
         why = f"{b_path} holds the very figures of {a_path}, a copy"
     else:

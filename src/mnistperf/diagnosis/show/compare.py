@@ -158,8 +158,7 @@ def format_bought(gain: dict[str, Any]) -> str:
     saved = gain["saved_s"]
     speed = "-" if gain["speed_up"] is None else f"{gain['speed_up']:.2f}"
     per = " of A's samples" if gain["scaled"] else ""
-    slower = gain["slower"]
-    noise_said = said(None if slower is None else 1 + slower, gain["noise"])
+    noise_said = said(None if gain["slower"] is None else 1 + gain["slower"], gain["noise"])  # B's time over A's
     head = (f"B saves {saved:.2f} s" if saved >= 0 else f"B takes {-saved:.2f} s more") + f" per epoch{per}"
     head += f" ({speed}x, {noise_said})"
     if gain["ceiling_s"] is None:

@@ -13,8 +13,6 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.ranks import every_rank
-
 # How a run reads a figure from its steady epochs (``Figure.run``): their values ``weighted`` by their train time, the
 # ``mean`` of those that measured it, the largest (``max``), the profiled ``window``'s one reading, the mean under the
 # run's ``split`` of train time, or computed by the run itself (``own``: averages, totals, utilization, peak memory).
@@ -51,7 +49,6 @@ class Figure(str):
         return super().__new__(cls, key)
 
     def __post_init__(self, key: str) -> None:
-        """The defaults that depend on other fields, checked."""
         if self.run is not None and self.run not in RUN_RULES:
             raise ValueError(f"Figure {key!r}: run={self.run!r} is not one of {', '.join(RUN_RULES)}")
         self.shown = self.shown or ("%" if self.unit == "share" else self.unit)
@@ -121,16 +118,15 @@ class Gathered:
     per_rank: dict[str, list[float]] | None = None
 
 
-def gather(local: Measures, strategy: Any, loader_samples: list[float] | None = None) -> Gathered:
+def gather(local: Measures, strategy: Any, loader_samples: list[float]) -> Gathered:
     """Combine one epoch's measures over every rank by each field's ``ranks`` (identity on one process).
 
     NaN (not measured) is skipped by the mean and poisons the sum and the max; ``loader_samples`` (the rank's per
     training loader) are summed. ``strategy``: the trainer's, its ``all_gather`` the epoch end's one collective.
     """
     spec = fields(Measures)
-    per_loader = list(loader_samples or [])
-    values = torch.tensor([*astuple(local), *per_loader], dtype=torch.float64, device=strategy.root_device)
-    rows = every_rank(strategy, values).cpu()
+    values = torch.tensor([*astuple(local), *loader_samples], dtype=torch.float64, device=strategy.root_device)
+    rows = strategy.all_gather(values).reshape(-1, values.numel()).cpu()  # [ranks, values], one process too
     merged = Measures(*(f.metadata["ranks"](rows[:, i]).item() for i, f in enumerate(spec)))
     per_rank = {f.name: rows[:, i].tolist() for i, f in enumerate(spec) if f.metadata["per_rank"]}
     return Gathered(merged, rows[:, len(spec) :].sum(dim=0).tolist(), per_rank if len(rows) > 1 else None)
@@ -269,29 +265,14 @@ DEVICE_RESERVED_MB = Figure(
 )
 MEMORY = (RSS_MB, WORKERS_PSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)
 
-# Every figure, in the order declared above: the order they stand side by side (those with a label).
+# Every figure, in the order they stand side by side; read as figures.FIGURES at each use, so that a test can add one.
 FIGURES: tuple[Figure, ...] = tuple(value for value in globals().values() if isinstance(value, Figure))
-
-
-def registry() -> tuple[Figure, ...]:
-    """The figures every record and view iterates (read at each use, so that a test can add one)."""
-    return FIGURES
-
-
-def epoch_figures() -> tuple[Figure, ...]:
-    """The figures an epoch row holds."""
-    return tuple(f for f in registry() if f.epoch)
-
-
-def shown_side_by_side() -> tuple[Figure, ...]:
-    """The figures compare and the report set side by side (those with a label), in the registry's order."""
-    return tuple(f for f in registry() if f.label is not None)
 
 
 def derive(row: dict[str, Any]) -> dict[str, Any]:
     """The row with every derived figure the registry declares that it does not already hold (None where one fails)."""
-    for figure in epoch_figures():
-        if figure.derive is not None and figure not in row:
+    for figure in FIGURES:
+        if figure.epoch and figure.derive is not None and figure not in row:
             try:
                 row[figure] = figure.derive(row)
             except (ArithmeticError, KeyError, TypeError, ValueError):  # a figure it reads was not measured
@@ -301,4 +282,4 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:
     """An epoch row's figures as the loggers' scalars, ``timing/<name>`` (those measured)."""
-    return {f"timing/{f.name}": row[f] for f in epoch_figures() if row.get(f) is not None}
+    return {f"timing/{f.name}": row[f] for f in FIGURES if f.epoch and row.get(f) is not None}

@@ -75,8 +75,6 @@ def jsonable(value: Any) -> Any:
         return {(k if isinstance(k, JSON_SCALARS) else repr(k)): jsonable(v) for k, v in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
         return [jsonable(v) for v in value]
-    if isinstance(value, numbers.Integral):
-        return int(value)
     if isinstance(value, numbers.Real):
-        return float(value)
+        return int(value) if isinstance(value, numbers.Integral) else float(value)
     return repr(value)

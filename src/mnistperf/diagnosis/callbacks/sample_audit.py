@@ -21,7 +21,6 @@ from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, tensors_of
 from mnistperf.diagnosis.measure.fingerprint import PADDING, Fingerprinter, HeldSteps
-from mnistperf.diagnosis.ranks import every_rank
 from mnistperf.errors import MnistperfError
 
 AS_ONE = "its samples are audited as one loader's"
@@ -336,12 +335,12 @@ class SampleAudit(Callback):
         device = parts[0].device
         local = torch.cat(parts)
         meta = torch.tensor([int(order), *(len(p) for p in parts), *carried], dtype=torch.int64, device=device)
-        metas = every_rank(trainer.strategy, meta).tolist()
+        metas = trainer.strategy.all_gather(meta).reshape(world, -1).tolist()
         lengths = [sum(m[1 : 1 + count]) for m in metas]
         longest = max(lengths)
         padded = torch.full((longest,), PADDING, dtype=torch.int64, device=device)
         padded[: local.numel()] = local
-        everyone = every_rank(trainer.strategy, padded) if longest else padded.reshape(world, 0)
+        everyone = trainer.strategy.all_gather(padded).reshape(world, -1) if longest else padded.reshape(world, 0)
         return [
             Share(everyone[rank, :length].split(m[1 : 1 + count]), Order(m[0]), m[1 + count :])
             for rank, (m, length) in enumerate(zip(metas, lengths, strict=True))

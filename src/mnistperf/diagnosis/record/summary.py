@@ -64,8 +64,8 @@ def aggregate(
     the advice's per verdict. ``metric``: a validation metric of the rows, its last value ``final_metric``.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
-    read: dict[str, Any] = {f: RUN_READERS[f.run](steady, f) for f in figures.registry() if f.run in RUN_READERS}
-    read["split"] = {f: read.pop(f) for f in figures.registry() if f.run == "split"}
+    read: dict[str, Any] = {f: RUN_READERS[f.run](steady, f) for f in figures.FIGURES if f.run in RUN_READERS}
+    read["split"] = {f: read.pop(f) for f in figures.FIGURES if f.run == "split"}
     read.update(window_figures(busy_window))
     verdict, reason = classify(read, input_bound_share, not_measured(busy_window, ended=True))
     if busy_window is not None and busy_window.get("in_warmup") and busy_window.get("share") is not None:

@@ -61,10 +61,8 @@ def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
     how = f"takes {slower:.0%} more time than A" if slower >= 0 else f"takes {-slower:.0%} less time than A"
     failed = slower > allowed_pct / 100 + (band or 0.0)
     outcome, side = ("failed", "past") if failed else ("passed", "within")
-    return (
-        failed,
-        f"compare: {option} {outcome}: B {how} per epoch, {side} the {allowed_pct:g}% allowed and {noise_said}",
-    )
+    line = f"compare: {option} {outcome}: B {how} per epoch, {side} the {allowed_pct:g}% allowed and {noise_said}"
+    return failed, line
 
 
 def report_command(argv: Sequence[str]) -> None:

@@ -12,14 +12,14 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, SAMPLES_PER_S, Figure, shown_side_by_side
+from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 
 CEILING_SLACK = 0.05  # a gain this much over the ceiling still counts as within it (the two runs' own noise)
 
 
-def steady_values(run: RunSummary, figure: Figure) -> list[float]:
+def steady_values(run: RunSummary, figure: figures.Figure) -> list[float]:
     """The figure's values in the run's steady epochs (those an epoch measured), from its epoch figure."""
     if figure.per_epoch is None or run.steady_epochs is None:
         return []
@@ -35,7 +35,7 @@ def spread(values: list[float]) -> float | None:
     return (max(values) - min(values)) / mean(values)
 
 
-def noise(a: RunSummary, b: RunSummary, figure: Figure) -> float | None:
+def noise(a: RunSummary, b: RunSummary, figure: figures.Figure) -> float | None:
     """The larger of the two runs' spreads of a figure (one run's where only it has one; None where neither has)."""
     return max((s for run in (a, b) if (s := spread(steady_values(run, figure))) is not None), default=None)
 
@@ -57,7 +57,7 @@ def said(ratio: float | None, band: float | None) -> str:
 
 def epoch_samples(run: RunSummary) -> float | None:
     """Samples per steady epoch: throughput times train time (None where samples were not counted)."""
-    rate, train = run.figure(SAMPLES_PER_S), run.figure(AVG_TRAIN_S)
+    rate, train = run.figure(figures.SAMPLES_PER_S), run.figure(figures.AVG_TRAIN_S)
     return rate * train if rate and train else None
 
 
@@ -67,7 +67,7 @@ def bought(a: RunSummary, b: RunSummary) -> dict[str, Any]:
     ``saved_s`` is negative where B is slower, ``slower`` is B's time over A's less 1, ``scaled`` says B's time was
     scaled to A's samples; ``ceiling_s`` and ``within`` are None where A's advice gave no ceiling.
     """
-    a_time, b_time = a.figure(AVG_TRAIN_S), b.figure(AVG_TRAIN_S)
+    a_time, b_time = a.figure(figures.AVG_TRAIN_S), b.figure(figures.AVG_TRAIN_S)
     if a_time is None or b_time is None:
         raise ValueError("a run's summary without its steady train time per epoch")
     a_samples, b_samples = epoch_samples(a), epoch_samples(b)
@@ -80,7 +80,7 @@ def bought(a: RunSummary, b: RunSummary) -> dict[str, Any]:
         "saved_s": saved,
         "speed_up": a_time / b_time if b_time > 0 else None,
         "slower": b_time / a_time - 1 if a_time > 0 else None,
-        "noise": noise(a, b, AVG_TRAIN_S),
+        "noise": noise(a, b, figures.AVG_TRAIN_S),
         "scaled": scaled,
         "bound": a.verdict,
         "ceiling_s": ceiling,
@@ -93,12 +93,12 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
     """The two runs' figures side by side with B's over A's, their verdicts, and what B bought (:func:`bought`)."""
     a, b = RunSummary.of(a), RunSummary.of(b)
     rows = []
-    for figure in shown_side_by_side():
+    for figure in figures.FIGURES:
         first, second = a.figure(figure), b.figure(figure)
-        if first is None and second is None:
+        if figure.label is None or (first is None and second is None):
             continue
         row: dict[str, Any] = {
-            "figure": (figure.label or figure.name).strip(),
+            "figure": figure.label.strip(),
             "key": figure.where,
             "unit": figure.shown,
             "a": None if first is None else first * figure.scale,
@@ -158,8 +158,7 @@ def format_bought(gain: dict[str, Any]) -> str:
     saved = gain["saved_s"]
     speed = "-" if gain["speed_up"] is None else f"{gain['speed_up']:.2f}"
     per = " of A's samples" if gain["scaled"] else ""
-    slower = gain["slower"]
-    noise_said = said(None if slower is None else 1 + slower, gain["noise"])
+    noise_said = said(None if gain["slower"] is None else 1 + gain["slower"], gain["noise"])  # B's time over A's
     head = (f"B saves {saved:.2f} s" if saved >= 0 else f"B takes {-saved:.2f} s more") + f" per epoch{per}"
     head += f" ({speed}x, {noise_said})"
     if gain["ceiling_s"] is None:

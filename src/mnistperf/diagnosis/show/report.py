@@ -73,11 +73,14 @@ class Chart:
         """The height of ``value`` on the vertical axis (SVG's y grows downwards; the top mark is above 0)."""
         return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * value / self.marks[-1]
 
-    def svg(self, drawn: str, names: dict[int, str]) -> str:
+    def svg(self, drawn: str, names: dict[int, str], missing: str) -> str:
         """``drawn`` in the chart's axes, a labelled line at each mark, the epochs under them; above, the legend.
 
-        ``names``: each series' by its place, so that a series keeps its colour in every chart.
+        ``names``: each series' by its place, so that a series keeps its colour in every chart. Where nothing is
+        drawn, a note instead: the chart's label and what is ``missing``.
         """
+        if not drawn:
+            return f'<p class="none">{escape(self.label)}: {missing}.</p>'
         legend = "".join(
             f'<span><svg width="12" height="12"><rect width="12" height="12" fill="{COLOURS[i % len(COLOURS)]}"/>'
             f"</svg> {escape(name)}</span>"
@@ -121,9 +124,6 @@ def line_charts(
     marks = ticks(max((x * scale for each in found for _, v in each.values() for x in v if x is not None), default=0))
     charts = []
     for epochs, values in zip(runs, found, strict=True):
-        if not values:
-            charts.append(f'<p class="none">{escape(label)}: not measured in this run.</p>')
-            continue
         chart = Chart(width, epochs, marks, unit, label)
         body = ""
         for i, (name, points) in values.items():
@@ -135,7 +135,7 @@ def line_charts(
                 f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"><title>{escape(name)}</title></circle>'
                 for x, y in xy
             )
-        charts.append(chart.svg(body, {i: name for i, (name, _) in values.items()}))
+        charts.append(chart.svg(body, {i: name for i, (name, _) in values.items()}, "not measured in this run"))
     return charts
 
 
@@ -153,11 +153,8 @@ def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
     names = {i: key.removesuffix("_s").replace("_", " ") for i, key in enumerate(figures.SPLIT)}
     charts = []
     for epochs in runs:
-        if not epochs:
-            charts.append('<p class="none">train time split per epoch: no finished epoch.</p>')
-            continue
         chart = Chart(width, epochs, marks, "s", "train time split per epoch")
-        bar = min((width - LEFT - RIGHT) / len(epochs) * 0.6, 80)  # few epochs on a wide chart: bars, not walls
+        bar = min((chart.x(1) - chart.x(0)) * 0.6, 80)  # few epochs on a wide chart: bars, not walls
         body = ""
         for j, e in enumerate(epochs):
             base = 0.0
@@ -170,7 +167,7 @@ def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
                     f"{value:.3f} s</title></rect>"
                 )
                 base += value
-        charts.append(chart.svg(body, names))
+        charts.append(chart.svg(body, names, "no finished epoch"))
     return charts
 
 
@@ -215,9 +212,9 @@ def epochs_table(run: RunSummary) -> str:
 def figures_table(run: RunSummary) -> str:
     """Every figure the registry sets side by side that the run measured: its value as shown, and what it means."""
     rows = [
-        [f"{(f.label or f.name).strip()} ({f.shown})", shown(value, f.shown, f.scale), f.meaning]
-        for f in figures.shown_side_by_side()
-        if (value := run.figure(f)) is not None
+        [f"{f.label.strip()} ({f.shown})", shown(value, f.shown, f.scale), f.meaning]
+        for f in figures.FIGURES
+        if f.label is not None and (value := run.figure(f)) is not None
     ]
     return _table(["figure", "value", "what it is"], rows, words_last=True)
 

@@ -11,18 +11,16 @@ from mnistperf.errors import ConfigError
 DEFAULT_LOGGER_NAME = "lightning_logs"  # Lightning's loggers' name for a run that gave none: it tells no run apart
 
 
-def run_label(path: Path, config: str | None) -> str:
-    """A run as a comparison names it: its folder (``version_1``), after its logger's name (``v2_pinned/version_1``)."""
-    folder = path.resolve().parent.name
-    if not config or config in (DEFAULT_LOGGER_NAME, folder):
-        return folder
-    return f"{config}/{folder}"
-
-
 def run_labels(paths: Sequence[Path], configs: Sequence[str | None]) -> list[str]:
-    """Each run's :func:`run_label`; where two come out alike, the folders above theirs until they differ."""
-    labels = [run_label(path, config) for path, config in zip(paths, configs, strict=True)]
+    """Each run as a comparison names it: its folder (``version_1``), after its logger's name (``v2_pinned/version_1``).
+
+    Where two come out alike, the folders above theirs until they differ.
+    """
     folders = [path.resolve().parent.parts for path in paths]
+    labels = [
+        f"{config}/{parts[-1]}" if config and config not in (DEFAULT_LOGGER_NAME, parts[-1]) else parts[-1]
+        for parts, config in zip(folders, configs, strict=True)
+    ]
     depth = 2
     while len(set(labels)) < len(labels) and depth <= max(len(parts) for parts in folders):
         labels = ["/".join(parts[-depth:]) for parts in folders]
@@ -37,18 +35,15 @@ def load_two(run_a: Path, run_b: Path) -> tuple[tuple[Path, RunSummary], tuple[P
     """
     (a_path, a_summary), (b_path, b_summary) = load(run_a), load(run_b)
     if a_path.resolve() == b_path.resolve():
-        why = f"both lead to {a_path}" + (
-            ", a folder standing for the newest run under it" if run_a.is_dir() or run_b.is_dir() else ""
-        )
+        folder = ", a folder standing for the newest run under it" if run_a.is_dir() or run_b.is_dir() else ""
+        why = f"both lead to {a_path}{folder}"
     elif a_summary == b_summary:
         why = f"{b_path} holds the very figures of {a_path}, a copy"
     else:
         return (a_path, a_summary), (b_path, b_summary)
-    others = [p.parent for p in a_path.parent.parent.glob(f"*/{SUMMARY_FILE}") if p.resolve() != a_path.resolve()]
-    newest = max(others, key=lambda folder: (folder / SUMMARY_FILE).stat().st_mtime_ns, default=None)
-    pair = (
-        sorted((newest, a_path.parent), key=lambda folder: (folder / SUMMARY_FILE).stat().st_mtime_ns) if newest else []
-    )
+    others = [p for p in a_path.parent.parent.glob(f"*/{SUMMARY_FILE}") if p.resolve() != a_path.resolve()]
+    newest = max(others, key=lambda path: path.stat().st_mtime_ns, default=None)
+    pair = [p.parent for p in sorted((newest, a_path), key=lambda path: path.stat().st_mtime_ns)] if newest else []
     fix = f"e.g. {pair[0]} {pair[1]} (the older first)" if pair else "a second run's timing.json or its log folder"
     raise ConfigError(
         f"{run_a} and {run_b} are the same run ({why}), so nothing changed between them; give two runs, {fix}"
@@ -67,11 +62,8 @@ def mismatch(a: RunSummary, b: RunSummary) -> str | None:
         said.append(f"A trained on {datasets[0]} and B on {datasets[1]}")
     keys = [set(run.model) if isinstance(run.model, dict) else set() for run in (a, b)]
     if all(keys) and keys[0] != keys[1]:
-        only_a, only_b = sorted(keys[0] - keys[1]), sorted(keys[1] - keys[0])
-        sides = [
-            f"A's model has {', '.join(only_a)}" if only_a else "",
-            f"B's has {', '.join(only_b)}" if only_b else "",
-        ]
+        only_a, only_b = (", ".join(sorted(mine - theirs)) for mine, theirs in (keys, keys[::-1]))
+        sides = [f"A's model has {only_a}" if only_a else "", f"B's has {only_b}" if only_b else ""]
         said.append(" and ".join(side for side in sides if side) + " (other models)")
     if not said:
         return None

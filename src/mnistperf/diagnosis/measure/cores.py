@@ -33,8 +33,7 @@ class EpochCores:
 
     def __init__(self) -> None:
         self.started: float | None = None  # the epoch's start, on the caller's clock
-        self.waited = 0.0  # seconds the training thread waited for a core in train time so far
-        self.unread = False  # a read of the thread's schedule failed: its wait is not measured
+        self.waited = 0.0  # seconds the training thread waited for a core in train time so far (NaN: a read failed)
         self._from: tuple[float, float] | None = None  # the thread's schedule where train time last started
         self.first: dict[int, float] = {}  # each worker's CPU seconds at the epoch's start (absent: started since)
         self.last: dict[int, float] = {}  # each worker's CPU seconds at its last read (a worker gone keeps it)
@@ -54,10 +53,7 @@ class EpochCores:
     def train_paused(self) -> None:
         """Train time stops (the last step, or an evaluation begins): the wait since it started is added."""
         now, before, self._from = thread_schedule(), self._from, None
-        if now is None or before is None:
-            self.unread = True
-        else:
-            self.waited += max(now[1] - before[1], 0.0)
+        self.waited += math.nan if now is None or before is None else max(now[1] - before[1], 0.0)
 
     def read_workers(self, now: float) -> None:
         """Read the workers' CPU time now; the next read is due :data:`READ_EVERY_S` later."""
@@ -66,7 +62,7 @@ class EpochCores:
 
     def shares(self, train_s: float, now: float) -> tuple[float, float]:
         """(``core_wait_share``, ``workers_cpu_share``) since the start, read once more; NaN where not measured."""
-        wait = math.nan if self.unread or train_s <= 0 else min(max(self.waited / train_s, 0.0), 1.0)
+        wait = math.nan if math.isnan(self.waited) or train_s <= 0 else min(max(self.waited / train_s, 0.0), 1.0)
         if self.started is None or not measured() or not now > self.started:
             return wait, math.nan
         self.read_workers(now)

@@ -158,7 +158,7 @@ def thread_schedule() -> tuple[float, float] | None:
 
 
 @contextmanager
-def profiler_lines_dropped(prefix: bytes = b"USDT:") -> Iterator[None]:
+def profiler_lines_dropped() -> Iterator[None]:
     """Keep the lines torch's native profiler writes to stderr on start and stop from the terminal; others pass."""
     try:
         saved = os.dup(2)
@@ -173,7 +173,7 @@ def profiler_lines_dropped(prefix: bytes = b"USDT:") -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             caught.seek(0)
-            kept = b"".join(line for line in caught.read().splitlines(keepends=True) if not line.startswith(prefix))
+            kept = b"".join(line for line in caught.read().splitlines(keepends=True) if not line.startswith(b"USDT:"))
             if kept:
                 os.write(2, kept)
 
@@ -276,7 +276,7 @@ class BusyWindow:
             if time.perf_counter() - self._recording_since - (index - self.first + 1) * step_s > allowed_s:
                 self.last = index  # the window ends early: its recorded steps have cost what it may spend
         if index == self.last:
-            stopped = self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
+            stopped = self.close()  # waits for the device; the clock keeps the window out of the epoch's figures
             (opened, before), now, schedule = self._opened, time.perf_counter(), thread_schedule()
             if before is not None and schedule is not None and now > opened:  # the share it waited for a core
                 self.crowded = min(max((schedule[1] - before[1]) / (now - opened), 0.0), 1.0)
@@ -312,19 +312,6 @@ class BusyWindow:
         except Exception:  # a reading that fails leaves the window's share, and the fit, as they are
             return None
 
-    def _stop(self) -> Any:
-        """Stop the profiler and let go of it; return it."""
-        global _profiling
-        profiler, self._profiler = self._profiler, None
-        with nullcontext() if profiler is self.clock else profiler_lines_dropped():
-            if self.device_type == "cuda":
-                profiler.stop()
-            else:  # the autograd profiler, or the operator clock
-                profiler.__exit__(None, None, None)
-        if _profiling is self:
-            _profiling = None
-        return profiler
-
     def abandon(self, reason: str) -> None:
         """End the window now, without a share, for ``reason``."""
         self.close()
@@ -346,10 +333,20 @@ class BusyWindow:
         }
         return {**found, "reason": self.reason} if self.reason else found
 
-    def close(self) -> None:
-        """Stop a window the epoch did not finish (an interrupted or shortened epoch)."""
-        if self._profiler is not None:
-            self._stop()
+    def close(self) -> Any:
+        """Stop the profiler, if it runs, and let go of it; return it (None where none ran)."""
+        global _profiling
+        profiler, self._profiler = self._profiler, None
+        if profiler is None:
+            return None
+        with nullcontext() if profiler is self.clock else profiler_lines_dropped():
+            if self.device_type == "cuda":
+                profiler.stop()
+            else:  # the autograd profiler, or the operator clock
+                profiler.__exit__(None, None, None)
+        if _profiling is self:
+            _profiling = None
+        return profiler
 
 
 def collective_intervals(events: list[Event], device_type: str = "cuda") -> list[tuple[float, float]]:

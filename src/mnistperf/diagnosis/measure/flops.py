@@ -15,11 +15,9 @@ from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU
 
 # Dense peak FLOP/s from the vendors' data sheets, for the GPUs Lightning's table lacks or states otherwise than MFU
 # needs (docs/timing.md, Utilization): fp32 without tensor cores, tf32, bf16 and fp16 on them; the first name found.
-HOPPER = {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}
 OWN_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     ("H[12]00 NVL", {"fp32": 60e12, "tf32": 417.5e12, "bf16": 835e12, "fp16": 835e12}),
-    ("G?H200", HOPPER),
-    ("H100(?!.*(HBM3|HBM2e|PCIe))", HOPPER),
+    ("(G?H200|H100(?!.*(HBM3|HBM2e|PCIe)))", {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}),
     ("L40S", {"fp32": 91.6e12, "tf32": 183e12, "bf16": 362e12, "fp16": 362e12}),
     ("L40", {"fp32": 90.5e12, "tf32": 90.5e12, "bf16": 181e12, "fp16": 181e12}),
     ("A10", {"fp32": 31.2e12, "tf32": 62.5e12, "bf16": 125e12, "fp16": 125e12}),

@@ -48,10 +48,9 @@ def rss_mb() -> float | None:
     return _sizes_mb("self", "status", "VmRSS")[0]
 
 
-def rss_pss_mb(pid: int) -> tuple[float | None, float | None]:
+def rss_pss_mb(pid: int) -> list[float | None]:
     """Process ``pid``'s resident and proportional set sizes in MB, from ``smaps_rollup``."""
-    rss, pss = _sizes_mb(pid, "smaps_rollup", "Rss", "Pss")
-    return rss, pss
+    return _sizes_mb(pid, "smaps_rollup", "Rss", "Pss")
 
 
 def _local_rank(pid: int | str) -> str | None:

@@ -13,9 +13,7 @@ from mnistperf.machine import usable_cpus
 
 # Workers are read at the first step this long after the last read: a worker gone since loses that much CPU at most.
 READ_EVERY_S = 1.0
-# Workers using this share of the usable cores' time held cores the step needed: beside its thread per core they take
-# their number's share, so a quarter keeps a third of each core busy all epoch (docs/timing.md, "The verdict").
-WORKERS_HOLD = 0.25
+WORKERS_HOLD = 0.25  # workers using this share of the usable cores' time held cores the step needed (docs/timing.md)
 
 
 def cpu_s(pid: int) -> float | None:
@@ -71,11 +69,7 @@ class EpochCores:
 
 
 def held(figures: dict[str, Any]) -> dict[str, Any] | None:
-    """Who held the cores where the training thread waited for one at least ``CROWDED`` (the window's line of doubt).
-
-    Returns ``{"by": "workers" or "other work", "core_wait_share", "workers_cpu_share"}``, and where its workers held
-    them ``speed_up_at_most``: the training thread's own wait gone; else None.
-    """
+    """Who held the cores (``by`` its workers or other work) where the training thread waited for one; else None."""
     wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)
     if wait is None or math.isnan(wait) or wait < CROWDED:
         return None
@@ -98,7 +92,6 @@ def clause(found: dict[str, Any] | None) -> str:
             "faster, what the training thread's wait costs (the step's other threads' waits are not read)"
         )
     workers_used = f", its loader's workers using {used:.0%} of them" if used is not None else ""
-    # Each rank reads its own workers only: under DDP the other ranks and theirs are among the other work.
     return (
         "; other work on this machine (a DDP run's other ranks and their workers among it) took the cores: "
         f"the training thread waited for one {wait:.0%} of train time{workers_used}; measure again on a quieter "

@@ -1,8 +1,7 @@
 """How much of a window of steps the device spent working: the union of its operations' own intervals over the window.
 
-Kineto records the kernels, copies and memsets on CUDA, the autograd profiler without Kineto the operators on a CPU;
-the same window reads how long the ranks talked under DDP and, on Linux, how long the training thread waited for a
-core. What it measures, where it sits and what it may cost: docs/timing.md, "GPU busy" and "CPU in tensor operations".
+What it measures (under DDP, the ranks' talk too; on Linux, the training thread's wait for a core), where it sits and
+what it may cost: docs/timing.md, "GPU busy" and "CPU in tensor operations".
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ CLOCK_NODE_COST = 12 * 2.5  # the operator clock's: 12 torch calls per node, eac
 CLOCK_WORST = 3.0  # the operator clock's price of a step at its worst
 BASE_MARGIN = 0.05  # the margin any share is read with, before the wait for a core widens it
 MIN_KERNELS_PER_STEP = 8  # a step launches about ten at the least: a window that saw fewer missed part of its work
-# Under the run's log folder, where TensorBoard's profile plugin looks; Perfetto (ui.perfetto.dev) opens it too.
-TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
+TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")  # where TensorBoard looks for it
 # What the busy share counts as the device working (not user annotations, which span whole steps on the GPU).
 DEVICE_WORK = {"cuda": ("kernel", "gpu_memcpy", "gpu_memset"), "cpu": ("cpu_op",)}
 # By device: (the backend whose collectives it shows, their kind, their name's start); gloo's on a GPU run on the host.

@@ -88,14 +88,13 @@ class StepPhases:
         """The sampled step ends; True when its sample is done (it reached the update, or holds its steps)."""
         if self._current is None or self._open is None:
             return True
-        self._current["end"] = self._stamp()
-        self._open.append(self._current)
-        done = "optimizer" in self._current or len(self._open) >= self._steps
-        self._current = None
-        if done:
+        step, self._current = self._current, None
+        step["end"] = self._stamp()
+        self._open.append(step)
+        if "optimizer" in step or len(self._open) >= self._steps:
             self._samples.append(self._open)
             self._open = None
-        return done
+        return self._open is None
 
     def _seconds(self, first: Any, last: Any) -> float:
         return first.elapsed_time(last) / 1e3 if self.on_cuda else last - first

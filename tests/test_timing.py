@@ -311,18 +311,18 @@ def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says
 
     steps = 20
     eager = [("kernel", 10.0 * i, 10.0 * i + 4) for i in range(MIN_KERNELS_PER_STEP * steps)]
-    assert window_reading(eager, steps) == (pytest.approx(0.4, abs=0.01), None)
+    assert window_reading(eager, steps, MIN_KERNELS_PER_STEP) == (pytest.approx(0.4, abs=0.01), None)
     # A window that missed part of the work: the batches' copies and a few kernels only.
     partial = [("gpu_memcpy", 10.0 * i, 10.0 * i + 9) for i in range(16 * steps)] + eager[: 4 * steps]
-    share, reason = window_reading(partial, steps)
+    share, reason = window_reading(partial, steps, MIN_KERNELS_PER_STEP)
     assert share is None and f"saw {4 * steps} kernels in {steps} steps" in reason and "missed" in reason
     # A window that saw no kernel at all says exactly that, and names no cause it cannot know.
-    share, reason = window_reading([("gpu_memcpy", 0.0, 5.0), ("gpu_memset", 6.0, 7.0)], steps)
+    share, reason = window_reading([("gpu_memcpy", 0.0, 5.0), ("gpu_memset", 6.0, 7.0)], steps, MIN_KERNELS_PER_STEP)
     assert (share, reason) == (None, "the profiler saw no kernels on the device")
     verdict, why = classify({"input_wait_share": 0.05, "device_busy_share": None}, 0.5, reason)
     assert verdict == "undetermined" and "the profiler saw no kernels on the device" in why
     assert "75504" not in why
-    assert window_reading([], steps) == (None, "the profiler saw no kernels on the device")
+    assert window_reading([], steps, MIN_KERNELS_PER_STEP) == (None, "the profiler saw no kernels on the device")
 
 
 def test_a_capture_starts_no_profiler_and_ends_a_window_still_profiling(monkeypatch):

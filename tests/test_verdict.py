@@ -220,9 +220,9 @@ def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypa
 
 def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_worst():
     cost = window_module.CPU_WINDOW_COST
-    assert window_module.affordable_steps(100.0, 0.1, 0.02) == pytest.approx(2.0 / (cost * 0.1))
-    assert window_module.affordable_steps(1.0, 0.1, 0.02) < 1  # not even one step
-    assert window_module.affordable_steps(1.0, 0.1, None) == float("inf")
+    assert window_module.affordable_steps(100.0, 0.1, 0.02, cost) == pytest.approx(2.0 / (cost * 0.1))
+    assert window_module.affordable_steps(1.0, 0.1, 0.02, cost) < 1  # not even one step
+    assert window_module.affordable_steps(1.0, 0.1, None, cost) == float("inf")
     # priced by its own graph at a tenth of a step, less the profiler's start, stop and reading
     fixed = window_module.START_COST * 1e-4
     assert window_module.affordable_steps(100.0, 0.1, 0.02, 0.1, fixed) == pytest.approx((2.0 - fixed) / (0.1 * 0.1))

@@ -105,9 +105,7 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
     return (first, last) if first <= last else None
 
 
-def affordable_steps(
-    fit_s: float, step_s: float, share: float | None, price: float = CPU_WINDOW_COST, start_s: float = 0.0
-) -> float:
+def affordable_steps(fit_s: float, step_s: float, share: float | None, price: float, start_s: float = 0.0) -> float:
     """The steps of ``step_s`` costing ``price`` each a window may record in ``share`` of ``fit_s`` past ``start_s``."""
     return math.inf if share is None else (share * fit_s - start_s) / (price * step_s)
 
@@ -186,14 +184,12 @@ def kernel_count(activities: list[Activity]) -> int:
     return sum(1 for kind, _, _ in activities if kind in ("kernel", "cpu_op"))
 
 
-def window_reading(
-    activities: list[Activity], steps: int, min_kernels_per_step: int = MIN_KERNELS_PER_STEP
-) -> tuple[float | None, str | None]:
+def window_reading(activities: list[Activity], steps: int, fewest_per_step: int) -> tuple[float | None, str | None]:
     """(busy share, None), or (None, why not) from a window's activities (:func:`work_of`) over ``steps`` steps."""
     kernels = kernel_count(activities)
     if kernels == 0:
         return None, "the profiler saw no kernels on the device"
-    if kernels < min_kernels_per_step * steps:
+    if kernels < fewest_per_step * steps:
         return None, (
             f"the profiler saw {kernels} kernels in {steps} steps, fewer than a training step launches: "
             "it missed part of the device's work"

@@ -143,13 +143,12 @@ def step_price(
     return min(nodes * node_cost * op_s / step_s, worst)
 
 
-def thread_schedule() -> tuple[float, float] | None:
-    """(seconds on a core, seconds waiting for one) of the calling thread so far; None off Linux."""
+def thread_wait_s() -> float | None:
+    """The seconds the calling thread has waited for a core so far (its schedule's run-queue wait); None off Linux."""
     try:
         with open("/proc/thread-self/schedstat") as stat:
-            on_core, waiting = stat.read().split()[:2]
-        return int(on_core) / 1e9, int(waiting) / 1e9
-    except (OSError, ValueError):
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -222,7 +221,7 @@ class BusyWindow:
         self._profiler: Any = None  # Kineto's profile on CUDA, the autograd profiler on a CPU
         self.clock: OperatorClock | None = None  # set before it starts: times the torch calls in the profiler's place
         self.bounds: tuple[float, float] | None = None  # the operator clock's least and most share
-        self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
+        self._opened: tuple[float, float | None] = (0.0, None)  # the clock and the thread's wait where it opened
         self._recording_since = 0.0
 
     def cap(self, steps: int, step_s: float, allowed_s: float) -> None:
@@ -234,7 +233,7 @@ class BusyWindow:
         """Step ``index`` begins: the CUDA profiler starts its warm-up before ``first``, a CPU's recording at it."""
         on_cuda = self.device_type == "cuda"
         if index == self.opens and self._profiler is None and not self.done:
-            self._opened = (time.perf_counter(), thread_schedule())
+            self._opened = (time.perf_counter(), thread_wait_s())
             if on_cuda:
                 if cupti_tears_down_safely():  # else CUPTI stays attached after the profiler and slows every launch
                     os.environ.setdefault("TEARDOWN_CUPTI", "1")
@@ -271,9 +270,9 @@ class BusyWindow:
                 self.last = index  # the window ends early: its recorded steps have cost what it may spend
         if index == self.last:
             stopped = self.close()  # waits for the device; the clock keeps the window out of the epoch's figures
-            (opened, before), now, schedule = self._opened, time.perf_counter(), thread_schedule()
-            if before is not None and schedule is not None and now > opened:  # the share it waited for a core
-                self.crowded = min(max((schedule[1] - before[1]) / (now - opened), 0.0), 1.0)
+            (opened, before), now, waited = self._opened, time.perf_counter(), thread_wait_s()
+            if before is not None and waited is not None and now > opened:  # the share it waited for a core
+                self.crowded = min(max((waited - before) / (now - opened), 0.0), 1.0)
             self.done = True
             if self.clock is not None:
                 self.kernels = self.clock.calls

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, WORKERS_CPU_SHARE
-from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_schedule
+from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_wait_s
 from mnistperf.diagnosis.measure.memory import PROC, measured, workers
 from mnistperf.machine import usable_cpus
 
@@ -32,13 +32,13 @@ class EpochCores:
     def __init__(self) -> None:
         self.started: float | None = None  # the epoch's start, on the caller's clock
         self.waited = 0.0  # seconds the training thread waited for a core in train time so far (NaN: a read failed)
-        self._from: tuple[float, float] | None = None  # the thread's schedule where train time last started
+        self._from: float | None = None  # the thread's wait where train time last started
         self.first: dict[int, float] = {}  # each worker's CPU seconds at the epoch's start (absent: started since)
         self.last: dict[int, float] = {}  # each worker's CPU seconds at its last read (a worker gone keeps it)
         self.due = math.inf  # the clock time of the next read of the workers
 
     def start(self, now: float) -> None:
-        """The epoch starts at ``now``: its workers' CPU so far and the thread's schedule are read."""
+        """The epoch starts at ``now``: its workers' CPU so far and the thread's wait for a core are read."""
         self.started = now
         self.read_workers(now)
         self.first = dict(self.last)
@@ -46,12 +46,12 @@ class EpochCores:
 
     def train_resumed(self) -> None:
         """Train time starts (the epoch's start, or after an evaluation inside it)."""
-        self._from = thread_schedule()
+        self._from = thread_wait_s()
 
     def train_paused(self) -> None:
         """Train time stops (the last step, or an evaluation begins): the wait since it started is added."""
-        now, before, self._from = thread_schedule(), self._from, None
-        self.waited += math.nan if now is None or before is None else max(now[1] - before[1], 0.0)
+        now, before, self._from = thread_wait_s(), self._from, None
+        self.waited += math.nan if now is None or before is None else max(now - before, 0.0)
 
     def read_workers(self, now: float) -> None:
         """Read the workers' CPU time now; the next read is due :data:`READ_EVERY_S` later."""

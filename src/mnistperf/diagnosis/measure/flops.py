@@ -42,12 +42,9 @@ GIVE_FLOPS = "EpochTimer(flops_per_batch=...) gives the step's FLOPs"
 
 def number_format(precision: str, matmul_precision: str) -> str:
     """The number format a run's matrix products use: from Lightning's precision and float32's matmul precision."""
-    if "bf16" in precision:
-        return "bf16"
-    if "16" in precision:
-        return "fp16"
-    if "64" in precision:
-        return "fp64"
+    for part, fmt in (("bf16", "bf16"), ("16", "fp16"), ("64", "fp64")):  # bf16 before the 16 in it
+        if part in precision:
+            return fmt
     return "tf32" if matmul_precision in ("high", "medium") else "fp32"
 
 

@@ -130,7 +130,7 @@ class TrainingBatches:
             return
         with self.problems.guard("reading the first batch's tensors"):
             for name, part in zip(self.names, self.parts(batch), strict=True):
-                lengths = leading_lengths(part) if part is not None else []
+                lengths = leading_lengths(part)  # none for a loader that gave no batch
                 if len(lengths) > 1:
                     where = f" of loader {name}" if self.several else ""
                     guessed = self.guess.format(first=lengths[0], module=type(trainer.lightning_module).__name__)

@@ -65,9 +65,8 @@ class Fingerprinter:
         key = (offset, device)
         if key not in self._weights:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
-            self._weights[key] = torch.randint(
-                1, PRIME, (self.max_words, LANES), generator=generator, dtype=torch.int64
-            ).to(device)
+            drawn = torch.randint(1, PRIME, (self.max_words, LANES), generator=generator, dtype=torch.int64)
+            self._weights[key] = drawn.to(device)
         return self._weights[key][:words]
 
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:

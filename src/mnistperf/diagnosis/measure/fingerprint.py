@@ -13,8 +13,7 @@ import torch
 
 PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
-# Elements of the temporary (samples x words x lanes) product per chunk of words.
-CHUNK_ELEMENTS = 1 << 22
+CHUNK_ELEMENTS = 1 << 22  # elements of the temporary (samples x words x lanes) product per chunk of words
 # Words per float64 matmul: a word (|v| < 2**16) times a weight's 16-bit half is below 2**32, so these sum below 2**52,
 # exact in float64.
 FLOAT_CHUNK_WORDS = 1 << 20

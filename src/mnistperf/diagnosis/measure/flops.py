@@ -25,8 +25,7 @@ OWN_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     ("A40", {"fp32": 37.4e12, "tf32": 74.8e12, "bf16": 149.7e12, "fp16": 149.7e12}),
     ("RTX 4090", {"fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165.2e12, "fp16": 165.2e12}),
 )
-# Lightning's name for each number format.
-LIGHTNING_DTYPES: dict[str, torch.dtype | str] = {
+LIGHTNING_DTYPES: dict[str, torch.dtype | str] = {  # Lightning's name for each number format
     "fp64": torch.float64,
     "fp32": torch.float32,
     "tf32": "tfloat32",

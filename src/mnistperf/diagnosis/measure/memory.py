@@ -16,8 +16,7 @@ from mnistperf.diagnosis.measure.trend import trend
 PROC = Path("/proc")
 MB = 2**20
 GROWTH_MB = 4.0  # an epoch on average, rising every steady epoch: memory that grows
-# The row's memory figures that growth is read on, and what each is called in the summary's line.
-GROWING = {
+GROWING = {  # the row's memory figures that growth is read on, and what each is called in the summary's line
     RSS_MB: "the training process",
     WORKERS_PSS_MB: "its DataLoader workers",
     DEVICE_ALLOCATED_MB: "GPU memory allocated",

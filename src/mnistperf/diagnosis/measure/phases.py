@@ -14,8 +14,7 @@ import torch
 
 SAMPLE_EVERY = 16  # one optimizer step in this many is a sample: batch indices 1, 17, 33, ... without accumulation
 PHASES = ("forward", "backward", "optimizer")
-# The marks every step of a sample has; its last step also has ``optimizer``.
-STEP_MARKS = {"start", "backward", "backward_end", "end"}
+STEP_MARKS = {"start", "backward", "backward_end", "end"}  # every step of a sample's; its last has "optimizer" too
 
 
 def sampled(index: int, steps: int = 1) -> bool:

@@ -11,7 +11,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -297,13 +297,11 @@ class BusyWindow:
 
     def _collectives(self, events: list[Event]) -> tuple[str, int, list[tuple[float, float]]] | None:
         """Under DDP, the backend, the world's size and the window's collectives; None where there are none to see."""
-        try:
+        with suppress(Exception):  # a reading that fails leaves the window's share, and the fit, as they are
             ranks = world()
-            if ranks is None or COLLECTIVES[self.device_type][0] not in ranks[0]:
-                return None
-            return (*ranks, collective_intervals(events, self.device_type))
-        except Exception:  # a reading that fails leaves the window's share, and the fit, as they are
-            return None
+            if ranks is not None and COLLECTIVES[self.device_type][0] in ranks[0]:
+                return (*ranks, collective_intervals(events, self.device_type))
+        return None
 
     def abandon(self, reason: str) -> None:
         """End the window now, without a share, for ``reason``."""
@@ -353,14 +351,12 @@ def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:
     device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
     results = kineto_results(profiler)
     if results is not None:
-        try:
+        with suppress(AttributeError):  # a raw event without activity_type() (torch 2.11): the processed events instead
             return [
                 (e.activity_type(), e.name(), e.start_ns() / 1e3, e.end_ns() / 1e3, e.is_user_annotation())
                 for e in results.events()
                 if e.device_type() == device
             ]
-        except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed events instead
-            pass
     found = []
     for e in profiler.events():
         if e.device_type != device:

@@ -145,11 +145,9 @@ def step_price(
 
 def thread_wait_s() -> float | None:
     """The seconds the calling thread has waited for a core so far (its schedule's run-queue wait); None off Linux."""
-    try:
-        with open("/proc/thread-self/schedstat") as stat:
-            return int(stat.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
+    with suppress(OSError, ValueError, IndexError), open("/proc/thread-self/schedstat") as stat:
+        return int(stat.read().split()[1]) / 1e9
+    return None
 
 
 @contextmanager

@@ -231,8 +231,9 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
     assert busy_share(intervals) == pytest.approx(3 / 5)
 
 
-def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_work_of_the_device():
-    from mnistperf.diagnosis.measure.busy_window import collective_intervals, communication, profiled_events
+def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_work_of_the_device(monkeypatch):
+    from mnistperf.diagnosis.measure import busy_window as window_module
+    from mnistperf.diagnosis.measure.busy_window import collectives, communication, profiled_events
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -244,8 +245,10 @@ def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_
             kineto_event(cpu, 1000, 1200, "cpu_op", name="c10d::allreduce_"),  # the call that queues it
         ]
     )
-    assert collective_intervals(profiled_events(profiler, "cuda"), "cuda") == [(3.0, 8.0)]
-    assert collective_intervals(profiled_events(profiler, "cpu"), "cpu") == [(1.0, 6.0)]
+    monkeypatch.setattr(window_module, "world", lambda: ("nccl", 2))
+    assert collectives(profiled_events(profiler, "cuda"), "cuda") == ("nccl", 2, [(3.0, 8.0)])
+    monkeypatch.setattr(window_module, "world", lambda: ("gloo", 2))
+    assert collectives(profiled_events(profiler, "cpu"), "cpu") == ("gloo", 2, [(1.0, 6.0)])
     # Work 0-4, a collective 3-8: the span is 8, the collective 5 of it, 4 of those with no work beside.
     assert communication([(0.0, 4.0)], [(3.0, 8.0)]) == {"share": 5 / 8, "exposed_share": 4 / 8}
     assert communication([(0.0, 10.0)], [(3.0, 8.0)]) == {"share": 0.5, "exposed_share": 0.0}  # all overlapped

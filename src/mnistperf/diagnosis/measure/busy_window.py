@@ -281,7 +281,7 @@ class BusyWindow:
                 return
             self.recorded = stopped
             events = profiled_events(self.recorded, self.device_type)
-            talks = self._collectives(events)
+            talks = collectives(events, self.device_type)
             apart = COLLECTIVES[self.device_type][2] if talks is not None else None
             activities = work_of(events, self.device_type, apart)
             self.kernels = kernel_count(activities)
@@ -292,14 +292,6 @@ class BusyWindow:
                 shares = communication([(start, end) for _, start, end in activities], intervals)
                 if shares is not None:
                     self.talked = {"backend": backend, "world_size": size, "collectives": len(intervals), **shares}
-
-    def _collectives(self, events: list[Event]) -> tuple[str, int, list[tuple[float, float]]] | None:
-        """Under DDP, the backend, the world's size and the window's collectives; None where there are none to see."""
-        with suppress(Exception):  # a reading that fails leaves the window's share, and the fit, as they are
-            ranks = world()
-            if ranks is not None and COLLECTIVES[self.device_type][0] in ranks[0]:
-                return (*ranks, collective_intervals(events, self.device_type))
-        return None
 
     def abandon(self, reason: str) -> None:
         """End the window now, without a share, for ``reason``."""
@@ -338,10 +330,17 @@ class BusyWindow:
         return profiler
 
 
-def collective_intervals(events: list[Event], device_type: str = "cuda") -> list[tuple[float, float]]:
-    """(start, end), in microseconds, of every collective among a window's events (see :data:`COLLECTIVES`)."""
-    _, kind, prefix = COLLECTIVES[device_type]
-    return [(start, end) for what, name, start, end, _ in events if what == kind and name.lower().startswith(prefix)]
+def collectives(events: list[Event], device_type: str) -> tuple[str, int, list[tuple[float, float]]] | None:
+    """Under DDP, the backend, the world's size and each collective's (start, end) in microseconds; else None."""
+    with suppress(Exception):  # a reading that fails leaves the window's share, and the fit, as they are
+        backend, kind, prefix = COLLECTIVES[device_type]
+        ranks = world()
+        if ranks is not None and backend in ranks[0]:
+            seen = [
+                (start, end) for what, name, start, end, _ in events if what == kind and name.lower().startswith(prefix)
+            ]
+            return (*ranks, seen)
+    return None
 
 
 def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:

@@ -119,13 +119,12 @@ class TrainingBatches:
             try:
                 self.parts(batch)
             except (KeyError, IndexError, TypeError):
-                names = ", ".join(self.names)
-                self._use([()])
                 self.problems.say_once(
                     trainer,
                     f"a training batch ({type(batch).__name__}) does not hold the batches of the training loaders "
-                    f"({names}) at their keys (a hook of the module reshaped it?): {self.as_one}",
+                    f"({', '.join(self.names)}) at their keys (a hook of the module reshaped it?): {self.as_one}",
                 )
+                self._use([()])
         if self.guess is None:
             return
         with self.problems.guard("reading the first batch's tensors"):

@@ -272,7 +272,7 @@ def test_under_nccl_a_windows_collectives_are_read_as_talk_and_left_out_of_the_b
         monkeypatch.setattr(window_module, "world", lambda: world)
         profiler = kineto_profiler(kernels)
         profiler.step = profiler.stop = lambda: None
-        window = window_module.BusyWindow(0, 0, "cuda", min_kernels_per_step=1)
+        window = window_module.BusyWindow(0, 0, "cuda", fewest_per_step=1)
         window._profiler = profiler
         window.step_end(0)
         return window
@@ -528,7 +528,7 @@ def test_the_busy_share_agrees_with_an_independent_measure_of_the_same_steps():
     """One matmul per step and host time after it: CUDA events around the lone kernel of each step give the
     kernel time independently of the profiler; both shares must agree within 10 points."""
     a = torch.randn(2048, 2048, device="cuda")
-    window = BusyWindow(5, 24, min_kernels_per_step=1)  # a matmul, a division and a tanh per step
+    window = BusyWindow(5, 24, fewest_per_step=1)  # a matmul, a division and a tanh per step
     events = []
     for step in range(25):
         window.step_start(step)

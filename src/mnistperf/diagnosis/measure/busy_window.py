@@ -202,12 +202,10 @@ class BusyWindow:
     and :attr:`busy` holds the busy share, or None with :attr:`reason` saying why.
     """
 
-    def __init__(
-        self, first: int, last: int, device_type: str = "cuda", min_kernels_per_step: int = MIN_KERNELS_PER_STEP
-    ):
+    def __init__(self, first: int, last: int, device_type: str = "cuda", fewest_per_step: int = MIN_KERNELS_PER_STEP):
         self.first, self.last, self.device_type = first, last, device_type
         self.opens = first - PROFILER_WARMUP_STEPS  # the step it opens at (on CUDA, the profiler warms up from it)
-        self.min_kernels_per_step = min_kernels_per_step
+        self.fewest_per_step = fewest_per_step
         self.budget: tuple[float, float] | None = None  # (a step's time, what recording may add to it): see cap()
         self.done = False
         self.busy: float | None = None
@@ -285,7 +283,7 @@ class BusyWindow:
             apart = COLLECTIVES[self.device_type][2] if talks is not None else None
             activities = work_of(events, self.device_type, apart)
             self.kernels = kernel_count(activities)
-            self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
+            self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.fewest_per_step)
             # A window that missed the device's work cannot say what the talk left idle.
             if talks is not None and self.busy is not None:
                 backend, size, intervals = talks

@@ -13,12 +13,12 @@ from torch.utils.data import DataLoader, Dataset
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, INPUT_WAIT_SHARE, WORKERS_CPU_SHARE, Measures, scalars
 from mnistperf.diagnosis.measure import cores
-from mnistperf.diagnosis.measure.busy_window import thread_schedule
+from mnistperf.diagnosis.measure.busy_window import thread_wait_s
 from mnistperf.diagnosis.record.rows import epoch_row
 from mnistperf.diagnosis.record.summary import aggregate
 from mnistperf.diagnosis.record.verdict import classify
 
-linux = pytest.mark.skipif(thread_schedule() is None, reason="read from Linux's /proc")
+linux = pytest.mark.skipif(thread_wait_s() is None, reason="read from Linux's /proc")
 
 
 class Emulated:
@@ -26,7 +26,7 @@ class Emulated:
 
     def __init__(self, monkeypatch, waits: list[float], workers: list[dict[int, float]], cpus: int = 2):
         self.waits, self.workers, self.now = iter(waits), iter(workers), {}
-        monkeypatch.setattr(cores, "thread_schedule", lambda: (0.0, next(self.waits)))
+        monkeypatch.setattr(cores, "thread_wait_s", lambda: next(self.waits))
         monkeypatch.setattr(cores, "workers", self._workers)
         monkeypatch.setattr(cores, "cpu_s", lambda pid: self.now.get(pid))
         monkeypatch.setattr(cores, "usable_cpus", lambda: cpus)
@@ -52,7 +52,7 @@ def test_the_wait_counts_train_time_only_and_a_worker_gone_counts_from_its_last_
 
 
 def test_off_linux_or_unreadable_neither_is_measured(monkeypatch):
-    monkeypatch.setattr(cores, "thread_schedule", lambda: None)
+    monkeypatch.setattr(cores, "thread_wait_s", lambda: None)
     monkeypatch.setattr(cores, "measured", lambda: False)
     epoch = cores.EpochCores()
     epoch.start(now=0.0)

@@ -233,8 +233,9 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
     assert busy_share(intervals) == pytest.approx(3 / 5)
 
 
-def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_work_of_the_device():
-    from mnistperf.diagnosis.measure.busy_window import collective_intervals, communication, profiled_events
+def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_work_of_the_device(monkeypatch):
+    from mnistperf.diagnosis.measure import busy_window as window_module
+    from mnistperf.diagnosis.measure.busy_window import collectives, communication, profiled_events
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -246,8 +247,10 @@ def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_
             kineto_event(cpu, 1000, 1200, "cpu_op", name="c10d::allreduce_"),  # the call that queues it
         ]
     )
-    assert collective_intervals(profiled_events(profiler, "cuda"), "cuda") == [(3.0, 8.0)]
-    assert collective_intervals(profiled_events(profiler, "cpu"), "cpu") == [(1.0, 6.0)]
+    monkeypatch.setattr(window_module, "world", lambda: ("nccl", 2))
+    assert collectives(profiled_events(profiler, "cuda"), "cuda") == ("nccl", 2, [(3.0, 8.0)])
+    monkeypatch.setattr(window_module, "world", lambda: ("gloo", 2))
+    assert collectives(profiled_events(profiler, "cpu"), "cpu") == ("gloo", 2, [(1.0, 6.0)])
     # Work 0-4, a collective 3-8: the span is 8, the collective 5 of it, 4 of those with no work beside.
     assert communication([(0.0, 4.0)], [(3.0, 8.0)]) == {"share": 5 / 8, "exposed_share": 4 / 8}
     assert communication([(0.0, 10.0)], [(3.0, 8.0)]) == {"share": 0.5, "exposed_share": 0.0}  # all overlapped
@@ -271,7 +274,7 @@ def test_under_nccl_a_windows_collectives_are_read_as_talk_and_left_out_of_the_b
         monkeypatch.setattr(window_module, "world", lambda: world)
         profiler = kineto_profiler(kernels)
         profiler.step = profiler.stop = lambda: None
-        window = window_module.BusyWindow(0, 0, "cuda", min_kernels_per_step=1)
+        window = window_module.BusyWindow(0, 0, "cuda", fewest_per_step=1)
         window._profiler = profiler
         window.step_end(0)
         return window
@@ -313,18 +316,18 @@ def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says
 
     steps = 20
     eager = [("kernel", 10.0 * i, 10.0 * i + 4) for i in range(MIN_KERNELS_PER_STEP * steps)]
-    assert window_reading(eager, steps) == (pytest.approx(0.4, abs=0.01), None)
+    assert window_reading(eager, steps, MIN_KERNELS_PER_STEP) == (pytest.approx(0.4, abs=0.01), None)
     # A window that missed part of the work: the batches' copies and a few kernels only.
     partial = [("gpu_memcpy", 10.0 * i, 10.0 * i + 9) for i in range(16 * steps)] + eager[: 4 * steps]
-    share, reason = window_reading(partial, steps)
+    share, reason = window_reading(partial, steps, MIN_KERNELS_PER_STEP)
     assert share is None and f"saw {4 * steps} kernels in {steps} steps" in reason and "missed" in reason
     # A window that saw no kernel at all says exactly that, and names no cause it cannot know.
-    share, reason = window_reading([("gpu_memcpy", 0.0, 5.0), ("gpu_memset", 6.0, 7.0)], steps)
+    share, reason = window_reading([("gpu_memcpy", 0.0, 5.0), ("gpu_memset", 6.0, 7.0)], steps, MIN_KERNELS_PER_STEP)
     assert (share, reason) == (None, "the profiler saw no kernels on the device")
     verdict, why = classify({"input_wait_share": 0.05, "device_busy_share": None}, 0.5, reason)
     assert verdict == "undetermined" and "the profiler saw no kernels on the device" in why
     assert "75504" not in why
-    assert window_reading([], steps) == (None, "the profiler saw no kernels on the device")
+    assert window_reading([], steps, MIN_KERNELS_PER_STEP) == (None, "the profiler saw no kernels on the device")
 
 
 def test_a_capture_starts_no_profiler_and_ends_a_window_still_profiling(monkeypatch):
@@ -528,7 +531,7 @@ def test_the_busy_share_agrees_with_an_independent_measure_of_the_same_steps():
     """One matmul per step and host time after it: CUDA events around the lone kernel of each step give the
     kernel time independently of the profiler; both shares must agree within 10 points."""
     a = torch.randn(2048, 2048, device="cuda")
-    window = BusyWindow(5, 24, min_kernels_per_step=1)  # a matmul, a division and a tanh per step
+    window = BusyWindow(5, 24, fewest_per_step=1)  # a matmul, a division and a tanh per step
     events = []
     for step in range(25):
         window.step_start(step)

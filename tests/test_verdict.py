@@ -92,7 +92,7 @@ def test_early_stopping_after_the_warm_up_says_the_fit_ended_first():
 def test_a_crowded_window_says_the_verdict_is_in_doubt_and_states_no_bound(monkeypatch):
     waits = iter(range(0, 10**6))
     # Every read of the thread's schedule has waited a further hour for a core: a machine full of other work.
-    monkeypatch.setattr(window_module, "thread_schedule", lambda: (0.0, 3600.0 * next(waits)))
+    monkeypatch.setattr(window_module, "thread_wait_s", lambda: 3600.0 * next(waits))
     timer = fit(epochs=2)
     summary = timer.clock.summary()
     assert timer.busy_window["waited_for_a_core"] == 1.0
@@ -101,7 +101,7 @@ def test_a_crowded_window_says_the_verdict_is_in_doubt_and_states_no_bound(monke
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(window_module.thread_schedule() is None, reason="needs Linux's per-thread schedule")
+@pytest.mark.skipif(window_module.thread_wait_s() is None, reason="needs Linux's per-thread schedule")
 def test_the_same_run_beside_busy_processes_gives_the_same_verdict_or_says_why_not():
     quiet = fit(epochs=2).clock.summary()
     spinners = [
@@ -220,9 +220,9 @@ def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypa
 
 def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_worst():
     cost = window_module.CPU_WINDOW_COST
-    assert window_module.affordable_steps(100.0, 0.1, 0.02) == pytest.approx(2.0 / (cost * 0.1))
-    assert window_module.affordable_steps(1.0, 0.1, 0.02) < 1  # not even one step
-    assert window_module.affordable_steps(1.0, 0.1, None) == float("inf")
+    assert window_module.affordable_steps(100.0, 0.1, 0.02, cost) == pytest.approx(2.0 / (cost * 0.1))
+    assert window_module.affordable_steps(1.0, 0.1, 0.02, cost) < 1  # not even one step
+    assert window_module.affordable_steps(1.0, 0.1, None, cost) == float("inf")
     # priced by its own graph at a tenth of a step, less the profiler's start, stop and reading
     fixed = window_module.START_COST * 1e-4
     assert window_module.affordable_steps(100.0, 0.1, 0.02, 0.1, fixed) == pytest.approx((2.0 - fixed) / (0.1 * 0.1))

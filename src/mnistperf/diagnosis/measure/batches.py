@@ -119,18 +119,17 @@ class TrainingBatches:
             try:
                 self.parts(batch)
             except (KeyError, IndexError, TypeError):
-                names = ", ".join(self.names)
-                self._use([()])
                 self.problems.say_once(
                     trainer,
                     f"a training batch ({type(batch).__name__}) does not hold the batches of the training loaders "
-                    f"({names}) at their keys (a hook of the module reshaped it?): {self.as_one}",
+                    f"({', '.join(self.names)}) at their keys (a hook of the module reshaped it?): {self.as_one}",
                 )
+                self._use([()])
         if self.guess is None:
             return
         with self.problems.guard("reading the first batch's tensors"):
             for name, part in zip(self.names, self.parts(batch), strict=True):
-                lengths = leading_lengths(part) if part is not None else []
+                lengths = leading_lengths(part)  # none for a loader that gave no batch
                 if len(lengths) > 1:
                     where = f" of loader {name}" if self.several else ""
                     guessed = self.guess.format(first=lengths[0], module=type(trainer.lightning_module).__name__)

@@ -1,8 +1,7 @@
 """How much of a window of steps the device spent working: the union of its operations' own intervals over the window.
 
-Kineto records the kernels, copies and memsets on CUDA, the autograd profiler without Kineto the operators on a CPU;
-the same window reads how long the ranks talked under DDP and, on Linux, how long the training thread waited for a
-core. What it measures, where it sits and what it may cost: docs/timing.md, "GPU busy" and "CPU in tensor operations".
+What it measures (under DDP, the ranks' talk too; on Linux, the training thread's wait for a core), where it sits and
+what it may cost: docs/timing.md, "GPU busy" and "CPU in tensor operations".
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,7 @@ CLOCK_NODE_COST = 12 * 2.5  # the operator clock's: 12 torch calls per node, eac
 CLOCK_WORST = 3.0  # the operator clock's price of a step at its worst
 BASE_MARGIN = 0.05  # the margin any share is read with, before the wait for a core widens it
 MIN_KERNELS_PER_STEP = 8  # a step launches about ten at the least: a window that saw fewer missed part of its work
-# Under the run's log folder, where TensorBoard's profile plugin looks; Perfetto (ui.perfetto.dev) opens it too.
-TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")
+TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")  # where TensorBoard looks for it
 # What the busy share counts as the device working (not user annotations, which span whole steps on the GPU).
 DEVICE_WORK = {"cuda": ("kernel", "gpu_memcpy", "gpu_memset"), "cpu": ("cpu_op",)}
 # By device: (the backend whose collectives it shows, their kind, their name's start); gloo's on a GPU run on the host.
@@ -107,9 +105,7 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
     return (first, last) if first <= last else None
 
 
-def affordable_steps(
-    fit_s: float, step_s: float, share: float | None, price: float = CPU_WINDOW_COST, start_s: float = 0.0
-) -> float:
+def affordable_steps(fit_s: float, step_s: float, share: float | None, price: float, start_s: float = 0.0) -> float:
     """The steps of ``step_s`` costing ``price`` each a window may record in ``share`` of ``fit_s`` past ``start_s``."""
     return math.inf if share is None else (share * fit_s - start_s) / (price * step_s)
 
@@ -147,18 +143,15 @@ def step_price(
     return min(nodes * node_cost * op_s / step_s, worst)
 
 
-def thread_schedule() -> tuple[float, float] | None:
-    """(seconds on a core, seconds waiting for one) of the calling thread so far; None off Linux."""
-    try:
-        with open("/proc/thread-self/schedstat") as stat:
-            on_core, waiting = stat.read().split()[:2]
-        return int(on_core) / 1e9, int(waiting) / 1e9
-    except (OSError, ValueError):
-        return None
+def thread_wait_s() -> float | None:
+    """The seconds the calling thread has waited for a core so far (its schedule's run-queue wait); None off Linux."""
+    with suppress(OSError, ValueError, IndexError), open("/proc/thread-self/schedstat") as stat:
+        return int(stat.read().split()[1]) / 1e9
+    return None
 
 
 @contextmanager
-def profiler_lines_dropped(prefix: bytes = b"USDT:") -> Iterator[None]:
+def profiler_lines_dropped() -> Iterator[None]:
     """Keep the lines torch's native profiler writes to stderr on start and stop from the terminal; others pass."""
     try:
         saved = os.dup(2)
@@ -173,7 +166,7 @@ def profiler_lines_dropped(prefix: bytes = b"USDT:") -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             caught.seek(0)
-            kept = b"".join(line for line in caught.read().splitlines(keepends=True) if not line.startswith(prefix))
+            kept = b"".join(line for line in caught.read().splitlines(keepends=True) if not line.startswith(b"USDT:"))
             if kept:
                 os.write(2, kept)
 
@@ -188,14 +181,12 @@ def kernel_count(activities: list[Activity]) -> int:
     return sum(1 for kind, _, _ in activities if kind in ("kernel", "cpu_op"))
 
 
-def window_reading(
-    activities: list[Activity], steps: int, min_kernels_per_step: int = MIN_KERNELS_PER_STEP
-) -> tuple[float | None, str | None]:
+def window_reading(activities: list[Activity], steps: int, fewest_per_step: int) -> tuple[float | None, str | None]:
     """(busy share, None), or (None, why not) from a window's activities (:func:`work_of`) over ``steps`` steps."""
     kernels = kernel_count(activities)
     if kernels == 0:
         return None, "the profiler saw no kernels on the device"
-    if kernels < min_kernels_per_step * steps:
+    if kernels < fewest_per_step * steps:
         return None, (
             f"the profiler saw {kernels} kernels in {steps} steps, fewer than a training step launches: "
             "it missed part of the device's work"
@@ -211,12 +202,10 @@ class BusyWindow:
     and :attr:`busy` holds the busy share, or None with :attr:`reason` saying why.
     """
 
-    def __init__(
-        self, first: int, last: int, device_type: str = "cuda", min_kernels_per_step: int = MIN_KERNELS_PER_STEP
-    ):
+    def __init__(self, first: int, last: int, device_type: str = "cuda", fewest_per_step: int = MIN_KERNELS_PER_STEP):
         self.first, self.last, self.device_type = first, last, device_type
         self.opens = first - PROFILER_WARMUP_STEPS  # the step it opens at (on CUDA, the profiler warms up from it)
-        self.min_kernels_per_step = min_kernels_per_step
+        self.fewest_per_step = fewest_per_step
         self.budget: tuple[float, float] | None = None  # (a step's time, what recording may add to it): see cap()
         self.done = False
         self.busy: float | None = None
@@ -228,7 +217,7 @@ class BusyWindow:
         self._profiler: Any = None  # Kineto's profile on CUDA, the autograd profiler on a CPU
         self.clock: OperatorClock | None = None  # set before it starts: times the torch calls in the profiler's place
         self.bounds: tuple[float, float] | None = None  # the operator clock's least and most share
-        self._opened: tuple[float, tuple[float, float] | None] = (0.0, None)
+        self._opened: tuple[float, float | None] = (0.0, None)  # the clock and the thread's wait where it opened
         self._recording_since = 0.0
 
     def cap(self, steps: int, step_s: float, allowed_s: float) -> None:
@@ -240,7 +229,7 @@ class BusyWindow:
         """Step ``index`` begins: the CUDA profiler starts its warm-up before ``first``, a CPU's recording at it."""
         on_cuda = self.device_type == "cuda"
         if index == self.opens and self._profiler is None and not self.done:
-            self._opened = (time.perf_counter(), thread_schedule())
+            self._opened = (time.perf_counter(), thread_wait_s())
             if on_cuda:
                 if cupti_tears_down_safely():  # else CUPTI stays attached after the profiler and slows every launch
                     os.environ.setdefault("TEARDOWN_CUPTI", "1")
@@ -276,10 +265,10 @@ class BusyWindow:
             if time.perf_counter() - self._recording_since - (index - self.first + 1) * step_s > allowed_s:
                 self.last = index  # the window ends early: its recorded steps have cost what it may spend
         if index == self.last:
-            stopped = self._stop()  # waits for the device; the clock keeps the window out of the epoch's figures
-            (opened, before), now, schedule = self._opened, time.perf_counter(), thread_schedule()
-            if before is not None and schedule is not None and now > opened:  # the share it waited for a core
-                self.crowded = min(max((schedule[1] - before[1]) / (now - opened), 0.0), 1.0)
+            stopped = self.close()  # waits for the device; the clock keeps the window out of the epoch's figures
+            (opened, before), now, waited = self._opened, time.perf_counter(), thread_wait_s()
+            if before is not None and waited is not None and now > opened:  # the share it waited for a core
+                self.crowded = min(max((waited - before) / (now - opened), 0.0), 1.0)
             self.done = True
             if self.clock is not None:
                 self.kernels = self.clock.calls
@@ -290,40 +279,17 @@ class BusyWindow:
                 return
             self.recorded = stopped
             events = profiled_events(self.recorded, self.device_type)
-            talks = self._collectives(events)
+            talks = collectives(events, self.device_type)
             apart = COLLECTIVES[self.device_type][2] if talks is not None else None
             activities = work_of(events, self.device_type, apart)
             self.kernels = kernel_count(activities)
-            self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.min_kernels_per_step)
+            self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.fewest_per_step)
             # A window that missed the device's work cannot say what the talk left idle.
             if talks is not None and self.busy is not None:
                 backend, size, intervals = talks
                 shares = communication([(start, end) for _, start, end in activities], intervals)
                 if shares is not None:
                     self.talked = {"backend": backend, "world_size": size, "collectives": len(intervals), **shares}
-
-    def _collectives(self, events: list[Event]) -> tuple[str, int, list[tuple[float, float]]] | None:
-        """Under DDP, the backend, the world's size and the window's collectives; None where there are none to see."""
-        try:
-            ranks = world()
-            if ranks is None or COLLECTIVES[self.device_type][0] not in ranks[0]:
-                return None
-            return (*ranks, collective_intervals(events, self.device_type))
-        except Exception:  # a reading that fails leaves the window's share, and the fit, as they are
-            return None
-
-    def _stop(self) -> Any:
-        """Stop the profiler and let go of it; return it."""
-        global _profiling
-        profiler, self._profiler = self._profiler, None
-        with nullcontext() if profiler is self.clock else profiler_lines_dropped():
-            if self.device_type == "cuda":
-                profiler.stop()
-            else:  # the autograd profiler, or the operator clock
-                profiler.__exit__(None, None, None)
-        if _profiling is self:
-            _profiling = None
-        return profiler
 
     def abandon(self, reason: str) -> None:
         """End the window now, without a share, for ``reason``."""
@@ -346,16 +312,33 @@ class BusyWindow:
         }
         return {**found, "reason": self.reason} if self.reason else found
 
-    def close(self) -> None:
-        """Stop a window the epoch did not finish (an interrupted or shortened epoch)."""
-        if self._profiler is not None:
-            self._stop()
+    def close(self) -> Any:
+        """Stop the profiler, if it runs, and let go of it; return it (None where none ran)."""
+        global _profiling
+        profiler, self._profiler = self._profiler, None
+        if profiler is None:
+            return None
+        with nullcontext() if profiler is self.clock else profiler_lines_dropped():
+            if self.device_type == "cuda":
+                profiler.stop()
+            else:  # the autograd profiler, or the operator clock
+                profiler.__exit__(None, None, None)
+        if _profiling is self:
+            _profiling = None
+        return profiler
 
 
-def collective_intervals(events: list[Event], device_type: str = "cuda") -> list[tuple[float, float]]:
-    """(start, end), in microseconds, of every collective among a window's events (see :data:`COLLECTIVES`)."""
-    _, kind, prefix = COLLECTIVES[device_type]
-    return [(start, end) for what, name, start, end, _ in events if what == kind and name.lower().startswith(prefix)]
+def collectives(events: list[Event], device_type: str) -> tuple[str, int, list[tuple[float, float]]] | None:
+    """Under DDP, the backend, the world's size and each collective's (start, end) in microseconds; else None."""
+    with suppress(Exception):  # a reading that fails leaves the window's share, and the fit, as they are
+        backend, kind, prefix = COLLECTIVES[device_type]
+        ranks = world()
+        if ranks is not None and backend in ranks[0]:
+            seen = [
+                (start, end) for what, name, start, end, _ in events if what == kind and name.lower().startswith(prefix)
+            ]
+            return (*ranks, seen)
+    return None
 
 
 def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:
@@ -363,14 +346,12 @@ def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:
     device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
     results = kineto_results(profiler)
     if results is not None:
-        try:
+        with suppress(AttributeError):  # a raw event without activity_type() (torch 2.11): the processed events instead
             return [
                 (e.activity_type(), e.name(), e.start_ns() / 1e3, e.end_ns() / 1e3, e.is_user_annotation())
                 for e in results.events()
                 if e.device_type() == device
             ]
-        except AttributeError:  # a raw event without activity_type() (torch 2.11): the processed events instead
-            pass
     found = []
     for e in profiler.events():
         if e.device_type != device:

@@ -7,15 +7,13 @@ import os
 from typing import Any
 
 from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, WORKERS_CPU_SHARE
-from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_schedule
+from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_wait_s
 from mnistperf.diagnosis.measure.memory import PROC, measured, workers
 from mnistperf.machine import usable_cpus
 
 # Workers are read at the first step this long after the last read: a worker gone since loses that much CPU at most.
 READ_EVERY_S = 1.0
-# Workers using this share of the usable cores' time held cores the step needed: beside its thread per core they take
-# their number's share, so a quarter keeps a third of each core busy all epoch (docs/timing.md, "The verdict").
-WORKERS_HOLD = 0.25
+WORKERS_HOLD = 0.25  # workers using this share of the usable cores' time held cores the step needed (docs/timing.md)
 
 
 def cpu_s(pid: int) -> float | None:
@@ -33,15 +31,14 @@ class EpochCores:
 
     def __init__(self) -> None:
         self.started: float | None = None  # the epoch's start, on the caller's clock
-        self.waited = 0.0  # seconds the training thread waited for a core in train time so far
-        self.unread = False  # a read of the thread's schedule failed: its wait is not measured
-        self._from: tuple[float, float] | None = None  # the thread's schedule where train time last started
+        self.waited = 0.0  # seconds the training thread waited for a core in train time so far (NaN: a read failed)
+        self._from: float | None = None  # the thread's wait where train time last started
         self.first: dict[int, float] = {}  # each worker's CPU seconds at the epoch's start (absent: started since)
         self.last: dict[int, float] = {}  # each worker's CPU seconds at its last read (a worker gone keeps it)
         self.due = math.inf  # the clock time of the next read of the workers
 
     def start(self, now: float) -> None:
-        """The epoch starts at ``now``: its workers' CPU so far and the thread's schedule are read."""
+        """The epoch starts at ``now``: its workers' CPU so far and the thread's wait for a core are read."""
         self.started = now
         self.read_workers(now)
         self.first = dict(self.last)
@@ -49,15 +46,12 @@ class EpochCores:
 
     def train_resumed(self) -> None:
         """Train time starts (the epoch's start, or after an evaluation inside it)."""
-        self._from = thread_schedule()
+        self._from = thread_wait_s()
 
     def train_paused(self) -> None:
         """Train time stops (the last step, or an evaluation begins): the wait since it started is added."""
-        now, before, self._from = thread_schedule(), self._from, None
-        if now is None or before is None:
-            self.unread = True
-        else:
-            self.waited += max(now[1] - before[1], 0.0)
+        now, before, self._from = thread_wait_s(), self._from, None
+        self.waited += math.nan if now is None or before is None else max(now - before, 0.0)
 
     def read_workers(self, now: float) -> None:
         """Read the workers' CPU time now; the next read is due :data:`READ_EVERY_S` later."""
@@ -66,7 +60,7 @@ class EpochCores:
 
     def shares(self, train_s: float, now: float) -> tuple[float, float]:
         """(``core_wait_share``, ``workers_cpu_share``) since the start, read once more; NaN where not measured."""
-        wait = math.nan if self.unread or train_s <= 0 else min(max(self.waited / train_s, 0.0), 1.0)
+        wait = math.nan if math.isnan(self.waited) or train_s <= 0 else min(max(self.waited / train_s, 0.0), 1.0)
         if self.started is None or not measured() or not now > self.started:
             return wait, math.nan
         self.read_workers(now)
@@ -75,11 +69,7 @@ class EpochCores:
 
 
 def held(figures: dict[str, Any]) -> dict[str, Any] | None:
-    """Who held the cores where the training thread waited for one at least ``CROWDED`` (the window's line of doubt).
-
-    Returns ``{"by": "workers" or "other work", "core_wait_share", "workers_cpu_share"}``, and where its workers held
-    them ``speed_up_at_most``: the training thread's own wait gone; else None.
-    """
+    """Who held the cores (``by`` its workers or other work) where the training thread waited for one; else None."""
     wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)
     if wait is None or math.isnan(wait) or wait < CROWDED:
         return None
@@ -102,9 +92,7 @@ def clause(found: dict[str, Any] | None) -> str:
             "faster, what the training thread's wait costs (the step's other threads' waits are not read)"
         )
     workers_used = f", its loader's workers using {used:.0%} of them" if used is not None else ""
-    # Each rank reads its own workers only: under DDP the other ranks and theirs are among the other work.
     return (
-        "; other work on this machine (a DDP run's other ranks and their workers among it) took the cores: "
-        f"the training thread waited for one {wait:.0%} of train time{workers_used}; measure again on a quieter "
-        "machine"
+        "; other work on this machine (a DDP run's other ranks and their workers among it) took the cores: the "
+        f"training thread waited for one {wait:.0%} of train time{workers_used}; measure again on a quieter machine"
     )

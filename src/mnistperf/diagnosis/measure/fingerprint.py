@@ -13,8 +13,7 @@ import torch
 
 PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
-# Elements of the temporary (samples x words x lanes) product per chunk of words.
-CHUNK_ELEMENTS = 1 << 22
+CHUNK_ELEMENTS = 1 << 22  # elements of the temporary (samples x words x lanes) product per chunk of words
 # Words per float64 matmul: a word (|v| < 2**16) times a weight's 16-bit half is below 2**32, so these sum below 2**52,
 # exact in float64.
 FLOAT_CHUNK_WORDS = 1 << 20
@@ -65,9 +64,8 @@ class Fingerprinter:
         key = (offset, device)
         if key not in self._weights:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
-            self._weights[key] = torch.randint(
-                1, PRIME, (self.max_words, LANES), generator=generator, dtype=torch.int64
-            ).to(device)
+            drawn = torch.randint(1, PRIME, (self.max_words, LANES), generator=generator, dtype=torch.int64)
+            self._weights[key] = drawn.to(device)
         return self._weights[key][:words]
 
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:

@@ -15,11 +15,9 @@ from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU
 
 # Dense peak FLOP/s from the vendors' data sheets, for the GPUs Lightning's table lacks or states otherwise than MFU
 # needs (docs/timing.md, Utilization): fp32 without tensor cores, tf32, bf16 and fp16 on them; the first name found.
-HOPPER = {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}
 OWN_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     ("H[12]00 NVL", {"fp32": 60e12, "tf32": 417.5e12, "bf16": 835e12, "fp16": 835e12}),
-    ("G?H200", HOPPER),
-    ("H100(?!.*(HBM3|HBM2e|PCIe))", HOPPER),
+    ("(G?H200|H100(?!.*(HBM3|HBM2e|PCIe)))", {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}),
     ("L40S", {"fp32": 91.6e12, "tf32": 183e12, "bf16": 362e12, "fp16": 362e12}),
     ("L40", {"fp32": 90.5e12, "tf32": 90.5e12, "bf16": 181e12, "fp16": 181e12}),
     ("A10", {"fp32": 31.2e12, "tf32": 62.5e12, "bf16": 125e12, "fp16": 125e12}),
@@ -27,8 +25,7 @@ OWN_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     ("A40", {"fp32": 37.4e12, "tf32": 74.8e12, "bf16": 149.7e12, "fp16": 149.7e12}),
     ("RTX 4090", {"fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165.2e12, "fp16": 165.2e12}),
 )
-# Lightning's name for each number format.
-LIGHTNING_DTYPES: dict[str, torch.dtype | str] = {
+LIGHTNING_DTYPES: dict[str, torch.dtype | str] = {  # Lightning's name for each number format
     "fp64": torch.float64,
     "fp32": torch.float32,
     "tf32": "tfloat32",
@@ -44,12 +41,9 @@ GIVE_FLOPS = "EpochTimer(flops_per_batch=...) gives the step's FLOPs"
 
 def number_format(precision: str, matmul_precision: str) -> str:
     """The number format a run's matrix products use: from Lightning's precision and float32's matmul precision."""
-    if "bf16" in precision:
-        return "bf16"
-    if "16" in precision:
-        return "fp16"
-    if "64" in precision:
-        return "fp64"
+    for part, fmt in (("bf16", "bf16"), ("16", "fp16"), ("64", "fp64")):  # bf16 before the 16 in it
+        if part in precision:
+            return fmt
     return "tf32" if matmul_precision in ("high", "medium") else "fp32"
 
 
@@ -136,10 +130,7 @@ def run_utilization(
     peak: tuple[float | None, str | None],
     not_counted: str,
 ) -> dict[str, Any]:
-    """The run's utilization over its ``steady`` epochs (the first and last): the step's FLOPs, achieved FLOP/s, MFU.
-
-    ``peak``: :func:`peak_flops`'s; without an MFU, ``mfu_reason`` says why (``not_counted``: why no FLOPs).
-    """
+    """The run's utilization over its ``steady`` epochs (the first and last): the step's FLOPs, achieved FLOP/s, MFU."""
     rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get(ACHIEVED_FLOPS_PER_S) is not None]
     achieved = mean(e[ACHIEVED_FLOPS_PER_S] for e in rows) if rows else None
     value, said = peak

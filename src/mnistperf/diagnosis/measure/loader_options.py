@@ -39,8 +39,7 @@ def best_names(names: Iterable[str], setting: str) -> list[str]:
 def own_names(names: Iterable[str]) -> dict[str, str]:
     """Each DataLoader setting that one of these arguments stands for best (not two), with that argument's name."""
     names = list(names)
-    found = {setting: best_names(names, setting) for setting in LOADER_SETTINGS}
-    return {setting: best[0] for setting, best in found.items() if len(best) == 1}
+    return {setting: best[0] for setting in LOADER_SETTINGS if len(best := best_names(names, setting)) == 1}
 
 
 def arguments(target: Callable, given: dict[str, Any]) -> dict[str, Any]:

@@ -16,8 +16,7 @@ from mnistperf.diagnosis.measure.trend import trend
 PROC = Path("/proc")
 MB = 2**20
 GROWTH_MB = 4.0  # an epoch on average, rising every steady epoch: memory that grows
-# The row's memory figures that growth is read on, and what each is called in the summary's line.
-GROWING = {
+GROWING = {  # the row's memory figures that growth is read on, and what each is called in the summary's line
     RSS_MB: "the training process",
     WORKERS_PSS_MB: "its DataLoader workers",
     DEVICE_ALLOCATED_MB: "GPU memory allocated",
@@ -48,10 +47,9 @@ def rss_mb() -> float | None:
     return _sizes_mb("self", "status", "VmRSS")[0]
 
 
-def rss_pss_mb(pid: int) -> tuple[float | None, float | None]:
+def rss_pss_mb(pid: int) -> list[float | None]:
     """Process ``pid``'s resident and proportional set sizes in MB, from ``smaps_rollup``."""
-    rss, pss = _sizes_mb(pid, "smaps_rollup", "Rss", "Pss")
-    return rss, pss
+    return _sizes_mb(pid, "smaps_rollup", "Rss", "Pss")
 
 
 def _local_rank(pid: int | str) -> str | None:

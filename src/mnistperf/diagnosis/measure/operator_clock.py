@@ -1,7 +1,6 @@
 """Time inside tensor operations as Python sees it: every top-level torch call of a few steps timed, as two bounds.
 
-Where the profiled window costs a CPU fit more than it may spend, this reads the same share for a fraction of its
-price: what it measures, its bounds and its cost are in docs/timing.md, "The operator clock".
+For a CPU fit that cannot pay for the profiled window; its bounds and its cost: docs/timing.md, "The operator clock".
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ import torch
 
 SAMPLE_EVERY = 16  # one optimizer step in this many is a sample: batch indices 1, 17, 33, ... without accumulation
 PHASES = ("forward", "backward", "optimizer")
-# The marks every step of a sample has; its last step also has ``optimizer``.
-STEP_MARKS = {"start", "backward", "backward_end", "end"}
+STEP_MARKS = {"start", "backward", "backward_end", "end"}  # every step of a sample's; its last has "optimizer" too
 
 
 def sampled(index: int, steps: int = 1) -> bool:
@@ -88,14 +87,13 @@ class StepPhases:
         """The sampled step ends; True when its sample is done (it reached the update, or holds its steps)."""
         if self._current is None or self._open is None:
             return True
-        self._current["end"] = self._stamp()
-        self._open.append(self._current)
-        done = "optimizer" in self._current or len(self._open) >= self._steps
-        self._current = None
-        if done:
+        step, self._current = self._current, None
+        step["end"] = self._stamp()
+        self._open.append(step)
+        if "optimizer" in step or len(self._open) >= self._steps:
             self._samples.append(self._open)
             self._open = None
-        return done
+        return self._open is None
 
     def _seconds(self, first: Any, last: Any) -> float:
         return first.elapsed_time(last) / 1e3 if self.on_cuda else last - first

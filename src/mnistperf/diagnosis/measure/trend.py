@@ -10,10 +10,7 @@ FEWEST_EPOCHS = 3
 
 
 def trend(epochs: list[dict[str, Any]], key: str, unit: str) -> dict[str, Any] | None:
-    """The row figure ``key`` rising every epoch, or falling every epoch, over ``FEWEST_EPOCHS`` or more; else None.
-
-    Returns ``{"per_epoch_<unit>": the least-squares slope, "from_<unit>", "to_<unit>", "epochs": [first, last]}``.
-    """
+    """The row figure ``key`` rising every epoch, or falling every epoch, over ``FEWEST_EPOCHS`` or more; else None."""
     points = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None and not math.isnan(e[key])]
     steps = [b - a for (_, a), (_, b) in zip(points, points[1:], strict=False)]
     if len(points) < FEWEST_EPOCHS or not (all(s > 0 for s in steps) or all(s < 0 for s in steps)):

@@ -56,19 +56,15 @@ class TrainerAttributes(Protocol):
 
 def per_loader_text(samples: dict[str, int | None] | None) -> str:
     """An epoch's samples per training loader as its line says them: each loader's, or how many each where alike."""
-    if not samples or any(count is None for count in samples.values()):
+    if not samples or None in samples.values():
         return ""
-    counts = cast(dict[str, int], samples)
-    if len(set(counts.values())) == 1:
-        return f" ({len(counts)} loaders of {next(iter(counts.values())):,} samples each)"
-    return " (" + " + ".join(f"{name} {count:,}" for name, count in counts.items()) + " samples)"
+    if len(set(samples.values())) == 1:
+        return f" ({len(samples)} loaders of {next(iter(samples.values())):,} samples each)"
+    return " (" + " + ".join(f"{name} {count:,}" for name, count in samples.items()) + " samples)"
 
 
 def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
-    """Whether the epoch starting now may be the fit's last by max_epochs and max_steps.
-
-    ``batches``: its training steps, by default the trainer's (inf where its loader has no length).
-    """
+    """Whether the epoch starting now, of ``batches`` training steps (by default the trainer's), may be the last."""
     batches = float(trainer.num_training_batches) if batches is None else batches
     last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
     steps = trainer.max_steps
@@ -76,16 +72,14 @@ def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
 
 
 def steps_left(trainer: Trainer, batches: float | None = None) -> float:
-    """The training steps the fit will still run from the epoch starting now (inf: unbounded; NaN: not known).
-
-    ``batches``: each epoch's steps, by default the trainer's count of this one's. max_steps counts optimizer steps.
-    """
+    """The training steps left from the epoch starting now, each of ``batches`` (inf: unbounded; NaN: not known)."""
     batches = float(trainer.num_training_batches) if batches is None else batches
     left = math.inf
     if trainer.max_epochs is not None and trainer.max_epochs > 0:
         left = batches * (trainer.max_epochs - trainer.current_epoch) if math.isfinite(batches) else math.nan
     if trainer.max_steps > 0:
-        bound = float(trainer.max_steps - trainer.global_step) * max(1, int(trainer.accumulate_grad_batches))
+        optimizer_steps = float(trainer.max_steps - trainer.global_step)  # what max_steps counts
+        bound = optimizer_steps * max(1, int(trainer.accumulate_grad_batches))
         left = bound if math.isnan(left) else min(left, bound)
     return left
 

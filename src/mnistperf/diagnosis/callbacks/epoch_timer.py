@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast
 
 import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.profilers import Profiler, PyTorchProfiler
+from lightning.pytorch.profilers import PassThroughProfiler, Profiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
@@ -124,7 +124,7 @@ class EpochTimer(Callback):
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self.batches = TrainingBatches(self.problems, AS_ONE)
         self._reported = False
-        self._fetch: FetchClock | None = None
+        self._fetch = FetchClock(PassThroughProfiler())  # in the trainer's profiler's place from the fit's start
         self._flops = FirstStep(flops_per_batch)
         self._own: Callable[[Any], int] | None = None  # the user's count of a batch's samples
         self._uncounted = False  # a batch of this fit had no countable samples (said once)
@@ -156,7 +156,7 @@ class EpochTimer(Callback):
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
-        self.summary_path, self._reported, self._fetch = None, False, None
+        self.summary_path, self._reported, self._fetch = None, False, FetchClock(PassThroughProfiler())
         self.problems = Reporter("EpochTimer")
         self.clock = EpochClock(torch.device("cpu"), self.input_bound_share, 0)
         with self.problems.guard("starting the clock"):
@@ -188,7 +188,7 @@ class EpochTimer(Callback):
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if self._fetch is not None and cast(TrainerAttributes, trainer).profiler is self._fetch:
+        if cast(TrainerAttributes, trainer).profiler is self._fetch:
             swap_profiler(trainer, self._fetch.inner)
         with self.problems.guard("stopping the busy window"):
             self.clock.close()
@@ -214,8 +214,7 @@ class EpochTimer(Callback):
         """Start timing the epoch, its fetch wait and its counts from zero."""
         self._epoch_open, self._val_metrics, self._trained = True, {}, (None, None)
         self._loader_samples = [0.0] * len(self.batches.names)
-        if self._fetch is not None:
-            self._fetch.reset()
+        self._fetch.reset()
         with self.problems.guard("starting the epoch's clock"):
             batches = float(trainer.num_training_batches)  # inf where the training loader has no length
             expected = self.clock.expected_steps(batches)
@@ -229,8 +228,7 @@ class EpochTimer(Callback):
         if not self._epoch_open:  # Lightning does not call on_train_epoch_start for an epoch resumed inside
             self.on_train_epoch_start(trainer, pl_module)
         try:
-            if self._fetch is not None:  # the wait so far, so that a profiled window's own is left out of the epoch's
-                self.clock.add_fetch_wait(self._fetch.reset())
+            self.clock.add_fetch_wait(self._fetch.reset())  # so far: a profiled window's own is kept apart
             self.clock.step_start(batch_idx)
             if self._flops.due:  # the fit's first step, if the fit can pay for counting it
                 self.clock.flops_reason = self._flops.begin(steps_left(trainer)) or self.clock.flops_reason
@@ -344,8 +342,7 @@ class EpochTimer(Callback):
         self._stop_flops()
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
-            if self._fetch is not None:
-                self.clock.add_fetch_wait(self._fetch.reset())
+            self.clock.add_fetch_wait(self._fetch.reset())
             measures = self.clock.measure_epoch()
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, self._loader_samples if self.batches.several else [])

@@ -196,9 +196,8 @@ class EpochTimer(Callback):
 
     def _stop_flops(self) -> None:
         """Stop a FLOP count whose step never ended (a skipped batch, an error)."""
-        if self._flops.counting:
-            with self.problems.guard("counting the step's FLOPs"):
-                self._flops.end()
+        with self.problems.guard("counting the step's FLOPs"):
+            self._flops.end()
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -386,9 +385,8 @@ class EpochTimer(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        """A fit stopped early (Ctrl-C, an error): the window stops, the finished epochs are still reported."""
-        with self.problems.guard("stopping the busy window"):  # Lightning calls no teardown after an exception
-            self.clock.close()
+        """A fit stopped early (Ctrl-C, an error): torn down as after a fit, its finished epochs still reported."""
+        self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)
 

@@ -122,18 +122,9 @@ class EpochTimer(Callback):
         self.summary_path: Path | None = None  # where timing.json was written (None until it is)
         self.problems = Reporter("EpochTimer")  # what the timer says, and what went wrong inside it (timing.json)
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
-        self.batches = TrainingBatches(self.problems, AS_ONE)
-        self._reported = False
         self._fetch = FetchClock(PassThroughProfiler())  # in the trainer's profiler's place from the fit's start
         self._flops = FirstStep(flops_per_batch)
-        self._own: Callable[[Any], int] | None = None  # the user's count of a batch's samples
-        self._uncounted = False  # a batch of this fit had no countable samples (said once)
-        self._loader_samples: list[float] = []  # the epoch's samples per training loader
-        self._trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
-        self._split_said = False  # why an epoch has no split was said (once a fit)
         self._accumulate = 1  # training steps per optimizer step (accumulate_grad_batches)
-        self._epoch_open = False  # on_train_epoch_start ran for the epoch under way
-        self._val_metrics: dict[str, float] = {}
         skip_unused_batch_hooks(self)
         # The phase hooks this class leaves as the timer's own are dispatched on sampled steps only.
         self._phase_hooks = [hook for hook in PHASE_HOOKS if getattr(type(self), hook) is getattr(EpochTimer, hook)]
@@ -202,17 +193,20 @@ class EpochTimer(Callback):
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders, each counted apart; a count of the user's counts each batch whole."""
+        # whether the epoch under way was started, and what is said once a fit: a batch's samples uncounted, no split
         self._epoch_open = self._uncounted = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
-        self._own = own if callable(own) else None
+        self._own: Callable[[Any], int] | None = own if callable(own) else None
         loaders, guess = (trainer.train_dataloader, GUESS) if self._own is None else (None, None)
         self.batches = TrainingBatches(self.problems, AS_ONE, loaders, guess)
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing the epoch, its fetch wait and its counts from zero."""
-        self._epoch_open, self._val_metrics, self._trained = True, {}, (None, None)
-        self._loader_samples = [0.0] * len(self.batches.names)
+        self._epoch_open = True
+        self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
+        self._trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
+        self._loader_samples = [0.0] * len(self.batches.names)  # the epoch's samples per training loader
         self._fetch.reset()
         with self.problems.guard("starting the epoch's clock"):
             batches = float(trainer.num_training_batches)  # inf where the training loader has no length

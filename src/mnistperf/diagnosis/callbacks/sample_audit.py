@@ -105,7 +105,6 @@ class SampleAudit(Callback):
         self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
         self.batches = TrainingBatches(self.problems, AS_ONE)  # the fit's training batches
         self._by_content = fingerprint is None and sample_id is None
-        self._guess = GUESS if self._by_content and sample_dims == 1 else None  # where a sample's rows may be a guess
         self._start_epoch()
         self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
         self._restored: dict[str, Any] | None = None
@@ -183,7 +182,8 @@ class SampleAudit(Callback):
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
-        self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, self._guess)
+        guess = GUESS if self._by_content and self.sample_dims == 1 else None  # where a sample's rows may be a guess
+        self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, guess)
         self._start_epoch()
         restored, self._restored = self._restored, None
         with self.problems.guard("restoring the epoch's fingerprints from the checkpoint"):

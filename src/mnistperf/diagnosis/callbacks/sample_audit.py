@@ -165,12 +165,8 @@ class SampleAudit(Callback):
     def _local(self, trainer: Trainer) -> list[torch.Tensor]:
         """This rank's fingerprints of the epoch so far, per loader, on the training device."""
         self._flush()
-        device = trainer.strategy.root_device
-        return [torch.cat([f.to(device) for f in seen] or [self._none(trainer)]) for seen in self._seen]
-
-    @staticmethod
-    def _none(trainer: Trainer) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
+        none = torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
+        return [torch.cat([none, *(f.to(none.device) for f in seen)]) for seen in self._seen]
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -260,20 +256,19 @@ class SampleAudit(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
         self.batches.pending = None  # a batch the module skipped, ending the epoch
-        count, carried = len(self.batches.names), self._carried_counts
-        parts: list[torch.Tensor] = []
+        carried = self._carried_counts
         try:
             parts = self._local(trainer)
         except Exception as error:
             self._failed = self.problems.note("collecting the epoch's fingerprints", error)
-        if self._failed is not None:
-            parts, carried, order, self._previous = [self._none(trainer)] * count, [0] * count, Order.FAILED, None
+        self._start_epoch()
+        self._in_epoch = False
+        if self._failed is not None:  # the rank sends no fingerprints
+            parts, carried, order, self._previous = self._local(trainer), self._carried_counts, Order.FAILED, None
         else:
             local = torch.cat(parts)
             order = Order.UNKNOWN if self._previous is None else Order(int(torch.equal(self._previous, local)))
             self._previous = local
-        self._start_epoch()
-        self._in_epoch = False
         shares = self._gather(trainer, parts, order, carried)
         orders = [share.order for share in shares]
         if Order.FAILED in orders:

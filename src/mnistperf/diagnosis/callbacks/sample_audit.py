@@ -327,8 +327,7 @@ class SampleAudit(Callback):
     @staticmethod
     def _gather(trainer: Trainer, parts: list[torch.Tensor], order: Order, carried: list[int]) -> list[Share]:
         """Every rank's share, in rank order: two gathers, the counts, then the fingerprints padded to the longest."""
-        world, count = trainer.world_size, len(parts)
-        device = parts[0].device
+        world, count, device = trainer.world_size, len(parts), parts[0].device
         local = torch.cat(parts)
         meta = torch.tensor([int(order), *(len(p) for p in parts), *carried], dtype=torch.int64, device=device)
         metas = every_rank(trainer.strategy, meta).tolist()

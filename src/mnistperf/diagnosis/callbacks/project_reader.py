@@ -22,7 +22,6 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
     """The names the advice gives the run's project: its classes, its DataModule's loader options, its config."""
     datamodule = getattr(trainer, "datamodule", None)
     saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfigCallback)), None)  # type: ignore[attr-defined]
-    names = own_names(arguments(type(datamodule), {})) if datamodule is not None else {}
     config: Any = saver.config if saver is not None else None
     named = config is not None and config.get("model.class_path") is not None
     prefix = None
@@ -31,14 +30,13 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
     module = trainer.lightning_module
     # tune makes the loader again from the DataModule or the module's own train_dataloader, not from one given to fit
     remade = datamodule is not None or type(module).train_dataloader is not LightningModule.train_dataloader
-    classes = [type(module), type(datamodule)] if datamodule is not None else [type(module)]
     return ProjectTerms(
         model=type(module).__name__ if remade else None,
         datamodule=type(datamodule).__name__ if datamodule is not None else None,
-        options=names,
+        options=own_names(arguments(type(datamodule), {})) if datamodule is not None else {},
         prefix=prefix,
         config=config_file(trainer, saver) if named and saver is not None else None,
-        in_main=any(c.__module__ == "__main__" for c in classes),
+        in_main="__main__" in (type(module).__module__, type(datamodule).__module__),  # NoneType's: builtins
     )
 
 

@@ -55,13 +55,10 @@ def project_hints(given: Hints | None, terms: ProjectTerms, cuda: bool) -> Hints
     return {**USER_HINTS, "input-bound": input_hints(terms, cuda), **(given or {})}
 
 
-def log_folder(trainer: Trainer, every_rank: bool = True) -> Path:
+def log_folder(trainer: Trainer, every_rank: bool) -> Path:
     """The run's log folder, else its root folder; without ``every_rank`` not by the DDP collective trainer.log_dir."""
-    logger = trainer.logger
     if every_rank:
-        found = trainer.log_dir
-    elif logger is None:
-        found = trainer.default_root_dir
-    else:
-        found = logger.log_dir if isinstance(logger, (TensorBoardLogger, CSVLogger)) else logger.save_dir
+        return Path(trainer.log_dir or trainer.default_root_dir)
+    logger = trainer.logger
+    found = logger.log_dir if isinstance(logger, (TensorBoardLogger, CSVLogger)) else getattr(logger, "save_dir", None)
     return Path(found or trainer.default_root_dir)

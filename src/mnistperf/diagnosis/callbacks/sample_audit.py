@@ -271,8 +271,11 @@ class SampleAudit(Callback):
             self._previous = local
         shares = self._gather(trainer, parts, order, carried)
         orders = [share.order for share in shares]
-        if Order.FAILED in orders:
-            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": self._why_not(orders)}
+        if Order.FAILED in orders:  # why: this rank's own problem, else the ranks that had one
+            ranks = ", ".join(str(rank) for rank, order in enumerate(orders) if order == Order.FAILED)
+            why = self._failed or f"rank {ranks} could not fingerprint a batch; its own warning says why"
+            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False}
+            row["why"] = why.removeprefix("SampleAudit: ")
             line, self._failed = f"sample audit, epoch {row['epoch']}: not audited ({row['why']})", None
         else:
             row = self._row(trainer, shares, orders)
@@ -316,13 +319,6 @@ class SampleAudit(Callback):
             return None
         dataset = loader.dataset
         return len(dataset) if not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__") else None
-
-    def _why_not(self, orders: list[Order]) -> str:
-        """Why an epoch is not audited: this rank's problem, or the ranks that had one."""
-        if self._failed is not None:
-            return self._failed.removeprefix("SampleAudit: ")
-        ranks = ", ".join(str(rank) for rank, order in enumerate(orders) if order == Order.FAILED)
-        return f"rank {ranks} could not fingerprint a batch; its own warning says why"
 
     @staticmethod
     def _gather(trainer: Trainer, parts: list[torch.Tensor], order: Order, carried: list[int]) -> list[Share]:

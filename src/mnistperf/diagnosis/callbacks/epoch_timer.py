@@ -344,7 +344,19 @@ class EpochTimer(Callback):
             self.problems.note("closing the epoch's figures", error)
             return
         with self.problems.guard("counting the epoch's samples per loader and its split"):
-            self._add_counts(trainer, row, gathered.loader_samples)
+            if gathered.loader_samples:
+                row["loader_samples"] = {
+                    name: None if math.isnan(count) else int(count)
+                    for name, count in zip(self.batches.names, gathered.loader_samples, strict=True)
+                }
+            reason = unsampled(*self._trained, self._accumulate)
+            if row.get(FORWARD_S) is None and not self.clock.phases.started and reason is not None:
+                row["split_reason"] = reason
+                if not self._split_said:  # once a fit
+                    self._split_said = True
+                    self.problems.say_once(
+                        trainer, f"train time is not split into forward, backward and optimizer: {reason}."
+                    )
         self.problems.log(trainer, scalars(row), "the epoch's figures")
         # Beside a progress bar, the first epoch's line says the bar's number for it (the bar counts from 0).
         first = trainer.progress_bar_callback is not None and len(self.epochs) == 1
@@ -355,22 +367,6 @@ class EpochTimer(Callback):
             f"{throughput(row[SAMPLES_PER_S])}{per_loader_text(row.get('loader_samples'))}, {row['verdict']} "
             f"({row['verdict_reason']})",
         )
-
-    def _add_counts(self, trainer: Trainer, row: dict[str, Any], per_loader: list[float]) -> None:
-        """Add to the epoch's row its samples per training loader, and why it has no split where none was sampled."""
-        if per_loader:
-            row["loader_samples"] = {
-                name: None if math.isnan(count) else int(count)
-                for name, count in zip(self.batches.names, per_loader, strict=True)
-            }
-        reason = unsampled(*self._trained, self._accumulate)
-        if row.get(FORWARD_S) is None and not self.clock.phases.started and reason is not None:
-            row["split_reason"] = reason
-            if not self._split_said:  # once a fit
-                self._split_said = True
-                self.problems.say_once(
-                    trainer, f"train time is not split into forward, backward and optimizer: {reason}."
-                )
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -67,8 +67,7 @@ def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
     """Whether the epoch starting now, of ``batches`` training steps (by default the trainer's), may be the last."""
     batches = float(trainer.num_training_batches) if batches is None else batches
     last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
-    steps = trainer.max_steps
-    return last or (steps > 0 and trainer.global_step + batches >= steps)
+    return last or 0 < trainer.max_steps <= trainer.global_step + batches
 
 
 def steps_left(trainer: Trainer, batches: float | None = None) -> float:

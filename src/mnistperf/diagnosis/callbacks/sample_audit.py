@@ -302,8 +302,7 @@ class SampleAudit(Callback):
             "audited": True,
             **tally(sum(c["seen"] for c in each), sum(c["distinct"] for c in each), size),
             "per_rank": [sum(int(part.numel()) for part in share.parts) for share in shares],
-            # ranks that repeated their last epoch's order
-            "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),
+            "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),  # as the last epoch
             "replayed": sum(replayed) if replayed else None,
         }
         if self.batches.several:

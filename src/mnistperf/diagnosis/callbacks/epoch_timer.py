@@ -1,8 +1,7 @@
 """EpochTimer: the Lightning callback that times every epoch of any LightningModule and says what bounds the run.
 
-What it measures and how to read it: docs/diagnose.md and docs/timing.md. Its hooks tell an EpochClock, which holds
-the arithmetic, when epochs, steps and validation begin and end. Under DDP every rank measures itself and global rank
-0 alone prints, logs and writes timing.json.
+How to read it: docs/diagnose.md and docs/timing.md. Its hooks tell an EpochClock (the arithmetic) when epochs, steps
+and validation begin and end. Under DDP each rank measures itself; global rank 0 alone prints, logs, writes timing.json.
 """
 
 from __future__ import annotations
@@ -125,7 +124,6 @@ class EpochTimer(Callback):
         self._flops = FirstStep(flops_per_batch)
         self._accumulate = 1  # training steps per optimizer step (accumulate_grad_batches)
         skip_unused_batch_hooks(self)
-        # The phase hooks this class leaves as the timer's own are dispatched on sampled steps only.
         self._phase_hooks = [hook for hook in PHASE_HOOKS if getattr(type(self), hook) is getattr(EpochTimer, hook)]
         self._sample(False)
 
@@ -275,7 +273,7 @@ class EpochTimer(Callback):
 
     # Sampled steps: where the forward, the backward and the update begin and end (mnistperf.diagnosis.measure.phases).
     def _sample(self, sampling: bool) -> None:
-        """Have Lightning dispatch the phase hooks (on a sampled step) or skip them."""
+        """Have Lightning dispatch the phase hooks this class leaves as the timer's own (on a sampled step), or not."""
         self._sampling = sampling
         for hook in self._phase_hooks:
             (restore_hook if sampling else skip_hook)(self, hook)

@@ -122,7 +122,6 @@ class EpochTimer(Callback):
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch = FetchClock(PassThroughProfiler())  # in the trainer's profiler's place from the fit's start
         self._flops = FirstStep(flops_per_batch)
-        self._accumulate = 1  # training steps per optimizer step (accumulate_grad_batches)
         skip_unused_batch_hooks(self)
         self._phase_hooks = [hook for hook in PHASE_HOOKS if getattr(type(self), hook) is getattr(EpochTimer, hook)]
         self._sample(False)
@@ -167,7 +166,6 @@ class EpochTimer(Callback):
                 metric=self.monitor,
             )
             self._fetch = FetchClock(profiler)
-            self._accumulate = max(1, int(trainer.accumulate_grad_batches))
             self.clock.flops_per_step, self.clock.world_size = self.flops_per_batch, trainer.world_size
             self.clock.flops_reason = self._flops.plan(pl_module) or self.clock.flops_reason
             self.clock.peak = device_peak(pl_module.device, str(trainer.precision))
@@ -239,8 +237,8 @@ class EpochTimer(Callback):
         try:  # profiled steps run slower: none of them is sampled
             if self._sampling:  # the next training step of a sample spanning several (gradient accumulation)
                 self.clock.phases.start()
-            elif sampled(batch_idx, self._accumulate) and not self.clock.profiling:
-                self.clock.phases.start(self._accumulate)
+            elif sampled(batch_idx, trainer.accumulate_grad_batches) and not self.clock.profiling:
+                self.clock.phases.start(trainer.accumulate_grad_batches)
                 self._sample(True)
         except Exception as error:
             self._sample(False)
@@ -346,7 +344,7 @@ class EpochTimer(Callback):
                     name: None if math.isnan(count) else int(count)
                     for name, count in zip(self.batches.names, gathered.loader_samples, strict=True)
                 }
-            reason = unsampled(*self._trained, self._accumulate)
+            reason = unsampled(*self._trained, trainer.accumulate_grad_batches)
             if row.get(FORWARD_S) is None and not self.clock.phases.started and reason is not None:
                 row["split_reason"] = reason
                 if not self._split_said:  # once a fit

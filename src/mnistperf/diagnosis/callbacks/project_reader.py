@@ -23,7 +23,6 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
     datamodule = getattr(trainer, "datamodule", None)
     saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfigCallback)), None)  # type: ignore[attr-defined]
     config: Any = saver.config if saver is not None else None
-    named = config is not None and config.get("model.class_path") is not None
     prefix = None
     if config is not None and datamodule is not None:
         prefix = "data.init_args." if config.get("data.class_path") is not None else "data."
@@ -35,7 +34,7 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
         datamodule=type(datamodule).__name__ if datamodule is not None else None,
         options=own_names(arguments(type(datamodule), {})) if datamodule is not None else {},
         prefix=prefix,
-        config=config_file(trainer, saver) if named and saver is not None else None,
+        config=config_file(trainer, saver) if saver is not None and config.get("model.class_path") else None,
         in_main="__main__" in (type(module).__module__, type(datamodule).__module__),  # NoneType's: builtins
     )
 

@@ -62,9 +62,8 @@ def per_loader_text(samples: dict[str, int | None] | None) -> str:
     return " (" + " + ".join(f"{name} {count:,}" for name, count in samples.items()) + " samples)"
 
 
-def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
-    """Whether the epoch starting now, of ``batches`` training steps (by default the trainer's), may be the last."""
-    batches = float(trainer.num_training_batches) if batches is None else batches
+def last_epoch(trainer: Trainer, batches: float) -> bool:
+    """Whether the epoch starting now, of ``batches`` training steps, may be the fit's last."""
     last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
     return last or 0 < trainer.max_steps <= trainer.global_step + batches
 

@@ -378,8 +378,7 @@ class EpochTimer(Callback):
         """Rank 0 prints the summary once and writes it to the log folder's timing.json, with the report beside it."""
         folder = Path(trainer.default_root_dir)
         with self.problems.guard("finding the run's log folder"):
-            # a collective under DDP, which every rank joins; after an exception the others may be gone
-            folder = log_folder(trainer, every_rank=not interrupted)
+            folder = log_folder(trainer, every_rank=not interrupted)  # after an exception the other ranks may be gone
         if not trainer.is_global_zero:
             return
         self._reported = True

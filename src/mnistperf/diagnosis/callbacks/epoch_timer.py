@@ -143,8 +143,7 @@ class EpochTimer(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
         self.summary_path, self._reported, self._fetch = None, False, FetchClock(PassThroughProfiler())
-        self.problems = Reporter("EpochTimer")
-        self.clock = EpochClock(torch.device("cpu"), self.input_bound_share, 0)
+        self.problems, self.clock = Reporter("EpochTimer"), EpochClock(torch.device("cpu"), self.input_bound_share, 0)
         with self.problems.guard("starting the clock"):
             busy_unavailable = None
             profiler = cast(TrainerAttributes, trainer).profiler

@@ -186,7 +186,6 @@ class EpochTimer(Callback):
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders, each counted apart; a count of the user's counts each batch whole."""
-        # whether the epoch under way was started, and what is said once a fit: a batch's samples uncounted, no split
         self._epoch_open = self._uncounted = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
         self._own: Callable[[Any], int] | None = own if callable(own) else None

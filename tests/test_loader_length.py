@@ -144,6 +144,6 @@ def test_the_fits_steps_left_are_known_unbounded_or_not_known():
     assert steps_left(trainer_at(math.inf), batches=512) == 3 * 512  # the last epoch's length stands in
     assert steps_left(trainer_at(math.inf, max_steps=700, step=512)) == 188  # max_steps bounds it anyway
     assert steps_left(trainer_at(math.inf, max_epochs=-1)) == math.inf  # nothing bounds it
-    assert last_epoch(trainer_at(math.inf, max_epochs=-1, max_steps=700))  # max_steps may end it inside this epoch
+    assert last_epoch(trainer_at(math.inf, max_epochs=-1, max_steps=700), math.inf)  # max_steps may end this epoch
     assert not last_epoch(trainer_at(math.inf, max_epochs=-1, max_steps=700), batches=512)
-    assert not last_epoch(trainer_at(math.inf))
+    assert not last_epoch(trainer_at(math.inf), math.inf)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from conftest import fit_module
 from lightning import LightningModule, Trainer
@@ -212,6 +213,23 @@ def test_a_sample_id_the_batch_lacks_leaves_the_epochs_not_audited(tmp_path, cap
     assert "sample_id 'idx': the batch has no such field" in line
     assert [row["audited"] for row in audit.epochs] == [False] * EPOCHS
     assert "sample audit, epoch 2: not audited (fingerprinting a training batch failed" in capsys.readouterr().out
+
+
+def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(tmp_path):
+    """Lightning calls no teardown after an exception: the timer tears down in on_exception."""
+
+    class FailingStep(Odd):
+        def training_step(self, batch, batch_idx):
+            raise RuntimeError("the step fails")
+
+    timer = EpochTimer()
+    options = {"enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
+    trainer = Trainer(accelerator="cpu", max_epochs=1000, logger=False, callbacks=[timer], **options)
+    profiler = trainer.profiler
+    with pytest.raises(RuntimeError, match="the step fails"):
+        trainer.fit(FailingStep(), DataLoader(Rows(), batch_size=BATCH))
+    assert trainer.profiler is profiler
+    assert not timer._flops.due and timer._flops.counting is None  # the first step's count begun, then stopped
 
 
 def test_values_json_cannot_hold_become_their_repr_and_numbers_stay_numbers():

@@ -5,6 +5,5 @@ Two callbacks for any ``Trainer``, ``EpochTimer`` and ``SampleAudit``; how to re
 
 from mnistperf.diagnosis.callbacks.epoch_timer import EpochTimer
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
-from mnistperf.diagnosis.record.run import SUMMARY_FILE
 
-__all__ = ["SUMMARY_FILE", "EpochTimer", "SampleAudit", "SampleAuditError"]
+__all__ = ["EpochTimer", "SampleAudit", "SampleAuditError"]

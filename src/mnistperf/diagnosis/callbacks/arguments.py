@@ -68,13 +68,11 @@ def check(owner: str, values: Mapping[str, Any]) -> None:
 
 def check_hints(value: Any) -> None:
     """EpochTimer's ``hints`` (once imported) map some verdicts each to a list of strings, or are None."""
-    if value is None:
-        return
     takes = f"a mapping of verdicts ({', '.join(USER_HINTS)}) to lists of hints, an import path to one, or None"
     fail = f"EpochTimer(hints={value!r}): hints takes {takes}"
-    if not isinstance(value, Mapping):
+    if not isinstance(value, (Mapping, type(None))):
         raise TypeError(fail)
-    for verdict, said in value.items():
+    for verdict, said in (value or {}).items():
         if verdict not in USER_HINTS:
             raise ValueError(f"{fail}; {verdict!r} is no verdict")
         if isinstance(said, str) or not isinstance(said, Sequence) or not all(isinstance(s, str) for s in said):

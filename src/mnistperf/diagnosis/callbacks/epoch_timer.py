@@ -1,8 +1,7 @@
 """EpochTimer: the Lightning callback that times every epoch of any LightningModule and says what bounds the run.
 
-What it measures and how to read it: docs/diagnose.md and docs/timing.md. Its hooks tell an EpochClock, which holds
-the arithmetic, when epochs, steps and validation begin and end. Under DDP every rank measures itself and global rank
-0 alone prints, logs and writes timing.json.
+How to read it: docs/diagnose.md and docs/timing.md. Its hooks tell an EpochClock (the arithmetic) when epochs, steps
+and validation begin and end. Under DDP each rank measures itself; global rank 0 alone prints, logs, writes timing.json.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any, Protocol, cast
 
 import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.profilers import Profiler, PyTorchProfiler
+from lightning.pytorch.profilers import PassThroughProfiler, Profiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
@@ -56,36 +55,28 @@ class TrainerAttributes(Protocol):
 
 def per_loader_text(samples: dict[str, int | None] | None) -> str:
     """An epoch's samples per training loader as its line says them: each loader's, or how many each where alike."""
-    if not samples or any(count is None for count in samples.values()):
+    if not samples or None in samples.values():
         return ""
-    counts = cast(dict[str, int], samples)
-    if len(set(counts.values())) == 1:
-        return f" ({len(counts)} loaders of {next(iter(counts.values())):,} samples each)"
-    return " (" + " + ".join(f"{name} {count:,}" for name, count in counts.items()) + " samples)"
+    if len(set(samples.values())) == 1:
+        return f" ({len(samples)} loaders of {next(iter(samples.values())):,} samples each)"
+    return " (" + " + ".join(f"{name} {count:,}" for name, count in samples.items()) + " samples)"
 
 
-def last_epoch(trainer: Trainer, batches: float | None = None) -> bool:
-    """Whether the epoch starting now may be the fit's last by max_epochs and max_steps.
-
-    ``batches``: its training steps, by default the trainer's (inf where its loader has no length).
-    """
-    batches = float(trainer.num_training_batches) if batches is None else batches
+def last_epoch(trainer: Trainer, batches: float) -> bool:
+    """Whether the epoch starting now, of ``batches`` training steps, may be the fit's last."""
     last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
-    steps = trainer.max_steps
-    return last or (steps > 0 and trainer.global_step + batches >= steps)
+    return last or 0 < trainer.max_steps <= trainer.global_step + batches
 
 
 def steps_left(trainer: Trainer, batches: float | None = None) -> float:
-    """The training steps the fit will still run from the epoch starting now (inf: unbounded; NaN: not known).
-
-    ``batches``: each epoch's steps, by default the trainer's count of this one's. max_steps counts optimizer steps.
-    """
+    """The training steps left from the epoch starting now, each of ``batches`` (inf: unbounded; NaN: not known)."""
     batches = float(trainer.num_training_batches) if batches is None else batches
     left = math.inf
     if trainer.max_epochs is not None and trainer.max_epochs > 0:
         left = batches * (trainer.max_epochs - trainer.current_epoch) if math.isfinite(batches) else math.nan
     if trainer.max_steps > 0:
-        bound = float(trainer.max_steps - trainer.global_step) * max(1, int(trainer.accumulate_grad_batches))
+        optimizer_steps = float(trainer.max_steps - trainer.global_step)  # what max_steps counts
+        bound = optimizer_steps * max(1, int(trainer.accumulate_grad_batches))
         left = bound if math.isnan(left) else min(left, bound)
     return left
 
@@ -128,20 +119,9 @@ class EpochTimer(Callback):
         self.summary_path: Path | None = None  # where timing.json was written (None until it is)
         self.problems = Reporter("EpochTimer")  # what the timer says, and what went wrong inside it (timing.json)
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
-        self.batches = TrainingBatches(self.problems, AS_ONE)
-        self._reported = False
-        self._fetch: FetchClock | None = None
+        self._fetch = FetchClock(PassThroughProfiler())  # in the trainer's profiler's place from the fit's start
         self._flops = FirstStep(flops_per_batch)
-        self._own: Callable[[Any], int] | None = None  # the user's count of a batch's samples
-        self._uncounted = False  # a batch of this fit had no countable samples (said once)
-        self._loader_samples: list[float] = []  # the epoch's samples per training loader
-        self._trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
-        self._split_said = False  # why an epoch has no split was said (once a fit)
-        self._accumulate = 1  # training steps per optimizer step (accumulate_grad_batches)
-        self._epoch_open = False  # on_train_epoch_start ran for the epoch under way
-        self._val_metrics: dict[str, float] = {}
         skip_unused_batch_hooks(self)
-        # The phase hooks this class leaves as the timer's own are dispatched on sampled steps only.
         self._phase_hooks = [hook for hook in PHASE_HOOKS if getattr(type(self), hook) is getattr(EpochTimer, hook)]
         self._sample(False)
 
@@ -162,9 +142,8 @@ class EpochTimer(Callback):
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
-        self.summary_path, self._reported, self._fetch = None, False, None
-        self.problems = Reporter("EpochTimer")
-        self.clock = EpochClock(torch.device("cpu"), self.input_bound_share, 0)
+        self.summary_path, self._reported, self._fetch = None, False, FetchClock(PassThroughProfiler())
+        self.problems, self.clock = Reporter("EpochTimer"), EpochClock(torch.device("cpu"), self.input_bound_share, 0)
         with self.problems.guard("starting the clock"):
             busy_unavailable = None
             profiler = cast(TrainerAttributes, trainer).profiler
@@ -185,7 +164,6 @@ class EpochTimer(Callback):
                 metric=self.monitor,
             )
             self._fetch = FetchClock(profiler)
-            self._accumulate = max(1, int(trainer.accumulate_grad_batches))
             self.clock.flops_per_step, self.clock.world_size = self.flops_per_batch, trainer.world_size
             self.clock.flops_reason = self._flops.plan(pl_module) or self.clock.flops_reason
             self.clock.peak = device_peak(pl_module.device, str(trainer.precision))
@@ -194,7 +172,7 @@ class EpochTimer(Callback):
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if self._fetch is not None and cast(TrainerAttributes, trainer).profiler is self._fetch:
+        if cast(TrainerAttributes, trainer).profiler is self._fetch:
             swap_profiler(trainer, self._fetch.inner)
         with self.problems.guard("stopping the busy window"):
             self.clock.close()
@@ -202,26 +180,26 @@ class EpochTimer(Callback):
 
     def _stop_flops(self) -> None:
         """Stop a FLOP count whose step never ended (a skipped batch, an error)."""
-        if self._flops.counting:
-            with self.problems.guard("counting the step's FLOPs"):
-                self._flops.end()
+        with self.problems.guard("counting the step's FLOPs"):
+            self._flops.end()
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders, each counted apart; a count of the user's counts each batch whole."""
         self._epoch_open = self._uncounted = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
-        self._own = own if callable(own) else None
+        self._own: Callable[[Any], int] | None = own if callable(own) else None
         loaders, guess = (trainer.train_dataloader, GUESS) if self._own is None else (None, None)
         self.batches = TrainingBatches(self.problems, AS_ONE, loaders, guess)
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing the epoch, its fetch wait and its counts from zero."""
-        self._epoch_open, self._val_metrics, self._trained = True, {}, (None, None)
-        self._loader_samples = [0.0] * len(self.batches.names)
-        if self._fetch is not None:
-            self._fetch.reset()
+        self._epoch_open = True
+        self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
+        self._trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
+        self._loader_samples = [0.0] * len(self.batches.names)  # the epoch's samples per training loader
+        self._fetch.reset()
         with self.problems.guard("starting the epoch's clock"):
             batches = float(trainer.num_training_batches)  # inf where the training loader has no length
             expected = self.clock.expected_steps(batches)
@@ -235,8 +213,7 @@ class EpochTimer(Callback):
         if not self._epoch_open:  # Lightning does not call on_train_epoch_start for an epoch resumed inside
             self.on_train_epoch_start(trainer, pl_module)
         try:
-            if self._fetch is not None:  # the wait so far, so that a profiled window's own is left out of the epoch's
-                self.clock.add_fetch_wait(self._fetch.reset())
+            self.clock.add_fetch_wait(self._fetch.reset())  # so far: a profiled window's own is kept apart
             self.clock.step_start(batch_idx)
             if self._flops.due:  # the fit's first step, if the fit can pay for counting it
                 self.clock.flops_reason = self._flops.begin(steps_left(trainer)) or self.clock.flops_reason
@@ -257,8 +234,8 @@ class EpochTimer(Callback):
         try:  # profiled steps run slower: none of them is sampled
             if self._sampling:  # the next training step of a sample spanning several (gradient accumulation)
                 self.clock.phases.start()
-            elif sampled(batch_idx, self._accumulate) and not self.clock.profiling:
-                self.clock.phases.start(self._accumulate)
+            elif sampled(batch_idx, trainer.accumulate_grad_batches) and not self.clock.profiling:
+                self.clock.phases.start(trainer.accumulate_grad_batches)
                 self._sample(True)
         except Exception as error:
             self._sample(False)
@@ -291,7 +268,7 @@ class EpochTimer(Callback):
 
     # Sampled steps: where the forward, the backward and the update begin and end (mnistperf.diagnosis.measure.phases).
     def _sample(self, sampling: bool) -> None:
-        """Have Lightning dispatch the phase hooks (on a sampled step) or skip them."""
+        """Have Lightning dispatch the phase hooks this class leaves as the timer's own (on a sampled step), or not."""
         self._sampling = sampling
         for hook in self._phase_hooks:
             (restore_hook if sampling else skip_hook)(self, hook)
@@ -350,8 +327,7 @@ class EpochTimer(Callback):
         self._stop_flops()
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
-            if self._fetch is not None:
-                self.clock.add_fetch_wait(self._fetch.reset())
+            self.clock.add_fetch_wait(self._fetch.reset())
             measures = self.clock.measure_epoch()
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, self._loader_samples if self.batches.several else [])
@@ -360,7 +336,19 @@ class EpochTimer(Callback):
             self.problems.note("closing the epoch's figures", error)
             return
         with self.problems.guard("counting the epoch's samples per loader and its split"):
-            self._add_counts(trainer, row, gathered.loader_samples)
+            if gathered.loader_samples:
+                row["loader_samples"] = {
+                    name: None if math.isnan(count) else int(count)
+                    for name, count in zip(self.batches.names, gathered.loader_samples, strict=True)
+                }
+            reason = unsampled(*self._trained, trainer.accumulate_grad_batches)
+            if row.get(FORWARD_S) is None and not self.clock.phases.started and reason is not None:
+                row["split_reason"] = reason
+                if not self._split_said:  # once a fit
+                    self._split_said = True
+                    self.problems.say_once(
+                        trainer, f"train time is not split into forward, backward and optimizer: {reason}."
+                    )
         self.problems.log(trainer, scalars(row), "the epoch's figures")
         # Beside a progress bar, the first epoch's line says the bar's number for it (the bar counts from 0).
         first = trainer.progress_bar_callback is not None and len(self.epochs) == 1
@@ -372,22 +360,6 @@ class EpochTimer(Callback):
             f"({row['verdict_reason']})",
         )
 
-    def _add_counts(self, trainer: Trainer, row: dict[str, Any], per_loader: list[float]) -> None:
-        """Add to the epoch's row its samples per training loader, and why it has no split where none was sampled."""
-        if per_loader:
-            row["loader_samples"] = {
-                name: None if math.isnan(count) else int(count)
-                for name, count in zip(self.batches.names, per_loader, strict=True)
-            }
-        reason = unsampled(*self._trained, self._accumulate)
-        if row.get(FORWARD_S) is None and not self.clock.phases.started and reason is not None:
-            row["split_reason"] = reason
-            if not self._split_said:  # once a fit
-                self._split_said = True
-                self.problems.say_once(
-                    trainer, f"train time is not split into forward, backward and optimizer: {reason}."
-                )
-
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.epochs:
@@ -395,9 +367,8 @@ class EpochTimer(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        """A fit stopped early (Ctrl-C, an error): the window stops, the finished epochs are still reported."""
-        with self.problems.guard("stopping the busy window"):  # Lightning calls no teardown after an exception
-            self.clock.close()
+        """A fit stopped early (Ctrl-C, an error): torn down as after a fit, its finished epochs still reported."""
+        self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)
 
@@ -405,8 +376,7 @@ class EpochTimer(Callback):
         """Rank 0 prints the summary once and writes it to the log folder's timing.json, with the report beside it."""
         folder = Path(trainer.default_root_dir)
         with self.problems.guard("finding the run's log folder"):
-            # a collective under DDP, which every rank joins; after an exception the others may be gone
-            folder = log_folder(trainer, every_rank=not interrupted)
+            folder = log_folder(trainer, every_rank=not interrupted)  # after an exception the other ranks may be gone
         if not trainer.is_global_zero:
             return
         self._reported = True

@@ -22,23 +22,20 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
     """The names the advice gives the run's project: its classes, its DataModule's loader options, its config."""
     datamodule = getattr(trainer, "datamodule", None)
     saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfigCallback)), None)  # type: ignore[attr-defined]
-    names = own_names(arguments(type(datamodule), {})) if datamodule is not None else {}
     config: Any = saver.config if saver is not None else None
-    named = config is not None and config.get("model.class_path") is not None
     prefix = None
     if config is not None and datamodule is not None:
         prefix = "data.init_args." if config.get("data.class_path") is not None else "data."
     module = trainer.lightning_module
     # tune makes the loader again from the DataModule or the module's own train_dataloader, not from one given to fit
     remade = datamodule is not None or type(module).train_dataloader is not LightningModule.train_dataloader
-    classes = [type(module), type(datamodule)] if datamodule is not None else [type(module)]
     return ProjectTerms(
         model=type(module).__name__ if remade else None,
         datamodule=type(datamodule).__name__ if datamodule is not None else None,
-        options=names,
+        options=own_names(arguments(type(datamodule), {})) if datamodule is not None else {},
         prefix=prefix,
-        config=config_file(trainer, saver) if named and saver is not None else None,
-        in_main=any(c.__module__ == "__main__" for c in classes),
+        config=config_file(trainer, saver) if saver is not None and config.get("model.class_path") else None,
+        in_main="__main__" in (type(module).__module__, type(datamodule).__module__),  # NoneType's: builtins
     )
 
 
@@ -57,13 +54,10 @@ def project_hints(given: Hints | None, terms: ProjectTerms, cuda: bool) -> Hints
     return {**USER_HINTS, "input-bound": input_hints(terms, cuda), **(given or {})}
 
 
-def log_folder(trainer: Trainer, every_rank: bool = True) -> Path:
+def log_folder(trainer: Trainer, every_rank: bool) -> Path:
     """The run's log folder, else its root folder; without ``every_rank`` not by the DDP collective trainer.log_dir."""
-    logger = trainer.logger
     if every_rank:
-        found = trainer.log_dir
-    elif logger is None:
-        found = trainer.default_root_dir
-    else:
-        found = logger.log_dir if isinstance(logger, (TensorBoardLogger, CSVLogger)) else logger.save_dir
+        return Path(trainer.log_dir or trainer.default_root_dir)
+    logger = trainer.logger
+    found = logger.log_dir if isinstance(logger, (TensorBoardLogger, CSVLogger)) else getattr(logger, "save_dir", None)
     return Path(found or trainer.default_root_dir)

@@ -104,7 +104,6 @@ class SampleAudit(Callback):
         self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
         self.batches = TrainingBatches(self.problems, AS_ONE)  # the fit's training batches
         self._by_content = fingerprint is None and sample_id is None
-        self._guess = GUESS if self._by_content and sample_dims == 1 else None  # where a sample's rows may be a guess
         self._start_epoch()
         self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
         self._restored: dict[str, Any] | None = None
@@ -165,12 +164,8 @@ class SampleAudit(Callback):
     def _local(self, trainer: Trainer) -> list[torch.Tensor]:
         """This rank's fingerprints of the epoch so far, per loader, on the training device."""
         self._flush()
-        device = trainer.strategy.root_device
-        return [torch.cat([f.to(device) for f in seen] or [self._none(trainer)]) for seen in self._seen]
-
-    @staticmethod
-    def _none(trainer: Trainer) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
+        none = torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
+        return [torch.cat([none, *(f.to(none.device) for f in seen)]) for seen in self._seen]
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -182,7 +177,8 @@ class SampleAudit(Callback):
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
-        self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, self._guess)
+        guess = GUESS if self._by_content and self.sample_dims == 1 else None  # where a sample's rows may be a guess
+        self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, guess)
         self._start_epoch()
         restored, self._restored = self._restored, None
         with self.problems.guard("restoring the epoch's fingerprints from the checkpoint"):
@@ -259,24 +255,26 @@ class SampleAudit(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
         self.batches.pending = None  # a batch the module skipped, ending the epoch
-        count, carried = len(self.batches.names), self._carried_counts
-        parts: list[torch.Tensor] = []
+        carried = self._carried_counts
         try:
             parts = self._local(trainer)
         except Exception as error:
             self._failed = self.problems.note("collecting the epoch's fingerprints", error)
-        if self._failed is not None:
-            parts, carried, order, self._previous = [self._none(trainer)] * count, [0] * count, Order.FAILED, None
+        self._start_epoch()
+        self._in_epoch = False
+        if self._failed is not None:  # the rank sends no fingerprints
+            parts, carried, order, self._previous = self._local(trainer), self._carried_counts, Order.FAILED, None
         else:
             local = torch.cat(parts)
             order = Order.UNKNOWN if self._previous is None else Order(int(torch.equal(self._previous, local)))
             self._previous = local
-        self._start_epoch()
-        self._in_epoch = False
         shares = self._gather(trainer, parts, order, carried)
         orders = [share.order for share in shares]
-        if Order.FAILED in orders:
-            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": self._why_not(orders)}
+        if Order.FAILED in orders:  # why: this rank's own problem, else the ranks that had one
+            ranks = ", ".join(str(rank) for rank, order in enumerate(orders) if order == Order.FAILED)
+            why = self._failed or f"rank {ranks} could not fingerprint a batch; its own warning says why"
+            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False}
+            row["why"] = why.removeprefix("SampleAudit: ")
             line, self._failed = f"sample audit, epoch {row['epoch']}: not audited ({row['why']})", None
         else:
             row = self._row(trainer, shares, orders)
@@ -303,8 +301,7 @@ class SampleAudit(Callback):
             "audited": True,
             **tally(sum(c["seen"] for c in each), sum(c["distinct"] for c in each), size),
             "per_rank": [sum(int(part.numel()) for part in share.parts) for share in shares],
-            # ranks that repeated their last epoch's order
-            "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),
+            "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),  # as the last epoch
             "replayed": sum(replayed) if replayed else None,
         }
         if self.batches.several:
@@ -321,18 +318,10 @@ class SampleAudit(Callback):
         dataset = loader.dataset
         return len(dataset) if not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__") else None
 
-    def _why_not(self, orders: list[Order]) -> str:
-        """Why an epoch is not audited: this rank's problem, or the ranks that had one."""
-        if self._failed is not None:
-            return self._failed.removeprefix("SampleAudit: ")
-        ranks = ", ".join(str(rank) for rank, order in enumerate(orders) if order == Order.FAILED)
-        return f"rank {ranks} could not fingerprint a batch; its own warning says why"
-
     @staticmethod
     def _gather(trainer: Trainer, parts: list[torch.Tensor], order: Order, carried: list[int]) -> list[Share]:
         """Every rank's share, in rank order: two gathers, the counts, then the fingerprints padded to the longest."""
-        world, count = trainer.world_size, len(parts)
-        device = parts[0].device
+        world, count, device = trainer.world_size, len(parts), parts[0].device
         local = torch.cat(parts)
         meta = torch.tensor([int(order), *(len(p) for p in parts), *carried], dtype=torch.int64, device=device)
         metas = trainer.strategy.all_gather(meta).reshape(world, -1).tolist()

@@ -105,6 +105,24 @@ PARTS = (
         ),
     ),
     Part(
+        "resident",
+        3.5,
+        "v3_resident beside its bare-Lightning and plain-PyTorch rows, 4 epochs, 4 repeats: the lab's cost settled",
+        (
+            (
+                *BENCH,
+                "--repeats",
+                "4",
+                "--stages",
+                "v3_resident",
+                "--reference-rows",
+                "v3_resident",
+                "--out",
+                "{out}/resident",
+            ),
+        ),
+    ),
+    Part(
         "compiled",
         1.2,
         "v3_compiled beside v3_resident",

@@ -17,8 +17,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-PARTS = ("probe", "fast", "compiled", "v1", "streams", "tests", "diagnosis", "timer", "graph", "modes")  # gpu_check's
-DATA_PARTS = ("fast", "compiled", "v1", "streams", "timer", "graph", "modes")  # each trains on FashionMNIST
+PARTS = (
+    "probe",
+    "fast",
+    "resident",
+    "compiled",
+    "v1",
+    "streams",
+    "tests",
+    "diagnosis",
+    "timer",
+    "graph",
+    "modes",
+)  # gpu_check's
+DATA_PARTS = ("fast", "resident", "compiled", "v1", "streams", "timer", "graph", "modes")  # each trains on FashionMNIST
 STAGED_PART = "streams"  # the part whose bench can run without a stage whose library is missing
 DATA_DIR = Path("data")
 DATASET = "fashion_mnist"

@@ -306,6 +306,18 @@ def test_under_gradient_accumulation_the_split_times_whole_optimizer_steps(accum
     assert int(calls["on_before_optimizer_step"]) == EPOCHS * windows
 
 
+def test_an_accumulation_changed_by_epoch_is_followed_by_the_split():
+    """GradientAccumulationScheduler changes accumulate_grad_batches between epochs: each epoch samples by its own."""
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    timer = EpochTimer()
+    scheduler = GradientAccumulationScheduler({0: 1, 1: 4})
+    fit_module(Recorder(None), DataLoader(Indexed(36 * BATCH), batch_size=BATCH), callbacks=[timer, scheduler])
+    assert len(timer.epochs) == EPOCHS == 2
+    for row in timer.epochs:
+        assert None not in (row["forward_s"], row["backward_s"], row["optimizer_s"]) and "split_reason" not in row
+
+
 def test_a_one_step_fit_says_why_it_has_no_split(capsys):
     module, timer, _, trainer = watched(lambda: DataLoader(Indexed(), batch_size=BATCH), fast_dev_run=True)
     (row,) = timer.epochs

@@ -471,3 +471,18 @@ def test_a_project_whose_terms_cannot_be_read_gets_anyones_advice_and_one_proble
     summary = json.loads(timer.summary_path.read_text())
     assert summary["advice"]["hints"][0] == "more DataLoader workers (num_workers)"
     assert [line for line in summary["problems"] if "naming the advice in the project's terms failed" in line]
+
+
+def test_a_config_saver_holding_no_config_leaves_the_advice_in_the_projects_terms_without_a_problem(tmp_path):
+    from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
+
+    class SavesElsewhere(SaveConfigCallback):
+        def save_config(self, trainer, pl_module, stage):
+            pass
+
+    saver = SavesElsewhere(LightningArgumentParser(), None, save_to_log_dir=False)  # type: ignore[arg-type]
+    timer = EpochTimer()
+    fit_module(TupleBatches(), datamodule=WorkersData(), callbacks=[timer, saver], default_root_dir=tmp_path)
+    summary = json.loads(timer.summary_path.read_text())
+    assert not summary["problems"], summary["problems"]
+    assert summary["advice"]["hints"][0] == "more DataLoader workers (WorkersData(n_workers=...))"

@@ -143,7 +143,8 @@ class EpochTimer(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start a new clock on the module's device and time the training fetches through the trainer's profiler."""
         self.summary_path, self._reported, self._fetch = None, False, FetchClock(PassThroughProfiler())
-        self.problems, self.clock = Reporter("EpochTimer"), EpochClock(torch.device("cpu"), self.input_bound_share, 0)
+        self.problems = Reporter("EpochTimer")
+        self.clock = EpochClock(torch.device("cpu"), self.input_bound_share, 0)
         with self.problems.guard("starting the clock"):
             busy_unavailable = None
             profiler = cast(TrainerAttributes, trainer).profiler
@@ -172,8 +173,9 @@ class EpochTimer(Callback):
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if cast(TrainerAttributes, trainer).profiler is self._fetch:
-            swap_profiler(trainer, self._fetch.inner)
+        with self.problems.guard("giving the trainer its profiler back"):
+            if cast(TrainerAttributes, trainer).profiler is self._fetch:
+                swap_profiler(trainer, self._fetch.inner)
         with self.problems.guard("stopping the busy window"):
             self.clock.close()
         self._stop_flops()
@@ -376,7 +378,8 @@ class EpochTimer(Callback):
         """Rank 0 prints the summary once and writes it to the log folder's timing.json, with the report beside it."""
         folder = Path(trainer.default_root_dir)
         with self.problems.guard("finding the run's log folder"):
-            folder = log_folder(trainer, every_rank=not interrupted)  # after an exception the other ranks may be gone
+            # a collective under DDP, which every rank joins; after an exception the others may be gone
+            folder = log_folder(trainer, every_rank=not interrupted)
         if not trainer.is_global_zero:
             return
         self._reported = True

@@ -26,6 +26,7 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
     prefix = None
     if config is not None and datamodule is not None:
         prefix = "data.init_args." if config.get("data.class_path") is not None else "data."
+    named = config is not None and config.get("model.class_path") is not None  # a config LightningCLI wrote
     module = trainer.lightning_module
     # tune makes the loader again from the DataModule or the module's own train_dataloader, not from one given to fit
     remade = datamodule is not None or type(module).train_dataloader is not LightningModule.train_dataloader
@@ -34,7 +35,7 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
         datamodule=type(datamodule).__name__ if datamodule is not None else None,
         options=own_names(arguments(type(datamodule), {})) if datamodule is not None else {},
         prefix=prefix,
-        config=config_file(trainer, saver) if saver is not None and config.get("model.class_path") else None,
+        config=config_file(trainer, saver) if saver is not None and named else None,
         in_main="__main__" in (type(module).__module__, type(datamodule).__module__),  # NoneType's: builtins
     )
 

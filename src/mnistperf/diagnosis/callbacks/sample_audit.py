@@ -262,8 +262,9 @@ class SampleAudit(Callback):
             self._failed = self.problems.note("collecting the epoch's fingerprints", error)
         self._start_epoch()
         self._in_epoch = False
-        if self._failed is not None:  # the rank sends no fingerprints
-            parts, carried, order, self._previous = self._local(trainer), self._carried_counts, Order.FAILED, None
+        if self._failed is not None:  # the rank sends the empty fingerprints of the epoch just restarted
+            parts, carried = self._local(trainer), self._carried_counts
+            order, self._previous = Order.FAILED, None
         else:
             local = torch.cat(parts)
             order = Order.UNKNOWN if self._previous is None else Order(int(torch.equal(self._previous, local)))
@@ -301,7 +302,8 @@ class SampleAudit(Callback):
             "audited": True,
             **tally(sum(c["seen"] for c in each), sum(c["distinct"] for c in each), size),
             "per_rank": [sum(int(part.numel()) for part in share.parts) for share in shares],
-            "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),  # as the last epoch
+            # ranks that repeated their last epoch's order
+            "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),
             "replayed": sum(replayed) if replayed else None,
         }
         if self.batches.several:

@@ -13,7 +13,9 @@ from mnistperf.machine import usable_cpus
 
 # Workers are read at the first step this long after the last read: a worker gone since loses that much CPU at most.
 READ_EVERY_S = 1.0
-WORKERS_HOLD = 0.25  # workers using this share of the usable cores' time held cores the step needed (docs/timing.md)
+# Workers using this share of the usable cores' time held cores the step needed: beside its thread per core they take
+# their number's share, so a quarter keeps a third of each core busy all epoch (docs/timing.md, "The verdict").
+WORKERS_HOLD = 0.25
 
 
 def cpu_s(pid: int) -> float | None:

@@ -130,7 +130,10 @@ def run_utilization(
     peak: tuple[float | None, str | None],
     not_counted: str,
 ) -> dict[str, Any]:
-    """The run's utilization over its ``steady`` epochs (the first and last): the step's FLOPs, achieved FLOP/s, MFU."""
+    """The run's utilization over its ``steady`` epochs (the first and last): the step's FLOPs, achieved FLOP/s, MFU.
+
+    ``peak``: :func:`peak_flops`'s; without an MFU, ``mfu_reason`` says why (``not_counted``: why no FLOPs).
+    """
     rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get(ACHIEVED_FLOPS_PER_S) is not None]
     achieved = mean(e[ACHIEVED_FLOPS_PER_S] for e in rows) if rows else None
     value, said = peak

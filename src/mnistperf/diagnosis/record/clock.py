@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,11 @@ PROFILE_ANYWAY = (
     "EpochTimer(window_share=None) profiles it anyway (with LightningCLI: "
     "--trainer.callbacks.init_args.window_share=null, EpochTimer being the config's last callback)"
 )
+
+
+def _largest(readings: Iterable[float | None]) -> float:
+    """The largest of the readings made, NaN where none could be made."""
+    return max((mb for mb in readings if mb is not None), default=math.nan)
 
 
 class EpochClock:
@@ -341,8 +347,8 @@ class EpochClock:
         in_steps = max(train_s - host_wait_s, 0.0)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
         self._memory.append((rss_mb(), workers_pss_mb()))
-        readings = zip(*self._memory, strict=True)  # each figure's, mid-epoch and now
-        rss, workers_pss = (max((mb for mb in read if mb is not None), default=math.nan) for read in readings)
+        rss_read, workers_read = zip(*self._memory, strict=True)  # each figure's, mid-epoch and now
+        rss, workers_pss = _largest(rss_read), _largest(workers_read)
         allocated, reserved = device_peaks_mb(self.device)
         # Over the epoch's whole train time and its end (the profiled window's steps in: its waits are theirs too).
         core_wait, workers_cpu = self._cores.shares(self._train_s, self._ended)

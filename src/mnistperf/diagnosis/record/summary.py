@@ -25,8 +25,10 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     ranks = [[e["ranks"][rank] for e in epochs] for rank in range(len(epochs[0]["ranks"]))]  # each rank's rows
     keys = (figures.TRAIN_S, figures.INPUT_WAIT_S, figures.FORWARD_S, figures.COMM_SHARE, figures.COMM_EXPOSED_SHARE)
-    # Each over the epochs that measured it (a window's: from its epoch on)
-    averaged = ([mean(v) if (v := _measured_values(rows, key)) else math.nan for rows in ranks] for key in keys)
+    averaged = []
+    for key in keys:  # each over the epochs that measured it (a window's: from its epoch on)
+        measured = [_measured_values(rows, key) for rows in ranks]
+        averaged.append([mean(values) if values else math.nan for values in measured])
     return ranks_apart(*averaged)
 
 

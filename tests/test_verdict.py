@@ -218,6 +218,36 @@ def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypa
     assert timer.epochs[1]["profiled"]["cost_s"] >= 0
 
 
+def test_a_fit_whose_share_pays_for_no_step_gets_one_clocked_step_at_the_larger_share(monkeypatch):
+    from mnistperf.diagnosis.record import clock
+
+    monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)  # whatever an earlier test compiled
+    share = 0.004
+    # Whatever the machine's load: the share pays for half a step, the one-step share for more than one.
+    weighed = []
+    monkeypatch.setattr(
+        window_module,
+        "affordable_steps",
+        lambda fit_s, step_s, given, price, start_s=0.0: weighed.append(given) or (0.5 if given == share else 3.0),
+    )
+    timer = fit(epochs=3, timer={"window_share": share})
+    window = timer.busy_window
+    assert weighed[-1] == pytest.approx(share * window_module.ONE_STEP_FACTOR)
+    assert window["share"] is not None and "operator_clock" in window, window
+    assert window["first_step"] == window["last_step"]  # one step, though the larger share would pay for three
+    assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
+
+
+def test_a_fit_that_pays_for_no_clocked_step_even_at_the_larger_share_names_that_share(monkeypatch):
+    from mnistperf.diagnosis.record import clock
+
+    monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)
+    monkeypatch.setattr(window_module, "affordable_steps", lambda *weighed: 0.5)
+    timer = fit(epochs=3, timer={"window_share": 0.004})
+    assert timer.busy_window["share"] is None
+    assert "torch calls timed) to cost under 1.0% of its time" in timer.busy_window["reason"], timer.busy_window
+
+
 def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_worst():
     cost = window_module.CPU_WINDOW_COST
     assert window_module.affordable_steps(100.0, 0.1, 0.02, cost) == pytest.approx(2.0 / (cost * 0.1))

@@ -166,12 +166,16 @@ class EpochClock:
         fit_s = now - self._fit_start + left * step_s
         price = busy_window.step_price(self._nodes, self._op_s, step_s)
         start_s = busy_window.START_COST * self._op_s
-        affordable = busy_window.affordable_steps(fit_s, step_s, self.window_share, price, start_s)
+        share = self.window_share
+        affordable = busy_window.affordable_steps(fit_s, step_s, share, price, start_s)
         clock_may = self.clock_calls and busy_window.world() is None and not dynamo_compiled()  # docs/timing.md
         if not affordable >= 1 and clock_may:
             cost, worst = busy_window.CLOCK_NODE_COST, busy_window.CLOCK_WORST
             price, start_s = busy_window.step_price(self._nodes, self._op_s, step_s, cost, worst), 0.0
-            affordable = busy_window.affordable_steps(fit_s, step_s, self.window_share, price)
+            affordable = busy_window.affordable_steps(fit_s, step_s, share, price)
+            if not affordable >= 1:  # one step, the least that reads a share, at a larger share of the fit
+                share *= busy_window.ONE_STEP_FACTOR
+                affordable = min(busy_window.affordable_steps(fit_s, step_s, share, price), 1.0)
             if affordable >= 1:
                 nodes = self._nodes if self._nodes and self._nodes < busy_window.GRAPH_LIMIT else math.inf
                 window.clock = OperatorClock(self._op_s, nodes)  # a graph not counted: its backward at the least 0
@@ -181,12 +185,12 @@ class EpochClock:
             self._window_missed(
                 f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
                 f"profiled step ({step_s * 1e3:,.1f} ms, {price:.2g} times that to record"
-                f"{', its torch calls timed' if clock_may else ''}) to cost under {self.window_share:.1%} of its time; "
+                f"{', its torch calls timed' if clock_may else ''}) to cost under {share:.1%} of its time; "
                 f"{PROFILE_ANYWAY}"
             )
             return False
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
-            window.cap(int(affordable), step_s, self.window_share * fit_s - start_s)
+            window.cap(int(affordable), step_s, share * fit_s - start_s)
         return True
 
     @property

@@ -89,9 +89,11 @@ def format_window(window: dict[str, Any]) -> str:
         least, most = window["operator_clock"]
         how = f"between {least:.0%} and {most:.0%}, {window.get('kernels', 0):,} torch calls timed"
         trace = "; no trace: the profiler did not run, the fit being too short to pay for it"
+    first, last = window.get("first_step", 0), window.get("last_step", 0)
+    steps = f"step {first}" if first == last else f"steps {first}-{last}"
     return (
         f"{label}: {window['share']:.0%} of the time (read within {window.get('margin', 0.0):.0%}) over training "
-        f"steps {window.get('first_step', 0)}-{window.get('last_step', 0)} of epoch {window.get('epoch', 0)} "
+        f"{steps} of epoch {window.get('epoch', 0)} "
         f"({how} in {where}{crowd}{trace})"
     )
 

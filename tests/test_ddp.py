@@ -217,6 +217,9 @@ def test_an_epochs_figures_are_combined_over_the_ranks_each_by_its_rule():
         assert merged.per_rank is not None and merged.per_rank["train_s"] == [10.0, 12.0]
     alone = gather(local[0], SimpleNamespace(root_device=torch.device("cpu"), all_gather=lambda t: t), [96.0])
     assert alone.measures.train_s == 10.0 and alone.loader_samples == [96.0] and alone.per_rank is None
+    # a strategy of one rank skips the tensor and the collective, and reads the same, NaN included
+    single = gather(local[0], SimpleNamespace(world_size=1, all_gather=None), [96.0])
+    assert str(single) == str(alone)
 
 
 def test_the_audits_fingerprints_are_gathered_in_rank_order_however_many_each_rank_saw():

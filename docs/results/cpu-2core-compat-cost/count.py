@@ -8,7 +8,7 @@ EpochTimer and SampleAudit). The fit's own instructions are ``without`` less ``i
 extra instructions over the fit's own, which holds everything the callbacks do once a fit (the summary,
 timing.json, the busy window where the fit can pay for it) as users meet it.
 
-    .venv/bin/python docs/results/cpu-2core-compat-cost/count.py newcomer [EPOCHS]
+    .venv/bin/python docs/results/cpu-2core-compat-cost/count.py newcomer|small [EPOCHS]
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/count.py forecasting [EPOCHS] [BATCH]
 
 Writes counts-LIBRARY-EPOCHS.json beside this file. Needs ``valgrind``; a few minutes per arm, two at a time.

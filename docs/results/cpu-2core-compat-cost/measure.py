@@ -17,7 +17,8 @@ environment, which .ci/run builds:
 The last runs ``forecasting``'s fit in batches of 8 (21 steps an epoch); a TAG ends the results file's name.
 
 ``newcomer`` is no library: examples/diagnose_your_run.py's MLP on 4,096 random rows in batches of 64, with both
-callbacks or the timer alone, in the project's own environment.
+callbacks or the timer alone, in the project's own environment; nor is ``small``, a smaller MLP of 30 steps an
+epoch (``measure.py small PAIRS EPOCHS [both|timer]``).
 
 Prints and writes results-LIBRARY.json beside this file: every fit's seconds and, for wall and CPU seconds
 each, the median of each arm, the ratio of the medians and the median of the pairs' ratios, each with a 95 %
@@ -101,8 +102,31 @@ def newcomer_fit(root: Path, diagnose: bool) -> None:
     trainer.fit(example.Classifier(), DataLoader(example.Points(4096), batch_size=64, shuffle=True))
 
 
-FITS = {"forecasting": forecasting_fit, "chemprop": chemprop_fit, "newcomer": newcomer_fit}
-PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop", "newcomer": "lightning"}
+def small_fit(root: Path, diagnose: bool) -> None:
+    """One fit of ../cpu-2core-operator-clock/short_fits.py's small MLP: 30 batches of 64 random rows an epoch."""
+    from lightning.pytorch import Trainer, seed_everything
+
+    from mnistperf.diagnosis import EpochTimer, SampleAudit
+
+    sys.path.insert(0, str(HERE.parent / "cpu-2core-operator-clock"))
+    short = importlib.import_module("short_fits")
+    seed_everything(0, verbose=False)
+    callbacks = {"both": [SampleAudit(), EpochTimer()], "timer": [EpochTimer()]}[ARM] if diagnose else []
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=EPOCHS,
+        default_root_dir=root,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(short.Small("mlp"), short.rows((32,), 30))
+
+
+FITS = {"forecasting": forecasting_fit, "chemprop": chemprop_fit, "newcomer": newcomer_fit, "small": small_fit}
+PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop", "newcomer": "lightning", "small": "lightning"}
 
 
 def timed(root: Path, diagnose: bool) -> dict[str, float]:
@@ -179,7 +203,8 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
-    name = {"newcomer": f"newcomer-{ARM}-{EPOCHS}", "forecasting": f"forecasting-batch-{ARM}"}.get(LIBRARY, LIBRARY)
+    name = {"newcomer": f"newcomer-{ARM}-{EPOCHS}", "small": f"small-{ARM}-{EPOCHS}"}.get(LIBRARY, LIBRARY)
+    name = f"forecasting-batch-{ARM}" if LIBRARY == "forecasting" else name
     name = LIBRARY if name.endswith("-both") and LIBRARY == "forecasting" else name
     result["arm"] = ARM
     (HERE / f"results-{name}{TAG}.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -125,6 +125,8 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float]) -> Gathe
     training loader) are summed. ``strategy``: the trainer's, its ``all_gather`` the epoch end's one collective.
     """
     spec = fields(Measures)
+    if getattr(strategy, "world_size", None) == 1:  # one rank's row reduced is that row: no tensor, no collective
+        return Gathered(Measures(*(float(getattr(local, f.name)) for f in spec)), [float(n) for n in loader_samples])
     values = torch.tensor([*astuple(local), *loader_samples], dtype=torch.float64, device=strategy.root_device)
     rows = strategy.all_gather(values).reshape(-1, values.numel()).cpu()  # [ranks, values], one process too
     merged = Measures(*(f.metadata["ranks"](rows[:, i]).item() for i, f in enumerate(spec)))

@@ -324,6 +324,8 @@ class SampleAudit(Callback):
     def _gather(trainer: Trainer, parts: list[torch.Tensor], order: Order, carried: list[int]) -> list[Share]:
         """Every rank's share, in rank order: two gathers, the counts, then the fingerprints padded to the longest."""
         world, count, device = trainer.world_size, len(parts), parts[0].device
+        if world == 1:  # the one rank's own share: no tensor to send, no collective
+            return [Share(tuple(parts), order, list(carried))]
         local = torch.cat(parts)
         meta = torch.tensor([int(order), *(len(p) for p in parts), *carried], dtype=torch.int64, device=device)
         metas = trainer.strategy.all_gather(meta).reshape(world, -1).tolist()

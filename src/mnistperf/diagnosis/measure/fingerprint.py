@@ -85,11 +85,11 @@ class Fingerprinter:
     def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
         device = tensors[0].device
-        lanes = torch.zeros(samples, LANES, dtype=torch.int64, device=device)
-        for offset, tensor in enumerate(tensors):
-            values = self.words(tensor.to(device), samples)
-            weights = self.weights(offset, values.shape[1], device)
-            lanes = (lanes + lane_sums(values, weights, matmul=device.type == "cpu")) % PRIME
+        words = [self.words(tensor.to(device), samples) for tensor in tensors]
+        weights = [self.weights(offset, part.shape[1], device) for offset, part in enumerate(words)]
+        if len(words) > 1:  # the hash is a sum over words: one product over all of them (1-byte words as int16)
+            words, weights = [torch.cat([part.to(torch.int16) for part in words], dim=1)], [torch.cat(weights)]
+        lanes = lane_sums(words[0], weights[0], matmul=device.type == "cpu")
         return lanes[:, 0] * PRIME + lanes[:, 1]
 
 

@@ -219,6 +219,17 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
     assert torch.equal(fingerprint.lane_sums(values, weights, matmul=False), by_matmul)
 
 
+def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashes():
+    hash_ = Fingerprinter(max_words=64)
+    tensors = [torch.randn(5, 100), torch.randint(0, 255, (5, 3), dtype=torch.uint8), torch.arange(5)]
+    lanes = torch.zeros(5, fingerprint.LANES, dtype=torch.int64)
+    for offset, tensor in enumerate(tensors):  # each tensor's words times its own weights, summed modulo the prime
+        words = hash_.words(tensor, 5)
+        lanes += fingerprint.lane_sums(words, hash_.weights(offset, words.shape[1], words.device), matmul=True)
+    lanes %= fingerprint.PRIME
+    assert torch.equal(hash_(tensors, 5), lanes[:, 0] * fingerprint.PRIME + lanes[:, 1])
+
+
 def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_duplicates():
     row = {
         "epoch": 1,

@@ -218,10 +218,12 @@ def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypa
     assert timer.epochs[1]["profiled"]["cost_s"] >= 0
 
 
-def test_a_fit_whose_share_pays_for_no_step_gets_one_clocked_step_at_the_larger_share(monkeypatch):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_fit_whose_share_pays_for_no_step_gets_one_step_at_the_larger_share(monkeypatch, compiled):
+    """Clocked, or profiled where the clock may not run (torch.compile has compiled code in the process)."""
     from mnistperf.diagnosis.record import clock
 
-    monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)  # whatever an earlier test compiled
+    monkeypatch.setattr(clock, "dynamo_compiled", lambda: compiled)
     share = 0.004
     # Whatever the machine's load: the share pays for half a step, the one-step share for more than one.
     weighed = []
@@ -233,7 +235,7 @@ def test_a_fit_whose_share_pays_for_no_step_gets_one_clocked_step_at_the_larger_
     timer = fit(epochs=3, timer={"window_share": share})
     window = timer.busy_window
     assert weighed[-1] == pytest.approx(share * window_module.ONE_STEP_FACTOR)
-    assert window["share"] is not None and "operator_clock" in window, window
+    assert window["share"] is not None and ("operator_clock" in window) != compiled, window
     assert window["first_step"] == window["last_step"]  # one step, though the larger share would pay for three
     assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
 

@@ -169,16 +169,17 @@ class EpochClock:
         share = self.window_share
         affordable = busy_window.affordable_steps(fit_s, step_s, share, price, start_s)
         clock_may = self.clock_calls and busy_window.world() is None and not dynamo_compiled()  # docs/timing.md
-        if not affordable >= 1 and clock_may:
+        clocked = not affordable >= 1 and clock_may  # then its torch calls are timed, at the clock's price
+        if clocked:
             cost, worst = busy_window.CLOCK_NODE_COST, busy_window.CLOCK_WORST
             price, start_s = busy_window.step_price(self._nodes, self._op_s, step_s, cost, worst), 0.0
             affordable = busy_window.affordable_steps(fit_s, step_s, share, price)
-            if not affordable >= 1:  # one step, the least that reads a share, at a larger share of the fit
-                share *= busy_window.ONE_STEP_FACTOR
-                affordable = min(busy_window.affordable_steps(fit_s, step_s, share, price), 1.0)
-            if affordable >= 1:
-                nodes = self._nodes if self._nodes and self._nodes < busy_window.GRAPH_LIMIT else math.inf
-                window.clock = OperatorClock(self._op_s, nodes)  # a graph not counted: its backward at the least 0
+        if not affordable >= 1:  # one step, the least that reads a share, at a larger share of the fit
+            share *= busy_window.ONE_STEP_FACTOR
+            affordable = min(busy_window.affordable_steps(fit_s, step_s, share, price, start_s), 1.0)
+        if affordable >= 1 and clocked:
+            nodes = self._nodes if self._nodes and self._nodes < busy_window.GRAPH_LIMIT else math.inf
+            window.clock = OperatorClock(self._op_s, nodes)  # a graph not counted: its backward at the least 0
         if not affordable >= 1:  # NaN too
             self.busy_window_steps, self.window = 0, None  # declined: no window again this fit
             length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "

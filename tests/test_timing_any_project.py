@@ -486,3 +486,22 @@ def test_a_config_saver_holding_no_config_leaves_the_advice_in_the_projects_term
     summary = json.loads(timer.summary_path.read_text())
     assert not summary["problems"], summary["problems"]
     assert summary["advice"]["hints"][0] == "more DataLoader workers (WorkersData(n_workers=...))"
+
+
+def test_a_plain_trainer_run_loads_no_lightning_cli_for_the_diagnosis():
+    """jsonargparse and LightningCLI take a tenth of a second to load: the diagnosis reads them only where loaded."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch, lightning as L\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "from lightning.pytorch.demos.boring_classes import BoringModel\n"
+        "from mnistperf.diagnosis import EpochTimer, SampleAudit\n"
+        "timer = EpochTimer()\n"
+        "L.Trainer(max_epochs=2, callbacks=[timer, SampleAudit()], logger=False, enable_progress_bar=False,\n"
+        "          enable_checkpointing=False).fit(BoringModel())\n"
+        "print('loaded' if 'jsonargparse' in sys.modules else 'not loaded', timer.clock.summary()['verdict'])\n"
+    )
+    found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert found.stdout.splitlines()[-1].startswith("not loaded"), found.stdout[-2000:]

@@ -6,22 +6,27 @@ Which of tune's calls the advice points at, and why: docs/timing.md, "The verdic
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from mnistperf.diagnosis.measure.loader_options import arguments, own_names
 from mnistperf.diagnosis.record.advice import USER_HINTS, Hints
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints
 
+if TYPE_CHECKING:  # LightningCLI (and jsonargparse, a tenth of a second to load) only where the run loaded it
+    from lightning.pytorch.cli import SaveConfigCallback
+
 
 def project_terms(trainer: Trainer) -> ProjectTerms:
     """The names the advice gives the run's project: its classes, its DataModule's loader options, its config."""
     datamodule = getattr(trainer, "datamodule", None)
-    saver = next((c for c in trainer.callbacks if isinstance(c, SaveConfigCallback)), None)  # type: ignore[attr-defined]
+    cli = sys.modules.get("lightning.pytorch.cli")  # a run that did not load LightningCLI has no config saver
+    savers = [c for c in trainer.callbacks if isinstance(c, cli.SaveConfigCallback)] if cli else []  # type: ignore[attr-defined]
+    saver = savers[0] if savers else None
     config: Any = saver.config if saver is not None else None
     prefix = None
     if config is not None and datamodule is not None:

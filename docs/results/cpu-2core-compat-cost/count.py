@@ -3,7 +3,7 @@
 measure.py times whole fits side by side; on 2 shared cores a second-long fit varies by more than the 2 % and
 5 % the callbacks may cost, so its intervals stay wide. This script counts the instructions of one fit per
 process with Valgrind's cachegrind (../instructions.py), for four arms of the same fit: ``imports`` (everything
-imported and built, no fit), ``without`` (the fit), ``timer`` (the fit with EpochTimer) and ``both`` (with
+the fit imports, the diagnosis included, and nothing run), ``without`` (the fit), ``timer`` (the fit with EpochTimer) and ``both`` (with
 EpochTimer and SampleAudit). The fit's own instructions are ``without`` less ``imports``; an arm's cost is its
 extra instructions over the fit's own, which holds everything the callbacks do once a fit (the summary,
 timing.json, the busy window where the fit can pay for it) as users meet it.
@@ -36,6 +36,7 @@ def child(library: str, epochs: int, batch: str, arm: str, root: Path) -> None:
     import measure  # this folder's: the fits of every library
 
     logging.getLogger("lightning").setLevel(logging.ERROR)
+    measure.load()  # in every arm, "imports" too: a fit's count is the fit's own, not its modules' first import
     if arm == "imports":
         return
     if library == "forecasting" and arm == "timer":

@@ -3,10 +3,10 @@
 measure.py times whole fits side by side; on 2 shared cores a second-long fit varies by more than the 2 % and
 5 % the callbacks may cost, so its intervals stay wide. This script counts the instructions of one fit per
 process with Valgrind's cachegrind (../instructions.py), for four arms of the same fit: ``imports`` (everything
-the fit imports, the diagnosis included, and nothing run), ``without`` (the fit), ``timer`` (the fit with EpochTimer) and ``both`` (with
-EpochTimer and SampleAudit). The fit's own instructions are ``without`` less ``imports``; an arm's cost is its
-extra instructions over the fit's own, which holds everything the callbacks do once a fit (the summary,
-timing.json, the busy window where the fit can pay for it) as users meet it.
+the fit imports, the diagnosis included, and nothing run), ``without`` (the fit), ``timer`` (the fit with
+EpochTimer) and ``both`` (with EpochTimer and SampleAudit). The fit's own instructions are ``without`` less
+``imports``; an arm's cost is its extra instructions over the fit's own, which holds everything the callbacks do
+once a fit (the summary, timing.json, the busy window where the fit can pay for it) as users meet it.
 
     .venv/bin/python docs/results/cpu-2core-compat-cost/count.py newcomer|small [EPOCHS]
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/count.py forecasting [EPOCHS] [BATCH]

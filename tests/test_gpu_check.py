@@ -316,3 +316,21 @@ def test_the_graph_probe_keeps_each_variant_as_it_finishes(tmp_path, monkeypatch
     assert "| step | 1.200 | 0.500-1.300 | 2.00x | 80 |" in table
     assert "| step, cudnn.benchmark | 0.660 | 0.500-1.300 | 1.10x | 80 |" in table
     assert "`cudnn_conv` | 9.0 | 20 |" in table
+
+
+def test_the_timer_cost_keeps_what_each_diagnosed_fit_read(tmp_path):
+    """A fit's cost is only worth its answer: the ratios come with each diagnosed fit's verdict and window."""
+    writes = (
+        "import json, pathlib, sys\n"
+        "if '--with' in sys.argv:\n"
+        "    folder = pathlib.Path(sys.argv[1], 'run'); folder.mkdir(exist_ok=True)\n"
+        "    read = {'verdict': 'overhead-bound', 'busy_window': {'share': 0.3}}\n"
+        "    (folder / 'timing.json').write_text(json.dumps(read))\n"
+    )
+    target = tmp_path / "cost.json"
+    gpu_check.timer_cost_of(
+        target, 2, [sys.executable, "-c", writes, "{out}"], {"with": ["--with"], "without": []}, "a stand-in fit"
+    )
+    result = json.loads(target.read_text())
+    assert len(result["ratios"]) == 2
+    assert result["answers"] == [{"verdict": "overhead-bound", "share": 0.3, "reason": None}]

@@ -35,7 +35,7 @@ from typing import Any
 from mnistperf import gpu_preflight
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import DEVICE_BUSY_SHARE
-from mnistperf.diagnosis.record.run import write_summary
+from mnistperf.diagnosis.record.run import SUMMARY_FILE, write_summary
 from mnistperf.machine import usable_cpus
 
 CARRY = Path(".gpu-carry")  # git ignores it; the device call names it in carry
@@ -522,10 +522,19 @@ def timer_cost_of(target: Path, rounds: int, fit: list[str], arms: dict[str, lis
                     raise SystemExit(f"timer cost: {shlex.join(command)} failed:\n{done.stderr[-2000:]}")
                 seconds[arm].append(time.perf_counter() - began)
                 print(f"timer cost: {arm}, turn {turn + 1}: {seconds[arm][-1]:.2f} s", flush=True)
+        answers = [answer(path) for path in sorted(Path(scratch).rglob(SUMMARY_FILE))]  # what each diagnosed fit read
     ratios = [a / b for a, b in zip(seconds[with_it], seconds[without], strict=True)]
     result = {"fit": what, "seconds": seconds, "ratios": ratios, "median_ratio": statistics.median(ratios)}
+    result["answers"] = answers
     write_summary(result, target)
     print(f"timer cost: {what}: {with_it} {result['median_ratio']:.3f}x the same fit without")
+
+
+def answer(path: Path) -> dict[str, Any]:
+    """A diagnosed fit's verdict, its window's share and, where the window read none, why (from its timing.json)."""
+    summary = json.loads(path.read_text())
+    window = summary.get("busy_window") or {}
+    return {"verdict": summary.get("verdict"), "share": window.get("share"), "reason": window.get("reason")}
 
 
 def sync_probe(folder: Path) -> None:
@@ -540,7 +549,6 @@ def sync_probe(folder: Path) -> None:
 
     import torch
 
-    from mnistperf.diagnosis.record.run import SUMMARY_FILE
     from mnistperf.diagnosis.record.verdict import classify
 
     folder.mkdir(parents=True, exist_ok=True)

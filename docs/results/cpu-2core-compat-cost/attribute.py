@@ -1,0 +1,88 @@
+"""Where both callbacks' cost on the newcomer's 3-epoch fit goes: its instructions per arm, parts of them stubbed out.
+
+Arms: ``imports`` (everything the fits import, nothing run), ``without``, ``both``, ``both-noread`` (SampleAudit reads
+nothing per step: no copy of the rows, no hash), ``both-nohash`` (it copies the rows but hashes nothing),
+``both-nowindow`` (no busy window) and ``audit`` (SampleAudit alone). The fit is count.py's ``newcomer``. Needs
+``valgrind``; two arms at a time, a few minutes each:
+
+    .venv/bin/python docs/results/cpu-2core-compat-cost/attribute.py NAME [ARM,ARM,...]
+
+Writes NAME.json beside this file: each arm's instructions and its cost over the fit's own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ARMS = ("imports", "without", "both", "both-noread", "both-nohash", "both-nowindow", "audit")
+
+
+def child(arm: str, root: str) -> None:
+    """One arm's fit in this process (after the imports every arm makes)."""
+    import logging
+
+    sys.path.insert(0, str(HERE.parents[2] / "examples"))
+    import diagnose_your_run as example
+    import torch
+    from lightning.pytorch import Trainer, seed_everything
+    from torch.utils.data import DataLoader
+
+    from mnistperf.diagnosis import EpochTimer, SampleAudit
+    from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit as Audit
+    from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
+
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    if arm == "imports":
+        return
+    if arm == "both-noread":
+        Audit._read = lambda self, part: None  # type: ignore[method-assign]
+    if arm == "both-nohash":
+        Fingerprinter.__call__ = lambda self, tensors, samples: torch.zeros(samples, dtype=torch.int64)  # type: ignore[method-assign]
+    timer = [EpochTimer(busy_window_steps=0) if arm == "both-nowindow" else EpochTimer()]
+    callbacks = [] if arm == "without" else [SampleAudit()] + (timer if arm != "audit" else [])
+    seed_everything(0, verbose=False)
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=3,
+        default_root_dir=root,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        log_every_n_steps=10,
+    )
+    trainer.fit(example.Classifier(), DataLoader(example.Points(4096), batch_size=64, shuffle=True))
+
+
+def main() -> None:
+    """Count every arm (two at a time) and write the counts and the costs."""
+    if sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3])
+        return
+    name, arms = sys.argv[1], sys.argv[2].split(",") if len(sys.argv) > 2 else list(ARMS)
+    sys.path.insert(0, str(HERE.parent))
+    from instructions import instructions  # docs/results/instructions.py
+
+    with tempfile.TemporaryDirectory() as scratch:
+
+        def count(arm: str) -> int:
+            command = [sys.executable, __file__, "--child", arm, f"{scratch}/{arm}"]
+            return instructions(command, Path(scratch) / f"{arm}.cachegrind")
+
+        with ThreadPoolExecutor(2) as pool:
+            counts = dict(zip(arms, pool.map(count, arms), strict=True))
+    fit = counts["without"] - counts["imports"]
+    costs = {arm: 1 + (counts[arm] - counts["without"]) / fit for arm in arms if arm not in ("imports", "without")}
+    result = {"counts": counts, "fit": fit, "cost": costs}
+    (HERE / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

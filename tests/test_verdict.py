@@ -240,6 +240,14 @@ def test_a_fit_whose_share_pays_for_no_step_gets_one_step_at_the_larger_share(mo
     assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
 
 
+def test_the_windows_price_takes_the_least_of_a_tiny_operators_times_at_the_epochs_starts(monkeypatch):
+    readings = iter([3e-6, 1e-6, 2e-6, 5e-6])
+    monkeypatch.setattr(window_module, "operator_s", lambda: next(readings))
+    timer = fit(epochs=3, timer={"window_share": 0.004})
+    assert timer.clock._op_s == 1e-6  # epoch 1's and epoch 2's readings; none after the window's epoch
+    assert next(readings) == 2e-6
+
+
 def test_a_fit_that_pays_for_no_clocked_step_even_at_the_larger_share_names_that_share(monkeypatch):
     from mnistperf.diagnosis.record import clock
 

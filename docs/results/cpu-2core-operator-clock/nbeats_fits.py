@@ -35,9 +35,10 @@ def main() -> None:
             _, timer, _ = case.fit_nbeats(Path(root), training, train_loader, val_loader, epochs=3)
             took = time.perf_counter() - start
         window = timer.busy_window or {}
+        steps = (window.get("first_step"), window.get("last_step")) if window.get("share") is not None else None
         print(
             f"fit {took:.2f} s, verdict {timer.clock.summary()['verdict']}, share {window.get('share')}, "
-            f"bounds {window.get('operator_clock')}, reason {window.get('reason') or ''}"
+            f"bounds {window.get('operator_clock')}, steps {steps}, reason {window.get('reason') or ''}"
         )
     print("load", os.getloadavg())
 

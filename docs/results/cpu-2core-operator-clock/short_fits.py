@@ -82,6 +82,7 @@ def fit(name: str, module: L.LightningModule, loader: DataLoader, epochs: int) -
         "measured_by": how,
         "share": window.get("share"),
         "bounds": window.get("operator_clock"),
+        "steps": [window.get("first_step"), window.get("last_step")] if window.get("share") is not None else None,
         "waited_for_a_core": window.get("waited_for_a_core"),
         "reason": summary["verdict_reason"],
     }

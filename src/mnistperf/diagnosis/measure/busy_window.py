@@ -36,8 +36,8 @@ START_COST = 1_000.0  # the profiler's start, stop and reading, in the same
 GRAPH_LIMIT = 5_000  # a graph past this many nodes is priced at the worst
 CLOCK_NODE_COST = 12 * 2.5  # the operator clock's: 12 torch calls per node, each 2.5 tiny operators' time
 CLOCK_WORST = 3.0  # the operator clock's price of a step at its worst
-# One clocked step, the least that reads a share, may cost this many times the window's share of the fit (1 % at the
-# default): a fit of a few tens of steps pays it once, where the share pays for no step.
+# One recorded step (clocked where the clock may run), the least that reads a share, may cost this many times the
+# window's share of the fit (1 % at the default): a fit of a few tens of steps pays it once where the share pays none.
 ONE_STEP_FACTOR = 2.5
 BASE_MARGIN = 0.05  # the margin any share is read with, before the wait for a core widens it
 MIN_KERNELS_PER_STEP = 8  # a step launches about ten at the least: a window that saw fewer missed part of its work

@@ -79,7 +79,7 @@ class EpochClock:
         self.epochs: list[dict[str, Any]] = []
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
-        self._op_s = 0.0  # on a CPU, a bare tiny operator's time (operator_s), read as a window opens (0: not yet)
+        self._op_s = 0.0  # on a CPU, a bare tiny operator's least time (operator_s) at the epochs' starts (0: not yet)
         self.clock_calls = False  # whether the operator clock may stand in for a profiler the fit cannot pay for
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
@@ -131,6 +131,10 @@ class EpochClock:
         """
         self._reset(batches, number)
         reset_device_peaks(self.device)
+        if self.busy_window_steps > 0 and self.device.type != "cuda" and self.window_share is not None:
+            # the window's price's other part, before train time starts: a snapshot varies 2x, so the least of the
+            # epochs' until the window opens
+            self._op_s = min(self._op_s or math.inf, busy_window.operator_s())
         if self.busy_window_steps > 0 and not (self.epochs or last):
             self._window_missed(WINDOW_PENDING)
         elif self.busy_window_steps > 0:
@@ -146,8 +150,6 @@ class EpochClock:
                 )
             else:
                 self.window = BusyWindow(*steps, device_type=self.device.type)
-                if self.device.type != "cuda" and self.window_share is not None and not self._op_s:
-                    self._op_s = busy_window.operator_s()  # the window's price's other part, before train time starts
         self._train_start = self._last_step_end = self._synced_now()
         self._cores.start(self._train_start)
 

@@ -323,7 +323,8 @@ def test_the_timer_cost_keeps_what_each_diagnosed_fit_read(tmp_path):
     writes = (
         "import json, pathlib, sys\n"
         "if '--with' in sys.argv:\n"
-        "    folder = pathlib.Path(sys.argv[1], 'run'); folder.mkdir(exist_ok=True)\n"
+        "    folder = pathlib.Path(sys.argv[1], f'run-{len(list(pathlib.Path(sys.argv[1]).iterdir()))}')\n"
+        "    folder.mkdir()\n"
         "    read = {'verdict': 'overhead-bound', 'busy_window': {'share': 0.3}}\n"
         "    (folder / 'timing.json').write_text(json.dumps(read))\n"
     )
@@ -333,4 +334,5 @@ def test_the_timer_cost_keeps_what_each_diagnosed_fit_read(tmp_path):
     )
     result = json.loads(target.read_text())
     assert len(result["ratios"]) == 2
-    assert result["answers"] == [{"verdict": "overhead-bound", "share": 0.3, "reason": None}]
+    each = {"verdict": "overhead-bound", "share": 0.3, "reason": None}
+    assert result["answers"] == [{"file": "run-0/timing.json", **each}, {"file": "run-1/timing.json", **each}]

@@ -90,6 +90,8 @@ def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(cl
     line = format_window(window)
     assert "torch calls timed" in line and "the profiler did not run" in line, line
     assert torch._C._is_torch_function_mode_enabled() is False  # the clock left nothing behind
+    one = format_window({**window, "last_step": window["first_step"]})
+    assert f"over training step {window['first_step']} of epoch 2 " in one, one
 
 
 def test_a_fit_that_fails_inside_the_clocks_window_leaves_no_mode_behind(clock_forced):

@@ -522,7 +522,9 @@ def timer_cost_of(target: Path, rounds: int, fit: list[str], arms: dict[str, lis
                     raise SystemExit(f"timer cost: {shlex.join(command)} failed:\n{done.stderr[-2000:]}")
                 seconds[arm].append(time.perf_counter() - began)
                 print(f"timer cost: {arm}, turn {turn + 1}: {seconds[arm][-1]:.2f} s", flush=True)
-        answers = [answer(path) for path in sorted(Path(scratch).rglob(SUMMARY_FILE))]  # what each diagnosed fit read
+        # what each diagnosed fit read, in the order the fits wrote them
+        found = sorted(Path(scratch).rglob(SUMMARY_FILE), key=lambda path: path.stat().st_mtime_ns)
+        answers = [{"file": str(path.relative_to(scratch)), **answer(path)} for path in found]
     ratios = [a / b for a, b in zip(seconds[with_it], seconds[without], strict=True)]
     result = {"fit": what, "seconds": seconds, "ratios": ratios, "median_ratio": statistics.median(ratios)}
     result["answers"] = answers

@@ -92,7 +92,7 @@ class EpochTimer(Callback):
             by default what anyone can change, an input bound named by the DataModule's own loader options.
         trace_limit: the most recorded operations the window's trace is written with (None: any).
         window_share: on a CPU, the most of the fit's time the profiled window may cost (None: any); where that pays
-            for no step, one step may cost 2.5 times it.
+            for no step, one step may cost 5 times it.
         samples_in_batch: ``batch -> int``; by default the module's own ``samples_in_batch(batch)``, else the
             leading length of the batch's first tensor.
         monitor: a validation metric (``val/acc``) whose last value the summary reports.

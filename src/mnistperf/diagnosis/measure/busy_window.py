@@ -37,8 +37,9 @@ GRAPH_LIMIT = 5_000  # a graph past this many nodes is priced at the worst
 CLOCK_NODE_COST = 12 * 2.5  # the operator clock's: 12 torch calls per node, each 2.5 tiny operators' time
 CLOCK_WORST = 3.0  # the operator clock's price of a step at its worst
 # One recorded step (clocked where the clock may run), the least that reads a share, may cost this many times the
-# window's share of the fit (1 % at the default): a fit of a few tens of steps pays it once where the share pays none.
-ONE_STEP_FACTOR = 2.5
+# window's share of the fit (2 % at the default): a fit of a few tens of steps pays it once where the share pays none,
+# N-BEATS' first fit in a process 1.1 % (docs/results/cpu-2core-operator-clock).
+ONE_STEP_FACTOR = 5.0
 BASE_MARGIN = 0.05  # the margin any share is read with, before the wait for a core widens it
 MIN_KERNELS_PER_STEP = 8  # a step launches about ten at the least: a window that saw fewer missed part of its work
 TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")  # where TensorBoard looks for it

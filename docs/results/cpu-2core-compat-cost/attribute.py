@@ -2,7 +2,7 @@
 
 Arms: ``imports`` (everything the fits import, nothing run), ``without``, ``both``, ``both-noread`` (SampleAudit reads
 nothing per step: no copy of the rows, no hash), ``both-nohash`` (it copies the rows but hashes nothing),
-``both-nowindow`` (no busy window) and ``audit`` (SampleAudit alone). The fit is count.py's ``newcomer``. Needs
+``both-nowindow`` (no busy window) and ``audit`` (SampleAudit alone). The fit is measure.py's ``newcomer``. Needs
 ``valgrind``; two arms at a time, a few minutes each:
 
     .venv/bin/python docs/results/cpu-2core-compat-cost/attribute.py NAME [ARM,ARM,...]
@@ -23,20 +23,20 @@ ARMS = ("imports", "without", "both", "both-noread", "both-nohash", "both-nowind
 
 
 def child(arm: str, root: str) -> None:
-    """One arm's fit in this process (after the imports every arm makes)."""
+    """One arm's fit in this process: measure.py's ``newcomer`` fit of 3 epochs (after the imports every arm makes)."""
     import logging
 
-    sys.path.insert(0, str(HERE.parents[2] / "examples"))
-    import diagnose_your_run as example
     import torch
-    from lightning.pytorch import Trainer, seed_everything
-    from torch.utils.data import DataLoader
+
+    sys.argv = ["measure.py", "newcomer", "1", "3"]  # measure.py reads its library and epochs on import
+    import measure  # this folder's
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
     from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit as Audit
     from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
 
     logging.getLogger("lightning").setLevel(logging.ERROR)
+    measure.load()
     if arm == "imports":
         return
     if arm == "both-noread":
@@ -44,20 +44,7 @@ def child(arm: str, root: str) -> None:
     if arm == "both-nohash":
         Fingerprinter.__call__ = lambda self, tensors, samples: torch.zeros(samples, dtype=torch.int64)  # type: ignore[method-assign]
     timer = [EpochTimer(busy_window_steps=0) if arm == "both-nowindow" else EpochTimer()]
-    callbacks = [] if arm == "without" else [SampleAudit()] + (timer if arm != "audit" else [])
-    seed_everything(0, verbose=False)
-    trainer = Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=3,
-        default_root_dir=root,
-        callbacks=callbacks,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        log_every_n_steps=10,
-    )
-    trainer.fit(example.Classifier(), DataLoader(example.Points(4096), batch_size=64, shuffle=True))
+    measure.newcomer(Path(root), [] if arm == "without" else [SampleAudit()] + (timer if arm != "audit" else []))
 
 
 def main() -> None:

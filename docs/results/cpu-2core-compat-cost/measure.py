@@ -79,50 +79,51 @@ def chemprop_fit(root: Path, diagnose: bool) -> None:
     case.fit(root, case.mpnn(scaler), train_loader, val_loader, epochs=EPOCHS, diagnose=diagnose)
 
 
-def newcomer_fit(root: Path, diagnose: bool) -> None:
-    """One fit of a newcomer's first model: examples/diagnose_your_run.py's MLP, 4,096 rows in batches of 64."""
-    from lightning.pytorch import Trainer, seed_everything
-    from torch.utils.data import DataLoader
+def cpu_fit(root: Path, callbacks: list[Any], module: Any, loader: Any, **options: Any) -> None:
+    """One CPU fit of EPOCHS epochs with ``callbacks``: no progress bar, model summary or checkpoint."""
+    from lightning.pytorch import Trainer
 
-    from mnistperf.diagnosis import EpochTimer, SampleAudit
-
-    example = importlib.import_module("diagnose_your_run")
-    seed_everything(0, verbose=False)
-    callbacks = {"both": [EpochTimer(), SampleAudit()], "timer": [EpochTimer()]}[ARM] if diagnose else []
     trainer = Trainer(
         accelerator="cpu",
-        devices=1,
         max_epochs=EPOCHS,
         default_root_dir=root,
         callbacks=callbacks,
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
-        log_every_n_steps=10,
+        **options,
     )
-    trainer.fit(example.Classifier(), DataLoader(example.Points(4096), batch_size=64, shuffle=True))
+    trainer.fit(module, loader)
+
+
+def newcomer(root: Path, callbacks: list[Any]) -> None:
+    """One fit of a newcomer's first model: examples/diagnose_your_run.py's MLP, 4,096 rows in batches of 64."""
+    from lightning.pytorch import seed_everything
+    from torch.utils.data import DataLoader
+
+    example = importlib.import_module("diagnose_your_run")
+    seed_everything(0, verbose=False)  # before the model's weights and the loader's shuffle are drawn
+    loader = DataLoader(example.Points(4096), batch_size=64, shuffle=True)
+    cpu_fit(root, callbacks, example.Classifier(), loader, devices=1, log_every_n_steps=10)
+
+
+def newcomer_fit(root: Path, diagnose: bool) -> None:
+    """:func:`newcomer` with the arm's callbacks (both, or the timer alone), or none."""
+    from mnistperf.diagnosis import EpochTimer, SampleAudit
+
+    newcomer(root, {"both": [EpochTimer(), SampleAudit()], "timer": [EpochTimer()]}[ARM] if diagnose else [])
 
 
 def small_fit(root: Path, diagnose: bool) -> None:
     """One fit of ../cpu-2core-operator-clock/short_fits.py's small MLP: 30 batches of 64 random rows an epoch."""
-    from lightning.pytorch import Trainer, seed_everything
+    from lightning.pytorch import seed_everything
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
 
     short = importlib.import_module("short_fits")
-    seed_everything(0, verbose=False)
     callbacks = {"both": [SampleAudit(), EpochTimer()], "timer": [EpochTimer()]}[ARM] if diagnose else []
-    trainer = Trainer(
-        accelerator="cpu",
-        max_epochs=EPOCHS,
-        default_root_dir=root,
-        callbacks=callbacks,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
-    trainer.fit(short.Small("mlp"), short.rows((32,), 30))
+    seed_everything(0, verbose=False)
+    cpu_fit(root, callbacks, short.Small("mlp"), short.rows((32,), 30), logger=False)
 
 
 # What each fit imports beyond this file's imports, with the diagnosis: count.py imports them in every arm, so that a

@@ -25,8 +25,8 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
     """The names the advice gives the run's project: its classes, its DataModule's loader options, its config."""
     datamodule = getattr(trainer, "datamodule", None)
     cli = sys.modules.get("lightning.pytorch.cli")  # a run that did not load LightningCLI has no config saver
-    savers = [c for c in trainer.callbacks if isinstance(c, cli.SaveConfigCallback)] if cli else []  # type: ignore[attr-defined]
-    saver = savers[0] if savers else None
+    callbacks = trainer.callbacks  # type: ignore[attr-defined]
+    saver = next((c for c in callbacks if isinstance(c, cli.SaveConfigCallback)), None) if cli else None
     config: Any = saver.config if saver is not None else None
     prefix = None
     if config is not None and datamodule is not None:

@@ -273,6 +273,43 @@ def test_a_loader_that_reuses_its_batch_buffer_is_audited_by_content_at_each_ste
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)
 
 
+class InPlace(Probe):
+    """Changes its batch's images in place (by a factor of one: the content stays) from step ``first`` of a fit on."""
+
+    def __init__(self, first: int):
+        super().__init__()
+        self.first, self.steps = first, 0
+
+    def training_step(self, batch, batch_idx):
+        self.steps += 1
+        if self.steps >= self.first:
+            batch[0].mul_(1.0)
+        return super().training_step(batch, batch_idx)
+
+
+def test_rows_collated_anew_are_kept_as_they_are_after_the_first_step_and_counted_the_same():
+    audit = audited(DataLoader(Rows(), batch_size=5, shuffle=True), SampleAudit())
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2
+    assert audit._as_they_are  # default_collate stacks every batch anew: no copy after the first step
+    reused = audited(DataLoader(Rows(), batch_size=5, collate_fn=lambda items: Rows().x[: len(items)]), SampleAudit())
+    assert not reused._as_they_are  # another collate may hand out the same tensors again
+
+
+def test_a_step_that_changes_its_batch_in_place_has_its_rows_copied_from_the_first_step():
+    audit = SampleAudit()
+    fit_module(InPlace(first=1), DataLoader(Rows(), batch_size=5, shuffle=True), callbacks=[audit])
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2 and not audit._as_they_are
+
+
+def test_a_kept_step_that_changes_its_batch_in_place_leaves_its_epoch_not_audited_and_the_next_copied(capsys):
+    audit = SampleAudit()
+    fit_module(InPlace(first=3), DataLoader(Rows(), batch_size=5), callbacks=[audit])
+    first, second = audit.epochs
+    assert not first["audited"] and first["why"].startswith("a training step changed its batch's tensors in place")
+    assert counts(second) == (ROWS, ROWS, 0, 0) and not audit._as_they_are
+    assert "epoch 1: not audited (a training step changed" in capsys.readouterr().out
+
+
 def test_a_lone_loader_in_a_dict_is_audited_against_its_dataset():
     audit = audited({"only": DataLoader(Rows(), batch_size=5)}, SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0) and "loaders" not in audit.epochs[0]

@@ -258,8 +258,9 @@ class EpochTimer(Callback):
             if counts is not None:  # not for a None batch, which Lightning ends without beginning it
                 self._trained = (batch_idx if self._trained[0] is None else self._trained[0], batch_idx)
                 self.clock.count(None if None in counts else sum(counts))
-                for loader, samples in enumerate(counts):
-                    self._loader_samples[loader] += math.nan if samples is None else samples
+                if self.batches.several:  # each loader's samples, where the epoch's row tells them apart
+                    for loader, samples in enumerate(counts):
+                        self._loader_samples[loader] += math.nan if samples is None else samples
             if self._sampling and self.clock.phases.end():
                 self._sample(False)
             if self._flops.counting:

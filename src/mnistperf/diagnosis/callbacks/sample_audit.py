@@ -12,14 +12,14 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import TrainingBatches, tensors_of
+from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew, tensors_of
 from mnistperf.diagnosis.measure.fingerprint import PADDING, Fingerprinter, HeldSteps
 from mnistperf.errors import MnistperfError
 
@@ -28,6 +28,11 @@ GUESS = (
     "a sample is taken as a row of those leading with {first}; pass sample_id= or fingerprint= to name what a sample is"
 )
 COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known
+TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+CHANGED_IN_PLACE = (
+    "SampleAudit: a training step changed its batch's tensors in place, after the fit's first step had left its own as "
+    "they were, so that step's samples are known only as changed; from the next step on each step's rows are copied"
+)
 
 
 class Order(IntEnum):
@@ -110,6 +115,7 @@ class SampleAudit(Callback):
         self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
         self._trainer: Trainer | None = None
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
+        self._as_they_are = self._watching = False  # whether steps' rows are kept uncopied; their versions checked
         skip_unused_batch_hooks(self)
 
     def fingerprints(self, batch: Any) -> torch.Tensor:
@@ -134,28 +140,70 @@ class SampleAudit(Callback):
 
     def _sample_rows(self, batch: Any) -> tuple[list[torch.Tensor], int]:
         """The batch's tensors that share its sample dimensions, each as [samples, rest], and the samples."""
+        if self.sample_dims == 1:  # every step: one pass, an int compared, not a shape sliced
+            rows: list[torch.Tensor] = []
+            first = -1
+            for t in tensors_of(batch):
+                if t.ndim and (not rows or t.shape[0] == first):
+                    first = t.shape[0]
+                    rows.append(t)
+            if rows:
+                return rows, first
         tensors = [t for t in tensors_of(batch) if t.ndim >= self.sample_dims]
         if not tensors:
             raise SampleAuditError(
                 f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with "
                 f"{self.sample_dims} sample dimension(s); pass sample_id= or fingerprint="
             )
-        if self.sample_dims == 1:  # every step: an int compared, not a shape sliced
-            first = tensors[0].shape[0]
-            return [t for t in tensors if t.shape[0] == first], first
         lead = tensors[0].shape[: self.sample_dims]
         samples = math.prod(lead)
         return [t.reshape(samples, -1) for t in tensors if t.shape[: self.sample_dims] == lead], samples
 
     def _read(self, part: Any) -> Any:
-        """A loader's part of a step's batch as kept until it trained: its fingerprints, or a copy of its sample rows.
+        """A loader's part of a step's batch as kept until it trained: its fingerprints, or its sample rows.
 
-        The rows are copied (the loader may reuse its buffers) and hashed later, with other steps' rows.
+        The rows are hashed later, with other steps' rows. They are copied (the loader may reuse its buffers, the step
+        may change them in place) unless :meth:`_watch` found that neither happens; then kept as they are, each
+        with its version, which :meth:`_commit` checks.
         """
         if part is None or not self._by_content:
             return None if part is None else self.fingerprints(part)
         rows, samples = self._sample_rows(part)
-        return [t.detach().clone() if t.requires_grad else t.clone() for t in rows], samples
+        watched = (rows, [t._version for t in rows]) if self._watching else None
+        if not self._as_they_are:
+            rows = [t.detach().clone() if t.requires_grad else t.clone() for t in rows]
+        return rows, samples, watched
+
+    def _watch(self, trainer: Trainer) -> None:
+        """Keep a step's rows as they are, not copied, where nothing hands out the same tensors again.
+
+        That holds where every training loader collates each batch anew and neither the module nor the DataModule
+        transfers batches its own way; the fit's first step is still copied, and where it changed its batch in
+        place, every step is.
+        """
+        transfers = [
+            hook
+            for owner, base in (
+                (trainer.lightning_module, LightningModule),
+                (getattr(trainer, "datamodule", None), LightningDataModule),
+            )
+            if owner is not None
+            for hook in TRANSFER_HOOKS
+            if getattr(type(owner), hook, None) is not getattr(base, hook)
+        ]
+        self._as_they_are, self._watching = False, collated_anew(trainer.train_dataloader) and not transfers
+
+    def _changed(self, rows: list[torch.Tensor], versions: list[int]) -> str | None:
+        """After a watched step trained: why its rows do not hold what it trained on (None: they do).
+
+        The fit's first step, copied, decides whether the next ones are kept as they are; where it changed its batch
+        in place, they are copied. A kept step that changed its batch has only the changed rows left.
+        """
+        if [t._version for t in rows] == versions:
+            self._as_they_are = True
+            return None
+        kept, self._as_they_are, self._watching = self._as_they_are, False, False
+        return CHANGED_IN_PLACE if kept else None
 
     def _flush(self) -> None:
         for loader, found in enumerate(self._held.flush()):
@@ -179,6 +227,8 @@ class SampleAudit(Callback):
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
         guess = GUESS if self._by_content and self.sample_dims == 1 else None  # where a sample's rows may be a guess
         self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, guess)
+        with self.problems.guard("reading how the training loaders make their batches"):
+            self._watch(trainer)
         self._start_epoch()
         restored, self._restored = self._restored, None
         with self.problems.guard("restoring the epoch's fingerprints from the checkpoint"):
@@ -246,8 +296,13 @@ class SampleAudit(Callback):
             for loader, item in enumerate(pending):
                 if isinstance(item, torch.Tensor):
                     self._seen[loader].append(item)
-                elif item is not None and self._held.hold(loader, *item):  # the held steps are due to be hashed
-                    self._flush()
+                elif item is not None:
+                    rows, samples, watched = item
+                    if watched is not None and (changed := self._changed(*watched)) is not None:
+                        self._failed = changed
+                        return
+                    if self._held.hold(loader, rows, samples):  # the held steps are due to be hashed
+                        self._flush()
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from lightning.pytorch.utilities.data import extract_batch_size
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch.utils.data import DataLoader, default_collate
 
 from mnistperf.diagnosis.guard import Reporter
 
@@ -25,10 +26,10 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
     """
     if isinstance(batch, torch.Tensor):
         return [batch]
-    if type(batch) is dict or isinstance(batch, Mapping):  # a plain dict skips the abstract class's slower check
-        items: Any = batch.values()
-    elif isinstance(batch, (tuple, list)):
-        items = batch
+    if isinstance(batch, (tuple, list)):  # first: a sequence, or a plain dict, skips the abstract class's slower check
+        items: Any = batch
+    elif type(batch) is dict or isinstance(batch, Mapping):
+        items = batch.values()
     elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
         items = [getattr(batch, field.name, None) for field in dataclasses.fields(batch)]
     else:
@@ -73,6 +74,18 @@ def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
     return [(key, *path) for key, value in pairs for path in loader_paths(value)]
 
 
+def collated_anew(loaders: Any) -> bool:
+    """Whether every training loader (a DataLoader, or a nest of them) makes each batch's tensors anew.
+
+    Torch's ``default_collate`` stacks each field into a new tensor; another collate, or none, may hand out the same
+    buffer again, or the dataset's own tensors.
+    """
+    if isinstance(loaders, DataLoader):
+        return loaders.collate_fn is default_collate
+    items = list(loaders.values()) if isinstance(loaders, Mapping) else loaders
+    return isinstance(items, (list, tuple)) and bool(items) and all(collated_anew(item) for item in items)
+
+
 class TrainingBatches:
     """A fit's training batches as one callback reads them: each loader's part, a step's reading kept until it trained.
 
@@ -91,6 +104,7 @@ class TrainingBatches:
 
     def _use(self, paths: list[tuple[Any, ...]]) -> None:
         self.paths, self.names, self.several = paths, ["/".join(map(str, path)) for path in paths], len(paths) > 1
+        self._whole = paths == [()]  # one loader's batch: the step's batch itself
 
     def parts(self, batch: Any) -> list[Any]:
         """Each loader's part of a step's batch (or of the loaders), in :attr:`names`' order (None: it gave none)."""
@@ -105,7 +119,7 @@ class TrainingBatches:
         if not self._checked:
             self._checked = True
             self._check(trainer, batch)
-        self.pending = [read(part) for part in self.parts(batch)]
+        self.pending = [read(batch)] if self._whole else [read(part) for part in self.parts(batch)]
         return self.pending
 
     def trained(self) -> list[Any] | None:

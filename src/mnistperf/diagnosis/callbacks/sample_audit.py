@@ -164,7 +164,7 @@ class SampleAudit(Callback):
 
         The rows are hashed later, with other steps' rows. They are copied (the loader may reuse its buffers, the step
         may change them in place) unless :meth:`_watch` found that neither happens; then kept as they are, each
-        with its version, which :meth:`_commit` checks.
+        with its version, which :meth:`_check_watched` checks.
         """
         if part is None or not self._by_content:
             return None if part is None else self.fingerprints(part)
@@ -193,19 +193,24 @@ class SampleAudit(Callback):
         ]
         self._as_they_are, self._watching = False, collated_anew(trainer.train_dataloader) and not transfers
 
-    def _changed(self, rows: list[torch.Tensor], versions: list[int]) -> str | None:
-        """After a watched step trained: why its rows do not hold what it trained on (None: they do).
+    def _check_watched(self) -> None:
+        """Whether the watched steps' rows still hold what they trained on, as their versions tell (torch's writes).
 
-        The fit's first step, copied, decides whether the next ones are kept as they are; where it changed its batch
-        in place, they are copied. A kept step that changed its batch has only the changed rows left.
+        The fit's first step, copied, decides whether the next ones are kept as they are: not where it changed its
+        batch in place. A kept step whose rows changed since its start leaves the epoch not audited; every later step
+        is copied.
         """
-        if [t._version for t in rows] == versions:
-            self._as_they_are = True
-            return None
-        kept, self._as_they_are, self._watching = self._as_they_are, False, False
-        return CHANGED_IN_PLACE if kept else None
+        watched = self._watched
+        self._watched: list[tuple[list[torch.Tensor], list[int]]] = []  # held steps' rows as read, and versions
+        if [t._version for rows, _ in watched for t in rows] == [v for _, versions in watched for v in versions]:
+            self._as_they_are = self._watching
+            return
+        if self._as_they_are:
+            self._failed = CHANGED_IN_PLACE
+        self._as_they_are = self._watching = False
 
     def _flush(self) -> None:
+        self._check_watched()  # before the rows are hashed
         for loader, found in enumerate(self._held.flush()):
             self._seen[loader].extend(found)
 
@@ -240,7 +245,8 @@ class SampleAudit(Callback):
         count = len(self.batches.names)
         self._seen: list[list[torch.Tensor]] = [[] for _ in range(count)]  # per loader: the epoch's fingerprints
         self._carried_counts = [0] * count  # per loader: how many fingerprints a checkpoint carried (at the front)
-        self._held = HeldSteps(self.hash, count)  # per loader: copies of the steps' sample rows not yet hashed
+        self._held = HeldSteps(self.hash, count)  # per loader: the steps' sample rows not yet hashed
+        self._watched = []  # the held steps' rows as read, each with its versions then
 
     def _restore(self, trainer: Trainer, restored: dict[str, Any]) -> None:
         """Take back this rank's fingerprints of the epoch, per loader (every rank's on rank 0, where ranks changed)."""
@@ -298,9 +304,10 @@ class SampleAudit(Callback):
                     self._seen[loader].append(item)
                 elif item is not None:
                     rows, samples, watched = item
-                    if watched is not None and (changed := self._changed(*watched)) is not None:
-                        self._failed = changed
-                        return
+                    if watched is not None:
+                        self._watched.append(watched)
+                        if not self._as_they_are:  # the fit's first step, copied: are the next kept as they are?
+                            self._check_watched()
                     if self._held.hold(loader, rows, samples):  # the held steps are due to be hashed
                         self._flush()
         except Exception as error:

@@ -2,7 +2,9 @@
 
 Arms: ``imports`` (everything the fits import, nothing run), ``without``, ``both``, ``both-noread`` (SampleAudit reads
 nothing per step: no copy of the rows, no hash), ``both-nohash`` (it copies the rows but hashes nothing),
-``both-nowindow`` (no busy window) and ``audit`` (SampleAudit alone). The fit is measure.py's ``newcomer``. Needs
+``both-nowindow`` (no busy window), ``both-noflops`` (the step's FLOPs given, not counted), ``both-noreport``
+(nothing printed or written at the fit's end: no summary, timing.json or report), ``audit`` (SampleAudit alone) and
+``timer`` (EpochTimer alone). The fit is measure.py's ``newcomer``. Needs
 ``valgrind``; two arms at a time, a few minutes each:
 
     .venv/bin/python docs/results/cpu-2core-compat-cost/attribute.py NAME [ARM,ARM,...]
@@ -19,7 +21,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ARMS = ("imports", "without", "both", "both-noread", "both-nohash", "both-nowindow", "audit")
+ARMS = (
+    "imports",
+    "without",
+    "both",
+    "both-noread",
+    "both-nohash",
+    "both-nowindow",
+    "both-noflops",
+    "both-noreport",
+    "audit",
+    "timer",
+)
 
 
 def child(arm: str, root: str) -> None:
@@ -43,8 +56,12 @@ def child(arm: str, root: str) -> None:
         Audit._read = lambda self, part: None  # type: ignore[method-assign]
     if arm == "both-nohash":
         Fingerprinter.__call__ = lambda self, tensors, samples: torch.zeros(samples, dtype=torch.int64)  # type: ignore[method-assign]
-    timer = [EpochTimer(busy_window_steps=0) if arm == "both-nowindow" else EpochTimer()]
-    measure.newcomer(Path(root), [] if arm == "without" else [SampleAudit()] + (timer if arm != "audit" else []))
+    if arm == "both-noreport":
+        EpochTimer._report = lambda self, trainer, interrupted: None  # type: ignore[method-assign]
+    options = {"both-nowindow": {"busy_window_steps": 0}, "both-noflops": {"flops_per_batch": 1e6}}.get(arm, {})
+    timer = [] if arm == "audit" else [EpochTimer(**options)]
+    audit = [] if arm == "timer" else [SampleAudit()]
+    measure.newcomer(Path(root), [] if arm == "without" else audit + timer)
 
 
 def main() -> None:

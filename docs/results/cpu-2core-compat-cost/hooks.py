@@ -1,0 +1,95 @@
+"""Where both callbacks' time goes on the newcomer's 3-epoch fit, in wall seconds: each of their hooks, per fit.
+
+Instructions (count.py, attribute.py) leave out what a fit spends outside its own instructions: code that runs
+cold between the step's tensor operations, the kernel's work behind ``/proc`` and file writes, and a logger's
+writer thread. Whole fits timed side by side (measure.py) give the total; this script times each hook of both
+callbacks around its call (Lightning's dispatch of it outside) over FITS fits in this process, after one warm-up
+fit, and keeps the median of its total per fit, and the fits' median length.
+
+    .venv/bin/python docs/results/cpu-2core-compat-cost/hooks.py [FITS]
+
+Prints them and writes hooks-newcomer-3.json beside this file; run it with nothing else running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+FITS = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+
+
+def main() -> None:
+    """Time the hooks of FITS fits; print and write their medians."""
+    sys.argv = ["measure.py", "newcomer", "1", "3"]  # measure.py reads its library and epochs on import
+    sys.path.insert(0, str(HERE))
+    import measure  # this folder's
+    from lightning.pytorch import Callback
+
+    from mnistperf.diagnosis import EpochTimer, SampleAudit
+
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    measure.load()
+    spent: dict[str, float] = {}
+
+    def timed(cls: type, hook: str) -> None:
+        call = getattr(cls, hook)
+
+        def hooked(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                key = f"{cls.__name__}.{hook}"
+                spent[key] = spent.get(key, 0.0) + time.perf_counter() - start
+
+        setattr(cls, hook, hooked)
+
+    def fit(root: Path, callbacks: list[Any]) -> float:
+        with contextlib.redirect_stdout(io.StringIO()):
+            start = time.perf_counter()
+            measure.newcomer(root, callbacks)
+            return time.perf_counter() - start
+
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as scratch:
+        fit(Path(scratch) / "warm-up", [EpochTimer(), SampleAudit()])
+        for cls in (EpochTimer, SampleAudit):
+            for hook in vars(Callback):
+                if hook.startswith(("on_", "setup", "teardown")) and hook in vars(cls):
+                    timed(cls, hook)
+        per_fit: dict[str, list[float]] = {}
+        fits = []
+        for run in range(FITS):
+            spent.clear()
+            fits.append(fit(Path(scratch) / f"hooks-{run}", [EpochTimer(), SampleAudit()]))
+            for key, seconds in spent.items():
+                per_fit.setdefault(key, []).append(seconds)
+            load.append(os.getloadavg()[0])
+    hooks = {key: statistics.median(values) for key, values in per_fit.items()}
+    result = {
+        "what": "each hook's seconds per fit of the newcomer's 3-epoch fit (measure.py newcomer) with both callbacks",
+        "hook_s_per_fit": dict(sorted(hooks.items(), key=lambda item: -item[1])),
+        "hooks_s_per_fit": sum(hooks.values()),
+        "fit_s": fits,
+        "median_fit_s": statistics.median(fits),
+        "load_average_1min": load,
+    }
+    (HERE / "hooks-newcomer-3.json").write_text(json.dumps(result, indent=1) + "\n")
+    for key, value in result["hook_s_per_fit"].items():
+        print(f"{key:40s} {value * 1e3:6.2f} ms per fit")
+    print(f"{'all hooks':40s} {result['hooks_s_per_fit'] * 1e3:6.2f} ms per fit of {result['median_fit_s']:.3f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,8 +3,9 @@
 Instructions (count.py, attribute.py) leave out what a fit spends outside its own instructions: code that runs
 cold between the step's tensor operations, the kernel's work behind ``/proc`` and file writes, and a logger's
 writer thread. Whole fits timed side by side (measure.py) give the total; this script times each hook of both
-callbacks around its call (Lightning's dispatch of it outside) over FITS fits in this process, after one warm-up
-fit, and keeps the median of its total per fit, and the fits' median length.
+callbacks around its call (Lightning's dispatch of it outside), and inside them the figures' hand-over to the
+loggers (``Reporter.log``), over FITS fits in this process after one warm-up fit; it keeps the median of each one's
+total per fit, and the fits' median length.
 
     .venv/bin/python docs/results/cpu-2core-compat-cost/hooks.py [FITS]
 
@@ -37,6 +38,7 @@ def main() -> None:
     from lightning.pytorch import Callback
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
+    from mnistperf.diagnosis.guard import Reporter
 
     logging.getLogger("lightning").setLevel(logging.ERROR)
     measure.load()
@@ -68,6 +70,7 @@ def main() -> None:
             for hook in vars(Callback):
                 if hook.startswith(("on_", "setup", "teardown")) and hook in vars(cls):
                     timed(cls, hook)
+        timed(Reporter, "log")  # inside the hooks: the loggers' share of them
         per_fit: dict[str, list[float]] = {}
         fits = []
         for run in range(FITS):
@@ -80,7 +83,7 @@ def main() -> None:
     result = {
         "what": "each hook's seconds per fit of the newcomer's 3-epoch fit (measure.py newcomer) with both callbacks",
         "hook_s_per_fit": dict(sorted(hooks.items(), key=lambda item: -item[1])),
-        "hooks_s_per_fit": sum(hooks.values()),
+        "hooks_s_per_fit": sum(value for key, value in hooks.items() if not key.startswith("Reporter")),
         "fit_s": fits,
         "median_fit_s": statistics.median(fits),
         "load_average_1min": load,

@@ -93,11 +93,11 @@ class Fingerprinter:
         return lanes[:, 0] * PRIME + lanes[:, 1]
 
 
-Held = list[tuple[list[torch.Tensor], int]]  # steps' copied sample rows, each with its samples
+Held = list[tuple[list[torch.Tensor], int]]  # steps' sample rows (copies, or as read), each with its samples
 
 
 class HeldSteps:
-    """Steps' copied sample rows, each of ``loaders`` apart, that ``hash`` fingerprints every so many samples or MB."""
+    """Steps' sample rows, each of ``loaders`` apart, that ``hash`` fingerprints every so many samples or MB."""
 
     def __init__(self, hash: Fingerprinter, loaders: int = 1):
         self.hash = hash
@@ -105,7 +105,7 @@ class HeldSteps:
         self._samples = self._bytes = 0
 
     def hold(self, loader: int, rows: list[torch.Tensor], samples: int) -> bool:
-        """Keep a step's copied rows; whether the held steps are now due to be hashed (:meth:`flush`)."""
+        """Keep a step's rows; whether the held steps are now due to be hashed (:meth:`flush`)."""
         self._held[loader].append((rows, samples))
         self._samples += samples
         self._bytes += sum(t.nbytes for t in rows)

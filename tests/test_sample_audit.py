@@ -295,6 +295,12 @@ def test_rows_collated_anew_are_kept_as_they_are_after_the_first_step_and_counte
     assert not reused._as_they_are  # another collate may hand out the same tensors again
 
 
+def test_rows_from_a_loaders_worker_are_copied_so_that_no_shared_memory_is_held():
+    audit = audited(DataLoader(Rows(), batch_size=5, num_workers=1), SampleAudit(), epochs=1)
+    assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)
+    assert not audit._as_they_are  # each shared tensor held would keep a file descriptor open
+
+
 def test_a_step_that_changes_its_batch_in_place_has_its_rows_copied_from_the_first_step():
     audit = SampleAudit()
     fit_module(InPlace(first=1), DataLoader(Rows(), batch_size=5, shuffle=True), callbacks=[audit])

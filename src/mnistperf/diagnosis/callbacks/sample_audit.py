@@ -179,7 +179,7 @@ class SampleAudit(Callback):
 
         That holds where every training loader collates each batch anew and neither the module nor the DataModule
         transfers batches its own way; the fit's first step is still copied, and where it changed its batch in
-        place, every step is.
+        place, or its rows came from a loader's worker in shared memory, every step is.
         """
         transfers = [
             hook
@@ -203,7 +203,9 @@ class SampleAudit(Callback):
         watched = self._watched
         self._watched: list[tuple[list[torch.Tensor], list[int]]] = []  # held steps' rows as read, and versions
         if [t._version for rows, _ in watched for t in rows] == [v for _, versions in watched for v in versions]:
-            self._as_they_are = self._watching
+            # not a loader worker's batch: in shared memory, each tensor held keeps a file descriptor open
+            kept = self._watching and not any(t.is_shared() for rows, _ in watched for t in rows)
+            self._as_they_are = self._watching = kept
             return
         if self._as_they_are:
             self._failed = CHANGED_IN_PLACE

@@ -46,7 +46,7 @@ class Probe(LightningModule):
         self.layer = torch.nn.Linear(4, 1)
 
     def training_step(self, batch, batch_idx):
-        return self.layer(torch.ones(1, 4)).sum()
+        return self.layer(torch.ones(1, 4, device=self.device)).sum()
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -274,25 +274,48 @@ def test_a_loader_that_reuses_its_batch_buffer_is_audited_by_content_at_each_ste
 
 
 class InPlace(Probe):
-    """Changes its batch's images in place (by a factor of one: the content stays) from step ``first`` of a fit on."""
+    """Zeroes its batch's images in place, in ``where`` (its step or its batch-end hook), at the fit's ``steps``.
 
-    def __init__(self, first: int):
+    ``steps``: the fit's steps, counted from 1; ``loader``: the loader whose images, in a batch of several loaders;
+    ``skip_first``: epoch 1 trains no step (the module's batch-start hook returns -1 at its first batch).
+    """
+
+    def __init__(self, steps, where: str = "step", loader: str | None = None, skip_first: bool = False):
         super().__init__()
-        self.first, self.steps = first, 0
+        self.zeroed, self.where, self.loader, self.skip_first, self.steps = steps, where, loader, skip_first, 0
+
+    def on_train_batch_start(self, batch, batch_idx):
+        if self.skip_first and self.trainer.current_epoch == 0:
+            return -1
+        return None
+
+    def _zero(self, batch, where: str) -> None:
+        if where == self.where and self.steps in self.zeroed:
+            (batch if self.loader is None else batch[self.loader])[0].zero_()
 
     def training_step(self, batch, batch_idx):
         self.steps += 1
-        if self.steps >= self.first:
-            batch[0].mul_(1.0)
+        self._zero(batch, "step")
         return super().training_step(batch, batch_idx)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self._zero(batch, "end")
+
+
+EVERY = range(1, 1000)  # every step of these short fits
+
+
+def fitted(module: LightningModule, loader, epochs: int = 2, **options) -> SampleAudit:
+    """SampleAudit after ``module`` trained on ``loader``."""
+    audit = SampleAudit()
+    fit_module(module, loader, callbacks=[audit], max_epochs=epochs, **options)
+    return audit
 
 
 def test_rows_collated_anew_are_kept_as_they_are_after_the_first_step_and_counted_the_same():
     audit = audited(DataLoader(Rows(), batch_size=5, shuffle=True), SampleAudit())
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2
     assert audit._as_they_are  # default_collate stacks every batch anew: no copy after the first step
-    reused = audited(DataLoader(Rows(), batch_size=5, collate_fn=lambda items: Rows().x[: len(items)]), SampleAudit())
-    assert not reused._as_they_are  # another collate may hand out the same tensors again
 
 
 def test_rows_from_a_loaders_worker_are_copied_so_that_no_shared_memory_is_held():
@@ -301,19 +324,59 @@ def test_rows_from_a_loaders_worker_are_copied_so_that_no_shared_memory_is_held(
     assert not audit._as_they_are  # each shared tensor held would keep a file descriptor open
 
 
-def test_a_step_that_changes_its_batch_in_place_has_its_rows_copied_from_the_first_step():
-    audit = SampleAudit()
-    fit_module(InPlace(first=1), DataLoader(Rows(), batch_size=5, shuffle=True), callbacks=[audit])
+@pytest.mark.cuda
+def test_rows_on_the_gpu_are_kept_as_they_are_and_counted_the_same():
+    audit = audited(DataLoader(Rows(), batch_size=5, pin_memory=True), SampleAudit(), accelerator="cuda", devices=1)
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2
+    assert audit._as_they_are  # a CUDA tensor is shared by definition, not through a worker's shared memory
+
+
+@pytest.mark.parametrize("where", ["step", "end"])
+def test_a_module_that_changes_its_batch_in_place_from_the_first_step_has_every_step_copied(where):
+    audit = fitted(InPlace(EVERY, where=where), DataLoader(Rows(), batch_size=5, shuffle=True))
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2 and not audit._as_they_are
 
 
+def test_a_change_in_place_to_a_second_loaders_batch_has_every_step_copied():
+    loaders = {"a": DataLoader(Rows(), batch_size=5), "b": DataLoader(Rows(), batch_size=5)}
+    audit = fitted(InPlace(EVERY, loader="b"), loaders)
+    for row in audit.epochs:
+        assert [counts(row["loaders"][name]) for name in "ab"] == [(ROWS, ROWS, 0, 0)] * 2
+
+
+def test_an_epoch_that_trained_no_step_decides_nothing():
+    audit = fitted(InPlace(EVERY, skip_first=True), DataLoader(Rows(), batch_size=5), epochs=2)
+    assert counts(audit.epochs[1]) == (ROWS, ROWS, 0, 0) and not audit._as_they_are
+
+
 def test_a_kept_step_that_changes_its_batch_in_place_leaves_its_epoch_not_audited_and_the_next_copied(capsys):
-    audit = SampleAudit()
-    fit_module(InPlace(first=3), DataLoader(Rows(), batch_size=5), callbacks=[audit])
+    audit = fitted(InPlace(range(3, 1000)), DataLoader(Rows(), batch_size=5))
     first, second = audit.epochs
     assert not first["audited"] and first["why"].startswith("a training step changed its batch's tensors in place")
     assert counts(second) == (ROWS, ROWS, 0, 0) and not audit._as_they_are
     assert "epoch 1: not audited (a training step changed" in capsys.readouterr().out
+
+
+def test_once_a_step_changed_its_batch_in_place_every_later_epoch_is_copied():
+    audit = fitted(InPlace({3, 8}), DataLoader(Rows(), batch_size=5))  # step 3 of each epoch of 5
+    first, second = audit.epochs
+    assert not first["audited"] and counts(second) == (ROWS, ROWS, 0, 0)
+
+
+def test_an_epoch_found_not_audited_before_a_checkpoint_is_not_audited_after_the_resume(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=4, save_last=True)
+    audit = SampleAudit()
+    fit_module(
+        InPlace(range(3, 1000)),
+        DataLoader(Rows(), batch_size=5),
+        callbacks=[audit, checkpoint],
+        max_epochs=1,
+        enable_checkpointing=True,
+        max_steps=4,
+    )
+    resumed = fitted(Probe(), DataLoader(Rows(), batch_size=5), 1, ckpt_path=tmp_path / "last.ckpt")
+    assert not resumed.epochs[0]["audited"]
+    assert resumed.epochs[0]["why"].startswith("a training step changed its batch's tensors in place")
 
 
 def test_a_lone_loader_in_a_dict_is_audited_against_its_dataset():

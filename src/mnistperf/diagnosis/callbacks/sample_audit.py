@@ -30,8 +30,8 @@ GUESS = (
 COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 CHANGED_IN_PLACE = (
-    "SampleAudit: a training step changed its batch's tensors in place, after the fit's first step had left its own as "
-    "they were, so that step's samples are known only as changed; from the next step on each step's rows are copied"
+    "SampleAudit: a training step changed its batch's tensors in place, after the epoch's first step had left its own "
+    "as they were, so that step's samples are known only as changed; from the next epoch on each step's rows are copied"
 )
 
 
@@ -116,6 +116,7 @@ class SampleAudit(Callback):
         self._trainer: Trainer | None = None
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
         self._as_they_are = self._watching = False  # whether steps' rows are kept uncopied; their versions checked
+        self._changes_in_place = False  # whether a step of the fit changed its batch in place (then all are copied)
         skip_unused_batch_hooks(self)
 
     def fingerprints(self, batch: Any) -> torch.Tensor:
@@ -178,8 +179,8 @@ class SampleAudit(Callback):
         """Keep a step's rows as they are, not copied, where nothing hands out the same tensors again.
 
         That holds where every training loader collates each batch anew and neither the module nor the DataModule
-        transfers batches its own way; the fit's first step is still copied, and where it changed its batch in
-        place, or its rows came from a loader's worker in shared memory, every step is.
+        transfers batches its own way; each epoch's first step is still copied, and where a step of the fit changed its
+        batch in place, or the rows came from a loader's worker in shared memory, every step is.
         """
         transfers = [
             hook
@@ -191,25 +192,35 @@ class SampleAudit(Callback):
             for hook in TRANSFER_HOOKS
             if getattr(type(owner), hook, None) is not getattr(base, hook)
         ]
-        self._as_they_are, self._watching = False, collated_anew(trainer.train_dataloader) and not transfers
+        anew = collated_anew(trainer.train_dataloader)
+        self._as_they_are, self._watching = False, anew and not transfers and not self._changes_in_place
+
+    def _watch_guarded(self, trainer: Trainer) -> None:
+        """:meth:`_watch`; where it fails, every step is copied."""
+        self._as_they_are = self._watching = False
+        with self.problems.guard("reading how the training loaders make their batches"):
+            self._watch(trainer)
 
     def _check_watched(self) -> None:
         """Whether the watched steps' rows still hold what they trained on, as their versions tell (torch's writes).
 
-        The fit's first step, copied, decides whether the next ones are kept as they are: not where it changed its
-        batch in place. A kept step whose rows changed since its start leaves the epoch not audited; every later step
-        is copied.
+        The epoch's first step, copied, decides at the next step's start (after every hook of its own) whether the
+        next ones are kept as they are: not where it changed its batch in place. A kept step whose rows changed since
+        its start leaves the epoch not audited. Once a step changed its batch, every later step of the fit is copied.
         """
         watched = self._watched
         self._watched: list[tuple[list[torch.Tensor], list[int]]] = []  # held steps' rows as read, and versions
+        if not watched:  # no step trained since the last check: nothing to decide on
+            return
         if [t._version for rows, _ in watched for t in rows] == [v for _, versions in watched for v in versions]:
-            # not a loader worker's batch: in shared memory, each tensor held keeps a file descriptor open
-            kept = self._watching and not any(t.is_shared() for rows, _ in watched for t in rows)
-            self._as_they_are = self._watching = kept
+            # not a loader worker's batch: in its shared memory, each tensor held keeps a file descriptor open
+            shared = any(t.device.type == "cpu" and t.is_shared() for rows, _ in watched for t in rows)
+            self._as_they_are = self._watching = self._watching and not shared
             return
         if self._as_they_are:
             self._failed = CHANGED_IN_PLACE
         self._as_they_are = self._watching = False
+        self._changes_in_place = True
 
     def _flush(self) -> None:
         self._check_watched()  # before the rows are hashed
@@ -234,8 +245,8 @@ class SampleAudit(Callback):
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
         guess = GUESS if self._by_content and self.sample_dims == 1 else None  # where a sample's rows may be a guess
         self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, guess)
-        with self.problems.guard("reading how the training loaders make their batches"):
-            self._watch(trainer)
+        self._changes_in_place = False
+        self._watch_guarded(trainer)
         self._start_epoch()
         restored, self._restored = self._restored, None
         with self.problems.guard("restoring the epoch's fingerprints from the checkpoint"):
@@ -266,6 +277,7 @@ class SampleAudit(Callback):
         self._seen = [[part.to(trainer.strategy.root_device)] for part in mine]
         self._carried_counts = [len(part) for part in mine]
         self._in_epoch = True
+        self._failed = restored.get("failed")  # an epoch not audited before the interruption is not audited after it
         self._previous = None  # the order before the interruption is not known
 
     @override
@@ -274,13 +286,20 @@ class SampleAudit(Callback):
         if not any(self._carried_counts):  # Lightning calls this hook on a resumed epoch's start only if none of it ran
             self._start_epoch()
         self._in_epoch, self._failed = True, None
+        self._watch_guarded(trainer)  # the loaders may have been reloaded
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        """Copy or fingerprint each loader's samples of the batch, on the device (failing, the epoch is not audited)."""
+        """Read each loader's samples of the batch, on the device (failing, the epoch is not audited).
+
+        Once the epoch's first step, copied, has ended with every hook: whether the rows from now on are kept as they
+        are (:meth:`_check_watched`).
+        """
         if self._failed is not None:
             return
         try:
+            if self._watched and not self._as_they_are:
+                self._check_watched()
             self.batches.begin(trainer, batch, self._read)
             if len(self._seen) > len(self.batches.names):  # read as one loader's from now on: pool what was carried
                 seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
@@ -308,8 +327,6 @@ class SampleAudit(Callback):
                     rows, samples, watched = item
                     if watched is not None:
                         self._watched.append(watched)
-                        if not self._as_they_are:  # the fit's first step, copied: are the next kept as they are?
-                            self._check_watched()
                     if self._held.hold(loader, rows, samples):  # the held steps are due to be hashed
                         self._flush()
         except Exception as error:
@@ -473,11 +490,16 @@ class SampleAudit(Callback):
         if trainer is None or not self._in_epoch:
             return {}
         self._commit()
-        shares = self._gather(trainer, self._local(trainer), Order.UNKNOWN, self._carried_counts)
+        parts = self._local(trainer)  # its hash may find the epoch not audited
+        order = Order.UNKNOWN if self._failed is None else Order.FAILED
+        shares = self._gather(trainer, parts, order, self._carried_counts)
+        failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
+        why = self._failed or f"rank {', '.join(map(str, failed))} could not fingerprint a batch"
         return {
             "epoch": trainer.current_epoch,
             "fingerprints": [torch.cat(share.parts).cpu() for share in shares],
             "loaders": [[len(part) for part in share.parts] for share in shares],
+            "failed": why if failed else None,  # the epoch resumed is not audited either
         }
 
     @override

@@ -213,9 +213,10 @@ class SampleAudit(Callback):
         if not watched:  # no step trained since the last check: nothing to decide on
             return
         if [t._version for rows, _ in watched for t in rows] == [v for _, versions in watched for v in versions]:
-            # not a loader worker's batch: in its shared memory, each tensor held keeps a file descriptor open
-            shared = any(t.device.type == "cpu" and t.is_shared() for rows, _ in watched for t in rows)
-            self._as_they_are = self._watching = self._watching and not shared
+            if not self._as_they_are:  # the epoch's first step: not a loader worker's batch, whose shared memory
+                # keeps a file descriptor open for each tensor held (checked on this step alone: it is not cheap)
+                shared = any(t.is_cpu and t.untyped_storage().is_shared() for rows, _ in watched for t in rows)
+                self._as_they_are = self._watching = self._watching and not shared
             return
         if self._as_they_are:
             self._failed = CHANGED_IN_PLACE

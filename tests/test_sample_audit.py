@@ -318,6 +318,18 @@ def test_rows_collated_anew_are_kept_as_they_are_after_the_first_step_and_counte
     assert audit._as_they_are  # default_collate stacks every batch anew: no copy after the first step
 
 
+class OwnTransfer(Probe):
+    """Hands its batches on through its own transfer hook, which could return any tensors."""
+
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        return batch
+
+
+def test_rows_a_module_transfers_its_own_way_are_copied():
+    audit = fitted(OwnTransfer(), DataLoader(Rows(), batch_size=5))
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2 and not audit._as_they_are
+
+
 def test_rows_from_a_loaders_worker_are_copied_so_that_no_shared_memory_is_held():
     audit = audited(DataLoader(Rows(), batch_size=5, num_workers=1), SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)

@@ -12,7 +12,8 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 import torch
-from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import override
 
@@ -180,26 +181,15 @@ class SampleAudit(Callback):
 
         That holds where every training loader collates each batch anew and neither the module nor the DataModule
         transfers batches its own way; each epoch's first step is still copied, and where a step of the fit changed its
-        batch in place, or the rows came from a loader's worker in shared memory, every step is.
+        batch in place, or the rows came from a loader's worker in shared memory, or reading the loaders fails, every
+        step is.
         """
-        transfers = [
-            hook
-            for owner, base in (
-                (trainer.lightning_module, LightningModule),
-                (getattr(trainer, "datamodule", None), LightningDataModule),
-            )
-            if owner is not None
-            for hook in TRANSFER_HOOKS
-            if getattr(type(owner), hook, None) is not getattr(base, hook)
-        ]
-        anew = collated_anew(trainer.train_dataloader)
-        self._as_they_are, self._watching = False, anew and not transfers and not self._changes_in_place
-
-    def _watch_guarded(self, trainer: Trainer) -> None:
-        """:meth:`_watch`; where it fails, every step is copied."""
         self._as_they_are = self._watching = False
         with self.problems.guard("reading how the training loaders make their batches"):
-            self._watch(trainer)
+            owners = (trainer.lightning_module, getattr(trainer, "datamodule", None))
+            transfers = any(is_overridden(hook, owner) for owner in owners for hook in TRANSFER_HOOKS)
+            anew = collated_anew(trainer.train_dataloader)
+            self._watching = anew and not transfers and not self._changes_in_place
 
     def _check_watched(self) -> None:
         """Whether the watched steps' rows still hold what they trained on, as their versions tell (torch's writes).
@@ -247,7 +237,7 @@ class SampleAudit(Callback):
         guess = GUESS if self._by_content and self.sample_dims == 1 else None  # where a sample's rows may be a guess
         self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, guess)
         self._changes_in_place = False
-        self._watch_guarded(trainer)
+        self._watch(trainer)
         self._start_epoch()
         restored, self._restored = self._restored, None
         with self.problems.guard("restoring the epoch's fingerprints from the checkpoint"):
@@ -287,7 +277,7 @@ class SampleAudit(Callback):
         if not any(self._carried_counts):  # Lightning calls this hook on a resumed epoch's start only if none of it ran
             self._start_epoch()
         self._in_epoch, self._failed = True, None
-        self._watch_guarded(trainer)  # the loaders may have been reloaded
+        self._watch(trainer)  # the loaders may have been reloaded
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:

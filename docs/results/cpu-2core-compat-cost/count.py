@@ -2,16 +2,20 @@
 
 measure.py times whole fits side by side; on 2 shared cores a second-long fit varies by more than the 2 % and
 5 % the callbacks may cost, so its intervals stay wide. This script counts the instructions of one fit per
-process with Valgrind's cachegrind (../instructions.py), for four arms of the same fit: ``imports`` (everything
+process with Valgrind's cachegrind (../instructions.py), for five arms of the same fit: ``imports`` (everything
 the fit imports, the diagnosis included, and nothing run), ``without`` (the fit), ``timer`` (the fit with
-EpochTimer) and ``both`` (with EpochTimer and SampleAudit). The fit's own instructions are ``without`` less
+EpochTimer), ``both`` (with EpochTimer and SampleAudit) and, for scale, ``plain`` (with two callbacks whose per-step
+hooks do nothing: measure.py's arm_callbacks; not for forecasting). The fit's own instructions are ``without`` less
 ``imports``; an arm's cost is its extra instructions over the fit's own, which holds everything the callbacks do
 once a fit (the summary, timing.json, the busy window where the fit can pay for it) as users meet it.
 
-    .venv/bin/python docs/results/cpu-2core-compat-cost/count.py newcomer|small [EPOCHS]
+    .venv/bin/python docs/results/cpu-2core-compat-cost/count.py newcomer|small [EPOCHS] [--cycles]
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/count.py forecasting [EPOCHS] [BATCH]
 
 Writes counts-LIBRARY-EPOCHS.json beside this file. Needs ``valgrind``; a few minutes per arm, two at a time.
+``--cycles`` also simulates the caches and the branch predictor (about twice as slow) and gives each arm's cost in
+estimated cycles too (../instructions.py), which weighs the callbacks' code running cold between the step's tensor
+operations; it writes counts-LIBRARY-EPOCHS-cycles.json.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ARMS = ("imports", "without", "timer", "both")
+ARMS = ("imports", "without", "timer", "both", "plain")
 
 
 def child(library: str, epochs: int, batch: str, arm: str, root: Path) -> None:
@@ -49,21 +53,23 @@ def main() -> None:
     if sys.argv[1] == "--child":
         child(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], Path(sys.argv[6]))
         return
-    library = sys.argv[1]
-    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    batch = sys.argv[3] if len(sys.argv) > 3 else "8"
-    arms = [arm for arm in ARMS if not (library == "forecasting" and arm == "timer")]
+    simulate = "--cycles" in sys.argv
+    args = [arg for arg in sys.argv[1:] if arg != "--cycles"]
+    library = args[0]
+    epochs = int(args[1]) if len(args) > 1 else 3
+    batch = args[2] if len(args) > 2 else "8"
+    arms = [arm for arm in ARMS if not (library == "forecasting" and arm in ("timer", "plain"))]
     sys.path.insert(0, str(HERE.parent))
-    from instructions import instructions, valgrind  # docs/results/instructions.py
+    from instructions import estimated_cycles, events, valgrind  # docs/results/instructions.py
 
     with tempfile.TemporaryDirectory() as scratch:
 
-        def count(arm: str) -> int:
+        def count(arm: str) -> dict[str, int]:
             command = [sys.executable, __file__, "--child", library, str(epochs), batch, arm, f"{scratch}/{arm}"]
-            return instructions(command, Path(scratch) / f"{arm}.cachegrind")
+            return events(command, Path(scratch) / f"{arm}.cachegrind", simulate)
 
         with ThreadPoolExecutor(2) as pool:
-            counts = dict(zip(arms, pool.map(count, arms), strict=True))
+            simulated = dict(zip(arms, pool.map(count, arms), strict=True))
         answers = {}  # what each diagnosed fit answered: a cost is only worth its answer
         for arm in ("timer", "both"):
             for found in Path(scratch, arm).rglob("timing.json"):
@@ -75,6 +81,7 @@ def main() -> None:
                     "share": window.get("share"),
                     "reason": window.get("reason"),
                 }
+    counts = {arm: arm_events["Ir"] for arm, arm_events in simulated.items()}
     fit = counts["without"] - counts["imports"]
     costs = {arm: 1 + (counts[arm] - counts["without"]) / fit for arm in arms if arm not in ("imports", "without")}
     result = {
@@ -88,8 +95,21 @@ def main() -> None:
         "answers": answers,
         "environment": {"machine": platform.machine(), "python": platform.python_version(), "valgrind": valgrind()},
     }
-    (HERE / f"counts-{library}-{epochs}.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({"fit_instructions": fit, "cost": costs, "answers": answers}))
+    if simulate:
+        cycles = {arm: estimated_cycles(arm_events) for arm, arm_events in simulated.items()}
+        fit_cycles = cycles["without"] - cycles["imports"]
+        result.update(
+            what=f"instructions and estimated cycles of one whole {library} fit of {epochs} epochs per process, by arm",
+            events=simulated,
+            estimated_cycles=cycles,
+            fit_estimated_cycles=fit_cycles,
+            cost_in_estimated_cycles={arm: 1 + (cycles[arm] - cycles["without"]) / fit_cycles for arm in costs},
+        )
+    name = f"counts-{library}-{epochs}{'-cycles' if simulate else ''}.json"
+    (HERE / name).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({key: result[key] for key in ("fit_instructions", "cost", "answers")}))
+    if simulate:
+        print(json.dumps({"cost_in_estimated_cycles": result["cost_in_estimated_cycles"]}))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ environment, which .ci/run builds:
 
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting [PAIRS] [EPOCHS]
     .venv-compat-chemprop/bin/python docs/results/cpu-2core-compat-cost/measure.py chemprop [PAIRS] [EPOCHS]
-    .venv/bin/python docs/results/cpu-2core-compat-cost/measure.py newcomer [PAIRS] [EPOCHS] [both|timer]
+    .venv/bin/python docs/results/cpu-2core-compat-cost/measure.py newcomer [PAIRS] [EPOCHS] [both|timer|plain]
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting 10 3 8 [TAG]
 
 The last runs ``forecasting``'s fit in batches of 8 (21 steps an epoch); a TAG ends the results file's name.
@@ -55,7 +55,8 @@ from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
 LIBRARY = sys.argv[1] if len(sys.argv) > 1 else "forecasting"
 PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 EPOCHS = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-# newcomer: "both" callbacks, or the "timer" alone; forecasting: a batch size (the tier's 32 by default)
+# newcomer, small: "both" callbacks, the "timer" alone, or "plain" ones (arm_callbacks); forecasting: a batch size
+# (the tier's 32 by default)
 ARM = sys.argv[4] if len(sys.argv) > 4 else "both"
 # A name the results file ends with, so a later run keeps an earlier one's file
 TAG = f"-{sys.argv[5]}" if len(sys.argv) > 5 else ""
@@ -107,21 +108,41 @@ def newcomer(root: Path, callbacks: list[Any]) -> None:
     cpu_fit(root, callbacks, example.Classifier(), loader, devices=1, log_every_n_steps=10)
 
 
-def newcomer_fit(root: Path, diagnose: bool) -> None:
-    """:func:`newcomer` with the arm's callbacks (both, or the timer alone), or none."""
+def arm_callbacks() -> list[Any]:
+    """The arm's callbacks: ``both``, the ``timer`` alone, or ``plain`` callbacks, for scale.
+
+    The plain ones are two callbacks written the usual way: each overrides the two per-step hooks with a body that does
+    nothing, and Lightning dispatches its other per-batch hooks as well.
+    """
+    from lightning.pytorch import Callback
+
     from mnistperf.diagnosis import EpochTimer, SampleAudit
 
-    newcomer(root, {"both": [EpochTimer(), SampleAudit()], "timer": [EpochTimer()]}[ARM] if diagnose else [])
+    class EmptyStepHooks(Callback):
+        def on_train_batch_start(self, *args: Any) -> None:
+            pass
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            pass
+
+    return {
+        "both": [EpochTimer(), SampleAudit()],
+        "timer": [EpochTimer()],
+        "plain": [EmptyStepHooks(), EmptyStepHooks()],
+    }[ARM]
+
+
+def newcomer_fit(root: Path, diagnose: bool) -> None:
+    """:func:`newcomer` with the arm's callbacks, or none."""
+    newcomer(root, arm_callbacks() if diagnose else [])
 
 
 def small_fit(root: Path, diagnose: bool) -> None:
     """One fit of ../cpu-2core-operator-clock/short_fits.py's small MLP: 30 batches of 64 random rows an epoch."""
     from lightning.pytorch import seed_everything
 
-    from mnistperf.diagnosis import EpochTimer, SampleAudit
-
     short = importlib.import_module("short_fits")
-    callbacks = {"both": [SampleAudit(), EpochTimer()], "timer": [EpochTimer()]}[ARM] if diagnose else []
+    callbacks = arm_callbacks()[::-1] if diagnose else []  # the audit first
     seed_everything(0, verbose=False)
     cpu_fit(root, callbacks, short.Small("mlp"), short.rows((32,), 30), logger=False)
 

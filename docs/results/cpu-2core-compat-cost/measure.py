@@ -17,8 +17,9 @@ environment, which .ci/run builds:
 The last runs ``forecasting``'s fit in batches of 8 (21 steps an epoch); a TAG ends the results file's name.
 
 ``newcomer`` is no library: examples/diagnose_your_run.py's MLP on 4,096 random rows in batches of 64, with both
-callbacks or the timer alone, in the project's own environment; nor is ``small``, a smaller MLP of 30 steps an
-epoch (``measure.py small PAIRS EPOCHS [both|timer]``).
+callbacks or the timer alone, in the project's own environment; ``unlogged`` is the same fit with no logger (where
+TensorBoard's is the newcomer's); nor is ``small``, a smaller MLP of 30 steps an epoch and no logger
+(``measure.py small PAIRS EPOCHS [both|timer]``).
 
 Prints and writes results-LIBRARY.json beside this file: every fit's seconds and, for wall and CPU seconds
 each, the median of each arm, the ratio of the medians and the median of the pairs' ratios, each with a 95 %
@@ -97,7 +98,7 @@ def cpu_fit(root: Path, callbacks: list[Any], module: Any, loader: Any, **option
     trainer.fit(module, loader)
 
 
-def newcomer(root: Path, callbacks: list[Any]) -> None:
+def newcomer(root: Path, callbacks: list[Any], logged: bool = True) -> None:
     """One fit of a newcomer's first model: examples/diagnose_your_run.py's MLP, 4,096 rows in batches of 64."""
     from lightning.pytorch import seed_everything
     from torch.utils.data import DataLoader
@@ -105,7 +106,8 @@ def newcomer(root: Path, callbacks: list[Any]) -> None:
     example = importlib.import_module("diagnose_your_run")
     seed_everything(0, verbose=False)  # before the model's weights and the loader's shuffle are drawn
     loader = DataLoader(example.Points(4096), batch_size=64, shuffle=True)
-    cpu_fit(root, callbacks, example.Classifier(), loader, devices=1, log_every_n_steps=10)
+    logger_options = {"log_every_n_steps": 10} if logged else {"logger": False}  # TensorBoard's logger, or none
+    cpu_fit(root, callbacks, example.Classifier(), loader, devices=1, **logger_options)
 
 
 def arm_callbacks() -> list[Any]:
@@ -137,6 +139,11 @@ def newcomer_fit(root: Path, diagnose: bool) -> None:
     newcomer(root, arm_callbacks() if diagnose else [])
 
 
+def unlogged_fit(root: Path, diagnose: bool) -> None:
+    """:func:`newcomer_fit` with no logger: what handing the figures to TensorBoard costs, by difference."""
+    newcomer(root, arm_callbacks() if diagnose else [], logged=False)
+
+
 def small_fit(root: Path, diagnose: bool) -> None:
     """One fit of ../cpu-2core-operator-clock/short_fits.py's small MLP: 30 batches of 64 random rows an epoch."""
     from lightning.pytorch import seed_everything
@@ -149,7 +156,12 @@ def small_fit(root: Path, diagnose: bool) -> None:
 
 # What each fit imports beyond this file's imports, with the diagnosis: count.py imports them in every arm, so that a
 # fit's count holds the fit, not the first import of its modules.
-MODULES = {"forecasting": "test_pytorch_forecasting", "chemprop": "test_chemprop", "newcomer": "diagnose_your_run"}
+MODULES = {
+    "forecasting": "test_pytorch_forecasting",
+    "chemprop": "test_chemprop",
+    "newcomer": "diagnose_your_run",
+    "unlogged": "diagnose_your_run",
+}
 
 
 def load() -> None:
@@ -158,8 +170,14 @@ def load() -> None:
     importlib.import_module(MODULES.get(LIBRARY, "short_fits"))
 
 
-FITS = {"forecasting": forecasting_fit, "chemprop": chemprop_fit, "newcomer": newcomer_fit, "small": small_fit}
-PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop", "newcomer": "lightning", "small": "lightning"}
+FITS = {
+    "forecasting": forecasting_fit,
+    "chemprop": chemprop_fit,
+    "newcomer": newcomer_fit,
+    "unlogged": unlogged_fit,
+    "small": small_fit,
+}
+PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop"}
 
 
 def timed(root: Path, diagnose: bool) -> dict[str, float]:
@@ -219,10 +237,10 @@ def main() -> None:
                     f"{arm} {seconds['wall'][arm][-1]:.2f} s ({seconds['cpu'][arm][-1]:.2f} s CPU)" for arm in ARMS
                 )
             )
-    package = importlib.import_module(PACKAGES[LIBRARY])
+    package = importlib.import_module(PACKAGES.get(LIBRARY, "lightning"))
     result: dict[str, Any] = {
         "what": f"whole fits of the compatibility tier's {LIBRARY} test, with and without EpochTimer and SampleAudit",
-        "library": f"{PACKAGES[LIBRARY]} {package.__version__}",
+        "library": f"{PACKAGES.get(LIBRARY, 'lightning')} {package.__version__}",
         "epochs_per_fit": EPOCHS,
         "pairs": PAIRS,
         "load_average_1min": load,
@@ -236,7 +254,7 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
-    name = {"newcomer": f"newcomer-{ARM}-{EPOCHS}", "small": f"small-{ARM}-{EPOCHS}"}.get(LIBRARY, LIBRARY)
+    name = f"{LIBRARY}-{ARM}-{EPOCHS}" if LIBRARY in ("newcomer", "unlogged", "small") else LIBRARY
     name = f"forecasting-batch-{ARM}" if LIBRARY == "forecasting" else name
     name = LIBRARY if name.endswith("-both") and LIBRARY == "forecasting" else name
     result["arm"] = ARM

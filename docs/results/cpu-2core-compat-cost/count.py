@@ -48,6 +48,13 @@ def child(library: str, epochs: int, batch: str, arm: str, root: Path) -> None:
     measure.timed(root, diagnose=arm != "without")
 
 
+def fit_and_costs(per_arm: dict[str, int]) -> tuple[int, dict[str, float]]:
+    """From a figure per arm: the fit's own (``without`` less ``imports``) and each diagnosed arm's cost over it."""
+    fit = per_arm["without"] - per_arm["imports"]
+    costs = {arm: 1 + (value - per_arm["without"]) / fit for arm, value in per_arm.items()}
+    return fit, {arm: cost for arm, cost in costs.items() if arm not in ("imports", "without")}
+
+
 def main() -> None:
     """Count every arm (two at a time) and write the counts and the costs."""
     if sys.argv[1] == "--child":
@@ -82,8 +89,7 @@ def main() -> None:
                     "reason": window.get("reason"),
                 }
     counts = {arm: arm_events["Ir"] for arm, arm_events in simulated.items()}
-    fit = counts["without"] - counts["imports"]
-    costs = {arm: 1 + (counts[arm] - counts["without"]) / fit for arm in arms if arm not in ("imports", "without")}
+    fit, costs = fit_and_costs(counts)
     result = {
         "what": f"instructions of one whole {library} fit of {epochs} epochs per process, by arm",
         "library": library,
@@ -97,13 +103,13 @@ def main() -> None:
     }
     if simulate:
         cycles = {arm: estimated_cycles(arm_events) for arm, arm_events in simulated.items()}
-        fit_cycles = cycles["without"] - cycles["imports"]
+        fit_cycles, cycle_costs = fit_and_costs(cycles)
         result.update(
             what=f"instructions and estimated cycles of one whole {library} fit of {epochs} epochs per process, by arm",
             events=simulated,
             estimated_cycles=cycles,
             fit_estimated_cycles=fit_cycles,
-            cost_in_estimated_cycles={arm: 1 + (cycles[arm] - cycles["without"]) / fit_cycles for arm in costs},
+            cost_in_estimated_cycles=cycle_costs,
         )
     name = f"counts-{library}-{epochs}{'-cycles' if simulate else ''}.json"
     (HERE / name).write_text(json.dumps(result, indent=1) + "\n")

@@ -11,7 +11,7 @@ environment, which .ci/run builds:
 
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting [PAIRS] [EPOCHS]
     .venv-compat-chemprop/bin/python docs/results/cpu-2core-compat-cost/measure.py chemprop [PAIRS] [EPOCHS]
-    .venv/bin/python docs/results/cpu-2core-compat-cost/measure.py newcomer [PAIRS] [EPOCHS] [both|timer|plain]
+    .venv/bin/python docs/results/cpu-2core-compat-cost/measure.py newcomer [PAIRS] [EPOCHS] [both|timer|plain|floor]
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/measure.py forecasting 10 3 8 [TAG]
 
 The last runs ``forecasting``'s fit in batches of 8 (21 steps an epoch); a TAG ends the results file's name.
@@ -19,7 +19,7 @@ The last runs ``forecasting``'s fit in batches of 8 (21 steps an epoch); a TAG e
 ``newcomer`` is no library: examples/diagnose_your_run.py's MLP on 4,096 random rows in batches of 64, with both
 callbacks or the timer alone, in the project's own environment; ``unlogged`` is the same fit with no logger (where
 TensorBoard's is the newcomer's); nor is ``small``, a smaller MLP of 30 steps an epoch and no logger
-(``measure.py small PAIRS EPOCHS [both|timer]``).
+(``measure.py small PAIRS EPOCHS [both|timer|plain|floor]``).
 
 Prints and writes results-LIBRARY.json beside this file: every fit's seconds and, for wall and CPU seconds
 each, the median of each arm, the ratio of the medians and the median of the pairs' ratios, each with a 95 %
@@ -111,14 +111,16 @@ def newcomer(root: Path, callbacks: list[Any], logged: bool = True) -> None:
 
 
 def arm_callbacks() -> list[Any]:
-    """The arm's callbacks: ``both``, the ``timer`` alone, or ``plain`` callbacks, for scale.
+    """The arm's callbacks: ``both``, the ``timer`` alone, or ``plain`` or ``floor`` callbacks, for scale.
 
     The plain ones are two callbacks written the usual way: each overrides the two per-step hooks with a body that does
-    nothing, and Lightning dispatches its other per-batch hooks as well.
+    nothing, and Lightning dispatches its other per-batch hooks as well. The floor ones are the same with those others
+    skipped, as the diagnosis skips them: the least two callbacks that see every step cost.
     """
     from lightning.pytorch import Callback
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
+    from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 
     class EmptyStepHooks(Callback):
         def on_train_batch_start(self, *args: Any) -> None:
@@ -127,10 +129,15 @@ def arm_callbacks() -> list[Any]:
         def on_train_batch_end(self, *args: Any) -> None:
             pass
 
+    class Floor(EmptyStepHooks):
+        def __init__(self) -> None:
+            skip_unused_batch_hooks(self)
+
     return {
         "both": [EpochTimer(), SampleAudit()],
         "timer": [EpochTimer()],
         "plain": [EmptyStepHooks(), EmptyStepHooks()],
+        "floor": [Floor(), Floor()],
     }[ARM]
 
 
@@ -178,6 +185,20 @@ FITS = {
     "small": small_fit,
 }
 PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop"}
+FIT_WHAT = {
+    "forecasting": "the compatibility tier's pytorch-forecasting test (N-BEATS)",
+    "chemprop": "the compatibility tier's chemprop test (MPNN)",
+    "newcomer": "the newcomer's MLP (examples/diagnose_your_run.py)",
+    "unlogged": "the newcomer's MLP with no logger",
+    "small": "a small MLP of 30 steps an epoch",
+}
+# What the diagnosed arm adds; a library's ARM is its batch size, and its arm both callbacks.
+ARM_WHAT = {
+    "both": "EpochTimer and SampleAudit",
+    "timer": "EpochTimer alone",
+    "plain": "two callbacks whose per-step hooks do nothing",
+    "floor": "two callbacks whose per-step hooks do nothing, their other per-batch hooks skipped",
+}
 
 
 def timed(root: Path, diagnose: bool) -> dict[str, float]:
@@ -239,7 +260,7 @@ def main() -> None:
             )
     package = importlib.import_module(PACKAGES.get(LIBRARY, "lightning"))
     result: dict[str, Any] = {
-        "what": f"whole fits of the compatibility tier's {LIBRARY} test, with and without EpochTimer and SampleAudit",
+        "what": f"whole fits of {FIT_WHAT[LIBRARY]}, with and without {ARM_WHAT.get(ARM, ARM_WHAT['both'])}",
         "library": f"{PACKAGES.get(LIBRARY, 'lightning')} {package.__version__}",
         "epochs_per_fit": EPOCHS,
         "pairs": PAIRS,

@@ -11,12 +11,16 @@ from lightning import LightningModule
 from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.callbacks.project_reader import project_hints
 from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, INPUT_WAIT_SHARE, WORKERS_CPU_SHARE, Measures, scalars
 from mnistperf.diagnosis.measure import cores
 from mnistperf.diagnosis.measure.busy_window import thread_wait_s
+from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS, advice
+from mnistperf.diagnosis.record.project_terms import ProjectTerms
 from mnistperf.diagnosis.record.rows import epoch_row
 from mnistperf.diagnosis.record.summary import aggregate
 from mnistperf.diagnosis.record.verdict import classify
+from mnistperf.lab_hints import LAB_HINTS
 
 linux = pytest.mark.skipif(thread_wait_s() is None, reason="read from Linux's /proc")
 
@@ -114,6 +118,47 @@ def test_the_run_reads_who_held_the_cores_from_its_steady_epochs():
     assert summary[CORE_WAIT_SHARE] == pytest.approx(0.4) and summary[WORKERS_CPU_SHARE] == pytest.approx(0.5)
     assert summary["cores_held"]["by"] == "workers"
     assert summary["cores_held"]["speed_up_at_most"] == pytest.approx(1 / 0.6)
+    # The step's own bound is undetermined here, and the advice still says what freeing the cores could buy
+    assert summary["verdict"] == "undetermined"
+    assert "training could be up to 1.7x faster" in summary["advice"]["ceiling"]
+    assert "wait for a core costs (40% of train time" in summary["advice"]["ceiling"]
+    assert "fewer DataLoader workers (num_workers), where the loader still keeps pace" in summary["advice"]["hints"]
+
+
+CROWDED_BY_WORKERS = {  # v1_pinned's run on the 2-core CPU: compute-bound in doubt, its own workers on the cores
+    "verdict": "compute-bound",
+    "avg_train_s": 28.7,
+    INPUT_WAIT_SHARE: 0.17,
+    "cpu_busy_share": 0.87,
+    "waited_for_a_core": 0.59,
+    "cores_held": {"by": "workers", CORE_WAIT_SHARE: 0.57, WORKERS_CPU_SHARE: 0.76, "speed_up_at_most": 1 / 0.43},
+}
+
+
+def test_the_advice_where_workers_held_the_cores_states_their_ceiling_and_what_frees_them():
+    found = advice(CROWDED_BY_WORKERS)
+    assert "none stated" not in found["ceiling"]  # the verdict's clause and this line agree
+    assert "with its own DataLoader workers off the cores, training could be up to 2.3x faster" in found["ceiling"]
+    assert found["hints"] == USER_HINTS[WORKERS] and "at_most_s_less" not in found  # not a bound compare holds B to
+    assert found["hints"][0].startswith("cheaper batches: the per-item work of __getitem__")
+    lab = advice(CROWDED_BY_WORKERS, LAB_HINTS)["hints"]
+    assert "stage v2_pinned" in lab[0] and "data.num_workers" in lab[1] and "mnistperf tune" in lab[2]
+    waiting = advice({**CROWDED_BY_WORKERS, "verdict": "input-bound"})  # input-bound: the input's own advice
+    assert "with input free" in waiting["ceiling"] and waiting["hints"] == USER_HINTS["input-bound"]
+    other = advice({**CROWDED_BY_WORKERS, "cores_held": {"by": "other work", CORE_WAIT_SHARE: 0.57}})
+    assert other["ceiling"].startswith("none stated")  # other work: nothing of the run's own to free
+
+
+def test_the_advice_on_workers_names_the_projects_own_option_and_tune():
+    terms = ProjectTerms(
+        model="ShelfModel", datamodule="ShelfData", options={"num_workers": "n_workers"}, prefix="data.init_args."
+    )
+    hints = project_hints(None, replace(terms, config="shelf.yaml"), cuda=False)[WORKERS]
+    assert "fewer DataLoader workers (data.init_args.n_workers), where the loader still keeps pace" in hints
+    assert any("`mnistperf tune --config shelf.yaml`" in hint for hint in hints)
+    python = project_hints(None, replace(terms, prefix=None), cuda=False)[WORKERS]
+    assert "fewer DataLoader workers (ShelfData(n_workers=...)), where the loader still keeps pace" in python
+    assert EpochTimer(hints={WORKERS: ["fewer loader processes"]}).hints == {WORKERS: ["fewer loader processes"]}
 
 
 class Busy(Dataset):

@@ -7,11 +7,18 @@ configs name it, with the stage that demonstrates each. Every stage config names
 
 from __future__ import annotations
 
+from mnistperf.diagnosis.record.advice import WORKERS
+
 LAB_HINTS: dict[str, list[str]] = {
     "input-bound": [
         "more loader workers (data.num_workers; stage v1_workers4)",
         "the per-item work done once in setup instead of per item (data.pipeline v2; stage v2_pinned)",
         "the data resident on the device (data.pipeline resident; stage v3_resident)",
+        "`mnistperf tune`, which measures the lab's pipelines on this machine",
+    ],
+    WORKERS: [
+        "the per-item work done once in setup instead of per item (data.pipeline v2; stage v2_pinned)",
+        "fewer loader workers (data.num_workers), where the loader still keeps pace",
         "`mnistperf tune`, which measures the lab's pipelines on this machine",
     ],
     "overhead-bound": [

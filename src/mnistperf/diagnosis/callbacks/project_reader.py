@@ -14,8 +14,8 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from mnistperf.diagnosis.measure.loader_options import arguments, own_names
-from mnistperf.diagnosis.record.advice import USER_HINTS, Hints
-from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints
+from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS, Hints
+from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
 
 if TYPE_CHECKING:  # LightningCLI (and jsonargparse, a tenth of a second to load) only where the run loaded it
     from lightning.pytorch.cli import SaveConfigCallback
@@ -56,8 +56,8 @@ def config_file(trainer: Trainer, saver: SaveConfigCallback) -> str | None:
 
 
 def project_hints(given: Hints | None, terms: ProjectTerms, cuda: bool) -> Hints:
-    """What the advice suggests per verdict: the hints given, else anyone's with the input-bound ones in these terms."""
-    return {**USER_HINTS, "input-bound": input_hints(terms, cuda), **(given or {})}
+    """What the advice suggests per verdict: the hints given, else anyone's with the loader's ones in these terms."""
+    return {**USER_HINTS, "input-bound": input_hints(terms, cuda), WORKERS: workers_hints(terms), **(given or {})}
 
 
 def log_folder(trainer: Trainer, every_rank: bool) -> Path:

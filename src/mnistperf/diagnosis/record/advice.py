@@ -11,14 +11,22 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, CPU_BUSY_SHARE, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE
+from mnistperf.diagnosis.figures import (
+    AVG_TRAIN_S,
+    CORE_WAIT_SHARE,
+    CPU_BUSY_SHARE,
+    DEVICE_BUSY_SHARE,
+    INPUT_WAIT_SHARE,
+)
 from mnistperf.diagnosis.measure.busy_window import CROWDED
-from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints
+from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
-# For each verdict (on a CPU, the CPU's own two), what usually removes the bound. "{threads}": the threads the run
-# used and the cores it could.
+# Not a verdict: a step its own DataLoader workers slowed by holding the cores (docs/timing.md, "The verdict").
+WORKERS = "workers holding the cores"
+# For each verdict (on a CPU, the CPU's own two), what usually removes the bound, and what frees the cores from the
+# run's own workers. "{threads}": the threads the run used and the cores it could.
 Hints = Mapping[str, Sequence[str]]
 USER_HINTS: dict[str, list[str]] = {
     # Nothing known of the project nor of its device: the DataLoader's own names, no pinning (a CPU gains nothing)
@@ -44,6 +52,7 @@ USER_HINTS: dict[str, list[str]] = {
         "no per-step self.log or .item(), and no callback doing work every step",
         "torch.compile, which fuses the step's many small operations",
     ],
+    WORKERS: workers_hints(ProjectTerms()),
 }
 
 
@@ -63,17 +72,28 @@ def imported_hints(hints: Hints | str | None) -> Hints | None:
 
 
 def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any] | None:
-    """``{"verdict", "ceiling", "hints"}`` from the run's steady figures; None where the verdict is undetermined.
+    """``{"verdict", "ceiling", "hints"}`` from the run's steady figures; None where nothing bounds a gain.
 
     Plus ``at_most_s_less`` (train seconds per epoch) where they bound the gain, ``speed_up_at_most`` for an
-    overhead-bound step. ``hints``: per verdict, :data:`USER_HINTS`'s where it is None or lacks the verdict.
+    overhead-bound step. Where the run's own workers held the cores from a step not waiting for data, whatever its
+    verdict, what freeing them could buy (:data:`WORKERS`). ``hints``: per verdict, :data:`USER_HINTS`'s where it is
+    None or lacks the verdict.
     """
     verdict, train_s = summary["verdict"], summary[AVG_TRAIN_S]
     on_cpu = DEVICE_BUSY_SHARE not in summary
     busy = summary.get(CPU_BUSY_SHARE if on_cpu else DEVICE_BUSY_SHARE)
     found: dict[str, Any] = {"verdict": verdict}
     crowded = summary.get("waited_for_a_core")
-    if verdict != "input-bound" and crowded is not None and crowded >= CROWDED:
+    held = summary.get("cores_held") or {}
+    key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
+    if verdict != "input-bound" and held.get("by") == "workers":  # the clause's ceiling, the step's own in doubt
+        key = WORKERS
+        found["ceiling"] = (
+            f"with its own DataLoader workers off the cores, training could be up to {held['speed_up_at_most']:.1f}x "
+            f"faster: what the training thread's wait for a core costs ({held[CORE_WAIT_SHARE]:.0%} of train time; "
+            "the step's other threads' waits are not read)"
+        )
+    elif verdict != "input-bound" and crowded is not None and crowded >= CROWDED:
         found["ceiling"] = (
             f"none stated: the training thread waited for a core {crowded:.0%} of the profiled window, so the share "
             "it would rest on is in doubt"
@@ -104,7 +124,6 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         found["ceiling"] = f"what remains is the {'CPU' if on_cpu else 'GPU'}'s arithmetic"
     else:
         return None
-    key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
     chosen = hints if hints is not None and key in hints else USER_HINTS
     threads = f"this run used {torch.get_num_threads()} threads on {usable_cpus()} usable cores"
     found["hints"] = [hint.replace("{threads}", threads) for hint in chosen[key]]

@@ -42,6 +42,17 @@ class ProjectTerms:
         return f"`mnistperf.tune.tune_loaders({self.model}(...), {data}, trainer_kwargs)`{moved}"
 
 
+ONCE = "the per-item work of __getitem__ (decoding, conversion to tensors) done once before training"
+
+
+def measured(terms: ProjectTerms, what: str) -> list[str]:
+    """The hint to have ``mnistperf tune`` measure ``what`` on this machine, where it can rebuild the project."""
+    tune = terms.tune()
+    if tune is None:
+        return []
+    return [f"{what} measured on this machine instead of guessed: {tune} trains short fits with each"]
+
+
 def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
     """What usually removes an input bound, in the project's terms; pinning (a faster copy to a GPU) on CUDA only."""
     hints = [
@@ -50,10 +61,18 @@ def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
     ]
     if cuda:
         hints.append(f"batches pinned for the copy to the GPU ({terms.named('pin_memory', True)})")
-    tune = terms.tune()
-    if tune is not None:
-        hints.append(f"those settings measured on this machine instead of guessed: {tune} trains short fits with each")
-    return hints + [
-        "the per-item work of __getitem__ (decoding, conversion to tensors) done once before training",
+    return [
+        *hints,
+        *measured(terms, "those settings"),
+        ONCE,
         "the dataset kept on the device as tensors, batches sliced there",
+    ]
+
+
+def workers_hints(terms: ProjectTerms) -> list[str]:
+    """What usually frees the cores a run's own DataLoader workers hold from its step, in the project's terms."""
+    return [
+        f"cheaper batches: {ONCE}",
+        f"fewer DataLoader workers ({terms.named('num_workers')}), where the loader still keeps pace",
+        *measured(terms, "the number of workers"),
     ]

@@ -121,3 +121,17 @@ def test_many_small_spikes_that_cost_little_say_nothing():
     found = stalls(rows)
     assert found["spikes"] == 120 and found["spikes_share"] == pytest.approx(0.02)
     assert format_stalls(found, 0.002) is None
+
+
+def test_a_slow_first_step_is_named_only_where_it_costs_a_share_of_train_time():
+    def rows_of(steps: int) -> list[dict]:  # the steady epochs' first step at 5x a 10 ms median
+        row = {"step_median_s": 0.01, "first_step_s": 0.05, "train_s": 0.01 * steps, "spikes": 0, "spikes_s": 0.0}
+        return [{"epoch": n, **row} for n in (1, 2, 3)]
+
+    short = stalls(rows_of(20))
+    assert short["slow_first_step"] == [2, 3] and short["slow_first_share"] == pytest.approx(0.2)  # 0.04 s of 0.2 s
+    line = format_stalls(short, 0.01)
+    assert "the first step of epoch(s) 2, 3, over 3x the median (up to 0.05 s), took 20% of train time past it" in line
+    assert "persistent_workers=True" in line
+    long = stalls(rows_of(1000))  # the same first step in an epoch of 1,000 steps: 0.4 % of it
+    assert long["slow_first_step"] == [2, 3] and format_stalls(long, 0.01) is None

@@ -66,16 +66,20 @@ def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     measured = [e for e in epochs if e.get(SPIKES_S) is not None]
     train = sum(e[TRAIN_S] for e in measured)
     worst = [{"epoch": e["epoch"], "step": step, "s": s} for e in epochs for step, s in e.get("worst_spikes", [])]
+    steady = epochs[1:]  # the warm-up's first step holds one-off work (its loader started before it)
     slow_first = [
-        e["epoch"]
-        for e in epochs[1:]  # the warm-up's first step holds one-off work (its loader started before it)
-        if (e.get(FIRST_STEP_S) or 0) >= SLOW_FIRST_FACTOR * (e.get(STEP_MEDIAN_S) or 0) > 0
+        e for e in steady if (e.get(FIRST_STEP_S) or 0) >= SLOW_FIRST_FACTOR * (e.get(STEP_MEDIAN_S) or 0) > 0
     ]
+    steady_train = sum(e.get(TRAIN_S) or 0.0 for e in steady)
+    first_past = sum(e[FIRST_STEP_S] - e[STEP_MEDIAN_S] for e in slow_first)
     return {
         SPIKES: sum(e.get(SPIKES) or 0 for e in epochs),
         "spikes_share": sum(e[SPIKES_S] for e in measured) / train if measured and train > 0 else None,
         "worst_spikes": sorted(worst, key=lambda spike: -spike["s"])[:WORST_KEPT],
-        "slow_first_step": slow_first,
+        "slow_first_step": [e["epoch"] for e in slow_first],
+        # what those first steps took past their median, as a share of the steady epochs' train time
+        "slow_first_share": first_past / steady_train if slow_first and steady_train > 0 else None,
+        "slowest_first_s": max((e[FIRST_STEP_S] for e in slow_first), default=None),
         "drift": drift(epochs[1:] or epochs),  # the steady epochs: the warm-up apart, where there are others
     }
 
@@ -92,9 +96,15 @@ def format_stalls(found: dict[str, Any], median: float | None) -> str | None:
             "(slow items, workers restarting each epoch), periodic work in the loop (logging, checkpoints), or "
             "other work on this machine"
         )
-    if found.get("slow_first_step"):
+    first_share = found.get("slow_first_share")
+    if first_share is not None and first_share >= SPIKES_WORTH:
         epochs = ", ".join(map(str, found["slow_first_step"]))
-        parts.append(f"a first step over {SLOW_FIRST_FACTOR:.0f}x the median in epoch(s) {epochs} (the loader's start)")
+        parts.append(
+            f"the first step of epoch(s) {epochs}, over {SLOW_FIRST_FACTOR:.0f}x the median (up to "
+            f"{found['slowest_first_s']:,.2f} s), took {first_share:.0%} of train time past it; a slow first step is "
+            "usually the loader starting its epoch: workers started anew (unless persistent_workers=True), each "
+            "making its first batches before any is ready"
+        )
     moved = found.get("drift")
     if moved:
         parts.append(

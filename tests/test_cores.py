@@ -147,6 +147,14 @@ def test_the_advice_where_workers_held_the_cores_states_their_ceiling_and_what_f
     assert "with input free" in waiting["ceiling"] and waiting["hints"] == USER_HINTS["input-bound"]
     other = advice({**CROWDED_BY_WORKERS, "cores_held": {"by": "other work", CORE_WAIT_SHARE: 0.57}})
     assert other["ceiling"].startswith("none stated")  # other work: nothing of the run's own to free
+    # A share the window measured quietly still bounds the step: its ceiling stands, the workers' beside it
+    quiet = {"verdict": "overhead-bound", "avg_train_s": 1.0, INPUT_WAIT_SHARE: 0.02, "device_busy_share": 0.4}
+    held = {"by": "workers", CORE_WAIT_SHARE: 0.3, WORKERS_CPU_SHARE: 0.5, "speed_up_at_most": 1 / 0.7}
+    both = advice({**quiet, "waited_for_a_core": 0.03, "cores_held": held})
+    alone = advice(quiet)
+    assert both["ceiling"].startswith(alone["ceiling"] + "; with its own DataLoader workers off the cores")
+    assert both["at_most_s_less"] == alone["at_most_s_less"] and both["speed_up_at_most"] == pytest.approx(2.5)
+    assert both["hints"] == USER_HINTS[WORKERS] + USER_HINTS["overhead-bound"]
 
 
 def test_the_advice_on_workers_names_the_projects_own_option_and_tune():

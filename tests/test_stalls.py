@@ -86,7 +86,7 @@ def test_drift_is_named_only_where_step_time_moves_one_way_by_enough():
 
 def test_the_summary_says_nothing_of_stalls_where_nothing_stood_out():
     quiet = [{"epoch": n, "step_median_s": 0.01, "first_step_s": 0.012, "spikes": 0} for n in (1, 2, 3)]
-    assert format_stalls(stalls(quiet), 0.01) is None
+    assert format_stalls(stalls(quiet), 0.01, quiet) is None
 
 
 def test_a_spike_is_counted_where_it_fell_and_named_only_where_it_cost_enough():
@@ -120,7 +120,7 @@ def test_many_small_spikes_that_cost_little_say_nothing():
     ]
     found = stalls(rows)
     assert found["spikes"] == 120 and found["spikes_share"] == pytest.approx(0.02)
-    assert format_stalls(found, 0.002) is None
+    assert format_stalls(found, 0.002, rows) is None
 
 
 def test_a_slow_first_step_is_named_only_where_it_costs_a_share_of_train_time():
@@ -130,8 +130,10 @@ def test_a_slow_first_step_is_named_only_where_it_costs_a_share_of_train_time():
 
     short = stalls(rows_of(20))
     assert short["slow_first_step"] == [2, 3] and short["slow_first_share"] == pytest.approx(0.2)  # 0.04 s of 0.2 s
-    line = format_stalls(short, 0.01)
-    assert "the first step of epoch(s) 2, 3, over 3x the median (up to 0.05 s), took 20% of train time past it" in line
-    assert "persistent_workers=True" in line
+    line = format_stalls(short, 0.01, rows_of(20))
+    assert "the first steps of epoch(s) 2, 3 (over 3x the median, the longest 50 ms) took 20% of train time" in line
+    assert "the loader starting its epoch" in line
     long = stalls(rows_of(1000))  # the same first step in an epoch of 1,000 steps: 0.4 % of it
-    assert long["slow_first_step"] == [2, 3] and format_stalls(long, 0.01) is None
+    assert long["slow_first_step"] == [2, 3] and format_stalls(long, 0.01, rows_of(1000)) is None
+    older = {key: value for key, value in short.items() if key not in ("slow_first_share", "slowest_first_s")}
+    assert format_stalls(older, 0.01, rows_of(20)) == line  # a timing.json from before the share: read from its rows

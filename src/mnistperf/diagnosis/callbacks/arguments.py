@@ -7,7 +7,7 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from mnistperf.diagnosis.record.advice import USER_HINTS
+from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS
 
 
 class Takes(NamedTuple):
@@ -68,7 +68,8 @@ def check(owner: str, values: Mapping[str, Any]) -> None:
 
 def check_hints(value: Any) -> None:
     """EpochTimer's ``hints`` (once imported) map some verdicts each to a list of strings, or are None."""
-    takes = f"a mapping of verdicts ({', '.join(USER_HINTS)}) to lists of hints, an import path to one, or None"
+    verdicts = ", ".join(key for key in USER_HINTS if key != WORKERS)
+    takes = f"a mapping of verdicts ({verdicts}) or {WORKERS!r} to lists of hints, an import path to one, or None"
     fail = f"EpochTimer(hints={value!r}): hints takes {takes}"
     if not isinstance(value, (Mapping, type(None))):
         raise TypeError(fail)

@@ -61,31 +61,40 @@ def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {**moved, "per_epoch_share": moved["per_epoch_s"] / moved["from_s"]}
 
 
+def slow_first_steps(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The epochs past the warm-up whose first step took 3x their median or more, and what those steps cost."""
+    steady = epochs[1:]  # the warm-up's first step holds one-off work (its loader started before it)
+    slow = [e for e in steady if (e.get(FIRST_STEP_S) or 0) >= SLOW_FIRST_FACTOR * (e.get(STEP_MEDIAN_S) or 0) > 0]
+    train = sum(e.get(TRAIN_S) or 0.0 for e in steady)
+    return {
+        "slow_first_step": [e["epoch"] for e in slow],
+        # what those first steps took past their median, as a share of the steady epochs' train time
+        "slow_first_share": sum(e[FIRST_STEP_S] - e[STEP_MEDIAN_S] for e in slow) / train if slow and train else None,
+        "slowest_first_s": max((e[FIRST_STEP_S] for e in slow), default=None),
+    }
+
+
 def stalls(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's stalls, from every epoch's row: spikes, the share of train time they cost, slow first steps, drift."""
     measured = [e for e in epochs if e.get(SPIKES_S) is not None]
     train = sum(e[TRAIN_S] for e in measured)
     worst = [{"epoch": e["epoch"], "step": step, "s": s} for e in epochs for step, s in e.get("worst_spikes", [])]
-    steady = epochs[1:]  # the warm-up's first step holds one-off work (its loader started before it)
-    slow_first = [
-        e for e in steady if (e.get(FIRST_STEP_S) or 0) >= SLOW_FIRST_FACTOR * (e.get(STEP_MEDIAN_S) or 0) > 0
-    ]
-    steady_train = sum(e.get(TRAIN_S) or 0.0 for e in steady)
-    first_past = sum(e[FIRST_STEP_S] - e[STEP_MEDIAN_S] for e in slow_first)
     return {
         SPIKES: sum(e.get(SPIKES) or 0 for e in epochs),
         "spikes_share": sum(e[SPIKES_S] for e in measured) / train if measured and train > 0 else None,
         "worst_spikes": sorted(worst, key=lambda spike: -spike["s"])[:WORST_KEPT],
-        "slow_first_step": [e["epoch"] for e in slow_first],
-        # what those first steps took past their median, as a share of the steady epochs' train time
-        "slow_first_share": first_past / steady_train if slow_first and steady_train > 0 else None,
-        "slowest_first_s": max((e[FIRST_STEP_S] for e in slow_first), default=None),
+        **slow_first_steps(epochs),
         "drift": drift(epochs[1:] or epochs),  # the steady epochs: the warm-up apart, where there are others
     }
 
 
-def format_stalls(found: dict[str, Any], median: float | None) -> str | None:
-    """The stalls' line, starting with the steady epochs' ``median`` step, where something cost enough to act on."""
+def format_stalls(found: dict[str, Any], median: float | None, epochs: list[dict[str, Any]]) -> str | None:
+    """The stalls' line, starting with the steady epochs' ``median`` step, where something cost enough to act on.
+
+    ``epochs``: the run's rows, which give what slow first steps cost where ``found`` is older than that figure.
+    """
+    if "slow_first_share" not in found:
+        found = {**found, **slow_first_steps(epochs)}
     parts = []
     share = found.get("spikes_share")
     if share is not None and share >= SPIKES_WORTH:
@@ -98,12 +107,12 @@ def format_stalls(found: dict[str, Any], median: float | None) -> str | None:
         )
     first_share = found.get("slow_first_share")
     if first_share is not None and first_share >= SPIKES_WORTH:
-        epochs = ", ".join(map(str, found["slow_first_step"]))
+        epochs_named = ", ".join(map(str, found["slow_first_step"]))
         parts.append(
-            f"the first step of epoch(s) {epochs}, over {SLOW_FIRST_FACTOR:.0f}x the median (up to "
-            f"{found['slowest_first_s']:,.2f} s), took {first_share:.0%} of train time past it; a slow first step is "
-            "usually the loader starting its epoch: workers started anew (unless persistent_workers=True), each "
-            "making its first batches before any is ready"
+            f"the first steps of epoch(s) {epochs_named} (over {SLOW_FIRST_FACTOR:.0f}x the median, the longest "
+            f"{found['slowest_first_s'] * 1e3:,.0f} ms) took {first_share:.0%} of train time beyond the median step; "
+            "a slow first step is usually the loader starting its epoch: its workers starting, unless they persist "
+            "between epochs, and making their first batches before any is ready"
         )
     moved = found.get("drift")
     if moved:

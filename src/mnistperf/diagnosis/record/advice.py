@@ -86,14 +86,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     crowded = summary.get("waited_for_a_core")
     held = summary.get("cores_held") or {}
     key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
-    if verdict != "input-bound" and held.get("by") == "workers":  # the clause's ceiling, the step's own in doubt
-        key = WORKERS
-        found["ceiling"] = (
-            f"with its own DataLoader workers off the cores, training could be up to {held['speed_up_at_most']:.1f}x "
-            f"faster: what the training thread's wait for a core costs ({held[CORE_WAIT_SHARE]:.0%} of train time; "
-            "the step's other threads' waits are not read)"
-        )
-    elif verdict != "input-bound" and crowded is not None and crowded >= CROWDED:
+    unstated = False  # a ceiling the figures cannot state
+    if verdict != "input-bound" and crowded is not None and crowded >= CROWDED:
+        unstated = True
         found["ceiling"] = (
             f"none stated: the training thread waited for a core {crowded:.0%} of the profiled window, so the share "
             "it would rest on is in doubt"
@@ -116,17 +111,32 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             "faster"
         ) + f" (at most {less:.2f} s less per epoch)"
     elif verdict == "overhead-bound":
+        unstated = True
         found["ceiling"] = (
             "none stated: the time inside tensor operations was bounded from above by the step's phases, not "
             "measured, and only a measured share bounds what removing the overhead could buy"
         )
     elif verdict == "compute-bound":
         found["ceiling"] = f"what remains is the {'CPU' if on_cpu else 'GPU'}'s arithmetic"
-    else:
+    keys = [key]
+    if verdict != "input-bound" and held.get("by") == "workers":  # what freeing the cores could buy, as the clause says
+        freed = (
+            f"with its own DataLoader workers off the cores, training could be up to {held['speed_up_at_most']:.1f}x "
+            f"faster: what the training thread's wait for a core costs ({held[CORE_WAIT_SHARE]:.0%} of train time; "
+            "the step's other threads' waits are not read)"
+        )
+        if unstated or "ceiling" not in found:  # no share to rest a ceiling on: the workers' alone
+            found["ceiling"], keys = freed, [WORKERS]
+        else:  # a measured ceiling stands, the workers' beside it, their hints first
+            found["ceiling"], keys = f"{found['ceiling']}; {freed}", [WORKERS, key]
+    if "ceiling" not in found:
         return None
-    chosen = hints if hints is not None and key in hints else USER_HINTS
     threads = f"this run used {torch.get_num_threads()} threads on {usable_cpus()} usable cores"
-    found["hints"] = [hint.replace("{threads}", threads) for hint in chosen[key]]
+    found["hints"] = [
+        hint.replace("{threads}", threads)
+        for each in keys
+        for hint in (hints if hints is not None and each in hints else USER_HINTS)[each]
+    ]
     return found
 
 

@@ -114,7 +114,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         f"Device: {run.device or 'not known'}, precision {run.precision or '32-true'}",
         f"Verdict: {run.verdict} ({run.verdict_reason})",
         format_split(run, steady),
-        format_stalls(run.stalls, run.figure(figures.STEP_MEDIAN_S)) if run.stalls else None,
+        format_stalls(run.stalls, run.figure(figures.STEP_MEDIAN_S), run.epochs) if run.stalls else None,
         format_utilization(dict(run.content)),
         format_growth(run.memory["growth"]) if run.memory else None,
         format_ranks(run, steady) if run.ranks else None,

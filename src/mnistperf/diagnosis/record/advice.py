@@ -75,9 +75,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     """``{"verdict", "ceiling", "hints"}`` from the run's steady figures; None where nothing bounds a gain.
 
     Plus ``at_most_s_less`` (train seconds per epoch) where they bound the gain, ``speed_up_at_most`` for an
-    overhead-bound step. Where the run's own workers held the cores from a step not waiting for data, whatever its
-    verdict, what freeing them could buy (:data:`WORKERS`). ``hints``: per verdict, :data:`USER_HINTS`'s where it is
-    None or lacks the verdict.
+    overhead-bound step. Where the run's own workers held the cores, whatever its verdict, what freeing them could buy
+    (:data:`WORKERS`). ``hints``: per verdict, :data:`USER_HINTS`'s where it is None or lacks the verdict.
     """
     verdict, train_s = summary["verdict"], summary[AVG_TRAIN_S]
     on_cpu = DEVICE_BUSY_SHARE not in summary
@@ -119,7 +118,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     elif verdict == "compute-bound":
         found["ceiling"] = f"what remains is the {'CPU' if on_cpu else 'GPU'}'s arithmetic"
     keys = [key]
-    if verdict != "input-bound" and held.get("by") == "workers":  # what freeing the cores could buy, as the clause says
+    if held.get("by") == "workers":  # what freeing the cores could buy, as the verdict's clause says
         freed = (
             f"with its own DataLoader workers off the cores, training could be up to {held['speed_up_at_most']:.1f}x "
             f"faster: what the training thread's wait for a core costs ({held[CORE_WAIT_SHARE]:.0%} of train time; "
@@ -127,8 +126,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         )
         if unstated or "ceiling" not in found:  # no share to rest a ceiling on: the workers' alone
             found["ceiling"], keys = freed, [WORKERS]
-        else:  # a measured ceiling stands, the workers' beside it, their hints first
-            found["ceiling"], keys = f"{found['ceiling']}; {freed}", [WORKERS, key]
+        else:  # a measured ceiling stands, the workers' beside it, their hints first (more workers: not for input)
+            found["ceiling"] = f"{found['ceiling']}; {freed}"
+            keys = [WORKERS] if verdict == "input-bound" else [WORKERS, key]
     if "ceiling" not in found:
         return None
     threads = f"this run used {torch.get_num_threads()} threads on {usable_cpus()} usable cores"

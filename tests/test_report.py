@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import time
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -121,6 +122,9 @@ def test_the_fit_writes_its_report_beside_timing_json(tmp_path, capsys):
     summary = json.loads(path.read_text())
     assert self_contained(report)
     assert f"Verdict: {summary['verdict']}" in report
+    assert summary["advice"]["hints"] and all(
+        f"<li>{escape(hint)}</li>" in report for hint in summary["advice"]["hints"]
+    )
     assert report.count('role="img"') == 3  # step times, split, memory
     assert 'aria-label="step times per epoch"' in report and 'aria-label="memory per epoch"' in report
 

@@ -180,14 +180,19 @@ def _table(head: list[str], rows: list[list[str]], words_last: bool = False) -> 
 
 
 def run_head(run: RunSummary) -> str:
-    """A run's verdict, its reason, its steady figures and what a fix could buy."""
-    advice = run.advice.ceiling if run.advice else ""
+    """A run's verdict, its reason, its steady figures and what a fix could buy, with what usually brings it."""
+    advice = ""
+    if run.advice:
+        usually = "".join(f"<li>{escape(hint)}</li>" for hint in run.advice.hints)
+        advice = f"\n<p>{FIX_BUYS}: {escape(run.advice.ceiling)}.</p>" + (
+            f"\n<p>Usually:</p><ul>{usually}</ul>" if usually else ""
+        )
     return (
         f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>\n'
         f"<p>{escape(run.verdict_reason)}</p>\n"
         f"<p>Steady train time per epoch {shown(run.figure(figures.AVG_TRAIN_S), 's')} s, "
         f"{shown(run.figure(figures.SAMPLES_PER_S), 'samples/s')} samples/s; device {escape(run.device or '-')}.</p>"
-        + (f"\n<p>{FIX_BUYS}: {escape(advice)}.</p>" if advice else "")
+        + advice
     )
 
 

@@ -45,7 +45,7 @@ class ProjectTerms:
 ONCE = "the per-item work of __getitem__ (decoding, conversion to tensors) done once before training"
 
 
-def measured(terms: ProjectTerms, what: str) -> list[str]:
+def tune_hint(terms: ProjectTerms, what: str) -> list[str]:
     """The hint to have ``mnistperf tune`` measure ``what`` on this machine, where it can rebuild the project."""
     tune = terms.tune()
     if tune is None:
@@ -63,7 +63,7 @@ def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
         hints.append(f"batches pinned for the copy to the GPU ({terms.named('pin_memory', True)})")
     return [
         *hints,
-        *measured(terms, "those settings"),
+        *tune_hint(terms, "those settings"),
         ONCE,
         "the dataset kept on the device as tensors, batches sliced there",
     ]
@@ -74,5 +74,5 @@ def workers_hints(terms: ProjectTerms) -> list[str]:
     return [
         f"cheaper batches: {ONCE}",
         f"fewer DataLoader workers ({terms.named('num_workers')}), where the loader still keeps pace",
-        *measured(terms, "the number of workers"),
+        *tune_hint(terms, "the number of workers"),
     ]

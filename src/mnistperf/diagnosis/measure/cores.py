@@ -70,6 +70,10 @@ class EpochCores:
         return wait, min(max(used / ((now - self.started) * usable_cpus()), 0.0), 1.0)
 
 
+# Why freeing the cores may buy more than the training thread's wait: said wherever that wait is priced
+UNREAD = "the step's other threads' waits are not read"
+
+
 def held(figures: dict[str, Any]) -> dict[str, Any] | None:
     """Who held the cores (``by`` its workers or other work) where the training thread waited for one; else None."""
     wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)
@@ -91,7 +95,7 @@ def clause(found: dict[str, Any] | None) -> str:
             f"; its own DataLoader workers held the cores (the training thread waited for one {wait:.0%} of train "
             f"time, the workers using {used:.0%} of them): cheaper batches, such as a pre-tensorized dataset, or fewer "
             f"workers where the loader still keeps pace, could make training up to {found['speed_up_at_most']:.1f}x "
-            "faster, what the training thread's wait costs (the step's other threads' waits are not read)"
+            f"faster, what the training thread's wait costs ({UNREAD})"
         )
     workers_used = f", its loader's workers using {used:.0%} of them" if used is not None else ""
     return (

@@ -19,6 +19,7 @@ from mnistperf.diagnosis.figures import (
     INPUT_WAIT_SHARE,
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
+from mnistperf.diagnosis.measure.cores import UNREAD
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
@@ -122,7 +123,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         freed = (
             f"with its own DataLoader workers off the cores, training could be up to {held['speed_up_at_most']:.1f}x "
             f"faster: what the training thread's wait for a core costs ({held[CORE_WAIT_SHARE]:.0%} of train time; "
-            "the step's other threads' waits are not read)"
+            f"{UNREAD})"
         )
         if unstated or "ceiling" not in found:  # no share to rest a ceiling on: the workers' alone
             found["ceiling"], keys = freed, [WORKERS]

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.project_reader import project_hints
 from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, INPUT_WAIT_SHARE, WORKERS_CPU_SHARE, Measures, scalars
-from mnistperf.diagnosis.measure import cores
+from mnistperf.diagnosis.measure import cores, memory
 from mnistperf.diagnosis.measure.busy_window import thread_wait_s
 from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS, advice
 from mnistperf.diagnosis.record.project_terms import ProjectTerms
@@ -69,7 +69,7 @@ def test_a_process_cpu_time_is_read_from_its_stat_whatever_its_name(tmp_path, mo
     (tmp_path / "42").mkdir()
     fields = ["S", *["0"] * 10, "250", "150", *["0"] * 30]  # utime 250 ticks, stime 150
     (tmp_path / "42" / "stat").write_text(f"42 (a (odd) name) {' '.join(fields)}\n")
-    monkeypatch.setattr(cores, "PROC", tmp_path)
+    monkeypatch.setattr(memory, "PROC", tmp_path)
     monkeypatch.setattr(cores.os, "sysconf", lambda name: 100)
     assert cores.cpu_s(42) == pytest.approx(4.0)
     assert cores.cpu_s(43) is None  # gone

@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
-from mnistperf.diagnosis.measure import memory
+from mnistperf.diagnosis.measure import cores, memory
+from mnistperf.diagnosis.measure.batches import may_run_workers
 from mnistperf.diagnosis.record.text import format_summary
 
 linux = pytest.mark.skipif(not memory.measured(), reason="resident memory is read from Linux's /proc")
@@ -98,6 +99,37 @@ def test_without_workers_none_are_counted():
     timer = EpochTimer()
     fit_module(Hoarder(), DataLoader(Rows(ballast_mb=BALLAST_MB), batch_size=2), callbacks=[timer], max_epochs=1)
     assert timer.epochs[0]["workers_pss_mb"] < BALLAST_MB
+
+
+class Validated(Hoarder):
+    def validation_step(self, batch, batch_idx):
+        return self.training_step(batch, batch_idx)
+
+
+def test_only_loaders_known_to_run_no_workers_spare_the_reads():
+    none, two = DataLoader(Rows(), batch_size=2), DataLoader(Rows(), batch_size=2, num_workers=2)
+    assert not may_run_workers(none) and not may_run_workers(None) and not may_run_workers({"a": none, "b": [none]})
+    assert may_run_workers({"a": none, "b": [none, two]}) and may_run_workers(iter(range(3)))  # not a DataLoader
+
+
+@linux
+def test_where_no_loader_runs_workers_none_are_looked_for_and_none_are_counted(monkeypatch):
+    looked: list[int] = []
+
+    def children() -> list[int]:
+        looked.append(1)
+        return []
+
+    monkeypatch.setattr(memory, "workers", children)
+    monkeypatch.setattr(cores, "workers", children)
+    timer = EpochTimer()
+    loader = DataLoader(Rows(), batch_size=2)
+    fit_module(Validated(), loader, DataLoader(Rows(), batch_size=2), callbacks=[timer], max_epochs=2)
+    assert not looked
+    assert [(row["workers_pss_mb"], row["workers_cpu_share"]) for row in timer.epochs] == [(0.0, 0.0)] * 2
+    persistent = DataLoader(Rows(), batch_size=2, num_workers=1, persistent_workers=True)  # alive while training
+    fit_module(Validated(), loader, persistent, callbacks=[EpochTimer()], max_epochs=2)
+    assert looked
 
 
 @linux

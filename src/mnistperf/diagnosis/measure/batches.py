@@ -86,6 +86,17 @@ def collated_anew(loaders: Any) -> bool:
     return isinstance(items, (list, tuple)) and bool(items) and all(collated_anew(item) for item in items)
 
 
+def may_run_workers(loaders: Any) -> bool:
+    """Whether a fit's loaders (a DataLoader, a nest of them, or None) may run worker processes: True unless known not.
+
+    A DataLoader with ``num_workers=0`` runs none; any other iterable may.
+    """
+    if loaders is None or isinstance(loaders, DataLoader):
+        return loaders is not None and loaders.num_workers > 0
+    items = list(loaders.values()) if isinstance(loaders, Mapping) else loaders
+    return not isinstance(items, (list, tuple)) or any(may_run_workers(item) for item in items)
+
+
 class TrainingBatches:
     """A fit's training batches as one callback reads them: each loader's part, a step's reading kept until it trained.
 

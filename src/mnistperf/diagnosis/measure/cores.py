@@ -8,7 +8,7 @@ from typing import Any
 
 from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, WORKERS_CPU_SHARE
 from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_wait_s
-from mnistperf.diagnosis.measure.memory import PROC, measured, workers
+from mnistperf.diagnosis.measure.memory import measured, proc_text, workers
 from mnistperf.machine import usable_cpus
 
 # Workers are read at the first step this long after the last read: a worker gone since loses that much CPU at most.
@@ -21,7 +21,7 @@ WORKERS_HOLD = 0.25
 def cpu_s(pid: int) -> float | None:
     """Process ``pid``'s user and system CPU time so far, in seconds; None where it cannot be read (gone, no /proc)."""
     try:
-        text = (PROC / str(pid) / "stat").read_text()
+        text = proc_text(pid, "stat")
         after_name = text[text.rindex(")") + 2 :].split()  # the name, in parentheses, may hold spaces
         return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
@@ -31,7 +31,8 @@ def cpu_s(pid: int) -> float | None:
 class EpochCores:
     """One epoch's readings, each method called from the thread that runs the training steps (whose schedule it is)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: bool = True) -> None:
+        self.workers = workers  # whether the loaders may have workers to read (False: none, none read)
         self.started: float | None = None  # the epoch's start, on the caller's clock
         self.waited = 0.0  # seconds the training thread waited for a core in train time so far (NaN: a read failed)
         self._from: float | None = None  # the thread's wait where train time last started
@@ -57,7 +58,9 @@ class EpochCores:
 
     def read_workers(self, now: float) -> None:
         """Read the workers' CPU time now; the next read is due :data:`READ_EVERY_S` later."""
-        self.due = now + READ_EVERY_S
+        self.due = now + READ_EVERY_S if self.workers else math.inf
+        if not self.workers:
+            return
         self.last.update({pid: used for pid in workers() if (used := cpu_s(pid)) is not None})
 
     def shares(self, train_s: float, now: float) -> tuple[float, float]:

@@ -26,14 +26,20 @@ GROWING = {  # the row's memory figures that growth is read on, and what each is
 
 def measured() -> bool:
     """Whether this system shows processes' resident memory in ``/proc`` (Linux)."""
-    return (PROC / "self" / "status").exists()
+    return os.path.exists(f"{PROC}/self/status")
+
+
+def proc_text(pid: int | str, file: str) -> str:
+    """``/proc/<pid>/<file>``'s text, read with ``open``: read every epoch, where pathlib's objects cost more."""
+    with open(f"{PROC}/{pid}/{file}") as text:
+        return text.read()
 
 
 def _sizes_mb(pid: int | str, file: str, *keys: str) -> list[float | None]:
     """The sizes ``keys`` of ``/proc/<pid>/<file>`` in MB (None where absent or unreadable: gone, or no /proc)."""
     found: dict[str, float] = {}
     try:
-        for line in (PROC / str(pid) / file).read_text().splitlines():
+        for line in proc_text(pid, file).splitlines():
             key = line.split(":", 1)[0]
             if key in keys:
                 found[key] = int(line.split()[1]) * 1024 / MB
@@ -43,8 +49,11 @@ def _sizes_mb(pid: int | str, file: str, *keys: str) -> list[float | None]:
 
 
 def rss_mb() -> float | None:
-    """This process's resident memory in MB, from ``status``."""
-    return _sizes_mb("self", "status", "VmRSS")[0]
+    """This process's resident memory in MB: ``statm``'s resident pages (``status``'s VmRSS, in one short line)."""
+    try:
+        return int(proc_text("self", "statm").split()[1]) * os.sysconf("SC_PAGE_SIZE") / MB
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def rss_pss_mb(pid: int) -> list[float | None]:
@@ -73,7 +82,7 @@ def workers() -> list[int]:
     """
     pid = os.getpid()
     try:
-        found = [int(child) for child in (PROC / str(pid) / "task" / str(pid) / "children").read_text().split()]
+        found = [int(child) for child in proc_text(pid, f"task/{pid}/children").split()]
     except (OSError, ValueError):
         return []
     own = {os.environ.get("LOCAL_RANK"), _own_start_rank()}

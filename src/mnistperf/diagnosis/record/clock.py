@@ -20,7 +20,7 @@ from mnistperf.diagnosis.measure import busy_window
 from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
-from mnistperf.diagnosis.measure.memory import device_peaks_mb, reset_device_peaks, rss_mb, workers_pss_mb
+from mnistperf.diagnosis.measure.memory import device_peaks_mb, measured, reset_device_peaks, rss_mb, workers_pss_mb
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.phases import PHASES, StepPhases
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
@@ -80,6 +80,7 @@ class EpochClock:
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
         self._op_s = 0.0  # on a CPU, a bare tiny operator's least time (operator_s) at the epochs' starts (0: not yet)
+        self.loader_workers = True  # whether the training loaders may run workers (False: no worker is read)
         self.clock_calls = False  # whether the operator clock may stand in for a profiler the fit cannot pay for
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
@@ -111,7 +112,7 @@ class EpochClock:
         # Memory is read at this step (the middle of the epoch, while its loader's workers run) and at its end.
         self._memory_at = max(1, int(batches // 2)) if math.isfinite(batches) else 2
         self._memory: list[tuple[float | None, float | None]] = []  # MB resident: this process's, its workers' (PSS)
-        self._cores = EpochCores()
+        self._cores = EpochCores(self.loader_workers)
         self._ended = math.nan  # the clock's last read at the end of train or eval time
         self.phases.reset()
 
@@ -225,7 +226,7 @@ class EpochClock:
             self._host_wait_s += now - self._last_step_end
         self._steps += 1
         if self._steps == self._memory_at:
-            self._memory.append((rss_mb(), workers_pss_mb()))
+            self._read_memory()
         if now >= self._cores.due or index + 2 == self._batches:  # the step before the last: workers still run
             self._cores.read_workers(now)
         if self._first_index is None:
@@ -234,6 +235,11 @@ class EpochClock:
             self._window_open = (self._synced_now(), self._input_wait_s, self._host_wait_s)
         if self.window is not None:  # unless declined as it opened
             self.window.step_start(index)
+
+    def _read_memory(self) -> None:
+        """This process's resident memory and its loader's workers' PSS now (none to read where no loader has any)."""
+        workers = workers_pss_mb() if self.loader_workers else 0.0 if measured() else None
+        self._memory.append((rss_mb(), workers))
 
     def step_end(self, index: int) -> None:
         """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
@@ -353,7 +359,7 @@ class EpochClock:
         train_s, input_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
-        self._memory.append((rss_mb(), workers_pss_mb()))
+        self._read_memory()
         rss_read, workers_read = zip(*self._memory, strict=True)  # each figure's, mid-epoch and now
         rss, workers_pss = _largest(rss_read), _largest(workers_read)
         allocated, reserved = device_peaks_mb(self.device)

@@ -6,7 +6,8 @@ writer thread. Whole fits timed side by side (measure.py) give the total; this s
 callbacks around its call (Lightning's dispatch of it outside), and inside them the figures' hand-over to the
 loggers (``Reporter.log``), over FITS fits in this process after one warm-up fit; it keeps the median of each one's
 total per fit, and the fits' median length. Each such fit has a fit without the callbacks beside it (the order
-alternating), so the hooks' share can be set against what the callbacks cost the whole fit in the same run.
+alternating), so the hooks' share can be set against what the callbacks cost the whole fit in the same run. Each
+hook's median call is kept too: a typical step's, apart from the few steps that do more.
 FIT is measure.py's ``newcomer`` (the default, 3 epochs) or ``small``:
 
     .venv/bin/python docs/results/cpu-2core-compat-cost/hooks.py [FITS] [FIT] [EPOCHS]
@@ -47,6 +48,7 @@ def main() -> None:
     logging.getLogger("lightning").setLevel(logging.ERROR)
     measure.load()
     spent: dict[str, float] = {}
+    calls: dict[str, list[float]] = {}  # every call's seconds, in the timed fits
 
     def timed(cls: type, hook: str) -> None:
         call = getattr(cls, hook)
@@ -56,8 +58,9 @@ def main() -> None:
             try:
                 return call(*args, **kwargs)
             finally:
-                key = f"{cls.__name__}.{hook}"
-                spent[key] = spent.get(key, 0.0) + time.perf_counter() - start
+                key, seconds = f"{cls.__name__}.{hook}", time.perf_counter() - start
+                spent[key] = spent.get(key, 0.0) + seconds
+                calls.setdefault(key, []).append(seconds)
 
         setattr(cls, hook, hooked)
 
@@ -93,6 +96,8 @@ def main() -> None:
         "what": f"each hook's seconds per fit of measure.py's {FIT} fit of {EPOCHS} epochs with both callbacks",
         "hook_s_per_fit": dict(sorted(hooks.items(), key=lambda item: -item[1])),
         "hooks_s_per_fit": sum(value for key, value in hooks.items() if not key.startswith("Reporter")),
+        # a typical call: the steps' median leaves out the few that do more (the FLOP count, the window, the reads)
+        "median_call_s": {key: statistics.median(values) for key, values in calls.items()},
         "fit_s": fits,
         "median_fit_s": statistics.median(fits),
         "fit_without_s": without,
@@ -102,7 +107,7 @@ def main() -> None:
     }
     (HERE / f"hooks-{FIT}-{EPOCHS}.json").write_text(json.dumps(result, indent=1) + "\n")
     for key, value in result["hook_s_per_fit"].items():
-        print(f"{key:40s} {value * 1e3:6.2f} ms per fit")
+        print(f"{key:40s} {value * 1e3:6.2f} ms per fit, {result['median_call_s'][key] * 1e6:7.1f} us a typical call")
     print(f"{'all hooks':40s} {result['hooks_s_per_fit'] * 1e3:6.2f} ms per fit of {result['median_fit_s']:.3f} s")
     print(f"fits without: {result['median_fit_without_s']:.3f} s; median pair ratio {result['median_pair_ratio']:.3f}x")
 

@@ -19,7 +19,9 @@ The last runs ``forecasting``'s fit in batches of 8 (21 steps an epoch); a TAG e
 ``newcomer`` is no library: examples/diagnose_your_run.py's MLP on 4,096 random rows in batches of 64, with both
 callbacks or the timer alone, in the project's own environment; ``unlogged`` is the same fit with no logger (where
 TensorBoard's is the newcomer's); nor is ``small``, a smaller MLP of 30 steps an epoch and no logger
-(``measure.py small PAIRS EPOCHS [both|timer|plain|floor]``).
+(``measure.py small PAIRS EPOCHS [both|timer|plain|floor]``), or ``defaults``, the same MLP under Lightning's
+default Trainer (progress bar, model summary, a checkpoint every epoch, its default logger), as users meet it, or
+``longer``, the same MLP with 300 steps an epoch.
 
 Prints and writes results-LIBRARY.json beside this file: every fit's seconds and, for wall and CPU seconds
 each, the median of each arm, the ratio of the medians and the median of the pairs' ratios, each with a 95 %
@@ -161,6 +163,31 @@ def small_fit(root: Path, diagnose: bool) -> None:
     cpu_fit(root, callbacks, short.Small("mlp"), short.rows((32,), 30), logger=False)
 
 
+def longer_fit(root: Path, diagnose: bool) -> None:
+    """:func:`small_fit` with epochs ten times as long: 300 batches of 64 rows."""
+    from lightning.pytorch import seed_everything
+
+    short = importlib.import_module("short_fits")
+    callbacks = arm_callbacks()[::-1] if diagnose else []
+    seed_everything(0, verbose=False)
+    cpu_fit(root, callbacks, short.Small("mlp"), short.rows((32,), 300), logger=False)
+
+
+def defaults_fit(root: Path, diagnose: bool) -> None:
+    """:func:`small_fit` under Lightning's default Trainer, as users meet it.
+
+    Its progress bar (drawn to a discarded buffer), model summary, checkpoint every epoch and default logger.
+    """
+    from lightning.pytorch import Trainer, seed_everything
+
+    short = importlib.import_module("short_fits")
+    callbacks = arm_callbacks()[::-1] if diagnose else []
+    seed_everything(0, verbose=False)
+    trainer = Trainer(accelerator="cpu", max_epochs=EPOCHS, default_root_dir=root, callbacks=callbacks)
+    with contextlib.redirect_stderr(io.StringIO()):
+        trainer.fit(short.Small("mlp"), short.rows((32,), 30))
+
+
 # What each fit imports beyond this file's imports, with the diagnosis: count.py imports them in every arm, so that a
 # fit's count holds the fit, not the first import of its modules.
 MODULES = {
@@ -183,6 +210,8 @@ FITS = {
     "newcomer": newcomer_fit,
     "unlogged": unlogged_fit,
     "small": small_fit,
+    "defaults": defaults_fit,
+    "longer": longer_fit,
 }
 PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop"}
 FIT_WHAT = {
@@ -191,6 +220,8 @@ FIT_WHAT = {
     "newcomer": "the newcomer's MLP (examples/diagnose_your_run.py)",
     "unlogged": "the newcomer's MLP with no logger",
     "small": "a small MLP of 30 steps an epoch",
+    "defaults": "a small MLP of 30 steps an epoch under Lightning's default Trainer",
+    "longer": "a small MLP of 300 steps an epoch",
 }
 # What the diagnosed arm adds; a library's ARM is its batch size, and its arm both callbacks.
 ARM_WHAT = {
@@ -275,7 +306,7 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
-    name = f"{LIBRARY}-{ARM}-{EPOCHS}" if LIBRARY in ("newcomer", "unlogged", "small") else LIBRARY
+    name = f"{LIBRARY}-{ARM}-{EPOCHS}" if LIBRARY not in PACKAGES else LIBRARY
     name = f"forecasting-batch-{ARM}" if LIBRARY == "forecasting" else name
     name = LIBRARY if name.endswith("-both") and LIBRARY == "forecasting" else name
     result["arm"] = ARM

@@ -130,6 +130,11 @@ def test_where_no_loader_runs_workers_none_are_looked_for_and_none_are_counted(m
     persistent = DataLoader(Rows(), batch_size=2, num_workers=1, persistent_workers=True)  # alive while training
     fit_module(Validated(), loader, persistent, callbacks=[EpochTimer()], max_epochs=2)
     assert looked
+    looked.clear()  # a validation loader not loaded yet, as it first runs in epoch 2, may run workers
+    workers = DataLoader(Rows(), batch_size=2, num_workers=1)
+    options = {"num_sanity_val_steps": 0, "check_val_every_n_epoch": 2}
+    fit_module(Validated(), loader, workers, callbacks=[EpochTimer()], max_epochs=2, **options)
+    assert looked
 
 
 @linux

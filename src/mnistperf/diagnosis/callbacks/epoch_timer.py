@@ -24,7 +24,7 @@ from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import log_folder, project_hints, project_terms
 from mnistperf.diagnosis.figures import EVAL_S, FORWARD_S, SAMPLES_PER_S, TRAIN_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import TrainingBatches, leading_length, may_run_workers
+from mnistperf.diagnosis.measure.batches import TrainingBatches, fit_may_run_workers, leading_length
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
@@ -203,11 +203,11 @@ class EpochTimer(Callback):
         self._trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
         self._loader_samples = [0.0] * len(self.batches.names)  # the epoch's samples per training loader
         self._fetch.reset()
+        self.clock.loader_workers = True  # where the loaders cannot be read, /proc is
+        with self.problems.guard("reading whether the loaders run workers"):
+            self.clock.loader_workers = fit_may_run_workers(trainer)
         with self.problems.guard("starting the epoch's clock"):
             batches = float(trainer.num_training_batches)  # inf where the training loader has no length
-            # a validation loader's persistent workers run through training too
-            loaders = (trainer.train_dataloader, trainer.val_dataloaders)
-            self.clock.loader_workers = any(may_run_workers(loader) for loader in loaders)
             expected = self.clock.expected_steps(batches)
             self.clock.epoch_start(
                 batches, trainer.current_epoch + 1, last_epoch(trainer, expected), steps_left(trainer, expected)

@@ -97,6 +97,17 @@ def may_run_workers(loaders: Any) -> bool:
     return not isinstance(items, (list, tuple)) or any(may_run_workers(item) for item in items)
 
 
+def fit_may_run_workers(trainer: Trainer) -> bool:
+    """Whether the fit's training or validation loaders may run workers; validation's not yet loaded may.
+
+    A validation loader's workers run inside the epoch: its persistent ones through training too.
+    """
+    validation = trainer.val_dataloaders
+    if validation is None and trainer.enable_validation:  # loaded as it first runs, where no sanity check did
+        return True
+    return may_run_workers(trainer.train_dataloader) or may_run_workers(validation)
+
+
 class TrainingBatches:
     """A fit's training batches as one callback reads them: each loader's part, a step's reading kept until it trained.
 

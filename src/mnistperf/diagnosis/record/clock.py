@@ -80,7 +80,7 @@ class EpochClock:
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
         self._op_s = 0.0  # on a CPU, a bare tiny operator's least time (operator_s) at the epochs' starts (0: not yet)
-        self.loader_workers = True  # whether the training loaders may run workers (False: no worker is read)
+        self.loader_workers = True  # whether the fit's loaders may run workers (False: none is looked for)
         self.clock_calls = False  # whether the operator clock may stand in for a profiler the fit cannot pay for
         self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
         self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)

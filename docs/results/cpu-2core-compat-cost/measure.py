@@ -153,24 +153,29 @@ def unlogged_fit(root: Path, diagnose: bool) -> None:
     newcomer(root, arm_callbacks() if diagnose else [], logged=False)
 
 
-def small_fit(root: Path, diagnose: bool) -> None:
-    """One fit of ../cpu-2core-operator-clock/short_fits.py's small MLP: 30 batches of 64 random rows an epoch."""
-    from lightning.pytorch import seed_everything
+def small_mlp(diagnose: bool, steps: int) -> tuple[Any, Any, list[Any]]:
+    """The small MLP of ../cpu-2core-operator-clock/short_fits.py and its loader, seeded, and the arm's callbacks.
 
-    short = importlib.import_module("short_fits")
-    callbacks = arm_callbacks()[::-1] if diagnose else []  # the audit first
-    seed_everything(0, verbose=False)
-    cpu_fit(root, callbacks, short.Small("mlp"), short.rows((32,), 30), logger=False)
-
-
-def longer_fit(root: Path, diagnose: bool) -> None:
-    """:func:`small_fit` with epochs ten times as long: 300 batches of 64 rows."""
+    The loader gives ``steps`` batches of 64 random rows an epoch; the callbacks are the audit first, or none.
+    """
     from lightning.pytorch import seed_everything
 
     short = importlib.import_module("short_fits")
     callbacks = arm_callbacks()[::-1] if diagnose else []
     seed_everything(0, verbose=False)
-    cpu_fit(root, callbacks, short.Small("mlp"), short.rows((32,), 300), logger=False)
+    return short.Small("mlp"), short.rows((32,), steps), callbacks
+
+
+def small_fit(root: Path, diagnose: bool) -> None:
+    """One fit of the small MLP: 30 batches of 64 random rows an epoch, no logger."""
+    module, loader, callbacks = small_mlp(diagnose, 30)
+    cpu_fit(root, callbacks, module, loader, logger=False)
+
+
+def longer_fit(root: Path, diagnose: bool) -> None:
+    """:func:`small_fit` with epochs ten times as long: 300 batches of 64 rows."""
+    module, loader, callbacks = small_mlp(diagnose, 300)
+    cpu_fit(root, callbacks, module, loader, logger=False)
 
 
 def defaults_fit(root: Path, diagnose: bool) -> None:
@@ -178,14 +183,12 @@ def defaults_fit(root: Path, diagnose: bool) -> None:
 
     Its progress bar (drawn to a discarded buffer), model summary, checkpoint every epoch and default logger.
     """
-    from lightning.pytorch import Trainer, seed_everything
+    from lightning.pytorch import Trainer
 
-    short = importlib.import_module("short_fits")
-    callbacks = arm_callbacks()[::-1] if diagnose else []
-    seed_everything(0, verbose=False)
+    module, loader, callbacks = small_mlp(diagnose, 30)
     trainer = Trainer(accelerator="cpu", max_epochs=EPOCHS, default_root_dir=root, callbacks=callbacks)
     with contextlib.redirect_stderr(io.StringIO()):
-        trainer.fit(short.Small("mlp"), short.rows((32,), 30))
+        trainer.fit(module, loader)
 
 
 # What each fit imports beyond this file's imports, with the diagnosis: count.py imports them in every arm, so that a

@@ -60,6 +60,12 @@ def leading_length(batch: Any) -> int | None:
         return None
 
 
+def nested(loaders: Any) -> list[Any] | tuple[Any, ...] | None:
+    """The items of a nest of loaders (a mapping's values, a list's or a tuple's items); None where it is none."""
+    items = list(loaders.values()) if isinstance(loaders, Mapping) else loaders
+    return items if isinstance(items, (list, tuple)) else None
+
+
 def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
     """Where each training loader's batch sits in a step's batch: the keys (and positions) leading to it.
 
@@ -67,8 +73,8 @@ def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
     into one batch a step of their structure; one loader is ``[()]``. As CombinedLoader flattens its iterables, a
     container of nothing but numbers and strings is one loader.
     """
-    items = list(loaders.values()) if isinstance(loaders, Mapping) else loaders
-    if not isinstance(items, (list, tuple)) or all(isinstance(item, (int, float, str)) for item in items):
+    items = nested(loaders)
+    if items is None or all(isinstance(item, (int, float, str)) for item in items):
         return [()]
     pairs = loaders.items() if isinstance(loaders, Mapping) else enumerate(loaders)
     return [(key, *path) for key, value in pairs for path in loader_paths(value)]
@@ -82,8 +88,8 @@ def collated_anew(loaders: Any) -> bool:
     """
     if isinstance(loaders, DataLoader):
         return loaders.collate_fn is default_collate
-    items = list(loaders.values()) if isinstance(loaders, Mapping) else loaders
-    return isinstance(items, (list, tuple)) and bool(items) and all(collated_anew(item) for item in items)
+    items = nested(loaders)
+    return items is not None and bool(items) and all(collated_anew(item) for item in items)
 
 
 def may_run_workers(loaders: Any) -> bool:
@@ -93,8 +99,8 @@ def may_run_workers(loaders: Any) -> bool:
     """
     if loaders is None or isinstance(loaders, DataLoader):
         return loaders is not None and loaders.num_workers > 0
-    items = list(loaders.values()) if isinstance(loaders, Mapping) else loaders
-    return not isinstance(items, (list, tuple)) or any(may_run_workers(item) for item in items)
+    items = nested(loaders)
+    return items is None or any(may_run_workers(item) for item in items)
 
 
 def fit_may_run_workers(trainer: Trainer) -> bool:

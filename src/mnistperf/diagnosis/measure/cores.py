@@ -58,9 +58,10 @@ class EpochCores:
 
     def read_workers(self, now: float) -> None:
         """Read the workers' CPU time now; the next read is due :data:`READ_EVERY_S` later."""
-        self.due = now + READ_EVERY_S if self.workers else math.inf
-        if not self.workers:
+        if not self.workers:  # no loader runs workers: none to read, now or later
+            self.due = math.inf
             return
+        self.due = now + READ_EVERY_S
         self.last.update({pid: used for pid in workers() if (used := cpu_s(pid)) is not None})
 
     def shares(self, train_s: float, now: float) -> tuple[float, float]:

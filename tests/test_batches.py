@@ -1,15 +1,17 @@
-"""Batches whose tensors do not all lead with the samples: a graph batch's atoms and its molecules."""
+"""How both callbacks read a batch's samples: one reader for any batch, graphs, fields and attributes among them."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
+from conftest import fit_module
 from lightning import LightningModule, Trainer
 from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
-from mnistperf.diagnosis.measure.batches import leading_lengths, tensors_of
+from mnistperf.diagnosis.measure.samples import leading_lengths, read, tensors_of
 
 MOLECULES, BATCH = 12, 3
 
@@ -69,7 +71,8 @@ def test_both_callbacks_say_once_what_they_count_when_a_batchs_tensors_disagree(
     trainer.fit(Readout(), DataLoader(molecules(), batch_size=BATCH, collate_fn=graph_batch))
     out = capsys.readouterr().out
     assert out.count("EpochTimer: the tensors of a training batch (tuple) lead with different lengths") == 1
-    assert "samples are counted as the first tensor's" in out and "define samples_in_batch" in out
+    assert "samples a batch are counted (the first tensor's length); pass EpochTimer(samples_in_batch=" in out
+    assert "define samples_in_batch" in out
     assert out.count("SampleAudit: the tensors of a training batch (tuple) lead with different lengths") == 1
     assert "pass sample_id= or fingerprint=" in out
 
@@ -83,7 +86,7 @@ def test_one_reading_of_a_batch_serves_both_callbacks(capsys):
     from mnistperf.diagnosis.measure.batches import TrainingBatches
 
     trainer = SimpleNamespace(is_global_zero=True, progress_bar_callback=None, lightning_module=Readout())
-    batches = TrainingBatches(Reporter("Reader"), "read as one.", {"a": [0], "b": [1]}, "taken as {first} ({module})")
+    batches = TrainingBatches(Reporter("Reader"), "read as one.", {"a": [0], "b": [1]}, "taken as {samples} ({module})")
     batch = {"a": (torch.zeros(4, 2), torch.zeros(4)), "b": (torch.zeros(3, 5), torch.zeros(7))}
     assert batches.begin(trainer, batch, lambda part: len(part[0])) == [4, 3] and batches.several
     assert batches.begin(trainer, batch, lambda part: len(part[0])) == [4, 3]  # the first batch alone is checked
@@ -100,6 +103,199 @@ def test_one_reading_of_a_batch_serves_both_callbacks(capsys):
         "training loaders (a, b) at their keys (a hook of the module reshaped it?): read as one."
         in capsys.readouterr().out
     )
-    one = TrainingBatches(Reporter("Reader"), "", guess="{first}")
+    one = TrainingBatches(Reporter("Reader"), "", guess="{samples}")
     one.begin(trainer, {"x": torch.zeros(2), "y": torch.zeros(5)}, len)
     assert "a training batch (dict) lead with different lengths (2, 5): 2" in capsys.readouterr().out  # no loader named
+
+
+# Batches of the kinds published libraries hand their steps, each holding 16 samples of 3x4x4 images.
+SAMPLES, CHANNELS = 16, 3
+
+
+@dataclasses.dataclass
+class IterableBatch:
+    """A dataclass batch that also iterates sample by sample (as a detection library's does)."""
+
+    image: torch.Tensor
+    label: torch.Tensor
+
+    def __iter__(self):
+        return iter({"image": image, "label": label} for image, label in zip(self.image, self.label, strict=True))
+
+    def __len__(self):
+        return len(self.label)
+
+
+class AttributeBatch:
+    """A plain object holding its tensors as attributes, with a private cache the reader leaves alone."""
+
+    def __init__(self, image, label):
+        self.image, self.label, self._cache = image, label, torch.zeros(1)
+
+
+class SizedBatch(AttributeBatch):
+    """An object that states its batch size, its first tensor time-major."""
+
+    def __init__(self, image, label):
+        super().__init__(image.transpose(0, 1), label)
+        self.batch_size = len(label)
+
+
+class GraphBatch:
+    """A graph batch as graph libraries make it: node rows of every graph stacked, each node's graph (``batch``),
+    each graph's first node (``ptr``), the graph count, a target per graph, and edges that are neither."""
+
+    def __init__(self, graphs: list[torch.Tensor], targets: torch.Tensor):
+        sizes = torch.tensor([len(g) for g in graphs])
+        self.x = torch.cat(graphs)
+        self.edge_index = torch.zeros(2, 3, dtype=torch.long)
+        self.batch = torch.repeat_interleave(torch.arange(len(graphs)), sizes)
+        self.ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+        self.num_graphs = len(graphs)
+        self.y = targets
+
+
+def images(samples: int = SAMPLES, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(samples, CHANNELS, 4, 4, generator=generator), torch.arange(samples) + seed * samples
+
+
+def graph_list(count: int = SAMPLES) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randn(2 + i % 4, 5, generator=generator) for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("batch", "counted_by"),
+    [
+        (IterableBatch(*images()), "the first tensor's length"),
+        (AttributeBatch(*images()), "the first tensor's length"),
+        (SizedBatch(*images()), "its batch_size (SizedBatch)"),
+        (GraphBatch(graph_list(), torch.zeros(SAMPLES)), "the graphs of its GraphBatch"),
+        ((GraphBatch(graph_list(), torch.zeros(SAMPLES)), torch.zeros(SAMPLES)), "the graphs of its GraphBatch"),
+    ],
+    ids=["iterable dataclass", "attributes", "batch_size", "graphs", "graphs in a tuple"],
+)
+def test_the_reader_counts_the_samples_of_any_batch_where_lightnings_reader_may_not(batch, counted_by):
+    reading = read(batch)
+    assert (reading.samples, reading.counted_by) == (SAMPLES, counted_by)
+    assert all(t.shape[0] == SAMPLES for t in reading.rows) and reading.rows
+
+
+def test_lightnings_reader_miscounts_the_iterable_dataclass_that_the_reader_counts():
+    """Why the callbacks read batches themselves: Lightning's iterates it, and reads the first image's channels."""
+    from lightning.pytorch.utilities.data import extract_batch_size
+
+    batch = IterableBatch(*images())
+    assert extract_batch_size(batch) == CHANNELS and read(batch).samples == SAMPLES
+
+
+def test_a_graphs_fingerprint_is_its_own_node_rows_whatever_the_batch_it_is_in():
+    graphs, targets = graph_list(), torch.zeros(SAMPLES)  # every graph shares its label: only its nodes tell it apart
+    audit = SampleAudit()
+    whole = audit.fingerprints(GraphBatch(graphs, targets))
+    assert whole.unique().numel() == SAMPLES
+    halves = [audit.fingerprints(GraphBatch(graphs[i : i + 4], targets[i : i + 4])) for i in range(0, SAMPLES, 4)]
+    assert torch.equal(torch.cat(halves), whole)  # a graph's fingerprint does not depend on its neighbours
+    swapped = [graphs[0].flip(0), *graphs[1:]]  # the same nodes in another order are another graph
+    assert audit.fingerprints(GraphBatch(swapped, targets))[0] != whole[0]
+    relabelled = audit.fingerprints(GraphBatch(graphs, torch.ones(SAMPLES)))
+    assert not torch.equal(relabelled, whole)  # the graph's own rows count too
+
+
+class Classifier(LightningModule):
+    """A module that trains on any of this file's batches: the mean of every float tensor of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1))
+
+    def training_step(self, batch, batch_idx):
+        floats = [t for t in tensors_of(batch) if t.is_floating_point()]
+        return self.weight * sum(t.mean() for t in floats)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+BATCHES = 3
+
+
+def batches_of(kind) -> list:
+    """Three batches of ``kind``, every sample distinct."""
+    if kind is GraphBatch:
+        graphs = graph_list(SAMPLES * BATCHES)
+        return [GraphBatch(graphs[i : i + SAMPLES], torch.zeros(SAMPLES)) for i in range(0, len(graphs), SAMPLES)]
+    return [kind(*images(seed=seed)) for seed in range(BATCHES)]
+
+
+@pytest.mark.parametrize("kind", [IterableBatch, AttributeBatch, SizedBatch, GraphBatch])
+def test_both_callbacks_count_the_same_samples_of_any_batch_reading_each_batch_once(kind, monkeypatch, capsys):
+    from mnistperf.diagnosis.measure import samples
+
+    reads = []
+    real = samples.read
+    monkeypatch.setattr(samples, "read", lambda batch, dims=1: reads.append(batch) or real(batch, dims))
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=SAMPLES * BATCHES)
+    loader = DataLoader(batches_of(kind), batch_size=None)
+    fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=2)
+    assert [row["samples"] for row in timer.epochs] == [SAMPLES * BATCHES] * 2
+    assert [(row["audited"], row["seen"], row["distinct"], row["missing"]) for row in audit.epochs] == [
+        (True, SAMPLES * BATCHES, SAMPLES * BATCHES, 0)
+    ] * 2
+    assert len(reads) == 2 * BATCHES  # one reading a step, for both callbacks
+    assert "counts disagree" not in capsys.readouterr().out
+
+
+def test_a_time_major_batch_is_counted_by_its_first_tensor_and_said_once(capsys):
+    """[T, B, F] beside a [B] label: the first tensor leads with T; both callbacks say what they counted, once."""
+    batches = [(torch.randn(7, SAMPLES, 2), torch.zeros(SAMPLES)) for _ in range(BATCHES)]
+    timer, audit = EpochTimer(), SampleAudit()
+    fit_module(Classifier(), DataLoader(batches, batch_size=None), callbacks=[timer, audit])
+    out = capsys.readouterr().out
+    assert timer.epochs[0]["samples"] == 7 * BATCHES
+    said = "lead with different lengths (7, 16): 7 samples a batch are counted (the first tensor's length); pass "
+    assert out.count(f"EpochTimer: the tensors of a training batch (list) {said}EpochTimer(samples_in_batch=") == 1
+    assert (
+        out.count(
+            "SampleAudit: the tensors of a training batch (list) lead with different lengths (7, 16): 7 "
+            "samples a batch are audited (the first tensor's length); pass sample_id= or fingerprint="
+        )
+        == 1
+    )
+
+
+def test_a_graph_librarys_own_batches_are_counted_and_audited_by_their_graphs():
+    """PyTorch Geometric's DataLoader collates Data objects into a Batch: every graph seen once, the count agreed."""
+    geometric = pytest.importorskip("torch_geometric")
+    from torch_geometric.data import Data
+
+    graphs = [Data(x=x, edge_index=torch.zeros(2, 1, dtype=torch.long), y=torch.zeros(1)) for x in graph_list(40)]
+    loader = geometric.loader.DataLoader(graphs, batch_size=6, shuffle=True)
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=len(graphs))
+    fit_module(Classifier(), loader, callbacks=[timer, audit])
+    assert [row["samples"] for row in timer.epochs] == [len(graphs)] * 2
+    assert [(row["audited"], row["seen"], row["distinct"], row["missing"]) for row in audit.epochs] == [
+        (True, len(graphs), len(graphs), 0)
+    ] * 2
+
+
+def test_counts_that_disagree_are_said_with_their_numbers_in_the_line_and_the_row(capsys):
+    """The user's own count (a third of the batch) against the audit's, the loader's and Lightning's: all named."""
+    data = [(torch.randn(4), torch.tensor(i)) for i in range(SAMPLES * BATCHES)]
+    loader = DataLoader(data, batch_size=SAMPLES)
+    timer = EpochTimer(samples_in_batch=lambda batch: len(batch[1]) // 4)
+    fit_module(Classifier(), loader, callbacks=[timer, SampleAudit()])
+    expected = {"counted": BATCHES * SAMPLES // 4, "audit": SAMPLES * BATCHES, "loader": SAMPLES * BATCHES}
+    assert [row["sample_counts"] for row in timer.epochs] == [{**expected, "batch": 4, "lightning": SAMPLES}] * 2
+    out = capsys.readouterr().out
+    said = "; samples disagree: 12 counted, SampleAudit 48, the loader's length 48; Lightning reads 16 a batch where 4"
+    assert out.count(said) == 2
+
+
+def test_counts_that_agree_say_nothing_and_keep_no_row_entry(capsys):
+    data = [(torch.randn(4), torch.tensor(i)) for i in range(SAMPLES * BATCHES)]
+    timer = EpochTimer()
+    fit_module(Classifier(), DataLoader(data, batch_size=SAMPLES, drop_last=True), callbacks=[timer, SampleAudit()])
+    assert all("sample_counts" not in row for row in timer.epochs)
+    assert "samples disagree" not in capsys.readouterr().out

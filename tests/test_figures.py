@@ -56,7 +56,7 @@ EVAL_OVER_TRAIN = Figure(
 
 def fitted(folder: Path) -> Path:
     """A tiny fit's timing.json, its scalars logged to a CSV logger under ``folder``."""
-    timer = EpochTimer(window_share=None)
+    timer = EpochTimer(window_share=None, log_all=True)
     fit_module(Tiny(), loader(), loader(), callbacks=[timer], max_epochs=3, logger=CSVLogger(folder, name="run"))
     assert timer.summary_path is not None
     return timer.summary_path

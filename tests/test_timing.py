@@ -140,7 +140,7 @@ def test_on_a_cpu_a_large_convolution_is_compute_bound():
 
 
 def test_on_a_cpu_a_tiny_step_is_overhead_bound_and_its_time_split(one_thread, tmp_path):
-    timer = EpochTimer(input_bound_share=0.9, window_share=None)  # the question is arithmetic or overhead
+    timer = EpochTimer(input_bound_share=0.9, window_share=None, log_all=True)  # arithmetic or overhead?
     trainer = Trainer(
         accelerator="cpu",
         max_epochs=2,

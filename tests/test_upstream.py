@@ -363,3 +363,16 @@ def test_lightnings_tensor_cores_hint_is_said_in_the_words_the_console_drops(mon
     with lightning_info() as said:
         cuda._check_cuda_matmul_precision.__wrapped__(torch.device("cuda", 0))
     assert len(said) == 1 and upstream.DROPPED_LIGHTNING_INFO[1] in said[0], f"{LIGHTNING} hints otherwise: {said}"
+
+
+def test_lightnings_batch_size_generator_reads_what_extract_batch_size_does_without_spending_its_warning():
+    from lightning.pytorch.utilities.data import extract_batch_size
+
+    ambiguous = (torch.zeros(7, 16, 2), torch.zeros(16))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert upstream.lightning_batch_size(ambiguous) == 7
+    assert not caught, LIGHTNING
+    with pytest.warns(UserWarning, match="ambiguous collection"):  # still Lightning's to give
+        assert extract_batch_size(ambiguous) == 7
+    assert upstream.lightning_batch_size(["a"]) is None

@@ -47,6 +47,23 @@ def swap_profiler(trainer: Trainer, profiler: Any) -> Any:
     return previous
 
 
+# ---------------------------------------------------------------- Lightning: the batch size it reads
+# Why: ``self.log`` weighs an epoch's mean by the samples Lightning reads in each batch, and the timer says where that
+# reading differs from its own count. Lightning's public ``extract_batch_size`` warns through a cache that shows each
+# warning once a process, so calling it would spend the warning the user's own ``self.log`` would give; its generator
+# reads the same without warning. Public replacement: ``extract_batch_size`` with its warning optional.
+
+
+def lightning_batch_size(batch: Any) -> int | None:
+    """The samples Lightning reads in ``batch`` (the first tensor it meets: its leading length), None where none."""
+    from lightning.pytorch.utilities.data import _extract_batch_size
+
+    try:
+        return next((size for size in _extract_batch_size(batch) if size is not None), None)
+    except RecursionError:  # a batch nested past Python's limit: Lightning finds none either
+        return None
+
+
 # ---------------------------------------------------------------- Lightning: LightningCLI and checkpoints
 class KeepRunHyperparameters:
     """A LightningCLI mixin: the model's settings come from the config and the command line, not the checkpoint.

@@ -20,7 +20,6 @@ from lightning import pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
-from mnistperf.diagnosis.measure.fingerprint import PRIME, Fingerprinter
 
 EPOCHS = 2
 ENDS = ("", "O", "N", "Cl", "F", "C(=O)O")
@@ -62,20 +61,9 @@ def mpnn(scaler, model_class=models.MPNN) -> models.MPNN:
     return model_class(nn.BondMessagePassing(), nn.MeanAggregation(), ffn, True, metrics)
 
 
-def molecule_fingerprints(batch) -> torch.Tensor:
-    """Each molecule's identity, for the audit: its atoms' content fingerprints summed per molecule.
-
-    A chemprop batch stacks the atoms of all its molecules (``bmg.V``, with ``bmg.batch`` naming each atom's
-    molecule), so the audit's own rule (a sample is a row of the batch's first tensor) would count atoms.
-    """
-    graphs = batch.bmg
-    atoms = Fingerprinter()([graphs.V], graphs.V.shape[0]) % PRIME
-    return torch.zeros(len(batch.Y), dtype=torch.int64).index_add_(0, graphs.batch, atoms)
-
-
 def fit(root: Path, model: models.MPNN, train_loader, val_loader, epochs=EPOCHS, diagnose=True):
     """The notebook's trainer; ``diagnose`` adds the two callbacks (the cost measurement turns it off)."""
-    timer, audit = EpochTimer(), SampleAudit(fingerprint=molecule_fingerprints)
+    timer, audit = EpochTimer(), SampleAudit()
     checkpointing = ModelCheckpoint(root / "checkpoints", "best-{epoch}-{val_loss:.2f}", "val_loss", mode="min")
     trainer = pl.Trainer(
         logger=False,
@@ -126,14 +114,12 @@ def test_audit_sees_every_molecule_once_but_the_one_build_dataloader_drops(noteb
         assert (row["dataset_size"], row["missing"]) == (size, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the timer counts the atoms of chemprop's BatchMolGraph (the first tensor of the batch, as Lightning's "
-    "extract_batch_size finds it), not the molecules; it says so once, naming samples_in_batch",
-)
-def test_timer_counts_molecules(notebook_fit):
-    _, train_loader, _, timer, _ = notebook_fit
+def test_both_callbacks_count_molecules_the_graphs_of_chemprops_batch(notebook_fit):
+    """A BatchMolGraph stacks its molecules' atoms (``V``), names each atom's molecule (``batch``) and says how many
+    molecules it holds (its length): a sample is a molecule, to the timer as to the audit."""
+    _, train_loader, _, timer, audit = notebook_fit
     assert [row["samples"] for row in timer.epochs] == [molecules_per_epoch(train_loader)] * EPOCHS
+    assert [row["seen"] for row in audit.epochs] == [molecules_per_epoch(train_loader)] * EPOCHS
 
 
 class CountedMPNN(models.MPNN):
@@ -152,11 +138,6 @@ def test_samples_in_batch_makes_the_timer_count_molecules(tmp_path: Path):
     assert [row["seen"] for row in audit.epochs] == [molecules] * EPOCHS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the audit takes a row of the batch's first tensor (an atom of chemprop's BatchMolGraph) as a sample; "
-    "it says so once, naming sample_id= and fingerprint=",
-)
 def test_audit_tells_apart_molecules_that_share_a_label():
     """A classification set's molecules share labels: only their graphs tell them apart."""
     smis, _ = molecules()

@@ -37,6 +37,7 @@ class Figure(str):
     shown: str = ""  # the unit it is shown in (default: % for a share, else ``unit``), times ``scale`` (:data:`SHOWN`)
     run: str | None = None  # how a run reads it from its steady epochs (a key of :data:`RUN_RULES`); None: an epoch's
     epoch: bool = True  # an epoch row holds it (and the loggers' scalars); False for the run's own figures
+    plotted: bool = False  # among the few an epoch hands the loggers by default (the rest with ``log_all``)
     where: str = ""  # where a run's summary keeps it, a dotted path (default: its key at the top level)
     derive: Callable[[dict[str, Any]], float | None] | None = None  # the epoch's value from the row's other figures
     # The epoch figure whose spread over the steady epochs is its noise (default: itself, where an epoch row holds it
@@ -135,8 +136,8 @@ def gather(local: Measures, strategy: Any, loader_samples: list[float]) -> Gathe
 
 
 # An epoch's time and pace.
-TRAIN_S = Figure("train_s", "s", "training time of the epoch, evaluation inside it paused out")
-EVAL_S = Figure("eval_s", "s", "evaluation time inside the epoch")
+TRAIN_S = Figure("train_s", "s", "training time of the epoch, evaluation inside it paused out", plotted=True)
+EVAL_S = Figure("eval_s", "s", "evaluation time inside the epoch", plotted=True)
 # The run's own figures, over its steady epochs (warm-up apart) or every epoch (totals).
 AVG_TRAIN_S, AVG_EVAL_S, TOTAL_TRAIN_S, TOTAL_EVAL_S = (
     Figure(name, "s", meaning, label=label, run="own", epoch=False, per_epoch=per_epoch)
@@ -148,7 +149,7 @@ AVG_TRAIN_S, AVG_EVAL_S, TOTAL_TRAIN_S, TOTAL_EVAL_S = (
     )
 )
 SAMPLES_PER_S = Figure(
-    "samples_per_s", "samples/s", "training samples over train time", label="throughput", run="weighted"
+    "samples_per_s", "samples/s", "training samples over train time", label="throughput", run="weighted", plotted=True
 )
 # Train time, split: these add up to it (mnistperf.diagnosis.measure.phases); a run keeps their means under "split".
 SPLIT = tuple(
@@ -170,6 +171,7 @@ STEP_MEDIAN_S = Figure(
     label="median step",
     shown="ms",
     run="mean",
+    plotted=True,
 )
 STEP_P90_S = Figure("step_p90_s", "s", "90th percentile of the training steps' host intervals, the first step apart")
 STEP_MAX_S = Figure("step_max_s", "s", "longest host interval of a training step, the first step apart")
@@ -180,7 +182,7 @@ STEPS = (STEP_MEDIAN_S, STEP_P90_S, STEP_MAX_S, FIRST_STEP_S, SPIKES, SPIKES_S)
 # Shares of train time, read weighted by it: what the epoch waited on, and who held the cores
 # (mnistperf.diagnosis.measure.cores: read from Linux's /proc, a few times an epoch).
 INPUT_WAIT_SHARE, HOST_WAIT_SHARE, CORE_WAIT_SHARE, WORKERS_CPU_SHARE = (
-    Figure(name, "share", meaning, label=label, run="weighted")
+    Figure(name, "share", meaning, label=label, run="weighted", plotted=name == "input_wait_share")
     for name, label, meaning in (
         ("input_wait_share", "waiting for data", "share of train time the host waited for the next batch"),
         ("host_wait_share", "between steps", "share of train time between one step's end and the next one's start"),
@@ -282,6 +284,9 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def scalars(row: dict[str, Any]) -> dict[str, float]:
-    """An epoch row's figures as the loggers' scalars, ``timing/<name>`` (those measured)."""
-    return {f"timing/{f.name}": row[f] for f in FIGURES if f.epoch and row.get(f) is not None}
+def scalars(row: dict[str, Any], every: bool = False) -> dict[str, float]:
+    """An epoch row's figures as the loggers' scalars, ``timing/<name>`` (those measured).
+
+    The few :attr:`Figure.plotted`, or ``every`` one.
+    """
+    return {f"timing/{f.name}": row[f] for f in FIGURES if f.epoch and (every or f.plotted) and row.get(f) is not None}

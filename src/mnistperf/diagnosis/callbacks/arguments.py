@@ -34,6 +34,7 @@ ARGUMENTS = {
         "samples_in_batch": Takes("a function batch -> int", FUNCTION, optional=True),
         "monitor": Takes("a logged metric's name", (str,), optional=True),
         "flops_per_batch": Takes("a number of FLOPs above 0", REAL, 0, above=True, optional=True),
+        "log_all": Takes("True or False", (bool,)),
     },
     "SampleAudit": {
         "dataset_size": Takes("a count, 1 or more", COUNT, 1, optional=True),
@@ -43,6 +44,7 @@ ARGUMENTS = {
         "strict": Takes("True or False", (bool,)),
         "max_words": Takes("a count of 16-bit words, 1 or more", COUNT, 1),
         "seed": Takes("a whole number from 0 to 2**32 - 1", COUNT, 0, 2**32 - 1),
+        "log_all": Takes("True or False", (bool,)),
     },
 }
 

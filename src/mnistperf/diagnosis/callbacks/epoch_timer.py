@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -24,25 +24,26 @@ from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import log_folder, project_hints, project_terms
 from mnistperf.diagnosis.figures import EVAL_S, FORWARD_S, SAMPLES_PER_S, TRAIN_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import TrainingBatches, fit_may_run_workers, leading_length
+from mnistperf.diagnosis.measure.batches import TrainingBatches, fit_may_run_workers
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
 from mnistperf.diagnosis.measure.phases import sampled, unsampled
+from mnistperf.diagnosis.measure.samples import READINGS, disagreeing, loader_samples
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.environment import environment
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, write_summary
-from mnistperf.diagnosis.record.text import format_summary, throughput
+from mnistperf.diagnosis.record.text import format_counts, format_summary, throughput
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
-from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
+from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, swap_profiler
 
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")  # val/acc, val_loss: the metrics an epoch's row keeps
 AS_ONE = "its samples are counted as one loader's."
 OWN_COUNT = "pass EpochTimer(samples_in_batch=...) or define samples_in_batch(self, batch) -> int on {module}"
-GUESS = "samples are counted as the first tensor's, {first} a batch; " + OWN_COUNT + " to count what a sample is."
+GUESS = "{samples} samples a batch are counted ({how}); " + OWN_COUNT + " to count what a sample is."
 
 
 class TrainerAttributes(Protocol):
@@ -97,6 +98,7 @@ class EpochTimer(Callback):
             leading length of the batch's first tensor.
         monitor: a validation metric (``val/acc``) whose last value the summary reports.
         flops_per_batch: one training step's FLOPs; by default torch's FLOP counter counts the fit's first step.
+        log_all: hand the loggers every figure of an epoch, not the few plotted (timing.json keeps them all).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class EpochTimer(Callback):
         samples_in_batch: Callable[[Any], int] | None = None,
         monitor: str | None = None,
         flops_per_batch: float | None = None,
+        log_all: bool = False,
     ):
         check("EpochTimer", locals())
         self.hints = imported_hints(hints)
@@ -117,6 +120,7 @@ class EpochTimer(Callback):
         self.input_bound_share, self.busy_window_steps = input_bound_share, busy_window_steps
         self.summary_file, self.trace_limit, self.window_share = summary_file, trace_limit, window_share
         self.samples_in_batch, self.monitor, self.flops_per_batch = samples_in_batch, monitor, flops_per_batch
+        self.log_all = log_all
         self.summary_path: Path | None = None  # where timing.json was written (None until it is)
         self.problems = Reporter("EpochTimer")  # what the timer says, and what went wrong inside it (timing.json)
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
@@ -202,6 +206,8 @@ class EpochTimer(Callback):
         self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
         self._trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
         self._loader_samples = [0.0] * len(self.batches.names)  # the epoch's samples per training loader
+        self._counted = 0.0  # this rank's samples of the epoch (NaN: a step's were not counted)
+        self._first_batch: tuple[int, int | None] | None = None  # the epoch's first batch: counted, Lightning's reading
         self._fetch.reset()
         self.clock.loader_workers = True  # where the loaders cannot be read, /proc is
         with self.problems.guard("reading whether the loaders run workers"):
@@ -230,6 +236,11 @@ class EpochTimer(Callback):
             counts = self.batches.begin(trainer, batch, self._samples)
         except Exception as error:
             self.problems.note("counting a step's samples", error)
+        if self._first_batch is None and not self.batches.several and None not in counts:
+            with self.problems.guard("reading the batch as Lightning does"):
+                one_pass = isinstance(batch, Iterator)  # reading it would use it up
+                counted = sum(count for count in counts if count is not None)
+                self._first_batch = (counted, None if one_pass else lightning_batch_size(batch))
         if None in counts and not self._uncounted:
             self._uncounted = True
             self.problems.say_once(
@@ -251,7 +262,7 @@ class EpochTimer(Callback):
         """A training loader's samples in a step's batch: 0 where it gave none, else the user's count or its length."""
         if part is None:
             return 0
-        return int(self._own(part)) if self._own is not None else leading_length(part)
+        return int(self._own(part)) if self._own is not None else READINGS.read(part).samples
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -261,6 +272,7 @@ class EpochTimer(Callback):
             if counts is not None:  # not for a None batch, which Lightning ends without beginning it
                 self._trained = (batch_idx if self._trained[0] is None else self._trained[0], batch_idx)
                 self.clock.count(None if None in counts else sum(counts))
+                self._counted += math.nan if None in counts else sum(counts)
                 if self.batches.several:  # each loader's samples, where the epoch's row tells them apart
                     for loader, samples in enumerate(counts):
                         self._loader_samples[loader] += math.nan if samples is None else samples
@@ -356,7 +368,11 @@ class EpochTimer(Callback):
                     self.problems.say_once(
                         trainer, f"train time is not split into forward, backward and optimizer: {reason}."
                     )
-        self.problems.log(trainer, scalars(row), "the epoch's figures")
+        with self.problems.guard("checking the epoch's samples against other counts"):
+            counts = self._counts_apart(trainer)
+            if counts:
+                row["sample_counts"] = counts
+        self.problems.log(trainer, scalars(row, self.log_all), "the epoch's figures")
         # Beside a progress bar, the first epoch's line says the bar's number for it (the bar counts from 0).
         first = trainer.progress_bar_callback is not None and len(self.epochs) == 1
         bar = f" (the progress bar's Epoch {trainer.current_epoch})" if first else ""
@@ -364,8 +380,28 @@ class EpochTimer(Callback):
             trainer,
             f"epoch {row['epoch']}{bar}: train {row[TRAIN_S]:.2f} s, eval {row[EVAL_S]:.2f} s, "
             f"{throughput(row[SAMPLES_PER_S])}{per_loader_text(row.get('loader_samples'))}, {row['verdict']} "
-            f"({row['verdict_reason']})",
+            f"({row['verdict_reason']}){format_counts(row.get('sample_counts'))}",
         )
+
+    def _counts_apart(self, trainer: Trainer) -> dict[str, int] | None:
+        """This rank's samples of the epoch beside every other count of them known, where any disagrees.
+
+        The others: an audit's (a callback's ``samples_counted``), the loader's length times its batch size, and
+        Lightning's reading of the epoch's first batch.
+        """
+        others: dict[str, int | None] = {"audit": None, "loader": None}
+        for callback in cast(TrainerAttributes, trainer).callbacks:
+            counted = getattr(callback, "samples_counted", None)
+            if callback is not self and isinstance(counted, tuple) and counted[0] == trainer.current_epoch:
+                others["audit"] = counted[1]
+        first, last = self._trained
+        if first == 0 and last is not None and not self.batches.several:
+            others["loader"] = loader_samples(trainer.train_dataloader, last + 1)
+        counts = disagreeing(self._counted, others) or {}
+        if self._first_batch is not None and self._first_batch[1] is not None and len(set(self._first_batch)) > 1:
+            counts = {"counted": int(self._counted), **counts, "batch": self._first_batch[0]}
+            counts["lightning"] = self._first_batch[1]
+        return counts or None
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

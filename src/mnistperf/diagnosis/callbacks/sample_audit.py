@@ -6,7 +6,6 @@ device; at the epoch's end every rank's are gathered and counted, and rank 0 pri
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, NamedTuple
@@ -20,15 +19,14 @@ from typing_extensions import override
 from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew, tensors_of
+from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
 from mnistperf.diagnosis.measure.fingerprint import PADDING, Fingerprinter, HeldSteps
+from mnistperf.diagnosis.measure.samples import READINGS
 from mnistperf.errors import MnistperfError
 
 AS_ONE = "its samples are audited as one loader's"
-GUESS = (
-    "a sample is taken as a row of those leading with {first}; pass sample_id= or fingerprint= to name what a sample is"
-)
-COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known
+GUESS = "{samples} samples a batch are audited ({how}); pass sample_id= or fingerprint= to name what a sample is"
+COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known: the last two unless log_all
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 CHANGED_IN_PLACE = (
     "SampleAudit: a training step changed its batch's tensors in place, after the epoch's first step had left its own "
@@ -90,6 +88,7 @@ class SampleAudit(Callback):
         strict: raise :class:`SampleAuditError` on every rank at the end of an epoch with a duplicate or a missing.
         max_words: 16-bit words of each tensor of a sample that the content hash reads at most.
         seed: seed of the content hash's weights.
+        log_all: hand the loggers every count of an epoch (seen, distinct, duplicates, missing), not just the last two.
     """
 
     def __init__(
@@ -101,10 +100,11 @@ class SampleAudit(Callback):
         strict: bool = False,
         max_words: int = 4096,
         seed: int = 0,
+        log_all: bool = False,
     ):
         check("SampleAudit", locals())
         self.dataset_size, self.sample_id, self.fingerprint = dataset_size, sample_id, fingerprint
-        self.sample_dims, self.strict = sample_dims, strict
+        self.sample_dims, self.strict, self.log_all = sample_dims, strict, log_all
         self.hash = Fingerprinter(seed, max_words)
         self.epochs: list[dict[str, Any]] = []
         self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
@@ -118,7 +118,13 @@ class SampleAudit(Callback):
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
         self._as_they_are = self._watching = False  # whether steps' rows are kept uncopied; their versions checked
         self._changes_in_place = False  # whether a step of the fit changed its batch in place (then all are copied)
+        self._counted: tuple[int, int] | None = None  # the epoch's index and this rank's samples of it so far
         skip_unused_batch_hooks(self)
+
+    @property
+    def samples_counted(self) -> tuple[int, int] | None:
+        """The epoch's index and this rank's samples of it audited so far; None where the epoch is not audited."""
+        return None if self._failed is not None else self._counted
 
     def fingerprints(self, batch: Any) -> torch.Tensor:
         """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
@@ -138,28 +144,24 @@ class SampleAudit(Callback):
                     "not an integer tensor of sample indices; pass fingerprint= to identify samples another way"
                 )
             return ids.reshape(-1).to(torch.int64)
-        return self.hash(*self._sample_rows(batch))
+        found = self._sample_rows(batch)
+        return found if isinstance(found, torch.Tensor) else self.hash(*found)
 
-    def _sample_rows(self, batch: Any) -> tuple[list[torch.Tensor], int]:
-        """The batch's tensors that share its sample dimensions, each as [samples, rest], and the samples."""
-        if self.sample_dims == 1:  # every step: one pass, an int compared, not a shape sliced
-            rows: list[torch.Tensor] = []
-            first = -1
-            for t in tensors_of(batch):
-                if t.ndim and (not rows or t.shape[0] == first):
-                    first = t.shape[0]
-                    rows.append(t)
-            if rows:
-                return rows, first
-        tensors = [t for t in tensors_of(batch) if t.ndim >= self.sample_dims]
-        if not tensors:
+    def _sample_rows(self, batch: Any) -> tuple[list[torch.Tensor], int] | torch.Tensor:
+        """The batch's rows that hold its samples and how many; a graph batch's fingerprints at once.
+
+        As :func:`~mnistperf.diagnosis.measure.samples.read` finds them: a graph's rows are a segment of its nodes'.
+        """
+        reading = READINGS.read(batch, self.sample_dims)
+        if reading.graphs is not None:
+            return self.hash.graphs(reading.graphs, reading.rows)
+        if not reading.rows or reading.samples is None:
             raise SampleAuditError(
                 f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with "
                 f"{self.sample_dims} sample dimension(s); pass sample_id= or fingerprint="
             )
-        lead = tensors[0].shape[: self.sample_dims]
-        samples = math.prod(lead)
-        return [t.reshape(samples, -1) for t in tensors if t.shape[: self.sample_dims] == lead], samples
+        samples, rows = reading.samples, reading.rows
+        return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples
 
     def _read(self, part: Any) -> Any:
         """A loader's part of a step's batch as kept until it trained: its fingerprints, or its sample rows.
@@ -170,7 +172,10 @@ class SampleAudit(Callback):
         """
         if part is None or not self._by_content:
             return None if part is None else self.fingerprints(part)
-        rows, samples = self._sample_rows(part)
+        found = self._sample_rows(part)
+        if isinstance(found, torch.Tensor):  # a graph batch's, hashed at once
+            return found
+        rows, samples = found
         watched = (rows, [t._version for t in rows]) if self._watching else None
         if not self._as_they_are:
             rows = [t.detach().clone() if t.requires_grad else t.clone() for t in rows]
@@ -277,6 +282,7 @@ class SampleAudit(Callback):
         if not any(self._carried_counts):  # Lightning calls this hook on a resumed epoch's start only if none of it ran
             self._start_epoch()
         self._in_epoch, self._failed = True, None
+        self._counted = (trainer.current_epoch, 0)
         self._watch(trainer)  # the loaders may have been reloaded
 
     @override
@@ -314,14 +320,20 @@ class SampleAudit(Callback):
             for loader, item in enumerate(pending):
                 if isinstance(item, torch.Tensor):
                     self._seen[loader].append(item)
+                    self._count(item.numel())
                 elif item is not None:
                     rows, samples, watched = item
+                    self._count(samples)
                     if watched is not None:
                         self._watched.append(watched)
                     if self._held.hold(loader, rows, samples):  # the held steps are due to be hashed
                         self._flush()
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
+
+    def _count(self, samples: int) -> None:
+        if self._counted is not None:
+            self._counted = (self._counted[0], self._counted[1] + samples)
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -335,6 +347,7 @@ class SampleAudit(Callback):
         self._start_epoch()
         self._in_epoch = False
         if self._failed is not None:  # the rank sends the empty fingerprints of the epoch just restarted
+            self._counted = None
             parts, carried = self._local(trainer), self._carried_counts
             order, self._previous = Order.FAILED, None
         else:
@@ -352,7 +365,7 @@ class SampleAudit(Callback):
         else:
             row = self._row(trainer, shares, orders)
             line = self.describe(row)
-            logged = {f"audit/{k}": float(row[k]) for k in COUNTS if row[k] is not None}
+            logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
         self.epochs.append(row)
         self.problems.say(trainer, line)

@@ -1,63 +1,19 @@
-"""What a training batch holds, read the same way by both callbacks: each loader's part, its tensors, its samples."""
+"""A fit's training loaders and batches as both callbacks read them: each loader's part of a step's batch."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-from lightning.pytorch.utilities.data import extract_batch_size
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader, default_collate
 
 from mnistperf.diagnosis.guard import Reporter
+from mnistperf.diagnosis.measure.samples import READINGS
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
-
-
-def tensors_of(batch: Any) -> list[torch.Tensor]:
-    """Every tensor of a batch, in order, in any nest of mappings, sequences and dataclasses (each field of theirs).
-
-    Fields set in ``__post_init__`` count too (a batched graph's node features).
-    """
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    if isinstance(batch, (tuple, list)):  # first: a sequence, or a plain dict, skips the abstract class's slower check
-        items: Any = batch
-    elif type(batch) is dict or isinstance(batch, Mapping):
-        items = batch.values()
-    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        items = [getattr(batch, field.name, None) for field in dataclasses.fields(batch)]
-    else:
-        return []
-    found = list(items)
-    if all(isinstance(item, torch.Tensor) for item in found):
-        return found  # the common batch, read without recursion: this runs every step
-    return [tensor for item in found for tensor in tensors_of(item)]
-
-
-def leading_lengths(batch: Any) -> list[int]:
-    """The distinct leading lengths of a batch's tensors (0-dim ones left out), in the order first met."""
-    return list(dict.fromkeys(t.shape[0] for t in tensors_of(batch) if t.ndim))
-
-
-def leading_length(batch: Any) -> int | None:
-    """The leading length of a batch's first tensor, as Lightning's ``extract_batch_size`` finds it; None if none."""
-    first = batch  # a tensor, or a tuple, list or dict of them first, read directly: this runs every step
-    if isinstance(first, (tuple, list)) and first:
-        first = first[0]
-    elif isinstance(first, dict) and first:
-        first = next(iter(first.values()))
-    if isinstance(first, torch.Tensor):
-        return first.shape[0] if first.ndim else 1
-    try:
-        return extract_batch_size(batch)
-    except (MisconfigurationException, RecursionError):
-        return None
 
 
 def nested(loaders: Any) -> list[Any] | tuple[Any, ...] | None:
@@ -119,7 +75,8 @@ class TrainingBatches:
 
     ``as_one``: what the callback does with a batch read as one loader's; ``loaders``: ``trainer.train_dataloader``
     (None, or unreadable: one loader's batches); ``guess``: what it takes a sample for where a part's tensors disagree
-    (``{first}``: the first tensor's length, ``{module}``: the LightningModule's class), None where it does not guess.
+    (``{samples}``: the samples counted, ``{how}``: what counted them, ``{module}``: the LightningModule's class), None
+    where it does not guess.
     """
 
     def __init__(self, problems: Reporter, as_one: str, loaders: Any = None, guess: str | None = None):
@@ -153,6 +110,7 @@ class TrainingBatches:
     def trained(self) -> list[Any] | None:
         """What the step begun read, now that it trained; None where none began since (a skipped or None batch)."""
         pending, self.pending = self.pending, None
+        READINGS.forget()  # the step's batch is let go
         return pending
 
     def _check(self, trainer: Trainer, batch: Any) -> None:
@@ -171,12 +129,13 @@ class TrainingBatches:
             return
         with self.problems.guard("reading the first batch's tensors"):
             for name, part in zip(self.names, self.parts(batch), strict=True):
-                lengths = leading_lengths(part)  # none for a loader that gave no batch
-                if len(lengths) > 1:
+                reading = READINGS.read(part)
+                if len(reading.lengths) > 1:  # none for a loader that gave no batch, nor for graphs
                     where = f" of loader {name}" if self.several else ""
-                    guessed = self.guess.format(first=lengths[0], module=type(trainer.lightning_module).__name__)
+                    module = type(trainer.lightning_module).__name__
+                    guessed = self.guess.format(samples=reading.samples, how=reading.counted_by, module=module)
                     self.problems.say_once(
                         trainer,
                         f"the tensors of a training batch{where} ({type(part).__name__}) lead with different lengths "
-                        f"({', '.join(map(str, lengths))}): {guessed}",
+                        f"({', '.join(map(str, reading.lengths))}): {guessed}",
                     )

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
+from mnistperf.diagnosis.measure.samples import Graphs
+
 PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
 CHUNK_ELEMENTS = 1 << 22  # elements of the temporary (samples x words x lanes) product per chunk of words
@@ -18,6 +20,7 @@ CHUNK_ELEMENTS = 1 << 22  # elements of the temporary (samples x words x lanes) 
 # exact in float64.
 FLOAT_CHUNK_WORDS = 1 << 20
 PADDING = -1  # fingerprints are non-negative
+PLACES = 4096  # a graph's node places with weights of their own
 # Held steps are hashed together once they hold this many samples, or this many bytes.
 HASH_SAMPLES = 4096
 HASH_BYTES = 32 * 2**20
@@ -47,6 +50,11 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torc
     return total
 
 
+def combined(lanes: torch.Tensor) -> torch.Tensor:
+    """One non-negative int64 per sample from its lanes [samples, LANES]."""
+    return lanes[:, 0] * PRIME + lanes[:, 1]
+
+
 class Fingerprinter:
     """Hashes the bits of each sample's tensors to one non-negative int64, on the tensors' device.
 
@@ -59,13 +67,16 @@ class Fingerprinter:
         self._weights: dict[tuple[int, torch.device], torch.Tensor] = {}
         self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
 
-    def weights(self, offset: int, words: int, device: torch.device) -> torch.Tensor:
-        """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors."""
+    def weights(self, offset: int, words: int, device: torch.device, drawn: int | None = None) -> torch.Tensor:
+        """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors.
+
+        ``drawn``: how many there are at that offset, by default ``max_words``.
+        """
         key = (offset, device)
         if key not in self._weights:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
-            drawn = torch.randint(1, PRIME, (self.max_words, LANES), generator=generator, dtype=torch.int64)
-            self._weights[key] = drawn.to(device)
+            size = (drawn or self.max_words, LANES)
+            self._weights[key] = torch.randint(1, PRIME, size, generator=generator, dtype=torch.int64).to(device)
         return self._weights[key][:words]
 
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
@@ -82,15 +93,48 @@ class Fingerprinter:
             words = words[:, self._positions[key]]
         return words  # int16 words are signed: the sums' remainder is non-negative anyway
 
-    def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
-        """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
+    def lanes(self, tensors: Sequence[torch.Tensor], samples: int, offset: int = 0) -> torch.Tensor:
+        """The hash's lanes [samples, LANES] of the samples spread over ``tensors`` (each with ``samples`` rows).
+
+        ``offset``: where the first tensor stands among a sample's tensors (each position has weights of its own).
+        """
         device = tensors[0].device
         words = [self.words(tensor.to(device), samples) for tensor in tensors]
-        weights = [self.weights(offset, part.shape[1], device) for offset, part in enumerate(words)]
+        weights = [self.weights(offset + at, part.shape[1], device) for at, part in enumerate(words)]
         if len(words) > 1:  # the hash is a sum over words: one product over all of them (1-byte words as int16)
             words, weights = [torch.cat([part.to(torch.int16) for part in words], dim=1)], [torch.cat(weights)]
-        lanes = lane_sums(words[0], weights[0], matmul=device.type == "cpu")
-        return lanes[:, 0] * PRIME + lanes[:, 1]
+        return lane_sums(words[0], weights[0], matmul=device.type == "cpu")
+
+    def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
+        """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
+        return combined(self.lanes(tensors, samples))
+
+    def graphs(self, graphs: Graphs, rows: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Fingerprints [graphs] of a graph batch's samples, each graph's from its own node rows and rows.
+
+        Its node rows' lanes, weighted by their place in the graph, summed, with its own ``rows`` (tensors leading
+        with the graph count): the same whatever else the batch holds.
+        """
+        index, count = graphs.of_node, graphs.total
+        device = index.device
+        total = torch.zeros(count, LANES, dtype=torch.int64, device=device)
+        if graphs.nodes:
+            nodes = self.lanes(graphs.nodes, len(index))  # [nodes, LANES]
+            order = torch.arange(len(index), device=device)
+            first = torch.full((count,), len(index), dtype=torch.int64, device=device)
+            first.scatter_reduce_(0, index.long(), order, "amin")
+            place = order - first[index.long()]  # each node's place in its graph
+            total.index_add_(0, index.long(), nodes * self.place_weights(place) % PRIME)
+        if rows:
+            total += self.lanes(rows, count, offset=len(graphs.nodes))
+        return combined(total % PRIME)
+
+    def place_weights(self, place: torch.Tensor) -> torch.Tensor:
+        """Weights [nodes, LANES] for nodes at ``place`` in their graph, the same whatever the batch.
+
+        They repeat every PLACES places: read so, the device need not tell the largest graph.
+        """
+        return self.weights(-1, PLACES, place.device, PLACES)[place % PLACES]
 
 
 Held = list[tuple[list[torch.Tensor], int]]  # steps' sample rows (copies, or as read), each with its samples

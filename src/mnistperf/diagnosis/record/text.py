@@ -123,3 +123,24 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         f"Final {run.metric}: {run.final_metric:.4f}" if run.final_metric is not None else None,
     ]
     return "\n".join(line for line in lines if line)
+
+
+# What each count beside the timer's is, in an epoch's line.
+COUNTED_BY = {"audit": "SampleAudit", "loader": "the loader's length"}
+
+
+def format_counts(counts: dict[str, int] | None) -> str:
+    """Where an epoch's sample counts disagree, the clause that says so with each count; else nothing.
+
+    ``counts``: the epoch's ``counted`` beside the others (:data:`COUNTED_BY`), and a first batch's ``batch`` beside
+    Lightning's reading of it (``lightning``), as far as each disagrees.
+    """
+    if not counts:
+        return ""
+    said = []
+    others = [f"{label} {counts[name]:,}" for name, label in COUNTED_BY.items() if name in counts]
+    if others:
+        said.append(f"{counts['counted']:,} counted, {', '.join(others)}")
+    if "lightning" in counts:
+        said.append(f"Lightning reads {counts['lightning']:,} a batch where {counts['batch']:,} are counted")
+    return f"; samples disagree: {'; '.join(said)}"

@@ -1,0 +1,246 @@
+"""What a batch's samples are, read one way for both callbacks: how many, and the rows that hold each one."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import torch
+
+# Where a graph batch keeps each node's graph, its graph count and the first node of each graph (PyG's names).
+GRAPH_INDEX, GRAPH_COUNT, GRAPH_POINTER = "batch", "num_graphs", "ptr"
+
+
+class Graphs(NamedTuple):
+    """A graph batch's nodes: each sample is a graph, a segment of the node rows."""
+
+    total: int  # graphs in the batch
+    of_node: torch.Tensor  # [nodes]: each node's graph
+    nodes: list[torch.Tensor]  # the tensors with a row per node (the index apart)
+
+
+class Reading(NamedTuple):
+    """A batch as both callbacks read it: its samples and what says so, the rows that hold them, any graphs."""
+
+    samples: int | None  # None: no tensor gives them
+    counted_by: str  # what gave the count, as a line names it
+    rows: list[torch.Tensor]  # the tensors whose leading dimension(s) are the samples, each as it is in the batch
+    graphs: Graphs | None = None
+    lengths: tuple[int, ...] = ()  # where the count is the first tensor's: the distinct leading lengths, in order
+
+
+def fields_of(item: Any) -> list[Any] | None:
+    """The items a batch's container holds, in order; None for anything else (a tensor, a number, a string).
+
+    A sequence's, a mapping's values, a dataclass's fields (even where it iterates), an object's ``to_dict()`` or else
+    its public attributes.
+    """
+    if isinstance(item, (tuple, list)):
+        return list(item)
+    if isinstance(item, Mapping):
+        return list(item.values())
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):  # its fields first, even where it iterates
+        return [getattr(item, field.name, None) for field in dataclasses.fields(item)]
+    if isinstance(item, (torch.Tensor, str, bytes, int, float, bool, type(None), type)):
+        return None
+    as_dict = getattr(item, "to_dict", None)  # a graph library's batch, a TensorDict: their store, not their methods
+    if callable(as_dict):
+        try:
+            found = as_dict()
+        except Exception:
+            found = None
+        if isinstance(found, Mapping):
+            return list(found.values())
+    try:
+        attributes = vars(item)
+    except TypeError:
+        return None
+    return [value for name, value in attributes.items() if not name.startswith("_")]
+
+
+def tensors_of(batch: Any) -> list[torch.Tensor]:
+    """Every tensor of a batch, in order, in any nest of the containers :func:`fields_of` reads.
+
+    Fields set in ``__post_init__`` count too (a batched graph's node features).
+    """
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    found = fields_of(batch)
+    if found is None:
+        return []
+    if all(isinstance(item, torch.Tensor) for item in found):
+        return found  # the common batch, read without recursion: this runs every step
+    return [tensor for item in found for tensor in tensors_of(item)]
+
+
+def leading_lengths(batch: Any) -> list[int]:
+    """The distinct leading lengths of a batch's tensors (0-dim ones left out), in the order first met."""
+    return list(dict.fromkeys(t.shape[0] for t in tensors_of(batch) if t.ndim))
+
+
+def graph_count(item: Any, index: torch.Tensor) -> int | None:
+    """The graphs of a graph batch: its ``num_graphs``, its pointer's length less one, its length, or counted."""
+    count = getattr(item, GRAPH_COUNT, None)
+    if isinstance(count, int) and not isinstance(count, bool):
+        return count
+    pointer = getattr(item, GRAPH_POINTER, None)
+    if isinstance(pointer, torch.Tensor) and pointer.ndim == 1 and len(pointer):
+        return len(pointer) - 1
+    if hasattr(type(item), "__len__"):
+        try:
+            return len(item)
+        except TypeError:
+            pass
+    if index.device.type == "cpu":  # elsewhere counting would wait for the device
+        return int(index.max()) + 1 if index.numel() else 0
+    return None
+
+
+def graphs_in(item: Any) -> Graphs | None:
+    """``item`` as a graph batch: an object with a per-node graph index (``batch``) and a graph count; else None."""
+    if isinstance(item, (torch.Tensor, tuple, list, Mapping)):
+        return None
+    index = getattr(item, GRAPH_INDEX, None)
+    if not isinstance(index, torch.Tensor) or index.ndim != 1 or index.is_floating_point():
+        return None
+    count = graph_count(item, index)
+    if count is None:
+        return None
+    pointer = getattr(item, GRAPH_POINTER, None)
+    nodes = [t for t in tensors_of(item) if t is not index and t is not pointer and t.ndim and t.shape[0] == len(index)]
+    return Graphs(count, index, nodes)
+
+
+def find_graphs(batch: Any, depth: int = 3) -> tuple[Graphs | None, Any]:
+    """The first graph batch in ``batch`` (itself, or nested up to ``depth`` containers down), and the object."""
+    graphs = graphs_in(batch)
+    if graphs is not None:
+        return graphs, batch
+    if depth and not isinstance(batch, torch.Tensor):
+        for item in fields_of(batch) or []:
+            if not isinstance(item, torch.Tensor):
+                found = find_graphs(item, depth - 1)
+                if found[0] is not None:
+                    return found
+    return None, None
+
+
+def stated_size(batch: Any) -> int | None:
+    """The samples a batch object says it holds (its ``batch_size``: an int, or a torch.Size's first), else None."""
+    size = getattr(batch, "batch_size", None)
+    if isinstance(size, torch.Size):
+        size = size[0] if len(size) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+
+
+def read(batch: Any, sample_dims: int = 1) -> Reading:
+    """How many samples ``batch`` (one loader's) holds and the rows that hold them, by the first rule that applies.
+
+    A graph batch (a per-node graph index and a graph count): its graphs, each one's node rows its own segment. A
+    batch object that states its ``batch_size``: that many. Otherwise: the leading length of the first tensor with a
+    dimension (with ``sample_dims`` > 1, the product of its first ``sample_dims``; 0-dim tensors alone: 1). The rows are
+    every tensor that leads with that many samples.
+    """
+    if isinstance(batch, torch.Tensor):  # the common batches, read directly: this runs every step
+        tensors = [batch]
+    elif isinstance(batch, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in batch):
+        tensors = list(batch)
+    elif type(batch) is dict and all(isinstance(t, torch.Tensor) for t in batch.values()):
+        tensors = list(batch.values())
+    else:
+        return _read_nested(batch, sample_dims)
+    return _by_first(tensors, sample_dims)
+
+
+def _by_first(tensors: list[torch.Tensor], sample_dims: int, counted_by: str = "the first tensor's length") -> Reading:
+    if sample_dims == 1:
+        rows: list[torch.Tensor] = []
+        first = -1
+        lengths: dict[int, None] = {}
+        for t in tensors:
+            if t.ndim:
+                lengths[t.shape[0]] = None
+                if not rows or t.shape[0] == first:
+                    first = t.shape[0]
+                    rows.append(t)
+        if rows:
+            return Reading(first, counted_by, rows, lengths=tuple(lengths))
+        return Reading(1 if tensors else None, "a batch of 0-dim tensors", [])
+    shaped = [t for t in tensors if t.ndim >= sample_dims]
+    if not shaped:
+        return Reading(None, f"no tensor with {sample_dims} sample dimensions", [])
+    lead = shaped[0].shape[:sample_dims]
+    rows = [t for t in shaped if t.shape[:sample_dims] == lead]
+    return Reading(math.prod(lead), f"the first tensor's {sample_dims} leading dimensions", rows)
+
+
+def _read_nested(batch: Any, sample_dims: int) -> Reading:
+    """:func:`read` of a batch that is not a plain tensor, tuple or dict of tensors."""
+    graphs, holder = find_graphs(batch) if sample_dims == 1 else (None, None)
+    if graphs is not None:
+        apart = {id(t) for t in (*graphs.nodes, graphs.of_node, getattr(holder, GRAPH_POINTER, None))}
+        rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == graphs.total]
+        name = type(holder).__name__
+        return Reading(graphs.total, f"the graphs of its {name}", rows, graphs)
+    tensors = tensors_of(batch)
+    size = stated_size(batch) if sample_dims == 1 else None
+    if size is not None:
+        rows = [t for t in tensors if t.ndim and t.shape[0] == size]
+        return Reading(size, f"its batch_size ({type(batch).__name__})", rows)
+    return _by_first(tensors, sample_dims)
+
+
+class Recent:
+    """The readings of the step's batches, so that both callbacks read each batch once.
+
+    Kept until :meth:`forget` (a step's end), at most ``size`` of them, by the batch object itself (held, so that its
+    id is not another's).
+    """
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._kept: list[tuple[Any, int, Reading]] = []
+
+    def read(self, batch: Any, sample_dims: int = 1) -> Reading:
+        """:func:`read` of ``batch``, once while it is kept."""
+        for kept, dims, reading in self._kept:
+            if kept is batch and dims == sample_dims:
+                return reading
+        reading = read(batch, sample_dims)
+        self._kept = [*self._kept[-(self.size - 1) :], (batch, sample_dims, reading)]
+        return reading
+
+    def forget(self) -> None:
+        """Let go of every batch kept (a step ended)."""
+        self._kept = []
+
+
+READINGS = Recent()  # the one reading of each batch both callbacks share
+
+
+def loader_samples(loader: Any, steps: int) -> int | None:
+    """The samples a DataLoader of single items gives an epoch of ``steps`` batches, where that is known.
+
+    All of its sampler's where ``steps`` is its whole length; None for any other iterable or a custom batch sampler.
+    """
+    from torch.utils.data import DataLoader, IterableDataset
+
+    if not isinstance(loader, DataLoader) or loader.batch_size is None or isinstance(loader.dataset, IterableDataset):
+        return None
+    try:
+        batches, samples = len(loader), len(loader.sampler)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    if steps != batches:
+        return None
+    return batches * loader.batch_size if loader.drop_last else samples
+
+
+def disagreeing(counted: float, others: dict[str, int | None]) -> dict[str, int] | None:
+    """``counted`` beside every other count that is known, where any of them differs; None where all agree."""
+    known = {name: int(value) for name, value in others.items() if value is not None}
+    if math.isnan(counted) or all(value == counted for value in known.values()):
+        return None
+    return {"counted": int(counted), **known}

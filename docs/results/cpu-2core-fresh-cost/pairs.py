@@ -1,0 +1,217 @@
+"""What EpochTimer and SampleAudit together cost whole fits, each fit a fresh process, the arms alternating.
+
+A pair is two fresh processes, one fit each: with the callbacks and without them (or with them handing every figure
+to the loggers, ``all``), in an order that alternates from pair to pair so the machine's drift falls on both arms.
+Each process imports first, then times its whole ``trainer.fit`` (the callbacks' work at the fit's ends inside) in
+wall seconds and in its own CPU seconds. Prints and writes results-WORKLOAD.json beside this file: each arm's median
+fit, the median of the pairs' ratios with a 95 % interval (pairs resampled with replacement), and the one-minute
+load average before and after every pair.
+
+    python docs/results/cpu-2core-fresh-cost/pairs.py WORKLOAD [PAIRS] [EPOCHS] [ARMS] [--together]
+
+``--together`` runs every arm in this one process instead, after a warm-up fit of each, the arms' order alternating
+from round to round (results-WORKLOAD-ARMS-together.json): fits seconds apart in one warm process, whose ratios are
+far tighter than fresh processes', which differ from each other by up to 2x on this machine.
+
+WORKLOAD: ``small`` (an MLP, 30 steps of 64 rows an epoch, 1-2 ms each, no logger), ``newcomer``
+(examples/diagnose_your_run.py's MLP, 64 steps of about 3 ms, TensorBoard's logger), ``table`` (the small MLP logging
+its loss every step to a logger that writes its table to disk on every call: Lightning's CSVLogger flushed each
+step), ``long`` (the small MLP, 300 steps an epoch, 24 epochs: a fit of some 10 s), ``chemprop`` (the compatibility
+tier's MPNN, in .venv-compat-chemprop). ARMS: comma-separated, of ``none``, ``both`` (the default callbacks) and
+``all`` (both, with ``log_all=True``); default ``none,both``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(HERE.parent))
+from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
+
+EPOCHS = {"small": 3, "newcomer": 3, "table": 3, "long": 24, "chemprop": 3}
+
+
+def callbacks(arm: str) -> list[Any]:
+    """The arm's callbacks: none, both as they come, or both handing the loggers every figure."""
+    from mnistperf.diagnosis import EpochTimer, SampleAudit
+
+    return {
+        "none": [],
+        "both": [EpochTimer(), SampleAudit()],
+        "all": [EpochTimer(log_all=True), SampleAudit(log_all=True)],
+    }[arm]
+
+
+def trainer(root: Path, epochs: int, arm: str, **options: Any) -> Any:
+    """A CPU Trainer with the arm's callbacks: no progress bar, model summary or checkpoint unless ``options`` say."""
+    from lightning.pytorch import Trainer
+
+    settings = {"enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
+    return Trainer(
+        accelerator="cpu", max_epochs=epochs, default_root_dir=root, callbacks=callbacks(arm), **{**settings, **options}
+    )
+
+
+def small(steps: int, logged: bool = False) -> tuple[Any, Any]:
+    """The small MLP of ../cpu-2core-operator-clock/short_fits.py (seeded) and ``steps`` batches of 64 random rows."""
+    from lightning.pytorch import seed_everything
+
+    sys.path.insert(0, str(HERE.parent / "cpu-2core-operator-clock"))
+    import short_fits
+
+    class Logged(short_fits.Small):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("train/loss", loss)
+            return loss
+
+    seed_everything(0, verbose=False)
+    return (Logged if logged else short_fits.Small)("mlp"), short_fits.rows((32,), steps)
+
+
+def fit(workload: str, epochs: int, arm: str, root: Path) -> Any:
+    """The workload's fit, built (data, model, trainer), and a function that runs it."""
+    if workload in ("small", "long"):
+        module, loader = small(30 if workload == "small" else 300)
+        run = trainer(root, epochs, arm, logger=False)
+        return lambda: run.fit(module, loader)
+    if workload == "table":
+        from lightning.pytorch.loggers import CSVLogger
+
+        module, loader = small(30, logged=True)
+        logger = CSVLogger(root, name="table", flush_logs_every_n_steps=1)
+        run = trainer(root, epochs, arm, logger=logger, log_every_n_steps=1)
+        return lambda: run.fit(module, loader)
+    if workload == "newcomer":
+        from lightning.pytorch import seed_everything
+        from torch.utils.data import DataLoader
+
+        sys.path.insert(0, str(ROOT / "examples"))
+        import diagnose_your_run as example
+
+        seed_everything(0, verbose=False)
+        loader = DataLoader(example.Points(4096), batch_size=64, shuffle=True)
+        module = example.Classifier()
+        run = trainer(root, epochs, arm, log_every_n_steps=10, devices=1)
+        return lambda: run.fit(module, loader)
+    if workload == "chemprop":
+        sys.path.insert(0, str(ROOT / "tests" / "compat"))
+        import test_chemprop as case
+        from lightning.pytorch import Trainer
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        train_loader, val_loader, scaler = case.loaders()
+        module = case.mpnn(scaler)
+        checkpoints = ModelCheckpoint(root / "checkpoints", "best-{epoch}-{val_loss:.2f}", "val_loss", mode="min")
+        run = Trainer(
+            logger=False,
+            default_root_dir=root,
+            enable_progress_bar=False,
+            accelerator="cpu",
+            devices=1,
+            max_epochs=epochs,
+            callbacks=[checkpoints, *callbacks(arm)],
+        )
+        return lambda: run.fit(module, train_loader, val_loader)
+    raise SystemExit(f"pairs.py: no workload {workload!r}; give one of {', '.join(EPOCHS)}")
+
+
+def timed(workload: str, epochs: int, arm: str) -> dict[str, float]:
+    """One fit of the workload, built afresh and timed (wall and this process's CPU seconds), its output discarded."""
+    import contextlib
+    import io
+    import logging
+    import tempfile
+
+    import mnistperf.diagnosis  # noqa: F401  (imported in every arm: a user's script imports what it uses)
+
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
+    with tempfile.TemporaryDirectory() as scratch, quiet[0], quiet[1]:
+        run = fit(workload, epochs, arm, Path(scratch))
+        wall, cpu = time.perf_counter(), time.process_time()
+        run()
+        return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+
+
+def child(workload: str, epochs: int, arm: str) -> None:
+    """One fresh process's fit, timed; its figures as one JSON line on the last line of stdout."""
+    print(json.dumps(timed(workload, epochs, arm)))
+
+
+def main() -> None:
+    """Run the pairs, print and write the figures."""
+    import statistics
+
+    together = "--together" in sys.argv
+    args = [arg for arg in sys.argv[1:] if arg != "--together"]
+    workload = args[0] if args else "small"
+    pairs = int(args[1]) if len(args) > 1 else 20
+    epochs = int(args[2]) if len(args) > 2 else EPOCHS[workload]
+    arms = args[3].split(",") if len(args) > 3 else ["none", "both"]
+    python = sys.executable
+    seconds: dict[str, dict[str, list[float]]] = {clock: {arm: [] for arm in arms} for clock in ("wall", "cpu")}
+    load = [os.getloadavg()[0]]
+    if together:
+        for arm in arms:
+            timed(workload, epochs, arm)  # warm-up: imports and first calls, in no arm
+    for pair in range(pairs):
+        for arm in arms if pair % 2 == 0 else arms[::-1]:
+            if together:
+                took = timed(workload, epochs, arm)
+            else:
+                command = [python, __file__, "--child", workload, str(epochs), arm]
+                found = subprocess.run(command, capture_output=True, text=True, check=True)
+                took = json.loads(found.stdout.strip().splitlines()[-1])
+            for clock, value in took.items():
+                seconds[clock][arm].append(value)
+        load.append(os.getloadavg()[0])
+        print(f"pair {pair + 1}/{pairs}: " + ", ".join(f"{a} {seconds['wall'][a][-1]:.3f} s" for a in arms), flush=True)
+    base = arms[0]
+    result: dict[str, Any] = {"workload": workload, "epochs": epochs, "pairs": pairs, "load_average_1min": load}
+    result["processes"] = "one, every arm alternating in it" if together else "a fresh one for every fit"
+    for clock, values in seconds.items():
+        row: dict[str, Any] = {"fit_s": values, "median_fit_s": {a: statistics.median(v) for a, v in values.items()}}
+        for arm in arms[1:]:
+            ratios = [a / b for a, b in zip(values[arm], values[base], strict=True)]
+            row[f"{arm}_over_{base}"] = {"median_pair_ratio": statistics.median(ratios), "95": median_interval(ratios)}
+        result[clock] = row
+    import lightning
+    import torch
+
+    result["environment"] = {
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "python": platform.python_version(),
+    }
+    tag = ("" if arms == ["none", "both"] else "-" + "-".join(arms)) + ("-together" if together else "")
+    (HERE / f"results-{workload}{tag}.json").write_text(json.dumps(result, indent=1) + "\n")
+    for clock in ("wall", "cpu"):
+        for arm in arms[1:]:
+            ratio = result[clock][f"{arm}_over_{base}"]
+            low, high = ratio["95"]
+            print(
+                f"{workload}, {clock}: median fit {result[clock]['median_fit_s'][base]:.3f} s {base}, "
+                f"{result[clock]['median_fit_s'][arm]:.3f} s {arm}; "
+                f"median pair ratio {ratio['median_pair_ratio']:.3f}x "
+                f"(95 % {low:.3f}-{high:.3f}x); load {min(load):.2f}-{max(load):.2f}"
+            )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        child(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    else:
+        main()

@@ -32,7 +32,9 @@ CONFIGS = REPO / "configs"
 # The official .gz files (mnist/ and fashion-mnist/), for the realdata tests: MNISTPERF_SHARED_DATASETS, else
 # ../shared/datasets beside the checkout.
 SHARED_DATASETS = Path(os.environ.get("MNISTPERF_SHARED_DATASETS", REPO.parent / "shared" / "datasets"))
-LITDATA_MISSING = "needs the litdata package: install the litdata extra as README.md's set-up says"
+LITDATA_MISSING = (
+    "needs the litdata package: . .venv/bin/activate && pip install torch torchvision && pip install -e '.[litdata]'"
+)
 TRAIN_ROWS, TEST_ROWS = 96, 40
 # A fit that prints only its own lines: no progress bar, no model summary.
 QUIET = ("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false")
@@ -230,7 +232,10 @@ def fake_raw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRaw:
 @pytest.fixture
 def shared_datasets() -> Path:
     if not (SHARED_DATASETS / "fashion-mnist" / "train-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"real datasets not found in {SHARED_DATASETS}")
+        pytest.skip(
+            f"real datasets not found in {SHARED_DATASETS}: MNISTPERF_SHARED_DATASETS=DIR names a folder of "
+            "DIR/fashion-mnist/ and DIR/mnist/ holding the official .gz files"
+        )
     return SHARED_DATASETS
 
 

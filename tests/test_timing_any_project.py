@@ -370,7 +370,7 @@ def test_beside_a_progress_bar_the_timer_says_where_its_epochs_start(tmp_path, c
         default_root_dir=tmp_path,
     )
     out = capsys.readouterr().out
-    assert out.count("epoch 1 (the progress bar's Epoch 0): train") == 1  # the bar counts from 0, the timer from 1
+    assert out.count("epoch 1 (bar: Epoch 0): train") == 1  # the bar counts from 0, the timer from 1
     assert "epoch 2: train" in out
 
 
@@ -549,3 +549,63 @@ def test_each_callback_hands_a_logger_one_call_an_epoch_the_few_plotted_or_every
     assert {key for key in keys if key.startswith("audit/")} == (
         counts | {"audit/seen", "audit/distinct"} if log_all else counts
     )
+
+
+class Validated(TupleBatches):
+    """TupleBatches with a validation that logs ``val/loss`` and ``val/acc``."""
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.layer(x)
+        self.log("val/loss", torch.nn.functional.cross_entropy(logits, y))
+        self.log("val/acc", (logits.argmax(1) == y).float().mean())
+
+
+def test_a_monitor_never_logged_is_named_at_the_fits_end_with_the_metrics_that_were(tmp_path, capsys):
+    timer = EpochTimer(monitor="val/acx")
+    loader = DataLoader(TensorDataset(*features()), batch_size=BATCH)
+    fit_module(Validated(), loader, loader, callbacks=[timer], default_root_dir=tmp_path)
+    said = capsys.readouterr().out
+    reason = json.loads(timer.summary_path.read_text())["final_metric_reason"]
+    assert reason.startswith("monitor='val/acx' was never logged by a validation")
+    assert "the metrics logged: train_loss, val/acc, val/loss; did you mean val/acc?" in reason
+    assert said.count(f"EpochTimer: {reason}.") == 1
+
+
+def test_a_monitor_logged_is_reported_with_no_word_of_it_missing(tmp_path, capsys):
+    timer = EpochTimer(monitor="val/acc")
+    loader = DataLoader(TensorDataset(*features()), batch_size=BATCH)
+    fit_module(Validated(), loader, loader, callbacks=[timer], default_root_dir=tmp_path)
+    summary = json.loads(timer.summary_path.read_text())
+    assert summary["final_metric"] is not None and "final_metric_reason" not in summary
+    assert "never logged" not in capsys.readouterr().out
+
+
+def test_input_bound_advice_leaves_out_what_the_loader_already_sets(tmp_path):
+    timer = EpochTimer()
+    loader = DataLoader(SlowItems(), batch_size=2, num_workers=1, persistent_workers=True)
+    fit_module(TupleBatches(), loader, callbacks=[timer], default_root_dir=tmp_path)
+    hints = json.loads(timer.summary_path.read_text())["advice"]["hints"]
+    assert hints[0] == "more DataLoader workers (num_workers)" and not [h for h in hints if "persistent" in h]
+
+
+class Stream:
+    """A loader that is no DataLoader: a generator of slow batches, as a library's stream of transformations is."""
+
+    def __iter__(self):
+        for _ in range(4):
+            time.sleep(0.1)
+            yield torch.randn(2, 3), torch.tensor([0, 1])
+
+    def __len__(self) -> int:
+        return 4
+
+
+def test_a_loader_that_is_no_dataloader_is_told_no_dataloader_option(tmp_path):
+    timer = EpochTimer()
+    fit_module(TupleBatches(), Stream(), callbacks=[timer], default_root_dir=tmp_path)
+    summary = json.loads(timer.summary_path.read_text())
+    assert summary["verdict"] == "input-bound", summary["verdict_reason"]
+    hints = summary["advice"]["hints"]
+    assert hints[0].startswith("a loader that reads ahead in parallel: the training loader is a Stream, not a torch")
+    assert not [h for h in hints if "num_workers" in h or "persistent" in h or "__getitem__" in h]

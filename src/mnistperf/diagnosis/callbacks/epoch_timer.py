@@ -19,6 +19,7 @@ from lightning.pytorch.profilers import PassThroughProfiler, Profiler, PyTorchPr
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
+from mnistperf.close_names import did_you_mean
 from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import log_folder, project_hints, project_terms
@@ -35,7 +36,7 @@ from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.environment import environment
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, write_summary
 from mnistperf.diagnosis.record.text import format_counts, format_summary, throughput
-from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
+from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, deciding
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, swap_profiler
 
@@ -61,6 +62,15 @@ def per_loader_text(samples: dict[str, int | None] | None) -> str:
     if len(set(samples.values())) == 1:
         return f" ({len(samples)} loaders of {next(iter(samples.values())):,} samples each)"
     return " (" + " + ".join(f"{name} {count:,}" for name, count in samples.items()) + " samples)"
+
+
+def unlogged_monitor(monitor: str, logged: Any) -> str:
+    """What to say of a ``monitor`` metric no validation logged: the metrics that were, and the one likely meant."""
+    names = sorted(str(name) for name in logged)
+    return (
+        f"monitor={monitor!r} was never logged by a validation, so the summary has no final value of it; the metrics "
+        f"logged: {', '.join(names) if names else 'none'}{did_you_mean(monitor, names)}"
+    )
 
 
 def last_epoch(trainer: Trainer, batches: float) -> bool:
@@ -156,15 +166,12 @@ class EpochTimer(Callback):
             if isinstance(profiler, PyTorchProfiler):
                 busy_unavailable = "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
                 self.problems.say_once(trainer, f"busy share not measured: {busy_unavailable}.")
-            hints = self.hints
-            with self.problems.guard("naming the advice in the project's terms"):
-                hints = project_hints(self.hints, project_terms(trainer), pl_module.device.type == "cuda")
             self.clock = EpochClock(
                 pl_module.device,
                 self.input_bound_share,
                 self.busy_window_steps,
                 busy_unavailable=busy_unavailable,
-                hints=hints,
+                hints=self.hints,  # in the project's terms once its loaders are loaded (on_train_start)
                 trace_limit=self.trace_limit,
                 window_share=self.window_share,
                 metric=self.monitor,
@@ -192,7 +199,13 @@ class EpochTimer(Callback):
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Read the training loaders, each counted apart; a count of the user's counts each batch whole."""
+        """Read the training loaders and name the advice in the project's terms, its loader's among them.
+
+        Each loader is counted apart; a count of the user's counts each batch whole.
+        """
+        with self.problems.guard("naming the advice in the project's terms"):
+            cuda = pl_module.device.type == "cuda"
+            self.clock.hints = project_hints(self.hints, project_terms(trainer), cuda)
         self._epoch_open = self._uncounted = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
         self._own: Callable[[Any], int] | None = own if callable(own) else None
@@ -375,12 +388,12 @@ class EpochTimer(Callback):
         self.problems.log(trainer, scalars(row, self.log_all), "the epoch's figures")
         # Beside a progress bar, the first epoch's line says the bar's number for it (the bar counts from 0).
         first = trainer.progress_bar_callback is not None and len(self.epochs) == 1
-        bar = f" (the progress bar's Epoch {trainer.current_epoch})" if first else ""
+        bar = f" (bar: Epoch {trainer.current_epoch})" if first else ""
         self.problems.say(
             trainer,
             f"epoch {row['epoch']}{bar}: train {row[TRAIN_S]:.2f} s, eval {row[EVAL_S]:.2f} s, "
             f"{throughput(row[SAMPLES_PER_S])}{per_loader_text(row.get('loader_samples'))}, {row['verdict']} "
-            f"({row['verdict_reason']}){format_counts(row.get('sample_counts'))}",
+            f"({deciding(row, row['verdict'])}){format_counts(row.get('sample_counts'))}",
         )
 
     def _counts_apart(self, trainer: Trainer) -> dict[str, int] | None:
@@ -428,6 +441,10 @@ class EpochTimer(Callback):
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
             trace = self.clock.export_trace(folder)  # before the summary, which names it
         summary = {**self.summary(trainer), "interrupted": interrupted}
+        if self.monitor is not None and summary.get("final_metric") is None:
+            with self.problems.guard("reading the metrics logged"):
+                summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
+                self.problems.say_once(trainer, f"{summary['final_metric_reason']}.")
         run: RunSummary | dict[str, Any] = summary
         with self.problems.guard("reading the summary"):
             run = RunSummary.of(summary)  # read once, for the text and the report

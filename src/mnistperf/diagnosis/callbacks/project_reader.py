@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from torch.utils.data import DataLoader, IterableDataset
 
 from mnistperf.diagnosis.measure.loader_options import arguments, own_names
 from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS, Hints
-from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
+from mnistperf.diagnosis.record.project_terms import LoaderFacts, ProjectTerms, input_hints, workers_hints
 
 if TYPE_CHECKING:  # LightningCLI (and jsonargparse, a tenth of a second to load) only where the run loaded it
     from lightning.pytorch.cli import SaveConfigCallback
@@ -42,6 +44,22 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
         prefix=prefix,
         config=config_file(trainer, saver) if saver is not None and named else None,
         in_main="__main__" in (type(module).__module__, type(datamodule).__module__),  # NoneType's: builtins
+        loader=loader_facts(trainer.train_dataloader),  # None before the fit loads it
+    )
+
+
+def loader_facts(loader: Any) -> LoaderFacts | None:
+    """What the advice knows of a run's training loader: None for a nest of several, or none."""
+    if loader is None or isinstance(loader, (Mapping, list, tuple)):
+        return None
+    if not isinstance(loader, DataLoader):
+        return LoaderFacts(type(loader).__name__, data_loader=False)
+    return LoaderFacts(
+        type(loader).__name__,
+        data_loader=True,
+        map_style=not isinstance(loader.dataset, IterableDataset),
+        persistent=bool(loader.persistent_workers),
+        pinned=bool(loader.pin_memory),
     )
 
 

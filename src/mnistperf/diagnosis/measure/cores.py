@@ -103,6 +103,6 @@ def clause(found: dict[str, Any] | None) -> str:
         )
     workers_used = f", its loader's workers using {used:.0%} of them" if used is not None else ""
     return (
-        "; other work on this machine (a DDP run's other ranks and their workers among it) took the cores: the "
+        "; other work on this machine took the cores: the "
         f"training thread waited for one {wait:.0%} of train time{workers_used}; measure again on a quieter machine"
     )

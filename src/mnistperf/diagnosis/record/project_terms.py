@@ -11,6 +11,17 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class LoaderFacts:
+    """What the advice knows of the run's one training loader: what it is, and what it already sets."""
+
+    kind: str  # its class's name
+    data_loader: bool  # a torch DataLoader (else any other iterable: no DataLoader option applies)
+    map_style: bool = True  # its dataset is read item by item (``__getitem__``), not streamed (``__iter__``)
+    persistent: bool = False  # persistent_workers already set
+    pinned: bool = False  # pin_memory already set
+
+
+@dataclass(frozen=True)
 class ProjectTerms:
     """What the advice names of the run's project; each part None where the run does not show it."""
 
@@ -20,6 +31,7 @@ class ProjectTerms:
     prefix: str | None = None  # the key of the DataModule's arguments in a LightningCLI config ("data.init_args.")
     config: str | None = None  # a config naming the classes, which `mnistperf tune --config` reads
     in_main: bool = False  # a class is defined in __main__, which tune's fresh processes cannot import
+    loader: LoaderFacts | None = None  # the one training loader, where the run has one and it was read
 
     def named(self, setting: str, value: Any = None) -> str:
         """A loader setting (set to ``value``, where given) as the user changes it in this project."""
@@ -54,19 +66,25 @@ def tune_hint(terms: ProjectTerms, what: str) -> list[str]:
 
 
 def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
-    """What usually removes an input bound, in the project's terms; pinning (a faster copy to a GPU) on CUDA only."""
-    hints = [
-        f"more DataLoader workers ({terms.named('num_workers')})",
-        f"workers kept alive between epochs ({terms.named('persistent_workers', True)})",
-    ]
-    if cuda:
+    """What usually removes an input bound, in the project's terms: only what its loader is and has not already set.
+
+    Pinning (a faster copy to a GPU) on CUDA only; a loader that is not a DataLoader is told no DataLoader option.
+    """
+    loader = terms.loader
+    kept = "the dataset kept on the device as tensors, batches sliced there"
+    if loader is not None and not loader.data_loader:
+        return [
+            f"a loader that reads ahead in parallel: the training loader is a {loader.kind}, not a torch DataLoader, "
+            "so its own options set that (or a DataLoader with workers over its data)",
+            kept,
+        ]
+    hints = [f"more DataLoader workers ({terms.named('num_workers')})"]
+    if loader is None or not loader.persistent:
+        hints.append(f"workers kept alive between epochs ({terms.named('persistent_workers', True)})")
+    if cuda and (loader is None or not loader.pinned):
         hints.append(f"batches pinned for the copy to the GPU ({terms.named('pin_memory', True)})")
-    return [
-        *hints,
-        *tune_hint(terms, "those settings"),
-        ONCE,
-        "the dataset kept on the device as tensors, batches sliced there",
-    ]
+    once = ONCE if loader is None or loader.map_style else ONCE.replace("__getitem__", "the dataset's __iter__")
+    return [*hints, *tune_hint(terms, "those settings"), once, kept]
 
 
 def workers_hints(terms: ProjectTerms) -> list[str]:

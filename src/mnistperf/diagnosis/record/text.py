@@ -15,6 +15,7 @@ from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.verdict import BUSY_SAID
 
 COMM_EXPOSED = 0.2  # ranks in collectives with no work beside them this share of the window: say what it bounds
+DOUBT_IN_POINTS = 0.1  # a busy share's margin up to this is said in points; past it, as the range it leaves
 
 
 def throughput(samples_per_s: float | None) -> str:
@@ -92,10 +93,17 @@ def format_window(window: dict[str, Any]) -> str:
     first, last = window.get("first_step", 0), window.get("last_step", 0)
     steps = f"step {first}" if first == last else f"steps {first}-{last}"
     return (
-        f"{label}: {window['share']:.0%} of the time (read within {window.get('margin', 0.0):.0%}) over training "
-        f"{steps} of epoch {window.get('epoch', 0)} "
+        f"{label}: {window['share']:.0%} of the time ({reading_doubt(window['share'], window.get('margin', 0.0))}) "
+        f"over training {steps} of epoch {window.get('epoch', 0)} "
         f"({how} in {where}{crowd}{trace})"
     )
+
+
+def reading_doubt(share: float, margin: float) -> str:
+    """How far a share read may be from the truth, in words: a few points, or the range it may lie anywhere in."""
+    if margin <= DOUBT_IN_POINTS:
+        return f"give or take {margin * 100:.0f} points"
+    return f"a doubtful reading: anywhere from {max(0.0, share - margin):.0%} to {min(1.0, share + margin):.0%}"
 
 
 def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:

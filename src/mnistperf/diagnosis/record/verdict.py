@@ -83,3 +83,18 @@ def doubt(figures: dict[str, Any], busy: float) -> str:
         "either compute-bound (its own arithmetic sets the pace) or overhead-bound (the launches and the loop "
         "around it do)"
     )
+
+
+def deciding(figures: dict[str, Any], verdict: str) -> str:
+    """The one figure that decided ``verdict``, as an epoch's line says it, with its doubt in a word if any."""
+    wait = figures[INPUT_WAIT_SHARE]
+    if verdict == "input-bound":
+        return f"waiting for data {wait:.0%}"
+    device = "cuda" if DEVICE_BUSY_SHARE in figures else "cpu"
+    busy = figures.get(BUSY[device])
+    if busy is not None:
+        return f"{BUSY_SAID[device]} {busy:.0%}" + (", in doubt" if doubt(figures, busy) else "")
+    most = step_share(figures)
+    if verdict == "overhead-bound" and most is not None:
+        return f"at most {most:.0%} in tensor operations"
+    return f"waiting for data {wait:.0%}, busy share not measured"

@@ -95,7 +95,7 @@ def test_a_spike_is_counted_where_it_fell_and_named_only_where_it_cost_enough():
     timer = fit(lambda epoch, index: 0.6 if (epoch, index) == (2, 10) else STEP_S)
     second = timer.epochs[1]
     assert second["worst_spikes"][0][0] == 11 and second["spikes"] >= 1, second
-    assert second["spikes_s"] >= 0.6 - 2 * STEP_S
+    assert second["spikes_s"] >= 0.6 - second["step_median_s"]  # past the median, however busy the machine
     assert second["step_max_s"] >= 0.6 > second["step_p90_s"] >= second["step_median_s"] >= STEP_S
     assert "timing/step_median_s" in scalars(second) and "timing/spikes_s" in scalars(second, every=True)
     summary = timer.clock.summary()

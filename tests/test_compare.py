@@ -80,7 +80,10 @@ def test_a_folder_gives_its_newest_timing_json_and_a_wrong_path_fails_in_one_lin
     assert find_summary(tmp_path) == new and find_summary(old) == old
     main(["compare", str(old), str(new.parent.parent)])
     printed = capsys.readouterr().out
-    assert "B saves 5.00 s per epoch (2.00x, noise not known), within the 6.00 s" in printed
+    assert (
+        "B saves 5.00 s per epoch (2.00x, noise not known: each run has 0 steady epochs measuring it), within"
+        in printed
+    )
     fails_in_one_line(capsys, ["compare", str(tmp_path / "nowhere"), str(new)], "no such file or folder")
     (tmp_path / "empty").mkdir()
     fails_in_one_line(capsys, ["compare", str(tmp_path / "empty"), str(new)], "no timing.json under this folder")
@@ -98,3 +101,28 @@ def test_the_lab_ladder_v1_pinned_against_v2_pinned(workdir, capsys):
     keys = {row["key"] for row in found["rows"]}
     assert {"avg_train_s", "samples_per_s", "split.input_wait_s", "peak_rss_mb.main_process"} <= keys
     assert found["bought"]["saved_s"] is not None and found["bought"]["bound"] == found["verdicts"][0]
+
+
+def test_what_changed_between_the_runs_is_listed_and_a_gain_beyond_the_ceiling_set_down_to_it():
+    a = run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0, data={"num_workers": 0, "batch_size": 512})
+    b = run(4.0, 60_000, "overhead-bound", 0.1, data={"num_workers": 2, "batch_size": 512})
+    text = format_comparison(compare(a, b), Path("a/timing.json"), Path("b/timing.json"))
+    assert "changed: data.num_workers 0 -> 2" in text.splitlines()[: text.splitlines().index("")]
+    assert (
+        "beyond the 3.00 s that A's summary said fixing its input-bound bound could buy: more changed than that "
+        "bound (data.num_workers 0 -> 2)" in text
+    )
+    same = format_comparison(compare(a, run(4.0, 60_000, "x", 0.1, data=a["data"])), Path("a"), Path("b"))
+    assert "changed: nothing the runs record" in same and "so the machine's load or the data moved it" in same
+
+
+def test_epochs_of_other_sizes_and_an_interrupted_run_are_flagged_at_the_top():
+    a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
+    b = run(3.0, 30_000, "input-bound", 0.6, interrupted=True)
+    lines = format_comparison(compare(a, b), Path("a"), Path("b")).splitlines()
+    notes = [line for line in lines[: lines.index("")] if line.startswith("note: ")]
+    assert notes[0] == (
+        "note: A's steady epochs train 60,000 samples and B's 30,000: compare per sample (throughput, median step), "
+        "not per epoch"
+    )
+    assert "note: B was interrupted: its figures cover the epochs it finished" in notes

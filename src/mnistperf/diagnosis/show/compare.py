@@ -40,6 +40,62 @@ def noise(a: RunSummary, b: RunSummary, figure: figures.Figure) -> float | None:
     return max((s for run in (a, b) if (s := spread(steady_values(run, figure))) is not None), default=None)
 
 
+def unknown_noise(a: RunSummary, b: RunSummary, figure: figures.Figure) -> str | None:
+    """Why a figure's noise is not known (None where it is): one reading a run, or too few steady epochs."""
+    if figure.per_epoch is None:
+        return "one reading a run"
+    counts = [len(steady_values(run, figure)) for run in (a, b)]
+    if max(counts) >= 2:
+        return None
+    if counts[0] == counts[1]:
+        return f"each run has {counts[0]} steady epoch{'s' if counts[0] != 1 else ''} measuring it"
+    return f"A has {counts[0]} steady epoch(s) measuring it, B {counts[1]}"
+
+
+# What a run records of what ran it, by where its summary keeps it: compare lists those that differ.
+RECORDED = ("config", "data", "model", "device", "precision", "world_size", "cpu_affinity", "versions")
+
+
+def flattened(value: Any, prefix: str) -> dict[str, Any]:
+    """A recorded value as dotted keys (``data.num_workers``) to each setting."""
+    if isinstance(value, Mapping):
+        return {k: v for key, item in value.items() for k, v in flattened(item, f"{prefix}.{key}").items()}
+    return {prefix: value}
+
+
+def changes(a: RunSummary, b: RunSummary) -> list[str] | None:
+    """What differs between the two runs' records of what ran them: each setting, ``A's -> B's``.
+
+    None where neither records any (a summary older than these records).
+    """
+    if not any(key in run.content for run in (a, b) for key in RECORDED):
+        return None
+    found = []
+    for key in RECORDED:
+        first, second = flattened(a.content.get(key), key), flattened(b.content.get(key), key)
+        for name in sorted(set(first) | set(second)):
+            if first.get(name) != second.get(name):
+                found.append(f"{name} {first.get(name, '-')} -> {second.get(name, '-')}")
+    return found
+
+
+def warnings_of(a: RunSummary, b: RunSummary) -> list[str]:
+    """What makes the pair compare more than a change: epochs of other sizes, an interrupted or warm-up-only run."""
+    said = []
+    first, second = epoch_samples(a), epoch_samples(b)
+    if first and second and not math.isclose(first, second, rel_tol=0.01):
+        said.append(
+            f"A's steady epochs train {first:,.0f} samples and B's {second:,.0f}: compare per sample "
+            "(throughput, median step), not per epoch"
+        )
+    for name, run in (("A", a), ("B", b)):
+        if run.content.get("interrupted"):
+            said.append(f"{name} was interrupted: its figures cover the epochs it finished")
+        if len(run.epochs) == 1:
+            said.append(f"{name} ran one epoch, its warm-up: its figures hold the first epoch's one-off costs")
+    return said
+
+
 def beyond(ratio: float | None, band: float | None) -> bool | None:
     """Whether B over A (``ratio``) is further from 1 than the noise ``band``; None where either is unknown."""
     if ratio is None or band is None or ratio <= 0:
@@ -47,11 +103,14 @@ def beyond(ratio: float | None, band: float | None) -> bool | None:
     return max(ratio, 1 / ratio) - 1 > band  # the same call for a figure and its reciprocal (time, throughput)
 
 
-def said(ratio: float | None, band: float | None) -> str:
-    """The comparison's word for a difference: within or beyond the runs' noise (with it), or the noise not known."""
+def said(ratio: float | None, band: float | None, why: str | None = None) -> str:
+    """The comparison's word for a difference: within or beyond the runs' noise (with it), or the noise not known.
+
+    ``why``: why it is not known, said after it where given.
+    """
     verdict = beyond(ratio, band)
     if verdict is None:
-        return "noise not known" if ratio is not None else "-"
+        return ("noise not known" + (f": {why}" if why else "")) if ratio is not None else "-"
     return f"{'beyond' if verdict else 'within'} noise (±{band:.0%})"
 
 
@@ -105,6 +164,7 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
             "b": None if second is None else second * figure.scale,
             "ratio": second / first if first and second is not None else None,
             "noise": noise(a, b, figure),
+            "noise_unknown": unknown_noise(a, b, figure),
         }
         rows.append({**row, "beyond_noise": beyond(row["ratio"], row["noise"])})
     return {
@@ -112,7 +172,9 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
         "verdicts": [a.verdict, b.verdict],
         "names": [a.config, b.config],
         "mismatch": mismatch(a, b),
-        "bought": bought(a, b),
+        "warnings": warnings_of(a, b),
+        "changed": changes(a, b),
+        "bought": {**bought(a, b), "noise_unknown": unknown_noise(a, b, figures.AVG_TRAIN_S)},
     }
 
 
@@ -136,7 +198,7 @@ def comparison_rows(found: dict[str, Any]) -> list[list[str]]:
             shown(row["a"], row["unit"]),
             shown(row["b"], row["unit"]),
             "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
-            said(row["ratio"], row["noise"]),
+            said(row["ratio"], row["noise"], row.get("noise_unknown")),
         ]
         for row in found["rows"]
     ]
@@ -146,19 +208,25 @@ def comparison_rows(found: dict[str, Any]) -> list[list[str]]:
 def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
     """The comparison as printed: a table of the figures, the verdicts, then what B bought against A's ceiling."""
     names = run_labels((a_path, b_path), found["names"])
-    note = [f"note: {found['mismatch']}"] if found["mismatch"] else []
-    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", *note, ""]
+    notes = [f"note: {line}" for line in [found["mismatch"], *found.get("warnings", [])] if line]
+    changed = found.get("changed")
+    if changed is not None:
+        notes.append(f"changed: {'; '.join(changed)}" if changed else "changed: nothing the runs record")
+    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", *notes, ""]
     for label, a, b, ratio, noise_said in [["", *COLUMNS], *comparison_rows(found)]:
         lines.append(f"{label:30} {a:>12} {b:>12} {ratio:>7}  {noise_said}".rstrip())
-    return "\n".join([*lines, "", format_bought(found["bought"])])
+    return "\n".join([*lines, "", format_bought(found["bought"], changed)])
 
 
-def format_bought(gain: dict[str, Any]) -> str:
-    """What B bought, in one line: its gain per epoch, and A's ceiling for its bound where A's advice gave one."""
+def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str:
+    """What B bought, in one line: its gain per epoch, and A's ceiling for its bound where A's advice gave one.
+
+    Beyond the ceiling, the gain is set down to what ``changed`` between the runs, where their records say.
+    """
     saved = gain["saved_s"]
     speed = "-" if gain["speed_up"] is None else f"{gain['speed_up']:.2f}"
     per = " of A's samples" if gain["scaled"] else ""
-    noise_said = said(None if gain["slower"] is None else 1 + gain["slower"], gain["noise"])  # B's time over A's
+    noise_said = said(None if gain["slower"] is None else 1 + gain["slower"], gain["noise"], gain.get("noise_unknown"))
     head = (f"B saves {saved:.2f} s" if saved >= 0 else f"B takes {-saved:.2f} s more") + f" per epoch{per}"
     head += f" ({speed}x, {noise_said})"
     if gain["ceiling_s"] is None:
@@ -167,5 +235,10 @@ def format_bought(gain: dict[str, Any]) -> str:
     side = "within" if gain["within"] else "beyond"
     verdict = f"{side} the {gain['ceiling_s']:.2f} s that A's summary said fixing its {gain['bound']} bound could buy"
     if not gain["within"]:
-        verdict += ": more changed than that bound (the machine, the model, the epoch)"
+        if changed:
+            verdict += f": more changed than that bound ({'; '.join(changed)})"
+        elif changed is not None:
+            verdict += ": nothing the runs record changed but the bound, so the machine's load or the data moved it"
+        else:
+            verdict += ": more changed than that bound (the machine, the model, the epoch)"
     return f"{head}, {verdict}; {removed}"

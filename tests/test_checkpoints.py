@@ -4,6 +4,7 @@ bring everything else, on any device, from any stage."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -206,3 +207,30 @@ def test_an_interrupted_fit_writes_the_finished_epochs_timing_marked_interrupted
 def test_a_finished_fit_says_it_was_not_interrupted(workdir, v2_checkpoint):
     summary = json.loads((v2_checkpoint.parents[1] / "timing.json").read_text())
     assert summary["interrupted"] is False
+
+
+def test_evaluating_names_a_newest_checkpoint_whose_fit_did_not_finish(tmp_path, capsys):
+    """test, validate and predict take the newest checkpoint: they say where its fit was interrupted or left no
+    timing.json, and nothing where it finished."""
+    from types import SimpleNamespace
+
+    from mnistperf.lightning_cli import newest_checkpoint as newest
+
+    config = SimpleNamespace(trainer={"default_root_dir": str(tmp_path)}, get=lambda key: None)
+    said = []
+    for version, summary in enumerate(
+        [{"interrupted": False, "epochs": [{}] * 3}, None, {"interrupted": True, "epochs": [{}]}]
+    ):
+        run = tmp_path / "lightning_logs" / f"version_{version}"
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+        os.utime(run / "checkpoints" / "last.ckpt", (1000 + version, 1000 + version))  # each newer than the last
+        if summary is not None:
+            (run / "timing.json").write_text(json.dumps(summary))
+        newest("test", config)
+        said.append(capsys.readouterr().out)
+    assert "version_0" in said[0] and "from a fit" not in said[0]
+    assert (
+        "version_1" in said[1] and "from a fit that wrote no timing.json: it may have stopped before its end" in said[1]
+    )
+    assert "version_2" in said[2] and "from a fit interrupted after 1 finished epoch;" in said[2]

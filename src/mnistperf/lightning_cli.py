@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import os
 import sys
 import textwrap
@@ -34,6 +35,7 @@ from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.data.options import fit_help_lines, is_uri
 from mnistperf.data.pipelines import registry
 from mnistperf.diagnosis.callbacks.epoch_timer import TrainerAttributes
+from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
@@ -402,11 +404,26 @@ def newest_checkpoint(command: str, config) -> Path:
         )
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
         print(
-            f"mnistperf: {command} with {found[-1]} (the newest checkpoint in {folder}; "
-            "--ckpt_path FILE picks another)",
+            f"mnistperf: {command} with {found[-1]} (the newest checkpoint in {folder}"
+            f"{how_its_fit_ended(found[-1].parent.parent)}; --ckpt_path FILE picks another)",
             flush=True,
         )
     return found[-1]
+
+
+def how_its_fit_ended(run: Path) -> str:
+    """A clause where a run's fit did not finish: interrupted (its timing.json says so), or no timing.json at all."""
+    summary = run / SUMMARY_FILE
+    try:
+        found = json.loads(summary.read_text())
+    except OSError:
+        return f", from a fit that wrote no {SUMMARY_FILE}: it may have stopped before its end"
+    except ValueError:
+        return ""
+    if isinstance(found, dict) and found.get("interrupted"):
+        epochs = len(found.get("epochs") or [])
+        return f", from a fit interrupted after {epochs} finished epoch{'s' if epochs != 1 else ''}"
+    return ""
 
 
 def parse_fit_config(args: Sequence[str], announce: str | None = None) -> MnistperfCLI:

@@ -352,3 +352,19 @@ def test_steps_left_follow_the_fits_limits():
     assert steps_left(trainer()) == 128
     assert steps_left(trainer(max_steps=100, accumulate_grad_batches=2)) == 72
     assert steps_left(trainer(max_epochs=-1)) == float("inf")
+
+
+def test_a_wait_for_data_near_its_line_names_both_bounds_whichever_side_it_falls():
+    from mnistperf.diagnosis.figures import CPU_BUSY_SHARE, INPUT_WAIT_SHARE
+    from mnistperf.diagnosis.record.verdict import classify, deciding
+
+    above, below = ({INPUT_WAIT_SHARE: wait, CPU_BUSY_SHARE: 0.3} for wait in (0.51, 0.48))
+    assert classify(above, 0.5)[0] == "input-bound" and classify(below, 0.5)[0] == "overhead-bound"
+    assert "a close call: waiting for data 51% is within 5 points of the 50%" in classify(above, 0.5)[1]
+    assert classify(above, 0.5)[1].endswith("so it is as much overhead-bound")
+    assert classify(below, 0.5)[1].endswith("so it is as much input-bound")
+    assert deciding(above, "input-bound", 0.5) == "waiting for data 51%, a close call: as much overhead-bound"
+    far = {INPUT_WAIT_SHARE: 0.2, CPU_BUSY_SHARE: 0.3}
+    assert "close call" not in classify(far, 0.5)[1] and deciding(far, "overhead-bound") == (
+        "CPU inside tensor operations 30%"
+    )

@@ -393,7 +393,7 @@ class EpochTimer(Callback):
             trainer,
             f"epoch {row['epoch']}{bar}: train {row[TRAIN_S]:.2f} s, eval {row[EVAL_S]:.2f} s, "
             f"{throughput(row[SAMPLES_PER_S])}{per_loader_text(row.get('loader_samples'))}, {row['verdict']} "
-            f"({deciding(row, row['verdict'])}){format_counts(row.get('sample_counts'))}",
+            f"({deciding(row, row['verdict'], self.input_bound_share)}){format_counts(row.get('sample_counts'))}",
         )
 
     def _counts_apart(self, trainer: Trainer) -> dict[str, int] | None:

@@ -9,6 +9,7 @@ from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.cores import clause, held
 
 INPUT_BOUND_SHARE = 0.5  # the host waiting for data this share of train time or more: the input sets the pace
+NEAR_INPUT_LINE = 0.05  # a wait for data this close to that line is a close call: the run is as much the other bound
 COMPUTE_BOUND_BUSY = 0.8  # the device busy this share of the time or more: its arithmetic sets the pace
 NOT_MEASURED = "too few steps for the profiled window"
 # Why the warm-up epoch has no busy share yet; where the fit ends there, the summary says so instead.
@@ -18,9 +19,27 @@ BUSY_SAID = {"cuda": "GPU busy", "cpu": "CPU inside tensor operations"}  # the p
 
 
 def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
-    """(verdict, reason) of an epoch's or a run's figures: their :func:`bound`, then a clause on who held the cores."""
+    """(verdict, reason) of an epoch's or a run's figures.
+
+    Their :func:`bound`, a close call's other bound (:func:`close_call`), then a clause on who held the cores.
+    """
     verdict, reason = bound(figures, threshold, not_measured)
+    other = close_call(figures, threshold, verdict, not_measured)
+    if other is not None:
+        reason += (
+            f"; a close call: waiting for data {figures[INPUT_WAIT_SHARE]:.0%} is within {NEAR_INPUT_LINE * 100:.0f} "
+            f"points of the {threshold:.0%} that makes a run input-bound, so it is as much {other}"
+        )
     return verdict, reason + clause(held(figures))
+
+
+def close_call(figures: dict[str, Any], threshold: float, verdict: str, not_measured: str) -> str | None:
+    """The other bound a run is as much as, where its wait for data lies within NEAR_INPUT_LINE of the line."""
+    wait = figures[INPUT_WAIT_SHARE]
+    if abs(wait - threshold) >= NEAR_INPUT_LINE:
+        return None
+    other = bound(figures, wait + 1.0 if verdict == "input-bound" else wait, not_measured)[0]
+    return None if other in (verdict, "undetermined") else other
 
 
 def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
@@ -85,9 +104,15 @@ def doubt(figures: dict[str, Any], busy: float) -> str:
     )
 
 
-def deciding(figures: dict[str, Any], verdict: str) -> str:
-    """The one figure that decided ``verdict``, as an epoch's line says it, with its doubt in a word if any."""
+def deciding(figures: dict[str, Any], verdict: str, threshold: float = INPUT_BOUND_SHARE) -> str:
+    """The one figure that decided ``verdict``, as an epoch's line says it, with its doubt in a word if any.
+
+    A close call names the other bound instead.
+    """
     wait = figures[INPUT_WAIT_SHARE]
+    other = close_call(figures, threshold, verdict, NOT_MEASURED)
+    if other is not None:
+        return f"waiting for data {wait:.0%}, a close call: as much {other}"
     if verdict == "input-bound":
         return f"waiting for data {wait:.0%}"
     device = "cuda" if DEVICE_BUSY_SHARE in figures else "cpu"

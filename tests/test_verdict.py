@@ -58,7 +58,8 @@ def test_the_share_is_read_in_the_first_steady_epoch_and_kept_out_of_its_timing(
     assert profiled["steps"] == window["last_step"] - window["first_step"] + 1 + window_module.PROFILER_WARMUP_STEPS
     assert profiled["of_steps"] == 64 and profiled["extrapolated"]
     assert "profiled" not in timer.epochs[0] and "profiled" not in timer.epochs[2]
-    assert timer.epochs[0]["verdict"] == "undetermined"  # the warm-up: its line does not borrow a later share
+    warmup = timer.epochs[0]  # its line does not borrow a later share: undetermined, or bounded by its own phases
+    assert warmup["verdict"] == "undetermined" or "(the profiled window did not run:" in warmup["verdict_reason"]
 
 
 def test_a_one_epoch_run_says_its_verdict_rests_on_the_warm_up():

@@ -609,3 +609,23 @@ def test_a_loader_that_is_no_dataloader_is_told_no_dataloader_option(tmp_path):
     hints = summary["advice"]["hints"]
     assert hints[0].startswith("a loader that reads ahead in parallel: the training loader is a Stream, not a torch")
     assert not [h for h in hints if "num_workers" in h or "persistent" in h or "__getitem__" in h]
+
+
+def test_beside_a_librarys_own_bar_the_timer_claims_no_bar_number(tmp_path, capsys):
+    """A library's bar (a subclass, here one that counts from 1) may show any number: the line names none."""
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
+    class FromOne(TQDMProgressBar):
+        def on_train_epoch_start(self, trainer, *args):
+            super().on_train_epoch_start(trainer, *args)
+            self.train_progress_bar.set_description(f"Epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
+
+    fit_module(
+        TupleBatches(),
+        DataLoader(TensorDataset(*features()), batch_size=BATCH),
+        callbacks=[EpochTimer(), FromOne()],
+        enable_progress_bar=True,
+        default_root_dir=tmp_path,
+    )
+    out = capsys.readouterr().out
+    assert "epoch 1: train" in out and "(bar: Epoch" not in out

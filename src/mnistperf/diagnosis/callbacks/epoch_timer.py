@@ -15,6 +15,7 @@ from typing import Any, Protocol, cast
 
 import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.profilers import PassThroughProfiler, Profiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
@@ -40,6 +41,7 @@ from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, deciding
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, swap_profiler
 
+LIGHTNING_BARS = (TQDMProgressBar, RichProgressBar)  # the bars that show Lightning's epoch, counted from 0
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")  # val/acc, val_loss: the metrics an epoch's row keeps
 AS_ONE = "its samples are counted as one loader's."
@@ -386,8 +388,9 @@ class EpochTimer(Callback):
             if counts:
                 row["sample_counts"] = counts
         self.problems.log(trainer, scalars(row, self.log_all), "the epoch's figures")
-        # Beside a progress bar, the first epoch's line says the bar's number for it (the bar counts from 0).
-        first = trainer.progress_bar_callback is not None and len(self.epochs) == 1
+        # Beside Lightning's own bars, which count from 0, the first epoch's line says the bar's number for it; a
+        # library's own bar may count as it likes, so it gets no number it might not show.
+        first = type(trainer.progress_bar_callback) in LIGHTNING_BARS and len(self.epochs) == 1
         bar = f" (bar: Epoch {trainer.current_epoch})" if first else ""
         self.problems.say(
             trainer,

@@ -126,3 +126,5 @@ def test_epochs_of_other_sizes_and_an_interrupted_run_are_flagged_at_the_top():
         "not per epoch"
     )
     assert "note: B was interrupted: its figures cover the epochs it finished" in notes
+    table = lines[lines.index("") + 2 :]  # after the blank line, the table's header
+    assert table[0].startswith("throughput (samples/s)")  # the per-sample figures lead

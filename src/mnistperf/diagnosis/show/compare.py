@@ -79,11 +79,22 @@ def changes(a: RunSummary, b: RunSummary) -> list[str] | None:
     return found
 
 
+# The figures that compare runs whose epochs differ in size: per sample, not per epoch.
+PER_SAMPLE = (figures.SAMPLES_PER_S.where, figures.STEP_MEDIAN_S.where)
+
+
+def other_sizes(a: RunSummary, b: RunSummary) -> tuple[float, float] | None:
+    """The two runs' samples per steady epoch, where they differ by more than 1 %; else None."""
+    first, second = epoch_samples(a), epoch_samples(b)
+    return (first, second) if first and second and not math.isclose(first, second, rel_tol=0.01) else None
+
+
 def warnings_of(a: RunSummary, b: RunSummary) -> list[str]:
     """What makes the pair compare more than a change: epochs of other sizes, an interrupted or warm-up-only run."""
     said = []
-    first, second = epoch_samples(a), epoch_samples(b)
-    if first and second and not math.isclose(first, second, rel_tol=0.01):
+    sizes = other_sizes(a, b)
+    if sizes is not None:
+        first, second = sizes
         said.append(
             f"A's steady epochs train {first:,.0f} samples and B's {second:,.0f}: compare per sample "
             "(throughput, median step), not per epoch"
@@ -167,6 +178,8 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
             "noise_unknown": unknown_noise(a, b, figure),
         }
         rows.append({**row, "beyond_noise": beyond(row["ratio"], row["noise"])})
+    if other_sizes(a, b):  # per-epoch figures compare different work: the per-sample ones lead
+        rows.sort(key=lambda row: row["key"] not in PER_SAMPLE)
     return {
         "rows": rows,
         "verdicts": [a.verdict, b.verdict],

@@ -200,7 +200,7 @@ def test_an_interrupted_fit_writes_the_finished_epochs_timing_marked_interrupted
     assert summary["interrupted"] is True and [e["epoch"] for e in summary["epochs"]] == [1]
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no temporary file left
     out = capsys.readouterr().out
-    assert out.count("Average Train Time per Epoch") == 1 and out.count("timing summary written to") == 1
+    assert out.count("Verdict: ") == 1 and out.count("timing summary written to") == 1
     assert "Interrupted: the figures cover the 1 finished epoch(s)" in out
 
 

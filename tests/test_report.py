@@ -206,3 +206,39 @@ def test_a_headless_browser_shows_the_verdict_and_the_charts(tmp_path):
         check=True,
     )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_the_fits_end_is_a_headline_and_at_most_three_short_lines_the_rest_left_to_the_report():
+    from mnistperf.diagnosis.record.text import format_headline
+
+    held = (
+        "its own DataLoader workers held the cores (the training thread waited for one 29% of train time, the workers "
+        "using 70% of them): cheaper batches could make training up to 2.3x faster"
+    )
+    summary = {
+        "verdict": "compute-bound",
+        "verdict_figure": "CPU inside tensor operations 87%",
+        "verdict_reason": f"CPU inside tensor operations 87% of the time, host waited for the next batch 49%; {held}",
+        "advice": {"ceiling": "up to 2.3x faster: what the training thread's wait costs", "hints": ["a", "b", "c"]},
+        "avg_train_s": 1.0,
+        "avg_eval_s": 0.1,
+        "samples_per_s": 100.0,
+        "steady_epochs": [2, 3],
+        "warmup": {"epoch": 1, "train_s": 2.0, "eval_s": 0.2},
+        "device": "cpu (x86_64, 2 logical cores)",
+        "precision": "32-true",
+    }
+    lines = format_headline(summary, "runs/version_0").splitlines()
+    assert lines == [
+        "Verdict: compute-bound (CPU inside tensor operations 87%)",
+        "  why: its own DataLoader workers held the cores (the training thread waited for one 29% of train time, the "
+        "workers using 70% of them)",
+        "  fix: a; b",
+        "  could buy: up to 2.3x faster (the report says why)",
+        "Per epoch (epochs 2-3; warm-up epoch 1: 2.00 s): train 1.00 s, eval 0.10 s, 100 samples/s; cpu (x86_64, 2 "
+        "logical cores), 32-true",
+        "The rest (the split, stalls, memory, the profiled window): `mnistperf report runs/version_0` prints it, "
+        "timing.html shows it",
+    ]
+    old = {**summary, "verdict_figure": None, "verdict_reason": "r", "advice": None}  # an older timing.json
+    assert format_headline(old).splitlines()[0] == "Verdict: compute-bound (r)"

@@ -36,7 +36,7 @@ from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.environment import environment
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, write_summary
-from mnistperf.diagnosis.record.text import format_counts, format_summary, throughput
+from mnistperf.diagnosis.record.text import format_counts, format_headline, throughput
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, deciding
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, swap_profiler
@@ -452,7 +452,7 @@ class EpochTimer(Callback):
         with self.problems.guard("reading the summary"):
             run = RunSummary.of(summary)  # read once, for the text and the report
         with self.problems.guard("printing the summary"):
-            print(format_summary(run), flush=True)
+            print(format_headline(run, str(folder)), flush=True)
         if interrupted:
             print(f"Interrupted: the figures cover the {len(self.epochs)} finished epoch(s)", flush=True)
         path = folder / self.summary_file

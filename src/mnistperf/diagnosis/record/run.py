@@ -50,6 +50,7 @@ class RunSummary:
 
     content: Mapping[str, Any]  # the whole summary, as timing.json holds it
     verdict: str | None = None
+    verdict_figure: str | None = None  # the figure that decided it (None in a summary older than it)
     verdict_reason: str = ""
     epochs: list[dict[str, Any]] = field(default_factory=list)  # one row per epoch, keyed by its figures
     steady_epochs: list[int] | None = None  # the first and the last steady epoch

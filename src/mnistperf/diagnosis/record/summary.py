@@ -16,7 +16,7 @@ from mnistperf.diagnosis.measure.memory import growth, measured
 from mnistperf.diagnosis.measure.stalls import stalls
 from mnistperf.diagnosis.record.advice import Hints, advice
 from mnistperf.diagnosis.record.rows import not_measured, ranks_apart, window_figures
-from mnistperf.diagnosis.record.verdict import classify
+from mnistperf.diagnosis.record.verdict import classify, deciding
 
 
 def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -70,6 +70,7 @@ def aggregate(
     read["split"] = {f: read.pop(f) for f in figures.FIGURES if f.run == "split"}
     read.update(window_figures(busy_window))
     verdict, reason = classify(read, input_bound_share, not_measured(busy_window, ended=True))
+    figure = deciding(read, verdict, input_bound_share)
     if busy_window is not None and busy_window.get("in_warmup") and busy_window.get("share") is not None:
         reason += "; it rests on the warm-up epoch, the only one of this run"
     allocated = max(_measured_values(epochs, figures.DEVICE_ALLOCATED_MB), default=None)  # over every epoch
@@ -93,6 +94,7 @@ def aggregate(
         **({"busy_window": busy_window} if busy_window is not None else {}),
         "input_bound_share": input_bound_share,
         "verdict": verdict,
+        "verdict_figure": figure,  # the one figure that decided it, as the headline says it
         "verdict_reason": reason,
         **({"cores_held": taken} if (taken := held(read)) is not None else {}),
         "metric": metric,

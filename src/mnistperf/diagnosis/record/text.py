@@ -133,6 +133,47 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
     return "\n".join(line for line in lines if line)
 
 
+# The clauses of a verdict's reason that say why, beyond its deciding figure, each up to its first colon.
+CAUSES = ("its own DataLoader workers held the cores", "other work on this machine", "in doubt", "a close call")
+ELSEWHERE = "the split, stalls, memory, the profiled window"  # what the headline leaves to the report
+
+
+def headline_cause(reason: str) -> str | None:
+    """Why the verdict is what it is, beyond its figure: who held the cores, a doubt, a close call; None if none."""
+    found = [part.strip() for part in reason.split("; ") if part.strip().startswith(CAUSES)]
+    return "; ".join(part.split(": ")[0] for part in found) or None
+
+
+def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None = None) -> str:
+    """The fit's end at a glance: the verdict and the figure that decided it, then at most three short lines.
+
+    Why (a cause beyond the figure), the fix in the project's terms, what it could buy; then the figures per epoch,
+    and where the rest is (``folder``: the run's, for ``mnistperf report``).
+    """
+    run = RunSummary.of(summary)
+    first, last = run.steady_epochs or (0, 0)
+    steady = f"epoch {first}" if first == last else f"epochs {first}-{last}"
+    lines = [f"Verdict: {run.verdict} ({run.verdict_figure or run.verdict_reason})"]
+    cause = headline_cause(run.verdict_reason)
+    if cause:
+        lines.append(f"  why: {cause}")
+    if run.advice is not None and run.advice.hints:
+        lines.append(f"  fix: {'; '.join(run.advice.hints[:2])}")
+    if run.advice is not None:
+        ceiling = run.advice.ceiling.split(": ")[0]
+        lines.append(f"  could buy: {ceiling}" + (" (the report says why)" if ceiling != run.advice.ceiling else ""))
+    warmup = f"; warm-up epoch {run.warmup['epoch']}: {run.warmup[figures.TRAIN_S]:.2f} s" if run.warmup else ""
+    metric = f"; final {run.metric} {run.final_metric:.4f}" if run.final_metric is not None else ""
+    lines.append(
+        f"Per epoch ({steady}{warmup}): train {seconds(run.figure(figures.AVG_TRAIN_S))}, eval "
+        f"{seconds(run.figure(figures.AVG_EVAL_S))}, {throughput(run.figure(figures.SAMPLES_PER_S))}; "
+        f"{run.device or 'device not known'}, {run.precision or '32-true'}{metric}"
+    )
+    where = f"`mnistperf report {folder}`" if folder else "`mnistperf report RUN`"
+    lines.append(f"The rest ({ELSEWHERE}): {where} prints it, timing.html shows it")
+    return "\n".join(lines)
+
+
 # What each count beside the timer's is, in an epoch's line.
 COUNTED_BY = {"audit": "SampleAudit", "loader": "the loader's length"}
 

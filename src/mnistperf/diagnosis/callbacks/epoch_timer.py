@@ -251,7 +251,8 @@ class EpochTimer(Callback):
             counts = self.batches.begin(trainer, batch, self._samples)
         except Exception as error:
             self.problems.note("counting a step's samples", error)
-        if self._first_batch is None and not self.batches.several and None not in counts:
+        # Lightning's reading, where the count is the reader's own (a count of the user's differs from it by design)
+        if self._first_batch is None and self._own is None and not self.batches.several and None not in counts:
             with self.problems.guard("reading the batch as Lightning does"):
                 one_pass = isinstance(batch, Iterator)  # reading it would use it up
                 counted = sum(count for count in counts if count is not None)

@@ -310,3 +310,17 @@ def test_counts_that_agree_say_nothing_and_keep_no_row_entry(capsys):
     fit_module(Classifier(), DataLoader(data, batch_size=SAMPLES, drop_last=True), callbacks=[timer, SampleAudit()])
     assert all("sample_counts" not in row for row in timer.epochs)
     assert "samples disagree" not in capsys.readouterr().out
+
+
+def test_a_batch_the_module_skips_is_let_go_by_the_epochs_end():
+    """Lightning ends no step whose batch start returned -1: the shared reading of it goes at the epoch's end."""
+    from mnistperf.diagnosis.measure.samples import READINGS
+
+    class SkipsLast(Classifier):
+        def on_train_batch_start(self, batch, batch_idx):
+            return -1 if batch_idx == BATCHES - 1 else None
+
+    fit_module(
+        SkipsLast(), DataLoader(batches_of(AttributeBatch), batch_size=None), callbacks=[EpochTimer(), SampleAudit()]
+    )
+    assert READINGS._kept == []

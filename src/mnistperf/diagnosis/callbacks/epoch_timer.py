@@ -357,7 +357,8 @@ class EpochTimer(Callback):
         """Close the epoch's row over every rank; rank 0 logs its figures and prints its line."""
         if not self._epoch_open:  # none of the epoch ran in this fit (resumed after its last step): no row
             return
-        self._epoch_open, self.batches.pending = False, None  # pending: a batch the module skipped, ending the epoch
+        self._epoch_open = False
+        self.batches.trained()  # what a batch the module skipped, ending the epoch, left begun: let go
         self._sample(False)  # the epoch ended inside a sample (a batch the module skipped)
         self._stop_flops()
         measures = Measures.unmeasured()

@@ -338,7 +338,7 @@ class SampleAudit(Callback):
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
-        self.batches.pending = None  # a batch the module skipped, ending the epoch
+        self.batches.trained()  # what a batch the module skipped, ending the epoch, left begun: let go
         carried = self._carried_counts
         try:
             parts = self._local(trainer)

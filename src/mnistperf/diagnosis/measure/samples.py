@@ -195,8 +195,8 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
 class Recent:
     """The readings of the step's batches, so that both callbacks read each batch once.
 
-    Kept until :meth:`forget` (a step's end), at most ``size`` of them, by the batch object itself (held, so that its
-    id is not another's).
+    Kept until :meth:`forget` (a step's end, or an epoch's where the module skipped its last batch), at most ``size``
+    of them, by the batch object itself (held, so that its id is not another's).
     """
 
     def __init__(self, size: int = 8):

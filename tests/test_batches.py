@@ -11,7 +11,7 @@ from lightning import LightningModule, Trainer
 from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
-from mnistperf.diagnosis.measure.samples import leading_lengths, read, tensors_of
+from mnistperf.diagnosis.measure.samples import read, tensors_of
 
 MOLECULES, BATCH = 12, 3
 
@@ -52,7 +52,7 @@ class Readout(LightningModule):
 def test_every_field_of_a_dataclass_is_read_those_set_after_init_too():
     graphs, targets = graph_batch(molecules()[:3])
     assert [t.shape[0] for t in tensors_of((graphs, targets))] == [graphs.atoms.shape[0], 3]
-    assert leading_lengths((graphs, targets)) == [graphs.atoms.shape[0], 3]
+    assert list(read((graphs, targets)).lengths) == [graphs.atoms.shape[0], 3]
     audit = SampleAudit()
     assert audit.fingerprints((graphs, targets)).unique().numel() == graphs.atoms.shape[0]  # the atoms, read
 

@@ -20,7 +20,6 @@ from lightning.pytorch.profilers import PassThroughProfiler, Profiler, PyTorchPr
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
-from mnistperf.close_names import did_you_mean
 from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import log_folder, project_hints, project_terms
@@ -36,8 +35,8 @@ from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.environment import environment
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, write_summary
-from mnistperf.diagnosis.record.text import format_counts, format_headline, throughput
-from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, deciding
+from mnistperf.diagnosis.record.text import format_counts, format_headline, throughput, unlogged_monitor
+from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, swap_profiler
 
@@ -64,15 +63,6 @@ def per_loader_text(samples: dict[str, int | None] | None) -> str:
     if len(set(samples.values())) == 1:
         return f" ({len(samples)} loaders of {next(iter(samples.values())):,} samples each)"
     return " (" + " + ".join(f"{name} {count:,}" for name, count in samples.items()) + " samples)"
-
-
-def unlogged_monitor(monitor: str, logged: Any) -> str:
-    """What to say of a ``monitor`` metric no validation logged: the metrics that were, and the one likely meant."""
-    names = sorted(str(name) for name in logged)
-    return (
-        f"monitor={monitor!r} was never logged by a validation, so the summary has no final value of it; the metrics "
-        f"logged: {', '.join(names) if names else 'none'}{did_you_mean(monitor, names)}"
-    )
 
 
 def last_epoch(trainer: Trainer, batches: float) -> bool:
@@ -398,7 +388,7 @@ class EpochTimer(Callback):
             trainer,
             f"epoch {row['epoch']}{bar}: train {row[TRAIN_S]:.2f} s, eval {row[EVAL_S]:.2f} s, "
             f"{throughput(row[SAMPLES_PER_S])}{per_loader_text(row.get('loader_samples'))}, {row['verdict']} "
-            f"({deciding(row, row['verdict'], self.input_bound_share)}){format_counts(row.get('sample_counts'))}",
+            f"({row['verdict_figure']}){format_counts(row.get('sample_counts'))}",
         )
 
     def _counts_apart(self, trainer: Trainer) -> dict[str, int] | None:

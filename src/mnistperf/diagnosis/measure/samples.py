@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
+from torch.utils.data import DataLoader, IterableDataset
 
 # Where a graph batch keeps each node's graph, its graph count and the first node of each graph (PyG's names).
 GRAPH_INDEX, GRAPH_COUNT, GRAPH_POINTER = "batch", "num_graphs", "ptr"
@@ -73,11 +74,6 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
     if all(isinstance(item, torch.Tensor) for item in found):
         return found  # the common batch, read without recursion: this runs every step
     return [tensor for item in found for tensor in tensors_of(item)]
-
-
-def leading_lengths(batch: Any) -> list[int]:
-    """The distinct leading lengths of a batch's tensors (0-dim ones left out), in the order first met."""
-    return list(dict.fromkeys(t.shape[0] for t in tensors_of(batch) if t.ndim))
 
 
 def graph_count(item: Any, index: torch.Tensor) -> int | None:
@@ -225,8 +221,6 @@ def loader_samples(loader: Any, steps: int) -> int | None:
 
     All of its sampler's where ``steps`` is its whole length; None for any other iterable or a custom batch sampler.
     """
-    from torch.utils.data import DataLoader, IterableDataset
-
     if not isinstance(loader, DataLoader) or loader.batch_size is None or isinstance(loader.dataset, IterableDataset):
         return None
     try:

@@ -8,7 +8,7 @@ from typing import Any
 
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.measure.stalls import StepStats
-from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING, classify
+from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING, classify, deciding
 
 RANKS_APART = 0.1  # the share of train time by which the ranks' own work differs where they are apart
 
@@ -45,6 +45,7 @@ def epoch_row(
     row[figures.REST_S] = max(train_s - input_wait_s - sum(known), 0.0) if len(known) == len(phases) else None
     row.update(measured_figures(merged, figures.CORES))
     row["verdict"], row["verdict_reason"] = classify(row, threshold, not_measured(busy_window))
+    row["verdict_figure"] = deciding(row, row["verdict"], threshold)  # what the epoch's line says of it
     row.update(metrics)
     row.update(measured_figures(merged, figures.STEPS))  # every rank's slowest
     if row[figures.SPIKES] is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mnistperf.close_names import did_you_mean
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.measure.flops import format_utilization
 from mnistperf.diagnosis.measure.memory import format_growth
@@ -106,11 +107,16 @@ def reading_doubt(share: float, margin: float) -> str:
     return f"a doubtful reading: anywhere from {max(0.0, share - margin):.0%} to {min(1.0, share + margin):.0%}"
 
 
+def steady_said(run: RunSummary) -> str:
+    """The run's steady epochs as its summary names them: ``epoch 2``, ``epochs 2-3``."""
+    first, last = run.steady_epochs or (0, 0)
+    return f"epoch {first}" if first == last else f"epochs {first}-{last}"
+
+
 def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
     """The run's times, throughput, device and verdict, then each finding it has, one line each."""
     run = RunSummary.of(summary)
-    first, last = run.steady_epochs or (0, 0)
-    steady = f"epoch {first}" if first == last else f"epochs {first}-{last}"
+    steady = steady_said(run)
     train = f"; epoch {run.warmup['epoch']} (warm-up): {run.warmup[figures.TRAIN_S]:.2f} s" if run.warmup else ""
     evaluation = f"; epoch {run.warmup['epoch']}: {run.warmup[figures.EVAL_S]:.2f} s" if run.warmup else ""
     lines = [
@@ -151,8 +157,7 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
     and where the rest is (``folder``: the run's, for ``mnistperf report``).
     """
     run = RunSummary.of(summary)
-    first, last = run.steady_epochs or (0, 0)
-    steady = f"epoch {first}" if first == last else f"epochs {first}-{last}"
+    steady = steady_said(run)
     lines = [f"Verdict: {run.verdict} ({run.verdict_figure or run.verdict_reason})"]
     cause = headline_cause(run.verdict_reason)
     if cause:
@@ -172,6 +177,15 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
     where = f"`mnistperf report {folder}`" if folder else "`mnistperf report RUN`"
     lines.append(f"The rest ({ELSEWHERE}): {where} prints it, timing.html shows it")
     return "\n".join(lines)
+
+
+def unlogged_monitor(monitor: str, logged: Any) -> str:
+    """What to say of a ``monitor`` metric no validation logged: the metrics that were, and the one likely meant."""
+    names = sorted(str(name) for name in logged)
+    return (
+        f"monitor={monitor!r} was never logged by a validation, so the summary has no final value of it; the metrics "
+        f"logged: {', '.join(names) if names else 'none'}{did_you_mean(monitor, names)}"
+    )
 
 
 # What each count beside the timer's is, in an epoch's line.

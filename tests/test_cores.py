@@ -108,9 +108,16 @@ def test_a_crowded_window_is_doubted_once_and_the_clause_says_who_held_the_cores
 
 
 def test_the_run_reads_who_held_the_cores_from_its_steady_epochs():
-    epoch = replace(Measures.unmeasured(), train_s=10.0, eval_s=0.5, samples=100, input_wait_s=0.3, host_wait_s=0.4)
+    epoch = {
+        **Measures.unmeasured(),
+        "train_s": 10.0,
+        "eval_s": 0.5,
+        "samples": 100,
+        "input_wait_s": 0.3,
+        "host_wait_s": 0.4,
+    }
     rows = [
-        epoch_row(n, replace(epoch, core_wait_share=w, workers_cpu_share=u), None, None, {}, 0.5)
+        epoch_row(n, Measures({**epoch, CORE_WAIT_SHARE: w, WORKERS_CPU_SHARE: u}), None, None, {}, 0.5)
         for n, (w, u) in enumerate([(0.1, 0.2), (0.5, 0.6), (0.3, 0.4)], start=1)
     ]
     assert "its own DataLoader workers held the cores" in rows[1]["verdict_reason"]

@@ -10,24 +10,28 @@ import os
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from added_figures import STEPS_RUN, WAIT_PER_STEP_S
 from conftest import CONFIGS, NO_WORKERS, REPO, stage_process, write_parquet
 from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.data import _is_dataloader_shuffled, _update_dataloader
 from records import AUDIT, audit_counts, audit_epochs
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule
+from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.callbacks.sample_audit import Order, SampleAudit, loader_counts
-from mnistperf.diagnosis.figures import Measures, gather
+from mnistperf.diagnosis.figures import COMM_SHARE, EVAL_S, FORWARD_S, SAMPLES, TRAIN_S, Measures, gather
 from mnistperf.diagnosis.record.text import format_summary
+from mnistperf.diagnosis.show.compare import compare
+from mnistperf.diagnosis.show.report import html_report
 from mnistperf.model.classifier import ImageClassifier
 
 ROWS = 200  # a multiple of the world size: DistributedSampler-style padding adds nothing
@@ -152,6 +156,39 @@ def test_under_ddp_the_profiled_window_reads_each_ranks_time_in_collectives(numb
     assert "gloo collectives" in whole and "in collectives" in whole and "`mnistperf report " in result.stdout
 
 
+@pytest.mark.slow
+def test_under_ddp_figures_added_to_the_registry_reach_each_rank_the_row_the_scalars_compare_and_the_report(
+    numbered_data, monkeypatch
+):
+    """Every rank adds the test's figures (added_figures.py, through with_added_figures/sitecustomize.py): the measured
+    one is summed over the ranks, the per-rank one kept for each rank and its slowest in the row, and both reach
+    timing.json, the loggers, compare, the report and the printed ranks line."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "tests" / "with_added_figures"))
+    monkeypatch.setattr(figures, "FIGURES", (*figures.FIGURES, STEPS_RUN, WAIT_PER_STEP_S))  # this process reads them
+    ddp_run(numbered_data, "v2_pinned.yaml", "--data.pipeline", "v2", *NO_WORKERS, "--data.pin_memory", "false")
+    path = next((numbered_data / "lightning_logs" / "v2_pinned").glob("version_*/timing.json"))
+    summary = json.loads(path.read_text())
+    for row in summary["epochs"]:
+        assert row[STEPS_RUN] > 0 and len(row["ranks"]) == 2
+        each = [rank[WAIT_PER_STEP_S] for rank in row["ranks"]]
+        assert row[WAIT_PER_STEP_S] == pytest.approx(max(each)) and None not in each
+    assert [rank[WAIT_PER_STEP_S] for rank in summary["ranks"]] == [
+        pytest.approx(v)
+        for v in [
+            sum(row["ranks"][rank][WAIT_PER_STEP_S] for row in summary["epochs"][1:]) / (len(summary["epochs"]) - 1)
+            for rank in range(2)
+        ]
+    ]
+    events = EventAccumulator(str(path.parent))
+    events.Reload()
+    for added in (STEPS_RUN, WAIT_PER_STEP_S):
+        assert len(events.Scalars(f"timing/{added}")) == len(summary["epochs"])
+        [row] = [row for row in compare(summary, summary)["rows"] if row["key"] == added]
+        assert row["a"] == pytest.approx(added.scale * summary[added])
+        assert html_report([("a", summary)]).count(added.label) == 1
+    assert f"{WAIT_PER_STEP_S.label} " in format_summary(summary)  # each rank's, in the ranks line
+
+
 # ---------------------------------------------------------------- the same parts, emulated in one process
 class TwoRanks:
     """Two ranks as two threads of this process: each one's strategy gathers as gloo's ``all_gather`` does, both
@@ -208,17 +245,17 @@ def test_an_epochs_figures_are_combined_over_the_ranks_each_by_its_rule():
     rank's own train time beside; a figure one rank could not measure (NaN) poisons a max and is left out of a
     mean. One process: its own figures, none per rank."""
     local = [
-        replace(Measures.unmeasured(), train_s=10.0, samples=96.0, forward_s=1.0, eval_s=2.0, comm_share=0.4),
-        replace(Measures.unmeasured(), train_s=12.0, samples=104.0, forward_s=3.0),
+        Measures({**Measures.unmeasured(), TRAIN_S: 10.0, SAMPLES: 96.0, FORWARD_S: 1.0, EVAL_S: 2.0, COMM_SHARE: 0.4}),
+        Measures({**Measures.unmeasured(), TRAIN_S: 12.0, SAMPLES: 104.0, FORWARD_S: 3.0}),
     ]
     for merged in TwoRanks().run(lambda rank, strategy: gather(local[rank], strategy, [96.0 - rank, float(rank)])):
-        figures = merged.measures
-        assert (figures.train_s, figures.samples, figures.forward_s, figures.comm_share) == (12.0, 200.0, 2.0, 0.4)
-        assert math.isnan(figures.eval_s)
+        measures = merged.measures
+        assert [measures[f] for f in (TRAIN_S, SAMPLES, FORWARD_S, COMM_SHARE)] == [12.0, 200.0, 2.0, 0.4]
+        assert math.isnan(measures[EVAL_S])
         assert merged.loader_samples == [191.0, 1.0]
         assert merged.per_rank is not None and merged.per_rank["train_s"] == [10.0, 12.0]
     alone = gather(local[0], SimpleNamespace(root_device=torch.device("cpu"), all_gather=lambda t: t), [96.0])
-    assert alone.measures.train_s == 10.0 and alone.loader_samples == [96.0] and alone.per_rank is None
+    assert alone.measures[TRAIN_S] == 10.0 and alone.loader_samples == [96.0] and alone.per_rank is None
     # a strategy of one rank skips the tensor and the collective, and reads the same, NaN included
     single = gather(local[0], SimpleNamespace(world_size=1, all_gather=None), [96.0])
     assert str(single) == str(alone)

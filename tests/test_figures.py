@@ -5,19 +5,21 @@ from __future__ import annotations
 import ast
 import copy
 import csv
+import html
 import json
 import pickle
 from pathlib import Path
 
 import pytest
 import torch
+from added_figures import ADDED, STEPS_RUN
 from conftest import fit_module
 from lightning import LightningModule
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer, figures
-from mnistperf.diagnosis.figures import EVAL_S, FIGURES, TRAIN_S, Figure
+from mnistperf.diagnosis.figures import FIGURES, TRAIN_S, Figure
 from mnistperf.diagnosis.show.compare import compare
 from mnistperf.diagnosis.show.report import html_report
 
@@ -43,17 +45,6 @@ def loader() -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(32, 4), torch.arange(32) % 2), batch_size=4)
 
 
-EVAL_OVER_TRAIN = Figure(
-    "eval_over_train",
-    "share",
-    "evaluation time over train time",
-    label="evaluation over training",
-    shown="%",
-    run="mean",
-    derive=lambda row: row[EVAL_S] / row[TRAIN_S] if row[TRAIN_S] > 0 else None,
-)
-
-
 def fitted(folder: Path) -> Path:
     """A tiny fit's timing.json, its scalars logged to a CSV logger under ``folder``."""
     timer = EpochTimer(window_share=None, log_all=True)
@@ -62,26 +53,29 @@ def fitted(folder: Path) -> Path:
     return timer.summary_path
 
 
-def test_a_figure_added_to_the_registry_reaches_timing_json_the_scalars_compare_and_the_report(tmp_path, monkeypatch):
-    monkeypatch.setattr(figures, "FIGURES", (*FIGURES, EVAL_OVER_TRAIN))  # a copy of the registry, one figure more
+@pytest.mark.parametrize("added", ADDED, ids=["derived", "measured", "per-rank"])
+def test_a_figure_added_to_the_registry_reaches_timing_json_the_scalars_compare_and_the_report(
+    added, tmp_path, monkeypatch
+):
+    """Declared once with how it is read (``derive`` from the row, or ``read`` with how the ranks combine it)."""
+    monkeypatch.setattr(figures, "FIGURES", (*FIGURES, added))  # a copy of the registry, one figure more
     a, b = fitted(tmp_path / "a"), fitted(tmp_path / "b")
     summary = json.loads(a.read_text())
-    per_epoch = [row["eval_over_train"] for row in summary["epochs"]]
+    per_epoch = [row[added] for row in summary["epochs"]]
     assert len(per_epoch) == 3 and all(value > 0 for value in per_epoch), per_epoch
-    assert summary["eval_over_train"] == pytest.approx(sum(per_epoch[1:]) / 2)  # the steady epochs' mean
+    if added is STEPS_RUN:
+        assert per_epoch == [8, 8, 8]  # 32 rows in batches of 4, counted by the figure's own read
+    assert summary[added] == pytest.approx(sum(per_epoch[1:]) / 2)  # the steady epochs' mean
     with open(next(a.parent.glob("metrics.csv"))) as handle:
-        logged = [row["timing/eval_over_train"] for row in csv.DictReader(handle) if row.get("timing/eval_over_train")]
+        logged = [row[f"timing/{added}"] for row in csv.DictReader(handle) if row.get(f"timing/{added}")]
     assert len(logged) == 3
     found = compare(summary, json.loads(b.read_text()))
-    [row] = [row for row in found["rows"] if row["key"] == "eval_over_train"]
-    assert (
-        row["figure"] == "evaluation over training"
-        and row["unit"] == "%"
-        and row["a"] == pytest.approx(100 * summary["eval_over_train"])
-    )
+    [row] = [row for row in found["rows"] if row["key"] == added]
+    assert row["figure"] == added.label and row["unit"] == added.shown
+    assert row["a"] == pytest.approx(added.scale * summary[added])
     report = html_report([("a", summary)], found)
-    assert report.count("evaluation over training") == 2  # in the comparison and in the run's figures
-    assert "evaluation time over train time" in report
+    assert report.count(added.label) == 2  # in the comparison and in the run's figures
+    assert html.escape(added.meaning) in report
 
 
 def test_each_figure_is_declared_once_and_every_group_holds_the_registrys_own():

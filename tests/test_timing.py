@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.data import schema
-from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis import EpochTimer, figures
 from mnistperf.diagnosis.figures import Measures
 from mnistperf.diagnosis.measure.busy_window import BusyWindow, busy_share, cupti_tears_down_safely, window_steps
 from mnistperf.diagnosis.record.rows import epoch_row
@@ -387,8 +386,10 @@ def test_without_device_figures_the_cpu_keeps_two_answers():
 
 
 def test_warm_up_is_reported_apart_from_the_steady_state():
-    epoch = replace(Measures.unmeasured(), eval_s=0.5, samples=1000, input_wait_s=0.1, host_wait_s=0.1)
-    epochs = [epoch_row(i, replace(epoch, train_s=t), None, None, {}, 0.5) for i, t in ((1, 30.0), (2, 2.0), (3, 4.0))]
+    epoch = Measures({**Measures.unmeasured(), "eval_s": 0.5, "samples": 1000, "input_wait_s": 0.1, "host_wait_s": 0.1})
+    epochs = [
+        epoch_row(i, Measures({**epoch, "train_s": t}), None, None, {}, 0.5) for i, t in ((1, 30.0), (2, 2.0), (3, 4.0))
+    ]
     summary = aggregate(epochs, 0.5)
     assert summary["warmup"] == {"epoch": 1, "train_s": 30.0, "eval_s": 0.5}
     assert summary["steady_epochs"] == [2, 3] and summary["avg_train_s"] == 3.0
@@ -784,13 +785,19 @@ def test_ranks_apart_name_the_slowest_and_what_held_it():
     from mnistperf.diagnosis.record.rows import ranks_apart
 
     # Under DDP the train times agree (the all-reduce waits for the slowest); the ranks' own work does not.
-    together = ranks_apart([10.0, 10.0], [1.0, 1.2], [3.0, 3.1])
+    together = ranks_apart(
+        {figures.TRAIN_S: [10.0, 10.0], figures.INPUT_WAIT_S: [1.0, 1.2], figures.FORWARD_S: [3.0, 3.1]}
+    )
     assert "slowest_rank" not in together and [r["input_wait_s"] for r in together["ranks"]] == [1.0, 1.2]
-    data = ranks_apart([10.0, 10.1], [1.0, 4.0], [3.0, 3.0])
+    data = ranks_apart({figures.TRAIN_S: [10.0, 10.1], figures.INPUT_WAIT_S: [1.0, 4.0], figures.FORWARD_S: [3.0, 3.0]})
     assert data["slowest_rank"] == {"rank": 1, "held_by": "data", "behind_s": pytest.approx(3.0)}
-    step = ranks_apart([10.0, 10.0, 10.0], [1.0, 1.0, 1.5], [6.0, 2.0, 2.0])
+    step = ranks_apart(
+        {figures.TRAIN_S: [10.0, 10.0, 10.0], figures.INPUT_WAIT_S: [1.0, 1.0, 1.5], figures.FORWARD_S: [6.0, 2.0, 2.0]}
+    )
     assert step["slowest_rank"]["rank"] == 0 and step["slowest_rank"]["held_by"] == "step"
-    unmeasured = ranks_apart([10.0, 10.0], [1.0, 3.0], [float("nan")] * 2)
+    unmeasured = ranks_apart(
+        {figures.TRAIN_S: [10.0, 10.0], figures.INPUT_WAIT_S: [1.0, 3.0], figures.FORWARD_S: [float("nan")] * 2}
+    )
     assert unmeasured["slowest_rank"]["held_by"] == "data" and unmeasured["ranks"][0]["forward_s"] is None
 
 
@@ -801,15 +808,25 @@ def test_the_ranks_line_says_their_time_in_collectives_and_what_a_long_exposed_w
 
     def line(exposed: float) -> str:
         talked = {"backend": "nccl", "world_size": 2, "collectives": 40, "share": 0.5, "exposed_share": exposed}
-        ranks = ranks_apart([10.0, 10.0], [1.0, 4.0], [3.0, 3.0], [0.2, 0.5], [exposed, exposed])
+        ranks = ranks_apart(
+            {
+                figures.TRAIN_S: [10.0, 10.0],
+                figures.INPUT_WAIT_S: [1.0, 4.0],
+                figures.FORWARD_S: [3.0, 3.0],
+                figures.COMM_SHARE: [0.2, 0.5],
+                figures.COMM_EXPOSED_SHARE: [exposed, exposed],
+            }
+        )
         return format_ranks(
             RunSummary.of({**ranks, "busy_window": {"device": "cuda", "communication": talked}}), "epochs 2-3"
         )
 
     quiet = line(COMM_EXPOSED / 2)
-    assert "rank 0 train 10.00 s, waiting for data 1.00 s, in collectives 20%" in quiet
+    assert "rank 0 train 10.00 s, waiting for data 1.00 s, forward 3.00 s, in collectives 20%" in quiet
     assert "nccl collectives 50% of the profiled window, 10% with no work beside them" in quiet
     assert "faster without that wait" not in quiet  # a small wait decides nothing
     assert "a step up to 2.0x faster without that wait" in line(0.5)
-    apart = RunSummary.of(ranks_apart([10.0, 10.0], [1.0, 1.0], [3.0, 3.0]))
+    apart = RunSummary.of(
+        ranks_apart({figures.TRAIN_S: [10.0, 10.0], figures.INPUT_WAIT_S: [1.0, 1.0], figures.FORWARD_S: [3.0, 3.0]})
+    )
     assert "collectives" not in format_ranks(apart, "epochs 2-3")

@@ -45,7 +45,7 @@ from mnistperf.console import calm_library_noise
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.epoch_timer import TrainerAttributes
-from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S, WAITS
+from mnistperf.diagnosis.figures import EVAL_S, SAMPLES, SAMPLES_PER_S, TRAIN_S, WAITS
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.environment import environment
 from mnistperf.diagnosis.record.run import write_summary
@@ -106,7 +106,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         clock.train_end()
         if loader_only:
             row = clock.epoch_end()
-            print(f"epoch {epoch}: {row['samples']:,} samples drawn in {row[TRAIN_S]:.2f} s", flush=True)
+            print(f"epoch {epoch}: {row[SAMPLES]:,} samples drawn in {row[TRAIN_S]:.2f} s", flush=True)
             continue
         model.eval()
         train_step.stage_sums("val", device).reset()

@@ -354,22 +354,22 @@ class EpochTimer(Callback):
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())
-            measures = self.clock.measure_epoch()
+            measures = Measures.of(self.clock.read_epoch())
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, self._loader_samples if self.batches.several else [])
-            row = self.clock.close_epoch(gathered, self._val_metrics)
         except Exception as error:
-            self.problems.note("closing the epoch's figures", error)
+            self.problems.note("gathering the epoch's figures", error)
             return
+        extra: dict[str, Any] = dict(self._val_metrics)
         with self.problems.guard("counting the epoch's samples per loader and its split"):
             if gathered.loader_samples:
-                row["loader_samples"] = {
+                extra["loader_samples"] = {
                     name: None if math.isnan(count) else int(count)
                     for name, count in zip(self.batches.names, gathered.loader_samples, strict=True)
                 }
             reason = unsampled(*self._trained, trainer.accumulate_grad_batches)
-            if row.get(FORWARD_S) is None and not self.clock.phases.started and reason is not None:
-                row["split_reason"] = reason
+            if math.isnan(gathered.measures[FORWARD_S]) and not self.clock.phases.started and reason is not None:
+                extra["split_reason"] = reason
                 if not self._split_said:  # once a fit
                     self._split_said = True
                     self.problems.say_once(
@@ -378,7 +378,12 @@ class EpochTimer(Callback):
         with self.problems.guard("checking the epoch's samples against other counts"):
             counts = self._counts_apart(trainer)
             if counts:
-                row["sample_counts"] = counts
+                extra["sample_counts"] = counts
+        try:
+            row = self.clock.close_epoch(gathered, extra)
+        except Exception as error:
+            self.problems.note("closing the epoch's figures", error)
+            return
         self.problems.log(trainer, scalars(row, self.log_all), "the epoch's figures")
         # Beside Lightning's own bars, which count from 0, the first epoch's line says the bar's number for it; a
         # library's own bar may count as it likes, so it gets no number it might not show.

@@ -9,20 +9,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from mnistperf.atomic import atomic_write
-from mnistperf.diagnosis.figures import BUSY, Gathered, Measures, derive
+from mnistperf.diagnosis.figures import BUSY, COMM_EXPOSED_SHARE, COMM_SHARE, FLOPS, TRAIN_S, Gathered, Measures
 from mnistperf.diagnosis.measure import busy_window
 from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
 from mnistperf.diagnosis.measure.memory import device_peaks_mb, measured, reset_device_peaks, rss_mb, workers_pss_mb
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
-from mnistperf.diagnosis.measure.phases import PHASES, StepPhases
+from mnistperf.diagnosis.measure.phases import StepPhases
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.record.advice import Hints
 from mnistperf.diagnosis.record.rows import epoch_row, ranks_apart
@@ -39,6 +40,45 @@ PROFILE_ANYWAY = (
 def _largest(readings: Iterable[float | None]) -> float:
     """The largest of the readings made, NaN where none could be made."""
     return max((mb for mb in readings if mb is not None), default=math.nan)
+
+
+@dataclass(frozen=True)
+class EpochReading:
+    """What one process read of an epoch, the profiled window's steps left out (NaN: not measured).
+
+    Each measured figure is read from it (:attr:`.Figure.read`; by default the attribute of the figure's key).
+    """
+
+    device: str  # the device type the epoch ran on
+    steps: int  # training steps
+    train_s: float
+    eval_s: float
+    input_wait_s: float
+    host_wait_s: float
+    samples: float
+    busy_share: float  # this process's profiled window's, on its device
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    step_median_s: float
+    step_p90_s: float
+    step_max_s: float
+    first_step_s: float
+    spikes: float
+    spikes_s: float
+    rss_mb: float
+    workers_pss_mb: float
+    device_allocated_mb: float
+    device_reserved_mb: float
+    flops: float
+    comm_share: float
+    comm_exposed_share: float
+    core_wait_share: float
+    workers_cpu_share: float
+
+    def busy(self, device: str) -> float:
+        """The profiled window's busy share where it profiled ``device``, else NaN."""
+        return self.busy_share if device == self.device else math.nan
 
 
 class EpochClock:
@@ -346,10 +386,10 @@ class EpochClock:
 
     def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
-        return self.close_epoch(Gathered(self.measure_epoch(), []), metrics)
+        return self.close_epoch(Gathered(Measures.of(self.read_epoch()), []), metrics or {})
 
-    def measure_epoch(self) -> Measures:
-        """End the epoch's timing (synchronizes) and return this process's measures of it (NaN: not measured)."""
+    def read_epoch(self) -> EpochReading:
+        """End the epoch's timing (synchronizes) and return what this process read of it (NaN: not measured)."""
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
         if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
@@ -361,26 +401,29 @@ class EpochClock:
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
         self._read_memory()
         rss_read, workers_read = zip(*self._memory, strict=True)  # each figure's, mid-epoch and now
-        rss, workers_pss = _largest(rss_read), _largest(workers_read)
         allocated, reserved = device_peaks_mb(self.device)
         # Over the epoch's whole train time and its end (the profiled window's steps in: its waits are theirs too).
         core_wait, workers_cpu = self._cores.shares(self._train_s, self._ended)
-        return Measures(
+        return EpochReading(
+            device=self.device.type,
+            steps=self._steps,
             train_s=train_s,
             eval_s=self._eval_s,
             input_wait_s=input_wait_s,
             host_wait_s=host_wait_s,
             samples=math.nan if self._samples is None else float(self._samples),
             busy_share=math.nan if busy is None else busy,
-            **{f"{phase}_s": shares.get(phase, math.nan) * in_steps for phase in PHASES},  # forward_s and the others
+            forward_s=shares.get("forward", math.nan) * in_steps,
+            backward_s=shares.get("backward", math.nan) * in_steps,
+            optimizer_s=shares.get("optimizer", math.nan) * in_steps,
             step_median_s=stats.median_s,
             step_p90_s=stats.p90_s,
             step_max_s=stats.max_s,
             first_step_s=stats.first_s,
             spikes=float(stats.spikes),
             spikes_s=stats.excess_s,
-            rss_mb=rss,  # each the larger of its readings (NaN: none readable)
-            workers_pss_mb=workers_pss,
+            rss_mb=_largest(rss_read),  # each the larger of its readings (NaN: none readable)
+            workers_pss_mb=_largest(workers_read),
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
             flops=self.flops_per_step * self._steps if self.flops_per_step else math.nan,
@@ -390,25 +433,28 @@ class EpochClock:
             workers_cpu_share=workers_cpu,
         )
 
-    def close_epoch(self, gathered: Gathered, metrics: dict[str, float] | None = None) -> dict[str, Any]:
-        """The epoch's row, with its verdict and ``metrics``, from its measures over every process (:func:`.gather`)."""
+    def close_epoch(self, gathered: Gathered, extra: dict[str, Any]) -> dict[str, Any]:
+        """The epoch's row from its measures over every process (:func:`.gather`), ``extra`` in it before the derived.
+
+        ``extra``: what else the row holds (the validation's metrics, the samples per loader).
+        """
         merged = gathered.measures
-        if self.busy_window is not None and not math.isnan(merged.busy_share):
-            self.busy_window["share"] = merged.busy_share  # every process's window, averaged
+        busy = BUSY.get(self.device.type)
+        if self.busy_window is not None and busy is not None and not math.isnan(merged[busy]):
+            self.busy_window["share"] = merged[busy]  # every process's window, averaged
         talked = (self.busy_window or {}).get("communication")
-        if talked is not None and not math.isnan(merged.comm_share):
-            talked.update(share=merged.comm_share, exposed_share=merged.comm_exposed_share)
-        row = epoch_row(self._number, merged, self._stats, self.busy_window, metrics or {}, self.input_bound_share)
-        row.update(utilization(merged.flops, merged.train_s, self.peak[0], self.world_size))
+        if talked is not None and not math.isnan(merged[COMM_SHARE]):
+            talked.update(share=merged[COMM_SHARE], exposed_share=merged[COMM_EXPOSED_SHARE])
+        extra = {**extra, **utilization(merged[FLOPS], merged[TRAIN_S], self.peak[0], self.world_size)}
         if gathered.per_rank is not None:
-            row.update(ranks_apart(**gathered.per_rank))
+            extra.update(ranks_apart(gathered.per_rank))
         if self._window_cost is not None and self.busy_window is not None:  # a window read in this epoch
             seconds, _, _, steps = self._window_cost
             # What the window added to the epoch: its steps' seconds beyond what as many typical steps take.
             cost = max(seconds - steps * self._without_window()[0] / max(self._steps, 1), 0.0)
-            row["profiled"] = dict(steps=steps, seconds=seconds, of_steps=self._steps, extrapolated=True, cost_s=cost)
+            extra["profiled"] = dict(steps=steps, seconds=seconds, of_steps=self._steps, extrapolated=True, cost_s=cost)
             self.busy_window["cost_s"] = cost
-        derive(row)  # last: a derived figure may read any other
+        row = epoch_row(self._number, merged, self._stats, self.busy_window, extra, self.input_bound_share)
         self.epochs.append(row)
         return row
 

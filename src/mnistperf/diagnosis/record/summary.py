@@ -24,12 +24,11 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     if not all("ranks" in e for e in epochs):
         return {}
     ranks = [[e["ranks"][rank] for e in epochs] for rank in range(len(epochs[0]["ranks"]))]  # each rank's rows
-    keys = (figures.TRAIN_S, figures.INPUT_WAIT_S, figures.FORWARD_S, figures.COMM_SHARE, figures.COMM_EXPOSED_SHARE)
-    averaged = []
-    for key in keys:  # each over the epochs that measured it (a window's: from its epoch on)
-        measured = [_measured_values(rows, key) for rows in ranks]
-        averaged.append([mean(values) if values else math.nan for values in measured])
-    return ranks_apart(*averaged)
+    averaged: dict[str, list[float]] = {}
+    for figure in (f for f in figures.FIGURES if f.per_rank):  # each over the epochs that measured it
+        measured = [_measured_values(rows, figure) for rows in ranks]
+        averaged[figure] = [mean(values) if values else math.nan for values in measured]
+    return ranks_apart(averaged)
 
 
 def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:

@@ -43,11 +43,21 @@ def format_split(run: RunSummary, epochs: str) -> str | None:
     return head + f", {parts} (the rest: hooks, logging, Python between them)"
 
 
+RANK_SAID = {figures.TRAIN_S: "train", figures.INPUT_WAIT_S: "waiting for data", figures.COMM_SHARE: "in collectives"}
+
+
+def rank_figure(figure: figures.Figure, value: float) -> str:
+    """One of a rank's figures as its line says it: named, in the unit it is shown in."""
+    name = RANK_SAID.get(figure) or (figure.label or figure.name).strip()
+    number = f"{value * figure.scale:.0f}%" if figure.shown == "%" else f"{value * figure.scale:,.2f} {figure.shown}"
+    return f"{name} {number}"
+
+
 def format_ranks(run: RunSummary, epochs: str) -> str:
-    """Each rank's train time, input wait and time in collectives; the slowest where they are apart, and the talk."""
+    """Each rank's own figures; the slowest where they are apart, and the ranks' talk."""
     each = "; ".join(
-        f"rank {r['rank']} train {r[figures.TRAIN_S]:.2f} s, waiting for data {r[figures.INPUT_WAIT_S]:.2f} s"
-        + ("" if r.get(figures.COMM_SHARE) is None else f", in collectives {r[figures.COMM_SHARE]:.0%}")
+        f"rank {r['rank']} "
+        + ", ".join(rank_figure(f, r[f]) for f in figures.FIGURES if f.per_rank and r.get(f) is not None)
         for r in run.ranks or []
     )
     slowest = run.slowest_rank

@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import busy_window as window_module
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
+from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.text import format_window
 
 
@@ -89,10 +90,10 @@ def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(cl
     profiled = timer.epochs[1]["profiled"]
     assert 0 <= profiled["cost_s"] <= profiled["seconds"] and profiled["seconds"] > 0  # its own steps' excess
     assert timer.clock.recorded is None  # no trace to write
-    line = format_window(window)
+    line = format_window(WindowReading.of(window))
     assert "torch calls timed" in line and "the profiler did not run" in line, line
     assert torch._C._is_torch_function_mode_enabled() is False  # the clock left nothing behind
-    one = format_window({**window, "last_step": window["first_step"]})
+    one = format_window(WindowReading.of({**window, "last_step": window["first_step"]}))
     assert f"over training step {window['first_step']} of epoch 2 " in one, one
 
 

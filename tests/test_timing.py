@@ -31,6 +31,7 @@ from mnistperf.data import schema
 from mnistperf.diagnosis import EpochTimer, figures
 from mnistperf.diagnosis.figures import Measures
 from mnistperf.diagnosis.measure.busy_window import BusyWindow, busy_share, cupti_tears_down_safely, window_steps
+from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.rows import epoch_row
 from mnistperf.diagnosis.record.summary import aggregate
 from mnistperf.diagnosis.record.verdict import WINDOW_PENDING, classify
@@ -251,9 +252,9 @@ def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_
     monkeypatch.setattr(window_module, "world", lambda: ("gloo", 2))
     assert collectives(profiled_events(profiler, "cpu"), "cpu") == ("gloo", 2, [(1.0, 6.0)])
     # Work 0-4, a collective 3-8: the span is 8, the collective 5 of it, 4 of those with no work beside.
-    assert communication([(0.0, 4.0)], [(3.0, 8.0)]) == {"share": 5 / 8, "exposed_share": 4 / 8}
-    assert communication([(0.0, 10.0)], [(3.0, 8.0)]) == {"share": 0.5, "exposed_share": 0.0}  # all overlapped
-    assert communication([(0.0, 4.0)], []) == {"share": 0.0, "exposed_share": 0.0}  # no collective in the window
+    assert communication([(0.0, 4.0)], [(3.0, 8.0)]) == (5 / 8, 4 / 8)  # (in collectives, with no work beside)
+    assert communication([(0.0, 10.0)], [(3.0, 8.0)]) == (0.5, 0.0)  # all overlapped
+    assert communication([(0.0, 4.0)], []) == (0.0, 0.0)  # no collective in the window
     assert communication([], []) is None
 
 
@@ -280,7 +281,7 @@ def test_under_nccl_a_windows_collectives_are_read_as_talk_and_left_out_of_the_b
 
     talked = window_read(("nccl", 2))
     assert talked.busy == pytest.approx(0.5) and talked.kernels == 2
-    assert talked.result(2)["communication"] == {
+    assert talked.result(2).as_json()["communication"] == {
         "backend": "nccl",
         "world_size": 2,
         "collectives": 1,
@@ -288,7 +289,7 @@ def test_under_nccl_a_windows_collectives_are_read_as_talk_and_left_out_of_the_b
         "exposed_share": pytest.approx(0.5),
     }
     for world in (None, ("gloo", 2)):  # one process; gloo's collectives run on the host, out of the GPU's view
-        assert "communication" not in window_read(world).result(2)
+        assert window_read(world).result(2).communication is None
 
 
 def test_raw_events_without_their_activity_type_fall_back_to_the_processed_events():
@@ -344,7 +345,7 @@ def test_a_capture_starts_no_profiler_and_ends_a_window_still_profiling(monkeypa
     monkeypatch.setattr(busy_window, "_profiling", window)
     busy_window.before_graph_capture()
     assert started == [] and stops == [1]  # no empty profiler before the capture; the window's profiler stopped
-    assert window.done and window.busy is None and "captured inside the profiled window" in window.result(1)["reason"]
+    assert window.done and window.busy is None and "captured inside the profiled window" in window.result(1).reason
     assert busy_window._profiling is None
 
 
@@ -504,7 +505,7 @@ class HeavyStep(LightningModule):
 @pytest.mark.cuda
 def test_a_heavy_step_reads_compute_bound_from_the_kernels():
     timer = timer_fit(HeavyStep(), DeviceItems(30 * 4), accelerator="cuda")
-    summary = aggregate(timer.epochs, 0.5, timer.busy_window)
+    summary = aggregate(timer.epochs, 0.5, timer.clock.reading)
     assert summary["device_busy_share"] >= 0.8 and summary["verdict"] == "compute-bound", summary
 
 
@@ -772,7 +773,7 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
         torch.randn(64, 64) @ torch.randn(64, 64)
     clock = EpochClock(torch.device("cpu"))
     assert clock.export_trace(tmp_path) is None  # nothing recorded: nothing written
-    clock.busy_window, clock.recorded = {"share": 0.4}, profiler
+    clock.reading, clock.recorded = WindowReading("cpu", share=0.4), profiler
     path = clock.export_trace(tmp_path)
     assert path == tmp_path / TRACE_FILE and path.parent.parent.name == "profile"
     assert path.name.endswith(".pt.trace.json") and [p.name for p in path.parent.iterdir()] == [path.name]

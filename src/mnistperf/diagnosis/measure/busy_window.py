@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
+from mnistperf.diagnosis.measure.window_reading import Talk, WindowReading
 from mnistperf.upstream import kineto_results, profiler_running, top_function_mode
 
 WINDOW_STEPS = 20  # enough to average over a few dozen kernels' jitter, few enough to stay cheap
@@ -79,13 +80,15 @@ def busy_share(intervals: Iterable[tuple[float, float]]) -> float | None:
     return min(inside / whole, 1.0) if whole > 0 else None
 
 
-def communication(work: list[tuple[float, float]], collectives: list[tuple[float, float]]) -> dict[str, float] | None:
+def communication(
+    work: list[tuple[float, float]], collectives: list[tuple[float, float]]
+) -> tuple[float, float] | None:
     """Of the span of both, the share inside a collective and inside one with no ``work`` beside it; None if empty."""
     both, span = covered([*work, *collectives])
     if span <= 0:
         return None
     (talking, _), (working, _) = covered(collectives), covered(work)
-    return {"share": min(talking / span, 1.0), "exposed_share": min(max(both - working, 0.0) / span, 1.0)}
+    return min(talking / span, 1.0), min(max(both - working, 0.0) / span, 1.0)
 
 
 def world() -> tuple[str, int] | None:
@@ -216,7 +219,7 @@ class BusyWindow:
         self.reason: str | None = None
         self.kernels = 0
         self.crowded: float | None = None  # share of the window the training thread waited for a core
-        self.talked: dict[str, Any] | None = None  # under DDP, the window's collectives (see communication())
+        self.talked: Talk | None = None  # under DDP, the window's collectives (see communication())
         self.recorded: Any = None  # the stopped profiler, whose events export_trace writes
         self._profiler: Any = None  # Kineto's profile on CUDA, the autograd profiler on a CPU
         self.clock: OperatorClock | None = None  # set before it starts: times the torch calls in the profiler's place
@@ -293,28 +296,29 @@ class BusyWindow:
                 backend, size, intervals = talks
                 shares = communication([(start, end) for _, start, end in activities], intervals)
                 if shares is not None:
-                    self.talked = {"backend": backend, "world_size": size, "collectives": len(intervals), **shares}
+                    self.talked = Talk(backend, size, len(intervals), *shares)
 
     def abandon(self, reason: str) -> None:
         """End the window now, without a share, for ``reason``."""
         self.close()
         self.done, self.busy, self.reason = True, None, reason
 
-    def result(self, epoch: int) -> dict:
-        """What timing.json records as ``busy_window``: the share (or why there is none), where and over what."""
+    def result(self, epoch: int) -> WindowReading:
+        """The window's reading: the share (or why there is none), where and over what."""
         spread = (self.bounds[1] - self.bounds[0]) / 2 if self.bounds else 0.0  # the operator clock's
-        found = {
-            "share": self.busy,
-            "epoch": epoch,
-            "first_step": self.first + 1,
-            "last_step": self.last + 1,
-            "kernels": self.kernels,
-            "margin": BASE_MARGIN + (self.crowded or 0.0) + spread,
-            "waited_for_a_core": self.crowded,
-            **({"communication": dict(self.talked)} if self.talked is not None else {}),
-            **({"operator_clock": list(self.bounds)} if self.bounds else {}),
-        }
-        return {**found, "reason": self.reason} if self.reason else found
+        return WindowReading(
+            self.device_type,
+            share=self.busy,
+            reason=self.reason,
+            epoch=epoch,
+            first_step=self.first + 1,
+            last_step=self.last + 1,
+            kernels=self.kernels,
+            margin=BASE_MARGIN + (self.crowded or 0.0) + spread,
+            waited_for_a_core=self.crowded,
+            communication=self.talked,
+            operator_clock=self.bounds or None,
+        )
 
     def close(self) -> Any:
         """Stop the profiler, if it runs, and let go of it; return it (None where none ran)."""

@@ -21,6 +21,7 @@ from mnistperf.diagnosis.figures import (
 from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.cores import UNREAD
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
+from mnistperf.diagnosis.record.verdict import WAITED_FOR_A_CORE
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
@@ -83,7 +84,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     on_cpu = DEVICE_BUSY_SHARE not in summary
     busy = summary.get(CPU_BUSY_SHARE if on_cpu else DEVICE_BUSY_SHARE)
     found: dict[str, Any] = {"verdict": verdict}
-    crowded = summary.get("waited_for_a_core")
+    crowded = summary.get(WAITED_FOR_A_CORE)
     held = summary.get("cores_held") or {}
     key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
     unstated = False  # a ceiling the figures cannot state

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from mnistperf.atomic import atomic_write
-from mnistperf.diagnosis.figures import BUSY, COMM_EXPOSED_SHARE, COMM_SHARE, FLOPS, TRAIN_S, Gathered, Measures
+from mnistperf.diagnosis.figures import BUSY, FLOPS, TRAIN_S, Gathered, Measures
 from mnistperf.diagnosis.measure import busy_window
 from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.cores import EpochCores
@@ -25,6 +25,7 @@ from mnistperf.diagnosis.measure.memory import device_peaks_mb, measured, reset_
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.phases import StepPhases
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
+from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import Hints
 from mnistperf.diagnosis.record.rows import epoch_row, ranks_apart
 from mnistperf.diagnosis.record.summary import aggregate
@@ -109,13 +110,11 @@ class EpochClock:
             busy_unavailable = "the profiled window is off (busy_window_steps 0)"
         wanted = device.type in BUSY and profile_window
         # Where the busy share was profiled, and its value (None while not measured, with the reason)
-        unread = {"device": device.type, "share": None, **({"reason": busy_unavailable} if busy_unavailable else {})}
-        self.busy_window: dict[str, Any] | None = unread if wanted else None
+        self.reading = WindowReading(device.type, reason=busy_unavailable) if wanted else None
         self.busy_window_steps = 0 if busy_unavailable or not wanted else busy_window_steps  # 0: none (left) to open
         self.phases = StepPhases(device)
         self.window: BusyWindow | None = None
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
-        self._talked: dict[str, Any] = {}  # this process's own reading of the window's collectives (under DDP)
         self.epochs: list[dict[str, Any]] = []
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
@@ -252,9 +251,14 @@ class EpochClock:
         """Whether the busy window's profiler runs now (its steps are not the epoch's typical ones)."""
         return self.window is not None and self._window_open is not None
 
+    @property
+    def busy_window(self) -> dict[str, Any] | None:
+        """The profiled window's reading as timing.json keeps it, this process's own (None where none is wanted)."""
+        return None if self.reading is None else self.reading.as_json()
+
     def _window_missed(self, reason: str) -> None:
-        assert self.busy_window is not None  # only where a window is wanted
-        self.busy_window["reason"] = reason
+        assert self.reading is not None  # only where a window is wanted
+        self.reading.reason = reason
 
     def step_start(self, index: int) -> None:
         """Training step ``index`` of the epoch begins (its batch is on the device)."""
@@ -289,10 +293,9 @@ class EpochClock:
             self.window.step_end(index)
             if self.window.done:
                 window, self.window = self.window, None
-                self.busy_window = {"device": self.device.type, **window.result(self._number)}
-                if not self.epochs:
-                    self.busy_window["in_warmup"] = True
-                self.recorded, self._talked = window.recorded, dict(window.talked or {})
+                self.reading = window.result(self._number)
+                self.reading.in_warmup = not self.epochs
+                self.recorded = window.recorded
                 self.busy_window_steps = 0  # read: no window again this fit
                 if self._window_open is not None:
                     opened, fetch, host = self._window_open
@@ -360,18 +363,18 @@ class EpochClock:
     def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder`` (:data:`.busy_window.TRACE_FILE`): its path, or None."""
         profiler, self.recorded = self.recorded, None
-        if profiler is None or self.busy_window is None:
+        if profiler is None or self.reading is None:
             return None
-        recorded = self.busy_window.get("kernels", 0)
+        recorded = self.reading.kernels or 0
         if self.trace_limit is not None and recorded > self.trace_limit:
-            self.busy_window["trace_skipped"] = (
+            self.reading.trace_skipped = (
                 f"{recorded:,} recorded operations, over the limit of {self.trace_limit:,}; "
                 "EpochTimer(trace_limit=None) writes it"
             )
             return None
         path = folder / busy_window.TRACE_FILE
         atomic_write(path, lambda tmp: profiler.export_chrome_trace(str(tmp)))
-        self.busy_window["trace"] = busy_window.TRACE_FILE.as_posix()
+        self.reading.trace = busy_window.TRACE_FILE.as_posix()
         return path
 
     def _without_window(self) -> tuple[float, float, float]:
@@ -394,7 +397,8 @@ class EpochClock:
         self.close()  # the epoch ended before the window did (a limit on batches)
         if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
             self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
-        busy = self.busy_window.get("share") if self.busy_window is not None else None
+        window = self.reading or WindowReading(self.device.type)
+        talk = window.communication
         shares = self.phases.shares() or {}
         train_s, input_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
@@ -412,7 +416,7 @@ class EpochClock:
             input_wait_s=input_wait_s,
             host_wait_s=host_wait_s,
             samples=math.nan if self._samples is None else float(self._samples),
-            busy_share=math.nan if busy is None else busy,
+            busy_share=math.nan if window.share is None else window.share,
             forward_s=shares.get("forward", math.nan) * in_steps,
             backward_s=shares.get("backward", math.nan) * in_steps,
             optimizer_s=shares.get("optimizer", math.nan) * in_steps,
@@ -427,8 +431,8 @@ class EpochClock:
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
             flops=self.flops_per_step * self._steps if self.flops_per_step else math.nan,
-            comm_share=self._talked.get("share", math.nan),
-            comm_exposed_share=self._talked.get("exposed_share", math.nan),
+            comm_share=math.nan if talk is None else talk.share,
+            comm_exposed_share=math.nan if talk is None else talk.exposed_share,
             core_wait_share=core_wait,
             workers_cpu_share=workers_cpu,
         )
@@ -439,28 +443,22 @@ class EpochClock:
         ``extra``: what else the row holds (the validation's metrics, the samples per loader).
         """
         merged = gathered.measures
-        busy = BUSY.get(self.device.type)
-        if self.busy_window is not None and busy is not None and not math.isnan(merged[busy]):
-            self.busy_window["share"] = merged[busy]  # every process's window, averaged
-        talked = (self.busy_window or {}).get("communication")
-        if talked is not None and not math.isnan(merged[COMM_SHARE]):
-            talked.update(share=merged[COMM_SHARE], exposed_share=merged[COMM_EXPOSED_SHARE])
         extra = {**extra, **utilization(merged[FLOPS], merged[TRAIN_S], self.peak[0], self.world_size)}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))
-        if self._window_cost is not None and self.busy_window is not None:  # a window read in this epoch
+        if self._window_cost is not None and self.reading is not None:  # a window read in this epoch
             seconds, _, _, steps = self._window_cost
             # What the window added to the epoch: its steps' seconds beyond what as many typical steps take.
             cost = max(seconds - steps * self._without_window()[0] / max(self._steps, 1), 0.0)
             extra["profiled"] = dict(steps=steps, seconds=seconds, of_steps=self._steps, extrapolated=True, cost_s=cost)
-            self.busy_window["cost_s"] = cost
-        row = epoch_row(self._number, merged, self._stats, self.busy_window, extra, self.input_bound_share)
+            self.reading.cost_s = cost
+        row = epoch_row(self._number, merged, self._stats, self.reading, extra, self.input_bound_share)
         self.epochs.append(row)
         return row
 
     def summary(self) -> dict[str, Any]:
         """The run's figures: per epoch, warm-up apart, steady-state averages, totals and verdict."""
-        found = aggregate(self.epochs, self.input_bound_share, self.busy_window, self.hints, self.metric)
+        found = aggregate(self.epochs, self.input_bound_share, self.reading, self.hints, self.metric)
         found.update(
             run_utilization(found["epochs"], found["steady_epochs"], self.flops_per_step, self.peak, self.flops_reason)
         )

@@ -8,8 +8,19 @@ from typing import Any
 
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.measure.stalls import StepStats
-from mnistperf.diagnosis.record.verdict import FIT_ENDED, NOT_MEASURED, WINDOW_PENDING, classify, deciding
+from mnistperf.diagnosis.measure.window_reading import WindowReading
+from mnistperf.diagnosis.record.verdict import (
+    BUSY_MARGIN,
+    FIT_ENDED,
+    NOT_MEASURED,
+    WAITED_FOR_A_CORE,
+    WINDOW_PENDING,
+    classify,
+    deciding,
+)
 
+# What a verdict reads of the profiled window, in the epoch's row and the run's figures.
+WINDOW_KEYS = (*figures.BUSY.values(), *figures.COMMUNICATION, BUSY_MARGIN, WAITED_FOR_A_CORE)
 RANKS_APART = 0.1  # the share of train time by which the ranks' own work differs where they are apart
 
 
@@ -17,23 +28,23 @@ def epoch_row(
     epoch: int,
     merged: figures.Measures,
     local: StepStats | None,
-    busy_window: dict[str, Any] | None,
+    reading: WindowReading | None,
     extra: dict[str, Any],
     threshold: float,
 ) -> dict[str, Any]:
     """One epoch's row as timing.json has it: every figure measured, the window's, ``extra``, the derived, the verdict.
 
     ``merged``: the epoch's measures over every rank. ``local``: this process's step times, where its spikes fell.
-    ``busy_window``: the run's profiled window, its share None while not measured. ``extra``: what else the row holds
+    ``reading``: the run's profiled window, its share None while not measured. ``extra``: what else the row holds
     (the validation's metrics, the utilization, the samples per loader), which a derived figure may read.
     """
     row: dict[str, Any] = {"epoch": epoch}
     row.update({f: figures.kept(f, merged[f]) for f in figures.measured() if f.epoch and f.run != "window"})
-    row.update(window_figures(busy_window))
+    row.update(window_figures(reading, merged))
     row["worst_spikes"] = [list(spike) for spike in local.worst] if local is not None else []
     row.update(extra)
     figures.derive(row)  # a derived figure reads any other
-    row["verdict"], row["verdict_reason"] = classify(row, threshold, not_measured(busy_window))
+    row["verdict"], row["verdict_reason"] = classify(row, threshold, not_measured(reading))
     row["verdict_figure"] = deciding(row, row["verdict"], threshold)  # what the epoch's line says of it
     return row
 
@@ -59,21 +70,22 @@ def ranks_apart(per_rank: Mapping[str, list[float]]) -> dict[str, Any]:
     return {"ranks": ranks, "slowest_rank": {"rank": slowest, "held_by": held_by, "behind_s": behind}}
 
 
-def window_figures(busy_window: dict[str, Any] | None) -> dict[str, Any]:
-    """What a verdict reads of the profiled window: its share, the margin it is read with, the wait for a core."""
-    if busy_window is None:
+def window_figures(reading: WindowReading | None, merged: figures.Measures) -> dict[str, Any]:
+    """What a verdict reads of the profiled window: its share over the ranks, its margin, the wait for a core."""
+    if reading is None:
         return {}
-    found: dict[str, Any] = {figures.BUSY[busy_window["device"]]: busy_window.get("share")}
-    for key, name in (("margin", "busy_margin"), ("waited_for_a_core", "waited_for_a_core")):
-        if busy_window.get(key) is not None:
-            found[name] = busy_window[key]
-    talked = busy_window.get("communication")
-    if talked is not None:
-        found.update({figures.COMM_SHARE: talked["share"], figures.COMM_EXPOSED_SHARE: talked["exposed_share"]})
+    busy = figures.BUSY[reading.device]
+    found: dict[str, Any] = {busy: figures.kept(busy, merged[busy])}
+    if reading.margin is not None:
+        found[BUSY_MARGIN] = reading.margin
+    if reading.waited_for_a_core is not None:
+        found[WAITED_FOR_A_CORE] = reading.waited_for_a_core
+    if reading.communication is not None:
+        found.update({figure: figures.kept(figure, merged[figure]) for figure in figures.COMMUNICATION})
     return found
 
 
-def not_measured(busy_window: dict[str, Any] | None, ended: bool = False) -> str:
+def not_measured(reading: WindowReading | None, ended: bool = False) -> str:
     """Why the profiled window has no share (:data:`NOT_MEASURED` where it gives none); ``ended``: as the fit ends."""
-    reason = (busy_window or {}).get("reason") or NOT_MEASURED
+    reason = (reading.reason if reading is not None else None) or NOT_MEASURED
     return FIT_ENDED if ended and reason == WINDOW_PENDING else reason

@@ -14,6 +14,7 @@ from typing import Any
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, Figure
 from mnistperf.diagnosis.guard import jsonable
+from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.errors import ConfigError
 
 SUMMARY_FILE = "timing.json"
@@ -55,7 +56,7 @@ class RunSummary:
     epochs: list[dict[str, Any]] = field(default_factory=list)  # one row per epoch, keyed by its figures
     steady_epochs: list[int] | None = None  # the first and the last steady epoch
     warmup: dict[str, Any] | None = None  # the first epoch's number, train and eval time, where others followed
-    busy_window: dict[str, Any] | None = None  # the profiled window, as the clock keeps it
+    busy_window: WindowReading | None = None  # the profiled window
     advice: Advice | None = None
     device: str | None = None
     precision: str | None = None
@@ -74,8 +75,9 @@ class RunSummary:
         """``run`` as a RunSummary: itself, or the summary a timing.json's content holds."""
         if isinstance(run, RunSummary):
             return run
-        advice = run.get("advice")
-        return typed(cls, {**run, "content": run, "advice": typed(Advice, advice) if advice else None})
+        advice, window = run.get("advice"), run.get("busy_window")
+        read = {"advice": typed(Advice, advice) if advice else None, "busy_window": window and WindowReading.of(window)}
+        return typed(cls, {**run, "content": run, **read})
 
     def figure(self, figure: Figure) -> float | None:
         """The run's value of ``figure`` (None where it has none)."""

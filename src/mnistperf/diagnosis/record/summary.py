@@ -14,8 +14,9 @@ from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.measure.cores import held
 from mnistperf.diagnosis.measure.memory import growth, measured
 from mnistperf.diagnosis.measure.stalls import stalls
+from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import Hints, advice
-from mnistperf.diagnosis.record.rows import not_measured, ranks_apart, window_figures
+from mnistperf.diagnosis.record.rows import WINDOW_KEYS, not_measured, ranks_apart
 from mnistperf.diagnosis.record.verdict import classify, deciding
 
 
@@ -29,6 +30,15 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
         measured = [_measured_values(rows, figure) for rows in ranks]
         averaged[figure] = [mean(values) if values else math.nan for values in measured]
     return ranks_apart(averaged)
+
+
+def window_record(reading: WindowReading, read: dict[str, Any]) -> dict[str, Any]:
+    """The window as timing.json keeps it: this process's reading, its shares the run's, over every rank."""
+    found = {**reading.as_json(), "share": read.get(figures.BUSY[reading.device])}
+    if reading.communication is not None:
+        shares = {"share": read.get(figures.COMM_SHARE), "exposed_share": read.get(figures.COMM_EXPOSED_SHARE)}
+        found["communication"] = {**found["communication"], **shares}
+    return found
 
 
 def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
@@ -55,22 +65,22 @@ RUN_READERS = {
 def aggregate(
     epochs: list[dict[str, Any]],
     input_bound_share: float,
-    busy_window: dict[str, Any] | None = None,
+    reading: WindowReading | None = None,
     hints: Hints | None = None,
     metric: str | None = None,
 ) -> dict[str, Any]:
     """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix could buy.
 
-    ``busy_window``: the profiled window, whose share (a property of the step) stands for every epoch. ``hints``:
-    the advice's per verdict. ``metric``: a validation metric of the rows, its last value ``final_metric``.
+    ``reading``: the profiled window, whose share (a property of the step) stands for every epoch from its own on.
+    ``hints``: the advice's per verdict. ``metric``: a validation metric of the rows, its last value ``final_metric``.
     """
     steady = epochs[1:] if len(epochs) > 1 else epochs
     read: dict[str, Any] = {f: RUN_READERS[f.run](steady, f) for f in figures.FIGURES if f.run in RUN_READERS}
     read["split"] = {f: read.pop(f) for f in figures.FIGURES if f.run == "split"}
-    read.update(window_figures(busy_window))
-    verdict, reason = classify(read, input_bound_share, not_measured(busy_window, ended=True))
+    read.update({key: epochs[-1][key] for key in WINDOW_KEYS if key in epochs[-1]})  # over the ranks, as last read
+    verdict, reason = classify(read, input_bound_share, not_measured(reading, ended=True))
     figure = deciding(read, verdict, input_bound_share)
-    if busy_window is not None and busy_window.get("in_warmup") and busy_window.get("share") is not None:
+    if reading is not None and reading.in_warmup and reading.share is not None:
         reason += "; it rests on the warm-up epoch, the only one of this run"
     allocated = max(_measured_values(epochs, figures.DEVICE_ALLOCATED_MB), default=None)  # over every epoch
     reserved = max(_measured_values(epochs, figures.DEVICE_RESERVED_MB), default=math.nan)
@@ -90,7 +100,7 @@ def aggregate(
         },
         **_ranks_over(steady),
         **read,
-        **({"busy_window": busy_window} if busy_window is not None else {}),
+        **({"busy_window": window_record(reading, read)} if reading is not None else {}),
         "input_bound_share": input_bound_share,
         "verdict": verdict,
         "verdict_figure": figure,  # the one figure that decided it, as the headline says it

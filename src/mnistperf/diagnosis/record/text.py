@@ -10,6 +10,7 @@ from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.measure.flops import format_utilization
 from mnistperf.diagnosis.measure.memory import format_growth
 from mnistperf.diagnosis.measure.stalls import format_stalls
+from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import format_advice
 from mnistperf.diagnosis.record.rows import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.run import RunSummary
@@ -68,12 +69,12 @@ def format_ranks(run: RunSummary, epochs: str) -> str:
         else f"within {RANKS_APART:.0%} of each other"
     )
     line = f"Ranks ({epochs}, per epoch): {each}; {verdict}"
-    talked = (run.busy_window or {}).get("communication")
+    talked = run.busy_window.communication if run.busy_window is not None else None
     if talked is None:
         return line
-    exposed = talked["exposed_share"]
+    exposed = talked.exposed_share
     line += (
-        f"; {talked['backend']} collectives {talked['share']:.0%} of the profiled window, "
+        f"; {talked.backend} collectives {talked.share:.0%} of the profiled window, "
         f"{exposed:.0%} with no work beside them"
     )
     if not COMM_EXPOSED <= exposed < 1:
@@ -85,27 +86,27 @@ def format_ranks(run: RunSummary, epochs: str) -> str:
     )
 
 
-def format_window(window: dict[str, Any]) -> str:
+def format_window(window: WindowReading) -> str:
     """The busy window's line: its share, where it was profiled and its trace, or why there is none."""
-    label = BUSY_SAID[window["device"]]
-    if window.get("share") is None:
+    label = BUSY_SAID[window.device]
+    if window.share is None:
         return f"{label}: not measured ({not_measured(window, ended=True)}); no trace written"
-    trace = f"; trace {window['trace']}" if window.get("trace") else "; no trace written"
-    if window.get("trace_skipped"):
-        trace += f": {window['trace_skipped']}"
-    where = "the warm-up epoch, the run's only" if window.get("in_warmup") else "a steady epoch, kept out of its timing"
-    waited = window.get("waited_for_a_core")
+    trace = f"; trace {window.trace}" if window.trace else "; no trace written"
+    if window.trace_skipped:
+        trace += f": {window.trace_skipped}"
+    where = "the warm-up epoch, the run's only" if window.in_warmup else "a steady epoch, kept out of its timing"
+    waited = window.waited_for_a_core
     crowd = f", the training thread waiting for a core {waited:.0%} of it" if waited is not None else ""
-    how = f"{window.get('kernels', 0):,} {'kernels' if window['device'] == 'cuda' else 'operators'}, profiled"
-    if window.get("operator_clock"):  # the profiler cost more than the fit could spend (docs/timing.md)
-        least, most = window["operator_clock"]
-        how = f"between {least:.0%} and {most:.0%}, {window.get('kernels', 0):,} torch calls timed"
+    how = f"{window.kernels or 0:,} {'kernels' if window.device == 'cuda' else 'operators'}, profiled"
+    if window.operator_clock:  # the profiler cost more than the fit could spend (docs/timing.md)
+        least, most = window.operator_clock
+        how = f"between {least:.0%} and {most:.0%}, {window.kernels or 0:,} torch calls timed"
         trace = "; no trace: the profiler did not run, the fit being too short to pay for it"
-    first, last = window.get("first_step", 0), window.get("last_step", 0)
+    first, last = window.first_step or 0, window.last_step or 0
     steps = f"step {first}" if first == last else f"steps {first}-{last}"
     return (
-        f"{label}: {window['share']:.0%} of the time ({reading_doubt(window['share'], window.get('margin', 0.0))}) "
-        f"over training {steps} of epoch {window.get('epoch', 0)} "
+        f"{label}: {window.share:.0%} of the time ({reading_doubt(window.share, window.margin or 0.0)}) "
+        f"over training {steps} of epoch {window.epoch or 0} "
         f"({how} in {where}{crowd}{trace})"
     )
 

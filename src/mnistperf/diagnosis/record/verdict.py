@@ -15,6 +15,8 @@ NOT_MEASURED = "too few steps for the profiled window"
 # Why the warm-up epoch has no busy share yet; where the fit ends there, the summary says so instead.
 WINDOW_PENDING = "read in the first steady epoch, after the warm-up"
 FIT_ENDED = "the fit ended after its warm-up epoch, before the window in a steady epoch"
+# What a verdict reads of the profiled window beside its share: how far the share may be off, the wait for a core.
+BUSY_MARGIN, WAITED_FOR_A_CORE = "busy_margin", "waited_for_a_core"
 BUSY_SAID = {"cuda": "GPU busy", "cpu": "CPU inside tensor operations"}  # the profiled window's share, by device
 
 
@@ -88,8 +90,8 @@ def step_share(figures: dict[str, Any]) -> float | None:
 
 def doubt(figures: dict[str, Any], busy: float) -> str:
     """What the reason adds where the share is near the line or the machine was crowded ('' if neither)."""
-    margin = figures.get("busy_margin")
-    crowded = figures.get("waited_for_a_core")
+    margin = figures.get(BUSY_MARGIN)
+    crowded = figures.get(WAITED_FOR_A_CORE)
     if crowded is not None and crowded >= CROWDED:
         doubted = f"; in doubt: the training thread waited for a core {crowded:.0%} of the profiled window"
         if held(figures) is not None:

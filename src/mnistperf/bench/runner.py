@@ -23,8 +23,10 @@ from pathlib import Path
 import yaml
 
 from mnistperf.bench import published
+from mnistperf.bench.chart import redraw_chart
+from mnistperf.bench.columns import Row, markdown_table
 from mnistperf.bench.memory import TreeMemorySampler
-from mnistperf.bench.report import Row, markdown_table, per_step_table, redraw_chart, write_all
+from mnistperf.bench.report import per_step_table, write_all
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.console import device_line
 from mnistperf.diagnosis.figures import PEAK_RSS_MB

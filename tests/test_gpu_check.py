@@ -29,7 +29,7 @@ from mnistperf.gpu_check.command import main as check_main
 from mnistperf.gpu_check.plan import PARTS, SETUP_MINUTES, part_commands, schedule
 from mnistperf.gpu_check.probes import timer_cost_of
 from mnistperf.gpu_check.run import run_part
-from mnistperf.lightning_cli import parse_fit_config
+from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
 
 SCRIPT = REPO / "scripts" / "gpu-check"
 RUNNER_ONLY = ("--bare-lightning", "--loader-only")  # the reference rows module's own flags, not fit's

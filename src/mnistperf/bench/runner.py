@@ -32,7 +32,7 @@ from mnistperf.console import device_line
 from mnistperf.diagnosis.figures import PEAK_RSS_MB
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import ConfigError
-from mnistperf.lightning_cli import check_key, load_config, parse_setting
+from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
 from mnistperf.machine import run_device
 
 SHOWN_PREFIXES = ("epoch ", "mnistperf:", "Average ", "Total ", "Verdict")

@@ -17,8 +17,10 @@ from conftest import CONFIGS, fails_in_one_line
 from emulated_graphs import EmulatedGraphs
 
 from mnistperf.bench import published, reference_rows, runner
+from mnistperf.bench.chart import chart_figure
+from mnistperf.bench.columns import Row, table_rows
 from mnistperf.bench.memory import TreeMemorySampler
-from mnistperf.bench.report import Row, chart_figure, per_step, table_rows, write_all
+from mnistperf.bench.report import per_step, write_all
 from mnistperf.cli import main
 
 

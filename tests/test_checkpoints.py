@@ -214,7 +214,7 @@ def test_evaluating_names_a_newest_checkpoint_whose_fit_did_not_finish(tmp_path,
     timing.json, and nothing where it finished."""
     from types import SimpleNamespace
 
-    from mnistperf.lightning_cli import newest_checkpoint as newest
+    from mnistperf.lightning_cli.checkpoints import newest_checkpoint as newest
 
     config = SimpleNamespace(trainer={"default_root_dir": str(tmp_path)}, get=lambda key: None)
     said = []

@@ -27,8 +27,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.diagnosis import figures
-from mnistperf.diagnosis.callbacks.sample_audit import Order, SampleAudit, loader_counts
 from mnistperf.diagnosis.figures import COMM_SHARE, EVAL_S, FORWARD_S, SAMPLES, TRAIN_S, Measures, gather
+from mnistperf.diagnosis.measure.sample_counts import Order, gathered_shares, loader_counts
 from mnistperf.diagnosis.record.text import format_summary
 from mnistperf.diagnosis.show.compare import compare
 from mnistperf.diagnosis.show.report import html_report
@@ -271,7 +271,7 @@ def test_the_audits_fingerprints_are_gathered_in_rank_order_however_many_each_ra
     def audit_gather(parts):
         def on(rank, strategy):
             trainer = SimpleNamespace(world_size=2, strategy=strategy)
-            return SampleAudit._gather(trainer, parts[rank], Order(rank), [rank, 0])
+            return gathered_shares(trainer, parts[rank], Order(rank), [rank, 0])
 
         return TwoRanks().run(on)
 

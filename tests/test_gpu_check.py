@@ -22,10 +22,14 @@ import yaml
 from conftest import CONFIGS, REPO, stage_marks
 from lightning.pytorch.callbacks import ModelSummary
 
-from mnistperf import gpu_check, gpu_preflight
+from mnistperf import gpu_preflight
 from mnistperf.bench.runner import parse_args, plan_runs
 from mnistperf.data.ingest import sources
-from mnistperf.lightning_cli import parse_fit_config
+from mnistperf.gpu_check.command import main as check_main
+from mnistperf.gpu_check.plan import PARTS, SETUP_MINUTES, part_commands, schedule
+from mnistperf.gpu_check.probes import timer_cost_of
+from mnistperf.gpu_check.run import run_part
+from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
 
 SCRIPT = REPO / "scripts" / "gpu-check"
 RUNNER_ONLY = ("--bare-lightning", "--loader-only")  # the reference rows module's own flags, not fit's
@@ -34,15 +38,15 @@ RUNNER_ONLY = ("--bare-lightning", "--loader-only")  # the reference rows module
 def check_benches() -> list[list[str]]:
     """The arguments of every bench the check runs, with nothing dropped by the preflight."""
     benches = []
-    for part in gpu_check.PARTS:
-        for command in gpu_check.part_commands(part, "python3", Path("OUT"), ()):
+    for part in PARTS:
+        for command in part_commands(part, "python3", Path("OUT"), ()):
             if command[1:4] == ["-m", "mnistperf", "bench"]:
                 benches.append(command[4:])
     return benches
 
 
 def test_the_parts_are_the_preflights_in_its_order():
-    assert tuple(part.name for part in gpu_check.PARTS) == gpu_preflight.PARTS
+    assert tuple(part.name for part in PARTS) == gpu_preflight.PARTS
 
 
 def test_the_check_runs_every_stage_config():
@@ -99,15 +103,15 @@ def test_the_timer_arm_without_the_timer_has_no_callback():
 
 
 def test_a_preflight_drop_leaves_the_stage_out_of_its_bench():
-    [streams] = [part for part in gpu_check.PARTS if part.name == gpu_preflight.STAGED_PART]
-    [command] = gpu_check.part_commands(streams, "py", Path("OUT"), ("streaming_litdata",))
+    [streams] = [part for part in PARTS if part.name == gpu_preflight.STAGED_PART]
+    [command] = part_commands(streams, "py", Path("OUT"), ("streaming_litdata",))
     assert command[command.index("--stages") + 1] == "v2_pinned,streaming"
 
 
 def test_the_plan_starts_parts_in_order_only_where_they_fit():
-    planned = gpu_check.schedule(gpu_preflight.PARTS, 4.0)
+    planned = schedule(gpu_preflight.PARTS, 4.0)
     assert [part.name for part, _ in planned] == list(gpu_preflight.PARTS)
-    left = 4.0 - gpu_check.SETUP_MINUTES
+    left = 4.0 - SETUP_MINUTES
     for part, fits in planned:
         assert fits == (part.minutes <= left)
         left -= part.minutes if fits else 0
@@ -115,7 +119,7 @@ def test_the_plan_starts_parts_in_order_only_where_they_fit():
 
 
 def test_the_dry_run_names_the_call_its_carry_and_every_part(capsys):
-    assert gpu_check.main(["--dry-run", "--minutes", "5", "--parts", "fast,tests"]) == 0
+    assert check_main(["--dry-run", "--minutes", "5", "--parts", "fast,tests"]) == 0
     text = capsys.readouterr().out
     assert "carry: ['.gpu-carry']" in text and "--minutes 5 --parts fast,tests" in text
     rows = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and " min " in line]
@@ -139,7 +143,7 @@ def test_a_part_that_runs_past_its_time_is_interrupted_and_keeps_its_output(tmp_
     )
     script += "\n    print('kept')"
     with open(tmp_path / "log", "w") as log:
-        status = gpu_check.run_part([sys.executable, "-c", script], time.monotonic() + 1, log)
+        status = run_part([sys.executable, "-c", script], time.monotonic() + 1, log)
     assert status == "cut at its time limit"
     assert (tmp_path / "log").read_text().splitlines()[-2:] == ["started", "kept"]
 
@@ -149,7 +153,7 @@ def test_a_part_that_runs_past_its_time_is_interrupted_and_keeps_its_output(tmp_
 )
 def test_a_wrong_option_is_named(argv, named, capsys):
     with pytest.raises(SystemExit) as ended:
-        gpu_check.main([*argv, "--dry-run"])
+        check_main([*argv, "--dry-run"])
     assert ended.value.code == 2 and named in capsys.readouterr().err
 
 
@@ -329,7 +333,7 @@ def test_the_timer_cost_keeps_what_each_diagnosed_fit_read(tmp_path):
         "    (folder / 'timing.json').write_text(json.dumps(read))\n"
     )
     target = tmp_path / "cost.json"
-    gpu_check.timer_cost_of(
+    timer_cost_of(
         target, 2, [sys.executable, "-c", writes, "{out}"], {"with": ["--with"], "without": []}, "a stand-in fit"
     )
     result = json.loads(target.read_text())

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.measure import fingerprint
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
+from mnistperf.diagnosis.record.text import format_audit
 
 ROWS = 24
 
@@ -198,7 +199,7 @@ def test_the_report_line_carries_every_count(row):
     from records import audit_epochs
 
     expected = {k: row[k] for k in ("epoch", "seen", "distinct", "duplicates", "missing", "per_rank")}
-    assert audit_epochs(SampleAudit().describe(row) + "\n") == [
+    assert audit_epochs(format_audit(row, by_content=True) + "\n") == [
         {**expected, "same_order_ranks": row["same_order_ranks"] or 0}
     ]
 
@@ -241,9 +242,9 @@ def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_dupli
         "per_rank": [101, 101],
         "same_order_ranks": None,
     }
-    line = SampleAudit().describe(row)
+    line = format_audit(row, by_content=True)
     assert "a distributed sampler pads 201 samples to a multiple of 2 ranks by repeating 1" in line
-    assert "pads" not in SampleAudit().describe({**row, "duplicates": 2, "seen": 203})
+    assert "pads" not in format_audit({**row, "duplicates": 2, "seen": 203}, by_content=True)
 
 
 def test_steps_hashed_together_give_each_sample_the_fingerprint_it_has_alone(monkeypatch):

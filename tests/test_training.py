@@ -18,7 +18,7 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.record.advice import USER_HINTS, advice
 from mnistperf.errors import ConfigError
 from mnistperf.lab_hints import LAB_HINTS
-from mnistperf.lightning_cli import parse_fit_config
+from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
 from mnistperf.model import ImageClassifier, SimpleCNN
 
 LADDER = ["v1_naive", "v1_bs512", "v1_workers4", "v1_persistent", "v1_pinned", "v2_pinned"]
@@ -255,7 +255,7 @@ def test_compile_mode_reaches_torch_compile_and_needs_compile(monkeypatch):
 def test_lightnings_own_progress_bar_is_redrawn_every_few_steps_and_a_configured_one_is_kept(tmp_path):
     from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
-    from mnistperf.lightning_cli import BAR_REFRESH
+    from mnistperf.lightning_cli.mnistperf_cli import BAR_REFRESH
 
     config = ("--config", str(CONFIGS / "v2_pinned.yaml"))
     bar = parse_fit_config(config).trainer.progress_bar_callback

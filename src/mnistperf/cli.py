@@ -145,7 +145,7 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
     from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
     from mnistperf.console import calm_library_noise
-    from mnistperf.lightning_cli import MnistperfCLI
+    from mnistperf.lightning_cli.mnistperf_cli import MnistperfCLI
 
     calm_library_noise()
     try:

@@ -51,7 +51,7 @@ from mnistperf.diagnosis.record.environment import environment
 from mnistperf.diagnosis.record.run import write_summary
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.lab_hints import LAB_HINTS
-from mnistperf.lightning_cli import MnistperfCLI, parse_fit_config
+from mnistperf.lightning_cli.mnistperf_cli import MnistperfCLI, parse_fit_config
 from mnistperf.model.step import TrainingStep, adam, optimizer_steps, step_batches
 
 

@@ -23,14 +23,16 @@ from pathlib import Path
 import yaml
 
 from mnistperf.bench import published
+from mnistperf.bench.chart import redraw_chart
+from mnistperf.bench.columns import Row, markdown_table
 from mnistperf.bench.memory import TreeMemorySampler
-from mnistperf.bench.report import Row, markdown_table, per_step_table, redraw_chart, write_all
+from mnistperf.bench.report import per_step_table, write_all
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.console import device_line
 from mnistperf.diagnosis.figures import PEAK_RSS_MB
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import ConfigError
-from mnistperf.lightning_cli import check_key, load_config, parse_setting
+from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
 from mnistperf.machine import run_device
 
 SHOWN_PREFIXES = ("epoch ", "mnistperf:", "Average ", "Total ", "Verdict")

@@ -19,7 +19,9 @@ from mnistperf.atomic import atomic_write
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
-from mnistperf.lightning_cli import check_key, load_config, missing_config, parse_fit_config, parse_setting
+from mnistperf.lightning_cli.configs import missing_config
+from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
+from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.model import ImageClassifier
 from mnistperf.tune import stages

@@ -7,69 +7,31 @@ device; at the epoch's end every rank's are gathered and counted, and rank 0 pri
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.model_helpers import is_overridden
-from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
-from mnistperf.diagnosis.measure.fingerprint import PADDING, Fingerprinter, HeldSteps
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, HeldSteps
+from mnistperf.diagnosis.measure.sample_counts import Order, audited_row, dataset_sizes, gathered_shares, restored_parts
 from mnistperf.diagnosis.measure.samples import READINGS
+from mnistperf.diagnosis.record import text
 from mnistperf.errors import MnistperfError
 
 AS_ONE = "its samples are audited as one loader's"
 GUESS = "{samples} samples a batch are audited ({how}); pass sample_id= or fingerprint= to name what a sample is"
 COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known: the last two unless log_all
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
-CHANGED_IN_PLACE = (
-    "SampleAudit: a training step changed its batch's tensors in place, after the epoch's first step had left its own "
-    "as they were, so that step's samples are known only as changed; from the next epoch on each step's rows are copied"
-)
-
-
-class Order(IntEnum):
-    """What a rank sends of its epoch's order: the same as its last epoch's, another, not known, or no epoch at all."""
-
-    FAILED = -2  # the rank could not fingerprint the epoch (it is not audited)
-    UNKNOWN = -1  # no last epoch to compare with (the first, or one resumed)
-    CHANGED = 0
-    SAME = 1
 
 
 class SampleAuditError(MnistperfError):
     """An epoch saw a sample twice or missed one, with ``strict`` set."""
-
-
-class Share(NamedTuple):
-    """One rank's fingerprints of an epoch as gathered: per training loader, and how many came from a checkpoint."""
-
-    parts: tuple[torch.Tensor, ...]  # the fingerprints of each loader's samples, in the order seen
-    order: Order  # whether the rank repeated its last epoch's order
-    carried: list[int]  # per loader, how many of its first fingerprints were seen before a resume
-
-
-def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
-    """Samples seen and distinct, the duplicates, and against a dataset's ``size`` (where known) the missing."""
-    missing = None if size is None else max(0, size - distinct)
-    return {"seen": seen, "distinct": distinct, "duplicates": seen - distinct, "dataset_size": size, "missing": missing}
-
-
-def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[str, Any]:
-    """One loader's :func:`tally` over every rank, and ``replayed``: sightings after a resume of samples seen before."""
-    everything = torch.cat([share.parts[loader] for share in shares])
-    counts = {**tally(everything.numel(), torch.unique(everything).numel(), size), "replayed": None}
-    if any(share.carried[loader] for share in shares):
-        before = torch.cat([share.parts[loader][: share.carried[loader]] for share in shares])
-        after = torch.cat([share.parts[loader][share.carried[loader] :] for share in shares])
-        counts["replayed"] = int(torch.isin(after, before).sum())
-    return counts
 
 
 class SampleAudit(Callback):
@@ -134,15 +96,9 @@ class SampleAudit(Callback):
             try:
                 ids = batch[self.sample_id]
             except (KeyError, IndexError, TypeError):
-                raise SampleAuditError(
-                    f"SampleAudit sample_id {self.sample_id!r}: the batch has no such field (it is a "
-                    f"{type(batch).__name__}); name a key of a dict batch or a position of a tuple batch"
-                ) from None
+                raise SampleAuditError(text.missing_sample_field(self.sample_id, batch)) from None
             if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
-                raise SampleAuditError(
-                    f"SampleAudit sample_id {self.sample_id!r}: holds {getattr(ids, 'dtype', type(ids).__name__)}, "
-                    "not an integer tensor of sample indices; pass fingerprint= to identify samples another way"
-                )
+                raise SampleAuditError(text.not_sample_indices(self.sample_id, ids))
             return ids.reshape(-1).to(torch.int64)
         found = self._sample_rows(batch)
         return found if isinstance(found, torch.Tensor) else self.hash(*found)
@@ -156,10 +112,7 @@ class SampleAudit(Callback):
         if reading.graphs is not None:
             return self.hash.graphs(reading.graphs, reading.rows)
         if not reading.rows or reading.samples is None:
-            raise SampleAuditError(
-                f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with "
-                f"{self.sample_dims} sample dimension(s); pass sample_id= or fingerprint="
-            )
+            raise SampleAuditError(text.no_sample_rows(batch, self.sample_dims))
         samples, rows = reading.samples, reading.rows
         return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples
 
@@ -214,7 +167,7 @@ class SampleAudit(Callback):
                 self._as_they_are = self._watching = self._watching and not shared
             return
         if self._as_they_are:
-            self._failed = CHANGED_IN_PLACE
+            self._failed = text.CHANGED_IN_PLACE
         self._as_they_are = self._watching = False
         self._changes_in_place = True
 
@@ -259,17 +212,7 @@ class SampleAudit(Callback):
 
     def _restore(self, trainer: Trainer, restored: dict[str, Any]) -> None:
         """Take back this rank's fingerprints of the epoch, per loader (every rank's on rank 0, where ranks changed)."""
-        shares, count = restored["fingerprints"], len(self.batches.names)
-        counts = restored.get("loaders")
-        if counts is None or any(len(c) != count for c in counts):  # the fit's loaders are not the checkpoint's: a pool
-            counts = [[len(share)] + [0] * (count - 1) for share in shares]
-        parts = [share.split(c) for share, c in zip(shares, counts, strict=True)]
-        if len(shares) == trainer.world_size:
-            mine = parts[trainer.global_rank]
-        elif trainer.global_rank == 0:
-            mine = [torch.cat([rank[loader] for rank in parts]) for loader in range(count)]
-        else:
-            mine = [torch.empty(0, dtype=torch.int64) for _ in range(count)]
+        mine = restored_parts(restored, len(self.batches.names), trainer.world_size, trainer.global_rank)
         self._seen = [[part.to(trainer.strategy.root_device)] for part in mine]
         self._carried_counts = [len(part) for part in mine]
         self._in_epoch = True
@@ -320,20 +263,17 @@ class SampleAudit(Callback):
             for loader, item in enumerate(pending):
                 if isinstance(item, torch.Tensor):
                     self._seen[loader].append(item)
-                    self._count(item.numel())
+                    samples = item.numel()
                 elif item is not None:
                     rows, samples, watched = item
-                    self._count(samples)
                     if watched is not None:
                         self._watched.append(watched)
                     if self._held.hold(loader, rows, samples):  # the held steps are due to be hashed
                         self._flush()
+                if item is not None and self._counted is not None:
+                    self._counted = (self._counted[0], self._counted[1] + samples)
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
-
-    def _count(self, samples: int) -> None:
-        if self._counted is not None:
-            self._counted = (self._counted[0], self._counted[1] + samples)
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -354,134 +294,24 @@ class SampleAudit(Callback):
             local = torch.cat(parts)
             order = Order.UNKNOWN if self._previous is None else Order(int(torch.equal(self._previous, local)))
             self._previous = local
-        shares = self._gather(trainer, parts, order, carried)
-        orders = [share.order for share in shares]
-        if Order.FAILED in orders:  # why: this rank's own problem, else the ranks that had one
-            ranks = ", ".join(str(rank) for rank, order in enumerate(orders) if order == Order.FAILED)
-            why = self._failed or f"rank {ranks} could not fingerprint a batch; its own warning says why"
-            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False}
-            row["why"] = why.removeprefix("SampleAudit: ")
-            line, self._failed = f"sample audit, epoch {row['epoch']}: not audited ({row['why']})", None
+        shares = gathered_shares(trainer, parts, order, carried)
+        failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
+        if failed:  # why: this rank's own problem, else the ranks that had one
+            why = (self._failed or text.unfingerprinted(failed, warned=True)).removeprefix("SampleAudit: ")
+            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": why}
+            self._failed = None
         else:
-            row = self._row(trainer, shares, orders)
-            line = self.describe(row)
+            sizes: list[int | None] = [None] * len(self.batches.names)
+            with self.problems.guard("reading the training set's size"):
+                sizes = dataset_sizes(self.batches.parts(trainer.train_dataloader), self.sample_dims)
+            row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
+        line = text.format_audit(row, self._by_content)
         self.epochs.append(row)
         self.problems.say(trainer, line)
         if self.strict and (row.get("duplicates") or row.get("missing")):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
-
-    def _row(self, trainer: Trainer, shares: list[Share], orders: list[Order]) -> dict[str, Any]:
-        """The epoch's counts: over every loader (told apart), and each loader's where there are several."""
-        sizes: list[int | None] = [None] * len(self.batches.names)
-        with self.problems.guard("reading the training set's size"):
-            sizes = [self._dataset_size(loader) for loader in self.batches.parts(trainer.train_dataloader)]
-        each = [loader_counts(shares, loader, size) for loader, size in enumerate(sizes)]
-        size = self.dataset_size
-        if size is None and None not in sizes:
-            size = sum(c["dataset_size"] for c in each)
-        replayed = [c["replayed"] for c in each if c["replayed"] is not None]
-        row = {
-            "epoch": trainer.current_epoch + 1,
-            "audited": True,
-            **tally(sum(c["seen"] for c in each), sum(c["distinct"] for c in each), size),
-            "per_rank": [sum(int(part.numel()) for part in share.parts) for share in shares],
-            # ranks that repeated their last epoch's order
-            "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),
-            "replayed": sum(replayed) if replayed else None,
-        }
-        if self.batches.several:
-            row["loaders"] = {
-                name: {k: v for k, v in counts.items() if k != "replayed"}
-                for name, counts in zip(self.batches.names, each, strict=True)
-            }
-        return row
-
-    def _dataset_size(self, loader: Any) -> int | None:
-        """A map-style DataLoader's whole dataset's length (whatever the ranks) where it batches items, else None."""
-        if self.sample_dims != 1 or not isinstance(loader, DataLoader) or loader.batch_size is None:
-            return None
-        dataset = loader.dataset
-        return len(dataset) if not isinstance(dataset, IterableDataset) and hasattr(dataset, "__len__") else None
-
-    @staticmethod
-    def _gather(trainer: Trainer, parts: list[torch.Tensor], order: Order, carried: list[int]) -> list[Share]:
-        """Every rank's share, in rank order: two gathers, the counts, then the fingerprints padded to the longest."""
-        world, count, device = trainer.world_size, len(parts), parts[0].device
-        if world == 1:  # the one rank's own share: no tensor to send, no collective
-            return [Share(tuple(parts), order, list(carried))]
-        local = torch.cat(parts)
-        meta = torch.tensor([int(order), *(len(p) for p in parts), *carried], dtype=torch.int64, device=device)
-        metas = trainer.strategy.all_gather(meta).reshape(world, -1).tolist()
-        lengths = [sum(m[1 : 1 + count]) for m in metas]
-        longest = max(lengths)
-        padded = torch.full((longest,), PADDING, dtype=torch.int64, device=device)
-        padded[: local.numel()] = local
-        everyone = trainer.strategy.all_gather(padded).reshape(world, -1) if longest else padded.reshape(world, 0)
-        return [
-            Share(everyone[rank, :length].split(m[1 : 1 + count]), Order(m[0]), m[1 + count :])
-            for rank, (m, length) in enumerate(zip(metas, lengths, strict=True))
-        ]
-
-    def describe(self, row: dict[str, Any]) -> str:
-        """The one-line report of an epoch's counts, with what explains its duplicates where the audit knows."""
-        ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
-        where = f" ({' + '.join(map(str, row['per_rank']))} on {ranks} ranks)" if ranks > 1 else ""
-        line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} samples seen{where}, {row['distinct']:,} distinct"
-        if size is None:
-            line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
-        else:
-            line += f" of {size:,}: {duplicates:,} duplicates, {row['missing']:,} missing"
-        if size is not None and row["distinct"] > size:
-            line += (
-                f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "
-                "step, or a dataset_size that does not count samples?)"
-            )
-        loaders = row.get("loaders") or {}
-        for name, counts in loaders.items():
-            of = "" if counts["dataset_size"] is None else f" of {counts['dataset_size']:,}"
-            missing = "" if counts["missing"] is None else f", {counts['missing']:,} missing"
-            line += (
-                f"; loader {name}: {counts['seen']:,} seen, {counts['distinct']:,} distinct{of}, "
-                f"{counts['duplicates']:,} duplicates{missing}"
-            )
-        padding = -size % ranks if size else 0
-        padded = padding if duplicates == padding else 0  # a distributed sampler's padding explains them
-        if padded:
-            line += (
-                f"; a distributed sampler pads {size:,} samples to a multiple of {ranks} ranks by repeating "
-                f"{padding} (drop_last avoids it)"
-            )
-        cycled = {
-            name: c["seen"] - c["dataset_size"]
-            for name, c in loaders.items()
-            if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
-        }
-        if cycled:
-            line += (
-                f"; loader{'s' if len(cycled) > 1 else ''} {', '.join(cycled)} gave more samples than "
-                f"{'they hold' if len(cycled) > 1 else 'it holds'}: a shorter loader is cycled to the longest one's "
-                "length (CombinedLoader's max_size_cycle mode, Lightning's default for several training loaders)"
-            )
-        replayed = row.get("replayed") or 0
-        if replayed:
-            line += (
-                f"; {replayed:,} of the duplicates were seen again after the fit resumed from a checkpoint saved "
-                "inside this epoch: the loader started the epoch over (a DataLoader that cannot resume mid-epoch "
-                "repeats its first batches and leaves its last ones out)"
-            )
-        if duplicates > padded + sum(cycled.values()) + replayed and self._by_content:
-            line += (
-                "; samples identified by content: identical samples in the data count as duplicates "
-                "(sample_id= names an index field instead)"
-            )
-        if row["same_order_ranks"]:
-            line += (
-                f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "
-                f"rank{'s' if ranks > 1 else ''}: is the sampler reshuffled every epoch?"
-            )
-        return line
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -496,14 +326,13 @@ class SampleAudit(Callback):
         self._commit()
         parts = self._local(trainer)  # its hash may find the epoch not audited
         order = Order.UNKNOWN if self._failed is None else Order.FAILED
-        shares = self._gather(trainer, parts, order, self._carried_counts)
+        shares = gathered_shares(trainer, parts, order, self._carried_counts)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
-        why = self._failed or f"rank {', '.join(map(str, failed))} could not fingerprint a batch"
         return {
             "epoch": trainer.current_epoch,
             "fingerprints": [torch.cat(share.parts).cpu() for share in shares],
             "loaders": [[len(part) for part in share.parts] for share in shares],
-            "failed": why if failed else None,  # the epoch resumed is not audited either
+            "failed": (self._failed or text.unfingerprinted(failed, warned=False)) if failed else None,  # resumed too
         }
 
     @override

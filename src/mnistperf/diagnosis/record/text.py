@@ -218,3 +218,105 @@ def format_counts(counts: dict[str, int] | None) -> str:
     if "lightning" in counts:
         said.append(f"Lightning reads {counts['lightning']:,} a batch where {counts['batch']:,} are counted")
     return f"; samples disagree: {'; '.join(said)}"
+
+
+def format_audit(row: dict[str, Any], by_content: bool) -> str:
+    """SampleAudit's line of an epoch: its counts and what explains its duplicates where it knows, or why not audited.
+
+    ``by_content``: samples were identified by their content, so identical ones count as duplicates.
+    """
+    if "why" in row:
+        return f"sample audit, epoch {row['epoch']}: not audited ({row['why']})"
+    ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
+    where = f" ({' + '.join(map(str, row['per_rank']))} on {ranks} ranks)" if ranks > 1 else ""
+    line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} samples seen{where}, {row['distinct']:,} distinct"
+    if size is None:
+        line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
+    else:
+        line += f" of {size:,}: {duplicates:,} duplicates, {row['missing']:,} missing"
+    if size is not None and row["distinct"] > size:
+        line += (
+            f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "
+            "step, or a dataset_size that does not count samples?)"
+        )
+    loaders = row.get("loaders") or {}
+    for name, counts in loaders.items():
+        of = "" if counts["dataset_size"] is None else f" of {counts['dataset_size']:,}"
+        missing = "" if counts["missing"] is None else f", {counts['missing']:,} missing"
+        line += (
+            f"; loader {name}: {counts['seen']:,} seen, {counts['distinct']:,} distinct{of}, "
+            f"{counts['duplicates']:,} duplicates{missing}"
+        )
+    padding = -size % ranks if size else 0
+    padded = padding if duplicates == padding else 0  # a distributed sampler's padding explains them
+    if padded:
+        line += (
+            f"; a distributed sampler pads {size:,} samples to a multiple of {ranks} ranks by repeating "
+            f"{padding} (drop_last avoids it)"
+        )
+    cycled = {
+        name: c["seen"] - c["dataset_size"]
+        for name, c in loaders.items()
+        if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
+    }
+    if cycled:
+        line += (
+            f"; loader{'s' if len(cycled) > 1 else ''} {', '.join(cycled)} gave more samples than "
+            f"{'they hold' if len(cycled) > 1 else 'it holds'}: a shorter loader is cycled to the longest one's "
+            "length (CombinedLoader's max_size_cycle mode, Lightning's default for several training loaders)"
+        )
+    replayed = row.get("replayed") or 0
+    if replayed:
+        line += (
+            f"; {replayed:,} of the duplicates were seen again after the fit resumed from a checkpoint saved "
+            "inside this epoch: the loader started the epoch over (a DataLoader that cannot resume mid-epoch "
+            "repeats its first batches and leaves its last ones out)"
+        )
+    if duplicates > padded + sum(cycled.values()) + replayed and by_content:
+        line += (
+            "; samples identified by content: identical samples in the data count as duplicates "
+            "(sample_id= names an index field instead)"
+        )
+    if row["same_order_ranks"]:
+        line += (
+            f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "
+            f"rank{'s' if ranks > 1 else ''}: is the sampler reshuffled every epoch?"
+        )
+    return line
+
+
+# Why SampleAudit leaves an epoch not audited where a kept step's rows changed under it.
+CHANGED_IN_PLACE = (
+    "SampleAudit: a training step changed its batch's tensors in place, after the epoch's first step had left its own "
+    "as they were, so that step's samples are known only as changed; from the next epoch on each step's rows are copied"
+)
+
+
+def unfingerprinted(ranks: list[int], warned: bool) -> str:
+    """Why an epoch is not audited where ``ranks`` could not fingerprint a batch (``warned``: each said so itself)."""
+    why = f"rank {', '.join(map(str, ranks))} could not fingerprint a batch"
+    return f"{why}; its own warning says why" if warned else why
+
+
+def missing_sample_field(sample_id: str | int, batch: Any) -> str:
+    """SampleAudit's error where its ``sample_id`` names no field of the batch."""
+    return (
+        f"SampleAudit sample_id {sample_id!r}: the batch has no such field (it is a {type(batch).__name__}); "
+        "name a key of a dict batch or a position of a tuple batch"
+    )
+
+
+def not_sample_indices(sample_id: str | int, ids: Any) -> str:
+    """SampleAudit's error where the field its ``sample_id`` names holds no integer tensor."""
+    return (
+        f"SampleAudit sample_id {sample_id!r}: holds {getattr(ids, 'dtype', type(ids).__name__)}, "
+        "not an integer tensor of sample indices; pass fingerprint= to identify samples another way"
+    )
+
+
+def no_sample_rows(batch: Any, sample_dims: int) -> str:
+    """SampleAudit's error where no tensor of the batch has ``sample_dims`` sample dimensions."""
+    return (
+        f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with {sample_dims} sample dimension(s); "
+        "pass sample_id= or fingerprint="
+    )

@@ -1,0 +1,119 @@
+"""SampleAudit's numbers: every rank's fingerprints of an epoch, gathered or taken back, and the epoch's counts."""
+
+from __future__ import annotations
+
+from collections.abc import Sized
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from mnistperf.diagnosis.measure.fingerprint import PADDING
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Trainer
+
+
+class Order(IntEnum):
+    """What a rank sends of its epoch's order: the same as its last epoch's, another, not known, or no epoch at all."""
+
+    FAILED = -2  # the rank could not fingerprint the epoch (it is not audited)
+    UNKNOWN = -1  # no last epoch to compare with (the first, or one resumed)
+    CHANGED = 0
+    SAME = 1
+
+
+class Share(NamedTuple):
+    """One rank's fingerprints of an epoch as gathered: per training loader, and how many came from a checkpoint."""
+
+    parts: tuple[torch.Tensor, ...]  # the fingerprints of each loader's samples, in the order seen
+    order: Order  # whether the rank repeated its last epoch's order
+    carried: list[int]  # per loader, how many of its first fingerprints were seen before a resume
+
+
+def gathered_shares(trainer: Trainer, parts: list[torch.Tensor], order: Order, carried: list[int]) -> list[Share]:
+    """Every rank's share, in rank order: two gathers, the counts, then the fingerprints padded to the longest."""
+    world, count, device = trainer.world_size, len(parts), parts[0].device
+    if world == 1:  # the one rank's own share: no tensor to send, no collective
+        return [Share(tuple(parts), order, list(carried))]
+    local = torch.cat(parts)
+    meta = torch.tensor([int(order), *(len(p) for p in parts), *carried], dtype=torch.int64, device=device)
+    metas = trainer.strategy.all_gather(meta).reshape(world, -1).tolist()
+    lengths = [sum(m[1 : 1 + count]) for m in metas]
+    longest = max(lengths)
+    padded = torch.full((longest,), PADDING, dtype=torch.int64, device=device)
+    padded[: local.numel()] = local
+    everyone = trainer.strategy.all_gather(padded).reshape(world, -1) if longest else padded.reshape(world, 0)
+    return [
+        Share(everyone[rank, :length].split(m[1 : 1 + count]), Order(m[0]), m[1 + count :])
+        for rank, (m, length) in enumerate(zip(metas, lengths, strict=True))
+    ]
+
+
+def restored_parts(restored: dict[str, Any], loaders: int, world: int, rank: int) -> list[torch.Tensor]:
+    """This rank's fingerprints per loader from a checkpoint's (every rank's on rank 0, where the ranks changed)."""
+    shares, counts = restored["fingerprints"], restored.get("loaders")
+    if counts is None or any(len(c) != loaders for c in counts):  # the fit's loaders are not the checkpoint's: a pool
+        counts = [[len(share)] + [0] * (loaders - 1) for share in shares]
+    parts = [share.split(c) for share, c in zip(shares, counts, strict=True)]
+    if len(shares) == world:
+        return list(parts[rank])
+    if rank == 0:
+        return [torch.cat([each[loader] for each in parts]) for loader in range(loaders)]
+    return [torch.empty(0, dtype=torch.int64) for _ in range(loaders)]
+
+
+def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
+    """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items."""
+    datasets = [
+        loader.dataset
+        if sample_dims == 1 and isinstance(loader, DataLoader) and loader.batch_size is not None
+        else None
+        for loader in loaders
+    ]
+    return [len(d) if isinstance(d, Sized) and not isinstance(d, IterableDataset) else None for d in datasets]
+
+
+def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
+    """Samples seen and distinct, the duplicates, and against a dataset's ``size`` (where known) the missing."""
+    missing = None if size is None else max(0, size - distinct)
+    return {"seen": seen, "distinct": distinct, "duplicates": seen - distinct, "dataset_size": size, "missing": missing}
+
+
+def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[str, Any]:
+    """One loader's :func:`tally` over every rank, and ``replayed``: sightings after a resume of samples seen before."""
+    everything = torch.cat([share.parts[loader] for share in shares])
+    counts = {**tally(everything.numel(), torch.unique(everything).numel(), size), "replayed": None}
+    if any(share.carried[loader] for share in shares):
+        before = torch.cat([share.parts[loader][: share.carried[loader]] for share in shares])
+        after = torch.cat([share.parts[loader][share.carried[loader] :] for share in shares])
+        counts["replayed"] = int(torch.isin(after, before).sum())
+    return counts
+
+
+def audited_row(
+    epoch: int, shares: list[Share], sizes: list[int | None], size: int | None, names: list[str]
+) -> dict[str, Any]:
+    """An audited epoch's counts over every loader (told apart), and each loader's by ``names`` where there are several.
+
+    ``sizes``: each loader's dataset's length where known; ``size``: the whole training set's, by default their sum.
+    """
+    each = [loader_counts(shares, loader, known) for loader, known in enumerate(sizes)]
+    if size is None and None not in sizes:
+        size = sum(c["dataset_size"] for c in each)
+    orders = [share.order for share in shares]
+    replayed = [c["replayed"] for c in each if c["replayed"] is not None]
+    row = {
+        "epoch": epoch,
+        "audited": True,
+        **tally(sum(c["seen"] for c in each), sum(c["distinct"] for c in each), size),
+        "per_rank": [sum(int(part.numel()) for part in share.parts) for share in shares],
+        "same_order_ranks": None if Order.UNKNOWN in orders else orders.count(Order.SAME),  # repeated their last order
+        "replayed": sum(replayed) if replayed else None,
+    }
+    if len(names) > 1:
+        row["loaders"] = {
+            name: {k: v for k, v in c.items() if k != "replayed"} for name, c in zip(names, each, strict=True)
+        }
+    return row

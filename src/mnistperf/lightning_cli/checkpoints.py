@@ -1,0 +1,75 @@
+"""The checkpoint an evaluation uses: one given, checked readable, or the newest fit wrote with its config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from lightning.pytorch.utilities import rank_zero_only
+
+from mnistperf.diagnosis.record.run import SUMMARY_FILE
+from mnistperf.errors import ConfigError
+
+
+def check_checkpoint(path) -> None:
+    """An explicit checkpoint path must be a readable Lightning checkpoint (not 'last', 'best', ...)."""
+    if path is None or str(path) in ("last", "best", "hpc", "registry"):
+        return
+    if not Path(path).is_file():
+        raise ConfigError(
+            f"--ckpt_path {path}: no such file; give a checkpoint written by fit "
+            "(lightning_logs/<config>/version_N/checkpoints/*.ckpt), or 'last'."
+        )
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, pickle garbage, ...: torch raises many kinds
+        raise ConfigError(
+            f"--ckpt_path {path} is not a readable checkpoint ({type(exc).__name__}); "
+            "it may be truncated or not a checkpoint: use another one."
+        ) from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ConfigError(f"--ckpt_path {path} holds no model state_dict; give a checkpoint written by fit.")
+
+
+def runs_folder(config) -> Path:
+    """Where fit with this config writes its runs: the logger's save_dir/name, as in the stage configs."""
+    logger = config.trainer.get("logger")
+    init = logger.get("init_args") if hasattr(logger, "get") else None
+    if init is not None and init.get("save_dir") is not None:
+        return Path(init.save_dir) / str(init.get("name") or "lightning_logs")
+    return Path(config.trainer.get("default_root_dir") or ".") / "lightning_logs"
+
+
+def newest_checkpoint(command: str, config) -> Path:
+    """The most recent checkpoint fit wrote with this config, announced; a ConfigError naming the fix if none."""
+    folder = runs_folder(config)
+    found = sorted(folder.glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        config_args = " ".join(f"--config {c}" for c in (config.get("config") or [])) or "--config configs/STAGE.yaml"
+        raise ConfigError(
+            f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
+            f"Train one with `python -m mnistperf fit {config_args}`, or pass --ckpt_path FILE."
+        )
+    if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
+        print(
+            f"mnistperf: {command} with {found[-1]} (the newest checkpoint in {folder}"
+            f"{how_its_fit_ended(found[-1].parent.parent)}; --ckpt_path FILE picks another)",
+            flush=True,
+        )
+    return found[-1]
+
+
+def how_its_fit_ended(run: Path) -> str:
+    """A clause where a run's fit did not finish: interrupted (its timing.json says so), or no timing.json at all."""
+    summary = run / SUMMARY_FILE
+    try:
+        found = json.loads(summary.read_text())
+    except OSError:
+        return f", from a fit that wrote no {SUMMARY_FILE}: it may have stopped before its end"
+    except ValueError:
+        return ""
+    if isinstance(found, dict) and found.get("interrupted"):
+        epochs = len(found.get("epochs") or [])
+        return f", from a fit interrupted after {epochs} finished epoch{'s' if epochs != 1 else ''}"
+    return ""

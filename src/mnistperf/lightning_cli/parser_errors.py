@@ -1,0 +1,108 @@
+"""LightningCLI's parser answering a wrong option or value in one line: the option meant, what a value should be."""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from pathlib import Path
+
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from mnistperf.close_names import did_you_mean, with_options_meant
+from mnistperf.errors import DEBUG_ENV
+from mnistperf.lightning_cli.configs import missing_config
+from mnistperf.upstream import (
+    MISSING_CONFIG,
+    SUBCOMMAND,
+    SUBTYPE,
+    UNKNOWN_KEY,
+    WRONG_TYPE,
+    WRONG_UNION,
+    long_options,
+    parser_message,
+    subcommand_parser,
+)
+
+
+class OneLineErrorParser(LightningArgumentParser):
+    """LightningCLI's parser, answering a wrong option or value in one line instead of the whole usage.
+
+    The line names the command whose ``--help`` lists the options, the valid option nearest to an
+    unknown one (on the command line or in a config file), what a value of the wrong type should be,
+    and, for a config file that does not exist, the configs that do. An option is spelt whole: a prefix
+    of one (``--trainer.max_epoch``) is unknown, and answered with the option meant.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+    def error(self, message: str, ex: Exception | None = None):
+        """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
+        if os.environ.get(DEBUG_ENV):
+            super().error(message, ex)
+        text = parser_message(message)
+        command = self._command(text)
+        text = explain_parser_error(text, option_names(self._command_parser(command)))
+        help_command = " ".join(["python -m mnistperf", *([command] if command else []), "--help"])
+        print(f"mnistperf: error: {text} (`{help_command}` lists the options)", file=sys.stderr)
+        raise SystemExit(2)
+
+    def _command(self, text: str) -> str | None:
+        """The subcommand the error is about: named in the message (a config key), else this parser's own."""
+        named = SUBCOMMAND.search(text)
+        command = named.group(1) if named else self.prog.split()[-1]
+        return command if command in LightningCLI.subcommands() else None
+
+    def _command_parser(self, command: str | None) -> LightningArgumentParser:
+        """The parser holding the subcommand's options: this one, or the subcommand's below the root."""
+        return self if command is None else subcommand_parser(self, command)
+
+
+def option_names(parser) -> set[str]:
+    """Every option of a parser without its dashes (``data.batch_size``), and each section (``data``)."""
+    names = set(long_options(parser))
+    return names | {name.rsplit(".", depth)[0] for name in names for depth in range(1, name.count(".") + 1)}
+
+
+def explain_parser_error(text: str, options: set[str]) -> str:
+    """The parser's message, with the option meant, the configs that exist, or what a value should be."""
+    missing = MISSING_CONFIG.search(text)
+    if missing:
+        return missing_config(Path(missing.group(1)))
+    unknown = UNKNOWN_KEY.search(text)
+    if unknown:
+        return text + did_you_mean(unknown.group(1), options)
+    return wrong_type(text) or with_options_meant(text, options)
+
+
+_TYPE_WORDS = {"int": ["a whole number"], "float": ["a number"], "bool": ["true", "false"], "NoneType": ["null"]}
+
+
+def wrong_type(text: str) -> str | None:
+    """``data.num_workers takes a whole number, not 'abc'`` for a value of the wrong type, else None.
+
+    None too where a type has no plain words (a class path, a path type): the parser's message stays.
+    """
+    match = WRONG_TYPE.match(text) or WRONG_UNION.match(text)
+    if not match:
+        return None
+    key, subtypes, value = match.groups()
+    words: list[str] = []
+    literals: list[str] = []
+    for subtype in SUBTYPE.finditer(subtypes):
+        name, choices, other = subtype.groups()
+        if other or (name and name not in _TYPE_WORDS):
+            return None
+        try:
+            said = _TYPE_WORDS[name] if name else [str(choice) for choice in ast.literal_eval(f"[{choices}]")]
+        except (ValueError, SyntaxError):  # choices that are not plain values (enum members)
+            return None
+        for word in said:
+            if word not in words:
+                words.append(word)
+                literals += [] if name else [word]
+    if "a number" in words and "a whole number" in words:
+        words.remove("a whole number")
+    either = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+    return f"{key} takes {either}, not {value!r}{did_you_mean(value, literals)}"

@@ -97,9 +97,10 @@ def test_the_own_peaks_are_only_what_lightnings_table_lacks_or_states_otherwise(
 def test_a_fit_too_short_for_the_counter_is_not_counted_and_says_how_to_give_its_flops():
     timer = EpochTimer()
     fit_module(Linear(), rows(), callbacks=[timer], max_epochs=2)
-    assert timer.clock.flops_per_step is None
+    summary = timer.clock.summary()
+    assert summary["flops_per_step"] is None
     assert all(row["achieved_flops_per_s"] is None for row in timer.epochs)
-    reason = timer.clock.summary()["mfu_reason"]
+    reason = summary["mfu_reason"]
     assert "too few for the FLOP counter" in reason and "flops_per_batch" in reason
 
 
@@ -107,11 +108,11 @@ def test_the_fits_first_step_is_counted_and_each_epoch_gets_its_achieved_flops(m
     monkeypatch.setattr("mnistperf.diagnosis.measure.flops.COUNT_SHARE", 1.0)  # counted however short the fit
     timer = EpochTimer()
     fit_module(Linear(), rows(), callbacks=[timer], max_epochs=2)
-    assert timer.clock.flops_per_step == 3 * 2 * BATCH * IN * OUT
-    for row in timer.epochs:
-        assert row["achieved_flops_per_s"] == pytest.approx(timer.clock.flops_per_step * 6 / row["train_s"])
-        assert row["mfu"] is None and "timing/achieved_flops_per_s" in scalars(row, every=True)
     summary = timer.clock.summary()
+    assert summary["flops_per_step"] == 3 * 2 * BATCH * IN * OUT
+    for row in timer.epochs:
+        assert row["achieved_flops_per_s"] == pytest.approx(summary["flops_per_step"] * 6 / row["train_s"])
+        assert row["mfu"] is None and "timing/achieved_flops_per_s" in scalars(row, every=True)
     assert summary["mfu"] is None and summary["mfu_reason"] == "no peak is known for a cpu device"
     assert "Utilization" not in format_summary(summary)  # without a peak the line decides nothing
 
@@ -119,15 +120,14 @@ def test_the_fits_first_step_is_counted_and_each_epoch_gets_its_achieved_flops(m
 def test_a_given_flops_per_batch_is_taken_instead_of_counting():
     timer = EpochTimer(flops_per_batch=1e9)
     fit_module(Linear(), rows(), callbacks=[timer], max_epochs=1)
-    assert timer.clock.flops_per_step == 1e9
+    assert timer.clock.summary()["flops_per_step"] == 1e9
     assert timer.epochs[0]["achieved_flops_per_s"] == pytest.approx(6e9 / timer.epochs[0]["train_s"])
 
 
 def test_mfu_on_a_known_gpu_is_the_achieved_over_the_peak_times_the_ranks():
     """Emulated: the clock's arithmetic with an H100's bf16 peak, without one."""
-    clock = EpochClock(torch.device("cpu"))
-    clock.flops_per_step, clock.world_size = 1e12, 2
-    clock.peak = (989.4e12, "NVIDIA H100 80GB HBM3's bf16 peak (989 TFLOP/s)")
+    h100 = (989.4e12, "NVIDIA H100 80GB HBM3's bf16 peak (989 TFLOP/s)")
+    clock = EpochClock(torch.device("cpu"), flops_per_step=1e12, world_size=2, peak=h100)
     for _ in range(2):
         clock.epoch_start(batches=4)
         for index in range(4):

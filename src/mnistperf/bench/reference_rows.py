@@ -47,8 +47,7 @@ from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.epoch_timer import TrainerAttributes
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES, SAMPLES_PER_S, TRAIN_S, WAITS
 from mnistperf.diagnosis.record.clock import EpochClock
-from mnistperf.diagnosis.record.environment import environment
-from mnistperf.diagnosis.record.run import write_summary
+from mnistperf.diagnosis.record.run import run_summary, write_summary
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.lab_hints import LAB_HINTS
 from mnistperf.lightning_cli.mnistperf_cli import MnistperfCLI, parse_fit_config
@@ -81,9 +80,7 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
     # The stage's step; a graphed stage's replays its whole step as a graph (eagerly off CUDA), as the stage does.
     train_step = model.standalone_step(str(trainer.precision), summed=True)
     limit = _batch_limit(trainer.limit_train_batches, len(train_loader))
-    clock = EpochClock(
-        device, input_bound_share(cli), profile_window=not loader_only, hints=LAB_HINTS, metric="val/acc"
-    )
+    clock = EpochClock(device, input_bound_share(cli), profile_window=not loader_only, metric="val/acc")
     assert trainer.max_epochs is not None, "a plain run needs a positive trainer.max_epochs"
     for epoch in range(1, trainer.max_epochs + 1):
         model.train()
@@ -125,20 +122,8 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             f"val/acc {metrics['val/acc']:.4f}, {row['verdict']}",
             flush=True,
         )
-    return timing_summary("loader" if loader_only else "plain", trainer, datamodule, device, clock.summary())
-
-
-def timing_summary(runner: str, trainer, datamodule, device: torch.device, figures: dict) -> dict:
-    """timing.json of a plain or bare run: what ran, where, and its figures, as EpochTimer writes them."""
-    return {
-        "config": getattr(trainer.logger, "name", None),
-        "runner": runner,
-        "data": datamodule.loader_settings(),
-        "precision": str(trainer.precision),
-        "world_size": 1,
-        **environment(device),
-        **figures,
-    }
+    runner = "loader" if loader_only else "plain"
+    return run_summary(runner, trainer, device, lambda: clock.summary(LAB_HINTS), datamodule=datamodule)
 
 
 class BareStep(LightningModule):
@@ -228,7 +213,7 @@ def run_bare(cli: MnistperfCLI) -> dict:
     trainer.fit(bare, datamodule=datamodule)
     for row in clock.epochs:
         print(f"epoch {row['epoch']}: train {row[TRAIN_S]:.2f} s, {row[SAMPLES_PER_S]:,.0f} samples/s", flush=True)
-    return timing_summary("bare", stage_trainer, datamodule, device, waits_not_timed(clock.summary()))
+    return run_summary("bare", stage_trainer, device, lambda: waits_not_timed(clock.summary()), datamodule=datamodule)
 
 
 # What the bare row's clock does not time (no waits), and so cannot conclude (no verdict): not measured, not 0.

@@ -29,12 +29,11 @@ from mnistperf.diagnosis.measure.batches import TrainingBatches, fit_may_run_wor
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
-from mnistperf.diagnosis.measure.phases import sampled, unsampled
+from mnistperf.diagnosis.measure.phases import StepPhases, sampled, unsampled
 from mnistperf.diagnosis.measure.samples import READINGS, disagreeing, loader_samples
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
-from mnistperf.diagnosis.record.environment import environment
-from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, write_summary
+from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, run_summary, write_summary
 from mnistperf.diagnosis.record.text import format_counts, format_headline, throughput, unlogged_monitor
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
@@ -128,6 +127,8 @@ class EpochTimer(Callback):
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch = FetchClock(PassThroughProfiler())  # in the trainer's profiler's place from the fit's start
         self._flops = FirstStep(flops_per_batch)
+        self._phases = StepPhases(torch.device("cpu"))  # the sampled steps' phase marks, on the module's device
+        self._project_hints = self.hints  # the advice in the project's terms, once its loaders are read
         skip_unused_batch_hooks(self)
         self._phase_hooks = [hook for hook in PHASE_HOOKS if getattr(type(self), hook) is getattr(EpochTimer, hook)]
         self._sample(False)
@@ -163,16 +164,17 @@ class EpochTimer(Callback):
                 self.input_bound_share,
                 self.busy_window_steps,
                 busy_unavailable=busy_unavailable,
-                hints=self.hints,  # in the project's terms once its loaders are loaded (on_train_start)
                 trace_limit=self.trace_limit,
                 window_share=self.window_share,
                 metric=self.monitor,
+                peak=device_peak(pl_module.device, str(trainer.precision)),
+                world_size=trainer.world_size,
+                clock_calls=True,  # a Lightning step: the clock may time it where nothing was compiled
+                flops_per_step=self.flops_per_batch,
+                flops_reason=self._flops.plan(pl_module),
             )
+            self._phases = StepPhases(pl_module.device)
             self._fetch = FetchClock(profiler)
-            self.clock.flops_per_step, self.clock.world_size = self.flops_per_batch, trainer.world_size
-            self.clock.flops_reason = self._flops.plan(pl_module) or self.clock.flops_reason
-            self.clock.peak = device_peak(pl_module.device, str(trainer.precision))
-            self.clock.clock_calls = True  # a Lightning step: the clock may time it where nothing was compiled
             swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
     @override
@@ -197,7 +199,7 @@ class EpochTimer(Callback):
         """
         with self.problems.guard("naming the advice in the project's terms"):
             cuda = pl_module.device.type == "cuda"
-            self.clock.hints = project_hints(self.hints, project_terms(trainer), cuda)
+            self._project_hints = project_hints(self.hints, project_terms(trainer), cuda)
         self._epoch_open = self._uncounted = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
         self._own: Callable[[Any], int] | None = own if callable(own) else None
@@ -214,15 +216,15 @@ class EpochTimer(Callback):
         self._counted = 0.0  # this rank's samples of the epoch (NaN: a step's were not counted)
         self._first_batch: tuple[int, int | None] | None = None  # the epoch's first batch: counted, Lightning's reading
         self._fetch.reset()
-        self.clock.loader_workers = True  # where the loaders cannot be read, /proc is
+        self._phases.reset()
+        workers = True  # where the loaders cannot be read, /proc is
         with self.problems.guard("reading whether the loaders run workers"):
-            self.clock.loader_workers = fit_may_run_workers(trainer)
+            workers = fit_may_run_workers(trainer)
         with self.problems.guard("starting the epoch's clock"):
             batches = float(trainer.num_training_batches)  # inf where the training loader has no length
             expected = self.clock.expected_steps(batches)
-            self.clock.epoch_start(
-                batches, trainer.current_epoch + 1, last_epoch(trainer, expected), steps_left(trainer, expected)
-            )
+            number, last = trainer.current_epoch + 1, last_epoch(trainer, expected)
+            self.clock.epoch_start(batches, number, last, steps_left(trainer, expected), loader_workers=workers)
 
     @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -233,7 +235,7 @@ class EpochTimer(Callback):
             self.clock.add_fetch_wait(self._fetch.reset())  # so far: a profiled window's own is kept apart
             self.clock.step_start(batch_idx)
             if self._flops.due:  # the fit's first step, if the fit can pay for counting it
-                self.clock.flops_reason = self._flops.begin(steps_left(trainer)) or self.clock.flops_reason
+                self.clock.flops_counted(reason=self._flops.begin(steps_left(trainer)))
         except Exception as error:
             self.problems.note("timing a step's start", error)
         counts: list[int | None] = [None]
@@ -256,9 +258,9 @@ class EpochTimer(Callback):
             )
         try:  # profiled steps run slower: none of them is sampled
             if self._sampling:  # the next training step of a sample spanning several (gradient accumulation)
-                self.clock.phases.start()
+                self._phases.start()
             elif sampled(batch_idx, trainer.accumulate_grad_batches) and not self.clock.profiling:
-                self.clock.phases.start(trainer.accumulate_grad_batches)
+                self._phases.start(trainer.accumulate_grad_batches)
                 self._sample(True)
         except Exception as error:
             self._sample(False)
@@ -282,10 +284,10 @@ class EpochTimer(Callback):
                 if self.batches.several:  # each loader's samples, where the epoch's row tells them apart
                     for loader, samples in enumerate(counts):
                         self._loader_samples[loader] += math.nan if samples is None else samples
-            if self._sampling and self.clock.phases.end():
+            if self._sampling and self._phases.end():
                 self._sample(False)
             if self._flops.counting:
-                self.clock.flops_per_step = self._flops.end()
+                self.clock.flops_counted(self._flops.end())
             self.clock.step_end(batch_idx)
         except Exception as error:
             self._sample(False)
@@ -301,7 +303,7 @@ class EpochTimer(Callback):
     def _mark(self, name: str) -> None:
         if self._sampling:
             try:
-                self.clock.phases.mark(name)
+                self._phases.mark(name)
             except Exception as error:
                 self.problems.note(f"marking a sampled step's {name}", error)
 
@@ -354,7 +356,7 @@ class EpochTimer(Callback):
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())
-            measures = Measures.of(self.clock.read_epoch())
+            measures = Measures.of(self.clock.read_epoch(self._phases.shares()))
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, self._loader_samples if self.batches.several else [])
         except Exception as error:
@@ -368,7 +370,7 @@ class EpochTimer(Callback):
                     for name, count in zip(self.batches.names, gathered.loader_samples, strict=True)
                 }
             reason = unsampled(*self._trained, trainer.accumulate_grad_batches)
-            if math.isnan(gathered.measures[FORWARD_S]) and not self.clock.phases.started and reason is not None:
+            if math.isnan(gathered.measures[FORWARD_S]) and not self._phases.started and reason is not None:
                 extra["split_reason"] = reason
                 if not self._split_said:  # once a fit
                     self._split_said = True
@@ -467,19 +469,12 @@ class EpochTimer(Callback):
 
     def summary(self, trainer: Trainer) -> dict[str, Any]:
         """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""
-        datamodule = cast(TrainerAttributes, trainer).datamodule
-        found: dict[str, Any] = {"runner": "lightning"}
-        with self.problems.guard("reading the logger's name"):
-            if trainer.logger is not None and trainer.logger.name is not None:
-                found["config"] = trainer.logger.name
-        with self.problems.guard("reading the DataModule's loader_settings()"):
-            if datamodule is not None and hasattr(datamodule, "loader_settings"):
-                found["data"] = datamodule.loader_settings()
-        with self.problems.guard("reading the module's hyperparameters"):
-            found["model"] = {k: v for k, v in trainer.lightning_module.hparams.items() if not k.startswith("_")}
-        found.update(precision=str(trainer.precision), world_size=trainer.world_size)
-        with self.problems.guard("reading the environment"):
-            found.update(environment(self.clock.device))
-        with self.problems.guard("summarizing the epochs"):
-            found.update(self.clock.summary())
-        return found
+        return run_summary(
+            "lightning",
+            trainer,
+            self.clock.device,
+            lambda: self.clock.summary(self._project_hints),
+            datamodule=cast(TrainerAttributes, trainer).datamodule,
+            module=trainer.lightning_module,
+            guard=self.problems.guard,
+        )

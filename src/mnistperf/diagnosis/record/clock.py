@@ -23,7 +23,6 @@ from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
 from mnistperf.diagnosis.measure.memory import device_peaks_mb, measured, reset_device_peaks, rss_mb, workers_pss_mb
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
-from mnistperf.diagnosis.measure.phases import StepPhases
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import Hints
@@ -87,6 +86,9 @@ class EpochClock:
 
     Settings as :class:`~mnistperf.diagnosis.EpochTimer`'s (``metric``: its ``monitor``); ``profile_window``: whether
     a window's busy share is read (False: no step runs, or the loop hides it); ``busy_unavailable``: why it cannot be.
+    ``peak``: the device's peak FLOP/s and its name (or why none); ``world_size``: the ranks; ``clock_calls``: whether
+    the operator clock may stand in for a profiler the fit cannot pay for (a Lightning step, nothing compiled);
+    ``flops_per_step``: one training step's FLOPs where given, else ``flops_reason`` says why none (yet).
     """
 
     def __init__(
@@ -96,12 +98,18 @@ class EpochClock:
         busy_window_steps: int = busy_window.WINDOW_STEPS,
         profile_window: bool = True,
         busy_unavailable: str | None = None,
-        hints: Hints | None = None,
         trace_limit: int | None = busy_window.TRACE_LIMIT,
         window_share: float | None = busy_window.WINDOW_FIT_SHARE,
         metric: str | None = None,
+        peak: tuple[float | None, str | None] = (None, "no peak was looked up"),
+        world_size: int = 1,
+        clock_calls: bool = False,
+        flops_per_step: float | None = None,
+        flops_reason: str | None = None,
     ):
-        self.device, self.metric, self.hints = device, metric, hints
+        self.device, self.metric, self.peak, self.world_size = device, metric, peak, world_size
+        self.clock_calls, self._flops_per_step = clock_calls, flops_per_step
+        self._flops_reason = flops_reason or "the step's FLOPs were not counted"
         self.input_bound_share, self.trace_limit, self.window_share = input_bound_share, trace_limit, window_share
         self._fit_start = time.perf_counter()
         if device.type != "cuda":
@@ -112,19 +120,13 @@ class EpochClock:
         # Where the busy share was profiled, and its value (None while not measured, with the reason)
         self.reading = WindowReading(device.type, reason=busy_unavailable) if wanted else None
         self.busy_window_steps = 0 if busy_unavailable or not wanted else busy_window_steps  # 0: none (left) to open
-        self.phases = StepPhases(device)
         self.window: BusyWindow | None = None
         self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
         self.epochs: list[dict[str, Any]] = []
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
         self._op_s = 0.0  # on a CPU, a bare tiny operator's least time (operator_s) at the epochs' starts (0: not yet)
-        self.loader_workers = True  # whether the fit's loaders may run workers (False: none is looked for)
-        self.clock_calls = False  # whether the operator clock may stand in for a profiler the fit cannot pay for
-        self.flops_per_step: float | None = None  # one training step's FLOPs, counted once or given
-        self.peak: tuple[float | None, str | None] = (None, "no peak was looked up")  # (FLOP/s, its name or why none)
-        self.world_size = 1
-        self.flops_reason = "the step's FLOPs were not counted"  # why, where they were not
+        self._loader_workers = True  # whether the fit's loaders may run workers (False: none is looked for)
         self._reset()
 
     def _synced_now(self) -> float:
@@ -151,9 +153,8 @@ class EpochClock:
         # Memory is read at this step (the middle of the epoch, while its loader's workers run) and at its end.
         self._memory_at = max(1, int(batches // 2)) if math.isfinite(batches) else 2
         self._memory: list[tuple[float | None, float | None]] = []  # MB resident: this process's, its workers' (PSS)
-        self._cores = EpochCores(self.loader_workers)
+        self._cores = EpochCores(self._loader_workers)
         self._ended = math.nan  # the clock's last read at the end of train or eval time
-        self.phases.reset()
 
     def expected_steps(self, batches: float) -> float:
         """The epoch's training steps: ``batches``, or where that is inf (no length) the last whole epoch's, if any."""
@@ -162,13 +163,20 @@ class EpochClock:
         return float(self._last_length)
 
     def epoch_start(
-        self, batches: float = math.inf, number: int | None = None, last: bool = False, steps_left: float = math.inf
+        self,
+        batches: float = math.inf,
+        number: int | None = None,
+        last: bool = False,
+        steps_left: float = math.inf,
+        loader_workers: bool = True,
     ) -> None:
         """Start epoch ``number`` (by default the next) of ``batches`` training steps (inf: no length); synchronizes.
 
         The busy window opens in the first steady epoch that has not read it (the first epoch if it is the ``last``);
         on a CPU, ``steps_left`` (this epoch's included; NaN: not known) weighs its cost (:meth:`_weigh_window`).
+        ``loader_workers``: whether the epoch's loaders may run workers (False: none is looked for).
         """
+        self._loader_workers = loader_workers
         self._reset(batches, number)
         reset_device_peaks(self.device)
         if self.busy_window_steps > 0 and self.device.type != "cuda" and self.window_share is not None:
@@ -282,7 +290,7 @@ class EpochClock:
 
     def _read_memory(self) -> None:
         """This process's resident memory and its loader's workers' PSS now (none to read where no loader has any)."""
-        workers = workers_pss_mb() if self.loader_workers else 0.0 if measured() else None
+        workers = workers_pss_mb() if self._loader_workers else 0.0 if measured() else None
         self._memory.append((rss_mb(), workers))
 
     def step_end(self, index: int) -> None:
@@ -391,15 +399,18 @@ class EpochClock:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
         return self.close_epoch(Gathered(Measures.of(self.read_epoch()), []), metrics or {})
 
-    def read_epoch(self) -> EpochReading:
-        """End the epoch's timing (synchronizes) and return what this process read of it (NaN: not measured)."""
+    def read_epoch(self, phase_shares: dict[str, float] | None = None) -> EpochReading:
+        """End the epoch's timing (synchronizes) and return what this process read of it (NaN: not measured).
+
+        ``phase_shares``: each phase's share of the sampled steps' time (:meth:`.StepPhases.shares`), where timed.
+        """
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
         if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
             self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
         window = self.reading or WindowReading(self.device.type)
         talk = window.communication
-        shares = self.phases.shares() or {}
+        shares = phase_shares or {}
         train_s, input_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
@@ -430,7 +441,7 @@ class EpochClock:
             workers_pss_mb=_largest(workers_read),
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
-            flops=self.flops_per_step * self._steps if self.flops_per_step else math.nan,
+            flops=self._flops_per_step * self._steps if self._flops_per_step else math.nan,
             comm_share=math.nan if talk is None else talk.share,
             comm_exposed_share=math.nan if talk is None else talk.exposed_share,
             core_wait_share=core_wait,
@@ -456,10 +467,22 @@ class EpochClock:
         self.epochs.append(row)
         return row
 
-    def summary(self) -> dict[str, Any]:
-        """The run's figures: per epoch, warm-up apart, steady-state averages, totals and verdict."""
-        found = aggregate(self.epochs, self.input_bound_share, self.reading, self.hints, self.metric)
+    def flops_counted(self, per_step: float | None = None, reason: str | None = None) -> None:
+        """One training step's FLOPs, counted; or why they were not (``reason``)."""
+        if reason is None:
+            self._flops_per_step = per_step
+        else:
+            self._flops_reason = reason
+
+    def summary(self, hints: Hints | None = None) -> dict[str, Any]:
+        """The run's figures: per epoch, warm-up apart, steady-state averages, totals, verdict and its advice.
+
+        ``hints``: per verdict, what the advice suggests (by default what anyone can change).
+        """
+        found = aggregate(self.epochs, self.input_bound_share, self.reading, hints, self.metric)
         found.update(
-            run_utilization(found["epochs"], found["steady_epochs"], self.flops_per_step, self.peak, self.flops_reason)
+            run_utilization(
+                found["epochs"], found["steady_epochs"], self._flops_per_step, self.peak, self._flops_reason
+            )
         )
         return found

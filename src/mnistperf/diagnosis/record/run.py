@@ -6,7 +6,8 @@ Each field is named as the file names it; what an older file lacks is the field'
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, Figure
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.measure.window_reading import WindowReading
+from mnistperf.diagnosis.record.environment import environment
 from mnistperf.errors import ConfigError
 
 SUMMARY_FILE = "timing.json"
@@ -24,6 +26,38 @@ WHAT_A_SUMMARY_IS = (
     f"(lightning_logs/NAME/version_N/{SUMMARY_FILE}): give it or that folder, after `python -m mnistperf fit "
     "--config FILE` (or a fit of your own with EpochTimer among its callbacks, docs/diagnose.md)"
 )
+
+
+def run_summary(
+    runner: str,
+    trainer: Any,
+    device: Any,
+    figures: Callable[[], dict[str, Any]],
+    datamodule: Any = None,
+    module: Any = None,
+    guard: Callable[[str], AbstractContextManager[Any]] = lambda _: nullcontext(),
+) -> dict[str, Any]:
+    """What timing.json holds of any timed run: what ran it, where, and its ``figures()``, each read under ``guard``.
+
+    What ran it: the ``runner``, the trainer's logger's name (its config), the ``datamodule``'s loader settings where
+    it has them, the ``module``'s hyperparameters, the precision and the ranks.
+    """
+    found: dict[str, Any] = {"runner": runner}
+    with guard("reading the logger's name"):
+        if trainer.logger is not None and trainer.logger.name is not None:
+            found["config"] = trainer.logger.name
+    with guard("reading the DataModule's loader_settings()"):
+        if datamodule is not None and hasattr(datamodule, "loader_settings"):
+            found["data"] = datamodule.loader_settings()
+    with guard("reading the module's hyperparameters"):
+        if module is not None:
+            found["model"] = {k: v for k, v in module.hparams.items() if not k.startswith("_")}
+    found.update(precision=str(trainer.precision), world_size=trainer.world_size)
+    with guard("reading the environment"):
+        found.update(environment(device))
+    with guard("summarizing the epochs"):
+        found.update(figures())
+    return found
 
 
 def number(value: Any) -> float | None:

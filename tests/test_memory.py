@@ -12,7 +12,7 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
 from mnistperf.diagnosis.measure import cores, memory
 from mnistperf.diagnosis.measure.batches import may_run_workers
-from mnistperf.diagnosis.record.text import format_summary
+from mnistperf.diagnosis.record.text import format_growth, format_summary
 
 linux = pytest.mark.skipif(not memory.measured(), reason="resident memory is read from Linux's /proc")
 BALLAST_MB = 64
@@ -66,7 +66,7 @@ def test_growth_is_named_where_memory_rises_every_epoch_by_enough():
     assert memory.growth(rows_of("rss_mb", 500.0, 532.0, 530.0)) == []  # not every epoch: no growth named
     assert memory.growth(rows_of("rss_mb", 500.0, 501.0, 502.0)) == []  # every epoch, by too little
     assert memory.growth(rows_of("rss_mb", 500.0, 600.0)) == []  # too few epochs to tell
-    line = memory.format_growth(memory.growth(rows_of("device_allocated_mb", 100.0, 200.0, 300.0)))
+    line = format_growth(memory.growth(rows_of("device_allocated_mb", 100.0, 200.0, 300.0)))
     assert line == "Memory grows: GPU memory allocated +100 MB per epoch (100 MB to 300 MB, epochs 2-4)"
 
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.measure import fingerprint
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
-from mnistperf.diagnosis.record.text import format_audit
+from mnistperf.diagnosis.record.epoch_text import format_audit
 
 ROWS = 24
 

@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
-from mnistperf.diagnosis.measure.stalls import SPIKES_WORTH, drift, format_stalls, percentile, stalls, step_stats
-from mnistperf.diagnosis.record.text import format_summary
+from mnistperf.diagnosis.measure.stalls import SPIKES_WORTH, drift, percentile, stalls, step_stats
+from mnistperf.diagnosis.record.text import format_stalls, format_summary
 
 STEP_S = 0.002  # each toy step's deliberate sleep: a median far above the loop's own noise
 BATCHES = 24

@@ -23,7 +23,7 @@ from typing_extensions import override
 from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import log_folder, project_hints, project_terms
-from mnistperf.diagnosis.figures import EVAL_S, FORWARD_S, SAMPLES_PER_S, TRAIN_S, Measures, gather, scalars
+from mnistperf.diagnosis.figures import FORWARD_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, fit_may_run_workers
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
@@ -33,8 +33,9 @@ from mnistperf.diagnosis.measure.phases import StepPhases, sampled, unsampled
 from mnistperf.diagnosis.measure.samples import READINGS, disagreeing, loader_samples
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.diagnosis.record.epoch_text import format_epoch
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, run_summary, write_summary
-from mnistperf.diagnosis.record.text import format_counts, format_headline, throughput, unlogged_monitor
+from mnistperf.diagnosis.record.text import format_headline, unlogged_monitor
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, swap_profiler
@@ -53,15 +54,6 @@ class TrainerAttributes(Protocol):
     profiler: Profiler
     datamodule: LightningDataModule | None
     callbacks: list[Callback]
-
-
-def per_loader_text(samples: dict[str, int | None] | None) -> str:
-    """An epoch's samples per training loader as its line says them: each loader's, or how many each where alike."""
-    if not samples or None in samples.values():
-        return ""
-    if len(set(samples.values())) == 1:
-        return f" ({len(samples)} loaders of {next(iter(samples.values())):,} samples each)"
-    return " (" + " + ".join(f"{name} {count:,}" for name, count in samples.items()) + " samples)"
 
 
 def last_epoch(trainer: Trainer, batches: float) -> bool:
@@ -391,12 +383,7 @@ class EpochTimer(Callback):
         # library's own bar may count as it likes, so it gets no number it might not show.
         first = type(trainer.progress_bar_callback) in LIGHTNING_BARS and len(self.epochs) == 1
         bar = f" (bar: Epoch {trainer.current_epoch})" if first else ""
-        self.problems.say(
-            trainer,
-            f"epoch {row['epoch']}{bar}: train {row[TRAIN_S]:.2f} s, eval {row[EVAL_S]:.2f} s, "
-            f"{throughput(row[SAMPLES_PER_S])}{per_loader_text(row.get('loader_samples'))}, {row['verdict']} "
-            f"({row['verdict_figure']}){format_counts(row.get('sample_counts'))}",
-        )
+        self.problems.say(trainer, format_epoch(row, bar))
 
     def _counts_apart(self, trainer: Trainer) -> dict[str, int] | None:
         """This rank's samples of the epoch beside every other count of them known, where any disagrees.

@@ -21,7 +21,7 @@ from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, HeldSteps
 from mnistperf.diagnosis.measure.sample_counts import Order, audited_row, dataset_sizes, gathered_shares, restored_parts
 from mnistperf.diagnosis.measure.samples import READINGS
-from mnistperf.diagnosis.record import text
+from mnistperf.diagnosis.record import epoch_text
 from mnistperf.errors import MnistperfError
 
 AS_ONE = "its samples are audited as one loader's"
@@ -96,9 +96,9 @@ class SampleAudit(Callback):
             try:
                 ids = batch[self.sample_id]
             except (KeyError, IndexError, TypeError):
-                raise SampleAuditError(text.missing_sample_field(self.sample_id, batch)) from None
+                raise SampleAuditError(epoch_text.missing_sample_field(self.sample_id, batch)) from None
             if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
-                raise SampleAuditError(text.not_sample_indices(self.sample_id, ids))
+                raise SampleAuditError(epoch_text.not_sample_indices(self.sample_id, ids))
             return ids.reshape(-1).to(torch.int64)
         found = self._sample_rows(batch)
         return found if isinstance(found, torch.Tensor) else self.hash(*found)
@@ -112,7 +112,7 @@ class SampleAudit(Callback):
         if reading.graphs is not None:
             return self.hash.graphs(reading.graphs, reading.rows)
         if not reading.rows or reading.samples is None:
-            raise SampleAuditError(text.no_sample_rows(batch, self.sample_dims))
+            raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
         samples, rows = reading.samples, reading.rows
         return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples
 
@@ -167,7 +167,7 @@ class SampleAudit(Callback):
                 self._as_they_are = self._watching = self._watching and not shared
             return
         if self._as_they_are:
-            self._failed = text.CHANGED_IN_PLACE
+            self._failed = epoch_text.CHANGED_IN_PLACE
         self._as_they_are = self._watching = False
         self._changes_in_place = True
 
@@ -297,7 +297,7 @@ class SampleAudit(Callback):
         shares = gathered_shares(trainer, parts, order, carried)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
         if failed:  # why: this rank's own problem, else the ranks that had one
-            why = (self._failed or text.unfingerprinted(failed, warned=True)).removeprefix("SampleAudit: ")
+            why = (self._failed or epoch_text.unfingerprinted(failed, warned=True)).removeprefix("SampleAudit: ")
             row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": why}
             self._failed = None
         else:
@@ -307,7 +307,7 @@ class SampleAudit(Callback):
             row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
-        line = text.format_audit(row, self._by_content)
+        line = epoch_text.format_audit(row, self._by_content)
         self.epochs.append(row)
         self.problems.say(trainer, line)
         if self.strict and (row.get("duplicates") or row.get("missing")):
@@ -332,7 +332,9 @@ class SampleAudit(Callback):
             "epoch": trainer.current_epoch,
             "fingerprints": [torch.cat(share.parts).cpu() for share in shares],
             "loaders": [[len(part) for part in share.parts] for share in shares],
-            "failed": (self._failed or text.unfingerprinted(failed, warned=False)) if failed else None,  # resumed too
+            "failed": (self._failed or epoch_text.unfingerprinted(failed, warned=False))
+            if failed
+            else None,  # resumed too
         }
 
     @override

@@ -1,4 +1,4 @@
-"""Who held the cores over an epoch, from Linux's ``/proc``, and the verdict's clause on it (docs/timing.md)."""
+"""Who held the cores over an epoch, from Linux's ``/proc`` (docs/timing.md)."""
 
 from __future__ import annotations
 
@@ -87,22 +87,3 @@ def held(figures: dict[str, Any]) -> dict[str, Any] | None:
     if used is not None and not math.isnan(used) and used >= WORKERS_HOLD:
         return {"by": "workers", **found, "speed_up_at_most": 1 / (1 - wait) if wait < 1 else math.inf}
     return {"by": "other work", **found}
-
-
-def clause(found: dict[str, Any] | None) -> str:
-    """The verdict's clause on who held the cores (:func:`held`), '' where nobody did."""
-    if found is None:
-        return ""
-    wait, used = found[CORE_WAIT_SHARE], found[WORKERS_CPU_SHARE]
-    if found["by"] == "workers":
-        return (
-            f"; its own DataLoader workers held the cores (the training thread waited for one {wait:.0%} of train "
-            f"time, the workers using {used:.0%} of them): cheaper batches, such as a pre-tensorized dataset, or fewer "
-            f"workers where the loader still keeps pace, could make training up to {found['speed_up_at_most']:.1f}x "
-            f"faster, what the training thread's wait costs ({UNREAD})"
-        )
-    workers_used = f", its loader's workers using {used:.0%} of them" if used is not None else ""
-    return (
-        "; other work on this machine took the cores: the "
-        f"training thread waited for one {wait:.0%} of train time{workers_used}; measure again on a quieter machine"
-    )

@@ -151,14 +151,3 @@ def si(value: float, unit: str) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
-
-
-def format_utilization(summary: dict[str, Any]) -> str | None:
-    """The utilization line where the MFU is known (the achieved figure alone decides nothing); else None."""
-    flops, achieved, mfu = summary.get("flops_per_step"), summary.get(ACHIEVED_FLOPS_PER_S), summary.get(MFU)
-    if not flops or achieved is None or mfu is None:
-        return None
-    return (
-        f"Utilization: {si(flops, 'FLOP')} a step, {si(achieved, 'FLOP/s')} achieved, "
-        f"MFU {mfu:.1%} of the {summary['peak']}"
-    )

@@ -115,13 +115,3 @@ def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if grown is not None and grown["per_epoch_mb"] >= GROWTH_MB:
             found.append({"figure": key, "what": what, **grown})
     return found
-
-
-def format_growth(grown: list[dict[str, Any]]) -> str | None:
-    """The memory line where memory grows epoch after epoch; None where none does."""
-    parts = [
-        f"{g['what']} +{g['per_epoch_mb']:,.0f} MB per epoch ({g['from_mb']:,.0f} MB to {g['to_mb']:,.0f} MB, "
-        f"epochs {g['epochs'][0]}-{g['epochs'][1]})"
-        for g in grown
-    ]
-    return "Memory grows: " + "; ".join(parts) if parts else None

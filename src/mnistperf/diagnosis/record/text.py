@@ -7,9 +7,9 @@ from typing import Any
 
 from mnistperf.close_names import did_you_mean
 from mnistperf.diagnosis import figures
-from mnistperf.diagnosis.measure.flops import format_utilization
-from mnistperf.diagnosis.measure.memory import format_growth
-from mnistperf.diagnosis.measure.stalls import format_stalls
+from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU, SPIKES
+from mnistperf.diagnosis.measure.flops import si
+from mnistperf.diagnosis.measure.stalls import SLOW_FIRST_FACTOR, SPIKE_FACTOR, SPIKES_WORTH, slow_first_steps
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import format_advice
 from mnistperf.diagnosis.record.rows import RANKS_APART, not_measured
@@ -199,124 +199,60 @@ def unlogged_monitor(monitor: str, logged: Any) -> str:
     )
 
 
-# What each count beside the timer's is, in an epoch's line.
-COUNTED_BY = {"audit": "SampleAudit", "loader": "the loader's length"}
+def format_stalls(found: dict[str, Any], median: float | None, epochs: list[dict[str, Any]]) -> str | None:
+    """The stalls' line, starting with the steady epochs' ``median`` step, where something cost enough to act on.
 
-
-def format_counts(counts: dict[str, int] | None) -> str:
-    """Where an epoch's sample counts disagree, the clause that says so with each count; else nothing.
-
-    ``counts``: the epoch's ``counted`` beside the others (:data:`COUNTED_BY`), and a first batch's ``batch`` beside
-    Lightning's reading of it (``lightning``), as far as each disagrees.
+    ``epochs``: the run's rows, which give what slow first steps cost where ``found`` is older than that figure.
     """
-    if not counts:
-        return ""
-    said = []
-    others = [f"{label} {counts[name]:,}" for name, label in COUNTED_BY.items() if name in counts]
-    if others:
-        said.append(f"{counts['counted']:,} counted, {', '.join(others)}")
-    if "lightning" in counts:
-        said.append(f"Lightning reads {counts['lightning']:,} a batch where {counts['batch']:,} are counted")
-    return f"; samples disagree: {'; '.join(said)}"
-
-
-def format_audit(row: dict[str, Any], by_content: bool) -> str:
-    """SampleAudit's line of an epoch: its counts and what explains its duplicates where it knows, or why not audited.
-
-    ``by_content``: samples were identified by their content, so identical ones count as duplicates.
-    """
-    if "why" in row:
-        return f"sample audit, epoch {row['epoch']}: not audited ({row['why']})"
-    ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
-    where = f" ({' + '.join(map(str, row['per_rank']))} on {ranks} ranks)" if ranks > 1 else ""
-    line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} samples seen{where}, {row['distinct']:,} distinct"
-    if size is None:
-        line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
-    else:
-        line += f" of {size:,}: {duplicates:,} duplicates, {row['missing']:,} missing"
-    if size is not None and row["distinct"] > size:
-        line += (
-            f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "
-            "step, or a dataset_size that does not count samples?)"
+    if "slow_first_share" not in found:
+        found = {**found, **slow_first_steps(epochs)}
+    parts = []
+    share = found.get("spikes_share")
+    if share is not None and share >= SPIKES_WORTH:
+        worst = ", ".join(f"epoch {w['epoch']} step {w['step']} {w['s'] * 1e3:,.0f} ms" for w in found["worst_spikes"])
+        parts.append(
+            f"{found[SPIKES]} steps over {SPIKE_FACTOR:.0f}x the median took {share:.0%} of train time past it "
+            f"(the longest: {worst}); such spikes usually come from a loader whose workers fall behind in bursts "
+            "(slow items, workers restarting each epoch), periodic work in the loop (logging, checkpoints), or "
+            "other work on this machine"
         )
-    loaders = row.get("loaders") or {}
-    for name, counts in loaders.items():
-        of = "" if counts["dataset_size"] is None else f" of {counts['dataset_size']:,}"
-        missing = "" if counts["missing"] is None else f", {counts['missing']:,} missing"
-        line += (
-            f"; loader {name}: {counts['seen']:,} seen, {counts['distinct']:,} distinct{of}, "
-            f"{counts['duplicates']:,} duplicates{missing}"
+    first_share = found.get("slow_first_share")
+    if first_share is not None and first_share >= SPIKES_WORTH:
+        epochs_named = ", ".join(map(str, found["slow_first_step"]))
+        parts.append(
+            f"the first steps of epoch(s) {epochs_named} (over {SLOW_FIRST_FACTOR:.0f}x the median, the longest "
+            f"{found['slowest_first_s'] * 1e3:,.0f} ms) took {first_share:.0%} of train time beyond the median step; "
+            "a slow first step is usually the loader starting its epoch: its workers starting, unless they persist "
+            "between epochs, and making their first batches before any is ready"
         )
-    padding = -size % ranks if size else 0
-    padded = padding if duplicates == padding else 0  # a distributed sampler's padding explains them
-    if padded:
-        line += (
-            f"; a distributed sampler pads {size:,} samples to a multiple of {ranks} ranks by repeating "
-            f"{padding} (drop_last avoids it)"
+    moved = found.get("drift")
+    if moved:
+        parts.append(
+            f"step time drifts {moved['per_epoch_share']:+.0%} per epoch ({moved['from_s'] * 1e3:.1f} ms to "
+            f"{moved['to_s'] * 1e3:.1f} ms, epochs {moved['epochs'][0]}-{moved['epochs'][1]})"
         )
-    cycled = {
-        name: c["seen"] - c["dataset_size"]
-        for name, c in loaders.items()
-        if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
-    }
-    if cycled:
-        line += (
-            f"; loader{'s' if len(cycled) > 1 else ''} {', '.join(cycled)} gave more samples than "
-            f"{'they hold' if len(cycled) > 1 else 'it holds'}: a shorter loader is cycled to the longest one's "
-            "length (CombinedLoader's max_size_cycle mode, Lightning's default for several training loaders)"
-        )
-    replayed = row.get("replayed") or 0
-    if replayed:
-        line += (
-            f"; {replayed:,} of the duplicates were seen again after the fit resumed from a checkpoint saved "
-            "inside this epoch: the loader started the epoch over (a DataLoader that cannot resume mid-epoch "
-            "repeats its first batches and leaves its last ones out)"
-        )
-    if duplicates > padded + sum(cycled.values()) + replayed and by_content:
-        line += (
-            "; samples identified by content: identical samples in the data count as duplicates "
-            "(sample_id= names an index field instead)"
-        )
-    if row["same_order_ranks"]:
-        line += (
-            f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "
-            f"rank{'s' if ranks > 1 else ''}: is the sampler reshuffled every epoch?"
-        )
-    return line
+    if not parts:
+        return None
+    head = f"Stalls (median step {median * 1e3:.1f} ms): " if median is not None else "Stalls: "
+    return head + "; ".join(parts)
 
 
-# Why SampleAudit leaves an epoch not audited where a kept step's rows changed under it.
-CHANGED_IN_PLACE = (
-    "SampleAudit: a training step changed its batch's tensors in place, after the epoch's first step had left its own "
-    "as they were, so that step's samples are known only as changed; from the next epoch on each step's rows are copied"
-)
-
-
-def unfingerprinted(ranks: list[int], warned: bool) -> str:
-    """Why an epoch is not audited where ``ranks`` could not fingerprint a batch (``warned``: each said so itself)."""
-    why = f"rank {', '.join(map(str, ranks))} could not fingerprint a batch"
-    return f"{why}; its own warning says why" if warned else why
-
-
-def missing_sample_field(sample_id: str | int, batch: Any) -> str:
-    """SampleAudit's error where its ``sample_id`` names no field of the batch."""
+def format_utilization(summary: dict[str, Any]) -> str | None:
+    """The utilization line where the MFU is known (the achieved figure alone decides nothing); else None."""
+    flops, achieved, mfu = summary.get("flops_per_step"), summary.get(ACHIEVED_FLOPS_PER_S), summary.get(MFU)
+    if not flops or achieved is None or mfu is None:
+        return None
     return (
-        f"SampleAudit sample_id {sample_id!r}: the batch has no such field (it is a {type(batch).__name__}); "
-        "name a key of a dict batch or a position of a tuple batch"
+        f"Utilization: {si(flops, 'FLOP')} a step, {si(achieved, 'FLOP/s')} achieved, "
+        f"MFU {mfu:.1%} of the {summary['peak']}"
     )
 
 
-def not_sample_indices(sample_id: str | int, ids: Any) -> str:
-    """SampleAudit's error where the field its ``sample_id`` names holds no integer tensor."""
-    return (
-        f"SampleAudit sample_id {sample_id!r}: holds {getattr(ids, 'dtype', type(ids).__name__)}, "
-        "not an integer tensor of sample indices; pass fingerprint= to identify samples another way"
-    )
-
-
-def no_sample_rows(batch: Any, sample_dims: int) -> str:
-    """SampleAudit's error where no tensor of the batch has ``sample_dims`` sample dimensions."""
-    return (
-        f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with {sample_dims} sample dimension(s); "
-        "pass sample_id= or fingerprint="
-    )
+def format_growth(grown: list[dict[str, Any]]) -> str | None:
+    """The memory line where memory grows epoch after epoch; None where none does."""
+    parts = [
+        f"{g['what']} +{g['per_epoch_mb']:,.0f} MB per epoch ({g['from_mb']:,.0f} MB to {g['to_mb']:,.0f} MB, "
+        f"epochs {g['epochs'][0]}-{g['epochs'][1]})"
+        for g in grown
+    ]
+    return "Memory grows: " + "; ".join(parts) if parts else None

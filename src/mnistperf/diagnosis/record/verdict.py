@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from mnistperf.diagnosis.figures import BUSY, DEVICE_BUSY_SHARE, INPUT_WAIT_SHARE, SPLIT
+from mnistperf.diagnosis.figures import (
+    BUSY,
+    CORE_WAIT_SHARE,
+    DEVICE_BUSY_SHARE,
+    INPUT_WAIT_SHARE,
+    SPLIT,
+    WORKERS_CPU_SHARE,
+)
 from mnistperf.diagnosis.measure.busy_window import CROWDED
-from mnistperf.diagnosis.measure.cores import clause, held
+from mnistperf.diagnosis.measure.cores import UNREAD, held
 
 INPUT_BOUND_SHARE = 0.5  # the host waiting for data this share of train time or more: the input sets the pace
 NEAR_INPUT_LINE = 0.05  # a wait for data this close to that line is a close call: the run is as much the other bound
@@ -125,3 +132,22 @@ def deciding(figures: dict[str, Any], verdict: str, threshold: float = INPUT_BOU
     if verdict == "overhead-bound" and most is not None:
         return f"at most {most:.0%} in tensor operations"
     return f"waiting for data {wait:.0%}, busy share not measured"
+
+
+def clause(found: dict[str, Any] | None) -> str:
+    """The verdict's clause on who held the cores (:func:`held`), '' where nobody did."""
+    if found is None:
+        return ""
+    wait, used = found[CORE_WAIT_SHARE], found[WORKERS_CPU_SHARE]
+    if found["by"] == "workers":
+        return (
+            f"; its own DataLoader workers held the cores (the training thread waited for one {wait:.0%} of train "
+            f"time, the workers using {used:.0%} of them): cheaper batches, such as a pre-tensorized dataset, or fewer "
+            f"workers where the loader still keeps pace, could make training up to {found['speed_up_at_most']:.1f}x "
+            f"faster, what the training thread's wait costs ({UNREAD})"
+        )
+    workers_used = f", its loader's workers using {used:.0%} of them" if used is not None else ""
+    return (
+        "; other work on this machine took the cores: the "
+        f"training thread waited for one {wait:.0%} of train time{workers_used}; measure again on a quieter machine"
+    )

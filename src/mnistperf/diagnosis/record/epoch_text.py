@@ -1,0 +1,152 @@
+"""What a fit prints as it runs: each epoch's line, the audit's, and the audit's words on what it could not read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S
+from mnistperf.diagnosis.record.text import throughput
+
+
+def loader_samples_text(samples: dict[str, int | None] | None) -> str:
+    """An epoch's samples per training loader as its line says them: each loader's, or how many each where alike."""
+    if not samples or None in samples.values():
+        return ""
+    if len(set(samples.values())) == 1:
+        return f" ({len(samples)} loaders of {next(iter(samples.values())):,} samples each)"
+    return " (" + " + ".join(f"{name} {count:,}" for name, count in samples.items()) + " samples)"
+
+
+def format_epoch(row: dict[str, Any], bar: str = "") -> str:
+    """EpochTimer's line of an epoch: its times, throughput, verdict and the figure that decided it.
+
+    ``bar``: what a progress bar calls the epoch, where it counts otherwise (``" (bar: Epoch 0)"``).
+    """
+    return (
+        f"epoch {row['epoch']}{bar}: train {row[TRAIN_S]:.2f} s, eval {row[EVAL_S]:.2f} s, "
+        f"{throughput(row[SAMPLES_PER_S])}{loader_samples_text(row.get('loader_samples'))}, {row['verdict']} "
+        f"({row['verdict_figure']}){format_counts(row.get('sample_counts'))}"
+    )
+
+
+# What each count beside the timer's is, in an epoch's line.
+COUNTED_BY = {"audit": "SampleAudit", "loader": "the loader's length"}
+
+
+def format_counts(counts: dict[str, int] | None) -> str:
+    """Where an epoch's sample counts disagree, the clause that says so with each count; else nothing.
+
+    ``counts``: the epoch's ``counted`` beside the others (:data:`COUNTED_BY`), and a first batch's ``batch`` beside
+    Lightning's reading of it (``lightning``), as far as each disagrees.
+    """
+    if not counts:
+        return ""
+    said = []
+    others = [f"{label} {counts[name]:,}" for name, label in COUNTED_BY.items() if name in counts]
+    if others:
+        said.append(f"{counts['counted']:,} counted, {', '.join(others)}")
+    if "lightning" in counts:
+        said.append(f"Lightning reads {counts['lightning']:,} a batch where {counts['batch']:,} are counted")
+    return f"; samples disagree: {'; '.join(said)}"
+
+
+def format_audit(row: dict[str, Any], by_content: bool) -> str:
+    """SampleAudit's line of an epoch: its counts and what explains its duplicates where it knows, or why not audited.
+
+    ``by_content``: samples were identified by their content, so identical ones count as duplicates.
+    """
+    if "why" in row:
+        return f"sample audit, epoch {row['epoch']}: not audited ({row['why']})"
+    ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
+    where = f" ({' + '.join(map(str, row['per_rank']))} on {ranks} ranks)" if ranks > 1 else ""
+    line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} samples seen{where}, {row['distinct']:,} distinct"
+    if size is None:
+        line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
+    else:
+        line += f" of {size:,}: {duplicates:,} duplicates, {row['missing']:,} missing"
+    if size is not None and row["distinct"] > size:
+        line += (
+            f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "
+            "step, or a dataset_size that does not count samples?)"
+        )
+    loaders = row.get("loaders") or {}
+    for name, counts in loaders.items():
+        of = "" if counts["dataset_size"] is None else f" of {counts['dataset_size']:,}"
+        missing = "" if counts["missing"] is None else f", {counts['missing']:,} missing"
+        line += (
+            f"; loader {name}: {counts['seen']:,} seen, {counts['distinct']:,} distinct{of}, "
+            f"{counts['duplicates']:,} duplicates{missing}"
+        )
+    padding = -size % ranks if size else 0
+    padded = padding if duplicates == padding else 0  # a distributed sampler's padding explains them
+    if padded:
+        line += (
+            f"; a distributed sampler pads {size:,} samples to a multiple of {ranks} ranks by repeating "
+            f"{padding} (drop_last avoids it)"
+        )
+    cycled = {
+        name: c["seen"] - c["dataset_size"]
+        for name, c in loaders.items()
+        if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
+    }
+    if cycled:
+        line += (
+            f"; loader{'s' if len(cycled) > 1 else ''} {', '.join(cycled)} gave more samples than "
+            f"{'they hold' if len(cycled) > 1 else 'it holds'}: a shorter loader is cycled to the longest one's "
+            "length (CombinedLoader's max_size_cycle mode, Lightning's default for several training loaders)"
+        )
+    replayed = row.get("replayed") or 0
+    if replayed:
+        line += (
+            f"; {replayed:,} of the duplicates were seen again after the fit resumed from a checkpoint saved "
+            "inside this epoch: the loader started the epoch over (a DataLoader that cannot resume mid-epoch "
+            "repeats its first batches and leaves its last ones out)"
+        )
+    if duplicates > padded + sum(cycled.values()) + replayed and by_content:
+        line += (
+            "; samples identified by content: identical samples in the data count as duplicates "
+            "(sample_id= names an index field instead)"
+        )
+    if row["same_order_ranks"]:
+        line += (
+            f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "
+            f"rank{'s' if ranks > 1 else ''}: is the sampler reshuffled every epoch?"
+        )
+    return line
+
+
+# Why SampleAudit leaves an epoch not audited where a kept step's rows changed under it.
+CHANGED_IN_PLACE = (
+    "SampleAudit: a training step changed its batch's tensors in place, after the epoch's first step had left its own "
+    "as they were, so that step's samples are known only as changed; from the next epoch on each step's rows are copied"
+)
+
+
+def unfingerprinted(ranks: list[int], warned: bool) -> str:
+    """Why an epoch is not audited where ``ranks`` could not fingerprint a batch (``warned``: each said so itself)."""
+    why = f"rank {', '.join(map(str, ranks))} could not fingerprint a batch"
+    return f"{why}; its own warning says why" if warned else why
+
+
+def missing_sample_field(sample_id: str | int, batch: Any) -> str:
+    """SampleAudit's error where its ``sample_id`` names no field of the batch."""
+    return (
+        f"SampleAudit sample_id {sample_id!r}: the batch has no such field (it is a {type(batch).__name__}); "
+        "name a key of a dict batch or a position of a tuple batch"
+    )
+
+
+def not_sample_indices(sample_id: str | int, ids: Any) -> str:
+    """SampleAudit's error where the field its ``sample_id`` names holds no integer tensor."""
+    return (
+        f"SampleAudit sample_id {sample_id!r}: holds {getattr(ids, 'dtype', type(ids).__name__)}, "
+        "not an integer tensor of sample indices; pass fingerprint= to identify samples another way"
+    )
+
+
+def no_sample_rows(batch: Any, sample_dims: int) -> str:
+    """SampleAudit's error where no tensor of the batch has ``sample_dims`` sample dimensions."""
+    return (
+        f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with {sample_dims} sample dimension(s); "
+        "pass sample_id= or fingerprint="
+    )

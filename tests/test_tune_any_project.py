@@ -336,7 +336,7 @@ def test_more_workers_that_buy_nothing_twice_stop_the_sweep():
     def measure(trial, timeout_s) -> Run:
         return Run([rates[trial.settings["workers"]].pop(0)], wait=0.6, seconds=0.1)
 
-    outcome = end_to_end.run(found, measure, 60, lambda line: None, 8, "test")
+    outcome = end_to_end.outcome(found, measure, 60, lambda line: None, 8, "test")
     assert [t.settings["workers"] for t in outcome.trials] == [0, 1, 2]
     assert outcome.kept
 

@@ -2,7 +2,8 @@
 
 One ``search`` runs the trials of both tuners. For the lab's stage configs (``command``), a trial is one of the
 ``probes`` and ``stages`` says what to try next; for any other Lightning project (``any_project``, ``python_api``),
-a trial is a whole fit in a fresh process (``trial``, ``launcher``) and ``end_to_end`` says what to try next.
+a trial is a whole fit in a fresh process (``trial``, ``launcher``) and ``end_to_end`` says what to try next. Both
+follow one ``policy``.
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
                 )
                 return launcher.measure(spec, timeout_s)
 
-            outcome = end_to_end.run(
+            outcome = end_to_end.outcome(
                 knobs,
                 measure,
                 opts.budget_s,
@@ -159,7 +159,6 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
                 usable_cpus(),
                 str(opts.config),
                 opts.repeats,
-                opts.tune_batch_size,
                 fix=end_to_end.UNTOUCHED_FIX + ("" if project.cli else OWN_CLI_FIX),
             )
     device = next((r.device for r in outcome.trials[0].runs if r.device), None) or "this machine"

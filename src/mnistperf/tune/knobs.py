@@ -105,15 +105,6 @@ def rebuilt_with(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any] | Non
     return {k.name: settings[k.key] for k in knobs.knobs if k.via == REBUILD and settings.get(k.key) is not None}
 
 
-def worker_counts(cpus: int) -> list[int]:
-    """The worker counts tune tries: 0, then the powers of two up to ``cpus``."""
-    counts, n = [0], 1
-    while n <= cpus:
-        counts.append(n)
-        n *= 2
-    return counts
-
-
 def join(prefix: str, name: str) -> str:
     """``prefix.name``, or ``name`` alone without a prefix."""
     return f"{prefix}.{name}" if prefix else name

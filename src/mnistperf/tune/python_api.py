@@ -168,12 +168,12 @@ def tune_loaders(
             )
             return launcher.measure(spec, timeout_s)
 
-        outcome = end_to_end.run(found, measure, budget_s, log, usable_cpus(), WHERE, repeats, tune_batch_size)
-    said = findings(outcome, found, where)
-    for line in said:
+        outcome = end_to_end.outcome(found, measure, budget_s, log, usable_cpus(), WHERE, repeats)
+    lines = findings(outcome, found, where)
+    for line in lines:
         log(line)
     loader = loader_args(outcome, found)
     settings = outcome.changes(found.keys(ARG))
     return TuneResult(
-        settings, loader, found.rebuilt, outcome.kept, outcome.speedup, trials_table(outcome), said, outcome
+        settings, loader, found.rebuilt, outcome.kept, outcome.speedup, trials_table(outcome), lines, outcome
     )

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS
 from mnistperf.errors import ConfigError
+from mnistperf.tune.policy import without_workers
 from mnistperf.upstream import rebuilt_dataloader
 
 
@@ -42,9 +43,7 @@ def rebuild_train_loader(source: Any, settings: dict[str, Any]) -> None:
                 f"{where} returns {type(loader).__name__}, not one DataLoader, so tune cannot make it again; give "
                 "the DataModule arguments for the loader's settings and name them with --knob"
             )
-        wanted = {**current, **settings}
-        if wanted["num_workers"] == 0:  # as a DataLoader takes it: no workers kept, no prefetch factor
-            wanted.update(persistent_workers=False, prefetch_factor=None)
+        wanted = without_workers({**current, **settings})
         changed = {name: value for name, value in wanted.items() if name in settings or value != current[name]}
         try:
             return rebuilt_dataloader(loader, changed)

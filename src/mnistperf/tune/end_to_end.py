@@ -3,20 +3,28 @@
 The untouched settings train ``repeats`` times: their spread is the noise, their input wait EpochTimer's ceiling on
 what any setting can win (within the noise, nothing is tried). Then worker counts, fewest first, until two more in
 a row buy nothing or input no longer bounds the run; then the variants around the best; then the best trains again
-beside the untouched settings, and ``policy`` settles which stays. Why: docs/tune.md#what-is-measured.
+beside the untouched settings, and ``policy`` settles which stays. ``project_outcome`` is the one way in, under the
+CLI and from Python. Why: docs/tune.md#what-is-measured.
 """
 
 from __future__ import annotations
 
+import itertools
+import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.errors import ConfigError
-from mnistperf.tune.knobs import REBUILD, Knobs
+from mnistperf.machine import usable_cpus
+from mnistperf.tune.knobs import REBUILD, Knobs, rebuilt_with
+from mnistperf.tune.launcher import Launcher
 from mnistperf.tune.policy import run_closing_check, settled, variants_around, without_workers, worker_counts
 from mnistperf.tune.search import NOISE_FLOOR, Measure, Outcome, Run, Search, Stop, Trial, beats, describe
+from mnistperf.tune.trial import TrialSpec
 
 REPEATS = 2  # runs of the untouched settings, for the noise
 IDLE_COUNTS = 2  # worker counts in a row that buy nothing before the sweep stops (one worker may only overlap the step)
@@ -193,3 +201,39 @@ def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, c
             idle += 1
             if idle == IDLE_COUNTS:
                 return  # more workers bought nothing, twice over
+
+
+def project_outcome(
+    knobs: Knobs,
+    spec: TrialSpec,
+    made: Callable[[dict[str, Any], Path], dict[str, Any]],
+    title: str,
+    where: str,
+    import_paths: list[str],
+    modules: list[str],
+    budget_s: float,
+    repeats: int,
+    log: Callable[[str], None],
+    fix: str = UNTOUCHED_FIX,
+) -> Outcome:
+    """Tune a project's loader by whole fits, each in a fresh process: the one way in, under the CLI and from Python.
+
+    ``spec`` is every trial's fit but its folder; ``made`` gives, for a trial's settings and its folder, the fields of
+    the spec that carry them (a config, or the data's recipe). A helper process imports ``modules`` once. ``title``
+    names the project in the first line, ``where`` in errors.
+    """
+    log(
+        f"tuning {title}: {', '.join(k.key for k in knobs.knobs)}; {usable_cpus()} usable CPUs, budget "
+        f"{budget_s:g} s, each trial {spec.epochs} epochs of at most {spec.steps} steps in a fresh process"
+    )
+    with Launcher(import_paths, modules) as launcher, tempfile.TemporaryDirectory(prefix="mnistperf-tune-") as work:
+        numbers = itertools.count(1)
+
+        def measure(trial: Trial, timeout_s: float) -> Run:
+            root = Path(work) / f"trial-{next(numbers)}"
+            root.mkdir()
+            fields = made(trial.settings, root)
+            trial_spec = replace(spec, root=str(root), rebuild=rebuilt_with(knobs, trial.settings), **fields)
+            return launcher.measure(trial_spec, timeout_s)
+
+        return outcome(knobs, measure, budget_s, log, usable_cpus(), where, repeats, fix)

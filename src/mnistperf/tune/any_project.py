@@ -132,9 +132,9 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
 
     spec = TrialSpec("", opts.epochs, opts.steps, project.seed(), cli=project.cli)
     fix = end_to_end.UNTOUCHED_FIX + ("" if project.cli else OWN_CLI_FIX)
-    where, paths = str(opts.config), opts.import_path
+    where = str(opts.config)
     outcome = end_to_end.project_outcome(
-        knobs, spec, made, where, where, paths, modules, opts.budget_s, opts.repeats, log, fix
+        knobs, spec, made, where, where, opts.import_path, modules, opts.budget_s, opts.repeats, log, fix
     )
     device = next((r.device for r in outcome.trials[0].runs if r.device), None) or "this machine"
     table = trials_table(outcome)

@@ -1,15 +1,14 @@
 """How tune searches the loader of a project that is not the lab's, each trial a whole fit in a fresh process.
 
 The untouched settings train ``repeats`` times: their spread is the noise, their input wait EpochTimer's ceiling on
-what any setting can win (within the noise, nothing is tried). Then worker counts, fewest first, until two more in
-a row buy nothing or input no longer bounds the run; then the variants around the best; then the best trains again
-beside the untouched settings, and ``policy`` settles which stays. ``project_outcome`` is the one way in, under the
-CLI and from Python. Why: docs/tune.md#what-is-measured.
+what any setting can win (within the noise, nothing is tried). Then worker counts, fewest first, until two more in a
+row buy nothing or input no longer bounds the run; then the variants around the best; then the best trains again
+beside the untouched settings, and ``policy`` settles which stays. ``project_outcome`` is the one way in, under the CLI
+and from Python. Why: docs/tune.md#what-is-measured.
 """
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 from mnistperf.tune.knobs import REBUILD, Knobs, rebuilt_with
 from mnistperf.tune.launcher import Launcher
-from mnistperf.tune.policy import run_closing_check, settled, variants_around, without_workers, worker_counts
+from mnistperf.tune.policy import settled, variants_around, without_workers, worker_counts
 from mnistperf.tune.search import NOISE_FLOOR, Measure, Outcome, Run, Search, Stop, Trial, beats, describe
 from mnistperf.tune.trial import TrialSpec
 
@@ -79,23 +78,12 @@ def what_bounds(baseline: Trial, noise: float) -> tuple[str, bool]:
 
 
 def candidates(knobs: Knobs, best: Trial, on_gpu: bool) -> list[tuple[dict[str, Any], str]]:
-    """The settings tried around the best workers, each as (changes by knob key, label).
-
-    The values the user named for a knob, else the policy's variants of the settings tune found knobs for.
-    """
-    tried = [
-        ({k.key: v}, f"{k.name}={v}, as asked")
-        for k in knobs.knobs
-        if k.values is not None and k.setting != "num_workers"
-        for v in k.values
-        if v != best.settings.get(k.key)
-    ]
-    own = {k.setting: k for k in knobs.knobs if k.setting is not None and k.values is None}
-    settings = {setting: best.settings.get(k.key) for setting, k in own.items()}
-    settings["num_workers"] = workers_of(best, knobs)
-    for changes, label in variants_around(settings, on_gpu):
-        tried.append(({own[s].key: v for s, v in changes.items()}, label))
-    return tried
+    """What is tried around the best workers, by knob key, with labels: the values asked, else the policy's variants."""
+    asked = [(k, v) for k in knobs.knobs if k.setting != "num_workers" for v in k.values or ()]
+    tried = [({k.key: v}, f"{k.name}={v}, as asked") for k, v in asked if v != best.settings.get(k.key)]
+    own = {k.setting: k.key for k in knobs.knobs if k.setting is not None and k.values is None}
+    settings = {**{s: best.settings.get(key) for s, key in own.items()}, "num_workers": workers_of(best, knobs)}
+    return tried + [({own[s]: v for s, v in c.items()}, label) for c, label in variants_around(settings, on_gpu)]
 
 
 # What the user does where the untouched settings do not train.
@@ -158,34 +146,26 @@ def outcome(
             if beats(trial.rate, search.best.rate, noise):
                 search.best = trial
         search.stopped = search.stopped or "every setting planned was measured"
-    if not text:  # stopped before the noise was measured
-        text = what_bounds(baseline, noise)[0]
+    text = text or what_bounds(baseline, noise)[0]  # stopped before the noise was measured: said now
     chosen, best = baseline, search.best
     if best is not None and best is not baseline:
-
-        def check() -> None:  # the best again, then the untouched settings: a drift of the machine falls on both
+        with search.stops():  # the best again, then the untouched settings: a drift of the machine falls on both
             if len(best.runs) < 2:
                 search.again(best)
             search.again(baseline)
-
-        run_closing_check(search, check)
         chosen, noise = settled(search, best, baseline, noise, "the untouched settings", cheaper=False)
     spent_s = time.perf_counter() - search.began
     return Outcome(search.trials, chosen.settings, chosen, baseline, noise, search.stopped, text, spent_s)
 
 
 def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, cpus: int) -> None:
-    """Worker counts, fewest first, until one more buys nothing or input no longer bounds the run.
-
-    Workers are kept between epochs where a knob allows it.
-    """
+    """Worker counts, fewest first and kept between epochs, until more buy nothing or input no longer bounds the run."""
     knob = knobs.by_setting("num_workers")
     if knob is None:
         return
     best, idle, asked = search.best or baseline, 0, knob.values is not None
     persistent = knobs.by_setting("persistent_workers")
-    allowed = persistent is not None and (persistent.values is None or True in persistent.values)
-    kept = {persistent.key: True} if persistent is not None and allowed else {}
+    kept = {persistent.key: True} if persistent and (persistent.values is None or True in persistent.values) else {}
     for count in knob.values if knob.values is not None else worker_counts(cpus):
         if count == baseline.settings.get(knob.key):
             continue
@@ -218,20 +198,17 @@ def project_outcome(
 ) -> Outcome:
     """Tune a project's loader by whole fits, each in a fresh process: the one way in, under the CLI and from Python.
 
-    ``spec`` is every trial's fit but its folder; ``made`` gives, for a trial's settings and its folder, the fields of
-    the spec that carry them (a config, or the data's recipe). A helper process imports ``modules`` once. ``title``
-    names the project in the first line, ``where`` in errors.
+    ``spec`` is every trial's fit but its folder; ``made`` gives a trial's own fields of it (a config, or the data's
+    recipe) from its settings and folder. ``title`` names the project in the first line, ``where`` in errors.
     """
     log(
         f"tuning {title}: {', '.join(k.key for k in knobs.knobs)}; {usable_cpus()} usable CPUs, budget "
         f"{budget_s:g} s, each trial {spec.epochs} epochs of at most {spec.steps} steps in a fresh process"
     )
     with Launcher(import_paths, modules) as launcher, tempfile.TemporaryDirectory(prefix="mnistperf-tune-") as work:
-        numbers = itertools.count(1)
 
         def measure(trial: Trial, timeout_s: float) -> Run:
-            root = Path(work) / f"trial-{next(numbers)}"
-            root.mkdir()
+            root = Path(tempfile.mkdtemp(prefix="trial-", dir=work))
             fields = made(trial.settings, root)
             trial_spec = replace(spec, root=str(root), rebuild=rebuilt_with(knobs, trial.settings), **fields)
             return launcher.measure(trial_spec, timeout_s)

@@ -1,15 +1,14 @@
 """The one tuning policy, by DataLoader setting, that a lab stage's probes and any project's whole fits both follow.
 
-The worker counts, the settings without workers, the variants around the best, the bigger batches, and which of the
-best and the settings started from stays after the closing check. Why: docs/tune.md#what-is-measured.
+Worker counts, settings without workers, variants around the best, bigger batches, the closing choice; docs/tune.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from mnistperf.tune.search import INTERRUPTED, Search, Stop, Trial, beats
+from mnistperf.tune.search import Search, Trial, beats
 
 BATCH_MULTIPLES = (2, 4)  # the bigger batches --tune-batch-size tries, as multiples of the one started from
 WITHOUT_WORKERS = {"persistent_workers": False, "prefetch_factor": None}  # what a DataLoader without workers takes
@@ -18,18 +17,11 @@ OWN_NAMES = {name: name for name in ("num_workers", *WITHOUT_WORKERS)}
 
 def worker_counts(cpus: int) -> list[int]:
     """The worker counts tried, fewest first: 0, then the powers of two up to ``cpus``."""
-    counts, n = [0], 1
-    while n <= cpus:
-        counts.append(n)
-        n *= 2
-    return counts
+    return [0, *(2**power for power in range(cpus.bit_length()))]
 
 
 def without_workers(settings: dict[str, Any], keys: Mapping[str, str] = OWN_NAMES) -> dict[str, Any]:
-    """The settings, where they have no workers, as a DataLoader without workers takes them (WITHOUT_WORKERS).
-
-    ``keys``: where each DataLoader setting is written among them (a project's own keys); one without is left alone.
-    """
+    """The settings as a DataLoader without workers takes them, where they have none (``keys``: a project's own)."""
     if "num_workers" not in keys or settings.get(keys["num_workers"]) != 0:
         return settings
     return {**settings, **{keys[s]: v for s, v in WITHOUT_WORKERS.items() if keys.get(s) in settings}}
@@ -39,7 +31,7 @@ def variants_around(settings: Mapping[str, Any], on_gpu: bool) -> list[tuple[dic
     """What is tried around the best settings, each as (changes, label), of those they hold.
 
     With workers: their keeping between epochs the other way, and a prefetch factor of 4 (2 where it is 4);
-    ``on_gpu``: pinned memory the other way; with a batch size, the bigger batches (``bigger_batches``).
+    ``on_gpu``: pinned memory the other way; with a batch size, the bigger batches (BATCH_MULTIPLES).
     """
     tried: list[tuple[dict[str, Any], str]] = []
     workers = bool(settings.get("num_workers"))
@@ -53,25 +45,8 @@ def variants_around(settings: Mapping[str, Any], on_gpu: bool) -> list[tuple[dic
         pinned = settings["pin_memory"]
         tried.append(({"pin_memory": not pinned}, "memory not pinned" if pinned else "pinned memory"))
     if isinstance(size := settings.get("batch_size"), int):
-        tried += [({"batch_size": n}, f"batch {n}: changes the training") for n in bigger_batches(size)]
+        tried += [({"batch_size": size * m}, f"batch {size * m}: changes the training") for m in BATCH_MULTIPLES]
     return tried
-
-
-def bigger_batches(size: int) -> list[int]:
-    """The batch sizes ``--tune-batch-size`` tries beside ``size``."""
-    return [size * multiple for multiple in BATCH_MULTIPLES]
-
-
-def run_closing_check(search: Search, check: Callable[[], None]) -> None:
-    """Run a tuner's closing check, unless Ctrl-C ended the search; cut short, what it measured stands."""
-    if search.stopped == INTERRUPTED:
-        return
-    try:
-        check()
-    except Stop:  # the budget is spent
-        pass
-    except KeyboardInterrupt:
-        search.stopped += "; the final check was interrupted (Ctrl-C)"
 
 
 def settled(search: Search, best: Trial, start: Trial, noise: float, name: str, cheaper: bool) -> tuple[Trial, float]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import pickle
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,19 +139,14 @@ def tune_loaders(
     found = project_knobs(currents, "", list((knobs or {}).items()), where, tune_batch_size)
     modules = [r.module for r in (model_recipe, data_recipe) if r is not None]
 
-    def made(settings: dict[str, Any], root: Path) -> dict[str, Any]:
-        if data_recipe is None:
-            return {}
+    def made(settings: dict[str, Any], root: Path) -> dict[str, Any]:  # the data's recipe, with the knobs' arguments
         changes = {key: settings[key] for key in found.keys(ARG) if key in settings}
-        return {"data": Recipe(data_recipe.module, data_recipe.qualname, {**data_recipe.args, **changes})}
+        return {"data": replace(data_recipe, args={**data_recipe.args, **changes})} if data_recipe else {}
 
     spec = TrialSpec("", epochs, steps, seed, model=model_recipe, data=data_recipe, trainer=trainer)
     outcome = end_to_end.project_outcome(found, spec, made, where, WHERE, [], modules, budget_s, repeats, log)
     lines = findings(outcome, found, where)
     for line in lines:
         log(line)
-    loader = loader_args(outcome, found)
-    settings = outcome.changes(found.keys(ARG))
-    return TuneResult(
-        settings, loader, found.rebuilt, outcome.kept, outcome.speedup, trials_table(outcome), lines, outcome
-    )
+    settings, loader, table = outcome.changes(found.keys(ARG)), loader_args(outcome, found), trials_table(outcome)
+    return TuneResult(settings, loader, found.rebuilt, outcome.kept, outcome.speedup, table, lines, outcome)

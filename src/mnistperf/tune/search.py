@@ -166,6 +166,8 @@ class Search:
         self.log(self.line_of(self, trial, self._run(trial)))
 
     def _run(self, trial: Trial) -> Run:
+        if self.stopped == INTERRUPTED:  # nothing more is measured after Ctrl-C, not even a closing check
+            raise Stop(INTERRUPTED)
         if self.spent():
             raise Stop("the budget is spent: the best found so far is kept")
         run = self.measure(trial, max(self.seconds_left(), 1.0))

@@ -48,7 +48,7 @@ def probe_line(search: Search, probe: Trial, run: Run) -> str:
 
 
 def step_probes(outcome: Outcome) -> list[Trial]:
-    """The step probes: at the config's batch size, then (where measured) at twice it."""
+    """The step probes: at the config's batch size, then (where measured) at the first bigger batch."""
     return [t for t in outcome.trials if t.kind == STEP]
 
 
@@ -177,12 +177,11 @@ def outcome(
         for pipeline in pipelines:
             counts = policy.worker_counts(cpus) if PIPELINES[pipeline].uses_workers else [0]
             of_pipeline = []
-            for workers in counts:  # workers kept between epochs, and on CUDA their batches pinned
+            for workers in counts:  # workers kept between epochs; on CUDA their batches pinned, and so tried unpinned
                 kept = {"num_workers": workers, "persistent_workers": True, "prefetch_factor": None}
                 settings = {"pipeline": pipeline, **policy.without_workers(kept), "pin_memory": on_cuda and workers > 0}
                 of_pipeline.append(consider(settings))
             top = max(of_pipeline, key=rate)
-            # Pinning is tried the other way only where the lab pinned: on CUDA, with workers.
             for changes, _ in policy.variants_around(top.settings, on_gpu=top.settings["pin_memory"]):
                 consider({**top.settings, **changes})
         search.stopped = "every setting was measured and no loader outran the step: the fastest predicted one is kept"
@@ -191,25 +190,22 @@ def outcome(
     start = {k: base[k] for k in LOADER_KEYS}
     best = {k: search.best.settings[k] for k in LOADER_KEYS} if search.best is not None else start
     found = Outcome(search.trials, best, noise=margin)
-    policy.run_closing_check(search, lambda: closing_check(search, base["batch_size"], start, found, tune_batch_size))
+    with search.stops():
+        closing_check(search, base["batch_size"], start, found, tune_batch_size)
     found.stopped = search.stopped
     return found
 
 
 def closing_check(search: Search, size: int, start: dict, found: Outcome, tune_batch_size: bool) -> None:
-    """Train a few steps with the best settings and with the input config's (``start``), loader and step together.
-
-    Then the step at the first bigger batch, for the projection, and with ``tune_batch_size`` the bigger batches.
-    """
+    """The best and the input settings (``start``) side by side; the step at a bigger batch; bigger batches if asked."""
     found.chosen = search.trial({**found.best, "batch_size": size}, "best predicted", BOTH)
     if start != found.best:
         found.baseline = search.trial({**start, "batch_size": size}, "input config", BOTH)
-        cheaper = cost(found.best) < cost(start)
-        name = "the input config's settings"
+        name, cheaper = "the input config's settings", cost(found.best) < cost(start)
         found.chosen, found.noise = policy.settled(search, found.chosen, found.baseline, found.noise, name, cheaper)
         if found.chosen is found.baseline:
             found.best = start
-    sizes = policy.bigger_batches(size)
+    sizes = [size * multiple for multiple in policy.BATCH_MULTIPLES]
     search.trial({"batch_size": sizes[0]}, kind=STEP)  # what a bigger batch would do to the step
     if tune_batch_size:
         for bigger in sizes:

@@ -9,7 +9,7 @@ import yaml
 from conftest import CONFIGS, fails_in_one_line, run_stage, stage_params
 
 from mnistperf.cli import main
-from mnistperf.tune import probes, stages
+from mnistperf.tune import policy, probes, stages
 from mnistperf.tune.command import probes_path, tuned_config
 from mnistperf.tune.search import Outcome, Run, Search, Trial
 
@@ -121,6 +121,34 @@ def test_predicted_rate_overlaps_with_workers_and_adds_up_without():
     assert stages.predicted(slow_start, 500.0, 10_000) == pytest.approx(10_000 / 30)
 
 
+def test_without_workers_none_are_kept_nor_prefetched_and_the_variants_around_the_best_need_workers():
+    loader = {"num_workers": 0, "persistent_workers": True, "prefetch_factor": 4, "pin_memory": True}
+    assert policy.without_workers(loader) == {**loader, "persistent_workers": False, "prefetch_factor": None}
+    keys = {"num_workers": "data.workers", "persistent_workers": "data.keep"}  # a project's own names
+    own = {"data.workers": 0, "data.keep": True, "data.prefetch": 4}
+    assert policy.without_workers(own, keys) == {**own, "data.keep": False}
+    assert policy.variants_around({**loader, "persistent_workers": False, "pin_memory": False}, on_gpu=False) == []
+    best = {"num_workers": 2, "persistent_workers": True, "prefetch_factor": None, "pin_memory": True, "batch_size": 8}
+    assert [label for _, label in policy.variants_around(best, on_gpu=True)] == [
+        "workers not kept",
+        "prefetch factor 4",
+        "memory not pinned",
+        "batch 16: changes the training",
+        "batch 32: changes the training",
+    ]
+
+
+def test_the_settings_started_from_stay_unless_the_best_beats_them_by_more_than_the_noise_or_is_as_fast_and_cheaper():
+    search = Search(lambda trial, s: Run(), 60, lambda line: None, stages.probe_line)
+    start = probe("both", {}, [100.0, 100.0])
+    assert policy.settled(search, probe("both", {}, [104.0]), start, 0.05, "the start", cheaper=False)[0] is start
+    assert search.stopped == "; measured again, the best did not beat the start by more than the noise"
+    as_fast = probe("both", {}, [104.0])
+    assert policy.settled(search, as_fast, start, 0.05, "the start", cheaper=True)[0] is as_fast
+    noisy = probe("both", {}, [100.0, 120.0])  # a spread of 18 %, which 125 does not beat
+    assert policy.settled(search, probe("both", {}, [125.0]), noisy, 0.05, "", cheaper=False) == (noisy, 20 / 110)
+
+
 def _outcome(step_rates, bigger_rates, *others) -> Outcome:
     step = probe("step", {"batch_size": 512}, step_rates)
     bigger = probe("step", {"batch_size": 1024}, bigger_rates)
@@ -150,9 +178,9 @@ def test_a_difference_within_the_noise_is_no_projection():
 def test_a_noisy_probe_is_measured_again():
     measured = [[100.0, 1000.0, 500.0], [1000.0, 1000.0, 1000.0], [1000.0, 1010.0]]
     lines: list[str] = []
-    finder = Search(lambda trial, s: Run(measured.pop(0)), 60, lines.append, stages.say, stages.NOISY_SPREAD)
+    finder = Search(lambda trial, s: Run(measured.pop(0)), 60, lines.append, stages.probe_line, stages.NOISY_SPREAD)
     noisy = finder.trial({"batch_size": 8}, kind="step")
-    assert len(noisy.rates) == 6 and "repeated (6 runs)" in stages.note(noisy) and "repeated (6 runs)" in lines[0]
+    assert len(noisy.rates) == 6 and "repeated (6 runs)" in stages.probe_note(noisy) and "repeated (6 runs)" in lines[0]
     quiet = finder.trial({"batch_size": 8}, kind="step")
     assert not measured and len(quiet.rates) == 2 and len(lines) == 2  # measured once, said once each
 

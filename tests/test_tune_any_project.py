@@ -18,7 +18,7 @@ from lightning.fabric.utilities.data import _replace_dunder_methods
 from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 
 from mnistperf.cli import main
-from mnistperf.tune import any_project, end_to_end, knobs, python_api, tune_loaders
+from mnistperf.tune import end_to_end, knobs, tune_loaders
 from mnistperf.tune.search import Run
 from mnistperf.upstream import rebuilt_dataloader
 
@@ -60,8 +60,7 @@ def trials(helper, monkeypatch: pytest.MonkeyPatch) -> None:
         def __exit__(self, *exc):
             return None
 
-    monkeypatch.setattr(any_project, "Launcher", Shared)
-    monkeypatch.setattr(python_api, "Launcher", Shared)
+    monkeypatch.setattr(end_to_end, "Launcher", Shared)
 
 
 def tune(*args: str) -> None:
@@ -178,7 +177,7 @@ def test_a_loader_tune_cannot_rebuild_is_one_line_naming_it_and_the_fix(shelf):
 
 def test_a_knob_named_on_the_command_line_is_tried_with_its_values(shelf, monkeypatch, capsys):
     fake = FakeLauncher({0: [100.0, 100.0, 100.0], 3: [300.0, 310.0]})
-    monkeypatch.setattr(any_project, "Launcher", fake)
+    monkeypatch.setattr(end_to_end, "Launcher", fake)
     checkpoint = "[{class_path: lightning.pytorch.callbacks.ModelCheckpoint}]"
     tune("--knob", "data.workers=0,3", "--set", f"trainer.callbacks={checkpoint}")
     out = capsys.readouterr().out
@@ -193,7 +192,7 @@ def test_a_knob_named_on_the_command_line_is_tried_with_its_values(shelf, monkey
 
 def test_within_the_noise_the_current_settings_stay(shelf, monkeypatch, capsys):
     fake = FakeLauncher({0: [100.0, 120.0], 1: [115.0], 2: [121.0]})
-    monkeypatch.setattr(any_project, "Launcher", fake)
+    monkeypatch.setattr(end_to_end, "Launcher", fake)
     tune()
     out = capsys.readouterr().out
     assert "noise 18%" in out and "chosen: the untouched settings, kept" in out
@@ -207,7 +206,7 @@ def test_a_machine_that_sped_up_during_the_search_is_caught_by_the_untouched_set
     """Three workers read 1.3x the untouched settings' first two runs, but measured again beside them the untouched
     settings read 1.4x their first: a spread of 40 % that 1.3x does not beat, so they stay, and that noise is said."""
     fake = FakeLauncher({0: [100.0, 100.0, 140.0], 3: [130.0, 130.0]})
-    monkeypatch.setattr(any_project, "Launcher", fake)
+    monkeypatch.setattr(end_to_end, "Launcher", fake)
     tune("--knob", "data.workers=0,3")
     out = capsys.readouterr().out
     assert "[trial 1.3] workers=0: 140 samples/s" in out
@@ -221,7 +220,7 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
         def measure(self, spec, timeout_s) -> Run:
             return Run([100.0], wait=0.6, seconds=1e6)  # a trial 'took' longer than the budget has left
 
-    monkeypatch.setattr(any_project, "Launcher", SlowTrials({}))
+    monkeypatch.setattr(end_to_end, "Launcher", SlowTrials({}))
     tune()
     assert "stopped: the budget is spent: the best found so far is kept" in capsys.readouterr().out
 
@@ -336,7 +335,7 @@ def test_more_workers_that_buy_nothing_twice_stop_the_sweep():
     def measure(trial, timeout_s) -> Run:
         return Run([rates[trial.settings["workers"]].pop(0)], wait=0.6, seconds=0.1)
 
-    outcome = end_to_end.run(found, measure, 60, lambda line: None, 8, "test")
+    outcome = end_to_end.outcome(found, measure, 60, lambda line: None, 8, "test")
     assert [t.settings["workers"] for t in outcome.trials] == [0, 1, 2]
     assert outcome.kept
 

@@ -1,8 +1,8 @@
 """``mnistperf tune``: find the fastest input pipeline for this machine by measuring.
 
-One ``search`` runs the trials of both tuners. For the lab's stage configs (``command``), a trial is one of the
-``probes`` and ``stages`` says what to try next; for any other Lightning project (``any_project``, ``python_api``),
-a trial is a whole fit in a fresh process (``trial``, ``launcher``) and ``end_to_end`` says what to try next.
+One ``search`` runs the trials of both tuners, by one ``policy``. For the lab's stage configs (``command``), a trial is
+one of the ``probes`` and ``stages`` says what to try next; for any other Lightning project (``any_project``,
+``python_api``), a trial is a whole fit in a fresh process (``trial``, ``launcher``) and ``end_to_end`` says what next.
 """
 
 from __future__ import annotations

@@ -7,26 +7,23 @@ runs as is, with comments stating what was measured, and the table of trials bes
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.measure.loader_options import SPEED_SETTINGS
 from mnistperf.errors import ConfigError
-from mnistperf.machine import usable_cpus
 from mnistperf.tune import end_to_end
-from mnistperf.tune.knobs import ARG, Knobs, parse_knob, rebuilt_with
-from mnistperf.tune.launcher import Launcher
+from mnistperf.tune.knobs import ARG, Knobs, parse_knob
 from mnistperf.tune.options import budget_s, tune_parser
 from mnistperf.tune.project import Project, load
 from mnistperf.tune.report import findings, trials_table
-from mnistperf.tune.search import Outcome, Run, Trial
+from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import TrialSpec
 
 # Where the untouched settings do not train and no --cli was given: a project's own CLI may be what they need.
@@ -127,41 +124,18 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
     knobs = project.knobs([parse_knob(k) for k in opts.knob], opts.tune_batch_size)
     modules = [c.__module__ for c in (project.model_class, project.data_class) if c is not None]
     modules += [project.cli.rpartition(".")[0]] if project.cli else []
-    with Launcher(opts.import_path, modules) as launcher:
-        log(
-            f"tuning {opts.config}: {', '.join(k.key for k in knobs.knobs)}; {usable_cpus()} usable CPUs, budget "
-            f"{opts.budget_s:g} s, each trial {opts.epochs} epochs of at most {opts.steps} steps in a fresh process"
-        )
-        with tempfile.TemporaryDirectory(prefix="mnistperf-tune-") as work:
-            numbers = itertools.count(1)
 
-            def measure(trial: Trial, timeout_s: float) -> Run:
-                root = Path(work) / f"trial-{next(numbers)}"
-                root.mkdir()
-                config = project.trial_config(trial.settings, knobs, opts.epochs, opts.steps, str(root))
-                (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-                spec = TrialSpec(
-                    str(root),
-                    opts.epochs,
-                    opts.steps,
-                    project.seed(),
-                    config=str(root / "config.yaml"),
-                    cli=project.cli,
-                    rebuild=rebuilt_with(knobs, trial.settings),
-                )
-                return launcher.measure(spec, timeout_s)
+    def made(settings: dict[str, Any], root: Path) -> dict[str, Any]:
+        config = project.trial_config(settings, knobs, opts.epochs, opts.steps, str(root))
+        (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        return {"config": str(root / "config.yaml")}
 
-            outcome = end_to_end.run(
-                knobs,
-                measure,
-                opts.budget_s,
-                log,
-                usable_cpus(),
-                str(opts.config),
-                opts.repeats,
-                opts.tune_batch_size,
-                fix=end_to_end.UNTOUCHED_FIX + ("" if project.cli else OWN_CLI_FIX),
-            )
+    spec = TrialSpec("", opts.epochs, opts.steps, project.seed(), cli=project.cli)
+    fix = end_to_end.UNTOUCHED_FIX + ("" if project.cli else OWN_CLI_FIX)
+    where = str(opts.config)
+    outcome = end_to_end.project_outcome(
+        knobs, spec, made, where, where, opts.import_path, modules, opts.budget_s, opts.repeats, log, fix
+    )
     device = next((r.device for r in outcome.trials[0].runs if r.device), None) or "this machine"
     table = trials_table(outcome)
     atomic_write(opts.out, lambda tmp: tmp.write_text(tuned_yaml(project, outcome, knobs, opts, device)))

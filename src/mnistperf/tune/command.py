@@ -103,7 +103,7 @@ def probes_table(outcome: Outcome) -> str:
         wait = f"{probe.wait:.0%}" if probe.wait is not None else "-"
         rows.append(
             f"| {index} | {probe.kind} | {describe(probe.settings)} | {probe.rate:,.0f} | "
-            f"{probe.spread:.0%} | {wait} | {probe.seconds:.1f} | {stages.note(probe)} |"
+            f"{probe.spread:.0%} | {wait} | {probe.seconds:.1f} | {stages.probe_note(probe)} |"
         )
     return "\n".join(rows)
 
@@ -162,7 +162,7 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
     probes = Probes(options, model, device, str(cli.trainer.precision))
     pipelines = stages.pipelines_to_try(options, device, log)
     epoch_samples = stages.split_rows(cli.datamodule)
-    outcome = stages.run(probes, opts.budget_s, log, epoch_samples, pipelines, usable_cpus(), opts.tune_batch_size)
+    outcome = stages.outcome(probes, opts.budget_s, log, epoch_samples, pipelines, usable_cpus(), opts.tune_batch_size)
     spent = time.perf_counter() - began
     config = load_config(opts.config, settings)
     text = tuned_config(config, outcome, opts.config, opts.out, describe_device(device), spent)

@@ -1,28 +1,35 @@
 """How tune searches the loader of a project that is not the lab's, each trial a whole fit in a fresh process.
 
 The untouched settings train ``repeats`` times: their spread is the noise, their input wait EpochTimer's ceiling on
-what any setting can win (within the noise, nothing is tried). Then worker counts, fewest first, until two more in
-a row buy nothing or input no longer bounds the run; then the other knobs around the best; then the best trains
-again beside the untouched settings, and replaces them only where it still beats them by more than the noise.
-Why: docs/tune.md#what-is-measured.
+what any setting can win (within the noise, nothing is tried). Then worker counts, fewest first, until two more in a
+row buy nothing or input no longer bounds the run; then the variants around the best; then the best trains again
+beside the untouched settings, and ``policy`` settles which stays. ``project_outcome`` is the one way in, under the CLI
+and from Python. Why: docs/tune.md#what-is-measured.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.errors import ConfigError
-from mnistperf.tune.knobs import REBUILD, Knobs, worker_counts
-from mnistperf.tune.search import INTERRUPTED, NOISE_FLOOR, Measure, Outcome, Run, Search, Stop, Trial, beats, describe
+from mnistperf.machine import usable_cpus
+from mnistperf.tune.knobs import REBUILD, Knobs, rebuilt_with
+from mnistperf.tune.launcher import Launcher
+from mnistperf.tune.policy import settled, variants_around, without_workers, worker_counts
+from mnistperf.tune.search import NOISE_FLOOR, Measure, Outcome, Run, Search, Stop, Trial, beats, describe
+from mnistperf.tune.trial import TrialSpec
 
 REPEATS = 2  # runs of the untouched settings, for the noise
 IDLE_COUNTS = 2  # worker counts in a row that buy nothing before the sweep stops (one worker may only overlap the step)
 
 
-def say(search: Search, trial: Trial, run: Run) -> str:
+def trial_line(search: Search, trial: Trial, run: Run) -> str:
     """A trial's line as each of its runs ends: settings, samples/s against the untouched settings', input wait."""
     head = f"[trial {search.trials.index(trial) + 1}{'.' + str(len(trial.runs)) if len(trial.runs) > 1 else ''}] "
     head += describe(trial.settings)
@@ -36,11 +43,9 @@ def say(search: Search, trial: Trial, run: Run) -> str:
 
 
 def normalized(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any]:
-    """Settings a loader accepts: with no workers, none kept between epochs."""
-    persistent, workers = knobs.by_setting("persistent_workers"), knobs.by_setting("num_workers")
-    if persistent is not None and workers is not None and settings.get(workers.key) == 0:
-        settings = {**settings, persistent.key: False}
-    return settings
+    """Settings, by knob key, as a loader without workers takes them; a prefetch argument stays (may not take None)."""
+    keys = {s: knob.key for s in ("num_workers", "persistent_workers") if (knob := knobs.by_setting(s)) is not None}
+    return without_workers(settings, keys)
 
 
 def workers_of(trial: Trial, knobs: Knobs) -> int:
@@ -52,7 +57,7 @@ def workers_of(trial: Trial, knobs: Knobs) -> int:
     return int((loader or {}).get("num_workers") or 0)
 
 
-def bound(baseline: Trial, noise: float) -> tuple[str, bool]:
+def what_bounds(baseline: Trial, noise: float) -> tuple[str, bool]:
     """What bounds the run, with EpochTimer's ceiling, and whether a loader setting could win more than the noise."""
     wait = baseline.wait
     if wait is None:
@@ -72,31 +77,20 @@ def bound(baseline: Trial, noise: float) -> tuple[str, bool]:
     return f"not input-bound: {ceiling}; about that much, at most, is what a loader setting can win", True
 
 
-def variants(knobs: Knobs, best: Trial, on_gpu: bool, tune_batch_size: bool) -> list[tuple[dict[str, Any], str]]:
-    """The settings tried around the best workers: each as (changes by knob key, label)."""
-    tried: list[tuple[dict[str, Any], str]] = []
-    workers = workers_of(best, knobs)
-    for knob in knobs.knobs:
-        value = best.settings.get(knob.key)
-        if knob.values is not None and knob.setting != "num_workers":  # the user's own values, each tried
-            tried += [({knob.key: v}, f"{knob.name}={v}, as asked") for v in knob.values if v != value]
-        elif knob.setting == "persistent_workers" and workers > 0:
-            tried.append(({knob.key: not value}, "workers kept between epochs" if not value else "workers not kept"))
-        elif knob.setting == "prefetch_factor" and workers > 0:
-            factor = 2 if value == 4 else 4
-            tried.append(({knob.key: factor}, f"prefetch factor {factor}"))
-        elif knob.setting == "pin_memory" and on_gpu:
-            tried.append(({knob.key: not value}, "pinned memory" if not value else "memory not pinned"))
-        elif knob.setting == "batch_size" and tune_batch_size and isinstance(value, int):
-            tried += [({knob.key: value * f}, f"batch {value * f}: changes the training") for f in (2, 4)]
-    return tried
+def candidates(knobs: Knobs, best: Trial, on_gpu: bool) -> list[tuple[dict[str, Any], str]]:
+    """What is tried around the best workers, by knob key, with labels: the values asked, else the policy's variants."""
+    asked = [(k, v) for k in knobs.knobs if k.setting != "num_workers" for v in k.values or ()]
+    tried = [({k.key: v}, f"{k.name}={v}, as asked") for k, v in asked if v != best.settings.get(k.key)]
+    own = {k.setting: k.key for k in knobs.knobs if k.setting is not None and k.values is None}
+    settings = {**{s: best.settings.get(key) for s, key in own.items()}, "num_workers": workers_of(best, knobs)}
+    return tried + [({own[s]: v for s, v in c.items()}, label) for c, label in variants_around(settings, on_gpu)]
 
 
 # What the user does where the untouched settings do not train.
 UNTOUCHED_FIX = "fix it so that your project trains as it is, then tune"
 
 
-def run(
+def outcome(
     knobs: Knobs,
     measure: Measure,
     budget_s: float,
@@ -104,7 +98,6 @@ def run(
     cpus: int,
     where: str,
     repeats: int = REPEATS,
-    tune_batch_size: bool = False,
     fix: str = UNTOUCHED_FIX,
 ) -> Outcome:
     """Search the knobs' settings (by knob key) with whole trial fits, as the module describes.
@@ -121,7 +114,7 @@ def run(
                     knob.current = trial.settings[knob.key] = run.loader[knob.setting]
         return run
 
-    search = Search(measured, budget_s, log, say)
+    search = Search(measured, budget_s, log, trial_line)
     try:
         baseline = search.trial({k.key: k.current for k in knobs.knobs}, "untouched")
     except Stop:  # stopped at the end of the budget
@@ -139,13 +132,13 @@ def run(
         for _ in range(repeats - 1):
             search.again(baseline)
         noise = max(NOISE_FLOOR, baseline.spread)
-        text, worth = bound(baseline, noise)
+        text, worth = what_bounds(baseline, noise)
         log(f"untouched: {baseline.rate:,.0f} samples/s, noise {noise:.0%}; {text}")
         if not worth:
             raise Stop("not input-bound: the current settings are kept")
         sweep_workers(search, knobs, baseline, noise, cpus)
         on_gpu = any(r.accelerator == "cuda" for r in baseline.runs)
-        for changes, label in variants(knobs, search.best, on_gpu, tune_batch_size):
+        for changes, label in candidates(knobs, search.best, on_gpu):
             candidate = normalized(knobs, {**search.best.settings, **changes})
             if any(t.settings == candidate for t in search.trials):
                 continue
@@ -153,28 +146,30 @@ def run(
             if beats(trial.rate, search.best.rate, noise):
                 search.best = trial
         search.stopped = search.stopped or "every setting planned was measured"
-    if not text:  # stopped before the noise was measured
-        text = bound(baseline, noise)[0]
-    chosen, noise = confirm(search, baseline, noise)
+    text = text or what_bounds(baseline, noise)[0]  # stopped before the noise was measured: said now
+    chosen, best = baseline, search.best
+    if best is not None and best is not baseline:
+        with search.stops():  # the best again, then the untouched settings: a drift of the machine falls on both
+            if len(best.runs) < 2:
+                search.again(best)
+            search.again(baseline)
+        chosen, noise = settled(search, best, baseline, noise, "the untouched settings", cheaper=False)
     spent_s = time.perf_counter() - search.began
     return Outcome(search.trials, chosen.settings, chosen, baseline, noise, search.stopped, text, spent_s)
 
 
 def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, cpus: int) -> None:
-    """Worker counts, fewest first, until one more buys nothing or input no longer bounds the run."""
+    """Worker counts, fewest first and kept between epochs, until more buy nothing or input no longer bounds the run."""
     knob = knobs.by_setting("num_workers")
     if knob is None:
         return
     best, idle, asked = search.best or baseline, 0, knob.values is not None
     persistent = knobs.by_setting("persistent_workers")
-    keep = persistent is not None and (persistent.values is None or True in persistent.values)
+    kept = {persistent.key: True} if persistent and (persistent.values is None or True in persistent.values) else {}
     for count in knob.values if knob.values is not None else worker_counts(cpus):
         if count == baseline.settings.get(knob.key):
             continue
-        changes: dict[str, Any] = {knob.key: count}
-        if count and keep and persistent is not None:
-            changes[persistent.key] = True
-        settings = normalized(knobs, {**best.settings, **changes})
+        settings = normalized(knobs, {**best.settings, knob.key: count, **kept})
         trial = search.trial(settings, f"{count} worker{'s' if count != 1 else ''}")
         if beats(trial.rate, best.rate, noise):
             search.best = best = trial
@@ -188,21 +183,34 @@ def sweep_workers(search: Search, knobs: Knobs, baseline: Trial, noise: float, c
                 return  # more workers bought nothing, twice over
 
 
-def confirm(search: Search, baseline: Trial, noise: float) -> tuple[Trial, float]:
-    """The best trains again, then the untouched settings beside it; the chosen trial and the noise it was judged by.
+def project_outcome(
+    knobs: Knobs,
+    spec: TrialSpec,
+    made: Callable[[dict[str, Any], Path], dict[str, Any]],
+    title: str,
+    where: str,
+    import_paths: list[str],
+    modules: list[str],
+    budget_s: float,
+    repeats: int,
+    log: Callable[[str], None],
+    fix: str = UNTOUCHED_FIX,
+) -> Outcome:
+    """Tune a project's loader by whole fits, each in a fresh process: the one way in, under the CLI and from Python.
 
-    The best is chosen only if it still beats the median of their runs by more than the noise, their spread included.
+    ``spec`` is every trial's fit but its folder; ``made`` gives a trial's own fields of it (a config, or the data's
+    recipe) from its settings and folder. ``title`` names the project in the first line, ``where`` in errors.
     """
-    best = search.best
-    if best is baseline or best is None:
-        return baseline, noise
-    if search.stopped != INTERRUPTED:
-        with search.stops():
-            if len(best.runs) < 2:
-                search.again(best)
-            search.again(baseline)  # measured late too, so that a drift of the machine falls on both
-    noise = max(noise, baseline.spread)
-    if beats(best.rate, baseline.rate, noise):
-        return best, noise
-    search.stopped += "; measured again, the best did not beat the untouched settings by more than the noise"
-    return baseline, noise
+    log(
+        f"tuning {title}: {', '.join(k.key for k in knobs.knobs)}; {usable_cpus()} usable CPUs, budget "
+        f"{budget_s:g} s, each trial {spec.epochs} epochs of at most {spec.steps} steps in a fresh process"
+    )
+    with Launcher(import_paths, modules) as launcher, tempfile.TemporaryDirectory(prefix="mnistperf-tune-") as work:
+
+        def measure(trial: Trial, timeout_s: float) -> Run:
+            root = Path(tempfile.mkdtemp(prefix="trial-", dir=work))
+            fields = made(trial.settings, root)
+            trial_spec = replace(spec, root=str(root), rebuild=rebuilt_with(knobs, trial.settings), **fields)
+            return launcher.measure(trial_spec, timeout_s)
+
+        return outcome(knobs, measure, budget_s, log, usable_cpus(), where, repeats, fix)

@@ -1,23 +1,27 @@
 """The loader's settings tune changes in a project that is not the lab's, found by name or named by the user.
 
-A knob is one of the DataLoader's settings (``LOADER_SETTINGS``) and where it is applied: an argument of the
-project's DataModule under the project's own name (``workers``), found as
-:mod:`mnistperf.diagnosis.measure.loader_options` finds it for EpochTimer's advice, or the DataLoader itself,
-rebuilt with it where the DataModule exposes no such argument. A user may also name any argument with candidate
-values (``data.init_args.workers=0,2,4``): then those values are tried.
+A knob is one of the DataLoader's settings (``LOADER_SETTINGS``) and where it is applied: an argument of the project's
+DataModule under the project's own name (``workers``), found as :mod:`mnistperf.diagnosis.measure.loader_options`
+finds it for EpochTimer's advice, or the DataLoader itself where the DataModule exposes no such argument, rebuilt with
+it in the trial's process as Lightning makes loaders for distributed samplers (``upstream.rebuilt_dataloader``). A
+user may also name any argument with candidate values (``data.init_args.workers=0,2,4``): then those are tried.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from torch.utils.data import DataLoader
 
 from mnistperf.close_names import did_you_mean
 from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS, SPEED_SETTINGS, best_names, matches
 from mnistperf.errors import ConfigError
+from mnistperf.tune.policy import without_workers
+from mnistperf.upstream import rebuilt_dataloader
 
 ARG, REBUILD = "argument", "rebuilt loader"
 LOADER = "loader"  # the key a rebuilt loader's settings go under: loader.num_workers
@@ -105,13 +109,44 @@ def rebuilt_with(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any] | Non
     return {k.name: settings[k.key] for k in knobs.knobs if k.via == REBUILD and settings.get(k.key) is not None}
 
 
-def worker_counts(cpus: int) -> list[int]:
-    """The worker counts tune tries: 0, then the powers of two up to ``cpus``."""
-    counts, n = [0], 1
-    while n <= cpus:
-        counts.append(n)
-        n *= 2
-    return counts
+def loader_settings(loader: Any) -> dict[str, Any] | None:
+    """A DataLoader's settings that tune may change, as it holds them (None for anything but one DataLoader)."""
+    if not isinstance(loader, DataLoader):
+        return None
+    return {name: getattr(loader, name, None) for name in LOADER_SETTINGS}
+
+
+def dataloader_call(settings: dict[str, Any]) -> str:
+    """The DataLoader arguments as code: ``DataLoader(..., num_workers=2, persistent_workers=True)``."""
+    return "DataLoader(..., " + ", ".join(f"{name}={value!r}" for name, value in settings.items()) + ")"
+
+
+def rebuild_train_loader(source: Any, settings: dict[str, Any]) -> None:
+    """Make ``source.train_dataloader()`` return its loader made again with ``settings`` (none: as it was)."""
+    own = source.train_dataloader
+    where = f"{type(source).__qualname__}.train_dataloader"
+
+    @functools.wraps(own)  # Lightning sees the project's own hook through __wrapped__
+    def train_dataloader() -> DataLoader:
+        loader = own()
+        current = loader_settings(loader)
+        if current is None:
+            raise ConfigError(
+                f"{where} returns {type(loader).__name__}, not one DataLoader, so tune cannot make it again; give "
+                "the DataModule arguments for the loader's settings and name them with --knob"
+            )
+        wanted = without_workers({**current, **settings})
+        changed = {name: value for name, value in wanted.items() if name in settings or value != current[name]}
+        try:
+            return rebuilt_dataloader(loader, changed)
+        except (TypeError, ValueError, RuntimeError) as exc:  # Lightning's MisconfigurationException among them
+            reason = " ".join(str(exc).split())
+            raise ConfigError(
+                f"{where}'s {type(loader).__name__} cannot be made again with other settings ({reason}); give the "
+                "DataModule arguments for them and name them with --knob"
+            ) from exc
+
+    source.train_dataloader = train_dataloader
 
 
 def join(prefix: str, name: str) -> str:

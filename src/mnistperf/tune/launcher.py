@@ -121,10 +121,10 @@ class Launcher:
         """Whether trials are forked from the helper (waiting for its imports the first time)."""
         if self.forks is None:
             try:
-                said = self._line(time.monotonic() + READY_TIMEOUT_S)
+                answer = self._line(time.monotonic() + READY_TIMEOUT_S)
             except EOFError:
-                said = None
-            self.forks = said == "ready fork"
+                answer = None
+            self.forks = answer == "ready fork"
             if not self.forks:
                 self.close()
         return self.forks
@@ -168,8 +168,8 @@ class Launcher:
             return Run(seconds=ended.seconds, timed_out=True)
         result = result_path(path)
         if not result.is_file():
-            said = last_line(ended.log)
-            return Run(seconds=ended.seconds, error=f"the trial process ended with code {ended.code}: {said}")
+            last = last_line(ended.log)
+            return Run(seconds=ended.seconds, error=f"the trial process ended with code {ended.code}: {last}")
         found = json.loads(result.read_text())
         if "error" in found:
             return Run(seconds=ended.seconds, error=found["error"])

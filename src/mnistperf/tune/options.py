@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.errors import ConfigError
+from mnistperf.tune.policy import BATCH_MULTIPLES
 
 MIN_BUDGET_S = 15.0
 
@@ -39,7 +40,8 @@ def tune_parser(description: str, config_help: str, set_example: str, batch_chan
     parser.add_argument(
         "--tune-batch-size",
         action="store_true",
-        help=f"also try 2x and 4x the batch size, which changes the {batch_changes} (default: off)",
+        help=f"also try {' and '.join(f'{m}x' for m in BATCH_MULTIPLES)} the batch size, which changes the "
+        f"{batch_changes} (default: off)",
     )
     return parser
 

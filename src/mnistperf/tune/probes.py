@@ -17,6 +17,7 @@ import torch
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.diagnosis.figures import HOST_WAIT_SHARE, SAMPLES_PER_S
 from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.tune.policy import WITHOUT_WORKERS
 from mnistperf.tune.search import Run, Trial
 
 REPEATS = 3
@@ -122,7 +123,7 @@ class Probes:
         """One run of the trial's probe."""
         began = time.perf_counter()
         if trial.kind == STEP:  # on one batch already on the device
-            settings = {"pipeline": "v2", "num_workers": 0, "persistent_workers": False, "prefetch_factor": None}
+            settings = {"pipeline": "v2", "num_workers": 0, **WITHOUT_WORKERS}
             loader = self.datamodule({**settings, **trial.settings}).train_dataloader()
             batch = {k: v.to(self.device) for k, v in next(iter(loader)).items()}
             run = Run(time_step(self.model, batch, self.device, 10, 3, REPEATS, self.precision))

@@ -8,22 +8,18 @@ a function cannot be made elsewhere, and the error says so, with the fix.
 from __future__ import annotations
 
 import inspect
-import itertools
 import pickle
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
-from mnistperf.machine import usable_cpus
 from mnistperf.tune import end_to_end
-from mnistperf.tune.knobs import ARG, project_knobs, rebuilt_with
-from mnistperf.tune.launcher import Launcher
+from mnistperf.tune.knobs import ARG, project_knobs
 from mnistperf.tune.report import findings, loader_args, trials_table
-from mnistperf.tune.search import Outcome, Run, Trial
+from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import Recipe, TrialSpec
 
 WHERE = "tune_loaders"
@@ -141,39 +137,16 @@ def tune_loaders(
     where = f"{WHERE}'s datamodule ({data_recipe.qualname if data_recipe else 'none: the model makes its loaders'})"
     currents = arguments(data_recipe.target(), data_recipe.args) if data_recipe is not None else {}
     found = project_knobs(currents, "", list((knobs or {}).items()), where, tune_batch_size)
-    log(
-        f"tuning {where}: {', '.join(k.key for k in found.knobs)}; {usable_cpus()} usable CPUs, budget "
-        f"{budget_s:g} s, each trial {epochs} epochs of at most {steps} steps in a fresh process"
-    )
     modules = [r.module for r in (model_recipe, data_recipe) if r is not None]
-    with Launcher([], modules) as launcher, tempfile.TemporaryDirectory(prefix="mnistperf-tune-") as work:
-        numbers = itertools.count(1)
 
-        def measure(trial: Trial, timeout_s: float) -> Run:
-            root = Path(work) / f"trial-{next(numbers)}"
-            root.mkdir()
-            settings, data = trial.settings, None
-            if data_recipe is not None:
-                changes = {key: settings[key] for key in found.keys(ARG) if key in settings}
-                data = Recipe(data_recipe.module, data_recipe.qualname, {**data_recipe.args, **changes})
-            spec = TrialSpec(
-                str(root),
-                epochs,
-                steps,
-                seed,
-                model=model_recipe,
-                data=data,
-                trainer=trainer,
-                rebuild=rebuilt_with(found, settings),
-            )
-            return launcher.measure(spec, timeout_s)
+    def made(settings: dict[str, Any], root: Path) -> dict[str, Any]:  # the data's recipe, with the knobs' arguments
+        changes = {key: settings[key] for key in found.keys(ARG) if key in settings}
+        return {"data": replace(data_recipe, args={**data_recipe.args, **changes})} if data_recipe else {}
 
-        outcome = end_to_end.run(found, measure, budget_s, log, usable_cpus(), WHERE, repeats, tune_batch_size)
-    said = findings(outcome, found, where)
-    for line in said:
+    spec = TrialSpec("", epochs, steps, seed, model=model_recipe, data=data_recipe, trainer=trainer)
+    outcome = end_to_end.project_outcome(found, spec, made, where, WHERE, [], modules, budget_s, repeats, log)
+    lines = findings(outcome, found, where)
+    for line in lines:
         log(line)
-    loader = loader_args(outcome, found)
-    settings = outcome.changes(found.keys(ARG))
-    return TuneResult(
-        settings, loader, found.rebuilt, outcome.kept, outcome.speedup, trials_table(outcome), said, outcome
-    )
+    settings, loader, table = outcome.changes(found.keys(ARG)), loader_args(outcome, found), trials_table(outcome)
+    return TuneResult(settings, loader, found.rebuilt, outcome.kept, outcome.speedup, table, lines, outcome)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from mnistperf.tune.knobs import REBUILD, Knobs
-from mnistperf.tune.rebuild import dataloader_call
+from mnistperf.tune.knobs import REBUILD, Knobs, dataloader_call
 from mnistperf.tune.search import Outcome, describe
 
 

@@ -111,7 +111,7 @@ class Stop(Exception):
 
 
 Measure = Callable[[Trial, float], Run]  # (the trial, seconds allowed) -> one run of its settings
-Say = Callable[["Search", Trial, Run], str]  # a trial's line, as its latest run ends
+LineOf = Callable[["Search", Trial, Run], str]  # a trial's line, as its latest run ends
 
 
 def describe(settings: dict[str, Any]) -> str:
@@ -125,27 +125,29 @@ def beats(rate: float, other: float, noise: float, cheaper: bool = False) -> boo
 
 
 class Search:
-    """Runs a plan's trials within ``budget_s``, each line ``say`` makes going to ``log``; the plan's best is kept here.
+    """Runs a plan's trials within ``budget_s``, each one's line (``line_of``) going to ``log``; the best is kept here.
 
     A trial whose repeats disagree by more than ``noisy`` is measured once more before it is said.
     """
 
-    def __init__(self, measure: Measure, budget_s: float, log: Callable[[str], None], say: Say, noisy: float = 0.0):
-        self.measure, self.log, self.say, self.noisy = measure, log, say, noisy
+    def __init__(
+        self, measure: Measure, budget_s: float, log: Callable[[str], None], line_of: LineOf, noisy: float = 0.0
+    ):
+        self.measure, self.log, self.line_of, self.noisy = measure, log, line_of, noisy
         self.began = time.perf_counter()
         self.deadline = self.began + budget_s
         self.trials: list[Trial] = []
         self.best: Trial | None = None
         self.stopped = ""
 
-    def left(self) -> float:
+    def seconds_left(self) -> float:
         """Seconds of the budget left."""
         return self.deadline - time.perf_counter()
 
     def spent(self) -> bool:
         """Whether a typical trial so far (the median of the runs that trained) would not finish in what is left."""
         seconds = [r.seconds for t in self.trials for r in t.runs if r.error is None]
-        return bool(seconds) and self.left() < median(seconds)
+        return bool(seconds) and self.seconds_left() < median(seconds)
 
     def trial(self, settings: dict[str, Any], label: str = "", kind: str = "") -> Trial:
         """Measure these settings as a new trial, and say it."""
@@ -156,17 +158,19 @@ class Search:
             if self.noisy and trial.spread > self.noisy and not self.spent():
                 run = self._run(trial)
         finally:  # Ctrl-C while it is measured again: its first run stands
-            self.log(self.say(self, trial, run))
+            self.log(self.line_of(self, trial, run))
         return trial
 
     def again(self, trial: Trial) -> None:
         """Measure a trial's settings once more, and say it."""
-        self.log(self.say(self, trial, self._run(trial)))
+        self.log(self.line_of(self, trial, self._run(trial)))
 
     def _run(self, trial: Trial) -> Run:
+        if self.stopped == INTERRUPTED:  # nothing more is measured after Ctrl-C, not even a closing check
+            raise Stop(INTERRUPTED)
         if self.spent():
             raise Stop("the budget is spent: the best found so far is kept")
-        run = self.measure(trial, max(self.left(), 1.0))
+        run = self.measure(trial, max(self.seconds_left(), 1.0))
         if run.timed_out:
             raise Stop("the budget ended during a trial, which was stopped: the best found so far is kept")
         trial.runs.append(run)

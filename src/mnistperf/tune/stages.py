@@ -1,17 +1,17 @@
 """How tune searches a lab stage's loader: the step, then the cheapest loaders first, until input no longer bounds it.
 
 A loader's predicted training rate is min(loader, step) with workers and 1 / (1/loader + 1/step) without,
-less each epoch's start. Pipelines are tried in the order of their class's ``tune_rank``. The search stops once a
-loader outruns the step by more than the probes' noise; the best prediction and the input config then train side
-by side, and within the noise the one with fewer worker processes wins. Every probe's figure is the median of 3.
-Why: docs/stages.md#tune.
+less each epoch's start. Pipelines are tried in the order of their class's ``tune_rank``, each with the worker counts
+and the variants around its best that ``policy`` gives. The search stops once a loader outruns the step by more than
+the probes' noise; the best prediction and the input config then train side by side, and ``policy`` settles which
+stays, fewer worker processes counting as cheaper. Every probe's figure is the median of 3. Why: docs/stages.md#tune.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import torch
 from lightning.fabric.utilities.data import AttributeDict
@@ -21,34 +21,34 @@ from mnistperf.data.ingest import prepare
 from mnistperf.data.pipelines.registry import PIPELINES, tune_order
 from mnistperf.diagnosis.measure.loader_options import SPEED_SETTINGS
 from mnistperf.errors import ConfigError
-from mnistperf.tune.knobs import worker_counts
+from mnistperf.tune import policy
 from mnistperf.tune.probes import BOTH, LOADER, STEP, Probes
-from mnistperf.tune.search import NOISE_FLOOR, Outcome, Run, Search, Stop, Trial, beats, describe
+from mnistperf.tune.search import INTERRUPTED, NOISE_FLOOR, Outcome, Run, Search, Stop, Trial, beats, describe
 
 # The lab's loader settings tune chooses: its pipeline, and the rest but the batch size (only with --tune-batch-size).
 LOADER_KEYS = ("pipeline", *SPEED_SETTINGS)
 NOISY_SPREAD = 0.25  # repeats further apart than this: the machine is busy; the probe is repeated once more
 
 
-def note(probe: Trial) -> str:
+def probe_note(probe: Trial) -> str:
     """What a probe's line and row add: its label, a loader's epoch start, and whether it was repeated."""
     start = f"epoch start {probe.runs[0].start_s:.2f} s" if probe.kind == LOADER else ""
     repeated = f"repeated ({len(probe.rates)} runs): noisy" if len(probe.runs) > 1 else ""
     return ", ".join(n for n in (probe.label, start, repeated) if n)
 
 
-def say(search: Search, probe: Trial, run: Run) -> str:
+def probe_line(search: Search, probe: Trial, run: Run) -> str:
     """A probe's line: its number, kind and settings, samples/s and spread, note and seconds."""
     spread = f" (spread {probe.spread:.0%})" if probe.spread else ""
-    said = note(probe)
+    note = probe_note(probe)
     return (
         f"[probe {search.trials.index(probe) + 1}] {probe.kind:<6} {describe(probe.settings)}: {probe.rate:,.0f} "
-        f"samples/s{spread}{', ' + said if said else ''} ({probe.seconds:.1f} s)"
+        f"samples/s{spread}{', ' + note if note else ''} ({probe.seconds:.1f} s)"
     )
 
 
 def step_probes(outcome: Outcome) -> list[Trial]:
-    """The step probes: at the config's batch size, then (where measured) at twice it."""
+    """The step probes: at the config's batch size, then (where measured) at the first bigger batch."""
     return [t for t in outcome.trials if t.kind == STEP]
 
 
@@ -142,7 +142,7 @@ def cost(settings: dict) -> tuple:
     return (settings.get("num_workers", 0), bool(settings.get("pin_memory")), settings.get("prefetch_factor") or 2)
 
 
-def run(
+def outcome(
     probes: Probes,
     budget_s: float,
     log: Callable[[str], None],
@@ -153,7 +153,7 @@ def run(
 ) -> Outcome:
     """Search loader settings for this step, in the order and with the stopping rule the module describes."""
     base, on_cuda = probes.options, probes.device.type == "cuda"
-    search = Search(probes, budget_s, log, say, noisy=NOISY_SPREAD)
+    search = Search(probes, budget_s, log, probe_line, noisy=NOISY_SPREAD)
     step = search.trial({"batch_size": base["batch_size"]}, kind=STEP)
     margin = max(NOISE_FLOOR, step.spread)
 
@@ -175,53 +175,41 @@ def run(
 
     with search.stops():
         for pipeline in pipelines:
-            counts = worker_counts(cpus) if PIPELINES[pipeline].uses_workers else [0]
+            counts = policy.worker_counts(cpus) if PIPELINES[pipeline].uses_workers else [0]
             of_pipeline = []
-            for workers in counts:
-                settings = {
-                    "pipeline": pipeline,
-                    "num_workers": workers,
-                    "persistent_workers": workers > 0,
-                    "prefetch_factor": None,
-                    "pin_memory": on_cuda and workers > 0,
-                }
+            for workers in counts:  # workers kept between epochs; on CUDA their batches pinned, and so tried unpinned
+                kept = {"num_workers": workers, "persistent_workers": True, "prefetch_factor": None}
+                settings = {"pipeline": pipeline, **policy.without_workers(kept), "pin_memory": on_cuda and workers > 0}
                 of_pipeline.append(consider(settings))
             top = max(of_pipeline, key=rate)
-            if top.settings["num_workers"]:
-                variants: list[dict[str, Any]] = [{"persistent_workers": False}, {"prefetch_factor": 4}]
-                if on_cuda:
-                    variants.append({"pin_memory": False})
-                for variant in variants:
-                    consider({**top.settings, **variant})
+            for changes, _ in policy.variants_around(top.settings, on_gpu=top.settings["pin_memory"]):
+                consider({**top.settings, **changes})
         search.stopped = "every setting was measured and no loader outran the step: the fastest predicted one is kept"
-    interrupted = search.stopped.startswith("interrupted")
-    if interrupted:  # a probe kept while it was measured again was not considered: the fastest predicted counts
+    if search.stopped == INTERRUPTED:  # a probe kept while it was measured again was not considered: predictions count
         search.best = max((p for p in search.trials if p.kind == LOADER), key=rate, default=search.best)
     start = {k: base[k] for k in LOADER_KEYS}
     best = {k: search.best.settings[k] for k in LOADER_KEYS} if search.best is not None else start
-    outcome = Outcome(search.trials, best, noise=margin, stopped=search.stopped)
-    if not interrupted:
-        try:
-            verify(search, base["batch_size"], start, outcome, tune_batch_size)
-        except Stop:  # the budget is spent: what was measured stands
-            pass
-        except KeyboardInterrupt:
-            outcome.stopped += "; the final check was interrupted (Ctrl-C)"
-    return outcome
+    found = Outcome(search.trials, best, noise=margin)
+    with search.stops():
+        closing_check(search, base["batch_size"], start, found, tune_batch_size)
+    found.stopped = search.stopped
+    return found
 
 
-def verify(search: Search, size: int, start: dict, outcome: Outcome, tune_batch_size: bool) -> None:
-    """Train a few steps with the best settings and with the input config's (``start``), loader and step together."""
-    outcome.chosen = search.trial({**outcome.best, "batch_size": size}, "best predicted", BOTH)
-    if start != outcome.best:
-        outcome.baseline = search.trial({**start, "batch_size": size}, "input config", BOTH)
-        if beats(outcome.baseline.rate, outcome.chosen.rate, outcome.noise, cost(start) < cost(outcome.best)):
-            outcome.best, outcome.chosen = start, outcome.baseline
-            outcome.stopped += "; measured together, the input config's settings were as fast, and cheaper"
-    search.trial({"batch_size": size * 2}, kind=STEP)  # what a bigger batch would do to the step
+def closing_check(search: Search, size: int, start: dict, found: Outcome, tune_batch_size: bool) -> None:
+    """The best and the input settings (``start``) side by side; the step at a bigger batch; bigger batches if asked."""
+    found.chosen = search.trial({**found.best, "batch_size": size}, "best predicted", BOTH)
+    if start != found.best:
+        found.baseline = search.trial({**start, "batch_size": size}, "input config", BOTH)
+        name, cheaper = "the input config's settings", cost(found.best) < cost(start)
+        found.chosen, found.noise = policy.settled(search, found.chosen, found.baseline, found.noise, name, cheaper)
+        if found.chosen is found.baseline:
+            found.best = start
+    sizes = [size * multiple for multiple in policy.BATCH_MULTIPLES]
+    search.trial({"batch_size": sizes[0]}, kind=STEP)  # what a bigger batch would do to the step
     if tune_batch_size:
-        for bigger in (size * 2, size * 4):
-            probe = search.trial({**outcome.best, "batch_size": bigger}, f"batch {bigger}", BOTH)
-            if beats(probe.rate, outcome.chosen.rate, outcome.noise):
-                outcome.chosen = probe
-                outcome.best = {**outcome.best, "batch_size": bigger}
+        for bigger in sizes:
+            probe = search.trial({**found.best, "batch_size": bigger}, f"batch {bigger}", BOTH)
+            if beats(probe.rate, found.chosen.rate, found.noise):
+                found.chosen = probe
+                found.best = {**found.best, "batch_size": bigger}

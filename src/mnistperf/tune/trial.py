@@ -106,7 +106,7 @@ def preload() -> None:
 
     import mnistperf.console  # noqa: F401
     import mnistperf.diagnosis  # noqa: F401
-    import mnistperf.tune.rebuild  # noqa: F401
+    import mnistperf.tune.knobs  # noqa: F401
 
 
 def fit(spec: TrialSpec) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def fit(spec: TrialSpec) -> dict[str, Any]:
 
     from mnistperf.console import calm_library_noise
     from mnistperf.diagnosis import EpochTimer
-    from mnistperf.tune.rebuild import loader_settings, rebuild_train_loader
+    from mnistperf.tune.knobs import loader_settings, rebuild_train_loader
 
     calm_library_noise()
     timer = EpochTimer(busy_window_steps=0)

@@ -179,7 +179,7 @@ def test_a_logger_that_refuses_the_figures_and_a_failing_part_of_the_report_are_
     def broken(device):
         raise OSError("no /proc here")
 
-    monkeypatch.setattr("mnistperf.diagnosis.callbacks.epoch_timer.environment", broken)
+    monkeypatch.setattr("mnistperf.diagnosis.record.run.environment", broken)
     logger = Elsewhere(tmp_path / "logs", refuse=("timing/", "audit/"))
     trainer, timer, audit = watched(Odd(), tmp_path, logger=logger)
     clean(trainer, timer, audit)

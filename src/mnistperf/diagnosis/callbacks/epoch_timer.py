@@ -23,6 +23,7 @@ from typing_extensions import override
 from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import log_folder, project_hints, project_terms
+from mnistperf.diagnosis.callbacks.timed_steps import TimedSteps
 from mnistperf.diagnosis.figures import FORWARD_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, fit_may_run_workers
@@ -118,6 +119,7 @@ class EpochTimer(Callback):
         self.problems = Reporter("EpochTimer")  # what the timer says, and what went wrong inside it (timing.json)
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch = FetchClock(PassThroughProfiler())  # in the trainer's profiler's place from the fit's start
+        self._timed_steps = TimedSteps(self._fetch, self._window_state)
         self._flops = FirstStep(flops_per_batch)
         self._phases = StepPhases(torch.device("cpu"))  # the sampled steps' phase marks, on the module's device
         self._project_hints = self.hints  # the advice in the project's terms, once its loaders are read
@@ -167,10 +169,17 @@ class EpochTimer(Callback):
             )
             self._phases = StepPhases(pl_module.device)
             self._fetch = FetchClock(profiler)
+            self._timed_steps = TimedSteps(self._fetch, self._window_state)
             swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
+
+    def _window_state(self) -> tuple[bool, int]:
+        """Whether the profiled window runs now, and which one is pending (a step timed by its parts holds neither)."""
+        return self.clock.profiling, id(self.clock.window)
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        with self.problems.guard("giving back the loggers' and the module's calls timed on a step"):
+            self._timed_steps.stop()
         with self.problems.guard("giving the trainer its profiler back"):
             if cast(TrainerAttributes, trainer).profiler is self._fetch:
                 swap_profiler(trainer, self._fetch.inner)
@@ -284,6 +293,8 @@ class EpochTimer(Callback):
         except Exception as error:
             self._sample(False)
             self.problems.note("timing a step's end", error)
+        with self.problems.guard("timing a step by its parts"):
+            self._timed_steps.step_ended(trainer, pl_module, batch_idx)
 
     # Sampled steps: where the forward, the backward and the update begin and end (mnistperf.diagnosis.measure.phases).
     def _sample(self, sampling: bool) -> None:
@@ -319,6 +330,7 @@ class EpochTimer(Callback):
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._fitting(trainer):
             with self.problems.guard("timing the validation's start"):
+                self._timed_steps.stop()  # a step timed by its parts holds no validation
                 self.clock.eval_start()
 
     @override
@@ -342,6 +354,8 @@ class EpochTimer(Callback):
         if not self._epoch_open:  # none of the epoch ran in this fit (resumed after its last step): no row
             return
         self._epoch_open = False
+        with self.problems.guard("giving back the loggers' and the module's calls timed on a step"):
+            self._timed_steps.stop()  # a step timed by its parts holds no epoch's end
         self.batches.trained()  # what a batch the module skipped, ending the epoch, left begun: let go
         self._sample(False)  # the epoch ended inside a sample (a batch the module skipped)
         self._stop_flops()
@@ -460,7 +474,7 @@ class EpochTimer(Callback):
             "lightning",
             trainer,
             self.clock.device,
-            lambda: self.clock.summary(self._project_hints),
+            lambda: self.clock.summary(self._project_hints, self._fetch.parts.per_step()),
             datamodule=cast(TrainerAttributes, trainer).datamodule,
             module=trainer.lightning_module,
             guard=self.problems.guard,

@@ -1,15 +1,19 @@
 """Input wait: the seconds inside the ``train_dataloader_next`` action Lightning reports to the trainer's profiler.
 
 Every hook Lightning calls goes through the profiler's ``profile(...)``, about two dozen a step: that, like all but
-``start`` and ``stop``, is the wrapped profiler's own bound method, so hooks skip the clock.
+``start`` and ``stop``, is the wrapped profiler's own bound method, so hooks skip the clock, except on a step whose
+parts are timed (:meth:`FetchClock.time_parts`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from lightning.pytorch.profilers import Profiler
 
+from mnistperf.diagnosis.measure.step_parts import StepParts
 from mnistperf.upstream import TRAIN_FETCH_ACTION
 
 
@@ -21,8 +25,23 @@ class FetchClock(Profiler):
         self.inner = inner
         self.fetch_s = 0.0
         self._started: float | None = None
+        self.parts = StepParts()  # the actions' own times, on the steps timed by their parts
         for name in ("profile", "summary", "describe", "setup", "teardown"):
             setattr(self, name, getattr(inner, name))
+
+    def time_parts(self, timing: bool) -> None:
+        """Time each action from now on (a cycle of :attr:`parts` opens), or no longer (it closes, kept)."""
+        if timing:
+            self.parts.open()
+            setattr(self, "profile", self._timed)  # noqa: B010  (Lightning calls trainer.profiler.profile)
+        else:
+            self.parts.close()
+            setattr(self, "profile", self.inner.profile)  # noqa: B010
+
+    @contextmanager
+    def _timed(self, action_name: str) -> Iterator[None]:
+        with self.parts.timed(action_name), self.inner.profile(action_name):
+            yield
 
     def reset(self) -> float:
         """The seconds counted since the last reset, and a new count."""
@@ -31,6 +50,7 @@ class FetchClock(Profiler):
 
     def start(self, action_name: str) -> None:
         """Start ``action_name`` in the wrapped profiler, and the clock where it is a training fetch."""
+        self.parts.enter(action_name)
         if action_name.endswith(TRAIN_FETCH_ACTION):
             self._started = time.perf_counter()
         self.inner.start(action_name)
@@ -41,3 +61,4 @@ class FetchClock(Profiler):
         if action_name.endswith(TRAIN_FETCH_ACTION) and self._started is not None:
             self.fetch_s += time.perf_counter() - self._started
             self._started = None
+        self.parts.exit()

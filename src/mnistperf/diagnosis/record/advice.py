@@ -20,6 +20,7 @@ from mnistperf.diagnosis.figures import (
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.cores import UNREAD
+from mnistperf.diagnosis.measure.step_parts import LOOP, STEP_WORK
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
 from mnistperf.diagnosis.record.verdict import WAITED_FOR_A_CORE
 from mnistperf.errors import ConfigError
@@ -56,6 +57,44 @@ USER_HINTS: dict[str, list[str]] = {
     ],
     WORKERS: workers_hints(ProjectTerms()),
 }
+
+
+CULPRIT_SHARE = 0.05  # a part around the step taking this share of each timed step or more is named, with its fix
+
+
+def part_fix(part: str) -> str:
+    """What takes a part around the step (as :func:`.part_of` names it) out of most steps, in Lightning's terms."""
+    kind, _, name = part.partition(" ")
+    if kind == "callback" and name.endswith("ProgressBar"):
+        return (
+            f"the progress bar redrawn less often: {name}(refresh_rate=N) among the callbacks, or "
+            "Trainer(enable_progress_bar=False)"
+        )
+    if kind == "callback":
+        return f"{name} working less often (its own options), or left out of the callbacks"
+    if kind == "logger":
+        return f"fewer {name} writes: a larger Trainer(log_every_n_steps=N)"
+    if part == "self.log":
+        return "self.log(..., on_step=False) for what need not be logged every step, and fewer values logged"
+    return "less work in the module's hooks that run every step (on_train_batch_start/end, on_before_/on_after_)"
+
+
+def culprit(step_parts: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The part around the step that costs most, its fix and what removing it could buy; None below CULPRIT_SHARE.
+
+    Around the step: neither the step's own work (:data:`.STEP_WORK`) nor Lightning's loop.
+    """
+    if not step_parts or step_parts["step_s"] <= 0:
+        return None
+    around = {part: s for part, s in step_parts["parts"].items() if part not in STEP_WORK and part != LOOP}
+    if not around:
+        return None
+    part, seconds = max(around.items(), key=lambda item: item[1])
+    step_s = step_parts["step_s"]
+    if seconds < CULPRIT_SHARE * step_s:
+        return None
+    share, faster = seconds / step_s, step_s / (step_s - seconds)
+    return {"part": part, "s": seconds, "share": share, "fix": part_fix(part), "speed_up_at_most": faster}
 
 
 def imported_hints(hints: Hints | str | None) -> Hints | None:
@@ -131,10 +170,19 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         else:  # a measured ceiling stands, the workers' beside it, their hints first (more workers: not for input)
             found["ceiling"] = f"{found['ceiling']}; {freed}"
             keys = [WORKERS] if verdict == "input-bound" else [WORKERS, key]
+    named = culprit(summary.get("step_parts")) if verdict == "overhead-bound" else None
+    if named is not None:
+        found["culprit"] = named
+        clause = (
+            f"without {named['part']} ({named['share']:.0%} of each step) a step could be up to "
+            f"{named['speed_up_at_most']:.2f}x faster"
+        )
+        found["ceiling"] = f"{clause}; {found['ceiling']}" if "ceiling" in found else clause
     if "ceiling" not in found:
         return None
     threads = f"this run used {torch.get_num_threads()} threads on {usable_cpus()} usable cores"
-    found["hints"] = [
+    found["hints"] = [named["fix"]] if named is not None else []
+    found["hints"] += [
         hint.replace("{threads}", threads)
         for each in keys
         for hint in (hints if hints is not None and each in hints else USER_HINTS)[each]

@@ -68,6 +68,7 @@ def aggregate(
     reading: WindowReading | None = None,
     hints: Hints | None = None,
     metric: str | None = None,
+    step_parts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix could buy.
 
@@ -108,6 +109,7 @@ def aggregate(
         **({"cores_held": taken} if (taken := held(read)) is not None else {}),
         "metric": metric,
         "final_metric": epochs[-1].get(metric) if metric else None,
+        **({"step_parts": step_parts} if step_parts else {}),
     }
     found["advice"] = advice(found, hints)
     return found

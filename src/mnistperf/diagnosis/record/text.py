@@ -54,6 +54,18 @@ def rank_figure(figure: figures.Figure, value: float) -> str:
     return f"{name} {number}"
 
 
+STEP_PARTS_SHOWN = 6  # the parts of a step its line names, the largest first
+
+
+def format_step_parts(found: Mapping[str, Any] | None) -> str | None:
+    """Where a timed step's time goes, the largest parts first (None where no step was timed by its parts)."""
+    if not found:
+        return None
+    step_s = found["step_s"]
+    parts = ", ".join(f"{part} {s / step_s:.0%}" for part, s in list(found["parts"].items())[:STEP_PARTS_SHOWN])
+    return f"Where a step goes ({found['steps']} steps timed by their parts, {step_s * 1e3:.2f} ms each): {parts}"
+
+
 def format_ranks(run: RunSummary, epochs: str) -> str:
     """Each rank's own figures; the slowest where they are apart, and the ranks' talk."""
     each = "; ".join(
@@ -139,6 +151,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         f"Device: {run.device or 'not known'}, precision {run.precision or '32-true'}",
         f"Verdict: {run.verdict} ({run.verdict_reason})",
         format_split(run, steady),
+        format_step_parts(run.content.get("step_parts")),
         format_stalls(run.stalls, run.figure(figures.STEP_MEDIAN_S), run.epochs) if run.stalls else None,
         format_utilization(dict(run.content)),
         format_growth(run.memory["growth"]) if run.memory else None,
@@ -171,12 +184,16 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
     steady = steady_said(run)
     lines = [f"Verdict: {run.verdict} ({run.verdict_figure or run.verdict_reason})"]
     cause = headline_cause(run.verdict_reason)
+    named = run.advice.culprit if run.advice is not None else None
+    if named:
+        step_s = named["s"] / named["share"]
+        cause = f"{named['part']} took {named['s'] * 1e3:.2f} ms of each {step_s * 1e3:.2f} ms step"
     if cause:
         lines.append(f"  why: {cause}")
     if run.advice is not None and run.advice.hints:
         lines.append(f"  fix: {'; '.join(run.advice.hints[:2])}")
     if run.advice is not None:
-        ceiling = run.advice.ceiling.split(": ")[0]
+        ceiling = run.advice.ceiling.split("; " if named else ": ")[0]
         lines.append(f"  could buy: {ceiling}" + (" (the report says why)" if ceiling != run.advice.ceiling else ""))
     warmup = f"; warm-up epoch {run.warmup['epoch']}: {run.warmup[figures.TRAIN_S]:.2f} s" if run.warmup else ""
     metric = f"; final {run.metric} {run.final_metric:.4f}" if run.final_metric is not None else ""

@@ -1,0 +1,67 @@
+"""The steps timed by their parts: one in PARTS_EVERY, end to end, each logger's writes and ``self.log`` timed too.
+
+While a step is timed, each logger's ``log_metrics`` and the module's ``log`` are shadowed on the instance by a timed
+call of the same; they are given back as the step ends, and at any end of the fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lightning.pytorch import LightningModule, Trainer
+
+from mnistperf.diagnosis.measure.fetch_clock import FetchClock
+from mnistperf.diagnosis.measure.step_parts import LOG_CALL, LOGGER, PARTS_AT, PARTS_EVERY
+
+MISSING = object()  # an instance that held no attribute of the name before it was shadowed
+
+
+class TimedSteps:
+    """Opens a cycle of ``fetch``'s parts as step PARTS_AT - 1 (of every PARTS_EVERY) ends, closes it a step later.
+
+    ``window``: what the profiled window is doing now; a cycle over which that changed, or that held the window, is
+    dropped (its steps were not the fit's typical ones).
+    """
+
+    def __init__(self, fetch: FetchClock, window: Callable[[], Any]):
+        self.fetch, self.window = fetch, window
+        self._opened_with: Any = None  # the window's state as the open cycle began
+        self._shadowed: list[tuple[Any, str, Any]] = []  # (instance, name, what it held before)
+
+    def step_ended(self, trainer: Trainer, module: LightningModule, index: int) -> None:
+        """A training step ended: the open cycle closes (kept, or dropped), and the next step's opens if it is due."""
+        if self.fetch.parts.timing:
+            self.stop(abandon=self.window() != self._opened_with)
+        if index % PARTS_EVERY != PARTS_AT - 1:
+            return
+        state = self.window()
+        if not state[0]:  # no profiled window running
+            self._opened_with = state
+            self.fetch.time_parts(True)
+            for logger in trainer.loggers:
+                self._shadow(logger, "log_metrics", f"{LOGGER}{type(logger).__name__}.log_metrics")
+            self._shadow(module, "log", LOG_CALL)
+
+    def stop(self, abandon: bool = True) -> None:
+        """End the open cycle, if any (dropped unless ``abandon`` is False), and give back what was shadowed."""
+        if abandon:
+            self.fetch.parts.abandon()
+        self.fetch.time_parts(False)
+        for owner, name, before in reversed(self._shadowed):
+            if before is MISSING:
+                vars(owner).pop(name, None)
+            else:
+                vars(owner)[name] = before
+        self._shadowed = []
+
+    def _shadow(self, owner: Any, name: str, action: str) -> None:
+        """Shadow ``owner.name`` on the instance by the same call, timed as ``action`` by the open cycle."""
+        call, parts = getattr(owner, name), self.fetch.parts
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with parts.timed(action):
+                return call(*args, **kwargs)
+
+        self._shadowed.append((owner, name, vars(owner).get(name, MISSING)))
+        vars(owner)[name] = timed

@@ -1,0 +1,127 @@
+"""Where a training step's time goes: each action Lightning reports to the trainer's profiler, timed by its own time.
+
+One step in :data:`PARTS_EVERY` is timed end to end, from one training step's end to the next one's: each hook,
+the fetch, the copy to the device, the step's forward, backward and update, each logger's writes and ``self.log``,
+each by its own time (what ran inside it apart). What no action holds is Lightning's loop between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from time import perf_counter
+from typing import Any
+
+from mnistperf.upstream import TRAIN_FETCH_ACTION
+
+now = perf_counter  # the clock the parts are read by (a test's own clock stands in here)
+
+PARTS_EVERY = 16  # one training step in this many is timed by its parts
+PARTS_AT = 9  # the timed steps: batch indices 9, 25, ... (the phases' samples are 1, 17, ...: never the same step)
+LOOP = "Lightning's loop"  # what no action holds: the loops' own Python between the actions
+# The step's own work, as Lightning's actions name it; every other part is around the step.
+STEP_WORK = ("fetch", "copy to the device", "training_step", "backward", "optimizer step")
+# The LightningModule's hooks that are the step's own work: its update and its batch's way to the device.
+MODULE_PARTS = {
+    **dict.fromkeys(("optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping"), "optimizer step"),
+    **dict.fromkeys(
+        ("transfer_batch_to_device", "on_before_batch_transfer", "on_after_batch_transfer"), "copy to the device"
+    ),
+}
+LOGGER = "[Logger]"  # the actions of the loggers' writes, timed here (Lightning's profiler does not time them)
+LOG_CALL = "[LightningModule]self.log"  # the module's self.log calls, timed here
+
+
+def part_of(action: str) -> str:
+    """The part of the step an action of Lightning's profiler (or a logger's or ``self.log``'s) belongs to."""
+    if action.endswith(TRAIN_FETCH_ACTION):
+        return "fetch"
+    if action == LOG_CALL:
+        return "self.log"
+    kind, _, rest = action.partition("]")
+    owner, _, hook = rest.partition(".")
+    if kind == "[Callback":
+        return f"callback {owner.split('{')[0]}"
+    if kind == "[Logger":
+        return f"logger {owner}"
+    if kind == "[LightningModule":
+        return MODULE_PARTS.get(hook, "module hooks")
+    if kind == "[Strategy":
+        named = {"training_step": "training_step", "backward": "backward", "batch_to_device": "copy to the device"}
+        return named.get(hook, "strategy hooks")
+    return LOOP
+
+
+class StepParts:
+    """Each part's own seconds over the timed steps (:meth:`open` to :meth:`close`), from :meth:`timed` actions."""
+
+    def __init__(self) -> None:
+        self.own: dict[str, float] = {}  # each action's own seconds over the closed cycles
+        self.cycles = 0
+        self.cycle_s = 0.0  # the closed cycles' seconds, end to end
+        self._pending: dict[str, float] = {}  # the open cycle's
+        self._stack: list[list[Any]] = []  # [action, its start, the seconds of what ran inside it]
+        self._opened: float | None = None
+
+    @property
+    def timing(self) -> bool:
+        """Whether a cycle is open: the actions are timed."""
+        return self._opened is not None
+
+    def open(self) -> None:
+        """A timed cycle begins (a training step just ended)."""
+        self._pending, self._stack, self._opened = {}, [], now()
+
+    def close(self) -> None:
+        """The timed cycle ends (the next training step ended): its actions' seconds are kept."""
+        if self._opened is None:
+            return
+        self.cycle_s += now() - self._opened
+        self.cycles += 1
+        for action, seconds in self._pending.items():
+            self.own[action] = self.own.get(action, 0.0) + seconds
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Drop the open cycle (it held other work: a validation, the epoch's end, the profiled window)."""
+        self._pending, self._stack, self._opened = {}, [], None
+
+    def enter(self, action: str) -> None:
+        """``action`` begins (inside the one begun before, if that has not ended)."""
+        if self._opened is not None:
+            self._stack.append([action, now(), 0.0])
+
+    def exit(self) -> None:
+        """The action begun last ends: its own seconds are what it took less what ran inside it."""
+        if self._opened is None or not self._stack:
+            return
+        action, start, inside = self._stack.pop()
+        took = now() - start
+        self._pending[action] = self._pending.get(action, 0.0) + took - inside
+        if self._stack:
+            self._stack[-1][2] += took
+
+    @contextmanager
+    def timed(self, action: str) -> Iterator[None]:
+        """Time ``action`` while a cycle is open (nothing otherwise)."""
+        self.enter(action)
+        try:
+            yield
+        finally:
+            self.exit()
+
+    def per_step(self) -> dict[str, Any] | None:
+        """The timed steps, their mean seconds end to end and each part's own seconds a step, the largest first.
+
+        None where no cycle closed. What no action held is :data:`LOOP`'s.
+        """
+        if not self.cycles:
+            return None
+        parts: dict[str, float] = {}
+        for action, seconds in self.own.items():
+            part = part_of(action)
+            parts[part] = parts.get(part, 0.0) + seconds / self.cycles
+        step_s = self.cycle_s / self.cycles
+        parts[LOOP] = max(step_s - sum(s for part, s in parts.items() if part != LOOP), 0.0)  # its actions' too
+        ordered = dict(sorted(parts.items(), key=lambda item: -item[1]))
+        return {"steps": self.cycles, "step_s": step_s, "parts": ordered}

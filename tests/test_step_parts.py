@@ -1,0 +1,164 @@
+"""Where a step's time goes: every hook, logger write and self.log of a timed step, by its own time, and the part
+around the step that costs most named with its fix. The parts are read by an emulated clock that a test's own work
+advances, so no figure depends on how busy the machine is."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+import torch
+from conftest import fit_module
+from lightning import Callback, LightningModule
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+from mnistperf.diagnosis import EpochTimer
+from mnistperf.diagnosis.measure import step_parts
+from mnistperf.diagnosis.measure.step_parts import LOOP, PARTS_EVERY, StepParts, part_of
+from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
+from mnistperf.diagnosis.record.text import format_headline, format_summary
+
+SECOND = 1.0  # what the emulated clock advances for a part that "takes" a second
+
+
+class EmulatedClock:
+    """The real clock plus whatever the test's parts are said to have taken."""
+
+    def __init__(self):
+        self.added = 0.0
+
+    def __call__(self) -> float:
+        return time.perf_counter() + self.added
+
+
+@pytest.fixture
+def clock(monkeypatch) -> EmulatedClock:
+    emulated = EmulatedClock()
+    monkeypatch.setattr(step_parts, "now", emulated)
+    return emulated
+
+
+class Costly(Callback):
+    """A callback whose every on_train_batch_end takes ``seconds`` on the emulated clock."""
+
+    def __init__(self, clock: EmulatedClock, seconds: float):
+        self.clock, self.seconds = clock, seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.clock.added += self.seconds
+
+
+class Logged(LightningModule):
+    """A tiny classifier that logs ``values`` each step, each self.log said to take ``seconds``."""
+
+    def __init__(self, clock: EmulatedClock | None = None, values: int = 0, seconds: float = 0.0):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 2)
+        self.clock, self.values, self.seconds = clock, values, seconds
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        loss = torch.nn.functional.cross_entropy(self.layer(images), labels)
+        for value in range(self.values):
+            self.log(f"train/v{value}", loss)
+        return loss
+
+    def log(self, *args, **kwargs):
+        super().log(*args, **kwargs)
+        if self.clock is not None:
+            self.clock.added += self.seconds
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def loader(steps: int = 2 * PARTS_EVERY) -> DataLoader:
+    return DataLoader(TensorDataset(torch.randn(4 * steps, 4), torch.arange(4 * steps) % 2), batch_size=4)
+
+
+def parts_of(timer: EpochTimer) -> dict:
+    summary = json.loads(timer.summary_path.read_text())
+    assert summary["step_parts"]["steps"] == 2 * 2  # two timed steps an epoch of 32, over 2 epochs
+    return summary
+
+
+def test_a_callbacks_own_time_each_step_is_its_part_and_the_culprit_with_its_fix(clock):
+    timer = EpochTimer(busy_window_steps=0)  # no profiled window to drop a timed step
+    fit_module(Logged(), loader(), callbacks=[timer, Costly(clock, SECOND)], max_epochs=2)
+    summary = parts_of(timer)
+    parts, step_s = summary["step_parts"]["parts"], summary["step_parts"]["step_s"]
+    assert parts["callback Costly"] == pytest.approx(SECOND, abs=0.05)  # its own second, every timed step
+    assert step_s == pytest.approx(SECOND, abs=0.05) and next(iter(parts)) == "callback Costly"  # the largest first
+    assert {"training_step", "backward", "optimizer step", "fetch", LOOP, "callback EpochTimer"} <= parts.keys()
+    assert sum(parts.values()) == pytest.approx(step_s)  # the parts add up to the step, the loop the rest
+    assert "Where a step goes (4 steps timed by their parts" in format_summary(summary)
+    assert re.search(r"callback Costly (9\d|100)%", format_summary(summary))  # its share of the step
+
+
+def test_a_loggers_writes_and_self_log_are_parts_of_their_own_and_nothing_stays_shadowed(clock, tmp_path):
+    timer, module = EpochTimer(busy_window_steps=0), Logged(clock, values=20, seconds=SECOND / 20)
+    logger = CSVLogger(tmp_path, name="run")
+    fit_module(module, loader(), callbacks=[timer], max_epochs=2, logger=logger, log_every_n_steps=1)
+    parts = parts_of(timer)["step_parts"]["parts"]
+    assert parts["self.log"] == pytest.approx(SECOND, abs=0.05)  # 20 values a step, each 1/20 s
+    assert parts["logger CSVLogger"] > 0 and parts["training_step"] < SECOND / 2  # self.log's time is its own
+    # what a timed step shadowed is given back: the class's own calls again
+    assert "log_metrics" not in vars(logger) and "log" not in vars(module)
+
+
+def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_and_what_it_could_buy():
+    steps = {"steps": 8, "step_s": 0.004}
+    bar = {"training_step": 0.001, "callback TQDMProgressBar": 0.0016, "backward": 0.0008, LOOP: 0.0006}
+    run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.01, "cpu_busy_share": 0.5}
+    found = advice({**run, "step_parts": {**steps, "parts": bar}})
+    assert found is not None and found["culprit"]["part"] == "callback TQDMProgressBar"
+    assert found["hints"][0].startswith("the progress bar redrawn less often: TQDMProgressBar(refresh_rate=N)")
+    assert found["culprit"]["speed_up_at_most"] == pytest.approx(0.004 / 0.0024)
+    assert "without callback TQDMProgressBar (40% of each step) a step could be up to 1.67x faster" in found["ceiling"]
+    headline = format_headline({**run, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2]})
+    assert "why: callback TQDMProgressBar took 1.60 ms of each 4.00 ms step" in headline
+    assert "could buy: without callback TQDMProgressBar (40% of each step)" in headline
+    # the step's own work, the loop, or a part under CULPRIT_SHARE is no culprit; nor is any on another verdict
+    small = {"training_step": 0.0038, "module hooks": 0.004 * CULPRIT_SHARE / 2, LOOP: 0.0001}
+    assert "culprit" not in (advice({**run, "step_parts": {**steps, "parts": small}}) or {})
+    assert "culprit" not in (advice({**run, "verdict": "compute-bound", "step_parts": {**steps, "parts": bar}}) or {})
+
+
+@pytest.mark.parametrize(
+    ("action", "part"),
+    [
+        ("[_TrainingEpochLoop].train_dataloader_next", "fetch"),
+        ("[Callback]ModelCheckpoint{'monitor': None}.on_train_batch_end", "callback ModelCheckpoint"),
+        ("[LightningModule]Net.optimizer_zero_grad", "optimizer step"),
+        ("[LightningModule]Net.on_after_batch_transfer", "copy to the device"),
+        ("[LightningModule]Net.on_train_batch_end", "module hooks"),
+        ("[Strategy]DDPStrategy.training_step", "training_step"),
+        ("run_training_batch", LOOP),
+    ],
+)
+def test_each_action_lightning_reports_belongs_to_one_part(action, part):
+    assert part_of(action) == part
+
+
+def test_an_action_is_timed_by_its_own_time_and_a_dropped_cycle_keeps_nothing(clock):
+    parts = StepParts()
+    parts.enter("outside a cycle")  # nothing open: not timed
+    parts.exit()
+    parts.open()
+    with parts.timed("[Strategy]S.training_step"):
+        clock.added += 3.0
+        with parts.timed("[LightningModule]self.log"):
+            clock.added += 1.0
+    parts.close()
+    parts.open()
+    with parts.timed("[Callback]Slow.on_train_batch_end"):
+        clock.added += 5.0
+    parts.abandon()  # a validation ran inside it
+    found = parts.per_step()
+    assert found is not None and found["steps"] == 1
+    assert found["parts"]["training_step"] == pytest.approx(3.0, abs=0.05)
+    assert found["parts"]["self.log"] == pytest.approx(1.0, abs=0.05)
+    assert "callback Slow" not in found["parts"]

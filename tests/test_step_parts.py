@@ -20,6 +20,7 @@ from mnistperf.diagnosis.measure import step_parts
 from mnistperf.diagnosis.measure.step_parts import LOOP, PARTS_EVERY, StepParts, part_of
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
 from mnistperf.diagnosis.record.text import format_headline, format_summary
+from mnistperf.upstream import TRAIN_STEP_LOGS, step_logs_owner
 
 SECOND = 1.0  # what the emulated clock advances for a part that "takes" a second
 
@@ -101,12 +102,12 @@ def test_a_callbacks_own_time_each_step_is_its_part_and_the_culprit_with_its_fix
 def test_a_loggers_writes_and_self_log_are_parts_of_their_own_and_nothing_stays_shadowed(clock, tmp_path):
     timer, module = EpochTimer(busy_window_steps=0), Logged(clock, values=20, seconds=SECOND / 20)
     logger = CSVLogger(tmp_path, name="run")
-    fit_module(module, loader(), callbacks=[timer], max_epochs=2, logger=logger, log_every_n_steps=1)
+    trainer = fit_module(module, loader(), callbacks=[timer], max_epochs=2, logger=logger, log_every_n_steps=1)
     parts = parts_of(timer)["step_parts"]["parts"]
     assert parts["self.log"] == pytest.approx(SECOND, abs=0.05)  # 20 values a step, each 1/20 s
     assert parts["logger CSVLogger"] > 0 and parts["training_step"] < SECOND / 2  # self.log's time is its own
     # what a timed step shadowed is given back: the class's own calls again
-    assert "log_metrics" not in vars(logger) and "log" not in vars(module)
+    assert TRAIN_STEP_LOGS not in vars(step_logs_owner(trainer)) and "log" not in vars(module)
 
 
 def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_and_what_it_could_buy():
@@ -131,7 +132,8 @@ def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_
     ("action", "part"),
     [
         ("[_TrainingEpochLoop].train_dataloader_next", "fetch"),
-        ("[Callback]ModelCheckpoint{'monitor': None}.on_train_batch_end", "callback ModelCheckpoint"),
+        ("[Callback]ModelCheckpoint{'monitor': None, 'dirpath': 'a.b'}.on_train_batch_end", "callback ModelCheckpoint"),
+        ("[Callback]fit.<locals>.Costly.on_train_batch_end", "callback Costly"),
         ("[LightningModule]Net.optimizer_zero_grad", "optimizer step"),
         ("[LightningModule]Net.on_after_batch_transfer", "copy to the device"),
         ("[LightningModule]Net.on_train_batch_end", "module hooks"),

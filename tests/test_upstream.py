@@ -102,6 +102,29 @@ def test_lightning_reports_its_training_fetch_to_the_profiler_put_in_its_place(t
     assert len(fetches) >= 2, f"{LIGHTNING} no longer reports its training fetch as ...{upstream.TRAIN_FETCH_ACTION}"
 
 
+class ShadowsStepLogs(Callback):
+    """Shadows the step's logging on its owner as the timer does, counting its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def on_fit_start(self, trainer, pl_module):
+        owner = upstream.step_logs_owner(trainer)
+        own = getattr(owner, upstream.TRAIN_STEP_LOGS)
+
+        def counted():
+            self.calls += 1
+            return own()
+
+        vars(owner)[upstream.TRAIN_STEP_LOGS] = counted
+
+
+def test_lightning_hands_each_training_steps_metrics_to_the_loggers_through_the_call_shadowed(tmp_path):
+    shadows = ShadowsStepLogs()
+    fit(tmp_path, shadows, logger=CSVLogger(tmp_path), log_every_n_steps=1)
+    assert shadows.calls == 2, f"{LIGHTNING} no longer logs a training step through {upstream.TRAIN_STEP_LOGS}"
+
+
 def test_lightningcli_takes_a_checkpoints_hyperparameters_in_the_method_the_mixin_overrides():
     source = inspect.getsource(LightningCLI)
     assert "self._parse_ckpt_path()" in source, f"{LIGHTNING}: LightningCLI no longer calls _parse_ckpt_path"

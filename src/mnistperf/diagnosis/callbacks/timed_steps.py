@@ -1,7 +1,8 @@
-"""The steps timed by their parts: one in PARTS_EVERY, end to end, each logger's writes and ``self.log`` timed too.
+"""The steps timed by their parts: one in PARTS_EVERY, end to end, the step's logging and ``self.log`` timed too.
 
-While a step is timed, each logger's ``log_metrics`` and the module's ``log`` are shadowed on the instance by a timed
-call of the same; they are given back as the step ends, and at any end of the fit.
+While a step is timed, what hands its metrics to the loggers (:data:`~mnistperf.upstream.TRAIN_STEP_LOGS`) and the
+module's ``log`` are shadowed on their instances by a timed call of the same; they are given back as the step ends,
+and at any end of the fit.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from lightning.pytorch import LightningModule, Trainer
 
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.step_parts import LOG_CALL, LOGGER, PARTS_AT, PARTS_EVERY
+from mnistperf.upstream import TRAIN_STEP_LOGS, step_logs_owner
 
 MISSING = object()  # an instance that held no attribute of the name before it was shadowed
 
@@ -39,8 +41,9 @@ class TimedSteps:
         if not state[0]:  # no profiled window running
             self._opened_with = state
             self.fetch.time_parts(True)
-            for logger in trainer.loggers:
-                self._shadow(logger, "log_metrics", f"{LOGGER}{type(logger).__name__}.log_metrics")
+            if trainer.loggers:  # what the step's logging costs, the loggers' writes in
+                names = "+".join(type(logger).__name__ for logger in trainer.loggers)
+                self._shadow(step_logs_owner(trainer), TRAIN_STEP_LOGS, f"{LOGGER}{names}.{TRAIN_STEP_LOGS}")
             self._shadow(module, "log", LOG_CALL)
 
     def stop(self, abandon: bool = True) -> None:

@@ -28,7 +28,7 @@ MODULE_PARTS = {
         ("transfer_batch_to_device", "on_before_batch_transfer", "on_after_batch_transfer"), "copy to the device"
     ),
 }
-LOGGER = "[Logger]"  # the actions of the loggers' writes, timed here (Lightning's profiler does not time them)
+LOGGER = "[Logger]"  # the action of a step's logging, the loggers' writes in, timed here (no profiler action holds it)
 LOG_CALL = "[LightningModule]self.log"  # the module's self.log calls, timed here
 
 
@@ -39,9 +39,10 @@ def part_of(action: str) -> str:
     if action == LOG_CALL:
         return "self.log"
     kind, _, rest = action.partition("]")
-    owner, _, hook = rest.partition(".")
+    held_by, _, hook = rest.rpartition(".")
+    owner = held_by.split("{")[0].rpartition(".")[2]  # a class's name, its qualname's last, its arguments apart
     if kind == "[Callback":
-        return f"callback {owner.split('{')[0]}"
+        return f"callback {owner}"
     if kind == "[Logger":
         return f"logger {owner}"
     if kind == "[LightningModule":

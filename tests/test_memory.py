@@ -12,6 +12,7 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
 from mnistperf.diagnosis.measure import cores, memory
 from mnistperf.diagnosis.measure.batches import may_run_workers
+from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.text import format_growth, format_summary
 
 linux = pytest.mark.skipif(not memory.measured(), reason="resident memory is read from Linux's /proc")
@@ -70,15 +71,29 @@ def test_growth_is_named_where_memory_rises_every_epoch_by_enough():
     assert line == "Memory grows: GPU memory allocated +100 MB per epoch (100 MB to 300 MB, epochs 2-4)"
 
 
-def test_the_gpu_peaks_are_read_in_mb_and_reset_each_epoch(monkeypatch):
-    """Emulated: the CUDA counters the clock reads on a GPU, without one."""
-    reset = []
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 3 * 2**20)
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device: 8 * 2**20)
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: reset.append(device))
-    cuda = torch.device("cuda", 0)
-    memory.reset_device_peaks(cuda)
-    assert memory.device_peaks_mb(cuda) == (3.0, 8.0) and reset == [cuda]
+def test_the_gpu_peaks_are_each_epochs_own_the_counters_reset_as_each_epoch_starts(monkeypatch):
+    """Emulated: CUDA's peak counters on a GPU, without one. Epoch 1 peaks at 5 MB and epoch 2 at 3 MB; a clock that did
+    not reset them as each epoch starts would read 5 MB twice."""
+    counters = {"now": 0.0, "peak": 0.0}
+
+    def allocate(mb: float) -> None:
+        counters["now"], counters["peak"] = mb, max(counters["peak"], mb)
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: counters["peak"] * 2**20)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device: 2 * counters["peak"] * 2**20)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: counters.update(peak=counters["now"]))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    clock = EpochClock(torch.device("cuda", 0), profile_window=False)
+    rows = []
+    for peak in (5.0, 3.0):
+        clock.epoch_start(batches=2)
+        for index, mb in enumerate((peak, 1.0)):
+            clock.step_start(index)
+            allocate(mb)
+            clock.step_end(index)
+        rows.append(clock.epoch_end())
+    assert [(row["device_allocated_mb"], row["device_reserved_mb"]) for row in rows] == [(5.0, 10.0), (3.0, 6.0)]
+    assert clock.summary()["peak_device_mb"] == {"allocated": 5.0, "reserved": 10.0}  # the fit's, over its epochs
     allocated, reserved = memory.device_peaks_mb(torch.device("cpu"))
     assert allocated != allocated and reserved != reserved  # NaN: not measured off CUDA
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import warnings
 
 import pytest
 import torch
@@ -17,7 +18,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import step_parts
-from mnistperf.diagnosis.measure.step_parts import LOOP, PARTS_EVERY, StepParts, part_of
+from mnistperf.diagnosis.measure.device_syncs import SYNC_WARNING, DeviceSyncs
+from mnistperf.diagnosis.measure.step_parts import LOOP, PARTS_AT, PARTS_EVERY, StepParts, part_of
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
 from mnistperf.diagnosis.record.text import format_headline, format_summary
 from mnistperf.upstream import TRAIN_STEP_LOGS, step_logs_owner
@@ -126,6 +128,44 @@ def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_
     small = {"training_step": 0.0038, "module hooks": 0.004 * CULPRIT_SHARE / 2, LOOP: 0.0001}
     assert "culprit" not in (advice({**run, "step_parts": {**steps, "parts": small}}) or {})
     assert "culprit" not in (advice({**run, "verdict": "compute-bound", "step_parts": {**steps, "parts": bar}}) or {})
+
+
+class EmulatedSyncs(DeviceSyncs):
+    """Torch's sync debug mode on a CPU build, which has none: the mode is only remembered."""
+
+    mode = 0
+
+    def debug_mode(self) -> int:
+        return self.mode
+
+    def set_debug_mode(self, mode: int) -> None:
+        self.mode = mode
+
+
+class Syncing(Callback):
+    """A callback whose every on_train_batch_end forces one device synchronization, as torch would report it."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        warnings.warn(SYNC_WARNING, UserWarning, stacklevel=1)
+
+
+def test_on_cuda_each_parts_synchronizations_are_counted_as_torch_reports_them_and_other_warnings_pass(monkeypatch):
+    """Emulated: the reports torch's sync debug mode makes on CUDA, on the CPU."""
+    emulated = EmulatedSyncs()
+    monkeypatch.setattr("mnistperf.diagnosis.callbacks.epoch_timer.syncs_for", lambda device: emulated)
+
+    class Warns(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == PARTS_AT:  # a timed step
+                warnings.warn("the user's own warning", UserWarning, stacklevel=1)
+
+    timer = EpochTimer(busy_window_steps=0)
+    with pytest.warns(UserWarning, match="the user's own warning"):  # caught meanwhile, shown after
+        fit_module(Logged(), loader(), callbacks=[timer, Syncing(), Warns()], max_epochs=2)
+    summary = parts_of(timer)
+    assert summary["step_parts"]["syncs"] == {"callback Syncing": 1.0}  # one a step, its own
+    assert "device synchronizations a step: callback Syncing 1" in format_summary(summary)
+    assert emulated.mode == 0  # the debug mode as it was
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from mnistperf.diagnosis.figures import FORWARD_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, fit_may_run_workers
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
+from mnistperf.diagnosis.measure.device_syncs import syncs_for
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
 from mnistperf.diagnosis.measure.phases import StepPhases, sampled, unsampled
@@ -169,7 +170,7 @@ class EpochTimer(Callback):
             )
             self._phases = StepPhases(pl_module.device)
             self._fetch = FetchClock(profiler)
-            self._timed_steps = TimedSteps(self._fetch, self._window_state)
+            self._timed_steps = TimedSteps(self._fetch, self._window_state, syncs_for(pl_module.device))
             swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
     def _window_state(self) -> tuple[bool, int]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
 
+from mnistperf.diagnosis.measure.device_syncs import DeviceSyncs
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.step_parts import LOG_CALL, LOGGER, PARTS_AT, PARTS_EVERY
 from mnistperf.upstream import TRAIN_STEP_LOGS, step_logs_owner
@@ -23,11 +24,12 @@ class TimedSteps:
     """Opens a cycle of ``fetch``'s parts as step PARTS_AT - 1 (of every PARTS_EVERY) ends, closes it a step later.
 
     ``window``: what the profiled window is doing now; a cycle over which that changed, or that held the window, is
-    dropped (its steps were not the fit's typical ones).
+    dropped (its steps were not the fit's typical ones). ``syncs``: where given (CUDA), the device synchronizations
+    each part forces are counted over the cycle.
     """
 
-    def __init__(self, fetch: FetchClock, window: Callable[[], Any]):
-        self.fetch, self.window = fetch, window
+    def __init__(self, fetch: FetchClock, window: Callable[[], Any], syncs: DeviceSyncs | None = None):
+        self.fetch, self.window, self.syncs = fetch, window, syncs
         self._opened_with: Any = None  # the window's state as the open cycle began
         self._shadowed: list[tuple[Any, str, Any]] = []  # (instance, name, what it held before)
 
@@ -40,6 +42,9 @@ class TimedSteps:
         state = self.window()
         if not state[0]:  # no profiled window running
             self._opened_with = state
+            if self.syncs is not None:  # each part's synchronizations counted too
+                self.syncs.start()
+                self.fetch.parts.syncs = self.syncs.count
             self.fetch.time_parts(True)
             if trainer.loggers:  # what the step's logging costs, the loggers' writes in
                 names = "+".join(type(logger).__name__ for logger in trainer.loggers)
@@ -51,6 +56,9 @@ class TimedSteps:
         if abandon:
             self.fetch.parts.abandon()
         self.fetch.time_parts(False)
+        self.fetch.parts.syncs = None
+        if self.syncs is not None:
+            self.syncs.stop()
         for owner, name, before in reversed(self._shadowed):
             if before is MISSING:
                 vars(owner).pop(name, None)

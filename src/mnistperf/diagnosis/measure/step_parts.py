@@ -2,12 +2,13 @@
 
 One step in :data:`PARTS_EVERY` is timed end to end, from one training step's end to the next one's: each hook,
 the fetch, the copy to the device, the step's forward, backward and update, each logger's writes and ``self.log``,
-each by its own time (what ran inside it apart). What no action holds is Lightning's loop between them.
+each by its own time (what ran inside it apart), and on CUDA by the device synchronizations its own code forced.
+What no action holds is Lightning's loop between them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from time import perf_counter
 from typing import Any
@@ -60,8 +61,11 @@ class StepParts:
         self.own: dict[str, float] = {}  # each action's own seconds over the closed cycles
         self.cycles = 0
         self.cycle_s = 0.0  # the closed cycles' seconds, end to end
+        self.synced: dict[str, int] = {}  # each action's own device synchronizations over the closed cycles
+        self.syncs: Callable[[], int] | None = None  # the synchronizations so far, where they are counted
         self._pending: dict[str, float] = {}  # the open cycle's
-        self._stack: list[list[Any]] = []  # [action, its start, the seconds of what ran inside it]
+        self._pending_syncs: dict[str, int] = {}
+        self._stack: list[list[Any]] = []  # [action, its start, the seconds inside it, syncs so far, syncs inside]
         self._opened: float | None = None
 
     @property
@@ -71,7 +75,7 @@ class StepParts:
 
     def open(self) -> None:
         """A timed cycle begins (a training step just ended)."""
-        self._pending, self._stack, self._opened = {}, [], now()
+        self._pending, self._pending_syncs, self._stack, self._opened = {}, {}, [], now()
 
     def close(self) -> None:
         """The timed cycle ends (the next training step ended): its actions' seconds are kept."""
@@ -81,26 +85,31 @@ class StepParts:
         self.cycles += 1
         for action, seconds in self._pending.items():
             self.own[action] = self.own.get(action, 0.0) + seconds
+        for action, syncs in self._pending_syncs.items():
+            self.synced[action] = self.synced.get(action, 0) + syncs
         self.abandon()
 
     def abandon(self) -> None:
         """Drop the open cycle (it held other work: a validation, the epoch's end, the profiled window)."""
-        self._pending, self._stack, self._opened = {}, [], None
+        self._pending, self._pending_syncs, self._stack, self._opened = {}, {}, [], None
 
     def enter(self, action: str) -> None:
         """``action`` begins (inside the one begun before, if that has not ended)."""
         if self._opened is not None:
-            self._stack.append([action, now(), 0.0])
+            self._stack.append([action, now(), 0.0, self.syncs() if self.syncs else 0, 0])
 
     def exit(self) -> None:
         """The action begun last ends: its own seconds are what it took less what ran inside it."""
         if self._opened is None or not self._stack:
             return
-        action, start, inside = self._stack.pop()
-        took = now() - start
+        action, start, inside, synced_before, synced_inside = self._stack.pop()
+        took, synced = now() - start, (self.syncs() if self.syncs else 0) - synced_before
         self._pending[action] = self._pending.get(action, 0.0) + took - inside
+        if synced > synced_inside:
+            self._pending_syncs[action] = self._pending_syncs.get(action, 0) + synced - synced_inside
         if self._stack:
             self._stack[-1][2] += took
+            self._stack[-1][4] += synced
 
     @contextmanager
     def timed(self, action: str) -> Iterator[None]:
@@ -125,4 +134,10 @@ class StepParts:
         step_s = self.cycle_s / self.cycles
         parts[LOOP] = max(step_s - sum(s for part, s in parts.items() if part != LOOP), 0.0)  # its actions' too
         ordered = dict(sorted(parts.items(), key=lambda item: -item[1]))
-        return {"steps": self.cycles, "step_s": step_s, "parts": ordered}
+        found: dict[str, Any] = {"steps": self.cycles, "step_s": step_s, "parts": ordered}
+        if self.synced:  # each part's device synchronizations a step, where counted (CUDA)
+            syncs: dict[str, float] = {}
+            for action, count in self.synced.items():
+                syncs[part_of(action)] = syncs.get(part_of(action), 0.0) + count / self.cycles
+            found["syncs"] = dict(sorted(syncs.items(), key=lambda item: -item[1]))
+        return found

@@ -63,7 +63,11 @@ def format_step_parts(found: Mapping[str, Any] | None) -> str | None:
         return None
     step_s = found["step_s"]
     parts = ", ".join(f"{part} {s / step_s:.0%}" for part, s in list(found["parts"].items())[:STEP_PARTS_SHOWN])
-    return f"Where a step goes ({found['steps']} steps timed by their parts, {step_s * 1e3:.2f} ms each): {parts}"
+    syncs = found.get("syncs") or {}
+    forced = f"; device synchronizations a step: {', '.join(f'{p} {n:g}' for p, n in syncs.items())}" if syncs else ""
+    return (
+        f"Where a step goes ({found['steps']} steps timed by their parts, {step_s * 1e3:.2f} ms each): {parts}{forced}"
+    )
 
 
 def format_ranks(run: RunSummary, epochs: str) -> str:

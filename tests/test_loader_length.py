@@ -15,7 +15,7 @@ from conftest import fit_module
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringDataModuleNoLen, BoringModel
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
-from mnistperf.diagnosis.callbacks.epoch_timer import last_epoch, steps_left
+from mnistperf.diagnosis.callbacks.project_reader import last_epoch, steps_left
 from mnistperf.diagnosis.measure.busy_window import CPU_WINDOW_STEPS, PROFILER_WARMUP_STEPS
 from mnistperf.diagnosis.record.clock import PROFILE_ANYWAY, EpochClock
 

@@ -350,7 +350,7 @@ def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_s
 def test_steps_left_follow_the_fits_limits():
     from types import SimpleNamespace
 
-    from mnistperf.diagnosis.callbacks.epoch_timer import steps_left
+    from mnistperf.diagnosis.callbacks.project_reader import steps_left
 
     def trainer(**limits):
         found = {"max_epochs": 3, "max_steps": -1, "current_epoch": 1, "global_step": 64, "accumulate_grad_batches": 1}

@@ -44,7 +44,7 @@ from typing_extensions import override
 from mnistperf.console import calm_library_noise
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.callbacks.epoch_timer import TrainerAttributes
+from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES, SAMPLES_PER_S, TRAIN_S, WAITS
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.run import run_summary, write_summary

@@ -48,7 +48,7 @@ class Figure(str):
     derive: Callable[[dict[str, Any]], float | None] | None = None  # the epoch's value from the row's other figures
     ranks: str | None = None  # measured by each process, its ranks' values combined so (a key of :data:`RANKS`)
     per_rank: bool = False  # each rank's value kept beside (the epoch's and the run's ``ranks``, the printed ranks)
-    # A process's value from what it read of the epoch (record.clock.EpochReading; default: its attribute of the key)
+    # A process's value from what it read of the epoch (an EpochReading; by default its attribute of the key)
     read: Callable[[Any], float] | None = None
     whole: bool = False  # a count: kept as an integer
     nan_kept: bool = False  # a clock's reading, kept as read where not measured (NaN), not as None

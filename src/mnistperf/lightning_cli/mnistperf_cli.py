@@ -22,7 +22,7 @@ from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.data.options import fit_help_lines, is_uri
 from mnistperf.data.pipelines import registry
-from mnistperf.diagnosis.callbacks.epoch_timer import TrainerAttributes
+from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes
 from mnistperf.errors import ConfigError, MnistperfError
 from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint
 from mnistperf.lightning_cli.configs import stage_names

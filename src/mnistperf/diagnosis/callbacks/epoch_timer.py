@@ -11,18 +11,25 @@ import numbers
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import torch
-from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
-from lightning.pytorch.profilers import PassThroughProfiler, Profiler, PyTorchProfiler
+from lightning.pytorch.profilers import PassThroughProfiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.callbacks.project_reader import log_folder, project_hints, project_terms
+from mnistperf.diagnosis.callbacks.project_reader import (
+    TrainerAttributes,
+    last_epoch,
+    log_folder,
+    project_hints,
+    project_terms,
+    steps_left,
+)
 from mnistperf.diagnosis.callbacks.timed_steps import TimedSteps
 from mnistperf.diagnosis.figures import FORWARD_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
@@ -48,33 +55,6 @@ VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")  # val/acc, val_
 AS_ONE = "its samples are counted as one loader's."
 OWN_COUNT = "pass EpochTimer(samples_in_batch=...) or define samples_in_batch(self, batch) -> int on {module}"
 GUESS = "{samples} samples a batch are counted ({how}); " + OWN_COUNT + " to count what a sample is."
-
-
-class TrainerAttributes(Protocol):
-    """The Trainer's attributes that Lightning assigns outside its class, so its annotations do not declare them."""
-
-    profiler: Profiler
-    datamodule: LightningDataModule | None
-    callbacks: list[Callback]
-
-
-def last_epoch(trainer: Trainer, batches: float) -> bool:
-    """Whether the epoch starting now, of ``batches`` training steps, may be the fit's last."""
-    last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
-    return last or 0 < trainer.max_steps <= trainer.global_step + batches
-
-
-def steps_left(trainer: Trainer, batches: float | None = None) -> float:
-    """The training steps left from the epoch starting now, each of ``batches`` (inf: unbounded; NaN: not known)."""
-    batches = float(trainer.num_training_batches) if batches is None else batches
-    left = math.inf
-    if trainer.max_epochs is not None and trainer.max_epochs > 0:
-        left = batches * (trainer.max_epochs - trainer.current_epoch) if math.isfinite(batches) else math.nan
-    if trainer.max_steps > 0:
-        optimizer_steps = float(trainer.max_steps - trainer.global_step)  # what max_steps counts
-        bound = optimizer_steps * max(1, int(trainer.accumulate_grad_batches))
-        left = bound if math.isnan(left) else min(left, bound)
-    return left
 
 
 class EpochTimer(Callback):

@@ -1,18 +1,20 @@
-"""The run's project as its trainer shows it: its log folder, and its classes, loader options and config for advice.
+"""The run as its trainer shows it: its length, its log folder, and its classes, loader options and config for advice.
 
 Which of tune's calls the advice points at, and why: docs/timing.md, "The verdict".
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.profilers import Profiler
 from torch.utils.data import DataLoader, IterableDataset
 
 from mnistperf.diagnosis.measure.loader_options import arguments, own_names
@@ -21,6 +23,33 @@ from mnistperf.diagnosis.record.project_terms import LoaderFacts, ProjectTerms, 
 
 if TYPE_CHECKING:  # LightningCLI (and jsonargparse, a tenth of a second to load) only where the run loaded it
     from lightning.pytorch.cli import SaveConfigCallback
+
+
+class TrainerAttributes(Protocol):
+    """The Trainer's attributes that Lightning assigns outside its class, so its annotations do not declare them."""
+
+    profiler: Profiler
+    datamodule: LightningDataModule | None
+    callbacks: list[Callback]
+
+
+def last_epoch(trainer: Trainer, batches: float) -> bool:
+    """Whether the epoch starting now, of ``batches`` training steps, may be the fit's last."""
+    last = trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch + 1
+    return last or 0 < trainer.max_steps <= trainer.global_step + batches
+
+
+def steps_left(trainer: Trainer, batches: float | None = None) -> float:
+    """The training steps left from the epoch starting now, each of ``batches`` (inf: unbounded; NaN: not known)."""
+    batches = float(trainer.num_training_batches) if batches is None else batches
+    left = math.inf
+    if trainer.max_epochs is not None and trainer.max_epochs > 0:
+        left = batches * (trainer.max_epochs - trainer.current_epoch) if math.isfinite(batches) else math.nan
+    if trainer.max_steps > 0:
+        optimizer_steps = float(trainer.max_steps - trainer.global_step)  # what max_steps counts
+        bound = optimizer_steps * max(1, int(trainer.accumulate_grad_batches))
+        left = bound if math.isnan(left) else min(left, bound)
+    return left
 
 
 def project_terms(trainer: Trainer) -> ProjectTerms:

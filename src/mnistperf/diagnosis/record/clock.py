@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from mnistperf.diagnosis.figures import BUSY, FLOPS, TRAIN_S, Gathered, Measures
 from mnistperf.diagnosis.measure import busy_window
 from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.cores import EpochCores
+from mnistperf.diagnosis.measure.epoch_reading import EpochReading
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
 from mnistperf.diagnosis.measure.memory import device_peaks_mb, measured, reset_device_peaks, rss_mb, workers_pss_mb
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
@@ -40,45 +40,6 @@ PROFILE_ANYWAY = (
 def _largest(readings: Iterable[float | None]) -> float:
     """The largest of the readings made, NaN where none could be made."""
     return max((mb for mb in readings if mb is not None), default=math.nan)
-
-
-@dataclass(frozen=True)
-class EpochReading:
-    """What one process read of an epoch, the profiled window's steps left out (NaN: not measured).
-
-    Each measured figure is read from it (:attr:`.Figure.read`; by default the attribute of the figure's key).
-    """
-
-    device: str  # the device type the epoch ran on
-    steps: int  # training steps
-    train_s: float
-    eval_s: float
-    input_wait_s: float
-    host_wait_s: float
-    samples: float
-    busy_share: float  # this process's profiled window's, on its device
-    forward_s: float
-    backward_s: float
-    optimizer_s: float
-    step_median_s: float
-    step_p90_s: float
-    step_max_s: float
-    first_step_s: float
-    spikes: float
-    spikes_s: float
-    rss_mb: float
-    workers_pss_mb: float
-    device_allocated_mb: float
-    device_reserved_mb: float
-    flops: float
-    comm_share: float
-    comm_exposed_share: float
-    core_wait_share: float
-    workers_cpu_share: float
-
-    def busy(self, device: str) -> float:
-        """The profiled window's busy share where it profiled ``device``, else NaN."""
-        return self.busy_share if device == self.device else math.nan
 
 
 class EpochClock:

@@ -147,7 +147,11 @@ def main() -> None:
         "measured_95": median_interval(measured),
         "timed_steps": [run["step_parts"]["steps"] for run in found["in"]],
         "load_average_1min": load,
-        "environment": {"machine": platform.machine(), "cpu_count": os.cpu_count(), "python": platform.python_version()},
+        "environment": {
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+        },
     }
     result["predicted_over_measured"] = result["predicted_median"] / result["measured_median"]
     (HERE / f"results-{case}.json").write_text(json.dumps(result, indent=1) + "\n")

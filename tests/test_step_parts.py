@@ -22,6 +22,7 @@ from mnistperf.diagnosis.measure.device_syncs import SYNC_WARNING, DeviceSyncs
 from mnistperf.diagnosis.measure.step_parts import LOOP, PARTS_AT, PARTS_EVERY, StepParts, part_of
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
 from mnistperf.diagnosis.record.text import format_headline, format_summary
+from mnistperf.diagnosis.show.report import html_report
 from mnistperf.upstream import TRAIN_STEP_LOGS, step_logs_owner
 
 SECOND = 10.0  # what the emulated clock advances for a part said to take it
@@ -101,6 +102,8 @@ def test_a_callbacks_own_time_each_step_is_its_part_and_the_culprit_with_its_fix
     assert sum(parts.values()) == pytest.approx(step_s)  # the parts add up to the step, the loop the rest
     assert "Where a step goes (4 steps timed by their parts" in format_summary(summary)
     assert re.search(r"callback Costly (9\d|100)%", format_summary(summary))  # its share of the step
+    report = html_report([("run", summary)])
+    assert "<h2>Where a step goes</h2>" in report and "<td>callback Costly</td>" in report
 
 
 def test_a_loggers_writes_and_self_log_are_parts_of_their_own_and_nothing_stays_shadowed(clock, tmp_path):

@@ -224,6 +224,20 @@ def figures_table(run: RunSummary) -> str:
     return _table(["figure", "value", "what it is"], rows, words_last=True)
 
 
+def step_parts_table(run: RunSummary) -> str:
+    """Where a timed step's time goes: each part's milliseconds a step and share of it, its device syncs on CUDA."""
+    found = run.content.get("step_parts")
+    if not found:
+        return "<p>No step was timed by its parts (an epoch of fewer than 10 steps, or a run before they were).</p>"
+    step_s, syncs = found["step_s"], found.get("syncs") or {}
+    rows = [
+        [part, f"{seconds * 1e3:.3f}", f"{seconds / step_s:.0%}", f"{syncs.get(part, 0):g}"]
+        for part, seconds in found["parts"].items()
+    ]
+    head = ["part", "ms a step", "of the step", "device syncs a step"]
+    return f"<p>{found['steps']} steps timed by their parts, {step_s * 1e3:.2f} ms each.</p>" + _table(head, rows)
+
+
 # A run's charts: heading, and how to draw each run's chart of that kind at a width, all on one scale.
 CHARTS: tuple[tuple[str, Callable[[list[list[dict[str, Any]]], int], list[str]]], ...] = (
     ("Step times across the run", lambda runs, w: line_charts(runs, w, STEP_SERIES, "ms", 1e3, "step times per epoch")),
@@ -253,10 +267,20 @@ def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
 
     scale = "" if one else f": {' and '.join(sides)} on one scale"
     charts = [f"<h2>{head}{scale}</h2>{columns(draw([r.epochs for _, r in runs], width))}" for head, draw in CHARTS]
-    epochs, measured = (titled([table(run) for _, run in runs]) for table in (epochs_table, figures_table))
+    tables = (epochs_table, figures_table, step_parts_table)
+    epochs, measured, parts = (titled([table(run) for _, run in runs]) for table in tables)
     whose = "run's" if one else "runs'"
     heads = columns([run_head(run) for _, run in runs])
-    return [heads, *charts, "<h2>Epochs</h2>", *epochs, f"<h2>The {whose} figures</h2>", *measured]
+    return [
+        heads,
+        *charts,
+        "<h2>Epochs</h2>",
+        *epochs,
+        f"<h2>The {whose} figures</h2>",
+        *measured,
+        "<h2>Where a step goes</h2>",
+        *parts,
+    ]
 
 
 def comparison_section(found: dict[str, Any]) -> str:

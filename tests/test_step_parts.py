@@ -104,6 +104,7 @@ def test_a_callbacks_own_time_each_step_is_its_part_and_the_culprit_with_its_fix
     assert re.search(r"callback Costly (9\d|100)%", format_summary(summary))  # its share of the step
     report = html_report([("run", summary)])
     assert "<h2>Where a step goes</h2>" in report and "<td>callback Costly</td>" in report
+    assert "syncs" not in summary["step_parts"] and "device syncs" not in report  # not counted off CUDA
 
 
 def test_a_loggers_writes_and_self_log_are_parts_of_their_own_and_nothing_stays_shadowed(clock, tmp_path):
@@ -170,6 +171,7 @@ def test_on_cuda_each_parts_synchronizations_are_counted_as_torch_reports_them_a
     summary = parts_of(timer)
     assert summary["step_parts"]["syncs"] == {"callback Syncing": 1.0}  # one a step, its own
     assert "device synchronizations a step: callback Syncing 1" in format_summary(summary)
+    assert "<th>device syncs a step</th>" in html_report([("run", summary)])
     assert emulated.mode == 0  # the debug mode as it was
 
 

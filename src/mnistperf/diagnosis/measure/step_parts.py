@@ -61,7 +61,7 @@ class StepParts:
         self.own: dict[str, float] = {}  # each action's own seconds over the closed cycles
         self.cycles = 0
         self.cycle_s = 0.0  # the closed cycles' seconds, end to end
-        self.synced: dict[str, int] = {}  # each action's own device synchronizations over the closed cycles
+        self.synced: dict[str, int] | None = None  # each action's own device synchronizations, where counted
         self.syncs: Callable[[], int] | None = None  # the synchronizations so far, where they are counted
         self._pending: dict[str, float] = {}  # the open cycle's
         self._pending_syncs: dict[str, int] = {}
@@ -85,8 +85,10 @@ class StepParts:
         self.cycles += 1
         for action, seconds in self._pending.items():
             self.own[action] = self.own.get(action, 0.0) + seconds
-        for action, syncs in self._pending_syncs.items():
-            self.synced[action] = self.synced.get(action, 0) + syncs
+        if self.syncs is not None:  # counted over this cycle (CUDA)
+            self.synced = self.synced or {}
+            for action, syncs in self._pending_syncs.items():
+                self.synced[action] = self.synced.get(action, 0) + syncs
         self.abandon()
 
     def abandon(self) -> None:
@@ -135,7 +137,7 @@ class StepParts:
         parts[LOOP] = max(step_s - sum(s for part, s in parts.items() if part != LOOP), 0.0)  # its actions' too
         ordered = dict(sorted(parts.items(), key=lambda item: -item[1]))
         found: dict[str, Any] = {"steps": self.cycles, "step_s": step_s, "parts": ordered}
-        if self.synced:  # each part's device synchronizations a step, where counted (CUDA)
+        if self.synced is not None:  # each part's device synchronizations a step, where counted (CUDA)
             syncs: dict[str, float] = {}
             for action, count in self.synced.items():
                 syncs[part_of(action)] = syncs.get(part_of(action), 0.0) + count / self.cycles

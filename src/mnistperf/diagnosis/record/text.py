@@ -63,8 +63,9 @@ def format_step_parts(found: Mapping[str, Any] | None) -> str | None:
         return None
     step_s = found["step_s"]
     parts = ", ".join(f"{part} {s / step_s:.0%}" for part, s in list(found["parts"].items())[:STEP_PARTS_SHOWN])
-    syncs = found.get("syncs") or {}
-    forced = f"; device synchronizations a step: {', '.join(f'{p} {n:g}' for p, n in syncs.items())}" if syncs else ""
+    syncs = found.get("syncs")  # where counted (CUDA)
+    counted = ", ".join(f"{part} {n:g}" for part, n in (syncs or {}).items()) or "none"
+    forced = f"; device synchronizations a step: {counted}" if syncs is not None else ""
     return (
         f"Where a step goes ({found['steps']} steps timed by their parts, {step_s * 1e3:.2f} ms each): {parts}{forced}"
     )

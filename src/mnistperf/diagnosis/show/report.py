@@ -229,12 +229,17 @@ def step_parts_table(run: RunSummary) -> str:
     found = run.content.get("step_parts")
     if not found:
         return "<p>No step was timed by its parts (an epoch of fewer than 10 steps, or a run before they were).</p>"
-    step_s, syncs = found["step_s"], found.get("syncs") or {}
+    step_s, syncs = found["step_s"], found.get("syncs")  # syncs where counted (CUDA)
     rows = [
-        [part, f"{seconds * 1e3:.3f}", f"{seconds / step_s:.0%}", f"{syncs.get(part, 0):g}"]
+        [
+            part,
+            f"{seconds * 1e3:.3f}",
+            f"{seconds / step_s:.0%}",
+            *([] if syncs is None else [f"{syncs.get(part, 0):g}"]),
+        ]
         for part, seconds in found["parts"].items()
     ]
-    head = ["part", "ms a step", "of the step", "device syncs a step"]
+    head = ["part", "ms a step", "of the step", *([] if syncs is None else ["device syncs a step"])]
     return f"<p>{found['steps']} steps timed by their parts, {step_s * 1e3:.2f} ms each.</p>" + _table(head, rows)
 
 

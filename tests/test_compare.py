@@ -10,7 +10,7 @@ from conftest import NO_WORKERS, fails_in_one_line, run_stage
 
 from mnistperf.cli import main
 from mnistperf.diagnosis.record.run import RunSummary, find_summary
-from mnistperf.diagnosis.show.compare import bought, compare, format_comparison
+from mnistperf.diagnosis.show.compare import compare, format_comparison, gain_over
 
 
 def run(train_s: float, samples: int, verdict: str, wait: float, ceiling: float | None = None, **more) -> dict:
@@ -41,7 +41,7 @@ def write(folder: Path, summary: dict) -> Path:
 def test_a_gain_within_what_a_predicted_for_the_bound_b_removed():
     a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
     b = run(5.0, 60_000, "overhead-bound", 0.1)
-    gain = bought(RunSummary.of(a), RunSummary.of(b))
+    gain = gain_over(RunSummary.of(a), RunSummary.of(b))
     assert gain["saved_s"] == pytest.approx(5.0) and gain["speed_up"] == pytest.approx(2.0)
     assert gain["within"] and gain["removed"] and not gain["scaled"]
     rows = {row["key"]: row for row in compare(a, b)["rows"]}
@@ -51,7 +51,7 @@ def test_a_gain_within_what_a_predicted_for_the_bound_b_removed():
 
 def test_a_gain_beyond_the_ceiling_says_more_changed_than_the_bound():
     a, b = run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0), run(4.0, 60_000, "overhead-bound", 0.1)
-    gain = bought(RunSummary.of(a), RunSummary.of(b))
+    gain = gain_over(RunSummary.of(a), RunSummary.of(b))
     assert gain["within"] is False
     text = format_comparison(
         compare(run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0), run(4.0, 60_000, "x", 0.1)),
@@ -64,7 +64,7 @@ def test_a_gain_beyond_the_ceiling_says_more_changed_than_the_bound():
 def test_runs_of_different_epochs_are_compared_per_sample():
     a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
     b = run(3.0, 30_000, "input-bound", 0.6)  # half the samples in 3 s: 6 s for A's epoch
-    gain = bought(RunSummary.of(a), RunSummary.of(b))
+    gain = gain_over(RunSummary.of(a), RunSummary.of(b))
     assert gain["scaled"] and gain["saved_s"] == pytest.approx(4.0) and not gain["removed"]
 
 

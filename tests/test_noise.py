@@ -11,7 +11,15 @@ from conftest import fails_in_one_line
 from mnistperf.cli import main
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, DEVICE_BUSY_SHARE, PEAK_RSS_MB, SAMPLES_PER_S, WORKERS_PSS_MB
 from mnistperf.diagnosis.record.run import RunSummary
-from mnistperf.diagnosis.show.compare import beyond, compare, format_comparison, noise, said, spread, steady_values
+from mnistperf.diagnosis.show.compare import (
+    beyond,
+    compare,
+    format_comparison,
+    noise,
+    noise_word,
+    spread,
+    steady_values,
+)
 
 
 def summary(*train_s: float, samples: int = 600) -> RunSummary:
@@ -50,10 +58,10 @@ def test_two_runs_differ_beyond_noise_only_past_the_larger_of_their_spreads():
 
 
 def test_the_words_say_within_or_beyond_with_the_noise_or_that_it_is_not_known():
-    assert said(1.03, 0.05) == "within noise (±5%)"
-    assert said(1.30, 0.05) == "beyond noise (±5%)"
-    assert said(1.30, None) == "noise not known"
-    assert said(None, None) == "-"
+    assert noise_word(1.03, 0.05) == "within noise (±5%)"
+    assert noise_word(1.30, 0.05) == "beyond noise (±5%)"
+    assert noise_word(1.30, None) == "noise not known"
+    assert noise_word(None, None) == "-"
 
 
 def timing(folder, *train_s: float) -> str:

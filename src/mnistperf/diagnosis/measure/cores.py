@@ -78,7 +78,7 @@ class EpochCores:
 UNREAD = "the step's other threads' waits are not read"
 
 
-def held(figures: dict[str, Any]) -> dict[str, Any] | None:
+def cores_held_by(figures: dict[str, Any]) -> dict[str, Any] | None:
     """Who held the cores (``by`` its workers or other work) where the training thread waited for one; else None."""
     wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)
     if wait is None or math.isnan(wait) or wait < CROWDED:

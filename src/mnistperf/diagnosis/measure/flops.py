@@ -143,11 +143,3 @@ def run_utilization(
     else:
         found.update({MFU: None, "mfu_reason": not_counted if flops_per_step is None else said})
     return found
-
-
-def si(value: float, unit: str) -> str:
-    """``value`` with an SI prefix (k, M, G, T, P) before ``unit``, to three figures."""
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"

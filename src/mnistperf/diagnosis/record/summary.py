@@ -11,7 +11,7 @@ from statistics import mean
 from typing import Any
 
 from mnistperf.diagnosis import figures
-from mnistperf.diagnosis.measure.cores import held
+from mnistperf.diagnosis.measure.cores import cores_held_by
 from mnistperf.diagnosis.measure.memory import growth, measured
 from mnistperf.diagnosis.measure.stalls import stalls
 from mnistperf.diagnosis.measure.window_reading import WindowReading
@@ -106,7 +106,7 @@ def aggregate(
         "verdict": verdict,
         "verdict_figure": figure,  # the one figure that decided it, as the headline says it
         "verdict_reason": reason,
-        **({"cores_held": taken} if (taken := held(read)) is not None else {}),
+        **({"cores_held": taken} if (taken := cores_held_by(read)) is not None else {}),
         "metric": metric,
         "final_metric": epochs[-1].get(metric) if metric else None,
         **({"step_parts": step_parts} if step_parts else {}),

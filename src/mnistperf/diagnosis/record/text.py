@@ -8,7 +8,6 @@ from typing import Any
 from mnistperf.close_names import did_you_mean
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU, SPIKES
-from mnistperf.diagnosis.measure.flops import si
 from mnistperf.diagnosis.measure.stalls import SLOW_FIRST_FACTOR, SPIKE_FACTOR, SPIKES_WORTH, slow_first_steps
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import format_advice
@@ -265,7 +264,7 @@ def format_utilization(summary: dict[str, Any]) -> str | None:
     if not flops or achieved is None or mfu is None:
         return None
     return (
-        f"Utilization: {si(flops, 'FLOP')} a step, {si(achieved, 'FLOP/s')} achieved, "
+        f"Utilization: {with_si_prefix(flops, 'FLOP')} a step, {with_si_prefix(achieved, 'FLOP/s')} achieved, "
         f"MFU {mfu:.1%} of the {summary['peak']}"
     )
 
@@ -278,3 +277,11 @@ def format_growth(grown: list[dict[str, Any]]) -> str | None:
         for g in grown
     ]
     return "Memory grows: " + "; ".join(parts) if parts else None
+
+
+def with_si_prefix(value: float, unit: str) -> str:
+    """``value`` with an SI prefix (k, M, G, T, P) before ``unit``, to three figures."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"

@@ -13,7 +13,7 @@ from mnistperf.diagnosis.figures import (
     WORKERS_CPU_SHARE,
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
-from mnistperf.diagnosis.measure.cores import UNREAD, held
+from mnistperf.diagnosis.measure.cores import UNREAD, cores_held_by
 
 INPUT_BOUND_SHARE = 0.5  # the host waiting for data this share of train time or more: the input sets the pace
 NEAR_INPUT_LINE = 0.05  # a wait for data this close to that line is a close call: the run is as much the other bound
@@ -39,7 +39,7 @@ def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_
             f"; a close call: waiting for data {figures[INPUT_WAIT_SHARE]:.0%} is within {NEAR_INPUT_LINE * 100:.0f} "
             f"points of the {threshold:.0%} that makes a run input-bound, so it is as much {other}"
         )
-    return verdict, reason + clause(held(figures))
+    return verdict, reason + clause(cores_held_by(figures))
 
 
 def close_call(figures: dict[str, Any], threshold: float, verdict: str, not_measured: str) -> str | None:
@@ -101,7 +101,7 @@ def doubt(figures: dict[str, Any], busy: float) -> str:
     crowded = figures.get(WAITED_FOR_A_CORE)
     if crowded is not None and crowded >= CROWDED:
         doubted = f"; in doubt: the training thread waited for a core {crowded:.0%} of the profiled window"
-        if held(figures) is not None:
+        if cores_held_by(figures) is not None:
             return doubted + ", which moved the share"
         return doubted + ", so other work on this machine moved the share; measure again on a quieter machine"
     if margin is None or abs(busy - COMPUTE_BOUND_BUSY) >= margin:
@@ -135,7 +135,7 @@ def deciding(figures: dict[str, Any], verdict: str, threshold: float = INPUT_BOU
 
 
 def clause(found: dict[str, Any] | None) -> str:
-    """The verdict's clause on who held the cores (:func:`held`), '' where nobody did."""
+    """The verdict's clause on who held the cores (:func:`cores_held_by`), '' where nobody did."""
     if found is None:
         return ""
     wait, used = found[CORE_WAIT_SHARE], found[WORKERS_CPU_SHARE]

@@ -114,7 +114,7 @@ def beyond(ratio: float | None, band: float | None) -> bool | None:
     return max(ratio, 1 / ratio) - 1 > band  # the same call for a figure and its reciprocal (time, throughput)
 
 
-def said(ratio: float | None, band: float | None, why: str | None = None) -> str:
+def noise_word(ratio: float | None, band: float | None, why: str | None = None) -> str:
     """The comparison's word for a difference: within or beyond the runs' noise (with it), or the noise not known.
 
     ``why``: why it is not known, said after it where given.
@@ -131,7 +131,7 @@ def epoch_samples(run: RunSummary) -> float | None:
     return rate * train if rate and train else None
 
 
-def bought(a: RunSummary, b: RunSummary) -> dict[str, Any]:
+def gain_over(a: RunSummary, b: RunSummary) -> dict[str, Any]:
     """B's gain over A per epoch of A's samples, and whether it stayed within A's ceiling (``at_most_s_less``).
 
     ``saved_s`` is negative where B is slower, ``slower`` is B's time over A's less 1, ``scaled`` says B's time was
@@ -160,7 +160,7 @@ def bought(a: RunSummary, b: RunSummary) -> dict[str, Any]:
 
 
 def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]) -> dict[str, Any]:
-    """The two runs' figures side by side with B's over A's, their verdicts, and what B bought (:func:`bought`)."""
+    """The two runs' figures side by side with B's over A's, their verdicts, and what B bought (:func:`gain_over`)."""
     a, b = RunSummary.of(a), RunSummary.of(b)
     rows = []
     for figure in figures.FIGURES:
@@ -187,7 +187,7 @@ def compare(a: RunSummary | Mapping[str, Any], b: RunSummary | Mapping[str, Any]
         "mismatch": mismatch(a, b),
         "warnings": warnings_of(a, b),
         "changed": changes(a, b),
-        "bought": {**bought(a, b), "noise_unknown": unknown_noise(a, b, figures.AVG_TRAIN_S)},
+        "bought": {**gain_over(a, b), "noise_unknown": unknown_noise(a, b, figures.AVG_TRAIN_S)},
     }
 
 
@@ -211,7 +211,7 @@ def comparison_rows(found: dict[str, Any]) -> list[list[str]]:
             shown(row["a"], row["unit"]),
             shown(row["b"], row["unit"]),
             "-" if row["ratio"] is None else f"{row['ratio']:.2f}x",
-            said(row["ratio"], row["noise"], row.get("noise_unknown")),
+            noise_word(row["ratio"], row["noise"], row.get("noise_unknown")),
         ]
         for row in found["rows"]
     ]
@@ -239,7 +239,9 @@ def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str
     saved = gain["saved_s"]
     speed = "-" if gain["speed_up"] is None else f"{gain['speed_up']:.2f}"
     per = " of A's samples" if gain["scaled"] else ""
-    noise_said = said(None if gain["slower"] is None else 1 + gain["slower"], gain["noise"], gain.get("noise_unknown"))
+    noise_said = noise_word(
+        None if gain["slower"] is None else 1 + gain["slower"], gain["noise"], gain.get("noise_unknown")
+    )
     head = (f"B saves {saved:.2f} s" if saved >= 0 else f"B takes {-saved:.2f} s more") + f" per epoch{per}"
     head += f" ({speed}x, {noise_said})"
     if gain["ceiling_s"] is None:

@@ -17,18 +17,26 @@ class DeviceSyncs:
         self._caught: list[warnings.WarningMessage] | None = None
         self._catching: Any = None
         self._mode = 0
+        self._read = self._syncs = 0  # the warnings caught so far that count has read, and the syncs among them
 
     def start(self) -> None:
         """Have torch warn of each synchronization, and catch those warnings."""
         self._catching = warnings.catch_warnings(record=True)
         self._caught = self._catching.__enter__()
+        self._read = self._syncs = 0
         warnings.filterwarnings("always", message=f".*{SYNC_WARNING}")
         self._mode = self.debug_mode()
         self.set_debug_mode(1)  # "warn"
 
     def count(self) -> int:
-        """The synchronizations reported since :meth:`start` (0 where it is not started)."""
-        return sum(SYNC_WARNING in str(caught.message) for caught in self._caught or ())
+        """The synchronizations reported since :meth:`start` (0 where it is not started), each warning read once.
+
+        Called as every action of a timed step begins and ends: only the warnings caught since the last call are read.
+        """
+        caught = self._caught or []
+        self._syncs += sum(SYNC_WARNING in str(warning.message) for warning in caught[self._read :])
+        self._read = len(caught)
+        return self._syncs if self._caught is not None else 0
 
     def stop(self) -> None:
         """Torch's sync debug mode as it was; the other warnings caught meanwhile shown as they would have been."""

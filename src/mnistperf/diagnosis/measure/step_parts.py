@@ -140,6 +140,7 @@ class StepParts:
         if self.synced is not None:  # each part's device synchronizations a step, where counted (CUDA)
             syncs: dict[str, float] = {}
             for action, count in self.synced.items():
-                syncs[part_of(action)] = syncs.get(part_of(action), 0.0) + count / self.cycles
+                part = part_of(action)
+                syncs[part] = syncs.get(part, 0.0) + count / self.cycles
             found["syncs"] = dict(sorted(syncs.items(), key=lambda item: -item[1]))
         return found

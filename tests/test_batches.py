@@ -77,35 +77,62 @@ def test_both_callbacks_say_once_what_they_count_when_a_batchs_tensors_disagree(
     assert "pass sample_id= or fingerprint=" in out
 
 
-def test_one_reading_of_a_batch_serves_both_callbacks(capsys):
-    """TrainingBatches splits a batch into each loader's part, says once which part's tensors disagree on a sample,
-    falls back to one loader where a hook reshaped the batch, and keeps what a step read until it trained."""
-    from types import SimpleNamespace
-
+def test_training_batches_split_each_loaders_part_and_tell_what_the_first_batch_showed():
+    """TrainingBatches splits a batch into each loader's part, tells which part's tensors disagree on a sample (the
+    first batch alone), falls back to one loader where a hook reshaped the batch, and keeps what a step read until it
+    trained."""
     from mnistperf.diagnosis.guard import Reporter
     from mnistperf.diagnosis.measure.batches import TrainingBatches
+    from mnistperf.diagnosis.record.epoch_text import first_batch_lines
 
-    trainer = SimpleNamespace(is_global_zero=True, progress_bar_callback=None, lightning_module=Readout())
-    batches = TrainingBatches(Reporter("Reader"), "read as one.", {"a": [0], "b": [1]}, "taken as {samples} ({module})")
+    batches = TrainingBatches(Reporter("Reader"), {"a": [0], "b": [1]}, guesses=True)
     batch = {"a": (torch.zeros(4, 2), torch.zeros(4)), "b": (torch.zeros(3, 5), torch.zeros(7))}
-    assert batches.begin(trainer, batch, lambda part: len(part[0])) == [4, 3] and batches.several
-    assert batches.begin(trainer, batch, lambda part: len(part[0])) == [4, 3]  # the first batch alone is checked
-    said = capsys.readouterr().out.splitlines()
-    assert said == [
-        "Reader: the tensors of a training batch of loader b (tuple) lead with different lengths (3, 7): taken as 3 "
-        "(Readout)"
+    assert batches.begin(batch, lambda part: len(part[0])) == [4, 3] and batches.several
+    first = batches.take_first()
+    assert first is not None and batches.take_first() is None  # told once
+    assert batches.begin(batch, lambda part: len(part[0])) == [4, 3] and batches.take_first() is None  # checked once
+    assert first_batch_lines(first, "read as one.", "taken as {samples} ({module})", "Readout") == [
+        "the tensors of a training batch of loader b (tuple) lead with different lengths (3, 7): taken as 3 (Readout)"
     ]
     assert batches.trained() == [4, 3] and batches.trained() is None  # counted once
     reshaped = (torch.zeros(4, 2), torch.zeros(4))
-    batches = TrainingBatches(Reporter("Reader"), "read as one.", {"a": [0], "b": [1]})
-    assert batches.begin(trainer, reshaped, len) == [2] and not batches.several and batches.names == [""]
-    assert (
-        "training loaders (a, b) at their keys (a hook of the module reshaped it?): read as one."
-        in capsys.readouterr().out
-    )
-    one = TrainingBatches(Reporter("Reader"), "", guess="{samples}")
-    one.begin(trainer, {"x": torch.zeros(2), "y": torch.zeros(5)}, len)
-    assert "a training batch (dict) lead with different lengths (2, 5): 2" in capsys.readouterr().out  # no loader named
+    batches = TrainingBatches(Reporter("Reader"), {"a": [0], "b": [1]})
+    assert batches.begin(reshaped, len) == [2] and not batches.several and batches.names == [""]
+    lines = first_batch_lines(batches.take_first(), "read as one.", "", "Readout")
+    assert lines == [
+        "a training batch (tuple) does not hold the batches of the training loaders (a, b) at their keys (a hook of "
+        "the module reshaped it?): read as one."
+    ]
+    one = TrainingBatches(Reporter("Reader"), guesses=True)
+    one.begin({"x": torch.zeros(2), "y": torch.zeros(5)}, len)
+    lines = first_batch_lines(one.take_first(), "", "{samples}", "Readout")
+    assert lines == ["the tensors of a training batch (dict) lead with different lengths (2, 5): 2"]  # no loader named
+
+
+def test_one_reading_of_each_batch_serves_both_callbacks(monkeypatch):
+    """With both callbacks, each training batch is read once (the reader runs once a step), and both count it."""
+    from mnistperf.diagnosis.measure import samples
+
+    class Fit(LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    reads = []
+    monkeypatch.setattr(samples, "read", lambda batch, dims=1: reads.append(batch) or read(batch, dims))
+    timer, audit = EpochTimer(), SampleAudit()
+    rows = [(torch.full((4,), float(i)), torch.tensor(i)) for i in range(MOLECULES)]
+    fit_module(Fit(), DataLoader(rows, batch_size=BATCH), callbacks=[timer, audit], max_epochs=2)
+    steps = 2 * MOLECULES // BATCH
+    assert len(reads) == steps
+    assert [row["samples"] for row in timer.epochs] == [MOLECULES] * 2
+    assert [(row["seen"], row["distinct"]) for row in audit.epochs] == [(MOLECULES, MOLECULES)] * 2
 
 
 # Batches of the kinds published libraries hand their steps, each holding 16 samples of 3x4x4 images.

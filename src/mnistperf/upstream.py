@@ -31,6 +31,15 @@ def restore_hook(callback: Callback, hook: str) -> None:
     vars(callback).pop(hook, None)
 
 
+# ---------------------------------------------------------------- Lightning: whether a begun step ran
+# Why: a module's ``on_train_batch_start`` returning -1 ends the epoch after the callbacks' batch start, with no batch
+# end; the training epoch loop's progress counts a step as started only once it runs. Public replacement: none.
+def steps_started(trainer: Trainer) -> int:
+    """The training steps of this epoch that began to run (after every batch-start hook, none declined)."""
+    progress: Any = trainer.fit_loop.epoch_loop.batch_progress.current  # a started tracker, typed as its base
+    return progress.started
+
+
 # ---------------------------------------------------------------- Lightning: a training step's logging
 # Why: what a step logs reaches the loggers through the logger connector's ``update_train_step_metrics`` (what
 # self.log kept, turned into numbers, then each logger's ``log_metrics`` and ``save``), which no profiler action

@@ -40,11 +40,11 @@ from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
 from mnistperf.diagnosis.measure.phases import StepPhases, sampled, unsampled
 from mnistperf.diagnosis.measure.samples import READINGS, disagreeing, loader_samples
+from mnistperf.diagnosis.record import epoch_text
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
-from mnistperf.diagnosis.record.epoch_text import format_epoch
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, run_summary, write_summary
-from mnistperf.diagnosis.record.text import format_headline, unlogged_monitor
+from mnistperf.diagnosis.record.text import format_headline, interrupted_line, unlogged_monitor, written_line
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, swap_profiler
@@ -52,9 +52,6 @@ from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, sw
 LIGHTNING_BARS = (TQDMProgressBar, RichProgressBar)  # the bars that show Lightning's epoch, counted from 0
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")  # val/acc, val_loss: the metrics an epoch's row keeps
-AS_ONE = "its samples are counted as one loader's."
-OWN_COUNT = "pass EpochTimer(samples_in_batch=...) or define samples_in_batch(self, batch) -> int on {module}"
-GUESS = "{samples} samples a batch are counted ({how}); " + OWN_COUNT + " to count what a sample is."
 
 
 class EpochTimer(Callback):
@@ -185,8 +182,8 @@ class EpochTimer(Callback):
         self._epoch_open = self._uncounted = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
         self._own: Callable[[Any], int] | None = own if callable(own) else None
-        loaders, guess = (trainer.train_dataloader, GUESS) if self._own is None else (None, None)
-        self.batches = TrainingBatches(self.problems, AS_ONE, loaders, guess)
+        loaders = trainer.train_dataloader if self._own is None else None  # a count of the user's takes them whole
+        self.batches = TrainingBatches(self.problems, loaders, guesses=self._own is None)
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -213,16 +210,20 @@ class EpochTimer(Callback):
         """Mark the step's start and read its samples (a fit resumed inside an epoch starts that epoch here)."""
         if not self._epoch_open:  # Lightning does not call on_train_epoch_start for an epoch resumed inside
             self.on_train_epoch_start(trainer, pl_module)
-        try:
-            self.clock.add_fetch_wait(self._fetch.reset())  # so far: a profiled window's own is kept apart
-            self.clock.step_start(batch_idx)
+        try:  # the fetch's wait so far: a profiled window's own is kept apart
+            self.clock.step_start(batch_idx, self._fetch.reset())
             if self._flops.due:  # the fit's first step, if the fit can pay for counting it
                 self.clock.flops_counted(reason=self._flops.begin(steps_left(trainer)))
         except Exception as error:
             self.problems.note("timing a step's start", error)
         counts: list[int | None] = [None]
         try:  # apart from the timing: a step whose clock failed still has its samples
-            counts = self.batches.begin(trainer, batch, self._samples)
+            counts = self.batches.begin(batch, self._samples)
+            first = self.batches.take_first()
+            if first is not None:
+                module, as_one, guess = type(pl_module).__name__, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS
+                for line in epoch_text.first_batch_lines(first, as_one, guess, module):
+                    self.problems.say_once(trainer, line)
         except Exception as error:
             self.problems.note("counting a step's samples", error)
         # Lightning's reading, where the count is the reader's own (a count of the user's differs from it by design)
@@ -233,11 +234,7 @@ class EpochTimer(Callback):
                 self._first_batch = (counted, None if one_pass else lightning_batch_size(batch))
         if None in counts and not self._uncounted:
             self._uncounted = True
-            self.problems.say_once(
-                trainer,
-                f"no tensor in a training batch ({type(batch).__name__}) gives its samples, so samples/s is not "
-                f"measured; {OWN_COUNT.format(module=type(pl_module).__name__)}.",
-            )
+            self.problems.say_once(trainer, epoch_text.uncounted(type(batch).__name__, type(pl_module).__name__))
         try:  # profiled steps run slower: none of them is sampled
             if self._sampling:  # the next training step of a sample spanning several (gradient accumulation)
                 self._phases.start()
@@ -261,8 +258,9 @@ class EpochTimer(Callback):
             counts = self.batches.trained()
             if counts is not None:  # not for a None batch, which Lightning ends without beginning it
                 self._trained = (batch_idx if self._trained[0] is None else self._trained[0], batch_idx)
-                self.clock.count(None if None in counts else sum(counts))
-                self._counted += math.nan if None in counts else sum(counts)
+                samples = None if None in counts else sum(counts)
+                self.clock.count(samples)
+                self._counted += math.nan if samples is None else samples
                 if self.batches.several:  # each loader's samples, where the epoch's row tells them apart
                     for loader, samples in enumerate(counts):
                         self._loader_samples[loader] += math.nan if samples is None else samples
@@ -274,8 +272,10 @@ class EpochTimer(Callback):
         except Exception as error:
             self._sample(False)
             self.problems.note("timing a step's end", error)
-        with self.problems.guard("timing a step by its parts"):
+        try:  # not a guard's context: this runs every step
             self._timed_steps.step_ended(trainer, pl_module, batch_idx)
+        except Exception as error:
+            self.problems.note("timing a step by its parts", error)
 
     # Sampled steps: where the forward, the backward and the update begin and end (mnistperf.diagnosis.measure.phases).
     def _sample(self, sampling: bool) -> None:
@@ -378,7 +378,7 @@ class EpochTimer(Callback):
         # library's own bar may count as it likes, so it gets no number it might not show.
         first = type(trainer.progress_bar_callback) in LIGHTNING_BARS and len(self.epochs) == 1
         bar = f" (bar: Epoch {trainer.current_epoch})" if first else ""
-        self.problems.say(trainer, format_epoch(row, bar))
+        self.problems.say(trainer, epoch_text.format_epoch(row, bar))
 
     def _counts_apart(self, trainer: Trainer) -> dict[str, int] | None:
         """This rank's samples of the epoch beside every other count of them known, where any disagrees.
@@ -435,19 +435,19 @@ class EpochTimer(Callback):
         with self.problems.guard("printing the summary"):
             print(format_headline(run, str(folder)), flush=True)
         if interrupted:
-            print(f"Interrupted: the figures cover the {len(self.epochs)} finished epoch(s)", flush=True)
+            print(interrupted_line(len(self.epochs)), flush=True)
         path = folder / self.summary_file
         with self.problems.guard(f"writing {path}"):
             write_summary({**summary, "problems": list(self.problems.lines)}, path)
             self.summary_path = path
-            print(f"timing summary written to {path}", flush=True)
+            print(written_line("summary", path), flush=True)
         if self.summary_path is not None:  # a folder refusing timing.json was said once
             with self.problems.guard(f"writing the report beside {path}"):
                 report = path.with_name(REPORT_FILE)
                 write_report(html_report([(str(summary.get("config") or folder.name), run)]), report)
-                print(f"timing report written to {report} (open it in a browser)", flush=True)
+                print(written_line("report", report), flush=True)
         if trace is not None:
-            print(f"busy window's trace written to {trace} (Perfetto; TensorBoard's profile tab)", flush=True)
+            print(written_line("trace", trace), flush=True)
 
     def summary(self, trainer: Trainer) -> dict[str, Any]:
         """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""

@@ -23,9 +23,8 @@ from mnistperf.diagnosis.measure.sample_counts import Order, audited_row, datase
 from mnistperf.diagnosis.measure.samples import READINGS
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.errors import MnistperfError
+from mnistperf.upstream import steps_started
 
-AS_ONE = "its samples are audited as one loader's"
-GUESS = "{samples} samples a batch are audited ({how}); pass sample_id= or fingerprint= to name what a sample is"
 COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known: the last two unless log_all
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
@@ -70,7 +69,7 @@ class SampleAudit(Callback):
         self.hash = Fingerprinter(seed, max_words)
         self.epochs: list[dict[str, Any]] = []
         self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
-        self.batches = TrainingBatches(self.problems, AS_ONE)  # the fit's training batches
+        self.batches = TrainingBatches(self.problems)  # the fit's training batches
         self._by_content = fingerprint is None and sample_id is None
         self._start_epoch()
         self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
@@ -81,11 +80,16 @@ class SampleAudit(Callback):
         self._as_they_are = self._watching = False  # whether steps' rows are kept uncopied; their versions checked
         self._changes_in_place = False  # whether a step of the fit changed its batch in place (then all are copied)
         self._counted: tuple[int, int] | None = None  # the epoch's index and this rank's samples of it so far
+        self._started_before = -1  # the epoch's steps started as the step pending began (-1: not known)
         skip_unused_batch_hooks(self)
 
     @property
     def samples_counted(self) -> tuple[int, int] | None:
-        """The epoch's index and this rank's samples of it audited so far; None where the epoch is not audited."""
+        """The epoch's index and this rank's samples of it audited so far; None where the epoch is not audited.
+
+        The step begun last is counted first, where it ran.
+        """
+        self._settle()
         return None if self._failed is not None else self._counted
 
     def fingerprints(self, batch: Any) -> torch.Tensor:
@@ -192,8 +196,8 @@ class SampleAudit(Callback):
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
-        guess = GUESS if self._by_content and self.sample_dims == 1 else None  # where a sample's rows may be a guess
-        self.batches = TrainingBatches(self.problems, AS_ONE, trainer.train_dataloader, guess)
+        guesses = self._by_content and self.sample_dims == 1  # where a sample's rows may be a guess
+        self.batches = TrainingBatches(self.problems, trainer.train_dataloader, guesses)
         self._changes_in_place = False
         self._watch(trainer)
         self._start_epoch()
@@ -230,17 +234,26 @@ class SampleAudit(Callback):
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        """Read each loader's samples of the batch, on the device (failing, the epoch is not audited).
+        """Count the step begun before, which ran; read each loader's samples of this one, on the device.
 
+        The audit has no per-step hook at a step's end: a step declined as it began (the module's batch start returning
+        -1) ends the epoch, so a step begun before another ran (:meth:`_settle`). Failing, the epoch is not audited.
         Once the epoch's first step, copied, has ended with every hook: whether the rows from now on are kept as they
         are (:meth:`_check_watched`).
         """
+        self._commit(let_go=False)  # the batch read for this step, by another callback already, is kept
         if self._failed is not None:
             return
         try:
             if self._watched and not self._as_they_are:
                 self._check_watched()
-            self.batches.begin(trainer, batch, self._read)
+            self.batches.begin(batch, self._read)
+            first = self.batches.take_first()
+            if first is not None:
+                module, as_one, guess = type(pl_module).__name__, epoch_text.AUDIT_AS_ONE, epoch_text.AUDIT_GUESS
+                for line in epoch_text.first_batch_lines(first, as_one, guess, module):
+                    self.problems.say_once(trainer, line)
+            self._started_before = -1 if trainer is None else steps_started(trainer)
             if len(self._seen) > len(self.batches.names):  # read as one loader's from now on: pool what was carried
                 seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
                 self._start_epoch()
@@ -248,15 +261,19 @@ class SampleAudit(Callback):
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
 
-    @override
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self._commit()
+    def _settle(self) -> None:
+        """Count the step begun last where it ran; let it go where the module declined it as it began."""
+        if self.batches.pending is None:
+            return
+        trainer = self._trainer
+        if self._started_before < 0 or trainer is None or steps_started(trainer) > self._started_before:
+            self._commit()
+        else:
+            self.batches.trained()
 
-    def _commit(self) -> None:
-        """Count the samples of the step begun (it trained)."""
-        pending = self.batches.trained()
+    def _commit(self, let_go: bool = True) -> None:
+        """Count the samples of the step begun (it trained); ``let_go``: its batch is no longer read."""
+        pending = self.batches.trained(let_go)
         if pending is None or self._failed is not None:
             return
         try:
@@ -278,7 +295,7 @@ class SampleAudit(Callback):
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
-        self.batches.trained()  # what a batch the module skipped, ending the epoch, left begun: let go
+        self._settle()
         carried = self._carried_counts
         try:
             parts = self._local(trainer)

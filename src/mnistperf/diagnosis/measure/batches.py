@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from torch.utils.data import DataLoader, default_collate
 
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.samples import READINGS
+from mnistperf.diagnosis.measure.samples import READINGS, Reading
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
@@ -70,21 +70,29 @@ def fit_may_run_workers(trainer: Trainer) -> bool:
     return may_run_workers(trainer.train_dataloader) or may_run_workers(validation)
 
 
+class FirstBatch(NamedTuple):
+    """What a fit's first training batch showed, to be said once."""
+
+    regrouped: str | None  # the batch's type, where it does not hold the loaders' batches at their keys (then one's)
+    loaders: list[str]  # the training loaders it was read for
+    uneven: list[tuple[str, str, Reading]]  # each part whose tensors lead with different lengths: loader, type, reading
+
+
 class TrainingBatches:
     """A fit's training batches as one callback reads them: each loader's part, a step's reading kept until it trained.
 
-    ``as_one``: what the callback does with a batch read as one loader's; ``loaders``: ``trainer.train_dataloader``
-    (None, or unreadable: one loader's batches); ``guess``: what it takes a sample for where a part's tensors disagree
-    (``{samples}``: the samples counted, ``{how}``: what counted them, ``{module}``: the LightningModule's class), None
-    where it does not guess.
+    ``loaders``: ``trainer.train_dataloader`` (None, or unreadable: one loader's batches); ``guesses``: whether the
+    callback takes a sample for what the first tensor's length counts, so that :attr:`first` tells where the part's
+    tensors disagree.
     """
 
-    def __init__(self, problems: Reporter, as_one: str, loaders: Any = None, guess: str | None = None):
-        self.problems, self.as_one, self.guess = problems, as_one, guess
+    def __init__(self, problems: Reporter, loaders: Any = None, guesses: bool = False):
+        self.problems, self.guesses = problems, guesses
         self._use([()])
         with problems.guard("reading the training loaders"):
             self._use(loader_paths(loaders))
         self.pending: list[Any] | None = None  # what the step begun read of each loader's part (None: no step)
+        self.first: FirstBatch | None = None  # what the first batch showed, until taken (:meth:`take_first`)
         self._checked = False
 
     def _use(self, paths: list[tuple[Any, ...]]) -> None:
@@ -95,47 +103,48 @@ class TrainingBatches:
         """Each loader's part of a step's batch (or of the loaders), in :attr:`names`' order (None: it gave none)."""
         return [functools.reduce(operator.getitem, path, batch) for path in self.paths]
 
-    def begin(self, trainer: Trainer, batch: Any, read: Callable[[Any], Any]) -> list[Any]:
+    def begin(self, batch: Any, read: Callable[[Any], Any]) -> list[Any]:
         """A step begins: ``read`` of each loader's part, kept as :attr:`pending` until :meth:`trained`.
 
         ``read`` gets None for a loader that gave no batch this step; where reading fails, ``[None]`` is kept.
         """
         self.pending = [None]
+        READINGS.step(batch)
         if not self._checked:
             self._checked = True
-            self._check(trainer, batch)
+            self.first = self._check(batch)
         self.pending = [read(batch)] if self._whole else [read(part) for part in self.parts(batch)]
         return self.pending
 
-    def trained(self) -> list[Any] | None:
-        """What the step begun read, now that it trained; None where none began since (a skipped or None batch)."""
+    def trained(self, let_go: bool = True) -> list[Any] | None:
+        """What the step begun read, now that it trained; None where none began since (a skipped or None batch).
+
+        ``let_go``: the step's batch is let go (not where the next step has begun, and its batch is read).
+        """
         pending, self.pending = self.pending, None
-        READINGS.forget()  # the step's batch is let go
+        if let_go:
+            READINGS.forget()
         return pending
 
-    def _check(self, trainer: Trainer, batch: Any) -> None:
-        """Say once what the fit's first batch shows: loaders not at their keys, tensors that make a sample a guess."""
+    def _check(self, batch: Any) -> FirstBatch:
+        """What the fit's first batch shows: loaders not at their keys, tensors that make a sample a guess."""
+        regrouped, loaders = None, self.names
         if self.several:
             try:
                 self.parts(batch)
             except (KeyError, IndexError, TypeError):
-                self.problems.say_once(
-                    trainer,
-                    f"a training batch ({type(batch).__name__}) does not hold the batches of the training loaders "
-                    f"({', '.join(self.names)}) at their keys (a hook of the module reshaped it?): {self.as_one}",
-                )
+                regrouped = type(batch).__name__
                 self._use([()])
-        if self.guess is None:
-            return
-        with self.problems.guard("reading the first batch's tensors"):
-            for name, part in zip(self.names, self.parts(batch), strict=True):
-                reading = READINGS.read(part)
-                if len(reading.lengths) > 1:  # none for a loader that gave no batch, nor for graphs
-                    where = f" of loader {name}" if self.several else ""
-                    module = type(trainer.lightning_module).__name__
-                    guessed = self.guess.format(samples=reading.samples, how=reading.counted_by, module=module)
-                    self.problems.say_once(
-                        trainer,
-                        f"the tensors of a training batch{where} ({type(part).__name__}) lead with different lengths "
-                        f"({', '.join(map(str, reading.lengths))}): {guessed}",
-                    )
+        uneven = []
+        if self.guesses:
+            with self.problems.guard("reading the first batch's tensors"):
+                for name, part in zip(self.names, self.parts(batch), strict=True):
+                    reading = READINGS.read(part)
+                    if len(reading.lengths) > 1:  # none for a loader that gave no batch, nor for graphs
+                        uneven.append((name if self.several else "", type(part).__name__, reading))
+        return FirstBatch(regrouped, loaders, uneven)
+
+    def take_first(self) -> FirstBatch | None:
+        """What the first batch showed, once: None before it and after it was taken."""
+        first, self.first = self.first, None
+        return first

@@ -191,13 +191,19 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
 class Recent:
     """The readings of the step's batches, so that both callbacks read each batch once.
 
-    Kept until :meth:`forget` (a step's end, or an epoch's where the module skipped its last batch), at most ``size``
-    of them, by the batch object itself (held, so that its id is not another's).
+    Kept until :meth:`forget` (a step's end, or an epoch's where the module skipped its last batch) or another step's
+    batch, at most ``size`` of them, by the batch object itself (held, so that its id is not another's).
     """
 
     def __init__(self, size: int = 8):
         self.size = size
         self._kept: list[tuple[Any, int, Reading]] = []
+        self._step: Any = None  # the step's whole batch
+
+    def step(self, batch: Any) -> None:
+        """A step with ``batch`` begins: the readings of another step's batches are let go."""
+        if batch is not self._step:
+            self._step, self._kept = batch, []
 
     def read(self, batch: Any, sample_dims: int = 1) -> Reading:
         """:func:`read` of ``batch``, once while it is kept."""
@@ -210,7 +216,7 @@ class Recent:
 
     def forget(self) -> None:
         """Let go of every batch kept (a step ended)."""
-        self._kept = []
+        self._step, self._kept = None, []
 
 
 READINGS = Recent()  # the one reading of each batch both callbacks share

@@ -229,9 +229,13 @@ class EpochClock:
         assert self.reading is not None  # only where a window is wanted
         self.reading.reason = reason
 
-    def step_start(self, index: int) -> None:
-        """Training step ``index`` of the epoch begins (its batch is on the device)."""
+    def step_start(self, index: int, fetch_wait_s: float = 0.0) -> None:
+        """Training step ``index`` of the epoch begins (its batch is on the device), after ``fetch_wait_s`` more wait.
+
+        The wait is what :meth:`add_fetch_wait` adds, given here to save a call on every step.
+        """
         now = time.perf_counter()  # called every step: kept to the fewest calls
+        self._input_wait_s += fetch_wait_s
         if self._train_start is None:  # resuming after an evaluation inside the epoch
             self._train_start = self._last_step_end = now
             self._cores.train_resumed()

@@ -1,10 +1,11 @@
-"""What a fit prints as it runs: each epoch's line, the audit's, and the audit's words on what it could not read."""
+"""What a fit prints as it runs: each epoch's line, the audit's, and the callbacks' words on the batches they read."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S
+from mnistperf.diagnosis.measure.batches import FirstBatch
 from mnistperf.diagnosis.record.text import throughput
 
 
@@ -149,4 +150,40 @@ def no_sample_rows(batch: Any, sample_dims: int) -> str:
     return (
         f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with {sample_dims} sample dimension(s); "
         "pass sample_id= or fingerprint="
+    )
+
+
+# How each callback reads a batch: where the loaders' parts are not at their keys, and where a sample is a guess.
+TIMER_AS_ONE = "its samples are counted as one loader's."
+AUDIT_AS_ONE = "its samples are audited as one loader's"
+OWN_COUNT = "pass EpochTimer(samples_in_batch=...) or define samples_in_batch(self, batch) -> int on {module}"
+TIMER_GUESS = "{samples} samples a batch are counted ({how}); " + OWN_COUNT + " to count what a sample is."
+AUDIT_GUESS = "{samples} samples a batch are audited ({how}); pass sample_id= or fingerprint= to name what a sample is"
+
+
+def first_batch_lines(first: FirstBatch, as_one: str, guess: str, module: str) -> list[str]:
+    """What a callback says of the fit's first batch, reading it as ``as_one`` and ``guess`` say.
+
+    ``module``: the LightningModule's class.
+    """
+    lines = []
+    if first.regrouped is not None:
+        lines.append(
+            f"a training batch ({first.regrouped}) does not hold the batches of the training loaders "
+            f"({', '.join(first.loaders)}) at their keys (a hook of the module reshaped it?): {as_one}"
+        )
+    for name, kind, reading in first.uneven:
+        where = f" of loader {name}" if name else ""  # named where there are several
+        guessed = guess.format(samples=reading.samples, how=reading.counted_by, module=module)
+        lengths = ", ".join(map(str, reading.lengths))
+        said = f"the tensors of a training batch{where} ({kind}) lead with different lengths ({lengths})"
+        lines.append(f"{said}: {guessed}")
+    return lines
+
+
+def uncounted(kind: str, module: str) -> str:
+    """The timer's word where no tensor of a ``kind`` batch gives its samples."""
+    return (
+        f"no tensor in a training batch ({kind}) gives its samples, so samples/s is not measured; "
+        f"{OWN_COUNT.format(module=module)}."
     )

@@ -285,3 +285,21 @@ def with_si_prefix(value: float, unit: str) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
+
+
+# What each file the timer writes is, and what opens it.
+WRITTEN = {
+    "summary": "timing summary written to {path}",
+    "report": "timing report written to {path} (open it in a browser)",
+    "trace": "busy window's trace written to {path} (Perfetto; TensorBoard's profile tab)",
+}
+
+
+def written_line(what: str, path: Any) -> str:
+    """The line that says the timer wrote ``what`` (a key of :data:`WRITTEN`) to ``path``."""
+    return WRITTEN[what].format(path=path)
+
+
+def interrupted_line(epochs: int) -> str:
+    """The line after an interrupted fit's summary: what its figures cover."""
+    return f"Interrupted: the figures cover the {epochs} finished epoch(s)"

@@ -274,7 +274,7 @@ MFU = Figure(
     run="own",
 )
 UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
-# Under DDP, the ranks' talk (mnistperf.diagnosis.measure.busy_window.communication), from the profiled window.
+# Under DDP, the ranks' talk (mnistperf.diagnosis.measure.device_work.communication), from the profiled window.
 COMM_SHARE, COMM_EXPOSED_SHARE = COMMUNICATION = tuple(
     Figure(name, "share", f"time inside collectives {which}", label=label, run="window", ranks="mean", per_rank=True)
     for name, label, which in (

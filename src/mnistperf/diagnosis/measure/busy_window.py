@@ -18,16 +18,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.figures import share
-from mnistperf.diagnosis.measure.device_work import (
-    COLLECTIVES,
-    MIN_KERNELS_PER_STEP,
-    collectives,
-    communication,
-    kernel_count,
-    profiled_events,
-    window_reading,
-    work_of,
-)
+from mnistperf.diagnosis.measure.device_work import MIN_KERNELS_PER_STEP, device_reading
 from mnistperf.diagnosis.measure.device_work import world as world  # the clock asks it whether the fit is one rank
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_reading import Talk, WindowReading
@@ -234,19 +225,9 @@ class BusyWindow:
                     self.reason = None if self.bounds else "the operator clock timed no torch call"
                 self.busy = sum(self.bounds) / 2 if self.bounds else None
                 return
-            self.recorded = stopped
-            events = profiled_events(self.recorded, self.device_type)
-            talks = collectives(events, self.device_type)
-            apart = COLLECTIVES[self.device_type][2] if talks is not None else None
-            activities = work_of(events, self.device_type, apart)
-            self.kernels = kernel_count(activities)
-            self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.fewest_per_step)
-            # A window that missed the device's work cannot say what the talk left idle.
-            if talks is not None and self.busy is not None:
-                backend, size, intervals = talks
-                shares = communication([(start, end) for _, start, end in activities], intervals)
-                if shares is not None:
-                    self.talked = Talk(backend, size, len(intervals), *shares)
+            self.recorded, steps = stopped, self.last - self.first + 1
+            read = device_reading(stopped, self.device_type, steps, self.fewest_per_step)
+            self.kernels, self.busy, self.reason, self.talked = read
 
     def abandon(self, reason: str) -> None:
         """End the window now, without a share, for ``reason``."""

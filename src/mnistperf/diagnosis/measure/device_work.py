@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.figures import share
+from mnistperf.diagnosis.measure.window_reading import Talk
 from mnistperf.upstream import kineto_results
 
 MIN_KERNELS_PER_STEP = 8  # a step launches about ten at the least: a window that saw fewer missed part of its work
@@ -121,3 +122,19 @@ def work_of(events: list[Event], device_type: str = "cuda", apart: str | None = 
         for kind, name, start, end, annotation in events
         if not annotation and kind in work and not (apart and name.lower().startswith(apart))
     ]
+
+
+def device_reading(
+    profiler: Any, device_type: str, steps: int, fewest_per_step: int
+) -> tuple[int, float | None, str | None, Talk | None]:
+    """(kernels, busy share, why there is none, under DDP the ranks' talk) of ``steps`` steps the profiler recorded."""
+    events = profiled_events(profiler, device_type)
+    talks = collectives(events, device_type)
+    activities = work_of(events, device_type, COLLECTIVES[device_type][2] if talks is not None else None)
+    busy, reason = window_reading(activities, steps, fewest_per_step)
+    talk = None
+    if talks is not None and busy is not None:  # a window that missed the device's work cannot say what talk left idle
+        backend, size, intervals = talks
+        shares = communication([(start, end) for _, start, end in activities], intervals)
+        talk = Talk(backend, size, len(intervals), *shares) if shares is not None else None
+    return kernel_count(activities), busy, reason, talk

@@ -20,6 +20,7 @@ from mnistperf.bench import published, reference_rows, runner
 from mnistperf.bench.chart import chart_figure
 from mnistperf.bench.columns import Row, table_rows
 from mnistperf.bench.memory import TreeMemorySampler
+from mnistperf.bench.plans import plan_runs, reference_row_stages
 from mnistperf.bench.report import per_step, write_all
 from mnistperf.cli import main
 
@@ -100,7 +101,7 @@ def test_plan_covers_stages_sweeps_and_reference_rows():
             "mnist",
         ]
     )
-    plans = runner.plan_runs(opts)
+    plans = plan_runs(opts)
     assert [p.row.label for p in plans] == [
         "v1_bs512 batch_size=16",
         "v1_bs512 batch_size=64",
@@ -137,8 +138,8 @@ def test_plan_covers_stages_sweeps_and_reference_rows():
     ],
 )
 def test_auto_reference_rows_are_v2_pinned_and_the_highest_resident_rung(run, expected):
-    assert runner.reference_row_stages("auto", run) == expected
-    assert runner.reference_row_stages("none", run) == []
+    assert reference_row_stages("auto", run) == expected
+    assert reference_row_stages("none", run) == []
 
 
 def test_set_keeps_a_value_with_commas_whole():
@@ -154,7 +155,7 @@ def test_set_keeps_a_value_with_commas_whole():
             "trainer.devices=[0,1]",
         ]
     )
-    command, _ = runner.plan_runs(opts)[0].command(Path("/runs"), "r1")
+    command, _ = plan_runs(opts)[0].command(Path("/runs"), "r1")
     assert command[command.index("--trainer.devices") + 1] == "[0,1]"
 
 
@@ -176,7 +177,7 @@ def test_header_says_what_runs_even_when_set_gives_the_epochs():
             "data.seed=3",
         ]
     )
-    plans = runner.plan_runs(opts)
+    plans = plan_runs(opts)
     text = runner.header(opts, plans, Path("out"))
     first, second = text.splitlines()
     assert first.startswith("mnistperf: bench on cpu (")
@@ -201,7 +202,7 @@ def test_a_bounded_bench_trains_the_same_batches_in_every_row_grouped_or_not():
             "data.batches_per_step=1,16",
         ]
     )
-    limits = {plan.row.label: plan.command(Path("/runs"), "r")[0] for plan in runner.plan_runs(opts)}
+    limits = {plan.row.label: plan.command(Path("/runs"), "r")[0] for plan in plan_runs(opts)}
     limits = {label: command[command.index("--trainer.limit_train_batches") + 1] for label, command in limits.items()}
     assert limits == {
         "v2_pinned batches_per_step=1": "40",
@@ -214,7 +215,7 @@ def test_a_bounded_bench_trains_the_same_batches_in_every_row_grouped_or_not():
         "plain PyTorch (v4_graphed)": "5",
     }  # its config's 8
     whole = runner.parse_args(["--stages", "v4_graphed", "--config-dir", str(CONFIGS), "--reference-rows", "none"])
-    assert "--trainer.limit_train_batches" not in runner.plan_runs(whole)[0].command(Path("/runs"), "r")[0]
+    assert "--trainer.limit_train_batches" not in plan_runs(whole)[0].command(Path("/runs"), "r")[0]
 
 
 def test_unknown_stage_and_bad_sweep_are_reported_by_name(capsys):

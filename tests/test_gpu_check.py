@@ -23,7 +23,8 @@ from conftest import CONFIGS, REPO, stage_marks
 from lightning.pytorch.callbacks import ModelSummary
 
 from mnistperf import gpu_preflight
-from mnistperf.bench.runner import parse_args, plan_runs
+from mnistperf.bench.plans import plan_runs
+from mnistperf.bench.runner import parse_args
 from mnistperf.data.ingest import sources
 from mnistperf.gpu_check.command import main as check_main
 from mnistperf.gpu_check.plan import PARTS, SETUP_MINUTES, part_commands, schedule

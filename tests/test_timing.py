@@ -30,7 +30,8 @@ from torch.utils.data import DataLoader, Dataset
 from mnistperf.data import schema
 from mnistperf.diagnosis import EpochTimer, figures
 from mnistperf.diagnosis.figures import Measures
-from mnistperf.diagnosis.measure.busy_window import BusyWindow, busy_share, cupti_tears_down_safely, window_steps
+from mnistperf.diagnosis.measure.busy_window import BusyWindow, cupti_tears_down_safely, window_steps
+from mnistperf.diagnosis.measure.device_work import busy_share
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.rows import epoch_row
 from mnistperf.diagnosis.record.summary import aggregate
@@ -216,7 +217,7 @@ def kineto_profiler(events: list):
 
 
 def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
-    from mnistperf.diagnosis.measure.busy_window import profiled_events, work_of
+    from mnistperf.diagnosis.measure.device_work import profiled_events, work_of
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -234,8 +235,8 @@ def test_device_activities_are_the_gpus_work_read_from_kinetos_own_events():
 
 
 def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_work_of_the_device(monkeypatch):
-    from mnistperf.diagnosis.measure import busy_window as window_module
-    from mnistperf.diagnosis.measure.busy_window import collectives, communication, profiled_events
+    from mnistperf.diagnosis.measure import device_work
+    from mnistperf.diagnosis.measure.device_work import collectives, communication, profiled_events
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     profiler = kineto_profiler(
@@ -247,9 +248,9 @@ def test_collectives_are_nccls_kernels_on_cuda_and_gloos_ranges_on_a_cpu_and_no_
             kineto_event(cpu, 1000, 1200, "cpu_op", name="c10d::allreduce_"),  # the call that queues it
         ]
     )
-    monkeypatch.setattr(window_module, "world", lambda: ("nccl", 2))
+    monkeypatch.setattr(device_work, "world", lambda: ("nccl", 2))
     assert collectives(profiled_events(profiler, "cuda"), "cuda") == ("nccl", 2, [(3.0, 8.0)])
-    monkeypatch.setattr(window_module, "world", lambda: ("gloo", 2))
+    monkeypatch.setattr(device_work, "world", lambda: ("gloo", 2))
     assert collectives(profiled_events(profiler, "cpu"), "cpu") == ("gloo", 2, [(1.0, 6.0)])
     # Work 0-4, a collective 3-8: the span is 8, the collective 5 of it, 4 of those with no work beside.
     assert communication([(0.0, 4.0)], [(3.0, 8.0)]) == (5 / 8, 4 / 8)  # (in collectives, with no work beside)
@@ -262,6 +263,7 @@ def test_under_nccl_a_windows_collectives_are_read_as_talk_and_left_out_of_the_b
     """A window of two compute kernels with an all-reduce between them: busy half of its span, not all of it, and
     half of it inside the collective with no work beside; nothing on one process, nor for gloo on a GPU."""
     from mnistperf.diagnosis.measure import busy_window as window_module
+    from mnistperf.diagnosis.measure import device_work
 
     cuda = torch.autograd.DeviceType.CUDA
     kernels = [
@@ -271,7 +273,7 @@ def test_under_nccl_a_windows_collectives_are_read_as_talk_and_left_out_of_the_b
     ]
 
     def window_read(world):
-        monkeypatch.setattr(window_module, "world", lambda: world)
+        monkeypatch.setattr(device_work, "world", lambda: world)
         profiler = kineto_profiler(kernels)
         profiler.step = profiler.stop = lambda: None
         window = window_module.BusyWindow(0, 0, "cuda", fewest_per_step=1)
@@ -296,7 +298,7 @@ def test_raw_events_without_their_activity_type_fall_back_to_the_processed_event
     """torch 2.11's raw Kineto events have no activity_type(): the processed list still gives the GPU's work."""
     from types import SimpleNamespace
 
-    from mnistperf.diagnosis.measure.busy_window import profiled_events, work_of
+    from mnistperf.diagnosis.measure.device_work import profiled_events, work_of
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
     raw = kineto_event(cuda, 1000, 3000)
@@ -312,7 +314,7 @@ def test_raw_events_without_their_activity_type_fall_back_to_the_processed_event
 
 
 def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says_so_without_guessing():
-    from mnistperf.diagnosis.measure.busy_window import MIN_KERNELS_PER_STEP, window_reading
+    from mnistperf.diagnosis.measure.device_work import MIN_KERNELS_PER_STEP, window_reading
 
     steps = 20
     eager = [("kernel", 10.0 * i, 10.0 * i + 4) for i in range(MIN_KERNELS_PER_STEP * steps)]

@@ -25,15 +25,8 @@ from pathlib import Path
 
 import torch
 
-from mnistperf.diagnosis.measure.busy_window import (
-    CLOCK_NODE_COST,
-    CLOCK_WORST,
-    busy_share,
-    operator_s,
-    profiled_events,
-    step_price,
-    work_of,
-)
+from mnistperf.diagnosis.measure.busy_window import CLOCK_NODE_COST, CLOCK_WORST, operator_s, step_price
+from mnistperf.diagnosis.measure.device_work import busy_share, profiled_events, work_of
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 
 HERE = Path(__file__).resolve().parent

@@ -5,7 +5,7 @@ small MLP (examples' kind, a batch of 16, SGD) and a step of many small operator
 layer, LayerNorm and GELU, a batch of 4, Adam: the profiler's worst case). In one process, after warm-up, each
 round times six unprofiled steps, then records six steps under Kineto's CPU activity (after its two warm-up steps,
 as the window did) and six under the autograd profiler without Kineto (as the window does now), in alternating
-order. Each window's share is read as the diagnosis reads it (``busy_window.profiled_events``, ``work_of``,
+order. Each window's share is read as the diagnosis reads it (``device_work.profiled_events``, ``work_of``,
 ``busy_share``); its cost is its recorded steps' time beyond as many unprofiled steps, reading its events
 included, in unprofiled steps per recorded step. The first use of each profiler in the process is timed apart.
 
@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from mnistperf.diagnosis.measure.busy_window import busy_share, profiled_events, work_of
+from mnistperf.diagnosis.measure.device_work import busy_share, profiled_events, work_of
 from mnistperf.model.network import SimpleCNN
 
 HERE = Path(__file__).resolve().parent

@@ -31,15 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mnistperf.diagnosis.measure.busy_window import (
-    CPU_WINDOW_COST,
-    START_COST,
-    graph_nodes,
-    operator_s,
-    profiled_events,
-    step_price,
-    work_of,
-)
+from mnistperf.diagnosis.measure.busy_window import CPU_WINDOW_COST, START_COST, graph_nodes, operator_s, step_price
+from mnistperf.diagnosis.measure.device_work import profiled_events, work_of
 from mnistperf.model.network import SimpleCNN
 
 HERE = Path(__file__).resolve().parent

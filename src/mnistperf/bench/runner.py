@@ -9,54 +9,27 @@ from __future__ import annotations
 
 import argparse
 import collections
-import itertools
 import json
-import math
 import os
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-
-import yaml
 
 from mnistperf.bench import published
 from mnistperf.bench.chart import redraw_chart
-from mnistperf.bench.columns import Row, markdown_table
+from mnistperf.bench.columns import markdown_table
 from mnistperf.bench.memory import TreeMemorySampler
+from mnistperf.bench.plans import Plan, plan_runs
 from mnistperf.bench.report import per_step_table, write_all
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.console import device_line
 from mnistperf.diagnosis.figures import PEAK_RSS_MB
-from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import ConfigError
-from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
+from mnistperf.lightning_cli.settings import parse_setting
 from mnistperf.machine import run_device
 
 SHOWN_PREFIXES = ("epoch ", "mnistperf:", "Average ", "Total ", "Verdict")
-
-
-def parse_sweep(text: str) -> tuple[str, list[str]]:
-    """--sweep KEY=V1,V2,...: the key and its values."""
-    key, sep, values = text.partition("=")
-    if not sep or not key or not values:
-        raise ConfigError(f"--sweep {text!r}: expected KEY=V1,V2,... such as data.batch_size=16,32,64.")
-    return key.strip(), [v.strip() for v in values.split(",") if v.strip()]
-
-
-def resolve_stages(text: str, config_dir: Path) -> list[tuple[str, Path]]:
-    """(name, config path) of every stage --stages names ('all': the ladder and the stages beyond it)."""
-    names = published.LADDER + published.BEYOND if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
-    stages = []
-    for name in names:
-        path = Path(name) if name.endswith(".yaml") else config_dir / f"{name}.yaml"
-        if not path.is_file():
-            known = ", ".join(sorted(p.stem for p in config_dir.glob("*.yaml"))) or "none"
-            raise ConfigError(f"--stages: no config {path} (stages in {config_dir}: {known}).")
-        stages.append((path.stem, path))
-    return stages
 
 
 def _tail(lines: collections.deque) -> str:
@@ -89,50 +62,6 @@ def run_process(command: list[str], label: str) -> tuple[int, str, dict]:
     return proc.returncode, _tail(tail), {"tree_rss": memory.peak_rss_mb, "tree_pss": memory.peak_pss_mb}
 
 
-@dataclass
-class Plan:
-    """One configuration to run: its row in the report, and the command for a given run name."""
-
-    row: Row
-    config: Path
-    args: list[str]
-
-    def command(self, runs_dir: Path, run_name: str) -> tuple[list[str], Callable[[], Path]]:
-        """The command line of one run, and a function that finds the timing.json it wrote."""
-        if self.row.runner in ("plain", "loader", "bare"):
-            target = runs_dir / run_name / SUMMARY_FILE
-            command = [
-                sys.executable,
-                "-m",
-                "mnistperf.bench.reference_rows",
-                "--out",
-                str(target),
-                "--config",
-                str(self.config),
-                *self.args,
-            ]
-            return command, lambda: target
-        command = [
-            sys.executable,
-            "-m",
-            "mnistperf",
-            "fit",
-            "--config",
-            str(self.config),
-            *self.args,
-            "--trainer.logger.init_args.save_dir",
-            str(runs_dir),
-            "--trainer.logger.init_args.name",
-            run_name,
-        ]
-
-        def find() -> Path:
-            found = sorted((runs_dir / run_name).glob(f"version_*/{SUMMARY_FILE}"))
-            return found[-1] if found else runs_dir / run_name / "missing" / SUMMARY_FILE
-
-        return command, find
-
-
 DESCRIPTION = (
     "Run stages of the ladder, or sweeps of their settings, each as its own python -m mnistperf fit process, and "
     "print their table: train and test seconds per epoch, speed-up over the first row, throughput, the share of "
@@ -158,9 +87,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         metavar="DIR",
         help="the folder --stages names are looked up in (default: %(default)s)",
     )
-    parser.add_argument(
-        "--dataset", default=None, help="data.dataset for every run, over each config's own (default: the configs')"
-    )
+    parser.add_argument("--dataset", help="data.dataset for every run, over each config's own (default: the configs')")
     parser.add_argument("--epochs", type=int, default=5, metavar="N", help="epochs per run (default: %(default)s)")
     parser.add_argument(
         "--repeats",
@@ -172,7 +99,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--limit-train-batches",
         type=int,
-        default=None,
         metavar="K",
         help="train only K batches per epoch (quick looks); a stage that takes several batches per "
         "Lightning step (data.batches_per_step) gets as many whole groups as cover K (default: whole epochs)",
@@ -207,9 +133,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         action="store_true",
         help="time only the input pipeline of each stage: a plain loop, no model, no Lightning (default: off)",
     )
-    parser.add_argument(
-        "--out", type=Path, default=None, metavar="DIR", help="the results folder (default: bench_results/<time>)"
-    )
+    parser.add_argument("--out", type=Path, metavar="DIR", help="the results folder (default: bench_results/<time>)")
     parser.add_argument(
         "--log-scale",
         action="store_true",
@@ -218,7 +142,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--redraw",
         type=Path,
-        default=None,
         metavar="DIR",
         help="run nothing: draw DIR/chart.png again from the DIR/results.json a bench wrote (default: off)",
     )
@@ -266,97 +189,6 @@ def header(opts: argparse.Namespace, plans: list[Plan], out: Path) -> str:
         f"{len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs{batches}{dataset}{overrides}; "
         f"results in {out}"
     )
-
-
-def plan_runs(opts: argparse.Namespace) -> list[Plan]:
-    """Every configuration the options ask for, in order: stages x sweep values, then the reference rows."""
-    stages = resolve_stages(opts.stages, opts.config_dir)
-    sweeps = [parse_sweep(s) for s in opts.sweep]
-    fixed = [parse_setting(s) for s in opts.set]
-    for key, _ in sweeps:
-        check_key(key, "--sweep")
-    for key, _ in fixed:
-        check_key(key, "--set")
-    if opts.dataset:
-        fixed.append(("data.dataset", opts.dataset))
-
-    common = [
-        "--trainer.max_epochs",
-        str(opts.epochs),
-        "--trainer.enable_progress_bar",
-        "false",
-        "--trainer.enable_model_summary",
-        "false",
-    ] + [a for k, v in fixed for a in (f"--{k}", v)]
-
-    def limit(path: Path, overrides: dict[str, str]) -> list[str]:
-        return train_batch_limit(opts.limit_train_batches, path, {**dict(fixed), **overrides})
-
-    if opts.loader_only:
-        return [
-            Plan(
-                Row(f"{stage} (loader only)", stage, runner="loader"),
-                path,
-                common + limit(path, {}) + ["--loader-only"],
-            )
-            for stage, path in stages
-        ]
-
-    plans = []
-    for stage, path in stages:
-        for combo in itertools.product(*[[(k, v) for v in values] for k, values in sweeps]):
-            overrides = dict(combo)
-            label = stage + "".join(f" {k.split('.')[-1]}={v}" for k, v in overrides.items())
-            plans.append(
-                Plan(
-                    Row(label, stage, overrides),
-                    path,
-                    common + limit(path, overrides) + [a for k, v in combo for a in (f"--{k}", v)],
-                )
-            )
-    for stage in reference_row_stages(opts.reference_rows, [name for name, _ in stages]):
-        path = dict(stages).get(stage) or resolve_stages(stage, opts.config_dir)[0][1]
-        # Both take the fit command line itself, so every override applies to them too.
-        plans.append(
-            Plan(
-                Row(f"bare Lightning ({stage})", stage, runner="bare"),
-                path,
-                common + limit(path, {}) + ["--bare-lightning"],
-            )
-        )
-        plans.append(Plan(Row(f"plain PyTorch ({stage})", stage, runner="plain"), path, common + limit(path, {})))
-    return plans
-
-
-def train_batch_limit(batches, config: Path, overrides: dict[str, str]) -> list[str]:
-    """The fit options that train ``batches`` batches per epoch (none for whole epochs).
-
-    Lightning's ``limit_train_batches`` counts what the loader yields; a stage with ``data.batches_per_step`` k
-    yields groups of k batches, so it gets ``ceil(batches / k)`` of them. Every row of a bounded bench then trains
-    (at least) the same batches, and the speed-up column compares like with like; ``train_samples_per_epoch``
-    in results.csv says what each row trained.
-    """
-    if not batches:
-        return []
-    try:
-        per_step = max(int(load_config(config, list(overrides.items()))["data"].get("batches_per_step", 1)), 1)
-    except (OSError, yaml.YAMLError, LookupError, TypeError, AttributeError, ValueError):
-        per_step = 1  # the run itself reports what is wrong with its config or value, in its own words
-    return ["--trainer.limit_train_batches", str(math.ceil(batches / per_step))]
-
-
-PRE_TENSORIZED_STAGE = "v2_pinned"
-RESIDENT_RUNGS = ("v4_graphed", "v3_resident")  # highest first: the fastest resident stage on a GPU
-
-
-def reference_row_stages(text: str, run: list[str]) -> list[str]:
-    """The stages that get the reference rows, `bare Lightning` and `plain PyTorch`."""
-    if text == "none":
-        return []
-    if text == "auto":
-        resident = [name for name in RESIDENT_RUNGS if name in run][:1]
-        return [name for name in (PRE_TENSORIZED_STAGE, *resident) if name in run] or run[-1:]
-    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def bench_command(argv: Sequence[str]) -> None:

@@ -62,10 +62,9 @@ class Figure(str):
         return super().__new__(cls, key)
 
     def __post_init__(self, key: str) -> None:
-        if self.run is not None and self.run not in RUN_RULES:
-            raise ValueError(f"Figure {key!r}: run={self.run!r} is not one of {', '.join(RUN_RULES)}")
-        if self.ranks is not None and self.ranks not in RANKS:
-            raise ValueError(f"Figure {key!r}: ranks={self.ranks!r} is not one of {', '.join(RANKS)}")
+        for option, value, allowed in (("run", self.run, RUN_RULES), ("ranks", self.ranks, RANKS)):
+            if value is not None and value not in allowed:
+                raise ValueError(f"Figure {key!r}: {option}={value!r} is not one of {', '.join(allowed)}")
         self.shown = self.shown or ("%" if self.unit == "share" else self.unit)
         if self.shown != self.unit and (self.unit, self.shown) not in SHOWN:
             raise ValueError(f"Figure {key!r}: no scale from {self.unit} to {self.shown} in SHOWN")
@@ -274,7 +273,7 @@ MFU = Figure(
     run="own",
 )
 UTILIZATION = (ACHIEVED_FLOPS_PER_S, MFU)
-# Under DDP, the ranks' talk (mnistperf.diagnosis.measure.busy_window.communication), from the profiled window.
+# Under DDP, the ranks' talk (mnistperf.diagnosis.measure.device_work.communication), from the profiled window.
 COMM_SHARE, COMM_EXPOSED_SHARE = COMMUNICATION = tuple(
     Figure(name, "share", f"time inside collectives {which}", label=label, run="window", ranks="mean", per_rank=True)
     for name, label, which in (
@@ -347,8 +346,5 @@ def derive(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def scalars(row: dict[str, Any], every: bool = False) -> dict[str, float]:
-    """An epoch row's figures as the loggers' scalars, ``timing/<name>`` (those measured).
-
-    The few :attr:`Figure.plotted`, or ``every`` one.
-    """
+    """An epoch row's measured figures as the loggers' scalars, ``timing/<name>``: the plotted few, or ``every`` one."""
     return {f"timing/{f.name}": row[f] for f in FIGURES if f.epoch and (every or f.plotted) and row.get(f) is not None}

@@ -1,7 +1,7 @@
-"""How much of a window of steps the device spent working: the union of its operations' own intervals over the window.
+"""A window of steps the profiler records on the device: where it sits in an epoch, what it may cost, its run.
 
 What it measures (under DDP, the ranks' talk too; on Linux, the training thread's wait for a core), where it sits and
-what it may cost: docs/timing.md, "GPU busy" and "CPU in tensor operations".
+what it may cost: docs/timing.md, "GPU busy" and "CPU in tensor operations". :mod:`.device_work` reads what it saw.
 """
 
 from __future__ import annotations
@@ -10,16 +10,19 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from mnistperf.diagnosis.figures import share
+from mnistperf.diagnosis.measure.device_work import MIN_KERNELS_PER_STEP, device_reading
+from mnistperf.diagnosis.measure.device_work import world as world  # the clock asks it whether the fit is one rank
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_reading import Talk, WindowReading
-from mnistperf.upstream import kineto_results, profiler_running, top_function_mode
+from mnistperf.upstream import profiler_running, top_function_mode
 
 WINDOW_STEPS = 20  # enough to average over a few dozen kernels' jitter, few enough to stay cheap
 CPU_WINDOW_STEPS = 6  # on a CPU, where every operator is recorded, read and kept: fewer steps say as much
@@ -42,15 +45,7 @@ CLOCK_WORST = 3.0  # the operator clock's price of a step at its worst
 # N-BEATS' first fit in a process 1.1 % (docs/results/cpu-2core-operator-clock).
 ONE_STEP_FACTOR = 5.0
 BASE_MARGIN = 0.05  # the margin any share is read with, before the wait for a core widens it
-MIN_KERNELS_PER_STEP = 8  # a step launches about ten at the least: a window that saw fewer missed part of its work
 TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")  # where TensorBoard looks for it
-# What the busy share counts as the device working (not user annotations, which span whole steps on the GPU).
-DEVICE_WORK = {"cuda": ("kernel", "gpu_memcpy", "gpu_memset"), "cpu": ("cpu_op",)}
-# By device: (the backend whose collectives it shows, their kind, their name's start); gloo's on a GPU run on the host.
-COLLECTIVES = {"cuda": ("nccl", "kernel", "nccl"), "cpu": ("gloo", "user_annotation", "gloo:")}
-
-Activity = tuple[str, float, float]  # (kind, start, end) of the device's work, as work_of reads it
-Event = tuple[str, str, float, float, bool]  # (kind, name, start, end, a user annotation), as profiled_events reads it
 
 _profiling: BusyWindow | None = None  # the window whose profiler is running, if any
 
@@ -62,41 +57,6 @@ def before_graph_capture() -> None:
     """
     if _profiling is not None:
         _profiling.abandon("a CUDA graph was captured inside the profiled window")
-
-
-def covered(intervals: Iterable[tuple[float, float]]) -> tuple[float, float]:
-    """(time covered by at least one interval, overlaps counted once; the span from first start to last end)."""
-    spans = sorted((start, end) for start, end in intervals if end > start)
-    inside, reached = 0.0, -math.inf
-    for start, end in spans:
-        inside += max(end - max(start, reached), 0.0)  # what it covers past the intervals before it
-        reached = max(reached, end)
-    return (inside, reached - spans[0][0]) if spans else (0.0, 0.0)
-
-
-def busy_share(intervals: Iterable[tuple[float, float]]) -> float | None:
-    """The share of [first start, last end] covered by at least one interval (overlaps counted once)."""
-    inside, whole = covered(intervals)
-    return min(inside / whole, 1.0) if whole > 0 else None
-
-
-def communication(
-    work: list[tuple[float, float]], collectives: list[tuple[float, float]]
-) -> tuple[float, float] | None:
-    """Of the span of both, the share inside a collective and inside one with no ``work`` beside it; None if empty."""
-    both, span = covered([*work, *collectives])
-    if span <= 0:
-        return None
-    (talking, _), (working, _) = covered(collectives), covered(work)
-    return min(talking / span, 1.0), min(max(both - working, 0.0) / span, 1.0)
-
-
-def world() -> tuple[str, int] | None:
-    """(the process group's backend, its size) where this process is one of several ranks; None on its own."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return None
-    return str(dist.get_backend()), dist.get_world_size()
 
 
 def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[int, int] | None:
@@ -183,25 +143,6 @@ def cupti_tears_down_safely() -> bool:
     return tuple(int(part) for part in (torch.version.cuda or "0").split(".")[:2]) >= (12, 6)
 
 
-def kernel_count(activities: list[Activity]) -> int:
-    """The kernels (CUDA) or operators (CPU) among a window's device activities (copies and memsets left out)."""
-    return sum(1 for kind, _, _ in activities if kind in ("kernel", "cpu_op"))
-
-
-def window_reading(activities: list[Activity], steps: int, fewest_per_step: int) -> tuple[float | None, str | None]:
-    """(busy share, None), or (None, why not) from a window's activities (:func:`work_of`) over ``steps`` steps."""
-    kernels = kernel_count(activities)
-    if kernels == 0:
-        return None, "the profiler saw no kernels on the device"
-    if kernels < fewest_per_step * steps:
-        return None, (
-            f"the profiler saw {kernels} kernels in {steps} steps, fewer than a training step launches: "
-            "it missed part of the device's work"
-        )
-    share = busy_share((start, end) for _, start, end in activities)
-    return (share, None) if share is not None else (None, "nothing ran on the device in the profiled window")
-
-
 class BusyWindow:
     """Profiles the device's work over the steps ``first`` to ``last`` (batch indices of one epoch) on ``device_type``.
 
@@ -275,7 +216,7 @@ class BusyWindow:
             stopped = self.close()  # waits for the device; the clock keeps the window out of the epoch's figures
             (opened, before), now, waited = self._opened, time.perf_counter(), thread_wait_s()
             if before is not None and waited is not None and now > opened:  # the share it waited for a core
-                self.crowded = min(max((waited - before) / (now - opened), 0.0), 1.0)
+                self.crowded = share(waited - before, now - opened)
             self.done = True
             if self.clock is not None:
                 self.kernels = self.clock.calls
@@ -284,19 +225,9 @@ class BusyWindow:
                     self.reason = None if self.bounds else "the operator clock timed no torch call"
                 self.busy = sum(self.bounds) / 2 if self.bounds else None
                 return
-            self.recorded = stopped
-            events = profiled_events(self.recorded, self.device_type)
-            talks = collectives(events, self.device_type)
-            apart = COLLECTIVES[self.device_type][2] if talks is not None else None
-            activities = work_of(events, self.device_type, apart)
-            self.kernels = kernel_count(activities)
-            self.busy, self.reason = window_reading(activities, self.last - self.first + 1, self.fewest_per_step)
-            # A window that missed the device's work cannot say what the talk left idle.
-            if talks is not None and self.busy is not None:
-                backend, size, intervals = talks
-                shares = communication([(start, end) for _, start, end in activities], intervals)
-                if shares is not None:
-                    self.talked = Talk(backend, size, len(intervals), *shares)
+            self.recorded, steps = stopped, self.last - self.first + 1
+            read = device_reading(stopped, self.device_type, steps, self.fewest_per_step)
+            self.kernels, self.busy, self.reason, self.talked = read
 
     def abandon(self, reason: str) -> None:
         """End the window now, without a share, for ``reason``."""
@@ -334,47 +265,3 @@ class BusyWindow:
         if _profiling is self:
             _profiling = None
         return profiler
-
-
-def collectives(events: list[Event], device_type: str) -> tuple[str, int, list[tuple[float, float]]] | None:
-    """Under DDP, the backend, the world's size and each collective's (start, end) in microseconds; else None."""
-    with suppress(Exception):  # a reading that fails leaves the window's share, and the fit, as they are
-        backend, kind, prefix = COLLECTIVES[device_type]
-        ranks = world()
-        if ranks is not None and backend in ranks[0]:
-            seen = [
-                (start, end) for what, name, start, end, _ in events if what == kind and name.lower().startswith(prefix)
-            ]
-            return (*ranks, seen)
-    return None
-
-
-def profiled_events(profiler: Any, device_type: str = "cuda") -> list[Event]:
-    """Every event the profiler saw on the device: (kind, name, start, end in microseconds, a user annotation)."""
-    device = torch.autograd.DeviceType.CUDA if device_type == "cuda" else torch.autograd.DeviceType.CPU
-    results = kineto_results(profiler)
-    if results is not None:
-        with suppress(AttributeError):  # a raw event without activity_type() (torch 2.11): the processed events instead
-            return [
-                (e.activity_type(), e.name(), e.start_ns() / 1e3, e.end_ns() / 1e3, e.is_user_annotation())
-                for e in results.events()
-                if e.device_type() == device
-            ]
-    found = []
-    for e in profiler.events():
-        if e.device_type != device:
-            continue
-        annotation = bool(getattr(e, "is_user_annotation", False))
-        kind = getattr(e, "activity_type", None) or ("user_annotation" if annotation else DEVICE_WORK[device_type][0])
-        found.append((str(kind), str(getattr(e, "name", "")), e.time_range.start, e.time_range.end, annotation))
-    return found
-
-
-def work_of(events: list[Event], device_type: str = "cuda", apart: str | None = None) -> list[Activity]:
-    """(kind, start, end) of the device's work (:data:`DEVICE_WORK`) among a window's events, ``apart``'s left out."""
-    work = DEVICE_WORK[device_type]
-    return [
-        (kind, start, end)
-        for kind, name, start, end, annotation in events
-        if not annotation and kind in work and not (apart and name.lower().startswith(apart))
-    ]

@@ -35,19 +35,6 @@ def proc_text(pid: int | str, file: str) -> str:
         return text.read()
 
 
-def _sizes_mb(pid: int | str, file: str, *keys: str) -> list[float | None]:
-    """The sizes ``keys`` of ``/proc/<pid>/<file>`` in MB (None where absent or unreadable: gone, or no /proc)."""
-    found: dict[str, float] = {}
-    try:
-        for line in proc_text(pid, file).splitlines():
-            key = line.split(":", 1)[0]
-            if key in keys:
-                found[key] = int(line.split()[1]) * 1024 / MB
-    except (OSError, ValueError, IndexError):
-        return [None] * len(keys)
-    return [found.get(key) for key in keys]
-
-
 def rss_mb() -> float | None:
     """This process's resident memory in MB: ``statm``'s resident pages (``status``'s VmRSS, in one short line)."""
     try:
@@ -57,8 +44,17 @@ def rss_mb() -> float | None:
 
 
 def rss_pss_mb(pid: int) -> list[float | None]:
-    """Process ``pid``'s resident and proportional set sizes in MB, from ``smaps_rollup``."""
-    return _sizes_mb(pid, "smaps_rollup", "Rss", "Pss")
+    """Process ``pid``'s resident and proportional set sizes in MB, from ``smaps_rollup`` (None where absent)."""
+    keys = ("Rss", "Pss")
+    found: dict[str, float] = {}
+    try:
+        for line in proc_text(pid, "smaps_rollup").splitlines():
+            key = line.split(":", 1)[0]
+            if key in keys:
+                found[key] = int(line.split()[1]) * 1024 / MB
+    except (OSError, ValueError, IndexError):  # gone, or no /proc
+        return [None, None]
+    return [found.get(key) for key in keys]
 
 
 def _local_rank(pid: int | str) -> str | None:

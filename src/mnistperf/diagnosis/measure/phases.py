@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 SAMPLE_EVERY = 16  # one optimizer step in this many is a sample: batch indices 1, 17, 33, ... without accumulation
-PHASES = ("forward", "backward", "optimizer")
 STEP_MARKS = {"start", "backward", "backward_end", "end"}  # every step of a sample's; its last has "optimizer" too
 
 

@@ -30,7 +30,6 @@ def compare_command(argv: Sequence[str]) -> None:
     parser.add_argument(
         "--fail-if-slower",
         type=float,
-        default=None,
         metavar="PCT",
         help="exit 1 where B's steady train time per epoch is over A's by more than PCT percent plus the runs' noise "
         "(a speed check for CI; docs/diagnose.md)",
@@ -73,7 +72,7 @@ def report_command(argv: Sequence[str]) -> None:
     parser.add_argument(
         "--html", action="store_true", help=f"write the report as HTML ({REPORT_FILE} beside RUN's timing.json)"
     )
-    parser.add_argument("--out", type=Path, default=None, metavar="FILE", help="with --html: where to write it")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="with --html: where to write it")
     opts = parser.parse_args(argv)
     if opts.out is not None and not opts.html:
         parser.error("--out goes with --html")

@@ -1,0 +1,140 @@
+"""What a bench runs: each stage (and sweep value) its options ask for, then the reference rows, as command lines.
+
+See docs/timing.md#the-bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from mnistperf.bench import published
+from mnistperf.bench.columns import Row
+from mnistperf.diagnosis.record.run import SUMMARY_FILE
+from mnistperf.errors import ConfigError
+from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
+
+
+def parse_sweep(text: str) -> tuple[str, list[str]]:
+    """--sweep KEY=V1,V2,...: the key and its values."""
+    key, sep, values = text.partition("=")
+    if not sep or not key or not values:
+        raise ConfigError(f"--sweep {text!r}: expected KEY=V1,V2,... such as data.batch_size=16,32,64.")
+    return key.strip(), [v.strip() for v in values.split(",") if v.strip()]
+
+
+def resolve_stages(text: str, config_dir: Path) -> list[tuple[str, Path]]:
+    """(name, config path) of every stage --stages names ('all': the ladder and the stages beyond it)."""
+    names = published.LADDER + published.BEYOND if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
+    stages = []
+    for name in names:
+        path = Path(name) if name.endswith(".yaml") else config_dir / f"{name}.yaml"
+        if not path.is_file():
+            known = ", ".join(sorted(p.stem for p in config_dir.glob("*.yaml"))) or "none"
+            raise ConfigError(f"--stages: no config {path} (stages in {config_dir}: {known}).")
+        stages.append((path.stem, path))
+    return stages
+
+
+@dataclass
+class Plan:
+    """One configuration to run: its row in the report, and the command for a given run name."""
+
+    row: Row
+    config: Path
+    args: list[str]
+
+    def command(self, runs_dir: Path, run_name: str) -> tuple[list[str], Callable[[], Path]]:
+        """The command line of one run, and a function that finds the timing.json it wrote."""
+        config = ["--config", str(self.config), *self.args]
+        if self.row.runner in ("plain", "loader", "bare"):
+            target = runs_dir / run_name / SUMMARY_FILE
+            command = [sys.executable, "-m", "mnistperf.bench.reference_rows", "--out", str(target), *config]
+            return command, lambda: target
+        logger = ["--trainer.logger.init_args.save_dir", str(runs_dir), "--trainer.logger.init_args.name", run_name]
+
+        def find() -> Path:
+            found = sorted((runs_dir / run_name).glob(f"version_*/{SUMMARY_FILE}"))
+            return found[-1] if found else runs_dir / run_name / "missing" / SUMMARY_FILE
+
+        return [sys.executable, "-m", "mnistperf", "fit", *config, *logger], find
+
+
+def plan_runs(opts: argparse.Namespace) -> list[Plan]:
+    """Every configuration the options ask for, in order: stages x sweep values, then the reference rows."""
+    stages = resolve_stages(opts.stages, opts.config_dir)
+    sweeps = [parse_sweep(s) for s in opts.sweep]
+    fixed = [parse_setting(s) for s in opts.set]
+    for key, _ in sweeps:
+        check_key(key, "--sweep")
+    for key, _ in fixed:
+        check_key(key, "--set")
+    if opts.dataset:
+        fixed.append(("data.dataset", opts.dataset))
+    quiet = [("trainer.enable_progress_bar", "false"), ("trainer.enable_model_summary", "false")]
+    common = as_options([("trainer.max_epochs", str(opts.epochs)), *quiet, *fixed])
+
+    def plan(row: Row, path: Path, settings: Sequence[tuple[str, str]] = (), flags: Sequence[str] = ()) -> Plan:
+        limit = train_batch_limit(opts.limit_train_batches, path, {**dict(fixed), **dict(settings)})
+        return Plan(row, path, [*common, *limit, *as_options(settings), *flags])
+
+    if opts.loader_only:
+        return [
+            plan(Row(f"{stage} (loader only)", stage, runner="loader"), path, flags=["--loader-only"])
+            for stage, path in stages
+        ]
+    plans = []
+    for stage, path in stages:
+        for combo in itertools.product(*[[(k, v) for v in values] for k, values in sweeps]):
+            overrides = dict(combo)
+            label = stage + "".join(f" {k.split('.')[-1]}={v}" for k, v in overrides.items())
+            plans.append(plan(Row(label, stage, overrides), path, combo))
+    for stage in reference_row_stages(opts.reference_rows, [name for name, _ in stages]):
+        path = dict(stages).get(stage) or resolve_stages(stage, opts.config_dir)[0][1]
+        # Both take the fit command line itself, so every override applies to them too.
+        plans.append(plan(Row(f"bare Lightning ({stage})", stage, runner="bare"), path, flags=["--bare-lightning"]))
+        plans.append(plan(Row(f"plain PyTorch ({stage})", stage, runner="plain"), path))
+    return plans
+
+
+def as_options(settings: Iterable[tuple[str, str]]) -> list[str]:
+    """Settings (``data.batch_size``, ``64``) as the fit's command line takes them: ``--data.batch_size 64``."""
+    return [part for key, value in settings for part in (f"--{key}", value)]
+
+
+def train_batch_limit(batches, config: Path, overrides: dict[str, str]) -> list[str]:
+    """The fit options that train ``batches`` batches per epoch (none for whole epochs).
+
+    Lightning's ``limit_train_batches`` counts what the loader yields; a stage with ``data.batches_per_step`` k
+    yields groups of k batches, so it gets ``ceil(batches / k)`` of them. Every row of a bounded bench then trains
+    (at least) the same batches, and the speed-up column compares like with like; ``train_samples_per_epoch``
+    in results.csv says what each row trained.
+    """
+    if not batches:
+        return []
+    try:
+        per_step = max(int(load_config(config, list(overrides.items()))["data"].get("batches_per_step", 1)), 1)
+    except (OSError, yaml.YAMLError, LookupError, TypeError, AttributeError, ValueError):
+        per_step = 1  # the run itself reports what is wrong with its config or value, in its own words
+    return ["--trainer.limit_train_batches", str(math.ceil(batches / per_step))]
+
+
+PRE_TENSORIZED_STAGE = "v2_pinned"
+RESIDENT_RUNGS = ("v4_graphed", "v3_resident")  # highest first: the fastest resident stage on a GPU
+
+
+def reference_row_stages(text: str, run: list[str]) -> list[str]:
+    """The stages that get the reference rows, `bare Lightning` and `plain PyTorch`."""
+    if text == "none":
+        return []
+    if text == "auto":
+        resident = [name for name in RESIDENT_RUNGS if name in run][:1]
+        return [name for name in (PRE_TENSORIZED_STAGE, *resident) if name in run] or run[-1:]
+    return [name.strip() for name in text.split(",") if name.strip()]

@@ -13,6 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import busy_window as window_module
+from mnistperf.diagnosis.measure import window_price
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.text import format_window
@@ -72,10 +73,10 @@ def clock_forced(monkeypatch):
     """
     from mnistperf.diagnosis.record import clock
 
-    def price(nodes, op_s, step_s, node_cost=window_module.NODE_COST, worst=4.0):
-        return 1e6 if node_cost == window_module.NODE_COST else 1e-6
+    def price(nodes, op_s, step_s, node_cost=window_price.NODE_COST, worst=4.0):
+        return 1e6 if node_cost == window_price.NODE_COST else 1e-6
 
-    monkeypatch.setattr(window_module, "step_price", price)
+    monkeypatch.setattr(window_price, "step_price", price)
     monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)
 
 
@@ -142,8 +143,8 @@ def test_once_torch_compile_has_compiled_code_the_clock_is_declined(clock_forced
 
 
 def test_code_compiled_inside_the_step_is_not_timed_by_the_clock(monkeypatch):
-    def price(nodes, op_s, step_s, node_cost=window_module.NODE_COST, worst=4.0):
-        return 1e6 if node_cost == window_module.NODE_COST else 1e-6
+    def price(nodes, op_s, step_s, node_cost=window_price.NODE_COST, worst=4.0):
+        return 1e6 if node_cost == window_price.NODE_COST else 1e-6
 
     class CompiledLoss(Newcomer):  # under a function mode its compiled frame would recompile
         def __init__(self):
@@ -154,7 +155,7 @@ def test_code_compiled_inside_the_step_is_not_timed_by_the_clock(monkeypatch):
             x, y = batch
             return self.loss(self.net(x), y)
 
-    monkeypatch.setattr(window_module, "step_price", price)  # the clock at nothing: only the compile declines it
+    monkeypatch.setattr(window_price, "step_price", price)  # the clock at nothing: only the compile declines it
     declined = EpochTimer()
     fit_module(CompiledLoss(), rows(count=480), callbacks=[declined], max_epochs=2)
     assert declined.busy_window["share"] is None and "operator_clock" not in declined.busy_window

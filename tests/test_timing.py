@@ -588,7 +588,7 @@ def test_the_clock_turns_timestamps_into_the_epochs_figures_and_verdict_with_the
     def one_epoch(threshold: float) -> dict:
         times = iter([0.0, 0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0])  # the first read: the clock's making, the fit's start
         monkeypatch.setattr("mnistperf.diagnosis.record.clock.time.perf_counter", lambda: next(times))
-        monkeypatch.setattr("mnistperf.diagnosis.measure.busy_window.operator_s", lambda: 1e-6)  # reads no clock here
+        monkeypatch.setattr("mnistperf.diagnosis.measure.window_price.operator_s", lambda: 1e-6)  # reads no clock here
         clock = EpochClock(torch.device("cpu"), input_bound_share=threshold)
         clock.epoch_start(2)  # 0
         for index in range(2):

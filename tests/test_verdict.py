@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import busy_window as window_module
+from mnistperf.diagnosis.measure import window_price
 from mnistperf.diagnosis.record import verdict as verdict_module
 from mnistperf.diagnosis.record.advice import advice
 from mnistperf.diagnosis.record.verdict import FIT_ENDED
@@ -218,7 +219,7 @@ def test_the_command_line_remedy_for_a_fit_too_short_profiles_it_through_fit(wor
 
 
 def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypatch):
-    monkeypatch.setattr(window_module, "affordable_steps", lambda *weighed: 2.05)
+    monkeypatch.setattr(window_price, "affordable_steps", lambda *weighed: 2.05)
     timer = fit(epochs=3, timer={"window_share": 0.01})
     window = timer.busy_window
     assert window["share"] is not None and 1 <= window["last_step"] - window["first_step"] + 1 <= 2
@@ -235,13 +236,13 @@ def test_a_fit_whose_share_pays_for_no_step_gets_one_step_at_the_larger_share(mo
     # Whatever the machine's load: the share pays for half a step, the one-step share for more than one.
     weighed = []
     monkeypatch.setattr(
-        window_module,
+        window_price,
         "affordable_steps",
         lambda fit_s, step_s, given, price, start_s=0.0: weighed.append(given) or (0.5 if given == share else 3.0),
     )
     timer = fit(epochs=3, timer={"window_share": share})
     window = timer.busy_window
-    assert weighed[-1] == pytest.approx(share * window_module.ONE_STEP_FACTOR)
+    assert weighed[-1] == pytest.approx(share * window_price.ONE_STEP_FACTOR)
     assert window["share"] is not None and ("operator_clock" in window) != compiled, window
     assert window["first_step"] == window["last_step"]  # one step, though the larger share would pay for three
     assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
@@ -249,7 +250,7 @@ def test_a_fit_whose_share_pays_for_no_step_gets_one_step_at_the_larger_share(mo
 
 def test_the_windows_price_takes_the_least_of_a_tiny_operators_times_at_the_epochs_starts(monkeypatch):
     readings = iter([3e-6, 1e-6, 2e-6, 5e-6])
-    monkeypatch.setattr(window_module, "operator_s", lambda: next(readings))
+    monkeypatch.setattr(window_price, "operator_s", lambda: next(readings))
     timer = fit(epochs=3, timer={"window_share": 0.004})
     assert timer.clock._op_s == 1e-6  # epoch 1's and epoch 2's readings; none after the window's epoch
     assert next(readings) == 2e-6
@@ -259,20 +260,20 @@ def test_a_fit_that_pays_for_no_clocked_step_even_at_the_larger_share_names_that
     from mnistperf.diagnosis.record import clock
 
     monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)
-    monkeypatch.setattr(window_module, "affordable_steps", lambda *weighed: 0.5)
+    monkeypatch.setattr(window_price, "affordable_steps", lambda *weighed: 0.5)
     timer = fit(epochs=3, timer={"window_share": 0.004})
     assert timer.busy_window["share"] is None
     assert "torch calls timed) to cost under 2.0% of its time" in timer.busy_window["reason"], timer.busy_window
 
 
 def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_worst():
-    cost = window_module.CPU_WINDOW_COST
-    assert window_module.affordable_steps(100.0, 0.1, 0.02, cost) == pytest.approx(2.0 / (cost * 0.1))
-    assert window_module.affordable_steps(1.0, 0.1, 0.02, cost) < 1  # not even one step
-    assert window_module.affordable_steps(1.0, 0.1, None, cost) == float("inf")
+    cost = window_price.CPU_WINDOW_COST
+    assert window_price.affordable_steps(100.0, 0.1, 0.02, cost) == pytest.approx(2.0 / (cost * 0.1))
+    assert window_price.affordable_steps(1.0, 0.1, 0.02, cost) < 1  # not even one step
+    assert window_price.affordable_steps(1.0, 0.1, None, cost) == float("inf")
     # priced by its own graph at a tenth of a step, less the profiler's start, stop and reading
-    fixed = window_module.START_COST * 1e-4
-    assert window_module.affordable_steps(100.0, 0.1, 0.02, 0.1, fixed) == pytest.approx((2.0 - fixed) / (0.1 * 0.1))
+    fixed = window_price.START_COST * 1e-4
+    assert window_price.affordable_steps(100.0, 0.1, 0.02, 0.1, fixed) == pytest.approx((2.0 - fixed) / (0.1 * 0.1))
 
 
 def test_a_window_priced_too_low_stops_once_its_steps_took_what_they_were_allowed():
@@ -309,26 +310,26 @@ def test_a_window_leaves_a_torch_profiler_the_user_runs_alone():
 
 def test_a_step_is_priced_by_the_operators_of_its_graph_and_at_its_worst_where_the_graph_is_unread():
     weight = torch.ones(3, requires_grad=True)
-    assert window_module.graph_nodes((weight * 2).sum()) == 3  # the sum, the product, the weight's gradient
+    assert window_price.graph_nodes((weight * 2).sum()) == 3  # the sum, the product, the weight's gradient
     chain = weight
     for _ in range(20):
         chain = chain * 2
-    assert window_module.graph_nodes(chain.sum(), limit=5) == 5
-    assert window_module.graph_nodes(torch.ones(3).sum()) is None  # no graph
-    price = window_module.step_price(10, 1e-6, 0.01)
-    assert price == pytest.approx(10 * window_module.EVENTS_PER_NODE * window_module.EVENT_COST * 1e-6 / 0.01)
-    worst = window_module.CPU_WINDOW_COST
-    assert window_module.step_price(None, 1e-6, 0.01) == worst
-    assert window_module.step_price(window_module.GRAPH_LIMIT, 1e-6, 0.01) == worst
-    assert window_module.step_price(10, 0.0, 0.01) == worst  # the operator's time not read
-    assert window_module.step_price(1_000, 1e-3, 0.01) == worst  # capped
-    assert 0 < window_module.operator_s() < 1e-2
+    assert window_price.graph_nodes(chain.sum(), limit=5) == 5
+    assert window_price.graph_nodes(torch.ones(3).sum()) is None  # no graph
+    price = window_price.step_price(10, 1e-6, 0.01)
+    assert price == pytest.approx(10 * window_price.EVENTS_PER_NODE * window_price.EVENT_COST * 1e-6 / 0.01)
+    worst = window_price.CPU_WINDOW_COST
+    assert window_price.step_price(None, 1e-6, 0.01) == worst
+    assert window_price.step_price(window_price.GRAPH_LIMIT, 1e-6, 0.01) == worst
+    assert window_price.step_price(10, 0.0, 0.01) == worst  # the operator's time not read
+    assert window_price.step_price(1_000, 1e-3, 0.01) == worst  # capped
+    assert 0 < window_price.operator_s() < 1e-2
 
 
 def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_share(monkeypatch):
     from mnistperf.diagnosis.record import clock
 
-    monkeypatch.setattr(window_module, "operator_s", lambda: 1e-9)  # whatever the machine's load
+    monkeypatch.setattr(window_price, "operator_s", lambda: 1e-9)  # whatever the machine's load
     monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)  # whatever an earlier test compiled
     timer = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)  # two epochs of 30 steps
@@ -340,11 +341,11 @@ def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_s
     assert one.busy_window["share"] is not None and one.busy_window["in_warmup"], one.busy_window
     # the same fit without its graph read is priced at the worst, which so short a fit cannot pay for, nor the
     # operator clock's worst, the cheaper price the reason then gives
-    monkeypatch.setattr(window_module, "graph_nodes", lambda loss: None)
+    monkeypatch.setattr(window_price, "graph_nodes", lambda loss: None)
     worst = EpochTimer(window_share=0.001)
     fit_module(Newcomer(), rows(count=480), callbacks=[worst], max_epochs=2)
     assert worst.busy_window["share"] is None
-    assert f"{window_module.CLOCK_WORST:.2g} times that to record" in worst.busy_window["reason"]
+    assert f"{window_price.CLOCK_WORST:.2g} times that to record" in worst.busy_window["reason"]
 
 
 def test_steps_left_follow_the_fits_limits():

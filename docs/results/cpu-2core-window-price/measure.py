@@ -2,7 +2,7 @@
 
 The same three steps as ../cpu-2core-window-agreement (the lab's v2 step, the newcomer's MLP, a step of many small
 operators), plus the lab's step at a batch of 64. In one process, after warm-up, each round reads the price as
-the diagnosis does (``busy_window.graph_nodes`` on one step's loss, ``operator_s``, ``step_price`` against the
+the diagnosis does (``window_price.graph_nodes`` on one step's loss, ``operator_s``, ``step_price`` against the
 median of twenty unprofiled steps), then times the window's profiler recording nothing (its start, stop and
 reading) and recording six steps, their events read as the window reads them and written to a trace as it
 writes them once a fit. The real cost is those six steps' time and their trace's beyond as many unprofiled steps,
@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mnistperf.diagnosis.measure.busy_window import CPU_WINDOW_COST, START_COST, graph_nodes, operator_s, step_price
 from mnistperf.diagnosis.measure.device_work import profiled_events, work_of
+from mnistperf.diagnosis.measure.window_price import CPU_WINDOW_COST, START_COST, graph_nodes, operator_s, step_price
 from mnistperf.model.network import SimpleCNN
 
 HERE = Path(__file__).resolve().parent

@@ -7,8 +7,6 @@ and validation begin and end. Under DDP each rank measures itself; global rank 0
 from __future__ import annotations
 
 import math
-import numbers
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -24,34 +22,34 @@ from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import (
     TrainerAttributes,
+    audited_samples,
     last_epoch,
-    log_folder,
     project_hints,
     project_terms,
     steps_left,
+    validation_metrics,
 )
+from mnistperf.diagnosis.callbacks.run_files import RunFiles
 from mnistperf.diagnosis.callbacks.timed_steps import TimedSteps
 from mnistperf.diagnosis.figures import FORWARD_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, fit_may_run_workers
-from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_FIT_SHARE, WINDOW_STEPS
+from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_STEPS
 from mnistperf.diagnosis.measure.device_syncs import syncs_for
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
 from mnistperf.diagnosis.measure.phases import StepPhases, sampled, unsampled
 from mnistperf.diagnosis.measure.samples import READINGS, disagreeing, loader_samples
+from mnistperf.diagnosis.measure.window_price import WINDOW_FIT_SHARE
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
-from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, run_summary, write_summary
-from mnistperf.diagnosis.record.text import format_headline, interrupted_line, unlogged_monitor, written_line
+from mnistperf.diagnosis.record.run import SUMMARY_FILE, run_summary
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
-from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, swap_profiler
 
 LIGHTNING_BARS = (TQDMProgressBar, RichProgressBar)  # the bars that show Lightning's epoch, counted from 0
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")  # val/acc, val_loss: the metrics an epoch's row keeps
 
 
 class EpochTimer(Callback):
@@ -322,12 +320,7 @@ class EpochTimer(Callback):
         with self.problems.guard("timing the validation's end"):
             self.clock.eval_end()
         with self.problems.guard("reading the validation metrics"):
-            self._val_metrics = {
-                name: float(value)
-                for name, value in trainer.callback_metrics.items()
-                if (VALIDATION_METRIC.match(name) or name == self.monitor)
-                and ((isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, numbers.Real))
-            }
+            self._val_metrics = validation_metrics(trainer.callback_metrics, self.monitor)
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -386,11 +379,7 @@ class EpochTimer(Callback):
         The others: an audit's (a callback's ``samples_counted``), the loader's length times its batch size, and
         Lightning's reading of the epoch's first batch.
         """
-        others: dict[str, int | None] = {"audit": None, "loader": None}
-        for callback in cast(TrainerAttributes, trainer).callbacks:
-            counted = getattr(callback, "samples_counted", None)
-            if callback is not self and isinstance(counted, tuple) and counted[0] == trainer.current_epoch:
-                others["audit"] = counted[1]
+        others: dict[str, int | None] = {"audit": audited_samples(trainer, self), "loader": None}
         first, last = self._trained
         if first == 0 and last is not None and not self.batches.several:
             others["loader"] = loader_samples(trainer.train_dataloader, last + 1)
@@ -413,41 +402,14 @@ class EpochTimer(Callback):
             self._report(trainer, interrupted=True)
 
     def _report(self, trainer: Trainer, interrupted: bool) -> None:
-        """Rank 0 prints the summary once and writes it to the log folder's timing.json, with the report beside it."""
-        folder = Path(trainer.default_root_dir)
-        with self.problems.guard("finding the run's log folder"):
-            # a collective under DDP, which every rank joins; after an exception the others may be gone
-            folder = log_folder(trainer, every_rank=not interrupted)
-        if not trainer.is_global_zero:
-            return
+        """Rank 0 prints the summary once and writes timing.json, the report beside it and the window's trace."""
         self._reported = True
-        trace = None
-        with self.problems.guard(f"saving the busy window's trace under {folder}"):
-            trace = self.clock.export_trace(folder)  # before the summary, which names it
-        summary = {**self.summary(trainer), "interrupted": interrupted}
-        if self.monitor is not None and summary.get("final_metric") is None:
-            with self.problems.guard("reading the metrics logged"):
-                summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
-                self.problems.say_once(trainer, f"{summary['final_metric_reason']}.")
-        run: RunSummary | dict[str, Any] = summary
-        with self.problems.guard("reading the summary"):
-            run = RunSummary.of(summary)  # read once, for the text and the report
-        with self.problems.guard("printing the summary"):
-            print(format_headline(run, str(folder)), flush=True)
-        if interrupted:
-            print(interrupted_line(len(self.epochs)), flush=True)
-        path = folder / self.summary_file
-        with self.problems.guard(f"writing {path}"):
-            write_summary({**summary, "problems": list(self.problems.lines)}, path)
-            self.summary_path = path
-            print(written_line("summary", path), flush=True)
-        if self.summary_path is not None:  # a folder refusing timing.json was said once
-            with self.problems.guard(f"writing the report beside {path}"):
-                report = path.with_name(REPORT_FILE)
-                write_report(html_report([(str(summary.get("config") or folder.name), run)]), report)
-                print(written_line("report", report), flush=True)
-        if trace is not None:
-            print(written_line("trace", trace), flush=True)
+
+        def summarize() -> dict[str, Any]:  # once the window's trace is saved: the summary names it
+            return {**self.summary(trainer), "interrupted": interrupted}
+
+        files = RunFiles(self.summary_file, self.monitor, self.problems)
+        self.summary_path = files.write(trainer, self.clock, summarize, interrupted)
 
     def summary(self, trainer: Trainer) -> dict[str, Any]:
         """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""

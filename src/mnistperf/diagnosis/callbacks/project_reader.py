@@ -6,12 +6,15 @@ Which of tune's calls the advice points at, and why: docs/timing.md, "The verdic
 from __future__ import annotations
 
 import math
+import numbers
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.profilers import Profiler
@@ -23,6 +26,9 @@ from mnistperf.diagnosis.record.project_terms import LoaderFacts, ProjectTerms, 
 
 if TYPE_CHECKING:  # LightningCLI (and jsonargparse, a tenth of a second to load) only where the run loaded it
     from lightning.pytorch.cli import SaveConfigCallback
+
+
+VALIDATION_METRIC = re.compile(r"(val|valid|validation)[/_.-]")  # val/acc, val_loss: the metrics an epoch's row keeps
 
 
 class TrainerAttributes(Protocol):
@@ -114,3 +120,22 @@ def log_folder(trainer: Trainer, every_rank: bool) -> Path:
     logger = trainer.logger
     found = logger.log_dir if isinstance(logger, (TensorBoardLogger, CSVLogger)) else getattr(logger, "save_dir", None)
     return Path(found or trainer.default_root_dir)
+
+
+def validation_metrics(logged: Mapping[str, Any], monitor: str | None) -> dict[str, float]:
+    """The one-number validation metrics among those ``logged`` (``val/acc``, ``val_loss``), ``monitor`` too."""
+    return {
+        name: float(value)
+        for name, value in logged.items()
+        if (VALIDATION_METRIC.match(name) or name == monitor)
+        and ((isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, numbers.Real))
+    }
+
+
+def audited_samples(trainer: Trainer, asking: Callback) -> int | None:
+    """This rank's samples of the epoch as another callback audited them (its ``samples_counted``), where one did."""
+    for callback in cast(TrainerAttributes, trainer).callbacks:
+        counted = getattr(callback, "samples_counted", None)
+        if callback is not asking and isinstance(counted, tuple) and counted[0] == trainer.current_epoch:
+            return counted[1]
+    return None

@@ -6,7 +6,6 @@ what it may cost: docs/timing.md, "GPU busy" and "CPU in tensor operations". :mo
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import time
@@ -29,21 +28,6 @@ CPU_WINDOW_STEPS = 6  # on a CPU, where every operator is recorded, read and kep
 PROFILER_WARMUP_STEPS = 2
 TRACE_LIMIT = 20_000  # recorded operations (about 250 bytes each) past which the trace is written only if asked
 CROWDED = 0.1  # the share of the window the training thread waited for a core that puts the verdict in doubt
-# On a CPU, what the window may cost and how a step is priced, each with a margin over what was measured
-# (docs/timing.md, "What the window may cost" and "The operator clock"):
-WINDOW_FIT_SHARE = 0.004  # of the whole fit's time (None: no limit)
-CPU_WINDOW_COST = 4.0  # one recorded step, in unprofiled steps, at its worst (its graph unread)
-EVENTS_PER_NODE = 24  # operator events the profiler records per node of a step's autograd graph
-EVENT_COST = 8.0  # recording, reading and writing one, in bare tiny operators' time (operator_s)
-NODE_COST = EVENTS_PER_NODE * EVENT_COST  # a graph node's price under the profiler, in the same
-START_COST = 1_000.0  # the profiler's start, stop and reading, in the same
-GRAPH_LIMIT = 5_000  # a graph past this many nodes is priced at the worst
-CLOCK_NODE_COST = 12 * 2.5  # the operator clock's: 12 torch calls per node, each 2.5 tiny operators' time
-CLOCK_WORST = 3.0  # the operator clock's price of a step at its worst
-# One recorded step (clocked where the clock may run), the least that reads a share, may cost this many times the
-# window's share of the fit (2 % at the default): a fit of a few tens of steps pays it once where the share pays none,
-# N-BEATS' first fit in a process 1.1 % (docs/results/cpu-2core-operator-clock).
-ONE_STEP_FACTOR = 5.0
 BASE_MARGIN = 0.05  # the margin any share is read with, before the wait for a core widens it
 TRACE_FILE = Path("plugins", "profile", "busy_window", "busy_window.pt.trace.json")  # where TensorBoard looks for it
 
@@ -70,44 +54,6 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
     last = int(batches_per_epoch) - 3
     first = max(1 + PROFILER_WARMUP_STEPS, last - steps + 1)
     return (first, last) if first <= last else None
-
-
-def affordable_steps(fit_s: float, step_s: float, share: float | None, price: float, start_s: float = 0.0) -> float:
-    """The steps of ``step_s`` costing ``price`` each a window may record in ``share`` of ``fit_s`` past ``start_s``."""
-    return math.inf if share is None else (share * fit_s - start_s) / (price * step_s)
-
-
-def graph_nodes(loss: Any, limit: int = GRAPH_LIMIT) -> int | None:
-    """The nodes of ``loss``'s autograd graph, counted up to ``limit``; None where it has none."""
-    seen: set[Any] = set()
-    todo = [getattr(loss, "grad_fn", None)]
-    while todo and len(seen) < limit:
-        node = todo.pop()
-        if node is not None and node not in seen:
-            seen.add(node)
-            todo.extend(child for child, _ in node.next_functions)
-    return len(seen) or None
-
-
-def operator_s(ops: int = 32, repeats: int = 3) -> float:
-    """A bare tiny operator's time on this thread, with no profiler: the least over a few short loops."""
-    tiny, best = torch.zeros(1), math.inf
-    with torch.no_grad():
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(ops):
-                torch.neg(tiny)
-            best = min(best, (time.perf_counter() - start) / ops)
-    return best
-
-
-def step_price(
-    nodes: int | None, op_s: float, step_s: float, node_cost: float = NODE_COST, worst: float = CPU_WINDOW_COST
-) -> float:
-    """A recorded step's cost in steps of ``step_s``: ``node_cost`` times ``op_s`` per graph node, at most ``worst``."""
-    if nodes is None or nodes >= GRAPH_LIMIT or not (op_s > 0 and step_s > 0):  # not read: the worst
-        return worst
-    return min(nodes * node_cost * op_s / step_s, worst)
 
 
 def thread_wait_s() -> float | None:

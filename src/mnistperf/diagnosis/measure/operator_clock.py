@@ -18,7 +18,7 @@ BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
 class OperatorClock(TorchFunctionMode):
     """Times each top-level torch call made while it is entered, calls inside a call left to their caller.
 
-    ``floor_s``: a bare tiny operator's time (:func:`.busy_window.operator_s`); ``nodes``: a training step's
+    ``floor_s``: a bare tiny operator's time (:func:`.window_price.operator_s`); ``nodes``: a training step's
     autograd graph nodes, the calls its backward runs (inf: not counted). :attr:`inside` is every call's time;
     :attr:`beyond` what each took past its floor, so the time tensor operations ran lies between them.
     """

@@ -16,7 +16,7 @@ import torch
 
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import BUSY, FLOPS, TRAIN_S, Gathered, Measures
-from mnistperf.diagnosis.measure import busy_window
+from mnistperf.diagnosis.measure import busy_window, window_price
 from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.epoch_reading import EpochReading
@@ -60,7 +60,7 @@ class EpochClock:
         profile_window: bool = True,
         busy_unavailable: str | None = None,
         trace_limit: int | None = busy_window.TRACE_LIMIT,
-        window_share: float | None = busy_window.WINDOW_FIT_SHARE,
+        window_share: float | None = window_price.WINDOW_FIT_SHARE,
         metric: str | None = None,
         peak: tuple[float | None, str | None] = (None, "no peak was looked up"),
         world_size: int = 1,
@@ -143,7 +143,7 @@ class EpochClock:
         if self.busy_window_steps > 0 and self.device.type != "cuda" and self.window_share is not None:
             # the window's price's other part, before train time starts: a snapshot varies 2x, so the least of the
             # epochs' until the window opens
-            self._op_s = min(self._op_s or math.inf, busy_window.operator_s())
+            self._op_s = min(self._op_s or math.inf, window_price.operator_s())
         if self.busy_window_steps > 0 and not (self.epochs or last):
             self._window_missed(WINDOW_PENDING)
         elif self.busy_window_steps > 0:
@@ -175,21 +175,11 @@ class EpochClock:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
         fit_s = now - self._fit_start + left * step_s
-        price = busy_window.step_price(self._nodes, self._op_s, step_s)
-        start_s = busy_window.START_COST * self._op_s
-        share = self.window_share
-        affordable = busy_window.affordable_steps(fit_s, step_s, share, price, start_s)
         clock_may = self.clock_calls and busy_window.world() is None and not dynamo_compiled()  # docs/timing.md
-        clocked = not affordable >= 1 and clock_may  # then its torch calls are timed, at the clock's price
-        if clocked:
-            cost, worst = busy_window.CLOCK_NODE_COST, busy_window.CLOCK_WORST
-            price, start_s = busy_window.step_price(self._nodes, self._op_s, step_s, cost, worst), 0.0
-            affordable = busy_window.affordable_steps(fit_s, step_s, share, price)
-        if not affordable >= 1:  # one step, the least that reads a share, at a larger share of the fit
-            share *= busy_window.ONE_STEP_FACTOR
-            affordable = min(busy_window.affordable_steps(fit_s, step_s, share, price, start_s), 1.0)
-        if affordable >= 1 and clocked:
-            nodes = self._nodes if self._nodes and self._nodes < busy_window.GRAPH_LIMIT else math.inf
+        weighed = window_price.weigh(fit_s, step_s, self.window_share, self._nodes, self._op_s, clock_may)
+        affordable, price, share = weighed.steps, weighed.price, weighed.share
+        if affordable >= 1 and weighed.clocked:
+            nodes = self._nodes if self._nodes and self._nodes < window_price.GRAPH_LIMIT else math.inf
             window.clock = OperatorClock(self._op_s, nodes)  # a graph not counted: its backward at the least 0
         if not affordable >= 1:  # NaN too
             self.busy_window_steps, self.window = 0, None  # declined: no window again this fit
@@ -202,7 +192,7 @@ class EpochClock:
             )
             return False
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
-            window.cap(int(affordable), step_s, share * fit_s - start_s)
+            window.cap(int(affordable), step_s, share * fit_s - weighed.start_s)
         return True
 
     @property
@@ -213,7 +203,7 @@ class EpochClock:
 
     def read_graph(self, loss: Any) -> None:
         """Where not :attr:`priced`: the nodes of a training step's graph, from its ``loss`` before the backward."""
-        self._nodes = busy_window.graph_nodes(loss)
+        self._nodes = window_price.graph_nodes(loss)
 
     @property
     def profiling(self) -> bool:

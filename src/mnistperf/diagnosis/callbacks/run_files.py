@@ -1,0 +1,68 @@
+"""What the timer leaves at a fit's end on rank 0: its summary printed, timing.json, the report, the window's trace."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch import Trainer
+
+from mnistperf.diagnosis.callbacks.project_reader import log_folder
+from mnistperf.diagnosis.guard import Reporter
+from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.diagnosis.record.run import RunSummary, write_summary
+from mnistperf.diagnosis.record.text import format_headline, interrupted_line, unlogged_monitor, written_line
+from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
+
+
+class RunFiles:
+    """Writes a timed run's files into its log folder as ``summary_file`` and beside it; ``problems`` notes failures.
+
+    ``monitor``: the metric whose last value the summary reports, said where it was never logged.
+    """
+
+    def __init__(self, summary_file: str, monitor: str | None, problems: Reporter):
+        self.summary_file, self.monitor, self.problems = summary_file, monitor, problems
+
+    def write(
+        self, trainer: Trainer, clock: EpochClock, summarize: Callable[[], dict[str, Any]], interrupted: bool
+    ) -> Path | None:
+        """On rank 0: the window's trace, then ``summarize()``'s summary printed and written; where timing.json went.
+
+        Every rank finds the log folder (a collective under DDP, unless ``interrupted``: the others may be gone). Each
+        file is written apart, so that one that fails leaves the others.
+        """
+        folder = Path(trainer.default_root_dir)
+        with self.problems.guard("finding the run's log folder"):
+            folder = log_folder(trainer, every_rank=not interrupted)
+        if not trainer.is_global_zero:
+            return None
+        trace = None
+        with self.problems.guard(f"saving the busy window's trace under {folder}"):
+            trace = clock.export_trace(folder)  # before the summary, which names it
+        summary = summarize()
+        if self.monitor is not None and summary.get("final_metric") is None:
+            with self.problems.guard("reading the metrics logged"):
+                summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
+                self.problems.say_once(trainer, f"{summary['final_metric_reason']}.")
+        run: RunSummary | dict[str, Any] = summary
+        with self.problems.guard("reading the summary"):
+            run = RunSummary.of(summary)  # read once, for the text and the report
+        with self.problems.guard("printing the summary"):
+            print(format_headline(run, str(folder)), flush=True)
+        if interrupted:
+            print(interrupted_line(len(clock.epochs)), flush=True)
+        path, written = folder / self.summary_file, None
+        with self.problems.guard(f"writing {path}"):
+            write_summary({**summary, "problems": list(self.problems.lines)}, path)
+            written = path
+            print(written_line("summary", path), flush=True)
+        if written is not None:  # a folder refusing timing.json was said once
+            with self.problems.guard(f"writing the report beside {path}"):
+                report = path.with_name(REPORT_FILE)
+                write_report(html_report([(str(summary.get("config") or folder.name), run)]), report)
+                print(written_line("report", report), flush=True)
+        if trace is not None:
+            print(written_line("trace", trace), flush=True)
+        return written

@@ -71,13 +71,13 @@ def clock_forced(monkeypatch):
 
     Whatever an earlier test compiled in this process (the clock is declined once anything was).
     """
-    from mnistperf.diagnosis.record import clock
+    from mnistperf.diagnosis.record import window_keeper
 
     def price(nodes, op_s, step_s, node_cost=window_price.NODE_COST, worst=4.0):
         return 1e6 if node_cost == window_price.NODE_COST else 1e-6
 
     monkeypatch.setattr(window_price, "step_price", price)
-    monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)
+    monkeypatch.setattr(window_keeper, "dynamo_compiled", lambda: False)
 
 
 def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(clock_forced):
@@ -90,7 +90,7 @@ def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(cl
     assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
     profiled = timer.epochs[1]["profiled"]
     assert 0 <= profiled["cost_s"] <= profiled["seconds"] and profiled["seconds"] > 0  # its own steps' excess
-    assert timer.clock.recorded is None  # no trace to write
+    assert timer.clock.windows.recorded is None  # no trace to write
     line = format_window(WindowReading.of(window))
     assert "torch calls timed" in line and "the profiler did not run" in line, line
     assert torch._C._is_torch_function_mode_enabled() is False  # the clock left nothing behind
@@ -133,9 +133,9 @@ def test_a_mode_the_users_callback_enters_and_leaves_around_each_step_voids_the_
 
 
 def test_once_torch_compile_has_compiled_code_the_clock_is_declined(clock_forced, monkeypatch):
-    from mnistperf.diagnosis.record import clock
+    from mnistperf.diagnosis.record import window_keeper
 
-    monkeypatch.setattr(clock, "dynamo_compiled", lambda: True)  # a compiled function called inside the step
+    monkeypatch.setattr(window_keeper, "dynamo_compiled", lambda: True)  # a compiled function called inside the step
     timer = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)
     assert timer.busy_window["share"] is None and "operator_clock" not in timer.busy_window

@@ -775,13 +775,13 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
         torch.randn(64, 64) @ torch.randn(64, 64)
     clock = EpochClock(torch.device("cpu"))
     assert clock.export_trace(tmp_path) is None  # nothing recorded: nothing written
-    clock.reading, clock.recorded = WindowReading("cpu", share=0.4), profiler
+    clock.windows.reading, clock.windows.recorded = WindowReading("cpu", share=0.4), profiler
     path = clock.export_trace(tmp_path)
     assert path == tmp_path / TRACE_FILE and path.parent.parent.name == "profile"
     assert path.name.endswith(".pt.trace.json") and [p.name for p in path.parent.iterdir()] == [path.name]
     trace = json.loads(path.read_text())
     assert any(event.get("name") == "aten::matmul" for event in trace["traceEvents"])
-    assert clock.busy_window["trace"] == TRACE_FILE.as_posix() and clock.recorded is None
+    assert clock.busy_window["trace"] == TRACE_FILE.as_posix() and clock.windows.recorded is None
 
 
 def test_ranks_apart_name_the_slowest_and_what_held_it():

@@ -28,7 +28,7 @@ from mnistperf.diagnosis.figures import FIGURES
 from mnistperf.diagnosis.measure import phases
 from mnistperf.diagnosis.measure.busy_window import PROFILER_WARMUP_STEPS
 from mnistperf.diagnosis.measure.samples import read
-from mnistperf.diagnosis.record.clock import PROFILE_ANYWAY
+from mnistperf.diagnosis.record.window_keeper import PROFILE_ANYWAY
 
 ROWS, BATCH, EPOCHS = 24, 4, 2
 SCALARS = (  # the few an epoch hands the loggers by default

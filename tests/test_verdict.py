@@ -229,9 +229,9 @@ def test_on_a_cpu_the_window_records_only_the_steps_the_fit_can_pay_for(monkeypa
 @pytest.mark.parametrize("compiled", [False, True])
 def test_a_fit_whose_share_pays_for_no_step_gets_one_step_at_the_larger_share(monkeypatch, compiled):
     """Clocked, or profiled where the clock may not run (torch.compile has compiled code in the process)."""
-    from mnistperf.diagnosis.record import clock
+    from mnistperf.diagnosis.record import window_keeper
 
-    monkeypatch.setattr(clock, "dynamo_compiled", lambda: compiled)
+    monkeypatch.setattr(window_keeper, "dynamo_compiled", lambda: compiled)
     share = 0.004
     # Whatever the machine's load: the share pays for half a step, the one-step share for more than one.
     weighed = []
@@ -252,14 +252,14 @@ def test_the_windows_price_takes_the_least_of_a_tiny_operators_times_at_the_epoc
     readings = iter([3e-6, 1e-6, 2e-6, 5e-6])
     monkeypatch.setattr(window_price, "operator_s", lambda: next(readings))
     timer = fit(epochs=3, timer={"window_share": 0.004})
-    assert timer.clock._op_s == 1e-6  # epoch 1's and epoch 2's readings; none after the window's epoch
+    assert timer.clock.windows.op_s == 1e-6  # epoch 1's and epoch 2's readings; none after the window's epoch
     assert next(readings) == 2e-6
 
 
 def test_a_fit_that_pays_for_no_clocked_step_even_at_the_larger_share_names_that_share(monkeypatch):
-    from mnistperf.diagnosis.record import clock
+    from mnistperf.diagnosis.record import window_keeper
 
-    monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)
+    monkeypatch.setattr(window_keeper, "dynamo_compiled", lambda: False)
     monkeypatch.setattr(window_price, "affordable_steps", lambda *weighed: 0.5)
     timer = fit(epochs=3, timer={"window_share": 0.004})
     assert timer.busy_window["share"] is None
@@ -327,13 +327,13 @@ def test_a_step_is_priced_by_the_operators_of_its_graph_and_at_its_worst_where_t
 
 
 def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_share(monkeypatch):
-    from mnistperf.diagnosis.record import clock
+    from mnistperf.diagnosis.record import window_keeper
 
     monkeypatch.setattr(window_price, "operator_s", lambda: 1e-9)  # whatever the machine's load
-    monkeypatch.setattr(clock, "dynamo_compiled", lambda: False)  # whatever an earlier test compiled
+    monkeypatch.setattr(window_keeper, "dynamo_compiled", lambda: False)  # whatever an earlier test compiled
     timer = EpochTimer()
     fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)  # two epochs of 30 steps
-    assert timer.clock._nodes is not None and timer.clock._nodes > 3
+    assert timer.clock.windows.nodes is not None and timer.clock.windows.nodes > 3
     assert timer.busy_window["share"] is not None, timer.busy_window
     assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
     one = EpochTimer()  # a one-epoch fit weighs its window before its first epoch ends: priced by its graph too

@@ -150,7 +150,7 @@ class EpochTimer(Callback):
 
     def _window_state(self) -> tuple[bool, int]:
         """Whether the profiled window runs now, and which one is pending (a step timed by its parts holds neither)."""
-        return self.clock.profiling, id(self.clock.window)
+        return self.clock.window_state
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:

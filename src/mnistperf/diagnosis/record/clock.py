@@ -14,27 +14,19 @@ from typing import Any
 
 import torch
 
-from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.figures import BUSY, FLOPS, TRAIN_S, Gathered, Measures
 from mnistperf.diagnosis.measure import busy_window, window_price
-from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.epoch_reading import EpochReading
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
 from mnistperf.diagnosis.measure.memory import device_peaks_mb, measured, reset_device_peaks, rss_mb, workers_pss_mb
-from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import Hints
 from mnistperf.diagnosis.record.rows import epoch_row, ranks_apart
 from mnistperf.diagnosis.record.summary import aggregate
-from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE, WINDOW_PENDING
-from mnistperf.upstream import dynamo_compiled
-
-PROFILE_ANYWAY = (
-    "EpochTimer(window_share=None) profiles it anyway (with LightningCLI: "
-    "--trainer.callbacks.init_args.window_share=null, EpochTimer being the config's last callback)"
-)
+from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
+from mnistperf.diagnosis.record.window_keeper import WindowKeeper
 
 
 def _largest(readings: Iterable[float | None]) -> float:
@@ -69,24 +61,20 @@ class EpochClock:
         flops_reason: str | None = None,
     ):
         self.device, self.metric, self.peak, self.world_size = device, metric, peak, world_size
-        self.clock_calls, self._flops_per_step = clock_calls, flops_per_step
+        self._flops_per_step = flops_per_step
         self._flops_reason = flops_reason or "the step's FLOPs were not counted"
-        self.input_bound_share, self.trace_limit, self.window_share = input_bound_share, trace_limit, window_share
+        self.input_bound_share = input_bound_share
         self._fit_start = time.perf_counter()
         if device.type != "cuda":
             busy_window_steps = min(busy_window_steps, busy_window.CPU_WINDOW_STEPS)
         if busy_unavailable is None and busy_window_steps <= 0:
             busy_unavailable = "the profiled window is off (busy_window_steps 0)"
         wanted = device.type in BUSY and profile_window
-        # Where the busy share was profiled, and its value (None while not measured, with the reason)
-        self.reading = WindowReading(device.type, reason=busy_unavailable) if wanted else None
-        self.busy_window_steps = 0 if busy_unavailable or not wanted else busy_window_steps  # 0: none (left) to open
-        self.window: BusyWindow | None = None
-        self.recorded: Any = None  # the busy window's stopped profiler, until its trace is exported
+        self.windows = WindowKeeper(
+            device.type, busy_window_steps, wanted, busy_unavailable, trace_limit, window_share, clock_calls
+        )
         self.epochs: list[dict[str, Any]] = []
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
-        self._nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
-        self._op_s = 0.0  # on a CPU, a bare tiny operator's least time (operator_s) at the epochs' starts (0: not yet)
         self._loader_workers = True  # whether the fit's loaders may run workers (False: none is looked for)
         self._reset()
 
@@ -107,8 +95,7 @@ class EpochClock:
         self._number = number if number is not None else len(self.epochs) + 1
         self._steps = 0
         self._first_index: int | None = None
-        self._window_open: tuple[float, float, float] | None = None  # (synced time, fetch wait, host wait)
-        self._window_cost: tuple[float, float, float, int] | None = None  # the window's seconds of each, its steps
+        self.windows.epoch_reset()
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
         self._stats: StepStats | None = None
         # Memory is read at this step (the middle of the epoch, while its loader's workers run) and at its end.
@@ -140,84 +127,52 @@ class EpochClock:
         self._loader_workers = loader_workers
         self._reset(batches, number)
         reset_device_peaks(self.device)
-        if self.busy_window_steps > 0 and self.device.type != "cuda" and self.window_share is not None:
-            # the window's price's other part, before train time starts: a snapshot varies 2x, so the least of the
-            # epochs' until the window opens
-            self._op_s = min(self._op_s or math.inf, window_price.operator_s())
-        if self.busy_window_steps > 0 and not (self.epochs or last):
-            self._window_missed(WINDOW_PENDING)
-        elif self.busy_window_steps > 0:
-            self._steps_left = steps_left  # the fit's training steps left at the window's epoch start
-            expected = self.expected_steps(batches)
-            length = f"an epoch taken as the last one's {expected:,.0f} steps: the training loader has no length"
-            self._placed_by = length if expected != batches else ""  # what placed the window, where not the length
-            steps = busy_window.window_steps(expected, self.busy_window_steps)
-            if steps is None:
-                placed = f" ({self._placed_by})" if self._placed_by else ""
-                self._window_missed(
-                    f"epoch {self._number} has {expected:.0f} training steps{placed}, too few for the window"
-                )
-            else:
-                self.window = BusyWindow(*steps, device_type=self.device.type)
+        self.windows.place(self._number, batches, self.expected_steps(batches), not (self.epochs or last), steps_left)
         self._train_start = self._last_step_end = self._synced_now()
         self._cores.start(self._train_start)
 
-    def _weigh_window(self, window: BusyWindow) -> bool:
+    def _weigh_window(self) -> bool:
         """On a CPU, as the window opens: fit it to what the whole fit can pay for (docs/timing.md), or decline it."""
         done = self._steps - 1
-        if self.device.type == "cuda" or self.window_share is None or done < 1 or self._train_start is None:
+        if self.device.type == "cuda" or self.windows.window_share is None or done < 1 or self._train_start is None:
             return True
         now = time.perf_counter()
         step_s = (self._train_s + now - self._train_start) / done
-        left = self._steps_left - done
+        left = self.windows.steps_left(done)
         unknown = math.isnan(left)  # the fit's length: then this epoch's steps left, where known, stand for it
         if unknown:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
-        fit_s = now - self._fit_start + left * step_s
-        clock_may = self.clock_calls and busy_window.world() is None and not dynamo_compiled()  # docs/timing.md
-        weighed = window_price.weigh(fit_s, step_s, self.window_share, self._nodes, self._op_s, clock_may)
-        affordable, price, share = weighed.steps, weighed.price, weighed.share
-        if affordable >= 1 and weighed.clocked:
-            nodes = self._nodes if self._nodes and self._nodes < window_price.GRAPH_LIMIT else math.inf
-            window.clock = OperatorClock(self._op_s, nodes)  # a graph not counted: its backward at the least 0
-        if not affordable >= 1:  # NaN too
-            self.busy_window_steps, self.window = 0, None  # declined: no window again this fit
-            length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
-            self._window_missed(
-                f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
-                f"profiled step ({step_s * 1e3:,.1f} ms, {price:.2g} times that to record"
-                f"{', its torch calls timed' if clock_may else ''}) to cost under {share:.1%} of its time; "
-                f"{PROFILE_ANYWAY}"
-            )
-            return False
-        if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
-            window.cap(int(affordable), step_s, share * fit_s - weighed.start_s)
-        return True
+        return self.windows.weigh(step_s, now - self._fit_start + left * step_s, unknown)
 
     @property
     def priced(self) -> bool:
         """Whether the window needs no price, or has the step's graph to price it by (:meth:`read_graph`)."""
-        unpriced = self.device.type != "cuda" and self.window_share is not None and self.busy_window_steps > 0
-        return not unpriced or self._nodes is not None
+        return self.windows.priced
 
     def read_graph(self, loss: Any) -> None:
         """Where not :attr:`priced`: the nodes of a training step's graph, from its ``loss`` before the backward."""
-        self._nodes = window_price.graph_nodes(loss)
+        self.windows.nodes = window_price.graph_nodes(loss)
 
     @property
     def profiling(self) -> bool:
         """Whether the busy window's profiler runs now (its steps are not the epoch's typical ones)."""
-        return self.window is not None and self._window_open is not None
+        return self.windows.profiling
+
+    @property
+    def window_state(self) -> tuple[bool, int]:
+        """Whether the busy window's profiler runs now, and which window is pending (its identity; None's if none)."""
+        return self.windows.profiling, id(self.windows.window)
+
+    @property
+    def reading(self) -> WindowReading | None:
+        """Where the busy share was profiled, and its value (None while not measured, with the reason)."""
+        return self.windows.reading
 
     @property
     def busy_window(self) -> dict[str, Any] | None:
         """The profiled window's reading as timing.json keeps it, this process's own (None where none is wanted)."""
         return None if self.reading is None else self.reading.as_json()
-
-    def _window_missed(self, reason: str) -> None:
-        assert self.reading is not None  # only where a window is wanted
-        self.reading.reason = reason
 
     def step_start(self, index: int, fetch_wait_s: float = 0.0) -> None:
         """Training step ``index`` of the epoch begins (its batch is on the device), after ``fetch_wait_s`` more wait.
@@ -238,10 +193,15 @@ class EpochClock:
             self._cores.read_workers(now)
         if self._first_index is None:
             self._first_index = index
-        if self.window is not None and index == self.window.opens and self._weigh_window(self.window):
-            self._window_open = (self._synced_now(), self._input_wait_s, self._host_wait_s)
-        if self.window is not None:  # unless declined as it opened
-            self.window.step_start(index)
+        window = self.windows.window
+        if window is not None and index == window.opens and self._weigh_window():
+            self.windows.opened = self._waits()
+        if self.windows.window is not None:  # unless declined as it opened
+            self.windows.window.step_start(index)
+
+    def _waits(self) -> tuple[float, float, float]:
+        """Now, synchronized, and the epoch's input and host waits so far: what the window's cost is read from."""
+        return self._synced_now(), self._input_wait_s, self._host_wait_s
 
     def _read_memory(self) -> None:
         """This process's resident memory and its loader's workers' PSS now (none to read where no loader has any)."""
@@ -252,18 +212,8 @@ class EpochClock:
         """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
         now = time.perf_counter()
         self._intervals.append(math.nan if self.profiling else now - self._last_step_end)
-        if self.window is not None:
-            self.window.step_end(index)
-            if self.window.done:
-                window, self.window = self.window, None
-                self.reading = window.result(self._number)
-                self.reading.in_warmup = not self.epochs
-                self.recorded = window.recorded
-                self.busy_window_steps = 0  # read: no window again this fit
-                if self._window_open is not None:
-                    opened, fetch, host = self._window_open
-                    waits = (self._input_wait_s - fetch, self._host_wait_s - host)
-                    self._window_cost = (self._synced_now() - opened, *waits, window.last - window.opens + 1)
+        if self.windows.window is not None:
+            self.windows.step_end(index, self._number, not self.epochs, self._waits)
             now = time.perf_counter()
         self._last_step_end = now
         if index + 1 == self._batches:
@@ -301,54 +251,15 @@ class EpochClock:
 
     def close(self) -> None:
         """Stop a busy window the run did not finish (an interrupted or shortened epoch), saying why it was not read."""
-        if self.window is not None:
-            window, self.window = self.window, None
-            window.close()
-            if window.reason is not None:  # abandoned for a reason of its own (a graph captured inside it)
-                self._window_missed(window.reason)
-            elif self._first_index is not None and self._first_index > window.opens:
-                self._window_missed(
-                    f"epoch {self._number} began at step {self._first_index + 1} (a fit resumed mid-epoch), past "
-                    f"the window's start at step {window.opens + 1}"
-                )
-            elif (self._first_index or 0) + self._steps > window.last:  # the epoch ran past it, unrecorded
-                self._window_missed(
-                    f"the profiler did not record steps {window.first + 1}-{window.last + 1} of epoch {self._number} "
-                    "(the timer's problems say why)"
-                )
-            else:
-                placed = f"; {self._placed_by}" if self._placed_by else ""
-                self._window_missed(
-                    f"epoch {self._number} ended after {self._steps} of its steps, before the window's last "
-                    f"(step {window.last + 1}{placed}): max_steps, limit_train_batches or the module ended it early"
-                )
+        self.windows.close(self._number, self._first_index, self._steps)
 
     def export_trace(self, folder: Path) -> Path | None:
-        """Save the busy window's trace under ``folder`` (:data:`.busy_window.TRACE_FILE`): its path, or None."""
-        profiler, self.recorded = self.recorded, None
-        if profiler is None or self.reading is None:
-            return None
-        recorded = self.reading.kernels or 0
-        if self.trace_limit is not None and recorded > self.trace_limit:
-            self.reading.trace_skipped = (
-                f"{recorded:,} recorded operations, over the limit of {self.trace_limit:,}; "
-                "EpochTimer(trace_limit=None) writes it"
-            )
-            return None
-        path = folder / busy_window.TRACE_FILE
-        atomic_write(path, lambda tmp: profiler.export_chrome_trace(str(tmp)))
-        self.reading.trace = busy_window.TRACE_FILE.as_posix()
-        return path
+        """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""
+        return self.windows.export_trace(folder)
 
     def _without_window(self) -> tuple[float, float, float]:
         """The epoch's train time, input wait and host wait, the profiled steps replaced by the others' mean."""
-        figures = (self._train_s, self._input_wait_s, self._host_wait_s)
-        if self._window_cost is None or self._steps <= self._window_cost[3]:
-            return figures
-        *inside, steps = self._window_cost
-        scale = self._steps / (self._steps - steps)
-        train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
-        return train, fetch, host
+        return self.windows.without((self._train_s, self._input_wait_s, self._host_wait_s), self._steps)
 
     def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
@@ -412,8 +323,8 @@ class EpochClock:
         extra = {**extra, **utilization(merged[FLOPS], merged[TRAIN_S], self.peak[0], self.world_size)}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))
-        if self._window_cost is not None and self.reading is not None:  # a window read in this epoch
-            seconds, _, _, steps = self._window_cost
+        if self.windows.cost is not None and self.reading is not None:  # a window read in this epoch
+            seconds, _, _, steps = self.windows.cost
             # What the window added to the epoch: its steps' seconds beyond what as many typical steps take.
             cost = max(seconds - steps * self._without_window()[0] / max(self._steps, 1), 0.0)
             extra["profiled"] = dict(steps=steps, seconds=seconds, of_steps=self._steps, extrapolated=True, cost_s=cost)

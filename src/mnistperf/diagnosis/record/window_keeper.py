@@ -1,0 +1,195 @@
+"""The fit's one profiled window as the clock keeps it: placed in an epoch, weighed on a CPU, read, kept out of it.
+
+Where it sits, what it may cost and what it reads: docs/timing.md, "GPU busy" and "What the window may cost".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mnistperf.atomic import atomic_write
+from mnistperf.diagnosis.measure import busy_window, window_price
+from mnistperf.diagnosis.measure.busy_window import BusyWindow
+from mnistperf.diagnosis.measure.operator_clock import OperatorClock
+from mnistperf.diagnosis.measure.window_reading import WindowReading
+from mnistperf.diagnosis.record.verdict import WINDOW_PENDING
+from mnistperf.upstream import dynamo_compiled
+
+PROFILE_ANYWAY = (
+    "EpochTimer(window_share=None) profiles it anyway (with LightningCLI: "
+    "--trainer.callbacks.init_args.window_share=null, EpochTimer being the config's last callback)"
+)
+Waits = tuple[float, float, float]  # (synced seconds, input wait, host wait), as the clock reads them
+
+
+class WindowKeeper:
+    """The window of up to ``steps`` steps a fit profiles once (0: none), on ``device_type``, and its reading.
+
+    ``reading`` is None where no window is wanted, else it says the share or why none was read (``unavailable``).
+    ``trace_limit``, ``window_share`` and ``clock_calls`` as :class:`~mnistperf.diagnosis.record.clock.EpochClock`'s.
+    """
+
+    def __init__(
+        self,
+        device_type: str,
+        steps: int,
+        wanted: bool,
+        unavailable: str | None,
+        trace_limit: int | None,
+        window_share: float | None,
+        clock_calls: bool,
+    ):
+        self.device_type, self.trace_limit, self.window_share = device_type, trace_limit, window_share
+        self.clock_calls = clock_calls
+        self.reading = WindowReading(device_type, reason=unavailable) if wanted else None
+        self.steps = 0 if unavailable or not wanted else steps  # 0: none (left) to open
+        self.window: BusyWindow | None = None
+        self.recorded: Any = None  # the window's stopped profiler, until its trace is exported
+        self.nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
+        self.op_s = 0.0  # on a CPU, a bare tiny operator's least time (operator_s) at the epochs' starts (0: not yet)
+        self._steps_left = math.inf  # the fit's training steps left at the window's epoch start
+        self._placed_by = ""  # what placed the window, where not its epoch's length
+        self.epoch_reset()
+
+    def epoch_reset(self) -> None:
+        """A new epoch: no window opened or read in it yet."""
+        self.opened: Waits | None = None  # the clock's figures as the window opened
+        self.cost: tuple[float, float, float, int] | None = None  # the window's seconds of each figure, its steps
+
+    @property
+    def profiling(self) -> bool:
+        """Whether the window's profiler runs now (its steps are not the epoch's typical ones)."""
+        return self.window is not None and self.opened is not None
+
+    @property
+    def priced(self) -> bool:
+        """Whether the window needs no price, or has the step's graph to price it by (:attr:`nodes`)."""
+        unpriced = self.device_type != "cuda" and self.window_share is not None and self.steps > 0
+        return not unpriced or self.nodes is not None
+
+    def missed(self, reason: str) -> None:
+        """Say why no share was read."""
+        assert self.reading is not None  # only where a window is wanted
+        self.reading.reason = reason
+
+    def place(self, number: int, batches: float, expected: float, pending: bool, steps_left: float) -> None:
+        """Epoch ``number`` starts, of ``batches`` steps (``expected``: as the clock takes them): place the window.
+
+        ``pending``: the window waits for a steady epoch; ``steps_left``: the fit's (NaN: not known).
+        """
+        if self.steps > 0 and self.device_type != "cuda" and self.window_share is not None:
+            # the window's price's other part, before train time starts: a snapshot varies 2x, so the least of the
+            # epochs' until the window opens
+            self.op_s = min(self.op_s or math.inf, window_price.operator_s())
+        if self.steps > 0 and pending:
+            self.missed(WINDOW_PENDING)
+        elif self.steps > 0:
+            self._steps_left = steps_left
+            length = f"an epoch taken as the last one's {expected:,.0f} steps: the training loader has no length"
+            self._placed_by = length if expected != batches else ""
+            steps = busy_window.window_steps(expected, self.steps)
+            if steps is None:
+                placed = f" ({self._placed_by})" if self._placed_by else ""
+                self.missed(f"epoch {number} has {expected:.0f} training steps{placed}, too few for the window")
+            else:
+                self.window = BusyWindow(*steps, device_type=self.device_type)
+
+    def weigh(self, step_s: float, fit_s: float, unknown: bool) -> bool:
+        """On a CPU, as the window opens, after steps of ``step_s``: fit it to what a ``fit_s`` fit pays for.
+
+        False where it is declined (``unknown``: the fit's length was not known ahead).
+        """
+        window = self.window
+        assert window is not None and self.window_share is not None
+        clock_may = self.clock_calls and busy_window.world() is None and not dynamo_compiled()  # docs/timing.md
+        weighed = window_price.weigh(fit_s, step_s, self.window_share, self.nodes, self.op_s, clock_may)
+        affordable, share = weighed.steps, weighed.share
+        if affordable >= 1 and weighed.clocked:
+            nodes = self.nodes if self.nodes and self.nodes < window_price.GRAPH_LIMIT else math.inf
+            window.clock = OperatorClock(self.op_s, nodes)  # a graph not counted: its backward at the least 0
+        if not affordable >= 1:  # NaN too
+            self.steps, self.window = 0, None  # declined: no window again this fit
+            length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
+            self.missed(
+                f"the fit, {length if unknown else ''}some {fit_s:,.1f} s in all as far as known, is too short for one "
+                f"profiled step ({step_s * 1e3:,.1f} ms, {weighed.price:.2g} times that to record"
+                f"{', its torch calls timed' if clock_may else ''}) to cost under {share:.1%} of its time; "
+                f"{PROFILE_ANYWAY}"
+            )
+            return False
+        if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
+            window.cap(int(affordable), step_s, share * fit_s - weighed.start_s)
+        return True
+
+    def steps_left(self, done: int) -> float:
+        """The fit's training steps left after ``done`` of the window's epoch (NaN: not known)."""
+        return self._steps_left - done
+
+    def step_end(self, index: int, number: int, warm_up: bool, now: Callable[[], Waits]) -> None:
+        """Step ``index`` of epoch ``number`` ended; after the window's last, its reading, and its cost from ``now``."""
+        window = self.window
+        assert window is not None
+        window.step_end(index)
+        if window.done:
+            self.window, self.reading = None, window.result(number)
+            self.reading.in_warmup = warm_up
+            self.recorded = window.recorded
+            self.steps = 0  # read: no window again this fit
+            if self.opened is not None:
+                ended = now()
+                seconds, fetch, host = (end - start for end, start in zip(ended, self.opened, strict=True))
+                self.cost = (seconds, fetch, host, window.last - window.opens + 1)
+
+    def close(self, number: int, first_index: int | None, steps: int) -> None:
+        """Stop a window epoch ``number`` did not finish (its ``steps`` from ``first_index``), saying why not read."""
+        if self.window is None:
+            return
+        window, self.window = self.window, None
+        window.close()
+        if window.reason is not None:  # abandoned for a reason of its own (a graph captured inside it)
+            self.missed(window.reason)
+        elif first_index is not None and first_index > window.opens:
+            self.missed(
+                f"epoch {number} began at step {first_index + 1} (a fit resumed mid-epoch), past "
+                f"the window's start at step {window.opens + 1}"
+            )
+        elif (first_index or 0) + steps > window.last:  # the epoch ran past it, unrecorded
+            self.missed(
+                f"the profiler did not record steps {window.first + 1}-{window.last + 1} of epoch {number} "
+                "(the timer's problems say why)"
+            )
+        else:
+            placed = f"; {self._placed_by}" if self._placed_by else ""
+            self.missed(
+                f"epoch {number} ended after {steps} of its steps, before the window's last "
+                f"(step {window.last + 1}{placed}): max_steps, limit_train_batches or the module ended it early"
+            )
+
+    def without(self, figures: tuple[float, float, float], steps: int) -> tuple[float, float, float]:
+        """An epoch's train time, input wait and host wait over ``steps``, its profiled steps as the others' mean."""
+        if self.cost is None or steps <= self.cost[3]:
+            return figures
+        *inside, profiled = self.cost
+        scale = steps / (steps - profiled)
+        train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
+        return train, fetch, host
+
+    def export_trace(self, folder: Path) -> Path | None:
+        """Save the window's trace under ``folder`` (:data:`.busy_window.TRACE_FILE`): its path, or None."""
+        profiler, self.recorded = self.recorded, None
+        if profiler is None or self.reading is None:
+            return None
+        recorded = self.reading.kernels or 0
+        if self.trace_limit is not None and recorded > self.trace_limit:
+            self.reading.trace_skipped = (
+                f"{recorded:,} recorded operations, over the limit of {self.trace_limit:,}; "
+                "EpochTimer(trace_limit=None) writes it"
+            )
+            return None
+        path = folder / busy_window.TRACE_FILE
+        atomic_write(path, lambda tmp: profiler.export_chrome_trace(str(tmp)))
+        self.reading.trace = busy_window.TRACE_FILE.as_posix()
+        return path

@@ -7,7 +7,7 @@ and validation begin and end. Under DDP each rank measures itself; global rank 0
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,7 +22,6 @@ from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import (
     TrainerAttributes,
-    audited_samples,
     last_epoch,
     project_hints,
     project_terms,
@@ -31,22 +30,22 @@ from mnistperf.diagnosis.callbacks.project_reader import (
 )
 from mnistperf.diagnosis.callbacks.run_files import RunFiles
 from mnistperf.diagnosis.callbacks.timed_steps import TimedSteps
+from mnistperf.diagnosis.callbacks.timer_samples import TimerSamples
 from mnistperf.diagnosis.figures import FORWARD_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import TrainingBatches, fit_may_run_workers
+from mnistperf.diagnosis.measure.batches import fit_may_run_workers
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_STEPS
 from mnistperf.diagnosis.measure.device_syncs import syncs_for
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
 from mnistperf.diagnosis.measure.phases import StepPhases, sampled, unsampled
-from mnistperf.diagnosis.measure.samples import READINGS, disagreeing, loader_samples
 from mnistperf.diagnosis.measure.window_price import WINDOW_FIT_SHARE
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, run_summary
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
-from mnistperf.upstream import lightning_batch_size, restore_hook, skip_hook, swap_profiler
+from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
 
 LIGHTNING_BARS = (TQDMProgressBar, RichProgressBar)  # the bars that show Lightning's epoch, counted from 0
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
@@ -177,21 +176,16 @@ class EpochTimer(Callback):
         with self.problems.guard("naming the advice in the project's terms"):
             cuda = pl_module.device.type == "cuda"
             self._project_hints = project_hints(self.hints, project_terms(trainer), cuda)
-        self._epoch_open = self._uncounted = self._split_said = False
+        self._epoch_open = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
-        self._own: Callable[[Any], int] | None = own if callable(own) else None
-        loaders = trainer.train_dataloader if self._own is None else None  # a count of the user's takes them whole
-        self.batches = TrainingBatches(self.problems, loaders, guesses=self._own is None)
+        self.samples = TimerSamples(self.problems, trainer, own if callable(own) else None)
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing the epoch, its fetch wait and its counts from zero."""
         self._epoch_open = True
         self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
-        self._trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
-        self._loader_samples = [0.0] * len(self.batches.names)  # the epoch's samples per training loader
-        self._counted = 0.0  # this rank's samples of the epoch (NaN: a step's were not counted)
-        self._first_batch: tuple[int, int | None] | None = None  # the epoch's first batch: counted, Lightning's reading
+        self.samples.epoch_start()
         self._fetch.reset()
         self._phases.reset()
         workers = True  # where the loaders cannot be read, /proc is
@@ -214,25 +208,7 @@ class EpochTimer(Callback):
                 self.clock.flops_counted(reason=self._flops.begin(steps_left(trainer)))
         except Exception as error:
             self.problems.note("timing a step's start", error)
-        counts: list[int | None] = [None]
-        try:  # apart from the timing: a step whose clock failed still has its samples
-            counts = self.batches.begin(batch, self._samples)
-            first = self.batches.take_first()
-            if first is not None:
-                module, as_one, guess = type(pl_module).__name__, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS
-                for line in epoch_text.first_batch_lines(first, as_one, guess, module):
-                    self.problems.say_once(trainer, line)
-        except Exception as error:
-            self.problems.note("counting a step's samples", error)
-        # Lightning's reading, where the count is the reader's own (a count of the user's differs from it by design)
-        if self._first_batch is None and self._own is None and not self.batches.several and None not in counts:
-            with self.problems.guard("reading the batch as Lightning does"):
-                one_pass = isinstance(batch, Iterator)  # reading it would use it up
-                counted = sum(count for count in counts if count is not None)
-                self._first_batch = (counted, None if one_pass else lightning_batch_size(batch))
-        if None in counts and not self._uncounted:
-            self._uncounted = True
-            self.problems.say_once(trainer, epoch_text.uncounted(type(batch).__name__, type(pl_module).__name__))
+        self.samples.begin(trainer, pl_module, batch)  # apart from the timing: a step whose clock failed still counts
         try:  # profiled steps run slower: none of them is sampled
             if self._sampling:  # the next training step of a sample spanning several (gradient accumulation)
                 self._phases.start()
@@ -243,25 +219,13 @@ class EpochTimer(Callback):
             self._sample(False)
             self.problems.note("marking a sampled step's start", error)
 
-    def _samples(self, part: Any) -> int | None:
-        """A training loader's samples in a step's batch: 0 where it gave none, else the user's count or its length."""
-        if part is None:
-            return 0
-        return int(self._own(part)) if self._own is not None else READINGS.read(part).samples
-
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """Count the step's samples, now that it trained, and mark its end (after the epoch's last, training ends)."""
         try:
-            counts = self.batches.trained()
-            if counts is not None:  # not for a None batch, which Lightning ends without beginning it
-                self._trained = (batch_idx if self._trained[0] is None else self._trained[0], batch_idx)
-                samples = None if None in counts else sum(counts)
+            began, samples = self.samples.end(batch_idx)
+            if began:  # not for a None batch, which Lightning ends without beginning it
                 self.clock.count(samples)
-                self._counted += math.nan if samples is None else samples
-                if self.batches.several:  # each loader's samples, where the epoch's row tells them apart
-                    for loader, samples in enumerate(counts):
-                        self._loader_samples[loader] += math.nan if samples is None else samples
             if self._sampling and self._phases.end():
                 self._sample(False)
             if self._flops.counting:
@@ -330,7 +294,7 @@ class EpochTimer(Callback):
         self._epoch_open = False
         with self.problems.guard("giving back the loggers' and the module's calls timed on a step"):
             self._timed_steps.stop()  # a step timed by its parts holds no epoch's end
-        self.batches.trained()  # what a batch the module skipped, ending the epoch, left begun: let go
+        self.samples.batches.trained()  # what a batch the module skipped, ending the epoch, left begun: let go
         self._sample(False)  # the epoch ended inside a sample (a batch the module skipped)
         self._stop_flops()
         measures = Measures.unmeasured()
@@ -338,18 +302,17 @@ class EpochTimer(Callback):
             self.clock.add_fetch_wait(self._fetch.reset())
             measures = Measures.of(self.clock.read_epoch(self._phases.shares()))
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
-            gathered = gather(measures, trainer.strategy, self._loader_samples if self.batches.several else [])
+            per_loader = self.samples.per_loader if self.samples.batches.several else []
+            gathered = gather(measures, trainer.strategy, per_loader)
         except Exception as error:
             self.problems.note("gathering the epoch's figures", error)
             return
         extra: dict[str, Any] = dict(self._val_metrics)
         with self.problems.guard("counting the epoch's samples per loader and its split"):
-            if gathered.loader_samples:
-                extra["loader_samples"] = {
-                    name: None if math.isnan(count) else int(count)
-                    for name, count in zip(self.batches.names, gathered.loader_samples, strict=True)
-                }
-            reason = unsampled(*self._trained, trainer.accumulate_grad_batches)
+            loaders = self.samples.loader_row(gathered.loader_samples)
+            if loaders is not None:
+                extra["loader_samples"] = loaders
+            reason = unsampled(*self.samples.trained, trainer.accumulate_grad_batches)
             if math.isnan(gathered.measures[FORWARD_S]) and not self._phases.started and reason is not None:
                 extra["split_reason"] = reason
                 if not self._split_said:  # once a fit
@@ -358,7 +321,7 @@ class EpochTimer(Callback):
                         trainer, f"train time is not split into forward, backward and optimizer: {reason}."
                     )
         with self.problems.guard("checking the epoch's samples against other counts"):
-            counts = self._counts_apart(trainer)
+            counts = self.samples.counts_apart(trainer, self)
             if counts:
                 extra["sample_counts"] = counts
         try:
@@ -372,22 +335,6 @@ class EpochTimer(Callback):
         first = type(trainer.progress_bar_callback) in LIGHTNING_BARS and len(self.epochs) == 1
         bar = f" (bar: Epoch {trainer.current_epoch})" if first else ""
         self.problems.say(trainer, epoch_text.format_epoch(row, bar))
-
-    def _counts_apart(self, trainer: Trainer) -> dict[str, int] | None:
-        """This rank's samples of the epoch beside every other count of them known, where any disagrees.
-
-        The others: an audit's (a callback's ``samples_counted``), the loader's length times its batch size, and
-        Lightning's reading of the epoch's first batch.
-        """
-        others: dict[str, int | None] = {"audit": audited_samples(trainer, self), "loader": None}
-        first, last = self._trained
-        if first == 0 and last is not None and not self.batches.several:
-            others["loader"] = loader_samples(trainer.train_dataloader, last + 1)
-        counts = disagreeing(self._counted, others) or {}
-        if self._first_batch is not None and self._first_batch[1] is not None and len(set(self._first_batch)) > 1:
-            counts = {"counted": int(self._counted), **counts, "batch": self._first_batch[0]}
-            counts["lightning"] = self._first_batch[1]
-        return counts or None
 
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -1,0 +1,102 @@
+"""The samples EpochTimer counts: each step's, each training loader's and the epoch's, beside every other count."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from lightning.pytorch import LightningModule, Trainer
+
+from mnistperf.diagnosis.callbacks.project_reader import audited_samples
+from mnistperf.diagnosis.guard import Reporter
+from mnistperf.diagnosis.measure.batches import TrainingBatches
+from mnistperf.diagnosis.measure.samples import READINGS, disagreeing, loader_samples
+from mnistperf.diagnosis.record import epoch_text
+from mnistperf.upstream import lightning_batch_size
+
+
+class TimerSamples:
+    """A fit's training samples as the timer counts them, each step's kept until it trained; ``problems`` says why not.
+
+    ``own``: the user's ``batch -> int`` (the timer's ``samples_in_batch``, else the module's), which counts each batch
+    whole; by default the reader's count of each training loader's part.
+    """
+
+    def __init__(self, problems: Reporter, trainer: Trainer | None = None, own: Callable[[Any], int] | None = None):
+        self.problems, self.own = problems, own
+        loaders = trainer.train_dataloader if trainer is not None and own is None else None
+        self.batches = TrainingBatches(problems, loaders, guesses=own is None)
+        self._uncounted = False  # whether a batch without a count was said, once a fit
+        self.epoch_start()
+
+    def epoch_start(self) -> None:
+        """A new epoch: nothing of it counted."""
+        self.trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
+        self.per_loader = [0.0] * len(self.batches.names)  # the epoch's samples per training loader
+        self.counted = 0.0  # this rank's samples of the epoch (NaN: a step's were not counted)
+        self._first_batch: tuple[int, int | None] | None = None  # the epoch's first batch: counted, Lightning's reading
+
+    def _count(self, part: Any) -> int | None:
+        """A training loader's samples in a step's batch: 0 where it gave none, else the user's count or its length."""
+        if part is None:
+            return 0
+        return int(self.own(part)) if self.own is not None else READINGS.read(part).samples
+
+    def begin(self, trainer: Trainer, module: LightningModule, batch: Any) -> None:
+        """A step begins: read its samples; say once what the fit's first batch showed, or that none gives a count."""
+        counts: list[int | None] = [None]
+        try:
+            counts = self.batches.begin(batch, self._count)
+            first = self.batches.take_first()
+            if first is not None:
+                name, as_one, guess = type(module).__name__, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS
+                for line in epoch_text.first_batch_lines(first, as_one, guess, name):
+                    self.problems.say_once(trainer, line)
+        except Exception as error:
+            self.problems.note("counting a step's samples", error)
+        # Lightning's reading, where the count is the reader's own (a count of the user's differs from it by design)
+        if self._first_batch is None and self.own is None and not self.batches.several and None not in counts:
+            with self.problems.guard("reading the batch as Lightning does"):
+                one_pass = isinstance(batch, Iterator)  # reading it would use it up
+                counted = sum(count for count in counts if count is not None)
+                self._first_batch = (counted, None if one_pass else lightning_batch_size(batch))
+        if None in counts and not self._uncounted:
+            self._uncounted = True
+            self.problems.say_once(trainer, epoch_text.uncounted(type(batch).__name__, type(module).__name__))
+
+    def end(self, index: int) -> tuple[bool, int | None]:
+        """Step ``index`` trained: whether one began (not for a None batch), and its samples (None: not counted)."""
+        counts = self.batches.trained()
+        if counts is None:
+            return False, None
+        self.trained = (index if self.trained[0] is None else self.trained[0], index)
+        samples = None if None in counts else sum(counts)
+        self.counted += math.nan if samples is None else samples
+        if self.batches.several:  # each loader's samples, where the epoch's row tells them apart
+            for loader, part in enumerate(counts):
+                self.per_loader[loader] += math.nan if part is None else part
+        return True, samples
+
+    def loader_row(self, gathered: list[float]) -> dict[str, int | None] | None:
+        """The epoch's samples per training loader as its row keeps them, ``gathered`` over the ranks, where several."""
+        if not gathered:
+            return None
+        names = self.batches.names
+        return {name: None if math.isnan(count) else int(count) for name, count in zip(names, gathered, strict=True)}
+
+    def counts_apart(self, trainer: Trainer, asking: Any) -> dict[str, int] | None:
+        """This rank's samples of the epoch beside every other count of them known, where any disagrees.
+
+        The others: an audit's (another callback's than ``asking``), the loader's length times its batch size, and
+        Lightning's reading of the epoch's first batch.
+        """
+        others: dict[str, int | None] = {"audit": audited_samples(trainer, asking), "loader": None}
+        first, last = self.trained
+        if first == 0 and last is not None and not self.batches.several:
+            others["loader"] = loader_samples(trainer.train_dataloader, last + 1)
+        counts = disagreeing(self.counted, others) or {}
+        if self._first_batch is not None and self._first_batch[1] is not None and len(set(self._first_batch)) > 1:
+            counts = {"counted": int(self.counted), **counts, "batch": self._first_batch[0]}
+            counts["lightning"] = self._first_batch[1]
+        return counts or None

@@ -109,8 +109,10 @@ def test_training_batches_split_each_loaders_part_and_tell_what_the_first_batch_
     assert lines == ["the tensors of a training batch (dict) lead with different lengths (2, 5): 2"]  # no loader named
 
 
-def test_one_reading_of_each_batch_serves_both_callbacks(monkeypatch):
-    """With both callbacks, each training batch is read once (the reader runs once a step), and both count it."""
+@pytest.mark.parametrize("order", ["timer, audit", "audit, timer", "audit"])
+def test_one_reading_of_each_batch_serves_both_callbacks(monkeypatch, order):
+    """With both callbacks, in either order, each training batch is read once (the reader runs once a step), and both
+    count it; no batch is held past the fit."""
     from mnistperf.diagnosis.measure import samples
 
     class Fit(LightningModule):
@@ -127,12 +129,14 @@ def test_one_reading_of_each_batch_serves_both_callbacks(monkeypatch):
     reads = []
     monkeypatch.setattr(samples, "read", lambda batch, dims=1: reads.append(batch) or read(batch, dims))
     timer, audit = EpochTimer(), SampleAudit()
+    callbacks = {"timer, audit": [timer, audit], "audit, timer": [audit, timer], "audit": [audit]}[order]
     rows = [(torch.full((4,), float(i)), torch.tensor(i)) for i in range(MOLECULES)]
-    fit_module(Fit(), DataLoader(rows, batch_size=BATCH), callbacks=[timer, audit], max_epochs=2)
+    fit_module(Fit(), DataLoader(rows, batch_size=BATCH), callbacks=callbacks, max_epochs=2)
     steps = 2 * MOLECULES // BATCH
     assert len(reads) == steps
-    assert [row["samples"] for row in timer.epochs] == [MOLECULES] * 2
+    assert [row["samples"] for row in timer.epochs] == ([MOLECULES] * 2 if timer in callbacks else [])
     assert [(row["seen"], row["distinct"]) for row in audit.epochs] == [(MOLECULES, MOLECULES)] * 2
+    assert samples.READINGS._step is None and not samples.READINGS._kept  # the last batch let go
 
 
 # Batches of the kinds published libraries hand their steps, each holding 16 samples of 3x4x4 images.

@@ -359,7 +359,26 @@ def test_a_change_in_place_to_a_second_loaders_batch_has_every_step_copied():
 
 def test_an_epoch_that_trained_no_step_decides_nothing():
     audit = fitted(InPlace(EVERY, skip_first=True), DataLoader(Rows(), batch_size=5), epochs=2)
+    assert counts(audit.epochs[0])[:2] == (0, 0)  # its one step begun was declined: not counted
     assert counts(audit.epochs[1]) == (ROWS, ROWS, 0, 0) and not audit._as_they_are
+
+
+class DeclinesAt(InPlace):
+    """Declines epoch 1's step ``at`` as it begins (its batch-start hook returns -1), which ends that epoch."""
+
+    def __init__(self, at: int):
+        super().__init__(())
+        self.at = at
+
+    def on_train_batch_start(self, batch, batch_idx):
+        return -1 if self.trainer.current_epoch == 0 and batch_idx == self.at else None
+
+
+def test_a_step_the_module_declines_as_it_begins_is_not_counted():
+    """The audit counts a step as the next begins; the declined one, which ends the epoch, is let go uncounted."""
+    audit = fitted(DeclinesAt(2), DataLoader(Rows(), batch_size=5), epochs=2)
+    assert counts(audit.epochs[0])[:2] == (10, 10)  # steps 1 and 2 of 5 rows, not the third
+    assert counts(audit.epochs[1]) == (ROWS, ROWS, 0, 0)
 
 
 def test_a_kept_step_that_changes_its_batch_in_place_leaves_its_epoch_not_audited_and_the_next_copied(capsys):

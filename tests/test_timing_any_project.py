@@ -588,9 +588,11 @@ def test_input_bound_advice_leaves_out_what_the_loader_already_sets(tmp_path):
     Read for the input bound whatever the fit measured: on a busy machine its own worker may hold the cores.
     """
     loader = DataLoader(SlowItems(), batch_size=2, num_workers=1, persistent_workers=True)
-    trainer = fit_module(TupleBatches(), loader, callbacks=[EpochTimer()], default_root_dir=tmp_path)
+    timer = EpochTimer()
+    trainer = fit_module(TupleBatches(), loader, callbacks=[timer], default_root_dir=tmp_path)
     hints = project_hints(None, project_terms(trainer), cuda=False)["input-bound"]
     assert hints[0] == "more DataLoader workers (num_workers)" and not [h for h in hints if "persistent" in h]
+    assert timer._project_hints["input-bound"] == hints  # what the timer's advice gives an input bound
 
 
 class Stream:

@@ -102,6 +102,27 @@ def test_lightning_reports_its_training_fetch_to_the_profiler_put_in_its_place(t
     assert len(fetches) >= 2, f"{LIGHTNING} no longer reports its training fetch as ...{upstream.TRAIN_FETCH_ACTION}"
 
 
+class DeclinesSecond(BoringModel):
+    """Declines its second step as it begins (its batch-start hook returns -1), which ends the epoch."""
+
+    def on_train_batch_start(self, batch, batch_idx):
+        return -1 if batch_idx == 1 else None
+
+
+def test_lightning_counts_a_step_as_started_only_where_no_batch_start_declined_it(tmp_path):
+    read = []
+
+    class Reads(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            read.append(upstream.steps_started(trainer))
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            read.append(upstream.steps_started(trainer))
+
+    fit_module(DeclinesSecond(), callbacks=[Reads()], max_epochs=1, limit_val_batches=0, default_root_dir=tmp_path)
+    assert read == [0, 1, 1], f"{LIGHTNING} no longer counts only the steps that ran as started: {read}"
+
+
 class ShadowsStepLogs(Callback):
     """Shadows the step's logging on its owner as the timer does, counting its calls."""
 

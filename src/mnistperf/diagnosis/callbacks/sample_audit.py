@@ -248,25 +248,33 @@ class SampleAudit(Callback):
             if self._watched and not self._as_they_are:
                 self._check_watched()
             self.batches.begin(batch, self._read)
-            first = self.batches.take_first()
-            if first is not None:
-                module, as_one, guess = type(pl_module).__name__, epoch_text.AUDIT_AS_ONE, epoch_text.AUDIT_GUESS
-                for line in epoch_text.first_batch_lines(first, as_one, guess, module):
-                    self.problems.say_once(trainer, line)
-            self._started_before = -1 if trainer is None else steps_started(trainer)
             if len(self._seen) > len(self.batches.names):  # read as one loader's from now on: pool what was carried
                 seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
                 self._start_epoch()
                 self._seen, self._carried_counts = [seen], [carried]
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
+        first = self.batches.take_first()  # said where the read failed too: it may say why
+        if first is not None:
+            module, as_one, guess = type(pl_module).__name__, epoch_text.AUDIT_AS_ONE, epoch_text.AUDIT_GUESS
+            for line in epoch_text.first_batch_lines(first, as_one, guess, module):
+                self.problems.say_once(trainer, line)
+        try:  # not a guard's context: this runs every step
+            self._started_before = -1 if trainer is None else steps_started(trainer)
+        except Exception as error:
+            self._started_before = -1  # not known: the step is counted as one that ran
+            self.problems.note("reading the steps Lightning started", error)
 
     def _settle(self) -> None:
-        """Count the step begun last where it ran; let it go where the module declined it as it began."""
-        if self.batches.pending is None:
-            return
-        trainer = self._trainer
-        if self._started_before < 0 or trainer is None or steps_started(trainer) > self._started_before:
+        """Count the step begun last where it ran; let it go where the module declined it as it began.
+
+        Either way the batches read are let go (also where the step's read failed, leaving nothing pending).
+        """
+        trainer, ran = self._trainer, True
+        if self.batches.pending is not None and self._started_before >= 0 and trainer is not None:
+            with self.problems.guard("reading the steps Lightning started"):
+                ran = steps_started(trainer) > self._started_before
+        if self.batches.pending is not None and ran:
             self._commit()
         else:
             self.batches.trained()
@@ -340,7 +348,7 @@ class SampleAudit(Callback):
         trainer = self._trainer
         if trainer is None or not self._in_epoch:
             return {}
-        self._commit()
+        self._settle()
         parts = self._local(trainer)  # its hash may find the epoch not audited
         order = Order.UNKNOWN if self._failed is None else Order.FAILED
         shares = gathered_shares(trainer, parts, order, self._carried_counts)

@@ -48,13 +48,13 @@ class TimerSamples:
         counts: list[int | None] = [None]
         try:
             counts = self.batches.begin(batch, self._count)
-            first = self.batches.take_first()
-            if first is not None:
-                name, as_one, guess = type(module).__name__, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS
-                for line in epoch_text.first_batch_lines(first, as_one, guess, name):
-                    self.problems.say_once(trainer, line)
         except Exception as error:
             self.problems.note("counting a step's samples", error)
+        first = self.batches.take_first()  # said where the count failed too: it may say why
+        if first is not None:
+            name, as_one, guess = type(module).__name__, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS
+            for line in epoch_text.first_batch_lines(first, as_one, guess, name):
+                self.problems.say_once(trainer, line)
         # Lightning's reading, where the count is the reader's own (a count of the user's differs from it by design)
         if self._first_batch is None and self.own is None and not self.batches.several and None not in counts:
             with self.problems.guard("reading the batch as Lightning does"):

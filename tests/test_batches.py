@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 from conftest import fit_module
-from lightning import LightningModule, Trainer
+from lightning import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
@@ -109,34 +109,60 @@ def test_training_batches_split_each_loaders_part_and_tell_what_the_first_batch_
     assert lines == ["the tensors of a training batch (dict) lead with different lengths (2, 5): 2"]  # no loader named
 
 
+class Linear(LightningModule):
+    """A linear layer on batches of (x [B, 4], label [B]), validated on the same."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).mean()
+
+    def validation_step(self, batch, batch_idx):
+        return self.layer(batch[0]).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def labelled_rows() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(torch.full((4,), float(i)), torch.tensor(i)) for i in range(MOLECULES)]
+
+
 @pytest.mark.parametrize("order", ["timer, audit", "audit, timer", "audit"])
 def test_one_reading_of_each_batch_serves_both_callbacks(monkeypatch, order):
     """With both callbacks, in either order, each training batch is read once (the reader runs once a step), and both
     count it; no batch is held past the fit."""
     from mnistperf.diagnosis.measure import samples
 
-    class Fit(LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     reads = []
     monkeypatch.setattr(samples, "read", lambda batch, dims=1: reads.append(batch) or read(batch, dims))
     timer, audit = EpochTimer(), SampleAudit()
     callbacks = {"timer, audit": [timer, audit], "audit, timer": [audit, timer], "audit": [audit]}[order]
-    rows = [(torch.full((4,), float(i)), torch.tensor(i)) for i in range(MOLECULES)]
-    fit_module(Fit(), DataLoader(rows, batch_size=BATCH), callbacks=callbacks, max_epochs=2)
+    fit_module(Linear(), DataLoader(labelled_rows(), batch_size=BATCH), callbacks=callbacks, max_epochs=2)
     steps = 2 * MOLECULES // BATCH
     assert len(reads) == steps
     assert [row["samples"] for row in timer.epochs] == ([MOLECULES] * 2 if timer in callbacks else [])
     assert [(row["seen"], row["distinct"]) for row in audit.epochs] == [(MOLECULES, MOLECULES)] * 2
     assert samples.READINGS._step is None and not samples.READINGS._kept  # the last batch let go
+
+
+def test_no_training_batch_is_held_through_a_validation_inside_the_epoch():
+    """The audit alone counts the step before a validation as it starts, and lets go of its batch then."""
+    from mnistperf.diagnosis.measure import samples
+
+    held = []
+
+    class Looks(Callback):
+        def on_validation_start(self, trainer, pl_module):
+            held.append(samples.READINGS._step is not None or bool(samples.READINGS._kept))
+
+    audit = SampleAudit()
+    loader = DataLoader(labelled_rows(), batch_size=BATCH)
+    fit_module(Linear(), loader, loader, callbacks=[audit, Looks()], max_epochs=1, val_check_interval=2)
+    assert held and not any(held)
+    assert [row["seen"] for row in audit.epochs] == [MOLECULES]
 
 
 # Batches of the kinds published libraries hand their steps, each holding 16 samples of 3x4x4 images.

@@ -301,6 +301,11 @@ class SampleAudit(Callback):
             self._failed = self.problems.note("fingerprinting a training batch", error)
 
     @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Count the step before the validation, which ran, so that no training batch is held through it."""
+        self._settle()
+
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
         self._settle()

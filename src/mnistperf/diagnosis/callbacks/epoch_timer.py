@@ -294,7 +294,7 @@ class EpochTimer(Callback):
         self._epoch_open = False
         with self.problems.guard("giving back the loggers' and the module's calls timed on a step"):
             self._timed_steps.stop()  # a step timed by its parts holds no epoch's end
-        self.samples.batches.trained()  # what a batch the module skipped, ending the epoch, left begun: let go
+        per_loader = self.samples.epoch_end()
         self._sample(False)  # the epoch ended inside a sample (a batch the module skipped)
         self._stop_flops()
         measures = Measures.unmeasured()
@@ -302,7 +302,6 @@ class EpochTimer(Callback):
             self.clock.add_fetch_wait(self._fetch.reset())
             measures = Measures.of(self.clock.read_epoch(self._phases.shares()))
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
-            per_loader = self.samples.per_loader if self.samples.batches.several else []
             gathered = gather(measures, trainer.strategy, per_loader)
         except Exception as error:
             self.problems.note("gathering the epoch's figures", error)

@@ -254,11 +254,9 @@ class SampleAudit(Callback):
                 self._seen, self._carried_counts = [seen], [carried]
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
-        first = self.batches.take_first()  # said where the read failed too: it may say why
-        if first is not None:
-            module, as_one, guess = type(pl_module).__name__, epoch_text.AUDIT_AS_ONE, epoch_text.AUDIT_GUESS
-            for line in epoch_text.first_batch_lines(first, as_one, guess, module):
-                self.problems.say_once(trainer, line)
+        first, module = self.batches.take_first(), type(pl_module).__name__  # said where the read failed too
+        for line in epoch_text.first_batch_lines(first, epoch_text.AUDIT_AS_ONE, epoch_text.AUDIT_GUESS, module):
+            self.problems.say_once(trainer, line)
         try:  # not a guard's context: this runs every step
             self._started_before = -1 if trainer is None else steps_started(trainer)
         except Exception as error:

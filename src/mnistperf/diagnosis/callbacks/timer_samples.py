@@ -50,11 +50,9 @@ class TimerSamples:
             counts = self.batches.begin(batch, self._count)
         except Exception as error:
             self.problems.note("counting a step's samples", error)
-        first = self.batches.take_first()  # said where the count failed too: it may say why
-        if first is not None:
-            name, as_one, guess = type(module).__name__, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS
-            for line in epoch_text.first_batch_lines(first, as_one, guess, name):
-                self.problems.say_once(trainer, line)
+        first, name = self.batches.take_first(), type(module).__name__  # said where the count failed too
+        for line in epoch_text.first_batch_lines(first, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS, name):
+            self.problems.say_once(trainer, line)
         # Lightning's reading, where the count is the reader's own (a count of the user's differs from it by design)
         if self._first_batch is None and self.own is None and not self.batches.several and None not in counts:
             with self.problems.guard("reading the batch as Lightning does"):
@@ -77,6 +75,14 @@ class TimerSamples:
             for loader, part in enumerate(counts):
                 self.per_loader[loader] += math.nan if part is None else part
         return True, samples
+
+    def epoch_end(self) -> list[float]:
+        """Each loader's samples of the ended epoch to gather over the ranks (none where one loader's).
+
+        A step the module declined as it began, ending the epoch, is let go.
+        """
+        self.batches.trained()
+        return self.per_loader if self.batches.several else []
 
     def loader_row(self, gathered: list[float]) -> dict[str, int | None] | None:
         """The epoch's samples per training loader as its row keeps them, ``gathered`` over the ranks, where several."""

@@ -161,12 +161,14 @@ TIMER_GUESS = "{samples} samples a batch are counted ({how}); " + OWN_COUNT + " 
 AUDIT_GUESS = "{samples} samples a batch are audited ({how}); pass sample_id= or fingerprint= to name what a sample is"
 
 
-def first_batch_lines(first: FirstBatch, as_one: str, guess: str, module: str) -> list[str]:
+def first_batch_lines(first: FirstBatch | None, as_one: str, guess: str, module: str) -> list[str]:
     """What a callback says of the fit's first batch, reading it as ``as_one`` and ``guess`` say.
 
-    ``module``: the LightningModule's class.
+    ``first``: None before that batch, and once it was said; ``module``: the LightningModule's class.
     """
-    lines = []
+    lines: list[str] = []
+    if first is None:
+        return lines
     if first.regrouped is not None:
         lines.append(
             f"a training batch ({first.regrouped}) does not hold the batches of the training loaders "

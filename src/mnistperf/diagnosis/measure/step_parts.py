@@ -129,18 +129,23 @@ class StepParts:
         """
         if not self.cycles:
             return None
-        parts: dict[str, float] = {}
-        for action, seconds in self.own.items():
-            part = part_of(action)
-            parts[part] = parts.get(part, 0.0) + seconds / self.cycles
+        parts = self._per_part(self.own)
         step_s = self.cycle_s / self.cycles
         parts[LOOP] = max(step_s - sum(s for part, s in parts.items() if part != LOOP), 0.0)  # its actions' too
-        ordered = dict(sorted(parts.items(), key=lambda item: -item[1]))
-        found: dict[str, Any] = {"steps": self.cycles, "step_s": step_s, "parts": ordered}
+        found: dict[str, Any] = {"steps": self.cycles, "step_s": step_s, "parts": largest_first(parts)}
         if self.synced is not None:  # each part's device synchronizations a step, where counted (CUDA)
-            syncs: dict[str, float] = {}
-            for action, count in self.synced.items():
-                part = part_of(action)
-                syncs[part] = syncs.get(part, 0.0) + count / self.cycles
-            found["syncs"] = dict(sorted(syncs.items(), key=lambda item: -item[1]))
+            found["syncs"] = largest_first(self._per_part(self.synced))
         return found
+
+    def _per_part(self, per_action: dict[str, float] | dict[str, int]) -> dict[str, float]:
+        """Each part's share a step of what ``per_action`` holds over the closed cycles."""
+        parts: dict[str, float] = {}
+        for action, value in per_action.items():
+            part = part_of(action)
+            parts[part] = parts.get(part, 0.0) + value / self.cycles
+        return parts
+
+
+def largest_first(parts: dict[str, float]) -> dict[str, float]:
+    """``parts`` ordered by their values, the largest first."""
+    return dict(sorted(parts.items(), key=lambda item: -item[1]))

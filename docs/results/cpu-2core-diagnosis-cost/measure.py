@@ -56,7 +56,7 @@ from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.callbacks.epoch_timer import PHASE_HOOKS
+from mnistperf.diagnosis.callbacks.sampled_steps import PHASE_HOOKS
 from mnistperf.upstream import skip_hook
 
 HERE = Path(__file__).resolve().parent

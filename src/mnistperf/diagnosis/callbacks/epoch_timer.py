@@ -6,7 +6,6 @@ and validation begin and end. Under DDP each rank measures itself; global rank 0
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -29,6 +28,7 @@ from mnistperf.diagnosis.callbacks.project_reader import (
     validation_metrics,
 )
 from mnistperf.diagnosis.callbacks.run_files import RunFiles
+from mnistperf.diagnosis.callbacks.sampled_steps import SampledSteps
 from mnistperf.diagnosis.callbacks.timed_steps import TimedSteps
 from mnistperf.diagnosis.callbacks.timer_samples import TimerSamples
 from mnistperf.diagnosis.figures import FORWARD_S, Measures, gather, scalars
@@ -38,17 +38,15 @@ from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_STEPS
 from mnistperf.diagnosis.measure.device_syncs import syncs_for
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
-from mnistperf.diagnosis.measure.phases import StepPhases, sampled, unsampled
 from mnistperf.diagnosis.measure.window_price import WINDOW_FIT_SHARE
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, run_summary
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
-from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
+from mnistperf.upstream import swap_profiler
 
 LIGHTNING_BARS = (TQDMProgressBar, RichProgressBar)  # the bars that show Lightning's epoch, counted from 0
-PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 
 
 class EpochTimer(Callback):
@@ -94,13 +92,11 @@ class EpochTimer(Callback):
         self.problems = Reporter("EpochTimer")  # what the timer says, and what went wrong inside it (timing.json)
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch = FetchClock(PassThroughProfiler())  # in the trainer's profiler's place from the fit's start
-        self._timed_steps = TimedSteps(self._fetch, self._window_state)
+        self._timed_steps = TimedSteps(self._fetch, lambda: self.clock.window_state)
         self._flops = FirstStep(flops_per_batch)
-        self._phases = StepPhases(torch.device("cpu"))  # the sampled steps' phase marks, on the module's device
+        self._sampled = SampledSteps(self, EpochTimer, torch.device("cpu"))  # on the module's device once fitting
         self._project_hints = self.hints  # the advice in the project's terms, once its loaders are read
         skip_unused_batch_hooks(self)
-        self._phase_hooks = [hook for hook in PHASE_HOOKS if getattr(type(self), hook) is getattr(EpochTimer, hook)]
-        self._sample(False)
 
     @property
     def epochs(self) -> list[dict[str, Any]]:
@@ -142,14 +138,10 @@ class EpochTimer(Callback):
                 flops_per_step=self.flops_per_batch,
                 flops_reason=self._flops.plan(pl_module),
             )
-            self._phases = StepPhases(pl_module.device)
+            self._sampled = SampledSteps(self, EpochTimer, pl_module.device)
             self._fetch = FetchClock(profiler)
-            self._timed_steps = TimedSteps(self._fetch, self._window_state, syncs_for(pl_module.device))
+            self._timed_steps = TimedSteps(self._fetch, lambda: self.clock.window_state, syncs_for(pl_module.device))
             swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
-
-    def _window_state(self) -> tuple[bool, int]:
-        """Whether the profiled window runs now, and which one is pending (a step timed by its parts holds neither)."""
-        return self.clock.window_state
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -187,7 +179,7 @@ class EpochTimer(Callback):
         self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
         self.samples.epoch_start()
         self._fetch.reset()
-        self._phases.reset()
+        self._sampled.phases.reset()
         workers = True  # where the loaders cannot be read, /proc is
         with self.problems.guard("reading whether the loaders run workers"):
             workers = fit_may_run_workers(trainer)
@@ -210,13 +202,9 @@ class EpochTimer(Callback):
             self.problems.note("timing a step's start", error)
         self.samples.begin(trainer, pl_module, batch)  # apart from the timing: a step whose clock failed still counts
         try:  # profiled steps run slower: none of them is sampled
-            if self._sampling:  # the next training step of a sample spanning several (gradient accumulation)
-                self._phases.start()
-            elif sampled(batch_idx, trainer.accumulate_grad_batches) and not self.clock.profiling:
-                self._phases.start(trainer.accumulate_grad_batches)
-                self._sample(True)
+            self._sampled.step_start(batch_idx, trainer.accumulate_grad_batches, self.clock.profiling)
         except Exception as error:
-            self._sample(False)
+            self._sampled.dispatch(False)
             self.problems.note("marking a sampled step's start", error)
 
     @override
@@ -226,32 +214,23 @@ class EpochTimer(Callback):
             began, samples = self.samples.end(batch_idx)
             if began:  # not for a None batch, which Lightning ends without beginning it
                 self.clock.count(samples)
-            if self._sampling and self._phases.end():
-                self._sample(False)
+            self._sampled.step_end()
             if self._flops.counting:
                 self.clock.flops_counted(self._flops.end())
             self.clock.step_end(batch_idx)
         except Exception as error:
-            self._sample(False)
+            self._sampled.dispatch(False)
             self.problems.note("timing a step's end", error)
         try:  # not a guard's context: this runs every step
             self._timed_steps.step_ended(trainer, pl_module, batch_idx)
         except Exception as error:
             self.problems.note("timing a step by its parts", error)
 
-    # Sampled steps: where the forward, the backward and the update begin and end (mnistperf.diagnosis.measure.phases).
-    def _sample(self, sampling: bool) -> None:
-        """Have Lightning dispatch the phase hooks this class leaves as the timer's own (on a sampled step), or not."""
-        self._sampling = sampling
-        for hook in self._phase_hooks:
-            (restore_hook if sampling else skip_hook)(self, hook)
-
     def _mark(self, name: str) -> None:
-        if self._sampling:
-            try:
-                self._phases.mark(name)
-            except Exception as error:
-                self.problems.note(f"marking a sampled step's {name}", error)
+        try:
+            self._sampled.mark(name)
+        except Exception as error:
+            self.problems.note(f"marking a sampled step's {name}", error)
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
@@ -295,12 +274,12 @@ class EpochTimer(Callback):
         with self.problems.guard("giving back the loggers' and the module's calls timed on a step"):
             self._timed_steps.stop()  # a step timed by its parts holds no epoch's end
         per_loader = self.samples.epoch_end()
-        self._sample(False)  # the epoch ended inside a sample (a batch the module skipped)
+        self._sampled.dispatch(False)  # the epoch ended inside a sample (a batch the module skipped)
         self._stop_flops()
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())
-            measures = Measures.of(self.clock.read_epoch(self._phases.shares()))
+            measures = Measures.of(self.clock.read_epoch(self._sampled.phases.shares()))
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, per_loader)
         except Exception as error:
@@ -311,8 +290,9 @@ class EpochTimer(Callback):
             loaders = self.samples.loader_row(gathered.loader_samples)
             if loaders is not None:
                 extra["loader_samples"] = loaders
-            reason = unsampled(*self.samples.trained, trainer.accumulate_grad_batches)
-            if math.isnan(gathered.measures[FORWARD_S]) and not self._phases.started and reason is not None:
+            forward, accumulate = gathered.measures[FORWARD_S], trainer.accumulate_grad_batches
+            reason = self._sampled.unsplit(self.samples.trained, accumulate, forward)
+            if reason is not None:
                 extra["split_reason"] = reason
                 if not self._split_said:  # once a fit
                     self._split_said = True

@@ -16,21 +16,16 @@ from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError, SampleIdentity
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, HeldSteps
 from mnistperf.diagnosis.measure.sample_counts import Order, audited_row, dataset_sizes, gathered_shares, restored_parts
-from mnistperf.diagnosis.measure.samples import READINGS
 from mnistperf.diagnosis.record import epoch_text
-from mnistperf.errors import MnistperfError
 from mnistperf.upstream import steps_started
 
 COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known: the last two unless log_all
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
-
-
-class SampleAuditError(MnistperfError):
-    """An epoch saw a sample twice or missed one, with ``strict`` set."""
 
 
 class SampleAudit(Callback):
@@ -67,10 +62,10 @@ class SampleAudit(Callback):
         self.dataset_size, self.sample_id, self.fingerprint = dataset_size, sample_id, fingerprint
         self.sample_dims, self.strict, self.log_all = sample_dims, strict, log_all
         self.hash = Fingerprinter(seed, max_words)
+        self.identity = SampleIdentity(sample_id, fingerprint, sample_dims, self.hash)
         self.epochs: list[dict[str, Any]] = []
         self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
         self.batches = TrainingBatches(self.problems)  # the fit's training batches
-        self._by_content = fingerprint is None and sample_id is None
         self._start_epoch()
         self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
         self._restored: dict[str, Any] | None = None
@@ -94,31 +89,7 @@ class SampleAudit(Callback):
 
     def fingerprints(self, batch: Any) -> torch.Tensor:
         """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
-        if self.fingerprint is not None:
-            return self.fingerprint(batch).reshape(-1).to(torch.int64)
-        if self.sample_id is not None:
-            try:
-                ids = batch[self.sample_id]
-            except (KeyError, IndexError, TypeError):
-                raise SampleAuditError(epoch_text.missing_sample_field(self.sample_id, batch)) from None
-            if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
-                raise SampleAuditError(epoch_text.not_sample_indices(self.sample_id, ids))
-            return ids.reshape(-1).to(torch.int64)
-        found = self._sample_rows(batch)
-        return found if isinstance(found, torch.Tensor) else self.hash(*found)
-
-    def _sample_rows(self, batch: Any) -> tuple[list[torch.Tensor], int] | torch.Tensor:
-        """The batch's rows that hold its samples and how many; a graph batch's fingerprints at once.
-
-        As :func:`~mnistperf.diagnosis.measure.samples.read` finds them: a graph's rows are a segment of its nodes'.
-        """
-        reading = READINGS.read(batch, self.sample_dims)
-        if reading.graphs is not None:
-            return self.hash.graphs(reading.graphs, reading.rows)
-        if not reading.rows or reading.samples is None:
-            raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
-        samples, rows = reading.samples, reading.rows
-        return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples
+        return self.identity.fingerprints(batch)
 
     def _read(self, part: Any) -> Any:
         """A loader's part of a step's batch as kept until it trained: its fingerprints, or its sample rows.
@@ -127,9 +98,9 @@ class SampleAudit(Callback):
         may change them in place) unless :meth:`_watch` found that neither happens; then kept as they are, each
         with its version, which :meth:`_check_watched` checks.
         """
-        if part is None or not self._by_content:
+        if part is None or not self.identity.by_content:
             return None if part is None else self.fingerprints(part)
-        found = self._sample_rows(part)
+        found = self.identity.rows(part)
         if isinstance(found, torch.Tensor):  # a graph batch's, hashed at once
             return found
         rows, samples = found
@@ -196,7 +167,7 @@ class SampleAudit(Callback):
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
-        guesses = self._by_content and self.sample_dims == 1  # where a sample's rows may be a guess
+        guesses = self.identity.by_content and self.sample_dims == 1  # where a sample's rows may be a guess
         self.batches = TrainingBatches(self.problems, trainer.train_dataloader, guesses)
         self._changes_in_place = False
         self._watch(trainer)
@@ -335,7 +306,7 @@ class SampleAudit(Callback):
             row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
-        line = epoch_text.format_audit(row, self._by_content)
+        line = epoch_text.format_audit(row, self.identity.by_content)
         self.epochs.append(row)
         self.problems.say(trainer, line)
         if self.strict and (row.get("duplicates") or row.get("missing")):

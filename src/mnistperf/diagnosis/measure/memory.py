@@ -103,6 +103,31 @@ def device_peaks_mb(device: torch.device) -> tuple[float, float]:
     return torch.cuda.max_memory_allocated(device) / MB, torch.cuda.max_memory_reserved(device) / MB
 
 
+class EpochMemory:
+    """An epoch's resident memory, read at step :attr:`at` (mid-epoch, while its loader's workers run) and at its end.
+
+    ``loader_workers``: whether the fit's loaders may run workers (False: none is looked for).
+    """
+
+    def __init__(self, batches: float, loader_workers: bool):
+        self.at = max(1, int(batches // 2)) if math.isfinite(batches) else 2
+        self._workers = loader_workers
+        self._readings: list[tuple[float | None, float | None]] = []  # MB resident: this process's, its workers' PSS
+
+    def read(self) -> None:
+        """This process's resident memory and its loader's workers' PSS now (none to read where no loader has any)."""
+        self._readings.append((rss_mb(), workers_pss_mb() if self._workers else 0.0 if measured() else None))
+
+    def largest(self) -> tuple[float, float]:
+        """Each figure's largest reading, this process's and its workers', in MB (NaN: none readable)."""
+
+        def top(readings: tuple[float | None, ...]) -> float:
+            return max((mb for mb in readings if mb is not None), default=math.nan)
+
+        own, workers = zip(*self._readings, strict=True)
+        return top(own), top(workers)
+
+
 def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each memory figure that grows: ``[{"figure", "what"}]`` with :func:`~.trend.trend`'s reading in MB."""
     found = []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from mnistperf.diagnosis.measure import busy_window, window_price
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.epoch_reading import EpochReading
 from mnistperf.diagnosis.measure.flops import run_utilization, utilization
-from mnistperf.diagnosis.measure.memory import device_peaks_mb, measured, reset_device_peaks, rss_mb, workers_pss_mb
+from mnistperf.diagnosis.measure.memory import EpochMemory, device_peaks_mb, reset_device_peaks
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import Hints
@@ -27,11 +26,6 @@ from mnistperf.diagnosis.record.rows import epoch_row, ranks_apart
 from mnistperf.diagnosis.record.summary import aggregate
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.diagnosis.record.window_keeper import WindowKeeper
-
-
-def _largest(readings: Iterable[float | None]) -> float:
-    """The largest of the readings made, NaN where none could be made."""
-    return max((mb for mb in readings if mb is not None), default=math.nan)
 
 
 class EpochClock:
@@ -98,9 +92,7 @@ class EpochClock:
         self.windows.epoch_reset()
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
         self._stats: StepStats | None = None
-        # Memory is read at this step (the middle of the epoch, while its loader's workers run) and at its end.
-        self._memory_at = max(1, int(batches // 2)) if math.isfinite(batches) else 2
-        self._memory: list[tuple[float | None, float | None]] = []  # MB resident: this process's, its workers' (PSS)
+        self._memory = EpochMemory(batches, self._loader_workers)
         self._cores = EpochCores(self._loader_workers)
         self._ended = math.nan  # the clock's last read at the end of train or eval time
 
@@ -187,8 +179,8 @@ class EpochClock:
         else:
             self._host_wait_s += now - self._last_step_end
         self._steps += 1
-        if self._steps == self._memory_at:
-            self._read_memory()
+        if self._steps == self._memory.at:
+            self._memory.read()
         if now >= self._cores.due or index + 2 == self._batches:  # the step before the last: workers still run
             self._cores.read_workers(now)
         if self._first_index is None:
@@ -202,11 +194,6 @@ class EpochClock:
     def _waits(self) -> tuple[float, float, float]:
         """Now, synchronized, and the epoch's input and host waits so far: what the window's cost is read from."""
         return self._synced_now(), self._input_wait_s, self._host_wait_s
-
-    def _read_memory(self) -> None:
-        """This process's resident memory and its loader's workers' PSS now (none to read where no loader has any)."""
-        workers = workers_pss_mb() if self._loader_workers else 0.0 if measured() else None
-        self._memory.append((rss_mb(), workers))
 
     def step_end(self, index: int) -> None:
         """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
@@ -280,8 +267,8 @@ class EpochClock:
         train_s, input_wait_s, host_wait_s = self._without_window()
         in_steps = max(train_s - host_wait_s, 0.0)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
-        self._read_memory()
-        rss_read, workers_read = zip(*self._memory, strict=True)  # each figure's, mid-epoch and now
+        self._memory.read()
+        rss, workers = self._memory.largest()  # each the larger of its readings, mid-epoch and now
         allocated, reserved = device_peaks_mb(self.device)
         # Over the epoch's whole train time and its end (the profiled window's steps in: its waits are theirs too).
         core_wait, workers_cpu = self._cores.shares(self._train_s, self._ended)
@@ -303,8 +290,8 @@ class EpochClock:
             first_step_s=stats.first_s,
             spikes=float(stats.spikes),
             spikes_s=stats.excess_s,
-            rss_mb=_largest(rss_read),  # each the larger of its readings (NaN: none readable)
-            workers_pss_mb=_largest(workers_read),
+            rss_mb=rss,
+            workers_pss_mb=workers,
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
             flops=self._flops_per_step * self._steps if self._flops_per_step else math.nan,

@@ -1,0 +1,59 @@
+"""What identifies a batch's samples for SampleAudit: the user's fingerprint, an index field, or their rows' content."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
+from mnistperf.diagnosis.measure.samples import READINGS
+from mnistperf.diagnosis.record import epoch_text
+from mnistperf.errors import MnistperfError
+
+
+class SampleAuditError(MnistperfError):
+    """An epoch saw a sample twice or missed one, with ``strict`` set; or a batch has no samples to identify."""
+
+
+class SampleIdentity:
+    """Each sample's identity: ``fingerprint(batch)``, else the ``sample_id`` field, else the content's ``hash``."""
+
+    def __init__(
+        self,
+        sample_id: str | int | None,
+        fingerprint: Callable[[Any], torch.Tensor] | None,
+        sample_dims: int,
+        hash: Fingerprinter,
+    ):
+        self.sample_id, self.fingerprint, self.sample_dims, self.hash = sample_id, fingerprint, sample_dims, hash
+        self.by_content = fingerprint is None and sample_id is None
+
+    def fingerprints(self, batch: Any) -> torch.Tensor:
+        """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
+        if self.fingerprint is not None:
+            return self.fingerprint(batch).reshape(-1).to(torch.int64)
+        if self.sample_id is not None:
+            try:
+                ids = batch[self.sample_id]
+            except (KeyError, IndexError, TypeError):
+                raise SampleAuditError(epoch_text.missing_sample_field(self.sample_id, batch)) from None
+            if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
+                raise SampleAuditError(epoch_text.not_sample_indices(self.sample_id, ids))
+            return ids.reshape(-1).to(torch.int64)
+        found = self.rows(batch)
+        return found if isinstance(found, torch.Tensor) else self.hash(*found)
+
+    def rows(self, batch: Any) -> tuple[list[torch.Tensor], int] | torch.Tensor:
+        """The batch's rows that hold its samples and how many; a graph batch's fingerprints at once.
+
+        As :func:`~mnistperf.diagnosis.measure.samples.read` finds them: a graph's rows are a segment of its nodes'.
+        """
+        reading = READINGS.read(batch, self.sample_dims)
+        if reading.graphs is not None:
+            return self.hash.graphs(reading.graphs, reading.rows)
+        if not reading.rows or reading.samples is None:
+            raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
+        samples, rows = reading.samples, reading.rows
+        return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples

@@ -1,0 +1,54 @@
+"""The steps a timer samples for the split, with Lightning calling its phase hooks on those steps alone."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from lightning.pytorch import Callback
+
+from mnistperf.diagnosis.measure.phases import StepPhases, sampled, unsampled
+from mnistperf.upstream import restore_hook, skip_hook
+
+PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+
+
+class SampledSteps:
+    """The sampled steps' phase marks (:class:`StepPhases` on ``device``); ``callback``'s phase hooks run on them only.
+
+    A hook the callback's class overrides beyond ``owner``'s (a subclass's own) is dispatched every step.
+    """
+
+    def __init__(self, callback: Callback, owner: type[Callback], device: torch.device):
+        self.callback, self.phases = callback, StepPhases(device)
+        self.hooks = [hook for hook in PHASE_HOOKS if getattr(type(callback), hook) is getattr(owner, hook)]
+        self.dispatch(False)
+
+    def dispatch(self, sampling: bool) -> None:
+        """Have Lightning dispatch the phase hooks (on a sampled step), or skip them."""
+        self.sampling = sampling
+        for hook in self.hooks:
+            (restore_hook if sampling else skip_hook)(self.callback, hook)
+
+    def step_start(self, index: int, accumulate: int, profiling: bool) -> None:
+        """Training step ``index`` begins: stamped where it is sampled (never while the window profiles)."""
+        if self.sampling:  # the next training step of a sample spanning several (gradient accumulation)
+            self.phases.start()
+        elif sampled(index, accumulate) and not profiling:
+            self.phases.start(accumulate)
+            self.dispatch(True)
+
+    def step_end(self) -> None:
+        """The step ends; a sample done stops the phase hooks."""
+        if self.sampling and self.phases.end():
+            self.dispatch(False)
+
+    def mark(self, name: str) -> None:
+        """A phase begins or ends on a sampled step (:meth:`StepPhases.mark`)."""
+        if self.sampling:
+            self.phases.mark(name)
+
+    def unsplit(self, trained: tuple[int | None, int | None], accumulate: int, forward_s: float) -> str | None:
+        """Why an epoch that trained steps ``trained`` has no split; None where it has one or a sample began."""
+        reason = unsampled(*trained, accumulate)
+        return reason if math.isnan(forward_s) and not self.phases.started else None

@@ -9,13 +9,15 @@ hooks do nothing: measure.py's arm_callbacks; not for forecasting). The fit's ow
 ``imports``; an arm's cost is its extra instructions over the fit's own, which holds everything the callbacks do
 once a fit (the summary, timing.json, the busy window where the fit can pay for it) as users meet it.
 
-    .venv/bin/python docs/results/cpu-2core-compat-cost/count.py newcomer|small [EPOCHS] [--cycles]
+    .venv/bin/python docs/results/cpu-2core-compat-cost/count.py newcomer|small [EPOCHS] [--cycles] [--arms A,B,...]
     .venv-compat-forecasting/bin/python docs/results/cpu-2core-compat-cost/count.py forecasting [EPOCHS] [BATCH]
 
 Writes counts-LIBRARY-EPOCHS.json beside this file. Needs ``valgrind``; a few minutes per arm, two at a time.
 ``--cycles`` also simulates the caches and the branch predictor (about twice as slow) and gives each arm's cost in
 estimated cycles too (../instructions.py), which weighs the callbacks' code running cold between the step's tensor
-operations; it writes counts-LIBRARY-EPOCHS-cycles.json.
+operations; it writes counts-LIBRARY-EPOCHS-cycles.json. ``--arms A,B`` counts those arms (``imports`` and ``without``
+always), among them ``unparted`` (both callbacks, no step timed by its parts), ``unwindowed`` (both, no profiled
+window) and ``unwindowed-unparted`` (neither); it writes counts-LIBRARY-EPOCHS-A-B.json.
 """
 
 from __future__ import annotations
@@ -61,11 +63,14 @@ def main() -> None:
         child(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], Path(sys.argv[6]))
         return
     simulate = "--cycles" in sys.argv
-    args = [arg for arg in sys.argv[1:] if arg != "--cycles"]
+    chosen = sys.argv[sys.argv.index("--arms") + 1].split(",") if "--arms" in sys.argv else None
+    args = [arg for arg in sys.argv[1:] if arg not in ("--cycles", "--arms", ",".join(chosen or []))]
     library = args[0]
     epochs = int(args[1]) if len(args) > 1 else 3
     batch = args[2] if len(args) > 2 else "8"
     arms = [arm for arm in ARMS if not (library == "forecasting" and arm in ("timer", "plain"))]
+    if chosen:
+        arms = ["imports", "without", *(arm for arm in chosen if arm not in ("imports", "without"))]
     sys.path.insert(0, str(HERE.parent))
     from instructions import estimated_cycles, events, valgrind  # docs/results/instructions.py
 
@@ -78,7 +83,7 @@ def main() -> None:
         with ThreadPoolExecutor(2) as pool:
             simulated = dict(zip(arms, pool.map(count, arms), strict=True))
         answers = {}  # what each diagnosed fit answered: a cost is only worth its answer
-        for arm in ("timer", "both"):
+        for arm in arms[2:]:
             for found in Path(scratch, arm).rglob("timing.json"):
                 summary = json.loads(found.read_text())
                 window = summary.get("busy_window") or {}
@@ -111,7 +116,7 @@ def main() -> None:
             fit_estimated_cycles=fit_cycles,
             cost_in_estimated_cycles=cycle_costs,
         )
-    name = f"counts-{library}-{epochs}{'-cycles' if simulate else ''}.json"
+    name = f"counts-{library}-{epochs}{'-' + '-'.join(chosen) if chosen else ''}{'-cycles' if simulate else ''}.json"
     (HERE / name).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({key: result[key] for key in ("fit_instructions", "cost", "answers")}))
     if simulate:

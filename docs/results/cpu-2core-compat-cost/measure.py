@@ -135,8 +135,16 @@ def arm_callbacks() -> list[Any]:
         def __init__(self) -> None:
             skip_unused_batch_hooks(self)
 
+    if ARM.endswith("unparted"):  # both, no step timed by its parts: what that part of the timer costs, by difference
+        from mnistperf.diagnosis.callbacks import timed_steps
+
+        timed_steps.PARTS_AT = 0  # a step index modulo PARTS_EVERY is never -1
     return {
         "both": [EpochTimer(), SampleAudit()],
+        "unparted": [EpochTimer(), SampleAudit()],
+        # without the profiled window, whose steps are chosen by timing and so move even instruction counts
+        "unwindowed": [EpochTimer(busy_window_steps=0), SampleAudit()],
+        "unwindowed-unparted": [EpochTimer(busy_window_steps=0), SampleAudit()],
         "timer": [EpochTimer()],
         "plain": [EmptyStepHooks(), EmptyStepHooks()],
         "floor": [Floor(), Floor()],

@@ -8,12 +8,14 @@ import json
 import re
 import time
 import warnings
+from contextlib import contextmanager
 
 import pytest
 import torch
 from conftest import fit_module
 from lightning import Callback, LightningModule
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
@@ -105,6 +107,30 @@ def test_a_callbacks_own_time_each_step_is_its_part_and_the_culprit_with_its_fix
     report = html_report([("run", summary)])
     assert "<h2>Where a step goes</h2>" in report and "<td>callback Costly</td>" in report
     assert "syncs" not in summary["step_parts"] and "device syncs" not in report  # not counted off CUDA
+
+
+class OwnProfile(PassThroughProfiler):
+    """A user's profiler with a ``profile`` of its own, which counts each action it holds."""
+
+    def __init__(self):
+        super().__init__()
+        self.held: list[str] = []
+
+    @contextmanager
+    def profile(self, action_name):
+        self.held.append(action_name)
+        with super().profile(action_name):
+            yield action_name
+
+
+@pytest.mark.parametrize("profiler", [OwnProfile(), SimpleProfiler()], ids=["its own profile", "Lightning's"])
+def test_a_timed_step_times_the_users_profilers_actions_and_each_still_reaches_it(clock, profiler):
+    hook = "[Callback]Costly.on_train_batch_end"
+    timer = EpochTimer(busy_window_steps=0)
+    fit_module(Logged(), loader(), callbacks=[timer, Costly(clock, SECOND)], max_epochs=2, profiler=profiler)
+    assert parts_of(timer)["step_parts"]["parts"]["callback Costly"] == pytest.approx(SECOND, abs=MARGIN)
+    held = profiler.held.count(hook) if isinstance(profiler, OwnProfile) else len(profiler.recorded_durations[hook])
+    assert held == 2 * 2 * PARTS_EVERY  # every step's, the timed ones' too
 
 
 def test_a_loggers_writes_and_self_log_are_parts_of_their_own_and_nothing_stays_shadowed(clock, tmp_path):

@@ -179,7 +179,7 @@ class EpochTimer(Callback):
         self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
         self.samples.epoch_start()
         self._fetch.reset()
-        self._sampled.phases.reset()
+        self._sampled.epoch_start()
         workers = True  # where the loaders cannot be read, /proc is
         with self.problems.guard("reading whether the loaders run workers"):
             workers = fit_may_run_workers(trainer)
@@ -279,7 +279,7 @@ class EpochTimer(Callback):
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())
-            measures = Measures.of(self.clock.read_epoch(self._sampled.phases.shares()))
+            measures = Measures.of(self.clock.read_epoch(self._sampled.shares()))
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, per_loader)
         except Exception as error:

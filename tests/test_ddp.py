@@ -4,9 +4,11 @@ pipeline's rows, the timer's and the audit's gathers over two ranks, the graphed
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
+import pickle
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -296,3 +298,16 @@ def test_the_graphed_stage_steps_eagerly_under_several_processes_and_says_so(mon
         assert model._graphing is graphing
         said = "model.cuda_graph: skipped under 2 processes (the gradients' all-reduce is not captured)"
         assert (said in caplog.text) is not graphing, caplog.text
+
+
+def test_both_callbacks_travel_to_spawned_processes_and_a_copy_reads_its_own_clock():
+    """ddp_spawn pickles the trainer's callbacks; Lightning and users deep-copy them."""
+    from mnistperf.diagnosis import EpochTimer, SampleAudit
+
+    for callback in (EpochTimer(), SampleAudit(sample_dims=2)):
+        for copied in (pickle.loads(pickle.dumps(callback)), copy.deepcopy(callback)):
+            assert type(copied) is type(callback) and copied.problems is not callback.problems
+    timer = EpochTimer()
+    copied = copy.deepcopy(timer)
+    copied.clock.windows.window = pending = object()  # a window pending in the copy alone
+    assert copied._timed_steps.window() == (False, id(pending)) != timer._timed_steps.window()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from conftest import fit_module
@@ -170,3 +172,17 @@ def test_off_linux_resident_memory_is_not_measured(monkeypatch, tmp_path):
     rows = [{"epoch": 1, "train_s": 1.0, "eval_s": 0.0, "samples": 1, "input_wait_share": 0.0}]
     found = aggregate(rows, 0.5)
     assert "not measured" in found["memory"]["resident"]
+
+
+def test_an_epochs_memory_is_each_figures_largest_reading_and_nan_until_one_is_readable(monkeypatch):
+    own, workers = iter([100.0, None, 120.0]), iter([None, None, 8.0])
+    monkeypatch.setattr(memory, "rss_mb", lambda: next(own))
+    monkeypatch.setattr(memory, "workers_pss_mb", lambda: next(workers))
+    epoch = memory.EpochMemory(batches=10, loader_workers=True)
+    assert epoch.mid_step == 5 and all(math.isnan(mb) for mb in epoch.largest())  # nothing read yet
+    epoch.read()
+    epoch.read()
+    process, its_workers = epoch.largest()
+    assert process == 100.0 and math.isnan(its_workers)  # a reading of None is no reading
+    epoch.read()
+    assert epoch.largest() == (120.0, 8.0)

@@ -107,6 +107,10 @@ def test_a_fingerprint_function_and_a_tuple_position_name_the_identity():
     assert audit.epochs[0]["distinct"] == len(set(data.y.tolist()))
     positional = audited(DataLoader(data, batch_size=5), SampleAudit(sample_id=1), epochs=1)
     assert positional.epochs[0]["distinct"] == len(set(data.y.tolist()))
+    later, labelled = SampleAudit(), Rows()
+    later.fingerprint = lambda batch: batch[1]  # set after the audit was made: read as the fit starts
+    distinct = audited(DataLoader(labelled, batch_size=5), later, epochs=1).epochs[0]["distinct"]
+    assert distinct == len(set(labelled.y.tolist())) < ROWS
 
 
 def test_strict_raises_at_the_end_of_an_epoch_with_a_fault():

@@ -123,11 +123,15 @@ class OwnProfile(PassThroughProfiler):
             yield action_name
 
 
-@pytest.mark.parametrize("profiler", [OwnProfile(), SimpleProfiler()], ids=["its own profile", "Lightning's"])
-def test_a_timed_step_times_the_users_profilers_actions_and_each_still_reaches_it(clock, profiler):
+@pytest.mark.parametrize(
+    ("profiler", "timers"),
+    [(OwnProfile(), 1), (SimpleProfiler(), 1), (OwnProfile(), 2)],
+    ids=["its own profile", "Lightning's", "its own profile under two timers"],
+)
+def test_a_timed_step_times_the_users_profilers_actions_and_each_still_reaches_it(clock, profiler, timers):
     hook = "[Callback]Costly.on_train_batch_end"
-    timer = EpochTimer(busy_window_steps=0)
-    fit_module(Logged(), loader(), callbacks=[timer, Costly(clock, SECOND)], max_epochs=2, profiler=profiler)
+    timer, more = EpochTimer(busy_window_steps=0), [EpochTimer(busy_window_steps=0) for _ in range(timers - 1)]
+    fit_module(Logged(), loader(), callbacks=[timer, *more, Costly(clock, SECOND)], max_epochs=2, profiler=profiler)
     assert parts_of(timer)["step_parts"]["parts"]["callback Costly"] == pytest.approx(SECOND, abs=MARGIN)
     held = profiler.held.count(hook) if isinstance(profiler, OwnProfile) else len(profiler.recorded_durations[hook])
     assert held == 2 * 2 * PARTS_EVERY  # every step's, the timed ones' too

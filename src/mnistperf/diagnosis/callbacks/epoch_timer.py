@@ -92,7 +92,7 @@ class EpochTimer(Callback):
         self.problems = Reporter("EpochTimer")  # what the timer says, and what went wrong inside it (timing.json)
         self.clock = EpochClock(torch.device("cpu"), input_bound_share, busy_window_steps)
         self._fetch = FetchClock(PassThroughProfiler())  # in the trainer's profiler's place from the fit's start
-        self._timed_steps = TimedSteps(self._fetch, lambda: self.clock.window_state)
+        self._timed_steps = TimedSteps(self._fetch, self._window_state)
         self._flops = FirstStep(flops_per_batch)
         self._sampled = SampledSteps(self, EpochTimer, torch.device("cpu"))  # on the module's device once fitting
         self._project_hints = self.hints  # the advice in the project's terms, once its loaders are read
@@ -140,8 +140,11 @@ class EpochTimer(Callback):
             )
             self._sampled = SampledSteps(self, EpochTimer, pl_module.device)
             self._fetch = FetchClock(profiler)
-            self._timed_steps = TimedSteps(self._fetch, lambda: self.clock.window_state, syncs_for(pl_module.device))
+            self._timed_steps = TimedSteps(self._fetch, self._window_state, syncs_for(pl_module.device))
             swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
+
+    def _window_state(self) -> tuple[bool, int]:  # a method, not a lambda: the timer is pickled under ddp_spawn
+        return self.clock.window_state
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -152,11 +155,7 @@ class EpochTimer(Callback):
                 swap_profiler(trainer, self._fetch.inner)
         with self.problems.guard("stopping the busy window"):
             self.clock.close()
-        self._stop_flops()
-
-    def _stop_flops(self) -> None:
-        """Stop a FLOP count whose step never ended (a skipped batch, an error)."""
-        with self.problems.guard("counting the step's FLOPs"):
+        with self.problems.guard("counting the step's FLOPs"):  # a count whose step never ended (an error)
             self._flops.end()
 
     @override
@@ -204,7 +203,7 @@ class EpochTimer(Callback):
         try:  # profiled steps run slower: none of them is sampled
             self._sampled.step_start(batch_idx, trainer.accumulate_grad_batches, self.clock.profiling)
         except Exception as error:
-            self._sampled.dispatch(False)
+            self._sampled.hooks_off()
             self.problems.note("marking a sampled step's start", error)
 
     @override
@@ -219,7 +218,7 @@ class EpochTimer(Callback):
                 self.clock.flops_counted(self._flops.end())
             self.clock.step_end(batch_idx)
         except Exception as error:
-            self._sampled.dispatch(False)
+            self._sampled.hooks_off()
             self.problems.note("timing a step's end", error)
         try:  # not a guard's context: this runs every step
             self._timed_steps.step_ended(trainer, pl_module, batch_idx)
@@ -274,8 +273,9 @@ class EpochTimer(Callback):
         with self.problems.guard("giving back the loggers' and the module's calls timed on a step"):
             self._timed_steps.stop()  # a step timed by its parts holds no epoch's end
         per_loader = self.samples.epoch_end()
-        self._sampled.dispatch(False)  # the epoch ended inside a sample (a batch the module skipped)
-        self._stop_flops()
+        self._sampled.hooks_off()  # the epoch ended inside a sample (a batch the module skipped)
+        with self.problems.guard("counting the step's FLOPs"):  # a count whose step never ended (a skipped batch)
+            self._flops.end()
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())
@@ -291,7 +291,7 @@ class EpochTimer(Callback):
             if loaders is not None:
                 extra["loader_samples"] = loaders
             forward, accumulate = gathered.measures[FORWARD_S], trainer.accumulate_grad_batches
-            reason = self._sampled.unsplit(self.samples.trained, accumulate, forward)
+            reason = self._sampled.split_reason(self.samples.trained, accumulate, forward)
             if reason is not None:
                 extra["split_reason"] = reason
                 if not self._split_said:  # once a fit

@@ -159,10 +159,11 @@ class SampleAudit(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """Keep the trainer, which state_dict needs to gather the epoch's fingerprints."""
+        """Keep the trainer, which state_dict needs to gather the epoch's fingerprints; read the settings of a fit."""
         self._trainer = trainer
         if stage == "fit":
             self.problems = Reporter("SampleAudit")
+            self.identity = SampleIdentity(self.sample_id, self.fingerprint, self.sample_dims, self.hash)
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -22,10 +22,13 @@ class SampledSteps:
     def __init__(self, callback: Callback, owner: type[Callback], device: torch.device):
         self.callback, self.phases = callback, StepPhases(device)
         self.hooks = [hook for hook in PHASE_HOOKS if getattr(type(callback), hook) is getattr(owner, hook)]
-        self.dispatch(False)
+        self.hooks_off()
 
-    def dispatch(self, sampling: bool) -> None:
-        """Have Lightning dispatch the phase hooks (on a sampled step), or skip them."""
+    def hooks_off(self) -> None:
+        """Have Lightning skip the phase hooks: no sample is open (or one ended early)."""
+        self._hooks(False)
+
+    def _hooks(self, sampling: bool) -> None:
         self.sampling = sampling
         for hook in self.hooks:
             (restore_hook if sampling else skip_hook)(self.callback, hook)
@@ -39,24 +42,24 @@ class SampledSteps:
         return self.phases.shares()
 
     def step_start(self, index: int, accumulate: int, profiling: bool) -> None:
-        """Training step ``index`` begins: stamped where it is sampled (never while the window profiles)."""
+        """Training step ``index`` begins: stamped where it is sampled (no sample begins while the window profiles)."""
         if self.sampling:  # the next training step of a sample spanning several (gradient accumulation)
             self.phases.start()
         elif sampled(index, accumulate) and not profiling:
             self.phases.start(accumulate)
-            self.dispatch(True)
+            self._hooks(True)
 
     def step_end(self) -> None:
         """The step ends; a sample done stops the phase hooks."""
         if self.sampling and self.phases.end():
-            self.dispatch(False)
+            self.hooks_off()
 
     def mark(self, name: str) -> None:
         """A phase begins or ends on a sampled step (:meth:`StepPhases.mark`)."""
         if self.sampling:
             self.phases.mark(name)
 
-    def unsplit(self, trained: tuple[int | None, int | None], accumulate: int, forward_s: float) -> str | None:
+    def split_reason(self, trained: tuple[int | None, int | None], accumulate: int, forward_s: float) -> str | None:
         """Why an epoch that trained steps ``trained`` has no split; None where it has one or a sample began."""
         reason = unsampled(*trained, accumulate)
         return reason if math.isnan(forward_s) and not self.phases.started else None

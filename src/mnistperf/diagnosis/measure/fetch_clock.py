@@ -9,8 +9,9 @@ manager without a generator: about as cheap as the pass-through profiler's own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 from lightning.pytorch.profilers import Profiler
 
@@ -34,8 +35,8 @@ class FetchClock(Profiler):
         """Time each action from now on (a cycle of :attr:`parts` opens), or no longer (it closes, kept)."""
         if timing:
             self.parts.open()
-            own = type(self.inner).profile is not Profiler.profile  # a profiler's own profile() is kept working
-            setattr(self, "profile", self._timed if own else _Action.of(self))  # noqa: B010  (Lightning calls it)
+            own = getattr(self.inner.profile, "__func__", None) is not Profiler.profile  # its own profile() kept
+            setattr(self, "profile", self._timed if own else partial(_Action, self))  # noqa: B010  (Lightning calls it)
         else:
             self.parts.close()
             setattr(self, "profile", self.inner.profile)  # noqa: B010
@@ -59,11 +60,13 @@ class FetchClock(Profiler):
 
     def stop(self, action_name: str) -> None:
         """Stop ``action_name`` in the wrapped profiler, and add a training fetch's seconds to the count."""
-        self.inner.stop(action_name)
-        if action_name.endswith(TRAIN_FETCH_ACTION) and self._started is not None:
-            self.fetch_s += time.perf_counter() - self._started
-            self._started = None
-        self.parts.exit()
+        try:
+            self.inner.stop(action_name)
+        finally:  # the action ends here even where the wrapped profiler's stop fails
+            if action_name.endswith(TRAIN_FETCH_ACTION) and self._started is not None:
+                self.fetch_s += time.perf_counter() - self._started
+                self._started = None
+            self.parts.exit()
 
 
 class _Action:
@@ -74,13 +77,12 @@ class _Action:
     def __init__(self, clock: Profiler, name: str):
         self.clock, self.name = clock, name
 
-    @classmethod
-    def of(cls, clock: Profiler) -> Callable[[str], _Action]:
-        """``clock``'s ``profile``: an action of it for each name."""
-        return lambda name: cls(clock, name)
-
     def __enter__(self) -> str:
-        self.clock.start(self.name)
+        try:
+            self.clock.start(self.name)
+        except BaseException:
+            self.clock.stop(self.name)
+            raise
         return self.name
 
     def __exit__(self, *exception: object) -> None:

@@ -104,19 +104,20 @@ def device_peaks_mb(device: torch.device) -> tuple[float, float]:
 
 
 class EpochMemory:
-    """An epoch's resident memory, read at step :attr:`at` (mid-epoch, while its loader's workers run) and at its end.
+    """An epoch's resident memory, read at step :attr:`mid_step` (while its loader's workers run) and at its end.
 
     ``loader_workers``: whether the fit's loaders may run workers (False: none is looked for).
     """
 
     def __init__(self, batches: float, loader_workers: bool):
-        self.at = max(1, int(batches // 2)) if math.isfinite(batches) else 2
-        self._workers = loader_workers
+        self.mid_step = max(1, int(batches // 2)) if math.isfinite(batches) else 2
+        self._loader_workers = loader_workers
         self._readings: list[tuple[float | None, float | None]] = []  # MB resident: this process's, its workers' PSS
 
     def read(self) -> None:
         """This process's resident memory and its loader's workers' PSS now (none to read where no loader has any)."""
-        self._readings.append((rss_mb(), workers_pss_mb() if self._workers else 0.0 if measured() else None))
+        workers = workers_pss_mb() if self._loader_workers else 0.0 if measured() else None
+        self._readings.append((rss_mb(), workers))
 
     def largest(self) -> tuple[float, float]:
         """Each figure's largest reading, this process's and its workers', in MB (NaN: none readable)."""
@@ -124,7 +125,7 @@ class EpochMemory:
         def top(readings: tuple[float | None, ...]) -> float:
             return max((mb for mb in readings if mb is not None), default=math.nan)
 
-        own, workers = zip(*self._readings, strict=True)
+        own, workers = zip(*self._readings, strict=True) if self._readings else ((), ())
         return top(own), top(workers)
 
 

@@ -179,7 +179,7 @@ class EpochClock:
         else:
             self._host_wait_s += now - self._last_step_end
         self._steps += 1
-        if self._steps == self._memory.at:
+        if self._steps == self._memory.mid_step:
             self._memory.read()
         if now >= self._cores.due or index + 2 == self._batches:  # the step before the last: workers still run
             self._cores.read_workers(now)

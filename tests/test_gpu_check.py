@@ -110,13 +110,22 @@ def test_a_preflight_drop_leaves_the_stage_out_of_its_bench():
 
 
 def test_the_plan_starts_parts_in_order_only_where_they_fit():
-    planned = schedule(gpu_preflight.PARTS, 4.0)
+    planned = schedule(gpu_preflight.PARTS, 8.0)
     assert [part.name for part, _ in planned] == list(gpu_preflight.PARTS)
-    left = 4.0 - SETUP_MINUTES
+    left = 8.0 - SETUP_MINUTES
     for part, fits in planned:
         assert fits == (part.minutes <= left)
         left -= part.minutes if fits else 0
     assert planned[0][1] and not all(fits for _, fits in planned)
+
+
+def test_a_first_call_of_8_minutes_runs_the_fast_stages_first_and_leaves_the_probe():
+    """What a GPU is wanted for first comes first: the fast stages beside bare Lightning, then the streams; the probe
+    and the parts that settle or widen a figure wait for a later call."""
+    names = [part.name for part in PARTS]
+    assert names[:5] == ["fast", "streams", "tests", "timer", "diagnosis"]
+    ran = [part.name for part, fits in schedule(gpu_preflight.PARTS, 8.0) if fits]
+    assert ran[:2] == ["fast", "streams"] and "probe" not in ran
 
 
 def test_the_dry_run_names_the_call_its_carry_and_every_part(capsys):
@@ -282,7 +291,7 @@ def test_without_jsonargparse_nothing_runs(monkeypatch, capsys):
     monkeypatch.setattr("lightning.pytorch.cli._JSONARGPARSE_SIGNATURES_AVAILABLE", "")
     status, lines, plan = preflight(capsys, "--parts", "tests,v1")
     assert status == 2 and plan == "- -"
-    assert "pip install 'jsonargparse[signatures]'" in lines[0] and lines[0].endswith("Skipped: part v1, part tests.")
+    assert "pip install 'jsonargparse[signatures]'" in lines[0] and lines[0].endswith("Skipped: part tests, part v1.")
     assert lines[-1] == "gpu-check: nothing asked for can run here; fix the lines above first."
 
 

@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PARTS = (
-    "probe",
     "fast",
-    "resident",
-    "compiled",
-    "v1",
     "streams",
     "tests",
-    "diagnosis",
     "timer",
+    "diagnosis",
+    "probe",
+    "resident",
+    "compiled",
     "graph",
     "modes",
+    "v1",
 )  # gpu_check's
 DATA_PARTS = ("fast", "resident", "compiled", "v1", "streams", "timer", "graph", "modes")  # each trains on FashionMNIST
 STAGED_PART = "streams"  # the part whose bench can run without a stage whose library is missing

@@ -27,15 +27,11 @@ class Part:
     commands: tuple[tuple[str, ...], ...]
 
 
-# Planned minutes: what each part took on an H200 (docs/results/cuda-h200/session*-parts.md), rounded up; the probe
-# at some 20 s a variant, the fast part at 6 min for 2 repeats.
+# In the order a first call wants them: the fast stages beside bare Lightning, the streams, the CUDA-only tests,
+# the diagnosis's cost and its syncs; then the graphed step's probe, and what settles or widens a figure. Planned
+# minutes: what each part took on an H200 (docs/results/cuda-h200/session*-parts.md), rounded up; the fast part at 6
+# min for 2 repeats, the probe at some 20 s a variant.
 PARTS = (
-    Part(
-        "probe",
-        3.0,
-        "the graphed step's GPU time per replay in variants beside a hand-written graphed step, its kernels",
-        (("{py}", "-m", "mnistperf.bench.graph_probe", "{out}/probe"),),
-    ),
     Part(
         "fast",
         6.0,
@@ -53,6 +49,46 @@ PARTS = (
                 "{out}/fast",
             ),
         ),
+    ),
+    Part(
+        "streams",
+        0.8,
+        "streaming and streaming_litdata beside v2_pinned",
+        (
+            (
+                *BENCH,
+                "--stages",
+                "v2_pinned,streaming,streaming_litdata",
+                "--reference-rows",
+                "none",
+                "--out",
+                "{out}/streams",
+            ),
+        ),
+    ),
+    Part(
+        "tests",
+        2.0,
+        "the CUDA-only tests (pytest -m cuda)",
+        (("{py}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda"),),
+    ),
+    Part(
+        "timer",
+        1.5,
+        "v2_pinned's default fit and the newcomer's short fit, whole processes with and without the diagnosis",
+        (("{py}", "-m", "mnistperf.gpu_check", "--timer-cost", "{out}/timer-cost.json"),),
+    ),
+    Part(
+        "diagnosis",
+        0.3,
+        "examples/diagnose_your_run.py under torch.cuda.set_sync_debug_mode: the diagnosis's syncs, trace, verdict",
+        (("{py}", "-m", "mnistperf.gpu_check", "--sync-probe", "{out}/diagnosis"),),
+    ),
+    Part(
+        "probe",
+        3.0,
+        "the graphed step's GPU time per replay in variants beside a hand-written graphed step, its kernels",
+        (("{py}", "-m", "mnistperf.bench.graph_probe", "{out}/probe"),),
     ),
     Part(
         "resident",
@@ -77,6 +113,44 @@ PARTS = (
         1.2,
         "v3_compiled beside v3_resident",
         ((*BENCH, "--stages", "v3_resident,v3_compiled", "--reference-rows", "none", "--out", "{out}/compiled"),),
+    ),
+    Part(
+        "graph",
+        0.8,
+        "v4_graphed at 1, 4 and 16 optimizer steps per Lightning step (8, its own, is in fast)",
+        (
+            (
+                *BENCH,
+                "--stages",
+                "v4_graphed",
+                "--sweep",
+                "data.batches_per_step=1,4,16",
+                "--reference-rows",
+                "none",
+                "--out",
+                "{out}/graph-groups",
+            ),
+        ),
+    ),
+    Part(
+        "modes",
+        1.0,
+        "v3_compiled in reduce-overhead mode, keeping or dropping the last partial batch",
+        (
+            (
+                *BENCH,
+                "--stages",
+                "v3_compiled",
+                "--set",
+                "model.compile_mode=reduce-overhead",
+                "--sweep",
+                "data.drop_last=false,true",
+                "--reference-rows",
+                "none",
+                "--out",
+                "{out}/compiled-modes",
+            ),
+        ),
     ),
     Part(
         "v1",
@@ -119,78 +193,6 @@ PARTS = (
                 "none",
                 "--out",
                 "{out}/v1-naive-bounded",
-            ),
-        ),
-    ),
-    Part(
-        "streams",
-        0.8,
-        "streaming and streaming_litdata beside v2_pinned",
-        (
-            (
-                *BENCH,
-                "--stages",
-                "v2_pinned,streaming,streaming_litdata",
-                "--reference-rows",
-                "none",
-                "--out",
-                "{out}/streams",
-            ),
-        ),
-    ),
-    Part(
-        "tests",
-        2.0,
-        "the CUDA-only tests (pytest -m cuda)",
-        (("{py}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda"),),
-    ),
-    Part(
-        "diagnosis",
-        0.3,
-        "examples/diagnose_your_run.py under torch.cuda.set_sync_debug_mode: the diagnosis's syncs, trace, verdict",
-        (("{py}", "-m", "mnistperf.gpu_check", "--sync-probe", "{out}/diagnosis"),),
-    ),
-    Part(
-        "timer",
-        1.5,
-        "v2_pinned's default fit and the newcomer's short fit, whole processes with and without the diagnosis",
-        (("{py}", "-m", "mnistperf.gpu_check", "--timer-cost", "{out}/timer-cost.json"),),
-    ),
-    Part(
-        "graph",
-        0.8,
-        "v4_graphed at 1, 4 and 16 optimizer steps per Lightning step (8, its own, is in fast)",
-        (
-            (
-                *BENCH,
-                "--stages",
-                "v4_graphed",
-                "--sweep",
-                "data.batches_per_step=1,4,16",
-                "--reference-rows",
-                "none",
-                "--out",
-                "{out}/graph-groups",
-            ),
-        ),
-    ),
-    Part(
-        "modes",
-        1.0,
-        "v3_compiled in reduce-overhead mode, keeping or dropping the last partial batch",
-        (
-            (
-                *BENCH,
-                "--stages",
-                "v3_compiled",
-                "--set",
-                "model.compile_mode=reduce-overhead",
-                "--sweep",
-                "data.drop_last=false,true",
-                "--reference-rows",
-                "none",
-                "--out",
-                "{out}/compiled-modes",
             ),
         ),
     ),

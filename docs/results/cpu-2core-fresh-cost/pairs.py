@@ -18,7 +18,8 @@ WORKLOAD: ``small`` (an MLP, 30 steps of 64 rows an epoch, 1-2 ms each, no logge
 its loss every step to a logger that writes its table to disk on every call: Lightning's CSVLogger flushed each
 step), ``long`` (the small MLP, 300 steps an epoch, 24 epochs: a fit of some 10 s), ``chemprop`` (the compatibility
 tier's MPNN, in .venv-compat-chemprop). ARMS: comma-separated, of ``none``, ``both`` (the default callbacks) and
-``all`` (both, with ``log_all=True``); default ``none,both``.
+``all`` (both, with ``log_all=True``), and for the parts ``timer`` or ``audit`` alone, ``unwindowed`` (both, no profiled
+window) and ``idle`` (two callbacks whose step hooks do nothing); default ``none,both``.
 """
 
 from __future__ import annotations
@@ -41,13 +42,34 @@ EPOCHS = {"small": 3, "newcomer": 3, "table": 3, "long": 24, "chemprop": 3}
 
 
 def callbacks(arm: str) -> list[Any]:
-    """The arm's callbacks: none, both as they come, or both handing the loggers every figure."""
+    """The arm's callbacks: none, both as they come, or both handing the loggers every figure.
+
+    For the parts: the timer or the audit alone, both without the profiled window, or two callbacks whose two step hooks
+    do nothing.
+    """
+    from lightning.pytorch import Callback
+
     from mnistperf.diagnosis import EpochTimer, SampleAudit
+    from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
+
+    class Idle(Callback):  # the least a callback that sees every step costs: Lightning's dispatch of two hooks
+        def __init__(self) -> None:
+            skip_unused_batch_hooks(self)
+
+        def on_train_batch_start(self, *args: Any) -> None:
+            pass
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            pass
 
     return {
         "none": [],
         "both": [EpochTimer(), SampleAudit()],
         "all": [EpochTimer(log_all=True), SampleAudit(log_all=True)],
+        "timer": [EpochTimer()],
+        "audit": [SampleAudit()],
+        "unwindowed": [EpochTimer(busy_window_steps=0), SampleAudit()],
+        "idle": [Idle(), Idle()],
     }[arm]
 
 

@@ -8,8 +8,8 @@ keeps the rows it finished) and writes ``parts.json`` and ``parts.md`` with what
 command that runs the rest.
 
     scripts/gpu-check --pack [--source-root DIR]      # on the CPU, once: the carry folder
-    scripts/gpu-check --dry-run --minutes 7            # on the CPU: the call, the carry, the plan
-    scripts/gpu-check --minutes 7 [--parts a,b] [RESULTS_DIR]   # on the GPU
+    scripts/gpu-check --dry-run --minutes 8            # on the CPU: the call, the carry, the plan
+    scripts/gpu-check --minutes 8 [--parts a,b] [RESULTS_DIR]   # on the GPU
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The check's options."""
     parser = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=Path, default=None, help="results folder (docs/results/cuda-<gpu>)")
-    parser.add_argument("--minutes", type=float, default=7.0, help="the budget: no part starts that would pass it")
+    parser.add_argument("--minutes", type=float, default=8.0, help="the budget: no part starts that would pass it")
     parser.add_argument("--parts", default=",".join(PART_NAMES), help=f"some of {','.join(PART_NAMES)}")
     parser.add_argument("--source-root", default=None, help="the folder holding fashion-mnist/ with the .gz files")
     parser.add_argument("--dry-run", action="store_true", help="on any machine: the device call and the plan")
@@ -42,7 +42,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if unknown:
         parser.error(f"--parts {unknown[0]}: no such part; choose from {','.join(PART_NAMES)}")
     if opts.minutes <= 0:
-        parser.error(f"--minutes {opts.minutes:g}: the budget must be above 0, e.g. --minutes 7")
+        parser.error(f"--minutes {opts.minutes:g}: the budget must be above 0, e.g. --minutes 8")
     return opts
 
 

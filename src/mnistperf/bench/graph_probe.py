@@ -9,8 +9,9 @@ ratio needs no other card. cuDNN keeps the algorithms it chose for a shape for t
 it chose them, so every variant runs in a process of its own. After the timing, one profiler window attached after
 capture reads the ten longest kernels and how many kernels a replay launched; one variant starts an empty profiler
 before capture first, to see whether that blinds a later window.
+Before the variants, the step's floor on this GPU (:mod:`mnistperf.bench.step_floor`) goes to floor.md.
 
-    python -m mnistperf.bench.graph_probe OUT_DIR            # every variant: probe.json and probe.md
+    python -m mnistperf.bench.graph_probe OUT_DIR            # the floor, every variant: probe.json and probe.md
     python -m mnistperf.bench.graph_probe --variant NAME     # one variant, its figures as JSON on stdout
 """
 
@@ -95,12 +96,7 @@ def hand_written_step(variant: Variant, device: torch.device) -> Callable[[dict[
     static: dict[str, torch.Tensor] = {}
 
     def whole() -> None:
-        optimizer.zero_grad(set_to_none=False)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=variant.bf16, cache_enabled=False):
-            images = static["image"].contiguous(memory_format=torch.channels_last)
-            loss = torch.nn.functional.cross_entropy(net(images), static["label"])
-        loss.backward()
-        optimizer.step()
+        eager_step(net, optimizer, static, variant.bf16)
 
     graph = torch.cuda.CUDAGraph()
 
@@ -120,6 +116,18 @@ def hand_written_step(variant: Variant, device: torch.device) -> Callable[[dict[
         graph.replay()
 
     return step
+
+
+def eager_step(
+    net: torch.nn.Module, optimizer: torch.optim.Optimizer, data: dict[str, torch.Tensor], bf16: bool
+) -> None:
+    """The hand-written step once, eagerly: grads zeroed in place, forward and loss under autocast, backward, Adam."""
+    optimizer.zero_grad(set_to_none=False)
+    with torch.autocast(data["image"].device.type, dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
+        images = data["image"].contiguous(memory_format=torch.channels_last)
+        loss = torch.nn.functional.cross_entropy(net(images), data["label"])
+    loss.backward()
+    optimizer.step()
 
 
 def kernel_table(profiler: Any, replays: int) -> tuple[int, list[dict[str, Any]]]:
@@ -177,8 +185,16 @@ def measure(name: str) -> dict[str, Any]:
 
 
 def run_all(out: Path, names: Sequence[str] = tuple(VARIANTS)) -> list[dict[str, Any]]:
-    """Every variant in a process of its own; probe.json and probe.md in ``out``; the figures."""
+    """The step's floor on this GPU, then every variant in a process of its own; probe.json and probe.md in ``out``."""
+    from mnistperf.bench import step_floor
+
     out.mkdir(parents=True, exist_ok=True)
+    try:  # seconds, and what the variants are held against: first
+        floor = step_floor.floor(step_floor.count(torch.device("cuda")), torch.cuda.get_device_name(0))
+        step_floor.write(out, floor)
+        print("\n".join(f"graph probe: {line}" for line in step_floor.lines(floor)), flush=True)
+    except Exception as error:  # the variants still run
+        print(f"graph probe: the step's floor was not counted: {type(error).__name__}: {error}", flush=True)
     results = []
     for name in names:
         done = subprocess.run(

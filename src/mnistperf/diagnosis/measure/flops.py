@@ -47,12 +47,17 @@ def number_format(precision: str, matmul_precision: str) -> str:
     return "tf32" if matmul_precision in ("high", "medium") else "fp32"
 
 
+def own_peaks(name: str) -> dict[str, float] | None:
+    """The dense peaks of the GPU named ``name`` by number format, where OWN_PEAKS states them."""
+    return next((peaks for key, peaks in OWN_PEAKS if re.search(rf"\b{key}\b", name)), None)
+
+
 def peak_flops(device: torch.device, fmt: str) -> tuple[float | None, str | None]:
     """The device's dense peak FLOP/s for ``fmt``, named; or None and why there is none."""
     if device.type != "cuda":
         return None, f"no peak is known for a {device.type} device"
     name = torch.cuda.get_device_name(device)
-    own = next((peaks for key, peaks in OWN_PEAKS if re.search(rf"\b{key}\b", name)), None)
+    own = own_peaks(name)
     with warnings.catch_warnings():  # Lightning warns where it knows no peak; the reason below says so once
         warnings.simplefilter("ignore")
         peak = own.get(fmt) if own is not None else get_available_flops(device, LIGHTNING_DTYPES[fmt])

@@ -4,12 +4,13 @@ A replay of v4_graphed's step (one 512-sample batch: forward, loss, sums, backwa
 around many replays, no profiler running, in each variant of :data:`VARIANTS`: the step as the stage runs it, with
 ``torch.backends.cudnn.benchmark`` on before the warm-up that precedes capture, without the in-graph sums, in
 float32; and a hand-written step (:func:`hand_written_step`: the same network and batch, captured as PyTorch's CUDA
-notes describe, with ``cudnn.benchmark`` on, as the figure it is compared with was measured) on the same GPU, so the
-ratio needs no other card. cuDNN keeps the algorithms it chose for a shape for the life of a process, whichever way
-it chose them, so every variant runs in a process of its own. After the timing, one profiler window attached after
-capture reads the ten longest kernels and how many kernels a replay launched; one variant starts an empty profiler
-before capture first, to see whether that blinds a later window.
-Before the variants, the step's floor on this GPU (:mod:`mnistperf.bench.step_floor`) goes to floor.md.
+notes describe, with ``cudnn.benchmark`` on, as the figure it is compared with was measured; once more with its
+network compiled before capture, its kernels fused) on the same GPU, so the ratio needs no other card. cuDNN keeps
+the algorithms it chose for a shape for the life of a process, whichever way it chose them, so every variant runs in
+a process of its own. After the timing, one profiler window attached after capture reads the ten longest kernels and
+how many kernels a replay launched; one variant starts an empty profiler before capture first, to see whether that
+blinds a later window. Before the variants, the step's floor on this GPU (:mod:`mnistperf.bench.step_floor`) goes to
+floor.md.
 
     python -m mnistperf.bench.graph_probe OUT_DIR            # the floor, every variant: probe.json and probe.md
     python -m mnistperf.bench.graph_probe --variant NAME     # one variant, its figures as JSON on stdout
@@ -48,6 +49,8 @@ class Variant:
         sums: the stage's in-graph sums of loss and correct predictions.
         bf16: bf16 autocast, as the stage's ``bf16-mixed``; else float32.
         profiler_before_capture: an empty profiler run before capture (torch's guard against pytorch#75504).
+        compiled: the hand-written step's network compiled in place (torch.compile's default mode: fused kernels),
+            compiled in the warm-up, then captured like the rest.
     """
 
     hand_written: bool = False
@@ -55,12 +58,14 @@ class Variant:
     sums: bool = True
     bf16: bool = True
     profiler_before_capture: bool = False
+    compiled: bool = False
 
 
 VARIANTS = {  # in order of what they tell: a part cut at its time limit keeps the first ones
     "step": Variant(),
     "step, cudnn.benchmark": Variant(benchmark=True),
     "hand-written, cudnn.benchmark": Variant(hand_written=True, benchmark=True),
+    "hand-written, compiled, cudnn.benchmark": Variant(hand_written=True, benchmark=True, compiled=True),
     "hand-written": Variant(hand_written=True),
     "step, empty profiler before capture": Variant(profiler_before_capture=True),
     "step without sums": Variant(sums=False),
@@ -92,6 +97,8 @@ def hand_written_step(variant: Variant, device: torch.device) -> Callable[[dict[
     from mnistperf.model.network import SimpleCNN
 
     net = SimpleCNN().to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    if variant.compiled:
+        net.compile()  # compiled at the warm-up's first call, before capture
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True, capturable=True)
     static: dict[str, torch.Tensor] = {}
 

@@ -252,6 +252,27 @@ def test_compile_mode_reaches_torch_compile_and_needs_compile(monkeypatch):
         ImageClassifier(compile_mode="max-autotune")
 
 
+def test_lightning_dispatches_to_the_labs_callbacks_only_the_per_batch_hooks_their_classes_override():
+    """Lightning's own callbacks too (its checkpoint, summary, progress bar and the config's saver): each hook their
+    classes leave as Callback's is skipped, each they override kept (the timer's phase hooks are its own to switch)."""
+    from lightning.pytorch import Callback
+
+    from mnistperf.diagnosis import EpochTimer
+    from mnistperf.diagnosis.callbacks.batch_hooks import BATCH_HOOKS
+
+    callbacks = parse_fit_config(("--config", str(CONFIGS / "v2_pinned.yaml"))).trainer.callbacks
+    names = {type(callback).__name__ for callback in callbacks}
+    assert {"ModelCheckpoint", "SaveConfigCallback", "TQDMProgressBar", "EpochTimer"} <= names
+    for callback in callbacks:
+        if isinstance(callback, EpochTimer):
+            continue
+        for hook in BATCH_HOOKS:
+            overridden = getattr(type(callback), hook) is not getattr(Callback, hook)
+            assert callable(getattr(callback, hook)) == overridden, (type(callback).__name__, hook)
+    checkpoint = next(c for c in callbacks if type(c).__name__ == "ModelCheckpoint")
+    assert callable(checkpoint.on_train_batch_end)
+
+
 def test_lightnings_own_progress_bar_is_redrawn_every_few_steps_and_a_configured_one_is_kept(tmp_path):
     from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 

@@ -22,6 +22,7 @@ from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.data.options import fit_help_lines, is_uri
 from mnistperf.data.pipelines import registry
+from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes
 from mnistperf.errors import ConfigError, MnistperfError
 from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint
@@ -129,15 +130,21 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         return {self._asked: every[self._asked]} if self._asked else every
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """The trainer, with Lightning's own progress bar (where the config names none) redrawn every few steps."""
+        """The trainer, with Lightning's own progress bar (where the config names none) redrawn every few steps.
+
+        Every callback pays Lightning only for the per-batch hooks its class overrides, as the diagnosis's own do:
+        Lightning dispatches each of the others to it every step, some 2 us a hook, to do nothing.
+        """
         # a copy: building the trainer adds Lightning's own callbacks to the config's list
         given = self._get(self.config_init, "trainer", default={}).get("callbacks")
         configured = list(given) if isinstance(given, list) else [given] if given is not None else []
         trainer = super().instantiate_trainer(**kwargs)
+        callbacks = cast(TrainerAttributes, trainer).callbacks
         bar = trainer.progress_bar_callback
         if isinstance(bar, (TQDMProgressBar, RichProgressBar)) and not any(bar is c for c in configured):
-            callbacks = cast(TrainerAttributes, trainer).callbacks
             callbacks[callbacks.index(bar)] = TQDMProgressBar(refresh_rate=BAR_REFRESH)
+        for callback in callbacks:
+            skip_unused_batch_hooks(callback)
         return trainer
 
     def instantiate_classes(self) -> None:

@@ -23,15 +23,15 @@ def test_an_operator_counts_what_it_reads_and_writes_and_a_view_nothing():
 
 
 def test_the_step_s_flops_grow_with_its_samples_and_its_operators_do_not():
-    small, large = count(torch.device("cpu"), samples=8), count(torch.device("cpu"), samples=16)
-    assert large.flops == 2 * small.flops > 0
+    small, large = count(torch.device("cpu"), batch_size=8), count(torch.device("cpu"), batch_size=16)
+    assert large.flop_count == 2 * small.flop_count > 0
     assert large.operators == small.operators > 10
-    assert large.bytes > small.bytes  # activations grow; the parameters and Adam's state do not
-    assert (small.samples, large.samples) == (8, 16) and small.device.startswith("cpu")
+    assert large.bytes_moved > small.bytes_moved  # activations grow; the parameters and Adam's state do not
+    assert (small.batch_size, large.batch_size) == (8, 16) and small.device.startswith("cpu")
 
 
 def test_the_floor_is_the_larger_of_the_two_times_on_a_known_card():
-    step = StepCount(flops=989.4e12 * 1e-3, bytes=4.8e12 * 2e-3, operators=60, device="cpu", samples=512)
+    step = StepCount(flop_count=989.4e12 * 1e-3, bytes_moved=4.8e12 * 2e-3, operators=60, device="cpu", batch_size=512)
     result = floor(step, "NVIDIA H200")
     assert result["compute_ms"] == pytest.approx(1.0) and result["memory_ms"] == pytest.approx(2.0)
     assert result["floor_ms"] == pytest.approx(2.0) and result["why_no_floor"] is None
@@ -68,4 +68,4 @@ def test_on_a_gpu_the_step_is_counted_there_and_the_floor_takes_its_name(tmp_pat
     assert step_floor.main([str(tmp_path)]) == 0
     written = json.loads((tmp_path / "floor.json").read_text())
     assert written["device"] == written["card"] == torch.cuda.get_device_name(0)
-    assert written["flops"] == count(torch.device("cpu")).flops  # the network's FLOPs, whatever the device
+    assert written["flop_count"] == count(torch.device("cpu")).flop_count  # the network's FLOPs, whatever the device

@@ -78,25 +78,25 @@ def _nbytes(leaves: Sequence[Any]) -> int:
 
 @dataclass(frozen=True)
 class StepCount:
-    """One step's FLOPs, the bytes its operators read and write, and how many operators moved data, and where."""
+    """One step's FLOPs, the bytes its operators read and write, how many operators moved data, where, and its batch."""
 
-    flops: float
-    bytes: float
+    flop_count: float
+    bytes_moved: float
     operators: int
     device: str
-    samples: int
+    batch_size: int
 
 
-def count(device: torch.device, bf16: bool = True, samples: int = BATCH) -> StepCount:
+def count(device: torch.device, bf16: bool = True, batch_size: int = BATCH) -> StepCount:
     """Count one step of the hand-written graphed step on ``device``, after a first step has made Adam's state.
 
-    ``samples``: the first this many of the probe's batch (at most BATCH).
+    ``batch_size``: the first this many samples of the probe's batch (at most BATCH).
     """
     from mnistperf.model.network import SimpleCNN
 
     net = SimpleCNN().to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True)
-    data = {name: tensor[:samples].contiguous() for name, tensor in batch(device).items()}
+    data = {name: tensor[:batch_size].contiguous() for name, tensor in batch(device).items()}
     eager_step(net, optimizer, data, bf16)
     with FlopCounterMode(display=False) as flops, Traffic() as traffic:
         eager_step(net, optimizer, data, bf16)
@@ -111,8 +111,8 @@ def floor(step: StepCount, card: str, fmt: str = "bf16") -> dict[str, Any]:
     """
     peak = (own_peaks(card) or {}).get(fmt)
     bandwidth = next((value for key, value in BANDWIDTH if re.search(rf"\b{key}\b", card)), None)
-    compute_s = step.flops / peak if peak else None
-    memory_s = step.bytes / bandwidth if bandwidth else None
+    compute_s = step.flop_count / peak if peak else None
+    memory_s = step.bytes_moved / bandwidth if bandwidth else None
     known = [s for s in (compute_s, memory_s) if s is not None]
     missing = [
         f"{what} ({table})"
@@ -138,8 +138,9 @@ def floor(step: StepCount, card: str, fmt: str = "bf16") -> dict[str, Any]:
 def lines(result: dict[str, Any]) -> list[str]:
     """The count and the floor as sentences."""
     said = [
-        f"One step of {result['samples']} samples, counted on {result['device']}: {result['flops'] / 1e9:.2f} GFLOP, "
-        f"{result['bytes'] / 1e6:.1f} MB read and written by {result['operators']} operators that move data."
+        f"One step of {result['batch_size']} samples, counted on {result['device']}: "
+        f"{result['flop_count'] / 1e9:.2f} GFLOP, {result['bytes_moved'] / 1e6:.1f} MB read and written by "
+        f"{result['operators']} operators that move data."
     ]
     if result["floor_ms"] is None:
         return [*said, f"No floor: {result['why_no_floor']}."]

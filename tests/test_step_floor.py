@@ -17,9 +17,15 @@ def test_an_operator_counts_what_it_reads_and_writes_and_a_view_nothing():
         x + 1  # noqa: B018  (read x, write a new tensor)
     with Traffic() as in_place:
         x.add_(1)  # read x, write x
+    with Traffic() as copied:
+        x.copy_(torch.zeros(1000))  # read the zeros, write x
+    with Traffic() as marked, torch.profiler.record_function("a mark"):  # an operator that moves nothing
+        pass
     assert (viewed.operators, viewed.bytes) == (0, 0)
     assert (added.operators, added.bytes) == (1, 8000)
     assert (in_place.operators, in_place.bytes) == (1, 8000)
+    assert (copied.operators, copied.bytes) == (2, 12000)  # the zeros made (4,000 written), then copied (8,000)
+    assert (marked.operators, marked.bytes) == (0, 0)
 
 
 def test_the_step_s_flops_grow_with_its_samples_and_its_operators_do_not():

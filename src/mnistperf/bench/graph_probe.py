@@ -193,10 +193,10 @@ def measure(name: str) -> dict[str, Any]:
 
 def run_all(out: Path, names: Sequence[str] = tuple(VARIANTS)) -> list[dict[str, Any]]:
     """The step's floor on this GPU, then every variant in a process of its own; probe.json and probe.md in ``out``."""
-    from mnistperf.bench import step_floor
-
     out.mkdir(parents=True, exist_ok=True)
     try:  # seconds, and what the variants are held against: first
+        from mnistperf.bench import step_floor
+
         floor = step_floor.floor(step_floor.count(torch.device("cuda")), torch.cuda.get_device_name(0))
         step_floor.write(out, floor)
         print("\n".join(f"graph probe: {line}" for line in step_floor.lines(floor)), flush=True)

@@ -1,13 +1,14 @@
 """The graphed step's floor on a card: its FLOPs and the bytes its operators move, against the card's peaks.
 
-One eager step of the hand-written graphed step (:func:`~mnistperf.bench.graph_probe.eager_step`: 512 samples,
-bf16 autocast, channels_last, Adam), after a first one that makes Adam's state, is counted on the device at hand:
-its FLOPs by torch's FlopCounterMode (the convolutions and matrix products, forward and backward), and the bytes
-each operator that moves data reads and writes (its tensor arguments and results; views move none), as if nothing
-stayed in a cache between operators. Against a card's dense peak for the number format and its memory bandwidth, the
-larger of the two times is the least a replay could take; a replay measured far above both is bound by its kernels'
-launches and latencies, not by arithmetic or memory. The counts come from the operators of the device that ran them
-(a CPU's sequence, where no GPU is at hand, is close to but not the same as cuDNN's).
+One eager step of the hand-written graphed step (:func:`~mnistperf.bench.graph_probe.eager_step`: 512 samples, bf16
+autocast, channels_last, Adam), after a first one that makes Adam's state, is counted on the device at hand: its
+FLOPs by torch's FlopCounterMode (the convolutions and matrix products, forward and backward), and the bytes each
+operator that moves data reads and writes (its tensor arguments and results; views move none), as if nothing stayed
+in a cache between operators. Against a card's dense peak for the number format and its memory bandwidth, the larger
+of the two times estimates the least a replay could take where no operator's data stays in a cache; a replay
+measured far above both is bound by its kernels' launches and latencies, not by arithmetic or memory. The counts
+come from the operators of the device that ran them (a CPU's sequence, where no GPU is at hand, is close to but not
+the same as cuDNN's).
 
     python -m mnistperf.bench.step_floor [--card "NVIDIA H200"] [OUT_DIR]   # floor.json and floor.md in OUT_DIR
 """
@@ -47,9 +48,13 @@ BANDWIDTH: tuple[tuple[str, float], ...] = (
 class Traffic(TorchDispatchMode):
     """Counts the operators that move data and the bytes they read and write: tensor arguments and results.
 
-    An operator whose every result is a view of an argument, and which writes none, moves nothing and is not counted.
-    An argument it writes in place counts as read and written.
+    A view moves nothing. An argument written in place counts as read and written, except where the operator only
+    writes it (an ``out=`` argument, the destination of ``copy_``, ``zero_`` or ``fill_``). An operator that moves no
+    byte (a profiler's mark) is not counted.
     """
+
+    WRITE_ONLY = frozenset({"aten::copy_", "aten::zero_", "aten::fill_"})  # their ``self`` is written, not read
+    VIEWS = frozenset({"aten::_unsafe_view"})  # a view whose schema does not say so
 
     def __init__(self) -> None:
         super().__init__()
@@ -59,16 +64,18 @@ class Traffic(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         schema = func._schema
-        written = [arg.name for arg in schema.arguments if arg.alias_info is not None and arg.alias_info.is_write]
-        views = all(ret.alias_info is not None and not ret.alias_info.is_write for ret in schema.returns)
-        if views and schema.returns and not written:
+        written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        views = schema.returns and all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+        if schema.name in self.VIEWS or (views and not written):
             return out
         named = {arg.name: value for arg, value in zip(schema.arguments, args, strict=False)} | dict(kwargs or {})
-        read = _nbytes(tree_leaves((args, kwargs or {})))
+        only_written = [n for n in written if n.startswith("out") or (n == "self" and schema.name in self.WRITE_ONLY)]
+        read = _nbytes(tree_leaves([value for name, value in named.items() if name not in only_written]))
         mutated = _nbytes(tree_leaves([named[name] for name in written if name in named]))
         results = 0 if any(ret.alias_info is not None for ret in schema.returns) else _nbytes(tree_leaves(out))
-        self.bytes += read + mutated + results
-        self.operators += 1
+        if read + mutated + results:
+            self.bytes += read + mutated + results
+            self.operators += 1
         return out
 
 
@@ -148,7 +155,7 @@ def lines(result: dict[str, Any]) -> list[str]:
         *said,
         f"On {result['card']}: {result['compute_ms'] * 1e3:.1f} us at its {result['number_format']} peak "
         f"({result['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s), {result['memory_ms'] * 1e3:.1f} us at its bandwidth "
-        f"({result['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s), each operator's data from memory: at least "
+        f"({result['bandwidth_bytes_per_s'] / 1e12:.2f} TB/s); with each operator's data from memory, a floor of "
         f"{result['floor_ms'] * 1e3:.1f} us a step.",
     ]
 

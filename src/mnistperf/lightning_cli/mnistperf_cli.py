@@ -132,8 +132,9 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with Lightning's own progress bar (where the config names none) redrawn every few steps.
 
-        Every callback pays Lightning only for the per-batch hooks its class overrides, as the diagnosis's own do:
-        Lightning dispatches each of the others to it every step, some 2 us a hook, to do nothing.
+        Each callback it is built with pays Lightning only for the per-batch hooks its class overrides, as the
+        diagnosis's own do: Lightning dispatches each of the others to it every step, some 2 us a hook, to do nothing.
+        (Those a module's ``configure_callbacks`` adds during the fit are left as they come.)
         """
         # a copy: building the trainer adds Lightning's own callbacks to the config's list
         given = self._get(self.config_init, "trainer", default={}).get("callbacks")

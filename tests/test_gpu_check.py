@@ -128,6 +128,13 @@ def test_a_first_call_of_8_minutes_runs_the_fast_stages_first_and_leaves_the_pro
     assert ran[:2] == ["fast", "streams"] and "probe" not in ran
 
 
+def test_the_probe_part_counts_the_step_s_floor_before_its_variants_into_the_same_folder():
+    [probe] = [part for part in PARTS if part.name == "probe"]
+    floor, variants = part_commands(probe, "py", Path("OUT"), ())
+    assert floor == ["py", "-m", "mnistperf.bench.step_floor", "OUT/probe"]
+    assert variants == ["py", "-m", "mnistperf.bench.graph_probe", "OUT/probe"]
+
+
 def test_the_dry_run_names_the_call_its_carry_and_every_part(capsys):
     assert check_main(["--dry-run", "--minutes", "5", "--parts", "fast,tests"]) == 0
     text = capsys.readouterr().out

@@ -9,10 +9,9 @@ network compiled before capture, its kernels fused) on the same GPU, so the rati
 the algorithms it chose for a shape for the life of a process, whichever way it chose them, so every variant runs in
 a process of its own. After the timing, one profiler window attached after capture reads the ten longest kernels and
 how many kernels a replay launched; one variant starts an empty profiler before capture first, to see whether that
-blinds a later window. Before the variants, the step's floor on this GPU (:mod:`mnistperf.bench.step_floor`) goes to
-floor.md.
+blinds a later window.
 
-    python -m mnistperf.bench.graph_probe OUT_DIR            # the floor, every variant: probe.json and probe.md
+    python -m mnistperf.bench.graph_probe OUT_DIR            # every variant: probe.json and probe.md
     python -m mnistperf.bench.graph_probe --variant NAME     # one variant, its figures as JSON on stdout
 """
 
@@ -192,16 +191,8 @@ def measure(name: str) -> dict[str, Any]:
 
 
 def run_all(out: Path, names: Sequence[str] = tuple(VARIANTS)) -> list[dict[str, Any]]:
-    """The step's floor on this GPU, then every variant in a process of its own; probe.json and probe.md in ``out``."""
+    """Every variant in a process of its own; probe.json and probe.md in ``out``; the figures."""
     out.mkdir(parents=True, exist_ok=True)
-    try:  # seconds, and what the variants are held against: first
-        from mnistperf.bench import step_floor
-
-        floor = step_floor.floor(step_floor.count(torch.device("cuda")), torch.cuda.get_device_name(0))
-        step_floor.write(out, floor)
-        print("\n".join(f"graph probe: {line}" for line in step_floor.lines(floor)), flush=True)
-    except Exception as error:  # the variants still run
-        print(f"graph probe: the step's floor was not counted: {type(error).__name__}: {error}", flush=True)
     results = []
     for name in names:
         done = subprocess.run(

@@ -87,8 +87,12 @@ PARTS = (
     Part(
         "probe",
         3.5,
-        "the graphed step's GPU time per replay in variants beside a hand-written graphed step, its kernels",
-        (("{py}", "-m", "mnistperf.bench.graph_probe", "{out}/probe"),),
+        "the graphed step's floor on the card, then its GPU time per replay in variants beside a hand-written graphed "
+        "step, its kernels",
+        (
+            ("{py}", "-m", "mnistperf.bench.step_floor", "{out}/probe"),
+            ("{py}", "-m", "mnistperf.bench.graph_probe", "{out}/probe"),
+        ),
     ),
     Part(
         "resident",

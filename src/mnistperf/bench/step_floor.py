@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -31,7 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mnistperf.atomic import atomic_write
 from mnistperf.bench.graph_probe import BATCH, batch, eager_step
-from mnistperf.diagnosis.measure.flops import own_peaks
+from mnistperf.diagnosis.measure.flops import first_named, own_peaks
 
 # Memory bandwidth from the vendors' data sheets, bytes/s, for the cards the lab's figures come from; the first name
 # found in the device's name.
@@ -117,7 +116,7 @@ def floor(step: StepCount, card: str, fmt: str = "bf16") -> dict[str, Any]:
     Each figure is None, with why, where the card's peak or bandwidth is not known here.
     """
     peak = (own_peaks(card) or {}).get(fmt)
-    bandwidth = next((value for key, value in BANDWIDTH if re.search(rf"\b{key}\b", card)), None)
+    bandwidth = first_named(BANDWIDTH, card)
     compute_s = step.flop_count / peak if peak else None
     memory_s = step.bytes_moved / bandwidth if bandwidth else None
     known = [s for s in (compute_s, memory_s) if s is not None]

@@ -47,9 +47,14 @@ def number_format(precision: str, matmul_precision: str) -> str:
     return "tf32" if matmul_precision in ("high", "medium") else "fp32"
 
 
+def first_named(table: tuple[tuple[str, Any], ...], name: str) -> Any:
+    """The value of ``table``'s first entry whose pattern is found in the device ``name`` as words; None if none is."""
+    return next((value for key, value in table if re.search(rf"\b{key}\b", name)), None)
+
+
 def own_peaks(name: str) -> dict[str, float] | None:
     """The dense peaks of the GPU named ``name`` by number format, where OWN_PEAKS states them."""
-    return next((peaks for key, peaks in OWN_PEAKS if re.search(rf"\b{key}\b", name)), None)
+    return first_named(OWN_PEAKS, name)
 
 
 def peak_flops(device: torch.device, fmt: str) -> tuple[float | None, str | None]:

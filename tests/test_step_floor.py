@@ -7,6 +7,7 @@ import torch
 
 from mnistperf.bench import step_floor
 from mnistperf.bench.step_floor import StepCount, Traffic, count, floor
+from mnistperf.machine import describe_device
 
 
 def test_an_operator_counts_what_it_reads_and_writes_and_a_view_nothing():
@@ -73,5 +74,7 @@ def test_without_a_gpu_the_command_asks_for_a_card_in_one_line(capsys):
 def test_on_a_gpu_the_step_is_counted_there_and_the_floor_takes_its_name(tmp_path):
     assert step_floor.main([str(tmp_path)]) == 0
     written = json.loads((tmp_path / "floor.json").read_text())
-    assert written["device"] == written["card"] == torch.cuda.get_device_name(0)
+    assert written["card"] == torch.cuda.get_device_name(0) and written["device"] == describe_device(
+        torch.device("cuda")
+    )
     assert written["flop_count"] == count(torch.device("cpu")).flop_count  # the network's FLOPs, whatever the device

@@ -31,6 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from mnistperf.atomic import atomic_write
 from mnistperf.bench.graph_probe import BATCH, batch, eager_step
 from mnistperf.diagnosis.measure.flops import first_named, own_peaks
+from mnistperf.machine import describe_device
 
 # Memory bandwidth from the vendors' data sheets, bytes/s, for the cards the lab's figures come from; the first name
 # found in the device's name.
@@ -106,8 +107,13 @@ def count(device: torch.device, bf16: bool = True, batch_size: int = BATCH) -> S
     eager_step(net, optimizer, data, bf16)
     with FlopCounterMode(display=False) as flops, Traffic() as traffic:
         eager_step(net, optimizer, data, bf16)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type} ({sys.platform})"
-    return StepCount(float(flops.get_total_flops()), float(traffic.bytes), traffic.operators, name, len(data["label"]))
+    return StepCount(
+        float(flops.get_total_flops()),
+        float(traffic.bytes),
+        traffic.operators,
+        describe_device(device),
+        len(data["label"]),
+    )
 
 
 def floor(step: StepCount, card: str, fmt: str = "bf16") -> dict[str, Any]:

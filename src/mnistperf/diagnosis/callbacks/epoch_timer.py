@@ -143,6 +143,11 @@ class EpochTimer(Callback):
             self._timed_steps = TimedSteps(self._fetch, self._window_state, syncs_for(pl_module.device))
             swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
+    def _stop_flops(self) -> None:
+        """Stop a FLOP count whose step never ended (a batch the module skipped, an error)."""
+        with self.problems.guard("counting the step's FLOPs"):
+            self._flops.end()
+
     def _window_state(self) -> tuple[bool, int]:  # a method, not a lambda: the timer is pickled under ddp_spawn
         return self.clock.window_state
 
@@ -155,8 +160,7 @@ class EpochTimer(Callback):
                 swap_profiler(trainer, self._fetch.inner)
         with self.problems.guard("stopping the busy window"):
             self.clock.close()
-        with self.problems.guard("counting the step's FLOPs"):  # a count whose step never ended (an error)
-            self._flops.end()
+        self._stop_flops()
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -274,8 +278,7 @@ class EpochTimer(Callback):
             self._timed_steps.stop()  # a step timed by its parts holds no epoch's end
         per_loader = self.samples.epoch_end()
         self._sampled.hooks_off()  # the epoch ended inside a sample (a batch the module skipped)
-        with self.problems.guard("counting the step's FLOPs"):  # a count whose step never ended (a skipped batch)
-            self._flops.end()
+        self._stop_flops()
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())

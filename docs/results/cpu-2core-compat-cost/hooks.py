@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 FITS = int(sys.argv[1]) if len(sys.argv) > 1 else 6
@@ -39,30 +38,17 @@ def main() -> None:
     """Time the hooks of FITS fits; print and write their medians."""
     sys.argv = ["measure.py", FIT, "1", EPOCHS, "both"]  # measure.py reads its fit, epochs and arm on import
     sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent))
     import measure  # this folder's
-    from lightning.pytorch import Callback
+    from hook_clock import time_calls, time_hooks  # docs/results/hook_clock.py
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
     from mnistperf.diagnosis.guard import Reporter
 
     logging.getLogger("lightning").setLevel(logging.ERROR)
     measure.load()
-    spent: dict[str, float] = {}
+    fit_calls: dict[str, list[float]] = {}  # each call's seconds, in the fit running
     calls: dict[str, list[float]] = {}  # every call's seconds, in the timed fits
-
-    def timed(cls: type, hook: str) -> None:
-        call = getattr(cls, hook)
-
-        def hooked(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                key, seconds = f"{cls.__name__}.{hook}", time.perf_counter() - start
-                spent[key] = spent.get(key, 0.0) + seconds
-                calls.setdefault(key, []).append(seconds)
-
-        setattr(cls, hook, hooked)
 
     def fit(root: Path, diagnose: bool) -> float:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -73,21 +59,19 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as scratch:
         fit(Path(scratch) / "warm-up", diagnose=True)
-        for cls in (EpochTimer, SampleAudit):
-            for hook in vars(Callback):
-                if hook.startswith(("on_", "setup", "teardown")) and hook in vars(cls):
-                    timed(cls, hook)
-        timed(Reporter, "log")  # inside the hooks: the loggers' share of them
+        time_hooks((EpochTimer, SampleAudit), fit_calls)
+        time_calls(Reporter, "log", fit_calls)  # inside the hooks: the loggers' share of them
         per_fit: dict[str, list[float]] = {}
         fits: list[float] = []
         without: list[float] = []
         for run in range(FITS):
             if run % 2:
                 without.append(fit(Path(scratch) / f"without-{run}", diagnose=False))
-            spent.clear()
+            fit_calls.clear()
             fits.append(fit(Path(scratch) / f"hooks-{run}", diagnose=True))
-            for key, seconds in spent.items():
-                per_fit.setdefault(key, []).append(seconds)
+            for key, seconds in fit_calls.items():
+                per_fit.setdefault(key, []).append(sum(seconds))
+                calls.setdefault(key, []).extend(seconds)
             if not run % 2:
                 without.append(fit(Path(scratch) / f"without-{run}", diagnose=False))
             load.append(os.getloadavg()[0])

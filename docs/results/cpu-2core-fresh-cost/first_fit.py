@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 INSIDE = {"SampleAudit._local": "the audit's hash", "RunFiles.write": "the timer's files"}
@@ -34,31 +33,15 @@ def child(workload: str) -> None:
     import tempfile
 
     import pairs  # this folder's
-    from lightning.pytorch import Callback
+    from hook_clock import time_calls, time_hooks  # docs/results/hook_clock.py
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
     from mnistperf.diagnosis.callbacks.run_files import RunFiles
 
     calls: dict[str, list[float]] = {}
-
-    def timed(cls: type, hook: str) -> None:
-        call = getattr(cls, hook)
-
-        def hooked(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                calls.setdefault(f"{cls.__name__}.{hook}", []).append((time.perf_counter() - start) * 1e3)
-
-        setattr(cls, hook, hooked)
-
-    for cls in (EpochTimer, SampleAudit):
-        for hook in vars(Callback):
-            if hook.startswith(("on_", "setup", "teardown")) and hook in vars(cls):
-                timed(cls, hook)
-    timed(SampleAudit, "_local")
-    timed(RunFiles, "write")
+    time_hooks((EpochTimer, SampleAudit), calls)
+    time_calls(SampleAudit, "_local", calls)
+    time_calls(RunFiles, "write", calls)
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
@@ -67,7 +50,7 @@ def child(workload: str) -> None:
         start = time.perf_counter()
         run()
         fit_ms = (time.perf_counter() - start) * 1e3
-    print(json.dumps({"fit_ms": fit_ms, "calls_ms": calls}))
+    print(json.dumps({"fit_ms": fit_ms, "calls_ms": {key: [s * 1e3 for s in each] for key, each in calls.items()}}))
 
 
 def main() -> None:

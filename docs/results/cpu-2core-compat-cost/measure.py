@@ -42,6 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,16 +140,17 @@ def arm_callbacks() -> list[Any]:
         from mnistperf.diagnosis.callbacks import timed_steps
 
         timed_steps.PARTS_AT = 0  # a step index modulo PARTS_EVERY is never -1
-    return {
-        "both": [EpochTimer(), SampleAudit()],
-        "unparted": [EpochTimer(), SampleAudit()],
+    arms: dict[str, Callable[[], list[Any]]] = {  # made when chosen: only the arm's own callbacks are built
+        "both": lambda: [EpochTimer(), SampleAudit()],
+        "unparted": lambda: [EpochTimer(), SampleAudit()],
         # without the profiled window, whose steps are chosen by timing and so move even instruction counts
-        "unwindowed": [EpochTimer(busy_window_steps=0), SampleAudit()],
-        "unwindowed-unparted": [EpochTimer(busy_window_steps=0), SampleAudit()],
-        "timer": [EpochTimer()],
-        "plain": [EmptyStepHooks(), EmptyStepHooks()],
-        "floor": [Floor(), Floor()],
-    }[ARM]
+        "unwindowed": lambda: [EpochTimer(busy_window_steps=0), SampleAudit()],
+        "unwindowed-unparted": lambda: [EpochTimer(busy_window_steps=0), SampleAudit()],
+        "timer": lambda: [EpochTimer()],
+        "plain": lambda: [EmptyStepHooks(), EmptyStepHooks()],
+        "floor": lambda: [Floor(), Floor()],
+    }
+    return arms[ARM]()
 
 
 def newcomer_fit(root: Path, diagnose: bool) -> None:

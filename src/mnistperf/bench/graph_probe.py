@@ -93,9 +93,7 @@ def stage_step(variant: Variant, device: torch.device) -> Callable[[dict[str, to
 
 def hand_written_step(variant: Variant, device: torch.device) -> Callable[[dict[str, torch.Tensor]], None]:
     """The same network and batch in one hand-captured CUDA graph: static buffers, side-stream warm-up, replay."""
-    from mnistperf.model.network import SimpleCNN
-
-    net = SimpleCNN().to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    net = hand_written_net(device)
     if variant.compiled:
         net.compile()  # compiled at the warm-up's first call, before capture
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True, capturable=True)
@@ -122,6 +120,13 @@ def hand_written_step(variant: Variant, device: torch.device) -> Callable[[dict[
         graph.replay()
 
     return step
+
+
+def hand_written_net(device: torch.device) -> torch.nn.Module:
+    """The hand-written step's network: the stages' SimpleCNN on ``device``, its weights channels-last."""
+    from mnistperf.model.network import SimpleCNN
+
+    return SimpleCNN().to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
 
 def eager_step(

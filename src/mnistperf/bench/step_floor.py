@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
 from mnistperf.atomic import atomic_write
-from mnistperf.bench.graph_probe import BATCH, batch, eager_step
+from mnistperf.bench.graph_probe import BATCH, batch, eager_step, hand_written_net
 from mnistperf.diagnosis.measure.flops import first_named, own_peaks
 from mnistperf.machine import describe_device
 
@@ -99,9 +99,7 @@ def count(device: torch.device, bf16: bool = True, batch_size: int = BATCH) -> S
 
     ``batch_size``: the first this many samples of the probe's batch (at most BATCH).
     """
-    from mnistperf.model.network import SimpleCNN
-
-    net = SimpleCNN().to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    net = hand_written_net(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True)
     data = {name: tensor[:batch_size].contiguous() for name, tensor in batch(device).items()}
     eager_step(net, optimizer, data, bf16)

@@ -120,21 +120,9 @@ def arm_callbacks() -> list[Any]:
     nothing, and Lightning dispatches its other per-batch hooks as well. The floor ones are the same with those others
     skipped, as the diagnosis skips them: the least two callbacks that see every step cost.
     """
-    from lightning.pytorch import Callback
+    from idle_callbacks import EmptyStepHooks, Floor  # docs/results/idle_callbacks.py
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
-    from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
-
-    class EmptyStepHooks(Callback):
-        def on_train_batch_start(self, *args: Any) -> None:
-            pass
-
-        def on_train_batch_end(self, *args: Any) -> None:
-            pass
-
-    class Floor(EmptyStepHooks):
-        def __init__(self) -> None:
-            skip_unused_batch_hooks(self)
 
     if ARM.endswith("unparted"):  # both, no step timed by its parts: what that part of the timer costs, by difference
         from mnistperf.diagnosis.callbacks import timed_steps

@@ -30,6 +30,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,30 +48,20 @@ def callbacks(arm: str) -> list[Any]:
     For the parts: the timer or the audit alone, both without the profiled window, or two callbacks whose two step hooks
     do nothing.
     """
-    from lightning.pytorch import Callback
+    from idle_callbacks import Floor  # docs/results/idle_callbacks.py
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
-    from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 
-    class Idle(Callback):  # the least a callback that sees every step costs: Lightning's dispatch of two hooks
-        def __init__(self) -> None:
-            skip_unused_batch_hooks(self)
-
-        def on_train_batch_start(self, *args: Any) -> None:
-            pass
-
-        def on_train_batch_end(self, *args: Any) -> None:
-            pass
-
-    return {
-        "none": [],
-        "both": [EpochTimer(), SampleAudit()],
-        "all": [EpochTimer(log_all=True), SampleAudit(log_all=True)],
-        "timer": [EpochTimer()],
-        "audit": [SampleAudit()],
-        "unwindowed": [EpochTimer(busy_window_steps=0), SampleAudit()],
-        "idle": [Idle(), Idle()],
-    }[arm]
+    arms: dict[str, Callable[[], list[Any]]] = {  # made when chosen: only the arm's own callbacks are built
+        "none": list,
+        "both": lambda: [EpochTimer(), SampleAudit()],
+        "all": lambda: [EpochTimer(log_all=True), SampleAudit(log_all=True)],
+        "timer": lambda: [EpochTimer()],
+        "audit": lambda: [SampleAudit()],
+        "unwindowed": lambda: [EpochTimer(busy_window_steps=0), SampleAudit()],
+        "idle": lambda: [Floor(), Floor()],  # the least two callbacks that see every step cost
+    }
+    return arms[arm]()
 
 
 def trainer(root: Path, epochs: int, arm: str, **options: Any) -> Any:

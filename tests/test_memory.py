@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import torch
@@ -175,9 +176,9 @@ def test_off_linux_resident_memory_is_not_measured(monkeypatch, tmp_path):
 
 
 def test_an_epochs_memory_is_each_figures_largest_reading_and_nan_until_one_is_readable(monkeypatch):
-    own, workers = iter([100.0, None, 120.0]), iter([None, None, 8.0])
+    own, workers = iter([100.0, None, 120.0]), iter([None])
     monkeypatch.setattr(memory, "rss_mb", lambda: next(own))
-    monkeypatch.setattr(memory, "workers_pss_mb", lambda: next(workers))
+    monkeypatch.setattr(memory, "workers_pss_mb", lambda: next(workers))  # read once an epoch: a second would fail
     epoch = memory.EpochMemory(batches=10, loader_workers=True)
     assert epoch.mid_step == 5 and all(math.isnan(mb) for mb in epoch.largest())  # nothing read yet
     epoch.read()
@@ -185,4 +186,22 @@ def test_an_epochs_memory_is_each_figures_largest_reading_and_nan_until_one_is_r
     process, its_workers = epoch.largest()
     assert process == 100.0 and math.isnan(its_workers)  # a reading of None is no reading
     epoch.read()
-    assert epoch.largest() == (120.0, 8.0)
+    assert epoch.largest()[0] == 120.0
+
+
+def test_the_workers_memory_is_read_off_the_training_thread_and_waited_for_as_training_pauses(monkeypatch):
+    threads: list[str] = []
+
+    def pss() -> float:
+        threads.append(threading.current_thread().name)
+        return 8.0
+
+    monkeypatch.setattr(memory, "workers_pss_mb", pss)
+    epoch = memory.EpochMemory(batches=10, loader_workers=True)
+    epoch.read()
+    epoch.settle()
+    assert threads == ["mnistperf workers' memory"] and epoch.largest()[1] == 8.0
+    monkeypatch.setattr(memory, "workers_pss_mb", lambda: 1 / 0)  # a reading that fails is no reading, and no error
+    failing = memory.EpochMemory(batches=10, loader_workers=True)
+    failing.read()
+    assert math.isnan(failing.largest()[1])

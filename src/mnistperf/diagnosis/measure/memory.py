@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -106,27 +107,47 @@ def device_peaks_mb(device: torch.device) -> tuple[float, float]:
 class EpochMemory:
     """An epoch's resident memory, read at step :attr:`mid_step` (while its loader's workers run) and at its end.
 
+    The workers' PSS is read once, at the first reading, by a thread of its own: the kernel walks each worker's pages
+    to sum it, tens of milliseconds a worker, which the training thread does not wait for.
     ``loader_workers``: whether the fit's loaders may run workers (False: none is looked for).
     """
 
     def __init__(self, batches: float, loader_workers: bool):
         self.mid_step = max(1, int(batches // 2)) if math.isfinite(batches) else 2
         self._loader_workers = loader_workers
-        self._readings: list[tuple[float | None, float | None]] = []  # MB resident: this process's, its workers' PSS
+        self._own: list[float | None] = []  # MB resident, this process's, a reading each
+        self._workers: list[float | None] = []  # MB, the workers' PSS, once read
+        self._reader: threading.Thread | None = None
 
     def read(self) -> None:
-        """This process's resident memory and its loader's workers' PSS now (none to read where no loader has any)."""
-        workers = workers_pss_mb() if self._loader_workers else 0.0 if measured() else None
-        self._readings.append((rss_mb(), workers))
+        """This process's resident memory now; at the first reading, its loader's workers' PSS too (if any)."""
+        self._own.append(rss_mb())
+        if self._reader is not None or self._workers:
+            return
+        if not self._loader_workers:
+            self._workers.append(0.0 if measured() else None)
+            return
+        self._reader = threading.Thread(target=self._read_workers, name="mnistperf workers' memory", daemon=True)
+        self._reader.start()
+
+    def _read_workers(self) -> None:
+        try:
+            self._workers.append(workers_pss_mb())
+        except Exception:  # a diagnostic's thread: whatever fails, the epoch has no reading of it
+            self._workers.append(None)
+
+    def settle(self) -> None:
+        """Wait for the workers' reading to finish (as training pauses: no worker starts or ends meanwhile)."""
+        if self._reader is not None:
+            self._reader.join()
 
     def largest(self) -> tuple[float, float]:
         """Each figure's largest reading, this process's and its workers', in MB (NaN: none readable)."""
-
-        def top(readings: tuple[float | None, ...]) -> float:
-            return max((mb for mb in readings if mb is not None), default=math.nan)
-
-        own, workers = zip(*self._readings, strict=True) if self._readings else ((), ())
-        return top(own), top(workers)
+        self.settle()
+        own, workers = (
+            max((mb for mb in read if mb is not None), default=math.nan) for read in (self._own, self._workers)
+        )
+        return own, workers
 
 
 def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -222,6 +222,7 @@ class EpochClock:
             self._train_start = None
             self._eval_start = self._ended = now
             self._cores.train_paused()
+        self._memory.settle()  # before a validation's workers start
 
     def eval_start(self) -> None:
         """An evaluation inside the epoch begins: train time pauses."""

@@ -18,10 +18,11 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
+from mnistperf import upstream
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import step_parts
 from mnistperf.diagnosis.measure.device_syncs import SYNC_WARNING, DeviceSyncs
-from mnistperf.diagnosis.measure.step_parts import LOOP, PARTS_AT, PARTS_EVERY, StepParts, part_of
+from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, PARTS_AT, PARTS_EVERY, StepParts, part_of
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
 from mnistperf.diagnosis.record.text import format_headline, format_summary
 from mnistperf.diagnosis.show.report import html_report
@@ -216,6 +217,7 @@ def test_on_cuda_each_parts_synchronizations_are_counted_as_torch_reports_them_a
         ("[LightningModule]Net.on_train_batch_end", "module hooks"),
         ("[Strategy]DDPStrategy.training_step", "training_step"),
         ("run_training_batch", LOOP),
+        ("save_checkpoint", CHECKPOINT_SAVES),
     ],
 )
 def test_each_action_lightning_reports_belongs_to_one_part(action, part):
@@ -241,3 +243,87 @@ def test_an_action_is_timed_by_its_own_time_and_a_dropped_cycle_keeps_nothing(cl
     assert found["parts"]["training_step"] == pytest.approx(3.0, abs=MARGIN)
     assert found["parts"]["self.log"] == pytest.approx(1.0, abs=MARGIN)
     assert "callback Slow" not in found["parts"]
+
+
+class SlowEpochEnd(Callback):
+    """A callback whose every on_train_epoch_end takes ``seconds`` on the emulated clock."""
+
+    def __init__(self, clock: EmulatedClock, seconds: float):
+        self.clock, self.seconds = clock, seconds
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.clock.added += self.seconds
+
+
+class SlowValidation(Logged):
+    """As Logged, with a validation whose every step takes 5 SECOND on the emulated clock, and an epoch's own log."""
+
+    def validation_step(self, batch, batch_idx):
+        self.clock.added += 5 * SECOND
+
+    def on_train_epoch_end(self):
+        self.log("train/epoch_value", 1.0)
+
+
+def test_the_time_between_epochs_is_timed_by_its_parts_its_validation_apart(clock, tmp_path):
+    timer, module = EpochTimer(busy_window_steps=0), SlowValidation(clock)
+    trainer = fit_module(
+        module,
+        loader(),
+        loader(2),
+        callbacks=[SlowEpochEnd(clock, SECOND), timer],
+        max_epochs=2,
+        logger=CSVLogger(tmp_path, name="run"),
+    )
+    summary = json.loads(timer.summary_path.read_text())
+    between = summary["between_epochs"]
+    assert between["epochs"] == 2  # the first epoch's end to the second's start, and the second's to training's end
+    assert between["parts"]["callback SlowEpochEnd"] == pytest.approx(SECOND, abs=MARGIN)
+    assert between["epoch_s"] == pytest.approx(SECOND, abs=MARGIN)  # the validation's 10 SECOND apart
+    assert {"logger CSVLogger", "self.log", "callback EpochTimer", LOOP} <= between["parts"].keys()
+    assert sum(between["parts"].values()) == pytest.approx(between["epoch_s"])
+    assert re.search(r"Between epochs \(2 times.*\): callback SlowEpochEnd (9\d|100)%", format_summary(summary))
+    report = html_report([("run", summary)])
+    assert "<h2>Between epochs</h2>" in report and "<td>callback SlowEpochEnd</td>" in report
+    # what the epoch's end shadowed is given back
+    assert upstream.TRAIN_EPOCH_LOGS not in vars(step_logs_owner(trainer)) and "log" not in vars(module)
+    assert summary["step_parts"]["parts"]["callback SlowEpochEnd"] < MARGIN  # its steps' hooks do nothing
+
+
+def test_the_part_between_epochs_that_costs_an_epoch_more_than_any_steps_part_is_the_culprit():
+    steps = {"steps": 8, "step_s": 0.004, "parts": {"training_step": 0.003, "self.log": 0.001}}  # 25% of 1 s
+    run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "avg_eval_s": 0.0, "cpu_busy_share": 0.5}
+    saves = {"epochs": 2, "epoch_s": 0.3, "parts": {CHECKPOINT_SAVES: 0.28, LOOP: 0.02}}
+    found = advice({**run, "step_parts": steps, "between_epochs": saves})
+    assert found is not None and found["culprit"]["part"] == CHECKPOINT_SAVES
+    assert found["culprit"]["per"] == "epoch" and found["culprit"]["speed_up_at_most"] == pytest.approx(1.3 / 1.02)
+    assert found["hints"][0].startswith("fewer checkpoints saved: ModelCheckpoint(every_n_epochs=N)")
+    headline = format_headline({**run, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2], **saves})
+    assert "why: checkpoint saves took 0.28 s between epochs, of each 1.30 s epoch" in headline
+    assert (
+        "could buy: without checkpoint saves between epochs (22% of each epoch) an epoch could be up to 1.27x"
+        in headline
+    )
+    # a part between epochs that costs an epoch less than the step's part does: the step's is named
+    cheap = {**saves, "epoch_s": 0.2, "parts": {CHECKPOINT_SAVES: 0.2}}
+    assert advice({**run, "step_parts": steps, "between_epochs": cheap})["culprit"]["part"] == "self.log"
+    said = format_headline({**run, "verdict_figure": "x", "steady_epochs": [2, 2], "between_epochs": cheap})
+    assert "between epochs 0.20 s" in said  # the glance's line says what the time between epochs took
+
+
+def test_a_paused_cycle_keeps_what_came_before_and_after_and_nothing_between(clock):
+    parts = StepParts()
+    parts.open()
+    with parts.timed("[Callback]Slow.on_train_epoch_end"):
+        clock.added += 3.0
+    parts.pause()
+    with parts.timed("[Strategy]S.validation_step"):  # a validation: not the cycle's
+        clock.added += 5.0
+    parts.open()
+    with parts.timed("[Callback]Slow.on_train_epoch_end"):
+        clock.added += 1.0
+    parts.close()
+    found = parts.per_epoch_end()
+    assert found is not None and found["epochs"] == 1
+    assert found["epoch_s"] == pytest.approx(4.0, abs=MARGIN)
+    assert found["parts"]["callback Slow"] == pytest.approx(4.0, abs=MARGIN) and "strategy hooks" not in found["parts"]

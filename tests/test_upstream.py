@@ -123,27 +123,30 @@ def test_lightning_counts_a_step_as_started_only_where_no_batch_start_declined_i
     assert read == [0, 1, 1], f"{LIGHTNING} no longer counts only the steps that ran as started: {read}"
 
 
-class ShadowsStepLogs(Callback):
-    """Shadows the step's logging on its owner as the timer does, counting its calls."""
+class ShadowsLogs(Callback):
+    """Shadows a step's or an epoch's logging (``name``) on its owner as the timer does, counting its calls."""
 
-    def __init__(self):
-        self.calls = 0
+    def __init__(self, name: str):
+        self.name, self.calls = name, 0
 
     def on_fit_start(self, trainer, pl_module):
         owner = upstream.step_logs_owner(trainer)
-        own = getattr(owner, upstream.TRAIN_STEP_LOGS)
+        own = getattr(owner, self.name)
 
         def counted():
             self.calls += 1
             return own()
 
-        vars(owner)[upstream.TRAIN_STEP_LOGS] = counted
+        vars(owner)[self.name] = counted
 
 
-def test_lightning_hands_each_training_steps_metrics_to_the_loggers_through_the_call_shadowed(tmp_path):
-    shadows = ShadowsStepLogs()
+@pytest.mark.parametrize(("name", "calls"), [(upstream.TRAIN_STEP_LOGS, 2), (upstream.TRAIN_EPOCH_LOGS, 1)])
+def test_lightning_hands_each_training_steps_and_epochs_metrics_to_the_loggers_through_the_call_shadowed(
+    tmp_path, name, calls
+):
+    shadows = ShadowsLogs(name)
     fit(tmp_path, shadows, logger=CSVLogger(tmp_path), log_every_n_steps=1)
-    assert shadows.calls == 2, f"{LIGHTNING} no longer logs a training step through {upstream.TRAIN_STEP_LOGS}"
+    assert shadows.calls == calls, f"{LIGHTNING} no longer logs a training step or epoch through {name}"
 
 
 def test_lightningcli_takes_a_checkpoints_hyperparameters_in_the_method_the_mixin_overrides():

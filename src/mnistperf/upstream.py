@@ -46,10 +46,11 @@ def steps_started(trainer: Trainer) -> int:
 # holds; shadowed on the connector for one step, it times what logging costs that step. Public replacement: a
 # profiler action around it.
 TRAIN_STEP_LOGS = "update_train_step_metrics"
+TRAIN_EPOCH_LOGS = "update_train_epoch_metrics"  # the same at an epoch's end, after its callbacks' and module's hooks
 
 
 def step_logs_owner(trainer: Trainer) -> Any:
-    """What hands a training step's metrics to the loggers, through its :data:`TRAIN_STEP_LOGS`."""
+    """What hands a training step's metrics to the loggers, through :data:`TRAIN_STEP_LOGS` (an epoch's: the other)."""
     return trainer._logger_connector
 
 

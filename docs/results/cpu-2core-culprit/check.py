@@ -2,11 +2,13 @@
 
 Four parts, each on the small MLP's steps of 1-2 ms (300 steps an epoch, 3 epochs): a progress bar redrawn every
 step (``bar``), a callback spending 1 ms in each ``on_train_batch_end`` (``callback``), a logger whose
-``log_metrics`` takes 0.5 ms, written every step (``logger``), and ``self.log`` of 20 values each step (``log``).
+``log_metrics`` takes 0.5 ms, written every step (``logger``), and ``self.log`` of 20 values each step (``log``);
+and one between epochs: a callback spending 0.2 s in each ``on_train_epoch_end`` (``epoch_end``).
 A pair is two fresh processes, the part in and out, in an order that alternates from pair to pair; both have
-EpochTimer, which times the steps by their parts. The saving predicted is the part's seconds a step (the run's
-``step_parts``) times the fit's steps; the saving measured is the pair's difference in whole-fit seconds. Prints
-and writes results-CASE.json beside this file, with the one-minute load average before and after every pair.
+EpochTimer, which times the steps, and the time between epochs, by their parts. The saving predicted is the part's
+seconds a step (the run's ``step_parts``) times the fit's steps, or its seconds between epochs (``between_epochs``)
+times the fit's epochs; the saving measured is the pair's difference in whole-fit seconds. Prints and writes
+results-CASE.json beside this file, with the one-minute load average before and after every pair.
 
     python docs/results/cpu-2core-culprit/check.py CASE [PAIRS]
 """
@@ -32,7 +34,14 @@ sys.path.insert(0, str(HERE.parent))
 from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
 
 STEPS, EPOCHS = 300, 3
-PART = {"bar": "callback TQDMProgressBar", "callback": "callback Costly", "logger": "logger Slow", "log": "self.log"}
+PART = {
+    "bar": "callback TQDMProgressBar",
+    "callback": "callback Costly",
+    "logger": "logger Slow",
+    "log": "self.log",
+    "epoch_end": "callback SlowEpochEnd",
+}
+BETWEEN = {"epoch_end"}  # the cases whose part is between epochs: predicted and measured per epoch
 
 
 def busy(seconds: float) -> None:
@@ -55,6 +64,10 @@ def fit(case: str, with_part: bool) -> dict[str, Any]:
     class Costly(Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             busy(1e-3)
+
+    class SlowEpochEnd(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            busy(0.2)
 
     class Slow(Logger):
         name, version = "slow", 0
@@ -92,6 +105,8 @@ def fit(case: str, with_part: bool) -> dict[str, Any]:
         options["enable_progress_bar"] = True
     if with_part and case == "callback":
         callbacks.append(Costly())
+    if with_part and case == "epoch_end":
+        callbacks.append(SlowEpochEnd())
     if case == "logger":  # the module logs its loss each step either way; the logger writes it or is not there
         values = 1
         options.update(logger=Slow() if with_part else False, log_every_n_steps=1)
@@ -113,7 +128,7 @@ def fit(case: str, with_part: bool) -> dict[str, Any]:
             trainer.fit(Small(values), loader)
             took = time.perf_counter() - start
         summary = json.loads(Path(timer.summary_path).read_text()) if timer.summary_path else {}
-    return {"fit_s": took, "step_parts": summary.get("step_parts")}
+    return {"fit_s": took, "step_parts": summary.get("step_parts"), "between_epochs": summary.get("between_epochs")}
 
 
 def main() -> None:
@@ -132,20 +147,21 @@ def main() -> None:
         load.append(os.getloadavg()[0])
         print(f"pair {pair + 1}/{pairs}: in {found['in'][-1]['fit_s']:.3f} s, out {found['out'][-1]['fit_s']:.3f} s")
     steps = STEPS * EPOCHS
-    measured = [(a["fit_s"] - b["fit_s"]) / steps for a, b in zip(found["in"], found["out"], strict=True)]
-    predicted = [run["step_parts"]["parts"].get(PART[case], 0.0) for run in found["in"]]
+    per, times, parts = ("epoch", EPOCHS, "between_epochs") if case in BETWEEN else ("step", steps, "step_parts")
+    measured = [(a["fit_s"] - b["fit_s"]) / times for a, b in zip(found["in"], found["out"], strict=True)]
+    predicted = [run[parts]["parts"].get(PART[case], 0.0) for run in found["in"]]
     result = {
         "case": case,
         "part": PART[case],
         "pairs": pairs,
         "steps": steps,
         "fit_s": {arm: [run["fit_s"] for run in runs] for arm, runs in found.items()},
-        "predicted_s_per_step": predicted,
-        "measured_s_per_step": measured,
+        f"predicted_s_per_{per}": predicted,
+        f"measured_s_per_{per}": measured,
         "predicted_median": statistics.median(predicted),
         "measured_median": statistics.median(measured),
         "measured_95": median_interval(measured),
-        "timed_steps": [run["step_parts"]["steps"] for run in found["in"]],
+        f"timed_{per}s": [run[parts][f"{per}s"] for run in found["in"]],
         "load_average_1min": load,
         "environment": {
             "machine": platform.machine(),
@@ -156,8 +172,9 @@ def main() -> None:
     result["predicted_over_measured"] = result["predicted_median"] / result["measured_median"]
     (HERE / f"results-{case}.json").write_text(json.dumps(result, indent=1) + "\n")
     low, high = result["measured_95"]
+    each = "a step" if per == "step" else "an epoch"
     print(
-        f"{case}: {PART[case]} predicted {result['predicted_median'] * 1e3:.3f} ms a step, measured "
+        f"{case}: {PART[case]} predicted {result['predicted_median'] * 1e3:.3f} ms {each}, measured "
         f"{result['measured_median'] * 1e3:.3f} ms (95 % {low * 1e3:.3f}-{high * 1e3:.3f}); predicted/measured "
         f"{result['predicted_over_measured']:.2f}; load {min(load):.2f}-{max(load):.2f}"
     )

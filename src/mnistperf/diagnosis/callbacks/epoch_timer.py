@@ -179,6 +179,8 @@ class EpochTimer(Callback):
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Start timing the epoch, its fetch wait and its counts from zero."""
         self._epoch_open = True
+        with self.problems.guard("timing the time between epochs"):
+            self._timed_steps.between_ended()
         self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
         self.samples.epoch_start()
         self._fetch.reset()
@@ -255,7 +257,7 @@ class EpochTimer(Callback):
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._fitting(trainer):
             with self.problems.guard("timing the validation's start"):
-                self._timed_steps.stop()  # a step timed by its parts holds no validation
+                self._timed_steps.validation_started()
                 self.clock.eval_start()
 
     @override
@@ -265,6 +267,7 @@ class EpochTimer(Callback):
             return
         with self.problems.guard("timing the validation's end"):
             self.clock.eval_end()
+            self._timed_steps.validation_ended(trainer, pl_module)
         with self.problems.guard("reading the validation metrics"):
             self._val_metrics = validation_metrics(trainer.callback_metrics, self.monitor)
 
@@ -274,8 +277,8 @@ class EpochTimer(Callback):
         if not self._epoch_open:  # none of the epoch ran in this fit (resumed after its last step): no row
             return
         self._epoch_open = False
-        with self.problems.guard("giving back the loggers' and the module's calls timed on a step"):
-            self._timed_steps.stop()  # a step timed by its parts holds no epoch's end
+        with self.problems.guard("timing the time between epochs"):
+            self._timed_steps.epoch_ended(trainer, pl_module)
         per_loader = self.samples.epoch_end()
         self._sampled.hooks_off()  # the epoch ended inside a sample (a batch the module skipped)
         self._stop_flops()
@@ -319,6 +322,11 @@ class EpochTimer(Callback):
         self.problems.say(trainer, epoch_text.format_epoch(row, bar))
 
     @override
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        with self.problems.guard("timing the time between epochs"):
+            self._timed_steps.between_ended()  # the last epoch's: until training ends
+
+    @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.epochs:
             self._report(trainer, interrupted=False)
@@ -346,7 +354,11 @@ class EpochTimer(Callback):
             "lightning",
             trainer,
             self.clock.device,
-            lambda: self.clock.summary(self._project_hints, self._fetch.parts.per_step()),
+            lambda: self.clock.summary(
+                self._project_hints,
+                self._timed_steps.steps.parts.per_step(),
+                self._timed_steps.between.parts.per_epoch_end(),
+            ),
             datamodule=cast(TrainerAttributes, trainer).datamodule,
             module=trainer.lightning_module,
             guard=self.problems.guard,

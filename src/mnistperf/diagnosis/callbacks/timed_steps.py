@@ -1,8 +1,8 @@
-"""The steps timed by their parts: one in PARTS_EVERY, end to end, the step's logging and ``self.log`` timed too.
+"""The cycles timed by their parts: one training step in PARTS_EVERY, end to end, and the time between epochs.
 
-While a step is timed, what hands its metrics to the loggers (:data:`~mnistperf.upstream.TRAIN_STEP_LOGS`) and the
-module's ``log`` are shadowed on their instances by a timed call of the same; they are given back as the step ends,
-and at any end of the fit.
+While a cycle is timed, what hands its metrics to the loggers (a step's :data:`~mnistperf.upstream.TRAIN_STEP_LOGS`,
+an epoch's :data:`~mnistperf.upstream.TRAIN_EPOCH_LOGS`) and the module's ``log`` are shadowed on their instances by a
+timed call of the same; they are given back as the cycle ends or pauses, and at any end of the fit.
 """
 
 from __future__ import annotations
@@ -14,49 +14,58 @@ from lightning.pytorch import LightningModule, Trainer
 
 from mnistperf.diagnosis.measure.device_syncs import DeviceSyncs
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
-from mnistperf.diagnosis.measure.step_parts import LOG_CALL, LOGGER, PARTS_AT, PARTS_EVERY
-from mnistperf.upstream import TRAIN_STEP_LOGS, step_logs_owner
+from mnistperf.diagnosis.measure.step_parts import LOG_CALL, LOGGER, PARTS_AT, PARTS_EVERY, StepParts
+from mnistperf.upstream import TRAIN_EPOCH_LOGS, TRAIN_STEP_LOGS, step_logs_owner
 
 MISSING = object()  # an instance that held no attribute of the name before it was shadowed
 
 
-class TimedSteps:
-    """Opens a cycle of ``fetch``'s parts as step PARTS_AT - 1 (of every PARTS_EVERY) ends, closes it a step later.
+class TimedCycle:
+    """One kind of cycle: while it is timed, ``fetch``'s actions go into :attr:`parts`, its ``logs`` call's too.
 
-    ``window``: what the profiled window is doing now; a cycle over which that changed, or that held the window, is
-    dropped (its steps were not the fit's typical ones). ``syncs``: where given (CUDA), the device synchronizations
-    each part forces are counted over the cycle.
+    ``syncs``: where given (CUDA), the device synchronizations each part forces are counted over the cycle.
     """
 
-    def __init__(self, fetch: FetchClock, window: Callable[[], Any], syncs: DeviceSyncs | None = None):
-        self.fetch, self.window, self.syncs = fetch, window, syncs
-        self._opened_with: Any = None  # the window's state as the open cycle began
+    def __init__(self, fetch: FetchClock, logs: str, syncs: DeviceSyncs | None):
+        self.fetch, self.logs, self.syncs, self.parts = fetch, logs, syncs, StepParts()
+        self.timing = False
         self._shadowed: list[tuple[Any, str, Any]] = []  # (instance, name, what it held before)
 
-    def step_ended(self, trainer: Trainer, module: LightningModule, index: int) -> None:
-        """A training step ended: the open cycle closes (kept, or dropped), and the next step's opens if it is due."""
-        if self.fetch.parts.timing:
-            self.stop(abandon=self.window() != self._opened_with)
-        if index % PARTS_EVERY != PARTS_AT - 1:
-            return
-        state = self.window()
-        if not state[0]:  # no profiled window running
-            self._opened_with = state
-            if self.syncs is not None:  # each part's synchronizations counted too
-                self.syncs.start()
-                self.fetch.parts.syncs = self.syncs.count
-            self.fetch.time_parts(True)
-            if trainer.loggers:  # what the step's logging costs, the loggers' writes in
-                names = "+".join(type(logger).__name__ for logger in trainer.loggers)
-                self._shadow(step_logs_owner(trainer), TRAIN_STEP_LOGS, f"{LOGGER}{names}.{TRAIN_STEP_LOGS}")
-            self._shadow(module, "log", LOG_CALL)
+    def start(self, trainer: Trainer, module: LightningModule) -> None:
+        """The cycle opens, or a paused one goes on."""
+        self.parts.open()
+        self.timing = True
+        if self.syncs is not None:
+            self.syncs.start()
+            self.parts.syncs = self.syncs.count
+        self.fetch.time_into(self.parts)
+        if trainer.loggers:  # what the logging costs, the loggers' writes in
+            names = "+".join(type(logger).__name__ for logger in trainer.loggers)
+            self._shadow(step_logs_owner(trainer), self.logs, f"{LOGGER}{names}.{self.logs}")
+        self._shadow(module, "log", LOG_CALL)
 
-    def stop(self, abandon: bool = True) -> None:
-        """End the open cycle, if any (dropped unless ``abandon`` is False), and give back what was shadowed."""
-        if abandon:
-            self.fetch.parts.abandon()
-        self.fetch.time_parts(False)
-        self.fetch.parts.syncs = None
+    def close(self) -> None:
+        """The cycle ends, its parts kept."""
+        self.parts.close()
+        self._release()
+
+    def pause(self) -> None:
+        """The open cycle stops being timed until :meth:`start` (what runs meanwhile is not its)."""
+        self.parts.pause()
+        self._release()
+
+    def abandon(self) -> None:
+        """The cycle, open or paused, is dropped (it held other work)."""
+        self.parts.abandon()
+        self._release()
+
+    def _release(self) -> None:
+        """Actions no longer timed into the cycle; what was shadowed given back."""
+        if not self.timing:
+            return
+        self.timing = False
+        self.fetch.time_into(None)
+        self.parts.syncs = None
         if self.syncs is not None:
             self.syncs.stop()
         for owner, name, before in reversed(self._shadowed):
@@ -68,7 +77,7 @@ class TimedSteps:
 
     def _shadow(self, owner: Any, name: str, action: str) -> None:
         """Shadow ``owner.name`` on the instance by the same call, timed as ``action`` by the open cycle."""
-        call, parts = getattr(owner, name), self.fetch.parts
+        call, parts = getattr(owner, name), self.parts
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             with parts.timed(action):
@@ -76,3 +85,64 @@ class TimedSteps:
 
         self._shadowed.append((owner, name, vars(owner).get(name, MISSING)))
         vars(owner)[name] = timed
+
+
+class TimedSteps:
+    """The steps timed by their parts, and the time between epochs (its validation apart).
+
+    A step cycle opens as step PARTS_AT - 1 (of every PARTS_EVERY) ends and closes a step later; the time between
+    epochs is a cycle from an epoch's last step to the next one's start (or training's end).
+    ``window``: what the profiled window is doing now; a step cycle over which that changed, or that held the window,
+    is dropped (its steps were not the fit's typical ones). ``syncs``: as :class:`TimedCycle`'s.
+    """
+
+    def __init__(self, fetch: FetchClock, window: Callable[[], Any], syncs: DeviceSyncs | None = None):
+        self.window = window
+        self.steps = TimedCycle(fetch, TRAIN_STEP_LOGS, syncs)
+        self.between = TimedCycle(fetch, TRAIN_EPOCH_LOGS, syncs)
+        self._opened_with: Any = None  # the window's state as the open step cycle began
+
+    def step_ended(self, trainer: Trainer, module: LightningModule, index: int) -> None:
+        """A training step ended: the open step cycle closes (kept, or dropped), and the next opens if it is due."""
+        if self.steps.timing:
+            if self.window() == self._opened_with:
+                self.steps.close()
+            else:
+                self.steps.abandon()
+        if index + 1 == trainer.num_training_batches:  # the epoch's last step: what comes until the next is timed
+            self.between.start(trainer, module)
+            return
+        if index % PARTS_EVERY != PARTS_AT - 1:
+            return
+        state = self.window()
+        if not state[0]:  # no profiled window running
+            self._opened_with = state
+            self.steps.start(trainer, module)
+
+    def validation_started(self) -> None:
+        """A step timed by its parts holds no validation, nor is one part of the time between epochs."""
+        self.steps.abandon()
+        self.between.pause()
+
+    def validation_ended(self, trainer: Trainer, module: LightningModule) -> None:
+        """The time between epochs, paused for a validation, is timed again."""
+        if self.between.parts.paused:
+            self.between.start(trainer, module)
+
+    def epoch_ended(self, trainer: Trainer, module: LightningModule) -> None:
+        """A step timed by its parts holds no epoch's end; the time between epochs is timed from here at the latest.
+
+        (Later than the last step where the loader has no length, or the epoch ended before its last step.)
+        """
+        self.steps.abandon()
+        if not self.between.timing:
+            self.between.start(trainer, module)
+
+    def between_ended(self) -> None:
+        """The next epoch's training begins, or training ends: the time between epochs is kept."""
+        self.between.close()
+
+    def stop(self) -> None:
+        """Drop any open cycle and give back what was shadowed (the fit's end)."""
+        self.steps.abandon()
+        self.between.abandon()

@@ -1,8 +1,8 @@
 """Input wait: the seconds inside the ``train_dataloader_next`` action Lightning reports to the trainer's profiler.
 
 Every hook Lightning calls goes through the profiler's ``profile(...)``, about two dozen a step: that, like all but
-``start`` and ``stop``, is the wrapped profiler's own bound method, so hooks skip the clock, except on a step whose
-parts are timed (:meth:`FetchClock.time_parts`), where each action goes through ``start`` and ``stop`` by a context
+``start`` and ``stop``, is the wrapped profiler's own bound method, so hooks skip the clock, except while a cycle is
+timed by its parts (:meth:`FetchClock.time_into`), where each action goes through ``start`` and ``stop`` by a context
 manager without a generator: about as cheap as the pass-through profiler's own.
 """
 
@@ -18,6 +18,8 @@ from lightning.pytorch.profilers import Profiler
 from mnistperf.diagnosis.measure.step_parts import StepParts
 from mnistperf.upstream import TRAIN_FETCH_ACTION
 
+UNTIMED = StepParts()  # parts never opened: what actions are timed into while no cycle is
+
 
 class FetchClock(Profiler):
     """The trainer's profiler (the pass-through one, or the user's, still working), plus a clock of the fetches."""
@@ -27,23 +29,22 @@ class FetchClock(Profiler):
         self.inner = inner
         self.fetch_s = 0.0
         self._started: float | None = None
-        self.parts = StepParts()  # the actions' own times, on the steps timed by their parts
+        self.into = UNTIMED  # the parts whose open cycle each action is timed into (the untimed: none)
         for name in ("profile", "summary", "describe", "setup", "teardown"):
             setattr(self, name, getattr(inner, name))
 
-    def time_parts(self, timing: bool) -> None:
-        """Time each action from now on (a cycle of :attr:`parts` opens), or no longer (it closes, kept)."""
-        if timing:
-            self.parts.open()
+    def time_into(self, parts: StepParts | None) -> None:
+        """Time each action into ``parts``'s open cycle from now on, or (None) no longer."""
+        self.into = parts or UNTIMED
+        if parts is not None:
             own = getattr(self.inner.profile, "__func__", None) is not Profiler.profile  # its own profile() kept
             setattr(self, "profile", self._timed if own else partial(_Action, self))  # noqa: B010  (Lightning calls it)
         else:
-            self.parts.close()
             setattr(self, "profile", self.inner.profile)  # noqa: B010
 
     @contextmanager
     def _timed(self, action_name: str) -> Iterator[None]:
-        with self.parts.timed(action_name), self.inner.profile(action_name):
+        with self.into.timed(action_name), self.inner.profile(action_name):
             yield
 
     def reset(self) -> float:
@@ -53,7 +54,7 @@ class FetchClock(Profiler):
 
     def start(self, action_name: str) -> None:
         """Start ``action_name`` in the wrapped profiler, and the clock where it is a training fetch."""
-        self.parts.enter(action_name)
+        self.into.enter(action_name)
         if action_name.endswith(TRAIN_FETCH_ACTION):
             self._started = time.perf_counter()
         self.inner.start(action_name)
@@ -66,7 +67,7 @@ class FetchClock(Profiler):
             if action_name.endswith(TRAIN_FETCH_ACTION) and self._started is not None:
                 self.fetch_s += time.perf_counter() - self._started
                 self._started = None
-            self.parts.exit()
+            self.into.exit()
 
 
 class _Action:

@@ -3,7 +3,8 @@
 One step in :data:`PARTS_EVERY` is timed end to end, from one training step's end to the next one's: each hook,
 the fetch, the copy to the device, the step's forward, backward and update, each logger's writes and ``self.log``,
 each by its own time (what ran inside it apart), and on CUDA by the device synchronizations its own code forced.
-What no action holds is Lightning's loop between them.
+What no action holds is Lightning's loop between them. The time between two epochs' training (an epoch's last step
+to the next one's start, or to the end of training; its validation apart) is timed by its parts the same way.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ MODULE_PARTS = {
 }
 LOGGER = "[Logger]"  # the action of a step's logging, the loggers' writes in, timed here (no profiler action holds it)
 LOG_CALL = "[LightningModule]self.log"  # the module's self.log calls, timed here
+SAVE_CHECKPOINT = "save_checkpoint"  # the action of Trainer.save_checkpoint, wherever it is called from
+CHECKPOINT_SAVES = "checkpoint saves"  # its part
 
 
 def part_of(action: str) -> str:
@@ -39,6 +42,8 @@ def part_of(action: str) -> str:
         return "fetch"
     if action == LOG_CALL:
         return "self.log"
+    if action == SAVE_CHECKPOINT:
+        return CHECKPOINT_SAVES
     kind, _, rest = action.partition("]")
     held_by, _, hook = rest.rpartition(".")
     owner = held_by.split("{")[0].rpartition(".")[2]  # a class's name, its qualname's last, its arguments apart
@@ -55,7 +60,10 @@ def part_of(action: str) -> str:
 
 
 class StepParts:
-    """Each part's own seconds over the timed steps (:meth:`open` to :meth:`close`), from :meth:`timed` actions."""
+    """Each part's own seconds over the timed cycles (:meth:`open` to :meth:`close`), from :meth:`timed` actions.
+
+    A cycle is a training step, or the time between two epochs' training, which :meth:`pause` stops timing meanwhile.
+    """
 
     def __init__(self) -> None:
         self.own: dict[str, float] = {}  # each action's own seconds over the closed cycles
@@ -65,6 +73,8 @@ class StepParts:
         self.syncs: Callable[[], int] | None = None  # the synchronizations so far, where they are counted
         self._pending: dict[str, float] = {}  # the open cycle's
         self._pending_syncs: dict[str, int] = {}
+        self._pending_s = 0.0  # the open cycle's seconds before it was paused
+        self._paused = False
         self._stack: list[list[Any]] = []  # [action, its start, the seconds inside it, syncs so far, syncs inside]
         self._opened: float | None = None
 
@@ -73,15 +83,28 @@ class StepParts:
         """Whether a cycle is open: the actions are timed."""
         return self._opened is not None
 
+    @property
+    def paused(self) -> bool:
+        """Whether a cycle is paused: opening it again goes on with it."""
+        return self._paused
+
     def open(self) -> None:
-        """A timed cycle begins (a training step just ended)."""
-        self._pending, self._pending_syncs, self._stack, self._opened = {}, {}, [], now()
+        """A timed cycle begins (a training step, or an epoch's training, just ended), or a paused one goes on."""
+        if not self._paused:
+            self._pending, self._pending_syncs, self._pending_s = {}, {}, 0.0
+        self._stack, self._opened, self._paused = [], now(), False
+
+    def pause(self) -> None:
+        """Stop timing the open cycle until it is opened again (what runs meanwhile is not its: a validation)."""
+        if self._opened is not None:
+            self._pending_s += now() - self._opened
+            self._stack, self._opened, self._paused = [], None, True
 
     def close(self) -> None:
-        """The timed cycle ends (the next training step ended): its actions' seconds are kept."""
+        """The timed cycle ends (the next training step ended, the next epoch began): its actions' seconds are kept."""
         if self._opened is None:
             return
-        self.cycle_s += now() - self._opened
+        self.cycle_s += self._pending_s + now() - self._opened
         self.cycles += 1
         for action, seconds in self._pending.items():
             self.own[action] = self.own.get(action, 0.0) + seconds
@@ -93,7 +116,7 @@ class StepParts:
 
     def abandon(self) -> None:
         """Drop the open cycle (it held other work: a validation, the epoch's end, the profiled window)."""
-        self._pending, self._pending_syncs, self._stack, self._opened = {}, {}, [], None
+        self._pending, self._pending_syncs, self._stack, self._opened, self._paused = {}, {}, [], None, False
 
     def enter(self, action: str) -> None:
         """``action`` begins (inside the one begun before, if that has not ended)."""
@@ -127,12 +150,19 @@ class StepParts:
 
         None where no cycle closed. What no action held is :data:`LOOP`'s.
         """
+        return self._per_cycle("steps", "step_s")
+
+    def per_epoch_end(self) -> dict[str, Any] | None:
+        """As :meth:`per_step`, over the times between epochs timed: ``epochs``, ``epoch_s`` and ``parts``."""
+        return self._per_cycle("epochs", "epoch_s")
+
+    def _per_cycle(self, cycles: str, cycle_s: str) -> dict[str, Any] | None:
         if not self.cycles:
             return None
         parts = self._per_part(self.own)
-        step_s = self.cycle_s / self.cycles
-        parts[LOOP] = max(step_s - sum(s for part, s in parts.items() if part != LOOP), 0.0)  # its actions' too
-        found: dict[str, Any] = {"steps": self.cycles, "step_s": step_s, "parts": largest_first(parts)}
+        mean_s = self.cycle_s / self.cycles
+        parts[LOOP] = max(mean_s - sum(s for part, s in parts.items() if part != LOOP), 0.0)  # its actions' too
+        found: dict[str, Any] = {cycles: self.cycles, cycle_s: mean_s, "parts": largest_first(parts)}
         if self.synced is not None:  # each part's device synchronizations a step, where counted (CUDA)
             found["syncs"] = largest_first(self._per_part(self.synced))
         return found

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.figures import (
+    AVG_EVAL_S,
     AVG_TRAIN_S,
     CORE_WAIT_SHARE,
     CPU_BUSY_SHARE,
@@ -20,7 +21,7 @@ from mnistperf.diagnosis.figures import (
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.cores import UNREAD
-from mnistperf.diagnosis.measure.step_parts import LOOP, STEP_WORK
+from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, STEP_WORK
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
 from mnistperf.diagnosis.record.verdict import WAITED_FOR_A_CORE
 from mnistperf.errors import ConfigError
@@ -59,42 +60,78 @@ USER_HINTS: dict[str, list[str]] = {
 }
 
 
-CULPRIT_SHARE = 0.05  # a part around the step taking this share of each timed step or more is named, with its fix
+CULPRIT_SHARE = 0.05  # a part taking this share of each timed step, or of each epoch between epochs, is named
 
 
-def part_fix(part: str) -> str:
-    """What takes a part around the step (as :func:`.part_of` names it) out of most steps, in Lightning's terms."""
+def part_fix(part: str, between_epochs: bool = False) -> str:
+    """What takes a part (as :func:`.part_of` names it) out of most steps, or of the time between epochs."""
     kind, _, name = part.partition(" ")
     if kind == "callback" and name.endswith("ProgressBar"):
         return (
             f"the progress bar redrawn less often: {name}(refresh_rate=N) among the callbacks, or "
             "Trainer(enable_progress_bar=False)"
         )
+    if part == CHECKPOINT_SAVES:
+        return "fewer checkpoints saved: ModelCheckpoint(every_n_epochs=N), or save_top_k=1 without save_last=True"
     if kind == "callback":
         return f"{name} working less often (its own options), or left out of the callbacks"
+    if kind == "logger" and between_epochs:
+        return f"fewer values handed to {name} at each epoch's end (those logged with on_epoch=True)"
     if kind == "logger":
         return f"fewer {name} writes: a larger Trainer(log_every_n_steps=N)"
     if part == "self.log":
         return "self.log(..., on_step=False) for what need not be logged every step, and fewer values logged"
+    if between_epochs:
+        return "less work in the module's epoch hooks (on_train_epoch_start/end)"
     return "less work in the module's hooks that run every step (on_train_batch_start/end, on_before_/on_after_)"
 
 
-def culprit(step_parts: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The part around the step that costs most, its fix and what removing it could buy; None below CULPRIT_SHARE.
+def costliest(parts: Mapping[str, float], whole_s: float) -> tuple[str, float] | None:
+    """The part that takes most of ``whole_s``, and its seconds; None below CULPRIT_SHARE of it.
 
-    Around the step: neither the step's own work (:data:`.STEP_WORK`) nor Lightning's loop.
+    Only a part around the step is named: neither the step's own work (:data:`.STEP_WORK`) nor Lightning's loop.
     """
-    if not step_parts or step_parts["step_s"] <= 0:
-        return None
-    around = {part: s for part, s in step_parts["parts"].items() if part not in STEP_WORK and part != LOOP}
-    if not around:
+    around = {part: s for part, s in parts.items() if part not in STEP_WORK and part != LOOP}
+    if not around or whole_s <= 0:
         return None
     part, seconds = max(around.items(), key=lambda item: item[1])
-    step_s = step_parts["step_s"]
-    if seconds < CULPRIT_SHARE * step_s:
+    return (part, seconds) if seconds >= CULPRIT_SHARE * whole_s else None
+
+
+def epoch_s(summary: Mapping[str, Any]) -> float:
+    """A steady epoch's whole seconds: its training, its validation and the time until the next (where timed)."""
+    between = summary.get("between_epochs")
+    return (
+        (summary.get(AVG_TRAIN_S) or 0.0) + (summary.get(AVG_EVAL_S) or 0.0) + (between["epoch_s"] if between else 0.0)
+    )
+
+
+def culprit(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The part around the step, or between epochs, that costs an epoch most, its fix and what removing it could buy.
+
+    ``per``: ``step`` (the part's ``s`` a step, its ``share`` of the step) or ``epoch`` (between epochs: its ``s`` an
+    epoch, its ``share`` of the epoch). None where no part takes CULPRIT_SHARE of its step or epoch.
+    """
+    found = []
+    steps, between = summary.get("step_parts"), summary.get("between_epochs")
+    if steps and (named := costliest(steps["parts"], steps["step_s"])):
+        part, seconds = named
+        share = seconds / steps["step_s"]
+        found.append((share * summary[AVG_TRAIN_S], part, seconds, share, "step", steps["step_s"]))
+    if between and (named := costliest(between["parts"], epoch_s(summary))):
+        part, seconds = named
+        found.append((seconds, part, seconds, seconds / epoch_s(summary), "epoch", epoch_s(summary)))
+    if not found:
         return None
-    share, faster = seconds / step_s, step_s / (step_s - seconds)
-    return {"part": part, "s": seconds, "share": share, "fix": part_fix(part), "speed_up_at_most": faster}
+    _, part, seconds, share, per, whole_s = max(found)
+    return {
+        "part": part,
+        "s": seconds,
+        "share": share,
+        "per": per,
+        "fix": part_fix(part, between_epochs=per == "epoch"),
+        "speed_up_at_most": whole_s / (whole_s - seconds),
+    }
 
 
 def imported_hints(hints: Hints | str | None) -> Hints | None:
@@ -170,11 +207,12 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         else:  # a measured ceiling stands, the workers' beside it, their hints first (more workers: not for input)
             found["ceiling"] = f"{found['ceiling']}; {freed}"
             keys = [WORKERS] if verdict == "input-bound" else [WORKERS, key]
-    named = culprit(summary.get("step_parts")) if verdict == "overhead-bound" else None
+    named = culprit(summary) if verdict == "overhead-bound" else None
     if named is not None:
         found["culprit"] = named
+        where, whole = ("", "a step") if named["per"] == "step" else (" between epochs", "an epoch")
         clause = (
-            f"without {named['part']} ({named['share']:.0%} of each step) a step could be up to "
+            f"without {named['part']}{where} ({named['share']:.0%} of each {named['per']}) {whole} could be up to "
             f"{named['speed_up_at_most']:.2f}x faster"
         )
         found["ceiling"] = f"{clause}; {found['ceiling']}" if "ceiling" in found else clause

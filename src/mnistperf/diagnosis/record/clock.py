@@ -328,13 +328,21 @@ class EpochClock:
         else:
             self._flops_reason = reason
 
-    def summary(self, hints: Hints | None = None, step_parts: dict[str, Any] | None = None) -> dict[str, Any]:
+    def summary(
+        self,
+        hints: Hints | None = None,
+        step_parts: dict[str, Any] | None = None,
+        between_epochs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """The run's figures: per epoch, warm-up apart, steady-state averages, totals, verdict and its advice.
 
         ``hints``: per verdict, what the advice suggests (by default what anyone can change). ``step_parts``: where
-        a step's time goes, part by part (:meth:`.StepParts.per_step`), where timed.
+        a step's time goes, part by part (:meth:`.StepParts.per_step`), where timed; ``between_epochs``: where the
+        time between epochs goes (:meth:`.StepParts.per_epoch_end`).
         """
-        found = aggregate(self.epochs, self.input_bound_share, self.reading, hints, self.metric, step_parts)
+        found = aggregate(
+            self.epochs, self.input_bound_share, self.reading, hints, self.metric, step_parts, between_epochs
+        )
         found.update(
             run_utilization(
                 found["epochs"], found["steady_epochs"], self._flops_per_step, self.peak, self._flops_reason

@@ -69,6 +69,7 @@ def aggregate(
     hints: Hints | None = None,
     metric: str | None = None,
     step_parts: dict[str, Any] | None = None,
+    between_epochs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The per-epoch rows, warm-up apart, the steady-state averages, totals, the verdict and what a fix could buy.
 
@@ -110,6 +111,7 @@ def aggregate(
         "metric": metric,
         "final_metric": epochs[-1].get(metric) if metric else None,
         **({"step_parts": step_parts} if step_parts else {}),
+        **({"between_epochs": between_epochs} if between_epochs else {}),
     }
     found["advice"] = advice(found, hints)
     return found

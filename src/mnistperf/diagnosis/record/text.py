@@ -10,7 +10,7 @@ from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU, SPIKES
 from mnistperf.diagnosis.measure.stalls import SLOW_FIRST_FACTOR, SPIKE_FACTOR, SPIKES_WORTH, slow_first_steps
 from mnistperf.diagnosis.measure.window_reading import WindowReading
-from mnistperf.diagnosis.record.advice import format_advice
+from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, epoch_s, format_advice
 from mnistperf.diagnosis.record.rows import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.verdict import BUSY_SAID
@@ -56,18 +56,26 @@ def rank_figure(figure: figures.Figure, value: float) -> str:
 STEP_PARTS_SHOWN = 6  # the parts of a step its line names, the largest first
 
 
-def format_step_parts(found: Mapping[str, Any] | None) -> str | None:
-    """Where a timed step's time goes, the largest parts first (None where no step was timed by its parts)."""
+def format_step_parts(found: Mapping[str, Any] | None, between_epochs: bool = False) -> str | None:
+    """Where a timed step's time goes, or (``between_epochs``) the time between epochs, the largest parts first.
+
+    None where nothing was timed by its parts.
+    """
     if not found:
         return None
-    step_s = found["step_s"]
-    parts = ", ".join(f"{part} {s / step_s:.0%}" for part, s in list(found["parts"].items())[:STEP_PARTS_SHOWN])
+    count, whole_s = (found["epochs"], found["epoch_s"]) if between_epochs else (found["steps"], found["step_s"])
+    parts = ", ".join(f"{part} {s / whole_s:.0%}" for part, s in list(found["parts"].items())[:STEP_PARTS_SHOWN])
     syncs = found.get("syncs")  # where counted (CUDA)
     counted = ", ".join(f"{part} {n:g}" for part, n in (syncs or {}).items()) or "none"
-    forced = f"; device synchronizations a step: {counted}" if syncs is not None else ""
-    return (
-        f"Where a step goes ({found['steps']} steps timed by their parts, {step_s * 1e3:.2f} ms each): {parts}{forced}"
+    each = "each time" if between_epochs else "a step"
+    forced = f"; device synchronizations {each}: {counted}" if syncs is not None else ""
+    head = (
+        f"Between epochs ({count} times from an epoch's last step to the next one's start, validation apart; "
+        f"{whole_s * 1e3:.2f} ms each)"
+        if between_epochs
+        else f"Where a step goes ({count} steps timed by their parts, {whole_s * 1e3:.2f} ms each)"
     )
+    return f"{head}: {parts}{forced}"
 
 
 def format_ranks(run: RunSummary, epochs: str) -> str:
@@ -156,6 +164,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         f"Verdict: {run.verdict} ({run.verdict_reason})",
         format_split(run, steady),
         format_step_parts(run.content.get("step_parts")),
+        format_step_parts(run.content.get("between_epochs"), between_epochs=True),
         format_stalls(run.stalls, run.figure(figures.STEP_MEDIAN_S), run.epochs) if run.stalls else None,
         format_utilization(dict(run.content)),
         format_growth(run.memory["growth"]) if run.memory else None,
@@ -190,8 +199,12 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
     cause = headline_cause(run.verdict_reason)
     named = run.advice.culprit if run.advice is not None else None
     if named:
-        step_s = named["s"] / named["share"]
-        cause = f"{named['part']} took {named['s'] * 1e3:.2f} ms of each {step_s * 1e3:.2f} ms step"
+        whole_s, per = named["s"] / named["share"], named.get("per", "step")
+        cause = (
+            f"{named['part']} took {named['s'] * 1e3:.2f} ms of each {whole_s * 1e3:.2f} ms step"
+            if per == "step"
+            else f"{named['part']} took {named['s']:.2f} s between epochs, of each {whole_s:.2f} s epoch"
+        )
     if cause:
         lines.append(f"  why: {cause}")
     if run.advice is not None and run.advice.hints:
@@ -201,9 +214,12 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
         lines.append(f"  could buy: {ceiling}" + (" (the report says why)" if ceiling != run.advice.ceiling else ""))
     warmup = f"; warm-up epoch {run.warmup['epoch']}: {run.warmup[figures.TRAIN_S]:.2f} s" if run.warmup else ""
     metric = f"; final {run.metric} {run.final_metric:.4f}" if run.final_metric is not None else ""
+    between = run.content.get("between_epochs")  # said where it takes a share of the epoch a culprit would
+    gap = between["epoch_s"] if between else 0.0
+    said = f", between epochs {seconds(gap)}" if gap >= CULPRIT_SHARE * epoch_s(run.content) > 0 else ""
     lines.append(
         f"Per epoch ({steady}{warmup}): train {seconds(run.figure(figures.AVG_TRAIN_S))}, eval "
-        f"{seconds(run.figure(figures.AVG_EVAL_S))}, {throughput(run.figure(figures.SAMPLES_PER_S))}; "
+        f"{seconds(run.figure(figures.AVG_EVAL_S))}{said}, {throughput(run.figure(figures.SAMPLES_PER_S))}; "
         f"{run.device or 'device not known'}, {run.precision or '32-true'}{metric}"
     )
     where = f"`mnistperf report {folder}`" if folder else "`mnistperf report RUN`"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -224,23 +225,46 @@ def figures_table(run: RunSummary) -> str:
     return _table(["figure", "value", "what it is"], rows, words_last=True)
 
 
-def step_parts_table(run: RunSummary) -> str:
-    """Where a timed step's time goes: each part's milliseconds a step and share of it, its device syncs on CUDA."""
-    found = run.content.get("step_parts")
+# Per kind of cycle timed by its parts: its summary key, what it is called, its count's and its seconds' keys, the
+# table's words for a part's time (a cycle's) and share, and what to say where none was timed.
+PARTS_TABLES = {
+    "step_parts": (
+        "steps timed by their parts",
+        "steps",
+        "step_s",
+        "a step",
+        "of the step",
+        "No step was timed by its parts (an epoch of fewer than 10 steps, or a run before they were).",
+    ),
+    "between_epochs": (
+        "times between epochs timed, validation apart",
+        "epochs",
+        "epoch_s",
+        "each time",
+        "of the time between",
+        "The time between epochs was not timed (a run before it was).",
+    ),
+}
+
+
+def parts_table(run: RunSummary, key: str) -> str:
+    """Where a timed step's time goes, or the time between epochs (``key``): each part's ms, share and syncs (CUDA)."""
+    timed, count, whole, each, share, untimed = PARTS_TABLES[key]
+    found = run.content.get(key)
     if not found:
-        return "<p>No step was timed by its parts (an epoch of fewer than 10 steps, or a run before they were).</p>"
-    step_s, syncs = found["step_s"], found.get("syncs")  # syncs where counted (CUDA)
+        return f"<p>{untimed}</p>"
+    whole_s, syncs = found[whole], found.get("syncs")  # syncs where counted (CUDA)
     rows = [
         [
             part,
             f"{seconds * 1e3:.3f}",
-            f"{seconds / step_s:.0%}",
+            f"{seconds / whole_s:.0%}",
             *([] if syncs is None else [f"{syncs.get(part, 0):g}"]),
         ]
         for part, seconds in found["parts"].items()
     ]
-    head = ["part", "ms a step", "of the step", *([] if syncs is None else ["device syncs a step"])]
-    return f"<p>{found['steps']} steps timed by their parts, {step_s * 1e3:.2f} ms each.</p>" + _table(head, rows)
+    head = ["part", f"ms {each}", share, *([] if syncs is None else [f"device syncs {each}"])]
+    return f"<p>{found[count]} {timed}, {whole_s * 1e3:.2f} ms each.</p>" + _table(head, rows)
 
 
 # A run's charts: heading, and how to draw each run's chart of that kind at a width, all on one scale.
@@ -272,8 +296,13 @@ def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
 
     scale = "" if one else f": {' and '.join(sides)} on one scale"
     charts = [f"<h2>{head}{scale}</h2>{columns(draw([r.epochs for _, r in runs], width))}" for head, draw in CHARTS]
-    tables = (epochs_table, figures_table, step_parts_table)
-    epochs, measured, parts = (titled([table(run) for _, run in runs]) for table in tables)
+    tables = (
+        epochs_table,
+        figures_table,
+        partial(parts_table, key="step_parts"),
+        partial(parts_table, key="between_epochs"),
+    )
+    epochs, measured, parts, between = (titled([table(run) for _, run in runs]) for table in tables)
     whose = "run's" if one else "runs'"
     heads = columns([run_head(run) for _, run in runs])
     return [
@@ -285,6 +314,8 @@ def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
         *measured,
         "<h2>Where a step goes</h2>",
         *parts,
+        "<h2>Between epochs</h2>",
+        *between,
     ]
 
 

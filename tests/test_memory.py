@@ -201,6 +201,9 @@ def test_the_workers_memory_is_read_off_the_training_thread_and_waited_for_as_tr
     epoch.read()
     epoch.settle()
     assert threads == ["mnistperf workers' memory"] and epoch.largest()[1] == 8.0
+    # read at a middle step that is not timed by its parts (batch index 9) nor by its phases (index 1): the thread
+    # would slow the step it measures
+    assert [memory.EpochMemory(batches, loader_workers=True).mid_step for batches in (20, 4, 10)] == [11, 3, 5]
     monkeypatch.setattr(memory, "workers_pss_mb", lambda: 1 / 0)  # a reading that fails is no reading, and no error
     failing = memory.EpochMemory(batches=10, loader_workers=True)
     failing.read()

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.figures import DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB, RSS_MB, WORKERS_PSS_MB
+from mnistperf.diagnosis.measure.step_parts import PARTS_AT, PARTS_EVERY
 from mnistperf.diagnosis.measure.trend import trend
 
 PROC = Path("/proc")
@@ -113,7 +114,10 @@ class EpochMemory:
     """
 
     def __init__(self, batches: float, loader_workers: bool):
-        self.mid_step = max(1, int(batches // 2)) if math.isfinite(batches) else 2
+        middle = max(1, int(batches // 2)) if math.isfinite(batches) else 2
+        while (middle - 1) % PARTS_EVERY in (PARTS_AT, 1):  # not a step timed by its parts or its phases (index 1,
+            middle += 1  # 17, ...): the reading's thread would slow it
+        self.mid_step = middle
         self._loader_workers = loader_workers
         self._own: list[float | None] = []  # MB resident, this process's, a reading each
         self._workers: list[float | None] = []  # MB, the workers' PSS, once read

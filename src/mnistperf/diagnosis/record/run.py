@@ -77,7 +77,7 @@ class Advice:
     ceiling: str
     hints: list[str] = field(default_factory=list)
     at_most_s_less: float | None = None  # train seconds per epoch, where the figures bound the gain
-    culprit: dict[str, Any] | None = None  # the part around the step that costs most, on an overhead-bound run
+    culprit: dict[str, Any] | None = None  # the part around a step or between epochs costing an epoch most (overhead)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from mnistperf.close_names import did_you_mean
@@ -56,26 +57,53 @@ def rank_figure(figure: figures.Figure, value: float) -> str:
 STEP_PARTS_SHOWN = 6  # the parts of a step its line names, the largest first
 
 
-def format_step_parts(found: Mapping[str, Any] | None, between_epochs: bool = False) -> str | None:
-    """Where a timed step's time goes, or (``between_epochs``) the time between epochs, the largest parts first.
+@dataclass(frozen=True)
+class PartsSaid:
+    """How a kind of cycle timed by its parts is said: the summary's keys of its count and seconds, and words."""
+
+    count: str  # the key of how many were timed
+    seconds: str  # the key of their mean seconds
+    timed: str  # what was timed, after its count
+    each: str  # a part's time, a cycle's
+    share: str  # a part's share, of what
+    untimed: str  # what the report says where none was timed
+
+
+PARTS_SAID = {  # by the summary's key
+    "step_parts": PartsSaid(
+        "steps",
+        "step_s",
+        "steps timed by their parts",
+        "a step",
+        "of the step",
+        "No step was timed by its parts (an epoch of fewer than 10 steps, or a run before they were).",
+    ),
+    "between_epochs": PartsSaid(
+        "epochs",
+        "epoch_s",
+        "times timed, from an epoch's last step to the next one's start, validation apart",
+        "each time",
+        "of the time between",
+        "The time between epochs was not timed (a run before it was).",
+    ),
+}
+
+
+def format_step_parts(run: RunSummary, key: str) -> str | None:
+    """Where a timed step's time goes, or the time between epochs (``key``), the largest parts first.
 
     None where nothing was timed by its parts.
     """
+    found, said = run.content.get(key), PARTS_SAID[key]
     if not found:
         return None
-    count, whole_s = (found["epochs"], found["epoch_s"]) if between_epochs else (found["steps"], found["step_s"])
+    whole_s = found[said.seconds]
     parts = ", ".join(f"{part} {s / whole_s:.0%}" for part, s in list(found["parts"].items())[:STEP_PARTS_SHOWN])
     syncs = found.get("syncs")  # where counted (CUDA)
     counted = ", ".join(f"{part} {n:g}" for part, n in (syncs or {}).items()) or "none"
-    each = "each time" if between_epochs else "a step"
-    forced = f"; device synchronizations {each}: {counted}" if syncs is not None else ""
-    head = (
-        f"Between epochs ({count} times from an epoch's last step to the next one's start, validation apart; "
-        f"{whole_s * 1e3:.2f} ms each)"
-        if between_epochs
-        else f"Where a step goes ({count} steps timed by their parts, {whole_s * 1e3:.2f} ms each)"
-    )
-    return f"{head}: {parts}{forced}"
+    forced = f"; device synchronizations {said.each}: {counted}" if syncs is not None else ""
+    head = "Where a step goes" if key == "step_parts" else "Between epochs"
+    return f"{head} ({found[said.count]} {said.timed}, {whole_s * 1e3:.2f} ms each): {parts}{forced}"
 
 
 def format_ranks(run: RunSummary, epochs: str) -> str:
@@ -163,8 +191,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         f"Device: {run.device or 'not known'}, precision {run.precision or '32-true'}",
         f"Verdict: {run.verdict} ({run.verdict_reason})",
         format_split(run, steady),
-        format_step_parts(run.content.get("step_parts")),
-        format_step_parts(run.content.get("between_epochs"), between_epochs=True),
+        *(format_step_parts(run, key) for key in PARTS_SAID),
         format_stalls(run.stalls, run.figure(figures.STEP_MEDIAN_S), run.epochs) if run.stalls else None,
         format_utilization(dict(run.content)),
         format_growth(run.memory["growth"]) if run.memory else None,

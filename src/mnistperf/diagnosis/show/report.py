@@ -13,6 +13,7 @@ from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.advice import FIX_BUYS
 from mnistperf.diagnosis.record.run import RunSummary, number
+from mnistperf.diagnosis.record.text import PARTS_SAID
 from mnistperf.diagnosis.show.compare import COLUMNS, comparison_rows, format_bought, shown
 
 REPORT_FILE = "timing.html"
@@ -225,35 +226,12 @@ def figures_table(run: RunSummary) -> str:
     return _table(["figure", "value", "what it is"], rows, words_last=True)
 
 
-# Per kind of cycle timed by its parts: its summary key, what it is called, its count's and its seconds' keys, the
-# table's words for a part's time (a cycle's) and share, and what to say where none was timed.
-PARTS_TABLES = {
-    "step_parts": (
-        "steps timed by their parts",
-        "steps",
-        "step_s",
-        "a step",
-        "of the step",
-        "No step was timed by its parts (an epoch of fewer than 10 steps, or a run before they were).",
-    ),
-    "between_epochs": (
-        "times between epochs timed, validation apart",
-        "epochs",
-        "epoch_s",
-        "each time",
-        "of the time between",
-        "The time between epochs was not timed (a run before it was).",
-    ),
-}
-
-
 def parts_table(run: RunSummary, key: str) -> str:
     """Where a timed step's time goes, or the time between epochs (``key``): each part's ms, share and syncs (CUDA)."""
-    timed, count, whole, each, share, untimed = PARTS_TABLES[key]
-    found = run.content.get(key)
+    found, said = run.content.get(key), PARTS_SAID[key]
     if not found:
-        return f"<p>{untimed}</p>"
-    whole_s, syncs = found[whole], found.get("syncs")  # syncs where counted (CUDA)
+        return f"<p>{said.untimed}</p>"
+    whole_s, syncs = found[said.seconds], found.get("syncs")  # syncs where counted (CUDA)
     rows = [
         [
             part,
@@ -263,8 +241,8 @@ def parts_table(run: RunSummary, key: str) -> str:
         ]
         for part, seconds in found["parts"].items()
     ]
-    head = ["part", f"ms {each}", share, *([] if syncs is None else [f"device syncs {each}"])]
-    return f"<p>{found[count]} {timed}, {whole_s * 1e3:.2f} ms each.</p>" + _table(head, rows)
+    head = ["part", f"ms {said.each}", said.share, *([] if syncs is None else [f"device syncs {said.each}"])]
+    return f"<p>{found[said.count]} {said.timed}, {whole_s * 1e3:.2f} ms each.</p>" + _table(head, rows)
 
 
 # A run's charts: heading, and how to draw each run's chart of that kind at a width, all on one scale.

@@ -14,7 +14,7 @@ from lightning.pytorch import LightningModule, Trainer
 
 from mnistperf.diagnosis.measure.device_syncs import DeviceSyncs
 from mnistperf.diagnosis.measure.fetch_clock import FetchClock
-from mnistperf.diagnosis.measure.step_parts import LOG_CALL, LOGGER, PARTS_AT, PARTS_EVERY, StepParts
+from mnistperf.diagnosis.measure.step_parts import LOG_CALL, LOGGER, StepParts, parts_timed
 from mnistperf.upstream import TRAIN_EPOCH_LOGS, TRAIN_STEP_LOGS, step_logs_owner
 
 MISSING = object()  # an instance that held no attribute of the name before it was shadowed
@@ -112,7 +112,7 @@ class TimedSteps:
         if index + 1 == trainer.num_training_batches:  # the epoch's last step: what comes until the next is timed
             self.between.start(trainer, module)
             return
-        if index % PARTS_EVERY != PARTS_AT - 1:
+        if not parts_timed(index + 1):
             return
         state = self.window()
         if not state[0]:  # no profiled window running

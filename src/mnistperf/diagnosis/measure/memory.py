@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.figures import DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB, RSS_MB, WORKERS_PSS_MB
-from mnistperf.diagnosis.measure.step_parts import PARTS_AT, PARTS_EVERY
+from mnistperf.diagnosis.measure.phases import sampled
+from mnistperf.diagnosis.measure.step_parts import parts_timed
 from mnistperf.diagnosis.measure.trend import trend
 
 PROC = Path("/proc")
@@ -115,8 +116,8 @@ class EpochMemory:
 
     def __init__(self, batches: float, loader_workers: bool):
         middle = max(1, int(batches // 2)) if math.isfinite(batches) else 2
-        while (middle - 1) % PARTS_EVERY in (PARTS_AT, 1):  # not a step timed by its parts or its phases (index 1,
-            middle += 1  # 17, ...): the reading's thread would slow it
+        while parts_timed(middle - 1) or sampled(middle - 1):  # the reading's thread would slow the step it times
+            middle += 1
         self.mid_step = middle
         self._loader_workers = loader_workers
         self._own: list[float | None] = []  # MB resident, this process's, a reading each

@@ -36,6 +36,11 @@ SAVE_CHECKPOINT = "save_checkpoint"  # the action of Trainer.save_checkpoint, wh
 CHECKPOINT_SAVES = "checkpoint saves"  # its part
 
 
+def parts_timed(index: int) -> bool:
+    """Whether training step ``index`` of an epoch is timed by its parts (its cycle opens as the step before ends)."""
+    return index % PARTS_EVERY == PARTS_AT
+
+
 def part_of(action: str) -> str:
     """The part of the step an action of Lightning's profiler (or a logger's or ``self.log``'s) belongs to."""
     if action.endswith(TRAIN_FETCH_ACTION):

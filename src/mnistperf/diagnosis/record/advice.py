@@ -118,9 +118,10 @@ def culprit(summary: Mapping[str, Any]) -> dict[str, Any] | None:
         part, seconds = named
         share = seconds / steps["step_s"]
         found.append((share * summary[AVG_TRAIN_S], part, seconds, share, "step", steps["step_s"]))
-    if between and (named := costliest(between["parts"], epoch_s(summary))):
+    an_epoch_s = epoch_s(summary)
+    if between and (named := costliest(between["parts"], an_epoch_s)):
         part, seconds = named
-        found.append((seconds, part, seconds, seconds / epoch_s(summary), "epoch", epoch_s(summary)))
+        found.append((seconds, part, seconds, seconds / an_epoch_s, "epoch", an_epoch_s))
     if not found:
         return None
     _, part, seconds, share, per, whole_s = max(found)

@@ -226,9 +226,10 @@ class SampleAudit(Callback):
                 self._seen, self._carried_counts = [seen], [carried]
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
-        first, module = self.batches.take_first(), type(pl_module).__name__  # said where the read failed too
-        for line in epoch_text.first_batch_lines(first, epoch_text.AUDIT_AS_ONE, epoch_text.AUDIT_GUESS, module):
-            self.problems.say_once(trainer, line)
+        if self.batches.first is not None:  # the fit's first batch, said where the read failed too
+            first, module = self.batches.take_first(), type(pl_module).__name__
+            for line in epoch_text.first_batch_lines(first, epoch_text.AUDIT_AS_ONE, epoch_text.AUDIT_GUESS, module):
+                self.problems.say_once(trainer, line)
         try:  # not a guard's context: this runs every step
             self._started_before = -1 if trainer is None else steps_started(trainer)
         except Exception as error:

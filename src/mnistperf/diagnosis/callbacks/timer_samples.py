@@ -50,9 +50,10 @@ class TimerSamples:
             counts = self.batches.begin(batch, self._count)
         except Exception as error:
             self.problems.note("counting a step's samples", error)
-        first, name = self.batches.take_first(), type(module).__name__  # said where the count failed too
-        for line in epoch_text.first_batch_lines(first, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS, name):
-            self.problems.say_once(trainer, line)
+        if self.batches.first is not None:  # the fit's first batch, said where the count failed too
+            first, name = self.batches.take_first(), type(module).__name__
+            for line in epoch_text.first_batch_lines(first, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS, name):
+                self.problems.say_once(trainer, line)
         # Lightning's reading, where the count is the reader's own (a count of the user's differs from it by design)
         if self._first_batch is None and self.own is None and not self.batches.several and None not in counts:
             with self.problems.guard("reading the batch as Lightning does"):

@@ -22,6 +22,9 @@ class Graphs(NamedTuple):
     nodes: list[torch.Tensor]  # the tensors with a row per node (the index apart)
 
 
+FIRST_LENGTH = "the first tensor's length"  # what counts a batch's samples, where nothing else does
+
+
 class Reading(NamedTuple):
     """A batch as both callbacks read it: its samples and what says so, the rows that hold them, any graphs."""
 
@@ -141,28 +144,32 @@ def read(batch: Any, sample_dims: int = 1) -> Reading:
     """
     if isinstance(batch, torch.Tensor):  # the common batches, read directly: this runs every step
         tensors = [batch]
-    elif isinstance(batch, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in batch):
-        tensors = list(batch)
-    elif type(batch) is dict and all(isinstance(t, torch.Tensor) for t in batch.values()):
-        tensors = list(batch.values())
+    elif isinstance(batch, (tuple, list)) or type(batch) is dict:
+        tensors = list(batch.values() if type(batch) is dict else batch)
+        for t in tensors:
+            if not isinstance(t, torch.Tensor):
+                return _read_nested(batch, sample_dims)
     else:
         return _read_nested(batch, sample_dims)
     return _by_first(tensors, sample_dims)
 
 
-def _by_first(tensors: list[torch.Tensor], sample_dims: int, counted_by: str = "the first tensor's length") -> Reading:
+def _by_first(tensors: list[torch.Tensor], sample_dims: int, counted_by: str = FIRST_LENGTH) -> Reading:
     if sample_dims == 1:
-        rows: list[torch.Tensor] = []
-        first = -1
-        lengths: dict[int, None] = {}
+        first, rows = -1, []
+        lengths: dict[int, None] | None = None  # in one pass, each length kept only where they differ: every step
         for t in tensors:
             if t.ndim:
-                lengths[t.shape[0]] = None
-                if not rows or t.shape[0] == first:
-                    first = t.shape[0]
+                length = t.shape[0]
+                if first < 0 or length == first:
+                    first = length
                     rows.append(t)
+                elif lengths is None:
+                    lengths = {first: None, length: None}
+                else:
+                    lengths[length] = None
         if rows:
-            return Reading(first, counted_by, rows, lengths=tuple(lengths))
+            return Reading(first, counted_by, rows, lengths=tuple(lengths or (first,)))
         return Reading(1 if tensors else None, "a batch of 0-dim tensors", [])
     shaped = [t for t in tensors if t.ndim >= sample_dims]
     if not shaped:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -26,19 +27,27 @@ HASH_SAMPLES = 4096
 HASH_BYTES = 32 * 2**20
 
 
-def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
+def halves(weights: torch.Tensor) -> torch.Tensor:
+    """The weights' 16-bit halves as float64, [words, 2 * LANES]: what :func:`lane_sums` multiplies by on a CPU."""
+    return torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)
+
+
+def lane_sums(
+    values: torch.Tensor, weights: torch.Tensor, matmul: bool, split: torch.Tensor | None = None
+) -> torch.Tensor:
     """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
 
     ``values``: words of at most 16 bits; ``matmul``: by float64 matmuls on the weights' 16-bit halves (on a CPU,
-    BLAS's: the fastest), else by int64 products summed in chunks of CHUNK_ELEMENTS. Both give the same numbers.
+    BLAS's: the fastest; ``split``: :func:`halves` of ``weights``, where made already), else by int64 products summed
+    in chunks of CHUNK_ELEMENTS. Both give the same numbers.
     """
     total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     if matmul:
-        halves = torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)  # [words, 2 * LANES]
-        step = FLOAT_CHUNK_WORDS
-        for start in range(0, values.shape[1], step):
-            part = values[:, start : start + step].to(torch.float64)
-            sums = (halves[start : start + step].T @ part.T).T.to(torch.int64)  # [4, words] x [words, samples]: faster
+        split = halves(weights) if split is None else split
+        for start in range(0, values.shape[1], FLOAT_CHUNK_WORDS):
+            part = values[:, start : start + FLOAT_CHUNK_WORDS].to(torch.float64)
+            chunk = split[start : start + FLOAT_CHUNK_WORDS]
+            sums = (chunk.T @ part.T).T.to(torch.int64)  # [4, words] x [words, samples]: faster
             low, high = sums[:, :LANES], sums[:, LANES:]
             total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
         return total
@@ -66,6 +75,8 @@ class Fingerprinter:
         self.seed, self.max_words = seed, max_words
         self._weights: dict[tuple[int, torch.device], torch.Tensor] = {}
         self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
+        # per layout of a sample's tensors: their weights one after the other, and on a CPU those split in halves
+        self._combined: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
     def weights(self, offset: int, words: int, device: torch.device, drawn: int | None = None) -> torch.Tensor:
         """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors.
@@ -100,10 +111,15 @@ class Fingerprinter:
         """
         device = tensors[0].device
         words = [self.words(tensor.to(device), samples) for tensor in tensors]
-        weights = [self.weights(offset + at, part.shape[1], device) for at, part in enumerate(words)]
+        key = (offset, tuple(part.shape[1] for part in words), device)  # the same every epoch of a fit: made once
+        if key not in self._combined:
+            found = [self.weights(offset + at, part.shape[1], device) for at, part in enumerate(words)]
+            weights = torch.cat(found) if len(found) > 1 else found[0]
+            self._combined[key] = weights, halves(weights) if device.type == "cpu" else None
+        weights, split = self._combined[key]
         if len(words) > 1:  # the hash is a sum over words: one product over all of them (1-byte words as int16)
-            words, weights = [torch.cat([part.to(torch.int16) for part in words], dim=1)], [torch.cat(weights)]
-        return lane_sums(words[0], weights[0], matmul=device.type == "cpu")
+            words = [torch.cat([part.to(torch.int16) for part in words], dim=1)]
+        return lane_sums(words[0], weights, matmul=split is not None, split=split)
 
     def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 import pytest
@@ -208,3 +209,41 @@ def test_the_workers_memory_is_read_off_the_training_thread_and_waited_for_as_tr
     failing = memory.EpochMemory(batches=10, loader_workers=True)
     failing.read()
     assert math.isnan(failing.largest()[1])
+
+
+def test_a_kept_proc_file_is_read_anew_each_time_and_opened_again_once_its_descriptor_fails(monkeypatch, tmp_path):
+    (tmp_path / "self").mkdir()
+    statm = tmp_path / "self" / "statm"
+    statm.write_text("9 2 1 0 0 0 0\n")
+    monkeypatch.setattr(memory, "PROC", tmp_path)
+    assert memory.own_proc_text("statm") == "9 2 1 0 0 0 0\n"
+    statm.write_text("9 5 1 0 0 0 0\n")  # the same file, new text: a reading is not kept, only the descriptor
+    assert memory.own_proc_text("statm") == "9 5 1 0 0 0 0\n"
+    (key,) = [key for key in memory._KEPT if key[0] == str(tmp_path)]
+    os.close(memory._KEPT[key])  # as a descriptor of a thread that ended fails
+    statm.write_text("9 7 1 0 0 0 0\n")
+    assert memory.own_proc_text("statm") == "9 7 1 0 0 0 0\n"
+
+
+@linux
+def test_a_threads_own_proc_file_is_the_calling_threads_while_both_run():
+    def own_id() -> int:
+        return int(memory.own_proc_text("stat", thread=True).split()[0])  # a thread's stat begins with its id
+
+    found: list[int] = []
+    main_read = threading.Event()
+
+    def read_around_the_main_threads() -> None:
+        found.extend([threading.get_native_id(), own_id()])
+        main_read.wait(timeout=60)
+        found.append(own_id())  # from the descriptor kept, with the main thread's kept beside it
+
+    worker = threading.Thread(target=read_around_the_main_threads)
+    worker.start()
+    while len(found) < 2:
+        worker.join(timeout=0.01)
+    mine = [own_id(), own_id()]
+    main_read.set()
+    worker.join()
+    assert found[0] == found[1] == found[2] != threading.get_native_id()
+    assert mine == [threading.get_native_id()] * 2

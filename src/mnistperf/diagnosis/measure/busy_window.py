@@ -19,6 +19,7 @@ import torch
 from mnistperf.diagnosis.figures import share
 from mnistperf.diagnosis.measure.device_work import MIN_KERNELS_PER_STEP, device_reading
 from mnistperf.diagnosis.measure.device_work import world as world  # the clock asks it whether the fit is one rank
+from mnistperf.diagnosis.measure.memory import own_proc_text
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_reading import Talk, WindowReading
 from mnistperf.upstream import profiler_running, top_function_mode
@@ -58,8 +59,8 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
 
 def thread_wait_s() -> float | None:
     """The seconds the calling thread has waited for a core so far (its schedule's run-queue wait); None off Linux."""
-    with suppress(OSError, ValueError, IndexError), open("/proc/thread-self/schedstat") as stat:
-        return int(stat.read().split()[1]) / 1e9
+    with suppress(OSError, ValueError, IndexError):
+        return int(own_proc_text("schedstat", thread=True).split()[1]) / 1e9
     return None
 
 

@@ -3,14 +3,16 @@
 Everything mnistperf writes (Parquet, CSV, downloads, summaries, bench results) goes
 through :func:`atomic_write`: the content lands in a temporary file beside the target and is
 renamed over it, so an interrupted run leaves no partial file that a later run would trust,
-and two runs writing the same file at once both end with a complete one. A folder of shards
-goes through :func:`atomic_write_dir` the same way.
+and two runs writing the same file at once both end with a complete one. Text goes through
+:func:`atomic_write_text`, the same in fewer system calls; a folder of shards through
+:func:`atomic_write_dir`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -30,6 +32,35 @@ def atomic_write(target: Path, write: Callable[[Path], object]) -> None:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` (UTF-8) as :func:`atomic_write` does, in five system calls where it makes a dozen.
+
+    The temporary file is made with the usual mode (the umask applies) and written through its descriptor; its folder is
+    made only where it is missing. A fit's end writes its summary and report so: each call into the kernel there costs
+    some tens of microseconds on the lab's CPU.
+    """
+    while True:
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            break
+        except FileExistsError:  # another writer's name: draw again
+            continue
+        except FileNotFoundError:  # no folder yet
+            target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        try:
+            view = memoryview(text.encode())
+            while view:
+                view = view[os.write(descriptor, view) :]
+        finally:
+            os.close(descriptor)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_dir(target: Path, write: Callable[[Path], object]) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from mnistperf.atomic import atomic_write
+from mnistperf.atomic import atomic_write_text
 
 BATCH = 512  # v4_graphed's batch
 ROUNDS, REPLAYS = 5, 100  # timed rounds, each of this many replays between two CUDA events
@@ -221,8 +221,8 @@ def run_all(out: Path, names: Sequence[str] = tuple(VARIANTS)) -> list[dict[str,
 
 def write(out: Path, results: list[dict[str, Any]]) -> None:
     """probe.json and probe.md in ``out`` from the variants measured so far."""
-    atomic_write(out / "probe.json", lambda tmp: tmp.write_text(json.dumps(results, indent=2) + "\n"))
-    atomic_write(out / "probe.md", lambda tmp: tmp.write_text(markdown(results)))
+    atomic_write_text(out / "probe.json", json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out / "probe.md", markdown(results))
 
 
 def markdown(results: list[dict[str, Any]]) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import json
 import math
@@ -11,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mnistperf.atomic import atomic_write
+from mnistperf.atomic import atomic_write_text
 from mnistperf.bench import published
 from mnistperf.bench.chart import write_chart
 from mnistperf.bench.columns import Row, csv_rows, markdown_table
@@ -151,7 +150,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         indent=2,
     )
     for name, text in targets.items():
-        atomic_write(out / name, functools.partial(Path.write_text, data=text))
+        atomic_write_text(out / name, text)
         written.append(out / name)
     chart = write_chart(rows, out / "chart.png", env.get("device", ""), log_scale)
     if chart:

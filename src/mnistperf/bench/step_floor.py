@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-from mnistperf.atomic import atomic_write
+from mnistperf.atomic import atomic_write_text
 from mnistperf.bench.graph_probe import BATCH, batch, eager_step, hand_written_net
 from mnistperf.diagnosis.measure.flops import first_named, own_peaks
 from mnistperf.machine import describe_device
@@ -166,9 +166,9 @@ def lines(result: dict[str, Any]) -> list[str]:
 def write(out: Path, result: dict[str, Any]) -> None:
     """floor.json and floor.md in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "floor.json", lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
+    atomic_write_text(out / "floor.json", json.dumps(result, indent=2) + "\n")
     text = "\n".join(["# The graphed step's floor", "", *(f"- {line}" for line in lines(result))])
-    atomic_write(out / "floor.md", lambda tmp: tmp.write_text(text + "\n"))
+    atomic_write_text(out / "floor.md", text + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mnistperf import gpu_preflight
-from mnistperf.atomic import atomic_write
+from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis.record.run import write_summary
 from mnistperf.gpu_check.plan import PARTS, part_commands
 from mnistperf.machine import usable_cpus
@@ -133,7 +133,7 @@ def write_records(out: Path, records: list[dict], opts: argparse.Namespace) -> N
     write_summary({"budget_min": opts.minutes, "parts": records}, out / "parts.json")
     table = ["| part | planned min | took min | status |", "|---|---:|---:|---|"]
     table += [f"| {r['part']} | {r['planned_min']:g} | {r.get('took_min', '')} | {r['status']} |" for r in records]
-    atomic_write(out / "parts.md", lambda tmp: tmp.write_text("\n".join(table) + "\n"))
+    atomic_write_text(out / "parts.md", "\n".join(table) + "\n")
 
 
 def default_out() -> Path:

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from mnistperf.atomic import atomic_write
+from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis.measure.loader_options import SPEED_SETTINGS
 from mnistperf.errors import ConfigError
 from mnistperf.tune import end_to_end
@@ -138,9 +138,9 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
     )
     device = next((r.device for r in outcome.trials[0].runs if r.device), None) or "this machine"
     table = trials_table(outcome)
-    atomic_write(opts.out, lambda tmp: tmp.write_text(tuned_yaml(project, outcome, knobs, opts, device)))
+    atomic_write_text(opts.out, tuned_yaml(project, outcome, knobs, opts, device))
     page = f"# mnistperf tune: {opts.config} on {device}\n\n{table}\n"
-    atomic_write(trials_path(opts.out), lambda tmp: tmp.write_text(page))
+    atomic_write_text(trials_path(opts.out), page)
     log("")
     log(table)
     log("")

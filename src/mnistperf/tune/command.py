@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from mnistperf.atomic import atomic_write
+from mnistperf.atomic import atomic_write_text
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
@@ -167,9 +167,9 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
     config = load_config(opts.config, settings)
     text = tuned_config(config, outcome, opts.config, opts.out, describe_device(device), spent)
     table = probes_table(outcome)
-    atomic_write(opts.out, lambda tmp: tmp.write_text(text))
+    atomic_write_text(opts.out, text)
     page = f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"
-    atomic_write(probes_path(opts.out), lambda tmp: tmp.write_text(page))
+    atomic_write_text(probes_path(opts.out), page)
     log("")
     log(table)
     log(f"\nchosen: {describe(outcome.best)}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mnistperf.atomic import atomic_write
+from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, Figure
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.measure.window_reading import WindowReading
@@ -125,7 +125,7 @@ class RunSummary:
 def write_summary(summary: dict[str, Any], path: Path) -> None:
     """Write ``summary`` to ``path`` as indented JSON, atomically (a value JSON cannot hold as its repr)."""
     text = json.dumps(jsonable(summary), indent=2)
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+    atomic_write_text(path, text)
 
 
 def find_summary(run: Path) -> Path:

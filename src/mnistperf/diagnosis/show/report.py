@@ -9,7 +9,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from mnistperf.atomic import atomic_write
+from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.advice import FIX_BUYS
 from mnistperf.diagnosis.record.run import RunSummary, number
@@ -322,4 +322,4 @@ def html_report(
 
 def write_report(text: str, path: Path) -> None:
     """Write the report to ``path`` atomically."""
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    atomic_write_text(path, text)

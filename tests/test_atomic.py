@@ -1,0 +1,40 @@
+"""Atomic writes: a reader sees the old file or the whole new one, never a part, and no temporary file stays."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from mnistperf.atomic import atomic_write, atomic_write_text
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_text_is_written_whole_into_a_new_folder_with_the_mode_a_plain_write_gives(tmp_path):
+    target = tmp_path / "new" / "folder" / "timing.json"
+    atomic_write_text(target, '{\n  "café": 1\n}\n')
+    plain = tmp_path / "plain.json"
+    plain.write_text("")
+    assert target.read_text(encoding="utf-8") == '{\n  "café": 1\n}\n'
+    assert mode(target) == mode(plain)  # the umask applies, as to any new file
+    assert os.listdir(target.parent) == ["timing.json"]
+
+
+def test_text_replaces_the_old_file_and_a_failed_write_leaves_the_old_one_and_nothing_else(tmp_path):
+    target = tmp_path / "timing.json"
+    atomic_write(target, lambda tmp: tmp.write_text("old"))
+    atomic_write_text(target, "new")
+    assert target.read_text() == "new"
+    with pytest.raises(UnicodeEncodeError):
+        atomic_write_text(target, "half \ud800 written")  # cannot be encoded: fails before a byte is written
+    assert target.read_text() == "new" and os.listdir(tmp_path) == ["timing.json"]
+
+
+def test_text_too_long_for_one_write_is_written_whole(tmp_path):
+    text = "0123456789abcdef" * (1 << 18)  # 4 MiB: more than one write may take
+    atomic_write_text(tmp_path / "big.txt", text)
+    assert (tmp_path / "big.txt").read_text() == text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -24,14 +25,28 @@ def test_text_is_written_whole_into_a_new_folder_with_the_mode_a_plain_write_giv
     assert os.listdir(target.parent) == ["timing.json"]
 
 
-def test_text_replaces_the_old_file_and_a_failed_write_leaves_the_old_one_and_nothing_else(tmp_path):
+def test_text_replaces_the_old_file_and_a_failed_write_leaves_the_old_one_and_nothing_else(tmp_path, monkeypatch):
     target = tmp_path / "timing.json"
     atomic_write(target, lambda tmp: tmp.write_text("old"))
     atomic_write_text(target, "new")
     assert target.read_text() == "new"
-    with pytest.raises(UnicodeEncodeError):
-        atomic_write_text(target, "half \ud800 written")  # cannot be encoded: fails before a byte is written
+
+    def full_disk(source, destination):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)  # fails once the temporary file is written
+    with pytest.raises(OSError, match="No space"):
+        atomic_write_text(target, "half written")
     assert target.read_text() == "new" and os.listdir(tmp_path) == ["timing.json"]
+
+
+def test_a_file_that_cannot_be_made_in_a_folder_that_exists_is_an_error_not_a_loop(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()  # the working folder removed: "x.txt" cannot be made, though "." still answers as a folder
+    with pytest.raises(FileNotFoundError):
+        atomic_write_text(Path("x.txt"), "text")
 
 
 def test_text_too_long_for_one_write_is_written_whole(tmp_path):

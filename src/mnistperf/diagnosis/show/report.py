@@ -322,4 +322,4 @@ def html_report(
 
 def write_report(text: str, path: Path) -> None:
     """Write the report to ``path`` atomically."""
-    atomic_write_text(path, text)
+    atomic_write_text(path, text, encoding="utf-8")

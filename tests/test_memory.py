@@ -211,7 +211,7 @@ def test_the_workers_memory_is_read_off_the_training_thread_and_waited_for_as_tr
     assert math.isnan(failing.largest()[1])
 
 
-def test_a_kept_proc_file_is_read_anew_each_time_and_opened_again_once_its_descriptor_fails(monkeypatch, tmp_path):
+def test_a_kept_proc_file_is_read_anew_each_time(monkeypatch, tmp_path):
     (tmp_path / "self").mkdir()
     statm = tmp_path / "self" / "statm"
     statm.write_text("9 2 1 0 0 0 0\n")
@@ -219,30 +219,40 @@ def test_a_kept_proc_file_is_read_anew_each_time_and_opened_again_once_its_descr
     assert memory.own_proc_text("statm") == "9 2 1 0 0 0 0\n"
     statm.write_text("9 5 1 0 0 0 0\n")  # the same file, new text: a reading is not kept, only the descriptor
     assert memory.own_proc_text("statm") == "9 5 1 0 0 0 0\n"
-    (key,) = [key for key in memory._KEPT if key[0] == str(tmp_path)]
-    os.close(memory._KEPT[key])  # as a descriptor of a thread that ended fails
-    statm.write_text("9 7 1 0 0 0 0\n")
-    assert memory.own_proc_text("statm") == "9 7 1 0 0 0 0\n"
+    assert memory.rss_mb() == 5 * os.sysconf("SC_PAGE_SIZE") / memory.MB
+
+
+@linux
+def test_the_descriptor_of_a_thread_that_ended_is_closed_and_the_asking_threads_file_read(monkeypatch):
+    ended: list[int] = []
+    worker = threading.Thread(target=lambda: ended.extend([threading.get_native_id(), thread_id()]))
+    worker.start()
+    worker.join()
+    mine, open_before = threading.get_native_id(), len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(memory.threading, "get_native_id", lambda: ended[0])  # this thread now has the ended one's id
+    assert ended[1] == ended[0] and thread_id() == mine
+    assert len(os.listdir("/proc/self/fd")) == open_before  # the ended thread's descriptor given back, not left open
+
+
+def thread_id() -> int:
+    return int(memory.own_proc_text("stat", thread=True).split()[0])  # a thread's stat begins with its id
 
 
 @linux
 def test_a_threads_own_proc_file_is_the_calling_threads_while_both_run():
-    def own_id() -> int:
-        return int(memory.own_proc_text("stat", thread=True).split()[0])  # a thread's stat begins with its id
-
     found: list[int] = []
     main_read = threading.Event()
 
     def read_around_the_main_threads() -> None:
-        found.extend([threading.get_native_id(), own_id()])
+        found.extend([threading.get_native_id(), thread_id()])
         main_read.wait(timeout=60)
-        found.append(own_id())  # from the descriptor kept, with the main thread's kept beside it
+        found.append(thread_id())  # from the descriptor kept, with the main thread's kept beside it
 
     worker = threading.Thread(target=read_around_the_main_threads)
     worker.start()
     while len(found) < 2:
         worker.join(timeout=0.01)
-    mine = [own_id(), own_id()]
+    mine = [thread_id(), thread_id()]
     main_read.set()
     worker.join()
     assert found[0] == found[1] == found[2] != threading.get_native_id()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import math
 import os
@@ -19,6 +20,7 @@ from mnistperf.diagnosis.measure.trend import trend
 
 PROC = Path("/proc")
 _KEPT: dict[tuple[str, int, int, str], int] = {}  # the descriptors own_proc_text reads, by process, thread and file
+_KEPT_LOCK = threading.Lock()
 KEPT_MOST = 32
 LINE_BYTES = 4096  # more than a one-line /proc file holds
 MB = 2**20
@@ -61,25 +63,27 @@ def own_proc_text(file: str, thread: bool = False) -> str:
     """This process's one-line ``/proc`` ``file`` now (``thread``: the calling thread's), from a descriptor kept open.
 
     One system call a reading where :func:`proc_text` makes four: inside a fit on the lab's CPU, where each call into
-    the kernel comes cold, 28-36 us a reading against 60-110. A descriptor whose thread ended is opened again.
+    the kernel comes cold, 28-36 us a reading against 60-110. A thread's descriptor fails once the thread ended: it is
+    closed, and the file opened again (a thread of the same id reads its own).
     """
     key = (str(PROC), os.getpid(), threading.get_native_id() if thread else 0, file)  # a forked child opens its own
-    descriptor = _KEPT.get(key)
-    if descriptor is not None:
-        try:
-            return os.pread(descriptor, LINE_BYTES, 0).decode()
-        except OSError:  # its thread ended, or the descriptor was closed behind it
-            del _KEPT[key]
-            with contextlib.suppress(OSError):
-                os.close(descriptor)
-    if len(_KEPT) >= KEPT_MOST:  # threads come and go: their descriptors are not kept for ever
-        for kept in _KEPT.values():
-            with contextlib.suppress(OSError):
-                os.close(kept)
-        _KEPT.clear()
-    descriptor = os.open(f"{PROC}/{'thread-self' if thread else 'self'}/{file}", os.O_RDONLY | os.O_CLOEXEC)
-    _KEPT[key] = descriptor
-    return os.pread(descriptor, LINE_BYTES, 0).decode()
+    with _KEPT_LOCK:
+        descriptor = _KEPT.get(key)
+        if descriptor is not None:
+            try:
+                return os.pread(descriptor, LINE_BYTES, 0).decode()
+            except OSError as error:
+                del _KEPT[key]
+                if error.errno != errno.EBADF:  # closed by someone else: its number may be another file's by now
+                    os.close(descriptor)
+        if len(_KEPT) >= KEPT_MOST:  # threads come and go: their descriptors are not kept for ever
+            for kept in _KEPT.values():
+                with contextlib.suppress(OSError):
+                    os.close(kept)
+            _KEPT.clear()
+        descriptor = os.open(f"{PROC}/{'thread-self' if thread else 'self'}/{file}", os.O_RDONLY | os.O_CLOEXEC)
+        _KEPT[key] = descriptor
+        return os.pread(descriptor, LINE_BYTES, 0).decode()
 
 
 def rss_mb() -> float | None:

@@ -25,6 +25,7 @@ PLACES = 4096  # a graph's node places with weights of their own
 # Held steps are hashed together once they hold this many samples, or this many bytes.
 HASH_SAMPLES = 4096
 HASH_BYTES = 32 * 2**20
+LAYOUTS_KEPT = 16  # layouts of a sample's tensors whose weights stay made: some 200 KB a tensor each, at most
 
 
 def halves(weights: torch.Tensor) -> torch.Tensor:
@@ -113,6 +114,8 @@ class Fingerprinter:
         words = [self.words(tensor.to(device), samples) for tensor in tensors]
         key = (offset, tuple(part.shape[1] for part in words), device)  # the same every epoch of a fit: made once
         if key not in self._combined:
+            if len(self._combined) >= LAYOUTS_KEPT:  # batches padded to a length of their own: not kept for ever
+                self._combined.clear()
             found = [self.weights(offset + at, part.shape[1], device) for at, part in enumerate(words)]
             weights = torch.cat(found) if len(found) > 1 else found[0]
             self._combined[key] = weights, halves(weights) if device.type == "cpu" else None

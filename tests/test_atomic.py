@@ -17,7 +17,7 @@ def mode(path) -> int:
 
 def test_text_is_written_whole_into_a_new_folder_with_the_mode_a_plain_write_gives(tmp_path):
     target = tmp_path / "new" / "folder" / "timing.json"
-    atomic_write_text(target, '{\n  "café": 1\n}\n')
+    atomic_write_text(target, '{\n  "café": 1\n}\n', encoding="utf-8")
     plain = tmp_path / "plain.json"
     plain.write_text("")
     assert target.read_text(encoding="utf-8") == '{\n  "café": 1\n}\n'

@@ -269,11 +269,12 @@ def test_steps_hashed_together_give_each_sample_the_fingerprint_it_has_alone(mon
 def test_a_fingerprint_is_the_same_whatever_layouts_were_hashed_before_and_those_kept_are_bounded(monkeypatch):
     monkeypatch.setattr(fingerprint, "LAYOUTS_KEPT", 3)
     generator = torch.Generator().manual_seed(5)
-    batches = [[torch.randn(4, width, generator=generator), torch.arange(4)] for width in (3, 7, 3, 9, 11, 3, 7)]
-    kept = Fingerprinter()
+    widths = (3, 7, 3, 9, 11, 3, 7, 40, 50, 60, 70, 40)  # from 40 floats, more than its 64 words: sampled positions
+    batches = [[torch.randn(4, width, generator=generator), torch.arange(4)] for width in widths]
+    kept = Fingerprinter(max_words=64)
     for batch in batches:  # padded to a width of their own, some widths again
-        assert torch.equal(kept(batch, 4), Fingerprinter()(batch, 4))
-        assert len(kept._combined) <= 3
+        assert torch.equal(kept(batch, 4), Fingerprinter(max_words=64)(batch, 4))
+        assert len(kept._combined) <= 3 and len(kept._positions) <= 3
 
 
 def test_a_loader_that_reuses_its_batch_buffer_is_audited_by_content_at_each_step():

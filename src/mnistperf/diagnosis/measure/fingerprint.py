@@ -25,7 +25,7 @@ PLACES = 4096  # a graph's node places with weights of their own
 # Held steps are hashed together once they hold this many samples, or this many bytes.
 HASH_SAMPLES = 4096
 HASH_BYTES = 32 * 2**20
-LAYOUTS_KEPT = 16  # layouts of a sample's tensors whose weights stay made: some 200 KB a tensor each, at most
+LAYOUTS_KEPT = 16  # layouts (and sampled lengths) of a sample's tensors whose weights (positions) stay made, at most
 
 
 def halves(weights: torch.Tensor) -> torch.Tensor:
@@ -99,6 +99,8 @@ class Fingerprinter:
         if count > self.max_words:
             key = (count, words.device)
             if key not in self._positions:
+                if len(self._positions) >= LAYOUTS_KEPT:  # samples of a length of their own: not kept for ever
+                    self._positions.clear()
                 generator = torch.Generator().manual_seed(self.seed + count)
                 chosen = torch.randperm(count, generator=generator)[: self.max_words].sort().values
                 self._positions[key] = chosen.to(words.device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -228,6 +229,10 @@ def test_the_descriptor_of_a_thread_that_ended_is_closed_and_the_asking_threads_
     worker = threading.Thread(target=lambda: ended.extend([threading.get_native_id(), thread_id()]))
     worker.start()
     worker.join()
+    for _ in range(1000):  # join returns as the thread's Python ends: its task may linger a moment on a busy machine
+        if not os.path.exists(f"/proc/self/task/{ended[0]}"):
+            break
+        time.sleep(0.01)
     mine, open_before = threading.get_native_id(), len(os.listdir("/proc/self/fd"))
     monkeypatch.setattr(memory.threading, "get_native_id", lambda: ended[0])  # this thread now has the ended one's id
     assert ended[1] == ended[0] and thread_id() == mine

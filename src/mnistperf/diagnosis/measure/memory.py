@@ -21,7 +21,7 @@ from mnistperf.diagnosis.measure.trend import trend
 PROC = Path("/proc")
 _KEPT: dict[tuple[str, int, int, str], int] = {}  # the descriptors own_proc_text reads, by process, thread and file
 _KEPT_LOCK = threading.Lock()
-KEPT_MOST = 32
+KEPT_MOST = 32  # descriptors kept at most: an ended thread's stays kept until then
 LINE_BYTES = 4096  # more than a one-line /proc file holds
 MB = 2**20
 GROWTH_MB = 4.0  # an epoch on average, rising every steady epoch: memory that grows

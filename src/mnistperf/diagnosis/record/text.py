@@ -61,6 +61,7 @@ STEP_PARTS_SHOWN = 6  # the parts of a step its line names, the largest first
 class PartsSaid:
     """How a kind of cycle timed by its parts is said: the summary's keys of its count and seconds, and words."""
 
+    head: str  # what the summary's line and the report's section begin with
     count: str  # the key of how many were timed
     seconds: str  # the key of their mean seconds
     timed: str  # what was timed, after its count
@@ -71,6 +72,7 @@ class PartsSaid:
 
 PARTS_SAID = {  # by the summary's key
     "step_parts": PartsSaid(
+        "Where a step goes",
         "steps",
         "step_s",
         "steps timed by their parts",
@@ -79,6 +81,7 @@ PARTS_SAID = {  # by the summary's key
         "No step was timed by its parts (an epoch of fewer than 10 steps, or a run before they were).",
     ),
     "between_epochs": PartsSaid(
+        "Between epochs",
         "epochs",
         "epoch_s",
         "times timed, from an epoch's last step to the next one's start, validation apart",
@@ -89,7 +92,7 @@ PARTS_SAID = {  # by the summary's key
 }
 
 
-def format_step_parts(run: RunSummary, key: str) -> str | None:
+def format_parts(run: RunSummary, key: str) -> str | None:
     """Where a timed step's time goes, or the time between epochs (``key``), the largest parts first.
 
     None where nothing was timed by its parts.
@@ -102,8 +105,7 @@ def format_step_parts(run: RunSummary, key: str) -> str | None:
     syncs = found.get("syncs")  # where counted (CUDA)
     counted = ", ".join(f"{part} {n:g}" for part, n in (syncs or {}).items()) or "none"
     forced = f"; device synchronizations {said.each}: {counted}" if syncs is not None else ""
-    head = "Where a step goes" if key == "step_parts" else "Between epochs"
-    return f"{head} ({found[said.count]} {said.timed}, {whole_s * 1e3:.2f} ms each): {parts}{forced}"
+    return f"{said.head} ({found[said.count]} {said.timed}, {whole_s * 1e3:.2f} ms each): {parts}{forced}"
 
 
 def format_ranks(run: RunSummary, epochs: str) -> str:
@@ -191,7 +193,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         f"Device: {run.device or 'not known'}, precision {run.precision or '32-true'}",
         f"Verdict: {run.verdict} ({run.verdict_reason})",
         format_split(run, steady),
-        *(format_step_parts(run, key) for key in PARTS_SAID),
+        *(format_parts(run, key) for key in PARTS_SAID),
         format_stalls(run.stalls, run.figure(figures.STEP_MEDIAN_S), run.epochs) if run.stalls else None,
         format_utilization(dict(run.content)),
         format_growth(run.memory["growth"]) if run.memory else None,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -274,13 +273,12 @@ def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
 
     scale = "" if one else f": {' and '.join(sides)} on one scale"
     charts = [f"<h2>{head}{scale}</h2>{columns(draw([r.epochs for _, r in runs], width))}" for head, draw in CHARTS]
-    tables = (
-        epochs_table,
-        figures_table,
-        partial(parts_table, key="step_parts"),
-        partial(parts_table, key="between_epochs"),
-    )
-    epochs, measured, parts, between = (titled([table(run) for _, run in runs]) for table in tables)
+    epochs, measured = (titled([table(run) for _, run in runs]) for table in (epochs_table, figures_table))
+    parts = [
+        section
+        for key, said in PARTS_SAID.items()
+        for section in (f"<h2>{said.head}</h2>", *titled([parts_table(run, key) for _, run in runs]))
+    ]
     whose = "run's" if one else "runs'"
     heads = columns([run_head(run) for _, run in runs])
     return [
@@ -290,10 +288,7 @@ def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
         *epochs,
         f"<h2>The {whose} figures</h2>",
         *measured,
-        "<h2>Where a step goes</h2>",
         *parts,
-        "<h2>Between epochs</h2>",
-        *between,
     ]
 
 

@@ -52,6 +52,16 @@ def callbacks(arm: str) -> list[Any]:
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
 
+    class Unreported(EpochTimer):
+        def _report(self, trainer: Any, interrupted: bool) -> None:  # the summary, timing.json, the report: none
+            self._reported = True
+
+    def hashless(audit: SampleAudit) -> SampleAudit:
+        audit.hash = lambda tensors, samples: torch.arange(samples)  # type: ignore[assignment]
+        return audit
+
+    import torch
+
     arms: dict[str, Callable[[], list[Any]]] = {  # made when chosen: only the arm's own callbacks are built
         "none": list,
         "both": lambda: [EpochTimer(), SampleAudit()],
@@ -60,6 +70,9 @@ def callbacks(arm: str) -> list[Any]:
         "audit": lambda: [SampleAudit()],
         "unwindowed": lambda: [EpochTimer(busy_window_steps=0), SampleAudit()],
         "idle": lambda: [Floor(), Floor()],  # the least two callbacks that see every step cost
+        "hashless": lambda: [EpochTimer(), hashless(SampleAudit())],
+        "unreported": lambda: [Unreported(), SampleAudit()],
+        "neither": lambda: [Unreported(), hashless(SampleAudit())],
     }
     return arms[arm]()
 

@@ -10,6 +10,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from mnistperf.diagnosis.measure.samples import Graphs
@@ -28,30 +29,20 @@ HASH_BYTES = 32 * 2**20
 LAYOUTS_KEPT = 16  # layouts (and sampled lengths) of a sample's tensors whose weights (positions) stay made, at most
 
 
-def halves(weights: torch.Tensor) -> torch.Tensor:
-    """The weights' 16-bit halves as float64, [words, 2 * LANES]: what :func:`lane_sums` multiplies by on a CPU."""
-    return torch.cat([weights & 0xFFFF, weights >> 16], dim=1).to(torch.float64)
+def halves(weights: torch.Tensor) -> np.ndarray:
+    """The weights' 16-bit halves as float64, [words, 2 * LANES]: what :func:`cpu_lane_sums` multiplies by."""
+    return torch.cat([weights & 0xFFFF, weights >> 16], dim=1).numpy().astype(np.float64)
 
 
-def lane_sums(
-    values: torch.Tensor, weights: torch.Tensor, matmul: bool, split: torch.Tensor | None = None
-) -> torch.Tensor:
+def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
     """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
 
-    ``values``: words of at most 16 bits; ``matmul``: by float64 matmuls on the weights' 16-bit halves (on a CPU,
-    BLAS's: the fastest; ``split``: :func:`halves` of ``weights``, where made already), else by int64 products summed
-    in chunks of CHUNK_ELEMENTS. Both give the same numbers.
+    ``values``: words of at most 16 bits; ``matmul``: on a CPU, by :func:`cpu_lane_sums`, else by int64 products
+    summed in chunks of CHUNK_ELEMENTS. Both give the same numbers.
     """
-    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     if matmul:
-        split = halves(weights) if split is None else split
-        for start in range(0, values.shape[1], FLOAT_CHUNK_WORDS):
-            part = values[:, start : start + FLOAT_CHUNK_WORDS].to(torch.float64)
-            chunk = split[start : start + FLOAT_CHUNK_WORDS]
-            sums = (chunk.T @ part.T).T.to(torch.int64)  # [4, words] x [words, samples]: faster
-            low, high = sums[:, :LANES], sums[:, LANES:]
-            total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
-        return total
+        return cpu_lane_sums([values.numpy()], halves(weights))
+    total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
     step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
     for start in range(0, values.shape[1], step):
@@ -60,9 +51,26 @@ def lane_sums(
     return total
 
 
+def cpu_lane_sums(parts: Sequence[np.ndarray], split: np.ndarray) -> torch.Tensor:
+    """:func:`lane_sums` of the words ``parts`` side by side, by float64 matmuls on the weights' halves ``split``.
+
+    In NumPy: torch's float64 matmul runs on its OpenMP threads, which wait for a core where the machine's are busy (a
+    loader's workers): an epoch's hash stalled by some 30 ms there (docs/results/cpu-2core-busy-hash/results.md).
+    """
+    values = np.concatenate(parts, axis=1, dtype=np.float64) if len(parts) > 1 else parts[0].astype(np.float64)
+    total = np.zeros((len(values), LANES), dtype=np.int64)
+    for start in range(0, values.shape[1], FLOAT_CHUNK_WORDS):
+        end = start + FLOAT_CHUNK_WORDS
+        sums = (values[:, start:end] @ split[start:end]).astype(np.int64)
+        low, high = sums[:, :LANES], sums[:, LANES:]
+        total = (total + (high % PRIME) * (1 << 16) + low) % PRIME
+    return torch.from_numpy(total)
+
+
 def combined(lanes: torch.Tensor) -> torch.Tensor:
-    """One non-negative int64 per sample from its lanes [samples, LANES]."""
-    return lanes[:, 0] * PRIME + lanes[:, 1]
+    """One non-negative int64 per sample from its lanes [samples, LANES] (on a CPU in NumPy, as the sums are)."""
+    found = lanes.numpy() if lanes.device.type == "cpu" else lanes
+    return torch.as_tensor(found[:, 0] * PRIME + found[:, 1])
 
 
 class Fingerprinter:
@@ -77,7 +85,7 @@ class Fingerprinter:
         self._weights: dict[tuple[int, torch.device], torch.Tensor] = {}
         self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
         # per layout of a sample's tensors: their weights one after the other, and on a CPU those split in halves
-        self._combined: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self._combined: dict[tuple[Any, ...], tuple[torch.Tensor, np.ndarray | None]] = {}
 
     def weights(self, offset: int, words: int, device: torch.device, drawn: int | None = None) -> torch.Tensor:
         """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors.
@@ -122,9 +130,11 @@ class Fingerprinter:
             weights = torch.cat(found) if len(found) > 1 else found[0]
             self._combined[key] = weights, halves(weights) if device.type == "cpu" else None
         weights, split = self._combined[key]
-        if len(words) > 1:  # the hash is a sum over words: one product over all of them (1-byte words as int16)
+        if split is not None:  # the hash is a sum over words: one product over all of them
+            return cpu_lane_sums([part.numpy() for part in words], split)
+        if len(words) > 1:  # (1-byte words as int16)
             words = [torch.cat([part.to(torch.int16) for part in words], dim=1)]
-        return lane_sums(words[0], weights, matmul=split is not None, split=split)
+        return lane_sums(words[0], weights, matmul=False)
 
     def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""

@@ -220,11 +220,13 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
     assert by_matmul[:3].reshape(-1).tolist() == exact
     monkeypatch.setattr(fingerprint, "FLOAT_CHUNK_WORDS", 11)  # float64 matmuls of 11 words, the last one shorter
     assert torch.equal(fingerprint.lane_sums(values, weights, matmul=True), by_matmul)
+    monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8 * 3000 * 7)  # and blocks of 7 samples, the last one shorter
+    assert torch.equal(fingerprint.lane_sums(values, weights, matmul=True), by_matmul)
     monkeypatch.setattr(fingerprint, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
     assert torch.equal(fingerprint.lane_sums(values, weights, matmul=False), by_matmul)
 
 
-def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashes():
+def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashes(monkeypatch):
     hash_ = Fingerprinter(max_words=64)
     tensors = [torch.randn(5, 100), torch.randint(0, 255, (5, 3), dtype=torch.uint8), torch.arange(5)]
     lanes = torch.zeros(5, fingerprint.LANES, dtype=torch.int64)
@@ -232,6 +234,8 @@ def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashe
         words = hash_.words(tensor, 5)
         lanes += fingerprint.lane_sums(words, hash_.weights(offset, words.shape[1], words.device), matmul=True)
     lanes %= fingerprint.PRIME
+    assert torch.equal(hash_(tensors, 5), lanes[:, 0] * fingerprint.PRIME + lanes[:, 1])
+    monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8 * 70 * 2)  # the tensors' words side by side, 2 samples a block
     assert torch.equal(hash_(tensors, 5), lanes[:, 0] * fingerprint.PRIME + lanes[:, 1])
 
 

@@ -208,6 +208,16 @@ def test_the_report_line_carries_every_count(row):
     ]
 
 
+@pytest.mark.parametrize("values", [[], [7], [3, 3, 3], [5, 1, 5, 2, 1, 2**62, 0]])
+def test_the_cpu_counts_of_fingerprints_agree_with_torchs(values):
+    from mnistperf.diagnosis.measure.sample_counts import distinct, seen_before
+
+    fingerprints = torch.tensor(values, dtype=torch.int64)
+    assert distinct(fingerprints) == torch.unique(fingerprints).numel() == len(set(values))
+    before = torch.tensor([1, 2**62, 9])
+    assert seen_before(fingerprints, before) == int(torch.isin(fingerprints, before).sum())
+
+
 def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunking(monkeypatch):
     values = torch.randint(-(2**15), 2**15, (50, 3000))
     weights = torch.randint(1, fingerprint.PRIME, (3000, fingerprint.LANES))

@@ -8,6 +8,8 @@ beside two busy processes (one per core here, as a loader's workers keep a machi
 
     .venv/bin/python docs/results/cpu-2core-busy-hash/busy_hash.py [ROUNDS]
 
+Then the epoch's count of distinct fingerprints, ``torch.unique`` as it was against NumPy's sort now
+(:func:`~mnistperf.diagnosis.measure.sample_counts.distinct`), on the small epoch's 1,920 and an MNIST epoch's 60,000.
 Prints each way's median, 90th percentile and longest call, and writes busy-hash.json beside this file.
 """
 
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.measure.fingerprint import LANES, PRIME, Fingerprinter, HeldSteps
+from mnistperf.diagnosis.measure.sample_counts import distinct
 
 HERE = Path(__file__).resolve().parent
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 200
@@ -79,12 +82,24 @@ WORKLOADS = {"small": (held_steps(30, 64, 32), 1), "mnist": (held_steps(16, 256,
 
 def timed(ways: dict, steps: list, rounds: int) -> dict[str, dict[str, float]]:
     """Each way's median, 90th percentile and longest hash, in microseconds."""
+    return timed_calls({name: (lambda hash_=hash_: epoch_hash(hash_, steps)) for name, hash_ in ways.items()}, rounds)
+
+
+def counted(fingerprints: torch.Tensor, rounds: int) -> dict[str, dict[str, float]]:
+    """The count of distinct fingerprints as it was and as it is, timed as :func:`timed` times the hash."""
+    assert torch.unique(fingerprints).numel() == distinct(fingerprints)
+    ways = {"torch": lambda: torch.unique(fingerprints).numel(), "now": lambda: distinct(fingerprints)}
+    return timed_calls(ways, rounds)
+
+
+def timed_calls(ways: dict, rounds: int) -> dict[str, dict[str, float]]:
+    """Each call's median, 90th percentile and longest time, in microseconds, the ways alternating 1 ms apart."""
     seconds: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(rounds):
-        for name, hash_ in ways.items():
+        for name, call in ways.items():
             time.sleep(0.001)
             start = time.perf_counter()
-            epoch_hash(hash_, steps)
+            call()
             seconds[name].append(time.perf_counter() - start)
     figures = {}
     for name, found in seconds.items():
@@ -108,19 +123,25 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "load_average_1min": [os.getloadavg()[0]],
     }
+    generator = torch.Generator().manual_seed(1)
+    epochs = {f"count{n}": torch.randint(0, 2**62, (n,), generator=generator) for n in (1920, 60000)}
     for workload, (steps, fewer) in WORKLOADS.items():
         result[f"{workload}_quiet"] = timed(ways, steps, ROUNDS // fewer)
+    for workload, fingerprints in epochs.items():
+        result[f"{workload}_quiet"] = counted(fingerprints, ROUNDS // 4)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         time.sleep(2)
         result["load_average_1min"].append(os.getloadavg()[0])
         for workload, (steps, fewer) in WORKLOADS.items():
             result[f"{workload}_busy"] = timed(ways, steps, ROUNDS // fewer)
+        for workload, fingerprints in epochs.items():
+            result[f"{workload}_busy"] = counted(fingerprints, ROUNDS // 4)
         result["load_average_1min"].append(os.getloadavg()[0])
     finally:
         for process in busy:
             process.kill()
-    for case in (f"{workload}_{machine}" for workload in WORKLOADS for machine in ("quiet", "busy")):
+    for case in (f"{workload}_{machine}" for workload in [*WORKLOADS, *epochs] for machine in ("quiet", "busy")):
         for name, figures in result[case].items():
             print(f"{case:11s} {name:5s} " + ", ".join(f"{k} {v:,.0f}" for k, v in figures.items()))
     (HERE / "busy-hash.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -6,6 +6,7 @@ from collections.abc import Sized
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -81,14 +82,29 @@ def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
     return {"seen": seen, "distinct": distinct, "duplicates": seen - distinct, "dataset_size": size, "missing": missing}
 
 
+def distinct(fingerprints: torch.Tensor) -> int:
+    """How many different fingerprints there are (on a CPU by NumPy's sort, as the hash's products: fingerprint.py)."""
+    if fingerprints.device.type != "cpu":
+        return torch.unique(fingerprints).numel()
+    ordered = np.sort(fingerprints.numpy())
+    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + int(len(ordered) > 0)
+
+
+def seen_before(after: torch.Tensor, before: torch.Tensor) -> int:
+    """How many of the fingerprints ``after`` are among those ``before`` (on a CPU in NumPy, as :func:`distinct`)."""
+    if after.device.type != "cpu":
+        return int(torch.isin(after, before).sum())
+    return int(np.isin(after.numpy(), before.numpy()).sum())
+
+
 def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[str, Any]:
     """One loader's :func:`tally` over every rank, and ``replayed``: sightings after a resume of samples seen before."""
     everything = torch.cat([share.parts[loader] for share in shares])
-    counts = {**tally(everything.numel(), torch.unique(everything).numel(), size), "replayed": None}
+    counts = {**tally(everything.numel(), distinct(everything), size), "replayed": None}
     if any(share.carried[loader] for share in shares):
         before = torch.cat([share.parts[loader][: share.carried[loader]] for share in shares])
         after = torch.cat([share.parts[loader][share.carried[loader] :] for share in shares])
-        counts["replayed"] = int(torch.isin(after, before).sum())
+        counts["replayed"] = seen_before(after, before)
     return counts
 
 

@@ -32,17 +32,17 @@ LAYOUTS_KEPT = 16  # layouts (and sampled lengths) of a sample's tensors whose w
 
 def halves(weights: torch.Tensor) -> np.ndarray:
     """The weights' 16-bit halves as float64, [words, 2 * LANES]: what :func:`cpu_lane_sums` multiplies by."""
-    return torch.cat([weights & 0xFFFF, weights >> 16], dim=1).numpy().astype(np.float64)
+    return torch.cat([weights & 0xFFFF, weights >> 16], dim=1).cpu().numpy().astype(np.float64)
 
 
 def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
     """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
 
-    ``values``: words of at most 16 bits; ``matmul``: on a CPU, by :func:`cpu_lane_sums`, else by int64 products
+    ``values``: words of at most 16 bits; ``matmul``: by :func:`cpu_lane_sums` on the CPU, else by int64 products
     summed in chunks of CHUNK_ELEMENTS. Both give the same numbers.
     """
-    if matmul:
-        return cpu_lane_sums([values.numpy()], halves(weights))
+    if matmul:  # wherever the values are
+        return cpu_lane_sums([values.cpu().numpy()], halves(weights)).to(values.device)
     total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
     step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))

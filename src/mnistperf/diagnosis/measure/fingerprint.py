@@ -21,7 +21,7 @@ CHUNK_ELEMENTS = 1 << 22  # elements of the temporary (samples x words x lanes) 
 # Words per float64 matmul: a word (|v| < 2**16) times a weight's 16-bit half is below 2**32, so these sum below 2**52,
 # exact in float64.
 FLOAT_CHUNK_WORDS = 1 << 20
-BLOCK_BYTES = 1 << 20  # float64 words made at once on a CPU: 6x faster on MNIST's rows than all of a flush's at once
+BLOCK_BYTES = 1 << 20  # float64 words made at once on a CPU: a block that stays in the core's cache
 PADDING = -1  # fingerprints are non-negative
 PLACES = 4096  # a graph's node places with weights of their own
 # Held steps are hashed together once they hold this many samples, or this many bytes.

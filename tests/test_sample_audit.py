@@ -226,14 +226,14 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
         for row in values[:3]
         for lane in range(fingerprint.LANES)
     ]
-    by_matmul = fingerprint.lane_sums(values, weights, matmul=True)
+    by_matmul = fingerprint.cpu_lane_sums([values.numpy()], fingerprint.halves(weights))
     assert by_matmul[:3].reshape(-1).tolist() == exact
     monkeypatch.setattr(fingerprint, "FLOAT_CHUNK_WORDS", 11)  # float64 matmuls of 11 words, the last one shorter
-    assert torch.equal(fingerprint.lane_sums(values, weights, matmul=True), by_matmul)
+    assert torch.equal(fingerprint.cpu_lane_sums([values.numpy()], fingerprint.halves(weights)), by_matmul)
     monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8 * 3000 * 7)  # and blocks of 7 samples, the last one shorter
-    assert torch.equal(fingerprint.lane_sums(values, weights, matmul=True), by_matmul)
+    assert torch.equal(fingerprint.cpu_lane_sums([values.numpy()], fingerprint.halves(weights)), by_matmul)
     monkeypatch.setattr(fingerprint, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
-    assert torch.equal(fingerprint.lane_sums(values, weights, matmul=False), by_matmul)
+    assert torch.equal(fingerprint.lane_sums(values, weights), by_matmul)
 
 
 def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashes(monkeypatch):
@@ -242,7 +242,8 @@ def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashe
     lanes = torch.zeros(5, fingerprint.LANES, dtype=torch.int64)
     for offset, tensor in enumerate(tensors):  # each tensor's words times its own weights, summed modulo the prime
         words = hash_.words(tensor, 5)
-        lanes += fingerprint.lane_sums(words, hash_.weights(offset, words.shape[1], words.device), matmul=True)
+        weights = hash_.weights(offset, words.shape[1], words.device)
+        lanes += fingerprint.cpu_lane_sums([words.numpy()], fingerprint.halves(weights))
     lanes %= fingerprint.PRIME
     assert torch.equal(hash_(tensors, 5), lanes[:, 0] * fingerprint.PRIME + lanes[:, 1])
     monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8 * 70 * 2)  # the tensors' words side by side, 2 samples a block

@@ -35,14 +35,12 @@ def halves(weights: torch.Tensor) -> np.ndarray:
     return torch.cat([weights & 0xFFFF, weights >> 16], dim=1).cpu().numpy().astype(np.float64)
 
 
-def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torch.Tensor:
+def lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
 
-    ``values``: words of at most 16 bits; ``matmul``: by :func:`cpu_lane_sums` on the CPU, else by int64 products
-    summed in chunks of CHUNK_ELEMENTS. Both give the same numbers.
+    ``values``: words of at most 16 bits, on any device; by int64 products summed in chunks of CHUNK_ELEMENTS. On a CPU
+    :func:`cpu_lane_sums` gives the same numbers.
     """
-    if matmul:  # wherever the values are
-        return cpu_lane_sums([values.cpu().numpy()], halves(weights)).to(values.device)
     total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
     step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
@@ -53,7 +51,7 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor, matmul: bool) -> torc
 
 
 def cpu_lane_sums(parts: Sequence[np.ndarray], split: np.ndarray) -> torch.Tensor:
-    """:func:`lane_sums` of the words ``parts`` side by side, by float64 matmuls on the weights' halves ``split``.
+    """:func:`lane_sums` of the words ``parts`` side by side, by float64 matmuls on the weights' ``split`` halves.
 
     In NumPy: torch's float64 matmul runs on its OpenMP threads, which wait for a core where the machine's are busy (a
     loader's workers): an epoch's hash stalled by some 30 ms there (docs/results/cpu-2core-busy-hash/results.md). The
@@ -144,7 +142,7 @@ class Fingerprinter:
             return cpu_lane_sums([part.numpy() for part in words], split)
         if len(words) > 1:  # (1-byte words as int16)
             words = [torch.cat([part.to(torch.int16) for part in words], dim=1)]
-        return lane_sums(words[0], weights, matmul=False)
+        return lane_sums(words[0], weights)
 
     def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""

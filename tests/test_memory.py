@@ -17,6 +17,8 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
 from mnistperf.diagnosis.measure import cores, memory
 from mnistperf.diagnosis.measure.batches import may_run_workers
+from mnistperf.diagnosis.measure.phases import sampled
+from mnistperf.diagnosis.measure.step_parts import parts_timed
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.text import format_growth, format_summary
 
@@ -203,9 +205,10 @@ def test_the_workers_memory_is_read_off_the_training_thread_and_waited_for_as_tr
     epoch.read()
     epoch.settle()
     assert threads == ["mnistperf workers' memory"] and epoch.largest()[1] == 8.0
-    # read at a middle step that is not timed by its parts (batch index 9) nor by its phases (index 1): the thread
-    # would slow the step it measures
-    assert [memory.EpochMemory(batches, loader_workers=True).mid_step for batches in (20, 4, 10)] == [11, 3, 5]
+    # read at a middle step that is not timed by its parts (batch index 28 of the first epoch) nor by its phases
+    # (index 1): the thread would slow the step it measures
+    assert parts_timed(28) and sampled(1) and not parts_timed(9)
+    assert [memory.EpochMemory(batches, loader_workers=True).mid_step for batches in (58, 4, 20)] == [30, 3, 10]
     monkeypatch.setattr(memory, "workers_pss_mb", lambda: 1 / 0)  # a reading that fails is no reading, and no error
     failing = memory.EpochMemory(batches=10, loader_workers=True)
     failing.read()

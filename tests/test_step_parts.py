@@ -22,7 +22,14 @@ from mnistperf import upstream
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import step_parts
 from mnistperf.diagnosis.measure.device_syncs import SYNC_WARNING, DeviceSyncs
-from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, PARTS_AT, PARTS_EVERY, StepParts, part_of
+from mnistperf.diagnosis.measure.step_parts import (
+    CHECKPOINT_SAVES,
+    LOOP,
+    PARTS_EVERY,
+    StepParts,
+    part_of,
+    parts_timed,
+)
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
 from mnistperf.diagnosis.record.text import format_headline, format_summary
 from mnistperf.diagnosis.show.report import html_report
@@ -161,6 +168,10 @@ def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_
     headline = format_headline({**run, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2]})
     assert "why: callback TQDMProgressBar took 1.60 ms of each 4.00 ms step" in headline
     assert "could buy: without callback TQDMProgressBar (40% of each step)" in headline
+    # the audit's own fix: an index or a fingerprint in place of hashing every sample's bytes
+    audit = {part.replace("TQDMProgressBar", "SampleAudit"): seconds for part, seconds in bar.items()}
+    hint = advice({**run, "step_parts": {**steps, "parts": audit}})["hints"][0]
+    assert hint.startswith("SampleAudit(sample_id=FIELD), FIELD the batch's field holding each sample's dataset index")
     # the step's own work, the loop, or a part under CULPRIT_SHARE is no culprit; nor is any on another verdict
     small = {"training_step": 0.0038, "module hooks": 0.004 * CULPRIT_SHARE / 2, LOOP: 0.0001}
     assert "culprit" not in (advice({**run, "step_parts": {**steps, "parts": small}}) or {})
@@ -193,7 +204,7 @@ def test_on_cuda_each_parts_synchronizations_are_counted_as_torch_reports_them_a
 
     class Warns(Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            if batch_idx == PARTS_AT:  # a timed step
+            if parts_timed(batch_idx, trainer.current_epoch):  # a timed step
                 warnings.warn("the user's own warning", UserWarning, stacklevel=1)
 
     timer = EpochTimer(busy_window_steps=0)
@@ -204,6 +215,20 @@ def test_on_cuda_each_parts_synchronizations_are_counted_as_torch_reports_them_a
     assert "device synchronizations a step: callback Syncing 1" in format_summary(summary)
     assert "<th>device syncs a step</th>" in html_report([("run", summary)])
     assert emulated.mode == 0  # the debug mode as it was
+
+
+def test_work_done_every_nth_step_is_timed_at_its_rate_whatever_its_period_and_no_epochs_first_step_is():
+    """One step in PARTS_EVERY is timed wherever work every Nth step falls: a flush every 16 steps, logging every 50."""
+    epochs, steps = 32, 2048
+    timed = {(epoch, index) for epoch in range(epochs) for index in range(steps) if parts_timed(index, epoch)}
+    assert len(timed) == epochs * steps // PARTS_EVERY  # one in each block
+    assert not any(index == 0 for _, index in timed)
+    for period in (*range(2, 33), 50, 64):
+        for first in range(1, period + 1):  # the work's steps: first, first + period, ... of every epoch
+            done = [(epoch, index) for epoch in range(epochs) for index in range(first, steps, period)]
+            rate = sum(step in timed for step in done) / len(done)
+            exact = PARTS_EVERY % period == 0  # each place once in every run of blocks: all but the epochs' first
+            assert rate == pytest.approx(1 / PARTS_EVERY, rel=0.01 if exact else 0.3), (period, first)
 
 
 @pytest.mark.parametrize(

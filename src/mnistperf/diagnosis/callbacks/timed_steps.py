@@ -90,8 +90,8 @@ class TimedCycle:
 class TimedSteps:
     """The steps timed by their parts, and the time between epochs (its validation apart).
 
-    A step cycle opens as step PARTS_AT - 1 (of every PARTS_EVERY) ends and closes a step later; the time between
-    epochs is a cycle from an epoch's last step to the next one's start (or training's end).
+    A step cycle opens as the step before a timed one (:func:`.parts_timed`) ends and closes a step later; the time
+    between epochs is a cycle from an epoch's last step to the next one's start (or training's end).
     ``window``: what the profiled window is doing now; a step cycle over which that changed, or that held the window,
     is dropped (its steps were not the fit's typical ones). ``syncs``: as :class:`TimedCycle`'s.
     """
@@ -112,7 +112,7 @@ class TimedSteps:
         if index + 1 == trainer.num_training_batches:  # the epoch's last step: what comes until the next is timed
             self.between.start(trainer, module)
             return
-        if not parts_timed(index + 1):
+        if not parts_timed(index + 1, trainer.current_epoch):
             return
         state = self.window()
         if not state[0]:  # no profiled window running

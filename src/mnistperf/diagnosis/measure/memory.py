@@ -159,12 +159,13 @@ class EpochMemory:
 
     The workers' PSS is read once, at the first reading, by a thread of its own: the kernel walks each worker's pages
     to sum it, tens of milliseconds a worker, which the training thread does not wait for.
-    ``loader_workers``: whether the fit's loaders may run workers (False: none is looked for).
+    ``loader_workers``: whether the fit's loaders may run workers (False: none is looked for); ``epoch``: its number,
+    from 0.
     """
 
-    def __init__(self, batches: float, loader_workers: bool):
+    def __init__(self, batches: float, loader_workers: bool, epoch: int = 0):
         middle = max(1, int(batches // 2)) if math.isfinite(batches) else 2
-        while parts_timed(middle - 1) or sampled(middle - 1):  # the reading's thread would slow the step it times
+        while parts_timed(middle - 1, epoch) or sampled(middle - 1):  # the reading's thread would slow a timed step
             middle += 1
         self.mid_step = middle
         self._loader_workers = loader_workers

@@ -73,6 +73,11 @@ def part_fix(part: str, between_epochs: bool = False) -> str:
         )
     if part == CHECKPOINT_SAVES:
         return "fewer checkpoints saved: ModelCheckpoint(every_n_epochs=N), or save_top_k=1 without save_last=True"
+    if kind == "callback" and name == "SampleAudit":
+        return (
+            "SampleAudit(sample_id=FIELD), FIELD the batch's field holding each sample's dataset index, or "
+            "SampleAudit(fingerprint=...): then no sample's bytes are hashed"
+        )
     if kind == "callback":
         return f"{name} working less often (its own options), or left out of the callbacks"
     if kind == "logger" and between_epochs:

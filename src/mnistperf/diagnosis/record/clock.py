@@ -92,7 +92,7 @@ class EpochClock:
         self.windows.epoch_reset()
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
         self._stats: StepStats | None = None
-        self._memory = EpochMemory(batches, self._loader_workers)
+        self._memory = EpochMemory(batches, self._loader_workers, self._number - 1)
         self._cores = EpochCores(self._loader_workers)
         self._ended = math.nan  # the clock's last read at the end of train or eval time
 

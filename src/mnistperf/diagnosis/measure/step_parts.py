@@ -19,7 +19,7 @@ from mnistperf.upstream import TRAIN_FETCH_ACTION
 
 now = perf_counter  # the clock the parts are read by (a test's own clock stands in here)
 
-PARTS_EVERY = 16  # one training step in each block of this many is timed by its parts (a power of two)
+PARTS_EVERY = 16  # one step in each block of this many is timed by its parts (a power of two: see parts_timed)
 MASK = 2**64 - 1  # the draws' mix of numbers is kept to 64 bits
 LOOP = "Lightning's loop"  # what no action holds: the loops' own Python between the actions
 # The step's own work, as Lightning's actions name it; every other part is around the step.
@@ -50,7 +50,8 @@ def parts_timed(index: int, epoch: int = 0) -> bool:
     mixed = ((epoch << 32) + run + 1) * 0x9E3779B97F4A7C15 & MASK
     mixed = (mixed ^ mixed >> 30) * 0xBF58476D1CE4E5B9 & MASK
     mixed ^= mixed >> 27
-    drawn = ((mixed & 0xF | 1) * at + (mixed >> 4)) % PARTS_EVERY  # an odd multiple and a shift: each place once
+    odd, shift = mixed % PARTS_EVERY | 1, mixed // PARTS_EVERY  # odd times the place, mod a power of two: each once
+    drawn = (odd * at + shift) % PARTS_EVERY
     return place == (drawn or int(block == 0))
 
 

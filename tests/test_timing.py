@@ -83,14 +83,16 @@ def test_a_slow_loader_is_called_input_bound(one_thread):
 
 
 def test_the_windows_own_wait_for_data_is_left_out_of_its_epoch_not_scaled_up(one_thread):
-    # 20 steps an epoch, each fetch 8 ms of sleep; the window's 8 steps in epoch 2 replaced by the others' mean
+    # 20 steps an epoch, each fetch 20 ms of sleep; the window's 8 steps in epoch 2 replaced by the others' mean
     timer = EpochTimer(window_share=None)
-    data = DataLoader(SlowItems(delay_s=0.002, items=80), batch_size=4)
+    data = DataLoader(SlowItems(delay_s=0.005, items=80), batch_size=4)
     fit_module(SleepyModule(step_delay_s=0.0), data, callbacks=[timer], accelerator="cpu", devices=1, max_epochs=3)
     windowed, plain = (timer.epochs[number]["input_wait_s"] for number in (1, 2))
     assert "profiled" in timer.epochs[1] and "profiled" not in timer.epochs[2]
-    # scaling the whole epoch's wait by 20/12, as if the window had waited for nothing, reads 1.67x
-    assert windowed < 1.25 * plain, (windowed, plain)
+    # scaling the whole epoch's wait by 20/12, as if the window had waited for nothing, reads 1.67x; the margin is
+    # halfway (1.29x is the root of 1.67x). The sleeps are long beside what the profiler adds to a fetch (the item's
+    # tensors recorded), which a busy machine slows: with fetches of 8 ms it read 1.26x beside two busy processes.
+    assert windowed < 1.29 * plain, (windowed, plain)
 
 
 class Convolution(LightningModule):

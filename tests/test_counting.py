@@ -136,7 +136,7 @@ def test_a_batch_the_module_skips_is_counted_by_neither_callback(skip_at, caplog
     for epoch, row in enumerate(audit.epochs, start=1):
         assert counts(row) == expected(module.record.get(epoch, {}).get("", []), ROWS)
     if skip_at == 0:
-        reason = "the epoch trained no step, and the split times step 2 of an epoch, then every 16th"
+        reason = "the epoch trained no step, and the split times step 2 of an epoch, then one in each 16 after it"
         assert [row["split_reason"] for row in timer.epochs] == [reason] * EPOCHS
     assert problems(caplog) == []
 
@@ -298,12 +298,13 @@ def test_under_gradient_accumulation_the_split_times_whole_optimizer_steps(accum
     for row in timer.epochs:
         assert None not in (row["forward_s"], row["backward_s"], row["optimizer_s"]) and "split_reason" not in row
     assert None not in timer.summary(trainer)["split"].values()
-    windows = sum(phases.sampled(index, accumulate) for index in range(36))  # the sampled optimizer steps an epoch
-    assert windows == (2 if accumulate == 2 else 1)  # steps 3-4 and 35-36; steps 4-6
+    # the sampled optimizer steps of the fit: each epoch's second (steps 3-4, or 4-6), then one in each 16 drawn
+    windows = sum(phases.sampled(index, accumulate, epoch) for epoch in range(EPOCHS) for index in range(36))
+    assert windows >= EPOCHS
     report = (tmp_path / "fit-profile.txt").read_text()
     calls = dict(re.findall(r"\[Callback\]EpochTimer\.(\w+)\s*\|\s*\S+\s*\|\s*(\d+)", report))
-    assert int(calls["on_before_backward"]) == int(calls["on_after_backward"]) == EPOCHS * windows * accumulate
-    assert int(calls["on_before_optimizer_step"]) == EPOCHS * windows
+    assert int(calls["on_before_backward"]) == int(calls["on_after_backward"]) == windows * accumulate
+    assert int(calls["on_before_optimizer_step"]) == windows
 
 
 def test_an_accumulation_changed_by_epoch_is_followed_by_the_split():
@@ -322,7 +323,7 @@ def test_a_one_step_fit_says_why_it_has_no_split(capsys):
     module, timer, _, trainer = watched(lambda: DataLoader(Indexed(), batch_size=BATCH), fast_dev_run=True)
     (row,) = timer.epochs
     assert row["samples"] == module.samples(1) == BATCH and row["forward_s"] is None
-    reason = "the epoch trained step 1 only, and the split times step 2 of an epoch, then every 16th"
+    reason = "the epoch trained step 1 only, and the split times step 2 of an epoch, then one in each 16 after it"
     assert row["split_reason"] == reason
     out = capsys.readouterr().out
     assert out.count(f"EpochTimer: train time is not split into forward, backward and optimizer: {reason}.") == 1
@@ -370,11 +371,14 @@ def test_a_sample_holds_an_optimizer_steps_training_steps_and_one_cut_short_is_l
 
 
 def test_which_steps_are_sampled_with_and_without_accumulation_and_why_an_epoch_has_none():
-    assert [i for i in range(40) if phases.sampled(i)] == [1, 17, 33]
-    assert [i for i in range(80) if phases.sampled(i, 2)] == [2, 34, 66]
+    # each epoch's second step (optimizer step), then one in each block of 16 at a place drawn for the epoch
+    assert [i for i in range(80) if phases.sampled(i)] == [1, 30, 41, 52, 79]
+    assert [i for i in range(80) if phases.sampled(i, 1, epoch=1)] == [1, 17, 36, 55, 74]
+    assert [i for i in range(80) if phases.sampled(i, 2)] == [2, 60]  # optimizer steps 1 and 30
     assert phases.unsampled(2, 3, 4) == (
         "the epoch trained steps 3-4 only, and the split times steps 5-8 of an epoch (one optimizer step: "
-        "accumulate_grad_batches=4), then every 16th optimizer step's"
+        "accumulate_grad_batches=4), then one optimizer step's in each 16 after it"
     )
     assert phases.unsampled(2, 4, 4) is None  # step 5 begins a sample: its split was lost another way
-    assert phases.unsampled(2, 17, 1) is None and phases.unsampled(2, 16, 1) is not None  # index 17: step 18
+    assert phases.unsampled(2, 30, 1) is None and phases.unsampled(2, 29, 1) is not None  # index 30: step 31
+    assert phases.unsampled(2, 17, 1, epoch=1) is None and phases.unsampled(2, 16, 1, epoch=1) is not None  # its 17

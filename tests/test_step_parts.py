@@ -20,16 +20,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf import upstream
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.measure import step_parts
+from mnistperf.diagnosis.measure import phases, step_parts
 from mnistperf.diagnosis.measure.device_syncs import SYNC_WARNING, DeviceSyncs
-from mnistperf.diagnosis.measure.step_parts import (
-    CHECKPOINT_SAVES,
-    LOOP,
-    PARTS_EVERY,
-    StepParts,
-    part_of,
-    parts_timed,
-)
+from mnistperf.diagnosis.measure.drawn_steps import EVERY
+from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, StepParts, part_of, parts_timed
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
 from mnistperf.diagnosis.record.text import format_headline, format_summary
 from mnistperf.diagnosis.show.report import html_report
@@ -91,7 +85,7 @@ class Logged(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def loader(steps: int = 2 * PARTS_EVERY) -> DataLoader:
+def loader(steps: int = 2 * EVERY) -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(4 * steps, 4), torch.arange(4 * steps) % 2), batch_size=4)
 
 
@@ -142,7 +136,7 @@ def test_a_timed_step_times_the_users_profilers_actions_and_each_still_reaches_i
     fit_module(Logged(), loader(), callbacks=[timer, *more, Costly(clock, SECOND)], max_epochs=2, profiler=profiler)
     assert parts_of(timer)["step_parts"]["parts"]["callback Costly"] == pytest.approx(SECOND, abs=MARGIN)
     held = profiler.held.count(hook) if isinstance(profiler, OwnProfile) else len(profiler.recorded_durations[hook])
-    assert held == 2 * 2 * PARTS_EVERY  # every step's, the timed ones' too
+    assert held == 2 * 2 * EVERY  # every step's, the timed ones' too
 
 
 def test_a_loggers_writes_and_self_log_are_parts_of_their_own_and_nothing_stays_shadowed(clock, tmp_path):
@@ -218,17 +212,23 @@ def test_on_cuda_each_parts_synchronizations_are_counted_as_torch_reports_them_a
 
 
 def test_work_done_every_nth_step_is_timed_at_its_rate_whatever_its_period_and_no_epochs_first_step_is():
-    """One step in PARTS_EVERY is timed wherever work every Nth step falls: a flush every 16 steps, logging every 50."""
+    """One step in EVERY is timed wherever work every Nth step falls: a flush every 16 steps, logging every 50.
+
+    So are the split's samples, but for the epoch's second step, fixed so that a short epoch has one.
+    """
     epochs, steps = 32, 2048
     timed = {(epoch, index) for epoch in range(epochs) for index in range(steps) if parts_timed(index, epoch)}
-    assert len(timed) == epochs * steps // PARTS_EVERY  # one in each block
+    assert len(timed) == epochs * steps // EVERY  # one in each block
     assert not any(index == 0 for _, index in timed)
+    split = {(epoch, index) for epoch in range(epochs) for index in range(steps) if phases.sampled(index, 1, epoch)}
+    assert len(split) == len(timed) and all(phases.sampled(1, 1, epoch) for epoch in range(epochs))
     for period in (*range(2, 33), 50, 64):
         for first in range(1, period + 1):  # the work's steps: first, first + period, ... of every epoch
-            done = [(epoch, index) for epoch in range(epochs) for index in range(first, steps, period)]
-            rate = sum(step in timed for step in done) / len(done)
-            exact = PARTS_EVERY % period == 0  # each place once in every run of blocks: all but the epochs' first
-            assert rate == pytest.approx(1 / PARTS_EVERY, rel=0.01 if exact else 0.3), (period, first)
+            done = [(epoch, index) for epoch in range(epochs) for index in range(first + EVERY, steps, period)]
+            exact = EVERY % period == 0  # each place once in every run of blocks (the first run one block short)
+            for sampler in (timed, split):
+                rate = sum(step in sampler for step in done) / len(done)
+                assert rate == pytest.approx(1 / EVERY, rel=0.05 if exact else 0.3), (period, first)
 
 
 @pytest.mark.parametrize(

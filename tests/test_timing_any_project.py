@@ -199,10 +199,11 @@ def test_lightning_dispatches_only_the_batch_hooks_the_timer_uses_and_a_subclass
     report = (tmp_path / "fit-profile.txt").read_text()
     calls = dict(re.findall(r"\[Callback\]EpochTimer\.(\w+)\s*\|\s*\S+\s*\|\s*(\d+)", report))
     steps = EPOCHS * ROWS // BATCH
-    sampled = EPOCHS * sum(phases.sampled(index) for index in range(ROWS // BATCH))  # index 1 of each epoch's 6
+    sampled = sum(phases.sampled(i, 1, e) for e in range(EPOCHS) for i in range(ROWS // BATCH))  # index 1 of 6
     window = timer.busy_window  # its steps run under the profiler: none of them is a sample
     sampled -= sum(
-        phases.sampled(i) for i in range(window["first_step"] - 1 - PROFILER_WARMUP_STEPS, window["last_step"])
+        phases.sampled(i, 1, window["epoch"] - 1)
+        for i in range(window["first_step"] - 1 - PROFILER_WARMUP_STEPS, window["last_step"])
     )
     assert int(calls["on_train_batch_start"]) == int(calls["on_train_batch_end"]) == steps
     for phase_hook in ("on_before_backward", "on_after_backward", "on_before_optimizer_step"):

@@ -207,7 +207,9 @@ class EpochTimer(Callback):
             self.problems.note("timing a step's start", error)
         self.samples.begin(trainer, pl_module, batch)  # apart from the timing: a step whose clock failed still counts
         try:  # profiled steps run slower: none of them is sampled
-            self._sampled.step_start(batch_idx, trainer.accumulate_grad_batches, self.clock.profiling)
+            self._sampled.step_start(
+                batch_idx, trainer.accumulate_grad_batches, self.clock.profiling, trainer.current_epoch
+            )
         except Exception as error:
             self._sampled.hooks_off()
             self.problems.note("marking a sampled step's start", error)
@@ -297,7 +299,7 @@ class EpochTimer(Callback):
             if loaders is not None:
                 extra["loader_samples"] = loaders
             forward, accumulate = gathered.measures[FORWARD_S], trainer.accumulate_grad_batches
-            reason = self._sampled.split_reason(self.samples.trained, accumulate, forward)
+            reason = self._sampled.split_reason(self.samples.trained, accumulate, forward, trainer.current_epoch)
             if reason is not None:
                 extra["split_reason"] = reason
                 if not self._split_said:  # once a fit

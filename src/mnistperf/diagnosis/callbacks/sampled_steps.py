@@ -41,11 +41,11 @@ class SampledSteps:
         """Each phase's share of the epoch's sampled steps' time (:meth:`StepPhases.shares`); None where none whole."""
         return self.phases.shares()
 
-    def step_start(self, index: int, accumulate: int, profiling: bool) -> None:
-        """Training step ``index`` begins: stamped where it is sampled (no sample begins while the window profiles)."""
+    def step_start(self, index: int, accumulate: int, profiling: bool, epoch: int) -> None:
+        """Training step ``index`` of ``epoch`` begins: stamped where it is sampled (none while the window profiles)."""
         if self.sampling:  # the next training step of a sample spanning several (gradient accumulation)
             self.phases.start()
-        elif sampled(index, accumulate) and not profiling:
+        elif sampled(index, accumulate, epoch) and not profiling:
             self.phases.start(accumulate)
             self._hooks(True)
 
@@ -59,7 +59,9 @@ class SampledSteps:
         if self.sampling:
             self.phases.mark(name)
 
-    def split_reason(self, trained: tuple[int | None, int | None], accumulate: int, forward_s: float) -> str | None:
-        """Why an epoch that trained steps ``trained`` has no split; None where it has one or a sample began."""
-        reason = unsampled(*trained, accumulate)
+    def split_reason(
+        self, trained: tuple[int | None, int | None], accumulate: int, forward_s: float, epoch: int
+    ) -> str | None:
+        """Why epoch ``epoch`` that trained steps ``trained`` has no split; None where it has one or a sample began."""
+        reason = unsampled(*trained, accumulate, epoch)
         return reason if math.isnan(forward_s) and not self.phases.started else None

@@ -165,7 +165,8 @@ class EpochMemory:
 
     def __init__(self, batches: float, loader_workers: bool, epoch: int = 0):
         middle = max(1, int(batches // 2)) if math.isfinite(batches) else 2
-        while parts_timed(middle - 1, epoch) or sampled(middle - 1):  # the reading's thread would slow a timed step
+        # not a step timed by its parts or its phases: the reading's thread would slow it
+        while parts_timed(middle - 1, epoch) or sampled(middle - 1, 1, epoch):
             middle += 1
         self.mid_step = middle
         self._loader_workers = loader_workers

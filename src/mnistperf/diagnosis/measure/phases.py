@@ -12,30 +12,34 @@ from typing import Any
 
 import torch
 
-SAMPLE_EVERY = 16  # one optimizer step in this many is a sample: batch indices 1, 17, 33, ... without accumulation
+from mnistperf.diagnosis.measure.drawn_steps import EVERY, SPLIT, drawn
+
 STEP_MARKS = {"start", "backward", "backward_end", "end"}  # every step of a sample's; its last has "optimizer" too
 
 
-def sampled(index: int, steps: int = 1) -> bool:
-    """Whether training step ``index`` of an epoch begins a sample of ``steps`` steps (one optimizer step's)."""
-    return index % steps == 0 and index // steps % SAMPLE_EVERY == 1
+def sampled(index: int, steps: int = 1, epoch: int = 0) -> bool:
+    """Whether training step ``index`` of epoch ``epoch`` (from 0) begins a sample of ``steps`` (an optimizer step's).
+
+    The epoch's second optimizer step, then one in each block of EVERY at a drawn place (:mod:`.drawn_steps`).
+    """
+    return index % steps == 0 and drawn(index // steps, epoch, SPLIT, first=1)
 
 
-def unsampled(first: int | None, last: int | None, steps: int) -> str | None:
+def unsampled(first: int | None, last: int | None, steps: int, epoch: int = 0) -> str | None:
     """Why an epoch that trained steps ``first``..``last`` (None: none) has no sample; None where one began a sample."""
     if first is None or last is None:
         trained = "no step"
     else:
-        period = steps * SAMPLE_EVERY
-        if first + (steps - first) % period <= last:  # the first step from ``first`` on that begins a sample
+        # every whole block of optimizer steps holds a sample: the search is short either way
+        if any(sampled(index, steps, epoch) for index in range(first, last + 1)):
             return None
         trained = f"step {first + 1} only" if first == last else f"steps {first + 1}-{last + 1} only"
     if steps == 1:
-        sampled_steps = f"step 2 of an epoch, then every {SAMPLE_EVERY}th"
+        sampled_steps = f"step 2 of an epoch, then one in each {EVERY} after it"
     else:
         sampled_steps = (
             f"steps {steps + 1}-{2 * steps} of an epoch (one optimizer step: accumulate_grad_batches={steps}), "
-            f"then every {SAMPLE_EVERY}th optimizer step's"
+            f"then one optimizer step's in each {EVERY} after it"
         )
     return f"the epoch trained {trained}, and the split times {sampled_steps}"
 

@@ -1,11 +1,11 @@
 """Where a training step's time goes: each action Lightning reports to the trainer's profiler, timed by its own time.
 
-One step in each block of :data:`PARTS_EVERY` is timed end to end, from one training step's end to the next one's:
-each hook, the fetch, the copy to the device, the step's forward, backward and update, each logger's writes and
-``self.log``, each by its own time (what ran inside it apart), and on CUDA by the device synchronizations its own
-code forced. What no action holds is Lightning's loop between them. The time between two epochs' training (an
-epoch's last step to the next one's start, or to the end of training; its validation apart) is timed by its parts the
-same way.
+One step in each block of 16, at a drawn place (:mod:`.drawn_steps`), is timed end to end, from one training step's
+end to the next one's: each hook, the fetch, the copy to the device, the step's forward, backward and update, each
+logger's writes and ``self.log``, each by its own time (what ran inside it apart), and on CUDA by the device
+synchronizations its own code forced. What no action holds is Lightning's loop between them. The time between two
+epochs' training (an epoch's last step to the next one's start, or to the end of training; its validation apart) is
+timed by its parts the same way.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from contextlib import contextmanager
 from time import perf_counter
 from typing import Any
 
+from mnistperf.diagnosis.measure.drawn_steps import PARTS, drawn
 from mnistperf.upstream import TRAIN_FETCH_ACTION
 
 now = perf_counter  # the clock the parts are read by (a test's own clock stands in here)
 
-PARTS_EVERY = 16  # one step in each block of this many is timed by its parts (a power of two: see parts_timed)
-MASK = 2**64 - 1  # the draws' mix of numbers is kept to 64 bits
 LOOP = "Lightning's loop"  # what no action holds: the loops' own Python between the actions
 # The step's own work, as Lightning's actions name it; every other part is around the step.
 STEP_WORK = ("fetch", "copy to the device", "training_step", "backward", "optimizer step")
@@ -38,21 +37,8 @@ CHECKPOINT_SAVES = "checkpoint saves"  # its part
 
 
 def parts_timed(index: int, epoch: int = 0) -> bool:
-    """Whether training step ``index`` of epoch ``epoch`` (from 0) is timed by its parts, from the step before's end.
-
-    Its place in each block of PARTS_EVERY steps is drawn so that work done every Nth step (a hash every 16 batches of
-    256, logging every 50 steps) is timed at the rate it runs, not always or never: each run of PARTS_EVERY blocks
-    times each place once, in an order drawn afresh (a fixed 64-bit mix of the epoch's and the run's numbers). Never
-    an epoch's first step, which no step ends before (its block times the next place instead).
-    """
-    block, place = divmod(index, PARTS_EVERY)
-    run, at = divmod(block, PARTS_EVERY)
-    mixed = ((epoch << 32) + run + 1) * 0x9E3779B97F4A7C15 & MASK
-    mixed = (mixed ^ mixed >> 30) * 0xBF58476D1CE4E5B9 & MASK
-    mixed ^= mixed >> 27
-    odd, shift = mixed % PARTS_EVERY | 1, mixed // PARTS_EVERY  # odd times the place, mod a power of two: each once
-    drawn = (odd * at + shift) % PARTS_EVERY
-    return place == (drawn or int(block == 0))
+    """Whether training step ``index`` of epoch ``epoch`` (from 0) is timed by its parts, from the step before's end."""
+    return drawn(index, epoch, PARTS)
 
 
 def part_of(action: str) -> str:

@@ -212,6 +212,17 @@ class GraphBatch:
         self.y = targets
 
 
+def detection_batch(image: torch.Tensor, label: torch.Tensor) -> tuple:
+    """A detection collate's batch, ``tuple(zip(*samples))``: each sample's image of its own width, its dict of
+    targets with boxes of its own count; Lightning's reader takes the first image's channels for the batch's size."""
+    kinds = [int(sample) % 3 for sample in label]  # a sample's width and box count, wherever it is
+    samples = [
+        (image[i, :, :, : 2 + kind], {"boxes": image[i, 0, : 1 + kind], "labels": label[i : i + 1]})
+        for i, kind in enumerate(kinds)
+    ]
+    return tuple(zip(*samples, strict=True))
+
+
 def images(samples: int = SAMPLES, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(samples, CHANNELS, 4, 4, generator=generator), torch.arange(samples) + seed * samples
@@ -237,6 +248,48 @@ def test_the_reader_counts_the_samples_of_any_batch_where_lightnings_reader_may_
     reading = read(batch)
     assert (reading.samples, reading.counted_by) == (SAMPLES, counted_by)
     assert all(t.shape[0] == SAMPLES for t in reading.rows) and reading.rows
+
+
+def test_a_batch_of_one_item_a_sample_is_counted_by_its_items_and_a_feature_pyramid_is_not():
+    image, label = images()
+    for batch in (detection_batch(image, label), (list(image), label), {"image": list(image), "label": label}):
+        reading = read(batch)
+        assert (reading.samples, len(reading.items or [])) == (SAMPLES, SAMPLES), type(batch)
+        assert reading.counted_by == f"the items of its {type(batch).__name__}'s sequences"
+    detected = read(detection_batch(image, label)).items
+    assert detected is not None and [t.shape for t in detected[1]] == [(CHANNELS, 4, 3), (2, 4), (1,)]
+    levels = [image, image[:, :, :2, :2]]  # a pyramid's levels, each leading with the batch: not one item a sample
+    assert (read((levels, levels)).samples, read((levels, levels)).items) == (SAMPLES, None)
+    named = read((image, [f"file{i}.png" for i in range(SAMPLES)]))  # file names beside the batch's tensors
+    assert (named.samples, named.items, len(named.rows)) == (SAMPLES, None, 1)
+
+
+def test_items_that_only_their_shapes_say_are_samples_are_counted_so_and_said_once(capsys):
+    """``tuple(zip(*samples))`` of (image, 0-dim label): the items are counted, a guess each callback says once.
+
+    (The loader hands the tuple on as a list.)"""
+    batches = [tuple(zip(*zip(*images(seed=seed), strict=True), strict=True)) for seed in range(BATCHES)]
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=SAMPLES * BATCHES)
+    fit_module(Classifier(), DataLoader(batches, batch_size=None), callbacks=[timer, audit])
+    assert timer.epochs[0]["samples"] == SAMPLES * BATCHES and audit.epochs[0]["distinct"] == SAMPLES * BATCHES
+    said = f"a training batch (list) lead with different lengths ({SAMPLES}, {CHANNELS}): {SAMPLES} samples a batch"
+    out = capsys.readouterr().out
+    assert out.count(f"EpochTimer: the tensors of {said} are counted (the items of its list's sequences)") == 1
+    assert out.count(f"SampleAudit: the tensors of {said} are audited (the items of its list's sequences)") == 1
+
+
+def test_a_samples_fingerprint_is_its_own_items_whatever_the_batch_and_their_shapes_count():
+    image, label = images()
+    audit = SampleAudit()
+    whole = audit.fingerprints(detection_batch(image, label))
+    assert whole.unique().numel() == SAMPLES
+    halves = [audit.fingerprints(detection_batch(image[i : i + 4], label[i : i + 4])) for i in range(0, SAMPLES, 4)]
+    assert torch.equal(torch.cat(halves), whole)  # a sample's fingerprint does not depend on its neighbours
+    reshaped = list(image[:2])
+    reshaped[0] = reshaped[0].reshape(CHANNELS, 2, 8)  # the same values in another shape
+    assert audit.fingerprints((reshaped, label[:2]))[0] != audit.fingerprints((list(image[:2]), label[:2]))[0]
+    relabelled = detection_batch(image, label + 1)
+    assert not (audit.fingerprints(relabelled) == whole).any()  # each sample's targets count too
 
 
 def test_lightnings_reader_miscounts_the_iterable_dataclass_that_the_reader_counts():
@@ -286,7 +339,7 @@ def batches_of(kind) -> list:
     return [kind(*images(seed=seed)) for seed in range(BATCHES)]
 
 
-@pytest.mark.parametrize("kind", [IterableBatch, AttributeBatch, SizedBatch, GraphBatch])
+@pytest.mark.parametrize("kind", [IterableBatch, AttributeBatch, SizedBatch, GraphBatch, detection_batch])
 def test_both_callbacks_count_the_same_samples_of_any_batch_reading_each_batch_once(kind, monkeypatch, capsys):
     from mnistperf.diagnosis.measure import samples
 

@@ -173,6 +173,20 @@ def test_fingerprints_tell_any_bit_apart_and_agree_on_equal_samples():
     assert torch.unique(hash_([many], len(many))).numel() == len(many) and (hash_([many], len(many)) >= 0).all()
 
 
+def test_a_large_samples_positions_are_drawn_without_permuting_all_its_words(monkeypatch):
+    """Images of a size of their own each draw positions: a permutation of every word would cost each its length."""
+    permuted = []
+    real = torch.randperm
+    monkeypatch.setattr(torch, "randperm", lambda n, **kw: permuted.append(n) or real(n, **kw))
+    hash_ = Fingerprinter(max_words=64)
+    huge = torch.randn(2, 16 * 64)  # 2,048 words a sample: more than 16 times max_words
+    prints = hash_([huge], 2)
+    assert permuted == [] and torch.equal(prints, Fingerprinter(max_words=64)([huge.clone()], 2))
+    assert prints[0] != prints[1] and (hash_._positions[(2048, huge.device)] < 2048).all()
+    hash_([torch.randn(2, 8 * 64)], 2)  # 1,024 words: drawn distinct, from a permutation
+    assert permuted == [1024]
+
+
 @pytest.mark.parametrize(
     "row",
     [

@@ -46,13 +46,16 @@ class SampleIdentity:
         return found if isinstance(found, torch.Tensor) else self.hash(*found)
 
     def rows(self, batch: Any) -> tuple[list[torch.Tensor], int] | torch.Tensor:
-        """The batch's rows that hold its samples and how many; a graph batch's fingerprints at once.
+        """The batch's rows that hold its samples and how many; or, made at once, its samples' fingerprints.
 
-        As :func:`~mnistperf.diagnosis.measure.samples.read` finds them: a graph's rows are a segment of its nodes'.
+        As :func:`~mnistperf.diagnosis.measure.samples.read` finds them: a graph's rows are a segment of its nodes',
+        and a batch of one item a sample is fingerprinted item by item.
         """
         reading = READINGS.read(batch, self.sample_dims)
         if reading.graphs is not None:
             return self.hash.graphs(reading.graphs, reading.rows)
+        if reading.items is not None:
+            return self.hash.items(reading.items)
         if not reading.rows or reading.samples is None:
             raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
         samples, rows = reading.samples, reading.rows

@@ -27,6 +27,7 @@ PLACES = 4096  # a graph's node places with weights of their own
 # Held steps are hashed together once they hold this many samples, or this many bytes.
 HASH_SAMPLES = 4096
 HASH_BYTES = 32 * 2**20
+DISTINCT_DRAWS = 16  # beyond this many times max_words, a sample's hashed positions are drawn with replacement
 LAYOUTS_KEPT = 16  # layouts (and sampled lengths) of a sample's tensors whose weights (positions) stay made, at most
 
 
@@ -118,8 +119,11 @@ class Fingerprinter:
                 if len(self._positions) >= LAYOUTS_KEPT:  # samples of a length of their own: not kept for ever
                     self._positions.clear()
                 generator = torch.Generator().manual_seed(self.seed + count)
-                chosen = torch.randperm(count, generator=generator)[: self.max_words].sort().values
-                self._positions[key] = chosen.to(words.device)
+                if count <= DISTINCT_DRAWS * self.max_words:
+                    chosen = torch.randperm(count, generator=generator)[: self.max_words]
+                else:  # a permutation of them all costs its length (67 ms for an image's 1.9 M words, each new size)
+                    chosen = torch.randint(count, (self.max_words,), generator=generator)  # as good as distinct here
+                self._positions[key] = chosen.sort().values.to(words.device)
             words = words[:, self._positions[key]]
         return words  # int16 words are signed: the sums' remainder is non-negative anyway
 
@@ -167,6 +171,15 @@ class Fingerprinter:
         if rows:
             total += self.lanes(rows, count, offset=len(graphs.nodes))
         return combined(total % PRIME)
+
+    def items(self, items: Sequence[Sequence[torch.Tensor]]) -> torch.Tensor:
+        """Fingerprints [samples] of a batch of one item a sample, each from its own tensors and their shapes."""
+        found = []
+        for tensors in items:
+            shapes = [dim for tensor in tensors for dim in (tensor.ndim, *tensor.shape)]
+            shape = torch.tensor([shapes], dtype=torch.int64, device=tensors[0].device)
+            found.append(self([*(tensor.reshape(1, -1) for tensor in tensors), shape], 1))
+        return torch.cat(found)
 
     def place_weights(self, place: torch.Tensor) -> torch.Tensor:
         """Weights [nodes, LANES] for nodes at ``place`` in their graph, the same whatever the batch.

@@ -33,6 +33,7 @@ class Reading(NamedTuple):
     rows: list[torch.Tensor]  # the tensors whose leading dimension(s) are the samples, each as it is in the batch
     graphs: Graphs | None = None
     lengths: tuple[int, ...] = ()  # where the count is the first tensor's: the distinct leading lengths, in order
+    items: list[list[torch.Tensor]] | None = None  # a batch of one item a sample: each sample's own tensors
 
 
 def fields_of(item: Any) -> list[Any] | None:
@@ -134,13 +135,45 @@ def stated_size(batch: Any) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
+def sample_items(batch: Any) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
+    """Each sample's tensors, where ``batch`` holds its samples one item each, and the lengths that make it a guess.
+
+    So a detection collate's ``(images, targets)`` (``tuple(zip(*samples))``): fields that are sequences of one length,
+    some holding tensors, beside tensors leading with that length, and something that says an item is a sample: an
+    item that is not a tensor (a sample's dict of targets), or such a tensor. Else, where the items' tensors lead
+    with lengths of their own or none (an image's channels beside a 0-dim label), the same reading, a guess: the
+    lengths are given (the count first) for a line to say so. Sequences of tensors all leading with one length (a
+    feature pyramid's levels, each leading with the batch) are not read so, nor sequences of strings (file names).
+    """
+    fields = fields_of(batch)
+    sequences = [field for field in fields or [] if isinstance(field, (tuple, list))]
+    if not sequences or not len(sequences[0]) or any(len(field) != len(sequences[0]) for field in sequences):
+        return None
+    count = len(sequences[0])
+    tensors = [field for field in fields or [] if isinstance(field, torch.Tensor)]
+    if any(not tensor.ndim or tensor.shape[0] != count for tensor in tensors):
+        return None
+    holding = [field for field in sequences if any(tensors_of(item) for item in field)]
+    if not holding:
+        return None
+    items = [[t for field in (*holding, *tensors) for t in tensors_of(field[at])] for at in range(count)]
+    if not all(items):
+        return None
+    if tensors or any(not isinstance(item, torch.Tensor) for field in holding for item in field):
+        return items, ()
+    leading = dict.fromkeys(item.shape[0] for field in holding for item in field if item.ndim)
+    if len(leading) < 2 and all(item.ndim for field in holding for item in field):
+        return None
+    return items, tuple(dict.fromkeys((count, *leading)))
+
+
 def read(batch: Any, sample_dims: int = 1) -> Reading:
     """How many samples ``batch`` (one loader's) holds and the rows that hold them, by the first rule that applies.
 
     A graph batch (a per-node graph index and a graph count): its graphs, each one's node rows its own segment. A
-    batch object that states its ``batch_size``: that many. Otherwise: the leading length of the first tensor with a
-    dimension (with ``sample_dims`` > 1, the product of its first ``sample_dims``; 0-dim tensors alone: 1). The rows are
-    every tensor that leads with that many samples.
+    batch object that states its ``batch_size``: that many. A batch of one item a sample (:func:`sample_items`): its
+    items. Otherwise: the leading length of the first tensor with a dimension (with ``sample_dims`` > 1, the product of
+    its first ``sample_dims``; 0-dim tensors alone: 1). The rows are every tensor that leads with that many samples.
     """
     if isinstance(batch, torch.Tensor):  # the common batches, read directly: this runs every step
         tensors = [batch]
@@ -192,6 +225,11 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
     if size is not None:
         rows = [t for t in tensors if t.ndim and t.shape[0] == size]
         return Reading(size, f"its batch_size ({type(batch).__name__})", rows)
+    found = sample_items(batch) if sample_dims == 1 else None
+    if found is not None:
+        items, lengths = found
+        how = f"the items of its {type(batch).__name__}'s sequences"
+        return Reading(len(items), how, [], lengths=lengths, items=items)
     return _by_first(tensors, sample_dims)
 
 

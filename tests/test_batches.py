@@ -258,10 +258,40 @@ def test_a_batch_of_one_item_a_sample_is_counted_by_its_items_and_a_feature_pyra
         assert reading.counted_by == f"the items of its {type(batch).__name__}'s sequences"
     detected = read(detection_batch(image, label)).items
     assert detected is not None and [t.shape for t in detected[1]] == [(CHANNELS, 4, 3), (2, 4), (1,)]
+    for last in (detection_batch(image[:1], label[:1]), ((image[0],), (label[0],))):  # an epoch's last batch of one
+        assert (read(last).samples, read(last).counted_by) == (1, "the items of its tuple's sequences")  # not 2 records
     levels = [image, image[:, :, :2, :2]]  # a pyramid's levels, each leading with the batch: not one item a sample
     assert (read((levels, levels)).samples, read((levels, levels)).items) == (SAMPLES, None)
     named = read((image, [f"file{i}.png" for i in range(SAMPLES)]))  # file names beside the batch's tensors
     assert (named.samples, named.items, len(named.rows)) == (SAMPLES, None, 1)
+
+
+@pytest.mark.parametrize("size", [SAMPLES, 2])
+def test_samples_handed_on_as_the_dataset_gave_them_are_counted_by_their_records_and_two_views_are_not(size):
+    """``collate_fn=lambda samples: samples``: a list of (image, targets), of (image, 0-dim label) or of dicts."""
+    image, label = images(size)
+    as_given = [
+        list(zip(*detection_batch(image, label), strict=True)),
+        list(zip(image, label, strict=True)),
+        [{"image": one, "label": its} for one, its in zip(image, label, strict=True)],
+    ]
+    for batch in as_given:
+        reading = read(batch)
+        assert (reading.samples, reading.counted_by, reading.lengths) == (size, "its list's items", ()), batch[0]
+    views = read(({"x": image, "y": label}, {"x": image, "y": label}))  # two views of one batch
+    assert (views.samples, views.items) == (size, None)
+
+
+def test_samples_handed_on_as_given_are_audited_each_by_its_own_tensors_their_repeats_found():
+    """A dataset that holds each of its samples twice, its samples handed on as the dataset gives them."""
+    image, label = images(SAMPLES * BATCHES // 2)
+    data = list(zip(*detection_batch(image, label), strict=True)) * 2
+    loader = DataLoader(data, batch_size=SAMPLES, collate_fn=lambda samples: samples)
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=len(data))
+    fit_module(Classifier(), loader, callbacks=[timer, audit])
+    assert timer.epochs[0]["samples"] == len(data)
+    row = audit.epochs[0]
+    assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (48, 24, 24, 24)
 
 
 def test_items_that_only_their_shapes_say_are_samples_are_counted_so_and_said_once(capsys):

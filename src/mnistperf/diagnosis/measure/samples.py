@@ -135,22 +135,36 @@ def stated_size(batch: Any) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
-def sample_items(batch: Any) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
-    """Each sample's tensors, where ``batch`` holds its samples one item each, and the lengths that make it a guess.
+def sample_items(batch: Any) -> tuple[list[list[torch.Tensor]], tuple[int, ...], str] | None:
+    """Each sample's tensors where ``batch`` holds its samples one item each; the lengths making it a guess; its name.
 
-    So a detection collate's ``(images, targets)`` (``tuple(zip(*samples))``): fields that are sequences of one length,
-    some holding tensors, beside tensors leading with that length, and something that says an item is a sample: an
-    item that is not a tensor (a sample's dict of targets), or such a tensor. Else, where the items' tensors lead
-    with lengths of their own or none (an image's channels beside a 0-dim label), the same reading, a guess: the
-    lengths are given (the count first) for a line to say so. Sequences of tensors all leading with one length (a
-    feature pyramid's levels, each leading with the batch) are not read so, nor sequences of strings (file names).
+    Its fields as columns (:func:`_columns`) or as records (:func:`_records`); where both read it, the one that counts
+    more samples (as columns, where they count the same).
     """
-    fields = fields_of(batch)
-    sequences = [field for field in fields or [] if isinstance(field, (tuple, list))]
+    fields, kind = fields_of(batch) or [], type(batch).__name__
+    columns, records = _columns(fields), _records(fields)
+    if records is not None and (columns is None or len(records) > len(columns[0])):
+        return records, (), f"its {kind}'s items"
+    return None if columns is None else (*columns, f"the items of its {kind}'s sequences")
+
+
+def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
+    """A detection collate's ``(images, targets)``, ``tuple(zip(*samples))``: each sample's tensors; guessed lengths.
+
+    Fields that are sequences of one length, each of items alike (of one type and rank), some holding tensors,
+    beside tensors leading with that length, and something that says an item is a sample: an item that is not a
+    tensor (a sample's dict of targets), or such a tensor. Else, where the items' tensors lead with lengths of their
+    own or none (an image's channels beside a 0-dim label), the same reading, a guess: the lengths are given (the
+    count first) for a line to say so. Sequences of tensors all leading with one length (a feature pyramid's levels,
+    each leading with the batch) are not read so, nor sequences of strings (file names).
+    """
+    sequences = [field for field in fields if isinstance(field, (tuple, list))]
     if not sequences or not len(sequences[0]) or any(len(field) != len(sequences[0]) for field in sequences):
         return None
+    if any(len({(type(item), getattr(item, "ndim", None)) for item in field}) > 1 for field in sequences):
+        return None  # a column's items are alike: of one type, and tensors of one rank
     count = len(sequences[0])
-    tensors = [field for field in fields or [] if isinstance(field, torch.Tensor)]
+    tensors = [field for field in fields if isinstance(field, torch.Tensor)]
     if any(not tensor.ndim or tensor.shape[0] != count for tensor in tensors):
         return None
     holding = [field for field in sequences if any(tensors_of(item) for item in field)]
@@ -165,6 +179,34 @@ def sample_items(batch: Any) -> tuple[list[list[torch.Tensor]], tuple[int, ...]]
     if len(leading) < 2 and all(item.ndim for field in holding for item in field):
         return None
     return items, tuple(dict.fromkeys((count, *leading)))
+
+
+def _records(fields: list[Any]) -> list[list[torch.Tensor]] | None:
+    """Samples handed on as the dataset gave them (``collate_fn=lambda samples: samples``): each one's tensors.
+
+    Two or more records (tuples, dicts, ...) of one structure, holding tensors, that are samples by their shapes: a
+    0-dim tensor among them (a label), or shapes of their own (images of their own sizes). Records of the same shapes
+    that lead with the batch (two views of it) are not read so.
+    """
+    if len(fields) < 2 or any(isinstance(field, torch.Tensor) for field in fields):
+        return None
+    structures = {_structure(field) for field in fields}
+    if len(structures) > 1 or None in structures:
+        return None
+    items = [tensors_of(field) for field in fields]
+    if not all(items):
+        return None
+    shapes = {tuple(t.shape for t in item) for item in items}
+    return items if len(shapes) > 1 or any(not t.ndim for t in items[0]) else None
+
+
+def _structure(record: Any) -> tuple[Any, ...] | None:
+    """A record's type and its fields' types and ranks (a mapping's keys too); None for what holds no fields."""
+    found = fields_of(record)
+    if found is None:
+        return None
+    keys = tuple(record) if isinstance(record, Mapping) else ()
+    return type(record), keys, tuple((type(item), getattr(item, "ndim", None)) for item in found)
 
 
 def read(batch: Any, sample_dims: int = 1) -> Reading:
@@ -227,8 +269,7 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         return Reading(size, f"its batch_size ({type(batch).__name__})", rows)
     found = sample_items(batch) if sample_dims == 1 else None
     if found is not None:
-        items, lengths = found
-        how = f"the items of its {type(batch).__name__}'s sequences"
+        items, lengths, how = found
         return Reading(len(items), how, [], lengths=lengths, items=items)
     return _by_first(tensors, sample_dims)
 

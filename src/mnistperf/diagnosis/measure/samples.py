@@ -22,6 +22,7 @@ class Graphs(NamedTuple):
     nodes: list[torch.Tensor]  # the tensors with a row per node (the index apart)
 
 
+LEAVES = (torch.Tensor, str, bytes, int, float, bool, type(None))  # what holds no tensor of its own to look into
 FIRST_LENGTH = "the first tensor's length"  # what counts a batch's samples, where nothing else does
 
 
@@ -48,7 +49,7 @@ def fields_of(item: Any) -> list[Any] | None:
         return list(item.values())
     if dataclasses.is_dataclass(item) and not isinstance(item, type):  # its fields first, even where it iterates
         return [getattr(item, field.name, None) for field in dataclasses.fields(item)]
-    if isinstance(item, (torch.Tensor, str, bytes, int, float, bool, type(None), type)):
+    if isinstance(item, (*LEAVES, type)):
         return None
     as_dict = getattr(item, "to_dict", None)  # a graph library's batch, a TensorDict: their store, not their methods
     if callable(as_dict):
@@ -77,7 +78,7 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
         return []
     if all(isinstance(item, torch.Tensor) for item in found):
         return found  # the common batch, read without recursion: this runs every step
-    return [tensor for item in found for tensor in tensors_of(item)]
+    return [tensor for item in found if not isinstance(item, LEAVES[1:]) for tensor in tensors_of(item)]
 
 
 def graph_count(item: Any, index: torch.Tensor) -> int | None:
@@ -120,7 +121,7 @@ def find_graphs(batch: Any, depth: int = 3) -> tuple[Graphs | None, Any]:
         return graphs, batch
     if depth and not isinstance(batch, torch.Tensor):
         for item in fields_of(batch) or []:
-            if not isinstance(item, torch.Tensor):
+            if not isinstance(item, LEAVES):
                 found = find_graphs(item, depth - 1)
                 if found[0] is not None:
                     return found
@@ -167,7 +168,7 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     tensors = [field for field in fields if isinstance(field, torch.Tensor)]
     if any(not tensor.ndim or tensor.shape[0] != count for tensor in tensors):
         return None
-    holding = [field for field in sequences if any(tensors_of(item) for item in field)]
+    holding = [field for field in sequences if tensors_of(field[0])]  # its items alike: the first tells
     if not holding:
         return None
     items = [[t for field in (*holding, *tensors) for t in tensors_of(field[at])] for at in range(count)]

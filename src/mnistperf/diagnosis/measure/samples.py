@@ -143,6 +143,8 @@ def sample_items(batch: Any) -> tuple[list[list[torch.Tensor]], tuple[int, ...],
     more samples (as columns, where they count the same).
     """
     fields, kind = fields_of(batch) or [], type(batch).__name__
+    if all(isinstance(field, LEAVES) for field in fields):  # tensors and such alone, as most batches: read so
+        return None
     columns, records = _columns(fields), _records(fields)
     if records is not None and (columns is None or len(records) > len(columns[0])):
         return records, (), f"its {kind}'s items"

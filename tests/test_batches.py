@@ -294,6 +294,22 @@ def test_samples_handed_on_as_given_are_audited_each_by_its_own_tensors_their_re
     assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (48, 24, 24, 24)
 
 
+def test_a_nested_tensors_samples_of_their_own_lengths_are_audited_each_by_its_own_rows():
+    """A jagged nested tensor (sequences of their own lengths) beside the labels, each sample in the data twice."""
+    lengths = [2 + i % 3 for i in range(SAMPLES)]
+    generator = torch.Generator().manual_seed(0)
+    sequences = [torch.randn(length, 4, generator=generator) for length in lengths]
+    batches = [
+        (torch.nested.nested_tensor(sequences[i : i + 4], layout=torch.jagged), torch.arange(i, i + 4) % 8)
+        for i in range(0, SAMPLES, 4)
+    ] * 2
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=SAMPLES)
+    fit_module(Classifier(), DataLoader(batches, batch_size=None), callbacks=[timer, audit], max_epochs=1)
+    row = audit.epochs[0]
+    assert timer.epochs[0]["samples"] == 2 * SAMPLES
+    assert (row["audited"], row["seen"], row["distinct"], row["duplicates"]) == (True, 2 * SAMPLES, SAMPLES, SAMPLES)
+
+
 def test_items_that_only_their_shapes_say_are_samples_are_counted_so_and_said_once(capsys):
     """``tuple(zip(*samples))`` of (image, 0-dim label): the items are counted, a guess each callback says once.
 

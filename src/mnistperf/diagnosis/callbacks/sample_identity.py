@@ -49,7 +49,7 @@ class SampleIdentity:
         """The batch's rows that hold its samples and how many; or, made at once, its samples' fingerprints.
 
         As :func:`~mnistperf.diagnosis.measure.samples.read` finds them: a graph's rows are a segment of its nodes',
-        and a batch of one item a sample is fingerprinted item by item.
+        and a batch of one item a sample, or with a nested tensor's samples of their own lengths, item by item.
         """
         reading = READINGS.read(batch, self.sample_dims)
         if reading.graphs is not None:
@@ -59,4 +59,6 @@ class SampleIdentity:
         if not reading.rows or reading.samples is None:
             raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
         samples, rows = reading.samples, reading.rows
+        if self.sample_dims == 1 and any(t.is_nested for t in rows):  # rows that cannot be stacked with others
+            return self.hash.items([list(sample) for sample in zip(*(t.unbind() for t in rows), strict=True)])
         return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ from lightning import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
+from mnistperf.diagnosis.measure.fingerprint import text_digests
 from mnistperf.diagnosis.measure.samples import read, tensors_of
 
 MOLECULES, BATCH = 12, 3
@@ -308,6 +312,26 @@ def test_a_nested_tensors_samples_of_their_own_lengths_are_audited_each_by_its_o
     row = audit.epochs[0]
     assert timer.epochs[0]["samples"] == 2 * SAMPLES
     assert (row["audited"], row["seen"], row["distinct"], row["duplicates"]) == (True, 2 * SAMPLES, SAMPLES, SAMPLES)
+
+
+def test_a_text_columns_strings_are_part_of_each_samples_fingerprint_the_same_in_any_process():
+    """Texts with one of two labels, as the default collate gathers dict samples: each text once, then each twice."""
+    texts = [{"text": f"review {i}: {'good' if i % 2 else 'bad'}", "label": i % 2} for i in range(SAMPLES * BATCHES)]
+    for data, distinct in ((texts, len(texts)), (texts[: len(texts) // 2] * 2, len(texts) // 2)):
+        audit = SampleAudit(dataset_size=len(data))
+        fit_module(Classifier(), DataLoader(data, batch_size=SAMPLES), callbacks=[audit], max_epochs=1)
+        assert (audit.epochs[0]["seen"], audit.epochs[0]["distinct"]) == (len(data), distinct)
+    code = (
+        "from mnistperf.diagnosis.measure.fingerprint import text_digests; print(text_digests([['a', 'b']]).tolist())"
+    )
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONHASHSEED": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert elsewhere.stdout.strip() == str(text_digests([["a", "b"]]).tolist())  # Python's own str hash would differ
 
 
 def test_items_that_only_their_shapes_say_are_samples_are_counted_so_and_said_once(capsys):

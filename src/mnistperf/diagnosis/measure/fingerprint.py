@@ -6,6 +6,7 @@ odds of a false duplicate and its cost: docs/diagnose.md, "How samples are ident
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -74,6 +75,17 @@ def cpu_lane_sums(parts: Sequence[np.ndarray], split: np.ndarray) -> torch.Tenso
             sums = (values[:, start:end] @ split[start:end]).astype(np.int64)
             ahead[:] = (ahead + (sums[:, LANES:] % PRIME) * (1 << 16) + sums[:, :LANES]) % PRIME
     return torch.from_numpy(total)
+
+
+def text_digests(columns: Sequence[Sequence[str | bytes]]) -> torch.Tensor:
+    """[samples, columns] int64: each sample's strings as 63-bit digests, the same in every process (rows to hash)."""
+    return torch.tensor([[digest(text) for text in column] for column in columns], dtype=torch.int64).T.contiguous()
+
+
+def digest(text: str | bytes) -> int:
+    """A string's 63-bit BLAKE2 digest (Python's own hash of it differs from process to process)."""
+    data = text.encode() if isinstance(text, str) else text
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
 def combined(lanes: torch.Tensor) -> torch.Tensor:

@@ -136,6 +136,17 @@ def stated_size(batch: Any) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
+def text_columns(batch: Any, samples: int) -> list[list[str | bytes]]:
+    """The batch's fields that are a string a sample (a text column, as the default collate gathers one)."""
+    return [
+        list(field)
+        for field in fields_of(batch) or []
+        if isinstance(field, (tuple, list))
+        and len(field) == samples
+        and all(isinstance(item, (str, bytes)) for item in field)
+    ]
+
+
 def sample_items(batch: Any) -> tuple[list[list[torch.Tensor]], tuple[int, ...], str] | None:
     """Each sample's tensors where ``batch`` holds its samples one item each; the lengths making it a guess; its name.
 

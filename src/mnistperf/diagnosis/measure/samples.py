@@ -138,9 +138,11 @@ def stated_size(batch: Any) -> int | None:
 
 def text_columns(batch: Any, samples: int) -> list[list[str | bytes]]:
     """The batch's fields that are a string a sample (a text column, as the default collate gathers one)."""
+    if isinstance(batch, torch.Tensor):  # asked every step: the commonest batch answered first
+        return []
     return [
         list(field)
-        for field in fields_of(batch) or []
+        for field in fields_of(batch) or ()
         if isinstance(field, (tuple, list))
         and len(field) == samples
         and all(isinstance(item, (str, bytes)) for item in field)

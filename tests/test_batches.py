@@ -334,6 +334,18 @@ def test_a_text_columns_strings_are_part_of_each_samples_fingerprint_the_same_in
     assert elsewhere.stdout.strip() == str(text_digests([["a", "b"]]).tolist())  # Python's own str hash would differ
 
 
+def test_the_strings_of_samples_read_one_item_each_are_part_of_their_fingerprints():
+    """Records of a text and a 0-dim label handed on as given, and a detection batch with its file names."""
+    reviews = [(f"review {i}", torch.tensor(i % 2)) for i in range(SAMPLES)]
+    audit = SampleAudit()
+    assert audit.fingerprints(reviews).unique().numel() == SAMPLES  # not two samples, one a label
+    image, label = images()
+    named = (*detection_batch(image, label * 0), tuple(f"image{i}.png" for i in range(SAMPLES)))
+    assert read(named).samples == SAMPLES and audit.fingerprints(named).unique().numel() == SAMPLES
+    renamed = (*named[:2], tuple(f"other{i}.png" for i in range(SAMPLES)))
+    assert not (audit.fingerprints(renamed) == audit.fingerprints(named)).any()
+
+
 def test_items_that_only_their_shapes_say_are_samples_are_counted_so_and_said_once(capsys):
     """``tuple(zip(*samples))`` of (image, 0-dim label): the items are counted, a guess each callback says once.
 

@@ -55,7 +55,7 @@ class SampleIdentity:
         if reading.graphs is not None:
             return self.hash.graphs(reading.graphs, reading.rows)
         if reading.items is not None:
-            return self.hash.items(reading.items)
+            return self.hash.items(reading.items, reading.texts)
         if not reading.rows or reading.samples is None:
             raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
         samples, rows = reading.samples, reading.rows

@@ -184,11 +184,15 @@ class Fingerprinter:
             total += self.lanes(rows, count, offset=len(graphs.nodes))
         return combined(total % PRIME)
 
-    def items(self, items: Sequence[Sequence[torch.Tensor]]) -> torch.Tensor:
-        """Fingerprints [samples] of a batch of one item a sample, each from its own tensors and their shapes."""
+    def items(
+        self, items: Sequence[Sequence[torch.Tensor]], texts: Sequence[Sequence[str | bytes]] | None = None
+    ) -> torch.Tensor:
+        """Fingerprints [samples] of a batch of one item a sample, each from its tensors, their shapes and ``texts``."""
         found = []
-        for tensors in items:
+        for at, tensors in enumerate(items):
             shapes = [dim for tensor in tensors for dim in (tensor.ndim, *tensor.shape)]
+            if texts is not None:
+                shapes += [digest(text) for text in texts[at]]
             shape = torch.tensor([shapes], dtype=torch.int64, device=tensors[0].device)
             found.append(self([*(tensor.reshape(1, -1) for tensor in tensors), shape], 1))
         return torch.cat(found)

@@ -35,6 +35,7 @@ class Reading(NamedTuple):
     graphs: Graphs | None = None
     lengths: tuple[int, ...] = ()  # where the count is the first tensor's: the distinct leading lengths, in order
     items: list[list[torch.Tensor]] | None = None  # a batch of one item a sample: each sample's own tensors
+    texts: list[list[str | bytes]] | None = None  # and each one's strings
 
 
 def fields_of(item: Any) -> list[Any] | None:
@@ -136,6 +137,15 @@ def stated_size(batch: Any) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
+def strings_of(item: Any) -> list[str | bytes]:
+    """Every string of an item, in order, in any nest of the containers :func:`fields_of` reads."""
+    if isinstance(item, (str, bytes)):
+        return [item]
+    return [
+        text for field in fields_of(item) or () if not isinstance(field, torch.Tensor) for text in strings_of(field)
+    ]
+
+
 def text_columns(batch: Any, samples: int) -> list[list[str | bytes]]:
     """The batch's fields that are a string a sample (a text column, as the default collate gathers one)."""
     if isinstance(batch, torch.Tensor):  # asked every step: the commonest batch answered first
@@ -149,8 +159,8 @@ def text_columns(batch: Any, samples: int) -> list[list[str | bytes]]:
     ]
 
 
-def sample_items(batch: Any) -> tuple[list[list[torch.Tensor]], tuple[int, ...], str] | None:
-    """Each sample's tensors where ``batch`` holds its samples one item each; the lengths making it a guess; its name.
+def sample_items(batch: Any) -> Reading | None:
+    """The reading of ``batch`` where it holds its samples one item each: their tensors and strings; else None.
 
     Its fields as columns (:func:`_columns`) or as records (:func:`_records`); where both read it, the one that counts
     more samples (as columns, where they count the same).
@@ -160,8 +170,16 @@ def sample_items(batch: Any) -> tuple[list[list[torch.Tensor]], tuple[int, ...],
         return None
     columns, records = _columns(fields), _records(fields)
     if records is not None and (columns is None or len(records) > len(columns[0])):
-        return records, (), f"its {kind}'s items"
-    return None if columns is None else (*columns, f"the items of its {kind}'s sequences")
+        lengths: tuple[int, ...] = ()
+        items, how = records, f"its {kind}'s items"
+        texts = [strings_of(record) for record in fields]
+    elif columns is not None:
+        (items, lengths), how = columns, f"the items of its {kind}'s sequences"
+        sequences = [field for field in fields if isinstance(field, (tuple, list))]
+        texts = [[text for field in sequences for text in strings_of(field[at])] for at in range(len(items))]
+    else:
+        return None
+    return Reading(len(items), how, [], lengths=lengths, items=items, texts=texts if any(texts) else None)
 
 
 def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
@@ -285,8 +303,7 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         return Reading(size, f"its batch_size ({type(batch).__name__})", rows)
     found = sample_items(batch) if sample_dims == 1 else None
     if found is not None:
-        items, lengths, how = found
-        return Reading(len(items), how, [], lengths=lengths, items=items)
+        return found
     return _by_first(tensors, sample_dims)
 
 

@@ -282,6 +282,9 @@ def test_samples_handed_on_as_the_dataset_gave_them_are_counted_by_their_records
     for batch in as_given:
         reading = read(batch)
         assert (reading.samples, reading.counted_by, reading.lengths) == (size, "its list's items", ()), batch[0]
+    records = list(zip(image, label.tolist(), strict=True))  # labels that are numbers: as records, as columns
+    for given in (records, tuple(zip(*records, strict=True))):
+        assert read(given).samples == size, type(given)
     views = read(({"x": image, "y": label}, {"x": image, "y": label}))  # two views of one batch
     assert (views.samples, views.items) == (size, None)
 

@@ -190,11 +190,10 @@ class Fingerprinter:
         """Fingerprints [samples] of a batch of one item a sample, each from its tensors, their shapes and ``texts``."""
         found = []
         for at, tensors in enumerate(items):
-            shapes = [dim for tensor in tensors for dim in (tensor.ndim, *tensor.shape)]
-            if texts is not None:
-                shapes += [digest(text) for text in texts[at]]
-            shape = torch.tensor([shapes], dtype=torch.int64, device=tensors[0].device)
-            found.append(self([*(tensor.reshape(1, -1) for tensor in tensors), shape], 1))
+            told = [dim for tensor in tensors for dim in (tensor.ndim, *tensor.shape)]
+            told += [digest(text) for text in texts[at]] if texts is not None else []
+            shapes_and_texts = torch.tensor([told], dtype=torch.int64, device=tensors[0].device)
+            found.append(self([*(tensor.reshape(1, -1) for tensor in tensors), shapes_and_texts], 1))
         return torch.cat(found)
 
     def place_weights(self, place: torch.Tensor) -> torch.Tensor:

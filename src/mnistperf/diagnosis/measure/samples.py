@@ -187,10 +187,10 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
 
     Fields that are sequences of one length, each of items alike (of one type and rank), some holding tensors,
     beside tensors leading with that length, and something that says an item is a sample: an item that is not a
-    tensor (a sample's dict of targets), or such a tensor. Else, where the items' tensors lead with lengths of their
-    own or none (an image's channels beside a 0-dim label), the same reading, a guess: the lengths are given (the
-    count first) for a line to say so. Sequences of tensors all leading with one length (a feature pyramid's levels,
-    each leading with the batch) are not read so, nor sequences of strings (file names).
+    tensor (a sample's dict of targets), a sequence of numbers (its labels), or such a tensor. Else, where the items'
+    tensors lead with lengths of their own or none (an image's channels beside a 0-dim label), the same reading, a
+    guess: the lengths are given (the count first) for a line to say so. Sequences of tensors all leading with one
+    length (a feature pyramid's levels, each leading with the batch) are not read so, nor sequences of strings.
     """
     sequences = [field for field in fields if isinstance(field, (tuple, list))]
     if not sequences or not len(sequences[0]) or any(len(field) != len(sequences[0]) for field in sequences):
@@ -207,7 +207,8 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     items = [[t for field in (*holding, *tensors) for t in tensors_of(field[at])] for at in range(count)]
     if not all(items):
         return None
-    if tensors or any(not isinstance(item, torch.Tensor) for field in holding for item in field):
+    numbers = any(isinstance(field[0], (int, float)) for field in sequences)  # a label a sample, not yet a tensor
+    if tensors or numbers or any(not isinstance(item, torch.Tensor) for field in holding for item in field):
         return items, ()
     leading = dict.fromkeys(item.shape[0] for field in holding for item in field if item.ndim)
     if len(leading) < 2 and all(item.ndim for field in holding for item in field):
@@ -219,19 +220,20 @@ def _records(fields: list[Any]) -> list[list[torch.Tensor]] | None:
     """Samples handed on as the dataset gave them (``collate_fn=lambda samples: samples``): each one's tensors.
 
     Two or more records (tuples, dicts, ...) of one structure, holding tensors, that are samples by their shapes: a
-    0-dim tensor among them (a label), or shapes of their own (images of their own sizes). Records of the same shapes
-    that lead with the batch (two views of it) are not read so.
+    number or 0-dim tensor among their fields (a label), or shapes of their own (images of their own sizes).
+    Records of the same shapes that lead with the batch (two views of it) are not read so.
     """
     if len(fields) < 2 or any(isinstance(field, torch.Tensor) for field in fields):
         return None
     structures = {_structure(field) for field in fields}
-    if len(structures) > 1 or None in structures:
+    structure = structures.pop() if len(structures) == 1 else None
+    if structure is None:
         return None
     items = [tensors_of(field) for field in fields]
     if not all(items):
         return None
-    shapes = {tuple(t.shape for t in item) for item in items}
-    return items if len(shapes) > 1 or any(not t.ndim for t in items[0]) else None
+    scalars = any(kind in (int, float) or rank == 0 for kind, rank in structure[2])  # a label a record
+    return items if scalars or len({tuple(t.shape for t in item) for item in items}) > 1 else None
 
 
 def _structure(record: Any) -> tuple[Any, ...] | None:

@@ -372,13 +372,13 @@ def test_a_sample_holds_an_optimizer_steps_training_steps_and_one_cut_short_is_l
 
 def test_which_steps_are_sampled_with_and_without_accumulation_and_why_an_epoch_has_none():
     # each epoch's second step (optimizer step), then one in each block of 16 at a place drawn for the epoch
-    assert [i for i in range(80) if phases.sampled(i)] == [1, 30, 41, 52, 79]
-    assert [i for i in range(80) if phases.sampled(i, 1, epoch=1)] == [1, 17, 36, 55, 74]
-    assert [i for i in range(80) if phases.sampled(i, 2)] == [2, 60]  # optimizer steps 1 and 30
+    assert [i for i in range(80) if phases.sampled(i)] == [1, 27, 42, 54, 71]
+    assert [i for i in range(80) if phases.sampled(i, 1, epoch=1)] == [1, 22, 32, 50, 78]
+    assert [i for i in range(80) if phases.sampled(i, 2)] == [2, 54]  # optimizer steps 1 and 27
     assert phases.unsampled(2, 3, 4) == (
         "the epoch trained steps 3-4 only, and the split times steps 5-8 of an epoch (one optimizer step: "
         "accumulate_grad_batches=4), then one optimizer step's in each 16 after it"
     )
     assert phases.unsampled(2, 4, 4) is None  # step 5 begins a sample: its split was lost another way
-    assert phases.unsampled(2, 30, 1) is None and phases.unsampled(2, 29, 1) is not None  # index 30: step 31
-    assert phases.unsampled(2, 17, 1, epoch=1) is None and phases.unsampled(2, 16, 1, epoch=1) is not None  # its 17
+    assert phases.unsampled(2, 27, 1) is None and phases.unsampled(2, 26, 1) is not None  # index 27: step 28
+    assert phases.unsampled(2, 22, 1, epoch=1) is None and phases.unsampled(2, 21, 1, epoch=1) is not None  # its 22

@@ -205,10 +205,14 @@ def test_the_workers_memory_is_read_off_the_training_thread_and_waited_for_as_tr
     epoch.read()
     epoch.settle()
     assert threads == ["mnistperf workers' memory"] and epoch.largest()[1] == 8.0
-    # read at a middle step that is not timed by its parts (batch index 28 of the first epoch) nor by its phases
-    # (index 1): the thread would slow the step it measures
-    assert parts_timed(28) and sampled(1) and not parts_timed(9)
-    assert [memory.EpochMemory(batches, loader_workers=True).mid_step for batches in (58, 4, 20)] == [30, 3, 10]
+    # read at the first step from the middle on that is timed neither by its parts nor by its phases, in its own
+    # epoch's draws: the thread would slow the step it measures
+    for batches, epoch in ((58, 0), (4, 0), (20, 0), (58, 3), (1000, 7)):
+        step = memory.EpochMemory(batches, loader_workers=True, epoch=epoch).mid_step  # from 1: index step - 1
+        skipped = range(max(1, batches // 2) - 1, step - 1)
+        assert not parts_timed(step - 1, epoch) and not sampled(step - 1, 1, epoch), (batches, epoch)
+        assert all(parts_timed(index, epoch) or sampled(index, 1, epoch) for index in skipped), (batches, epoch)
+    assert [memory.EpochMemory(batches, loader_workers=True).mid_step for batches in (58, 4)] == [29, 4]
     monkeypatch.setattr(memory, "workers_pss_mb", lambda: 1 / 0)  # a reading that fails is no reading, and no error
     failing = memory.EpochMemory(batches=10, loader_workers=True)
     failing.read()

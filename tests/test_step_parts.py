@@ -10,6 +10,7 @@ import time
 import warnings
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 import torch
 from conftest import fit_module
@@ -214,21 +215,27 @@ def test_on_cuda_each_parts_synchronizations_are_counted_as_torch_reports_them_a
 def test_work_done_every_nth_step_is_timed_at_its_rate_whatever_its_period_and_no_epochs_first_step_is():
     """One step in EVERY is timed wherever work every Nth step falls: a flush every 16 steps, logging every 50.
 
-    So are the split's samples, but for the epoch's second step, fixed so that a short epoch has one.
+    Each run of EVERY blocks times each place once, the first run's too, so work every 2, 4, 8 or 16 steps is timed
+    at exactly its rate; any other period, on average over epochs. So are the split's samples, but for the epoch's
+    second step, always sampled so that a short epoch has one (work falling on it is left out of the split's count).
     """
-    epochs, steps = 32, 2048
-    timed = {(epoch, index) for epoch in range(epochs) for index in range(steps) if parts_timed(index, epoch)}
-    assert len(timed) == epochs * steps // EVERY  # one in each block
-    assert not any(index == 0 for _, index in timed)
-    split = {(epoch, index) for epoch in range(epochs) for index in range(steps) if phases.sampled(index, 1, epoch)}
-    assert len(split) == len(timed) and all(phases.sampled(1, 1, epoch) for epoch in range(epochs))
+    epochs, steps = 256, 2048
+    timed = np.array([[parts_timed(index, epoch) for index in range(steps)] for epoch in range(epochs)])
+    split = np.array([[phases.sampled(index, 1, epoch) for index in range(steps)] for epoch in range(epochs)])
+    assert (timed.sum(axis=1) == steps // EVERY).all() and (split.sum(axis=1) == steps // EVERY).all()
+    assert not timed[:, 0].any() and split[:, 1].all()
+    first_run = EVERY * EVERY  # steps: the split's first run holds its fixed step, each of its places once all the same
+    places = split[:, :first_run].reshape(epochs, EVERY, EVERY).argmax(axis=2)
+    assert (np.sort(places, axis=1) == np.arange(EVERY)).all()
     for period in (*range(2, 33), 50, 64):
         for first in range(1, period + 1):  # the work's steps: first, first + period, ... of every epoch
-            done = [(epoch, index) for epoch in range(epochs) for index in range(first + EVERY, steps, period)]
-            exact = EVERY % period == 0  # each place once in every run of blocks (the first run one block short)
-            for sampler in (timed, split):
-                rate = sum(step in sampler for step in done) / len(done)
-                assert rate == pytest.approx(1 / EVERY, rel=0.05 if exact else 0.3), (period, first)
+            later = first - (first - first_run) // period * period  # its first step past the split's first run
+            parts, split_hits = timed[:, first::period], split[:, later::period]
+            if EVERY % period == 0:  # each run times EVERY // period of the places the work falls on
+                assert (parts.sum(axis=1) == steps // first_run * EVERY // period).all(), (period, first)
+                assert (split_hits.sum(axis=1) == (steps // first_run - 1) * EVERY // period).all(), (period, first)
+            for rate in (parts.mean() * EVERY, split_hits.mean() * EVERY):
+                assert rate == pytest.approx(1, rel=0.2), (period, first)
 
 
 @pytest.mark.parametrize(

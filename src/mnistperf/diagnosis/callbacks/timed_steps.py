@@ -1,4 +1,4 @@
-"""The cycles timed by their parts: one training step in PARTS_EVERY, end to end, and the time between epochs.
+"""The cycles timed by their parts: one training step in a block of EVERY, end to end, and the time between epochs.
 
 While a cycle is timed, what hands its metrics to the loggers (a step's :data:`~mnistperf.upstream.TRAIN_STEP_LOGS`,
 an epoch's :data:`~mnistperf.upstream.TRAIN_EPOCH_LOGS`) and the module's ``log`` are shadowed on their instances by a

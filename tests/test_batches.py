@@ -279,9 +279,9 @@ def test_samples_handed_on_as_the_dataset_gave_them_are_counted_by_their_records
         list(zip(image, label, strict=True)),
         [{"image": one, "label": its} for one, its in zip(image, label, strict=True)],
     ]
-    for batch in as_given:
-        reading = read(batch)
-        assert (reading.samples, reading.counted_by, reading.lengths) == (size, "its list's items", ()), batch[0]
+    for batch, guessed in zip(as_given, ((), (size, CHANNELS), (size, CHANNELS)), strict=True):
+        reading = read(batch)  # one tensor and a label a record: a guess, said (a view of a batch and its weight?)
+        assert (reading.samples, reading.counted_by, reading.lengths) == (size, "its list's items", guessed), batch[0]
     records = list(zip(image, label.tolist(), strict=True))  # labels that are numbers: as records, as columns
     for given in (records, tuple(zip(*records, strict=True))):
         assert read(given).samples == size, type(given)
@@ -361,6 +361,27 @@ def test_items_that_only_their_shapes_say_are_samples_are_counted_so_and_said_on
     out = capsys.readouterr().out
     assert out.count(f"EpochTimer: the tensors of {said} are counted (the items of its list's sequences)") == 1
     assert out.count(f"SampleAudit: the tensors of {said} are audited (the items of its list's sequences)") == 1
+
+
+def test_views_crops_and_levels_of_a_batch_are_read_as_before_or_their_guess_is_said():
+    """Lists of a batch's views, crops beside the batch's labels: not one item a sample, or said to be a guess."""
+    x, y = torch.randn(4, 3, 16, 16), torch.arange(4)
+    views = [[(x, y), (x[:, :, :8, :8], y)], [(x[:, 0, 0], y), (x[:, 0, :2, 0], y)], ((x[:2], x[:2]), y[:2])]
+    for batch in views:  # each record, or the crops, leading with the batch: counted by it
+        assert (read(batch).samples, read(batch).items) == (len(batch[1]) if isinstance(batch, tuple) else 4, None)
+    crops = read(([x] * 2 + [x[:, :, :8, :8]] * 2, torch.ones(4)))  # 4 crops of a batch of 4: as before
+    assert (crops.samples, crops.items) == (4, None)
+    beside = read(([x[0]] * 6, torch.arange(6)))  # six 3-channel images beside six labels: counted 6, said
+    assert (beside.samples, beside.lengths) == (6, (6, 3))
+
+
+def test_a_single_text_column_and_a_records_number_label_are_part_of_each_fingerprint():
+    audit = SampleAudit()
+    prints = audit.fingerprints({"label": torch.tensor([0, 0, 1]), "text": ["a", "b", "c"]})
+    assert prints.unique().numel() == 3
+    image, label = images(4)
+    relabelled = [audit.fingerprints(list(zip(image, (label + k).tolist(), strict=True))) for k in (0, 1)]
+    assert not (relabelled[0] == relabelled[1]).any()  # the same images with other labels: other samples
 
 
 def test_a_samples_fingerprint_is_its_own_items_whatever_the_batch_and_their_shapes_count():

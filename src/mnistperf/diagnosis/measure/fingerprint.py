@@ -79,7 +79,7 @@ def cpu_lane_sums(parts: Sequence[np.ndarray], split: np.ndarray) -> torch.Tenso
 
 def text_digests(columns: Sequence[Sequence[str | bytes]]) -> torch.Tensor:
     """[samples, columns] int64: each sample's strings as 63-bit digests, the same in every process (rows to hash)."""
-    return torch.tensor([[digest(text) for text in column] for column in columns], dtype=torch.int64).T.contiguous()
+    return torch.tensor([[digest(text) for text in row] for row in zip(*columns, strict=True)], dtype=torch.int64)
 
 
 def digest(text: str | bytes) -> int:

@@ -137,10 +137,26 @@ def stated_size(batch: Any) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
+def rank(item: Any) -> int | None:
+    """A tensor's dimensions; None for anything else."""
+    return item.ndim if isinstance(item, torch.Tensor) else None
+
+
+def common_lead(tensors: list[torch.Tensor]) -> int | None:
+    """The one length every tensor leads with, where they all have a dimension and lead alike; else None."""
+    lengths = {t.shape[0] if t.ndim else None for t in tensors}
+    return lengths.pop() if len(lengths) == 1 else None
+
+
 def strings_of(item: Any) -> list[str | bytes]:
-    """Every string of an item, in order, in any nest of the containers :func:`fields_of` reads."""
+    """What an item holds beside its tensors: its strings, and its numbers as their reprs, in order.
+
+    In any nest of the containers :func:`fields_of` reads.
+    """
     if isinstance(item, (str, bytes)):
         return [item]
+    if isinstance(item, (int, float)):
+        return [repr(item)]
     return [
         text for field in fields_of(item) or () if not isinstance(field, torch.Tensor) for text in strings_of(field)
     ]
@@ -169,9 +185,8 @@ def sample_items(batch: Any) -> Reading | None:
     if all(isinstance(field, LEAVES) for field in fields):  # tensors and such alone, as most batches: read so
         return None
     columns, records = _columns(fields), _records(fields)
-    if records is not None and (columns is None or len(records) > len(columns[0])):
-        lengths: tuple[int, ...] = ()
-        items, how = records, f"its {kind}'s items"
+    if records is not None and (columns is None or len(records[0]) > len(columns[0])):
+        (items, lengths), how = records, f"its {kind}'s items"
         texts = [strings_of(record) for record in fields]
     elif columns is not None:
         (items, lengths), how = columns, f"the items of its {kind}'s sequences"
@@ -195,7 +210,7 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     sequences = [field for field in fields if isinstance(field, (tuple, list))]
     if not sequences or not len(sequences[0]) or any(len(field) != len(sequences[0]) for field in sequences):
         return None
-    if any(len({(type(item), getattr(item, "ndim", None)) for item in field}) > 1 for field in sequences):
+    if any(len({(type(item), rank(item)) for item in field}) > 1 for field in sequences):
         return None  # a column's items are alike: of one type, and tensors of one rank
     count = len(sequences[0])
     tensors = [field for field in fields if isinstance(field, torch.Tensor)]
@@ -208,6 +223,12 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     if not all(items):
         return None
     numbers = any(isinstance(field[0], (int, float)) for field in sequences)  # a label a sample, not yet a tensor
+    if all(isinstance(item, torch.Tensor) for field in holding for item in field):
+        common = common_lead([item for field in holding for item in field])
+        if common == count or (common is not None and not (tensors or numbers)):
+            return None  # crops or a pyramid's levels, each leading with the batch: read as before, by sample
+        if common is not None:  # images of 3 channels beside their labels, or crops of a batch beside theirs: said
+            return items, (count, common)
     if tensors or numbers or any(not isinstance(item, torch.Tensor) for field in holding for item in field):
         return items, ()
     leading = dict.fromkeys(item.shape[0] for field in holding for item in field if item.ndim)
@@ -216,7 +237,7 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     return items, tuple(dict.fromkeys((count, *leading)))
 
 
-def _records(fields: list[Any]) -> list[list[torch.Tensor]] | None:
+def _records(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
     """Samples handed on as the dataset gave them (``collate_fn=lambda samples: samples``): each one's tensors.
 
     Two or more records (tuples, dicts, ...) of one structure, holding tensors, that are samples by their shapes: a
@@ -232,8 +253,14 @@ def _records(fields: list[Any]) -> list[list[torch.Tensor]] | None:
     items = [tensors_of(field) for field in fields]
     if not all(items):
         return None
-    scalars = any(kind in (int, float) or rank == 0 for kind, rank in structure[2])  # a label a record
-    return items if scalars or len({tuple(t.shape for t in item) for item in items}) > 1 else None
+    shaped = [[t for t in item if t.ndim] for item in items]
+    common = common_lead([t for item in shaped for t in item])
+    if common is not None and all(len(item) > 1 for item in shaped):  # views of a batch, each leading with it
+        return None
+    scalars = any(kind in (int, float) or dims == 0 for kind, dims in structure[2])  # a label a record
+    if not scalars and len({tuple(t.shape for t in item) for item in items}) == 1:
+        return None
+    return items, (len(items), common) if common is not None and common != len(items) else ()
 
 
 def _structure(record: Any) -> tuple[Any, ...] | None:
@@ -242,7 +269,7 @@ def _structure(record: Any) -> tuple[Any, ...] | None:
     if found is None:
         return None
     keys = tuple(record) if isinstance(record, Mapping) else ()
-    return type(record), keys, tuple((type(item), getattr(item, "ndim", None)) for item in found)
+    return type(record), keys, tuple((type(item), rank(item)) for item in found)
 
 
 def read(batch: Any, sample_dims: int = 1) -> Reading:

@@ -138,10 +138,10 @@ def labelled_rows() -> list[tuple[torch.Tensor, torch.Tensor]]:
 def test_one_reading_of_each_batch_serves_both_callbacks(monkeypatch, order):
     """With both callbacks, in either order, each training batch is read once (the reader runs once a step), and both
     count it; no batch is held past the fit."""
-    from mnistperf.diagnosis.measure import samples
+    from mnistperf.diagnosis.measure import batches
 
     reads = []
-    monkeypatch.setattr(samples, "read", lambda batch, dims=1: reads.append(batch) or read(batch, dims))
+    monkeypatch.setattr(batches, "read", lambda batch, dims=1: reads.append(batch) or read(batch, dims))
     timer, audit = EpochTimer(), SampleAudit()
     callbacks = {"timer, audit": [timer, audit], "audit, timer": [audit, timer], "audit": [audit]}[order]
     fit_module(Linear(), DataLoader(labelled_rows(), batch_size=BATCH), callbacks=callbacks, max_epochs=2)
@@ -149,18 +149,18 @@ def test_one_reading_of_each_batch_serves_both_callbacks(monkeypatch, order):
     assert len(reads) == steps
     assert [row["samples"] for row in timer.epochs] == ([MOLECULES] * 2 if timer in callbacks else [])
     assert [(row["seen"], row["distinct"]) for row in audit.epochs] == [(MOLECULES, MOLECULES)] * 2
-    assert samples.READINGS._step is None and not samples.READINGS._kept  # the last batch let go
+    assert batches.READINGS._step is None and not batches.READINGS._kept  # the last batch let go
 
 
 def test_no_training_batch_is_held_through_a_validation_inside_the_epoch():
     """The audit alone counts the step before a validation as it starts, and lets go of its batch then."""
-    from mnistperf.diagnosis.measure import samples
+    from mnistperf.diagnosis.measure import batches
 
     held = []
 
     class Looks(Callback):
         def on_validation_start(self, trainer, pl_module):
-            held.append(samples.READINGS._step is not None or bool(samples.READINGS._kept))
+            held.append(batches.READINGS._step is not None or bool(batches.READINGS._kept))
 
     audit = SampleAudit()
     loader = DataLoader(labelled_rows(), batch_size=BATCH)
@@ -447,11 +447,11 @@ def batches_of(kind) -> list:
 
 @pytest.mark.parametrize("kind", [IterableBatch, AttributeBatch, SizedBatch, GraphBatch, detection_batch])
 def test_both_callbacks_count_the_same_samples_of_any_batch_reading_each_batch_once(kind, monkeypatch, capsys):
-    from mnistperf.diagnosis.measure import samples
+    from mnistperf.diagnosis.measure import batches
 
     reads = []
-    real = samples.read
-    monkeypatch.setattr(samples, "read", lambda batch, dims=1: reads.append(batch) or real(batch, dims))
+    real = batches.read
+    monkeypatch.setattr(batches, "read", lambda batch, dims=1: reads.append(batch) or real(batch, dims))
     timer, audit = EpochTimer(), SampleAudit(dataset_size=SAMPLES * BATCHES)
     loader = DataLoader(batches_of(kind), batch_size=None)
     fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=2)
@@ -530,7 +530,7 @@ def test_counts_that_agree_say_nothing_and_keep_no_row_entry(capsys):
 
 def test_a_batch_the_module_skips_is_let_go_by_the_epochs_end():
     """Lightning ends no step whose batch start returned -1: the shared reading of it goes at the epoch's end."""
-    from mnistperf.diagnosis.measure.samples import READINGS
+    from mnistperf.diagnosis.measure.batches import READINGS
 
     class SkipsLast(Classifier):
         def on_train_batch_start(self, batch, batch_idx):

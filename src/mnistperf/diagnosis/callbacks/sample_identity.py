@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
+from mnistperf.diagnosis.measure.batches import READINGS
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, text_digests
-from mnistperf.diagnosis.measure.samples import READINGS, text_columns
+from mnistperf.diagnosis.measure.samples import text_columns
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.errors import MnistperfError
 

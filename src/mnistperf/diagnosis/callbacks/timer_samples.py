@@ -10,8 +10,7 @@ from lightning.pytorch import LightningModule, Trainer
 
 from mnistperf.diagnosis.callbacks.project_reader import audited_samples
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import TrainingBatches
-from mnistperf.diagnosis.measure.samples import READINGS, disagreeing, loader_samples
+from mnistperf.diagnosis.measure.batches import READINGS, TrainingBatches, disagreeing, loader_samples
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.upstream import lightning_batch_size
 

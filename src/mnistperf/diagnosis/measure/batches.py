@@ -1,19 +1,81 @@
-"""A fit's training loaders and batches as both callbacks read them: each loader's part of a step's batch."""
+"""A fit's training loaders and batches as both callbacks read them: a loader's part of a step's batch, read once.
+
+The one reading of each batch both callbacks share, and the samples a loader says an epoch holds, beside theirs.
+"""
 
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from torch.utils.data import DataLoader, default_collate
+from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.samples import READINGS, Reading
+from mnistperf.diagnosis.measure.samples import Reading, read
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
+
+
+class Recent:
+    """The readings of the step's batches, so that both callbacks read each batch once.
+
+    Kept until :meth:`forget` (a step's end, or an epoch's where the module skipped its last batch) or another step's
+    batch, at most ``size`` of them, by the batch object itself (held, so that its id is not another's).
+    """
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._kept: list[tuple[Any, int, Reading]] = []
+        self._step: Any = None  # the step's whole batch
+
+    def step(self, batch: Any) -> None:
+        """A step with ``batch`` begins: the readings of another step's batches are let go."""
+        if batch is not self._step:
+            self._step, self._kept = batch, []
+
+    def read(self, batch: Any, sample_dims: int = 1) -> Reading:
+        """:func:`read` of ``batch``, once while it is kept."""
+        for kept, dims, reading in self._kept:
+            if kept is batch and dims == sample_dims:
+                return reading
+        reading = read(batch, sample_dims)
+        self._kept = [*self._kept[-(self.size - 1) :], (batch, sample_dims, reading)]
+        return reading
+
+    def forget(self) -> None:
+        """Let go of every batch kept (a step ended)."""
+        self._step, self._kept = None, []
+
+
+READINGS = Recent()  # the one reading of each batch both callbacks share
+
+
+def loader_samples(loader: Any, steps: int) -> int | None:
+    """The samples a DataLoader of single items gives an epoch of ``steps`` batches, where that is known.
+
+    All of its sampler's where ``steps`` is its whole length; None for any other iterable or a custom batch sampler.
+    """
+    if not isinstance(loader, DataLoader) or loader.batch_size is None or isinstance(loader.dataset, IterableDataset):
+        return None
+    try:
+        batches, samples = len(loader), len(loader.sampler)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    if steps != batches:
+        return None
+    return batches * loader.batch_size if loader.drop_last else samples
+
+
+def disagreeing(counted: float, others: dict[str, int | None]) -> dict[str, int] | None:
+    """``counted`` beside every other count that is known, where any of them differs; None where all agree."""
+    known = {name: int(value) for name, value in others.items() if value is not None}
+    if math.isnan(counted) or all(value == counted for value in known.values()):
+        return None
+    return {"counted": int(counted), **known}
 
 
 def nested(loaders: Any) -> list[Any] | tuple[Any, ...] | None:

@@ -9,7 +9,6 @@ import torch
 
 from mnistperf.diagnosis.measure.batches import READINGS
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, text_digests
-from mnistperf.diagnosis.measure.samples import text_columns
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.errors import MnistperfError
 
@@ -60,9 +59,10 @@ class SampleIdentity:
         if not reading.rows or reading.samples is None:
             raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
         samples, rows = reading.samples, reading.rows
-        texts = text_columns(batch, samples) if self.sample_dims == 1 else []
-        if texts:  # strings hold no tensor: their digests are rows too, or texts of one label would be one sample
-            rows = [*rows, text_digests(texts).to(rows[0].device)]
+        if (
+            reading.texts
+        ):  # strings hold no tensor: their digests are rows too, or texts of one label would be one sample
+            rows = [*rows, text_digests(reading.texts).to(rows[0].device)]
         if self.sample_dims == 1 and any(t.is_nested for t in rows):  # rows that cannot be stacked with others
             return self.hash.items([list(sample) for sample in zip(*(t.unbind() for t in rows), strict=True)])
         return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples

@@ -77,9 +77,9 @@ def cpu_lane_sums(parts: Sequence[np.ndarray], split: np.ndarray) -> torch.Tenso
     return torch.from_numpy(total)
 
 
-def text_digests(columns: Sequence[Sequence[str | bytes]]) -> torch.Tensor:
-    """[samples, columns] int64: each sample's strings as 63-bit digests, the same in every process (rows to hash)."""
-    return torch.tensor([[digest(text) for text in row] for row in zip(*columns, strict=True)], dtype=torch.int64)
+def text_digests(texts: Sequence[Sequence[str | bytes]]) -> torch.Tensor:
+    """[samples, strings] int64: each sample's strings as 63-bit digests, the same in every process (rows to hash)."""
+    return torch.tensor([[digest(text) for text in strings] for strings in texts], dtype=torch.int64)
 
 
 def digest(text: str | bytes) -> int:

@@ -34,7 +34,7 @@ class Reading(NamedTuple):
     graphs: Graphs | None = None
     lengths: tuple[int, ...] = ()  # where the count is the first tensor's: the distinct leading lengths, in order
     items: list[list[torch.Tensor]] | None = None  # a batch of one item a sample: each sample's own tensors
-    texts: list[list[str | bytes]] | None = None  # and each one's strings
+    texts: list[list[str | bytes]] | None = None  # each sample's strings (and numbers, of one item a sample)
 
 
 def fields_of(item: Any) -> list[Any] | None:
@@ -161,17 +161,19 @@ def strings_of(item: Any) -> list[str | bytes]:
     ]
 
 
-def text_columns(batch: Any, samples: int) -> list[list[str | bytes]]:
-    """The batch's fields that are a string a sample (a text column, as the default collate gathers one)."""
-    if isinstance(batch, torch.Tensor):  # asked every step: the commonest batch answered first
-        return []
-    return [
-        list(field)
+def with_texts(reading: Reading, batch: Any) -> Reading:
+    """``reading`` with each sample's strings, where the batch has text columns (a string a sample, as collated).
+
+    So the audit hashes them beside the rows; without them, texts sharing a label would read as one sample.
+    """
+    columns = [
+        field
         for field in fields_of(batch) or ()
         if isinstance(field, (tuple, list))
-        and len(field) == samples
+        and len(field) == reading.samples
         and all(isinstance(item, (str, bytes)) for item in field)
     ]
+    return reading._replace(texts=[list(texts) for texts in zip(*columns, strict=True)]) if columns else reading
 
 
 def sample_items(batch: Any) -> Reading | None:
@@ -222,13 +224,14 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     if not all(items):
         return None
     numbers = any(isinstance(field[0], (int, float)) for field in sequences)  # a label a sample, not yet a tensor
-    if all(isinstance(item, torch.Tensor) for field in holding for item in field):
-        common = common_lead([item for field in holding for item in field])
-        if common == count or (common is not None and not (tensors or numbers)):
-            return None  # crops or a pyramid's levels, each leading with the batch: read as before, by sample
-        if common is not None:  # images of 3 channels beside their labels, or crops of a batch beside theirs: said
-            return items, (count, common)
-    if tensors or numbers or any(not isinstance(item, torch.Tensor) for field in holding for item in field):
+    if not all(isinstance(item, torch.Tensor) for field in holding for item in field):
+        return items, ()  # an item that is not a tensor: a sample's record
+    common = common_lead([item for field in holding for item in field])
+    if common == count or (common is not None and not (tensors or numbers)):
+        return None  # crops or a pyramid's levels, each leading with the batch: read as before, by sample
+    if common is not None:  # images of 3 channels beside their labels, or crops of a batch beside theirs: said
+        return items, (count, common)
+    if tensors or numbers:
         return items, ()
     leading = dict.fromkeys(item.shape[0] for field in holding for item in field if item.ndim)
     if len(leading) < 2 and all(item.ndim for field in holding for item in field):
@@ -328,8 +331,7 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
     size = stated_size(batch) if sample_dims == 1 else None
     if size is not None:
         rows = [t for t in tensors if t.ndim and t.shape[0] == size]
-        return Reading(size, f"its batch_size ({type(batch).__name__})", rows)
-    found = sample_items(batch) if sample_dims == 1 else None
-    if found is not None:
-        return found
-    return _by_first(tensors, sample_dims)
+        return with_texts(Reading(size, f"its batch_size ({type(batch).__name__})", rows), batch)
+    if sample_dims > 1:
+        return _by_first(tensors, sample_dims)
+    return sample_items(batch) or with_texts(_by_first(tensors, sample_dims), batch)

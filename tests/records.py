@@ -1,4 +1,5 @@
-"""What a test reads back from a fit it ran in other processes: the sample audit's lines and each rank's weights."""
+"""What a test reads back from a fit it ran in other processes (the sample audit's lines, each rank's weights), and a
+fit that fails."""
 
 from __future__ import annotations
 
@@ -51,3 +52,10 @@ class WeightsRecorder(Callback):
     def on_fit_end(self, trainer, pl_module):
         sums = [float(p.detach().double().sum()) for p in pl_module.parameters()]
         (Path(os.environ["MNISTPERF_RECORD_DIR"]) / f"weights{trainer.global_rank}.json").write_text(json.dumps(sums))
+
+
+class FailingCallback(Callback):
+    """Fails the fit at its first training step."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        raise RuntimeError("a failing callback")

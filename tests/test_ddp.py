@@ -4,6 +4,7 @@ pipeline's rows, the timer's and the audit's gathers over two ranks, the graphed
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from added_figures import STEPS_RUN, WAIT_PER_STEP_S
-from conftest import CONFIGS, NO_WORKERS, REPO, stage_process, write_parquet
+from conftest import CONFIGS, NO_WORKERS, REPO, run_stage, stage_process, write_parquet
 from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.data import _is_dataloader_shuffled, _update_dataloader
@@ -216,6 +217,17 @@ class TwoRanks:
 
         with ThreadPoolExecutor(2) as ranks:
             return list(ranks.map(on, range(2)))
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_fit_command_destroys_its_process_group_before_the_process_ends(workdir, fails):
+    """Lightning leaves a gloo process group to the interpreter's end, where its threads abort a finished fit now and
+    then (status -6, "terminate called without an active exception"): the command destroys it, also after a failure."""
+    ddp = ("--trainer.accelerator", "cpu", "--trainer.strategy", "ddp", "--trainer.devices", "1", *NO_WORKERS)
+    broken = ("--trainer.callbacks+=records.FailingCallback",) if fails else ()
+    with pytest.raises(RuntimeError, match="a failing callback") if fails else contextlib.nullcontext():
+        run_stage("v2_pinned", *ddp, "--data.pin_memory", "false", *broken, epochs=1)
+    assert not torch.distributed.is_initialized()
 
 
 @pytest.mark.parametrize("pipeline", ["v1", "v2"])

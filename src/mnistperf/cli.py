@@ -140,6 +140,18 @@ def main(args: Sequence[str] | None = None) -> None:
         raise SystemExit(2) from None
 
 
+def end_process_group() -> None:
+    """Destroy the run's process group, if it made one, while the interpreter is whole.
+
+    Lightning destroys it at exit only for NCCL; gloo's threads left to the interpreter's end abort the process now and
+    then ("terminate called without an active exception", status -6) after a fit that succeeded.
+    """
+    import torch.distributed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def run_command(command: str | None, argv: list[str], from_process: bool) -> None:
     """Run one command; Lightning's refusals of trainer settings become ConfigErrors (one line, status 2)."""
     from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -168,7 +180,10 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
 
             report_command(argv[1:])
         elif command in LIGHTNING_COMMANDS:
-            MnistperfCLI(args=None if from_process else argv)
+            try:
+                MnistperfCLI(args=None if from_process else argv)
+            finally:
+                end_process_group()
         else:
             print(OVERVIEW, end="")
             if command not in (None, "-h", "--help"):

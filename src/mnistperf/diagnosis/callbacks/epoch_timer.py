@@ -123,7 +123,7 @@ class EpochTimer(Callback):
             profiler = cast(TrainerAttributes, trainer).profiler
             if isinstance(profiler, PyTorchProfiler):
                 busy_unavailable = "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
-                self.problems.say_once(trainer, f"busy share not measured: {busy_unavailable}.")
+                self.problems.say_once(trainer, epoch_text.busy_unmeasured(busy_unavailable))
             self.clock = EpochClock(
                 pl_module.device,
                 self.input_bound_share,
@@ -304,9 +304,7 @@ class EpochTimer(Callback):
                 extra["split_reason"] = reason
                 if not self._split_said:  # once a fit
                     self._split_said = True
-                    self.problems.say_once(
-                        trainer, f"train time is not split into forward, backward and optimizer: {reason}."
-                    )
+                    self.problems.say_once(trainer, epoch_text.unsplit(reason))
         with self.problems.guard("checking the epoch's samples against other counts"):
             counts = self.samples.counts_apart(trainer, self)
             if counts:
@@ -320,8 +318,7 @@ class EpochTimer(Callback):
         # Beside Lightning's own bars, which count from 0, the first epoch's line says the bar's number for it; a
         # library's own bar may count as it likes, so it gets no number it might not show.
         first = type(trainer.progress_bar_callback) in LIGHTNING_BARS and len(self.epochs) == 1
-        bar = f" (bar: Epoch {trainer.current_epoch})" if first else ""
-        self.problems.say(trainer, epoch_text.format_epoch(row, bar))
+        self.problems.say(trainer, epoch_text.format_epoch(row, trainer.current_epoch if first else None))
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

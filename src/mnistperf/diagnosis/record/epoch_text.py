@@ -18,16 +18,27 @@ def loader_samples_text(samples: dict[str, int | None] | None) -> str:
     return " (" + " + ".join(f"{name} {count:,}" for name, count in samples.items()) + " samples)"
 
 
-def format_epoch(row: dict[str, Any], bar: str = "") -> str:
+def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
     """EpochTimer's line of an epoch: its times, throughput, verdict and the figure that decided it.
 
-    ``bar``: what a progress bar calls the epoch, where it counts otherwise (``" (bar: Epoch 0)"``).
+    ``bar_epoch``: what a progress bar calls the epoch, where it counts otherwise (``epoch 1 (bar: Epoch 0)``).
     """
+    bar = "" if bar_epoch is None else f" (bar: Epoch {bar_epoch})"
     return (
         f"epoch {row['epoch']}{bar}: train {row[TRAIN_S]:.2f} s, eval {row[EVAL_S]:.2f} s, "
         f"{throughput(row[SAMPLES_PER_S])}{loader_samples_text(row.get('loader_samples'))}, {row['verdict']} "
         f"({row['verdict_figure']}){format_counts(row.get('sample_counts'))}"
     )
+
+
+def busy_unmeasured(reason: str) -> str:
+    """Why the fit has no busy share, said as it starts."""
+    return f"busy share not measured: {reason}."
+
+
+def unsplit(reason: str) -> str:
+    """Why train time has no forward, backward and optimizer split, said once a fit."""
+    return f"train time is not split into forward, backward and optimizer: {reason}."
 
 
 # What each count beside the timer's is, in an epoch's line.

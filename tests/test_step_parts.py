@@ -106,6 +106,8 @@ def test_a_callbacks_own_time_each_step_is_its_part_and_the_culprit_with_its_fix
     assert {"training_step", "backward", "optimizer step", "fetch", LOOP, "callback EpochTimer"} <= parts.keys()
     assert sum(parts.values()) == pytest.approx(step_s)  # the parts add up to the step, the loop the rest
     assert "Where a step goes (4 steps timed by their parts" in format_summary(summary)
+    one = {**summary, "step_parts": {**summary["step_parts"], "steps": 1}}
+    assert "Where a step goes (1 step timed by its parts" in format_summary(one)  # the words agree with the count
     assert re.search(r"callback Costly (9\d|100)%", format_summary(summary))  # its share of the step
     report = html_report([("run", summary)])
     assert "<h2>Where a step goes</h2>" in report and "<td>callback Costly</td>" in report

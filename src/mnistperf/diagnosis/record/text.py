@@ -64,10 +64,16 @@ class PartsSaid:
     head: str  # what the summary's line and the report's section begin with
     count: str  # the key of how many were timed
     seconds: str  # the key of their mean seconds
-    timed: str  # what was timed, after its count
+    timed: tuple[str, str]  # what was timed, after its count: after one, after more
+    detail: str  # after that: how it was timed
     each: str  # a part's time, a cycle's
     share: str  # a part's share, of what
     untimed: str  # what the report says where none was timed
+
+    def counted(self, found: dict) -> str:
+        """How many were timed, and how: "4 steps timed by their parts"."""
+        count = found[self.count]
+        return f"{count} {self.timed[count != 1]}{self.detail}"
 
 
 PARTS_SAID = {  # by the summary's key
@@ -75,7 +81,8 @@ PARTS_SAID = {  # by the summary's key
         "Where a step goes",
         "steps",
         "step_s",
-        "steps timed by their parts",
+        ("step timed by its parts", "steps timed by their parts"),
+        "",
         "a step",
         "of the step",
         "No step was timed by its parts (an epoch of fewer than 10 steps, or a run before they were).",
@@ -84,7 +91,8 @@ PARTS_SAID = {  # by the summary's key
         "Between epochs",
         "epochs",
         "epoch_s",
-        "times timed, from an epoch's last step to the next one's start, validation apart",
+        ("time timed", "times timed"),
+        ", from an epoch's last step to the next one's start, validation apart",
         "each time",
         "of the time between",
         "The time between epochs was not timed (a run before it was).",
@@ -105,7 +113,7 @@ def format_parts(run: RunSummary, key: str) -> str | None:
     syncs = found.get("syncs")  # where counted (CUDA)
     counted = ", ".join(f"{part} {n:g}" for part, n in (syncs or {}).items()) or "none"
     forced = f"; device synchronizations {said.each}: {counted}" if syncs is not None else ""
-    return f"{said.head} ({found[said.count]} {said.timed}, {whole_s * 1e3:.2f} ms each): {parts}{forced}"
+    return f"{said.head} ({said.counted(found)}, {whole_s * 1e3:.2f} ms each): {parts}{forced}"
 
 
 def format_ranks(run: RunSummary, epochs: str) -> str:

@@ -241,7 +241,7 @@ def parts_table(run: RunSummary, key: str) -> str:
         for part, seconds in found["parts"].items()
     ]
     head = ["part", f"ms {said.each}", said.share, *([] if syncs is None else [f"device syncs {said.each}"])]
-    return f"<p>{found[said.count]} {said.timed}, {whole_s * 1e3:.2f} ms each.</p>" + _table(head, rows)
+    return f"<p>{said.counted(found)}, {whole_s * 1e3:.2f} ms each.</p>" + _table(head, rows)
 
 
 # A run's charts: heading, and how to draw each run's chart of that kind at a width, all on one scale.

@@ -8,9 +8,11 @@ A pair is two fresh processes, the part in and out, in an order that alternates 
 EpochTimer, which times the steps, and the time between epochs, by their parts. The saving predicted is the part's
 seconds a step (the run's ``step_parts``) times the fit's steps, or its seconds between epochs (``between_epochs``)
 times the fit's epochs; the saving measured is the pair's difference in whole-fit seconds. Prints and writes
-results-CASE.json beside this file, with the one-minute load average before and after every pair.
+results-CASE.json beside this file, with the one-minute load average before and after every pair. ``--show CASE``
+fits once with the part in and prints what the diagnosis prints (docs/diagnose.md quotes the callback's).
 
     python docs/results/cpu-2core-culprit/check.py CASE [PAIRS]
+    python docs/results/cpu-2core-culprit/check.py --show CASE
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def busy(seconds: float) -> None:
         pass
 
 
-def fit(case: str, with_part: bool) -> dict[str, Any]:
-    """One fit of the case, the part in or out: its whole-fit seconds and the timer's step parts."""
+def fit(case: str, with_part: bool, show: bool = False) -> dict[str, Any]:
+    """One fit of the case, the part in or out: its whole-fit seconds and the timer's step parts (``show``: what
+    the diagnosis prints is left on the terminal)."""
     import torch
     from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
     from lightning.pytorch.callbacks import TQDMProgressBar
@@ -123,7 +126,7 @@ def fit(case: str, with_part: bool) -> dict[str, Any]:
             callbacks=callbacks,
             **options,
         )
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.nullcontext() if show else contextlib.redirect_stdout(io.StringIO()):
             start = time.perf_counter()
             trainer.fit(Small(values), loader)
             took = time.perf_counter() - start
@@ -135,6 +138,9 @@ def main() -> None:
     """Run the pairs of the case given, print and write the figures."""
     if sys.argv[1] == "--child":
         print(json.dumps(fit(sys.argv[2], sys.argv[3] == "in")))
+        return
+    if sys.argv[1] == "--show":
+        fit(sys.argv[2], True, show=True)
         return
     case, pairs = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 10
     found: dict[str, list[Any]] = {"in": [], "out": []}

@@ -249,3 +249,25 @@ def test_garbage_collector_is_frozen_before_each_fork_of_workers(monkeypatch, nu
     for _ in range(2):  # two epochs
         assert [len(b) for b in loader] == [4, 4]
     assert len(calls) == freezes
+
+
+def test_more_workers_than_cores_is_said_once_in_the_labs_line_instead_of_torchs_warning(tiny_data, caplog):
+    import warnings
+
+    from mnistperf.console import calm_library_noise
+    from mnistperf.machine import usable_cpus
+
+    dm = datamodule(tiny_data, pipeline="v2", batch_size=32, num_workers=usable_cpus() + 1, persistent_workers=False)
+    with caplog.at_level("INFO"):
+        dm.setup("fit")
+        dm.setup("validate")
+    said = [r.getMessage() for r in caplog.records if "usable CPUs" in r.getMessage()]
+    assert said == [
+        f"mnistperf: data.num_workers {usable_cpus() + 1} on {usable_cpus()} usable CPUs: the workers share them (as "
+        "the published stage does on a small machine); `mnistperf tune` measures the best count here."
+    ]
+    with warnings.catch_warnings(record=True) as raised:
+        warnings.simplefilter("always")
+        calm_library_noise()
+        next(iter(dm.train_dataloader()))
+    assert not [w for w in raised if "worker processes" in str(w.message)]  # torch's own is not said beside it

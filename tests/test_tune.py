@@ -31,6 +31,7 @@ def tune(*args: str) -> None:
 def test_tune_writes_a_config_that_fit_runs_as_is(workdir, config, capsys):
     tune("--config", str(CONFIGS / config), "--out", "tuned.yaml")
     out = capsys.readouterr().out
+    assert out.startswith("mnistperf: tune on cpu (")  # the device it measures on, first
     assert "[probe 1] step" in out and "stopped:" in out  # progress while it runs, and why it stopped
     text = (workdir / "tuned.yaml").read_text()
     assert text.startswith("# mnistperf tune: tuned from") and "# Step alone:" in text and "# Stopped:" in text

@@ -54,8 +54,10 @@ def busy(seconds: float) -> None:
 
 
 def fit(case: str, with_part: bool, show: bool = False) -> dict[str, Any]:
-    """One fit of the case, the part in or out: its whole-fit seconds and the timer's step parts (``show``: what
-    the diagnosis prints is left on the terminal)."""
+    """One fit of the case, the part in or out: its whole-fit seconds and the timer's step parts.
+
+    ``show``: what the diagnosis prints is left on the terminal.
+    """
     import torch
     from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
     from lightning.pytorch.callbacks import TQDMProgressBar

@@ -242,3 +242,43 @@ def test_the_fits_end_is_a_headline_and_at_most_three_short_lines_the_rest_left_
     ]
     old = {**summary, "verdict_figure": None, "verdict_reason": "r", "advice": None}  # an older timing.json
     assert format_headline(old).splitlines()[0] == "Verdict: compute-bound (r)"
+
+
+def test_a_short_fits_times_are_said_in_ms_one_unit_a_line_where_seconds_would_read_zero():
+    from mnistperf.diagnosis.record.epoch_text import format_epoch
+    from mnistperf.diagnosis.record.run import RunSummary
+    from mnistperf.diagnosis.record.text import format_headline, format_split, seconds
+
+    assert (seconds(2.0), seconds(0.0123), seconds(0.0), seconds(None)) == ("2.00 s", "12.30 ms", "0.00 ms", "-")
+    assert seconds(0.0123, 2.0) == "0.01 s"  # the line's unit is its largest time's
+    row = {"epoch": 2, "train_s": 0.0077, "eval_s": 0.0, "samples_per_s": 6500.0, "verdict": "v", "verdict_figure": "f"}
+    assert format_epoch(row).startswith("epoch 2: train 7.70 ms, eval 0.00 ms, 6,500 samples/s")
+    assert format_epoch({**row, "train_s": 1.5}).startswith("epoch 2: train 1.50 s, eval 0.00 s,")
+    summary = {
+        "verdict": "overhead-bound",
+        "verdict_figure": "f",
+        "avg_train_s": 0.012,
+        "avg_eval_s": 0.002,
+        "samples_per_s": 6500.0,
+        "steady_epochs": [2, 3],
+        "warmup": {"epoch": 1, "train_s": 0.03, "eval_s": 0.002},
+        "advice": {
+            "ceiling": "c",
+            "hints": [],
+            "culprit": {"part": "callback C", "s": 0.003, "share": 0.2, "per": "epoch"},
+        },
+        "between_epochs": {"epochs": 2, "epoch_s": 0.003, "parts": {"callback C": 0.003}},
+    }
+    lines = format_headline(summary).splitlines()
+    assert lines[1] == "  why: callback C took 3.00 ms between epochs, of each 15.00 ms epoch"
+    assert "(epochs 2-3; warm-up epoch 1: 30.00 ms): train 12.00 ms, eval 2.00 ms, between epochs 3.00 ms" in lines[-2]
+    split = {figure.name: 0.002 for figure in SPLIT}
+    short = format_split(RunSummary.of({**summary, "split": split}), "epochs 2-3")
+    assert short is not None and short.startswith(
+        "Train time per epoch (epochs 2-3): waiting for data 2.00 ms, forward"
+    )
+    long = format_split(RunSummary.of({**summary, "split": {**split, "forward_s": 0.2}}), "epochs 2-3")
+    assert long is not None
+    assert long.startswith(
+        "Train time per epoch (epochs 2-3): waiting for data 0.00 s, forward 0.20 s, backward 0.00 s"
+    )

@@ -6,7 +6,7 @@ from typing import Any
 
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S
 from mnistperf.diagnosis.measure.batches import FirstBatch
-from mnistperf.diagnosis.record.text import throughput
+from mnistperf.diagnosis.record.text import seconds, throughput
 
 
 def loader_samples_text(samples: dict[str, int | None] | None) -> str:
@@ -24,8 +24,9 @@ def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
     ``bar_epoch``: what a progress bar calls the epoch, where it counts otherwise (``epoch 1 (bar: Epoch 0)``).
     """
     bar = "" if bar_epoch is None else f" (bar: Epoch {bar_epoch})"
+    largest = max(row[TRAIN_S], row[EVAL_S])
     return (
-        f"epoch {row['epoch']}{bar}: train {row[TRAIN_S]:.2f} s, eval {row[EVAL_S]:.2f} s, "
+        f"epoch {row['epoch']}{bar}: train {seconds(row[TRAIN_S], largest)}, eval {seconds(row[EVAL_S], largest)}, "
         f"{throughput(row[SAMPLES_PER_S])}{loader_samples_text(row.get('loader_samples'))}, {row['verdict']} "
         f"({row['verdict_figure']}){format_counts(row.get('sample_counts'))}"
     )

@@ -25,9 +25,18 @@ def throughput(samples_per_s: float | None) -> str:
     return "not measured (samples not counted)" if samples_per_s is None else f"{samples_per_s:,.0f} samples/s"
 
 
-def seconds(value: float | None) -> str:
-    """Seconds as printed ('-' where there are none)."""
-    return "-" if value is None else f"{value:.2f} s"
+SECONDS_SAID_IN_MS = 0.1  # a line whose largest time is under this says its times in ms: "7.70 ms", not "0.01 s"
+
+
+def seconds(value: float | None, largest: float | None = None) -> str:
+    """Seconds as printed ('-' where there are none); in ms where ``largest``, by default the value, is under 0.1 s.
+
+    ``largest``: the line's largest time, so that a line says its times in one unit and they compare at a glance.
+    """
+    if value is None:
+        return "-"
+    scale = abs(value if largest is None else largest)
+    return f"{value:.2f} s" if scale >= SECONDS_SAID_IN_MS else f"{value * 1e3:.2f} ms"
 
 
 def format_split(run: RunSummary, epochs: str) -> str | None:
@@ -35,12 +44,15 @@ def format_split(run: RunSummary, epochs: str) -> str | None:
     wait = run.figure(figures.INPUT_WAIT_S)
     if wait is None:
         return None
-    head = f"Train time per epoch ({epochs}): waiting for data {wait:.2f} s"
+    largest = max((run.figure(figure) or 0.0 for figure in figures.SPLIT), default=0.0)
+    head = f"Train time per epoch ({epochs}): waiting for data {seconds(wait, largest)}"
     if run.figure(figures.REST_S) is None:
         reasons = [e["split_reason"] for e in run.epochs if e.get("split_reason")]
         why = reasons[-1] if reasons else "no sampled step reached Lightning's hooks"
         return head + f"; forward, backward and optimizer not measured ({why})"
-    parts = ", ".join(f"{figure.removesuffix('_s')} {seconds(run.figure(figure))}" for figure in figures.SPLIT[1:])
+    parts = ", ".join(
+        f"{figure.removesuffix('_s')} {seconds(run.figure(figure), largest)}" for figure in figures.SPLIT[1:]
+    )
     return head + f", {parts} (the rest: hooks, logging, Python between them)"
 
 
@@ -190,8 +202,8 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
     """The run's times, throughput, device and verdict, then each finding it has, one line each."""
     run = RunSummary.of(summary)
     steady = steady_said(run)
-    train = f"; epoch {run.warmup['epoch']} (warm-up): {run.warmup[figures.TRAIN_S]:.2f} s" if run.warmup else ""
-    evaluation = f"; epoch {run.warmup['epoch']}: {run.warmup[figures.EVAL_S]:.2f} s" if run.warmup else ""
+    train = f"; epoch {run.warmup['epoch']} (warm-up): {seconds(run.warmup[figures.TRAIN_S])}" if run.warmup else ""
+    evaluation = f"; epoch {run.warmup['epoch']}: {seconds(run.warmup[figures.EVAL_S])}" if run.warmup else ""
     lines = [
         f"Average Train Time per Epoch: {seconds(run.figure(figures.AVG_TRAIN_S))} ({steady}{train})",
         f"Average Validation Time per Epoch: {seconds(run.figure(figures.AVG_EVAL_S))} ({steady}{evaluation})",
@@ -240,7 +252,7 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
         cause = (
             f"{named['part']} took {named['s'] * 1e3:.2f} ms of each {whole_s * 1e3:.2f} ms step"
             if per == "step"
-            else f"{named['part']} took {named['s']:.2f} s between epochs, of each {whole_s:.2f} s epoch"
+            else f"{named['part']} took {seconds(named['s'], whole_s)} between epochs, of each {seconds(whole_s)} epoch"
         )
     if cause:
         lines.append(f"  why: {cause}")
@@ -249,14 +261,18 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
     if run.advice is not None:
         ceiling = run.advice.ceiling.split("; " if named else ": ")[0]
         lines.append(f"  could buy: {ceiling}" + (" (the report says why)" if ceiling != run.advice.ceiling else ""))
-    warmup = f"; warm-up epoch {run.warmup['epoch']}: {run.warmup[figures.TRAIN_S]:.2f} s" if run.warmup else ""
-    metric = f"; final {run.metric} {run.final_metric:.4f}" if run.final_metric is not None else ""
     between = run.content.get("between_epochs")  # said where it takes a share of the epoch a culprit would
     gap = between["epoch_s"] if between else 0.0
-    said = f", between epochs {seconds(gap)}" if gap >= CULPRIT_SHARE * epoch_s(run.content) > 0 else ""
+    train, evaluation = run.figure(figures.AVG_TRAIN_S), run.figure(figures.AVG_EVAL_S)
+    largest = max(train or 0.0, evaluation or 0.0, gap, run.warmup[figures.TRAIN_S] if run.warmup else 0.0)
+    warmup = (
+        f"; warm-up epoch {run.warmup['epoch']}: {seconds(run.warmup[figures.TRAIN_S], largest)}" if run.warmup else ""
+    )
+    metric = f"; final {run.metric} {run.final_metric:.4f}" if run.final_metric is not None else ""
+    said = f", between epochs {seconds(gap, largest)}" if gap >= CULPRIT_SHARE * epoch_s(run.content) > 0 else ""
     lines.append(
-        f"Per epoch ({steady}{warmup}): train {seconds(run.figure(figures.AVG_TRAIN_S))}, eval "
-        f"{seconds(run.figure(figures.AVG_EVAL_S))}{said}, {throughput(run.figure(figures.SAMPLES_PER_S))}; "
+        f"Per epoch ({steady}{warmup}): train {seconds(train, largest)}, eval "
+        f"{seconds(evaluation, largest)}{said}, {throughput(run.figure(figures.SAMPLES_PER_S))}; "
         f"{run.device or 'device not known'}, {run.precision or '32-true'}{metric}"
     )
     where = f"`mnistperf report {folder}`" if folder else "`mnistperf report RUN`"

@@ -14,6 +14,7 @@ from typing import Any
 
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.run import RunSummary, number
+from mnistperf.diagnosis.record.text import seconds
 from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 
 CEILING_SLACK = 0.05  # a gain this much over the ceiling still counts as within it (the two runs' own noise)
@@ -242,13 +243,14 @@ def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str
     noise_said = noise_word(
         None if gain["slower"] is None else 1 + gain["slower"], gain["noise"], gain.get("noise_unknown")
     )
-    head = (f"B saves {saved:.2f} s" if saved >= 0 else f"B takes {-saved:.2f} s more") + f" per epoch{per}"
+    head = (f"B saves {seconds(saved)}" if saved >= 0 else f"B takes {seconds(-saved)} more") + f" per epoch{per}"
     head += f" ({speed}x, {noise_said})"
     if gain["ceiling_s"] is None:
         return head + f"; A's summary stated no ceiling for its bound ({gain['bound'] or 'no verdict'})"
     removed = "B's verdict is no longer A's" if gain["removed"] else f"B is still {gain['bound']}"
     side = "within" if gain["within"] else "beyond"
-    verdict = f"{side} the {gain['ceiling_s']:.2f} s that A's summary said fixing its {gain['bound']} bound could buy"
+    ceiling = seconds(gain["ceiling_s"])
+    verdict = f"{side} the {ceiling} that A's summary said fixing its {gain['bound']} bound could buy"
     if not gain["within"]:
         if changed:
             verdict += f": more changed than that bound ({'; '.join(changed)})"

@@ -90,6 +90,19 @@ def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_orde
     assert "same order as epoch 1 on 1 of 1 rank: is the sampler reshuffled" in capsys.readouterr().out
 
 
+def test_an_empty_batch_of_a_width_of_its_own_is_audited_as_no_samples():
+    """A collate that pads each batch to its longest sample hands an empty batch out at width 0."""
+
+    def padded(items: list) -> torch.Tensor:
+        kept = [x.flatten() for x, y in items if y % 2 == 0]  # a filtering collate: even labels only
+        return torch.stack(kept) if kept else torch.zeros(0, 0)
+
+    data = Rows()
+    data.y = torch.tensor([1] * 5 + [0] * (ROWS - 5))  # the first batch of 5 is filtered out whole
+    audit = audited(DataLoader(data, batch_size=5, collate_fn=padded), SampleAudit(), epochs=1)
+    assert counts(audit.epochs[0]) == (ROWS - 5, ROWS - 5, 0, 5)
+
+
 def test_identical_samples_in_the_data_are_told_apart_by_their_index():
     data = Rows("dict")
     data.x[5], data.y[5] = data.x[4], data.y[4]  # one sample twice in the data itself

@@ -145,6 +145,8 @@ class Fingerprinter:
         ``offset``: where the first tensor stands among a sample's tensors (each position has weights of its own).
         """
         device = tensors[0].device
+        if samples == 0:  # an empty batch (a filtering collate's): no words to read, nor a width to read them by
+            return torch.zeros(0, LANES, dtype=torch.int64, device=device)
         words = [self.words(tensor.to(device), samples) for tensor in tensors]
         key = (offset, tuple(part.shape[1] for part in words), device)  # the same every epoch of a fit: made once
         if key not in self._combined:

@@ -245,12 +245,17 @@ def test_the_fits_end_is_a_headline_and_at_most_three_short_lines_the_rest_left_
 
 
 def test_a_short_fits_times_are_said_in_ms_one_unit_a_line_where_seconds_would_read_zero():
+    from mnistperf.diagnosis.record.advice import advice
     from mnistperf.diagnosis.record.epoch_text import format_epoch
     from mnistperf.diagnosis.record.run import RunSummary
-    from mnistperf.diagnosis.record.text import format_headline, format_split, seconds
+    from mnistperf.diagnosis.record.text import format_headline, format_split
+    from mnistperf.diagnosis.record.units import seconds
 
     assert (seconds(2.0), seconds(0.0123), seconds(0.0), seconds(None)) == ("2.00 s", "12.30 ms", "0.00 ms", "-")
     assert seconds(0.0123, 2.0) == "0.01 s"  # the line's unit is its largest time's
+    short_fit = {"verdict": "overhead-bound", "avg_train_s": 0.09, "avg_eval_s": 0.0, "cpu_busy_share": 0.3}
+    found = advice(short_fit)
+    assert found is not None and found["ceiling"].endswith("(at most 63.00 ms less per epoch)")
     row = {"epoch": 2, "train_s": 0.0077, "eval_s": 0.0, "samples_per_s": 6500.0, "verdict": "v", "verdict_figure": "f"}
     assert format_epoch(row).startswith("epoch 2: train 7.70 ms, eval 0.00 ms, 6,500 samples/s")
     assert format_epoch({**row, "train_s": 1.5}).startswith("epoch 2: train 1.50 s, eval 0.00 s,")

@@ -23,6 +23,7 @@ from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.cores import UNREAD
 from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, STEP_WORK
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
+from mnistperf.diagnosis.record.units import seconds
 from mnistperf.diagnosis.record.verdict import WAITED_FOR_A_CORE
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
@@ -180,7 +181,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         wait = summary[INPUT_WAIT_SHARE]
         less = found["at_most_s_less"] = wait * train_s
         found["ceiling"] = (
-            f"with input free, an epoch's training would take at most {less:.2f} s "
+            f"with input free, an epoch's training would take at most {seconds(less, train_s)} "
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
     elif verdict == "overhead-bound" and busy is not None:
@@ -192,7 +193,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             if on_cpu
             else f"the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to {faster:.1f}x "
             "faster"
-        ) + f" (at most {less:.2f} s less per epoch)"
+        ) + f" (at most {seconds(less, train_s)} less per epoch)"
     elif verdict == "overhead-bound":
         unstated = True
         found["ceiling"] = (

@@ -6,7 +6,7 @@ from typing import Any
 
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S
 from mnistperf.diagnosis.measure.batches import FirstBatch
-from mnistperf.diagnosis.record.text import seconds, throughput
+from mnistperf.diagnosis.record.units import seconds, throughput
 
 
 def loader_samples_text(samples: dict[str, int | None] | None) -> str:

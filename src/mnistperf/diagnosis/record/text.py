@@ -14,29 +14,11 @@ from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, epoch_s, format_advice
 from mnistperf.diagnosis.record.rows import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.run import RunSummary
+from mnistperf.diagnosis.record.units import seconds, throughput
 from mnistperf.diagnosis.record.verdict import BUSY_SAID
 
 COMM_EXPOSED = 0.2  # ranks in collectives with no work beside them this share of the window: say what it bounds
 DOUBT_IN_POINTS = 0.1  # a busy share's margin up to this is said in points; past it, as the range it leaves
-
-
-def throughput(samples_per_s: float | None) -> str:
-    """samples/s as printed, or why there is no figure."""
-    return "not measured (samples not counted)" if samples_per_s is None else f"{samples_per_s:,.0f} samples/s"
-
-
-SECONDS_SAID_IN_MS = 0.1  # a line whose largest time is under this says its times in ms: "7.70 ms", not "0.01 s"
-
-
-def seconds(value: float | None, largest: float | None = None) -> str:
-    """Seconds as printed ('-' where there are none); in ms where ``largest``, by default the value, is under 0.1 s.
-
-    ``largest``: the line's largest time, so that a line says its times in one unit and they compare at a glance.
-    """
-    if value is None:
-        return "-"
-    scale = abs(value if largest is None else largest)
-    return f"{value:.2f} s" if scale >= SECONDS_SAID_IN_MS else f"{value * 1e3:.2f} ms"
 
 
 def format_split(run: RunSummary, epochs: str) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.run import RunSummary, number
-from mnistperf.diagnosis.record.text import seconds
+from mnistperf.diagnosis.record.units import seconds
 from mnistperf.diagnosis.show.run_names import mismatch, run_labels
 
 CEILING_SLACK = 0.05  # a gain this much over the ceiling still counts as within it (the two runs' own noise)

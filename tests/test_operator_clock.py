@@ -93,6 +93,7 @@ def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(cl
     assert timer.clock.windows.recorded is None  # no trace to write
     line = format_window(WindowReading.of(window))
     assert "torch calls timed" in line and "the profiler did not run" in line, line
+    assert f"which bound it between {least:.0%} and {most:.0%}" in line, line  # the clock's bounds, said as such
     assert torch._C._is_torch_function_mode_enabled() is False  # the clock left nothing behind
     one = format_window(WindowReading.of({**window, "last_step": window["first_step"]}))
     assert f"over training step {window['first_step']} of epoch 2 " in one, one

@@ -156,7 +156,7 @@ def format_window(window: WindowReading) -> str:
     how = f"{window.kernels or 0:,} {'kernels' if window.device == 'cuda' else 'operators'}, profiled"
     if window.operator_clock:  # the profiler cost more than the fit could spend (docs/timing.md)
         least, most = window.operator_clock
-        how = f"between {least:.0%} and {most:.0%}, {window.kernels or 0:,} torch calls timed"
+        how = f"{window.kernels or 0:,} torch calls timed, which bound it between {least:.0%} and {most:.0%}"
         trace = "; no trace: the profiler did not run, the fit being too short to pay for it"
     first, last = window.first_step or 0, window.last_step or 0
     steps = f"step {first}" if first == last else f"steps {first}-{last}"

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.measure import phases
+from mnistperf.diagnosis.record.epoch_text import unsampled
 
 ROWS, BATCH, EPOCHS = 24, 4, 2
 
@@ -375,10 +376,11 @@ def test_which_steps_are_sampled_with_and_without_accumulation_and_why_an_epoch_
     assert [i for i in range(80) if phases.sampled(i)] == [1, 27, 42, 54, 71]
     assert [i for i in range(80) if phases.sampled(i, 1, epoch=1)] == [1, 22, 32, 50, 78]
     assert [i for i in range(80) if phases.sampled(i, 2)] == [2, 54]  # optimizer steps 1 and 27
-    assert phases.unsampled(2, 3, 4) == (
+    assert unsampled(2, 3, 4) == (
         "the epoch trained steps 3-4 only, and the split times steps 5-8 of an epoch (one optimizer step: "
         "accumulate_grad_batches=4), then one optimizer step's in each 16 after it"
     )
-    assert phases.unsampled(2, 4, 4) is None  # step 5 begins a sample: its split was lost another way
-    assert phases.unsampled(2, 27, 1) is None and phases.unsampled(2, 26, 1) is not None  # index 27: step 28
-    assert phases.unsampled(2, 22, 1, epoch=1) is None and phases.unsampled(2, 21, 1, epoch=1) is not None  # its 22
+    assert not phases.any_sampled(2, 3, 4) and not phases.any_sampled(None, None, 1)
+    assert phases.any_sampled(2, 4, 4)  # step 5 begins a sample: its split was lost another way
+    assert phases.any_sampled(2, 27, 1) and not phases.any_sampled(2, 26, 1)  # index 27: step 28
+    assert phases.any_sampled(2, 22, 1, epoch=1) and not phases.any_sampled(2, 21, 1, epoch=1)  # its 22

@@ -7,7 +7,8 @@ import math
 import torch
 from lightning.pytorch import Callback
 
-from mnistperf.diagnosis.measure.phases import StepPhases, sampled, unsampled
+from mnistperf.diagnosis.measure.phases import StepPhases, any_sampled, sampled
+from mnistperf.diagnosis.record.epoch_text import unsampled
 from mnistperf.upstream import restore_hook, skip_hook
 
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
@@ -63,5 +64,6 @@ class SampledSteps:
         self, trained: tuple[int | None, int | None], accumulate: int, forward_s: float, epoch: int
     ) -> str | None:
         """Why epoch ``epoch`` that trained steps ``trained`` has no split; None where it has one or a sample began."""
-        reason = unsampled(*trained, accumulate, epoch)
-        return reason if math.isnan(forward_s) and not self.phases.started else None
+        if any_sampled(*trained, accumulate, epoch) or not math.isnan(forward_s) or self.phases.started:
+            return None
+        return unsampled(*trained, accumulate)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.measure.drawn_steps import EVERY, SPLIT, drawn
+from mnistperf.diagnosis.measure.drawn_steps import SPLIT, drawn
 
 STEP_MARKS = {"start", "backward", "backward_end", "end"}  # every step of a sample's; its last has "optimizer" too
 
@@ -25,23 +25,12 @@ def sampled(index: int, steps: int = 1, epoch: int = 0) -> bool:
     return index % steps == 0 and drawn(index // steps, epoch, SPLIT, first=1)
 
 
-def unsampled(first: int | None, last: int | None, steps: int, epoch: int = 0) -> str | None:
-    """Why an epoch that trained steps ``first``..``last`` (None: none) has no sample; None where one began a sample."""
+def any_sampled(first: int | None, last: int | None, steps: int, epoch: int = 0) -> bool:
+    """Whether a step of ``first``..``last`` (None: none trained) of epoch ``epoch`` begins a sample of ``steps``."""
     if first is None or last is None:
-        trained = "no step"
-    else:
-        # every whole block of optimizer steps holds a sample: the search is short either way
-        if any(sampled(index, steps, epoch) for index in range(first, last + 1)):
-            return None
-        trained = f"step {first + 1} only" if first == last else f"steps {first + 1}-{last + 1} only"
-    if steps == 1:
-        sampled_steps = f"step 2 of an epoch, then one in each {EVERY} after it"
-    else:
-        sampled_steps = (
-            f"steps {steps + 1}-{2 * steps} of an epoch (one optimizer step: accumulate_grad_batches={steps}), "
-            f"then one optimizer step's in each {EVERY} after it"
-        )
-    return f"the epoch trained {trained}, and the split times {sampled_steps}"
+        return False
+    # every whole block of optimizer steps holds a sample: the search is short either way
+    return any(sampled(index, steps, epoch) for index in range(first, last + 1))
 
 
 class StepPhases:

@@ -6,6 +6,7 @@ from typing import Any
 
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S
 from mnistperf.diagnosis.measure.batches import FirstBatch
+from mnistperf.diagnosis.measure.drawn_steps import EVERY
 from mnistperf.diagnosis.record.units import seconds, throughput
 
 
@@ -35,6 +36,22 @@ def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
 def busy_unmeasured(reason: str) -> str:
     """Why the fit has no busy share, said as it starts."""
     return f"busy share not measured: {reason}."
+
+
+def unsampled(first: int | None, last: int | None, steps: int) -> str:
+    """Why an epoch that trained steps ``first``..``last`` (None: none) has no sample of ``steps`` training steps."""
+    if first is None or last is None:
+        trained = "no step"
+    else:
+        trained = f"step {first + 1} only" if first == last else f"steps {first + 1}-{last + 1} only"
+    if steps == 1:
+        sampled_steps = f"step 2 of an epoch, then one in each {EVERY} after it"
+    else:
+        sampled_steps = (
+            f"steps {steps + 1}-{2 * steps} of an epoch (one optimizer step: accumulate_grad_batches={steps}), "
+            f"then one optimizer step's in each {EVERY} after it"
+        )
+    return f"the epoch trained {trained}, and the split times {sampled_steps}"
 
 
 def unsplit(reason: str) -> str:

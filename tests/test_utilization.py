@@ -14,8 +14,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
-from mnistperf.diagnosis.measure.flops import OWN_PEAKS, number_format, peak_flops, run_utilization
+from mnistperf.diagnosis.measure.flops import OWN_PEAKS, Peak, number_format, peak_flops, run_utilization
 from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.diagnosis.record.epoch_text import COMPILED_UNCOUNTED, peak_said
 from mnistperf.diagnosis.record.text import format_summary
 
 BATCH, IN, OUT = 8, 32, 16
@@ -51,15 +52,11 @@ def test_the_number_format_and_the_peaks_of_current_gpus(monkeypatch):
     assert number_format("32-true", "high") == "tf32" and number_format("32-true", "highest") == "fp32"
     # Hopper: Lightning's dense peaks for an H100 SXM (HBM3) and PCIe; the dense ones where it has none, or gives an
     # H200's or NVL card's with sparsity (twice as high)
-    assert peak(monkeypatch, "NVIDIA H100 80GB HBM3", "bf16") == (
-        pytest.approx(989.4e12),
-        "NVIDIA H100 80GB HBM3's bf16 peak (989 TFLOP/s)",
-    )
+    h100 = peak(monkeypatch, "NVIDIA H100 80GB HBM3", "bf16")
+    assert h100[0] == pytest.approx(989.4e12) and peak_said(h100) == "NVIDIA H100 80GB HBM3's bf16 peak (989 TFLOP/s)"
     assert peak(monkeypatch, "NVIDIA H100 PCIe", "bf16")[0] == pytest.approx(756e12)
-    assert peak(monkeypatch, "NVIDIA H200", "tf32") == (
-        pytest.approx(494.7e12),
-        "NVIDIA H200's tf32 peak (495 TFLOP/s)",
-    )
+    h200 = peak(monkeypatch, "NVIDIA H200", "tf32")
+    assert h200[0] == pytest.approx(494.7e12) and peak_said(h200) == "NVIDIA H200's tf32 peak (495 TFLOP/s)"
     assert peak(monkeypatch, "NVIDIA GH200 480GB", "bf16")[0] == pytest.approx(989.4e12)
     assert peak(monkeypatch, "NVIDIA H100", "bf16")[0] == pytest.approx(989.4e12)
     assert peak(monkeypatch, "NVIDIA H100 NVL", "bf16")[0] == peak(monkeypatch, "NVIDIA H200 NVL", "bf16")[0] == 835e12
@@ -72,9 +69,11 @@ def test_the_number_format_and_the_peaks_of_current_gpus(monkeypatch):
     # The rest from Lightning's table: an A100 is not taken for an A10
     assert peak(monkeypatch, "NVIDIA A100-SXM4-80GB", "bf16")[0] == pytest.approx(312e12)
     assert peak(monkeypatch, "Tesla T4", "fp16")[0] == pytest.approx(65e12)
-    found, why = peak(monkeypatch, "Imaginary GPU 9000", "bf16")
-    assert found is None and "no bf16 peak is known for Imaginary GPU 9000" in why
-    assert peak_flops(torch.device("cpu"), "fp32") == (None, "no peak is known for a cpu device")
+    unknown = peak(monkeypatch, "Imaginary GPU 9000", "bf16")
+    assert unknown.flops_per_s is None and "no bf16 peak is known for Imaginary GPU 9000" in peak_said(unknown)
+    assert "mnistperf.diagnosis.measure.flops.OWN_PEAKS" in peak_said(unknown)  # where to add it
+    assert peak_flops(torch.device("cpu"), "fp32") == Peak(None, "fp32", "cpu")
+    assert peak_said(peak_flops(torch.device("cpu"), "fp32")) == "no peak is known for a cpu device"
 
 
 def test_the_own_peaks_are_only_what_lightnings_table_lacks_or_states_otherwise(monkeypatch):
@@ -126,7 +125,7 @@ def test_a_given_flops_per_batch_is_taken_instead_of_counting():
 
 def test_mfu_on_a_known_gpu_is_the_achieved_over_the_peak_times_the_ranks():
     """Emulated: the clock's arithmetic with an H100's bf16 peak, without one."""
-    h100 = (989.4e12, "NVIDIA H100 80GB HBM3's bf16 peak (989 TFLOP/s)")
+    h100 = Peak(989.4e12, "bf16", "cuda", "NVIDIA H100 80GB HBM3")
     clock = EpochClock(torch.device("cpu"), flops_per_step=1e12, world_size=2, peak=h100)
     for _ in range(2):
         clock.epoch_start(batches=4)
@@ -138,7 +137,7 @@ def test_mfu_on_a_known_gpu_is_the_achieved_over_the_peak_times_the_ranks():
     summary = clock.summary()
     assert summary["mfu"] == pytest.approx(clock.epochs[1]["mfu"]) and "H100" in summary["peak"]
     assert "FLOP/s achieved, MFU " in format_summary(summary)
-    not_counted = run_utilization(clock.epochs, [2, 2], None, (None, "x"), "not counted")
+    not_counted = run_utilization(clock.epochs, [2, 2], None, None, "x", "not counted")
     assert not_counted["mfu"] is None and not_counted["mfu_reason"] == "not counted"
 
 
@@ -152,7 +151,7 @@ def test_compare_puts_the_two_runs_utilization_side_by_side():
     assert rows["achieved_flops_per_s"]["a"] == pytest.approx(100.0) and rows["mfu"]["ratio"] == pytest.approx(3.0)
 
 
-def test_a_compiled_module_is_not_counted_and_says_how_to_give_its_flops():
+def test_a_compiled_module_is_not_counted_and_says_how_to_give_its_flops(monkeypatch):
     from mnistperf.diagnosis.measure.flops import FirstStep, compiled
 
     module = Linear()
@@ -160,4 +159,10 @@ def test_a_compiled_module_is_not_counted_and_says_how_to_give_its_flops():
     module.net.compile()  # nothing runs yet: torch.compile only wraps the call
     assert compiled(module)
     first = FirstStep(given=None)
-    assert "torch.compile" in first.plan(module) and not first.due
+    assert first.plan(module) and not first.due
+    # a fit of such a module says so, and how to give its FLOPs (compiling itself is emulated: no compiler runs)
+    monkeypatch.setattr("mnistperf.diagnosis.measure.flops.compiled", lambda module: True)
+    timer = EpochTimer()
+    fit_module(Linear(), rows(), callbacks=[timer], max_epochs=1)
+    reason = timer.clock.summary()["mfu_reason"]
+    assert reason == COMPILED_UNCOUNTED and "torch.compile" in reason and "flops_per_batch" in reason

@@ -136,7 +136,7 @@ class EpochTimer(Callback):
                 world_size=trainer.world_size,
                 clock_calls=True,  # a Lightning step: the clock may time it where nothing was compiled
                 flops_per_step=self.flops_per_batch,
-                flops_reason=self._flops.plan(pl_module),
+                flops_reason=epoch_text.COMPILED_UNCOUNTED if self._flops.plan(pl_module) else None,
             )
             self._sampled = SampledSteps(self, EpochTimer, pl_module.device)
             self._fetch = FetchClock(profiler)
@@ -202,7 +202,10 @@ class EpochTimer(Callback):
         try:  # the fetch's wait so far: a profiled window's own is kept apart
             self.clock.step_start(batch_idx, self._fetch.reset())
             if self._flops.due:  # the fit's first step, if the fit can pay for counting it
-                self.clock.flops_counted(reason=self._flops.begin(steps_left(trainer)))
+                left = steps_left(trainer)
+                needed = self._flops.begin(left)
+                if needed is not None:
+                    self.clock.flops_counted(reason=epoch_text.too_few_to_count(left, needed))
         except Exception as error:
             self.problems.note("timing a step's start", error)
         self.samples.begin(trainer, pl_module, batch)  # apart from the timing: a step whose clock failed still counts

@@ -6,7 +6,7 @@ import math
 import re
 import warnings
 from statistics import mean
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from lightning.fabric.utilities.throughput import get_available_flops
@@ -36,7 +36,6 @@ LIGHTNING_DTYPES: dict[str, torch.dtype | str] = {  # Lightning's name for each 
 # 0.8 ms step on the lab's CPU, the worst case, since most of it is the counter's own start.
 COUNT_COST_STEPS = 12
 COUNT_SHARE = 0.005  # the most of a fit's training steps' time the counter may cost
-GIVE_FLOPS = "EpochTimer(flops_per_batch=...) gives the step's FLOPs"
 
 
 def number_format(precision: str, matmul_precision: str) -> str:
@@ -57,22 +56,29 @@ def own_peaks(name: str) -> dict[str, float] | None:
     return first_named(OWN_PEAKS, name)
 
 
-def peak_flops(device: torch.device, fmt: str) -> tuple[float | None, str | None]:
-    """The device's dense peak FLOP/s for ``fmt``, named; or None and why there is none."""
+class Peak(NamedTuple):
+    """A device's dense peak FLOP/s for a number format: None where not known (off CUDA, or a GPU no table names)."""
+
+    flops_per_s: float | None
+    fmt: str
+    device_type: str
+    name: str | None = None  # the GPU's
+
+
+def peak_flops(device: torch.device, fmt: str) -> Peak:
+    """The device's dense peak FLOP/s for ``fmt``: OWN_PEAKS' where it names the GPU, else Lightning's table's."""
     if device.type != "cuda":
-        return None, f"no peak is known for a {device.type} device"
+        return Peak(None, fmt, device.type)
     name = torch.cuda.get_device_name(device)
     own = own_peaks(name)
-    with warnings.catch_warnings():  # Lightning warns where it knows no peak; the reason below says so once
+    with warnings.catch_warnings():  # Lightning warns where it knows no peak; the summary says so once
         warnings.simplefilter("ignore")
         peak = own.get(fmt) if own is not None else get_available_flops(device, LIGHTNING_DTYPES[fmt])
-    if peak is None:
-        return None, f"no {fmt} peak is known for {name} (Lightning's table, or {__name__}.OWN_PEAKS)"
-    return float(peak), f"{name}'s {fmt} peak ({peak / 1e12:,.0f} TFLOP/s)"
+    return Peak(None if peak is None else float(peak), fmt, device.type, name)
 
 
-def device_peak(device: torch.device, precision: str) -> tuple[float | None, str | None]:
-    """The device's peak FLOP/s for the run's number format (from Lightning's ``precision``), named; or None and why."""
+def device_peak(device: torch.device, precision: str) -> Peak:
+    """The device's peak FLOP/s for the run's number format (from Lightning's ``precision``)."""
     return peak_flops(device, number_format(precision, torch.get_float32_matmul_precision()))
 
 
@@ -93,23 +99,20 @@ class FirstStep:
         self.due = False  # the fit's first step is to be counted
         self.counting: Any = None  # the FlopCounterMode counting it, while it runs
 
-    def plan(self, module: Any) -> str | None:
-        """A fit begins: count its first step, unless given or ``module`` is compiled (then say why not)."""
+    def plan(self, module: Any) -> bool:
+        """A fit begins: count its first step, unless given or ``module`` is compiled (then True: not counted)."""
         self.due, self.counting = self.given is None and not compiled(module), None
-        if self.given is None and not self.due:
-            return f"the module runs through torch.compile, whose graphs a FLOP counter would change; {GIVE_FLOPS}"
-        return None
+        return self.given is None and not self.due
 
-    def begin(self, steps_left: float) -> str | None:
-        """The first step begins: counted, unless the fit's ``steps_left`` are known (not NaN) and too few (why not)."""
+    def begin(self, steps_left: float) -> float | None:
+        """The first step begins: counted, unless the fit's ``steps_left`` are known (not NaN) and too few.
+
+        Then the steps the counter needs, about COUNT_COST_STEPS steps' time being at most COUNT_SHARE of them.
+        """
         self.due = False
         needed = COUNT_COST_STEPS / COUNT_SHARE
         if steps_left < needed:  # False for NaN
-            return (
-                f"the fit's {steps_left:,.0f} training steps are too few for the FLOP counter (about "
-                f"{COUNT_COST_STEPS} steps' time) to cost under {COUNT_SHARE:.1%} of them (it needs {needed:,.0f}); "
-                f"{GIVE_FLOPS}"
-            )
+            return needed
         from torch.utils.flop_counter import FlopCounterMode
 
         self.counting = FlopCounterMode(display=False)
@@ -137,19 +140,20 @@ def run_utilization(
     epochs: list[dict[str, Any]],
     steady: list[int],
     flops_per_step: float | None,
-    peak: tuple[float | None, str | None],
+    peak: float | None,
+    peak_said: str,
     not_counted: str,
 ) -> dict[str, Any]:
     """The run's utilization over its ``steady`` epochs (the first and last): the step's FLOPs, achieved FLOP/s, MFU.
 
-    ``peak``: :func:`peak_flops`'s; without an MFU, ``mfu_reason`` says why (``not_counted``: why no FLOPs).
+    ``peak``: the device's, ``peak_said`` naming it or why none; without an MFU, ``mfu_reason`` says why
+    (``not_counted``: why no FLOPs).
     """
     rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get(ACHIEVED_FLOPS_PER_S) is not None]
     achieved = mean(e[ACHIEVED_FLOPS_PER_S] for e in rows) if rows else None
-    value, said = peak
     found: dict[str, Any] = {"flops_per_step": flops_per_step, ACHIEVED_FLOPS_PER_S: achieved}
-    if value is not None and achieved is not None:
-        found.update({MFU: mean(e[MFU] for e in rows), "peak": said, "peak_flops_per_s": value})
+    if peak is not None and achieved is not None:
+        found.update({MFU: mean(e[MFU] for e in rows), "peak": peak_said, "peak_flops_per_s": peak})
     else:
-        found.update({MFU: None, "mfu_reason": not_counted if flops_per_step is None else said})
+        found.update({MFU: None, "mfu_reason": not_counted if flops_per_step is None else peak_said})
     return found

@@ -17,10 +17,11 @@ from mnistperf.diagnosis.figures import BUSY, FLOPS, TRAIN_S, Gathered, Measures
 from mnistperf.diagnosis.measure import busy_window, window_price
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.epoch_reading import EpochReading
-from mnistperf.diagnosis.measure.flops import run_utilization, utilization
+from mnistperf.diagnosis.measure.flops import Peak, run_utilization, utilization
 from mnistperf.diagnosis.measure.memory import EpochMemory, device_peaks_mb, reset_device_peaks
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.measure.window_reading import WindowReading
+from mnistperf.diagnosis.record import epoch_text
 from mnistperf.diagnosis.record.advice import Hints
 from mnistperf.diagnosis.record.rows import epoch_row, ranks_apart
 from mnistperf.diagnosis.record.summary import aggregate
@@ -33,7 +34,7 @@ class EpochClock:
 
     Settings as :class:`~mnistperf.diagnosis.EpochTimer`'s (``metric``: its ``monitor``); ``profile_window``: whether
     a window's busy share is read (False: no step runs, or the loop hides it); ``busy_unavailable``: why it cannot be.
-    ``peak``: the device's peak FLOP/s and its name (or why none); ``world_size``: the ranks; ``clock_calls``: whether
+    ``peak``: the device's peak FLOP/s (None: not looked up); ``world_size``: the ranks; ``clock_calls``: whether
     the operator clock may stand in for a profiler the fit cannot pay for (a Lightning step, nothing compiled);
     ``flops_per_step``: one training step's FLOPs where given, else ``flops_reason`` says why none (yet).
     """
@@ -48,13 +49,14 @@ class EpochClock:
         trace_limit: int | None = busy_window.TRACE_LIMIT,
         window_share: float | None = window_price.WINDOW_FIT_SHARE,
         metric: str | None = None,
-        peak: tuple[float | None, str | None] = (None, "no peak was looked up"),
+        peak: Peak | None = None,
         world_size: int = 1,
         clock_calls: bool = False,
         flops_per_step: float | None = None,
         flops_reason: str | None = None,
     ):
         self.device, self.metric, self.peak, self.world_size = device, metric, peak, world_size
+        self._peak_flops = peak.flops_per_s if peak is not None else None
         self._flops_per_step = flops_per_step
         self._flops_reason = flops_reason or "the step's FLOPs were not counted"
         self.input_bound_share = input_bound_share
@@ -308,7 +310,7 @@ class EpochClock:
         ``extra``: what else the row holds (the validation's metrics, the samples per loader).
         """
         merged = gathered.measures
-        extra = {**extra, **utilization(merged[FLOPS], merged[TRAIN_S], self.peak[0], self.world_size)}
+        extra = {**extra, **utilization(merged[FLOPS], merged[TRAIN_S], self._peak_flops, self.world_size)}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))
         if self.windows.cost is not None and self.reading is not None:  # a window read in this epoch
@@ -345,7 +347,12 @@ class EpochClock:
         )
         found.update(
             run_utilization(
-                found["epochs"], found["steady_epochs"], self._flops_per_step, self.peak, self._flops_reason
+                found["epochs"],
+                found["steady_epochs"],
+                self._flops_per_step,
+                self._peak_flops,
+                epoch_text.peak_said(self.peak),
+                self._flops_reason,
             )
         )
         return found

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S
+from mnistperf.diagnosis.measure import flops
 from mnistperf.diagnosis.measure.batches import FirstBatch
 from mnistperf.diagnosis.measure.drawn_steps import EVERY
+from mnistperf.diagnosis.measure.flops import Peak
 from mnistperf.diagnosis.record.units import seconds, throughput
 
 
@@ -36,6 +38,30 @@ def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
 def busy_unmeasured(reason: str) -> str:
     """Why the fit has no busy share, said as it starts."""
     return f"busy share not measured: {reason}."
+
+
+GIVE_FLOPS = "EpochTimer(flops_per_batch=...) gives the step's FLOPs"
+COMPILED_UNCOUNTED = f"the module runs through torch.compile, whose graphs a FLOP counter would change; {GIVE_FLOPS}"
+
+
+def peak_said(peak: Peak | None) -> str:
+    """A device's peak as the summary names it, or why there is none."""
+    if peak is None:
+        return "no peak was looked up"
+    if peak.name is None:
+        return f"no peak is known for a {peak.device_type} device"
+    if peak.flops_per_s is None:
+        return f"no {peak.fmt} peak is known for {peak.name} (Lightning's table, or {flops.__name__}.OWN_PEAKS)"
+    return f"{peak.name}'s {peak.fmt} peak ({peak.flops_per_s / 1e12:,.0f} TFLOP/s)"
+
+
+def too_few_to_count(steps_left: float, needed: float) -> str:
+    """Why a fit of ``steps_left`` training steps has its FLOPs not counted: the counter needs ``needed``."""
+    return (
+        f"the fit's {steps_left:,.0f} training steps are too few for the FLOP counter (about "
+        f"{flops.COUNT_COST_STEPS} steps' time) to cost under {flops.COUNT_SHARE:.1%} of them "
+        f"(it needs {needed:,.0f}); {GIVE_FLOPS}"
+    )
 
 
 def unsampled(first: int | None, last: int | None, steps: int) -> str:

@@ -74,10 +74,6 @@ class EpochCores:
         return wait, min(max(used / ((now - self.started) * usable_cpus()), 0.0), 1.0)
 
 
-# Why freeing the cores may buy more than the training thread's wait: said wherever that wait is priced
-UNREAD = "the step's other threads' waits are not read"
-
-
 def cores_held_by(figures: dict[str, Any]) -> dict[str, Any] | None:
     """Who held the cores (``by`` its workers or other work) where the training thread waited for one; else None."""
     wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)

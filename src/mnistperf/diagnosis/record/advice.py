@@ -20,11 +20,10 @@ from mnistperf.diagnosis.figures import (
     INPUT_WAIT_SHARE,
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
-from mnistperf.diagnosis.measure.cores import UNREAD
 from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, STEP_WORK
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
 from mnistperf.diagnosis.record.units import seconds
-from mnistperf.diagnosis.record.verdict import WAITED_FOR_A_CORE
+from mnistperf.diagnosis.record.verdict import UNREAD, WAITED_FOR_A_CORE
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 

@@ -13,7 +13,10 @@ from mnistperf.diagnosis.figures import (
     WORKERS_CPU_SHARE,
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
-from mnistperf.diagnosis.measure.cores import UNREAD, cores_held_by
+from mnistperf.diagnosis.measure.cores import cores_held_by
+
+# Why freeing the cores may buy more than the training thread's wait: said wherever that wait is priced
+UNREAD = "the step's other threads' waits are not read"
 
 INPUT_BOUND_SHARE = 0.5  # the host waiting for data this share of train time or more: the input sets the pace
 NEAR_INPUT_LINE = 0.05  # a wait for data this close to that line is a close call: the run is as much the other bound

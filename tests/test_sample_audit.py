@@ -471,3 +471,22 @@ def test_an_epoch_found_not_audited_before_a_checkpoint_is_not_audited_after_the
 def test_a_lone_loader_in_a_dict_is_audited_against_its_dataset():
     audit = audited({"only": DataLoader(Rows(), batch_size=5)}, SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0) and "loaders" not in audit.epochs[0]
+
+
+def test_a_checkpoint_saved_inside_an_epoch_the_audit_cannot_hash_leaves_the_fit_going(tmp_path):
+    """A sparse batch: its rows cannot be read as words. The checkpoint's gather of the epoch must not raise."""
+
+    def sparse(items: list) -> tuple:
+        return torch.stack([x for x, _ in items]).to_sparse(), torch.stack([y for _, y in items])
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_last=True)
+    audit = SampleAudit()
+    fit_module(
+        Probe(),
+        DataLoader(Rows(), batch_size=5, collate_fn=sparse),
+        callbacks=[audit, checkpoint],
+        max_epochs=2,
+        enable_checkpointing=True,
+    )
+    assert [row["audited"] for row in audit.epochs] == [False, False]  # said, not audited: the fit went on
+    assert (tmp_path / "last.ckpt").exists()

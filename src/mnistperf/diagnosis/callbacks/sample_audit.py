@@ -325,7 +325,12 @@ class SampleAudit(Callback):
         if trainer is None or not self._in_epoch:
             return {}
         self._settle()
-        parts = self._local(trainer)  # its hash may find the epoch not audited
+        try:
+            parts = self._local(trainer)
+        except Exception as error:  # the epoch is not audited; the checkpoint, and the fit, go on
+            self._failed = self.problems.note("collecting the epoch's fingerprints", error)
+            self._start_epoch()
+            parts = self._local(trainer)  # none: every rank still takes part in the gather
         order = Order.UNKNOWN if self._failed is None else Order.FAILED
         shares = gathered_shares(trainer, parts, order, self._carried_counts)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]

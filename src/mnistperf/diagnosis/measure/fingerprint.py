@@ -219,9 +219,10 @@ class HeldSteps:
 
     def hold(self, loader: int, rows: list[torch.Tensor], samples: int) -> bool:
         """Keep a step's rows; whether the held steps are now due to be hashed (:meth:`flush`)."""
+        size = sum(t.nbytes for t in rows)  # before the rows are kept: a tensor without a size is not held
         self._held[loader].append((rows, samples))
         self._samples += samples
-        self._bytes += sum(t.nbytes for t in rows)
+        self._bytes += size
         return self._samples >= HASH_SAMPLES or self._bytes >= HASH_BYTES
 
     def flush(self) -> list[list[torch.Tensor]]:

@@ -490,3 +490,24 @@ def test_a_checkpoint_saved_inside_an_epoch_the_audit_cannot_hash_leaves_the_fit
     )
     assert [row["audited"] for row in audit.epochs] == [False, False]  # said, not audited: the fit went on
     assert (tmp_path / "last.ckpt").exists()
+
+
+class ReusedBatch:
+    """A loader that hands out one batch object every step, its tensors replaced (a buffer reused)."""
+
+    def __init__(self):
+        self.data = Rows()
+        self.batch = type("Buffer", (), {})()
+
+    def __len__(self) -> int:
+        return ROWS // 4
+
+    def __iter__(self):
+        for first in range(0, ROWS, 4):
+            self.batch.x, self.batch.y = self.data.x[first : first + 4], self.data.y[first : first + 4]
+            yield self.batch
+
+
+def test_a_batch_object_the_loader_hands_out_again_is_read_anew_each_step():
+    audit = audited(ReusedBatch(), SampleAudit(dataset_size=ROWS), epochs=1)  # alone: no other callback reads it
+    assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)

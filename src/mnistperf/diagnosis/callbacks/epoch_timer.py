@@ -208,7 +208,8 @@ class EpochTimer(Callback):
                     self.clock.flops_counted(reason=epoch_text.too_few_to_count(left, needed))
         except Exception as error:
             self.problems.note("timing a step's start", error)
-        self.samples.begin(trainer, pl_module, batch)  # apart from the timing: a step whose clock failed still counts
+        # apart from the timing: a step whose clock failed still counts
+        self.samples.begin(trainer, pl_module, batch, batch_idx)
         try:  # profiled steps run slower: none of them is sampled
             self._sampled.step_start(
                 batch_idx, trainer.accumulate_grad_batches, self.clock.profiling, trainer.current_epoch

@@ -42,11 +42,11 @@ class TimerSamples:
             return 0
         return int(self.own(part)) if self.own is not None else READINGS.read(part).samples
 
-    def begin(self, trainer: Trainer, module: LightningModule, batch: Any) -> None:
-        """A step begins: read its samples; say once what the fit's first batch showed, or that none gives a count."""
+    def begin(self, trainer: Trainer, module: LightningModule, batch: Any, index: int) -> None:
+        """Step ``index`` begins: read its samples; say once what the fit's first batch showed, or that none counts."""
         counts: list[int | None] = [None]
         try:
-            counts = self.batches.begin(batch, self._count)
+            counts = self.batches.begin(batch, self._count, (trainer.current_epoch, index))
         except Exception as error:
             self.problems.note("counting a step's samples", error)
         if self.batches.first is not None:  # the fit's first batch, said where the count failed too

@@ -31,11 +31,15 @@ class Recent:
         self.size = size
         self._kept: list[tuple[Any, int, Reading]] = []
         self._step: Any = None  # the step's whole batch
+        self._key: Any = None  # which step it is
 
-    def step(self, batch: Any) -> None:
-        """A step with ``batch`` begins: the readings of another step's batches are let go."""
-        if batch is not self._step:
-            self._step, self._kept = batch, []
+    def step(self, batch: Any, key: Any = None) -> None:
+        """Step ``key`` begins with ``batch``: the readings of another step's batches are let go.
+
+        Another step's, also where its loader hands out the same batch object again, its tensors replaced.
+        """
+        if batch is not self._step or key != self._key:
+            self._step, self._key, self._kept = batch, key, []
 
     def read(self, batch: Any, sample_dims: int = 1) -> Reading:
         """:func:`read` of ``batch``, once while it is kept."""
@@ -48,7 +52,7 @@ class Recent:
 
     def forget(self) -> None:
         """Let go of every batch kept (a step ended)."""
-        self._step, self._kept = None, []
+        self._step, self._key, self._kept = None, None, []
 
 
 READINGS = Recent()  # the one reading of each batch both callbacks share
@@ -165,13 +169,13 @@ class TrainingBatches:
         """Each loader's part of a step's batch (or of the loaders), in :attr:`names`' order (None: it gave none)."""
         return [functools.reduce(operator.getitem, path, batch) for path in self.paths]
 
-    def begin(self, batch: Any, read: Callable[[Any], Any]) -> list[Any]:
-        """A step begins: ``read`` of each loader's part, kept as :attr:`pending` until :meth:`trained`.
+    def begin(self, batch: Any, read: Callable[[Any], Any], step: Any = None) -> list[Any]:
+        """Step ``step`` (a key) begins: ``read`` of each loader's part, kept as :attr:`pending` until :meth:`trained`.
 
         ``read`` gets None for a loader that gave no batch this step; where reading fails, ``[None]`` is kept.
         """
         self.pending = [None]
-        READINGS.step(batch)
+        READINGS.step(batch, step)
         if not self._checked:
             self._checked = True
             self.first = self._check(batch)

@@ -219,7 +219,7 @@ class SampleAudit(Callback):
         try:
             if self._watched and not self._as_they_are:
                 self._check_watched()
-            self.batches.begin(batch, self._read, (trainer.current_epoch, batch_idx))
+            self.batches.begin(batch, self._read, (None if trainer is None else trainer.current_epoch, batch_idx))
             if len(self._seen) > len(self.batches.names):  # read as one loader's from now on: pool what was carried
                 seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
                 self._start_epoch()

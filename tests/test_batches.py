@@ -540,3 +540,26 @@ def test_a_batch_the_module_skips_is_let_go_by_the_epochs_end():
         SkipsLast(), DataLoader(batches_of(AttributeBatch), batch_size=None), callbacks=[EpochTimer(), SampleAudit()]
     )
     assert READINGS._kept == []
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        lambda image, label: (image, int(label)),  # a number: the last batch, of one record, too
+        lambda image, label: (image, f"class {int(label)}"),  # a string label
+        lambda image, label: {"image": image, "path": f"{int(label)}.png"},  # a dict with its file's path
+        lambda image, label: (image.flatten(), label.reshape(1)),  # a one-element tensor label
+    ],
+    ids=["number", "string", "path", "one-element"],
+)
+def test_records_a_label_says_are_samples_are_counted_and_audited_by_their_records_the_last_one_alone_too(record):
+    """``collate_fn=lambda samples: samples`` over 33 samples in batches of 4: the last batch is a single record."""
+    image, label = images(33)
+    data = [record(one, its) for one, its in zip(image, label, strict=True)]
+    loader = DataLoader(data, batch_size=4, collate_fn=lambda samples: samples)
+    timer, audit = EpochTimer(), SampleAudit()
+    fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=1)
+    counts = timer.epochs[0].get("sample_counts") or {}  # Lightning's reading of a record may differ: said
+    assert timer.epochs[0]["samples"] == 33 and "audit" not in counts and "loader" not in counts, counts
+    row = audit.epochs[0]
+    assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (33, 33, 0, 0)

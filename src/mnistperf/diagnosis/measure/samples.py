@@ -180,13 +180,13 @@ def sample_items(batch: Any) -> Reading | None:
     """The reading of ``batch`` where it holds its samples one item each: their tensors and strings; else None.
 
     Its fields as columns (:func:`_columns`) or as records (:func:`_records`); where both read it, the one that counts
-    more samples (as columns, where they count the same).
+    more samples (as columns, where they count the same), or the one that is not a guess.
     """
     fields, kind = fields_of(batch) or [], type(batch).__name__
     if all(isinstance(field, LEAVES) for field in fields):  # tensors and such alone, as most batches: read so
         return None
     columns, records = _columns(fields), _records(fields)
-    if records is not None and (columns is None or len(records[0]) > len(columns[0])):
+    if records is not None and (columns is None or len(records[0]) > len(columns[0]) or columns[1] and not records[1]):
         (items, lengths), how = records, f"its {kind}'s items"
         texts = [strings_of(record) for record in fields]
     elif columns is not None:
@@ -242,11 +242,12 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
 def _records(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
     """Samples handed on as the dataset gave them (``collate_fn=lambda samples: samples``): each one's tensors.
 
-    Two or more records (tuples, dicts, ...) of one structure, holding tensors, that are samples by their shapes: a
-    number or 0-dim tensor among their fields (a label), or shapes of their own (images of their own sizes).
-    Records of the same shapes that lead with the batch (two views of it) are not read so.
+    Records (tuples, dicts, ...) of one structure, holding tensors, that are samples by their fields or shapes: a label
+    among their fields (a number, a string, a 0-dim or one-element tensor), or shapes of their own (images of their own
+    sizes). A single record only by its label (an epoch's last batch of one); records of the same shapes that lead
+    with the batch (two views of it) are not read so.
     """
-    if len(fields) < 2 or any(isinstance(field, torch.Tensor) for field in fields):
+    if not fields or any(isinstance(field, torch.Tensor) for field in fields):
         return None
     structures = {_structure(field) for field in fields}
     structure = structures.pop() if len(structures) == 1 else None
@@ -259,8 +260,10 @@ def _records(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     common = common_lead([t for item in shaped for t in item])
     if common is not None and all(len(item) > 1 for item in shaped):  # views of a batch, each leading with it
         return None
-    scalars = any(kind in (int, float) or dims == 0 for kind, dims in structure[2])  # a label a record
-    if not scalars and len({tuple(t.shape for t in item) for item in items}) == 1:
+    labelled = any(kind in (int, float, str, bytes) or dims == 0 for kind, dims in structure[2]) or any(
+        t.shape == (1,) for t in items[0]
+    )
+    if not labelled and (len(fields) == 1 or len({tuple(t.shape for t in item) for item in items}) == 1):
         return None
     return items, (len(items), common) if common is not None and common != len(items) else ()
 

@@ -563,3 +563,12 @@ def test_records_a_label_says_are_samples_are_counted_and_audited_by_their_recor
     assert timer.epochs[0]["samples"] == 33 and "audit" not in counts and "loader" not in counts, counts
     row = audit.epochs[0]
     assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (33, 33, 0, 0)
+
+
+def test_a_text_column_nested_below_the_batchs_top_is_part_of_each_samples_fingerprint():
+    """Samples alike but for their names, kept one level down: ``{"x": ..., "meta": {"name": ...}}``, collated."""
+    data = [{"x": torch.zeros(2), "meta": {"name": f"sample {i}"}} for i in range(20)]
+    audit = SampleAudit()
+    fit_module(Classifier(), DataLoader(data, batch_size=4), callbacks=[audit], max_epochs=1)
+    row = audit.epochs[0]
+    assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (20, 20, 0, 0)

@@ -166,14 +166,23 @@ def with_texts(reading: Reading, batch: Any) -> Reading:
 
     So the audit hashes them beside the rows; without them, texts sharing a label would read as one sample.
     """
-    columns = [
-        field
-        for field in fields_of(batch) or ()
-        if isinstance(field, (tuple, list))
-        and len(field) == reading.samples
-        and all(isinstance(item, (str, bytes)) for item in field)
-    ]
+    columns = text_columns(batch, reading.samples)
     return reading._replace(texts=[list(texts) for texts in zip(*columns, strict=True)]) if columns else reading
+
+
+def text_columns(item: Any, samples: int | None, depth: int = 3) -> list[Any]:
+    """The sequences of ``samples`` strings in ``item``'s fields, and in theirs, up to ``depth`` containers down."""
+    found = []
+    for field in fields_of(item) or ():
+        if (
+            isinstance(field, (tuple, list))
+            and len(field) == samples
+            and all(isinstance(x, (str, bytes)) for x in field)
+        ):
+            found.append(field)
+        elif depth and not isinstance(field, LEAVES):
+            found += text_columns(field, samples, depth - 1)
+    return found
 
 
 def sample_items(batch: Any) -> Reading | None:

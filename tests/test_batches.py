@@ -572,3 +572,21 @@ def test_a_text_column_nested_below_the_batchs_top_is_part_of_each_samples_finge
     fit_module(Classifier(), DataLoader(data, batch_size=4), callbacks=[audit], max_epochs=1)
     row = audit.epochs[0]
     assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (20, 20, 0, 0)
+
+
+class SettingSizedBatch(AttributeBatch):
+    """An object whose ``batch_size`` is the loader's setting, not what it holds: the last batch holds fewer."""
+
+    def __init__(self, items: list):
+        image, label = torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
+        super().__init__(image, label)
+        self.batch_size = 4
+
+
+def test_a_stated_batch_size_that_no_tensor_leads_with_is_not_taken_for_the_count():
+    image, label = images(18)  # batches of 4, the last of 2
+    loader = DataLoader(list(zip(image, label, strict=True)), batch_size=4, collate_fn=SettingSizedBatch)
+    timer, audit = EpochTimer(), SampleAudit()
+    fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=1)
+    assert timer.epochs[0]["samples"] == 18 and audit.epochs[0]["audited"]
+    assert (audit.epochs[0]["seen"], audit.epochs[0]["distinct"], audit.epochs[0]["missing"]) == (18, 18, 0)

@@ -341,8 +341,8 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         return Reading(graphs.total, f"the graphs of its {name}", rows, graphs)
     tensors = tensors_of(batch)
     size = stated_size(batch) if sample_dims == 1 else None
-    if size is not None:
-        rows = [t for t in tensors if t.ndim and t.shape[0] == size]
+    rows = [t for t in tensors if t.ndim and t.shape[0] == size] if size is not None else []
+    if rows or (size is not None and not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
         return with_texts(Reading(size, f"its batch_size ({type(batch).__name__})", rows), batch)
     if sample_dims > 1:
         return _by_first(tensors, sample_dims)

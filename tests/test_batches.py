@@ -590,3 +590,21 @@ def test_a_stated_batch_size_that_no_tensor_leads_with_is_not_taken_for_the_coun
     fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=1)
     assert timer.epochs[0]["samples"] == 18 and audit.epochs[0]["audited"]
     assert (audit.epochs[0]["seen"], audit.epochs[0]["distinct"], audit.epochs[0]["missing"]) == (18, 18, 0)
+
+
+class NodeSizedGraphs(GraphBatch):
+    """A graph batch without a graph count or pointer, whose length is its nodes (as some libraries' data objects)."""
+
+    def __init__(self, graphs: list[torch.Tensor], targets: torch.Tensor):
+        super().__init__(graphs, targets)
+        del self.ptr, self.num_graphs
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+def test_a_graph_batch_without_a_count_is_counted_by_its_nodes_graph_index_before_its_length():
+    generator = torch.Generator().manual_seed(0)
+    graphs = [torch.randn(2 + i % 3, 4, generator=generator) for i in range(4)]
+    reading = read(NodeSizedGraphs(graphs, torch.arange(4.0)))
+    assert (reading.samples, reading.counted_by) == (4, "the graphs of its NodeSizedGraphs")

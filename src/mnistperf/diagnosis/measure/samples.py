@@ -82,20 +82,24 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
 
 
 def graph_count(item: Any, index: torch.Tensor) -> int | None:
-    """The graphs of a graph batch: its ``num_graphs``, its pointer's length less one, its length, or counted."""
+    """The graphs of a graph batch: its ``num_graphs``, its pointer's length less one, counted, or its length.
+
+    Counted from the per-node index on a CPU (elsewhere counting would wait for the device) before its length, which
+    an object may give in nodes.
+    """
     count = getattr(item, GRAPH_COUNT, None)
     if isinstance(count, int) and not isinstance(count, bool):
         return count
     pointer = getattr(item, GRAPH_POINTER, None)
     if isinstance(pointer, torch.Tensor) and pointer.ndim == 1 and len(pointer):
         return len(pointer) - 1
+    if index.device.type == "cpu":
+        return int(index.max()) + 1 if index.numel() else 0
     if hasattr(type(item), "__len__"):
         try:
             return len(item)
         except TypeError:
             pass
-    if index.device.type == "cpu":  # elsewhere counting would wait for the device
-        return int(index.max()) + 1 if index.numel() else 0
     return None
 
 

@@ -608,3 +608,9 @@ def test_a_graph_batch_without_a_count_is_counted_by_its_nodes_graph_index_befor
     graphs = [torch.randn(2 + i % 3, 4, generator=generator) for i in range(4)]
     reading = read(NodeSizedGraphs(graphs, torch.arange(4.0)))
     assert (reading.samples, reading.counted_by) == (4, "the graphs of its NodeSizedGraphs")
+
+
+def test_a_list_of_same_shaped_tensors_without_labels_is_read_by_its_first_tensors_length():
+    """No reading tells four 3-channel images handed on as given from a batch of 3: the docs say so, and how to say."""
+    image, _ = images(4)
+    assert read(list(image)).samples == CHANNELS

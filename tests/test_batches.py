@@ -14,8 +14,9 @@ from lightning import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
+from mnistperf.diagnosis.measure.batch_fields import tensors_of
 from mnistperf.diagnosis.measure.fingerprint import text_digests
-from mnistperf.diagnosis.measure.samples import read, tensors_of
+from mnistperf.diagnosis.measure.samples import read
 
 MOLECULES, BATCH = 12, 3
 
@@ -614,3 +615,18 @@ def test_a_list_of_same_shaped_tensors_without_labels_is_read_by_its_first_tenso
     """No reading tells four 3-channel images handed on as given from a batch of 3: the docs say so, and how to say."""
     image, _ = images(4)
     assert read(list(image)).samples == CHANNELS
+
+
+def test_a_graphs_edge_features_are_not_node_rows_even_where_the_edges_are_as_many_as_the_nodes():
+    """Edges as many as the nodes by chance: read as node rows, they would tie each graph to its batch-mates."""
+    generator = torch.Generator().manual_seed(0)
+    graphs = [torch.randn(2 + i % 3, 4, generator=generator) for i in range(4)]
+
+    def batched(order: list[int]) -> GraphBatch:
+        batch = GraphBatch([graphs[i] for i in order], torch.tensor([float(i) for i in order]))
+        batch.edge_attr = torch.randn(len(batch.x), 2, generator=generator)  # one edge a node, other values each time
+        return batch
+
+    audit = SampleAudit()
+    first, again = audit.fingerprints(batched([0, 1, 2, 3])), audit.fingerprints(batched([3, 2, 1, 0]))
+    assert torch.equal(first, again.flip(0))  # each graph's own, whatever its batch-mates and their edges

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mnistperf.diagnosis.measure.samples import Graphs
+from mnistperf.diagnosis.measure.graph_batches import Graphs
 
 PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
 
-# Where a graph batch keeps each node's graph, its graph count and the first node of each graph (PyG's names).
-GRAPH_INDEX, GRAPH_COUNT, GRAPH_POINTER = "batch", "num_graphs", "ptr"
+from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, tensors_of
+from mnistperf.diagnosis.measure.graph_batches import GRAPH_POINTER, Graphs, edge_fields, find_graphs
 
-
-class Graphs(NamedTuple):
-    """A graph batch's nodes: each sample is a graph, a segment of the node rows."""
-
-    total: int  # graphs in the batch
-    of_node: torch.Tensor  # [nodes]: each node's graph
-    nodes: list[torch.Tensor]  # the tensors with a row per node (the index apart)
-
-
-LEAVES = (torch.Tensor, str, bytes, int, float, bool, type(None))  # what holds no tensor of its own to look into
 FIRST_LENGTH = "the first tensor's length"  # what counts a batch's samples, where nothing else does
 
 
@@ -35,101 +24,6 @@ class Reading(NamedTuple):
     lengths: tuple[int, ...] = ()  # where the count is the first tensor's: the distinct leading lengths, in order
     items: list[list[torch.Tensor]] | None = None  # a batch of one item a sample: each sample's own tensors
     texts: list[list[str | bytes]] | None = None  # each sample's strings (and numbers, of one item a sample)
-
-
-def fields_of(item: Any) -> list[Any] | None:
-    """The items a batch's container holds, in order; None for anything else (a tensor, a number, a string).
-
-    A sequence's, a mapping's values, a dataclass's fields (even where it iterates), an object's ``to_dict()`` or else
-    its public attributes.
-    """
-    if isinstance(item, (tuple, list)):
-        return list(item)
-    if isinstance(item, Mapping):
-        return list(item.values())
-    if dataclasses.is_dataclass(item) and not isinstance(item, type):  # its fields first, even where it iterates
-        return [getattr(item, field.name, None) for field in dataclasses.fields(item)]
-    if isinstance(item, (*LEAVES, type)):
-        return None
-    as_dict = getattr(item, "to_dict", None)  # a graph library's batch, a TensorDict: their store, not their methods
-    if callable(as_dict):
-        try:
-            found = as_dict()
-        except Exception:
-            found = None
-        if isinstance(found, Mapping):
-            return list(found.values())
-    try:
-        attributes = vars(item)
-    except TypeError:
-        return None
-    return [value for name, value in attributes.items() if not name.startswith("_")]
-
-
-def tensors_of(batch: Any) -> list[torch.Tensor]:
-    """Every tensor of a batch, in order, in any nest of the containers :func:`fields_of` reads.
-
-    Fields set in ``__post_init__`` count too (a batched graph's node features).
-    """
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    found = fields_of(batch)
-    if found is None:
-        return []
-    if all(isinstance(item, torch.Tensor) for item in found):
-        return found  # the common batch, read without recursion: this runs every step
-    return [tensor for item in found if not isinstance(item, LEAVES[1:]) for tensor in tensors_of(item)]
-
-
-def graph_count(item: Any, index: torch.Tensor) -> int | None:
-    """The graphs of a graph batch: its ``num_graphs``, its pointer's length less one, counted, or its length.
-
-    Counted from the per-node index on a CPU (elsewhere counting would wait for the device) before its length, which
-    an object may give in nodes.
-    """
-    count = getattr(item, GRAPH_COUNT, None)
-    if isinstance(count, int) and not isinstance(count, bool):
-        return count
-    pointer = getattr(item, GRAPH_POINTER, None)
-    if isinstance(pointer, torch.Tensor) and pointer.ndim == 1 and len(pointer):
-        return len(pointer) - 1
-    if index.device.type == "cpu":
-        return int(index.max()) + 1 if index.numel() else 0
-    if hasattr(type(item), "__len__"):
-        try:
-            return len(item)
-        except TypeError:
-            pass
-    return None
-
-
-def graphs_in(item: Any) -> Graphs | None:
-    """``item`` as a graph batch: an object with a per-node graph index (``batch``) and a graph count; else None."""
-    if isinstance(item, (torch.Tensor, tuple, list, Mapping)):
-        return None
-    index = getattr(item, GRAPH_INDEX, None)
-    if not isinstance(index, torch.Tensor) or index.ndim != 1 or index.is_floating_point():
-        return None
-    count = graph_count(item, index)
-    if count is None:
-        return None
-    pointer = getattr(item, GRAPH_POINTER, None)
-    nodes = [t for t in tensors_of(item) if t is not index and t is not pointer and t.ndim and t.shape[0] == len(index)]
-    return Graphs(count, index, nodes)
-
-
-def find_graphs(batch: Any, depth: int = 3) -> tuple[Graphs | None, Any]:
-    """The first graph batch in ``batch`` (itself, or nested up to ``depth`` containers down), and the object."""
-    graphs = graphs_in(batch)
-    if graphs is not None:
-        return graphs, batch
-    if depth and not isinstance(batch, torch.Tensor):
-        for item in fields_of(batch) or []:
-            if not isinstance(item, LEAVES):
-                found = find_graphs(item, depth - 1)
-                if found[0] is not None:
-                    return found
-    return None, None
 
 
 def stated_size(batch: Any) -> int | None:
@@ -339,7 +233,9 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
     """:func:`read` of a batch that is not a plain tensor, tuple or dict of tensors."""
     graphs, holder = find_graphs(batch) if sample_dims == 1 else (None, None)
     if graphs is not None:
-        apart = {id(t) for t in (*graphs.nodes, graphs.of_node, getattr(holder, GRAPH_POINTER, None))}
+        apart = {
+            id(t) for t in (*graphs.nodes, graphs.of_node, getattr(holder, GRAPH_POINTER, None), *edge_fields(holder))
+        }
         rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == graphs.total]
         name = type(holder).__name__
         return Reading(graphs.total, f"the graphs of its {name}", rows, graphs)

@@ -1,0 +1,55 @@
+"""What a batch's containers hold: their fields in order, and every tensor in any nest of them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+LEAVES = (torch.Tensor, str, bytes, int, float, bool, type(None))  # what holds no tensor of its own to look into
+
+
+def fields_of(item: Any) -> list[Any] | None:
+    """The items a batch's container holds, in order; None for anything else (a tensor, a number, a string).
+
+    A sequence's, a mapping's values, a dataclass's fields (even where it iterates), an object's ``to_dict()`` or else
+    its public attributes.
+    """
+    if isinstance(item, (tuple, list)):
+        return list(item)
+    if isinstance(item, Mapping):
+        return list(item.values())
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):  # its fields first, even where it iterates
+        return [getattr(item, field.name, None) for field in dataclasses.fields(item)]
+    if isinstance(item, (*LEAVES, type)):
+        return None
+    as_dict = getattr(item, "to_dict", None)  # a graph library's batch, a TensorDict: their store, not their methods
+    if callable(as_dict):
+        try:
+            found = as_dict()
+        except Exception:
+            found = None
+        if isinstance(found, Mapping):
+            return list(found.values())
+    try:
+        attributes = vars(item)
+    except TypeError:
+        return None
+    return [value for name, value in attributes.items() if not name.startswith("_")]
+
+
+def tensors_of(batch: Any) -> list[torch.Tensor]:
+    """Every tensor of a batch, in order, in any nest of the containers :func:`fields_of` reads.
+
+    Fields set in ``__post_init__`` count too (a batched graph's node features).
+    """
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    found = fields_of(batch)
+    if found is None:
+        return []
+    if all(isinstance(item, torch.Tensor) for item in found):
+        return found  # the common batch, read without recursion: this runs every step
+    return [tensor for item in found if not isinstance(item, LEAVES[1:]) for tensor in tensors_of(item)]

@@ -1,0 +1,84 @@
+"""Graph batches, as graph libraries make them: each sample a graph, a segment of the batch's node rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import torch
+
+from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, tensors_of
+
+# Where a graph batch keeps each node's graph, its graph count and the first node of each graph (PyG's names).
+GRAPH_INDEX, GRAPH_COUNT, GRAPH_POINTER = "batch", "num_graphs", "ptr"
+
+
+class Graphs(NamedTuple):
+    """A graph batch's nodes: each sample is a graph, a segment of the node rows."""
+
+    total: int  # graphs in the batch
+    of_node: torch.Tensor  # [nodes]: each node's graph
+    nodes: list[torch.Tensor]  # the tensors with a row per node (the index apart)
+
+
+def graph_count(item: Any, index: torch.Tensor) -> int | None:
+    """The graphs of a graph batch: its ``num_graphs``, its pointer's length less one, counted, or its length.
+
+    Counted from the per-node index on a CPU (elsewhere counting would wait for the device) before its length, which
+    an object may give in nodes.
+    """
+    count = getattr(item, GRAPH_COUNT, None)
+    if isinstance(count, int) and not isinstance(count, bool):
+        return count
+    pointer = getattr(item, GRAPH_POINTER, None)
+    if isinstance(pointer, torch.Tensor) and pointer.ndim == 1 and len(pointer):
+        return len(pointer) - 1
+    if index.device.type == "cpu":
+        return int(index.max()) + 1 if index.numel() else 0
+    if hasattr(type(item), "__len__"):
+        try:
+            return len(item)
+        except TypeError:
+            pass
+    return None
+
+
+def graphs_in(item: Any) -> Graphs | None:
+    """``item`` as a graph batch: an object with a per-node graph index (``batch``) and a graph count; else None."""
+    if isinstance(item, (torch.Tensor, tuple, list, Mapping)):
+        return None
+    index = getattr(item, GRAPH_INDEX, None)
+    if not isinstance(index, torch.Tensor) or index.ndim != 1 or index.is_floating_point():
+        return None
+    count = graph_count(item, index)
+    if count is None:
+        return None
+    apart = {id(index), id(getattr(item, GRAPH_POINTER, None)), *map(id, edge_fields(item))}
+    nodes = [t for t in tensors_of(item) if id(t) not in apart and t.ndim and t.shape[0] == len(index)]
+    return Graphs(count, index, nodes)
+
+
+def edge_fields(item: Any) -> list[Any]:
+    """A graph batch's fields named for its edges (``edge_attr``, ``edge_index``): no node's or graph's rows."""
+    as_dict = getattr(item, "to_dict", None)
+    try:
+        named = as_dict() if callable(as_dict) else vars(item)
+    except Exception:
+        return []
+    return (
+        [value for name, value in named.items() if str(name).startswith("edge")] if isinstance(named, Mapping) else []
+    )
+
+
+def find_graphs(batch: Any, depth: int = 3) -> tuple[Graphs | None, Any]:
+    """The first graph batch in ``batch`` (itself, or nested up to ``depth`` containers down), and the object."""
+    graphs = graphs_in(batch)
+    if graphs is not None:
+        return graphs, batch
+    if depth and not isinstance(batch, torch.Tensor):
+        for item in fields_of(batch) or []:
+            if not isinstance(item, LEAVES):
+                found = find_graphs(item, depth - 1)
+                if found[0] is not None:
+                    return found
+    return None, None

@@ -25,19 +25,28 @@ def fields_of(item: Any) -> list[Any] | None:
         return [getattr(item, field.name, None) for field in dataclasses.fields(item)]
     if isinstance(item, (*LEAVES, type)):
         return None
-    as_dict = getattr(item, "to_dict", None)  # a graph library's batch, a TensorDict: their store, not their methods
+    named = named_fields(item)
+    return None if named is None else list(named.values())
+
+
+def named_fields(item: Any) -> Mapping[Any, Any] | None:
+    """An object's fields by name: its ``to_dict()``, else its public attributes; None where it has neither.
+
+    A graph library's batch and a TensorDict give their store by ``to_dict()``, not their methods.
+    """
+    as_dict = getattr(item, "to_dict", None)
     if callable(as_dict):
         try:
             found = as_dict()
         except Exception:
             found = None
         if isinstance(found, Mapping):
-            return list(found.values())
+            return found
     try:
         attributes = vars(item)
     except TypeError:
         return None
-    return [value for name, value in attributes.items() if not name.startswith("_")]
+    return {name: value for name, value in attributes.items() if not name.startswith("_")}
 
 
 def tensors_of(batch: Any) -> list[torch.Tensor]:

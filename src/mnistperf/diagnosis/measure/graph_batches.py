@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, tensors_of
+from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, named_fields, tensors_of
 
 # Where a graph batch keeps each node's graph, its graph count and the first node of each graph (PyG's names).
 GRAPH_INDEX, GRAPH_COUNT, GRAPH_POINTER = "batch", "num_graphs", "ptr"
@@ -19,6 +19,7 @@ class Graphs(NamedTuple):
     total: int  # graphs in the batch
     of_node: torch.Tensor  # [nodes]: each node's graph
     nodes: list[torch.Tensor]  # the tensors with a row per node (the index apart)
+    apart: tuple[Any, ...] = ()  # its fields that are neither a node's nor a graph's rows: the pointer, the edges'
 
 
 def graph_count(item: Any, index: torch.Tensor) -> int | None:
@@ -53,21 +54,12 @@ def graphs_in(item: Any) -> Graphs | None:
     count = graph_count(item, index)
     if count is None:
         return None
-    apart = {id(index), id(getattr(item, GRAPH_POINTER, None)), *map(id, edge_fields(item))}
-    nodes = [t for t in tensors_of(item) if id(t) not in apart and t.ndim and t.shape[0] == len(index)]
-    return Graphs(count, index, nodes)
-
-
-def edge_fields(item: Any) -> list[Any]:
-    """A graph batch's fields named for its edges (``edge_attr``, ``edge_index``): no node's or graph's rows."""
-    as_dict = getattr(item, "to_dict", None)
-    try:
-        named = as_dict() if callable(as_dict) else vars(item)
-    except Exception:
-        return []
-    return (
-        [value for name, value in named.items() if str(name).startswith("edge")] if isinstance(named, Mapping) else []
-    )
+    # the pointer and the fields named for edges (edge_attr, edge_index): no node's rows, whatever their count
+    edges = [value for name, value in (named_fields(item) or {}).items() if str(name).startswith("edge")]
+    apart = (getattr(item, GRAPH_POINTER, None), *edges)
+    skipped = {id(index), *map(id, apart)}
+    nodes = [t for t in tensors_of(item) if id(t) not in skipped and t.ndim and t.shape[0] == len(index)]
+    return Graphs(count, index, nodes, apart)
 
 
 def find_graphs(batch: Any, depth: int = 3) -> tuple[Graphs | None, Any]:

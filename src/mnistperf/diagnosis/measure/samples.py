@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import torch
 
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, tensors_of
-from mnistperf.diagnosis.measure.graph_batches import GRAPH_POINTER, Graphs, edge_fields, find_graphs
+from mnistperf.diagnosis.measure.graph_batches import Graphs, find_graphs
 
 FIRST_LENGTH = "the first tensor's length"  # what counts a batch's samples, where nothing else does
 
@@ -233,9 +233,7 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
     """:func:`read` of a batch that is not a plain tensor, tuple or dict of tensors."""
     graphs, holder = find_graphs(batch) if sample_dims == 1 else (None, None)
     if graphs is not None:
-        apart = {
-            id(t) for t in (*graphs.nodes, graphs.of_node, getattr(holder, GRAPH_POINTER, None), *edge_fields(holder))
-        }
+        apart = {id(t) for t in (*graphs.nodes, graphs.of_node, *graphs.apart)}
         rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == graphs.total]
         name = type(holder).__name__
         return Reading(graphs.total, f"the graphs of its {name}", rows, graphs)

@@ -17,6 +17,7 @@ from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.measure.batch_fields import tensors_of
 from mnistperf.diagnosis.measure.fingerprint import text_digests
 from mnistperf.diagnosis.measure.samples import read
+from mnistperf.diagnosis.record.epoch_text import counted_by as said
 
 MOLECULES, BATCH = 12, 3
 
@@ -251,7 +252,7 @@ def graph_list(count: int = SAMPLES) -> list[torch.Tensor]:
 )
 def test_the_reader_counts_the_samples_of_any_batch_where_lightnings_reader_may_not(batch, counted_by):
     reading = read(batch)
-    assert (reading.samples, reading.counted_by) == (SAMPLES, counted_by)
+    assert (reading.samples, said(reading.counted_by)) == (SAMPLES, counted_by)
     assert all(t.shape[0] == SAMPLES for t in reading.rows) and reading.rows
 
 
@@ -260,11 +261,12 @@ def test_a_batch_of_one_item_a_sample_is_counted_by_its_items_and_a_feature_pyra
     for batch in (detection_batch(image, label), (list(image), label), {"image": list(image), "label": label}):
         reading = read(batch)
         assert (reading.samples, len(reading.items or [])) == (SAMPLES, SAMPLES), type(batch)
-        assert reading.counted_by == f"the items of its {type(batch).__name__}'s sequences"
+        assert said(reading.counted_by) == f"the items of its {type(batch).__name__}'s sequences"
     detected = read(detection_batch(image, label)).items
     assert detected is not None and [t.shape for t in detected[1]] == [(CHANNELS, 4, 3), (2, 4), (1,)]
     for last in (detection_batch(image[:1], label[:1]), ((image[0],), (label[0],))):  # an epoch's last batch of one
-        assert (read(last).samples, read(last).counted_by) == (1, "the items of its tuple's sequences")  # not 2 records
+        one = read(last)  # not 2 records
+        assert (one.samples, said(one.counted_by)) == (1, "the items of its tuple's sequences")
     levels = [image, image[:, :, :2, :2]]  # a pyramid's levels, each leading with the batch: not one item a sample
     assert (read((levels, levels)).samples, read((levels, levels)).items) == (SAMPLES, None)
     named = read((image, [f"file{i}.png" for i in range(SAMPLES)]))  # file names beside the batch's tensors
@@ -282,7 +284,8 @@ def test_samples_handed_on_as_the_dataset_gave_them_are_counted_by_their_records
     ]
     for batch, guessed in zip(as_given, ((), (size, CHANNELS), (size, CHANNELS)), strict=True):
         reading = read(batch)  # one tensor and a label a record: a guess, said (a view of a batch and its weight?)
-        assert (reading.samples, reading.counted_by, reading.lengths) == (size, "its list's items", guessed), batch[0]
+        counted = (reading.samples, said(reading.counted_by), reading.lengths)
+        assert counted == (size, "its list's items", guessed), batch[0]
     records = list(zip(image, label.tolist(), strict=True))  # labels that are numbers: as records, as columns
     for given in (records, tuple(zip(*records, strict=True))):
         assert read(given).samples == size, type(given)
@@ -608,7 +611,7 @@ def test_a_graph_batch_without_a_count_is_counted_by_its_nodes_graph_index_befor
     generator = torch.Generator().manual_seed(0)
     graphs = [torch.randn(2 + i % 3, 4, generator=generator) for i in range(4)]
     reading = read(NodeSizedGraphs(graphs, torch.arange(4.0)))
-    assert (reading.samples, reading.counted_by) == (4, "the graphs of its NodeSizedGraphs")
+    assert (reading.samples, said(reading.counted_by)) == (4, "the graphs of its NodeSizedGraphs")
 
 
 def test_a_list_of_same_shaped_tensors_without_labels_is_read_by_its_first_tensors_length():
@@ -630,3 +633,11 @@ def test_a_graphs_edge_features_are_not_node_rows_even_where_the_edges_are_as_ma
     audit = SampleAudit()
     first, again = audit.fingerprints(batched([0, 1, 2, 3])), audit.fingerprints(batched([3, 2, 1, 0]))
     assert torch.equal(first, again.flip(0))  # each graph's own, whatever its batch-mates and their edges
+
+
+def test_every_rule_the_reader_counts_by_has_its_words():
+    from mnistperf.diagnosis.measure.samples import Counted, Rule
+    from mnistperf.diagnosis.record.epoch_text import COUNTING
+
+    assert set(COUNTING) == set(Rule)
+    assert said(Counted(Rule.STATED, "Batch")) == "its batch_size (Batch)"

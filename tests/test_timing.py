@@ -316,28 +316,33 @@ def test_raw_events_without_their_activity_type_fall_back_to_the_processed_event
 
 
 def test_a_window_that_saw_too_few_kernels_for_its_steps_gives_no_share_and_says_so_without_guessing():
-    from mnistperf.diagnosis.measure.device_work import MIN_KERNELS_PER_STEP, window_reading
+    from mnistperf.diagnosis.measure.device_work import MIN_KERNELS_PER_STEP, kernel_count, window_reading
+    from mnistperf.diagnosis.measure.window_reading import Unread
+    from mnistperf.diagnosis.record.window_keeper import unread_said
 
     steps = 20
     eager = [("kernel", 10.0 * i, 10.0 * i + 4) for i in range(MIN_KERNELS_PER_STEP * steps)]
     assert window_reading(eager, steps, MIN_KERNELS_PER_STEP) == (pytest.approx(0.4, abs=0.01), None)
     # A window that missed part of the work: the batches' copies and a few kernels only.
     partial = [("gpu_memcpy", 10.0 * i, 10.0 * i + 9) for i in range(16 * steps)] + eager[: 4 * steps]
-    share, reason = window_reading(partial, steps, MIN_KERNELS_PER_STEP)
+    share, unread = window_reading(partial, steps, MIN_KERNELS_PER_STEP)
+    reason = unread_said(unread, kernel_count(partial), steps)
     assert share is None and f"saw {4 * steps} kernels in {steps} steps" in reason and "missed" in reason
     # A window that saw no kernel at all says exactly that, and names no cause it cannot know.
-    share, reason = window_reading([("gpu_memcpy", 0.0, 5.0), ("gpu_memset", 6.0, 7.0)], steps, MIN_KERNELS_PER_STEP)
+    share, unread = window_reading([("gpu_memcpy", 0.0, 5.0), ("gpu_memset", 6.0, 7.0)], steps, MIN_KERNELS_PER_STEP)
+    reason = unread_said(unread)
     assert (share, reason) == (None, "the profiler saw no kernels on the device")
     verdict, why = classify({"input_wait_share": 0.05, "device_busy_share": None}, 0.5, reason)
     assert verdict == "undetermined" and "the profiler saw no kernels on the device" in why
     assert "75504" not in why
-    assert window_reading([], steps, MIN_KERNELS_PER_STEP) == (None, "the profiler saw no kernels on the device")
+    assert window_reading([], steps, MIN_KERNELS_PER_STEP) == (None, Unread.NO_KERNELS)
 
 
 def test_a_capture_starts_no_profiler_and_ends_a_window_still_profiling(monkeypatch):
     from types import SimpleNamespace
 
     from mnistperf.diagnosis.measure import busy_window
+    from mnistperf.diagnosis.record.window_keeper import unread_said
 
     started = []
     monkeypatch.setattr("torch.profiler._utils._init_for_cuda_graphs", lambda: started.append(1))
@@ -349,7 +354,7 @@ def test_a_capture_starts_no_profiler_and_ends_a_window_still_profiling(monkeypa
     monkeypatch.setattr(busy_window, "_profiling", window)
     busy_window.before_graph_capture()
     assert started == [] and stops == [1]  # no empty profiler before the capture; the window's profiler stopped
-    assert window.done and window.busy is None and "captured inside the profiled window" in window.result(1).reason
+    assert window.done and window.busy is None and "captured inside the profiled window" in unread_said(window.unread)
     assert busy_window._profiling is None
 
 
@@ -835,3 +840,11 @@ def test_the_ranks_line_says_their_time_in_collectives_and_what_a_long_exposed_w
         ranks_apart({figures.TRAIN_S: [10.0, 10.0], figures.INPUT_WAIT_S: [1.0, 1.0], figures.FORWARD_S: [3.0, 3.0]})
     )
     assert "collectives" not in format_ranks(apart, "epochs 2-3")
+
+
+def test_every_reason_a_window_reads_no_share_has_its_words():
+    from mnistperf.diagnosis.measure.window_reading import Unread
+    from mnistperf.diagnosis.record.window_keeper import UNREAD, unread_said
+
+    assert set(UNREAD) == set(Unread)
+    assert unread_said(Unread.FEW_KERNELS, 3, 20).startswith("the profiler saw 3 kernels in 20 steps")

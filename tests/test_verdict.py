@@ -18,6 +18,7 @@ from mnistperf.diagnosis.measure import window_price
 from mnistperf.diagnosis.record import verdict as verdict_module
 from mnistperf.diagnosis.record.advice import advice
 from mnistperf.diagnosis.record.verdict import FIT_ENDED
+from mnistperf.diagnosis.record.window_keeper import unread_said
 
 
 class Newcomer(LightningModule):
@@ -304,7 +305,7 @@ def test_a_window_leaves_a_torch_profiler_the_user_runs_alone():
             torch.ones(4).sum()
             window.step_end(index)
         torch.ones(4).sum()  # still recorded by the user's profiler
-    assert window.done and window.busy is None and "another torch profiler" in window.reason
+    assert window.done and window.busy is None and "another torch profiler" in unread_said(window.unread)
     assert any(event.name == "aten::sum" for event in users.events())
 
 

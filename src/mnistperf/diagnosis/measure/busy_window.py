@@ -21,7 +21,7 @@ from mnistperf.diagnosis.measure.device_work import MIN_KERNELS_PER_STEP, device
 from mnistperf.diagnosis.measure.device_work import world as world  # the clock asks it whether the fit is one rank
 from mnistperf.diagnosis.measure.memory import own_proc_text
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
-from mnistperf.diagnosis.measure.window_reading import Talk, WindowReading
+from mnistperf.diagnosis.measure.window_reading import Talk, Unread, WindowReading
 from mnistperf.upstream import profiler_running, top_function_mode
 
 WINDOW_STEPS = 20  # enough to average over a few dozen kernels' jitter, few enough to stay cheap
@@ -41,7 +41,7 @@ def before_graph_capture() -> None:
     No profiler starts here: on CUDA 13 an empty run before a capture was reported to kill activity collection for good.
     """
     if _profiling is not None:
-        _profiling.abandon("a CUDA graph was captured inside the profiled window")
+        _profiling.abandon(Unread.GRAPH_CAPTURED)
 
 
 def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[int, int] | None:
@@ -94,7 +94,7 @@ class BusyWindow:
     """Profiles the device's work over the steps ``first`` to ``last`` (batch indices of one epoch) on ``device_type``.
 
     Call :meth:`step_start` and :meth:`step_end` around every step of that epoch; after ``last`` :attr:`done` is true
-    and :attr:`busy` holds the busy share, or None with :attr:`reason` saying why.
+    and :attr:`busy` holds the busy share, or None with :attr:`unread` saying why.
     """
 
     def __init__(self, first: int, last: int, device_type: str = "cuda", fewest_per_step: int = MIN_KERNELS_PER_STEP):
@@ -104,7 +104,7 @@ class BusyWindow:
         self.budget: tuple[float, float] | None = None  # (a step's time, what recording may add to it): see cap()
         self.done = False
         self.busy: float | None = None
-        self.reason: str | None = None
+        self.unread: Unread | None = None  # why no share was read
         self.kernels = 0
         self.crowded: float | None = None  # share of the window the training thread waited for a core
         self.talked: Talk | None = None  # under DDP, the window's collectives (see communication())
@@ -139,7 +139,7 @@ class BusyWindow:
     def _start(self, profiler: Any) -> None:
         global _profiling
         if profiler is not self.clock and profiler_running():  # ending ours would end it too
-            self.abandon("another torch profiler was running, and only one can run at a time")
+            self.abandon(Unread.PROFILER_RUNNING)
             return
         self._profiler = profiler
         with nullcontext() if profiler is self.clock else profiler_lines_dropped():
@@ -154,7 +154,7 @@ class BusyWindow:
             with profiler_lines_dropped():
                 self._profiler.step()
         if self.clock is not None and index >= self.first and top_function_mode() is not self.clock:
-            self.reason = "another torch function mode was entered or left across the window's steps"  # calls missed
+            self.unread = Unread.MODE_CROSSED  # calls missed
         if index >= self.first and self.budget is not None:  # what its recorded steps took beyond their own time
             step_s, allowed_s = self.budget
             if time.perf_counter() - self._recording_since - (index - self.first + 1) * step_s > allowed_s:
@@ -167,19 +167,19 @@ class BusyWindow:
             self.done = True
             if self.clock is not None:
                 self.kernels = self.clock.calls
-                if self.reason is None:  # no other mode crossed its steps
+                if self.unread is None:  # no other mode crossed its steps
                     self.bounds = self.clock.bounds(now - self._recording_since)
-                    self.reason = None if self.bounds else "the operator clock timed no torch call"
+                    self.unread = None if self.bounds else Unread.NO_CALLS
                 self.busy = sum(self.bounds) / 2 if self.bounds else None
                 return
             self.recorded, steps = stopped, self.last - self.first + 1
             read = device_reading(stopped, self.device_type, steps, self.fewest_per_step)
-            self.kernels, self.busy, self.reason, self.talked = read
+            self.kernels, self.busy, self.unread, self.talked = read
 
-    def abandon(self, reason: str) -> None:
-        """End the window now, without a share, for ``reason``."""
+    def abandon(self, unread: Unread) -> None:
+        """End the window now, without a share, for ``unread``."""
         self.close()
-        self.done, self.busy, self.reason = True, None, reason
+        self.done, self.busy, self.unread = True, None, unread
 
     def result(self, epoch: int) -> WindowReading:
         """The window's reading: the share (or why there is none), where and over what."""
@@ -187,7 +187,6 @@ class BusyWindow:
         return WindowReading(
             self.device_type,
             share=self.busy,
-            reason=self.reason,
             epoch=epoch,
             first_step=self.first + 1,
             last_step=self.last + 1,

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.figures import share
-from mnistperf.diagnosis.measure.window_reading import Talk
+from mnistperf.diagnosis.measure.window_reading import Talk, Unread
 from mnistperf.upstream import kineto_results
 
 MIN_KERNELS_PER_STEP = 8  # a step launches about ten at the least: a window that saw fewer missed part of its work
@@ -66,18 +66,15 @@ def kernel_count(activities: list[Activity]) -> int:
     return sum(1 for kind, _, _ in activities if kind in ("kernel", "cpu_op"))
 
 
-def window_reading(activities: list[Activity], steps: int, fewest_per_step: int) -> tuple[float | None, str | None]:
+def window_reading(activities: list[Activity], steps: int, fewest_per_step: int) -> tuple[float | None, Unread | None]:
     """(busy share, None), or (None, why not) from a window's activities (:func:`work_of`) over ``steps`` steps."""
     kernels = kernel_count(activities)
     if kernels == 0:
-        return None, "the profiler saw no kernels on the device"
+        return None, Unread.NO_KERNELS
     if kernels < fewest_per_step * steps:
-        return None, (
-            f"the profiler saw {kernels} kernels in {steps} steps, fewer than a training step launches: "
-            "it missed part of the device's work"
-        )
+        return None, Unread.FEW_KERNELS
     found = busy_share((start, end) for _, start, end in activities)
-    return (found, None) if found is not None else (None, "nothing ran on the device in the profiled window")
+    return (found, None) if found is not None else (None, Unread.IDLE)
 
 
 def collectives(events: list[Event], device_type: str) -> tuple[str, int, list[tuple[float, float]]] | None:
@@ -126,15 +123,15 @@ def work_of(events: list[Event], device_type: str = "cuda", apart: str | None = 
 
 def device_reading(
     profiler: Any, device_type: str, steps: int, fewest_per_step: int
-) -> tuple[int, float | None, str | None, Talk | None]:
+) -> tuple[int, float | None, Unread | None, Talk | None]:
     """(kernels, busy share, why there is none, under DDP the ranks' talk) of ``steps`` steps the profiler recorded."""
     events = profiled_events(profiler, device_type)
     talks = collectives(events, device_type)
     activities = work_of(events, device_type, COLLECTIVES[device_type][2] if talks is not None else None)
-    busy, reason = window_reading(activities, steps, fewest_per_step)
+    busy, unread = window_reading(activities, steps, fewest_per_step)
     talk = None
     if talks is not None and busy is not None:  # a window that missed the device's work cannot say what talk left idle
         backend, size, intervals = talks
         shares = communication([(start, end) for _, start, end in activities], intervals)
         talk = Talk(backend, size, len(intervals), *shares) if shares is not None else None
-    return kernel_count(activities), busy, reason, talk
+    return kernel_count(activities), busy, unread, talk

@@ -25,12 +25,7 @@ KEPT_MOST = 32  # descriptors kept at most: an ended thread's stays kept until t
 LINE_BYTES = 4096  # more than a one-line /proc file holds
 MB = 2**20
 GROWTH_MB = 4.0  # an epoch on average, rising every steady epoch: memory that grows
-GROWING = {  # the row's memory figures that growth is read on, and what each is called in the summary's line
-    RSS_MB: "the training process",
-    WORKERS_PSS_MB: "its DataLoader workers",
-    DEVICE_ALLOCATED_MB: "GPU memory allocated",
-    DEVICE_RESERVED_MB: "GPU memory reserved",
-}
+GROWING = (RSS_MB, WORKERS_PSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)  # the row's figures growth is read on
 
 
 def measured() -> bool:
@@ -206,10 +201,10 @@ class EpochMemory:
 
 
 def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each memory figure that grows: ``[{"figure", "what"}]`` with :func:`~.trend.trend`'s reading in MB."""
+    """Each memory figure that grows: ``[{"figure"}]`` with :func:`~.trend.trend`'s reading in MB."""
     found = []
-    for key, what in GROWING.items():
+    for key in GROWING:
         grown = trend(epochs, key, "mb")
         if grown is not None and grown["per_epoch_mb"] >= GROWTH_MB:
-            found.append({"figure": key, "what": what, **grown})
+            found.append({"figure": key, **grown})
     return found

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any, NamedTuple
 
 import torch
@@ -11,14 +12,35 @@ import torch
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, tensors_of
 from mnistperf.diagnosis.measure.graph_batches import Graphs, find_graphs
 
-FIRST_LENGTH = "the first tensor's length"  # what counts a batch's samples, where nothing else does
+
+class Rule(Enum):
+    """What counted a batch's samples (record/epoch_text says each in words)."""
+
+    FIRST_LENGTH = "first_length"  # the first tensor's length, where nothing else counts them
+    ZERO_DIM = "zero_dim"  # 0-dim tensors alone: one sample
+    NO_TENSOR = "no_tensor"  # no tensor with the sample dimensions
+    LEADING = "leading"  # the first tensor's leading sample dimensions
+    GRAPHS = "graphs"  # a graph batch's graphs
+    STATED = "stated"  # the batch's own batch_size
+    RECORDS = "records"  # its items, a record a sample
+    SEQUENCES = "sequences"  # the items of its sequences, one a sample
+
+
+class Counted(NamedTuple):
+    """What counted a batch's samples: the rule, and what it counted in (the batch's kind, or sample dimensions)."""
+
+    rule: Rule
+    of: str | int | None = None
+
+
+BY_FIRST_LENGTH = Counted(Rule.FIRST_LENGTH)  # made once: read every step
 
 
 class Reading(NamedTuple):
     """A batch as both callbacks read it: its samples and what says so, the rows that hold them, any graphs."""
 
     samples: int | None  # None: no tensor gives them
-    counted_by: str  # what gave the count, as a line names it
+    counted_by: Counted  # what gave the count
     rows: list[torch.Tensor]  # the tensors whose leading dimension(s) are the samples, each as it is in the batch
     graphs: Graphs | None = None
     lengths: tuple[int, ...] = ()  # where the count is the first tensor's: the distinct leading lengths, in order
@@ -94,10 +116,10 @@ def sample_items(batch: Any) -> Reading | None:
         return None
     columns, records = _columns(fields), _records(fields)
     if records is not None and (columns is None or len(records[0]) > len(columns[0]) or columns[1] and not records[1]):
-        (items, lengths), how = records, f"its {kind}'s items"
+        (items, lengths), how = records, Counted(Rule.RECORDS, kind)
         texts = [strings_of(record) for record in fields]
     elif columns is not None:
-        (items, lengths), how = columns, f"the items of its {kind}'s sequences"
+        (items, lengths), how = columns, Counted(Rule.SEQUENCES, kind)
         sequences = [field for field in fields if isinstance(field, (tuple, list))]
         texts = [[text for field in sequences for text in strings_of(field[at])] for at in range(len(items))]
     else:
@@ -204,7 +226,7 @@ def read(batch: Any, sample_dims: int = 1) -> Reading:
     return _by_first(tensors, sample_dims)
 
 
-def _by_first(tensors: list[torch.Tensor], sample_dims: int, counted_by: str = FIRST_LENGTH) -> Reading:
+def _by_first(tensors: list[torch.Tensor], sample_dims: int) -> Reading:
     if sample_dims == 1:
         first, rows = -1, []
         lengths: dict[int, None] | None = None  # in one pass, each length kept only where they differ: every step
@@ -219,14 +241,14 @@ def _by_first(tensors: list[torch.Tensor], sample_dims: int, counted_by: str = F
                 else:
                     lengths[length] = None
         if rows:
-            return Reading(first, counted_by, rows, lengths=tuple(lengths or (first,)))
-        return Reading(1 if tensors else None, "a batch of 0-dim tensors", [])
+            return Reading(first, BY_FIRST_LENGTH, rows, lengths=tuple(lengths or (first,)))
+        return Reading(1 if tensors else None, Counted(Rule.ZERO_DIM), [])
     shaped = [t for t in tensors if t.ndim >= sample_dims]
     if not shaped:
-        return Reading(None, f"no tensor with {sample_dims} sample dimensions", [])
+        return Reading(None, Counted(Rule.NO_TENSOR, sample_dims), [])
     lead = shaped[0].shape[:sample_dims]
     rows = [t for t in shaped if t.shape[:sample_dims] == lead]
-    return Reading(math.prod(lead), f"the first tensor's {sample_dims} leading dimensions", rows)
+    return Reading(math.prod(lead), Counted(Rule.LEADING, sample_dims), rows)
 
 
 def _read_nested(batch: Any, sample_dims: int) -> Reading:
@@ -236,12 +258,12 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         apart = {id(t) for t in (*graphs.nodes, graphs.of_node, *graphs.apart)}
         rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == graphs.total]
         name = type(holder).__name__
-        return Reading(graphs.total, f"the graphs of its {name}", rows, graphs)
+        return Reading(graphs.total, Counted(Rule.GRAPHS, name), rows, graphs)
     tensors = tensors_of(batch)
     size = stated_size(batch) if sample_dims == 1 else None
     rows = [t for t in tensors if t.ndim and t.shape[0] == size] if size is not None else []
     if rows or (size is not None and not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
-        return with_texts(Reading(size, f"its batch_size ({type(batch).__name__})", rows), batch)
+        return with_texts(Reading(size, Counted(Rule.STATED, type(batch).__name__), rows), batch)
     if sample_dims > 1:
         return _by_first(tensors, sample_dims)
     return sample_items(batch) or with_texts(_by_first(tensors, sample_dims), batch)

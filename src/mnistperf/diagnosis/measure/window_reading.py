@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from enum import Enum
 from typing import Any
+
+
+class Unread(Enum):
+    """Why a profiled window read no share (record/window_keeper says each in words)."""
+
+    GRAPH_CAPTURED = "graph_captured"  # a CUDA graph was captured inside it
+    PROFILER_RUNNING = "profiler_running"  # another torch profiler ran, and only one can
+    MODE_CROSSED = "mode_crossed"  # another torch function mode was entered or left across its steps
+    NO_CALLS = "no_calls"  # the operator clock timed no torch call
+    NO_KERNELS = "no_kernels"  # the profiler saw no kernel on the device
+    FEW_KERNELS = "few_kernels"  # fewer kernels than its steps launch: part of the device's work missed
+    IDLE = "idle"  # nothing ran on the device
 
 
 @dataclass

@@ -9,6 +9,7 @@ from mnistperf.diagnosis.measure import flops
 from mnistperf.diagnosis.measure.batches import FirstBatch
 from mnistperf.diagnosis.measure.drawn_steps import EVERY
 from mnistperf.diagnosis.measure.flops import Peak
+from mnistperf.diagnosis.measure.samples import Counted, Rule
 from mnistperf.diagnosis.record.units import seconds, throughput
 
 
@@ -216,6 +217,23 @@ TIMER_GUESS = "{samples} samples a batch are counted ({how}); " + OWN_COUNT + " 
 AUDIT_GUESS = "{samples} samples a batch are audited ({how}); pass sample_id= or fingerprint= to name what a sample is"
 
 
+COUNTING = {  # what a line says counted a batch's samples, by the reader's rule (``of`` its kind or dimensions)
+    Rule.FIRST_LENGTH: "the first tensor's length",
+    Rule.ZERO_DIM: "a batch of 0-dim tensors",
+    Rule.NO_TENSOR: "no tensor with {of} sample dimensions",
+    Rule.LEADING: "the first tensor's {of} leading dimensions",
+    Rule.GRAPHS: "the graphs of its {of}",
+    Rule.STATED: "its batch_size ({of})",
+    Rule.RECORDS: "its {of}'s items",
+    Rule.SEQUENCES: "the items of its {of}'s sequences",
+}
+
+
+def counted_by(counted: Counted) -> str:
+    """What counted a batch's samples, in words."""
+    return COUNTING[counted.rule].format(of=counted.of)
+
+
 def first_batch_lines(first: FirstBatch | None, as_one: str, guess: str, module: str) -> list[str]:
     """What a callback says of the fit's first batch, reading it as ``as_one`` and ``guess`` say.
 
@@ -231,7 +249,7 @@ def first_batch_lines(first: FirstBatch | None, as_one: str, guess: str, module:
         )
     for name, kind, reading in first.uneven:
         where = f" of loader {name}" if name else ""  # named where there are several
-        guessed = guess.format(samples=reading.samples, how=reading.counted_by, module=module)
+        guessed = guess.format(samples=reading.samples, how=counted_by(reading.counted_by), module=module)
         lengths = ", ".join(map(str, reading.lengths))
         said = f"the tensors of a training batch{where} ({kind}) lead with different lengths ({lengths})"
         lines.append(f"{said}: {guessed}")

@@ -320,10 +320,19 @@ def format_utilization(summary: dict[str, Any]) -> str | None:
     )
 
 
+GROWING_NAMES = {  # what the memory line calls each figure growth is read on
+    figures.RSS_MB: "the training process",
+    figures.WORKERS_PSS_MB: "its DataLoader workers",
+    figures.DEVICE_ALLOCATED_MB: "GPU memory allocated",
+    figures.DEVICE_RESERVED_MB: "GPU memory reserved",
+}
+
+
 def format_growth(grown: list[dict[str, Any]]) -> str | None:
     """The memory line where memory grows epoch after epoch; None where none does."""
     parts = [
-        f"{g['what']} +{g['per_epoch_mb']:,.0f} MB per epoch ({g['from_mb']:,.0f} MB to {g['to_mb']:,.0f} MB, "
+        f"{GROWING_NAMES.get(g['figure'], g['figure'])} +{g['per_epoch_mb']:,.0f} MB per epoch "
+        f"({g['from_mb']:,.0f} MB to {g['to_mb']:,.0f} MB, "
         f"epochs {g['epochs'][0]}-{g['epochs'][1]})"
         for g in grown
     ]

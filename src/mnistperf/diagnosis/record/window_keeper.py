@@ -14,7 +14,7 @@ from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.measure import busy_window, window_price
 from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
-from mnistperf.diagnosis.measure.window_reading import WindowReading
+from mnistperf.diagnosis.measure.window_reading import Unread, WindowReading
 from mnistperf.diagnosis.record.verdict import WINDOW_PENDING
 from mnistperf.upstream import dynamo_compiled
 
@@ -22,7 +22,24 @@ PROFILE_ANYWAY = (
     "EpochTimer(window_share=None) profiles it anyway (with LightningCLI: "
     "--trainer.callbacks.init_args.window_share=null, EpochTimer being the config's last callback)"
 )
+UNREAD = {  # why a window read no share, in words
+    Unread.GRAPH_CAPTURED: "a CUDA graph was captured inside the profiled window",
+    Unread.PROFILER_RUNNING: "another torch profiler was running, and only one can run at a time",
+    Unread.MODE_CROSSED: "another torch function mode was entered or left across the window's steps",
+    Unread.NO_CALLS: "the operator clock timed no torch call",
+    Unread.NO_KERNELS: "the profiler saw no kernels on the device",
+    Unread.FEW_KERNELS: (
+        "the profiler saw {kernels} kernels in {steps} steps, fewer than a training step launches: "
+        "it missed part of the device's work"
+    ),
+    Unread.IDLE: "nothing ran on the device in the profiled window",
+}
 Waits = tuple[float, float, float]  # (synced seconds, input wait, host wait), as the clock reads them
+
+
+def unread_said(unread: Unread, kernels: int = 0, steps: int = 0) -> str:
+    """Why a window of ``steps`` steps that recorded ``kernels`` read no share, in words."""
+    return UNREAD[unread].format(kernels=kernels, steps=steps)
 
 
 class WindowKeeper:
@@ -135,6 +152,8 @@ class WindowKeeper:
         window.step_end(index)
         if window.done:
             self.window, self.reading = None, window.result(number)
+            if window.unread is not None:
+                self.missed(unread_said(window.unread, window.kernels, window.last - window.first + 1))
             self.reading.in_warmup = warm_up
             self.recorded = window.recorded
             self.steps = 0  # read: no window again this fit
@@ -149,8 +168,8 @@ class WindowKeeper:
             return
         window, self.window = self.window, None
         window.close()
-        if window.reason is not None:  # abandoned for a reason of its own (a graph captured inside it)
-            self.missed(window.reason)
+        if window.unread is not None:  # abandoned for a reason of its own (a graph captured inside it)
+            self.missed(unread_said(window.unread))
         elif first_index is not None and first_index > window.opens:
             self.missed(
                 f"epoch {number} began at step {first_index + 1} (a fit resumed mid-epoch), past "

@@ -253,12 +253,14 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
         for row in values[:3]
         for lane in range(fingerprint.LANES)
     ]
-    by_matmul = fingerprint.cpu_lane_sums([values.numpy()], fingerprint.halves(weights))
+    by_matmul = fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights))
     assert by_matmul[:3].reshape(-1).tolist() == exact
     monkeypatch.setattr(fingerprint, "FLOAT_CHUNK_WORDS", 11)  # float64 matmuls of 11 words, the last one shorter
-    assert torch.equal(fingerprint.cpu_lane_sums([values.numpy()], fingerprint.halves(weights)), by_matmul)
+    assert torch.equal(fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights)), by_matmul)
     monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8 * 3000 * 7)  # and blocks of 7 samples, the last one shorter
-    assert torch.equal(fingerprint.cpu_lane_sums([values.numpy()], fingerprint.halves(weights)), by_matmul)
+    assert torch.equal(fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights)), by_matmul)
+    steps = [[values[:13].numpy()], [values[13:14].numpy()], [values[14:].numpy()]]  # steps that blocks straddle
+    assert torch.equal(fingerprint.cpu_lane_sums(steps, fingerprint.halves(weights)), by_matmul)
     monkeypatch.setattr(fingerprint, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
     assert torch.equal(fingerprint.lane_sums(values, weights), by_matmul)
 
@@ -270,7 +272,7 @@ def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashe
     for offset, tensor in enumerate(tensors):  # each tensor's words times its own weights, summed modulo the prime
         words = hash_.words(tensor, 5)
         weights = hash_.weights(offset, words.shape[1], words.device)
-        lanes += fingerprint.cpu_lane_sums([words.numpy()], fingerprint.halves(weights))
+        lanes += fingerprint.cpu_lane_sums([[words.numpy()]], fingerprint.halves(weights))
     lanes %= fingerprint.PRIME
     assert torch.equal(hash_(tensors, 5), lanes[:, 0] * fingerprint.PRIME + lanes[:, 1])
     monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8 * 70 * 2)  # the tensors' words side by side, 2 samples a block

@@ -28,6 +28,9 @@ PLACES = 4096  # a graph's node places with weights of their own
 # Held steps are hashed together once they hold this many samples, or this many bytes.
 HASH_SAMPLES = 4096
 HASH_BYTES = 32 * 2**20
+# On a CPU, held steps of this many bytes each (as the first of a run of one layout), or more, are hashed straight from
+# each step's tensors (joining them would copy them all); smaller ones are joined first (a copy is cheaper than a call)
+STREAMED_BYTES = 64 * 2**10
 DISTINCT_DRAWS = 16  # beyond this many times max_words, a sample's hashed positions are drawn with replacement
 LAYOUTS_KEPT = 16  # layouts (and sampled lengths) of a sample's tensors whose weights (positions) stay made, at most
 
@@ -52,28 +55,42 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def cpu_lane_sums(parts: Sequence[np.ndarray], split: np.ndarray) -> torch.Tensor:
-    """:func:`lane_sums` of the words ``parts`` side by side, by float64 matmuls on the weights' ``split`` halves.
+def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> torch.Tensor:
+    """:func:`lane_sums` of the samples of ``steps``, each step its words side by side, by float64 matmuls.
 
-    In NumPy: torch's float64 matmul runs on its OpenMP threads, which wait for a core where the machine's are busy (a
-    loader's workers): an epoch's hash stalled by some 30 ms there (docs/results/cpu-2core-busy-hash/results.md). The
-    words are made float64 a block of samples at a time, which stays in the core's cache.
+    ``steps``: one after the other, each a list of word arrays with the step's samples as rows; ``split``: the weights'
+    halves (:func:`halves`). In NumPy: torch's float64 matmul runs on its OpenMP threads, which wait for a core where
+    the machine's are busy (a loader's workers): an epoch's hash stalled by some 30 ms there
+    (docs/results/cpu-2core-busy-hash/results.md). The words are made float64 a block of samples at a time, which
+    stays in the core's cache, straight from each step's arrays (never joined into one first).
     """
-    samples, words = len(parts[0]), sum(part.shape[1] for part in parts)
+    samples, words = sum(len(step[0]) for step in steps), sum(part.shape[1] for part in steps[0])
     rows = max(1, min(samples, BLOCK_BYTES // (8 * max(1, words))))
     block = np.empty((rows, words), dtype=np.float64)
     total = np.zeros((samples, LANES), dtype=np.int64)
-    for first in range(0, samples, rows):
-        ahead = total[first : first + rows]
-        values = block[: len(ahead)]
-        at = 0
-        for part in parts:
-            np.copyto(values[:, at : at + part.shape[1]], part[first : first + rows])
-            at += part.shape[1]
+    done = filled = 0  # samples summed into total; rows of the block filled
+
+    def add(count: int) -> None:  # the block's first ``count`` rows, summed into the next rows of total
+        ahead = total[done : done + count]
         for start in range(0, words, FLOAT_CHUNK_WORDS):
             end = start + FLOAT_CHUNK_WORDS
-            sums = (values[:, start:end] @ split[start:end]).astype(np.int64)
+            sums = (block[:count, start:end] @ split[start:end]).astype(np.int64)
             ahead[:] = (ahead + (sums[:, LANES:] % PRIME) * (1 << 16) + sums[:, :LANES]) % PRIME
+
+    for step in steps:
+        first = 0
+        while first < len(step[0]):
+            taken = min(rows - filled, len(step[0]) - first)
+            at = 0
+            for part in step:
+                np.copyto(block[filled : filled + taken, at : at + part.shape[1]], part[first : first + taken])
+                at += part.shape[1]
+            filled, first = filled + taken, first + taken
+            if filled == rows:
+                add(filled)
+                done, filled = done + filled, 0
+    if filled:
+        add(filled)
     return torch.from_numpy(total)
 
 
@@ -144,23 +161,32 @@ class Fingerprinter:
 
         ``offset``: where the first tensor stands among a sample's tensors (each position has weights of its own).
         """
-        device = tensors[0].device
-        if samples == 0:  # an empty batch (a filtering collate's): no words to read, nor a width to read them by
+        return self.steps_lanes([(tensors, samples)], offset)
+
+    def steps_lanes(self, steps: Sequence[tuple[Sequence[torch.Tensor], int]], offset: int = 0) -> torch.Tensor:
+        """:meth:`lanes` of several steps' samples, one step after the other, each step's tensors of one layout."""
+        device = steps[0][0][0].device
+        steps = [(tensors, samples) for tensors, samples in steps if samples]  # an empty batch (a filtering collate's)
+        if not steps:  # has no words to read, nor a width to read them by
             return torch.zeros(0, LANES, dtype=torch.int64, device=device)
-        words = [self.words(tensor.to(device), samples) for tensor in tensors]
-        key = (offset, tuple(part.shape[1] for part in words), device)  # the same every epoch of a fit: made once
+        if len(steps) > 1 and (device.type != "cpu" or sum(t.nbytes for t in steps[0][0]) < STREAMED_BYTES):  # joined
+            columns = [torch.cat(column) for column in zip(*(tensors for tensors, _ in steps), strict=True)]
+            steps = [(columns, sum(samples for _, samples in steps))]
+        words = [[self.words(tensor.to(device), samples) for tensor in tensors] for tensors, samples in steps]
+        key = (offset, tuple(part.shape[1] for part in words[0]), device)  # the same every epoch of a fit: made once
         if key not in self._combined:
             if len(self._combined) >= LAYOUTS_KEPT:  # batches padded to a length of their own: not kept for ever
                 self._combined.clear()
-            found = [self.weights(offset + at, part.shape[1], device) for at, part in enumerate(words)]
+            found = [self.weights(offset + at, part.shape[1], device) for at, part in enumerate(words[0])]
             weights = torch.cat(found) if len(found) > 1 else found[0]
             self._combined[key] = weights, halves(weights) if device.type == "cpu" else None
         weights, split = self._combined[key]
         if split is not None:  # the hash is a sum over words: one product over all of them
-            return cpu_lane_sums([part.numpy() for part in words], split)
-        if len(words) > 1:  # (1-byte words as int16)
-            words = [torch.cat([part.to(torch.int16) for part in words], dim=1)]
-        return lane_sums(words[0], weights)
+            return cpu_lane_sums([[part.numpy() for part in step] for step in words], split)
+        columns = words[0]  # (one step: joined)
+        if len(columns) > 1:  # (1-byte words as int16)
+            columns = [torch.cat([part.to(torch.int16) for part in columns], dim=1)]
+        return lane_sums(columns[0], weights)
 
     def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
@@ -235,7 +261,5 @@ class HeldSteps:
         """Each run of steps whose tensors agree in type and in shape past the first dimension, hashed at once."""
         found = []
         for _, run in itertools.groupby(held, key=lambda step: [(t.dtype, t.shape[1:]) for t in step[0]]):
-            steps = list(run)
-            columns = [torch.cat(column) for column in zip(*(rows for rows, _ in steps), strict=True)]
-            found.append(self.hash(columns, sum(samples for _, samples in steps)))
+            found.append(combined(self.hash.steps_lanes(list(run))))
         return found

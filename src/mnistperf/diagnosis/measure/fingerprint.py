@@ -68,14 +68,19 @@ def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> t
     rows = max(1, min(samples, BLOCK_BYTES // (8 * max(1, words))))
     block = np.empty((rows, words), dtype=np.float64)
     total = np.zeros((samples, LANES), dtype=np.int64)
+    one_chunk = words <= FLOAT_CHUNK_WORDS  # then each sample's sums are whole after one product, reduced at the end
+    sums = np.empty((samples if one_chunk else rows, 2 * LANES), dtype=np.float64)
     done = filled = 0  # samples summed into total; rows of the block filled
 
     def add(count: int) -> None:  # the block's first ``count`` rows, summed into the next rows of total
+        if one_chunk:
+            np.matmul(block[:count], split, out=sums[done : done + count])
+            return
         ahead = total[done : done + count]
         for start in range(0, words, FLOAT_CHUNK_WORDS):
             end = start + FLOAT_CHUNK_WORDS
-            sums = (block[:count, start:end] @ split[start:end]).astype(np.int64)
-            ahead[:] = (ahead + (sums[:, LANES:] % PRIME) * (1 << 16) + sums[:, :LANES]) % PRIME
+            np.matmul(block[:count, start:end], split[start:end], out=sums[:count])
+            ahead[:] = reduced(ahead, sums[:count])
 
     for step in steps:
         first = 0
@@ -91,7 +96,13 @@ def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> t
                 done, filled = done + filled, 0
     if filled:
         add(filled)
-    return torch.from_numpy(total)
+    return torch.from_numpy(reduced(total, sums) if one_chunk else total)
+
+
+def reduced(ahead: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    """``ahead`` plus the lanes whose weights' halves summed to ``sums`` (float64, exact), modulo the prime."""
+    whole = sums.astype(np.int64)
+    return (ahead + (whole[:, LANES:] % PRIME) * (1 << 16) + whole[:, :LANES]) % PRIME
 
 
 def text_digests(texts: Sequence[Sequence[str | bytes]]) -> torch.Tensor:

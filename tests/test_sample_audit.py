@@ -255,12 +255,13 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
     ]
     by_matmul = fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights))
     assert by_matmul[:3].reshape(-1).tolist() == exact
+    steps = [[values[:13].numpy()], [values[13:14].numpy()], [values[14:].numpy()]]  # steps that blocks straddle
+    assert torch.equal(fingerprint.cpu_lane_sums(steps, fingerprint.halves(weights)), by_matmul)  # reduced at the end
     monkeypatch.setattr(fingerprint, "FLOAT_CHUNK_WORDS", 11)  # float64 matmuls of 11 words, the last one shorter
     assert torch.equal(fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights)), by_matmul)
     monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8 * 3000 * 7)  # and blocks of 7 samples, the last one shorter
     assert torch.equal(fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights)), by_matmul)
-    steps = [[values[:13].numpy()], [values[13:14].numpy()], [values[14:].numpy()]]  # steps that blocks straddle
-    assert torch.equal(fingerprint.cpu_lane_sums(steps, fingerprint.halves(weights)), by_matmul)
+    assert torch.equal(fingerprint.cpu_lane_sums(steps, fingerprint.halves(weights)), by_matmul)  # chunk by chunk
     monkeypatch.setattr(fingerprint, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
     assert torch.equal(fingerprint.lane_sums(values, weights), by_matmul)
 
@@ -295,8 +296,10 @@ def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_dupli
     assert "pads" not in format_audit({**row, "duplicates": 2, "seen": 203}, by_content=True)
 
 
-def test_steps_hashed_together_give_each_sample_the_fingerprint_it_has_alone(monkeypatch):
+@pytest.mark.parametrize("streamed_bytes", [fingerprint.STREAMED_BYTES, 0], ids=["joined", "streamed"])
+def test_steps_hashed_together_give_each_sample_the_fingerprint_it_has_alone(monkeypatch, streamed_bytes):
     monkeypatch.setattr(fingerprint, "HASH_SAMPLES", 7)  # hashed every two steps, across shapes
+    monkeypatch.setattr(fingerprint, "STREAMED_BYTES", streamed_bytes)  # each step's rows joined first, or not
     generator = torch.Generator().manual_seed(3)
     batches = [
         {"x": torch.randn(n, width, generator=generator), "y": torch.randint(0, 9, (n,), generator=generator)}

@@ -59,6 +59,11 @@ class TorchFingerprinter(Fingerprinter):
         lanes = self.lanes(tensors, samples)
         return lanes[:, 0] * PRIME + lanes[:, 1]
 
+    def steps_lanes(self, steps: Sequence[tuple[Sequence[torch.Tensor], int]], offset: int = 0) -> torch.Tensor:
+        """Held steps as they were hashed then: joined, then :meth:`lanes` (HeldSteps calls this since 96be4b5)."""
+        columns = [torch.cat(column) for column in zip(*(tensors for tensors, _ in steps), strict=True)]
+        return self.lanes(columns, sum(samples for _, samples in steps), offset)
+
 
 def epoch_hash(hash_: Fingerprinter, steps: list) -> torch.Tensor:
     """The epoch's fingerprints, its steps held and hashed at once."""

@@ -45,6 +45,13 @@ def module_at(revision: str) -> Any:
     return found
 
 
+def flush(held: Any, steps: list[list[torch.Tensor]], rows: int) -> list[torch.Tensor]:
+    """Hold every step, then hash them all: one code's fingerprints of them."""
+    for step in steps:
+        held.hold(0, step, rows)
+    return held.flush()[0]
+
+
 def main() -> None:
     """Flush each shape's held steps through both codes, alternating, ROUNDS times; print and write the medians."""
     codes = {BEFORE: module_at(BEFORE), "this": fingerprint}
@@ -56,19 +63,13 @@ def main() -> None:
             for _ in range(count)
         ]
         held = {code: module.HeldSteps(module.Fingerprinter()) for code, module in codes.items()}
-
-        def flush(code: str) -> list[torch.Tensor]:
-            for step in steps:
-                held[code].hold(0, step, rows)
-            return held[code].flush()[0]
-
-        found = {code: torch.cat(flush(code)) for code in codes}
+        found = {code: torch.cat(flush(held[code], steps, rows)) for code in codes}
         assert torch.equal(*found.values()), "the two codes' fingerprints differ"
         seconds: dict[str, list[float]] = {code: [] for code in codes}
         for round_ in range(ROUNDS):
             for code in codes if round_ % 2 else reversed(codes):
                 start = time.perf_counter()
-                flush(code)
+                flush(held[code], steps, rows)
                 seconds[code].append(time.perf_counter() - start)
         result[name] = {code: statistics.median(values) for code, values in seconds.items()}
         print(f"{name}: " + ", ".join(f"{code} {value * 1e6:,.0f} us" for code, value in result[name].items()))

@@ -176,10 +176,11 @@ class Fingerprinter:
 
     def steps_lanes(self, steps: Sequence[tuple[Sequence[torch.Tensor], int]], offset: int = 0) -> torch.Tensor:
         """:meth:`lanes` of several steps' samples, one step after the other, each step's tensors of one layout."""
-        device = steps[0][0][0].device
-        steps = [(tensors, samples) for tensors, samples in steps if samples]  # an empty batch (a filtering collate's)
-        if not steps:  # has no words to read, nor a width to read them by
+        kept = [(tensors, samples) for tensors, samples in steps if samples]  # an empty batch (a filtering collate's)
+        device = (kept or steps)[0][0][0].device  # the first step's with samples
+        if not kept:  # has no words to read, nor a width to read them by
             return torch.zeros(0, LANES, dtype=torch.int64, device=device)
+        steps = kept
         if len(steps) > 1 and (device.type != "cpu" or sum(t.nbytes for t in steps[0][0]) < STREAMED_BYTES):  # joined
             columns = [torch.cat(column) for column in zip(*(tensors for tensors, _ in steps), strict=True)]
             steps = [(columns, sum(samples for _, samples in steps))]

@@ -157,6 +157,18 @@ class SampleAudit(Callback):
         none = torch.empty(0, dtype=torch.int64, device=trainer.strategy.root_device)
         return [torch.cat([none, *(f.to(none.device) for f in seen)]) for seen in self._seen]
 
+    def _collected(self, trainer: Trainer) -> list[torch.Tensor]:
+        """:meth:`_local`, or where collecting fails, none: the epoch is not audited; the fit goes on.
+
+        Every rank still takes part in the gather that follows.
+        """
+        try:
+            return self._local(trainer)
+        except Exception as error:
+            self._failed = self.problems.note("collecting the epoch's fingerprints", error)
+            self._start_epoch()
+            return self._local(trainer)
+
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """Keep the trainer, which state_dict needs to gather the epoch's fingerprints; read the settings of a fit."""
@@ -281,10 +293,7 @@ class SampleAudit(Callback):
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
         self._settle()
         carried = self._carried_counts
-        try:
-            parts = self._local(trainer)
-        except Exception as error:
-            self._failed = self.problems.note("collecting the epoch's fingerprints", error)
+        parts = self._collected(trainer)
         self._start_epoch()
         self._in_epoch = False
         if self._failed is not None:  # the rank sends the empty fingerprints of the epoch just restarted
@@ -325,12 +334,7 @@ class SampleAudit(Callback):
         if trainer is None or not self._in_epoch:
             return {}
         self._settle()
-        try:
-            parts = self._local(trainer)
-        except Exception as error:  # the epoch is not audited; the checkpoint, and the fit, go on
-            self._failed = self.problems.note("collecting the epoch's fingerprints", error)
-            self._start_epoch()
-            parts = self._local(trainer)  # none: every rank still takes part in the gather
+        parts = self._collected(trainer)
         order = Order.UNKNOWN if self._failed is None else Order.FAILED
         shares = gathered_shares(trainer, parts, order, self._carried_counts)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]

@@ -56,7 +56,6 @@ class EpochClock:
         flops_reason: str | None = None,
     ):
         self.device, self.metric, self.peak, self.world_size = device, metric, peak, world_size
-        self._peak_flops = peak.flops_per_s if peak is not None else None
         self._flops_per_step = flops_per_step
         self._flops_reason = flops_reason or "the step's FLOPs were not counted"
         self.input_bound_share = input_bound_share
@@ -138,6 +137,11 @@ class EpochClock:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
         return self.windows.weigh(step_s, now - self._fit_start + left * step_s, unknown)
+
+    @property
+    def _peak_flops(self) -> float | None:
+        """The device's peak FLOP/s (None: not known, or not looked up)."""
+        return self.peak.flops_per_s if self.peak is not None else None
 
     @property
     def priced(self) -> bool:

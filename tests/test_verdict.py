@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 from conftest import fit_module, run_stage
 from lightning import LightningModule
+from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
@@ -86,7 +88,6 @@ def test_a_fit_that_ends_before_the_window_is_undetermined_with_the_true_reason(
 
 
 def test_early_stopping_after_the_warm_up_says_the_fit_ended_first():
-    from lightning.pytorch.callbacks import Callback
 
     class StopAfterFirst(Callback):
         def on_train_epoch_end(self, trainer, pl_module):
@@ -199,13 +200,42 @@ def test_without_a_window_a_cpu_step_whose_phases_leave_most_time_around_them_is
     assert verdict_module.bound(split_of(forward=0.9, rest=0.1), 0.5, "too short")[0] == "undetermined"
 
 
-def test_the_phases_bound_agrees_with_the_window_where_both_run():
-    timer = fit(epochs=2)
-    steady = timer.epochs[1]
+class Wide(Newcomer):
+    """A step whose arithmetic fills it: three 2048-wide layers on batches of 128 rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, 2048),
+            torch.nn.ReLU(),
+            torch.nn.Linear(2048, 2048),
+            torch.nn.ReLU(),
+            torch.nn.Linear(2048, 4),
+        )
+
+
+class Dawdler(Callback):
+    """A callback that spends 2 ms after each step outside any tensor operation."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize(
+    ("module", "batch_size", "callbacks", "expected"),
+    [(Wide, 128, [], "compute-bound"), (Newcomer, 16, [Dawdler()], "overhead-bound")],
+    ids=["arithmetic fills the step", "a callback dawdles around it"],
+)
+def test_the_phases_bound_agrees_with_the_window_where_both_run(module, batch_size, callbacks, expected):
+    # Far from the line either way, so that only a crowded window (which the verdict says) moves either share past it.
+    timer = EpochTimer(window_share=None)
+    fit_module(module(), rows(count=2048, batch_size=batch_size), callbacks=[timer, *callbacks], max_epochs=2)
+    steady, window = timer.epochs[1], timer.busy_window
     most = verdict_module.step_share(steady)
-    assert most is not None and timer.busy_window["share"] <= most + 0.1, (timer.busy_window, most)
-    if most < verdict_module.COMPUTE_BOUND_BUSY:
-        assert steady["verdict"] == "overhead-bound", steady["verdict_reason"]
+    crowded = (window.get("waited_for_a_core") or 0.0) >= window_module.CROWDED
+    assert most is not None and window["share"] is not None, (steady, window)
+    assert window["share"] <= most + 0.1 or crowded, (window, most)
+    assert steady["verdict"] == expected or "in doubt" in steady["verdict_reason"], steady["verdict_reason"]
 
 
 def test_the_command_line_remedy_for_a_fit_too_short_profiles_it_through_fit(workdir):

@@ -30,7 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mnistperf.atomic import atomic_write_text
 from mnistperf.bench.graph_probe import BATCH, batch, eager_step, hand_written_net
-from mnistperf.diagnosis.measure.flops import first_named, own_peaks
+from mnistperf.diagnosis.measure.flops import OWN_PEAKS, first_named
 from mnistperf.machine import describe_device
 
 # Memory bandwidth from the vendors' data sheets, bytes/s, for the cards the lab's figures come from; the first name
@@ -119,7 +119,7 @@ def floor(step: StepCount, card: str, fmt: str = "bf16") -> dict[str, Any]:
 
     Each figure is None, with why, where the card's peak or bandwidth is not known here.
     """
-    peak = (own_peaks(card) or {}).get(fmt)
+    peak = (first_named(OWN_PEAKS, card) or {}).get(fmt)
     bandwidth = first_named(BANDWIDTH, card)
     compute_s = step.flop_count / peak if peak else None
     memory_s = step.bytes_moved / bandwidth if bandwidth else None

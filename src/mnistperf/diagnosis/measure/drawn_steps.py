@@ -1,7 +1,6 @@
 """Which steps of an epoch a sampler times: one in each block of EVERY, at a place drawn so none is favoured.
 
-Work done every Nth step (the audit's hash every 16 batches of 256, logging every 50 steps, an image logged every 100
-steps) falls on fixed places always or never; drawn, it is timed at the rate it runs (tests/test_step_parts.py).
+Why drawn: docs/timing.md, "Where a step goes".
 """
 
 from __future__ import annotations

@@ -271,7 +271,5 @@ class HeldSteps:
 
     def _hashed(self, held: Held) -> list[torch.Tensor]:
         """Each run of steps whose tensors agree in type and in shape past the first dimension, hashed at once."""
-        found = []
-        for _, run in itertools.groupby(held, key=lambda step: [(t.dtype, t.shape[1:]) for t in step[0]]):
-            found.append(combined(self.hash.steps_lanes(list(run))))
-        return found
+        layout = lambda step: [(t.dtype, t.shape[1:]) for t in step[0]]  # noqa: E731
+        return [combined(self.hash.steps_lanes(list(run))) for _, run in itertools.groupby(held, key=layout)]

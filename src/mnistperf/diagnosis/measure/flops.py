@@ -51,11 +51,6 @@ def first_named(table: tuple[tuple[str, Any], ...], name: str) -> Any:
     return next((value for key, value in table if re.search(rf"\b{key}\b", name)), None)
 
 
-def own_peaks(name: str) -> dict[str, float] | None:
-    """The dense peaks of the GPU named ``name`` by number format, where OWN_PEAKS states them."""
-    return first_named(OWN_PEAKS, name)
-
-
 class Peak(NamedTuple):
     """A device's dense peak FLOP/s for a number format: None where not known (off CUDA, or a GPU no table names)."""
 
@@ -70,7 +65,7 @@ def peak_flops(device: torch.device, fmt: str) -> Peak:
     if device.type != "cuda":
         return Peak(None, fmt, device.type)
     name = torch.cuda.get_device_name(device)
-    own = own_peaks(name)
+    own = first_named(OWN_PEAKS, name)
     with warnings.catch_warnings():  # Lightning warns where it knows no peak; the summary says so once
         warnings.simplefilter("ignore")
         peak = own.get(fmt) if own is not None else get_available_flops(device, LIGHTNING_DTYPES[fmt])

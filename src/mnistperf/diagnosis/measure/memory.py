@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.figures import DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB, RSS_MB, WORKERS_PSS_MB
+from mnistperf.diagnosis.figures import MEMORY
 from mnistperf.diagnosis.measure.phases import sampled
 from mnistperf.diagnosis.measure.step_parts import parts_timed
 from mnistperf.diagnosis.measure.trend import trend
@@ -25,7 +25,6 @@ KEPT_MOST = 32  # descriptors kept at most: an ended thread's stays kept until t
 LINE_BYTES = 4096  # more than a one-line /proc file holds
 MB = 2**20
 GROWTH_MB = 4.0  # an epoch on average, rising every steady epoch: memory that grows
-GROWING = (RSS_MB, WORKERS_PSS_MB, DEVICE_ALLOCATED_MB, DEVICE_RESERVED_MB)  # the row's figures growth is read on
 
 
 def measured() -> bool:
@@ -203,7 +202,7 @@ class EpochMemory:
 def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each memory figure that grows: ``[{"figure"}]`` with :func:`~.trend.trend`'s reading in MB."""
     found = []
-    for key in GROWING:
+    for key in MEMORY:  # the row's figures growth is read on
         grown = trend(epochs, key, "mb")
         if grown is not None and grown["per_epoch_mb"] >= GROWTH_MB:
             found.append({"figure": key, **grown})

@@ -1,11 +1,6 @@
 """Where a training step's time goes: each action Lightning reports to the trainer's profiler, timed by its own time.
 
-One step in each block of 16, at a drawn place (:mod:`.drawn_steps`), is timed end to end, from one training step's
-end to the next one's: each hook, the fetch, the copy to the device, the step's forward, backward and update, each
-logger's writes and ``self.log``, each by its own time (what ran inside it apart), and on CUDA by the device
-synchronizations its own code forced. What no action holds is Lightning's loop between them. The time between two
-epochs' training (an epoch's last step to the next one's start, or to the end of training; its validation apart) is
-timed by its parts the same way.
+Which steps, what each part holds and what no action holds (Lightning's loop): docs/timing.md, "Where a step goes".
 """
 
 from __future__ import annotations
@@ -79,31 +74,21 @@ class StepParts:
         self._pending: dict[str, float] = {}  # the open cycle's
         self._pending_syncs: dict[str, int] = {}
         self._pending_s = 0.0  # the open cycle's seconds before it was paused
-        self._paused = False
+        self.paused = False  # a cycle paused: opening it again goes on with it
         self._stack: list[list[Any]] = []  # [action, its start, the seconds inside it, syncs so far, syncs inside]
         self._opened: float | None = None
 
-    @property
-    def timing(self) -> bool:
-        """Whether a cycle is open: the actions are timed."""
-        return self._opened is not None
-
-    @property
-    def paused(self) -> bool:
-        """Whether a cycle is paused: opening it again goes on with it."""
-        return self._paused
-
     def open(self) -> None:
         """A timed cycle begins (a training step, or an epoch's training, just ended), or a paused one goes on."""
-        if not self._paused:
+        if not self.paused:
             self._pending, self._pending_syncs, self._pending_s = {}, {}, 0.0
-        self._stack, self._opened, self._paused = [], now(), False
+        self._stack, self._opened, self.paused = [], now(), False
 
     def pause(self) -> None:
         """Stop timing the open cycle until it is opened again (what runs meanwhile is not its: a validation)."""
         if self._opened is not None:
             self._pending_s += now() - self._opened
-            self._stack, self._opened, self._paused = [], None, True
+            self._stack, self._opened, self.paused = [], None, True
 
     def close(self) -> None:
         """The timed cycle ends (the next training step ended, the next epoch began): its actions' seconds are kept."""
@@ -121,7 +106,7 @@ class StepParts:
 
     def abandon(self) -> None:
         """Drop the open cycle (it held other work: a validation, the epoch's end, the profiled window)."""
-        self._pending, self._pending_syncs, self._stack, self._opened, self._paused = {}, {}, [], None, False
+        self._pending, self._pending_syncs, self._stack, self._opened, self.paused = {}, {}, [], None, False
 
     def enter(self, action: str) -> None:
         """``action`` begins (inside the one begun before, if that has not ended)."""

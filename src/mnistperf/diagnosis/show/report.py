@@ -30,18 +30,10 @@ STYLE = (
     ".legend span{margin-right:14px}.none{color:#888}svg.chart{max-width:100%;height:auto;display:block}"
     f".pair{{display:grid;gap:{GAP}px}}.pair>div{{min-width:0}}"  # its columns: one per run
 )
-STEP_SERIES: dict[str, str] = {
-    figures.STEP_MEDIAN_S: "median",
-    figures.STEP_P90_S: "90th percentile",
-    figures.STEP_MAX_S: "longest",
-    figures.FIRST_STEP_S: "first step",
-}
-MEMORY_SERIES: dict[str, str] = {
-    figures.RSS_MB: "training process",
-    figures.WORKERS_PSS_MB: "workers (PSS)",
-    figures.DEVICE_ALLOCATED_MB: "GPU allocated",
-    figures.DEVICE_RESERVED_MB: "GPU reserved",
-}
+STEP_SERIES = dict(zip(figures.STEPS[:4], ("median", "90th percentile", "longest", "first step"), strict=True))
+MEMORY_SERIES = dict(
+    zip(figures.MEMORY, ("training process", "workers (PSS)", "GPU allocated", "GPU reserved"), strict=True)
+)
 
 
 def ticks(peak: float) -> list[float]:

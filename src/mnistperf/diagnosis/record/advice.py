@@ -30,7 +30,8 @@ from mnistperf.machine import usable_cpus
 # Not a verdict: a step its own DataLoader workers slowed by holding the cores (docs/timing.md, "The verdict").
 WORKERS = "workers holding the cores"
 # For each verdict (on a CPU, the CPU's own two), what usually removes the bound, and what frees the cores from the
-# run's own workers. "{threads}": the threads the run used and the cores it could.
+# run's own workers. "{threads}": the threads the run used and the cores it could (a hint naming it is left out where
+# the two are equal).
 Hints = Mapping[str, Sequence[str]]
 USER_HINTS: dict[str, list[str]] = {
     # Nothing known of the project nor of its device: the DataLoader's own names, no pinning (a CPU gains nothing)
@@ -224,12 +225,14 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         found["ceiling"] = f"{clause}; {found['ceiling']}" if "ceiling" in found else clause
     if "ceiling" not in found:
         return None
-    threads = f"this run used {torch.get_num_threads()} threads on {usable_cpus()} usable cores"
+    used, usable = torch.get_num_threads(), usable_cpus()
+    threads = f"this run used {used} threads on {usable} usable cores"
     found["hints"] = [named["fix"]] if named is not None else []
     found["hints"] += [
         hint.replace("{threads}", threads)
         for each in keys
         for hint in (hints if hints is not None and each in hints else USER_HINTS)[each]
+        if used != usable or "{threads}" not in hint  # threads already matched to the cores: nothing to do there
     ]
     return found
 

@@ -30,8 +30,10 @@ STYLE = (
     ".legend span{margin-right:14px}.none{color:#888}svg.chart{max-width:100%;height:auto;display:block}"
     f".pair{{display:grid;gap:{GAP}px}}.pair>div{{min-width:0}}"  # its columns: one per run
 )
-STEP_SERIES = dict(zip(figures.STEPS[:4], ("median", "90th percentile", "longest", "first step"), strict=True))
-MEMORY_SERIES = dict(
+STEP_SERIES: dict[str, str] = dict(
+    zip(figures.STEPS[:4], ("median", "90th percentile", "longest", "first step"), strict=True)
+)
+MEMORY_SERIES: dict[str, str] = dict(
     zip(figures.MEMORY, ("training process", "workers (PSS)", "GPU allocated", "GPU reserved"), strict=True)
 )
 

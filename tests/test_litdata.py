@@ -7,6 +7,7 @@ import collections
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -202,37 +203,44 @@ SMALL_LOADER = (
 )
 
 
-def run_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_fit(cwd: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The streaming_litdata stage's fit in a process of its own; past ``timeout``, it and the ranks it started are
+    killed (subprocess.TimeoutExpired), so a hung fit leaves no rank behind."""
     env = {**os.environ, **(env or {})}
     command = stage_process("streaming_litdata", "--trainer.accelerator", "cpu", *SMALL_LOADER, *args)
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    with subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+ENV = {"NNODES": "2"}  # litdata's own detection sees two nodes, as a second GPU would
 
 
 @pytest.mark.slow
 def test_ddp_seen_as_two_nodes_gives_every_rank_the_same_batches_and_no_sample_twice(tiny_data):
     """2 processes, litdata's own detection made to see two nodes (NNODES=2, as a second GPU would), 2 workers,
     3 epochs, and 200 rows: not a multiple of 2 ranks x 16, so the ranks' batch counts would differ (a hang)
-    unless the remainder is left out everywhere; the run is time-bounded, so a hang fails it."""
+    unless the remainder is left out everywhere; the run is time-bounded, so a hang fails it (one hang is
+    tried once more: litdata's own come now and then)."""
     rows, batch, ranks = 200, 16, 2
     write_parquet(tiny_data / "FashionMNIST" / "train.parquet", numbered_table(rows), row_group_size=32)
-    result = run_fit(
-        tiny_data.parent,
-        "--trainer.strategy",
-        "ddp",
-        "--trainer.devices",
-        str(ranks),
-        "--trainer.max_epochs",
-        "3",
-        "--trainer.enable_checkpointing",
-        "false",
-        "--data.num_workers",
-        "2",
-        AUDIT,
-        f"--trainer.callbacks.dataset_size={rows}",
-        env={"NNODES": "2"},
-    )
+    args = ("--trainer.strategy", "ddp", "--trainer.devices", str(ranks), "--trainer.max_epochs", "3")
+    args += ("--trainer.enable_checkpointing", "false", "--data.num_workers", "2", AUDIT)
+    try:  # some 15 s, 25 s beside two busy processes
+        result = run_fit(tiny_data.parent, *args, f"--trainer.callbacks.dataset_size={rows}", env=ENV, timeout=150)
+    except subprocess.TimeoutExpired:
+        # Once more: litdata's loaders under DDP hang at an epoch's end now and then (Lightning-AI/litData#129; one
+        # CI run in many here). Ranks with unequal batch counts would hang every time, so this try fails them still.
+        result = run_fit(tiny_data.parent, *args, f"--trainer.callbacks.dataset_size={rows}", env=ENV, timeout=150)
     epochs = audit_epochs(result.stdout)
     kept = rows // (ranks * batch) * ranks * batch  # fewer than ranks x batch left out
     assert audit_counts(epochs) == [(kept, kept, 0, rows - kept)] * 3

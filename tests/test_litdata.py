@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import functools
 import os
 import re
 import shlex
@@ -222,9 +223,6 @@ def run_fit(cwd: Path, *args: str, env: dict | None = None, timeout: float = 300
     return result
 
 
-ENV = {"NNODES": "2"}  # litdata's own detection sees two nodes, as a second GPU would
-
-
 @pytest.mark.slow
 def test_ddp_seen_as_two_nodes_gives_every_rank_the_same_batches_and_no_sample_twice(tiny_data):
     """2 processes, litdata's own detection made to see two nodes (NNODES=2, as a second GPU would), 2 workers,
@@ -235,12 +233,14 @@ def test_ddp_seen_as_two_nodes_gives_every_rank_the_same_batches_and_no_sample_t
     write_parquet(tiny_data / "FashionMNIST" / "train.parquet", numbered_table(rows), row_group_size=32)
     args = ("--trainer.strategy", "ddp", "--trainer.devices", str(ranks), "--trainer.max_epochs", "3")
     args += ("--trainer.enable_checkpointing", "false", "--data.num_workers", "2", AUDIT)
-    try:  # some 15 s, 25 s beside two busy processes
-        result = run_fit(tiny_data.parent, *args, f"--trainer.callbacks.dataset_size={rows}", env=ENV, timeout=150)
+    args += (f"--trainer.callbacks.dataset_size={rows}",)
+    fit = functools.partial(run_fit, tiny_data.parent, *args, env={"NNODES": "2"}, timeout=150)  # some 15 s (25 busy)
+    try:
+        result = fit()
     except subprocess.TimeoutExpired:
         # Once more: litdata's loaders under DDP hang at an epoch's end now and then (Lightning-AI/litData#129; one
         # CI run in many here). Ranks with unequal batch counts would hang every time, so this try fails them still.
-        result = run_fit(tiny_data.parent, *args, f"--trainer.callbacks.dataset_size={rows}", env=ENV, timeout=150)
+        result = fit()
     epochs = audit_epochs(result.stdout)
     kept = rows // (ranks * batch) * ranks * batch  # fewer than ranks x batch left out
     assert audit_counts(epochs) == [(kept, kept, 0, rows - kept)] * 3

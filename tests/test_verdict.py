@@ -89,7 +89,6 @@ def test_a_fit_that_ends_before_the_window_is_undetermined_with_the_true_reason(
 
 
 def test_early_stopping_after_the_warm_up_says_the_fit_ended_first():
-
     class StopAfterFirst(Callback):
         def on_train_epoch_end(self, trainer, pl_module):
             trainer.should_stop = True

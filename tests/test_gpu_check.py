@@ -119,13 +119,13 @@ def test_the_plan_starts_parts_in_order_only_where_they_fit():
     assert planned[0][1] and not all(fits for _, fits in planned)
 
 
-def test_a_first_call_of_8_minutes_runs_the_fast_stages_first_and_leaves_the_probe():
-    """What a GPU is wanted for first comes first: the fast stages beside bare Lightning, then the streams; the probe
-    and the parts that settle or widen a figure wait for a later call."""
+def test_a_first_call_of_8_minutes_runs_what_no_gpu_has_measured_first_and_leaves_the_probe():
+    """What a GPU is wanted for first comes first: the streams, the CUDA-only tests, the diagnosis's cost and its
+    syncs; the probe and the parts that settle or widen a figure wait for a later call."""
     names = [part.name for part in PARTS]
-    assert names[:5] == ["fast", "streams", "tests", "timer", "diagnosis"]
+    assert names[:5] == ["streams", "tests", "timer", "diagnosis", "probe"]
     ran = [part.name for part, fits in schedule(gpu_preflight.PARTS, 8.0) if fits]
-    assert ran[:2] == ["fast", "streams"] and "probe" not in ran
+    assert ran[:4] == ["streams", "tests", "timer", "diagnosis"] and "probe" not in ran
 
 
 def test_the_probe_part_counts_the_step_s_floor_before_its_variants_into_the_same_folder():
@@ -140,7 +140,7 @@ def test_the_dry_run_names_the_call_its_carry_and_every_part(capsys):
     text = capsys.readouterr().out
     assert "carry: ['.gpu-carry']" in text and "--minutes 5 --parts fast,tests" in text
     rows = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and " min " in line]
-    assert rows == ["fast", "tests"]
+    assert rows == ["tests", "fast"]  # in the plan's order, whatever the order asked
 
 
 def test_a_part_started_from_a_check_that_ignores_interrupts_can_still_be_interrupted(tmp_path):

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PARTS = (
-    "fast",
     "streams",
     "tests",
     "timer",
     "diagnosis",
     "probe",
+    "fast",
     "resident",
     "compiled",
     "graph",

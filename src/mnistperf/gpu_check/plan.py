@@ -27,32 +27,15 @@ class Part:
     commands: tuple[tuple[str, ...], ...]
 
 
-# In the order a first call wants them: the fast stages beside bare Lightning, the streams, the CUDA-only tests,
-# the diagnosis's cost and its syncs; then the graphed step's probe, and what settles or widens a figure. Planned
-# minutes: what each part took on an H200 (docs/results/cuda-h200/session*-parts.md), rounded up; the fast part at 6
-# min for 2 repeats, the probe at some 20 s a variant and the compiled one's compile.
+# In the order the next call wants them: what no GPU has measured yet (the streams, the CUDA-only tests with this
+# code, the diagnosis's cost, its syncs), then the graphed step's probe, the fast stages beside bare Lightning again,
+# and what settles or widens a figure. Planned minutes: what each part took on an H200
+# (docs/results/cuda-h200/session*-parts.md), rounded up; the fast part at 6 min for 2 repeats, the streams at 2 (two
+# of their three fits took 1.2 min), the probe at some 20 s a variant and the compiled one's compile.
 PARTS = (
     Part(
-        "fast",
-        6.0,
-        "v2_pinned, v3_resident and v4_graphed beside their bare-Lightning and plain-PyTorch rows, 4 epochs, 2 repeats",
-        (
-            (
-                *BENCH,
-                "--repeats",
-                "2",
-                "--stages",
-                "v2_pinned,v3_resident,v4_graphed",
-                "--reference-rows",
-                "v2_pinned,v3_resident,v4_graphed",
-                "--out",
-                "{out}/fast",
-            ),
-        ),
-    ),
-    Part(
         "streams",
-        0.8,
+        2.0,
         "streaming and streaming_litdata beside v2_pinned",
         (
             (
@@ -92,6 +75,24 @@ PARTS = (
         (
             ("{py}", "-m", "mnistperf.bench.step_floor", "{out}/probe"),
             ("{py}", "-m", "mnistperf.bench.graph_probe", "{out}/probe"),
+        ),
+    ),
+    Part(
+        "fast",
+        6.0,
+        "v2_pinned, v3_resident and v4_graphed beside their bare-Lightning and plain-PyTorch rows, 4 epochs, 2 repeats",
+        (
+            (
+                *BENCH,
+                "--repeats",
+                "2",
+                "--stages",
+                "v2_pinned,v3_resident,v4_graphed",
+                "--reference-rows",
+                "v2_pinned,v3_resident,v4_graphed",
+                "--out",
+                "{out}/fast",
+            ),
         ),
     ),
     Part(

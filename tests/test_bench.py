@@ -249,6 +249,22 @@ def fake_runs(monkeypatch, outcomes):
     monkeypatch.setattr(runner, "run_process", run_process)
 
 
+def test_a_stage_runs_beside_its_reference_rows_and_every_second_repeat_backwards(tmp_path, monkeypatch):
+    """A ratio between a stage and its bare loop compares fits that met the same machine; a drift within a group
+    falls on each row alike over two repeats. The table keeps the stages first."""
+    fake_runs(monkeypatch, ["ok"] * 16)
+    ran = []
+    run = runner.run_process
+    monkeypatch.setattr(runner, "run_process", lambda command, label: (ran.append(label), run(command, label))[1])
+    stages = "v1_bs512,v2_pinned,v3_resident"
+    options = ["--reference-rows", "v2_pinned", "--repeats", "2", "--config-dir", str(CONFIGS), "--out", str(tmp_path)]
+    main(["bench", "--stages", stages, *options])
+    group = ["v2_pinned", "bare Lightning (v2_pinned)", "plain PyTorch (v2_pinned)"]
+    assert ran == ["v1_bs512", *group, "v3_resident", "v1_bs512", *group[::-1], "v3_resident"]
+    labels = [row["label"] for row in json.loads((tmp_path / "results.json").read_text())["rows"]]
+    assert labels == ["v1_bs512", "v2_pinned", "v3_resident", *group[1:]]
+
+
 def test_a_failed_stage_keeps_its_error_and_the_other_rows(tmp_path, monkeypatch, capsys):
     fake_runs(monkeypatch, ["ok", "fail", "ok"])
     main(

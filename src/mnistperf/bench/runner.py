@@ -1,8 +1,8 @@
 """``mnistperf bench``: run stages (and sweeps) each in a fresh process, then report.
 
 Every run is ``python -m mnistperf fit --config configs/<stage>.yaml`` in its own process; the bench reads
-the ``timing.json`` its EpochTimer wrote. Repeats are interleaved, and results are rewritten after every
-run. See docs/timing.md#the-bench.
+the ``timing.json`` its EpochTimer wrote. Repeats are interleaved (``run_order``), and results are rewritten
+after every run. See docs/timing.md#the-bench.
 """
 
 from __future__ import annotations
@@ -191,6 +191,30 @@ def header(opts: argparse.Namespace, plans: list[Plan], out: Path) -> str:
     )
 
 
+REFERENCE_RUNNERS = ("bare", "plain")
+
+
+def run_order(plans: Sequence[Plan], repeat: int) -> list[tuple[int, Plan]]:
+    """One repeat's runs in the order they go, each with its row's number in the table.
+
+    Repeats go round the configurations (A B C A B C ...), so a drift of the machine over the bench (heat, other
+    load) spreads over every row instead of landing on one. A stage's bare-Lightning and plain-PyTorch rows run
+    right after it, so a ratio between them compares fits that met the same machine within a minute; every second
+    repeat runs each such group backwards, so a drift within it falls on each of its rows alike.
+    """
+    numbered = list(enumerate(plans, 1))
+    references: dict[str, list[tuple[int, Plan]]] = collections.defaultdict(list)
+    for index, plan in numbered:
+        if plan.row.runner in REFERENCE_RUNNERS:
+            references[plan.row.stage].append((index, plan))
+    groups = []
+    for index, plan in numbered:
+        if plan.row.runner not in REFERENCE_RUNNERS:
+            groups.append([(index, plan), *(references.pop(plan.row.stage, []) if not plan.row.overrides else [])])
+    groups += [[run] for runs in references.values() for run in runs]  # a stage's rows with no row of its own
+    return [run for group in groups for run in (group if repeat % 2 else group[::-1])]
+
+
 def bench_command(argv: Sequence[str]) -> None:
     """``mnistperf bench``: run the stages (and sweeps) as separate processes and write the report."""
     opts = parse_args(argv)
@@ -206,10 +230,8 @@ def bench_command(argv: Sequence[str]) -> None:
     rows = [plan.row for plan in plans]
     print(header(opts, plans, out), flush=True)
     try:
-        # Repeats go round the configurations (A B C A B C ...), so a drift of the machine over the
-        # bench (heat, other load) spreads over every row instead of landing on one.
         for repeat in range(1, opts.repeats + 1):
-            for index, plan in enumerate(plans, 1):
+            for index, plan in run_order(plans, repeat):
                 if plan.row.error is not None:
                     continue  # failed before: its error stays in its row
                 print(f"[{index}/{len(plans)}] {plan.row.label} (repeat {repeat}/{opts.repeats})", flush=True)

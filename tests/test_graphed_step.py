@@ -281,9 +281,16 @@ def test_tune_keeps_the_groups_where_the_resident_pipeline_makes_them_and_fit_ru
     assert summary["data"]["batches_per_step"] == 8 and summary["epochs"][0]["samples"] == TRAIN_ROWS
 
 
-def test_compile_and_cuda_graph_together_are_refused(workdir, capsys):
-    argv = stage_argv("v4_graphed", "--model.compile", "true")
-    fails_in_one_line(capsys, argv, "model.compile and model.cuda_graph both capture the step")
+def test_a_compile_mode_that_graphs_on_its_own_is_refused_beside_cuda_graph(workdir, capsys):
+    argv = stage_argv("v4_graphed", "--model.compile", "true", "--model.compile_mode", "reduce-overhead")
+    fails_in_one_line(capsys, argv, "with cuda_graph, pass --model.compile_mode null")
+
+
+def test_the_network_compiled_and_the_step_graphed_run_together(workdir, caplog, captures):
+    """Off CUDA both are skipped, each with its line, and the same step runs eagerly; on CUDA the test below."""
+    summary = run_stage("v4_graphed", *CPU, *BATCH_40, "--model.compile", "true", epochs=1)
+    assert "model.compile: skipped on cpu" in caplog.text and "model.cuda_graph: skipped on cpu" in caplog.text
+    assert captures == [0] and summary["epochs"][0]["samples"] == TRAIN_ROWS
 
 
 # ---------------------------------------------------------------- bf16: graphed and eager steps agree
@@ -334,6 +341,14 @@ def test_one_capture_per_batch_shape_and_none_after_the_first_epoch(workdir, cap
     assert summary["accelerator"] == "cuda"
     assert captures == [2, 2, 2]  # batches of 40, 40 and 16: two shapes, captured in epoch 1 only
     assert [e["samples"] for e in summary["epochs"]] == [TRAIN_ROWS] * 3
+
+
+@pytest.mark.cuda
+def test_the_compiled_network_is_captured_once_per_batch_shape(workdir, captures):
+    """Compiled in the warm-up before each capture (the partial batch recompiles there), then only replayed."""
+    summary = run_stage("v4_graphed", *BATCH_40, "--model.compile", "true", epochs=2)
+    assert summary["accelerator"] == "cuda" and captures == [2, 2]
+    assert [e["samples"] for e in summary["epochs"]] == [TRAIN_ROWS] * 2 and summary["final_metric"] is not None
 
 
 @pytest.mark.cuda

@@ -23,6 +23,7 @@ PARTS = (
     "timer",
     "diagnosis",
     "probe",
+    "graph-compiled",
     "fast",
     "resident",
     "compiled",
@@ -30,7 +31,7 @@ PARTS = (
     "modes",
     "v1",
 )  # gpu_check's
-DATA_PARTS = ("fast", "resident", "compiled", "v1", "streams", "timer", "graph", "modes")  # each trains on FashionMNIST
+DATA_PARTS = ("fast", "resident", "compiled", "v1", "streams", "timer", "graph", "graph-compiled", "modes")
 STAGED_PART = "streams"  # the part whose bench can run without a stage whose library is missing
 DATA_DIR = Path("data")
 DATASET = "fashion_mnist"
@@ -129,7 +130,7 @@ NEEDS = (
     Need("jsonargparse", tuple(p for p in PARTS if p != "probe"), (), jsonargparse_problem),  # the probe has no CLI
     Need("pytest", ("tests",), (), import_problem("pytest", "pip install pytest")),
     Need("data", DATA_PARTS, (), data_problem),
-    Need("torch.compile", ("compiled", "modes"), (), compile_problem),
+    Need("torch.compile", ("compiled", "graph-compiled", "modes"), (), compile_problem),
     Need("litdata", (), ("streaming_litdata",), import_problem("litdata", "pip install 'mnistperf[litdata]'")),
 )
 

@@ -31,7 +31,8 @@ class Part:
 # code, the diagnosis's cost, its syncs), then the graphed step's probe, the fast stages beside bare Lightning again,
 # and what settles or widens a figure. Planned minutes: what each part took on an H200
 # (docs/results/cuda-h200/session*-parts.md), rounded up; the fast part at 6 min for 2 repeats, the streams at 2 (two
-# of their three fits took 1.2 min), the probe at some 20 s a variant and the compiled one's compile.
+# of their three fits took 1.2 min), the probe at some 20 s a variant and the compiled one's compile, a compiled fit
+# at v3_compiled's 15 s first epoch.
 PARTS = (
     Part(
         "streams",
@@ -75,6 +76,24 @@ PARTS = (
         (
             ("{py}", "-m", "mnistperf.bench.step_floor", "{out}/probe"),
             ("{py}", "-m", "mnistperf.bench.graph_probe", "{out}/probe"),
+        ),
+    ),
+    Part(
+        "graph-compiled",
+        1.5,
+        "v4_graphed with its network compiled before capture (fused kernels in the graph) beside it as it is",
+        (
+            (
+                *BENCH,
+                "--stages",
+                "v4_graphed",
+                "--sweep",
+                "model.compile=false,true",
+                "--reference-rows",
+                "none",
+                "--out",
+                "{out}/graph-compiled",
+            ),
         ),
     ),
     Part(
@@ -259,8 +278,9 @@ def dry_run(minutes: float, parts: Sequence[str]) -> list[str]:
         wheels = sorted(p.name for p in WHEELS.glob("*.whl"))
         lines.insert(2, f"    wheels: {', '.join(wheels) or 'none'}")
         lines.insert(3, f"    data: {', '.join(sorted(p.name for p in SOURCES.rglob('*.gz'))) or 'none'}")
+    width = max(len(part) for part in parts)
     for part, fits in schedule(parts, minutes):
         mark = "runs" if fits else "left for the next call"
-        lines.append(f"  {part.name:<10} {part.minutes:>4.1f} min  {mark}: {part.what}")
+        lines.append(f"  {part.name:<{width}} {part.minutes:>4.1f} min  {mark}: {part.what}")
         lines += [f"      $ {shlex.join(cmd)}" for cmd in part_commands(part, "python3", Path("OUT"), ())]
     return lines

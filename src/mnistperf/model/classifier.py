@@ -23,6 +23,7 @@ from mnistperf.model.step import TrainingStep, adam, optimizer_steps
 
 PRECISION_KEY = "mnistperf_precision"  # the trainer precision a checkpoint was trained in
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+GRAPHING_MODES = ("reduce-overhead", "max-autotune")  # modes that capture CUDA graphs themselves
 MatmulPrecision = Literal["highest", "high", "medium"]
 
 
@@ -39,7 +40,8 @@ class ImageClassifier(LightningModule):
         channels_last: keep images and conv weights in NHWC layout.
         fused_adam: use the fused Adam kernel (on CPU and CUDA, where torch has one; ignored elsewhere).
         cuda_graph: run the whole training step as one CUDA graph per batch shape, replayed (on a
-            single CUDA device; elsewhere the same step runs eagerly, and the run says so).
+            single CUDA device; elsewhere the same step runs eagerly, and the run says so). With ``compile``
+            the network is compiled in the warm-up before capture, so the graph holds its fused kernels.
         float32_matmul_precision: ``torch.set_float32_matmul_precision`` for the run: ``highest`` (torch's
             default: float32 matrix products in full fp32), ``high`` (TF32 on tensor cores) or ``medium``.
     """
@@ -61,10 +63,10 @@ class ImageClassifier(LightningModule):
                 f"model.compile_mode {compile_mode!r} applies only with model.compile true; set it, "
                 "or compile_mode null."
             )
-        if cuda_graph and compile:
+        if cuda_graph and compile and compile_mode in GRAPHING_MODES:
             raise ConfigError(
-                "model.compile and model.cuda_graph both capture the step: choose one "
-                "(cuda_graph captures the optimizer's update too)."
+                f"model.compile_mode {compile_mode!r} captures CUDA graphs of its own, and model.cuda_graph captures "
+                "the whole step: with cuda_graph, pass --model.compile_mode null (compiled, then captured)."
             )
         self.save_hyperparameters()
         self.net = SimpleCNN()

@@ -199,7 +199,7 @@ def run_order(plans: Sequence[Plan], repeat: int) -> list[tuple[int, Plan]]:
 
     Repeats go round the configurations (A B C A B C ...), so a drift of the machine over the bench (heat, other
     load) spreads over every row instead of landing on one. A stage's bare-Lightning and plain-PyTorch rows run
-    right after it, so a ratio between them compares fits that met the same machine within a minute; every second
+    right after it, so a ratio between them compares fits that met the same machine; every second
     repeat runs each such group backwards, so a drift within it falls on each of its rows alike.
     """
     numbered = list(enumerate(plans, 1))

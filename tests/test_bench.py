@@ -249,13 +249,19 @@ def fake_runs(monkeypatch, outcomes):
     monkeypatch.setattr(runner, "run_process", run_process)
 
 
+def labels_run(monkeypatch) -> list[str]:
+    """The labels of the runs, in the order they ran (beside whatever ``run_process`` already does)."""
+    ran: list[str] = []
+    run = runner.run_process
+    monkeypatch.setattr(runner, "run_process", lambda command, label: (ran.append(label), run(command, label))[1])
+    return ran
+
+
 def test_a_stage_runs_beside_its_reference_rows_and_every_second_repeat_backwards(tmp_path, monkeypatch):
     """A ratio between a stage and its bare loop compares fits that met the same machine; a drift within a group
     falls on each row alike over two repeats. The table keeps the stages first."""
     fake_runs(monkeypatch, ["ok"] * 16)
-    ran = []
-    run = runner.run_process
-    monkeypatch.setattr(runner, "run_process", lambda command, label: (ran.append(label), run(command, label))[1])
+    ran = labels_run(monkeypatch)
     stages = "v1_bs512,v2_pinned,v3_resident"
     options = ["--reference-rows", "v2_pinned", "--repeats", "2", "--config-dir", str(CONFIGS), "--out", str(tmp_path)]
     main(["bench", "--stages", stages, *options])
@@ -263,6 +269,15 @@ def test_a_stage_runs_beside_its_reference_rows_and_every_second_repeat_backward
     assert ran == ["v1_bs512", *group, "v3_resident", "v1_bs512", *group[::-1], "v3_resident"]
     labels = [row["label"] for row in json.loads((tmp_path / "results.json").read_text())["rows"]]
     assert labels == ["v1_bs512", "v2_pinned", "v3_resident", *group[1:]]
+
+
+def test_the_reference_rows_of_a_stage_not_benched_as_itself_run_together_and_turn_too(tmp_path, monkeypatch):
+    fake_runs(monkeypatch, ["ok"] * 6)
+    ran = labels_run(monkeypatch)
+    options = ["--reference-rows", "v2_pinned", "--repeats", "2", "--config-dir", str(CONFIGS), "--out", str(tmp_path)]
+    main(["bench", "--stages", "v1_bs512", *options])
+    group = ["bare Lightning (v2_pinned)", "plain PyTorch (v2_pinned)"]
+    assert ran == ["v1_bs512", *group, "v1_bs512", *group[::-1]]
 
 
 def test_a_failed_stage_keeps_its_error_and_the_other_rows(tmp_path, monkeypatch, capsys):

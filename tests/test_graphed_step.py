@@ -221,6 +221,32 @@ def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(wor
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
 
 
+def test_a_compiled_network_inside_the_emulated_graphs_trains_as_the_eager_step_does(
+    workdir, captures, monkeypatch, eager
+):
+    """``--model.compile true`` beside the graph path (emulated on a CPU): the network is compiled in the warm-up
+    before each capture, the partial batch's shape recompiled there, and the fit trains as the eager path does, up
+    to the order of the compiled kernels' sums."""
+    configure_model = ImageClassifier.configure_model
+
+    def compiled_and_graphing(module) -> None:
+        configure_model(module)  # compiles the network, as compile_on_cpu asks; a CPU declines the graph
+        module._graphing = True
+
+    monkeypatch.setattr("mnistperf.model.step.StepGraphs", EmulatedGraphs)
+    monkeypatch.setattr("mnistperf.model.classifier.ImageClassifier.configure_model", compiled_and_graphing)
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = ("--model.compile", "true", "--model.compile_on_cpu", "true")
+    summary = run_stage("v4_graphed", *BATCH_40, *CPU, *compiled, epochs=2)
+    assert captures == [2, 2] and counters["stats"]["unique_graphs"] > 0
+    for mine, theirs in zip(summary["epochs"], eager["epochs"], strict=True):
+        assert mine["samples"] == theirs["samples"] == TRAIN_ROWS
+        assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-4)
+
+
 def test_a_second_fit_of_the_same_module_captures_again(tiny_data, monkeypatch):
     """A second fit builds a new optimizer (and Lightning's teardown moved the module between them): the
     graphs of the first fit are gone, the second captures its own, and it trains."""

@@ -211,7 +211,7 @@ def run_order(plans: Sequence[Plan], repeat: int) -> list[tuple[int, Plan]]:
     for index, plan in numbered:
         if plan.row.runner not in REFERENCE_RUNNERS:
             groups.append([(index, plan), *(references.pop(plan.row.stage, []) if not plan.row.overrides else [])])
-    groups += [[run] for runs in references.values() for run in runs]  # a stage's rows with no row of its own
+    groups += references.values()  # the reference rows of a stage with no plain row of its own, together
     return [run for group in groups for run in (group if repeat % 2 else group[::-1])]
 
 

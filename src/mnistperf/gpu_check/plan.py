@@ -278,7 +278,7 @@ def dry_run(minutes: float, parts: Sequence[str]) -> list[str]:
         wheels = sorted(p.name for p in WHEELS.glob("*.whl"))
         lines.insert(2, f"    wheels: {', '.join(wheels) or 'none'}")
         lines.insert(3, f"    data: {', '.join(sorted(p.name for p in SOURCES.rglob('*.gz'))) or 'none'}")
-    width = max(len(part) for part in parts)
+    width = max((len(part) for part in parts), default=10)
     for part, fits in schedule(parts, minutes):
         mark = "runs" if fits else "left for the next call"
         lines.append(f"  {part.name:<{width}} {part.minutes:>4.1f} min  {mark}: {part.what}")

@@ -21,7 +21,7 @@ from mnistperf.bench.chart import chart_figure
 from mnistperf.bench.columns import Row, table_rows
 from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.plans import plan_runs, reference_row_stages
-from mnistperf.bench.report import per_step, write_all
+from mnistperf.bench.report import per_step, per_step_table, write_all
 from mnistperf.cli import main
 
 
@@ -83,7 +83,24 @@ def test_per_step_splits_a_step_into_plain_lightnings_loop_and_the_lab():
     assert found["lightning_loop_adds_ms"] == pytest.approx(470 / 118)
     assert found["lab_adds_ms"] == pytest.approx(120 / 118)
     assert found["stage_over_bare_x"] == pytest.approx(1.18 / 1.06)
+    assert found["stage_over_bare_per_repeat"] == []  # one repeat: the ratio above is all there is
     assert table_rows(rows)[1]["note"] == f"stage/bare Lightning train time: {1.18 / 1.06:.3f}x"
+
+
+def test_the_per_step_table_gives_each_repeats_ratio_where_every_repeat_of_both_rows_ran():
+    def repeats(*trains: float) -> list[dict]:
+        return [{**summary(t, 0.1), "epochs": [{"samples": 1024}] * 2} for t in trains]
+
+    rows = [
+        Row("v2_pinned", "v2_pinned", summaries=repeats(1.0, 1.5)),
+        Row("bare Lightning (v2_pinned)", "v2_pinned", runner="bare", summaries=repeats(1.0, 1.0)),
+        Row("plain PyTorch (v2_pinned)", "v2_pinned", runner="plain", summaries=repeats(0.5, 0.5)),
+    ]
+    (found,) = per_step(rows)
+    assert found["stage_over_bare_per_repeat"] == [1.0, 1.5] and found["stage_over_bare_x"] == 1.25
+    assert per_step_table(rows).splitlines()[-1].endswith("| 1.250x | 1.000x, 1.500x |")
+    rows[1].summaries.pop()  # a repeat of the bare row failed: which pairs ran side by side is not known
+    assert per_step(rows)[0]["stage_over_bare_per_repeat"] == []
 
 
 def test_plan_covers_stages_sweeps_and_reference_rows():

@@ -47,9 +47,20 @@ def per_step(rows: list[Row]) -> list[dict[str, Any]]:
                 "lightning_loop_adds_ms": ms(bare) - ms(plain),
                 "lab_adds_ms": ms(row) - ms(bare),
                 "stage_over_bare_x": ms(row) / ms(bare),
+                "stage_over_bare_per_repeat": per_repeat(row, bare),
             }
         )
     return out
+
+
+def per_repeat(row: Row, reference: Row) -> list[float]:
+    """The row's train time over the reference row's, repeat by repeat (each pair ran side by side: ``run_order``).
+
+    Empty for one repeat, or where a repeat of either failed, which leaves the pairs unknown.
+    """
+    mine, theirs = row.values(AVG_TRAIN_S.name), reference.values(AVG_TRAIN_S.name)
+    paired = len(mine) == len(theirs) == len(row.summaries) == len(reference.summaries) > 1
+    return [a / b for a, b in zip(mine, theirs, strict=True)] if paired else []
 
 
 def per_step_table(rows: list[Row]) -> str:
@@ -59,12 +70,13 @@ def per_step_table(rows: list[Row]) -> str:
         return ""
     lines = [
         "| stage | steps/epoch | plain PyTorch step ms | Lightning's loop adds ms | the lab adds ms | "
-        "stage / bare Lightning |",
-        "|---|---:|---:|---:|---:|---:|",
+        "stage / bare Lightning | per repeat |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
         f"| {d['stage']} | {d['steps_per_epoch']} | {d['plain_step_ms']:.2f} | {d['lightning_loop_adds_ms']:+.2f} | "
-        f"{d['lab_adds_ms']:+.2f} | {d['stage_over_bare_x']:.3f}x |"
+        f"{d['lab_adds_ms']:+.2f} | {d['stage_over_bare_x']:.3f}x | "
+        f"{', '.join(f'{x:.3f}x' for x in d['stage_over_bare_per_repeat'])} |"
         for d in found
     ]
     return "\n".join(lines)

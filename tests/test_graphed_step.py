@@ -221,6 +221,7 @@ def test_emulated_graphs_inside_lightning_capture_once_per_shape_with_groups(wor
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
 
 
+@pytest.mark.slow  # the compile alone takes some 20 s where torch has not cached it
 def test_a_compiled_network_inside_the_emulated_graphs_trains_as_the_eager_step_does(
     workdir, captures, monkeypatch, eager
 ):

@@ -384,10 +384,11 @@ def test_a_short_fit_whose_step_records_cheaply_gets_its_window_at_the_default_s
     one = EpochTimer()  # a one-epoch fit weighs its window before its first epoch ends: priced by its graph too
     fit_module(Newcomer(), rows(count=480), callbacks=[one], max_epochs=1)
     assert one.busy_window["share"] is not None and one.busy_window["in_warmup"], one.busy_window
-    # the same fit without its graph read is priced at the worst, which so short a fit cannot pay for, nor the
-    # operator clock's worst, the cheaper price the reason then gives
+    # the same fit without its graph read is priced at the worst, which a share this small cannot pay for, nor the
+    # operator clock's worst, the cheaper price the reason then gives (the fit's length is measured, and a busy
+    # machine's slow first epoch lengthens it: the share leaves room for a fit some 10**5 steps long)
     monkeypatch.setattr(window_price, "graph_nodes", lambda loss: None)
-    worst = EpochTimer(window_share=0.001)
+    worst = EpochTimer(window_share=1e-6)
     fit_module(Newcomer(), rows(count=480), callbacks=[worst], max_epochs=2)
     assert worst.busy_window["share"] is None
     assert f"{window_price.CLOCK_WORST:.2g} times that to record" in worst.busy_window["reason"]

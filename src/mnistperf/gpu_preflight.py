@@ -31,6 +31,7 @@ PARTS = (
     "modes",
     "v1",
 )  # gpu_check's
+# the parts that train on FashionMNIST
 DATA_PARTS = ("fast", "resident", "compiled", "v1", "streams", "timer", "graph", "graph-compiled", "modes")
 STAGED_PART = "streams"  # the part whose bench can run without a stage whose library is missing
 DATA_DIR = Path("data")

@@ -28,6 +28,8 @@ from mnistperf.diagnosis.figures import (
     TRAIN_S,
 )
 
+REFERENCE_RUNNERS = ("plain", "bare")  # the runners of a stage's reference rows: a plain loop, bare Lightning
+
 
 @dataclass
 class Row:
@@ -143,7 +145,7 @@ class Bench:
         same_stage = [
             r for r in self.rows if r.runner == "lightning" and r.stage == row.stage and r.med(AVG_TRAIN_S.name)
         ]
-        if row.runner not in ("plain", "bare") or not same_stage or not row.med(AVG_TRAIN_S.name):
+        if row.runner not in REFERENCE_RUNNERS or not same_stage or not row.med(AVG_TRAIN_S.name):
             return row.error or ""
         ratios = [(r, r.train_s() / row.train_s()) for r in same_stage]
         what = "stage/plain" if row.runner == "plain" else "stage/bare Lightning"

@@ -13,7 +13,7 @@ from typing import Any
 from mnistperf.atomic import atomic_write_text
 from mnistperf.bench import published
 from mnistperf.bench.chart import write_chart
-from mnistperf.bench.columns import Row, csv_rows, markdown_table
+from mnistperf.bench.columns import REFERENCE_RUNNERS, Row, csv_rows, markdown_table
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, BUSY
 from mnistperf.diagnosis.record.verdict import COMPUTE_BOUND_BUSY
 
@@ -30,7 +30,7 @@ def per_step(rows: list[Row]) -> list[dict[str, Any]]:
             continue
         plain, bare = (
             next((r for r in rows if r.runner == kind and r.stage == row.stage and r.med(AVG_TRAIN_S.name)), None)
-            for kind in ("plain", "bare")
+            for kind in REFERENCE_RUNNERS
         )
         if plain is None or bare is None or not row.samples_per_epoch:
             continue

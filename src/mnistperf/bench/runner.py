@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mnistperf.bench import published
 from mnistperf.bench.chart import redraw_chart
-from mnistperf.bench.columns import markdown_table
+from mnistperf.bench.columns import REFERENCE_RUNNERS, markdown_table
 from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.plans import Plan, plan_runs
 from mnistperf.bench.report import per_step_table, write_all
@@ -189,9 +189,6 @@ def header(opts: argparse.Namespace, plans: list[Plan], out: Path) -> str:
         f"{len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs{batches}{dataset}{overrides}; "
         f"results in {out}"
     )
-
-
-REFERENCE_RUNNERS = ("bare", "plain")
 
 
 def run_order(plans: Sequence[Plan], repeat: int) -> list[tuple[int, Plan]]:

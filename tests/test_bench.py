@@ -451,7 +451,9 @@ def test_real_bench_on_tiny_data_writes_every_result_file(workdir, monkeypatch, 
     assert "data.batch_size must be at least 1" in rows[1]["error"]
     assert rows[2]["summaries"][0]["runner"] == "bare" and rows[3]["summaries"][0]["runner"] == "plain"
     printed = capsys.readouterr().out
-    assert "[1/4] v2_pinned" in printed and "stage/plain train time" in printed and "stage/bare Lightning" in printed
+    # the runs counted as they start, each with its row's number in the table (a stage's reference rows beside it)
+    assert "[1/4] v2_pinned (row 1, repeat 1/1)" in printed and "[4/4] broken (row 2, repeat 1/1)" in printed
+    assert "stage/plain train time" in printed and "stage/bare Lightning" in printed
     assert "| v2_pinned | 1 |" in printed  # the per-step table: 96 rows in one batch of 512
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import os
 import subprocess
@@ -226,12 +227,14 @@ def bench_command(argv: Sequence[str]) -> None:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}
     rows = [plan.row for plan in plans]
     print(header(opts, plans, out), flush=True)
+    runs, planned = itertools.count(1), sum(plan.row.error is None for plan in plans) * opts.repeats
     try:
         for repeat in range(1, opts.repeats + 1):
             for index, plan in run_order(plans, repeat):
                 if plan.row.error is not None:
                     continue  # failed before: its error stays in its row
-                print(f"[{index}/{len(plans)}] {plan.row.label} (repeat {repeat}/{opts.repeats})", flush=True)
+                said = f"{plan.row.label} (row {index}, repeat {repeat}/{opts.repeats})"
+                print(f"[{next(runs)}/{planned}] {said}", flush=True)  # in the order they run
                 command, timing_path = plan.command(out / "runs", f"{index:02d}_{plan.row.stage}_r{repeat}")
                 status, last_line, memory = run_process(command, plan.row.label)
                 if status != 0 or not timing_path().is_file():

@@ -116,6 +116,11 @@ def digest(text: str | bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
+def to_device(made: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``made`` (a CPU tensor) on ``device``; to a GPU from pinned memory: the copy does not wait for the device."""
+    return made.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else made.to(device)
+
+
 def combined(lanes: torch.Tensor) -> torch.Tensor:
     """One non-negative int64 per sample from its lanes [samples, LANES] (on a CPU in NumPy, as the sums are)."""
     found = lanes.numpy() if lanes.device.type == "cpu" else lanes
@@ -145,7 +150,8 @@ class Fingerprinter:
         if key not in self._weights:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
             size = (drawn or self.max_words, LANES)
-            self._weights[key] = torch.randint(1, PRIME, size, generator=generator, dtype=torch.int64).to(device)
+            made = torch.randint(1, PRIME, size, generator=generator, dtype=torch.int64)
+            self._weights[key] = to_device(made, device)
         return self._weights[key][:words]
 
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
@@ -163,7 +169,7 @@ class Fingerprinter:
                     chosen = torch.randperm(count, generator=generator)[: self.max_words]
                 else:  # a permutation of them all costs its length (67 ms for an image's 1.9 M words, each new size)
                     chosen = torch.randint(count, (self.max_words,), generator=generator)  # as good as distinct here
-                self._positions[key] = chosen.sort().values.to(words.device)
+                self._positions[key] = to_device(chosen.sort().values, words.device)
             words = words[:, self._positions[key]]
         return words  # int16 words are signed: the sums' remainder is non-negative anyway
 

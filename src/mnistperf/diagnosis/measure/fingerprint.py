@@ -173,15 +173,12 @@ class Fingerprinter:
             words = words[:, self._positions[key]]
         return words  # int16 words are signed: the sums' remainder is non-negative anyway
 
-    def lanes(self, tensors: Sequence[torch.Tensor], samples: int, offset: int = 0) -> torch.Tensor:
-        """The hash's lanes [samples, LANES] of the samples spread over ``tensors`` (each with ``samples`` rows).
-
-        ``offset``: where the first tensor stands among a sample's tensors (each position has weights of its own).
-        """
-        return self.steps_lanes([(tensors, samples)], offset)
-
     def steps_lanes(self, steps: Sequence[tuple[Sequence[torch.Tensor], int]], offset: int = 0) -> torch.Tensor:
-        """:meth:`lanes` of several steps' samples, one step after the other, each step's tensors of one layout."""
+        """The hash's lanes [samples, LANES] of several steps' samples, one step after the other.
+
+        Each step: its tensors (of one layout, each with the step's samples as rows) and its samples; ``offset``: where
+        the first tensor stands among a sample's tensors (each position has weights of its own).
+        """
         kept = [(tensors, samples) for tensors, samples in steps if samples]  # an empty batch (a filtering collate's)
         device = (kept or steps)[0][0][0].device  # the first step's with samples
         if not kept:  # has no words to read, nor a width to read them by
@@ -208,7 +205,7 @@ class Fingerprinter:
 
     def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
-        return combined(self.lanes(tensors, samples))
+        return combined(self.steps_lanes([(tensors, samples)]))
 
     def graphs(self, graphs: Graphs, rows: Sequence[torch.Tensor]) -> torch.Tensor:
         """Fingerprints [graphs] of a graph batch's samples, each graph's from its own node rows and rows.
@@ -220,14 +217,16 @@ class Fingerprinter:
         device = index.device
         total = torch.zeros(count, LANES, dtype=torch.int64, device=device)
         if graphs.nodes:
-            nodes = self.lanes(graphs.nodes, len(index))  # [nodes, LANES]
+            nodes = self.steps_lanes([(graphs.nodes, len(index))])  # [nodes, LANES]
             order = torch.arange(len(index), device=device)
             first = torch.full((count,), len(index), dtype=torch.int64, device=device)
             first.scatter_reduce_(0, index.long(), order, "amin")
             place = order - first[index.long()]  # each node's place in its graph
-            total.index_add_(0, index.long(), nodes * self.place_weights(place) % PRIME)
+            # weights by place, the same whatever the batch; repeating every PLACES, no need to know the largest graph
+            by_place = self.weights(-1, PLACES, device, PLACES)[place % PLACES]
+            total.index_add_(0, index.long(), nodes * by_place % PRIME)
         if rows:
-            total += self.lanes(rows, count, offset=len(graphs.nodes))
+            total += self.steps_lanes([(rows, count)], offset=len(graphs.nodes))
         return combined(total % PRIME)
 
     def items(
@@ -241,13 +240,6 @@ class Fingerprinter:
             shapes_and_texts = torch.tensor([told], dtype=torch.int64, device=tensors[0].device)
             found.append(self([*(tensor.reshape(1, -1) for tensor in tensors), shapes_and_texts], 1))
         return torch.cat(found)
-
-    def place_weights(self, place: torch.Tensor) -> torch.Tensor:
-        """Weights [nodes, LANES] for nodes at ``place`` in their graph, the same whatever the batch.
-
-        They repeat every PLACES places: read so, the device need not tell the largest graph.
-        """
-        return self.weights(-1, PLACES, place.device, PLACES)[place % PLACES]
 
 
 Held = list[tuple[list[torch.Tensor], int]]  # steps' sample rows (copies, or as read), each with its samples

@@ -275,15 +275,7 @@ def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
     ]
     whose = "run's" if one else "runs'"
     heads = columns([run_head(run) for _, run in runs])
-    return [
-        heads,
-        *charts,
-        "<h2>Epochs</h2>",
-        *epochs,
-        f"<h2>The {whose} figures</h2>",
-        *measured,
-        *parts,
-    ]
+    return [heads, *charts, "<h2>Epochs</h2>", *epochs, f"<h2>The {whose} figures</h2>", *measured, *parts]
 
 
 def comparison_section(found: dict[str, Any]) -> str:

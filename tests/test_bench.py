@@ -324,6 +324,15 @@ def test_a_failed_stage_keeps_its_error_and_the_other_rows(tmp_path, monkeypatch
     assert "CUDA out of memory" in (tmp_path / "results.md").read_text()
 
 
+def test_the_progress_counts_the_runs_left_once_a_row_failed(tmp_path, monkeypatch, capsys):
+    """A row that failed is not run again: the count of runs ahead drops by its later repeats."""
+    fake_runs(monkeypatch, ["ok", "fail", "ok", "ok", "ok"])
+    stages = ["--stages", "v1_naive,v1_bs512,v2_pinned", "--reference-rows", "none", "--repeats", "2"]
+    main(["bench", *stages, "--config-dir", str(CONFIGS), "--out", str(tmp_path)])
+    progress = [line.split(" (row")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert progress == ["[1/6] v1_naive", "[2/6] v1_bs512", "[3/5] v2_pinned", "[4/5] v1_naive", "[5/5] v2_pinned"]
+
+
 def test_results_csv_holds_one_number_per_cell_with_the_settings_that_shaped_each_row(tmp_path, monkeypatch):
     pandas = pytest.importorskip("pandas")
     fake_runs(monkeypatch, ["ok"] * 8)

@@ -239,6 +239,7 @@ def bench_command(argv: Sequence[str]) -> None:
                 status, last_line, memory = run_process(command, plan.row.label)
                 if status != 0 or not timing_path().is_file():
                     plan.row.error = f"failed (exit {status}): {last_line}"
+                    planned -= opts.repeats - repeat  # its later repeats do not run
                     print(f"    {plan.row.label}: {plan.row.error}", flush=True)
                 else:
                     timing = json.loads(timing_path().read_text())

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.measure.batches import READINGS
-from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, text_digests
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, text_digests, to_device
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.errors import MnistperfError
 
@@ -62,7 +62,7 @@ class SampleIdentity:
         if (
             reading.texts
         ):  # strings hold no tensor: their digests are rows too, or texts of one label would be one sample
-            rows = [*rows, text_digests(reading.texts).to(rows[0].device)]
+            rows = [*rows, to_device(text_digests(reading.texts), rows[0].device)]
         if self.sample_dims == 1 and any(t.is_nested for t in rows):  # rows that cannot be stacked with others
             return self.hash.items([list(sample) for sample in zip(*(t.unbind() for t in rows), strict=True)])
         return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples

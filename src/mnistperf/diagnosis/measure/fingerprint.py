@@ -237,7 +237,7 @@ class Fingerprinter:
         for at, tensors in enumerate(items):
             told = [dim for tensor in tensors for dim in (tensor.ndim, *tensor.shape)]
             told += [digest(text) for text in texts[at]] if texts is not None else []
-            shapes_and_texts = torch.tensor([told], dtype=torch.int64, device=tensors[0].device)
+            shapes_and_texts = to_device(torch.tensor([told], dtype=torch.int64), tensors[0].device)
             found.append(self([*(tensor.reshape(1, -1) for tensor in tensors), shapes_and_texts], 1))
         return torch.cat(found)
 

@@ -21,10 +21,11 @@ tier's MPNN, in .venv-compat-chemprop), ``mnist`` (MNIST's shape: a linear model
 batches of 256, 235 steps an epoch of about 2 ms).
 
 ARMS: comma-separated, of ``none``, ``both`` (the default callbacks) and ``all`` (both, with ``log_all=True``); for the
-parts ``timer`` or ``audit`` alone, ``unwindowed`` (both, no profiled window) and ``idle`` (two callbacks whose step
-hooks do nothing); and for what a part could buy at most, both with that part's work gone: ``hashless`` (the audit's
-content hash: its samples' positions instead), ``unreported`` (the timer's work at the fit's end: nothing printed or
-written) or ``neither``. Default ``none,both``.
+parts ``timer`` or ``audit`` alone, ``unwindowed`` (both, no profiled window), ``idle`` (two callbacks whose step hooks
+do nothing) and ``least`` (two whose step hooks do the least a timer and an audit must: stamp the step's start and end,
+read its samples once, hold its rows); and for what a part could buy at most, both with that part's work gone:
+``hashless`` (the audit's content hash: its samples' positions instead), ``unreported`` (the timer's work at the fit's
+end: nothing printed or written) or ``neither``. Default ``none,both``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def callbacks(arm: str) -> list[Any]:
     For the parts: the timer or the audit alone, both without the profiled window, or two callbacks whose two step hooks
     do nothing.
     """
-    from idle_callbacks import Floor  # docs/results/idle_callbacks.py
+    from idle_callbacks import Floor, LeastAudit, LeastTimer  # docs/results/idle_callbacks.py
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
 
@@ -76,6 +77,7 @@ def callbacks(arm: str) -> list[Any]:
         "audit": lambda: [SampleAudit()],
         "unwindowed": lambda: [EpochTimer(busy_window_steps=0), SampleAudit()],
         "idle": lambda: [Floor(), Floor()],  # the least two callbacks that see every step cost
+        "least": lambda: [LeastTimer(), LeastAudit()],  # the least per-step work a timer and an audit need
         "hashless": lambda: [EpochTimer(), hashless(SampleAudit())],
         "unreported": lambda: [Unreported(), SampleAudit()],
         "neither": lambda: [Unreported(), hashless(SampleAudit())],

@@ -15,10 +15,11 @@ far tighter than fresh processes', which differ from each other by up to 2x on t
 
 WORKLOAD: ``small`` (an MLP, 30 steps of 64 rows an epoch, 1-2 ms each, no logger), ``newcomer``
 (examples/diagnose_your_run.py's MLP, 64 steps of about 3 ms, TensorBoard's logger), ``table`` (the small MLP logging
-its loss every step to a logger that writes its table to disk on every call: Lightning's CSVLogger flushed each
-step), ``long`` (the small MLP, 300 steps an epoch, 24 epochs: a fit of some 10 s), ``chemprop`` (the compatibility
-tier's MPNN, in .venv-compat-chemprop), ``mnist`` (MNIST's shape: a linear model on 60,000 random rows of 784 floats in
-batches of 256, 235 steps an epoch of about 2 ms).
+its loss every step to a logger that writes its table to disk on every call: Lightning's CSVLogger flushed each step),
+``long`` (the small MLP, 300 steps an epoch, 24 epochs: a fit of some 10 s), ``chemprop`` (the compatibility tier's
+MPNN, in .venv-compat-chemprop), ``mnist`` (MNIST's shape: a linear model on 60,000 random rows of 784 floats in batches
+of 256, 235 steps an epoch of about 2 ms), ``cnn`` (the lab's SimpleCNN on 64 random 28x28 images a step, 200 steps an
+epoch of about 11 ms, 5 epochs: a fit of some 12 s).
 
 ARMS: comma-separated, of ``none``, ``both`` (the default callbacks) and ``all`` (both, with ``log_all=True``); for the
 parts ``timer`` or ``audit`` alone, ``unwindowed`` (both, no profiled window), ``idle`` (two callbacks whose step hooks
@@ -46,7 +47,7 @@ ROOT = HERE.parents[2]
 sys.path.insert(0, str(HERE.parent))
 from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
 
-EPOCHS = {"small": 3, "newcomer": 3, "table": 3, "long": 24, "chemprop": 3, "mnist": 3}
+EPOCHS = {"small": 3, "newcomer": 3, "table": 3, "long": 24, "chemprop": 3, "mnist": 3, "cnn": 5}
 
 
 def callbacks(arm: str) -> list[Any]:
@@ -95,8 +96,11 @@ def trainer(root: Path, epochs: int, arm: str, **options: Any) -> Any:
     )
 
 
-def small(steps: int, logged: bool = False) -> tuple[Any, Any]:
-    """The small MLP of ../cpu-2core-operator-clock/short_fits.py (seeded) and ``steps`` batches of 64 random rows."""
+def small(steps: int, logged: bool = False, kind: str = "mlp") -> tuple[Any, Any]:
+    """The small MLP of ../cpu-2core-operator-clock/short_fits.py (seeded) and ``steps`` batches of 64 random rows.
+
+    ``kind="cnn"``: its SimpleCNN on 64 random 28x28 images a batch instead.
+    """
     from lightning.pytorch import seed_everything
 
     sys.path.insert(0, str(HERE.parent / "cpu-2core-operator-clock"))
@@ -109,7 +113,8 @@ def small(steps: int, logged: bool = False) -> tuple[Any, Any]:
             return loss
 
     seed_everything(0, verbose=False)
-    return (Logged if logged else short_fits.Small)("mlp"), short_fits.rows((32,), steps)
+    shape = (1, 28, 28) if kind == "cnn" else (32,)
+    return (Logged if logged else short_fits.Small)(kind), short_fits.rows(shape, steps)
 
 
 @functools.cache
@@ -147,8 +152,9 @@ def mnist_rows() -> tuple[Any, Any]:
 
 def fit(workload: str, epochs: int, arm: str, root: Path) -> Any:
     """The workload's fit, built (data, model, trainer), and a function that runs it."""
-    if workload in ("small", "long"):
-        module, loader = small(30 if workload == "small" else 300)
+    if workload in ("small", "long", "cnn"):
+        steps = {"small": 30, "long": 300, "cnn": 200}[workload]
+        module, loader = small(steps, kind="cnn" if workload == "cnn" else "mlp")
         run = trainer(root, epochs, arm, logger=False)
         return lambda: run.fit(module, loader)
     if workload == "table":

@@ -6,6 +6,7 @@ odds of a false duplicate and its cost: docs/diagnose.md, "How samples are ident
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 
 from mnistperf.diagnosis.measure.graph_batches import Graphs
 
@@ -62,7 +64,9 @@ def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> t
     halves (:func:`halves`). In NumPy: torch's float64 matmul runs on its OpenMP threads, which wait for a core where
     the machine's are busy (a loader's workers): an epoch's hash stalled by some 30 ms there
     (docs/results/cpu-2core-busy-hash/results.md). The words are made float64 a block of samples at a time, which
-    stays in the core's cache, straight from each step's arrays (never joined into one first).
+    stays in the core's cache, straight from each step's arrays (never joined into one first). The products run on one
+    BLAS thread: a worker NumPy's BLAS wakes for them keeps a core busy after it, which slowed a CNN's own forward and
+    backward by some 7 % on 2 cores (docs/results/cpu-2core-fresh-cost/results.md, "The hash's BLAS threads").
     """
     samples, words = sum(len(step[0]) for step in steps), sum(part.shape[1] for part in steps[0])
     rows = max(1, min(samples, BLOCK_BYTES // (8 * max(1, words))))
@@ -82,21 +86,28 @@ def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> t
             np.matmul(block[:count, start:end], split[start:end], out=sums[:count])
             ahead[:] = reduced(ahead, sums[:count])
 
-    for step in steps:
-        first = 0
-        while first < len(step[0]):
-            taken = min(rows - filled, len(step[0]) - first)
-            at = 0
-            for part in step:
-                np.copyto(block[filled : filled + taken, at : at + part.shape[1]], part[first : first + taken])
-                at += part.shape[1]
-            filled, first = filled + taken, first + taken
-            if filled == rows:
-                add(filled)
-                done, filled = done + filled, 0
-    if filled:
-        add(filled)
+    with blas().limit(limits=1, user_api="blas"):
+        for step in steps:
+            first = 0
+            while first < len(step[0]):
+                taken = min(rows - filled, len(step[0]) - first)
+                at = 0
+                for part in step:
+                    np.copyto(block[filled : filled + taken, at : at + part.shape[1]], part[first : first + taken])
+                    at += part.shape[1]
+                filled, first = filled + taken, first + taken
+                if filled == rows:
+                    add(filled)
+                    done, filled = done + filled, 0
+        if filled:
+            add(filled)
     return torch.from_numpy(reduced(total, sums) if one_chunk else total)
+
+
+@functools.cache
+def blas() -> ThreadpoolController:
+    """The BLAS libraries this process has loaded (NumPy's), found once."""
+    return ThreadpoolController()
 
 
 def reduced(ahead: np.ndarray, sums: np.ndarray) -> np.ndarray:

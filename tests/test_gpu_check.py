@@ -143,6 +143,18 @@ def test_the_dry_run_names_the_call_its_carry_and_every_part(capsys):
     assert rows == ["tests", "fast"]  # in the plan's order, whatever the order asked
 
 
+def test_a_pack_made_before_a_package_joined_the_carried_ones_is_named(tmp_path):
+    from mnistperf.gpu_check.pack import CARRIED_WHEELS
+    from mnistperf.gpu_check.plan import unpacked_wheels
+
+    for name in CARRIED_WHEELS[1:]:
+        (tmp_path / f"{name.replace('-', '_')}-1.0-py3-none-any.whl").touch()
+    (tmp_path / f"{CARRIED_WHEELS[0]}_extra-1.0-py3-none-any.whl").touch()  # another package sharing its prefix
+    assert unpacked_wheels(tmp_path) == [CARRIED_WHEELS[0]]
+    (tmp_path / f"{CARRIED_WHEELS[0]}-1.0-py3-none-any.whl").touch()
+    assert unpacked_wheels(tmp_path) == []
+
+
 def test_a_part_started_from_a_check_that_ignores_interrupts_can_still_be_interrupted(tmp_path):
     """A check run in the background ignores SIGINT, and a part would inherit that: its time limit interrupts it."""
     import signal

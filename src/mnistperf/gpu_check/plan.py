@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mnistperf import gpu_preflight
-from mnistperf.gpu_check.pack import CARRY, SOURCES, WHEELS, size_mb
+from mnistperf.gpu_check.pack import CARRIED_WHEELS, CARRY, SOURCES, WHEELS, size_mb
 
 SITE = Path("/tmp/mnistperf-site")  # where the carried wheels are installed on the device
 BENCH = ("{py}", "-m", "mnistperf", "bench", "--epochs", "4")
@@ -263,11 +263,19 @@ def schedule(parts: Sequence[str], minutes: float) -> list[tuple[Part, bool]]:
     return planned
 
 
+def unpacked_wheels(folder: Path) -> list[str]:
+    """The carried packages with no wheel in ``folder`` (a pack made before the list grew)."""
+    names = [path.name.lower() for path in folder.glob("*.whl")]
+    return [name for name in CARRIED_WHEELS if not any(n.startswith(name.replace("-", "_") + "-") for n in names)]
+
+
 def dry_run(minutes: float, parts: Sequence[str]) -> list[str]:
     """The device call, what it carries and the planned minutes of each part, as lines to print."""
     carried = (
         f"{CARRY} ({size_mb(CARRY):.1f} MB)" if CARRY.is_dir() else f"{CARRY}: MISSING, run scripts/gpu-check --pack"
     )
+    if CARRY.is_dir() and (lacking := unpacked_wheels(WHEELS)):
+        carried += f"; no wheel of {', '.join(lacking)}: run scripts/gpu-check --pack"
     lines = [
         f"the device call (timeout_s {int(minutes * 60) + 90}: the budget, then the last part's grace and the copy):",
         f"  carry: [{str(CARRY)!r}]  = {carried}",

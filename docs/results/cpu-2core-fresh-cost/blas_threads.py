@@ -16,13 +16,12 @@ import json
 import os
 import statistics
 import sys
-import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "cpu-2core-operator-clock"))
 WORKLOAD = sys.argv[1] if len(sys.argv) > 1 else "cnn"
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -36,34 +35,22 @@ def main() -> None:
     import pairs
     import short_fits
     import torch
+    from hook_clock import time_calls  # docs/results/hook_clock.py
 
-    seconds: Counter[str] = Counter()
-
-    def timed(owner: Any, name: str, part: str) -> None:
-        call = getattr(owner, name)
-
-        def timed_call(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                seconds[part] += time.perf_counter() - start
-
-        setattr(owner, name, timed_call)
-
-    timed(short_fits.Small, "training_step", "forward")
-    timed(lightning.LightningModule, "backward", "backward")
-    timed(torch.optim.Adam, "step", "step")
+    calls: dict[str, list[float]] = {}
+    time_calls(short_fits.Small, "training_step", calls)
+    time_calls(lightning.LightningModule, "backward", calls)
+    time_calls(torch.optim.Adam, "step", calls)
     load = [os.getloadavg()[0]]
     for arm in ARMS:
         pairs.timed(WORKLOAD, 1, arm)  # warm-up
     runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
     for index in range(ROUNDS):
         for arm in ARMS if index % 2 == 0 else ARMS[::-1]:
-            seconds.clear()
+            calls.clear()
             fit = pairs.timed(WORKLOAD, EPOCHS, arm)["wall"]
-            update = seconds["step"] - seconds["forward"] - seconds["backward"]
-            parts = {"forward": seconds["forward"], "backward": seconds["backward"], "update": update}
+            forward, backward = sum(calls["Small.training_step"]), sum(calls["LightningModule.backward"])
+            parts = {"forward": forward, "backward": backward, "update": sum(calls["Adam.step"]) - forward - backward}
             runs[arm].append({"fit": fit, **parts})
         load.append(os.getloadavg()[0])
     result: dict[str, Any] = {"workload": WORKLOAD, "epochs": EPOCHS, "rounds": ROUNDS, "load_average_1min": load}

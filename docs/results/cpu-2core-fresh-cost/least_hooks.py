@@ -14,7 +14,6 @@ import json
 import os
 import statistics
 import sys
-import time
 import timeit
 from collections import defaultdict
 from pathlib import Path
@@ -33,25 +32,14 @@ def main() -> None:
     import idle_callbacks
     import pairs
     import torch
+    from hook_clock import time_calls  # docs/results/hook_clock.py
 
     from mnistperf.diagnosis.measure.batches import Recent
 
-    calls: dict[str, list[float]] = defaultdict(list)
-
-    def timed(name: str, hook: Any) -> Any:
-        def call(*args: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return hook(*args)
-            finally:
-                calls[name].append(time.perf_counter() - start)
-
-        return call
-
+    calls: dict[str, list[float]] = {}
     for owner, names in HOOKS.items():
-        cls = getattr(idle_callbacks, owner)
         for name in names:
-            setattr(cls, name, timed(f"{owner}.{name}", getattr(cls, name)))
+            time_calls(getattr(idle_callbacks, owner), name, calls)  # as "Class.name"
     load = [os.getloadavg()[0]]
     pairs.timed(WORKLOAD, 1, "least")  # warm-up
     per_call: dict[str, list[float]] = defaultdict(list)

@@ -266,41 +266,6 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
     assert torch.equal(fingerprint.lane_sums(values, weights), by_matmul)
 
 
-def test_the_hash_multiplies_on_one_blas_thread_and_gives_the_users_setting_back(monkeypatch):
-    """A BLAS worker woken for the hash would keep a core busy that the step's own threads need."""
-    blas = fingerprint.blas()
-    if blas is None or not blas.lib_controllers:
-        pytest.skip("NumPy's BLAS is not one threadpoolctl can set")
-    during: list[int] = []
-    matmul = fingerprint.np.matmul
-
-    def counted(*args, **kwargs):
-        during.extend(lib.num_threads for lib in blas.lib_controllers)
-        return matmul(*args, **kwargs)
-
-    monkeypatch.setattr(fingerprint.np, "matmul", counted)
-    values = torch.randint(-(2**15), 2**15, (50, 300))
-    weights = torch.randint(1, fingerprint.PRIME, (300, fingerprint.LANES))
-    with blas.limit(limits=2):  # the user's setting
-        fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights))
-        after = [lib.num_threads for lib in blas.lib_controllers]
-    assert during and set(during) == {1}
-    assert set(after) == {2}
-
-
-def test_the_hash_still_hashes_where_the_blas_library_cannot_be_set(monkeypatch):
-    values = torch.randint(-(2**15), 2**15, (20, 30))
-    weights = torch.randint(1, fingerprint.PRIME, (30, fingerprint.LANES))
-    expected = fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights))
-
-    class Refusing:
-        def limit(self, **_):
-            raise OSError("no such symbol")
-
-    monkeypatch.setattr(fingerprint, "blas", lambda: Refusing())
-    assert torch.equal(fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights)), expected)
-
-
 def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashes(monkeypatch):
     hash_ = Fingerprinter(max_words=64)
     tensors = [torch.randn(5, 100), torch.randint(0, 255, (5, 3), dtype=torch.uint8), torch.arange(5)]

@@ -26,8 +26,7 @@ parts ``timer`` or ``audit`` alone, ``unwindowed`` (both, no profiled window), `
 do nothing) and ``least`` (two whose step hooks do the least a timer and an audit must: stamp the step's start and end,
 read its samples once, hold its rows); and for what a part could buy at most, both with that part's work gone:
 ``hashless`` (the audit's content hash: its samples' positions instead), ``unreported`` (the timer's work at the fit's
-end: nothing printed or written), ``neither``, or ``threaded`` (both, the hash's products on as many BLAS threads as
-NumPy likes, before they were held to one). Default ``none,both``.
+end: nothing printed or written), or ``neither``. Default ``none,both``.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,6 @@ def callbacks(arm: str) -> list[Any]:
         "audit": lambda: [SampleAudit()],
         "unwindowed": lambda: [EpochTimer(busy_window_steps=0), SampleAudit()],
         "idle": lambda: [Floor(), Floor()],  # the least two callbacks that see every step cost
-        "threaded": lambda: [EpochTimer(), SampleAudit()],  # both, the hash's products on NumPy's BLAS threads: timed()
         "least": lambda: [LeastTimer(), LeastAudit()],  # the least per-step work a timer and an audit need
         "hashless": lambda: [EpochTimer(), hashless(SampleAudit())],
         "unreported": lambda: [Unreported(), SampleAudit()],
@@ -204,27 +202,11 @@ def timed(workload: str, epochs: int, arm: str) -> dict[str, float]:
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
-    with tempfile.TemporaryDirectory() as scratch, quiet[0], quiet[1], blas_threaded(arm == "threaded"):
+    with tempfile.TemporaryDirectory() as scratch, quiet[0], quiet[1]:
         run = fit(workload, epochs, arm, Path(scratch))
         wall, cpu = time.perf_counter(), time.process_time()
         run()
         return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
-
-
-@contextlib.contextmanager
-def blas_threaded(threaded: bool) -> Iterator[None]:
-    """Where ``threaded``: the audit's hash multiplies on as many BLAS threads as NumPy likes (as before d4a3c62)."""
-    from mnistperf.diagnosis.measure import fingerprint
-
-    if not threaded:
-        yield
-        return
-    one_thread = fingerprint.blas
-    fingerprint.blas = lambda: None  # type: ignore[assignment]  # the library as NumPy leaves it
-    try:
-        yield
-    finally:
-        fingerprint.blas = one_thread
 
 
 def child(workload: str, epochs: int, arm: str) -> None:

@@ -12,8 +12,7 @@ from mnistperf import gpu_preflight
 CARRY = Path(".gpu-carry")  # git ignores it; the device call names it in carry
 WHEELS = CARRY / "wheels"
 SOURCES = CARRY / "datasets"
-# What the device's image lacks (docs/gpu.md): LightningCLI's signatures, litdata and what litdata imports, and
-# threadpoolctl (the audit's hash on one BLAS thread).
+# What the device's image lacks (docs/gpu.md): LightningCLI's signatures, litdata and what litdata imports.
 CARRIED_WHEELS = (
     "jsonargparse",
     "docstring-parser",
@@ -24,7 +23,6 @@ CARRIED_WHEELS = (
     "botocore",
     "s3transfer",
     "jmespath",
-    "threadpoolctl",
 )
 DEVICE_PYTHON = "3.12"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")

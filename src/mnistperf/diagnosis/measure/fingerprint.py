@@ -6,17 +6,13 @@ odds of a false duplicate and its cost: docs/diagnose.md, "How samples are ident
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
 import itertools
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from threadpoolctl import ThreadpoolController
 
 from mnistperf.diagnosis.measure.graph_batches import Graphs
 
@@ -36,7 +32,6 @@ HASH_BYTES = 32 * 2**20
 # each step's tensors (joining them would copy them all); smaller ones are joined first (a copy is cheaper than a call)
 STREAMED_BYTES = 64 * 2**10
 DISTINCT_DRAWS = 16  # beyond this many times max_words, a sample's hashed positions are drawn with replacement
-BLAS_SETTING = threading.Lock()  # held while the hash has the BLAS library on one thread
 LAYOUTS_KEPT = 16  # layouts (and sampled lengths) of a sample's tensors whose weights (positions) stay made, at most
 
 
@@ -67,9 +62,7 @@ def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> t
     halves (:func:`halves`). In NumPy: torch's float64 matmul runs on its OpenMP threads, which wait for a core where
     the machine's are busy (a loader's workers): an epoch's hash stalled by some 30 ms there
     (docs/results/cpu-2core-busy-hash/results.md). The words are made float64 a block of samples at a time, which
-    stays in the core's cache, straight from each step's arrays (never joined into one first). The products run on one
-    BLAS thread: a worker NumPy's BLAS may wake for them can keep a core busy after it, which a CNN's own forward and
-    backward need on 2 cores (docs/results/cpu-2core-fresh-cost/results.md, "The hash's BLAS threads").
+    stays in the core's cache, straight from each step's arrays (never joined into one first).
     """
     samples, words = sum(len(step[0]) for step in steps), sum(part.shape[1] for part in steps[0])
     rows = max(1, min(samples, BLOCK_BYTES // (8 * max(1, words))))
@@ -89,40 +82,21 @@ def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> t
             np.matmul(block[:count, start:end], split[start:end], out=sums[:count])
             ahead[:] = reduced(ahead, sums[:count])
 
-    with BLAS_SETTING, one_blas_thread():  # one hash at a time sets the library's threads and gives them back
-        for step in steps:
-            first = 0
-            while first < len(step[0]):
-                taken = min(rows - filled, len(step[0]) - first)
-                at = 0
-                for part in step:
-                    np.copyto(block[filled : filled + taken, at : at + part.shape[1]], part[first : first + taken])
-                    at += part.shape[1]
-                filled, first = filled + taken, first + taken
-                if filled == rows:
-                    add(filled)
-                    done, filled = done + filled, 0
-        if filled:
-            add(filled)
+    for step in steps:
+        first = 0
+        while first < len(step[0]):
+            taken = min(rows - filled, len(step[0]) - first)
+            at = 0
+            for part in step:
+                np.copyto(block[filled : filled + taken, at : at + part.shape[1]], part[first : first + taken])
+                at += part.shape[1]
+            filled, first = filled + taken, first + taken
+            if filled == rows:
+                add(filled)
+                done, filled = done + filled, 0
+    if filled:
+        add(filled)
     return torch.from_numpy(reduced(total, sums) if one_chunk else total)
-
-
-@functools.cache
-def blas() -> ThreadpoolController | None:
-    """The BLAS libraries this process has loaded (NumPy's), found once; None where they cannot be read."""
-    try:
-        return ThreadpoolController().select(user_api="blas")
-    except Exception:  # the products then run on as many threads as the library likes
-        return None
-
-
-def one_blas_thread() -> contextlib.AbstractContextManager[Any]:
-    """Within it, the BLAS libraries run on one thread; the user's setting is given back after (where they are read)."""
-    found = blas()
-    try:
-        return found.limit(limits=1) if found is not None else contextlib.nullcontext()
-    except Exception:
-        return contextlib.nullcontext()
 
 
 def reduced(ahead: np.ndarray, sums: np.ndarray) -> np.ndarray:

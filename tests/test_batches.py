@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.measure.batch_fields import tensors_of
-from mnistperf.diagnosis.measure.fingerprint import text_digests
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, HeldSteps, text_digests
 from mnistperf.diagnosis.measure.samples import read
 from mnistperf.diagnosis.record.epoch_text import counted_by as said
 
@@ -421,6 +421,28 @@ def test_a_graphs_fingerprint_is_its_own_node_rows_whatever_the_batch_it_is_in()
     assert audit.fingerprints(GraphBatch(swapped, targets))[0] != whole[0]
     relabelled = audit.fingerprints(GraphBatch(graphs, torch.ones(SAMPLES)))
     assert not torch.equal(relabelled, whole)  # the graph's own rows count too
+
+
+def test_graph_steps_held_and_hashed_together_give_each_graph_the_fingerprint_it_has_in_one_batch():
+    graphs, targets = graph_list(), torch.zeros(SAMPLES)
+    audit = SampleAudit()
+    held = HeldSteps(audit.hash)
+    for start, end in ((0, 3), (3, 8), (8, 9), (9, SAMPLES)):  # steps of 3, 5, 1 and 7 graphs
+        held.hold(0, *audit.identity.rows(GraphBatch(graphs[start:end], targets[start:end])))
+    assert torch.equal(torch.cat(held.flush()[0]), audit.fingerprints(GraphBatch(graphs, targets)))
+
+
+def test_a_fits_graph_batches_are_hashed_together_not_step_by_step(monkeypatch):
+    """A graph batch's rows are held like any other's: one hash of an epoch's few graphs, where there were 7 steps."""
+    calls = []
+    hash_graphs = Fingerprinter.graphs
+    monkeypatch.setattr(Fingerprinter, "graphs", lambda *args: calls.append(1) or hash_graphs(*args))
+    data = list(zip(graph_list(40), torch.zeros(40), strict=True))
+    collate = lambda items: GraphBatch([g for g, _ in items], torch.stack([t for _, t in items]))  # noqa: E731
+    audit = SampleAudit(dataset_size=len(data))
+    fit_module(Classifier(), DataLoader(data, batch_size=6, shuffle=True, collate_fn=collate), callbacks=[audit])
+    assert [(row["audited"], row["distinct"]) for row in audit.epochs] == [(True, len(data))] * 2
+    assert len(calls) == 2
 
 
 class Classifier(LightningModule):

@@ -19,7 +19,9 @@ its loss every step to a logger that writes its table to disk on every call: Lig
 ``long`` (the small MLP, 300 steps an epoch, 24 epochs: a fit of some 10 s), ``chemprop`` (the compatibility tier's
 MPNN, in .venv-compat-chemprop), ``mnist`` (MNIST's shape: a linear model on 60,000 random rows of 784 floats in batches
 of 256, 235 steps an epoch of about 2 ms), ``cnn`` (the lab's SimpleCNN on 64 random 28x28 images a step, 200 steps an
-epoch of about 11 ms, 5 epochs: a fit of some 12 s).
+epoch of about 11 ms, 5 epochs: a fit of some 12 s), ``graphs`` (a graph library's own batches: PyTorch Geometric's
+two-layer GCN on 240 of its FakeDataset's graphs of about 20 nodes, 8 batches of 32 an epoch of some 5 ms; needs
+``pip install torch_geometric``).
 
 ARMS: comma-separated, of ``none``, ``both`` (the default callbacks) and ``all`` (both, with ``log_all=True``); for the
 parts ``timer`` or ``audit`` alone, ``unwindowed`` (both, no profiled window), ``idle`` (two callbacks whose step hooks
@@ -48,7 +50,7 @@ ROOT = HERE.parents[2]
 sys.path.insert(0, str(HERE.parent))
 from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
 
-EPOCHS = {"small": 3, "newcomer": 3, "table": 3, "long": 24, "chemprop": 3, "mnist": 3, "cnn": 5}
+EPOCHS = {"small": 3, "newcomer": 3, "table": 3, "long": 24, "chemprop": 3, "mnist": 3, "cnn": 5, "graphs": 3}
 
 
 def callbacks(arm: str) -> list[Any]:
@@ -151,6 +153,31 @@ def mnist_rows() -> tuple[Any, Any]:
     return Linear(), DataLoader(mnist_data(), batch_size=256, shuffle=True)
 
 
+def graph_batches() -> tuple[Any, Any]:
+    """PyTorch Geometric's GCN (two convolutions, a mean pool; seeded) and its loader of 240 FakeDataset graphs."""
+    import torch
+    from lightning.pytorch import LightningModule, seed_everything
+    from torch_geometric.datasets import FakeDataset
+    from torch_geometric.loader import DataLoader
+    from torch_geometric.nn import GCNConv, global_mean_pool
+
+    class GCN(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second, self.out = GCNConv(8, 32), GCNConv(32, 32), torch.nn.Linear(32, 3)
+
+        def training_step(self, data: Any, batch_idx: int) -> Any:
+            x = self.second(self.first(data.x, data.edge_index).relu(), data.edge_index).relu()
+            return torch.nn.functional.cross_entropy(self.out(global_mean_pool(x, data.batch)), data.y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.Adam(self.parameters(), lr=0.01)
+
+    seed_everything(0, verbose=False)
+    graphs = FakeDataset(num_graphs=240, avg_num_nodes=20, num_channels=8, num_classes=3)
+    return GCN(), DataLoader(graphs, batch_size=32, shuffle=True)
+
+
 def fit(workload: str, epochs: int, arm: str, root: Path) -> Any:
     """The workload's fit, built (data, model, trainer), and a function that runs it."""
     if workload in ("small", "long", "cnn"):
@@ -184,8 +211,8 @@ def fit(workload: str, epochs: int, arm: str, root: Path) -> Any:
         train_loader, val_loader, scaler = case.loaders()
         module = case.mpnn(scaler)
         return lambda: case.fit(root, module, train_loader, val_loader, epochs=epochs, diagnose=arm != "none")
-    if workload == "mnist":
-        module, loader = mnist_rows()
+    if workload in ("mnist", "graphs"):
+        module, loader = mnist_rows() if workload == "mnist" else graph_batches()
         run = trainer(root, epochs, arm, logger=False)
         return lambda: run.fit(module, loader)
     raise SystemExit(f"pairs.py: no workload {workload!r}; give one of {', '.join(EPOCHS)}")

@@ -101,13 +101,13 @@ class SampleAudit(Callback):
         if part is None or not self.identity.by_content:
             return None if part is None else self.fingerprints(part)
         found = self.identity.rows(part)
-        if isinstance(found, torch.Tensor):  # a graph batch's, hashed at once
+        if isinstance(found, torch.Tensor):  # a batch of items, hashed at once
             return found
-        rows, samples = found
+        rows = found.tensors
         watched = (rows, [t._version for t in rows]) if self._watching else None
         if not self._as_they_are:
             rows = [t.detach().clone() if t.requires_grad else t.clone() for t in rows]
-        return rows, samples, watched
+        return found._replace(tensors=rows), watched
 
     def _watch(self, trainer: Trainer) -> None:
         """Keep a step's rows as they are, not copied, where nothing hands out the same tensors again.
@@ -273,10 +273,11 @@ class SampleAudit(Callback):
                     self._seen[loader].append(item)
                     samples = item.numel()
                 elif item is not None:
-                    rows, samples, watched = item
+                    rows, watched = item
+                    samples = rows.samples
                     if watched is not None:
                         self._watched.append(watched)
-                    if self._held.hold(loader, rows, samples):  # the held steps are due to be hashed
+                    if self._held.hold(loader, *rows):  # the held steps are due to be hashed
                         self._flush()
                 if item is not None and self._counted is not None:
                     self._counted = (self._counted[0], self._counted[1] + samples)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.measure.batches import READINGS
-from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, text_digests, to_device
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, Rows, text_digests, to_device
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.errors import MnistperfError
 
@@ -43,17 +43,19 @@ class SampleIdentity:
                 raise SampleAuditError(epoch_text.not_sample_indices(self.sample_id, ids))
             return ids.reshape(-1).to(torch.int64)
         found = self.rows(batch)
-        return found if isinstance(found, torch.Tensor) else self.hash(*found)
+        return found if isinstance(found, torch.Tensor) else self.hash.held([found])
 
-    def rows(self, batch: Any) -> tuple[list[torch.Tensor], int] | torch.Tensor:
+    def rows(self, batch: Any) -> Rows | torch.Tensor:
         """The batch's rows that hold its samples and how many; or, made at once, its samples' fingerprints.
 
-        As :func:`~mnistperf.diagnosis.measure.samples.read` finds them: a graph's rows are a segment of its nodes',
-        and a batch of one item a sample, or with a nested tensor's samples of their own lengths, item by item.
+        As :func:`~mnistperf.diagnosis.measure.samples.read` finds them: a graph's rows are a segment of its nodes'
+        (its per-node graph index and node rows first), and a batch of one item a sample, or with a nested tensor's
+        samples of their own lengths, item by item.
         """
         reading = READINGS.read(batch, self.sample_dims)
         if reading.graphs is not None:
-            return self.hash.graphs(reading.graphs, reading.rows)
+            graphs = reading.graphs
+            return Rows([graphs.of_node, *graphs.nodes, *reading.rows], graphs.total, len(graphs.nodes))
         if reading.items is not None:
             return self.hash.items(reading.items, reading.texts)
         if not reading.rows or reading.samples is None:
@@ -65,4 +67,4 @@ class SampleIdentity:
             rows = [*rows, to_device(text_digests(reading.texts), rows[0].device)]
         if self.sample_dims == 1 and any(t.is_nested for t in rows):  # rows that cannot be stacked with others
             return self.hash.items([list(sample) for sample in zip(*(t.unbind() for t in rows), strict=True)])
-        return (rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows]), samples
+        return Rows(rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows], samples)

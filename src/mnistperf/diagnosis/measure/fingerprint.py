@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -229,6 +229,12 @@ class Fingerprinter:
             total += self.steps_lanes([(rows, count)], offset=len(graphs.nodes))
         return combined(total % PRIME)
 
+    def held(self, steps: Sequence[Rows]) -> torch.Tensor:
+        """Fingerprints [samples] of several steps' samples, one step after the other, their tensors of one layout."""
+        if steps[0].graph_nodes is None:
+            return combined(self.steps_lanes([(step.tensors, step.samples) for step in steps]))
+        return self.graphs(*joined_graphs(steps))
+
     def items(
         self, items: Sequence[Sequence[torch.Tensor]], texts: Sequence[Sequence[str | bytes]] | None = None
     ) -> torch.Tensor:
@@ -242,7 +248,35 @@ class Fingerprinter:
         return torch.cat(found)
 
 
-Held = list[tuple[list[torch.Tensor], int]]  # steps' sample rows (copies, or as read), each with its samples
+class Rows(NamedTuple):
+    """A step's tensors that hold its samples, and how many samples it holds.
+
+    Each tensor leads with the samples; a graph batch's begin with its per-node graph index and the ``graph_nodes``
+    tensors that lead with its nodes.
+    """
+
+    tensors: list[torch.Tensor]
+    samples: int
+    graph_nodes: int | None = None  # None: not a graph batch
+
+
+def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
+    """Graph steps of one layout as one graph batch, each step's graphs numbered after those of the steps before.
+
+    A graph's fingerprint reads only its own nodes, their places in it and its own rows: the same joined or not.
+    """
+    nodes = steps[0].graph_nodes or 0
+    if len(steps) == 1:
+        (index, *columns), total = steps[0].tensors, steps[0].samples
+    else:
+        offsets = itertools.accumulate((step.samples for step in steps[:-1]), initial=0)
+        index = torch.cat([step.tensors[0] + offset for step, offset in zip(steps, offsets, strict=True)])
+        columns = [torch.cat(column) for column in zip(*(step.tensors[1:] for step in steps), strict=True)]
+        total = sum(step.samples for step in steps)
+    return Graphs(total, index, columns[:nodes]), columns[nodes:]
+
+
+Held = list[Rows]  # steps' sample rows (copies, or as read)
 
 
 class HeldSteps:
@@ -253,10 +287,10 @@ class HeldSteps:
         self._held: list[Held] = [[] for _ in range(loaders)]
         self._samples = self._bytes = 0
 
-    def hold(self, loader: int, rows: list[torch.Tensor], samples: int) -> bool:
-        """Keep a step's rows; whether the held steps are now due to be hashed (:meth:`flush`)."""
+    def hold(self, loader: int, rows: list[torch.Tensor], samples: int, graph_nodes: int | None = None) -> bool:
+        """Keep a step's rows (as :class:`Rows`); whether the held steps are now due to be hashed (:meth:`flush`)."""
         size = sum(t.nbytes for t in rows)  # before the rows are kept: a tensor without a size is not held
-        self._held[loader].append((rows, samples))
+        self._held[loader].append(Rows(rows, samples, graph_nodes))
         self._samples += samples
         self._bytes += size
         return self._samples >= HASH_SAMPLES or self._bytes >= HASH_BYTES
@@ -268,6 +302,9 @@ class HeldSteps:
         return [self._hashed(held) for held in everything]
 
     def _hashed(self, held: Held) -> list[torch.Tensor]:
-        """Each run of steps whose tensors agree in type and in shape past the first dimension, hashed at once."""
-        layout = lambda step: [(t.dtype, t.shape[1:]) for t in step[0]]  # noqa: E731
-        return [combined(self.hash.steps_lanes(list(run))) for _, run in itertools.groupby(held, key=layout)]
+        """Each run of steps whose tensors agree in type and in shape past the first dimension, hashed at once.
+
+        (Graph batches in runs of their own.)
+        """
+        layout = lambda step: (step.graph_nodes, [(t.dtype, t.shape[1:]) for t in step.tensors])  # noqa: E731
+        return [self.hash.held(list(run)) for _, run in itertools.groupby(held, key=layout)]

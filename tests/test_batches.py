@@ -507,21 +507,6 @@ def test_a_time_major_batch_is_counted_by_its_first_tensor_and_said_once(capsys)
     )
 
 
-def test_a_graph_librarys_own_batches_are_counted_and_audited_by_their_graphs():
-    """PyTorch Geometric's DataLoader collates Data objects into a Batch: every graph seen once, the count agreed."""
-    geometric = pytest.importorskip("torch_geometric")
-    from torch_geometric.data import Data
-
-    graphs = [Data(x=x, edge_index=torch.zeros(2, 1, dtype=torch.long), y=torch.zeros(1)) for x in graph_list(40)]
-    loader = geometric.loader.DataLoader(graphs, batch_size=6, shuffle=True)
-    timer, audit = EpochTimer(), SampleAudit(dataset_size=len(graphs))
-    fit_module(Classifier(), loader, callbacks=[timer, audit])
-    assert [row["samples"] for row in timer.epochs] == [len(graphs)] * 2
-    assert [(row["audited"], row["seen"], row["distinct"], row["missing"]) for row in audit.epochs] == [
-        (True, len(graphs), len(graphs), 0)
-    ] * 2
-
-
 def test_counts_that_disagree_are_said_with_their_numbers_in_the_line_and_the_row(capsys):
     """The user's own count (a third of the batch) against the audit's, the loader's and Lightning's: all named."""
     data = [(torch.randn(4), torch.tensor(i)) for i in range(SAMPLES * BATCHES)]

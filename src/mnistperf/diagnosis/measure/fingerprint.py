@@ -170,7 +170,9 @@ class Fingerprinter:
                 else:  # a permutation of them all costs its length (67 ms for an image's 1.9 M words, each new size)
                     chosen = torch.randint(count, (self.max_words,), generator=generator)  # as good as distinct here
                 self._positions[key] = to_device(chosen.sort().values, words.device)
-            words = words[:, self._positions[key]]
+            # index_select, not indexing: at these sizes it runs on this thread, where indexing runs on torch's
+            # OpenMP threads and waits for a busy machine's cores (docs/results/cpu-2core-busy-hash/results.md)
+            words = words.index_select(1, self._positions[key])
         return words  # int16 words are signed: the sums' remainder is non-negative anyway
 
     def steps_lanes(self, steps: Sequence[tuple[Sequence[torch.Tensor], int]], offset: int = 0) -> torch.Tensor:
@@ -221,9 +223,9 @@ class Fingerprinter:
             order = torch.arange(len(index), device=device)
             first = torch.full((count,), len(index), dtype=torch.int64, device=device)
             first.scatter_reduce_(0, index.long(), order, "amin")
-            place = order - first[index.long()]  # each node's place in its graph
+            place = order - first.index_select(0, index.long())  # each node's place in its graph
             # weights by place, the same whatever the batch; repeating every PLACES, no need to know the largest graph
-            by_place = self.weights(-1, PLACES, device, PLACES)[place % PLACES]
+            by_place = self.weights(-1, PLACES, device, PLACES).index_select(0, place % PLACES)
             total.index_add_(0, index.long(), nodes * by_place % PRIME)
         if rows:
             total += self.steps_lanes([(rows, count)], offset=len(graphs.nodes))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
+from mnistperf.diagnosis.record.environment import environment
 
 HERE = Path(__file__).resolve().parent
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 200
@@ -71,12 +71,7 @@ def main() -> None:
             process.kill()
     load.append(os.getloadavg()[0])
     result["load_average_1min"] = load
-    result["environment"] = {
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
+    result["environment"] = environment(torch.device("cpu"))
     (HERE / "positions.json").write_text(json.dumps(result, indent=1) + "\n")
     for case in (f"{case}_{machine}" for case in CASES for machine in ("quiet", "busy")):
         print(case, ", ".join(f"{way} {figures}" for way, figures in result[case].items()))  # type: ignore[attr-defined]

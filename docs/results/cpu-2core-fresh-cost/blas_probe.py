@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import lightning
 import numpy as np
 import torch
 
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, HeldSteps
+from mnistperf.diagnosis.record.environment import environment
 
 HERE = Path(__file__).resolve().parent
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
@@ -69,13 +68,7 @@ def main() -> None:
     result["threadpoolctl_controller_ms"] = controller_ms()
     load.append(os.getloadavg()[0])
     result["load_average_1min"] = load
-    result["environment"] = {
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "lightning": lightning.__version__,
-        "python": platform.python_version(),
-    }
+    result["environment"] = environment(torch.device("cpu"))
     (HERE / "blas-probe.json").write_text(json.dumps(result, indent=1) + "\n")
     for name, row in result["flush"].items():  # type: ignore[attr-defined]
         print(f"{name}: {row['wall_ms']:.2f} ms a flush, CPU over wall {row['cpu_over_wall']:.3f}")

@@ -423,13 +423,30 @@ def test_a_graphs_fingerprint_is_its_own_node_rows_whatever_the_batch_it_is_in()
     assert not torch.equal(relabelled, whole)  # the graph's own rows count too
 
 
-def test_graph_steps_held_and_hashed_together_give_each_graph_the_fingerprint_it_has_in_one_batch():
+@pytest.mark.parametrize("index", [torch.int64, torch.uint8], ids=["int64", "uint8 index"])
+def test_graph_steps_held_and_hashed_together_give_each_graph_the_fingerprint_it_has_in_one_batch(index):
+    """Many graphs of a narrow index: joined, their numbers pass what the index's type holds."""
+    graphs, targets = graph_list(300), torch.arange(300.0)  # each graph its own target: its rows in their order
+    audit = SampleAudit()
+    held = HeldSteps(audit.hash)
+    for start, end in ((0, 3), (3, 8), (8, 9), (9, 200), (200, 300)):  # steps of 3, 5, 1, 191 and 100 graphs
+        step = GraphBatch(graphs[start:end], targets[start:end])
+        step.batch = step.batch.to(index)
+        held.hold(0, *audit.identity.rows(step))
+    whole = audit.fingerprints(GraphBatch(graphs, targets))
+    assert torch.equal(torch.cat(held.flush()[0]), whole) and whole.unique().numel() == 300
+
+
+def test_a_held_graph_step_whose_nodes_name_a_graph_past_its_count_fails_as_it_would_alone():
     graphs, targets = graph_list(), torch.zeros(SAMPLES)
     audit = SampleAudit()
     held = HeldSteps(audit.hash)
-    for start, end in ((0, 3), (3, 8), (8, 9), (9, SAMPLES)):  # steps of 3, 5, 1 and 7 graphs
-        held.hold(0, *audit.identity.rows(GraphBatch(graphs[start:end], targets[start:end])))
-    assert torch.equal(torch.cat(held.flush()[0]), audit.fingerprints(GraphBatch(graphs, targets)))
+    wrong = GraphBatch(graphs[:4], targets[:4])
+    wrong.num_graphs, wrong.y = 3, targets[:3]  # its last graph's nodes uncounted
+    held.hold(0, *audit.identity.rows(wrong))
+    held.hold(0, *audit.identity.rows(GraphBatch(graphs[4:], targets[4:])))
+    with pytest.raises(IndexError, match="names graph 3, where it counts 3"):
+        held.flush()
 
 
 def test_a_fits_graph_batches_are_hashed_together_not_step_by_step(monkeypatch):

@@ -1,6 +1,6 @@
 """The two callbacks on PyTorch Geometric (graph learning), a GCN trained as its introduction trains one.
 
-Runs in its own environment (.ci/run makes .venv-compat-geometric); elsewhere the module skips.
+The dev extra installs the library, so the main suite runs it; without the library the module skips.
 The graphs are the library's own FakeDataset (random graphs of some 20 nodes, seeded): a fit takes a second on a CPU.
 """
 

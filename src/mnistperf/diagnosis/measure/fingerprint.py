@@ -265,14 +265,20 @@ class Rows(NamedTuple):
 def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
     """Graph steps of one layout as one graph batch, each step's graphs numbered after those of the steps before.
 
-    A graph's fingerprint reads only its own nodes, their places in it and its own rows: the same joined or not.
+    A graph's fingerprint reads only its own nodes, their places in it and its own rows: the same joined or not. The
+    index is made int64 before it is offset (a narrower one would wrap); on a CPU, a step whose nodes name a graph past
+    its count fails here as it would alone, not counted in the next step's graphs.
     """
     nodes = steps[0].graph_nodes or 0
+    for step in steps:
+        index = step.tensors[0]
+        if index.device.type == "cpu" and index.numel() and int(index.max()) >= step.samples:
+            raise IndexError(f"a graph batch's node names graph {int(index.max())}, where it counts {step.samples}")
     if len(steps) == 1:
         (index, *columns), total = steps[0].tensors, steps[0].samples
     else:
         offsets = itertools.accumulate((step.samples for step in steps[:-1]), initial=0)
-        index = torch.cat([step.tensors[0] + offset for step, offset in zip(steps, offsets, strict=True)])
+        index = torch.cat([step.tensors[0].long() + offset for step, offset in zip(steps, offsets, strict=True)])
         columns = [torch.cat(column) for column in zip(*(step.tensors[1:] for step in steps), strict=True)]
         total = sum(step.samples for step in steps)
     return Graphs(total, index, columns[:nodes]), columns[nodes:]

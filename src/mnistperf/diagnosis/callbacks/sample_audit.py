@@ -105,9 +105,9 @@ class SampleAudit(Callback):
             return found
         rows = found.tensors
         watched = (rows, [t._version for t in rows]) if self._watching else None
-        if not self._as_they_are:
-            rows = [t.detach().clone() if t.requires_grad else t.clone() for t in rows]
-        return found._replace(tensors=rows), watched
+        if self._as_they_are:
+            return found, watched
+        return found._replace(tensors=[t.detach().clone() if t.requires_grad else t.clone() for t in rows]), watched
 
     def _watch(self, trainer: Trainer) -> None:
         """Keep a step's rows as they are, not copied, where nothing hands out the same tensors again.

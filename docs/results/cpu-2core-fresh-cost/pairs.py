@@ -53,6 +53,9 @@ from bootstrap import median_interval  # noqa: E402  # docs/results/bootstrap.py
 EPOCHS = {"small": 3, "newcomer": 3, "table": 3, "long": 24, "chemprop": 3, "mnist": 3, "cnn": 5, "graphs": 3}
 
 
+MADE: list[Any] = []  # the callbacks of this process's latest fit, checked once it is timed
+
+
 def callbacks(arm: str) -> list[Any]:
     """The arm's callbacks: none, both as they come, or both handing the loggers every figure.
 
@@ -86,7 +89,23 @@ def callbacks(arm: str) -> list[Any]:
         "unreported": lambda: [Unreported(), SampleAudit()],
         "neither": lambda: [Unreported(), hashless(SampleAudit())],
     }
-    return arms[arm]()
+    MADE[:] = arms[arm]()
+    return MADE
+
+
+def answered(made: list[Any], arm: str) -> None:
+    """Stop where a callback of the diagnosis answered nothing, after the fit's timed region.
+
+    An arm whose timer kept no epoch, or whose audit gave up on one, times a diagnosis that did not run (the hashless
+    arm's did, from 85512ec to 6d8f1ed).
+    """
+    from mnistperf.diagnosis import EpochTimer, SampleAudit
+
+    for callback in made:
+        if isinstance(callback, EpochTimer) and not callback.epochs:
+            raise SystemExit(f"pairs.py: arm {arm}: EpochTimer kept no epoch ({callback.problems.lines})")
+        if isinstance(callback, SampleAudit) and not all(row.get("audited") for row in callback.epochs or [{}]):
+            raise SystemExit(f"pairs.py: arm {arm}: SampleAudit gave up on an epoch ({callback.epochs})")
 
 
 def trainer(root: Path, epochs: int, arm: str, **options: Any) -> Any:
@@ -230,10 +249,13 @@ def timed(workload: str, epochs: int, arm: str) -> dict[str, float]:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
     with tempfile.TemporaryDirectory() as scratch, quiet[0], quiet[1]:
+        MADE.clear()
         run = fit(workload, epochs, arm, Path(scratch))
         wall, cpu = time.perf_counter(), time.process_time()
         run()
-        return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+        took = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+    answered(MADE, arm)
+    return took
 
 
 def child(workload: str, epochs: int, arm: str) -> None:

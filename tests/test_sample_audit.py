@@ -260,10 +260,18 @@ def test_the_device_path_of_the_hash_agrees_with_the_cpu_matmul_in_every_chunkin
     monkeypatch.setattr(fingerprint, "FLOAT_CHUNK_WORDS", 11)  # float64 matmuls of 11 words, the last one shorter
     assert torch.equal(fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights)), by_matmul)
     monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8 * 3000 * 7)  # and blocks of 7 samples, the last one shorter
+    monkeypatch.setattr(fingerprint, "BLOCK_ROWS", 1)
     assert torch.equal(fingerprint.cpu_lane_sums([[values.numpy()]], fingerprint.halves(weights)), by_matmul)
     assert torch.equal(fingerprint.cpu_lane_sums(steps, fingerprint.halves(weights)), by_matmul)  # chunk by chunk
     monkeypatch.setattr(fingerprint, "CHUNK_ELEMENTS", 50 * 2 * 7)  # chunks of 7 words, the last one shorter
     assert torch.equal(fingerprint.lane_sums(values, weights), by_matmul)
+
+
+def test_the_hash_makes_narrow_rows_float64_in_small_blocks_and_wide_ones_enough_rows_at_once():
+    assert fingerprint.block_rows(1920, 68) * 68 * 8 <= fingerprint.BLOCK_BYTES  # the small MLP's rows: a cache's worth
+    assert fingerprint.block_rows(4096, 1570) == fingerprint.BLOCK_ROWS  # MNIST's: enough rows for a cheap product
+    wide = fingerprint.block_rows(4096, fingerprint.BLOCK_BYTES)  # a row 8 times a block's bytes: one row a block
+    assert wide == 1 and fingerprint.block_rows(3, 68) == 3 and fingerprint.block_rows(0, 68) == 1
 
 
 def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashes(monkeypatch):
@@ -277,6 +285,7 @@ def test_a_samples_tensors_hashed_in_one_product_give_the_sum_of_their_own_hashe
     lanes %= fingerprint.PRIME
     assert torch.equal(hash_(tensors, 5), lanes[:, 0] * fingerprint.PRIME + lanes[:, 1])
     monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8 * 70 * 2)  # the tensors' words side by side, 2 samples a block
+    monkeypatch.setattr(fingerprint, "BLOCK_ROWS", 1)
     assert torch.equal(hash_(tensors, 5), lanes[:, 0] * fingerprint.PRIME + lanes[:, 1])
 
 

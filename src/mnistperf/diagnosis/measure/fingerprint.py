@@ -22,7 +22,12 @@ CHUNK_ELEMENTS = 1 << 22  # elements of the temporary (samples x words x lanes) 
 # Words per float64 matmul: a word (|v| < 2**16) times a weight's 16-bit half is below 2**32, so these sum below 2**52,
 # exact in float64.
 FLOAT_CHUNK_WORDS = 1 << 20
-BLOCK_BYTES = 1 << 20  # float64 words made at once on a CPU: a block that stays in the core's cache
+# Float64 words made at once on a CPU: a block that stays in the core's cache. A new block's pages fault in as it is
+# first written, some 1.5 us each on the lab's CPU: a larger block made a fresh process's first hash of narrow rows
+# 0.5-2 ms dearer. Wide samples get BLOCK_ROWS rows a block all the same, up to four times the bytes, so that each
+# product is long enough to be cheap (MNIST's 784 floats: 64 rows, not 20).
+BLOCK_BYTES = 1 << 18
+BLOCK_ROWS = 64
 PADDING = -1  # fingerprints are non-negative
 PLACES = 4096  # a graph's node places with weights of their own
 # Held steps are hashed together once they hold this many samples, or this many bytes.
@@ -55,6 +60,15 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return total
 
 
+def block_rows(samples: int, words: int) -> int:
+    """How many samples of ``words`` words :func:`cpu_lane_sums` makes float64 at once, at most ``samples``, at least 1.
+
+    BLOCK_BYTES' worth, or BLOCK_ROWS where that is more and fits in four times the bytes.
+    """
+    row_bytes = 8 * max(1, words)
+    return max(1, min(samples, max(BLOCK_BYTES // row_bytes, min(BLOCK_ROWS, 4 * BLOCK_BYTES // row_bytes))))
+
+
 def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> torch.Tensor:
     """:func:`lane_sums` of the samples of ``steps``, each step its words side by side, by float64 matmuls.
 
@@ -65,7 +79,7 @@ def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> t
     stays in the core's cache, straight from each step's arrays (never joined into one first).
     """
     samples, words = sum(len(step[0]) for step in steps), sum(part.shape[1] for part in steps[0])
-    rows = max(1, min(samples, BLOCK_BYTES // (8 * max(1, words))))
+    rows = block_rows(samples, words)
     block = np.empty((rows, words), dtype=np.float64)
     total = np.zeros((samples, LANES), dtype=np.int64)
     one_chunk = words <= FLOAT_CHUNK_WORDS  # then each sample's sums are whole after one product, reduced at the end

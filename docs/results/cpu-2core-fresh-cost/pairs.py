@@ -92,8 +92,9 @@ def callbacks(arm: str) -> list[Any]:
         "unreported": lambda: [Unreported(), SampleAudit()],
         "neither": lambda: [Unreported(), hashless(SampleAudit())],
     }
-    MADE[:] = arms[arm]()
-    return MADE
+    made = arms[arm]()
+    MADE[:] = made  # a copy: the trainer gets a list of its own, which Lightning may add its callbacks to
+    return made
 
 
 def answered(made: list[Any], arm: str) -> None:

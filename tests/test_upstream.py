@@ -423,3 +423,18 @@ def test_lightnings_batch_size_generator_reads_what_extract_batch_size_does_with
     with pytest.warns(UserWarning, match="ambiguous collection"):  # still Lightning's to give
         assert extract_batch_size(ambiguous) == 7
     assert upstream.lightning_batch_size(["a"]) is None
+
+
+class Unlistable:
+    """A batch object that cannot be iterated, as a graph library's heterogeneous batch: Lightning's reader fails."""
+
+    def __iter__(self):
+        raise NotImplementedError
+
+
+def test_a_batch_lightnings_reader_fails_on_gives_no_lightning_size_and_no_failure():
+    from lightning.pytorch.utilities.data import extract_batch_size
+
+    with pytest.raises(NotImplementedError):
+        extract_batch_size(Unlistable())
+    assert upstream.lightning_batch_size(Unlistable()) is None

@@ -83,7 +83,7 @@ def lightning_batch_size(batch: Any) -> int | None:
 
     try:
         return next((size for size in _extract_batch_size(batch) if size is not None), None)
-    except RecursionError:  # a batch nested past Python's limit: Lightning finds none either
+    except Exception:  # a batch nested past Python's limit, or one whose iteration fails: Lightning reads none either
         return None
 
 

@@ -100,3 +100,57 @@ def test_the_audit_finds_graphs_a_dataset_holds_twice(tmp_path: Path):
     assert [row["samples"] for row in timer.epochs] == [GRAPHS + REPEATED] * EPOCHS
     for row in audit.epochs:
         assert (row["seen"], row["distinct"], row["duplicates"]) == (GRAPHS + REPEATED, GRAPHS, REPEATED)
+
+
+class PaperClassifier(pl.LightningModule):
+    """A class per heterogeneous graph from the mean of its paper nodes (its authors ride along)."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = torch.nn.Linear(4, 2)
+
+    def training_step(self, data, batch_idx):
+        pooled = global_mean_pool(data["paper"].x, data["paper"].batch)
+        loss = torch.nn.functional.cross_entropy(self.out(pooled), data.y)
+        self.log("train_loss", loss, batch_size=data.num_graphs)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def hetero_graphs(count: int) -> list:
+    """Small HeteroData graphs of papers and authors, seeded; two classes, so the targets alone would tell 2 apart."""
+    from torch_geometric.data import HeteroData
+
+    generator = torch.Generator().manual_seed(0)
+    made = []
+    for i in range(count):
+        graph, papers, authors = HeteroData(), 2 + i % 3, 1 + i % 2
+        graph["paper"].x = torch.randn(papers, 4, generator=generator)
+        graph["author"].x = torch.randn(authors, 3, generator=generator)
+        writes = [torch.randint(0, n, (3,), generator=generator) for n in (authors, papers)]
+        graph["author", "writes", "paper"].edge_index = torch.stack(writes)
+        graph.y = torch.tensor([i % 2])
+        made.append(graph)
+    return made
+
+
+def test_heterogeneous_graph_batches_are_counted_and_every_graph_told_apart_by_its_nodes(tmp_path: Path):
+    """A batch of HeteroData keeps each kind of node in a store of its own, with its own ``batch`` and ``ptr``."""
+    dataset = hetero_graphs(GRAPHS)
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=GRAPHS)
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=EPOCHS,
+        callbacks=[timer, audit],
+    )
+    trainer.fit(PaperClassifier(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    assert [row["samples"] for row in timer.epochs] == [GRAPHS] * EPOCHS
+    for row in audit.epochs:
+        assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (GRAPHS, GRAPHS, 0, 0)
+    assert not timer.problems.lines and not audit.problems.lines

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.measure.batches import READINGS
-from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, Rows, text_digests, to_device
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, Rows, graph_rows, text_digests, to_device
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.errors import MnistperfError
 
@@ -49,13 +49,12 @@ class SampleIdentity:
         """The batch's rows that hold its samples and how many; or, made at once, its samples' fingerprints.
 
         As :func:`~mnistperf.diagnosis.measure.samples.read` finds them: a graph's rows are a segment of its nodes'
-        (its per-node graph index and node rows first), and a batch of one item a sample, or with a nested tensor's
-        samples of their own lengths, item by item.
+        (each kind of node's graph index and node rows first), and a batch of one item a sample, or with a nested
+        tensor's samples of their own lengths, item by item.
         """
         reading = READINGS.read(batch, self.sample_dims)
         if reading.graphs is not None:
-            graphs = reading.graphs
-            return Rows([graphs.of_node, *graphs.nodes, *reading.rows], graphs.total, len(graphs.nodes))
+            return graph_rows(reading.graphs, reading.rows)
         if reading.items is not None:
             return self.hash.items(reading.items, reading.texts)
         if not reading.rows or reading.samples is None:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from mnistperf.diagnosis.measure.graph_batches import Graphs
+from mnistperf.diagnosis.measure.graph_batches import Graphs, NodeSet
 
 PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
@@ -227,22 +227,24 @@ class Fingerprinter:
         """Fingerprints [graphs] of a graph batch's samples, each graph's from its own node rows and rows.
 
         Its node rows' lanes, weighted by their place in the graph, summed, with its own ``rows`` (tensors leading
-        with the graph count): the same whatever else the batch holds.
+        with the graph count): the same whatever else the batch holds. Each kind of node has weights of its own.
         """
-        index, count = graphs.of_node, graphs.total
-        device = index.device
+        count, device = graphs.total, graphs.sets[0].of_node.device
         total = torch.zeros(count, LANES, dtype=torch.int64, device=device)
-        if graphs.nodes:
-            nodes = self.steps_lanes([(graphs.nodes, len(index))])  # [nodes, LANES]
-            order = torch.arange(len(index), device=device)
-            first = torch.full((count,), len(index), dtype=torch.int64, device=device)
-            first.scatter_reduce_(0, index.long(), order, "amin")
-            place = order - first.index_select(0, index.long())  # each node's place in its graph
-            # weights by place, the same whatever the batch; repeating every PLACES, no need to know the largest graph
-            by_place = self.weights(-1, PLACES, device, PLACES).index_select(0, place % PLACES)
-            total.index_add_(0, index.long(), nodes * by_place % PRIME)
+        offset = 0  # where the kind's tensors stand among a graph's
+        for index, tensors in graphs.sets:
+            if tensors:
+                nodes = self.steps_lanes([(tensors, len(index))], offset)  # [nodes, LANES]
+                order = torch.arange(len(index), device=device)
+                first = torch.full((count,), len(index), dtype=torch.int64, device=device)
+                first.scatter_reduce_(0, index.long(), order, "amin")
+                place = order - first.index_select(0, index.long())  # each node's place in its graph
+                # weights by place, the same whatever the batch; repeating every PLACES: no need to know the largest
+                by_place = self.weights(-1, PLACES, device, PLACES).index_select(0, place % PLACES)
+                total.index_add_(0, index.long(), nodes * by_place % PRIME)
+            offset += len(tensors)
         if rows:
-            total += self.steps_lanes([(rows, count)], offset=len(graphs.nodes))
+            total += self.steps_lanes([(rows, count)], offset)
         return combined(total % PRIME)
 
     def held(self, steps: Sequence[Rows]) -> torch.Tensor:
@@ -267,13 +269,28 @@ class Fingerprinter:
 class Rows(NamedTuple):
     """A step's tensors that hold its samples, and how many samples it holds.
 
-    Each tensor leads with the samples; a graph batch's begin with its per-node graph index and the ``graph_nodes``
-    tensors that lead with its nodes.
+    Each tensor leads with the samples; a graph batch's begin with each kind of node's per-node graph index and as many
+    tensors leading with those nodes as ``graph_nodes`` says, kind after kind.
     """
 
     tensors: list[torch.Tensor]
     samples: int
-    graph_nodes: int | None = None  # None: not a graph batch
+    graph_nodes: tuple[int, ...] | None = None  # None: not a graph batch
+
+
+def graph_rows(graphs: Graphs, rows: Sequence[torch.Tensor]) -> Rows:
+    """A graph batch's :class:`Rows`: each kind's index and node tensors, then the graphs' ``rows``."""
+    tensors = [t for index, nodes in graphs.sets for t in (index, *nodes)]
+    return Rows([*tensors, *rows], graphs.total, tuple(len(nodes) for _, nodes in graphs.sets))
+
+
+def graph_parts(step: Rows) -> tuple[list[NodeSet], list[torch.Tensor]]:
+    """A graph step's kinds of node (each its index and node tensors) and its graphs' rows: :func:`graph_rows` read."""
+    sets, at = [], 0
+    for count in step.graph_nodes or ():
+        sets.append(NodeSet(step.tensors[at], step.tensors[at + 1 : at + 1 + count]))
+        at += 1 + count
+    return sets, step.tensors[at:]
 
 
 def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
@@ -283,19 +300,23 @@ def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
     index is made int64 before it is offset (a narrower one would wrap); on a CPU, a step whose nodes name a graph past
     its count fails here as it would alone, not counted in the next step's graphs.
     """
-    nodes = steps[0].graph_nodes or 0
-    for step in steps:
-        index = step.tensors[0]
-        if index.device.type == "cpu" and index.numel() and int(index.max()) >= step.samples:
-            raise IndexError(f"a graph batch's node names graph {int(index.max())}, where it counts {step.samples}")
+    parts = [graph_parts(step) for step in steps]
+    for step, (sets, _) in zip(steps, parts, strict=True):
+        for index, _ in sets:
+            if index.device.type == "cpu" and index.numel() and int(index.max()) >= step.samples:
+                raise IndexError(f"a graph batch's node names graph {int(index.max())}, where it counts {step.samples}")
     if len(steps) == 1:
-        (index, *columns), total = steps[0].tensors, steps[0].samples
-    else:
-        offsets = itertools.accumulate((step.samples for step in steps[:-1]), initial=0)
-        index = torch.cat([step.tensors[0].long() + offset for step, offset in zip(steps, offsets, strict=True)])
-        columns = [torch.cat(column) for column in zip(*(step.tensors[1:] for step in steps), strict=True)]
-        total = sum(step.samples for step in steps)
-    return Graphs(total, index, columns[:nodes]), columns[nodes:]
+        return Graphs(steps[0].samples, parts[0][0]), parts[0][1]
+    offsets = list(itertools.accumulate((step.samples for step in steps[:-1]), initial=0))
+    sets = [
+        NodeSet(
+            torch.cat([sets[kind].of_node.long() + offset for (sets, _), offset in zip(parts, offsets, strict=True)]),
+            [torch.cat(column) for column in zip(*(sets[kind].nodes for sets, _ in parts), strict=True)],
+        )
+        for kind in range(len(parts[0][0]))
+    ]
+    rows = [torch.cat(column) for column in zip(*(rows for _, rows in parts), strict=True)]
+    return Graphs(sum(step.samples for step in steps), sets), rows
 
 
 Held = list[Rows]  # steps' sample rows (copies, or as read)
@@ -309,7 +330,9 @@ class HeldSteps:
         self._held: list[Held] = [[] for _ in range(loaders)]
         self._samples = self._bytes = 0
 
-    def hold(self, loader: int, rows: list[torch.Tensor], samples: int, graph_nodes: int | None = None) -> bool:
+    def hold(
+        self, loader: int, rows: list[torch.Tensor], samples: int, graph_nodes: tuple[int, ...] | None = None
+    ) -> bool:
         """Keep a step's rows (as :class:`Rows`); whether the held steps are now due to be hashed (:meth:`flush`)."""
         size = sum(t.nbytes for t in rows)  # before the rows are kept: a tensor without a size is not held
         self._held[loader].append(Rows(rows, samples, graph_nodes))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import torch
 
@@ -13,13 +13,24 @@ from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, named_fi
 GRAPH_INDEX, GRAPH_COUNT, GRAPH_POINTER = "batch", "num_graphs", "ptr"
 
 
+class NodeSet(NamedTuple):
+    """One kind of a graph batch's nodes: each node's graph, and the tensors with a row per node (the index apart)."""
+
+    of_node: torch.Tensor  # [nodes]
+    nodes: list[torch.Tensor]
+
+
 class Graphs(NamedTuple):
-    """A graph batch's nodes: each sample is a graph, a segment of the node rows."""
+    """A graph batch's nodes: each sample is a graph, a segment of the rows of each kind of node."""
 
     total: int  # graphs in the batch
-    of_node: torch.Tensor  # [nodes]: each node's graph
-    nodes: list[torch.Tensor]  # the tensors with a row per node (the index apart)
-    apart: tuple[Any, ...] = ()  # its fields that are neither a node's nor a graph's rows: the pointer, the edges'
+    sets: list[NodeSet]  # one kind of node; a heterogeneous batch's several, each with an index of its own
+    apart: tuple[Any, ...] = ()  # its fields that are neither a node's nor a graph's rows: the pointers, the edges'
+
+
+def is_index(value: Any) -> TypeGuard[torch.Tensor]:
+    """Whether ``value`` can be a per-node graph index: a 1-dim integer tensor."""
+    return isinstance(value, torch.Tensor) and value.ndim == 1 and not value.is_floating_point()
 
 
 def graph_count(item: Any, index: torch.Tensor) -> int | None:
@@ -45,12 +56,16 @@ def graph_count(item: Any, index: torch.Tensor) -> int | None:
 
 
 def graphs_in(item: Any) -> Graphs | None:
-    """``item`` as a graph batch: an object with a per-node graph index (``batch``) and a graph count; else None."""
+    """``item`` as a graph batch: an object with a per-node graph index (``batch``) and a graph count; else None.
+
+    Or a heterogeneous one: an object with a graph count whose stores (its fields that hold fields) each hold a kind of
+    node with an index of its own; the stores with edges' fields are neither a node's nor a graph's rows.
+    """
     if isinstance(item, (torch.Tensor, tuple, list, Mapping)):
         return None
     index = getattr(item, GRAPH_INDEX, None)
-    if not isinstance(index, torch.Tensor) or index.ndim != 1 or index.is_floating_point():
-        return None
+    if not is_index(index):
+        return kinds_of_nodes(item)
     count = graph_count(item, index)
     if count is None:
         return None
@@ -59,7 +74,30 @@ def graphs_in(item: Any) -> Graphs | None:
     apart = (getattr(item, GRAPH_POINTER, None), *edges)
     skipped = {id(index), *map(id, apart)}
     nodes = [t for t in tensors_of(item) if id(t) not in skipped and t.ndim and t.shape[0] == len(index)]
-    return Graphs(count, index, nodes, apart)
+    return Graphs(count, [NodeSet(index, nodes)], apart)
+
+
+def kinds_of_nodes(item: Any) -> Graphs | None:
+    """A heterogeneous graph batch's kinds of node, each a store with its own index; None where it is not one."""
+    count = getattr(item, GRAPH_COUNT, None)
+    if not isinstance(count, int) or isinstance(count, bool):
+        return None
+    sets: list[NodeSet] = []
+    apart: list[Any] = []
+    for store in (named_fields(item) or {}).values():
+        fields = store if isinstance(store, Mapping) else None if isinstance(store, LEAVES) else named_fields(store)
+        if fields is None:
+            continue
+        index = fields.get(GRAPH_INDEX)
+        if is_index(index):
+            pointer = fields.get(GRAPH_POINTER)
+            kept = {id(index), id(pointer)}
+            nodes = [t for t in tensors_of(list(fields.values())) if id(t) not in kept and t.ndim]
+            sets.append(NodeSet(index, [t for t in nodes if t.shape[0] == len(index)]))
+            apart += [pointer, *(t for t in nodes if t.shape[0] != len(index))]
+        elif any(str(name).startswith("edge") for name in fields):
+            apart += tensors_of(list(fields.values()))
+    return Graphs(count, sets, tuple(apart)) if sets else None
 
 
 def find_graphs(batch: Any, depth: int = 3) -> tuple[Graphs | None, Any]:

@@ -255,7 +255,7 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
     """:func:`read` of a batch that is not a plain tensor, tuple or dict of tensors."""
     graphs, holder = find_graphs(batch) if sample_dims == 1 else (None, None)
     if graphs is not None:
-        apart = {id(t) for t in (*graphs.nodes, graphs.of_node, *graphs.apart)}
+        apart = {id(t) for index, nodes in graphs.sets for t in (index, *nodes)} | set(map(id, graphs.apart))
         rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == graphs.total]
         name = type(holder).__name__
         return Reading(graphs.total, Counted(Rule.GRAPHS, name), rows, graphs)

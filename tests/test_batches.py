@@ -725,3 +725,16 @@ def test_a_fit_on_heterogeneous_graph_batches_counts_and_audits_every_graph_once
     assert [row["samples"] for row in timer.epochs] == [12, 12]
     assert [(row["seen"], row["distinct"], row["missing"]) for row in audit.epochs] == [(12, 12, 0)] * 2
     assert not timer.problems.lines and not audit.problems.lines  # Lightning's reader failing is no problem of theirs
+
+
+def test_the_audit_says_once_which_rows_it_hashes_where_a_batch_states_its_size_beside_tensors_of_other_lengths(capsys):
+    """The time-major images are not the samples' rows: the labels alone are hashed, and the audit says so; the
+    timer's count is the batch's own, no guess."""
+    loader = DataLoader(batches_of(SizedBatch), batch_size=None)
+    timer, audit = EpochTimer(), SampleAudit()
+    fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=2)
+    out = capsys.readouterr().out
+    said = f"SampleAudit: the tensors of a training batch (SizedBatch) lead with different lengths ({SAMPLES}, "
+    assert out.count(said) == 1
+    assert f"{SAMPLES} samples a batch are audited (its batch_size (SizedBatch)); pass sample_id=" in out
+    assert "EpochTimer: the tensors of a training batch" not in out

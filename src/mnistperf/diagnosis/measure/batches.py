@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.samples import Reading, read
+from mnistperf.diagnosis.measure.samples import Reading, Rule, read
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
@@ -149,11 +149,12 @@ class TrainingBatches:
 
     ``loaders``: ``trainer.train_dataloader`` (None, or unreadable: one loader's batches); ``guesses``: whether the
     callback takes a sample for what the first tensor's length counts, so that :attr:`first` tells where the part's
-    tensors disagree.
+    tensors disagree; ``rows``: whether it reads the samples' rows, so that it tells that also where the batch states
+    its size (the rows are those that lead with it, the rest not read).
     """
 
-    def __init__(self, problems: Reporter, loaders: Any = None, guesses: bool = False):
-        self.problems, self.guesses = problems, guesses
+    def __init__(self, problems: Reporter, loaders: Any = None, guesses: bool = False, rows: bool = False):
+        self.problems, self.guesses, self.rows = problems, guesses, rows
         self._use([()])
         with problems.guard("reading the training loaders"):
             self._use(loader_paths(loaders))
@@ -206,7 +207,8 @@ class TrainingBatches:
             with self.problems.guard("reading the first batch's tensors"):
                 for name, part in zip(self.names, self.parts(batch), strict=True):
                     reading = READINGS.read(part)
-                    if len(reading.lengths) > 1:  # none for a loader that gave no batch, nor for graphs
+                    stated = reading.counted_by.rule is Rule.STATED
+                    if len(reading.lengths) > 1 and (self.rows or not stated):  # none for no batch, nor for graphs
                         uneven.append((name if self.several else "", type(part).__name__, reading))
         return FirstBatch(regrouped, loaders, uneven)
 

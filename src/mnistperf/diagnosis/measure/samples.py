@@ -262,8 +262,10 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
     tensors = tensors_of(batch)
     size = stated_size(batch) if sample_dims == 1 else None
     rows = [t for t in tensors if t.ndim and t.shape[0] == size] if size is not None else []
-    if rows or (size is not None and not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
-        return with_texts(Reading(size, Counted(Rule.STATED, type(batch).__name__), rows), batch)
+    if size is not None and (rows or not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
+        lengths = tuple(dict.fromkeys((size, *(t.shape[0] for t in tensors if t.ndim))))  # others: rows not read
+        reading = Reading(size, Counted(Rule.STATED, type(batch).__name__), rows, lengths=lengths[len(lengths) < 2 :])
+        return with_texts(reading, batch)
     if sample_dims > 1:
         return _by_first(tensors, sample_dims)
     return sample_items(batch) or with_texts(_by_first(tensors, sample_dims), batch)

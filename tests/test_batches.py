@@ -738,3 +738,51 @@ def test_the_audit_says_once_which_rows_it_hashes_where_a_batch_states_its_size_
     assert out.count(said) == 1
     assert f"{SAMPLES} samples a batch are audited (its batch_size (SizedBatch)); pass sample_id=" in out
     assert "EpochTimer: the tensors of a training batch" not in out
+
+
+def packed_batch(sequences: list[torch.Tensor], labels: torch.Tensor) -> tuple:
+    """A recurrent model's batch: its sequences packed (unsorted, as a collate packs them), beside their labels."""
+    from torch.nn.utils.rnn import pack_sequence
+
+    return pack_sequence(sequences, enforce_sorted=False), labels
+
+
+def test_a_packed_sequence_batch_counts_its_sequences_each_fingerprinted_by_its_own_steps():
+    """Packed, a batch's steps lead with its tokens; a sequence is a sample, the same whatever its batch-mates."""
+    generator = torch.Generator().manual_seed(0)
+    sequences = [torch.randn(2 + i % 5, 3, generator=generator) for i in range(8)]
+    labels = torch.zeros(8)  # one label: only the steps tell the sequences apart
+    reading = read(packed_batch(sequences, labels))
+    assert (reading.samples, said(reading.counted_by)) == (8, "the sequences of its PackedSequence")
+    audit = SampleAudit()
+    whole = audit.fingerprints(packed_batch(sequences, labels))
+    assert whole.unique().numel() == 8
+    shorter = [1, 0, 3, 2]  # batch-mates of other lengths, another order: another longest sequence
+    assert torch.equal(audit.fingerprints(packed_batch([sequences[i] for i in shorter], labels[:4])), whole[shorter])
+    padded = torch.cat([sequences[0], torch.zeros(1, 3)])  # the same steps, and a step of zeros: another sequence
+    assert audit.fingerprints(packed_batch([padded, *sequences[1:]], labels))[0] != whole[0]
+    sparse = SampleAudit(max_words=4)  # fewer words hashed than a step holds: the same ones whatever the batch
+    longer = [*sequences[:2], torch.randn(500, 3, generator=generator)]
+    assert torch.equal(
+        sparse.fingerprints(packed_batch(longer, labels[:3]))[:2],
+        sparse.fingerprints(packed_batch(sequences[:2], labels[:2])),
+    )
+
+
+def test_a_fit_on_packed_sequences_counts_and_audits_each_sequence_once_and_says_lightning_reads_its_steps(capsys):
+    generator = torch.Generator().manual_seed(1)
+    data = [(torch.randn(2 + i % 5, 3, generator=generator), torch.tensor(0.0)) for i in range(12)]
+    collate = lambda items: packed_batch([s for s, _ in items], torch.stack([y for _, y in items]))  # noqa: E731
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=len(data))
+    loader = DataLoader(data, batch_size=4, shuffle=True, collate_fn=collate)
+    fit_module(PackedReadout(), loader, callbacks=[timer, audit])
+    assert [row["samples"] for row in timer.epochs] == [12, 12]
+    assert [(row["seen"], row["distinct"], row["missing"]) for row in audit.epochs] == [(12, 12, 0)] * 2
+    assert "samples disagree: Lightning reads" in capsys.readouterr().out  # it reads the packed steps' length
+
+
+class PackedReadout(Classifier):
+    """The mean of a packed batch's steps."""
+
+    def training_step(self, batch, batch_idx):
+        return self.weight * batch[0].data.mean()

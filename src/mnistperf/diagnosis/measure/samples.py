@@ -11,6 +11,7 @@ import torch
 
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, tensors_of
 from mnistperf.diagnosis.measure.graph_batches import Graphs, find_graphs
+from mnistperf.diagnosis.measure.packed_sequences import as_graphs, find_packed, packed_tensors
 
 
 class Rule(Enum):
@@ -21,6 +22,7 @@ class Rule(Enum):
     NO_TENSOR = "no_tensor"  # no tensor with the sample dimensions
     LEADING = "leading"  # the first tensor's leading sample dimensions
     GRAPHS = "graphs"  # a graph batch's graphs
+    PACKED = "packed"  # a packed sequence's sequences
     STATED = "stated"  # the batch's own batch_size
     RECORDS = "records"  # its items, a record a sample
     SEQUENCES = "sequences"  # the items of its sequences, one a sample
@@ -259,6 +261,11 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == graphs.total]
         name = type(holder).__name__
         return Reading(graphs.total, Counted(Rule.GRAPHS, name), rows, graphs)
+    packed = find_packed(batch) if sample_dims == 1 else None
+    if packed is not None:  # its sequences, each hashed from its own steps and length
+        (sequences, steps), apart = as_graphs(packed), set(map(id, packed_tensors(packed)))
+        rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == sequences.total]
+        return Reading(sequences.total, Counted(Rule.PACKED, type(packed).__name__), [steps, *rows], sequences)
     tensors = tensors_of(batch)
     size = stated_size(batch) if sample_dims == 1 else None
     rows = [t for t in tensors if t.ndim and t.shape[0] == size] if size is not None else []

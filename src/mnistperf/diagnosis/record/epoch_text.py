@@ -223,6 +223,7 @@ COUNTING = {  # what a line says counted a batch's samples, by the reader's rule
     Rule.NO_TENSOR: "no tensor with {of} sample dimensions",
     Rule.LEADING: "the first tensor's {of} leading dimensions",
     Rule.GRAPHS: "the graphs of its {of}",
+    Rule.PACKED: "the sequences of its {of}",
     Rule.STATED: "its batch_size ({of})",
     Rule.RECORDS: "its {of}'s items",
     Rule.SEQUENCES: "the items of its {of}'s sequences",

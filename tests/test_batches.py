@@ -786,3 +786,52 @@ class PackedReadout(Classifier):
 
     def training_step(self, batch, batch_idx):
         return self.weight * batch[0].data.mean()
+
+
+def sparse_rows(count: int = 8, seed: int = 0) -> torch.Tensor:
+    """Rows of a bag of words: few nonzeros a row, some rows with the same nonzero count."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(count, 30, generator=generator) < 0.15
+    return mask * torch.rand(count, 30, generator=generator)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_a_sparse_batch_fingerprints_each_sample_by_its_own_nonzeros_whatever_its_batch(layout):
+    def sparse(rows: torch.Tensor) -> torch.Tensor:
+        return rows.to_sparse() if layout == "coo" else rows.to_sparse_csr()
+
+    rows, labels = sparse_rows(), torch.zeros(8)  # one label: only the nonzeros tell the samples apart
+    audit = SampleAudit()
+    whole = audit.fingerprints((sparse(rows), labels))
+    assert whole.unique().numel() == 8
+    order = [5, 1, 7]
+    assert torch.equal(audit.fingerprints((sparse(rows[order]), labels[:3])), whole[order])
+    moved = rows.clone()
+    moved[0] = moved[0].roll(1)  # the same values in other columns: another sample
+    assert audit.fingerprints((sparse(moved), labels))[0] != whole[0]
+
+
+def test_a_fit_on_sparse_batches_counts_and_audits_every_sample_once():
+    rows = sparse_rows(12, seed=1)
+    data = list(zip(rows, torch.zeros(12), strict=True))
+    collate = lambda items: (torch.stack([r for r, _ in items]).to_sparse(), torch.stack([y for _, y in items]))  # noqa: E731
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=len(data))
+    fit_module(
+        SparseReadout(), DataLoader(data, batch_size=4, shuffle=True, collate_fn=collate), callbacks=[timer, audit]
+    )
+    assert [row["samples"] for row in timer.epochs] == [12, 12]
+    assert [(row["seen"], row["distinct"], row["missing"]) for row in audit.epochs] == [(12, 12, 0)] * 2
+
+
+class SparseReadout(Classifier):
+    """The mean of a sparse batch's values."""
+
+    def training_step(self, batch, batch_idx):
+        return self.weight * batch[0].to_dense().mean()
+
+
+def test_a_column_made_by_transposing_a_row_is_hashed_as_any_column():
+    """``labels[None].T``: one word a sample, strided by the batch; its own layout is no reason to give up."""
+    image, label = images()
+    audit = SampleAudit()
+    assert torch.equal(audit.fingerprints((image, label[None].T)), audit.fingerprints((image, label[:, None].clone())))

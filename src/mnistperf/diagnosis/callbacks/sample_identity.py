@@ -9,6 +9,8 @@ import torch
 
 from mnistperf.diagnosis.measure.batches import READINGS
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, Rows, graph_rows, text_digests, to_device
+from mnistperf.diagnosis.measure.graph_batches import Graphs
+from mnistperf.diagnosis.measure.sparse_rows import sparse_kinds
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.errors import MnistperfError
 
@@ -66,4 +68,7 @@ class SampleIdentity:
             rows = [*rows, to_device(text_digests(reading.texts), rows[0].device)]
         if self.sample_dims == 1 and any(t.is_nested for t in rows):  # rows that cannot be stacked with others
             return self.hash.items([list(sample) for sample in zip(*(t.unbind() for t in rows), strict=True)])
+        sparse = sparse_kinds(rows) if self.sample_dims == 1 else None
+        if sparse is not None:  # each sample's nonzeros, as a graph's nodes
+            return graph_rows(Graphs(samples, sparse[0]), sparse[1])
         return Rows(rows if self.sample_dims == 1 else [t.reshape(samples, -1) for t in rows], samples)

@@ -171,6 +171,8 @@ class Fingerprinter:
     def words(self, tensor: torch.Tensor, samples: int) -> torch.Tensor:
         """The tensor's bits as [samples, words], int16 words (uint8 for 1-byte types, bool's too)."""
         flat = tensor.detach().reshape(samples, -1).contiguous()
+        if flat.numel() and flat.stride(-1) != 1:  # a column of a transposed row: "contiguous", but not for a view
+            flat = flat.clone(memory_format=torch.contiguous_format)
         words = flat.view(torch.uint8) if flat.element_size() == 1 else flat.view(torch.int16)
         count = words.shape[1]
         if count > self.max_words:

@@ -1,0 +1,28 @@
+"""Sparse rows, as a bag of words or a recommender's features: each sample's nonzeros, a segment of the tensor's."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mnistperf.diagnosis.measure.graph_batches import NodeSet
+
+
+def sparse_kinds(rows: list[torch.Tensor]) -> tuple[list[NodeSet], list[torch.Tensor]] | None:
+    """Each sparse tensor of ``rows`` as a kind of node of its samples, and the dense ones; None where none is sparse.
+
+    A nonzero is a node of the sample its first index names, read by its other indices and its value, at its place
+    among the sample's nonzeros (in the order of their indices, coalesced): as a graph from its nodes, a sample is
+    fingerprinted from its own nonzeros, whatever the rest of its batch.
+    """
+    if all(t.layout == torch.strided for t in rows):
+        return None
+    kinds = []
+    for tensor in rows:
+        if tensor.layout != torch.strided:
+            coo = (tensor if tensor.layout == torch.sparse_coo else tensor.to_sparse_coo()).coalesce()
+            indices, values = coo.indices(), coo.values()
+            width = math.prod(values.shape[1:])  # a hybrid tensor's dense part: one row a nonzero
+            kinds.append(NodeSet(indices[0], [indices[1:].T.contiguous(), values.reshape(len(values), width)]))
+    return kinds, [t for t in rows if t.layout == torch.strided]

@@ -526,3 +526,27 @@ class ReusedBatch:
 def test_a_batch_object_the_loader_hands_out_again_is_read_anew_each_step():
     audit = audited(ReusedBatch(), SampleAudit(dataset_size=ROWS), epochs=1)  # alone: no other callback reads it
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)
+
+
+def padded(items: list) -> tuple:
+    """A collate that pads each batch's token sequences to its longest, as a language model's does."""
+    longest = max(len(tokens) for tokens, _ in items)
+    ids = torch.zeros(len(items), longest, dtype=torch.long)
+    for row, (tokens, _) in enumerate(items):
+        ids[row, : len(tokens)] = tokens
+    return ids, torch.stack([label for _, label in items])
+
+
+def test_sequences_padded_to_each_batchs_longest_past_max_words_are_said_to_miss_duplicates(capsys):
+    """A sequence repeated in a batch padded wider: hashed at other positions, it reads as another sample."""
+    generator = torch.Generator().manual_seed(0)
+    tokens = [torch.randint(1, 1000, (20 + 5 * i,), generator=generator) for i in range(6)]
+    data = [(t, torch.tensor(0)) for t in [*tokens, tokens[0]]]  # the first again, beside the longest: padded to 45
+    for max_words, duplicates in ((64, 0), (180, 1)):  # 20-45 tokens of 4 words: 80-180 words
+        audit = SampleAudit(max_words=max_words)
+        fit_module(Probe(), DataLoader(data, batch_size=2, collate_fn=padded), callbacks=[audit], max_epochs=2)
+        out = capsys.readouterr().out
+        assert [row["duplicates"] for row in audit.epochs] == [duplicates] * 2
+        said = "a tensor of the samples' rows comes in several widths past max_words=64 (80, 100, 140, 180 words"
+        assert out.count(said) == (1 if max_words == 64 else 0)
+        assert ("SampleAudit(max_words=180) reads every word" in out) == (max_words == 64)

@@ -182,6 +182,7 @@ class SampleAudit(Callback):
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
         guesses = self.identity.by_content and self.sample_dims == 1  # where a sample's rows may be a guess
         self.batches = TrainingBatches(self.problems, trainer.train_dataloader, guesses, rows=guesses)
+        self.hash.wide.clear()  # this fit's widths
         self._changes_in_place = False
         self._watch(trainer)
         self._start_epoch()
@@ -321,6 +322,9 @@ class SampleAudit(Callback):
         line = epoch_text.format_audit(row, self.identity.by_content)
         self.epochs.append(row)
         self.problems.say(trainer, line)
+        widths = self.hash.widths_vary()
+        if widths is not None:
+            self.problems.say_once(trainer, epoch_text.widths_vary(widths, self.hash.max_words))
         if self.strict and (row.get("duplicates") or row.get("missing")):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -154,6 +155,7 @@ class Fingerprinter:
         self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
         # per layout of a sample's tensors: their weights one after the other, and on a CPU those split in halves
         self._combined: dict[tuple[Any, ...], tuple[torch.Tensor, np.ndarray | None]] = {}
+        self.wide: dict[int, set[int]] = {}  # per tensor of a batch's sample rows: its widths in words past max_words
 
     def weights(self, offset: int, words: int, device: torch.device, drawn: int | None = None) -> torch.Tensor:
         """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors.
@@ -225,6 +227,15 @@ class Fingerprinter:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
         return combined(self.steps_lanes([(tensors, samples)]))
 
+    def widths_vary(self) -> list[int] | None:
+        """The widths in words of a tensor of the sample rows, past ``max_words``, where it came in several; else None.
+
+        Its words are then hashed at positions drawn for each width: a sample padded to another width in another
+        batch (padding to each batch's longest) has another fingerprint, and is not found again.
+        """
+        varied = [sorted(widths) for widths in self.wide.values() if len(widths) > 1]
+        return varied[0] if varied else None
+
     def graphs(self, graphs: Graphs, rows: Sequence[torch.Tensor]) -> torch.Tensor:
         """Fingerprints [graphs] of a graph batch's samples, each graph's from its own node rows and rows.
 
@@ -250,8 +261,15 @@ class Fingerprinter:
         return combined(total % PRIME)
 
     def held(self, steps: Sequence[Rows]) -> torch.Tensor:
-        """Fingerprints [samples] of several steps' samples, one step after the other, their tensors of one layout."""
+        """Fingerprints [samples] of several steps' samples, one step after the other, their tensors of one layout.
+
+        Each tensor's width past ``max_words`` is kept in :attr:`wide` (see :meth:`widths_vary`).
+        """
         if steps[0].graph_nodes is None:
+            for at, tensor in enumerate(steps[0].tensors):
+                words = math.prod(tensor.shape[1:]) * max(1, tensor.element_size() // 2)
+                if words > self.max_words:
+                    self.wide.setdefault(at, set()).add(words)
             return combined(self.steps_lanes([(step.tensors, step.samples) for step in steps]))
         return self.graphs(*joined_graphs(steps))
 

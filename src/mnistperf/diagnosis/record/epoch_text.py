@@ -179,6 +179,17 @@ CHANGED_IN_PLACE = (
 )
 
 
+def widths_vary(widths: list[int], max_words: int) -> str:
+    """SampleAudit's word where a tensor of the samples' rows came in several widths past ``max_words``."""
+    shown = ", ".join(f"{width:,}" for width in widths[:4]) + (", ..." if len(widths) > 4 else "")
+    return (
+        f"a tensor of the samples' rows comes in several widths past max_words={max_words:,} ({shown} words: "
+        "padded to each batch's longest?), and each width is hashed at positions of its own: a sample seen again in a "
+        f"batch of another width is not found as a duplicate; SampleAudit(max_words={widths[-1]:,}) reads every word, "
+        "or sample_id= names an index field"
+    )
+
+
 def unfingerprinted(ranks: list[int], warned: bool) -> str:
     """Why an epoch is not audited where ``ranks`` could not fingerprint a batch (``warned``: each said so itself)."""
     why = f"rank {', '.join(map(str, ranks))} could not fingerprint a batch"

@@ -835,3 +835,19 @@ def test_a_column_made_by_transposing_a_row_is_hashed_as_any_column():
     image, label = images()
     audit = SampleAudit()
     assert torch.equal(audit.fingerprints((image, label[None].T)), audit.fingerprints((image, label[:, None].clone())))
+
+
+def test_token_ids_a_collate_leaves_as_lists_are_part_of_each_samples_fingerprint():
+    """``{"input_ids": [[...], ...], "label": tensor}``: read by the label alone, every text of one label was one."""
+    texts = [([i, i + 1, 7][: 2 + i % 2], i % 2) for i in range(SAMPLES * BATCHES)]
+
+    def collate(items: list) -> dict:
+        return {"input_ids": [ids for ids, _ in items], "label": torch.tensor([label for _, label in items])}
+
+    for data, distinct in ((texts, len(texts)), (texts[: len(texts) // 2] * 2, len(texts) // 2)):
+        audit = SampleAudit(dataset_size=len(data))
+        loader = DataLoader(data, batch_size=SAMPLES, collate_fn=collate)
+        fit_module(Classifier(), loader, callbacks=[audit], max_epochs=1)
+        assert (audit.epochs[0]["seen"], audit.epochs[0]["distinct"]) == (len(data), distinct)
+    ids = {"x": torch.zeros(3, 2), "index": [10, 11, 12]}  # a column of numbers: each sample's own
+    assert SampleAudit().fingerprints(ids).unique().numel() == 3

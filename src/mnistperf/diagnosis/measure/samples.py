@@ -86,25 +86,32 @@ def strings_of(item: Any) -> list[str | bytes]:
 def with_texts(reading: Reading, batch: Any) -> Reading:
     """``reading`` with each sample's strings, where the batch has text columns (a string a sample, as collated).
 
-    So the audit hashes them beside the rows; without them, texts sharing a label would read as one sample.
+    So the audit hashes them beside the rows; without them, texts sharing a label would read as one sample. A column
+    of numbers, or of lists of them (token ids a custom collate left as lists), gives each sample's as its repr.
     """
     columns = text_columns(batch, reading.samples)
     return reading._replace(texts=[list(texts) for texts in zip(*columns, strict=True)]) if columns else reading
 
 
 def text_columns(item: Any, samples: int | None, depth: int = 3) -> list[Any]:
-    """The sequences of ``samples`` strings in ``item``'s fields, and in theirs, up to ``depth`` containers down."""
+    """The sequences of ``samples`` plain values in ``item``'s fields, and in theirs, up to ``depth`` containers down.
+
+    Each a column of strings, as they are, or of numbers or lists of plain values, as their reprs.
+    """
     found = []
     for field in fields_of(item) or ():
-        if (
-            isinstance(field, (tuple, list))
-            and len(field) == samples
-            and all(isinstance(x, (str, bytes)) for x in field)
-        ):
-            found.append(field)
+        if isinstance(field, (tuple, list)) and field and len(field) == samples and all(map(plain, field)):
+            found.append([x if isinstance(x, (str, bytes)) else repr(x) for x in field])
         elif depth and not isinstance(field, LEAVES):
             found += text_columns(field, samples, depth - 1)
     return found
+
+
+def plain(value: Any) -> bool:
+    """Whether ``value`` is a string or a number, or a list or tuple of them (or of such lists), no tensor inside."""
+    if isinstance(value, (str, bytes, int, float)):
+        return True
+    return isinstance(value, (list, tuple)) and all(map(plain, value))
 
 
 def sample_items(batch: Any) -> Reading | None:

@@ -48,7 +48,9 @@ def graphs() -> list:
     return list(FakeDataset(num_graphs=GRAPHS, avg_num_nodes=20, num_channels=8, num_classes=3))
 
 
-def fit(root: Path, dataset: list) -> tuple[pl.Trainer, EpochTimer, SampleAudit]:
+def fit(
+    root: Path, dataset: list, module: pl.LightningModule | None = None
+) -> tuple[pl.Trainer, EpochTimer, SampleAudit]:
     timer, audit = EpochTimer(), SampleAudit(dataset_size=len(dataset))
     trainer = pl.Trainer(
         default_root_dir=root,
@@ -59,7 +61,7 @@ def fit(root: Path, dataset: list) -> tuple[pl.Trainer, EpochTimer, SampleAudit]
         max_epochs=EPOCHS,
         callbacks=[timer, audit],
     )
-    trainer.fit(GCN(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    trainer.fit(module or GCN(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
     return trainer, timer, audit
 
 
@@ -138,18 +140,7 @@ def hetero_graphs(count: int) -> list:
 
 def test_heterogeneous_graph_batches_are_counted_and_every_graph_told_apart_by_its_nodes(tmp_path: Path):
     """A batch of HeteroData keeps each kind of node in a store of its own, with its own ``batch`` and ``ptr``."""
-    dataset = hetero_graphs(GRAPHS)
-    timer, audit = EpochTimer(), SampleAudit(dataset_size=GRAPHS)
-    trainer = pl.Trainer(
-        default_root_dir=tmp_path,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        accelerator="cpu",
-        devices=1,
-        max_epochs=EPOCHS,
-        callbacks=[timer, audit],
-    )
-    trainer.fit(PaperClassifier(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    _, timer, audit = fit(tmp_path, hetero_graphs(GRAPHS), PaperClassifier())
     assert [row["samples"] for row in timer.epochs] == [GRAPHS] * EPOCHS
     for row in audit.epochs:
         assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (GRAPHS, GRAPHS, 0, 0)

@@ -28,15 +28,18 @@ def as_graphs(packed: PackedSequence) -> tuple[Graphs, torch.Tensor]:
 
     A step is a node at its place in its sequence: a sequence is fingerprinted from its own steps, whatever the others
     in its batch; with its length as a row of its own, it differs from the same steps with a step of zeros after them.
+    Read from the step sizes (on the CPU) and the indices on the data's device: nothing here waits for a GPU.
     """
-    sizes = packed.batch_sizes  # sequences still running at each step: on the CPU, whatever the data's device
-    slot = torch.cat([torch.arange(int(size)) for size in sizes])  # each packed step's sequence, as sorted
-    of_step = slot if packed.sorted_indices is None else packed.sorted_indices.cpu().index_select(0, slot)
-    order = torch.argsort(of_step, stable=True)  # each sequence's steps together, in their order
-    lengths = torch.bincount(of_step, minlength=int(sizes[0]) if len(sizes) else 0)
-    device = packed.data.device
-    steps = packed.data.index_select(0, order.to(device))
-    return Graphs(len(lengths), [NodeSet(of_step.index_select(0, order).to(device), [steps])]), lengths.to(device)
+    sizes, device = packed.batch_sizes, packed.data.device  # the sizes on the CPU, whatever the data's device
+    count = int(sizes[0]) if len(sizes) else 0
+    slot = torch.cat([torch.arange(int(size)) for size in sizes]).to(device)  # each step's sequence, as sorted
+    lengths = (sizes[None, :] > torch.arange(count)[:, None]).sum(1).to(device)  # each sorted sequence's steps
+    if packed.sorted_indices is not None and packed.unsorted_indices is not None:  # to the batch's own order
+        slot = packed.sorted_indices.index_select(0, slot)
+        lengths = lengths.index_select(0, packed.unsorted_indices)
+    order = torch.argsort(slot, stable=True)  # each sequence's steps together, in their order
+    steps = packed.data.index_select(0, order)
+    return Graphs(count, [NodeSet(slot.index_select(0, order), [steps])]), lengths
 
 
 def packed_tensors(packed: PackedSequence) -> list[torch.Tensor]:

@@ -32,14 +32,15 @@ def as_graphs(packed: PackedSequence) -> tuple[Graphs, torch.Tensor]:
     """
     sizes, device = packed.batch_sizes, packed.data.device  # the sizes on the CPU, whatever the data's device
     count = int(sizes[0]) if len(sizes) else 0
-    slot = torch.cat([torch.arange(int(size)) for size in sizes]).to(device)  # each step's sequence, as sorted
-    lengths = (sizes[None, :] > torch.arange(count)[:, None]).sum(1).to(device)  # each sorted sequence's steps
-    if packed.sorted_indices is not None and packed.unsorted_indices is not None:  # to the batch's own order
-        slot = packed.sorted_indices.index_select(0, slot)
+    lengths = (sizes[None, :] > torch.arange(count)[:, None]).sum(1)  # each sequence's steps, longest first
+    sequence = torch.repeat_interleave(torch.arange(count), lengths)  # each sequence's steps together, in order:
+    step = torch.arange(len(sequence)) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)  # its time,
+    order = ((sizes.cumsum(0) - sizes).index_select(0, step) + sequence).to(device)  # and where the data holds it
+    sequence, lengths = sequence.to(device), lengths.to(device)
+    if packed.sorted_indices is not None and packed.unsorted_indices is not None:  # the batch's own order
+        sequence = packed.sorted_indices.index_select(0, sequence)
         lengths = lengths.index_select(0, packed.unsorted_indices)
-    order = torch.argsort(slot, stable=True)  # each sequence's steps together, in their order
-    steps = packed.data.index_select(0, order)
-    return Graphs(count, [NodeSet(slot.index_select(0, order), [steps])]), lengths
+    return Graphs(count, [NodeSet(sequence, [packed.data.index_select(0, order)])]), lengths
 
 
 def packed_tensors(packed: PackedSequence) -> list[torch.Tensor]:

@@ -761,6 +761,9 @@ def test_a_packed_sequence_batch_counts_its_sequences_each_fingerprinted_by_its_
     assert torch.equal(audit.fingerprints(packed_batch([sequences[i] for i in shorter], labels[:4])), whole[shorter])
     padded = torch.cat([sequences[0], torch.zeros(1, 3)])  # the same steps, and a step of zeros: another sequence
     assert audit.fingerprints(packed_batch([padded, *sequences[1:]], labels))[0] != whole[0]
+    alone = packed_batch(sequences, labels)[0]  # a PackedSequence is a namedtuple of tensors: not read as one
+    assert (read(alone).samples, said(read(alone).counted_by)) == (8, "the sequences of its PackedSequence")
+    assert torch.equal(audit.fingerprints(alone), audit.fingerprints((alone, torch.empty(8, 0))))
     sparse = SampleAudit(max_words=4)  # fewer words hashed than a step holds: the same ones whatever the batch
     longer = [*sequences[:2], torch.randn(500, 3, generator=generator)]
     assert torch.equal(
@@ -795,9 +798,13 @@ def sparse_rows(count: int = 8, seed: int = 0) -> torch.Tensor:
     return mask * torch.rand(count, 30, generator=generator)
 
 
-@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("layout", ["coo", "csr", "bsr"])
 def test_a_sparse_batch_fingerprints_each_sample_by_its_own_nonzeros_whatever_its_batch(layout):
+    """A block layout's blocks span two samples' rows: the zeros they store are no sample's."""
+
     def sparse(rows: torch.Tensor) -> torch.Tensor:
+        if layout == "bsr":
+            return rows.to_sparse_bsr((2, 2)) if len(rows) % 2 == 0 else rows.to_sparse_bsr((1, 2))
         return rows.to_sparse() if layout == "coo" else rows.to_sparse_csr()
 
     rows, labels = sparse_rows(), torch.zeros(8)  # one label: only the nonzeros tell the samples apart

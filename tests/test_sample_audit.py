@@ -550,3 +550,16 @@ def test_sequences_padded_to_each_batchs_longest_past_max_words_are_said_to_miss
         said = "a tensor of the samples' rows comes in several widths past max_words=64 (80, 100, 140, 180 words"
         assert out.count(said) == (1 if max_words == 64 else 0)
         assert ("SampleAudit(max_words=180) reads every word" in out) == (max_words == 64)
+
+
+def test_widths_vary_where_one_loaders_tensor_comes_in_several_one_past_max_words_not_across_loaders():
+    hash = Fingerprinter(max_words=8)
+    rows = [fingerprint.Rows([torch.ones(2, width, dtype=torch.int16)], 2) for width in (8, 12)]
+    hash.held([rows[0]])
+    assert hash.widths_vary() is None  # one width so far
+    hash.held([rows[1]])  # every word of the first, positions drawn of the second: two fingerprints of one sample
+    assert hash.widths_vary() == [8, 12]
+    apart = Fingerprinter(max_words=8)
+    apart.held([rows[0]], loader=0)
+    apart.held([rows[1]], loader=1)  # two loaders, each of one width: nothing varies
+    assert apart.widths_vary() is None

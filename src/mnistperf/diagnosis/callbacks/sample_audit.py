@@ -182,7 +182,7 @@ class SampleAudit(Callback):
         """Read the training loaders; on a run resumed inside an epoch, take back this rank's fingerprints of it."""
         guesses = self.identity.by_content and self.sample_dims == 1  # where a sample's rows may be a guess
         self.batches = TrainingBatches(self.problems, trainer.train_dataloader, guesses, rows=guesses)
-        self.hash.wide.clear()  # this fit's widths
+        self.hash.widths.clear()  # this fit's widths
         self._changes_in_place = False
         self._watch(trainer)
         self._start_epoch()

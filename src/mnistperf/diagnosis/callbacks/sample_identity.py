@@ -10,6 +10,7 @@ import torch
 from mnistperf.diagnosis.measure.batches import READINGS
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, Rows, graph_rows, text_digests, to_device
 from mnistperf.diagnosis.measure.graph_batches import Graphs
+from mnistperf.diagnosis.measure.packed_sequences import as_graphs
 from mnistperf.diagnosis.measure.sparse_rows import sparse_kinds
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.errors import MnistperfError
@@ -57,6 +58,9 @@ class SampleIdentity:
         reading = READINGS.read(batch, self.sample_dims)
         if reading.graphs is not None:
             return graph_rows(reading.graphs, reading.rows)
+        if reading.packed is not None:  # its sequences as graphs of their steps, their lengths a row of their own
+            sequences, lengths = as_graphs(reading.packed)
+            return graph_rows(sequences, [lengths, *reading.rows])
         if reading.items is not None:
             return self.hash.items(reading.items, reading.texts)
         if not reading.rows or reading.samples is None:

@@ -155,7 +155,7 @@ class Fingerprinter:
         self._positions: dict[tuple[int, torch.device], torch.Tensor] = {}
         # per layout of a sample's tensors: their weights one after the other, and on a CPU those split in halves
         self._combined: dict[tuple[Any, ...], tuple[torch.Tensor, np.ndarray | None]] = {}
-        self.wide: dict[int, set[int]] = {}  # per tensor of a batch's sample rows: its widths in words past max_words
+        self.widths: dict[tuple[int, int], set[int]] = {}  # per loader and tensor of the sample rows: its widths
 
     def weights(self, offset: int, words: int, device: torch.device, drawn: int | None = None) -> torch.Tensor:
         """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors.
@@ -228,12 +228,12 @@ class Fingerprinter:
         return combined(self.steps_lanes([(tensors, samples)]))
 
     def widths_vary(self) -> list[int] | None:
-        """The widths in words of a tensor of the sample rows, past ``max_words``, where it came in several; else None.
+        """Widths (in words) of a loader's tensor of the sample rows, where several, one past ``max_words``; else None.
 
-        Its words are then hashed at positions drawn for each width: a sample padded to another width in another
-        batch (padding to each batch's longest) has another fingerprint, and is not found again.
+        Its words past ``max_words`` are hashed at positions drawn for each width: a sample padded to another width in
+        another batch (padding to each batch's longest) has another fingerprint, and is not found again.
         """
-        varied = [sorted(widths) for widths in self.wide.values() if len(widths) > 1]
+        varied = [sorted(w) for w in self.widths.values() if len(w) > 1 and max(w) > self.max_words]
         return varied[0] if varied else None
 
     def graphs(self, graphs: Graphs, rows: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -260,16 +260,15 @@ class Fingerprinter:
             total += self.steps_lanes([(rows, count)], offset)
         return combined(total % PRIME)
 
-    def held(self, steps: Sequence[Rows]) -> torch.Tensor:
+    def held(self, steps: Sequence[Rows], loader: int = 0) -> torch.Tensor:
         """Fingerprints [samples] of several steps' samples, one step after the other, their tensors of one layout.
 
-        Each tensor's width past ``max_words`` is kept in :attr:`wide` (see :meth:`widths_vary`).
+        Each tensor's width in words is kept in :attr:`widths`, by ``loader`` (see :meth:`widths_vary`).
         """
         if steps[0].graph_nodes is None:
             for at, tensor in enumerate(steps[0].tensors):
                 words = math.prod(tensor.shape[1:]) * max(1, tensor.element_size() // 2)
-                if words > self.max_words:
-                    self.wide.setdefault(at, set()).add(words)
+                self.widths.setdefault((loader, at), set()).add(words)
             return combined(self.steps_lanes([(step.tensors, step.samples) for step in steps]))
         return self.graphs(*joined_graphs(steps))
 
@@ -364,12 +363,12 @@ class HeldSteps:
         """Per loader, the fingerprints of its held steps' samples in order; nothing is held afterwards."""
         everything, self._held = self._held, [[] for _ in self._held]
         self._samples = self._bytes = 0
-        return [self._hashed(held) for held in everything]
+        return [self._hashed(held, loader) for loader, held in enumerate(everything)]
 
-    def _hashed(self, held: Held) -> list[torch.Tensor]:
+    def _hashed(self, held: Held, loader: int) -> list[torch.Tensor]:
         """Each run of steps whose tensors agree in type and in shape past the first dimension, hashed at once.
 
         (Graph batches in runs of their own.)
         """
         layout = lambda step: (step.graph_nodes, [(t.dtype, t.shape[1:]) for t in step.tensors])  # noqa: E731
-        return [self.hash.held(list(run)) for _, run in itertools.groupby(held, key=layout)]
+        return [self.hash.held(list(run), loader) for _, run in itertools.groupby(held, key=layout)]

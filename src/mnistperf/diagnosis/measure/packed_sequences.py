@@ -8,6 +8,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of
+from mnistperf.diagnosis.measure.fingerprint import to_device
 from mnistperf.diagnosis.measure.graph_batches import Graphs, NodeSet
 
 
@@ -23,20 +24,24 @@ def find_packed(batch: Any, depth: int = 3) -> PackedSequence | None:
     return None
 
 
+def sequences(packed: PackedSequence) -> int:
+    """How many sequences a PackedSequence holds: those running at its first step."""
+    return int(packed.batch_sizes[0]) if len(packed.batch_sizes) else 0
+
+
 def as_graphs(packed: PackedSequence) -> tuple[Graphs, torch.Tensor]:
     """The sequences as a graph batch's graphs, each one's steps a segment in order; and their lengths [sequences].
 
     A step is a node at its place in its sequence: a sequence is fingerprinted from its own steps, whatever the others
     in its batch; with its length as a row of its own, it differs from the same steps with a step of zeros after them.
-    Read from the step sizes (on the CPU) and the indices on the data's device: nothing here waits for a GPU.
+    The indices are made on the CPU from the step sizes and reach a GPU from pinned memory: nothing waits for it.
     """
-    sizes, device = packed.batch_sizes, packed.data.device  # the sizes on the CPU, whatever the data's device
-    count = int(sizes[0]) if len(sizes) else 0
+    sizes, device, count = packed.batch_sizes, packed.data.device, sequences(packed)  # the sizes are on the CPU
     lengths = (sizes[None, :] > torch.arange(count)[:, None]).sum(1)  # each sequence's steps, longest first
     sequence = torch.repeat_interleave(torch.arange(count), lengths)  # each sequence's steps together, in order:
     step = torch.arange(len(sequence)) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)  # its time,
-    order = ((sizes.cumsum(0) - sizes).index_select(0, step) + sequence).to(device)  # and where the data holds it
-    sequence, lengths = sequence.to(device), lengths.to(device)
+    order = (sizes.cumsum(0) - sizes).index_select(0, step) + sequence  # and where the data holds it
+    order, sequence, lengths = (to_device(made, device) for made in (order, sequence, lengths))
     if packed.sorted_indices is not None and packed.unsorted_indices is not None:  # the batch's own order
         sequence = packed.sorted_indices.index_select(0, sequence)
         lengths = lengths.index_select(0, packed.unsorted_indices)

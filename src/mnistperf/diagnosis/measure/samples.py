@@ -8,10 +8,11 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 import torch
+from torch.nn.utils.rnn import PackedSequence
 
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, tensors_of
 from mnistperf.diagnosis.measure.graph_batches import Graphs, find_graphs
-from mnistperf.diagnosis.measure.packed_sequences import as_graphs, find_packed, packed_tensors
+from mnistperf.diagnosis.measure.packed_sequences import find_packed, packed_tensors, sequences
 
 
 class Rule(Enum):
@@ -48,6 +49,7 @@ class Reading(NamedTuple):
     lengths: tuple[int, ...] = ()  # where the count is the first tensor's: the distinct leading lengths, in order
     items: list[list[torch.Tensor]] | None = None  # a batch of one item a sample: each sample's own tensors
     texts: list[list[str | bytes]] | None = None  # each sample's strings (and numbers, of one item a sample)
+    packed: PackedSequence | None = None  # a packed batch's sequences, made graphs only where hashed (as_graphs)
 
 
 def stated_size(batch: Any) -> int | None:
@@ -225,7 +227,7 @@ def read(batch: Any, sample_dims: int = 1) -> Reading:
     """
     if isinstance(batch, torch.Tensor):  # the common batches, read directly: this runs every step
         tensors = [batch]
-    elif isinstance(batch, (tuple, list)) or type(batch) is dict:
+    elif (isinstance(batch, (tuple, list)) and not isinstance(batch, PackedSequence)) or type(batch) is dict:
         tensors = list(batch.values() if type(batch) is dict else batch)
         for t in tensors:
             if not isinstance(t, torch.Tensor):
@@ -270,9 +272,9 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         return Reading(graphs.total, Counted(Rule.GRAPHS, name), rows, graphs)
     packed = find_packed(batch) if sample_dims == 1 else None
     if packed is not None:  # its sequences, each hashed from its own steps and length
-        (sequences, steps), apart = as_graphs(packed), set(map(id, packed_tensors(packed)))
-        rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == sequences.total]
-        return Reading(sequences.total, Counted(Rule.PACKED, type(packed).__name__), [steps, *rows], sequences)
+        count, apart = sequences(packed), set(map(id, packed_tensors(packed)))
+        rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == count]
+        return Reading(count, Counted(Rule.PACKED, type(packed).__name__), rows, packed=packed)
     tensors = tensors_of(batch)
     size = stated_size(batch) if sample_dims == 1 else None
     rows = [t for t in tensors if t.ndim and t.shape[0] == size] if size is not None else []

@@ -14,7 +14,8 @@ def sparse_kinds(rows: list[torch.Tensor]) -> tuple[list[NodeSet], list[torch.Te
 
     A nonzero is a node of the sample its first index names, read by its other indices and its value, at its place
     among the sample's nonzeros (in the order of their indices, coalesced): as a graph from its nodes, a sample is
-    fingerprinted from its own nonzeros, whatever the rest of its batch.
+    fingerprinted from its own nonzeros, whatever the rest of its batch. Stored zeros are dropped (a block layout's
+    blocks span several samples' rows), so that a layout's storage does not tell.
     """
     if all(t.layout == torch.strided for t in rows):
         return None
@@ -23,6 +24,8 @@ def sparse_kinds(rows: list[torch.Tensor]) -> tuple[list[NodeSet], list[torch.Te
         if tensor.layout != torch.strided:
             coo = (tensor if tensor.layout == torch.sparse_coo else tensor.to_sparse_coo()).coalesce()
             indices, values = coo.indices(), coo.values()
-            width = math.prod(values.shape[1:])  # a hybrid tensor's dense part: one row a nonzero
-            kinds.append(NodeSet(indices[0], [indices[1:].T.contiguous(), values.reshape(len(values), width)]))
+            values = values.reshape(len(values), math.prod(values.shape[1:]))  # a hybrid tensor's dense part: a row
+            stored = values.ne(0).any(1)
+            indices, values = indices[:, stored], values[stored]
+            kinds.append(NodeSet(indices[0], [indices[1:].T.contiguous(), values]))
     return kinds, [t for t in rows if t.layout == torch.strided]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import torch
 
+T = TypeVar("T")
 LEAVES = (torch.Tensor, str, bytes, int, float, bool, type(None))  # what holds no tensor of its own to look into
 
 
@@ -62,3 +63,20 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
     if all(isinstance(item, torch.Tensor) for item in found):
         return found  # the common batch, read without recursion: this runs every step
     return [tensor for item in found if not isinstance(item, LEAVES[1:]) for tensor in tensors_of(item)]
+
+
+def first_found(batch: Any, find: Callable[[Any], T | None], depth: int = 3) -> tuple[T | None, Any]:
+    """The first ``find(item)`` that is not None, and that item; (None, None) where none is found.
+
+    Of ``batch`` itself, or of what it holds nested up to ``depth`` containers down, as :func:`fields_of` reads them.
+    """
+    found = find(batch)
+    if found is not None:
+        return found, batch
+    if depth and not isinstance(batch, LEAVES):
+        for item in fields_of(batch) or []:
+            if not isinstance(item, LEAVES):
+                nested = first_found(item, find, depth - 1)
+                if nested[0] is not None:
+                    return nested
+    return None, None

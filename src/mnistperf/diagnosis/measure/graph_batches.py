@@ -7,7 +7,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 import torch
 
-from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, named_fields, tensors_of
+from mnistperf.diagnosis.measure.batch_fields import LEAVES, named_fields, tensors_of
 
 # Where a graph batch keeps each node's graph, its graph count and the first node of each graph (PyG's names).
 GRAPH_INDEX, GRAPH_COUNT, GRAPH_POINTER = "batch", "num_graphs", "ptr"
@@ -33,14 +33,20 @@ def is_index(value: Any) -> TypeGuard[torch.Tensor]:
     return isinstance(value, torch.Tensor) and value.ndim == 1 and not value.is_floating_point()
 
 
+def stated_count(item: Any) -> int | None:
+    """The graphs a batch says it holds (its ``num_graphs``, an int), else None."""
+    count = getattr(item, GRAPH_COUNT, None)
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
 def graph_count(item: Any, index: torch.Tensor) -> int | None:
     """The graphs of a graph batch: its ``num_graphs``, its pointer's length less one, counted, or its length.
 
     Counted from the per-node index on a CPU (elsewhere counting would wait for the device) before its length, which
     an object may give in nodes.
     """
-    count = getattr(item, GRAPH_COUNT, None)
-    if isinstance(count, int) and not isinstance(count, bool):
+    count = stated_count(item)
+    if count is not None:
         return count
     pointer = getattr(item, GRAPH_POINTER, None)
     if isinstance(pointer, torch.Tensor) and pointer.ndim == 1 and len(pointer):
@@ -79,8 +85,8 @@ def graphs_in(item: Any) -> Graphs | None:
 
 def kinds_of_nodes(item: Any) -> Graphs | None:
     """A heterogeneous graph batch's kinds of node, each a store with its own index; None where it is not one."""
-    count = getattr(item, GRAPH_COUNT, None)
-    if not isinstance(count, int) or isinstance(count, bool):
+    count = stated_count(item)
+    if count is None:
         return None
     sets: list[NodeSet] = []
     apart: list[Any] = []
@@ -98,17 +104,3 @@ def kinds_of_nodes(item: Any) -> Graphs | None:
         elif any(str(name).startswith("edge") for name in fields):
             apart += tensors_of(list(fields.values()))
     return Graphs(count, sets, tuple(apart)) if sets else None
-
-
-def find_graphs(batch: Any, depth: int = 3) -> tuple[Graphs | None, Any]:
-    """The first graph batch in ``batch`` (itself, or nested up to ``depth`` containers down), and the object."""
-    graphs = graphs_in(batch)
-    if graphs is not None:
-        return graphs, batch
-    if depth and not isinstance(batch, torch.Tensor):
-        for item in fields_of(batch) or []:
-            if not isinstance(item, LEAVES):
-                found = find_graphs(item, depth - 1)
-                if found[0] is not None:
-                    return found
-    return None, None

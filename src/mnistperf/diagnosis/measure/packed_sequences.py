@@ -7,21 +7,13 @@ from typing import Any
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
-from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of
 from mnistperf.diagnosis.measure.fingerprint import to_device
 from mnistperf.diagnosis.measure.graph_batches import Graphs, NodeSet
 
 
-def find_packed(batch: Any, depth: int = 3) -> PackedSequence | None:
-    """The first PackedSequence in ``batch`` (itself, or nested up to ``depth`` containers down); else None."""
-    if isinstance(batch, PackedSequence):
-        return batch
-    if depth and not isinstance(batch, LEAVES):
-        for item in fields_of(batch) or []:
-            found = find_packed(item, depth - 1)
-            if found is not None:
-                return found
-    return None
+def packed_in(item: Any) -> PackedSequence | None:
+    """``item`` where it is a PackedSequence (for :func:`~mnistperf.diagnosis.measure.batch_fields.first_found`)."""
+    return item if isinstance(item, PackedSequence) else None
 
 
 def sequences(packed: PackedSequence) -> int:
@@ -46,8 +38,3 @@ def as_graphs(packed: PackedSequence) -> tuple[Graphs, torch.Tensor]:
         sequence = packed.sorted_indices.index_select(0, sequence)
         lengths = lengths.index_select(0, packed.unsorted_indices)
     return Graphs(count, [NodeSet(sequence, [packed.data.index_select(0, order)])]), lengths
-
-
-def packed_tensors(packed: PackedSequence) -> list[torch.Tensor]:
-    """The tensors a PackedSequence is made of: none of them a sample's rows."""
-    return [t for t in packed if isinstance(t, torch.Tensor)]

@@ -10,9 +10,9 @@ from typing import Any, NamedTuple
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
-from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, tensors_of
-from mnistperf.diagnosis.measure.graph_batches import Graphs, find_graphs
-from mnistperf.diagnosis.measure.packed_sequences import find_packed, packed_tensors, sequences
+from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, first_found, tensors_of
+from mnistperf.diagnosis.measure.graph_batches import Graphs, graphs_in
+from mnistperf.diagnosis.measure.packed_sequences import packed_in, sequences
 
 
 class Rule(Enum):
@@ -262,19 +262,28 @@ def _by_first(tensors: list[torch.Tensor], sample_dims: int) -> Reading:
     return Reading(math.prod(lead), Counted(Rule.LEADING, sample_dims), rows)
 
 
+def rows_beside(batch: Any, samples: int, apart: list[Any]) -> list[torch.Tensor]:
+    """The tensors of ``batch`` that lead with ``samples``, those of ``apart`` (a graph's nodes, edges) left out."""
+    skipped = set(map(id, apart))
+    return [t for t in tensors_of(batch) if id(t) not in skipped and t.ndim and t.shape[0] == samples]
+
+
 def _read_nested(batch: Any, sample_dims: int) -> Reading:
     """:func:`read` of a batch that is not a plain tensor, tuple or dict of tensors."""
-    graphs, holder = find_graphs(batch) if sample_dims == 1 else (None, None)
+    graphs, holder = first_found(batch, graphs_in) if sample_dims == 1 else (None, None)
     if graphs is not None:
-        apart = {id(t) for index, nodes in graphs.sets for t in (index, *nodes)} | set(map(id, graphs.apart))
-        rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == graphs.total]
-        name = type(holder).__name__
-        return Reading(graphs.total, Counted(Rule.GRAPHS, name), rows, graphs)
-    packed = find_packed(batch) if sample_dims == 1 else None
+        apart = [t for index, nodes in graphs.sets for t in (index, *nodes)] + list(graphs.apart)
+        rows = rows_beside(batch, graphs.total, apart)
+        return Reading(graphs.total, Counted(Rule.GRAPHS, type(holder).__name__), rows, graphs)
+    packed, _ = first_found(batch, packed_in) if sample_dims == 1 else (None, None)
     if packed is not None:  # its sequences, each hashed from its own steps and length
-        count, apart = sequences(packed), set(map(id, packed_tensors(packed)))
-        rows = [t for t in tensors_of(batch) if id(t) not in apart and t.ndim and t.shape[0] == count]
-        return Reading(count, Counted(Rule.PACKED, type(packed).__name__), rows, packed=packed)
+        count = sequences(packed)
+        return Reading(
+            count,
+            Counted(Rule.PACKED, type(packed).__name__),
+            rows_beside(batch, count, tensors_of(packed)),
+            packed=packed,
+        )
     tensors = tensors_of(batch)
     size = stated_size(batch) if sample_dims == 1 else None
     rows = [t for t in tensors if t.ndim and t.shape[0] == size] if size is not None else []

@@ -21,7 +21,11 @@ def fields_of(item: Any) -> list[Any] | None:
     if isinstance(item, (tuple, list)):
         return list(item)
     if isinstance(item, Mapping):
-        return list(item.values())
+        values = list(item.values())
+        if all(isinstance(value, torch.Tensor) for value in values):
+            return values
+        plain = as_dict(item)  # a TensorDict's holds its strings as lists, where its values hold stacks of them
+        return values if plain is None else list(plain.values())
     if dataclasses.is_dataclass(item) and not isinstance(item, type):  # its fields first, even where it iterates
         return [getattr(item, field.name, None) for field in dataclasses.fields(item)]
     if isinstance(item, (*LEAVES, type)):
@@ -35,19 +39,26 @@ def named_fields(item: Any) -> Mapping[Any, Any] | None:
 
     A graph library's batch and a TensorDict give their store by ``to_dict()``, not their methods.
     """
-    as_dict = getattr(item, "to_dict", None)
-    if callable(as_dict):
-        try:
-            found = as_dict()
-        except Exception:
-            found = None
-        if isinstance(found, Mapping):
-            return found
+    found = as_dict(item)
+    if found is not None:
+        return found
     try:
         attributes = vars(item)
     except TypeError:
         return None
     return {name: value for name, value in attributes.items() if not name.startswith("_")}
+
+
+def as_dict(item: Any) -> Mapping[Any, Any] | None:
+    """An object's ``to_dict()``, where it has one that gives a mapping; else None."""
+    method = getattr(item, "to_dict", None)
+    if not callable(method):
+        return None
+    try:
+        found = method()
+    except Exception:
+        return None
+    return found if isinstance(found, Mapping) else None
 
 
 def tensors_of(batch: Any) -> list[torch.Tensor]:

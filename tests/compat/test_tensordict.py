@@ -1,9 +1,9 @@
 """The two callbacks on TensorDict batches (TorchRL's and tensordict's own), loaded as tensordict's docs load them.
 
-Runs in its own environment (.ci/run makes .venv-compat-tensordict: the library needs torch 2.11 or newer); elsewhere
-the module skips. The samples are image-caption pairs, each image under two captions (as a captioning set holds them):
-only the caption tells a pair from its twin, so a fingerprint that leaves out a batch's strings reads every other pair
-as a duplicate.
+The library needs torch 2.11 or newer, so it is in no extra: .ci/run installs it into .venv after the README's run;
+without it the module skips. The samples are image-caption pairs, each image under two captions (as a captioning set
+holds them): only the caption tells a pair from its twin, so a fingerprint that leaves out a batch's strings reads
+every other pair as a duplicate.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.measure.batch_fields import tensors_of
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, HeldSteps, text_digests
-from mnistperf.diagnosis.measure.samples import read
+from mnistperf.diagnosis.measure.samples import BY_FIRST_LENGTH, read
 from mnistperf.diagnosis.record.epoch_text import counted_by as said
 
 MOLECULES, BATCH = 12, 3
@@ -858,3 +858,65 @@ def test_token_ids_a_collate_leaves_as_lists_are_part_of_each_samples_fingerprin
         assert (audit.epochs[0]["seen"], audit.epochs[0]["distinct"]) == (len(data), distinct)
     ids = {"x": torch.zeros(3, 2), "index": [10, 11, 12]}  # a column of numbers: each sample's own
     assert SampleAudit().fingerprints(ids).unique().numel() == 3
+
+
+def bag_batch(texts: list[torch.Tensor], labels: torch.Tensor, last: bool = False) -> tuple:
+    """PyTorch's text-classification batch for ``nn.EmbeddingBag``: labels, the texts' tokens end to end, offsets."""
+    lengths = torch.tensor([0, *(len(text) for text in texts)])
+    offsets = lengths.cumsum(0) if last else lengths[:-1].cumsum(0)  # include_last_offset: the end too
+    return labels, torch.cat(texts), offsets
+
+
+def token_texts(count: int, seed: int = 0) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, 50, (3 + i % 4,), generator=generator) for i in range(count)]
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["offsets", "include_last_offset"])
+def test_bags_marked_by_offsets_are_counted_each_fingerprinted_by_its_own_tokens_whatever_its_batch(last):
+    """Read by its first tensor, every text's fingerprint was its label and its offset: distinct texts collided."""
+    texts, labels = token_texts(8), torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
+    batch = bag_batch(texts, labels, last)
+    assert (read(batch).samples, said(read(batch).counted_by)) == (8, "the bags its tensor 2's offsets mark")
+    tokens_first = (batch[1], batch[2], batch[0])  # (text, offsets, label): its first tensor leads with the tokens
+    first = read(tokens_first)
+    assert (first.samples, said(first.counted_by)) == (8, "the bags its tensor 1's offsets mark")
+    audit = SampleAudit()
+    whole = audit.fingerprints(batch)
+    assert whole.unique().numel() == 8
+    order = [5, 0, 3]  # other batch-mates, another order: the same fingerprints
+    assert torch.equal(audit.fingerprints(bag_batch([texts[i] for i in order], labels[order], last)), whole[order])
+    assert audit.fingerprints(bag_batch(texts, 1 - labels, last))[0] != whole[0]  # the same text, another label
+    assert torch.equal(audit.fingerprints(tokens_first), whole)
+
+
+def test_offsets_with_an_empty_bag_or_off_their_rows_are_not_read_as_bags():
+    """Strictly rising from 0 within the rows, or the batch is read as before: its count said to be a guess."""
+    texts, labels = token_texts(4), torch.zeros(4, dtype=torch.int64)  # sorted from 0, but repeated: no offsets
+    for batch in (
+        bag_batch([texts[0], texts[0][:0], *texts[2:]], labels),  # an empty bag
+        (labels, torch.cat(texts), torch.tensor([1, 2, 3, 4])),  # not from 0
+        (labels, torch.zeros(3), torch.tensor([0, 1, 2, 3])),  # past the rows
+    ):
+        reading = read(batch)
+        assert (said(reading.counted_by), reading.graphs, len(reading.lengths)) == (said(BY_FIRST_LENGTH), None, 2)
+
+
+def test_a_fit_on_bags_counts_and_audits_every_text_once_and_finds_a_text_listed_twice(capsys):
+    class BagReadout(Classifier):
+        def __init__(self):
+            super().__init__()
+            self.bag = torch.nn.EmbeddingBag(50, 2)  # the batch is what it takes
+
+        def training_step(self, batch, batch_idx):
+            return self.bag(batch[1], batch[2]).mean()
+
+    texts = list(zip(token_texts(SAMPLES * BATCHES), torch.arange(SAMPLES * BATCHES) % 4, strict=True))
+    collate = lambda items: bag_batch([t for t, _ in items], torch.stack([y for _, y in items]))  # noqa: E731
+    for data, distinct in ((texts, len(texts)), (texts[: len(texts) // 2] * 2, len(texts) // 2)):
+        timer, audit = EpochTimer(), SampleAudit(dataset_size=len(data))
+        loader = DataLoader(data, batch_size=8, shuffle=True, collate_fn=collate)
+        fit_module(BagReadout(), loader, callbacks=[timer, audit], max_epochs=1)
+        assert timer.epochs[0]["samples"] == len(data)
+        assert (audit.epochs[0]["seen"], audit.epochs[0]["distinct"]) == (len(data), distinct)
+    assert "lead with different lengths" not in capsys.readouterr().out

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
+from mnistperf.diagnosis.measure.bags import bags_in
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, first_found, tensors_of
 from mnistperf.diagnosis.measure.graph_batches import Graphs, graphs_in
 from mnistperf.diagnosis.measure.packed_sequences import packed_in, sequences
@@ -27,6 +28,7 @@ class Rule(Enum):
     STATED = "stated"  # the batch's own batch_size
     RECORDS = "records"  # its items, a record a sample
     SEQUENCES = "sequences"  # the items of its sequences, one a sample
+    BAGS = "bags"  # the bags its offsets mark, as nn.EmbeddingBag takes them
 
 
 class Counted(NamedTuple):
@@ -223,7 +225,9 @@ def read(batch: Any, sample_dims: int = 1) -> Reading:
     A graph batch (a per-node graph index and a graph count): its graphs, each one's node rows its own segment. A
     batch object that states its ``batch_size``: that many. A batch of one item a sample (:func:`sample_items`): its
     items. Otherwise: the leading length of the first tensor with a dimension (with ``sample_dims`` > 1, the product of
-    its first ``sample_dims``; 0-dim tensors alone: 1). The rows are every tensor that leads with that many samples.
+    its first ``sample_dims``; 0-dim tensors alone: 1), unless its tensors lead with different lengths and one marks
+    bags of another's rows (:func:`~mnistperf.diagnosis.measure.bags.bags_in`): its bags. The rows are every tensor
+    that leads with that many samples.
     """
     if isinstance(batch, torch.Tensor):  # the common batches, read directly: this runs every step
         tensors = [batch]
@@ -251,6 +255,9 @@ def _by_first(tensors: list[torch.Tensor], sample_dims: int) -> Reading:
                     lengths = {first: None, length: None}
                 else:
                     lengths[length] = None
+        bags = bags_in(tensors) if lengths is not None else None
+        if bags is not None:
+            return Reading(bags.graphs.total, Counted(Rule.BAGS, bags.offsets), bags.rows, bags.graphs)
         if rows:
             return Reading(first, BY_FIRST_LENGTH, rows, lengths=tuple(lengths or (first,)))
         return Reading(1 if tensors else None, Counted(Rule.ZERO_DIM), [])

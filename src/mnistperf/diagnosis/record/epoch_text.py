@@ -238,6 +238,7 @@ COUNTING = {  # what a line says counted a batch's samples, by the reader's rule
     Rule.STATED: "its batch_size ({of})",
     Rule.RECORDS: "its {of}'s items",
     Rule.SEQUENCES: "the items of its {of}'s sequences",
+    Rule.BAGS: "the bags its tensor {of}'s offsets mark",
 }
 
 

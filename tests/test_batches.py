@@ -884,10 +884,16 @@ def test_bags_marked_by_offsets_are_counted_each_fingerprinted_by_its_own_tokens
     audit = SampleAudit()
     whole = audit.fingerprints(batch)
     assert whole.unique().numel() == 8
-    order = [5, 0, 3]  # other batch-mates, another order: the same fingerprints
+    order = [5, 0, 4]  # other batch-mates, shorter (padded to another width), in another order: the same fingerprints
     assert torch.equal(audit.fingerprints(bag_batch([texts[i] for i in order], labels[order], last)), whole[order])
     assert audit.fingerprints(bag_batch(texts, 1 - labels, last))[0] != whole[0]  # the same text, another label
+    padded = torch.cat([texts[0], torch.zeros(1, dtype=torch.int64)])  # a token 0 after it: another text
+    assert audit.fingerprints(bag_batch([padded, *texts[1:]], labels, last))[0] != whole[0]
     assert torch.equal(audit.fingerprints(tokens_first), whole)
+    held = HeldSteps(audit.hash)  # steps held and hashed together: each bag's fingerprint as in its own batch
+    for part in (slice(0, 3), slice(3, 8)):
+        held.hold(0, *audit.identity.rows(bag_batch(texts[part], labels[part], last)))
+    assert torch.equal(torch.cat(held.flush()[0]), whole)
 
 
 def test_offsets_with_an_empty_bag_or_off_their_rows_are_not_read_as_bags():

@@ -8,7 +8,14 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.measure.batches import READINGS
-from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, Rows, graph_rows, text_digests, to_device
+from mnistperf.diagnosis.measure.fingerprint import (
+    Fingerprinter,
+    Rows,
+    bag_rows,
+    graph_rows,
+    text_digests,
+    to_device,
+)
 from mnistperf.diagnosis.measure.graph_batches import Graphs
 from mnistperf.diagnosis.measure.packed_sequences import as_graphs
 from mnistperf.diagnosis.measure.sparse_rows import sparse_kinds
@@ -58,6 +65,8 @@ class SampleIdentity:
         reading = READINGS.read(batch, self.sample_dims)
         if reading.graphs is not None:
             return graph_rows(reading.graphs, reading.rows)
+        if reading.bags is not None:  # its bags' rows made rows of their own where hashed
+            return bag_rows(reading.bags, reading.rows)
         if reading.packed is not None:  # its sequences as graphs of their steps, their lengths a row of their own
             sequences, lengths = as_graphs(reading.packed)
             return graph_rows(sequences, [lengths, *reading.rows])

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from mnistperf.diagnosis.measure.bags import Bags, joined_bags, padded
 from mnistperf.diagnosis.measure.graph_batches import Graphs, NodeSet
 
 PRIME = 2**31 - 1
@@ -265,6 +266,8 @@ class Fingerprinter:
 
         Each tensor's width in words is kept in :attr:`widths`, by ``loader`` (see :meth:`widths_vary`).
         """
+        if steps[0].bags is not None:  # each bag's rows in a row of its own, its length beside
+            steps = [dense_bags(steps)]
         if steps[0].graph_nodes is None:
             for at, tensor in enumerate(steps[0].tensors):
                 words = math.prod(tensor.shape[1:]) * max(1, tensor.element_size() // 2)
@@ -295,12 +298,25 @@ class Rows(NamedTuple):
     tensors: list[torch.Tensor]
     samples: int
     graph_nodes: tuple[int, ...] | None = None  # None: not a graph batch
+    bags: int | None = None  # a batch of bags: its bags' starts and this many flat tensors, then its rows
 
 
 def graph_rows(graphs: Graphs, rows: Sequence[torch.Tensor]) -> Rows:
     """A graph batch's :class:`Rows`: each kind's index and node tensors, then the graphs' ``rows``."""
     tensors = [t for index, nodes in graphs.sets for t in (index, *nodes)]
     return Rows([*tensors, *rows], graphs.total, tuple(len(nodes) for _, nodes in graphs.sets))
+
+
+def bag_rows(bags: Bags, rows: Sequence[torch.Tensor]) -> Rows:
+    """A batch of bags' :class:`Rows`: its bags' starts, its flat tensors, then its ``rows``."""
+    return Rows([bags.starts, *bags.flat, *rows], len(bags.starts), bags=len(bags.flat))
+
+
+def dense_bags(steps: Sequence[Rows]) -> Rows:
+    """Steps of bags (:func:`bag_rows`) as one step's rows: each bag's rows padded to one width, its length beside."""
+    bags = joined_bags([(step.tensors[0], step.tensors[1 : 1 + (step.bags or 0)]) for step in steps])
+    rows = [torch.cat(column) for column in zip(*(step.tensors[1 + (step.bags or 0) :] for step in steps), strict=True)]
+    return Rows([*rows, *padded(bags)], len(bags.starts))
 
 
 def graph_parts(step: Rows) -> tuple[list[NodeSet], list[torch.Tensor]]:
@@ -350,11 +366,16 @@ class HeldSteps:
         self._samples = self._bytes = 0
 
     def hold(
-        self, loader: int, rows: list[torch.Tensor], samples: int, graph_nodes: tuple[int, ...] | None = None
+        self,
+        loader: int,
+        rows: list[torch.Tensor],
+        samples: int,
+        graph_nodes: tuple[int, ...] | None = None,
+        bags: int | None = None,
     ) -> bool:
         """Keep a step's rows (as :class:`Rows`); whether the held steps are now due to be hashed (:meth:`flush`)."""
         size = sum(t.nbytes for t in rows)  # before the rows are kept: a tensor without a size is not held
-        self._held[loader].append(Rows(rows, samples, graph_nodes))
+        self._held[loader].append(Rows(rows, samples, graph_nodes, bags))
         self._samples += samples
         self._bytes += size
         return self._samples >= HASH_SAMPLES or self._bytes >= HASH_BYTES
@@ -370,5 +391,5 @@ class HeldSteps:
 
         (Graph batches in runs of their own.)
         """
-        layout = lambda step: (step.graph_nodes, [(t.dtype, t.shape[1:]) for t in step.tensors])  # noqa: E731
+        layout = lambda step: (step.graph_nodes, step.bags, [(t.dtype, t.shape[1:]) for t in step.tensors])  # noqa: E731
         return [self.hash.held(list(run), loader) for _, run in itertools.groupby(held, key=layout)]

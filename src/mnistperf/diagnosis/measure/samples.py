@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
-from mnistperf.diagnosis.measure.bags import bags_in
+from mnistperf.diagnosis.measure.bags import Bags, bags_in
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, first_found, tensors_of
 from mnistperf.diagnosis.measure.graph_batches import Graphs, graphs_in
 from mnistperf.diagnosis.measure.packed_sequences import packed_in, sequences
@@ -52,6 +52,7 @@ class Reading(NamedTuple):
     items: list[list[torch.Tensor]] | None = None  # a batch of one item a sample: each sample's own tensors
     texts: list[list[str | bytes]] | None = None  # each sample's strings (and numbers, of one item a sample)
     packed: PackedSequence | None = None  # a packed batch's sequences, made graphs only where hashed (as_graphs)
+    bags: Bags | None = None  # bags its offsets mark, made rows only where hashed
 
 
 def stated_size(batch: Any) -> int | None:
@@ -257,7 +258,9 @@ def _by_first(tensors: list[torch.Tensor], sample_dims: int) -> Reading:
                     lengths[length] = None
         bags = bags_in(tensors) if lengths is not None else None
         if bags is not None:
-            return Reading(bags.graphs.total, Counted(Rule.BAGS, bags.offsets), bags.rows, bags.graphs)
+            count = len(bags.starts)
+            rows = [t for at, t in enumerate(tensors) if at != bags.offsets and t.ndim and t.shape[0] == count]
+            return Reading(count, Counted(Rule.BAGS, bags.offsets), rows, bags=bags)
         if rows:
             return Reading(first, BY_FIRST_LENGTH, rows, lengths=tuple(lengths or (first,)))
         return Reading(1 if tensors else None, Counted(Rule.ZERO_DIM), [])

@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.measure.batch_fields import tensors_of
-from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, HeldSteps, text_digests
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, text_digests
+from mnistperf.diagnosis.measure.held_steps import HeldSteps
 from mnistperf.diagnosis.measure.samples import BY_FIRST_LENGTH, read
 from mnistperf.diagnosis.record.epoch_text import counted_by as said
 
@@ -432,7 +433,7 @@ def test_graph_steps_held_and_hashed_together_give_each_graph_the_fingerprint_it
     for start, end in ((0, 3), (3, 8), (8, 9), (9, 200), (200, 300)):  # steps of 3, 5, 1, 191 and 100 graphs
         step = GraphBatch(graphs[start:end], targets[start:end])
         step.batch = step.batch.to(index)
-        held.hold(0, *audit.identity.rows(step))
+        held.hold(0, audit.identity.rows(step))
     whole = audit.fingerprints(GraphBatch(graphs, targets))
     assert torch.equal(torch.cat(held.flush()[0]), whole) and whole.unique().numel() == 300
 
@@ -443,8 +444,8 @@ def test_a_held_graph_step_whose_nodes_name_a_graph_past_its_count_fails_as_it_w
     held = HeldSteps(audit.hash)
     wrong = GraphBatch(graphs[:4], targets[:4])
     wrong.num_graphs, wrong.y = 3, targets[:3]  # its last graph's nodes uncounted
-    held.hold(0, *audit.identity.rows(wrong))
-    held.hold(0, *audit.identity.rows(GraphBatch(graphs[4:], targets[4:])))
+    held.hold(0, audit.identity.rows(wrong))
+    held.hold(0, audit.identity.rows(GraphBatch(graphs[4:], targets[4:])))
     with pytest.raises(IndexError, match="names graph 3, where it counts 3"):
         held.flush()
 
@@ -711,7 +712,7 @@ def test_a_heterogeneous_graph_batch_counts_its_graphs_each_fingerprinted_by_eve
     assert audit.fingerprints(hetero(list(range(8)), papers, other_authors))[0] != whole[0]
     held = HeldSteps(audit.hash)  # held apart and hashed together: as in one batch
     for start, end in ((0, 3), (3, 4), (4, 8)):
-        held.hold(0, *audit.identity.rows(hetero(list(range(start, end)), papers, authors)))
+        held.hold(0, audit.identity.rows(hetero(list(range(start, end)), papers, authors)))
     assert torch.equal(torch.cat(held.flush()[0]), whole)
 
 
@@ -892,7 +893,7 @@ def test_bags_marked_by_offsets_are_counted_each_fingerprinted_by_its_own_tokens
     assert torch.equal(audit.fingerprints(tokens_first), whole)
     held = HeldSteps(audit.hash)  # steps held and hashed together: each bag's fingerprint as in its own batch
     for part in (slice(0, 3), slice(3, 8)):
-        held.hold(0, *audit.identity.rows(bag_batch(texts[part], labels[part], last)))
+        held.hold(0, audit.identity.rows(bag_batch(texts[part], labels[part], last)))
     assert torch.equal(torch.cat(held.flush()[0]), whole)
 
 

@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
-from mnistperf.diagnosis.measure import fingerprint
+from mnistperf.diagnosis.measure import fingerprint, held_steps
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
 from mnistperf.diagnosis.record.epoch_text import format_audit
 
@@ -307,7 +307,7 @@ def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_dupli
 
 @pytest.mark.parametrize("streamed_bytes", [fingerprint.STREAMED_BYTES, 0], ids=["joined", "streamed"])
 def test_steps_hashed_together_give_each_sample_the_fingerprint_it_has_alone(monkeypatch, streamed_bytes):
-    monkeypatch.setattr(fingerprint, "HASH_SAMPLES", 7)  # hashed every two steps, across shapes
+    monkeypatch.setattr(held_steps, "HASH_SAMPLES", 7)  # hashed every two steps, across shapes
     monkeypatch.setattr(fingerprint, "STREAMED_BYTES", streamed_bytes)  # each step's rows joined first, or not
     generator = torch.Generator().manual_seed(3)
     batches = [
@@ -554,7 +554,7 @@ def test_sequences_padded_to_each_batchs_longest_past_max_words_are_said_to_miss
 
 def test_widths_vary_where_one_loaders_tensor_comes_in_several_one_past_max_words_not_across_loaders():
     hash = Fingerprinter(max_words=8)
-    rows = [fingerprint.Rows([torch.ones(2, width, dtype=torch.int16)], 2) for width in (8, 12)]
+    rows = [held_steps.Rows([torch.ones(2, width, dtype=torch.int16)], 2) for width in (8, 12)]
     hash.held([rows[0]])
     assert hash.widths_vary() is None  # one width so far
     hash.held([rows[1]])  # every word of the first, positions drawn of the second: two fingerprints of one sample

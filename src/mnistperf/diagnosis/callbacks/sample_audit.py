@@ -19,7 +19,8 @@ from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError, SampleIdentity
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
-from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, HeldSteps
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
+from mnistperf.diagnosis.measure.held_steps import HeldSteps
 from mnistperf.diagnosis.measure.sample_counts import Order, audited_row, dataset_sizes, gathered_shares, restored_parts
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.upstream import steps_started
@@ -278,7 +279,7 @@ class SampleAudit(Callback):
                     samples = rows.samples
                     if watched is not None:
                         self._watched.append(watched)
-                    if self._held.hold(loader, *rows):  # the held steps are due to be hashed
+                    if self._held.hold(loader, rows):  # the held steps are due to be hashed
                         self._flush()
                 if item is not None and self._counted is not None:
                     self._counted = (self._counted[0], self._counted[1] + samples)

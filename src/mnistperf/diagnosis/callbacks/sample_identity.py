@@ -8,15 +8,9 @@ from typing import Any
 import torch
 
 from mnistperf.diagnosis.measure.batches import READINGS
-from mnistperf.diagnosis.measure.fingerprint import (
-    Fingerprinter,
-    Rows,
-    bag_rows,
-    graph_rows,
-    text_digests,
-    to_device,
-)
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, text_digests, to_device
 from mnistperf.diagnosis.measure.graph_batches import Graphs
+from mnistperf.diagnosis.measure.held_steps import Rows, bag_rows, graph_rows
 from mnistperf.diagnosis.measure.packed_sequences import as_graphs
 from mnistperf.diagnosis.measure.sparse_rows import sparse_kinds
 from mnistperf.diagnosis.record import epoch_text

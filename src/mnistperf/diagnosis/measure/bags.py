@@ -58,12 +58,19 @@ def bags_in(tensors: list[torch.Tensor]) -> Bags | None:
     return Bags(tensors[at][: len(bag_starts)].long(), flat, at)
 
 
-def joined_bags(steps: Sequence[tuple[torch.Tensor, Sequence[torch.Tensor]]]) -> Bags:
-    """Steps' bags (each step's starts and flat tensors) as one batch's, each step's starts past the rows before."""
-    moved = itertools.accumulate((len(flat[0]) for _, flat in steps[:-1]), initial=0)
-    starts = torch.cat([bag_starts + by for (bag_starts, _), by in zip(steps, moved, strict=True)])
-    flat = [torch.cat(column) for column in zip(*(flat for _, flat in steps), strict=True)]
-    return Bags(starts, flat, -1)
+Step = tuple[torch.Tensor, Sequence[torch.Tensor], Sequence[torch.Tensor]]  # a step's bag starts, flat tensors, rows
+
+
+def dense(steps: Sequence[Step]) -> tuple[list[torch.Tensor], int]:
+    """Steps' bags as one step's tensors, its rows then :func:`padded`'s, and its samples.
+
+    Each step's starts are moved past the flat rows of the steps before.
+    """
+    moved = itertools.accumulate((len(flat[0]) for _, flat, _ in steps[:-1]), initial=0)
+    starts = torch.cat([bag_starts + by for (bag_starts, _, _), by in zip(steps, moved, strict=True)])
+    flat = [torch.cat(column) for column in zip(*(flat for _, flat, _ in steps), strict=True)]
+    rows = [torch.cat(column) for column in zip(*(rows for _, _, rows in steps), strict=True)]
+    return [*rows, *padded(Bags(starts, flat, -1))], len(starts)
 
 
 def padded(bags: Bags) -> list[torch.Tensor]:

@@ -7,16 +7,16 @@ odds of a false duplicate and its cost: docs/diagnose.md, "How samples are ident
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
-from mnistperf.diagnosis.measure.bags import Bags, joined_bags, padded
-from mnistperf.diagnosis.measure.graph_batches import Graphs, NodeSet
+from mnistperf.diagnosis.measure.bags import dense
+from mnistperf.diagnosis.measure.graph_batches import Graphs
+from mnistperf.diagnosis.measure.held_steps import Rows, bag_parts, joined_graphs
 
 PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
@@ -32,9 +32,6 @@ BLOCK_BYTES = 1 << 18
 BLOCK_ROWS = 64
 PADDING = -1  # fingerprints are non-negative
 PLACES = 4096  # a graph's node places with weights of their own
-# Held steps are hashed together once they hold this many samples, or this many bytes.
-HASH_SAMPLES = 4096
-HASH_BYTES = 32 * 2**20
 # On a CPU, held steps of this many bytes each (as the first of a run of one layout), or more, are hashed straight from
 # each step's tensors (joining them would copy them all); smaller ones are joined first (a copy is cheaper than a call)
 STREAMED_BYTES = 64 * 2**10
@@ -267,7 +264,7 @@ class Fingerprinter:
         Each tensor's width in words is kept in :attr:`widths`, by ``loader`` (see :meth:`widths_vary`).
         """
         if steps[0].bags is not None:  # each bag's rows in a row of its own, its length beside
-            steps = [dense_bags(steps)]
+            steps = [Rows(*dense([bag_parts(step) for step in steps]))]
         if steps[0].graph_nodes is None:
             for at, tensor in enumerate(steps[0].tensors):
                 words = math.prod(tensor.shape[1:]) * max(1, tensor.element_size() // 2)
@@ -286,110 +283,3 @@ class Fingerprinter:
             shapes_and_texts = to_device(torch.tensor([told], dtype=torch.int64), tensors[0].device)
             found.append(self([*(tensor.reshape(1, -1) for tensor in tensors), shapes_and_texts], 1))
         return torch.cat(found)
-
-
-class Rows(NamedTuple):
-    """A step's tensors that hold its samples, and how many samples it holds.
-
-    Each tensor leads with the samples; a graph batch's begin with each kind of node's per-node graph index and as many
-    tensors leading with those nodes as ``graph_nodes`` says, kind after kind.
-    """
-
-    tensors: list[torch.Tensor]
-    samples: int
-    graph_nodes: tuple[int, ...] | None = None  # None: not a graph batch
-    bags: int | None = None  # a batch of bags: its bags' starts and this many flat tensors, then its rows
-
-
-def graph_rows(graphs: Graphs, rows: Sequence[torch.Tensor]) -> Rows:
-    """A graph batch's :class:`Rows`: each kind's index and node tensors, then the graphs' ``rows``."""
-    tensors = [t for index, nodes in graphs.sets for t in (index, *nodes)]
-    return Rows([*tensors, *rows], graphs.total, tuple(len(nodes) for _, nodes in graphs.sets))
-
-
-def bag_rows(bags: Bags, rows: Sequence[torch.Tensor]) -> Rows:
-    """A batch of bags' :class:`Rows`: its bags' starts, its flat tensors, then its ``rows``."""
-    return Rows([bags.starts, *bags.flat, *rows], len(bags.starts), bags=len(bags.flat))
-
-
-def dense_bags(steps: Sequence[Rows]) -> Rows:
-    """Steps of bags (:func:`bag_rows`) as one step's rows: each bag's rows padded to one width, its length beside."""
-    bags = joined_bags([(step.tensors[0], step.tensors[1 : 1 + (step.bags or 0)]) for step in steps])
-    rows = [torch.cat(column) for column in zip(*(step.tensors[1 + (step.bags or 0) :] for step in steps), strict=True)]
-    return Rows([*rows, *padded(bags)], len(bags.starts))
-
-
-def graph_parts(step: Rows) -> tuple[list[NodeSet], list[torch.Tensor]]:
-    """A graph step's kinds of node (each its index and node tensors) and its graphs' rows: :func:`graph_rows` read."""
-    sets, at = [], 0
-    for count in step.graph_nodes or ():
-        sets.append(NodeSet(step.tensors[at], step.tensors[at + 1 : at + 1 + count]))
-        at += 1 + count
-    return sets, step.tensors[at:]
-
-
-def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
-    """Graph steps of one layout as one graph batch, each step's graphs numbered after those of the steps before.
-
-    A graph's fingerprint reads only its own nodes, their places in it and its own rows: the same joined or not. The
-    index is made int64 before it is offset (a narrower one would wrap); on a CPU, a step whose nodes name a graph past
-    its count fails here as it would alone, not counted in the next step's graphs.
-    """
-    parts = [graph_parts(step) for step in steps]
-    for step, (sets, _) in zip(steps, parts, strict=True):
-        for index, _ in sets:
-            if index.device.type == "cpu" and index.numel() and int(index.max()) >= step.samples:
-                raise IndexError(f"a graph batch's node names graph {int(index.max())}, where it counts {step.samples}")
-    if len(steps) == 1:
-        return Graphs(steps[0].samples, parts[0][0]), parts[0][1]
-    offsets = list(itertools.accumulate((step.samples for step in steps[:-1]), initial=0))
-    sets = [
-        NodeSet(
-            torch.cat([sets[kind].of_node.long() + offset for (sets, _), offset in zip(parts, offsets, strict=True)]),
-            [torch.cat(column) for column in zip(*(sets[kind].nodes for sets, _ in parts), strict=True)],
-        )
-        for kind in range(len(parts[0][0]))
-    ]
-    rows = [torch.cat(column) for column in zip(*(rows for _, rows in parts), strict=True)]
-    return Graphs(sum(step.samples for step in steps), sets), rows
-
-
-Held = list[Rows]  # steps' sample rows (copies, or as read)
-
-
-class HeldSteps:
-    """Steps' sample rows, each of ``loaders`` apart, that ``hash`` fingerprints every so many samples or MB."""
-
-    def __init__(self, hash: Fingerprinter, loaders: int = 1):
-        self.hash = hash
-        self._held: list[Held] = [[] for _ in range(loaders)]
-        self._samples = self._bytes = 0
-
-    def hold(
-        self,
-        loader: int,
-        rows: list[torch.Tensor],
-        samples: int,
-        graph_nodes: tuple[int, ...] | None = None,
-        bags: int | None = None,
-    ) -> bool:
-        """Keep a step's rows (as :class:`Rows`); whether the held steps are now due to be hashed (:meth:`flush`)."""
-        size = sum(t.nbytes for t in rows)  # before the rows are kept: a tensor without a size is not held
-        self._held[loader].append(Rows(rows, samples, graph_nodes, bags))
-        self._samples += samples
-        self._bytes += size
-        return self._samples >= HASH_SAMPLES or self._bytes >= HASH_BYTES
-
-    def flush(self) -> list[list[torch.Tensor]]:
-        """Per loader, the fingerprints of its held steps' samples in order; nothing is held afterwards."""
-        everything, self._held = self._held, [[] for _ in self._held]
-        self._samples = self._bytes = 0
-        return [self._hashed(held, loader) for loader, held in enumerate(everything)]
-
-    def _hashed(self, held: Held, loader: int) -> list[torch.Tensor]:
-        """Each run of steps whose tensors agree in type and in shape past the first dimension, hashed at once.
-
-        (Graph batches in runs of their own.)
-        """
-        layout = lambda step: (step.graph_nodes, step.bags, [(t.dtype, t.shape[1:]) for t in step.tensors])  # noqa: E731
-        return [self.hash.held(list(run), loader) for _, run in itertools.groupby(held, key=layout)]

@@ -13,7 +13,7 @@ from lightning.pytorch import Callback
 
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.measure.batches import READINGS
-from mnistperf.diagnosis.measure.fingerprint import HASH_SAMPLES
+from mnistperf.diagnosis.measure.held_steps import HASH_SAMPLES
 
 
 class EmptyStepHooks(Callback):

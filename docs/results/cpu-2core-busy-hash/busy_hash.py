@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.measure.fingerprint import LANES, PRIME, Fingerprinter, HeldSteps
+from mnistperf.diagnosis.measure.fingerprint import LANES, PRIME, Fingerprinter
+from mnistperf.diagnosis.measure.held_steps import HeldSteps, Rows
 from mnistperf.diagnosis.measure.sample_counts import distinct
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +70,7 @@ def epoch_hash(hash_: Fingerprinter, steps: list) -> torch.Tensor:
     """The epoch's fingerprints, its steps held and hashed at once."""
     held = HeldSteps(hash_, 1)
     for rows, samples in steps:
-        held.hold(0, rows, samples)
+        held.hold(0, Rows(rows, samples))
     return torch.cat(held.flush()[0])
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, HeldSteps
+from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
+from mnistperf.diagnosis.measure.held_steps import HeldSteps, Rows
 from mnistperf.diagnosis.record.environment import environment
 
 HERE = Path(__file__).resolve().parent
@@ -37,12 +38,12 @@ def flushes(shape: tuple[int, ...], batch: int, steps: int) -> dict[str, float]:
     held = HeldSteps(Fingerprinter())
     data = [[torch.randn(batch, *shape), torch.randint(0, 10, (batch,))] for _ in range(steps)]
     for step in data:  # a warm-up flush: the weights made
-        held.hold(0, step, batch)
+        held.hold(0, Rows(step, batch))
     held.flush()
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(ROUNDS):
         for step in data:
-            held.hold(0, step, batch)
+            held.hold(0, Rows(step, batch))
         held.flush()
     time.sleep(IDLE_S)
     wall, cpu = time.perf_counter() - wall - IDLE_S, time.process_time() - cpu

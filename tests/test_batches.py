@@ -906,7 +906,60 @@ def test_offsets_with_an_empty_bag_or_off_their_rows_are_not_read_as_bags():
         (labels, torch.zeros(3), torch.tensor([0, 1, 2, 3])),  # past the rows
     ):
         reading = read(batch)
-        assert (said(reading.counted_by), reading.graphs, len(reading.lengths)) == (said(BY_FIRST_LENGTH), None, 2)
+        assert (said(reading.counted_by), reading.bags, len(reading.lengths)) == (said(BY_FIRST_LENGTH), None, 2)
+
+
+@pytest.mark.parametrize(
+    ("batch", "samples"),
+    [
+        ((torch.randint(0, 9, (32, 16)), torch.arange(32), torch.arange(16)), 32),  # positions shared by the batch
+        ((torch.randn(4, 3, 8, 8), torch.tensor([0, 2, 3]), torch.randn(3, 4), torch.tensor([1, 1, 2])), 4),  # boxes
+        ((torch.randn(20, 4, 3), torch.arange(4)), 20),  # time-major, beside an unshuffled first batch's ids
+        ((torch.arange(4), torch.randn(20, 4, 3)), 4),
+        ((torch.randn(8, 5), torch.arange(8), torch.arange(8), torch.ones(10)), 8),  # ids beside class weights
+        ((torch.randn(5, 3), torch.arange(5), torch.randn(25, 3), torch.arange(25)), 5),  # a 5-way 1-shot episode
+    ],
+    ids=["positions", "boxes", "time-major", "ids-first", "class-weights", "episode"],
+)
+def test_integer_columns_beside_tensors_of_other_lengths_are_not_taken_for_offsets(batch, samples):
+    """Only offsets right after 1-dim integer tokens, and not 0, 1, 2, ...: each of these is read as before."""
+    reading = read(batch)
+    assert (reading.samples, reading.bags, said(reading.counted_by)) == (samples, None, said(BY_FIRST_LENGTH))
+
+
+def test_a_label_before_the_tokens_is_not_taken_for_their_offsets_whatever_its_values():
+    """A batch of one bag labelled 0 (include_last_offset), and labels that happen to rise from 0: the offsets win."""
+    tokens = torch.arange(1, 11)
+    one = read((torch.tensor([0]), tokens[:3], torch.tensor([0, 3])))
+    assert (one.samples, one.bags.starts.tolist(), [t.tolist() for t in one.rows]) == (1, [0], [[0]])
+    rising = read((torch.tensor([0, 2, 5, 7]), tokens, torch.tensor([0, 3, 4, 6])))
+    assert (rising.samples, rising.bags.starts.tolist(), [t.tolist() for t in rising.rows]) == (
+        4,
+        [0, 3, 4, 6],
+        [[0, 2, 5, 7]],
+    )
+
+
+def test_a_bag_past_max_words_is_hashed_from_its_own_rows_and_leaves_the_others_as_they_are_alone():
+    """A long text beside short ones: each short text's fingerprint as without it, the long one's its own."""
+    audit = SampleAudit(max_words=16)  # 4 tokens of 4 words each a bag at most, hashed as a row
+    texts, labels = token_texts(6), torch.zeros(7, dtype=torch.int64)
+    short = [text[:3] for text in texts]
+    long = torch.randint(1, 50, (40,), generator=torch.Generator().manual_seed(3))
+    alone = audit.fingerprints(bag_batch(short, labels[:6]))
+    beside = audit.fingerprints(bag_batch([*short, long], labels))
+    assert torch.equal(beside[:6], alone)
+    assert torch.equal(audit.fingerprints(bag_batch([long, short[0]], labels[:2])), beside[[6, 0]])
+    other = long.clone()
+    other[20] += 1  # one token apart, inside the bag: another text
+    assert audit.fingerprints(bag_batch([other], labels[:1]))[0] != beside[6]
+
+
+def test_strings_beside_bags_are_part_of_each_bags_fingerprint():
+    texts, labels = token_texts(2), torch.zeros(2, dtype=torch.int64)
+    same = [texts[0], texts[0]]  # one text's tokens twice, under two titles
+    found = SampleAudit().fingerprints((*bag_batch(same, labels), ["first title", "second title"]))
+    assert found.unique().numel() == 2
 
 
 def test_a_fit_on_bags_counts_and_audits_every_text_once_and_finds_a_text_listed_twice(capsys):

@@ -59,20 +59,21 @@ class SampleIdentity:
         reading = READINGS.read(batch, self.sample_dims)
         if reading.graphs is not None:
             return graph_rows(reading.graphs, reading.rows)
-        if reading.bags is not None:  # its bags' rows made rows of their own where hashed
-            return bag_rows(reading.bags, reading.rows)
         if reading.packed is not None:  # its sequences as graphs of their steps, their lengths a row of their own
             sequences, lengths = as_graphs(reading.packed)
             return graph_rows(sequences, [lengths, *reading.rows])
         if reading.items is not None:
             return self.hash.items(reading.items, reading.texts)
-        if not reading.rows or reading.samples is None:
+        if reading.bags is None and (not reading.rows or reading.samples is None):
             raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
-        samples, rows = reading.samples, reading.rows
+        rows, samples = reading.rows, reading.samples or 0
         if (
             reading.texts
         ):  # strings hold no tensor: their digests are rows too, or texts of one label would be one sample
-            rows = [*rows, to_device(text_digests(reading.texts), rows[0].device)]
+            digests = text_digests(reading.texts)
+            rows = [*rows, to_device(digests, rows[0].device) if rows else digests]
+        if reading.bags is not None:  # its bags' rows made rows of their own where hashed (bags are on a CPU)
+            return bag_rows(reading.bags, rows)
         if self.sample_dims == 1 and any(t.is_nested for t in rows):  # rows that cannot be stacked with others
             return self.hash.items([list(sample) for sample in zip(*(t.unbind() for t in rows), strict=True)])
         sparse = sparse_kinds(rows) if self.sample_dims == 1 else None

@@ -3,93 +3,122 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import torch
+
+from mnistperf.diagnosis.measure.graph_batches import NodeSet
 
 
 class Bags(NamedTuple):
     """A batch's bags: where each begins in the flat tensors' rows, and those tensors."""
 
     starts: torch.Tensor  # [bags] each bag's first row, rising from 0
-    flat: list[torch.Tensor]  # the tensors with a row per token (the token ids, their weights)
+    flat: list[torch.Tensor]  # the tensors with a row per token: the token ids, and any others of their length
     offsets: int  # where the offsets stand among the batch's tensors (-1: steps joined)
-
-
-def starts(candidate: torch.Tensor, rows: int) -> list[int] | None:
-    """The starts of the bags ``candidate`` marks in ``rows`` rows, each to the next's start; None where it marks none.
-
-    As ``nn.EmbeddingBag`` takes offsets: from 0, rising, within the rows; the last may be the rows' end
-    (``include_last_offset``), which marks no bag of its own. Strictly rising, so that a label column sorted from 0
-    (its repeats) is not taken for offsets: a batch with an empty bag is read as before. Never off a CPU, where
-    reading its values would wait for the device every step.
-    """
-    if candidate.ndim != 1 or candidate.is_floating_point() or candidate.is_complex() or candidate.dtype == torch.bool:
-        return None
-    if candidate.device.type != "cpu" or not 0 < len(candidate) <= rows:
-        return None
-    values = candidate.tolist()  # one read, in Python: a number a bag
-    if values[0] != 0 or values[-1] > rows or any(map(int.__ge__, values, values[1:])):
-        return None
-    return values[:-1] if values[-1] == rows and len(values) > 1 else values
-
-
-def bags_in(tensors: list[torch.Tensor]) -> Bags | None:
-    """The bags of a batch whose tensors lead with different lengths, where one of them marks bags; else None.
-
-    A 1-dim integer tensor marks bags of the longer tensors of one other length (the flat token ids, their weights),
-    as :func:`starts` says; each bag is a sample, and the tensors that lead with the bag count are its rows (its
-    label). Where several could mark bags (a first batch's sample ids, 0 on), the one reaching furthest into the rows.
-    """
-    found = []
-    lengths = [t.shape[0] if t.ndim else -1 for t in tensors]
-    for at, candidate in enumerate(tensors):
-        if candidate.ndim != 1 or candidate.is_floating_point():
-            continue
-        for length in dict.fromkeys(n for n in lengths if n > len(candidate)):
-            bag_starts = starts(candidate, length)
-            if bag_starts is not None:
-                found.append((bag_starts[-1], at, length, bag_starts))
-    if not found:
-        return None
-    _, at, length, bag_starts = max(found, key=lambda each: each[0])
-    flat = [t for i, t in enumerate(tensors) if i != at and t.ndim and t.shape[0] == length]
-    return Bags(tensors[at][: len(bag_starts)].long(), flat, at)
 
 
 Step = tuple[torch.Tensor, Sequence[torch.Tensor], Sequence[torch.Tensor]]  # a step's bag starts, flat tensors, rows
 
 
-def dense(steps: Sequence[Step]) -> tuple[list[torch.Tensor], int]:
-    """Steps' bags as one step's tensors, its rows then :func:`padded`'s, and its samples.
+def is_ids(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a 1-dim integer tensor on a CPU (elsewhere, reading it would wait for the device)."""
+    return tensor.ndim == 1 and tensor.dtype in INTEGERS and tensor.device.type == "cpu"
 
-    Each step's starts are moved past the flat rows of the steps before.
+
+INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def bag_count(tokens: torch.Tensor, offsets: torch.Tensor) -> int | None:
+    """How many bags ``offsets`` marks in ``tokens``, as ``nn.EmbeddingBag`` takes them; None where it is no such pair.
+
+    Both 1-dim integer tensors on a CPU; the offsets from 0, strictly rising, the last one within the tokens, or at
+    their end (``include_last_offset``: then it marks no bag). Not 0, 1, 2, ... to the end: a column of sample ids
+    from 0 (an unshuffled loader's first batch), or bags of one token each, read as before.
     """
+    if not 0 < len(offsets) <= len(tokens) + 1 or not (is_ids(tokens) and is_ids(offsets)):
+        return None
+    values = offsets.tolist()  # one read, in Python: a number a bag
+    if values[0] != 0 or any(map(int.__ge__, values, values[1:])) or len(values) > 1 and values[-1] == len(values) - 1:
+        return None
+    if values[-1] < len(tokens):
+        return len(values)
+    return len(values) - 1 if values[-1] == len(tokens) and len(values) > 1 else None
+
+
+def bags_in(tensors: list[torch.Tensor]) -> Bags | None:
+    """The bags of a batch whose tensors lead with different lengths, where its offsets follow its tokens; else None.
+
+    The offsets as :func:`bag_count` says, right after the tokens, as a collate for ``nn.EmbeddingBag`` puts them
+    (``(labels, tokens, offsets)``, ``(tokens, offsets, labels)``, or a dict in that order): each bag is a sample. The
+    flat tensors are every tensor of the tokens' length (per-token weights too).
+    """
+    for at in range(1, len(tensors)):
+        count = bag_count(tensors[at - 1], tensors[at])
+        if count is not None:
+            length = len(tensors[at - 1])
+            flat = [t for i, t in enumerate(tensors) if i != at and t.ndim and t.shape[0] == length]
+            return Bags(tensors[at][:count].long(), flat, at)
+    return None
+
+
+def joined(steps: Sequence[Step]) -> tuple[Bags, list[torch.Tensor]]:
+    """Steps' bags as one batch's, each step's starts moved past the rows of the steps before; and their rows."""
     moved = itertools.accumulate((len(flat[0]) for _, flat, _ in steps[:-1]), initial=0)
     starts = torch.cat([bag_starts + by for (bag_starts, _, _), by in zip(steps, moved, strict=True)])
     flat = [torch.cat(column) for column in zip(*(flat for _, flat, _ in steps), strict=True)]
     rows = [torch.cat(column) for column in zip(*(rows for _, _, rows in steps), strict=True)]
-    return [*rows, *padded(Bags(starts, flat, -1))], len(starts)
+    return Bags(starts, flat, -1), rows
 
 
-def padded(bags: Bags) -> list[torch.Tensor]:
-    """Each bag's length [bags], and each flat tensor's rows as [bags, width, ...]: a bag's from the first, zeros after.
+def sizes(bags: Bags) -> torch.Tensor:
+    """Each bag's rows [bags]."""
+    return torch.diff(bags.starts, append=bags.starts.new_tensor([len(bags.flat[0])]))
 
-    ``width``: the longest bag's rows, rounded up to a power of two. A fingerprint weighs a sample's words by their
-    places from the first, so the zeros past a bag's rows weigh nothing and it is the same whatever the width, up to
-    the words a sample has hashed in full (``max_words``); past them, at positions drawn for each width, as for any
-    batch padded to its longest (SampleAudit says so once).
+
+def by_width(bags: Bags, max_words: int) -> Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]:
+    """The bags by the width their rows are hashed at: each width, its bags [picked], their flat tensors padded.
+
+    A bag's width is its rows' count rounded up to a power of two, so that the other bags of its width pad it with
+    zeros only, and its flat tensors are [picked, width, ...], each bag's rows from the first; or 0, where a tensor's
+    words at that width would pass ``max_words`` (past them, words are drawn by width): those bags' tensors are their
+    rows as they are, in order (:func:`segments`). Either way a bag's own rows decide it: the same in any batch. Every
+    bag of every width is placed in one pass over the flat rows.
     """
-    sizes = torch.diff(bags.starts, append=bags.starts.new_tensor([len(bags.flat[0])]))
-    width = 1 << max(0, int(sizes.max()) - 1).bit_length()
-    # each row's place in the dense rows: one past the row before's, a bag's first row at its bag's row's first
-    step = torch.ones(len(bags.flat[0]), dtype=torch.int64)
-    step.index_copy_(0, bags.starts[1:], (width + 1) - sizes[:-1])
-    place = step.cumsum_(0).sub_(1)
-    dense = []
-    for tensor in bags.flat:
-        made = tensor.new_zeros((len(bags.starts), width, *tensor.shape[1:]))
-        made.view(-1, *tensor.shape[1:]).index_copy_(0, place, tensor)
-        dense.append(made)
-    return [sizes, *dense]
+    count, rows = len(bags.starts), len(bags.flat[0])
+    words = max(math.prod(t.shape[1:]) * max(1, t.element_size() // 2) for t in bags.flat)  # a row's, the widest's
+    width = torch.pow(2, torch.log2(sizes(bags).double()).ceil()).long()
+    width = torch.where(width * words > max_words, 0, width)
+    widths = width.unique().tolist()
+    picked = {found: (width == found).nonzero().flatten() for found in widths}
+    first = torch.empty(count, dtype=torch.int64)  # where each bag's first row goes, its bucket's bags back to back
+    at = 0
+    for found in widths:
+        if found:
+            first[picked[found]] = torch.arange(at, at + len(picked[found]) * found, found)
+            at += len(picked[found]) * found
+    if 0 in picked:  # a long bag's rows go past the buckets, each to a place of its own
+        first[picked[0]] = at + bags.starts.index_select(0, picked[0])
+    of_row = torch.zeros(rows, dtype=torch.int64).index_fill_(0, bags.starts[1:], 1).cumsum_(0)  # each row's bag
+    place = torch.arange(rows).sub_(bags.starts.index_select(0, of_row)).add_(first.index_select(0, of_row))
+    placed = [t.new_zeros((at + rows if 0 in picked else at, *t.shape[1:])).index_copy_(0, place, t) for t in bags.flat]
+    at = 0
+    for found in widths:
+        if found:
+            shape = (len(picked[found]), found)
+            yield found, picked[found], [t[at : at + shape[0] * found].view(*shape, *t.shape[1:]) for t in placed]
+            at += shape[0] * found
+        else:
+            yield 0, picked[0], []
+
+
+def segments(bags: Bags, picked: torch.Tensor) -> NodeSet:
+    """The ``picked`` bags as a graph batch's nodes: each flat row's bag among them, and their rows in order."""
+    of_row = torch.zeros(len(bags.flat[0]), dtype=torch.int64).index_fill_(0, bags.starts[1:], 1).cumsum_(0)
+    slot = torch.full((len(bags.starts),), -1, dtype=torch.int64)
+    slot[picked] = torch.arange(len(picked))
+    bag = slot.index_select(0, of_row)
+    rows = (bag >= 0).nonzero().flatten()
+    return NodeSet(bag.index_select(0, rows), [tensor.index_select(0, rows) for tensor in bags.flat])

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mnistperf.diagnosis.measure.bags import dense
+from mnistperf.diagnosis.measure import bags as bag_batches
 from mnistperf.diagnosis.measure.graph_batches import Graphs
 from mnistperf.diagnosis.measure.held_steps import Rows, bag_parts, joined_graphs
 
@@ -258,13 +258,30 @@ class Fingerprinter:
             total += self.steps_lanes([(rows, count)], offset)
         return combined(total % PRIME)
 
+    def bags(self, steps: Sequence[bag_batches.Step]) -> torch.Tensor:
+        """Fingerprints [bags] of steps of bags, one after the other, each from its own rows, its length and its rows'.
+
+        A bag's rows as a row of its own, padded to its width (:func:`~mnistperf.diagnosis.measure.bags.by_width`) with
+        the bags of that width; past ``max_words``, as a graph's node rows.
+        """
+        bags, rows = bag_batches.joined(steps)
+        lengths = bag_batches.sizes(bags)
+        found = torch.empty(len(lengths), dtype=torch.int64)
+        for width, picked, dense in bag_batches.by_width(bags, self.max_words):
+            own = [*(t.index_select(0, picked) for t in rows), lengths.index_select(0, picked)]
+            if width:
+                found[picked] = combined(self.steps_lanes([([*own, *dense], len(picked))]))
+            else:
+                found[picked] = self.graphs(Graphs(len(picked), [bag_batches.segments(bags, picked)]), own)
+        return found
+
     def held(self, steps: Sequence[Rows], loader: int = 0) -> torch.Tensor:
         """Fingerprints [samples] of several steps' samples, one step after the other, their tensors of one layout.
 
         Each tensor's width in words is kept in :attr:`widths`, by ``loader`` (see :meth:`widths_vary`).
         """
-        if steps[0].bags is not None:  # each bag's rows in a row of its own, its length beside
-            steps = [Rows(*dense([bag_parts(step) for step in steps]))]
+        if steps[0].bags is not None:
+            return self.bags([bag_parts(step) for step in steps])
         if steps[0].graph_nodes is None:
             for at, tensor in enumerate(steps[0].tensors):
                 words = math.prod(tensor.shape[1:]) * max(1, tensor.element_size() // 2)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -78,19 +77,23 @@ def sizes(bags: Bags) -> torch.Tensor:
     return torch.diff(bags.starts, append=bags.starts.new_tensor([len(bags.flat[0])]))
 
 
-def by_width(bags: Bags, max_words: int) -> Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]:
+def of_rows(bags: Bags) -> torch.Tensor:
+    """Each flat row's bag [rows]: a bag's first row adds one."""
+    return torch.zeros(len(bags.flat[0]), dtype=torch.int64).index_fill_(0, bags.starts[1:], 1).cumsum_(0)
+
+
+def by_width(bags: Bags, lengths: torch.Tensor, widest: int) -> Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]:
     """The bags by the width their rows are hashed at: each width, its bags [picked], their flat tensors padded.
 
-    A bag's width is its rows' count rounded up to a power of two, so that the other bags of its width pad it with
-    zeros only, and its flat tensors are [picked, width, ...], each bag's rows from the first; or 0, where a tensor's
-    words at that width would pass ``max_words`` (past them, words are drawn by width): those bags' tensors are their
-    rows as they are, in order (:func:`segments`). Either way a bag's own rows decide it: the same in any batch. Every
-    bag of every width is placed in one pass over the flat rows.
+    A bag's width is its rows' count (``lengths``) rounded up to a power of two, so that the other bags of its width
+    pad it with zeros only, and its flat tensors are [picked, width, ...], each bag's rows from the first; or 0, past
+    ``widest`` rows (past the words hashed in full, words are drawn by width): those bags' tensors are their rows as
+    they are, in order (:func:`segments`). Either way a bag's own rows decide it: the same in any batch. Every bag of
+    every width is placed in one pass over the flat rows.
     """
     count, rows = len(bags.starts), len(bags.flat[0])
-    words = max(math.prod(t.shape[1:]) * max(1, t.element_size() // 2) for t in bags.flat)  # a row's, the widest's
-    width = torch.pow(2, torch.log2(sizes(bags).double()).ceil()).long()
-    width = torch.where(width * words > max_words, 0, width)
+    width = torch.pow(2, torch.log2(lengths.double()).ceil()).long()
+    width = torch.where(width > widest, 0, width)
     widths = width.unique().tolist()
     picked = {found: (width == found).nonzero().flatten() for found in widths}
     first = torch.empty(count, dtype=torch.int64)  # where each bag's first row goes, its bucket's bags back to back
@@ -101,7 +104,7 @@ def by_width(bags: Bags, max_words: int) -> Iterator[tuple[int, torch.Tensor, li
             at += len(picked[found]) * found
     if 0 in picked:  # a long bag's rows go past the buckets, each to a place of its own
         first[picked[0]] = at + bags.starts.index_select(0, picked[0])
-    of_row = torch.zeros(rows, dtype=torch.int64).index_fill_(0, bags.starts[1:], 1).cumsum_(0)  # each row's bag
+    of_row = of_rows(bags)
     place = torch.arange(rows).sub_(bags.starts.index_select(0, of_row)).add_(first.index_select(0, of_row))
     placed = [t.new_zeros((at + rows if 0 in picked else at, *t.shape[1:])).index_copy_(0, place, t) for t in bags.flat]
     at = 0
@@ -116,7 +119,7 @@ def by_width(bags: Bags, max_words: int) -> Iterator[tuple[int, torch.Tensor, li
 
 def segments(bags: Bags, picked: torch.Tensor) -> NodeSet:
     """The ``picked`` bags as a graph batch's nodes: each flat row's bag among them, and their rows in order."""
-    of_row = torch.zeros(len(bags.flat[0]), dtype=torch.int64).index_fill_(0, bags.starts[1:], 1).cumsum_(0)
+    of_row = of_rows(bags)
     slot = torch.full((len(bags.starts),), -1, dtype=torch.int64)
     slot[picked] = torch.arange(len(picked))
     bag = slot.index_select(0, of_row)

@@ -129,6 +129,11 @@ def digest(text: str | bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
+def row_words(tensor: torch.Tensor) -> int:
+    """The words of a row of ``tensor`` (past its first dimension), as :meth:`Fingerprinter.words` makes them."""
+    return math.prod(tensor.shape[1:]) * max(1, tensor.element_size() // 2)
+
+
 def to_device(made: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``made`` (a CPU tensor) on ``device``; to a GPU from pinned memory: the copy does not wait for the device."""
     return made.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else made.to(device)
@@ -266,8 +271,9 @@ class Fingerprinter:
         """
         bags, rows = bag_batches.joined(steps)
         lengths = bag_batches.sizes(bags)
+        widest = self.max_words // max(map(row_words, bags.flat))  # rows a bag hashed in full holds at most
         found = torch.empty(len(lengths), dtype=torch.int64)
-        for width, picked, dense in bag_batches.by_width(bags, self.max_words):
+        for width, picked, dense in bag_batches.by_width(bags, lengths, widest):
             own = [*(t.index_select(0, picked) for t in rows), lengths.index_select(0, picked)]
             if width:
                 found[picked] = combined(self.steps_lanes([([*own, *dense], len(picked))]))
@@ -284,8 +290,7 @@ class Fingerprinter:
             return self.bags([bag_parts(step) for step in steps])
         if steps[0].graph_nodes is None:
             for at, tensor in enumerate(steps[0].tensors):
-                words = math.prod(tensor.shape[1:]) * max(1, tensor.element_size() // 2)
-                self.widths.setdefault((loader, at), set()).add(words)
+                self.widths.setdefault((loader, at), set()).add(row_words(tensor))
             return combined(self.steps_lanes([(step.tensors, step.samples) for step in steps]))
         return self.graphs(*joined_graphs(steps))
 

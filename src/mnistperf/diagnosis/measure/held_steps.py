@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 
 from mnistperf.diagnosis.measure.bags import Bags, Step
 from mnistperf.diagnosis.measure.graph_batches import Graphs, NodeSet
-
-if TYPE_CHECKING:
-    from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
 
 # Held steps are hashed together once they hold this many samples, or this many bytes.
 HASH_SAMPLES = 4096
@@ -87,10 +84,18 @@ def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
 Held = list[Rows]  # steps' sample rows (copies, or as read)
 
 
+class Hash(Protocol):
+    """What fingerprints held steps (a :class:`~mnistperf.diagnosis.measure.fingerprint.Fingerprinter`)."""
+
+    def held(self, steps: Sequence[Rows], loader: int = 0) -> torch.Tensor:
+        """Fingerprints [samples] of steps of one layout, one after the other (``loader``: whose they are)."""
+        ...
+
+
 class HeldSteps:
     """Steps' sample rows, each of ``loaders`` apart, that ``hash`` fingerprints every so many samples or MB."""
 
-    def __init__(self, hash: Fingerprinter, loaders: int = 1):
+    def __init__(self, hash: Hash, loaders: int = 1):
         self.hash = hash
         self._held: list[Held] = [[] for _ in range(loaders)]
         self._samples = self._bytes = 0

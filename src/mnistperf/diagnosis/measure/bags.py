@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -24,7 +25,7 @@ Step = tuple[torch.Tensor, Sequence[torch.Tensor], Sequence[torch.Tensor]]  # a 
 
 def is_ids(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a 1-dim integer tensor on a CPU (elsewhere, reading it would wait for the device)."""
-    return tensor.ndim == 1 and tensor.dtype in INTEGERS and tensor.device.type == "cpu"
+    return tensor.ndim == 1 and tensor.dtype in INTEGERS and tensor.is_cpu
 
 
 INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -40,7 +41,7 @@ def bag_count(tokens: torch.Tensor, offsets: torch.Tensor) -> int | None:
     if not 0 < len(offsets) <= len(tokens) + 1 or not (is_ids(tokens) and is_ids(offsets)):
         return None
     values = offsets.tolist()  # one read, in Python: a number a bag
-    if values[0] != 0 or any(map(int.__ge__, values, values[1:])) or len(values) > 1 and values[-1] == len(values) - 1:
+    if values[0] != 0 or any(map(operator.ge, values, values[1:])) or len(values) > 1 and values[-1] == len(values) - 1:
         return None
     if values[-1] < len(tokens):
         return len(values)
@@ -59,7 +60,8 @@ def bags_in(tensors: list[torch.Tensor]) -> Bags | None:
         if count is not None:
             length = len(tensors[at - 1])
             flat = [t for i, t in enumerate(tensors) if i != at and t.ndim and t.shape[0] == length]
-            return Bags(tensors[at][:count].long(), flat, at)
+            starts = tensors[at] if count == len(tensors[at]) else tensors[at][:count]
+            return Bags(starts if starts.dtype == torch.int64 else starts.long(), flat, at)
     return None
 
 

@@ -11,8 +11,9 @@ from lightning.pytorch import Trainer
 from mnistperf.diagnosis.callbacks.project_reader import log_folder
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.record.clock import EpochClock
+from mnistperf.diagnosis.record.epoch_text import interrupted_line, unlogged_monitor, written_line
 from mnistperf.diagnosis.record.run import RunSummary, write_summary
-from mnistperf.diagnosis.record.text import format_headline, interrupted_line, unlogged_monitor, written_line
+from mnistperf.diagnosis.record.text import format_headline
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 
 

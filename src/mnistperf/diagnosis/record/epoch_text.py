@@ -1,9 +1,10 @@
-"""What a fit prints as it runs: each epoch's line, the audit's, and the callbacks' words on the batches they read."""
+"""What a fit prints as it runs: each epoch's line, the audit's, the callbacks' words on its batches, its files."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from mnistperf.close_names import did_you_mean
 from mnistperf.diagnosis.figures import EVAL_S, SAMPLES_PER_S, TRAIN_S
 from mnistperf.diagnosis.measure import flops
 from mnistperf.diagnosis.measure.batches import FirstBatch
@@ -275,3 +276,30 @@ def uncounted(kind: str, module: str) -> str:
         f"no tensor in a training batch ({kind}) gives its samples, so samples/s is not measured; "
         f"{OWN_COUNT.format(module=module)}."
     )
+
+
+def unlogged_monitor(monitor: str, logged: Any) -> str:
+    """What to say of a ``monitor`` metric no validation logged: the metrics that were, and the one likely meant."""
+    names = sorted(str(name) for name in logged)
+    return (
+        f"monitor={monitor!r} was never logged by a validation, so the summary has no final value of it; the metrics "
+        f"logged: {', '.join(names) if names else 'none'}{did_you_mean(monitor, names)}"
+    )
+
+
+# What each file the timer writes is, and what opens it.
+WRITTEN = {
+    "summary": "timing summary written to {path}",
+    "report": "timing report written to {path} (open it in a browser)",
+    "trace": "busy window's trace written to {path} (Perfetto; TensorBoard's profile tab)",
+}
+
+
+def written_line(what: str, path: Any) -> str:
+    """The line that says the timer wrote ``what`` (a key of :data:`WRITTEN`) to ``path``."""
+    return WRITTEN[what].format(path=path)
+
+
+def interrupted_line(epochs: int) -> str:
+    """The line after an interrupted fit's summary: what its figures cover."""
+    return f"Interrupted: the figures cover the {epochs} finished epoch(s)"

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mnistperf.close_names import did_you_mean
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU, SPIKES
 from mnistperf.diagnosis.measure.stalls import SLOW_FIRST_FACTOR, SPIKE_FACTOR, SPIKES_WORTH, slow_first_steps
@@ -262,15 +261,6 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
     return "\n".join(lines)
 
 
-def unlogged_monitor(monitor: str, logged: Any) -> str:
-    """What to say of a ``monitor`` metric no validation logged: the metrics that were, and the one likely meant."""
-    names = sorted(str(name) for name in logged)
-    return (
-        f"monitor={monitor!r} was never logged by a validation, so the summary has no final value of it; the metrics "
-        f"logged: {', '.join(names) if names else 'none'}{did_you_mean(monitor, names)}"
-    )
-
-
 def format_stalls(found: dict[str, Any], median: float | None, epochs: list[dict[str, Any]]) -> str | None:
     """The stalls' line, starting with the steady epochs' ``median`` step, where something cost enough to act on.
 
@@ -345,21 +335,3 @@ def with_si_prefix(value: float, unit: str) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
-
-
-# What each file the timer writes is, and what opens it.
-WRITTEN = {
-    "summary": "timing summary written to {path}",
-    "report": "timing report written to {path} (open it in a browser)",
-    "trace": "busy window's trace written to {path} (Perfetto; TensorBoard's profile tab)",
-}
-
-
-def written_line(what: str, path: Any) -> str:
-    """The line that says the timer wrote ``what`` (a key of :data:`WRITTEN`) to ``path``."""
-    return WRITTEN[what].format(path=path)
-
-
-def interrupted_line(epochs: int) -> str:
-    """The line after an interrupted fit's summary: what its figures cover."""
-    return f"Interrupted: the figures cover the {epochs} finished epoch(s)"

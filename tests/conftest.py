@@ -91,6 +91,13 @@ def workdir(tiny_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tiny_data.parent
 
 
+@pytest.fixture
+def phases_undecided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step's measured phases decide no verdict: without a profiled window a test's verdict is then undetermined
+    on any machine (where its phases would read overhead-bound on some, which is right without a window)."""
+    monkeypatch.setattr("mnistperf.diagnosis.record.verdict.step_share", lambda figures: None)
+
+
 def stage_argv(
     config: str | Path, *overrides: str, command: str = "fit", epochs: int | None = None, quiet: bool = True
 ) -> list[str]:

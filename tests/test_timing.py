@@ -135,9 +135,8 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_on_a_cpu_a_large_convolution_is_compute_bound(monkeypatch):
-    # The warm-up epoch has no share; its step's phases could decide it alone on a loaded machine: here they do not.
-    monkeypatch.setattr("mnistperf.diagnosis.record.verdict.step_share", lambda figures: None)
+@pytest.mark.usefixtures("phases_undecided")  # the warm-up epoch has no share
+def test_on_a_cpu_a_large_convolution_is_compute_bound():
     timer = timer_fit(Convolution(), SlowItems(delay_s=0.0))
     assert [e["verdict"] for e in timer.epochs] == ["undetermined", "compute-bound"]  # the share: epoch 2's
     assert WINDOW_PENDING in timer.epochs[0]["verdict_reason"]

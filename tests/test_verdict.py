@@ -165,12 +165,10 @@ def test_a_two_epoch_cpu_fit_gets_a_bound_at_the_windows_default_share():
     assert timer.busy_window["share"] is not None and window_cost_is_its_steps_excess(timer.epochs[1]["profiled"])
 
 
-def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_says_how_to_profile_it(
-    tmp_path, monkeypatch
-):
+@pytest.mark.usefixtures("phases_undecided")
+def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_says_how_to_profile_it(tmp_path):
     from lightning.pytorch.loggers import CSVLogger
 
-    monkeypatch.setattr(verdict_module, "step_share", lambda figures: None)  # nor do the step's phases decide
     timer = fit(epochs=3, timer={"window_share": 1e-9}, logger=CSVLogger(tmp_path))
     summary = timer.clock.summary()
     assert summary["verdict"] == "undetermined"
@@ -253,9 +251,8 @@ def test_the_phases_bound_agrees_with_the_window_where_both_run(module, count, b
     assert steady["verdict"] == expected or "in doubt" in steady["verdict_reason"], steady["verdict_reason"]
 
 
-def test_the_command_line_remedy_for_a_fit_too_short_profiles_it_through_fit(workdir, monkeypatch):
-    # Without a window the step's phases may decide (overhead-bound) on a busy machine: here they do not.
-    monkeypatch.setattr(verdict_module, "step_share", lambda figures: None)
+@pytest.mark.usefixtures("phases_undecided")
+def test_the_command_line_remedy_for_a_fit_too_short_profiles_it_through_fit(workdir):
     share = "--trainer.callbacks.init_args.window_share"
     short = run_stage("v3_resident", "--data.batch_size", "16", share, "1e-9", epochs=2)
     assert short is not None and short["verdict"] == "undetermined"

@@ -118,9 +118,13 @@ def arm_callbacks() -> list[Any]:
 
     The plain ones are two callbacks written the usual way: each overrides the two per-step hooks with a body that does
     nothing, and Lightning dispatches its other per-batch hooks as well. The floor ones are the same with those others
-    skipped, as the diagnosis skips them: the least two callbacks that see every step cost.
+    skipped, as the diagnosis skips them: the least two callbacks that see every step cost. ``lightning``: Lightning's
+    own per-step monitor, ThroughputMonitor, counting each batch by Lightning's ``extract_batch_size``.
     """
     from idle_callbacks import EmptyStepHooks, Floor  # docs/results/idle_callbacks.py
+
+    from lightning.pytorch.callbacks import ThroughputMonitor
+    from lightning.pytorch.utilities.data import extract_batch_size
 
     from mnistperf.diagnosis import EpochTimer, SampleAudit
 
@@ -137,6 +141,7 @@ def arm_callbacks() -> list[Any]:
         "timer": lambda: [EpochTimer()],
         "plain": lambda: [EmptyStepHooks(), EmptyStepHooks()],
         "floor": lambda: [Floor(), Floor()],
+        "lightning": lambda: [ThroughputMonitor(batch_size_fn=extract_batch_size)],  # Lightning's own, for scale
     }
     return arms[ARM]()
 

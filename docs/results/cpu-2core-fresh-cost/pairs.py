@@ -29,7 +29,8 @@ parts ``timer`` or ``audit`` alone, ``unwindowed`` (both, no profiled window), `
 do nothing) and ``least`` (two whose step hooks do the least a timer and an audit must: stamp the step's start and end,
 read its samples once, hold its rows); and for what a part could buy at most, both with that part's work gone:
 ``hashless`` (the audit's content hash: its samples' positions instead), ``unreported`` (the timer's work at the fit's
-end: nothing printed or written), or ``neither``. Default ``none,both``.
+end: nothing printed or written), or ``neither``. For a yardstick, ``lightning``: Lightning's own per-step monitor,
+ThroughputMonitor, counting each batch by Lightning's ``extract_batch_size``. Default ``none,both``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def callbacks(arm: str) -> list[Any]:
         return audit
 
     import torch
+    from lightning.pytorch.callbacks import ThroughputMonitor
+    from lightning.pytorch.utilities.data import extract_batch_size
 
     arms: dict[str, Callable[[], list[Any]]] = {  # made when chosen: only the arm's own callbacks are built
         "none": list,
@@ -102,6 +105,7 @@ def callbacks(arm: str) -> list[Any]:
         "hashless": lambda: [EpochTimer(), hashless(SampleAudit())],
         "unreported": lambda: [Unreported(), SampleAudit()],
         "neither": lambda: [Unreported(), hashless(SampleAudit())],
+        "lightning": lambda: [ThroughputMonitor(batch_size_fn=extract_batch_size)],  # Lightning's own, per step
     }
     made = arms[arm]()
     MADE[:] = made  # a copy: the trainer gets a list of its own, which Lightning may add its callbacks to

@@ -122,7 +122,6 @@ def arm_callbacks() -> list[Any]:
     own per-step monitor, ThroughputMonitor, counting each batch by Lightning's ``extract_batch_size``.
     """
     from idle_callbacks import EmptyStepHooks, Floor  # docs/results/idle_callbacks.py
-
     from lightning.pytorch.callbacks import ThroughputMonitor
     from lightning.pytorch.utilities.data import extract_batch_size
 

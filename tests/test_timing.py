@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 from mnistperf.data import schema
 from mnistperf.diagnosis import EpochTimer, figures
 from mnistperf.diagnosis.figures import Measures
-from mnistperf.diagnosis.measure.busy_window import BusyWindow, cupti_tears_down_safely, window_steps
+from mnistperf.diagnosis.measure.busy_window import FEWEST_STEPS, BusyWindow, cupti_tears_down_safely, window_steps
 from mnistperf.diagnosis.measure.device_work import busy_share
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.rows import epoch_row
@@ -363,8 +363,8 @@ def test_the_window_sits_at_the_end_of_the_first_epoch_clear_of_the_remainders_c
     assert window_steps(118) == (96, 115)  # 20 steps, one unprofiled, then the last (the 96-sample remainder)
     assert window_steps(16) == (3, 13)  # batches_per_step 8: 16 groups, the remainder's capture in the 16th
     assert window_steps(10) == (3, 7)  # a short epoch: after the profiler's 2 warm-up steps and one unprofiled
-    assert window_steps(6) == (3, 3)
-    assert window_steps(5) is None
+    assert window_steps(FEWEST_STEPS) == (3, 3) and FEWEST_STEPS == 6  # the fewest steps the reason asks for
+    assert window_steps(FEWEST_STEPS - 1) is None
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ was crowded, undetermined with the true reason where nothing was read, quiet and
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -180,6 +181,14 @@ def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_sa
         and not any("profiled" in row for row in timer.epochs)
         and not list(tmp_path.rglob("*.pt.trace.json"))
     )
+
+
+@pytest.mark.usefixtures("phases_undecided")
+def test_an_undetermined_headline_says_why_the_window_did_not_run_and_what_it_needs(tmp_path, capsys):
+    fit_module(Newcomer(), rows(count=64), callbacks=[EpochTimer(window_share=None)], default_root_dir=tmp_path)
+    headline = capsys.readouterr().out.split("Verdict: ")[1].splitlines()
+    assert headline[0].startswith("undetermined (waiting for data")
+    assert re.match(r"  why: epoch \d has 4 training steps, too few for the window, which needs 6 or more", headline[1])
 
 
 def split_of(forward: float, rest: float) -> dict:

@@ -155,22 +155,29 @@ def unlogged_fit(root: Path, diagnose: bool) -> None:
     newcomer(root, arm_callbacks() if diagnose else [], logged=False)
 
 
-def small_mlp(diagnose: bool, steps: int) -> tuple[Any, Any, list[Any]]:
+def small_mlp(diagnose: bool, steps: int, kind: str = "mlp") -> tuple[Any, Any, list[Any]]:
     """The small MLP of ../cpu-2core-operator-clock/short_fits.py and its loader, seeded, and the arm's callbacks.
 
     The loader gives ``steps`` batches of 64 random rows an epoch; the callbacks are the audit first, or none.
+    ``kind="cnn"``: its SimpleCNN on 64 random 28x28 images a batch instead.
     """
     from lightning.pytorch import seed_everything
 
     short = importlib.import_module("short_fits")
     callbacks = arm_callbacks()[::-1] if diagnose else []
     seed_everything(0, verbose=False)
-    return short.Small("mlp"), short.rows((32,), steps), callbacks
+    return short.Small(kind), short.rows((1, 28, 28) if kind == "cnn" else (32,), steps), callbacks
 
 
 def small_fit(root: Path, diagnose: bool) -> None:
     """One fit of the small MLP: 30 batches of 64 random rows an epoch, no logger."""
     module, loader, callbacks = small_mlp(diagnose, 30)
+    cpu_fit(root, callbacks, module, loader, logger=False)
+
+
+def cnn_fit(root: Path, diagnose: bool) -> None:
+    """The lab's SimpleCNN, 200 batches of 64 random images an epoch of about 11 ms (../cpu-2core-fresh-cost's cnn)."""
+    module, loader, callbacks = small_mlp(diagnose, 200, kind="cnn")
     cpu_fit(root, callbacks, module, loader, logger=False)
 
 
@@ -217,6 +224,7 @@ FITS = {
     "small": small_fit,
     "defaults": defaults_fit,
     "longer": longer_fit,
+    "cnn": cnn_fit,
 }
 PACKAGES = {"forecasting": "pytorch_forecasting", "chemprop": "chemprop"}
 FIT_WHAT = {
@@ -227,6 +235,7 @@ FIT_WHAT = {
     "small": "a small MLP of 30 steps an epoch",
     "defaults": "a small MLP of 30 steps an epoch under Lightning's default Trainer",
     "longer": "a small MLP of 300 steps an epoch",
+    "cnn": "the SimpleCNN, 200 steps of 64 images an epoch",
 }
 # What the diagnosed arm adds; a library's ARM is its batch size, and its arm both callbacks.
 ARM_WHAT = {

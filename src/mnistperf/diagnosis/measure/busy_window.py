@@ -44,6 +44,9 @@ def before_graph_capture() -> None:
         _profiling.abandon(Unread.GRAPH_CAPTURED)
 
 
+FEWEST_STEPS = 4 + PROFILER_WARMUP_STEPS  # the shortest epoch :func:`window_steps` places a window in
+
+
 def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[int, int] | None:
     """(first, last) batch index of the window in an epoch of ``batches_per_epoch`` steps; None where it is too short.
 

@@ -110,7 +110,10 @@ class WindowKeeper:
             steps = busy_window.window_steps(expected, self.steps)
             if steps is None:
                 placed = f" ({self._placed_by})" if self._placed_by else ""
-                self.missed(f"epoch {number} has {expected:.0f} training steps{placed}, too few for the window")
+                self.missed(
+                    f"epoch {number} has {expected:.0f} training steps{placed}, too few for the window, which needs "
+                    f"{busy_window.FEWEST_STEPS} or more"
+                )
             else:
                 self.window = BusyWindow(*steps, device_type=self.device_type)
 

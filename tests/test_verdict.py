@@ -20,7 +20,7 @@ from mnistperf.diagnosis.figures import CORE_WAIT_SHARE
 from mnistperf.diagnosis.measure import busy_window as window_module
 from mnistperf.diagnosis.measure import window_price
 from mnistperf.diagnosis.record import verdict as verdict_module
-from mnistperf.diagnosis.record.advice import advice
+from mnistperf.diagnosis.record.advice import REMEASURE, advice
 from mnistperf.diagnosis.record.verdict import FIT_ENDED
 from mnistperf.diagnosis.record.window_keeper import unread_said
 
@@ -109,6 +109,7 @@ def test_a_crowded_window_says_the_verdict_is_in_doubt_and_states_no_bound(monke
     assert timer.busy_window["waited_for_a_core"] == 1.0
     assert "in doubt: the training thread waited for a core 100%" in summary["verdict_reason"]
     assert summary["advice"]["ceiling"].startswith("none stated")
+    assert summary["advice"]["hints"][0] == REMEASURE  # the headline's fix: the verdict first
 
 
 @pytest.mark.slow

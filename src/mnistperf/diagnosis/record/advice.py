@@ -171,7 +171,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     held = summary.get("cores_held") or {}
     key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
     unstated = False  # a ceiling the figures cannot state
-    if verdict != "input-bound" and crowded is not None and crowded >= CROWDED:
+    in_doubt = verdict != "input-bound" and crowded is not None and crowded >= CROWDED
+    if in_doubt:
         unstated = True
         found["ceiling"] = (
             f"none stated: the training thread waited for a core {crowded:.0%} of the profiled window, so the share "
@@ -234,9 +235,12 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         for hint in (hints if hints is not None and each in hints else USER_HINTS)[each]
         if used != usable or "{threads}" not in hint  # threads already matched to the cores: nothing to do there
     ]
+    if in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
+        found["hints"].insert(0, REMEASURE)
     return found
 
 
+REMEASURE = "measure again on a quieter machine, the verdict being in doubt"
 FIX_BUYS = "What a fix could buy (a measured ceiling, not a promise)"  # the words above the ceiling, wherever shown
 
 

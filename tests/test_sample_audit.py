@@ -83,6 +83,17 @@ def test_a_loader_that_repeats_samples_reports_the_duplicates(form, capsys):
     assert "3 duplicates, 0 missing; samples identified by content" in capsys.readouterr().out
 
 
+def test_copies_in_the_data_read_by_content_are_said_to_leave_as_many_missing(capsys):
+    rows = Rows()
+    rows.x[5], rows.y[5] = rows.x[4], rows.y[4]  # the dataset holds one sample twice: every sample trained once
+    audit = audited(DataLoader(rows, batch_size=5), SampleAudit(), epochs=1)
+    assert counts(audit.epochs[0]) == (ROWS, ROWS - 1, 1, 1)
+    assert (
+        "1 duplicates, 1 missing; samples identified by content: identical samples in the data count as "
+        "duplicates (each copy leaving one as missing)" in capsys.readouterr().out
+    )
+
+
 def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_order_is_noticed(capsys):
     audit = audited(DataLoader(Rows(), batch_size=5, sampler=range(0, ROWS, 2)), SampleAudit())
     assert [counts(row) for row in audit.epochs] == [(ROWS // 2, ROWS // 2, 0, ROWS // 2)] * 2

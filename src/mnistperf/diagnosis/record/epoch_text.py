@@ -162,8 +162,9 @@ def format_audit(row: dict[str, Any], by_content: bool) -> str:
         )
     if duplicates > padded + sum(cycled.values()) + replayed and by_content:
         line += (
-            "; samples identified by content: identical samples in the data count as duplicates, and a sampler "
-            "that draws at random repeats some by design (sample_id= names an index field instead)"
+            "; samples identified by content: identical samples in the data count as duplicates"
+            + (" (each copy leaving one as missing)" if row.get("missing") else "")
+            + ", and a sampler that draws at random repeats some by design (sample_id= names an index field instead)"
         )
     if row["same_order_ranks"]:
         line += (

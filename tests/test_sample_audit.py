@@ -9,6 +9,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from mnistperf.diagnosis.callbacks.project_reader import transfers_batches
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.measure import fingerprint, held_steps
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
@@ -411,6 +412,30 @@ class OwnTransfer(Probe):
 def test_rows_a_module_transfers_its_own_way_are_copied():
     audit = fitted(OwnTransfer(), DataLoader(Rows(), batch_size=5))
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2 and not audit._as_they_are
+
+
+def test_a_transfer_hook_is_found_on_a_module_of_either_lightning_package():
+    class LightningModule:  # pytorch_lightning's base, the same code under the package's older name
+        __module__ = "pytorch_lightning.core.module"
+
+        def on_before_batch_transfer(self, batch, dataloader_idx):
+            return batch
+
+        def transfer_batch_to_device(self, batch, device, dataloader_idx):
+            return batch
+
+        def on_after_batch_transfer(self, batch, dataloader_idx):
+            return batch
+
+    class Plain(LightningModule):
+        pass
+
+    class Own(LightningModule):
+        def transfer_batch_to_device(self, batch, device, dataloader_idx):
+            return batch
+
+    assert transfers_batches(Own()) and not transfers_batches(Plain())  # lightning's is_overridden raised for both
+    assert transfers_batches(OwnTransfer()) and not transfers_batches(Probe()) and not transfers_batches(None)
 
 
 def test_rows_from_a_loaders_worker_are_copied_so_that_no_shared_memory_is_held():

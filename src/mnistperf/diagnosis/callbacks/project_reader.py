@@ -18,11 +18,14 @@ import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.profilers import Profiler
+from lightning_utilities.core.overrides import is_overridden
 from torch.utils.data import DataLoader, IterableDataset
 
 from mnistperf.diagnosis.measure.loader_options import arguments, own_names
 from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS, Hints
 from mnistperf.diagnosis.record.project_terms import LoaderFacts, ProjectTerms, input_hints, workers_hints
+
+TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 if TYPE_CHECKING:  # LightningCLI (and jsonargparse, a tenth of a second to load) only where the run loaded it
     from lightning.pytorch.cli import SaveConfigCallback
@@ -120,6 +123,23 @@ def log_folder(trainer: Trainer, every_rank: bool) -> Path:
     logger = trainer.logger
     found = logger.log_dir if isinstance(logger, (TensorBoardLogger, CSVLogger)) else getattr(logger, "save_dir", None)
     return Path(found or trainer.default_root_dir)
+
+
+def transfers_batches(owner: Any) -> bool:
+    """Whether a LightningModule or LightningDataModule (None: neither) moves batches its own way (a transfer hook).
+
+    Of either Lightning package: ``pytorch_lightning``'s classes are the same code under their older name, which
+    ``lightning.pytorch``'s ``is_overridden`` refuses ("Expected a parent"); the base is found by its name instead.
+    """
+    if owner is None:
+        return False
+    base = next(
+        kind
+        for kind in type(owner).__mro__
+        if kind.__name__ in ("LightningModule", "LightningDataModule")
+        and kind.__module__.startswith(("lightning.pytorch.", "pytorch_lightning."))
+    )
+    return any(is_overridden(hook, owner, base) for hook in TRANSFER_HOOKS)
 
 
 def validation_metrics(logged: Mapping[str, Any], monitor: str | None) -> dict[str, float]:

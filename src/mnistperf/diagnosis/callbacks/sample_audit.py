@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.callbacks.project_reader import transfers_batches
 from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError, SampleIdentity
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
@@ -26,7 +26,6 @@ from mnistperf.diagnosis.record import epoch_text
 from mnistperf.upstream import steps_started
 
 COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known: the last two unless log_all
-TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
 class SampleAudit(Callback):
@@ -121,7 +120,7 @@ class SampleAudit(Callback):
         self._as_they_are = self._watching = False
         with self.problems.guard("reading how the training loaders make their batches"):
             owners = (trainer.lightning_module, getattr(trainer, "datamodule", None))
-            transfers = any(is_overridden(hook, owner) for owner in owners for hook in TRANSFER_HOOKS)
+            transfers = any(transfers_batches(owner) for owner in owners)
             anew = collated_anew(trainer.train_dataloader)
             self._watching = anew and not transfers and not self._changes_in_place
 

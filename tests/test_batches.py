@@ -525,6 +525,15 @@ def test_a_time_major_batch_is_counted_by_its_first_tensor_and_said_once(capsys)
     )
 
 
+def test_a_mapping_counted_by_its_first_tensor_names_that_tensors_key(capsys):
+    """An atoms batch as a dict: each molecule's id first, then a row per atom; the key that counted is named."""
+    batches = [{"id": torch.arange(4) + 4 * i, "positions": torch.randn(11, 3)} for i in range(BATCHES)]
+    fit_module(Classifier(), DataLoader(batches, batch_size=None), callbacks=[EpochTimer(), SampleAudit()])
+    out = capsys.readouterr().out
+    assert "4 samples a batch are counted (the first tensor's length: 'id'); pass EpochTimer(" in out
+    assert "4 samples a batch are audited (the first tensor's length: 'id'); pass sample_id=" in out
+
+
 def test_counts_that_disagree_are_said_with_their_numbers_in_the_line_and_the_row(capsys):
     """The user's own count (a third of the batch) against the audit's, the loader's and Lightning's: all named."""
     data = [(torch.randn(4), torch.tensor(i)) for i in range(SAMPLES * BATCHES)]

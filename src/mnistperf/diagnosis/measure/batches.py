@@ -141,7 +141,8 @@ class FirstBatch(NamedTuple):
 
     regrouped: str | None  # the batch's type, where it does not hold the loaders' batches at their keys (then one's)
     loaders: list[str]  # the training loaders it was read for
-    uneven: list[tuple[str, str, Reading]]  # each part whose tensors lead with different lengths: loader, type, reading
+    # each part whose tensors lead with different lengths: loader, type, reading, and a mapping's first tensor's key
+    uneven: list[tuple[str, str, Reading, str | None]]
 
 
 class TrainingBatches:
@@ -209,7 +210,10 @@ class TrainingBatches:
                     reading = READINGS.read(part)
                     stated = reading.counted_by.rule is Rule.STATED
                     if len(reading.lengths) > 1 and (self.rows or not stated):  # none for no batch, nor for graphs
-                        uneven.append((name if self.several else "", type(part).__name__, reading))
+                        first_key = None  # a mapping's tensors in the order of its keys, which its user may not know
+                        if isinstance(part, Mapping):
+                            first_key = next((str(k) for k, v in part.items() if getattr(v, "ndim", 0)), None)
+                        uneven.append((name if self.several else "", type(part).__name__, reading, first_key))
         return FirstBatch(regrouped, loaders, uneven)
 
     def take_first(self) -> FirstBatch | None:

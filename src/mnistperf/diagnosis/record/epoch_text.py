@@ -262,9 +262,12 @@ def first_batch_lines(first: FirstBatch | None, as_one: str, guess: str, module:
             f"a training batch ({first.regrouped}) does not hold the batches of the training loaders "
             f"({', '.join(first.loaders)}) at their keys (a hook of the module reshaped it?): {as_one}"
         )
-    for name, kind, reading in first.uneven:
+    for name, kind, reading, first_key in first.uneven:
         where = f" of loader {name}" if name else ""  # named where there are several
-        guessed = guess.format(samples=reading.samples, how=counted_by(reading.counted_by), module=module)
+        how = counted_by(reading.counted_by)
+        if reading.counted_by.rule is Rule.FIRST_LENGTH and first_key is not None:
+            how += f": {first_key!r}"
+        guessed = guess.format(samples=reading.samples, how=how, module=module)
         lengths = ", ".join(map(str, reading.lengths))
         said = f"the tensors of a training batch{where} ({kind}) lead with different lengths ({lengths})"
         lines.append(f"{said}: {guessed}")

@@ -6,10 +6,12 @@ import pytest
 import torch
 from conftest import fit_module
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import callbacks as lightning_bars
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from mnistperf.diagnosis.callbacks.project_reader import transfers_batches
+from mnistperf.diagnosis.callbacks.epoch_timer import LIGHTNING_BARS
+from mnistperf.diagnosis.callbacks.project_reader import lightnings, transfers_batches
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.measure import fingerprint, held_steps
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
@@ -414,7 +416,7 @@ def test_rows_a_module_transfers_its_own_way_are_copied():
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2 and not audit._as_they_are
 
 
-def test_a_transfer_hook_is_found_on_a_module_of_either_lightning_package():
+def test_a_transfer_hook_and_a_progress_bar_are_known_on_either_lightning_package():
     class LightningModule:  # pytorch_lightning's base, the same code under the package's older name
         __module__ = "pytorch_lightning.core.module"
 
@@ -436,6 +438,15 @@ def test_a_transfer_hook_is_found_on_a_module_of_either_lightning_package():
 
     assert transfers_batches(Own()) and not transfers_batches(Plain())  # lightning's is_overridden raised for both
     assert transfers_batches(OwnTransfer()) and not transfers_batches(Probe()) and not transfers_batches(None)
+
+    class TQDMProgressBar:  # the older package's bar, whose epochs the timer's first line numbers as it does
+        __module__ = "pytorch_lightning.callbacks.progress.tqdm_progress"
+
+    class MyBar(lightning_bars.TQDMProgressBar):  # a bar of the user's, which may count as it likes
+        pass
+
+    assert lightnings(TQDMProgressBar, *LIGHTNING_BARS) and lightnings(lightning_bars.RichProgressBar, *LIGHTNING_BARS)
+    assert not lightnings(MyBar, *LIGHTNING_BARS)
 
 
 def test_rows_from_a_loaders_worker_are_copied_so_that_no_shared_memory_is_held():

@@ -12,7 +12,6 @@ from typing import Any, cast
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.profilers import PassThroughProfiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
@@ -22,6 +21,7 @@ from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import (
     TrainerAttributes,
     last_epoch,
+    lightnings,
     project_hints,
     project_terms,
     steps_left,
@@ -46,7 +46,7 @@ from mnistperf.diagnosis.record.run import SUMMARY_FILE, run_summary
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.upstream import swap_profiler
 
-LIGHTNING_BARS = (TQDMProgressBar, RichProgressBar)  # the bars that show Lightning's epoch, counted from 0
+LIGHTNING_BARS = ("TQDMProgressBar", "RichProgressBar")  # the bars that show Lightning's epoch, counted from 0
 
 
 class EpochTimer(Callback):
@@ -321,7 +321,7 @@ class EpochTimer(Callback):
         self.problems.log(trainer, scalars(row, self.log_all), "the epoch's figures")
         # Beside Lightning's own bars, which count from 0, the first epoch's line says the bar's number for it; a
         # library's own bar may count as it likes, so it gets no number it might not show.
-        first = type(trainer.progress_bar_callback) in LIGHTNING_BARS and len(self.epochs) == 1
+        first = lightnings(type(trainer.progress_bar_callback), *LIGHTNING_BARS) and len(self.epochs) == 1
         self.problems.say(trainer, epoch_text.format_epoch(row, trainer.current_epoch if first else None))
 
     @override

@@ -125,20 +125,23 @@ def log_folder(trainer: Trainer, every_rank: bool) -> Path:
     return Path(found or trainer.default_root_dir)
 
 
+def lightnings(kind: type, *names: str) -> bool:
+    """Whether ``kind`` is Lightning's class of one of ``names``, from either of its packages.
+
+    ``pytorch_lightning``'s classes are the same code as ``lightning.pytorch``'s under the package's older name, and a
+    library built on it hands its own to the callbacks.
+    """
+    return kind.__name__ in names and kind.__module__.startswith(("lightning.pytorch.", "pytorch_lightning."))
+
+
 def transfers_batches(owner: Any) -> bool:
     """Whether a LightningModule or LightningDataModule (None: neither) moves batches its own way (a transfer hook).
 
-    Of either Lightning package: ``pytorch_lightning``'s classes are the same code under their older name, which
-    ``lightning.pytorch``'s ``is_overridden`` refuses ("Expected a parent"); the base is found by its name instead.
+    Of either package (:func:`lightnings`), where ``lightning.pytorch``'s ``is_overridden`` refuses the older one's.
     """
     if owner is None:
         return False
-    base = next(
-        kind
-        for kind in type(owner).__mro__
-        if kind.__name__ in ("LightningModule", "LightningDataModule")
-        and kind.__module__.startswith(("lightning.pytorch.", "pytorch_lightning."))
-    )
+    base = next(kind for kind in type(owner).__mro__ if lightnings(kind, "LightningModule", "LightningDataModule"))
     return any(is_overridden(hook, owner, base) for hook in TRANSFER_HOOKS)
 
 

@@ -180,7 +180,7 @@ class EpochTimer(Callback):
         """Start timing the epoch, its fetch wait and its counts from zero."""
         self._epoch_open = True
         with self.problems.guard("timing the time between epochs"):
-            self._timed_steps.between_ended()
+            self._timed_steps.between_ended(steady=len(self.clock.epochs) == 1)
         self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
         self.samples.epoch_start()
         self._fetch.reset()

@@ -138,9 +138,15 @@ class TimedSteps:
         if not self.between.timing:
             self.between.start(trainer, module)
 
-    def between_ended(self) -> None:
-        """The next epoch's training begins, or training ends: the time between epochs is kept."""
+    def between_ended(self, steady: bool = False) -> None:
+        """The next epoch's training begins, or training ends: the time between epochs is kept.
+
+        ``steady``: the fit's first steady epoch begins, so the steps timed in its warm-up epoch are let go (as every
+        steady figure leaves the warm-up apart; a fit of one epoch keeps them).
+        """
         self.between.close()
+        if steady:
+            self.steps.parts = StepParts()
 
     def stop(self) -> None:
         """Drop any open cycle and give back what was shadowed (the fit's end)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import fit_module
@@ -10,6 +12,7 @@ from lightning.pytorch import callbacks as lightning_bars
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.epoch_timer import LIGHTNING_BARS
 from mnistperf.diagnosis.callbacks.project_reader import lightnings, transfers_batches
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
@@ -84,6 +87,17 @@ def test_a_loader_that_repeats_samples_reports_the_duplicates(form, capsys):
     audit = audited(DataLoader(Rows(form), batch_size=5, sampler=order), SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS + 3, ROWS, 3, 0)
     assert "3 duplicates, 0 missing; samples identified by content" in capsys.readouterr().out
+
+
+def test_timing_json_keeps_the_audits_rows_and_problems_beside_the_timers_figures(tmp_path):
+    timer, audit = EpochTimer(busy_window_steps=0), SampleAudit()
+    fit_module(Probe(), DataLoader(Rows(), batch_size=5), callbacks=[timer, audit], default_root_dir=tmp_path)
+    assert timer.summary_path is not None and len(audit.epochs) == 2
+    kept = json.loads(timer.summary_path.read_text())["sample_audit"]
+    assert kept == {"epochs": json.loads(json.dumps(audit.epochs)), "problems": []}
+    alone = EpochTimer(busy_window_steps=0)
+    fit_module(Probe(), DataLoader(Rows(), batch_size=5), callbacks=[alone], default_root_dir=tmp_path / "alone")
+    assert alone.summary_path is not None and "sample_audit" not in json.loads(alone.summary_path.read_text())
 
 
 def test_copies_in_the_data_read_by_content_are_said_to_leave_as_many_missing(capsys):

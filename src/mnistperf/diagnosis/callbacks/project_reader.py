@@ -162,3 +162,12 @@ def audited_samples(trainer: Trainer, asking: Callback) -> int | None:
         if callback is not asking and isinstance(counted, tuple) and counted[0] == trainer.current_epoch:
             return counted[1]
     return None
+
+
+def audit_beside(trainer: Trainer, asking: Callback) -> dict[str, Any]:
+    """For timing.json: the epochs' rows and the problems of an audit beside ``asking`` (its ``epochs``); {} if none."""
+    for callback in cast(TrainerAttributes, trainer).callbacks:
+        rows, problems = getattr(callback, "epochs", None), getattr(callback, "problems", None)
+        if callback is not asking and hasattr(callback, "samples_counted") and isinstance(rows, list):
+            return {"sample_audit": {"epochs": rows, "problems": list(getattr(problems, "lines", []))}}
+    return {}

@@ -1,74 +1,41 @@
 """The two callbacks under a Trainer of the ``pytorch_lightning`` package, as libraries built on it make one.
 
 The dev extra installs the package's last release before 2.6, whose Trainer refuses ``lightning.pytorch``'s callbacks,
-so the main suite runs it; without the package the module skips.
+so the main suite runs this; without the package it skips. The fits run in a process of their own
+(pytorch_lightning_fits.py): importing the package here would spend what Lightning says once for every later test.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-pytest.importorskip("pytorch_lightning")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("pytorch_lightning") is None, reason="needs pytorch_lightning")
 
-import pytorch_lightning
-import torch
-from packaging.version import Version
-from torch.utils.data import DataLoader, TensorDataset
-
-from mnistperf.diagnosis import EpochTimer as LightningsTimer
-from mnistperf.diagnosis.pytorch_lightning import EpochTimer, SampleAudit
-
-SAMPLES, BATCH, EPOCHS = 96, 16, 3
+FITS = Path(__file__).with_name("pytorch_lightning_fits.py")
+SAMPLES, EPOCHS = 96, 3  # pytorch_lightning_fits.py's
 
 
-class Classifier(pytorch_lightning.LightningModule):
-    """A linear classifier of the older package, its loss logged every step."""
-
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 2)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = torch.nn.functional.cross_entropy(self.layer(x), y)
-        self.log("train_loss", loss)
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+@pytest.fixture(scope="module")
+def fits() -> dict:
+    done = subprocess.run([sys.executable, str(FITS)], capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
 
 
-def fit(tmp_path, callbacks: list) -> tuple[pytorch_lightning.Trainer, Classifier]:
-    pytorch_lightning.seed_everything(0, verbose=False)
-    data = TensorDataset(torch.randn(SAMPLES, 8), torch.randint(0, 2, (SAMPLES,)))
-    trainer = pytorch_lightning.Trainer(
-        accelerator="cpu",
-        max_epochs=EPOCHS,
-        default_root_dir=tmp_path,
-        callbacks=callbacks,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
-    module = Classifier()
-    trainer.fit(module, DataLoader(data, batch_size=BATCH, shuffle=True))
-    return trainer, module
+def test_its_trainer_before_2_6_refuses_lightnings_own_callbacks(fits):
+    """Why mnistperf.diagnosis.pytorch_lightning exists: before 2.6 the older package's Trainer takes its own only."""
+    major, minor = (int(part) for part in fits["version"].split(".")[:2])
+    assert fits["refused"] == ("Expected a parent" if (major, minor) < (2, 6) else None)
 
 
-@pytest.mark.skipif(Version(pytorch_lightning.__version__) >= Version("2.6"), reason="2.6 takes either's callbacks")
-def test_its_trainer_refuses_lightnings_own_callbacks(tmp_path):
-    """Why the module exists: the older package's Trainer takes its own callbacks only."""
-    with pytest.raises(ValueError, match="Expected a parent"):
-        fit(tmp_path, [LightningsTimer()])
-
-
-def test_both_callbacks_count_and_audit_its_fit_and_leave_it_as_it_was(tmp_path, capsys):
-    timer, audit = EpochTimer(), SampleAudit()
-    _, watched = fit(tmp_path / "with", [timer, audit])
-    _, plain = fit(tmp_path / "without", [])
-    assert [row["samples"] for row in timer.epochs] == [SAMPLES] * EPOCHS
-    assert [(row["seen"], row["distinct"], row["missing"]) for row in audit.epochs] == [(SAMPLES, SAMPLES, 0)] * EPOCHS
-    assert timer.problems.lines == [] and audit.problems.lines == []
-    assert timer.clock.summary()["verdict"] in ("input-bound", "overhead-bound", "compute-bound", "undetermined")
-    assert "Verdict: " in capsys.readouterr().out and list((tmp_path / "with").rglob("timing.json"))
-    assert torch.equal(watched.layer.weight, plain.layer.weight)  # the diagnosis changed nothing of the fit
+def test_both_callbacks_count_and_audit_its_fit_and_leave_it_as_it_was(fits):
+    assert fits["samples"] == [SAMPLES] * EPOCHS
+    assert fits["audited"] == [[SAMPLES, SAMPLES, 0]] * EPOCHS
+    assert fits["problems"] == [] and fits["headline"] and fits["timing_json"]
+    assert fits["verdict"] in ("input-bound", "overhead-bound", "compute-bound", "undetermined")
+    assert fits["unchanged"]  # the diagnosis changed nothing of the fit

@@ -20,7 +20,7 @@ from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import (
     TrainerAttributes,
-    audit_beside,
+    audit_kept,
     last_epoch,
     lightnings,
     project_hints,
@@ -347,7 +347,7 @@ class EpochTimer(Callback):
         self._reported = True
 
         def summarize() -> dict[str, Any]:  # once the window's trace is saved: the summary names it
-            return {**self.summary(trainer), "interrupted": interrupted, **audit_beside(trainer, self)}
+            return {**self.summary(trainer), "interrupted": interrupted, **audit_kept(trainer, self)}
 
         files = RunFiles(self.summary_file, self.monitor, self.problems)
         self.summary_path = files.write(trainer, self.clock, summarize, interrupted)

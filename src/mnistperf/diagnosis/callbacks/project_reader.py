@@ -155,19 +155,22 @@ def validation_metrics(logged: Mapping[str, Any], monitor: str | None) -> dict[s
     }
 
 
+def audit_beside(trainer: Trainer, asking: Callback) -> Any:
+    """The audit among the trainer's callbacks other than ``asking`` (one with ``samples_counted``); None if none."""
+    callbacks = cast(TrainerAttributes, trainer).callbacks
+    return next((c for c in callbacks if c is not asking and hasattr(c, "samples_counted")), None)
+
+
 def audited_samples(trainer: Trainer, asking: Callback) -> int | None:
     """This rank's samples of the epoch as another callback audited them (its ``samples_counted``), where one did."""
-    for callback in cast(TrainerAttributes, trainer).callbacks:
-        counted = getattr(callback, "samples_counted", None)
-        if callback is not asking and isinstance(counted, tuple) and counted[0] == trainer.current_epoch:
-            return counted[1]
-    return None
+    counted = getattr(audit_beside(trainer, asking), "samples_counted", None)
+    return counted[1] if isinstance(counted, tuple) and counted[0] == trainer.current_epoch else None
 
 
-def audit_beside(trainer: Trainer, asking: Callback) -> dict[str, Any]:
-    """For timing.json: the epochs' rows and the problems of an audit beside ``asking`` (its ``epochs``); {} if none."""
-    for callback in cast(TrainerAttributes, trainer).callbacks:
-        rows, problems = getattr(callback, "epochs", None), getattr(callback, "problems", None)
-        if callback is not asking and hasattr(callback, "samples_counted") and isinstance(rows, list):
-            return {"sample_audit": {"epochs": rows, "problems": list(getattr(problems, "lines", []))}}
-    return {}
+def audit_kept(trainer: Trainer, asking: Callback) -> dict[str, Any]:
+    """For timing.json: the epochs' rows and the problems of the audit beside ``asking``; {} where none ran."""
+    audit = audit_beside(trainer, asking)
+    rows = getattr(audit, "epochs", None)
+    if not isinstance(rows, list):
+        return {}
+    return {"sample_audit": {"epochs": rows, "problems": list(getattr(getattr(audit, "problems", None), "lines", []))}}

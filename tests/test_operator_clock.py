@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import pytest
 import torch
@@ -160,3 +161,30 @@ def test_code_compiled_inside_the_step_is_not_timed_by_the_clock(monkeypatch):
     declined = EpochTimer()
     fit_module(CompiledLoss(), rows(count=480), callbacks=[declined], max_epochs=2)
     assert declined.busy_window["share"] is None and "operator_clock" not in declined.busy_window
+
+
+def test_a_warning_a_timed_call_raises_is_shown_at_the_line_that_made_the_call_under_its_filters():
+    def copied() -> torch.Tensor:
+        return torch.tensor(torch.ones(3))  # warned in C++: "To copy construct from a tensor..."
+
+    def implicit() -> torch.Tensor:
+        return torch.nn.functional.softmax(torch.ones(3))  # warned in Python: "Implicit dimension choice..."
+
+    with warnings.catch_warnings(record=True) as plain:
+        warnings.simplefilter("always")
+        copied(), implicit()
+    with warnings.catch_warnings(record=True) as clocked:
+        warnings.simplefilter("always")
+        with OperatorClock() as clock:
+            copied(), implicit()
+    assert clock.calls >= 2
+    where = [(shown.filename, shown.lineno, str(shown.message)) for shown in plain]
+    assert [(shown.filename, shown.lineno, str(shown.message)) for shown in clocked] == where
+    assert [filename for filename, _, _ in where] == [__file__] * 2
+    with warnings.catch_warnings(record=True) as ignored:  # a filter on this module holds under the clock
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module=__name__)
+        with OperatorClock():
+            copied(), implicit()
+    assert ignored == []
+    assert warnings.showwarning is not None and "OperatorClock" not in repr(warnings.showwarning)

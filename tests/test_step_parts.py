@@ -27,6 +27,7 @@ from mnistperf.diagnosis.measure.drawn_steps import EVERY
 from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, StepParts, part_of, parts_timed
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
 from mnistperf.diagnosis.record.text import format_headline, format_summary
+from mnistperf.diagnosis.record.verdict import bound
 from mnistperf.diagnosis.show.report import html_report
 from mnistperf.upstream import TRAIN_STEP_LOGS, step_logs_owner
 
@@ -181,6 +182,26 @@ def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_
     small = {"training_step": 0.0038, "module hooks": 0.004 * CULPRIT_SHARE / 2, LOOP: 0.0001}
     assert "culprit" not in (advice({**run, "step_parts": {**steps, "parts": small}}) or {})
     assert "culprit" not in (advice({**run, "verdict": "compute-bound", "step_parts": {**steps, "parts": bar}}) or {})
+
+
+def test_where_the_wait_for_the_next_batch_is_the_costliest_part_the_loader_is_named_and_the_ceiling_leaves_it():
+    steps = {"steps": 8, "step_s": 0.004}
+    waiting = {"fetch": 0.0016, "training_step": 0.0012, "self.log": 0.0004, LOOP: 0.0008}
+    run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.4, "cpu_busy_share": 0.3}
+    found = advice({**run, "step_parts": {**steps, "parts": waiting}})
+    assert found is not None and found["culprit"]["part"] == "fetch"
+    assert found["hints"][0] == found["culprit"]["fix"] and found["hints"][0].startswith("more DataLoader workers")
+    assert any(hint.startswith("a larger batch size") for hint in found["hints"])  # the overhead's hints follow
+    # what the Python and framework work could buy with the wait for data still there: 1 / 0.4, not 1 / 0.3
+    assert found["speed_up_at_most"] == pytest.approx(2.5) and "the wait for data (40%) left" in found["ceiling"]
+    headline = format_headline({**run, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2]})
+    assert "why: fetch took 1.60 ms of each 4.00 ms step" in headline and "fix: more DataLoader workers" in headline
+    reason = bound({"input_wait_share": 0.4, "cpu_busy_share": 0.3}, 0.5)[1]
+    assert "(the remaining 30% is Python, the framework and dispatch around them)" in reason
+    # where its own workers held the cores, more of them is not the fix
+    held = {"by": "workers", "core_wait_share": 0.3, "workers_cpu_share": 0.5, "speed_up_at_most": 1 / 0.7}
+    crowded = advice({**run, "cores_held": held, "step_parts": {**steps, "parts": waiting}})
+    assert not any(hint.startswith("more DataLoader workers") for hint in crowded["hints"])
 
 
 class EmulatedSyncs(DeviceSyncs):

@@ -16,8 +16,9 @@ from mnistperf.upstream import TRAIN_FETCH_ACTION
 now = perf_counter  # the clock the parts are read by (a test's own clock stands in here)
 
 LOOP = "Lightning's loop"  # what no action holds: the loops' own Python between the actions
+FETCH = "fetch"  # the training thread's wait for the next batch
 # The step's own work, as Lightning's actions name it; every other part is around the step.
-STEP_WORK = ("fetch", "copy to the device", "training_step", "backward", "optimizer step")
+STEP_WORK = (FETCH, "copy to the device", "training_step", "backward", "optimizer step")
 # The LightningModule's hooks that are the step's own work: its update and its batch's way to the device.
 MODULE_PARTS = {
     **dict.fromkeys(("optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping"), "optimizer step"),
@@ -39,7 +40,7 @@ def parts_timed(index: int, epoch: int = 0) -> bool:
 def part_of(action: str) -> str:
     """The part of the step an action of Lightning's profiler (or a logger's or ``self.log``'s) belongs to."""
     if action.endswith(TRAIN_FETCH_ACTION):
-        return "fetch"
+        return FETCH
     if action == LOG_CALL:
         return "self.log"
     if action == SAVE_CHECKPOINT:

@@ -20,7 +20,7 @@ from mnistperf.diagnosis.figures import (
     INPUT_WAIT_SHARE,
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
-from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, STEP_WORK
+from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, FETCH, LOOP, STEP_WORK
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
 from mnistperf.diagnosis.record.units import seconds
 from mnistperf.diagnosis.record.verdict import UNREAD, WAITED_FOR_A_CORE
@@ -67,6 +67,8 @@ CULPRIT_SHARE = 0.05  # a part taking this share of each timed step, or of each 
 def part_fix(part: str, between_epochs: bool = False) -> str:
     """What takes a part (as :func:`.part_of` names it) out of most steps, or of the time between epochs."""
     kind, _, name = part.partition(" ")
+    if part == FETCH:  # in the project's terms where the advice is made
+        return "batches made ahead of the step: more DataLoader workers"
     if kind == "callback" and name.endswith("ProgressBar"):
         return (
             f"the progress bar redrawn less often: {name}(refresh_rate=N) among the callbacks, or "
@@ -92,12 +94,15 @@ def part_fix(part: str, between_epochs: bool = False) -> str:
     return "less work in the module's hooks that run every step (on_train_batch_start/end, on_before_/on_after_)"
 
 
-def costliest(parts: Mapping[str, float], whole_s: float) -> tuple[str, float] | None:
+def costliest(parts: Mapping[str, float], whole_s: float, fetch: bool = False) -> tuple[str, float] | None:
     """The part that takes most of ``whole_s``, and its seconds; None below CULPRIT_SHARE of it.
 
-    Only a part around the step is named: neither the step's own work (:data:`.STEP_WORK`) nor Lightning's loop.
+    Only a part around the step is named, or with ``fetch`` the wait for the next batch: neither the step's own work
+    (:data:`.STEP_WORK`) nor Lightning's loop.
     """
-    around = {part: s for part, s in parts.items() if part not in STEP_WORK and part != LOOP}
+    around = {
+        part: s for part, s in parts.items() if (part not in STEP_WORK or fetch and part == FETCH) and part != LOOP
+    }
     if not around or whole_s <= 0:
         return None
     part, seconds = max(around.items(), key=lambda item: item[1])
@@ -120,7 +125,7 @@ def culprit(summary: Mapping[str, Any]) -> dict[str, Any] | None:
     """
     found = []
     steps, between = summary.get("step_parts"), summary.get("between_epochs")
-    if steps and (named := costliest(steps["parts"], steps["step_s"])):
+    if steps and (named := costliest(steps["parts"], steps["step_s"], fetch=True)):
         part, seconds = named
         share = seconds / steps["step_s"]
         found.append((share * summary[AVG_TRAIN_S], part, seconds, share, "step", steps["step_s"]))
@@ -186,14 +191,18 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
     elif verdict == "overhead-bound" and busy is not None:
-        less = found["at_most_s_less"] = (1 - busy) * train_s
-        faster = found["speed_up_at_most"] = 1 / busy
+        # the wait for data stays: the step takes at least the longer of it and the time inside tensor operations
+        wait = summary.get(INPUT_WAIT_SHARE) or 0.0
+        kept = max(busy, wait)
+        less = found["at_most_s_less"] = (1 - kept) * train_s
+        faster = found["speed_up_at_most"] = 1 / kept
+        left = f", the wait for data ({wait:.0%}) left" if wait >= CULPRIT_SHARE else ""
         found["ceiling"] = (
             f"the CPU spent {busy:.0%} of the step inside tensor operations, so with the Python and framework work "
-            f"around them gone the step could be up to {faster:.1f}x faster"
+            f"around them gone{left} the step could be up to {faster:.1f}x faster"
             if on_cpu
-            else f"the GPU was busy {busy:.0%} of the time, so fewer launches could make the step up to {faster:.1f}x "
-            "faster"
+            else f"the GPU was busy {busy:.0%} of the time, so fewer launches{left} could make the step up to "
+            f"{faster:.1f}x faster"
         ) + f" (at most {seconds(less, train_s)} less per epoch)"
     elif verdict == "overhead-bound":
         unstated = True
@@ -228,13 +237,17 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         return None
     used, usable = torch.get_num_threads(), usable_cpus()
     threads = f"this run used {used} threads on {usable} usable cores"
-    found["hints"] = [named["fix"]] if named is not None else []
+    found["hints"] = [named["fix"]] if named is not None and named["part"] != FETCH else []
+    if named is not None and named["part"] == FETCH and held.get("by") != "workers":
+        keys = ["input-bound", *keys]  # the wait for the next batch: the loader's own hints first
     found["hints"] += [
         hint.replace("{threads}", threads)
         for each in keys
         for hint in (hints if hints is not None and each in hints else USER_HINTS)[each]
         if used != usable or "{threads}" not in hint  # threads already matched to the cores: nothing to do there
     ]
+    if named is not None and named["part"] == FETCH:
+        named["fix"] = found["hints"][0]
     if in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
         found["hints"].insert(0, REMEASURE)
     return found

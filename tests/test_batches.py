@@ -989,3 +989,33 @@ def test_a_fit_on_bags_counts_and_audits_every_text_once_and_finds_a_text_listed
         assert timer.epochs[0]["samples"] == len(data)
         assert (audit.epochs[0]["seen"], audit.epochs[0]["distinct"]) == (len(data), distinct)
     assert "lead with different lengths" not in capsys.readouterr().out
+
+
+class Windowed(Classifier):
+    """A library's step that trains on more rows than its batch holds: WINDOWS drawn from the batch's series."""
+
+    def training_step(self, batch, batch_idx):
+        series = batch[0]
+        rows = series[torch.arange(WINDOWS) % len(series)]  # the step's windows, each a series' row here
+        loss = self.weight * rows.mean()
+        self.log("train_loss", loss, on_epoch=True, batch_size=WINDOWS)
+        self.log("lr", 0.1, on_epoch=True, batch_size=1)  # a value weighed by one: the most given is what counts
+        return loss
+
+
+WINDOWS = 40
+
+
+def test_a_step_that_tells_self_log_of_more_samples_than_its_batch_holds_is_said_with_both_counts(capsys):
+    data = [(torch.randn(4), torch.tensor(i)) for i in range(SAMPLES * BATCHES)]
+    timer = EpochTimer()
+    fit_module(Windowed(), DataLoader(data, batch_size=SAMPLES), callbacks=[timer])
+    assert [row["sample_counts"] for row in timer.epochs] == [
+        {"counted": SAMPLES * BATCHES, "logged": WINDOWS * BATCHES, "loader": SAMPLES * BATCHES}
+    ] * 2
+    said = f"; samples disagree: 48 counted, self.log's batch sizes {WINDOWS * BATCHES}, the loader's length 48\n"
+    assert capsys.readouterr().out.count(said) == 2
+    # a count of the user's that agrees with what self.log was given says nothing
+    agreeing = EpochTimer(samples_in_batch=lambda batch: WINDOWS)
+    fit_module(Windowed(), DataLoader(data, batch_size=SAMPLES), callbacks=[agreeing])
+    assert all("logged" not in row.get("sample_counts", {}) for row in agreeing.epochs)

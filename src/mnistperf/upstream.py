@@ -87,6 +87,29 @@ def lightning_batch_size(batch: Any) -> int | None:
         return None
 
 
+# Why: a module may give ``self.log`` its own batch size (a library whose step trains on more rows than its batch
+# holds: windows drawn from series), and the epoch's means are weighed by the sizes it gave; Lightning keeps their sum
+# per value logged, in the training loop's private result collection. Public replacement: the logged batch sizes read
+# from the trainer.
+
+
+def logged_samples(trainer: Any) -> int | None:
+    """The most samples ``self.log`` weighed any one value logged from ``training_step`` by over the epoch so far.
+
+    On every epoch mean (``on_epoch=True``, averaged); this rank's; None where none was logged so or it cannot be read.
+    """
+    try:
+        results = trainer.fit_loop.epoch_loop._results.values()
+        sizes = [
+            int(result.cumulated_batch_size)
+            for result in results
+            if result.meta.fx == "training_step" and result.meta.on_epoch and hasattr(result, "cumulated_batch_size")
+        ]
+    except Exception:  # another Lightning's private layout: nothing read
+        return None
+    return max(sizes, default=None)
+
+
 # ---------------------------------------------------------------- Lightning: LightningCLI and checkpoints
 class KeepRunHyperparameters:
     """A LightningCLI mixin: the model's settings come from the config and the command line, not the checkpoint.

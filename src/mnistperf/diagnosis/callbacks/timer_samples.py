@@ -12,7 +12,7 @@ from mnistperf.diagnosis.callbacks.project_reader import audited_samples
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import READINGS, TrainingBatches, disagreeing, loader_samples
 from mnistperf.diagnosis.record import epoch_text
-from mnistperf.upstream import lightning_batch_size
+from mnistperf.upstream import lightning_batch_size, logged_samples
 
 
 class TimerSamples:
@@ -94,10 +94,16 @@ class TimerSamples:
     def counts_apart(self, trainer: Trainer, asking: Any) -> dict[str, int] | None:
         """This rank's samples of the epoch beside every other count of them known, where any disagrees.
 
-        The others: an audit's (another callback's than ``asking``), the loader's length times its batch size, and
+        The others: the batch sizes ``self.log`` was given, where more than counted (a module that logs some steps only
+        gives it fewer), an audit's (another callback's than ``asking``), the loader's length times its batch size, and
         Lightning's reading of the epoch's first batch.
         """
-        others: dict[str, int | None] = {"audit": audited_samples(trainer, asking), "loader": None}
+        logged = logged_samples(trainer)
+        others: dict[str, int | None] = {
+            "logged": logged if logged is not None and logged > self.counted else None,
+            "audit": audited_samples(trainer, asking),
+            "loader": None,
+        }
         first, last = self.trained
         if first == 0 and last is not None and not self.batches.several:
             others["loader"] = loader_samples(trainer.train_dataloader, last + 1)

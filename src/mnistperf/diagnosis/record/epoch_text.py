@@ -88,7 +88,7 @@ def unsplit(reason: str) -> str:
 
 
 # What each count beside the timer's is, in an epoch's line.
-COUNTED_BY = {"audit": "SampleAudit", "loader": "the loader's length"}
+COUNTED_BY = {"logged": "self.log's batch sizes", "audit": "SampleAudit", "loader": "the loader's length"}
 
 
 def format_counts(counts: dict[str, int] | None) -> str:

@@ -287,3 +287,14 @@ def test_a_short_fits_times_are_said_in_ms_one_unit_a_line_where_seconds_would_r
     assert long.startswith(
         "Train time per epoch (epochs 2-3): waiting for data 0.00 s, forward 0.20 s, backward 0.00 s"
     )
+
+
+def test_a_verdict_near_its_line_says_so_in_the_headlines_why():
+    from mnistperf.diagnosis.record.text import format_headline
+    from mnistperf.diagnosis.record.verdict import bound
+
+    figures = {"input_wait_share": 0.02, "cpu_busy_share": 0.78, "busy_margin": 0.07}
+    verdict, reason = bound(figures, 0.5)
+    summary = {"verdict": verdict, "verdict_figure": "CPU inside tensor operations 78%, in doubt"}
+    lines = format_headline({**summary, "verdict_reason": reason, "avg_train_s": 1.0, "steady_epochs": [2, 2]})
+    assert verdict == "overhead-bound" and lines.splitlines()[1] == "  why: near the line, 78% within 7% of 80%"

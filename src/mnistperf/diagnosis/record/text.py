@@ -207,7 +207,13 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
 
 
 # The clauses of a verdict's reason that say why, beyond its deciding figure, each up to its first colon.
-CAUSES = ("its own DataLoader workers held the cores", "other work on this machine", "in doubt", "a close call")
+CAUSES = (
+    "its own DataLoader workers held the cores",
+    "other work on this machine",
+    "in doubt",
+    "a close call",
+    "near the line",
+)
 ELSEWHERE = "the split, stalls, memory, the profiled window"  # what the headline leaves to the report
 
 

@@ -110,7 +110,7 @@ def doubt(figures: dict[str, Any], busy: float) -> str:
     if margin is None or abs(busy - COMPUTE_BOUND_BUSY) >= margin:
         return ""
     return (
-        f"; near the line: {busy:.0%} is within {margin:.0%} of {COMPUTE_BOUND_BUSY:.0%}, so the step may be "
+        f"; near the line, {busy:.0%} within {margin:.0%} of {COMPUTE_BOUND_BUSY:.0%}: the step may be "
         "either compute-bound (its own arithmetic sets the pace) or overhead-bound (the launches and the loop "
         "around it do)"
     )

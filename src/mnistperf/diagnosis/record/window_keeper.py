@@ -110,9 +110,10 @@ class WindowKeeper:
             steps = busy_window.window_steps(expected, self.steps)
             if steps is None:
                 placed = f" ({self._placed_by})" if self._placed_by else ""
+                plural = "" if expected == 1 else "s"
                 self.missed(
-                    f"epoch {number} has {expected:.0f} training steps{placed}, too few for the window, which needs "
-                    f"{busy_window.FEWEST_STEPS} or more"
+                    f"epoch {number} has {expected:.0f} training step{plural}{placed}, too few for the window, "
+                    f"which needs {busy_window.FEWEST_STEPS} or more"
                 )
             else:
                 self.window = BusyWindow(*steps, device_type=self.device_type)

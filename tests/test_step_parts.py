@@ -204,6 +204,36 @@ def test_where_the_wait_for_the_next_batch_is_the_costliest_part_the_loader_is_n
     assert not any(hint.startswith("more DataLoader workers") for hint in crowded["hints"])
 
 
+def test_where_the_step_is_an_installed_packages_the_fix_for_its_self_log_says_so(tmp_path, monkeypatch):
+    from mnistperf.diagnosis.callbacks.project_reader import installed_step, project_hints
+    from mnistperf.diagnosis.record.project_terms import ProjectTerms
+
+    package = tmp_path / "lib" / "python3" / "site-packages" / "steplib"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "from lightning import LightningModule\n\n"
+        "class Forecaster(LightningModule):\n"
+        "    def training_step(self, batch, batch_idx):\n"
+        "        return None\n"
+    )
+    monkeypatch.syspath_prepend(str(package.parent))
+    from steplib import Forecaster
+
+    class Own(Forecaster):  # the project's subclass, its step still the package's
+        pass
+
+    assert installed_step(Own()) == "steplib.Forecaster" and installed_step(Logged()) is None
+    steps = {"steps": 8, "step_s": 0.004, "parts": {"training_step": 0.002, "self.log": 0.001, LOOP: 0.0005}}
+    run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.01, "cpu_busy_share": 0.5}
+    hints = project_hints(None, ProjectTerms(step_from="steplib.Forecaster"), cuda=False)
+    found = advice({**run, "step_parts": steps}, hints)
+    assert found["culprit"]["fix"] == found["hints"][0]
+    assert found["hints"][0].startswith("less logged each step by steplib.Forecaster.training_step, an installed")
+    assert advice({**run, "step_parts": steps}, project_hints(None, ProjectTerms(), cuda=False))["hints"][0] == (
+        "self.log(..., on_step=False) for what need not be logged every step, and fewer values logged"
+    )
+
+
 class EmulatedSyncs(DeviceSyncs):
     """Torch's sync debug mode on a CPU build, which has none: the mode is only remembered."""
 

@@ -23,7 +23,13 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from mnistperf.diagnosis.measure.loader_options import arguments, own_names
 from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS, Hints
-from mnistperf.diagnosis.record.project_terms import LoaderFacts, ProjectTerms, input_hints, workers_hints
+from mnistperf.diagnosis.record.project_terms import (
+    LoaderFacts,
+    ProjectTerms,
+    input_hints,
+    library_log_hint,
+    workers_hints,
+)
 
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
@@ -83,7 +89,17 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
         config=config_file(trainer, saver) if saver is not None and named else None,
         in_main="__main__" in (type(module).__module__, type(datamodule).__module__),  # NoneType's: builtins
         loader=loader_facts(trainer.train_dataloader),  # None before the fit loads it
+        step_from=installed_step(module),
     )
+
+
+def installed_step(module: Any) -> str | None:
+    """``package.Class`` whose ``training_step`` ``module`` runs, where that class is an installed package's."""
+    owner = next((kind for kind in type(module).__mro__ if "training_step" in vars(kind)), None)
+    source = getattr(sys.modules.get(getattr(owner, "__module__", "")), "__file__", None) or ""
+    if owner is None or not any(part in ("site-packages", "dist-packages") for part in Path(source).parts):
+        return None
+    return f"{owner.__module__.split('.')[0]}.{owner.__qualname__}"
 
 
 def loader_facts(loader: Any) -> LoaderFacts | None:
@@ -113,7 +129,8 @@ def config_file(trainer: Trainer, saver: SaveConfigCallback) -> str | None:
 
 def project_hints(given: Hints | None, terms: ProjectTerms, cuda: bool) -> Hints:
     """What the advice suggests per verdict: the hints given, else anyone's with the loader's ones in these terms."""
-    return {**USER_HINTS, "input-bound": input_hints(terms, cuda), WORKERS: workers_hints(terms), **(given or {})}
+    own = {"input-bound": input_hints(terms, cuda), WORKERS: workers_hints(terms), "self.log": library_log_hint(terms)}
+    return {**USER_HINTS, **own, **(given or {})}
 
 
 def log_folder(trainer: Trainer, every_rank: bool) -> Path:

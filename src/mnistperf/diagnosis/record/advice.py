@@ -237,6 +237,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         return None
     used, usable = torch.get_num_threads(), usable_cpus()
     threads = f"this run used {used} threads on {usable} usable cores"
+    own_fix = (hints or {}).get(named["part"]) if named is not None else None
+    if named is not None and own_fix:  # the project's own fix for the part
+        named["fix"] = own_fix[0]
     found["hints"] = [named["fix"]] if named is not None and named["part"] != FETCH else []
     if named is not None and named["part"] == FETCH and held.get("by") != "workers":
         keys = ["input-bound", *keys]  # the wait for the next batch: the loader's own hints first

@@ -32,6 +32,7 @@ class ProjectTerms:
     config: str | None = None  # a config naming the classes, which `mnistperf tune --config` reads
     in_main: bool = False  # a class is defined in __main__, which tune's fresh processes cannot import
     loader: LoaderFacts | None = None  # the one training loader, where the run has one and it was read
+    step_from: str | None = None  # an installed package's module whose training_step the run's module runs
 
     def named(self, setting: str, value: Any = None) -> str:
         """A loader setting (set to ``value``, where given) as the user changes it in this project."""
@@ -55,6 +56,16 @@ class ProjectTerms:
 
 
 ONCE = "the per-item work of __getitem__ (decoding, conversion to tensors) done once before training"
+
+
+def library_log_hint(terms: ProjectTerms) -> list[str]:
+    """Where the step is an installed package's: its self.log calls are changed there, not in the project's code."""
+    if terms.step_from is None:
+        return []
+    return [
+        f"less logged each step by {terms.step_from}.training_step, an installed package's: its own options for what "
+        "it logs, or a subclass whose training_step logs less (on_step=False)"
+    ]
 
 
 def tune_hint(terms: ProjectTerms, what: str) -> list[str]:

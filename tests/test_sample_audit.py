@@ -10,7 +10,7 @@ from conftest import fit_module
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import callbacks as lightning_bars
 from lightning.pytorch.callbacks import ModelCheckpoint
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.epoch_timer import LIGHTNING_BARS
@@ -109,6 +109,24 @@ def test_copies_in_the_data_read_by_content_are_said_to_leave_as_many_missing(ca
         "1 duplicates, 1 missing; samples identified by content: identical samples in the data count as "
         "duplicates (each copy leaving one as missing)" in capsys.readouterr().out
     )
+
+
+def test_unexplained_duplicates_name_the_fields_a_sample_is_and_what_the_sampler_draws(capsys):
+    rows = Rows("dict")
+    rows.x[5], rows.y[5] = rows.x[4], rows.y[4]
+    audited(DataLoader(rows, batch_size=5), SampleAudit(), epochs=1)  # in order: the sampler repeats nothing
+    said = capsys.readouterr().out
+    assert (
+        "samples identified by content (all of 'image', 'label'): identical samples in the data count as duplicates"
+        in said
+    )
+    assert "a field drawn afresh each step hides a repeat" in said and "fingerprint= what identifies a sample" in said
+    assert "by design" not in said
+    drawn = RandomSampler(Rows("dict"), replacement=True, num_samples=ROWS, generator=torch.Generator().manual_seed(0))
+    audit = audited(DataLoader(Rows("dict"), batch_size=5, sampler=drawn), SampleAudit(), epochs=1)
+    assert audit.epochs[0]["duplicates"] > 0 and "its sampler draws with replacement" in capsys.readouterr().out
+    audited(DataLoader(rows, batch_size=5, sampler=list(range(ROWS))), SampleAudit(), epochs=1)  # a list: not known
+    assert "a sampler that draws at random may repeat some by design" in capsys.readouterr().out
 
 
 def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_order_is_noticed(capsys):

@@ -21,7 +21,14 @@ from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
 from mnistperf.diagnosis.measure.held_steps import HeldSteps
-from mnistperf.diagnosis.measure.sample_counts import Order, audited_row, dataset_sizes, gathered_shares, restored_parts
+from mnistperf.diagnosis.measure.sample_counts import (
+    Order,
+    audited_row,
+    dataset_sizes,
+    draws_again,
+    gathered_shares,
+    restored_parts,
+)
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.upstream import steps_started
 
@@ -183,6 +190,7 @@ class SampleAudit(Callback):
         guesses = self.identity.by_content and self.sample_dims == 1  # where a sample's rows may be a guess
         self.batches = TrainingBatches(self.problems, trainer.train_dataloader, guesses, rows=guesses)
         self.hash.widths.clear()  # this fit's widths
+        self._fields: tuple[str, ...] = ()  # the named fields a sample's rows are, once the first batch is read
         self._changes_in_place = False
         self._watch(trainer)
         self._start_epoch()
@@ -241,6 +249,7 @@ class SampleAudit(Callback):
             self._failed = self.problems.note("fingerprinting a training batch", error)
         if self.batches.first is not None:  # the fit's first batch, said where the read failed too
             first, module = self.batches.take_first(), type(pl_module).__name__
+            self._fields = first.fields if first is not None else ()
             for line in epoch_text.first_batch_lines(first, epoch_text.AUDIT_AS_ONE, epoch_text.AUDIT_GUESS, module):
                 self.problems.say_once(trainer, line)
         try:  # not a guard's context: this runs every step
@@ -319,7 +328,10 @@ class SampleAudit(Callback):
             row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
-        line = epoch_text.format_audit(row, self.identity.by_content)
+        draws = None
+        with self.problems.guard("reading whether the training sampler draws again"):
+            draws = draws_again(self.batches.parts(trainer.train_dataloader))
+        line = epoch_text.format_audit(row, self.identity.by_content, self._fields, draws)
         self.epochs.append(row)
         self.problems.say(trainer, line)
         widths = self.hash.widths_vary()

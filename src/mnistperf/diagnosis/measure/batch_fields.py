@@ -61,6 +61,25 @@ def as_dict(item: Any) -> Mapping[Any, Any] | None:
     return found if isinstance(found, Mapping) else None
 
 
+def names_of(item: Any, wanted: list[torch.Tensor]) -> list[str]:
+    """The names of ``item``'s own fields that hold one of ``wanted`` (the same tensors), in order.
+
+    A mapping's keys, a named tuple's or a dataclass's fields, an object's (:func:`named_fields`); none for a plain
+    sequence, whose positions name nothing.
+    """
+    if isinstance(item, Mapping):
+        named: Mapping[Any, Any] | None = item
+    elif isinstance(item, tuple) and hasattr(item, "_fields"):
+        named = dict(zip(item._fields, item, strict=False))
+    elif isinstance(item, (list, tuple, *LEAVES, type)):
+        named = None
+    elif dataclasses.is_dataclass(item):
+        named = {field.name: getattr(item, field.name, None) for field in dataclasses.fields(item)}
+    else:
+        named = named_fields(item)
+    return [str(name) for name, value in (named or {}).items() if any(value is tensor for tensor in wanted)]
+
+
 def tensors_of(batch: Any) -> list[torch.Tensor]:
     """Every tensor of a batch, in order, in any nest of the containers :func:`fields_of` reads.
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 from mnistperf.diagnosis.guard import Reporter
+from mnistperf.diagnosis.measure.batch_fields import names_of
 from mnistperf.diagnosis.measure.samples import Reading, Rule, read
 
 if TYPE_CHECKING:
@@ -143,6 +144,7 @@ class FirstBatch(NamedTuple):
     loaders: list[str]  # the training loaders it was read for
     # each part whose tensors lead with different lengths: loader, type, reading, and a mapping's first tensor's key
     uneven: list[tuple[str, str, Reading, str | None]]
+    fields: tuple[str, ...] = ()  # the named fields whose rows are a sample (of one loader's part, where read)
 
 
 class TrainingBatches:
@@ -203,18 +205,21 @@ class TrainingBatches:
             except (KeyError, IndexError, TypeError):
                 regrouped = type(batch).__name__
                 self._use([()])
-        uneven = []
+        uneven: list[tuple[str, str, Reading, str | None]] = []
+        fields: tuple[str, ...] = ()
         if self.guesses:
             with self.problems.guard("reading the first batch's tensors"):
                 for name, part in zip(self.names, self.parts(batch), strict=True):
                     reading = READINGS.read(part)
+                    if self.rows and not self.several:
+                        fields = tuple(names_of(part, reading.rows))
                     stated = reading.counted_by.rule is Rule.STATED
                     if len(reading.lengths) > 1 and (self.rows or not stated):  # none for no batch, nor for graphs
                         first_key = None  # a mapping's tensors in the order of its keys, which its user may not know
                         if isinstance(part, Mapping):
                             first_key = next((str(k) for k, v in part.items() if getattr(v, "ndim", 0)), None)
                         uneven.append((name if self.several else "", type(part).__name__, reading, first_key))
-        return FirstBatch(regrouped, loaders, uneven)
+        return FirstBatch(regrouped, loaders, uneven, fields)
 
     def take_first(self) -> FirstBatch | None:
         """What the first batch showed, once: None before it and after it was taken."""

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import (
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    WeightedRandomSampler,
+)
 
 from mnistperf.diagnosis.measure.fingerprint import PADDING
 
@@ -74,6 +81,25 @@ def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
         for loader in loaders
     ]
     return [len(d) if isinstance(d, Sized) and not isinstance(d, IterableDataset) else None for d in datasets]
+
+
+def draws_again(loaders: list[Any]) -> bool | None:
+    """Whether the training loaders' samplers may draw a sample again in an epoch: by design (True), never (False).
+
+    None where any cannot be read (a dataset that streams, a sampler of the user's).
+    """
+    found = set()
+    for loader in loaders:
+        sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None) or getattr(loader, "sampler", None)
+        if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+            return None
+        if isinstance(sampler, (RandomSampler, WeightedRandomSampler)):
+            found.add(bool(sampler.replacement))
+        elif isinstance(sampler, (SequentialSampler, DistributedSampler)):
+            found.add(False)
+        else:
+            return None
+    return True in found if found else None
 
 
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from mnistperf.close_names import did_you_mean
@@ -108,10 +109,12 @@ def format_counts(counts: dict[str, int] | None) -> str:
     return f"; samples disagree: {'; '.join(said)}"
 
 
-def format_audit(row: dict[str, Any], by_content: bool) -> str:
+def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = (), draws: bool | None = None) -> str:
     """SampleAudit's line of an epoch: its counts and what explains its duplicates where it knows, or why not audited.
 
-    ``by_content``: samples were identified by their content, so identical ones count as duplicates.
+    ``by_content``: samples were identified by their content, so identical ones count as duplicates; ``fields``: the
+    named fields whose content a sample is; ``draws``: whether the sampler draws a sample again by design (None: not
+    known).
     """
     if "why" in row:
         return f"sample audit, epoch {row['epoch']}: not audited ({row['why']})"
@@ -161,10 +164,19 @@ def format_audit(row: dict[str, Any], by_content: bool) -> str:
             "repeats its first batches and leaves its last ones out)"
         )
     if duplicates > padded + sum(cycled.values()) + replayed and by_content:
+        sampler = {
+            True: ", and its sampler draws with replacement, repeating some by design",
+            None: ", and a sampler that draws at random may repeat some by design",
+            False: "",
+        }
         line += (
-            "; samples identified by content: identical samples in the data count as duplicates"
+            "; samples identified by content"
+            + (f" (all of {', '.join(map(repr, fields))})" if len(fields) > 1 else "")
+            + ": identical samples in the data count as duplicates"
             + (" (each copy leaving one as missing)" if row.get("missing") else "")
-            + ", and a sampler that draws at random repeats some by design (sample_id= names an index field instead)"
+            + sampler[draws]
+            + (", and a field drawn afresh each step hides a repeat" if len(fields) > 1 else "")
+            + " (sample_id= names an index field, fingerprint= what identifies a sample)"
         )
     if row["same_order_ranks"]:
         line += (

@@ -197,7 +197,7 @@ def test_where_the_wait_for_the_next_batch_is_the_costliest_part_the_loader_is_n
     headline = format_headline({**run, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2]})
     assert "why: fetch took 1.60 ms of each 4.00 ms step" in headline and "fix: more DataLoader workers" in headline
     reason = bound({"input_wait_share": 0.4, "cpu_busy_share": 0.3}, 0.5)[1]
-    assert "(the remaining 30% is Python, the framework and dispatch around them)" in reason
+    assert "(the rest is Python, the framework and dispatch around them, the wait for data among it)" in reason
     # where its own workers held the cores, more of them is not the fix
     held = {"by": "workers", "core_wait_share": 0.3, "workers_cpu_share": 0.5, "speed_up_at_most": 1 / 0.7}
     crowded = advice({**run, "cores_held": held, "step_parts": {**steps, "parts": waiting}})

@@ -83,7 +83,8 @@ def bound(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEA
         detail += (
             " (the GPU waits for the host to launch work)"
             if on_cuda
-            else f" (the remaining {max(0.0, 1 - busy - wait):.0%} is Python, the framework and dispatch around them)"
+            else " (the rest is Python, the framework and dispatch around them"
+            + (", the wait for data among it)" if round(wait, 2) > 0 else ")")
         )
     return verdict, detail + doubt(figures, busy)
 

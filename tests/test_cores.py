@@ -98,6 +98,11 @@ def test_a_wait_beside_idle_workers_is_other_works_and_a_small_wait_says_nothing
         assert "cores" not in classify(quiet, 0.5)[1]
 
 
+def test_workers_using_as_large_a_share_of_the_cores_as_the_thread_waited_are_named_and_not_other_work():
+    assert "its own DataLoader workers held the cores" in classify(figures(0.14, 0.15), 0.5)[1]
+    assert "other work on this machine" in classify(figures(0.14, 0.10), 0.5)[1]
+
+
 def test_a_crowded_window_is_doubted_once_and_the_clause_says_who_held_the_cores():
     crowded = {"cpu_busy_share": 0.5, "waited_for_a_core": 0.4}
     reason = classify(figures(0.4, 0.6, **crowded), 0.5)[1]

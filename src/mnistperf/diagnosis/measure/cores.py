@@ -75,11 +75,14 @@ class EpochCores:
 
 
 def cores_held_by(figures: dict[str, Any]) -> dict[str, Any] | None:
-    """Who held the cores (``by`` its workers or other work) where the training thread waited for one; else None."""
+    """Who held the cores (``by`` its workers or other work) where the training thread waited for one; else None.
+
+    Its workers where they used WORKERS_HOLD of the cores' time, or as large a share of it as the thread waited.
+    """
     wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)
     if wait is None or math.isnan(wait) or wait < CROWDED:
         return None
     found: dict[str, Any] = {CORE_WAIT_SHARE: wait, WORKERS_CPU_SHARE: used}
-    if used is not None and not math.isnan(used) and used >= WORKERS_HOLD:
+    if used is not None and not math.isnan(used) and used >= min(WORKERS_HOLD, wait):  # or all the wait could be theirs
         return {"by": "workers", **found, "speed_up_at_most": 1 / (1 - wait) if wait < 1 else math.inf}
     return {"by": "other work", **found}

@@ -127,6 +127,21 @@ def test_unexplained_duplicates_name_the_fields_a_sample_is_and_what_the_sampler
     assert audit.epochs[0]["duplicates"] > 0 and "its sampler draws with replacement" in capsys.readouterr().out
     audited(DataLoader(rows, batch_size=5, sampler=list(range(ROWS))), SampleAudit(), epochs=1)  # a list: not known
     assert "a sampler that draws at random may repeat some by design" in capsys.readouterr().out
+    named = [{"image": rows.x[i], "label": rows.y[i], "name": f"case {i - (i == 5)}"} for i in range(ROWS)]
+    audited(DataLoader(named, batch_size=5), SampleAudit(), epochs=1)  # the strings are hashed: named too
+    assert "(all of 'image', 'label', 'name')" in capsys.readouterr().out
+
+
+def test_more_distinct_samples_than_the_dataset_holds_count_no_missing_and_say_what_may_make_them(capsys):
+    """Each item made into 4 crops, the collate putting them end to end: the dataset's length counts items."""
+    crops = [torch.randn(4, 3, generator=torch.Generator().manual_seed(i)) for i in range(8)]
+    loader = DataLoader(crops, batch_size=2, collate_fn=torch.cat)
+    audit = audited(loader, SampleAudit(), epochs=1, limit_train_batches=3)  # 2 of the 8 items left out
+    row = audit.epochs[0]
+    assert (row["seen"], row["distinct"], row["dataset_size"], row["missing"]) == (24, 24, 8, None)
+    said = capsys.readouterr().out
+    assert "24 distinct of 8: 0 duplicates, missing not counted; 16 more distinct than the dataset holds" in said
+    assert "several samples made of each item" in said
 
 
 def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_order_is_noticed(capsys):

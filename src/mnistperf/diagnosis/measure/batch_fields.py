@@ -61,8 +61,8 @@ def as_dict(item: Any) -> Mapping[Any, Any] | None:
     return found if isinstance(found, Mapping) else None
 
 
-def names_of(item: Any, wanted: list[torch.Tensor]) -> list[str]:
-    """The names of ``item``'s own fields that hold one of ``wanted`` (the same tensors), in order.
+def names_of(item: Any, wanted: Callable[[Any], bool]) -> list[str]:
+    """The names of ``item``'s own fields whose value is ``wanted``, in order.
 
     A mapping's keys, a named tuple's or a dataclass's fields, an object's (:func:`named_fields`); none for a plain
     sequence, whose positions name nothing.
@@ -77,7 +77,7 @@ def names_of(item: Any, wanted: list[torch.Tensor]) -> list[str]:
         named = {field.name: getattr(item, field.name, None) for field in dataclasses.fields(item)}
     else:
         named = named_fields(item)
-    return [str(name) for name, value in (named or {}).items() if any(value is tensor for tensor in wanted)]
+    return [str(name) for name, value in (named or {}).items() if wanted(value)]
 
 
 def tensors_of(batch: Any) -> list[torch.Tensor]:

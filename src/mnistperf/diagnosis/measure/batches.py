@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batch_fields import names_of
-from mnistperf.diagnosis.measure.samples import Reading, Rule, read
+from mnistperf.diagnosis.measure.samples import Reading, Rule, plain, read
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
@@ -147,6 +147,14 @@ class FirstBatch(NamedTuple):
     fields: tuple[str, ...] = ()  # the named fields whose rows are a sample (of one loader's part, where read)
 
 
+def hashed(reading: Reading, value: Any) -> bool:
+    """Whether a batch's field ``value`` is part of its samples' content as ``reading`` has it: rows, or texts."""
+    if any(value is rows for rows in reading.rows):
+        return True
+    texts = reading.texts is not None and isinstance(value, (list, tuple)) and len(value) == reading.samples
+    return texts and all(map(plain, value))
+
+
 class TrainingBatches:
     """A fit's training batches as one callback reads them: each loader's part, a step's reading kept until it trained.
 
@@ -212,7 +220,7 @@ class TrainingBatches:
                 for name, part in zip(self.names, self.parts(batch), strict=True):
                     reading = READINGS.read(part)
                     if self.rows and not self.several:
-                        fields = tuple(names_of(part, reading.rows))
+                        fields = tuple(names_of(part, functools.partial(hashed, reading)))
                     stated = reading.counted_by.rule is Rule.STATED
                     if len(reading.lengths) > 1 and (self.rows or not stated):  # none for no batch, nor for graphs
                         first_key = None  # a mapping's tensors in the order of its keys, which its user may not know

@@ -103,8 +103,11 @@ def draws_again(loaders: list[Any]) -> bool | None:
 
 
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
-    """Samples seen and distinct, the duplicates, and against a dataset's ``size`` (where known) the missing."""
-    missing = None if size is None else max(0, size - distinct)
+    """Samples seen and distinct, the duplicates, and against a dataset's ``size`` (where known) the missing.
+
+    None missing where more are distinct than the size holds: the size does not count these samples.
+    """
+    missing = None if size is None or distinct > size else size - distinct
     return {"seen": seen, "distinct": distinct, "duplicates": seen - distinct, "dataset_size": size, "missing": missing}
 
 

@@ -124,11 +124,12 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     if size is None:
         line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
     else:
-        line += f" of {size:,}: {duplicates:,} duplicates, {row['missing']:,} missing"
+        missing = "missing not counted" if row["missing"] is None else f"{row['missing']:,} missing"
+        line += f" of {size:,}: {duplicates:,} duplicates, {missing}"
     if size is not None and row["distinct"] > size:
         line += (
             f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "
-            "step, or a dataset_size that does not count samples?)"
+            "step, several samples made of each item, or a dataset_size that does not count samples?)"
         )
     loaders = row.get("loaders") or {}
     for name, counts in loaders.items():

@@ -184,11 +184,16 @@ def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_
     assert "culprit" not in (advice({**run, "verdict": "compute-bound", "step_parts": {**steps, "parts": bar}}) or {})
 
 
+def overhead_bound(parts: dict[str, float], hints=None, **figures: object) -> dict:
+    """An overhead-bound CPU run's advice (``hints``: the project's), its timed step of 4 ms held by ``parts``."""
+    run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.01, "cpu_busy_share": 0.5}
+    return advice({**run, **figures, "step_parts": {"steps": 8, "step_s": 0.004, "parts": parts}}, hints)
+
+
 def test_where_the_wait_for_the_next_batch_is_the_costliest_part_the_loader_is_named_and_the_ceiling_leaves_it():
-    steps = {"steps": 8, "step_s": 0.004}
     waiting = {"fetch": 0.0016, "training_step": 0.0012, "self.log": 0.0004, LOOP: 0.0008}
     run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.4, "cpu_busy_share": 0.3}
-    found = advice({**run, "step_parts": {**steps, "parts": waiting}})
+    found = overhead_bound(waiting, input_wait_share=0.4, cpu_busy_share=0.3)
     assert found is not None and found["culprit"]["part"] == "fetch"
     assert found["hints"][0] == found["culprit"]["fix"] and found["hints"][0].startswith("more DataLoader workers")
     assert any(hint.startswith("a larger batch size") for hint in found["hints"])  # the overhead's hints follow
@@ -200,7 +205,7 @@ def test_where_the_wait_for_the_next_batch_is_the_costliest_part_the_loader_is_n
     assert "(the rest is Python, the framework and dispatch around them, the wait for data among it)" in reason
     # where its own workers held the cores, more of them is not the fix
     held = {"by": "workers", "core_wait_share": 0.3, "workers_cpu_share": 0.5, "speed_up_at_most": 1 / 0.7}
-    crowded = advice({**run, "cores_held": held, "step_parts": {**steps, "parts": waiting}})
+    crowded = overhead_bound(waiting, input_wait_share=0.4, cpu_busy_share=0.3, cores_held=held)
     assert not any(hint.startswith("more DataLoader workers") for hint in crowded["hints"])
 
 
@@ -223,13 +228,11 @@ def test_where_the_step_is_an_installed_packages_the_fix_for_its_self_log_says_s
         pass
 
     assert installed_step(Own()) == "steplib.Forecaster" and installed_step(Logged()) is None
-    steps = {"steps": 8, "step_s": 0.004, "parts": {"training_step": 0.002, "self.log": 0.001, LOOP: 0.0005}}
-    run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.01, "cpu_busy_share": 0.5}
-    hints = project_hints(None, ProjectTerms(step_from="steplib.Forecaster"), cuda=False)
-    found = advice({**run, "step_parts": steps}, hints)
+    logging = {"training_step": 0.002, "self.log": 0.001, LOOP: 0.0005}
+    found = overhead_bound(logging, hints=project_hints(None, ProjectTerms(step_from="steplib.Forecaster"), False))
     assert found["culprit"]["fix"] == found["hints"][0]
     assert found["hints"][0].startswith("less logged each step by steplib.Forecaster.training_step, an installed")
-    assert advice({**run, "step_parts": steps}, project_hints(None, ProjectTerms(), cuda=False))["hints"][0] == (
+    assert overhead_bound(logging)["hints"][0] == (
         "self.log(..., on_step=False) for what need not be logged every step, and fewer values logged"
     )
 

@@ -1013,7 +1013,7 @@ def test_a_step_that_tells_self_log_of_more_samples_than_its_batch_holds_is_said
     assert [row["sample_counts"] for row in timer.epochs] == [
         {"counted": SAMPLES * BATCHES, "logged": WINDOWS * BATCHES, "loader": SAMPLES * BATCHES}
     ] * 2
-    said = f"; samples disagree: 48 counted, self.log's batch sizes {WINDOWS * BATCHES}, the loader's length 48\n"
+    said = f"; samples disagree: 48 counted (the loader's length agrees), self.log's batch sizes {WINDOWS * BATCHES}\n"
     assert capsys.readouterr().out.count(said) == 2
     # a count of the user's that agrees with what self.log was given says nothing
     agreeing = EpochTimer(samples_in_batch=lambda batch: WINDOWS)

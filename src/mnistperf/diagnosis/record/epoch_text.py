@@ -101,9 +101,12 @@ def format_counts(counts: dict[str, int] | None) -> str:
     if not counts:
         return ""
     said = []
-    others = [f"{label} {counts[name]:,}" for name, label in COUNTED_BY.items() if name in counts]
+    known = [(label, counts[name]) for name, label in COUNTED_BY.items() if name in counts]
+    others = [f"{label} {count:,}" for label, count in known if count != counts["counted"]]
+    agreeing = [label for label, count in known if count == counts["counted"]]
     if others:
-        said.append(f"{counts['counted']:,} counted, {', '.join(others)}")
+        agree = f" ({' and '.join(agreeing)} {'agree' if len(agreeing) > 1 else 'agrees'})" if agreeing else ""
+        said.append(f"{counts['counted']:,} counted{agree}, {', '.join(others)}")
     if "lightning" in counts:
         said.append(f"Lightning reads {counts['lightning']:,} a batch where {counts['batch']:,} are counted")
     return f"; samples disagree: {'; '.join(said)}"

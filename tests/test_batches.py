@@ -1019,3 +1019,36 @@ def test_a_step_that_tells_self_log_of_more_samples_than_its_batch_holds_is_said
     agreeing = EpochTimer(samples_in_batch=lambda batch: WINDOWS)
     fit_module(Windowed(), DataLoader(data, batch_size=SAMPLES), callbacks=[agreeing])
     assert all("logged" not in row.get("sample_counts", {}) for row in agreeing.epochs)
+
+
+def atoms_dict(graphs: list[torch.Tensor], energies: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A graph batch as a dict, as atomistic libraries collate it: edges first, each atom's structure (``batch``),
+    atom rows, then a row per structure and each structure's atom count; no graph count, no pointer."""
+    sizes = torch.tensor([len(g) for g in graphs])
+    edges = int(sizes.sum()) * 2
+    return {
+        "edge_index": torch.zeros(2, edges, dtype=torch.long),
+        "edge_cell_shift": torch.zeros(edges, 3),
+        "batch": torch.repeat_interleave(torch.arange(len(graphs)), sizes),
+        "pos": torch.cat(graphs),
+        "total_energy": energies[:, None],
+        "num_atoms": sizes,
+    }
+
+
+def test_a_dict_graph_batch_counts_and_audits_its_structures_not_its_edge_rows(capsys):
+    graphs, energies = graph_list(), torch.arange(float(SAMPLES))
+    graphs[5], energies[5] = graphs[4], energies[4]  # one structure twice in the data
+    steps = [atoms_dict(graphs[i : i + 4], energies[i : i + 4]) for i in range(0, SAMPLES, 4)]
+    reading = read(steps[0])
+    assert (reading.samples, said(reading.counted_by)) == (4, "the graphs of its dict")
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=SAMPLES)
+    fit_module(Classifier(), DataLoader(steps, batch_size=None), callbacks=[timer, audit])
+    assert [row["samples"] for row in timer.epochs] == [SAMPLES] * 2
+    assert [(row["seen"], row["distinct"], row["missing"]) for row in audit.epochs] == [(SAMPLES, SAMPLES - 1, 1)] * 2
+    out = capsys.readouterr().out
+    assert "lead with different lengths" not in out and "(all of 'pos', 'total_energy', 'num_atoms')" in out
+    assert out.count("samples disagree: Lightning reads 2 a batch where 4 are counted") == 2  # edge_index's 2 rows
+    # a 1-dim integer "batch" beside no count of graphs is no graph batch: its first tensor counts
+    plain = {"batch": torch.arange(8), "x": torch.randn(8, 3)}
+    assert read(plain).samples == 8 and said(read(plain).counted_by) == "the first tensor's length"

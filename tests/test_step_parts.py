@@ -215,7 +215,8 @@ def test_where_the_step_is_an_installed_packages_the_fix_for_its_self_log_says_s
 
     package = tmp_path / "lib" / "python3" / "site-packages" / "steplib"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(
+    (package / "__init__.py").write_text("from steplib.train import Forecaster\n")  # re-exported, as packages do
+    (package / "train.py").write_text(
         "from lightning import LightningModule\n\n"
         "class Forecaster(LightningModule):\n"
         "    def training_step(self, batch, batch_idx):\n"
@@ -227,7 +228,7 @@ def test_where_the_step_is_an_installed_packages_the_fix_for_its_self_log_says_s
     class Own(Forecaster):  # the project's subclass, its step still the package's
         pass
 
-    assert installed_step(Own()) == "steplib.Forecaster" and installed_step(Logged()) is None
+    assert installed_step(Own()) == "steplib.train.Forecaster" and installed_step(Logged()) is None
     logging = {"training_step": 0.002, "self.log": 0.001, LOOP: 0.0005}
     found = overhead_bound(logging, hints=project_hints(None, ProjectTerms(step_from="steplib.Forecaster"), False))
     assert found["culprit"]["fix"] == found["hints"][0]

@@ -94,12 +94,12 @@ def project_terms(trainer: Trainer) -> ProjectTerms:
 
 
 def installed_step(module: Any) -> str | None:
-    """``package.Class`` whose ``training_step`` ``module`` runs, where that class is an installed package's."""
+    """``package.module.Class`` whose ``training_step`` ``module`` runs, where that class is an installed package's."""
     owner = next((kind for kind in type(module).__mro__ if "training_step" in vars(kind)), None)
     source = getattr(sys.modules.get(getattr(owner, "__module__", "")), "__file__", None) or ""
     if owner is None or not any(part in ("site-packages", "dist-packages") for part in Path(source).parts):
         return None
-    return f"{owner.__module__.split('.')[0]}.{owner.__qualname__}"
+    return f"{owner.__module__}.{owner.__qualname__}"
 
 
 def loader_facts(loader: Any) -> LoaderFacts | None:

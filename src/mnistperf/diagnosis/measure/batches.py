@@ -148,8 +148,9 @@ class FirstBatch(NamedTuple):
 
 
 def hashed(reading: Reading, value: Any) -> bool:
-    """Whether a batch's field ``value`` is part of its samples' content as ``reading`` has it: rows, or texts."""
-    if any(value is rows for rows in reading.rows):
+    """Whether a batch's field ``value`` is part of its samples' content as ``reading`` has it: rows, texts, nodes."""
+    nodes = [t for node_set in reading.graphs.sets for t in node_set.nodes] if reading.graphs is not None else []
+    if any(value is rows for rows in (*reading.rows, *nodes)):
         return True
     texts = reading.texts is not None and isinstance(value, (list, tuple)) and len(value) == reading.samples
     return texts and all(map(plain, value))

@@ -11,6 +11,9 @@ from mnistperf.diagnosis.measure.batch_fields import LEAVES, named_fields, tenso
 
 # Where a graph batch keeps each node's graph, its graph count and the first node of each graph (PyG's names).
 GRAPH_INDEX, GRAPH_COUNT, GRAPH_POINTER = "batch", "num_graphs", "ptr"
+# A dict of a graph batch's tensors: each node's graph (PyG's and nequip's key, schnetpack's), and each graph's nodes.
+INDEX_KEYS = (GRAPH_INDEX, "_idx_m")
+SIZE_KEYS = ("num_atoms", "_n_atoms", "n_atoms", "num_nodes", "n_node")
 
 
 class NodeSet(NamedTuple):
@@ -67,7 +70,9 @@ def graphs_in(item: Any) -> Graphs | None:
     Or a heterogeneous one: an object with a graph count whose stores (its fields that hold fields) each hold a kind of
     node with an index of its own; the stores with edges' fields are neither a node's nor a graph's rows.
     """
-    if isinstance(item, (torch.Tensor, tuple, list, Mapping)):
+    if isinstance(item, Mapping):
+        return mapped_graphs(item)
+    if isinstance(item, (torch.Tensor, tuple, list)):
         return None
     index = getattr(item, GRAPH_INDEX, None)
     if not is_index(index):
@@ -104,3 +109,26 @@ def kinds_of_nodes(item: Any) -> Graphs | None:
         elif any(str(name).startswith("edge") for name in fields):
             apart += tensors_of(list(fields.values()))
     return Graphs(count, sets, tuple(apart)) if sets else None
+
+
+def mapped_graphs(item: Mapping[Any, Any]) -> Graphs | None:
+    """A dict of a graph batch's tensors, with a per-node graph index and a count of graphs; else None.
+
+    The count: its ``num_graphs``, its pointer's length less one, or the length of a vector of each graph's nodes (on a
+    CPU, where they add up to the index's length).
+    """
+    index = next((item[key] for key in INDEX_KEYS if is_index(item.get(key))), None)
+    if index is None:
+        return None
+    count, pointer = item.get(GRAPH_COUNT), item.get(GRAPH_POINTER)
+    sizes = next((item[key] for key in SIZE_KEYS if is_index(item.get(key))), None)
+    if is_index(pointer) and len(pointer):
+        count = len(pointer) - 1
+    elif sizes is not None and (sizes.device.type != "cpu" or int(sizes.sum()) == len(index)):
+        count = len(sizes)
+    if not isinstance(count, int) or isinstance(count, bool):
+        return None
+    apart = (pointer, *(value for name, value in item.items() if str(name).startswith("edge")))
+    skipped = {id(index), *map(id, apart)}
+    nodes = [t for t in tensors_of(item) if id(t) not in skipped and t.ndim and t.shape[0] == len(index)]
+    return Graphs(count, [NodeSet(index, nodes)], apart)

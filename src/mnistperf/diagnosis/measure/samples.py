@@ -12,7 +12,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from mnistperf.diagnosis.measure.bags import Bags, bags_in
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, first_found, tensors_of
-from mnistperf.diagnosis.measure.graph_batches import Graphs, graphs_in
+from mnistperf.diagnosis.measure.graph_batches import INDEX_KEYS, Graphs, graphs_in
 from mnistperf.diagnosis.measure.packed_sequences import packed_in, sequences
 
 
@@ -233,6 +233,8 @@ def read(batch: Any, sample_dims: int = 1) -> Reading:
     if isinstance(batch, torch.Tensor):  # the common batches, read directly: this runs every step
         tensors = [batch]
     elif (isinstance(batch, (tuple, list)) and not isinstance(batch, PackedSequence)) or type(batch) is dict:
+        if type(batch) is dict and any(key in batch for key in INDEX_KEYS):  # a graph batch's tensors, maybe
+            return _read_nested(batch, sample_dims)
         tensors = list(batch.values() if type(batch) is dict else batch)
         for t in tensors:
             if not isinstance(t, torch.Tensor):

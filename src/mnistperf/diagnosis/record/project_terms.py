@@ -64,7 +64,7 @@ def library_log_hint(terms: ProjectTerms) -> list[str]:
         return []
     return [
         f"less logged each step by {terms.step_from}.training_step, an installed package's: its own options for what "
-        "it logs, or a subclass whose training_step logs less (on_step=False)"
+        "it logs, or a subclass whose training_step logs less"
     ]
 
 

@@ -130,8 +130,8 @@ def config_file(trainer: Trainer, saver: SaveConfigCallback) -> str | None:
 def project_hints(given: Hints | None, terms: ProjectTerms, cuda: bool) -> Hints:
     """What the advice suggests per verdict: the hints given, else anyone's with the loader's ones in these terms."""
     own = {"input-bound": input_hints(terms, cuda), WORKERS: workers_hints(terms)}
-    logging = library_log_hint(terms)  # by the part it fixes, where the step is an installed package's
-    return {**USER_HINTS, **own, **({"self.log": logging} if logging else {}), **(given or {})}
+    log_fix = library_log_hint(terms)  # by the part it fixes, where the step is an installed package's
+    return {**USER_HINTS, **own, **({"self.log": log_fix} if log_fix else {}), **(given or {})}
 
 
 def log_folder(trainer: Trainer, every_rank: bool) -> Path:

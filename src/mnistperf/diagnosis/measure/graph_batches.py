@@ -80,9 +80,15 @@ def graphs_in(item: Any) -> Graphs | None:
     count = graph_count(item, index)
     if count is None:
         return None
-    # the pointer and the fields named for edges (edge_attr, edge_index): no node's rows, whatever their count
-    edges = [value for name, value in (named_fields(item) or {}).items() if str(name).startswith("edge")]
-    apart = (getattr(item, GRAPH_POINTER, None), *edges)
+    return one_kind(item, named_fields(item) or {}, index, count, getattr(item, GRAPH_POINTER, None))
+
+
+def one_kind(item: Any, fields: Mapping[Any, Any], index: torch.Tensor, count: int, pointer: Any) -> Graphs:
+    """``count`` graphs of one kind of node: ``item``'s tensors with a row per node of ``index``.
+
+    The pointer and the ``fields`` named for edges (edge_attr, edge_index) are no node's rows, whatever their count.
+    """
+    apart = (pointer, *(value for name, value in fields.items() if str(name).startswith("edge")))
     skipped = {id(index), *map(id, apart)}
     nodes = [t for t in tensors_of(item) if id(t) not in skipped and t.ndim and t.shape[0] == len(index)]
     return Graphs(count, [NodeSet(index, nodes)], apart)
@@ -128,7 +134,4 @@ def mapped_graphs(item: Mapping[Any, Any]) -> Graphs | None:
         count = len(sizes)
     if not isinstance(count, int) or isinstance(count, bool):
         return None
-    apart = (pointer, *(value for name, value in item.items() if str(name).startswith("edge")))
-    skipped = {id(index), *map(id, apart)}
-    nodes = [t for t in tensors_of(item) if id(t) not in skipped and t.ndim and t.shape[0] == len(index)]
-    return Graphs(count, [NodeSet(index, nodes)], apart)
+    return one_kind(item, item, index, count, pointer)

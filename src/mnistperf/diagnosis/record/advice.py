@@ -237,19 +237,20 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         return None
     used, usable = torch.get_num_threads(), usable_cpus()
     threads = f"this run used {used} threads on {usable} usable cores"
+    fetch = named is not None and named["part"] == FETCH  # the wait for the next batch: the loader's hints fix it
     own_fix = (hints or {}).get(named["part"]) if named is not None else None
     if named is not None and own_fix:  # the project's own fix for the part
         named["fix"] = own_fix[0]
-    found["hints"] = [named["fix"]] if named is not None and named["part"] != FETCH else []
-    if named is not None and named["part"] == FETCH and held.get("by") != "workers":
-        keys = ["input-bound", *keys]  # the wait for the next batch: the loader's own hints first
+    found["hints"] = [named["fix"]] if named is not None and not fetch else []
+    if fetch and held.get("by") != "workers":
+        keys = ["input-bound", *keys]
     found["hints"] += [
         hint.replace("{threads}", threads)
         for each in keys
         for hint in (hints if hints is not None and each in hints else USER_HINTS)[each]
         if used != usable or "{threads}" not in hint  # threads already matched to the cores: nothing to do there
     ]
-    if named is not None and named["part"] == FETCH:
+    if named is not None and fetch:  # its fix: the first of the hints that lead
         named["fix"] = found["hints"][0]
     if in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
         found["hints"].insert(0, REMEASURE)

@@ -1021,6 +1021,28 @@ def test_a_step_that_tells_self_log_of_more_samples_than_its_batch_holds_is_said
     assert all("logged" not in row.get("sample_counts", {}) for row in agreeing.epochs)
 
 
+class LogsItsBatchSize(Classifier):
+    """A library's step that tells ``self.log`` its configured batch size, the short last batch's too."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("train_loss", loss, on_epoch=True, batch_size=SAMPLES)
+        return loss
+
+
+def test_a_step_that_logs_the_loaders_batch_size_on_its_short_last_batch_is_no_disagreement(capsys):
+    data = [(torch.randn(4), torch.tensor(i)) for i in range(SAMPLES * BATCHES - 5)]
+    timer = EpochTimer()
+    fit_module(LogsItsBatchSize(), DataLoader(data, batch_size=SAMPLES), callbacks=[timer])
+    assert [row["samples"] for row in timer.epochs] == [len(data)] * 2
+    assert all("sample_counts" not in row for row in timer.epochs)
+    assert "samples disagree" not in capsys.readouterr().out
+    # where the loader's length is not known to agree, the same excess is still said
+    timer = EpochTimer(samples_in_batch=lambda batch: len(batch[0]) - 1)
+    fit_module(LogsItsBatchSize(), DataLoader(data, batch_size=SAMPLES), callbacks=[timer])
+    assert timer.epochs[0]["sample_counts"]["logged"] == SAMPLES * BATCHES
+
+
 def atoms_dict(graphs: list[torch.Tensor], energies: torch.Tensor) -> dict[str, torch.Tensor]:
     """A graph batch as a dict, as atomistic libraries collate it: edges first, each atom's structure (``batch``),
     atom rows, then a row per structure and each structure's atom count; no graph count, no pointer."""

@@ -10,7 +10,13 @@ from lightning.pytorch import LightningModule, Trainer
 
 from mnistperf.diagnosis.callbacks.project_reader import audited_samples
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import READINGS, TrainingBatches, disagreeing, loader_samples
+from mnistperf.diagnosis.measure.batches import (
+    READINGS,
+    TrainingBatches,
+    disagreeing,
+    full_batches,
+    loader_samples,
+)
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.upstream import lightning_batch_size, logged_samples
 
@@ -95,7 +101,9 @@ class TimerSamples:
         """This rank's samples of the epoch beside every other count of them known, where any disagrees.
 
         The others: the batch sizes ``self.log`` was given, where more than counted (a module that logs some steps only
-        gives it fewer), an audit's (another callback's than ``asking``), the loader's length times its batch size, and
+        gives it fewer) and not the loader's batch size each step where the loader's length agrees with the count (a
+        module that logs its configured batch size, the short last batch's too); an audit's (another callback's than
+        ``asking``); the loader's length times its batch size; and
         Lightning's reading of the epoch's first batch.
         """
         logged = logged_samples(trainer)
@@ -106,7 +114,10 @@ class TimerSamples:
         }
         first, last = self.trained
         if first == 0 and last is not None and not self.batches.several:
-            others["loader"] = loader_samples(trainer.train_dataloader, last + 1)
+            loader = trainer.train_dataloader
+            others["loader"] = loader_samples(loader, last + 1)
+            if others["loader"] == self.counted and logged == full_batches(loader, last + 1):
+                others["logged"] = None
         counts = disagreeing(self.counted, others) or {}
         if self._first_batch is not None and self._first_batch[1] is not None and len(set(self._first_batch)) > 1:
             counts = {"counted": int(self.counted), **counts, "batch": self._first_batch[0]}

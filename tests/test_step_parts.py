@@ -184,10 +184,25 @@ def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_
     assert "culprit" not in (advice({**run, "verdict": "compute-bound", "step_parts": {**steps, "parts": bar}}) or {})
 
 
+def test_a_part_small_beside_the_steps_time_outside_tensor_operations_is_no_culprit():
+    # a model whose own Python is most of its overhead: the wait for data, 6% of the step, is a fifth of the 30%
+    parts = {"training_step": 0.0037, "fetch": 0.00024, LOOP: 0.00006}
+    found = overhead_bound(parts, input_wait_share=0.06, cpu_busy_share=0.7)
+    assert found is not None and "culprit" not in found and found["speed_up_at_most"] == pytest.approx(1 / 0.7)
+    headline = format_headline({**RUN, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2]})
+    assert "why:" not in headline and "could buy: the CPU spent 70% of the step inside tensor operations" in headline
+    # the same part where the step's time outside tensor operations is twice it: named
+    assert overhead_bound(parts, input_wait_share=0.06, cpu_busy_share=0.88)["culprit"]["part"] == "fetch"
+    # where no share was measured, CULPRIT_SHARE alone decides
+    assert overhead_bound(parts, input_wait_share=0.06, cpu_busy_share=None)["culprit"]["part"] == "fetch"
+
+
+RUN = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.01, "cpu_busy_share": 0.5}
+
+
 def overhead_bound(parts: dict[str, float], hints=None, **figures: object) -> dict:
     """An overhead-bound CPU run's advice (``hints``: the project's), its timed step of 4 ms held by ``parts``."""
-    run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.01, "cpu_busy_share": 0.5}
-    return advice({**run, **figures, "step_parts": {"steps": 8, "step_s": 0.004, "parts": parts}}, hints)
+    return advice({**RUN, **figures, "step_parts": {"steps": 8, "step_s": 0.004, "parts": parts}}, hints)
 
 
 def test_where_the_wait_for_the_next_batch_is_the_costliest_part_the_loader_is_named_and_the_ceiling_leaves_it():

@@ -62,6 +62,9 @@ USER_HINTS: dict[str, list[str]] = {
 
 
 CULPRIT_SHARE = 0.05  # a part taking this share of each timed step, or of each epoch between epochs, is named
+# ... and, around the step, this share of the step's time outside tensor operations where that was measured: a part
+# smaller beside the rest is not what the overhead is (the ceiling of the whole overhead says more)
+OVERHEAD_PART = 0.25
 
 
 def part_fix(part: str, between_epochs: bool = False) -> str:
@@ -121,14 +124,17 @@ def culprit(summary: Mapping[str, Any]) -> dict[str, Any] | None:
     """The part around the step, or between epochs, that costs an epoch most, its fix and what removing it could buy.
 
     ``per``: ``step`` (the part's ``s`` a step, its ``share`` of the step) or ``epoch`` (between epochs: its ``s`` an
-    epoch, its ``share`` of the epoch). None where no part takes CULPRIT_SHARE of its step or epoch.
+    epoch, its ``share`` of the epoch). None where no part takes CULPRIT_SHARE of its step or epoch, nor a step's part
+    OVERHEAD_PART of the step's time outside tensor operations.
     """
     found = []
     steps, between = summary.get("step_parts"), summary.get("between_epochs")
+    busy = summary.get(DEVICE_BUSY_SHARE if DEVICE_BUSY_SHARE in summary else CPU_BUSY_SHARE)
     if steps and (named := costliest(steps["parts"], steps["step_s"], fetch=True)):
         part, seconds = named
         share = seconds / steps["step_s"]
-        found.append((share * summary[AVG_TRAIN_S], part, seconds, share, "step", steps["step_s"]))
+        if busy is None or share >= OVERHEAD_PART * (1 - busy):
+            found.append((share * summary[AVG_TRAIN_S], part, seconds, share, "step", steps["step_s"]))
     an_epoch_s = epoch_s(summary)
     if between and (named := costliest(between["parts"], an_epoch_s)):
         part, seconds = named
@@ -196,7 +202,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         kept = max(busy, wait)
         less = found["at_most_s_less"] = (1 - kept) * train_s
         faster = found["speed_up_at_most"] = 1 / kept
-        left = f", the wait for data ({wait:.0%}) left" if wait >= CULPRIT_SHARE else ""
+        left = f", the wait for data ({wait:.0%}) left," if wait >= CULPRIT_SHARE else ""
         found["ceiling"] = (
             f"the CPU spent {busy:.0%} of the step inside tensor operations, so with the Python and framework work "
             f"around them gone{left} the step could be up to {faster:.1f}x faster"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import fit_module
 from lightning import Callback, LightningModule, Trainer
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.measure.batch_fields import tensors_of
@@ -1032,12 +1032,14 @@ class LogsItsBatchSize(Classifier):
 
 def test_a_step_that_logs_the_loaders_batch_size_on_its_short_last_batch_is_no_disagreement(capsys):
     data = [(torch.randn(4), torch.tensor(i)) for i in range(SAMPLES * BATCHES - 5)]
-    timer = EpochTimer()
-    fit_module(LogsItsBatchSize(), DataLoader(data, batch_size=SAMPLES), callbacks=[timer])
-    assert [row["samples"] for row in timer.epochs] == [len(data)] * 2
-    assert all("sample_counts" not in row for row in timer.epochs)
+    batches = BatchSampler(SequentialSampler(data), SAMPLES, drop_last=False)  # no loader length known to agree
+    for loader in (DataLoader(data, batch_size=SAMPLES), DataLoader(data, batch_sampler=batches)):
+        timer = EpochTimer()
+        fit_module(LogsItsBatchSize(), loader, callbacks=[timer])
+        assert [row["samples"] for row in timer.epochs] == [len(data)] * 2
+        assert all("sample_counts" not in row for row in timer.epochs)
     assert "samples disagree" not in capsys.readouterr().out
-    # where the loader's length is not known to agree, the same excess is still said
+    # a count short of the logged batch size on every step is still said
     timer = EpochTimer(samples_in_batch=lambda batch: len(batch[0]) - 1)
     fit_module(LogsItsBatchSize(), DataLoader(data, batch_size=SAMPLES), callbacks=[timer])
     assert timer.epochs[0]["sample_counts"]["logged"] == SAMPLES * BATCHES

@@ -10,13 +10,7 @@ from lightning.pytorch import LightningModule, Trainer
 
 from mnistperf.diagnosis.callbacks.project_reader import audited_samples
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import (
-    READINGS,
-    TrainingBatches,
-    disagreeing,
-    full_batches,
-    loader_samples,
-)
+from mnistperf.diagnosis.measure.batches import READINGS, TrainingBatches, disagreeing, loader_samples
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.upstream import lightning_batch_size, logged_samples
 
@@ -40,6 +34,7 @@ class TimerSamples:
         self.trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
         self.per_loader = [0.0] * len(self.batches.names)  # the epoch's samples per training loader
         self.counted = 0.0  # this rank's samples of the epoch (NaN: a step's were not counted)
+        self.full = (0, 0)  # the epoch's steps that trained, and the most samples any of them held
         self._first_batch: tuple[int, int | None] | None = None  # the epoch's first batch: counted, Lightning's reading
 
     def _count(self, part: Any) -> int | None:
@@ -77,6 +72,7 @@ class TimerSamples:
         self.trained = (index if self.trained[0] is None else self.trained[0], index)
         samples = None if None in counts else sum(counts)
         self.counted += math.nan if samples is None else samples
+        self.full = (self.full[0] + 1, max(self.full[1], samples or 0))
         if self.batches.several:  # each loader's samples, where the epoch's row tells them apart
             for loader, part in enumerate(counts):
                 self.per_loader[loader] += math.nan if part is None else part
@@ -101,23 +97,20 @@ class TimerSamples:
         """This rank's samples of the epoch beside every other count of them known, where any disagrees.
 
         The others: the batch sizes ``self.log`` was given, where more than counted (a module that logs some steps only
-        gives it fewer) and not the loader's batch size each step where the loader's length agrees with the count (a
-        module that logs its configured batch size, the short last batch's too); an audit's (another callback's than
-        ``asking``); the loader's length times its batch size; and
-        Lightning's reading of the epoch's first batch.
+        gives it fewer) and not the largest step's count on every step (a module that logs its configured batch
+        size, the short last batch's too); an audit's (another callback's than ``asking``); the loader's length times
+        its batch size; and Lightning's reading of the epoch's first batch.
         """
         logged = logged_samples(trainer)
+        rounded = logged == self.full[0] * self.full[1]  # every step logged as the largest
         others: dict[str, int | None] = {
-            "logged": logged if logged is not None and logged > self.counted else None,
+            "logged": logged if logged is not None and logged > self.counted and not rounded else None,
             "audit": audited_samples(trainer, asking),
             "loader": None,
         }
         first, last = self.trained
         if first == 0 and last is not None and not self.batches.several:
-            loader = trainer.train_dataloader
-            others["loader"] = loader_samples(loader, last + 1)
-            if others["loader"] == self.counted and logged == full_batches(loader, last + 1):
-                others["logged"] = None
+            others["loader"] = loader_samples(trainer.train_dataloader, last + 1)
         counts = disagreeing(self.counted, others) or {}
         if self._first_batch is not None and self._first_batch[1] is not None and len(set(self._first_batch)) > 1:
             counts = {"counted": int(self.counted), **counts, "batch": self._first_batch[0]}

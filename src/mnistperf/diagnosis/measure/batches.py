@@ -75,12 +75,6 @@ def loader_samples(loader: Any, steps: int) -> int | None:
     return batches * loader.batch_size if loader.drop_last else samples
 
 
-def full_batches(loader: Any, steps: int) -> int | None:
-    """``steps`` batches of a DataLoader's ``batch_size`` each, its short last one's too; None without one."""
-    batch_size = getattr(loader, "batch_size", None) if isinstance(loader, DataLoader) else None
-    return None if batch_size is None else steps * batch_size
-
-
 def disagreeing(counted: float, others: dict[str, int | None]) -> dict[str, int] | None:
     """``counted`` beside every other count that is known, where any of them differs; None where all agree."""
     known = {name: int(value) for name, value in others.items() if value is not None}

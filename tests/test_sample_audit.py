@@ -18,6 +18,7 @@ from mnistperf.diagnosis.callbacks.project_reader import lightnings, transfers_b
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.measure import fingerprint, held_steps
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
+from mnistperf.diagnosis.measure.sample_counts import ORDER_SAMPLES
 from mnistperf.diagnosis.record.epoch_text import format_audit
 
 ROWS = 24
@@ -149,6 +150,13 @@ def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_orde
     assert [counts(row) for row in audit.epochs] == [(ROWS // 2, ROWS // 2, 0, ROWS // 2)] * 2
     assert [row["same_order_ranks"] for row in audit.epochs] == [None, 1]
     assert "same order as epoch 1 on 1 of 1 rank: is the sampler reshuffled" in capsys.readouterr().out
+
+
+def test_an_epoch_of_too_few_samples_to_tell_a_reshuffled_order_is_not_asked_about_its_sampler(capsys):
+    """A full-batch fit (one graph, its nodes masked) has one sample an epoch: its order is always the same."""
+    audit = audited(DataLoader(Rows(), batch_size=5, sampler=range(ORDER_SAMPLES - 1)), SampleAudit())
+    assert [row["same_order_ranks"] for row in audit.epochs] == [None, None]
+    assert "reshuffled" not in capsys.readouterr().out
 
 
 def test_an_empty_batch_of_a_width_of_its_own_is_audited_as_no_samples():

@@ -22,6 +22,7 @@ from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
 from mnistperf.diagnosis.measure.held_steps import HeldSteps
 from mnistperf.diagnosis.measure.sample_counts import (
+    ORDER_SAMPLES,
     Order,
     audited_row,
     dataset_sizes,
@@ -313,7 +314,8 @@ class SampleAudit(Callback):
             order, self._previous = Order.FAILED, None
         else:
             local = torch.cat(parts)
-            order = Order.UNKNOWN if self._previous is None else Order(int(torch.equal(self._previous, local)))
+            unknown = self._previous is None or len(local) < ORDER_SAMPLES
+            order = Order.UNKNOWN if unknown else Order(int(torch.equal(self._previous, local)))
             self._previous = local
         shares = gathered_shares(trainer, parts, order, carried)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]

@@ -23,11 +23,14 @@ if TYPE_CHECKING:
     from lightning.pytorch import Trainer
 
 
+ORDER_SAMPLES = 8  # an epoch of fewer samples repeats a reshuffled order by chance too often (8 of them: 1 in 8!)
+
+
 class Order(IntEnum):
     """What a rank sends of its epoch's order: the same as its last epoch's, another, not known, or no epoch at all."""
 
     FAILED = -2  # the rank could not fingerprint the epoch (it is not audited)
-    UNKNOWN = -1  # no last epoch to compare with (the first, or one resumed)
+    UNKNOWN = -1  # no last epoch to compare with (the first, or one resumed), or too few samples to tell
     CHANGED = 0
     SAME = 1
 

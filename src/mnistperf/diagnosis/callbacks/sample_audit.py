@@ -314,8 +314,8 @@ class SampleAudit(Callback):
             order, self._previous = Order.FAILED, None
         else:
             local = torch.cat(parts)
-            unknown = self._previous is None or len(local) < ORDER_SAMPLES
-            order = Order.UNKNOWN if unknown else Order(int(torch.equal(self._previous, local)))
+            previous = self._previous if len(local) >= ORDER_SAMPLES else None
+            order = Order.UNKNOWN if previous is None else Order(int(torch.equal(previous, local)))
             self._previous = local
         shares = gathered_shares(trainer, parts, order, carried)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]

@@ -463,6 +463,23 @@ def test_a_fits_graph_batches_are_hashed_together_not_step_by_step(monkeypatch):
     assert len(calls) == 2
 
 
+def test_a_batch_of_one_graph_says_once_that_its_graph_is_counted_and_how_to_count_its_nodes(capsys):
+    """A full-batch fit (one graph, its nodes the samples of a node-level task) reads as one graph a step."""
+    nodes = graph_list(1)[0]
+    collate = lambda items: GraphBatch([g for g, _ in items], torch.stack([t for _, t in items]))  # noqa: E731
+    timer, audit = EpochTimer(), SampleAudit()
+    fit_module(Classifier(), DataLoader([(nodes, torch.zeros(1))], collate_fn=collate), callbacks=[timer, audit])
+    assert [row["samples"] for row in timer.epochs] == [1, 1]
+    out = capsys.readouterr().out
+    said = f"lead with different lengths (1, {len(nodes)}): 1 sample a batch is counted (the graphs of its GraphBatch)"
+    assert out.count(f"EpochTimer: the tensors of a training batch (GraphBatch) {said}; pass EpochTimer(") == 1
+    assert out.count("1 sample a batch is audited (the graphs of its GraphBatch); pass sample_id=") == 1
+    # a batch of several graphs says nothing
+    collate_two = lambda items: collate(items * 2)  # noqa: E731
+    fit_module(Classifier(), DataLoader([(nodes, torch.zeros(1))], collate_fn=collate_two), callbacks=[EpochTimer()])
+    assert "lead with different lengths" not in capsys.readouterr().out
+
+
 class Classifier(LightningModule):
     """A module that trains on any of this file's batches: the mean of every float tensor of it."""
 

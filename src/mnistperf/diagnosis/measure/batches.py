@@ -223,6 +223,8 @@ class TrainingBatches:
                     if self.rows and not self.several:
                         fields = tuple(names_of(part, functools.partial(hashed, reading)))
                     stated = reading.counted_by.rule is Rule.STATED
+                    if reading.graphs is not None and reading.samples == 1:  # one graph: a node may be the sample
+                        reading = reading._replace(lengths=(1, len(reading.graphs.sets[0].of_node)))
                     if len(reading.lengths) > 1 and (self.rows or not stated):  # none for no batch, nor for graphs
                         first_key = None  # a mapping's tensors in the order of its keys, which its user may not know
                         if isinstance(part, Mapping):

@@ -242,8 +242,8 @@ def no_sample_rows(batch: Any, sample_dims: int) -> str:
 TIMER_AS_ONE = "its samples are counted as one loader's."
 AUDIT_AS_ONE = "its samples are audited as one loader's"
 OWN_COUNT = "pass EpochTimer(samples_in_batch=...) or define samples_in_batch(self, batch) -> int on {module}"
-TIMER_GUESS = "{samples} samples a batch are counted ({how}); " + OWN_COUNT + " to count what a sample is."
-AUDIT_GUESS = "{samples} samples a batch are audited ({how}); pass sample_id= or fingerprint= to name what a sample is"
+TIMER_GUESS = "{count} a batch {are} counted ({how}); " + OWN_COUNT + " to count what a sample is."
+AUDIT_GUESS = "{count} a batch {are} audited ({how}); pass sample_id= or fingerprint= to name what a sample is"
 
 
 COUNTING = {  # what a line says counted a batch's samples, by the reader's rule (``of`` its kind or dimensions)
@@ -283,7 +283,9 @@ def first_batch_lines(first: FirstBatch | None, as_one: str, guess: str, module:
         how = counted_by(reading.counted_by)
         if reading.counted_by.rule is Rule.FIRST_LENGTH and first_key is not None:
             how += f": {first_key!r}"
-        guessed = guess.format(samples=reading.samples, how=how, module=module)
+        one = reading.samples == 1
+        count, are = f"{reading.samples} sample{'' if one else 's'}", "is" if one else "are"
+        guessed = guess.format(samples=reading.samples, count=count, are=are, how=how, module=module)
         lengths = ", ".join(map(str, reading.lengths))
         said = f"the tensors of a training batch{where} ({kind}) lead with different lengths ({lengths})"
         lines.append(f"{said}: {guessed}")

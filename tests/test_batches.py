@@ -19,6 +19,7 @@ from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, text_digests
 from mnistperf.diagnosis.measure.held_steps import HeldSteps
 from mnistperf.diagnosis.measure.samples import BY_FIRST_LENGTH, read
 from mnistperf.diagnosis.record.epoch_text import counted_by as said
+from mnistperf.diagnosis.record.epoch_text import format_counts
 
 MOLECULES, BATCH = 12, 3
 
@@ -474,6 +475,10 @@ def test_a_batch_of_one_graph_says_once_that_its_graph_is_counted_and_how_to_cou
     said = f"lead with different lengths (1, {len(nodes)}): 1 sample a batch is counted (the graphs of its GraphBatch)"
     assert out.count(f"EpochTimer: the tensors of a training batch (GraphBatch) {said}; pass EpochTimer(") == 1
     assert out.count("1 sample a batch is audited (the graphs of its GraphBatch); pass sample_id=") == 1
+    assert format_counts({"counted": 1, "batch": 1, "lightning": len(nodes)}).endswith(
+        f"{len(nodes)} a batch where 1 is counted"
+    )
+    assert out.count("sample audit, epoch 2: 1 sample seen, 1 distinct") == 1
     # a batch of several graphs says nothing
     collate_two = lambda items: collate(items * 2)  # noqa: E731
     fit_module(Classifier(), DataLoader([(nodes, torch.zeros(1))], collate_fn=collate_two), callbacks=[EpochTimer()])

@@ -108,7 +108,8 @@ def format_counts(counts: dict[str, int] | None) -> str:
         agree = f" ({' and '.join(agreeing)} {'agree' if len(agreeing) > 1 else 'agrees'})" if agreeing else ""
         said.append(f"{counts['counted']:,} counted{agree}, {', '.join(others)}")
     if "lightning" in counts:
-        said.append(f"Lightning reads {counts['lightning']:,} a batch where {counts['batch']:,} are counted")
+        are = "is" if counts["batch"] == 1 else "are"
+        said.append(f"Lightning reads {counts['lightning']:,} a batch where {counts['batch']:,} {are} counted")
     return f"; samples disagree: {'; '.join(said)}"
 
 
@@ -123,7 +124,8 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
         return f"sample audit, epoch {row['epoch']}: not audited ({row['why']})"
     ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
     where = f" ({' + '.join(map(str, row['per_rank']))} on {ranks} ranks)" if ranks > 1 else ""
-    line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} samples seen{where}, {row['distinct']:,} distinct"
+    samples = "sample" if row["seen"] == 1 else "samples"
+    line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} {samples} seen{where}, {row['distinct']:,} distinct"
     if size is None:
         line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
     else:

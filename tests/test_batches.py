@@ -472,17 +472,18 @@ def test_a_batch_of_one_graph_says_once_that_its_graph_is_counted_and_how_to_cou
     fit_module(Classifier(), DataLoader([(nodes, torch.zeros(1))], collate_fn=collate), callbacks=[timer, audit])
     assert [row["samples"] for row in timer.epochs] == [1, 1]
     out = capsys.readouterr().out
-    said = f"lead with different lengths (1, {len(nodes)}): 1 sample a batch is counted (the graphs of its GraphBatch)"
-    assert out.count(f"EpochTimer: the tensors of a training batch (GraphBatch) {said}; pass EpochTimer(") == 1
+    said = f"holds one graph of {len(nodes)} nodes: 1 sample a batch is counted (the graphs of its GraphBatch)"
+    assert out.count(f"EpochTimer: a training batch (GraphBatch) {said}; pass EpochTimer(") == 1
     assert out.count("1 sample a batch is audited (the graphs of its GraphBatch); pass sample_id=") == 1
     assert format_counts({"counted": 1, "batch": 1, "lightning": len(nodes)}).endswith(
         f"{len(nodes)} a batch where 1 is counted"
     )
     assert out.count("sample audit, epoch 2: 1 sample seen, 1 distinct") == 1
-    # a batch of several graphs says nothing
+    # a batch of several graphs, or of one graph of one node, says nothing
     collate_two = lambda items: collate(items * 2)  # noqa: E731
     fit_module(Classifier(), DataLoader([(nodes, torch.zeros(1))], collate_fn=collate_two), callbacks=[EpochTimer()])
-    assert "lead with different lengths" not in capsys.readouterr().out
+    fit_module(Classifier(), DataLoader([(nodes[:1], torch.zeros(1))], collate_fn=collate), callbacks=[EpochTimer()])
+    assert "holds one graph" not in capsys.readouterr().out
 
 
 class Classifier(LightningModule):

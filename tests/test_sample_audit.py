@@ -157,6 +157,8 @@ def test_an_epoch_of_too_few_samples_to_tell_a_reshuffled_order_is_not_asked_abo
     audit = audited(DataLoader(Rows(), batch_size=5, sampler=range(ORDER_SAMPLES - 1)), SampleAudit())
     assert [row["same_order_ranks"] for row in audit.epochs] == [None, None]
     assert "reshuffled" not in capsys.readouterr().out
+    audit = audited(DataLoader(Rows(), batch_size=5, sampler=range(ORDER_SAMPLES)), SampleAudit())
+    assert [row["same_order_ranks"] for row in audit.epochs] == [None, 1]  # as many: compared
 
 
 def test_an_empty_batch_of_a_width_of_its_own_is_audited_as_no_samples():

@@ -22,12 +22,13 @@ from torch.utils.data import DataLoader, TensorDataset
 from mnistperf import upstream
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import phases, step_parts
+from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.device_syncs import SYNC_WARNING, DeviceSyncs
 from mnistperf.diagnosis.measure.drawn_steps import EVERY
 from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, StepParts, part_of, parts_timed
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
 from mnistperf.diagnosis.record.text import format_headline, format_summary
-from mnistperf.diagnosis.record.verdict import bound
+from mnistperf.diagnosis.record.verdict import WAITED_FOR_A_CORE, bound
 from mnistperf.diagnosis.show.report import html_report
 from mnistperf.upstream import TRAIN_STEP_LOGS, step_logs_owner
 
@@ -193,8 +194,10 @@ def test_a_part_small_beside_the_steps_time_outside_tensor_operations_is_no_culp
     assert "why:" not in headline and "could buy: the CPU spent 70% of the step inside tensor operations" in headline
     # the same part where the step's time outside tensor operations is twice it: named
     assert overhead_bound(parts, input_wait_share=0.06, cpu_busy_share=0.88)["culprit"]["part"] == "fetch"
-    # where no share was measured, CULPRIT_SHARE alone decides
+    # where no share was measured, or the one read is in doubt (the thread waited for a core), CULPRIT_SHARE decides
     assert overhead_bound(parts, input_wait_share=0.06, cpu_busy_share=None)["culprit"]["part"] == "fetch"
+    crowded = {WAITED_FOR_A_CORE: CROWDED}
+    assert overhead_bound(parts, input_wait_share=0.06, cpu_busy_share=0.7, **crowded)["culprit"]["part"] == "fetch"
 
 
 RUN = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.01, "cpu_busy_share": 0.5}

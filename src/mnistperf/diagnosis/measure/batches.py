@@ -224,8 +224,10 @@ class TrainingBatches:
                         fields = tuple(names_of(part, functools.partial(hashed, reading)))
                     stated = reading.counted_by.rule is Rule.STATED
                     if reading.graphs is not None and reading.samples == 1:  # one graph: a node may be the sample
-                        reading = reading._replace(lengths=(1, len(reading.graphs.sets[0].of_node)))
-                    if len(reading.lengths) > 1 and (self.rows or not stated):  # none for no batch, nor for graphs
+                        nodes = sum(len(kind.of_node) for kind in reading.graphs.sets)
+                        reading = reading._replace(lengths=(1, nodes) if nodes > 1 else ())
+                    # none for no batch, nor for a batch of several graphs (one graph: its node count beside it)
+                    if len(reading.lengths) > 1 and (self.rows or not stated):
                         first_key = None  # a mapping's tensors in the order of its keys, which its user may not know
                         if isinstance(part, Mapping):
                             first_key = next((str(k) for k, v in part.items() if getattr(v, "ndim", 0)), None)

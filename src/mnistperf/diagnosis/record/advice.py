@@ -125,11 +125,13 @@ def culprit(summary: Mapping[str, Any]) -> dict[str, Any] | None:
 
     ``per``: ``step`` (the part's ``s`` a step, its ``share`` of the step) or ``epoch`` (between epochs: its ``s`` an
     epoch, its ``share`` of the epoch). None where no part takes CULPRIT_SHARE of its step or epoch, nor a step's part
-    OVERHEAD_PART of the step's time outside tensor operations.
+    OVERHEAD_PART of the step's time outside tensor operations (where that share is measured and not in doubt).
     """
     found = []
     steps, between = summary.get("step_parts"), summary.get("between_epochs")
     busy = summary.get(DEVICE_BUSY_SHARE if DEVICE_BUSY_SHARE in summary else CPU_BUSY_SHARE)
+    if (summary.get(WAITED_FOR_A_CORE) or 0.0) >= CROWDED:  # a share in doubt bounds nothing, nor hides a part
+        busy = None
     if steps and (named := costliest(steps["parts"], steps["step_s"], fetch=True)):
         part, seconds = named
         share = seconds / steps["step_s"]

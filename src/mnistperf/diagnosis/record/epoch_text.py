@@ -290,6 +290,8 @@ def first_batch_lines(first: FirstBatch | None, as_one: str, guess: str, module:
         guessed = guess.format(samples=reading.samples, count=count, are=are, how=how, module=module)
         lengths = ", ".join(map(str, reading.lengths))
         said = f"the tensors of a training batch{where} ({kind}) lead with different lengths ({lengths})"
+        if reading.graphs is not None:  # a batch of one graph, its node count beside it
+            said = f"a training batch{where} ({kind}) holds one graph of {reading.lengths[1]:,} nodes"
         lines.append(f"{said}: {guessed}")
     return lines
 

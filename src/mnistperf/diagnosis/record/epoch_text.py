@@ -124,8 +124,8 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
         return f"sample audit, epoch {row['epoch']}: not audited ({row['why']})"
     ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
     where = f" ({' + '.join(map(str, row['per_rank']))} on {ranks} ranks)" if ranks > 1 else ""
-    samples = "sample" if row["seen"] == 1 else "samples"
-    line = f"sample audit, epoch {row['epoch']}: {row['seen']:,} {samples} seen{where}, {row['distinct']:,} distinct"
+    seen = f"{row['seen']:,} sample{'' if row['seen'] == 1 else 's'} seen"
+    line = f"sample audit, epoch {row['epoch']}: {seen}{where}, {row['distinct']:,} distinct"
     if size is None:
         line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
     else:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import fit_module
 from lightning import LightningModule
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.project_reader import project_hints
@@ -26,15 +26,18 @@ linux = pytest.mark.skipif(thread_wait_s() is None, reason="read from Linux's /p
 
 
 class Emulated:
-    """Readings of /proc as a script gives them: the thread's waits in turn, each worker's CPU at each read."""
+    """Readings of /proc as a script gives them: the thread's waits in turn, each worker's CPU at each read, and the
+    ended children's CPU at the epoch's start and end (``reaped``; by default none end)."""
 
-    def __init__(self, monkeypatch, waits: list[float], workers: list[dict[int, float]], cpus: int = 2):
+    def __init__(self, monkeypatch, waits, workers: list[dict[int, float]], cpus: int = 2, reaped: list | None = None):
         self.waits, self.workers, self.now = iter(waits), iter(workers), {}
         monkeypatch.setattr(cores, "thread_wait_s", lambda: next(self.waits))
         monkeypatch.setattr(cores, "workers", self._workers)
         monkeypatch.setattr(cores, "cpu_s", lambda pid: self.now.get(pid))
         monkeypatch.setattr(cores, "usable_cpus", lambda: cpus)
         monkeypatch.setattr(cores, "measured", lambda: True)
+        monkeypatch.setattr(cores, "reaped_cpu_s", lambda: next(self.reaped))
+        self.reaped = iter(reaped or [0.0] * 2)
 
     def _workers(self) -> list[int]:
         self.now = next(self.workers)
@@ -53,6 +56,17 @@ def test_the_wait_counts_train_time_only_and_a_worker_gone_counts_from_its_last_
     wait, used = epoch.shares(train_s=10.0, now=110.0)
     assert wait == pytest.approx(0.25)  # 2.5 s of 10 s
     assert used == pytest.approx((4.0 + 3.0) / (10.0 * 2))  # worker 7's 4 s, worker 8's 3 s, over 2 cores' 10 s
+
+
+def test_workers_that_started_and_ended_between_two_reads_count_by_the_cpu_of_the_children_joined(monkeypatch):
+    # A loader of no known length, its epoch shorter than a read's interval: no read finds its workers alive, but
+    # their 3 s are among the ended children's once joined. Worker 7, read alive at 5 s of CPU, ends too (at 6 s).
+    Emulated(monkeypatch, waits=[0.0, 0.0], workers=[{7: 5.0}, {}], reaped=[10.0, 10.0 + 3.0 + 6.0])
+    epoch = cores.EpochCores()
+    epoch.start(now=100.0)
+    epoch.train_paused()
+    _, used = epoch.shares(train_s=2.0, now=102.0)
+    assert used == pytest.approx((3.0 + 1.0) / (2.0 * 2))  # the new workers' 3 s and worker 7's last 1 s
 
 
 def test_off_linux_or_unreadable_neither_is_measured(monkeypatch):
@@ -205,6 +219,21 @@ class Tiny(LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class BusyStream(IterableDataset):
+    """Busy's rows as a stream of no known length, each worker its half."""
+
+    def __iter__(self):
+        info = get_worker_info()
+        return (Busy()[index] for index in range(info.id if info else 0, 32, info.num_workers if info else 1))
+
+
+@linux
+def test_a_stream_whose_workers_end_before_a_read_finds_them_still_measures_their_cpu():
+    timer = EpochTimer()
+    fit_module(Tiny(), DataLoader(BusyStream(), batch_size=8, num_workers=2), callbacks=[timer], max_epochs=2)
+    assert all(row[WORKERS_CPU_SHARE] is not None and row[WORKERS_CPU_SHARE] > 0 for row in timer.epochs)
 
 
 @linux

@@ -237,7 +237,8 @@ INPUT_WAIT_SHARE, HOST_WAIT_SHARE, CORE_WAIT_SHARE, WORKERS_CPU_SHARE = (
         (
             "workers_cpu_share",
             "workers' CPU, of the cores",
-            "its DataLoader workers' CPU time over the epoch's wall time times the cores the process may use (Linux)",
+            "its DataLoader workers' CPU time (and any child's it joined) over the epoch's wall time times the cores "
+            "the process may use (Linux)",
             {"ranks": "mean"},
         ),
     )

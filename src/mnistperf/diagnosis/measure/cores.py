@@ -28,6 +28,12 @@ def cpu_s(pid: int) -> float | None:
         return None
 
 
+def reaped_cpu_s() -> float:
+    """The CPU time of this process's children that ended and were waited for (workers joined), in seconds, so far."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 class EpochCores:
     """One epoch's readings, each method called from the thread that runs the training steps (whose schedule it is)."""
 
@@ -38,11 +44,13 @@ class EpochCores:
         self._from: float | None = None  # the thread's wait where train time last started
         self.first: dict[int, float] = {}  # each worker's CPU seconds at the epoch's start (absent: started since)
         self.last: dict[int, float] = {}  # each worker's CPU seconds at its last read (a worker gone keeps it)
+        self.alive: set[int] = set()  # the workers found at the last read
+        self.reaped = 0.0  # the ended children's CPU seconds at the epoch's start
         self.due = math.inf  # the clock time of the next read of the workers
 
     def start(self, now: float) -> None:
         """The epoch starts at ``now``: its workers' CPU so far and the thread's wait for a core are read."""
-        self.started = now
+        self.started, self.reaped = now, reaped_cpu_s()
         self.read_workers(now)
         self.first = dict(self.last)
         self.train_resumed()
@@ -62,7 +70,9 @@ class EpochCores:
             self.due = math.inf
             return
         self.due = now + READ_EVERY_S
-        self.last.update({pid: used for pid in workers() if (used := cpu_s(pid)) is not None})
+        found = {pid: used for pid in workers() if (used := cpu_s(pid)) is not None}
+        self.last.update(found)
+        self.alive = set(found)
 
     def shares(self, train_s: float, now: float) -> tuple[float, float]:
         """(``core_wait_share``, ``workers_cpu_share``) since the start, read once more; NaN where not measured."""
@@ -70,8 +80,13 @@ class EpochCores:
         if self.started is None or not measured() or not now > self.started:
             return wait, math.nan
         self.read_workers(now)
-        used = sum(cpu - self.first.get(pid, 0.0) for pid, cpu in self.last.items())
-        return wait, min(max(used / ((now - self.started) * usable_cpus()), 0.0), 1.0)
+        used = {pid: cpu - self.first.get(pid, 0.0) for pid, cpu in self.last.items()}
+        gone = [pid for pid in used if pid not in self.alive]
+        # a worker gone was joined: its CPU is among the ended children's, whether or not a read caught it alive (an
+        # epoch shorter than READ_EVERY_S on a loader of no known length: none did)
+        ended = reaped_cpu_s() - self.reaped - sum(self.first.get(pid, 0.0) for pid in gone) if self.workers else 0.0
+        total = sum(used[pid] for pid in self.alive) + max(sum(used[pid] for pid in gone), ended)
+        return wait, min(max(total / ((now - self.started) * usable_cpus()), 0.0), 1.0)
 
 
 def cores_held_by(figures: dict[str, Any]) -> dict[str, Any] | None:

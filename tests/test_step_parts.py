@@ -331,6 +331,7 @@ def test_work_done_every_nth_step_is_timed_at_its_rate_whatever_its_period_and_n
         ("[LightningModule]Net.on_after_batch_transfer", "copy to the device"),
         ("[LightningModule]Net.on_train_batch_end", "module hooks"),
         ("[Strategy]DDPStrategy.training_step", "training_step"),
+        ("optimizer_step", "optimizer step"),  # manual optimization's opt.step(), inside training_step
         ("run_training_batch", LOOP),
         ("save_checkpoint", CHECKPOINT_SAVES),
     ],

@@ -29,6 +29,7 @@ MODULE_PARTS = {
 LOGGER = "[Logger]"  # the action of a step's logging, the loggers' writes in, timed here (no profiler action holds it)
 LOG_CALL = "[LightningModule]self.log"  # the module's self.log calls, timed here
 SAVE_CHECKPOINT = "save_checkpoint"  # the action of Trainer.save_checkpoint, wherever it is called from
+MANUAL_STEP = "optimizer_step"  # the action of an optimizer's step under manual optimization (``opt.step()``)
 CHECKPOINT_SAVES = "checkpoint saves"  # its part
 
 
@@ -45,6 +46,8 @@ def part_of(action: str) -> str:
         return "self.log"
     if action == SAVE_CHECKPOINT:
         return CHECKPOINT_SAVES
+    if action == MANUAL_STEP:
+        return "optimizer step"
     kind, _, rest = action.partition("]")
     held_by, _, hook = rest.rpartition(".")
     owner = held_by.split("{")[0].rpartition(".")[2]  # a class's name, its qualname's last, its arguments apart

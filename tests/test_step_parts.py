@@ -106,6 +106,28 @@ def test_the_steps_timed_by_their_parts_leave_the_warm_up_epoch_apart_where_a_st
     assert json.loads(timer.summary_path.read_text())["step_parts"]["steps"] == steps  # two an epoch of 32
 
 
+class Manual(Logged):
+    """A step that updates by hand, as a GAN's two optimizers do."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        loss = super().training_step(batch, batch_idx)
+        self.manual_backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def test_under_manual_optimization_each_optimizer_step_is_its_own_part():
+    timer = EpochTimer(busy_window_steps=0)
+    fit_module(Manual(), loader(), callbacks=[timer], max_epochs=2)
+    parts = parts_of(timer)["step_parts"]["parts"]
+    assert parts["optimizer step"] > 0 and "backward" not in parts  # manual_backward runs inside training_step
+
+
 def test_a_callbacks_own_time_each_step_is_its_part_and_the_culprit_with_its_fix(clock):
     timer = EpochTimer(busy_window_steps=0)  # no profiled window to drop a timed step
     fit_module(Logged(), loader(), callbacks=[timer, Costly(clock, SECOND)], max_epochs=2)

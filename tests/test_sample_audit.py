@@ -141,7 +141,8 @@ def test_more_distinct_samples_than_the_dataset_holds_count_no_missing_and_say_w
     row = audit.epochs[0]
     assert (row["seen"], row["distinct"], row["dataset_size"], row["missing"]) == (24, 24, 8, None)
     said = capsys.readouterr().out
-    assert "24 distinct of 8: 0 duplicates, missing not counted; 16 more distinct than the dataset holds" in said
+    assert "24 distinct of 8: 0 duplicates, missing not counted (limit_train_batches=3: the epoch trains 3 of" in said
+    assert "batches); 16 more distinct than the dataset holds" in said
     assert "several samples made of each item" in said
 
 
@@ -159,6 +160,21 @@ def test_an_epoch_of_too_few_samples_to_tell_a_reshuffled_order_is_not_asked_abo
     assert "reshuffled" not in capsys.readouterr().out
     audit = audited(DataLoader(Rows(), batch_size=5, sampler=range(ORDER_SAMPLES)), SampleAudit())
     assert [row["same_order_ranks"] for row in audit.epochs] == [None, 1]  # as many: compared
+
+
+@pytest.mark.parametrize(
+    ("option", "batches"),
+    [({"limit_train_batches": 0.5}, 2), ({"overfit_batches": 2}, 2), ({"limit_train_batches": 2}, 2)],
+)
+def test_an_epoch_the_trainer_cuts_to_fewer_batches_counts_no_missing_and_says_why(option, batches, capsys):
+    """The batches the trainer's own option leaves out are not due: strict does not raise, nor is the order asked of
+    a sampler Lightning stopped shuffling for overfit_batches."""
+    audit = audited(DataLoader(Rows(), batch_size=6, shuffle=True), SampleAudit(strict=True), **option)
+    assert [counts(row) for row in audit.epochs] == [(12, 12, 0, None)] * 2
+    assert [row["same_order_ranks"] for row in audit.epochs][1] == (None if "overfit_batches" in option else 0)
+    name, value = next(iter(option.items()))
+    said = f"missing not counted ({name}={value}: the epoch trains {batches} of the loader's 4 batches)"
+    assert capsys.readouterr().out.count(said) == 2
 
 
 def test_an_empty_batch_of_a_width_of_its_own_is_audited_as_no_samples():

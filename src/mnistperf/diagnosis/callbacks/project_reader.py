@@ -46,6 +46,7 @@ class TrainerAttributes(Protocol):
     profiler: Profiler
     datamodule: LightningDataModule | None
     callbacks: list[Callback]
+    overfit_batches: int | float
 
 
 def last_epoch(trainer: Trainer, batches: float) -> bool:
@@ -65,6 +66,23 @@ def steps_left(trainer: Trainer, batches: float | None = None) -> float:
         bound = optimizer_steps * max(1, int(trainer.accumulate_grad_batches))
         left = bound if math.isnan(left) else min(left, bound)
     return left
+
+
+def limited_epoch(trainer: Trainer) -> str | None:
+    """How the trainer's own option cuts each epoch to fewer batches than its one training loader holds; else None.
+
+    ``overfit_batches`` or ``limit_train_batches``, with the batches trained and the loader's: ``limit_train_batches=
+    0.5: the epoch trains 8 of the loader's 16 batches``.
+    """
+    trained, loader = trainer.num_training_batches, trainer.train_dataloader
+    try:
+        batches = len(loader)  # type: ignore[arg-type]
+    except TypeError:  # several loaders, or one of no length
+        return None
+    if not math.isfinite(trained) or trained >= batches:
+        return None
+    option = "overfit_batches" if cast(TrainerAttributes, trainer).overfit_batches else "limit_train_batches"
+    return f"{option}={getattr(trainer, option)}: the epoch trains {int(trained):,} of the loader's {batches:,} batches"
 
 
 def project_terms(trainer: Trainer) -> ProjectTerms:

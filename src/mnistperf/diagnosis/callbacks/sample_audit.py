@@ -7,7 +7,7 @@ device; at the epoch's end every rank's are gathered and counted, and rank 0 pri
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.callbacks.project_reader import transfers_batches
+from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, limited_epoch, transfers_batches
 from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError, SampleIdentity
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
@@ -328,6 +328,12 @@ class SampleAudit(Callback):
             with self.problems.guard("reading the training set's size"):
                 sizes = dataset_sizes(self.batches.parts(trainer.train_dataloader), self.sample_dims)
             row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
+            with self.problems.guard("reading whether the trainer limits the epoch's batches"):
+                limited = limited_epoch(trainer)
+                if limited is not None:  # the loader's other batches are not due this epoch: none of them is missing
+                    row.update(missing=None, limited=limited)
+                    if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off
+                        row["same_order_ranks"] = None
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
         draws = None

@@ -131,6 +131,8 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     else:
         missing = "missing not counted" if row["missing"] is None else f"{row['missing']:,} missing"
         line += f" of {size:,}: {duplicates:,} duplicates, {missing}"
+    if row.get("limited"):
+        line += f" ({row['limited']})"
     if size is not None and row["distinct"] > size:
         line += (
             f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "

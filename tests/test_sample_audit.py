@@ -177,6 +177,13 @@ def test_an_epoch_the_trainer_cuts_to_fewer_batches_counts_no_missing_and_says_w
     assert capsys.readouterr().out.count(said) == 2
 
 
+def test_an_epoch_max_steps_ends_inside_counts_no_missing_and_says_why(capsys):
+    audit = audited(DataLoader(Rows(), batch_size=6, shuffle=True), SampleAudit(strict=True), max_steps=6)
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0), (12, 12, 0, None)]
+    said = "missing not counted (max_steps=6: the fit ended after 2 of the epoch's 4 batches)"
+    assert capsys.readouterr().out.count(said) == 1
+
+
 def test_an_empty_batch_of_a_width_of_its_own_is_audited_as_no_samples():
     """A collate that pads each batch to its longest sample hands an empty batch out at width 0."""
 
@@ -254,7 +261,7 @@ def test_an_epoch_resumed_from_a_checkpoint_is_counted_whole_and_a_plain_loader_
     fresh iterator, so the first 10 samples are seen twice and the last 9 never."""
     checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_last=True)
     first = audited(DataLoader(Rows(), batch_size=5), SampleAudit(), 1, checkpoint, max_steps=2)
-    assert counts(first.epochs[0]) == (10, 10, 0, ROWS - 10)  # stopped after 2 of 5 batches
+    assert counts(first.epochs[0]) == (10, 10, 0, None)  # stopped by max_steps after 2 of 5 batches: none missing
     resumed = audited(DataLoader(Rows(), batch_size=5), SampleAudit(), 1, ckpt_path=tmp_path / "last.ckpt")
     assert counts(resumed.epochs[0]) == (10 + 15, 15, 10, ROWS - 15)
 

@@ -207,6 +207,7 @@ class SampleAudit(Callback):
         self._carried_counts = [0] * count  # per loader: how many fingerprints a checkpoint carried (at the front)
         self._held = HeldSteps(self.hash, count)  # per loader: the steps' sample rows not yet hashed
         self._watched = []  # the held steps' rows as read, each with its versions then
+        self._steps: int | None = None  # the epoch's steps begun so far (None: none yet)
 
     def _restore(self, trainer: Trainer, restored: dict[str, Any]) -> None:
         """Take back this rank's fingerprints of the epoch, per loader (every rank's on rank 0, where ranks changed)."""
@@ -236,6 +237,7 @@ class SampleAudit(Callback):
         are (:meth:`_check_watched`).
         """
         self._commit(let_go=False)  # the batch read for this step, by another callback already, is kept
+        self._steps = batch_idx + 1  # the epoch's steps begun so far
         if self._failed is not None:
             return
         try:
@@ -304,7 +306,7 @@ class SampleAudit(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
         self._settle()
-        carried = self._carried_counts
+        carried, steps = self._carried_counts, self._steps
         parts = self._collected(trainer)
         self._start_epoch()
         self._in_epoch = False
@@ -329,7 +331,7 @@ class SampleAudit(Callback):
                 sizes = dataset_sizes(self.batches.parts(trainer.train_dataloader), self.sample_dims)
             row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
             with self.problems.guard("reading whether the trainer limits the epoch's batches"):
-                limited = limited_epoch(trainer)
+                limited = limited_epoch(trainer, steps)
                 if limited is not None:  # the loader's other batches are not due this epoch: none of them is missing
                     row.update(missing=None, limited=limited)
                     if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off

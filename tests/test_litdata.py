@@ -305,7 +305,7 @@ def test_an_interrupted_epoch_resumes_with_the_samples_not_yet_seen(tiny_data):
     audit = [AUDIT, f"--trainer.callbacks.dataset_size={ROWS}"]
     # Interrupted right after the checkpoint of step 5: samples of 5 batches seen, carried in the checkpoint.
     first = run_fit(cwd, "--trainer.max_epochs", "1", "--trainer.max_steps", "5", *audit, *checkpoints)
-    assert audit_counts(audit_epochs(first.stdout)) == [(5 * 16, 5 * 16, 0, ROWS - 5 * 16)]
+    assert audit_counts(audit_epochs(first.stdout)) == [(5 * 16, 5 * 16, 0, None)]  # max_steps ended it: none due
     resumed = run_fit(
         cwd,
         "--trainer.max_epochs",

@@ -120,18 +120,16 @@ def epoch_s(summary: Mapping[str, Any]) -> float:
     )
 
 
-def culprit(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+def culprit(summary: Mapping[str, Any], busy: float | None) -> dict[str, Any] | None:
     """The part around the step, or between epochs, that costs an epoch most, its fix and what removing it could buy.
 
     ``per``: ``step`` (the part's ``s`` a step, its ``share`` of the step) or ``epoch`` (between epochs: its ``s`` an
     epoch, its ``share`` of the epoch). None where no part takes CULPRIT_SHARE of its step or epoch, nor a step's part
-    OVERHEAD_PART of the step's time outside tensor operations (where that share is measured and not in doubt).
+    OVERHEAD_PART of the step's time outside tensor operations, where ``busy`` (the step's share inside them, None:
+    not measured, or in doubt) says what that is.
     """
     found = []
     steps, between = summary.get("step_parts"), summary.get("between_epochs")
-    busy = summary.get(DEVICE_BUSY_SHARE if DEVICE_BUSY_SHARE in summary else CPU_BUSY_SHARE)
-    if (summary.get(WAITED_FOR_A_CORE) or 0.0) >= CROWDED:  # a share in doubt bounds nothing, nor hides a part
-        busy = None
     if steps and (named := costliest(steps["parts"], steps["step_s"], fetch=True)):
         part, seconds = named
         share = seconds / steps["step_s"]
@@ -232,7 +230,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         else:  # a measured ceiling stands, the workers' beside it, their hints first (more workers: not for input)
             found["ceiling"] = f"{found['ceiling']}; {freed}"
             keys = [WORKERS] if verdict == "input-bound" else [WORKERS, key]
-    named = culprit(summary) if verdict == "overhead-bound" else None
+    named = culprit(summary, None if in_doubt else busy) if verdict == "overhead-bound" else None
     if named is not None:
         found["culprit"] = named
         where, whole = ("", "a step") if named["per"] == "step" else (" between epochs", "an epoch")

@@ -34,7 +34,7 @@ class TimerSamples:
         self.trained: tuple[int | None, int | None] = (None, None)  # the epoch's first and last steps that trained
         self.per_loader = [0.0] * len(self.batches.names)  # the epoch's samples per training loader
         self.counted = 0.0  # this rank's samples of the epoch (NaN: a step's were not counted)
-        self.steps_and_most = (0, 0)  # the epoch's steps that trained, and the most samples any of them held
+        self.steps, self.most = 0, 0  # the epoch's steps that trained, and the most samples any of them held
         self._first_batch: tuple[int, int | None] | None = None  # the epoch's first batch: counted, Lightning's reading
 
     def _count(self, part: Any) -> int | None:
@@ -72,7 +72,7 @@ class TimerSamples:
         self.trained = (index if self.trained[0] is None else self.trained[0], index)
         samples = None if None in counts else sum(counts)
         self.counted += math.nan if samples is None else samples
-        self.steps_and_most = (self.steps_and_most[0] + 1, max(self.steps_and_most[1], samples or 0))
+        self.steps, self.most = self.steps + 1, max(self.most, samples or 0)
         if self.batches.several:  # each loader's samples, where the epoch's row tells them apart
             for loader, part in enumerate(counts):
                 self.per_loader[loader] += math.nan if part is None else part
@@ -102,7 +102,7 @@ class TimerSamples:
         its batch size; and Lightning's reading of the epoch's first batch.
         """
         logged = logged_samples(trainer)
-        rounded = logged == math.prod(self.steps_and_most)  # every step logged as the largest
+        rounded = logged == self.steps * self.most  # every step logged as the largest
         others: dict[str, int | None] = {
             "logged": logged if logged is not None and logged > self.counted and not rounded else None,
             "audit": audited_samples(trainer, asking),

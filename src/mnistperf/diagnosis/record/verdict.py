@@ -36,7 +36,7 @@ def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_
     Their :func:`bound`, a close call's other bound (:func:`close_call`), then a clause on who held the cores.
     """
     verdict, reason = bound(figures, threshold, not_measured)
-    other = close_call(figures, threshold, verdict, not_measured)
+    other = close_call(figures, threshold, verdict)
     if other is not None:
         reason += (
             f"; a close call: waiting for data {figures[INPUT_WAIT_SHARE]:.0%} is within {NEAR_INPUT_LINE * 100:.0f} "
@@ -45,12 +45,12 @@ def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_
     return verdict, reason + clause(cores_held_by(figures))
 
 
-def close_call(figures: dict[str, Any], threshold: float, verdict: str, not_measured: str) -> str | None:
+def close_call(figures: dict[str, Any], threshold: float, verdict: str) -> str | None:
     """The other bound a run is as much as, where its wait for data lies within NEAR_INPUT_LINE of the line."""
     wait = figures[INPUT_WAIT_SHARE]
     if abs(wait - threshold) >= NEAR_INPUT_LINE:
         return None
-    other = bound(figures, wait + 1.0 if verdict == "input-bound" else wait, not_measured)[0]
+    other = bound(figures, wait + 1.0 if verdict == "input-bound" else wait)[0]
     return None if other in (verdict, "undetermined") else other
 
 
@@ -123,7 +123,7 @@ def deciding(figures: dict[str, Any], verdict: str, threshold: float = INPUT_BOU
     A close call names the other bound instead.
     """
     wait = figures[INPUT_WAIT_SHARE]
-    other = close_call(figures, threshold, verdict, NOT_MEASURED)
+    other = close_call(figures, threshold, verdict)
     if other is not None:
         return f"waiting for data {wait:.0%}, a close call: as much {other}"
     if verdict == "input-bound":

@@ -94,10 +94,7 @@ PARTS_SAID = {  # by the summary's key
 
 
 def format_parts(run: RunSummary, key: str) -> str | None:
-    """Where a timed step's time goes, or the time between epochs (``key``), the largest parts first.
-
-    None where nothing was timed by its parts.
-    """
+    """Where a timed step's time goes, or the time between epochs (``key``), largest parts first; None if untimed."""
     found, said = run.content.get(key), PARTS_SAID[key]
     if not found:
         return None
@@ -246,9 +243,9 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
         )
     if cause:
         lines.append(f"  why: {cause}")
-    if run.advice is not None and run.advice.hints:
-        lines.append(f"  fix: {'; '.join(run.advice.hints[:2])}")
     if run.advice is not None:
+        if run.advice.hints:
+            lines.append(f"  fix: {'; '.join(run.advice.hints[:2])}")
         ceiling = run.advice.ceiling.split("; " if named else ": ")[0]
         lines.append(f"  could buy: {ceiling}" + (" (the report says why)" if ceiling != run.advice.ceiling else ""))
     between = run.content.get("between_epochs")  # said where it takes a share of the epoch a culprit would

@@ -181,10 +181,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     crowded = summary.get(WAITED_FOR_A_CORE)
     held = summary.get("cores_held") or {}
     key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
-    unstated = False  # a ceiling the figures cannot state
     in_doubt = verdict != "input-bound" and crowded is not None and crowded >= CROWDED
+    unstated = in_doubt or (verdict == "overhead-bound" and busy is None)  # a ceiling the figures cannot state
     if in_doubt:
-        unstated = True
         found["ceiling"] = (
             f"none stated: the training thread waited for a core {crowded:.0%} of the profiled window, so the share "
             "it would rest on is in doubt"
@@ -211,7 +210,6 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             f"{faster:.1f}x faster"
         ) + f" (at most {seconds(less, train_s)} less per epoch)"
     elif verdict == "overhead-bound":
-        unstated = True
         found["ceiling"] = (
             "none stated: the time inside tensor operations was bounded from above by the step's phases, not "
             "measured, and only a measured share bounds what removing the overhead could buy"

@@ -226,13 +226,8 @@ def parts_table(run: RunSummary, key: str) -> str:
         return f"<p>{said.untimed}</p>"
     whole_s, syncs = found[said.seconds], found.get("syncs")  # syncs where counted (CUDA)
     rows = [
-        [
-            part,
-            f"{seconds * 1e3:.3f}",
-            f"{seconds / whole_s:.0%}",
-            *([] if syncs is None else [f"{syncs.get(part, 0):g}"]),
-        ]
-        for part, seconds in found["parts"].items()
+        [part, f"{s * 1e3:.3f}", f"{s / whole_s:.0%}", *([] if syncs is None else [f"{syncs.get(part, 0):g}"])]
+        for part, s in found["parts"].items()
     ]
     head = ["part", f"ms {said.each}", said.share, *([] if syncs is None else [f"device syncs {said.each}"])]
     return f"<p>{said.counted(found)}, {whole_s * 1e3:.2f} ms each.</p>" + _table(head, rows)

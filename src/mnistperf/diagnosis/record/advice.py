@@ -30,8 +30,7 @@ from mnistperf.machine import usable_cpus
 # Not a verdict: a step its own DataLoader workers slowed by holding the cores (docs/timing.md, "The verdict").
 WORKERS = "workers holding the cores"
 # For each verdict (on a CPU, the CPU's own two), what usually removes the bound, and what frees the cores from the
-# run's own workers. "{threads}": the threads the run used and the cores it could (a hint naming it is left out where
-# the two are equal).
+# run's own workers. "{threads}": the threads the run used and the cores it could.
 Hints = Mapping[str, Sequence[str]]
 USER_HINTS: dict[str, list[str]] = {
     # Nothing known of the project nor of its device: the DataLoader's own names, no pinning (a CPU gains nothing)

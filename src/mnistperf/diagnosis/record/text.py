@@ -262,8 +262,7 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
         f"{seconds(evaluation, largest)}{said}, {throughput(run.figure(figures.SAMPLES_PER_S))}; "
         f"{run.device or 'device not known'}, {run.precision or '32-true'}{metric}"
     )
-    where = f"`mnistperf report {folder}`" if folder else "`mnistperf report RUN`"
-    lines.append(f"The rest ({ELSEWHERE}): {where} prints it, timing.html shows it")
+    lines.append(f"The rest ({ELSEWHERE}): `mnistperf report {folder or 'RUN'}` prints it, timing.html shows it")
     return "\n".join(lines)
 
 

@@ -31,10 +31,7 @@ BUSY_SAID = {"cuda": "GPU busy", "cpu": "CPU inside tensor operations"}  # the p
 
 
 def classify(figures: dict[str, Any], threshold: float, not_measured: str = NOT_MEASURED) -> tuple[str, str]:
-    """(verdict, reason) of an epoch's or a run's figures.
-
-    Their :func:`bound`, a close call's other bound (:func:`close_call`), then a clause on who held the cores.
-    """
+    """(verdict, reason) of an epoch's or a run's figures: the bound, a close call's other bound, who held the cores."""
     verdict, reason = bound(figures, threshold, not_measured)
     other = close_call(figures, threshold, verdict)
     if other is not None:

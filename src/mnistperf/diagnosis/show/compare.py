@@ -116,10 +116,7 @@ def beyond(ratio: float | None, band: float | None) -> bool | None:
 
 
 def noise_word(ratio: float | None, band: float | None, why: str | None = None) -> str:
-    """The comparison's word for a difference: within or beyond the runs' noise (with it), or the noise not known.
-
-    ``why``: why it is not known, said after it where given.
-    """
+    """The word for a difference: within or beyond the runs' noise (with it), or the noise not known (and ``why``)."""
     verdict = beyond(ratio, band)
     if verdict is None:
         return ("noise not known" + (f": {why}" if why else "")) if ratio is not None else "-"

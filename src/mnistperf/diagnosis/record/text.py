@@ -193,7 +193,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         format_split(run, steady),
         *(format_parts(run, key) for key in PARTS_SAID),
         format_stalls(run.stalls, run.figure(figures.STEP_MEDIAN_S), run.epochs) if run.stalls else None,
-        format_utilization(dict(run.content)),
+        format_utilization(run.content),
         format_growth(run.memory["growth"]) if run.memory else None,
         format_ranks(run, steady) if run.ranks else None,
         format_window(run.busy_window) if run.busy_window else None,
@@ -304,7 +304,7 @@ def format_stalls(found: dict[str, Any], median: float | None, epochs: list[dict
     return head + "; ".join(parts)
 
 
-def format_utilization(summary: dict[str, Any]) -> str | None:
+def format_utilization(summary: Mapping[str, Any]) -> str | None:
     """The utilization line where the MFU is known (the achieved figure alone decides nothing); else None."""
     flops, achieved, mfu = summary.get("flops_per_step"), summary.get(ACHIEVED_FLOPS_PER_S), summary.get(MFU)
     if not flops or achieved is None or mfu is None:

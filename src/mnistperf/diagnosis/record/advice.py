@@ -66,7 +66,7 @@ CULPRIT_SHARE = 0.05  # a part taking this share of each timed step, or of each 
 OVERHEAD_PART = 0.25
 
 
-def part_fix(part: str, between_epochs: bool = False) -> str:
+def part_fix(part: str, between_epochs: bool) -> str:
     """What takes a part (as :func:`.part_of` names it) out of most steps, or of the time between epochs."""
     kind, _, name = part.partition(" ")
     if part == FETCH:  # in the project's terms where the advice is made

@@ -18,7 +18,6 @@ import torch
 
 from mnistperf.diagnosis.figures import share
 from mnistperf.diagnosis.measure.device_work import MIN_KERNELS_PER_STEP, device_reading
-from mnistperf.diagnosis.measure.device_work import world as world  # the clock asks it whether the fit is one rank
 from mnistperf.diagnosis.measure.memory import own_proc_text
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_reading import Talk, Unread, WindowReading

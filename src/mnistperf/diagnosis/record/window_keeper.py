@@ -13,6 +13,7 @@ from typing import Any
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.measure import busy_window, window_price
 from mnistperf.diagnosis.measure.busy_window import BusyWindow
+from mnistperf.diagnosis.measure.device_work import world
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_reading import Unread, WindowReading
 from mnistperf.diagnosis.record.verdict import WINDOW_PENDING
@@ -125,7 +126,7 @@ class WindowKeeper:
         """
         window = self.window
         assert window is not None and self.window_share is not None
-        clock_may = self.clock_calls and busy_window.world() is None and not dynamo_compiled()  # docs/timing.md
+        clock_may = self.clock_calls and world() is None and not dynamo_compiled()  # docs/timing.md
         weighed = window_price.weigh(fit_s, step_s, self.window_share, self.nodes, self.op_s, clock_may)
         affordable, share = weighed.steps, weighed.share
         if affordable >= 1 and weighed.clocked:

@@ -124,8 +124,7 @@ class RunSummary:
 
 def write_summary(summary: dict[str, Any], path: Path) -> None:
     """Write ``summary`` to ``path`` as indented JSON, atomically (a value JSON cannot hold as its repr)."""
-    text = json.dumps(jsonable(summary), indent=2)
-    atomic_write_text(path, text)
+    atomic_write_text(path, json.dumps(jsonable(summary), indent=2))
 
 
 def find_summary(run: Path) -> Path:

@@ -119,8 +119,9 @@ class EpochClock:
         """
         self._loader_workers = loader_workers
         self._reset(batches, number)
+        self._steps_left = steps_left
         reset_device_peaks(self.device)
-        self.windows.place(self._number, batches, self.expected_steps(batches), not (self.epochs or last), steps_left)
+        self.windows.place(self._number, batches, self.expected_steps(batches), not (self.epochs or last))
         self._train_start = self._last_step_end = self._synced_now()
         self._cores.start(self._train_start)
 
@@ -131,7 +132,7 @@ class EpochClock:
             return True
         now = time.perf_counter()
         step_s = (self._train_s + now - self._train_start) / done
-        left = self.windows.steps_left(done)
+        left = self._steps_left - done
         unknown = math.isnan(left)  # the fit's length: then this epoch's steps left, where known, stand for it
         if unknown:
             expected = self.expected_steps(self._batches)

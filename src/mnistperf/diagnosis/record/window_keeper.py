@@ -68,7 +68,6 @@ class WindowKeeper:
         self.recorded: Any = None  # the window's stopped profiler, until its trace is exported
         self.nodes: int | None = None  # on a CPU, the nodes of a training step's autograd graph, read once
         self.op_s = 0.0  # on a CPU, a bare tiny operator's least time (operator_s) at the epochs' starts (0: not yet)
-        self._steps_left = math.inf  # the fit's training steps left at the window's epoch start
         self._placed_by = ""  # what placed the window, where not its epoch's length
         self.epoch_reset()
 
@@ -93,10 +92,10 @@ class WindowKeeper:
         assert self.reading is not None  # only where a window is wanted
         self.reading.reason = reason
 
-    def place(self, number: int, batches: float, expected: float, pending: bool, steps_left: float) -> None:
+    def place(self, number: int, batches: float, expected: float, pending: bool) -> None:
         """Epoch ``number`` starts, of ``batches`` steps (``expected``: as the clock takes them): place the window.
 
-        ``pending``: the window waits for a steady epoch; ``steps_left``: the fit's (NaN: not known).
+        ``pending``: the window waits for a steady epoch.
         """
         if self.steps > 0 and self.device_type != "cuda" and self.window_share is not None:
             # the window's price's other part, before train time starts: a snapshot varies 2x, so the least of the
@@ -105,7 +104,6 @@ class WindowKeeper:
         if self.steps > 0 and pending:
             self.missed(WINDOW_PENDING)
         elif self.steps > 0:
-            self._steps_left = steps_left
             length = f"an epoch taken as the last one's {expected:,.0f} steps: the training loader has no length"
             self._placed_by = length if expected != batches else ""
             steps = busy_window.window_steps(expected, self.steps)
@@ -129,9 +127,6 @@ class WindowKeeper:
         clock_may = self.clock_calls and world() is None and not dynamo_compiled()  # docs/timing.md
         weighed = window_price.weigh(fit_s, step_s, self.window_share, self.nodes, self.op_s, clock_may)
         affordable, share = weighed.steps, weighed.share
-        if affordable >= 1 and weighed.clocked:
-            nodes = self.nodes if self.nodes and self.nodes < window_price.GRAPH_LIMIT else math.inf
-            window.clock = OperatorClock(self.op_s, nodes)  # a graph not counted: its backward at the least 0
         if not affordable >= 1:  # NaN too
             self.steps, self.window = 0, None  # declined: no window again this fit
             length = "of a length not known ahead (its training loader has no length and max_steps does not bound it), "
@@ -142,13 +137,12 @@ class WindowKeeper:
                 f"{PROFILE_ANYWAY}"
             )
             return False
+        if weighed.clocked:
+            nodes = self.nodes if self.nodes and self.nodes < window_price.GRAPH_LIMIT else math.inf
+            window.clock = OperatorClock(self.op_s, nodes)  # a graph not counted: its backward at the least 0
         if math.isfinite(affordable):  # a fit no limit ends (max_epochs -1, max_time) pays for any window
             window.cap(int(affordable), step_s, share * fit_s - weighed.start_s)
         return True
-
-    def steps_left(self, done: int) -> float:
-        """The fit's training steps left after ``done`` of the window's epoch (NaN: not known)."""
-        return self._steps_left - done
 
     def step_end(self, index: int, number: int, warm_up: bool, now: Callable[[], Waits]) -> None:
         """Step ``index`` of epoch ``number`` ended; after the window's last, its reading, and its cost from ``now``."""

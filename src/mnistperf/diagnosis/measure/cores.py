@@ -6,7 +6,7 @@ import math
 import os
 from typing import Any
 
-from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, WORKERS_CPU_SHARE
+from mnistperf.diagnosis.figures import CORE_WAIT_SHARE, WORKERS_CPU_SHARE, share
 from mnistperf.diagnosis.measure.busy_window import CROWDED, thread_wait_s
 from mnistperf.diagnosis.measure.memory import measured, proc_text, workers
 from mnistperf.machine import usable_cpus
@@ -76,7 +76,7 @@ class EpochCores:
 
     def shares(self, train_s: float, now: float) -> tuple[float, float]:
         """(``core_wait_share``, ``workers_cpu_share``) since the start, read once more; NaN where not measured."""
-        wait = math.nan if math.isnan(self.waited) or train_s <= 0 else min(max(self.waited / train_s, 0.0), 1.0)
+        wait = math.nan if math.isnan(self.waited) or train_s <= 0 else share(self.waited, train_s)
         if self.started is None or not measured() or not now > self.started:
             return wait, math.nan
         self.read_workers(now)
@@ -86,7 +86,7 @@ class EpochCores:
         # epoch shorter than READ_EVERY_S on a loader of no known length: none did)
         ended = reaped_cpu_s() - self.reaped - sum(self.first.get(pid, 0.0) for pid in gone) if self.workers else 0.0
         total = sum(used[pid] for pid in self.alive) + max(sum(used[pid] for pid in gone), ended)
-        return wait, min(max(total / ((now - self.started) * usable_cpus()), 0.0), 1.0)
+        return wait, share(total, (now - self.started) * usable_cpus())
 
 
 def cores_held_by(figures: dict[str, Any]) -> dict[str, Any] | None:

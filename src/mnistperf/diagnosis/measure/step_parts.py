@@ -31,6 +31,7 @@ LOG_CALL = "[LightningModule]self.log"  # the module's self.log calls, timed her
 SAVE_CHECKPOINT = "save_checkpoint"  # the action of Trainer.save_checkpoint, wherever it is called from
 MANUAL_STEP = "optimizer_step"  # the action of an optimizer's step under manual optimization (``opt.step()``)
 CHECKPOINT_SAVES = "checkpoint saves"  # its part
+ACTION_PARTS = {LOG_CALL: "self.log", SAVE_CHECKPOINT: CHECKPOINT_SAVES, MANUAL_STEP: "optimizer step"}  # by their name
 
 
 def parts_timed(index: int, epoch: int = 0) -> bool:
@@ -42,12 +43,8 @@ def part_of(action: str) -> str:
     """The part of the step an action of Lightning's profiler (or a logger's or ``self.log``'s) belongs to."""
     if action.endswith(TRAIN_FETCH_ACTION):
         return FETCH
-    if action == LOG_CALL:
-        return "self.log"
-    if action == SAVE_CHECKPOINT:
-        return CHECKPOINT_SAVES
-    if action == MANUAL_STEP:
-        return "optimizer step"
+    if action in ACTION_PARTS:
+        return ACTION_PARTS[action]
     kind, _, rest = action.partition("]")
     held_by, _, hook = rest.rpartition(".")
     owner = held_by.split("{")[0].rpartition(".")[2]  # a class's name, its qualname's last, its arguments apart

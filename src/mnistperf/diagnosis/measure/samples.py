@@ -203,9 +203,8 @@ def _records(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     common = common_lead([t for item in shaped for t in item])
     if common is not None and all(len(item) > 1 for item in shaped):  # views of a batch, each leading with it
         return None
-    labelled = any(kind in (int, float, str, bytes) or dims == 0 for kind, dims in structure[2]) or any(
-        t.shape == (1,) for t in items[0]
-    )
+    labelled = any(kind in (int, float, str, bytes) or dims == 0 for kind, dims in structure[2])
+    labelled = labelled or any(t.shape == (1,) for t in items[0])
     if not labelled and (len(fields) == 1 or len({tuple(t.shape for t in item) for item in items}) == 1):
         return None
     return items, (len(items), common) if common is not None and common != len(items) else ()
@@ -282,27 +281,23 @@ def rows_beside(batch: Any, samples: int, apart: list[Any]) -> list[torch.Tensor
 
 def _read_nested(batch: Any, sample_dims: int) -> Reading:
     """:func:`read` of a batch that is not a plain tensor, tuple or dict of tensors."""
-    graphs, holder = first_found(batch, graphs_in) if sample_dims == 1 else (None, None)
+    if sample_dims > 1:
+        return _by_first(tensors_of(batch), sample_dims)
+    graphs, holder = first_found(batch, graphs_in)
     if graphs is not None:
         apart = [t for index, nodes in graphs.sets for t in (index, *nodes)] + list(graphs.apart)
         rows = rows_beside(batch, graphs.total, apart)
         return Reading(graphs.total, Counted(Rule.GRAPHS, type(holder).__name__), rows, graphs)
-    packed, _ = first_found(batch, packed_in) if sample_dims == 1 else (None, None)
+    packed, _ = first_found(batch, packed_in)
     if packed is not None:  # its sequences, each hashed from its own steps and length
         count = sequences(packed)
-        return Reading(
-            count,
-            Counted(Rule.PACKED, type(packed).__name__),
-            rows_beside(batch, count, tensors_of(packed)),
-            packed=packed,
-        )
+        rows = rows_beside(batch, count, tensors_of(packed))
+        return Reading(count, Counted(Rule.PACKED, type(packed).__name__), rows, packed=packed)
     tensors = tensors_of(batch)
-    size = stated_size(batch) if sample_dims == 1 else None
+    size = stated_size(batch)
     rows = [t for t in tensors if t.ndim and t.shape[0] == size] if size is not None else []
     if size is not None and (rows or not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
         lengths = tuple(dict.fromkeys((size, *(t.shape[0] for t in tensors if t.ndim))))  # others: rows not read
         reading = Reading(size, Counted(Rule.STATED, type(batch).__name__), rows, lengths=lengths[len(lengths) < 2 :])
         return with_texts(reading, batch)
-    if sample_dims > 1:
-        return _by_first(tensors, sample_dims)
     return sample_items(batch) or with_texts(_by_first(tensors, sample_dims), batch)

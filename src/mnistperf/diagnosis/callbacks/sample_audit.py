@@ -365,13 +365,12 @@ class SampleAudit(Callback):
         order = Order.UNKNOWN if self._failed is None else Order.FAILED
         shares = gathered_shares(trainer, parts, order, self._carried_counts)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
+        why = (self._failed or epoch_text.unfingerprinted(failed, warned=False)) if failed else None
         return {
             "epoch": trainer.current_epoch,
             "fingerprints": [torch.cat(share.parts).cpu() for share in shares],
             "loaders": [[len(part) for part in share.parts] for share in shares],
-            "failed": (self._failed or epoch_text.unfingerprinted(failed, warned=False))
-            if failed
-            else None,  # resumed too
+            "failed": why,  # resumed too
         }
 
     @override

@@ -67,9 +67,7 @@ class SampleIdentity:
         if reading.bags is None and (not reading.rows or reading.samples is None):
             raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
         rows, samples = reading.rows, reading.samples or 0
-        if (
-            reading.texts
-        ):  # strings hold no tensor: their digests are rows too, or texts of one label would be one sample
+        if reading.texts:  # strings hold no tensor: their digests are rows too, or texts of one label are one sample
             digests = text_digests(reading.texts)
             rows = [*rows, to_device(digests, rows[0].device) if rows else digests]
         if reading.bags is not None:  # its bags' rows made rows of their own where hashed (bags are on a CPU)

@@ -112,7 +112,7 @@ class TimerSamples:
         if first == 0 and last is not None and not self.batches.several:
             others["loader"] = loader_samples(trainer.train_dataloader, last + 1)
         counts = disagreeing(self.counted, others) or {}
-        if self._first_batch is not None and self._first_batch[1] is not None and len(set(self._first_batch)) > 1:
-            counts = {"counted": int(self.counted), **counts, "batch": self._first_batch[0]}
-            counts["lightning"] = self._first_batch[1]
+        batch, lightning = self._first_batch or (0, None)
+        if lightning is not None and lightning != batch:
+            counts = {"counted": int(self.counted), **counts, "batch": batch, "lightning": lightning}
         return counts or None

@@ -221,10 +221,9 @@ class Fingerprinter:
         weights, split = self._combined[key]
         if split is not None:  # the hash is a sum over words: one product over all of them
             return cpu_lane_sums([[part.numpy() for part in step] for step in words], split)
-        columns = words[0]  # (one step: joined)
-        if len(columns) > 1:  # (1-byte words as int16)
-            columns = [torch.cat([part.to(torch.int16) for part in columns], dim=1)]
-        return lane_sums(columns[0], weights)
+        columns = words[0]  # (one step: joined; 1-byte words as int16 beside others)
+        values = torch.cat([part.to(torch.int16) for part in columns], dim=1) if len(columns) > 1 else columns[0]
+        return lane_sums(values, weights)
 
     def __call__(self, tensors: Sequence[torch.Tensor], samples: int) -> torch.Tensor:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""

@@ -233,8 +233,6 @@ class SampleAudit(Callback):
 
         The audit has no per-step hook at a step's end: a step declined as it began (the module's batch start returning
         -1) ends the epoch, so a step begun before another ran (:meth:`_settle`). Failing, the epoch is not audited.
-        Once the epoch's first step, copied, has ended with every hook: whether the rows from now on are kept as they
-        are (:meth:`_check_watched`).
         """
         self._commit(let_go=False)  # the batch read for this step, by another callback already, is kept
         self._steps = batch_idx + 1  # the epoch's steps begun so far

@@ -81,9 +81,6 @@ def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
     return Graphs(sum(step.samples for step in steps), sets), rows
 
 
-Held = list[Rows]  # steps' sample rows (copies, or as read)
-
-
 class Hash(Protocol):
     """What fingerprints held steps (a :class:`~mnistperf.diagnosis.measure.fingerprint.Fingerprinter`)."""
 
@@ -97,7 +94,7 @@ class HeldSteps:
 
     def __init__(self, hash: Hash, loaders: int = 1):
         self.hash = hash
-        self._held: list[Held] = [[] for _ in range(loaders)]
+        self._held: list[list[Rows]] = [[] for _ in range(loaders)]  # per loader: steps' rows (copies, or as read)
         self._samples = self._bytes = 0
 
     def hold(self, loader: int, step: Rows) -> bool:
@@ -114,10 +111,7 @@ class HeldSteps:
         self._samples = self._bytes = 0
         return [self._hashed(held, loader) for loader, held in enumerate(everything)]
 
-    def _hashed(self, held: Held, loader: int) -> list[torch.Tensor]:
-        """Each run of steps whose tensors agree in type and in shape past the first dimension, hashed at once.
-
-        (Graph batches in runs of their own.)
-        """
+    def _hashed(self, held: list[Rows], loader: int) -> list[torch.Tensor]:
+        """Each run of steps of one layout (graph or bag steps apart; tensors' types, shapes past the first), hashed."""
         layout = lambda step: (step.graph_nodes, step.bags, [(t.dtype, t.shape[1:]) for t in step.tensors])  # noqa: E731
         return [self.hash.held(list(run), loader) for _, run in itertools.groupby(held, key=layout)]

@@ -99,10 +99,7 @@ def with_texts(reading: Reading, batch: Any) -> Reading:
 
 
 def text_columns(item: Any, samples: int | None, depth: int = 3) -> list[Any]:
-    """The sequences of ``samples`` plain values in ``item``'s fields, and in theirs, up to ``depth`` containers down.
-
-    Each a column of strings, as they are, or of numbers or lists of plain values, as their reprs.
-    """
+    """The sequences of ``samples`` plain values in ``item``'s fields, and theirs, up to ``depth`` containers down."""
     found = []
     for field in fields_of(item) or ():
         if isinstance(field, (tuple, list)) and field and len(field) == samples and all(map(plain, field)):

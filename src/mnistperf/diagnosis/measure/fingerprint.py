@@ -161,10 +161,7 @@ class Fingerprinter:
         self.widths: dict[tuple[int, int], set[int]] = {}  # per loader and tensor of the sample rows: its widths
 
     def weights(self, offset: int, words: int, device: torch.device, drawn: int | None = None) -> torch.Tensor:
-        """Weights [words, LANES] for the words of the tensor at ``offset`` among a sample's tensors.
-
-        ``drawn``: how many there are at that offset, by default ``max_words``.
-        """
+        """Weights [words, LANES] for the tensor at ``offset`` among a sample's, of ``drawn`` (by default max_words)."""
         key = (offset, device)
         if key not in self._weights:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)

@@ -75,10 +75,7 @@ def common_lead(tensors: list[torch.Tensor]) -> int | None:
 
 
 def strings_of(item: Any) -> list[str | bytes]:
-    """What an item holds beside its tensors: its strings, and its numbers as their reprs, in order.
-
-    In any nest of the containers :func:`fields_of` reads.
-    """
+    """An item's strings and its numbers' reprs, in order, in any nest :func:`fields_of` reads (not its tensors)."""
     if isinstance(item, (str, bytes)):
         return [item]
     if isinstance(item, (int, float)):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -93,6 +93,12 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
     if all(isinstance(item, torch.Tensor) for item in found):
         return found  # the common batch, read without recursion: this runs every step
     return [tensor for item in found if not isinstance(item, LEAVES[1:]) for tensor in tensors_of(item)]
+
+
+def rows_beside(batch: Any, samples: int, apart: Sequence[Any]) -> list[torch.Tensor]:
+    """The tensors of ``batch`` that lead with ``samples``, those of ``apart`` (a graph's nodes, edges) left out."""
+    skipped = set(map(id, apart))
+    return [t for t in tensors_of(batch) if id(t) not in skipped and t.ndim and t.shape[0] == samples]
 
 
 def first_found(batch: Any, find: Callable[[Any], T | None], depth: int = 3) -> tuple[T | None, Any]:

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 import torch
 
-from mnistperf.diagnosis.measure.batch_fields import LEAVES, named_fields, tensors_of
+from mnistperf.diagnosis.measure.batch_fields import LEAVES, named_fields, rows_beside, tensors_of
 
 # Where a graph batch keeps each node's graph, its graph count and the first node of each graph (PyG's names).
 GRAPH_INDEX, GRAPH_COUNT, GRAPH_POINTER = "batch", "num_graphs", "ptr"
@@ -89,9 +89,7 @@ def one_kind(item: Any, fields: Mapping[Any, Any], index: torch.Tensor, count: i
     The pointer and the ``fields`` named for edges (edge_attr, edge_index) are no node's rows, whatever their count.
     """
     apart = (pointer, *(value for name, value in fields.items() if str(name).startswith("edge")))
-    skipped = {id(index), *map(id, apart)}
-    nodes = [t for t in tensors_of(item) if id(t) not in skipped and t.ndim and t.shape[0] == len(index)]
-    return Graphs(count, [NodeSet(index, nodes)], apart)
+    return Graphs(count, [NodeSet(index, rows_beside(item, len(index), (index, *apart)))], apart)
 
 
 def kinds_of_nodes(item: Any) -> Graphs | None:

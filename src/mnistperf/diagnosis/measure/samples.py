@@ -11,7 +11,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from mnistperf.diagnosis.measure.bags import Bags, bags_in
-from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, first_found, tensors_of
+from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, first_found, rows_beside, tensors_of
 from mnistperf.diagnosis.measure.graph_batches import INDEX_KEYS, Graphs, graphs_in
 from mnistperf.diagnosis.measure.packed_sequences import packed_in, sequences
 
@@ -265,12 +265,6 @@ def _by_first(tensors: list[torch.Tensor], sample_dims: int) -> Reading:
     lead = shaped[0].shape[:sample_dims]
     rows = [t for t in shaped if t.shape[:sample_dims] == lead]
     return Reading(math.prod(lead), Counted(Rule.LEADING, sample_dims), rows)
-
-
-def rows_beside(batch: Any, samples: int, apart: list[Any]) -> list[torch.Tensor]:
-    """The tensors of ``batch`` that lead with ``samples``, those of ``apart`` (a graph's nodes, edges) left out."""
-    skipped = set(map(id, apart))
-    return [t for t in tensors_of(batch) if id(t) not in skipped and t.ndim and t.shape[0] == samples]
 
 
 def _read_nested(batch: Any, sample_dims: int) -> Reading:

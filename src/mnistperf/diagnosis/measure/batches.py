@@ -222,12 +222,11 @@ class TrainingBatches:
                     reading = READINGS.read(part)
                     if self.rows and not self.several:
                         fields = tuple(names_of(part, functools.partial(hashed, reading)))
-                    stated = reading.counted_by.rule is Rule.STATED
                     if reading.graphs is not None and reading.samples == 1:  # one graph: a node may be the sample
                         nodes = sum(len(kind.of_node) for kind in reading.graphs.sets)
                         reading = reading._replace(lengths=(1, nodes) if nodes > 1 else ())
                     # none for no batch, nor for a batch of several graphs (one graph: its node count beside it)
-                    if len(reading.lengths) > 1 and (self.rows or not stated):
+                    if len(reading.lengths) > 1 and (self.rows or reading.counted_by.rule is not Rule.STATED):
                         first_key = None  # a mapping's tensors in the order of its keys, which its user may not know
                         if isinstance(part, Mapping):
                             first_key = next((str(k) for k, v in part.items() if getattr(v, "ndim", 0)), None)

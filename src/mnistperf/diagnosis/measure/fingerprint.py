@@ -200,10 +200,9 @@ class Fingerprinter:
         the first tensor stands among a sample's tensors (each position has weights of its own).
         """
         kept = [(tensors, samples) for tensors, samples in steps if samples]  # an empty batch (a filtering collate's)
-        device = (kept or steps)[0][0][0].device  # the first step's with samples
         if not kept:  # has no words to read, nor a width to read them by
-            return torch.zeros(0, LANES, dtype=torch.int64, device=device)
-        steps = kept
+            return torch.zeros(0, LANES, dtype=torch.int64, device=steps[0][0][0].device)
+        steps, device = kept, kept[0][0][0].device  # the first step's with samples
         if len(steps) > 1 and (device.type != "cpu" or sum(t.nbytes for t in steps[0][0]) < STREAMED_BYTES):  # joined
             columns = [torch.cat(column) for column in zip(*(tensors for tensors, _ in steps), strict=True)]
             steps = [(columns, sum(samples for _, samples in steps))]

@@ -109,7 +109,8 @@ def test_an_epoch_shorter_than_the_last_one_says_where_the_window_was_placed_fro
         clock.epoch_end()
     assert clock.busy_window["reason"] == (
         "epoch 2 ended after 20 of its steps, before the window's last (step 38; an epoch taken as the last one's 40 "
-        "steps: the training loader has no length): max_steps, limit_train_batches or the module ended it early"
+        "steps: the training loader has no length): max_steps, limit_train_batches, a stop (trainer.should_stop, an "
+        "error) or the module ended it early"
     )
     assert [row["samples"] for row in clock.epochs] == [0, 0]  # nothing was counted into this bare clock
 

@@ -9,7 +9,7 @@ import torch
 from conftest import fit_module
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import callbacks as lightning_bars
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
 from mnistperf.diagnosis import EpochTimer
@@ -181,6 +181,24 @@ def test_an_epoch_max_steps_ends_inside_counts_no_missing_and_says_why(capsys):
     audit = audited(DataLoader(Rows(), batch_size=6, shuffle=True), SampleAudit(strict=True), max_steps=6)
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0), (12, 12, 0, None)]
     said = "missing not counted (max_steps=6: the fit ended after 2 of the epoch's 4 batches)"
+    assert capsys.readouterr().out.count(said) == 1
+
+
+class StopAt(Callback):
+    """Stops the fit after its ``step``-th training step, as Lightning's Timer (max_time) and EarlyStopping do."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
+def test_an_epoch_a_callback_stops_inside_counts_no_missing_and_says_why(capsys):
+    audit = audited(DataLoader(Rows(), batch_size=6, shuffle=True), SampleAudit(strict=True), 2, StopAt(6))
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0), (12, 12, 0, None)]
+    said = "missing not counted (the fit was stopped (trainer.should_stop) after 2 of the epoch's 4 batches)"
     assert capsys.readouterr().out.count(said) == 1
 
 

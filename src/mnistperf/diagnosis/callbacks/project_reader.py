@@ -71,12 +71,17 @@ def steps_left(trainer: Trainer, batches: float | None = None) -> float:
 def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
     """How the trainer's own option cuts the epoch that trained ``steps`` to fewer batches than due; else None.
 
-    ``max_steps``, which ended the fit inside it; or ``overfit_batches`` or ``limit_train_batches``, fewer than its one
-    training loader holds: ``limit_train_batches=0.5: the epoch trains 8 of the loader's 16 batches``.
+    ``max_steps`` or a stop (``trainer.should_stop``), which ended the fit inside it; or ``overfit_batches`` or
+    ``limit_train_batches``, fewer than its one training loader holds: ``limit_train_batches=0.5: the epoch trains 8
+    of the loader's 16 batches``.
     """
     trained, loader = trainer.num_training_batches, trainer.train_dataloader
-    if steps is not None and steps < trained and 0 < trainer.max_steps <= trainer.global_step:
-        return f"max_steps={trainer.max_steps}: the fit ended after {steps:,} of the epoch's {int(trained):,} batches"
+    if steps is not None and steps < trained and math.isfinite(trained):  # (a loader of no length: no epoch cut)
+        after = f"after {steps:,} of the epoch's {int(trained):,} batches"
+        if 0 < trainer.max_steps <= trainer.global_step:
+            return f"max_steps={trainer.max_steps}: the fit ended {after}"
+        if trainer.should_stop:  # a callback's stop (Lightning's Timer for max_time, EarlyStopping) inside the epoch
+            return f"the fit was stopped (trainer.should_stop) {after}"
     try:
         batches = len(loader)  # type: ignore[arg-type]
     except TypeError:  # several loaders, or one of no length

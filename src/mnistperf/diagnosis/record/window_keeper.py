@@ -183,7 +183,8 @@ class WindowKeeper:
             placed = f"; {self._placed_by}" if self._placed_by else ""
             self.missed(
                 f"epoch {number} ended after {steps} of its steps, before the window's last "
-                f"(step {window.last + 1}{placed}): max_steps, limit_train_batches or the module ended it early"
+                f"(step {window.last + 1}{placed}): max_steps, limit_train_batches, a stop (trainer.should_stop, "
+                "an error) or the module ended it early"
             )
 
     def without(self, figures: tuple[float, float, float], steps: int) -> tuple[float, float, float]:

@@ -168,8 +168,9 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     if replayed:
         line += (
             f"; {replayed:,} of the duplicates were seen again after the fit resumed from a checkpoint saved "
-            "inside this epoch: the loader started the epoch over (a DataLoader that cannot resume mid-epoch "
-            "repeats its first batches and leaves its last ones out)"
+            "inside this epoch: the loader started the epoch over (a DataLoader that cannot resume mid-epoch draws "
+            "the epoch's last batches afresh, its first ones again where it does not shuffle, so some samples repeat "
+            "and others are left out; torchdata's StatefulDataLoader resumes where the checkpoint left it)"
         )
     if duplicates > padded + sum(cycled.values()) + replayed and by_content:
         sampler = {

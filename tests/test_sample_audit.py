@@ -202,6 +202,13 @@ def test_an_epoch_a_callback_stops_inside_counts_no_missing_and_says_why(capsys)
     assert capsys.readouterr().out.count(said) == 1
 
 
+def test_the_samples_drop_last_leaves_out_are_missing_by_design_and_strict_does_not_raise(capsys):
+    audit = audited(DataLoader(Rows(), batch_size=5, shuffle=True, drop_last=True), SampleAudit(strict=True))
+    assert [counts(row) for row in audit.epochs] == [(20, 20, 0, 4)] * 2  # 24 rows: 4 batches of 5, 4 left out
+    said = "4 missing; drop_last=True leaves the last 4 samples of each epoch's order out, by design"
+    assert capsys.readouterr().out.count(said) == 2
+
+
 def test_an_empty_batch_of_a_width_of_its_own_is_audited_as_no_samples():
     """A collate that pads each batch to its longest sample hands an empty batch out at width 0."""
 

@@ -27,6 +27,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     audited_row,
     dataset_sizes,
     draws_again,
+    dropped_last,
     gathered_shares,
     restored_parts,
 )
@@ -334,6 +335,10 @@ class SampleAudit(Callback):
                     row.update(missing=None, limited=limited)
                     if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off
                         row["same_order_ranks"] = None
+            with self.problems.guard("reading whether the training loader drops its last batch"):
+                dropped = dropped_last(self.batches.parts(trainer.train_dataloader), trainer.world_size)
+                if dropped and row["missing"] == dropped:  # exactly the samples drop_last leaves out: by design
+                    row["dropped_last"] = dropped
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
         draws = None
@@ -345,7 +350,7 @@ class SampleAudit(Callback):
         widths = self.hash.widths_vary()
         if widths is not None:
             self.problems.say_once(trainer, epoch_text.widths_vary(widths, self.hash.max_words))
-        if self.strict and (row.get("duplicates") or row.get("missing")):
+        if self.strict and (row.get("duplicates") or (row.get("missing") or 0) > row.get("dropped_last", 0)):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
 
     @override

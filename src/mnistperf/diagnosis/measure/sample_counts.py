@@ -105,6 +105,19 @@ def draws_again(loaders: list[Any]) -> bool | None:
     return True in found if found else None
 
 
+def dropped_last(loaders: list[Any], ranks: int) -> int:
+    """The samples a single loader's ``drop_last`` leaves out of each epoch over ``ranks`` ranks (0: none, or unknown).
+
+    Its sampler's length modulo its batch size, on each rank (Lightning gives each rank a sampler of its share).
+    """
+    if len(loaders) != 1 or not isinstance(loaders[0], DataLoader) or isinstance(loaders[0].dataset, IterableDataset):
+        return 0
+    loader = loaders[0]
+    if not loader.drop_last or not loader.batch_size or not isinstance(loader.sampler, Sized):
+        return 0
+    return ranks * (len(loader.sampler) % loader.batch_size)
+
+
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
     """Samples seen and distinct, the duplicates, and against a dataset's ``size`` (where known) the missing.
 

@@ -133,6 +133,8 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
         line += f" of {size:,}: {duplicates:,} duplicates, {missing}"
     if row.get("limited"):
         line += f" ({row['limited']})"
+    if row.get("dropped_last"):
+        line += f"; drop_last=True leaves the last {row['dropped_last']:,} samples of each epoch's order out, by design"
     if size is not None and row["distinct"] > size:
         line += (
             f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "

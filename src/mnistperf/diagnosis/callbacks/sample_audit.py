@@ -326,8 +326,10 @@ class SampleAudit(Callback):
             self._failed = None
         else:
             sizes: list[int | None] = [None] * len(self.batches.names)
+            loaders: list[Any] = []  # (none read: none drops its last batch)
             with self.problems.guard("reading the training set's size"):
-                sizes = dataset_sizes(self.batches.parts(trainer.train_dataloader), self.sample_dims)
+                loaders = self.batches.parts(trainer.train_dataloader)
+                sizes = dataset_sizes(loaders, self.sample_dims)
             row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
             with self.problems.guard("reading whether the trainer limits the epoch's batches"):
                 limited = limited_epoch(trainer, steps)
@@ -336,7 +338,7 @@ class SampleAudit(Callback):
                     if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off
                         row["same_order_ranks"] = None
             with self.problems.guard("reading whether the training loader drops its last batch"):
-                dropped = dropped_last(self.batches.parts(trainer.train_dataloader), trainer.world_size)
+                dropped = dropped_last(loaders, trainer.world_size)
                 if dropped and row["missing"] == dropped:  # exactly the samples drop_last leaves out: by design
                     row["dropped_last"] = dropped
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}

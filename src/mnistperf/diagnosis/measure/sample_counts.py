@@ -17,6 +17,7 @@ from torch.utils.data import (
     WeightedRandomSampler,
 )
 
+from mnistperf.diagnosis.measure.batches import loader_samples
 from mnistperf.diagnosis.measure.fingerprint import PADDING
 
 if TYPE_CHECKING:
@@ -108,14 +109,16 @@ def draws_again(loaders: list[Any]) -> bool | None:
 def dropped_last(loaders: list[Any], ranks: int) -> int:
     """The samples a single loader's ``drop_last`` leaves out of each epoch over ``ranks`` ranks (0: none, or unknown).
 
-    Its sampler's length modulo its batch size, on each rank (Lightning gives each rank a sampler of its share).
+    Its sampler's length beyond the samples its batches give (:func:`.loader_samples`), on each rank (Lightning gives
+    each rank a sampler of its share).
     """
-    if len(loaders) != 1 or not isinstance(loaders[0], DataLoader) or isinstance(loaders[0].dataset, IterableDataset):
+    if len(loaders) != 1 or not getattr(loaders[0], "drop_last", False):
         return 0
-    loader = loaders[0]
-    if not loader.drop_last or not loader.batch_size or not isinstance(loader.sampler, Sized):
+    try:
+        given = loader_samples(loaders[0], len(loaders[0]))
+    except TypeError:  # no length
         return 0
-    return ranks * (len(loader.sampler) % loader.batch_size)
+    return 0 if given is None else ranks * (len(loaders[0].sampler) - given)
 
 
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:

@@ -150,7 +150,7 @@ def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_orde
     audit = audited(DataLoader(Rows(), batch_size=5, sampler=range(0, ROWS, 2)), SampleAudit())
     assert [counts(row) for row in audit.epochs] == [(ROWS // 2, ROWS // 2, 0, ROWS // 2)] * 2
     assert [row["same_order_ranks"] for row in audit.epochs] == [None, 1]
-    assert "same order as epoch 1 on 1 of 1 rank: is the sampler reshuffled" in capsys.readouterr().out
+    assert "same order as epoch 1 on 1 of 1 rank: is the sampler (or the stream) reshuffled" in capsys.readouterr().out
 
 
 def test_an_epoch_of_too_few_samples_to_tell_a_reshuffled_order_is_not_asked_about_its_sampler(capsys):
@@ -272,6 +272,44 @@ def test_the_dataset_size_is_unknown_for_a_stream_unless_given(capsys):
     assert "dataset size unknown: pass dataset_size" in capsys.readouterr().out
     given = audited(DataLoader(Stream(), batch_size=5), SampleAudit(dataset_size=ROWS + 2), epochs=1)
     assert counts(given.epochs[0]) == (ROWS, ROWS, 0, 2)
+
+
+class WorkersStream(IterableDataset):
+    """Rows() as a stream that each loader worker reads whole, or (``split``) only its own share of."""
+
+    def __init__(self, split: bool):
+        self.split = split
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        for index, item in enumerate(Rows()):
+            if not self.split or info is None or index % info.num_workers == info.id:
+                yield item
+
+
+def test_a_stream_each_worker_reads_whole_is_said_to_repeat_every_sample_once_per_worker(capsys):
+    whole = audited(DataLoader(WorkersStream(split=False), batch_size=4, num_workers=2), SampleAudit(), epochs=1)
+    assert counts(whole.epochs[0]) == (2 * ROWS, ROWS, ROWS, None)
+    assert whole.epochs[0]["whole_streams"] == {"workers": 2, "ranks": 1}
+    line = capsys.readouterr().out
+    assert "; each of the loader's 2 workers iterates the whole IterableDataset, so every sample came 2 times" in line
+    assert "identified by content" not in line  # the cause is named, not guessed
+    split = audited(DataLoader(WorkersStream(split=True), batch_size=4, num_workers=2), SampleAudit(), epochs=1)
+    assert counts(split.epochs[0]) == (ROWS, ROWS, 0, None) and "whole_streams" not in split.epochs[0]
+    with pytest.raises(SampleAuditError, match="every sample came 2 times"):  # a bug, not a design
+        audited(DataLoader(WorkersStream(split=False), batch_size=4, num_workers=2), SampleAudit(strict=True), epochs=1)
+
+
+def test_a_stream_each_rank_reads_whole_is_said_with_the_ranks_share():
+    row = {"epoch": 1, "seen": 48, "distinct": 24, "duplicates": 24, "missing": None, "dataset_size": None}
+    row |= {"per_rank": [24, 24], "same_order_ranks": None, "whole_streams": {"workers": 1, "ranks": 2}}
+    assert "each of the 2 ranks iterates the whole IterableDataset, so every sample came 2 times" in format_audit(
+        row, by_content=True
+    )
+    row["whole_streams"] = {"workers": 2, "ranks": 2}
+    assert "each of the 2 ranks' 2 workers iterates the whole IterableDataset, so every sample came 4 times" in (
+        format_audit(row, by_content=True)
+    )
 
 
 def test_groups_of_batches_count_every_sample_with_two_sample_dims():

@@ -30,6 +30,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     dropped_last,
     gathered_shares,
     restored_parts,
+    whole_streams,
 )
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.upstream import steps_started
@@ -341,6 +342,10 @@ class SampleAudit(Callback):
                 dropped = dropped_last(loaders, trainer.world_size)
                 if dropped and row["missing"] == dropped:  # exactly the samples drop_last leaves out: by design
                     row["dropped_last"] = dropped
+            with self.problems.guard("reading whether the training stream is read whole by several workers"):
+                readers = whole_streams(loaders, trainer.world_size)
+                if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:
+                    row["whole_streams"] = readers  # every sample once per reader: the stream is not split
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
         draws = None

@@ -121,6 +121,19 @@ def dropped_last(loaders: list[Any], ranks: int) -> int:
     return 0 if given is None else ranks * (len(loaders[0].sampler) - given)
 
 
+def whole_streams(loaders: list[Any], ranks: int) -> dict[str, int] | None:
+    """Who reads a single DataLoader's IterableDataset through whole: its workers on each of ``ranks`` ranks.
+
+    Each of them iterates the whole stream unless the dataset's ``__iter__`` keeps its own share; None where one reader
+    does, or the loader is no such DataLoader.
+    """
+    loader = loaders[0] if len(loaders) == 1 else None
+    if not isinstance(loader, DataLoader) or not isinstance(loader.dataset, IterableDataset):
+        return None
+    workers = max(1, loader.num_workers)
+    return {"workers": workers, "ranks": ranks} if workers * ranks > 1 else None
+
+
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
     """Samples seen and distinct, the duplicates, and against a dataset's ``size`` (where known) the missing.
 

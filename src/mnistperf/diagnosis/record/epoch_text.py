@@ -174,7 +174,11 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
             "the epoch's last batches afresh, its first ones again where it does not shuffle, so some samples repeat "
             "and others are left out; torchdata's StatefulDataLoader resumes where the checkpoint left it)"
         )
-    if duplicates > padded + sum(cycled.values()) + replayed and by_content:
+    streams = row.get("whole_streams")
+    if streams:
+        line += "; " + whole_streams(streams["workers"], streams["ranks"])
+    explained = duplicates if streams else padded + sum(cycled.values()) + replayed
+    if duplicates > explained and by_content:
         sampler = {
             True: ", and its sampler draws with replacement, repeating some by design",
             None: ", and a sampler that draws at random may repeat some by design",
@@ -192,9 +196,26 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     if row["same_order_ranks"]:
         line += (
             f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "
-            f"rank{'s' if ranks > 1 else ''}: is the sampler reshuffled every epoch?"
+            f"rank{'s' if ranks > 1 else ''}: is the sampler (or the stream) reshuffled every epoch?"
         )
     return line
+
+
+def whole_streams(workers: int, ranks: int) -> str:
+    """Why each sample came once per reader of an IterableDataset (``workers`` on each of ``ranks``), and the fix."""
+    worker = "info = torch.utils.data.get_worker_info()"
+    rank = "rank, ranks = torch.distributed.get_rank(), get_world_size()"
+    if ranks == 1:
+        who, share = f"the loader's {workers} workers", f"index % info.num_workers == info.id, with {worker}"
+    elif workers == 1:
+        who, share = f"the {ranks} ranks", f"index % ranks == rank, with {rank}"
+    else:
+        who = f"the {ranks} ranks' {workers} workers"
+        share = f"index % (ranks * info.num_workers) == rank * info.num_workers + info.id, with {rank} and {worker}"
+    return (
+        f"each of {who} iterates the whole IterableDataset, so every sample came {workers * ranks} times: its __iter__ "
+        f"should yield only its own share (the items where {share})"
+    )
 
 
 # Why SampleAudit leaves an epoch not audited where a kept step's rows changed under it.

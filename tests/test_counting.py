@@ -188,7 +188,17 @@ def test_every_loaders_samples_are_counted_and_told_apart(rows_a, batch_a, rows_
         assert out.count("samples/s (2 loaders of 48 samples each), ") == EPOCHS  # the timer's line
         assert "loader b gave more samples than it holds: a shorter loader is cycled" in out
         assert "identical samples in the data" not in out
+    if mode == "min_size":  # the epoch ends with b's 4 batches: a's other 8 samples are left out, by design
+        assert [row["stopped_short"] for row in audit.epochs] == [{"0": 8}] * EPOCHS
+        assert out.count("loader 0 left 8 samples out: the epoch ends at its shortest loader's end") == EPOCHS
+    else:
+        assert all("stopped_short" not in row for row in audit.epochs)
     assert problems(caplog) == []
+
+
+def test_strict_does_not_raise_for_the_samples_a_min_size_epoch_leaves_out_by_design():
+    _, _, audit, _ = watched(two_loaders(24, 4, 12, 3, "dict", "min_size"), audit_options={"strict": True}, max_epochs=1)
+    assert audit.epochs[0]["missing"] == 8 and audit.epochs[0]["stopped_short"] == {"a": 8}
 
 
 def test_a_sample_id_names_each_loaders_own_index_and_loaders_sharing_indices_stay_apart(caplog):

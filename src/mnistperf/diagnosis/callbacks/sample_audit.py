@@ -30,6 +30,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     dropped_last,
     gathered_shares,
     restored_parts,
+    stopped_short,
     whole_streams,
 )
 from mnistperf.diagnosis.record import epoch_text
@@ -342,6 +343,10 @@ class SampleAudit(Callback):
                 dropped = dropped_last(loaders, trainer.world_size)
                 if dropped and row["missing"] == dropped:  # exactly the samples drop_last leaves out: by design
                     row["dropped_last"] = dropped
+            with self.problems.guard("reading whether the epoch ended at its shortest training loader's end"):
+                short = stopped_short(loaders, self.batches.names, steps or 0, row)
+                if short:
+                    row["stopped_short"] = short
             with self.problems.guard("reading whether the training stream is read whole by several workers"):
                 readers = whole_streams(loaders, trainer.world_size)
                 if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:
@@ -357,7 +362,8 @@ class SampleAudit(Callback):
         widths = self.hash.widths_vary()
         if widths is not None:
             self.problems.say_once(trainer, epoch_text.widths_vary(widths, self.hash.max_words))
-        if self.strict and (row.get("duplicates") or (row.get("missing") or 0) > row.get("dropped_last", 0)):
+        designed = row.get("dropped_last", 0) + sum(row.get("stopped_short", {}).values())  # samples left out
+        if self.strict and (row.get("duplicates") or (row.get("missing") or 0) > designed):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
 
     @override

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sized
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -119,6 +120,22 @@ def dropped_last(loaders: list[Any], ranks: int) -> int:
     except TypeError:  # no length
         return 0
     return 0 if given is None else ranks * (len(loaders[0].sampler) - given)
+
+
+def stopped_short(loaders: list[Any], names: list[str], steps: int, row: dict[str, Any]) -> dict[str, int]:
+    """Per training loader of several that holds more batches than the epoch's ``steps``, its missing samples.
+
+    Only where it gave no duplicates and the epoch's missing are counted: the epoch ended at its shortest loader's end
+    (CombinedLoader's ``min_size``), which leaves the longer loaders' other batches out by design.
+    """
+    found = {}
+    for name, loader in zip(names, loaders, strict=True):
+        counts = (row.get("loaders") or {}).get(name)
+        if counts and counts["missing"] and not counts["duplicates"] and row["missing"] is not None:
+            with contextlib.suppress(TypeError):  # (a loader of no length)
+                if len(loader) > steps:
+                    found[name] = counts["missing"]
+    return found
 
 
 def whole_streams(loaders: list[Any], ranks: int) -> dict[str, int] | None:

@@ -166,6 +166,12 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
             f"{'they hold' if len(cycled) > 1 else 'it holds'}: a shorter loader is cycled to the longest one's "
             "length (CombinedLoader's max_size_cycle mode, Lightning's default for several training loaders)"
         )
+    short = row.get("stopped_short") or {}
+    if short:
+        line += (
+            f"; loader{'s' if len(short) > 1 else ''} {', '.join(short)} left {sum(short.values()):,} samples out: the "
+            "epoch ends at its shortest loader's end (CombinedLoader's min_size mode), by design"
+        )
     replayed = row.get("replayed") or 0
     if replayed:
         line += (

@@ -197,7 +197,9 @@ def test_every_loaders_samples_are_counted_and_told_apart(rows_a, batch_a, rows_
 
 
 def test_strict_does_not_raise_for_the_samples_a_min_size_epoch_leaves_out_by_design():
-    _, _, audit, _ = watched(two_loaders(24, 4, 12, 3, "dict", "min_size"), audit_options={"strict": True}, max_epochs=1)
+    _, _, audit, _ = watched(
+        two_loaders(24, 4, 12, 3, "dict", "min_size"), audit_options={"strict": True}, max_epochs=1
+    )
     assert audit.epochs[0]["missing"] == 8 and audit.epochs[0]["stopped_short"] == {"a": 8}
 
 

@@ -315,6 +315,8 @@ class EpochClock:
         ``extra``: what else the row holds (the validation's metrics, the samples per loader).
         """
         merged = gathered.measures
+        if self._steps < self._batches < math.inf:  # a fit stopped or resumed inside the epoch (no length: not known)
+            extra["partial"] = {"steps": self._steps, "batches": int(self._batches)}
         extra = {**extra, **utilization(merged[FLOPS], merged[TRAIN_S], self._peak_flops, self.world_size)}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))

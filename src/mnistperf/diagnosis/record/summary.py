@@ -1,7 +1,7 @@
 """From the epochs' rows to the run's summary: its figures, verdict and what a fix could buy, as timing.json keeps it.
 
-The first epoch is the warm-up, reported apart; averages, shares and the verdict read the steady epochs, totals
-every epoch (docs/timing.md, "What each figure measures").
+The first epoch is the warm-up, reported apart; averages, shares and the verdict read the steady epochs (those that
+ran whole, where any did), totals every epoch (docs/timing.md, "What each figure measures").
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def aggregate(
     ``reading``: the profiled window, whose share (a property of the step) stands for every epoch from its own on.
     ``hints``: the advice's per verdict. ``metric``: a validation metric of the rows, its last value ``final_metric``.
     """
-    steady = epochs[1:] if len(epochs) > 1 else epochs
+    steady = [e for e in epochs[1:] if "partial" not in e] or epochs[1:] or epochs  # whole epochs, where any
     read: dict[str, Any] = {f: RUN_READERS[f.run](steady, f) for f in figures.FIGURES if f.run in RUN_READERS}
     read["split"] = {f: read.pop(f) for f in figures.FIGURES if f.run == "split"}
     read.update({key: epochs[-1][key] for key in WINDOW_KEYS if key in epochs[-1]})  # over the ranks, as last read

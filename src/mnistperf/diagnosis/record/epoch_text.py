@@ -32,9 +32,9 @@ def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
     bar = "" if bar_epoch is None else f" (bar: Epoch {bar_epoch})"
     largest = max(row[TRAIN_S], row[EVAL_S])
     part = row.get("partial")
-    part_said = f" ({part['steps']:,} of {part['batches']:,} batches)" if part else ""
+    train = seconds(row[TRAIN_S], largest) + (f" ({part['steps']:,} of {part['batches']:,} batches)" if part else "")
     return (
-        f"epoch {row['epoch']}{bar}: train {seconds(row[TRAIN_S], largest)}{part_said}, eval {seconds(row[EVAL_S], largest)}, "
+        f"epoch {row['epoch']}{bar}: train {train}, eval {seconds(row[EVAL_S], largest)}, "
         f"{throughput(row[SAMPLES_PER_S])}{loader_samples_text(row.get('loader_samples'))}, {row['verdict']} "
         f"({row['verdict_figure']}){format_counts(row.get('sample_counts'))}"
     )

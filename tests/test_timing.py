@@ -78,6 +78,32 @@ def test_an_epoch_the_fit_ends_inside_is_said_partial_and_left_out_of_the_steady
     assert summary[figures.AVG_TRAIN_S] == timer.epochs[1][figures.TRAIN_S]
 
 
+class FailAt(Callback):
+    """Raises inside the fit after its ``step``-th training step, as an error in a step would."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise RuntimeError("a step failed")
+
+
+@pytest.mark.parametrize(("step", "whole"), [(2, 0), (6, 1), (8, 2)])
+def test_a_fit_stopped_by_an_error_reports_the_epoch_it_stopped_inside_as_far_as_it_trained(
+    step, whole, tmp_path, capsys
+):
+    timer, loader = EpochTimer(), DataLoader(SlowItems(0.0, 16), batch_size=4)
+    with pytest.raises(RuntimeError, match="a step failed"):
+        fit_module(SleepyModule(0.0), loader, callbacks=[timer, FailAt(step)], max_epochs=3, default_root_dir=tmp_path)
+    partial = [{"steps": step % 4, "batches": 4}] if step % 4 else []  # (at an epoch's end: none open)
+    assert [row.get("partial") for row in timer.epochs] == [None] * whole + partial
+    summary = json.loads(Path(timer.summary_path).read_text())
+    assert summary["interrupted"] is True and len(summary["epochs"]) == len(timer.epochs)
+    inside = f" and {step % 4} of epoch {whole + 1}'s 4 batches" if step % 4 else ""
+    assert f"Interrupted: the figures cover the {whole} finished epoch(s){inside}\n" in capsys.readouterr().out
+
+
 def timer_fit(module: LightningModule, data: Dataset, batch_size: int = 4, accelerator: str = "cpu") -> EpochTimer:
     """Two epochs of ``module`` on ``data`` on one device, with nothing but an EpochTimer (profiling however short
     the fit): its rows."""

@@ -70,6 +70,6 @@ def how_its_fit_ended(run: Path) -> str:
     except ValueError:
         return ""
     if isinstance(found, dict) and found.get("interrupted"):
-        epochs = len(found.get("epochs") or [])
+        epochs = sum("partial" not in row for row in found.get("epochs") or [])  # (the one it stopped inside: not)
         return f", from a fit interrupted after {epochs} finished epoch{'s' if epochs != 1 else ''}"
     return ""

@@ -337,7 +337,14 @@ class EpochTimer(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        """A fit stopped early (Ctrl-C, an error): torn down as after a fit, its finished epochs still reported."""
+        """A fit stopped early (Ctrl-C, an error): torn down as after a fit, its finished epochs still reported.
+
+        On one process, the epoch it stopped inside is closed as far as it trained (under DDP, closing it would wait
+        for ranks that may be gone).
+        """
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting and getattr(self, "_epoch_open", False) and trainer.world_size == 1 and self.clock.steps:
+            self.on_train_epoch_end(trainer, pl_module)  # (it guards itself)
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)

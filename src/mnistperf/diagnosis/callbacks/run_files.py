@@ -53,7 +53,7 @@ class RunFiles:
         with self.problems.guard("printing the summary"):
             print(format_headline(run, str(folder)), flush=True)
         if interrupted:
-            print(interrupted_line(len(clock.epochs)), flush=True)
+            print(interrupted_line(clock.epochs), flush=True)
         path, written = folder / self.summary_file, None
         with self.problems.guard(f"writing {path}"):
             write_summary({**summary, "problems": list(self.problems.lines)}, path)

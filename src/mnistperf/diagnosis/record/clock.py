@@ -145,6 +145,11 @@ class EpochClock:
         return self.peak.flops_per_s if self.peak is not None else None
 
     @property
+    def steps(self) -> int:
+        """The training steps begun in the epoch so far."""
+        return self._steps
+
+    @property
     def priced(self) -> bool:
         """Whether the window needs no price, or has the step's graph to price it by (:meth:`read_graph`)."""
         return self.windows.priced

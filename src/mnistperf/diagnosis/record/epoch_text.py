@@ -360,6 +360,9 @@ def written_line(what: str, path: Any) -> str:
     return WRITTEN[what].format(path=path)
 
 
-def interrupted_line(epochs: int) -> str:
-    """The line after an interrupted fit's summary: what its figures cover."""
-    return f"Interrupted: the figures cover the {epochs} finished epoch(s)"
+def interrupted_line(epochs: list[dict[str, Any]]) -> str:
+    """The line after an interrupted fit's summary: what its figures cover (the epoch it stopped inside too)."""
+    part = epochs[-1].get("partial") if epochs else None
+    whole = len(epochs) - bool(part)
+    inside = f" and {part['steps']:,} of epoch {epochs[-1]['epoch']}'s {part['batches']:,} batches" if part else ""
+    return f"Interrupted: the figures cover the {whole} finished epoch(s){inside}"

@@ -344,7 +344,8 @@ class EpochTimer(Callback):
         """
         fitting = trainer.state.fn == TrainerFn.FITTING
         if fitting and getattr(self, "_epoch_open", False) and trainer.world_size == 1 and self.clock.steps:
-            self.on_train_epoch_end(trainer, pl_module)  # (it guards itself)
+            with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
+                self.on_train_epoch_end(trainer, pl_module)
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)

@@ -10,7 +10,7 @@ from conftest import fit_module
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import callbacks as lightning_bars
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.epoch_timer import LIGHTNING_BARS
@@ -310,6 +310,15 @@ def test_a_stream_each_rank_reads_whole_is_said_with_the_ranks_share():
     assert "each of the 2 ranks' 2 workers iterates the whole IterableDataset, so every sample came 4 times" in (
         format_audit(row, by_content=True)
     )
+
+
+def test_a_batch_sampler_handing_the_dataset_lists_of_indices_counts_against_its_size():
+    """``batch_size=None`` with a BatchSampler as the sampler: the dataset's ``__getitem__`` takes each list whole."""
+    data = Rows()
+    sampler = BatchSampler(RandomSampler(data), batch_size=5, drop_last=True)
+    audit = audited(DataLoader(data, sampler=sampler, batch_size=None), SampleAudit(), epochs=1)
+    assert counts(audit.epochs[0]) == (20, 20, 0, 4)  # 4 lists of 5 indices from 24 rows
+    assert audit.epochs[0]["dropped_last"] == 4  # the BatchSampler's own drop_last
 
 
 def test_groups_of_batches_count_every_sample_with_two_sample_dims():

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 from torch.utils.data import (
+    BatchSampler,
     DataLoader,
     DistributedSampler,
     IterableDataset,
@@ -78,10 +79,15 @@ def restored_parts(restored: dict[str, Any], loaders: int, world: int, rank: int
 
 
 def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
-    """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items."""
+    """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items.
+
+    Its own batches, or a ``BatchSampler`` as its sampler (``batch_size=None``) handing the dataset lists of indices.
+    """
     datasets = [
         loader.dataset
-        if sample_dims == 1 and isinstance(loader, DataLoader) and loader.batch_size is not None
+        if sample_dims == 1
+        and isinstance(loader, DataLoader)
+        and (loader.batch_size is not None or isinstance(loader.sampler, BatchSampler))
         else None
         for loader in loaders
     ]
@@ -96,6 +102,8 @@ def draws_again(loaders: list[Any]) -> bool | None:
     found = set()
     for loader in loaders:
         sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None) or getattr(loader, "sampler", None)
+        if isinstance(sampler, BatchSampler):  # the sampler of batch_size=None, handing out lists of indices
+            sampler = sampler.sampler
         if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
             return None
         if isinstance(sampler, (RandomSampler, WeightedRandomSampler)):
@@ -111,8 +119,11 @@ def dropped_last(loaders: list[Any], ranks: int) -> int:
     """The samples a single loader's ``drop_last`` leaves out of each epoch over ``ranks`` ranks (0: none, or unknown).
 
     Its sampler's length beyond the samples its batches give (:func:`.loader_samples`), on each rank (Lightning gives
-    each rank a sampler of its share).
+    each rank a sampler of its share). A BatchSampler as the sampler (``batch_size=None``): its own ``drop_last``.
     """
+    sampler = getattr(loaders[0], "sampler", None) if len(loaders) == 1 else None
+    if isinstance(sampler, BatchSampler) and getattr(loaders[0], "batch_size", 0) is None:
+        return ranks * (len(sampler.sampler) % sampler.batch_size) if sampler.drop_last else 0  # type: ignore[arg-type]
     if len(loaders) != 1 or not getattr(loaders[0], "drop_last", False):
         return 0
     try:

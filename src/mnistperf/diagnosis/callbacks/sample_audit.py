@@ -27,11 +27,10 @@ from mnistperf.diagnosis.measure.sample_counts import (
     audited_row,
     dataset_sizes,
     draws_again,
-    dropped_last,
     gathered_shares,
+    left_out_by_design,
+    loader_causes,
     restored_parts,
-    stopped_short,
-    whole_streams,
 )
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.upstream import steps_started
@@ -339,18 +338,8 @@ class SampleAudit(Callback):
                     row.update(missing=None, limited=limited)
                     if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off
                         row["same_order_ranks"] = None
-            with self.problems.guard("reading whether the training loader drops its last batch"):
-                dropped = dropped_last(loaders, trainer.world_size)
-                if dropped and row["missing"] == dropped:  # exactly the samples drop_last leaves out: by design
-                    row["dropped_last"] = dropped
-            with self.problems.guard("reading whether the epoch ended at its shortest training loader's end"):
-                short = stopped_short(loaders, self.batches.names, steps or 0, row)
-                if short:
-                    row["stopped_short"] = short
-            with self.problems.guard("reading whether the training stream is read whole by several workers"):
-                readers = whole_streams(loaders, trainer.world_size)
-                if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:
-                    row["whole_streams"] = readers  # every sample once per reader: the stream is not split
+            with self.problems.guard("reading what the training loaders' own options explain of the counts"):
+                row.update(loader_causes(row, loaders, self.batches.names, steps or 0, trainer.world_size))
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
         draws = None
@@ -362,8 +351,7 @@ class SampleAudit(Callback):
         widths = self.hash.widths_vary()
         if widths is not None:
             self.problems.say_once(trainer, epoch_text.widths_vary(widths, self.hash.max_words))
-        designed = row.get("dropped_last", 0) + sum(row.get("stopped_short", {}).values())  # samples left out
-        if self.strict and (row.get("duplicates") or (row.get("missing") or 0) > designed):
+        if self.strict and (row.get("duplicates") or (row.get("missing") or 0) > left_out_by_design(row)):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
 
     @override

@@ -162,6 +162,31 @@ def whole_streams(loaders: list[Any], ranks: int) -> dict[str, int] | None:
     return {"workers": workers, "ranks": ranks} if workers * ranks > 1 else None
 
 
+def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], steps: int, ranks: int) -> dict[str, Any]:
+    """What the training loaders' own options explain of an audited epoch's ``row``, as the row keeps it.
+
+    ``dropped_last``: its missing are exactly those drop_last leaves out; ``stopped_short``: the longer loaders' left
+    out where the epoch ended at the shortest one's end; ``whole_streams``: every sample came once per reader of a
+    stream that each worker (on each rank) reads whole. ``steps``: the epoch's steps begun; ``ranks``: the world size.
+    """
+    found: dict[str, Any] = {}
+    dropped = dropped_last(loaders, ranks)
+    if dropped and row["missing"] == dropped:  # by design
+        found["dropped_last"] = dropped
+    short = stopped_short(loaders, names, steps, row)
+    if short:
+        found["stopped_short"] = short
+    readers = whole_streams(loaders, ranks)
+    if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:  # the stream is not split
+        found["whole_streams"] = readers
+    return found
+
+
+def left_out_by_design(row: dict[str, Any]) -> int:
+    """The missing samples of ``row`` its loaders' options leave out by design (:func:`loader_causes`)."""
+    return row.get("dropped_last", 0) + sum(row.get("stopped_short", {}).values())
+
+
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
     """Samples seen and distinct, the duplicates, and against a dataset's ``size`` (where known) the missing.
 

@@ -112,6 +112,16 @@ def test_ddp_two_processes_see_every_row_once_per_epoch(numbered_data, pipeline)
 
 
 @pytest.mark.slow
+def test_ranks_that_each_read_the_whole_dataset_are_named_as_the_cause_of_its_duplicates(numbered_data):
+    """Lightning's use_distributed_sampler=False beside the DataModule's own shuffled loader: no rank's share."""
+    options = ("--trainer.use_distributed_sampler", "false", "--data.pipeline", "v1", *NO_WORKERS)
+    result = ddp_run(numbered_data, "v2_pinned.yaml", AUDIT, f"--trainer.callbacks.dataset_size={ROWS}", *options)
+    assert audit_counts(audit_epochs(result.stdout)) == [(2 * ROWS, ROWS, ROWS, 0)] * 2
+    said = "each of the 2 ranks reads the whole dataset, so every sample came 2 times: its sampler does not split it"
+    assert result.stdout.count(said) == 2
+
+
+@pytest.mark.slow
 def test_the_graphed_stage_under_ddp_steps_eagerly_in_sync_with_groups_of_batches(numbered_data):
     """v4_graphed on two processes: the whole step runs eagerly (the all-reduce is not captured), 4 batches per
     Lightning step (groups of 4, 2 and a partial 1 of 100 rows per rank); every row once per epoch, and both

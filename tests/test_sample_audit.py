@@ -290,26 +290,28 @@ class WorkersStream(IterableDataset):
 def test_a_stream_each_worker_reads_whole_is_said_to_repeat_every_sample_once_per_worker(capsys):
     whole = audited(DataLoader(WorkersStream(split=False), batch_size=4, num_workers=2), SampleAudit(), epochs=1)
     assert counts(whole.epochs[0]) == (2 * ROWS, ROWS, ROWS, None)
-    assert whole.epochs[0]["whole_streams"] == {"workers": 2, "ranks": 1}
+    assert whole.epochs[0]["read_whole"] == {"workers": 2, "ranks": 1, "stream": True}
     line = capsys.readouterr().out
     assert "; each of the loader's 2 workers iterates the whole IterableDataset, so every sample came 2 times" in line
     assert "identified by content" not in line  # the cause is named, not guessed
     split = audited(DataLoader(WorkersStream(split=True), batch_size=4, num_workers=2), SampleAudit(), epochs=1)
-    assert counts(split.epochs[0]) == (ROWS, ROWS, 0, None) and "whole_streams" not in split.epochs[0]
+    assert counts(split.epochs[0]) == (ROWS, ROWS, 0, None) and "read_whole" not in split.epochs[0]
     with pytest.raises(SampleAuditError, match="every sample came 2 times"):  # a bug, not a design
         audited(DataLoader(WorkersStream(split=False), batch_size=4, num_workers=2), SampleAudit(strict=True), epochs=1)
 
 
-def test_a_stream_each_rank_reads_whole_is_said_with_the_ranks_share():
-    row = {"epoch": 1, "seen": 48, "distinct": 24, "duplicates": 24, "missing": None, "dataset_size": None}
-    row |= {"per_rank": [24, 24], "same_order_ranks": None, "whole_streams": {"workers": 1, "ranks": 2}}
-    assert "each of the 2 ranks iterates the whole IterableDataset, so every sample came 2 times" in format_audit(
-        row, by_content=True
-    )
-    row["whole_streams"] = {"workers": 2, "ranks": 2}
-    assert "each of the 2 ranks' 2 workers iterates the whole IterableDataset, so every sample came 4 times" in (
-        format_audit(row, by_content=True)
-    )
+def test_data_each_rank_reads_whole_is_said_with_the_share_to_keep():
+    row = {"epoch": 1, "seen": 48, "distinct": 24, "duplicates": 24, "missing": 0, "dataset_size": 24}
+    row |= {"per_rank": [24, 24], "same_order_ranks": None, "read_whole": {"workers": 1, "ranks": 2, "stream": True}}
+    said = format_audit(row, by_content=True)
+    assert "each of the 2 ranks iterates the whole IterableDataset, so every sample came 2 times" in said
+    row["read_whole"] = {"workers": 2, "ranks": 2, "stream": True}
+    said = format_audit(row, by_content=True)
+    assert "each of the 2 ranks' 2 workers iterates the whole IterableDataset, so every sample came 4 times" in said
+    row["read_whole"] = {"workers": 1, "ranks": 2, "stream": False}  # use_distributed_sampler=False, a plain sampler
+    said = format_audit(row, by_content=True)
+    assert "each of the 2 ranks reads the whole dataset, so every sample came 2 times: its sampler does not" in said
+    assert "identified by content" not in said
 
 
 def test_a_batch_sampler_handing_the_dataset_lists_of_indices_counts_against_its_size():

@@ -149,25 +149,29 @@ def stopped_short(loaders: list[Any], names: list[str], steps: int, row: dict[st
     return found
 
 
-def whole_streams(loaders: list[Any], ranks: int) -> dict[str, int] | None:
-    """Who reads a single DataLoader's IterableDataset through whole: its workers on each of ``ranks`` ranks.
+def read_whole(loaders: list[Any], ranks: int) -> dict[str, Any] | None:
+    """Who reads a single DataLoader's whole dataset, unless it is split among them; None where one reader does.
 
-    Each of them iterates the whole stream unless the dataset's ``__iter__`` keeps its own share; None where one reader
-    does, or the loader is no such DataLoader.
+    Each worker (on each of ``ranks``) of an IterableDataset, unless its ``__iter__`` keeps its own share; each rank of
+    a map-style one whose sampler is no DistributedSampler. None also where the loader is no DataLoader.
     """
     loader = loaders[0] if len(loaders) == 1 else None
-    if not isinstance(loader, DataLoader) or not isinstance(loader.dataset, IterableDataset):
+    if not isinstance(loader, DataLoader):
         return None
-    workers = max(1, loader.num_workers)
-    return {"workers": workers, "ranks": ranks} if workers * ranks > 1 else None
+    stream = isinstance(loader.dataset, IterableDataset)
+    sampler = getattr(loader.batch_sampler, "sampler", None) or loader.sampler
+    if not stream and isinstance(sampler, DistributedSampler):  # (a map-style loader's workers split its indices)
+        return None
+    workers = max(1, loader.num_workers) if stream else 1
+    return {"workers": workers, "ranks": ranks, "stream": stream} if workers * ranks > 1 else None
 
 
 def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], steps: int, ranks: int) -> dict[str, Any]:
     """What the training loaders' own options explain of an audited epoch's ``row``, as the row keeps it.
 
     ``dropped_last``: its missing are exactly those drop_last leaves out; ``stopped_short``: the longer loaders' left
-    out where the epoch ended at the shortest one's end; ``whole_streams``: every sample came once per reader of a
-    stream that each worker (on each rank) reads whole. ``steps``: the epoch's steps begun; ``ranks``: the world size.
+    out where the epoch ended at the shortest one's end; ``read_whole``: every sample came once per reader of a
+    dataset each reader reads whole (:func:`read_whole`). ``steps``: the epoch's steps begun; ``ranks``: the world size.
     """
     found: dict[str, Any] = {}
     dropped = dropped_last(loaders, ranks)
@@ -176,9 +180,9 @@ def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], ste
     short = stopped_short(loaders, names, steps, row)
     if short:
         found["stopped_short"] = short
-    readers = whole_streams(loaders, ranks)
-    if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:  # the stream is not split
-        found["whole_streams"] = readers
+    readers = read_whole(loaders, ranks)
+    if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:  # the data is not split
+        found["read_whole"] = readers
     return found
 
 

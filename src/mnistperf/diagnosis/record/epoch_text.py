@@ -182,9 +182,9 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
             "the epoch's last batches afresh, its first ones again where it does not shuffle, so some samples repeat "
             "and others are left out; torchdata's StatefulDataLoader resumes where the checkpoint left it)"
         )
-    streams = row.get("whole_streams")
+    streams = row.get("read_whole")
     if streams:
-        line += "; " + whole_streams(streams["workers"], streams["ranks"])
+        line += "; " + read_whole(streams["workers"], streams["ranks"], streams["stream"])
     explained = duplicates if streams else padded + sum(cycled.values()) + replayed
     if duplicates > explained and by_content:
         sampler = {
@@ -209,8 +209,17 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     return line
 
 
-def whole_streams(workers: int, ranks: int) -> str:
-    """Why each sample came once per reader of an IterableDataset (``workers`` on each of ``ranks``), and the fix."""
+def read_whole(workers: int, ranks: int, stream: bool) -> str:
+    """Why each sample came once per reader (``workers`` on each of ``ranks``) of a dataset, and the fix.
+
+    ``stream``: an IterableDataset, which its ``__iter__`` splits; else a map-style dataset, which a sampler splits.
+    """
+    if not stream:
+        return (
+            f"each of the {ranks} ranks reads the whole dataset, so every sample came {ranks} times: its sampler does "
+            "not split it among the ranks (Lightning's use_distributed_sampler=False? give the DataLoader a "
+            "DistributedSampler)"
+        )
     worker = "info = torch.utils.data.get_worker_info()"
     rank = "rank, ranks = torch.distributed.get_rank(), get_world_size()"
     if ranks == 1:

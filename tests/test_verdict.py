@@ -98,6 +98,7 @@ def test_early_stopping_after_the_warm_up_says_the_fit_ended_first():
     fit_module(Newcomer(), rows(), callbacks=[timer, StopAfterFirst()], max_epochs=3)
     summary = timer.clock.summary()
     assert summary["verdict"] in ("undetermined", "overhead-bound") and FIT_ENDED in summary["verdict_reason"]
+    assert summary["busy_window"]["reason"] == FIT_ENDED  # the headline's why: not "read in the first steady epoch"
 
 
 def test_a_crowded_window_says_the_verdict_is_in_doubt_and_states_no_bound(monkeypatch):

@@ -35,6 +35,8 @@ def _ranks_over(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 def window_record(reading: WindowReading, read: dict[str, Any]) -> dict[str, Any]:
     """The window as timing.json keeps it: this process's reading, its shares the run's, over every rank."""
     found = {**reading.as_json(), "share": read.get(figures.BUSY[reading.device])}
+    if reading.reason is not None:  # as the fit ends: a window still pending was never read
+        found["reason"] = not_measured(reading, ended=True)
     if reading.communication is not None:
         shares = {"share": read.get(figures.COMM_SHARE), "exposed_share": read.get(figures.COMM_EXPOSED_SHARE)}
         found["communication"] = {**found["communication"], **shares}

@@ -24,7 +24,7 @@ COMPUTE_BOUND_BUSY = 0.8  # the device busy this share of the time or more: its 
 NOT_MEASURED = "too few steps for the profiled window"
 # Why the warm-up epoch has no busy share yet; where the fit ends there, the summary says so instead.
 WINDOW_PENDING = "read in the first steady epoch, after the warm-up"
-FIT_ENDED = "the fit ended after its warm-up epoch, before the window in a steady epoch"
+FIT_ENDED = "the fit ended before its first steady epoch, where the window is read"
 # What a verdict reads of the profiled window beside its share: how far the share may be off, the wait for a core.
 BUSY_MARGIN, WAITED_FOR_A_CORE = "busy_margin", "waited_for_a_core"
 BUSY_SAID = {"cuda": "GPU busy", "cpu": "CPU inside tensor operations"}  # the profiled window's share, by device

@@ -19,7 +19,7 @@ from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditE
 from mnistperf.diagnosis.measure import fingerprint, held_steps
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
 from mnistperf.diagnosis.measure.sample_counts import ORDER_SAMPLES
-from mnistperf.diagnosis.record.epoch_text import format_audit
+from mnistperf.diagnosis.record.audit_text import format_audit
 
 ROWS = 24
 

@@ -32,7 +32,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     loader_causes,
     restored_parts,
 )
-from mnistperf.diagnosis.record import epoch_text
+from mnistperf.diagnosis.record import audit_text, epoch_text
 from mnistperf.upstream import steps_started
 
 COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known: the last two unless log_all
@@ -152,7 +152,7 @@ class SampleAudit(Callback):
                 self._as_they_are = self._watching = self._watching and not shared
             return
         if self._as_they_are:
-            self._failed = epoch_text.CHANGED_IN_PLACE
+            self._failed = audit_text.CHANGED_IN_PLACE
         self._as_they_are = self._watching = False
         self._changes_in_place = True
 
@@ -322,7 +322,7 @@ class SampleAudit(Callback):
         shares = gathered_shares(trainer, parts, order, carried)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
         if failed:  # why: this rank's own problem, else the ranks that had one
-            why = (self._failed or epoch_text.unfingerprinted(failed, warned=True)).removeprefix("SampleAudit: ")
+            why = (self._failed or audit_text.unfingerprinted(failed, warned=True)).removeprefix("SampleAudit: ")
             row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": why}
             self._failed = None
         else:
@@ -345,12 +345,12 @@ class SampleAudit(Callback):
         draws = None
         with self.problems.guard("reading whether the training sampler draws again"):
             draws = draws_again(self.batches.parts(trainer.train_dataloader))
-        line = epoch_text.format_audit(row, self.identity.by_content, self._fields, draws)
+        line = audit_text.format_audit(row, self.identity.by_content, self._fields, draws)
         self.epochs.append(row)
         self.problems.say(trainer, line)
         widths = self.hash.widths_vary()
         if widths is not None:
-            self.problems.say_once(trainer, epoch_text.widths_vary(widths, self.hash.max_words))
+            self.problems.say_once(trainer, audit_text.widths_vary(widths, self.hash.max_words))
         if self.strict and (row.get("duplicates") or (row.get("missing") or 0) > left_out_by_design(row)):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
 
@@ -369,7 +369,7 @@ class SampleAudit(Callback):
         order = Order.UNKNOWN if self._failed is None else Order.FAILED
         shares = gathered_shares(trainer, parts, order, self._carried_counts)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
-        why = (self._failed or epoch_text.unfingerprinted(failed, warned=False)) if failed else None
+        why = (self._failed or audit_text.unfingerprinted(failed, warned=False)) if failed else None
         return {
             "epoch": trainer.current_epoch,
             "fingerprints": [torch.cat(share.parts).cpu() for share in shares],

@@ -13,7 +13,7 @@ from mnistperf.diagnosis.measure.graph_batches import Graphs
 from mnistperf.diagnosis.measure.held_steps import Rows, bag_rows, graph_rows
 from mnistperf.diagnosis.measure.packed_sequences import as_graphs
 from mnistperf.diagnosis.measure.sparse_rows import sparse_kinds
-from mnistperf.diagnosis.record import epoch_text
+from mnistperf.diagnosis.record import audit_text
 from mnistperf.errors import MnistperfError
 
 
@@ -42,9 +42,9 @@ class SampleIdentity:
             try:
                 ids = batch[self.sample_id]
             except (KeyError, IndexError, TypeError):
-                raise SampleAuditError(epoch_text.missing_sample_field(self.sample_id, batch)) from None
+                raise SampleAuditError(audit_text.missing_sample_field(self.sample_id, batch)) from None
             if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
-                raise SampleAuditError(epoch_text.not_sample_indices(self.sample_id, ids))
+                raise SampleAuditError(audit_text.not_sample_indices(self.sample_id, ids))
             return ids.reshape(-1).to(torch.int64)
         found = self.rows(batch)
         return found if isinstance(found, torch.Tensor) else self.hash.held([found])
@@ -65,7 +65,7 @@ class SampleIdentity:
         if reading.items is not None:
             return self.hash.items(reading.items, reading.texts)
         if reading.bags is None and (not reading.rows or reading.samples is None):
-            raise SampleAuditError(epoch_text.no_sample_rows(batch, self.sample_dims))
+            raise SampleAuditError(audit_text.no_sample_rows(batch, self.sample_dims))
         rows, samples = reading.rows, reading.samples or 0
         if reading.texts:  # strings hold no tensor: their digests are rows too, or texts of one label are one sample
             digests = text_digests(reading.texts)

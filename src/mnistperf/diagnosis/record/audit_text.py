@@ -1,0 +1,177 @@
+"""SampleAudit's words: each epoch's audit line, what explains its duplicates and missing, why one is not audited."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = (), draws: bool | None = None) -> str:
+    """SampleAudit's line of an epoch: its counts and what explains its duplicates where it knows, or why not audited.
+
+    ``by_content``: samples were identified by their content, so identical ones count as duplicates; ``fields``: the
+    named fields whose content a sample is; ``draws``: whether the sampler draws a sample again by design (None: not
+    known).
+    """
+    if "why" in row:
+        return f"sample audit, epoch {row['epoch']}: not audited ({row['why']})"
+    ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
+    where = f" ({' + '.join(map(str, row['per_rank']))} on {ranks} ranks)" if ranks > 1 else ""
+    seen = f"{row['seen']:,} sample{'' if row['seen'] == 1 else 's'} seen"
+    line = f"sample audit, epoch {row['epoch']}: {seen}{where}, {row['distinct']:,} distinct"
+    if size is None:
+        line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
+    else:
+        missing = "missing not counted" if row["missing"] is None else f"{row['missing']:,} missing"
+        line += f" of {size:,}: {duplicates:,} duplicates, {missing}"
+    if row.get("limited"):
+        line += f" ({row['limited']})"
+    if row.get("dropped_last"):
+        line += f"; drop_last=True leaves the last {row['dropped_last']:,} samples of each epoch's order out, by design"
+    if size is not None and row["distinct"] > size:
+        line += (
+            f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "
+            "step, several samples made of each item, or a dataset_size that does not count samples?)"
+        )
+    loaders = row.get("loaders") or {}
+    for name, counts in loaders.items():
+        of = "" if counts["dataset_size"] is None else f" of {counts['dataset_size']:,}"
+        missing = "" if counts["missing"] is None else f", {counts['missing']:,} missing"
+        line += (
+            f"; loader {name}: {counts['seen']:,} seen, {counts['distinct']:,} distinct{of}, "
+            f"{counts['duplicates']:,} duplicates{missing}"
+        )
+    padding = -size % ranks if size else 0
+    padded = padding if duplicates == padding else 0  # a distributed sampler's padding explains them
+    if padded:
+        line += (
+            f"; a distributed sampler pads {size:,} samples to a multiple of {ranks} ranks by repeating "
+            f"{padding} (drop_last avoids it)"
+        )
+    cycled = {
+        name: c["seen"] - c["dataset_size"]
+        for name, c in loaders.items()
+        if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
+    }
+    if cycled:
+        line += (
+            f"; loader{'s' if len(cycled) > 1 else ''} {', '.join(cycled)} gave more samples than "
+            f"{'they hold' if len(cycled) > 1 else 'it holds'}: a shorter loader is cycled to the longest one's "
+            "length (CombinedLoader's max_size_cycle mode, Lightning's default for several training loaders)"
+        )
+    short = row.get("stopped_short") or {}
+    if short:
+        line += (
+            f"; loader{'s' if len(short) > 1 else ''} {', '.join(short)} left {sum(short.values()):,} samples out: the "
+            "epoch ends at its shortest loader's end (CombinedLoader's min_size mode), by design"
+        )
+    replayed = row.get("replayed") or 0
+    if replayed:
+        line += (
+            f"; {replayed:,} of the duplicates were seen again after the fit resumed from a checkpoint saved "
+            "inside this epoch: the loader started the epoch over (a DataLoader that cannot resume mid-epoch draws "
+            "the epoch's last batches afresh, its first ones again where it does not shuffle, so some samples repeat "
+            "and others are left out; torchdata's StatefulDataLoader resumes where the checkpoint left it)"
+        )
+    streams = row.get("read_whole")
+    if streams:
+        line += "; " + read_whole(streams["workers"], streams["ranks"], streams["stream"])
+    explained = duplicates if streams else padded + sum(cycled.values()) + replayed
+    if duplicates > explained and by_content:
+        sampler = {
+            True: ", and its sampler draws with replacement, repeating some by design",
+            None: ", and a sampler that draws at random may repeat some by design",
+            False: "",
+        }
+        line += (
+            "; samples identified by content"
+            + (f" (all of {', '.join(map(repr, fields))})" if len(fields) > 1 else "")
+            + ": identical samples in the data count as duplicates"
+            + (" (each copy leaving one as missing)" if row.get("missing") else "")
+            + sampler[draws]
+            + (", and a field drawn afresh each step hides a repeat" if len(fields) > 1 else "")
+            + " (sample_id= names an index field, fingerprint= what identifies a sample)"
+        )
+    if row["same_order_ranks"]:
+        line += (
+            f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "
+            f"rank{'s' if ranks > 1 else ''}: is the sampler (or the stream) reshuffled every epoch?"
+        )
+    return line
+
+
+def read_whole(workers: int, ranks: int, stream: bool) -> str:
+    """Why each sample came once per reader (``workers`` on each of ``ranks``) of a dataset, and the fix.
+
+    ``stream``: an IterableDataset, which its ``__iter__`` splits; else a map-style dataset, which a sampler splits.
+    """
+    if not stream:
+        return (
+            f"each of the {ranks} ranks reads the whole dataset, so every sample came {ranks} times: its sampler does "
+            "not split it among the ranks (Lightning's use_distributed_sampler=False? give the DataLoader a "
+            "DistributedSampler)"
+        )
+    worker = "info = torch.utils.data.get_worker_info()"
+    rank = "rank, ranks = torch.distributed.get_rank(), get_world_size()"
+    if ranks == 1:
+        who, share = f"the loader's {workers} workers", f"index % info.num_workers == info.id, with {worker}"
+    elif workers == 1:
+        who, share = f"the {ranks} ranks", f"index % ranks == rank, with {rank}"
+    else:
+        who = f"the {ranks} ranks' {workers} workers"
+        share = f"index % (ranks * info.num_workers) == rank * info.num_workers + info.id, with {rank} and {worker}"
+    return (
+        f"each of {who} iterates the whole IterableDataset, so every sample came {workers * ranks} times: its __iter__ "
+        f"should yield only its own share (the items where {share})"
+    )
+
+
+# Why SampleAudit leaves an epoch not audited where a kept step's rows changed under it.
+CHANGED_IN_PLACE = (
+    "SampleAudit: a training step changed its batch's tensors in place, after the epoch's first step had left its own "
+    "as they were, so that step's samples are known only as changed; from the next epoch on each step's rows are copied"
+)
+
+
+def widths_vary(widths: list[int], max_words: int) -> str:
+    """SampleAudit's word where a tensor of the samples' rows came in several widths past ``max_words``."""
+    shown = ", ".join(f"{width:,}" for width in widths[:4]) + (", ..." if len(widths) > 4 else "")
+    return (
+        f"a tensor of the samples' rows comes in several widths past max_words={max_words:,} ({shown} words: "
+        "padded to each batch's longest?), and each width is hashed at positions of its own: a sample seen again in a "
+        f"batch of another width is not found as a duplicate; SampleAudit(max_words={widths[-1]:,}) reads every word, "
+        "or sample_id= names an index field"
+    )
+
+
+def unfingerprinted(ranks: list[int], warned: bool) -> str:
+    """Why an epoch is not audited where ``ranks`` could not fingerprint a batch (``warned``: each said so itself)."""
+    why = f"rank {', '.join(map(str, ranks))} could not fingerprint a batch"
+    return f"{why}; its own warning says why" if warned else why
+
+
+def missing_sample_field(sample_id: str | int, batch: Any) -> str:
+    """SampleAudit's error where its ``sample_id`` names no field of the batch."""
+    return (
+        f"SampleAudit sample_id {sample_id!r}: the batch has no such field (it is a {type(batch).__name__}); "
+        "name a key of a dict batch or a position of a tuple batch"
+    )
+
+
+def not_sample_indices(sample_id: str | int, ids: Any) -> str:
+    """SampleAudit's error where the field its ``sample_id`` names holds no integer tensor."""
+    return (
+        f"SampleAudit sample_id {sample_id!r}: holds {getattr(ids, 'dtype', type(ids).__name__)}, "
+        "not an integer tensor of sample indices; pass fingerprint= to identify samples another way"
+    )
+
+
+def no_sample_rows(batch: Any, sample_dims: int) -> str:
+    """SampleAudit's error where no tensor of the batch has ``sample_dims`` sample dimensions."""
+    return (
+        f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with {sample_dims} sample dimension(s); "
+        "pass sample_id= or fingerprint="
+    )
+
+
+# How each callback reads a batch: where the loaders' parts are not at their keys, and where a sample is a guess.

@@ -10,7 +10,7 @@ from conftest import fit_module
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import callbacks as lightning_bars
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler
+from torch.utils.data import BatchSampler, ConcatDataset, DataLoader, Dataset, IterableDataset, RandomSampler
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.epoch_timer import LIGHTNING_BARS
@@ -200,6 +200,31 @@ def test_an_epoch_a_callback_stops_inside_counts_no_missing_and_says_why(capsys)
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0), (12, 12, 0, None)]
     said = "missing not counted (the fit was stopped (trainer.should_stop) after 2 of the epoch's 4 batches)"
     assert capsys.readouterr().out.count(said) == 1
+
+
+class FailAt(Callback):
+    """Raises inside the fit after its ``step``-th training step, as an error in a step would."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise RuntimeError("a step failed")
+
+
+def test_the_epoch_an_error_stops_is_audited_as_far_as_it_trained_and_strict_adds_no_error(capsys):
+    audit = SampleAudit(strict=True)
+    with pytest.raises(RuntimeError, match="a step failed"):  # the fit's own error, not SampleAuditError
+        audited(DataLoader(Rows(), batch_size=6, shuffle=True), audit, 2, FailAt(6))
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0), (12, 12, 0, None)]
+    said = "missing not counted (the fit was interrupted after 2 of the epoch's 4 batches)"
+    assert capsys.readouterr().out.count(said) == 1
+    twice = SampleAudit(strict=True)  # each row twice: duplicates strict would raise on, had the epoch ended
+    with pytest.raises(RuntimeError, match="a step failed"):
+        audited(DataLoader(ConcatDataset([Rows(), Rows()]), batch_size=6, shuffle=True), twice, 1, FailAt(6))
+    (row,) = twice.epochs
+    assert row["seen"] == 36 and row["duplicates"] == 36 - row["distinct"] > 0 and row["missing"] is None
 
 
 def test_the_samples_drop_last_leaves_out_are_missing_by_design_and_strict_does_not_raise(capsys):

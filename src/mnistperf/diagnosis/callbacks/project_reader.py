@@ -71,9 +71,9 @@ def steps_left(trainer: Trainer, batches: float | None = None) -> float:
 def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
     """How the trainer's own option cuts the epoch that trained ``steps`` to fewer batches than due; else None.
 
-    ``max_steps`` or a stop (``trainer.should_stop``), which ended the fit inside it; or ``overfit_batches`` or
-    ``limit_train_batches``, fewer than its one training loader holds: ``limit_train_batches=0.5: the epoch trains 8
-    of the loader's 16 batches``.
+    ``max_steps``, a stop (``trainer.should_stop``) or an interruption, which ended the fit inside it; or
+    ``overfit_batches`` or ``limit_train_batches``, fewer than its one training loader holds:
+    ``limit_train_batches=0.5: the epoch trains 8 of the loader's 16 batches``.
     """
     trained, loader = trainer.num_training_batches, trainer.train_dataloader
     if steps is not None and steps < trained and math.isfinite(trained):  # (a loader of no length: no epoch cut)
@@ -82,6 +82,8 @@ def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
             return f"max_steps={trainer.max_steps}: the fit ended {after}"
         if trainer.should_stop:  # a callback's stop (Lightning's Timer for max_time, EarlyStopping) inside the epoch
             return f"the fit was stopped (trainer.should_stop) {after}"
+        if trainer.interrupted:  # an error or Ctrl-C, as the callbacks' on_exception runs
+            return f"the fit was interrupted {after}"
     try:
         batches = len(loader)  # type: ignore[arg-type]
     except TypeError:  # several loaders, or one of no length

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
@@ -351,8 +352,21 @@ class SampleAudit(Callback):
         widths = self.hash.widths_vary()
         if widths is not None:
             self.problems.say_once(trainer, audit_text.widths_vary(widths, self.hash.max_words))
+        if trainer.interrupted:  # the fit's own error stands: strict adds none
+            return
         if self.strict and (row.get("duplicates") or (row.get("missing") or 0) > left_out_by_design(row)):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
+
+    @override
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        """On one process, audit the epoch the fit stopped inside as far as it trained (strict does not raise there).
+
+        Under DDP it is not: the gather would wait for ranks that may be gone.
+        """
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting and self._in_epoch and self._steps and trainer.world_size == 1:
+            with self.problems.guard("auditing the epoch the fit stopped inside"):  # never in the error's place
+                self.on_train_epoch_end(trainer, pl_module)
 
     @override
     def state_dict(self) -> dict[str, Any]:

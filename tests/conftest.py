@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from lightning import LightningModule, Trainer
+from lightning import Callback, LightningModule, Trainer
 
 from mnistperf.cli import main
 from mnistperf.data import schema
@@ -166,6 +166,17 @@ def newest_checkpoint(workdir: Path, run_name: str) -> Path:
     """The newest checkpoint of the runs logged as ``run_name`` (a stage config's logger name)."""
     found = (workdir / "lightning_logs" / run_name).glob("version_*/checkpoints/*.ckpt")
     return max(found, key=lambda p: p.stat().st_mtime)
+
+
+class FailAt(Callback):
+    """Raises inside the fit after its ``step``-th training step, as an error in a step would."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise RuntimeError("a step failed")
 
 
 def fit_module(

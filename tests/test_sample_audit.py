@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import fit_module
+from conftest import FailAt, fit_module
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import callbacks as lightning_bars
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
@@ -200,17 +200,6 @@ def test_an_epoch_a_callback_stops_inside_counts_no_missing_and_says_why(capsys)
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0), (12, 12, 0, None)]
     said = "missing not counted (the fit was stopped (trainer.should_stop) after 2 of the epoch's 4 batches)"
     assert capsys.readouterr().out.count(said) == 1
-
-
-class FailAt(Callback):
-    """Raises inside the fit after its ``step``-th training step, as an error in a step would."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise RuntimeError("a step failed")
 
 
 def test_the_epoch_an_error_stops_is_audited_as_far_as_it_trained_and_strict_adds_no_error(capsys):

@@ -15,6 +15,7 @@ from conftest import (
     CONFIGS,
     NO_WORKERS,
     TRAIN_ROWS,
+    FailAt,
     ForbidSyncs,
     fit_module,
     random_split,
@@ -76,17 +77,6 @@ def test_an_epoch_the_fit_ends_inside_is_said_partial_and_left_out_of_the_steady
     summary = json.loads(Path(timer.summary_path).read_text())
     assert summary["steady_epochs"] == [2, 2]  # its times are not an epoch's: the averages are the whole epochs'
     assert summary[figures.AVG_TRAIN_S] == timer.epochs[1][figures.TRAIN_S]
-
-
-class FailAt(Callback):
-    """Raises inside the fit after its ``step``-th training step, as an error in a step would."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise RuntimeError("a step failed")
 
 
 @pytest.mark.parametrize(("step", "whole"), [(2, 0), (6, 1), (8, 2)])

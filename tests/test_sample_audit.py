@@ -569,7 +569,7 @@ def fitted(module: LightningModule, loader, epochs: int = 2, **options) -> Sampl
 def test_rows_collated_anew_are_kept_as_they_are_after_the_first_step_and_counted_the_same():
     audit = audited(DataLoader(Rows(), batch_size=5, shuffle=True), SampleAudit())
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2
-    assert audit._as_they_are  # default_collate stacks every batch anew: no copy after the first step
+    assert audit.kept.as_they_are  # default_collate stacks every batch anew: no copy after the first step
 
 
 class OwnTransfer(Probe):
@@ -581,7 +581,7 @@ class OwnTransfer(Probe):
 
 def test_rows_a_module_transfers_its_own_way_are_copied():
     audit = fitted(OwnTransfer(), DataLoader(Rows(), batch_size=5))
-    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2 and not audit._as_they_are
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2 and not audit.kept.as_they_are
 
 
 def test_a_transfer_hook_and_a_progress_bar_are_known_on_either_lightning_package():
@@ -620,20 +620,20 @@ def test_a_transfer_hook_and_a_progress_bar_are_known_on_either_lightning_packag
 def test_rows_from_a_loaders_worker_are_copied_so_that_no_shared_memory_is_held():
     audit = audited(DataLoader(Rows(), batch_size=5, num_workers=1), SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 0)
-    assert not audit._as_they_are  # each shared tensor held would keep a file descriptor open
+    assert not audit.kept.as_they_are  # each shared tensor held would keep a file descriptor open
 
 
 @pytest.mark.cuda
 def test_rows_on_the_gpu_are_kept_as_they_are_and_counted_the_same():
     audit = audited(DataLoader(Rows(), batch_size=5, pin_memory=True), SampleAudit(), accelerator="cuda", devices=1)
     assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2
-    assert audit._as_they_are  # a CUDA tensor is shared by definition, not through a worker's shared memory
+    assert audit.kept.as_they_are  # a CUDA tensor is shared by definition, not through a worker's shared memory
 
 
 @pytest.mark.parametrize("where", ["step", "end"])
 def test_a_module_that_changes_its_batch_in_place_from_the_first_step_has_every_step_copied(where):
     audit = fitted(InPlace(EVERY, where=where), DataLoader(Rows(), batch_size=5, shuffle=True))
-    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2 and not audit._as_they_are
+    assert [counts(row) for row in audit.epochs] == [(ROWS, ROWS, 0, 0)] * 2 and not audit.kept.as_they_are
 
 
 def test_a_change_in_place_to_a_second_loaders_batch_has_every_step_copied():
@@ -646,7 +646,7 @@ def test_a_change_in_place_to_a_second_loaders_batch_has_every_step_copied():
 def test_an_epoch_that_trained_no_step_decides_nothing():
     audit = fitted(InPlace(EVERY, skip_first=True), DataLoader(Rows(), batch_size=5), epochs=2)
     assert counts(audit.epochs[0])[:2] == (0, 0)  # its one step begun was declined: not counted
-    assert counts(audit.epochs[1]) == (ROWS, ROWS, 0, 0) and not audit._as_they_are
+    assert counts(audit.epochs[1]) == (ROWS, ROWS, 0, 0) and not audit.kept.as_they_are
 
 
 class DeclinesAt(InPlace):
@@ -671,7 +671,7 @@ def test_a_kept_step_that_changes_its_batch_in_place_leaves_its_epoch_not_audite
     audit = fitted(InPlace(range(3, 1000)), DataLoader(Rows(), batch_size=5))
     first, second = audit.epochs
     assert not first["audited"] and first["why"].startswith("a training step changed its batch's tensors in place")
-    assert counts(second) == (ROWS, ROWS, 0, 0) and not audit._as_they_are
+    assert counts(second) == (ROWS, ROWS, 0, 0) and not audit.kept.as_they_are
     assert "epoch 1: not audited (a training step changed" in capsys.readouterr().out
 
 

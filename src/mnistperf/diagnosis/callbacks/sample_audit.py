@@ -16,10 +16,11 @@ from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, limited_epoch, transfers_batches
+from mnistperf.diagnosis.callbacks.kept_rows import KeptRows
+from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, limited_epoch
 from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError, SampleIdentity
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.batches import TrainingBatches, collated_anew
+from mnistperf.diagnosis.measure.batches import TrainingBatches
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
 from mnistperf.diagnosis.measure.held_steps import HeldSteps
 from mnistperf.diagnosis.measure.sample_counts import (
@@ -77,14 +78,13 @@ class SampleAudit(Callback):
         self.epochs: list[dict[str, Any]] = []
         self.problems = Reporter("SampleAudit")  # what went wrong inside the audit: each said once
         self.batches = TrainingBatches(self.problems)  # the fit's training batches
+        self.kept = KeptRows()  # whether steps' rows are held uncopied
         self._start_epoch()
         self._previous: torch.Tensor | None = None  # this rank's fingerprints of the last epoch, in their order
         self._restored: dict[str, Any] | None = None
         self._in_epoch = False  # the same on every rank: whether a checkpoint carries fingerprints
         self._trainer: Trainer | None = None
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
-        self._as_they_are = self._watching = False  # whether steps' rows are kept uncopied; their versions checked
-        self._changes_in_place = False  # whether a step of the fit changed its batch in place (then all are copied)
         self._counted: tuple[int, int] | None = None  # the epoch's index and this rank's samples of it so far
         self._started_before = -1  # the epoch's steps started as the step pending began (-1: not known)
         skip_unused_batch_hooks(self)
@@ -105,57 +105,21 @@ class SampleAudit(Callback):
     def _read(self, part: Any) -> Any:
         """A loader's part of a step's batch as kept until it trained: its fingerprints, or its sample rows.
 
-        The rows are hashed later, with other steps' rows. They are copied (the loader may reuse its buffers, the step
-        may change them in place) unless :meth:`_watch` found that neither happens; then kept as they are, each
-        with its version, which :meth:`_check_watched` checks.
+        The rows are hashed later, with other steps' rows (:class:`.KeptRows` copies them or keeps them as they are).
         """
         if part is None or not self.identity.by_content:
             return None if part is None else self.fingerprints(part)
         found = self.identity.rows(part)
-        if isinstance(found, torch.Tensor):  # a batch of items, hashed at once
-            return found
-        rows = found.tensors
-        watched = (rows, [t._version for t in rows]) if self._watching else None
-        if self._as_they_are:
-            return found, watched
-        return found._replace(tensors=[t.detach().clone() if t.requires_grad else t.clone() for t in rows]), watched
+        return found if isinstance(found, torch.Tensor) else self.kept.keep(found)  # (a batch of items: hashed at once)
 
     def _watch(self, trainer: Trainer) -> None:
-        """Keep a step's rows as they are, not copied, where nothing hands out the same tensors again.
-
-        That holds where every training loader collates each batch anew and neither the module nor the DataModule
-        transfers batches its own way; each epoch's first step is still copied, and where a step of the fit changed its
-        batch in place, or the rows came from a loader's worker in shared memory, or reading the loaders fails, every
-        step is.
-        """
-        self._as_they_are = self._watching = False
         with self.problems.guard("reading how the training loaders make their batches"):
-            owners = (trainer.lightning_module, getattr(trainer, "datamodule", None))
-            transfers = any(transfers_batches(owner) for owner in owners)
-            anew = collated_anew(trainer.train_dataloader)
-            self._watching = anew and not transfers and not self._changes_in_place
+            self.kept.watch(trainer)
 
     def _check_watched(self) -> None:
-        """Whether the watched steps' rows still hold what they trained on, as their versions tell (torch's writes).
-
-        The epoch's first step, copied, decides at the next step's start (after every hook of its own) whether the
-        next ones are kept as they are: not where it changed its batch in place. A kept step whose rows changed since
-        its start leaves the epoch not audited. Once a step changed its batch, every later step of the fit is copied.
-        """
-        watched = self._watched
-        self._watched: list[tuple[list[torch.Tensor], list[int]]] = []  # held steps' rows as read, and versions
-        if not watched:  # no step trained since the last check: nothing to decide on
-            return
-        if [t._version for rows, _ in watched for t in rows] == [v for _, versions in watched for v in versions]:
-            if not self._as_they_are:  # the epoch's first step: not a loader worker's batch, whose shared memory
-                # keeps a file descriptor open for each tensor held (checked on this step alone: it is not cheap)
-                shared = any(t.is_cpu and t.untyped_storage().is_shared() for rows, _ in watched for t in rows)
-                self._as_they_are = self._watching = self._watching and not shared
-            return
-        if self._as_they_are:
+        """A kept step whose rows changed since its start leaves the epoch not audited (:meth:`.KeptRows.check`)."""
+        if not self.kept.check():
             self._failed = audit_text.CHANGED_IN_PLACE
-        self._as_they_are = self._watching = False
-        self._changes_in_place = True
 
     def _flush(self) -> None:
         self._check_watched()  # before the rows are hashed
@@ -195,7 +159,7 @@ class SampleAudit(Callback):
         self.batches = TrainingBatches(self.problems, trainer.train_dataloader, guesses, rows=guesses)
         self.hash.widths.clear()  # this fit's widths
         self._fields: tuple[str, ...] = ()  # the named fields a sample's rows are, once the first batch is read
-        self._changes_in_place = False
+        self.kept = KeptRows()
         self._watch(trainer)
         self._start_epoch()
         restored, self._restored = self._restored, None
@@ -209,7 +173,7 @@ class SampleAudit(Callback):
         self._seen: list[list[torch.Tensor]] = [[] for _ in range(count)]  # per loader: the epoch's fingerprints
         self._carried_counts = [0] * count  # per loader: how many fingerprints a checkpoint carried (at the front)
         self._held = HeldSteps(self.hash, count)  # per loader: the steps' sample rows not yet hashed
-        self._watched = []  # the held steps' rows as read, each with its versions then
+        self.kept.watched = []
         self._steps: int | None = None  # the epoch's steps begun so far (None: none yet)
 
     def _restore(self, trainer: Trainer, restored: dict[str, Any]) -> None:
@@ -242,7 +206,7 @@ class SampleAudit(Callback):
         if self._failed is not None:
             return
         try:
-            if self._watched and not self._as_they_are:
+            if self.kept.watched and not self.kept.as_they_are:
                 self._check_watched()
             self.batches.begin(batch, self._read, (None if trainer is None else trainer.current_epoch, batch_idx))
             if len(self._seen) > len(self.batches.names):  # read as one loader's from now on: pool what was carried
@@ -290,7 +254,7 @@ class SampleAudit(Callback):
                     rows, watched = item
                     samples = rows.samples
                     if watched is not None:
-                        self._watched.append(watched)
+                        self.kept.watched.append(watched)
                     if self._held.hold(loader, rows):  # the held steps are due to be hashed
                         self._flush()
                 if item is not None and self._counted is not None:

@@ -21,6 +21,7 @@ from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import (
     TrainerAttributes,
     audit_kept,
+    closes_stopped_epoch,
     last_epoch,
     lightnings,
     project_hints,
@@ -339,11 +340,9 @@ class EpochTimer(Callback):
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         """A fit stopped early (Ctrl-C, an error): torn down as after a fit, its finished epochs still reported.
 
-        On one process, the epoch it stopped inside is closed as far as it trained (under DDP, closing it would wait
-        for ranks that may be gone).
+        The epoch it stopped inside is closed as far as it trained, where :func:`.closes_stopped_epoch`.
         """
-        fitting = trainer.state.fn == TrainerFn.FITTING
-        if fitting and getattr(self, "_epoch_open", False) and trainer.world_size == 1 and self.clock.steps:
+        if getattr(self, "_epoch_open", False) and self.clock.steps and closes_stopped_epoch(trainer):
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
                 self.on_train_epoch_end(trainer, pl_module)
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception

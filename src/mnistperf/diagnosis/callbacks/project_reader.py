@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.profilers import Profiler
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning_utilities.core.overrides import is_overridden
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -92,6 +93,14 @@ def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
         return None
     option = "overfit_batches" if cast(TrainerAttributes, trainer).overfit_batches else "limit_train_batches"
     return f"{option}={getattr(trainer, option)}: the epoch trains {int(trained):,} of the loader's {batches:,} batches"
+
+
+def closes_stopped_epoch(trainer: Trainer) -> bool:
+    """Whether a callback may close the epoch a fit stopped inside (an error, Ctrl-C), as far as it trained.
+
+    Only while fitting on one process: under DDP, closing it would wait for ranks that may be gone.
+    """
+    return trainer.state.fn == TrainerFn.FITTING and trainer.world_size == 1
 
 
 def project_terms(trainer: Trainer) -> ProjectTerms:

@@ -11,13 +11,12 @@ from typing import Any, cast
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.kept_rows import KeptRows
-from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, limited_epoch
+from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, closes_stopped_epoch, limited_epoch
 from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError, SampleIdentity
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches
@@ -285,6 +284,9 @@ class SampleAudit(Callback):
             order = Order.UNKNOWN if previous is None else Order(int(torch.equal(previous, local)))
             self._previous = local
         shares = gathered_shares(trainer, parts, order, carried)
+        loaders: list[Any] = []  # (none read: none has a size, a cause or a sampler known)
+        with self.problems.guard("reading the training loaders"):
+            loaders = self.batches.parts(trainer.train_dataloader)
         failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
         if failed:  # why: this rank's own problem, else the ranks that had one
             why = (self._failed or audit_text.unfingerprinted(failed, warned=True)).removeprefix("SampleAudit: ")
@@ -292,9 +294,7 @@ class SampleAudit(Callback):
             self._failed = None
         else:
             sizes: list[int | None] = [None] * len(self.batches.names)
-            loaders: list[Any] = []  # (none read: none drops its last batch)
             with self.problems.guard("reading the training set's size"):
-                loaders = self.batches.parts(trainer.train_dataloader)
                 sizes = dataset_sizes(loaders, self.sample_dims)
             row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
             with self.problems.guard("reading whether the trainer limits the epoch's batches"):
@@ -309,7 +309,7 @@ class SampleAudit(Callback):
             self.problems.log(trainer, logged, "the epoch's counts")
         draws = None
         with self.problems.guard("reading whether the training sampler draws again"):
-            draws = draws_again(self.batches.parts(trainer.train_dataloader))
+            draws = draws_again(loaders)
         line = audit_text.format_audit(row, self.identity.by_content, self._fields, draws)
         self.epochs.append(row)
         self.problems.say(trainer, line)
@@ -323,12 +323,11 @@ class SampleAudit(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        """On one process, audit the epoch the fit stopped inside as far as it trained (strict does not raise there).
+        """Audit the epoch the fit stopped inside as far as it trained, where :func:`.closes_stopped_epoch`.
 
-        Under DDP it is not: the gather would wait for ranks that may be gone.
+        Strict does not raise there: the fit's own error stands.
         """
-        fitting = trainer.state.fn == TrainerFn.FITTING
-        if fitting and self._in_epoch and self._steps and trainer.world_size == 1:
+        if self._in_epoch and self._steps and closes_stopped_epoch(trainer):
             with self.problems.guard("auditing the epoch the fit stopped inside"):  # never in the error's place
                 self.on_train_epoch_end(trainer, pl_module)
 

@@ -94,6 +94,12 @@ def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
     return [len(d) if isinstance(d, Sized) and not isinstance(d, IterableDataset) else None for d in datasets]
 
 
+def items_sampler(loader: Any) -> Any:
+    """The sampler that draws a loader's items: its batch sampler's, or its own (inside a BatchSampler given as it)."""
+    sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None) or getattr(loader, "sampler", None)
+    return sampler.sampler if isinstance(sampler, BatchSampler) else sampler  # (batch_size=None: lists of indices)
+
+
 def draws_again(loaders: list[Any]) -> bool | None:
     """Whether the training loaders' samplers may draw a sample again in an epoch: by design (True), never (False).
 
@@ -101,9 +107,7 @@ def draws_again(loaders: list[Any]) -> bool | None:
     """
     found = set()
     for loader in loaders:
-        sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None) or getattr(loader, "sampler", None)
-        if isinstance(sampler, BatchSampler):  # the sampler of batch_size=None, handing out lists of indices
-            sampler = sampler.sampler
+        sampler = items_sampler(loader)
         if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
             return None
         if isinstance(sampler, (RandomSampler, WeightedRandomSampler)):
@@ -159,8 +163,7 @@ def read_whole(loaders: list[Any], ranks: int) -> dict[str, Any] | None:
     if not isinstance(loader, DataLoader):
         return None
     stream = isinstance(loader.dataset, IterableDataset)
-    sampler = getattr(loader.batch_sampler, "sampler", None) or loader.sampler
-    if not stream and isinstance(sampler, DistributedSampler):  # (a map-style loader's workers split its indices)
+    if not stream and isinstance(items_sampler(loader), DistributedSampler):  # (its workers split the indices)
         return None
     workers = max(1, loader.num_workers) if stream else 1
     return {"workers": workers, "ranks": ranks, "stream": stream} if workers * ranks > 1 else None

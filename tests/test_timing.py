@@ -29,7 +29,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.data import schema
-from mnistperf.diagnosis import EpochTimer, figures
+from mnistperf.diagnosis import EpochTimer, SampleAudit, figures
 from mnistperf.diagnosis.figures import Measures
 from mnistperf.diagnosis.measure.busy_window import FEWEST_STEPS, BusyWindow, cupti_tears_down_safely, window_steps
 from mnistperf.diagnosis.measure.device_work import busy_share
@@ -92,6 +92,21 @@ def test_a_fit_stopped_by_an_error_reports_the_epoch_it_stopped_inside_as_far_as
     assert summary["interrupted"] is True and len(summary["epochs"]) == len(timer.epochs)
     inside = f" and {step % 4} of epoch {whole + 1}'s 4 batches" if step % 4 else ""
     assert f"Interrupted: the figures cover the {whole} finished epoch(s){inside}\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("timer_first", [True, False])
+def test_the_epoch_an_error_stops_is_audited_before_the_summary_whichever_callback_is_listed_first(
+    timer_first, tmp_path, capsys
+):
+    timer, audit, loader = EpochTimer(), SampleAudit(), DataLoader(SlowItems(0.0, 16), batch_size=4, shuffle=True)
+    callbacks = [timer, audit, FailAt(6)] if timer_first else [audit, timer, FailAt(6)]
+    with pytest.raises(RuntimeError, match="a step failed"):
+        fit_module(SleepyModule(0.0), loader, callbacks=callbacks, max_epochs=3, default_root_dir=tmp_path)
+    assert [row["seen"] for row in audit.epochs] == [16, 8]  # the stopped epoch audited once, as far as it trained
+    kept = json.loads(Path(timer.summary_path).read_text())["sample_audit"]["epochs"]
+    assert kept == json.loads(json.dumps(audit.epochs))
+    out = capsys.readouterr().out
+    assert out.index("sample audit, epoch 2: 8 samples seen") < out.index("Interrupted: the figures cover")
 
 
 def timer_fit(module: LightningModule, data: Dataset, batch_size: int = 4, accelerator: str = "cpu") -> EpochTimer:

@@ -20,6 +20,7 @@ from mnistperf.diagnosis.callbacks.arguments import check, check_hints
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import (
     TrainerAttributes,
+    audit_beside,
     audit_kept,
     closes_stopped_epoch,
     last_epoch,
@@ -340,11 +341,16 @@ class EpochTimer(Callback):
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         """A fit stopped early (Ctrl-C, an error): torn down as after a fit, its finished epochs still reported.
 
-        The epoch it stopped inside is closed as far as it trained, where :func:`.closes_stopped_epoch`.
+        The epoch it stopped inside is closed as far as it trained, where :func:`.closes_stopped_epoch`; an audit beside
+        the timer audits it first (listed after the timer, it would do so only after the summary is written).
         """
         if getattr(self, "_epoch_open", False) and self.clock.steps and closes_stopped_epoch(trainer):
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
                 self.on_train_epoch_end(trainer, pl_module)
+        with self.problems.guard("asking the audit beside to audit the epoch the fit stopped inside"):
+            audit = audit_beside(trainer, self)
+            if isinstance(audit, Callback):  # its own hook does nothing once it has: Lightning's call after this one
+                audit.on_exception(trainer, pl_module, exception)
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)

@@ -81,17 +81,28 @@ def restored_parts(restored: dict[str, Any], loaders: int, world: int, rank: int
 def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
     """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items.
 
-    Its own batches, or a ``BatchSampler`` as its sampler (``batch_size=None``) handing the dataset lists of indices.
+    Its own batches, a batch sampler of the user's (:func:`own_batch_sampler`), or a ``BatchSampler`` as its sampler
+    (``batch_size=None``) handing the dataset lists of indices.
     """
     datasets = [
         loader.dataset
         if sample_dims == 1
         and isinstance(loader, DataLoader)
-        and (loader.batch_size is not None or isinstance(loader.sampler, BatchSampler))
+        and (
+            loader.batch_size is not None
+            or loader.batch_sampler is not None
+            or isinstance(loader.sampler, BatchSampler)
+        )
         else None
         for loader in loaders
     ]
     return [len(d) if isinstance(d, Sized) and not isinstance(d, IterableDataset) else None for d in datasets]
+
+
+def own_batch_sampler(loaders: list[Any]) -> str | None:
+    """The class name of a single DataLoader's batch sampler of the user's own (a subclass of BatchSampler too)."""
+    batches = getattr(loaders[0], "batch_sampler", None) if len(loaders) == 1 else None
+    return None if batches is None or type(batches) is BatchSampler else type(batches).__name__
 
 
 def items_sampler(loader: Any) -> Any:
@@ -174,7 +185,8 @@ def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], ste
 
     ``dropped_last``: its missing are exactly those drop_last leaves out; ``stopped_short``: the longer loaders' left
     out where the epoch ended at the shortest one's end; ``read_whole``: every sample came once per reader of a
-    dataset each reader reads whole (:func:`read_whole`). ``steps``: the epoch's steps begun; ``ranks``: the world size.
+    dataset each reader reads whole (:func:`read_whole`); ``batch_sampler``: the user's own batch sampler, which drew
+    no index of the missing (:func:`own_batch_sampler`). ``steps``: the epoch's steps begun; ``ranks``: the world size.
     """
     found: dict[str, Any] = {}
     dropped = dropped_last(loaders, ranks)
@@ -186,6 +198,11 @@ def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], ste
     readers = read_whole(loaders, ranks)
     if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:  # the data is not split
         found["read_whole"] = readers
+    own = own_batch_sampler(loaders)
+    if (
+        own is not None and row["missing"]
+    ):  # where to look: a bug there is what the audit is for, so strict still raises
+        found["batch_sampler"] = own
     return found
 
 

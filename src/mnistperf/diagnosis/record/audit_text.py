@@ -28,6 +28,11 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
         line += f" ({row['limited']})"
     if row.get("dropped_last"):
         line += f"; drop_last=True leaves the last {row['dropped_last']:,} samples of each epoch's order out, by design"
+    if row.get("batch_sampler"):
+        line += (
+            f"; the loader's batch_sampler ({row['batch_sampler']}) is the project's own and drew no index of these "
+            "(does it leave a short last batch or bucket out?)"
+        )
     if size is not None and row["distinct"] > size:
         line += (
             f"; {row['distinct'] - size:,} more distinct than the dataset holds (a random augmentation before the "

@@ -119,9 +119,10 @@ def arm_callbacks() -> list[Any]:
     The plain ones are two callbacks written the usual way: each overrides the two per-step hooks with a body that does
     nothing, and Lightning dispatches its other per-batch hooks as well. The floor ones are the same with those others
     skipped, as the diagnosis skips them: the least two callbacks that see every step cost. ``lightning``: Lightning's
-    own per-step monitor, ThroughputMonitor, counting each batch by Lightning's ``extract_batch_size``.
+    own per-step monitor, ThroughputMonitor, counting each batch by Lightning's ``extract_batch_size``. ``audit``: the
+    audit alone; ``least-audit`` and ``held``: a callback that only holds each step's rows, or as much fresh memory.
     """
-    from idle_callbacks import EmptyStepHooks, Floor  # docs/results/idle_callbacks.py
+    from idle_callbacks import EmptyStepHooks, Floor, HeldAllocations, LeastAudit  # docs/results/idle_callbacks.py
     from lightning.pytorch.callbacks import ThroughputMonitor
     from lightning.pytorch.utilities.data import extract_batch_size
 
@@ -138,6 +139,9 @@ def arm_callbacks() -> list[Any]:
         "unwindowed": lambda: [EpochTimer(busy_window_steps=0), SampleAudit()],
         "unwindowed-unparted": lambda: [EpochTimer(busy_window_steps=0), SampleAudit()],
         "timer": lambda: [EpochTimer()],
+        "audit": lambda: [SampleAudit()],
+        "least-audit": lambda: [LeastAudit()],  # its steps' rows held until hashed, and nothing else
+        "held": lambda: [HeldAllocations()],  # a batch's worth of memory held each step, untouched
         "plain": lambda: [EmptyStepHooks(), EmptyStepHooks()],
         "floor": lambda: [Floor(), Floor()],
         "lightning": lambda: [ThroughputMonitor(batch_size_fn=extract_batch_size)],  # Lightning's own, for scale

@@ -199,9 +199,7 @@ def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], ste
     if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:  # the data is not split
         found["read_whole"] = readers
     own = own_batch_sampler(loaders)
-    if (
-        own is not None and row["missing"]
-    ):  # where to look: a bug there is what the audit is for, so strict still raises
+    if own is not None and row["missing"]:  # where to look, not a design: strict still raises (left_out_by_design)
         found["batch_sampler"] = own
     return found
 

@@ -371,6 +371,23 @@ def test_a_batch_sampler_of_the_projects_own_counts_against_the_dataset_and_is_n
     assert counts(lists.epochs[0]) == (18, 18, 0, 6) and lists.epochs[0]["batch_sampler"] == "Lists"
 
 
+class Draws(Sampler):
+    """A batch sampler of the project's own that draws each batch's indices at random, with replacement."""
+
+    def __iter__(self):
+        yield from torch.randint(0, ROWS, (4, 6), generator=torch.Generator().manual_seed(0)).tolist()
+
+    def __len__(self) -> int:
+        return 4
+
+
+def test_a_batch_sampler_of_the_projects_own_that_holds_no_sampler_is_not_read_by_the_loaders_unused_one(capsys):
+    """The DataLoader's own ``sampler`` (a SequentialSampler it made) draws nothing: whether it repeats is unknown."""
+    audit = audited(DataLoader(Rows(), batch_sampler=Draws()), SampleAudit(), epochs=1)
+    assert audit.epochs[0]["duplicates"] > 0
+    assert "a sampler that draws at random may repeat some by design" in capsys.readouterr().out
+
+
 def test_groups_of_batches_count_every_sample_with_two_sample_dims():
     data = Rows()
     groups = [(data.x[i : i + 6].reshape(2, 3, 3, 4), data.y[i : i + 6].reshape(2, 3)) for i in range(0, ROWS, 6)]

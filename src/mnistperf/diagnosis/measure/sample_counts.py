@@ -106,8 +106,12 @@ def own_batch_sampler(loaders: list[Any]) -> str | None:
 
 
 def items_sampler(loader: Any) -> Any:
-    """The sampler that draws a loader's items: its batch sampler's, or its own (inside a BatchSampler given as it)."""
-    sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None) or getattr(loader, "sampler", None)
+    """The sampler that draws a loader's items: its batch sampler's, or its own (inside a BatchSampler given as it).
+
+    None for a batch sampler of the user's that holds none: it draws on its own (the loader's ``sampler`` is unused).
+    """
+    batches = getattr(loader, "batch_sampler", None)
+    sampler = getattr(batches, "sampler", None) if batches is not None else getattr(loader, "sampler", None)
     return sampler.sampler if isinstance(sampler, BatchSampler) else sampler  # (batch_size=None: lists of indices)
 
 

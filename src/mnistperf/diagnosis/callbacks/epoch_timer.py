@@ -348,9 +348,9 @@ class EpochTimer(Callback):
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
                 self.on_train_epoch_end(trainer, pl_module)
         with self.problems.guard("asking the audit beside to audit the epoch the fit stopped inside"):
-            audit = audit_beside(trainer, self)
-            if isinstance(audit, Callback):  # its own hook does nothing once it has: Lightning's call after this one
-                audit.on_exception(trainer, pl_module, exception)
+            audit_stopped = getattr(audit_beside(trainer, self), "audit_stopped_epoch", None)
+            if callable(audit_stopped):  # (once: the audit's own hook, which Lightning calls next, then does nothing)
+                audit_stopped(trainer, pl_module)
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)

@@ -323,9 +323,12 @@ class SampleAudit(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        """Audit the epoch the fit stopped inside as far as it trained, where :func:`.closes_stopped_epoch`.
+        self.audit_stopped_epoch(trainer, pl_module)
 
-        Strict does not raise there: the fit's own error stands.
+    def audit_stopped_epoch(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Audit the epoch the fit stopped inside as far as it trained, where :func:`.closes_stopped_epoch`; once.
+
+        Strict does not raise there: the fit's own error stands. The timer beside asks first, before its summary.
         """
         if self._in_epoch and self._steps and closes_stopped_epoch(trainer):
             with self.problems.guard("auditing the epoch the fit stopped inside"):  # never in the error's place

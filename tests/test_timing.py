@@ -109,6 +109,25 @@ def test_the_epoch_an_error_stops_is_audited_before_the_summary_whichever_callba
     assert out.index("sample audit, epoch 2: 8 samples seen") < out.index("Interrupted: the figures cover")
 
 
+class LooksLikeAnAudit(Callback):
+    """A user's callback with the audit's ``samples_counted``, counting its own on_exception calls."""
+
+    samples_counted = None
+
+    def __init__(self):
+        self.exceptions = 0
+
+    def on_exception(self, trainer, pl_module, exception):
+        self.exceptions += 1
+
+
+def test_a_callback_that_only_looks_like_an_audit_has_its_on_exception_called_once(tmp_path):
+    other, loader = LooksLikeAnAudit(), DataLoader(SlowItems(0.0, 16), batch_size=4)
+    with pytest.raises(RuntimeError, match="a step failed"):
+        fit_module(SleepyModule(0.0), loader, callbacks=[EpochTimer(), other, FailAt(6)], default_root_dir=tmp_path)
+    assert other.exceptions == 1  # by Lightning alone
+
+
 def timer_fit(module: LightningModule, data: Dataset, batch_size: int = 4, accelerator: str = "cpu") -> EpochTimer:
     """Two epochs of ``module`` on ``data`` on one device, with nothing but an EpochTimer (profiling however short
     the fit): its rows."""

@@ -18,7 +18,7 @@ from mnistperf.diagnosis.callbacks.project_reader import lightnings, transfers_b
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.measure import fingerprint, held_steps
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
-from mnistperf.diagnosis.measure.sample_counts import ORDER_SAMPLES
+from mnistperf.diagnosis.measure.sample_counts import ORDER_SAMPLES, own_batch_sampler
 from mnistperf.diagnosis.record.audit_text import format_audit
 
 ROWS = 24
@@ -371,6 +371,18 @@ def test_a_batch_sampler_of_the_projects_own_counts_against_the_dataset_and_is_n
     assert counts(lists.epochs[0]) == (18, 18, 0, 6) and lists.epochs[0]["batch_sampler"] == "Lists"
 
 
+def test_a_libraries_batch_sampler_is_not_taken_for_the_projects_own():
+    """torchdata's StatefulDataLoader makes a BatchSampler subclass of its own: it draws as torch's does."""
+
+    class Stateful(BatchSampler):
+        pass
+
+    Stateful.__module__ = "torchdata.stateful_dataloader.sampler"
+    loader = DataLoader(Rows(), batch_sampler=Stateful(range(ROWS), 5, False))
+    assert own_batch_sampler([loader]) is None
+    assert own_batch_sampler([DataLoader(Rows(), batch_sampler=Buckets(ROWS, 5, False))]) == "Buckets"
+
+
 class Draws(Sampler):
     """A batch sampler of the project's own that draws each batch's indices at random, with replacement."""
 
@@ -403,6 +415,18 @@ def test_an_epoch_resumed_from_a_checkpoint_is_counted_whole_and_a_plain_loader_
     assert counts(first.epochs[0]) == (10, 10, 0, None)  # stopped by max_steps after 2 of 5 batches: none missing
     resumed = audited(DataLoader(Rows(), batch_size=5), SampleAudit(), 1, ckpt_path=tmp_path / "last.ckpt")
     assert counts(resumed.epochs[0]) == (10 + 15, 15, 10, ROWS - 15)
+
+
+def test_an_epoch_resumed_from_a_checkpoint_saved_without_the_audit_counts_no_missing(tmp_path, capsys):
+    """The epoch's first 2 batches ran before the resume, where no audit saw them: they are not missing."""
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_last=True)
+    fit_module(
+        Probe(), DataLoader(Rows(), batch_size=6), callbacks=[checkpoint], max_steps=2, enable_checkpointing=True
+    )
+    resumed = audited(DataLoader(Rows(), batch_size=6), SampleAudit(strict=True), 1, ckpt_path=tmp_path / "last.ckpt")
+    assert counts(resumed.epochs[0]) == (12, 12, 0, None)  # the epoch's last 2 batches of 4
+    said = "missing not counted (the fit resumed after 2 of the epoch's batches, from a checkpoint saved without"
+    assert said in capsys.readouterr().out
 
 
 def test_fingerprints_tell_any_bit_apart_and_agree_on_equal_samples():

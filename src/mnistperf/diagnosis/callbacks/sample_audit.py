@@ -174,6 +174,7 @@ class SampleAudit(Callback):
         self._held = HeldSteps(self.hash, count)  # per loader: the steps' sample rows not yet hashed
         self.kept.watched = []
         self._steps: int | None = None  # the epoch's steps begun so far (None: none yet)
+        self._first_index: int | None = None  # the epoch's first step begun (past 0: resumed inside the epoch)
 
     def _restore(self, trainer: Trainer, restored: dict[str, Any]) -> None:
         """Take back this rank's fingerprints of the epoch, per loader (every rank's on rank 0, where ranks changed)."""
@@ -201,6 +202,8 @@ class SampleAudit(Callback):
         -1) ends the epoch, so a step begun before another ran (:meth:`_settle`). Failing, the epoch is not audited.
         """
         self._commit(let_go=False)  # the batch read for this step, by another callback already, is kept
+        if self._steps is None:
+            self._first_index = batch_idx
         self._steps = batch_idx + 1  # the epoch's steps begun so far
         if self._failed is not None:
             return
@@ -270,7 +273,7 @@ class SampleAudit(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
         self._settle()
-        carried, steps = self._carried_counts, self._steps
+        carried, steps, first = self._carried_counts, self._steps, self._first_index
         parts = self._collected(trainer)
         self._start_epoch()
         self._in_epoch = False
@@ -299,6 +302,8 @@ class SampleAudit(Callback):
             row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
             with self.problems.guard("reading whether the trainer limits the epoch's batches"):
                 limited = limited_epoch(trainer, steps)
+                if limited is None and first and not any(carried):  # resumed inside it, none of its start carried
+                    limited = audit_text.resumed_unseen(first)
                 if limited is not None:  # the loader's other batches are not due this epoch: none of them is missing
                     row.update(missing=None, limited=limited)
                     if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off

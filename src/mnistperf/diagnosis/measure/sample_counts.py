@@ -99,10 +99,16 @@ def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
     return [len(d) if isinstance(d, Sized) and not isinstance(d, IterableDataset) else None for d in datasets]
 
 
+# Packages whose batch samplers draw as torch's BatchSampler does (torchdata's StatefulDataLoader makes its own)
+LIBRARY_PACKAGES = ("torch.", "torchdata.", "lightning.", "pytorch_lightning.")
+
+
 def own_batch_sampler(loaders: list[Any]) -> str | None:
     """The class name of a single DataLoader's batch sampler of the user's own (a subclass of BatchSampler too)."""
     batches = getattr(loaders[0], "batch_sampler", None) if len(loaders) == 1 else None
-    return None if batches is None or type(batches) is BatchSampler else type(batches).__name__
+    if batches is None or type(batches).__module__.startswith(LIBRARY_PACKAGES):
+        return None
+    return type(batches).__name__
 
 
 def items_sampler(loader: Any) -> Any:

@@ -180,3 +180,11 @@ def no_sample_rows(batch: Any, sample_dims: int) -> str:
 
 
 # How each callback reads a batch: where the loaders' parts are not at their keys, and where a sample is a guess.
+
+
+def resumed_unseen(first: int) -> str:
+    """Why a resumed epoch's missing are not counted: its first ``first`` batches ran before, unseen by the audit."""
+    return (
+        f"the fit resumed after {first:,} of the epoch's batches, from a checkpoint saved without SampleAudit, which "
+        "holds no fingerprints of them"
+    )

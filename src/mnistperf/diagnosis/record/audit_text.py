@@ -155,6 +155,14 @@ def unfingerprinted(ranks: list[int], warned: bool) -> str:
     return f"{why}; its own warning says why" if warned else why
 
 
+def resumed_unseen(first: int) -> str:
+    """Why a resumed epoch's missing are not counted: its first ``first`` batches ran before, unseen by the audit."""
+    return (
+        f"the fit resumed after {first:,} of the epoch's batches, from a checkpoint saved without SampleAudit, which "
+        "holds no fingerprints of them"
+    )
+
+
 def missing_sample_field(sample_id: str | int, batch: Any) -> str:
     """SampleAudit's error where its ``sample_id`` names no field of the batch."""
     return (
@@ -176,15 +184,4 @@ def no_sample_rows(batch: Any, sample_dims: int) -> str:
     return (
         f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with {sample_dims} sample dimension(s); "
         "pass sample_id= or fingerprint="
-    )
-
-
-# How each callback reads a batch: where the loaders' parts are not at their keys, and where a sample is a guess.
-
-
-def resumed_unseen(first: int) -> str:
-    """Why a resumed epoch's missing are not counted: its first ``first`` batches ran before, unseen by the audit."""
-    return (
-        f"the fit resumed after {first:,} of the epoch's batches, from a checkpoint saved without SampleAudit, which "
-        "holds no fingerprints of them"
     )

@@ -81,18 +81,14 @@ def restored_parts(restored: dict[str, Any], loaders: int, world: int, rank: int
 def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
     """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items.
 
-    Its own batches, a batch sampler of the user's (:func:`own_batch_sampler`), or a ``BatchSampler`` as its sampler
-    (``batch_size=None``) handing the dataset lists of indices.
+    A batch sampler of its own making (its ``batch_size``) or of the user's (:func:`own_batch_sampler`), or a
+    ``BatchSampler`` as its sampler (``batch_size=None``) handing the dataset lists of indices.
     """
     datasets = [
         loader.dataset
         if sample_dims == 1
         and isinstance(loader, DataLoader)
-        and (
-            loader.batch_size is not None
-            or loader.batch_sampler is not None
-            or isinstance(loader.sampler, BatchSampler)
-        )
+        and (loader.batch_sampler is not None or isinstance(loader.sampler, BatchSampler))
         else None
         for loader in loaders
     ]

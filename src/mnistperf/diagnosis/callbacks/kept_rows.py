@@ -24,6 +24,20 @@ class KeptRows:
         self.changes_in_place = False  # whether a step of the fit changed its batch in place (then all are copied)
         self.watched: list[Watched] = []  # the held steps' rows as read, each with its versions then
 
+    @property
+    def deciding(self) -> bool:
+        """Whether a step trained whose check decides if later steps' rows are kept as they are (the epoch's first)."""
+        return bool(self.watched) and not self.as_they_are
+
+    def trained(self, watched: Watched | None) -> None:
+        """A held step trained: its rows, where watched, are checked from now on (:meth:`check`)."""
+        if watched is not None:
+            self.watched.append(watched)
+
+    def forget(self) -> None:
+        """A new epoch: no step's rows watched."""
+        self.watched = []
+
     def watch(self, trainer: Trainer) -> None:
         """Keep a step's rows as they are, not copied, where nothing hands out the same tensors again.
 

@@ -172,7 +172,7 @@ class SampleAudit(Callback):
         self._seen: list[list[torch.Tensor]] = [[] for _ in range(count)]  # per loader: the epoch's fingerprints
         self._carried_counts = [0] * count  # per loader: how many fingerprints a checkpoint carried (at the front)
         self._held = HeldSteps(self.hash, count)  # per loader: the steps' sample rows not yet hashed
-        self.kept.watched = []
+        self.kept.forget()
         self._steps: int | None = None  # the epoch's steps begun so far (None: none yet)
         self._first_index: int | None = None  # the epoch's first step begun (past 0: resumed inside the epoch)
 
@@ -208,7 +208,7 @@ class SampleAudit(Callback):
         if self._failed is not None:
             return
         try:
-            if self.kept.watched and not self.kept.as_they_are:
+            if self.kept.deciding:
                 self._check_watched()
             self.batches.begin(batch, self._read, (None if trainer is None else trainer.current_epoch, batch_idx))
             if len(self._seen) > len(self.batches.names):  # read as one loader's from now on: pool what was carried
@@ -255,8 +255,7 @@ class SampleAudit(Callback):
                 elif item is not None:
                     rows, watched = item
                     samples = rows.samples
-                    if watched is not None:
-                        self.kept.watched.append(watched)
+                    self.kept.trained(watched)
                     if self._held.hold(loader, rows):  # the held steps are due to be hashed
                         self._flush()
                 if item is not None and self._counted is not None:

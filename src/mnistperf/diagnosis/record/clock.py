@@ -325,12 +325,9 @@ class EpochClock:
         extra = {**extra, **utilization(merged[FLOPS], merged[TRAIN_S], self._peak_flops, self.world_size)}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))
-        if self.windows.cost is not None and self.reading is not None:  # a window read in this epoch
-            seconds, _, _, steps = self.windows.cost
-            # What the window added to the epoch: its steps' seconds beyond what as many typical steps take.
-            cost = max(seconds - steps * self._without_window()[0] / max(self._steps, 1), 0.0)
-            extra["profiled"] = dict(steps=steps, seconds=seconds, of_steps=self._steps, extrapolated=True, cost_s=cost)
-            self.reading.cost_s = cost
+        profiled = self.windows.profiled((self._train_s, self._input_wait_s, self._host_wait_s), self._steps)
+        if profiled is not None:  # a window read in this epoch
+            extra["profiled"] = profiled
         row = epoch_row(self._number, merged, self._stats, self.reading, extra, self.input_bound_share)
         self.epochs.append(row)
         return row

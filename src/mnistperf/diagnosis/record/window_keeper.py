@@ -196,6 +196,18 @@ class WindowKeeper:
         train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
         return train, fetch, host
 
+    def profiled(self, figures: tuple[float, float, float], steps: int) -> dict[str, Any] | None:
+        """What a window read in this epoch added to it (None: none was), kept in its reading too.
+
+        Its steps' seconds beyond what as many typical steps take, by the epoch's ``figures`` over ``steps`` (as
+        :meth:`without` takes them).
+        """
+        if self.cost is None or self.reading is None:
+            return None
+        seconds, _, _, profiled = self.cost
+        cost = self.reading.cost_s = max(seconds - profiled * self.without(figures, steps)[0] / max(steps, 1), 0.0)
+        return dict(steps=profiled, seconds=seconds, of_steps=steps, extrapolated=True, cost_s=cost)
+
     def export_trace(self, folder: Path) -> Path | None:
         """Save the window's trace under ``folder`` (:data:`.busy_window.TRACE_FILE`): its path, or None."""
         profiler, self.recorded = self.recorded, None

@@ -300,11 +300,8 @@ class EpochTimer(Callback):
         except Exception as error:
             self.problems.note("gathering the epoch's figures", error)
             return
-        extra: dict[str, Any] = dict(self._val_metrics)
-        with self.problems.guard("counting the epoch's samples per loader and its split"):
-            loaders = self.samples.loader_row(gathered.loader_samples)
-            if loaders is not None:
-                extra["loader_samples"] = loaders
+        extra: dict[str, Any] = {**self._val_metrics, **self.samples.row(trainer, gathered.loader_samples, self)}
+        with self.problems.guard("reading why the epoch has no split"):
             forward, accumulate = gathered.measures[FORWARD_S], trainer.accumulate_grad_batches
             reason = self._sampled.split_reason(self.samples.trained, accumulate, forward, trainer.current_epoch)
             if reason is not None:
@@ -312,10 +309,6 @@ class EpochTimer(Callback):
                 if not self._split_said:  # once a fit
                     self._split_said = True
                     self.problems.say_once(trainer, epoch_text.unsplit(reason))
-        with self.problems.guard("checking the epoch's samples against other counts"):
-            counts = self.samples.counts_apart(trainer, self)
-            if counts:
-                extra["sample_counts"] = counts
         try:
             row = self.clock.close_epoch(gathered, extra)
         except Exception as error:

@@ -86,6 +86,22 @@ class TimerSamples:
         self.batches.trained()
         return self.per_loader if self.batches.several else []
 
+    def row(self, trainer: Trainer, gathered: list[float], asking: Any) -> dict[str, Any]:
+        """The epoch row's sample counts: ``loader_samples`` (:meth:`loader_row`) and ``sample_counts``, where any.
+
+        ``gathered``: each loader's samples over the ranks; ``asking`` as :meth:`counts_apart`'s.
+        """
+        found: dict[str, Any] = {}
+        with self.problems.guard("counting the epoch's samples per loader"):
+            loaders = self.loader_row(gathered)
+            if loaders is not None:
+                found["loader_samples"] = loaders
+        with self.problems.guard("checking the epoch's samples against other counts"):
+            counts = self.counts_apart(trainer, asking)
+            if counts:
+                found["sample_counts"] = counts
+        return found
+
     def loader_row(self, gathered: list[float]) -> dict[str, int | None] | None:
         """The epoch's samples per training loader as its row keeps them, ``gathered`` over the ranks, where several."""
         if not gathered:

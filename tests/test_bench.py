@@ -21,7 +21,7 @@ from mnistperf.bench.chart import chart_figure
 from mnistperf.bench.columns import Row, table_rows
 from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.plans import plan_runs, reference_row_stages
-from mnistperf.bench.report import per_step, per_step_table, write_all
+from mnistperf.bench.report import per_step, per_step_table, thresholds, write_all
 from mnistperf.cli import main
 
 
@@ -62,6 +62,20 @@ def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_sho
     assert table[1]["GPU busy"] == "-"  # a CPU run has no busy share
     gpu = table_rows([Row("v3_resident", "v3_resident", summaries=[{**summary(1, 0.5), "device_busy_share": 0.23}])])
     assert gpu[0]["GPU busy"] == "23%"
+
+
+def test_the_gpu_busy_column_names_the_steps_each_run_profiled_on_cuda_and_no_cpu_window():
+    def windowed(device: str, first: int | None, epoch: int = 2) -> dict:
+        window = {"device": device, "share": 0.5, "epoch": epoch, "first_step": first, "last_step": (first or 0) + 19}
+        return {**summary(1, 0.5), "busy_window": window}
+
+    rows = [
+        Row("v2_pinned", "v2_pinned", summaries=[windowed("cuda", 5), windowed("cuda", 5), windowed("cuda", 8, 3)]),
+        Row("v3_resident", "v3_resident", summaries=[windowed("cpu", 3), windowed("cuda", None), summary(1, 0.5)]),
+    ]
+    busy = thresholds(rows)[1]
+    assert "profiled over training steps 5-24 of epoch 2, steps 8-27 of epoch 3;" in busy
+    assert "not profiled in these runs" in thresholds(rows[1:])[1]  # a CPU window, a CUDA one unread, none
 
 
 def test_per_step_splits_a_step_into_plain_lightnings_loop_and_the_lab():

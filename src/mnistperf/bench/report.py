@@ -15,6 +15,7 @@ from mnistperf.bench import published
 from mnistperf.bench.chart import write_chart
 from mnistperf.bench.columns import REFERENCE_RUNNERS, Row, csv_rows, markdown_table
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, BUSY
+from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.verdict import COMPUTE_BOUND_BUSY
 
 
@@ -94,11 +95,12 @@ def thresholds(rows: list[Row]) -> list[str]:
     """What the input wait and GPU busy columns mean, with the thresholds and window the runs themselves used."""
     summaries = [summary for row in rows for summary in row.summaries]
     shares = sorted({f"{s['input_bound_share']:.0%}" for s in summaries if s.get("input_bound_share") is not None})
+    read = [RunSummary.of(s).busy_window for s in summaries]
     windows = sorted(
         {
-            f"steps {w['first_step']}-{w['last_step']} of epoch {w['epoch']}"
-            for s in summaries
-            if (w := s.get("busy_window") or {}).get("first_step") is not None and w.get("device") == "cuda"
+            f"steps {w.first_step}-{w.last_step} of epoch {w.epoch}"
+            for w in read
+            if w is not None and w.first_step is not None and w.device == "cuda"
         }
     )
     where = f"profiled over training {', '.join(windows)}" if windows else "not profiled in these runs"

@@ -230,9 +230,9 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
     steady = steady_said(run)
     lines = [f"Verdict: {run.verdict} ({run.verdict_figure or run.verdict_reason})"]
     cause = headline_cause(run.verdict_reason)
-    window = run.content.get("busy_window") or {}
-    if run.verdict == "undetermined" and window.get("reason"):  # why the figure that would decide it is missing
-        cause = "; ".join(filter(None, (window["reason"], cause)))
+    window = run.busy_window
+    if run.verdict == "undetermined" and window is not None and window.reason:  # why the deciding figure is missing
+        cause = "; ".join(filter(None, (window.reason, cause)))
     named = run.advice.culprit if run.advice is not None else None
     if named:
         whole_s, per = named["s"] / named["share"], named.get("per", "step")

@@ -359,7 +359,7 @@ def test_the_timer_cost_keeps_what_each_diagnosed_fit_read(tmp_path):
         "if '--with' in sys.argv:\n"
         "    folder = pathlib.Path(sys.argv[1], f'run-{len(list(pathlib.Path(sys.argv[1]).iterdir()))}')\n"
         "    folder.mkdir()\n"
-        "    read = {'verdict': 'overhead-bound', 'busy_window': {'share': 0.3}}\n"
+        "    read = {'verdict': 'overhead-bound', 'busy_window': {'device': 'cuda', 'share': 0.3}}\n"
         "    (folder / 'timing.json').write_text(json.dumps(read))\n"
     )
     target = tmp_path / "cost.json"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mnistperf.diagnosis.figures import DEVICE_BUSY_SHARE, SAMPLES
-from mnistperf.diagnosis.record.run import SUMMARY_FILE, write_summary
+from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, write_summary
 
 EXAMPLE_BATCH = 64
 
@@ -60,9 +60,9 @@ def timer_cost_of(target: Path, rounds: int, fit: list[str], arms: dict[str, lis
 
 def answer(path: Path) -> dict[str, Any]:
     """A diagnosed fit's verdict, its window's share and, where the window read none, why (from its timing.json)."""
-    summary = json.loads(path.read_text())
-    window = summary.get("busy_window") or {}
-    return {"verdict": summary.get("verdict"), "share": window.get("share"), "reason": window.get("reason")}
+    run = RunSummary.of(json.loads(path.read_text()))
+    window = run.busy_window
+    return {"verdict": run.verdict, "share": window and window.share, "reason": window and window.reason}
 
 
 def sync_probe(folder: Path) -> None:
@@ -111,7 +111,8 @@ def sync_probe(folder: Path) -> None:
     ours = [stack for stack in syncs if any("mnistperf/diagnosis" in frame for frame in stack)]
     [summary_path] = sorted((folder / "run").rglob(SUMMARY_FILE))
     summary = json.loads(summary_path.read_text())
-    trace = summary.get("busy_window", {}).get("trace")
+    window = RunSummary.of(summary).busy_window
+    trace = window and window.trace
     trace_opens = False
     if trace:
         with open(summary_path.parent / trace) as handle:

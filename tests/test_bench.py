@@ -405,6 +405,13 @@ def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):
     assert "interrupted: keeping the rows already finished" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="the tree's memory is read from Linux's /proc")
+def test_a_run_shorter_than_the_sampling_interval_still_has_its_memory_sampled():
+    with TreeMemorySampler(os.getpid(), interval=60.0) as memory:
+        pass  # over long before the first interval ends
+    assert memory.peak_rss_mb > 0 and memory.peak_pss_mb > 0
+
+
 def in_this_process(command: list[str], label: str) -> tuple[int, str, dict]:
     """``runner.run_process`` without the process: the run's command line (``python -m MODULE ARGS``) run by
     MODULE's ``main`` here, this process's memory sampled as the run's."""

@@ -54,10 +54,16 @@ class TreeMemorySampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        if self.peak_rss_mb is not None:  # the tree as the block ends (a process that has ended reads nothing)
+            self._sample()
 
     def _run(self) -> None:
-        assert self.peak_rss_mb is not None and self.peak_pss_mb is not None  # set before the thread starts
+        self._sample()  # at once, so that a run shorter than the interval is sampled too
         while not self._stop.wait(self.interval):
-            sizes = [rss_pss_mb(p) for p in _tree(self.pid)]
-            self.peak_rss_mb = max(self.peak_rss_mb, sum(r or 0.0 for r, _ in sizes))
-            self.peak_pss_mb = max(self.peak_pss_mb, sum(p or 0.0 for _, p in sizes))
+            self._sample()
+
+    def _sample(self) -> None:
+        assert self.peak_rss_mb is not None and self.peak_pss_mb is not None  # set before the thread starts
+        sizes = [rss_pss_mb(p) for p in _tree(self.pid)]
+        self.peak_rss_mb = max(self.peak_rss_mb, sum(r or 0.0 for r, _ in sizes))
+        self.peak_pss_mb = max(self.peak_pss_mb, sum(p or 0.0 for _, p in sizes))

@@ -47,15 +47,13 @@ def test_every_stage_config_trains_and_writes_its_timing_summary(workdir, config
     assert summary["avg_train_s"] == summary["epochs"][1]["train_s"]
     assert summary["total_train_s"] == pytest.approx(sum(e["train_s"] for e in summary["epochs"]))
     ran_on = "cuda" if torch.cuda.is_available() else "cpu"
-    if ran_on == "cpu":  # 3 steps an epoch, too few for a profiled window: the wait for data or the phases decide
-        if summary["input_wait_share"] >= 0.5:
-            assert summary["verdict"] == "input-bound"
-        elif summary["verdict"] == "overhead-bound":  # the step's phases left a fifth of the time around them
-            assert "the profiled window did not run" in summary["verdict_reason"], summary["verdict_reason"]
-        else:
-            assert summary["verdict"] == "undetermined", summary["verdict_reason"]
+    window = summary["busy_window"]
+    if ran_on == "cpu" and name == "v4_graphed":  # its 3 batches are one step an epoch: too few for any window
+        assert summary["verdict"] == "undetermined" and "1 training step, too few" in window["reason"], window
     else:
-        assert summary["verdict"] in ("input-bound", "overhead-bound", "compute-bound")
+        assert summary["verdict"] in ("input-bound", "overhead-bound", "compute-bound"), summary["verdict_reason"]
+    if ran_on == "cpu" and name != "v4_graphed":  # 3 steps an epoch: a CPU's window records the middle one
+        assert (window["epoch"], window["first_step"], window["last_step"]) == (2, 2, 2), window
     assert summary["accelerator"] == ran_on and summary["versions"]["torch"] == torch.__version__
     assert (summary["peak_device_mb"] is not None) == (ran_on == "cuda")
     assert summary["data"]["pipeline"] == yaml.safe_load((CONFIGS / config).read_text())["data"]["pipeline"]

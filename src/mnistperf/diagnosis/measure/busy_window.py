@@ -44,6 +44,7 @@ def before_graph_capture() -> None:
 
 
 FEWEST_STEPS = 4 + PROFILER_WARMUP_STEPS  # the shortest epoch :func:`window_steps` places a window in
+CPU_FEWEST_STEPS = 3  # the shortest a CPU's window is placed in (:func:`short_cpu_window`)
 
 
 def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[int, int] | None:
@@ -57,6 +58,16 @@ def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[i
     last = int(batches_per_epoch) - 3
     first = max(1 + PROFILER_WARMUP_STEPS, last - steps + 1)
     return (first, last) if first <= last else None
+
+
+def short_cpu_window(batches_per_epoch: float, steps: int = CPU_WINDOW_STEPS) -> tuple[int, int] | None:
+    """On a CPU, (first, last) batch index of up to ``steps`` steps in an epoch too short for :func:`window_steps`.
+
+    A CPU's profiler records from its first step (no warm-up) and no step captures a graph: the steps after the first
+    (the loader's start) and before the last (a remainder batch), at least one; None where the epoch has no such step.
+    """
+    last = min(int(batches_per_epoch) - 2, steps)
+    return (1, last) if last >= 1 else None
 
 
 def thread_wait_s() -> float | None:
@@ -99,9 +110,16 @@ class BusyWindow:
     and :attr:`busy` holds the busy share, or None with :attr:`unread` saying why.
     """
 
-    def __init__(self, first: int, last: int, device_type: str = "cuda", fewest_per_step: int = MIN_KERNELS_PER_STEP):
+    def __init__(
+        self,
+        first: int,
+        last: int,
+        device_type: str = "cuda",
+        fewest_per_step: int = MIN_KERNELS_PER_STEP,
+        warmup: int = PROFILER_WARMUP_STEPS,
+    ):
         self.first, self.last, self.device_type = first, last, device_type
-        self.opens = first - PROFILER_WARMUP_STEPS  # the step it opens at (on CUDA, the profiler warms up from it)
+        self.opens = first - warmup  # the step it opens at (on CUDA, the profiler warms up from it)
         self.fewest_per_step = fewest_per_step
         self.budget: tuple[float, float] | None = None  # (a step's time, what recording may add to it): see cap()
         self.done = False

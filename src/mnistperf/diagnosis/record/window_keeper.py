@@ -106,16 +106,20 @@ class WindowKeeper:
         elif self.steps > 0:
             length = f"an epoch taken as the last one's {expected:,.0f} steps: the training loader has no length"
             self._placed_by = length if expected != batches else ""
-            steps = busy_window.window_steps(expected, self.steps)
+            steps, warmup = busy_window.window_steps(expected, self.steps), busy_window.PROFILER_WARMUP_STEPS
+            on_cpu = self.device_type != "cuda"
+            if steps is None and on_cpu:  # a CPU's profiler needs no warm-up: a shorter epoch holds a window
+                steps, warmup = busy_window.short_cpu_window(expected, self.steps), 0
             if steps is None:
                 placed = f" ({self._placed_by})" if self._placed_by else ""
                 plural = "" if expected == 1 else "s"
+                fewest = busy_window.CPU_FEWEST_STEPS if on_cpu else busy_window.FEWEST_STEPS
                 self.missed(
                     f"epoch {number} has {expected:.0f} training step{plural}{placed}, too few for the window, "
-                    f"which needs {busy_window.FEWEST_STEPS} or more"
+                    f"which needs {fewest} or more"
                 )
             else:
-                self.window = BusyWindow(*steps, device_type=self.device_type)
+                self.window = BusyWindow(*steps, device_type=self.device_type, warmup=warmup)
 
     def weigh(self, step_s: float, fit_s: float, unknown: bool) -> bool:
         """On a CPU, as the window opens, after steps of ``step_s``: fit it to what a ``fit_s`` fit pays for.

@@ -44,7 +44,7 @@ def before_graph_capture() -> None:
 
 
 FEWEST_STEPS = 4 + PROFILER_WARMUP_STEPS  # the shortest epoch :func:`window_steps` places a window in
-CPU_FEWEST_STEPS = 3  # the shortest a CPU's window is placed in (:func:`short_cpu_window`)
+CPU_FEWEST_STEPS = 2  # the shortest a CPU's window is placed in (:func:`short_cpu_window`)
 
 
 def window_steps(batches_per_epoch: float, steps: int = WINDOW_STEPS) -> tuple[int, int] | None:
@@ -64,10 +64,12 @@ def short_cpu_window(batches_per_epoch: float, steps: int = CPU_WINDOW_STEPS) ->
     """On a CPU, (first, last) batch index of up to ``steps`` steps in an epoch too short for :func:`window_steps`.
 
     A CPU's profiler records from its first step (no warm-up) and no step captures a graph: the steps after the first
-    (the loader's start) and before the last (a remainder batch), at least one; None where the epoch has no such step.
+    (the loader's start) and before the last (a remainder batch), at least one; in an epoch of two, its last. None in
+    an epoch of one step, which leaves no other to stand in for a profiled one in the epoch's figures.
     """
-    last = min(int(batches_per_epoch) - 2, steps)
-    return (1, last) if last >= 1 else None
+    if batches_per_epoch < CPU_FEWEST_STEPS:
+        return None
+    return 1, max(1, min(int(batches_per_epoch) - 2, steps))
 
 
 def thread_wait_s() -> float | None:

@@ -3,7 +3,6 @@ was crowded, undetermined with the true reason where nothing was read, quiet and
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import time
@@ -190,7 +189,21 @@ def test_an_undetermined_headline_says_why_the_window_did_not_run_and_what_it_ne
     fit_module(Newcomer(), rows(count=16), callbacks=[EpochTimer(window_share=None)], default_root_dir=tmp_path)
     headline = capsys.readouterr().out.split("Verdict: ")[1].splitlines()
     assert headline[0].startswith("undetermined (waiting for data")
-    assert re.match(r"  why: epoch \d has 1 training step, too few for the window, which needs 2 or more", headline[1])
+    assert headline[1] == f"  why: {verdict_module.ONE_STEP_ENDED}"  # two epochs of one step: a third would be read
+
+
+def test_a_cpu_epoch_of_one_step_is_profiled_whole_in_the_third_epoch_with_the_seconds_figures_standing_in(tmp_path):
+    """Full-batch training (one step an epoch): the third epoch's step is profiled, and its train time and waits are
+    the second epoch's, the profiler's own time kept out of them."""
+    timer = EpochTimer(window_share=None)
+    fit_module(Newcomer(), rows(count=16), callbacks=[timer], default_root_dir=tmp_path, max_epochs=4)
+    window, second, third = timer.busy_window, timer.epochs[1], timer.epochs[2]
+    assert (window["epoch"], window["first_step"], window["last_step"]) == (3, 1, 1), window
+    assert window["share"] is not None and all(e["verdict"] != "undetermined" for e in timer.epochs[2:])
+    assert third["profiled"]["of_steps"] == third["profiled"]["steps"] == 1
+    for figure in ("train_s", "input_wait_s", "host_wait_s"):
+        assert third[figure] == pytest.approx(second[figure]), figure
+    assert "profiled" not in timer.epochs[3] and timer.epochs[3]["train_s"] != second["train_s"]
 
 
 @pytest.mark.parametrize("steps", [2, 3, 5])

@@ -71,6 +71,7 @@ class EpochClock:
         self.epochs: list[dict[str, Any]] = []
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._loader_workers = True  # whether the fit's loaders may run workers (False: none is looked for)
+        self._per_step: tuple[float, float, float] | None = None  # the last steady epoch's figures a step
         self._reset()
 
     def _synced_now(self) -> float:
@@ -121,17 +122,20 @@ class EpochClock:
         self._reset(batches, number)
         self._steps_left = steps_left
         reset_device_peaks(self.device)
-        self.windows.place(self._number, batches, self.expected_steps(batches), not (self.epochs or last))
+        stand_in = self._per_step is not None
+        self.windows.place(self._number, batches, self.expected_steps(batches), not (self.epochs or last), stand_in)
         self._train_start = self._last_step_end = self._synced_now()
         self._cores.start(self._train_start)
 
     def _weigh_window(self) -> bool:
         """On a CPU, as the window opens: fit it to what the whole fit can pay for (docs/timing.md), or decline it."""
-        done = self._steps - 1
-        if self.device.type == "cuda" or self.windows.window_share is None or done < 1 or self._train_start is None:
+        done, paced = self._steps - 1, self._per_step  # (opening at its epoch's first step: the last steady one's pace)
+        if self.device.type == "cuda" or self.windows.window_share is None or self._train_start is None:
+            return True
+        if done < 1 and paced is None:
             return True
         now = time.perf_counter()
-        step_s = (self._train_s + now - self._train_start) / done
+        step_s = (self._train_s + now - self._train_start) / done if done >= 1 or paced is None else paced[0]
         left = self._steps_left - done
         unknown = math.isnan(left)  # the fit's length: then this epoch's steps left, where known, stand for it
         if unknown:
@@ -257,9 +261,15 @@ class EpochClock:
         """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""
         return self.windows.export_trace(folder)
 
+    def _measured(self) -> tuple[tuple[float, float, float], tuple[float, float, float] | None]:
+        """The epoch's train time, input wait and host wait, and what stands in for them where profiled whole."""
+        stand_in = None if self._per_step is None else tuple(figure * self._steps for figure in self._per_step)
+        return (self._train_s, self._input_wait_s, self._host_wait_s), stand_in  # type: ignore[return-value]
+
     def _without_window(self) -> tuple[float, float, float]:
         """The epoch's train time, input wait and host wait, the profiled steps replaced by the others' mean."""
-        return self.windows.without((self._train_s, self._input_wait_s, self._host_wait_s), self._steps)
+        figures, stand_in = self._measured()
+        return self.windows.without(figures, self._steps, stand_in)
 
     def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
@@ -278,6 +288,8 @@ class EpochClock:
         talk = window.communication
         shares = phase_shares or {}
         train_s, input_wait_s, host_wait_s = self._without_window()
+        if self.epochs and self._steps:  # a steady epoch: what stands in for one profiled whole
+            self._per_step = (train_s / self._steps, input_wait_s / self._steps, host_wait_s / self._steps)
         in_steps = max(train_s - host_wait_s, 0.0)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
         self._memory.read()
@@ -325,7 +337,8 @@ class EpochClock:
         extra = {**extra, **utilization(merged[FLOPS], merged[TRAIN_S], self._peak_flops, self.world_size)}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))
-        profiled = self.windows.profiled((self._train_s, self._input_wait_s, self._host_wait_s), self._steps)
+        figures, stand_in = self._measured()
+        profiled = self.windows.profiled(figures, self._steps, stand_in)
         if profiled is not None:  # a window read in this epoch
             extra["profiled"] = profiled
         row = epoch_row(self._number, merged, self._stats, self.reading, extra, self.input_bound_share)

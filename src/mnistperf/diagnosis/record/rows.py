@@ -13,6 +13,8 @@ from mnistperf.diagnosis.record.verdict import (
     BUSY_MARGIN,
     FIT_ENDED,
     NOT_MEASURED,
+    ONE_STEP_ENDED,
+    ONE_STEP_PENDING,
     WAITED_FOR_A_CORE,
     WINDOW_PENDING,
     classify,
@@ -88,4 +90,4 @@ def window_figures(reading: WindowReading | None, merged: figures.Measures) -> d
 def not_measured(reading: WindowReading | None, ended: bool = False) -> str:
     """Why the profiled window has no share (:data:`NOT_MEASURED` where it gives none); ``ended``: as the fit ends."""
     reason = (reading.reason if reading is not None else None) or NOT_MEASURED
-    return FIT_ENDED if ended and reason == WINDOW_PENDING else reason
+    return {WINDOW_PENDING: FIT_ENDED, ONE_STEP_PENDING: ONE_STEP_ENDED}.get(reason, reason) if ended else reason

@@ -16,7 +16,7 @@ from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.device_work import world
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_reading import Unread, WindowReading
-from mnistperf.diagnosis.record.verdict import WINDOW_PENDING
+from mnistperf.diagnosis.record.verdict import ONE_STEP_PENDING, WINDOW_PENDING
 from mnistperf.upstream import dynamo_compiled
 
 PROFILE_ANYWAY = (
@@ -92,10 +92,11 @@ class WindowKeeper:
         assert self.reading is not None  # only where a window is wanted
         self.reading.reason = reason
 
-    def place(self, number: int, batches: float, expected: float, pending: bool) -> None:
+    def place(self, number: int, batches: float, expected: float, pending: bool, stand_in: bool = False) -> None:
         """Epoch ``number`` starts, of ``batches`` steps (``expected``: as the clock takes them): place the window.
 
-        ``pending``: the window waits for a steady epoch.
+        ``pending``: the window waits for a steady epoch. ``stand_in``: an earlier steady epoch's figures may stand in
+        for an epoch profiled whole (on a CPU, an epoch of one step; until then its window waits).
         """
         if self.steps > 0 and self.device_type != "cuda" and self.window_share is not None:
             # the window's price's other part, before train time starts: a snapshot varies 2x, so the least of the
@@ -110,6 +111,11 @@ class WindowKeeper:
             on_cpu = self.device_type != "cuda"
             if steps is None and on_cpu:  # a CPU's profiler needs no warm-up: a shorter epoch holds a window
                 steps, warmup = busy_window.short_cpu_window(expected, self.steps), 0
+            if steps is None and on_cpu and expected == 1:  # its one step, once a steady epoch can stand in for it
+                if not stand_in:
+                    self.missed(ONE_STEP_PENDING)
+                    return
+                steps = (0, 0)
             if steps is None:
                 placed = f" ({self._placed_by})" if self._placed_by else ""
                 plural = "" if expected == 1 else "s"
@@ -191,8 +197,15 @@ class WindowKeeper:
                 "an error) or the module ended it early"
             )
 
-    def without(self, figures: tuple[float, float, float], steps: int) -> tuple[float, float, float]:
-        """An epoch's train time, input wait and host wait over ``steps``, its profiled steps as the others' mean."""
+    def without(
+        self, figures: tuple[float, float, float], steps: int, stand_in: tuple[float, float, float] | None = None
+    ) -> tuple[float, float, float]:
+        """An epoch's train time, input wait and host wait over ``steps``, its profiled steps as the others' mean.
+
+        An epoch profiled whole has ``stand_in``'s figures where given (an earlier steady epoch's, as many steps).
+        """
+        if self.cost is not None and steps <= self.cost[3] and stand_in is not None:
+            return stand_in
         if self.cost is None or steps <= self.cost[3]:
             return figures
         *inside, profiled = self.cost
@@ -200,16 +213,19 @@ class WindowKeeper:
         train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
         return train, fetch, host
 
-    def profiled(self, figures: tuple[float, float, float], steps: int) -> dict[str, Any] | None:
+    def profiled(
+        self, figures: tuple[float, float, float], steps: int, stand_in: tuple[float, float, float] | None = None
+    ) -> dict[str, Any] | None:
         """What a window read in this epoch added to it (None: none was), kept in its reading too.
 
         Its steps' seconds beyond what as many typical steps take, by the epoch's ``figures`` over ``steps`` (as
-        :meth:`without` takes them).
+        :meth:`without` takes them, ``stand_in`` too).
         """
         if self.cost is None or self.reading is None:
             return None
         seconds, _, _, profiled = self.cost
-        cost = self.reading.cost_s = max(seconds - profiled * self.without(figures, steps)[0] / max(steps, 1), 0.0)
+        typical = self.without(figures, steps, stand_in)[0] / max(steps, 1)
+        cost = self.reading.cost_s = max(seconds - profiled * typical, 0.0)
         return dict(steps=profiled, seconds=seconds, of_steps=steps, extrapolated=True, cost_s=cost)
 
     def export_trace(self, folder: Path) -> Path | None:

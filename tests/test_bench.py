@@ -511,8 +511,8 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
     bare, plain = summaries["bare"], summaries["plain"]
     for row in (bare, *bare["epochs"]):
         assert row["input_wait_share"] is None and row["host_wait_share"] is None and row["verdict"] == "not measured"
-    assert plain["input_wait_share"] is not None and plain["verdict"] == "undetermined"  # 2 steps: no window
-    assert "training steps, too few for the window" in plain["verdict_reason"]
+    # The plain row times its waits: its verdict is read as the stage's are (its 2-step epochs' window priced as any)
+    assert plain["input_wait_share"] is not None and plain["verdict"] != "not measured" and plain["verdict_reason"]
     for mine, theirs in zip(summaries["plain"]["epochs"], summaries["plain ungrouped"]["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
 

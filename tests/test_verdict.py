@@ -189,7 +189,7 @@ def test_an_undetermined_headline_says_why_the_window_did_not_run_and_what_it_ne
     fit_module(Newcomer(), rows(count=16), callbacks=[EpochTimer(window_share=None)], default_root_dir=tmp_path)
     headline = capsys.readouterr().out.split("Verdict: ")[1].splitlines()
     assert headline[0].startswith("undetermined (waiting for data")
-    assert headline[1] == f"  why: {verdict_module.ONE_STEP_ENDED}"  # two epochs of one step: a third would be read
+    assert headline[1].startswith(f"  why: {verdict_module.ONE_STEP_ENDED}")  # two epochs of one step: read in a third
 
 
 def test_a_cpu_epoch_of_one_step_is_profiled_whole_in_the_third_epoch_with_the_seconds_figures_standing_in(tmp_path):

@@ -259,6 +259,8 @@ def test_busy_share_is_the_union_of_the_intervals_over_their_span():
     assert busy_share([(0, 10), (5, 15), (14, 16), (30, 40)]) == pytest.approx(26 / 40)  # overlaps count once
     assert busy_share([(0, 40), (10, 20)]) == 1.0  # a short interval inside a long one
     assert busy_share([]) is None and busy_share([(5, 5)]) is None
+    # of the span the intervals were recorded over, where given (a CPU step's Python before its first operator counts)
+    assert busy_share([(0, 10), (20, 30)], span=40) == pytest.approx(0.5) and busy_share([], span=40) is None
 
 
 def kineto_event(device, start_ns: int, end_ns: int, kind: str = "kernel", annotation: bool = False, name: str = ""):

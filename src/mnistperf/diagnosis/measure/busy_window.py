@@ -182,6 +182,7 @@ class BusyWindow:
             if time.perf_counter() - self._recording_since - (index - self.first + 1) * step_s > allowed_s:
                 self.last = index  # the window ends early: its recorded steps have cost what it may spend
         if index == self.last:
+            ended = time.perf_counter()  # the recorded steps' end, before the profiler stops and hands its events over
             stopped = self.close()  # waits for the device; the clock keeps the window out of the epoch's figures
             (opened, before), now, waited = self._opened, time.perf_counter(), thread_wait_s()
             if before is not None and waited is not None and now > opened:  # the share it waited for a core
@@ -195,7 +196,10 @@ class BusyWindow:
                 self.busy = sum(self.bounds) / 2 if self.bounds else None
                 return
             self.recorded, steps = stopped, self.last - self.first + 1
-            read = device_reading(stopped, self.device_type, steps, self.fewest_per_step)
+            # On a CPU, the share is of the steps' own span, as the operator clock's: their Python before the first
+            # operator and after the last is outside tensor operations too (a step of one window's may be mostly that)
+            span = None if self.device_type == "cuda" else ended - self._recording_since
+            read = device_reading(stopped, self.device_type, steps, self.fewest_per_step, span)
             self.kernels, self.busy, self.unread, self.talked = read
 
     def abandon(self, unread: Unread) -> None:

@@ -36,10 +36,14 @@ def covered(intervals: Iterable[tuple[float, float]]) -> tuple[float, float]:
     return (inside, reached - spans[0][0]) if spans else (0.0, 0.0)
 
 
-def busy_share(intervals: Iterable[tuple[float, float]]) -> float | None:
-    """The share of [first start, last end] covered by at least one interval (overlaps counted once)."""
+def busy_share(intervals: Iterable[tuple[float, float]], span: float | None = None) -> float | None:
+    """The share of [first start, last end], or of ``span`` where given, covered by at least one interval.
+
+    (Overlaps counted once.) ``span``: the time the intervals were recorded over, in their unit.
+    """
     inside, whole = covered(intervals)
-    return min(inside / whole, 1.0) if whole > 0 else None
+    whole = whole if span is None else span
+    return min(inside / whole, 1.0) if whole > 0 and inside > 0 else None
 
 
 def communication(
@@ -66,14 +70,19 @@ def kernel_count(activities: list[Activity]) -> int:
     return sum(1 for kind, _, _ in activities if kind in ("kernel", "cpu_op"))
 
 
-def window_reading(activities: list[Activity], steps: int, fewest_per_step: int) -> tuple[float | None, Unread | None]:
-    """(busy share, None), or (None, why not) from a window's activities (:func:`work_of`) over ``steps`` steps."""
+def window_reading(
+    activities: list[Activity], steps: int, fewest_per_step: int, span_us: float | None = None
+) -> tuple[float | None, Unread | None]:
+    """(busy share, None), or (None, why not) from a window's activities (:func:`work_of`) over ``steps`` steps.
+
+    ``span_us``: the steps' own span, where the share is of it (a CPU's), not of the activities' first to last.
+    """
     kernels = kernel_count(activities)
     if kernels == 0:
         return None, Unread.NO_KERNELS
     if kernels < fewest_per_step * steps:
         return None, Unread.FEW_KERNELS
-    found = busy_share((start, end) for _, start, end in activities)
+    found = busy_share(((start, end) for _, start, end in activities), span_us)
     return (found, None) if found is not None else (None, Unread.IDLE)
 
 
@@ -122,13 +131,16 @@ def work_of(events: list[Event], device_type: str = "cuda", apart: str | None = 
 
 
 def device_reading(
-    profiler: Any, device_type: str, steps: int, fewest_per_step: int
+    profiler: Any, device_type: str, steps: int, fewest_per_step: int, span_s: float | None = None
 ) -> tuple[int, float | None, Unread | None, Talk | None]:
-    """(kernels, busy share, why there is none, under DDP the ranks' talk) of ``steps`` steps the profiler recorded."""
+    """(kernels, busy share, why there is none, under DDP the ranks' talk) of ``steps`` steps the profiler recorded.
+
+    ``span_s``: the steps' own span in seconds, where the share is of it (:func:`window_reading`).
+    """
     events = profiled_events(profiler, device_type)
     talks = collectives(events, device_type)
     activities = work_of(events, device_type, COLLECTIVES[device_type][2] if talks is not None else None)
-    busy, unread = window_reading(activities, steps, fewest_per_step)
+    busy, unread = window_reading(activities, steps, fewest_per_step, None if span_s is None else span_s * 1e6)
     talk = None
     if talks is not None and busy is not None:  # a window that missed the device's work cannot say what talk left idle
         backend, size, intervals = talks

@@ -21,7 +21,7 @@ from mnistperf.diagnosis.measure import window_price
 from mnistperf.diagnosis.record import verdict as verdict_module
 from mnistperf.diagnosis.record.advice import REMEASURE, advice
 from mnistperf.diagnosis.record.verdict import FIT_ENDED
-from mnistperf.diagnosis.record.window_keeper import unread_said
+from mnistperf.diagnosis.record.window_keeper import WindowKeeper, unread_said
 
 
 class Newcomer(LightningModule):
@@ -217,6 +217,26 @@ def test_a_cpu_epoch_too_short_for_the_warmed_up_window_profiles_the_steps_betwe
     assert (window["epoch"], window["first_step"], window["last_step"]) == (2, 2, max(2, steps - 1)), window
     assert window["share"] is not None and timer.epochs[1]["verdict"] != "undetermined"
     assert timer.epochs[1]["profiled"]["steps"] == max(1, steps - 2)  # kept out of the epoch's figures, as any window's
+
+
+def test_an_epoch_of_one_step_prices_its_window_by_the_whole_fit_its_time_between_epochs_in(tmp_path, monkeypatch):
+    """Full-batch training spends much of each epoch outside its one step: the fit a window is weighed against counts
+    each epoch left at the last one's whole period, not at its step's time alone (which would decline the window)."""
+
+    class Between(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            time.sleep(0.02)  # at least this between two epochs' steps
+
+    weighed, real = [], WindowKeeper.weigh
+
+    def weigh(keeper: WindowKeeper, step_s: float, fit_s: float, unknown: bool) -> bool:
+        weighed.append(fit_s)
+        return real(keeper, step_s, fit_s, unknown)
+
+    monkeypatch.setattr(WindowKeeper, "weigh", weigh)
+    callbacks = [EpochTimer(), Between()]
+    fit_module(Newcomer(), rows(count=16), callbacks=callbacks, default_root_dir=tmp_path, max_epochs=10)
+    assert len(weighed) == 1 and weighed[0] >= 8 * 0.02  # weighed at the third epoch's step: 8 epochs left
 
 
 def test_a_short_cpu_window_lies_between_the_epochs_first_and_last_steps_and_holds_at_most_its_steps():

@@ -72,6 +72,8 @@ class EpochClock:
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
         self._loader_workers = True  # whether the fit's loaders may run workers (False: none is looked for)
         self._per_step: tuple[float, float, float] | None = None  # the last steady epoch's figures a step
+        self._epoch_began: float | None = None  # as the last epoch began
+        self._epoch_s: float | None = None  # from the epoch before's start to the last's
         self._reset()
 
     def _synced_now(self) -> float:
@@ -125,6 +127,9 @@ class EpochClock:
         stand_in = self._per_step is not None
         self.windows.place(self._number, batches, self.expected_steps(batches), not (self.epochs or last), stand_in)
         self._train_start = self._last_step_end = self._synced_now()
+        if self._epoch_began is not None:  # the last epoch's whole period: train, eval and what lies between epochs
+            self._epoch_s = self._train_start - self._epoch_began
+        self._epoch_began = self._train_start
         self._cores.start(self._train_start)
 
     def _weigh_window(self) -> bool:
@@ -136,12 +141,14 @@ class EpochClock:
             return True
         now = time.perf_counter()
         step_s = (self._train_s + now - self._train_start) / done if done >= 1 or paced is None else paced[0]
+        # Each step left, an epoch of one step's whole period: its time between epochs weighs as much as its step
+        pace = max(step_s, self._epoch_s or 0.0) if done < 1 and self.expected_steps(self._batches) == 1 else step_s
         left = self._steps_left - done
         unknown = math.isnan(left)  # the fit's length: then this epoch's steps left, where known, stand for it
         if unknown:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
-        return self.windows.weigh(step_s, now - self._fit_start + left * step_s, unknown)
+        return self.windows.weigh(step_s, now - self._fit_start + left * pace, unknown)
 
     @property
     def _peak_flops(self) -> float | None:

@@ -100,6 +100,13 @@ def test_early_stopping_after_the_warm_up_says_the_fit_ended_first():
     assert summary["busy_window"]["reason"] == FIT_ENDED  # the headline's why: not "read in the first steady epoch"
 
 
+def test_an_undetermined_verdict_beside_a_crowded_window_that_read_no_share_has_no_advice():
+    """A window may time its wait for a core and still read no share (its steps ran no operator): nothing is in doubt,
+    and an undetermined verdict has nothing to advise, whatever the cores did."""
+    crowded = {"verdict": "undetermined", "avg_train_s": 1.0, "input_wait_share": 0.0, "waited_for_a_core": 0.6}
+    assert advice(crowded) is None
+
+
 def test_a_crowded_window_says_the_verdict_is_in_doubt_and_states_no_bound(monkeypatch):
     waits = iter(range(0, 10**6))
     # Every read of the thread's schedule has waited a further hour for a core: a machine full of other work.

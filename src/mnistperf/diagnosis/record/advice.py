@@ -180,7 +180,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     crowded = summary.get(WAITED_FOR_A_CORE)
     held = summary.get("cores_held") or {}
     key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
-    in_doubt = verdict != "input-bound" and crowded is not None and crowded >= CROWDED
+    # (an undetermined verdict has no share to doubt: a window that read none may still have timed its wait for a core)
+    in_doubt = verdict not in ("input-bound", "undetermined") and crowded is not None and crowded >= CROWDED
     unstated = in_doubt or (verdict == "overhead-bound" and busy is None)  # a ceiling the figures cannot state
     if in_doubt:
         found["ceiling"] = (

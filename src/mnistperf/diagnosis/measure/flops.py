@@ -152,3 +152,35 @@ def run_utilization(
     else:
         found.update({MFU: None, "mfu_reason": not_counted if flops_per_step is None else peak_said})
     return found
+
+
+class StepFlops:
+    """A run's FLOP accounting: one training step's FLOPs (or why none) and the device's peak, over ``ranks``."""
+
+    def __init__(self, peak: Peak | None, ranks: int, per_step: float | None = None, reason: str | None = None):
+        self.peak, self.ranks, self.per_step = peak, ranks, per_step
+        self.reason = reason or "the step's FLOPs were not counted"
+
+    def counted(self, per_step: float | None = None, reason: str | None = None) -> None:
+        """One training step's FLOPs, counted; or why they were not (``reason``)."""
+        if reason is None:
+            self.per_step = per_step
+        else:
+            self.reason = reason
+
+    def of_steps(self, steps: int) -> float:
+        """The FLOPs of ``steps`` training steps (NaN: not counted)."""
+        return self.per_step * steps if self.per_step else math.nan
+
+    @property
+    def peak_flops(self) -> float | None:
+        """The device's peak FLOP/s (None: not known, or not looked up)."""
+        return self.peak.flops_per_s if self.peak is not None else None
+
+    def epoch(self, flops: float, train_s: float) -> dict[str, float | None]:
+        """An epoch's utilization (:func:`utilization`) from its FLOPs over every rank and its train time."""
+        return utilization(flops, train_s, self.peak_flops, self.ranks)
+
+    def run(self, epochs: list[dict[str, Any]], steady: list[int], peak_said: str) -> dict[str, Any]:
+        """The run's utilization (:func:`run_utilization`); ``peak_said``: the peak in words, or why none is known."""
+        return run_utilization(epochs, steady, self.per_step, self.peak_flops, peak_said, self.reason)

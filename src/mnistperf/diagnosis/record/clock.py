@@ -17,7 +17,7 @@ from mnistperf.diagnosis.figures import BUSY, FLOPS, TRAIN_S, Gathered, Measures
 from mnistperf.diagnosis.measure import busy_window, window_price
 from mnistperf.diagnosis.measure.cores import EpochCores
 from mnistperf.diagnosis.measure.epoch_reading import EpochReading
-from mnistperf.diagnosis.measure.flops import Peak, run_utilization, utilization
+from mnistperf.diagnosis.measure.flops import Peak, StepFlops
 from mnistperf.diagnosis.measure.memory import EpochMemory, device_peaks_mb, reset_device_peaks
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.measure.window_reading import WindowReading
@@ -55,9 +55,8 @@ class EpochClock:
         flops_per_step: float | None = None,
         flops_reason: str | None = None,
     ):
-        self.device, self.metric, self.peak, self.world_size = device, metric, peak, world_size
-        self._flops_per_step = flops_per_step
-        self._flops_reason = flops_reason or "the step's FLOPs were not counted"
+        self.device, self.metric = device, metric
+        self.flops = StepFlops(peak, world_size, flops_per_step, flops_reason)
         self.input_bound_share = input_bound_share
         self._fit_start = time.perf_counter()
         if device.type != "cuda":
@@ -149,11 +148,6 @@ class EpochClock:
             expected = self.expected_steps(self._batches)
             left = expected - done if math.isfinite(expected) else 0.0
         return self.windows.weigh(step_s, now - self._fit_start + left * pace, unknown)
-
-    @property
-    def _peak_flops(self) -> float | None:
-        """The device's peak FLOP/s (None: not known, or not looked up)."""
-        return self.peak.flops_per_s if self.peak is not None else None
 
     @property
     def steps(self) -> int:
@@ -326,7 +320,7 @@ class EpochClock:
             workers_pss_mb=workers,
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
-            flops=self._flops_per_step * self._steps if self._flops_per_step else math.nan,
+            flops=self.flops.of_steps(self._steps),
             comm_share=math.nan if talk is None else talk.share,
             comm_exposed_share=math.nan if talk is None else talk.exposed_share,
             core_wait_share=core_wait,
@@ -341,7 +335,7 @@ class EpochClock:
         merged = gathered.measures
         if self._steps < self._batches < math.inf:  # a fit stopped or resumed inside the epoch (no length: not known)
             extra["partial"] = {"steps": self._steps, "batches": int(self._batches)}
-        extra = {**extra, **utilization(merged[FLOPS], merged[TRAIN_S], self._peak_flops, self.world_size)}
+        extra = {**extra, **self.flops.epoch(merged[FLOPS], merged[TRAIN_S])}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))
         figures, stand_in = self._measured()
@@ -354,10 +348,7 @@ class EpochClock:
 
     def flops_counted(self, per_step: float | None = None, reason: str | None = None) -> None:
         """One training step's FLOPs, counted; or why they were not (``reason``)."""
-        if reason is None:
-            self._flops_per_step = per_step
-        else:
-            self._flops_reason = reason
+        self.flops.counted(per_step, reason)
 
     def summary(
         self,
@@ -374,14 +365,5 @@ class EpochClock:
         found = aggregate(
             self.epochs, self.input_bound_share, self.reading, hints, self.metric, step_parts, between_epochs
         )
-        found.update(
-            run_utilization(
-                found["epochs"],
-                found["steady_epochs"],
-                self._flops_per_step,
-                self._peak_flops,
-                epoch_text.peak_said(self.peak),
-                self._flops_reason,
-            )
-        )
+        found.update(self.flops.run(found["epochs"], found["steady_epochs"], epoch_text.peak_said(self.flops.peak)))
         return found

@@ -192,8 +192,16 @@ def test_a_fit_too_short_for_the_window_to_cost_its_share_is_undetermined_and_sa
 
 
 @pytest.mark.usefixtures("phases_undecided")
+class SlowNewcomer(Newcomer):
+    """The newcomer's step taking 20 ms more: its batch's fetch is a small share of it however busy the machine."""
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.02)
+        return super().training_step(batch, batch_idx)
+
+
 def test_an_undetermined_headline_says_why_the_window_did_not_run_and_what_it_needs(tmp_path, capsys):
-    fit_module(Newcomer(), rows(count=16), callbacks=[EpochTimer(window_share=None)], default_root_dir=tmp_path)
+    fit_module(SlowNewcomer(), rows(count=16), callbacks=[EpochTimer(window_share=None)], default_root_dir=tmp_path)
     headline = capsys.readouterr().out.split("Verdict: ")[1].splitlines()
     assert headline[0].startswith("undetermined (waiting for data")
     assert headline[1].startswith(f"  why: {verdict_module.ONE_STEP_ENDED}")  # two epochs of one step: read in a third

@@ -264,8 +264,9 @@ class EpochClock:
 
     def _measured(self) -> tuple[tuple[float, float, float], tuple[float, float, float] | None]:
         """The epoch's train time, input wait and host wait, and what stands in for them where profiled whole."""
-        stand_in = None if self._per_step is None else tuple(figure * self._steps for figure in self._per_step)
-        return (self._train_s, self._input_wait_s, self._host_wait_s), stand_in  # type: ignore[return-value]
+        per, steps = self._per_step, self._steps
+        stand_in = None if per is None else (per[0] * steps, per[1] * steps, per[2] * steps)
+        return (self._train_s, self._input_wait_s, self._host_wait_s), stand_in
 
     def _without_window(self) -> tuple[float, float, float]:
         """The epoch's train time, input wait and host wait, the profiled steps replaced by the others' mean."""

@@ -204,11 +204,11 @@ class WindowKeeper:
 
         An epoch profiled whole has ``stand_in``'s figures where given (an earlier steady epoch's, as many steps).
         """
-        if self.cost is not None and steps <= self.cost[3] and stand_in is not None:
-            return stand_in
-        if self.cost is None or steps <= self.cost[3]:
+        if self.cost is None:
             return figures
         *inside, profiled = self.cost
+        if steps <= profiled:  # profiled whole: no step of its own stands in for the profiled ones
+            return stand_in or figures
         scale = steps / (steps - profiled)
         train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
         return train, fetch, host

@@ -133,15 +133,17 @@ class EpochClock:
 
     def _weigh_window(self) -> bool:
         """On a CPU, as the window opens: fit it to what the whole fit can pay for (docs/timing.md), or decline it."""
-        done, paced = self._steps - 1, self._per_step  # (opening at its epoch's first step: the last steady one's pace)
+        done = self._steps - 1
         if self.device.type == "cuda" or self.windows.window_share is None or self._train_start is None:
             return True
-        if done < 1 and paced is None:
-            return True
         now = time.perf_counter()
-        step_s = (self._train_s + now - self._train_start) / done if done >= 1 or paced is None else paced[0]
-        # Each step left, an epoch of one step's whole period: its time between epochs weighs as much as its step
-        pace = max(step_s, self._epoch_s or 0.0) if done < 1 and self.expected_steps(self._batches) == 1 else step_s
+        if done >= 1:
+            step_s = pace = (self._train_s + now - self._train_start) / done
+        elif self._per_step is not None:  # opening at an epoch's only step: the last steady epoch's pace, and each
+            step_s = self._per_step[0]  # step left counted at its epoch's whole period (the time between epochs in)
+            pace = max(step_s, self._epoch_s or 0.0)
+        else:
+            return True
         left = self._steps_left - done
         unknown = math.isnan(left)  # the fit's length: then this epoch's steps left, where known, stand for it
         if unknown:

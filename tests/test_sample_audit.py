@@ -13,8 +13,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import BatchSampler, ConcatDataset, DataLoader, Dataset, IterableDataset, RandomSampler, Sampler
 
 from mnistperf.diagnosis import EpochTimer
-from mnistperf.diagnosis.callbacks.epoch_timer import LIGHTNING_BARS
-from mnistperf.diagnosis.callbacks.project_reader import lightnings, transfers_batches
+from mnistperf.diagnosis.callbacks.project_reader import LIGHTNING_BARS, lightnings, transfers_batches
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.measure import fingerprint, held_steps
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter

@@ -3,6 +3,7 @@ was crowded, undetermined with the true reason where nothing was read, quiet and
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -396,6 +397,19 @@ def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_w
     # priced by its own graph at a tenth of a step, less the profiler's start, stop and reading
     fixed = window_price.START_COST * 1e-4
     assert window_price.affordable_steps(100.0, 0.1, 0.02, 0.1, fixed) == pytest.approx((2.0 - fixed) / (0.1 * 0.1))
+
+
+def test_the_fit_a_window_is_priced_against_counts_its_steps_left_at_their_pace_or_its_epochs_whole_period():
+    ahead = window_price.fit_ahead
+    # 4 steps done in 0.4 s, 2 s into the fit, 10 steps left this epoch's included: 6 more at 0.1 s
+    assert ahead((4, 0.4, 2.0), None, 10, 20) == pytest.approx((0.1, 2.6, False))
+    # the fit's length not known: this epoch's 8 expected steps stand for it; none expected, nothing ahead
+    assert ahead((4, 0.4, 2.0), None, math.nan, 8) == pytest.approx((0.1, 2.4, True))
+    assert ahead((4, 0.4, 2.0), None, math.nan, math.inf) == pytest.approx((0.1, 2.0, True))
+    # at an epoch's only step: the last steady epoch's step, each step left at its epoch's whole period
+    assert ahead((0, 0.0, 2.0), (0.01, 0.03), 5, 1) == pytest.approx((0.01, 2.15, False))
+    assert ahead((0, 0.0, 2.0), (0.01, None), 5, 1) == pytest.approx((0.01, 2.05, False))
+    assert ahead((0, 0.0, 2.0), None, 5, 1) is None  # nothing ran to price it by
 
 
 def test_a_window_priced_too_low_stops_once_its_steps_took_what_they_were_allowed():

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.profilers import PassThroughProfiler, PyTorchProfiler
+from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
@@ -22,9 +22,10 @@ from mnistperf.diagnosis.callbacks.project_reader import (
     TrainerAttributes,
     audit_beside,
     audit_kept,
+    bar_epoch,
     closes_stopped_epoch,
     last_epoch,
-    lightnings,
+    profiler_taken,
     project_hints,
     project_terms,
     steps_left,
@@ -45,11 +46,9 @@ from mnistperf.diagnosis.measure.window_price import WINDOW_FIT_SHARE
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
-from mnistperf.diagnosis.record.run import SUMMARY_FILE, run_summary
+from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.upstream import swap_profiler
-
-LIGHTNING_BARS = ("TQDMProgressBar", "RichProgressBar")  # the bars that show Lightning's epoch, counted from 0
 
 
 class EpochTimer(Callback):
@@ -122,10 +121,8 @@ class EpochTimer(Callback):
         self.problems = Reporter("EpochTimer")
         self.clock = EpochClock(torch.device("cpu"), self.input_bound_share, 0)
         with self.problems.guard("starting the clock"):
-            busy_unavailable = None
-            profiler = cast(TrainerAttributes, trainer).profiler
-            if isinstance(profiler, PyTorchProfiler):
-                busy_unavailable = "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
+            busy_unavailable = profiler_taken(trainer)
+            if busy_unavailable is not None:
                 self.problems.say_once(trainer, epoch_text.busy_unmeasured(busy_unavailable))
             self.clock = EpochClock(
                 pl_module.device,
@@ -142,7 +139,7 @@ class EpochTimer(Callback):
                 flops_reason=epoch_text.COMPILED_UNCOUNTED if self._flops.plan(pl_module) else None,
             )
             self._sampled = SampledSteps(self, EpochTimer, pl_module.device)
-            self._fetch = FetchClock(profiler)
+            self._fetch = FetchClock(cast(TrainerAttributes, trainer).profiler)
             self._timed_steps = TimedSteps(self._fetch, self._window_state, syncs_for(pl_module.device))
             swap_profiler(trainer, self._fetch)  # Lightning's fetch reports to the trainer's profiler: time it there
 
@@ -174,7 +171,7 @@ class EpochTimer(Callback):
         with self.problems.guard("naming the advice in the project's terms"):
             cuda = pl_module.device.type == "cuda"
             self._project_hints = project_hints(self.hints, project_terms(trainer), cuda)
-        self._epoch_open = self._split_said = False
+        self._epoch_open = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
         self.samples = TimerSamples(self.problems, trainer, own if callable(own) else None)
 
@@ -302,23 +299,20 @@ class EpochTimer(Callback):
             return
         extra: dict[str, Any] = {**self._val_metrics, **self.samples.row(trainer, gathered.loader_samples, self)}
         with self.problems.guard("reading why the epoch has no split"):
-            forward, accumulate = gathered.measures[FORWARD_S], trainer.accumulate_grad_batches
-            reason = self._sampled.split_reason(self.samples.trained, accumulate, forward, trainer.current_epoch)
+            accumulate, forward = trainer.accumulate_grad_batches, gathered.measures[FORWARD_S]
+            reason, line = self._sampled.split_reason(self.samples.trained, accumulate, forward, trainer.current_epoch)
             if reason is not None:
                 extra["split_reason"] = reason
-                if not self._split_said:  # once a fit
-                    self._split_said = True
-                    self.problems.say_once(trainer, epoch_text.unsplit(reason))
+            if line is not None:
+                self.problems.say_once(trainer, line)
         try:
             row = self.clock.close_epoch(gathered, extra)
         except Exception as error:
             self.problems.note("closing the epoch's figures", error)
             return
         self.problems.log(trainer, scalars(row, self.log_all), "the epoch's figures")
-        # Beside Lightning's own bars, which count from 0, the first epoch's line says the bar's number for it; a
-        # library's own bar may count as it likes, so it gets no number it might not show.
-        first = lightnings(type(trainer.progress_bar_callback), *LIGHTNING_BARS) and len(self.epochs) == 1
-        self.problems.say(trainer, epoch_text.format_epoch(row, trainer.current_epoch if first else None))
+        first = len(self.epochs) == 1  # its line says the bar's number for it (:func:`.bar_epoch`)
+        self.problems.say(trainer, epoch_text.format_epoch(row, bar_epoch(trainer) if first else None))
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -351,25 +345,10 @@ class EpochTimer(Callback):
     def _report(self, trainer: Trainer, interrupted: bool) -> None:
         """Rank 0 prints the summary once and writes timing.json, the report beside it and the window's trace."""
         self._reported = True
-
-        def summarize() -> dict[str, Any]:  # once the window's trace is saved: the summary names it
-            return {**self.summary(trainer), "interrupted": interrupted, **audit_kept(trainer, self)}
-
         files = RunFiles(self.summary_file, self.monitor, self.problems)
-        self.summary_path = files.write(trainer, self.clock, summarize, interrupted)
+        self.summary_path = files.write(trainer, self.clock, self._figures, interrupted, audit_kept(trainer, self))
 
-    def summary(self, trainer: Trainer) -> dict[str, Any]:
-        """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""
-        return run_summary(
-            "lightning",
-            trainer,
-            self.clock.device,
-            lambda: self.clock.summary(
-                self._project_hints,
-                self._timed_steps.steps.parts.per_step(),
-                self._timed_steps.between.parts.per_epoch_end(),
-            ),
-            datamodule=cast(TrainerAttributes, trainer).datamodule,
-            module=trainer.lightning_module,
-            guard=self.problems.guard,
-        )
+    def _figures(self) -> dict[str, Any]:
+        """The clock's figures of the run, the advice in the project's terms, where steps' and epoch ends' time goes."""
+        parts = self._timed_steps.steps.parts.per_step(), self._timed_steps.between.parts.per_epoch_end()
+        return self.clock.summary(self._project_hints, *parts)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-from lightning.pytorch.profilers import Profiler
+from lightning.pytorch.profilers import Profiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning_utilities.core.overrides import is_overridden
 from torch.utils.data import DataLoader, IterableDataset
@@ -32,6 +32,7 @@ from mnistperf.diagnosis.record.project_terms import (
     workers_hints,
 )
 
+LIGHTNING_BARS = ("TQDMProgressBar", "RichProgressBar")  # the bars that show Lightning's epoch, counted from 0
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 if TYPE_CHECKING:  # LightningCLI (and jsonargparse, a tenth of a second to load) only where the run loaded it
@@ -186,6 +187,22 @@ def lightnings(kind: type, *names: str) -> bool:
     library built on it hands its own to the callbacks.
     """
     return kind.__name__ in names and kind.__module__.startswith(("lightning.pytorch.", "pytorch_lightning."))
+
+
+def bar_epoch(trainer: Trainer) -> int | None:
+    """The epoch's number as the bar shows it, beside Lightning's own bars, which count from 0; else None.
+
+    A library's own bar may count as it likes, so an epoch's line gets no number it might not show.
+    """
+    shown = lightnings(type(trainer.progress_bar_callback), *LIGHTNING_BARS)
+    return trainer.current_epoch if shown else None
+
+
+def profiler_taken(trainer: Trainer) -> str | None:
+    """Why the busy window cannot profile: the trainer's own profiler holds torch's; None where it does not."""
+    if isinstance(cast(TrainerAttributes, trainer).profiler, PyTorchProfiler):
+        return "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
+    return None
 
 
 def transfers_batches(owner: Any) -> bool:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lightning.pytorch import Trainer
 
-from mnistperf.diagnosis.callbacks.project_reader import log_folder
+from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, log_folder
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.epoch_text import interrupted_line, unlogged_monitor, written_line
-from mnistperf.diagnosis.record.run import RunSummary, write_summary
+from mnistperf.diagnosis.record.run import RunSummary, run_summary, write_summary
 from mnistperf.diagnosis.record.text import format_headline
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 
@@ -27,9 +27,17 @@ class RunFiles:
         self.summary_file, self.monitor, self.problems = summary_file, monitor, problems
 
     def write(
-        self, trainer: Trainer, clock: EpochClock, summarize: Callable[[], dict[str, Any]], interrupted: bool
+        self,
+        trainer: Trainer,
+        clock: EpochClock,
+        figures: Callable[[], dict[str, Any]],
+        interrupted: bool,
+        audit: dict[str, Any],
     ) -> Path | None:
-        """On rank 0: the window's trace, then ``summarize()``'s summary printed and written; where timing.json went.
+        """On rank 0: the window's trace, then the summary printed and written; where timing.json went.
+
+        The summary: the run's ``figures()`` (:func:`.run_summary`), whether it was ``interrupted``, and the ``audit``
+        beside the timer (:func:`.audit_kept`).
 
         Every rank finds the log folder (a collective under DDP, unless ``interrupted``: the others may be gone). Each
         file is written apart, so that one that fails leaves the others.
@@ -42,7 +50,7 @@ class RunFiles:
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
             trace = clock.export_trace(folder)  # before the summary, which names it
-        summary = summarize()
+        summary = {**self.summary(trainer, clock, figures), "interrupted": interrupted, **audit}
         if self.monitor is not None and summary.get("final_metric") is None:
             with self.problems.guard("reading the metrics logged"):
                 summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
@@ -67,3 +75,9 @@ class RunFiles:
         if trace is not None:
             print(written_line("trace", trace), flush=True)
         return written
+
+    def summary(self, trainer: Trainer, clock: EpochClock, figures: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""
+        owner = cast(TrainerAttributes, trainer)
+        module, guard = trainer.lightning_module, self.problems.guard
+        return run_summary("lightning", trainer, clock.device, figures, owner.datamodule, module, guard)

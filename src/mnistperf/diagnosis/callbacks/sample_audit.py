@@ -7,16 +7,17 @@ device; at the epoch's end every rank's are gathered and counted, and rank 0 pri
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
+from mnistperf.diagnosis.callbacks.audit_rows import epoch_row
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.kept_rows import KeptRows
-from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, closes_stopped_epoch, limited_epoch
+from mnistperf.diagnosis.callbacks.project_reader import closes_stopped_epoch
 from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError, SampleIdentity
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches
@@ -25,12 +26,9 @@ from mnistperf.diagnosis.measure.held_steps import HeldSteps
 from mnistperf.diagnosis.measure.sample_counts import (
     ORDER_SAMPLES,
     Order,
-    audited_row,
-    dataset_sizes,
     draws_again,
     gathered_shares,
     left_out_by_design,
-    loader_causes,
     restored_parts,
 )
 from mnistperf.diagnosis.record import audit_text, epoch_text
@@ -289,26 +287,10 @@ class SampleAudit(Callback):
         loaders: list[Any] = []  # (none read: none has a size, a cause or a sampler known)
         with self.problems.guard("reading the training loaders"):
             loaders = self.batches.parts(trainer.train_dataloader)
-        failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
-        if failed:  # why: this rank's own problem, else the ranks that had one
-            why = (self._failed or audit_text.unfingerprinted(failed, warned=True)).removeprefix("SampleAudit: ")
-            row: dict[str, Any] = {"epoch": trainer.current_epoch + 1, "audited": False, "why": why}
-            self._failed = None
-        else:
-            sizes: list[int | None] = [None] * len(self.batches.names)
-            with self.problems.guard("reading the training set's size"):
-                sizes = dataset_sizes(loaders, self.sample_dims)
-            row = audited_row(trainer.current_epoch + 1, shares, sizes, self.dataset_size, self.batches.names)
-            with self.problems.guard("reading whether the trainer limits the epoch's batches"):
-                limited = limited_epoch(trainer, steps)
-                if limited is None and first and not any(carried):  # resumed inside it, none of its start carried
-                    limited = audit_text.resumed_unseen(first)
-                if limited is not None:  # the loader's other batches are not due this epoch: none of them is missing
-                    row.update(missing=None, limited=limited)
-                    if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off
-                        row["same_order_ranks"] = None
-            with self.problems.guard("reading what the training loaders' own options explain of the counts"):
-                row.update(loader_causes(row, loaders, self.batches.names, steps or 0, trainer.world_size))
+        read = (self.problems, self._failed, self.dataset_size, self.sample_dims, (steps, first, carried))
+        row = epoch_row(trainer, shares, loaders, self.batches.names, *read)
+        self._failed = None
+        if row["audited"]:
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")
         draws = None

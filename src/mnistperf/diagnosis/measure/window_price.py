@@ -32,6 +32,31 @@ def affordable_steps(fit_s: float, step_s: float, share: float | None, price: fl
     return math.inf if share is None else (share * fit_s - start_s) / (price * step_s)
 
 
+def fit_ahead(
+    ran: tuple[int, float, float], steady: tuple[float, float | None] | None, left: float, expected: float
+) -> tuple[float, float, bool] | None:
+    """As a window opens: a step's time, the whole fit's as far as known, and whether its length was not known.
+
+    ``ran``: the epoch's steps done, their train time and the fit's time so far; ``steady``: the last steady epoch's
+    time a step and its whole period (train, eval and what lies between epochs), for a window opening at an epoch's only
+    step, where each step left counts at that period. ``left``: the fit's steps left, this epoch's included (NaN: not
+    known; then this epoch's ``expected`` steps, where known, stand for it). None where nothing ran to price it by.
+    """
+    done, train_s, elapsed_s = ran
+    if done >= 1:
+        step_s = pace = train_s / done
+    elif steady is not None:
+        step_s, period_s = steady
+        pace = max(step_s, period_s or 0.0)
+    else:
+        return None
+    left -= done
+    unknown = math.isnan(left)
+    if unknown:
+        left = expected - done if math.isfinite(expected) else 0.0
+    return step_s, elapsed_s + left * pace, unknown
+
+
 def graph_nodes(loss: Any, limit: int = GRAPH_LIMIT) -> int | None:
     """The nodes of ``loss``'s autograd graph, counted up to ``limit``; None where it has none."""
     seen: set[Any] = set()

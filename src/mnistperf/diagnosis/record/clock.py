@@ -133,23 +133,13 @@ class EpochClock:
 
     def _weigh_window(self) -> bool:
         """On a CPU, as the window opens: fit it to what the whole fit can pay for (docs/timing.md), or decline it."""
-        done = self._steps - 1
         if self.device.type == "cuda" or self.windows.window_share is None or self._train_start is None:
             return True
         now = time.perf_counter()
-        if done >= 1:
-            step_s = pace = (self._train_s + now - self._train_start) / done
-        elif self._per_step is not None:  # opening at an epoch's only step: the last steady epoch's pace, and each
-            step_s = self._per_step[0]  # step left counted at its epoch's whole period (the time between epochs in)
-            pace = max(step_s, self._epoch_s or 0.0)
-        else:
-            return True
-        left = self._steps_left - done
-        unknown = math.isnan(left)  # the fit's length: then this epoch's steps left, where known, stand for it
-        if unknown:
-            expected = self.expected_steps(self._batches)
-            left = expected - done if math.isfinite(expected) else 0.0
-        return self.windows.weigh(step_s, now - self._fit_start + left * pace, unknown)
+        steady = None if self._per_step is None else (self._per_step[0], self._epoch_s)
+        ran = (self._steps - 1, self._train_s + now - self._train_start, now - self._fit_start)
+        ahead = window_price.fit_ahead(ran, steady, self._steps_left, self.expected_steps(self._batches))
+        return ahead is None or self.windows.weigh(*ahead)
 
     @property
     def steps(self) -> int:
@@ -264,16 +254,11 @@ class EpochClock:
         """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""
         return self.windows.export_trace(folder)
 
-    def _measured(self) -> tuple[tuple[float, float, float], tuple[float, float, float] | None]:
-        """The epoch's train time, input wait and host wait, and what stands in for them where profiled whole."""
+    def _measured(self) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None]:
+        """The epoch's train time, input wait and host wait, its steps, and what stands in where profiled whole."""
         per, steps = self._per_step, self._steps
         stand_in = None if per is None else (per[0] * steps, per[1] * steps, per[2] * steps)
-        return (self._train_s, self._input_wait_s, self._host_wait_s), stand_in
-
-    def _without_window(self) -> tuple[float, float, float]:
-        """The epoch's train time, input wait and host wait, the profiled steps replaced by the others' mean."""
-        figures, stand_in = self._measured()
-        return self.windows.without(figures, self._steps, stand_in)
+        return (self._train_s, self._input_wait_s, self._host_wait_s), steps, stand_in
 
     def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
@@ -291,7 +276,7 @@ class EpochClock:
         window = self.reading or WindowReading(self.device.type)
         talk = window.communication
         shares = phase_shares or {}
-        train_s, input_wait_s, host_wait_s = self._without_window()
+        train_s, input_wait_s, host_wait_s = self.windows.without(*self._measured())  # the profiled steps apart
         if self.epochs and self._steps:  # a steady epoch: what stands in for one profiled whole
             self._per_step = (train_s / self._steps, input_wait_s / self._steps, host_wait_s / self._steps)
         in_steps = max(train_s - host_wait_s, 0.0)
@@ -341,8 +326,7 @@ class EpochClock:
         extra = {**extra, **self.flops.epoch(merged[FLOPS], merged[TRAIN_S])}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))
-        figures, stand_in = self._measured()
-        profiled = self.windows.profiled(figures, self._steps, stand_in)
+        profiled = self.windows.profiled(*self._measured())
         if profiled is not None:  # a window read in this epoch
             extra["profiled"] = profiled
         row = epoch_row(self._number, merged, self._stats, self.reading, extra, self.input_bound_share)

@@ -19,14 +19,15 @@ def epoch_row(
     names: list[str],
     problems: Reporter,
     failed_here: str | None,
-    dataset_size: int | None,
-    sample_dims: int,
     steps: tuple[int | None, int | None, list[int]],
+    dataset_size: int | None = None,
+    sample_dims: int = 1,
 ) -> dict[str, Any]:
     """The epoch's row from every rank's ``shares`` of it, each training loader (``names``) counted apart.
 
     ``failed_here``: why this rank could not fingerprint the epoch; ``steps``: the epoch's steps begun, its first
-    step's index, and each loader's fingerprints a checkpoint carried. Each read that fails leaves its part out.
+    step's index, and each loader's fingerprints a checkpoint carried; ``dataset_size`` and ``sample_dims`` as
+    SampleAudit's. Each read that fails leaves its part out.
     """
     epoch = trainer.current_epoch + 1
     failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]

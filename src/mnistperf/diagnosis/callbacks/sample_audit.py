@@ -287,7 +287,7 @@ class SampleAudit(Callback):
         loaders: list[Any] = []  # (none read: none has a size, a cause or a sampler known)
         with self.problems.guard("reading the training loaders"):
             loaders = self.batches.parts(trainer.train_dataloader)
-        read = (self.problems, self._failed, self.dataset_size, self.sample_dims, (steps, first, carried))
+        read = (self.problems, self._failed, (steps, first, carried), self.dataset_size, self.sample_dims)
         row = epoch_row(trainer, shares, loaders, self.batches.names, *read)
         self._failed = None
         if row["audited"]:

@@ -100,6 +100,18 @@ def test_a_fit_that_cannot_pay_for_the_profiler_gets_its_share_from_the_clock(cl
     assert f"over training step {window['first_step']} of epoch 2 " in one, one
 
 
+def test_a_ddp_rank_never_gets_the_clock_where_the_profiler_costs_too_much(clock_forced, monkeypatch):
+    """The clock times one process's torch calls: a rank of a process group gets no share from it (docs/timing.md)."""
+    from mnistperf.diagnosis.record import window_keeper
+
+    monkeypatch.setattr(window_keeper, "world", lambda: ("gloo", 2))  # as a rank of two sees it
+    timer = EpochTimer()
+    fit_module(Newcomer(), rows(count=480), callbacks=[timer], max_epochs=2)
+    window = timer.busy_window
+    assert "operator_clock" not in window and window["share"] is None, window
+    assert "is too short for one profiled step" in window["reason"] and "torch calls timed" not in window["reason"]
+
+
 def test_a_fit_that_fails_inside_the_clocks_window_leaves_no_mode_behind(clock_forced):
     class FailsInside(Newcomer):
         def training_step(self, batch, batch_idx):

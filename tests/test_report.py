@@ -276,6 +276,9 @@ def test_a_short_fits_times_are_said_in_ms_one_unit_a_line_where_seconds_would_r
     }
     lines = format_headline(summary).splitlines()
     assert lines[1] == "  why: callback C took 3.00 ms between epochs, of each 15.00 ms epoch"
+    for gap, said in ((0.0006, False), (0.0008, True)):  # the line's cut: 5 % of the 14.6 and 14.8 ms epochs
+        unnamed = {**summary, "advice": None, "between_epochs": {"epochs": 2, "epoch_s": gap, "parts": {}}}
+        assert ("between epochs" in format_headline(unnamed).splitlines()[-2]) is said
     assert "(epochs 2-3; warm-up epoch 1: 30.00 ms): train 12.00 ms, eval 2.00 ms, between epochs 3.00 ms" in lines[-2]
     split = {figure.name: 0.002 for figure in SPLIT}
     short = format_split(RunSummary.of({**summary, "split": split}), "epochs 2-3")
@@ -298,3 +301,19 @@ def test_a_verdict_near_its_line_says_so_in_the_headlines_why():
     summary = {"verdict": verdict, "verdict_figure": "CPU inside tensor operations 78%, in doubt"}
     lines = format_headline({**summary, "verdict_reason": reason, "avg_train_s": 1.0, "steady_epochs": [2, 2]})
     assert verdict == "overhead-bound" and lines.splitlines()[1] == "  why: near the line, 78% within 7% of 80%"
+
+
+def test_the_windows_line_says_where_no_trace_was_written_and_why():
+    from mnistperf.diagnosis.measure.window_reading import WindowReading
+    from mnistperf.diagnosis.record.text import format_window
+
+    unread = WindowReading("cpu", reason="its steps ran no torch operator")
+    assert format_window(unread) == (
+        "CPU inside tensor operations: not measured (its steps ran no torch operator); no trace written"
+    )
+    read = WindowReading("cpu", share=0.5, margin=0.01, epoch=2, first_step=3, last_step=4, kernels=40)
+    assert format_window(read).endswith("in a steady epoch, kept out of its timing; no trace written)")
+    skipped = WindowReading(**{**read.__dict__, "trace_skipped": "its 9,000 operations pass trace_limit 5,000"})
+    assert format_window(skipped).endswith("; no trace written: its 9,000 operations pass trace_limit 5,000)")
+    traced = WindowReading(**{**read.__dict__, "trace": "busy_window_trace.json"})
+    assert format_window(traced).endswith("; trace busy_window_trace.json)")

@@ -636,3 +636,46 @@ def test_beside_a_librarys_own_bar_the_timer_claims_no_bar_number(tmp_path, caps
     )
     out = capsys.readouterr().out
     assert "epoch 1: train" in out and "(bar: Epoch" not in out
+
+
+class ValidatedOnAClock(TupleBatches):
+    """Its validation steps move the timer's emulated clock: 100 s each in the sanity check, 1 ms each after it."""
+
+    def __init__(self, clock: list[float]):
+        super().__init__()
+        self.clock = clock
+
+    def validation_step(self, batch, batch_idx):
+        self.clock[0] += 100.0 if self.trainer.sanity_checking else 0.001
+
+
+def test_the_sanity_checks_validation_is_not_an_epochs_eval_time(monkeypatch):
+    """Lightning's sanity check runs validation before the first epoch: the timer counts none of it."""
+    from types import SimpleNamespace
+
+    from mnistperf.diagnosis.record import clock as clock_module
+
+    offset = [0.0]  # what the validation steps added to the timer's clock
+    monkeypatch.setattr(clock_module, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + offset[0]))
+    x, y = features()
+    loader = DataLoader(TensorDataset(x, y), batch_size=16)
+    timer = EpochTimer(window_share=None)
+    fit_module(ValidatedOnAClock(offset), loader, loader, callbacks=[timer], num_sanity_val_steps=2)
+    assert offset[0] >= 200.0  # the sanity check ran its two steps
+    validation_steps = len(loader) * 0.001
+    assert [row["eval_s"] >= validation_steps for row in timer.epochs] == [True, True]
+    assert [row["eval_s"] < 100.0 for row in timer.epochs] == [True, True], timer.epochs
+
+
+def test_a_trainers_own_pytorch_profiler_leaves_the_busy_share_unmeasured_said_once(tmp_path, capsys):
+    """Only one torch profiler can run: beside the trainer's PyTorchProfiler the window reads nothing, and says why."""
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    x, y = features()
+    timer = EpochTimer(window_share=None)
+    profiler = PyTorchProfiler(dirpath=tmp_path, filename="profile")
+    fit_module(TupleBatches(), DataLoader(TensorDataset(x, y), batch_size=16), callbacks=[timer], profiler=profiler)
+    why = "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"
+    assert timer.busy_window is not None and timer.busy_window["share"] is None
+    assert why in timer.busy_window["reason"]
+    assert capsys.readouterr().out.count(f"EpochTimer: busy share not measured: {why}.") == 1

@@ -309,6 +309,37 @@ def test_the_audits_fingerprints_are_gathered_in_rank_order_however_many_each_ra
         assert [[part.numel() for part in share.parts] for share in shares] == [[0, 0], [0, 0]]
 
 
+def test_a_strict_audit_raises_on_every_rank_at_the_end_of_an_epoch_with_a_duplicate():
+    """Rank 0 trains samples 0-2, rank 1 samples 2-3: each rank counts both ranks' gathered samples and raises, so
+    that no rank goes on to wait in the next epoch's collective for one that stopped."""
+    from mnistperf.diagnosis import SampleAudit
+    from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError
+
+    ids = [torch.tensor([0, 1, 2]), torch.tensor([2, 3])]
+
+    def on(rank, strategy):
+        trainer = SimpleNamespace(
+            world_size=2, global_rank=rank, is_global_zero=rank == 0, strategy=strategy, current_epoch=0,
+            interrupted=False, loggers=[], train_dataloader=None, sanity_checking=False,
+        )  # fmt: skip
+        audit, module = SampleAudit(strict=True, sample_id=0), SimpleNamespace()
+        audit.setup(trainer, module, "fit")
+        audit.on_train_start(trainer, module)
+        audit.on_train_epoch_start(trainer, module)
+        audit.on_train_batch_start(trainer, module, (ids[rank],), 0)
+        try:
+            audit.on_train_epoch_end(trainer, module)
+        except SampleAuditError as error:
+            return str(error)
+        return None
+
+    raised = TwoRanks().run(on)
+    assert [error is not None and "5 samples seen (3 + 2 on 2 ranks), 4 distinct" in error for error in raised] == [
+        True,
+        True,
+    ], raised
+
+
 def test_the_graphed_stage_steps_eagerly_under_several_processes_and_says_so(monkeypatch, caplog):
     """On CUDA with two processes the whole step is not captured (the gradients' all-reduce would not be)."""
     model = ImageClassifier(cuda_graph=True)

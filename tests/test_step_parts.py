@@ -465,3 +465,28 @@ def test_a_paused_cycle_keeps_what_came_before_and_after_and_nothing_between(clo
     assert found is not None and found["epochs"] == 1
     assert found["epoch_s"] == pytest.approx(4.0, abs=MARGIN)
     assert found["parts"]["callback Slow"] == pytest.approx(4.0, abs=MARGIN) and "strategy hooks" not in found["parts"]
+
+
+def test_a_step_the_profiled_window_began_or_ran_in_is_not_kept_as_a_typical_steps_parts():
+    """A step cycle over which the window's state changed is dropped; none opens while the window runs."""
+    from types import SimpleNamespace
+
+    from mnistperf.diagnosis.callbacks.timed_steps import TimedSteps
+    from mnistperf.diagnosis.measure.fetch_clock import FetchClock
+
+    window = [(False, 1)]  # (whether the window's profiler runs, which window is pending)
+    timed = TimedSteps(FetchClock(PassThroughProfiler()), lambda: window[0])
+    trainer, module = SimpleNamespace(num_training_batches=10_000, current_epoch=1, loggers=[]), SimpleNamespace()
+    module.log = lambda *args, **kwargs: None
+    due = [index for index in range(1, 10_000) if step_parts.parts_timed(index, 1)][:3]
+    timed.step_ended(trainer, module, due[0] - 1)  # the cycle of step due[0] opens as the step before ends
+    window[0] = (True, 1)  # the window's profiler starts inside it
+    timed.step_ended(trainer, module, due[0])
+    assert timed.steps.parts.per_step() is None  # dropped
+    timed.step_ended(trainer, module, due[1] - 1)  # the window still runs: no cycle opens
+    assert not timed.steps.timing
+    window[0] = (False, 2)
+    timed.step_ended(trainer, module, due[2] - 1)
+    timed.step_ended(trainer, module, due[2])
+    kept = timed.steps.parts.per_step()
+    assert kept is not None and kept["steps"] == 1

@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import fails_in_one_line, random_split, stage_argv, write_parquet
+from conftest import NO_WORKERS, damage, fails_in_one_line, random_split, stage_argv, write_parquet
 
 from mnistperf.cli import main
 from mnistperf.data import schema
@@ -61,6 +61,15 @@ def test_any_pixel_names_same_pixels_in_every_pipeline(tmp_path, naming, pipelin
             table_with_names(images, labels, NAMINGS[naming], order=shuffled if naming != "0..783" else None),
         )
     assert_batch_is(first_batch(tmp_path / "data", "mine", pipeline), images, labels)
+
+
+@pytest.mark.parametrize("label", ["labels", "target", "class", "y"])
+def test_the_label_column_may_go_by_any_of_its_usual_names(tmp_path, label):
+    images, labels = random_split(16, seed=5)
+    for split in prepare.SPLITS:
+        table = table_with_names(images, labels, NAMINGS["pixel1..784"], label=label)
+        write_parquet(tmp_path / "data" / "mine" / f"{split}.parquet", table)
+    assert_batch_is(first_batch(tmp_path / "data", "mine", "v2"), images, labels)
 
 
 def test_names_without_numbers_are_taken_in_file_order(tmp_path):
@@ -218,3 +227,21 @@ def test_official_files_in_each_layout_import_pixel_for_pixel(shared_datasets, t
     got = imported(tmp_path, hf, "hf")
     assert np.array_equal(got[0].reshape(-1, 784), official["train"][0].numpy()[:2000])
     assert np.array_equal(got[1], official["train"][1].numpy()[:2000])
+
+
+def test_an_import_done_is_kept_and_a_damaged_one_names_the_import_that_makes_it_again(tmp_path, capsys):
+    """Only the user knows the folder an import came from: the fix line says DIR where the official data's names it."""
+    images, labels = random_split(30, seed=7)
+    source, data = tmp_path / "source", tmp_path / "data"
+    kaggle_csv(source / "mnist_train.csv", images, labels)
+    kaggle_csv(source / "mnist_test.csv", images[:5], labels[:5])
+    imported(tmp_path, source)
+    capsys.readouterr()
+    imported(tmp_path, source)
+    assert capsys.readouterr().out == f"mine: ready in {data / 'mine'} (use --force to rebuild)\n"
+    damage(data / "mine" / "train.parquet", "middle")
+    options = ("--data.batch_size", "8", "--data.dataset", "mine", "--data.data_dir", str(data))
+    fix = f"re-create it with `python -m mnistperf prepare --force --from DIR --name mine --data-dir {data}`"
+    fails_in_one_line(capsys, stage_argv("v2_pinned", *NO_WORKERS, *options, epochs=1), "train.parquet", fix)
+    imported(tmp_path, source, "mine", "--force")  # the fix, DIR filled in: the same fit then trains
+    main(stage_argv("v2_pinned", *NO_WORKERS, *options, epochs=1))

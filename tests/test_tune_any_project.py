@@ -84,6 +84,7 @@ class FakeLauncher:
 
     def measure(self, spec, timeout_s) -> Run:
         config = yaml.safe_load(Path(spec.config).read_text())
+        config = config.get("fit", config)  # (a config nested under fit:)
         self.configs.append(config)
         workers = config["data"]["init_args"].get("workers", 0)
         return Run([self.rates[workers].pop(0)], wait=self.wait if workers == 0 else 0.3, seconds=0.1)
@@ -190,6 +191,18 @@ def test_a_knob_named_on_the_command_line_is_tried_with_its_values(shelf, monkey
     assert tuned["data"]["init_args"]["workers"] == 3 and "chosen: workers=3: 305 samples/s, 3.05x" in out
 
 
+def test_a_config_nested_under_fit_is_tuned_and_written_back_nested(shelf, monkeypatch, capsys):
+    flat = yaml.safe_load(shelf.read_text())
+    shelf.write_text(yaml.safe_dump({"fit": flat}))
+    fake = FakeLauncher({0: [100.0, 100.0, 100.0], 3: [300.0, 310.0]})
+    monkeypatch.setattr(end_to_end, "Launcher", fake)
+    tune("--knob", "data.workers=0,3")
+    assert [c["data"]["init_args"]["workers"] for c in fake.configs] == [0, 0, 3, 3, 0]  # read inside fit:
+    tuned = yaml.safe_load((shelf.parent / "tuned.yaml").read_text())
+    assert list(tuned) == ["fit"] and tuned["fit"]["data"]["init_args"]["workers"] == 3
+    assert tuned["fit"]["model"] == flat["model"]
+
+
 def test_within_the_noise_the_current_settings_stay(shelf, monkeypatch, capsys):
     fake = FakeLauncher({0: [100.0, 120.0], 1: [115.0], 2: [121.0]})
     monkeypatch.setattr(end_to_end, "Launcher", fake)
@@ -255,6 +268,19 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
             "entry point makes",
         ),
         (None, ["--cli", "slowshelf.cli.MissingCLI"], "--cli slowshelf.cli.MissingCLI cannot be imported"),
+        *(
+            (
+                lambda p, text=text: p.write_text(text),
+                [],
+                "shelf.yaml: data.workers is no option of this lab's stages, and data names no class; for your own "
+                "project's config, name its classes as LightningCLI does where any class may be given (data: "
+                "{class_path: myproj.data.MyData, init_args: {workers: ...}})",
+            )
+            for text in (
+                "model:\n  lr: 0.05\ndata:\n  workers: 0\n",
+                "fit:\n  model:\n    lr: 0.05\n  data:\n    workers: 0\n",
+            )
+        ),
         (
             lambda p: p.write_text("model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
             ["--cli", "slowshelf.cli.ShelfCLI"],

@@ -28,7 +28,7 @@ from mnistperf.tune import stages
 from mnistperf.tune.any_project import tune_project_command
 from mnistperf.tune.options import budget_s, tune_parser
 from mnistperf.tune.probes import Probes
-from mnistperf.tune.project import names_classes, read_yaml
+from mnistperf.tune.project import fit_section, names_classes, read_yaml
 from mnistperf.tune.search import Outcome, describe
 
 DESCRIPTION = (
@@ -123,7 +123,7 @@ def names_its_classes(argv: Sequence[str]) -> bool:
         return True
     if path is None or not path.is_file():
         return False
-    config = read_yaml(path)
+    config = fit_section(read_yaml(path))  # a config nested under fit: too
     if names_classes(config):
         return True
     for section, lab_class in (("data", MNISTDataModule), ("model", ImageClassifier)):

@@ -217,3 +217,17 @@ def test_the_tuned_config_leaves_the_input_config_as_it_was(tmp_path):
     )
     assert json.dumps(config, sort_keys=True) == before
     assert tuned["data"]["num_workers"] == 1 and tuned["trainer"]["logger"]["init_args"]["name"] == "tuned"
+
+
+def test_a_stage_tunes_the_resident_pipeline_only_where_the_split_fits_in_half_the_free_memory(workdir, monkeypatch):
+    """96 training rows need about 150 KB on the device: with 200 KB free, resident is left out, saying why."""
+    import torch
+
+    said: list[str] = []
+    options = {"dataset": "fashion_mnist", "data_dir": "data", "batch_size": 8}
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(stages, "free_memory_bytes", lambda device: 200 * 2**10)
+    assert "resident" not in stages.pipelines_to_try(options, cpu, said.append)
+    assert any(line.startswith("resident: the training split needs about") for line in said), said
+    monkeypatch.setattr(stages, "free_memory_bytes", lambda device: 2**30)
+    assert "resident" in stages.pipelines_to_try(options, cpu, said.append)

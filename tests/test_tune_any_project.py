@@ -203,6 +203,22 @@ def test_a_config_nested_under_fit_is_tuned_and_written_back_nested(shelf, monke
     assert tuned["fit"]["model"] == flat["model"]
 
 
+def test_a_batch_size_tune_chose_is_said_to_change_the_training_not_only_its_speed(shelf, monkeypatch, capsys):
+    class ByBatch(FakeLauncher):  # samples/s grow with the batch; the workers change nothing
+        def measure(self, spec, timeout_s) -> Run:
+            config = yaml.safe_load(Path(spec.config).read_text())
+            self.configs.append(config)
+            return Run([100.0 * config["data"]["init_args"]["batch"]], wait=0.1, seconds=0.1)
+
+    fake = ByBatch({})
+    monkeypatch.setattr(end_to_end, "Launcher", fake)
+    tune("--tune-batch-size")
+    out = capsys.readouterr().out
+    assert sorted({c["data"]["init_args"]["batch"] for c in fake.configs}) == [8, 16, 32]  # 2x and 4x tried
+    assert yaml.safe_load((shelf.parent / "tuned.yaml").read_text())["data"]["init_args"]["batch"] == 32
+    assert "the batch size changed: that changes the training (the optimisation), not only its speed" in out
+
+
 def test_within_the_noise_the_current_settings_stay(shelf, monkeypatch, capsys):
     fake = FakeLauncher({0: [100.0, 120.0], 1: [115.0], 2: [121.0]})
     monkeypatch.setattr(end_to_end, "Launcher", fake)

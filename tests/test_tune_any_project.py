@@ -335,6 +335,9 @@ def test_python_objects_another_process_cannot_make_are_named_with_the_fix(shelf
 
     with pytest.raises(ValueError, match=r"the model's Local is defined in a function, so a fresh process cannot"):
         tune_loaders(Local(), ShelfData())
+    Local.__module__, Local.__qualname__ = "__main__", "Local"  # as a script run directly, or a notebook, makes it
+    with pytest.raises(ValueError, match=r"the model's Local is defined in __main__ \(a script run directly, or a"):
+        tune_loaders(Local(), ShelfData())
     with pytest.raises(ValueError, match=r"ForgetfulModel does not keep its arguments width.*save_hyperparameters"):
         tune_loaders(ForgetfulModel(3), ShelfData())
 

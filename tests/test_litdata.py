@@ -293,6 +293,31 @@ def test_every_rank_of_every_node_takes_a_disjoint_share_every_epoch(
             assert len(counts) == rows  # every sample exactly once
 
 
+def test_under_ddp_training_leaves_the_remainder_out_and_evaluation_keeps_every_sample(tmp_path, monkeypatch):
+    """Two ranks, 300 rows in batches of 64, simulated in one process: training runs 2 whole batches a rank (256
+    rows), with no per-step collective evaluation reads all 300, each once."""
+    from mnistperf.data.pipelines import litdata as litdata_pipeline
+
+    rows, batch, world = 300, 64, 2
+    split = tmp_path / "test.parquet"
+    write_parquet(split, numbered_table(rows))
+    litdata_pipeline.prepare_copies([split])
+    dm = MNISTDataModule(pipeline="litdata", batch_size=batch, num_workers=0, persistent_workers=False)
+    monkeypatch.setenv("NNODES", "1")
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    for train, expected in ((True, 256), (False, rows)):
+        counts: collections.Counter[int] = collections.Counter()
+        for rank in range(world):
+            monkeypatch.setenv("GLOBAL_RANK", str(rank))
+            place = Placement(torch.device("cpu"), rank, world)
+            dataset = dm.pipeline.load(split, require_labels=True, place=place)
+            dm.pipeline.loader(dataset, train=train, place=place)  # sets shuffle, drop_last, batch and workers
+            dataset.set_epoch(1)
+            blocks = [item["pixels"].reshape(-1, schema.NUM_PIXELS)[:, :2].astype(np.int64) for item in dataset]
+            counts.update(int(low) + 256 * int(high) for block in blocks for low, high in block)
+        assert (sum(counts.values()), len(counts)) == (expected, expected), f"train={train}"
+
+
 def test_an_interrupted_epoch_resumes_with_the_samples_not_yet_seen(tiny_data):
     write_parquet(tiny_data / "FashionMNIST" / "train.parquet", numbered_table(ROWS), row_group_size=40)
     cwd = tiny_data.parent

@@ -219,6 +219,35 @@ def test_a_batch_size_tune_chose_is_said_to_change_the_training_not_only_its_spe
     assert "the batch size changed: that changes the training (the optimisation), not only its speed" in out
 
 
+@pytest.mark.parametrize(
+    "ending, said",
+    [
+        ("timed_out", "stopped: the budget ended during a trial, which was stopped: the best found so far is kept"),
+        ("ctrl_c", "stopped: interrupted (Ctrl-C): the best found so far is kept"),
+    ],
+)
+def test_a_trial_the_budget_or_ctrl_c_stops_is_not_kept_and_the_best_so_far_is_written(
+    shelf, monkeypatch, capsys, ending, said
+):
+    class StoppedInTheFourth(FakeLauncher):  # the fourth trial runs past the budget, or meets Ctrl-C
+        def measure(self, spec, timeout_s) -> Run:
+            if len(self.configs) == 3:  # after workers=0 twice (the noise), then 3
+                self.configs.append(None)
+                if ending == "ctrl_c":
+                    raise KeyboardInterrupt
+                return Run(seconds=timeout_s, timed_out=True)
+            return super().measure(spec, timeout_s)
+
+    monkeypatch.setattr(end_to_end, "Launcher", StoppedInTheFourth({0: [100.0, 100.0], 3: [300.0]}))
+    tune("--knob", "data.workers=0,3")
+    out = capsys.readouterr().out
+    assert said in out
+    tuned = yaml.safe_load((shelf.parent / "tuned.yaml").read_text())
+    assert tuned["data"]["init_args"]["workers"] == 3, out  # the best of the three runs that ended
+    trials = (shelf.parent / "tuned.trials.md").read_text()
+    assert "| 2 | workers=3 | 300 | 300 | 3.00x |" in trials  # its stopped second run not kept
+
+
 def test_within_the_noise_the_current_settings_stay(shelf, monkeypatch, capsys):
     fake = FakeLauncher({0: [100.0, 120.0], 1: [115.0], 2: [121.0]})
     monkeypatch.setattr(end_to_end, "Launcher", fake)

@@ -423,3 +423,30 @@ def test_the_help_for_another_projects_config_gives_every_option_a_line_and_a_de
     for option in ("--knob", "--set", "--budget", "--budget-s", "--out", "--import-path", "--steps", "--epochs"):
         entry = options.split(f" {option} ", 1)[1].split(" --", 1)[0]
         assert "(default: " in entry, f"{option} gives no default: {entry}"
+
+
+class SleepsWhenRead:
+    """A trial's spec whose reading sleeps a minute: a trial still running at its time limit."""
+
+    def __reduce__(self):
+        import time
+
+        return (time.sleep, (60,))
+
+
+def test_where_forking_is_not_safe_each_trial_is_a_new_interpreter_stopped_at_its_limit(tmp_path, monkeypatch):
+    import os
+    import pickle
+
+    from mnistperf.tune import launcher
+
+    monkeypatch.delattr(os, "fork")  # as on a platform without it: no helper to fork from
+    failing, sleeping = tmp_path / "failing" / "spec.pkl", tmp_path / "sleeping" / "spec.pkl"
+    for path, spec in ((failing, b"not a spec"), (sleeping, pickle.dumps(SleepsWhenRead()))):
+        path.parent.mkdir()
+        path.write_bytes(spec)
+    with launcher.Launcher([]) as trials:
+        assert trials.helper is None
+        ended = trials.run(failing, 300.0)
+        assert ended.code == 1 and launcher.result_path(failing).exists()  # python -m mnistperf.tune.trial ran
+        assert trials.run(sleeping, 2.0).code is None  # stopped at its limit

@@ -394,6 +394,8 @@ def test_results_csv_holds_one_number_per_cell_with_the_settings_that_shaped_eac
     assert not first["full_epochs"] and first["sweep:data.batch_size"] == 16 and first["device"] == "cpu (test)"
     assert first["input_wait_pct"] == 25 and first["speedup_x"] == 1
     assert (first["batch_size"], first["batches_per_step"]) == (512, 1)  # as the run's timing.json recorded them
+    results = (tmp_path / "results.md").read_text()  # bounded epochs are said above the table, not taken for whole
+    assert "- **bounded epochs**: 5 training batches per epoch, not whole epochs" in results.split("| ")[0]
 
 
 def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):

@@ -67,3 +67,15 @@ def test_lightnings_tensor_cores_hint_is_not_printed(monkeypatch, caplog):
     with caplog.at_level(logging.INFO):
         lightning_cuda._check_cuda_matmul_precision(torch.device("cuda", 0))
     assert "Tensor Cores" not in caplog.text
+
+
+def test_every_stage_config_has_cudnn_time_its_algorithms_and_keeps_the_default_matmul_precision():
+    """docs/gpu.md: every stage sets trainer.benchmark, and none sets another float32 matmul precision."""
+    import yaml
+    from conftest import CONFIGS
+
+    configs = {path.stem: yaml.safe_load(path.read_text()) for path in sorted(CONFIGS.glob("*.yaml"))}
+    assert configs and {name: c["trainer"].get("benchmark") for name, c in configs.items()} == dict.fromkeys(
+        configs, True
+    )
+    assert [name for name, c in configs.items() if "float32_matmul_precision" in (c.get("model") or {})] == []

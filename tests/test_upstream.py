@@ -438,3 +438,41 @@ def test_a_batch_lightnings_reader_fails_on_gives_no_lightning_size_and_no_failu
     with pytest.raises(NotImplementedError):
         extract_batch_size(Unlistable())
     assert upstream.lightning_batch_size(Unlistable()) is None
+
+
+def test_lightningcli_says_whether_jsonargparse_reads_signatures_and_torch_keeps_its_dispatch_mode_and_leaves():
+    from mnistperf import upstream
+
+    assert upstream.jsonargparse_signatures()  # the test environment has jsonargparse[signatures]
+    assert upstream.tree_leaves([1, (2, {"a": torch.ones(1)})])[:2] == [1, 2]
+    assert hasattr(upstream.TorchDispatchMode, "__torch_dispatch__")
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        upstream.nothing  # noqa: B018
+
+
+def test_no_module_but_upstream_imports_a_private_part_of_another_package():
+    """A private name (a module or a name starting with _) of torch, Lightning or any other package is imported in
+    upstream.py alone, where test_upstream checks each against the installed release."""
+    import ast
+
+    from conftest import REPO
+
+    found = []
+    for path in sorted((REPO / "src" / "mnistperf").rglob("*.py")):
+        if path.name == "upstream.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules, names = [node.module], [alias.name for alias in node.names]
+            elif isinstance(node, ast.Import):
+                modules, names = [alias.name for alias in node.names], []
+            else:
+                continue
+            for module in modules:
+                if module.split(".")[0] in ("mnistperf", "__future__"):
+                    continue
+                private = [part for part in module.split(".") if part.startswith("_")]
+                private += [name for name in names if name.startswith("_")]
+                if private:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {module} {private}")
+    assert found == []

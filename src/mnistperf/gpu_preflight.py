@@ -62,8 +62,9 @@ def _first_line(exc: BaseException) -> str:
 
 def jsonargparse_problem(source_root: str | None) -> str | None:
     """None when LightningCLI can read signatures, else the line saying what to install."""
-    from lightning.pytorch.cli import _JSONARGPARSE_SIGNATURES_AVAILABLE as available
+    from mnistperf.upstream import jsonargparse_signatures
 
+    available = jsonargparse_signatures()
     if available:
         return None
     return (

@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
 from mnistperf.atomic import atomic_write_text
 from mnistperf.bench.graph_probe import BATCH, batch, eager_step, hand_written_net
 from mnistperf.diagnosis.measure.flops import OWN_PEAKS, first_named
 from mnistperf.machine import describe_device
+from mnistperf.upstream import TorchDispatchMode, tree_leaves
 
 # Memory bandwidth from the vendors' data sheets, bytes/s, for the cards the lab's figures come from; the first name
 # found in the device's name.

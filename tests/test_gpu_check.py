@@ -370,3 +370,41 @@ def test_the_timer_cost_keeps_what_each_diagnosed_fit_read(tmp_path):
     assert len(result["ratios"]) == 2
     each = {"verdict": "overhead-bound", "share": 0.3, "reason": None}
     assert result["answers"] == [{"file": "run-0/timing.json", **each}, {"file": "run-1/timing.json", **each}]
+
+
+def test_the_check_runs_what_fits_cuts_what_overruns_names_the_rest_and_archives_the_small_files(
+    tmp_path, monkeypatch, capsys
+):
+    """Three stub parts in a minute's budget: one done, one cut at 1.5 times its plan, one too long to start; each
+    status in parts.md and parts.json, the command for the rest printed, and the archive without the bulky files."""
+    import argparse
+    import tarfile
+
+    from mnistperf.gpu_check import run as check_run
+    from mnistperf.gpu_check.plan import Part
+
+    commands = {
+        "quick": [sys.executable, "-c", "import pathlib, sys; pathlib.Path(sys.argv[1], 'a.pt.trace.json').touch()"],
+        "slow": [sys.executable, "-c", "import time; time.sleep(60)"],
+        "long": [sys.executable, "-c", "pass"],
+    }
+    parts = [Part("quick", 0.1, "writes a trace", ()), Part("slow", 0.02, "sleeps", ()), Part("long", 90, "x", ())]
+    monkeypatch.setattr(check_run, "PARTS", parts)
+    monkeypatch.setattr(check_run.gpu_preflight, "plan", lambda asked, root: (asked, [], []))
+    monkeypatch.setattr(check_run, "environment", lambda: "device: Test GPU\n")
+    monkeypatch.setattr(
+        check_run, "part_commands", lambda part, python, out, dropped: [[*commands[part.name], str(out)]]
+    )
+    out, back = tmp_path / "out", tmp_path / "back"
+    opts = argparse.Namespace(minutes=1.0, parts="quick,slow,long", source_root=None, out=out, copy_to=str(back))
+    assert check_run.check(opts) == 1  # parts left over
+    statuses = {r["part"]: r["status"] for r in json.loads((out / "parts.json").read_text())["parts"]}
+    assert statuses["quick"] == "done" and statuses["slow"] == "cut at its time limit", statuses
+    assert statuses["long"].startswith("not started: 90 min planned, ") and statuses["long"].endswith(" left")
+    assert "| slow | 0.02 |" in (out / "parts.md").read_text()
+    printed = capsys.readouterr().out
+    assert "gpu-check: the rest, in a later call: scripts/gpu-check --parts slow,long --minutes N" in printed
+    with tarfile.open(back / "results.tar.gz") as archive:
+        names = archive.getnames()
+    assert "out/parts.md" in names and not any(name.endswith(".pt.trace.json") for name in names)
+    assert (out / "a.pt.trace.json").exists() and (back / "parts.md").exists()

@@ -126,6 +126,7 @@ def test_a_first_call_of_8_minutes_runs_what_no_gpu_has_measured_first_and_leave
     assert names[:5] == ["streams", "tests", "timer", "diagnosis", "probe"]
     ran = [part.name for part, fits in schedule(gpu_preflight.PARTS, 8.0) if fits]
     assert ran[:4] == ["streams", "tests", "timer", "diagnosis"] and "probe" not in ran
+    assert "graph-compiled" in ran  # v4_graphed compiled before capture, beside it as it is
 
 
 def test_the_probe_part_counts_the_step_s_floor_before_its_variants_into_the_same_folder():
@@ -139,8 +140,13 @@ def test_the_dry_run_names_the_call_its_carry_and_every_part(capsys):
     assert check_main(["--dry-run", "--minutes", "5", "--parts", "fast,tests"]) == 0
     text = capsys.readouterr().out
     assert "carry: ['.gpu-carry']" in text and "--minutes 5 --parts fast,tests" in text
-    rows = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and " min " in line]
-    assert rows == ["tests", "fast"]  # in the plan's order, whatever the order asked
+    lines = text.splitlines()
+    rows = [(at, line) for at, line in enumerate(lines) if line.startswith("  ") and " min " in line]
+    assert [line.split()[0] for _, line in rows] == ["tests", "fast"]  # in the plan's order, whatever the order asked
+    assert "(timeout_s " in text and "carry: ['.gpu-carry']  = .gpu-carry: " in text  # the call's limit, the carry
+    (_, tests), (_, fast) = rows
+    assert " min  runs: " in tests and " min  left for the next call: " in fast  # 6 minutes do not fit in 5
+    assert all(lines[at + 1].startswith("      $ python3 -m ") for at, _ in rows)  # each part's commands
 
 
 def test_a_pack_made_before_a_package_joined_the_carried_ones_is_named(tmp_path):
@@ -408,3 +414,15 @@ def test_the_check_runs_what_fits_cuts_what_overruns_names_the_rest_and_archives
         names = archive.getnames()
     assert "out/parts.md" in names and not any(name.endswith(".pt.trace.json") for name in names)
     assert (out / "a.pt.trace.json").exists() and (back / "parts.md").exists()
+
+
+def test_a_pack_without_the_official_files_names_the_one_missing_and_writes_nothing(tmp_path, monkeypatch):
+    from mnistperf.gpu_check import pack
+
+    monkeypatch.setattr(pack, "SOURCES", tmp_path / "carry" / "datasets")
+    monkeypatch.setattr(pack, "WHEELS", tmp_path / "carry" / "wheels")
+    with pytest.raises(SystemExit) as refused:
+        pack.pack(tmp_path / "nowhere")
+    assert str(refused.value).startswith(f"gpu-check --pack: {tmp_path / 'nowhere' / 'fashion-mnist'}/")
+    assert str(refused.value).endswith("(e.g. --source-root ../shared/datasets).")
+    assert not (tmp_path / "carry").exists()

@@ -317,13 +317,13 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
             (
                 lambda p, text=text: p.write_text(text),
                 [],
-                "shelf.yaml: data.workers is no option of this lab's stages, and data names no class; for your own "
-                "project's config, name its classes as LightningCLI does where any class may be given (data: "
+                f"shelf.yaml: {at}data.workers is no option of this lab's stages, and {at}data names no class; for "
+                "your own project's config, name its classes as LightningCLI does where any class may be given (data: "
                 "{class_path: myproj.data.MyData, init_args: {workers: ...}})",
             )
-            for text in (
-                "model:\n  lr: 0.05\ndata:\n  workers: 0\n",
-                "fit:\n  model:\n    lr: 0.05\n  data:\n    workers: 0\n",
+            for at, text in (
+                ("", "model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
+                ("fit.", "fit:\n  model:\n    lr: 0.05\n  data:\n    workers: 0\n"),
             )
         ),
         (

@@ -443,11 +443,11 @@ def test_a_batch_lightnings_reader_fails_on_gives_no_lightning_size_and_no_failu
 def test_lightningcli_says_whether_jsonargparse_reads_signatures_and_torch_keeps_its_dispatch_mode_and_leaves():
     from mnistperf import upstream
 
-    assert upstream.jsonargparse_signatures()  # the test environment has jsonargparse[signatures]
+    assert upstream.jsonargparse_signatures_available()  # the test environment has jsonargparse[signatures]
     assert upstream.tree_leaves([1, (2, {"a": torch.ones(1)})])[:2] == [1, 2]
     assert hasattr(upstream.TorchDispatchMode, "__torch_dispatch__")
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        upstream.nothing  # noqa: B018
+        upstream.nothing  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_no_module_but_upstream_imports_a_private_part_of_another_package():

@@ -62,9 +62,9 @@ def _first_line(exc: BaseException) -> str:
 
 def jsonargparse_problem(source_root: str | None) -> str | None:
     """None when LightningCLI can read signatures, else the line saying what to install."""
-    from mnistperf.upstream import jsonargparse_signatures
+    from mnistperf.upstream import jsonargparse_signatures_available
 
-    available = jsonargparse_signatures()
+    available = jsonargparse_signatures_available()
     if available:
         return None
     return (

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # Lightning loads only where it is used: the commands check the install before importing it
     from lightning.pytorch import Callback, Trainer
+    from torch.utils._python_dispatch import TorchDispatchMode as TorchDispatchMode  # loaded where used: the end
+    from torch.utils._pytree import tree_leaves as tree_leaves
 
 # ---------------------------------------------------------------- Lightning: hooks Lightning skips
 # Why: Lightning calls every per-batch hook of every callback inside the trainer's profiler, overridden or not
@@ -349,7 +351,7 @@ def rebuilt_dataloader(dataloader: Any, settings: dict[str, Any]) -> Any:
 
 
 # ---------------------------------------------------------------- LightningCLI: whether jsonargparse reads signatures
-def jsonargparse_signatures() -> Any:
+def jsonargparse_signatures_available() -> Any:
     """LightningCLI's own check that jsonargparse can read signatures: truthy, or what it lacks (falsy, said as text).
 
     Why: the preflight names what to install before a part trains through LightningCLI, by the check LightningCLI
@@ -363,14 +365,17 @@ def jsonargparse_signatures() -> Any:
 # ---------------------------------------------------------------- torch: a dispatch mode, and a pytree's leaves
 # Why: the bench's step floor counts the bytes each aten call reads and writes by seeing every call
 # (TorchDispatchMode) and the tensors among its arguments (tree_leaves); torch keeps both in private modules, and
-# documents TorchDispatchMode at that path. Public replacement: none yet. Loaded only where used (torch is heavy).
-def __getattr__(name: str) -> Any:
-    if name == "TorchDispatchMode":
-        from torch.utils._python_dispatch import TorchDispatchMode
+# documents TorchDispatchMode at that path. Public replacement: none yet. Loaded only where used (torch is heavy), so
+# the type checker sees them as imported at the top and no other name as lazily made.
+if not TYPE_CHECKING:
 
-        return TorchDispatchMode
-    if name == "tree_leaves":
-        from torch.utils._pytree import tree_leaves
+    def __getattr__(name: str) -> Any:
+        if name == "TorchDispatchMode":
+            from torch.utils._python_dispatch import TorchDispatchMode
 
-        return tree_leaves
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return TorchDispatchMode
+        if name == "tree_leaves":
+            from torch.utils._pytree import tree_leaves
+
+            return tree_leaves
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

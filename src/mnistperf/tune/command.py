@@ -111,8 +111,8 @@ def probes_table(outcome: Outcome) -> str:
 def names_its_classes(argv: Sequence[str]) -> bool:
     """Whether ``--config`` is another project's LightningCLI config, naming its classes or read by its ``--cli``.
 
-    A config whose ``data`` or ``model`` holds plain keys of which the lab's has none is another project's that
-    names no classes: one line says how to name them.
+    A config whose ``data`` or ``model`` (under ``fit:`` where it is nested) holds plain keys of which the lab's
+    has none is another project's that names no classes: one line says how to name them.
     """
     peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     peek.add_argument("--config", type=Path)
@@ -123,16 +123,18 @@ def names_its_classes(argv: Sequence[str]) -> bool:
         return True
     if path is None or not path.is_file():
         return False
-    config = fit_section(read_yaml(path))  # a config nested under fit: too
-    if names_classes(config):
+    whole = read_yaml(path)
+    if names_classes(whole):
         return True
+    config = fit_section(whole)  # a config nested under fit: too, its sections named as such
+    at = "fit." if config is not whole else ""
     for section, lab_class in (("data", MNISTDataModule), ("model", ImageClassifier)):
         given = config.get(section)
         if isinstance(given, dict) and given and not set(given) & set(inspect.signature(lab_class).parameters):
             key = next(iter(given))
             raise ConfigError(
-                f"{path}: {section}.{key} is no option of this lab's stages, and {section} names no class; for your "
-                f"own project's config, name its classes as LightningCLI does where any class may be given "
+                f"{path}: {at}{section}.{key} is no option of this lab's stages, and {at}{section} names no class; "
+                f"for your own project's config, name its classes as LightningCLI does where any class may be given "
                 f"({section}: {{class_path: myproj.{section}.My{section.title()}, init_args: {{{key}: ...}}}})"
             )
     return False

@@ -12,20 +12,20 @@ from mnistperf.diagnosis.measure.sample_counts import Order, Share, audited_row,
 from mnistperf.diagnosis.record import audit_text
 
 
-def epoch_row(
+def audit_epoch_row(
     trainer: Trainer,
     shares: list[Share],
     loaders: list[Any],
     names: list[str],
     problems: Reporter,
     failed_here: str | None,
-    steps: tuple[int | None, int | None, list[int]],
-    dataset_size: int | None = None,
-    sample_dims: int = 1,
+    progress: tuple[int | None, int | None, list[int]],
+    dataset_size: int | None,
+    sample_dims: int,
 ) -> dict[str, Any]:
     """The epoch's row from every rank's ``shares`` of it, each training loader (``names``) counted apart.
 
-    ``failed_here``: why this rank could not fingerprint the epoch; ``steps``: the epoch's steps begun, its first
+    ``failed_here``: why this rank could not fingerprint the epoch; ``progress``: the epoch's steps begun, its first
     step's index, and each loader's fingerprints a checkpoint carried; ``dataset_size`` and ``sample_dims`` as
     SampleAudit's. Each read that fails leaves its part out.
     """
@@ -34,7 +34,7 @@ def epoch_row(
     if failed:  # why: this rank's own problem, else the ranks that had one
         why = failed_here or audit_text.unfingerprinted(failed, warned=True)
         return {"epoch": epoch, "audited": False, "why": why.removeprefix("SampleAudit: ")}
-    begun, first, carried = steps
+    begun, first, carried = progress
     sizes: list[int | None] = [None] * len(names)
     with problems.guard("reading the training set's size"):
         sizes = dataset_sizes(loaders, sample_dims)

@@ -6,6 +6,7 @@ and validation begin and end. Under DDP each rank measures itself; global rank 0
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -25,11 +26,11 @@ from mnistperf.diagnosis.callbacks.project_reader import (
     bar_epoch,
     closes_stopped_epoch,
     last_epoch,
-    profiler_taken,
     project_hints,
     project_terms,
     steps_left,
     validation_metrics,
+    why_no_profiler,
 )
 from mnistperf.diagnosis.callbacks.run_files import RunFiles
 from mnistperf.diagnosis.callbacks.sampled_steps import SampledSteps
@@ -121,7 +122,7 @@ class EpochTimer(Callback):
         self.problems = Reporter("EpochTimer")
         self.clock = EpochClock(torch.device("cpu"), self.input_bound_share, 0)
         with self.problems.guard("starting the clock"):
-            busy_unavailable = profiler_taken(trainer)
+            busy_unavailable = why_no_profiler(trainer)
             if busy_unavailable is not None:
                 self.problems.say_once(trainer, epoch_text.busy_unmeasured(busy_unavailable))
             self.clock = EpochClock(
@@ -171,7 +172,7 @@ class EpochTimer(Callback):
         with self.problems.guard("naming the advice in the project's terms"):
             cuda = pl_module.device.type == "cuda"
             self._project_hints = project_hints(self.hints, project_terms(trainer), cuda)
-        self._epoch_open = False
+        self._epoch_open = self._split_said = False
         own = self.samples_in_batch or getattr(pl_module, "samples_in_batch", None)
         self.samples = TimerSamples(self.problems, trainer, own if callable(own) else None)
 
@@ -300,11 +301,12 @@ class EpochTimer(Callback):
         extra: dict[str, Any] = {**self._val_metrics, **self.samples.row(trainer, gathered.loader_samples, self)}
         with self.problems.guard("reading why the epoch has no split"):
             accumulate, forward = trainer.accumulate_grad_batches, gathered.measures[FORWARD_S]
-            reason, line = self._sampled.split_reason(self.samples.trained, accumulate, forward, trainer.current_epoch)
+            reason = self._sampled.split_reason(self.samples.trained, accumulate, forward, trainer.current_epoch)
             if reason is not None:
                 extra["split_reason"] = reason
-            if line is not None:
-                self.problems.say_once(trainer, line)
+                if not self._split_said:  # once a fit
+                    self._split_said = True
+                    self.problems.say_once(trainer, epoch_text.unsplit(reason))
         try:
             row = self.clock.close_epoch(gathered, extra)
         except Exception as error:
@@ -346,7 +348,8 @@ class EpochTimer(Callback):
         """Rank 0 prints the summary once and writes timing.json, the report beside it and the window's trace."""
         self._reported = True
         files = RunFiles(self.summary_file, self.monitor, self.problems)
-        self.summary_path = files.write(trainer, self.clock, self._figures, interrupted, audit_kept(trainer, self))
+        audit = functools.partial(audit_kept, trainer, self)  # read on rank 0, as the summary is written
+        self.summary_path = files.write(trainer, self.clock, self._figures, interrupted, audit)
 
     def _figures(self) -> dict[str, Any]:
         """The clock's figures of the run, the advice in the project's terms, where steps' and epoch ends' time goes."""

@@ -198,7 +198,7 @@ def bar_epoch(trainer: Trainer) -> int | None:
     return trainer.current_epoch if shown else None
 
 
-def profiler_taken(trainer: Trainer) -> str | None:
+def why_no_profiler(trainer: Trainer) -> str | None:
     """Why the busy window cannot profile: the trainer's own profiler holds torch's; None where it does not."""
     if isinstance(cast(TrainerAttributes, trainer).profiler, PyTorchProfiler):
         return "the trainer's PyTorchProfiler holds torch's profiler, and only one can run"

@@ -32,12 +32,12 @@ class RunFiles:
         clock: EpochClock,
         figures: Callable[[], dict[str, Any]],
         interrupted: bool,
-        audit: dict[str, Any],
+        audit: Callable[[], dict[str, Any]],
     ) -> Path | None:
         """On rank 0: the window's trace, then the summary printed and written; where timing.json went.
 
         The summary: the run's ``figures()`` (:func:`.run_summary`), whether it was ``interrupted``, and the ``audit``
-        beside the timer (:func:`.audit_kept`).
+        beside the timer (:func:`.audit_kept`), each read on rank 0 alone.
 
         Every rank finds the log folder (a collective under DDP, unless ``interrupted``: the others may be gone). Each
         file is written apart, so that one that fails leaves the others.
@@ -50,7 +50,7 @@ class RunFiles:
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
             trace = clock.export_trace(folder)  # before the summary, which names it
-        summary = {**self.summary(trainer, clock, figures), "interrupted": interrupted, **audit}
+        summary = {**self.summary(trainer, clock, figures), "interrupted": interrupted, **audit()}
         if self.monitor is not None and summary.get("final_metric") is None:
             with self.problems.guard("reading the metrics logged"):
                 summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
@@ -80,4 +80,6 @@ class RunFiles:
         """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""
         owner = cast(TrainerAttributes, trainer)
         module, guard = trainer.lightning_module, self.problems.guard
-        return run_summary("lightning", trainer, clock.device, figures, owner.datamodule, module, guard)
+        return run_summary(
+            "lightning", trainer, clock.device, figures, datamodule=owner.datamodule, module=module, guard=guard
+        )

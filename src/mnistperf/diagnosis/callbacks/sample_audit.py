@@ -14,7 +14,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
-from mnistperf.diagnosis.callbacks.audit_rows import epoch_row
+from mnistperf.diagnosis.callbacks.audit_rows import audit_epoch_row
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.kept_rows import KeptRows
 from mnistperf.diagnosis.callbacks.project_reader import closes_stopped_epoch
@@ -287,8 +287,17 @@ class SampleAudit(Callback):
         loaders: list[Any] = []  # (none read: none has a size, a cause or a sampler known)
         with self.problems.guard("reading the training loaders"):
             loaders = self.batches.parts(trainer.train_dataloader)
-        read = (self.problems, self._failed, (steps, first, carried), self.dataset_size, self.sample_dims)
-        row = epoch_row(trainer, shares, loaders, self.batches.names, *read)
+        row = audit_epoch_row(
+            trainer,
+            shares,
+            loaders,
+            self.batches.names,
+            self.problems,
+            failed_here=self._failed,
+            progress=(steps, first, carried),
+            dataset_size=self.dataset_size,
+            sample_dims=self.sample_dims,
+        )
         self._failed = None
         if row["audited"]:
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}

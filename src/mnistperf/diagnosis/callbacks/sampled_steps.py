@@ -8,7 +8,7 @@ import torch
 from lightning.pytorch import Callback
 
 from mnistperf.diagnosis.measure.phases import StepPhases, any_sampled, sampled
-from mnistperf.diagnosis.record.epoch_text import unsampled, unsplit
+from mnistperf.diagnosis.record.epoch_text import unsampled
 from mnistperf.upstream import restore_hook, skip_hook
 
 PHASE_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
@@ -22,7 +22,6 @@ class SampledSteps:
 
     def __init__(self, callback: Callback, owner: type[Callback], device: torch.device):
         self.callback, self.phases = callback, StepPhases(device)
-        self.unsplit_said = False  # whether an epoch's missing split was said (once a fit)
         self.hooks = [hook for hook in PHASE_HOOKS if getattr(type(callback), hook) is getattr(owner, hook)]
         self.hooks_off()
 
@@ -63,13 +62,8 @@ class SampledSteps:
 
     def split_reason(
         self, trained: tuple[int | None, int | None], accumulate: int, forward_s: float, epoch: int
-    ) -> tuple[str | None, str | None]:
-        """Why epoch ``epoch`` that trained steps ``trained`` has no split, and the line saying so the fit's first time.
-
-        (None, None) where it has a split or a sample began.
-        """
+    ) -> str | None:
+        """Why epoch ``epoch`` that trained steps ``trained`` has no split; None where it has one or a sample began."""
         if any_sampled(*trained, accumulate, epoch) or not math.isnan(forward_s) or self.phases.started:
-            return None, None
-        reason, said = unsampled(*trained, accumulate), self.unsplit_said
-        self.unsplit_said = True
-        return reason, None if said else unsplit(reason)
+            return None
+        return unsampled(*trained, accumulate)

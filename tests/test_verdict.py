@@ -407,7 +407,7 @@ def test_a_cpu_window_costs_a_share_of_the_whole_fit_each_recorded_step_at_its_w
 
 
 def test_the_fit_a_window_is_priced_against_counts_its_steps_left_at_their_pace_or_its_epochs_whole_period():
-    ahead = window_price.fit_ahead
+    ahead = window_price.fit_estimate
     # 4 steps done in 0.4 s, 2 s into the fit, 10 steps left this epoch's included: 6 more at 0.1 s
     assert ahead((4, 0.4, 2.0), None, 10, 20) == pytest.approx((0.1, 2.6, False))
     # the fit's length not known: this epoch's 8 expected steps stand for it; none expected, nothing ahead

@@ -138,8 +138,8 @@ class EpochClock:
         now = time.perf_counter()
         steady = None if self._per_step is None else (self._per_step[0], self._epoch_s)
         ran = (self._steps - 1, self._train_s + now - self._train_start, now - self._fit_start)
-        ahead = window_price.fit_ahead(ran, steady, self._steps_left, self.expected_steps(self._batches))
-        return ahead is None or self.windows.weigh(*ahead)
+        estimate = window_price.fit_estimate(ran, steady, self._steps_left, self.expected_steps(self._batches))
+        return estimate is None or self.windows.weigh(*estimate)
 
     @property
     def steps(self) -> int:

@@ -123,14 +123,6 @@ class FirstStep:
         return float(mode.get_total_flops())
 
 
-def utilization(flops: float, train_s: float, peak: float | None, ranks: int) -> dict[str, float | None]:
-    """An epoch's achieved FLOP/s (every rank's FLOPs over train time) and its MFU where the peak is known."""
-    if math.isnan(flops) or train_s <= 0:
-        return {ACHIEVED_FLOPS_PER_S: None, MFU: None}
-    achieved = flops / train_s
-    return {ACHIEVED_FLOPS_PER_S: achieved, MFU: achieved / (peak * ranks) if peak else None}
-
-
 def run_utilization(
     epochs: list[dict[str, Any]],
     steady: list[int],
@@ -173,14 +165,17 @@ class StepFlops:
         return self.per_step * steps if self.per_step else math.nan
 
     @property
-    def peak_flops(self) -> float | None:
+    def peak_flops_per_s(self) -> float | None:
         """The device's peak FLOP/s (None: not known, or not looked up)."""
         return self.peak.flops_per_s if self.peak is not None else None
 
     def epoch(self, flops: float, train_s: float) -> dict[str, float | None]:
-        """An epoch's utilization (:func:`utilization`) from its FLOPs over every rank and its train time."""
-        return utilization(flops, train_s, self.peak_flops, self.ranks)
+        """An epoch's achieved FLOP/s (every rank's FLOPs over its train time) and its MFU where the peak is known."""
+        if math.isnan(flops) or train_s <= 0:
+            return {ACHIEVED_FLOPS_PER_S: None, MFU: None}
+        achieved, peak = flops / train_s, self.peak_flops_per_s
+        return {ACHIEVED_FLOPS_PER_S: achieved, MFU: achieved / (peak * self.ranks) if peak else None}
 
     def run(self, epochs: list[dict[str, Any]], steady: list[int], peak_said: str) -> dict[str, Any]:
         """The run's utilization (:func:`run_utilization`); ``peak_said``: the peak in words, or why none is known."""
-        return run_utilization(epochs, steady, self.per_step, self.peak_flops, peak_said, self.reason)
+        return run_utilization(epochs, steady, self.per_step, self.peak_flops_per_s, peak_said, self.reason)

@@ -37,10 +37,7 @@ def covered(intervals: Iterable[tuple[float, float]]) -> tuple[float, float]:
 
 
 def busy_share(intervals: Iterable[tuple[float, float]], span: float | None = None) -> float | None:
-    """The share of [first start, last end], or of ``span`` where given, covered by at least one interval.
-
-    (Overlaps counted once.) ``span``: the time the intervals were recorded over, in their unit.
-    """
+    """The share of [first start, last end], or of ``span`` (in their unit), covered by at least one interval."""
     inside, whole = covered(intervals)
     whole = whole if span is None else span
     return min(inside / whole, 1.0) if whole > 0 and inside > 0 else None

@@ -90,16 +90,12 @@ def rss_mb() -> float | None:
 
 def rss_pss_mb(pid: int) -> list[float | None]:
     """Process ``pid``'s resident and proportional set sizes in MB, from ``smaps_rollup`` (None where absent)."""
-    keys = ("Rss", "Pss")
-    found: dict[str, float] = {}
     try:
-        for line in proc_text(pid, "smaps_rollup").splitlines():
-            key = line.split(":", 1)[0]
-            if key in keys:
-                found[key] = int(line.split()[1]) * 1024 / MB
+        lines = proc_text(pid, "smaps_rollup").splitlines()
+        found = {line[:3]: int(line.split()[1]) * 1024 / MB for line in lines if line.startswith(("Rss:", "Pss:"))}
     except (OSError, ValueError, IndexError):  # gone, or no /proc
         return [None, None]
-    return [found.get(key) for key in keys]
+    return [found.get("Rss"), found.get("Pss")]
 
 
 def _local_rank(pid: int | str) -> str | None:

@@ -27,10 +27,8 @@ def sampled(index: int, steps: int = 1, epoch: int = 0) -> bool:
 
 def any_sampled(first: int | None, last: int | None, steps: int, epoch: int = 0) -> bool:
     """Whether a step of ``first``..``last`` (None: none trained) of epoch ``epoch`` begins a sample of ``steps``."""
-    if first is None or last is None:
-        return False
     # every whole block of optimizer steps holds a sample: the search is short either way
-    return any(sampled(index, steps, epoch) for index in range(first, last + 1))
+    return first is not None and last is not None and any(sampled(i, steps, epoch) for i in range(first, last + 1))
 
 
 class StepPhases:

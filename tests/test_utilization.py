@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import scalars
-from mnistperf.diagnosis.measure.flops import OWN_PEAKS, Peak, number_format, peak_flops, run_utilization
+from mnistperf.diagnosis.measure.flops import OWN_PEAKS, Peak, StepFlops, number_format, peak_flops
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.epoch_text import COMPILED_UNCOUNTED, peak_said
 from mnistperf.diagnosis.record.text import format_summary
@@ -137,7 +137,7 @@ def test_mfu_on_a_known_gpu_is_the_achieved_over_the_peak_times_the_ranks():
     summary = clock.summary()
     assert summary["mfu"] == pytest.approx(clock.epochs[1]["mfu"]) and "H100" in summary["peak"]
     assert "FLOP/s achieved, MFU " in format_summary(summary)
-    not_counted = run_utilization(clock.epochs, [2, 2], None, None, "x", "not counted")
+    not_counted = StepFlops(None, 2, reason="not counted").run(clock.epochs, [2, 2], "x")
     assert not_counted["mfu"] is None and not_counted["mfu_reason"] == "not counted"
 
 

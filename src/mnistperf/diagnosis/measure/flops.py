@@ -123,29 +123,6 @@ class FirstStep:
         return float(mode.get_total_flops())
 
 
-def run_utilization(
-    epochs: list[dict[str, Any]],
-    steady: list[int],
-    flops_per_step: float | None,
-    peak: float | None,
-    peak_said: str,
-    not_counted: str,
-) -> dict[str, Any]:
-    """The run's utilization over its ``steady`` epochs (the first and last): the step's FLOPs, achieved FLOP/s, MFU.
-
-    ``peak``: the device's, ``peak_said`` naming it or why none; without an MFU, ``mfu_reason`` says why
-    (``not_counted``: why no FLOPs).
-    """
-    rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get(ACHIEVED_FLOPS_PER_S) is not None]
-    achieved = mean(e[ACHIEVED_FLOPS_PER_S] for e in rows) if rows else None
-    found: dict[str, Any] = {"flops_per_step": flops_per_step, ACHIEVED_FLOPS_PER_S: achieved}
-    if peak is not None and achieved is not None:
-        found.update({MFU: mean(e[MFU] for e in rows), "peak": peak_said, "peak_flops_per_s": peak})
-    else:
-        found.update({MFU: None, "mfu_reason": not_counted if flops_per_step is None else peak_said})
-    return found
-
-
 class StepFlops:
     """A run's FLOP accounting: one training step's FLOPs (or why none) and the device's peak, over ``ranks``."""
 
@@ -177,5 +154,16 @@ class StepFlops:
         return {ACHIEVED_FLOPS_PER_S: achieved, MFU: achieved / (peak * self.ranks) if peak else None}
 
     def run(self, epochs: list[dict[str, Any]], steady: list[int], peak_said: str) -> dict[str, Any]:
-        """The run's utilization (:func:`run_utilization`); ``peak_said``: the peak in words, or why none is known."""
-        return run_utilization(epochs, steady, self.per_step, self.peak_flops_per_s, peak_said, self.reason)
+        """The run's utilization over its ``steady`` epochs (the first and last): the step's FLOPs, FLOP/s, MFU.
+
+        ``peak_said``: the peak in words, or why none is known; without an MFU, ``mfu_reason`` says why.
+        """
+        rows = [e for e in epochs if steady[0] <= e["epoch"] <= steady[1] and e.get(ACHIEVED_FLOPS_PER_S) is not None]
+        achieved = mean(e[ACHIEVED_FLOPS_PER_S] for e in rows) if rows else None
+        found: dict[str, Any] = {"flops_per_step": self.per_step, ACHIEVED_FLOPS_PER_S: achieved}
+        peak = self.peak_flops_per_s
+        if peak is not None and achieved is not None:
+            found.update({MFU: mean(e[MFU] for e in rows), "peak": peak_said, "peak_flops_per_s": peak})
+        else:
+            found.update({MFU: None, "mfu_reason": self.reason if self.per_step is None else peak_said})
+        return found

@@ -25,7 +25,7 @@ import torch
 
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
 from mnistperf.diagnosis.measure.held_steps import HeldSteps, Rows
-from mnistperf.diagnosis.record.environment import environment
+from mnistperf.diagnosis.record.run import environment
 
 HERE = Path(__file__).resolve().parent
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 20

@@ -1,7 +1,4 @@
-"""What a fix could buy: a ceiling on the gain from a run's own figures, and what usually brings it.
-
-In anyone's terms (:data:`USER_HINTS`) or a project's own hints (docs/timing.md, "The verdict").
-"""
+"""What a fix could buy: a ceiling on the gain from a run's own figures, and what usually brings it (docs/timing.md)."""
 
 from __future__ import annotations
 
@@ -122,10 +119,9 @@ def epoch_s(summary: Mapping[str, Any]) -> float:
 def culprit(summary: Mapping[str, Any], busy: float | None) -> dict[str, Any] | None:
     """The part around the step, or between epochs, that costs an epoch most, its fix and what removing it could buy.
 
-    ``per``: ``step`` (the part's ``s`` a step, its ``share`` of the step) or ``epoch`` (between epochs: its ``s`` an
-    epoch, its ``share`` of the epoch). None where no part takes CULPRIT_SHARE of its step or epoch, nor a step's part
-    OVERHEAD_PART of the step's time outside tensor operations, where ``busy`` (the step's share inside them, None:
-    not measured, or in doubt) says what that is.
+    ``per``: ``step`` or ``epoch``, what the part's ``s`` and ``share`` are of. None where no part takes CULPRIT_SHARE
+    of its step or epoch, nor a step's part OVERHEAD_PART of its time outside tensor operations where ``busy`` (the
+    share inside them; None: not measured, or in doubt) says what that is.
     """
     found = []
     steps, between = summary.get("step_parts"), summary.get("between_epochs")

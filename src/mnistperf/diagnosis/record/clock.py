@@ -32,10 +32,8 @@ class EpochClock:
     """Times the epochs of one run, the fit taken to start when the clock is made, and keeps their rows.
 
     Settings as :class:`~mnistperf.diagnosis.EpochTimer`'s (``metric``: its ``monitor``); ``profile_window``: whether
-    a window's busy share is read (False: no step runs, or the loop hides it); ``busy_unavailable``: why it cannot be.
-    ``peak``: the device's peak FLOP/s (None: not looked up); ``world_size``: the ranks; ``clock_calls``: whether
-    the operator clock may stand in for a profiler the fit cannot pay for (a Lightning step, nothing compiled);
-    ``flops_per_step``: one training step's FLOPs where given, else ``flops_reason`` says why none (yet).
+    a window's busy share is read (False: no step runs, or the loop hides it), ``busy_unavailable`` why it cannot be;
+    ``clock_calls``: whether the operator clock may stand in for a profiler (a Lightning step, nothing compiled).
     """
 
     def __init__(
@@ -116,7 +114,6 @@ class EpochClock:
 
         The busy window opens in the first steady epoch that has not read it (the first epoch if it is the ``last``);
         on a CPU, ``steps_left`` (this epoch's included; NaN: not known) weighs its cost (:meth:`_weigh_window`).
-        ``loader_workers``: whether the epoch's loaders may run workers (False: none is looked for).
         """
         self._loader_workers = loader_workers
         self._reset(batches, number)
@@ -132,7 +129,7 @@ class EpochClock:
 
     def _weigh_window(self) -> bool:
         """On a CPU, as the window opens: fit it to what the whole fit can pay for (docs/timing.md), or decline it."""
-        if self.device.type == "cuda" or self.windows.window_share is None or self._train_start is None:
+        if not self.windows.needs_weighing or self._train_start is None:
             return True
         now = time.perf_counter()
         steady = None if self._per_step is None else (self._per_step[0], self._epoch_s)
@@ -175,10 +172,7 @@ class EpochClock:
         return None if self.reading is None else self.reading.as_json()
 
     def step_start(self, index: int, fetch_wait_s: float = 0.0) -> None:
-        """Training step ``index`` of the epoch begins (its batch is on the device), after ``fetch_wait_s`` more wait.
-
-        The wait is what :meth:`add_fetch_wait` adds, given here to save a call on every step.
-        """
+        """Training step ``index`` begins (its batch on the device), after ``fetch_wait_s`` more wait for it."""
         now = time.perf_counter()  # called every step: kept to the fewest calls
         self._input_wait_s += fetch_wait_s
         if self._train_start is None:  # resuming after an evaluation inside the epoch
@@ -264,10 +258,7 @@ class EpochClock:
         return self.close_epoch(Gathered(Measures.of(self.read_epoch()), []), metrics or {})
 
     def read_epoch(self, phase_shares: dict[str, float] | None = None) -> EpochReading:
-        """End the epoch's timing (synchronizes) and return what this process read of it (NaN: not measured).
-
-        ``phase_shares``: each phase's share of the sampled steps' time (:meth:`.StepPhases.shares`), where timed.
-        """
+        """End the epoch's timing (synchronizes); what this process read of it, ``phase_shares`` splitting its steps."""
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
         if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
@@ -315,10 +306,7 @@ class EpochClock:
         )
 
     def close_epoch(self, gathered: Gathered, extra: dict[str, Any]) -> dict[str, Any]:
-        """The epoch's row from its measures over every process (:func:`.gather`), ``extra`` in it before the derived.
-
-        ``extra``: what else the row holds (the validation's metrics, the samples per loader).
-        """
+        """The epoch's row (:func:`.epoch_row`) from its measures over every rank (:func:`.gather`), with ``extra``."""
         merged = gathered.measures
         if self._steps < self._batches < math.inf:  # a fit stopped or resumed inside the epoch (no length: not known)
             extra["partial"] = {"steps": self._steps, "batches": int(self._batches)}
@@ -342,12 +330,7 @@ class EpochClock:
         step_parts: dict[str, Any] | None = None,
         between_epochs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The run's figures: per epoch, warm-up apart, steady-state averages, totals, verdict and its advice.
-
-        ``hints``: per verdict, what the advice suggests (by default what anyone can change). ``step_parts``: where
-        a step's time goes, part by part (:meth:`.StepParts.per_step`), where timed; ``between_epochs``: where the
-        time between epochs goes (:meth:`.StepParts.per_epoch_end`).
-        """
+        """The run's figures (:func:`.aggregate`) and its FLOPs' utilization."""
         found = aggregate(
             self.epochs, self.input_bound_share, self.reading, hints, self.metric, step_parts, between_epochs
         )

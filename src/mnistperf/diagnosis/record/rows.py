@@ -36,9 +36,8 @@ def epoch_row(
 ) -> dict[str, Any]:
     """One epoch's row as timing.json has it: every figure measured, the window's, ``extra``, the derived, the verdict.
 
-    ``merged``: the epoch's measures over every rank. ``local``: this process's step times, where its spikes fell.
-    ``reading``: the run's profiled window, its share None while not measured. ``extra``: what else the row holds
-    (the validation's metrics, the utilization, the samples per loader), which a derived figure may read.
+    ``merged``: over every rank; ``local``: this process's step times, where its spikes fell; ``extra``: what else the
+    row holds (the validation's metrics, the utilization, the samples per loader), which a derived figure may read.
     """
     row: dict[str, Any] = {"epoch": epoch}
     row.update({f: figures.kept(f, merged[f]) for f in figures.measured() if f.epoch and f.run != "window"})

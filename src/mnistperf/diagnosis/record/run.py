@@ -1,4 +1,4 @@
-"""A run's summary, typed, and its file ``timing.json``: written, found and read back, an older one's too.
+"""A run's summary, what ran it, typed, and its file ``timing.json``: written, found and read back, an older one's too.
 
 Each field is named as the file names it; what an older file lacks is the field's default.
 """
@@ -6,18 +6,25 @@ Each field is named as the file names it; what an older file lacks is the field'
 from __future__ import annotations
 
 import json
+import os
+import platform
+import resource
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import lightning
+import torch
+
 from mnistperf.atomic import atomic_write_text
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, Figure
+from mnistperf.diagnosis.figures import AVG_TRAIN_S, PEAK_RSS_MB, Figure
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.measure.window_reading import WindowReading
-from mnistperf.diagnosis.record.environment import environment
 from mnistperf.errors import ConfigError
+from mnistperf.machine import describe_device, usable_cpus
 
 SUMMARY_FILE = "timing.json"
 # What one is and how a run gets one: the answer to a file that is not a summary.
@@ -26,6 +33,24 @@ WHAT_A_SUMMARY_IS = (
     f"(lightning_logs/NAME/version_N/{SUMMARY_FILE}): give it or that folder, after `python -m mnistperf fit "
     "--config FILE` (or a fit of your own with EpochTimer among its callbacks, docs/diagnose.md)"
 )
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """What ran: device, CPU count, versions and the host's peak memory (the GPU's is the epochs', in the run)."""
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "lightning": lightning.__version__}
+    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2**20  # ru_maxrss: KiB on Linux, bytes on macOS
+    return {
+        "device": describe_device(device),
+        "accelerator": device.type,
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": usable_cpus(),
+        "versions": versions | ({"cuda": torch.version.cuda} if device.type == "cuda" else {}),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        PEAK_RSS_MB: {  # of this process and of its largest finished child (a worker)
+            "main_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+            "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale,
+        },
+    }
 
 
 def run_summary(

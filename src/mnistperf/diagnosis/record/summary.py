@@ -77,6 +77,7 @@ def aggregate(
 
     ``reading``: the profiled window, whose share (a property of the step) stands for every epoch from its own on.
     ``hints``: the advice's per verdict. ``metric``: a validation metric of the rows, its last value ``final_metric``.
+    ``step_parts``, ``between_epochs``: where a step's time and the time between epochs go (:class:`.StepParts`).
     """
     steady = [e for e in epochs[1:] if "partial" not in e] or epochs[1:] or epochs  # whole epochs, where any
     read: dict[str, Any] = {f: RUN_READERS[f.run](steady, f) for f in figures.FIGURES if f.run in RUN_READERS}

@@ -82,10 +82,14 @@ class WindowKeeper:
         return self.window is not None and self.opened is not None
 
     @property
+    def needs_weighing(self) -> bool:
+        """Whether a window still to open is fitted to what the fit can pay for (on a CPU, under a window_share)."""
+        return self.device_type != "cuda" and self.window_share is not None and self.steps > 0
+
+    @property
     def priced(self) -> bool:
         """Whether the window needs no price, or has the step's graph to price it by (:attr:`nodes`)."""
-        unpriced = self.device_type != "cuda" and self.window_share is not None and self.steps > 0
-        return not unpriced or self.nodes is not None
+        return not self.needs_weighing or self.nodes is not None
 
     def missed(self, reason: str) -> None:
         """Say why no share was read."""
@@ -98,7 +102,7 @@ class WindowKeeper:
         ``pending``: the window waits for a steady epoch. ``stand_in``: an earlier steady epoch's figures may stand in
         for an epoch profiled whole (on a CPU, an epoch of one step; until then its window waits).
         """
-        if self.steps > 0 and self.device_type != "cuda" and self.window_share is not None:
+        if self.needs_weighing:
             # the window's price's other part, before train time starts: a snapshot varies 2x, so the least of the
             # epochs' until the window opens
             self.op_s = min(self.op_s or math.inf, window_price.operator_s())
@@ -218,8 +222,7 @@ class WindowKeeper:
     ) -> dict[str, Any] | None:
         """What a window read in this epoch added to it (None: none was), kept in its reading too.
 
-        Its steps' seconds beyond what as many typical steps take, by the epoch's ``figures`` over ``steps`` (as
-        :meth:`without` takes them, ``stand_in`` too).
+        Its steps' seconds beyond as many typical steps, as :meth:`without` takes the epoch's.
         """
         if self.cost is None or self.reading is None:
             return None

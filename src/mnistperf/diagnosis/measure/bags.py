@@ -34,9 +34,7 @@ INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 def bag_count(tokens: torch.Tensor, offsets: torch.Tensor) -> int | None:
     """How many bags ``offsets`` marks in ``tokens``, as ``nn.EmbeddingBag`` takes them; None where it is no such pair.
 
-    Both 1-dim integer tensors on a CPU; the offsets from 0, strictly rising, the last one within the tokens, or at
-    their end (``include_last_offset``: then it marks no bag). Not 0, 1, 2, ... to the end: a column of sample ids
-    from 0 (an unshuffled loader's first batch), or bags of one token each, read as before.
+    Not 0, 1, 2, ...: a column of sample ids from 0 (an unshuffled loader's first batch), or bags of one token each.
     """
     if not 0 < len(offsets) <= len(tokens) + 1 or not (is_ids(tokens) and is_ids(offsets)):
         return None
@@ -51,9 +49,7 @@ def bag_count(tokens: torch.Tensor, offsets: torch.Tensor) -> int | None:
 def bags_in(tensors: list[torch.Tensor]) -> Bags | None:
     """The bags of a batch whose tensors lead with different lengths, where its offsets follow its tokens; else None.
 
-    The offsets as :func:`bag_count` says, right after the tokens, as a collate for ``nn.EmbeddingBag`` puts them
-    (``(labels, tokens, offsets)``, ``(tokens, offsets, labels)``, or a dict in that order): each bag is a sample. The
-    flat tensors are every tensor of the tokens' length (per-token weights too).
+    The flat tensors are every tensor of the tokens' length (per-token weights too).
     """
     for at in range(1, len(tensors)):
         count = bag_count(tensors[at - 1], tensors[at])
@@ -87,11 +83,8 @@ def of_rows(bags: Bags) -> torch.Tensor:
 def by_width(bags: Bags, lengths: torch.Tensor, widest: int) -> Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]:
     """The bags by the width their rows are hashed at: each width, its bags [picked], their flat tensors padded.
 
-    A bag's width is its rows' count (``lengths``) rounded up to a power of two, so that the other bags of its width
-    pad it with zeros only, and its flat tensors are [picked, width, ...], each bag's rows from the first; or 0, past
-    ``widest`` rows (past the words hashed in full, words are drawn by width): those bags' tensors are their rows as
-    they are, in order (:func:`segments`). Either way a bag's own rows decide it: the same in any batch. Every bag of
-    every width is placed in one pass over the flat rows.
+    A bag's width is its ``lengths`` rounded up to a power of two, its tensors [picked, width, ...] padded with zeros;
+    or 0, past ``widest`` rows (as :func:`segments`, unpadded). Either way a bag's own rows decide it, in any batch.
     """
     count, rows = len(bags.starts), len(bags.flat[0])
     width = torch.pow(2, torch.log2(lengths.double()).ceil()).long()

@@ -17,10 +17,9 @@ HASH_BYTES = 32 * 2**20
 
 
 class Rows(NamedTuple):
-    """A step's tensors that hold its samples, and how many samples it holds.
+    """A step's tensors that hold its samples (each leading with them), and how many samples it holds.
 
-    Each tensor leads with the samples; a graph batch's begin with each kind of node's per-node graph index and as many
-    tensors leading with those nodes as ``graph_nodes`` says, kind after kind.
+    A graph batch's begin with each kind of node's index and as many node tensors as ``graph_nodes`` says, kind by kind.
     """
 
     tensors: list[torch.Tensor]
@@ -58,9 +57,8 @@ def graph_parts(step: Rows) -> tuple[list[NodeSet], list[torch.Tensor]]:
 def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
     """Graph steps of one layout as one graph batch, each step's graphs numbered after those of the steps before.
 
-    A graph's fingerprint reads only its own nodes, their places in it and its own rows: the same joined or not. The
-    index is made int64 before it is offset (a narrower one would wrap); on a CPU, a step whose nodes name a graph past
-    its count fails here as it would alone, not counted in the next step's graphs.
+    The index is made int64 before it is offset (a narrower one would wrap); on a CPU, a step whose nodes name a graph
+    past its count fails here as it would alone, not counted in the next step's graphs.
     """
     parts = [graph_parts(step) for step in steps]
     for step, (sets, _) in zip(steps, parts, strict=True):

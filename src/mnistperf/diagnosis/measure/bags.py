@@ -47,10 +47,7 @@ def bag_count(tokens: torch.Tensor, offsets: torch.Tensor) -> int | None:
 
 
 def bags_in(tensors: list[torch.Tensor]) -> Bags | None:
-    """The bags of a batch whose tensors lead with different lengths, where its offsets follow its tokens; else None.
-
-    The flat tensors are every tensor of the tokens' length (per-token weights too).
-    """
+    """The bags of a batch whose tensors lead with different lengths, where its offsets follow its tokens; else None."""
     for at in range(1, len(tensors)):
         count = bag_count(tensors[at - 1], tensors[at])
         if count is not None:

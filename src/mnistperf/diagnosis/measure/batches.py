@@ -156,23 +156,19 @@ class TrainingBatches:
 
     def _use(self, paths: list[tuple[Any, ...]]) -> None:
         self.paths, self.names, self.several = paths, ["/".join(map(str, path)) for path in paths], len(paths) > 1
-        self._whole = paths == [()]  # one loader's batch: the step's batch itself
 
     def parts(self, batch: Any) -> list[Any]:
         """Each loader's part of a step's batch (or of the loaders), in :attr:`names`' order (None: it gave none)."""
         return [functools.reduce(operator.getitem, path, batch) for path in self.paths]
 
     def begin(self, batch: Any, read: Callable[[Any], Any], step: Any = None) -> list[Any]:
-        """Step ``step`` (a key) begins: ``read`` of each loader's part (or None), kept until :meth:`trained`.
-
-        Where reading fails, ``[None]`` is kept.
-        """
+        """Step ``step`` (a key) begins: ``read`` of each loader's part, kept until :meth:`trained` (failed: [None])."""
         self.pending = [None]
         READINGS.step(batch, step)
         if not self._checked:
             self._checked = True
             self.first = self._check(batch)
-        self.pending = [read(batch)] if self._whole else [read(part) for part in self.parts(batch)]
+        self.pending = [read(part) for part in self.parts(batch)]
         return self.pending
 
     def trained(self, let_go: bool = True) -> list[Any] | None:

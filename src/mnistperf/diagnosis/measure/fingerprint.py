@@ -183,10 +183,7 @@ class Fingerprinter:
         return words  # int16 words are signed: the sums' remainder is non-negative anyway
 
     def steps_lanes(self, steps: Sequence[tuple[Sequence[torch.Tensor], int]], offset: int = 0) -> torch.Tensor:
-        """The hash's lanes [samples, LANES] of several steps' samples (each: its tensors of one layout, its samples).
-
-        ``offset``: where the first tensor stands among a sample's tensors (each position has weights of its own).
-        """
+        """The lanes [samples, LANES] of steps' samples, their tensors of one layout from ``offset`` among theirs."""
         kept = [(tensors, samples) for tensors, samples in steps if samples]  # an empty batch (a filtering collate's)
         if not kept:  # has no words to read, nor a width to read them by
             return torch.zeros(0, LANES, dtype=torch.int64, device=steps[0][0][0].device)

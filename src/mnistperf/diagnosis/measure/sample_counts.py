@@ -79,10 +79,7 @@ def restored_parts(restored: dict[str, Any], loaders: int, world: int, rank: int
 
 
 def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
-    """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items.
-
-    By any batch sampler, or a ``BatchSampler`` as its sampler (``batch_size=None``) handing out lists of indices.
-    """
+    """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items."""
     datasets = [
         loader.dataset
         if sample_dims == 1
@@ -107,10 +104,7 @@ def own_batch_sampler(loaders: list[Any]) -> str | None:
 
 
 def items_sampler(loader: Any) -> Any:
-    """The sampler that draws a loader's items: its batch sampler's (None: it draws itself), or its own.
-
-    Unwrapped where it is a BatchSampler (``batch_size=None``: lists of indices).
-    """
+    """The sampler that draws a loader's items: its batch sampler's (None: it draws itself), or its own, unwrapped."""
     batches = getattr(loader, "batch_sampler", None)
     sampler = getattr(batches, "sampler", None) if batches is not None else getattr(loader, "sampler", None)
     return sampler.sampler if isinstance(sampler, BatchSampler) else sampler
@@ -164,10 +158,7 @@ def stopped_short(loaders: list[Any], names: list[str], steps: int, row: dict[st
 
 
 def read_whole(loaders: list[Any], ranks: int) -> dict[str, Any] | None:
-    """Who may read a single DataLoader's whole dataset: each worker of a stream, each rank unless a sampler splits it.
-
-    None where one reader does, or the loader is no DataLoader.
-    """
+    """Who may read a single DataLoader's whole dataset (workers of a stream, ranks); None where one reader does."""
     loader = loaders[0] if len(loaders) == 1 else None
     if not isinstance(loader, DataLoader):
         return None
@@ -179,10 +170,7 @@ def read_whole(loaders: list[Any], ranks: int) -> dict[str, Any] | None:
 
 
 def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], steps: int, ranks: int) -> dict[str, Any]:
-    """What the training loaders' own options explain of an audited epoch's ``row``, by the keys the row keeps.
-
-    ``steps``: the epoch's steps begun; ``ranks``: the world size.
-    """
+    """What the training loaders' own options explain of an audited epoch's ``row`` of ``steps`` begun, by its keys."""
     found: dict[str, Any] = {}
     dropped = dropped_last(loaders, ranks)
     if dropped and row["missing"] == dropped:  # by design

@@ -88,25 +88,21 @@ def by_width(bags: Bags, lengths: torch.Tensor, widest: int) -> Iterator[tuple[i
     width = torch.where(width > widest, 0, width)
     widths = width.unique().tolist()
     picked = {found: (width == found).nonzero().flatten() for found in widths}
-    first = torch.empty(count, dtype=torch.int64)  # where each bag's first row goes, its bucket's bags back to back
-    at = 0
-    for found in widths:
+    spans = [len(picked[found]) * found for found in widths]  # each width's rows, its bags back to back
+    begins = list(itertools.accumulate(spans, initial=0))
+    at = begins.pop()  # past the buckets
+    first = torch.empty(count, dtype=torch.int64)  # where each bag's first row goes
+    for found, begin, span in zip(widths, begins, spans, strict=True):
         if found:
-            first[picked[found]] = torch.arange(at, at + len(picked[found]) * found, found)
-            at += len(picked[found]) * found
-    if 0 in picked:  # a long bag's rows go past the buckets, each to a place of its own
-        first[picked[0]] = at + bags.starts.index_select(0, picked[0])
+            first[picked[found]] = torch.arange(begin, begin + span, found)
+        else:  # a long bag's rows go past the buckets, each to a place of its own
+            first[picked[0]] = at + bags.starts.index_select(0, picked[0])
     of_row = of_rows(bags)
     place = torch.arange(rows).sub_(bags.starts.index_select(0, of_row)).add_(first.index_select(0, of_row))
     placed = [t.new_zeros((at + rows if 0 in picked else at, *t.shape[1:])).index_copy_(0, place, t) for t in bags.flat]
-    at = 0
-    for found in widths:
-        if found:
-            shape = (len(picked[found]), found)
-            yield found, picked[found], [t[at : at + shape[0] * found].view(*shape, *t.shape[1:]) for t in placed]
-            at += shape[0] * found
-        else:
-            yield 0, picked[0], []
+    for found, begin, span in zip(widths, begins, spans, strict=True):
+        dense = [t[begin : begin + span].view(len(picked[found]), found, *t.shape[1:]) for t in placed] if found else []
+        yield found, picked[found], dense
 
 
 def segments(bags: Bags, picked: torch.Tensor) -> NodeSet:

@@ -211,10 +211,7 @@ class Fingerprinter:
         return combined(self.steps_lanes([(tensors, samples)]))
 
     def widths_vary(self) -> list[int] | None:
-        """Widths (in words) of a loader's tensor of the sample rows, where several, one past ``max_words``; else None.
-
-        Positions are drawn for each width: a sample padded to another width in another batch is not found again.
-        """
+        """Widths (in words) of a loader's tensor of sample rows, where several, one past ``max_words``; else None."""
         varied = [sorted(w) for w in self.widths.values() if len(w) > 1 and max(w) > self.max_words]
         return varied[0] if varied else None
 

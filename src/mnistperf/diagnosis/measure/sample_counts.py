@@ -127,10 +127,7 @@ def draws_again(loaders: list[Any]) -> bool | None:
 
 
 def dropped_last(loaders: list[Any], ranks: int) -> int:
-    """The samples a single loader's ``drop_last`` leaves out of each epoch over ``ranks`` ranks (0: none, or unknown).
-
-    Its sampler's length beyond the samples its batches give, on each rank (Lightning gives each its share's sampler).
-    """
+    """The samples a single loader's ``drop_last`` leaves out of an epoch over ``ranks`` ranks (0: none or unknown)."""
     loader: Any = loaders[0] if len(loaders) == 1 else None
     sampler = getattr(loader, "sampler", None)
     if isinstance(sampler, BatchSampler) and getattr(loader, "batch_size", 0) is None:  # its own drop_last

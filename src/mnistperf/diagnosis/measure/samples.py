@@ -136,7 +136,7 @@ def sample_items(batch: Any) -> Reading | None:
 def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
     """A detection collate's ``(images, targets)``, ``tuple(zip(*samples))``: each sample's tensors; guessed lengths.
 
-    The rules: docs/diagnose.md, "Your batches". A guess gives the lengths (the count first) for a line to say so.
+    A guess gives the lengths (the count first) for a line to say so.
     """
     sequences = [field for field in fields if isinstance(field, (tuple, list))]
     if not sequences or not len(sequences[0]) or any(len(field) != len(sequences[0]) for field in sequences):
@@ -170,10 +170,7 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
 
 
 def _records(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
-    """Samples handed on as the dataset gave them (``collate_fn=lambda samples: samples``): each one's tensors.
-
-    Records of one structure, holding tensors, samples by a label or shapes of their own (docs/diagnose.md).
-    """
+    """Samples handed on as the dataset gave them (``collate_fn=lambda samples: samples``): each one's tensors."""
     if not fields or any(isinstance(field, torch.Tensor) for field in fields):
         return None
     structures = {_structure(field) for field in fields}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -18,9 +18,6 @@ class Bags(NamedTuple):
     starts: torch.Tensor  # [bags] each bag's first row, rising from 0
     flat: list[torch.Tensor]  # the tensors with a row per token: the token ids, and any others of their length
     offsets: int  # where the offsets stand among the batch's tensors (-1: steps joined)
-
-
-Step = tuple[torch.Tensor, Sequence[torch.Tensor], Sequence[torch.Tensor]]  # a step's bag starts, flat tensors, rows
 
 
 def is_ids(tensor: torch.Tensor) -> bool:
@@ -56,15 +53,6 @@ def bags_in(tensors: list[torch.Tensor]) -> Bags | None:
             starts = tensors[at] if count == len(tensors[at]) else tensors[at][:count]
             return Bags(starts if starts.dtype == torch.int64 else starts.long(), flat, at)
     return None
-
-
-def joined(steps: Sequence[Step]) -> tuple[Bags, list[torch.Tensor]]:
-    """Steps' bags as one batch's, each step's starts moved past the rows of the steps before; and their rows."""
-    moved = itertools.accumulate((len(flat[0]) for _, flat, _ in steps[:-1]), initial=0)
-    starts = torch.cat([bag_starts + by for (bag_starts, _, _), by in zip(steps, moved, strict=True)])
-    flat = [torch.cat(column) for column in zip(*(flat for _, flat, _ in steps), strict=True)]
-    rows = [torch.cat(column) for column in zip(*(rows for _, _, rows in steps), strict=True)]
-    return Bags(starts, flat, -1), rows
 
 
 def sizes(bags: Bags) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 
 from mnistperf.diagnosis.measure import bags as bag_batches
 from mnistperf.diagnosis.measure.graph_batches import Graphs
-from mnistperf.diagnosis.measure.held_steps import Rows, bag_parts, joined_graphs
+from mnistperf.diagnosis.measure.held_steps import Rows, joined_bags, joined_graphs
 
 PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
@@ -239,12 +239,11 @@ class Fingerprinter:
             total += self.steps_lanes([(rows, count)], offset)
         return combined(total % PRIME)
 
-    def bags(self, steps: Sequence[bag_batches.Step]) -> torch.Tensor:
-        """Fingerprints [bags] of steps of bags, one after the other, each from its own rows, its length and its rows'.
+    def bags(self, bags: bag_batches.Bags, rows: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Fingerprints [bags] of a batch's bags, each from its own flat rows, its length and its ``rows``.
 
         A bag's rows as a row of its own, padded to its width (``by_width``); past ``max_words``, as a graph's.
         """
-        bags, rows = bag_batches.joined(steps)
         lengths = bag_batches.sizes(bags)
         widest = self.max_words // max(map(row_words, bags.flat))  # rows a bag hashed in full holds at most
         found = torch.empty(len(lengths), dtype=torch.int64)
@@ -259,7 +258,7 @@ class Fingerprinter:
     def held(self, steps: Sequence[Rows], loader: int = 0) -> torch.Tensor:
         """Fingerprints [samples] of several steps' samples, their tensors of one layout; widths kept by ``loader``."""
         if steps[0].bags is not None:
-            return self.bags([bag_parts(step) for step in steps])
+            return self.bags(*joined_bags(steps))
         if steps[0].graph_nodes is None:
             for at, tensor in enumerate(steps[0].tensors):
                 self.widths.setdefault((loader, at), set()).add(row_words(tensor))

@@ -8,7 +8,7 @@ from typing import NamedTuple, Protocol
 
 import torch
 
-from mnistperf.diagnosis.measure.bags import Bags, Step
+from mnistperf.diagnosis.measure.bags import Bags
 from mnistperf.diagnosis.measure.graph_batches import Graphs, NodeSet
 
 # Held steps are hashed together once they hold this many samples, or this many bytes.
@@ -39,10 +39,14 @@ def bag_rows(bags: Bags, rows: Sequence[torch.Tensor]) -> Rows:
     return Rows([bags.starts, *bags.flat, *rows], len(bags.starts), bags=len(bags.flat))
 
 
-def bag_parts(step: Rows) -> Step:
-    """A bag step's starts, flat tensors and rows: :func:`bag_rows` read."""
-    flat = step.bags or 0
-    return step.tensors[0], step.tensors[1 : 1 + flat], step.tensors[1 + flat :]
+def joined_bags(steps: Sequence[Rows]) -> tuple[Bags, list[torch.Tensor]]:
+    """Bag steps as one batch's bags, each step's starts moved past the rows of the steps before; and their rows."""
+    flat = [step.tensors[1 : 1 + (step.bags or 0)] for step in steps]
+    rows = [step.tensors[1 + (step.bags or 0) :] for step in steps]
+    moved = itertools.accumulate((len(tensors[0]) for tensors in flat[:-1]), initial=0)
+    starts = torch.cat([step.tensors[0] + by for step, by in zip(steps, moved, strict=True)])
+    joined_flat = [torch.cat(column) for column in zip(*flat, strict=True)]
+    return Bags(starts, joined_flat, -1), [torch.cat(column) for column in zip(*rows, strict=True)]
 
 
 def graph_parts(step: Rows) -> tuple[list[NodeSet], list[torch.Tensor]]:

@@ -250,7 +250,7 @@ class Fingerprinter:
         for width, picked, dense in bag_batches.by_width(bags, lengths, widest):
             own = [*(t.index_select(0, picked) for t in rows), lengths.index_select(0, picked)]
             if width:
-                found[picked] = combined(self.steps_lanes([([*own, *dense], len(picked))]))
+                found[picked] = self([*own, *dense], len(picked))
             else:
                 found[picked] = self.graphs(Graphs(len(picked), [bag_batches.segments(bags, picked)]), own)
         return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeGuard
 
@@ -56,10 +57,8 @@ def graph_count(item: Any, index: torch.Tensor) -> int | None:
     if index.device.type == "cpu":
         return int(index.max()) + 1 if index.numel() else 0
     if hasattr(type(item), "__len__"):
-        try:
+        with contextlib.suppress(TypeError):
             return len(item)
-        except TypeError:
-            pass
     return None
 
 

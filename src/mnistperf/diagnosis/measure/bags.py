@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -20,9 +20,6 @@ class Bags(NamedTuple):
     offsets: int  # where the offsets stand among the batch's tensors (-1: steps joined)
 
 
-Step = tuple[torch.Tensor, Sequence[torch.Tensor], Sequence[torch.Tensor]]  # a step's bag starts, flat tensors, rows
-
-
 def is_ids(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a 1-dim integer tensor on a CPU (elsewhere, reading it would wait for the device)."""
     return tensor.ndim == 1 and tensor.dtype in INTEGERS and tensor.is_cpu
@@ -34,9 +31,7 @@ INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 def bag_count(tokens: torch.Tensor, offsets: torch.Tensor) -> int | None:
     """How many bags ``offsets`` marks in ``tokens``, as ``nn.EmbeddingBag`` takes them; None where it is no such pair.
 
-    Both 1-dim integer tensors on a CPU; the offsets from 0, strictly rising, the last one within the tokens, or at
-    their end (``include_last_offset``: then it marks no bag). Not 0, 1, 2, ... to the end: a column of sample ids
-    from 0 (an unshuffled loader's first batch), or bags of one token each, read as before.
+    Not 0, 1, 2, ...: a column of sample ids from 0 (an unshuffled loader's first batch), or bags of one token each.
     """
     if not 0 < len(offsets) <= len(tokens) + 1 or not (is_ids(tokens) and is_ids(offsets)):
         return None
@@ -49,12 +44,7 @@ def bag_count(tokens: torch.Tensor, offsets: torch.Tensor) -> int | None:
 
 
 def bags_in(tensors: list[torch.Tensor]) -> Bags | None:
-    """The bags of a batch whose tensors lead with different lengths, where its offsets follow its tokens; else None.
-
-    The offsets as :func:`bag_count` says, right after the tokens, as a collate for ``nn.EmbeddingBag`` puts them
-    (``(labels, tokens, offsets)``, ``(tokens, offsets, labels)``, or a dict in that order): each bag is a sample. The
-    flat tensors are every tensor of the tokens' length (per-token weights too).
-    """
+    """The bags of a batch whose tensors lead with different lengths, where its offsets follow its tokens; else None."""
     for at in range(1, len(tensors)):
         count = bag_count(tensors[at - 1], tensors[at])
         if count is not None:
@@ -63,15 +53,6 @@ def bags_in(tensors: list[torch.Tensor]) -> Bags | None:
             starts = tensors[at] if count == len(tensors[at]) else tensors[at][:count]
             return Bags(starts if starts.dtype == torch.int64 else starts.long(), flat, at)
     return None
-
-
-def joined(steps: Sequence[Step]) -> tuple[Bags, list[torch.Tensor]]:
-    """Steps' bags as one batch's, each step's starts moved past the rows of the steps before; and their rows."""
-    moved = itertools.accumulate((len(flat[0]) for _, flat, _ in steps[:-1]), initial=0)
-    starts = torch.cat([bag_starts + by for (bag_starts, _, _), by in zip(steps, moved, strict=True)])
-    flat = [torch.cat(column) for column in zip(*(flat for _, flat, _ in steps), strict=True)]
-    rows = [torch.cat(column) for column in zip(*(rows for _, _, rows in steps), strict=True)]
-    return Bags(starts, flat, -1), rows
 
 
 def sizes(bags: Bags) -> torch.Tensor:
@@ -87,36 +68,29 @@ def of_rows(bags: Bags) -> torch.Tensor:
 def by_width(bags: Bags, lengths: torch.Tensor, widest: int) -> Iterator[tuple[int, torch.Tensor, list[torch.Tensor]]]:
     """The bags by the width their rows are hashed at: each width, its bags [picked], their flat tensors padded.
 
-    A bag's width is its rows' count (``lengths``) rounded up to a power of two, so that the other bags of its width
-    pad it with zeros only, and its flat tensors are [picked, width, ...], each bag's rows from the first; or 0, past
-    ``widest`` rows (past the words hashed in full, words are drawn by width): those bags' tensors are their rows as
-    they are, in order (:func:`segments`). Either way a bag's own rows decide it: the same in any batch. Every bag of
-    every width is placed in one pass over the flat rows.
+    A bag's width is its ``lengths`` rounded up to a power of two, its tensors [picked, width, ...] padded with zeros;
+    or 0, past ``widest`` rows (as :func:`segments`, unpadded). Either way a bag's own rows decide it, in any batch.
     """
     count, rows = len(bags.starts), len(bags.flat[0])
     width = torch.pow(2, torch.log2(lengths.double()).ceil()).long()
     width = torch.where(width > widest, 0, width)
     widths = width.unique().tolist()
     picked = {found: (width == found).nonzero().flatten() for found in widths}
-    first = torch.empty(count, dtype=torch.int64)  # where each bag's first row goes, its bucket's bags back to back
-    at = 0
-    for found in widths:
+    spans = [len(picked[found]) * found for found in widths]  # each width's rows, its bags back to back
+    begins = list(itertools.accumulate(spans, initial=0))
+    at = begins.pop()  # past the buckets
+    first = torch.empty(count, dtype=torch.int64)  # where each bag's first row goes
+    for found, begin, span in zip(widths, begins, spans, strict=True):
         if found:
-            first[picked[found]] = torch.arange(at, at + len(picked[found]) * found, found)
-            at += len(picked[found]) * found
-    if 0 in picked:  # a long bag's rows go past the buckets, each to a place of its own
-        first[picked[0]] = at + bags.starts.index_select(0, picked[0])
+            first[picked[found]] = torch.arange(begin, begin + span, found)
+        else:  # a long bag's rows go past the buckets, each to a place of its own
+            first[picked[0]] = at + bags.starts.index_select(0, picked[0])
     of_row = of_rows(bags)
     place = torch.arange(rows).sub_(bags.starts.index_select(0, of_row)).add_(first.index_select(0, of_row))
     placed = [t.new_zeros((at + rows if 0 in picked else at, *t.shape[1:])).index_copy_(0, place, t) for t in bags.flat]
-    at = 0
-    for found in widths:
-        if found:
-            shape = (len(picked[found]), found)
-            yield found, picked[found], [t[at : at + shape[0] * found].view(*shape, *t.shape[1:]) for t in placed]
-            at += shape[0] * found
-        else:
-            yield 0, picked[0], []
+    for found, begin, span in zip(widths, begins, spans, strict=True):
+        dense = [t[begin : begin + span].view(len(picked[found]), found, *t.shape[1:]) for t in placed] if found else []
+        yield found, picked[found], dense
 
 
 def segments(bags: Bags, picked: torch.Tensor) -> NodeSet:

@@ -13,11 +13,7 @@ LEAVES = (torch.Tensor, str, bytes, int, float, bool, type(None))  # what holds 
 
 
 def fields_of(item: Any) -> list[Any] | None:
-    """The items a batch's container holds, in order; None for anything else (a tensor, a number, a string).
-
-    A sequence's, a mapping's values, a dataclass's fields (even where it iterates), an object's ``to_dict()`` or else
-    its public attributes.
-    """
+    """The items a batch's container holds, in order; None for anything else (a tensor, a number, a string)."""
     if isinstance(item, (tuple, list)):
         return list(item)
     if isinstance(item, Mapping):
@@ -35,10 +31,7 @@ def fields_of(item: Any) -> list[Any] | None:
 
 
 def named_fields(item: Any) -> Mapping[Any, Any] | None:
-    """An object's fields by name: its ``to_dict()``, else its public attributes; None where it has neither.
-
-    A graph library's batch and a TensorDict give their store by ``to_dict()``, not their methods.
-    """
+    """An object's fields by name: its ``to_dict()`` (a graph batch's store), else its public attributes; or None."""
     found = as_dict(item)
     if found is not None:
         return found
@@ -62,11 +55,7 @@ def as_dict(item: Any) -> Mapping[Any, Any] | None:
 
 
 def names_of(item: Any, wanted: Callable[[Any], bool]) -> list[str]:
-    """The names of ``item``'s own fields whose value is ``wanted``, in order.
-
-    A mapping's keys, a named tuple's or a dataclass's fields, an object's (:func:`named_fields`); none for a plain
-    sequence, whose positions name nothing.
-    """
+    """The names of ``item``'s own fields whose value is ``wanted``, in order (none of a plain sequence's)."""
     if isinstance(item, Mapping):
         named: Mapping[Any, Any] | None = item
     elif isinstance(item, tuple) and hasattr(item, "_fields"):
@@ -81,10 +70,7 @@ def names_of(item: Any, wanted: Callable[[Any], bool]) -> list[str]:
 
 
 def tensors_of(batch: Any) -> list[torch.Tensor]:
-    """Every tensor of a batch, in order, in any nest of the containers :func:`fields_of` reads.
-
-    Fields set in ``__post_init__`` count too (a batched graph's node features).
-    """
+    """Every tensor of a batch, in order, in any nest of the containers :func:`fields_of` reads."""
     if isinstance(batch, torch.Tensor):
         return [batch]
     found = fields_of(batch)
@@ -102,10 +88,7 @@ def rows_beside(batch: Any, samples: int, apart: Sequence[Any]) -> list[torch.Te
 
 
 def first_found(batch: Any, find: Callable[[Any], T | None], depth: int = 3) -> tuple[T | None, Any]:
-    """The first ``find(item)`` that is not None, and that item; (None, None) where none is found.
-
-    Of ``batch`` itself, or of what it holds nested up to ``depth`` containers down, as :func:`fields_of` reads them.
-    """
+    """The first ``find(item)`` not None, of ``batch`` or its fields ``depth`` down, and that item; else Nones."""
     found = find(batch)
     if found is not None:
         return found, batch

@@ -1,7 +1,4 @@
-"""A fit's training loaders and batches as both callbacks read them: a loader's part of a step's batch, read once.
-
-The one reading of each batch both callbacks share, and the samples a loader says an epoch holds, beside theirs.
-"""
+"""A fit's training loaders and batches as both callbacks read them: a loader's part of a step's batch, read once."""
 
 from __future__ import annotations
 
@@ -22,10 +19,9 @@ if TYPE_CHECKING:
 
 
 class Recent:
-    """The readings of the step's batches, so that both callbacks read each batch once.
+    """The readings of the step's batches (at most ``size``), so that both callbacks read each batch once.
 
-    Kept until :meth:`forget` (a step's end, or an epoch's where the module skipped its last batch) or another step's
-    batch, at most ``size`` of them, by the batch object itself (held, so that its id is not another's).
+    Kept by the batch object itself (held, so that its id is not another's) until the step ends or another begins.
     """
 
     def __init__(self, size: int = 8):
@@ -35,10 +31,7 @@ class Recent:
         self._key: Any = None  # which step it is
 
     def step(self, batch: Any, key: Any = None) -> None:
-        """Step ``key`` begins with ``batch``: the readings of another step's batches are let go.
-
-        Another step's, also where its loader hands out the same batch object again, its tensors replaced.
-        """
+        """Step ``key`` begins with ``batch``: other steps' readings are let go (also where it is the same object)."""
         if batch is not self._step or key != self._key:
             self._step, self._key, self._kept = batch, key, []
 
@@ -60,10 +53,7 @@ READINGS = Recent()  # the one reading of each batch both callbacks share
 
 
 def loader_samples(loader: Any, steps: int) -> int | None:
-    """The samples a DataLoader of single items gives an epoch of ``steps`` batches, where that is known.
-
-    All of its sampler's where ``steps`` is its whole length; None for any other iterable or a custom batch sampler.
-    """
+    """The samples a DataLoader of single items gives an epoch of ``steps`` batches, its whole length; else None."""
     if not isinstance(loader, DataLoader) or loader.batch_size is None or isinstance(loader.dataset, IterableDataset):
         return None
     try:
@@ -92,9 +82,8 @@ def nested(loaders: Any) -> list[Any] | tuple[Any, ...] | None:
 def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
     """Where each training loader's batch sits in a step's batch: the keys (and positions) leading to it.
 
-    Lightning combines several training loaders (a dict, list or tuple of them, nested too, or a CombinedLoader's)
-    into one batch a step of their structure; one loader is ``[()]``. As CombinedLoader flattens its iterables, a
-    container of nothing but numbers and strings is one loader.
+    Lightning combines a nest of loaders into one batch of their structure; one loader is ``[()]``. As CombinedLoader
+    flattens its iterables, a container of nothing but numbers and strings is one loader.
     """
     items = nested(loaders)
     if items is None or all(isinstance(item, (int, float, str)) for item in items):
@@ -104,10 +93,9 @@ def loader_paths(loaders: Any) -> list[tuple[Any, ...]]:
 
 
 def collated_anew(loaders: Any) -> bool:
-    """Whether every training loader (a DataLoader, or a nest of them) makes each batch's tensors anew.
+    """Whether every training loader (a DataLoader, or a nest of them) collates by ``default_collate``: tensors anew.
 
-    Torch's ``default_collate`` stacks each field into a new tensor; another collate, or none, may hand out the same
-    buffer again, or the dataset's own tensors.
+    Another collate, or none, may hand out the same buffer again, or the dataset's own tensors.
     """
     if isinstance(loaders, DataLoader):
         return loaders.collate_fn is default_collate
@@ -116,10 +104,7 @@ def collated_anew(loaders: Any) -> bool:
 
 
 def may_run_workers(loaders: Any) -> bool:
-    """Whether a fit's loaders (a DataLoader, a nest of them, or None) may run worker processes: True unless known not.
-
-    A DataLoader with ``num_workers=0`` runs none; any other iterable may.
-    """
+    """Whether a fit's loaders (a DataLoader, a nest of them, or None) may run workers: any but DataLoaders of none."""
     if loaders is None or isinstance(loaders, DataLoader):
         return loaders is not None and loaders.num_workers > 0
     items = nested(loaders)
@@ -127,10 +112,7 @@ def may_run_workers(loaders: Any) -> bool:
 
 
 def fit_may_run_workers(trainer: Trainer) -> bool:
-    """Whether the fit's training or validation loaders may run workers; validation's not yet loaded may.
-
-    A validation loader's workers run inside the epoch: its persistent ones through training too.
-    """
+    """Whether the fit's training or validation loaders (inside the epoch too) may run workers; unloaded ones may."""
     validation = trainer.val_dataloaders
     if validation is None and trainer.enable_validation:  # loaded as it first runs, where no sanity check did
         return True
@@ -159,10 +141,8 @@ def hashed(reading: Reading, value: Any) -> bool:
 class TrainingBatches:
     """A fit's training batches as one callback reads them: each loader's part, a step's reading kept until it trained.
 
-    ``loaders``: ``trainer.train_dataloader`` (None, or unreadable: one loader's batches); ``guesses``: whether the
-    callback takes a sample for what the first tensor's length counts, so that :attr:`first` tells where the part's
-    tensors disagree; ``rows``: whether it reads the samples' rows, so that it tells that also where the batch states
-    its size (the rows are those that lead with it, the rest not read).
+    ``loaders``: ``trainer.train_dataloader`` (None, or unreadable: one loader's); ``guesses``: whether :attr:`first`
+    tells where a part's tensors lead with different lengths; ``rows``: also where the batch states its size.
     """
 
     def __init__(self, problems: Reporter, loaders: Any = None, guesses: bool = False, rows: bool = False):
@@ -176,30 +156,23 @@ class TrainingBatches:
 
     def _use(self, paths: list[tuple[Any, ...]]) -> None:
         self.paths, self.names, self.several = paths, ["/".join(map(str, path)) for path in paths], len(paths) > 1
-        self._whole = paths == [()]  # one loader's batch: the step's batch itself
 
     def parts(self, batch: Any) -> list[Any]:
         """Each loader's part of a step's batch (or of the loaders), in :attr:`names`' order (None: it gave none)."""
         return [functools.reduce(operator.getitem, path, batch) for path in self.paths]
 
     def begin(self, batch: Any, read: Callable[[Any], Any], step: Any = None) -> list[Any]:
-        """Step ``step`` (a key) begins: ``read`` of each loader's part, kept as :attr:`pending` until :meth:`trained`.
-
-        ``read`` gets None for a loader that gave no batch this step; where reading fails, ``[None]`` is kept.
-        """
+        """Step ``step`` (a key) begins: ``read`` of each loader's part, kept until :meth:`trained` (failed: [None])."""
         self.pending = [None]
         READINGS.step(batch, step)
         if not self._checked:
             self._checked = True
             self.first = self._check(batch)
-        self.pending = [read(batch)] if self._whole else [read(part) for part in self.parts(batch)]
+        self.pending = [read(part) for part in self.parts(batch)]
         return self.pending
 
     def trained(self, let_go: bool = True) -> list[Any] | None:
-        """What the step begun read, now that it trained; None where none began since (a skipped or None batch).
-
-        ``let_go``: the step's batch is let go (not where the next step has begun, and its batch is read).
-        """
+        """What the step begun read, now that it trained (None: none began); ``let_go``: its batch's readings too."""
         pending, self.pending = self.pending, None
         if let_go:
             READINGS.forget()

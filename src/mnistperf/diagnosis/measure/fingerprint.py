@@ -16,7 +16,7 @@ import torch
 
 from mnistperf.diagnosis.measure import bags as bag_batches
 from mnistperf.diagnosis.measure.graph_batches import Graphs
-from mnistperf.diagnosis.measure.held_steps import Rows, bag_parts, joined_graphs
+from mnistperf.diagnosis.measure.held_steps import Rows, joined_bags, joined_graphs
 
 PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
@@ -24,10 +24,9 @@ CHUNK_ELEMENTS = 1 << 22  # elements of the temporary (samples x words x lanes) 
 # Words per float64 matmul: a word (|v| < 2**16) times a weight's 16-bit half is below 2**32, so these sum below 2**52,
 # exact in float64.
 FLOAT_CHUNK_WORDS = 1 << 20
-# Float64 words made at once on a CPU: a block that stays in the core's cache. A new block's pages fault in as it is
-# first written, some 1.5 us each on the lab's CPU: a larger block made a fresh process's first hash of narrow rows
-# 0.5-2 ms dearer. Wide samples get BLOCK_ROWS rows a block all the same, up to four times the bytes, so that each
-# product is long enough to be cheap (MNIST's 784 floats: 64 rows, not 20).
+# Float64 words made at once on a CPU: a block that stays in the core's cache (a larger one's pages, faulting in, made a
+# fresh process's first hash 0.5-2 ms dearer). Wide samples get BLOCK_ROWS rows all the same, up to four times the
+# bytes, so that each product is long enough to be cheap (MNIST's 784 floats: 64 rows, not 20).
 BLOCK_BYTES = 1 << 18
 BLOCK_ROWS = 64
 PADDING = -1  # fingerprints are non-negative
@@ -45,11 +44,7 @@ def halves(weights: torch.Tensor) -> np.ndarray:
 
 
 def lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64.
-
-    ``values``: words of at most 16 bits, on any device; by int64 products summed in chunks of CHUNK_ELEMENTS. On a CPU
-    :func:`cpu_lane_sums` gives the same numbers.
-    """
+    """``values @ weights`` modulo PRIME, exact: [samples, words] x [words, LANES] -> [samples, LANES] int64."""
     total = torch.zeros(len(values), LANES, dtype=torch.int64, device=values.device)
     # Products stay below 2**47, so a chunk of up to 2**15 words sums without overflowing int64.
     step = max(1, min(1 << 15, CHUNK_ELEMENTS // max(1, len(values) * LANES)))
@@ -60,10 +55,7 @@ def lane_sums(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 
 
 def block_rows(samples: int, words: int) -> int:
-    """How many samples of ``words`` words :func:`cpu_lane_sums` makes float64 at once, at most ``samples``, at least 1.
-
-    BLOCK_BYTES' worth, or BLOCK_ROWS where that is more and fits in four times the bytes.
-    """
+    """How many samples of ``words`` words :func:`cpu_lane_sums` makes float64 at once (1 to ``samples``)."""
     row_bytes = 8 * max(1, words)
     return max(1, min(samples, max(BLOCK_BYTES // row_bytes, min(BLOCK_ROWS, 4 * BLOCK_BYTES // row_bytes))))
 
@@ -71,11 +63,8 @@ def block_rows(samples: int, words: int) -> int:
 def cpu_lane_sums(steps: Sequence[Sequence[np.ndarray]], split: np.ndarray) -> torch.Tensor:
     """:func:`lane_sums` of the samples of ``steps``, each step its words side by side, by float64 matmuls.
 
-    ``steps``: one after the other, each a list of word arrays with the step's samples as rows; ``split``: the weights'
-    halves (:func:`halves`). In NumPy: torch's float64 matmul runs on its OpenMP threads, which wait for a core where
-    the machine's are busy (a loader's workers): an epoch's hash stalled by some 30 ms there
-    (docs/results/cpu-2core-busy-hash/results.md). The words are made float64 a block of samples at a time, which
-    stays in the core's cache, straight from each step's arrays (never joined into one first).
+    ``steps``: each a list of word arrays with the step's samples as rows; ``split``: the weights' :func:`halves`. In
+    NumPy, not torch's OpenMP threads (docs/diagnose.md, "Cost"); made float64 a block of samples at a time.
     """
     samples, words = sum(len(step[0]) for step in steps), sum(part.shape[1] for part in steps[0])
     rows = block_rows(samples, words)
@@ -194,11 +183,7 @@ class Fingerprinter:
         return words  # int16 words are signed: the sums' remainder is non-negative anyway
 
     def steps_lanes(self, steps: Sequence[tuple[Sequence[torch.Tensor], int]], offset: int = 0) -> torch.Tensor:
-        """The hash's lanes [samples, LANES] of several steps' samples, one step after the other.
-
-        Each step: its tensors (of one layout, each with the step's samples as rows) and its samples; ``offset``: where
-        the first tensor stands among a sample's tensors (each position has weights of its own).
-        """
+        """The lanes [samples, LANES] of steps' samples, their tensors of one layout from ``offset`` among theirs."""
         kept = [(tensors, samples) for tensors, samples in steps if samples]  # an empty batch (a filtering collate's)
         if not kept:  # has no words to read, nor a width to read them by
             return torch.zeros(0, LANES, dtype=torch.int64, device=steps[0][0][0].device)
@@ -226,19 +211,15 @@ class Fingerprinter:
         return combined(self.steps_lanes([(tensors, samples)]))
 
     def widths_vary(self) -> list[int] | None:
-        """Widths (in words) of a loader's tensor of the sample rows, where several, one past ``max_words``; else None.
-
-        Its words past ``max_words`` are hashed at positions drawn for each width: a sample padded to another width in
-        another batch (padding to each batch's longest) has another fingerprint, and is not found again.
-        """
+        """Widths (in words) of a loader's tensor of sample rows, where several, one past ``max_words``; else None."""
         varied = [sorted(w) for w in self.widths.values() if len(w) > 1 and max(w) > self.max_words]
         return varied[0] if varied else None
 
     def graphs(self, graphs: Graphs, rows: Sequence[torch.Tensor]) -> torch.Tensor:
         """Fingerprints [graphs] of a graph batch's samples, each graph's from its own node rows and rows.
 
-        Its node rows' lanes, weighted by their place in the graph, summed, with its own ``rows`` (tensors leading
-        with the graph count): the same whatever else the batch holds. Each kind of node has weights of its own.
+        Its node rows' lanes, weighted by their place in the graph, summed, with its own ``rows`` (leading with the
+        graph count): the same whatever else the batch holds.
         """
         count, device = graphs.total, graphs.sets[0].of_node.device
         total = torch.zeros(count, LANES, dtype=torch.int64, device=device)
@@ -258,31 +239,26 @@ class Fingerprinter:
             total += self.steps_lanes([(rows, count)], offset)
         return combined(total % PRIME)
 
-    def bags(self, steps: Sequence[bag_batches.Step]) -> torch.Tensor:
-        """Fingerprints [bags] of steps of bags, one after the other, each from its own rows, its length and its rows'.
+    def bags(self, bags: bag_batches.Bags, rows: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Fingerprints [bags] of a batch's bags, each from its own flat rows, its length and its ``rows``.
 
-        A bag's rows as a row of its own, padded to its width (:func:`~mnistperf.diagnosis.measure.bags.by_width`) with
-        the bags of that width; past ``max_words``, as a graph's node rows.
+        A bag's rows as a row of its own, padded to its width (``by_width``); past ``max_words``, as a graph's.
         """
-        bags, rows = bag_batches.joined(steps)
         lengths = bag_batches.sizes(bags)
         widest = self.max_words // max(map(row_words, bags.flat))  # rows a bag hashed in full holds at most
         found = torch.empty(len(lengths), dtype=torch.int64)
         for width, picked, dense in bag_batches.by_width(bags, lengths, widest):
             own = [*(t.index_select(0, picked) for t in rows), lengths.index_select(0, picked)]
             if width:
-                found[picked] = combined(self.steps_lanes([([*own, *dense], len(picked))]))
+                found[picked] = self([*own, *dense], len(picked))
             else:
                 found[picked] = self.graphs(Graphs(len(picked), [bag_batches.segments(bags, picked)]), own)
         return found
 
     def held(self, steps: Sequence[Rows], loader: int = 0) -> torch.Tensor:
-        """Fingerprints [samples] of several steps' samples, one step after the other, their tensors of one layout.
-
-        Each tensor's width in words is kept in :attr:`widths`, by ``loader`` (see :meth:`widths_vary`).
-        """
+        """Fingerprints [samples] of several steps' samples, their tensors of one layout; widths kept by ``loader``."""
         if steps[0].bags is not None:
-            return self.bags([bag_parts(step) for step in steps])
+            return self.bags(*joined_bags(steps))
         if steps[0].graph_nodes is None:
             for at, tensor in enumerate(steps[0].tensors):
                 self.widths.setdefault((loader, at), set()).add(row_words(tensor))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeGuard
 
@@ -45,8 +46,7 @@ def stated_count(item: Any) -> int | None:
 def graph_count(item: Any, index: torch.Tensor) -> int | None:
     """The graphs of a graph batch: its ``num_graphs``, its pointer's length less one, counted, or its length.
 
-    Counted from the per-node index on a CPU (elsewhere counting would wait for the device) before its length, which
-    an object may give in nodes.
+    Counted from the index on a CPU only (elsewhere that waits for the device), before a length that may be in nodes.
     """
     count = stated_count(item)
     if count is not None:
@@ -57,19 +57,13 @@ def graph_count(item: Any, index: torch.Tensor) -> int | None:
     if index.device.type == "cpu":
         return int(index.max()) + 1 if index.numel() else 0
     if hasattr(type(item), "__len__"):
-        try:
+        with contextlib.suppress(TypeError):
             return len(item)
-        except TypeError:
-            pass
     return None
 
 
 def graphs_in(item: Any) -> Graphs | None:
-    """``item`` as a graph batch: an object with a per-node graph index (``batch``) and a graph count; else None.
-
-    Or a heterogeneous one: an object with a graph count whose stores (its fields that hold fields) each hold a kind of
-    node with an index of its own; the stores with edges' fields are neither a node's nor a graph's rows.
-    """
+    """``item`` as a graph batch (a per-node graph index, a graph count), a heterogeneous one, or a dict; else None."""
     if isinstance(item, Mapping):
         return mapped_graphs(item)
     if isinstance(item, (torch.Tensor, tuple, list)):
@@ -84,10 +78,7 @@ def graphs_in(item: Any) -> Graphs | None:
 
 
 def one_kind(item: Any, fields: Mapping[Any, Any], index: torch.Tensor, count: int, pointer: Any) -> Graphs:
-    """``count`` graphs of one kind of node: ``item``'s tensors with a row per node of ``index``.
-
-    The pointer and the ``fields`` named for edges (edge_attr, edge_index) are no node's rows, whatever their count.
-    """
+    """``count`` graphs of one kind of node: ``item``'s tensors with a row per node (not the pointer's, the edges')."""
     apart = (pointer, *(value for name, value in fields.items() if str(name).startswith("edge")))
     return Graphs(count, [NodeSet(index, rows_beside(item, len(index), (index, *apart)))], apart)
 
@@ -116,11 +107,7 @@ def kinds_of_nodes(item: Any) -> Graphs | None:
 
 
 def mapped_graphs(item: Mapping[Any, Any]) -> Graphs | None:
-    """A dict of a graph batch's tensors, with a per-node graph index and a count of graphs; else None.
-
-    The count: its ``num_graphs``, its pointer's length less one, or the length of a vector of each graph's nodes (on a
-    CPU, where they add up to the index's length).
-    """
+    """A dict of a graph batch's tensors, with a per-node graph index and a count of graphs; else None."""
     index = next((item[key] for key in INDEX_KEYS if is_index(item.get(key))), None)
     if index is None:
         return None

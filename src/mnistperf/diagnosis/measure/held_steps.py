@@ -8,7 +8,7 @@ from typing import NamedTuple, Protocol
 
 import torch
 
-from mnistperf.diagnosis.measure.bags import Bags, Step
+from mnistperf.diagnosis.measure.bags import Bags
 from mnistperf.diagnosis.measure.graph_batches import Graphs, NodeSet
 
 # Held steps are hashed together once they hold this many samples, or this many bytes.
@@ -17,10 +17,9 @@ HASH_BYTES = 32 * 2**20
 
 
 class Rows(NamedTuple):
-    """A step's tensors that hold its samples, and how many samples it holds.
+    """A step's tensors that hold its samples (each leading with them), and how many samples it holds.
 
-    Each tensor leads with the samples; a graph batch's begin with each kind of node's per-node graph index and as many
-    tensors leading with those nodes as ``graph_nodes`` says, kind after kind.
+    A graph batch's begin with each kind of node's index and as many node tensors as ``graph_nodes`` says, kind by kind.
     """
 
     tensors: list[torch.Tensor]
@@ -40,10 +39,14 @@ def bag_rows(bags: Bags, rows: Sequence[torch.Tensor]) -> Rows:
     return Rows([bags.starts, *bags.flat, *rows], len(bags.starts), bags=len(bags.flat))
 
 
-def bag_parts(step: Rows) -> Step:
-    """A bag step's starts, flat tensors and rows: :func:`bag_rows` read."""
-    flat = step.bags or 0
-    return step.tensors[0], step.tensors[1 : 1 + flat], step.tensors[1 + flat :]
+def joined_bags(steps: Sequence[Rows]) -> tuple[Bags, list[torch.Tensor]]:
+    """Bag steps as one batch's bags, each step's starts moved past the rows of the steps before; and their rows."""
+    flat = [step.tensors[1 : 1 + (step.bags or 0)] for step in steps]
+    rows = [step.tensors[1 + (step.bags or 0) :] for step in steps]
+    moved = itertools.accumulate((len(tensors[0]) for tensors in flat[:-1]), initial=0)
+    starts = torch.cat([step.tensors[0] + by for step, by in zip(steps, moved, strict=True)])
+    joined_flat = [torch.cat(column) for column in zip(*flat, strict=True)]
+    return Bags(starts, joined_flat, -1), [torch.cat(column) for column in zip(*rows, strict=True)]
 
 
 def graph_parts(step: Rows) -> tuple[list[NodeSet], list[torch.Tensor]]:
@@ -58,9 +61,8 @@ def graph_parts(step: Rows) -> tuple[list[NodeSet], list[torch.Tensor]]:
 def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
     """Graph steps of one layout as one graph batch, each step's graphs numbered after those of the steps before.
 
-    A graph's fingerprint reads only its own nodes, their places in it and its own rows: the same joined or not. The
-    index is made int64 before it is offset (a narrower one would wrap); on a CPU, a step whose nodes name a graph past
-    its count fails here as it would alone, not counted in the next step's graphs.
+    The index is made int64 before it is offset (a narrower one would wrap); on a CPU, a step whose nodes name a graph
+    past its count fails here as it would alone, not counted in the next step's graphs.
     """
     parts = [graph_parts(step) for step in steps]
     for step, (sets, _) in zip(steps, parts, strict=True):

@@ -24,9 +24,8 @@ def sequences(packed: PackedSequence) -> int:
 def as_graphs(packed: PackedSequence) -> tuple[Graphs, torch.Tensor]:
     """The sequences as a graph batch's graphs, each one's steps a segment in order; and their lengths [sequences].
 
-    A step is a node at its place in its sequence: a sequence is fingerprinted from its own steps, whatever the others
-    in its batch; with its length as a row of its own, it differs from the same steps with a step of zeros after them.
-    The indices are made on the CPU from the step sizes and reach a GPU from pinned memory: nothing waits for it.
+    Hashed with its length, a sequence differs from the same steps with a step of zeros after them. The indices are
+    made on the CPU from the step sizes (on it already): nothing waits for a GPU.
     """
     sizes, device, count = packed.batch_sizes, packed.data.device, sequences(packed)  # the sizes are on the CPU
     lengths = (sizes[None, :] > torch.arange(count)[:, None]).sum(1)  # each sequence's steps, longest first

@@ -79,11 +79,7 @@ def restored_parts(restored: dict[str, Any], loaders: int, world: int, rank: int
 
 
 def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
-    """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items.
-
-    A batch sampler of its own making (its ``batch_size``) or of the user's (:func:`own_batch_sampler`), or a
-    ``BatchSampler`` as its sampler (``batch_size=None``) handing the dataset lists of indices.
-    """
+    """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items."""
     datasets = [
         loader.dataset
         if sample_dims == 1
@@ -108,20 +104,14 @@ def own_batch_sampler(loaders: list[Any]) -> str | None:
 
 
 def items_sampler(loader: Any) -> Any:
-    """The sampler that draws a loader's items: its batch sampler's, or its own (inside a BatchSampler given as it).
-
-    None for a batch sampler of the user's that holds none: it draws on its own (the loader's ``sampler`` is unused).
-    """
+    """The sampler that draws a loader's items: its batch sampler's (None: it draws itself), or its own, unwrapped."""
     batches = getattr(loader, "batch_sampler", None)
     sampler = getattr(batches, "sampler", None) if batches is not None else getattr(loader, "sampler", None)
-    return sampler.sampler if isinstance(sampler, BatchSampler) else sampler  # (batch_size=None: lists of indices)
+    return sampler.sampler if isinstance(sampler, BatchSampler) else sampler
 
 
 def draws_again(loaders: list[Any]) -> bool | None:
-    """Whether the training loaders' samplers may draw a sample again in an epoch: by design (True), never (False).
-
-    None where any cannot be read (a dataset that streams, a sampler of the user's).
-    """
+    """Whether the training loaders' samplers may draw a sample again in an epoch (None: any is unknown, or streams)."""
     found = set()
     for loader in loaders:
         sampler = items_sampler(loader)
@@ -137,28 +127,22 @@ def draws_again(loaders: list[Any]) -> bool | None:
 
 
 def dropped_last(loaders: list[Any], ranks: int) -> int:
-    """The samples a single loader's ``drop_last`` leaves out of each epoch over ``ranks`` ranks (0: none, or unknown).
-
-    Its sampler's length beyond the samples its batches give (:func:`.loader_samples`), on each rank (Lightning gives
-    each rank a sampler of its share). A BatchSampler as the sampler (``batch_size=None``): its own ``drop_last``.
-    """
-    sampler = getattr(loaders[0], "sampler", None) if len(loaders) == 1 else None
-    if isinstance(sampler, BatchSampler) and getattr(loaders[0], "batch_size", 0) is None:
+    """The samples a single loader's ``drop_last`` leaves out of an epoch over ``ranks`` ranks (0: none or unknown)."""
+    loader: Any = loaders[0] if len(loaders) == 1 else None
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, BatchSampler) and getattr(loader, "batch_size", 0) is None:  # its own drop_last
         return ranks * (len(sampler.sampler) % sampler.batch_size) if sampler.drop_last else 0  # type: ignore[arg-type]
-    if len(loaders) != 1 or not getattr(loaders[0], "drop_last", False):
-        return 0
     try:
-        given = loader_samples(loaders[0], len(loaders[0]))
+        given = loader_samples(loader, len(loader)) if getattr(loader, "drop_last", False) else None
     except TypeError:  # no length
         return 0
-    return 0 if given is None else ranks * (len(loaders[0].sampler) - given)
+    return 0 if given is None else ranks * (len(loader.sampler) - given)
 
 
 def stopped_short(loaders: list[Any], names: list[str], steps: int, row: dict[str, Any]) -> dict[str, int]:
-    """Per training loader of several that holds more batches than the epoch's ``steps``, its missing samples.
+    """Per training loader of more batches than the epoch's ``steps``, its missing samples, where it gave no duplicates.
 
-    Only where it gave no duplicates and the epoch's missing are counted: the epoch ended at its shortest loader's end
-    (CombinedLoader's ``min_size``), which leaves the longer loaders' other batches out by design.
+    The epoch ended at its shortest loader's end (CombinedLoader's ``min_size``): the longer ones' rest, out by design.
     """
     found = {}
     for name, loader in zip(names, loaders, strict=True):
@@ -171,11 +155,7 @@ def stopped_short(loaders: list[Any], names: list[str], steps: int, row: dict[st
 
 
 def read_whole(loaders: list[Any], ranks: int) -> dict[str, Any] | None:
-    """Who reads a single DataLoader's whole dataset, unless it is split among them; None where one reader does.
-
-    Each worker (on each of ``ranks``) of an IterableDataset, unless its ``__iter__`` keeps its own share; each rank of
-    a map-style one whose sampler is no DistributedSampler. None also where the loader is no DataLoader.
-    """
+    """Who may read a single DataLoader's whole dataset (workers of a stream, ranks); None where one reader does."""
     loader = loaders[0] if len(loaders) == 1 else None
     if not isinstance(loader, DataLoader):
         return None
@@ -187,13 +167,7 @@ def read_whole(loaders: list[Any], ranks: int) -> dict[str, Any] | None:
 
 
 def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], steps: int, ranks: int) -> dict[str, Any]:
-    """What the training loaders' own options explain of an audited epoch's ``row``, as the row keeps it.
-
-    ``dropped_last``: its missing are exactly those drop_last leaves out; ``stopped_short``: the longer loaders' left
-    out where the epoch ended at the shortest one's end; ``read_whole``: every sample came once per reader of a
-    dataset each reader reads whole (:func:`read_whole`); ``batch_sampler``: the user's own batch sampler, which drew
-    no index of the missing (:func:`own_batch_sampler`). ``steps``: the epoch's steps begun; ``ranks``: the world size.
-    """
+    """What the training loaders' own options explain of an audited epoch's ``row`` of ``steps`` begun, by its keys."""
     found: dict[str, Any] = {}
     dropped = dropped_last(loaders, ranks)
     if dropped and row["missing"] == dropped:  # by design
@@ -216,20 +190,16 @@ def left_out_by_design(row: dict[str, Any]) -> int:
 
 
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
-    """Samples seen and distinct, the duplicates, and against a dataset's ``size`` (where known) the missing.
-
-    None missing where more are distinct than the size holds: the size does not count these samples.
-    """
+    """Samples seen and distinct, the duplicates, and the missing of ``size`` (None: unknown, or below distinct)."""
     missing = None if size is None or distinct > size else size - distinct
     return {"seen": seen, "distinct": distinct, "duplicates": seen - distinct, "dataset_size": size, "missing": missing}
 
 
 def distinct(fingerprints: torch.Tensor) -> int:
-    """How many different fingerprints there are (on a CPU by NumPy's sort, as the hash's products: fingerprint.py)."""
+    """How many different fingerprints there are (on a CPU in NumPy, as the hash's products: fingerprint.py)."""
     if fingerprints.device.type != "cpu":
         return torch.unique(fingerprints).numel()
-    ordered = np.sort(fingerprints.numpy())
-    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + int(len(ordered) > 0)
+    return len(np.unique(fingerprints.numpy()))
 
 
 def seen_before(after: torch.Tensor, before: torch.Tensor) -> int:

@@ -88,15 +88,14 @@ def strings_of(item: Any) -> list[str | bytes]:
 def with_texts(reading: Reading, batch: Any) -> Reading:
     """``reading`` with each sample's strings, where the batch has text columns (a string a sample, as collated).
 
-    So the audit hashes them beside the rows; without them, texts sharing a label would read as one sample. A column
-    of numbers, or of lists of them (token ids a custom collate left as lists), gives each sample's as its repr.
+    So the audit hashes them beside the rows; without them, texts sharing a label would read as one sample.
     """
     columns = text_columns(batch, reading.samples)
     return reading._replace(texts=[list(texts) for texts in zip(*columns, strict=True)]) if columns else reading
 
 
 def text_columns(item: Any, samples: int | None, depth: int = 3) -> list[Any]:
-    """The sequences of ``samples`` plain values in ``item``'s fields, and theirs, up to ``depth`` containers down."""
+    """The sequences of ``samples`` plain values (numbers as reprs) in ``item``'s fields, and theirs, ``depth`` down."""
     found = []
     for field in fields_of(item) or ():
         if isinstance(field, (tuple, list)) and field and len(field) == samples and all(map(plain, field)):
@@ -116,8 +115,7 @@ def plain(value: Any) -> bool:
 def sample_items(batch: Any) -> Reading | None:
     """The reading of ``batch`` where it holds its samples one item each: their tensors and strings; else None.
 
-    Its fields as columns (:func:`_columns`) or as records (:func:`_records`); where both read it, the one that counts
-    more samples (as columns, where they count the same), or the one that is not a guess.
+    As columns or as records; where both read it, the one that counts more samples (columns where alike), or no guess.
     """
     fields, kind = fields_of(batch) or [], type(batch).__name__
     if all(isinstance(field, LEAVES) for field in fields):  # tensors and such alone, as most batches: read so
@@ -138,12 +136,7 @@ def sample_items(batch: Any) -> Reading | None:
 def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
     """A detection collate's ``(images, targets)``, ``tuple(zip(*samples))``: each sample's tensors; guessed lengths.
 
-    Fields that are sequences of one length, each of items alike (of one type and rank), some holding tensors,
-    beside tensors leading with that length, and something that says an item is a sample: an item that is not a
-    tensor (a sample's dict of targets), a sequence of numbers (its labels), or such a tensor. Else, where the items'
-    tensors lead with lengths of their own or none (an image's channels beside a 0-dim label), the same reading, a
-    guess: the lengths are given (the count first) for a line to say so. Sequences of tensors all leading with one
-    length (a feature pyramid's levels, each leading with the batch) are not read so, nor sequences of strings.
+    A guess gives the lengths (the count first) for a line to say so.
     """
     sequences = [field for field in fields if isinstance(field, (tuple, list))]
     if not sequences or not len(sequences[0]) or any(len(field) != len(sequences[0]) for field in sequences):
@@ -177,13 +170,7 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
 
 
 def _records(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:
-    """Samples handed on as the dataset gave them (``collate_fn=lambda samples: samples``): each one's tensors.
-
-    Records (tuples, dicts, ...) of one structure, holding tensors, that are samples by their fields or shapes: a label
-    among their fields (a number, a string, a 0-dim or one-element tensor), or shapes of their own (images of their own
-    sizes). A single record only by its label (an epoch's last batch of one); records of the same shapes that lead
-    with the batch (two views of it) are not read so.
-    """
+    """Samples handed on as the dataset gave them (``collate_fn=lambda samples: samples``): each one's tensors."""
     if not fields or any(isinstance(field, torch.Tensor) for field in fields):
         return None
     structures = {_structure(field) for field in fields}
@@ -216,25 +203,17 @@ def _structure(record: Any) -> tuple[Any, ...] | None:
 def read(batch: Any, sample_dims: int = 1) -> Reading:
     """How many samples ``batch`` (one loader's) holds and the rows that hold them, by the first rule that applies.
 
-    A graph batch (a per-node graph index and a graph count): its graphs, each one's node rows its own segment. A
-    batch object that states its ``batch_size``: that many. A batch of one item a sample (:func:`sample_items`): its
-    items. Otherwise: the leading length of the first tensor with a dimension (with ``sample_dims`` > 1, the product of
-    its first ``sample_dims``; 0-dim tensors alone: 1), unless its tensors lead with different lengths and one marks
-    bags of another's rows (:func:`~mnistperf.diagnosis.measure.bags.bags_in`): its bags. The rows are every tensor
-    that leads with that many samples.
+    The rules, in order: docs/diagnose.md, "Your batches"; with ``sample_dims`` > 1, the product of the first tensor's
+    leading dimensions. The rows are every tensor that leads with that many samples.
     """
     if isinstance(batch, torch.Tensor):  # the common batches, read directly: this runs every step
-        tensors = [batch]
-    elif (isinstance(batch, (tuple, list)) and not isinstance(batch, PackedSequence)) or type(batch) is dict:
-        if type(batch) is dict and any(key in batch for key in INDEX_KEYS):  # a graph batch's tensors, maybe
-            return _read_nested(batch, sample_dims)
-        tensors = list(batch.values() if type(batch) is dict else batch)
-        for t in tensors:
-            if not isinstance(t, torch.Tensor):
-                return _read_nested(batch, sample_dims)
-    else:
-        return _read_nested(batch, sample_dims)
-    return _by_first(tensors, sample_dims)
+        return _by_first([batch], sample_dims)
+    plain_dict = type(batch) is dict and not any(key in batch for key in INDEX_KEYS)  # (a graph batch's tensors, maybe)
+    if plain_dict or (isinstance(batch, (tuple, list)) and not isinstance(batch, PackedSequence)):
+        tensors = list(batch.values() if plain_dict else batch)
+        if all(isinstance(t, torch.Tensor) for t in tensors):
+            return _by_first(tensors, sample_dims)
+    return _read_nested(batch, sample_dims)
 
 
 def _by_first(tensors: list[torch.Tensor], sample_dims: int) -> Reading:

@@ -12,10 +12,8 @@ from mnistperf.diagnosis.measure.graph_batches import NodeSet
 def sparse_kinds(rows: list[torch.Tensor]) -> tuple[list[NodeSet], list[torch.Tensor]] | None:
     """Each sparse tensor of ``rows`` as a kind of node of its samples, and the dense ones; None where none is sparse.
 
-    A nonzero is a node of the sample its first index names, read by its other indices and its value, at its place
-    among the sample's nonzeros (in the order of their indices, coalesced): as a graph from its nodes, a sample is
-    fingerprinted from its own nonzeros, whatever the rest of its batch. Stored zeros are dropped (a block layout's
-    blocks span several samples' rows), so that a layout's storage does not tell.
+    A nonzero is a node of the sample its first index names, read by its other indices and its value, in coalesced
+    order. Stored zeros are dropped (a block layout's blocks span several samples' rows): the layout does not tell.
     """
     if all(t.layout == torch.strided for t in rows):
         return None

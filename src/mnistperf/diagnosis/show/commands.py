@@ -12,9 +12,8 @@ from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.record.run import load
 from mnistperf.diagnosis.record.text import format_summary
-from mnistperf.diagnosis.show.compare import compare, format_comparison
+from mnistperf.diagnosis.show.compare import compare, format_comparison, load_two, run_labels
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
-from mnistperf.diagnosis.show.run_names import load_two, run_labels
 from mnistperf.errors import ConfigError
 
 RUN_HELP = "a run's timing.json, or its log folder (the newest timing.json under it)"

@@ -50,7 +50,11 @@ class RunFiles:
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
             trace = clock.export_trace(folder)  # before the summary, which names it
-        summary = {**self.summary(trainer, clock, figures), "interrupted": interrupted, **audit()}
+        datamodule, module = cast(TrainerAttributes, trainer).datamodule, trainer.lightning_module
+        measured = run_summary(
+            "lightning", trainer, clock.device, figures, datamodule=datamodule, module=module, guard=self.problems.guard
+        )
+        summary = {**measured, "interrupted": interrupted, **audit()}
         if self.monitor is not None and summary.get("final_metric") is None:
             with self.problems.guard("reading the metrics logged"):
                 summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
@@ -75,11 +79,3 @@ class RunFiles:
         if trace is not None:
             print(written_line("trace", trace), flush=True)
         return written
-
-    def summary(self, trainer: Trainer, clock: EpochClock, figures: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""
-        owner = cast(TrainerAttributes, trainer)
-        module, guard = trainer.lightning_module, self.problems.guard
-        return run_summary(
-            "lightning", trainer, clock.device, figures, datamodule=owner.datamodule, module=module, guard=guard
-        )

@@ -22,9 +22,9 @@ class TimerSamples:
     whole; by default the reader's count of each training loader's part.
     """
 
-    def __init__(self, problems: Reporter, trainer: Trainer | None = None, own: Callable[[Any], int] | None = None):
+    def __init__(self, problems: Reporter, trainer: Trainer, own: Callable[[Any], int] | None):
         self.problems, self.own = problems, own
-        loaders = trainer.train_dataloader if trainer is not None and own is None else None
+        loaders = trainer.train_dataloader if own is None else None
         self.batches = TrainingBatches(problems, loaders, guesses=own is None)
         self._uncounted = False  # whether a batch without a count was said, once a fit
         self.epoch_start()

@@ -165,10 +165,7 @@ class EpochTimer(Callback):
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Read the training loaders and name the advice in the project's terms, its loader's among them.
-
-        Each loader is counted apart; a count of the user's counts each batch whole.
-        """
+        """Read the training loaders and name the advice in the project's terms, its loader's among them."""
         with self.problems.guard("naming the advice in the project's terms"):
             cuda = pl_module.device.type == "cuda"
             self._project_hints = project_hints(self.hints, project_terms(trainer), cuda)

@@ -1,8 +1,6 @@
-"""EpochTimer and SampleAudit for a Trainer of the ``pytorch_lightning`` package, which takes its own callbacks only.
+"""EpochTimer and SampleAudit as callbacks of both packages, for a ``pytorch_lightning`` Trainer before 2.6.
 
-``pytorch_lightning`` is Lightning's code under its older package name; libraries built on it (darts, pytorch-tabular
-and others) make its Trainer, which refuses ``lightning.pytorch``'s callbacks ("Expected a parent"). These are the same
-callbacks, callbacks of both packages. docs/diagnose.md, "Published libraries".
+That Trainer refuses ``lightning.pytorch``'s callbacks ("Expected a parent"): docs/diagnose.md, "Published libraries".
 """
 
 import pytorch_lightning

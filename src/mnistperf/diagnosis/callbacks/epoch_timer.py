@@ -165,10 +165,7 @@ class EpochTimer(Callback):
 
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Read the training loaders and name the advice in the project's terms, its loader's among them.
-
-        Each loader is counted apart; a count of the user's counts each batch whole.
-        """
+        """Read the training loaders and name the advice in the project's terms, its loader's among them."""
         with self.problems.guard("naming the advice in the project's terms"):
             cuda = pl_module.device.type == "cuda"
             self._project_hints = project_hints(self.hints, project_terms(trainer), cuda)
@@ -185,7 +182,7 @@ class EpochTimer(Callback):
         self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
         self.samples.epoch_start()
         self._fetch.reset()
-        self._sampled.epoch_start()
+        self._sampled.phases.reset()
         workers = True  # where the loaders cannot be read, /proc is
         with self.problems.guard("reading whether the loaders run workers"):
             workers = fit_may_run_workers(trainer)
@@ -292,7 +289,7 @@ class EpochTimer(Callback):
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())
-            measures = Measures.of(self.clock.read_epoch(self._sampled.shares()))
+            measures = Measures.of(self.clock.read_epoch(self._sampled.phases.shares()))
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, per_loader)
         except Exception as error:

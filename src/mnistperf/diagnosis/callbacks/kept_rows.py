@@ -64,7 +64,7 @@ class KeptRows:
 
         The epoch's first step, copied, decides at the next step's start (after every hook of its own) whether the
         next ones are kept as they are: not where it changed its batch in place. False where a step kept as it was
-        changed since its start. Once a step changed its batch, every later step of the fit is copied.
+        changed since its start.
         """
         watched, self.watched = self.watched, []
         if not watched:  # no step trained since the last check: nothing to decide on

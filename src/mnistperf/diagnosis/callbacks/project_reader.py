@@ -181,11 +181,7 @@ def log_folder(trainer: Trainer, every_rank: bool) -> Path:
 
 
 def lightnings(kind: type, *names: str) -> bool:
-    """Whether ``kind`` is Lightning's class of one of ``names``, from either of its packages.
-
-    ``pytorch_lightning``'s classes are the same code as ``lightning.pytorch``'s under the package's older name, and a
-    library built on it hands its own to the callbacks.
-    """
+    """Whether ``kind`` is Lightning's class of one of ``names``, of ``lightning.pytorch`` or ``pytorch_lightning``."""
     return kind.__name__ in names and kind.__module__.startswith(("lightning.pytorch.", "pytorch_lightning."))
 
 

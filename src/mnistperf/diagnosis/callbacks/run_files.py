@@ -8,13 +8,14 @@ from typing import Any, cast
 
 from lightning.pytorch import Trainer
 
+from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, log_folder
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.epoch_text import interrupted_line, unlogged_monitor, written_line
 from mnistperf.diagnosis.record.run import RunSummary, run_summary, write_summary
 from mnistperf.diagnosis.record.text import format_headline
-from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
+from mnistperf.diagnosis.show.report import REPORT_FILE, html_report
 
 
 class RunFiles:
@@ -50,7 +51,11 @@ class RunFiles:
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
             trace = clock.export_trace(folder)  # before the summary, which names it
-        summary = {**self.summary(trainer, clock, figures), "interrupted": interrupted, **audit()}
+        datamodule, module = cast(TrainerAttributes, trainer).datamodule, trainer.lightning_module
+        measured = run_summary(
+            "lightning", trainer, clock.device, figures, datamodule=datamodule, module=module, guard=self.problems.guard
+        )
+        summary = {**measured, "interrupted": interrupted, **audit()}
         if self.monitor is not None and summary.get("final_metric") is None:
             with self.problems.guard("reading the metrics logged"):
                 summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
@@ -70,16 +75,9 @@ class RunFiles:
         if written is not None:  # a folder refusing timing.json was said once
             with self.problems.guard(f"writing the report beside {path}"):
                 report = path.with_name(REPORT_FILE)
-                write_report(html_report([(str(summary.get("config") or folder.name), run)]), report)
+                text = html_report([(str(summary.get("config") or folder.name), run)])
+                atomic_write_text(report, text, encoding="utf-8")
                 print(written_line("report", report), flush=True)
         if trace is not None:
             print(written_line("trace", trace), flush=True)
         return written
-
-    def summary(self, trainer: Trainer, clock: EpochClock, figures: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """Every figure of the run, per epoch and in total, with what produced it (its config and data where known)."""
-        owner = cast(TrainerAttributes, trainer)
-        module, guard = trainer.lightning_module, self.problems.guard
-        return run_summary(
-            "lightning", trainer, clock.device, figures, datamodule=owner.datamodule, module=module, guard=guard
-        )

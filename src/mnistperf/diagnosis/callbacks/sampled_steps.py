@@ -34,14 +34,6 @@ class SampledSteps:
         for hook in self.hooks:
             (restore_hook if sampling else skip_hook)(self.callback, hook)
 
-    def epoch_start(self) -> None:
-        """A new epoch: none of its steps stamped yet."""
-        self.phases.reset()
-
-    def shares(self) -> dict[str, float] | None:
-        """Each phase's share of the epoch's sampled steps' time (:meth:`StepPhases.shares`); None where none whole."""
-        return self.phases.shares()
-
     def step_start(self, index: int, accumulate: int, profiling: bool, epoch: int) -> None:
         """Training step ``index`` of ``epoch`` begins: stamped where it is sampled (none while the window profiles)."""
         if self.sampling:  # the next training step of a sample spanning several (gradient accumulation)

@@ -22,9 +22,9 @@ class TimerSamples:
     whole; by default the reader's count of each training loader's part.
     """
 
-    def __init__(self, problems: Reporter, trainer: Trainer | None = None, own: Callable[[Any], int] | None = None):
+    def __init__(self, problems: Reporter, trainer: Trainer, own: Callable[[Any], int] | None):
         self.problems, self.own = problems, own
-        loaders = trainer.train_dataloader if trainer is not None and own is None else None
+        loaders = trainer.train_dataloader if own is None else None
         self.batches = TrainingBatches(problems, loaders, guesses=own is None)
         self._uncounted = False  # whether a batch without a count was said, once a fit
         self.epoch_start()
@@ -87,27 +87,20 @@ class TimerSamples:
         return self.per_loader if self.batches.several else []
 
     def row(self, trainer: Trainer, gathered: list[float], asking: Any) -> dict[str, Any]:
-        """The epoch row's sample counts: ``loader_samples`` (:meth:`loader_row`) and ``sample_counts``, where any.
+        """The epoch row's sample counts: ``loader_samples`` (where several) and ``sample_counts``, where any.
 
         ``gathered``: each loader's samples over the ranks; ``asking`` as :meth:`counts_apart`'s.
         """
         found: dict[str, Any] = {}
         with self.problems.guard("counting the epoch's samples per loader"):
-            loaders = self.loader_row(gathered)
-            if loaders is not None:
-                found["loader_samples"] = loaders
+            if gathered:
+                named = zip(self.batches.names, gathered, strict=True)
+                found["loader_samples"] = {name: None if math.isnan(n) else int(n) for name, n in named}
         with self.problems.guard("checking the epoch's samples against other counts"):
             counts = self.counts_apart(trainer, asking)
             if counts:
                 found["sample_counts"] = counts
         return found
-
-    def loader_row(self, gathered: list[float]) -> dict[str, int | None] | None:
-        """The epoch's samples per training loader as its row keeps them, ``gathered`` over the ranks, where several."""
-        if not gathered:
-            return None
-        names = self.batches.names
-        return {name: None if math.isnan(count) else int(count) for name, count in zip(names, gathered, strict=True)}
 
     def counts_apart(self, trainer: Trainer, asking: Any) -> dict[str, int] | None:
         """This rank's samples of the epoch beside every other count of them known, where any disagrees.

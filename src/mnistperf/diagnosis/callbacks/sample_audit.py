@@ -7,16 +7,17 @@ device; at the epoch's end every rank's are gathered and counted, and rank 0 pri
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check
+from mnistperf.diagnosis.callbacks.audit_rows import audit_epoch_row
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.kept_rows import KeptRows
-from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, closes_stopped_epoch, limited_epoch
+from mnistperf.diagnosis.callbacks.project_reader import closes_stopped_epoch
 from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError, SampleIdentity
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches
@@ -25,13 +26,9 @@ from mnistperf.diagnosis.measure.held_steps import HeldSteps
 from mnistperf.diagnosis.measure.sample_counts import (
     ORDER_SAMPLES,
     Order,
-    Share,
-    audited_row,
-    dataset_sizes,
     draws_again,
     gathered_shares,
     left_out_by_design,
-    loader_causes,
     restored_parts,
 )
 from mnistperf.diagnosis.record import audit_text, epoch_text
@@ -290,7 +287,17 @@ class SampleAudit(Callback):
         loaders: list[Any] = []  # (none read: none has a size, a cause or a sampler known)
         with self.problems.guard("reading the training loaders"):
             loaders = self.batches.parts(trainer.train_dataloader)
-        row = self._epoch_row(trainer, shares, loaders, steps, first, carried)
+        row = audit_epoch_row(
+            trainer,
+            shares,
+            loaders,
+            self.batches.names,
+            self.problems,
+            failed_here=self._failed,
+            progress=(steps, first, carried),
+            dataset_size=self.dataset_size,
+            sample_dims=self.sample_dims,
+        )
         self._failed = None
         if row["audited"]:
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
@@ -308,46 +315,6 @@ class SampleAudit(Callback):
             return
         if self.strict and (row.get("duplicates") or (row.get("missing") or 0) > left_out_by_design(row)):
             raise SampleAuditError(f"{line} (SampleAudit strict=True)")
-
-    def _why_unaudited(self, shares: list[Share], warned: bool) -> str | None:
-        """Why the epoch is not audited: this rank's own problem, else the ranks that had one; None where none had."""
-        failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
-        return (self._failed or audit_text.unfingerprinted(failed, warned)) if failed else None
-
-    def _epoch_row(
-        self,
-        trainer: Trainer,
-        shares: list[Share],
-        loaders: list[Any],
-        begun: int | None,
-        first: int | None,
-        carried: list[int],
-    ) -> dict[str, Any]:
-        """The epoch's row from every rank's ``shares`` of it, each training loader counted apart.
-
-        ``begun``: the epoch's steps begun; ``first``: its first step's index; ``carried``: each loader's fingerprints
-        a checkpoint carried. Each read that fails leaves its part out.
-        """
-        epoch = trainer.current_epoch + 1
-        why = self._why_unaudited(shares, warned=True)
-        if why is not None:
-            return {"epoch": epoch, "audited": False, "why": why.removeprefix("SampleAudit: ")}
-        names = self.batches.names
-        sizes: list[int | None] = [None] * len(names)
-        with self.problems.guard("reading the training set's size"):
-            sizes = dataset_sizes(loaders, self.sample_dims)
-        row = audited_row(epoch, shares, sizes, self.dataset_size, names)
-        with self.problems.guard("reading whether the trainer limits the epoch's batches"):
-            limited = limited_epoch(trainer, begun)
-            if limited is None and first and not any(carried):  # resumed inside it, none of its start carried
-                limited = audit_text.resumed_unseen(first)
-            if limited is not None:  # the loader's other batches are not due this epoch: none of them is missing
-                row.update(missing=None, limited=limited)
-                if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off
-                    row["same_order_ranks"] = None
-        with self.problems.guard("reading what the training loaders' own options explain of the counts"):
-            row.update(loader_causes(row, loaders, names, begun or 0, trainer.world_size))
-        return row
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
@@ -376,11 +343,13 @@ class SampleAudit(Callback):
         parts = self._collected(trainer)
         order = Order.UNKNOWN if self._failed is None else Order.FAILED
         shares = gathered_shares(trainer, parts, order, self._carried_counts)
+        failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
+        why = (self._failed or audit_text.unfingerprinted(failed, warned=False)) if failed else None
         return {
             "epoch": trainer.current_epoch,
             "fingerprints": [torch.cat(share.parts).cpu() for share in shares],
             "loaders": [[len(part) for part in share.parts] for share in shares],
-            "failed": self._why_unaudited(shares, warned=False),  # resumed too
+            "failed": why,  # resumed too
         }
 
     @override

@@ -1,0 +1,52 @@
+"""The row of an epoch SampleAudit gathered: why it is not audited, or its counts, limits and the loaders' causes."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from lightning.pytorch import Trainer
+
+from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, limited_epoch
+from mnistperf.diagnosis.guard import Reporter
+from mnistperf.diagnosis.measure.sample_counts import Order, Share, audited_row, dataset_sizes, loader_causes
+from mnistperf.diagnosis.record import audit_text
+
+
+def audit_epoch_row(
+    trainer: Trainer,
+    shares: list[Share],
+    loaders: list[Any],
+    names: list[str],
+    problems: Reporter,
+    failed_here: str | None,
+    progress: tuple[int | None, int | None, list[int]],
+    dataset_size: int | None,
+    sample_dims: int,
+) -> dict[str, Any]:
+    """The epoch's row from every rank's ``shares`` of it, each training loader (``names``) counted apart.
+
+    ``failed_here``: why this rank could not fingerprint the epoch; ``progress``: the epoch's steps begun, its first
+    step's index, and each loader's fingerprints a checkpoint carried; ``dataset_size`` and ``sample_dims`` as
+    SampleAudit's. Each read that fails leaves its part out.
+    """
+    epoch = trainer.current_epoch + 1
+    failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
+    if failed:  # why: this rank's own problem, else the ranks that had one
+        why = failed_here or audit_text.unfingerprinted(failed, warned=True)
+        return {"epoch": epoch, "audited": False, "why": why.removeprefix("SampleAudit: ")}
+    begun, first, carried = progress
+    sizes: list[int | None] = [None] * len(names)
+    with problems.guard("reading the training set's size"):
+        sizes = dataset_sizes(loaders, sample_dims)
+    row = audited_row(epoch, shares, sizes, dataset_size, names)
+    with problems.guard("reading whether the trainer limits the epoch's batches"):
+        limited = limited_epoch(trainer, begun)
+        if limited is None and first and not any(carried):  # resumed inside it, none of its start carried
+            limited = audit_text.resumed_unseen(first)
+        if limited is not None:  # the loader's other batches are not due this epoch: none of them is missing
+            row.update(missing=None, limited=limited)
+            if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off
+                row["same_order_ranks"] = None
+    with problems.guard("reading what the training loaders' own options explain of the counts"):
+        row.update(loader_causes(row, loaders, names, begun or 0, trainer.world_size))
+    return row

@@ -156,6 +156,7 @@ class TrainingBatches:
 
     def _use(self, paths: list[tuple[Any, ...]]) -> None:
         self.paths, self.names, self.several = paths, ["/".join(map(str, path)) for path in paths], len(paths) > 1
+        self._whole = paths == [()]  # one loader's batch: the step's batch itself, read without a path (every step)
 
     def parts(self, batch: Any) -> list[Any]:
         """Each loader's part of a step's batch (or of the loaders), in :attr:`names`' order (None: it gave none)."""
@@ -168,7 +169,7 @@ class TrainingBatches:
         if not self._checked:
             self._checked = True
             self.first = self._check(batch)
-        self.pending = [read(part) for part in self.parts(batch)]
+        self.pending = [read(batch)] if self._whole else [read(part) for part in self.parts(batch)]
         return self.pending
 
     def trained(self, let_go: bool = True) -> list[Any] | None:

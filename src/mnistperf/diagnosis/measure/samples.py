@@ -211,8 +211,10 @@ def read(batch: Any, sample_dims: int = 1) -> Reading:
     plain_dict = type(batch) is dict and not any(key in batch for key in INDEX_KEYS)  # (a graph batch's tensors, maybe)
     if plain_dict or (isinstance(batch, (tuple, list)) and not isinstance(batch, PackedSequence)):
         tensors = list(batch.values() if plain_dict else batch)
-        if all(isinstance(t, torch.Tensor) for t in tensors):
-            return _by_first(tensors, sample_dims)
+        for t in tensors:  # (a loop, not all(): this runs every step)
+            if not isinstance(t, torch.Tensor):
+                return _read_nested(batch, sample_dims)
+        return _by_first(tensors, sample_dims)
     return _read_nested(batch, sample_dims)
 
 

@@ -86,7 +86,7 @@ def callbacks(arm: str) -> list[Any]:
             self._reported = True
 
     def hashless(audit: SampleAudit) -> SampleAudit:  # the held steps' positions for their fingerprints
-        audit.hash.held = lambda steps: torch.arange(sum(step.samples for step in steps))  # type: ignore[method-assign]
+        audit.hash.held = lambda steps, loader=0: torch.arange(sum(step.samples for step in steps))  # type: ignore[method-assign]
         return audit
 
     import torch

@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from operator import methodcaller
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -87,18 +86,6 @@ class Figure(str):
 def measured() -> list[Figure]:
     """The figures each process measures of an epoch, in the registry's order (read at each use: a test may add one)."""
     return [figure for figure in FIGURES if figure.ranks is not None]
-
-
-class EpochReading(SimpleNamespace):
-    """What one process read of an epoch, the profiled window's steps left out (NaN: not measured).
-
-    Its ``device`` type, training ``steps``, the profiled window's ``busy_share`` on that device, and each measured
-    figure's value by its key, which the figure reads (:attr:`Figure.read`; by default that attribute).
-    """
-
-    def busy(self, device: str) -> float:
-        """The profiled window's busy share where it profiled ``device``, else NaN."""
-        return self.busy_share if device == self.device else math.nan
 
 
 class Measures(dict[str, float]):

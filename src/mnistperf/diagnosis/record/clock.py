@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.figures import BUSY, FLOPS, TRAIN_S, EpochReading, Gathered, Measures
+from mnistperf.diagnosis.figures import BUSY, FLOPS, TRAIN_S, Gathered, Measures
 from mnistperf.diagnosis.measure import busy_window, window_price
 from mnistperf.diagnosis.measure.cores import EpochCores
+from mnistperf.diagnosis.measure.epoch_reading import EpochReading
 from mnistperf.diagnosis.measure.flops import Peak, StepFlops
 from mnistperf.diagnosis.measure.memory import EpochMemory, device_peaks_mb, reset_device_peaks
 from mnistperf.diagnosis.measure.stalls import StepStats, step_stats

@@ -16,7 +16,7 @@ import torch
 
 from mnistperf.diagnosis.measure import bags as bag_batches
 from mnistperf.diagnosis.measure.graph_batches import Graphs
-from mnistperf.diagnosis.measure.held_steps import Rows, joined_bags, joined_graphs
+from mnistperf.diagnosis.measure.held_steps import Rows, joined_bags, joined_columns, joined_graphs
 
 PRIME = 2**31 - 1
 LANES = 2  # independent hashes of 31 bits each: a 62-bit fingerprint
@@ -189,8 +189,7 @@ class Fingerprinter:
             return torch.zeros(0, LANES, dtype=torch.int64, device=steps[0][0][0].device)
         steps, device = kept, kept[0][0][0].device  # the first step's with samples
         if len(steps) > 1 and (device.type != "cpu" or sum(t.nbytes for t in steps[0][0]) < STREAMED_BYTES):  # joined
-            columns = [torch.cat(column) for column in zip(*(tensors for tensors, _ in steps), strict=True)]
-            steps = [(columns, sum(samples for _, samples in steps))]
+            steps = [(joined_columns(tensors for tensors, _ in steps), sum(samples for _, samples in steps))]
         words = [[self.words(tensor.to(device), samples) for tensor in tensors] for tensors, samples in steps]
         key = (offset, tuple(part.shape[1] for part in words[0]), device)  # the same every epoch of a fit: made once
         if key not in self._combined:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol
 
 import torch
@@ -39,14 +39,18 @@ def bag_rows(bags: Bags, rows: Sequence[torch.Tensor]) -> Rows:
     return Rows([bags.starts, *bags.flat, *rows], len(bags.starts), bags=len(bags.flat))
 
 
+def joined_columns(steps: Iterable[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
+    """Steps' tensors of one layout, each position's joined along the samples: one batch's tensors."""
+    return [torch.cat(column) for column in zip(*steps, strict=True)]
+
+
 def joined_bags(steps: Sequence[Rows]) -> tuple[Bags, list[torch.Tensor]]:
     """Bag steps as one batch's bags, each step's starts moved past the rows of the steps before; and their rows."""
     flat = [step.tensors[1 : 1 + (step.bags or 0)] for step in steps]
     rows = [step.tensors[1 + (step.bags or 0) :] for step in steps]
     moved = itertools.accumulate((len(tensors[0]) for tensors in flat[:-1]), initial=0)
     starts = torch.cat([step.tensors[0] + by for step, by in zip(steps, moved, strict=True)])
-    joined_flat = [torch.cat(column) for column in zip(*flat, strict=True)]
-    return Bags(starts, joined_flat, -1), [torch.cat(column) for column in zip(*rows, strict=True)]
+    return Bags(starts, joined_columns(flat), -1), joined_columns(rows)
 
 
 def graph_parts(step: Rows) -> tuple[list[NodeSet], list[torch.Tensor]]:
@@ -75,12 +79,11 @@ def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
     sets = [
         NodeSet(
             torch.cat([sets[kind].of_node.long() + offset for (sets, _), offset in zip(parts, offsets, strict=True)]),
-            [torch.cat(column) for column in zip(*(sets[kind].nodes for sets, _ in parts), strict=True)],
+            joined_columns(sets[kind].nodes for sets, _ in parts),
         )
         for kind in range(len(parts[0][0]))
     ]
-    rows = [torch.cat(column) for column in zip(*(rows for _, rows in parts), strict=True)]
-    return Graphs(sum(step.samples for step in steps), sets), rows
+    return Graphs(sum(step.samples for step in steps), sets), joined_columns(rows for _, rows in parts)
 
 
 class Hash(Protocol):

@@ -8,14 +8,13 @@ from typing import Any, cast
 
 from lightning.pytorch import Trainer
 
-from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, log_folder
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.epoch_text import interrupted_line, unlogged_monitor, written_line
 from mnistperf.diagnosis.record.run import RunSummary, run_summary, write_summary
 from mnistperf.diagnosis.record.text import format_headline
-from mnistperf.diagnosis.show.report import REPORT_FILE, html_report
+from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 
 
 class RunFiles:
@@ -75,8 +74,7 @@ class RunFiles:
         if written is not None:  # a folder refusing timing.json was said once
             with self.problems.guard(f"writing the report beside {path}"):
                 report = path.with_name(REPORT_FILE)
-                text = html_report([(str(summary.get("config") or folder.name), run)])
-                atomic_write_text(report, text, encoding="utf-8")
+                write_report(html_report([(str(summary.get("config") or folder.name), run)]), report)
                 print(written_line("report", report), flush=True)
         if trace is not None:
             print(written_line("trace", trace), flush=True)

@@ -7,13 +7,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mnistperf.atomic import atomic_write_text, removing_new_folders
+from mnistperf.atomic import removing_new_folders
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.record.run import load
 from mnistperf.diagnosis.record.text import format_summary
 from mnistperf.diagnosis.show.compare import compare, format_comparison, load_two, run_labels
-from mnistperf.diagnosis.show.report import REPORT_FILE, html_report
+from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.errors import ConfigError
 
 RUN_HELP = "a run's timing.json, or its log folder (the newest timing.json under it)"
@@ -92,7 +92,7 @@ def report_command(argv: Sequence[str]) -> None:
         raise ConfigError(f"{said}: {blocking} is a file, not a folder; {PLACE_FIX}, e.g. --out {out.name}")
     try:
         with removing_new_folders(out.parent):
-            atomic_write_text(out, html_report(runs, comparison), encoding="utf-8")
+            write_report(html_report(runs, comparison), out)
     except OSError as error:
         raise ConfigError(f"{said}: cannot be written ({error.strerror or error}); {PLACE_FIX}") from None
     print(f"report written to {out}")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
+from pathlib import Path
 from typing import Any
 
+from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.advice import FIX_BUYS
 from mnistperf.diagnosis.record.run import RunSummary, number
@@ -292,3 +294,8 @@ def html_report(
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Timing: {escape(title)}</title>'
         f"<style>{STYLE}</style></head><body><h1>Timing: {escape(title)}</h1>\n" + "\n".join(parts) + "</body></html>\n"
     )
+
+
+def write_report(text: str, path: Path) -> None:
+    """Write the report to ``path`` atomically, in the UTF-8 its page declares."""
+    atomic_write_text(path, text, encoding="utf-8")

@@ -93,6 +93,7 @@ LOADERS = [stacked, lazily_stacked, indexed, of_tensorclass]
 def test_both_callbacks_count_every_pair_and_the_audit_tells_twins_apart_by_their_captions(loader):
     timer, audit = EpochTimer(), SampleAudit(dataset_size=PAIRS)
     fit_module(Captioner(), loader(*pairs()), callbacks=[timer, audit])
+    assert not timer.problems.lines and not audit.problems.lines  # its first batch read without a failure said
     assert [row["samples"] for row in timer.epochs] == [PAIRS] * 2
     for row in audit.epochs:
         assert (row["audited"], row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (

@@ -66,7 +66,8 @@ def names_of(item: Any, wanted: Callable[[Any], bool]) -> list[str]:
         named = {field.name: getattr(item, field.name, None) for field in dataclasses.fields(item)}
     else:
         named = named_fields(item)
-    return [str(name) for name, value in (named or {}).items() if wanted(value)]
+    # (not `named or {}`: a TensorDict refuses to be read as true or false)
+    return [] if named is None else [str(name) for name, value in named.items() if wanted(value)]
 
 
 def tensors_of(batch: Any) -> list[torch.Tensor]:

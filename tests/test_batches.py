@@ -307,17 +307,36 @@ def test_samples_handed_on_as_given_are_audited_each_by_its_own_tensors_their_re
     assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (48, 24, 24, 24)
 
 
-def test_a_nested_tensors_samples_of_their_own_lengths_are_audited_each_by_its_own_rows():
-    """A jagged nested tensor (sequences of their own lengths) beside the labels, each sample in the data twice."""
+class Sequences(LightningModule):
+    """Trains on the mean of each sequence of a nested tensor (a strided one has no mean of its own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1))
+
+    def training_step(self, batch, batch_idx):
+        return self.weight * sum(sequence.mean() for sequence in batch[0].unbind())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+@pytest.mark.parametrize("layout", [torch.jagged, torch.strided])
+def test_a_nested_tensors_samples_of_their_own_lengths_are_audited_each_by_its_own_rows(layout):
+    """A nested tensor (sequences of their own lengths) beside the labels, each sample in the data twice.
+
+    Strided is nested_tensor's default layout, whose ``shape`` raises: its length is read as ``size(0)``.
+    """
     lengths = [2 + i % 3 for i in range(SAMPLES)]
     generator = torch.Generator().manual_seed(0)
     sequences = [torch.randn(length, 4, generator=generator) for length in lengths]
     batches = [
-        (torch.nested.nested_tensor(sequences[i : i + 4], layout=torch.jagged), torch.arange(i, i + 4) % 8)
+        (torch.nested.nested_tensor(sequences[i : i + 4], layout=layout), torch.arange(i, i + 4) % 8)
         for i in range(0, SAMPLES, 4)
     ] * 2
     timer, audit = EpochTimer(), SampleAudit(dataset_size=SAMPLES)
-    fit_module(Classifier(), DataLoader(batches, batch_size=None), callbacks=[timer, audit], max_epochs=1)
+    fit_module(Sequences(), DataLoader(batches, batch_size=None), callbacks=[timer, audit], max_epochs=1)
+    assert not timer.problems.lines and not audit.problems.lines
     row = audit.epochs[0]
     assert timer.epochs[0]["samples"] == 2 * SAMPLES
     assert (row["audited"], row["seen"], row["distinct"], row["duplicates"]) == (True, 2 * SAMPLES, SAMPLES, SAMPLES)

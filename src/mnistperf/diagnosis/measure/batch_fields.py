@@ -85,7 +85,7 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
 def rows_beside(batch: Any, samples: int, apart: Sequence[Any]) -> list[torch.Tensor]:
     """The tensors of ``batch`` that lead with ``samples``, those of ``apart`` (a graph's nodes, edges) left out."""
     skipped = set(map(id, apart))
-    return [t for t in tensors_of(batch) if id(t) not in skipped and t.ndim and t.shape[0] == samples]
+    return [t for t in tensors_of(batch) if id(t) not in skipped and t.ndim and t.size(0) == samples]
 
 
 def first_found(batch: Any, find: Callable[[Any], T | None], depth: int = 3) -> tuple[T | None, Any]:

@@ -70,7 +70,7 @@ def rank(item: Any) -> int | None:
 
 def common_lead(tensors: list[torch.Tensor]) -> int | None:
     """The one length every tensor leads with, where they all have a dimension and lead alike; else None."""
-    lengths = {t.shape[0] if t.ndim else None for t in tensors}
+    lengths = {t.size(0) if t.ndim else None for t in tensors}
     return lengths.pop() if len(lengths) == 1 else None
 
 
@@ -145,7 +145,7 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
         return None  # a column's items are alike: of one type, and tensors of one rank
     count = len(sequences[0])
     tensors = [field for field in fields if isinstance(field, torch.Tensor)]
-    if any(not tensor.ndim or tensor.shape[0] != count for tensor in tensors):
+    if any(not tensor.ndim or tensor.size(0) != count for tensor in tensors):
         return None
     holding = [field for field in sequences if tensors_of(field[0])]  # its items alike: the first tells
     if not holding:
@@ -163,7 +163,7 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
         return items, (count, common)
     if tensors or numbers:
         return items, ()
-    leading = dict.fromkeys(item.shape[0] for field in holding for item in field if item.ndim)
+    leading = dict.fromkeys(item.size(0) for field in holding for item in field if item.ndim)
     if len(leading) < 2 and all(item.ndim for field in holding for item in field):
         return None
     return items, tuple(dict.fromkeys((count, *leading)))
@@ -224,7 +224,7 @@ def _by_first(tensors: list[torch.Tensor], sample_dims: int) -> Reading:
         lengths: dict[int, None] | None = None  # in one pass, each length kept only where they differ: every step
         for t in tensors:
             if t.ndim:
-                length = t.shape[0]
+                length = t.size(0)
                 if first < 0 or length == first:
                     first = length
                     rows.append(t)
@@ -235,7 +235,7 @@ def _by_first(tensors: list[torch.Tensor], sample_dims: int) -> Reading:
         bags = bags_in(tensors) if lengths is not None else None
         if bags is not None:
             count = len(bags.starts)
-            rows = [t for at, t in enumerate(tensors) if at != bags.offsets and t.ndim and t.shape[0] == count]
+            rows = [t for at, t in enumerate(tensors) if at != bags.offsets and t.ndim and t.size(0) == count]
             return Reading(count, Counted(Rule.BAGS, bags.offsets), rows, bags=bags)
         if rows:
             return Reading(first, BY_FIRST_LENGTH, rows, lengths=tuple(lengths or (first,)))
@@ -264,9 +264,9 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         return Reading(count, Counted(Rule.PACKED, type(packed).__name__), rows, packed=packed)
     tensors = tensors_of(batch)
     size = stated_size(batch)
-    rows = [t for t in tensors if t.ndim and t.shape[0] == size] if size is not None else []
+    rows = [t for t in tensors if t.ndim and t.size(0) == size] if size is not None else []
     if size is not None and (rows or not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
-        lengths = tuple(dict.fromkeys((size, *(t.shape[0] for t in tensors if t.ndim))))  # others: rows not read
+        lengths = tuple(dict.fromkeys((size, *(t.size(0) for t in tensors if t.ndim))))  # others: rows not read
         reading = Reading(size, Counted(Rule.STATED, type(batch).__name__), rows, lengths=lengths[len(lengths) < 2 :])
         return with_texts(reading, batch)
     return sample_items(batch) or with_texts(_by_first(tensors, sample_dims), batch)

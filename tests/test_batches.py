@@ -645,6 +645,15 @@ def test_records_a_label_says_are_samples_are_counted_and_audited_by_their_recor
     assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (33, 33, 0, 0)
 
 
+def test_an_epoch_with_a_step_not_counted_keeps_its_other_counts_where_lightning_reads_the_first_batch_otherwise():
+    """Records (Lightning reads a record's 4 features, not its 2 records), then a batch of strings alone: no count."""
+    batches = [[(torch.randn(4), 0), (torch.randn(4), 1)], ["a text", "another"]]
+    timer = EpochTimer()
+    fit_module(Classifier(), DataLoader(batches, batch_size=None), callbacks=[timer], max_epochs=1)
+    assert not timer.problems.lines
+    assert timer.epochs[0]["samples"] is None
+
+
 def test_a_text_column_nested_below_the_batchs_top_is_part_of_each_samples_fingerprint():
     """Samples alike but for their names, kept one level down: ``{"x": ..., "meta": {"name": ...}}``, collated."""
     data = [{"x": torch.zeros(2), "meta": {"name": f"sample {i}"}} for i in range(20)]

@@ -122,6 +122,6 @@ class TimerSamples:
             others["loader"] = loader_samples(trainer.train_dataloader, last + 1)
         counts = disagreeing(self.counted, others) or {}
         batch, lightning = self._first_batch or (0, None)
-        if lightning is not None and lightning != batch:
+        if lightning is not None and lightning != batch and not math.isnan(self.counted):
             counts = {"counted": int(self.counted), **counts, "batch": batch, "lightning": lightning}
         return counts or None

@@ -645,6 +645,21 @@ def test_records_a_label_says_are_samples_are_counted_and_audited_by_their_recor
     assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (33, 33, 0, 0)
 
 
+@pytest.mark.parametrize("emptied", [0, 2], ids=["first batch", "a later batch"])
+def test_a_batch_a_filtering_collate_leaves_empty_holds_no_sample_and_leaves_the_epoch_counted_and_audited(emptied):
+    """Records whose collate drops the unreadable ones (here every record of one batch): that batch holds 0 samples."""
+    image, label = images(24)
+    data = [(one, int(its)) for one, its in zip(image, label, strict=True)]
+    dropped = range(4 * emptied, 4 * emptied + 4)
+    loader = DataLoader(data, batch_size=4, collate_fn=lambda samples: [s for s in samples if s[1] not in dropped])
+    timer, audit = EpochTimer(), SampleAudit()
+    fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=1)
+    assert not timer.problems.lines and not audit.problems.lines
+    assert timer.epochs[0]["samples"] == 20
+    row = audit.epochs[0]
+    assert (row["audited"], row["seen"], row["distinct"], row["missing"]) == (True, 20, 20, 4)
+
+
 def test_an_epoch_with_a_step_not_counted_keeps_its_other_counts_where_lightning_reads_the_first_batch_otherwise():
     """Records (Lightning reads a record's 4 features, not its 2 records), then a batch of strings alone: no count."""
     batches = [[(torch.randn(4), 0), (torch.randn(4), 1)], ["a text", "another"]]

@@ -64,6 +64,8 @@ class SampleIdentity:
             return graph_rows(sequences, [lengths, *reading.rows])
         if reading.items is not None:
             return self.hash.items(reading.items, reading.texts)
+        if reading.samples == 0 and not reading.rows:  # an empty batch (a filtering collate's): no sample
+            return torch.empty(0, dtype=torch.int64)
         if reading.bags is None and (not reading.rows or reading.samples is None):
             raise SampleAuditError(audit_text.no_sample_rows(batch, self.sample_dims))
         rows, samples = reading.rows, reading.samples or 0

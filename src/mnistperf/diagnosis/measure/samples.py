@@ -214,7 +214,7 @@ def read(batch: Any, sample_dims: int = 1) -> Reading:
         for t in tensors:  # (a loop, not all(): this runs every step)
             if not isinstance(t, torch.Tensor):
                 return _read_nested(batch, sample_dims)
-        return _by_first(tensors, sample_dims)
+        return _by_first(tensors, sample_dims) if tensors else Reading(0, BY_FIRST_LENGTH, [])  # empty: no sample
     return _read_nested(batch, sample_dims)
 
 

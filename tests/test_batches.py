@@ -198,6 +198,15 @@ class AttributeBatch:
         self.image, self.label, self._cache = image, label, torch.zeros(1)
 
 
+class SlotsBatch:
+    """An object holding its tensors in slots, without a ``__dict__`` (as an attrs class's ``@define`` makes it)."""
+
+    __slots__ = ("image", "label")
+
+    def __init__(self, image, label):
+        self.image, self.label = image, label
+
+
 class SizedBatch(AttributeBatch):
     """An object that states its batch size, its first tensor time-major."""
 
@@ -246,11 +255,12 @@ def graph_list(count: int = SAMPLES) -> list[torch.Tensor]:
     [
         (IterableBatch(*images()), "the first tensor's length"),
         (AttributeBatch(*images()), "the first tensor's length"),
+        (SlotsBatch(*images()), "the first tensor's length"),
         (SizedBatch(*images()), "its batch_size (SizedBatch)"),
         (GraphBatch(graph_list(), torch.zeros(SAMPLES)), "the graphs of its GraphBatch"),
         ((GraphBatch(graph_list(), torch.zeros(SAMPLES)), torch.zeros(SAMPLES)), "the graphs of its GraphBatch"),
     ],
-    ids=["iterable dataclass", "attributes", "batch_size", "graphs", "graphs in a tuple"],
+    ids=["iterable dataclass", "attributes", "slots", "batch_size", "graphs", "graphs in a tuple"],
 )
 def test_the_reader_counts_the_samples_of_any_batch_where_lightnings_reader_may_not(batch, counted_by):
     reading = read(batch)
@@ -531,7 +541,7 @@ def batches_of(kind) -> list:
     return [kind(*images(seed=seed)) for seed in range(BATCHES)]
 
 
-@pytest.mark.parametrize("kind", [IterableBatch, AttributeBatch, SizedBatch, GraphBatch, detection_batch])
+@pytest.mark.parametrize("kind", [IterableBatch, AttributeBatch, SlotsBatch, SizedBatch, GraphBatch, detection_batch])
 def test_both_callbacks_count_the_same_samples_of_any_batch_reading_each_batch_once(kind, monkeypatch, capsys):
     from mnistperf.diagnosis.measure import batches
 

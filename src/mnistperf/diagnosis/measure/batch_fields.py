@@ -37,8 +37,11 @@ def named_fields(item: Any) -> Mapping[Any, Any] | None:
         return found
     try:
         attributes = vars(item)
-    except TypeError:
-        return None
+    except TypeError:  # no __dict__: its slots' (an attrs class's), where it has any
+        slots = [name for kind in type(item).__mro__ for name in getattr(kind, "__slots__", ()) if hasattr(item, name)]
+        if not slots:
+            return None
+        attributes = {name: getattr(item, name) for name in slots}
     return {name: value for name, value in attributes.items() if not name.startswith("_")}
 
 

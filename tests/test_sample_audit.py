@@ -10,7 +10,16 @@ from conftest import FailAt, fit_module
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import callbacks as lightning_bars
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from torch.utils.data import BatchSampler, ConcatDataset, DataLoader, Dataset, IterableDataset, RandomSampler, Sampler
+from torch.utils.data import (
+    BatchSampler,
+    ConcatDataset,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    WeightedRandomSampler,
+)
 
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.project_reader import LIGHTNING_BARS, lightnings, transfers_batches
@@ -125,9 +134,9 @@ def test_unexplained_duplicates_name_the_fields_a_sample_is_and_what_the_sampler
     drawn = RandomSampler(Rows("dict"), replacement=True, num_samples=ROWS, generator=torch.Generator().manual_seed(0))
     audit = audited(DataLoader(Rows("dict"), batch_size=5, sampler=drawn), SampleAudit(), epochs=1)
     assert audit.epochs[0]["duplicates"] > 0 and "its sampler draws with replacement" in capsys.readouterr().out
-    indexed = RandomSampler(Rows("indexed"), replacement=True, generator=torch.Generator().manual_seed(0))
+    indexed = WeightedRandomSampler([1.0] * ROWS, ROWS, generator=torch.Generator().manual_seed(0))
     audited(DataLoader(Rows("indexed"), batch_size=5, sampler=indexed), SampleAudit(sample_id="index"), epochs=1)
-    said = capsys.readouterr().out  # by index too (a WeightedRandomSampler's repeats, by design)
+    said = capsys.readouterr().out  # by index too
     assert "; its sampler draws with replacement, repeating some by design" in said and "by content" not in said
     audited(DataLoader(rows, batch_size=5, sampler=list(range(ROWS))), SampleAudit(), epochs=1)  # a list: not known
     assert "a sampler that draws at random may repeat some by design" in capsys.readouterr().out

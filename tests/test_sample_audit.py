@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 
 import pytest
@@ -285,6 +287,36 @@ def test_a_bad_sample_id_is_named_in_one_warning_and_the_epoch_not_audited(caplo
     said = [r.getMessage() for r in caplog.records if r.name == "mnistperf.diagnosis"]
     assert len(said) == 2
     assert all(line.startswith("SampleAudit: fingerprinting a training batch failed") for line in said)
+
+
+Indexed = collections.namedtuple("Indexed", ["image", "index"])
+
+
+class IndexedObject:
+    def __init__(self, image, index):
+        self.image, self.index = image, index
+
+
+@dataclasses.dataclass
+class IndexedData:
+    image: torch.Tensor
+    index: torch.Tensor
+
+
+@pytest.mark.parametrize("kind", [Indexed, IndexedData, IndexedObject])
+def test_a_sample_id_names_a_namedtuples_or_an_objects_field_by_its_name(kind):
+    """Each index once, then the first five again: counted by the field the sample_id names."""
+
+    def collate(samples):
+        return kind(torch.stack([s["image"] for s in samples]), torch.tensor([s["index"] for s in samples]))
+
+    loader = DataLoader(Rows("indexed"), batch_size=5, sampler=[*range(ROWS), *range(5)], collate_fn=collate)
+    assert counts(audited(loader, SampleAudit(sample_id="index"), epochs=1).epochs[0]) == (ROWS + 5, ROWS, 5, 0)
+
+
+def test_a_sample_id_that_names_a_tuples_method_is_no_field_of_it():
+    (row,) = audited(DataLoader(Rows("tuple"), batch_size=5), SampleAudit(sample_id="index"), epochs=1).epochs
+    assert row["audited"] is False and "sample_id 'index': the batch has no such field (it is a list)" in row["why"]
 
 
 class Stream(IterableDataset):

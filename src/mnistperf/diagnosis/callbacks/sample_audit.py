@@ -46,8 +46,8 @@ class SampleAudit(Callback):
     Args:
         dataset_size: samples in the training set (every loader's together), to count the missing; by default each
             training DataLoader's map-style dataset's length where it batches single items.
-        sample_id: a field of each loader's batch (a dict's key, a tuple's position) holding an integer index per
-            sample, counted instead of the content's fingerprint.
+        sample_id: a field of each loader's batch (a dict's key, a tuple's position, a namedtuple's or an object's
+            attribute) holding an integer index per sample, counted instead of the content's fingerprint.
         fingerprint: ``batch -> int64 tensor [N]``, each sample's identity, instead of either of the above.
         sample_dims: leading dimensions of the batch's tensors that index samples (2 for a [k, B, ...] batch).
         strict: raise :class:`SampleAuditError` on every rank at the end of an epoch with a duplicate or a missing.

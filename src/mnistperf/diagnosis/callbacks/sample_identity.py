@@ -42,7 +42,9 @@ class SampleIdentity:
             try:
                 ids = batch[self.sample_id]
             except (KeyError, IndexError, TypeError):
-                raise SampleAuditError(audit_text.missing_sample_field(self.sample_id, batch)) from None
+                ids = getattr(batch, str(self.sample_id), None)  # a namedtuple's or a dataclass's field, by its name
+                if ids is None or callable(ids):  # (not a method: a tuple's index)
+                    raise SampleAuditError(audit_text.missing_sample_field(self.sample_id, batch)) from None
             if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
                 raise SampleAuditError(audit_text.not_sample_indices(self.sample_id, ids))
             return ids.reshape(-1).to(torch.int64)

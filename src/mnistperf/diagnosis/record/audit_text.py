@@ -169,7 +169,7 @@ def missing_sample_field(sample_id: str | int, batch: Any) -> str:
     """SampleAudit's error where its ``sample_id`` names no field of the batch."""
     return (
         f"SampleAudit sample_id {sample_id!r}: the batch has no such field (it is a {type(batch).__name__}); "
-        "name a key of a dict batch or a position of a tuple batch"
+        "name a key of a dict batch, a position of a tuple batch or an attribute of another"
     )
 
 

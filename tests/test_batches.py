@@ -639,8 +639,9 @@ def test_a_batch_the_module_skips_is_let_go_by_the_epochs_end():
         lambda image, label: (image, f"class {int(label)}"),  # a string label
         lambda image, label: {"image": image, "path": f"{int(label)}.png"},  # a dict with its file's path
         lambda image, label: (image.flatten(), label.reshape(1)),  # a one-element tensor label
+        lambda image, label: {"ids": image.flatten(), "mask": image.flatten() > 0, "label": int(label)},  # tokens
     ],
-    ids=["number", "string", "path", "one-element"],
+    ids=["number", "string", "path", "one-element", "tensors of one length"],
 )
 def test_records_a_label_says_are_samples_are_counted_and_audited_by_their_records_the_last_one_alone_too(record):
     """``collate_fn=lambda samples: samples`` over 33 samples in batches of 4: the last batch is a single record."""

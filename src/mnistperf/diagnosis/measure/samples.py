@@ -182,9 +182,10 @@ def _records(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
         return None
     shaped = [[t for t in item if t.ndim] for item in items]
     common = common_lead([t for item in shaped for t in item])
-    if common is not None and all(len(item) > 1 for item in shaped):  # views of a batch, each leading with it
+    named = any(kind in (int, float, str, bytes) for kind, _ in structure[2])  # a label no view of a batch holds
+    if common is not None and all(len(item) > 1 for item in shaped) and not named:  # views of a batch, leading with it
         return None
-    labelled = any(kind in (int, float, str, bytes) or dims == 0 for kind, dims in structure[2])
+    labelled = named or any(dims == 0 for _, dims in structure[2])
     labelled = labelled or any(t.shape == (1,) for t in items[0])
     if not labelled and (len(fields) == 1 or len({tuple(t.shape for t in item) for item in items}) == 1):
         return None

@@ -303,6 +303,8 @@ def test_samples_handed_on_as_the_dataset_gave_them_are_counted_by_their_records
         assert read(given).samples == size, type(given)
     views = read(({"x": image, "y": label}, {"x": image, "y": label}))  # two views of one batch
     assert (views.samples, views.items) == (size, None)
+    tokens = read([{"ids": one.flatten(), "mask": one.flatten() > 0, "label": int(its)} for one, its in as_given[1]])
+    assert (tokens.samples, tokens.lengths) == (size, (size, image[0].numel()))  # a label beside them: a guess, said
 
 
 def test_samples_handed_on_as_given_are_audited_each_by_its_own_tensors_their_repeats_found():

@@ -668,6 +668,7 @@ def test_a_batch_a_filtering_collate_leaves_empty_holds_no_sample_and_leaves_the
     timer, audit = EpochTimer(), SampleAudit()
     fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=1)
     assert not timer.problems.lines and not audit.problems.lines
+    assert (read([]).samples, read(()).samples, read({}).samples) == (0, 0, None)  # (an empty dict: no tensor)
     assert timer.epochs[0]["samples"] == 20
     row = audit.epochs[0]
     assert (row["audited"], row["seen"], row["distinct"], row["missing"]) == (True, 20, 20, 4)

@@ -85,32 +85,31 @@ def main(argv: list[str] | None = None) -> None:
         "--out",
         type=Path,
         default=None,
-        help="folder for the logs and timing.json (default: a temporary folder, removed at the end)",
+        help="folder for the logs and timing.json (default: a new temporary folder, kept for `mnistperf report`)",
     )
     parser.add_argument("--bare", action="store_true", help="the same fit without the two callbacks")
     args = parser.parse_args(argv)
     seed_everything(0, verbose=False)
-    with tempfile.TemporaryDirectory(prefix="diagnose-") as scratch:
-        out = args.out or Path(scratch)
-        loader = DataLoader(
-            Points(args.samples, slow_ms=args.slow_ms),
-            batch_size=args.batch_size,
-            shuffle=True,
-            num_workers=args.workers,
-            persistent_workers=args.workers > 0,
-        )
-        trainer = Trainer(
-            accelerator="auto",
-            devices=1,
-            max_epochs=args.epochs,
-            default_root_dir=out,
-            callbacks=[] if args.bare else [EpochTimer(), SampleAudit()],
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            enable_checkpointing=False,
-            log_every_n_steps=10,
-        )
-        trainer.fit(Classifier(), loader)
+    out = args.out or Path(tempfile.mkdtemp(prefix="diagnose-"))  # kept: the fit's end names the run to report
+    loader = DataLoader(
+        Points(args.samples, slow_ms=args.slow_ms),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
+    trainer = Trainer(
+        accelerator="auto",
+        devices=1,
+        max_epochs=args.epochs,
+        default_root_dir=out,
+        callbacks=[] if args.bare else [EpochTimer(), SampleAudit()],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        log_every_n_steps=10,
+    )
+    trainer.fit(Classifier(), loader)
 
 
 if __name__ == "__main__":

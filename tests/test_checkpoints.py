@@ -73,6 +73,19 @@ def test_resuming_into_another_stage_trains_that_stage_from_where_it_stopped(wor
     assert all(float(s["step"]) == 6 for s in state.values())  # Adam's step counts went on from the checkpoint's 3
 
 
+def test_fit_with_ckpt_path_last_resumes_the_newest_run_of_its_config(workdir, capsys):
+    """fit --help's ``--ckpt_path last``: every fit logs into a new version_N, whose checkpoint folder Lightning's own
+    'last' searches and finds empty (it warns and trains from the start); the lab resumes the config's newest run,
+    and says which."""
+    run_stage("v2_pinned", *SMALL, epochs=1)
+    capsys.readouterr()
+    summary = run_stage("v2_pinned", *SMALL, "--ckpt_path", "last", epochs=2)
+    assert [e["epoch"] for e in summary["epochs"]] == [2]
+    assert "mnistperf: fit resumes from lightning_logs/v2_pinned/version_0/checkpoints/epoch=0-step=3.ckpt" in (
+        capsys.readouterr().out
+    )
+
+
 def test_an_optimizer_state_of_another_kind_starts_a_fresh_optimizer(workdir, v2_checkpoint, caplog):
     checkpoint = torch.load(v2_checkpoint, weights_only=True)
     params = [torch.nn.Parameter(t.clone()) for t in checkpoint["state_dict"].values()]

@@ -7,10 +7,13 @@ import re
 import runpy
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from conftest import REPO
+
+from mnistperf.cli import main
 
 EXAMPLES = REPO / "examples"
 VERDICT = r"(input-bound|overhead-bound|compute-bound|undetermined)"
@@ -54,3 +57,17 @@ def test_the_example_runs_and_prints_its_diagnosis(name: str, run: str, tmp_path
     for line in lines:
         assert re.search(line, printed, re.MULTILINE), f"{line!r} not in:\n{printed[-3000:]}"
     assert list(out.rglob("timing.json")) and not list(cwd.iterdir())  # everything under --out
+
+
+def test_the_report_the_example_points_at_is_there_after_it_ends(tmp_path: Path, monkeypatch, capsys):
+    """Without --out the example logs to a temporary folder; the `mnistperf report RUN` its fit's end names is run
+    after the script has ended, so that folder must outlive it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the script's temporary folder goes
+    settings, _ = RUNS["diagnose_your_run.py"]
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLES / "diagnose_your_run.py"), *settings])
+    runpy.run_path(sys.argv[0], run_name="__main__")
+    named = re.search(r"`mnistperf report (\S+)` prints it", capsys.readouterr().out)
+    assert named, "the fit's end names no run to report"
+    assert (Path(named[1]) / "timing.json").is_file()
+    main(["report", named[1]])
+    assert capsys.readouterr().out.startswith("Average Train Time per Epoch")

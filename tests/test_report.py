@@ -174,6 +174,18 @@ def test_one_run_is_titled_once():
     assert [h for h in charts.headings if "v2_pinned" in h] == ["Timing: v2_pinned"]
 
 
+def test_the_fits_report_is_titled_as_the_report_command_titles_it(tmp_path):
+    """Lightning's default logger name (lightning_logs) names no run: the report the fit writes and the one
+    ``mnistperf report RUN --html`` writes for it both call the run by its folder, as compare does."""
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    timer = EpochTimer()
+    fit_module(Small(), DataLoader(data, batch_size=4), callbacks=[timer], logger=True, default_root_dir=tmp_path)
+    assert timer.summary_path is not None
+    written = Charts(timer.summary_path.with_name(REPORT_FILE).read_text()).headings[0]
+    main(["report", str(timer.summary_path.parent), "--html", "--out", str(tmp_path / "again.html")])
+    assert written == Charts((tmp_path / "again.html").read_text()).headings[0] == "Timing: version_0"
+
+
 def test_two_runs_charts_of_a_kind_share_one_scale():
     slow, fast = summary(train_s=36.0, rss_mb=5950.0), summary(train_s=10.0, rss_mb=800.0)
     charts = Charts(html_report([("slow", slow), ("fast", fast)]))

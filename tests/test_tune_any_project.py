@@ -201,6 +201,8 @@ def test_a_config_nested_under_fit_is_tuned_and_written_back_nested(shelf, monke
     tuned = yaml.safe_load((shelf.parent / "tuned.yaml").read_text())
     assert list(tuned) == ["fit"] and tuned["fit"]["data"]["init_args"]["workers"] == 3
     assert tuned["fit"]["model"] == flat["model"]
+    # LightningCLI reads a config nested under fit: before the subcommand (after it, it refuses the key fit)
+    assert "written: tuned.yaml (your project's `--config tuned.yaml fit` runs it)" in capsys.readouterr().out
 
 
 def test_a_batch_size_tune_chose_is_said_to_change_the_training_not_only_its_speed(shelf, monkeypatch, capsys):

@@ -1,4 +1,4 @@
-"""The checkpoint an evaluation uses: one given, checked readable, or the newest fit wrote with its config."""
+"""The checkpoint an evaluation or a resumed fit uses: one given, checked readable, or the newest of its config."""
 
 from __future__ import annotations
 
@@ -44,20 +44,42 @@ def runs_folder(config) -> Path:
 def newest_checkpoint(command: str, config) -> Path:
     """The most recent checkpoint fit wrote with this config, announced; a ConfigError naming the fix if none."""
     folder = runs_folder(config)
-    found = sorted(folder.glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+    found = written_checkpoints(folder)
     if not found:
         config_args = " ".join(f"--config {c}" for c in (config.get("config") or [])) or "--config configs/STAGE.yaml"
         raise ConfigError(
             f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
             f"Train one with `python -m mnistperf fit {config_args}`, or pass --ckpt_path FILE."
         )
+    return announced(f"{command} with", found[-1], folder)
+
+
+def resumed_checkpoint(config) -> str:
+    """``fit --ckpt_path last``: the most recent checkpoint fit wrote with this config, announced.
+
+    Lightning's own ``last`` searches the checkpoint folder of the fit starting, a new version_N with none in it yet.
+    Where the config's runs hold none, ``last`` is left to Lightning (a ``ModelCheckpoint`` of a fixed folder with
+    ``save_last``, or else its warning and a fit from the start).
+    """
+    folder = runs_folder(config)
+    found = written_checkpoints(folder)
+    return str(announced("fit resumes from", found[-1], folder)) if found else "last"
+
+
+def written_checkpoints(folder: Path) -> list[Path]:
+    """The checkpoints under a config's runs folder, the newest last."""
+    return sorted(folder.glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+
+
+def announced(what: str, checkpoint: Path, folder: Path) -> Path:
+    """``checkpoint``, named on rank 0 (``mnistperf: test with ...``) with how its fit ended."""
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
         print(
-            f"mnistperf: {command} with {found[-1]} (the newest checkpoint in {folder}"
-            f"{how_its_fit_ended(found[-1].parent.parent)}; --ckpt_path FILE picks another)",
+            f"mnistperf: {what} {checkpoint} (the newest checkpoint in {folder}"
+            f"{how_its_fit_ended(checkpoint.parent.parent)}; --ckpt_path FILE picks another)",
             flush=True,
         )
-    return found[-1]
+    return checkpoint
 
 
 def how_its_fit_ended(run: Path) -> str:

@@ -25,7 +25,7 @@ from mnistperf.data.pipelines import registry
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes
 from mnistperf.errors import ConfigError, MnistperfError
-from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint
+from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint, resumed_checkpoint
 from mnistperf.lightning_cli.configs import stage_names
 from mnistperf.lightning_cli.parser_errors import OneLineErrorParser
 from mnistperf.machine import run_device
@@ -89,9 +89,9 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
     elsewhere (a CPU, an older GPU) it would be emulated and slower, so the run falls back to ``32-true``
     and says so on that line; timing.json records the precision that actually ran. ``validate``,
     ``test`` and ``predict`` without ``--ckpt_path`` use the newest checkpoint of the config's runs
-    and name it, or refuse: they never score an untrained model in silence. A run whose official dataset is not
-    prepared and cannot be made here (offline, no source folder) stops before anything is built, naming the
-    ``prepare`` command for its data folder. A checkpoint brings weights,
+    and name it, or refuse: they never score an untrained model in silence; ``fit --ckpt_path last`` resumes
+    it. A run whose official dataset is not prepared and cannot be made here (offline, no source folder) stops
+    before anything is built, naming the ``prepare`` command for its data folder. A checkpoint brings weights,
     optimizer state and the loop's position; the model's settings stay the config's and the command line's
     (:class:`~mnistperf.upstream.KeepRunHyperparameters`), and the module names those that differ
     (:meth:`ImageClassifier.on_load_checkpoint`).
@@ -203,6 +203,8 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             warnings.filterwarnings("ignore", message=CHECKPOINT_FOLDER_CHANGED)
             if config.get("ckpt_path") is None:
                 config.ckpt_path = str(newest_checkpoint(subcommand, config))
+        elif subcommand == "fit" and config.get("ckpt_path") == "last":
+            config.ckpt_path = resumed_checkpoint(config)
 
     @staticmethod
     def _resolve_precision(config) -> str:

@@ -146,5 +146,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
     log("")
     for line in findings(outcome, knobs, project.where):
         log(line)
-    log(f"written: {opts.out} (your project's `fit --config {opts.out}` runs it), {trials_path(opts.out)}")
+    nested = project.fit is not project.config  # read before the subcommand: LightningCLI's --config FILE fit
+    runs = f"--config {opts.out} fit" if nested else f"fit --config {opts.out}"
+    log(f"written: {opts.out} (your project's `{runs}` runs it), {trials_path(opts.out)}")
     return outcome

@@ -14,6 +14,7 @@ from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.epoch_text import interrupted_line, unlogged_monitor, written_line
 from mnistperf.diagnosis.record.run import RunSummary, run_summary, write_summary
 from mnistperf.diagnosis.record.text import format_headline
+from mnistperf.diagnosis.show.compare import run_labels
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 
 
@@ -74,7 +75,8 @@ class RunFiles:
         if written is not None:  # a folder refusing timing.json was said once
             with self.problems.guard(f"writing the report beside {path}"):
                 report = path.with_name(REPORT_FILE)
-                write_report(html_report([(str(summary.get("config") or folder.name), run)]), report)
+                [name] = run_labels([path], [summary.get("config")])  # the run named as `mnistperf report` names it
+                write_report(html_report([(name, run)]), report)
                 print(written_line("report", report), flush=True)
         if trace is not None:
             print(written_line("trace", trace), flush=True)

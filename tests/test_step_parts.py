@@ -467,8 +467,9 @@ def test_a_paused_cycle_keeps_what_came_before_and_after_and_nothing_between(clo
     assert found["parts"]["callback Slow"] == pytest.approx(4.0, abs=MARGIN) and "strategy hooks" not in found["parts"]
 
 
-def test_a_step_the_profiled_window_began_or_ran_in_is_not_kept_as_a_typical_steps_parts():
-    """A step cycle over which the window's state changed is dropped; none opens while the window runs."""
+def test_a_step_the_profiled_window_began_or_ran_in_is_not_kept_and_the_first_step_after_it_stands_in():
+    """A step cycle over which the window's state changed is dropped; none opens while the window runs; the step
+    after the window is timed in the dropped one's place (a short fit's one steady epoch keeps a timed step)."""
     from types import SimpleNamespace
 
     from mnistperf.diagnosis.callbacks.timed_steps import TimedSteps
@@ -485,8 +486,13 @@ def test_a_step_the_profiled_window_began_or_ran_in_is_not_kept_as_a_typical_ste
     assert timed.steps.parts.per_step() is None  # dropped
     timed.step_ended(trainer, module, due[1] - 1)  # the window still runs: no cycle opens
     assert not timed.steps.timing
-    window[0] = (False, 2)
+    window[0] = (False, 2)  # the window ended with step due[1] + 1: the next step is timed, though not drawn
+    assert not step_parts.parts_timed(due[1] + 2, 1)
+    timed.step_ended(trainer, module, due[1] + 1)
+    assert timed.steps.timing
+    timed.step_ended(trainer, module, due[1] + 2)
+    assert timed.steps.parts.per_step()["steps"] == 1 and not timed.steps.timing  # owed once, not every step after
     timed.step_ended(trainer, module, due[2] - 1)
     timed.step_ended(trainer, module, due[2])
     kept = timed.steps.parts.per_step()
-    assert kept is not None and kept["steps"] == 1
+    assert kept is not None and kept["steps"] == 2

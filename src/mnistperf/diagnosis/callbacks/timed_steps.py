@@ -93,7 +93,9 @@ class TimedSteps:
     A step cycle opens as the step before a timed one (:func:`.parts_timed`) ends and closes a step later; the time
     between epochs is a cycle from an epoch's last step to the next one's start (or training's end).
     ``window``: what the profiled window is doing now; a step cycle over which that changed, or that held the window,
-    is dropped (its steps were not the fit's typical ones). ``syncs``: as :class:`TimedCycle`'s.
+    is dropped (its steps were not the fit's typical ones), and the epoch's first step after the window is timed in
+    its place (else a short fit's one steady epoch, its window near its end, may time no step). ``syncs``: as
+    :class:`TimedCycle`'s.
     """
 
     def __init__(self, fetch: FetchClock, window: Callable[[], Any], syncs: DeviceSyncs | None = None):
@@ -101,6 +103,7 @@ class TimedSteps:
         self.steps = TimedCycle(fetch, TRAIN_STEP_LOGS, syncs)
         self.between = TimedCycle(fetch, TRAIN_EPOCH_LOGS, syncs)
         self._opened_with: Any = None  # the window's state as the open step cycle began
+        self._owed = False  # the window took the drawn step: the next one after it is timed instead
 
     def step_ended(self, trainer: Trainer, module: LightningModule, index: int) -> None:
         """A training step ended: the open step cycle closes (kept, or dropped), and the next opens if it is due."""
@@ -109,13 +112,15 @@ class TimedSteps:
                 self.steps.close()
             else:
                 self.steps.abandon()
+                self._owed = True
         if index + 1 == trainer.num_training_batches:  # the epoch's last step: what comes until the next is timed
             self.between.start(trainer, module)
             return
-        if not parts_timed(index + 1, trainer.current_epoch):
+        if not (self._owed or parts_timed(index + 1, trainer.current_epoch)):
             return
         state = self.window()
-        if not state[0]:  # no profiled window running
+        self._owed = state[0]  # a profiled window running: owed until it ends
+        if not state[0]:
             self._opened_with = state
             self.steps.start(trainer, module)
 
@@ -135,6 +140,7 @@ class TimedSteps:
         (Later than the last step where the loader has no length, or the epoch ended before its last step.)
         """
         self.steps.abandon()
+        self._owed = False  # an epoch's own steps stand in for its window's
         if not self.between.timing:
             self.between.start(trainer, module)
 

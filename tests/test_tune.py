@@ -231,3 +231,21 @@ def test_a_stage_tunes_the_resident_pipeline_only_where_the_split_fits_in_half_t
     assert any(line.startswith("resident: the training split needs about") for line in said), said
     monkeypatch.setattr(stages, "free_memory_bytes", lambda device: 2**30)
     assert "resident" in stages.pipelines_to_try(options, cpu, said.append)
+
+
+@pytest.mark.parametrize(
+    ("wait", "said", "searched"),
+    [
+        (0.6, "input-bound: the host waited for data 60%", True),
+        (0.03, "within the noise of these measurements (5%); no loader setting can win more", False),
+        (0.2, "not input-bound: the host waited for data 20%", True),  # above the noise: a setting may win up to it
+    ],
+)
+def test_the_input_wait_decides_whether_a_loader_setting_is_tried_and_says_what_it_can_win(wait, said, searched):
+    from types import SimpleNamespace
+
+    from mnistperf.tune.end_to_end import what_bounds
+
+    line, search = what_bounds(SimpleNamespace(wait=wait), noise=0.05)
+    assert said in line and search is searched
+    assert ("about that much, at most, is what a loader setting can win" in line) is (wait == 0.2)

@@ -158,6 +158,28 @@ def test_hints_named_by_a_path_that_holds_none_are_one_line(workdir, capsys, hin
     assert err.startswith(f"mnistperf: error: EpochTimer's hints {hints!r}"), err
 
 
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (
+            ["--trainer.callbacks.init_args.input_bound_share", "2"],
+            "EpochTimer(input_bound_share=2.0): input_bound_share takes a share above 0 and at most 1",
+        ),
+        (
+            ["--trainer.callbacks.init_args.busy_window_steps", "-1"],
+            "EpochTimer(busy_window_steps=-1): busy_window_steps takes a count of steps, 0 or more",
+        ),
+        (
+            ["--trainer.callbacks+=mnistperf.diagnosis.SampleAudit", "--trainer.callbacks.init_args.sample_dims", "0"],
+            "SampleAudit(sample_dims=0): sample_dims takes a count of leading dimensions, 1 or more",
+        ),
+    ],
+)
+def test_a_callback_argument_out_of_range_in_a_config_is_one_line(workdir, capsys, options, expected):
+    fails_in_one_line(capsys, fit_args(*options), expected)
+    assert not (workdir / "lightning_logs").exists()
+
+
 def test_a_value_of_the_wrong_type_in_a_config_file_is_named_the_same_way(workdir, capsys):
     config = (CONFIGS / "v1_workers4.yaml").read_text()
     (workdir / "mine.yaml").write_text(re.sub(r"num_workers: \d+", "num_workers: four", config))

@@ -244,6 +244,31 @@ def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command)
     assert "v1_naive.yaml, " in err and "streaming" in err
 
 
+@pytest.mark.parametrize("command", ["fit", "validate", "tune"])
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("configs", None, "--config configs: a folder, not a config file; give one of its YAML files (configs/a.yaml)"),
+        ("model.ckpt", b"PK\x03\x04\xff\xfe", "--config model.ckpt: not text, so no YAML config"),
+        ("broken.yaml", b"trainer: [1\n", "broken.yaml: not a config {command} can read ("),
+        ("empty.yaml", b"", "empty.yaml: holds nothing, not the mapping of a LightningCLI config"),
+        ("list.yaml", b"- 1\n", "list.yaml: holds list, not the mapping of a LightningCLI config"),
+    ],
+    ids=["folder", "binary", "bad-yaml", "empty", "list"],
+)
+def test_a_config_that_is_no_yaml_mapping_is_named_in_one_line(
+    tmp_path, monkeypatch, capsys, command, name, content, expected
+):
+    monkeypatch.chdir(tmp_path)
+    if content is None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.yaml").write_text("trainer: {}\n")
+    else:
+        (tmp_path / name).write_bytes(content)
+    fails_in_one_line(capsys, [command, "--config", name], expected.format(command=command))
+    assert not (tmp_path / "lightning_logs").exists()
+
+
 @pytest.mark.parametrize("command", ["fit", "tune"])
 def test_a_misspelt_config_in_a_project_of_ones_own_is_answered_with_its_yaml_files(
     tmp_path, monkeypatch, capsys, command

@@ -26,7 +26,7 @@ from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes
 from mnistperf.errors import ConfigError, MnistperfError
 from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint
-from mnistperf.lightning_cli.configs import stage_names
+from mnistperf.lightning_cli.configs import given_configs, read_config, stage_names
 from mnistperf.lightning_cli.parser_errors import OneLineErrorParser
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
@@ -106,6 +106,8 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         self._announce_subcommand = run
         given = sys.argv[1:] if args is None else args
         self._asked = given[0] if run and given and given[0] in LightningCLI.subcommands() else None
+        for path in given_configs(given):  # one line where the parser would answer in its own words, or a traceback
+            read_config(path, self._asked or "fit")
         super().__init__(
             ImageClassifier,
             MNISTDataModule,

@@ -19,7 +19,7 @@ from mnistperf.atomic import atomic_write_text
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
-from mnistperf.lightning_cli.configs import missing_config
+from mnistperf.lightning_cli.configs import missing_config, read_config
 from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
 from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
@@ -28,7 +28,7 @@ from mnistperf.tune import stages
 from mnistperf.tune.any_project import tune_project_command
 from mnistperf.tune.options import budget_s, tune_parser
 from mnistperf.tune.probes import Probes
-from mnistperf.tune.project import fit_section, names_classes, read_yaml
+from mnistperf.tune.project import fit_section, names_classes
 from mnistperf.tune.search import Outcome, describe
 
 DESCRIPTION = (
@@ -121,9 +121,9 @@ def names_its_classes(argv: Sequence[str]) -> bool:
     path = known.config
     if known.cli is not None:  # only another project has a CLI class of its own
         return True
-    if path is None or not path.is_file():
+    if path is None or not path.exists():
         return False
-    whole = read_yaml(path)
+    whole = read_config(path, "tune")
     if names_classes(whole):
         return True
     config = fit_section(whole)  # a config nested under fit: too, its sections named as such

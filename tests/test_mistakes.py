@@ -65,9 +65,41 @@ def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
 
 
 # ---------------------------------------------------------------- paths
-def test_a_data_dir_that_is_a_file(workdir, capsys):
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (fit_args("--data.data_dir", "notes.txt"), "data.data_dir notes.txt: a file; give the folder"),
+        (
+            fit_args("--data.data_dir", "notes.txt/data"),
+            "data.data_dir notes.txt/data: notes.txt is a file, not a folder",
+        ),
+        (
+            ["prepare", "--data-dir", "notes.txt"],
+            "--data-dir notes.txt: a file; give a folder for the datasets, e.g. --data-dir data",
+        ),
+        (["prepare", "--data-dir", "notes.txt/data"], "--data-dir notes.txt/data: notes.txt is a file, not a folder"),
+        (
+            ["bench", "--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--out", "notes.txt"],
+            "--out notes.txt: a file; give a folder for the results, e.g. --out notes.txt-results",
+        ),
+        (
+            ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--out", "data"],
+            "--out data: a folder; give a file for the tuned config, e.g. --out data/tuned.yaml",
+        ),
+        (
+            ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--out", "notes.txt/tuned.yaml"],
+            "--out notes.txt/tuned.yaml: notes.txt is a file, not a folder; give a file for the tuned config",
+        ),
+    ],
+    ids=["fit", "fit-below-a-file", "prepare", "prepare-below-a-file", "bench", "tune-folder", "tune-below-a-file"],
+)
+def test_a_place_to_write_that_cannot_be_is_said_before_any_work(workdir, capsys, monkeypatch, argv, expected):
+    """A folder where a file goes, a file where a folder goes, or a file on the way: one line before anything runs."""
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
     (workdir / "notes.txt").write_text("x")
-    fails_in_one_line(capsys, fit_args("--data.data_dir", "notes.txt"), "data.data_dir notes.txt is a file")
+    before = sorted(workdir.rglob("*"))
+    fails_in_one_line(capsys, argv, expected)
+    assert sorted(workdir.rglob("*")) == before
 
 
 def test_a_named_source_root_that_does_not_exist_is_not_passed_over(tmp_path, capsys, fake_raw):
@@ -461,5 +493,5 @@ def test_a_report_that_cannot_go_where_out_says_is_one_line_and_leaves_nothing(t
     (tmp_path / "afile").write_text("a file, not a folder")
     before = sorted(str(path) for path in tmp_path.rglob("*"))
     err = fails_in_one_line(capsys, ["report", "run", "--html", "--out", out], f"--out {out}: ").err
-    assert ("afile is a file, not a folder" in err) if "afile" in out else ("a folder; give a file" in err)
+    assert ("afile is a file, not a folder" in err) if "afile" in out else ("a folder; give --out FILE" in err)
     assert sorted(str(path) for path in tmp_path.rglob("*")) == before

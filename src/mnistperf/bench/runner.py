@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from mnistperf.atomic import place_taken
 from mnistperf.bench import published
 from mnistperf.bench.chart import redraw_chart
 from mnistperf.bench.columns import REFERENCE_RUNNERS, markdown_table
@@ -224,6 +225,9 @@ def bench_command(argv: Sequence[str]) -> None:
         return
     plans = plan_runs(opts)
     out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
+    taken = place_taken(out, folder=True)
+    if taken is not None:
+        raise ConfigError(f"--out {out}: {taken}; give a folder for the results, e.g. --out {out.name}-results")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}
     rows = [plan.row for plan in plans]
     print(header(opts, plans, out), flush=True)

@@ -26,7 +26,7 @@ from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.model import ImageClassifier
 from mnistperf.tune import stages
 from mnistperf.tune.any_project import tune_project_command
-from mnistperf.tune.options import budget_s, tune_parser
+from mnistperf.tune.options import budget_s, check_out, tune_parser
 from mnistperf.tune.probes import Probes
 from mnistperf.tune.project import fit_section, names_classes
 from mnistperf.tune.search import Outcome, describe
@@ -50,6 +50,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the step alone and one loader take")
+    check_out(opts.out)
     if not opts.config.is_file():
         raise ConfigError(missing_config(opts.config))
     return opts

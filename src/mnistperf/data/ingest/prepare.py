@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from mnistperf.atomic import atomic_write, atomic_write_dir, removing_new_folders
+from mnistperf.atomic import atomic_write, atomic_write_dir, place_taken, removing_new_folders
 from mnistperf.data import schema
 from mnistperf.data.ingest import sources
 from mnistperf.errors import ConfigError, DataError
@@ -250,12 +250,12 @@ def require_preparable(dataset: str, data_dir: str | os.PathLike, source_root: s
     """Refuse, in one line, a run whose official dataset is not prepared in data_dir and cannot be made here.
 
     Where a split is missing, its raw files are in no local folder and no mirror answers, the error says that
-    the folder holds no prepared data and gives the command that prepares it there. A data_dir that is a file
-    is left to the data module's own check.
+    the folder holds no prepared data and gives the command that prepares it there. A data_dir that cannot be a
+    folder (a file, or below one) is left to the data module's own check.
     """
     spec = sources.DATASETS[dataset]
     missing = [split_path(data_dir, dataset, s) for s in SPLITS if not split_path(data_dir, dataset, s).exists()]
-    if not missing or Path(data_dir).is_file():
+    if not missing or place_taken(Path(data_dir), folder=True) is not None:
         return
     cache_dir = Path(data_dir) / spec.folder / "raw"
     if sources.found_locally(spec, source_root, cache_dir, "--data.source_root") or sources.mirror_answers(spec):

@@ -43,6 +43,25 @@ def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag,
     fails_in_one_line(capsys, ["bench", "--config-dir", str(CONFIGS), flag, key], "no stage config has this option")
 
 
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--stages", ""], "--stages '' names no stage; give one or more, e.g. --stages v2_pinned."),
+        (["--stages", ","], "--stages ',' names no stage"),
+        (["--stages", "v2_pinned", "--reference-rows", "v2_pined"], "--reference-rows: no config"),
+        (["--stages", "v2_pinned", "--config-dir", "confgs"], "--config-dir confgs: no such folder; give the folder"),
+    ],
+)
+def test_a_bench_that_names_no_stage_it_can_run_is_refused_naming_the_option(
+    tmp_path, capsys, monkeypatch, argv, expected
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
+    config_dir = [] if "--config-dir" in argv else ["--config-dir", str(CONFIGS)]
+    fails_in_one_line(capsys, ["bench", *config_dir, *argv], expected)
+    assert not any(tmp_path.iterdir())
+
+
 # ---------------------------------------------------------------- checkpoints
 def test_a_missing_checkpoint_says_what_to_give(workdir, capsys):
     fails_in_one_line(capsys, fit_args("--ckpt_path", "nowhere.ckpt"), "--ckpt_path nowhere.ckpt: no such file")

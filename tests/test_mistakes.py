@@ -162,6 +162,7 @@ def test_name_without_from(capsys):
 )
 def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
     fails_in_one_line(capsys, fit_args(*override), expected)
+    assert not (workdir / "lightning_logs").exists(), "a fit that never started left a run folder"
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import textwrap
 import warnings
 from argparse import RawDescriptionHelpFormatter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -74,6 +76,7 @@ def fit_description() -> str:
 
 
 EVAL_COMMANDS = ("validate", "test", "predict")
+EVENT_FILE = "events.out.tfevents."  # how TensorBoard's event files are named
 FIT_USAGE = "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]"
 
 
@@ -108,23 +111,47 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         self._asked = given[0] if run and given and given[0] in LightningCLI.subcommands() else None
         for path in given_configs(given):  # one line where the parser would answer in its own words, or a traceback
             read_config(path, self._asked or "fit")
-        super().__init__(
-            ImageClassifier,
-            MNISTDataModule,
-            save_config_kwargs={"overwrite": True},
-            args=args,
-            run=run,
-            parser_class=OneLineErrorParser,
-            parser_kwargs={
-                "prog": "mnistperf",
-                "formatter_class": KeepDescriptionLines,
-                **(
-                    {"fit": {"usage": FIT_USAGE, "description": fit_description()}}
-                    if "fit" in self.subcommands()
-                    else {}
-                ),
-            },
-        )
+        try:
+            super().__init__(
+                ImageClassifier,
+                MNISTDataModule,
+                save_config_kwargs={"overwrite": True},
+                args=args,
+                run=run,
+                parser_class=OneLineErrorParser,
+                parser_kwargs={
+                    "prog": "mnistperf",
+                    "formatter_class": KeepDescriptionLines,
+                    **(
+                        {"fit": {"usage": FIT_USAGE, "description": fit_description()}}
+                        if "fit" in self.subcommands()
+                        else {}
+                    ),
+                },
+            )
+        except MnistperfError:  # the user's mistake: no empty run folder left behind
+            self._remove_empty_run()
+            raise
+
+    def _remove_empty_run(self) -> None:
+        """Remove the run folder a command that failed on the user's mistake left empty, and its parents left empty.
+
+        The logger makes it before the data is set up, where a missing or damaged file is found: kept, each such
+        failure would leave a version_N holding nothing but an empty TensorBoard event file.
+        """
+        trainer = getattr(self, "trainer", None)
+        folder = getattr(trainer and trainer.logger, "log_dir", None)
+        if trainer is None or folder is None or trainer.global_step > 0 or not trainer.is_global_zero:
+            return
+        folder = Path(folder)
+        found = list(folder.iterdir()) if folder.is_dir() else []
+        if not found or not all(path.is_file() and path.name.startswith(EVENT_FILE) for path in found):
+            return
+        for path in found:
+            path.unlink()
+        for empty in (folder, *folder.parents[:2]):  # version_N, then the run's name and save_dir where now empty
+            with contextlib.suppress(OSError):
+                empty.rmdir()
 
     def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
         """Lightning's subcommands; where the command line names one, that one alone, whose parser alone is built."""

@@ -142,6 +142,11 @@ def main(args: Sequence[str] | None = None) -> None:
             raise
         print(f"mnistperf: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:  # Ctrl-C where nothing caught it (fit, bench and tune do): every write is atomic
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print("mnistperf: interrupted; what was being written is not kept", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def end_process_group() -> None:

@@ -129,15 +129,15 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                     ),
                 },
             )
-        except MnistperfError:  # the user's mistake: no empty run folder left behind
+        except (MnistperfError, SystemExit):  # the user's mistake, or Ctrl-C (Lightning exits): no empty run left
             self._remove_empty_run()
             raise
 
     def _remove_empty_run(self) -> None:
-        """Remove the run folder a command that failed on the user's mistake left empty, and its parents left empty.
+        """Remove the run folder a command stopped before its first step left empty, and its parents left empty.
 
-        The logger makes it before the data is set up, where a missing or damaged file is found: kept, each such
-        failure would leave a version_N holding nothing but an empty TensorBoard event file.
+        The logger makes it before the data is set up, where a missing or damaged file is found (or Ctrl-C comes while
+        it is read): kept, each such stop would leave a version_N holding nothing but an empty TensorBoard event file.
         """
         trainer = getattr(self, "trainer", None)
         folder = getattr(trainer and trainer.logger, "log_dir", None)

@@ -381,6 +381,21 @@ def test_a_misspelt_class_path_in_an_importable_project_gets_the_name_meant(own_
     assert "PYTHONPATH" not in err  # the project is importable: the path is not what is wrong
 
 
+@pytest.mark.parametrize(
+    "source, error",
+    [("def f(:\n", "SyntaxError: "), ("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here")],
+)
+def test_a_module_of_ones_own_that_fails_as_it_runs_is_one_line(own_project, capsys, source, error):
+    (own_project / "slowmlp" / "broken.py").write_text(source)
+    (own_project / "config.yaml").write_text("model:\n  class_path: slowmlp.broken.MLP\n")
+    fails_in_one_line(
+        capsys,
+        ["tune", "--config", "config.yaml"],
+        f"model.class_path 'slowmlp.broken.MLP' cannot be imported ({error}",
+        "slowmlp.broken is found but fails to import; fix it until `python -c 'import slowmlp.broken'` works here",
+    )
+
+
 def test_the_debug_switch_shows_the_traceback(workdir, monkeypatch):
     from mnistperf.errors import ConfigError
 

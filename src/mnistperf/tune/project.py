@@ -55,6 +55,8 @@ def import_class(path: Path, section: str, class_path: Any, option: bool = False
         imported = importlib.import_module(module)
     except ImportError as exc:
         raise ConfigError(f"{where} cannot be imported ({exc}); {module_fix(module, exc, path)}") from exc
+    except Exception as exc:  # the module fails as it runs: a syntax error, an error raised at its import
+        raise ConfigError(f"{where} cannot be imported ({type(exc).__name__}: {exc}); {fails_inside(module)}") from exc
     found = getattr(imported, name, None)
     if found is None:
         classes = {key: value for key, value in vars(imported).items() if isinstance(value, type) and key[0] != "_"}
@@ -77,7 +79,7 @@ def module_fix(module: str, exc: ImportError, path: Path) -> str:
     """
     missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
     if missing is None or not (module == missing or module.startswith(f"{missing}.")):
-        return f"{module} is found but fails to import; fix it until `python -c 'import {module}'` works here"
+        return fails_inside(module)
     package, _, last = missing.rpartition(".")
     if package:
         found = importlib.import_module(package)  # imported on the way to the missing module
@@ -91,6 +93,11 @@ def module_fix(module: str, exc: ImportError, path: Path) -> str:
         "run from the project's folder or add it: "
         f"PYTHONPATH=/path/to/project python -m mnistperf tune --config {path} (or --import-path /path/to/project)"
     )
+
+
+def fails_inside(module: str) -> str:
+    """The fix for a module Python finds but cannot run to its end: the module's own, shown by importing it alone."""
+    return f"{module} is found but fails to import; fix it until `python -c 'import {module}'` works here"
 
 
 def cli_class(path: Path, class_path: str) -> type:

@@ -158,6 +158,7 @@ def test_name_without_from(capsys):
         (["--data.dataset", "../elsewhere"], "is neither a built-in dataset"),
         (["--data.data_dir", "s3://bucket/x"], "is remote, and the v2 pipeline reads local files only"),
         (["--data.dataset", "mine"], "data.dataset 'mine' is a dataset of your own"),
+        (["--data.dataset", "fashion"], "data.dataset 'fashion' is no built-in dataset (did you mean fashion_mnist?)"),
     ],
 )
 def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):

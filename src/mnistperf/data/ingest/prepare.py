@@ -27,6 +27,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from mnistperf.atomic import atomic_write, atomic_write_dir, place_taken, removing_new_folders
+from mnistperf.close_names import closest
 from mnistperf.data import schema
 from mnistperf.data.ingest import sources
 from mnistperf.errors import ConfigError, DataError
@@ -307,9 +308,14 @@ def _readable_rows(path: Path) -> int | None:
 
 
 def _require_own(dataset: str, data_dir: Path, path: Path) -> NoReturn:
-    """Raise the DataError for a missing split of a dataset of the user's own, saying where it is read from."""
+    """Raise the DataError for a missing split of a dataset of the user's own, saying where it is read from.
+
+    A name like a built-in dataset's (``fashion``) is answered with that one too.
+    """
+    meant = closest(dataset, [*sources.DATASETS, "synthetic"])
+    own = f"no built-in dataset (did you mean {meant}?), so a dataset of your own" if meant else "a dataset of your own"
     raise DataError(
-        f"{path} not found: data.dataset {dataset!r} is a dataset of your own, read from {data_dir / dataset}/ "
+        f"{path} not found: data.dataset {dataset!r} is {own}, read from {data_dir / dataset}/ "
         f"(train.parquet and test.parquet, or train/ and test/ folders of shards). Put them there, or convert a "
         f"folder of CSV or Hugging Face Parquet files with "
         f"`python -m mnistperf prepare --from DIR --name {dataset}{_data_dir_option(data_dir)}`."

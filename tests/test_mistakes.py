@@ -76,6 +76,16 @@ def test_a_corrupt_checkpoint_says_so(workdir, capsys, content):
         fails_in_one_line(capsys, argv, "--ckpt_path broken.ckpt is not a readable checkpoint")
 
 
+@pytest.mark.parametrize("command", ["validate", "test", "predict"])
+def test_a_corrupt_newest_checkpoint_is_named_before_lightning_loads_it(workdir, capsys, command):
+    newest = workdir / "lightning_logs" / "v2_pinned" / "version_0" / "checkpoints" / "epoch=0-step=1.ckpt"
+    newest.parent.mkdir(parents=True)
+    newest.write_bytes(b"PK\x03\x04 truncated zip")
+    argv = stage_argv("v2_pinned", *NO_WORKERS, command=command)
+    fails_in_one_line(capsys, argv, f"the newest checkpoint {newest.relative_to(workdir)} is not a readable checkpoint")
+    assert [p.name for p in (workdir / "lightning_logs" / "v2_pinned").iterdir()] == ["version_0"]
+
+
 def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
     import torch
 

@@ -53,7 +53,6 @@ def newest_checkpoint(command: str, config) -> Path:
             f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
             f"Train one with `python -m mnistperf fit {config_args}`, or pass --ckpt_path FILE."
         )
-    check_checkpoint(found[-1], picked=True)  # one line, before Lightning loads it
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
         print(
             f"mnistperf: {command} with {found[-1]} (the newest checkpoint in {folder}"

@@ -232,6 +232,7 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             warnings.filterwarnings("ignore", message=CHECKPOINT_FOLDER_CHANGED)
             if config.get("ckpt_path") is None:
                 config.ckpt_path = str(newest_checkpoint(subcommand, config))
+                check_checkpoint(config.ckpt_path, picked=True)
 
     @staticmethod
     def _resolve_precision(config) -> str:

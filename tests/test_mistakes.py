@@ -477,6 +477,9 @@ def test_an_empty_data_dir_offline_says_so_and_the_command_it_gives_prepares_it(
     empty.mkdir()
     args = fit_args("--data.dataset", "mnist", "--data.data_dir", str(empty), "--data.batch_size", "8")
     out, err = fails_in_one_line(capsys, args, f"mnistperf: error: data.data_dir {empty} holds no")
+    assert (
+        f"in no local folder searched ({tmp_path / 'no_system_datasets' / 'mnist'}, {empty / 'MNIST' / 'raw'})" in err
+    )
     assert [line.split(":")[0] for line in out.splitlines()] == ["mnistperf"] and out.startswith("mnistperf: fit on ")
     assert not any(empty.iterdir())
     command = re.search(r"Prepare it there with `([^`]+)`", err).group(1)
@@ -484,6 +487,12 @@ def test_an_empty_data_dir_offline_says_so_and_the_command_it_gives_prepares_it(
     main(shlex.split(command.replace("DIR", str(fake_raw.root)))[3:])
     main([*args, "--trainer.limit_val_batches", "1"])
     assert (empty / "MNIST" / "train.parquet").is_file()
+
+
+def test_a_source_root_without_the_files_is_named_where_the_fit_looked(tmp_path, capsys, fake_raw):
+    (tmp_path / "empty").mkdir()
+    args = fit_args("--data.dataset", "mnist", "--data.source_root", str(tmp_path / "empty"))
+    fails_in_one_line(capsys, args, f"in no local folder searched ({tmp_path / 'empty' / 'mnist'}, ")
 
 
 def test_offline_prepare_names_its_own_option_and_following_the_advice_prepares(tmp_path, capsys, fake_raw):

@@ -267,7 +267,9 @@ def require_preparable(dataset: str, data_dir: str | os.PathLike, source_root: s
         else "lacks " + ", ".join(str(path.relative_to(data_dir)) for path in missing)
     )
     raise DataError(
-        f"data.data_dir {data_dir} {lacks}, and its official files are in no local folder and cannot be downloaded "
+        f"data.data_dir {data_dir} {lacks}, and its official files are in no local folder searched "
+        f"({', '.join(str(d) for d in sources.candidate_dirs(spec, source_root, cache_dir, '--data.source_root'))}) "
+        "and cannot be downloaded "
         f"here. Prepare it there with `{recreate_command(dataset, data_dir, 'DIR', force=False)}`, where "
         f"DIR/{spec.source_folder}/ holds the four official .gz files; or pass --data.source_root DIR to this command."
     )

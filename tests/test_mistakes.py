@@ -36,6 +36,13 @@ def test_a_bench_whose_every_run_failed_fails(workdir, capsys, monkeypatch):
     assert (workdir / "out" / "results.md").read_text().startswith("# mnistperf bench (incomplete)")
 
 
+@pytest.mark.parametrize("limit", ["0", "-3"])
+def test_a_bench_limit_of_no_batches_is_refused_not_run_as_whole_epochs(capsys, monkeypatch, limit):
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
+    argv = ["bench", "--config-dir", str(CONFIGS), "--stages", "v2_pinned", "--limit-train-batches", limit]
+    fails_in_one_line(capsys, argv, f"--limit-train-batches {limit}: give at least 1, or leave it out for whole epochs")
+
+
 @pytest.mark.parametrize(
     "flag, key", [("--set", "data.num_wokers=2"), ("--sweep", "model.learning_rate=1,2"), ("--set", "optimizer.lr=1")]
 )

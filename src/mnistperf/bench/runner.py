@@ -150,6 +150,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     opts = parser.parse_args(argv)
     if opts.epochs < 1 or opts.repeats < 1:
         raise ConfigError("--epochs and --repeats must be at least 1.")
+    if opts.limit_train_batches is not None and opts.limit_train_batches < 1:  # 0 would read as whole epochs
+        raise ConfigError(
+            f"--limit-train-batches {opts.limit_train_batches}: give at least 1, or leave it out for whole epochs."
+        )
     if opts.loader_only and opts.sweep:
         raise ConfigError("--loader-only takes no --sweep; use --set data.KEY=VALUE instead.")
     # The bench's own options are the one place epochs and batch limits are set, so its header and

@@ -119,6 +119,10 @@ def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
             "--out notes.txt: a file; give a folder for the results, e.g. --out notes.txt-results",
         ),
         (
+            fit_args("--trainer.logger.init_args.save_dir", "notes.txt"),
+            "the runs' folder notes.txt/v2_pinned: notes.txt is a file, not a folder; give trainer.logger",
+        ),
+        (
             ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--out", "data"],
             "--out data: a folder; give a file for the tuned config, e.g. --out data/tuned.yaml",
         ),
@@ -127,7 +131,16 @@ def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
             "--out notes.txt/tuned.yaml: notes.txt is a file, not a folder; give a file for the tuned config",
         ),
     ],
-    ids=["fit", "fit-below-a-file", "prepare", "prepare-below-a-file", "bench", "tune-folder", "tune-below-a-file"],
+    ids=[
+        "fit",
+        "fit-below-a-file",
+        "prepare",
+        "prepare-below-a-file",
+        "bench",
+        "fit-runs",
+        "tune-folder",
+        "tune-below-a-file",
+    ],
 )
 def test_a_place_to_write_that_cannot_be_is_said_before_any_work(workdir, capsys, monkeypatch, argv, expected):
     """A folder where a file goes, a file where a folder goes, or a file on the way: one line before anything runs."""

@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
+from mnistperf.atomic import place_taken
 from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
@@ -27,7 +28,7 @@ from mnistperf.data.pipelines import registry
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes
 from mnistperf.errors import ConfigError, MnistperfError
-from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint
+from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint, runs_folder
 from mnistperf.lightning_cli.configs import given_configs, read_config, stage_names
 from mnistperf.lightning_cli.parser_errors import OneLineErrorParser
 from mnistperf.machine import run_device
@@ -223,6 +224,12 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                 flush=True,
             )
         if subcommand:
+            taken = place_taken(runs_folder(config), folder=True)
+            if taken is not None:  # said before the data is read and the model built, not by the logger
+                raise ConfigError(
+                    f"the runs' folder {runs_folder(config)}: {taken}; give trainer.logger.init_args.save_dir "
+                    "(or trainer.default_root_dir) a folder, e.g. lightning_logs"
+                )
             check_checkpoint(config.get("ckpt_path"))  # one line, before Lightning loads it
             if config.data.dataset in DATASETS and not is_uri(config.data.data_dir):  # before Lightning says more
                 prepare.require_preparable(config.data.dataset, config.data.data_dir, config.data.source_root)

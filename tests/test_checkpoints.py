@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import NO_WORKERS, newest_checkpoint, run_stage
 
+from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.model import ImageClassifier
 from mnistperf.model.checkpoint import follow_the_run
 
@@ -215,6 +216,21 @@ def test_an_interrupted_fit_writes_the_finished_epochs_timing_marked_interrupted
     out = capsys.readouterr().out
     assert out.count("Verdict: ") == 1 and out.count("timing summary written to") == 1
     assert "Interrupted: the figures cover the 1 finished epoch(s)" in out
+
+
+def test_a_fit_interrupted_before_its_first_step_leaves_no_run_folder(workdir, monkeypatch):
+    def interrupt(self, stage):
+        raise KeyboardInterrupt  # Ctrl-C while the data is read
+
+    monkeypatch.setattr(MNISTDataModule, "setup", interrupt)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            run_stage("v2_pinned", *SMALL, epochs=1)
+    finally:
+        signal.signal(signal.SIGINT, handler)  # Lightning's graceful shutdown ignores further Ctrl-C
+    assert exit_info.value.code == 1
+    assert not (workdir / "lightning_logs").exists()
 
 
 def test_a_finished_fit_says_it_was_not_interrupted(workdir, v2_checkpoint):

@@ -33,6 +33,7 @@ def test_damage_anywhere_is_caught_before_training_and_the_fix_works_pasted(
     argv = fit("mine", pipeline, source_root=fake_raw.root)
     out, err = fails_in_one_line(capsys, argv, f"mnistperf: error: {damaged} ")
     assert "epoch" not in out.lower(), out
+    assert not (tmp_path / "lightning_logs").exists(), "a fit that never started left a run folder"
     fix = re.search(r"re-create it with `([^`]+)`", err).group(1)
     assert fix == f"python -m mnistperf prepare --force --dataset mnist --data-dir mine --source-root {fake_raw.root}"
     if pipeline == "v2":  # pasted, the fix rebuilds that file, and the same fit then trains

@@ -36,11 +36,37 @@ def test_a_bench_whose_every_run_failed_fails(workdir, capsys, monkeypatch):
     assert (workdir / "out" / "results.md").read_text().startswith("# mnistperf bench (incomplete)")
 
 
+@pytest.mark.parametrize("limit", ["0", "-3"])
+def test_a_bench_limit_of_no_batches_is_refused_not_run_as_whole_epochs(capsys, monkeypatch, limit):
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
+    argv = ["bench", "--config-dir", str(CONFIGS), "--stages", "v2_pinned", "--limit-train-batches", limit]
+    fails_in_one_line(capsys, argv, f"--limit-train-batches {limit}: give at least 1, or leave it out for whole epochs")
+
+
 @pytest.mark.parametrize(
     "flag, key", [("--set", "data.num_wokers=2"), ("--sweep", "model.learning_rate=1,2"), ("--set", "optimizer.lr=1")]
 )
 def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag, key):
     fails_in_one_line(capsys, ["bench", "--config-dir", str(CONFIGS), flag, key], "no stage config has this option")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--stages", ""], "--stages '' names no stage; give one or more, e.g. --stages v2_pinned."),
+        (["--stages", ","], "--stages ',' names no stage"),
+        (["--stages", "v2_pinned", "--reference-rows", "v2_pined"], "--reference-rows: no config"),
+        (["--stages", "v2_pinned", "--config-dir", "confgs"], "--config-dir confgs: no such folder; give the folder"),
+    ],
+)
+def test_a_bench_that_names_no_stage_it_can_run_is_refused_naming_the_option(
+    tmp_path, capsys, monkeypatch, argv, expected
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
+    config_dir = [] if "--config-dir" in argv else ["--config-dir", str(CONFIGS)]
+    fails_in_one_line(capsys, ["bench", *config_dir, *argv], expected)
+    assert not any(tmp_path.iterdir())
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -57,6 +83,17 @@ def test_a_corrupt_checkpoint_says_so(workdir, capsys, content):
         fails_in_one_line(capsys, argv, "--ckpt_path broken.ckpt is not a readable checkpoint")
 
 
+@pytest.mark.parametrize("command", ["validate", "test", "predict", "fit --ckpt_path last"])
+def test_a_corrupt_newest_checkpoint_is_named_before_lightning_loads_it(workdir, capsys, command):
+    newest = workdir / "lightning_logs" / "v2_pinned" / "version_0" / "checkpoints" / "epoch=0-step=1.ckpt"
+    newest.parent.mkdir(parents=True)
+    newest.write_bytes(b"PK\x03\x04 truncated zip")
+    command, *resumed = command.split()
+    argv = stage_argv("v2_pinned", *NO_WORKERS, *resumed, command=command, epochs=1 if resumed else None)
+    fails_in_one_line(capsys, argv, f"the newest checkpoint {newest.relative_to(workdir)} is not a readable checkpoint")
+    assert [p.name for p in (workdir / "lightning_logs" / "v2_pinned").iterdir()] == ["version_0"]
+
+
 def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
     import torch
 
@@ -65,9 +102,54 @@ def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
 
 
 # ---------------------------------------------------------------- paths
-def test_a_data_dir_that_is_a_file(workdir, capsys):
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (fit_args("--data.data_dir", "notes.txt"), "data.data_dir notes.txt: a file; give the folder"),
+        (
+            fit_args("--data.data_dir", "notes.txt/data"),
+            "data.data_dir notes.txt/data: notes.txt is a file, not a folder",
+        ),
+        (
+            ["prepare", "--data-dir", "notes.txt"],
+            "--data-dir notes.txt: a file; give a folder for the datasets, e.g. --data-dir data",
+        ),
+        (["prepare", "--data-dir", "notes.txt/data"], "--data-dir notes.txt/data: notes.txt is a file, not a folder"),
+        (
+            ["bench", "--stages", "v2_pinned", "--config-dir", str(CONFIGS), "--out", "notes.txt"],
+            "--out notes.txt: a file; give a folder for the results, e.g. --out notes.txt-results",
+        ),
+        (
+            fit_args("--trainer.logger.init_args.save_dir", "notes.txt"),
+            "the runs' folder notes.txt/v2_pinned: notes.txt is a file, not a folder; give trainer.logger",
+        ),
+        (
+            ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--out", "data"],
+            "--out data: a folder; give a file for the tuned config, e.g. --out data/tuned.yaml",
+        ),
+        (
+            ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--out", "notes.txt/tuned.yaml"],
+            "--out notes.txt/tuned.yaml: notes.txt is a file, not a folder; give a file for the tuned config",
+        ),
+    ],
+    ids=[
+        "fit",
+        "fit-below-a-file",
+        "prepare",
+        "prepare-below-a-file",
+        "bench",
+        "fit-runs",
+        "tune-folder",
+        "tune-below-a-file",
+    ],
+)
+def test_a_place_to_write_that_cannot_be_is_said_before_any_work(workdir, capsys, monkeypatch, argv, expected):
+    """A folder where a file goes, a file where a folder goes, or a file on the way: one line before anything runs."""
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
     (workdir / "notes.txt").write_text("x")
-    fails_in_one_line(capsys, fit_args("--data.data_dir", "notes.txt"), "data.data_dir notes.txt is a file")
+    before = sorted(workdir.rglob("*"))
+    fails_in_one_line(capsys, argv, expected)
+    assert sorted(workdir.rglob("*")) == before
 
 
 def test_a_named_source_root_that_does_not_exist_is_not_passed_over(tmp_path, capsys, fake_raw):
@@ -107,10 +189,12 @@ def test_name_without_from(capsys):
         (["--data.dataset", "../elsewhere"], "is neither a built-in dataset"),
         (["--data.data_dir", "s3://bucket/x"], "is remote, and the v2 pipeline reads local files only"),
         (["--data.dataset", "mine"], "data.dataset 'mine' is a dataset of your own"),
+        (["--data.dataset", "fashion"], "data.dataset 'fashion' is no built-in dataset (did you mean fashion_mnist?)"),
     ],
 )
 def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
     fails_in_one_line(capsys, fit_args(*override), expected)
+    assert not (workdir / "lightning_logs").exists(), "a fit that never started left a run folder"
 
 
 @pytest.mark.parametrize(
@@ -156,6 +240,28 @@ def test_a_value_of_the_wrong_type_is_named_in_the_users_words(workdir, capsys, 
 def test_hints_named_by_a_path_that_holds_none_are_one_line(workdir, capsys, hints, expected):
     err = fails_in_one_line(capsys, fit_args("--trainer.callbacks.init_args.hints", hints), expected).err
     assert err.startswith(f"mnistperf: error: EpochTimer's hints {hints!r}"), err
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (
+            ["--trainer.callbacks.init_args.input_bound_share", "2"],
+            "EpochTimer(input_bound_share=2.0): input_bound_share takes a share above 0 and at most 1",
+        ),
+        (
+            ["--trainer.callbacks.init_args.busy_window_steps", "-1"],
+            "EpochTimer(busy_window_steps=-1): busy_window_steps takes a count of steps, 0 or more",
+        ),
+        (
+            ["--trainer.callbacks+=mnistperf.diagnosis.SampleAudit", "--trainer.callbacks.init_args.sample_dims", "0"],
+            "SampleAudit(sample_dims=0): sample_dims takes a count of leading dimensions, 1 or more",
+        ),
+    ],
+)
+def test_a_callback_argument_out_of_range_in_a_config_is_one_line(workdir, capsys, options, expected):
+    fails_in_one_line(capsys, fit_args(*options), expected)
+    assert not (workdir / "lightning_logs").exists()
 
 
 def test_a_value_of_the_wrong_type_in_a_config_file_is_named_the_same_way(workdir, capsys):
@@ -222,6 +328,31 @@ def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command)
     assert "v1_naive.yaml, " in err and "streaming" in err
 
 
+@pytest.mark.parametrize("command", ["fit", "validate", "tune"])
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("configs", None, "--config configs: a folder, not a config file; give one of its YAML files (configs/a.yaml)"),
+        ("model.ckpt", b"PK\x03\x04\xff\xfe", "--config model.ckpt: not text, so no YAML config"),
+        ("broken.yaml", b"trainer: [1\n", "broken.yaml: not a config {command} can read ("),
+        ("empty.yaml", b"", "empty.yaml: holds nothing, not the mapping of a LightningCLI config"),
+        ("list.yaml", b"- 1\n", "list.yaml: holds list, not the mapping of a LightningCLI config"),
+    ],
+    ids=["folder", "binary", "bad-yaml", "empty", "list"],
+)
+def test_a_config_that_is_no_yaml_mapping_is_named_in_one_line(
+    tmp_path, monkeypatch, capsys, command, name, content, expected
+):
+    monkeypatch.chdir(tmp_path)
+    if content is None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.yaml").write_text("trainer: {}\n")
+    else:
+        (tmp_path / name).write_bytes(content)
+    fails_in_one_line(capsys, [command, "--config", name], expected.format(command=command))
+    assert not (tmp_path / "lightning_logs").exists()
+
+
 @pytest.mark.parametrize("command", ["fit", "tune"])
 def test_a_misspelt_config_in_a_project_of_ones_own_is_answered_with_its_yaml_files(
     tmp_path, monkeypatch, capsys, command
@@ -280,6 +411,21 @@ def test_a_misspelt_class_path_in_an_importable_project_gets_the_name_meant(own_
     (own_project / "config.yaml").write_text(f"model:\n  class_path: {class_path}\n")
     err = fails_in_one_line(capsys, ["tune", "--config", "config.yaml"], f"model.class_path '{class_path}'", meant).err
     assert "PYTHONPATH" not in err  # the project is importable: the path is not what is wrong
+
+
+@pytest.mark.parametrize(
+    "source, error",
+    [("def f(:\n", "SyntaxError: "), ("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here")],
+)
+def test_a_module_of_ones_own_that_fails_as_it_runs_is_one_line(own_project, capsys, source, error):
+    (own_project / "slowmlp" / "broken.py").write_text(source)
+    (own_project / "config.yaml").write_text("model:\n  class_path: slowmlp.broken.MLP\n")
+    fails_in_one_line(
+        capsys,
+        ["tune", "--config", "config.yaml"],
+        f"model.class_path 'slowmlp.broken.MLP' cannot be imported ({error}",
+        "slowmlp.broken is found but fails to import; fix it until `python -c 'import slowmlp.broken'` works here",
+    )
 
 
 def test_the_debug_switch_shows_the_traceback(workdir, monkeypatch):
@@ -352,6 +498,9 @@ def test_an_empty_data_dir_offline_says_so_and_the_command_it_gives_prepares_it(
     empty.mkdir()
     args = fit_args("--data.dataset", "mnist", "--data.data_dir", str(empty), "--data.batch_size", "8")
     out, err = fails_in_one_line(capsys, args, f"mnistperf: error: data.data_dir {empty} holds no")
+    assert (
+        f"in no local folder searched ({tmp_path / 'no_system_datasets' / 'mnist'}, {empty / 'MNIST' / 'raw'})" in err
+    )
     assert [line.split(":")[0] for line in out.splitlines()] == ["mnistperf"] and out.startswith("mnistperf: fit on ")
     assert not any(empty.iterdir())
     command = re.search(r"Prepare it there with `([^`]+)`", err).group(1)
@@ -359,6 +508,12 @@ def test_an_empty_data_dir_offline_says_so_and_the_command_it_gives_prepares_it(
     main(shlex.split(command.replace("DIR", str(fake_raw.root)))[3:])
     main([*args, "--trainer.limit_val_batches", "1"])
     assert (empty / "MNIST" / "train.parquet").is_file()
+
+
+def test_a_source_root_without_the_files_is_named_where_the_fit_looked(tmp_path, capsys, fake_raw):
+    (tmp_path / "empty").mkdir()
+    args = fit_args("--data.dataset", "mnist", "--data.source_root", str(tmp_path / "empty"))
+    fails_in_one_line(capsys, args, f"in no local folder searched ({tmp_path / 'empty' / 'mnist'}, ")
 
 
 def test_offline_prepare_names_its_own_option_and_following_the_advice_prepares(tmp_path, capsys, fake_raw):
@@ -414,5 +569,5 @@ def test_a_report_that_cannot_go_where_out_says_is_one_line_and_leaves_nothing(t
     (tmp_path / "afile").write_text("a file, not a folder")
     before = sorted(str(path) for path in tmp_path.rglob("*"))
     err = fails_in_one_line(capsys, ["report", "run", "--html", "--out", out], f"--out {out}: ").err
-    assert ("afile is a file, not a folder" in err) if "afile" in out else ("a folder; give a file" in err)
+    assert ("afile is a file, not a folder" in err) if "afile" in out else ("a folder; give --out FILE" in err)
     assert sorted(str(path) for path in tmp_path.rglob("*")) == before

@@ -178,6 +178,13 @@ def bad_source(tmp_path: Path, case: str) -> Path:
     source = tmp_path / "source"
     if case == "no train split":
         kaggle_csv(source / "test.csv", images, labels)
+    elif case == "a word among the pixels":
+        kaggle_csv(source / "test.csv", images, labels)
+        kaggle_csv(source / "train.csv", images, labels)
+        lines = (source / "train.csv").read_text().splitlines()
+        fields = lines[2].split(",")
+        lines[2] = ",".join([fields[0], "x", *fields[2:]])  # a row's first pixel a word
+        (source / "train.csv").write_text("\n".join(lines) + "\n")
     elif case == "783 columns":
         kaggle_csv(source / "test.csv", images, labels)
         (source / "train.csv").write_text("\n".join(",".join(["1"] * 783) for _ in range(3)) + "\n")
@@ -196,6 +203,10 @@ def bad_source(tmp_path: Path, case: str) -> Path:
     [
         ("no train split", "has no train split: expected CSV or Parquet files named like"),
         ("783 columns", "train.csv has 783 columns and no header; expected 785"),
+        (
+            "a word among the pixels",
+            "train.csv: column pixel1 holds string values, not whole numbers; labels must be 0..9 and pixels 0..255",
+        ),
         ("not 28x28 grayscale", "train.parquet: the image in row 0 is 32x32 RGB; expected 28x28 grayscale"),
         ("png does not decode", "train.parquet: the image in row 0 does not decode"),
     ],

@@ -156,6 +156,19 @@ def test_interrupted_write_leaves_no_partial_file(fake_raw, tmp_path, monkeypatc
     assert not (tmp_path / "data").exists()  # no partial file, and no folder the preparation made
 
 
+def test_ctrl_c_in_prepare_is_one_line_not_a_traceback(fake_raw, tmp_path, monkeypatch, capsys):
+    def write_half_then_die(table, where, **kwargs):
+        Path(where).write_bytes(b"PAR1 partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare.pq, "write_table", write_half_then_die)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prepare", "--dataset", "mnist", "--source-root", str(fake_raw.root), "--data-dir", str(tmp_path / "d")])
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == "mnistperf: interrupted; what was being written is not kept\n"
+    assert not (tmp_path / "d").exists()
+
+
 def test_two_prepares_at_once_both_end_with_correct_files(fake_raw, tmp_path):
     data, errors = tmp_path / "data", []
 

@@ -106,6 +106,19 @@ def removing_new_folders(folder: Path) -> Iterator[None]:
         raise
 
 
+def place_taken(target: Path, folder: bool = False) -> str | None:
+    """What stops ``target`` from being written as a file (made as a folder where ``folder``), else None.
+
+    Said before the work whose result goes there, so that a wrong path is said at once, not after it.
+    """
+    if target.exists() and target.is_dir() != folder:
+        return "a folder" if target.is_dir() else "a file"
+    blocking = next((parent for parent in target.parents if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        return f"{blocking} is a file, not a folder"
+    return None
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mnistperf.atomic import place_taken
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.install_check import check_torchvision
@@ -94,6 +95,9 @@ def prepare_command(argv: Sequence[str]) -> None:
     opts = parser.parse_args(argv)
     if opts.name is not None and opts.source is None:
         parser.error("--name goes with --from DIR, the folder to import")
+    taken = place_taken(Path(opts.data_dir), folder=True)
+    if taken is not None:  # said before the files are read and converted
+        raise ConfigError(f"--data-dir {opts.data_dir}: {taken}; give a folder for the datasets, e.g. --data-dir data")
     if opts.source is not None:
         from mnistperf.data.ingest import importer
 
@@ -138,6 +142,11 @@ def main(args: Sequence[str] | None = None) -> None:
             raise
         print(f"mnistperf: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:  # Ctrl-C where nothing caught it (fit, bench and tune do): every write is atomic
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print("mnistperf: interrupted; what was being written is not kept", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def end_process_group() -> None:

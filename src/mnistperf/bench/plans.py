@@ -19,6 +19,7 @@ from mnistperf.bench import published
 from mnistperf.bench.columns import Row
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import ConfigError
+from mnistperf.lightning_cli.configs import CHECKOUT_CONFIGS
 from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
 
 
@@ -30,15 +31,22 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
     return key.strip(), [v.strip() for v in values.split(",") if v.strip()]
 
 
-def resolve_stages(text: str, config_dir: Path) -> list[tuple[str, Path]]:
-    """(name, config path) of every stage --stages names ('all': the ladder and the stages beyond it)."""
+def resolve_stages(text: str, config_dir: Path, option: str = "--stages") -> list[tuple[str, Path]]:
+    """(name, config path) of every stage ``option`` names ('all': the ladder and the stages beyond it)."""
     names = published.LADDER + published.BEYOND if text == "all" else [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise ConfigError(f"{option} {text!r} names no stage; give one or more, e.g. {option} v2_pinned.")
     stages = []
     for name in names:
         path = Path(name) if name.endswith(".yaml") else config_dir / f"{name}.yaml"
+        if not path.is_file() and path.parent == config_dir and not config_dir.is_dir():
+            checkout = f", e.g. --config-dir {CHECKOUT_CONFIGS}" if CHECKOUT_CONFIGS.is_dir() else ""
+            raise ConfigError(
+                f"--config-dir {config_dir}: no such folder; give the folder of the stage configs{checkout}."
+            )
         if not path.is_file():
             known = ", ".join(sorted(p.stem for p in config_dir.glob("*.yaml"))) or "none"
-            raise ConfigError(f"--stages: no config {path} (stages in {config_dir}: {known}).")
+            raise ConfigError(f"{option}: no config {path} (stages in {config_dir}: {known}).")
         stages.append((path.stem, path))
     return stages
 
@@ -97,7 +105,7 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
             label = stage + "".join(f" {k.split('.')[-1]}={v}" for k, v in overrides.items())
             plans.append(plan(Row(label, stage, overrides), path, combo))
     for stage in reference_row_stages(opts.reference_rows, [name for name, _ in stages]):
-        path = dict(stages).get(stage) or resolve_stages(stage, opts.config_dir)[0][1]
+        path = dict(stages).get(stage) or resolve_stages(stage, opts.config_dir, "--reference-rows")[0][1]
         # Both take the fit command line itself, so every override applies to them too.
         plans.append(plan(Row(f"bare Lightning ({stage})", stage, runner="bare"), path, flags=["--bare-lightning"]))
         plans.append(plan(Row(f"plain PyTorch ({stage})", stage, runner="plain"), path))

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from mnistperf.atomic import place_taken
 from mnistperf.bench import published
 from mnistperf.bench.chart import redraw_chart
 from mnistperf.bench.columns import REFERENCE_RUNNERS, markdown_table
@@ -149,6 +150,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     opts = parser.parse_args(argv)
     if opts.epochs < 1 or opts.repeats < 1:
         raise ConfigError("--epochs and --repeats must be at least 1.")
+    if opts.limit_train_batches is not None and opts.limit_train_batches < 1:  # 0 would read as whole epochs
+        raise ConfigError(
+            f"--limit-train-batches {opts.limit_train_batches}: give at least 1, or leave it out for whole epochs."
+        )
     if opts.loader_only and opts.sweep:
         raise ConfigError("--loader-only takes no --sweep; use --set data.KEY=VALUE instead.")
     # The bench's own options are the one place epochs and batch limits are set, so its header and
@@ -224,6 +229,9 @@ def bench_command(argv: Sequence[str]) -> None:
         return
     plans = plan_runs(opts)
     out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
+    taken = place_taken(out, folder=True)
+    if taken is not None:
+        raise ConfigError(f"--out {out}: {taken}; give a folder for the results, e.g. --out {out.name}-results")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}
     rows = [plan.row for plan in plans]
     print(header(opts, plans, out), flush=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from mnistperf.atomic import place_taken
 from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.errors import ConfigError
 
@@ -84,9 +85,10 @@ class LoaderOptions:
 
     def __post_init__(self) -> None:
         """Reject option values that cannot work, naming the option and the fix."""
-        if not is_uri(self.data_dir) and Path(self.data_dir).exists() and not Path(self.data_dir).is_dir():
+        taken = None if is_uri(self.data_dir) else place_taken(Path(self.data_dir), folder=True)
+        if taken is not None:
             raise ConfigError(
-                f"data.data_dir {self.data_dir} is a file; give the folder that holds the datasets (data/ by default)."
+                f"data.data_dir {self.data_dir}: {taken}; give the folder that holds the datasets (data/ by default)."
             )
         if not _FOLDER_NAME.match(str(self.dataset)):
             names = ", ".join([*DATASETS, "synthetic"])

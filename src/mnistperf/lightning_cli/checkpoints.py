@@ -12,10 +12,12 @@ from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import ConfigError
 
 
-def check_checkpoint(path) -> None:
-    """An explicit checkpoint path must be a readable Lightning checkpoint (not 'last', 'best', ...)."""
+def check_checkpoint(path, picked: bool = False) -> None:
+    """An explicit checkpoint path (not 'last', 'best', ...), or the config's newest one picked, must be readable."""
     if path is None or str(path) in ("last", "best", "hpc", "registry"):
         return
+    said = f"the newest checkpoint {path}" if picked else f"--ckpt_path {path}"
+    fix = "delete it, or pass --ckpt_path FILE" if picked else "use another one"
     if not Path(path).is_file():
         raise ConfigError(
             f"--ckpt_path {path}: no such file; give a checkpoint written by fit "
@@ -25,11 +27,11 @@ def check_checkpoint(path) -> None:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated zip, pickle garbage, ...: torch raises many kinds
         raise ConfigError(
-            f"--ckpt_path {path} is not a readable checkpoint ({type(exc).__name__}); "
-            "it may be truncated or not a checkpoint: use another one."
+            f"{said} is not a readable checkpoint ({type(exc).__name__}); "
+            f"it may be truncated or not a checkpoint: {fix}."
         ) from None
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise ConfigError(f"--ckpt_path {path} holds no model state_dict; give a checkpoint written by fit.")
+        raise ConfigError(f"{said} holds no model state_dict; give a checkpoint written by fit.")
 
 
 def runs_folder(config) -> Path:

@@ -1,11 +1,16 @@
-"""The stage configs and a user's YAML files by name, and the line for a ``--config`` that does not exist."""
+"""The stage configs and a user's YAML files: by name, a ``--config`` file read, the line for one that is not there."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from mnistperf.close_names import closest
+from mnistperf.errors import ConfigError
 
 # The stage configs of a checkout, for when fit runs from elsewhere than its root.
 CHECKOUT_CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -34,6 +39,38 @@ def missing_config(path: Path) -> str:
         )
     suggestion = f"; did you mean {folder / meant}?" if meant else "."
     return f"--config {shown}: no such file{suggestion} The YAML files in {folder}/ are {', '.join(names)}"
+
+
+def read_config(path: Path, command: str) -> dict[str, Any]:
+    """A ``--config`` file as a mapping; one line naming the file and what is wrong where it cannot be read as one."""
+    if path.is_dir():
+        names = ", ".join(str(path / name) for name in yaml_files(path)) or "none"
+        raise ConfigError(f"--config {path}: a folder, not a config file; give one of its YAML files ({names}).")
+    try:
+        config = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot be read ({exc.strerror}); give a readable YAML file.") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(f"--config {path}: not text, so no YAML config; give the config {command} reads.") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise ConfigError(f"{path}: not a config {command} can read ({problem}{where}); fix the YAML there.") from exc
+    if not isinstance(config, dict):
+        held = "nothing" if config is None else type(config).__name__
+        raise ConfigError(
+            f"{path}: holds {held}, not the mapping of a LightningCLI config (trainer:, model:, data:); "
+            "give the config your project's `fit --config` takes."
+        )
+    return config
+
+
+def given_configs(args: Sequence[str]) -> list[Path]:
+    """The files a command line's ``--config`` names that are there (one that is not is the parser's to answer)."""
+    named = [value for option, value in zip(args, args[1:], strict=False) if option == "--config"]
+    named += [arg.removeprefix("--config=") for arg in args if arg.startswith("--config=")]
+    return [Path(name) for name in named if Path(name).exists()]
 
 
 def file_meant(path: Path, names: list[str]) -> str | None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import textwrap
 import warnings
 from argparse import RawDescriptionHelpFormatter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -16,6 +18,7 @@ from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
+from mnistperf.atomic import place_taken
 from mnistperf.console import device_line, matmul_precision_note
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
@@ -25,8 +28,8 @@ from mnistperf.data.pipelines import registry
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes
 from mnistperf.errors import ConfigError, MnistperfError
-from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint, resumed_checkpoint
-from mnistperf.lightning_cli.configs import stage_names
+from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint, resumed_checkpoint, runs_folder
+from mnistperf.lightning_cli.configs import given_configs, read_config, stage_names
 from mnistperf.lightning_cli.parser_errors import OneLineErrorParser
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
@@ -74,6 +77,7 @@ def fit_description() -> str:
 
 
 EVAL_COMMANDS = ("validate", "test", "predict")
+EVENT_FILE = "events.out.tfevents."  # how TensorBoard's event files are named
 FIT_USAGE = "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]"
 
 
@@ -106,23 +110,49 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         self._announce_subcommand = run
         given = sys.argv[1:] if args is None else args
         self._asked = given[0] if run and given and given[0] in LightningCLI.subcommands() else None
-        super().__init__(
-            ImageClassifier,
-            MNISTDataModule,
-            save_config_kwargs={"overwrite": True},
-            args=args,
-            run=run,
-            parser_class=OneLineErrorParser,
-            parser_kwargs={
-                "prog": "mnistperf",
-                "formatter_class": KeepDescriptionLines,
-                **(
-                    {"fit": {"usage": FIT_USAGE, "description": fit_description()}}
-                    if "fit" in self.subcommands()
-                    else {}
-                ),
-            },
-        )
+        for path in given_configs(given):  # one line where the parser would answer in its own words, or a traceback
+            read_config(path, self._asked or "fit")
+        try:
+            super().__init__(
+                ImageClassifier,
+                MNISTDataModule,
+                save_config_kwargs={"overwrite": True},
+                args=args,
+                run=run,
+                parser_class=OneLineErrorParser,
+                parser_kwargs={
+                    "prog": "mnistperf",
+                    "formatter_class": KeepDescriptionLines,
+                    **(
+                        {"fit": {"usage": FIT_USAGE, "description": fit_description()}}
+                        if "fit" in self.subcommands()
+                        else {}
+                    ),
+                },
+            )
+        except (MnistperfError, SystemExit):  # the user's mistake, or Ctrl-C (Lightning exits): no empty run left
+            self._remove_empty_run()
+            raise
+
+    def _remove_empty_run(self) -> None:
+        """Remove the run folder a command stopped before its first step left empty, and its parents left empty.
+
+        The logger makes it before the data is set up, where a missing or damaged file is found (or Ctrl-C comes while
+        it is read): kept, each such stop would leave a version_N holding nothing but an empty TensorBoard event file.
+        """
+        trainer = getattr(self, "trainer", None)
+        folder = getattr(trainer and trainer.logger, "log_dir", None)
+        if trainer is None or folder is None or trainer.global_step > 0 or not trainer.is_global_zero:
+            return
+        folder = Path(folder)
+        found = list(folder.iterdir()) if folder.is_dir() else []
+        if not found or not all(path.is_file() and path.name.startswith(EVENT_FILE) for path in found):
+            return
+        for path in found:
+            path.unlink()
+        for empty in (folder, *folder.parents[:2]):  # version_N, then the run's name and save_dir where now empty
+            with contextlib.suppress(OSError):
+                empty.rmdir()
 
     def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
         """Lightning's subcommands; where the command line names one, that one alone, whose parser alone is built."""
@@ -194,6 +224,12 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                 flush=True,
             )
         if subcommand:
+            taken = place_taken(runs_folder(config), folder=True)
+            if taken is not None:  # said before the data is read and the model built, not by the logger
+                raise ConfigError(
+                    f"the runs' folder {runs_folder(config)}: {taken}; give trainer.logger.init_args.save_dir "
+                    "(or trainer.default_root_dir) a folder, e.g. lightning_logs"
+                )
             check_checkpoint(config.get("ckpt_path"))  # one line, before Lightning loads it
             if config.data.dataset in DATASETS and not is_uri(config.data.data_dir):  # before Lightning says more
                 prepare.require_preparable(config.data.dataset, config.data.data_dir, config.data.source_root)
@@ -203,8 +239,10 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             warnings.filterwarnings("ignore", message=CHECKPOINT_FOLDER_CHANGED)
             if config.get("ckpt_path") is None:
                 config.ckpt_path = str(newest_checkpoint(subcommand, config))
+                check_checkpoint(config.ckpt_path, picked=True)
         elif subcommand == "fit" and config.get("ckpt_path") == "last":
             config.ckpt_path = resumed_checkpoint(config)
+            check_checkpoint(config.ckpt_path, picked=True)
 
     @staticmethod
     def _resolve_precision(config) -> str:

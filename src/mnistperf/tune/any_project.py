@@ -20,7 +20,7 @@ from mnistperf.diagnosis.measure.loader_options import SPEED_SETTINGS
 from mnistperf.errors import ConfigError
 from mnistperf.tune import end_to_end
 from mnistperf.tune.knobs import ARG, Knobs, parse_knob
-from mnistperf.tune.options import budget_s, tune_parser
+from mnistperf.tune.options import budget_s, check_out, tune_parser
 from mnistperf.tune.project import Project, load
 from mnistperf.tune.report import findings, trials_table
 from mnistperf.tune.search import Outcome
@@ -90,6 +90,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the untouched settings' trial alone takes")
+    check_out(opts.out)
     for name, least in (("steps", 1), ("epochs", 2), ("repeats", 1)):
         if getattr(opts, name) < least:
             raise ConfigError(f"--{name} {getattr(opts, name)}: give at least {least}.")

@@ -19,16 +19,16 @@ from mnistperf.atomic import atomic_write_text
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
-from mnistperf.lightning_cli.configs import missing_config
+from mnistperf.lightning_cli.configs import missing_config, read_config
 from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
 from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.model import ImageClassifier
 from mnistperf.tune import stages
 from mnistperf.tune.any_project import tune_project_command
-from mnistperf.tune.options import budget_s, tune_parser
+from mnistperf.tune.options import budget_s, check_out, tune_parser
 from mnistperf.tune.probes import Probes
-from mnistperf.tune.project import fit_section, names_classes, read_yaml
+from mnistperf.tune.project import fit_section, names_classes
 from mnistperf.tune.search import Outcome, describe
 
 DESCRIPTION = (
@@ -50,6 +50,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the step alone and one loader take")
+    check_out(opts.out)
     if not opts.config.is_file():
         raise ConfigError(missing_config(opts.config))
     return opts
@@ -121,9 +122,9 @@ def names_its_classes(argv: Sequence[str]) -> bool:
     path = known.config
     if known.cli is not None:  # only another project has a CLI class of its own
         return True
-    if path is None or not path.is_file():
+    if path is None or not path.exists():
         return False
-    whole = read_yaml(path)
+    whole = read_config(path, "tune")
     if names_classes(whole):
         return True
     config = fit_section(whole)  # a config nested under fit: too, its sections named as such

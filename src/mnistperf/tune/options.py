@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mnistperf.atomic import place_taken
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.errors import ConfigError
 from mnistperf.tune.policy import BATCH_MULTIPLES
@@ -44,6 +45,14 @@ def tune_parser(description: str, config_help: str, set_example: str, batch_chan
         f"{batch_changes} (default: off)",
     )
     return parser
+
+
+def check_out(out: Path) -> None:
+    """``--out`` must be a file that can be written once the measuring is done: not a folder, no file on its way."""
+    taken = place_taken(out)
+    if taken is not None:
+        example = out / "tuned.yaml" if out.is_dir() else out.name
+        raise ConfigError(f"--out {out}: {taken}; give a file for the tuned config, e.g. --out {example}")
 
 
 def budget_s(opts: argparse.Namespace, least: str) -> float:

@@ -19,35 +19,12 @@ import yaml
 from mnistperf.close_names import closest
 from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
+from mnistperf.lightning_cli.configs import read_config
 from mnistperf.tune.knobs import ARG, Knobs, project_knobs
 from mnistperf.tune.trial import left_out, trial_trainer
 
 SECTIONS = ("model", "data")
 DEFAULT_SEED = 0  # where the config draws a seed at random (or none), every trial takes this one
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    """A config file as a mapping; one line naming the file and the fix where it cannot be read as one."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: cannot be read ({exc.strerror}); give a readable YAML file.") from exc
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "not YAML"
-        raise ConfigError(
-            f"{path}: not a config tune can read ({problem}{where}); fix the YAML so that your project's "
-            "`fit --config` takes it."
-        ) from exc
-    if not isinstance(config, dict):
-        raise ConfigError(
-            f"{path}: holds {type(config).__name__}, not the mapping of a LightningCLI config "
-            "(trainer:, model:, data:); give the config your project's `fit --config` takes."
-        )
-    return config
 
 
 def fit_section(config: dict[str, Any]) -> dict[str, Any]:
@@ -78,6 +55,8 @@ def import_class(path: Path, section: str, class_path: Any, option: bool = False
         imported = importlib.import_module(module)
     except ImportError as exc:
         raise ConfigError(f"{where} cannot be imported ({exc}); {module_fix(module, exc, path)}") from exc
+    except Exception as exc:  # the module fails as it runs: a syntax error, an error raised at its import
+        raise ConfigError(f"{where} cannot be imported ({type(exc).__name__}: {exc}); {fails_inside(module)}") from exc
     found = getattr(imported, name, None)
     if found is None:
         classes = {key: value for key, value in vars(imported).items() if isinstance(value, type) and key[0] != "_"}
@@ -100,7 +79,7 @@ def module_fix(module: str, exc: ImportError, path: Path) -> str:
     """
     missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
     if missing is None or not (module == missing or module.startswith(f"{missing}.")):
-        return f"{module} is found but fails to import; fix it until `python -c 'import {module}'` works here"
+        return fails_inside(module)
     package, _, last = missing.rpartition(".")
     if package:
         found = importlib.import_module(package)  # imported on the way to the missing module
@@ -114,6 +93,11 @@ def module_fix(module: str, exc: ImportError, path: Path) -> str:
         "run from the project's folder or add it: "
         f"PYTHONPATH=/path/to/project python -m mnistperf tune --config {path} (or --import-path /path/to/project)"
     )
+
+
+def fails_inside(module: str) -> str:
+    """The fix for a module Python finds but cannot run to its end: the module's own, shown by importing it alone."""
+    return f"{module} is found but fails to import; fix it until `python -c 'import {module}'` works here"
 
 
 def cli_class(path: Path, class_path: str) -> type:
@@ -228,7 +212,7 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
 
     if cli is not None:
         cli_class(path, cli)
-    config = read_yaml(path)
+    config = read_config(path, "tune")
     section = fit_section(config)
     for text in sets:
         set_key(section, *parse_set(text))

@@ -80,6 +80,13 @@ def read_csv(file: Path) -> pa.Table:
                 f"{schema.NUM_PIXELS + 1}: the label, then {schema.NUM_PIXELS} pixels."
             )
         layout = schema.Layout(table.column_names[0], tuple(table.column_names[1:]))
+    for position, name in enumerate(table.column_names, 1):
+        if name in (layout.label, *layout.pixels) and not pa.types.is_integer(table.schema.field(name).type):
+            said = name if header else f"{position}"
+            raise DataError(
+                f"{file}: column {said} holds {table.schema.field(name).type} values, not whole numbers; "
+                "labels must be 0..9 and pixels 0..255: correct the file and import again."
+            )
     return layout.canonical(table)
 
 

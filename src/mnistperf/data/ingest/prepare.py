@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from mnistperf.atomic import atomic_write, atomic_write_dir, removing_new_folders
+from mnistperf.atomic import atomic_write, atomic_write_dir, place_taken, removing_new_folders
+from mnistperf.close_names import closest
 from mnistperf.data import schema
 from mnistperf.data.ingest import sources
 from mnistperf.errors import ConfigError, DataError
@@ -250,12 +251,12 @@ def require_preparable(dataset: str, data_dir: str | os.PathLike, source_root: s
     """Refuse, in one line, a run whose official dataset is not prepared in data_dir and cannot be made here.
 
     Where a split is missing, its raw files are in no local folder and no mirror answers, the error says that
-    the folder holds no prepared data and gives the command that prepares it there. A data_dir that is a file
-    is left to the data module's own check.
+    the folder holds no prepared data and gives the command that prepares it there. A data_dir that cannot be a
+    folder (a file, or below one) is left to the data module's own check.
     """
     spec = sources.DATASETS[dataset]
     missing = [split_path(data_dir, dataset, s) for s in SPLITS if not split_path(data_dir, dataset, s).exists()]
-    if not missing or Path(data_dir).is_file():
+    if not missing or place_taken(Path(data_dir), folder=True) is not None:
         return
     cache_dir = Path(data_dir) / spec.folder / "raw"
     if sources.found_locally(spec, source_root, cache_dir, "--data.source_root") or sources.mirror_answers(spec):
@@ -266,7 +267,9 @@ def require_preparable(dataset: str, data_dir: str | os.PathLike, source_root: s
         else "lacks " + ", ".join(str(path.relative_to(data_dir)) for path in missing)
     )
     raise DataError(
-        f"data.data_dir {data_dir} {lacks}, and its official files are in no local folder and cannot be downloaded "
+        f"data.data_dir {data_dir} {lacks}, and its official files are in no local folder searched "
+        f"({', '.join(str(d) for d in sources.candidate_dirs(spec, source_root, cache_dir, '--data.source_root'))}) "
+        "and cannot be downloaded "
         f"here. Prepare it there with `{recreate_command(dataset, data_dir, 'DIR', force=False)}`, where "
         f"DIR/{spec.source_folder}/ holds the four official .gz files; or pass --data.source_root DIR to this command."
     )
@@ -307,9 +310,14 @@ def _readable_rows(path: Path) -> int | None:
 
 
 def _require_own(dataset: str, data_dir: Path, path: Path) -> NoReturn:
-    """Raise the DataError for a missing split of a dataset of the user's own, saying where it is read from."""
+    """Raise the DataError for a missing split of a dataset of the user's own, saying where it is read from.
+
+    A name like a built-in dataset's (``fashion``) is answered with that one too.
+    """
+    meant = closest(dataset, [*sources.DATASETS, "synthetic"])
+    own = f"no built-in dataset (did you mean {meant}?), so a dataset of your own" if meant else "a dataset of your own"
     raise DataError(
-        f"{path} not found: data.dataset {dataset!r} is a dataset of your own, read from {data_dir / dataset}/ "
+        f"{path} not found: data.dataset {dataset!r} is {own}, read from {data_dir / dataset}/ "
         f"(train.parquet and test.parquet, or train/ and test/ folders of shards). Put them there, or convert a "
         f"folder of CSV or Hugging Face Parquet files with "
         f"`python -m mnistperf prepare --from DIR --name {dataset}{_data_dir_option(data_dir)}`."

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS
+from mnistperf.errors import ConfigError
 
 
 class Takes(NamedTuple):
@@ -50,7 +51,7 @@ ARGUMENTS = {
 
 
 def check(owner: str, values: Mapping[str, Any]) -> None:
-    """Check callback ``owner``'s arguments in ``values``: of another kind a TypeError, out of range a ValueError.
+    """Check callback ``owner``'s arguments in ``values``: of another kind a TypeError, out of range a ConfigError.
 
     Called as the callback is made: a nonsense argument would otherwise fail late in the fit, or never.
     """
@@ -62,10 +63,10 @@ def check(owner: str, values: Mapping[str, Any]) -> None:
         if not isinstance(value, takes.kinds) or (isinstance(value, bool) and bool not in takes.kinds):
             raise TypeError(fail)
         if isinstance(value, str) and not value.strip():
-            raise ValueError(fail)
+            raise ConfigError(fail)
         number = float(value) if isinstance(value, numbers.Real) else 0.0
         if not ((number > takes.low if takes.above else number >= takes.low) and number <= takes.high):  # NaN too
-            raise ValueError(fail)
+            raise ConfigError(fail)
 
 
 def check_hints(value: Any) -> None:
@@ -77,6 +78,6 @@ def check_hints(value: Any) -> None:
         raise TypeError(fail)
     for verdict, said in (value or {}).items():
         if verdict not in USER_HINTS:
-            raise ValueError(f"{fail}; {verdict!r} is no verdict")
+            raise ConfigError(f"{fail}; {verdict!r} is no verdict")
         if isinstance(said, str) or not isinstance(said, Sequence) or not all(isinstance(s, str) for s in said):
             raise TypeError(f"{fail}; {verdict!r} maps to no list of strings")

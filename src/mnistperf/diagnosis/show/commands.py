@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mnistperf.atomic import removing_new_folders
+from mnistperf.atomic import place_taken, removing_new_folders
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.record.run import load
@@ -85,11 +85,10 @@ def report_command(argv: Sequence[str]) -> None:
     file = REPORT_FILE if comparison is None else f"compared-{runs[1][0].replace('/', '-')}.html"
     out = opts.out or paths[0].with_name(file)
     said = f"--out {out}" if opts.out else f"the report's place {out}"
-    if out.is_dir():  # said before the report is made, so that a wrong path is said at once
-        raise ConfigError(f"{said}: a folder; give a file, e.g. --out {out / REPORT_FILE}")
-    blocking = next((parent for parent in out.parents if parent.exists()), None)
-    if blocking is not None and not blocking.is_dir():
-        raise ConfigError(f"{said}: {blocking} is a file, not a folder; {PLACE_FIX}, e.g. --out {out.name}")
+    taken = place_taken(out)
+    if taken is not None:
+        example = out / REPORT_FILE if out.is_dir() else out.name
+        raise ConfigError(f"{said}: {taken}; {PLACE_FIX}, e.g. --out {example}")
     try:
         with removing_new_folders(out.parent):
             write_report(html_report(runs, comparison), out)

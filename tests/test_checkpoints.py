@@ -202,13 +202,7 @@ def test_an_interrupted_fit_writes_the_finished_epochs_timing_marked_interrupted
             raise KeyboardInterrupt
 
     monkeypatch.setattr(ImageClassifier, "on_train_epoch_start", interrupt_in_epoch_2, raising=False)
-    handler = signal.getsignal(signal.SIGINT)
-    try:
-        with pytest.raises(SystemExit) as exit_info:
-            run_stage("v2_pinned", *SMALL, epochs=3)
-    finally:
-        signal.signal(signal.SIGINT, handler)  # Lightning's graceful shutdown ignores further Ctrl-C
-    assert exit_info.value.code == 1
+    assert interrupted_fit(epochs=3) == 1
     folder = workdir / "lightning_logs" / "v2_pinned" / "version_0"
     summary = json.loads((folder / "timing.json").read_text())
     assert summary["interrupted"] is True and [e["epoch"] for e in summary["epochs"]] == [1]
@@ -223,13 +217,7 @@ def test_a_fit_interrupted_before_its_first_step_leaves_no_run_folder(workdir, m
         raise KeyboardInterrupt  # Ctrl-C while the data is read
 
     monkeypatch.setattr(MNISTDataModule, "setup", interrupt)
-    handler = signal.getsignal(signal.SIGINT)
-    try:
-        with pytest.raises(SystemExit) as exit_info:
-            run_stage("v2_pinned", *SMALL, epochs=1)
-    finally:
-        signal.signal(signal.SIGINT, handler)  # Lightning's graceful shutdown ignores further Ctrl-C
-    assert exit_info.value.code == 1
+    assert interrupted_fit(epochs=1) == 1
     assert not (workdir / "lightning_logs").exists()
 
 
@@ -263,3 +251,14 @@ def test_evaluating_names_a_newest_checkpoint_whose_fit_did_not_finish(tmp_path,
         "version_1" in said[1] and "from a fit that wrote no timing.json: it may have stopped before its end" in said[1]
     )
     assert "version_2" in said[2] and "from a fit interrupted after 1 finished epoch;" in said[2]
+
+
+def interrupted_fit(epochs: int) -> int:
+    """The exit status of a v2_pinned fit that a Ctrl-C (raised by a patched hook) interrupts."""
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            run_stage("v2_pinned", *SMALL, epochs=epochs)
+    finally:
+        signal.signal(signal.SIGINT, handler)  # Lightning's graceful shutdown ignores further Ctrl-C
+    return exit_info.value.code

@@ -112,8 +112,10 @@ def test_a_missing_dataset_is_refused_early_only_where_nothing_here_can_make_it(
 def test_truncated_file_is_rejected_by_name(fake_raw, tmp_path):
     path = fake_raw.folder / "train-images-idx3-ubyte.gz"
     path.write_bytes(path.read_bytes()[:-200])
-    with pytest.raises(DataError, match="train-images-idx3-ubyte.gz is corrupt or truncated"):
+    with pytest.raises(DataError, match="train-images-idx3-ubyte.gz is corrupt or truncated") as error:
         prepare.prepare_dataset("mnist", tmp_path / "data", source_root=fake_raw.root, log=lambda m: None)
+    fix = f"`rm {path} && python -m mnistperf prepare --dataset mnist`"  # the file removed, the next fetches it
+    assert str(error.value).endswith(f"Remove it and fetch the official one: {fix}")
 
 
 def test_altered_content_fails_checksum(fake_raw, tmp_path):
@@ -121,8 +123,9 @@ def test_altered_content_fails_checksum(fake_raw, tmp_path):
     content = bytearray(gzip.decompress(path.read_bytes()))
     content[-1] ^= 1
     path.write_bytes(gzip.compress(bytes(content)))
-    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz decompresses to content with MD5"):
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz decompresses to content with MD5") as error:
         prepare.prepare_dataset("mnist", tmp_path / "data", source_root=fake_raw.root, log=lambda m: None)
+    assert f"`rm {path} && python -m mnistperf prepare --dataset mnist`" in str(error.value)
 
 
 def test_second_run_does_nothing_unless_forced(fake_raw, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shlex
 import shutil
 import urllib.error
 import urllib.request
@@ -151,14 +152,12 @@ def decompress_verified(path: Path, raw: RawFile) -> bytes:
         with gzip.open(path, "rb") as handle:
             content = handle.read()
     except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(
-            f"{path} is corrupt or truncated ({exc}). Delete it and fetch a fresh copy of {raw.name}."
-        ) from exc
+        raise DataError(f"{path} is corrupt or truncated ({exc}).") from exc
     digest = hashlib.md5(content, usedforsecurity=False).hexdigest()
     if digest != raw.content_md5:
         raise DataError(
             f"{path} decompresses to content with MD5 {digest}, but the official {raw.name} has "
-            f"{raw.content_md5}: the file is damaged or is not the official one. Delete it and fetch it again."
+            f"{raw.content_md5}: the file is damaged or is not the official one."
         )
     return content
 
@@ -195,7 +194,11 @@ def read_raw(
     for folder in candidate_dirs(spec, source_root, cache_dir, option):
         path = folder / raw.name
         if path.is_file():
-            return decompress_verified(path, raw)
+            try:
+                return decompress_verified(path, raw)
+            except DataError as error:  # a local copy: the fix is to remove it and fetch the official one
+                fix = f"rm {shlex.quote(str(path))} && python -m mnistperf prepare --dataset {spec.name}"
+                raise DataError(f"{error} Remove it and fetch the official one: `{fix}`") from error
     failures = []
     for mirror in spec.mirrors:
         url = mirror + raw.name

@@ -85,6 +85,45 @@ def test_both_callbacks_say_once_what_they_count_when_a_batchs_tensors_disagree(
     assert "pass sample_id= or fingerprint=" in out
 
 
+class Rollout:
+    """A time-major batch that states its batch_size, as a [T, B] TensorDict of rollouts does: steps, then samples."""
+
+    def __init__(self, rows: list[torch.Tensor]):
+        self.obs = torch.stack(rows, dim=1)  # [T, B, F]
+        self.batch_size = torch.Size(self.obs.shape[:2])
+
+
+class RolloutModule(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch.obs).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_batch_size_of_several_dimensions_is_counted_by_its_first_and_both_callbacks_say_so_once(capsys):
+    timer, audit = EpochTimer(), SampleAudit()
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        callbacks=[timer, audit],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    rows = [torch.randn(5, 3) for _ in range(16)]  # 16 rollouts of 5 steps, 4 a batch
+    trainer.fit(RolloutModule(), DataLoader(rows, batch_size=4, collate_fn=Rollout))
+    out = capsys.readouterr().out
+    said = "a training batch (Rollout) states a batch_size of 2 dimensions (5, 4): 5 samples a batch are"
+    assert out.count(f"EpochTimer: {said} counted (its batch_size's first dimension (Rollout)); pass") == 1
+    assert out.count(f"SampleAudit: {said} audited (its batch_size's first dimension (Rollout)); pass") == 1
+
+
 def test_training_batches_split_each_loaders_part_and_tell_what_the_first_batch_showed():
     """TrainingBatches splits a batch into each loader's part, tells which part's tensors disagree on a sample (the
     first batch alone), falls back to one loader where a hook reshaped the batch, and keeps what a step read until it

@@ -26,6 +26,7 @@ class Rule(Enum):
     GRAPHS = "graphs"  # a graph batch's graphs
     PACKED = "packed"  # a packed sequence's sequences
     STATED = "stated"  # the batch's own batch_size
+    STATED_FIRST = "stated_first"  # the first of the batch's own batch_size of several dimensions ([T, B]: which?)
     RECORDS = "records"  # its items, a record a sample
     SEQUENCES = "sequences"  # the items of its sequences, one a sample
     BAGS = "bags"  # the bags its offsets mark, as nn.EmbeddingBag takes them
@@ -271,5 +272,8 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
     if size is not None and (rows or not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
         lengths = tuple(dict.fromkeys((size, *(t.size(0) for t in tensors if t.ndim))))  # others: rows not read
         reading = Reading(size, Counted(Rule.STATED, type(batch).__name__), rows, lengths=lengths[len(lengths) < 2 :])
+        dims = batch.batch_size  # an int, or a torch.Size: of several dimensions, its first counted, all said
+        if isinstance(dims, torch.Size) and len(dims) > 1:
+            reading = reading._replace(counted_by=Counted(Rule.STATED_FIRST, type(batch).__name__), lengths=tuple(dims))
         return with_texts(reading, batch)
     return sample_items(batch) or with_texts(_by_first(tensors, sample_dims), batch)

@@ -129,6 +129,7 @@ COUNTING = {  # what a line says counted a batch's samples, by the reader's rule
     Rule.GRAPHS: "the graphs of its {of}",
     Rule.PACKED: "the sequences of its {of}",
     Rule.STATED: "its batch_size ({of})",
+    Rule.STATED_FIRST: "its batch_size's first dimension ({of})",
     Rule.RECORDS: "its {of}'s items",
     Rule.SEQUENCES: "the items of its {of}'s sequences",
     Rule.BAGS: "the bags its tensor {of}'s offsets mark",
@@ -165,6 +166,10 @@ def first_batch_lines(first: FirstBatch | None, as_one: str, guess: str, module:
         said = f"the tensors of a training batch{where} ({kind}) lead with different lengths ({lengths})"
         if reading.graphs is not None:  # a batch of one graph, its node count beside it
             said = f"a training batch{where} ({kind}) holds one graph of {reading.lengths[1]:,} nodes"
+        if reading.counted_by.rule is Rule.STATED_FIRST:
+            said = (
+                f"a training batch{where} ({kind}) states a batch_size of {len(reading.lengths)} dimensions ({lengths})"
+            )
         lines.append(f"{said}: {guessed}")
     return lines
 

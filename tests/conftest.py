@@ -4,6 +4,7 @@ with a plain Trainer."""
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import gzip
 import hashlib
@@ -89,6 +90,19 @@ def workdir(tiny_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The test's working folder, whose data/ holds tiny FashionMNIST Parquet: the stage configs run there unchanged."""
     monkeypatch.chdir(tiny_data.parent)
     return tiny_data.parent
+
+
+@pytest.fixture
+def without_litdata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import litdata`` fails in this test, as where the package is not installed."""
+    real_import = builtins.__import__
+
+    def no_litdata(name: str, *args, **kwargs):
+        if name == "litdata" or name.startswith("litdata."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_litdata)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import collections
 import functools
 import os
@@ -175,15 +174,7 @@ def test_a_batch_size_that_is_not_a_multiple_of_the_block_is_refused_by_name():
         MNISTDataModule(pipeline="litdata", batch_size=100)
 
 
-def test_without_litdata_the_pipeline_says_how_to_install_it(tiny_data, monkeypatch, capsys):
-    real_import = builtins.__import__
-
-    def no_litdata(name, *args, **kwargs):
-        if name == "litdata" or name.startswith("litdata."):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_litdata)
+def test_without_litdata_the_pipeline_says_how_to_install_it(tiny_data, without_litdata, capsys):
     argv = stage_argv("streaming_litdata", "--data.data_dir", str(tiny_data))
     fails_in_one_line(capsys, argv, "pip install 'mnistperf[litdata]'")
 

@@ -571,3 +571,12 @@ def test_a_report_that_cannot_go_where_out_says_is_one_line_and_leaves_nothing(t
     err = fails_in_one_line(capsys, ["report", "run", "--html", "--out", out], f"--out {out}: ").err
     assert ("afile is a file, not a folder" in err) if "afile" in out else ("a folder; give --out FILE" in err)
     assert sorted(str(path) for path in tmp_path.rglob("*")) == before
+
+
+def test_prepare_litdata_without_the_package_is_refused_by_its_option_before_any_file_is_written(
+    tmp_path, without_litdata, capsys
+):
+    data = tmp_path / "data"
+    argv = ["prepare", "--dataset", "synthetic", "--rows", "64", "--litdata", "--data-dir", str(data)]
+    fails_in_one_line(capsys, argv, "prepare --litdata needs the litdata package", "pip install 'mnistperf[litdata]'")
+    assert not data.exists()

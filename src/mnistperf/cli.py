@@ -98,6 +98,10 @@ def prepare_command(argv: Sequence[str]) -> None:
     taken = place_taken(Path(opts.data_dir), folder=True)
     if taken is not None:  # said before the files are read and converted
         raise ConfigError(f"--data-dir {opts.data_dir}: {taken}; give a folder for the datasets, e.g. --data-dir data")
+    if opts.litdata:  # before any file is prepared: the copies it asks for need the package
+        from mnistperf.data.pipelines.litdata import require_litdata
+
+        require_litdata("prepare --litdata")
     if opts.source is not None:
         from mnistperf.data.ingest import importer
 

@@ -38,13 +38,13 @@ INSTALL = "pip install 'mnistperf[litdata]' (or pip install litdata)"
 Location = Path | str
 
 
-def require_litdata():
-    """The litdata module, or a one-line error saying how to install it."""
+def require_litdata(needed_by: str = "data.pipeline litdata"):
+    """The litdata module, or a one-line error naming the option that ``needed_by`` it and how to install it."""
     try:
         import litdata
     except ImportError:
         raise ConfigError(
-            f"data.pipeline litdata needs the litdata package, which is not installed: {INSTALL}."
+            f"{needed_by} needs the litdata package, which is not installed: {INSTALL}."
         ) from None
     return litdata
 

@@ -43,9 +43,7 @@ def require_litdata(needed_by: str = "data.pipeline litdata"):
     try:
         import litdata
     except ImportError:
-        raise ConfigError(
-            f"{needed_by} needs the litdata package, which is not installed: {INSTALL}."
-        ) from None
+        raise ConfigError(f"{needed_by} needs the litdata package, which is not installed: {INSTALL}.") from None
     return litdata
 
 

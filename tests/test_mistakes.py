@@ -264,6 +264,28 @@ def test_a_callback_argument_out_of_range_in_a_config_is_one_line(workdir, capsy
     assert not (workdir / "lightning_logs").exists()
 
 
+TIMER_HELP = "(`python -m mnistperf fit --trainer.callbacks.help mnistperf.diagnosis.EpochTimer` lists the options)"
+
+
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("input_bound_share", "abc", "input_bound_share takes a number, not 'abc'"),
+        ("input_bound_shar", "0.3", "it has no argument 'input_bound_shar'; did you mean input_bound_share?"),
+        ("log_all", "maybe", "log_all takes true or false, not 'maybe'"),
+    ],
+)
+def test_a_callback_argument_of_the_wrong_type_or_name_is_one_line_with_that_callbacks_help(
+    workdir, capsys, option, value, expected
+):
+    """Said with the whole key and the class, and the command that lists that class's arguments (which works)."""
+    err = fails_in_one_line(capsys, fit_args(f"--trainer.callbacks.init_args.{option}", value)).err
+    assert err == f"mnistperf: error: trainer.callbacks mnistperf.diagnosis.EpochTimer: {expected} {TIMER_HELP}\n"
+    with pytest.raises(SystemExit) as help_exit:
+        main(["fit", "--trainer.callbacks.help", "mnistperf.diagnosis.EpochTimer"])
+    assert help_exit.value.code == 0 and "--trainer.callbacks.input_bound_share" in capsys.readouterr().out
+
+
 def test_a_value_of_the_wrong_type_in_a_config_file_is_named_the_same_way(workdir, capsys):
     config = (CONFIGS / "v1_workers4.yaml").read_text()
     (workdir / "mine.yaml").write_text(re.sub(r"num_workers: \d+", "num_workers: four", config))

@@ -235,6 +235,13 @@ WRONG_TYPE = re.compile(r'^Parser key "([^"]+)": Expected a (.+?)\. Got value: (
 WRONG_UNION = re.compile(
     r'^Parser key "([^"]+)": Does not validate .*? Subtypes: \[(.*?)\] Errors: .* Given value: (.*)$'
 )
+#: a class's argument refused where a union holds the class (a callback's init_args): the key, the class, its message
+CLASS_ARGUMENT = re.compile(
+    r'^Parser key "([^"]+)": Does not validate .*? Errors: - Problem with given class_path \'([^\']+)\': (.*?)'
+    r" - (?:Problem with given class_path|Expected a)"
+)
+#: a class's argument that it has not: its name
+NOT_ACCEPTED = re.compile(r"^Option '([^']+)' is not accepted")
 #: one type of such a list: a class (``<class 'int'>``), a Literal's choices, or anything else
 SUBTYPE = re.compile(r"<class '(\w+)'>|typing\.Literal\[([^\]]*)\]|([^,\s][^,]*)")
 

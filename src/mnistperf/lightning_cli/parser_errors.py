@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import sys
 from pathlib import Path
 
+from jsonargparse.typing import import_object
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from mnistperf.close_names import did_you_mean, with_options_meant
 from mnistperf.errors import DEBUG_ENV
 from mnistperf.lightning_cli.configs import missing_config
 from mnistperf.upstream import (
+    CLASS_ARGUMENT,
     MISSING_CONFIG,
+    NOT_ACCEPTED,
     SUBCOMMAND,
     SUBTYPE,
     UNKNOWN_KEY,
@@ -39,12 +43,17 @@ class OneLineErrorParser(LightningArgumentParser):
 
     def error(self, message: str, ex: Exception | None = None):
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
-        if os.environ.get(DEBUG_ENV):
-            super().error(message, ex)
+        if os.environ.get(DEBUG_ENV) or not self.exit_on_error:  # a nested parser's (a class's init_args) raises
+            super().error(message, ex)  # to the parser above it, which says it with the whole key
         text = parser_message(message)
         command = self._command(text)
-        text = explain_parser_error(text, option_names(self._command_parser(command)))
         help_command = " ".join(["python -m mnistperf", *([command] if command else []), "--help"])
+        refused = class_argument(text)
+        if refused is not None:  # a class's argument: the help of that class's arguments
+            text, key, path = refused
+            help_command = help_command.replace("--help", f"--{key}.help {path}")
+        else:
+            text = explain_parser_error(text, option_names(self._command_parser(command)))
         print(f"mnistperf: error: {text} (`{help_command}` lists the options)", file=sys.stderr)
         raise SystemExit(2)
 
@@ -74,6 +83,26 @@ def explain_parser_error(text: str, options: set[str]) -> str:
     if unknown:
         return text + did_you_mean(unknown.group(1), options)
     return wrong_type(text) or with_options_meant(text, options)
+
+
+def class_argument(text: str) -> tuple[str, str, str] | None:
+    """A class's argument refused (a callback's init_args): what is wrong with it, the key and the class; else None.
+
+    ``trainer.callbacks mnistperf.diagnosis.EpochTimer: input_bound_share takes a number, not 'abc'``, or for an
+    argument the class has not, the one meant.
+    """
+    refused = CLASS_ARGUMENT.match(text)
+    if not refused:
+        return None
+    key, path, said = refused.groups()
+    unknown = NOT_ACCEPTED.match(said)
+    if unknown:
+        try:
+            arguments = set(inspect.signature(import_object(path)).parameters)
+        except (ImportError, AttributeError, ValueError, TypeError):
+            arguments = set()
+        said = f"it has no argument {unknown.group(1)!r}{did_you_mean(unknown.group(1), arguments)}"
+    return f"{key} {path}: {wrong_type(said) or said}", key, path
 
 
 _TYPE_WORDS = {"int": ["a whole number"], "float": ["a number"], "bool": ["true", "false"], "NoneType": ["null"]}

@@ -281,6 +281,10 @@ def test_a_callback_argument_of_the_wrong_type_or_name_is_one_line_with_that_cal
     """Said with the whole key and the class, and the command that lists that class's arguments (which works)."""
     err = fails_in_one_line(capsys, fit_args(f"--trainer.callbacks.init_args.{option}", value)).err
     assert err == f"mnistperf: error: trainer.callbacks mnistperf.diagnosis.EpochTimer: {expected} {TIMER_HELP}\n"
+    config = (CONFIGS / "v2_pinned.yaml").read_text().replace("input_bound_share: 0.5", f"{option}: {value}")
+    (workdir / "mine.yaml").write_text(config)  # the same in a config file
+    err = fails_in_one_line(capsys, ["fit", "--config", "mine.yaml"]).err
+    assert err == f"mnistperf: error: trainer.callbacks mnistperf.diagnosis.EpochTimer: {expected} {TIMER_HELP}\n"
     with pytest.raises(SystemExit) as help_exit:
         main(["fit", "--trainer.callbacks.help", "mnistperf.diagnosis.EpochTimer"])
     assert help_exit.value.code == 0 and "--trainer.callbacks.input_bound_share" in capsys.readouterr().out

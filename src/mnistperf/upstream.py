@@ -237,8 +237,7 @@ WRONG_UNION = re.compile(
 )
 #: a class's argument refused where a union holds the class (a callback's init_args): the key, the class, its message
 CLASS_ARGUMENT = re.compile(
-    r'^Parser key "([^"]+)": Does not validate .*? Errors: - Problem with given class_path \'([^\']+)\': (.*?)'
-    r" - (?:Problem with given class_path|Expected a)"
+    r'^Parser key "([^"]+)": Does not validate .*? Errors: - Problem with given class_path \'([^\']+)\': (.*?)(?: - |$)'
 )
 #: a class's argument that it has not: its name
 NOT_ACCEPTED = re.compile(r"^Option '([^']+)' is not accepted")

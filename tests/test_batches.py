@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 from conftest import fit_module
-from lightning import Callback, LightningModule, Trainer
+from lightning import Callback, LightningModule
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
@@ -66,17 +66,8 @@ def test_every_field_of_a_dataclass_is_read_those_set_after_init_too():
 
 
 def test_both_callbacks_say_once_what_they_count_when_a_batchs_tensors_disagree(capsys):
-    timer, audit = EpochTimer(), SampleAudit()
-    trainer = Trainer(
-        accelerator="cpu",
-        max_epochs=2,
-        callbacks=[timer, audit],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(Readout(), DataLoader(molecules(), batch_size=BATCH, collate_fn=graph_batch))
+    loader = DataLoader(molecules(), batch_size=BATCH, collate_fn=graph_batch)
+    fit_module(Readout(), loader, callbacks=[EpochTimer(), SampleAudit()])
     out = capsys.readouterr().out
     assert out.count("EpochTimer: the tensors of a training batch (tuple) lead with different lengths") == 1
     assert "samples a batch are counted (the first tensor's length); pass EpochTimer(samples_in_batch=" in out
@@ -106,18 +97,9 @@ class RolloutModule(LightningModule):
 
 
 def test_a_batch_size_of_several_dimensions_is_counted_by_its_first_and_both_callbacks_say_so_once(capsys):
-    timer, audit = EpochTimer(), SampleAudit()
-    trainer = Trainer(
-        accelerator="cpu",
-        max_epochs=2,
-        callbacks=[timer, audit],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
     rows = [torch.randn(5, 3) for _ in range(16)]  # 16 rollouts of 5 steps, 4 a batch
-    trainer.fit(RolloutModule(), DataLoader(rows, batch_size=4, collate_fn=Rollout))
+    loader = DataLoader(rows, batch_size=4, collate_fn=Rollout)
+    fit_module(RolloutModule(), loader, callbacks=[EpochTimer(), SampleAudit()])
     out = capsys.readouterr().out
     said = "a training batch (Rollout) states a batch_size of 2 dimensions (5, 4): 5 samples a batch are"
     assert out.count(f"EpochTimer: {said} counted (its batch_size's first dimension (Rollout)); pass") == 1

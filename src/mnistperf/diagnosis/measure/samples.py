@@ -270,10 +270,11 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
     size = stated_size(batch)
     rows = [t for t in tensors if t.ndim and t.size(0) == size] if size is not None else []
     if size is not None and (rows or not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
-        lengths = tuple(dict.fromkeys((size, *(t.size(0) for t in tensors if t.ndim))))  # others: rows not read
-        reading = Reading(size, Counted(Rule.STATED, type(batch).__name__), rows, lengths=lengths[len(lengths) < 2 :])
         dims = batch.batch_size  # an int, or a torch.Size: of several dimensions, its first counted, all said
         if isinstance(dims, torch.Size) and len(dims) > 1:
-            reading = reading._replace(counted_by=Counted(Rule.STATED_FIRST, type(batch).__name__), lengths=tuple(dims))
-        return with_texts(reading, batch)
+            rule, lengths = Rule.STATED_FIRST, tuple(dims)
+        else:  # the lengths other tensors lead with, whose rows are not read
+            rule, lengths = Rule.STATED, tuple(dict.fromkeys((size, *(t.size(0) for t in tensors if t.ndim))))
+            lengths = lengths[len(lengths) < 2 :]
+        return with_texts(Reading(size, Counted(rule, type(batch).__name__), rows, lengths=lengths), batch)
     return sample_items(batch) or with_texts(_by_first(tensors, sample_dims), batch)

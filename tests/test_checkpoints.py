@@ -240,7 +240,7 @@ def test_evaluating_names_a_newest_checkpoint_whose_fit_did_not_finish(tmp_path,
     ):
         run = tmp_path / "lightning_logs" / f"version_{version}"
         (run / "checkpoints").mkdir(parents=True)
-        (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+        torch.save({"state_dict": {}}, run / "checkpoints" / "last.ckpt")  # readable: the newest is checked
         os.utime(run / "checkpoints" / "last.ckpt", (1000 + version, 1000 + version))  # each newer than the last
         if summary is not None:
             (run / "timing.json").write_text(json.dumps(summary))

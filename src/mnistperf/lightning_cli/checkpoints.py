@@ -53,7 +53,7 @@ def newest_checkpoint(command: str, config) -> Path:
             f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
             f"Train one with `python -m mnistperf fit {config_args}`, or pass --ckpt_path FILE."
         )
-    return announced(f"{command} with", found[-1], folder)
+    return newest_checked(f"{command} with", found[-1], folder)
 
 
 def resumed_checkpoint(config) -> str:
@@ -65,7 +65,7 @@ def resumed_checkpoint(config) -> str:
     """
     folder = runs_folder(config)
     found = written_checkpoints(folder)
-    return str(announced("fit resumes from", found[-1], folder)) if found else "last"
+    return str(newest_checked("fit resumes from", found[-1], folder)) if found else "last"
 
 
 def written_checkpoints(folder: Path) -> list[Path]:
@@ -73,8 +73,12 @@ def written_checkpoints(folder: Path) -> list[Path]:
     return sorted(folder.glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
 
 
-def announced(what: str, checkpoint: Path, folder: Path) -> Path:
-    """``checkpoint``, named on rank 0 (``mnistperf: test with ...``) with how its fit ended."""
+def newest_checked(what: str, checkpoint: Path, folder: Path) -> Path:
+    """``checkpoint``, the newest in ``folder``, checked readable, then named on rank 0 with how its fit ended.
+
+    ``what``: the words before its name (``mnistperf: test with ...``).
+    """
+    check_checkpoint(checkpoint, picked=True)
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
         print(
             f"mnistperf: {what} {checkpoint} (the newest checkpoint in {folder}"

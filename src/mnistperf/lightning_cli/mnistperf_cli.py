@@ -224,10 +224,11 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                 flush=True,
             )
         if subcommand:
-            taken = place_taken(runs_folder(config), folder=True)
+            runs = runs_folder(config)
+            taken = place_taken(runs, folder=True)
             if taken is not None:  # said before the data is read and the model built, not by the logger
                 raise ConfigError(
-                    f"the runs' folder {runs_folder(config)}: {taken}; give trainer.logger.init_args.save_dir "
+                    f"the runs' folder {runs}: {taken}; give trainer.logger.init_args.save_dir "
                     "(or trainer.default_root_dir) a folder, e.g. lightning_logs"
                 )
             check_checkpoint(config.get("ckpt_path"))  # one line, before Lightning loads it
@@ -239,10 +240,8 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             warnings.filterwarnings("ignore", message=CHECKPOINT_FOLDER_CHANGED)
             if config.get("ckpt_path") is None:
                 config.ckpt_path = str(newest_checkpoint(subcommand, config))
-                check_checkpoint(config.ckpt_path, picked=True)
         elif subcommand == "fit" and config.get("ckpt_path") == "last":
             config.ckpt_path = resumed_checkpoint(config)
-            check_checkpoint(config.ckpt_path, picked=True)
 
     @staticmethod
     def _resolve_precision(config) -> str:

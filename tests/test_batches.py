@@ -6,7 +6,9 @@ import dataclasses
 import os
 import subprocess
 import sys
+import warnings
 
+import numpy as np
 import pytest
 import torch
 from conftest import fit_module
@@ -709,6 +711,36 @@ def test_a_text_column_nested_below_the_batchs_top_is_part_of_each_samples_finge
     data = [{"x": torch.zeros(2), "meta": {"name": f"sample {i}"}} for i in range(20)]
     audit = SampleAudit()
     fit_module(Classifier(), DataLoader(data, batch_size=4), callbacks=[audit], max_epochs=1)
+    row = audit.epochs[0]
+    assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (20, 20, 0, 0)
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    array = array.copy()
+    array.flags.writeable = False
+    return array
+
+
+@pytest.mark.parametrize(
+    "collate",
+    [
+        lambda x, i: {"x": x, "c": torch.zeros(len(x))},  # NumPy features beside a tensor alike in every sample
+        lambda x, i: (x, np.zeros(len(x))),  # NumPy alone
+        lambda x, i: (read_only(x)[:, ::-1].astype(">f8"), np.zeros(len(x))),  # read-only, reversed, big-endian
+        lambda x, i: (np.zeros((len(x), 2)), np.array([f"sample {j}" for j in i])),  # NumPy strings tell them apart
+    ],
+    ids=["beside a tensor", "alone", "read-only view", "strings"],
+)
+def test_numpy_arrays_in_a_batch_are_counted_and_hashed_as_tensors_so_samples_differing_there_are_told_apart(collate):
+    """A collate of its own that leaves NumPy arrays in the batch: samples that differ only there are not duplicates."""
+    features = np.random.default_rng(0).normal(size=(20, 3))
+    loader = DataLoader(list(range(20)), batch_size=4, collate_fn=lambda i: collate(features[i], i))
+    timer, audit = EpochTimer(), SampleAudit()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # (torch's on a read-only array shared, not copied)
+        fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=1)
+    assert not timer.problems.lines and not audit.problems.lines
+    assert timer.epochs[0]["samples"] == 20
     row = audit.epochs[0]
     assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (20, 20, 0, 0)
 

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 T = TypeVar("T")
@@ -74,15 +75,26 @@ def names_of(item: Any, wanted: Callable[[Any], bool]) -> list[str]:
 
 
 def tensors_of(batch: Any) -> list[torch.Tensor]:
-    """Every tensor of a batch, in order, in any nest of the containers :func:`fields_of` reads."""
+    """Every tensor of a batch (a NumPy array as one), in order, in any nest of what :func:`fields_of` reads."""
     if isinstance(batch, torch.Tensor):
         return [batch]
+    if isinstance(batch, np.ndarray):
+        return array_tensors(batch)
     found = fields_of(batch)
     if found is None:
         return []
     if all(isinstance(item, torch.Tensor) for item in found):
         return found  # the common batch, read without recursion: this runs every step
     return [tensor for item in found if not isinstance(item, LEAVES[1:]) for tensor in tensors_of(item)]
+
+
+def array_tensors(array: np.ndarray) -> list[torch.Tensor]:
+    """A NumPy array as a tensor sharing its memory (a copy where torch cannot share it), in a list; none of strings."""
+    shared = array.flags.writeable and array.flags.c_contiguous and array.dtype.isnative
+    try:
+        return [torch.from_numpy(array if shared else np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))]
+    except TypeError:  # strings, objects: torch has no type for them
+        return []
 
 
 def rows_beside(batch: Any, samples: int, apart: Sequence[Any]) -> list[torch.Tensor]:

@@ -745,6 +745,33 @@ def test_numpy_arrays_in_a_batch_are_counted_and_hashed_as_tensors_so_samples_di
     assert (row["seen"], row["distinct"], row["duplicates"], row["missing"]) == (20, 20, 0, 0)
 
 
+class BesideMeta(Classifier):
+    """A module whose batches hold tensors on the meta device (shapes alone), kept there: it trains on the rest."""
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        return batch  # (on the CPU already; a meta tensor cannot be copied)
+
+    def training_step(self, batch, batch_idx):
+        return self.weight * sum(t.mean() for t in tensors_of(batch) if not t.is_meta and t.is_floating_point())
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["beside real tensors", "alone"])
+def test_tensors_on_the_meta_device_are_not_hashed_and_a_batch_of_them_alone_is_not_audited_in_one_line(real):
+    """A meta tensor has a shape and no values: hashed, it failed the epoch's audit; now the rest of the batch is."""
+    features = torch.randn(20, 3, generator=torch.Generator().manual_seed(0))
+    collate = lambda i: {"shape": torch.empty(len(i), 5, device="meta"), **({"x": features[i]} if real else {})}  # noqa: E731
+    timer, audit = EpochTimer(), SampleAudit()
+    fit_module(BesideMeta(), DataLoader(list(range(20)), batch_size=4, collate_fn=collate), callbacks=[timer, audit])
+    assert not timer.problems.lines and [row["samples"] for row in timer.epochs] == [20, 20]
+    if real:
+        assert not audit.problems.lines
+        assert [(row["seen"], row["distinct"], row["missing"]) for row in audit.epochs] == [(20, 20, 0)] * 2
+    else:
+        said = "the batch (dict) holds no tensor with values (its tensors are on the meta device); pass sample_id= or"
+        assert len(audit.problems.lines) == 1 and said in audit.problems.lines[0]
+        assert [row["audited"] for row in audit.epochs] == [False, False]
+
+
 class SettingSizedBatch(AttributeBatch):
     """An object whose ``batch_size`` is the loader's setting, not what it holds: the last batch holds fewer."""
 

@@ -68,9 +68,9 @@ class SampleIdentity:
             return self.hash.items(reading.items, reading.texts)
         if reading.samples == 0 and not reading.rows:  # an empty batch (a filtering collate's): no sample
             return torch.empty(0, dtype=torch.int64)
-        if reading.bags is None and (not reading.rows or reading.samples is None):
-            raise SampleAuditError(audit_text.no_sample_rows(batch, self.sample_dims))
-        rows, samples = reading.rows, reading.samples or 0
+        rows, samples = [t for t in reading.rows if not t.is_meta], reading.samples or 0  # meta: no values to hash
+        if reading.bags is None and (not rows or reading.samples is None):
+            raise SampleAuditError(audit_text.no_sample_rows(batch, self.sample_dims, meta=bool(reading.rows)))
         if reading.texts:  # strings hold no tensor: their digests are rows too, or texts of one label are one sample
             digests = text_digests(reading.texts)
             rows = [*rows, to_device(digests, rows[0].device) if rows else digests]

@@ -181,9 +181,8 @@ def not_sample_indices(sample_id: str | int, ids: Any) -> str:
     )
 
 
-def no_sample_rows(batch: Any, sample_dims: int) -> str:
-    """SampleAudit's error where no tensor of the batch has ``sample_dims`` sample dimensions."""
-    return (
-        f"SampleAudit: the batch ({type(batch).__name__}) holds no tensor with {sample_dims} sample dimension(s); "
-        "pass sample_id= or fingerprint="
-    )
+def no_sample_rows(batch: Any, sample_dims: int, meta: bool = False) -> str:
+    """SampleAudit's error where no tensor of the batch has ``sample_dims`` sample dimensions (``meta``: and values)."""
+    held = "values (its tensors are on the meta device)" if meta else f"{sample_dims} sample dimension(s)"
+    kind = type(batch).__name__
+    return f"SampleAudit: the batch ({kind}) holds no tensor with {held}; pass sample_id= or fingerprint="

@@ -1087,8 +1087,9 @@ def test_offsets_with_an_empty_bag_or_off_their_rows_are_not_read_as_bags():
         ((torch.arange(4), torch.randn(20, 4, 3)), 4),
         ((torch.randn(8, 5), torch.arange(8), torch.arange(8), torch.ones(10)), 8),  # ids beside class weights
         ((torch.randn(5, 3), torch.arange(5), torch.randn(25, 3), torch.arange(25)), 5),  # a 5-way 1-shot episode
+        ((torch.tensor(0.5), torch.randn(20, 4, 3), torch.tensor(7), torch.arange(4)), 20),  # 0-dim tensors among them
     ],
-    ids=["positions", "boxes", "time-major", "ids-first", "class-weights", "episode"],
+    ids=["positions", "boxes", "time-major", "ids-first", "class-weights", "episode", "0-dim"],
 )
 def test_integer_columns_beside_tensors_of_other_lengths_are_not_taken_for_offsets(batch, samples):
     """Only offsets right after 1-dim integer tokens, and not 0, 1, 2, ...: each of these is read as before."""

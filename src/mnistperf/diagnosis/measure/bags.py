@@ -33,7 +33,7 @@ def bag_count(tokens: torch.Tensor, offsets: torch.Tensor) -> int | None:
 
     Not 0, 1, 2, ...: a column of sample ids from 0 (an unshuffled loader's first batch), or bags of one token each.
     """
-    if not 0 < len(offsets) <= len(tokens) + 1 or not (is_ids(tokens) and is_ids(offsets)):
+    if not (is_ids(tokens) and is_ids(offsets)) or not 0 < len(offsets) <= len(tokens) + 1:  # (not a 0-dim's len)
         return None
     values = offsets.tolist()  # one read, in Python: a number a bag
     if values[0] != 0 or any(map(operator.ge, values, values[1:])) or len(values) > 1 and values[-1] == len(values) - 1:

@@ -697,6 +697,23 @@ def test_a_batch_a_filtering_collate_leaves_empty_holds_no_sample_and_leaves_the
     assert (row["audited"], row["seen"], row["distinct"], row["missing"]) == (True, 20, 20, 4)
 
 
+def test_what_the_first_batch_shows_is_read_from_the_first_that_holds_samples_where_a_filtering_collate_emptied_it(
+    capsys,
+):
+    """The fit's first batch empty (a filtering collate kept none of it): the lines it would have shown come from the
+    next one: time-major tensors beside their labels, and a 0-dim tensor first, which Lightning reads as 1 sample."""
+    steps = torch.randn(20, 3, 2, generator=torch.Generator().manual_seed(0))  # 20 samples of 3 steps
+    emptied = lambda i: [] if 0 in i else (torch.tensor(0.5), steps[i].transpose(0, 1), torch.zeros(len(i)))  # noqa: E731
+    timer, audit = EpochTimer(), SampleAudit()
+    loader = DataLoader(list(range(20)), batch_size=4, collate_fn=emptied)
+    fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=1)
+    out = capsys.readouterr().out
+    said = "the tensors of a training batch (tuple) lead with different lengths (3, 4): 3 samples a batch are"
+    assert out.count(f"EpochTimer: {said} counted") == 1 and out.count(f"SampleAudit: {said} audited") == 1
+    counts = timer.epochs[0]["sample_counts"]
+    assert (counts["batch"], counts["lightning"]) == (3, 1)
+
+
 def test_an_epoch_with_a_step_not_counted_keeps_its_other_counts_where_lightning_reads_the_first_batch_otherwise():
     """Records (Lightning reads a record's 4 features, not its 2 records), then a batch of strings alone: no count."""
     batches = [[(torch.randn(4), 0), (torch.randn(4), 1)], ["a text", "another"]]

@@ -166,7 +166,7 @@ class TrainingBatches:
         """Step ``step`` (a key) begins: ``read`` of each loader's part, kept until :meth:`trained` (failed: [None])."""
         self.pending = [None]
         READINGS.step(batch, step)
-        if not self._checked:
+        if not self._checked and not self._holds_none(batch):  # (an empty batch shows nothing: the next one is read)
             self._checked = True
             self.first = self._check(batch)
         self.pending = [read(batch)] if self._whole else [read(part) for part in self.parts(batch)]
@@ -178,6 +178,13 @@ class TrainingBatches:
         if let_go:
             READINGS.forget()
         return pending
+
+    def _holds_none(self, batch: Any) -> bool:
+        """Whether one loader's batch holds no sample (a filtering collate's), where the first batch's lines read it."""
+        try:
+            return self.guesses and self._whole and READINGS.read(batch).samples == 0
+        except Exception:  # (read again, and said, as the step reads it)
+            return False
 
     def _check(self, batch: Any) -> FirstBatch:
         """What the fit's first batch shows: loaders not at their keys, tensors that make a sample a guess."""

@@ -20,6 +20,7 @@ from torch.utils.data import (
     IterableDataset,
     RandomSampler,
     Sampler,
+    SubsetRandomSampler,
     WeightedRandomSampler,
 )
 
@@ -142,6 +143,8 @@ def test_unexplained_duplicates_name_the_fields_a_sample_is_and_what_the_sampler
     assert "; its sampler draws with replacement, repeating some by design" in said and "by content" not in said
     audited(DataLoader(rows, batch_size=5, sampler=list(range(ROWS))), SampleAudit(), epochs=1)  # a list: not known
     assert "a sampler that draws at random may repeat some by design" in capsys.readouterr().out
+    audited(DataLoader(rows, batch_size=5, sampler=SubsetRandomSampler(range(ROWS))), SampleAudit(), epochs=1)
+    assert "by design" not in capsys.readouterr().out  # a permutation of its indices: it repeats none
     named = [{"image": rows.x[i], "label": rows.y[i], "name": f"case {i - (i == 5)}"} for i in range(ROWS)]
     audited(DataLoader(named, batch_size=5), SampleAudit(), epochs=1)  # the strings are hashed: named too
     assert "(all of 'image', 'label', 'name')" in capsys.readouterr().out

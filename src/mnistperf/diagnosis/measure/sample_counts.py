@@ -16,6 +16,7 @@ from torch.utils.data import (
     IterableDataset,
     RandomSampler,
     SequentialSampler,
+    SubsetRandomSampler,
     WeightedRandomSampler,
 )
 
@@ -119,7 +120,7 @@ def draws_again(loaders: list[Any]) -> bool | None:
             return None
         if isinstance(sampler, (RandomSampler, WeightedRandomSampler)):
             found.add(bool(sampler.replacement))
-        elif isinstance(sampler, (SequentialSampler, DistributedSampler)):
+        elif isinstance(sampler, (SequentialSampler, SubsetRandomSampler, DistributedSampler)):
             found.add(False)
         else:
             return None

@@ -55,16 +55,10 @@ class TimerSamples:
             for line in epoch_text.first_batch_lines(first, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS, name):
                 self.problems.say_once(trainer, line)
         # Lightning's reading, where the count is the reader's own (a count of the user's differs from it by design)
-        if (
-            self._first_batch is None
-            and self.own is None
-            and not self.batches.several
-            and None not in counts
-            and any(counts)
-        ):
+        counted = None if None in counts else sum(count or 0 for count in counts)  # (0: the first batch that holds any)
+        if self._first_batch is None and self.own is None and not self.batches.several and counted:
             with self.problems.guard("reading the batch as Lightning does"):
                 one_pass = isinstance(batch, Iterator)  # reading it would use it up
-                counted = sum(count for count in counts if count is not None)
                 self._first_batch = (counted, None if one_pass else lightning_batch_size(batch))
         if None in counts and not self._uncounted:
             self._uncounted = True

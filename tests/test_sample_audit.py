@@ -170,6 +170,15 @@ def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_orde
     assert "same order as epoch 1 on 1 of 1 rank: is the sampler (or the stream) reshuffled" in capsys.readouterr().out
 
 
+def test_a_subset_random_sampler_is_a_split_whose_indices_are_the_dataset_an_epoch_covers(capsys):
+    """A training share drawn by SubsetRandomSampler beside a validation share: the other share is not missing."""
+    train = SubsetRandomSampler(range(0, ROWS, 2), generator=torch.Generator().manual_seed(0))
+    audit = audited(DataLoader(Rows(), batch_size=5, sampler=train), SampleAudit(strict=True))
+    assert [counts(row) for row in audit.epochs] == [(ROWS // 2, ROWS // 2, 0, 0)] * 2
+    assert audit.epochs[0]["dataset_size"] == ROWS // 2
+    assert f"{ROWS // 2:,} distinct of {ROWS // 2:,}: 0 duplicates, 0 missing" in capsys.readouterr().out
+
+
 def test_an_epoch_of_too_few_samples_to_tell_a_reshuffled_order_is_not_asked_about_its_sampler(capsys):
     """A full-batch fit (one graph, its nodes masked) has one sample an epoch: its order is always the same."""
     audit = audited(DataLoader(Rows(), batch_size=5, sampler=range(ORDER_SAMPLES - 1)), SampleAudit())

@@ -80,16 +80,24 @@ def restored_parts(restored: dict[str, Any], loaders: int, world: int, rank: int
 
 
 def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
-    """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items."""
-    datasets = [
-        loader.dataset
-        if sample_dims == 1
-        and isinstance(loader, DataLoader)
-        and (loader.batch_sampler is not None or isinstance(loader.sampler, BatchSampler))
-        else None
-        for loader in loaders
-    ]
-    return [len(d) if isinstance(d, Sized) and not isinstance(d, IterableDataset) else None for d in datasets]
+    """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items.
+
+    A ``SubsetRandomSampler`` draws a split of its dataset (a training share beside a validation one): its indices are
+    the dataset an epoch covers.
+    """
+    return [dataset_size(loader) if sample_dims == 1 else None for loader in loaders]
+
+
+def dataset_size(loader: Any) -> int | None:
+    """A map-style DataLoader's dataset's length (its sampler's indices', a subset's), where it batches items."""
+    if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
+        return None
+    if loader.batch_sampler is None and not isinstance(loader.sampler, BatchSampler):
+        return None
+    sampler = items_sampler(loader)
+    if isinstance(sampler, SubsetRandomSampler):
+        return len(sampler.indices)
+    return len(loader.dataset) if isinstance(loader.dataset, Sized) else None
 
 
 # Packages whose batch samplers draw as torch's BatchSampler does (torchdata's StatefulDataLoader makes its own)

@@ -588,6 +588,50 @@ def test_a_file_that_is_not_a_timing_json_is_told_what_one_is_and_how_to_get_one
     assert sorted(path.name for path in tmp_path.iterdir()) == ["config.yaml", "other.json", "run"]
 
 
+SUMMARY = {  # a timing.json of two epochs, with each kind of value its readers take
+    "avg_train_s": 1.0,
+    "epochs": [{"epoch": 1, "train_s": 1.5, "eval_s": 0.2}, {"epoch": 2, "train_s": 1.0, "eval_s": 0.2}],
+    "steady_epochs": [2, 2],
+    "warmup": {"epoch": 1, "train_s": 1.5, "eval_s": 0.2},
+    "stalls": {"spikes": 0, "spikes_share": 0.0, "worst_spikes": [], "slow_first_step": []},
+    "busy_window": {"device": "cpu", "share": 0.9, "epoch": 2, "first_step": 1, "last_step": 2},
+    "advice": {"ceiling": "what remains is the CPU's arithmetic", "hints": ["a larger batch"]},
+}
+DAMAGED = {  # (where, the value written there, or None to leave the key out; what the error says is wrong)
+    "a string for a number": (("epochs", 1, "train_s"), "1.0", 'epochs[1].train_s is "1.0", not a number'),
+    "a list for an object": (("warmup",), [1, 1.5], "warmup is [1, 1.5], not an object"),
+    "a row without its epoch": (("epochs", 0, "epoch"), None, "epochs[0].epoch is missing"),
+    "a pair cut short": (("steady_epochs",), [2], "steady_epochs is [2], not a list of 2"),
+    "a null the runs' time": (("avg_train_s",), "null", "avg_train_s is null"),
+    "an unknown device": (("busy_window", "device"), "tpu", 'busy_window.device is "tpu", not one of cpu, cuda'),
+    "epochs by their number": (("epochs",), {"1": {"train_s": 1.5}}, 'epochs is {"1": {"train_s": 1.5}}, not a list'),
+    "words for a list": (("advice", "hints"), "a larger batch", 'advice.hints is "a larger batch", not a list'),
+}
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+@pytest.mark.parametrize("damage_done", list(DAMAGED), ids=list(DAMAGED))
+def test_a_timing_json_with_a_value_its_readers_cannot_take_is_named_in_one_line(
+    tmp_path, monkeypatch, capsys, command, damage_done
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "good.json").write_text(json.dumps(SUMMARY))
+    main(["report", "good.json"])  # the summary undamaged reads
+    assert "Average Train Time per Epoch: 1.00 s" in capsys.readouterr().out
+    (*keys, last), value, wrong = DAMAGED[damage_done]
+    damaged = json.loads(json.dumps(SUMMARY))
+    inside = damaged
+    for key in keys:
+        inside = inside[key]
+    if value is None:
+        del inside[last]
+    else:
+        inside[last] = None if value == "null" else value
+    (tmp_path / "run.json").write_text(json.dumps(damaged))
+    argv = ["report", "run.json"] if command == "report" else ["compare", "good.json", "run.json"]
+    fails_in_one_line(capsys, argv, f"run.json: not a timing.json ({wrong}); ", "python -m mnistperf fit --config")
+
+
 @pytest.mark.parametrize("out", ["afile/sub/report.html", "afile/report.html", "run"])
 def test_a_report_that_cannot_go_where_out_says_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys, out):
     monkeypatch.chdir(tmp_path)

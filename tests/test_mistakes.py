@@ -347,6 +347,13 @@ def test_prepare_bench_and_tune_answer_a_wrong_option_in_one_line_with_the_one_m
         assert "did you mean fashion_mnist?" in err
 
 
+def test_a_tune_set_value_the_stage_refuses_points_to_the_help_that_lists_that_option(capsys):
+    argv = ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--set", "data.batch_size=abc"]
+    fails_in_one_line(
+        capsys, argv, "data.batch_size takes a whole number, not 'abc' (`python -m mnistperf fit --help` lists"
+    )
+
+
 @pytest.mark.parametrize("command", ["fit", "validate"])
 def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command):
     shutil.copytree(CONFIGS, workdir / "configs")

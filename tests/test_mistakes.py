@@ -51,6 +51,29 @@ def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag,
 
 
 @pytest.mark.parametrize(
+    "flag, setting, expected",
+    [
+        (
+            "--set",
+            "data.batch_size=abc",
+            "data.batch_size takes a whole number, not 'abc' (`python -m mnistperf fit --help",
+        ),
+        ("--sweep", "data.batch_size=64,abc", "data.batch_size takes a whole number, not 'abc'"),
+        ("--set", "data.pipeline=v9", "data.pipeline: unknown pipeline 'v9'; choose one of v1, v2,"),
+        ("--set", "data.batch_size=-3", "data.batch_size must be at least 1 (got -3)"),
+    ],
+)
+def test_a_bench_value_every_run_would_fail_on_is_refused_before_anything_runs(
+    tmp_path, capsys, monkeypatch, flag, setting, expected
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
+    argv = ["bench", "--config-dir", str(CONFIGS), "--stages", "v1_naive,v2_pinned", flag, setting, "--out", "out"]
+    fails_in_one_line(capsys, argv, expected)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
     "argv, expected",
     [
         (["--stages", ""], "--stages '' names no stage; give one or more, e.g. --stages v2_pinned."),

@@ -29,6 +29,14 @@ def test_options_that_train_nothing_are_refused(workdir, capsys, option):
     fails_in_one_line(capsys, fit_args(option, "0"), f"{option.removeprefix('--')} is 0, so fit would train nothing")
 
 
+@pytest.mark.parametrize("setting", ["trainer.limit_train_batches=0.0", "trainer.max_epochs=0"])
+def test_tune_refuses_a_config_that_would_train_nothing_before_measuring(tmp_path, capsys, setting):
+    out = tmp_path / "tuned.yaml"
+    argv = ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--set", setting, "--out", str(out)]
+    fails_in_one_line(capsys, argv, f"{setting.partition('=')[0]} is 0, so fit would train nothing")
+    assert not out.exists()
+
+
 def test_a_bench_whose_every_run_failed_fails(workdir, capsys, monkeypatch):
     monkeypatch.setattr(runner, "run_process", lambda command, label: (1, "RuntimeError: boom", {}))
     argv = ["bench", "--stages", "v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS), "--out", "out"]

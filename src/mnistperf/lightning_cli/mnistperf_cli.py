@@ -190,9 +190,7 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
 
     def before_fit(self) -> None:
         """Refuse a fit that would train nothing, or group batches without the whole-step module."""
-        for name in ("limit_train_batches", "max_epochs", "max_steps"):
-            if getattr(self.trainer, name) == 0:
-                raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
+        refuse_training_nothing(self.trainer)
         group = self.datamodule.options.batches_per_step
         if group > 1 and not self.model.hparams.cuda_graph:
             raise ConfigError(
@@ -250,6 +248,13 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             config.trainer.precision = "32-true"
             return f" ({precision} asked for: no GPU with native bf16 here)"
         return ""
+
+
+def refuse_training_nothing(trainer: Trainer) -> None:
+    """One line where the trainer's limit_train_batches, max_epochs or max_steps is 0: a fit of it trains nothing."""
+    for name in ("limit_train_batches", "max_epochs", "max_steps"):
+        if getattr(trainer, name) == 0:
+            raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
 
 
 def parse_fit_config(args: Sequence[str], announce: str | None = None) -> MnistperfCLI:

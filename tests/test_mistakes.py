@@ -478,6 +478,13 @@ def test_a_misspelt_class_path_in_an_importable_project_gets_the_name_meant(own_
     assert "PYTHONPATH" not in err  # the project is importable: the path is not what is wrong
 
 
+def test_a_class_a_package_lacks_is_answered_with_those_its_modules_define(own_project, capsys):
+    (own_project / "slowmlp" / "__init__.py").write_text("from slowmlp.model import MLP\n")
+    (own_project / "config.yaml").write_text("model:\n  class_path: slowmlp.Zebra\n")
+    meant = "slowmlp has no Zebra; the classes it defines are MLP."
+    fails_in_one_line(capsys, ["tune", "--config", "config.yaml"], "model.class_path 'slowmlp.Zebra'", meant)
+
+
 @pytest.mark.parametrize(
     "source, error",
     [("def f(:\n", "SyntaxError: "), ("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here")],

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 import json
+import os
 import re
+import runpy
 import shlex
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import CONFIGS, NO_WORKERS, damage, fails_in_one_line, random_split, stage_argv
 
+from mnistperf import cli
 from mnistperf.bench import runner
 from mnistperf.cli import main
 from mnistperf.data import schema
@@ -130,6 +135,37 @@ def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
 
     torch.save({"weights": torch.zeros(3)}, workdir / "other.ckpt")
     fails_in_one_line(capsys, fit_args("--ckpt_path", "other.ckpt"), "holds no model state_dict")
+
+
+# ---------------------------------------------------------------- Ctrl-C
+def test_a_ctrl_c_while_the_libraries_import_lets_them_finish_then_ends_in_one_line(tmp_path, monkeypatch, capsys):
+    finished = []
+
+    def importing():  # a Ctrl-C halfway through an import, which a library could catch and leave half made
+        os.kill(os.getpid(), signal.SIGINT)
+        finished.append("the import's other half")
+
+    monkeypatch.setattr(cli, "check_torchvision", importing)
+    with pytest.raises(SystemExit) as stop:
+        main(["report", str(tmp_path)])
+    assert stop.value.code == 130 and finished == ["the import's other half"]
+    assert capsys.readouterr().err == "mnistperf: interrupted; what was being written is not kept\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_before_the_command_line_is_read_ends_in_one_line(monkeypatch, capsys):
+    imported = builtins.__import__
+
+    def cut(name, *args, **kwargs):
+        if name == "mnistperf.cli":
+            raise KeyboardInterrupt
+        return imported(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", cut)
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module("mnistperf", run_name="__main__")
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == "mnistperf: interrupted\n"
 
 
 # ---------------------------------------------------------------- paths

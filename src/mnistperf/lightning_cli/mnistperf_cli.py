@@ -76,7 +76,13 @@ def fit_description() -> str:
     )
 
 
-EVAL_COMMANDS = ("validate", "test", "predict")
+# What each evaluation does, as its --help says first (Lightning's own words stop where its docstring's line breaks)
+EVAL_DESCRIPTIONS = {
+    "validate": "Evaluate on the validation data",
+    "test": "Evaluate on the test split",
+    "predict": "Predict the test split's labels",
+}
+EVAL_COMMANDS = tuple(EVAL_DESCRIPTIONS)
 EVENT_FILE = "events.out.tfevents."  # how TensorBoard's event files are named
 FIT_USAGE = "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]"
 
@@ -128,6 +134,11 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                         if "fit" in self.subcommands()
                         else {}
                     ),
+                    **{
+                        name: {"description": f"{said}, by the newest checkpoint of the config's runs or --ckpt_path."}
+                        for name, said in EVAL_DESCRIPTIONS.items()
+                        if name in self.subcommands()
+                    },
                 },
             )
         except (MnistperfError, SystemExit):  # the user's mistake, or Ctrl-C (Lightning exits): no empty run left

@@ -80,6 +80,14 @@ def test_every_commands_help_reads_as_plain_text(capsys, monkeypatch, command, b
     assert not REST.findall(text), [line for line in text.splitlines() if REST.search(line)]
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_commands_help_says_what_it_does_in_whole_sentences_first(capsys, monkeypatch, command):
+    text = help_text(capsys, command, monkeypatch)
+    described = text.split("\n\n", 1)[1].split("\n\n", 1)[0]  # what follows the usage, to its first blank line
+    said = " ".join(described.split())
+    assert said.endswith((".", ":")), said  # no sentence cut where a docstring's line broke
+
+
 @pytest.mark.parametrize("command", ["prepare", "bench", "tune"])
 def test_every_option_has_a_help_line_with_its_default(capsys, monkeypatch, command):
     text = help_text(capsys, command, monkeypatch)

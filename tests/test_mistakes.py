@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 import json
+import os
 import re
+import runpy
 import shlex
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import CONFIGS, NO_WORKERS, damage, fails_in_one_line, random_split, stage_argv
 
+from mnistperf import cli
 from mnistperf.bench import runner
 from mnistperf.cli import main
 from mnistperf.data import schema
@@ -27,6 +32,14 @@ def fit_args(*extra: str) -> list[str]:
 @pytest.mark.parametrize("option", ["--trainer.limit_train_batches", "--trainer.max_epochs", "--trainer.max_steps"])
 def test_options_that_train_nothing_are_refused(workdir, capsys, option):
     fails_in_one_line(capsys, fit_args(option, "0"), f"{option.removeprefix('--')} is 0, so fit would train nothing")
+
+
+@pytest.mark.parametrize("setting", ["trainer.limit_train_batches=0.0", "trainer.max_epochs=0"])
+def test_tune_refuses_a_config_that_would_train_nothing_before_measuring(tmp_path, capsys, setting):
+    out = tmp_path / "tuned.yaml"
+    argv = ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--set", setting, "--out", str(out)]
+    fails_in_one_line(capsys, argv, f"{setting.partition('=')[0]} is 0, so fit would train nothing")
+    assert not out.exists()
 
 
 def test_a_bench_whose_every_run_failed_fails(workdir, capsys, monkeypatch):
@@ -48,6 +61,29 @@ def test_a_bench_limit_of_no_batches_is_refused_not_run_as_whole_epochs(capsys, 
 )
 def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag, key):
     fails_in_one_line(capsys, ["bench", "--config-dir", str(CONFIGS), flag, key], "no stage config has this option")
+
+
+@pytest.mark.parametrize(
+    "flag, setting, expected",
+    [
+        (
+            "--set",
+            "data.batch_size=abc",
+            "data.batch_size takes a whole number, not 'abc' (`python -m mnistperf fit --help",
+        ),
+        ("--sweep", "data.batch_size=64,abc", "data.batch_size takes a whole number, not 'abc'"),
+        ("--set", "data.pipeline=v9", "data.pipeline: unknown pipeline 'v9'; choose one of v1, v2,"),
+        ("--set", "data.batch_size=-3", "data.batch_size must be at least 1 (got -3)"),
+    ],
+)
+def test_a_bench_value_every_run_would_fail_on_is_refused_before_anything_runs(
+    tmp_path, capsys, monkeypatch, flag, setting, expected
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
+    argv = ["bench", "--config-dir", str(CONFIGS), "--stages", "v1_naive,v2_pinned", flag, setting, "--out", "out"]
+    fails_in_one_line(capsys, argv, expected)
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(
@@ -99,6 +135,37 @@ def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
 
     torch.save({"weights": torch.zeros(3)}, workdir / "other.ckpt")
     fails_in_one_line(capsys, fit_args("--ckpt_path", "other.ckpt"), "holds no model state_dict")
+
+
+# ---------------------------------------------------------------- Ctrl-C
+def test_a_ctrl_c_while_the_libraries_import_lets_them_finish_then_ends_in_one_line(tmp_path, monkeypatch, capsys):
+    finished = []
+
+    def importing():  # a Ctrl-C halfway through an import, which a library could catch and leave half made
+        os.kill(os.getpid(), signal.SIGINT)
+        finished.append("the import's other half")
+
+    monkeypatch.setattr(cli, "check_torchvision", importing)
+    with pytest.raises(SystemExit) as stop:
+        main(["report", str(tmp_path)])
+    assert stop.value.code == 130 and finished == ["the import's other half"]
+    assert capsys.readouterr().err == "mnistperf: interrupted; what was being written is not kept\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_before_the_command_line_is_read_ends_in_one_line(monkeypatch, capsys):
+    imported = builtins.__import__
+
+    def cut(name, *args, **kwargs):
+        if name == "mnistperf.cli":
+            raise KeyboardInterrupt
+        return imported(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", cut)
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module("mnistperf", run_name="__main__")
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == "mnistperf: interrupted\n"
 
 
 # ---------------------------------------------------------------- paths
@@ -347,6 +414,13 @@ def test_prepare_bench_and_tune_answer_a_wrong_option_in_one_line_with_the_one_m
         assert "did you mean fashion_mnist?" in err
 
 
+def test_a_tune_set_value_the_stage_refuses_points_to_the_help_that_lists_that_option(capsys):
+    argv = ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--set", "data.batch_size=abc"]
+    fails_in_one_line(
+        capsys, argv, "data.batch_size takes a whole number, not 'abc' (`python -m mnistperf fit --help` lists"
+    )
+
+
 @pytest.mark.parametrize("command", ["fit", "validate"])
 def test_a_missing_config_names_the_configs_that_exist(workdir, capsys, command):
     shutil.copytree(CONFIGS, workdir / "configs")
@@ -438,6 +512,13 @@ def test_a_misspelt_class_path_in_an_importable_project_gets_the_name_meant(own_
     (own_project / "config.yaml").write_text(f"model:\n  class_path: {class_path}\n")
     err = fails_in_one_line(capsys, ["tune", "--config", "config.yaml"], f"model.class_path '{class_path}'", meant).err
     assert "PYTHONPATH" not in err  # the project is importable: the path is not what is wrong
+
+
+def test_a_class_a_package_lacks_is_answered_with_those_its_modules_define(own_project, capsys):
+    (own_project / "slowmlp" / "__init__.py").write_text("from slowmlp.model import MLP\n")
+    (own_project / "config.yaml").write_text("model:\n  class_path: slowmlp.Zebra\n")
+    meant = "slowmlp has no Zebra; the classes it defines are MLP."
+    fails_in_one_line(capsys, ["tune", "--config", "config.yaml"], "model.class_path 'slowmlp.Zebra'", meant)
 
 
 @pytest.mark.parametrize(
@@ -586,6 +667,50 @@ def test_a_file_that_is_not_a_timing_json_is_told_what_one_is_and_how_to_get_one
     ).err
     assert "Expecting value" not in err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["config.yaml", "other.json", "run"]
+
+
+SUMMARY = {  # a timing.json of two epochs, with each kind of value its readers take
+    "avg_train_s": 1.0,
+    "epochs": [{"epoch": 1, "train_s": 1.5, "eval_s": 0.2}, {"epoch": 2, "train_s": 1.0, "eval_s": 0.2}],
+    "steady_epochs": [2, 2],
+    "warmup": {"epoch": 1, "train_s": 1.5, "eval_s": 0.2},
+    "stalls": {"spikes": 0, "spikes_share": 0.0, "worst_spikes": [], "slow_first_step": []},
+    "busy_window": {"device": "cpu", "share": 0.9, "epoch": 2, "first_step": 1, "last_step": 2},
+    "advice": {"ceiling": "what remains is the CPU's arithmetic", "hints": ["a larger batch"]},
+}
+DAMAGED = {  # (where, the value written there, or None to leave the key out; what the error says is wrong)
+    "a string for a number": (("epochs", 1, "train_s"), "1.0", 'epochs[1].train_s is "1.0", not a number'),
+    "a list for an object": (("warmup",), [1, 1.5], "warmup is [1, 1.5], not an object"),
+    "a row without its epoch": (("epochs", 0, "epoch"), None, "epochs[0].epoch is missing"),
+    "a pair cut short": (("steady_epochs",), [2], "steady_epochs is [2], not a list of 2"),
+    "a null the runs' time": (("avg_train_s",), "null", "avg_train_s is null"),
+    "an unknown device": (("busy_window", "device"), "tpu", 'busy_window.device is "tpu", not one of cpu, cuda'),
+    "epochs by their number": (("epochs",), {"1": {"train_s": 1.5}}, 'epochs is {"1": {"train_s": 1.5}}, not a list'),
+    "words for a list": (("advice", "hints"), "a larger batch", 'advice.hints is "a larger batch", not a list'),
+}
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+@pytest.mark.parametrize("damage_done", list(DAMAGED), ids=list(DAMAGED))
+def test_a_timing_json_with_a_value_its_readers_cannot_take_is_named_in_one_line(
+    tmp_path, monkeypatch, capsys, command, damage_done
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "good.json").write_text(json.dumps(SUMMARY))
+    main(["report", "good.json"])  # the summary undamaged reads
+    assert "Average Train Time per Epoch: 1.00 s" in capsys.readouterr().out
+    (*keys, last), value, wrong = DAMAGED[damage_done]
+    damaged = json.loads(json.dumps(SUMMARY))
+    inside = damaged
+    for key in keys:
+        inside = inside[key]
+    if value is None:
+        del inside[last]
+    else:
+        inside[last] = None if value == "null" else value
+    (tmp_path / "run.json").write_text(json.dumps(damaged))
+    argv = ["report", "run.json"] if command == "report" else ["compare", "good.json", "run.json"]
+    fails_in_one_line(capsys, argv, f"run.json: not a timing.json ({wrong}); ", "python -m mnistperf fit --config")
 
 
 @pytest.mark.parametrize("out", ["afile/sub/report.html", "afile/report.html", "run"])

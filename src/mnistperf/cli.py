@@ -10,9 +10,12 @@ torchvision that cannot load beside torch, checked before anything imports Light
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from mnistperf.atomic import place_taken
@@ -139,7 +142,6 @@ def main(args: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if args is None else args)
     command = argv[0] if argv else None
     try:
-        check_torchvision()  # before anything imports Lightning, which imports torchvision when it is there
         run_command(command, argv, args is None)
     except MnistperfError as exc:
         if os.environ.get(DEBUG_ENV):
@@ -165,12 +167,36 @@ def end_process_group() -> None:
         torch.distributed.destroy_process_group()
 
 
+@contextlib.contextmanager
+def interrupted_at_the_end() -> Iterator[None]:
+    """A Ctrl-C inside the block, taken at its end: the libraries it imports import whole.
+
+    A KeyboardInterrupt halfway through an import can be caught inside a library (under torch's, numpy's) and leave
+    a module half made, which fails later with a traceback of its own. A Ctrl-C ignored (a background job) stays so.
+    """
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def run_command(command: str | None, argv: list[str], from_process: bool) -> None:
     """Run one command; Lightning's refusals of trainer settings become ConfigErrors (one line, status 2)."""
-    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+    with interrupted_at_the_end():
+        check_torchvision()  # before anything imports Lightning, which imports torchvision when it is there
+        from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-    from mnistperf.console import calm_library_noise
-    from mnistperf.lightning_cli.mnistperf_cli import MnistperfCLI
+        from mnistperf.console import calm_library_noise
+        from mnistperf.lightning_cli.mnistperf_cli import MnistperfCLI
 
     calm_library_noise()
     try:

@@ -6,6 +6,8 @@ See docs/timing.md#the-bench.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
 import math
 import sys
@@ -14,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.bench import published
 from mnistperf.bench.columns import Row
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
-from mnistperf.errors import ConfigError
+from mnistperf.errors import ConfigError, MnistperfError
 from mnistperf.lightning_cli.configs import CHECKOUT_CONFIGS
+from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
 from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
 
 
@@ -58,6 +62,7 @@ class Plan:
     row: Row
     config: Path
     args: list[str]
+    flags: Sequence[str] = ()  # a reference row's own (``--bare-lightning``), after the fit's arguments
 
     def command(self, runs_dir: Path, run_name: str) -> tuple[list[str], Callable[[], Path]]:
         """The command line of one run, and a function that finds the timing.json it wrote."""
@@ -65,6 +70,7 @@ class Plan:
         if self.row.runner in ("plain", "loader", "bare"):
             target = runs_dir / run_name / SUMMARY_FILE
             command = [sys.executable, "-m", "mnistperf.bench.reference_rows", "--out", str(target), *config]
+            command += self.flags
             return command, lambda: target
         logger = ["--trainer.logger.init_args.save_dir", str(runs_dir), "--trainer.logger.init_args.name", run_name]
 
@@ -91,7 +97,7 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
 
     def plan(row: Row, path: Path, settings: Sequence[tuple[str, str]] = (), flags: Sequence[str] = ()) -> Plan:
         limit = train_batch_limit(opts.limit_train_batches, path, {**dict(fixed), **dict(settings)})
-        return Plan(row, path, [*common, *limit, *as_options(settings), *flags])
+        return Plan(row, path, [*common, *limit, *as_options(settings)], flags)
 
     if opts.loader_only:
         return [
@@ -110,6 +116,35 @@ def plan_runs(opts: argparse.Namespace) -> list[Plan]:
         plans.append(plan(Row(f"bare Lightning ({stage})", stage, runner="bare"), path, flags=["--bare-lightning"]))
         plans.append(plan(Row(f"plain PyTorch ({stage})", stage, runner="plain"), path))
     return plans
+
+
+def check_fit_arguments(plans: Sequence[Plan]) -> None:
+    """Refuse, before any run, the fit arguments that every run would fail on alike.
+
+    Each plan's arguments are parsed as its run parses them: a value of the wrong type (``--set data.batch_size=abc``,
+    a ``--sweep`` value, a config's own) is the parser's one line, status 2. Then the plans are built until one builds;
+    where none does (``--set data.pipeline=vv``), the first one's error is raised. A plan that alone fails (its stage
+    needs a package not installed) fails its row, as it would have.
+    """
+    distinct = list(dict.fromkeys((plan.config, tuple(plan.args)) for plan in plans))
+    for config, args in distinct:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # the config it prints, having parsed it
+                parse_fit_config(["--config", str(config), *args, "--print_config"])
+        except SystemExit as stop:
+            if stop.code:  # the parser's refusal, said in its line
+                raise
+    refused: list[Exception] = []
+    for config, args in distinct:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # what Lightning prints of the trainer it builds
+                parse_fit_config(["--config", str(config), *args, "--seed_everything", "false"])  # (seeding nothing)
+        except (MnistperfError, MisconfigurationException) as error:
+            refused.append(error)
+        else:
+            return
+    if refused:
+        raise refused[0]
 
 
 def as_options(settings: Iterable[tuple[str, str]]) -> list[str]:

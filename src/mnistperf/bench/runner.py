@@ -22,7 +22,7 @@ from mnistperf.bench import published
 from mnistperf.bench.chart import redraw_chart
 from mnistperf.bench.columns import REFERENCE_RUNNERS, markdown_table
 from mnistperf.bench.memory import TreeMemorySampler
-from mnistperf.bench.plans import Plan, plan_runs
+from mnistperf.bench.plans import Plan, check_fit_arguments, plan_runs
 from mnistperf.bench.report import per_step_table, write_all
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.console import device_line
@@ -228,6 +228,7 @@ def bench_command(argv: Sequence[str]) -> None:
         print(f"written: {chart}")
         return
     plans = plan_runs(opts)
+    check_fit_arguments(plans)
     out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
     taken = place_taken(out, folder=True)
     if taken is not None:

@@ -76,7 +76,13 @@ def fit_description() -> str:
     )
 
 
-EVAL_COMMANDS = ("validate", "test", "predict")
+# What each evaluation does, as its --help says first (Lightning's own words stop where its docstring's line breaks)
+EVAL_DESCRIPTIONS = {
+    "validate": "Evaluate on the validation data",
+    "test": "Evaluate on the test split",
+    "predict": "Predict the test split's labels",
+}
+EVAL_COMMANDS = tuple(EVAL_DESCRIPTIONS)
 EVENT_FILE = "events.out.tfevents."  # how TensorBoard's event files are named
 FIT_USAGE = "mnistperf fit --config configs/STAGE.yaml [--KEY VALUE ...]"
 
@@ -128,6 +134,11 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                         if "fit" in self.subcommands()
                         else {}
                     ),
+                    **{
+                        name: {"description": f"{said}, by the newest checkpoint of the config's runs or --ckpt_path."}
+                        for name, said in EVAL_DESCRIPTIONS.items()
+                        if name in self.subcommands()
+                    },
                 },
             )
         except (MnistperfError, SystemExit):  # the user's mistake, or Ctrl-C (Lightning exits): no empty run left
@@ -190,9 +201,7 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
 
     def before_fit(self) -> None:
         """Refuse a fit that would train nothing, or group batches without the whole-step module."""
-        for name in ("limit_train_batches", "max_epochs", "max_steps"):
-            if getattr(self.trainer, name) == 0:
-                raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
+        refuse_training_nothing(self.trainer)
         group = self.datamodule.options.batches_per_step
         if group > 1 and not self.model.hparams.cuda_graph:
             raise ConfigError(
@@ -250,6 +259,13 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             config.trainer.precision = "32-true"
             return f" ({precision} asked for: no GPU with native bf16 here)"
         return ""
+
+
+def refuse_training_nothing(trainer: Trainer) -> None:
+    """One line where the trainer's limit_train_batches, max_epochs or max_steps is 0: a fit of it trains nothing."""
+    for name in ("limit_train_batches", "max_epochs", "max_steps"):
+        if getattr(trainer, name) == 0:
+            raise ConfigError(f"trainer.{name} is 0, so fit would train nothing; raise it or remove the option.")
 
 
 def parse_fit_config(args: Sequence[str], announce: str | None = None) -> MnistperfCLI:

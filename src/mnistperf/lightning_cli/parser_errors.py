@@ -58,9 +58,14 @@ class OneLineErrorParser(LightningArgumentParser):
         raise SystemExit(2)
 
     def _command(self, text: str) -> str | None:
-        """The subcommand the error is about: named in the message (a config key), else this parser's own."""
+        """The subcommand the error is about: named in the message (a config key), else this parser's own.
+
+        A parser without subcommands (``run=False``: tune's and the bench's reading of a stage) parses fit's options.
+        """
         named = SUBCOMMAND.search(text)
         command = named.group(1) if named else self.prog.split()[-1]
+        if getattr(self, "_subcommands_action", None) is None and command not in LightningCLI.subcommands():
+            return "fit"
         return command if command in LightningCLI.subcommands() else None
 
     def _command_parser(self, command: str | None) -> LightningArgumentParser:

@@ -20,7 +20,7 @@ from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli.configs import missing_config, read_config
-from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
+from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config, refuse_training_nothing
 from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.model import ImageClassifier
@@ -155,6 +155,7 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
     began = time.perf_counter()
     cli_args = ["--config", str(opts.config)] + [a for k, v in settings for a in (f"--{k}", v)]
     cli = parse_fit_config(cli_args, announce="tune")  # as fit reads it: a config that cannot run fails here
+    refuse_training_nothing(cli.trainer)  # before measuring: the tuned config would keep it
     device = cli.trainer.strategy.root_device
     model = cli.model.to(device)
     model.configure_model()

@@ -61,7 +61,8 @@ def import_class(path: Path, section: str, class_path: Any, option: bool = False
     if found is None:
         classes = {key: value for key, value in vars(imported).items() if isinstance(value, type) and key[0] != "_"}
         meant = closest(name, classes)
-        own = [key for key, value in classes.items() if value.__module__ == module]  # not those it imports
+        # those it or its modules define (a package's), not those it imports from elsewhere
+        own = [key for key, value in classes.items() if f"{value.__module__}.".startswith(f"{module}.")]
         fix = f"did you mean {module}.{meant}?" if meant else f"the classes it defines are {', '.join(own) or 'none'}."
         raise ConfigError(f"{where} cannot be imported: {module} has no {name}; {fix}")
     if not isinstance(found, type):

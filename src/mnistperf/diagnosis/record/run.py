@@ -20,9 +20,10 @@ import lightning
 import torch
 
 from mnistperf.atomic import atomic_write_text
-from mnistperf.diagnosis.figures import AVG_TRAIN_S, PEAK_RSS_MB, Figure
+from mnistperf.diagnosis.figures import PEAK_RSS_MB, Figure
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.measure.window_reading import WindowReading
+from mnistperf.diagnosis.record.shape import SUMMARY, misfit
 from mnistperf.errors import ConfigError
 from mnistperf.machine import describe_device, usable_cpus
 
@@ -91,8 +92,8 @@ def number(value: Any) -> float | None:
 
 
 def typed(kind: Any, found: Mapping[str, Any]) -> Any:
-    """A ``kind`` (a dataclass) of its form in timing.json: each field the value of its name, if any."""
-    return kind(**{f.name: found[f.name] for f in fields(kind) if f.name in found})
+    """A ``kind`` (a dataclass) of its form in timing.json: each field the value of its name, if any (null: none)."""
+    return kind(**{f.name: found[f.name] for f in fields(kind) if found.get(f.name) is not None})
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ def load(run: Path) -> tuple[Path, RunSummary]:
         raise ConfigError(f"{path}: cannot be read ({error.strerror}); {WHAT_A_SUMMARY_IS}") from None
     except ValueError:
         raise ConfigError(f"{path}: not a {SUMMARY_FILE} (not JSON); {WHAT_A_SUMMARY_IS}") from None
-    if not isinstance(found, dict) or AVG_TRAIN_S not in found:
-        raise ConfigError(f"{path}: not a {SUMMARY_FILE} (JSON without {AVG_TRAIN_S}); {WHAT_A_SUMMARY_IS}")
+    wrong = misfit(found, SUMMARY)
+    if wrong is not None:
+        raise ConfigError(f"{path}: not a {SUMMARY_FILE} ({wrong}); {WHAT_A_SUMMARY_IS}")
     return path, RunSummary.of(found)

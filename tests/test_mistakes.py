@@ -87,6 +87,25 @@ def test_a_bench_value_every_run_would_fail_on_is_refused_before_anything_runs(
 
 
 @pytest.mark.parametrize(
+    "config, lacks",
+    [
+        ("data:\n  batch_size: 256\n", "it names no trainer.logger class nor EpochTimer;"),
+        ("trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.CSVLogger\n", "it names no EpochTimer;"),
+    ],
+)
+def test_a_bench_config_whose_runs_write_no_timing_json_is_refused_before_anything_runs(
+    tmp_path, capsys, monkeypatch, config, lacks
+):
+    """Before, each run failed alike (the parser's error on the logger's folder, or a row 'failed (exit 0)')."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
+    (tmp_path / "mine.yaml").write_text(config)
+    argv = ["bench", "--config-dir", ".", "--stages", "mine", "--out", "out"]
+    fails_in_one_line(capsys, argv, "mine.yaml: the bench reads each run's timing.json", lacks, "my_stage.yaml")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
     "argv, expected",
     [
         (["--stages", ""], "--stages '' names no stage; give one or more, e.g. --stages v2_pinned."),

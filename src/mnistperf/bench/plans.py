@@ -127,13 +127,17 @@ def check_fit_arguments(plans: Sequence[Plan]) -> None:
     needs a package not installed) fails its row, as it would have.
     """
     distinct = list(dict.fromkeys((plan.config, tuple(plan.args)) for plan in plans))
+    fits = {plan.config for plan in plans if plan.row.runner not in ("plain", "loader", "bare")}
     for config, args in distinct:
+        printed = io.StringIO()
         try:
-            with contextlib.redirect_stdout(io.StringIO()):  # the config it prints, having parsed it
+            with contextlib.redirect_stdout(printed):  # the config it prints, having parsed it
                 parse_fit_config(["--config", str(config), *args, "--print_config"])
         except SystemExit as stop:
             if stop.code:  # the parser's refusal, said in its line
                 raise
+        if config in fits:
+            check_timed(config, yaml.safe_load(printed.getvalue()) or {})
     refused: list[Exception] = []
     for config, args in distinct:
         try:
@@ -145,6 +149,28 @@ def check_fit_arguments(plans: Sequence[Plan]) -> None:
             return
     if refused:
         raise refused[0]
+
+
+def check_timed(config: Path, parsed: dict) -> None:
+    """Refuse a config whose fit would not write a timing.json where the bench finds it, as the stages' configs do.
+
+    The bench names each run's folder through the config's ``trainer.logger`` class, and its row reads the
+    timing.json the config's EpochTimer writes there.
+    """
+    trainer = parsed.get("trainer") or {}
+    logger, callbacks = trainer.get("logger"), trainer.get("callbacks") or []
+    timed = any(str(c.get("class_path", "")).endswith(".EpochTimer") for c in callbacks if isinstance(c, dict))
+    if isinstance(logger, dict) and timed:
+        return
+    lacks = " nor ".join(
+        what for what, held in (("trainer.logger class", isinstance(logger, dict)), ("EpochTimer", timed)) if not held
+    )
+    stage = CHECKOUT_CONFIGS / f"{PRE_TENSORIZED_STAGE}.yaml"
+    raise ConfigError(
+        f"{config}: the bench reads each run's timing.json, which the config's EpochTimer writes under its "
+        f"trainer.logger's folder, and it names no {lacks}; start from a stage's config, which names both: "
+        f"cp {stage if stage.is_file() else 'configs/v2_pinned.yaml'} my_stage.yaml"
+    )
 
 
 def as_options(settings: Iterable[tuple[str, str]]) -> list[str]:

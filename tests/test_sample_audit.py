@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 from conftest import FailAt, fit_module
+from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import callbacks as lightning_bars
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
@@ -170,10 +171,15 @@ def test_a_loader_that_drops_samples_reports_them_missing_and_an_unshuffled_orde
     assert "same order as epoch 1 on 1 of 1 rank: is the sampler (or the stream) reshuffled" in capsys.readouterr().out
 
 
-def test_a_subset_random_sampler_is_a_split_whose_indices_are_the_dataset_an_epoch_covers(capsys):
-    """A training share drawn by SubsetRandomSampler beside a validation share: the other share is not missing."""
+@pytest.mark.parametrize("ranks", [None, 1], ids=["one process", "as Lightning wraps it under DDP"])
+def test_a_subset_random_sampler_is_a_split_whose_indices_are_the_dataset_an_epoch_covers(capsys, ranks):
+    """A training share drawn by SubsetRandomSampler beside a validation share: the other share is not missing.
+
+    Under DDP, Lightning hands the sampler to each rank inside its DistributedSamplerWrapper: a split all the same.
+    """
     train = SubsetRandomSampler(range(0, ROWS, 2), generator=torch.Generator().manual_seed(0))
-    audit = audited(DataLoader(Rows(), batch_size=5, sampler=train), SampleAudit(strict=True))
+    sampler = train if ranks is None else DistributedSamplerWrapper(train, num_replicas=ranks, rank=0)
+    audit = audited(DataLoader(Rows(), batch_size=5, sampler=sampler), SampleAudit(strict=True))
     assert [counts(row) for row in audit.epochs] == [(ROWS // 2, ROWS // 2, 0, 0)] * 2
     assert audit.epochs[0]["dataset_size"] == ROWS // 2
     assert f"{ROWS // 2:,} distinct of {ROWS // 2:,}: 0 duplicates, 0 missing" in capsys.readouterr().out

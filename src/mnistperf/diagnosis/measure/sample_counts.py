@@ -83,7 +83,7 @@ def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
     """Each loader's whole dataset's length (whatever the ranks) where it is a map-style DataLoader batching items.
 
     A ``SubsetRandomSampler`` draws a split of its dataset (a training share beside a validation one): its indices are
-    the dataset an epoch covers.
+    the dataset an epoch covers, over the ranks too.
     """
     return [dataset_size(loader) if sample_dims == 1 else None for loader in loaders]
 
@@ -95,6 +95,8 @@ def dataset_size(loader: Any) -> int | None:
     if loader.batch_sampler is None and not isinstance(loader.sampler, BatchSampler):
         return None
     sampler = items_sampler(loader)
+    if isinstance(sampler, DistributedSampler):  # Lightning's wrapper of the loader's own sampler (DDP): that one's
+        sampler = getattr(sampler.dataset, "_sampler", sampler)
     if isinstance(sampler, SubsetRandomSampler):
         return len(sampler.indices)
     return len(loader.dataset) if isinstance(loader.dataset, Sized) else None

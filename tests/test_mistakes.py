@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from conftest import CONFIGS, NO_WORKERS, damage, fails_in_one_line, random_split, stage_argv
 
 from mnistperf import cli
@@ -103,6 +104,25 @@ def test_a_bench_config_whose_runs_write_no_timing_json_is_refused_before_anythi
     argv = ["bench", "--config-dir", ".", "--stages", "mine", "--out", "out"]
     fails_in_one_line(capsys, argv, "mine.yaml: the bench reads each run's timing.json", lacks, "my_stage.yaml")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "timers",
+    [lambda timer: [{**timer, "class_path": "conftest.ForbidSyncs"}], lambda timer: timer],
+    ids=["a subclass of EpochTimer", "EpochTimer as the one callback, not in a list"],
+)
+def test_a_bench_config_whose_timer_writes_timing_json_as_epoch_timer_does_is_run(tmp_path, monkeypatch, timers):
+    """Before, the bench refused both configs as naming no EpochTimer."""
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    monkeypatch.setattr(runner, "run_process", lambda command, label: (ran.append(label), (1, "boom", {}))[1])
+    config = yaml.safe_load((CONFIGS / "v2_pinned.yaml").read_text())
+    (timer,) = config["trainer"]["callbacks"]
+    config["trainer"]["callbacks"] = timers(timer)
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit):  # (every run failed: none ran here)
+        main(["bench", "--config-dir", ".", "--stages", "mine", "--reference-rows", "none", "--out", "out"])
+    assert ran == ["mine"]
 
 
 @pytest.mark.parametrize(

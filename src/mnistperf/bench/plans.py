@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from jsonargparse.typing import import_object
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.bench import published
 from mnistperf.bench.columns import Row
+from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import ConfigError, MnistperfError
 from mnistperf.lightning_cli.configs import CHECKOUT_CONFIGS
@@ -155,11 +157,13 @@ def check_timed(config: Path, parsed: dict) -> None:
     """Refuse a config whose fit would not write a timing.json where the bench finds it, as the stages' configs do.
 
     The bench names each run's folder through the config's ``trainer.logger`` class, and its row reads the
-    timing.json the config's EpochTimer writes there.
+    timing.json the config's EpochTimer (or a subclass of it) writes there. ``parsed``: as the parser printed it, each
+    class path whole and importable.
     """
     trainer = parsed.get("trainer") or {}
     logger, callbacks = trainer.get("logger"), trainer.get("callbacks") or []
-    timed = any(str(c.get("class_path", "")).endswith(".EpochTimer") for c in callbacks if isinstance(c, dict))
+    callbacks = [callbacks] if isinstance(callbacks, dict) else callbacks  # one callback, as Lightning takes one too
+    timed = any(isinstance(c, dict) and issubclass(import_object(c["class_path"]), EpochTimer) for c in callbacks)
     if isinstance(logger, dict) and timed:
         return
     lacks = " nor ".join(

@@ -90,9 +90,8 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
 
 def array_tensors(array: np.ndarray) -> list[torch.Tensor]:
     """A NumPy array as a tensor sharing its memory (a copy where torch cannot share it), in a list; none of strings."""
-    shared = array.flags.writeable and array.flags.c_contiguous and array.dtype.isnative
-    try:
-        return [torch.from_numpy(array if shared else np.array(array, dtype=array.dtype.newbyteorder("="), order="C"))]
+    try:  # (torch shares a writeable array in native byte order: a read-only one it shares with a warning)
+        return [torch.from_numpy(np.require(array, array.dtype.newbyteorder("="), ["C", "W"]))]
     except TypeError:  # strings, objects: torch has no type for them
         return []
 

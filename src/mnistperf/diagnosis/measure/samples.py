@@ -100,7 +100,7 @@ def text_columns(item: Any, samples: int | None, depth: int = 3) -> list[Any]:
     """The sequences of ``samples`` plain values (numbers as reprs) in ``item``'s fields, and theirs, ``depth`` down."""
     found = []
     for field in fields_of(item) or ():
-        if isinstance(field, np.ndarray) and field.dtype.kind in "US":  # NumPy's strings: a column of them, maybe
+        if isinstance(field, np.ndarray) and field.dtype.kind in "USO":  # NumPy's strings (pandas' are objects)
             field = field.tolist()
         if isinstance(field, (tuple, list)) and field and len(field) == samples and all(map(plain, field)):
             found.append([x if isinstance(x, (str, bytes)) else repr(x) for x in field])

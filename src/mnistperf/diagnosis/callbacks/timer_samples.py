@@ -54,12 +54,12 @@ class TimerSamples:
             first, name = self.batches.take_first(), type(module).__name__
             for line in epoch_text.first_batch_lines(first, epoch_text.TIMER_AS_ONE, epoch_text.TIMER_GUESS, name):
                 self.problems.say_once(trainer, line)
-        # Lightning's reading, where the count is the reader's own (a count of the user's differs from it by design)
-        counted = None if None in counts else sum(count or 0 for count in counts)  # (0: the first batch that holds any)
-        if self._first_batch is None and self.own is None and not self.batches.several and counted:
+        # Lightning's reading of the first batch that holds a sample, where the count is the reader's own (a count of
+        # the user's differs from it by design) and one loader's: one count, read only until then
+        if self._first_batch is None and self.own is None and not self.batches.several and counts[0]:
             with self.problems.guard("reading the batch as Lightning does"):
                 one_pass = isinstance(batch, Iterator)  # reading it would use it up
-                self._first_batch = (counted, None if one_pass else lightning_batch_size(batch))
+                self._first_batch = (counts[0], None if one_pass else lightning_batch_size(batch))
         if None in counts and not self._uncounted:
             self._uncounted = True
             self.problems.say_once(trainer, epoch_text.uncounted(type(batch).__name__, type(module).__name__))

@@ -125,6 +125,17 @@ def test_a_bench_config_whose_timer_writes_timing_json_as_epoch_timer_does_is_ru
     assert ran == ["mine"]
 
 
+def test_a_bench_begins_with_its_device_line_not_lightnings_on_the_trainer_its_check_builds(
+    tmp_path, monkeypatch, caplog
+):
+    """The check of the runs' arguments builds a trainer to throw away: Lightning's own lines on it are not said."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run_process", lambda command, label: (1, "boom", {}))
+    with pytest.raises(SystemExit):  # (every run failed: none ran here)
+        main(["bench", "--config-dir", str(CONFIGS), "--stages", "v2_pinned", "--reference-rows", "none"])
+    assert "GPU available" not in caplog.text
+
+
 @pytest.mark.parametrize(
     "argv, expected",
     [

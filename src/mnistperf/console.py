@@ -9,8 +9,10 @@ everything else stays visible. See docs/timing.md#where-the-figures-go.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
+from collections.abc import Iterator
 
 import torch
 from lightning.pytorch import Trainer
@@ -36,6 +38,20 @@ def calm_library_noise() -> None:
         log = logging.getLogger(name)
         if not any(isinstance(f, _NoTips) for f in log.filters):
             log.addFilter(_NoTips())
+
+
+@contextlib.contextmanager
+def lightning_info_dropped() -> Iterator[None]:
+    """Lightning's rank-zero info (``GPU available: ...``) dropped in the block: a trainer built to check, not run."""
+    logs = [logging.getLogger(name) for name in LIGHTNING_RANK_ZERO_LOGGERS]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for log, level in zip(logs, levels, strict=True):
+            log.setLevel(level)
 
 
 def device_line(command: str, device: torch.device, detail: str = "") -> str:

@@ -21,6 +21,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.bench import published
 from mnistperf.bench.columns import Row
+from mnistperf.console import lightning_info_dropped
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import ConfigError, MnistperfError
@@ -143,7 +144,7 @@ def check_fit_arguments(plans: Sequence[Plan]) -> None:
     refused: list[Exception] = []
     for config, args in distinct:
         try:
-            with contextlib.redirect_stdout(io.StringIO()):  # what Lightning prints of the trainer it builds
+            with lightning_info_dropped():  # (the bench's first line is its device line, as every command's)
                 parse_fit_config(["--config", str(config), *args, "--seed_everything", "false"])  # (seeding nothing)
         except (MnistperfError, MisconfigurationException) as error:
             refused.append(error)

@@ -767,6 +767,14 @@ def test_rows_on_the_gpu_are_kept_as_they_are_and_counted_the_same():
     assert audit.kept.as_they_are  # a CUDA tensor is shared by definition, not through a worker's shared memory
 
 
+@pytest.mark.cuda
+def test_rows_on_the_host_beside_rows_on_the_gpu_are_hashed_on_the_gpu():
+    """A NumPy field read first (a host tensor) does not bring the batch's GPU rows to the host to be hashed."""
+    host, gpu = torch.arange(8).reshape(4, 2), torch.randn(4, 3, device="cuda")
+    lanes = Fingerprinter().steps_lanes([([host, gpu], 4), ([host, gpu], 4)])
+    assert lanes.device.type == "cuda" and lanes.shape[0] == 8
+
+
 @pytest.mark.parametrize("where", ["step", "end"])
 def test_a_module_that_changes_its_batch_in_place_from_the_first_step_has_every_step_copied(where):
     audit = fitted(InPlace(EVERY, where=where), DataLoader(Rows(), batch_size=5, shuffle=True))

@@ -187,7 +187,8 @@ class Fingerprinter:
         kept = [(tensors, samples) for tensors, samples in steps if samples]  # an empty batch (a filtering collate's)
         if not kept:  # has no words to read, nor a width to read them by
             return torch.zeros(0, LANES, dtype=torch.int64, device=steps[0][0][0].device)
-        steps, device = kept, kept[0][0][0].device  # the first step's with samples
+        first = kept[0][0]  # the first step's with samples: its device, an accelerator's where it holds one
+        steps, device = kept, next((t.device for t in first if t.device.type != "cpu"), first[0].device)
         if len(steps) > 1 and (device.type != "cpu" or sum(t.nbytes for t in steps[0][0]) < STREAMED_BYTES):  # joined
             steps = [(joined_columns(tensors for tensors, _ in steps), sum(samples for _, samples in steps))]
         words = [[self.words(tensor.to(device), samples) for tensor in tensors] for tensors, samples in steps]

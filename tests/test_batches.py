@@ -746,8 +746,9 @@ def read_only(array: np.ndarray) -> np.ndarray:
         lambda x, i: (read_only(x)[:, ::-1].astype(">f8"), np.zeros(len(x))),  # read-only, reversed, big-endian
         lambda x, i: (np.zeros((len(x), 2)), np.array([f"sample {j}" for j in i])),  # NumPy strings tell them apart
         lambda x, i: (np.zeros((len(x), 2)), np.array([f"sample {j}" for j in i], dtype=object)),  # (as pandas has)
+        lambda x, i: (np.zeros((len(x), 2)), np.array(i, dtype="datetime64[s]")),  # timestamps tell them apart
     ],
-    ids=["beside a tensor", "alone", "read-only view", "strings", "strings as objects"],
+    ids=["beside a tensor", "alone", "read-only view", "strings", "strings as objects", "timestamps"],
 )
 def test_numpy_arrays_in_a_batch_are_counted_and_hashed_as_tensors_so_samples_differing_there_are_told_apart(collate):
     """A collate of its own that leaves NumPy arrays in the batch: samples that differ only there are not duplicates."""

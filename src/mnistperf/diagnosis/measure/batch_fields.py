@@ -89,7 +89,12 @@ def tensors_of(batch: Any) -> list[torch.Tensor]:
 
 
 def array_tensors(array: np.ndarray) -> list[torch.Tensor]:
-    """A NumPy array as a tensor sharing its memory (a copy where torch cannot share it), in a list; none of strings."""
+    """A NumPy array as a tensor sharing its memory (a copy where torch cannot share it), in a list; none of strings.
+
+    Dates and durations (``datetime64``, ``timedelta64``) are their counts of their unit, as int64.
+    """
+    if array.dtype.kind in "mM":
+        array = array.view(np.int64)
     try:  # (torch shares a writeable array in native byte order: a read-only one it shares with a warning)
         return [torch.from_numpy(np.require(array, array.dtype.newbyteorder("="), ["C", "W"]))]
     except TypeError:  # strings, objects: torch has no type for them

@@ -138,6 +138,9 @@ def test_unexplained_duplicates_name_the_fields_a_sample_is_and_what_the_sampler
     drawn = RandomSampler(Rows("dict"), replacement=True, num_samples=ROWS, generator=torch.Generator().manual_seed(0))
     audit = audited(DataLoader(Rows("dict"), batch_size=5, sampler=drawn), SampleAudit(), epochs=1)
     assert audit.epochs[0]["duplicates"] > 0 and "its sampler draws with replacement" in capsys.readouterr().out
+    wrapped = DistributedSamplerWrapper(drawn, num_replicas=1, rank=0)  # as Lightning hands it to a rank under DDP
+    audited(DataLoader(Rows("dict"), batch_size=5, sampler=wrapped), SampleAudit(), epochs=1)
+    assert "its sampler draws with replacement" in capsys.readouterr().out
     indexed = WeightedRandomSampler([1.0] * ROWS, ROWS, generator=torch.Generator().manual_seed(0))
     audited(DataLoader(Rows("indexed"), batch_size=5, sampler=indexed), SampleAudit(sample_id="index"), epochs=1)
     said = capsys.readouterr().out  # by index too

@@ -95,8 +95,6 @@ def dataset_size(loader: Any) -> int | None:
     if loader.batch_sampler is None and not isinstance(loader.sampler, BatchSampler):
         return None
     sampler = items_sampler(loader)
-    if isinstance(sampler, DistributedSampler):  # Lightning's wrapper of the loader's own sampler (DDP): that one's
-        sampler = getattr(sampler.dataset, "_sampler", sampler)
     if isinstance(sampler, SubsetRandomSampler):
         return len(sampler.indices)
     return len(loader.dataset) if isinstance(loader.dataset, Sized) else None
@@ -115,10 +113,15 @@ def own_batch_sampler(loaders: list[Any]) -> str | None:
 
 
 def items_sampler(loader: Any) -> Any:
-    """The sampler that draws a loader's items: its batch sampler's (None: it draws itself), or its own, unwrapped."""
+    """The sampler that draws a loader's items: its batch sampler's (None: it draws itself), or its own, unwrapped.
+
+    Under DDP, Lightning splits the loader's own sampler among the ranks in a ``DistributedSampler`` of its own: the
+    one it splits is read (whether it draws with replacement, a subset's indices).
+    """
     batches = getattr(loader, "batch_sampler", None)
     sampler = getattr(batches, "sampler", None) if batches is not None else getattr(loader, "sampler", None)
-    return sampler.sampler if isinstance(sampler, BatchSampler) else sampler
+    sampler = sampler.sampler if isinstance(sampler, BatchSampler) else sampler
+    return getattr(sampler.dataset, "_sampler", sampler) if isinstance(sampler, DistributedSampler) else sampler
 
 
 def draws_again(loaders: list[Any]) -> bool | None:

@@ -452,3 +452,19 @@ def test_where_forking_is_not_safe_each_trial_is_a_new_interpreter_stopped_at_it
         ended = trials.run(failing, 300.0)
         assert ended.code == 1 and launcher.result_path(failing).exists()  # python -m mnistperf.tune.trial ran
         assert trials.run(sleeping, 2.0).code is None  # stopped at its limit
+
+
+@pytest.mark.parametrize("monitor", ["LearningRateMonitor", "DeviceStatsMonitor"])
+def test_a_callback_that_writes_to_the_logger_trials_leave_out_does_not_stop_them(shelf, monitor):
+    from mnistperf.tune import project, trial
+
+    config = yaml.safe_load(shelf.read_text())
+    config["trainer"]["logger"] = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "."}}
+    config["trainer"]["callbacks"] = [{"class_path": f"lightning.pytorch.callbacks.{monitor}"}]
+    shelf.write_text(yaml.safe_dump(config))
+    found = project.load(shelf, ["data.init_args.delay_ms=0"])
+    root = shelf.parent / "trial"
+    root.mkdir()
+    (root / "config.yaml").write_text(yaml.safe_dump(found.trial_config({}, found.knobs([], False), 2, 2, str(root))))
+    figures = trial.fit(trial.TrialSpec(str(root), 2, 2, 7, config=str(root / "config.yaml")))  # trains, as it would
+    assert figures["samples_per_s"] > 0

@@ -315,6 +315,28 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
             "entry point makes",
         ),
         (None, ["--cli", "slowshelf.cli.MissingCLI"], "--cli slowshelf.cli.MissingCLI cannot be imported"),
+        (
+            None,
+            ["--set", "data.wrkers=2"],
+            "--set data.wrkers=2: shelf.yaml's data (ShelfData) takes no such argument; did you mean "
+            "data.init_args.workers? Its arguments are data.init_args.rows, data.init_args.batch",
+        ),
+        (
+            None,
+            ["--set", "trainer.max_epoch=2"],
+            "--set trainer.max_epoch=2: Lightning's Trainer takes no such argument; did you mean trainer.max_epochs?",
+        ),
+        (
+            None,
+            ["--set", "trainer.max_epochs=0"],
+            "--set: trainer.max_epochs is 0, so your project's fit would train nothing, nor would the tuned config's; "
+            "raise it or remove the option",
+        ),
+        (
+            lambda p: p.write_text(p.read_text().replace("max_epochs: 3", "max_epochs: 0")),
+            [],
+            "shelf.yaml: trainer.max_epochs is 0, so your project's fit would train nothing",
+        ),
         *(
             (
                 lambda p, text=text: p.write_text(text),
@@ -343,6 +365,14 @@ def test_a_config_knob_or_class_tune_cannot_use_is_one_line_in_the_projects_term
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and expected in err and len(err.strip().splitlines()) == 1
     assert "lists the options" not in err and "data.pipeline" not in err  # never the lab's options
+
+
+def test_a_set_option_is_taken_as_the_projects_cli_takes_it(shelf):
+    from mnistperf.tune import project
+
+    found = project.load(shelf, ["model.lr=0.5", "data.init_args.batch=4", "trainer.max_epochs=1"])
+    assert found.fit["model"]["init_args"]["lr"] == 0.5 and "lr" not in found.fit["model"]  # as --model.lr takes it
+    assert found.fit["data"]["init_args"]["batch"] == 4 and found.fit["trainer"]["max_epochs"] == 1
 
 
 def test_a_class_tune_cannot_import_is_named_with_the_fix_from_elsewhere(tmp_path, monkeypatch, capsys):

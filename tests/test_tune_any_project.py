@@ -308,6 +308,8 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
         (None, ["--knob", "data.init_args.workers"], "--knob data.init_args.workers: give the option and the values"),
         (None, ["--budget", "0.1"], "--budget 0.1: too small to measure anything; give at least 0.25 minutes"),
         (None, ["--budget-s", "-5"], "--budget-s -5: too small to measure anything; give at least 15 seconds"),
+        (None, ["--budget-s", "inf"], "--budget-s inf: give a finite budget, at least 15 seconds"),
+        (None, ["--budget", "nan"], "--budget nan: give a finite budget, at least 0.25 minutes"),
         (
             None,
             ["--cli", "slowshelf.data.ShelfData"],
@@ -389,7 +391,7 @@ def test_a_class_tune_cannot_import_is_named_with_the_fix_from_elsewhere(tmp_pat
 def test_python_objects_another_process_cannot_make_are_named_with_the_fix(shelf):
     from lightning import LightningModule
     from slowshelf.data import ShelfData
-    from slowshelf.model import ForgetfulModel
+    from slowshelf.model import ForgetfulModel, ShelfModel
 
     class Local(LightningModule):
         pass
@@ -401,6 +403,8 @@ def test_python_objects_another_process_cannot_make_are_named_with_the_fix(shelf
         tune_loaders(Local(), ShelfData())
     with pytest.raises(ValueError, match=r"ForgetfulModel does not keep its arguments width.*save_hyperparameters"):
         tune_loaders(ForgetfulModel(3), ShelfData())
+    with pytest.raises(ValueError, match=r"^tune_loaders: budget_s=0: too small to measure anything; give at least 15"):
+        tune_loaders(ShelfModel(), ShelfData(), budget_s=0)
 
 
 def test_the_loaders_settings_are_found_under_the_projects_own_names():

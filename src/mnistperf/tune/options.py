@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from mnistperf.atomic import place_taken
@@ -56,11 +57,16 @@ def check_out(out: Path) -> None:
 
 
 def budget_s(opts: argparse.Namespace, least: str) -> float:
-    """The budget in seconds; where it is under MIN_BUDGET_S, one line saying it as given and what ``least`` takes."""
+    """The budget in seconds, checked (:func:`checked_budget`)."""
     if opts.budget_s is None:
-        seconds, given, at_least = opts.budget * 60, f"--budget {opts.budget:g}", f"{MIN_BUDGET_S / 60:g} minutes"
-    else:
-        seconds, given, at_least = opts.budget_s, f"--budget-s {opts.budget_s:g}", f"{MIN_BUDGET_S:g} seconds"
+        return checked_budget(opts.budget * 60, f"--budget {opts.budget:g}", f"{MIN_BUDGET_S / 60:g} minutes", least)
+    return checked_budget(opts.budget_s, f"--budget-s {opts.budget_s:g}", f"{MIN_BUDGET_S:g} seconds", least)
+
+
+def checked_budget(seconds: float, given: str, at_least: str, least: str) -> float:
+    """``seconds``; where not finite or under MIN_BUDGET_S, one line saying it as ``given`` and what ``least`` takes."""
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{given}: give a finite budget, at least {at_least}; tune stops there with the best so far.")
     if seconds < MIN_BUDGET_S:
         raise ConfigError(f"{given}: too small to measure anything; give at least {at_least} ({least} that long).")
     return seconds

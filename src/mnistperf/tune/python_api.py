@@ -18,6 +18,7 @@ from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
 from mnistperf.tune import end_to_end
 from mnistperf.tune.knobs import ARG, project_knobs
+from mnistperf.tune.options import MIN_BUDGET_S, checked_budget
 from mnistperf.tune.report import findings, loader_args, trials_table
 from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import Recipe, TrialSpec
@@ -115,7 +116,7 @@ def tune_loaders(
         datamodule: the LightningDataModule, the same way; None where the model makes its own loaders.
         trainer_kwargs: the Trainer's arguments (precision, accelerator, ...); each trial sets its own length,
             and leaves out checkpoints, early stopping and loggers.
-        budget_s: seconds of measuring at most; then the best found so far is kept.
+        budget_s: seconds of measuring at most, 15 or more; then the best found so far is kept.
         knobs: the settings to try, each with its values: a DataModule argument (``{"workers": [0, 2, 4]}``) or a
             DataLoader setting (``{"num_workers": [0, 2]}``, which rebuilds the loader); given, only these are
             tried. By default the loader's settings found among the DataModule's arguments.
@@ -130,6 +131,8 @@ def tune_loaders(
 
     if epochs < 2 or steps < 1 or repeats < 1:
         raise ConfigError(f"{WHERE}: give epochs of at least 2 (the first is a warm-up), steps and repeats of 1")
+    seconds = f"{MIN_BUDGET_S:g} seconds"
+    checked_budget(budget_s, f"{WHERE}: budget_s={budget_s:g}", seconds, "the untouched settings' trial alone takes")
     model_recipe = recipe(model, "model", LightningModule)
     data_recipe = recipe(datamodule, "datamodule", LightningDataModule) if datamodule is not None else None
     trainer = dict(trainer_kwargs or {})

@@ -369,6 +369,16 @@ def test_a_config_knob_or_class_tune_cannot_use_is_one_line_in_the_projects_term
     assert "lists the options" not in err and "data.pipeline" not in err  # never the lab's options
 
 
+def test_a_training_script_given_as_the_config_is_pointed_to_tune_from_python(shelf, capsys):
+    script = shelf.with_name("train.py")
+    script.write_text("from lightning import Trainer\n\nif __name__ == '__main__':\n    Trainer().fit(model)\n")
+    with pytest.raises(SystemExit):
+        main(["tune", "--config", "train.py"])
+    err = capsys.readouterr().err
+    assert "train.py: a Python file, not a config; give the YAML config your project's `fit --config` takes, " in err
+    assert "from mnistperf.tune import tune_loaders" in err and "YAML there" not in err
+
+
 def test_a_set_option_is_taken_as_the_projects_cli_takes_it(shelf):
     from mnistperf.tune import project
 

@@ -124,6 +124,11 @@ def names_its_classes(argv: Sequence[str]) -> bool:
         return True
     if path is None or not path.exists():
         return False
+    if path.suffix == ".py":  # a script that calls Trainer.fit itself: read as YAML, it would be said to be broken
+        raise ConfigError(
+            f"{path}: a Python file, not a config; give the YAML config your project's `fit --config` takes, or tune "
+            "a script's Trainer.fit from Python: from mnistperf.tune import tune_loaders (docs/tune.md#two-ways-in)"
+        )
     whole = read_config(path, "tune")
     if names_classes(whole):
         return True

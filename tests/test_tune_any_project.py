@@ -309,6 +309,12 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
         (None, ["--budget", "0.1"], "--budget 0.1: too small to measure anything; give at least 0.25 minutes"),
         (None, ["--budget-s", "-5"], "--budget-s -5: too small to measure anything; give at least 15 seconds"),
         (None, ["--budget-s", "inf"], "--budget-s inf: give a finite budget, at least 15 seconds"),
+        (
+            None,
+            ["--out", "shelf.yaml"],
+            "--out shelf.yaml: the config tuned from, which the tuned config would replace; give another file for "
+            "the tuned config, e.g. --out shelf.tuned.yaml",
+        ),
         (None, ["--budget", "nan"], "--budget nan: give a finite budget, at least 0.25 minutes"),
         (
             None,

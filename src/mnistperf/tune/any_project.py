@@ -90,7 +90,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the untouched settings' trial alone takes")
-    check_out(opts.out)
+    check_out(opts.out, opts.config)
     for name, least in (("steps", 1), ("epochs", 2), ("repeats", 1)):
         if getattr(opts, name) < least:
             raise ConfigError(f"--{name} {getattr(opts, name)}: give at least {least}.")

@@ -48,12 +48,20 @@ def tune_parser(description: str, config_help: str, set_example: str, batch_chan
     return parser
 
 
-def check_out(out: Path) -> None:
-    """``--out`` must be a file that can be written once the measuring is done: not a folder, no file on its way."""
+def check_out(out: Path, config: Path) -> None:
+    """``--out`` must be a file that can be written once the measuring is done.
+
+    Not a folder, no file on its way, nor the ``config`` tuned from.
+    """
     taken = place_taken(out)
     if taken is not None:
         example = out / "tuned.yaml" if out.is_dir() else out.name
         raise ConfigError(f"--out {out}: {taken}; give a file for the tuned config, e.g. --out {example}")
+    if out.exists() and config.exists() and out.samefile(config):
+        raise ConfigError(
+            f"--out {out}: the config tuned from, which the tuned config would replace; give another file for the "
+            f"tuned config, e.g. --out {out.with_name(f'{out.stem}.tuned{out.suffix}')}"
+        )
 
 
 def budget_s(opts: argparse.Namespace, least: str) -> float:

@@ -419,6 +419,17 @@ def test_python_objects_another_process_cannot_make_are_named_with_the_fix(shelf
         tune_loaders(Local(), ShelfData())
     with pytest.raises(ValueError, match=r"ForgetfulModel does not keep its arguments width.*save_hyperparameters"):
         tune_loaders(ForgetfulModel(3), ShelfData())
+    made = "or a class or function making one, not"
+    with pytest.raises(ValueError, match=rf"^tune_loaders: the model must be a LightningModule, {made} a Linear$"):
+        tune_loaders(torch.nn.Linear(2, 2), ShelfData())
+    with pytest.raises(
+        ValueError, match=rf"^tune_loaders: the datamodule must be a LightningDataModule, {made} a Shelf"
+    ):
+        tune_loaders(ShelfModel(), ShelfModel())
+    with pytest.raises(
+        ValueError, match=rf"the datamodule must be a LightningDataModule, {made} the class ShelfModel$"
+    ):
+        tune_loaders(ShelfModel, ShelfModel)
     with pytest.raises(ValueError, match=r"^tune_loaders: budget_s=0: too small to measure anything; give at least 15"):
         tune_loaders(ShelfModel(), ShelfData(), budget_s=0)
 

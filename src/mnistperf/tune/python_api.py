@@ -67,8 +67,11 @@ def importable(target: Any, role: str) -> tuple[str, str]:
 def recipe(made: Any, role: str, kind: type) -> Recipe:
     """How a fresh process makes the model or the DataModule again: from its class and saved arguments, or a maker."""
     if not isinstance(made, kind):  # a class or function that makes one
-        if not callable(made):
-            raise ConfigError(f"{WHERE}: the {role} must be a {kind.__name__}, or a class or function making one")
+        if not (inspect.isroutine(made) or (isinstance(made, type) and issubclass(made, kind))):
+            given = f"the class {made.__qualname__}" if isinstance(made, type) else f"a {type(made).__qualname__}"
+            raise ConfigError(
+                f"{WHERE}: the {role} must be a {kind.__name__}, or a class or function making one, not {given}"
+            )
         return Recipe(*importable(made, role))
     module, qualname = importable(type(made), role)
     saved = {k: v for k, v in dict(getattr(made, "hparams", {})).items() if not k.startswith("_")}

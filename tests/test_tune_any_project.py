@@ -325,6 +325,13 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
         (None, ["--cli", "slowshelf.cli.MissingCLI"], "--cli slowshelf.cli.MissingCLI cannot be imported"),
         (
             None,
+            ["--cli", "slowshelf.cli.FixedCLI"],
+            "--cli slowshelf.cli.FixedCLI: FixedCLI's __init__ does not take LightningCLI's arguments (args, run, "
+            "save_config_callback, trainer_defaults, parser_kwargs), which every trial gives it; let it take them and "
+            "pass them on (def __init__(self, *args, **kwargs): super().__init__(*args, **kwargs)), or leave --cli out",
+        ),
+        (
+            None,
             ["--set", "data.wrkers=2"],
             "--set data.wrkers=2: shelf.yaml's data (ShelfData) takes no such argument; did you mean "
             "data.init_args.workers? Its arguments are data.init_args.rows, data.init_args.batch",

@@ -112,6 +112,15 @@ def cli_class(path: Path, class_path: str) -> type:
             f"--cli {class_path}: {found.__qualname__} is not a LightningCLI subclass; name the class your project's "
             "entry point makes (class MyCLI(LightningCLI)), or leave --cli out for Lightning's own"
         )
+    given = ("args", "run", "save_config_callback", "trainer_defaults", "parser_kwargs")  # by trial.fit
+    try:
+        inspect.signature(found).bind_partial(**dict.fromkeys(given))
+    except TypeError:
+        raise ConfigError(
+            f"--cli {class_path}: {found.__qualname__}'s __init__ does not take LightningCLI's arguments "
+            f"({', '.join(given)}), which every trial gives it; let it take them and pass them on (def __init__(self, "
+            "*args, **kwargs): super().__init__(*args, **kwargs)), or leave --cli out"
+        ) from None
     return found
 
 

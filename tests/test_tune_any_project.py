@@ -426,6 +426,10 @@ def test_python_objects_another_process_cannot_make_are_named_with_the_fix(shelf
         tune_loaders(Local(), ShelfData())
     with pytest.raises(ValueError, match=r"ForgetfulModel does not keep its arguments width.*save_hyperparameters"):
         tune_loaders(ForgetfulModel(3), ShelfData())
+    with pytest.raises(
+        ValueError, match=r"^knobs={'wrkers': \.\.\.}: tune_loaders's datamodule \(ShelfData\) takes no such"
+    ):
+        tune_loaders(ShelfModel(), ShelfData(), knobs={"wrkers": [0, 2]})  # named as Python names it, not --knob
     made = "or a class or function making one, not"
     with pytest.raises(ValueError, match=rf"^tune_loaders: the model must be a LightningModule, {made} a Linear$"):
         tune_loaders(torch.nn.Linear(2, 2), ShelfData())
@@ -453,6 +457,9 @@ def test_the_loaders_settings_are_found_under_the_projects_own_names():
     assert none.rebuilt and none.by_setting("num_workers").key == "loader.num_workers"
     both = knobs.found_knobs({"train_num_workers": 2, "val_num_workers": 2}, "", False)
     assert "could each be num_workers" in both.notes[0] and both.rebuilt
+    assert "name one with knobs={'train_num_workers': [VALUES]}" in both.notes[0]  # from Python: no --knob there
+    of_config = knobs.found_knobs({"train_num_workers": 2, "val_num_workers": 2}, "data.init_args", False)
+    assert "name one with --knob data.init_args.train_num_workers=VALUES" in of_config.notes[0]
 
 
 def test_a_rebuilt_loader_keeps_everything_it_was_made_with_but_the_settings_tried():

@@ -311,6 +311,11 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
         (None, ["--budget-s", "inf"], "--budget-s inf: give a finite budget, at least 15 seconds"),
         (
             None,
+            ["--import-path", "slowshelf-project"],
+            "--import-path slowshelf-project: no such folder; give the folder your project's packages are in",
+        ),
+        (
+            None,
             ["--out", "shelf.yaml"],
             "--out shelf.yaml: the config tuned from, which the tuned config would replace; give another file for "
             "the tuned config, e.g. --out shelf.tuned.yaml",

@@ -370,6 +370,12 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
                 ("fit.", "fit:\n  model:\n    lr: 0.05\n  data:\n    workers: 0\n"),
             )
         ),
+        (  # names the lab's classes take too (lr, batch_size), beside one of its own
+            lambda p: p.write_text("model:\n  lr: 0.05\n  width: 16\ndata:\n  batch_size: 8\n  num_workers: 0\n"),
+            [],
+            "shelf.yaml: model.width is no option of this lab's stages, and model names no class; for your own "
+            "project's config, name its classes",
+        ),
         (
             lambda p: p.write_text("model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
             ["--cli", "slowshelf.cli.ShelfCLI"],

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from mnistperf.atomic import atomic_write_text
+from mnistperf.close_names import closest
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
@@ -113,7 +114,8 @@ def names_its_classes(argv: Sequence[str]) -> bool:
     """Whether ``--config`` is another project's LightningCLI config, naming its classes or read by its ``--cli``.
 
     A config whose ``data`` or ``model`` (under ``fit:`` where it is nested) holds plain keys of which the lab's
-    has none is another project's that names no classes: one line says how to name them.
+    has none, or one the lab's has nothing like, is another project's that names no classes: one line says how to
+    name them.
     """
     peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     peek.add_argument("--config", type=Path)
@@ -136,8 +138,13 @@ def names_its_classes(argv: Sequence[str]) -> bool:
     at = "fit." if config is not whole else ""
     for section, lab_class in (("data", MNISTDataModule), ("model", ImageClassifier)):
         given = config.get(section)
-        if isinstance(given, dict) and given and not set(given) & set(inspect.signature(lab_class).parameters):
-            key = next(iter(given))
+        if not isinstance(given, dict):
+            continue
+        lab = set(inspect.signature(lab_class).parameters)
+        # keys the lab's class does not take, beside none it takes, or not one misspelt (those fit's parser names)
+        foreign = [k for k in given if k not in lab and not (lab & set(given) and closest(str(k), lab))]
+        if foreign:
+            key = foreign[0]
             raise ConfigError(
                 f"{path}: {at}{section}.{key} is no option of this lab's stages, and {at}{section} names no class; "
                 f"for your own project's config, name its classes as LightningCLI does where any class may be given "

@@ -393,6 +393,16 @@ def test_a_config_knob_or_class_tune_cannot_use_is_one_line_in_the_projects_term
     assert "lists the options" not in err and "data.pipeline" not in err  # never the lab's options
 
 
+def test_a_misspelt_config_is_named_before_the_options_only_another_projects_config_takes(shelf, capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "--config", "shelff.yaml", "--knob", "data.workers=0,2", "--cli", "slowshelf.cli.ShelfCLI"])
+    said = "mnistperf: error: --config shelff.yaml: no such file; did you mean shelf.yaml? The YAML files in ./ are"
+    assert capsys.readouterr().err == f"{said} shelf.yaml\n"
+    with pytest.raises(SystemExit):
+        main(["tune", "--config", "shelff.yaml", "--knob", "data.workers=0,2"])
+    assert "--config shelff.yaml: no such file; did you mean shelf.yaml?" in capsys.readouterr().err
+
+
 def test_a_training_script_given_as_the_config_is_pointed_to_tune_from_python(shelf, capsys):
     script = shelf.with_name("train.py")
     script.write_text("from lightning import Trainer\n\nif __name__ == '__main__':\n    Trainer().fit(model)\n")

@@ -203,6 +203,11 @@ def test_a_config_nested_under_fit_is_tuned_and_written_back_nested(shelf, monke
     assert tuned["fit"]["model"] == flat["model"]
     # LightningCLI reads a config nested under fit: before the subcommand (after it, it refuses the key fit)
     assert "written: tuned.yaml (your project's `--config tuned.yaml fit` runs it)" in capsys.readouterr().out
+    from mnistperf.tune import project
+
+    found = project.load(shelf, ["fit.trainer.max_epochs=1", "model.lr=0.5"])  # --set's keys: with fit. or without
+    assert found.fit["trainer"]["max_epochs"] == 1 and found.fit["model"]["init_args"]["lr"] == 0.5
+    assert "fit" not in found.fit
 
 
 def test_a_batch_size_tune_chose_is_said_to_change_the_training_not_only_its_speed(shelf, monkeypatch, capsys):

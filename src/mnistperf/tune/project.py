@@ -257,6 +257,8 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
         cli_class(path, cli)
     config = read_config(path, "tune")
     section = fit_section(config)
+    if section is not config:  # under fit:, --set's keys are those inside it, given with fit. or without
+        sets = [text.removeprefix("fit.") for text in sets]
     for text in sets:
         set_key(section, *parse_set(text))
     model = section.get("model")

@@ -456,6 +456,11 @@ def test_python_objects_another_process_cannot_make_are_named_with_the_fix(shelf
         ValueError, match=r"^knobs={'wrkers': \.\.\.}: tune_loaders's datamodule \(ShelfData\) takes no such"
     ):
         tune_loaders(ShelfModel(), ShelfData(), knobs={"wrkers": [0, 2]})  # named as Python names it, not --knob
+    for values in (2, "0,2"):
+        with pytest.raises(
+            ValueError, match=r"^tune_loaders: knobs={'workers': .*}: give the values to try as a list, e\.g"
+        ):
+            tune_loaders(ShelfModel(), ShelfData(), knobs={"workers": values})
     made = "or a class or function making one, not"
     with pytest.raises(ValueError, match=rf"^tune_loaders: the model must be a LightningModule, {made} a Linear$"):
         tune_loaders(torch.nn.Linear(2, 2), ShelfData())

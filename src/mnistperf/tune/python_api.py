@@ -142,6 +142,11 @@ def tune_loaders(
     handed(trainer, "trainer_kwargs")
     where = f"{WHERE}'s datamodule ({data_recipe.qualname if data_recipe else 'none: the model makes its loaders'})"
     currents = arguments(data_recipe.target(), data_recipe.args) if data_recipe is not None else {}
+    for key, values in (knobs or {}).items():
+        if not isinstance(values, (list, tuple)):
+            raise ConfigError(
+                f"{WHERE}: knobs={{{key!r}: {values!r}}}: give the values to try as a list, e.g. {{{key!r}: [0, 2, 4]}}"
+            )
     found = project_knobs(currents, "", list((knobs or {}).items()), where, tune_batch_size)
     modules = [r.module for r in (model_recipe, data_recipe) if r is not None]
 

@@ -452,7 +452,7 @@ def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdi
         ),
         (["prepare", "--dataset", "fashion"], "invalid choice: 'fashion'"),
         (["bench", "--epochz", "2"], "unrecognized arguments: --epochz 2; did you mean --epochs for --epochz?"),
-        (["tune", "--config", "c.yaml", "--budjet", "1"], "did you mean --budget for --budjet?"),
+        (["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--budjet", "1"], "did you mean --budget for --budjet?"),
         (["bench", "--repeats", "two"], "argument --repeats: invalid int value: 'two'"),
         (["bench", "--baselne", "x"], "unrecognized arguments: --baselne x (`"),  # no hidden old name offered
     ],

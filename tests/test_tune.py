@@ -102,6 +102,7 @@ def test_ctrl_c_while_a_noisy_probe_is_measured_again_keeps_its_first_measuremen
         (["--set", "data.num_wrkers=2"], "--set data.num_wrkers: no stage config has this option"),
         (["--budget", "0.01"], "--budget 0.01: too small to measure anything; give at least 0.25 minutes"),
         (["--budget-s", "-5"], "--budget-s -5: too small to measure anything; give at least 15 seconds"),
+        (["--budget-s", "inf"], "--budget-s inf: give a finite budget, at least 15 seconds"),
         (["--set", "data.batch_size=0"], "data.batch_size must be at least 1"),
     ],
 )

@@ -203,6 +203,11 @@ def test_a_config_nested_under_fit_is_tuned_and_written_back_nested(shelf, monke
     assert tuned["fit"]["model"] == flat["model"]
     # LightningCLI reads a config nested under fit: before the subcommand (after it, it refuses the key fit)
     assert "written: tuned.yaml (your project's `--config tuned.yaml fit` runs it)" in capsys.readouterr().out
+    from mnistperf.tune import project
+
+    found = project.load(shelf, ["fit.trainer.max_epochs=1", "model.lr=0.5"])  # --set's keys: with fit. or without
+    assert found.fit["trainer"]["max_epochs"] == 1 and found.fit["model"]["init_args"]["lr"] == 0.5
+    assert "fit" not in found.fit
 
 
 def test_a_batch_size_tune_chose_is_said_to_change_the_training_not_only_its_speed(shelf, monkeypatch, capsys):
@@ -308,6 +313,19 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
         (None, ["--knob", "data.init_args.workers"], "--knob data.init_args.workers: give the option and the values"),
         (None, ["--budget", "0.1"], "--budget 0.1: too small to measure anything; give at least 0.25 minutes"),
         (None, ["--budget-s", "-5"], "--budget-s -5: too small to measure anything; give at least 15 seconds"),
+        (None, ["--budget-s", "inf"], "--budget-s inf: give a finite budget, at least 15 seconds"),
+        (
+            None,
+            ["--import-path", "slowshelf-project"],
+            "--import-path slowshelf-project: no such folder; give the folder your project's packages are in",
+        ),
+        (
+            None,
+            ["--out", "shelf.yaml"],
+            "--out shelf.yaml: the config tuned from, which the tuned config would replace; give another file for "
+            "the tuned config, e.g. --out shelf.tuned.yaml",
+        ),
+        (None, ["--budget", "nan"], "--budget nan: give a finite budget, at least 0.25 minutes"),
         (
             None,
             ["--cli", "slowshelf.data.ShelfData"],
@@ -315,6 +333,35 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
             "entry point makes",
         ),
         (None, ["--cli", "slowshelf.cli.MissingCLI"], "--cli slowshelf.cli.MissingCLI cannot be imported"),
+        (
+            None,
+            ["--cli", "slowshelf.cli.FixedCLI"],
+            "--cli slowshelf.cli.FixedCLI: FixedCLI's __init__ does not take LightningCLI's arguments (args, run, "
+            "save_config_callback, trainer_defaults, parser_kwargs), which every trial gives it; let it take them and "
+            "pass them on (def __init__(self, *args, **kwargs): super().__init__(*args, **kwargs)), or leave --cli out",
+        ),
+        (
+            None,
+            ["--set", "data.wrkers=2"],
+            "--set data.wrkers=2: shelf.yaml's data (ShelfData) takes no such argument; did you mean "
+            "data.init_args.workers? Its arguments are data.init_args.rows, data.init_args.batch",
+        ),
+        (
+            None,
+            ["--set", "trainer.max_epoch=2"],
+            "--set trainer.max_epoch=2: Lightning's Trainer takes no such argument; did you mean trainer.max_epochs?",
+        ),
+        (
+            None,
+            ["--set", "trainer.max_epochs=0"],
+            "--set: trainer.max_epochs is 0, so your project's fit would train nothing, nor would the tuned config's; "
+            "raise it or remove the option",
+        ),
+        (
+            lambda p: p.write_text(p.read_text().replace("max_epochs: 3", "max_epochs: 0")),
+            [],
+            "shelf.yaml: trainer.max_epochs is 0, so your project's fit would train nothing",
+        ),
         *(
             (
                 lambda p, text=text: p.write_text(text),
@@ -327,6 +374,12 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
                 ("", "model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
                 ("fit.", "fit:\n  model:\n    lr: 0.05\n  data:\n    workers: 0\n"),
             )
+        ),
+        (  # names the lab's classes take too (lr, batch_size), beside one of its own
+            lambda p: p.write_text("model:\n  lr: 0.05\n  width: 16\ndata:\n  batch_size: 8\n  num_workers: 0\n"),
+            [],
+            "shelf.yaml: model.width is no option of this lab's stages, and model names no class; for your own "
+            "project's config, name its classes",
         ),
         (
             lambda p: p.write_text("model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
@@ -345,6 +398,34 @@ def test_a_config_knob_or_class_tune_cannot_use_is_one_line_in_the_projects_term
     assert "lists the options" not in err and "data.pipeline" not in err  # never the lab's options
 
 
+def test_a_misspelt_config_is_named_before_the_options_only_another_projects_config_takes(shelf, capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "--config", "shelff.yaml", "--knob", "data.workers=0,2", "--cli", "slowshelf.cli.ShelfCLI"])
+    said = "mnistperf: error: --config shelff.yaml: no such file; did you mean shelf.yaml? The YAML files in ./ are"
+    assert capsys.readouterr().err == f"{said} shelf.yaml\n"
+    with pytest.raises(SystemExit):
+        main(["tune", "--config", "shelff.yaml", "--knob", "data.workers=0,2"])
+    assert "--config shelff.yaml: no such file; did you mean shelf.yaml?" in capsys.readouterr().err
+
+
+def test_a_training_script_given_as_the_config_is_pointed_to_tune_from_python(shelf, capsys):
+    script = shelf.with_name("train.py")
+    script.write_text("from lightning import Trainer\n\nif __name__ == '__main__':\n    Trainer().fit(model)\n")
+    with pytest.raises(SystemExit):
+        main(["tune", "--config", "train.py"])
+    err = capsys.readouterr().err
+    assert "train.py: a Python file, not a config; give the YAML config your project's `fit --config` takes, " in err
+    assert "from mnistperf.tune import tune_loaders" in err and "YAML there" not in err
+
+
+def test_a_set_option_is_taken_as_the_projects_cli_takes_it(shelf):
+    from mnistperf.tune import project
+
+    found = project.load(shelf, ["model.lr=0.5", "data.init_args.batch=4", "trainer.max_epochs=1"])
+    assert found.fit["model"]["init_args"]["lr"] == 0.5 and "lr" not in found.fit["model"]  # as --model.lr takes it
+    assert found.fit["data"]["init_args"]["batch"] == 4 and found.fit["trainer"]["max_epochs"] == 1
+
+
 def test_a_class_tune_cannot_import_is_named_with_the_fix_from_elsewhere(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # not the project's folder, and not on the path
     monkeypatch.setattr(sys, "path", [p for p in sys.path if "foreign_project" not in p])
@@ -359,7 +440,7 @@ def test_a_class_tune_cannot_import_is_named_with_the_fix_from_elsewhere(tmp_pat
 def test_python_objects_another_process_cannot_make_are_named_with_the_fix(shelf):
     from lightning import LightningModule
     from slowshelf.data import ShelfData
-    from slowshelf.model import ForgetfulModel
+    from slowshelf.model import ForgetfulModel, ShelfModel
 
     class Local(LightningModule):
         pass
@@ -371,6 +452,28 @@ def test_python_objects_another_process_cannot_make_are_named_with_the_fix(shelf
         tune_loaders(Local(), ShelfData())
     with pytest.raises(ValueError, match=r"ForgetfulModel does not keep its arguments width.*save_hyperparameters"):
         tune_loaders(ForgetfulModel(3), ShelfData())
+    with pytest.raises(
+        ValueError, match=r"^knobs={'wrkers': \.\.\.}: tune_loaders's datamodule \(ShelfData\) takes no such"
+    ):
+        tune_loaders(ShelfModel(), ShelfData(), knobs={"wrkers": [0, 2]})  # named as Python names it, not --knob
+    for values in (2, "0,2"):
+        with pytest.raises(
+            ValueError, match=r"^tune_loaders: knobs={'workers': .*}: give the values to try as a list, e\.g"
+        ):
+            tune_loaders(ShelfModel(), ShelfData(), knobs={"workers": values})
+    made = "or a class or function making one, not"
+    with pytest.raises(ValueError, match=rf"^tune_loaders: the model must be a LightningModule, {made} a Linear$"):
+        tune_loaders(torch.nn.Linear(2, 2), ShelfData())
+    with pytest.raises(
+        ValueError, match=rf"^tune_loaders: the datamodule must be a LightningDataModule, {made} a Shelf"
+    ):
+        tune_loaders(ShelfModel(), ShelfModel())
+    with pytest.raises(
+        ValueError, match=rf"the datamodule must be a LightningDataModule, {made} the class ShelfModel$"
+    ):
+        tune_loaders(ShelfModel, ShelfModel)
+    with pytest.raises(ValueError, match=r"^tune_loaders: budget_s=0: too small to measure anything; give at least 15"):
+        tune_loaders(ShelfModel(), ShelfData(), budget_s=0)
 
 
 def test_the_loaders_settings_are_found_under_the_projects_own_names():
@@ -385,6 +488,9 @@ def test_the_loaders_settings_are_found_under_the_projects_own_names():
     assert none.rebuilt and none.by_setting("num_workers").key == "loader.num_workers"
     both = knobs.found_knobs({"train_num_workers": 2, "val_num_workers": 2}, "", False)
     assert "could each be num_workers" in both.notes[0] and both.rebuilt
+    assert "name one with knobs={'train_num_workers': [VALUES]}" in both.notes[0]  # from Python: no --knob there
+    of_config = knobs.found_knobs({"train_num_workers": 2, "val_num_workers": 2}, "data.init_args", False)
+    assert "name one with --knob data.init_args.train_num_workers=VALUES" in of_config.notes[0]
 
 
 def test_a_rebuilt_loader_keeps_everything_it_was_made_with_but_the_settings_tried():
@@ -452,3 +558,19 @@ def test_where_forking_is_not_safe_each_trial_is_a_new_interpreter_stopped_at_it
         ended = trials.run(failing, 300.0)
         assert ended.code == 1 and launcher.result_path(failing).exists()  # python -m mnistperf.tune.trial ran
         assert trials.run(sleeping, 2.0).code is None  # stopped at its limit
+
+
+@pytest.mark.parametrize("monitor", ["LearningRateMonitor", "DeviceStatsMonitor"])
+def test_a_callback_that_writes_to_the_logger_trials_leave_out_does_not_stop_them(shelf, monitor):
+    from mnistperf.tune import project, trial
+
+    config = yaml.safe_load(shelf.read_text())
+    config["trainer"]["logger"] = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "."}}
+    config["trainer"]["callbacks"] = [{"class_path": f"lightning.pytorch.callbacks.{monitor}"}]
+    shelf.write_text(yaml.safe_dump(config))
+    found = project.load(shelf, ["data.init_args.delay_ms=0"])
+    root = shelf.parent / "trial"
+    root.mkdir()
+    (root / "config.yaml").write_text(yaml.safe_dump(found.trial_config({}, found.knobs([], False), 2, 2, str(root))))
+    figures = trial.fit(trial.TrialSpec(str(root), 2, 2, 7, config=str(root / "config.yaml")))  # trains, as it would
+    assert figures["samples_per_s"] > 0

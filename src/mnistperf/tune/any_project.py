@@ -90,7 +90,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the untouched settings' trial alone takes")
-    check_out(opts.out)
+    check_out(opts.out, opts.config)
+    for folder in opts.import_path:
+        if not Path(folder).is_dir():
+            raise ConfigError(
+                f"--import-path {folder}: no such folder; give the folder your project's packages are in."
+            )
     for name, least in (("steps", 1), ("epochs", 2), ("repeats", 1)):
         if getattr(opts, name) < least:
             raise ConfigError(f"--{name} {getattr(opts, name)}: give at least {least}.")

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from mnistperf.atomic import atomic_write_text
+from mnistperf.close_names import closest
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
@@ -50,7 +51,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the step alone and one loader take")
-    check_out(opts.out)
+    check_out(opts.out, opts.config)
     if not opts.config.is_file():
         raise ConfigError(missing_config(opts.config))
     return opts
@@ -113,17 +114,26 @@ def names_its_classes(argv: Sequence[str]) -> bool:
     """Whether ``--config`` is another project's LightningCLI config, naming its classes or read by its ``--cli``.
 
     A config whose ``data`` or ``model`` (under ``fit:`` where it is nested) holds plain keys of which the lab's
-    has none is another project's that names no classes: one line says how to name them.
+    has none, or one the lab's has nothing like, is another project's that names no classes: one line says how to
+    name them.
     """
     peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     peek.add_argument("--config", type=Path)
     peek.add_argument("--cli")
+    peek.add_argument("-h", "--help", action="store_true")
     known = peek.parse_known_args(argv)[0]
     path = known.config
+    if path is not None and not path.exists() and not known.help:  # said before any option it does not decide
+        raise ConfigError(missing_config(path))
     if known.cli is not None:  # only another project has a CLI class of its own
         return True
     if path is None or not path.exists():
         return False
+    if path.suffix == ".py":  # a script that calls Trainer.fit itself: read as YAML, it would be said to be broken
+        raise ConfigError(
+            f"{path}: a Python file, not a config; give the YAML config your project's `fit --config` takes, or tune "
+            "a script's Trainer.fit from Python: from mnistperf.tune import tune_loaders (docs/tune.md#two-ways-in)"
+        )
     whole = read_config(path, "tune")
     if names_classes(whole):
         return True
@@ -131,8 +141,13 @@ def names_its_classes(argv: Sequence[str]) -> bool:
     at = "fit." if config is not whole else ""
     for section, lab_class in (("data", MNISTDataModule), ("model", ImageClassifier)):
         given = config.get(section)
-        if isinstance(given, dict) and given and not set(given) & set(inspect.signature(lab_class).parameters):
-            key = next(iter(given))
+        if not isinstance(given, dict):
+            continue
+        lab = set(inspect.signature(lab_class).parameters)
+        # keys the lab's class does not take, beside none it takes, or not one misspelt (those fit's parser names)
+        foreign = [k for k in given if k not in lab and not (lab & set(given) and closest(str(k), lab))]
+        if foreign:
+            key = foreign[0]
             raise ConfigError(
                 f"{path}: {at}{section}.{key} is no option of this lab's stages, and {at}{section} names no class; "
                 f"for your own project's config, name its classes as LightningCLI does where any class may be given "

@@ -86,8 +86,8 @@ def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knob
             continue
         if len(best) > 1:
             found.notes.append(
-                f"{' and '.join(best)} could each be {setting}; neither is changed: name one with --knob "
-                f"{join(prefix, best[0])}=VALUES"
+                f"{' and '.join(best)} could each be {setting}; neither is changed: name one with "
+                f"{knob_option(prefix, join(prefix, best[0]), 'VALUES')}"
             )
             continue
         name = best[0]
@@ -149,6 +149,13 @@ def rebuild_train_loader(source: Any, settings: dict[str, Any]) -> None:
     source.train_dataloader = train_dataloader
 
 
+def knob_option(prefix: str, key: str, values: str | None = None) -> str:
+    """A knob as the user names it: ``--knob KEY=VALUES`` for a config (``prefix``), ``knobs={KEY: [VALUES]}`` else."""
+    if prefix:
+        return f"--knob {key}" + (f"={values}" if values else "")
+    return f"knobs={{{key!r}: {f'[{values}]' if values else '...'}}}"
+
+
 def join(prefix: str, name: str) -> str:
     """``prefix.name``, or ``name`` alone without a prefix."""
     return f"{prefix}.{name}" if prefix else name
@@ -192,7 +199,7 @@ def named_knobs(
             options = [join(prefix, a) for a in currents]
             meant = did_you_mean(key, [*options, *LOADER_SETTINGS]) or "."
             raise ConfigError(
-                f"--knob {key}: {where} takes no such argument{meant} "
+                f"{knob_option(prefix, key)}: {where} takes no such argument{meant} "
                 f"Its arguments are {', '.join(options) or 'none'}; name one of them, or a DataLoader setting "
                 f"({', '.join(LOADER_SETTINGS)}) to have the loader rebuilt with it."
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from mnistperf.atomic import place_taken
@@ -47,20 +48,33 @@ def tune_parser(description: str, config_help: str, set_example: str, batch_chan
     return parser
 
 
-def check_out(out: Path) -> None:
-    """``--out`` must be a file that can be written once the measuring is done: not a folder, no file on its way."""
+def check_out(out: Path, config: Path) -> None:
+    """``--out`` must be a file that can be written once the measuring is done.
+
+    Not a folder, no file on its way, nor the ``config`` tuned from.
+    """
     taken = place_taken(out)
     if taken is not None:
         example = out / "tuned.yaml" if out.is_dir() else out.name
         raise ConfigError(f"--out {out}: {taken}; give a file for the tuned config, e.g. --out {example}")
+    if out.exists() and config.exists() and out.samefile(config):
+        raise ConfigError(
+            f"--out {out}: the config tuned from, which the tuned config would replace; give another file for the "
+            f"tuned config, e.g. --out {out.with_name(f'{out.stem}.tuned{out.suffix}')}"
+        )
 
 
 def budget_s(opts: argparse.Namespace, least: str) -> float:
-    """The budget in seconds; where it is under MIN_BUDGET_S, one line saying it as given and what ``least`` takes."""
+    """The budget in seconds, checked (:func:`checked_budget`)."""
     if opts.budget_s is None:
-        seconds, given, at_least = opts.budget * 60, f"--budget {opts.budget:g}", f"{MIN_BUDGET_S / 60:g} minutes"
-    else:
-        seconds, given, at_least = opts.budget_s, f"--budget-s {opts.budget_s:g}", f"{MIN_BUDGET_S:g} seconds"
+        return checked_budget(opts.budget * 60, f"--budget {opts.budget:g}", f"{MIN_BUDGET_S / 60:g} minutes", least)
+    return checked_budget(opts.budget_s, f"--budget-s {opts.budget_s:g}", f"{MIN_BUDGET_S:g} seconds", least)
+
+
+def checked_budget(seconds: float, given: str, at_least: str, least: str) -> float:
+    """``seconds``; where not finite or under MIN_BUDGET_S, one line saying it as ``given`` and what ``least`` takes."""
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{given}: give a finite budget, at least {at_least}; tune stops there with the best so far.")
     if seconds < MIN_BUDGET_S:
         raise ConfigError(f"{given}: too small to measure anything; give at least {at_least} ({least} that long).")
     return seconds

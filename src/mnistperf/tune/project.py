@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from mnistperf.close_names import closest
+from mnistperf.close_names import closest, did_you_mean
 from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli.configs import read_config
@@ -111,6 +112,15 @@ def cli_class(path: Path, class_path: str) -> type:
             f"--cli {class_path}: {found.__qualname__} is not a LightningCLI subclass; name the class your project's "
             "entry point makes (class MyCLI(LightningCLI)), or leave --cli out for Lightning's own"
         )
+    given = ("args", "run", "save_config_callback", "trainer_defaults", "parser_kwargs")  # by trial.fit
+    try:
+        inspect.signature(found).bind_partial(**dict.fromkeys(given))
+    except TypeError:
+        raise ConfigError(
+            f"--cli {class_path}: {found.__qualname__}'s __init__ does not take LightningCLI's arguments "
+            f"({', '.join(given)}), which every trial gives it; let it take them and pass them on (def __init__(self, "
+            "*args, **kwargs): super().__init__(*args, **kwargs)), or leave --cli out"
+        ) from None
     return found
 
 
@@ -197,11 +207,43 @@ def kept(callback: Any) -> bool:
 
 
 def parse_set(text: str) -> tuple[str, Any]:
-    """``--set KEY=VALUE`` as (KEY, the value as YAML reads it)."""
+    """``--set KEY=VALUE`` as (KEY, the value as YAML reads it).
+
+    ``model.lr`` is ``model.init_args.lr``, as LightningCLI's ``--model.lr`` is (``data.`` alike).
+    """
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {text}: give KEY=VALUE, e.g. --set trainer.precision=bf16-mixed")
-    return key.strip(), yaml.safe_load(value) if value.strip() else None
+    key = key.strip()
+    section, _, rest = key.partition(".")
+    if section in SECTIONS and rest and rest.split(".")[0] not in ("class_path", "init_args", "dict_kwargs"):
+        key = f"{section}.init_args.{rest}"
+    return key, yaml.safe_load(value) if value.strip() else None
+
+
+def check_set(text: str, prefix: str, name: str, where: str, target: type, listed: bool = True) -> None:
+    """One line where ``--set`` gives ``target`` (named ``where``) an argument it does not take, with the one meant.
+
+    ``prefix``: where its arguments are in the config; ``listed``: whether the line lists them all.
+    """
+    parameters = inspect.signature(target).parameters
+    if name in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        return
+    options = [f"{prefix}.{argument}" for argument in arguments(target, {})]
+    meant = did_you_mean(f"{prefix}.{name}", options) or "."
+    listing = f" Its arguments are {', '.join(options) or 'none'}." if listed else ""
+    raise ConfigError(f"--set {text}: {where} takes no such argument{meant}{listing}")
+
+
+def check_trains(path: Path, trainer: Any, sets: list[str]) -> None:
+    """One line where the trainer's limit_train_batches, max_epochs or max_steps is 0: the tuned config keeps it."""
+    for name in ("limit_train_batches", "max_epochs", "max_steps"):
+        if isinstance(trainer, dict) and trainer.get(name) == 0:
+            given = any(parse_set(text)[0] == f"trainer.{name}" for text in sets)
+            raise ConfigError(
+                f"{'--set' if given else path}: trainer.{name} is 0, so your project's fit would train nothing, nor "
+                "would the tuned config's; raise it or remove the option."
+            )
 
 
 def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
@@ -209,12 +251,14 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
 
     ``cli``: the project's LightningCLI subclass that reads the config (module.Class), checked too.
     """
-    from lightning.pytorch import LightningDataModule, LightningModule
+    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 
     if cli is not None:
         cli_class(path, cli)
     config = read_config(path, "tune")
     section = fit_section(config)
+    if section is not config:  # under fit:, --set's keys are those inside it, given with fit. or without
+        sets = [text.removeprefix("fit.") for text in sets]
     for text in sets:
         set_key(section, *parse_set(text))
     model = section.get("model")
@@ -233,4 +277,13 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
                 "(data: {class_path: myproj.data.MyData, init_args: {...}})"
             )
         data_class = import_class(path, "data", data["class_path"], base=LightningDataModule)
+    for text in sets:  # an argument misspelt is said here, not by a trial's parser
+        part, _, rest = parse_set(text)[0].partition(".")
+        target = {"model": model_class, "data": data_class}.get(part)
+        if target is not None and rest.startswith("init_args."):
+            where = f"{path}'s {part} ({target.__qualname__})"
+            check_set(text, f"{part}.init_args", rest.split(".")[1], where, target)
+        elif part == "trainer" and rest and cli is None:
+            check_set(text, part, rest.split(".")[0], "Lightning's Trainer", Trainer, listed=False)
+    check_trains(path, section.get("trainer"), sets)
     return Project(path, config, model_class, data_class, cli)

@@ -18,6 +18,7 @@ from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
 from mnistperf.tune import end_to_end
 from mnistperf.tune.knobs import ARG, project_knobs
+from mnistperf.tune.options import MIN_BUDGET_S, checked_budget
 from mnistperf.tune.report import findings, loader_args, trials_table
 from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import Recipe, TrialSpec
@@ -66,8 +67,11 @@ def importable(target: Any, role: str) -> tuple[str, str]:
 def recipe(made: Any, role: str, kind: type) -> Recipe:
     """How a fresh process makes the model or the DataModule again: from its class and saved arguments, or a maker."""
     if not isinstance(made, kind):  # a class or function that makes one
-        if not callable(made):
-            raise ConfigError(f"{WHERE}: the {role} must be a {kind.__name__}, or a class or function making one")
+        if not (inspect.isroutine(made) or (isinstance(made, type) and issubclass(made, kind))):
+            given = f"the class {made.__qualname__}" if isinstance(made, type) else f"a {type(made).__qualname__}"
+            raise ConfigError(
+                f"{WHERE}: the {role} must be a {kind.__name__}, or a class or function making one, not {given}"
+            )
         return Recipe(*importable(made, role))
     module, qualname = importable(type(made), role)
     saved = {k: v for k, v in dict(getattr(made, "hparams", {})).items() if not k.startswith("_")}
@@ -115,7 +119,7 @@ def tune_loaders(
         datamodule: the LightningDataModule, the same way; None where the model makes its own loaders.
         trainer_kwargs: the Trainer's arguments (precision, accelerator, ...); each trial sets its own length,
             and leaves out checkpoints, early stopping and loggers.
-        budget_s: seconds of measuring at most; then the best found so far is kept.
+        budget_s: seconds of measuring at most, 15 or more; then the best found so far is kept.
         knobs: the settings to try, each with its values: a DataModule argument (``{"workers": [0, 2, 4]}``) or a
             DataLoader setting (``{"num_workers": [0, 2]}``, which rebuilds the loader); given, only these are
             tried. By default the loader's settings found among the DataModule's arguments.
@@ -130,12 +134,19 @@ def tune_loaders(
 
     if epochs < 2 or steps < 1 or repeats < 1:
         raise ConfigError(f"{WHERE}: give epochs of at least 2 (the first is a warm-up), steps and repeats of 1")
+    seconds = f"{MIN_BUDGET_S:g} seconds"
+    checked_budget(budget_s, f"{WHERE}: budget_s={budget_s:g}", seconds, "the untouched settings' trial alone takes")
     model_recipe = recipe(model, "model", LightningModule)
     data_recipe = recipe(datamodule, "datamodule", LightningDataModule) if datamodule is not None else None
     trainer = dict(trainer_kwargs or {})
     handed(trainer, "trainer_kwargs")
     where = f"{WHERE}'s datamodule ({data_recipe.qualname if data_recipe else 'none: the model makes its loaders'})"
     currents = arguments(data_recipe.target(), data_recipe.args) if data_recipe is not None else {}
+    for key, values in (knobs or {}).items():
+        if not isinstance(values, (list, tuple)):
+            raise ConfigError(
+                f"{WHERE}: knobs={{{key!r}: {values!r}}}: give the values to try as a list, e.g. {{{key!r}: [0, 2, 4]}}"
+            )
     found = project_knobs(currents, "", list((knobs or {}).items()), where, tune_batch_size)
     modules = [r.module for r in (model_recipe, data_recipe) if r is not None]
 

@@ -80,12 +80,17 @@ def trial_trainer(epochs: int, steps: int, root: str) -> dict[str, Any]:
 
 
 def left_out(callback_class: type) -> bool:
-    """Whether a trial fit leaves a callback of the project's out: checkpoints, early stopping, a timer of its own."""
-    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+    """Whether a trial fit leaves a callback of the project's out: checkpoints, early stopping, a timer of its own.
+
+    Those that write to a logger go too: a trial has none, and they refuse to run without one.
+    """
+    from lightning.pytorch.callbacks import DeviceStatsMonitor, EarlyStopping, LearningRateMonitor, ModelCheckpoint
 
     from mnistperf.diagnosis import EpochTimer
 
-    return issubclass(callback_class, (ModelCheckpoint, EarlyStopping, EpochTimer))
+    return issubclass(
+        callback_class, (ModelCheckpoint, EarlyStopping, EpochTimer, LearningRateMonitor, DeviceStatsMonitor)
+    )
 
 
 def write_spec(spec: TrialSpec) -> Path:

@@ -12,6 +12,13 @@ class ShelfCLI(LightningCLI):
         parser.link_arguments("data.features", "model.init_args.features", apply_on="instantiate")
 
 
+class FixedCLI(LightningCLI):
+    """A CLI whose ``__init__`` takes none of LightningCLI's arguments: it reads the process's own command line."""
+
+    def __init__(self) -> None:
+        super().__init__(run=False)
+
+
 def main(args=None) -> None:
     """Train as the config says; any LightningModule and LightningDataModule, named by class_path."""
     LightningCLI(args=args)

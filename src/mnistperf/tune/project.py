@@ -21,6 +21,7 @@ from mnistperf.close_names import closest, did_you_mean
 from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli.configs import read_config
+from mnistperf.lightning_cli.settings import set_key
 from mnistperf.tune.knobs import ARG, Knobs, project_knobs
 from mnistperf.tune.trial import left_out, trial_trainer
 
@@ -122,16 +123,6 @@ def cli_class(path: Path, class_path: str) -> type:
             "*args, **kwargs): super().__init__(*args, **kwargs)), or leave --cli out"
         ) from None
     return found
-
-
-def set_key(config: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``a.b.c`` in nested mappings, making the missing ones."""
-    *parents, last = key.split(".")
-    for part in parents:
-        if not isinstance(config.get(part), dict):
-            config[part] = {}
-        config = config[part]
-    config[last] = value
 
 
 @dataclass

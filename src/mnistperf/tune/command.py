@@ -52,8 +52,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the step alone and one loader take")
     check_out(opts.out, opts.config)
-    if not opts.config.is_file():
-        raise ConfigError(missing_config(opts.config))
     return opts
 
 

@@ -162,19 +162,13 @@ class Launcher:
         found = json.loads(result.read_text())
         if "error" in found:
             return Run(seconds=ended.seconds, error=found["error"])
-        if found[SAMPLES_PER_S] is None:
+        rate, wait = found.pop(SAMPLES_PER_S), found.pop(INPUT_WAIT_SHARE)  # the rest: its loader, accelerator, device
+        if rate is None:
             return Run(
                 seconds=ended.seconds,
                 error="no samples counted in its batches; define samples_in_batch(batch) -> int on the LightningModule",
             )
-        return Run(
-            rates=[found[SAMPLES_PER_S]],
-            wait=found[INPUT_WAIT_SHARE],
-            seconds=ended.seconds,
-            loader=found["loader"],
-            accelerator=found["accelerator"],
-            device=found["device"],
-        )
+        return Run(rates=[rate], wait=wait, seconds=ended.seconds, **found)
 
     def _forked(self, spec_path: Path, timeout_s: float) -> Ended:
         assert self.helper is not None and self.helper.stdin is not None

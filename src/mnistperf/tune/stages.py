@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 import torch
-from lightning.fabric.utilities.data import AttributeDict
 
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
@@ -105,7 +103,7 @@ def split_rows(datamodule: MNISTDataModule) -> int:
 
     from mnistperf.data import schema
 
-    path = prepare.require_prepared(cast(AttributeDict, datamodule.hparams).dataset, datamodule.data_dir, "train")
+    path = prepare.require_prepared(datamodule.options.dataset, datamodule.data_dir, "train")
     return sum(pq.read_metadata(f).num_rows for f in schema.parquet_files(path))
 
 

@@ -83,8 +83,7 @@ def recipe(made: Any, role: str, kind: type) -> Recipe:
             f"{WHERE}: the {role}'s {qualname} does not keep its arguments {', '.join(missing)}, so a fresh process "
             "cannot make it again; call self.save_hyperparameters() in its __init__, or pass a function that makes it"
         )
-    params = {p.name for p in named}
-    found = Recipe(module, qualname, {k: v for k, v in saved.items() if k in params})
+    found = Recipe(module, qualname, {p.name: saved[p.name] for p in named if p.name in saved})
     handed(found, f"the {role}'s saved arguments", "; pass a function that makes it")
     return found
 

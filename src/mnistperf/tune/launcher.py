@@ -205,9 +205,10 @@ def serve(modules: list[str]) -> None:
     """
     import importlib
 
+    import lightning.pytorch.cli  # noqa: F401  (a config's trials parse it; the rest a trial needs comes with trial)
+
     from mnistperf.tune import trial
 
-    trial.preload()
     for name in modules:
         with contextlib.suppress(Exception):  # whatever their import raises, the trial raises again and names
             importlib.import_module(name)

@@ -29,7 +29,7 @@ from mnistperf.tune import stages
 from mnistperf.tune.any_project import tune_project_command
 from mnistperf.tune.options import budget_s, check_out, tune_parser
 from mnistperf.tune.probes import Probes
-from mnistperf.tune.project import fit_section, names_classes
+from mnistperf.tune.project import SECTIONS, fit_section
 from mnistperf.tune.search import Outcome, describe
 
 DESCRIPTION = (
@@ -133,9 +133,9 @@ def names_its_classes(argv: Sequence[str]) -> bool:
             "a script's Trainer.fit from Python: from mnistperf.tune import tune_loaders (docs/tune.md#two-ways-in)"
         )
     whole = read_config(path, "tune")
-    if names_classes(whole):
-        return True
     config = fit_section(whole)  # a config nested under fit: too, its sections named as such
+    if any(isinstance(config.get(k), dict) and "class_path" in config[k] for k in SECTIONS):
+        return True
     at = "fit." if config is not whole else ""
     for section, lab_class in (("data", MNISTDataModule), ("model", ImageClassifier)):
         given = config.get(section)

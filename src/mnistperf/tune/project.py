@@ -33,12 +33,6 @@ def fit_section(config: dict[str, Any]) -> dict[str, Any]:
     return nested if isinstance(nested, dict) and not any(k in config for k in SECTIONS) else config
 
 
-def names_classes(config: dict[str, Any]) -> bool:
-    """Whether a config names its model's or data's class (``class_path``): another project's, not the lab's."""
-    section = fit_section(config)
-    return any(isinstance(section.get(k), dict) and "class_path" in section[k] for k in SECTIONS)
-
-
 def import_class(path: Path, section: str, class_path: Any, option: bool = False, base: type | None = None) -> type:
     """The class a config section (or, ``option``, a command-line option) names; where it cannot be, one line.
 

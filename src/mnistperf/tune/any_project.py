@@ -71,23 +71,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="a folder your project's modules are imported from; may be repeated (default: the current folder "
         "and PYTHONPATH)",
     )
-    parser.add_argument(
-        "--steps", type=int, default=20, metavar="N", help="training steps per epoch of a trial (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--epochs",
-        type=int,
-        default=3,
-        metavar="N",
-        help="epochs of each trial, the first a warm-up left out of its figures (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=end_to_end.REPEATS,
-        metavar="N",
-        help="runs of the untouched settings, whose spread is the noise (default: %(default)s)",
-    )
+    for option, default, said in (
+        ("--steps", 20, "training steps per epoch of a trial"),
+        ("--epochs", 3, "epochs of each trial, the first a warm-up left out of its figures"),
+        ("--repeats", end_to_end.REPEATS, "runs of the untouched settings, whose spread is the noise"),
+    ):
+        parser.add_argument(option, type=int, default=default, metavar="N", help=f"{said} (default: %(default)s)")
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the untouched settings' trial alone takes")
     check_out(opts.out, opts.config)

@@ -55,7 +55,7 @@ def stop_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
-class Launcher:
+class Launcher(contextlib.AbstractContextManager["Launcher"]):
     """Runs trials, each in a fresh process that finds the project's modules here and in ``import_paths``.
 
     The helper imports the ``preload`` modules once rather than every trial. Used as a context manager, which ends it.
@@ -76,9 +76,6 @@ class Launcher:
             )
         else:
             self.forks = False
-
-    def __enter__(self) -> Launcher:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -172,9 +172,8 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
     device = cli.trainer.strategy.root_device
     model = cli.model.to(device)
     model.configure_model()
-    options = {k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}
     # Probes time one batch per step; groups of batches (v4_graphed) only shape Lightning's loop around a graph.
-    options["batches_per_step"] = 1
+    options = {**{k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}, "batches_per_step": 1}
     log(f"tuning {opts.config}: {usable_cpus()} usable CPUs, budget {opts.budget_s / 60:g} min")
     probes = Probes(options, model, device, str(cli.trainer.precision))
     pipelines = stages.pipelines_to_try(options, device, log)

@@ -19,7 +19,6 @@ from mnistperf.errors import ConfigError
 from mnistperf.tune import end_to_end
 from mnistperf.tune.knobs import ARG, project_knobs
 from mnistperf.tune.options import MIN_BUDGET_S, checked_budget
-from mnistperf.tune.report import findings, loader_args, trials_table
 from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import Recipe, TrialSpec
 
@@ -155,8 +154,9 @@ def tune_loaders(
 
     spec = TrialSpec("", epochs, steps, seed, model=model_recipe, data=data_recipe, trainer=trainer)
     outcome = end_to_end.project_outcome(found, spec, made, where, WHERE, [], modules, budget_s, repeats, log)
-    lines = findings(outcome, found, where)
+    lines = end_to_end.findings(outcome, found, where)
     for line in lines:
         log(line)
-    settings, loader, table = outcome.changes(found.keys(ARG)), loader_args(outcome, found), trials_table(outcome)
+    settings, loader = outcome.changes(found.keys(ARG)), end_to_end.loader_args(outcome, found)
+    table = end_to_end.trials_table(outcome)
     return TuneResult(settings, loader, found.rebuilt, outcome.kept, outcome.speedup, table, lines, outcome)

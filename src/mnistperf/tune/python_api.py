@@ -51,15 +51,8 @@ def importable(target: Any, role: str) -> tuple[str, str]:
             f"cannot make it again; move it into a module of your project (e.g. myproj/{role}.py) and import it "
             "from there"
         )
-    try:
-        found = Recipe(module, qualname).target()
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"{WHERE}: the {role}'s {module}.{qualname} cannot be imported here ({exc}); make its module importable "
-            "(PYTHONPATH=/path/to/project)"
-        ) from exc
-    if found is not target:
-        raise ConfigError(f"{WHERE}: {module}.{qualname} imports as another object than the {role} given; pass its own")
+    fix = "; pass it as its module names it, that module importable here (PYTHONPATH=/path/to/project)"
+    handed(target, f"the {role}'s {module}.{qualname}", fix)  # pickle's test: the module imports, naming this object
     return module, qualname
 
 

@@ -18,10 +18,18 @@ def load_config(path: Path, settings: list[tuple[str, str]]) -> dict:
     """The config as a dict with the --set overrides applied (values parsed as YAML, as the CLI does)."""
     config = yaml.safe_load(path.read_text()) or {}
     for key, value in settings:
-        section, _, name = key.partition(".")
-        target = config if not name else config.setdefault(section, {})
-        target[name or section] = yaml.safe_load(value)
+        set_key(config, key, yaml.safe_load(value))
     return config
+
+
+def set_key(config: dict, key: str, value: object) -> None:
+    """Set ``a.b.c`` in nested mappings, making the missing ones."""
+    *parents, last = key.split(".")
+    for part in parents:
+        if not isinstance(config.get(part), dict):
+            config[part] = {}
+        config = config[part]
+    config[last] = value
 
 
 def parse_setting(text: str) -> tuple[str, str]:

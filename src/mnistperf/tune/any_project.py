@@ -22,7 +22,6 @@ from mnistperf.tune import end_to_end
 from mnistperf.tune.knobs import ARG, Knobs, parse_knob
 from mnistperf.tune.options import budget_s, check_out, tune_parser
 from mnistperf.tune.project import Project, load
-from mnistperf.tune.report import findings, trials_table
 from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import TrialSpec
 
@@ -71,23 +70,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="a folder your project's modules are imported from; may be repeated (default: the current folder "
         "and PYTHONPATH)",
     )
-    parser.add_argument(
-        "--steps", type=int, default=20, metavar="N", help="training steps per epoch of a trial (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--epochs",
-        type=int,
-        default=3,
-        metavar="N",
-        help="epochs of each trial, the first a warm-up left out of its figures (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=end_to_end.REPEATS,
-        metavar="N",
-        help="runs of the untouched settings, whose spread is the noise (default: %(default)s)",
-    )
+    for option, default, said in (
+        ("--steps", 20, "training steps per epoch of a trial"),
+        ("--epochs", 3, "epochs of each trial, the first a warm-up left out of its figures"),
+        ("--repeats", end_to_end.REPEATS, "runs of the untouched settings, whose spread is the noise"),
+    ):
+        parser.add_argument(option, type=int, default=default, metavar="N", help=f"{said} (default: %(default)s)")
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the untouched settings' trial alone takes")
     check_out(opts.out, opts.config)
@@ -115,7 +103,7 @@ def tuned_yaml(project: Project, outcome: Outcome, knobs: Knobs, opts: argparse.
         f"# Each setting trained {opts.epochs} epochs of at most {opts.steps} steps in a fresh process, seed "
         f"{project.seed()}; figures are the epochs after the first (the warm-up).",
     ]
-    lines += [f"# {line[0].upper()}{line[1:]}." for line in findings(outcome, knobs, project.where)]
+    lines += [f"# {line[0].upper()}{line[1:]}." for line in end_to_end.findings(outcome, knobs, project.where)]
     lines.append(f"# Every trial: {trials_path(opts.out).name}.")
     config = project.with_settings(outcome.changes(knobs.keys(ARG)), knobs)
     return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False)
@@ -143,14 +131,14 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
         knobs, spec, made, where, where, opts.import_path, modules, opts.budget_s, opts.repeats, log, fix
     )
     device = next((r.device for r in outcome.trials[0].runs if r.device), None) or "this machine"
-    table = trials_table(outcome)
+    table = end_to_end.trials_table(outcome)
     atomic_write_text(opts.out, tuned_yaml(project, outcome, knobs, opts, device))
     page = f"# mnistperf tune: {opts.config} on {device}\n\n{table}\n"
     atomic_write_text(trials_path(opts.out), page)
     log("")
     log(table)
     log("")
-    for line in findings(outcome, knobs, project.where):
+    for line in end_to_end.findings(outcome, knobs, project.where):
         log(line)
     nested = project.fit is not project.config  # read before the subcommand: LightningCLI's --config FILE fit
     runs = f"--config {opts.out} fit" if nested else f"fit --config {opts.out}"

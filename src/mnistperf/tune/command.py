@@ -29,7 +29,7 @@ from mnistperf.tune import stages
 from mnistperf.tune.any_project import tune_project_command
 from mnistperf.tune.options import budget_s, check_out, tune_parser
 from mnistperf.tune.probes import Probes
-from mnistperf.tune.project import fit_section, names_classes
+from mnistperf.tune.project import SECTIONS, fit_section
 from mnistperf.tune.search import Outcome, describe
 
 DESCRIPTION = (
@@ -52,8 +52,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     opts = parser.parse_args(argv)
     opts.budget_s = budget_s(opts, "the step alone and one loader take")
     check_out(opts.out, opts.config)
-    if not opts.config.is_file():
-        raise ConfigError(missing_config(opts.config))
     return opts
 
 
@@ -135,9 +133,9 @@ def names_its_classes(argv: Sequence[str]) -> bool:
             "a script's Trainer.fit from Python: from mnistperf.tune import tune_loaders (docs/tune.md#two-ways-in)"
         )
     whole = read_config(path, "tune")
-    if names_classes(whole):
-        return True
     config = fit_section(whole)  # a config nested under fit: too, its sections named as such
+    if any(isinstance(config.get(k), dict) and "class_path" in config[k] for k in SECTIONS):
+        return True
     at = "fit." if config is not whole else ""
     for section, lab_class in (("data", MNISTDataModule), ("model", ImageClassifier)):
         given = config.get(section)
@@ -174,9 +172,8 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
     device = cli.trainer.strategy.root_device
     model = cli.model.to(device)
     model.configure_model()
-    options = {k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}
     # Probes time one batch per step; groups of batches (v4_graphed) only shape Lightning's loop around a graph.
-    options["batches_per_step"] = 1
+    options = {**{k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}, "batches_per_step": 1}
     log(f"tuning {opts.config}: {usable_cpus()} usable CPUs, budget {opts.budget_s / 60:g} min")
     probes = Probes(options, model, device, str(cli.trainer.precision))
     pipelines = stages.pipelines_to_try(options, device, log)

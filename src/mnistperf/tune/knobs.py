@@ -18,7 +18,7 @@ import yaml
 from torch.utils.data import DataLoader
 
 from mnistperf.close_names import did_you_mean
-from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS, SPEED_SETTINGS, best_names, matches
+from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS, SPEED_SETTINGS, best_names, matches, own_names
 from mnistperf.errors import ConfigError
 from mnistperf.tune.policy import without_workers
 from mnistperf.upstream import rebuilt_dataloader
@@ -77,21 +77,17 @@ def project_knobs(
 
 def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knobs:
     """The knobs among a DataModule's arguments, by name; where none is a loader setting, the loader is rebuilt."""
-    found = Knobs()
+    found, own = Knobs(), own_names(currents)
     for setting in LOADER_SETTINGS:
         if setting == "batch_size" and not batch_size:
             continue
-        best = best_names(currents, setting)
-        if not best:
-            continue
-        if len(best) > 1:
+        if setting in own:
+            found.knobs.append(Knob(setting, join(prefix, own[setting]), ARG, current=currents[own[setting]]))
+        elif len(best := best_names(currents, setting)) > 1:
             found.notes.append(
                 f"{' and '.join(best)} could each be {setting}; neither is changed: name one with "
                 f"{knob_option(prefix, join(prefix, best[0]), 'VALUES')}"
             )
-            continue
-        name = best[0]
-        found.knobs.append(Knob(setting, join(prefix, name), ARG, current=currents[name]))
     if all(k.setting == "batch_size" for k in found.knobs):  # no loader setting among its arguments: rebuild
         found.knobs += [Knob(s, join(LOADER, s), REBUILD) for s in SPEED_SETTINGS]
     if batch_size and found.by_setting("batch_size") is None:

@@ -37,7 +37,6 @@ class Ended:
 
     code: int | None
     seconds: float
-    log: Path
 
 
 def search_path(import_paths: list[str]) -> str:
@@ -56,7 +55,7 @@ def stop_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
-class Launcher:
+class Launcher(contextlib.AbstractContextManager["Launcher"]):
     """Runs trials, each in a fresh process that finds the project's modules here and in ``import_paths``.
 
     The helper imports the ``preload`` modules once rather than every trial. Used as a context manager, which ends it.
@@ -78,29 +77,20 @@ class Launcher:
         else:
             self.forks = False
 
-    def __enter__(self) -> Launcher:
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
         """End the helper: at once while it is still importing, else once it has read that no trial is coming."""
-        if self.helper is not None:
-            if not self.forks:
-                self.helper.kill()
-            elif self.helper.stdin is not None:
-                self.helper.stdin.close()
-            try:
-                self.helper.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.helper.kill()
-                self.helper.wait()
-            if self.helper.stdout is not None:
-                self.helper.stdout.close()
-            if self.helper.stdin is not None and not self.helper.stdin.closed:
-                self.helper.stdin.close()
-            self.helper = None
+        if self.helper is None:
+            return
+        helper, self.helper = self.helper, None
+        with helper:  # on leaving: its pipes closed, its end waited for
+            if self.forks and helper.stdin is not None:
+                helper.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    helper.wait(timeout=10)
+            helper.kill()  # nothing where it has ended
 
     def _line(self, deadline: float | None) -> str | None:
         """The helper's next line, or None at the deadline; EOFError if it has ended."""
@@ -131,15 +121,14 @@ class Launcher:
 
     def run(self, spec_path: Path, timeout_s: float) -> Ended:
         """Run the trial of ``spec_path`` in a fresh process, stopped after ``timeout_s`` seconds."""
-        log = spec_path.with_name(LOG_NAME)
         if self._ready():
             try:
-                return self._forked(spec_path, timeout_s, log)
+                return self._forked(spec_path, timeout_s)
             except (EOFError, BrokenPipeError):  # the helper is gone: this trial and the next start anew
                 self.forks = False
                 self.close()
         began = time.perf_counter()
-        with log.open("wb") as out:
+        with spec_path.with_name(LOG_NAME).open("wb") as out:
             process = subprocess.Popen(
                 [sys.executable, "-m", "mnistperf.tune.trial", str(spec_path)],
                 stdin=subprocess.DEVNULL,
@@ -148,17 +137,14 @@ class Launcher:
                 env=self.env,
                 start_new_session=True,
             )
-            try:
-                code: int | None = process.wait(timeout=max(timeout_s, 0.0))
-            except subprocess.TimeoutExpired:
-                stop_group(process.pid)
-                process.wait()
-                code = None
-            except KeyboardInterrupt:
-                stop_group(process.pid)
-                raise
-        stop_group(process.pid)  # loader workers left behind
-        return Ended(code, time.perf_counter() - began, log)
+        try:
+            code: int | None = process.wait(timeout=max(timeout_s, 0.0))
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:  # the trial, at its limit or at Ctrl-C, and the loader workers it leaves behind
+            stop_group(process.pid)
+        process.wait()
+        return Ended(code, time.perf_counter() - began)
 
     def measure(self, spec: TrialSpec, timeout_s: float) -> Run:
         """Run one trial fit and read its figures, or why it has none."""
@@ -168,26 +154,20 @@ class Launcher:
             return Run(seconds=ended.seconds, timed_out=True)
         result = result_path(path)
         if not result.is_file():
-            last = last_line(ended.log)
+            last = last_line(path.with_name(LOG_NAME))
             return Run(seconds=ended.seconds, error=f"the trial process ended with code {ended.code}: {last}")
         found = json.loads(result.read_text())
         if "error" in found:
             return Run(seconds=ended.seconds, error=found["error"])
-        if found[SAMPLES_PER_S] is None:
+        rate, wait = found.pop(SAMPLES_PER_S), found.pop(INPUT_WAIT_SHARE)  # the rest: its loader, accelerator, device
+        if rate is None:
             return Run(
                 seconds=ended.seconds,
                 error="no samples counted in its batches; define samples_in_batch(batch) -> int on the LightningModule",
             )
-        return Run(
-            rates=[found[SAMPLES_PER_S]],
-            wait=found[INPUT_WAIT_SHARE],
-            seconds=ended.seconds,
-            loader=found["loader"],
-            accelerator=found["accelerator"],
-            device=found["device"],
-        )
+        return Run(rates=[rate], wait=wait, seconds=ended.seconds, **found)
 
-    def _forked(self, spec_path: Path, timeout_s: float, log: Path) -> Ended:
+    def _forked(self, spec_path: Path, timeout_s: float) -> Ended:
         assert self.helper is not None and self.helper.stdin is not None
         began = time.perf_counter()
         self.helper.stdin.write(f"{spec_path}\n".encode())
@@ -202,18 +182,11 @@ class Launcher:
             stop_group(pid)
             self._line(time.monotonic() + 10)  # the helper's word that it ended
             raise
-        except EOFError:  # the helper is gone: so is this trial
+        finally:  # the trial, at its limit or where the helper is gone, and the loader workers it leaves behind
             stop_group(pid)
-            raise
-        code: int | None
-        if ended is None:  # the time limit: the trial and its workers are stopped
-            stop_group(pid)
+        if ended is None:  # the time limit: the helper's word that the stopped trial ended
             self._line(None)
-            code = None
-        else:
-            code = int(ended.split()[1])
-        stop_group(pid)  # loader workers left behind
-        return Ended(code, time.perf_counter() - began, log)
+        return Ended(None if ended is None else int(ended.split()[1]), time.perf_counter() - began)
 
 
 def last_line(log: Path) -> str:
@@ -229,9 +202,10 @@ def serve(modules: list[str]) -> None:
     """
     import importlib
 
+    import lightning.pytorch.cli  # noqa: F401  (a config's trials parse it; the rest a trial needs comes with trial)
+
     from mnistperf.tune import trial
 
-    trial.preload()
     for name in modules:
         with contextlib.suppress(Exception):  # whatever their import raises, the trial raises again and names
             importlib.import_module(name)

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mnistperf.close_names import closest, did_you_mean
 from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli.configs import read_config
-from mnistperf.tune.knobs import ARG, Knobs, project_knobs
+from mnistperf.lightning_cli.settings import set_key
+from mnistperf.tune.knobs import ARG, Knobs, parse_value, project_knobs
 from mnistperf.tune.trial import left_out, trial_trainer
 
 SECTIONS = ("model", "data")
@@ -32,12 +31,6 @@ def fit_section(config: dict[str, Any]) -> dict[str, Any]:
     """The part of a config that ``fit`` reads: the config itself, or its ``fit:`` mapping."""
     nested = config.get("fit")
     return nested if isinstance(nested, dict) and not any(k in config for k in SECTIONS) else config
-
-
-def names_classes(config: dict[str, Any]) -> bool:
-    """Whether a config names its model's or data's class (``class_path``): another project's, not the lab's."""
-    section = fit_section(config)
-    return any(isinstance(section.get(k), dict) and "class_path" in section[k] for k in SECTIONS)
 
 
 def import_class(path: Path, section: str, class_path: Any, option: bool = False, base: type | None = None) -> type:
@@ -124,16 +117,6 @@ def cli_class(path: Path, class_path: str) -> type:
     return found
 
 
-def set_key(config: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``a.b.c`` in nested mappings, making the missing ones."""
-    *parents, last = key.split(".")
-    for part in parents:
-        if not isinstance(config.get(part), dict):
-            config[part] = {}
-        config = config[part]
-    config[last] = value
-
-
 @dataclass
 class Project:
     """A LightningCLI config of another project, read and checked."""
@@ -218,7 +201,7 @@ def parse_set(text: str) -> tuple[str, Any]:
     section, _, rest = key.partition(".")
     if section in SECTIONS and rest and rest.split(".")[0] not in ("class_path", "init_args", "dict_kwargs"):
         key = f"{section}.init_args.{rest}"
-    return key, yaml.safe_load(value) if value.strip() else None
+    return key, parse_value(value)
 
 
 def check_set(text: str, prefix: str, name: str, where: str, target: type, listed: bool = True) -> None:
@@ -235,14 +218,13 @@ def check_set(text: str, prefix: str, name: str, where: str, target: type, liste
     raise ConfigError(f"--set {text}: {where} takes no such argument{meant}{listing}")
 
 
-def check_trains(path: Path, trainer: Any, sets: list[str]) -> None:
-    """One line where the trainer's limit_train_batches, max_epochs or max_steps is 0: the tuned config keeps it."""
+def check_trains(path: Path, trainer: Any, keys: list[str]) -> None:
+    """One line where the trainer's limit_train_batches, max_epochs or max_steps is 0 (from --set's ``keys`` or not)."""
     for name in ("limit_train_batches", "max_epochs", "max_steps"):
         if isinstance(trainer, dict) and trainer.get(name) == 0:
-            given = any(parse_set(text)[0] == f"trainer.{name}" for text in sets)
             raise ConfigError(
-                f"{'--set' if given else path}: trainer.{name} is 0, so your project's fit would train nothing, nor "
-                "would the tuned config's; raise it or remove the option."
+                f"{'--set' if f'trainer.{name}' in keys else path}: trainer.{name} is 0, so your project's fit would "
+                "train nothing, nor would the tuned config's; raise it or remove the option."
             )
 
 
@@ -259,31 +241,27 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
     section = fit_section(config)
     if section is not config:  # under fit:, --set's keys are those inside it, given with fit. or without
         sets = [text.removeprefix("fit.") for text in sets]
-    for text in sets:
-        set_key(section, *parse_set(text))
-    model = section.get("model")
-    if not isinstance(model, dict) or "class_path" not in model:
-        raise ConfigError(
-            f"{path}: no model.class_path; a LightningCLI config of your project names its LightningModule "
-            "there (model: {class_path: myproj.model.MyModel, init_args: {...}})"
-        )
-    model_class = import_class(path, "model", model["class_path"], base=LightningModule)
-    data = section.get("data")
-    data_class = None
-    if data is not None:
-        if not isinstance(data, dict) or "class_path" not in data:
+    overrides = [(text, *parse_set(text)) for text in sets]
+    for _, key, value in overrides:
+        set_key(section, key, value)
+    classes: dict[str, Any] = {"data": None}  # None: the model makes its own loaders
+    for name, base in (("model", LightningModule), ("data", LightningDataModule)):
+        given = section.get(name)
+        if given is None and name == "data":
+            continue
+        if not isinstance(given, dict) or "class_path" not in given:
             raise ConfigError(
-                f"{path}: data has no class_path; name your LightningDataModule there "
-                "(data: {class_path: myproj.data.MyData, init_args: {...}})"
+                f"{path}: no {name}.class_path; a LightningCLI config of your project names its {base.__name__} "
+                f"there ({name}: {{class_path: myproj.{name}.My{name.title()}, init_args: {{...}}}})"
             )
-        data_class = import_class(path, "data", data["class_path"], base=LightningDataModule)
-    for text in sets:  # an argument misspelt is said here, not by a trial's parser
-        part, _, rest = parse_set(text)[0].partition(".")
-        target = {"model": model_class, "data": data_class}.get(part)
+        classes[name] = import_class(path, name, given["class_path"], base=base)
+    for text, key, _ in overrides:  # an argument misspelt is said here, not by a trial's parser
+        part, _, rest = key.partition(".")
+        target = classes.get(part)
         if target is not None and rest.startswith("init_args."):
             where = f"{path}'s {part} ({target.__qualname__})"
             check_set(text, f"{part}.init_args", rest.split(".")[1], where, target)
         elif part == "trainer" and rest and cli is None:
             check_set(text, part, rest.split(".")[0], "Lightning's Trainer", Trainer, listed=False)
-    check_trains(path, section.get("trainer"), sets)
-    return Project(path, config, model_class, data_class, cli)
+    check_trains(path, section.get("trainer"), [key for _, key, _ in overrides])
+    return Project(path, config, classes["model"], classes["data"], cli)

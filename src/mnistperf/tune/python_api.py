@@ -19,7 +19,6 @@ from mnistperf.errors import ConfigError
 from mnistperf.tune import end_to_end
 from mnistperf.tune.knobs import ARG, project_knobs
 from mnistperf.tune.options import MIN_BUDGET_S, checked_budget
-from mnistperf.tune.report import findings, loader_args, trials_table
 from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import Recipe, TrialSpec
 
@@ -52,15 +51,8 @@ def importable(target: Any, role: str) -> tuple[str, str]:
             f"cannot make it again; move it into a module of your project (e.g. myproj/{role}.py) and import it "
             "from there"
         )
-    try:
-        found = Recipe(module, qualname).target()
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"{WHERE}: the {role}'s {module}.{qualname} cannot be imported here ({exc}); make its module importable "
-            "(PYTHONPATH=/path/to/project)"
-        ) from exc
-    if found is not target:
-        raise ConfigError(f"{WHERE}: {module}.{qualname} imports as another object than the {role} given; pass its own")
+    fix = "; pass it as its module names it, that module importable here (PYTHONPATH=/path/to/project)"
+    handed(target, f"the {role}'s {module}.{qualname}", fix)  # pickle's test: the module imports, naming this object
     return module, qualname
 
 
@@ -83,8 +75,7 @@ def recipe(made: Any, role: str, kind: type) -> Recipe:
             f"{WHERE}: the {role}'s {qualname} does not keep its arguments {', '.join(missing)}, so a fresh process "
             "cannot make it again; call self.save_hyperparameters() in its __init__, or pass a function that makes it"
         )
-    params = {p.name for p in named}
-    found = Recipe(module, qualname, {k: v for k, v in saved.items() if k in params})
+    found = Recipe(module, qualname, {p.name: saved[p.name] for p in named if p.name in saved})
     handed(found, f"the {role}'s saved arguments", "; pass a function that makes it")
     return found
 
@@ -156,8 +147,9 @@ def tune_loaders(
 
     spec = TrialSpec("", epochs, steps, seed, model=model_recipe, data=data_recipe, trainer=trainer)
     outcome = end_to_end.project_outcome(found, spec, made, where, WHERE, [], modules, budget_s, repeats, log)
-    lines = findings(outcome, found, where)
+    lines = end_to_end.findings(outcome, found, where)
     for line in lines:
         log(line)
-    settings, loader, table = outcome.changes(found.keys(ARG)), loader_args(outcome, found), trials_table(outcome)
+    settings, loader = outcome.changes(found.keys(ARG)), end_to_end.loader_args(outcome, found)
+    table = end_to_end.trials_table(outcome)
     return TuneResult(settings, loader, found.rebuilt, outcome.kept, outcome.speedup, table, lines, outcome)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
+import pyarrow.parquet as pq
 import torch
-from lightning.fabric.utilities.data import AttributeDict
 
+from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.ingest import prepare
 from mnistperf.data.pipelines.registry import PIPELINES, tune_order
@@ -101,11 +101,7 @@ def free_memory_bytes(device: torch.device) -> int:
 
 def split_rows(datamodule: MNISTDataModule) -> int:
     """Rows of the DataModule's prepared training split, from the Parquet footers."""
-    import pyarrow.parquet as pq
-
-    from mnistperf.data import schema
-
-    path = prepare.require_prepared(cast(AttributeDict, datamodule.hparams).dataset, datamodule.data_dir, "train")
+    path = prepare.require_prepared(datamodule.options.dataset, datamodule.data_dir, "train")
     return sum(pq.read_metadata(f).num_rows for f in schema.parquet_files(path))
 
 

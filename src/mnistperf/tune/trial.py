@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch.callbacks import DeviceStatsMonitor, EarlyStopping, LearningRateMonitor, ModelCheckpoint
+
+from mnistperf.console import calm_library_noise
+from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import INPUT_WAIT_SHARE, SAMPLES_PER_S
+from mnistperf.tune.knobs import loader_settings, rebuild_train_loader
 
 RESULT_SUFFIX = ".result.json"
 
@@ -84,10 +90,6 @@ def left_out(callback_class: type) -> bool:
 
     Those that write to a logger go too: a trial has none, and they refuse to run without one.
     """
-    from lightning.pytorch.callbacks import DeviceStatsMonitor, EarlyStopping, LearningRateMonitor, ModelCheckpoint
-
-    from mnistperf.diagnosis import EpochTimer
-
     return issubclass(
         callback_class, (ModelCheckpoint, EarlyStopping, EpochTimer, LearningRateMonitor, DeviceStatsMonitor)
     )
@@ -105,23 +107,8 @@ def result_path(spec_path: Path) -> Path:
     return spec_path.with_name(spec_path.stem + RESULT_SUFFIX)
 
 
-def preload() -> None:
-    """Import what every trial needs, once, in the process the trials are forked from."""
-    import lightning.pytorch.cli  # noqa: F401
-
-    import mnistperf.console  # noqa: F401
-    import mnistperf.diagnosis  # noqa: F401
-    import mnistperf.tune.knobs  # noqa: F401
-
-
 def fit(spec: TrialSpec) -> dict[str, Any]:
     """Train as the spec says and return the steady figures from the timer's summary."""
-    from lightning.pytorch import Trainer, seed_everything
-
-    from mnistperf.console import calm_library_noise
-    from mnistperf.diagnosis import EpochTimer
-    from mnistperf.tune.knobs import loader_settings, rebuild_train_loader
-
     calm_library_noise()
     timer = EpochTimer(busy_window_steps=0)
     if spec.config is not None:

@@ -26,7 +26,7 @@ from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import TrialSpec
 
 # Where the untouched settings do not train and no --cli was given: a project's own CLI may be what they need.
-OWN_CLI_FIX = (
+OWN_CLI_HINT = (
     " (a project that trains through a LightningCLI subclass of its own, for its links or arguments, gives it: "
     "--cli myproj.cli.MyCLI)"
 )
@@ -125,10 +125,10 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
         return {"config": str(root / "config.yaml")}
 
     spec = TrialSpec("", opts.epochs, opts.steps, project.seed(), cli=project.cli)
-    fix = end_to_end.UNTOUCHED_FIX + ("" if project.cli else OWN_CLI_FIX)
+    hint = "" if project.cli else OWN_CLI_HINT
     where = str(opts.config)
     outcome = end_to_end.project_outcome(
-        knobs, spec, made, where, where, opts.import_path, modules, opts.budget_s, opts.repeats, log, fix
+        knobs, spec, made, where, where, opts.import_path, modules, opts.budget_s, opts.repeats, log, hint
     )
     device = next((r.device for r in outcome.trials[0].runs if r.device), None) or "this machine"
     table = end_to_end.trials_table(outcome)

@@ -87,10 +87,6 @@ def candidates(knobs: Knobs, best: Trial, on_gpu: bool) -> list[tuple[dict[str, 
     return tried + [({own[s]: v for s, v in c.items()}, label) for c, label in variants_around(settings, on_gpu)]
 
 
-# What the user does where the untouched settings do not train.
-UNTOUCHED_FIX = "fix it so that your project trains as it is, then tune"
-
-
 def outcome(
     knobs: Knobs,
     measure: Measure,
@@ -99,12 +95,12 @@ def outcome(
     cpus: int,
     where: str,
     repeats: int = REPEATS,
-    fix: str = UNTOUCHED_FIX,
+    hint: str = "",
 ) -> Outcome:
     """Search the knobs' settings (by knob key) with whole trial fits, as the module describes.
 
     ``cpus`` bounds the workers tried, ``where`` names the project in errors (its config, or ``tune_loaders``), and
-    ``fix`` says what to do where the untouched settings do not train.
+    ``hint`` ends the fix where the untouched settings do not train.
     """
 
     def measured(trial: Trial, seconds: float) -> Run:
@@ -127,6 +123,7 @@ def outcome(
         own = "ConfigError: "  # tune's own (a loader it cannot rebuild): the fix is in the message
         if baseline.error.startswith(own):
             raise ConfigError(f"{where}: {baseline.error[len(own) :]}")
+        fix = f"fix it so that your project trains as it is, then tune{hint}"
         raise ConfigError(f"{where}: the untouched settings do not train: {baseline.error}; {fix}")
     search.best, noise, text = baseline, NOISE_FLOOR, ""
     with search.stops():
@@ -195,7 +192,7 @@ def project_outcome(
     budget_s: float,
     repeats: int,
     log: Callable[[str], None],
-    fix: str = UNTOUCHED_FIX,
+    hint: str = "",
 ) -> Outcome:
     """Tune a project's loader by whole fits, each in a fresh process: the one way in, under the CLI and from Python.
 
@@ -214,7 +211,7 @@ def project_outcome(
             trial_spec = replace(spec, root=str(root), rebuild=rebuilt_with(knobs, trial.settings), **fields)
             return launcher.measure(trial_spec, timeout_s)
 
-        return outcome(knobs, measure, budget_s, log, usable_cpus(), where, repeats, fix)
+        return outcome(knobs, measure, budget_s, log, usable_cpus(), where, repeats, hint)
 
 
 def trials_table(outcome: Outcome) -> str:

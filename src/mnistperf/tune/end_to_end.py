@@ -223,19 +223,15 @@ def trials_table(outcome: Outcome) -> str:
     base = outcome.trials[0].rate
     for index, trial in enumerate(outcome.trials, 1):
         note = trial.label + (" (chosen)" if trial is outcome.chosen else "")
+        figures = "- | - | - | -"  # samples/s, each run's, against the untouched, input wait: none where it failed
         if trial.error is not None:
-            rows.append(
-                f"| {index} | {describe(trial.settings)} | - | - | - | - | {trial.seconds:.1f} | "
-                f"{note}; failed: {trial.error} |"
-            )
-            continue
-        runs = ", ".join(f"{r:,.0f}" for r in trial.rates)
-        wait = f"{trial.wait:.0%}" if trial.wait is not None else "-"
-        versus = f"{trial.rate / base:.2f}x" if base else "-"
-        rows.append(
-            f"| {index} | {describe(trial.settings)} | {trial.rate:,.0f} | {runs} | {versus} | {wait} | "
-            f"{trial.seconds:.1f} | {note} |"
-        )
+            note += f"; failed: {trial.error}"
+        else:
+            runs = ", ".join(f"{r:,.0f}" for r in trial.rates)
+            wait = f"{trial.wait:.0%}" if trial.wait is not None else "-"
+            versus = f"{trial.rate / base:.2f}x" if base else "-"
+            figures = f"{trial.rate:,.0f} | {runs} | {versus} | {wait}"
+        rows.append(f"| {index} | {describe(trial.settings)} | {figures} | {trial.seconds:.1f} | {note} |")
     return "\n".join(rows)
 
 

@@ -260,8 +260,7 @@ def findings(outcome: Outcome, knobs: Knobs, where: str) -> list[str]:
         )
     if any(k.setting == "batch_size" and k.key in outcome.changes() for k in knobs.knobs):
         lines.append("the batch size changed: that changes the training (the optimisation), not only its speed")
-    rebuilt = loader_args(outcome, knobs)
-    if rebuilt:
+    if rebuilt := loader_args(outcome, knobs):
         lines.append(
             f"{where} takes no argument for these, so tune rebuilt its DataLoader; they need a code change, in "
             f"train_dataloader: {dataloader_call(rebuilt)}"

@@ -112,8 +112,7 @@ def tuned_yaml(project: Project, outcome: Outcome, knobs: Knobs, opts: argparse.
 def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print) -> Outcome:
     """Tune another project's config: measure, print the table and the findings, write the tuned config."""
     opts = parse_args(argv)
-    for folder in reversed(opts.import_path):
-        sys.path.insert(0, str(Path(folder).resolve()))
+    sys.path[:0] = [str(Path(folder).resolve()) for folder in opts.import_path]
     project = load(opts.config, opts.set, opts.cli)
     knobs = project.knobs([parse_knob(k) for k in opts.knob], opts.tune_batch_size)
     modules = [c.__module__ for c in (project.model_class, project.data_class) if c is not None]

@@ -26,7 +26,7 @@ from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import TrialSpec
 
 # Where the untouched settings do not train and no --cli was given: a project's own CLI may be what they need.
-OWN_CLI_FIX = (
+OWN_CLI_HINT = (
     " (a project that trains through a LightningCLI subclass of its own, for its links or arguments, gives it: "
     "--cli myproj.cli.MyCLI)"
 )
@@ -112,8 +112,7 @@ def tuned_yaml(project: Project, outcome: Outcome, knobs: Knobs, opts: argparse.
 def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print) -> Outcome:
     """Tune another project's config: measure, print the table and the findings, write the tuned config."""
     opts = parse_args(argv)
-    for folder in reversed(opts.import_path):
-        sys.path.insert(0, str(Path(folder).resolve()))
+    sys.path[:0] = [str(Path(folder).resolve()) for folder in opts.import_path]
     project = load(opts.config, opts.set, opts.cli)
     knobs = project.knobs([parse_knob(k) for k in opts.knob], opts.tune_batch_size)
     modules = [c.__module__ for c in (project.model_class, project.data_class) if c is not None]
@@ -125,10 +124,10 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
         return {"config": str(root / "config.yaml")}
 
     spec = TrialSpec("", opts.epochs, opts.steps, project.seed(), cli=project.cli)
-    fix = end_to_end.UNTOUCHED_FIX + ("" if project.cli else OWN_CLI_FIX)
+    hint = "" if project.cli else OWN_CLI_HINT
     where = str(opts.config)
     outcome = end_to_end.project_outcome(
-        knobs, spec, made, where, where, opts.import_path, modules, opts.budget_s, opts.repeats, log, fix
+        knobs, spec, made, where, where, opts.import_path, modules, opts.budget_s, opts.repeats, log, hint
     )
     device = next((r.device for r in outcome.trials[0].runs if r.device), None) or "this machine"
     table = end_to_end.trials_table(outcome)

@@ -181,17 +181,15 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
     outcome = stages.outcome(probes, opts.budget_s, log, epoch_samples, pipelines, usable_cpus(), opts.tune_batch_size)
     spent = time.perf_counter() - began
     config = load_config(opts.config, settings)
-    text = tuned_config(config, outcome, opts.config, opts.out, describe_device(device), spent)
+    atomic_write_text(opts.out, tuned_config(config, outcome, opts.config, opts.out, describe_device(device), spent))
     table = probes_table(outcome)
-    atomic_write_text(opts.out, text)
     page = f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"
     atomic_write_text(probes_path(opts.out), page)
     log("")
     log(table)
     log(f"\nchosen: {describe(outcome.best)}")
     log(f"stopped: {outcome.stopped}")
-    warning = stages.noise_warning(outcome)
-    if warning:
+    if warning := stages.noise_warning(outcome):
         log(f"warning: {warning}")
     log(f"written: {opts.out} (run it: python -m mnistperf fit --config {opts.out}), {probes_path(opts.out)}")
     return outcome

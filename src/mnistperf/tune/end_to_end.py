@@ -87,10 +87,6 @@ def candidates(knobs: Knobs, best: Trial, on_gpu: bool) -> list[tuple[dict[str, 
     return tried + [({own[s]: v for s, v in c.items()}, label) for c, label in variants_around(settings, on_gpu)]
 
 
-# What the user does where the untouched settings do not train.
-UNTOUCHED_FIX = "fix it so that your project trains as it is, then tune"
-
-
 def outcome(
     knobs: Knobs,
     measure: Measure,
@@ -99,12 +95,12 @@ def outcome(
     cpus: int,
     where: str,
     repeats: int = REPEATS,
-    fix: str = UNTOUCHED_FIX,
+    hint: str = "",
 ) -> Outcome:
     """Search the knobs' settings (by knob key) with whole trial fits, as the module describes.
 
     ``cpus`` bounds the workers tried, ``where`` names the project in errors (its config, or ``tune_loaders``), and
-    ``fix`` says what to do where the untouched settings do not train.
+    ``hint`` ends the fix where the untouched settings do not train.
     """
 
     def measured(trial: Trial, seconds: float) -> Run:
@@ -127,6 +123,7 @@ def outcome(
         own = "ConfigError: "  # tune's own (a loader it cannot rebuild): the fix is in the message
         if baseline.error.startswith(own):
             raise ConfigError(f"{where}: {baseline.error[len(own) :]}")
+        fix = f"fix it so that your project trains as it is, then tune{hint}"
         raise ConfigError(f"{where}: the untouched settings do not train: {baseline.error}; {fix}")
     search.best, noise, text = baseline, NOISE_FLOOR, ""
     with search.stops():
@@ -195,7 +192,7 @@ def project_outcome(
     budget_s: float,
     repeats: int,
     log: Callable[[str], None],
-    fix: str = UNTOUCHED_FIX,
+    hint: str = "",
 ) -> Outcome:
     """Tune a project's loader by whole fits, each in a fresh process: the one way in, under the CLI and from Python.
 
@@ -214,7 +211,7 @@ def project_outcome(
             trial_spec = replace(spec, root=str(root), rebuild=rebuilt_with(knobs, trial.settings), **fields)
             return launcher.measure(trial_spec, timeout_s)
 
-        return outcome(knobs, measure, budget_s, log, usable_cpus(), where, repeats, fix)
+        return outcome(knobs, measure, budget_s, log, usable_cpus(), where, repeats, hint)
 
 
 def trials_table(outcome: Outcome) -> str:
@@ -226,19 +223,15 @@ def trials_table(outcome: Outcome) -> str:
     base = outcome.trials[0].rate
     for index, trial in enumerate(outcome.trials, 1):
         note = trial.label + (" (chosen)" if trial is outcome.chosen else "")
+        figures = "- | - | - | -"  # samples/s, each run's, against the untouched, input wait: none where it failed
         if trial.error is not None:
-            rows.append(
-                f"| {index} | {describe(trial.settings)} | - | - | - | - | {trial.seconds:.1f} | "
-                f"{note}; failed: {trial.error} |"
-            )
-            continue
-        runs = ", ".join(f"{r:,.0f}" for r in trial.rates)
-        wait = f"{trial.wait:.0%}" if trial.wait is not None else "-"
-        versus = f"{trial.rate / base:.2f}x" if base else "-"
-        rows.append(
-            f"| {index} | {describe(trial.settings)} | {trial.rate:,.0f} | {runs} | {versus} | {wait} | "
-            f"{trial.seconds:.1f} | {note} |"
-        )
+            note += f"; failed: {trial.error}"
+        else:
+            runs = ", ".join(f"{r:,.0f}" for r in trial.rates)
+            wait = f"{trial.wait:.0%}" if trial.wait is not None else "-"
+            versus = f"{trial.rate / base:.2f}x" if base else "-"
+            figures = f"{trial.rate:,.0f} | {runs} | {versus} | {wait}"
+        rows.append(f"| {index} | {describe(trial.settings)} | {figures} | {trial.seconds:.1f} | {note} |")
     return "\n".join(rows)
 
 
@@ -267,8 +260,7 @@ def findings(outcome: Outcome, knobs: Knobs, where: str) -> list[str]:
         )
     if any(k.setting == "batch_size" and k.key in outcome.changes() for k in knobs.knobs):
         lines.append("the batch size changed: that changes the training (the optimisation), not only its speed")
-    rebuilt = loader_args(outcome, knobs)
-    if rebuilt:
+    if rebuilt := loader_args(outcome, knobs):
         lines.append(
             f"{where} takes no argument for these, so tune rebuilt its DataLoader; they need a code change, in "
             f"train_dataloader: {dataloader_call(rebuilt)}"

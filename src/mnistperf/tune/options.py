@@ -67,11 +67,11 @@ def check_out(out: Path, config: Path) -> None:
 def budget_s(opts: argparse.Namespace, least: str) -> float:
     """The budget in seconds, checked (:func:`checked_budget`)."""
     if opts.budget_s is None:
-        return checked_budget(opts.budget * 60, f"--budget {opts.budget:g}", f"{MIN_BUDGET_S / 60:g} minutes", least)
-    return checked_budget(opts.budget_s, f"--budget-s {opts.budget_s:g}", f"{MIN_BUDGET_S:g} seconds", least)
+        return checked_budget(opts.budget * 60, f"--budget {opts.budget:g}", least, f"{MIN_BUDGET_S / 60:g} minutes")
+    return checked_budget(opts.budget_s, f"--budget-s {opts.budget_s:g}", least)
 
 
-def checked_budget(seconds: float, given: str, at_least: str, least: str) -> float:
+def checked_budget(seconds: float, given: str, least: str, at_least: str = f"{MIN_BUDGET_S:g} seconds") -> float:
     """``seconds``; where not finite or under MIN_BUDGET_S, one line saying it as ``given`` and what ``least`` takes."""
     if not math.isfinite(seconds):
         raise ConfigError(f"{given}: give a finite budget, at least {at_least}; tune stops there with the best so far.")

@@ -170,8 +170,7 @@ class Project:
         trainer = dict(section.get("trainer") or {})
         callbacks = trainer.get("callbacks") or []
         trainer["callbacks"] = [c for c in (callbacks if isinstance(callbacks, list) else [callbacks]) if kept(c)]
-        trainer.update(trial_trainer(epochs, steps, root))
-        section["trainer"] = trainer
+        section["trainer"] = {**trainer, **trial_trainer(epochs, steps, root)}
         section["seed_everything"] = self.seed()
         return section
 

@@ -18,7 +18,7 @@ from mnistperf.diagnosis.measure.loader_options import arguments
 from mnistperf.errors import ConfigError
 from mnistperf.tune import end_to_end
 from mnistperf.tune.knobs import ARG, project_knobs
-from mnistperf.tune.options import MIN_BUDGET_S, checked_budget
+from mnistperf.tune.options import checked_budget
 from mnistperf.tune.search import Outcome
 from mnistperf.tune.trial import Recipe, TrialSpec
 
@@ -125,8 +125,7 @@ def tune_loaders(
 
     if epochs < 2 or steps < 1 or repeats < 1:
         raise ConfigError(f"{WHERE}: give epochs of at least 2 (the first is a warm-up), steps and repeats of 1")
-    seconds = f"{MIN_BUDGET_S:g} seconds"
-    checked_budget(budget_s, f"{WHERE}: budget_s={budget_s:g}", seconds, "the untouched settings' trial alone takes")
+    checked_budget(budget_s, f"{WHERE}: budget_s={budget_s:g}", "the untouched settings' trial alone takes")
     model_recipe = recipe(model, "model", LightningModule)
     data_recipe = recipe(datamodule, "datamodule", LightningDataModule) if datamodule is not None else None
     trainer = dict(trainer_kwargs or {})

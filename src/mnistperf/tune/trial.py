@@ -24,8 +24,6 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import INPUT_WAIT_SHARE, SAMPLES_PER_S
 from mnistperf.tune.knobs import loader_settings, rebuild_train_loader
 
-RESULT_SUFFIX = ".result.json"
-
 
 @dataclass
 class Recipe:
@@ -104,7 +102,7 @@ def write_spec(spec: TrialSpec) -> Path:
 
 def result_path(spec_path: Path) -> Path:
     """Where the trial of ``spec_path`` writes its result."""
-    return spec_path.with_name(spec_path.stem + RESULT_SUFFIX)
+    return spec_path.with_suffix(".result.json")
 
 
 def fit(spec: TrialSpec) -> dict[str, Any]:
@@ -139,13 +137,8 @@ def fit(spec: TrialSpec) -> dict[str, Any]:
     if timer.summary_path is None:
         raise RuntimeError("the fit ended before its first epoch did: no figures")
     summary = json.loads(timer.summary_path.read_text())
-    return {
-        SAMPLES_PER_S: summary.get(SAMPLES_PER_S),
-        INPUT_WAIT_SHARE: summary.get(INPUT_WAIT_SHARE),
-        "device": summary.get("device"),
-        "accelerator": summary.get("accelerator"),
-        "loader": loader_settings(trainer.train_dataloader),
-    }
+    figures = {key: summary.get(key) for key in (SAMPLES_PER_S, INPUT_WAIT_SHARE, "device", "accelerator")}
+    return {**figures, "loader": loader_settings(trainer.train_dataloader)}
 
 
 ONE_LINE_CHARS = 400

@@ -55,8 +55,7 @@ from lightning.pytorch import Callback, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
-from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.callbacks.sampled_steps import PHASE_HOOKS
+from mnistperf.diagnosis.callbacks.batch_hooks import PHASE_HOOKS, skip_unused_batch_hooks
 from mnistperf.upstream import skip_hook
 
 HERE = Path(__file__).resolve().parent

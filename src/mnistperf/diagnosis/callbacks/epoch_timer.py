@@ -18,7 +18,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from typing_extensions import override
 
 from mnistperf.diagnosis.callbacks.arguments import check, check_hints
-from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
+from mnistperf.diagnosis.callbacks.batch_hooks import SampledSteps, skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import (
     TrainerAttributes,
     audit_beside,
@@ -33,7 +33,6 @@ from mnistperf.diagnosis.callbacks.project_reader import (
     why_no_profiler,
 )
 from mnistperf.diagnosis.callbacks.run_files import RunFiles
-from mnistperf.diagnosis.callbacks.sampled_steps import SampledSteps
 from mnistperf.diagnosis.callbacks.timed_steps import TimedSteps
 from mnistperf.diagnosis.callbacks.timer_samples import TimerSamples
 from mnistperf.diagnosis.figures import FORWARD_S, Measures, gather, scalars

@@ -6,7 +6,6 @@ and validation begin and end. Under DDP each rank measures itself; global rank 0
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -22,7 +21,6 @@ from mnistperf.diagnosis.callbacks.batch_hooks import SampledSteps, skip_unused_
 from mnistperf.diagnosis.callbacks.project_reader import (
     TrainerAttributes,
     audit_beside,
-    audit_kept,
     bar_epoch,
     closes_stopped_epoch,
     last_epoch,
@@ -294,7 +292,7 @@ class EpochTimer(Callback):
         except Exception as error:
             self.problems.note("gathering the epoch's figures", error)
             return
-        extra: dict[str, Any] = {**self._val_metrics, **self.samples.row(trainer, gathered.loader_samples, self)}
+        extra: dict[str, Any] = {**self._val_metrics, **self.samples.row(trainer, gathered.loader_samples)}
         with self.problems.guard("reading why the epoch has no split"):
             accumulate, forward = trainer.accumulate_grad_batches, gathered.measures[FORWARD_S]
             reason = self._sampled.split_reason(self.samples.trained, accumulate, forward, trainer.current_epoch)
@@ -333,7 +331,7 @@ class EpochTimer(Callback):
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
                 self.on_train_epoch_end(trainer, pl_module)
         with self.problems.guard("asking the audit beside to audit the epoch the fit stopped inside"):
-            audit_stopped = getattr(audit_beside(trainer, self), "audit_stopped_epoch", None)
+            audit_stopped = getattr(audit_beside(trainer), "audit_stopped_epoch", None)
             if callable(audit_stopped):  # (once: the audit's own hook, which Lightning calls next, then does nothing)
                 audit_stopped(trainer, pl_module)
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
@@ -344,8 +342,7 @@ class EpochTimer(Callback):
         """Rank 0 prints the summary once and writes timing.json, the report beside it and the window's trace."""
         self._reported = True
         files = RunFiles(self.summary_file, self.monitor, self.problems)
-        audit = functools.partial(audit_kept, trainer, self)  # read on rank 0, as the summary is written
-        self.summary_path = files.write(trainer, self.clock, self._figures, interrupted, audit)
+        self.summary_path = files.write(trainer, self.clock, self._figures, interrupted)
 
     def _figures(self) -> dict[str, Any]:
         """The clock's figures of the run, the advice in the project's terms, where steps' and epoch ends' time goes."""

@@ -222,21 +222,21 @@ def validation_metrics(logged: Mapping[str, Any], monitor: str | None) -> dict[s
     }
 
 
-def audit_beside(trainer: Trainer, asking: Callback) -> Any:
-    """The audit among the trainer's callbacks other than ``asking`` (one with ``samples_counted``); None if none."""
+def audit_beside(trainer: Trainer) -> Any:
+    """The audit among the trainer's callbacks (the one with ``samples_counted``); None if none."""
     callbacks = cast(TrainerAttributes, trainer).callbacks
-    return next((c for c in callbacks if c is not asking and hasattr(c, "samples_counted")), None)
+    return next((c for c in callbacks if hasattr(c, "samples_counted")), None)
 
 
-def audited_samples(trainer: Trainer, asking: Callback) -> int | None:
-    """This rank's samples of the epoch as another callback audited them (its ``samples_counted``), where one did."""
-    counted = getattr(audit_beside(trainer, asking), "samples_counted", None)
+def audited_samples(trainer: Trainer) -> int | None:
+    """This rank's samples of the epoch as the audit beside counted them (its ``samples_counted``), where one did."""
+    counted = getattr(audit_beside(trainer), "samples_counted", None)
     return counted[1] if isinstance(counted, tuple) and counted[0] == trainer.current_epoch else None
 
 
-def audit_kept(trainer: Trainer, asking: Callback) -> dict[str, Any]:
-    """For timing.json: the epochs' rows and the problems of the audit beside ``asking``; {} where none ran."""
-    audit = audit_beside(trainer, asking)
+def audit_kept(trainer: Trainer) -> dict[str, Any]:
+    """For timing.json: the epochs' rows and the problems of the audit beside; {} where none ran."""
+    audit = audit_beside(trainer)
     rows = getattr(audit, "epochs", None)
     if not isinstance(rows, list):
         return {}

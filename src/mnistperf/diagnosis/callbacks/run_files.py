@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from lightning.pytorch import Trainer
 
-from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, log_folder
+from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, audit_kept, log_folder
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.epoch_text import interrupted_line, unlogged_monitor, written_line
@@ -28,16 +28,11 @@ class RunFiles:
         self.summary_file, self.monitor, self.problems = summary_file, monitor, problems
 
     def write(
-        self,
-        trainer: Trainer,
-        clock: EpochClock,
-        figures: Callable[[], dict[str, Any]],
-        interrupted: bool,
-        audit: Callable[[], dict[str, Any]],
+        self, trainer: Trainer, clock: EpochClock, figures: Callable[[], dict[str, Any]], interrupted: bool
     ) -> Path | None:
         """On rank 0: the window's trace, then the summary printed and written; where timing.json went.
 
-        The summary: the run's ``figures()`` (:func:`.run_summary`), whether it was ``interrupted``, and the ``audit``
+        The summary: the run's ``figures()`` (:func:`.run_summary`), whether it was ``interrupted``, and the audit
         beside the timer (:func:`.audit_kept`), each read on rank 0 alone.
 
         Every rank finds the log folder (a collective under DDP, unless ``interrupted``: the others may be gone). Each
@@ -55,7 +50,7 @@ class RunFiles:
         measured = run_summary(
             "lightning", trainer, clock.device, figures, datamodule=datamodule, module=module, guard=self.problems.guard
         )
-        summary = {**measured, "interrupted": interrupted, **audit()}
+        summary = {**measured, "interrupted": interrupted, **audit_kept(trainer)}
         if self.monitor is not None and summary.get("final_metric") is None:
             with self.problems.guard("reading the metrics logged"):
                 summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)

@@ -86,10 +86,10 @@ class TimerSamples:
         self.batches.trained()
         return self.per_loader if self.batches.several else []
 
-    def row(self, trainer: Trainer, gathered: list[float], asking: Any) -> dict[str, Any]:
+    def row(self, trainer: Trainer, gathered: list[float]) -> dict[str, Any]:
         """The epoch row's sample counts: ``loader_samples`` (where several) and ``sample_counts``, where any.
 
-        ``gathered``: each loader's samples over the ranks; ``asking`` as :meth:`counts_apart`'s.
+        ``gathered``: each loader's samples over the ranks.
         """
         found: dict[str, Any] = {}
         with self.problems.guard("counting the epoch's samples per loader"):
@@ -97,24 +97,24 @@ class TimerSamples:
                 named = zip(self.batches.names, gathered, strict=True)
                 found["loader_samples"] = {name: None if math.isnan(n) else int(n) for name, n in named}
         with self.problems.guard("checking the epoch's samples against other counts"):
-            counts = self.counts_apart(trainer, asking)
+            counts = self.counts_apart(trainer)
             if counts:
                 found["sample_counts"] = counts
         return found
 
-    def counts_apart(self, trainer: Trainer, asking: Any) -> dict[str, int] | None:
+    def counts_apart(self, trainer: Trainer) -> dict[str, int] | None:
         """This rank's samples of the epoch beside every other count of them known, where any disagrees.
 
         The others: the batch sizes ``self.log`` was given, where more than counted (a module that logs some steps only
         gives it fewer) and not the largest step's count on every step (a module that logs its configured batch
-        size, the short last batch's too); an audit's (another callback's than ``asking``); the loader's length times
-        its batch size; and Lightning's reading of the epoch's first batch.
+        size, the short last batch's too); the audit's beside; the loader's length times its batch size; and
+        Lightning's reading of the epoch's first batch.
         """
         logged = logged_samples(trainer)
         rounded = logged == self.steps * self.most  # every step logged as the largest
         others: dict[str, int | None] = {
             "logged": logged if logged is not None and logged > self.counted and not rounded else None,
-            "audit": audited_samples(trainer, asking),
+            "audit": audited_samples(trainer),
             "loader": None,
         }
         first, last = self.trained

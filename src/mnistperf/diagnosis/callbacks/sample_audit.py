@@ -16,9 +16,8 @@ from typing_extensions import override
 from mnistperf.diagnosis.callbacks.arguments import check
 from mnistperf.diagnosis.callbacks.audit_rows import audit_epoch_row
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
-from mnistperf.diagnosis.callbacks.kept_rows import KeptRows
 from mnistperf.diagnosis.callbacks.project_reader import closes_stopped_epoch
-from mnistperf.diagnosis.callbacks.sample_identity import SampleAuditError, SampleIdentity
+from mnistperf.diagnosis.callbacks.sample_identity import KeptRows, SampleAuditError, SampleIdentity
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import TrainingBatches
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter

@@ -234,7 +234,7 @@ class SampleAudit(Callback):
         if self.batches.pending is not None and self._started_before >= 0 and trainer is not None:
             with self.problems.guard("reading the steps Lightning started"):
                 ran = steps_started(trainer) > self._started_before
-        if self.batches.pending is not None and ran:
+        if ran:
             self._commit()
         else:
             self.batches.trained()

@@ -188,7 +188,7 @@ class DeviceSyncs:
     """Counts the synchronizations torch reports between :meth:`start` and :meth:`stop`; other warnings pass on."""
 
     def __init__(self) -> None:
-        self._caught: list[warnings.WarningMessage] | None = None
+        self._caught: list[warnings.WarningMessage] = []  # the warnings caught since start
         self._catching: Any = None
         self._mode = 0
         self._read = self._syncs = 0  # the warnings caught so far that count has read, and the syncs among them
@@ -207,17 +207,16 @@ class DeviceSyncs:
 
         Called as every action of a timed step begins and ends: only the warnings caught since the last call are read.
         """
-        caught = self._caught or []
-        self._syncs += sum(SYNC_WARNING in str(warning.message) for warning in caught[self._read :])
-        self._read = len(caught)
-        return self._syncs if self._caught is not None else 0
+        self._syncs += sum(SYNC_WARNING in str(warning.message) for warning in self._caught[self._read :])
+        self._read = len(self._caught)
+        return self._syncs if self._catching is not None else 0
 
     def stop(self) -> None:
         """Torch's sync debug mode as it was; the other warnings caught meanwhile shown as they would have been."""
         if self._catching is None:
             return
         self.set_debug_mode(self._mode)
-        caught, self._caught = self._caught or [], None
+        caught, self._caught = self._caught, []
         self._catching.__exit__(None, None, None)
         self._catching = None
         for other in caught:

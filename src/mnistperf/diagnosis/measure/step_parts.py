@@ -13,7 +13,7 @@ each part forces, as torch's sync debug mode reports them (CUDA only).
 from __future__ import annotations
 
 import warnings
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -172,10 +172,9 @@ class StepParts:
 
     def _per_part(self, per_action: Counter[str]) -> dict[str, float]:
         """Each part's share a step of what ``per_action`` holds over the closed cycles."""
-        parts: dict[str, float] = {}
+        parts: defaultdict[str, float] = defaultdict(float)
         for action, value in per_action.items():
-            part = part_of(action)
-            parts[part] = parts.get(part, 0.0) + value / self.cycles
+            parts[part_of(action)] += value / self.cycles
         return parts
 
 

@@ -23,9 +23,16 @@ from mnistperf import upstream
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import phases, step_parts
 from mnistperf.diagnosis.measure.busy_window import CROWDED
-from mnistperf.diagnosis.measure.device_syncs import SYNC_WARNING, DeviceSyncs
 from mnistperf.diagnosis.measure.drawn_steps import EVERY
-from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, LOOP, StepParts, part_of, parts_timed
+from mnistperf.diagnosis.measure.step_parts import (
+    CHECKPOINT_SAVES,
+    LOOP,
+    SYNC_WARNING,
+    DeviceSyncs,
+    StepParts,
+    part_of,
+    parts_timed,
+)
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
 from mnistperf.diagnosis.record.text import format_headline, format_summary
 from mnistperf.diagnosis.record.verdict import WAITED_FOR_A_CORE, bound
@@ -473,7 +480,7 @@ def test_a_step_the_profiled_window_began_or_ran_in_is_not_kept_and_the_first_st
     from types import SimpleNamespace
 
     from mnistperf.diagnosis.callbacks.timed_steps import TimedSteps
-    from mnistperf.diagnosis.measure.fetch_clock import FetchClock
+    from mnistperf.diagnosis.measure.step_parts import FetchClock
 
     window = [(False, 1)]  # (whether the window's profiler runs, which window is pending)
     timed = TimedSteps(FetchClock(PassThroughProfiler()), lambda: window[0])

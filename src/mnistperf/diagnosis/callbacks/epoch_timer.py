@@ -37,9 +37,8 @@ from mnistperf.diagnosis.figures import FORWARD_S, Measures, gather, scalars
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.measure.batches import fit_may_run_workers
 from mnistperf.diagnosis.measure.busy_window import TRACE_LIMIT, WINDOW_STEPS
-from mnistperf.diagnosis.measure.device_syncs import syncs_for
-from mnistperf.diagnosis.measure.fetch_clock import FetchClock
 from mnistperf.diagnosis.measure.flops import FirstStep, device_peak
+from mnistperf.diagnosis.measure.step_parts import FetchClock, syncs_for
 from mnistperf.diagnosis.measure.window_price import WINDOW_FIT_SHARE
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.diagnosis.record.advice import imported_hints

@@ -12,9 +12,7 @@ from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
 
-from mnistperf.diagnosis.measure.device_syncs import DeviceSyncs
-from mnistperf.diagnosis.measure.fetch_clock import FetchClock
-from mnistperf.diagnosis.measure.step_parts import LOG_CALL, LOGGER, StepParts, parts_timed
+from mnistperf.diagnosis.measure.step_parts import LOG_CALL, LOGGER, DeviceSyncs, FetchClock, StepParts, parts_timed
 from mnistperf.upstream import TRAIN_EPOCH_LOGS, TRAIN_STEP_LOGS, step_logs_owner
 
 MISSING = object()  # an instance that held no attribute of the name before it was shadowed

@@ -67,7 +67,6 @@ class EpochCores:
     def read_workers(self, now: float) -> None:
         """Read the workers' CPU time now; the next read is due :data:`READ_EVERY_S` later."""
         if not self.workers:  # no loader runs workers: none to read, now or later
-            self.due = math.inf
             return
         self.due = now + READ_EVERY_S
         found = {pid: used for pid in workers() if (used := cpu_s(pid)) is not None}

@@ -128,6 +128,7 @@ class StepFlops:
 
     def __init__(self, peak: Peak | None, ranks: int, per_step: float | None = None, reason: str | None = None):
         self.peak, self.ranks, self.per_step = peak, ranks, per_step
+        self.peak_flops_per_s = peak.flops_per_s if peak is not None else None  # None: not known, or not looked up
         self.reason = reason or "the step's FLOPs were not counted"
 
     def counted(self, per_step: float | None = None, reason: str | None = None) -> None:
@@ -140,11 +141,6 @@ class StepFlops:
     def of_steps(self, steps: int) -> float:
         """The FLOPs of ``steps`` training steps (NaN: not counted)."""
         return self.per_step * steps if self.per_step else math.nan
-
-    @property
-    def peak_flops_per_s(self) -> float | None:
-        """The device's peak FLOP/s (None: not known, or not looked up)."""
-        return self.peak.flops_per_s if self.peak is not None else None
 
     def epoch(self, flops: float, train_s: float) -> dict[str, float | None]:
         """An epoch's achieved FLOP/s (every rank's FLOPs over its train time) and its MFU where the peak is known."""

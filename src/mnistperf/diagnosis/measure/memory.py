@@ -197,9 +197,5 @@ class EpochMemory:
 
 def growth(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each memory figure that grows: ``[{"figure"}]`` with :func:`~.trend.trend`'s reading in MB."""
-    found = []
-    for key in MEMORY:  # the row's figures growth is read on
-        grown = trend(epochs, key, "mb")
-        if grown is not None and grown["per_epoch_mb"] >= GROWTH_MB:
-            found.append({"figure": key, **grown})
-    return found
+    read = {key: trend(epochs, key, "mb") for key in MEMORY}  # the row's figures growth is read on
+    return [{"figure": key, **grown} for key, grown in read.items() if grown and grown["per_epoch_mb"] >= GROWTH_MB]

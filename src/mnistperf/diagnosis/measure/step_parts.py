@@ -1,14 +1,27 @@
 """Where a training step's time goes: each action Lightning reports to the trainer's profiler, timed by its own time.
 
 Which steps, what each part holds and what no action holds (Lightning's loop): docs/timing.md, "Where a step goes".
+The actions reach the parts through :class:`FetchClock`, in the trainer's profiler's place, which counts the input
+wait too: the seconds inside the ``train_dataloader_next`` action. Every hook Lightning calls goes through the
+profiler's ``profile(...)``, about two dozen a step: that, like all but ``start`` and ``stop``, is the wrapped
+profiler's own bound method, so hooks skip the clock, except while a cycle is timed by its parts
+(:meth:`FetchClock.time_into`), where each action goes through ``start`` and ``stop`` by a context manager without a
+generator: about as cheap as the pass-through profiler's own. :class:`DeviceSyncs` counts the device synchronizations
+each part forces, as torch's sync debug mode reports them (CUDA only).
 """
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from time import perf_counter
 from typing import Any
+
+import torch
+from lightning.pytorch.profilers import Profiler
 
 from mnistperf.diagnosis.measure.drawn_steps import PARTS, drawn
 from mnistperf.upstream import TRAIN_FETCH_ACTION
@@ -32,6 +45,7 @@ SAVE_CHECKPOINT = "save_checkpoint"  # the action of Trainer.save_checkpoint, wh
 MANUAL_STEP = "optimizer_step"  # the action of an optimizer's step under manual optimization (``opt.step()``)
 CHECKPOINT_SAVES = "checkpoint saves"  # its part
 ACTION_PARTS = {LOG_CALL: "self.log", SAVE_CHECKPOINT: CHECKPOINT_SAVES, MANUAL_STEP: "optimizer step"}  # by their name
+SYNC_WARNING = "called a synchronizing CUDA operation"  # what torch says of each, its sync debug mode on "warn"
 
 
 def parts_timed(index: int, epoch: int = 0) -> bool:
@@ -67,10 +81,10 @@ class StepParts:
     """
 
     def __init__(self) -> None:
-        self.own: dict[str, float] = {}  # each action's own seconds over the closed cycles
+        self.own: Counter[str] = Counter()  # each action's own seconds over the closed cycles
         self.cycles = 0
         self.cycle_s = 0.0  # the closed cycles' seconds, end to end
-        self.synced: dict[str, int] | None = None  # each action's own device synchronizations, where counted
+        self.synced: Counter[str] | None = None  # each action's own device synchronizations, where counted
         self.syncs: Callable[[], int] | None = None  # the synchronizations so far, where they are counted
         self._pending: dict[str, float] = {}  # the open cycle's
         self._pending_syncs: dict[str, int] = {}
@@ -97,12 +111,10 @@ class StepParts:
             return
         self.cycle_s += self._pending_s + now() - self._opened
         self.cycles += 1
-        for action, seconds in self._pending.items():
-            self.own[action] = self.own.get(action, 0.0) + seconds
+        self.own.update(self._pending)
         if self.syncs is not None:  # counted over this cycle (CUDA)
-            self.synced = self.synced or {}
-            for action, syncs in self._pending_syncs.items():
-                self.synced[action] = self.synced.get(action, 0) + syncs
+            self.synced = self.synced or Counter()
+            self.synced.update(self._pending_syncs)
         self.abandon()
 
     def abandon(self) -> None:
@@ -158,15 +170,139 @@ class StepParts:
             found["syncs"] = largest_first(self._per_part(self.synced))
         return found
 
-    def _per_part(self, per_action: dict[str, float] | dict[str, int]) -> dict[str, float]:
+    def _per_part(self, per_action: Counter[str]) -> dict[str, float]:
         """Each part's share a step of what ``per_action`` holds over the closed cycles."""
-        parts: dict[str, float] = {}
+        parts: defaultdict[str, float] = defaultdict(float)
         for action, value in per_action.items():
-            part = part_of(action)
-            parts[part] = parts.get(part, 0.0) + value / self.cycles
+            parts[part_of(action)] += value / self.cycles
         return parts
 
 
 def largest_first(parts: dict[str, float]) -> dict[str, float]:
     """``parts`` ordered by their values, the largest first."""
     return dict(sorted(parts.items(), key=lambda item: -item[1]))
+
+
+class DeviceSyncs:
+    """Counts the synchronizations torch reports between :meth:`start` and :meth:`stop`; other warnings pass on."""
+
+    def __init__(self) -> None:
+        self._caught: list[warnings.WarningMessage] = []  # the warnings caught since start
+        self._catching: Any = None
+        self._mode = 0
+        self._read = self._syncs = 0  # the warnings caught so far that count has read, and the syncs among them
+
+    def start(self) -> None:
+        """Have torch warn of each synchronization, and catch those warnings."""
+        self._catching = warnings.catch_warnings(record=True)
+        self._caught = self._catching.__enter__()
+        self._read = self._syncs = 0
+        warnings.filterwarnings("always", message=f".*{SYNC_WARNING}")
+        self._mode = self.debug_mode()
+        self.set_debug_mode(1)  # "warn"
+
+    def count(self) -> int:
+        """The synchronizations reported since :meth:`start` (0 where it is not started), each warning read once.
+
+        Called as every action of a timed step begins and ends: only the warnings caught since the last call are read.
+        """
+        self._syncs += sum(SYNC_WARNING in str(warning.message) for warning in self._caught[self._read :])
+        self._read = len(self._caught)
+        return self._syncs if self._catching is not None else 0
+
+    def stop(self) -> None:
+        """Torch's sync debug mode as it was; the other warnings caught meanwhile shown as they would have been."""
+        if self._catching is None:
+            return
+        self.set_debug_mode(self._mode)
+        caught, self._caught = self._caught, []
+        self._catching.__exit__(None, None, None)
+        self._catching = None
+        for other in caught:
+            if SYNC_WARNING not in str(other.message):
+                warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+
+    def debug_mode(self) -> int:
+        """Torch's sync debug mode now."""
+        return torch.cuda.get_sync_debug_mode()
+
+    def set_debug_mode(self, mode: int) -> None:
+        """Set torch's sync debug mode (0: off, 1: warn)."""
+        torch.cuda.set_sync_debug_mode(mode)
+
+
+def syncs_for(device: torch.device) -> DeviceSyncs | None:
+    """A counter of the device's synchronizations where torch reports them (CUDA); None elsewhere."""
+    return DeviceSyncs() if device.type == "cuda" else None
+
+
+UNTIMED = StepParts()  # parts never opened: what actions are timed into while no cycle is
+
+
+class FetchClock(Profiler):
+    """The trainer's profiler (the pass-through one, or the user's, still working), plus a clock of the fetches."""
+
+    def __init__(self, inner: Profiler):
+        super().__init__()
+        self.inner = inner
+        self.fetch_s = 0.0
+        self._started: float | None = None
+        self.into = UNTIMED  # the parts whose open cycle each action is timed into (the untimed: none)
+        for name in ("profile", "summary", "describe", "setup", "teardown"):
+            setattr(self, name, getattr(inner, name))
+
+    def time_into(self, parts: StepParts | None) -> None:
+        """Time each action into ``parts``'s open cycle from now on, or (None) no longer."""
+        self.into = parts or UNTIMED
+        if parts is not None:
+            own = getattr(self.inner.profile, "__func__", None) is not Profiler.profile  # its own profile() kept
+            setattr(self, "profile", self._timed if own else partial(_Action, self))  # noqa: B010  (Lightning calls it)
+        else:
+            setattr(self, "profile", self.inner.profile)  # noqa: B010
+
+    @contextmanager
+    def _timed(self, action_name: str) -> Iterator[None]:
+        with self.into.timed(action_name), self.inner.profile(action_name):
+            yield
+
+    def reset(self) -> float:
+        """The seconds counted since the last reset, and a new count."""
+        counted, self.fetch_s = self.fetch_s, 0.0
+        return counted
+
+    def start(self, action_name: str) -> None:
+        """Start ``action_name`` in the wrapped profiler, and the clock where it is a training fetch."""
+        self.into.enter(action_name)
+        if action_name.endswith(TRAIN_FETCH_ACTION):
+            self._started = perf_counter()
+        self.inner.start(action_name)
+
+    def stop(self, action_name: str) -> None:
+        """Stop ``action_name`` in the wrapped profiler, and add a training fetch's seconds to the count."""
+        try:
+            self.inner.stop(action_name)
+        finally:  # the action ends here even where the wrapped profiler's stop fails
+            if action_name.endswith(TRAIN_FETCH_ACTION) and self._started is not None:
+                self.fetch_s += perf_counter() - self._started
+                self._started = None
+            self.into.exit()
+
+
+class _Action:
+    """``with profiler.profile(name)`` as :class:`Profiler`'s does it (``start``, then ``stop`` whatever happens)."""
+
+    __slots__ = ("clock", "name")
+
+    def __init__(self, clock: Profiler, name: str):
+        self.clock, self.name = clock, name
+
+    def __enter__(self) -> str:
+        try:
+            self.clock.start(self.name)
+        except BaseException:
+            self.clock.stop(self.name)
+            raise
+        return self.name
+
+    def __exit__(self, *exception: object) -> None:
+        self.clock.stop(self.name)

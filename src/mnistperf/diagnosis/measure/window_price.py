@@ -7,7 +7,7 @@ what was measured: docs/timing.md, "What the window may cost" and "The operator 
 from __future__ import annotations
 
 import math
-import time
+import timeit
 from typing import Any, NamedTuple
 
 import torch
@@ -32,18 +32,10 @@ def affordable_steps(fit_s: float, step_s: float, share: float | None, price: fl
     return math.inf if share is None else (share * fit_s - start_s) / (price * step_s)
 
 
-class FitEstimate(NamedTuple):
-    """What a window opening now is priced against: a step's time, and the whole fit's as far as known."""
-
-    step_s: float
-    fit_s: float  # what ran so far and what is ahead
-    length_unknown: bool  # the fit's steps left were not known: this epoch's stood for them
-
-
 def fit_estimate(
     ran: tuple[int, float, float], steady: tuple[float, float | None] | None, left: float, expected: float
-) -> FitEstimate | None:
-    """As a window opens: a step's time, the whole fit's as far as known, and whether its length was not known.
+) -> tuple[float, float, bool] | None:
+    """As a window opens: (a step's time, the whole fit's as far as known, whether its length was not known).
 
     ``ran``: the epoch's steps done, their train time and the fit's time so far; ``steady``: the last steady epoch's
     time a step and its whole period (train, eval and what lies between epochs), for a window opening at an epoch's only
@@ -62,7 +54,7 @@ def fit_estimate(
     unknown = math.isnan(left)
     if unknown:
         left = expected - done if math.isfinite(expected) else 0.0
-    return FitEstimate(step_s, elapsed_s + left * pace, unknown)
+    return step_s, elapsed_s + left * pace, unknown
 
 
 def graph_nodes(loss: Any, limit: int = GRAPH_LIMIT) -> int | None:
@@ -79,14 +71,9 @@ def graph_nodes(loss: Any, limit: int = GRAPH_LIMIT) -> int | None:
 
 def operator_s(ops: int = 32, repeats: int = 3) -> float:
     """A bare tiny operator's time on this thread, with no profiler: the least over a few short loops."""
-    tiny, best = torch.zeros(1), math.inf
+    names = {"torch": torch, "tiny": torch.zeros(1)}
     with torch.no_grad():
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(ops):
-                torch.neg(tiny)
-            best = min(best, (time.perf_counter() - start) / ops)
-    return best
+        return min(timeit.repeat("torch.neg(tiny)", number=ops, repeat=repeats, globals=names)) / ops
 
 
 def step_price(

@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.measure import busy_window as window_module
 from mnistperf.diagnosis.measure import window_price
-from mnistperf.diagnosis.measure.busy_window import OperatorClock
+from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.text import format_window
 

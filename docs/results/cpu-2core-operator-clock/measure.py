@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from mnistperf.diagnosis.measure.busy_window import OperatorClock
 from mnistperf.diagnosis.measure.device_work import busy_share, profiled_events, work_of
+from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_price import CLOCK_NODE_COST, CLOCK_WORST, operator_s, step_price
 
 HERE = Path(__file__).resolve().parent

@@ -12,8 +12,9 @@ from typing import Any
 
 from mnistperf.atomic import atomic_write
 from mnistperf.diagnosis.measure import busy_window, window_price
-from mnistperf.diagnosis.measure.busy_window import BusyWindow, OperatorClock
+from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.device_work import world
+from mnistperf.diagnosis.measure.operator_clock import OperatorClock
 from mnistperf.diagnosis.measure.window_reading import Unread, WindowReading
 from mnistperf.diagnosis.record.verdict import ONE_STEP_PENDING, WINDOW_PENDING
 from mnistperf.upstream import dynamo_compiled

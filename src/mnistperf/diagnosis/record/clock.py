@@ -22,8 +22,7 @@ from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.diagnosis.record.advice import Hints
-from mnistperf.diagnosis.record.rows import epoch_row, ranks_apart
-from mnistperf.diagnosis.record.summary import aggregate
+from mnistperf.diagnosis.record.summary import aggregate, epoch_row, ranks_apart
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.diagnosis.record.window_keeper import WindowKeeper
 
@@ -87,7 +86,7 @@ class EpochClock:
         self._last_step_end = 0.0
         self._batches = batches
         self._number = number if number is not None else len(self.epochs) + 1
-        self._steps = 0
+        self.steps = 0  # the training steps begun in the epoch so far
         self._first_index: int | None = None
         self.windows.epoch_reset()
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
@@ -117,7 +116,7 @@ class EpochClock:
         """
         self._loader_workers = loader_workers
         self._reset(batches, number)
-        self._steps_left = steps_left
+        self.steps_left = steps_left
         reset_device_peaks(self.device)
         stand_in = self._per_step is not None
         self.windows.place(self._number, batches, self.expected_steps(batches), not (self.epochs or last), stand_in)
@@ -133,14 +132,9 @@ class EpochClock:
             return True
         now = time.perf_counter()
         steady = None if self._per_step is None else (self._per_step[0], self._epoch_s)
-        ran = (self._steps - 1, self._train_s + now - self._train_start, now - self._fit_start)
-        estimate = window_price.fit_estimate(ran, steady, self._steps_left, self.expected_steps(self._batches))
+        ran = (self.steps - 1, self._train_s + now - self._train_start, now - self._fit_start)
+        estimate = window_price.fit_estimate(ran, steady, self.steps_left, self.expected_steps(self._batches))
         return estimate is None or self.windows.weigh(*estimate)
-
-    @property
-    def steps(self) -> int:
-        """The training steps begun in the epoch so far."""
-        return self._steps
 
     def read_graph(self, loss: Any) -> None:
         """Unless the window is priced: the nodes of a training step's graph, from its ``loss`` before the backward."""
@@ -165,8 +159,8 @@ class EpochClock:
             self._cores.train_resumed()
         else:
             self._host_wait_s += now - self._last_step_end
-        self._steps += 1
-        if self._steps == self._memory.mid_step:
+        self.steps += 1
+        if self.steps == self._memory.mid_step:
             self._memory.read()
         if now >= self._cores.due or index + 2 == self._batches:  # the step before the last: workers still run
             self._cores.read_workers(now)
@@ -226,11 +220,11 @@ class EpochClock:
 
     def close(self) -> None:
         """Stop a busy window the run did not finish (an interrupted or shortened epoch), saying why it was not read."""
-        self.windows.close(self._number, self._first_index, self._steps)
+        self.windows.close(self._number, self._first_index, self.steps)
 
     def _measured(self) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None]:
         """The epoch's train time, input wait and host wait, its steps, and what stands in where profiled whole."""
-        per, steps = self._per_step, self._steps
+        per, steps = self._per_step, self.steps
         stand_in = None if per is None else (per[0] * steps, per[1] * steps, per[2] * steps)
         return (self._train_s, self._input_wait_s, self._host_wait_s), steps, stand_in
 
@@ -242,14 +236,14 @@ class EpochClock:
         """End the epoch's timing (synchronizes); what this process read of it, ``phase_shares`` splitting its steps."""
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
-        if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
-            self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
+        if not math.isfinite(self._batches) and self._first_index == 0 and self.steps:
+            self._last_length = self.steps  # what the next epoch of a loader without a length is taken to run
         window = self.windows.reading or WindowReading(self.device.type)
         talk = window.communication
         shares = phase_shares or {}
         train_s, input_wait_s, host_wait_s = self.windows.without(*self._measured())  # the profiled steps apart
-        if self.epochs and self._steps:  # a steady epoch: what stands in for one profiled whole
-            self._per_step = (train_s / self._steps, input_wait_s / self._steps, host_wait_s / self._steps)
+        if self.epochs and self.steps:  # a steady epoch: what stands in for one profiled whole
+            self._per_step = (train_s / self.steps, input_wait_s / self.steps, host_wait_s / self.steps)
         in_steps = max(train_s - host_wait_s, 0.0)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
         self._memory.read()
@@ -259,7 +253,7 @@ class EpochClock:
         core_wait, workers_cpu = self._cores.shares(self._train_s, self._ended)
         return EpochReading(
             device=self.device.type,
-            steps=self._steps,
+            steps=self.steps,
             train_s=train_s,
             eval_s=self._eval_s,
             input_wait_s=input_wait_s,
@@ -279,7 +273,7 @@ class EpochClock:
             workers_pss_mb=workers,
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
-            flops=self.flops.of_steps(self._steps),
+            flops=self.flops.of_steps(self.steps),
             comm_share=math.nan if talk is None else talk.share,
             comm_exposed_share=math.nan if talk is None else talk.exposed_share,
             core_wait_share=core_wait,
@@ -289,8 +283,8 @@ class EpochClock:
     def close_epoch(self, gathered: Gathered, extra: dict[str, Any]) -> dict[str, Any]:
         """The epoch's row (:func:`.epoch_row`) from its measures over every rank (:func:`.gather`), with ``extra``."""
         merged = gathered.measures
-        if self._steps < self._batches < math.inf:  # a fit stopped or resumed inside the epoch (no length: not known)
-            extra["partial"] = {"steps": self._steps, "batches": int(self._batches)}
+        if self.steps < self._batches < math.inf:  # a fit stopped or resumed inside the epoch (no length: not known)
+            extra["partial"] = {"steps": self.steps, "batches": int(self._batches)}
         extra = {**extra, **self.flops.epoch(merged[FLOPS], merged[TRAIN_S])}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))

@@ -150,7 +150,8 @@ class EpochTimer(Callback):
             self._flops.end()
 
     def _window_state(self) -> tuple[bool, int]:  # a method, not a lambda: the timer is pickled under ddp_spawn
-        return self.clock.window_state
+        """Whether the busy window's profiler runs now, and which window is pending (its identity; None's if none)."""
+        return self.clock.windows.profiling, id(self.clock.windows.window)
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:

@@ -65,7 +65,6 @@ class EpochClock:
         )
         self.epochs: list[dict[str, Any]] = []
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
-        self._loader_workers = True  # whether the fit's loaders may run workers (False: none is looked for)
         self._per_step: tuple[float, float, float] | None = None  # the last steady epoch's figures a step
         self._epoch_began: float | None = None  # as the last epoch began
         self._epoch_s: float | None = None  # from the epoch before's start to the last's
@@ -78,7 +77,7 @@ class EpochClock:
             torch.mps.synchronize()
         return time.perf_counter()
 
-    def _reset(self, batches: float = math.inf, number: int | None = None) -> None:
+    def _reset(self, batches: float = math.inf, number: int | None = None, loader_workers: bool = True) -> None:
         self._train_s = self._eval_s = self._host_wait_s = self._input_wait_s = 0.0
         self._samples: int | None = 0
         self._train_start: float | None = None
@@ -91,8 +90,9 @@ class EpochClock:
         self.windows.epoch_reset()
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
         self._stats: StepStats | None = None
-        self._memory = EpochMemory(batches, self._loader_workers, self._number - 1)
-        self._cores = EpochCores(self._loader_workers)
+        # loader_workers: whether the fit's loaders may run workers (False: none is looked for)
+        self._memory = EpochMemory(batches, loader_workers, self._number - 1)
+        self._cores = EpochCores(loader_workers)
         self._ended = math.nan  # the clock's last read at the end of train or eval time
 
     def expected_steps(self, batches: float) -> float:
@@ -114,8 +114,7 @@ class EpochClock:
         The busy window opens in the first steady epoch that has not read it (the first epoch if it is the ``last``);
         on a CPU, ``steps_left`` (this epoch's included; NaN: not known) weighs its cost (:meth:`_weigh_window`).
         """
-        self._loader_workers = loader_workers
-        self._reset(batches, number)
+        self._reset(batches, number, loader_workers)
         self.steps_left = steps_left
         reset_device_peaks(self.device)
         stand_in = self._per_step is not None

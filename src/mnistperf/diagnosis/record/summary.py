@@ -18,6 +18,7 @@ from mnistperf.diagnosis.measure.memory import growth, measured
 from mnistperf.diagnosis.measure.stalls import StepStats, stalls
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import Hints, advice
+from mnistperf.diagnosis.record.run import number
 from mnistperf.diagnosis.record.verdict import (
     BUSY_MARGIN,
     FIT_ENDED,
@@ -132,8 +133,7 @@ def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
 
 
 def _measured_values(epochs: list[dict[str, Any]], key: str) -> list[float]:
-    values = [e.get(key) for e in epochs]
-    return [float(v) for v in values if isinstance(v, (int, float)) and not math.isnan(v)]
+    return [v for e in epochs if (v := number(e.get(key))) is not None and not math.isnan(v)]
 
 
 # How a run reads a figure from its steady epochs, by the figure's rule (figures.RUN_RULES).

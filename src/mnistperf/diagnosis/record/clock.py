@@ -115,7 +115,7 @@ class EpochClock:
         on a CPU, ``steps_left`` (this epoch's included; NaN: not known) weighs its cost (:meth:`_weigh_window`).
         """
         self._reset(batches, number, loader_workers)
-        self.steps_left = steps_left
+        self._steps_left = steps_left
         reset_device_peaks(self.device)
         stand_in = self._per_step is not None
         self.windows.place(self._number, batches, self.expected_steps(batches), not (self.epochs or last), stand_in)
@@ -132,7 +132,7 @@ class EpochClock:
         now = time.perf_counter()
         steady = None if self._per_step is None else (self._per_step[0], self._epoch_s)
         ran = (self.steps - 1, self._train_s + now - self._train_start, now - self._fit_start)
-        estimate = window_price.fit_estimate(ran, steady, self.steps_left, self.expected_steps(self._batches))
+        estimate = window_price.fit_estimate(ran, steady, self._steps_left, self.expected_steps(self._batches))
         return estimate is None or self.windows.weigh(*estimate)
 
     def read_graph(self, loss: Any) -> None:

@@ -17,8 +17,7 @@ from mnistperf.diagnosis.measure import cores, memory
 from mnistperf.diagnosis.measure.busy_window import thread_wait_s
 from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS, advice
 from mnistperf.diagnosis.record.project_terms import ProjectTerms
-from mnistperf.diagnosis.record.rows import epoch_row
-from mnistperf.diagnosis.record.summary import aggregate
+from mnistperf.diagnosis.record.summary import aggregate, epoch_row
 from mnistperf.diagnosis.record.verdict import classify
 from mnistperf.lab_hints import LAB_HINTS
 

@@ -34,8 +34,7 @@ from mnistperf.diagnosis.figures import Measures
 from mnistperf.diagnosis.measure.busy_window import FEWEST_STEPS, BusyWindow, cupti_tears_down_safely, window_steps
 from mnistperf.diagnosis.measure.device_work import busy_share
 from mnistperf.diagnosis.measure.window_reading import WindowReading
-from mnistperf.diagnosis.record.rows import epoch_row
-from mnistperf.diagnosis.record.summary import aggregate
+from mnistperf.diagnosis.record.summary import aggregate, epoch_row
 from mnistperf.diagnosis.record.verdict import WINDOW_PENDING, classify
 
 PIPELINES = ("v1", "v2", "resident", "stream")
@@ -583,7 +582,7 @@ class HeavyStep(LightningModule):
 @pytest.mark.cuda
 def test_a_heavy_step_reads_compute_bound_from_the_kernels():
     timer = timer_fit(HeavyStep(), DeviceItems(30 * 4), accelerator="cuda")
-    summary = aggregate(timer.epochs, 0.5, timer.clock.reading)
+    summary = aggregate(timer.epochs, 0.5, timer.clock.windows.reading)
     assert summary["device_busy_share"] >= 0.8 and summary["verdict"] == "compute-bound", summary
 
 
@@ -850,9 +849,9 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         torch.randn(64, 64) @ torch.randn(64, 64)
     clock = EpochClock(torch.device("cpu"))
-    assert clock.export_trace(tmp_path) is None  # nothing recorded: nothing written
+    assert clock.windows.export_trace(tmp_path) is None  # nothing recorded: nothing written
     clock.windows.reading, clock.windows.recorded = WindowReading("cpu", share=0.4), profiler
-    path = clock.export_trace(tmp_path)
+    path = clock.windows.export_trace(tmp_path)
     assert path == tmp_path / TRACE_FILE and path.parent.parent.name == "profile"
     assert path.name.endswith(".pt.trace.json") and [p.name for p in path.parent.iterdir()] == [path.name]
     trace = json.loads(path.read_text())
@@ -861,7 +860,7 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
 
 
 def test_ranks_apart_name_the_slowest_and_what_held_it():
-    from mnistperf.diagnosis.record.rows import ranks_apart
+    from mnistperf.diagnosis.record.summary import ranks_apart
 
     # Under DDP the train times agree (the all-reduce waits for the slowest); the ranks' own work does not.
     together = ranks_apart(
@@ -881,8 +880,8 @@ def test_ranks_apart_name_the_slowest_and_what_held_it():
 
 
 def test_the_ranks_line_says_their_time_in_collectives_and_what_a_long_exposed_wait_bounds():
-    from mnistperf.diagnosis.record.rows import ranks_apart
     from mnistperf.diagnosis.record.run import RunSummary
+    from mnistperf.diagnosis.record.summary import ranks_apart
     from mnistperf.diagnosis.record.text import COMM_EXPOSED, format_ranks
 
     def line(exposed: float) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,8 +22,7 @@ from mnistperf.diagnosis.measure.stalls import StepStats, step_stats
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record import epoch_text
 from mnistperf.diagnosis.record.advice import Hints
-from mnistperf.diagnosis.record.rows import epoch_row, ranks_apart
-from mnistperf.diagnosis.record.summary import aggregate
+from mnistperf.diagnosis.record.summary import aggregate, epoch_row, ranks_apart
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.diagnosis.record.window_keeper import WindowKeeper
 
@@ -67,7 +65,6 @@ class EpochClock:
         )
         self.epochs: list[dict[str, Any]] = []
         self._last_length: int | None = None  # the training steps of the last whole epoch whose loader had no length
-        self._loader_workers = True  # whether the fit's loaders may run workers (False: none is looked for)
         self._per_step: tuple[float, float, float] | None = None  # the last steady epoch's figures a step
         self._epoch_began: float | None = None  # as the last epoch began
         self._epoch_s: float | None = None  # from the epoch before's start to the last's
@@ -80,7 +77,7 @@ class EpochClock:
             torch.mps.synchronize()
         return time.perf_counter()
 
-    def _reset(self, batches: float = math.inf, number: int | None = None) -> None:
+    def _reset(self, batches: float = math.inf, number: int | None = None, loader_workers: bool = True) -> None:
         self._train_s = self._eval_s = self._host_wait_s = self._input_wait_s = 0.0
         self._samples: int | None = 0
         self._train_start: float | None = None
@@ -88,13 +85,14 @@ class EpochClock:
         self._last_step_end = 0.0
         self._batches = batches
         self._number = number if number is not None else len(self.epochs) + 1
-        self._steps = 0
+        self.steps = 0  # the training steps begun in the epoch so far
         self._first_index: int | None = None
         self.windows.epoch_reset()
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
         self._stats: StepStats | None = None
-        self._memory = EpochMemory(batches, self._loader_workers, self._number - 1)
-        self._cores = EpochCores(self._loader_workers)
+        # loader_workers: whether the fit's loaders may run workers (False: none is looked for)
+        self._memory = EpochMemory(batches, loader_workers, self._number - 1)
+        self._cores = EpochCores(loader_workers)
         self._ended = math.nan  # the clock's last read at the end of train or eval time
 
     def expected_steps(self, batches: float) -> float:
@@ -116,8 +114,7 @@ class EpochClock:
         The busy window opens in the first steady epoch that has not read it (the first epoch if it is the ``last``);
         on a CPU, ``steps_left`` (this epoch's included; NaN: not known) weighs its cost (:meth:`_weigh_window`).
         """
-        self._loader_workers = loader_workers
-        self._reset(batches, number)
+        self._reset(batches, number, loader_workers)
         self._steps_left = steps_left
         reset_device_peaks(self.device)
         stand_in = self._per_step is not None
@@ -134,43 +131,18 @@ class EpochClock:
             return True
         now = time.perf_counter()
         steady = None if self._per_step is None else (self._per_step[0], self._epoch_s)
-        ran = (self._steps - 1, self._train_s + now - self._train_start, now - self._fit_start)
+        ran = (self.steps - 1, self._train_s + now - self._train_start, now - self._fit_start)
         estimate = window_price.fit_estimate(ran, steady, self._steps_left, self.expected_steps(self._batches))
         return estimate is None or self.windows.weigh(*estimate)
 
-    @property
-    def steps(self) -> int:
-        """The training steps begun in the epoch so far."""
-        return self._steps
-
-    @property
-    def priced(self) -> bool:
-        """Whether the window needs no price, or has the step's graph to price it by (:meth:`read_graph`)."""
-        return self.windows.priced
-
     def read_graph(self, loss: Any) -> None:
-        """Where not :attr:`priced`: the nodes of a training step's graph, from its ``loss`` before the backward."""
+        """Unless the window is priced: the nodes of a training step's graph, from its ``loss`` before the backward."""
         self.windows.nodes = window_price.graph_nodes(loss)
-
-    @property
-    def profiling(self) -> bool:
-        """Whether the busy window's profiler runs now (its steps are not the epoch's typical ones)."""
-        return self.windows.profiling
-
-    @property
-    def window_state(self) -> tuple[bool, int]:
-        """Whether the busy window's profiler runs now, and which window is pending (its identity; None's if none)."""
-        return self.windows.profiling, id(self.windows.window)
-
-    @property
-    def reading(self) -> WindowReading | None:
-        """Where the busy share was profiled, and its value (None while not measured, with the reason)."""
-        return self.windows.reading
 
     @property
     def busy_window(self) -> dict[str, Any] | None:
         """The profiled window's reading as timing.json keeps it, this process's own (None where none is wanted)."""
-        return None if self.reading is None else self.reading.as_json()
+        return None if self.windows.reading is None else self.windows.reading.as_json()
 
     def step_start(self, index: int, fetch_wait_s: float = 0.0) -> None:
         """Training step ``index`` begins (its batch on the device), after ``fetch_wait_s`` more wait for it."""
@@ -181,8 +153,8 @@ class EpochClock:
             self._cores.train_resumed()
         else:
             self._host_wait_s += now - self._last_step_end
-        self._steps += 1
-        if self._steps == self._memory.mid_step:
+        self.steps += 1
+        if self.steps == self._memory.mid_step:
             self._memory.read()
         if now >= self._cores.due or index + 2 == self._batches:  # the step before the last: workers still run
             self._cores.read_workers(now)
@@ -201,7 +173,7 @@ class EpochClock:
     def step_end(self, index: int) -> None:
         """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
         now = time.perf_counter()
-        self._intervals.append(math.nan if self.profiling else now - self._last_step_end)
+        self._intervals.append(math.nan if self.windows.profiling else now - self._last_step_end)
         if self.windows.window is not None:
             self.windows.step_end(index, self._number, not self.epochs, self._waits)
             now = time.perf_counter()
@@ -242,15 +214,11 @@ class EpochClock:
 
     def close(self) -> None:
         """Stop a busy window the run did not finish (an interrupted or shortened epoch), saying why it was not read."""
-        self.windows.close(self._number, self._first_index, self._steps)
-
-    def export_trace(self, folder: Path) -> Path | None:
-        """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""
-        return self.windows.export_trace(folder)
+        self.windows.close(self._number, self._first_index, self.steps)
 
     def _measured(self) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None]:
         """The epoch's train time, input wait and host wait, its steps, and what stands in where profiled whole."""
-        per, steps = self._per_step, self._steps
+        per, steps = self._per_step, self.steps
         stand_in = None if per is None else (per[0] * steps, per[1] * steps, per[2] * steps)
         return (self._train_s, self._input_wait_s, self._host_wait_s), steps, stand_in
 
@@ -262,14 +230,14 @@ class EpochClock:
         """End the epoch's timing (synchronizes); what this process read of it, ``phase_shares`` splitting its steps."""
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
-        if not math.isfinite(self._batches) and self._first_index == 0 and self._steps:
-            self._last_length = self._steps  # what the next epoch of a loader without a length is taken to run
-        window = self.reading or WindowReading(self.device.type)
+        if not math.isfinite(self._batches) and self._first_index == 0 and self.steps:
+            self._last_length = self.steps  # what the next epoch of a loader without a length is taken to run
+        window = self.windows.reading or WindowReading(self.device.type)
         talk = window.communication
         shares = phase_shares or {}
         train_s, input_wait_s, host_wait_s = self.windows.without(*self._measured())  # the profiled steps apart
-        if self.epochs and self._steps:  # a steady epoch: what stands in for one profiled whole
-            self._per_step = (train_s / self._steps, input_wait_s / self._steps, host_wait_s / self._steps)
+        if self.epochs and self.steps:  # a steady epoch: what stands in for one profiled whole
+            self._per_step = (train_s / self.steps, input_wait_s / self.steps, host_wait_s / self.steps)
         in_steps = max(train_s - host_wait_s, 0.0)
         stats = self._stats = step_stats(self._intervals, self._first_index or 0)
         self._memory.read()
@@ -279,7 +247,7 @@ class EpochClock:
         core_wait, workers_cpu = self._cores.shares(self._train_s, self._ended)
         return EpochReading(
             device=self.device.type,
-            steps=self._steps,
+            steps=self.steps,
             train_s=train_s,
             eval_s=self._eval_s,
             input_wait_s=input_wait_s,
@@ -299,7 +267,7 @@ class EpochClock:
             workers_pss_mb=workers,
             device_allocated_mb=allocated,
             device_reserved_mb=reserved,
-            flops=self.flops.of_steps(self._steps),
+            flops=self.flops.of_steps(self.steps),
             comm_share=math.nan if talk is None else talk.share,
             comm_exposed_share=math.nan if talk is None else talk.exposed_share,
             core_wait_share=core_wait,
@@ -309,21 +277,17 @@ class EpochClock:
     def close_epoch(self, gathered: Gathered, extra: dict[str, Any]) -> dict[str, Any]:
         """The epoch's row (:func:`.epoch_row`) from its measures over every rank (:func:`.gather`), with ``extra``."""
         merged = gathered.measures
-        if self._steps < self._batches < math.inf:  # a fit stopped or resumed inside the epoch (no length: not known)
-            extra["partial"] = {"steps": self._steps, "batches": int(self._batches)}
+        if self.steps < self._batches < math.inf:  # a fit stopped or resumed inside the epoch (no length: not known)
+            extra["partial"] = {"steps": self.steps, "batches": int(self._batches)}
         extra = {**extra, **self.flops.epoch(merged[FLOPS], merged[TRAIN_S])}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))
         profiled = self.windows.profiled(*self._measured())
         if profiled is not None:  # a window read in this epoch
             extra["profiled"] = profiled
-        row = epoch_row(self._number, merged, self._stats, self.reading, extra, self.input_bound_share)
+        row = epoch_row(self._number, merged, self._stats, self.windows.reading, extra, self.input_bound_share)
         self.epochs.append(row)
         return row
-
-    def flops_counted(self, per_step: float | None = None, reason: str | None = None) -> None:
-        """One training step's FLOPs, counted; or why they were not (``reason``)."""
-        self.flops.counted(per_step, reason)
 
     def summary(
         self,
@@ -333,7 +297,7 @@ class EpochClock:
     ) -> dict[str, Any]:
         """The run's figures (:func:`.aggregate`) and its FLOPs' utilization."""
         found = aggregate(
-            self.epochs, self.input_bound_share, self.reading, hints, self.metric, step_parts, between_epochs
+            self.epochs, self.input_bound_share, self.windows.reading, hints, self.metric, step_parts, between_epochs
         )
         found.update(self.flops.run(found["epochs"], found["steady_epochs"], epoch_text.peak_said(self.flops.peak)))
         return found

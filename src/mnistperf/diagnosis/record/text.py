@@ -11,8 +11,8 @@ from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU, SPIKES
 from mnistperf.diagnosis.measure.stalls import SLOW_FIRST_FACTOR, SPIKE_FACTOR, SPIKES_WORTH, slow_first_steps
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, epoch_s, format_advice
-from mnistperf.diagnosis.record.rows import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.run import RunSummary
+from mnistperf.diagnosis.record.summary import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.units import seconds, throughput
 from mnistperf.diagnosis.record.verdict import BUSY_SAID
 

@@ -196,9 +196,7 @@ def gain_over(a: RunSummary, b: RunSummary) -> dict[str, Any]:
     ``saved_s`` is negative where B is slower, ``slower`` is B's time over A's less 1, ``scaled`` says B's time was
     scaled to A's samples; ``ceiling_s`` and ``within`` are None where A's advice gave no ceiling.
     """
-    a_time, b_time = a.figure(figures.AVG_TRAIN_S), b.figure(figures.AVG_TRAIN_S)
-    if a_time is None or b_time is None:
-        raise ValueError("a run's summary without its steady train time per epoch")
+    a_time, b_time = (run.content[figures.AVG_TRAIN_S] for run in (a, b))  # a summary's own (shape.SUMMARY)
     a_samples, b_samples = epoch_samples(a), epoch_samples(b)
     scaled = False
     if a_samples and b_samples and not math.isclose(a_samples, b_samples, rel_tol=1e-3):

@@ -146,8 +146,7 @@ class EpochTimer(Callback):
             self._flops.end()
 
     def _window_state(self) -> tuple[bool, int]:  # a method, not a lambda: the timer is pickled under ddp_spawn
-        """Whether the busy window's profiler runs now, and which window is pending (its identity; None's if none)."""
-        return self.clock.windows.profiling, id(self.clock.windows.window)
+        return self.clock.window_state
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:

@@ -140,6 +140,11 @@ class EpochClock:
         self.windows.nodes = window_price.graph_nodes(loss)
 
     @property
+    def window_state(self) -> tuple[bool, int]:
+        """Whether the busy window's profiler runs now, and which window is pending (its identity; None's if none)."""
+        return self.windows.profiling, id(self.windows.window)
+
+    @property
     def busy_window(self) -> dict[str, Any] | None:
         """The profiled window's reading as timing.json keeps it, this process's own (None where none is wanted)."""
         return None if self.windows.reading is None else self.windows.reading.as_json()

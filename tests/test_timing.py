@@ -582,7 +582,7 @@ class HeavyStep(LightningModule):
 @pytest.mark.cuda
 def test_a_heavy_step_reads_compute_bound_from_the_kernels():
     timer = timer_fit(HeavyStep(), DeviceItems(30 * 4), accelerator="cuda")
-    summary = aggregate(timer.epochs, 0.5, timer.clock.windows.reading)
+    summary = aggregate(timer.epochs, 0.5, timer.clock.reading)
     assert summary["device_busy_share"] >= 0.8 and summary["verdict"] == "compute-bound", summary
 
 
@@ -849,9 +849,9 @@ def test_the_profiled_window_is_saved_as_a_trace_beside_timing_json(tmp_path):
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         torch.randn(64, 64) @ torch.randn(64, 64)
     clock = EpochClock(torch.device("cpu"))
-    assert clock.windows.export_trace(tmp_path) is None  # nothing recorded: nothing written
+    assert clock.export_trace(tmp_path) is None  # nothing recorded: nothing written
     clock.windows.reading, clock.windows.recorded = WindowReading("cpu", share=0.4), profiler
-    path = clock.windows.export_trace(tmp_path)
+    path = clock.export_trace(tmp_path)
     assert path == tmp_path / TRACE_FILE and path.parent.parent.name == "profile"
     assert path.name.endswith(".pt.trace.json") and [p.name for p in path.parent.iterdir()] == [path.name]
     trace = json.loads(path.read_text())

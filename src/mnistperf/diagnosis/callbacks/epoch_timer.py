@@ -199,14 +199,14 @@ class EpochTimer(Callback):
                 left = steps_left(trainer)
                 needed = self._flops.begin(left)
                 if needed is not None:
-                    self.clock.flops.counted(reason=epoch_text.too_few_to_count(left, needed))
+                    self.clock.flops_counted(reason=epoch_text.too_few_to_count(left, needed))
         except Exception as error:
             self.problems.note("timing a step's start", error)
         # apart from the timing: a step whose clock failed still counts
         self.samples.begin(trainer, pl_module, batch, batch_idx)
         try:  # profiled steps run slower: none of them is sampled
             self._sampled.step_start(
-                batch_idx, trainer.accumulate_grad_batches, self.clock.windows.profiling, trainer.current_epoch
+                batch_idx, trainer.accumulate_grad_batches, self.clock.profiling, trainer.current_epoch
             )
         except Exception as error:
             self._sampled.hooks_off()
@@ -221,7 +221,7 @@ class EpochTimer(Callback):
                 self.clock.count(samples)
             self._sampled.step_end()
             if self._flops.counting:
-                self.clock.flops.counted(self._flops.end())
+                self.clock.flops_counted(self._flops.end())
             self.clock.step_end(batch_idx)
         except Exception as error:
             self._sampled.hooks_off()
@@ -241,7 +241,7 @@ class EpochTimer(Callback):
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
         """On a sampled step: the forward is done (on a CPU, the first one's graph prices the profiled window)."""
         self._mark("backward")
-        if not self.clock.windows.priced:
+        if not self.clock.priced:
             with self.problems.guard("reading the step's graph"):
                 self.clock.read_graph(loss)
 

@@ -45,7 +45,7 @@ class RunFiles:
             return None
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
-            trace = clock.windows.export_trace(folder)  # before the summary, which names it
+            trace = clock.export_trace(folder)  # before the summary, which names it
         datamodule, module = cast(TrainerAttributes, trainer).datamodule, trainer.lightning_module
         measured = run_summary(
             "lightning", trainer, clock.device, figures, datamodule=datamodule, module=module, guard=self.problems.guard

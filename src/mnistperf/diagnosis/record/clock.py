@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -135,9 +136,19 @@ class EpochClock:
         estimate = window_price.fit_estimate(ran, steady, self._steps_left, self.expected_steps(self._batches))
         return estimate is None or self.windows.weigh(*estimate)
 
+    @property
+    def priced(self) -> bool:
+        """Whether the window needs no price, or has the step's graph to price it by (:meth:`read_graph`)."""
+        return self.windows.priced
+
     def read_graph(self, loss: Any) -> None:
-        """Unless the window is priced: the nodes of a training step's graph, from its ``loss`` before the backward."""
+        """Where not :attr:`priced`: the nodes of a training step's graph, from its ``loss`` before the backward."""
         self.windows.nodes = window_price.graph_nodes(loss)
+
+    @property
+    def profiling(self) -> bool:
+        """Whether the busy window's profiler runs now (its steps are not the epoch's typical ones)."""
+        return self.windows.profiling
 
     @property
     def window_state(self) -> tuple[bool, int]:
@@ -145,9 +156,14 @@ class EpochClock:
         return self.windows.profiling, id(self.windows.window)
 
     @property
+    def reading(self) -> WindowReading | None:
+        """Where the busy share was profiled, and its value (None while not measured, with the reason)."""
+        return self.windows.reading
+
+    @property
     def busy_window(self) -> dict[str, Any] | None:
         """The profiled window's reading as timing.json keeps it, this process's own (None where none is wanted)."""
-        return None if self.windows.reading is None else self.windows.reading.as_json()
+        return None if self.reading is None else self.reading.as_json()
 
     def step_start(self, index: int, fetch_wait_s: float = 0.0) -> None:
         """Training step ``index`` begins (its batch on the device), after ``fetch_wait_s`` more wait for it."""
@@ -178,7 +194,7 @@ class EpochClock:
     def step_end(self, index: int) -> None:
         """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
         now = time.perf_counter()
-        self._intervals.append(math.nan if self.windows.profiling else now - self._last_step_end)
+        self._intervals.append(math.nan if self.profiling else now - self._last_step_end)
         if self.windows.window is not None:
             self.windows.step_end(index, self._number, not self.epochs, self._waits)
             now = time.perf_counter()
@@ -221,6 +237,10 @@ class EpochClock:
         """Stop a busy window the run did not finish (an interrupted or shortened epoch), saying why it was not read."""
         self.windows.close(self._number, self._first_index, self.steps)
 
+    def export_trace(self, folder: Path) -> Path | None:
+        """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""
+        return self.windows.export_trace(folder)
+
     def _measured(self) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None]:
         """The epoch's train time, input wait and host wait, its steps, and what stands in where profiled whole."""
         per, steps = self._per_step, self.steps
@@ -237,7 +257,7 @@ class EpochClock:
         self.close()  # the epoch ended before the window did (a limit on batches)
         if not math.isfinite(self._batches) and self._first_index == 0 and self.steps:
             self._last_length = self.steps  # what the next epoch of a loader without a length is taken to run
-        window = self.windows.reading or WindowReading(self.device.type)
+        window = self.reading or WindowReading(self.device.type)
         talk = window.communication
         shares = phase_shares or {}
         train_s, input_wait_s, host_wait_s = self.windows.without(*self._measured())  # the profiled steps apart
@@ -290,9 +310,13 @@ class EpochClock:
         profiled = self.windows.profiled(*self._measured())
         if profiled is not None:  # a window read in this epoch
             extra["profiled"] = profiled
-        row = epoch_row(self._number, merged, self._stats, self.windows.reading, extra, self.input_bound_share)
+        row = epoch_row(self._number, merged, self._stats, self.reading, extra, self.input_bound_share)
         self.epochs.append(row)
         return row
+
+    def flops_counted(self, per_step: float | None = None, reason: str | None = None) -> None:
+        """One training step's FLOPs, counted; or why they were not (``reason``)."""
+        self.flops.counted(per_step, reason)
 
     def summary(
         self,
@@ -302,7 +326,7 @@ class EpochClock:
     ) -> dict[str, Any]:
         """The run's figures (:func:`.aggregate`) and its FLOPs' utilization."""
         found = aggregate(
-            self.epochs, self.input_bound_share, self.windows.reading, hints, self.metric, step_parts, between_epochs
+            self.epochs, self.input_bound_share, self.reading, hints, self.metric, step_parts, between_epochs
         )
         found.update(self.flops.run(found["epochs"], found["steady_epochs"], epoch_text.peak_said(self.flops.peak)))
         return found

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeGuard
 
 import torch
+from lightning.fabric.utilities.data import sized_len
 
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, named_fields, rows_beside, tensors_of
 
@@ -56,10 +56,7 @@ def graph_count(item: Any, index: torch.Tensor) -> int | None:
         return len(pointer) - 1
     if index.device.type == "cpu":
         return int(index.max()) + 1 if index.numel() else 0
-    if hasattr(type(item), "__len__"):
-        with contextlib.suppress(TypeError):
-            return len(item)
-    return None
+    return sized_len(item)
 
 
 def graphs_in(item: Any) -> Graphs | None:

@@ -37,21 +37,19 @@ def is_index(value: Any) -> TypeGuard[torch.Tensor]:
     return isinstance(value, torch.Tensor) and value.ndim == 1 and not value.is_floating_point()
 
 
-def stated_count(item: Any) -> int | None:
-    """The graphs a batch says it holds (its ``num_graphs``, an int), else None."""
-    count = getattr(item, GRAPH_COUNT, None)
+def stated_count(count: Any) -> int | None:
+    """The graphs a batch says it holds (its ``num_graphs``), where it is an int; else None."""
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
-def graph_count(item: Any, index: torch.Tensor) -> int | None:
+def graph_count(item: Any, index: torch.Tensor, pointer: Any) -> int | None:
     """The graphs of a graph batch: its ``num_graphs``, its pointer's length less one, counted, or its length.
 
     Counted from the index on a CPU only (elsewhere that waits for the device), before a length that may be in nodes.
     """
-    count = stated_count(item)
+    count = stated_count(getattr(item, GRAPH_COUNT, None))
     if count is not None:
         return count
-    pointer = getattr(item, GRAPH_POINTER, None)
     if isinstance(pointer, torch.Tensor) and pointer.ndim == 1 and len(pointer):
         return len(pointer) - 1
     if index.device.type == "cpu":
@@ -65,13 +63,13 @@ def graphs_in(item: Any) -> Graphs | None:
         return mapped_graphs(item)
     if isinstance(item, (torch.Tensor, tuple, list)):
         return None
-    index = getattr(item, GRAPH_INDEX, None)
+    index, pointer = getattr(item, GRAPH_INDEX, None), getattr(item, GRAPH_POINTER, None)
     if not is_index(index):
         return kinds_of_nodes(item)
-    count = graph_count(item, index)
+    count = graph_count(item, index, pointer)
     if count is None:
         return None
-    return one_kind(item, named_fields(item) or {}, index, count, getattr(item, GRAPH_POINTER, None))
+    return one_kind(item, named_fields(item) or {}, index, count, pointer)
 
 
 def one_kind(item: Any, fields: Mapping[Any, Any], index: torch.Tensor, count: int, pointer: Any) -> Graphs:
@@ -82,7 +80,7 @@ def one_kind(item: Any, fields: Mapping[Any, Any], index: torch.Tensor, count: i
 
 def kinds_of_nodes(item: Any) -> Graphs | None:
     """A heterogeneous graph batch's kinds of node, each a store with its own index; None where it is not one."""
-    count = stated_count(item)
+    count = stated_count(getattr(item, GRAPH_COUNT, None))
     if count is None:
         return None
     sets: list[NodeSet] = []
@@ -108,12 +106,10 @@ def mapped_graphs(item: Mapping[Any, Any]) -> Graphs | None:
     index = next((item[key] for key in INDEX_KEYS if is_index(item.get(key))), None)
     if index is None:
         return None
-    count, pointer = item.get(GRAPH_COUNT), item.get(GRAPH_POINTER)
+    count, pointer = stated_count(item.get(GRAPH_COUNT)), item.get(GRAPH_POINTER)
     sizes = next((item[key] for key in SIZE_KEYS if is_index(item.get(key))), None)
     if is_index(pointer) and len(pointer):
         count = len(pointer) - 1
     elif sizes is not None and (sizes.device.type != "cpu" or int(sizes.sum()) == len(index)):
         count = len(sizes)
-    if not isinstance(count, int) or isinstance(count, bool):
-        return None
-    return one_kind(item, item, index, count, pointer)
+    return None if count is None else one_kind(item, item, index, count, pointer)

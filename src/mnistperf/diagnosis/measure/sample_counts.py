@@ -57,8 +57,7 @@ def gathered_shares(trainer: Trainer, parts: list[torch.Tensor], order: Order, c
     metas = trainer.strategy.all_gather(meta).reshape(world, -1).tolist()
     lengths = [sum(m[1 : 1 + count]) for m in metas]
     longest = max(lengths)
-    padded = torch.full((longest,), PADDING, dtype=torch.int64, device=device)
-    padded[: local.numel()] = local
+    padded = torch.nn.functional.pad(local, (0, longest - local.numel()), value=PADDING)
     everyone = trainer.strategy.all_gather(padded).reshape(world, -1) if longest else padded.reshape(world, 0)
     return [
         Share(everyone[rank, :length].split(m[1 : 1 + count]), Order(m[0]), m[1 + count :])

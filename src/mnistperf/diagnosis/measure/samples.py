@@ -103,9 +103,7 @@ def text_columns(item: Any, samples: int | None, depth: int = 3) -> list[Any]:
 
 def plain(value: Any) -> bool:
     """Whether ``value`` is a string or a number, or a list or tuple of them (or of such lists), no tensor inside."""
-    if isinstance(value, (str, bytes, int, float)):
-        return True
-    return isinstance(value, (list, tuple)) and all(map(plain, value))
+    return isinstance(value, (str, bytes, int, float)) or isinstance(value, (list, tuple)) and all(map(plain, value))
 
 
 def sample_items(batch: Any) -> Reading | None:
@@ -118,14 +116,13 @@ def sample_items(batch: Any) -> Reading | None:
         return None
     columns, records = _columns(fields), _records(fields)
     if records is not None and (columns is None or len(records[0]) > len(columns[0]) or columns[1] and not records[1]):
-        (items, lengths), how = records, Counted(Rule.RECORDS, kind)
-        texts = [strings_of(record) for record in fields]
-    elif columns is not None:
+        (items, lengths), how, samples = records, Counted(Rule.RECORDS, kind), fields
+    elif columns is not None:  # a sample: its item of each sequence
         (items, lengths), how = columns, Counted(Rule.SEQUENCES, kind)
-        sequences = [field for field in fields if isinstance(field, (tuple, list))]
-        texts = [[text for field in sequences for text in strings_of(field[at])] for at in range(len(items))]
+        samples = list(zip(*(field for field in fields if isinstance(field, (tuple, list))), strict=True))
     else:
         return None
+    texts = [strings_of(sample) for sample in samples]
     return Reading(len(items), how, [], lengths=lengths, items=items, texts=texts if any(texts) else None)
 
 

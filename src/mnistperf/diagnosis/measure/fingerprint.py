@@ -210,8 +210,7 @@ class Fingerprinter:
 
     def widths_vary(self) -> list[int] | None:
         """Widths (in words) of a loader's tensor of sample rows, where several, one past ``max_words``; else None."""
-        varied = [sorted(w) for w in self.widths.values() if len(w) > 1 and max(w) > self.max_words]
-        return varied[0] if varied else None
+        return next((sorted(w) for w in self.widths.values() if len(w) > 1 and max(w) > self.max_words), None)
 
     def graphs(self, graphs: Graphs, rows: Sequence[torch.Tensor]) -> torch.Tensor:
         """Fingerprints [graphs] of a graph batch's samples, each graph's from its own node rows and rows.

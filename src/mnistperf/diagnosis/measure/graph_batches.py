@@ -38,7 +38,7 @@ def is_index(value: Any) -> TypeGuard[torch.Tensor]:
 
 
 def stated_count(count: Any) -> int | None:
-    """The graphs a batch says it holds (its ``num_graphs``), where it is an int; else None."""
+    """A count a batch states (its ``num_graphs``, its ``batch_size``), where it is an int (not a bool); else None."""
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 

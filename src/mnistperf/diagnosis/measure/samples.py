@@ -13,7 +13,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from mnistperf.diagnosis.measure.bags import Bags, bags_in
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, first_found, rows_beside, tensors_of
-from mnistperf.diagnosis.measure.graph_batches import INDEX_KEYS, Graphs, graphs_in
+from mnistperf.diagnosis.measure.graph_batches import INDEX_KEYS, Graphs, graphs_in, stated_count
 from mnistperf.diagnosis.measure.packed_sequences import packed_in, sequences
 
 
@@ -256,11 +256,9 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         rows = rows_beside(batch, count, tensors_of(packed))
         return Reading(count, Counted(Rule.PACKED, type(packed).__name__), rows, packed=packed)
     tensors, dims = tensors_of(batch), getattr(batch, "batch_size", None)  # the samples the batch says it holds:
-    size = dims[0] if isinstance(dims, torch.Size) and len(dims) else dims  # an int, or a torch.Size's first
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        size = None
+    size = stated_count(dims[0] if isinstance(dims, torch.Size) and len(dims) else dims)  # an int, or a Size's first
     rows = [t for t in tensors if t.ndim and t.size(0) == size]
-    if size is not None and (rows or not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
+    if size is not None and size >= 0 and (rows or not tensors):  # a size no tensor leads with (a setting): not read
         if isinstance(dims, torch.Size) and len(dims) > 1:  # of several dimensions: its first counted, all said
             rule, lengths = Rule.STATED_FIRST, tuple(dims)
         else:  # the lengths other tensors lead with, whose rows are not read

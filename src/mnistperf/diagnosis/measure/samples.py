@@ -152,7 +152,7 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     common = common_lead([item for field in holding for item in field])
     if common == count:
         return None  # crops or a pyramid's levels, each leading with the batch: read as before, by sample
-    if tensors or numbers:  # images of 3 channels beside their labels, or crops of a batch beside theirs: said
+    if tensors or numbers:  # beside labels; said where they lead alike (images of 3 channels, crops of a batch)
         return items, () if common is None else (count, common)
     leading = dict.fromkeys(item.size(0) for field in holding for item in field if item.ndim)
     if len(leading) < 2 and all(item.ndim for field in holding for item in field):  # (all leading alike: common)

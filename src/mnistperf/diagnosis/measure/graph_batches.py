@@ -63,9 +63,10 @@ def graphs_in(item: Any) -> Graphs | None:
         return mapped_graphs(item)
     if isinstance(item, (torch.Tensor, tuple, list)):
         return None
-    index, pointer = getattr(item, GRAPH_INDEX, None), getattr(item, GRAPH_POINTER, None)
+    index = getattr(item, GRAPH_INDEX, None)
     if not is_index(index):
         return kinds_of_nodes(item)
+    pointer = getattr(item, GRAPH_POINTER, None)
     count = graph_count(item, index, pointer)
     if count is None:
         return None

@@ -257,7 +257,7 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         return Reading(count, Counted(Rule.PACKED, type(packed).__name__), rows, packed=packed)
     tensors, dims = tensors_of(batch), getattr(batch, "batch_size", None)  # the samples the batch says it holds:
     size = stated_count(dims[0] if isinstance(dims, torch.Size) and len(dims) else dims)  # an int, or a Size's first
-    rows = [t for t in tensors if t.ndim and t.size(0) == size]
+    rows = [t for t in tensors if t.ndim and t.size(0) == size] if size is not None else []
     if size is not None and size >= 0 and (rows or not tensors):  # a size no tensor leads with (a setting): not read
         if isinstance(dims, torch.Size) and len(dims) > 1:  # of several dimensions: its first counted, all said
             rule, lengths = Rule.STATED_FIRST, tuple(dims)

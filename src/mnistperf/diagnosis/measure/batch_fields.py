@@ -51,9 +51,10 @@ def named_fields(item: Any) -> Mapping[Any, Any] | None:
 
 def as_dict(item: Any) -> Mapping[Any, Any] | None:
     """An object's ``to_dict()``, where it has one that gives a mapping; else None."""
+    method = getattr(item, "to_dict", None)
     try:
-        found = item.to_dict()
-    except Exception:  # none, not a method, or one that fails
+        found = method() if callable(method) else None
+    except Exception:
         return None
     return found if isinstance(found, Mapping) else None
 

@@ -23,15 +23,12 @@ def fields_of(item: Any) -> list[Any] | None:
             return values
         plain = as_dict(item)  # a TensorDict's holds its strings as lists, where its values hold stacks of them
         return values if plain is None else list(plain.values())
-    named = own_fields(item)
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):  # its fields first, even where it iterates
+        return [getattr(item, field.name, None) for field in dataclasses.fields(item)]
+    if isinstance(item, (*LEAVES, type)):
+        return None
+    named = named_fields(item)
     return None if named is None else list(named.values())
-
-
-def own_fields(item: Any) -> Mapping[Any, Any] | None:
-    """An object's fields by name: a dataclass's (even where it iterates), else :func:`named_fields`; or None."""
-    if dataclasses.is_dataclass(item) and not isinstance(item, type):
-        return {field.name: getattr(item, field.name, None) for field in dataclasses.fields(item)}
-    return None if isinstance(item, (*LEAVES, type)) else named_fields(item)
 
 
 def named_fields(item: Any) -> Mapping[Any, Any] | None:
@@ -65,8 +62,12 @@ def names_of(item: Any, wanted: Callable[[Any], bool]) -> list[str]:
         named: Mapping[Any, Any] | None = item
     elif isinstance(item, tuple) and hasattr(item, "_fields"):
         named = dict(zip(item._fields, item, strict=False))
+    elif isinstance(item, (list, tuple, *LEAVES, type)):
+        named = None
+    elif dataclasses.is_dataclass(item):
+        named = {field.name: getattr(item, field.name, None) for field in dataclasses.fields(item)}
     else:
-        named = None if isinstance(item, (list, tuple)) else own_fields(item)
+        named = named_fields(item)
     # (not `named or {}`: a TensorDict refuses to be read as true or false)
     return [] if named is None else [str(name) for name, value in named.items() if wanted(value)]
 

@@ -116,13 +116,14 @@ def sample_items(batch: Any) -> Reading | None:
         return None
     columns, records = _columns(fields), _records(fields)
     if records is not None and (columns is None or len(records[0]) > len(columns[0]) or columns[1] and not records[1]):
-        (items, lengths), how, samples = records, Counted(Rule.RECORDS, kind), fields
-    elif columns is not None:  # a sample: its item of each sequence
+        (items, lengths), how = records, Counted(Rule.RECORDS, kind)
+        texts = [strings_of(record) for record in fields]
+    elif columns is not None:
         (items, lengths), how = columns, Counted(Rule.SEQUENCES, kind)
-        samples = list(zip(*(field for field in fields if isinstance(field, (tuple, list))), strict=True))
+        sequences = [field for field in fields if isinstance(field, (tuple, list))]
+        texts = [[text for field in sequences for text in strings_of(field[at])] for at in range(len(items))]
     else:
         return None
-    texts = [strings_of(sample) for sample in samples]
     return Reading(len(items), how, [], lengths=lengths, items=items, texts=texts if any(texts) else None)
 
 
@@ -150,12 +151,12 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     if not all(isinstance(item, torch.Tensor) for field in holding for item in field):
         return items, ()  # an item that is not a tensor: a sample's record
     common = common_lead([item for field in holding for item in field])
-    if common == count:
+    if common == count or (common is not None and not (tensors or numbers)):
         return None  # crops or a pyramid's levels, each leading with the batch: read as before, by sample
     if tensors or numbers:  # beside labels; said where they lead alike (images of 3 channels, crops of a batch)
         return items, () if common is None else (count, common)
     leading = dict.fromkeys(item.size(0) for field in holding for item in field if item.ndim)
-    if len(leading) < 2 and all(item.ndim for field in holding for item in field):  # (all leading alike: common)
+    if len(leading) < 2 and all(item.ndim for field in holding for item in field):
         return None
     return items, tuple(dict.fromkeys((count, *leading)))
 

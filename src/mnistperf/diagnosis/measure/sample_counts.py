@@ -178,18 +178,14 @@ def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], ste
     """What the training loaders' own options explain of an audited epoch's ``row`` of ``steps`` begun, by its keys."""
     found: dict[str, Any] = {}
     single = loaders[0] if len(loaders) == 1 else None  # (drop_last, readers and batch samplers: a single loader's)
-    dropped = dropped_last(single, ranks)
-    if dropped and row["missing"] == dropped:  # by design
+    if (dropped := dropped_last(single, ranks)) and row["missing"] == dropped:  # by design
         found["dropped_last"] = dropped
-    short = stopped_short(loaders, names, steps, row)
-    if short:
+    if short := stopped_short(loaders, names, steps, row):
         found["stopped_short"] = short
-    readers = read_whole(single, ranks)
-    if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:  # the data is not split
-        found["read_whole"] = readers
-    own = own_batch_sampler(single)
-    if own is not None and row["missing"]:  # where to look, not a design: strict still raises (left_out_by_design)
-        found["batch_sampler"] = own
+    if (whole := read_whole(single, ranks)) and row["seen"] == whole["workers"] * whole["ranks"] * row["distinct"]:
+        found["read_whole"] = whole  # the data is not split
+    if (own := own_batch_sampler(single)) is not None and row["missing"]:
+        found["batch_sampler"] = own  # where to look, not a design: strict still raises (left_out_by_design)
     return found
 
 

@@ -444,8 +444,8 @@ def test_a_libraries_batch_sampler_is_not_taken_for_the_projects_own():
 
     Stateful.__module__ = "torchdata.stateful_dataloader.sampler"
     loader = DataLoader(Rows(), batch_sampler=Stateful(range(ROWS), 5, False))
-    assert own_batch_sampler([loader]) is None
-    assert own_batch_sampler([DataLoader(Rows(), batch_sampler=Buckets(ROWS, 5, False))]) == "Buckets"
+    assert own_batch_sampler(loader) is None
+    assert own_batch_sampler(DataLoader(Rows(), batch_sampler=Buckets(ROWS, 5, False))) == "Buckets"
 
 
 class Draws(Sampler):

@@ -49,10 +49,8 @@ def named_fields(item: Any) -> Mapping[Any, Any] | None:
 def as_dict(item: Any) -> Mapping[Any, Any] | None:
     """An object's ``to_dict()``, where it has one that gives a mapping; else None."""
     method = getattr(item, "to_dict", None)
-    if not callable(method):
-        return None
     try:
-        found = method()
+        found = method() if callable(method) else None
     except Exception:
         return None
     return found if isinstance(found, Mapping) else None

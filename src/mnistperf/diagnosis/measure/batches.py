@@ -52,15 +52,15 @@ class Recent:
 READINGS = Recent()  # the one reading of each batch both callbacks share
 
 
-def loader_samples(loader: Any, steps: int) -> int | None:
-    """The samples a DataLoader of single items gives an epoch of ``steps`` batches, its whole length; else None."""
+def loader_samples(loader: Any, steps: int | None = None) -> int | None:
+    """The samples a DataLoader of single items gives a whole epoch (where given, of ``steps`` batches); else None."""
     if not isinstance(loader, DataLoader) or loader.batch_size is None or isinstance(loader.dataset, IterableDataset):
         return None
     try:
         batches, samples = len(loader), len(loader.sampler)  # type: ignore[arg-type]
     except TypeError:
         return None
-    if steps != batches:
+    if steps is not None and steps != batches:
         return None
     return batches * loader.batch_size if loader.drop_last else samples
 

@@ -154,8 +154,7 @@ class Fingerprinter:
         key = (offset, device)
         if key not in self._weights:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + offset)
-            size = (drawn or self.max_words, LANES)
-            made = torch.randint(1, PRIME, size, generator=generator, dtype=torch.int64)
+            made = torch.randint(1, PRIME, (drawn or self.max_words, LANES), generator=generator, dtype=torch.int64)
             self._weights[key] = to_device(made, device)
         return self._weights[key][:words]
 
@@ -196,8 +195,7 @@ class Fingerprinter:
         if key not in self._combined:
             if len(self._combined) >= LAYOUTS_KEPT:  # batches padded to a length of their own: not kept for ever
                 self._combined.clear()
-            found = [self.weights(offset + at, part.shape[1], device) for at, part in enumerate(words[0])]
-            weights = torch.cat(found) if len(found) > 1 else found[0]
+            weights = torch.cat([self.weights(offset + at, part.shape[1], device) for at, part in enumerate(words[0])])
             self._combined[key] = weights, halves(weights) if device.type == "cpu" else None
         weights, split = self._combined[key]
         if split is not None:  # the hash is a sum over words: one product over all of them
@@ -212,8 +210,7 @@ class Fingerprinter:
 
     def widths_vary(self) -> list[int] | None:
         """Widths (in words) of a loader's tensor of sample rows, where several, one past ``max_words``; else None."""
-        varied = [sorted(w) for w in self.widths.values() if len(w) > 1 and max(w) > self.max_words]
-        return varied[0] if varied else None
+        return next((sorted(w) for w in self.widths.values() if len(w) > 1 and max(w) > self.max_words), None)
 
     def graphs(self, graphs: Graphs, rows: Sequence[torch.Tensor]) -> torch.Tensor:
         """Fingerprints [graphs] of a graph batch's samples, each graph's from its own node rows and rows.

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeGuard
 
 import torch
+from lightning.fabric.utilities.data import sized_len
 
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, named_fields, rows_beside, tensors_of
 
@@ -37,29 +37,24 @@ def is_index(value: Any) -> TypeGuard[torch.Tensor]:
     return isinstance(value, torch.Tensor) and value.ndim == 1 and not value.is_floating_point()
 
 
-def stated_count(item: Any) -> int | None:
-    """The graphs a batch says it holds (its ``num_graphs``, an int), else None."""
-    count = getattr(item, GRAPH_COUNT, None)
+def stated_count(count: Any) -> int | None:
+    """A count a batch states (its ``num_graphs``, its ``batch_size``), where it is an int (not a bool); else None."""
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
-def graph_count(item: Any, index: torch.Tensor) -> int | None:
+def graph_count(item: Any, index: torch.Tensor, pointer: Any) -> int | None:
     """The graphs of a graph batch: its ``num_graphs``, its pointer's length less one, counted, or its length.
 
     Counted from the index on a CPU only (elsewhere that waits for the device), before a length that may be in nodes.
     """
-    count = stated_count(item)
+    count = stated_count(getattr(item, GRAPH_COUNT, None))
     if count is not None:
         return count
-    pointer = getattr(item, GRAPH_POINTER, None)
     if isinstance(pointer, torch.Tensor) and pointer.ndim == 1 and len(pointer):
         return len(pointer) - 1
     if index.device.type == "cpu":
         return int(index.max()) + 1 if index.numel() else 0
-    if hasattr(type(item), "__len__"):
-        with contextlib.suppress(TypeError):
-            return len(item)
-    return None
+    return sized_len(item)
 
 
 def graphs_in(item: Any) -> Graphs | None:
@@ -71,10 +66,11 @@ def graphs_in(item: Any) -> Graphs | None:
     index = getattr(item, GRAPH_INDEX, None)
     if not is_index(index):
         return kinds_of_nodes(item)
-    count = graph_count(item, index)
+    pointer = getattr(item, GRAPH_POINTER, None)
+    count = graph_count(item, index, pointer)
     if count is None:
         return None
-    return one_kind(item, named_fields(item) or {}, index, count, getattr(item, GRAPH_POINTER, None))
+    return one_kind(item, named_fields(item) or {}, index, count, pointer)
 
 
 def one_kind(item: Any, fields: Mapping[Any, Any], index: torch.Tensor, count: int, pointer: Any) -> Graphs:
@@ -85,7 +81,7 @@ def one_kind(item: Any, fields: Mapping[Any, Any], index: torch.Tensor, count: i
 
 def kinds_of_nodes(item: Any) -> Graphs | None:
     """A heterogeneous graph batch's kinds of node, each a store with its own index; None where it is not one."""
-    count = stated_count(item)
+    count = stated_count(getattr(item, GRAPH_COUNT, None))
     if count is None:
         return None
     sets: list[NodeSet] = []
@@ -111,12 +107,10 @@ def mapped_graphs(item: Mapping[Any, Any]) -> Graphs | None:
     index = next((item[key] for key in INDEX_KEYS if is_index(item.get(key))), None)
     if index is None:
         return None
-    count, pointer = item.get(GRAPH_COUNT), item.get(GRAPH_POINTER)
+    count, pointer = stated_count(item.get(GRAPH_COUNT)), item.get(GRAPH_POINTER)
     sizes = next((item[key] for key in SIZE_KEYS if is_index(item.get(key))), None)
     if is_index(pointer) and len(pointer):
         count = len(pointer) - 1
     elif sizes is not None and (sizes.device.type != "cpu" or int(sizes.sum()) == len(index)):
         count = len(sizes)
-    if not isinstance(count, int) or isinstance(count, bool):
-        return None
-    return one_kind(item, item, index, count, pointer)
+    return None if count is None else one_kind(item, item, index, count, pointer)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sized
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
+from lightning.fabric.utilities.data import sized_len
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
@@ -57,8 +57,7 @@ def gathered_shares(trainer: Trainer, parts: list[torch.Tensor], order: Order, c
     metas = trainer.strategy.all_gather(meta).reshape(world, -1).tolist()
     lengths = [sum(m[1 : 1 + count]) for m in metas]
     longest = max(lengths)
-    padded = torch.full((longest,), PADDING, dtype=torch.int64, device=device)
-    padded[: local.numel()] = local
+    padded = torch.nn.functional.pad(local, (0, longest - local.numel()), value=PADDING)
     everyone = trainer.strategy.all_gather(padded).reshape(world, -1) if longest else padded.reshape(world, 0)
     return [
         Share(everyone[rank, :length].split(m[1 : 1 + count]), Order(m[0]), m[1 + count :])
@@ -104,9 +103,9 @@ def dataset_size(loader: Any) -> int | None:
 LIBRARY_PACKAGES = ("torch.", "torchdata.", "lightning.", "pytorch_lightning.")
 
 
-def own_batch_sampler(loaders: list[Any]) -> str | None:
-    """The class name of a single DataLoader's batch sampler of the user's own (a subclass of BatchSampler too)."""
-    batches = getattr(loaders[0], "batch_sampler", None) if len(loaders) == 1 else None
+def own_batch_sampler(loader: Any) -> str | None:
+    """The class name of a DataLoader's batch sampler of the user's own (a subclass of BatchSampler too)."""
+    batches = getattr(loader, "batch_sampler", None)
     if batches is None or type(batches).__module__.startswith(LIBRARY_PACKAGES):
         return None
     return type(batches).__name__
@@ -140,16 +139,12 @@ def draws_again(loaders: list[Any]) -> bool | None:
     return True in found if found else None
 
 
-def dropped_last(loaders: list[Any], ranks: int) -> int:
-    """The samples a single loader's ``drop_last`` leaves out of an epoch over ``ranks`` ranks (0: none or unknown)."""
-    loader: Any = loaders[0] if len(loaders) == 1 else None
+def dropped_last(loader: Any, ranks: int) -> int:
+    """The samples a loader's ``drop_last`` leaves out of an epoch over ``ranks`` ranks (0: none or unknown)."""
     sampler = getattr(loader, "sampler", None)
     if isinstance(sampler, BatchSampler) and getattr(loader, "batch_size", 0) is None:  # its own drop_last
         return ranks * (len(sampler.sampler) % sampler.batch_size) if sampler.drop_last else 0  # type: ignore[arg-type]
-    try:
-        given = loader_samples(loader, len(loader)) if getattr(loader, "drop_last", False) else None
-    except TypeError:  # no length
-        return 0
+    given = loader_samples(loader) if getattr(loader, "drop_last", False) else None
     return 0 if given is None else ranks * (len(loader.sampler) - given)
 
 
@@ -158,19 +153,18 @@ def stopped_short(loaders: list[Any], names: list[str], steps: int, row: dict[st
 
     The epoch ended at its shortest loader's end (CombinedLoader's ``min_size``): the longer ones' rest, out by design.
     """
-    found = {}
+    found: dict[str, int] = {}
+    if row["missing"] is None:
+        return found
     for name, loader in zip(names, loaders, strict=True):
         counts = (row.get("loaders") or {}).get(name)
-        if counts and counts["missing"] and not counts["duplicates"] and row["missing"] is not None:
-            with contextlib.suppress(TypeError):  # (a loader of no length)
-                if len(loader) > steps:
-                    found[name] = counts["missing"]
+        if counts and counts["missing"] and not counts["duplicates"] and (sized_len(loader) or 0) > steps:  # (no len)
+            found[name] = counts["missing"]
     return found
 
 
-def read_whole(loaders: list[Any], ranks: int) -> dict[str, Any] | None:
-    """Who may read a single DataLoader's whole dataset (workers of a stream, ranks); None where one reader does."""
-    loader = loaders[0] if len(loaders) == 1 else None
+def read_whole(loader: Any, ranks: int) -> dict[str, Any] | None:
+    """Who may read a DataLoader's whole dataset (workers of a stream, ranks); None where one reader does."""
     if not isinstance(loader, DataLoader):
         return None
     stream = isinstance(loader.dataset, IterableDataset)
@@ -183,18 +177,15 @@ def read_whole(loaders: list[Any], ranks: int) -> dict[str, Any] | None:
 def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], steps: int, ranks: int) -> dict[str, Any]:
     """What the training loaders' own options explain of an audited epoch's ``row`` of ``steps`` begun, by its keys."""
     found: dict[str, Any] = {}
-    dropped = dropped_last(loaders, ranks)
-    if dropped and row["missing"] == dropped:  # by design
+    single = loaders[0] if len(loaders) == 1 else None  # (drop_last, readers and batch samplers: a single loader's)
+    if (dropped := dropped_last(single, ranks)) and row["missing"] == dropped:  # by design
         found["dropped_last"] = dropped
-    short = stopped_short(loaders, names, steps, row)
-    if short:
+    if short := stopped_short(loaders, names, steps, row):
         found["stopped_short"] = short
-    readers = read_whole(loaders, ranks)
-    if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:  # the data is not split
-        found["read_whole"] = readers
-    own = own_batch_sampler(loaders)
-    if own is not None and row["missing"]:  # where to look, not a design: strict still raises (left_out_by_design)
-        found["batch_sampler"] = own
+    if (whole := read_whole(single, ranks)) and row["seen"] == whole["workers"] * whole["ranks"] * row["distinct"]:
+        found["read_whole"] = whole  # the data is not split
+    if (own := own_batch_sampler(single)) is not None and row["missing"]:
+        found["batch_sampler"] = own  # where to look, not a design: strict still raises (left_out_by_design)
     return found
 
 
@@ -211,16 +202,12 @@ def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
 
 def distinct(fingerprints: torch.Tensor) -> int:
     """How many different fingerprints there are (on a CPU in NumPy, as the hash's products: fingerprint.py)."""
-    if fingerprints.device.type != "cpu":
-        return torch.unique(fingerprints).numel()
-    return len(np.unique(fingerprints.numpy()))
+    return len(np.unique(fingerprints.numpy())) if fingerprints.is_cpu else torch.unique(fingerprints).numel()
 
 
 def seen_before(after: torch.Tensor, before: torch.Tensor) -> int:
     """How many of the fingerprints ``after`` are among those ``before`` (on a CPU in NumPy, as :func:`distinct`)."""
-    if after.device.type != "cpu":
-        return int(torch.isin(after, before).sum())
-    return int(np.isin(after.numpy(), before.numpy()).sum())
+    return int(np.isin(after.numpy(), before.numpy()).sum() if after.is_cpu else torch.isin(after, before).sum())
 
 
 def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[str, Any]:

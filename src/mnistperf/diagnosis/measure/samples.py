@@ -13,7 +13,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from mnistperf.diagnosis.measure.bags import Bags, bags_in
 from mnistperf.diagnosis.measure.batch_fields import LEAVES, fields_of, first_found, rows_beside, tensors_of
-from mnistperf.diagnosis.measure.graph_batches import INDEX_KEYS, Graphs, graphs_in
+from mnistperf.diagnosis.measure.graph_batches import INDEX_KEYS, Graphs, graphs_in, stated_count
 from mnistperf.diagnosis.measure.packed_sequences import packed_in, sequences
 
 
@@ -55,14 +55,6 @@ class Reading(NamedTuple):
     texts: list[list[str | bytes]] | None = None  # each sample's strings (and numbers, of one item a sample)
     packed: PackedSequence | None = None  # a packed batch's sequences, made graphs only where hashed (as_graphs)
     bags: Bags | None = None  # bags its offsets mark, made rows only where hashed
-
-
-def stated_size(batch: Any) -> int | None:
-    """The samples a batch object says it holds (its ``batch_size``: an int, or a torch.Size's first), else None."""
-    size = getattr(batch, "batch_size", None)
-    if isinstance(size, torch.Size):
-        size = size[0] if len(size) else None
-    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
 def rank(item: Any) -> int | None:
@@ -111,9 +103,7 @@ def text_columns(item: Any, samples: int | None, depth: int = 3) -> list[Any]:
 
 def plain(value: Any) -> bool:
     """Whether ``value`` is a string or a number, or a list or tuple of them (or of such lists), no tensor inside."""
-    if isinstance(value, (str, bytes, int, float)):
-        return True
-    return isinstance(value, (list, tuple)) and all(map(plain, value))
+    return isinstance(value, (str, bytes, int, float)) or isinstance(value, (list, tuple)) and all(map(plain, value))
 
 
 def sample_items(batch: Any) -> Reading | None:
@@ -163,10 +153,8 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     common = common_lead([item for field in holding for item in field])
     if common == count or (common is not None and not (tensors or numbers)):
         return None  # crops or a pyramid's levels, each leading with the batch: read as before, by sample
-    if common is not None:  # images of 3 channels beside their labels, or crops of a batch beside theirs: said
-        return items, (count, common)
-    if tensors or numbers:
-        return items, ()
+    if tensors or numbers:  # beside labels; said where they lead alike (images of 3 channels, crops of a batch)
+        return items, () if common is None else (count, common)
     leading = dict.fromkeys(item.size(0) for field in holding for item in field if item.ndim)
     if len(leading) < 2 and all(item.ndim for field in holding for item in field):
         return None
@@ -189,8 +177,7 @@ def _records(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     named = any(kind in (int, float, str, bytes) for kind, _ in structure[2])  # a label no view of a batch holds
     if common is not None and all(len(item) > 1 for item in shaped) and not named:  # views of a batch, leading with it
         return None
-    labelled = named or any(dims == 0 for _, dims in structure[2])
-    labelled = labelled or any(t.shape == (1,) for t in items[0])
+    labelled = named or any(dims == 0 for _, dims in structure[2]) or any(t.shape == (1,) for t in items[0])
     if not labelled and (len(fields) == 1 or len({tuple(t.shape for t in item) for item in items}) == 1):
         return None
     return items, (len(items), common) if common is not None and common != len(items) else ()
@@ -269,12 +256,11 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         count = sequences(packed)
         rows = rows_beside(batch, count, tensors_of(packed))
         return Reading(count, Counted(Rule.PACKED, type(packed).__name__), rows, packed=packed)
-    tensors = tensors_of(batch)
-    size = stated_size(batch)
+    tensors, dims = tensors_of(batch), getattr(batch, "batch_size", None)  # the samples the batch says it holds:
+    size = stated_count(dims[0] if isinstance(dims, torch.Size) and len(dims) else dims)  # an int, or a Size's first
     rows = [t for t in tensors if t.ndim and t.size(0) == size] if size is not None else []
-    if size is not None and (rows or not tensors):  # a size no tensor leads with (a setting, not the batch's): not read
-        dims = batch.batch_size  # an int, or a torch.Size: of several dimensions, its first counted, all said
-        if isinstance(dims, torch.Size) and len(dims) > 1:
+    if size is not None and size >= 0 and (rows or not tensors):  # a size no tensor leads with (a setting): not read
+        if isinstance(dims, torch.Size) and len(dims) > 1:  # of several dimensions: its first counted, all said
             rule, lengths = Rule.STATED_FIRST, tuple(dims)
         else:  # the lengths other tensors lead with, whose rows are not read
             rule, lengths = Rule.STATED, tuple(dict.fromkeys((size, *(t.size(0) for t in tensors if t.ndim))))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from mnistperf.diagnosis.figures import FIRST_STEP_S, SPIKES, SPIKES_S, STEP_MEDIAN_S, TRAIN_S
 from mnistperf.diagnosis.measure.trend import trend
 
@@ -29,17 +27,25 @@ class StepStats(NamedTuple):
     worst: list[tuple[int, float]]  # the longest spikes: (step, seconds), longest first
 
 
+def percentile(ordered: list[float], share: float) -> float:
+    """The nearest-rank percentile ``share`` (0..1) of values already sorted (NaN where none)."""
+    if not ordered:
+        return math.nan
+    rank = max(math.ceil(share * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
 def step_stats(intervals: list[float], first_index: int) -> StepStats:
     """One epoch's step intervals (NaN: a step left out), its first apart; ``first_index``: that step's batch index."""
     first = intervals[0] if intervals else math.nan
     rest = [(i, s) for i, s in enumerate(intervals) if i > 0 and not math.isnan(s)]
-    times = [s for _, s in rest]  # their nearest-rank median, 90th percentile and largest (NaN where none)
-    median, p90, most = np.percentile(times, [50, 90, 100], method="inverted_cdf").tolist() if times else [math.nan] * 3
+    ordered = sorted(s for _, s in rest)
+    median = percentile(ordered, 0.5)
     spiked = [(first_index + i + 1, s) for i, s in rest if s >= SPIKE_FACTOR * median]  # by step, counted from 1
     return StepStats(
         median_s=median,
-        p90_s=p90,
-        max_s=most,
+        p90_s=percentile(ordered, 0.9),
+        max_s=percentile(ordered, 1.0),
         first_s=first,
         spikes=len(spiked),
         excess_s=sum(s - median for _, s in spiked),

@@ -368,7 +368,9 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
                 [],
                 f"shelf.yaml: {at}data.workers is no option of this lab's stages, and {at}data names no class; for "
                 "your own project's config, name its classes as LightningCLI does where any class may be given (data: "
-                "{class_path: myproj.data.MyData, init_args: {workers: ...}})",
+                "{class_path: myproj.data.MyData, init_args: {workers: ...}}); a script running LightningCLI(MyModel, "
+                "MyData) reads plain keys alone, so tune that project from Python: from mnistperf.tune import "
+                "tune_loaders (docs/tune.md#two-ways-in)",
             )
             for at, text in (
                 ("", "model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
@@ -384,7 +386,9 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
         (
             lambda p: p.write_text("model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
             ["--cli", "slowshelf.cli.ShelfCLI"],
-            "shelf.yaml: no model.class_path; a LightningCLI config of your project names its LightningModule there",
+            "shelf.yaml: no model.class_path; a LightningCLI config of your project names its LightningModule there "
+            "(model: {class_path: myproj.model.MyModel, init_args: {...}}); a script running LightningCLI(MyModel, "
+            "MyData) reads plain keys alone, so tune that project from Python",
         ),
     ],
 )

@@ -29,7 +29,7 @@ from mnistperf.tune import stages
 from mnistperf.tune.any_project import tune_project_command
 from mnistperf.tune.options import budget_s, check_out, tune_parser
 from mnistperf.tune.probes import Probes
-from mnistperf.tune.project import SECTIONS, fit_section
+from mnistperf.tune.project import FIXED_CLASSES, SECTIONS, fit_section
 from mnistperf.tune.search import Outcome, describe
 
 DESCRIPTION = (
@@ -150,6 +150,7 @@ def names_its_classes(argv: Sequence[str]) -> bool:
                 f"{path}: {at}{section}.{key} is no option of this lab's stages, and {at}{section} names no class; "
                 f"for your own project's config, name its classes as LightningCLI does where any class may be given "
                 f"({section}: {{class_path: myproj.{section}.My{section.title()}, init_args: {{{key}: ...}}}})"
+                f"{FIXED_CLASSES}"
             )
     return False
 

@@ -24,6 +24,11 @@ from mnistperf.tune.knobs import ARG, Knobs, parse_value, project_knobs
 from mnistperf.tune.trial import left_out, trial_trainer
 
 SECTIONS = ("model", "data")
+# Where a config names no class: the scripts whose config cannot name one, and their way in
+FIXED_CLASSES = (
+    "; a script running LightningCLI(MyModel, MyData) reads plain keys alone, so tune that project from Python: "
+    "from mnistperf.tune import tune_loaders (docs/tune.md#two-ways-in)"
+)
 DEFAULT_SEED = 0  # where the config draws a seed at random (or none), every trial takes this one
 
 
@@ -251,7 +256,7 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
         if not isinstance(given, dict) or "class_path" not in given:
             raise ConfigError(
                 f"{path}: no {name}.class_path; a LightningCLI config of your project names its {base.__name__} "
-                f"there ({name}: {{class_path: myproj.{name}.My{name.title()}, init_args: {{...}}}})"
+                f"there ({name}: {{class_path: myproj.{name}.My{name.title()}, init_args: {{...}}}}){FIXED_CLASSES}"
             )
         classes[name] = import_class(path, name, given["class_path"], base=base)
     for text, key, _ in overrides:  # an argument misspelt is said here, not by a trial's parser

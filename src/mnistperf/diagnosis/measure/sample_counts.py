@@ -178,14 +178,18 @@ def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], ste
     """What the training loaders' own options explain of an audited epoch's ``row`` of ``steps`` begun, by its keys."""
     found: dict[str, Any] = {}
     single = loaders[0] if len(loaders) == 1 else None  # (drop_last, readers and batch samplers: a single loader's)
-    if (dropped := dropped_last(single, ranks)) and row["missing"] == dropped:  # by design
+    dropped = dropped_last(single, ranks)
+    if dropped and row["missing"] == dropped:  # by design
         found["dropped_last"] = dropped
-    if short := stopped_short(loaders, names, steps, row):
+    short = stopped_short(loaders, names, steps, row)
+    if short:
         found["stopped_short"] = short
-    if (whole := read_whole(single, ranks)) and row["seen"] == whole["workers"] * whole["ranks"] * row["distinct"]:
-        found["read_whole"] = whole  # the data is not split
-    if (own := own_batch_sampler(single)) is not None and row["missing"]:
-        found["batch_sampler"] = own  # where to look, not a design: strict still raises (left_out_by_design)
+    readers = read_whole(single, ranks)
+    if readers and row["seen"] == readers["workers"] * readers["ranks"] * row["distinct"]:  # the data is not split
+        found["read_whole"] = readers
+    own = own_batch_sampler(single)
+    if own is not None and row["missing"]:  # where to look, not a design: strict still raises (left_out_by_design)
+        found["batch_sampler"] = own
     return found
 
 

@@ -18,6 +18,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.measure.batch_fields import tensors_of
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter, text_digests
+from mnistperf.diagnosis.measure.graph_batches import graph_count
 from mnistperf.diagnosis.measure.held_steps import HeldSteps
 from mnistperf.diagnosis.measure.samples import BY_FIRST_LENGTH, read
 from mnistperf.diagnosis.record.epoch_text import counted_by as said
@@ -825,6 +826,23 @@ def test_a_graph_batch_without_a_count_is_counted_by_its_nodes_graph_index_befor
     graphs = [torch.randn(2 + i % 3, 4, generator=generator) for i in range(4)]
     reading = read(NodeSizedGraphs(graphs, torch.arange(4.0)))
     assert (reading.samples, said(reading.counted_by)) == (4, "the graphs of its NodeSizedGraphs")
+
+
+def test_a_graph_batch_off_the_cpu_is_counted_by_its_length_where_it_has_one_not_implemented_being_none():
+    """Off the CPU (counting its index would wait for the device) a graph batch of no count nor pointer is counted by
+    its length; one raising NotImplementedError is none, as Lightning's ``sized_len`` reads it: no count, no error."""
+
+    class Sized:
+        def __len__(self) -> int:
+            return 3
+
+    class Unsized:
+        def __len__(self) -> int:
+            raise NotImplementedError
+
+    index = torch.zeros(6, dtype=torch.int64, device="meta")  # a device's index, never read on the host
+    assert graph_count(Sized(), index, None) == 3
+    assert graph_count(Unsized(), index, None) is None
 
 
 def test_a_list_of_same_shaped_tensors_without_labels_is_read_by_its_first_tensors_length():

@@ -30,7 +30,7 @@ from mnistperf.diagnosis.callbacks.project_reader import LIGHTNING_BARS, lightni
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.measure import fingerprint, held_steps
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
-from mnistperf.diagnosis.measure.sample_counts import ORDER_SAMPLES, own_batch_sampler
+from mnistperf.diagnosis.measure.sample_counts import ORDER_SAMPLES, loader_causes, own_batch_sampler
 from mnistperf.diagnosis.record.audit_text import format_audit
 
 ROWS = 24
@@ -446,6 +446,20 @@ def test_a_libraries_batch_sampler_is_not_taken_for_the_projects_own():
     loader = DataLoader(Rows(), batch_sampler=Stateful(range(ROWS), 5, False))
     assert own_batch_sampler(loader) is None
     assert own_batch_sampler(DataLoader(Rows(), batch_sampler=Buckets(ROWS, 5, False))) == "Buckets"
+
+
+def test_a_loader_whose_length_is_not_implemented_is_not_taken_to_stop_short_and_the_other_causes_still_read():
+    """A length raising NotImplementedError is none, as Lightning's ``sized_len`` reads it: that loader did not stop
+    short by design, and the longer loader beside it still did (the causes are not lost to the error)."""
+
+    class Unsized:
+        def __len__(self) -> int:
+            raise NotImplementedError
+
+    longer = DataLoader(Rows(), batch_size=2)  # 12 batches, of which the epoch ran 2
+    each = {"missing": 20, "duplicates": 0}  # 4 of 24 seen
+    row = {"missing": 40, "seen": 8, "distinct": 8, "loaders": {"unsized": each, "longer": each}}
+    assert loader_causes(row, [Unsized(), longer], ["unsized", "longer"], 2, 1) == {"stopped_short": {"longer": 20}}
 
 
 class Draws(Sampler):

@@ -133,7 +133,8 @@ def _weighted(epochs: list[dict[str, Any]], key: str) -> float | None:
 
 
 def _measured_values(epochs: list[dict[str, Any]], key: str) -> list[float]:
-    return [v for e in epochs if (v := number(e.get(key))) is not None and not math.isnan(v)]
+    values = [number(e.get(key)) for e in epochs]  # None: not measured
+    return [v for v in values if v is not None and not math.isnan(v)]
 
 
 # How a run reads a figure from its steady epochs, by the figure's rule (figures.RUN_RULES).

@@ -13,7 +13,7 @@ each part forces, as torch's sync debug mode reports them (CUDA only).
 from __future__ import annotations
 
 import warnings
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -81,10 +81,10 @@ class StepParts:
     """
 
     def __init__(self) -> None:
-        self.own: Counter[str] = Counter()  # each action's own seconds over the closed cycles
+        self.own: dict[str, float] = {}  # each action's own seconds over the closed cycles
         self.cycles = 0
         self.cycle_s = 0.0  # the closed cycles' seconds, end to end
-        self.synced: Counter[str] | None = None  # each action's own device synchronizations, where counted
+        self.synced: dict[str, int] | None = None  # each action's own device synchronizations, where counted
         self.syncs: Callable[[], int] | None = None  # the synchronizations so far, where they are counted
         self._pending: dict[str, float] = {}  # the open cycle's
         self._pending_syncs: dict[str, int] = {}
@@ -111,10 +111,12 @@ class StepParts:
             return
         self.cycle_s += self._pending_s + now() - self._opened
         self.cycles += 1
-        self.own.update(self._pending)
+        for action, seconds in self._pending.items():
+            self.own[action] = self.own.get(action, 0.0) + seconds
         if self.syncs is not None:  # counted over this cycle (CUDA)
-            self.synced = self.synced or Counter()
-            self.synced.update(self._pending_syncs)
+            self.synced = self.synced or {}
+            for action, syncs in self._pending_syncs.items():
+                self.synced[action] = self.synced.get(action, 0) + syncs
         self.abandon()
 
     def abandon(self) -> None:
@@ -170,7 +172,7 @@ class StepParts:
             found["syncs"] = largest_first(self._per_part(self.synced))
         return found
 
-    def _per_part(self, per_action: Counter[str]) -> dict[str, float]:
+    def _per_part(self, per_action: dict[str, float] | dict[str, int]) -> dict[str, float]:
         """Each part's share a step of what ``per_action`` holds over the closed cycles."""
         parts: defaultdict[str, float] = defaultdict(float)
         for action, value in per_action.items():

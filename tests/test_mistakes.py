@@ -763,6 +763,19 @@ def test_a_timing_json_with_a_value_its_readers_cannot_take_is_named_in_one_line
     fails_in_one_line(capsys, argv, f"run.json: not a timing.json ({wrong}); ", "python -m mnistperf fit --config")
 
 
+def test_a_timing_json_holding_a_slow_first_steps_share_without_the_longest_step_reports_the_share(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    edited = json.loads(json.dumps(SUMMARY))
+    edited["stalls"].update(slow_first_step=[2], slow_first_share=0.3, slowest_first_s=None)  # as edited by hand
+    (tmp_path / "run.json").write_text(json.dumps(edited))
+    main(["report", "run.json"])
+    out = capsys.readouterr().out
+    assert "the first steps of epoch(s) 2 (over " in out and "took 30% of train time beyond the median" in out
+    assert "the longest" not in out
+
+
 @pytest.mark.parametrize("out", ["afile/sub/report.html", "afile/report.html", "run"])
 def test_a_report_that_cannot_go_where_out_says_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys, out):
     monkeypatch.chdir(tmp_path)

@@ -286,9 +286,11 @@ def format_stalls(found: dict[str, Any], median: float | None, epochs: list[dict
     first_share = found.get("slow_first_share")
     if first_share is not None and first_share >= SPIKES_WORTH:
         epochs_named = ", ".join(map(str, found["slow_first_step"]))
+        longest = found.get("slowest_first_s")  # a file edited by hand may hold the share alone
         parts.append(
-            f"the first steps of epoch(s) {epochs_named} (over {SLOW_FIRST_FACTOR:.0f}x the median, the longest "
-            f"{found['slowest_first_s'] * 1e3:,.0f} ms) took {first_share:.0%} of train time beyond the median step; "
+            f"the first steps of epoch(s) {epochs_named} (over {SLOW_FIRST_FACTOR:.0f}x the median"
+            f"{'' if longest is None else f', the longest {longest * 1e3:,.0f} ms'}) took {first_share:.0%} of train "
+            "time beyond the median step; "
             "a slow first step is usually the loader starting its epoch: its workers starting, unless they persist "
             "between epochs, and making their first batches before any is ready"
         )

@@ -141,6 +141,25 @@ def test_a_slow_step_is_not_input_bound_and_keeps_the_settings(shelf, capsys):
     assert yaml.safe_load((shelf.parent / "tuned.yaml").read_text())["data"]["init_args"]["workers"] == 0
 
 
+@pytest.mark.usefixtures("trials")
+def test_a_config_of_plain_keys_is_tuned_with_the_classes_its_script_fixes_and_written_back_plain(shelf):
+    from lightning.pytorch.cli import LightningCLI
+    from slowshelf.data import ShelfData
+    from slowshelf.model import ShelfModel
+
+    config = yaml.safe_load(shelf.read_text())
+    for section in ("model", "data"):  # as a script running LightningCLI(ShelfModel, ShelfData) reads it
+        config[section] = config[section]["init_args"]
+    shelf.write_text(yaml.safe_dump(config, sort_keys=False))
+    fixed = ("--model", "slowshelf.model.ShelfModel", "--data", "slowshelf.data.ShelfData")
+    tune(*SHORT, *fixed, "--set", "model.step_delay_ms=60", "--set", "data.delay_ms=0")
+    tuned = yaml.safe_load((shelf.parent / "tuned.yaml").read_text())
+    assert tuned["model"] == {**config["model"], "step_delay_ms": 60}  # plain keys, --set among them
+    assert tuned["data"] == {**config["data"], "delay_ms": 0}
+    cli = LightningCLI(ShelfModel, ShelfData, args=["--config", "tuned.yaml"], run=False)  # the script's own parser
+    assert (cli.datamodule.hparams.workers, cli.model.hparams.step_delay_ms) == (0, 60)
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("trials")
 def test_a_datamodule_without_knobs_is_tuned_through_python_by_rebuilding_its_loader(shelf):
@@ -370,9 +389,9 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
                 [],
                 f"shelf.yaml: {at}data.workers is no option of this lab's stages, and {at}data names no class; for "
                 "your own project's config, name its classes as LightningCLI does where any class may be given (data: "
-                "{class_path: myproj.data.MyData, init_args: {workers: ...}}); a script running LightningCLI(MyModel, "
-                "MyData) reads plain keys alone, so tune that project from Python: from mnistperf.tune import "
-                "tune_loaders (docs/tune.md#two-ways-in)",
+                "{class_path: myproj.data.MyData, init_args: {workers: ...}}); or, where your script runs "
+                "LightningCLI(MyModel, MyData) with the config as it is, give those classes: --model "
+                "myproj.main.MyModel --data myproj.main.MyData",
             )
             for at, text in (
                 ("", "model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
@@ -386,11 +405,27 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
             "project's config, name its classes",
         ),
         (
+            None,
+            ["--data", "slowshelf.data.ShelfData"],
+            "--data: shelf.yaml names data's class_path, so the class is not the script's to fix; leave --data out",
+        ),
+        (
+            lambda p: p.write_text("model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
+            ["--model", "slowshelf.model.ShelfModel", "--cli", "slowshelf.cli.ShelfCLI"],
+            "--model: --cli reads the config, so the class is not the script's to fix; leave --model out",
+        ),
+        (
+            lambda p: p.write_text("model:\n  lr: 0.05\n"),
+            ["--model", "slowshelf.model.ShelfModle"],
+            "--model slowshelf.model.ShelfModle cannot be imported: slowshelf.model has no ShelfModle; did you mean "
+            "slowshelf.model.ShelfModel?",
+        ),
+        (
             lambda p: p.write_text("model:\n  lr: 0.05\ndata:\n  workers: 0\n"),
             ["--cli", "slowshelf.cli.ShelfCLI"],
             "shelf.yaml: no model.class_path; a LightningCLI config of your project names its LightningModule there "
-            "(model: {class_path: myproj.model.MyModel, init_args: {...}}); a script running LightningCLI(MyModel, "
-            "MyData) reads plain keys alone, so tune that project from Python",
+            "(model: {class_path: myproj.model.MyModel, init_args: {...}}); or, where your script runs "
+            "LightningCLI(MyModel, MyData) with the config as it is, give those classes",
         ),
     ],
 )

@@ -62,6 +62,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="your project's LightningCLI subclass, which reads the config in every trial, so that its own "
         "arguments and links apply, e.g. myproj.cli.MyCLI (default: Lightning's LightningCLI)",
     )
+    for section in ("model", "data"):  # LightningCLI(MyModel, MyData)'s
+        help_ = f"the {section} class your script gives LightningCLI, its arguments plain keys in the config"
+        parser.add_argument(f"--{section}", default=None, metavar="MODULE.CLASS", help=help_)
     parser.add_argument(
         "--import-path",
         action="append",
@@ -105,7 +108,7 @@ def tuned_yaml(project: Project, outcome: Outcome, knobs: Knobs, opts: argparse.
     ]
     lines += [f"# {line[0].upper()}{line[1:]}." for line in end_to_end.findings(outcome, knobs, project.where)]
     lines.append(f"# Every trial: {trials_path(opts.out).name}.")
-    config = project.with_settings(outcome.changes(knobs.keys(ARG)), knobs)
+    config = project.as_written(project.with_settings(outcome.changes(knobs.keys(ARG)), knobs))
     return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False)
 
 
@@ -113,7 +116,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
     """Tune another project's config: measure, print the table and the findings, write the tuned config."""
     opts = parse_args(argv)
     sys.path[:0] = [str(Path(folder).resolve()) for folder in opts.import_path]
-    project = load(opts.config, opts.set, opts.cli)
+    project = load(opts.config, opts.set, opts.cli, {"model": opts.model, "data": opts.data})
     knobs = project.knobs([parse_knob(k) for k in opts.knob], opts.tune_batch_size)
     modules = [c.__module__ for c in (project.model_class, project.data_class) if c is not None]
     modules += [project.cli.rpartition(".")[0]] if project.cli else []

@@ -117,13 +117,14 @@ def names_its_classes(argv: Sequence[str]) -> bool:
     """
     peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     peek.add_argument("--config", type=Path)
-    peek.add_argument("--cli")
+    for option in ("--cli", "--model", "--data"):
+        peek.add_argument(option)
     peek.add_argument("-h", "--help", action="store_true")
     known = peek.parse_known_args(argv)[0]
     path = known.config
     if path is not None and not path.exists() and not known.help:  # said before any option it does not decide
         raise ConfigError(missing_config(path))
-    if known.cli is not None:  # only another project has a CLI class of its own
+    if (known.cli, known.model, known.data) != (None, None, None):  # only another project has classes of its own
         return True
     if path is None or not path.exists():
         return False

@@ -1,8 +1,9 @@
 """A LightningCLI config of a project that is not the lab's: read, its classes imported, its trial configs made.
 
-Such a config names its classes (``model:`` and ``data:`` each with a ``class_path`` and ``init_args``); one whose
-``model`` and ``data`` hold plain keys is the lab's. The classes are imported as Python finds them (the folder tune
-runs in, ``PYTHONPATH``, ``--import-path DIR``). A config nested under ``fit:`` is read and written back nested.
+Such a config names its classes (``model:`` and ``data:`` each with a ``class_path`` and ``init_args``), or holds
+plain keys where its script fixes them (``--model``, ``--data``); otherwise, plain keys are the lab's. The classes are
+imported as Python finds them (the folder tune runs in, ``PYTHONPATH``, ``--import-path DIR``). A config nested under
+``fit:`` is read and written back nested.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from mnistperf.tune.knobs import ARG, Knobs, parse_value, project_knobs
 from mnistperf.tune.trial import left_out, trial_trainer
 
 SECTIONS = ("model", "data")
-# Where a config names no class: the scripts whose config cannot name one, and their way in
+# Where a config names no class: the scripts whose config cannot name one, and how tune is told their classes
 FIXED_CLASSES = (
-    "; a script running LightningCLI(MyModel, MyData) reads plain keys alone, so tune that project from Python: "
-    "from mnistperf.tune import tune_loaders (docs/tune.md#two-ways-in)"
+    "; or, where your script runs LightningCLI(MyModel, MyData) with the config as it is, give those classes: "
+    "--model myproj.main.MyModel --data myproj.main.MyData"
 )
 DEFAULT_SEED = 0  # where the config draws a seed at random (or none), every trial takes this one
 
@@ -131,6 +132,14 @@ class Project:
     model_class: type
     data_class: type | None  # None where the model makes its own loaders
     cli: str | None = None  # the project's LightningCLI subclass (module.Class), else Lightning's own
+    plain: tuple[str, ...] = ()  # the sections whose class the script fixes: plain keys in the file, named here
+
+    def as_written(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` as the project's file holds it: the sections whose class the script fixes as plain keys."""
+        section = fit_section(config)
+        for name in self.plain:
+            section[name] = section[name]["init_args"]
+        return config
 
     @property
     def fit(self) -> dict[str, Any]:
@@ -232,10 +241,11 @@ def check_trains(path: Path, trainer: Any, keys: list[str]) -> None:
             )
 
 
-def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
+def load(path: Path, sets: list[str], cli: str | None = None, fixed: dict[str, str | None] | None = None) -> Project:
     """Read another project's config, apply ``--set``, and import its classes (checking they are their kinds).
 
-    ``cli``: the project's LightningCLI subclass that reads the config (module.Class), checked too.
+    ``cli``: the project's LightningCLI subclass that reads the config (module.Class), checked too; ``fixed``: by
+    section, the class the project's script gives LightningCLI, whose arguments the config holds as plain keys.
     """
     from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 
@@ -245,6 +255,13 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
     section = fit_section(config)
     if section is not config:  # under fit:, --set's keys are those inside it, given with fit. or without
         sets = [text.removeprefix("fit.") for text in sets]
+    plain = tuple(name for name, class_path in (fixed or {}).items() if class_path)
+    for name in plain:  # named as a config of any class names it, for the trials; written back plain
+        given = section.get(name) or {}
+        if cli is not None or not isinstance(given, dict) or "class_path" in given:
+            said = "--cli reads the config" if cli is not None else f"{path} names {name}'s class_path"
+            raise ConfigError(f"--{name}: {said}, so the class is not the script's to fix; leave --{name} out")
+        section[name] = {"class_path": fixed[name], "init_args": given}  # type: ignore[index]
     overrides = [(text, *parse_set(text)) for text in sets]
     for _, key, value in overrides:
         set_key(section, key, value)
@@ -258,7 +275,8 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
                 f"{path}: no {name}.class_path; a LightningCLI config of your project names its {base.__name__} "
                 f"there ({name}: {{class_path: myproj.{name}.My{name.title()}, init_args: {{...}}}}){FIXED_CLASSES}"
             )
-        classes[name] = import_class(path, name, given["class_path"], base=base)
+        option = name in plain  # the class given as --model or --data
+        classes[name] = import_class(path, f"--{name}" if option else name, given["class_path"], option, base)
     for text, key, _ in overrides:  # an argument misspelt is said here, not by a trial's parser
         part, _, rest = key.partition(".")
         target = classes.get(part)
@@ -268,4 +286,4 @@ def load(path: Path, sets: list[str], cli: str | None = None) -> Project:
         elif part == "trainer" and rest and cli is None:
             check_set(text, part, rest.split(".")[0], "Lightning's Trainer", Trainer, listed=False)
     check_trains(path, section.get("trainer"), [key for _, key, _ in overrides])
-    return Project(path, config, classes["model"], classes["data"], cli)
+    return Project(path, config, classes["model"], classes["data"], cli, plain)

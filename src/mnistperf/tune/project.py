@@ -39,13 +39,13 @@ def fit_section(config: dict[str, Any]) -> dict[str, Any]:
     return nested if isinstance(nested, dict) and not any(k in config for k in SECTIONS) else config
 
 
-def import_class(path: Path, section: str, class_path: Any, option: bool = False, base: type | None = None) -> type:
-    """The class a config section (or, ``option``, a command-line option) names; where it cannot be, one line.
+def import_class(path: Path, section: str, class_path: Any, base: type | None = None) -> type:
+    """The class a config section (or a command-line option, ``section`` as ``--cli``) names; else one line.
 
     The line names the file and the section (or the option) and gives the fix; a class that is not a ``base``
     (where given) is one line too.
     """
-    where = f"{section} {class_path}" if option else f"{path}: {section}.class_path {class_path!r}"
+    where = f"{section} {class_path}" if section.startswith("--") else f"{path}: {section}.class_path {class_path!r}"
     if not isinstance(class_path, str) or "." not in class_path:
         raise ConfigError(
             f"{where} is not a full import path; give it as module.Class (e.g. myproj.data.MyData), as tune imports it"
@@ -105,7 +105,7 @@ def cli_class(path: Path, class_path: str) -> type:
     """The project's LightningCLI subclass ``--cli`` names; one line with the fix where it is not one."""
     from lightning.pytorch.cli import LightningCLI
 
-    found = import_class(path, "--cli", class_path, option=True)
+    found = import_class(path, "--cli", class_path)
     if not issubclass(found, LightningCLI):
         raise ConfigError(
             f"--cli {class_path}: {found.__qualname__} is not a LightningCLI subclass; name the class your project's "
@@ -275,8 +275,7 @@ def load(path: Path, sets: list[str], cli: str | None = None, fixed: dict[str, s
                 f"{path}: no {name}.class_path; a LightningCLI config of your project names its {base.__name__} "
                 f"there ({name}: {{class_path: myproj.{name}.My{name.title()}, init_args: {{...}}}}){FIXED_CLASSES}"
             )
-        option = name in plain  # the class given as --model or --data
-        classes[name] = import_class(path, f"--{name}" if option else name, given["class_path"], option, base)
+        classes[name] = import_class(path, f"--{name}" if name in plain else name, given["class_path"], base)
     for text, key, _ in overrides:  # an argument misspelt is said here, not by a trial's parser
         part, _, rest = key.partition(".")
         target = classes.get(part)

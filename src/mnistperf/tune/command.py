@@ -70,9 +70,8 @@ def tuned_config(config: dict, outcome: Outcome, source: Path, out: Path, device
     if outcome.baseline is not None:
         lines.append(f"# The input config's settings, measured the same way: {outcome.baseline.rate:,.0f} samples/s.")
     lines.append(f"# Stopped: {outcome.stopped}.")
-    for sentence in (stages.batch_projection(outcome), stages.noise_warning(outcome)):
-        if sentence:
-            lines.append(f"# {sentence[0].upper()}{sentence[1:]}.")
+    sentences = [s for s in (stages.batch_projection(outcome), stages.noise_warning(outcome)) if s]
+    lines += [f"# {sentence[0].upper()}{sentence[1:]}." for sentence in sentences]
     lines.append(f"# Every probe, with its settings, rate, spread and seconds: {probes_path(out).name}.")
     data = {**config.get("data", {}), **outcome.best}
     if not PIPELINES[data["pipeline"]].groups_batches and data.get("batches_per_step", 1) != 1:

@@ -147,12 +147,6 @@ class Project:
         return fit_section(self.config)
 
     @property
-    def data_args(self) -> dict[str, Any]:
-        """The arguments the config gives the DataModule."""
-        data = self.fit.get("data")
-        return dict(data.get("init_args") or {}) if isinstance(data, dict) else {}
-
-    @property
     def where(self) -> str:
         """The DataModule as an error names it."""
         name = self.data_class.__qualname__ if self.data_class is not None else "none (the model's own loaders)"
@@ -165,7 +159,7 @@ class Project:
 
     def knobs(self, named: list[tuple[str, list[Any]]], batch_size: bool) -> Knobs:
         """The knobs: those named with --knob, else those found among the DataModule's arguments."""
-        currents = arguments(self.data_class, self.data_args) if self.data_class is not None else {}
+        currents = arguments(self.data_class, self.fit["data"].get("init_args") or {}) if self.data_class else {}
         return project_knobs(currents, "data.init_args", named, self.where, batch_size)
 
     def with_settings(self, settings: dict[str, Any], knobs: Knobs) -> dict[str, Any]:

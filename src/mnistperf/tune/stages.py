@@ -9,6 +9,7 @@ stays, fewer worker processes counting as cheaper. Every probe's figure is the m
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,12 +91,10 @@ def free_memory_bytes(device: torch.device) -> int:
     """Free memory on the device (the host's available memory for the CPU); 0 when unknown."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
-    except OSError:
-        pass
     return 0
 
 

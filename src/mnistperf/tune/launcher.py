@@ -110,10 +110,9 @@ class Launcher(contextlib.AbstractContextManager["Launcher"]):
     def _ready(self) -> bool:
         """Whether trials are forked from the helper (waiting for its imports the first time)."""
         if self.forks is None:
-            try:
+            answer = None  # where the helper ends before it says
+            with contextlib.suppress(EOFError):
                 answer = self._line(time.monotonic() + READY_TIMEOUT_S)
-            except EOFError:
-                answer = None
             self.forks = answer == "ready fork"
             if not self.forks:
                 self.close()

@@ -135,8 +135,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
     device = next((r.device for r in outcome.trials[0].runs if r.device), None) or "this machine"
     table = end_to_end.trials_table(outcome)
     atomic_write_text(opts.out, tuned_yaml(project, outcome, knobs, opts, device))
-    page = f"# mnistperf tune: {opts.config} on {device}\n\n{table}\n"
-    atomic_write_text(trials_path(opts.out), page)
+    atomic_write_text(trials_path(opts.out), f"# mnistperf tune: {opts.config} on {device}\n\n{table}\n")
     log("")
     log(table)
     log("")

@@ -57,14 +57,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--cli",
-        default=None,
         metavar="MODULE.CLASS",
         help="your project's LightningCLI subclass, which reads the config in every trial, so that its own "
         "arguments and links apply, e.g. myproj.cli.MyCLI (default: Lightning's LightningCLI)",
     )
     for section in ("model", "data"):  # LightningCLI(MyModel, MyData)'s
         help_ = f"the {section} class your script gives LightningCLI, its arguments plain keys in the config"
-        parser.add_argument(f"--{section}", default=None, metavar="MODULE.CLASS", help=help_)
+        parser.add_argument(f"--{section}", metavar="MODULE.CLASS", help=help_)
     parser.add_argument(
         "--import-path",
         action="append",

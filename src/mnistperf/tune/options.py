@@ -33,9 +33,7 @@ def tune_parser(description: str, config_help: str, set_example: str, batch_chan
         metavar="MINUTES",
         help="minutes of measuring at most; then the best found so far is written (default: %(default)g)",
     )
-    budget.add_argument(
-        "--budget-s", type=float, default=None, metavar="SECONDS", help="the same budget in seconds (default: none)"
-    )
+    budget.add_argument("--budget-s", type=float, metavar="SECONDS", help="the same budget in seconds (default: none)")
     parser.add_argument(
         "--out", type=Path, default=Path("tuned.yaml"), metavar="FILE", help="the tuned config (default: %(default)s)"
     )

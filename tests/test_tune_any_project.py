@@ -415,6 +415,11 @@ def test_a_spent_budget_keeps_the_best_so_far(shelf, monkeypatch, capsys):
             "--model: --cli reads the config, so the class is not the script's to fix; leave --model out",
         ),
         (
+            lambda p: p.write_text("model: 5\n"),
+            ["--model", "slowshelf.model.ShelfModel"],
+            "shelf.yaml: model is 5, not the arguments of --model's class as plain keys",
+        ),
+        (
             lambda p: p.write_text("model:\n  lr: 0.05\n"),
             ["--model", "slowshelf.model.ShelfModle"],
             "--model slowshelf.model.ShelfModle cannot be imported: slowshelf.model has no ShelfModle; did you mean "

@@ -252,9 +252,11 @@ def load(path: Path, sets: list[str], cli: str | None = None, fixed: dict[str, s
     plain = tuple(name for name, class_path in (fixed or {}).items() if class_path)
     for name in plain:  # named as a config of any class names it, for the trials; written back plain
         given = section.get(name) or {}
-        if cli is not None or not isinstance(given, dict) or "class_path" in given:
+        if cli is not None or (isinstance(given, dict) and "class_path" in given):
             said = "--cli reads the config" if cli is not None else f"{path} names {name}'s class_path"
             raise ConfigError(f"--{name}: {said}, so the class is not the script's to fix; leave --{name} out")
+        if not isinstance(given, dict):
+            raise ConfigError(f"{path}: {name} is {given!r}, not the arguments of --{name}'s class as plain keys")
         section[name] = {"class_path": fixed[name], "init_args": given}  # type: ignore[index]
     overrides = [(text, *parse_set(text)) for text in sets]
     for _, key, value in overrides:

@@ -57,7 +57,7 @@ def test_fit_help_and_the_docs_table_list_every_registered_pipeline(item_list, c
         assert f"\n  {name:<10} {registry.summary(name)}\n" in text
     # Every stage config is named, the later rungs included.
     assert all(path.stem in text for path in CONFIGS.glob("*.yaml"))
-    table = registry.markdown_table().splitlines()
+    table = registry.pipelines_table().splitlines()
     assert len(table) == 2 + len(BUILT_IN) + 1
     assert (
         "| `items` | throwaway_pipeline.py | Items made once and kept in a Python list | yes | yes | - | - | 1 |"
@@ -79,4 +79,4 @@ def test_tune_tries_the_pipelines_by_their_rank():
 def test_the_docs_pipeline_table_is_the_registrys():
     """docs/layout.md shows the table the registry renders: a pipeline added or changed there shows up here."""
     layout = (CONFIGS.parent / "docs" / "layout.md").read_text()
-    assert registry.markdown_table().strip() in layout
+    assert registry.pipelines_table().strip() in layout

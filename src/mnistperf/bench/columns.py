@@ -27,6 +27,7 @@ from mnistperf.diagnosis.figures import (
     TOTAL_TRAIN_S,
     TRAIN_S,
 )
+from mnistperf.tables import markdown_table
 
 REFERENCE_RUNNERS = ("plain", "bare")  # the runners of a stage's reference rows: a plain loop, bare Lightning
 
@@ -262,12 +263,9 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: v for c in COLUMNS if c.key is not None for k, v in c.cells(r, bench).items()} for r in rows]
 
 
-def markdown_table(rows: list[Row]) -> str:
+def bench_table(rows: list[Row]) -> str:
     """The printable columns of every row as a Markdown table ('(no rows)' when there are none)."""
     printable = table_rows(rows)
     if not printable:
         return "(no rows)"
-    headers = list(printable[0])
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(row[h] for h in headers) + " |" for row in printable]
-    return "\n".join(lines)
+    return markdown_table(list(printable[0]), [list(row.values()) for row in printable])

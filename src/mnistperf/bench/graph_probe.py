@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from mnistperf.atomic import atomic_write_text
+from mnistperf.tables import markdown_table
 
 BATCH = 512  # v4_graphed's batch
 ROUNDS, REPLAYS = 5, 100  # timed rounds, each of this many replays between two CUDA events
@@ -236,21 +237,22 @@ def markdown(results: list[dict[str, Any]]) -> str:
         f"CUDA events around {ROUNDS} rounds of {REPLAYS} replays, no profiler running; each variant in a fresh "
         f"process. Kernels: a profiler attached after capture, over {PROFILED_REPLAYS} replays.",
         "",
-        "| variant | ms per replay | range | / hand-written | kernels per replay |",
-        "|---|---:|---|---:|---:|",
     ]
+    rows = []
     for r in results:
         if "ms_per_replay" not in r:
-            lines.append(f"| {r['variant']} | failed | | | |")
+            rows.append([r["variant"], "failed", "", "", ""])
             continue
         ratio = f"{r['ms_per_replay'] / reference:.2f}x" if reference else ""
         low, high = r["ms_per_replay_range"]
         median, kernels = r["ms_per_replay"], r["kernels_per_replay"]
-        lines.append(f"| {r['variant']} | {median:.3f} | {low:.3f}-{high:.3f} | {ratio} | {kernels} |")
+        rows.append([r["variant"], f"{median:.3f}", f"{low:.3f}-{high:.3f}", ratio, kernels])
+    header = ["variant", "ms per replay", "range", "/ hand-written", "kernels per replay"]
+    lines.append(markdown_table(header, rows, right={1, 3, 4}))
     for r in measured.values():
-        lines += ["", f"## {r['variant']}: the {TOP_KERNELS} longest kernels", "", "| kernel | us per replay | calls |"]
-        lines.append("|---|---:|---:|")
-        lines += [f"| `{k['kernel'][:110]}` | {k['us_per_replay']:.1f} | {k['calls']} |" for k in r["top_kernels"]]
+        lines += ["", f"## {r['variant']}: the {TOP_KERNELS} longest kernels", ""]
+        kernels = [[f"`{k['kernel'][:110]}`", f"{k['us_per_replay']:.1f}", k["calls"]] for k in r["top_kernels"]]
+        lines.append(markdown_table(["kernel", "us per replay", "calls"], kernels, right={1, 2}))
     return "\n".join(lines) + "\n"
 
 

@@ -13,10 +13,11 @@ from typing import Any
 from mnistperf.atomic import atomic_write_text
 from mnistperf.bench import published
 from mnistperf.bench.chart import write_chart
-from mnistperf.bench.columns import REFERENCE_RUNNERS, Row, csv_rows, markdown_table
+from mnistperf.bench.columns import REFERENCE_RUNNERS, Row, bench_table, csv_rows
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, BUSY
 from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.verdict import COMPUTE_BOUND_BUSY
+from mnistperf.tables import markdown_table
 
 
 def per_step(rows: list[Row]) -> list[dict[str, Any]]:
@@ -69,18 +70,15 @@ def per_step_table(rows: list[Row]) -> str:
     found = per_step(rows)
     if not found:
         return ""
-    lines = [
-        "| stage | steps/epoch | plain PyTorch step ms | Lightning's loop adds ms | the lab adds ms | "
-        "stage / bare Lightning | per repeat |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
-    lines += [
-        f"| {d['stage']} | {d['steps_per_epoch']} | {d['plain_step_ms']:.2f} | {d['lightning_loop_adds_ms']:+.2f} | "
-        f"{d['lab_adds_ms']:+.2f} | {d['stage_over_bare_x']:.3f}x | "
-        f"{', '.join(f'{x:.3f}x' for x in d['stage_over_bare_per_repeat'])} |"
+    header = ["stage", "steps/epoch", "plain PyTorch step ms", "Lightning's loop adds ms", "the lab adds ms"]
+    header += ["stage / bare Lightning", "per repeat"]
+    cells = [
+        [d["stage"], d["steps_per_epoch"], f"{d['plain_step_ms']:.2f}", f"{d['lightning_loop_adds_ms']:+.2f}"]
+        + [f"{d['lab_adds_ms']:+.2f}", f"{d['stage_over_bare_x']:.3f}x"]
+        + [", ".join(f"{x:.3f}x" for x in d["stage_over_bare_per_repeat"])]
         for d in found
     ]
-    return "\n".join(lines)
+    return markdown_table(header, cells, right=range(1, 6))
 
 
 def environment_of(rows: list[Row]) -> dict[str, Any]:
@@ -137,7 +135,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         "- speed-up: steady-state seconds per epoch (train + test) of the first row over this row's",
         *thresholds(rows),
         "",
-        markdown_table(rows),
+        bench_table(rows),
         "",
     ]
     steps = per_step_table(rows)

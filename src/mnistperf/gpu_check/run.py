@@ -21,6 +21,7 @@ from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis.record.run import write_summary
 from mnistperf.gpu_check.plan import PARTS, part_commands
 from mnistperf.machine import usable_cpus
+from mnistperf.tables import markdown_table
 
 LOG_FILE = "gpu-check.log"  # every command and what it printed
 BULKY = (".pt.trace.json", ".ckpt")  # kept on the device: the archive carries the figures, not the artefacts
@@ -131,9 +132,9 @@ def check(opts: argparse.Namespace) -> int:
 def write_records(out: Path, records: list[dict], opts: argparse.Namespace) -> None:
     """parts.json and parts.md: each part's status, planned and actual minutes."""
     write_summary({"budget_min": opts.minutes, "parts": records}, out / "parts.json")
-    table = ["| part | planned min | took min | status |", "|---|---:|---:|---|"]
-    table += [f"| {r['part']} | {r['planned_min']:g} | {r.get('took_min', '')} | {r['status']} |" for r in records]
-    atomic_write_text(out / "parts.md", "\n".join(table) + "\n")
+    rows = [[r["part"], f"{r['planned_min']:g}", r.get("took_min", ""), r["status"]] for r in records]
+    table = markdown_table(["part", "planned min", "took min", "status"], rows, right={1, 2})
+    atomic_write_text(out / "parts.md", table + "\n")
 
 
 def default_out() -> Path:

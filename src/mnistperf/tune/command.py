@@ -25,6 +25,7 @@ from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config, refuse_train
 from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.model import ImageClassifier
+from mnistperf.tables import markdown_table
 from mnistperf.tune import stages
 from mnistperf.tune.any_project import tune_project_command
 from mnistperf.tune.options import budget_s, check_out, tune_parser
@@ -94,17 +95,13 @@ def probes_path(out: Path) -> Path:
 
 def probes_table(outcome: Outcome) -> str:
     """Every probe as a Markdown table row: settings, rate, spread, input wait, seconds, note."""
+    header = ["#", "probe", "settings", "samples/s", "spread", "input wait", "seconds", "note"]
     rows = [
-        "| # | probe | settings | samples/s | spread | input wait | seconds | note |",
-        "|---|---|---|---|---|---|---|---|",
+        [index, probe.kind, describe(probe.settings), f"{probe.rate:,.0f}", f"{probe.spread:.0%}"]
+        + ["-" if probe.wait is None else f"{probe.wait:.0%}", f"{probe.seconds:.1f}", stages.probe_note(probe)]
+        for index, probe in enumerate(outcome.trials, 1)
     ]
-    for index, probe in enumerate(outcome.trials, 1):
-        wait = f"{probe.wait:.0%}" if probe.wait is not None else "-"
-        rows.append(
-            f"| {index} | {probe.kind} | {describe(probe.settings)} | {probe.rate:,.0f} | "
-            f"{probe.spread:.0%} | {wait} | {probe.seconds:.1f} | {stages.probe_note(probe)} |"
-        )
-    return "\n".join(rows)
+    return markdown_table(header, rows)
 
 
 def names_its_classes(argv: Sequence[str]) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
+from mnistperf.tables import markdown_table
 from mnistperf.tune.knobs import REBUILD, Knobs, dataloader_call, rebuilt_with
 from mnistperf.tune.launcher import Launcher
 from mnistperf.tune.policy import settled, variants_around, without_workers, worker_counts
@@ -216,23 +217,19 @@ def project_outcome(
 
 def trials_table(outcome: Outcome) -> str:
     """Every trial as a Markdown row: settings, samples/s of each run, against the untouched, input wait, seconds."""
-    rows = [
-        "| # | settings | samples/s | runs | vs untouched | input wait | seconds | note |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    base = outcome.trials[0].rate
+    header = ["#", "settings", "samples/s", "runs", "vs untouched", "input wait", "seconds", "note"]
+    rows, base = [], outcome.trials[0].rate
     for index, trial in enumerate(outcome.trials, 1):
         note = trial.label + (" (chosen)" if trial is outcome.chosen else "")
-        figures = "- | - | - | -"  # samples/s, each run's, against the untouched, input wait: none where it failed
+        figures = ["-"] * 4  # samples/s, each run's, against the untouched, input wait: none where it failed
         if trial.error is not None:
             note += f"; failed: {trial.error}"
         else:
             runs = ", ".join(f"{r:,.0f}" for r in trial.rates)
             wait = f"{trial.wait:.0%}" if trial.wait is not None else "-"
-            versus = f"{trial.rate / base:.2f}x" if base else "-"
-            figures = f"{trial.rate:,.0f} | {runs} | {versus} | {wait}"
-        rows.append(f"| {index} | {describe(trial.settings)} | {figures} | {trial.seconds:.1f} | {note} |")
-    return "\n".join(rows)
+            figures = [f"{trial.rate:,.0f}", runs, f"{trial.rate / base:.2f}x" if base else "-", wait]
+        rows.append([index, describe(trial.settings), *figures, f"{trial.seconds:.1f}", note])
+    return markdown_table(header, rows)
 
 
 def loader_args(outcome: Outcome, knobs: Knobs) -> dict[str, object]:

@@ -3,7 +3,7 @@
 A new pipeline is a module with a :class:`~mnistperf.data.pipelines.base.Pipeline` subclass and
 one line in ``PIPELINES``. Everything else reads this dict: the names ``fit`` accepts, the list in
 ``fit --help``, the order ``tune`` tries them in (each class's ``tune_rank``) and the docs table
-(:func:`markdown_table`).
+(:func:`pipelines_table`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from mnistperf.data.pipelines.stream import StreamPipeline
 from mnistperf.data.pipelines.v1 import V1Pipeline
 from mnistperf.data.pipelines.v2 import V2Pipeline
 from mnistperf.errors import ConfigError
+from mnistperf.tables import markdown_table
 
 PIPELINES: dict[str, type[Pipeline]] = {
     "v1": V1Pipeline,
@@ -62,23 +63,19 @@ def help_lines(indent: int = 2, width: int = 10) -> list[str]:
     return [f"{' ' * indent}{name:<{width}} {summary(name)}" for name in PIPELINES]
 
 
-def markdown_table() -> str:
+def pipelines_table() -> str:
     """The registry as a Markdown table: each pipeline's module, what it does and what it supports."""
     order = tune_order()
 
     def yes(flag: bool) -> str:
         return "yes" if flag else "-"
 
-    header = (
-        "| data.pipeline | module | what it does | DataLoader workers | val_source fraction | remote data_dir | "
-        "batches_per_step > 1 | tune's order |"
-    )
-    lines = [header, "|---|---|---|---|---|---|---|---|"]
-    for name, cls in PIPELINES.items():
-        module = cls.__module__.rpartition(".")[2] + ".py"
-        tried = str(order.index(name) + 1) if name in order else "-"
-        lines.append(
-            f"| `{name}` | {module} | {summary(name)} | {yes(cls.uses_workers)} | {yes(cls.can_split_off)} | "
-            f"{yes(cls.reads_uris)} | {yes(cls.groups_batches)} | {tried} |"
-        )
-    return "\n".join(lines)
+    header = ["data.pipeline", "module", "what it does", "DataLoader workers", "val_source fraction"]
+    header += ["remote data_dir", "batches_per_step > 1", "tune's order"]
+    rows = [
+        [f"`{name}`", cls.__module__.rpartition(".")[2] + ".py", summary(name), yes(cls.uses_workers)]
+        + [yes(cls.can_split_off), yes(cls.reads_uris), yes(cls.groups_batches)]
+        + [str(order.index(name) + 1) if name in order else "-"]
+        for name, cls in PIPELINES.items()
+    ]
+    return markdown_table(header, rows)

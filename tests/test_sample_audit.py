@@ -870,7 +870,7 @@ def test_a_checkpoint_saved_inside_an_epoch_the_audit_cannot_hash_leaves_the_fit
     def unhashable(self, steps):
         raise RuntimeError("these rows cannot be read as words")
 
-    monkeypatch.setattr(Fingerprinter, "held", unhashable)
+    monkeypatch.setattr(Fingerprinter, "fingerprints", unhashable)
     checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_last=True)
     audit = SampleAudit()
     fit_module(
@@ -932,11 +932,11 @@ def test_sequences_padded_to_each_batchs_longest_past_max_words_are_said_to_miss
 def test_widths_vary_where_one_loaders_tensor_comes_in_several_one_past_max_words_not_across_loaders():
     hash = Fingerprinter(max_words=8)
     rows = [held_steps.Rows([torch.ones(2, width, dtype=torch.int16)], 2) for width in (8, 12)]
-    hash.held([rows[0]])
+    hash.fingerprints([rows[0]])
     assert hash.widths_vary() is None  # one width so far
-    hash.held([rows[1]])  # every word of the first, positions drawn of the second: two fingerprints of one sample
+    hash.fingerprints([rows[1]])  # every word of the first, positions drawn of the second: two of one sample
     assert hash.widths_vary() == [8, 12]
     apart = Fingerprinter(max_words=8)
-    apart.held([rows[0]], loader=0)
-    apart.held([rows[1]], loader=1)  # two loaders, each of one width: nothing varies
+    apart.fingerprints([rows[0]], loader=0)
+    apart.fingerprints([rows[1]], loader=1)  # two loaders, each of one width: nothing varies
     assert apart.widths_vary() is None

@@ -56,7 +56,7 @@ class SampleIdentity:
                 raise SampleAuditError(audit_text.not_sample_indices(self.sample_id, ids))
             return ids.reshape(-1).to(torch.int64)
         found = self.rows(batch)
-        return found if isinstance(found, torch.Tensor) else self.hash.held([found])
+        return found if isinstance(found, torch.Tensor) else self.hash.fingerprints([found])
 
     def rows(self, batch: Any) -> Rows | torch.Tensor:
         """The batch's rows that hold its samples and how many; or, made at once, its samples' fingerprints.

@@ -252,7 +252,7 @@ class Fingerprinter:
                 found[picked] = self.graphs(Graphs(len(picked), [bag_batches.segments(bags, picked)]), own)
         return found
 
-    def held(self, steps: Sequence[Rows], loader: int = 0) -> torch.Tensor:
+    def fingerprints(self, steps: Sequence[Rows], loader: int = 0) -> torch.Tensor:
         """Fingerprints [samples] of several steps' samples, their tensors of one layout; widths kept by ``loader``."""
         if steps[0].bags is not None:
             return self.bags(*joined_bags(steps))

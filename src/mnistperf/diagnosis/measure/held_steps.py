@@ -89,7 +89,7 @@ def joined_graphs(steps: Sequence[Rows]) -> tuple[Graphs, list[torch.Tensor]]:
 class Hash(Protocol):
     """What fingerprints held steps (a :class:`~mnistperf.diagnosis.measure.fingerprint.Fingerprinter`)."""
 
-    def held(self, steps: Sequence[Rows], loader: int = 0) -> torch.Tensor:
+    def fingerprints(self, steps: Sequence[Rows], loader: int = 0) -> torch.Tensor:
         """Fingerprints [samples] of steps of one layout, one after the other (``loader``: whose they are)."""
         ...
 
@@ -119,4 +119,4 @@ class HeldSteps:
     def _hashed(self, held: list[Rows], loader: int) -> list[torch.Tensor]:
         """Each run of steps of one layout (graph or bag steps apart; tensors' types, shapes past the first), hashed."""
         layout = lambda step: (step.graph_nodes, step.bags, [(t.dtype, t.shape[1:]) for t in step.tensors])  # noqa: E731
-        return [self.hash.held(list(run), loader) for _, run in itertools.groupby(held, key=layout)]
+        return [self.hash.fingerprints(list(run), loader) for _, run in itertools.groupby(held, key=layout)]

@@ -102,7 +102,7 @@ def misfit(value: Any, shape: Any, where: str = "") -> str | None:
         inners = shape if isinstance(shape, tuple) else shape * len(value)
         places = [(item, inner, f"{where}[{i}]") for i, (item, inner) in enumerate(zip(value, inners, strict=True))]
     else:
-        return None if fits(value, shape) else f"{where or 'it'} is {json_said(value)}, not {said(shape)}"
+        return None if fits(value, shape) else f"{where or 'it'} is {json_said(value)}, not {shape_said(shape)}"
     return next((found for place in places if (found := misfit(*place))), None)
 
 
@@ -115,7 +115,7 @@ def fits(value: Any, shape: Any) -> bool:
     return isinstance(value, (int, float) if shape is float else shape)
 
 
-def said(shape: Any) -> str:
+def shape_said(shape: Any) -> str:
     """What fits ``shape``, in words."""
     if isinstance(shape, frozenset):
         return "one of " + ", ".join(sorted(shape))

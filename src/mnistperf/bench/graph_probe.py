@@ -251,8 +251,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
     lines.append(markdown_table(header, rows, right={1, 3, 4}))
     for r in measured.values():
         lines += ["", f"## {r['variant']}: the {TOP_KERNELS} longest kernels", ""]
-        kernels = [[f"`{k['kernel'][:110]}`", f"{k['us_per_replay']:.1f}", k["calls"]] for k in r["top_kernels"]]
-        lines.append(markdown_table(["kernel", "us per replay", "calls"], kernels, right={1, 2}))
+        top = [[f"`{k['kernel'][:110]}`", f"{k['us_per_replay']:.1f}", k["calls"]] for k in r["top_kernels"]]
+        lines.append(markdown_table(["kernel", "us per replay", "calls"], top, right={1, 2}))
     return "\n".join(lines) + "\n"
 
 

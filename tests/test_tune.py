@@ -9,6 +9,7 @@ import yaml
 from conftest import CONFIGS, fails_in_one_line, run_stage, stage_params
 
 from mnistperf.cli import main
+from mnistperf.data.ingest import prepare
 from mnistperf.tune import policy, probes, stages
 from mnistperf.tune.command import probes_path, tuned_config
 from mnistperf.tune.search import Outcome, Run, Search, Trial
@@ -56,6 +57,16 @@ def test_a_loader_faster_than_the_step_stops_the_search(workdir, monkeypatch, ca
     out = capsys.readouterr().out
     assert "stopped: compute-bound: the loader" in out
     assert out.count("] loader") == 1
+
+
+@pytest.mark.usefixtures("short_probes")
+def test_tune_on_data_not_yet_prepared_prepares_it_as_fit_does(fake_raw, tmp_path, monkeypatch, capsys):
+    """A newcomer's first command may be tune: the official files are made into Parquet first, not refused."""
+    monkeypatch.setattr(probes, "time_step", lambda *a, **k: [10.0, 10.0])  # the first loader outruns it: one probe
+    settings = ["--set", "data.dataset=mnist", "--set", f"data.source_root={fake_raw.root}"]
+    tune("--config", str(CONFIGS / "v1_bs512.yaml"), *settings, "--out", "tuned.yaml")
+    assert "stopped: compute-bound: the loader" in capsys.readouterr().out
+    assert all(prepare.split_path(tmp_path / "data", "mnist", split).is_file() for split in prepare.SPLITS)
 
 
 @pytest.mark.usefixtures("short_probes")

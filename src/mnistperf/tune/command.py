@@ -173,6 +173,7 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
     # Probes time one batch per step; groups of batches (v4_graphed) only shape Lightning's loop around a graph.
     options = {**{k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}, "batches_per_step": 1}
     log(f"tuning {opts.config}: {usable_cpus()} usable CPUs, budget {opts.budget_s:g} s")
+    cli.datamodule.prepare_data()  # as fit does: the official files made into Parquet where they are missing
     probes = Probes(options, model, device, str(cli.trainer.precision))
     pipelines = stages.pipelines_to_try(options, device, log)
     epoch_samples = stages.split_rows(cli.datamodule)

@@ -48,6 +48,16 @@ def native_bf16(accelerator) -> bool:
     return wants_gpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
+def check_accelerator(accelerator) -> None:
+    """One line where the run asks for a CUDA GPU this machine does not have, before the device line names another."""
+    if str(accelerator) in ("gpu", "cuda") and run_device(str(accelerator)).type == "cpu":  # gpu: MPS too
+        build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise ConfigError(
+            f"trainer.accelerator {accelerator}: this machine has no CUDA GPU that torch {torch.__version__} "
+            f"({build}) can use; give --trainer.accelerator auto (CUDA where present, else the CPU) or cpu"
+        )
+
+
 # fit --help's lines for the trainer's options a user of this lab changes, after the DataModule's (fit_help_lines).
 TRAINER_OPTIONS = """\
   --trainer.max_epochs N            epochs to train
@@ -223,6 +233,7 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         # Here, before Lightning seeds and builds anything, so the device line is the run's first.
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
+        check_accelerator(config.trainer.accelerator)
         precision_note = self._resolve_precision(config)
         announce = self._announce or (subcommand if self._announce_subcommand else None)
         if announce and rank_zero_only.rank == 0:  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -131,7 +132,15 @@ def test_every_stage_configs_timer_advises_in_the_labs_terms(config):
     assert hints_given(parse_fit_config(("--config", str(CONFIGS / config))).trainer) == LAB_HINTS["input-bound"]
 
 
-def test_a_timer_whose_config_names_no_hints_advises_in_anyones_terms():
+def test_every_stage_and_option_the_labs_hints_name_exists():
+    """A hint that names a stage or an option sends the user to a config, or to a --set, that must be there."""
+    said = " ".join(hint for hints in LAB_HINTS.values() for hint in hints)
+    stages = set(re.findall(r"\bstages? (\w+)", said))
+    options = set(re.findall(r"\b((?:data|model|trainer)\.\w+)", said))
+    assert stages >= {"v1_bs512", "v4_graphed"} and options >= {"data.batch_size", "model.cuda_graph"}
+    assert [stage for stage in stages if not (CONFIGS / f"{stage}.yaml").is_file()] == []
+    config = parse_fit_config(("--config", str(CONFIGS / "v4_graphed.yaml"))).config
+    assert [option for option in options if config.get(option, "absent") == "absent"] == []
     """Nothing is added to a callback once it is built: without hints of its own a timer keeps the general ones."""
     lab = parse_fit_config(("--config", str(CONFIGS / "v2_pinned.yaml"), "--trainer.callbacks.init_args.hints", "null"))
     timer = {"class_path": "mnistperf.diagnosis.EpochTimer"}

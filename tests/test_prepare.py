@@ -71,8 +71,12 @@ def test_no_source_reachable_says_how_to_get_the_data(fake_raw, tmp_path):
     with pytest.raises(DataError) as error:
         prepare.prepare_dataset("mnist", tmp_path / "data", source_root=tmp_path / "empty", log=lambda m: None)
     message = str(error.value)
-    assert "--source-root" in message and "dataset-fashion-mnist" in message and "train-images" in message
+    assert "--source-root" in message and "train-images" in message
     assert not (tmp_path / "data" / "MNIST" / "train.parquet").exists()
+    # Debian packages FashionMNIST alone: its package is named for FashionMNIST and never for MNIST
+    assert "Debian" not in message
+    said = sources.how_to_get(sources.DATASETS["fashion_mnist"])
+    assert "files; or install Debian's package dataset-fashion-mnist (into " in said
 
 
 class Forbidden(http.server.BaseHTTPRequestHandler):

@@ -47,6 +47,7 @@ class DatasetSpec:
     source_folder: str  # the raw folder name, e.g. "fashion-mnist"
     mirrors: tuple[str, ...]
     splits: dict[str, tuple[RawFile, RawFile]]  # split -> (images, labels)
+    debian_package: str | None = None  # the Debian package that installs the files, where there is one
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -73,6 +74,7 @@ DATASETS: dict[str, DatasetSpec] = {
         name="fashion_mnist",
         folder="FashionMNIST",
         source_folder="fashion-mnist",
+        debian_package="dataset-fashion-mnist",
         mirrors=("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
         splits={
             "train": (
@@ -99,11 +101,11 @@ def how_to_get(spec: DatasetSpec, option: str = PREPARE_OPTION) -> str:
         spec: the dataset whose raw files are missing.
         option: how the command that failed takes the source folder.
     """
+    package, into = spec.debian_package, SYSTEM_DATASETS_DIR / spec.source_folder
+    installed = f"or install Debian's package {package} (into {into}); " if package else ""
     return (
         f"pass {option} DIR (or set {SOURCE_ROOT_ENV}) where DIR/{spec.source_folder}/ holds the "
-        f"four official .gz files; or install Debian's package dataset-fashion-mnist "
-        f"(FashionMNIST only, into {SYSTEM_DATASETS_DIR}/fashion-mnist); or allow network access to "
-        f"{spec.mirrors[0]}"
+        f"four official .gz files; {installed}or allow network access to {spec.mirrors[0]}"
     )
 
 

@@ -215,6 +215,28 @@ def test_lightning_dispatches_only_the_batch_hooks_the_timer_uses_and_a_subclass
     assert watching.backwards == EPOCHS * ROWS // BATCH
 
 
+def test_a_timer_listed_twice_stands_aside_saying_so_and_the_first_times_the_fit_as_alone(tmp_path, capsys):
+    """Two timers would each read the other's hooks inside their steps and windows: the second does nothing."""
+    first, second = EpochTimer(window_share=None), EpochTimer(window_share=None)
+    data = DataLoader(TensorDataset(*features()), batch_size=BATCH)
+    trainer = fit_module(
+        TupleBatches(),
+        data,
+        callbacks=[first, second],
+        max_epochs=EPOCHS,
+        logger=TensorBoardLogger(tmp_path, "foreign"),
+    )
+    check_reported(first, trainer)
+    assert first.busy_window is not None and first.busy_window.get("share") is not None  # the window read a share
+    assert second.epochs == [] and second.summary_path is None
+    out = capsys.readouterr().out
+    assert out.count("EpochTimer: listed twice among the trainer's callbacks") == 1
+    assert out.count("Verdict:") == 1 and out.count("timing summary written") == 1
+
+    alone, trainer = timed(TupleBatches(), tmp_path / "alone", data, timer=second)  # its hooks back for its next fit
+    check_reported(alone, trainer)
+
+
 def test_bare_tensor_batches_under_manual_optimization(tmp_path):
     timer, trainer = timed(BareTensorsManual(), tmp_path, DataLoader(features()[0], batch_size=BATCH))
     check_reported(timer, trainer)

@@ -45,7 +45,15 @@ from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
-from mnistperf.upstream import swap_profiler
+from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
+
+# The hooks an EpochTimer standing aside (:meth:`EpochTimer.setup`) has Lightning skip: every on_* hook, but the two
+# Lightning calls directly rather than through the hooks' dispatch, which skips a hook set to None
+ASIDE = tuple(
+    hook
+    for hook in vars(Callback)
+    if hook.startswith("on_") and hook not in ("on_save_checkpoint", "on_load_checkpoint")
+)
 
 
 class EpochTimer(Callback):
@@ -95,6 +103,7 @@ class EpochTimer(Callback):
         self._flops = FirstStep(flops_per_batch)
         self._sampled = SampledSteps(self, EpochTimer, torch.device("cpu"))  # on the module's device once fitting
         self._project_hints = self.hints  # the advice in the project's terms, once its loaders are read
+        self._aside: list[str] = []  # the hooks it stopped where another EpochTimer times the fit
         skip_unused_batch_hooks(self)
 
     @property
@@ -110,6 +119,16 @@ class EpochTimer(Callback):
     @staticmethod
     def _fitting(trainer: Trainer) -> bool:
         return not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING
+
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """Stand aside, saying so, where another EpochTimer comes first: two would each time the other's work."""
+        callbacks = cast(TrainerAttributes, trainer).callbacks
+        if next(c for c in callbacks if isinstance(c, EpochTimer)) is not self:
+            self._aside = [hook for hook in ASIDE if callable(getattr(self, hook))]
+            for hook in self._aside:
+                skip_hook(self, hook)
+            Reporter("EpochTimer").say_once(trainer, epoch_text.TWICE)
 
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -150,6 +169,11 @@ class EpochTimer(Callback):
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self._aside:  # a fit it stood aside from: its hooks back for the next
+            for hook in self._aside:
+                restore_hook(self, hook)
+            self._aside = []
+            return
         with self.problems.guard("giving back the loggers' and the module's calls timed on a step"):
             self._timed_steps.stop()
         with self.problems.guard("giving the trainer its profiler back"):

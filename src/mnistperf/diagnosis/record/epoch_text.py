@@ -89,6 +89,12 @@ def unsplit(reason: str) -> str:
     return f"train time is not split into forward, backward and optimizer: {reason}."
 
 
+TWICE = (
+    "listed twice among the trainer's callbacks, so this one stays out of the fit and the first times it alone; "
+    "remove one of them from the callbacks"
+)
+
+
 # What each count beside the timer's is, in an epoch's line.
 COUNTED_BY = {"logged": "self.log's batch sizes", "audit": "SampleAudit", "loader": "the loader's length"}
 

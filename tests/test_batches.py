@@ -531,7 +531,8 @@ def test_a_batch_of_one_graph_says_once_that_its_graph_is_counted_and_how_to_cou
     assert out.count(f"EpochTimer: a training batch (GraphBatch) {said}; pass EpochTimer(") == 1
     assert out.count("1 sample a batch is audited (the graphs of its GraphBatch); pass sample_id=") == 1
     assert format_counts({"counted": 1, "batch": 1, "lightning": len(nodes)}).endswith(
-        f"{len(nodes)} a batch where 1 is counted"
+        f"{len(nodes)} a batch where 1 is counted, and self.log weighs its epoch means by Lightning's reading unless "
+        "given batch_size="
     )
     assert out.count("sample audit, epoch 2: 1 sample seen, 1 distinct") == 1
     # a batch of several graphs, or of one graph of one node, says nothing
@@ -631,9 +632,34 @@ def test_lightnings_reading_that_differs_from_the_readers_is_said_with_both(caps
     assert [row["sample_counts"] for row in timer.epochs] == [
         {"counted": SAMPLES * BATCHES, "batch": SAMPLES, "lightning": CHANNELS}
     ] * 2
-    assert (
-        capsys.readouterr().out.count(f"; samples disagree: Lightning reads 3 a batch where {SAMPLES} are counted") == 2
+    said = f"; samples disagree: Lightning reads 3 a batch where {SAMPLES} are counted, and self.log weighs its epoch"
+    assert capsys.readouterr().out.count(f"{said} means by Lightning's reading unless given batch_size=\n") == 2
+
+
+class LogsEachBatchSize(Classifier):
+    """A module that gives self.log the samples of its batch (``batch_size``), every step or only some."""
+
+    def __init__(self, every_step: bool):
+        super().__init__()
+        self.every_step = every_step
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        size = len(batch.label) if self.every_step or batch_idx else None  # only some: Lightning reads the first
+        self.log("loss", loss, on_step=False, on_epoch=True, batch_size=size)
+        return loss
+
+
+@pytest.mark.parametrize("every_step", [True, False])
+def test_lightnings_reading_is_not_said_where_self_log_is_given_each_batch_size(capsys, every_step):
+    """Lightning's reading weighs no mean the module gave its own batch sizes: said only where one it weighs."""
+    timer = EpochTimer()
+    loader = DataLoader(batches_of(IterableBatch), batch_size=None)
+    fit_module(LogsEachBatchSize(every_step), loader, callbacks=[timer, SampleAudit()])
+    assert [row.get("sample_counts") for row in timer.epochs] == (
+        [None] * 2 if every_step else [{"counted": SAMPLES * BATCHES, "batch": SAMPLES, "lightning": CHANNELS}] * 2
     )
+    assert ("Lightning reads" in capsys.readouterr().out) is not every_step
 
 
 def test_counts_that_agree_say_nothing_and_keep_no_row_entry(capsys):

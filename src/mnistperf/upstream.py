@@ -95,10 +95,10 @@ def lightning_batch_size(batch: Any) -> int | None:
 # from the trainer.
 
 
-def logged_samples(trainer: Any) -> int | None:
-    """The most samples ``self.log`` weighed any one value logged from ``training_step`` by over the epoch so far.
+def logged_samples(trainer: Any) -> list[int] | None:
+    """The samples ``self.log`` weighed each value logged from ``training_step`` by over the epoch so far.
 
-    On every epoch mean (``on_epoch=True``, averaged); this rank's; None where none was logged so or it cannot be read.
+    Of every epoch mean (``on_epoch=True``, averaged); this rank's; None where they cannot be read.
     """
     try:
         results = trainer.fit_loop.epoch_loop._results.values()
@@ -109,7 +109,7 @@ def logged_samples(trainer: Any) -> int | None:
         ]
     except Exception:  # another Lightning's private layout: nothing read
         return None
-    return max(sizes, default=None)
+    return sizes
 
 
 # ---------------------------------------------------------------- Lightning: LightningCLI and checkpoints

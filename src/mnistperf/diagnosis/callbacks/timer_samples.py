@@ -108,10 +108,13 @@ class TimerSamples:
         The others: the batch sizes ``self.log`` was given, where more than counted (a module that logs some steps only
         gives it fewer) and not the largest step's count on every step (a module that logs its configured batch
         size, the short last batch's too); the audit's beside; the loader's length times its batch size; and
-        Lightning's reading of the epoch's first batch.
+        Lightning's reading of the epoch's first batch, unless every value ``self.log`` averaged was given its
+        batch size as counted.
         """
-        logged = logged_samples(trainer)
-        rounded = logged == self.steps * self.most  # every step logged as the largest
+        sizes = logged_samples(trainer)
+        logged = max(sizes or [], default=None)
+        whole = self.steps * self.most  # every step logged as the largest
+        rounded = logged == whole
         others: dict[str, int | None] = {
             "logged": logged if logged is not None and logged > self.counted and not rounded else None,
             "audit": audited_samples(trainer),
@@ -122,6 +125,8 @@ class TimerSamples:
             others["loader"] = loader_samples(trainer.train_dataloader, last + 1)
         counts = disagreeing(self.counted, others) or {}
         batch, lightning = self._first_batch or (0, None)
-        if lightning is not None and lightning != batch and not math.isnan(self.counted):
+        # Lightning's reading weighs no mean the module gave its own batch sizes, each as counted
+        given = bool(sizes) and all(size in (self.counted, whole) for size in sizes or [])
+        if lightning is not None and lightning != batch and not math.isnan(self.counted) and not given:
             counts = {"counted": int(self.counted), **counts, "batch": batch, "lightning": lightning}
         return counts or None

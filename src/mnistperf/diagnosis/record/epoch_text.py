@@ -116,7 +116,10 @@ def format_counts(counts: dict[str, int] | None) -> str:
         said.append(f"{counts['counted']:,} counted{agree}, {', '.join(others)}")
     if "lightning" in counts:
         are = "is" if counts["batch"] == 1 else "are"
-        said.append(f"Lightning reads {counts['lightning']:,} a batch where {counts['batch']:,} {are} counted")
+        said.append(
+            f"Lightning reads {counts['lightning']:,} a batch where {counts['batch']:,} {are} counted, and self.log "
+            "weighs its epoch means by Lightning's reading unless given batch_size="
+        )
     return f"; samples disagree: {'; '.join(said)}"
 
 

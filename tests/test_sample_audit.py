@@ -23,6 +23,7 @@ from torch.utils.data import (
     Sampler,
     SubsetRandomSampler,
     WeightedRandomSampler,
+    default_collate,
 )
 
 from mnistperf.diagnosis import EpochTimer
@@ -100,6 +101,34 @@ def test_a_loader_that_repeats_samples_reports_the_duplicates(form, capsys):
     audit = audited(DataLoader(Rows(form), batch_size=5, sampler=order), SampleAudit(), epochs=1)
     assert counts(audit.epochs[0]) == (ROWS + 3, ROWS, 3, 0)
     assert "3 duplicates, 0 missing; samples identified by content" in capsys.readouterr().out
+
+
+class WeightsFirst(Rows):
+    """Each batch led by a tensor of the project's own, not a sample's (three class weights), then its samples."""
+
+    def __getitem__(self, i: int):
+        return {"class_weights": torch.ones(3) / 3, "image": self.x[i], "label": self.y[i], "index": i}
+
+
+def collate_weights_first(items: list) -> dict:
+    samples = default_collate([{key: item[key] for key in ("image", "label", "index")} for item in items])
+    return {"class_weights": items[0]["class_weights"], **samples}
+
+
+def test_counts_of_a_guessed_sample_say_so_ask_no_cause_and_stop_no_fit_under_strict(capsys):
+    """What a sample is was a guess (the first tensor's 3 rows): its counts are said to be the guess's, no cause of
+    the data's is guessed beside them, and strict=True leaves the fit to run, saying once what to pass."""
+    loader = DataLoader(WeightsFirst(), batch_size=6, shuffle=True, collate_fn=collate_weights_first)
+    audit = audited(loader, SampleAudit(strict=True), epochs=3)
+    assert [counts(row) for row in audit.epochs] == [(12, 1, 11, ROWS - 1)] * 3  # the same 3 weights every batch
+    assert all(row["guessed"] for row in audit.epochs)
+    out = capsys.readouterr().out
+    assert out.count(f"11 duplicates, {ROWS - 1} missing; what a sample is was a guess") == 3
+    assert "identified by content" not in out and "reshuffled" not in out
+    assert out.count("SampleAudit: strict=True stops no fit on counts of a guess; pass sample_id= or") == 1
+
+    named = audited(loader, SampleAudit(strict=True, sample_id="index"), epochs=1)
+    assert [counts(row) for row in named.epochs] == [(ROWS, ROWS, 0, 0)] and "guessed" not in named.epochs[0]
 
 
 def test_timing_json_keeps_the_audits_rows_and_problems_beside_the_timers_figures(tmp_path):

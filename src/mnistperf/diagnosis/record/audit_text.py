@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+GUESSED = (
+    "what a sample is was a guess (the batch's tensors lead with different lengths, as said at the fit's start), and "
+    "so are these counts: pass sample_id= or fingerprint="
+)
+STRICT_ON_A_GUESS = "strict=True stops no fit on counts of a guess; pass sample_id= or fingerprint= to audit them"
+
 
 def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = (), draws: bool | None = None) -> str:
     """SampleAudit's line of an epoch: its counts and what explains its duplicates where it knows, or why not audited.
@@ -26,6 +32,8 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
         line += f" of {size:,}: {duplicates:,} duplicates, {missing}"
     if row.get("limited"):
         line += f" ({row['limited']})"
+    if row.get("guessed"):
+        line += f"; {GUESSED}"
     if row.get("dropped_last"):
         line += f"; drop_last=True leaves the last {row['dropped_last']:,} samples of each epoch's order out, by design"
     if row.get("batch_sampler"):
@@ -82,7 +90,8 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     if streams:
         line += "; " + read_whole(streams["workers"], streams["ranks"], streams["stream"])
     explained = duplicates if streams else padded + sum(cycled.values()) + replayed
-    if duplicates > explained and by_content:
+    guessed = bool(row.get("guessed"))  # then the guess is what a cause would be said of: none is
+    if duplicates > explained and by_content and not guessed:
         sampler = {
             True: ", and its sampler draws with replacement, repeating some by design",
             None: ", and a sampler that draws at random may repeat some by design",
@@ -97,9 +106,11 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
             + (", and a field drawn afresh each step hides a repeat" if len(fields) > 1 else "")
             + " (sample_id= names an index field, fingerprint= what identifies a sample)"
         )
-    elif duplicates > explained and draws:  # samples the user identifies: the sampler alone repeats them
+    elif (
+        duplicates > explained and draws and not guessed
+    ):  # samples the user identifies: the sampler alone repeats them
         line += "; its sampler draws with replacement, repeating some by design"
-    if row["same_order_ranks"]:
+    if row["same_order_ranks"] and not guessed:
         line += (
             f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "
             f"rank{'s' if ranks > 1 else ''}: is the sampler (or the stream) reshuffled every epoch?"

@@ -334,8 +334,9 @@ def test_an_accumulation_changed_by_epoch_is_followed_by_the_split():
 
 
 def test_a_one_step_fit_says_why_it_has_no_split(capsys):
-    module, timer, _, trainer = watched(lambda: DataLoader(Indexed(), batch_size=BATCH), fast_dev_run=True)
+    module, timer, audit, trainer = watched(lambda: DataLoader(Indexed(), batch_size=BATCH), fast_dev_run=True)
     (row,) = timer.epochs
+    assert audit.epochs[0]["limited"].startswith("fast_dev_run=True: the epoch trains 1 of the loader's")  # its own
     assert row["samples"] == module.samples(1) == BATCH and row["forward_s"] is None
     reason = "the epoch trained step 1 only, and the split times step 2 of an epoch, then one in each 16 after it"
     assert row["split_reason"] == reason

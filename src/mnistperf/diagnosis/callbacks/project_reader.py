@@ -92,7 +92,8 @@ def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
         return None
     if not math.isfinite(trained) or trained >= batches:
         return None
-    option = "overfit_batches" if cast(TrainerAttributes, trainer).overfit_batches else "limit_train_batches"
+    options = ("fast_dev_run", "overfit_batches", "limit_train_batches")  # what sets the others, first
+    option = next(name for name in options if getattr(trainer, name, None) or name == options[-1])
     return f"{option}={getattr(trainer, option)}: the epoch trains {int(trained):,} of the loader's {batches:,} batches"
 
 

@@ -64,6 +64,27 @@ def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_sho
     assert gpu[0]["GPU busy"] == "23%"
 
 
+def test_bounded_epochs_of_different_batch_sizes_compare_per_sample_and_show_no_published_whole_epochs():
+    """Ten batches of 16 against ten of 512: an epoch 2.7x as long that trains 32x the samples is 12x as fast."""
+
+    def bounded(train: float, samples: int) -> dict:
+        return {**summary(train, 0.2), "epochs": [{"samples": samples}] * 2}
+
+    rows = [
+        Row("v1_naive", "v1_naive", summaries=[bounded(1.0, 160)]),
+        Row("v2_pinned", "v2_pinned", summaries=[bounded(3.0, 5120)]),
+    ]
+    table = table_rows(rows, {"limit_train_batches": 10})
+    assert [row["speed-up"] for row in table] == ["1.0x", f"{(1.2 / 160) / (3.2 / 5120):.1f}x"] == ["1.0x", "12.0x"]
+    assert table[1]["published train s/epoch"] == table[1]["published speed-up"] == ""  # whole epochs': not these
+    whole = table_rows(
+        [Row(r.label, r.stage, summaries=[bounded(s["avg_train_s"], 60_000)]) for r in rows for s in r.summaries]
+    )
+    assert whole[1]["speed-up"] == f"{1.2 / 3.2:.1f}x" and whole[1]["published train s/epoch"] != ""
+    assert len(chart_figure(rows, "cpu", settings={"limit_train_batches": 10}).axes[0].containers) == 1  # measured
+    assert len(chart_figure(rows, "cpu").axes[0].containers) == 2  # and the published beside
+
+
 def test_the_gpu_busy_column_names_the_steps_each_run_profiled_on_cuda_and_no_cpu_window():
     def windowed(device: str, first: int | None, epoch: int = 2) -> dict:
         window = {"device": device, "share": 0.5, "epoch": epoch, "first_step": first, "last_step": (first or 0) + 19}

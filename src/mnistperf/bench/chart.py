@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from mnistperf.atomic import atomic_write
 from mnistperf.bench import published
@@ -14,7 +15,7 @@ from mnistperf.errors import ConfigError
 LOG_SCALE_RANGE = 20  # bars further apart than this (largest / smallest) are drawn on a log axis
 
 
-def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
+def chart_figure(rows: list[Row], device: str, log_scale: bool = False, settings: dict[str, Any] | None = None):
     """The ladder as bars: per row, its measured train s/epoch and the published figure where the stage has one.
 
     Each bar is labelled with its speed-up; the axis is logarithmic when asked or when the bars span more than
@@ -24,10 +25,11 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
         rows: the bench's rows; those without a result are left out.
         device: what the measured bars ran on, for the legend.
         log_scale: a log axis whatever the range.
+        settings: those the bench ran with (bounded epochs are not set beside the published whole ones).
     """
     import matplotlib.pyplot as plt
 
-    bench = Bench(rows)
+    bench = Bench(rows, settings or {})
     done = [r for r in rows if r.med(AVG_TRAIN_S.name)]
     if not done:
         return None
@@ -65,7 +67,9 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False):
     return fig
 
 
-def write_chart(rows: list[Row], path: Path, device: str, log_scale: bool) -> Path | None:
+def write_chart(
+    rows: list[Row], path: Path, device: str, log_scale: bool, settings: dict[str, Any] | None = None
+) -> Path | None:
     """Draw :func:`chart_figure` into a PNG; None when matplotlib is not installed or no row has a result."""
     try:
         import matplotlib
@@ -74,7 +78,7 @@ def write_chart(rows: list[Row], path: Path, device: str, log_scale: bool) -> Pa
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig = chart_figure(rows, device, log_scale)
+    fig = chart_figure(rows, device, log_scale, settings)
     if fig is None:
         return None
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
@@ -96,4 +100,5 @@ def redraw_chart(folder: Path, log_scale: bool = False) -> Path | None:
         raise ConfigError(
             f"--redraw {folder}: no bench results.json readable there ({exc}); give a folder the bench wrote."
         ) from None
-    return write_chart(rows, folder / "chart.png", results.get("environment", {}).get("device", ""), log_scale)
+    device = results.get("environment", {}).get("device", "")
+    return write_chart(rows, folder / "chart.png", device, log_scale, results.get("settings"))

@@ -1,9 +1,9 @@
 """A bench row over its repeats and every column of it, each defined once in ``COLUMNS``.
 
 Each row is one configuration (a stage, possibly with sweep overrides) over its repeats: medians with min-max,
-speed-up of steady-state epoch time against the first row, and the published figures beside it where the stage
-has them. A column holds its results.csv key, its table header, its value and how the table shows it: the table,
-results.csv and the chart all read it.
+speed-up of steady-state epoch time against the first row (per sample, where their epochs differ), and the published
+figures beside it where the stage has them. A column holds its results.csv key, its table header, its value and how
+the table shows it: the table, results.csv and the chart all read it.
 """
 
 from __future__ import annotations
@@ -128,9 +128,9 @@ class Bench:
     settings: dict[str, Any] = field(default_factory=dict)
 
     @functools.cached_property
-    def first_epoch_s(self) -> float | None:
-        """Steady-state seconds per epoch of the first row that has them: what every speed-up is against."""
-        return next((r.epoch_s for r in self.rows if r.epoch_s), None)
+    def first(self) -> Row | None:
+        """The first row with steady-state seconds per epoch: what every speed-up is against."""
+        return next((r for r in self.rows if r.epoch_s), None)
 
     @functools.cached_property
     def swept(self) -> list[str]:
@@ -138,8 +138,16 @@ class Bench:
         return sorted({key for r in self.rows for key in r.overrides})
 
     def speedup(self, row: Row) -> float | None:
-        """The first row's seconds per epoch over this row's."""
-        return self.first_epoch_s / row.epoch_s if self.first_epoch_s and row.epoch_s else None
+        """The first row's seconds per epoch over this row's.
+
+        Per training sample where their epochs train different numbers (epochs bounded to K batches of different sizes).
+        """
+        first = self.first
+        if first is None or first.epoch_s is None or not row.epoch_s:
+            return None
+        theirs, mine = first.samples_per_epoch, row.samples_per_epoch
+        per_sample = (mine / theirs) if theirs and mine and theirs != mine else 1.0
+        return first.epoch_s / row.epoch_s * per_sample
 
     def note(self, row: Row) -> str:
         """A row's error; for a reference row, the train time of each row of its stage over its own."""
@@ -168,9 +176,13 @@ def _verdicts(row: Row) -> str | None:
     return "/".join(sorted({s["verdict"] for s in row.summaries})) or None
 
 
-def _published(row: Row, index: int) -> float | None:
-    """Published figure ``index`` (train s/epoch, test s/epoch, total s, speed-up) of an unmodified stage row."""
-    figures = published.STAGES.get(row.stage) if not row.overrides and row.runner == "lightning" else None
+def _published(row: Row, index: int, bench: Bench) -> float | None:
+    """Published figure ``index`` (train s/epoch, test s/epoch, total s, speed-up) of an unmodified stage row.
+
+    None where the bench bounded its epochs to fewer batches: the published are whole epochs'.
+    """
+    unmodified = not row.overrides and row.runner == "lightning" and bench.settings.get("limit_train_batches") is None
+    figures = published.STAGES.get(row.stage) if unmodified else None
     return figures[index] if figures else None
 
 
@@ -233,8 +245,10 @@ COLUMNS = [
         },
         lambda v: f"{_fmt(v['peak_main_rss_mb'], 0)} / {_fmt(v['peak_tree_pss_mb'], 0)}",
     ),
-    Column("published_train_s", "published train s/epoch", lambda r, b: _published(r, 0), lambda v: _fmt(v, none="")),
-    Column("published_speedup_x", "published speed-up", lambda r, b: _published(r, 3), lambda v: _times(v, "")),
+    Column(
+        "published_train_s", "published train s/epoch", lambda r, b: _published(r, 0, b), lambda v: _fmt(v, none="")
+    ),
+    Column("published_speedup_x", "published speed-up", lambda r, b: _published(r, 3, b), lambda v: _times(v, "")),
     Column(None, "note", lambda r, b: b.note(r)),
     Column("error", None, lambda r, b: r.error),
 ]
@@ -247,9 +261,9 @@ def shown(key: str, row: Row, bench: Bench) -> str:
     return column.text(column.value(row, bench))
 
 
-def table_rows(rows: list[Row]) -> list[dict[str, str]]:
-    """The table's columns of every row, by header."""
-    bench = Bench(rows)
+def table_rows(rows: list[Row], settings: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    """The table's columns of every row, by header; ``settings``: those the bench ran with."""
+    bench = Bench(rows, settings or {})
     return [{c.header: c.text(c.value(r, bench)) for c in COLUMNS if c.header is not None} for r in rows]
 
 
@@ -263,9 +277,9 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: v for c in COLUMNS if c.key is not None for k, v in c.cells(r, bench).items()} for r in rows]
 
 
-def bench_table(rows: list[Row]) -> str:
+def bench_table(rows: list[Row], settings: dict[str, Any] | None = None) -> str:
     """The printable columns of every row as a Markdown table ('(no rows)' when there are none)."""
-    printable = table_rows(rows)
+    printable = table_rows(rows, settings)
     if not printable:
         return "(no rows)"
     return markdown_table(list(printable[0]), [list(row.values()) for row in printable])

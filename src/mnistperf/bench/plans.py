@@ -188,8 +188,8 @@ def train_batch_limit(batches, config: Path, overrides: dict[str, str]) -> list[
 
     Lightning's ``limit_train_batches`` counts what the loader yields; a stage with ``data.batches_per_step`` k
     yields groups of k batches, so it gets ``ceil(batches / k)`` of them. Every row of a bounded bench then trains
-    (at least) the same batches, and the speed-up column compares like with like; ``train_samples_per_epoch``
-    in results.csv says what each row trained.
+    (at least) the same batches, and the speed-up column compares them per sample where their batch sizes differ;
+    ``train_samples_per_epoch`` in results.csv says what each row trained.
     """
     if not batches:
         return []

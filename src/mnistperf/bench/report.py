@@ -132,10 +132,11 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         f"- published figures: {published.HARDWARE}",
         "- train s/epoch, test s/epoch, samples/s, input wait and verdict: steady-state epochs (2..N), medians "
         "over repeats; epoch 1 is shown apart as warm-up; total s covers every epoch",
-        "- speed-up: steady-state seconds per epoch (train + test) of the first row over this row's",
+        "- speed-up: steady-state seconds per epoch (train + test) of the first row over this row's, per training "
+        "sample where their epochs train different numbers (epochs bounded to K batches of different sizes)",
         *thresholds(rows),
         "",
-        bench_table(rows),
+        bench_table(rows, settings),
         "",
     ]
     steps = per_step_table(rows)
@@ -164,7 +165,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
     for name, text in targets.items():
         atomic_write_text(out / name, text)
         written.append(out / name)
-    chart = write_chart(rows, out / "chart.png", env.get("device", ""), log_scale)
+    chart = write_chart(rows, out / "chart.png", env.get("device", ""), log_scale, settings)
     if chart:
         written.append(chart)
     return written

@@ -262,7 +262,7 @@ def bench_command(argv: Sequence[str]) -> None:
                 row.error = "not run (interrupted)"
     written = write_all(rows, out, settings, opts.log_scale)
     print()
-    print(bench_table(rows))
+    print(bench_table(rows, settings))
     if per_step_table(rows):
         print("\nPer training step:\n" + per_step_table(rows))
     print("\nwritten: " + ", ".join(str(p) for p in written))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 from html import escape
 from html.parser import HTMLParser
@@ -139,6 +141,30 @@ def test_the_report_command_writes_one_run_or_two_compared(tmp_path, capsys):
     assert two.count('class="verdict"') == 2 and self_contained(two)
     main(["report", str(a)])
     assert "Verdict:" in capsys.readouterr().out
+
+
+class GoneReader(io.StringIO):
+    """Standard output piped to a reader that went away (``| head``): every write fails as it then does."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self.fd = fd
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+def test_a_report_piped_to_a_reader_that_went_away_ends_quietly(tmp_path, capsys, monkeypatch):
+    run = fitted(tmp_path / "a")
+    capsys.readouterr()
+    with (tmp_path / "stdout").open("w") as stdout:
+        monkeypatch.setattr(sys, "stdout", GoneReader(stdout.fileno()))
+        with pytest.raises(SystemExit) as ended:
+            main(["report", str(run)])
+    assert ended.value.code == 1 and capsys.readouterr().err == ""  # no traceback
 
 
 def test_a_run_without_the_newer_figures_still_reports():

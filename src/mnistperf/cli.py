@@ -143,6 +143,10 @@ def main(args: Sequence[str] | None = None) -> None:
     command = argv[0] if argv else None
     try:
         run_command(command, argv, args is None)
+        sys.stdout.flush()  # here, where a reader that went away is answered below, not at the interpreter's exit
+    except BrokenPipeError:  # the reader took what it wanted and went (``| head``): the rest has nowhere to go
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that no flush at exit meets the pipe
+        raise SystemExit(1) from None
     except MnistperfError as exc:
         if os.environ.get(DEBUG_ENV):
             raise

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import NO_WORKERS, newest_checkpoint, run_stage
+from conftest import NO_WORKERS, TEST_ROWS, newest_checkpoint, run_stage
 
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.model import ImageClassifier
@@ -33,6 +33,22 @@ def seen_hparams(monkeypatch) -> list[dict]:
     for hook in ("on_test_start", "on_validation_start", "on_predict_start"):
         monkeypatch.setattr(ImageClassifier, hook, lambda self: seen.append(dict(self.hparams)), raising=False)
     return seen
+
+
+def test_predict_writes_each_test_images_class_from_the_checkpoint_to_its_runs_folder(workdir, v2_checkpoint, capsys):
+    run_stage("v2_pinned", *SMALL, command="predict")
+    (path,) = workdir.glob("lightning_logs/v2_pinned/version_*/predictions.csv")
+    header, *rows = path.read_text().splitlines()
+    assert header == "index,predicted" and [row.split(",")[0] for row in rows] == [str(i) for i in range(TEST_ROWS)]
+    model = ImageClassifier.load_from_checkpoint(v2_checkpoint, map_location="cpu").eval()
+    test = MNISTDataModule(data_dir=str(workdir / "data"), batch_size=TEST_ROWS, num_workers=0)
+    test.setup("predict")
+    (batch,) = list(test.predict_dataloader())
+    with torch.no_grad():
+        assert [int(row.split(",")[1]) for row in rows] == model(batch["image"]).argmax(dim=1).tolist()
+    assert f"predictions: the class of each of {TEST_ROWS} test images written to {path.relative_to(workdir)}" in (
+        capsys.readouterr().out
+    )
 
 
 # ---------------------------------------------------------------- the stage config and the command line win

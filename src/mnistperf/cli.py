@@ -32,7 +32,7 @@ commands:
   fit        train a stage:        mnistperf fit --config configs/v2_pinned.yaml
   validate   evaluate on the validation data
   test       evaluate on the test split
-  predict    predict the test split's labels
+  predict    predict the test split's labels, written to predictions.csv in the run's log folder
   bench      run the whole ladder (or a sweep) in fresh processes and print the table
   tune       find the fastest input pipeline for this machine by measuring, and write a config
   compare    what a change bought: two runs' timing.json side by side

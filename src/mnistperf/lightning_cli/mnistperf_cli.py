@@ -31,6 +31,7 @@ from mnistperf.errors import ConfigError, MnistperfError
 from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint, resumed_checkpoint, runs_folder
 from mnistperf.lightning_cli.configs import given_configs, read_config, stage_names
 from mnistperf.lightning_cli.parser_errors import OneLineErrorParser
+from mnistperf.lightning_cli.predictions import PredictionsFile
 from mnistperf.machine import run_device
 from mnistperf.model import ImageClassifier
 from mnistperf.upstream import (
@@ -90,7 +91,7 @@ def fit_description() -> str:
 EVAL_DESCRIPTIONS = {
     "validate": "Evaluate on the validation data",
     "test": "Evaluate on the test split",
-    "predict": "Predict the test split's labels",
+    "predict": "Predict the test split's labels, written to predictions.csv in the run's log folder",
 }
 EVAL_COMMANDS = tuple(EVAL_DESCRIPTIONS)
 EVENT_FILE = "events.out.tfevents."  # how TensorBoard's event files are named
@@ -218,6 +219,10 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                 f"data.batches_per_step {group} needs model.cuda_graph true: only the whole-step "
                 "module runs several optimizer steps per Lightning step; or set batches_per_step 1."
             )
+
+    def before_predict(self) -> None:
+        """Have the predictions written where the run's logs go (Lightning's predict returns them to no one here)."""
+        cast(TrainerAttributes, self.trainer).callbacks.append(PredictionsFile())
 
     def after_fit(self) -> None:
         """Refuse, after the fact, a fit that trained no batch (and was not interrupted)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import fit_module
+from conftest import fails_in_one_line, fit_module
 from lightning import LightningModule
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -141,6 +141,20 @@ def test_the_report_command_writes_one_run_or_two_compared(tmp_path, capsys):
     assert two.count('class="verdict"') == 2 and self_contained(two)
     main(["report", str(a)])
     assert "Verdict:" in capsys.readouterr().out
+
+
+def test_a_folder_of_several_runs_reports_its_newest_naming_it_and_one_of_none_names_the_newest_beside(
+    tmp_path, capsys
+):
+    older, newer = fitted(tmp_path / "a"), fitted(tmp_path / "b")
+    capsys.readouterr()
+    main(["report", str(tmp_path)])
+    assert capsys.readouterr().out.startswith(f"run: {newer} (the newest timing.json under {tmp_path})\n")
+    main(["report", str(older.parent)])  # the run's own folder: nothing to name
+    assert not capsys.readouterr().out.startswith("run:")
+    evaluated = older.parent / "version_9"  # as a test or predict run's folder holds no timing.json
+    evaluated.mkdir()
+    fails_in_one_line(capsys, ["report", str(evaluated)], "no timing.json under this folder", f"beside it: {older}\n")
 
 
 class GoneReader(io.StringIO):

@@ -161,7 +161,9 @@ def find_summary(run: Path) -> Path:
         raise ConfigError(f"{run}: no such file or folder (give a {SUMMARY_FILE} or the run's log folder)")
     found = sorted(run.rglob(SUMMARY_FILE), key=lambda path: path.stat().st_mtime_ns)
     if not found:
-        raise ConfigError(f"{run}: no {SUMMARY_FILE} under this folder (is it a run's log folder?)")
+        beside = sorted(run.parent.rglob(SUMMARY_FILE), key=lambda path: path.stat().st_mtime_ns)
+        fits = f"; the newest beside it: {beside[-1]}" if beside else ""  # a validate, test or predict run's folder
+        raise ConfigError(f"{run}: no {SUMMARY_FILE} under this folder (is it a fit's log folder?){fits}")
     return found[-1]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from mnistperf.atomic import place_taken, removing_new_folders
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.guard import jsonable
-from mnistperf.diagnosis.record.run import load
+from mnistperf.diagnosis.record.run import SUMMARY_FILE, load
 from mnistperf.diagnosis.record.text import format_summary
 from mnistperf.diagnosis.show.compare import compare, format_comparison, load_two, run_labels
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
@@ -80,6 +80,8 @@ def report_command(argv: Sequence[str]) -> None:
     runs = list(zip(run_labels(paths, [run.config for run in summaries]), summaries, strict=True))
     comparison = compare(*summaries) if len(loaded) == 2 else None
     if not opts.html:
+        if comparison is None and paths[0] != opts.run / SUMMARY_FILE and opts.run.is_dir():  # which of its runs
+            print(f"run: {paths[0]} (the newest {SUMMARY_FILE} under {opts.run})")
         print(format_summary(summaries[0]) if comparison is None else format_comparison(comparison, *paths))
         return
     file = REPORT_FILE if comparison is None else f"compared-{runs[1][0].replace('/', '-')}.html"

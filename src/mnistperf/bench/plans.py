@@ -126,8 +126,9 @@ def check_fit_arguments(plans: Sequence[Plan]) -> None:
 
     Each plan's arguments are parsed as its run parses them: a value of the wrong type (``--set data.batch_size=abc``,
     a ``--sweep`` value, a config's own) is the parser's one line, status 2. Then the plans are built until one builds;
-    where none does (``--set data.pipeline=vv``), the first one's error is raised. A plan that alone fails (its stage
-    needs a package not installed) fails its row, as it would have.
+    where none does (``--set data.pipeline=vv``), the first one's error is raised; so are those of each swept value
+    (``--sweep data.num_workers=-1,2``: -1). A plan that alone fails (its stage needs a package not installed) fails
+    its row, as it would have.
     """
     distinct = list(dict.fromkeys((plan.config, tuple(plan.args)) for plan in plans))
     fits = {plan.config for plan in plans if plan.row.runner not in ("plain", "loader", "bare")}
@@ -141,17 +142,26 @@ def check_fit_arguments(plans: Sequence[Plan]) -> None:
                 raise
         if config in fits:
             check_timed(config, yaml.safe_load(printed.getvalue()) or {})
+    swept = dict.fromkeys(setting for plan in plans for setting in plan.row.overrides.items())
+    for setting in (None, *swept):  # every plan, then those of each swept value
+        having = [(p.config, tuple(p.args)) for p in plans if setting is None or setting in p.row.overrides.items()]
+        refused = first_refusal(list(dict.fromkeys(having)))
+        if refused is not None:
+            raise refused
+
+
+def first_refusal(candidates: Sequence[tuple[Path, tuple[str, ...]]]) -> Exception | None:
+    """The first one's error where none of these configs and fit arguments builds a run; None once one does."""
     refused: list[Exception] = []
-    for config, args in distinct:
+    for config, args in candidates:
         try:
             with lightning_info_dropped():  # (the bench's first line is its device line, as every command's)
                 parse_fit_config(["--config", str(config), *args, "--seed_everything", "false"])  # (seeding nothing)
         except (MnistperfError, MisconfigurationException) as error:
             refused.append(error)
         else:
-            return
-    if refused:
-        raise refused[0]
+            return None
+    return refused[0] if refused else None
 
 
 def check_timed(config: Path, parsed: dict) -> None:

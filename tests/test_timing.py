@@ -28,6 +28,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, Dataset
 
+from mnistperf.cli import main
 from mnistperf.data import schema
 from mnistperf.diagnosis import EpochTimer, SampleAudit, figures
 from mnistperf.diagnosis.figures import Measures
@@ -90,7 +91,10 @@ def test_a_fit_stopped_by_an_error_reports_the_epoch_it_stopped_inside_as_far_as
     summary = json.loads(Path(timer.summary_path).read_text())
     assert summary["interrupted"] is True and len(summary["epochs"]) == len(timer.epochs)
     inside = f" and {step % 4} of epoch {whole + 1}'s 4 batches" if step % 4 else ""
-    assert f"Interrupted: the figures cover the {whole} finished epoch(s){inside}\n" in capsys.readouterr().out
+    said = f"Interrupted: the figures cover the {whole} finished epoch(s){inside}"
+    assert f"{said}\n" in capsys.readouterr().out
+    main(["report", str(timer.summary_path)])  # and the report says so too, as its last line
+    assert capsys.readouterr().out.endswith(f"\n{said}\n")
 
 
 @pytest.mark.parametrize("timer_first", [True, False])

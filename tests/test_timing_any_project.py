@@ -605,6 +605,24 @@ def test_a_monitor_logged_is_reported_with_no_word_of_it_missing(tmp_path, capsy
     assert "never logged" not in capsys.readouterr().out
 
 
+def test_a_last_epoch_without_a_validation_reports_the_last_validations_metric(tmp_path, capsys):
+    """Validated every second epoch (as an interrupted fit's last epoch ends without one): epoch 2's value is final."""
+    timer = EpochTimer(monitor="val/acc")
+    loader = DataLoader(TensorDataset(*features()), batch_size=BATCH)
+    fit_module(
+        Validated(),
+        loader,
+        loader,
+        callbacks=[timer],
+        default_root_dir=tmp_path,
+        max_epochs=3,
+        check_val_every_n_epoch=2,
+    )
+    assert [row.get("val/acc") is not None for row in timer.epochs] == [False, True, False]
+    assert json.loads(timer.summary_path.read_text())["final_metric"] == timer.epochs[1]["val/acc"]
+    assert "never logged" not in capsys.readouterr().out
+
+
 def test_input_bound_advice_leaves_out_what_the_loader_already_sets(tmp_path):
     """The input bound's advice, in the terms the fit's trainer gives, names no option its loader already sets.
 

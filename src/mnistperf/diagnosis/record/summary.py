@@ -194,7 +194,10 @@ def aggregate(
         "verdict_reason": reason,
         **({"cores_held": taken} if (taken := cores_held_by(read)) is not None else {}),
         "metric": metric,
-        "final_metric": epochs[-1].get(metric) if metric else None,
+        # the last validation's: an epoch interrupted or not validated (check_val_every_n_epoch) has none of its own
+        "final_metric": next((e[metric] for e in reversed(epochs) if e.get(metric) is not None), None)
+        if metric
+        else None,
         **({"step_parts": step_parts} if step_parts else {}),
         **({"between_epochs": between_epochs} if between_epochs else {}),
     }

@@ -11,6 +11,7 @@ from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU, SPIKES
 from mnistperf.diagnosis.measure.stalls import SLOW_FIRST_FACTOR, SPIKE_FACTOR, SPIKES_WORTH, slow_first_steps
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, epoch_s, format_advice
+from mnistperf.diagnosis.record.epoch_text import interrupted_line
 from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.summary import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.units import seconds, throughput
@@ -199,6 +200,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         format_window(run.busy_window) if run.busy_window else None,
         format_advice(run.advice.ceiling, run.advice.hints) if run.advice else None,
         f"Final {run.metric}: {run.final_metric:.4f}" if run.final_metric is not None else None,
+        interrupted_line(run.epochs) if run.content.get("interrupted") else None,
     ]
     return "\n".join(line for line in lines if line)
 

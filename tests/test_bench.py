@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, fails_in_one_line
+from conftest import CONFIGS, NO_WORKERS, fails_in_one_line
 from emulated_graphs import EmulatedGraphs
 
 from mnistperf.bench import published, reference_rows, runner
@@ -57,6 +57,8 @@ def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_sho
     assert table[1]["train s/epoch"] == "2.00 [1.00-3.00]"  # median and min-max over repeats
     assert table[1]["published train s/epoch"] == f"{published.STAGES['v2_pinned'][0]:.2f}"
     assert table[2]["note"] == "stage/plain train time: 1.250x" and table[2]["published train s/epoch"] == ""
+    bare = Row("bare Lightning (v2_pinned)", "v2_pinned", runner="bare", summaries=[summary(0.8, 0.0)])
+    assert table_rows([*rows, bare])[4]["speed-up"] == "-"  # it validates nothing: no epoch to set beside others
     assert table[3]["note"] == "failed (exit 1): boom" and table[3]["train s/epoch"] == "-"
     assert table[1]["input wait"] == "25%" and table[1]["peak MB (main RSS / tree PSS)"] == "500 / 800"
     assert table[1]["GPU busy"] == "-"  # a CPU run has no busy share
@@ -538,6 +540,21 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
     assert plain["input_wait_share"] is not None and plain["verdict"] != "not measured" and plain["verdict_reason"]
     for mine, theirs in zip(summaries["plain"]["epochs"], summaries["plain ungrouped"]["epochs"], strict=True):
         assert mine["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-6)
+
+
+def test_the_plain_row_validates_on_the_batches_its_trainer_limits_validation_to(workdir, monkeypatch):
+    """As the stage's own fit does (--set trainer.limit_val_batches=2): 2 of the test split's 5 batches of 8."""
+    from mnistperf.model.step import TrainingStep
+
+    phases, loss = [], TrainingStep.loss
+    monkeypatch.setattr(
+        TrainingStep, "loss", lambda self, batch, *phase: phases.append(phase) or loss(self, batch, *phase)
+    )
+    stage = ["--config", str(CONFIGS / "v2_pinned.yaml"), *NO_WORKERS, "--data.batch_size", "8"]
+    reference_rows.main(
+        ["--out", "plain.json", *stage, "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "2"]
+    )
+    assert phases.count(("val",)) == 2
 
 
 def test_the_chart_puts_each_published_figure_beside_the_measured_bar_with_speed_ups():

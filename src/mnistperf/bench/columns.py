@@ -141,9 +141,10 @@ class Bench:
         """The first row's seconds per epoch over this row's.
 
         Per training sample where their epochs train different numbers (epochs bounded to K batches of different sizes).
+        None for a bare-Lightning row, which validates nothing (its note sets its train time against its stage's).
         """
         first = self.first
-        if first is None or first.epoch_s is None or not row.epoch_s:
+        if first is None or first.epoch_s is None or not row.epoch_s or row.runner == "bare":
             return None
         theirs, mine = first.samples_per_epoch, row.samples_per_epoch
         per_sample = (mine / theirs) if theirs and mine and theirs != mine else 1.0

@@ -31,6 +31,7 @@ Between ``plain PyTorch`` and ``bare Lightning`` lies the cost of Lightning's lo
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -55,7 +56,7 @@ from mnistperf.model.step import TrainingStep, adam, optimizer_steps, step_batch
 
 
 def _batch_limit(limit, batches: int) -> int:
-    """The trainer's limit_train_batches (a count or a fraction) as a number of batches."""
+    """The trainer's limit_train_batches or limit_val_batches (a count or a fraction) as a number of batches."""
     if isinstance(limit, float) and limit <= 1.0:
         return int(batches * limit) if limit < 1.0 else batches
     return min(int(limit), batches)
@@ -107,8 +108,8 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
             continue
         model.eval()
         train_step.stage_sums("val", device).reset()
-        with torch.no_grad(), train_step.autocast:  # the stage's precision
-            for batch in val_loader:
+        with torch.no_grad(), train_step.autocast:  # the stage's precision, and its trainer's limit
+            for batch in itertools.islice(val_loader, _batch_limit(trainer.limit_val_batches, len(val_loader))):
                 train_step.loss(datamodule.to_device(batch, device), "val")
         metrics = {
             f"{phase}/{name}": value.item()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import yaml
-from conftest import CONFIGS, fails_in_one_line, run_stage, stage_params
+from conftest import CONFIGS, NO_WORKERS, fails_in_one_line, run_stage, stage_argv, stage_params
 
 from mnistperf.cli import main
 from mnistperf.data.ingest import prepare
+from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
 from mnistperf.tune import policy, probes, stages
 from mnistperf.tune.command import probes_path, tuned_config
 from mnistperf.tune.search import Outcome, Run, Search, Trial
@@ -67,6 +69,19 @@ def test_tune_on_data_not_yet_prepared_prepares_it_as_fit_does(fake_raw, tmp_pat
     tune("--config", str(CONFIGS / "v1_bs512.yaml"), *settings, "--out", "tuned.yaml")
     assert "stopped: compute-bound: the loader" in capsys.readouterr().out
     assert all(prepare.split_path(tmp_path / "data", "mnist", split).is_file() for split in prepare.SPLITS)
+
+
+@pytest.mark.usefixtures("short_probes")
+def test_a_probe_still_drawing_batches_when_the_budget_ends_stops_there(workdir):
+    """A slow loader's probe begun with little budget left ends at the budget's end, not at its own."""
+    cli = parse_fit_config(stage_argv("v2_pinned", *NO_WORKERS)[1:])
+    options = {**{k: v for k, v in cli.datamodule.hparams.items() if not k.startswith("_")}, "batches_per_step": 1}
+    found = probes.Probes(options, cli.model, torch.device("cpu"))
+    settings = {"pipeline": "v2", "num_workers": 0}
+    for kind in (probes.LOADER, probes.BOTH):
+        run = found(Trial(settings, kind=kind), 0.0)  # nothing left: stopped at its first batch
+        assert run.timed_out and run.rates == []
+        assert not found(Trial(settings, kind=kind), 600.0).timed_out
 
 
 @pytest.mark.usefixtures("short_probes")

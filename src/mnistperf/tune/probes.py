@@ -7,6 +7,7 @@ allocator and kernel warm-up), and is repeated, each repeat timed as an epoch of
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Generator, Iterable
 from statistics import median
@@ -24,19 +25,32 @@ REPEATS = 3
 STEP, LOADER, BOTH = "step", "loader", "both"  # what a probe times
 
 
-def _cycle(loader: Iterable) -> Generator[dict, None, None]:
-    """Batches of epoch after epoch: a probe longer than one epoch pays each new epoch's start, as training does."""
+class Overrun(Exception):
+    """A probe still drawing batches when the budget ended."""
+
+
+def _cycle(loader: Iterable, deadline: float = math.inf) -> Generator[dict, None, None]:
+    """Batches of epoch after epoch: a probe longer than one epoch pays each new epoch's start, as training does.
+
+    :class:`Overrun` where one is asked for past ``deadline`` (a ``time.perf_counter()``).
+    """
     while True:
-        yield from loader
+        for batch in loader:
+            if time.perf_counter() > deadline:
+                raise Overrun
+            yield batch
 
 
-def time_loader(datamodule, device: torch.device, batches: int, warmup: int, repeats: int) -> tuple[list[float], float]:
+def time_loader(
+    datamodule, device: torch.device, batches: int, warmup: int, repeats: int, deadline: float = math.inf
+) -> tuple[list[float], float]:
     """samples/s per repeat of drawing batches onto the device, and the seconds a new epoch takes to its first batch.
 
-    Each repeat draws ``batches`` batches, after ``warmup`` untimed ones (the first epoch's worker start among them).
+    Each repeat draws ``batches`` batches, after ``warmup`` untimed ones (the first epoch's worker start among them);
+    :class:`Overrun` past ``deadline``.
     """
     loader = datamodule.train_dataloader()
-    source = _cycle(loader)
+    source = _cycle(loader, deadline)
     for _ in range(warmup + 1):
         next(source)
     clock = EpochClock(device, profile_window=False)
@@ -70,15 +84,22 @@ def time_step(
 
 
 def time_training(
-    model, datamodule, device: torch.device, steps: int, warmup: int, repeats: int, precision: str = "32-true"
+    model,
+    datamodule,
+    device: torch.device,
+    steps: int,
+    warmup: int,
+    repeats: int,
+    precision: str = "32-true",
+    deadline: float = math.inf,
 ) -> tuple[list[float], float]:
     """samples/s of loader and step together per repeat, and the share of time the host waited for a batch.
 
-    They run as training runs them: workers and step share the CPUs.
+    They run as training runs them: workers and step share the CPUs; :class:`Overrun` past ``deadline``.
     """
     step = model.standalone_step(precision)
     model.train()
-    source = _cycle(datamodule.train_dataloader())
+    source = _cycle(datamodule.train_dataloader(), deadline)
     clock = EpochClock(device, profile_window=False)
     for repeat in range(repeats + 1):
         clock.epoch_start()
@@ -120,19 +141,26 @@ class Probes:
         return dm
 
     def __call__(self, trial: Trial, seconds: float) -> Run:
-        """One run of the trial's probe."""
+        """One run of the trial's probe, stopped (``timed_out``) where it draws past ``seconds``."""
         began = time.perf_counter()
+        try:
+            run = self._probe(trial, began + seconds)
+        except Overrun:
+            run = Run(timed_out=True)
+        run.seconds = time.perf_counter() - began
+        return run
+
+    def _probe(self, trial: Trial, deadline: float) -> Run:
         if trial.kind == STEP:  # on one batch already on the device
             settings = {"pipeline": "v2", "num_workers": 0, **WITHOUT_WORKERS}
             loader = self.datamodule({**settings, **trial.settings}).train_dataloader()
             batch = {k: v.to(self.device) for k, v in next(iter(loader)).items()}
             run = Run(time_step(self.model, batch, self.device, 10, 3, REPEATS, self.precision))
         elif trial.kind == LOADER:
-            rates, start_s = time_loader(self.datamodule(trial.settings), self.device, self.batches, 2, REPEATS)
-            run = Run(rates, start_s=start_s)
+            drawn = time_loader(self.datamodule(trial.settings), self.device, self.batches, 2, REPEATS, deadline)
+            run = Run(drawn[0], start_s=drawn[1])
         else:
             dm = self.datamodule(trial.settings)
-            rates, wait = time_training(self.model, dm, self.device, self.batches, 3, REPEATS, self.precision)
+            rates, wait = time_training(self.model, dm, self.device, self.batches, 3, REPEATS, self.precision, deadline)
             run = Run(rates, wait=wait)
-        run.seconds = time.perf_counter() - began
         return run

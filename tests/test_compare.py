@@ -68,6 +68,16 @@ def test_runs_of_different_epochs_are_compared_per_sample():
     assert gain["scaled"] and gain["saved_s"] == pytest.approx(4.0) and not gain["removed"]
 
 
+def test_the_verdicts_stand_in_their_columns_however_long_they_are():
+    """Each right-aligned under its run's header, as the figures are: 'overhead-bound' once ran into B's verdict."""
+    a, b = run(10.0, 60_000, "overhead-bound", 0.1), run(5.0, 60_000, "compute-bound", 0.1)
+    lines = format_comparison(compare(a, b), Path("a"), Path("b")).splitlines()
+    header = next(line for line in lines if line.endswith("the runs' noise"))
+    (verdicts,) = [line for line in lines if line.startswith("verdict ")]
+    ends = [verdicts.index(word) + len(word) for word in ("overhead-bound", "compute-bound")]
+    assert ends == [header.index(" A ") + 2, header.index(" B ") + 2]
+
+
 def test_an_old_summary_without_advice_says_there_was_no_ceiling():
     a = run(10.0, 60_000, "input-bound", 0.6)
     del a["advice"]

@@ -283,8 +283,10 @@ def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
     if changed is not None:
         notes.append(f"changed: {'; '.join(changed)}" if changed else "changed: nothing the runs record")
     lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", *notes, ""]
-    for label, a, b, ratio, noise_said in [["", *COLUMNS], *comparison_rows(found)]:
-        lines.append(f"{label:30} {a:>12} {b:>12} {ratio:>7}  {noise_said}".rstrip())
+    table = [["", *COLUMNS], *comparison_rows(found)]
+    wide = max(12, *(len(cell) for row in table for cell in row[1:3]))  # a verdict may be wider than a figure
+    for label, a, b, ratio, noise_said in table:
+        lines.append(f"{label:30} {a:>{wide}} {b:>{wide}} {ratio:>7}  {noise_said}".rstrip())
     return "\n".join([*lines, "", format_bought(found["bought"], changed)])
 
 

@@ -61,6 +61,8 @@ def test_table_speed_up_is_steady_state_epoch_time_against_the_first_row_and_sho
     assert table_rows([*rows, bare])[4]["speed-up"] == "-"  # it validates nothing: no epoch to set beside others
     assert table[3]["note"] == "failed (exit 1): boom" and table[3]["train s/epoch"] == "-"
     assert table[1]["input wait"] == "25%" and table[1]["peak MB (main RSS / tree PSS)"] == "500 / 800"
+    assert table[0]["samples/s"] == "100" and table[1]["samples/s"] == "500"  # the repeats' median
+    assert table_rows([Row("fast", "v2_pinned", summaries=[summary(0.025, 0.1)])])[0]["samples/s"] == "40,000"
     assert table[1]["GPU busy"] == "-"  # a CPU run has no busy share
     gpu = table_rows([Row("v3_resident", "v3_resident", summaries=[{**summary(1, 0.5), "device_busy_share": 0.23}])])
     assert gpu[0]["GPU busy"] == "23%"

@@ -93,6 +93,11 @@ def _fmt(value: float | None, digits: int = 2, none: str = "-") -> str:
     return none if value is None else f"{value:.{digits}f}"
 
 
+def throughput_number(value: float | None) -> str:
+    """Samples/s as the fit's lines say them, thousands apart: 36,828."""
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}%"
 
@@ -232,7 +237,7 @@ COLUMNS = [
     Column("warmup_train_s", "warm-up train s", lambda r, b: r.warmup_s, _fmt),
     Column("total_s_median", "total s", lambda r, b: r.total_s, _fmt),
     Column("speedup_x", "speed-up", lambda r, b: b.speedup(r), _times),
-    Column("samples_per_s_median", "samples/s", lambda r, b: r.med(SAMPLES_PER_S.name), lambda v: _fmt(v, 0)),
+    Column("samples_per_s_median", "samples/s", lambda r, b: r.med(SAMPLES_PER_S.name), throughput_number),
     Column("input_wait_pct", "input wait", lambda r, b: _share_pct(r, INPUT_WAIT_SHARE.name), _pct),
     Column("gpu_busy_pct", "GPU busy", lambda r, b: _share_pct(r, BUSY["cuda"].name), _pct),
     Column("verdict", "verdict", lambda r, b: _verdicts(r), lambda v: v or "-"),

@@ -442,6 +442,7 @@ def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdi
     (workdir / "mine.yaml").write_text(config.replace(f"\n{section}:\n", f"\n{section}:\n  {wrong}: 1\n", 1))
     err = fails_in_one_line(capsys, ["fit", "--config", "mine.yaml"], f"option '{section}.{wrong}'").err
     assert f"did you mean {meant}?" in err and "`python -m mnistperf fit --help` lists the options" in err
+    assert err.startswith("mnistperf: error: mine.yaml: ")  # the file that holds it
 
 
 @pytest.mark.parametrize(

@@ -127,8 +127,8 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         self._announce_subcommand = run
         given = sys.argv[1:] if args is None else args
         self._asked = given[0] if run and given and given[0] in LightningCLI.subcommands() else None
-        for path in given_configs(given):  # one line where the parser would answer in its own words, or a traceback
-            read_config(path, self._asked or "fit")
+        # one line where the parser would answer in its own words, or a traceback; kept to name a key's file
+        self._configs = {path: read_config(path, self._asked or "fit") for path in given_configs(given)}
         try:
             super().__init__(
                 ImageClassifier,
@@ -234,6 +234,7 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then settle the precision, print the device line and pick the checkpoint an evaluation uses."""
+        parser.configs = self._configs  # where a key the parser refuses is named by its file
         super().parse_arguments(parser, args)
         # Here, before Lightning seeds and builds anything, so the device line is the run's first.
         subcommand = self.config.get("subcommand")

@@ -7,6 +7,7 @@ import inspect
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from jsonargparse.typing import import_object
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -40,6 +41,7 @@ class OneLineErrorParser(LightningArgumentParser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+        self.configs: dict[Path, dict] = {}  # the --config files given, as read: a refused key is named by its file
 
     def error(self, message: str, ex: Exception | None = None):
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
@@ -53,7 +55,7 @@ class OneLineErrorParser(LightningArgumentParser):
             text, key, path = refused
             help_command = help_command.replace("--help", f"--{key}.help {path}")
         else:
-            text = explain_parser_error(text, option_names(self._command_parser(command)))
+            text = explain_parser_error(text, option_names(self._command_parser(command)), self.configs)
         print(f"mnistperf: error: {text} (`{help_command}` lists the options)", file=sys.stderr)
         raise SystemExit(2)
 
@@ -79,15 +81,26 @@ def option_names(parser) -> set[str]:
     return names | {name.rsplit(".", depth)[0] for name in names for depth in range(1, name.count(".") + 1)}
 
 
-def explain_parser_error(text: str, options: set[str]) -> str:
-    """The parser's message, with the option meant, the configs that exist, or what a value should be."""
+def explain_parser_error(text: str, options: set[str], configs: dict[Path, dict] | None = None) -> str:
+    """The parser's message, with the option meant, the configs that exist, or what a value should be.
+
+    ``configs``: the config files given, as read; a key one of them holds and the parser refuses is named by its file.
+    """
     missing = MISSING_CONFIG.search(text)
     if missing:
         return missing_config(Path(missing.group(1)))
     unknown = UNKNOWN_KEY.search(text)
     if unknown:
-        return text + did_you_mean(unknown.group(1), options)
+        key = unknown.group(1)
+        held = [path for path, config in (configs or {}).items() if holds(config, key.split("."))]
+        where = f"{held[-1]}: " if held else ""  # the last file given wins, as the parser reads them
+        return where + text + did_you_mean(key, options)
     return wrong_type(text) or with_options_meant(text, options)
+
+
+def holds(config: Any, keys: list[str]) -> bool:
+    """Whether a config's mapping holds the dotted key ``keys``, section by section."""
+    return not keys or isinstance(config, dict) and keys[0] in config and holds(config[keys[0]], keys[1:])
 
 
 def class_argument(text: str) -> tuple[str, str, str] | None:

@@ -134,6 +134,7 @@ def test_prepare_data_with_no_source_reachable_says_how_to_get_it(fake_raw, tmp_
         ({"batch_size": 0}, "data.batch_size must be at least 1"),
         ({"num_workers": -1}, "data.num_workers cannot be negative"),
         ({"dataset": "../cifar10"}, "data.dataset '../cifar10' is neither a built-in dataset"),
+        ({"dataset": "FashionMNIST"}, "the built-in fashion_mnist is prepared into; give --data.dataset fashion_mnist"),
         ({"pipeline": "v9"}, "data.pipeline: unknown pipeline 'v9'"),
         ({"val_source": 1.5}, "data.val_source must be 'test' or a fraction"),
         ({"val_source": 0.1, "pipeline": "stream"}, "data.val_source: the stream pipeline never holds"),

@@ -96,6 +96,12 @@ class LoaderOptions:
                 f"data.dataset {self.dataset!r} is neither a built-in dataset ({names}) nor a folder name "
                 "of your own (letters, digits, '_', '-', '.'); use the folder's name under data_dir."
             )
+        built_in = next((name for name, spec in DATASETS.items() if spec.folder == self.dataset), None)
+        if built_in is not None:  # read as data of one's own, it would be the same files under another name
+            raise ConfigError(
+                f"data.dataset {self.dataset!r} is the folder the built-in {built_in} is prepared into; "
+                f"give --data.dataset {built_in}."
+            )
         if self.batch_size < 1:
             raise ConfigError(f"data.batch_size must be at least 1 (got {self.batch_size}).")
         if self.num_workers < 0:

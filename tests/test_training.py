@@ -141,6 +141,9 @@ def test_every_stage_and_option_the_labs_hints_name_exists():
     assert [stage for stage in stages if not (CONFIGS / f"{stage}.yaml").is_file()] == []
     config = parse_fit_config(("--config", str(CONFIGS / "v4_graphed.yaml"))).config
     assert [option for option in options if config.get(option, "absent") == "absent"] == []
+
+
+def test_a_timer_whose_config_names_no_hints_advises_in_anyones_terms():
     """Nothing is added to a callback once it is built: without hints of its own a timer keeps the general ones."""
     lab = parse_fit_config(("--config", str(CONFIGS / "v2_pinned.yaml"), "--trainer.callbacks.init_args.hints", "null"))
     timer = {"class_path": "mnistperf.diagnosis.EpochTimer"}

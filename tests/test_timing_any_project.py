@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ForbidSyncs, fit_module
+from conftest import FailAt, ForbidSyncs, fit_module
 from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
@@ -235,6 +235,16 @@ def test_a_timer_listed_twice_stands_aside_saying_so_and_the_first_times_the_fit
 
     alone, trainer = timed(TupleBatches(), tmp_path / "alone", data, timer=second)  # its hooks back for its next fit
     check_reported(alone, trainer)
+
+    third = EpochTimer(window_share=None)  # standing aside in a fit an error stops, which Lightning tears not down
+    with pytest.raises(RuntimeError, match="a step failed"):
+        fit_module(TupleBatches(), data, callbacks=[EpochTimer(), third, FailAt(3)], max_epochs=EPOCHS)
+    alone, trainer = timed(TupleBatches(), tmp_path / "after an error", data, timer=third)
+    check_reported(alone, trainer)
+    capsys.readouterr()
+    evaluating = Trainer(callbacks=[EpochTimer(), EpochTimer()], logger=False, enable_progress_bar=False)
+    evaluating.validate(Validated(), data, verbose=False)  # an evaluation is no fit to stand aside from: nothing said
+    assert "listed twice" not in capsys.readouterr().out
 
 
 def test_bare_tensor_batches_under_manual_optimization(tmp_path):

@@ -48,11 +48,12 @@ from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
 from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
 
 # The hooks an EpochTimer standing aside (:meth:`EpochTimer.setup`) has Lightning skip: every on_* hook, but the two
-# Lightning calls directly rather than through the hooks' dispatch, which skips a hook set to None
+# Lightning calls directly rather than through the hooks' dispatch, which skips a hook set to None, and on_exception,
+# which after an error brings the others back where teardown is not called
 ASIDE = tuple(
     hook
     for hook in vars(Callback)
-    if hook.startswith("on_") and hook not in ("on_save_checkpoint", "on_load_checkpoint")
+    if hook.startswith("on_") and hook not in ("on_save_checkpoint", "on_load_checkpoint", "on_exception")
 )
 
 
@@ -122,13 +123,21 @@ class EpochTimer(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """Stand aside, saying so, where another EpochTimer comes first: two would each time the other's work."""
+        """Stand aside from a fit, saying so, where another EpochTimer comes first: each would time the other's work."""
+        self._come_back()
         callbacks = cast(TrainerAttributes, trainer).callbacks
-        if next(c for c in callbacks if isinstance(c, EpochTimer)) is not self:
+        if stage == "fit" and next(c for c in callbacks if isinstance(c, EpochTimer)) is not self:
             self._aside = [hook for hook in ASIDE if callable(getattr(self, hook))]
             for hook in self._aside:
                 skip_hook(self, hook)
             Reporter("EpochTimer").say_once(trainer, epoch_text.TWICE)
+
+    def _come_back(self) -> bool:
+        """Let Lightning call the hooks again that standing aside stopped; whether it had stood aside."""
+        aside, self._aside = self._aside, []
+        for hook in aside:
+            restore_hook(self, hook)
+        return bool(aside)
 
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -169,10 +178,7 @@ class EpochTimer(Callback):
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if self._aside:  # a fit it stood aside from: its hooks back for the next
-            for hook in self._aside:
-                restore_hook(self, hook)
-            self._aside = []
+        if self._come_back():  # a fit it stood aside from: its hooks back for the next
             return
         with self.problems.guard("giving back the loggers' and the module's calls timed on a step"):
             self._timed_steps.stop()
@@ -350,6 +356,8 @@ class EpochTimer(Callback):
         The epoch it stopped inside is closed as far as it trained, where :func:`.closes_stopped_epoch`; an audit beside
         the timer audits it first (listed after the timer, it would do so only after the summary is written).
         """
+        if self._come_back():  # a fit it stood aside from, which Lightning does not tear down after an error
+            return
         if getattr(self, "_epoch_open", False) and self.clock.steps and closes_stopped_epoch(trainer):
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
                 self.on_train_epoch_end(trainer, pl_module)

@@ -67,7 +67,8 @@ class Row:
     @property
     def samples_per_epoch(self) -> float | None:
         """Median training samples of a steady-state epoch (epochs 2..N, or the only one) over the repeats."""
-        counts = [e[SAMPLES] for s in self.summaries for e in s.get("epochs", [])[1:] or s.get("epochs", [])]
+        epochs = [e for s in self.summaries for e in s.get("epochs", [])[1:] or s.get("epochs", [])]
+        counts = [e[SAMPLES] for e in epochs if e.get(SAMPLES) is not None]
         return median(counts) if counts else None
 
     @property
@@ -134,8 +135,8 @@ class Bench:
 
     @functools.cached_property
     def first(self) -> Row | None:
-        """The first row with steady-state seconds per epoch: what every speed-up is against."""
-        return next((r for r in self.rows if r.epoch_s), None)
+        """The first row with steady-state seconds per epoch, validation in them: what every speed-up is against."""
+        return next((r for r in self.rows if r.epoch_s and r.runner != "bare"), None)
 
     @functools.cached_property
     def swept(self) -> list[str]:
@@ -143,17 +144,22 @@ class Bench:
         return sorted({key for r in self.rows for key in r.overrides})
 
     def speedup(self, row: Row) -> float | None:
-        """The first row's seconds per epoch over this row's.
+        """The first row's seconds per epoch (train + test) over this row's.
 
-        Per training sample where their epochs train different numbers (epochs bounded to K batches of different sizes).
-        None for a bare-Lightning row, which validates nothing (its note sets its train time against its stage's).
+        Where their epochs train different numbers of samples (epochs bounded to K batches of different sizes), their
+        train seconds per training sample instead: their validations are alike or bounded otherwise. None for a
+        bare-Lightning row, which validates nothing (its note sets its train time against its stage's), and where the
+        samples are not known.
         """
         first = self.first
         if first is None or first.epoch_s is None or not row.epoch_s or row.runner == "bare":
             return None
         theirs, mine = first.samples_per_epoch, row.samples_per_epoch
-        per_sample = (mine / theirs) if theirs and mine and theirs != mine else 1.0
-        return first.epoch_s / row.epoch_s * per_sample
+        if theirs == mine:
+            return first.epoch_s / row.epoch_s
+        if not (theirs and mine):
+            return None
+        return (first.train_s() / theirs) / (row.train_s() / mine)
 
     def note(self, row: Row) -> str:
         """A row's error; for a reference row, the train time of each row of its stage over its own."""

@@ -132,9 +132,9 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         f"- published figures: {published.HARDWARE}",
         "- train s/epoch, test s/epoch, samples/s, input wait and verdict: steady-state epochs (2..N), medians "
         "over repeats; epoch 1 is shown apart as warm-up; total s covers every epoch",
-        "- speed-up: steady-state seconds per epoch (train + test) of the first row over this row's, per training "
-        "sample where their epochs train different numbers (epochs bounded to K batches of different sizes); none "
-        "for a bare-Lightning row, which validates nothing (its note compares train time)",
+        "- speed-up: steady-state seconds per epoch (train + test) of the first row over this row's; train seconds "
+        "per training sample where their epochs train different numbers (epochs bounded to K batches of different "
+        "sizes); none for a bare-Lightning row, which validates nothing (its note compares train time)",
         *thresholds(rows),
         "",
         bench_table(rows, settings),

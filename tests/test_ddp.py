@@ -112,6 +112,25 @@ def test_ddp_two_processes_see_every_row_once_per_epoch(numbered_data, pipeline)
 
 
 @pytest.mark.slow
+def test_predict_on_two_processes_writes_each_ranks_images_by_their_index_as_one_process_predicts_them(
+    numbered_data, monkeypatch
+):
+    monkeypatch.chdir(numbered_data)
+    run_stage("v2_pinned", *NO_WORKERS, "--data.batch_size", "16", epochs=1)  # the checkpoint both predict from
+    run_stage("v2_pinned", *NO_WORKERS, "--data.batch_size", "16", command="predict")
+    runs = numbered_data / "lightning_logs" / "v2_pinned"
+    (alone,) = runs.glob("version_*/predictions.csv")
+    ddp = ["--trainer.accelerator", "cpu", "--trainer.strategy", "ddp", "--trainer.devices", "2", *NO_WORKERS]
+    command = stage_process("v2_pinned", *ddp, "--data.batch_size", "16", command="predict")
+    result = subprocess.run(command, cwd=numbered_data, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = sorted(runs.glob("version_*/predictions.rank*.csv"))
+    assert [path.name for path in ranks] == ["predictions.rank0.csv", "predictions.rank1.csv"]
+    rows = [line for path in ranks for line in path.read_text().splitlines()[1:]]
+    assert sorted(rows, key=lambda row: int(row.split(",")[0])) == alone.read_text().splitlines()[1:]  # ROWS of them
+
+
+@pytest.mark.slow
 def test_ranks_that_each_read_the_whole_dataset_are_named_as_the_cause_of_its_duplicates(numbered_data):
     """Lightning's use_distributed_sampler=False beside the DataModule's own shuffled loader: no rank's share."""
     options = ("--trainer.use_distributed_sampler", "false", "--data.pipeline", "v1", *NO_WORKERS)

@@ -1,14 +1,12 @@
-"""What ``mnistperf predict`` leaves: each test image's predicted class, in the split's order, in predictions.csv."""
+"""What ``mnistperf predict`` leaves: each test image's predicted class, by its index in the split (predictions.csv)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
-from lightning.pytorch.utilities import rank_zero_only
 from typing_extensions import override
 
 from mnistperf.atomic import atomic_write_text
@@ -17,18 +15,44 @@ PREDICTIONS_FILE = "predictions.csv"
 
 
 class PredictionsFile(BasePredictionWriter):
-    """Write the predicted class of every image ``predict`` read to the run's log folder, and say where."""
+    """Write the predicted class of every image ``predict`` read to the run's log folder, and say where.
+
+    Each image by its index in the split where Lightning tracks the loader's indices, else by its place in the order
+    read. Under several processes, each writes the images it read to a file of its own (``predictions.rank1.csv``).
+    """
 
     def __init__(self) -> None:
-        super().__init__(write_interval="epoch")
+        super().__init__(write_interval="batch")
         self.path: Path | None = None  # where the predictions were written (None until they are)
+        self._rows: list[tuple[int, int]] = []
+        self._folder = Path()
 
     @override
-    @rank_zero_only
-    def write_on_epoch_end(
-        self, trainer: Trainer, pl_module: LightningModule, predictions: Any, batch_indices: Any
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Nothing predicted yet; the run's log folder read on every process (Lightning broadcasts it)."""
+        self._rows, self._folder = [], Path(trainer.log_dir or trainer.default_root_dir)
+
+    @override
+    def write_on_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        prediction: Any,
+        batch_indices: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int,
     ) -> None:
-        classes = torch.cat([batch.cpu() for batch in predictions]).tolist()  # one loader's batches, in its order
-        self.path = Path(trainer.log_dir or trainer.default_root_dir) / PREDICTIONS_FILE
-        atomic_write_text(self.path, "index,predicted\n" + "".join(f"{i},{c}\n" for i, c in enumerate(classes)))
-        print(f"predictions: the class of each of {len(classes):,} test images written to {self.path}", flush=True)
+        classes = prediction.cpu().tolist()
+        start = len(self._rows)
+        self._rows += zip(batch_indices or range(start, start + len(classes)), classes, strict=True)
+
+    @override
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Write the predictions of this process, ordered by index."""
+        name = PREDICTIONS_FILE if trainer.world_size == 1 else f"predictions.rank{trainer.global_rank}.csv"
+        self.path = self._folder / name
+        atomic_write_text(self.path, "index,predicted\n" + "".join(f"{i},{c}\n" for i, c in sorted(self._rows)))
+        if trainer.is_global_zero:
+            each = "" if trainer.world_size == 1 else f" (rank 0's; each of the {trainer.world_size} ranks its own)"
+            print(f"predictions: the class of each of {len(self._rows):,} test images written to {self.path}{each}")

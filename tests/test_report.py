@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -157,28 +157,28 @@ def test_a_folder_of_several_runs_reports_its_newest_naming_it_and_one_of_none_n
     fails_in_one_line(capsys, ["report", str(evaluated)], "no timing.json under this folder", f"beside it: {older}\n")
 
 
-class GoneReader(io.StringIO):
-    """Standard output piped to a reader that went away (``| head``): every write fails as it then does."""
-
-    def __init__(self, fd: int):
-        super().__init__()
-        self.fd = fd
-
-    def write(self, text: str) -> int:
-        raise BrokenPipeError(32, "Broken pipe")
-
-    def fileno(self) -> int:
-        return self.fd
-
-
 def test_a_report_piped_to_a_reader_that_went_away_ends_quietly(tmp_path, capsys, monkeypatch):
     run = fitted(tmp_path / "a")
     capsys.readouterr()
-    with (tmp_path / "stdout").open("w") as stdout:
-        monkeypatch.setattr(sys, "stdout", GoneReader(stdout.fileno()))
+    read, write = os.pipe()
+    os.close(read)  # the reader went away (``| head``): every write to the pipe fails
+    with os.fdopen(write, "w") as pipe:
+        monkeypatch.setattr(sys, "stdout", pipe)
         with pytest.raises(SystemExit) as ended:
             main(["report", str(run)])
     assert ended.value.code == 1 and capsys.readouterr().err == ""  # no traceback
+
+
+def test_a_broken_pipe_that_is_not_standard_outputs_is_not_taken_for_a_reader_gone(tmp_path, monkeypatch):
+    """A worker's or a child process's pipe breaking is an error of the run, raised as it is."""
+    run = fitted(tmp_path / "a")
+
+    def broken(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("mnistperf.diagnosis.show.commands.format_summary", broken)
+    with pytest.raises(BrokenPipeError):
+        main(["report", str(run)])
 
 
 def test_a_run_without_the_newer_figures_still_reports():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import sys
 import threading
@@ -145,6 +146,8 @@ def main(args: Sequence[str] | None = None) -> None:
         run_command(command, argv, args is None)
         sys.stdout.flush()  # here, where a reader that went away is answered below, not at the interpreter's exit
     except BrokenPipeError:  # the reader took what it wanted and went (``| head``): the rest has nowhere to go
+        if os.environ.get(DEBUG_ENV) or not reader_gone():  # another pipe's (a worker's, a child's): not ours to calm
+            raise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that no flush at exit meets the pipe
         raise SystemExit(1) from None
     except MnistperfError as exc:
@@ -157,6 +160,16 @@ def main(args: Sequence[str] | None = None) -> None:
             raise
         print("mnistperf: interrupted; what was being written is not kept", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def reader_gone() -> bool:
+    """Whether standard output is a pipe its reader has closed."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll here, or no descriptor behind stdout
+        return False
 
 
 def end_process_group() -> None:

@@ -22,6 +22,7 @@ from mnistperf import cli
 from mnistperf.bench import runner
 from mnistperf.cli import main
 from mnistperf.data import schema
+from mnistperf.lightning_cli.configs import given_configs
 
 
 def fit_args(*extra: str) -> list[str]:
@@ -443,6 +444,10 @@ def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdi
     err = fails_in_one_line(capsys, ["fit", "--config", "mine.yaml"], f"option '{section}.{wrong}'").err
     assert f"did you mean {meant}?" in err and "`python -m mnistperf fit --help` lists the options" in err
     assert err.startswith("mnistperf: error: mine.yaml: ")  # the file that holds it
+    (workdir / "first.yaml").write_text("seed_everything: 1\n")
+    err = fails_in_one_line(capsys, ["fit", "--config=first.yaml", "--config", "mine.yaml"], "option").err
+    assert err.startswith("mnistperf: error: mine.yaml: ")  # of two files given, the one that holds it
+    assert given_configs(["--config=mine.yaml", "--config", "first.yaml"]) == [Path("mine.yaml"), Path("first.yaml")]
 
 
 @pytest.mark.parametrize(

@@ -68,8 +68,11 @@ def read_config(path: Path, command: str) -> dict[str, Any]:
 
 def given_configs(args: Sequence[str]) -> list[Path]:
     """The files a command line's ``--config`` names that are there (one that is not is the parser's to answer)."""
-    named = [value for option, value in zip(args, args[1:], strict=False) if option == "--config"]
-    named += [arg.removeprefix("--config=") for arg in args if arg.startswith("--config=")]
+    named = [  # in the order given, as the parser reads them
+        value if option == "--config" else option.removeprefix("--config=")
+        for option, value in zip(args, [*args[1:], ""], strict=True)
+        if option == "--config" or option.startswith("--config=")
+    ]
     return [Path(name) for name in named if Path(name).exists()]
 
 

@@ -92,8 +92,8 @@ def explain_parser_error(text: str, options: set[str], configs: dict[Path, dict]
     unknown = UNKNOWN_KEY.search(text)
     if unknown:
         key = unknown.group(1)
-        held = [path for path, config in (configs or {}).items() if holds(config, key.split("."))]
-        where = f"{held[-1]}: " if held else ""  # the last file given wins, as the parser reads them
+        held = [str(path) for path, config in (configs or {}).items() if holds(config, key.split("."))]
+        where = f"{', '.join(held)}: " if held else ""  # each file that holds it, in the order given
         return where + text + did_you_mean(key, options)
     return wrong_type(text) or with_options_meant(text, options)
 

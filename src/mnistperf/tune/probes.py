@@ -157,8 +157,10 @@ class Probes:
             batch = {k: v.to(self.device) for k, v in next(iter(loader)).items()}
             run = Run(time_step(self.model, batch, self.device, 10, 3, REPEATS, self.precision))
         elif trial.kind == LOADER:
-            drawn = time_loader(self.datamodule(trial.settings), self.device, self.batches, 2, REPEATS, deadline)
-            run = Run(drawn[0], start_s=drawn[1])
+            rates, start_s = time_loader(
+                self.datamodule(trial.settings), self.device, self.batches, 2, REPEATS, deadline
+            )
+            run = Run(rates, start_s=start_s)
         else:
             dm = self.datamodule(trial.settings)
             rates, wait = time_training(self.model, dm, self.device, self.batches, 3, REPEATS, self.precision, deadline)

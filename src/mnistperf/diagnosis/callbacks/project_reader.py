@@ -74,7 +74,7 @@ def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
     """How the trainer's own option cuts the epoch that trained ``steps`` to fewer batches than due; else None.
 
     ``max_steps``, a stop (``trainer.should_stop``) or an interruption, which ended the fit inside it; or
-    ``overfit_batches`` or ``limit_train_batches``, fewer than its one training loader holds:
+    ``fast_dev_run``, ``overfit_batches`` or ``limit_train_batches``, fewer than its one training loader holds:
     ``limit_train_batches=0.5: the epoch trains 8 of the loader's 16 batches``.
     """
     trained, loader = trainer.num_training_batches, trainer.train_dataloader

@@ -106,10 +106,8 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
             + (", and a field drawn afresh each step hides a repeat" if len(fields) > 1 else "")
             + " (sample_id= names an index field, fingerprint= what identifies a sample)"
         )
-    elif (
-        duplicates > explained and draws and not guessed
-    ):  # samples the user identifies: the sampler alone repeats them
-        line += "; its sampler draws with replacement, repeating some by design"
+    elif duplicates > explained and draws and not guessed:
+        line += "; its sampler draws with replacement, repeating some by design"  # samples the user identifies
     if row["same_order_ranks"] and not guessed:
         line += (
             f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "

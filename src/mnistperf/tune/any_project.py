@@ -135,11 +135,7 @@ def tune_project_command(argv: Sequence[str], log: Callable[[str], None] = print
     table = end_to_end.trials_table(outcome)
     atomic_write_text(opts.out, tuned_yaml(project, outcome, knobs, opts, device))
     atomic_write_text(trials_path(opts.out), f"# mnistperf tune: {opts.config} on {device}\n\n{table}\n")
-    log("")
-    log(table)
-    log("")
-    for line in end_to_end.findings(outcome, knobs, project.where):
-        log(line)
+    log("\n".join(["", table, "", *end_to_end.findings(outcome, knobs, project.where)]))
     nested = project.fit is not project.config  # read before the subcommand: LightningCLI's --config FILE fit
     runs = f"--config {opts.out} fit" if nested else f"fit --config {opts.out}"
     log(f"written: {opts.out} (your project's `{runs}` runs it), {trials_path(opts.out)}")

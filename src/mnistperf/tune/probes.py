@@ -7,7 +7,6 @@ allocator and kernel warm-up), and is repeated, each repeat timed as an epoch of
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Generator, Iterable
 from statistics import median
@@ -25,15 +24,15 @@ REPEATS = 3
 STEP, LOADER, BOTH = "step", "loader", "both"  # what a probe times
 
 
+WARMUP = 3  # untimed steps (batches) before a probe's repeats: worker start, allocator and kernel warm-up
+
+
 class Overrun(Exception):
     """A probe still drawing batches when the budget ended."""
 
 
-def _cycle(loader: Iterable, deadline: float = math.inf) -> Generator[dict, None, None]:
-    """Batches of epoch after epoch: a probe longer than one epoch pays each new epoch's start, as training does.
-
-    :class:`Overrun` where one is asked for past ``deadline`` (a ``time.perf_counter()``).
-    """
+def _cycle(loader: Iterable, deadline: float) -> Generator[dict, None, None]:
+    """Batches of epoch after epoch (each new epoch's start paid, as in training); :class:`Overrun` past deadline."""
     while True:
         for batch in loader:
             if time.perf_counter() > deadline:
@@ -41,20 +40,14 @@ def _cycle(loader: Iterable, deadline: float = math.inf) -> Generator[dict, None
             yield batch
 
 
-def time_loader(
-    datamodule, device: torch.device, batches: int, warmup: int, repeats: int, deadline: float = math.inf
-) -> tuple[list[float], float]:
-    """samples/s per repeat of drawing batches onto the device, and the seconds a new epoch takes to its first batch.
-
-    Each repeat draws ``batches`` batches, after ``warmup`` untimed ones (the first epoch's worker start among them);
-    :class:`Overrun` past ``deadline``.
-    """
+def time_loader(datamodule, device: torch.device, batches: int, deadline: float) -> tuple[list[float], float]:
+    """samples/s per repeat of drawing ``batches`` batches to the device, and a new epoch's time to its first batch."""
     loader = datamodule.train_dataloader()
     source = _cycle(loader, deadline)
-    for _ in range(warmup + 1):
+    for _ in range(WARMUP):
         next(source)
     clock = EpochClock(device, profile_window=False)
-    for _ in range(repeats):
+    for _ in range(REPEATS):
         clock.epoch_start()
         for _ in range(batches):
             clock.count(len(datamodule.to_device(next(source), device)["label"]))
@@ -65,16 +58,14 @@ def time_loader(
     return [row[SAMPLES_PER_S] for row in clock.epochs], time.perf_counter() - began
 
 
-def time_step(
-    model, batch: dict, device: torch.device, steps: int, warmup: int, repeats: int, precision: str = "32-true"
-) -> list[float]:
+def time_step(model, batch: dict, device: torch.device, precision: str, steps: int = 10) -> list[float]:
     """samples/s of the training step alone (forward, loss, backward, optimizer) on one batch already on the device."""
     step = model.standalone_step(precision)
     model.train()
-    for _ in range(warmup):
+    for _ in range(WARMUP):
         step(batch)
     clock = EpochClock(device, profile_window=False)
-    for _ in range(repeats):
+    for _ in range(REPEATS):
         clock.epoch_start()
         for _ in range(steps):
             step(batch)
@@ -84,26 +75,16 @@ def time_step(
 
 
 def time_training(
-    model,
-    datamodule,
-    device: torch.device,
-    steps: int,
-    warmup: int,
-    repeats: int,
-    precision: str = "32-true",
-    deadline: float = math.inf,
+    model, datamodule, device: torch.device, steps: int, precision: str, deadline: float
 ) -> tuple[list[float], float]:
-    """samples/s of loader and step together per repeat, and the share of time the host waited for a batch.
-
-    They run as training runs them: workers and step share the CPUs; :class:`Overrun` past ``deadline``.
-    """
+    """samples/s of loader and step together per repeat, as training runs them, and the host's share waiting on data."""
     step = model.standalone_step(precision)
     model.train()
     source = _cycle(datamodule.train_dataloader(), deadline)
     clock = EpochClock(device, profile_window=False)
-    for repeat in range(repeats + 1):
+    for repeat in range(REPEATS + 1):
         clock.epoch_start()
-        for index in range(warmup if repeat == 0 else steps):
+        for index in range(WARMUP if repeat == 0 else steps):
             batch = datamodule.to_device(next(source), device)
             clock.step_start(index)
             step(batch)
@@ -151,18 +132,13 @@ class Probes:
         return run
 
     def _probe(self, trial: Trial, deadline: float) -> Run:
+        one_batch = {"pipeline": "v2", "num_workers": 0, **WITHOUT_WORKERS} if trial.kind == STEP else {}
+        dm = self.datamodule({**one_batch, **trial.settings})
         if trial.kind == STEP:  # on one batch already on the device
-            settings = {"pipeline": "v2", "num_workers": 0, **WITHOUT_WORKERS}
-            loader = self.datamodule({**settings, **trial.settings}).train_dataloader()
-            batch = {k: v.to(self.device) for k, v in next(iter(loader)).items()}
-            run = Run(time_step(self.model, batch, self.device, 10, 3, REPEATS, self.precision))
-        elif trial.kind == LOADER:
-            rates, start_s = time_loader(
-                self.datamodule(trial.settings), self.device, self.batches, 2, REPEATS, deadline
-            )
-            run = Run(rates, start_s=start_s)
-        else:
-            dm = self.datamodule(trial.settings)
-            rates, wait = time_training(self.model, dm, self.device, self.batches, 3, REPEATS, self.precision, deadline)
-            run = Run(rates, wait=wait)
-        return run
+            batch = {k: v.to(self.device) for k, v in next(iter(dm.train_dataloader())).items()}
+            return Run(time_step(self.model, batch, self.device, self.precision))
+        if trial.kind == LOADER:
+            rates, start_s = time_loader(dm, self.device, self.batches, deadline)
+            return Run(rates, start_s=start_s)
+        rates, wait = time_training(self.model, dm, self.device, self.batches, self.precision, deadline)
+        return Run(rates, wait=wait)

@@ -79,7 +79,8 @@ PARTS_SAID = {  # by the summary's key
         "",
         "a step",
         "of the step",
-        "No step was timed by its parts (an epoch of fewer than 10 steps, or a run before they were).",
+        "No step was timed by its parts (epochs that ended before the step drawn among their first 16, or a run "
+        "before they were).",
     ),
     "between_epochs": PartsSaid(
         "Between epochs",

@@ -206,7 +206,7 @@ def test_a_difference_within_the_noise_is_no_projection():
 def test_a_noisy_probe_is_measured_again():
     measured = [[100.0, 1000.0, 500.0], [1000.0, 1000.0, 1000.0], [1000.0, 1010.0]]
     lines: list[str] = []
-    finder = Search(lambda trial, s: Run(measured.pop(0)), 60, lines.append, stages.probe_line, stages.NOISY_SPREAD)
+    finder = Search(lambda trial, s: Run(measured.pop(0)), 60, lines.append, stages.probe_line, policy.NOISY_SPREAD)
     noisy = finder.trial({"batch_size": 8}, kind="step")
     assert len(noisy.rates) == 6 and "repeated (6 runs)" in stages.probe_note(noisy) and "repeated (6 runs)" in lines[0]
     quiet = finder.trial({"batch_size": 8}, kind="step")

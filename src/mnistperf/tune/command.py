@@ -184,10 +184,7 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
     table = probes_table(outcome)
     page = f"# mnistperf tune: {opts.config} on {describe_device(device)}\n\n{table}\n\nStopped: {outcome.stopped}.\n"
     atomic_write_text(probes_path(opts.out), page)
-    log("")
-    log(table)
-    log(f"\nchosen: {describe(outcome.best)}")
-    log(f"stopped: {outcome.stopped}")
+    log(f"\n{table}\n\nchosen: {describe(outcome.best)}\nstopped: {outcome.stopped}")
     if warning := stages.noise_warning(outcome):
         log(f"warning: {warning}")
     log(f"written: {opts.out} (run it: python -m mnistperf fit --config {opts.out}), {probes_path(opts.out)}")

@@ -23,7 +23,7 @@ from mnistperf.machine import usable_cpus
 from mnistperf.tables import markdown_table
 from mnistperf.tune.knobs import REBUILD, Knobs, dataloader_call, rebuilt_with
 from mnistperf.tune.launcher import Launcher
-from mnistperf.tune.policy import settled, variants_around, without_workers, worker_counts
+from mnistperf.tune.policy import NOISY_SPREAD, settled, variants_around, without_workers, worker_counts
 from mnistperf.tune.search import NOISE_FLOOR, Measure, Outcome, Run, Search, Stop, Trial, beats, describe
 from mnistperf.tune.trial import TrialSpec
 
@@ -246,10 +246,11 @@ def findings(outcome: Outcome, knobs: Knobs, where: str) -> list[str]:
         outcome.bound,
     ]
     if knobs.rebuilt:
-        lines.append(f"{where} exposes no loader setting: every trial rebuilt its DataLoader with the settings tried")
+        lines.append(f"every trial rebuilt the DataLoader of {where} with the settings tried")
     lines += knobs.notes
-    if outcome.kept:
-        lines.append("chosen: the untouched settings, kept: nothing beat them by more than the noise")
+    if outcome.kept:  # where no other was tried, the line that says why it stopped says why
+        why = "no other setting was tried" if len(outcome.trials) == 1 else "nothing beat them by more than the noise"
+        lines.append(f"chosen: the untouched settings, kept: {why}")
     else:
         lines.append(
             f"chosen: {describe(chosen.settings)}: {chosen.rate:,.0f} samples/s, "
@@ -259,8 +260,12 @@ def findings(outcome: Outcome, knobs: Knobs, where: str) -> list[str]:
         lines.append("the batch size changed: that changes the training (the optimisation), not only its speed")
     if rebuilt := loader_args(outcome, knobs):
         lines.append(
-            f"{where} takes no argument for these, so tune rebuilt its DataLoader; they need a code change, in "
+            f"these are no arguments of {where}, so tune rebuilt its DataLoader; they need a code change, in "
             f"train_dataloader: {dataloader_call(rebuilt)}"
+        )
+    if outcome.noise > NOISY_SPREAD:
+        lines.append(
+            f"the noise ({outcome.noise:.0%}) hides smaller gains: more repeats or steps, or a quieter machine"
         )
     lines.append(f"stopped: {outcome.stopped}")
     return lines

@@ -10,6 +10,7 @@ from typing import Any
 
 from mnistperf.tune.search import Search, Trial, beats
 
+NOISY_SPREAD = 0.25  # repeats further apart than this: the machine is busy (a lab probe is repeated once more)
 BATCH_MULTIPLES = (2, 4)  # the bigger batches --tune-batch-size tries, as multiples of the one started from
 WITHOUT_WORKERS = {"persistent_workers": False, "prefetch_factor": None}  # what a DataLoader without workers takes
 OWN_NAMES = {name: name for name in ("num_workers", *WITHOUT_WORKERS)}

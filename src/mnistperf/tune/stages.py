@@ -28,7 +28,6 @@ from mnistperf.tune.search import INTERRUPTED, NOISE_FLOOR, Outcome, Run, Search
 
 # The lab's loader settings tune chooses: its pipeline, and the rest but the batch size (only with --tune-batch-size).
 LOADER_KEYS = ("pipeline", *SPEED_SETTINGS)
-NOISY_SPREAD = 0.25  # repeats further apart than this: the machine is busy; the probe is repeated once more
 
 
 def probe_note(probe: Trial) -> str:
@@ -55,13 +54,13 @@ def step_probes(outcome: Outcome) -> list[Trial]:
 
 def noise_warning(outcome: Outcome) -> str | None:
     """A sentence for the user when the probes were too noisy for small differences to mean anything."""
-    noisy = [p for p in outcome.trials if p.spread > NOISY_SPREAD]
+    noisy = [p for p in outcome.trials if p.spread > policy.NOISY_SPREAD]
     if not noisy:
         return None
     return (
         f"the machine was busy: {len(noisy)} of {len(outcome.trials)} probes varied by more than "
-        f"{NOISY_SPREAD:.0%} between repeats (up to {max(p.spread for p in noisy):.0%}) even after repeating, so "
-        "differences smaller than that are noise; run tune again on an idle machine before trusting close calls"
+        f"{policy.NOISY_SPREAD:.0%} between repeats (up to {max(p.spread for p in noisy):.0%}) even after repeating, "
+        "so differences smaller than that are noise; run tune again on an idle machine before trusting close calls"
     )
 
 
@@ -73,7 +72,7 @@ def batch_projection(outcome: Outcome) -> str | None:
     step, bigger = probes[:2]
     size = bigger.settings["batch_size"]
     noise = max(bigger.spread, step.spread, NOISE_FLOOR)
-    if noise > NOISY_SPREAD:
+    if noise > policy.NOISY_SPREAD:
         return (
             f"a batch of {size} could not be measured reliably here (its step probes varied by up to "
             f"{noise:.0%}); no projection is made"
@@ -148,7 +147,7 @@ def outcome(
 ) -> Outcome:
     """Search loader settings for this step, in the order and with the stopping rule the module describes."""
     base, on_cuda = probes.options, probes.device.type == "cuda"
-    search = Search(probes, budget_s, log, probe_line, noisy=NOISY_SPREAD)
+    search = Search(probes, budget_s, log, probe_line, noisy=policy.NOISY_SPREAD)
     step = search.trial({"batch_size": base["batch_size"]}, kind=STEP)
     margin = max(NOISE_FLOOR, step.spread)
 

@@ -23,7 +23,7 @@ from mnistperf.cli import main
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import SPLIT
 from mnistperf.diagnosis.record.text import format_summary
-from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, tick_label, ticks
+from mnistperf.diagnosis.show.report import REPORT_FILE, WHOLE, WHOLE_COLOUR, html_report, tick_label, ticks
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 browser = pytest.mark.skipif(BROWSER is None, reason="no chromium here (Debian: apt-get install chromium)")
@@ -234,6 +234,15 @@ def test_two_runs_charts_of_a_kind_share_one_scale():
         assert a == b  # the same ticks to the same top
     split_a, split_b = charts.bars[2], charts.bars[3]
     assert split_b / split_a == pytest.approx(10 / 36, rel=0.02)  # bars 3.6x apart look it
+
+
+def test_an_epoch_not_split_is_drawn_whole_in_a_colour_the_legend_names_and_each_bar_says_its_part():
+    run = summary(train_s=10.0, rss_mb=800.0)
+    run["epochs"][1] = {key: value for key, value in run["epochs"][1].items() if key not in SPLIT}
+    page = html_report([("run", run)])
+    assert page.count(f'fill="{WHOLE_COLOUR}"') == 2 and f"</svg> {WHOLE}</span>" in page  # its bar, its legend
+    assert "<title>epoch 2 train time, not split" in page and "<title>epoch 1 forward 3.000 s</title>" in page
+    assert WHOLE not in html_report([("split", summary(train_s=10.0, rss_mb=800.0))])  # every epoch split: none
 
 
 @browser

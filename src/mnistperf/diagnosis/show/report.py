@@ -68,18 +68,20 @@ class Chart:
         """The height of ``value`` on the vertical axis (SVG's y grows downwards; the top mark is above 0)."""
         return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * value / self.marks[-1]
 
-    def svg(self, drawn: str, names: dict[int, str], missing: str) -> str:
+    def svg(self, drawn: str, names: dict[int, str], missing: str, more: dict[str, str] | None = None) -> str:
         """``drawn`` in the chart's axes, a labelled line at each mark, the epochs under them; above, the legend.
 
-        ``names``: each series' by its place, so that a series keeps its colour in every chart. Where nothing is
-        drawn, a note instead: the chart's label and what is ``missing``.
+        ``names``: each series' by its place, so that a series keeps its colour in every chart; ``more``: other
+        entries of the legend, name by colour. Where nothing is drawn, a note instead: the chart's label and what is
+        ``missing``.
         """
         if not drawn:
             return f'<p class="none">{escape(self.label)}: {missing}.</p>'
+        entries = {**{COLOURS[i % len(COLOURS)]: name for i, name in names.items()}, **(more or {})}
         legend = "".join(
-            f'<span><svg width="12" height="12"><rect width="12" height="12" fill="{COLOURS[i % len(COLOURS)]}"/>'
+            f'<span><svg width="12" height="12"><rect width="12" height="12" fill="{colour}"/>'
             f"</svg> {escape(name)}</span>"
-            for i, name in names.items()
+            for colour, name in entries.items()
         )
         every = math.ceil(len(self.epochs) / MAX_EPOCH_LABELS)  # long runs: every k-th epoch, the labels apart
         below = "".join(
@@ -134,6 +136,9 @@ def line_charts(
     return charts
 
 
+WHOLE, WHOLE_COLOUR = "train time, not split into forward, backward and optimizer", "#999"
+
+
 def _split(epoch: dict[str, Any]) -> list[tuple[str, float]]:
     """An epoch's train time in its split's parts, or whole where the steps were not split."""
     parts = [(key, number(epoch.get(key))) for key in figures.SPLIT]
@@ -150,19 +155,21 @@ def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
     for epochs in runs:
         chart = Chart(width, epochs, marks, "s", "train time split per epoch")
         bar = min((chart.x(1) - chart.x(0)) * 0.6, 80)  # few epochs on a wide chart: bars, not walls
-        body = ""
+        body, whole = "", False
         for j, e in enumerate(epochs):
             base = 0.0
             for key, value in _split(e):
-                colour = COLOURS[figures.SPLIT.index(key) % len(COLOURS)] if key in figures.SPLIT else "#999"
+                split = key in figures.SPLIT
+                colour = COLOURS[figures.SPLIT.index(key) % len(COLOURS)] if split else WHOLE_COLOUR
+                name, whole = (names[figures.SPLIT.index(key)], whole) if split else (WHOLE, True)
                 low, high = chart.y(base), chart.y(base + value)
                 body += (
                     f'<rect x="{chart.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '
-                    f'height="{max(low - high, 0):.1f}" fill="{colour}"><title>epoch {e["epoch"]} {key} '
+                    f'height="{max(low - high, 0):.1f}" fill="{colour}"><title>epoch {e["epoch"]} {escape(name)} '
                     f"{value:.3f} s</title></rect>"
                 )
                 base += value
-        charts.append(chart.svg(body, names, "no finished epoch"))
+        charts.append(chart.svg(body, names, "no finished epoch", {WHOLE_COLOUR: WHOLE} if whole else None))
     return charts
 
 

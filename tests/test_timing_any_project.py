@@ -247,6 +247,13 @@ def test_a_timer_listed_twice_stands_aside_saying_so_and_the_first_times_the_fit
     assert "listed twice" not in capsys.readouterr().out
 
 
+def test_a_timer_whose_hooks_another_callback_calls_is_not_among_the_trainers_and_stands_aside_from_nothing():
+    """As a wrapping callback would call it: the trainer's callbacks hold no EpochTimer, and nothing is amiss."""
+    timer = EpochTimer()
+    timer.setup(Trainer(callbacks=[], logger=False), TupleBatches(), "fit")
+    assert timer._aside == []
+
+
 def test_bare_tensor_batches_under_manual_optimization(tmp_path):
     timer, trainer = timed(BareTensorsManual(), tmp_path, DataLoader(features()[0], batch_size=BATCH))
     check_reported(timer, trainer)

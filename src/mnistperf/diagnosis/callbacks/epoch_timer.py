@@ -126,7 +126,7 @@ class EpochTimer(Callback):
         """Stand aside from a fit, saying so, where another EpochTimer comes first: each would time the other's work."""
         self._come_back()
         callbacks = cast(TrainerAttributes, trainer).callbacks
-        if stage == "fit" and next(c for c in callbacks if isinstance(c, EpochTimer)) is not self:
+        if stage == "fit" and next((c for c in callbacks if isinstance(c, EpochTimer)), self) is not self:
             self._aside = [hook for hook in ASIDE if callable(getattr(self, hook))]
             for hook in self._aside:
                 skip_hook(self, hook)

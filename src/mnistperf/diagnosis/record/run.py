@@ -153,15 +153,20 @@ def write_summary(summary: dict[str, Any], path: Path) -> None:
     atomic_write_text(path, json.dumps(jsonable(summary), indent=2))
 
 
+def summaries_under(folder: Path) -> list[Path]:
+    """Every timing.json under ``folder``, the newest last."""
+    return sorted(folder.rglob(SUMMARY_FILE), key=lambda path: path.stat().st_mtime_ns)
+
+
 def find_summary(run: Path) -> Path:
     """The run's timing.json: the file given, or the newest under the folder given."""
     if run.is_file():
         return run
     if not run.is_dir():
         raise ConfigError(f"{run}: no such file or folder (give a {SUMMARY_FILE} or the run's log folder)")
-    found = sorted(run.rglob(SUMMARY_FILE), key=lambda path: path.stat().st_mtime_ns)
+    found = summaries_under(run)
     if not found:
-        beside = sorted(run.parent.rglob(SUMMARY_FILE), key=lambda path: path.stat().st_mtime_ns)
+        beside = summaries_under(run.parent)
         fits = f"; the newest beside it: {beside[-1]}" if beside else ""  # a validate, test or predict run's folder
         raise ConfigError(f"{run}: no {SUMMARY_FILE} under this folder (is it a fit's log folder?){fits}")
     return found[-1]

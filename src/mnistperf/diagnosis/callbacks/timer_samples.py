@@ -111,8 +111,8 @@ class TimerSamples:
         Lightning's reading of the epoch's first batch, unless every value ``self.log`` averaged was given its
         batch size as counted.
         """
-        sizes = logged_samples(trainer)
-        logged = max(sizes or [], default=None)
+        sizes = logged_samples(trainer) or []  # (none read, or none logged: alike here)
+        logged = max(sizes, default=None)
         whole = self.steps * self.most  # every step logged as the largest
         rounded = logged == whole
         others: dict[str, int | None] = {
@@ -126,7 +126,7 @@ class TimerSamples:
         counts = disagreeing(self.counted, others) or {}
         batch, lightning = self._first_batch or (0, None)
         # Lightning's reading weighs no mean the module gave its own batch sizes, each as counted
-        given = bool(sizes) and all(size in (self.counted, whole) for size in sizes or [])
+        given = bool(sizes) and all(size in (self.counted, whole) for size in sizes)
         if lightning is not None and lightning != batch and not math.isnan(self.counted) and not given:
             counts = {"counted": int(self.counted), **counts, "batch": batch, "lightning": lightning}
         return counts or None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mnistperf.diagnosis.record.advice import WORKERS
 
+LARGER_BATCH = "a larger batch (data.batch_size, as stage v1_bs512 raised v1_naive's)"
 LAB_HINTS: dict[str, list[str]] = {
     "input-bound": [
         "more loader workers (data.num_workers; stage v1_workers4)",
@@ -23,7 +24,7 @@ LAB_HINTS: dict[str, list[str]] = {
     ],
     "overhead-bound": [
         "the whole step as one CUDA graph (model.cuda_graph; stage v4_graphed)",
-        "a larger batch (data.batch_size, as stage v1_bs512 raised v1_naive's)",
+        LARGER_BATCH,
         "no per-step self.log or .item(): sums kept on the device, logged once per epoch (every stage)",
     ],
     "compute-bound": [
@@ -32,12 +33,12 @@ LAB_HINTS: dict[str, list[str]] = {
     ],
     "compute-bound on a CPU": [
         "torch's threads matched to the cores this process may use ({threads})",
-        "a larger batch (data.batch_size, as stage v1_bs512 raised v1_naive's)",
+        LARGER_BATCH,
         "torch.compile (model.compile and model.compile_on_cpu; stage v3_compiled)",
         "a GPU (trainer.accelerator cuda), once the model is large enough to fill one",
     ],
     "overhead-bound on a CPU": [
-        "a larger batch (data.batch_size, as stage v1_bs512 raised v1_naive's)",
+        LARGER_BATCH,
         "a GPU, where the step's small operations run as one CUDA graph (trainer.accelerator cuda; stage v4_graphed)",
     ],
 }

@@ -27,6 +27,7 @@ from mnistperf.diagnosis.figures import (
     TOTAL_TRAIN_S,
     TRAIN_S,
 )
+from mnistperf.diagnosis.record.units import samples_rate
 from mnistperf.tables import markdown_table
 
 REFERENCE_RUNNERS = ("plain", "bare")  # the runners of a stage's reference rows: a plain loop, bare Lightning
@@ -94,9 +95,8 @@ def _fmt(value: float | None, digits: int = 2, none: str = "-") -> str:
     return none if value is None else f"{value:.{digits}f}"
 
 
-def throughput_number(value: float | None) -> str:
-    """Samples/s as the fit's lines say them, thousands apart: 36,828."""
-    return "-" if value is None else f"{value:,.0f}"
+def _rate(value: float | None) -> str:
+    return "-" if value is None else samples_rate(value)
 
 
 def _pct(value: float | None) -> str:
@@ -137,6 +137,11 @@ class Bench:
     def first(self) -> Row | None:
         """The first row with steady-state seconds per epoch, validation in them: what every speed-up is against."""
         return next((r for r in self.rows if r.epoch_s and r.runner != "bare"), None)
+
+    @property
+    def whole_epochs(self) -> bool:
+        """Whether its rows trained whole epochs (not bounded to K batches each)."""
+        return self.settings.get("limit_train_batches") is None
 
     @functools.cached_property
     def swept(self) -> list[str]:
@@ -193,7 +198,7 @@ def _published(row: Row, index: int, bench: Bench) -> float | None:
 
     None where the bench bounded its epochs to fewer batches: the published are whole epochs'.
     """
-    unmodified = not row.overrides and row.runner == "lightning" and bench.settings.get("limit_train_batches") is None
+    unmodified = not row.overrides and row.runner == "lightning" and bench.whole_epochs
     figures = published.STAGES.get(row.stage) if unmodified else None
     return figures[index] if figures else None
 
@@ -231,7 +236,7 @@ COLUMNS = [
     Column("sweep", None, lambda r, b: {f"sweep:{key}": r.overrides.get(key) for key in b.swept}),
     Column("device", None, lambda r, b: r.summaries[0]["device"] if r.summaries else None),
     Column("epochs", None, lambda r, b: b.settings.get("epochs")),
-    Column("full_epochs", None, lambda r, b: b.settings.get("limit_train_batches") is None),
+    Column("full_epochs", None, lambda r, b: b.whole_epochs),
     # batches asked; a grouped stage ran whole groups covering them
     Column("train_batches_limit", None, lambda r, b: b.settings.get("limit_train_batches")),
     Column("batch_size", None, lambda r, b: _data(r, "batch_size")),
@@ -243,7 +248,7 @@ COLUMNS = [
     Column("warmup_train_s", "warm-up train s", lambda r, b: r.warmup_s, _fmt),
     Column("total_s_median", "total s", lambda r, b: r.total_s, _fmt),
     Column("speedup_x", "speed-up", lambda r, b: b.speedup(r), _times),
-    Column("samples_per_s_median", "samples/s", lambda r, b: r.med(SAMPLES_PER_S.name), throughput_number),
+    Column("samples_per_s_median", "samples/s", lambda r, b: r.med(SAMPLES_PER_S.name), _rate),
     Column("input_wait_pct", "input wait", lambda r, b: _share_pct(r, INPUT_WAIT_SHARE.name), _pct),
     Column("gpu_busy_pct", "GPU busy", lambda r, b: _share_pct(r, BUSY["cuda"].name), _pct),
     Column("verdict", "verdict", lambda r, b: _verdicts(r), lambda v: v or "-"),

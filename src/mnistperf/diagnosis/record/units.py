@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 
+def samples_rate(samples_per_s: float) -> str:
+    """samples/s as every line and table says the number, thousands apart: 36,828."""
+    return f"{samples_per_s:,.0f}"
+
+
 def throughput(samples_per_s: float | None) -> str:
     """samples/s as printed, or why there is no figure."""
-    return "not measured (samples not counted)" if samples_per_s is None else f"{samples_per_s:,.0f} samples/s"
+    return "not measured (samples not counted)" if samples_per_s is None else f"{samples_rate(samples_per_s)} samples/s"
 
 
 SECONDS_SAID_IN_MS = 0.1  # a line whose largest time is under this says its times in ms: "7.70 ms", not "0.01 s"

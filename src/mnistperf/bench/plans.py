@@ -143,9 +143,9 @@ def check_fit_arguments(plans: Sequence[Plan]) -> None:
         if config in fits:
             check_timed(config, yaml.safe_load(printed.getvalue()) or {})
     swept = dict.fromkeys(setting for plan in plans for setting in plan.row.overrides.items())
-    for setting in (None, *swept):  # every plan, then those of each swept value
-        having = [(p.config, tuple(p.args)) for p in plans if setting is None or setting in p.row.overrides.items()]
-        refused = first_refusal(list(dict.fromkeys(having)))
+    groups = [[p for p in plans if setting in p.row.overrides.items()] for setting in swept] or [list(plans)]
+    for group in groups:  # those of each swept value (every plan where nothing is swept)
+        refused = first_refusal(list(dict.fromkeys((p.config, tuple(p.args)) for p in group)))
         if refused is not None:
             raise refused
 

@@ -159,9 +159,9 @@ def split_charts(runs: list[list[dict[str, Any]]], width: int) -> list[str]:
         for j, e in enumerate(epochs):
             base = 0.0
             for key, value in _split(e):
-                split = key in figures.SPLIT
-                colour = COLOURS[figures.SPLIT.index(key) % len(COLOURS)] if split else WHOLE_COLOUR
-                name, whole = (names[figures.SPLIT.index(key)], whole) if split else (WHOLE, True)
+                at = figures.SPLIT.index(key) if key in figures.SPLIT else None
+                colour, name = (WHOLE_COLOUR, WHOLE) if at is None else (COLOURS[at % len(COLOURS)], names[at])
+                whole = whole or at is None
                 low, high = chart.y(base), chart.y(base + value)
                 body += (
                     f'<rect x="{chart.x(j) - bar / 2:.1f}" y="{high:.1f}" width="{bar:.1f}" '

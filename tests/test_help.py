@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,21 @@ def option_entries(text: str) -> dict[str, str]:
 
 def test_the_overview_lists_every_command():
     assert set(COMMANDS) == {"prepare", "fit", "validate", "test", "predict", "bench", "tune", "compare", "report"}
+
+
+@pytest.mark.parametrize("args, status", [([], 0), (["--help"], 0), (["fir"], 2)], ids=["none", "help", "unknown"])
+def test_the_overview_is_printed_before_torch_or_lightning_is_imported(args, status):
+    """``mnistperf --help`` answers at once: seconds of imports are for the commands that need them."""
+    shown = (
+        "import sys, runpy; sys.argv = ['mnistperf', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('mnistperf', run_name='__main__')\n"
+        "finally:\n    print(sorted({'torch', 'lightning'} & set(sys.modules)), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", shown, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == status, done.stderr
+    assert done.stdout == OVERVIEW
+    assert done.stderr.splitlines()[-1] == "[]", done.stderr
+    assert ("unknown command 'fir'" in done.stderr) == (status == 2)
 
 
 def test_the_readme_names_every_command_and_links_every_document():

@@ -25,6 +25,7 @@ from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.install_check import check_torchvision
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+OWN_COMMANDS = ("prepare", "bench", "tune", "compare", "report")
 OVERVIEW = """\
 usage: mnistperf COMMAND [options]
 
@@ -207,7 +208,16 @@ def interrupted_at_the_end() -> Iterator[None]:
 
 
 def run_command(command: str | None, argv: list[str], from_process: bool) -> None:
-    """Run one command; Lightning's refusals of trainer settings become ConfigErrors (one line, status 2)."""
+    """Run one command; Lightning's refusals of trainer settings become ConfigErrors (one line, status 2).
+
+    The overview (no command, ``--help``, an unknown one) is printed before anything is imported: at once.
+    """
+    if command not in (*LIGHTNING_COMMANDS, *OWN_COMMANDS):
+        print(OVERVIEW, end="")
+        if command not in (None, "-h", "--help"):
+            print(f"mnistperf: error: unknown command {command!r}", file=sys.stderr)
+            raise SystemExit(2)
+        return
     with interrupted_at_the_end():
         check_torchvision()  # before anything imports Lightning, which imports torchvision when it is there
         from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -235,15 +245,10 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
             from mnistperf.diagnosis.show.commands import report_command
 
             report_command(argv[1:])
-        elif command in LIGHTNING_COMMANDS:
+        else:
             try:
                 MnistperfCLI(args=None if from_process else argv)
             finally:
                 end_process_group()
-        else:
-            print(OVERVIEW, end="")
-            if command not in (None, "-h", "--help"):
-                print(f"mnistperf: error: unknown command {command!r}", file=sys.stderr)
-                raise SystemExit(2)
     except MisconfigurationException as exc:
         raise ConfigError(str(exc)) from exc

@@ -318,8 +318,9 @@ def test_a_short_fits_times_are_said_in_ms_one_unit_a_line_where_seconds_would_r
     found = advice(short_fit)
     assert found is not None and found["ceiling"].endswith("(at most 63.00 ms less per epoch)")
     row = {"epoch": 2, "train_s": 0.0077, "eval_s": 0.0, "samples_per_s": 6500.0, "verdict": "v", "verdict_figure": "f"}
-    assert format_epoch(row).startswith("epoch 2: train 7.70 ms, eval 0.00 ms, 6,500 samples/s")
-    assert format_epoch({**row, "train_s": 1.5}).startswith("epoch 2: train 1.50 s, eval 0.00 s,")
+    assert format_epoch({**row, "eval_s": 0.0004}).startswith("epoch 2: train 7.70 ms, eval 0.40 ms, 6,500 samples/s")
+    assert format_epoch({**row, "train_s": 1.5, "eval_s": 0.0004}).startswith("epoch 2: train 1.50 s, eval 0.00 s,")
+    assert format_epoch(row).startswith("epoch 2: train 7.70 ms, 6,500 samples/s")  # no validation ran: none said
     summary = {
         "verdict": "overhead-bound",
         "verdict_figure": "f",

@@ -23,6 +23,11 @@ def loader_samples_text(samples: dict[str, int | None] | None) -> str:
     return " (" + " + ".join(f"{name} {count:,}" for name, count in samples.items()) + " samples)"
 
 
+def eval_said(eval_s: float | None, largest: float) -> str:
+    """``, eval 1.20 s``; nothing where no validation ran (none is timed at exactly zero)."""
+    return "" if eval_s == 0 else f", eval {seconds(eval_s, largest)}"
+
+
 def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
     """EpochTimer's line of an epoch: its times, throughput, verdict and the figure that decided it.
 
@@ -33,7 +38,7 @@ def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
     part = row.get("partial")
     train = seconds(row[TRAIN_S], largest) + (f" ({part['steps']:,} of {part['batches']:,} batches)" if part else "")
     return (
-        f"epoch {row['epoch']}{bar}: train {train}, eval {seconds(row[EVAL_S], largest)}, "
+        f"epoch {row['epoch']}{bar}: train {train}{eval_said(row[EVAL_S], largest)}, "
         f"{throughput(row[SAMPLES_PER_S])}{loader_samples_text(row.get('loader_samples'))}, {row['verdict']} "
         f"({row['verdict_figure']}){format_counts(row.get('sample_counts'))}"
     )

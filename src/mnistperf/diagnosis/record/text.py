@@ -11,7 +11,7 @@ from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU, SPIKES
 from mnistperf.diagnosis.measure.stalls import SLOW_FIRST_FACTOR, SPIKE_FACTOR, SPIKES_WORTH, slow_first_steps
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, epoch_s, format_advice
-from mnistperf.diagnosis.record.epoch_text import interrupted_line
+from mnistperf.diagnosis.record.epoch_text import eval_said, interrupted_line
 from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.summary import RANKS_APART, not_measured
 from mnistperf.diagnosis.record.units import seconds, throughput
@@ -261,8 +261,8 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
     metric = f"; final {run.metric} {run.final_metric:.4f}" if run.final_metric is not None else ""
     said = f", between epochs {seconds(gap, largest)}" if gap >= CULPRIT_SHARE * epoch_s(run.content) > 0 else ""
     lines.append(
-        f"Per epoch ({steady}{warmup}): train {seconds(train, largest)}, eval "
-        f"{seconds(evaluation, largest)}{said}, {throughput(run.figure(figures.SAMPLES_PER_S))}; "
+        f"Per epoch ({steady}{warmup}): train {seconds(train, largest)}{eval_said(evaluation, largest)}{said}, "
+        f"{throughput(run.figure(figures.SAMPLES_PER_S))}; "
         f"{run.device or 'device not known'}, {run.precision or '32-true'}{metric}"
     )
     lines.append(f"The rest ({ELSEWHERE}): `mnistperf report {folder or 'RUN'}` prints it, timing.html shows it")

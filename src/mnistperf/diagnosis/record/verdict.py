@@ -26,8 +26,8 @@ NOT_MEASURED = "too few steps for the profiled window"
 WINDOW_PENDING = "read in the first steady epoch, after the warm-up"
 FIT_ENDED = "the fit ended before its first steady epoch, where the window is read"
 # On a CPU, an epoch of one step is profiled whole, an earlier steady epoch's figures standing in for its step.
-ONE_STEP_PENDING = "an epoch of one step is read in the fit's third epoch, the second's figures standing in for it"
-ONE_STEP_ENDED = "an epoch of one step is read in the fit's third epoch, and the fit ended before it"
+ONE_STEP_PENDING = "epochs of one step have the busy share read in the fit's third, the second's standing in for it"
+ONE_STEP_ENDED = "the fit ended before its third epoch, where epochs of one step have the busy share read"
 # What a verdict reads of the profiled window beside its share: how far the share may be off, the wait for a core.
 BUSY_MARGIN, WAITED_FOR_A_CORE = "busy_margin", "waited_for_a_core"
 BUSY_SAID = {"cuda": "GPU busy", "cpu": "CPU inside tensor operations"}  # the profiled window's share, by device

@@ -543,6 +543,23 @@ def test_the_loaders_settings_are_found_under_the_projects_own_names():
     assert "name one with --knob data.init_args.train_num_workers=VALUES" in of_config.notes[0]
 
 
+def test_a_loader_setting_named_is_tried_through_the_datamodules_own_argument_for_it():
+    """``--knob num_workers=0,2`` on a DataModule taking ``workers``: the trials change ``workers``, which the config
+    written keeps; a rebuilt loader would leave the user a code change to make."""
+    currents = {"rows": 1, "workers": 0, "keep_workers": False}
+    for key in ("num_workers", "loader.num_workers"):
+        [knob] = knobs.named_knobs([(key, [0, 2])], currents, "data.init_args", "ShelfData")
+        assert (knob.setting, knob.key, knob.via, knob.values, knob.current) == (
+            "num_workers",
+            "data.init_args.workers",
+            knobs.ARG,
+            [0, 2],
+            0,
+        )
+    [rebuilt] = knobs.named_knobs([("num_workers", [0, 2])], {"rows": 1}, "data.init_args", "ShelfData")
+    assert (rebuilt.key, rebuilt.via) == ("loader.num_workers", knobs.REBUILD)  # no argument for it: rebuilt
+
+
 def test_a_rebuilt_loader_keeps_everything_it_was_made_with_but_the_settings_tried():
     data = TensorDataset(torch.arange(12.0))
     sampler = RandomSampler(data)

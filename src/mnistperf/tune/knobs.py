@@ -107,9 +107,7 @@ def rebuilt_with(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any] | Non
 
 def loader_settings(loader: Any) -> dict[str, Any] | None:
     """A DataLoader's settings that tune may change, as it holds them (None for anything but one DataLoader)."""
-    if not isinstance(loader, DataLoader):
-        return None
-    return {name: getattr(loader, name, None) for name in LOADER_SETTINGS}
+    return {name: getattr(loader, name, None) for name in LOADER_SETTINGS} if isinstance(loader, DataLoader) else None
 
 
 def dataloader_call(settings: dict[str, Any]) -> str:
@@ -179,8 +177,8 @@ def named_knobs(
     """The knobs the user named (``--knob KEY=VALUES``): where named, only these are tried, with these values.
 
     A key is an argument of the DataModule (``data.init_args.workers``; ``data.workers`` is taken for it) or a
-    DataLoader setting (``num_workers`` or ``loader.num_workers``), which rebuilds the loader. A key that is
-    neither is one line naming it, the DataModule's arguments and the fix.
+    DataLoader setting (``num_workers`` or ``loader.num_workers``): the DataModule's own argument for it, else the
+    loader rebuilt. A key that is neither is one line naming it, the DataModule's arguments and the fix.
     """
     knobs: list[Knob] = []
     short = prefix.rsplit(".", 1)[0] if prefix else ""
@@ -190,7 +188,9 @@ def named_knobs(
             setting = next((s for s in LOADER_SETTINGS if matches(name, s) is not None), None)
             knob = Knob(setting, join(prefix, name), ARG, values, currents[name])
         elif name in LOADER_SETTINGS and key in (name, join(LOADER, name)):
-            knob = Knob(name, join(LOADER, name), REBUILD, values)
+            own = own_names(currents).get(name)  # the DataModule's own argument for it, else the loader rebuilt
+            where_to = (join(prefix, own), ARG) if own else (join(LOADER, name), REBUILD)
+            knob = Knob(name, *where_to, values, currents.get(own or ""))
         else:
             options = [join(prefix, a) for a in currents]
             meant = did_you_mean(key, [*options, *LOADER_SETTINGS]) or "."

@@ -85,6 +85,16 @@ def counts(row: dict) -> tuple:
     return row["seen"], row["distinct"], row["duplicates"], row["missing"]
 
 
+def test_an_audit_listed_in_a_second_fit_keeps_nothing_of_the_first(capsys):
+    """The second fit's rows are its own, and its first epoch has no earlier order to compare with."""
+    audit = audited(DataLoader(Rows(), batch_size=5), SampleAudit(), 2)  # not shuffled: the same order each epoch
+    assert [row["epoch"] for row in audit.epochs] == [1, 2] and audit.epochs[1]["same_order_ranks"] == 1
+    capsys.readouterr()
+    audited(DataLoader(Rows(rows=10), batch_size=5), audit, 1)
+    assert [(row["epoch"], row["seen"]) for row in audit.epochs] == [(1, 10)]
+    assert "same order" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("form", ["dict", "tuple", "tensor"])
 def test_a_clean_epoch_sees_every_sample_once_whatever_the_batch_holds(form, capsys):
     audit = audited(DataLoader(Rows(form), batch_size=5, shuffle=True), SampleAudit())

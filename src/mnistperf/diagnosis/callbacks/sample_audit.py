@@ -143,9 +143,13 @@ class SampleAudit(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """Keep the trainer, which state_dict needs to gather the epoch's fingerprints; read the settings of a fit."""
+        """Keep the trainer, which state_dict needs to gather the epoch's fingerprints; start a fit afresh.
+
+        An audit listed in a second fit keeps none of the first's rows, nor its last order to compare with.
+        """
         self._trainer = trainer
         if stage == "fit":
+            self.epochs, self._previous = [], None
             self.problems = Reporter("SampleAudit")
             self.identity = SampleIdentity(self.sample_id, self.fingerprint, self.sample_dims, self.hash)
 

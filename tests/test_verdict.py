@@ -74,6 +74,16 @@ def test_the_share_is_read_in_the_first_steady_epoch_and_kept_out_of_its_timing(
     assert warmup["verdict"] == "undetermined" or "(the profiled window did not run:" in warmup["verdict_reason"]
 
 
+def test_the_profiled_steps_stand_in_as_the_others_typical_step_not_as_a_slow_first_steps_share():
+    """25 steps: the first 0.3 s (a cache filled), 20 of 10 ms, 4 profiled of 50 ms. Without the window the epoch
+    took 0.3 + 24 x 0.01 = 0.54 s; the others' mean with the first step in would make it 0.5 x 25 / 21 = 0.595 s."""
+    keeper = WindowKeeper("cpu", 4, True, None, None, None, False)
+    keeper.cost = (0.2, 0.0, 0.0, 4)
+    train, _, _ = keeper.without((0.7, 0.0, 0.0), 25, None, first_s=0.3)
+    assert train == pytest.approx(0.54)
+    assert keeper.without((0.7, 0.0, 0.0), 25)[0] == pytest.approx(0.5 * 25 / 21)  # the first step's time not known
+
+
 def test_a_one_epoch_run_says_its_verdict_rests_on_the_warm_up():
     timer = fit(epochs=1)
     summary = timer.clock.summary()

@@ -241,11 +241,15 @@ class EpochClock:
         """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""
         return self.windows.export_trace(folder)
 
-    def _measured(self) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None]:
-        """The epoch's train time, input wait and host wait, its steps, and what stands in where profiled whole."""
+    def _measured(self) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None, float]:
+        """The epoch's train time, input wait and host wait, its steps, what stands in where profiled whole, its first.
+
+        Its first step's interval is NaN where it was profiled, or none ran.
+        """
         per, steps = self._per_step, self.steps
         stand_in = None if per is None else (per[0] * steps, per[1] * steps, per[2] * steps)
-        return (self._train_s, self._input_wait_s, self._host_wait_s), steps, stand_in
+        first = self._intervals[0] if self._intervals else math.nan
+        return (self._train_s, self._input_wait_s, self._host_wait_s), steps, stand_in, first
 
     def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""

@@ -202,10 +202,16 @@ class WindowKeeper:
             )
 
     def without(
-        self, figures: tuple[float, float, float], steps: int, stand_in: tuple[float, float, float] | None = None
+        self,
+        figures: tuple[float, float, float],
+        steps: int,
+        stand_in: tuple[float, float, float] | None = None,
+        first_s: float = math.nan,
     ) -> tuple[float, float, float]:
         """An epoch's train time, input wait and host wait over ``steps``, its profiled steps as the others' mean.
 
+        The train time's mean leaves out the epoch's first step, of ``first_s`` (NaN: not known), where another
+        remains: a first step's one-off work (a loader starting, a cache filled) would stand in for each profiled one.
         An epoch profiled whole has ``stand_in``'s figures where given (an earlier steady epoch's, as many steps).
         """
         if self.cost is None:
@@ -215,10 +221,18 @@ class WindowKeeper:
             return stand_in or figures
         scale = steps / (steps - profiled)
         train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
+        others = steps - profiled - 1  # outside the window, the first apart
+        if others > 0 and math.isfinite(first_s):
+            rest = max(figures[0] - inside[0], 0.0)
+            train = rest + profiled * max(rest - first_s, 0.0) / others
         return train, fetch, host
 
     def profiled(
-        self, figures: tuple[float, float, float], steps: int, stand_in: tuple[float, float, float] | None = None
+        self,
+        figures: tuple[float, float, float],
+        steps: int,
+        stand_in: tuple[float, float, float] | None = None,
+        first_s: float = math.nan,
     ) -> dict[str, Any] | None:
         """What a window read in this epoch added to it (None: none was), kept in its reading too.
 
@@ -227,7 +241,7 @@ class WindowKeeper:
         if self.cost is None or self.reading is None:
             return None
         seconds, _, _, profiled = self.cost
-        typical = self.without(figures, steps, stand_in)[0] / max(steps, 1)
+        typical = self.without(figures, steps, stand_in, first_s)[0] / max(steps, 1)
         cost = self.reading.cost_s = max(seconds - profiled * typical, 0.0)
         return dict(steps=profiled, seconds=seconds, of_steps=steps, extrapolated=True, cost_s=cost)
 

@@ -52,6 +52,24 @@ def test_every_epoch_of_a_loader_without_a_length_is_counted_and_its_reason_agre
         assert "OverflowError" not in row["verdict_reason"] and not contradictions(row["verdict_reason"])
 
 
+def test_an_epoch_of_a_loader_without_a_length_that_max_steps_or_a_limit_cut_is_no_whole_epoch():
+    """max_steps ends the fit 100 steps into epoch 2: the timer's row is partial, of epoch 1's length, and strict counts
+    no missing samples (the audit cannot know them); a limit of 100 batches cuts every epoch, said as at most."""
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=NO_LEN_SAMPLES, strict=True)  # a missing sample would raise
+    steps = NO_LEN_SAMPLES + 100
+    fit_module(
+        BoringModel(), datamodule=BoringDataModuleNoLen(), callbacks=[timer, audit], max_epochs=3, max_steps=steps
+    )
+    assert [row.get("partial") for row in timer.epochs] == [None, {"steps": 100, "batches": NO_LEN_SAMPLES}]
+    assert audit.epochs[1]["missing"] is None
+    assert "max_steps=612: the fit ended after 100 batches of a loader of no length" in audit.epochs[1]["limited"]
+    timer, audit, _ = fitted(BoringDataModuleNoLen(), max_epochs=2, limit_train_batches=100)
+    assert [row.get("partial") for row in timer.epochs] == [None, None]  # each epoch as Lightning runs it: whole
+    assert audit.epochs[0]["limited"] == (
+        "limit_train_batches=100: the epoch trains at most 100 batches, its loader having no length"
+    )
+
+
 def test_a_window_on_a_loader_without_a_length_is_placed_by_the_last_epochs_length():
     timer, _, _ = fitted(BoringDataModuleNoLen(), EpochTimer(window_share=None), max_epochs=2)
     assert [row["samples"] for row in timer.epochs] == [NO_LEN_SAMPLES] * 2

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
+from lightning.fabric.utilities.data import sized_len
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.profilers import Profiler, PyTorchProfiler
@@ -75,26 +76,31 @@ def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
 
     ``max_steps``, a stop (``trainer.should_stop``) or an interruption, which ended the fit inside it; or
     ``fast_dev_run``, ``overfit_batches`` or ``limit_train_batches``, fewer than its one training loader holds:
-    ``limit_train_batches=0.5: the epoch trains 8 of the loader's 16 batches``.
+    ``limit_train_batches=0.5: the epoch trains 8 of the loader's 16 batches``. An epoch of a loader of no length
+    that such a setting may have cut is said to be (its loader's end is not known).
     """
-    trained, loader = trainer.num_training_batches, trainer.train_dataloader
-    if steps is not None and steps < trained and math.isfinite(trained):  # (a loader of no length: no epoch cut)
-        after = f"after {steps:,} of the epoch's {int(trained):,} batches"
+    trained, known = trainer.num_training_batches, math.isfinite(trainer.num_training_batches)
+    if steps is not None and (steps < trained or not known):
+        after = f"of the epoch's {int(trained):,} batches" if known else "batches of a loader of no length"
         if 0 < trainer.max_steps <= trainer.global_step:
-            return f"max_steps={trainer.max_steps}: the fit ended {after}"
+            return f"max_steps={trainer.max_steps}: the fit ended after {steps:,} {after}"
         if trainer.should_stop:  # a callback's stop (Lightning's Timer for max_time, EarlyStopping) inside the epoch
-            return f"the fit was stopped (trainer.should_stop) {after}"
+            return f"the fit was stopped (trainer.should_stop) after {steps:,} {after}"
         if trainer.interrupted:  # an error or Ctrl-C, as the callbacks' on_exception runs
-            return f"the fit was interrupted {after}"
-    try:
-        batches = len(loader)  # type: ignore[arg-type]
-    except TypeError:  # several loaders, or one of no length
+            return f"the fit was interrupted after {steps:,} {after}"
+    batches = sized_len(trainer.train_dataloader)  # None: several loaders, or one of no length
+    if not known or (batches is not None and trained >= batches):
         return None
-    if not math.isfinite(trained) or trained >= batches:
+    if batches is None and steps is not None and steps < trained:  # no length: it ran out first, a whole epoch
         return None
     options = ("fast_dev_run", "overfit_batches", "limit_train_batches")  # what sets the others, first
     option = next(name for name in options if getattr(trainer, name, None) or name == options[-1])
-    return f"{option}={getattr(trainer, option)}: the epoch trains {int(trained):,} of the loader's {batches:,} batches"
+    trains = (
+        f"{int(trained):,} of the loader's {batches:,} batches"
+        if batches is not None
+        else f"at most {int(trained):,} batches, its loader having no length"
+    )
+    return f"{option}={getattr(trainer, option)}: the epoch trains {trains}"
 
 
 def closes_stopped_epoch(trainer: Trainer) -> bool:

@@ -85,6 +85,7 @@ class EpochClock:
         self._eval_start: float | None = None
         self._last_step_end = 0.0
         self._batches = batches
+        self._length = int(batches) if math.isfinite(batches) else None  # the epoch's whole length, where known
         self._number = number if number is not None else len(self.epochs) + 1
         self.steps = 0  # the training steps begun in the epoch so far
         self._first_index: int | None = None
@@ -260,7 +261,10 @@ class EpochClock:
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
         if not math.isfinite(self._batches) and self._first_index == 0 and self.steps:
-            self._last_length = self.steps  # what the next epoch of a loader without a length is taken to run
+            if self.steps < self._steps_left or math.isnan(self._steps_left):  # its loader ran out: a whole epoch
+                self._last_length = self.steps  # what the next epoch of a loader without a length is taken to run
+            elif self._last_length is not None:  # max_steps ended it: as long as the last whole epoch, at most
+                self._length = self._last_length
         window = self.reading or WindowReading(self.device.type)
         talk = window.communication
         shares = phase_shares or {}
@@ -306,8 +310,8 @@ class EpochClock:
     def close_epoch(self, gathered: Gathered, extra: dict[str, Any]) -> dict[str, Any]:
         """The epoch's row (:func:`.epoch_row`) from its measures over every rank (:func:`.gather`), with ``extra``."""
         merged = gathered.measures
-        if self.steps < self._batches < math.inf:  # a fit stopped or resumed inside the epoch (no length: not known)
-            extra["partial"] = {"steps": self.steps, "batches": int(self._batches)}
+        if self._length is not None and self.steps < self._length:  # a fit stopped or resumed inside the epoch
+            extra["partial"] = {"steps": self.steps, "batches": self._length}
         extra = {**extra, **self.flops.epoch(merged[FLOPS], merged[TRAIN_S])}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))

@@ -320,6 +320,25 @@ def test_identical_samples_in_the_data_are_told_apart_by_their_index():
     assert counts(by_index.epochs[0]) == (ROWS, ROWS, 0, 0)
 
 
+@pytest.mark.parametrize(
+    "returned, said",
+    [
+        (lambda batch: batch[0][:, 0, 0], "returned torch.float32 [5]"),  # a float column: its values, not identities
+        (lambda batch: batch[1][:, None], "returned torch.int64 [5, 1]"),
+        (lambda batch: batch[1].tolist(), "returned list"),
+    ],
+    ids=["floats", "two-dim", "a list"],
+)
+def test_a_fingerprint_function_returning_no_integer_tensor_of_one_dimension_is_named_and_the_epoch_not_audited(
+    returned, said, capsys
+):
+    audit = audited(DataLoader(Rows(), batch_size=5), SampleAudit(fingerprint=returned), epochs=1)
+    assert not audit.epochs[0]["audited"]
+    assert f"SampleAudit fingerprint=: {said}, not an integer tensor [N] of one identity per sample" in (
+        capsys.readouterr().out
+    )
+
+
 def test_a_fingerprint_function_and_a_tuple_position_name_the_identity():
     data = Rows()
     data.x[:] = 0  # every sample has the same image: only the label tells them apart

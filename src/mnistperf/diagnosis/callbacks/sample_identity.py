@@ -6,7 +6,7 @@ Whether it keeps a step's rows as read, not copied, until hashed, and the check 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from lightning.pytorch import Trainer
@@ -28,6 +28,11 @@ class SampleAuditError(MnistperfError):
     """An epoch saw a sample twice or missed one, with ``strict`` set; or a batch has no samples to identify."""
 
 
+def integers(value: Any) -> TypeGuard[torch.Tensor]:
+    """Whether ``value`` is a tensor of integers (or bools): what samples can be told apart by."""
+    return isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex())
+
+
 class SampleIdentity:
     """Each sample's identity: ``fingerprint(batch)``, else the ``sample_id`` field, else the content's ``hash``."""
 
@@ -44,7 +49,10 @@ class SampleIdentity:
     def fingerprints(self, batch: Any) -> torch.Tensor:
         """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
         if self.fingerprint is not None:
-            return self.fingerprint(batch).reshape(-1).to(torch.int64)
+            given = self.fingerprint(batch)
+            if not integers(given) or given.ndim != 1:
+                raise SampleAuditError(audit_text.not_fingerprints(given))
+            return given.to(torch.int64)
         if self.sample_id is not None:
             try:
                 ids = batch[self.sample_id]
@@ -52,7 +60,7 @@ class SampleIdentity:
                 ids = getattr(batch, str(self.sample_id), None)  # a namedtuple's or a dataclass's field, by its name
                 if ids is None or callable(ids):  # (not a method: a tuple's index)
                     raise SampleAuditError(audit_text.missing_sample_field(self.sample_id, batch)) from None
-            if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex():
+            if not integers(ids):
                 raise SampleAuditError(audit_text.not_sample_indices(self.sample_id, ids))
             return ids.reshape(-1).to(torch.int64)
         found = self.rows(batch)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 GUESSED = (
     "what a sample is was a guess (the batch's tensors lead with different lengths, as said at the fit's start), and "
     "so are these counts: pass sample_id= or fingerprint="
@@ -187,6 +189,18 @@ def not_sample_indices(sample_id: str | int, ids: Any) -> str:
     return (
         f"SampleAudit sample_id {sample_id!r}: holds {getattr(ids, 'dtype', type(ids).__name__)}, "
         "not an integer tensor of sample indices; pass fingerprint= to identify samples another way"
+    )
+
+
+def not_fingerprints(found: Any) -> str:
+    """SampleAudit's error where its ``fingerprint`` returned no 1-dim integer tensor."""
+    what = (
+        f"{found.dtype} [{', '.join(map(str, found.shape))}]"
+        if isinstance(found, torch.Tensor)
+        else type(found).__name__
+    )
+    return (
+        f"SampleAudit fingerprint=: returned {what}, not an integer tensor [N] of one identity per sample of the batch"
     )
 
 

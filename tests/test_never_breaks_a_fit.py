@@ -205,6 +205,18 @@ def test_a_samples_in_batch_that_raises_leaves_samples_uncounted(tmp_path, caplo
     ]
 
 
+@pytest.mark.parametrize("given", [-1, 2.5, "4", None], ids=["negative", "a float", "a string", "None"])
+def test_a_samples_in_batch_returning_no_count_is_named_with_its_value_and_counts_nothing(given, caplog, capsys):
+    timer = EpochTimer(samples_in_batch=lambda batch: given)
+    trainer = fit_module(Odd(), DataLoader(Rows(), batch_size=BATCH), callbacks=[timer], max_epochs=EPOCHS)
+    assert trainer.state.finished and [row["samples"] for row in timer.epochs] == [None] * EPOCHS
+    assert problems(caplog) == [
+        f"EpochTimer: counting a step's samples failed (ValueError: samples_in_batch returned {given!r}, not the "
+        "batch's samples (an int, 0 or more)); the fit goes on without it"
+    ]
+    assert "pass EpochTimer(samples_in_batch=...)" not in capsys.readouterr().out  # it was passed
+
+
 def test_a_sample_id_the_batch_lacks_leaves_the_epochs_not_audited(tmp_path, caplog, capsys):
     audit = SampleAudit(sample_id="idx")
     trainer = fit_module(Odd(), DataLoader(Rows(), batch_size=BATCH), callbacks=[audit], max_epochs=EPOCHS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,7 +42,16 @@ class TimerSamples:
         """A training loader's samples in a step's batch: 0 where it gave none, else the user's count or its length."""
         if part is None:
             return 0
-        return int(self.own(part)) if self.own is not None else READINGS.read(part).samples
+        if self.own is None:
+            return READINGS.read(part).samples
+        given = self.own(part)
+        try:
+            count = operator.index(given)  # an int, or one of NumPy's or torch's (a 0-dim integer tensor)
+        except TypeError:
+            count = -1
+        if count < 0:
+            raise ValueError(epoch_text.not_a_count(given))
+        return count
 
     def begin(self, trainer: Trainer, module: LightningModule, batch: Any, index: int) -> None:
         """Step ``index`` begins: read its samples; say once what the fit's first batch showed, or that none counts."""
@@ -60,7 +70,7 @@ class TimerSamples:
             with self.problems.guard("reading the batch as Lightning does"):
                 one_pass = isinstance(batch, Iterator)  # reading it would use it up
                 self._first_batch = (counts[0], None if one_pass else lightning_batch_size(batch))
-        if None in counts and not self._uncounted:
+        if None in counts and not self._uncounted and self.own is None:  # (the user's count failing is noted)
             self._uncounted = True
             self.problems.say_once(trainer, epoch_text.uncounted(type(batch).__name__, type(module).__name__))
 

@@ -188,6 +188,11 @@ def first_batch_lines(first: FirstBatch | None, as_one: str, guess: str, module:
     return lines
 
 
+def not_a_count(given: Any) -> str:
+    """The timer's word where the user's ``samples_in_batch`` returned no count of a batch's samples."""
+    return f"samples_in_batch returned {given!r}, not the batch's samples (an int, 0 or more)"
+
+
 def uncounted(kind: str, module: str) -> str:
     """The timer's word where no tensor of a ``kind`` batch gives its samples."""
     return (

@@ -134,6 +134,8 @@ def test_a_batch_the_module_skips_is_counted_by_neither_callback(skip_at, caplog
     trained = [module.samples(epoch) for epoch in range(1, EPOCHS + 1)]
     assert trained == [skip_at * BATCH] * EPOCHS and trainer.global_step == EPOCHS * skip_at
     assert [row["samples"] for row in timer.epochs] == trained
+    batches = ROWS // BATCH  # the row says the steps that ran, not the one declined
+    assert [row["partial"] for row in timer.epochs] == [{"steps": skip_at, "batches": batches}] * EPOCHS
     assert len(audit.epochs) == EPOCHS
     for epoch, row in enumerate(audit.epochs, start=1):
         assert counts(row) == expected(module.record.get(epoch, {}).get("", []), ROWS)

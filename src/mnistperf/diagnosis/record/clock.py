@@ -310,8 +310,9 @@ class EpochClock:
     def close_epoch(self, gathered: Gathered, extra: dict[str, Any]) -> dict[str, Any]:
         """The epoch's row (:func:`.epoch_row`) from its measures over every rank (:func:`.gather`), with ``extra``."""
         merged = gathered.measures
-        if self._length is not None and self.steps < self._length:  # a fit stopped or resumed inside the epoch
-            extra["partial"] = {"steps": self.steps, "batches": self._length}
+        ended = len(self._intervals)  # the steps that ran (one the module declined as it began did not)
+        if self._length is not None and ended < self._length:  # a fit stopped or resumed inside the epoch
+            extra["partial"] = {"steps": ended, "batches": self._length}
         extra = {**extra, **self.flops.epoch(merged[FLOPS], merged[TRAIN_S])}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))

@@ -30,6 +30,7 @@ from mnistperf.gpu_check.command import main as check_main
 from mnistperf.gpu_check.plan import PARTS, SETUP_MINUTES, part_commands, schedule
 from mnistperf.gpu_check.probes import timer_cost_of
 from mnistperf.gpu_check.run import run_part
+from mnistperf.install_check import litdata_install
 from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
 
 SCRIPT = REPO / "scripts" / "gpu-check"
@@ -310,7 +311,7 @@ def test_without_litdata_the_streams_bench_runs_without_its_stage(tmp_path, monk
     status, lines, plan = preflight(capsys, "--parts", "streams", "--source-root", str(source_root))
     assert status == 1 and plan == "streams streaming_litdata"
     [line] = lines
-    assert "pip install 'mnistperf[litdata]'" in line and line.endswith("Skipped: stage streaming_litdata of streams.")
+    assert litdata_install() in line and line.endswith("Skipped: stage streaming_litdata of streams.")
 
 
 def test_without_jsonargparse_nothing_runs(monkeypatch, capsys):

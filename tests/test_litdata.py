@@ -32,6 +32,7 @@ from mnistperf.data import schema
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.data.pipelines.base import Placement
 from mnistperf.errors import ConfigError, DataError
+from mnistperf.install_check import litdata_install
 
 pytestmark = pytest.mark.litdata
 ROWS = 203  # not a multiple of the batch, the workers or the shards
@@ -176,7 +177,7 @@ def test_a_batch_size_that_is_not_a_multiple_of_the_block_is_refused_by_name():
 
 def test_without_litdata_the_pipeline_says_how_to_install_it(tiny_data, without_litdata, capsys):
     argv = stage_argv("streaming_litdata", "--data.data_dir", str(tiny_data))
-    fails_in_one_line(capsys, argv, "pip install 'mnistperf[litdata]'")
+    fails_in_one_line(capsys, argv, litdata_install())
 
 
 def test_remote_data_dir_is_refused_by_pipelines_that_read_local_files_only(capsys):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 from conftest import CONFIGS, NO_WORKERS, damage, fails_in_one_line, random_split, stage_argv
 
@@ -22,6 +23,7 @@ from mnistperf import cli
 from mnistperf.bench import runner
 from mnistperf.cli import main
 from mnistperf.data import schema
+from mnistperf.install_check import litdata_install
 from mnistperf.lightning_cli.configs import given_configs
 
 
@@ -800,5 +802,7 @@ def test_prepare_litdata_without_the_package_is_refused_by_its_option_before_any
 ):
     data = tmp_path / "data"
     argv = ["prepare", "--dataset", "synthetic", "--rows", "64", "--litdata", "--data-dir", str(data)]
-    fails_in_one_line(capsys, argv, "prepare --litdata needs the litdata package", "pip install 'mnistperf[litdata]'")
+    fails_in_one_line(capsys, argv, "prepare --litdata needs the litdata package", litdata_install())
     assert not data.exists()
+    release = torch.__version__.split("+")[0]  # pinned: litdata's torchvision would bring another torch
+    assert litdata_install().startswith(f"pip install litdata 'torch=={release}'")

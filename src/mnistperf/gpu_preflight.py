@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnistperf.install_check import litdata_install
+
 PARTS = (
     "streams",
     "tests",
@@ -133,7 +135,7 @@ NEEDS = (
     Need("pytest", ("tests",), (), import_problem("pytest", "pip install pytest")),
     Need("data", DATA_PARTS, (), data_problem),
     Need("torch.compile", ("compiled", "graph-compiled", "modes"), (), compile_problem),
-    Need("litdata", (), ("streaming_litdata",), import_problem("litdata", "pip install 'mnistperf[litdata]'")),
+    Need("litdata", (), ("streaming_litdata",), import_problem("litdata", litdata_install())),
 )
 
 

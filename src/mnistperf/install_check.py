@@ -43,3 +43,16 @@ def _named(name: str) -> str:
         return f"{name} {importlib.metadata.version(name)}"
     except importlib.metadata.PackageNotFoundError:
         return name
+
+
+def litdata_install() -> str:
+    """The command that installs litdata and keeps this torch: litdata's torchvision would otherwise bring another.
+
+    torch pinned to its release brings the torchvision made for it; one that cannot load beside a CPU build is named
+    at the next start (:func:`check_torchvision`).
+    """
+    try:
+        release = importlib.metadata.version("torch").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return "pip install litdata"
+    return f"pip install litdata 'torch=={release}' (the pin keeps your torch; litdata's torchvision would replace it)"

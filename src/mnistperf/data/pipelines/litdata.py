@@ -25,6 +25,7 @@ from mnistperf.data.ingest.prepare import dataset_folder, recreate_command
 from mnistperf.data.options import is_uri
 from mnistperf.data.pipelines.base import Pipeline, Placement, normalize
 from mnistperf.errors import ConfigError, DataError
+from mnistperf.install_check import litdata_install
 from mnistperf.upstream import distributed_env, merge_index_alone
 
 COPY_FOLDER = "litdata"
@@ -33,7 +34,6 @@ ITEM_SHUFFLE_WINDOW = 0  # a full permutation of the items inside each chunk
 CHUNK_BYTES = "8MB"  # about 10,000 samples: each worker holds a few chunks, not the split
 BLOCK_ROWS = 8  # rows per litdata item
 LAYOUT_FILE = "mnistperf-layout.json"  # the copy's layout, so a copy in another layout is rewritten
-INSTALL = "pip install 'mnistperf[litdata]' (or pip install litdata)"
 
 Location = Path | str
 
@@ -43,7 +43,9 @@ def require_litdata(needed_by: str = "data.pipeline litdata"):
     try:
         import litdata
     except ImportError:
-        raise ConfigError(f"{needed_by} needs the litdata package, which is not installed: {INSTALL}.") from None
+        raise ConfigError(
+            f"{needed_by} needs the litdata package, which is not installed: {litdata_install()}."
+        ) from None
     return litdata
 
 

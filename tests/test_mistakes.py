@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import errno
 import json
 import os
 import re
@@ -189,6 +190,22 @@ def test_a_checkpoint_of_something_else_is_refused(workdir, capsys):
 
     torch.save({"weights": torch.zeros(3)}, workdir / "other.ckpt")
     fails_in_one_line(capsys, fit_args("--ckpt_path", "other.ckpt"), "holds no model state_dict")
+
+
+@pytest.mark.parametrize("refused", [errno.EACCES, errno.EROFS])
+def test_a_folder_the_system_refuses_is_one_line_naming_it(monkeypatch, capsys, refused):
+    """Root writes anywhere, so the refusal is raised where prepare would have met it (a read-only mount's, another
+    user's folder)."""
+
+    def refusing(argv):
+        raise OSError(refused, os.strerror(refused), "/mnt/ro/data/MNIST")
+
+    monkeypatch.setattr(cli, "prepare_command", refusing)
+    with pytest.raises(SystemExit) as stop:
+        main(["prepare", "--data-dir", "/mnt/ro/data"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"mnistperf: error: /mnt/ro/data/MNIST: {os.strerror(refused)}; give a folder you can write")
 
 
 # ---------------------------------------------------------------- Ctrl-C

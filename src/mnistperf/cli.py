@@ -11,6 +11,7 @@ torchvision that cannot load beside torch, checked before anything imports Light
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -26,6 +27,11 @@ from mnistperf.install_check import check_torchvision
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 OWN_COMMANDS = ("prepare", "bench", "tune", "compare", "report")
+REFUSED = (errno.EACCES, errno.EPERM, errno.EROFS)  # the system's refusals of a path, as opposed to its faults
+REFUSED_FIX = (
+    "give a folder you can write to in the option that named it (--data-dir, --out, --data.data_dir, a logger's "
+    "save_dir)"
+)
 OVERVIEW = """\
 usage: mnistperf COMMAND [options]
 
@@ -155,6 +161,11 @@ def main(args: Sequence[str] | None = None) -> None:
         if os.environ.get(DEBUG_ENV):
             raise
         print(f"mnistperf: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as exc:  # a folder the system refuses (read-only, not the user's): one line, no traceback
+        if os.environ.get(DEBUG_ENV) or exc.errno not in REFUSED or exc.filename is None:
+            raise
+        print(f"mnistperf: error: {exc.filename}: {exc.strerror}; {REFUSED_FIX}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:  # Ctrl-C where nothing caught it (fit, bench and tune do): every write is atomic
         if os.environ.get(DEBUG_ENV):

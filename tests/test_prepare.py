@@ -118,8 +118,22 @@ def test_truncated_file_is_rejected_by_name(fake_raw, tmp_path):
     path.write_bytes(path.read_bytes()[:-200])
     with pytest.raises(DataError, match="train-images-idx3-ubyte.gz is corrupt or truncated") as error:
         prepare.prepare_dataset("mnist", tmp_path / "data", source_root=fake_raw.root, log=lambda m: None)
-    fix = f"`rm {path} && python -m mnistperf prepare --dataset mnist`"  # the file removed, the next fetches it
-    assert str(error.value).endswith(f"Remove it and fetch the official one: {fix}")
+    # the user's source folder's file is replaced, not removed; the command keeps the run's options
+    url = sources.DATASETS["mnist"].mirrors[0] + path.name
+    fix = f"`python -m mnistperf prepare --dataset mnist --data-dir {tmp_path / 'data'} --source-root {fake_raw.root}`"
+    assert str(error.value).endswith(f"Replace it with the official file ({url}), then prepare again: {fix}")
+    assert path.exists()
+
+
+def test_a_damaged_file_prepare_downloaded_is_removed_by_the_fix_and_fetched_again(fake_raw, tmp_path):
+    data = tmp_path / "data"
+    cached = data / "MNIST" / "raw" / "train-images-idx3-ubyte.gz"  # where a download is kept
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes((fake_raw.folder / cached.name).read_bytes()[:-200])
+    with pytest.raises(DataError, match="corrupt or truncated") as error:
+        prepare.prepare_dataset("mnist", data, log=lambda m: None)
+    fix = f"`rm {cached} && python -m mnistperf prepare --dataset mnist --data-dir {data}`"
+    assert str(error.value).endswith(f"Remove it and prepare again, downloading it: {fix}")
 
 
 def test_altered_content_fails_checksum(fake_raw, tmp_path):
@@ -129,7 +143,10 @@ def test_altered_content_fails_checksum(fake_raw, tmp_path):
     path.write_bytes(gzip.compress(bytes(content)))
     with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz decompresses to content with MD5") as error:
         prepare.prepare_dataset("mnist", tmp_path / "data", source_root=fake_raw.root, log=lambda m: None)
-    assert f"`rm {path} && python -m mnistperf prepare --dataset mnist`" in str(error.value)
+    assert f"then prepare again: `python -m mnistperf prepare --dataset mnist --data-dir {tmp_path / 'data'}" in str(
+        error.value
+    )
+    assert not (tmp_path / "data" / "MNIST").exists()  # the test split's file failed: the train split's not written
 
 
 def test_second_run_does_nothing_unless_forced(fake_raw, tmp_path):

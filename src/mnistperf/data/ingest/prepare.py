@@ -145,15 +145,28 @@ def prepare_dataset(
         log(f"{spec.folder}: ready in {Path(data_dir) / spec.folder} (use --force to rebuild)")
         return []
     cache_dir = Path(data_dir) / spec.folder / "raw"
-    reports = []
+    reports, splits = [], {}
     with removing_new_folders(cache_dir):
-        for split in SPLITS:
+        for split in SPLITS:  # every split verified before any is written: a damaged one leaves no file behind
             start = time.perf_counter()
-            images, labels = sources.load_split(spec, split, source_root, cache_dir, log, source_option)
+            try:
+                splits[split] = sources.load_split(spec, split, source_root, cache_dir, log, source_option)
+            except sources.DamagedSource as error:
+                raise DataError(
+                    damaged_source(error, cache_dir, recreate_command(dataset, data_dir, source_root, force))
+                ) from error
             decode_s = time.perf_counter() - start
-            log(f"{spec.folder} {split}: {len(images):,} images verified and decoded in {decode_s:.2f} s")
+            log(f"{spec.folder} {split}: {len(splits[split][0]):,} images verified and decoded in {decode_s:.2f} s")
+        for split, (images, labels) in splits.items():
             reports += write_split(schema.build_table(images, labels), dataset, split, data_dir, formats)
     return reports
+
+
+def damaged_source(error: sources.DamagedSource, cache_dir: Path, command: str) -> str:
+    """What to do about a damaged official file: one this command downloaded is removed, another person's replaced."""
+    if error.path.parent == cache_dir:
+        return f"{error} Remove it and prepare again, downloading it: `rm {shlex.quote(str(error.path))} && {command}`"
+    return f"{error} Replace it with the official file ({error.url}), then prepare again: `{command}`"
 
 
 def prepare_synthetic(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import shlex
 import shutil
 import urllib.error
 import urllib.request
@@ -148,6 +147,14 @@ def mirror_answers(spec: DatasetSpec, timeout: float = 5.0) -> bool:
     return False
 
 
+class DamagedSource(DataError):
+    """A local official file that is not intact: its ``path`` and the ``url`` of the official one."""
+
+    def __init__(self, problem: str, path: Path, url: str):
+        super().__init__(problem)
+        self.path, self.url = path, url
+
+
 def decompress_verified(path: Path, raw: RawFile) -> bytes:
     """Decompress one .gz file and check its content MD5; raise DataError naming the file if not intact."""
     try:
@@ -198,9 +205,8 @@ def read_raw(
         if path.is_file():
             try:
                 return decompress_verified(path, raw)
-            except DataError as error:  # a local copy: the fix is to remove it and fetch the official one
-                fix = f"rm {shlex.quote(str(path))} && python -m mnistperf prepare --dataset {spec.name}"
-                raise DataError(f"{error} Remove it and fetch the official one: `{fix}`") from error
+            except DataError as error:  # a local copy: the caller, which knows the command, says the fix
+                raise DamagedSource(str(error), path, spec.mirrors[0] + raw.name) from error
     failures = []
     for mirror in spec.mirrors:
         url = mirror + raw.name

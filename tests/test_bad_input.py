@@ -131,6 +131,7 @@ def test_prepare_data_with_no_source_reachable_says_how_to_get_it(fake_raw, tmp_
     [
         ({"persistent_workers": True, "num_workers": 0}, "data.persistent_workers needs worker processes"),
         ({"prefetch_factor": 4, "num_workers": 0}, "data.prefetch_factor needs worker processes"),
+        ({"prefetch_factor": 0, "num_workers": 2}, r"data.prefetch_factor must be at least 1 batch a worker \(got 0\)"),
         ({"batch_size": 0}, "data.batch_size must be at least 1"),
         ({"num_workers": -1}, "data.num_workers cannot be negative"),
         ({"dataset": "../cifar10"}, "data.dataset '../cifar10' is neither a built-in dataset"),
@@ -153,6 +154,7 @@ def test_bad_options_are_rejected_by_name(options, expected):
     [
         (["--data.persistent_workers", "true", "--data.num_workers", "0"], "data.persistent_workers needs worker"),
         (["--data.batch_size", "0"], "data.batch_size must be at least 1"),
+        (["--model.lr", "-1"], "model.lr must be above 0 (got -1.0); the stages train with --model.lr 0.001."),
         (["--data.pipeline", "v9"], "data.pipeline"),
         (["--data.dataset", "cifar10"], "data.dataset"),
         (

@@ -117,6 +117,11 @@ class LoaderOptions:
             raise ConfigError(
                 "data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null."
             )
+        if self.prefetch_factor is not None and self.prefetch_factor < 1:
+            raise ConfigError(
+                f"data.prefetch_factor must be at least 1 batch a worker (got {self.prefetch_factor}); "
+                "or null for the DataLoader's default, 2."
+            )
         val_source = self.val_source
         if val_source != "test" and not (isinstance(val_source, (int, float)) and 0 < float(val_source) < 1):
             raise ConfigError(f"data.val_source must be 'test' or a fraction between 0 and 1 (got {val_source!r}).")

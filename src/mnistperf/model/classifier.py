@@ -58,6 +58,8 @@ class ImageClassifier(LightningModule):
         float32_matmul_precision: MatmulPrecision = "highest",
     ):
         super().__init__()
+        if not lr > 0:  # (NaN too)
+            raise ConfigError(f"model.lr must be above 0 (got {lr}); the stages train with --model.lr 0.001.")
         if compile_mode is not None and not compile:
             raise ConfigError(
                 f"model.compile_mode {compile_mode!r} applies only with model.compile true; set it, "

@@ -427,7 +427,9 @@ def test_results_csv_holds_one_number_per_cell_with_the_settings_that_shaped_eac
 
 def test_ctrl_c_keeps_the_rows_already_finished(tmp_path, monkeypatch, capsys):
     fake_runs(monkeypatch, ["ok", "interrupt"])
-    main(["bench", "--stages", "v1_naive,v1_bs512,v2_pinned", "--config-dir", str(CONFIGS), "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--stages", "v1_naive,v1_bs512,v2_pinned", "--config-dir", str(CONFIGS), "--out", str(tmp_path)])
+    assert stop.value.code == 130  # cut short: the tables and files written, the status said
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert len(rows[0]["summaries"]) == 1
     assert [r["error"] for r in rows[1:]] == ["not run (interrupted)"] * 4

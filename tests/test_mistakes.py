@@ -656,9 +656,12 @@ def test_an_interrupted_bench_keeps_its_rows_and_says_it_is_incomplete(workdir, 
         return 0, "", {}
 
     monkeypatch.setattr(runner, "run_process", run_process)
-    main(
-        ["bench", "--stages", "v1_naive,v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS), "--out", "out"]
-    )
+    with pytest.raises(SystemExit) as stop:  # a script reads the status: cut short
+        main(
+            ["bench", "--stages", "v1_naive,v2_pinned", "--baseline", "none", "--config-dir", str(CONFIGS)]
+            + ["--out", "out"]
+        )
+    assert stop.value.code == 130
     report = (workdir / "out" / "results.md").read_text()
     assert report.startswith("# mnistperf bench (incomplete)") and "no result for v2_pinned" in report
 

@@ -237,6 +237,7 @@ def bench_command(argv: Sequence[str]) -> None:
     rows = [plan.row for plan in plans]
     print(header(opts, plans, out), flush=True)
     runs, planned = itertools.count(1), sum(plan.row.error is None for plan in plans) * opts.repeats
+    interrupted = False
     try:
         for repeat in range(1, opts.repeats + 1):
             for index, plan in run_order(plans, repeat):
@@ -257,6 +258,7 @@ def bench_command(argv: Sequence[str]) -> None:
                 write_all(rows, out, settings, opts.log_scale)
     except KeyboardInterrupt:
         print("\ninterrupted: keeping the rows already finished", flush=True)
+        interrupted = True
         for row in rows:
             if not row.summaries and row.error is None:
                 row.error = "not run (interrupted)"
@@ -266,5 +268,7 @@ def bench_command(argv: Sequence[str]) -> None:
     if per_step_table(rows):
         print("\nPer training step:\n" + per_step_table(rows))
     print("\nwritten: " + ", ".join(str(p) for p in written))
+    if interrupted:  # the status a script reads: cut short, as any command Ctrl-C stopped
+        raise SystemExit(130)
     if not any(row.summaries for row in rows):
         raise ConfigError(f"every run failed, so nothing was measured; the first error: {rows[0].error}")

@@ -34,6 +34,17 @@ def fit_args(*extra: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- doing nothing is an error
+@pytest.mark.parametrize("command", ["fit", "test"])
+def test_a_command_given_no_stages_config_is_refused_naming_one(workdir, capsys, command):
+    """Without a config the model and data have their defaults, which are no stage, and nothing is timed."""
+    fails_in_one_line(
+        capsys,
+        [command, "--trainer.max_epochs", "1"],
+        f"{command} runs a stage: give its config, e.g. python -m mnistperf {command} --config configs/v2_pinned.yaml",
+    )
+    assert not (workdir / "lightning_logs").exists()
+
+
 @pytest.mark.parametrize("option", ["--trainer.limit_train_batches", "--trainer.max_epochs", "--trainer.max_steps"])
 def test_options_that_train_nothing_are_refused(workdir, capsys, option):
     fails_in_one_line(capsys, fit_args(option, "0"), f"{option.removeprefix('--')} is 0, so fit would train nothing")

@@ -249,6 +249,11 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                 device_line(announce, device, f"precision {config.trainer.precision}{precision_note}, {matmuls}"),
                 flush=True,
             )
+        if subcommand and not self._configs:  # the model's and the data's defaults are no stage, and time nothing
+            raise ConfigError(
+                f"{subcommand} runs a stage: give its config, e.g. python -m mnistperf {subcommand} --config "
+                "configs/v2_pinned.yaml (configs/ holds every stage)"
+            )
         if subcommand:
             runs = runs_folder(config)
             taken = place_taken(runs, folder=True)

@@ -42,6 +42,19 @@ def test_source_root_from_environment(fake_raw, tmp_path, monkeypatch):
     assert_matches(prepare.split_path(tmp_path / "data", "mnist", "train"), *fake_raw.arrays["train"])
 
 
+def test_the_datasets_own_folder_given_as_the_source_root_is_pointed_to_its_parent(fake_raw, tmp_path, monkeypatch):
+    own = fake_raw.root / "mnist"  # holds the .gz files: the root is the folder above it
+    with pytest.raises(DataError) as error:
+        prepare.prepare_dataset("mnist", tmp_path / "data", source_root=own, log=lambda m: None)
+    assert str(error.value) == (
+        f"--source-root {own} is the mnist/ folder itself: give the one above it, --source-root {fake_raw.root}"
+    )
+    monkeypatch.setenv(sources.SOURCE_ROOT_ENV, str(own))
+    with pytest.raises(DataError, match=f"give the one above it, {sources.SOURCE_ROOT_ENV}={fake_raw.root}$"):
+        prepare.prepare_dataset("mnist", tmp_path / "data", log=lambda m: None)
+    assert not (tmp_path / "data").exists()
+
+
 def test_recompressed_copy_with_other_gzip_header_passes(fake_raw, tmp_path, monkeypatch):
     system = tmp_path / "system"
     shutil.copytree(fake_raw.folder, system / "mnist")

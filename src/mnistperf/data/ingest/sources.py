@@ -121,7 +121,12 @@ def candidate_dirs(
                 f"{named} {root}: no such folder; give the folder that holds "
                 f"{spec.source_folder}/ with the official .gz files."
             )
-        dirs.append(Path(root) / spec.source_folder)
+        folder = Path(root) / spec.source_folder
+        if Path(root).name == spec.source_folder and not folder.is_dir():  # the dataset's own folder, given for root
+            parent = Path(root).resolve().parent
+            give = f"{named}={parent}" if named == SOURCE_ROOT_ENV else f"{named} {parent}"
+            raise DataError(f"{named} {root} is the {spec.source_folder}/ folder itself: give the one above it, {give}")
+        dirs.append(folder)
     dirs.append(SYSTEM_DATASETS_DIR / spec.source_folder)
     dirs.append(cache_dir)
     return dirs

@@ -91,6 +91,7 @@ def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag,
         ("--set", "data.pipeline=v9", "data.pipeline: unknown pipeline 'v9'; choose one of v1, v2,"),
         ("--set", "data.batch_size=-3", "data.batch_size must be at least 1 (got -3)"),
         ("--sweep", "data.batch_size=0,16", "data.batch_size must be at least 1 (got 0)"),  # beside a good one
+        ("--set", "data.dataset=fashion_mnst", "data.dataset 'fashion_mnst' is no built-in dataset (did you mean"),
     ],
 )
 def test_a_bench_value_every_run_would_fail_on_is_refused_before_anything_runs(

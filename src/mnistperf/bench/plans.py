@@ -22,6 +22,8 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from mnistperf.bench import published
 from mnistperf.bench.columns import Row
 from mnistperf.console import lightning_info_dropped
+from mnistperf.data.ingest.prepare import is_builtin, require_prepared
+from mnistperf.data.options import is_uri
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import ConfigError, MnistperfError
@@ -140,8 +142,14 @@ def check_fit_arguments(plans: Sequence[Plan]) -> None:
         except SystemExit as stop:
             if stop.code:  # the parser's refusal, said in its line
                 raise
+        parsed = yaml.safe_load(printed.getvalue()) or {}
+        data = parsed.get("data") or {}
+        data = data.get("init_args", data)  # (a DataModule named by its class_path)
+        dataset, data_dir = data.get("dataset"), data.get("data_dir")
+        if isinstance(dataset, str) and not is_builtin(dataset) and data_dir and not is_uri(data_dir):
+            require_prepared(dataset, data_dir, "train")  # a dataset of one's own no run can read: said once, now
         if config in fits:
-            check_timed(config, yaml.safe_load(printed.getvalue()) or {})
+            check_timed(config, parsed)
     swept = dict.fromkeys(setting for plan in plans for setting in plan.row.overrides.items())
     groups = [[p for p in plans if setting in p.row.overrides.items()] for setting in swept] or [list(plans)]
     for group in groups:  # those of each swept value (every plan where nothing is swept)

@@ -13,6 +13,7 @@ import inspect
 import logging
 import platform
 import re
+import socket
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,7 +24,9 @@ import jsonargparse
 import lightning
 import pytest
 import torch
+import torch.distributed.nn.functional
 from conftest import fit_module
+from lightning.fabric.utilities.data import has_len
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
@@ -335,14 +338,62 @@ def short_logged_epoch(tmp_path) -> None:
     fit(tmp_path, logger=CSVLogger(tmp_path), log_every_n_steps=50)
 
 
+@contextmanager
+def one_rank_group() -> Iterator[None]:
+    """A process group of this process alone (gloo): what Lightning and torch take for a distributed run."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def gathered_in_a_group(tmp_path) -> None:
+    with one_rank_group():
+        torch.distributed.nn.functional.all_gather(torch.zeros(1))
+
+
+class LoggedPerEpoch(BoringModel):
+    def validation_step(self, batch, batch_idx):
+        self.log("val/acc", self.layer(batch).sum(), on_epoch=True)  # as the lab's module logs its gathered means
+
+
+def epoch_logged_in_a_group(tmp_path) -> None:
+    with one_rank_group():
+        fit_module(
+            LoggedPerEpoch(), max_epochs=1, limit_train_batches=1, limit_val_batches=1, default_root_dir=tmp_path
+        )
+
+
+class SizedStream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(4))
+
+    def __len__(self) -> int:
+        return 4
+
+
 @pytest.mark.parametrize(
     "calmed, act",
     [
         (upstream.CALMED_WARNINGS[0], lambda tmp_path: many_workers()),
         (upstream.CALMED_WARNINGS[1], short_logged_epoch),
         (upstream.CALMED_WARNINGS[2], lambda tmp_path: CombinedLoader(range(4))),
+        (upstream.CALMED_WARNINGS[3], gathered_in_a_group),
+        (upstream.CALMED_WARNINGS[4], epoch_logged_in_a_group),
+        (upstream.CALMED_WARNINGS[5], lambda tmp_path: has_len(DataLoader(SizedStream()))),
     ],
-    ids=["more-workers-than-cores", "epoch-shorter-than-logging", "leafspec"],
+    ids=[
+        "more-workers-than-cores",
+        "epoch-shorter-than-logging",
+        "leafspec",
+        "all-gather",
+        "sync-dist",
+        "sized-iterable",
+    ],
 )
 def test_each_calmed_warning_is_still_given_in_the_words_it_is_known_by(tmp_path, calmed, act):
     category, message = calmed

@@ -258,6 +258,12 @@ CALMED_WARNINGS = (
     (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval"),
     # torch 2.13 deprecating the LeafSpec that Lightning 2.6.6's CombinedLoader still makes
     (Warning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+    # torch 2.13 deprecating the collective Lightning 2.6.6's all_gather calls under DDP
+    (FutureWarning, r"torch\.distributed\.nn\.functional\.all_gather is deprecated"),
+    # Lightning 2.6.6 under DDP, on the lab's epoch metrics, which its module logs already gathered over the ranks
+    (Warning, r"It is recommended to use `self\.log\('(train|val|test)/(loss|acc)', \.\.\., sync_dist=True\)`"),
+    # Lightning 2.6.6 on the stream pipeline's IterableDataset, whose length counts each worker's and rank's rows
+    (Warning, r"Your `IterableDataset` has `__len__` defined"),
 )
 #: the loggers Lightning 2.6.6's rank-zero messages go to
 LIGHTNING_RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")

@@ -45,6 +45,12 @@ def test_a_command_given_no_stages_config_is_refused_naming_one(workdir, capsys,
     assert not (workdir / "lightning_logs").exists()
 
 
+@pytest.mark.parametrize("given", [["-c", "CONFIG"], ["-c=CONFIG"], ["--config=CONFIG"]])
+def test_a_config_given_in_the_parsers_other_spellings_is_read_as_given(given):
+    config = str(CONFIGS / "v2_pinned.yaml")
+    assert given_configs(["fit", *(part.replace("CONFIG", config) for part in given)]) == [Path(config)]
+
+
 @pytest.mark.parametrize("option", ["--trainer.limit_train_batches", "--trainer.max_epochs", "--trainer.max_steps"])
 def test_options_that_train_nothing_are_refused(workdir, capsys, option):
     fails_in_one_line(capsys, fit_args(option, "0"), f"{option.removeprefix('--')} is 0, so fit would train nothing")

@@ -67,11 +67,11 @@ def read_config(path: Path, command: str) -> dict[str, Any]:
 
 
 def given_configs(args: Sequence[str]) -> list[Path]:
-    """The files a command line's ``--config`` names that are there (one that is not is the parser's to answer)."""
+    """The files a command line's ``--config`` (or ``-c``) names that are there (one that is not is the parser's)."""
     named = [  # in the order given, as the parser reads them
-        value if option == "--config" else option.removeprefix("--config=")
+        value if option in ("--config", "-c") else option.partition("=")[2]
         for option, value in zip(args, [*args[1:], ""], strict=True)
-        if option == "--config" or option.startswith("--config=")
+        if option in ("--config", "-c") or option.startswith(("--config=", "-c="))
     ]
     return [Path(name) for name in named if Path(name).exists()]
 

@@ -19,6 +19,7 @@ from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import CORE_WAIT_SHARE
 from mnistperf.diagnosis.measure import busy_window as window_module
 from mnistperf.diagnosis.measure import window_price
+from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record import verdict as verdict_module
 from mnistperf.diagnosis.record.advice import REMEASURE, advice
 from mnistperf.diagnosis.record.verdict import FIT_ENDED
@@ -81,6 +82,9 @@ def test_the_profiled_steps_stand_in_as_the_others_typical_step_not_as_a_slow_fi
     keeper.cost = (0.2, 0.0, 0.0, 4)
     train, _, _ = keeper.without((0.7, 0.0, 0.0), 25, None, first_s=0.3)
     assert train == pytest.approx(0.54)
+    keeper.reading = WindowReading("cpu")
+    profiled = keeper.profiled((0.7, 0.0, 0.0), 25, None, first_s=0.3)  # the window's cost: what was taken out
+    assert profiled is not None and profiled["cost_s"] == pytest.approx(0.7 - 0.54)
     assert keeper.without((0.7, 0.0, 0.0), 25)[0] == pytest.approx(0.5 * 25 / 21)  # the first step's time not known
 
 

@@ -236,13 +236,13 @@ class WindowKeeper:
     ) -> dict[str, Any] | None:
         """What a window read in this epoch added to it (None: none was), kept in its reading too.
 
-        Its steps' seconds beyond as many typical steps, as :meth:`without` takes the epoch's.
+        Its steps' seconds beyond what :meth:`without` stands in for them: the time it took out of the epoch's.
         """
         if self.cost is None or self.reading is None:
             return None
         seconds, _, _, profiled = self.cost
-        typical = self.without(figures, steps, stand_in, first_s)[0] / max(steps, 1)
-        cost = self.reading.cost_s = max(seconds - profiled * typical, 0.0)
+        stood_in = self.without(figures, steps, stand_in, first_s)[0] - max(figures[0] - seconds, 0.0)
+        cost = self.reading.cost_s = max(seconds - stood_in, 0.0)
         return dict(steps=profiled, seconds=seconds, of_steps=steps, extrapolated=True, cost_s=cost)
 
     def export_trace(self, folder: Path) -> Path | None:

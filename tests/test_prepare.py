@@ -53,6 +53,10 @@ def test_the_datasets_own_folder_given_as_the_source_root_is_pointed_to_its_pare
     with pytest.raises(DataError, match=f"give the one above it, {sources.SOURCE_ROOT_ENV}={fake_raw.root}$"):
         prepare.prepare_dataset("mnist", tmp_path / "data", log=lambda m: None)
     assert not (tmp_path / "data").exists()
+    empty = tmp_path / "elsewhere" / "mnist"  # a folder of that name without the files: searched, as any
+    empty.mkdir(parents=True)
+    cache = tmp_path / "data" / "MNIST" / "raw"
+    assert sources.candidate_dirs(sources.DATASETS["mnist"], empty, cache)[0] == empty / "mnist"
 
 
 def test_recompressed_copy_with_other_gzip_header_passes(fake_raw, tmp_path, monkeypatch):

@@ -122,7 +122,13 @@ def candidate_dirs(
                 f"{spec.source_folder}/ with the official .gz files."
             )
         folder = Path(root) / spec.source_folder
-        if Path(root).name == spec.source_folder and not folder.is_dir():  # the dataset's own folder, given for root
+        raw_files = [raw.name for files in spec.splits.values() for raw in files]
+        if not folder.is_dir() and any((Path(root) / name).is_file() for name in raw_files):  # the files' own folder
+            if Path(root).name != spec.source_folder:
+                raise DataError(
+                    f"{named} {root} holds the .gz files itself: give a folder that holds them in "
+                    f"{spec.source_folder}/ (DIR/{spec.source_folder}/{raw_files[0]})."
+                )
             parent = Path(root).resolve().parent
             give = f"{named}={parent}" if named == SOURCE_ROOT_ENV else f"{named} {parent}"
             raise DataError(f"{named} {root} is the {spec.source_folder}/ folder itself: give the one above it, {give}")

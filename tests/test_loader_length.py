@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import fit_module
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringDataModuleNoLen, BoringModel
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
@@ -68,6 +69,20 @@ def test_an_epoch_of_a_loader_without_a_length_that_max_steps_or_a_limit_cut_is_
     assert audit.epochs[0]["limited"] == (
         "limit_train_batches=100: the epoch trains at most 100 batches, its loader having no length"
     )
+
+
+def test_a_stop_after_a_whole_epoch_of_a_loader_without_a_length_leaves_that_epoch_whole():
+    """EarlyStopping stops at an epoch's end, after its loader ran out: its samples are all due, and counted."""
+
+    class StopAfterSecond(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            trainer.should_stop = trainer.current_epoch == 1
+
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=NO_LEN_SAMPLES, strict=True)
+    callbacks = [StopAfterSecond(), timer, audit]  # the stop set before the audit reads the epoch
+    fit_module(BoringModel(), datamodule=BoringDataModuleNoLen(), callbacks=callbacks, max_epochs=4)
+    assert [row["missing"] for row in audit.epochs] == [0, 0] and "limited" not in audit.epochs[1]
+    assert [row.get("partial") for row in timer.epochs] == [None, None]
 
 
 def test_a_window_on_a_loader_without_a_length_is_placed_by_the_last_epochs_length():

@@ -42,6 +42,15 @@ def steps_started(trainer: Trainer) -> int:
     return progress.started
 
 
+# ---------------------------------------------------------------- Lightning: whether the training loader ran out
+# Why: a loader of no length ends its epoch by running out, or is cut (max_steps, a stop); only the fit loop's fetcher,
+# which looks one batch ahead to know, tells them apart. Public replacement: none.
+def loader_ran_out(trainer: Trainer) -> bool | None:
+    """Whether this epoch's training batches ran out (None: not known)."""
+    done = getattr(getattr(trainer.fit_loop, "_data_fetcher", None), "done", None)
+    return done if isinstance(done, bool) else None
+
+
 # ---------------------------------------------------------------- Lightning: a training step's logging
 # Why: what a step logs reaches the loggers through the logger connector's ``update_train_step_metrics`` (what
 # self.log kept, turned into numbers, then each logger's ``log_metrics`` and ``save``), which no profiler action

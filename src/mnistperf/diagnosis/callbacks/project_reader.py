@@ -32,6 +32,7 @@ from mnistperf.diagnosis.record.project_terms import (
     library_log_hint,
     workers_hints,
 )
+from mnistperf.upstream import loader_ran_out
 
 LIGHTNING_BARS = ("TQDMProgressBar", "RichProgressBar")  # the bars that show Lightning's epoch, counted from 0
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -80,6 +81,8 @@ def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
     that such a setting may have cut is said to be (its loader's end is not known).
     """
     trained, known = trainer.num_training_batches, math.isfinite(trainer.num_training_batches)
+    if not known and loader_ran_out(trainer):  # whole, whatever stopped the fit after it (EarlyStopping at its end)
+        return None
     if steps is not None and (steps < trained or not known):
         after = f"of the epoch's {int(trained):,} batches" if known else "batches of a loader of no length"
         if 0 < trainer.max_steps <= trainer.global_step:

@@ -223,7 +223,7 @@ def test_a_folder_the_system_refuses_is_one_line_naming_it(monkeypatch, capsys, 
         main(["prepare", "--data-dir", "/mnt/ro/data"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and len(err.splitlines()) == 1
-    assert err.startswith(f"mnistperf: error: /mnt/ro/data/MNIST: {os.strerror(refused)}; give a folder you can write")
+    assert err.startswith(f"mnistperf: error: /mnt/ro/data/MNIST: {os.strerror(refused)}; give a path you may read and")
 
 
 # ---------------------------------------------------------------- Ctrl-C

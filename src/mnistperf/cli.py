@@ -29,8 +29,8 @@ LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 OWN_COMMANDS = ("prepare", "bench", "tune", "compare", "report")
 REFUSED = (errno.EACCES, errno.EPERM, errno.EROFS)  # the system's refusals of a path, as opposed to its faults
 REFUSED_FIX = (
-    "give a folder you can write to in the option that named it (--data-dir, --out, --data.data_dir, a logger's "
-    "save_dir)"
+    "give a path you may read and write in the option that named it (--data-dir, --source-root, --from, --out, "
+    "--data.data_dir, a logger's save_dir)"
 )
 OVERVIEW = """\
 usage: mnistperf COMMAND [options]

@@ -842,5 +842,6 @@ def test_prepare_litdata_without_the_package_is_refused_by_its_option_before_any
     argv = ["prepare", "--dataset", "synthetic", "--rows", "64", "--litdata", "--data-dir", str(data)]
     fails_in_one_line(capsys, argv, "prepare --litdata needs the litdata package", litdata_install())
     assert not data.exists()
-    release = torch.__version__.split("+")[0]  # pinned: litdata's torchvision would bring another torch
-    assert litdata_install().startswith(f"pip install litdata 'torch=={release}'")
+    release, _, build = torch.__version__.partition("+")  # pinned: litdata's torchvision would bring another torch
+    cpu = " torchvision --extra-index-url https://download.pytorch.org/whl/cpu" if build == "cpu" else ""
+    assert litdata_install().startswith(f"pip install litdata 'torch=={release}'{cpu} (the pin keeps your torch")

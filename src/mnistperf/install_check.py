@@ -14,6 +14,8 @@ import importlib.util
 
 from mnistperf.errors import MnistperfError
 
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # torch's own index of its CPU builds, torchvision's too
+
 
 class InstallError(MnistperfError):
     """A package installed beside torch cannot work with it; the message says which and how to fix it."""
@@ -48,11 +50,12 @@ def _named(name: str) -> str:
 def litdata_install() -> str:
     """The command that installs litdata and keeps this torch: litdata's torchvision would otherwise bring another.
 
-    torch pinned to its release brings the torchvision made for it; one that cannot load beside a CPU build is named
-    at the next start (:func:`check_torchvision`).
+    torch pinned to its release brings the torchvision made for it: beside a CPU build, torch's own CPU build of it.
     """
     try:
-        release = importlib.metadata.version("torch").split("+")[0]
+        release, _, build = importlib.metadata.version("torch").partition("+")
     except importlib.metadata.PackageNotFoundError:
         return "pip install litdata"
-    return f"pip install litdata 'torch=={release}' (the pin keeps your torch; litdata's torchvision would replace it)"
+    cpu = f" torchvision --extra-index-url {CPU_INDEX}" if build == "cpu" else ""  # (PyPI's is built for CUDA)
+    kept = "the pin keeps your torch: litdata's torchvision would replace it"
+    return f"pip install litdata 'torch=={release}'{cpu} ({kept})"

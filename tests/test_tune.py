@@ -97,7 +97,9 @@ def test_ctrl_c_keeps_the_best_found_so_far(workdir, monkeypatch, capsys):
 
     monkeypatch.setattr(probes, "time_loader", interrupt_second)
     monkeypatch.setattr(probes, "time_step", lambda *a, **k: [1e12, 1e12])  # no loader outruns this step
-    tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
+    with pytest.raises(SystemExit) as stop:  # cut short: the status says so, as bench's does
+        tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
+    assert stop.value.code == 130
     out = capsys.readouterr().out
     assert "stopped: interrupted (Ctrl-C): the best found so far is kept" in out
     assert yaml.safe_load((workdir / "tuned.yaml").read_text())["data"]["pipeline"] == "resident"
@@ -115,7 +117,9 @@ def test_ctrl_c_while_a_noisy_probe_is_measured_again_keeps_its_first_measuremen
 
     monkeypatch.setattr(probes, "time_loader", noisy_then_interrupted)
     monkeypatch.setattr(probes, "time_step", lambda *a, **k: [1e12, 1e12])
-    tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
+    with pytest.raises(SystemExit) as stop:  # cut short: the status says so, as bench's does
+        tune("--config", str(CONFIGS / "v1_bs512.yaml"), "--out", "tuned.yaml")
+    assert stop.value.code == 130
     out = capsys.readouterr().out
     assert "[probe 2] loader pipeline=resident" in out and "stopped: interrupted (Ctrl-C)" in out
     assert yaml.safe_load((workdir / "tuned.yaml").read_text())["data"]["pipeline"] == "resident"

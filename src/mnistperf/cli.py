@@ -246,8 +246,10 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
             bench_command(argv[1:])
         elif command == "tune":
             from mnistperf.tune.command import tune_command
+            from mnistperf.tune.search import INTERRUPTED
 
-            tune_command(argv[1:])
+            if tune_command(argv[1:]).stopped == INTERRUPTED:  # the best so far written, the status says cut short
+                raise SystemExit(130)
         elif command == "compare":
             from mnistperf.diagnosis.show.commands import compare_command
 

@@ -324,7 +324,7 @@ def test_identical_samples_in_the_data_are_told_apart_by_their_index():
     "returned, said",
     [
         (lambda batch: batch[0][:, 0, 0], "returned torch.float32 [5]"),  # a float column: its values, not identities
-        (lambda batch: batch[1][:, None], "returned torch.int64 [5, 1]"),
+        (lambda batch: batch[1][:, None].expand(-1, 2), "returned torch.int64 [5, 2]"),  # two per sample
         (lambda batch: batch[1].tolist(), "returned list"),
     ],
     ids=["floats", "two-dim", "a list"],
@@ -337,6 +337,12 @@ def test_a_fingerprint_function_returning_no_integer_tensor_of_one_dimension_is_
     assert f"SampleAudit fingerprint=: {said}, not an integer tensor [N] of one identity per sample" in (
         capsys.readouterr().out
     )
+
+
+def test_a_fingerprint_of_one_column_or_of_a_squeezed_batch_of_one_is_read_as_one_a_sample():
+    column = audited(DataLoader(Rows(), batch_size=5), SampleAudit(fingerprint=lambda batch: batch[1][:, None]), 1)
+    squeezed = audited(DataLoader(Rows(), batch_size=1), SampleAudit(fingerprint=lambda b: b[1].squeeze()), 1)
+    assert column.epochs[0]["seen"] == squeezed.epochs[0]["seen"] == ROWS
 
 
 def test_a_fingerprint_function_and_a_tuple_position_name_the_identity():

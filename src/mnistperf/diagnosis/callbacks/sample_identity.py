@@ -50,8 +50,9 @@ class SampleIdentity:
         """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
         if self.fingerprint is not None:
             given = self.fingerprint(batch)
-            if not integers(given) or given.ndim > 2 or given.ndim == 2 and given.shape[1] != 1:  # ([N, 1] and one
-                raise SampleAuditError(audit_text.not_fingerprints(given))  # squeezed to 0 dimensions are [N])
+            # [N], [N, 1], or a batch of one squeezed to no dimension: one identity a sample
+            if not integers(given) or given.ndim > 2 or given.ndim == 2 and given.shape[1] != 1:
+                raise SampleAuditError(audit_text.not_fingerprints(given))
             return given.reshape(-1).to(torch.int64)
         if self.sample_id is not None:
             try:

@@ -171,6 +171,8 @@ def decompress_verified(path: Path, raw: RawFile) -> bytes:
     try:
         with gzip.open(path, "rb") as handle:
             content = handle.read()
+    except PermissionError:  # intact, maybe, but not ours to read: the path is said as such
+        raise
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path} is corrupt or truncated ({exc}).") from exc
     digest = hashlib.md5(content, usedforsecurity=False).hexdigest()

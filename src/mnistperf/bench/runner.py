@@ -126,7 +126,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         metavar="STAGES",
         help="stages (comma-separated) to also run as reference rows, a plain PyTorch loop and "
         "Lightning's bare loop; 'auto': v2_pinned and the highest resident rung (v4_graphed, else "
-        "v3_resident) among the stages run; 'none' to skip (default: %(default)s)",
+        "v3_resident) among the stages run, where neither runs the last stage run; 'none' to skip "
+        "(default: %(default)s)",
     )
     # The option's former name, still accepted; "baseline" is tune's word, for the input config's own settings.
     parser.add_argument("--baseline", dest="reference_rows", default=argparse.SUPPRESS, help=argparse.SUPPRESS)

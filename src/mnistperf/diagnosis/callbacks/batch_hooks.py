@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch import Callback
 
 from mnistperf.diagnosis.measure.phases import StepPhases, any_sampled, sampled
-from mnistperf.diagnosis.record.epoch_text import unsampled
+from mnistperf.diagnosis.record.epoch_text import IN_WINDOW, unsampled
 from mnistperf.upstream import restore_hook, skip_hook
 
 # Those called for every batch: each loop's batch hooks, and those around the backward and the optimizer's step.
@@ -40,6 +40,12 @@ class SampledSteps:
         self.callback, self.phases = callback, StepPhases(device)
         self.hooks = [hook for hook in PHASE_HOOKS if getattr(type(callback), hook) is getattr(owner, hook)]
         self.hooks_off()
+        self.reset()
+
+    def reset(self) -> None:
+        """A new epoch: no step sampled, none passed over for the profiled window."""
+        self.phases.reset()
+        self.in_window = False
 
     def hooks_off(self) -> None:
         """Have Lightning skip the phase hooks: no sample is open (or one ended early)."""
@@ -54,9 +60,11 @@ class SampledSteps:
         """Training step ``index`` of ``epoch`` begins: stamped where it is sampled (none while the window profiles)."""
         if self.sampling:  # the next training step of a sample spanning several (gradient accumulation)
             self.phases.start()
-        elif sampled(index, accumulate, epoch) and not profiling:
-            self.phases.start(accumulate)
-            self._hooks(True)
+        elif sampled(index, accumulate, epoch):
+            self.in_window |= profiling
+            if not profiling:
+                self.phases.start(accumulate)
+                self._hooks(True)
 
     def step_end(self) -> None:
         """The step ends; a sample done stops the phase hooks."""
@@ -72,6 +80,8 @@ class SampledSteps:
         self, trained: tuple[int | None, int | None], accumulate: int, forward_s: float, epoch: int
     ) -> str | None:
         """Why epoch ``epoch`` that trained steps ``trained`` has no split; None where it has one or a sample began."""
-        if any_sampled(*trained, accumulate, epoch) or not math.isnan(forward_s) or self.phases.started:
+        if not math.isnan(forward_s) or self.phases.started:
             return None
-        return unsampled(*trained, accumulate)
+        if self.in_window:
+            return IN_WINDOW
+        return None if any_sampled(*trained, accumulate, epoch) else unsampled(*trained, accumulate)

@@ -208,7 +208,7 @@ class EpochTimer(Callback):
         self._val_metrics: dict[str, float] = {}  # the validation's one-number metrics and monitor, for the row
         self.samples.epoch_start()
         self._fetch.reset()
-        self._sampled.phases.reset()
+        self._sampled.reset()
         workers = True  # where the loaders cannot be read, /proc is
         with self.problems.guard("reading whether the loaders run workers"):
             workers = fit_may_run_workers(trainer)

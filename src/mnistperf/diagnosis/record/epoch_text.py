@@ -73,6 +73,9 @@ def too_few_to_count(steps_left: float, needed: float) -> str:
     )
 
 
+IN_WINDOW = "its sampled steps lay in the profiled window, whose profiler would have slowed their phases"
+
+
 def unsampled(first: int | None, last: int | None, steps: int) -> str:
     """Why an epoch that trained steps ``first``..``last`` (None: none) has no sample of ``steps`` training steps."""
     if first is None or last is None:

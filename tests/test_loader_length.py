@@ -85,6 +85,29 @@ def test_a_stop_after_a_whole_epoch_of_a_loader_without_a_length_leaves_that_epo
     assert [row.get("partial") for row in timer.epochs] == [None, None]
 
 
+def test_a_loader_without_a_length_that_runs_out_before_the_limit_or_is_stopped_inside_is_said_as_it_ran():
+    """A limit of 600 batches on a stream of 512: every epoch whole, for the timer as for the audit. A stop 50 steps
+    into epoch 2: that epoch partial, of epoch 1's length, and left out of the steady averages."""
+    timer, audit = EpochTimer(), SampleAudit(dataset_size=NO_LEN_SAMPLES)
+    fit_module(
+        BoringModel(),
+        datamodule=BoringDataModuleNoLen(),
+        callbacks=[timer, audit],
+        max_epochs=2,
+        limit_train_batches=600,
+    )
+    assert [row.get("partial") for row in timer.epochs] == [None, None]
+    assert [row["missing"] for row in audit.epochs] == [0, 0]
+
+    class StopInside(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            trainer.should_stop = trainer.current_epoch == 1 and batch_idx == 49
+
+    timer = EpochTimer()
+    fit_module(BoringModel(), datamodule=BoringDataModuleNoLen(), callbacks=[StopInside(), timer], max_epochs=3)
+    assert [row.get("partial") for row in timer.epochs] == [None, {"steps": 50, "batches": NO_LEN_SAMPLES}]
+
+
 def test_a_window_on_a_loader_without_a_length_is_placed_by_the_last_epochs_length():
     timer, _, _ = fitted(BoringDataModuleNoLen(), EpochTimer(window_share=None), max_epochs=2)
     assert [row["samples"] for row in timer.epochs] == [NO_LEN_SAMPLES] * 2

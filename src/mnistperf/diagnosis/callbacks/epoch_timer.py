@@ -45,7 +45,7 @@ from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
-from mnistperf.upstream import restore_hook, skip_hook, swap_profiler
+from mnistperf.upstream import loader_ran_out, restore_hook, skip_hook, swap_profiler
 
 # The hooks an EpochTimer standing aside (:meth:`EpochTimer.setup`) has Lightning skip: every on_* hook, but the two
 # Lightning calls directly rather than through the hooks' dispatch, which skips a hook set to None, and on_exception,
@@ -315,7 +315,7 @@ class EpochTimer(Callback):
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())
-            measures = Measures.of(self.clock.read_epoch(self._sampled.phases.shares()))
+            measures = Measures.of(self.clock.read_epoch(self._sampled.phases.shares(), loader_ran_out(trainer)))
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, per_loader)
         except Exception as error:

@@ -256,14 +256,21 @@ class EpochClock:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""
         return self.close_epoch(Gathered(Measures.of(self.read_epoch()), []), metrics or {})
 
-    def read_epoch(self, phase_shares: dict[str, float] | None = None) -> EpochReading:
-        """End the epoch's timing (synchronizes); what this process read of it, ``phase_shares`` splitting its steps."""
+    def read_epoch(self, phase_shares: dict[str, float] | None = None, ran_out: bool | None = None) -> EpochReading:
+        """End the epoch's timing (synchronizes); what this process read of it, ``phase_shares`` splitting its steps.
+
+        ``ran_out``: whether the training loader ran out (None: not known, where max_steps alone tells a loader of no
+        length cut short); an epoch begun at its start whose loader ran out is whole, whatever was due.
+        """
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)
+        whole = ran_out if ran_out is not None else self.steps < self._steps_left or math.isnan(self._steps_left)
+        if ran_out and self._first_index == 0:  # (a limit past a stream's end: its steps were all there were)
+            self._length = None
         if not math.isfinite(self._batches) and self._first_index == 0 and self.steps:
-            if self.steps < self._steps_left or math.isnan(self._steps_left):  # its loader ran out: a whole epoch
+            if whole:  # its loader ran out
                 self._last_length = self.steps  # what the next epoch of a loader without a length is taken to run
-            elif self._last_length is not None:  # max_steps ended it: as long as the last whole epoch, at most
+            elif self._last_length is not None:  # max_steps or a stop ended it: as long as the last whole one, at most
                 self._length = self._last_length
         window = self.reading or WindowReading(self.device.type)
         talk = window.communication

@@ -18,6 +18,7 @@ from torch.utils.data import (
     ConcatDataset,
     DataLoader,
     Dataset,
+    DistributedSampler,
     IterableDataset,
     RandomSampler,
     Sampler,
@@ -31,7 +32,12 @@ from mnistperf.diagnosis.callbacks.project_reader import LIGHTNING_BARS, lightni
 from mnistperf.diagnosis.callbacks.sample_audit import SampleAudit, SampleAuditError
 from mnistperf.diagnosis.measure import fingerprint, held_steps
 from mnistperf.diagnosis.measure.fingerprint import Fingerprinter
-from mnistperf.diagnosis.measure.sample_counts import ORDER_SAMPLES, loader_causes, own_batch_sampler
+from mnistperf.diagnosis.measure.sample_counts import (
+    ORDER_SAMPLES,
+    left_out_by_design,
+    loader_causes,
+    own_batch_sampler,
+)
 from mnistperf.diagnosis.record.audit_text import format_audit
 
 ROWS = 24
@@ -293,8 +299,21 @@ def test_the_epoch_an_error_stops_is_audited_as_far_as_it_trained_and_strict_add
 def test_the_samples_drop_last_leaves_out_are_missing_by_design_and_strict_does_not_raise(capsys):
     audit = audited(DataLoader(Rows(), batch_size=5, shuffle=True, drop_last=True), SampleAudit(strict=True))
     assert [counts(row) for row in audit.epochs] == [(20, 20, 0, 4)] * 2  # 24 rows: 4 batches of 5, 4 left out
-    said = "4 missing; drop_last=True leaves the last 4 samples of each epoch's order out, by design"
+    said = "4 missing; drop_last=True leaves 4 samples out, the last of each epoch's order, by design"
     assert capsys.readouterr().out.count(said) == 2
+
+
+def test_under_ddp_drop_last_beside_a_distributed_samplers_padding_leaves_its_samples_out_by_design():
+    """101 samples on 2 ranks: padded to 51 each, 3 dropped from each share of batches of 8; the padding's repeat is
+    the last rank's last, so 5 distinct samples go missing, not 6, and strict does not raise for them."""
+    sampler = DistributedSampler(Rows(rows=101), num_replicas=2, rank=0, shuffle=True)
+    loader = DataLoader(Rows(rows=101), batch_size=8, sampler=sampler, drop_last=True)
+    row = {"seen": 96, "distinct": 96, "duplicates": 0, "missing": 5, "dataset_size": 101, "per_rank": [48, 48]}
+    row["same_order_ranks"] = 0
+    row.update(loader_causes(row, [loader], [""], 6, 2))
+    assert row["dropped_last"] == 5 and left_out_by_design(row) == 5
+    said = "5 missing; drop_last=True leaves 5 samples out, the last of each rank's share of the epoch's order"
+    assert said in format_audit({**row, "epoch": 1}, by_content=True)
 
 
 def test_an_empty_batch_of_a_width_of_its_own_is_audited_as_no_samples():

@@ -179,8 +179,9 @@ def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], ste
     found: dict[str, Any] = {}
     single = loaders[0] if len(loaders) == 1 else None  # (drop_last, readers and batch samplers: a single loader's)
     dropped = dropped_last(single, ranks)
-    if dropped and row["missing"] == dropped:  # by design
-        found["dropped_last"] = dropped
+    padding = -(row.get("dataset_size") or 0) % ranks  # a distributed sampler's repeats: the last dropped, if any
+    if dropped and row["missing"] in (dropped, dropped - padding):  # by design
+        found["dropped_last"] = row["missing"]
     short = stopped_short(loaders, names, steps, row)
     if short:
         found["stopped_short"] = short

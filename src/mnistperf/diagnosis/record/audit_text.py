@@ -37,7 +37,8 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     if row.get("guessed"):
         line += f"; {GUESSED}"
     if row.get("dropped_last"):
-        line += f"; drop_last=True leaves the last {row['dropped_last']:,} samples of each epoch's order out, by design"
+        order = "each rank's share of the epoch's order" if ranks > 1 else "each epoch's order"
+        line += f"; drop_last=True leaves {row['dropped_last']:,} samples out, the last of {order}, by design"
     if row.get("batch_sampler"):
         line += (
             f"; the loader's batch_sampler ({row['batch_sampler']}) is the project's own and drew no index of these "

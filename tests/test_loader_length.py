@@ -187,6 +187,21 @@ def test_a_window_the_epoch_ran_past_unrecorded_does_not_say_the_epoch_ended_bef
     )
 
 
+def test_an_epoch_an_error_ends_inside_the_window_says_it_ended_before_the_windows_last_step():
+    """The step that raised began and never ended: the epoch ended before the window's last, as its steps say."""
+    clock = EpochClock(torch.device("cpu"), window_share=None)
+    clock.epoch_start(40, 1, last=True)
+    inside = clock.windows.window.first + 1
+    for index in range(inside):
+        clock.step_start(index)
+        clock.step_end(index)
+    clock.step_start(inside)  # raises inside the step: no end
+    clock.epoch_end()
+    assert clock.busy_window["reason"].startswith(
+        f"epoch 1 ended after {inside} of its steps, before the window's last"
+    )
+
+
 def trainer_at(batches: float, max_epochs: int | None = 3, max_steps: int = -1, epoch: int = 0, step: int = 0):
     return SimpleNamespace(
         num_training_batches=batches,

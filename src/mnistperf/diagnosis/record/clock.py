@@ -236,7 +236,7 @@ class EpochClock:
 
     def close(self) -> None:
         """Stop a busy window the run did not finish (an interrupted or shortened epoch), saying why it was not read."""
-        self.windows.close(self._number, self._first_index, self.steps)
+        self.windows.close(self._number, self._first_index, len(self._intervals))  # the steps that ended
 
     def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""

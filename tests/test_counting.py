@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import fit_module
 from lightning import LightningModule
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.profilers import SimpleProfiler
 from lightning.pytorch.utilities import CombinedLoader
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -143,6 +143,38 @@ def test_a_batch_the_module_skips_is_counted_by_neither_callback(skip_at, caplog
         reason = "the epoch trained no step, and the split times step 2 of an epoch, then one in each 16 after it"
         assert [row["split_reason"] for row in timer.epochs] == [reason] * EPOCHS
     assert problems(caplog) == []
+
+
+class RaisesInStep(Recorder):
+    """Its step 4 of epoch 2 raises before it trains."""
+
+    def training_step(self, batch, batch_idx):
+        if self.current_epoch == 1 and batch_idx == 3:
+            raise RuntimeError("the step fails")
+        return super().training_step(batch, batch_idx)
+
+
+class StopsAfterStep(Callback):
+    """Ctrl-C after step 4 of epoch 2 trained, in a callback listed before both of the lab's."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.current_epoch == 1 and batch_idx == 3:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["inside the step", "after it trained"])
+def test_a_step_an_error_stops_is_counted_alike_by_both_callbacks_as_it_trained_or_not(where, capsys):
+    """The step that raised counts where it trained (an error in a hook after it), not where it raised inside."""
+    torch.manual_seed(0)
+    module = RaisesInStep() if where == "inside the step" else Recorder()
+    timer, audit = EpochTimer(), SampleAudit()
+    stop = [] if where == "inside the step" else [StopsAfterStep()]
+    with pytest.raises(RuntimeError if where == "inside the step" else SystemExit):  # (Lightning's, after Ctrl-C)
+        fit_module(module, DataLoader(Indexed(), batch_size=BATCH), callbacks=[*stop, timer, audit], max_epochs=2)
+    trained = module.samples(2)
+    assert trained == (3 if where == "inside the step" else 4) * BATCH
+    assert timer.epochs[1]["samples"] == audit.epochs[1]["seen"] == trained
+    assert "samples disagree" not in capsys.readouterr().out
 
 
 def two_loaders(rows_a: int, batch_a: int, rows_b: int, batch_b: int, kind: str, mode: str | None):

@@ -51,6 +51,14 @@ def loader_ran_out(trainer: Trainer) -> bool | None:
     return done if isinstance(done, bool) else None
 
 
+# Why: a step that raises leaves its batch-end hooks uncalled, whether it raised inside its training or in a hook
+# after it (a callback listed before, Ctrl-C); the epoch loop's progress counts a step processed once it trained.
+def step_unfinished(trainer: Trainer) -> bool:
+    """Whether the training step begun last stopped before it trained (begun, not processed)."""
+    progress: Any = trainer.fit_loop.epoch_loop.batch_progress.current
+    return progress.processed < progress.started
+
+
 # ---------------------------------------------------------------- Lightning: a training step's logging
 # Why: what a step logs reaches the loggers through the logger connector's ``update_train_step_metrics`` (what
 # self.log kept, turned into numbers, then each logger's ``log_metrics`` and ``save``), which no profiler action

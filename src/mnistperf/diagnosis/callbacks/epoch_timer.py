@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
+from lightning.fabric.utilities.data import sized_len
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.trainer.states import TrainerFn
@@ -45,7 +46,7 @@ from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
-from mnistperf.upstream import loader_ran_out, restore_hook, skip_hook, swap_profiler
+from mnistperf.upstream import loader_ran_out, restore_hook, skip_hook, step_unfinished, swap_profiler
 
 # The hooks an EpochTimer standing aside (:meth:`EpochTimer.setup`) has Lightning skip: every on_* hook, but the two
 # Lightning calls directly rather than through the hooks' dispatch, which skips a hook set to None, and on_exception,
@@ -315,7 +316,8 @@ class EpochTimer(Callback):
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())
-            measures = Measures.of(self.clock.read_epoch(self._sampled.phases.shares(), loader_ran_out(trainer)))
+            ran_out = None if sized_len(trainer.train_dataloader) is not None else loader_ran_out(trainer)  # a stream's
+            measures = Measures.of(self.clock.read_epoch(self._sampled.phases.shares(), ran_out))
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, per_loader)
         except Exception as error:
@@ -360,6 +362,8 @@ class EpochTimer(Callback):
             return
         if getattr(self, "_epoch_open", False) and self.clock.steps and closes_stopped_epoch(trainer):
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
+                if self.samples.batches.pending is not None and not step_unfinished(trainer):  # trained: its end
+                    self.on_train_batch_end(trainer, pl_module, None, None, self.samples.index)  # never came here
                 self.on_train_epoch_end(trainer, pl_module)
         with self.problems.guard("asking the audit beside to audit the epoch the fit stopped inside"):
             audit_stopped = getattr(audit_beside(trainer), "audit_stopped_epoch", None)

@@ -31,7 +31,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     restored_parts,
 )
 from mnistperf.diagnosis.record import audit_text, epoch_text
-from mnistperf.upstream import steps_started
+from mnistperf.upstream import step_unfinished, steps_started
 
 COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known: the last two unless log_all
 
@@ -233,14 +233,14 @@ class SampleAudit(Callback):
             self.problems.note("reading the steps Lightning started", error)
 
     def _settle(self) -> None:
-        """Count the step begun last where it ran; let it go where the module declined it as it began.
+        """Count the step begun last where it trained; let it go where it did not (declined as it began, or raised).
 
         Either way the batches read are let go (also where the step's read failed, leaving nothing pending).
         """
         trainer, ran = self._trainer, True
         if self.batches.pending is not None and self._started_before >= 0 and trainer is not None:
             with self.problems.guard("reading the steps Lightning started"):
-                ran = steps_started(trainer) > self._started_before
+                ran = steps_started(trainer) > self._started_before and not step_unfinished(trainer)
         if ran:
             self._commit()
         else:

@@ -56,6 +56,7 @@ class TimerSamples:
     def begin(self, trainer: Trainer, module: LightningModule, batch: Any, index: int) -> None:
         """Step ``index`` begins: read its samples; say once what the fit's first batch showed, or that none counts."""
         counts: list[int | None] = [None]
+        self.index = index  # the step begun last
         try:
             counts = self.batches.begin(batch, self._count, (trainer.current_epoch, index))
         except Exception as error:

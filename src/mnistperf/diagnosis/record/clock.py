@@ -259,8 +259,9 @@ class EpochClock:
     def read_epoch(self, phase_shares: dict[str, float] | None = None, ran_out: bool | None = None) -> EpochReading:
         """End the epoch's timing (synchronizes); what this process read of it, ``phase_shares`` splitting its steps.
 
-        ``ran_out``: whether the training loader ran out (None: not known, where max_steps alone tells a loader of no
-        length cut short); an epoch begun at its start whose loader ran out is whole, whatever was due.
+        ``ran_out``: whether a training loader of no length ran out (None: not known, or a loader with a length, where
+        max_steps alone tells a loader of no length cut short); an epoch begun at its start whose loader ran out is
+        whole, whatever was due (a limit past a stream's end).
         """
         self.train_end()
         self.close()  # the epoch ended before the window did (a limit on batches)

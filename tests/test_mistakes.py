@@ -226,6 +226,24 @@ def test_a_folder_the_system_refuses_is_one_line_naming_it(monkeypatch, capsys, 
     assert err.startswith(f"mnistperf: error: /mnt/ro/data/MNIST: {os.strerror(refused)}; give a path you may read and")
 
 
+def test_a_bench_out_folder_the_system_refuses_is_said_before_any_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
+    refused = tmp_path / "readonly" / "out"
+    made = Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if self == refused:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return made(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--config-dir", str(CONFIGS), "--stages", "v2_pinned", "--out", str(refused)])
+    assert stop.value.code == 2 and f"mnistperf: error: {refused}: {os.strerror(errno.EROFS)}; give a path" in (
+        capsys.readouterr().err
+    )
+
+
 # ---------------------------------------------------------------- Ctrl-C
 def test_a_ctrl_c_while_the_libraries_import_lets_them_finish_then_ends_in_one_line(tmp_path, monkeypatch, capsys):
     finished = []

@@ -234,6 +234,7 @@ def bench_command(argv: Sequence[str]) -> None:
     taken = place_taken(out, folder=True)
     if taken is not None:
         raise ConfigError(f"--out {out}: {taken}; give a folder for the results, e.g. --out {out.name}-results")
+    out.mkdir(parents=True, exist_ok=True)  # a folder the system refuses is said now, not after the first run
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}
     rows = [plan.row for plan in plans]
     print(header(opts, plans, out), flush=True)

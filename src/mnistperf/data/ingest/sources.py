@@ -48,6 +48,11 @@ class DatasetSpec:
     splits: dict[str, tuple[RawFile, RawFile]]  # split -> (images, labels)
     debian_package: str | None = None  # the Debian package that installs the files, where there is one
 
+    @property
+    def raw_files(self) -> list[RawFile]:
+        """Its official files, every split's images and labels."""
+        return [raw for pair in self.splits.values() for raw in pair]
+
 
 DATASETS: dict[str, DatasetSpec] = {
     "mnist": DatasetSpec(
@@ -122,12 +127,11 @@ def candidate_dirs(
                 f"{spec.source_folder}/ with the official .gz files."
             )
         folder = Path(root) / spec.source_folder
-        raw_files = [raw.name for files in spec.splits.values() for raw in files]
-        if not folder.is_dir() and any((Path(root) / name).is_file() for name in raw_files):  # the files' own folder
+        if not folder.is_dir() and any((Path(root) / raw.name).is_file() for raw in spec.raw_files):  # their folder
             if Path(root).name != spec.source_folder:
                 raise DataError(
                     f"{named} {root} holds the .gz files itself: give a folder that holds them in "
-                    f"{spec.source_folder}/ (DIR/{spec.source_folder}/{raw_files[0]})."
+                    f"{spec.source_folder}/ (DIR/{spec.source_folder}/{spec.raw_files[0].name})."
                 )
             parent = Path(root).resolve().parent
             give = f"{named}={parent}" if named == SOURCE_ROOT_ENV else f"{named} {parent}"
@@ -141,7 +145,7 @@ def candidate_dirs(
 def found_locally(spec: DatasetSpec, source_root, cache_dir: Path, option: str = PREPARE_OPTION) -> bool:
     """Whether every raw file of the dataset lies in one of the local folders searched, so nothing is downloaded."""
     dirs = candidate_dirs(spec, source_root, cache_dir, option)
-    return all(any((d / raw.name).is_file() for d in dirs) for pair in spec.splits.values() for raw in pair)
+    return all(any((d / raw.name).is_file() for d in dirs) for raw in spec.raw_files)
 
 
 def mirror_answers(spec: DatasetSpec, timeout: float = 5.0) -> bool:

@@ -119,7 +119,7 @@ def data_problem(source_root: str | None) -> str | None:
         folders = sources.candidate_dirs(spec, source_root, DATA_DIR / spec.folder / "raw", option="--source-root")
     except DataError as exc:
         return str(exc)
-    names = [raw.name for pair in spec.splits.values() for raw in pair]
+    names = [raw.name for raw in spec.raw_files]
     missing = [name for name in names if not any((folder / name).is_file() for folder in folders)]
     if not missing:
         return None

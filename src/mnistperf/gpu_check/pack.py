@@ -33,7 +33,7 @@ def pack(source_root: Path) -> list[str]:
     from mnistperf.data.ingest import sources
 
     spec = sources.DATASETS[gpu_preflight.DATASET]
-    names = [raw.name for pair in spec.splits.values() for raw in pair]
+    names = [raw.name for raw in spec.raw_files]
     origin = source_root / spec.source_folder
     missing = [name for name in names if not (origin / name).is_file()]
     if missing:

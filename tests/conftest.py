@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +57,13 @@ def stage_params(slow: Sequence[str] = ()) -> list:
         pytest.param(path.name, marks=stage_marks(path.stem) + ([pytest.mark.slow] if path.stem in slow else []))
         for path in sorted(CONFIGS.glob("*.yaml"))
     ]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 no one listens on now: for a server or a process group the test starts."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def random_split(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

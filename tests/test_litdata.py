@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from conftest import (
     NO_WORKERS,
     TRAIN_ROWS,
     fails_in_one_line,
+    free_port,
     random_split,
     stage_argv,
     stage_process,
@@ -342,9 +342,7 @@ def test_an_interrupted_epoch_resumes_with_the_samples_not_yet_seen(tiny_data):
 def s3_server(monkeypatch):
     server_module = pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
@@ -408,9 +406,7 @@ def test_two_nodes_on_localhost_stream_from_s3_and_see_every_sample_once(tiny_da
             s3_server.upload_file(
                 str(file), "lab", f"data/FashionMNIST/litdata/{file.relative_to(copy_root).as_posix()}"
             )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     nodes = []
     for node in range(2):
         cwd = tmp_path / f"node{node}"

@@ -13,7 +13,6 @@ import inspect
 import logging
 import platform
 import re
-import socket
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ import lightning
 import pytest
 import torch
 import torch.distributed.nn.functional
-from conftest import fit_module
+from conftest import fit_module, free_port
 from lightning.fabric.utilities.data import has_len
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -342,10 +341,7 @@ def short_logged_epoch(tmp_path) -> None:
 @contextmanager
 def one_rank_group() -> Iterator[None]:
     """A process group of this process alone (gloo): what Lightning and torch take for a distributed run."""
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         yield
     finally:

@@ -116,14 +116,36 @@ def epoch_s(summary: Mapping[str, Any]) -> float:
     )
 
 
+def lagging_rank(summary: Mapping[str, Any]) -> tuple[float, str, float, float, str, float] | None:
+    """Under DDP, the slowest rank's own work beyond the quickest's, as a culprit per epoch: the others wait for it.
+
+    None on one process, or where the ranks are within RANKS_APART of each other (no ``slowest_rank``).
+    """
+    slowest, an_epoch_s = summary.get("slowest_rank"), epoch_s(summary)
+    if not slowest or an_epoch_s <= 0:
+        return None
+    part = f"rank {slowest['rank']}'s {'data' if slowest['held_by'] == 'data' else 'step'}"
+    behind = slowest["behind_s"]
+    return (behind, part, behind, behind / an_epoch_s, "rank", an_epoch_s) if behind < an_epoch_s else None
+
+
+def rank_fix(part: str) -> str:
+    """What evens out the slowest rank (``rank N's data`` or ``rank N's step``), which every other rank waits for."""
+    rank = part.partition("'")[0]
+    if part.endswith("data"):
+        return f"{rank}'s batches as quick to make as the others' (shards of even size, enough DataLoader workers)"
+    return f"{rank}'s step as light as the others' (no work on that rank alone, batches of even size)"
+
+
 def culprit(summary: Mapping[str, Any], busy: float | None) -> dict[str, Any] | None:
     """The part around the step, or between epochs, that costs an epoch most, its fix and what removing it could buy.
 
-    ``per``: ``step`` or ``epoch``, what the part's ``s`` and ``share`` are of. None where no part takes CULPRIT_SHARE
+    ``per``: ``step`` or ``epoch``, what the part's ``s`` and ``share`` are of, or ``rank``: under DDP the slowest
+    rank's own work beyond the quickest's, per epoch (:func:`lagging_rank`). None where no part takes CULPRIT_SHARE
     of its step or epoch, nor a step's part OVERHEAD_PART of its time outside tensor operations where ``busy`` (the
-    share inside them; None: not measured, or in doubt) says what that is.
+    share inside them; None: not measured, or in doubt) says what that is, and the ranks are not apart.
     """
-    found = []
+    found = [lagged] if (lagged := lagging_rank(summary)) is not None else []
     steps, between = summary.get("step_parts"), summary.get("between_epochs")
     if steps and (named := costliest(steps["parts"], steps["step_s"], fetch=True)):
         part, seconds = named
@@ -134,15 +156,20 @@ def culprit(summary: Mapping[str, Any], busy: float | None) -> dict[str, Any] | 
     if between and (named := costliest(between["parts"], an_epoch_s)):
         part, seconds = named
         found.append((seconds, part, seconds, seconds / an_epoch_s, "epoch", an_epoch_s))
-    if not found:
+    return _culprit_of(max(found)) if found else None
+
+
+def _culprit_of(found: tuple[float, str, float, float, str, float] | None) -> dict[str, Any] | None:
+    """A culprit's record from its (seconds per epoch, part, seconds, share, per, whole seconds); None for none."""
+    if found is None:
         return None
-    _, part, seconds, share, per, whole_s = max(found)
+    _, part, seconds, share, per, whole_s = found
     return {
         "part": part,
         "s": seconds,
         "share": share,
         "per": per,
-        "fix": part_fix(part, between_epochs=per == "epoch"),
+        "fix": rank_fix(part) if per == "rank" else part_fix(part, between_epochs=per == "epoch"),
         "speed_up_at_most": whole_s / (whole_s - seconds),
     }
 
@@ -224,14 +251,22 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         else:  # a measured ceiling stands, the workers' beside it, their hints first (more workers: not for input)
             found["ceiling"] = f"{found['ceiling']}; {freed}"
             keys = [WORKERS] if verdict == "input-bound" else [WORKERS, key]
-    named = culprit(summary, None if in_doubt else busy) if verdict == "overhead-bound" else None
+    named = (
+        culprit(summary, None if in_doubt else busy)
+        if verdict == "overhead-bound"
+        else _culprit_of(lagging_rank(summary))
+        if verdict == "input-bound"  # a rank whose data the others wait for
+        else None
+    )
     if named is not None:
         found["culprit"] = named
-        where, whole = ("", "a step") if named["per"] == "step" else (" between epochs", "an epoch")
-        clause = (
-            f"without {named['part']}{where} ({named['share']:.0%} of each {named['per']}) {whole} could be up to "
-            f"{named['speed_up_at_most']:.2f}x faster"
-        )
+        faster, part, share = f"{named['speed_up_at_most']:.2f}x faster", named["part"], named["share"]
+        clause = {
+            "step": f"without {part} ({share:.0%} of each step) a step could be up to {faster}",
+            "epoch": f"without {part} between epochs ({share:.0%} of each epoch) an epoch could be up to {faster}",
+            "rank": f"with {part} as quick as the others' (its lag {share:.0%} of each epoch) an epoch could be up "
+            f"to {faster}",
+        }[named["per"]]
         found["ceiling"] = f"{clause}; {found['ceiling']}" if "ceiling" in found else clause
     if "ceiling" not in found:
         return None

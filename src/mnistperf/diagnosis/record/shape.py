@@ -75,7 +75,7 @@ SUMMARY = {
         "culprit": {
             "part": Needed(str),
             **dict.fromkeys(("s", "share"), Needed(float)),
-            "per": frozenset(("step", "epoch")),
+            "per": frozenset(("step", "epoch", "rank")),
         },
     },
 }

@@ -239,11 +239,13 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
     named = run.advice.culprit if run.advice is not None else None
     if named:
         whole_s, per = named["s"] / named["share"], named.get("per", "step")
-        cause = (
-            f"{named['part']} took {named['s'] * 1e3:.2f} ms of each {whole_s * 1e3:.2f} ms step"
-            if per == "step"
-            else f"{named['part']} took {seconds(named['s'], whole_s)} between epochs, of each {seconds(whole_s)} epoch"
-        )
+        took = f"{named['part']} took {seconds(named['s'], whole_s)}"
+        cause = {
+            "step": f"{named['part']} took {named['s'] * 1e3:.2f} ms of each {whole_s * 1e3:.2f} ms step",
+            "epoch": f"{took} between epochs, of each {seconds(whole_s)} epoch",
+            "rank": f"{took} more than the quickest rank's, of each {seconds(whole_s)} epoch: the other ranks wait "
+            "for it",
+        }[per]
     if cause:
         lines.append(f"  why: {cause}")
     if run.advice is not None:

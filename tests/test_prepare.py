@@ -140,6 +140,10 @@ def test_truncated_file_is_rejected_by_name(fake_raw, tmp_path):
     fix = f"`python -m mnistperf prepare --dataset mnist --data-dir {tmp_path / 'data'} --source-root {fake_raw.root}`"
     assert str(error.value).endswith(f"Replace it with the official file ({url}), then prepare again: {fix}")
     assert path.exists()
+    # the formats and the litdata copies asked for stay in the command
+    with pytest.raises(DataError) as error:
+        prepare.prepare_dataset("mnist", tmp_path / "data", fake_raw.root, ["csv"], log=lambda m: None, litdata=True)
+    assert str(error.value).endswith(f"--source-root {fake_raw.root} --formats parquet,csv --litdata`")
 
 
 def test_a_damaged_file_prepare_downloaded_is_removed_by_the_fix_and_fetched_again(fake_raw, tmp_path):

@@ -131,7 +131,7 @@ def prepare_command(argv: Sequence[str]) -> None:
         reports = []
         for name in names:
             reports += prepare.prepare_dataset(
-                name, opts.data_dir, opts.source_root, opts.formats.split(","), force=opts.force
+                name, opts.data_dir, opts.source_root, opts.formats.split(","), force=opts.force, litdata=opts.litdata
             )
     if reports:
         print(prepare.format_reports(reports))

@@ -16,7 +16,7 @@ import math
 import os
 import shlex
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -130,11 +130,13 @@ def prepare_dataset(
     force: bool = False,
     log: Callable[[str], None] = print,
     source_option: str = sources.PREPARE_OPTION,
+    litdata: bool = False,
 ) -> list[FormatReport]:
     """Prepare one official dataset; return a report per split and format written (empty if ready).
 
-    ``source_option`` is how the calling command takes ``source_root``, for the advice in its errors.
-    A preparation that fails leaves no folder behind that it created.
+    ``source_option`` is how the calling command takes ``source_root``, for the advice in its errors, and ``litdata``
+    whether it also writes litdata's copies (its fix commands keep ``--formats`` and ``--litdata``). A preparation
+    that fails leaves no folder behind that it created.
     """
     if dataset not in sources.DATASETS:
         raise ConfigError(f"unknown dataset {dataset!r}: choose one of {', '.join(sources.DATASETS)}.")
@@ -152,9 +154,8 @@ def prepare_dataset(
             try:
                 splits[split] = sources.load_split(spec, split, source_root, cache_dir, log, source_option)
             except sources.DamagedSource as error:
-                raise DataError(
-                    damaged_source(error, cache_dir, recreate_command(dataset, data_dir, source_root, force))
-                ) from error
+                again = recreate_command(dataset, data_dir, source_root, force, formats)
+                raise DataError(damaged_source(error, cache_dir, again + (" --litdata" if litdata else ""))) from error
             decode_s = time.perf_counter() - start
             log(f"{spec.folder} {split}: {len(splits[split][0]):,} images verified and decoded in {decode_s:.2f} s")
         for split, (images, labels) in splits.items():
@@ -289,7 +290,11 @@ def require_preparable(dataset: str, data_dir: str | os.PathLike, source_root: s
 
 
 def recreate_command(
-    dataset: str, data_dir: str | os.PathLike, source_root: str | os.PathLike | None = None, force: bool = True
+    dataset: str,
+    data_dir: str | os.PathLike,
+    source_root: str | os.PathLike | None = None,
+    force: bool = True,
+    formats: Sequence[str] = ("parquet",),
 ) -> str:
     """The command that re-creates a dataset's prepared files in data_dir, and only that dataset's.
 
@@ -302,7 +307,8 @@ def recreate_command(
     where = _data_dir_option(data_dir)
     if dataset in sources.DATASETS:
         source = f" --source-root {shlex.quote(str(source_root))}" if source_root is not None else ""
-        return f"{prepare} --dataset {dataset}{where}{source}"
+        more = f" --formats {','.join(formats)}" if list(formats) != ["parquet"] else ""
+        return f"{prepare} --dataset {dataset}{where}{source}{more}"
     if dataset == "synthetic":
         rows = _readable_rows(split_path(data_dir, dataset, "train"))
         return f"{prepare} --dataset synthetic{f' --rows {rows}' if rows else ''}{where}"

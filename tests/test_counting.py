@@ -378,6 +378,17 @@ def test_a_one_step_fit_says_why_it_has_no_split(capsys):
     assert out.count(f"EpochTimer: train time is not split into forward, backward and optimizer: {reason}.") == 1
 
 
+def test_under_fast_dev_run_the_timer_prints_its_headline_and_writes_no_file_as_lightning_writes_none(tmp_path, capsys):
+    from mnistperf.diagnosis.callbacks.run_files import FAST_DEV_RUN
+
+    timer = EpochTimer()
+    loader = DataLoader(Indexed(), batch_size=BATCH)
+    fit_module(Recorder(None), loader, callbacks=[timer], fast_dev_run=True, default_root_dir=tmp_path)
+    out = capsys.readouterr().out
+    assert "Verdict: " in out and f"not written ({FAST_DEV_RUN})" in out and "mnistperf report" not in out
+    assert timer.summary_path is None and list(tmp_path.iterdir()) == []
+
+
 def test_a_timer_given_a_second_fit_says_why_that_fit_has_no_split_too(capsys):
     timer = EpochTimer()
     for _ in range(2):

@@ -17,6 +17,9 @@ from mnistperf.diagnosis.record.text import format_headline
 from mnistperf.diagnosis.show.compare import run_labels
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 
+# Why a fit's files are not written under Trainer(fast_dev_run=...), where Lightning writes none of its own
+FAST_DEV_RUN = "fast_dev_run writes no logs; fit without it for timing.json and timing.html"
+
 
 class RunFiles:
     """Writes a timed run's files into its log folder as ``summary_file`` and beside it; ``problems`` notes failures.
@@ -38,6 +41,12 @@ class RunFiles:
         Every rank finds the log folder (a collective under DDP, unless ``interrupted``: the others may be gone). Each
         file is written apart, so that one that fails leaves the others.
         """
+        if trainer.fast_dev_run:  # a smoke test: Lightning writes no logs or checkpoints, nor does the timer
+            if trainer.is_global_zero:
+                with self.problems.guard("printing the summary"):
+                    run = RunSummary.of(self._summary(trainer, clock, figures, interrupted))
+                    print(format_headline(run, unwritten=FAST_DEV_RUN), flush=True)
+            return None
         folder = Path(trainer.default_root_dir)
         with self.problems.guard("finding the run's log folder"):
             folder = log_folder(trainer, every_rank=not interrupted)
@@ -46,11 +55,7 @@ class RunFiles:
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
             trace = clock.export_trace(folder)  # before the summary, which names it
-        datamodule, module = cast(TrainerAttributes, trainer).datamodule, trainer.lightning_module
-        measured = run_summary(
-            "lightning", trainer, clock.device, figures, datamodule=datamodule, module=module, guard=self.problems.guard
-        )
-        summary = {**measured, "interrupted": interrupted, **audit_kept(trainer)}
+        summary = self._summary(trainer, clock, figures, interrupted)
         if self.monitor is not None and summary.get("final_metric") is None:
             with self.problems.guard("reading the metrics logged"):
                 summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
@@ -76,3 +81,13 @@ class RunFiles:
         if trace is not None:
             print(written_line("trace", trace), flush=True)
         return written
+
+    def _summary(
+        self, trainer: Trainer, clock: EpochClock, figures: Callable[[], dict[str, Any]], interrupted: bool
+    ) -> dict[str, Any]:
+        """The run's summary as timing.json keeps it, read on rank 0."""
+        datamodule, module = cast(TrainerAttributes, trainer).datamodule, trainer.lightning_module
+        measured = run_summary(
+            "lightning", trainer, clock.device, figures, datamodule=datamodule, module=module, guard=self.problems.guard
+        )
+        return {**measured, "interrupted": interrupted, **audit_kept(trainer)}

@@ -223,11 +223,13 @@ def headline_cause(reason: str) -> str | None:
     return "; ".join(part.split(": ")[0] for part in found) or None
 
 
-def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None = None) -> str:
+def format_headline(
+    summary: RunSummary | Mapping[str, Any], folder: str | None = None, unwritten: str | None = None
+) -> str:
     """The fit's end at a glance: the verdict and the figure that decided it, then at most three short lines.
 
     Why (a cause beyond the figure), the fix in the project's terms, what it could buy; then the figures per epoch,
-    and where the rest is (``folder``: the run's, for ``mnistperf report``).
+    and where the rest is (``folder``: the run's, for ``mnistperf report``), or why it was not written (``unwritten``).
     """
     run = RunSummary.of(summary)
     steady = steady_said(run)
@@ -267,7 +269,11 @@ def format_headline(summary: RunSummary | Mapping[str, Any], folder: str | None 
         f"{throughput(run.figure(figures.SAMPLES_PER_S))}; "
         f"{run.device or 'device not known'}, {run.precision or '32-true'}{metric}"
     )
-    lines.append(f"The rest ({ELSEWHERE}): `mnistperf report {folder or 'RUN'}` prints it, timing.html shows it")
+    lines.append(
+        f"The rest ({ELSEWHERE}): not written ({unwritten})"
+        if unwritten
+        else f"The rest ({ELSEWHERE}): `mnistperf report {folder or 'RUN'}` prints it, timing.html shows it"
+    )
     return "\n".join(lines)
 
 

@@ -41,11 +41,11 @@ class RunFiles:
         Every rank finds the log folder (a collective under DDP, unless ``interrupted``: the others may be gone). Each
         file is written apart, so that one that fails leaves the others.
         """
-        if trainer.fast_dev_run:  # a smoke test: Lightning writes no logs or checkpoints, nor does the timer
+        if getattr(trainer, "fast_dev_run", False):  # a smoke test: Lightning writes no logs, nor does the timer
             if trainer.is_global_zero:
                 with self.problems.guard("printing the summary"):
-                    run = RunSummary.of(self._summary(trainer, clock, figures, interrupted))
-                    print(format_headline(run, unwritten=FAST_DEV_RUN), flush=True)
+                    brief = RunSummary.of(self._summary(trainer, clock, figures, interrupted))
+                    print(format_headline(brief, unwritten=FAST_DEV_RUN), flush=True)
             return None
         folder = Path(trainer.default_root_dir)
         with self.problems.guard("finding the run's log folder"):

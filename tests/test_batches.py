@@ -309,6 +309,22 @@ def test_a_batch_of_one_item_a_sample_is_counted_by_its_items_and_a_feature_pyra
     assert (named.samples, named.items, len(named.rows)) == (SAMPLES, None, 1)
 
 
+def test_a_nest_of_batched_records_is_counted_by_the_length_its_tensors_lead_with_not_by_its_sequences():
+    """A retrieval batch: a query and a pair of documents, each a tokenizer's dict of ``[B, T]`` tensors."""
+
+    def tokens(width: int) -> dict:
+        ids = torch.arange(SAMPLES * width).reshape(SAMPLES, width)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+    for batch in ({"query": tokens(6), "docs": (tokens(5), tokens(7))}, (tokens(6), (tokens(5), tokens(7)))):
+        reading = read(batch)  # not 2 samples, one a document of the pair
+        assert (reading.samples, reading.items) == (SAMPLES, None), type(batch)
+        assert len(reading.rows) == 6 and all(t.shape[0] == SAMPLES for t in reading.rows)
+    # a detection collate's targets beside their images: no tensor beside the columns, read by their items as before
+    image, label = images()
+    assert read(detection_batch(image, label)).samples == SAMPLES
+
+
 @pytest.mark.parametrize("size", [SAMPLES, 2])
 def test_samples_handed_on_as_the_dataset_gave_them_are_counted_by_their_records_and_two_views_are_not(size):
     """``collate_fn=lambda samples: samples``: a list of (image, targets), of (image, 0-dim label) or of dicts."""

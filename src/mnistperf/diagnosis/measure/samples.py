@@ -149,6 +149,8 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
         return None
     numbers = any(isinstance(field[0], (int, float)) for field in sequences)  # a label a sample, not yet a tensor
     if not all(isinstance(item, torch.Tensor) for field in holding for item in field):
+        if _batched_records(fields, count):
+            return None
         return items, ()  # an item that is not a tensor: a sample's record
     common = common_lead([item for field in holding for item in field])
     if common == count or (common is not None and not (tensors or numbers)):
@@ -159,6 +161,20 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
     if len(leading) < 2 and all(item.ndim for field in holding for item in field):
         return None
     return items, tuple(dict.fromkeys((count, *leading)))
+
+
+def _batched_records(fields: list[Any], count: int) -> bool:
+    """Whether a sequence of ``count`` records is batched views (a query and its documents), not ``count`` samples.
+
+    So where a mapping or object beside the sequences holds tensors, and they and every tensor of the sequences' records
+    lead with one length other than ``count``: the batch's, each record a batch of its own.
+    """
+    beside = [t for field in fields if not isinstance(field, (tuple, list, *LEAVES)) for t in tensors_of(field)]
+    lead = common_lead(beside) if beside else None
+    if lead is None or lead == count:
+        return False
+    inside = [t for field in fields if isinstance(field, (tuple, list)) for item in field for t in tensors_of(item)]
+    return common_lead(inside) == lead
 
 
 def _records(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ...]] | None:

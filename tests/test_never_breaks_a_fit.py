@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import fit_module
-from lightning import LightningModule, Trainer
+from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger, Logger
 from torch.utils.data import DataLoader, Dataset
 
@@ -242,6 +242,26 @@ def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(
         trainer.fit(FailingStep(), DataLoader(Rows(), batch_size=BATCH))
     assert trainer.profiler is profiler
     assert not timer._flops.due and timer._flops.counting is None  # the first step's count begun, then stopped
+
+
+def test_a_callback_reading_its_profilers_own_attributes_during_the_fit_reads_them_beside_the_timer(tmp_path):
+    """While the timer times the fetches, the trainer's profiler is its clock around the user's, read through."""
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    fetches = []
+
+    class ReadsProfiler(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            fetches.append(len(trainer.profiler.recorded_durations["[_TrainingEpochLoop].train_dataloader_next"]))
+
+    options = {"enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
+    profiler = SimpleProfiler()
+    trainer = Trainer(
+        accelerator="cpu", max_epochs=2, logger=False, profiler=profiler, default_root_dir=tmp_path,
+        callbacks=[EpochTimer(), ReadsProfiler()], **options,
+    )  # fmt: skip
+    trainer.fit(Odd(), DataLoader(Rows(), batch_size=BATCH))
+    assert fetches[0] > 0 and fetches[1] > fetches[0] and trainer.profiler is profiler
 
 
 def test_values_json_cannot_hold_become_their_repr_and_numbers_stay_numbers():

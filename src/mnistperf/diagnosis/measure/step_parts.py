@@ -253,6 +253,12 @@ class FetchClock(Profiler):
         for name in ("profile", "summary", "describe", "setup", "teardown"):
             setattr(self, name, getattr(inner, name))
 
+    def __getattr__(self, name: str) -> Any:
+        """What the wrapped profiler holds of its own (SimpleProfiler's ``recorded_durations``): read through."""
+        if name.startswith("__") or name == "inner":  # (a copy's lookups, and before __init__ set it)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
     def time_into(self, parts: StepParts | None) -> None:
         """Time each action into ``parts``'s open cycle from now on, or (None) no longer."""
         self.into = parts or UNTIMED

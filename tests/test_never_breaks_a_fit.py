@@ -80,6 +80,7 @@ class Elsewhere(Logger):
         super().__init__()
         self._save_dir, self.refuse = save_dir, refuse
         self.logged: list[dict] = []
+        self.steps: list[int | None] = []  # each call's
 
     @property
     def name(self):
@@ -100,6 +101,7 @@ class Elsewhere(Logger):
         if any(key.startswith(self.refuse) for key in metrics) and self.refuse:
             raise RuntimeError("this logger refuses those keys")
         self.logged.append(dict(metrics))
+        self.steps.append(step)
 
 
 def watched(module: LightningModule, tmp_path: Path, **trainer_options) -> tuple[Trainer, EpochTimer, SampleAudit]:
@@ -242,6 +244,25 @@ def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(
         trainer.fit(FailingStep(), DataLoader(Rows(), batch_size=BATCH))
     assert trainer.profiler is profiler
     assert not timer._flops.due and timer._flops.counting is None  # the first step's count begun, then stopped
+
+
+def test_the_callbacks_log_each_epoch_at_the_step_and_with_the_epoch_lightning_logs_its_epoch_metrics(tmp_path):
+    """So a logger that drops a step below its last (as some services do) keeps Lightning's metrics and theirs."""
+
+    class Logs(Odd):
+        def training_step(self, batch, batch_idx):
+            loss = self._loss(batch)
+            self.log("train_loss", loss, on_step=True, on_epoch=True)
+            return loss
+
+    logger = Elsewhere(tmp_path / "logs")
+    watched(Logs(), tmp_path, logger=logger, log_every_n_steps=1)
+    calls = list(zip(logger.steps, logger.logged, strict=True))
+    lightnings = [(step, m["epoch"]) for step, m in calls if "train_loss_epoch" in m]
+    timers = [(step, m["epoch"]) for step, m in calls if "timing/train_s" in m]
+    audits = [(step, m["epoch"]) for step, m in calls if "audit/duplicates" in m]
+    assert len(lightnings) == EPOCHS and timers == audits == lightnings
+    assert logger.steps == sorted(logger.steps)  # never a step below one already logged
 
 
 def test_a_callback_reading_its_profilers_own_attributes_during_the_fit_reads_them_beside_the_timer(tmp_path):

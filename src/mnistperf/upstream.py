@@ -59,6 +59,16 @@ def step_unfinished(trainer: Trainer) -> bool:
     return progress.processed < progress.started
 
 
+# ---------------------------------------------------------------- Lightning: the step an epoch's metrics are logged at
+# Why: Lightning logs an epoch's metrics at its last batch's step: its fit loop steps the count of batches back by one
+# around ``update_train_epoch_metrics`` (the global step counts optimizer steps, several a batch with several
+# optimizers). A logger that keeps its steps in order (one that drops a step below its last) keeps both only where they
+# sit together. Public replacement: the logging step on the trainer.
+def epoch_log_step(trainer: Trainer) -> int:
+    """The step Lightning logs the epoch now ending at: its last batch's."""
+    return max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0)
+
+
 # ---------------------------------------------------------------- Lightning: a training step's logging
 # Why: what a step logs reaches the loggers through the logger connector's ``update_train_step_metrics`` (what
 # self.log kept, turned into numbers, then each logger's ``log_metrics`` and ``save``), which no profiler action

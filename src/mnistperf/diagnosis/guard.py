@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mnistperf.console import say
+from mnistperf.upstream import epoch_log_step
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
@@ -57,11 +58,17 @@ class Reporter:
             self.say(trainer, f"{self.owner}: {message}")
 
     def log(self, trainer: Trainer, scalars: Mapping[str, float], what: str) -> None:
-        """Log ``scalars`` (``what`` they are) to every logger of the trainer at its global step, from rank zero."""
-        if trainer.is_global_zero:
+        """Log an epoch's ``scalars`` (``what`` they are) to every logger, from rank zero, as Lightning logs an epoch's.
+
+        At the step and with the epoch that Lightning's own epoch metrics have (:func:`.epoch_log_step`).
+        """
+        if trainer.is_global_zero and trainer.loggers:
+            step, epoch = 0, {"epoch": trainer.current_epoch}
+            with self.guard(f"reading the step to log {what} at"):
+                step = epoch_log_step(trainer)
             for logger in trainer.loggers:
                 with self.guard(f"logging {what} to {type(logger).__name__}"):
-                    logger.log_metrics(dict(scalars), step=trainer.global_step)
+                    logger.log_metrics({**scalars, **epoch}, step=step)
 
 
 JSON_SCALARS = (str, int, float, bool, type(None))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -160,6 +161,12 @@ def test_without_a_logger_timing_json_goes_to_the_root_folder(tmp_path):
     assert timer.summary_path == tmp_path / "timing.json" and timer.summary_path.is_file()
 
 
+def test_the_headline_names_a_log_folder_as_a_shell_reads_it(tmp_path, capsys):
+    folder = tmp_path / "my runs" / "exp (1)"
+    watched(Odd(), tmp_path, logger=Elsewhere(folder))
+    assert f"`mnistperf report {shlex.quote(str(folder))}` prints it" in capsys.readouterr().out
+
+
 def test_a_missing_log_folder_is_made(tmp_path):
     folder = tmp_path / "not" / "yet"
     trainer, timer, audit = watched(Odd(), tmp_path, logger=Elsewhere(folder))
@@ -174,7 +181,10 @@ def test_a_log_folder_nobody_can_write_is_one_warning_line(tmp_path, caplog, cap
     assert timer.summary_path is None
     (line,) = problems(caplog)
     assert line.startswith(f"EpochTimer: writing {folder / 'timing.json'} failed (") and "fit goes on" in line
-    assert "\nPer epoch (epoch" in capsys.readouterr().out  # the summary is still printed
+    out = capsys.readouterr().out
+    assert "\nPer epoch (epoch" in out  # the summary is still printed, pointing at no file
+    assert f"not written ({folder / 'timing.json'} could not be written, as said above)" in out
+    assert "mnistperf report" not in out and "timing summary written" not in out
 
 
 def test_a_logger_that_refuses_the_figures_and_a_failing_part_of_the_report_are_warnings(tmp_path, caplog, monkeypatch):

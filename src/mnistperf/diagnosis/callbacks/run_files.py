@@ -63,16 +63,17 @@ class RunFiles:
         run: RunSummary | dict[str, Any] = summary
         with self.problems.guard("reading the summary"):
             run = RunSummary.of(summary)  # read once, for the text and the report
-        with self.problems.guard("printing the summary"):
-            print(format_headline(run, str(folder)), flush=True)
-        if interrupted:
-            print(interrupted_line(clock.epochs), flush=True)
         path, written = folder / self.summary_file, None
-        with self.problems.guard(f"writing {path}"):
+        with self.problems.guard(f"writing {path}"):  # before the headline, which points at it where it was written
             write_summary({**summary, "problems": list(self.problems.lines)}, path)
             written = path
-            print(written_line("summary", path), flush=True)
+        with self.problems.guard("printing the summary"):
+            unwritten = None if written is not None else f"{path} could not be written, as said above"
+            print(format_headline(run, str(folder), unwritten), flush=True)
+        if interrupted:
+            print(interrupted_line(clock.epochs), flush=True)
         if written is not None:  # a folder refusing timing.json was said once
+            print(written_line("summary", path), flush=True)
             with self.problems.guard(f"writing the report beside {path}"):
                 report = path.with_name(REPORT_FILE)
                 [name] = run_labels([path], [summary.get("config")])  # the run named as `mnistperf report` names it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -272,7 +273,8 @@ def format_headline(
     lines.append(
         f"The rest ({ELSEWHERE}): not written ({unwritten})"
         if unwritten
-        else f"The rest ({ELSEWHERE}): `mnistperf report {folder or 'RUN'}` prints it, timing.html shows it"
+        else f"The rest ({ELSEWHERE}): `mnistperf report {shlex.quote(folder) if folder else 'RUN'}` prints it, "
+        "timing.html shows it"
     )
     return "\n".join(lines)
 

@@ -32,7 +32,7 @@ from mnistperf.diagnosis.record.project_terms import (
     library_log_hint,
     workers_hints,
 )
-from mnistperf.upstream import loader_ran_out
+from mnistperf.upstream import loader_ran_out, step_declined, steps_started
 
 LIGHTNING_BARS = ("TQDMProgressBar", "RichProgressBar")  # the bars that show Lightning's epoch, counted from 0
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -91,6 +91,10 @@ def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
             return f"the fit was stopped (trainer.should_stop) after {steps:,} {after}"
         if trainer.interrupted:  # an error or Ctrl-C, as the callbacks' on_exception runs
             return f"the fit was interrupted after {steps:,} {after}"
+    if steps is not None and step_declined(trainer):  # the module's on_train_batch_start returned -1: the rest skipped
+        after = f"of the epoch's {int(trained):,} batches" if known else "batches of a loader of no length"
+        ran = steps_started(trainer)
+        return f"the module's on_train_batch_start returned -1, ending the epoch after {ran:,} {after}"
     batches = sized_len(trainer.train_dataloader)  # None: several loaders, or one of no length
     if not known or (batches is not None and trained >= batches):
         return None

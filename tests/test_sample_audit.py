@@ -384,12 +384,22 @@ def test_strict_raises_at_the_end_of_an_epoch_with_a_fault():
 
 
 def test_a_bad_sample_id_is_named_in_one_warning_and_the_epoch_not_audited(caplog):
-    for sample_id, why in (("idx", "the batch has no such field"), ("image", "holds torch.float32, not an integer")):
-        audit = audited(DataLoader(Rows("dict"), batch_size=5), SampleAudit(sample_id=sample_id), epochs=1)
+    def collate(items):  # beside the index: a pair of ints a sample, and a mask
+        batch = torch.utils.data.default_collate(items)
+        return {**batch, "pair": torch.stack([batch["index"], batch["index"]], 1), "mask": batch["index"] > 3}
+
+    for sample_id, why in (
+        ("idx", "the batch has no such field"),
+        ("image", "holds torch.float32 [5, 3, 4], not an integer tensor [N] of one index a sample"),
+        ("pair", "holds torch.int64 [5, 2], not an integer tensor [N]"),  # not flattened into 10 samples
+        ("mask", "holds torch.bool [5], not an integer tensor [N]"),  # not 2 samples told apart
+    ):
+        loader = DataLoader(Rows("indexed"), batch_size=5, collate_fn=collate)
+        audit = audited(loader, SampleAudit(sample_id=sample_id), epochs=1)
         (row,) = audit.epochs
         assert row["audited"] is False and f"sample_id {sample_id!r}: {why}" in row["why"]
     said = [r.getMessage() for r in caplog.records if r.name == "mnistperf.diagnosis"]
-    assert len(said) == 2
+    assert len(said) == 4
     assert all(line.startswith("SampleAudit: fingerprinting a training batch failed") for line in said)
 
 

@@ -33,6 +33,11 @@ def integers(value: Any) -> TypeGuard[torch.Tensor]:
     return isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex())
 
 
+def one_a_sample(value: Any) -> TypeGuard[torch.Tensor]:
+    """Whether ``value`` is integers, one a sample: [N], [N, 1], or a batch of one squeezed to no dimension."""
+    return integers(value) and (value.ndim < 2 or value.ndim == 2 and value.shape[1] == 1)
+
+
 class SampleIdentity:
     """Each sample's identity: ``fingerprint(batch)``, else the ``sample_id`` field, else the content's ``hash``."""
 
@@ -50,8 +55,7 @@ class SampleIdentity:
         """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
         if self.fingerprint is not None:
             given = self.fingerprint(batch)
-            # [N], [N, 1], or a batch of one squeezed to no dimension: one identity a sample
-            if not integers(given) or given.ndim > 2 or given.ndim == 2 and given.shape[1] != 1:
+            if not one_a_sample(given):
                 raise SampleAuditError(audit_text.not_fingerprints(given))
             return given.reshape(-1).to(torch.int64)
         if self.sample_id is not None:
@@ -61,7 +65,7 @@ class SampleIdentity:
                 ids = getattr(batch, str(self.sample_id), None)  # a namedtuple's or a dataclass's field, by its name
                 if ids is None or callable(ids):  # (not a method: a tuple's index)
                     raise SampleAuditError(audit_text.missing_sample_field(self.sample_id, batch)) from None
-            if not integers(ids):
+            if not one_a_sample(ids) or ids.dtype == torch.bool:  # (a mask tells at most two samples apart)
                 raise SampleAuditError(audit_text.not_sample_indices(self.sample_id, ids))
             return ids.reshape(-1).to(torch.int64)
         found = self.rows(batch)

@@ -186,10 +186,15 @@ def missing_sample_field(sample_id: str | int, batch: Any) -> str:
 
 
 def not_sample_indices(sample_id: str | int, ids: Any) -> str:
-    """SampleAudit's error where the field its ``sample_id`` names holds no integer tensor."""
+    """SampleAudit's error where the field its ``sample_id`` names holds no integer tensor [N] of one index a sample."""
+    held = (
+        f"{ids.dtype} [{', '.join(map(str, ids.shape))}]"
+        if isinstance(ids, torch.Tensor)
+        else getattr(ids, "dtype", type(ids).__name__)
+    )
     return (
-        f"SampleAudit sample_id {sample_id!r}: holds {getattr(ids, 'dtype', type(ids).__name__)}, "
-        "not an integer tensor of sample indices; pass fingerprint= to identify samples another way"
+        f"SampleAudit sample_id {sample_id!r}: holds {held}, not an integer tensor [N] of one index a sample; pass "
+        "fingerprint= to identify samples another way"
     )
 
 

@@ -725,16 +725,28 @@ def test_records_a_label_says_are_samples_are_counted_and_audited_by_their_recor
 
 
 @pytest.mark.parametrize("emptied", [0, 2], ids=["first batch", "a later batch"])
-def test_a_batch_a_filtering_collate_leaves_empty_holds_no_sample_and_leaves_the_epoch_counted_and_audited(emptied):
-    """Records whose collate drops the unreadable ones (here every record of one batch): that batch holds 0 samples."""
+@pytest.mark.parametrize("kind", [list, dict])
+def test_a_batch_a_filtering_collate_leaves_empty_holds_no_sample_and_leaves_the_epoch_counted_and_audited(
+    emptied, kind
+):
+    """Records whose collate drops the unreadable ones (here every record of one batch): that batch holds 0 samples,
+    as a list of the records kept or a dict of their columns."""
     image, label = images(24)
     data = [(one, int(its)) for one, its in zip(image, label, strict=True)]
     dropped = range(4 * emptied, 4 * emptied + 4)
-    loader = DataLoader(data, batch_size=4, collate_fn=lambda samples: [s for s in samples if s[1] not in dropped])
+
+    def collate(samples):
+        kept = [s for s in samples if s[1] not in dropped]
+        if kind is list or not kept:
+            return kind(kept)
+        images_kept, labels_kept = torch.utils.data.default_collate(kept)
+        return {"image": images_kept, "label": labels_kept}
+
+    loader = DataLoader(data, batch_size=4, collate_fn=collate)
     timer, audit = EpochTimer(), SampleAudit()
     fit_module(Classifier(), loader, callbacks=[timer, audit], max_epochs=1)
     assert not timer.problems.lines and not audit.problems.lines
-    assert (read([]).samples, read(()).samples, read({}).samples) == (0, 0, None)  # (an empty dict: no tensor)
+    assert (read([]).samples, read(()).samples, read({}).samples) == (0, 0, 0)
     assert timer.epochs[0]["samples"] == 20
     row = audit.epochs[0]
     assert (row["audited"], row["seen"], row["distinct"], row["missing"]) == (True, 20, 20, 4)

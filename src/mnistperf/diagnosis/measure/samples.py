@@ -222,7 +222,7 @@ def read(batch: Any, sample_dims: int = 1) -> Reading:
         for t in tensors:  # (a loop, not all(): this runs every step)
             if not isinstance(t, torch.Tensor):
                 return _read_nested(batch, sample_dims)
-        if not tensors and not plain_dict:  # an empty list (a filtering collate's that kept no sample): none
+        if not tensors:  # an empty list or dict (a filtering collate's that kept no sample): none
             return Reading(0, BY_FIRST_LENGTH, [])
         return _by_first(tensors, sample_dims)
     return _read_nested(batch, sample_dims)

@@ -855,6 +855,18 @@ class SettingSizedBatch(AttributeBatch):
         self.batch_size = 4
 
 
+def test_a_batch_size_property_that_raises_leaves_the_batch_read_by_its_tensors():
+    class Lazy:
+        def __init__(self, x):
+            self.x = x
+
+        @property
+        def batch_size(self):
+            raise ValueError("batch_size not set for this batch")
+
+    assert read(Lazy(torch.zeros(SAMPLES, 3))).samples == SAMPLES
+
+
 def test_a_stated_batch_size_that_no_tensor_leads_with_is_not_taken_for_the_count():
     image, label = images(18)  # batches of 4, the last of 2
     loader = DataLoader(list(zip(image, label, strict=True)), batch_size=4, collate_fn=SettingSizedBatch)

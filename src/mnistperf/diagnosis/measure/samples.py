@@ -272,7 +272,7 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
         count = sequences(packed)
         rows = rows_beside(batch, count, tensors_of(packed))
         return Reading(count, Counted(Rule.PACKED, type(packed).__name__), rows, packed=packed)
-    tensors, dims = tensors_of(batch), getattr(batch, "batch_size", None)  # the samples the batch says it holds:
+    tensors, dims = tensors_of(batch), stated_size(batch)  # the samples the batch says it holds:
     size = stated_count(dims[0] if isinstance(dims, torch.Size) and len(dims) else dims)  # an int, or a Size's first
     rows = [t for t in tensors if t.ndim and t.size(0) == size] if size is not None else []
     if size is not None and size >= 0 and (rows or not tensors):  # a size no tensor leads with (a setting): not read
@@ -283,3 +283,11 @@ def _read_nested(batch: Any, sample_dims: int) -> Reading:
             lengths = lengths[len(lengths) < 2 :]
         return with_texts(Reading(size, Counted(rule, type(batch).__name__), rows, lengths=lengths), batch)
     return sample_items(batch) or with_texts(_by_first(tensors, sample_dims), batch)
+
+
+def stated_size(batch: Any) -> Any:
+    """The batch's own ``batch_size``, where it has one that reads (a property may raise: then none)."""
+    try:
+        return getattr(batch, "batch_size", None)
+    except Exception:
+        return None

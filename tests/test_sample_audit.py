@@ -377,6 +377,17 @@ def test_a_fingerprint_function_and_a_tuple_position_name_the_identity():
     assert distinct == len(set(labelled.y.tolist())) < ROWS
 
 
+def test_duplicates_among_rows_wider_than_the_words_hashed_name_max_words_that_reads_them_whole(capsys):
+    rows = torch.zeros(ROWS, 1000)  # 2,000 words a row, each row one 1 of its own: distinct, sparse
+    rows[torch.arange(ROWS), torch.arange(ROWS) * 37] = 1.0
+    loader = DataLoader(torch.utils.data.TensorDataset(rows), batch_size=5)
+    (row,) = audited(loader, SampleAudit(max_words=64), epochs=1).epochs
+    assert row["duplicates"] > 0  # most rows' one 1 lies outside the 64 words read
+    assert "rows of up to 2,000 words were hashed at 64 of them" in capsys.readouterr().out
+    (whole,) = audited(loader, SampleAudit(max_words=2000), epochs=1).epochs
+    assert whole["duplicates"] == 0 and "were hashed at" not in capsys.readouterr().out
+
+
 def test_strict_raises_at_the_end_of_an_epoch_with_a_fault():
     with pytest.raises(SampleAuditError, match=r"epoch 1: .* 1 duplicates, 0 missing.*strict=True"):
         audited(DataLoader(Rows(), batch_size=5, sampler=[*range(ROWS), 0]), SampleAudit(strict=True))

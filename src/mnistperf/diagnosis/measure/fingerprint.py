@@ -208,6 +208,11 @@ class Fingerprinter:
         """Fingerprints [samples] of the samples spread over ``tensors`` (each with ``samples`` leading rows)."""
         return combined(self.steps_lanes([(tensors, samples)]))
 
+    def widest_sampled(self) -> int | None:
+        """The widest tensor of sample rows (in words) read at ``max_words`` of its positions; None where none was."""
+        widest = max((max(w) for w in self.widths.values()), default=0)
+        return widest if widest > self.max_words else None
+
     def widths_vary(self) -> list[int] | None:
         """Widths (in words) of a loader's tensor of sample rows, where several, one past ``max_words``; else None."""
         return next((sorted(w) for w in self.widths.values() if len(w) > 1 and max(w) > self.max_words), None)

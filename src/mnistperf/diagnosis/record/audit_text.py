@@ -152,6 +152,14 @@ CHANGED_IN_PLACE = (
 )
 
 
+def sampled_words(widest: int, max_words: int) -> str:
+    """What an epoch's line adds where it found duplicates among rows hashed at ``max_words`` of their words."""
+    return (
+        f"rows of up to {widest:,} words were hashed at {max_words:,} of them: samples differing only elsewhere "
+        f"(sparse rows) count as duplicates; SampleAudit(max_words={widest}) reads every word"
+    )
+
+
 def widths_vary(widths: list[int], max_words: int) -> str:
     """SampleAudit's word where a tensor of the samples' rows came in several widths past ``max_words``."""
     shown = ", ".join(f"{width:,}" for width in widths[:4]) + (", ..." if len(widths) > 4 else "")

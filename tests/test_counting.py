@@ -177,6 +177,7 @@ def test_a_step_an_error_stops_is_counted_alike_by_both_callbacks_as_it_trained_
     trained = module.samples(2)
     assert trained == (3 if where == "inside the step" else 4) * BATCH
     assert timer.epochs[1]["samples"] == audit.epochs[1]["seen"] == trained
+    assert audit.epochs[1]["limited"] == f"the fit was interrupted after {trained // BATCH} of the epoch's 6 batches"
     assert "samples disagree" not in capsys.readouterr().out
 
 

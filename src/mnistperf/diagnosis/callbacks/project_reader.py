@@ -32,7 +32,7 @@ from mnistperf.diagnosis.record.project_terms import (
     library_log_hint,
     workers_hints,
 )
-from mnistperf.upstream import loader_ran_out, step_declined, steps_started
+from mnistperf.upstream import loader_ran_out, step_declined, step_unfinished, steps_started
 
 LIGHTNING_BARS = ("TQDMProgressBar", "RichProgressBar")  # the bars that show Lightning's epoch, counted from 0
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -89,8 +89,9 @@ def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
             return f"max_steps={trainer.max_steps}: the fit ended after {steps:,} {after}"
         if trainer.should_stop:  # a callback's stop (Lightning's Timer for max_time, EarlyStopping) inside the epoch
             return f"the fit was stopped (trainer.should_stop) after {steps:,} {after}"
-        if trainer.interrupted:  # an error or Ctrl-C, as the callbacks' on_exception runs
-            return f"the fit was interrupted after {steps:,} {after}"
+        if trainer.interrupted:  # an error or Ctrl-C, as the callbacks' on_exception runs; a step that raised before
+            trained_steps = steps - 1 if step_unfinished(trainer) else steps  # it trained is not counted (nor said)
+            return f"the fit was interrupted after {trained_steps:,} {after}"
     if steps is not None and step_declined(trainer):  # the module's on_train_batch_start returned -1: the rest skipped
         after = f"of the epoch's {int(trained):,} batches" if known else "batches of a loader of no length"
         ran = steps_started(trainer)

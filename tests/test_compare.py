@@ -128,13 +128,23 @@ def test_what_changed_between_the_runs_is_listed_and_a_gain_beyond_the_ceiling_s
 
 def test_epochs_of_other_sizes_and_an_interrupted_run_are_flagged_at_the_top():
     a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
-    b = run(3.0, 30_000, "input-bound", 0.6, interrupted=True)
+    stopped = [{"epoch": 1}, {"epoch": 2, "partial": {"steps": 3, "batches": 8}}]  # inside its second epoch
+    b = run(3.0, 30_000, "input-bound", 0.6, interrupted=True, epochs=stopped)
     lines = format_comparison(compare(a, b), Path("a"), Path("b")).splitlines()
     notes = [line for line in lines[: lines.index("")] if line.startswith("note: ")]
     assert notes[0] == (
         "note: A's steady epochs train 60,000 samples and B's 30,000: compare per sample (throughput, median step), "
         "not per epoch"
     )
-    assert "note: B was interrupted: its figures cover the epochs it finished" in notes
+    said = "note: B was interrupted: the figures cover the 1 finished epoch(s) and 3 of epoch 2's 8 batches"
+    assert said in notes
+    from mnistperf.diagnosis.show.report import comparison_section, html_report
+
+    section = comparison_section(compare(a, b))  # the page says what the text says above its table
+    assert f'<p class="note">{said}</p>' in section.replace("&#x27;", "'") and section.index(said[:20]) < section.index(
+        "<table"
+    )
+    page = html_report([("b", b)])  # a run's own page says it was interrupted
+    assert '<p id="interrupted">Interrupted: the figures cover the 1 finished epoch(s) and 3 of' in page
     table = lines[lines.index("") + 2 :]  # after the blank line, the table's header
     assert table[0].startswith("throughput (samples/s)")  # the per-sample figures lead

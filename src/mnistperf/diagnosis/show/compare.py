@@ -14,6 +14,7 @@ from statistics import mean
 from typing import Any
 
 from mnistperf.diagnosis import figures
+from mnistperf.diagnosis.record.epoch_text import interrupted_line
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, load, number
 from mnistperf.diagnosis.record.units import seconds
 from mnistperf.errors import ConfigError
@@ -162,8 +163,8 @@ def warnings_of(a: RunSummary, b: RunSummary) -> list[str]:
             "(throughput, median step), not per epoch"
         )
     for name, run in (("A", a), ("B", b)):
-        if run.content.get("interrupted"):
-            said.append(f"{name} was interrupted: its figures cover the epochs it finished")
+        if run.content.get("interrupted"):  # what its figures cover: the epoch it stopped inside too
+            said.append(f"{name} was interrupted: {interrupted_line(run.epochs).removeprefix('Interrupted: ')}")
         if len(run.epochs) == 1:
             said.append(f"{name} ran one epoch, its warm-up: its figures hold the first epoch's one-off costs")
     return said
@@ -278,16 +279,21 @@ def comparison_rows(found: dict[str, Any]) -> list[list[str]]:
 def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
     """The comparison as printed: a table of the figures, the verdicts, then what B bought against A's ceiling."""
     names = run_labels((a_path, b_path), found["names"])
-    notes = [f"note: {line}" for line in [found["mismatch"], *found.get("warnings", [])] if line]
-    changed = found.get("changed")
-    if changed is not None:
-        notes.append(f"changed: {'; '.join(changed)}" if changed else "changed: nothing the runs record")
-    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", *notes, ""]
+    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", *comparison_notes(found), ""]
     table = [["", *COLUMNS], *comparison_rows(found)]
     wide = max(12, *(len(cell) for row in table for cell in row[1:3]))  # a verdict may be wider than a figure
     for label, a, b, ratio, noise_said in table:
         lines.append(f"{label:30} {a:>{wide}} {b:>{wide}} {ratio:>7}  {noise_said}".rstrip())
-    return "\n".join([*lines, "", format_bought(found["bought"], changed)])
+    return "\n".join([*lines, "", format_bought(found["bought"], found.get("changed"))])
+
+
+def comparison_notes(found: dict[str, Any]) -> list[str]:
+    """What the comparison says before its table: why the runs compare more than a change, and what changed."""
+    notes = [f"note: {line}" for line in [found["mismatch"], *found.get("warnings", [])] if line]
+    changed = found.get("changed")
+    if changed is not None:
+        notes.append(f"changed: {'; '.join(changed)}" if changed else "changed: nothing the runs record")
+    return notes
 
 
 def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str:

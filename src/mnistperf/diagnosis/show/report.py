@@ -11,9 +11,10 @@ from typing import Any
 from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.advice import FIX_BUYS
+from mnistperf.diagnosis.record.epoch_text import interrupted_line
 from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.record.text import PARTS_SAID
-from mnistperf.diagnosis.show.compare import COLUMNS, comparison_rows, format_bought, shown
+from mnistperf.diagnosis.show.compare import COLUMNS, comparison_notes, comparison_rows, format_bought, shown
 
 REPORT_FILE = "timing.html"
 # The page's content is 1100 px wide: one run's charts take all of it, two runs' charts of a kind sit side by side.
@@ -189,8 +190,12 @@ def run_head(run: RunSummary) -> str:
         advice = f"\n<p>{FIX_BUYS}: {escape(run.advice.ceiling)}.</p>" + (
             f"\n<p>Usually:</p><ul>{usually}</ul>" if usually else ""
         )
+    stopped = ""
+    if run.content.get("interrupted"):  # what its figures cover, first
+        stopped = f'<p id="interrupted">{escape(interrupted_line(run.epochs))}</p>\n'
+
     return (
-        f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>\n'
+        f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>\n{stopped}'
         f"<p>{escape(run.verdict_reason)}</p>\n"
         f"<p>Steady train time per epoch {shown(run.figure(figures.AVG_TRAIN_S), 's')} s, "
         f"{shown(run.figure(figures.SAMPLES_PER_S), 'samples/s')} samples/s; device {escape(run.device or '-')}.</p>"
@@ -282,11 +287,11 @@ def sections(runs: list[tuple[str, RunSummary]]) -> list[str]:
 
 def comparison_section(found: dict[str, Any]) -> str:
     """Two runs' comparison (:func:`~mnistperf.diagnosis.show.compare.compare`) as a table and what B bought."""
-    note = f'<p id="mismatch">Note: {escape(found["mismatch"])}</p>' if found["mismatch"] else ""
+    notes = "".join(f'<p class="note">{escape(note)}</p>' for note in comparison_notes(found))
     return (
-        f'<h2 id="comparison">What B bought over A</h2>{note}'
+        f'<h2 id="comparison">What B bought over A</h2>{notes}'
         + _table(["figure", *COLUMNS], comparison_rows(found), words_last=True)
-        + f'<p id="bought">{escape(format_bought(found["bought"]))}</p>'
+        + f'<p id="bought">{escape(format_bought(found["bought"], found.get("changed")))}</p>'
     )
 
 

@@ -148,3 +148,32 @@ def test_epochs_of_other_sizes_and_an_interrupted_run_are_flagged_at_the_top():
     assert '<p id="interrupted">Interrupted: the figures cover the 1 finished epoch(s) and 3 of' in page
     table = lines[lines.index("") + 2 :]  # after the blank line, the table's header
     assert table[0].startswith("throughput (samples/s)")  # the per-sample figures lead
+
+
+def test_two_models_that_save_no_hyperparameters_are_told_apart_by_their_class_and_size(tmp_path):
+    import torch
+    from conftest import fit_module
+    from lightning import LightningModule
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from mnistperf.diagnosis import EpochTimer
+
+    class Net(LightningModule):
+        def __init__(self, *widths):
+            super().__init__()  # no save_hyperparameters(): timing.json's model is {}
+            self.net = torch.nn.Sequential(*(torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:], strict=False)))
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class Deeper(Net):
+        pass
+
+    data = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8)
+    for name, module in (("a", Net(4, 1)), ("b", Deeper(4, 8, 1))):
+        fit_module(module, data, callbacks=[EpochTimer()], default_root_dir=tmp_path / name)
+    found = compare(*(RunSummary.of(json.loads((tmp_path / name / "timing.json").read_text())) for name in "ab"))
+    assert {"module.class Net -> Deeper", "module.parameters 5 -> 49"} <= set(found["changed"])

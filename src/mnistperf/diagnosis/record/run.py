@@ -66,7 +66,7 @@ def run_summary(
     """What timing.json holds of any timed run: what ran it, where, and its ``figures()``, each read under ``guard``.
 
     What ran it: the ``runner``, the trainer's logger's name (its config), the ``datamodule``'s loader settings where
-    it has them, the ``module``'s hyperparameters, the precision and the ranks.
+    it has them, the ``module``'s hyperparameters, class and parameter count, the precision and the ranks.
     """
     found: dict[str, Any] = {"runner": runner}
     with guard("reading the logger's name"):
@@ -78,6 +78,10 @@ def run_summary(
     with guard("reading the module's hyperparameters"):
         if module is not None:
             found["model"] = {k: v for k, v in module.hparams.items() if not k.startswith("_")}
+    with guard("reading the module's class and size"):  # what tells two models apart that save no hyperparameters
+        if module is not None:
+            size = sum(p.numel() for p in module.parameters())
+            found["module"] = {"class": type(module).__name__, "parameters": size}
     found.update(precision=str(trainer.precision), world_size=trainer.world_size)
     with guard("reading the environment"):
         found.update(environment(device))

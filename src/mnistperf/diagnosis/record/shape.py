@@ -39,6 +39,7 @@ SUMMARY = {
     "final_metric": float,
     "data": dict,
     "model": dict,
+    "module": {"class": str, "parameters": int},
     "peak": str,
     "flops_per_step": float,
     "stalls": {

@@ -116,7 +116,7 @@ def unknown_noise(a: RunSummary, b: RunSummary, figure: figures.Figure) -> str |
 
 
 # What a run records of what ran it, by where its summary keeps it: compare lists those that differ.
-RECORDED = ("config", "data", "model", "device", "precision", "world_size", "cpu_affinity", "versions")
+RECORDED = ("config", "data", "model", "module", "device", "precision", "world_size", "cpu_affinity", "versions")
 
 
 def flattened(value: Any, prefix: str) -> dict[str, Any]:

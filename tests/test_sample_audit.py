@@ -38,7 +38,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     loader_causes,
     own_batch_sampler,
 )
-from mnistperf.diagnosis.record.audit_text import format_audit
+from mnistperf.diagnosis.record.audit_text import DRAWS_AGAIN, format_audit
 
 ROWS = 24
 
@@ -182,16 +182,18 @@ def test_unexplained_duplicates_name_the_fields_a_sample_is_and_what_the_sampler
     assert "by design" not in said
     drawn = RandomSampler(Rows("dict"), replacement=True, num_samples=ROWS, generator=torch.Generator().manual_seed(0))
     audit = audited(DataLoader(Rows("dict"), batch_size=5, sampler=drawn), SampleAudit(), epochs=1)
-    assert audit.epochs[0]["duplicates"] > 0 and "its sampler draws with replacement" in capsys.readouterr().out
+    assert audit.epochs[0]["duplicates"] > 0 and "its sampler draws some indices again" in capsys.readouterr().out
     wrapped = DistributedSamplerWrapper(drawn, num_replicas=1, rank=0)  # as Lightning hands it to a rank under DDP
     audited(DataLoader(Rows("dict"), batch_size=5, sampler=wrapped), SampleAudit(), epochs=1)
-    assert "its sampler draws with replacement" in capsys.readouterr().out
+    assert "its sampler draws some indices again" in capsys.readouterr().out
     indexed = WeightedRandomSampler([1.0] * ROWS, ROWS, generator=torch.Generator().manual_seed(0))
     audited(DataLoader(Rows("indexed"), batch_size=5, sampler=indexed), SampleAudit(sample_id="index"), epochs=1)
     said = capsys.readouterr().out  # by index too
-    assert "; its sampler draws with replacement, repeating some by design" in said and "by content" not in said
-    audited(DataLoader(rows, batch_size=5, sampler=list(range(ROWS))), SampleAudit(), epochs=1)  # a list: not known
-    assert "a sampler that draws at random may repeat some by design" in capsys.readouterr().out
+    assert f"; {DRAWS_AGAIN}" in said and "by content" not in said
+    audited(DataLoader(rows, batch_size=5, sampler=list(range(ROWS))), SampleAudit(), epochs=1)  # a list: it repeats
+    assert "by design" not in capsys.readouterr().out  # none of its indices
+    audited(DataLoader(rows, batch_size=5, sampler=[*range(ROWS), 0, 1]), SampleAudit(), epochs=1)
+    assert DRAWS_AGAIN in capsys.readouterr().out
     audited(DataLoader(rows, batch_size=5, sampler=SubsetRandomSampler(range(ROWS))), SampleAudit(), epochs=1)
     assert "by design" not in capsys.readouterr().out  # a permutation of its indices: it repeats none
     named = [{"image": rows.x[i], "label": rows.y[i], "name": f"case {i - (i == 5)}"} for i in range(ROWS)]
@@ -580,7 +582,7 @@ def test_a_batch_sampler_of_the_projects_own_that_holds_no_sampler_is_not_read_b
     """The DataLoader's own ``sampler`` (a SequentialSampler it made) draws nothing: whether it repeats is unknown."""
     audit = audited(DataLoader(Rows(), batch_sampler=Draws()), SampleAudit(), epochs=1)
     assert audit.epochs[0]["duplicates"] > 0
-    assert "a sampler that draws at random may repeat some by design" in capsys.readouterr().out
+    assert "a sampler of the project's own may repeat some by design" in capsys.readouterr().out
 
 
 def test_groups_of_batches_count_every_sample_with_two_sample_dims():

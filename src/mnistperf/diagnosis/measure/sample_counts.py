@@ -134,6 +134,8 @@ def draws_again(loaders: list[Any]) -> bool | None:
             found.add(bool(sampler.replacement))
         elif isinstance(sampler, (SequentialSampler, SubsetRandomSampler, DistributedSampler)):
             found.add(False)
+        elif isinstance(sampler, (list, tuple, range)):  # the indices themselves: listed twice or not
+            found.add(len(set(sampler)) < len(sampler))
         else:
             return None
     return True in found if found else None

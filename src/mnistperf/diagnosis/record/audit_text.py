@@ -14,6 +14,10 @@ GUESSED = (
 STRICT_ON_A_GUESS = "strict=True stops no fit on counts of a guess; pass sample_id= or fingerprint= to audit them"
 
 
+# Where the training sampler draws an index again in an epoch (:func:`.draws_again`): its duplicates are by design
+DRAWS_AGAIN = "its sampler draws some indices again (with replacement, or listed twice), repeating some by design"
+
+
 def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = (), draws: bool | None = None) -> str:
     """SampleAudit's line of an epoch: its counts and what explains its duplicates where it knows, or why not audited.
 
@@ -96,8 +100,8 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     guessed = bool(row.get("guessed"))  # then the guess is what a cause would be said of: none is
     if duplicates > explained and by_content and not guessed:
         sampler = {
-            True: ", and its sampler draws with replacement, repeating some by design",
-            None: ", and a sampler that draws at random may repeat some by design",
+            True: f", and {DRAWS_AGAIN}",
+            None: ", and a sampler of the project's own may repeat some by design",
             False: "",
         }
         line += (
@@ -110,7 +114,7 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
             + " (sample_id= names an index field, fingerprint= what identifies a sample)"
         )
     elif duplicates > explained and draws and not guessed:
-        line += "; its sampler draws with replacement, repeating some by design"  # samples the user identifies
+        line += f"; {DRAWS_AGAIN}"  # samples the user identifies
     if row["same_order_ranks"] and not guessed:
         line += (
             f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "

@@ -217,7 +217,11 @@ def test_a_samples_in_batch_that_raises_leaves_samples_uncounted(tmp_path, caplo
     ]
 
 
-@pytest.mark.parametrize("given", [-1, 2.5, "4", None], ids=["negative", "a float", "a string", "None"])
+@pytest.mark.parametrize(
+    "given",
+    [-1, 2.5, "4", None, True, torch.tensor(True)],
+    ids=["negative", "a float", "a string", "None", "a bool", "a bool tensor"],
+)
 def test_a_samples_in_batch_returning_no_count_is_named_with_its_value_and_counts_nothing(given, caplog, capsys):
     timer = EpochTimer(samples_in_batch=lambda batch: given)
     trainer = fit_module(Odd(), DataLoader(Rows(), batch_size=BATCH), callbacks=[timer], max_epochs=EPOCHS)

@@ -7,6 +7,8 @@ import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+import torch
 from lightning.pytorch import LightningModule, Trainer
 
 from mnistperf.diagnosis.callbacks.project_reader import audited_samples
@@ -48,6 +50,8 @@ class TimerSamples:
         try:
             count = operator.index(given)  # an int, or one of NumPy's or torch's (a 0-dim integer tensor)
         except TypeError:
+            count = -1
+        if isinstance(given, bool) or getattr(given, "dtype", None) in (torch.bool, np.bool_):  # True is no count
             count = -1
         if count < 0:
             raise ValueError(epoch_text.not_a_count(given))

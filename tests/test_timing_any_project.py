@@ -368,8 +368,8 @@ def test_the_samples_counted_are_those_lightnings_extract_batch_size_finds(batch
     assert read(batch).samples == extract_batch_size(batch) == upstream.lightning_batch_size(batch)
 
 
-def test_a_batch_with_no_tensor_counts_none():
-    assert read(["a", "b"]).samples is None and read({}).samples is None
+def test_a_batch_with_no_tensor_counts_none_and_an_empty_one_holds_none():
+    assert read(["a", "b"]).samples is None and read({}).samples == read([]).samples == 0
 
 
 @pytest.mark.cuda

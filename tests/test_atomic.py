@@ -53,3 +53,17 @@ def test_text_too_long_for_one_write_is_written_whole(tmp_path):
     text = "0123456789abcdef" * (1 << 18)  # 4 MiB: more than one write may take
     atomic_write_text(tmp_path / "big.txt", text)
     assert (tmp_path / "big.txt").read_text() == text
+
+
+def test_a_result_meant_for_a_folder_this_process_may_not_write_in_is_refused_before_the_work(tmp_path, monkeypatch):
+    from mnistperf.atomic import place_taken
+    from mnistperf.errors import ConfigError
+    from mnistperf.tune.options import check_out
+
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path)  # as a read-only mount answers
+    said = f"{tmp_path} is a folder this process may not write in"
+    assert place_taken(tmp_path / "tuned.yaml", written=True) == said
+    assert place_taken(tmp_path / "runs" / "a", folder=True, written=True) == said  # made below it: the same
+    assert place_taken(tmp_path / "tuned.yaml") is None  # a folder read from need not be written
+    with pytest.raises(ConfigError, match=f"--out {tmp_path / 'tuned.yaml'}: {said}; give a file"):
+        check_out(tmp_path / "tuned.yaml", tmp_path / "config.yaml")

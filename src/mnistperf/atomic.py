@@ -106,16 +106,20 @@ def removing_new_folders(folder: Path) -> Iterator[None]:
         raise
 
 
-def place_taken(target: Path, folder: bool = False) -> str | None:
+def place_taken(target: Path, folder: bool = False, written: bool = False) -> str | None:
     """What stops ``target`` from being written as a file (made as a folder where ``folder``), else None.
 
-    Said before the work whose result goes there, so that a wrong path is said at once, not after it.
+    Said before the work whose result goes there, so that a wrong path is said at once, not after it. ``written``:
+    the folder it goes in must also let this process write there (a folder that may hold what is read only need not).
     """
     if target.exists() and target.is_dir() != folder:
         return "a folder" if target.is_dir() else "a file"
     blocking = next((parent for parent in target.parents if parent.exists()), None)
     if blocking is not None and not blocking.is_dir():
         return f"{blocking} is a file, not a folder"
+    inside = target if folder and target.is_dir() else blocking
+    if written and inside is not None and not os.access(inside, os.W_OK):  # (a read-only file system too)
+        return f"{inside} is a folder this process may not write in"
     return None
 
 

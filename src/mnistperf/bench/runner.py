@@ -231,7 +231,7 @@ def bench_command(argv: Sequence[str]) -> None:
     plans = plan_runs(opts)
     check_fit_arguments(plans)
     out = opts.out or Path("bench_results") / time.strftime("%Y%m%d-%H%M%S")
-    taken = place_taken(out, folder=True)
+    taken = place_taken(out, folder=True, written=True)
     if taken is not None:
         raise ConfigError(f"--out {out}: {taken}; give a folder for the results, e.g. --out {out.name}-results")
     out.mkdir(parents=True, exist_ok=True)  # a folder the system refuses is said now, not after the first run

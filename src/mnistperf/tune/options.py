@@ -51,7 +51,7 @@ def check_out(out: Path, config: Path) -> None:
 
     Not a folder, no file on its way, nor the ``config`` tuned from.
     """
-    taken = place_taken(out)
+    taken = place_taken(out, written=True)
     if taken is not None:
         example = out / "tuned.yaml" if out.is_dir() else out.name
         raise ConfigError(f"--out {out}: {taken}; give a file for the tuned config, e.g. --out {example}")

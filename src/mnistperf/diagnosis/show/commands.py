@@ -87,7 +87,7 @@ def report_command(argv: Sequence[str]) -> None:
     file = REPORT_FILE if comparison is None else f"compared-{runs[1][0].replace('/', '-')}.html"
     out = opts.out or paths[0].with_name(file)
     said = f"--out {out}" if opts.out else f"the report's place {out}"
-    taken = place_taken(out)
+    taken = place_taken(out, written=True)
     if taken is not None:
         example = out / REPORT_FILE if out.is_dir() else out.name
         raise ConfigError(f"{said}: {taken}; {PLACE_FIX}, e.g. --out {example}")

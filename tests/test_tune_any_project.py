@@ -255,7 +255,7 @@ def test_a_batch_size_tune_chose_is_said_to_change_the_training_not_only_its_spe
         ("ctrl_c", "stopped: interrupted (Ctrl-C): the best found so far is kept"),
     ],
 )
-def test_a_trial_the_budget_or_ctrl_c_stops_is_not_kept_and_the_best_so_far_is_written(
+def test_a_trial_run_the_budget_or_ctrl_c_stops_counts_nothing_and_the_best_so_far_is_written(
     shelf, monkeypatch, capsys, ending, said
 ):
     class StoppedInTheFourth(FakeLauncher):  # the fourth trial runs past the budget, or meets Ctrl-C
@@ -276,7 +276,53 @@ def test_a_trial_the_budget_or_ctrl_c_stops_is_not_kept_and_the_best_so_far_is_w
     tuned = yaml.safe_load((shelf.parent / "tuned.yaml").read_text())
     assert tuned["data"]["init_args"]["workers"] == 3, out  # the best of the three runs that ended
     trials = (shelf.parent / "tuned.trials.md").read_text()
-    assert "| 2 | workers=3 | 300 | 300 | 3.00x |" in trials  # its stopped second run not kept
+    assert "| 2 | workers=3 | 300 | 300 | 3.00x |" in trials  # its stopped second run not counted
+    if ending == "timed_out":  # but said
+        assert "[trial 2.2] workers=3: failed: stopped after" in out and ": the budget ended" in out
+
+
+def test_a_setting_the_budget_ended_inside_is_listed_as_stopped_and_the_stop_said(shelf, monkeypatch, capsys):
+    """Three workers hang: their trial is stopped at the budget's end and listed, so the user sees it."""
+
+    class Hangs(FakeLauncher):
+        def measure(self, spec, timeout_s) -> Run:
+            if yaml.safe_load(Path(spec.config).read_text())["data"]["init_args"].get("workers") == 3:
+                return Run(seconds=timeout_s, timed_out=True)
+            return super().measure(spec, timeout_s)
+
+    monkeypatch.setattr(end_to_end, "Launcher", Hangs({0: [100.0, 100.0, 100.0], 2: [300.0, 300.0]}))
+    tune("--knob", "data.workers=0,2,3")
+    out = capsys.readouterr().out
+    assert "[trial 3] workers=3: failed: stopped after" in out
+    assert "stopped: the budget ended during a trial, which was stopped" in out
+    trials = (shelf.parent / "tuned.trials.md").read_text()
+    assert "| 3 | workers=3 | - | - | - | - |" in trials and "failed: stopped after" in trials
+    assert yaml.safe_load((shelf.parent / "tuned.yaml").read_text())["data"]["init_args"]["workers"] == 2
+
+
+def test_where_every_other_setting_failed_the_untouched_ones_are_kept_for_that_reason(shelf, monkeypatch, capsys):
+    class Fails(FakeLauncher):
+        def measure(self, spec, timeout_s) -> Run:
+            if yaml.safe_load(Path(spec.config).read_text())["data"]["init_args"].get("workers"):
+                return Run(seconds=0.1, error="ValueError: cannot read in a worker")
+            return super().measure(spec, timeout_s)
+
+    monkeypatch.setattr(end_to_end, "Launcher", Fails({0: [100.0, 100.0]}))
+    tune("--knob", "data.workers=0,2,3")
+    assert "kept: every other setting failed (the table says why)" in capsys.readouterr().out
+
+
+def test_a_trials_long_error_keeps_its_end_where_a_loader_workers_error_names_the_original():
+    from mnistperf.tune.trial import ONE_LINE_CHARS, one_line
+
+    worker = ValueError(
+        "Caught ValueError in DataLoader worker process 0.\n" + "  File x, line 1\n" * 60 + "ValueError: bad row 7"
+    )
+    said = one_line(worker)
+    assert said.startswith("ValueError: Caught ValueError in DataLoader worker") and said.endswith(
+        "ValueError: bad row 7"
+    )
+    assert len(said) <= ONE_LINE_CHARS + len("ValueError: ")
 
 
 def test_within_the_noise_the_current_settings_stay(shelf, monkeypatch, capsys):
@@ -628,6 +674,18 @@ def test_where_forking_is_not_safe_each_trial_is_a_new_interpreter_stopped_at_it
         ended = trials.run(failing, 300.0)
         assert ended.code == 1 and launcher.result_path(failing).exists()  # python -m mnistperf.tune.trial ran
         assert trials.run(sleeping, 2.0).code is None  # stopped at its limit
+
+
+def test_the_trial_helper_has_a_session_of_its_own_so_a_terminals_ctrl_c_reaches_tune_alone():
+    """A terminal's Ctrl-C goes to its foreground process group: the helper there died and tune ran on without it."""
+    import os
+
+    from mnistperf.tune import launcher
+
+    with launcher.Launcher([]) as trials:
+        if trials.helper is None:
+            pytest.skip("no fork here: each trial is a new interpreter, in a session of its own")
+        assert os.getsid(trials.helper.pid) == trials.helper.pid != os.getsid(0)
 
 
 @pytest.mark.parametrize("monitor", ["LearningRateMonitor", "DeviceStatsMonitor"])

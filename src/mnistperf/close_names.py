@@ -58,6 +58,12 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, "formatter_class": PlainHelpFormatter, **kwargs})
 
+    def add_repeated(self, flag: str, metavar: str, help: str, default: str = "none") -> None:
+        """An option that may be given again and again, its values kept in order (``default``: what none means)."""
+        self.add_argument(
+            flag, action="append", default=[], metavar=metavar, help=f"{help}; may be repeated (default: {default})"
+        )
+
     def error(self, message: str) -> NoReturn:
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
         if os.environ.get(DEBUG_ENV):

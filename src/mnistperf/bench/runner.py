@@ -105,20 +105,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="train only K batches per epoch (quick looks); a stage that takes several batches per "
         "Lightning step (data.batches_per_step) gets as many whole groups as cover K (default: whole epochs)",
     )
-    parser.add_argument(
-        "--sweep",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2",
-        help="one row per value of a setting, e.g. data.batch_size=16,64,512; may be repeated (default: none)",
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a fixed override for every run, e.g. data.num_workers=2; may be repeated (default: none)",
-    )
+    parser.add_repeated("--sweep", "KEY=V1,V2", "one row per value of a setting, e.g. data.batch_size=16,64,512")
+    parser.add_repeated("--set", "KEY=VALUE", "a fixed override for every run, e.g. data.num_workers=2")
     parser.add_argument(
         "--reference-rows",
         dest="reference_rows",

@@ -46,14 +46,12 @@ DESCRIPTION = (
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """Tune's options for another project's config, checked."""
     parser = tune_parser(DESCRIPTION, "your project's LightningCLI config", "trainer.precision=bf16-mixed", "training")
-    parser.add_argument(
+    parser.add_repeated(
         "--knob",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2,...",
-        help="a setting to try with these values, e.g. data.init_args.workers=0,2,4, or a DataLoader setting "
-        "(num_workers=0,2) to rebuild the loader with; given, only the knobs named are tried; may be repeated "
-        "(default: the loader's settings found among the DataModule's arguments)",
+        "KEY=V1,V2,...",
+        "a setting to try with these values, e.g. data.init_args.workers=0,2,4, or a DataLoader setting "
+        "(num_workers=0,2) to rebuild the loader with; given, only the knobs named are tried",
+        "the loader's settings found among the DataModule's arguments",
     )
     parser.add_argument(
         "--cli",
@@ -64,14 +62,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     for section in ("model", "data"):  # LightningCLI(MyModel, MyData)'s
         help_ = f"the {section} class your script gives LightningCLI, its arguments plain keys in the config"
         parser.add_argument(f"--{section}", metavar="MODULE.CLASS", help=help_)
-    parser.add_argument(
-        "--import-path",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a folder your project's modules are imported from; may be repeated (default: the current folder "
-        "and PYTHONPATH)",
-    )
+    said = "a folder your project's modules are imported from"
+    parser.add_repeated("--import-path", "DIR", said, "the current folder and PYTHONPATH")
     for option, default, said in (
         ("--steps", 20, "training steps per epoch of a trial"),
         ("--epochs", 3, "epochs of each trial, the first a warm-up left out of its figures"),

@@ -73,6 +73,7 @@ class Launcher(contextlib.AbstractContextManager["Launcher"]):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 env=self.env,
+                start_new_session=True,  # a terminal's Ctrl-C reaches this process alone, which stops the trial
             )
         else:
             self.forks = False
@@ -177,9 +178,10 @@ class Launcher(contextlib.AbstractContextManager["Launcher"]):
         pid = int(started.split()[1])
         try:
             ended = self._line(time.monotonic() + max(timeout_s, 0.0))
-        except KeyboardInterrupt:  # the trial has a session of its own: Ctrl-C reaches only this process
+        except KeyboardInterrupt:  # the trial and the helper have sessions of their own: Ctrl-C reaches only this one
             stop_group(pid)
-            self._line(time.monotonic() + 10)  # the helper's word that it ended
+            with contextlib.suppress(EOFError):  # (the helper's word that it ended, where the helper is still there)
+                self._line(time.monotonic() + 10)
             raise
         finally:  # the trial, at its limit or where the helper is gone, and the loader workers it leaves behind
             stop_group(pid)

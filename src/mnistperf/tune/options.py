@@ -18,13 +18,7 @@ def tune_parser(description: str, config_help: str, set_example: str, batch_chan
     """A parser with the options both take: the config, its overrides, the budget, the tuned config, the batch size."""
     parser = OneLineArgumentParser(prog="mnistperf tune", description=description)
     parser.add_argument("--config", type=Path, required=True, metavar="FILE", help=f"{config_help} (required)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=f"an override of the config before measuring, e.g. {set_example}; may be repeated (default: none)",
-    )
+    parser.add_repeated("--set", "KEY=VALUE", f"an override of the config before measuring, e.g. {set_example}")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
         "--budget",

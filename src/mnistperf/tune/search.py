@@ -16,6 +16,7 @@ from typing import Any
 
 NOISE_FLOOR = 0.05  # differences under 5 % are never taken as real
 INTERRUPTED = "interrupted (Ctrl-C): the best found so far is kept"
+TIMED_OUT = "the budget ended during a trial, which was stopped: the best found so far is kept"
 
 
 @dataclass
@@ -171,8 +172,11 @@ class Search:
         if self.spent():
             raise Stop("the budget is spent: the best found so far is kept")
         run = self.measure(trial, max(self.seconds_left(), 1.0))
-        if run.timed_out:
-            raise Stop("the budget ended during a trial, which was stopped: the best found so far is kept")
+        if run.timed_out:  # kept and said, so a setting that hangs is seen
+            trial.runs.append(Run(seconds=run.seconds, error=f"stopped after {run.seconds:.0f} s: the budget ended"))
+            self.trials += [] if trial in self.trials else [trial]
+            self.log(self.line_of(self, trial, trial.runs[-1]))
+            raise Stop(TIMED_OUT)
         trial.runs.append(run)
         return run
 
@@ -181,7 +185,7 @@ class Search:
         """Where a plan ends at a stop or at Ctrl-C, with the reason kept."""
         try:
             yield
-        except Stop as stop:
-            self.stopped = str(stop)
+        except Stop as stop:  # (a trial stopped at the budget's end: that said, not the closing check's spent budget)
+            self.stopped = self.stopped if self.stopped == TIMED_OUT else str(stop)
         except KeyboardInterrupt:
             self.stopped = INTERRUPTED

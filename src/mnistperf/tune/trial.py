@@ -145,10 +145,10 @@ ONE_LINE_CHARS = 400
 
 
 def one_line(exc: BaseException) -> str:
-    """An exception as one line: its type and its message, its lines joined, cut at ONE_LINE_CHARS."""
+    """An exception as one line, its lines joined, cut in the middle at ONE_LINE_CHARS (where a worker's error ends)."""
     text = " ".join(str(exc).split())
     if len(text) > ONE_LINE_CHARS:
-        text = text[: ONE_LINE_CHARS - 3] + "..."
+        text = f"{text[: ONE_LINE_CHARS // 3]} ... {text[-(ONE_LINE_CHARS - ONE_LINE_CHARS // 3 - 5) :]}"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

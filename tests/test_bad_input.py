@@ -182,6 +182,12 @@ def test_cli_reports_trainer_settings_lightning_rejects_without_a_traceback(work
     fails_in_one_line(capsys, stage_argv("v3_compiled", *override), expected)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_tunes_refusal_of_a_setting_gives_its_fix_in_tunes_own_option(workdir, capsys):
+    argv = ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--set", "trainer.accelerator=cuda"]
+    fails_in_one_line(capsys, argv, "give --set trainer.accelerator=auto (CUDA where present, else the CPU) or cpu")
+
+
 def test_cli_reports_missing_data_without_a_traceback(tmp_path, monkeypatch, capsys, fake_raw):
     monkeypatch.chdir(tmp_path)
     argv = stage_argv("v2_pinned", "--data.dataset", "mnist", "--data.source_root", str(tmp_path / "nowhere"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -183,7 +184,8 @@ def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(w
     options = (*NO_WORKERS, "--trainer.enable_progress_bar", "false")
     for command in ("validate", "test", "predict"):
         argv = stage_argv("v2_pinned", *options, command=command, quiet=False)
-        out, _ = fails_in_one_line(capsys, argv, "no trained model to evaluate", "python -m mnistperf fit --config")
+        fix = f"Train one with `python -m mnistperf fit {shlex.join(argv[1:])}`"  # with every option it was given
+        out, _ = fails_in_one_line(capsys, [*argv, "--ckpt_path", "null"], "no trained model to evaluate", fix)
         assert out.startswith(f"mnistperf: {command} on cpu")
     run_stage("v2_pinned", *NO_WORKERS, epochs=2)
     capsys.readouterr()

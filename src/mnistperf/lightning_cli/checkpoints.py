@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -43,12 +45,21 @@ def runs_folder(config) -> Path:
     return Path(config.trainer.get("default_root_dir") or ".") / "lightning_logs"
 
 
-def newest_checkpoint(command: str, config) -> Path:
-    """The most recent checkpoint fit wrote with this config, announced; a ConfigError naming the fix if none."""
+def newest_checkpoint(command: str, config, given: Sequence[str] = ()) -> Path:
+    """The most recent checkpoint fit wrote with this config, announced; a ConfigError naming the fix if none.
+
+    ``given``: the command's own arguments, which the fix's ``fit`` keeps (but those fit does not take).
+    """
     folder = runs_folder(config)
     found = written_checkpoints(folder)
     if not found:
-        config_args = " ".join(f"--config {c}" for c in (config.get("config") or [])) or "--config configs/STAGE.yaml"
+        kept, skip = [], False
+        for arg in given:  # --ckpt_path and predict's --return_predictions, with their values
+            evaluation_only = arg.split("=")[0] in ("--ckpt_path", "--return_predictions")
+            kept += [] if skip or evaluation_only else [arg]
+            skip = evaluation_only and "=" not in arg
+        configs = " ".join(f"--config {c}" for c in (config.get("config") or []))
+        config_args = shlex.join(kept) if kept else configs or "--config configs/STAGE.yaml"
         raise ConfigError(
             f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
             f"Train one with `python -m mnistperf fit {config_args}`, or pass --ckpt_path FILE."

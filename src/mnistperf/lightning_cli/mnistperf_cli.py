@@ -127,6 +127,7 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         self._announce_subcommand = run
         given = sys.argv[1:] if args is None else args
         self._asked = given[0] if run and given and given[0] in LightningCLI.subcommands() else None
+        self._given = given[1:] if self._asked else given  # the subcommand's own arguments
         # one line where the parser would answer in its own words, or a traceback; kept to name a key's file
         self._configs = {path: read_config(path, self._asked or "fit") for path in given_configs(given)}
         try:
@@ -270,7 +271,7 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             # folder differs from the training run's: true, and nothing to act on when only evaluating.
             warnings.filterwarnings("ignore", message=CHECKPOINT_FOLDER_CHANGED)
             if config.get("ckpt_path") is None:
-                config.ckpt_path = str(newest_checkpoint(subcommand, config))
+                config.ckpt_path = str(newest_checkpoint(subcommand, config, self._given))
         elif subcommand == "fit" and config.get("ckpt_path") == "last":
             config.ckpt_path = resumed_checkpoint(config)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,3 +56,11 @@ def check_key(key: str, option: str) -> None:
             f"{option} {key}: no stage config has this option; use data.NAME, model.NAME or "
             "trainer.NAME (`python -m mnistperf fit --help` lists them)."
         )
+
+
+FIT_OPTION = re.compile(r"--((?:trainer|model|data)\.[\w.]+)[ =](\S+?)([),;]|\s|$)")  # fit's --KEY VALUE in a fix
+
+
+def as_settings(message: str) -> str:
+    """A fit command's error, each fix it gives as ``--KEY VALUE`` in the ``--set KEY=VALUE`` form tune takes."""
+    return FIT_OPTION.sub(r"--set \1=\2\3", message)

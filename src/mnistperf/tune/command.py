@@ -22,7 +22,7 @@ from mnistperf.data.pipelines.registry import PIPELINES
 from mnistperf.errors import ConfigError
 from mnistperf.lightning_cli.configs import missing_config, read_config
 from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config, refuse_training_nothing
-from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
+from mnistperf.lightning_cli.settings import as_settings, check_key, load_config, parse_setting
 from mnistperf.machine import describe_device, usable_cpus
 from mnistperf.model import ImageClassifier
 from mnistperf.tables import markdown_table
@@ -165,7 +165,10 @@ def tune_command(argv: Sequence[str], log=print) -> Outcome:
         check_key(key, "--set")
     began = time.perf_counter()
     cli_args = ["--config", str(opts.config)] + [a for k, v in settings for a in (f"--{k}", v)]
-    cli = parse_fit_config(cli_args, announce="tune")  # as fit reads it: a config that cannot run fails here
+    try:  # as fit reads it: a config that cannot run fails here, its fix given in --set's form
+        cli = parse_fit_config(cli_args, announce="tune")
+    except ConfigError as error:
+        raise ConfigError(as_settings(str(error))) from None
     refuse_training_nothing(cli.trainer)  # before measuring: the tuned config would keep it
     device = cli.trainer.strategy.root_device
     model = cli.model.to(device)

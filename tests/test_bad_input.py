@@ -152,7 +152,11 @@ def test_bad_options_are_rejected_by_name(options, expected):
 @pytest.mark.parametrize(
     "override, expected",
     [
-        (["--data.persistent_workers", "true", "--data.num_workers", "0"], "data.persistent_workers needs worker"),
+        (
+            ["--data.persistent_workers", "true", "--data.num_workers", "0"],
+            "data.persistent_workers needs worker processes: give --data.num_workers 2 (or more), or "
+            "--data.persistent_workers false.",
+        ),
         (["--data.batch_size", "0"], "data.batch_size must be at least 1"),
         (["--model.lr", "-1"], "model.lr must be above 0 (got -1.0); the stages train with --model.lr 0.001."),
         (["--data.pipeline", "v9"], "data.pipeline"),
@@ -186,6 +190,20 @@ def test_cli_reports_trainer_settings_lightning_rejects_without_a_traceback(work
 def test_tunes_refusal_of_a_setting_gives_its_fix_in_tunes_own_option(workdir, capsys):
     argv = ["tune", "--config", str(CONFIGS / "v2_pinned.yaml"), "--set", "trainer.accelerator=cuda"]
     fails_in_one_line(capsys, argv, "give --set trainer.accelerator=auto (CUDA where present, else the CPU) or cpu")
+
+
+def test_a_source_root_that_is_a_file_is_said_to_be_one(tmp_path, capsys):
+    (tmp_path / "raw.gz").write_bytes(b"")
+    argv = [
+        "prepare",
+        "--dataset",
+        "mnist",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--source-root",
+        str(tmp_path / "raw.gz"),
+    ]
+    fails_in_one_line(capsys, argv, f"--source-root {tmp_path / 'raw.gz'}: a file, not a folder; give the folder")
 
 
 def test_cli_reports_missing_data_without_a_traceback(tmp_path, monkeypatch, capsys, fake_raw):

@@ -95,7 +95,7 @@ def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag,
         ),
         ("--sweep", "data.batch_size=64,abc", "data.batch_size takes a whole number, not 'abc'"),
         ("--set", "data.pipeline=v9", "data.pipeline: unknown pipeline 'v9'; choose one of v1, v2,"),
-        ("--set", "data.batch_size=-3", "data.batch_size must be at least 1 (got -3)"),
+        ("--set", "data.batch_size=-3", "data.batch_size must be at least 1 (got -3): give --set data.batch_size=64"),
         ("--sweep", "data.batch_size=0,16", "data.batch_size must be at least 1 (got 0)"),  # beside a good one
         ("--set", "data.dataset=fashion_mnst", "data.dataset 'fashion_mnst' is no built-in dataset (did you mean"),
     ],

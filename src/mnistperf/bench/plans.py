@@ -29,7 +29,7 @@ from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.errors import ConfigError, MnistperfError
 from mnistperf.lightning_cli.configs import CHECKOUT_CONFIGS
 from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
-from mnistperf.lightning_cli.settings import check_key, load_config, parse_setting
+from mnistperf.lightning_cli.settings import as_settings, check_key, load_config, parse_setting
 
 
 def parse_sweep(text: str) -> tuple[str, list[str]]:
@@ -154,6 +154,8 @@ def check_fit_arguments(plans: Sequence[Plan]) -> None:
     groups = [[p for p in plans if setting in p.row.overrides.items()] for setting in swept] or [list(plans)]
     for group in groups:  # those of each swept value (every plan where nothing is swept)
         refused = first_refusal(list(dict.fromkeys((p.config, tuple(p.args)) for p in group)))
+        if isinstance(refused, ConfigError):  # its fix in the bench's own --set form
+            raise ConfigError(as_settings(str(refused))) from refused
         if refused is not None:
             raise refused
 

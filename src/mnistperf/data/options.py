@@ -103,19 +103,20 @@ class LoaderOptions:
                 f"give --data.dataset {built_in}."
             )
         if self.batch_size < 1:
-            raise ConfigError(f"data.batch_size must be at least 1 (got {self.batch_size}).")
+            raise ConfigError(f"data.batch_size must be at least 1 (got {self.batch_size}): give --data.batch_size 64.")
         if self.num_workers < 0:
             raise ConfigError(
                 f"data.num_workers cannot be negative (got {self.num_workers}); use 0 to load in the main process."
             )
         if self.persistent_workers and self.num_workers == 0:
             raise ConfigError(
-                "data.persistent_workers needs worker processes: set data.num_workers above 0 or "
-                "persistent_workers false."
+                "data.persistent_workers needs worker processes: give --data.num_workers 2 (or more), or "
+                "--data.persistent_workers false."
             )
         if self.prefetch_factor is not None and self.num_workers == 0:
             raise ConfigError(
-                "data.prefetch_factor needs worker processes: set data.num_workers above 0 or prefetch_factor null."
+                "data.prefetch_factor needs worker processes: give --data.num_workers 2 (or more), or "
+                "--data.prefetch_factor null."
             )
         if self.prefetch_factor is not None and self.prefetch_factor < 1:
             raise ConfigError(

@@ -123,7 +123,8 @@ def candidate_dirs(
     if root:
         if not Path(root).is_dir():  # named on purpose: passing it over would hide a typo
             raise DataError(
-                f"{named} {root}: no such folder; give the folder that holds "
+                f"{named} {root}: {'a file, not a folder' if Path(root).exists() else 'no such folder'}; give the "
+                "folder that holds "
                 f"{spec.source_folder}/ with the official .gz files."
             )
         folder = Path(root) / spec.source_folder

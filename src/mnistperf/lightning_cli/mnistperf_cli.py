@@ -240,6 +240,11 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
         # Here, before Lightning seeds and builds anything, so the device line is the run's first.
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
+        if subcommand and not self._configs:  # the model's and the data's defaults are no stage, and time nothing
+            raise ConfigError(
+                f"{subcommand} runs a stage: give its config, e.g. python -m mnistperf {subcommand} --config "
+                "configs/v2_pinned.yaml (configs/ holds every stage)"
+            )
         check_accelerator(config.trainer.accelerator)
         precision_note = self._resolve_precision(config)
         announce = self._announce or (subcommand if self._announce_subcommand else None)
@@ -249,11 +254,6 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             print(
                 device_line(announce, device, f"precision {config.trainer.precision}{precision_note}, {matmuls}"),
                 flush=True,
-            )
-        if subcommand and not self._configs:  # the model's and the data's defaults are no stage, and time nothing
-            raise ConfigError(
-                f"{subcommand} runs a stage: give its config, e.g. python -m mnistperf {subcommand} --config "
-                "configs/v2_pinned.yaml (configs/ holds every stage)"
             )
         if subcommand:
             runs = runs_folder(config)

@@ -17,7 +17,7 @@ from conftest import fails_in_one_line
 from mnistperf.cli import main
 from mnistperf.data import schema
 from mnistperf.data.ingest import prepare, sources
-from mnistperf.errors import DataError
+from mnistperf.errors import ConfigError, DataError
 
 
 def assert_matches(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
@@ -297,3 +297,16 @@ def test_synthetic_rebuild_replaces_the_shard_folder_whole(tmp_path, monkeypatch
     train = prepare.split_path(data, "synthetic", "train")
     assert [f.name for f in schema.parquet_files(train)] == ["part-00000.parquet", "part-00001.parquet"]
     assert sorted(p.name for p in (data / "Synthetic").iterdir()) == ["test", "train"]
+
+
+def test_a_data_dir_this_process_may_not_write_in_is_said_before_the_files_are_decoded(fake_raw, tmp_path, monkeypatch):
+    import os
+
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != data)  # as a read-only mount answers
+    decoded = []
+    monkeypatch.setattr(sources, "load_split", lambda *args, **kwargs: decoded.append(args))
+    with pytest.raises(ConfigError, match=f"--data-dir {data}: {data} is a folder this process may not write in; give"):
+        prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, log=lambda m: None)
+    assert decoded == [] and list(data.iterdir()) == []

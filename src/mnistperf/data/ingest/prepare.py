@@ -146,6 +146,10 @@ def prepare_dataset(
     if not force and all(p.is_file() if p.suffix == ".csv" else is_ready(p, read_pages=True) for p in wanted):
         log(f"{spec.folder}: ready in {Path(data_dir) / spec.folder} (use --force to rebuild)")
         return []
+    taken = place_taken(Path(data_dir) / spec.folder, folder=True, written=True)
+    if taken is not None:  # said before the files are read and decoded, not as the first is written
+        option = "--data-dir" if source_option == sources.PREPARE_OPTION else "--data.data_dir"
+        raise ConfigError(f"{option} {data_dir}: {taken}; give a folder you may write in, e.g. {option} data")
     cache_dir = Path(data_dir) / spec.folder / "raw"
     reports, splits = [], {}
     with removing_new_folders(cache_dir):

@@ -148,6 +148,23 @@ def test_a_batch_the_module_skips_is_counted_by_neither_callback(skip_at, caplog
     assert problems(caplog) == []
 
 
+class FetchesItsOwn(Recorder):
+    """A training step that fetches its own batch from Lightning's ``dataloader_iter``."""
+
+    def training_step(self, dataloader_iter):
+        batch, batch_idx, _ = next(dataloader_iter)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_step_that_fetches_its_own_batches_is_counted_whole_by_both_callbacks(capsys):
+    """Lightning hands such a step's hooks the batch fetched before it (None at first): the last one no hook sees."""
+    module, timer, audit, trainer = watched(lambda: DataLoader(Indexed(), batch_size=BATCH), kind=FetchesItsOwn)
+    assert [row["samples"] for row in timer.epochs] == [module.samples(epoch) for epoch in (1, 2)] == [ROWS] * 2
+    for epoch, row in enumerate(audit.epochs, start=1):
+        assert counts(row) == expected(module.record[epoch][""], ROWS) and row["missing"] == 0
+    assert "samples disagree" not in capsys.readouterr().out
+
+
 class RaisesInStep(Recorder):
     """Its step 4 of epoch 2 raises before it trains."""
 

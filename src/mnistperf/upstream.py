@@ -57,6 +57,16 @@ def loader_ran_out(trainer: Trainer) -> bool | None:
     return done if isinstance(done, bool) else None
 
 
+# Why: a training_step that takes ``dataloader_iter`` fetches its own batches; Lightning then hands the batch hooks the
+# batch fetched last (the step before's, None at an epoch's first), which its fetcher keeps. Public replacement: none.
+def fetched_by_step(trainer: Trainer) -> tuple[bool, Any]:
+    """Whether the training step fetches its own batches (``dataloader_iter``), and the batch it fetched last."""
+    from lightning.pytorch.loops.fetchers import _DataLoaderIterDataFetcher
+
+    fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+    return isinstance(fetcher, _DataLoaderIterDataFetcher), getattr(fetcher, "_batch", None)
+
+
 # Why: a step that raises leaves its batch-end hooks uncalled, whether it raised inside its training or in a hook
 # after it (a callback listed before, Ctrl-C); the epoch loop's progress counts a step processed once it trained.
 def step_unfinished(trainer: Trainer) -> bool:

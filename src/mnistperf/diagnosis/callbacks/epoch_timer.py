@@ -46,7 +46,14 @@ from mnistperf.diagnosis.record.advice import imported_hints
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.run import SUMMARY_FILE
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
-from mnistperf.upstream import loader_ran_out, restore_hook, skip_hook, step_unfinished, swap_profiler
+from mnistperf.upstream import (
+    fetched_by_step,
+    loader_ran_out,
+    restore_hook,
+    skip_hook,
+    step_unfinished,
+    swap_profiler,
+)
 
 # The hooks an EpochTimer standing aside (:meth:`EpochTimer.setup`) has Lightning skip: every on_* hook, but the two
 # Lightning calls directly rather than through the hooks' dispatch, which skips a hook set to None, and on_exception,
@@ -210,6 +217,9 @@ class EpochTimer(Callback):
         self.samples.epoch_start()
         self._fetch.reset()
         self._sampled.reset()
+        self._fetches_itself = False  # a step that fetches its own batch: its samples read at its end
+        with self.problems.guard("reading whether the training step fetches its own batches"):
+            self._fetches_itself = fetched_by_step(trainer)[0]
         workers = True  # where the loaders cannot be read, /proc is
         with self.problems.guard("reading whether the loaders run workers"):
             workers = fit_may_run_workers(trainer)
@@ -233,8 +243,8 @@ class EpochTimer(Callback):
                     self.clock.flops_counted(reason=epoch_text.too_few_to_count(left, needed))
         except Exception as error:
             self.problems.note("timing a step's start", error)
-        # apart from the timing: a step whose clock failed still counts
-        self.samples.begin(trainer, pl_module, batch, batch_idx)
+        if not self._fetches_itself:  # apart from the timing: a step whose clock failed still counts
+            self.samples.begin(trainer, pl_module, batch, batch_idx)
         try:  # profiled steps run slower: none of them is sampled
             self._sampled.step_start(
                 batch_idx, trainer.accumulate_grad_batches, self.clock.profiling, trainer.current_epoch
@@ -246,6 +256,8 @@ class EpochTimer(Callback):
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """Count the step's samples, now that it trained, and mark its end (after the epoch's last, training ends)."""
+        if self._fetches_itself:  # the batch it fetched, which Lightning hands the next step's hooks
+            self.samples.begin(trainer, pl_module, fetched_by_step(trainer)[1], batch_idx)
         try:
             began, samples = self.samples.end(batch_idx)
             if began:  # not for a None batch, which Lightning ends without beginning it

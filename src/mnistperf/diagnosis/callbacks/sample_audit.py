@@ -31,7 +31,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     restored_parts,
 )
 from mnistperf.diagnosis.record import audit_text, epoch_text
-from mnistperf.upstream import step_unfinished, steps_started
+from mnistperf.upstream import fetched_by_step, step_unfinished, steps_started
 
 COUNTS = ("seen", "distinct", "duplicates", "missing")  # logged, where known: the last two unless log_all
 
@@ -84,16 +84,31 @@ class SampleAudit(Callback):
         self._failed: str | None = None  # why this rank could not fingerprint the epoch (it is then not audited)
         self._counted: tuple[int, int] | None = None  # the epoch's index and this rank's samples of it so far
         self._started_before = -1  # the epoch's steps started as the step pending began (-1: not known)
+        self._handed: Any = None  # the batch the latest batch-start hook was handed
         skip_unused_batch_hooks(self)
 
     @property
     def samples_counted(self) -> tuple[int, int] | None:
         """The epoch's index and this rank's samples of it audited so far; None where the epoch is not audited.
 
-        The step begun last is counted first, where it ran.
+        The step begun last is counted first, where it ran (asked at the epoch's end: its last fetched batch too).
         """
         self._settle()
+        self._take_fetched()
         return None if self._failed is not None else self._counted
+
+    def _take_fetched(self) -> None:
+        """At an epoch's end, once: the batch its last step fetched, where steps fetch their own (``dataloader_iter``).
+
+        Lightning hands each step's hooks the batch fetched before it: no hook is handed the last.
+        """
+        trainer = self._trainer
+        with self.problems.guard("reading the batch the epoch's last step fetched"):
+            fetches_itself, last = fetched_by_step(trainer) if trainer is not None else (False, None)
+            if trainer is not None and fetches_itself and last is not None and last is not self._handed:
+                self._handed = last
+                self.batches.begin(last, self._read, (trainer.current_epoch, -1))
+                self._commit()
 
     def fingerprints(self, batch: Any) -> torch.Tensor:
         """The fingerprints [N] of a batch's samples (one loader's batch), on the batch's device."""
@@ -205,6 +220,7 @@ class SampleAudit(Callback):
         -1) ends the epoch, so a step begun before another ran (:meth:`_settle`). Failing, the epoch is not audited.
         """
         self._commit(let_go=False)  # the batch read for this step, by another callback already, is kept
+        self._handed = batch
         if self._steps is None:
             self._first_index = batch_idx
         self._steps = batch_idx + 1  # the epoch's steps begun so far
@@ -274,8 +290,12 @@ class SampleAudit(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed)."""
+        """Gather every rank's fingerprints of the epoch and audit them (every rank gathers, also one that failed).
+
+        A step that fetches its own batches is handed the batch fetched before it: the last one is read here.
+        """
         self._settle()
+        self._take_fetched()
         carried, steps, first = self._carried_counts, self._steps, self._first_index
         parts = self._collected(trainer)
         self._start_epoch()

@@ -910,16 +910,38 @@ def test_a_rank_the_others_wait_for_is_the_headlines_culprit_with_its_own_fix():
         "step_parts": {"steps": 1, "step_s": 0.055, "parts": {"backward": 0.052, "training_step": 0.003}},
     }  # fmt: skip
     assert "culprit" not in advice(run)  # one process, or ranks within 10 % of each other: as before
-    slow = {**run, "slowest_rank": {"rank": 1, "held_by": "step", "behind_s": 0.36}}
+    lag = {"rank": 1, "held_by": "step", "behind_s": 0.36}
+    ranks = [{"rank": 0, "forward_s": 0.01}, {"rank": 1, "forward_s": 0.37}]
+    epochs = [{"epoch": e, "slowest_rank": {**lag, "behind_s": 0.36 + e / 100}, "ranks": ranks} for e in (2, 3)]
+    slow = {**run, "slowest_rank": lag, "epochs": epochs}
+    # no draw of the sampled steps: each steady epoch finds it apart, its forward read on each rank, by a quarter
+    for drawn in (
+        [epochs[0], {**epochs[1], "slowest_rank": None}],  # one epoch only
+        [epochs[0], {**epochs[1], "slowest_rank": {**lag, "rank": 0}}],  # another rank in another epoch
+        [epochs[0], {**epochs[1], "ranks": [ranks[0], {"rank": 1, "forward_s": None}]}],  # a forward not read
+        [epochs[0]],  # one steady epoch
+    ):
+        assert "culprit" not in advice({**slow, "epochs": drawn, "steady_epochs": [2, 1 + len(drawn)]})
+    assert "culprit" not in advice(
+        {
+            **slow,
+            "slowest_rank": {**lag, "behind_s": 0.05},
+            "epochs": [{**e, "slowest_rank": {**lag, "behind_s": 0.05}} for e in epochs],
+        }
+    )  # under a quarter of the epoch
     found = advice(slow)
     assert found["culprit"]["part"] == "rank 1's step" and found["culprit"]["per"] == "rank"
-    assert found["culprit"]["speed_up_at_most"] == pytest.approx(0.4 / 0.04)
+    assert found["culprit"]["speed_up_at_most"] == pytest.approx(0.4 / (0.4 - 0.38))  # the least of the epochs' lags
     assert found["hints"][0].startswith("rank 1's step as light as the others'")
     headline = format_headline({**slow, "advice": found})
-    assert "why: rank 1's step took 0.36 s more than the quickest rank's, of each 0.40 s epoch" in headline
-    assert "could buy: with rank 1's step as quick as the others' (its lag 90% of each epoch)" in headline
+    assert "why: rank 1's step took 0.38 s more than the quickest rank's, of each 0.40 s epoch" in headline
+    assert (
+        "could buy: with rank 1's step as quick as the others' (its lag 95% of each epoch) an epoch could be about"
+        in headline
+    )
     # held by its data, the run input-bound: the rank is named too, its loader's fix first
-    fed = advice({**slow, "verdict": "input-bound", "slowest_rank": {**slow["slowest_rank"], "held_by": "data"}})
+    held = [{**e, "slowest_rank": {**e["slowest_rank"], "held_by": "data"}} for e in epochs]
+    fed = advice({**slow, "verdict": "input-bound", "slowest_rank": {**lag, "held_by": "data"}, "epochs": held})
     assert fed["culprit"]["part"] == "rank 1's data" and fed["hints"][0].startswith("rank 1's batches")
     assert misfit(found, SUMMARY["advice"]) is None  # timing.json keeps it, and report reads it back
 

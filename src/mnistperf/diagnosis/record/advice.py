@@ -14,6 +14,7 @@ from mnistperf.diagnosis.figures import (
     CORE_WAIT_SHARE,
     CPU_BUSY_SHARE,
     DEVICE_BUSY_SHARE,
+    FORWARD_S,
     INPUT_WAIT_SHARE,
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
@@ -119,14 +120,25 @@ def epoch_s(summary: Mapping[str, Any]) -> float:
 def lagging_rank(summary: Mapping[str, Any]) -> tuple[float, str, float, float, str, float] | None:
     """Under DDP, the slowest rank's own work beyond the quickest's, as a culprit per epoch: the others wait for it.
 
-    None on one process, or where the ranks are within RANKS_APART of each other (no ``slowest_rank``).
+    Only where it is no draw of the sampled steps a rank's forward is read from: every whole steady epoch, two at
+    least, found that rank apart and held the same way, its forward read on every rank, and the least of their lags
+    is OVERHEAD_PART of an epoch or more. None on one process, or where the ranks are within RANKS_APART of each other.
     """
     slowest, an_epoch_s = summary.get("slowest_rank"), epoch_s(summary)
-    if not slowest or an_epoch_s <= 0:
+    first, last = summary.get("steady_epochs") or (0, 0)
+    rows = [e for e in summary.get("epochs") or [] if first <= e.get("epoch", 0) <= last and "partial" not in e]
+    if not slowest or an_epoch_s <= 0 or len(rows) < 2:
+        return None
+    apart = [e.get("slowest_rank") or {} for e in rows]
+    if any((a.get("rank"), a.get("held_by")) != (slowest["rank"], slowest["held_by"]) for a in apart):
+        return None
+    if any(r.get(FORWARD_S) is None for e in rows for r in e.get("ranks") or [{}]):
+        return None
+    behind = min(a["behind_s"] for a in apart)
+    if not OVERHEAD_PART * an_epoch_s <= behind < an_epoch_s:
         return None
     part = f"rank {slowest['rank']}'s {'data' if slowest['held_by'] == 'data' else 'step'}"
-    behind = slowest["behind_s"]
-    return (behind, part, behind, behind / an_epoch_s, "rank", an_epoch_s) if behind < an_epoch_s else None
+    return behind, part, behind, behind / an_epoch_s, "rank", an_epoch_s
 
 
 def rank_fix(part: str) -> str:
@@ -255,7 +267,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         culprit(summary, None if in_doubt else busy)
         if verdict == "overhead-bound"
         else _culprit_of(lagging_rank(summary))
-        if verdict == "input-bound"  # a rank whose data the others wait for
+        if verdict == "input-bound" and (summary.get("slowest_rank") or {}).get("held_by") == "data"  # its data
         else None
     )
     if named is not None:
@@ -264,8 +276,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         clause = {
             "step": f"without {part} ({share:.0%} of each step) a step could be up to {faster}",
             "epoch": f"without {part} between epochs ({share:.0%} of each epoch) an epoch could be up to {faster}",
-            "rank": f"with {part} as quick as the others' (its lag {share:.0%} of each epoch) an epoch could be up "
-            f"to {faster}",
+            "rank": f"with {part} as quick as the others' (its lag {share:.0%} of each epoch) an epoch could be about "
+            f"{faster}, more where the others' waiting costs them more than its lag",
         }[named["per"]]
         found["ceiling"] = f"{clause}; {found['ceiling']}" if "ceiling" in found else clause
     if "ceiling" not in found:

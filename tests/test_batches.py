@@ -323,6 +323,15 @@ def test_a_nest_of_batched_records_is_counted_by_the_length_its_tensors_lead_wit
     # a detection collate's targets beside their images: no tensor beside the columns, read by their items as before
     image, label = images()
     assert read(detection_batch(image, label)).samples == SAMPLES
+    # clips of 16 frames, a box a frame, beside the clips' frame times [16] or a common size [1, 2]: by their items
+    clips = tuple(torch.rand(16, 3, 4, 4) for _ in range(SAMPLES))
+    boxes = tuple({"boxes": torch.rand(16, 4)} for _ in range(SAMPLES))
+    assert read((clips, boxes, {"frame_t": torch.arange(16)})).samples == SAMPLES
+    grey, one = (
+        tuple(torch.rand(1, 4, 4) for _ in range(SAMPLES)),
+        tuple({"boxes": torch.rand(1, 4)} for _ in range(SAMPLES)),
+    )
+    assert read((grey, one, {"orig_size": torch.tensor([[4, 4]])})).samples == SAMPLES
 
 
 @pytest.mark.parametrize("size", [SAMPLES, 2])

@@ -166,12 +166,14 @@ def _columns(fields: list[Any]) -> tuple[list[list[torch.Tensor]], tuple[int, ..
 def _batched_records(fields: list[Any], count: int) -> bool:
     """Whether a sequence of ``count`` records is batched views (a query and its documents), not ``count`` samples.
 
-    So where a mapping or object beside the sequences holds tensors, and they and every tensor of the sequences' records
-    lead with one length other than ``count``: the batch's, each record a batch of its own.
+    So where a mapping or object beside the sequences holds tensors of two dimensions or more (a tokenizer's
+    ``[B, T]``), and they and every tensor of the sequences' records lead with one length above ``count``: the batch's,
+    each record a batch of its own. (A detection collate's targets beside their images hold none, or lead with fewer.)
     """
-    beside = [t for field in fields if not isinstance(field, (tuple, list, *LEAVES)) for t in tensors_of(field)]
-    lead = common_lead(beside) if beside else None
-    if lead is None or lead == count:
+    apart = (tuple, list, np.ndarray, *LEAVES)
+    beside = [t for field in fields if not isinstance(field, apart) for t in tensors_of(field)]
+    lead = common_lead(beside) if beside and all(t.ndim > 1 for t in beside) else None
+    if lead is None or lead <= count:
         return False
     inside = [t for field in fields if isinstance(field, (tuple, list)) for item in field for t in tensors_of(item)]
     return common_lead(inside) == lead

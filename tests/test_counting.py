@@ -148,6 +148,21 @@ def test_a_batch_the_module_skips_is_counted_by_neither_callback(skip_at, caplog
     assert problems(caplog) == []
 
 
+def test_a_batch_a_collate_left_none_is_missing_not_a_step_the_module_declined():
+    """Lightning skips a None batch before any hook: its samples never trained, and the epoch goes on."""
+    collate = torch.utils.data.default_collate
+
+    def data():
+        return DataLoader(
+            Indexed(), batch_size=BATCH, collate_fn=lambda rows: None if rows[0]["index"] == 8 else collate(rows)
+        )
+
+    module, timer, audit, trainer = watched(data)
+    for epoch, row in enumerate(audit.epochs, start=1):
+        assert counts(row) == expected(module.record[epoch][""], ROWS) and row["missing"] == BATCH
+        assert "limited" not in row
+
+
 class FetchesItsOwn(Recorder):
     """A training step that fetches its own batch from Lightning's ``dataloader_iter``."""
 

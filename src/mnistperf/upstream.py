@@ -42,12 +42,6 @@ def steps_started(trainer: Trainer) -> int:
     return progress.started
 
 
-def step_declined(trainer: Trainer) -> bool:
-    """Whether the epoch's last step was declined as it began, ending the epoch (readied, never started)."""
-    progress: Any = trainer.fit_loop.epoch_loop.batch_progress.current
-    return progress.ready > progress.started
-
-
 # ---------------------------------------------------------------- Lightning: whether the training loader ran out
 # Why: a loader of no length ends its epoch by running out, or is cut (max_steps, a stop); only the fit loop's fetcher,
 # which looks one batch ahead to know, tells them apart. Public replacement: none.

@@ -22,12 +22,14 @@ def audit_epoch_row(
     progress: tuple[int | None, int | None, list[int]],
     dataset_size: int | None,
     sample_dims: int,
+    declined: bool = False,
 ) -> dict[str, Any]:
     """The epoch's row from every rank's ``shares`` of it, each training loader (``names``) counted apart.
 
     ``failed_here``: why this rank could not fingerprint the epoch; ``progress``: the epoch's steps begun, its first
     step's index, and each loader's fingerprints a checkpoint carried; ``dataset_size`` and ``sample_dims`` as
-    SampleAudit's. Each read that fails leaves its part out.
+    SampleAudit's; ``declined``: the module declined the epoch's last step begun. Each read that fails leaves its part
+    out.
     """
     epoch = trainer.current_epoch + 1
     failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
@@ -40,7 +42,7 @@ def audit_epoch_row(
         sizes = dataset_sizes(loaders, sample_dims)
     row = audited_row(epoch, shares, sizes, dataset_size, names)
     with problems.guard("reading whether the trainer limits the epoch's batches"):
-        limited = limited_epoch(trainer, begun)
+        limited = limited_epoch(trainer, begun, declined)
         if limited is None and first and not any(carried):  # resumed inside it, none of its start carried
             limited = audit_text.resumed_unseen(first)
         if limited is not None:  # the loader's other batches are not due this epoch: none of them is missing

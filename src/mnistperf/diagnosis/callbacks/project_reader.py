@@ -32,7 +32,7 @@ from mnistperf.diagnosis.record.project_terms import (
     library_log_hint,
     workers_hints,
 )
-from mnistperf.upstream import loader_ran_out, step_declined, step_unfinished, steps_started
+from mnistperf.upstream import loader_ran_out, step_unfinished, steps_started
 
 LIGHTNING_BARS = ("TQDMProgressBar", "RichProgressBar")  # the bars that show Lightning's epoch, counted from 0
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
@@ -72,8 +72,10 @@ def steps_left(trainer: Trainer, batches: float | None = None) -> float:
     return left
 
 
-def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
+def limited_epoch(trainer: Trainer, steps: int | None = None, declined: bool = False) -> str | None:
     """How the trainer's own option cuts the epoch that trained ``steps`` to fewer batches than due; else None.
+
+    ``declined``: the module declined the epoch's last step begun (``on_train_batch_start`` returned -1), ending it.
 
     ``max_steps``, a stop (``trainer.should_stop``) or an interruption, which ended the fit inside it; or
     ``fast_dev_run``, ``overfit_batches`` or ``limit_train_batches``, fewer than its one training loader holds:
@@ -92,7 +94,7 @@ def limited_epoch(trainer: Trainer, steps: int | None = None) -> str | None:
         if trainer.interrupted:  # an error or Ctrl-C, as the callbacks' on_exception runs; a step that raised before
             trained_steps = steps - 1 if step_unfinished(trainer) else steps  # it trained is not counted (nor said)
             return f"the fit was interrupted after {trained_steps:,} {after}"
-    if steps is not None and step_declined(trainer):  # the module's on_train_batch_start returned -1: the rest skipped
+    if steps is not None and declined:  # the module's on_train_batch_start returned -1: the rest skipped
         after = f"of the epoch's {int(trained):,} batches" if known else "batches of a loader of no length"
         ran = steps_started(trainer)
         return f"the module's on_train_batch_start returned -1, ending the epoch after {ran:,} {after}"

@@ -85,6 +85,7 @@ class SampleAudit(Callback):
         self._counted: tuple[int, int] | None = None  # the epoch's index and this rank's samples of it so far
         self._started_before = -1  # the epoch's steps started as the step pending began (-1: not known)
         self._handed: Any = None  # the batch the latest batch-start hook was handed
+        self._declined = False  # whether the module declined the epoch's last step begun, ending the epoch
         skip_unused_batch_hooks(self)
 
     @property
@@ -256,7 +257,8 @@ class SampleAudit(Callback):
         trainer, ran = self._trainer, True
         if self.batches.pending is not None and self._started_before >= 0 and trainer is not None:
             with self.problems.guard("reading the steps Lightning started"):
-                ran = steps_started(trainer) > self._started_before and not step_unfinished(trainer)
+                self._declined = steps_started(trainer) == self._started_before  # -1 from the module: never started
+                ran = not self._declined and not step_unfinished(trainer)
         if ran:
             self._commit()
         else:
@@ -323,7 +325,9 @@ class SampleAudit(Callback):
             progress=(steps, first, carried),
             dataset_size=self.dataset_size,
             sample_dims=self.sample_dims,
+            declined=self._declined,
         )
+        self._declined = False
         self._failed = None
         if row["audited"] and self._guessed:
             row["guessed"] = True

@@ -217,6 +217,25 @@ def test_a_noisy_probe_is_measured_again():
     assert not measured and len(quiet.rates) == 2 and len(lines) == 2  # measured once, said once each
 
 
+def test_a_noisy_probe_the_budget_stops_as_it_is_measured_again_is_said_once_as_stopped():
+    runs = [Run([100.0, 1000.0, 500.0], seconds=0.1), Run(seconds=5.0, timed_out=True)]
+    lines: list[str] = []
+    finder = Search(lambda trial, s: runs.pop(0), 60, lines.append, stages.probe_line, policy.NOISY_SPREAD)
+    with finder.stops():
+        finder.trial({"batch_size": 8}, kind="loader")
+    (said,) = lines  # not its first run again, nor called repeated
+    assert "failed: stopped after 5 s: the budget ended" in said and "repeated" not in said
+    assert finder.stopped.startswith("the budget ended during a trial, which was stopped")
+
+
+def test_a_step_probe_the_budget_stopped_is_listed_as_stopped_and_projects_nothing():
+    outcome = _outcome([1000, 1010], [2000, 2010])
+    stopped = outcome.trials[1]
+    stopped.runs = [Run(seconds=5.0, error="stopped after 5 s: the budget ended")]
+    assert stages.batch_projection(outcome) is None  # no step at 0 samples/s, -100 %
+    assert "failed: stopped after 5 s" in stages.probe_note(stopped)
+
+
 def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):
     """For model.cuda_graph the probe times the stage's graphed step (emulated on a CPU): one capture for the
     batch shape, and the weights trained exactly as the eager probe step trains them."""

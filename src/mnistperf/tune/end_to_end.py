@@ -249,11 +249,10 @@ def findings(outcome: Outcome, knobs: Knobs, where: str) -> list[str]:
         lines.append(f"every trial rebuilt the DataLoader of {where} with the settings tried")
     lines += knobs.notes
     if outcome.kept:  # where no other was tried, the line that says why it stopped says why
-        failed = all(t.error for t in outcome.trials[1:])  # (none: no other setting was tried)
+        failed = "every other setting failed (the table says why)" if all(t.error for t in outcome.trials[1:]) else ""
         why = (
-            "every other setting failed (the table says why)" if failed else "nothing beat them by more than the noise"
+            failed or "nothing beat them by more than the noise" if outcome.trials[1:] else "no other setting was tried"
         )
-        why = why if len(outcome.trials) > 1 else "no other setting was tried"
         lines.append(f"chosen: the untouched settings, kept: {why}")
     else:
         lines.append(

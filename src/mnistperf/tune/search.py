@@ -158,8 +158,9 @@ class Search:
         try:
             if self.noisy and trial.spread > self.noisy and not self.spent():
                 run = self._run(trial)
-        finally:  # Ctrl-C while it is measured again: its first run stands
-            self.log(self.line_of(self, trial, run))
+        finally:  # Ctrl-C while it is measured again: its first run stands (a run the budget stopped: said as it was)
+            if trial.runs[-1].error is None or trial.runs[-1] is run:
+                self.log(self.line_of(self, trial, run))
         return trial
 
     def again(self, trial: Trial) -> None:
@@ -174,7 +175,7 @@ class Search:
         run = self.measure(trial, max(self.seconds_left(), 1.0))
         if run.timed_out:  # kept and said, so a setting that hangs is seen
             trial.runs.append(Run(seconds=run.seconds, error=f"stopped after {run.seconds:.0f} s: the budget ended"))
-            self.trials += [] if trial in self.trials else [trial]
+            self.trials += [] if any(t is trial for t in self.trials) else [trial]
             self.log(self.line_of(self, trial, trial.runs[-1]))
             raise Stop(TIMED_OUT)
         trial.runs.append(run)

@@ -31,10 +31,11 @@ LOADER_KEYS = ("pipeline", *SPEED_SETTINGS)
 
 
 def probe_note(probe: Trial) -> str:
-    """What a probe's line and row add: its label, a loader's epoch start, and whether it was repeated."""
-    start = f"epoch start {probe.runs[0].start_s:.2f} s" if probe.kind == LOADER else ""
-    repeated = f"repeated ({len(probe.rates)} runs): noisy" if len(probe.runs) > 1 else ""
-    return ", ".join(n for n in (probe.label, start, repeated) if n)
+    """What a probe's line and row add: its label, a loader's epoch start, whether it was repeated, a failed run."""
+    start = f"epoch start {probe.runs[0].start_s:.2f} s" if probe.kind == LOADER and probe.rates else ""
+    repeated = f"repeated ({len(probe.rates)} runs): noisy" if len(probe.rates) > len(probe.runs[0].rates) else ""
+    failed = next((f"failed: {r.error}" for r in probe.runs if r.error), "")  # (stopped at the budget's end)
+    return ", ".join(n for n in (probe.label, start, repeated, failed) if n)
 
 
 def probe_line(search: Search, probe: Trial, run: Run) -> str:
@@ -49,7 +50,7 @@ def probe_line(search: Search, probe: Trial, run: Run) -> str:
 
 def step_probes(outcome: Outcome) -> list[Trial]:
     """The step probes: at the config's batch size, then (where measured) at the first bigger batch."""
-    return [t for t in outcome.trials if t.kind == STEP]
+    return [t for t in outcome.trials if t.kind == STEP and t.rates]
 
 
 def noise_warning(outcome: Outcome) -> str | None:

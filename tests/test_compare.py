@@ -175,5 +175,8 @@ def test_two_models_that_save_no_hyperparameters_are_told_apart_by_their_class_a
     data = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8)
     for name, module in (("a", Net(4, 1)), ("b", Deeper(4, 8, 1))):
         fit_module(module, data, callbacks=[EpochTimer()], default_root_dir=tmp_path / name)
-    found = compare(*(RunSummary.of(json.loads((tmp_path / name / "timing.json").read_text())) for name in "ab"))
+    a, b = (json.loads((tmp_path / name / "timing.json").read_text()) for name in "ab")
+    found = compare(RunSummary.of(a), RunSummary.of(b))
     assert {"module.class Net -> Deeper", "module.parameters 5 -> 49"} <= set(found["changed"])
+    older = {key: value for key, value in a.items() if key != "module"}  # written before the module was recorded
+    assert not any(c.startswith("module.") for c in compare(RunSummary.of(older), RunSummary.of(b))["changed"])

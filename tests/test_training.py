@@ -184,8 +184,9 @@ def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(w
     options = (*NO_WORKERS, "--trainer.enable_progress_bar", "false")
     for command in ("validate", "test", "predict"):
         argv = stage_argv("v2_pinned", *options, command=command, quiet=False)
-        fix = f"Train one with `python -m mnistperf fit {shlex.join(argv[1:])}`"  # with every option it was given
-        out, _ = fails_in_one_line(capsys, [*argv, "--ckpt_path", "null"], "no trained model to evaluate", fix)
+        fix = f"Train one with `python -m mnistperf fit {shlex.join(argv[1:])}`"  # with every option fit takes
+        own = ["--return_predictions", "false"] if command == "predict" else ["--verbose=false"]  # the command's own
+        out, _ = fails_in_one_line(capsys, [*argv, "--ckpt_path", "null", *own], "no trained model to evaluate", fix)
         assert out.startswith(f"mnistperf: {command} on cpu")
     run_stage("v2_pinned", *NO_WORKERS, epochs=2)
     capsys.readouterr()

@@ -54,8 +54,8 @@ def newest_checkpoint(command: str, config, given: Sequence[str] = ()) -> Path:
     found = written_checkpoints(folder)
     if not found:
         kept, skip = [], False
-        for arg in given:  # --ckpt_path and predict's --return_predictions, with their values
-            evaluation_only = arg.split("=")[0] in ("--ckpt_path", "--return_predictions")
+        for arg in given:  # --ckpt_path, validate's and test's --verbose, predict's --return_predictions, and values
+            evaluation_only = arg.split("=")[0] in ("--ckpt_path", "--verbose", "--return_predictions")
             kept += [] if skip or evaluation_only else [arg]
             skip = evaluation_only and "=" not in arg
         configs = " ".join(f"--config {c}" for c in (config.get("config") or []))

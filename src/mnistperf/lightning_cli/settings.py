@@ -58,9 +58,9 @@ def check_key(key: str, option: str) -> None:
         )
 
 
-FIT_OPTION = re.compile(r"--((?:trainer|model|data)\.[\w.]+)[ =](\S+?)([),;]|\s|$)")  # fit's --KEY VALUE in a fix
+FIT_OPTION = re.compile(r"--((?:trainer|model|data)\.[\w.]+)[ =](\S+?)(?=[),;]|\.?(?:\s|$))")  # fit's --KEY VALUE
 
 
 def as_settings(message: str) -> str:
     """A fit command's error, each fix it gives as ``--KEY VALUE`` in the ``--set KEY=VALUE`` form tune takes."""
-    return FIT_OPTION.sub(r"--set \1=\2\3", message)
+    return FIT_OPTION.sub(r"--set \1=\2", message)

@@ -338,8 +338,9 @@ class SampleAudit(Callback):
         with self.problems.guard("reading whether the training sampler draws again"):
             draws = draws_again(loaders)
         line = audit_text.format_audit(row, self.identity.by_content, self._fields, draws)
+        explained = draws is True  # (a sampler that draws again explains its duplicates)
         widest = self.hash.widest_sampled() if self.identity.by_content and row.get("duplicates") else None
-        if widest is not None:  # duplicates the words left unread may explain
+        if widest is not None and not explained:  # duplicates the words left unread may explain
             line += f"; {audit_text.sampled_words(widest, self.hash.max_words)}"
         self.epochs.append(row)
         self.problems.say(trainer, line)

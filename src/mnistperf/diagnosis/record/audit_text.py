@@ -101,7 +101,7 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     if duplicates > explained and by_content and not guessed:
         sampler = {
             True: f", and {DRAWS_AGAIN}",
-            None: ", and a sampler of the project's own may repeat some by design",
+            None: ", and a sampler other than torch's may repeat some by design",
             False: "",
         }
         line += (

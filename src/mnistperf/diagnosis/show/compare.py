@@ -135,6 +135,8 @@ def changes(a: RunSummary, b: RunSummary) -> list[str] | None:
         return None
     found = []
     for key in RECORDED:
+        if key == "module" and not all(key in run.content for run in (a, b)):  # a summary older than that record
+            continue
         first, second = flattened(a.content.get(key), key), flattened(b.content.get(key), key)
         for name in sorted(set(first) | set(second)):
             if first.get(name) != second.get(name):

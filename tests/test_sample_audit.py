@@ -37,6 +37,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     left_out_by_design,
     loader_causes,
     own_batch_sampler,
+    padded_by_design,
 )
 from mnistperf.diagnosis.record.audit_text import DRAWS_AGAIN, format_audit
 
@@ -748,6 +749,11 @@ def test_the_padding_of_a_distributed_sampler_is_named_as_the_cause_of_its_dupli
     line = format_audit(row, by_content=True)
     assert "a distributed sampler pads 201 samples to a multiple of 2 ranks by repeating 1" in line
     assert "pads" not in format_audit({**row, "duplicates": 2, "seen": 203}, by_content=True)
+    assert "(101 + 101 on 2 ranks)" in line and "(1,001 + 1,001 on 2 ranks)" in format_audit(
+        {**row, "per_rank": [1001, 1001]}, by_content=True
+    )
+    # strict=True stops on no repeat the padding explains (what the strict check reads)
+    assert padded_by_design(row) == 1 and padded_by_design({**row, "duplicates": 2}) == 0
 
 
 @pytest.mark.parametrize("streamed_bytes", [fingerprint.STREAMED_BYTES, 0], ids=["joined", "streamed"])

@@ -28,6 +28,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     draws_again,
     gathered_shares,
     left_out_by_design,
+    padded_by_design,
     restored_parts,
 )
 from mnistperf.diagnosis.record import audit_text, epoch_text
@@ -349,7 +350,8 @@ class SampleAudit(Callback):
             self.problems.say_once(trainer, audit_text.widths_vary(widths, self.hash.max_words))
         if trainer.interrupted:  # the fit's own error stands: strict adds none
             return
-        if self.strict and (row.get("duplicates") or (row.get("missing") or 0) > left_out_by_design(row)):
+        repeated, missing = (row.get("duplicates") or 0) > padded_by_design(row), row.get("missing") or 0
+        if self.strict and (repeated or missing > left_out_by_design(row)):
             if row.get("guessed"):  # counts of a guess of the audit's stop no fit: the line says what to pass
                 self.problems.say_once(trainer, audit_text.STRICT_ON_A_GUESS)
                 return

@@ -201,6 +201,13 @@ def left_out_by_design(row: dict[str, Any]) -> int:
     return row.get("dropped_last", 0) + sum(row.get("stopped_short", {}).values())
 
 
+def padded_by_design(row: dict[str, Any]) -> int:
+    """The duplicates of ``row`` a distributed sampler's padding explains: all of them where they are its repeats."""
+    size, ranks = row.get("dataset_size"), len(row.get("per_rank") or [1])
+    padding = -size % ranks if size else 0
+    return padding if row.get("duplicates") == padding else 0
+
+
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
     """Samples seen and distinct, the duplicates, and the missing of ``size`` (None: unknown, or below distinct)."""
     missing = None if size is None or distinct > size else size - distinct

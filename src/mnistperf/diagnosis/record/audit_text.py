@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from mnistperf.diagnosis.measure.sample_counts import padded_by_design
+
 GUESSED = (
     "what a sample is was a guess (the batch's tensors lead with different lengths, as said at the fit's start), and "
     "so are these counts: pass sample_id= or fingerprint="
@@ -28,7 +30,7 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     if "why" in row:
         return f"sample audit, epoch {row['epoch']}: not audited ({row['why']})"
     ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
-    where = f" ({' + '.join(map(str, row['per_rank']))} on {ranks} ranks)" if ranks > 1 else ""
+    where = f" ({' + '.join(f'{n:,}' for n in row['per_rank'])} on {ranks} ranks)" if ranks > 1 else ""
     seen = f"{row['seen']:,} sample{'' if row['seen'] == 1 else 's'} seen"
     line = f"sample audit, epoch {row['epoch']}: {seen}{where}, {row['distinct']:,} distinct"
     if size is None:
@@ -61,12 +63,11 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
             f"; loader {name}: {counts['seen']:,} seen, {counts['distinct']:,} distinct{of}, "
             f"{counts['duplicates']:,} duplicates{missing}"
         )
-    padding = -size % ranks if size else 0
-    padded = padding if duplicates == padding else 0  # a distributed sampler's padding explains them
+    padded = padded_by_design(row)  # a distributed sampler's padding explains them
     if padded:
         line += (
             f"; a distributed sampler pads {size:,} samples to a multiple of {ranks} ranks by repeating "
-            f"{padding} (drop_last avoids it)"
+            f"{padded}, by design (a DistributedSampler(drop_last=True) of your own leaves them out instead)"
         )
     cycled = {
         name: c["seen"] - c["dataset_size"]

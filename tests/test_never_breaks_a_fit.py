@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from mnistperf.diagnosis import EpochTimer, SampleAudit
 from mnistperf.diagnosis.guard import jsonable
+from mnistperf.diagnosis.record import epoch_text
 
 ROWS, BATCH, EPOCHS = 12, 4, 2
 
@@ -243,7 +244,7 @@ def test_a_sample_id_the_batch_lacks_leaves_the_epochs_not_audited(tmp_path, cap
     assert "sample audit, epoch 2: not audited (fingerprinting a training batch failed" in capsys.readouterr().out
 
 
-def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(tmp_path):
+def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(tmp_path, capsys):
     """Lightning calls no teardown after an exception: the timer tears down in on_exception."""
 
     class FailingStep(Odd):
@@ -258,6 +259,15 @@ def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(
         trainer.fit(FailingStep(), DataLoader(Rows(), batch_size=BATCH))
     assert trainer.profiler is profiler
     assert not timer._flops.due and timer._flops.counting is None  # the first step's count begun, then stopped
+    assert epoch_text.NOTHING_TIMED not in capsys.readouterr().out  # its epoch closed as far as it trained
+
+    class FailsFirst(Callback):  # before any step: no epoch to close (as under DDP, where none is closed)
+        def on_train_start(self, trainer, pl_module):
+            raise RuntimeError("the fit fails first")
+
+    with pytest.raises(RuntimeError, match="the fit fails first"):
+        fit_module(Odd(), DataLoader(Rows(), batch_size=BATCH), callbacks=[EpochTimer(), FailsFirst()])
+    assert epoch_text.NOTHING_TIMED in capsys.readouterr().out  # nothing to write, and said so
 
 
 def test_the_callbacks_log_each_epoch_at_the_step_and_with_the_epoch_lightning_logs_its_epoch_metrics(tmp_path):

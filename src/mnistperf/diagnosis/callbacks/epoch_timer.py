@@ -384,6 +384,8 @@ class EpochTimer(Callback):
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
         if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)
+        elif trainer.state.fn == TrainerFn.FITTING and not self.epochs and trainer.is_global_zero:  # said, not silent
+            self.problems.say(trainer, epoch_text.NOTHING_TIMED)
 
     def _report(self, trainer: Trainer, interrupted: bool) -> None:
         """Rank 0 prints the summary once and writes timing.json, the report beside it and the window's trace."""

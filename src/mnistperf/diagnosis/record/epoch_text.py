@@ -226,6 +226,13 @@ def written_line(what: str, path: Any) -> str:
     return WRITTEN[what].format(path=path)
 
 
+# Where a fit stops before its first epoch closed (under DDP an epoch it stops inside is not closed: ranks may be gone)
+NOTHING_TIMED = (
+    "EpochTimer: the fit stopped before its first epoch ended, and no epoch could be closed as far as it trained "
+    "(under DDP the other ranks may be gone): no summary, timing.json or report is written"
+)
+
+
 def interrupted_line(epochs: list[dict[str, Any]]) -> str:
     """The line after an interrupted fit's summary: what its figures cover (the epoch it stopped inside too)."""
     part = epochs[-1].get("partial") if epochs else None

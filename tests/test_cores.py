@@ -116,6 +116,20 @@ def test_workers_using_as_large_a_share_of_the_cores_as_the_thread_waited_are_na
     assert "other work on this machine" in classify(figures(0.14, 0.10), 0.5)[1]
 
 
+def test_under_ddp_a_wait_for_a_core_beside_idle_workers_is_put_to_the_fits_own_ranks_and_their_threads():
+    """Two ranks of torch's default threads each on two cores wait for each other: no quieter machine helps."""
+    from mnistperf.diagnosis.record.verdict import RANK_THREADS
+
+    two = figures(0.3, 0.0, ranks=[{"rank": 0}, {"rank": 1}], cpu_busy_share=0.4, waited_for_a_core=0.35)
+    reason = classify(two, 0.5)[1]
+    assert "its own 2 ranks (and any other work) took the cores" in reason and RANK_THREADS in reason
+    assert "quieter machine" not in reason
+    held = cores.cores_held_by(two)
+    found = advice({**two, "verdict": "overhead-bound", "avg_train_s": 1.0, "cores_held": held})
+    assert found["hints"][0] == RANK_THREADS
+    assert "other work on this machine" in classify(figures(0.3, 0.0, ranks=[{"rank": 0}]), 0.5)[1]  # one rank
+
+
 def test_a_crowded_window_is_doubted_once_and_the_clause_says_who_held_the_cores():
     crowded = {"cpu_busy_share": 0.5, "waited_for_a_core": 0.4}
     reason = classify(figures(0.4, 0.6, **crowded), 0.5)[1]

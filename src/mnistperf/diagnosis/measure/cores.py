@@ -89,9 +89,11 @@ class EpochCores:
 
 
 def cores_held_by(figures: dict[str, Any]) -> dict[str, Any] | None:
-    """Who held the cores (``by`` its workers or other work) where the training thread waited for one; else None.
+    """Who held the cores (``by`` its workers, its ranks or other work) where the training thread waited for one.
 
-    Its workers where they used WORKERS_HOLD of the cores' time, or as large a share of it as the thread waited.
+    Its workers where they used WORKERS_HOLD of the cores' time, or as large a share of it as the thread waited; under
+    DDP (``ranks``: each rank's figures) its ranks, each with torch's threads, beside other work maybe. None where the
+    thread did not wait.
     """
     wait, used = figures.get(CORE_WAIT_SHARE), figures.get(WORKERS_CPU_SHARE)
     if wait is None or math.isnan(wait) or wait < CROWDED:
@@ -99,4 +101,5 @@ def cores_held_by(figures: dict[str, Any]) -> dict[str, Any] | None:
     found: dict[str, Any] = {CORE_WAIT_SHARE: wait, WORKERS_CPU_SHARE: used}
     if used is not None and not math.isnan(used) and used >= min(WORKERS_HOLD, wait):  # or all the wait could be theirs
         return {"by": "workers", **found, "speed_up_at_most": 1 / (1 - wait) if wait < 1 else math.inf}
-    return {"by": "other work", **found}
+    ranks = len(figures.get("ranks") or ())
+    return {"by": "its ranks", **found, "ranks": ranks} if ranks > 1 else {"by": "other work", **found}

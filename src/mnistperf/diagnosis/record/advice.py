@@ -21,7 +21,7 @@ from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, FETCH, LOOP, STEP_WORK
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
 from mnistperf.diagnosis.record.units import seconds
-from mnistperf.diagnosis.record.verdict import UNREAD, WAITED_FOR_A_CORE
+from mnistperf.diagnosis.record.verdict import RANK_THREADS, UNREAD, WAITED_FOR_A_CORE
 from mnistperf.errors import ConfigError
 from mnistperf.machine import usable_cpus
 
@@ -299,7 +299,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     ]
     if named is not None and fetch:  # its fix: the first of the hints that lead
         named["fix"] = found["hints"][0]
-    if in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
+    if in_doubt and held.get("by") == "its ranks":  # its own ranks': fewer threads each, before all else
+        found["hints"].insert(0, RANK_THREADS)
+    elif in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
         found["hints"].insert(0, REMEASURE)
     return found
 

@@ -162,7 +162,9 @@ def aggregate(
     ``step_parts``, ``between_epochs``: where a step's time and the time between epochs go (:class:`.StepParts`).
     """
     steady = [e for e in epochs[1:] if "partial" not in e] or epochs[1:] or epochs  # whole epochs, where any
+    ranks = _ranks_over(steady)  # (read with the figures: who held the cores reads them)
     read: dict[str, Any] = {f: RUN_READERS[f.run](steady, f) for f in figures.FIGURES if f.run in RUN_READERS}
+    read.update({"ranks": ranks["ranks"]} if "ranks" in ranks else {})
     read["split"] = {f: read.pop(f) for f in figures.FIGURES if f.run == "split"}
     read.update({key: epochs[-1][key] for key in WINDOW_KEYS if key in epochs[-1]})  # over the ranks, as last read
     verdict, reason = classify(read, input_bound_share, not_measured(reading, ended=True))
@@ -185,7 +187,7 @@ def aggregate(
             "growth": growth(steady),
             **({} if measured() else {"resident": "not measured: no /proc on this system (Linux only)"}),
         },
-        **_ranks_over(steady),
+        **ranks,
         **read,
         **({"busy_window": window_record(reading, read)} if reading is not None else {}),
         "input_bound_share": input_bound_share,

@@ -15,6 +15,8 @@ from mnistperf.diagnosis.figures import (
 from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.cores import cores_held_by
 
+# What keeps a DDP fit's ranks on one machine from taking each other's cores: torch's threads shared out among them
+RANK_THREADS = "give each rank torch.set_num_threads(usable cores // ranks on this machine)"
 # Why freeing the cores may buy more than the training thread's wait: said wherever that wait is priced
 UNREAD = "the step's other threads' waits are not read"
 
@@ -151,6 +153,11 @@ def clause(found: dict[str, Any] | None) -> str:
             f"faster, what the training thread's wait costs ({UNREAD})"
         )
     workers_used = f", its loader's workers using {used:.0%} of them" if used is not None else ""
+    if found["by"] == "its ranks":
+        return (
+            f"; its own {found['ranks']} ranks (and any other work) took the cores: the training thread waited for one "
+            f"{wait:.0%} of train time{workers_used}; {RANK_THREADS}"
+        )
     return (
         "; other work on this machine took the cores: the "
         f"training thread waited for one {wait:.0%} of train time{workers_used}; measure again on a quieter machine"

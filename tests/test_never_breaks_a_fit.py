@@ -261,8 +261,8 @@ def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(
     assert not timer._flops.due and timer._flops.counting is None  # the first step's count begun, then stopped
     assert epoch_text.NOTHING_TIMED not in capsys.readouterr().out  # its epoch closed as far as it trained
 
-    class FailsFirst(Callback):  # before any step: no epoch to close (as under DDP, where none is closed)
-        def on_train_start(self, trainer, pl_module):
+    class FailsFirst(Callback):  # before the epoch's first step: no epoch to close (as under DDP, where none is)
+        def on_train_epoch_start(self, trainer, pl_module):
             raise RuntimeError("the fit fails first")
 
     with pytest.raises(RuntimeError, match="the fit fails first"):

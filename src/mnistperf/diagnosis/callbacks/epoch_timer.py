@@ -372,7 +372,8 @@ class EpochTimer(Callback):
         """
         if self._come_back():  # a fit it stood aside from, which Lightning does not tear down after an error
             return
-        if getattr(self, "_epoch_open", False) and self.clock.steps and closes_stopped_epoch(trainer):
+        epoch_begun, fitting = getattr(self, "_epoch_open", False), trainer.state.fn == TrainerFn.FITTING
+        if epoch_begun and self.clock.steps and closes_stopped_epoch(trainer):
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
                 if self.samples.batches.pending is not None and not step_unfinished(trainer):  # trained: its end
                     self.on_train_batch_end(trainer, pl_module, None, None, self.samples.index)  # never came here
@@ -382,9 +383,9 @@ class EpochTimer(Callback):
             if callable(audit_stopped):  # (once: the audit's own hook, which Lightning calls next, then does nothing)
                 audit_stopped(trainer, pl_module)
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
-        if trainer.state.fn == TrainerFn.FITTING and self.epochs and not self._reported and trainer.is_global_zero:
+        if fitting and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)
-        elif trainer.state.fn == TrainerFn.FITTING and not self.epochs and trainer.is_global_zero:  # said, not silent
+        elif fitting and epoch_begun and not self.epochs and trainer.is_global_zero:  # said, not silent
             self.problems.say(trainer, epoch_text.NOTHING_TIMED)
 
     def _report(self, trainer: Trainer, interrupted: bool) -> None:

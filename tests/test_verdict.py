@@ -88,6 +88,18 @@ def test_the_profiled_steps_stand_in_as_the_others_typical_step_not_as_a_slow_fi
     assert keeper.without((0.7, 0.0, 0.0), 25)[0] == pytest.approx(0.5 * 25 / 21)  # the first step's time not known
 
 
+def test_a_first_steps_wait_for_its_batch_does_not_stand_in_for_each_profiled_step():
+    """10 steps: the first 4.6 s, 4.5 of it waiting for its batch (workers starting), 4 more of 0.225 s waiting 0.1 s,
+    5 profiled (their time and wait taken out with them). Scaled up whole, the wait would be 2 x 4.9 s = 9.8 s, more
+    than the 7 s trained."""
+    keeper = WindowKeeper("cpu", 5, True, None, None, None, False)
+    keeper.cost = (1.5, 0.5, 0.0, 5)
+    train, fetch, _ = keeper.without((7.0, 5.4, 0.0), 10, None, first_s=4.6, first_wait_s=4.5)
+    assert train == pytest.approx(5.5 + 5 * 0.225) and fetch == pytest.approx(4.9 + 5 * 0.1)  # the first's once
+    train, fetch, _ = keeper.without((7.0, 5.4, 0.0), 10)  # the first step not known: scaled, and held inside train
+    assert fetch <= train
+
+
 def test_a_one_epoch_run_says_its_verdict_rests_on_the_warm_up():
     timer = fit(epochs=1)
     summary = timer.clock.summary()

@@ -89,6 +89,7 @@ class EpochClock:
         self._number = number if number is not None else len(self.epochs) + 1
         self.steps = 0  # the training steps begun in the epoch so far
         self._first_index: int | None = None
+        self._first_wait_s = 0.0  # the epoch's first step's wait for its batch
         self.windows.epoch_reset()
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
         self._stats: StepStats | None = None
@@ -181,7 +182,7 @@ class EpochClock:
         if now >= self._cores.due or index + 2 == self._batches:  # the step before the last: workers still run
             self._cores.read_workers(now)
         if self._first_index is None:
-            self._first_index = index
+            self._first_index, self._first_wait_s = index, fetch_wait_s
         window = self.windows.window
         if window is not None and index == window.opens and self._weigh_window():
             self.windows.opened = self._waits()
@@ -242,15 +243,15 @@ class EpochClock:
         """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""
         return self.windows.export_trace(folder)
 
-    def _measured(self) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None, float]:
+    def _measured(self) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None, float, float]:
         """The epoch's train time, input wait and host wait, its steps, what stands in where profiled whole, its first.
 
-        Its first step's interval is NaN where it was profiled, or none ran.
+        Its first step's interval (NaN where it was profiled, or none ran) and its wait for its batch.
         """
         per, steps = self._per_step, self.steps
         stand_in = None if per is None else (per[0] * steps, per[1] * steps, per[2] * steps)
         first = self._intervals[0] if self._intervals else math.nan
-        return (self._train_s, self._input_wait_s, self._host_wait_s), steps, stand_in, first
+        return (self._train_s, self._input_wait_s, self._host_wait_s), steps, stand_in, first, self._first_wait_s
 
     def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""

@@ -207,12 +207,14 @@ class WindowKeeper:
         steps: int,
         stand_in: tuple[float, float, float] | None = None,
         first_s: float = math.nan,
+        first_wait_s: float = 0.0,
     ) -> tuple[float, float, float]:
         """An epoch's train time, input wait and host wait over ``steps``, its profiled steps as the others' mean.
 
-        The train time's mean leaves out the epoch's first step, of ``first_s`` (NaN: not known), where another
-        remains: a first step's one-off work (a loader starting, a cache filled) would stand in for each profiled one.
-        An epoch profiled whole has ``stand_in``'s figures where given (an earlier steady epoch's, as many steps).
+        The means leave out the epoch's first step, of ``first_s`` (NaN: not known) and its wait for its batch
+        ``first_wait_s``, where another remains: a first step's one-off work (a loader's workers starting, a cache
+        filled) would stand in for each profiled one. An epoch profiled whole has ``stand_in``'s figures where given (an
+        earlier steady epoch's, as many steps).
         """
         if self.cost is None:
             return figures
@@ -223,9 +225,10 @@ class WindowKeeper:
         train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
         others = steps - profiled - 1  # outside the window, the first apart
         if others > 0 and math.isfinite(first_s):
-            rest = max(figures[0] - inside[0], 0.0)
+            rest, waited = max(figures[0] - inside[0], 0.0), max(figures[1] - inside[1], 0.0)
             train = rest + profiled * max(rest - first_s, 0.0) / others
-        return train, fetch, host
+            fetch = waited + profiled * max(waited - first_wait_s, 0.0) / others
+        return train, min(fetch, train), min(host, train)  # (each wait lies inside train time)
 
     def profiled(
         self,
@@ -233,6 +236,7 @@ class WindowKeeper:
         steps: int,
         stand_in: tuple[float, float, float] | None = None,
         first_s: float = math.nan,
+        first_wait_s: float = 0.0,
     ) -> dict[str, Any] | None:
         """What a window read in this epoch added to it (None: none was), kept in its reading too.
 
@@ -241,7 +245,7 @@ class WindowKeeper:
         if self.cost is None or self.reading is None:
             return None
         seconds, _, _, profiled = self.cost
-        stood_in = self.without(figures, steps, stand_in, first_s)[0] - max(figures[0] - seconds, 0.0)
+        stood_in = self.without(figures, steps, stand_in, first_s, first_wait_s)[0] - max(figures[0] - seconds, 0.0)
         cost = self.reading.cost_s = max(seconds - stood_in, 0.0)
         return dict(steps=profiled, seconds=seconds, of_steps=steps, extrapolated=True, cost_s=cost)
 

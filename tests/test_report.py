@@ -379,3 +379,15 @@ def test_the_windows_line_says_where_no_trace_was_written_and_why():
     assert format_window(skipped).endswith("; no trace written: its 9,000 operations pass trace_limit 5,000)")
     traced = WindowReading(**{**read.__dict__, "trace": "busy_window_trace.json"})
     assert format_window(traced).endswith("; trace busy_window_trace.json)")
+
+
+def test_a_run_without_validation_says_none_ran_not_zero_seconds_an_epoch():
+    from mnistperf.diagnosis.record.text import format_summary
+
+    run = {"epochs": [{"epoch": e, "train_s": 1.0, "eval_s": 0.0} for e in (1, 2)], "avg_train_s": 1.0,
+           "avg_eval_s": 0.0, "total_train_s": 2.0, "total_eval_s": 0.0, "steady_epochs": [2, 2], "verdict": "x",
+           "verdict_reason": "y"}  # fmt: skip
+    said = format_summary(run)
+    assert "Average Validation Time per Epoch: none ran" in said and "Total Validation Time: none ran" in said
+    said = format_summary({**run, "avg_eval_s": 0.5, "total_eval_s": 1.0})
+    assert "Average Validation Time per Epoch: 0.50 s (epoch 2" in said

@@ -185,11 +185,13 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
     steady = steady_said(run)
     train = f"; epoch {run.warmup['epoch']} (warm-up): {seconds(run.warmup[figures.TRAIN_S])}" if run.warmup else ""
     evaluation = f"; epoch {run.warmup['epoch']}: {seconds(run.warmup[figures.EVAL_S])}" if run.warmup else ""
+    validated = bool(run.figure(figures.TOTAL_EVAL_S))  # (no validation: none, not 0.00 ms an epoch)
     lines = [
         f"Average Train Time per Epoch: {seconds(run.figure(figures.AVG_TRAIN_S))} ({steady}{train})",
-        f"Average Validation Time per Epoch: {seconds(run.figure(figures.AVG_EVAL_S))} ({steady}{evaluation})",
+        "Average Validation Time per Epoch: "
+        + (f"{seconds(run.figure(figures.AVG_EVAL_S))} ({steady}{evaluation})" if validated else "none ran"),
         f"Total Train Time: {seconds(run.figure(figures.TOTAL_TRAIN_S))}",
-        f"Total Validation Time: {seconds(run.figure(figures.TOTAL_EVAL_S))}",
+        f"Total Validation Time: {seconds(run.figure(figures.TOTAL_EVAL_S)) if validated else 'none ran'}",
         f"Train throughput: {throughput(run.figure(figures.SAMPLES_PER_S))} ({steady})",
         f"Device: {run.device or 'not known'}, precision {run.precision or '32-true'}",
         f"Verdict: {run.verdict} ({run.verdict_reason})",

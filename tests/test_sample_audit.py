@@ -417,6 +417,11 @@ def test_a_bad_sample_id_is_named_in_one_warning_and_the_epoch_not_audited(caplo
         assert row["audited"] is False and f"sample_id {sample_id!r}: {why}" in row["why"]
     said = [r.getMessage() for r in caplog.records if r.name == "mnistperf.diagnosis"]
     assert len(said) == 4
+    from mnistperf.diagnosis.callbacks.sample_identity import SampleIdentity
+
+    stacked = SampleIdentity("index", None, 2, fingerprint.Fingerprinter())  # k batches stacked: an index [k, B]
+    ids = stacked.fingerprints({"index": torch.arange(8).view(2, 4), "x": torch.zeros(2, 4, 3)})
+    assert ids.tolist() == list(range(8))
     assert all(line.startswith("SampleAudit: fingerprinting a training batch failed") for line in said)
 
 

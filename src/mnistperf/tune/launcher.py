@@ -89,8 +89,8 @@ class Launcher(contextlib.AbstractContextManager["Launcher"]):
         with helper:  # on leaving: its pipes closed, its end waited for
             if self.forks and helper.stdin is not None:
                 helper.stdin.close()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    helper.wait(timeout=10)
+                with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):  # (Ctrl-C here: the search's
+                    helper.wait(timeout=10)  # findings stand, and are written)
             helper.kill()  # nothing where it has ended
 
     def _line(self, deadline: float | None) -> str | None:

@@ -33,9 +33,9 @@ def integers(value: Any) -> TypeGuard[torch.Tensor]:
     return isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex())
 
 
-def one_a_sample(value: Any) -> TypeGuard[torch.Tensor]:
-    """Whether ``value`` is integers, one a sample: [N], [N, 1], or a batch of one squeezed to no dimension."""
-    return integers(value) and (value.ndim < 2 or value.ndim == 2 and value.shape[1] == 1)
+def one_a_sample(value: Any, dims: int = 1) -> TypeGuard[torch.Tensor]:
+    """Whether ``value`` is integers, one a sample of ``dims`` leading dimensions: [N] or [N, 1], [k, B] for two."""
+    return integers(value) and (value.ndim <= dims or value.ndim == dims + 1 and value.shape[-1] == 1)
 
 
 class SampleIdentity:
@@ -65,7 +65,7 @@ class SampleIdentity:
                 ids = getattr(batch, str(self.sample_id), None)  # a namedtuple's or a dataclass's field, by its name
                 if ids is None or callable(ids):  # (not a method: a tuple's index)
                     raise SampleAuditError(audit_text.missing_sample_field(self.sample_id, batch)) from None
-            if not one_a_sample(ids) or ids.dtype == torch.bool:  # (a mask tells at most two samples apart)
+            if not one_a_sample(ids, self.sample_dims) or ids.dtype == torch.bool:  # (a mask tells two apart at most)
                 raise SampleAuditError(audit_text.not_sample_indices(self.sample_id, ids))
             return ids.reshape(-1).to(torch.int64)
         found = self.rows(batch)

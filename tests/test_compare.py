@@ -150,7 +150,7 @@ def test_epochs_of_other_sizes_and_an_interrupted_run_are_flagged_at_the_top():
     assert table[0].startswith("throughput (samples/s)")  # the per-sample figures lead
 
 
-def test_two_models_that_save_no_hyperparameters_are_told_apart_by_their_class_and_size(tmp_path):
+def test_two_models_that_save_no_hyperparameters_or_cut_epochs_apart_are_told_apart(tmp_path):
     import torch
     from conftest import fit_module
     from lightning import LightningModule
@@ -173,10 +173,12 @@ def test_two_models_that_save_no_hyperparameters_are_told_apart_by_their_class_a
         pass
 
     data = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8)
-    for name, module in (("a", Net(4, 1)), ("b", Deeper(4, 8, 1))):
-        fit_module(module, data, callbacks=[EpochTimer()], default_root_dir=tmp_path / name)
+    for name, module, limit in (("a", Net(4, 1), 1.0), ("b", Deeper(4, 8, 1), 3)):
+        fit_module(module, data, callbacks=[EpochTimer()], default_root_dir=tmp_path / name, limit_train_batches=limit)
     a, b = (json.loads((tmp_path / name / "timing.json").read_text()) for name in "ab")
     found = compare(RunSummary.of(a), RunSummary.of(b))
     assert {"module.class Net -> Deeper", "module.parameters 5 -> 49"} <= set(found["changed"])
-    older = {key: value for key, value in a.items() if key != "module"}  # written before the module was recorded
-    assert not any(c.startswith("module.") for c in compare(RunSummary.of(older), RunSummary.of(b))["changed"])
+    assert "trainer.limit_train_batches 1.0 -> 3" in found["changed"]  # epochs cut apart: said, not the machine's
+    older = {key: value for key, value in a.items() if key not in ("module", "trainer")}  # written before these
+    changed = compare(RunSummary.of(older), RunSummary.of(b))["changed"]
+    assert not any(c.startswith(("module.", "trainer.")) for c in changed)

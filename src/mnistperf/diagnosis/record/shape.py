@@ -40,6 +40,7 @@ SUMMARY = {
     "data": dict,
     "model": dict,
     "module": {"class": str, "parameters": int},
+    "trainer": dict,
     "peak": str,
     "flops_per_step": float,
     "stalls": {

@@ -116,7 +116,10 @@ def unknown_noise(a: RunSummary, b: RunSummary, figure: figures.Figure) -> str |
 
 
 # What a run records of what ran it, by where its summary keeps it: compare lists those that differ.
-RECORDED = ("config", "data", "model", "module", "device", "precision", "world_size", "cpu_affinity", "versions")
+RECORDED = (
+    "config", "data", "model", "module", "trainer", "device", "precision", "world_size", "cpu_affinity", "versions"
+)  # fmt: skip
+LATER = ("module", "trainer")  # records a summary older than them lacks: no change where one run has none
 
 
 def flattened(value: Any, prefix: str) -> dict[str, Any]:
@@ -135,7 +138,7 @@ def changes(a: RunSummary, b: RunSummary) -> list[str] | None:
         return None
     found = []
     for key in RECORDED:
-        if key == "module" and not all(key in run.content for run in (a, b)):  # a summary older than that record
+        if key in LATER and not all(key in run.content for run in (a, b)):
             continue
         first, second = flattened(a.content.get(key), key), flattened(b.content.get(key), key)
         for name in sorted(set(first) | set(second)):

@@ -85,8 +85,8 @@ def limited_epoch(trainer: Trainer, steps: int | None = None, declined: bool = F
     trained, known = trainer.num_training_batches, math.isfinite(trainer.num_training_batches)
     if not known and loader_ran_out(trainer):  # whole, whatever stopped the fit after it (EarlyStopping at its end)
         return None
+    after = f"of the epoch's {int(trained):,} batches" if known else "batches of a loader of no length"
     if steps is not None and (steps < trained or not known):
-        after = f"of the epoch's {int(trained):,} batches" if known else "batches of a loader of no length"
         if 0 < trainer.max_steps <= trainer.global_step:
             return f"max_steps={trainer.max_steps}: the fit ended after {steps:,} {after}"
         if trainer.should_stop:  # a callback's stop (Lightning's Timer for max_time, EarlyStopping) inside the epoch
@@ -95,7 +95,6 @@ def limited_epoch(trainer: Trainer, steps: int | None = None, declined: bool = F
             trained_steps = steps - 1 if step_unfinished(trainer) else steps  # it trained is not counted (nor said)
             return f"the fit was interrupted after {trained_steps:,} {after}"
     if steps is not None and declined:  # the module's on_train_batch_start returned -1: the rest skipped
-        after = f"of the epoch's {int(trained):,} batches" if known else "batches of a loader of no length"
         ran = steps_started(trainer)
         return f"the module's on_train_batch_start returned -1, ending the epoch after {ran:,} {after}"
     batches = sized_len(trainer.train_dataloader)  # None: several loaders, or one of no length

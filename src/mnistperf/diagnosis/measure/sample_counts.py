@@ -181,7 +181,7 @@ def loader_causes(row: dict[str, Any], loaders: list[Any], names: list[str], ste
     found: dict[str, Any] = {}
     single = loaders[0] if len(loaders) == 1 else None  # (drop_last, readers and batch samplers: a single loader's)
     dropped = dropped_last(single, ranks)
-    padding = -(row.get("dataset_size") or 0) % ranks  # a distributed sampler's repeats: the last dropped, if any
+    padding = sampler_padding(row.get("dataset_size"), ranks)  # its repeats: the last dropped, if any
     if dropped and row["missing"] in (dropped, dropped - padding):  # by design
         found["dropped_last"] = row["missing"]
     short = stopped_short(loaders, names, steps, row)
@@ -201,10 +201,14 @@ def left_out_by_design(row: dict[str, Any]) -> int:
     return row.get("dropped_last", 0) + sum(row.get("stopped_short", {}).values())
 
 
+def sampler_padding(size: int | None, ranks: int) -> int:
+    """The samples a distributed sampler repeats to make ``size`` (None: not known, none) a multiple of ``ranks``."""
+    return -(size or 0) % ranks
+
+
 def padded_by_design(row: dict[str, Any]) -> int:
     """The duplicates of ``row`` a distributed sampler's padding explains: all of them where they are its repeats."""
-    size, ranks = row.get("dataset_size"), len(row.get("per_rank") or [1])
-    padding = -size % ranks if size else 0
+    padding = sampler_padding(row.get("dataset_size"), len(row.get("per_rank") or [1]))
     return padding if row.get("duplicates") == padding else 0
 
 

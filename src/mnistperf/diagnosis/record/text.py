@@ -211,8 +211,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
 
 # The clauses of a verdict's reason that say why, beyond its deciding figure, each up to its first colon.
 CAUSES = (
-    "its own DataLoader workers held the cores",
-    "its own ",  # ... ranks (and any other work) took the cores
+    "its own ",  # DataLoader workers held the cores, or N ranks (and any other work) took them
     "other work on this machine",
     "in doubt",
     "a close call",

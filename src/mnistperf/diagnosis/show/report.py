@@ -193,7 +193,6 @@ def run_head(run: RunSummary) -> str:
     stopped = ""
     if run.content.get("interrupted"):  # what its figures cover, first
         stopped = f'<p id="interrupted">{escape(interrupted_line(run.epochs))}</p>\n'
-
     return (
         f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>\n{stopped}'
         f"<p>{escape(run.verdict_reason)}</p>\n"

@@ -80,12 +80,13 @@ def test_the_profiled_steps_stand_in_as_the_others_typical_step_not_as_a_slow_fi
     took 0.3 + 24 x 0.01 = 0.54 s; the others' mean with the first step in would make it 0.5 x 25 / 21 = 0.595 s."""
     keeper = WindowKeeper("cpu", 4, True, None, None, None, False)
     keeper.cost = (0.2, 0.0, 0.0, 4)
-    train, _, _ = keeper.without((0.7, 0.0, 0.0), 25, None, first_s=0.3)
+    intervals, waits = [0.3] + [0.01] * 20 + [math.nan] * 4, [0.0] * 25
+    train, _, _ = keeper.without((0.7, 0.0, 0.0), 25, None, intervals, waits)
     assert train == pytest.approx(0.54)
     keeper.reading = WindowReading("cpu")
-    profiled = keeper.profiled((0.7, 0.0, 0.0), 25, None, first_s=0.3)  # the window's cost: what was taken out
+    profiled = keeper.profiled((0.7, 0.0, 0.0), 25, None, intervals, waits)  # the window's cost: what was taken out
     assert profiled is not None and profiled["cost_s"] == pytest.approx(0.7 - 0.54)
-    assert keeper.without((0.7, 0.0, 0.0), 25)[0] == pytest.approx(0.5 * 25 / 21)  # the first step's time not known
+    assert keeper.without((0.7, 0.0, 0.0), 25)[0] == pytest.approx(0.5 * 25 / 21)  # the steps' times not known
 
 
 def test_a_first_steps_wait_for_its_batch_does_not_stand_in_for_each_profiled_step():
@@ -94,10 +95,40 @@ def test_a_first_steps_wait_for_its_batch_does_not_stand_in_for_each_profiled_st
     than the 7 s trained."""
     keeper = WindowKeeper("cpu", 5, True, None, None, None, False)
     keeper.cost = (1.5, 0.5, 0.0, 5)
-    train, fetch, _ = keeper.without((7.0, 5.4, 0.0), 10, None, first_s=4.6, first_wait_s=4.5)
+    intervals, waits = [4.6] + [0.225] * 4 + [math.nan] * 5, [4.5] + [0.1] * 4 + [0.0] * 5
+    train, fetch, _ = keeper.without((7.0, 5.4, 0.0), 10, None, intervals, waits)
     assert train == pytest.approx(5.5 + 5 * 0.225) and fetch == pytest.approx(4.9 + 5 * 0.1)  # the first's once
-    train, fetch, _ = keeper.without((7.0, 5.4, 0.0), 10)  # the first step not known: scaled, and held inside train
+    train, fetch, _ = keeper.without((7.0, 5.4, 0.0), 10)  # the steps not known: scaled, and held inside train
     assert fetch <= train
+
+
+@pytest.mark.parametrize("inside", ["nothing", "an evaluation", "a spike outside"])
+def test_an_epoch_with_the_window_keeps_its_own_train_time_and_wait(inside, monkeypatch):
+    """Steps of 1 s after a wait of 1 s for their batch, on an emulated clock: the window's 4 steps stand in as
+    any other. Its first step's wait lies inside it; an evaluation inside it is not train time; a 30 s stall in a
+    step outside it is that step's alone, not each profiled step's as well."""
+    from mnistperf.diagnosis.record.clock import EpochClock
+
+    now = [0.0]
+    monkeypatch.setattr("mnistperf.diagnosis.record.clock.time.perf_counter", lambda: now[0])
+    monkeypatch.setattr("mnistperf.diagnosis.measure.window_price.operator_s", lambda: 1e-6)
+    clock = EpochClock(torch.device("cpu"), busy_window_steps=2, window_share=None)
+    for _ in range(2):  # the warm-up, then the window's epoch
+        clock.epoch_start(10)
+        window = clock.windows.window
+        for index in range(10):
+            now[0] += 1.0
+            clock.step_start(index, 1.0)
+            now[0] += 31.0 if inside == "a spike outside" and index == 8 and window else 1.0
+            clock.step_end(index)
+            if inside == "an evaluation" and window is not None and index == window.opens + 1:
+                clock.eval_start()
+                now[0] += 100.0
+                clock.eval_end()
+        row = clock.epoch_end()
+    assert window is not None and row["profiled"]["steps"] == 4 and window.opens + 4 <= 8  # the spike lies outside
+    assert row["train_s"] == pytest.approx(50.0 if inside == "a spike outside" else 20.0)
+    assert row["input_wait_s"] == pytest.approx(10.0) and row["eval_s"] == (100.0 if inside == "an evaluation" else 0)
 
 
 def test_a_one_epoch_run_says_its_verdict_rests_on_the_warm_up():

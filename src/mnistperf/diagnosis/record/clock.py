@@ -89,9 +89,10 @@ class EpochClock:
         self._number = number if number is not None else len(self.epochs) + 1
         self.steps = 0  # the training steps begun in the epoch so far
         self._first_index: int | None = None
-        self._first_wait_s = 0.0  # the epoch's first step's wait for its batch
         self.windows.epoch_reset()
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
+        self._waits_s: list[float] = []  # each step's wait for its batch, beside its interval
+        self._step_wait_s = 0.0  # the step begun last's
         self._stats: StepStats | None = None
         # loader_workers: whether the fit's loaders may run workers (False: none is looked for)
         self._memory = EpochMemory(batches, loader_workers, self._number - 1)
@@ -171,32 +172,42 @@ class EpochClock:
         """Training step ``index`` begins (its batch on the device), after ``fetch_wait_s`` more wait for it."""
         now = time.perf_counter()  # called every step: kept to the fewest calls
         self._input_wait_s += fetch_wait_s
+        self._step_wait_s = fetch_wait_s
+        gap = 0.0  # since the step before ended: this step's wait for its batch, and the host's
         if self._train_start is None:  # resuming after an evaluation inside the epoch
             self._train_start = self._last_step_end = now
             self._cores.train_resumed()
         else:
-            self._host_wait_s += now - self._last_step_end
+            gap = now - self._last_step_end
+            self._host_wait_s += gap
         self.steps += 1
         if self.steps == self._memory.mid_step:
             self._memory.read()
         if now >= self._cores.due or index + 2 == self._batches:  # the step before the last: workers still run
             self._cores.read_workers(now)
         if self._first_index is None:
-            self._first_index, self._first_wait_s = index, fetch_wait_s
+            self._first_index = index
         window = self.windows.window
         if window is not None and index == window.opens and self._weigh_window():
-            self.windows.opened = self._waits()
+            train, fetch, host = self._waits()  # from the step before's end: the window's steps whole, waits in
+            self.windows.opened = (train - gap, fetch - fetch_wait_s, host - gap)
         if self.windows.window is not None:  # unless declined as it opened
             self.windows.window.step_start(index)
 
     def _waits(self) -> tuple[float, float, float]:
-        """Now, synchronized, and the epoch's input and host waits so far: what the window's cost is read from."""
-        return self._synced_now(), self._input_wait_s, self._host_wait_s
+        """The epoch's train time (synchronized), input and host waits so far: what the window's cost is read from.
+
+        Train time, not the wall's: an evaluation inside the window is no part of its steps.
+        """
+        now = self._synced_now()
+        train = self._train_s + (now - self._train_start if self._train_start is not None else 0.0)
+        return train, self._input_wait_s, self._host_wait_s
 
     def step_end(self, index: int) -> None:
         """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
         now = time.perf_counter()
         self._intervals.append(math.nan if self.profiling else now - self._last_step_end)
+        self._waits_s.append(self._step_wait_s)
         if self.windows.window is not None:
             self.windows.step_end(index, self._number, not self.epochs, self._waits)
             now = time.perf_counter()
@@ -243,15 +254,16 @@ class EpochClock:
         """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""
         return self.windows.export_trace(folder)
 
-    def _measured(self) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None, float, float]:
-        """The epoch's train time, input wait and host wait, its steps, what stands in where profiled whole, its first.
+    def _measured(
+        self,
+    ) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None, list[float], list[float]]:
+        """The epoch's train time, input wait and host wait, its steps, what stands in where profiled whole.
 
-        Its first step's interval (NaN where it was profiled, or none ran) and its wait for its batch.
+        Then each step's interval (NaN where profiled) and its wait for its batch.
         """
         per, steps = self._per_step, self.steps
         stand_in = None if per is None else (per[0] * steps, per[1] * steps, per[2] * steps)
-        first = self._intervals[0] if self._intervals else math.nan
-        return (self._train_s, self._input_wait_s, self._host_wait_s), steps, stand_in, first, self._first_wait_s
+        return (self._train_s, self._input_wait_s, self._host_wait_s), steps, stand_in, self._intervals, self._waits_s
 
     def epoch_end(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
         """End the epoch of a loop on one process (synchronizes) and return its row, with ``metrics`` in it."""

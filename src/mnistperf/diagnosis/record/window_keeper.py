@@ -15,6 +15,7 @@ from mnistperf.diagnosis.measure import busy_window, window_price
 from mnistperf.diagnosis.measure.busy_window import BusyWindow
 from mnistperf.diagnosis.measure.device_work import world
 from mnistperf.diagnosis.measure.operator_clock import OperatorClock
+from mnistperf.diagnosis.measure.stalls import typical_step
 from mnistperf.diagnosis.measure.window_reading import Unread, WindowReading
 from mnistperf.diagnosis.record.verdict import ONE_STEP_PENDING, WINDOW_PENDING
 from mnistperf.upstream import dynamo_compiled
@@ -35,7 +36,9 @@ UNREAD = {  # why a window read no share, in words
     ),
     Unread.IDLE: "nothing ran on the device in the profiled window",
 }
-Waits = tuple[float, float, float]  # (synced seconds, input wait, host wait), as the clock reads them
+Waits = tuple[
+    float, float, float
+]  # (train seconds, input wait, host wait) so far, synchronized, as the clock reads them
 
 
 def unread_said(unread: Unread, kernels: int = 0, steps: int = 0) -> str:
@@ -206,15 +209,15 @@ class WindowKeeper:
         figures: tuple[float, float, float],
         steps: int,
         stand_in: tuple[float, float, float] | None = None,
-        first_s: float = math.nan,
-        first_wait_s: float = 0.0,
+        intervals: list[float] | None = None,
+        waits: list[float] | None = None,
     ) -> tuple[float, float, float]:
-        """An epoch's train time, input wait and host wait over ``steps``, its profiled steps as the others' mean.
+        """An epoch's train time, input wait and host wait over ``steps``, each profiled step as a typical other.
 
-        The means leave out the epoch's first step, of ``first_s`` (NaN: not known) and its wait for its batch
-        ``first_wait_s``, where another remains: a first step's one-off work (a loader's workers starting, a cache
-        filled) would stand in for each profiled one. An epoch profiled whole has ``stand_in``'s figures where given (an
-        earlier steady epoch's, as many steps).
+        The typical step: :func:`.typical_step` of the epoch's step ``intervals`` and their ``waits`` for their batch
+        (where given): its first step apart, whose one-off work (a loader's workers starting, a cache filled) would
+        stand in for each profiled one, and its spikes. Else the others' share scaled up. An epoch profiled whole has
+        ``stand_in``'s figures where given (an earlier steady epoch's, as many steps).
         """
         if self.cost is None:
             return figures
@@ -223,11 +226,10 @@ class WindowKeeper:
             return stand_in or figures
         scale = steps / (steps - profiled)
         train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
-        others = steps - profiled - 1  # outside the window, the first apart
-        if others > 0 and math.isfinite(first_s):
+        typical = typical_step(intervals, waits) if intervals is not None and waits is not None else None
+        if typical is not None:
             rest, waited = max(figures[0] - inside[0], 0.0), max(figures[1] - inside[1], 0.0)
-            train = rest + profiled * max(rest - first_s, 0.0) / others
-            fetch = waited + profiled * max(waited - first_wait_s, 0.0) / others
+            train, fetch = rest + profiled * typical[0], waited + profiled * typical[1]
         return train, min(fetch, train), min(host, train)  # (each wait lies inside train time)
 
     def profiled(
@@ -235,8 +237,8 @@ class WindowKeeper:
         figures: tuple[float, float, float],
         steps: int,
         stand_in: tuple[float, float, float] | None = None,
-        first_s: float = math.nan,
-        first_wait_s: float = 0.0,
+        intervals: list[float] | None = None,
+        waits: list[float] | None = None,
     ) -> dict[str, Any] | None:
         """What a window read in this epoch added to it (None: none was), kept in its reading too.
 
@@ -245,7 +247,7 @@ class WindowKeeper:
         if self.cost is None or self.reading is None:
             return None
         seconds, _, _, profiled = self.cost
-        stood_in = self.without(figures, steps, stand_in, first_s, first_wait_s)[0] - max(figures[0] - seconds, 0.0)
+        stood_in = self.without(figures, steps, stand_in, intervals, waits)[0] - max(figures[0] - seconds, 0.0)
         cost = self.reading.cost_s = max(seconds - stood_in, 0.0)
         return dict(steps=profiled, seconds=seconds, of_steps=steps, extrapolated=True, cost_s=cost)
 

@@ -61,6 +61,13 @@ def test_a_gain_beyond_the_ceiling_says_more_changed_than_the_bound():
     assert "beyond the 3.00 s" in text and "more changed than that bound" in text
 
 
+def test_a_slower_b_is_said_to_have_bought_none_of_the_ceiling():
+    a, b = run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0), run(12.0, 60_000, "input-bound", 0.3)
+    text = format_comparison(compare(a, b), Path("a/timing.json"), Path("b/timing.json"))
+    assert "B takes 2.00 s more" in text and "none of the 3.00 s that A's summary said" in text
+    assert "within the 3.00 s" not in text
+
+
 def test_runs_of_different_epochs_are_compared_per_sample():
     a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
     b = run(3.0, 30_000, "input-bound", 0.6)  # half the samples in 3 s: 6 s for A's epoch

@@ -317,10 +317,12 @@ def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str
     if gain["ceiling_s"] is None:
         return head + f"; A's summary stated no ceiling for its bound ({gain['bound'] or 'no verdict'})"
     removed = "B's verdict is no longer A's" if gain["removed"] else f"B is still {gain['bound']}"
-    side = "within" if gain["within"] else "beyond"
+    side = "none of" if saved < 0 else "within" if gain["within"] else "beyond"  # a ceiling bounds a gain, not a loss
     ceiling = seconds(gain["ceiling_s"])
     verdict = f"{side} the {ceiling} that A's summary said fixing its {gain['bound']} bound could buy"
-    if not gain["within"]:
+    if saved < 0 and changed:
+        verdict += f" ({'; '.join(changed)})"
+    elif not gain["within"]:
         if changed:
             verdict += f": more changed than that bound ({'; '.join(changed)})"
         elif changed is not None:

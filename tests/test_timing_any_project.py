@@ -215,6 +215,19 @@ def test_lightning_dispatches_only_the_batch_hooks_the_timer_uses_and_a_subclass
     assert watching.backwards == EPOCHS * ROWS // BATCH
 
 
+def test_a_trainer_fitted_again_says_its_timing_json_took_the_place_of_the_first_fits(tmp_path, capsys):
+    """Lightning keeps a Trainer's log folder for its next fit: the second timing.json replaces the first, said so."""
+    data = DataLoader(TensorDataset(*features()), batch_size=BATCH)
+    trainer = fit_module(TupleBatches(), data, callbacks=[EpochTimer()], max_epochs=1, default_root_dir=tmp_path)
+    first = capsys.readouterr().out
+    trainer.fit_loop.max_epochs = 2
+    trainer.fit(trainer.lightning_module, data)
+    second = capsys.readouterr().out
+    assert "timing summary written" in first and "in place of an earlier fit's" not in first
+    assert "in place of an earlier fit's there; a new Trainer, or a logger version of its own" in second
+    assert [row["epoch"] for row in json.loads((tmp_path / "timing.json").read_text())["epochs"]] == [2]
+
+
 def test_a_timer_listed_twice_stands_aside_saying_so_and_the_first_times_the_fit_as_alone(tmp_path, capsys):
     """Two timers would each read the other's hooks inside their steps and windows: the second does nothing."""
     first, second = EpochTimer(window_share=None), EpochTimer(window_share=None)

@@ -64,6 +64,7 @@ class RunFiles:
         with self.problems.guard("reading the summary"):
             run = RunSummary.of(summary)  # read once, for the text and the report
         path, written = folder / self.summary_file, None
+        replaced = path.exists()  # an earlier fit's, in the same log folder
         with self.problems.guard(f"writing {path}"):  # before the headline, which points at it where it was written
             write_summary({**summary, "problems": list(self.problems.lines)}, path)
             written = path
@@ -73,7 +74,7 @@ class RunFiles:
         if interrupted:
             print(interrupted_line(clock.epochs), flush=True)
         if written is not None:  # a folder refusing timing.json was said once
-            print(written_line("summary", path), flush=True)
+            print(written_line("summary", path, replaced), flush=True)
             with self.problems.guard(f"writing the report beside {path}"):
                 report = path.with_name(REPORT_FILE)
                 [name] = run_labels([path], [summary.get("config")])  # the run named as `mnistperf report` names it

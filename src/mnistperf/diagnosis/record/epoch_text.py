@@ -221,9 +221,13 @@ WRITTEN = {
 }
 
 
-def written_line(what: str, path: Any) -> str:
-    """The line that says the timer wrote ``what`` (a key of :data:`WRITTEN`) to ``path``."""
-    return WRITTEN[what].format(path=path)
+# Where a fit's timing.json takes the place of an earlier fit's: the same Trainer fitted again, or logger=False's root
+REPLACED = " (in place of an earlier fit's there; a new Trainer, or a logger version of its own, keeps each fit's)"
+
+
+def written_line(what: str, path: Any, replaced: bool = False) -> str:
+    """The line that says the timer wrote ``what`` (a key of :data:`WRITTEN`) to ``path`` (``replaced``: another's)."""
+    return WRITTEN[what].format(path=path) + (REPLACED if replaced else "")
 
 
 # Where a fit stops before its first epoch closed (under DDP an epoch it stops inside is not closed: ranks may be gone)

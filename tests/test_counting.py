@@ -330,6 +330,18 @@ def resumed_inside_epoch_2(folder: Path, data: Callable[[], object], watch: bool
     return first.record, module, callbacks
 
 
+def test_strict_stops_no_fit_resumed_inside_an_epoch_for_the_samples_the_resume_replayed(tmp_path):
+    """The resume's repeats, and the samples they took the place of, are by design: strict goes on past them."""
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_last=True)
+    data = lambda: DataLoader(Indexed(), batch_size=BATCH)  # noqa: E731
+    first = dict(max_epochs=3, enable_checkpointing=True, max_steps=8)
+    fit_module(Recorder(), data(), callbacks=[SampleAudit(), checkpoint], **first)
+    audit = SampleAudit(strict=True)
+    fit_module(Recorder(), data(), callbacks=[audit], max_epochs=3, ckpt_path=tmp_path / "last.ckpt")
+    row = audit.epochs[0]
+    assert row["replayed"] == row["duplicates"] == row["missing"] == 2 * BATCH and len(audit.epochs) == 2
+
+
 def resumed_and_bare(folder: Path, data: Callable[[], object], between=lambda: None):
     """:func:`resumed_inside_epoch_2` watched, after checking its weights are those of the same fits without the
     callbacks, bit for bit."""

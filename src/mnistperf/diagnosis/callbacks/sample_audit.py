@@ -350,8 +350,9 @@ class SampleAudit(Callback):
             self.problems.say_once(trainer, audit_text.widths_vary(widths, self.hash.max_words))
         if trainer.interrupted:  # the fit's own error stands: strict adds none
             return
-        repeated, missing = (row.get("duplicates") or 0) > padded_by_design(row), row.get("missing") or 0
-        if self.strict and (repeated or missing > left_out_by_design(row)):
+        replayed = row.get("replayed") or 0  # a resume's: each seen again in the place of one left out
+        repeated = (row.get("duplicates") or 0) > padded_by_design(row) + replayed
+        if self.strict and (repeated or (row.get("missing") or 0) > left_out_by_design(row) + replayed):
             if row.get("guessed"):  # counts of a guess of the audit's stop no fit: the line says what to pass
                 self.problems.say_once(trainer, audit_text.STRICT_ON_A_GUESS)
                 return

@@ -347,6 +347,25 @@ def test_an_import_folder_that_does_not_exist(tmp_path, capsys):
     fails_in_one_line(capsys, ["prepare", "--from", str(tmp_path / "nowhere"), "--name", "mine"], "no such folder")
 
 
+@pytest.mark.parametrize("name", ["fashion_mnist", "FashionMNIST", "mnist", "synthetic", "../escape", ".hidden"])
+def test_an_import_named_as_a_built_in_datasets_folder_or_outside_the_data_dir_is_refused(tmp_path, capsys, name):
+    """Such a name would overwrite a built-in dataset's files, or write outside --data-dir: refused before any is
+    read, with a name of its own to paste."""
+    folder = tmp_path / "download"
+    folder.mkdir()
+    for split, rows in (("train", 64), ("test", 16)):
+        pq.write_table(schema.build_table(*random_split(rows, seed=3)), folder / f"{split}.parquet")
+    data = tmp_path / "data"
+    data.mkdir()
+    err = fails_in_one_line(capsys, ["prepare", "--from", str(folder), "--name", name, "--data-dir", str(data)]).err
+    assert f"--name {name!r}" in err and "give your data a name of its own" in err
+    assert list(data.iterdir()) == [] and not (tmp_path / "escape").exists()
+    command = err.split("`")[1].split()
+    assert command[:3] == ["python", "-m", "mnistperf"]
+    main(command[3:])  # the command said works as pasted
+    assert [path.name for path in data.iterdir()] == [command[command.index("--name") + 1]]
+
+
 def test_name_without_from(capsys):
     fails_in_one_line(capsys, ["prepare", "--name", "mine"], "--name goes with --from DIR")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import re
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from mnistperf.data import schema
-from mnistperf.data.ingest import prepare
+from mnistperf.data.ingest import prepare, sources
 from mnistperf.errors import ConfigError, DataError, PreparedFileError
 
 SPLIT_WORD = {split: re.compile(rf"(^|[^a-z]){split}([^a-z]|$)") for split in prepare.SPLITS}
@@ -166,10 +167,33 @@ def read_split(files: Iterable[Path]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+def refused_name(name: str) -> str | None:
+    """Why ``name`` cannot name a dataset of the user's own (a built-in's folder, or one outside data_dir), or None."""
+    builtin = {prepare.dataset_folder(d).lower(): d for d in [*sources.DATASETS, "synthetic"]}
+    if prepare.is_builtin(name):
+        return "is a built-in dataset"
+    if name.lower() in builtin:
+        return f"is the folder of the built-in dataset {builtin[name.lower()]}, whose files the import would replace"
+    if not name or name.startswith(".") or Path(name).name != name or "\\" in name:
+        return "is not a plain folder name under --data-dir (no /, \\ or leading . in it)"
+    return None
+
+
+def own_name(name: str) -> str:
+    """A name like ``name`` that :func:`refused_name` takes."""
+    plain = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_") or "data"
+    return plain if refused_name(plain) is None else f"my_{plain}"
+
+
 def import_folder(folder: Path, name: str, data_dir: Path, formats: list[str], force: bool = False) -> list:
     """Convert folder's train and test splits into data_dir/name/; return the size/time reports."""
-    if prepare.is_builtin(name):
-        raise ConfigError(f"--name {name!r} is a built-in dataset; choose another name for your own data.")
+    refused = refused_name(name)
+    if refused is not None:  # said before anything is read: the import would write in another dataset's place
+        command = f"python -m mnistperf prepare --from {shlex.quote(str(folder))} --name {own_name(name)}"
+        raise ConfigError(
+            f"--name {name!r} {refused}; give your data a name of its own, e.g. "
+            f"`{command} --data-dir {shlex.quote(str(data_dir))}`"
+        )
     targets = {split: prepare.split_path(data_dir, name, split) for split in prepare.SPLITS}
     if not force and all(prepare.is_ready(path) for path in targets.values()):
         print(f"{name}: ready in {data_dir / name} (use --force to rebuild)", flush=True)

@@ -10,6 +10,7 @@ from conftest import random_split, write_parquet
 
 from mnistperf.data import schema
 from mnistperf.data.pipelines.stream import ParquetStream, StreamLoader, _shuffled
+from mnistperf.lightning_cli.predictions import PredictionsFile
 
 
 @pytest.fixture(params=["one file", "shards"])
@@ -63,6 +64,28 @@ def test_every_row_is_read_once_across_ranks_and_workers(numbered, world_size, n
     assert set(seen) == set(expected)
     if padding == 0:
         assert seen == expected
+
+
+@pytest.mark.parametrize("world_size,num_workers", [(1, 0), (1, 3), (2, 2)])
+def test_rows_read_in_order_carry_their_index_in_the_split_and_predictions_are_written_by_it(
+    numbered, world_size, num_workers, tmp_path
+):
+    """The workers' batches come in turns, so the order read is not the split's: predict writes each image's class
+    by the index its batch carries (a rank's padding wraps to the first rows). Shuffled batches carry none."""
+    path, images = numbered
+    pixels = torch.as_tensor(images).reshape(len(images), -1)
+    writer, predicted = PredictionsFile(), []
+    for rank in range(world_size):
+        stream = ParquetStream(path, require_labels=True).configured(batch_size=16, rank=rank, world_size=world_size)
+        for batch in StreamLoader(stream, batch_size=None, num_workers=num_workers):
+            read = (batch["image"] * 255).round().to(torch.uint8).reshape(len(batch["label"]), -1)
+            assert torch.equal(read, pixels[batch["index"]]) and torch.equal(batch["label"], batch["index"] % 10)
+            classes = batch["index"] % 7  # a class of its own for each row
+            writer.write_on_batch_end(None, None, classes, None, batch, 0, 0)  # type: ignore[arg-type]
+            predicted += zip(batch["index"].tolist(), classes.tolist(), strict=True)
+    assert sorted(writer._rows) == sorted(predicted) and {index for index, _ in predicted} == set(range(203))
+    shuffled = ParquetStream(path, require_labels=True).configured(batch_size=16, shuffle=True, buffer_rows=30)
+    assert all("index" not in batch for batch in StreamLoader(shuffled, batch_size=None))
 
 
 def test_only_one_footer_is_held_at_a_time(numbered, monkeypatch):

@@ -301,6 +301,8 @@ CALMED_WARNINGS = (
     (Warning, r"It is recommended to use `self\.log\('(train|val|test)/(loss|acc)', \.\.\., sync_dist=True\)`"),
     # Lightning 2.6.6 on the stream pipeline's IterableDataset, whose length counts each worker's and rank's rows
     (Warning, r"Your `IterableDataset` has `__len__` defined"),
+    # Lightning 2.6.6's prediction loop on an IterableDataset: the stream's batches carry their rows' indices instead
+    (Warning, r"Couldn't infer the batch indices fetched from your dataloader"),
 )
 #: the loggers Lightning 2.6.6's rank-zero messages go to
 LIGHTNING_RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ PREDICTIONS_FILE = "predictions.csv"
 class PredictionsFile(BasePredictionWriter):
     """Write the predicted class of every image ``predict`` read to the run's log folder, and say where.
 
-    Each image by its index in the split where Lightning tracks the loader's indices, else by its place in the order
-    read. Under several processes, each writes the images it read to a file of its own (``predictions.rank1.csv``).
+    Each image by its index in the split where Lightning tracks the loader's indices or the batch carries them
+    (the stream's ``index``), else by its place in the order read. Under several processes, each writes the images
+    it read to a file of its own (``predictions.rank1.csv``).
     """
 
     def __init__(self) -> None:
@@ -45,6 +47,8 @@ class PredictionsFile(BasePredictionWriter):
     ) -> None:
         classes = prediction.cpu().tolist()
         start = len(self._rows)
+        if not batch_indices and isinstance(batch, Mapping) and "index" in batch:  # a stream's, read in order
+            batch_indices = batch["index"].tolist()
         self._rows += zip(batch_indices or range(start, start + len(classes)), classes, strict=True)
 
     @override

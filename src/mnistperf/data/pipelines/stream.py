@@ -120,11 +120,14 @@ class ParquetStream(IterableDataset):
         if info is None:  # in the main process nobody else advances the epoch
             self.epoch += 1
         start, stop = self.worker_rows(worker, num_workers)
-        pieces = self._read(start, stop)
+        read = self._read(start, stop)
+        pieces: Iterable[tuple[torch.Tensor, ...]]
         if self.shuffle:
             epoch = int(self.epoch)
             generator = torch.Generator().manual_seed(hash((self.seed, epoch, self.rank, worker)) % 2**63)
-            pieces = _shuffled(pieces, self.buffer_rows, generator)
+            pieces = _shuffled(read, self.buffer_rows, generator)
+        else:  # in order: each row's index in the split goes with it, as predictions are written by it
+            pieces = _indexed(read, start, self.num_rows)
         yield from _batched(pieces, self.batch_size)
 
 
@@ -170,23 +173,36 @@ def _shuffled(
             yield buffer_pixels[slots], buffer_labels[slots]
 
 
-def _batched(pieces, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
-    """Regroup (pixels, labels) pieces of any size into batches; the final one may be partial."""
-    held_pixels, held_labels = [], []
-    held = 0
+def _indexed(
+    pieces: Iterable[tuple[torch.Tensor, torch.Tensor]], start: int, rows: int
+) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Pieces read in order from virtual row ``start`` on, each with its rows' indices in a split of ``rows``."""
     for pixels, labels in pieces:
-        held_pixels.append(pixels)
-        held_labels.append(labels)
-        held += len(labels)
-        if held < batch_size:
+        yield pixels, labels, torch.arange(start, start + len(labels)) % rows
+        start += len(labels)
+
+
+def _batched(pieces: Iterable[tuple[torch.Tensor, ...]], batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+    """Regroup pieces of any size, (pixels, labels[, indices]), into batches; the final one may be partial."""
+    held: list[tuple[torch.Tensor, ...]] = []
+    count = 0
+    for piece in pieces:
+        held.append(piece)
+        count += len(piece[1])
+        if count < batch_size:
             continue
-        all_pixels, all_labels = torch.cat(held_pixels), torch.cat(held_labels)
-        full = held - held % batch_size
+        joined = [torch.cat(column) for column in zip(*held, strict=True)]
+        full = count - count % batch_size
         for i in range(0, full, batch_size):
-            yield {"image": normalize(all_pixels[i : i + batch_size]), "label": all_labels[i : i + batch_size]}
-        held_pixels, held_labels, held = [all_pixels[full:]], [all_labels[full:]], held - full
-    if held:
-        yield {"image": normalize(torch.cat(held_pixels)), "label": torch.cat(held_labels)}
+            yield _batch([t[i : i + batch_size] for t in joined])
+        held, count = [tuple(t[full:] for t in joined)], count - full
+    if count:
+        yield _batch([torch.cat(column) for column in zip(*held, strict=True)])
+
+
+def _batch(tensors: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A batch of the stream: its images normalized, its labels, and where read in order its rows' indices."""
+    return dict(zip(("image", "label", "index"), [normalize(tensors[0]), *tensors[1:]], strict=False))
 
 
 class StreamLoader(WorkerLoader):

@@ -80,7 +80,7 @@ def test_the_profiled_steps_stand_in_as_the_others_typical_step_not_as_a_slow_fi
     took 0.3 + 24 x 0.01 = 0.54 s; the others' mean with the first step in would make it 0.5 x 25 / 21 = 0.595 s."""
     keeper = WindowKeeper("cpu", 4, True, None, None, None, False)
     keeper.cost = (0.2, 0.0, 0.0, 4)
-    intervals, waits = [0.3] + [0.01] * 20 + [math.nan] * 4, [0.0] * 25
+    intervals, waits = [0.3] + [0.01] * 20 + [math.nan] * 4, [(0.0, 0.0)] * 25
     train, _, _ = keeper.without((0.7, 0.0, 0.0), 25, None, intervals, waits)
     assert train == pytest.approx(0.54)
     keeper.reading = WindowReading("cpu")
@@ -94,10 +94,12 @@ def test_a_first_steps_wait_for_its_batch_does_not_stand_in_for_each_profiled_st
     5 profiled (their time and wait taken out with them). Scaled up whole, the wait would be 2 x 4.9 s = 9.8 s, more
     than the 7 s trained."""
     keeper = WindowKeeper("cpu", 5, True, None, None, None, False)
-    keeper.cost = (1.5, 0.5, 0.0, 5)
-    intervals, waits = [4.6] + [0.225] * 4 + [math.nan] * 5, [4.5] + [0.1] * 4 + [0.0] * 5
-    train, fetch, _ = keeper.without((7.0, 5.4, 0.0), 10, None, intervals, waits)
+    keeper.cost = (1.5, 0.5, 0.6, 5)
+    intervals = [4.6] + [0.225] * 4 + [math.nan] * 5
+    waits = [(4.5, 4.55)] + [(0.1, 0.125)] * 4 + [(0.1, 0.12)] * 5
+    train, fetch, host = keeper.without((7.0, 5.4, 5.65), 10, None, intervals, waits)
     assert train == pytest.approx(5.5 + 5 * 0.225) and fetch == pytest.approx(4.9 + 5 * 0.1)  # the first's once
+    assert host == pytest.approx(5.05 + 5 * 0.125)  # as the wait for data: scaled up whole, it would be train time
     train, fetch, _ = keeper.without((7.0, 5.4, 0.0), 10)  # the steps not known: scaled, and held inside train
     assert fetch <= train
 
@@ -129,6 +131,7 @@ def test_an_epoch_with_the_window_keeps_its_own_train_time_and_wait(inside, monk
     assert window is not None and row["profiled"]["steps"] == 4 and window.opens + 4 <= 8  # the spike lies outside
     assert row["train_s"] == pytest.approx(50.0 if inside == "a spike outside" else 20.0)
     assert row["input_wait_s"] == pytest.approx(10.0) and row["eval_s"] == (100.0 if inside == "an evaluation" else 0)
+    assert row["host_wait_s"] == pytest.approx(10.0)
 
 
 def test_a_one_epoch_run_says_its_verdict_rests_on_the_warm_up():

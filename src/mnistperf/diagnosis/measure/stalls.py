@@ -53,18 +53,19 @@ def step_stats(intervals: list[float], first_index: int) -> StepStats:
     )
 
 
-def typical_step(intervals: list[float], waits: list[float]) -> tuple[float, float] | None:
-    """The mean interval, and wait for its batch, of an epoch's steps past its first that were timed (NaN: not).
+def typical_step(intervals: list[float], waits: list[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """The mean interval, wait for its batch and host wait of an epoch's steps past its first timed (NaN: not).
 
-    Spikes left out: a one-off stall is its own step's, not each step's a profiled window's steps stand in for. None
-    where no step is left.
+    ``waits``: each step's wait for its batch and the host's, by its interval. Spikes left out: a one-off stall is its
+    own step's, not each step's a profiled window's steps stand in for. None where no step is left.
     """
-    timed = [(s, w) for i, (s, w) in enumerate(zip(intervals, waits, strict=True)) if i > 0 and not math.isnan(s)]
-    median = percentile(sorted(s for s, _ in timed), 0.5)
-    typical = [(s, w) for s, w in timed if s < SPIKE_FACTOR * median] or timed  # (all alike at 0: none left out)
+    timed = [(s, *w) for i, (s, w) in enumerate(zip(intervals, waits, strict=True)) if i > 0 and not math.isnan(s)]
+    median = percentile(sorted(step[0] for step in timed), 0.5)
+    typical = [step for step in timed if step[0] < SPIKE_FACTOR * median] or timed  # (all alike at 0: none out)
     if not typical:
         return None
-    return math.fsum(s for s, _ in typical) / len(typical), math.fsum(w for _, w in typical) / len(typical)
+    interval, wait, host = (math.fsum(column) / len(typical) for column in zip(*typical, strict=True))
+    return interval, wait, host
 
 
 def drift(epochs: list[dict[str, Any]]) -> dict[str, Any] | None:

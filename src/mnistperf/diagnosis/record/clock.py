@@ -91,8 +91,8 @@ class EpochClock:
         self._first_index: int | None = None
         self.windows.epoch_reset()
         self._intervals: list[float] = []  # each step's host interval (NaN: left out), reduced at the epoch's end
-        self._waits_s: list[float] = []  # each step's wait for its batch, beside its interval
-        self._step_wait_s = 0.0  # the step begun last's
+        self._waits_s: list[tuple[float, float]] = []  # each step's wait for its batch and the host's, by its interval
+        self._step_wait_s = self._step_gap_s = 0.0  # the step begun last's
         self._stats: StepStats | None = None
         # loader_workers: whether the fit's loaders may run workers (False: none is looked for)
         self._memory = EpochMemory(batches, loader_workers, self._number - 1)
@@ -180,6 +180,7 @@ class EpochClock:
         else:
             gap = now - self._last_step_end
             self._host_wait_s += gap
+        self._step_gap_s = gap
         self.steps += 1
         if self.steps == self._memory.mid_step:
             self._memory.read()
@@ -207,7 +208,7 @@ class EpochClock:
         """Step ``index`` was launched: its host interval is kept (NaN if profiled); the last step ends train time."""
         now = time.perf_counter()
         self._intervals.append(math.nan if self.profiling else now - self._last_step_end)
-        self._waits_s.append(self._step_wait_s)
+        self._waits_s.append((self._step_wait_s, self._step_gap_s))
         if self.windows.window is not None:
             self.windows.step_end(index, self._number, not self.epochs, self._waits)
             now = time.perf_counter()
@@ -256,10 +257,12 @@ class EpochClock:
 
     def _measured(
         self,
-    ) -> tuple[tuple[float, float, float], int, tuple[float, float, float] | None, list[float], list[float]]:
+    ) -> tuple[
+        tuple[float, float, float], int, tuple[float, float, float] | None, list[float], list[tuple[float, float]]
+    ]:
         """The epoch's train time, input wait and host wait, its steps, what stands in where profiled whole.
 
-        Then each step's interval (NaN where profiled) and its wait for its batch.
+        Then each step's interval (NaN where profiled), and its wait for its batch and the host's before it.
         """
         per, steps = self._per_step, self.steps
         stand_in = None if per is None else (per[0] * steps, per[1] * steps, per[2] * steps)

@@ -210,14 +210,14 @@ class WindowKeeper:
         steps: int,
         stand_in: tuple[float, float, float] | None = None,
         intervals: list[float] | None = None,
-        waits: list[float] | None = None,
+        waits: list[tuple[float, float]] | None = None,
     ) -> tuple[float, float, float]:
         """An epoch's train time, input wait and host wait over ``steps``, each profiled step as a typical other.
 
         The typical step: :func:`.typical_step` of the epoch's step ``intervals`` and their ``waits`` for their batch
-        (where given): its first step apart, whose one-off work (a loader's workers starting, a cache filled) would
-        stand in for each profiled one, and its spikes. Else the others' share scaled up. An epoch profiled whole has
-        ``stand_in``'s figures where given (an earlier steady epoch's, as many steps).
+        and the host's (where given): its first step apart, whose one-off work (a loader's workers starting, a cache
+        filled) would stand in for each profiled one, and its spikes. Else the others' share scaled up. An epoch
+        profiled whole has ``stand_in``'s figures where given (an earlier steady epoch's, as many steps).
         """
         if self.cost is None:
             return figures
@@ -228,9 +228,15 @@ class WindowKeeper:
         train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
         typical = typical_step(intervals, waits) if intervals is not None and waits is not None else None
         if typical is not None:
-            rest, waited = max(figures[0] - inside[0], 0.0), max(figures[1] - inside[1], 0.0)
-            train, fetch = rest + profiled * typical[0], waited + profiled * typical[1]
-        return train, min(fetch, train), min(host, train)  # (each wait lies inside train time)
+            train, fetch, host = (
+                max(whole - part, 0.0) + profiled * each
+                for whole, part, each in zip(figures, inside, typical, strict=True)
+            )
+        return (
+            train,
+            min(fetch, train),
+            min(max(host, fetch), train),
+        )  # (the wait for data lies in the host's, in train)
 
     def profiled(
         self,
@@ -238,7 +244,7 @@ class WindowKeeper:
         steps: int,
         stand_in: tuple[float, float, float] | None = None,
         intervals: list[float] | None = None,
-        waits: list[float] | None = None,
+        waits: list[tuple[float, float]] | None = None,
     ) -> dict[str, Any] | None:
         """What a window read in this epoch added to it (None: none was), kept in its reading too.
 

@@ -185,6 +185,19 @@ def bad_source(tmp_path: Path, case: str) -> Path:
         fields = lines[2].split(",")
         lines[2] = ",".join([fields[0], "x", *fields[2:]])  # a row's first pixel a word
         (source / "train.csv").write_text("\n".join(lines) + "\n")
+    elif case == "a folder of PNGs":
+        for split in ("train", "test"):
+            (source / split / "3").mkdir(parents=True)
+            (source / split / "3" / "0.png").write_bytes(png(images[0]))
+    elif case.startswith("a pixel past 255"):
+        header = case.endswith("with a header")
+        kaggle_csv(source / "test.csv", images, labels)
+        kaggle_csv(source / "train.csv", images, labels, header=header)
+        lines = (source / "train.csv").read_text().splitlines()
+        fields = lines[int(header)].split(",")
+        fields[10] = "300"  # the file's pixel10: its 11th column
+        lines[int(header)] = ",".join(fields)
+        (source / "train.csv").write_text("\n".join(lines) + "\n")
     elif case == "783 columns":
         kaggle_csv(source / "test.csv", images, labels)
         (source / "train.csv").write_text("\n".join(",".join(["1"] * 783) for _ in range(3)) + "\n")
@@ -203,10 +216,13 @@ def bad_source(tmp_path: Path, case: str) -> Path:
     [
         ("no train split", "has no train split: expected CSV or Parquet files named like"),
         ("783 columns", "train.csv has 783 columns and no header; expected 785"),
+        ("a folder of PNGs", "(or inside a folder named train/); its 2 image files are read only inside Parquet"),
         (
             "a word among the pixels",
             "train.csv: column pixel1 holds string values, not whole numbers; labels must be 0..9 and pixels 0..255",
         ),
+        ("a pixel past 255, with a header", "train.csv: column pixel10 has values"),
+        ("a pixel past 255, no header", "train.csv: column 11 (no header) has values"),
         ("not 28x28 grayscale", "train.parquet: the image in row 0 is 32x32 RGB; expected 28x28 grayscale"),
         ("png does not decode", "train.parquet: the image in row 0 does not decode"),
     ],

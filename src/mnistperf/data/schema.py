@@ -12,7 +12,7 @@ in the middle, its footer) fails there too, as a :class:`PreparedFileError`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +110,16 @@ class Layout:
         """Whether the columns are already named and ordered as the canonical schema's."""
         return self.label in (None, LABEL_COLUMN) and self.pixels == tuple(PIXEL_COLUMNS)
 
+    def told(self) -> dict[str, str]:
+        """How the file names each column of the canonical layout."""
+        return dict(
+            zip(
+                ([LABEL_COLUMN] if self.label else []) + PIXEL_COLUMNS,
+                [*filter(None, [self.label]), *self.pixels],
+                strict=True,
+            )
+        )
+
     def canonical(self, data: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
         """The same data with only the label and pixel columns, named ``label`` and ``pixel0..783`` (no copy)."""
         if self.is_canonical and data.num_columns == len(self.pixels) + self.has_labels:
@@ -170,15 +180,18 @@ def check_schema(
     return layout
 
 
-def check_values(table: pa.Table | pa.RecordBatch, path: Path) -> None:
-    """Check for NaN or nulls, non-integer values and out-of-range pixels and labels."""
+def check_values(table: pa.Table | pa.RecordBatch, path: Path, told: Mapping[str, str] | None = None) -> None:
+    """Check for NaN or nulls, non-integer values and out-of-range pixels and labels.
+
+    ``told``: how the file names each column of the canonical layout, where it names them otherwise.
+    """
     bounds = {LABEL_COLUMN: (0, NUM_CLASSES - 1)}
-    for name in table.schema.names:
-        if name != LABEL_COLUMN and not _PIXEL_NAME.match(name):
+    for column_name in table.schema.names:
+        if column_name != LABEL_COLUMN and not _PIXEL_NAME.match(column_name):
             continue
-        column = table.column(name)
-        low, high = bounds.get(name, (0, 255))
-        what = "labels" if name == LABEL_COLUMN else "pixels"
+        column, name = table.column(column_name), (told or {}).get(column_name, column_name)
+        low, high = bounds.get(column_name, (0, 255))
+        what = "labels" if column_name == LABEL_COLUMN else "pixels"
         nan_count = column.null_count
         if pa.types.is_floating(column.type):
             nan_count += pc.sum(pc.is_nan(column)).as_py() or 0
@@ -223,7 +236,7 @@ def checked_tables(path: Path, require_labels: bool) -> Iterator[tuple[Path, pa.
             table = layout.canonical(parquet.read(columns=[c for c in (layout.label,) if c] + list(layout.pixels)))
         except (pa.ArrowException, OSError) as exc:
             raise damaged(file, exc) from exc
-        check_values(table, file)
+        check_values(table, file, layout.told())
         yield file, table
 
 

@@ -26,6 +26,7 @@ from mnistperf.errors import ConfigError, DataError, PreparedFileError
 
 SPLIT_WORD = {split: re.compile(rf"(^|[^a-z]){split}([^a-z]|$)") for split in prepare.SPLITS}
 SUFFIXES = (".csv", ".parquet")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 EXAMPLES = "train.csv, mnist_train.csv or train-00000-of-00001.parquet"
 
 
@@ -34,7 +35,9 @@ def find_splits(folder: Path) -> dict[str, list[Path]]:
     if not folder.is_dir():
         raise DataError(f"--from {folder}: no such folder; give the folder that holds the train and test files.")
     found: dict[str, list[Path]] = {split: [] for split in prepare.SPLITS}
+    images = 0  # loose image files, which no layout it reads holds
     for file in sorted(folder.rglob("*")):
+        images += file.suffix.lower() in IMAGE_SUFFIXES
         if not file.is_file() or file.suffix.lower() not in SUFFIXES or file.name.startswith("."):
             continue
         words = [part.lower() for part in file.relative_to(folder).parts]
@@ -43,9 +46,15 @@ def find_splits(folder: Path) -> dict[str, list[Path]]:
             found[splits.pop()].append(file)
     for split, files in found.items():
         if not files:
+            loose = (
+                f"; its {images:,} image files are read only inside Parquet (Hugging Face's layout: an image "
+                "column of PNG bytes and a label column), not one file an image"
+                if images
+                else ""
+            )
             raise DataError(
                 f"{folder} has no {split} split: expected CSV or Parquet files named like {EXAMPLES} "
-                f"(or inside a folder named {split}/)."
+                f"(or inside a folder named {split}/){loose}."
             )
         kinds = {f.suffix.lower() for f in files}
         if len(kinds) > 1:
@@ -88,7 +97,13 @@ def read_csv(file: Path) -> pa.Table:
                 f"{file}: column {said} holds {table.schema.field(name).type} values, not whole numbers; "
                 "labels must be 0..9 and pixels 0..255: correct the file and import again."
             )
-    return layout.canonical(table)
+    table = layout.canonical(table)
+    # each column named as the file names it (by its place where it has no header), not by the canonical name
+    told = (
+        layout.told() if header else {name: f"{place} (no header)" for place, name in enumerate(table.column_names, 1)}
+    )
+    schema.check_values(table, file, told)
+    return table
 
 
 def _image_column(table_schema: pa.Schema) -> str | None:

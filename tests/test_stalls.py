@@ -133,7 +133,10 @@ def test_a_slow_first_step_is_named_only_where_it_costs_a_share_of_train_time():
     short = stalls(rows_of(20))
     assert short["slow_first_step"] == [2, 3] and short["slow_first_share"] == pytest.approx(0.2)  # 0.04 s of 0.2 s
     line = format_stalls(short, 0.01, rows_of(20))
-    assert "the first steps of epoch(s) 2, 3 (over 3x the median, the longest 50 ms) took 20% of train time" in line
+    assert (
+        "the first steps of epoch(s) 2, 3 (over 3x their epoch's median, the longest 50 ms) took 20% of train time"
+        in line
+    )
     assert "the loader starting its epoch" in line
     long = stalls(rows_of(1000))  # the same first step in an epoch of 1,000 steps: 0.4 % of it
     assert long["slow_first_step"] == [2, 3] and format_stalls(long, 0.01, rows_of(1000)) is None

@@ -293,9 +293,9 @@ def format_stalls(found: dict[str, Any], median: float | None, epochs: list[dict
     if share is not None and share >= SPIKES_WORTH:
         worst = ", ".join(f"epoch {w['epoch']} step {w['step']} {w['s'] * 1e3:,.0f} ms" for w in found["worst_spikes"])
         parts.append(
-            f"{found[SPIKES]} steps over {SPIKE_FACTOR:.0f}x the median took {share:.0%} of train time past it "
-            f"(the longest: {worst}); such spikes usually come from a loader whose workers fall behind in bursts "
-            "(slow items, workers restarting each epoch), periodic work in the loop (logging, checkpoints), or "
+            f"{found[SPIKES]} steps over {SPIKE_FACTOR:.0f}x their epoch's median took {share:.0%} of train time "
+            f"past it (the longest: {worst}); such spikes usually come from a loader whose workers fall behind in "
+            "bursts (slow items, workers restarting each epoch), periodic work in the loop (logging, checkpoints), or "
             "other work on this machine"
         )
     first_share = found.get("slow_first_share")
@@ -303,7 +303,7 @@ def format_stalls(found: dict[str, Any], median: float | None, epochs: list[dict
         epochs_named = ", ".join(map(str, found["slow_first_step"]))
         longest = found.get("slowest_first_s")  # a file edited by hand may hold the share alone
         parts.append(
-            f"the first steps of epoch(s) {epochs_named} (over {SLOW_FIRST_FACTOR:.0f}x the median"
+            f"the first steps of epoch(s) {epochs_named} (over {SLOW_FIRST_FACTOR:.0f}x their epoch's median"
             f"{'' if longest is None else f', the longest {longest * 1e3:,.0f} ms'}) took {first_share:.0%} of train "
             "time beyond the median step; "
             "a slow first step is usually the loader starting its epoch: its workers starting, unless they persist "
@@ -317,7 +317,7 @@ def format_stalls(found: dict[str, Any], median: float | None, epochs: list[dict
         )
     if not parts:
         return None
-    head = f"Stalls (median step {median * 1e3:.1f} ms): " if median is not None else "Stalls: "
+    head = f"Stalls (the steady epochs' median step {median * 1e3:.1f} ms): " if median is not None else "Stalls: "
     return head + "; ".join(parts)
 
 

@@ -310,3 +310,4 @@ def test_a_data_dir_this_process_may_not_write_in_is_said_before_the_files_are_d
     with pytest.raises(ConfigError, match=f"--data-dir {data}: {data} is a folder this process may not write in; give"):
         prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, log=lambda m: None)
     assert decoded == [] and list(data.iterdir()) == []
+    prepare.require_preparable("mnist", data)  # no local files either: the folder is the fix said first, not them

@@ -270,12 +270,12 @@ def require_preparable(dataset: str, data_dir: str | os.PathLike, source_root: s
 
     Where a split is missing, its raw files are in no local folder and no mirror answers, the error says that
     the folder holds no prepared data and gives the command that prepares it there. A data_dir that cannot be a
-    folder (a file, or below one) is left to the data module's own check.
+    folder (a file, or below one), or one this process may not write in, is left to the data module's own check.
     """
     spec = sources.DATASETS[dataset]
     missing = [split_path(data_dir, dataset, s) for s in SPLITS if not split_path(data_dir, dataset, s).exists()]
-    if not missing or place_taken(Path(data_dir), folder=True) is not None:
-        return
+    if not missing or place_taken(Path(data_dir) / spec.folder, folder=True, written=True) is not None:
+        return  # (a folder it may not write in is said by prepare_dataset, with its fix, before any file is read)
     cache_dir = Path(data_dir) / spec.folder / "raw"
     if sources.found_locally(spec, source_root, cache_dir, "--data.source_root") or sources.mirror_answers(spec):
         return

@@ -366,6 +366,20 @@ def test_an_import_named_as_a_built_in_datasets_folder_or_outside_the_data_dir_i
     assert [path.name for path in data.iterdir()] == [command[command.index("--name") + 1]]
 
 
+def test_a_runs_folder_this_process_may_not_write_in_is_said_first_with_the_option_to_change(
+    workdir, capsys, monkeypatch
+):
+    import os
+
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path).name != "ro" and access(path, mode, **kw))
+    (workdir / "ro").mkdir()  # ... as a read-only mount answers
+    argv = [*stage_argv("v2_pinned", epochs=1), "--trainer.logger.init_args.save_dir", "ro"]
+    fails_in_one_line(
+        capsys, argv, "ro is a folder this process may not write in", "add --trainer.logger.init_args.save_dir"
+    )
+
+
 def test_name_without_from(capsys):
     fails_in_one_line(capsys, ["prepare", "--name", "mine"], "--name goes with --from DIR")
 

@@ -257,11 +257,12 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             )
         if subcommand:
             runs = runs_folder(config)
-            taken = place_taken(runs, folder=True)
+            taken = place_taken(runs, folder=True, written=True)  # (every command writes its run there)
             if taken is not None:  # said before the data is read and the model built, not by the logger
                 raise ConfigError(
                     f"the runs' folder {runs}: {taken}; give trainer.logger.init_args.save_dir "
-                    "(or trainer.default_root_dir) a folder, e.g. lightning_logs"
+                    "(or trainer.default_root_dir) a folder you may write in, e.g. add "
+                    "--trainer.logger.init_args.save_dir lightning_logs"
                 )
             check_checkpoint(config.get("ckpt_path"))  # one line, before Lightning loads it
             if config.data.dataset in DATASETS and not is_uri(config.data.data_dir):  # before Lightning says more

@@ -100,6 +100,31 @@ def test_a_fit_stopped_by_an_error_reports_the_epoch_it_stopped_inside_as_far_as
     assert capsys.readouterr().out.endswith(f"\n{said}\n")
 
 
+class FailsInSecondValidation(SleepyModule):
+    def validation_step(self, batch, batch_idx):
+        if self.current_epoch == 1:
+            raise RuntimeError("a validation step failed")
+
+
+def test_a_fit_stopped_inside_a_validation_says_the_epochs_validation_was_interrupted(tmp_path, capsys):
+    """Its training was whole, its validation not: the epoch is partial, not a finished one with its eval at 0."""
+    timer, loader = EpochTimer(), DataLoader(SlowItems(0.0, 16), batch_size=4)
+    with pytest.raises(RuntimeError, match="a validation step failed"):
+        fit_module(
+            FailsInSecondValidation(0.0), loader, loader, callbacks=[timer], max_epochs=3, default_root_dir=tmp_path
+        )
+    assert [row.get("partial") for row in timer.epochs] == [
+        None,
+        {"steps": 4, "batches": 4, "validation": "interrupted"},
+    ]
+    out = capsys.readouterr().out
+    assert re.search(r"^epoch 2: train [^,(]+(, eval [^,(]+)? \(validation interrupted\), ", out, re.MULTILINE)
+    assert (
+        "Interrupted: the figures cover the 1 finished epoch(s) and epoch 2's training, its validation interrupted"
+        in out
+    )
+
+
 @pytest.mark.parametrize("timer_first", [True, False])
 def test_the_epoch_an_error_stops_is_audited_before_the_summary_whichever_callback_is_listed_first(
     timer_first, tmp_path, capsys

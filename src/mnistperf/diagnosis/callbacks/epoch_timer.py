@@ -375,6 +375,7 @@ class EpochTimer(Callback):
         epoch_begun, fitting = getattr(self, "_epoch_open", False), trainer.state.fn == TrainerFn.FITTING
         if epoch_begun and self.clock.steps and closes_stopped_epoch(trainer):
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
+                self.clock.eval_cut()  # a validation it stopped inside: its time so far, the epoch partial
                 if self.samples.batches.pending is not None and not step_unfinished(trainer):  # trained: its end
                     self.on_train_batch_end(trainer, pl_module, None, None, self.samples.index)  # never came here
                 self.on_train_epoch_end(trainer, pl_module)

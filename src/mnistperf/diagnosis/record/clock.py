@@ -98,6 +98,7 @@ class EpochClock:
         self._memory = EpochMemory(batches, loader_workers, self._number - 1)
         self._cores = EpochCores(loader_workers)
         self._ended = math.nan  # the clock's last read at the end of train or eval time
+        self._evaluating = self._eval_cut = False  # whether an evaluation runs; whether the fit stopped inside one
 
     def expected_steps(self, batches: float) -> float:
         """The epoch's training steps: ``batches``, or where that is inf (no length) the last whole epoch's, if any."""
@@ -237,15 +238,23 @@ class EpochClock:
     def eval_start(self) -> None:
         """An evaluation inside the epoch begins: train time pauses."""
         self.train_end()
+        self._evaluating = True
         if self._eval_start is None:
             self._eval_start = self._synced_now()
 
     def eval_end(self) -> None:
         """The evaluation ends; synchronizes."""
+        self._evaluating = False
         if self._eval_start is not None:
             self._ended = self._synced_now()
             self._eval_s += self._ended - self._eval_start
             self._eval_start = None
+
+    def eval_cut(self) -> None:
+        """An evaluation the fit stopped inside ends now (synchronizes): its epoch is partial, its validation cut."""
+        if self._evaluating:
+            self.eval_end()
+            self._eval_cut = True
 
     def close(self) -> None:
         """Stop a busy window the run did not finish (an interrupted or shortened epoch), saying why it was not read."""
@@ -337,6 +346,9 @@ class EpochClock:
         ended = len(self._intervals)  # the steps that ran (one the module declined as it began did not)
         if self._length is not None and ended < self._length:  # a fit stopped or resumed inside the epoch
             extra["partial"] = {"steps": ended, "batches": self._length}
+        if self._eval_cut:  # trained whole, stopped inside its validation
+            extra["partial"] = {"steps": ended, "batches": self._length or ended, **extra.get("partial", {})}
+            extra["partial"]["validation"] = "interrupted"
         extra = {**extra, **self.flops.epoch(merged[FLOPS], merged[TRAIN_S])}
         if gathered.per_rank is not None:
             extra.update(ranks_apart(gathered.per_rank))

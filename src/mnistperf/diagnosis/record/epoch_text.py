@@ -35,10 +35,14 @@ def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
     """
     bar = "" if bar_epoch is None else f" (bar: Epoch {bar_epoch})"
     largest = max(row[TRAIN_S], row[EVAL_S])
-    part = row.get("partial")
-    train = seconds(row[TRAIN_S], largest) + (f" ({part['steps']:,} of {part['batches']:,} batches)" if part else "")
+    part = row.get("partial") or {}
+    cut = part and part["steps"] < part["batches"]
+    train = seconds(row[TRAIN_S], largest) + (f" ({part['steps']:,} of {part['batches']:,} batches)" if cut else "")
+    evaluation = eval_said(row[EVAL_S], largest) + (
+        f" (validation {part['validation']})" if "validation" in part else ""
+    )
     return (
-        f"epoch {row['epoch']}{bar}: train {train}{eval_said(row[EVAL_S], largest)}, "
+        f"epoch {row['epoch']}{bar}: train {train}{evaluation}, "
         f"{throughput(row[SAMPLES_PER_S])}{loader_samples_text(row.get('loader_samples'))}, {row['verdict']} "
         f"({row['verdict_figure']}){format_counts(row.get('sample_counts'))}"
     )
@@ -242,4 +246,6 @@ def interrupted_line(epochs: list[dict[str, Any]]) -> str:
     part = epochs[-1].get("partial") if epochs else None
     whole = len(epochs) - bool(part)
     inside = f" and {part['steps']:,} of epoch {epochs[-1]['epoch']}'s {part['batches']:,} batches" if part else ""
+    if part and part.get("validation"):
+        inside = f" and epoch {epochs[-1]['epoch']}'s training, its validation {part['validation']}"
     return f"Interrupted: the figures cover the {whole} finished epoch(s){inside}"

@@ -515,6 +515,7 @@ def test_real_bench_on_tiny_data_writes_every_result_file(workdir, monkeypatch, 
     # the runs counted as they start, each with its row's number in the table (a stage's reference rows beside it)
     assert "[1/4] v2_pinned (row 1, repeat 1/1)" in printed and "[4/4] broken (row 2, repeat 1/1)" in printed
     assert "stage/plain train time" in printed and "stage/bare Lightning" in printed
+    assert "speed-up: steady (train + test) s/epoch of the first row" in printed  # beside train-time columns
     assert "| v2_pinned | 1 |" in printed  # the per-step table: 96 rows in one batch of 512
 
 

@@ -58,7 +58,7 @@ def chart_figure(rows: list[Row], device: str, log_scale: bool = False, settings
         ax.bar_label(figures, labels=[shown("published_speedup_x", r, bench) for _, r in published_bars], fontsize=8)
         heights += published_heights
     ax.set_xticks(range(len(done)), [COLUMN["label"].value(r, bench) for r in done], rotation=30, ha="right")
-    ax.set_ylabel("train s/epoch (median); bar labels: speed-up")
+    ax.set_ylabel("train s/epoch (median); bar labels: speed-up of (train + test) s/epoch")
     ax.set_title(f"mnistperf ladder on {device}", fontsize=10)
     if log_scale or max(heights) / min(heights) > LOG_SCALE_RANGE:
         ax.set_yscale("log")

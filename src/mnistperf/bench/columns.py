@@ -294,6 +294,12 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: v for c in COLUMNS if c.key is not None for k, v in c.cells(r, bench).items()} for r in rows]
 
 
+# What the speed-up column and the chart's bar labels compare, beside columns and bars of train time alone
+SPEED_UP_SAID = (
+    "speed-up: steady (train + test) s/epoch of the first row over each row's (train s/epoch: training alone)"
+)
+
+
 def bench_table(rows: list[Row], settings: dict[str, Any] | None = None) -> str:
     """The printable columns of every row as a Markdown table ('(no rows)' when there are none)."""
     printable = table_rows(rows, settings)

@@ -20,7 +20,7 @@ from pathlib import Path
 from mnistperf.atomic import place_taken
 from mnistperf.bench import published
 from mnistperf.bench.chart import redraw_chart
-from mnistperf.bench.columns import REFERENCE_RUNNERS, bench_table
+from mnistperf.bench.columns import REFERENCE_RUNNERS, SPEED_UP_SAID, bench_table
 from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.plans import Plan, check_fit_arguments, plan_runs
 from mnistperf.bench.report import per_step_table, write_all
@@ -255,6 +255,7 @@ def bench_command(argv: Sequence[str]) -> None:
     written = write_all(rows, out, settings, opts.log_scale)
     print()
     print(bench_table(rows, settings))
+    print(SPEED_UP_SAID)
     if per_step_table(rows):
         print("\nPer training step:\n" + per_step_table(rows))
     print("\nwritten: " + ", ".join(str(p) for p in written))

@@ -54,7 +54,7 @@ def test_the_overview_is_printed_before_torch_or_lightning_is_imported(args, sta
     assert done.returncode == status, done.stderr
     assert done.stdout == OVERVIEW
     assert done.stderr.splitlines()[-1] == "[]", done.stderr
-    assert ("unknown command 'fir'" in done.stderr) == (status == 2)
+    assert ("unknown command 'fir'; did you mean fit?" in done.stderr) == (status == 2)
 
 
 def test_the_readme_names_every_command_and_links_every_document():

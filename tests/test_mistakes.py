@@ -86,6 +86,17 @@ def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag,
 
 
 @pytest.mark.parametrize(
+    "argv, meant",
+    [
+        (["--stages", "v1_bs51"], "; did you mean v1_bs512?"),
+        (["--sweep", "data.batchsize=64,128"], "no stage config has this option (did you mean data.batch_size?)"),
+    ],
+)
+def test_a_bench_stage_or_key_misspelt_is_answered_with_the_one_meant(capsys, argv, meant):
+    fails_in_one_line(capsys, ["bench", "--config-dir", str(CONFIGS), *argv], meant)
+
+
+@pytest.mark.parametrize(
     "flag, setting, expected",
     [
         (

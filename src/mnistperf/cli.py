@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from mnistperf.atomic import place_taken
-from mnistperf.close_names import OneLineArgumentParser
+from mnistperf.close_names import OneLineArgumentParser, did_you_mean
 from mnistperf.errors import DEBUG_ENV, ConfigError, MnistperfError
 from mnistperf.install_check import check_torchvision
 
@@ -226,7 +226,8 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
     if command not in (*LIGHTNING_COMMANDS, *OWN_COMMANDS):
         print(OVERVIEW, end="")
         if command not in (None, "-h", "--help"):
-            print(f"mnistperf: error: unknown command {command!r}", file=sys.stderr)
+            meant = did_you_mean(command, (*LIGHTNING_COMMANDS, *OWN_COMMANDS))
+            print(f"mnistperf: error: unknown command {command!r}{meant}", file=sys.stderr)
             raise SystemExit(2)
         return
     with interrupted_at_the_end():

@@ -21,6 +21,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from mnistperf.bench import published
 from mnistperf.bench.columns import Row
+from mnistperf.close_names import did_you_mean
 from mnistperf.console import lightning_info_dropped
 from mnistperf.data.ingest.prepare import is_builtin, require_prepared
 from mnistperf.data.options import is_uri
@@ -54,8 +55,11 @@ def resolve_stages(text: str, config_dir: Path, option: str = "--stages") -> lis
                 f"--config-dir {config_dir}: no such folder; give the folder of the stage configs{checkout}."
             )
         if not path.is_file():
-            known = ", ".join(sorted(p.stem for p in config_dir.glob("*.yaml"))) or "none"
-            raise ConfigError(f"{option}: no config {path} (stages in {config_dir}: {known}).")
+            stems = sorted(p.stem for p in config_dir.glob("*.yaml"))
+            meant = did_you_mean(path.stem, stems) or "."
+            raise ConfigError(
+                f"{option}: no config {path} (stages in {config_dir}: {', '.join(stems) or 'none'}){meant}"
+            )
         stages.append((path.stem, path))
     return stages
 

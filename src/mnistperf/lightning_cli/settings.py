@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 from lightning.pytorch import Trainer
 
+from mnistperf.close_names import closest
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.errors import ConfigError
 from mnistperf.model import ImageClassifier
@@ -52,9 +53,11 @@ def check_key(key: str, option: str) -> None:
     if key == "seed_everything":
         return
     if section not in known or name.split(".")[0] not in inspect.signature(known[section]).parameters:
+        options = [f"{part}.{p}" for part, init in known.items() for p in inspect.signature(init).parameters]
+        meant = closest(key, [*options, "seed_everything"])
         raise ConfigError(
-            f"{option} {key}: no stage config has this option; use data.NAME, model.NAME or "
-            "trainer.NAME (`python -m mnistperf fit --help` lists them)."
+            f"{option} {key}: no stage config has this option{f' (did you mean {meant}?)' if meant else ''}; use "
+            "data.NAME, model.NAME or trainer.NAME (`python -m mnistperf fit --help` lists them)."
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -61,6 +62,12 @@ def test_evaluating_a_checkpoint_of_another_stage_runs_the_stage_asked_for_and_s
         "checkpoint trained with model.compile false, model.channels_last false, model.fused_adam false; "
         "running v3_compiled's model.compile true, model.channels_last true, model.fused_adam true"
     ) in caplog.text
+
+
+def test_evaluating_a_checkpoint_on_another_dataset_says_which_it_was_trained_on(workdir, v2_checkpoint, caplog):
+    shutil.copytree(workdir / "data" / "FashionMNIST", workdir / "data" / "mine")
+    run_stage("v2_pinned", *SMALL, "--ckpt_path", str(v2_checkpoint), "--data.dataset", "mine", command="test")
+    assert "checkpoint trained with data.dataset fashion_mnist; running v2_pinned's data.dataset mine" in caplog.text
 
 
 def test_the_command_line_wins_over_the_checkpoint(workdir, v2_checkpoint, seen_hparams, caplog):

@@ -23,6 +23,8 @@ from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.plans import plan_runs, reference_row_stages
 from mnistperf.bench.report import per_step, per_step_table, thresholds, write_all
 from mnistperf.cli import main
+from mnistperf.diagnosis.record.run import RunSummary
+from mnistperf.diagnosis.record.text import format_split
 
 
 def summary(train: float, evals: float, epochs: int = 2, acc: float = 0.9) -> dict:
@@ -543,6 +545,8 @@ def test_a_graphed_stages_plain_and_bare_rows_run_its_whole_step_per_batch_of_a_
     bare, plain = summaries["bare"], summaries["plain"]
     for row in (bare, *bare["epochs"]):
         assert row["input_wait_share"] is None and row["host_wait_share"] is None and row["verdict"] == "not measured"
+    assert bare["split"]["input_wait_s"] is None and {e["input_wait_s"] for e in bare["epochs"]} == {None}
+    assert format_split(RunSummary.of(bare), "epoch 2") is None  # no "waiting for data 0.00 ms"
     # The plain row times its waits: its verdict is read as the stage's are (its 2-step epochs' window priced as any)
     assert plain["input_wait_share"] is not None and plain["verdict"] != "not measured" and plain["verdict_reason"]
     for mine, theirs in zip(summaries["plain"]["epochs"], summaries["plain ungrouped"]["epochs"], strict=True):

@@ -46,7 +46,7 @@ from mnistperf.console import calm_library_noise
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes
-from mnistperf.diagnosis.figures import EVAL_S, SAMPLES, SAMPLES_PER_S, TRAIN_S, WAITS
+from mnistperf.diagnosis.figures import EVAL_S, HOST_WAIT_S, INPUT_WAIT_S, SAMPLES, SAMPLES_PER_S, TRAIN_S, WAITS
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.run import run_summary, write_summary
 from mnistperf.diagnosis.record.verdict import INPUT_BOUND_SHARE
@@ -227,7 +227,10 @@ NOT_TIMED: dict[str, Any] = {
 
 def waits_not_timed(figures: dict) -> dict:
     """A bare run's figures, per epoch and in total, with the waits and the verdict marked not measured."""
-    return {**figures, **NOT_TIMED, "advice": None, "epochs": [{**row, **NOT_TIMED} for row in figures["epochs"]]}
+    seconds = dict.fromkeys((INPUT_WAIT_S, HOST_WAIT_S))  # (each epoch's, and the split's wait for data)
+    split = {**figures.get("split", {}), INPUT_WAIT_S: None}
+    epochs = [{**row, **NOT_TIMED, **seconds} for row in figures["epochs"]]
+    return {**figures, **NOT_TIMED, "advice": None, "split": split, "epochs": epochs}
 
 
 def main(args: Sequence[str] | None = None) -> None:

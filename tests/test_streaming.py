@@ -88,6 +88,21 @@ def test_rows_read_in_order_carry_their_index_in_the_split_and_predictions_are_w
     assert all("index" not in batch for batch in StreamLoader(shuffled, batch_size=None))
 
 
+def test_predictions_of_batches_without_indices_say_they_are_numbered_in_the_order_read(tmp_path, capsys):
+    """A loader that gives no index (litdata's): the line says its numbers are the order read, not the split's."""
+    from types import SimpleNamespace
+
+    writer = PredictionsFile()
+    trainer = SimpleNamespace(log_dir=str(tmp_path), default_root_dir=str(tmp_path), world_size=1, global_rank=0)
+    trainer.is_global_zero = True
+    writer.on_predict_start(trainer, None)  # type: ignore[arg-type]
+    batch = {"image": torch.zeros(3, 1, 28, 28), "label": torch.zeros(3, dtype=torch.int64)}
+    writer.write_on_batch_end(trainer, None, torch.tensor([4, 5, 6]), None, batch, 0, 0)  # type: ignore[arg-type]
+    writer.on_predict_end(trainer, None)  # type: ignore[arg-type]
+    assert (tmp_path / "predictions.csv").read_text() == "index,predicted\n0,4\n1,5\n2,6\n"
+    assert "their index is the order read, as the loader gives none" in capsys.readouterr().out
+
+
 def test_only_one_footer_is_held_at_a_time(numbered, monkeypatch):
     """Memory must not grow with the number of shards: each file's parsed footer is dropped before the next opens."""
     import weakref

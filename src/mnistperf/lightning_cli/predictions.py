@@ -13,6 +13,8 @@ from typing_extensions import override
 from mnistperf.atomic import atomic_write_text
 
 PREDICTIONS_FILE = "predictions.csv"
+# Where a loader gives no index of its images (litdata's): its workers' turns are not the split's order
+READ_ORDER = "; their index is the order read, as the loader gives none (with workers, not the split's order)"
 
 
 class PredictionsFile(BasePredictionWriter):
@@ -27,12 +29,14 @@ class PredictionsFile(BasePredictionWriter):
         super().__init__(write_interval="batch")
         self.path: Path | None = None  # where the predictions were written (None until they are)
         self._rows: list[tuple[int, int]] = []
+        self._read_order = False
         self._folder = Path()
 
     @override
     def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Nothing predicted yet; the run's log folder read on every process (Lightning broadcasts it)."""
         self._rows, self._folder = [], Path(trainer.log_dir or trainer.default_root_dir)
+        self._read_order = False  # whether a batch came without its images' indices
 
     @override
     def write_on_batch_end(
@@ -49,6 +53,7 @@ class PredictionsFile(BasePredictionWriter):
         start = len(self._rows)
         if not batch_indices and isinstance(batch, Mapping) and "index" in batch:  # a stream's, read in order
             batch_indices = batch["index"].tolist()
+        self._read_order |= not batch_indices
         self._rows += zip(batch_indices or range(start, start + len(classes)), classes, strict=True)
 
     @override
@@ -59,4 +64,7 @@ class PredictionsFile(BasePredictionWriter):
         atomic_write_text(self.path, "index,predicted\n" + "".join(f"{i},{c}\n" for i, c in sorted(self._rows)))
         if trainer.is_global_zero:
             each = "" if trainer.world_size == 1 else f" (rank 0's; each of the {trainer.world_size} ranks its own)"
-            print(f"predictions: the class of each of {len(self._rows):,} test images written to {self.path}{each}")
+            order = READ_ORDER if self._read_order else ""
+            print(
+                f"predictions: the class of each of {len(self._rows):,} test images written to {self.path}{each}{order}"
+            )

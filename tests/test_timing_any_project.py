@@ -215,6 +215,27 @@ def test_lightning_dispatches_only_the_batch_hooks_the_timer_uses_and_a_subclass
     assert watching.backwards == EPOCHS * ROWS // BATCH
 
 
+class LogsTimingItself(TupleBatches):
+    def on_train_epoch_end(self):
+        self.log("timing/train_s", 123.0)
+
+
+def test_a_figure_the_module_logs_under_the_same_name_is_left_to_the_module_said_once(tmp_path, capsys):
+    """Two series under one name would interleave in every logger: the module's own is kept."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    data = DataLoader(TensorDataset(*features()), batch_size=BATCH)
+    logger = CSVLogger(tmp_path, name="run")
+    fit_module(LogsTimingItself(), data, callbacks=[EpochTimer()], max_epochs=3, logger=logger)
+    rows = (Path(logger.log_dir) / "metrics.csv").read_text().splitlines()
+    column = rows[0].split(",").index("timing/train_s")
+    values = [row.split(",")[column] for row in rows[1:] if row.split(",")[column]]
+    assert values[-2:] == ["123.0", "123.0"] and values.count("123.0") == 3  # the timer's first alone beside them
+    out = capsys.readouterr().out
+    said = "EpochTimer: the module logs timing/train_s itself, so EpochTimer from now on logs its own figure of that"
+    assert out.count(said) == 1
+
+
 def test_a_trainer_fitted_again_says_its_timing_json_took_the_place_of_the_first_fits(tmp_path, capsys):
     """Lightning keeps a Trainer's log folder for its next fit: the second timing.json replaces the first, said so."""
     data = DataLoader(TensorDataset(*features()), batch_size=BATCH)

@@ -66,6 +66,12 @@ class Reporter:
             step, epoch = 0, {"epoch": trainer.current_epoch}
             with self.guard(f"reading the step to log {what} at"):
                 step = epoch_log_step(trainer)
+                taken = sorted(set(scalars) & set(trainer.logged_metrics))  # the module's own, under the same names
+                if taken:  # each its own series: the module's kept, the callback's left out, said once
+                    scalars = {key: value for key, value in scalars.items() if key not in taken}
+                    plural = "s" if len(taken) > 1 else ""
+                    mine = f"from now on logs its own figure{plural} of that name to timing.json alone"
+                    self.say_once(trainer, f"the module logs {', '.join(taken)} itself, so {self.owner} {mine}")
             for logger in trainer.loggers:
                 with self.guard(f"logging {what} to {type(logger).__name__}"):
                     logger.log_metrics({**scalars, **epoch}, step=step)

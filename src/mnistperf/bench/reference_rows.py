@@ -91,11 +91,12 @@ def run(cli: MnistperfCLI, loader_only: bool = False) -> dict:
         for step in range(limit):
             fetch_start = time.perf_counter()
             batch = next(batches, None)
-            clock.add_fetch_wait(time.perf_counter() - fetch_start)
+            waited = time.perf_counter() - fetch_start
             if batch is None:
+                clock.add_fetch_wait(waited)
                 break
             batch = datamodule.to_device(batch, device)
-            clock.step_start(step)
+            clock.step_start(step, waited)  # the step's own wait: a profiled step's stand-in reads it
             clock.count(model.samples_in_batch(batch))
             for step_batch in [] if loader_only else step_batches(batch):
                 train_step(step_batch)

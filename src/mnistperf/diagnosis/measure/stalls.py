@@ -53,15 +53,21 @@ def step_stats(intervals: list[float], first_index: int) -> StepStats:
     )
 
 
-def typical_step(intervals: list[float], waits: list[tuple[float, float]]) -> tuple[float, float, float] | None:
+def typical_step(
+    intervals: list[float], waits: list[tuple[float, float]], stood_in: int
+) -> tuple[float, float, float] | None:
     """The mean interval, wait for its batch and host wait of an epoch's steps past its first timed (NaN: not).
 
-    ``waits``: each step's wait for its batch and the host's, by its interval. Spikes left out: a one-off stall is its
-    own step's, not each step's a profiled window's steps stand in for. None where no step is left.
+    ``waits``: each step's wait for its batch and the host's, by its interval. Where ``stood_in`` steps at that rate
+    would hold under half a spike, the spikes are left out: a one-off stall is its own step's, not each step's a
+    profiled window's steps stand in for (spikes that recur, an accumulation's optimizer step, are kept in the mean).
+    None where no step is left.
     """
     timed = [(s, *w) for i, (s, w) in enumerate(zip(intervals, waits, strict=True)) if i > 0 and not math.isnan(s)]
     median = percentile(sorted(step[0] for step in timed), 0.5)
-    typical = [step for step in timed if step[0] < SPIKE_FACTOR * median] or timed  # (all alike at 0: none out)
+    typical = [step for step in timed if step[0] < SPIKE_FACTOR * median]
+    if not typical or (len(timed) - len(typical)) * stood_in >= len(timed) / 2:  # (all alike at 0; spikes recur)
+        typical = timed
     if not typical:
         return None
     interval, wait, host = (math.fsum(column) / len(typical) for column in zip(*typical, strict=True))

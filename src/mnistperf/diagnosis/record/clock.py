@@ -210,6 +210,7 @@ class EpochClock:
         now = time.perf_counter()
         self._intervals.append(math.nan if self.profiling else now - self._last_step_end)
         self._waits_s.append((self._step_wait_s, self._step_gap_s))
+        self._step_wait_s = self._step_gap_s = 0.0  # (a None batch's end comes without a start)
         if self.windows.window is not None:
             self.windows.step_end(index, self._number, not self.epochs, self._waits)
             now = time.perf_counter()

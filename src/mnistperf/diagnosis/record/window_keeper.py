@@ -226,17 +226,13 @@ class WindowKeeper:
             return stand_in or figures
         scale = steps / (steps - profiled)
         train, fetch, host = (max(whole - part, 0.0) * scale for whole, part in zip(figures, inside, strict=True))
-        typical = typical_step(intervals, waits) if intervals is not None and waits is not None else None
+        typical = typical_step(intervals, waits, profiled) if intervals is not None and waits is not None else None
         if typical is not None:
             train, fetch, host = (
                 max(whole - part, 0.0) + profiled * each
                 for whole, part, each in zip(figures, inside, typical, strict=True)
             )
-        return (
-            train,
-            min(fetch, train),
-            min(max(host, fetch), train),
-        )  # (the wait for data lies in the host's, in train)
+        return train, min(fetch, train), min(host, train)  # (each wait lies inside train time)
 
     def profiled(
         self,

@@ -71,12 +71,14 @@ def test_rows_read_in_order_carry_their_index_in_the_split_and_predictions_are_w
     numbered, world_size, num_workers, tmp_path
 ):
     """The workers' batches come in turns, so the order read is not the split's: predict writes each image's class
-    by the index its batch carries (a rank's padding wraps to the first rows). Shuffled batches carry none."""
+    by the index its batch carries (a rank's padding wraps to the first rows). Training's batches carry none."""
     path, images = numbered
     pixels = torch.as_tensor(images).reshape(len(images), -1)
     writer, predicted = PredictionsFile(), []
     for rank in range(world_size):
-        stream = ParquetStream(path, require_labels=True).configured(batch_size=16, rank=rank, world_size=world_size)
+        stream = ParquetStream(path, require_labels=True).configured(
+            batch_size=16, rank=rank, world_size=world_size, indexed=True
+        )
         for batch in StreamLoader(stream, batch_size=None, num_workers=num_workers):
             read = (batch["image"] * 255).round().to(torch.uint8).reshape(len(batch["label"]), -1)
             assert torch.equal(read, pixels[batch["index"]]) and torch.equal(batch["label"], batch["index"] % 10)
@@ -85,7 +87,21 @@ def test_rows_read_in_order_carry_their_index_in_the_split_and_predictions_are_w
             predicted += zip(batch["index"].tolist(), classes.tolist(), strict=True)
     assert sorted(writer._rows) == sorted(predicted) and {index for index, _ in predicted} == set(range(203))
     shuffled = ParquetStream(path, require_labels=True).configured(batch_size=16, shuffle=True, buffer_rows=30)
-    assert all("index" not in batch for batch in StreamLoader(shuffled, batch_size=None))
+    unindexed = ParquetStream(path, require_labels=True).configured(batch_size=16)  # training's, in order
+    assert all(
+        "index" not in batch for stream in (shuffled, unindexed) for batch in StreamLoader(stream, batch_size=None)
+    )
+
+
+def test_the_stream_pipelines_evaluation_batches_carry_their_indices_and_its_training_batches_none(workdir):
+    from mnistperf.data.datamodule import MNISTDataModule
+
+    data = MNISTDataModule(
+        data_dir=str(workdir / "data"), pipeline="stream", batch_size=8, num_workers=0, shuffle=False
+    )
+    data.setup("fit")
+    assert "index" not in next(iter(data.train_dataloader()))
+    assert next(iter(data.val_dataloader()))["index"].tolist() == list(range(8))
 
 
 def test_predictions_of_batches_without_indices_say_they_are_numbered_in_the_order_read(tmp_path, capsys):

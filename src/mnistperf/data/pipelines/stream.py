@@ -43,12 +43,13 @@ class ParquetStream(IterableDataset):
         self.num_rows = self.file_offsets[-1]
         self.seed = seed
         self.shuffle, self.buffer_rows, self.batch_size, self.drop_last = False, 10_000, 1, False
+        self.indexed = False  # whether batches read in order carry their rows' indices (evaluation's, not training's)
         self.rank, self.world_size = 0, 1
         # Shared with worker processes, so a new epoch reshuffles even with non-persistent workers.
         self.epoch = torch.full((), -1, dtype=torch.int64).share_memory_()
 
     def configured(self, **options) -> ParquetStream:
-        """A copy with loader options set: shuffle, buffer_rows, batch_size, drop_last, rank, world_size."""
+        """A copy with loader options set: shuffle, indexed, buffer_rows, batch_size, drop_last, rank, world_size."""
         stream = copy.copy(self)
         for name, value in options.items():
             if not hasattr(stream, name):
@@ -110,7 +111,7 @@ class ParquetStream(IterableDataset):
                 position += record_batch.num_rows
                 if lo < hi:
                     piece = layout.canonical(record_batch.slice(lo, hi - lo))
-                    schema.check_values(piece, file)
+                    schema.check_values(piece, file, layout.told())
                     yield schema.to_tensors(piece)
 
     # ------------------------------------------------------------------ shuffling and batching
@@ -126,8 +127,10 @@ class ParquetStream(IterableDataset):
             epoch = int(self.epoch)
             generator = torch.Generator().manual_seed(hash((self.seed, epoch, self.rank, worker)) % 2**63)
             pieces = _shuffled(read, self.buffer_rows, generator)
-        else:  # in order: each row's index in the split goes with it, as predictions are written by it
+        elif self.indexed:  # in order: each row's index in the split goes with it, as predictions are written by it
             pieces = _indexed(read, start, self.num_rows)
+        else:
+            pieces = read
         yield from _batched(pieces, self.batch_size)
 
 
@@ -229,6 +232,7 @@ class StreamPipeline(Pipeline):
         shuffle, drop_last = self.order(train)
         stream = data.configured(
             shuffle=shuffle,
+            indexed=not train,  # (a training batch holds samples alone: an index would be fingerprinted with them)
             buffer_rows=self.options.stream_buffer_rows,
             batch_size=self.options.batch_size,
             drop_last=drop_last,

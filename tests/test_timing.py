@@ -106,23 +106,31 @@ class FailsInSecondValidation(SleepyModule):
             raise RuntimeError("a validation step failed")
 
 
-def test_a_fit_stopped_inside_a_validation_says_the_epochs_validation_was_interrupted(tmp_path, capsys):
-    """Its training was whole, its validation not: the epoch is partial, not a finished one with its eval at 0."""
+@pytest.mark.parametrize("every", [1.0, 0.5], ids=["at the epoch's end", "inside the epoch"])
+def test_a_fit_stopped_inside_a_validation_says_the_epochs_validation_was_interrupted(tmp_path, capsys, every):
+    """Its training whole (or as far as a validation inside it), its validation not: the epoch is partial, not a
+    finished one with its eval at 0."""
     timer, loader = EpochTimer(), DataLoader(SlowItems(0.0, 16), batch_size=4)
     with pytest.raises(RuntimeError, match="a validation step failed"):
         fit_module(
-            FailsInSecondValidation(0.0), loader, loader, callbacks=[timer], max_epochs=3, default_root_dir=tmp_path
+            FailsInSecondValidation(0.0),
+            loader,
+            loader,
+            callbacks=[timer],
+            max_epochs=3,
+            val_check_interval=every,
+            default_root_dir=tmp_path,
         )
+    steps = int(4 * every)
     assert [row.get("partial") for row in timer.epochs] == [
         None,
-        {"steps": 4, "batches": 4, "validation": "interrupted"},
+        {"steps": steps, "batches": 4, "validation": "interrupted"},
     ]
     out = capsys.readouterr().out
-    assert re.search(r"^epoch 2: train [^,(]+(, eval [^,(]+)? \(validation interrupted\), ", out, re.MULTILINE)
-    assert (
-        "Interrupted: the figures cover the 1 finished epoch(s) and epoch 2's training, its validation interrupted"
-        in out
-    )
+    assert re.search(r"^epoch 2: train [^,]+?(, eval [^,(]+)? \(validation interrupted\), ", out, re.MULTILINE)
+    trained = "training" if steps == 4 else f"{steps} of 4 batches"
+    said = f"Interrupted: the figures cover the 1 finished epoch(s) and epoch 2's {trained}, its validation interrupted"
+    assert said in out
 
 
 @pytest.mark.parametrize("timer_first", [True, False])

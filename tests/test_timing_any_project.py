@@ -236,17 +236,24 @@ def test_a_figure_the_module_logs_under_the_same_name_is_left_to_the_module_said
     assert out.count(said) == 1
 
 
-def test_a_trainer_fitted_again_says_its_timing_json_took_the_place_of_the_first_fits(tmp_path, capsys):
-    """Lightning keeps a Trainer's log folder for its next fit: the second timing.json replaces the first, said so."""
+@pytest.mark.parametrize("logged", [False, True], ids=["logger=False", "a logger"])
+def test_a_trainer_fitted_again_says_its_timing_json_took_the_place_of_the_first_fits(tmp_path, capsys, logged):
+    """Lightning keeps a Trainer's log folder for its next fit: the second timing.json replaces the first, said so
+    with what would keep both (without a logger, a new Trainer writes to the same root)."""
     data = DataLoader(TensorDataset(*features()), batch_size=BATCH)
-    trainer = fit_module(TupleBatches(), data, callbacks=[EpochTimer()], max_epochs=1, default_root_dir=tmp_path)
+    logger = TensorBoardLogger(tmp_path, "run") if logged else False
+    trainer = fit_module(
+        TupleBatches(), data, callbacks=[EpochTimer()], max_epochs=1, logger=logger, default_root_dir=tmp_path
+    )
     first = capsys.readouterr().out
     trainer.fit_loop.max_epochs = 2
     trainer.fit(trainer.lightning_module, data)
     second = capsys.readouterr().out
     assert "timing summary written" in first and "in place of an earlier fit's" not in first
-    assert "in place of an earlier fit's there; a new Trainer, or a logger version of its own" in second
-    assert [row["epoch"] for row in json.loads((tmp_path / "timing.json").read_text())["epochs"]] == [2]
+    keeps = "a new Trainer, or a logger version of its own," if logged else "another default_root_dir"
+    assert f"in place of an earlier fit's there; {keeps} keeps each fit's" in second
+    folder = Path(trainer.log_dir) if logged else tmp_path
+    assert [row["epoch"] for row in json.loads((folder / "timing.json").read_text())["epochs"]] == [2]
 
 
 def test_a_timer_listed_twice_stands_aside_saying_so_and_the_first_times_the_fit_as_alone(tmp_path, capsys):

@@ -10,17 +10,14 @@ pipelines import it; the name of a pipeline is checked where the registry makes 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from mnistperf.atomic import place_taken
-from mnistperf.data.ingest.sources import DATASETS
+from mnistperf.data.ingest.sources import DATASETS, OWN_NAME
 from mnistperf.errors import ConfigError
-
-_FOLDER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def is_uri(location: object) -> bool:
@@ -90,7 +87,7 @@ class LoaderOptions:
             raise ConfigError(
                 f"data.data_dir {self.data_dir}: {taken}; give the folder that holds the datasets (data/ by default)."
             )
-        if not _FOLDER_NAME.match(str(self.dataset)):
+        if not OWN_NAME.match(str(self.dataset)):
             names = ", ".join([*DATASETS, "synthetic"])
             raise ConfigError(
                 f"data.dataset {self.dataset!r} is neither a built-in dataset ({names}) nor a folder name "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 import textwrap
 import warnings
@@ -259,10 +260,12 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             runs = runs_folder(config)
             taken = place_taken(runs, folder=True, written=True)  # (every command writes its run there)
             if taken is not None:  # said before the data is read and the model built, not by the logger
+                other = Path("lightning_logs")  # a folder it may write in: here, else under the home folder
+                other = other if place_taken(other, folder=True, written=True) is None else Path.home() / other
                 raise ConfigError(
                     f"the runs' folder {runs}: {taken}; give trainer.logger.init_args.save_dir "
                     "(or trainer.default_root_dir) a folder you may write in, e.g. add "
-                    "--trainer.logger.init_args.save_dir lightning_logs"
+                    f"--trainer.logger.init_args.save_dir {shlex.quote(str(other))}"
                 )
             check_checkpoint(config.get("ckpt_path"))  # one line, before Lightning loads it
             if config.data.dataset in DATASETS and not is_uri(config.data.data_dir):  # before Lightning says more

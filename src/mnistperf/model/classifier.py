@@ -165,8 +165,10 @@ class ImageClassifier(LightningModule):
             saved = {"precision": checkpoint[PRECISION_KEY]} if PRECISION_KEY in checkpoint else {}
             changed = differences(saved, {"precision": str(self._trainer.precision)}, "trainer.") + changed
             data = getattr(getattr(self._trainer, "datamodule", None), "hparams", {})  # what it learned from
-            trained_on = {k: v for k, v in checkpoint.get("datamodule_hyper_parameters", {}).items() if k == "dataset"}
-            changed += differences(trained_on, {"dataset": data.get("dataset")}, "data.")
+            if "dataset" in data:  # the lab's DataModule (another, or loaders alone, names none)
+                kept = checkpoint.get("datamodule_hyper_parameters", {})
+                trained_on = {k: v for k, v in kept.items() if k == "dataset"}
+                changed += differences(trained_on, {"dataset": data["dataset"]}, "data.")
             stage = self._trainer.logger.name if self._trainer.logger is not None else None
         line = differences_line(changed, stage)
         if line is not None:

@@ -176,8 +176,11 @@ def read_split(files: Iterable[Path]) -> pa.Table:
     """Every file of one split, checked, as one table in the canonical layout."""
     tables = []
     for file in files:
-        table = read_csv(file) if file.suffix.lower() == ".csv" else read_parquet(file)
-        schema.check_values(table, file)
+        if file.suffix.lower() == ".csv":
+            table = read_csv(file)  # checked as it is read, each column named as the file names it
+        else:
+            table = read_parquet(file)
+            schema.check_values(table, file)
         tables.append(table.cast(schema.canonical_schema()))  # values checked: the narrowing cast is exact
     return pa.concat_tables(tables)
 
@@ -189,8 +192,8 @@ def refused_name(name: str) -> str | None:
         return "is a built-in dataset"
     if name.lower() in builtin:
         return f"is the folder of the built-in dataset {builtin[name.lower()]}, whose files the import would replace"
-    if not name or name.startswith(".") or Path(name).name != name or "\\" in name:
-        return "is not a plain folder name under --data-dir (no /, \\ or leading . in it)"
+    if not sources.OWN_NAME.match(name):  # as data.dataset takes it
+        return "is not a folder name of letters, digits, '_', '-' and '.' (not first)"
     return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import re
 import shutil
 import urllib.error
 import urllib.request
@@ -23,6 +24,8 @@ from mnistperf.atomic import atomic_write
 from mnistperf.errors import DataError
 
 SOURCE_ROOT_ENV = "MNISTPERF_SOURCE_ROOT"
+#: the name of a dataset of one's own: its folder under data_dir (letters, digits, '_', '-', '.', not first)
+OWN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 SYSTEM_DATASETS_DIR = Path("/usr/share/datasets")
 IMAGE_SIDE = 28
 IDX_IMAGES_MAGIC = 2051

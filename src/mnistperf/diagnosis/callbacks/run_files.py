@@ -74,7 +74,7 @@ class RunFiles:
         if interrupted:
             print(interrupted_line(clock.epochs), flush=True)
         if written is not None:  # a folder refusing timing.json was said once
-            print(written_line("summary", path, replaced), flush=True)
+            print(written_line("summary", path, replaced, trainer.logger is not None), flush=True)
             with self.problems.guard(f"writing the report beside {path}"):
                 report = path.with_name(REPORT_FILE)
                 [name] = run_labels([path], [summary.get("config")])  # the run named as `mnistperf report` names it

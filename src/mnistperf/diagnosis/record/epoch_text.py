@@ -225,13 +225,18 @@ WRITTEN = {
 }
 
 
-# Where a fit's timing.json takes the place of an earlier fit's: the same Trainer fitted again, or logger=False's root
-REPLACED = " (in place of an earlier fit's there; a new Trainer, or a logger version of its own, keeps each fit's)"
+# Where a fit's timing.json takes the place of an earlier fit's (the same Trainer fitted again, or logger=False's
+# root), and what keeps each fit's there: with a logger, and without one
+REPLACED = " (in place of an earlier fit's there; {keeps} keeps each fit's)"
+KEEPS = ("a new Trainer, or a logger version of its own,", "another default_root_dir")
 
 
-def written_line(what: str, path: Any, replaced: bool = False) -> str:
-    """The line that says the timer wrote ``what`` (a key of :data:`WRITTEN`) to ``path`` (``replaced``: another's)."""
-    return WRITTEN[what].format(path=path) + (REPLACED if replaced else "")
+def written_line(what: str, path: Any, replaced: bool = False, logged: bool = True) -> str:
+    """The line that says the timer wrote ``what`` (a key of :data:`WRITTEN`) to ``path``.
+
+    ``replaced``: in place of another's, in a run with a logger (``logged``) or without one.
+    """
+    return WRITTEN[what].format(path=path) + (REPLACED.format(keeps=KEEPS[not logged]) if replaced else "")
 
 
 # Where a fit stops before its first epoch closed (under DDP an epoch it stops inside is not closed: ranks may be gone)
@@ -246,6 +251,9 @@ def interrupted_line(epochs: list[dict[str, Any]]) -> str:
     part = epochs[-1].get("partial") if epochs else None
     whole = len(epochs) - bool(part)
     inside = f" and {part['steps']:,} of epoch {epochs[-1]['epoch']}'s {part['batches']:,} batches" if part else ""
-    if part and part.get("validation"):
-        inside = f" and epoch {epochs[-1]['epoch']}'s training, its validation {part['validation']}"
+    if part and part.get("validation"):  # its training whole, or as far as a validation inside it
+        trained = (
+            "training" if part["steps"] >= part["batches"] else f"{part['steps']:,} of {part['batches']:,} batches"
+        )
+        inside = f" and epoch {epochs[-1]['epoch']}'s {trained}, its validation {part['validation']}"
     return f"Interrupted: the figures cover the {whole} finished epoch(s){inside}"

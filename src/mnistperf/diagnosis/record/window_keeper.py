@@ -232,7 +232,11 @@ class WindowKeeper:
                 max(whole - part, 0.0) + profiled * each
                 for whole, part, each in zip(figures, inside, typical, strict=True)
             )
-        return train, min(fetch, train), min(host, train)  # (each wait lies inside train time)
+        # the profiler only adds time: no figure is more than measured; each wait lies inside train time
+        train, fetch, host = (
+            min(estimate, measured) for estimate, measured in zip((train, fetch, host), figures, strict=True)
+        )
+        return train, min(fetch, train), min(host, train)
 
     def profiled(
         self,

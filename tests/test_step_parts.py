@@ -256,6 +256,19 @@ def test_where_the_wait_for_the_next_batch_is_the_costliest_part_the_loader_is_n
     assert not any(hint.startswith("more DataLoader workers") for hint in crowded["hints"])
 
 
+def test_the_wait_for_the_next_batch_is_read_from_every_step_not_from_the_few_timed_by_their_parts():
+    """The steps timed by their parts are one in 16: two or three of a short epoch's, a spike among them turning the
+    fetch's share to 57 % where the epoch's measured wait was 40 %. The culprit and what it could buy rest on 40 %."""
+    sampled = {"fetch": 0.00228, "training_step": 0.0012, LOOP: 0.0005}  # 57 % of a 4 ms step
+    found = overhead_bound(sampled, input_wait_share=0.4, cpu_busy_share=0.3)
+    assert found["culprit"]["part"] == "fetch" and found["culprit"]["share"] == pytest.approx(0.4)
+    assert found["culprit"]["speed_up_at_most"] == pytest.approx(1 / 0.6)
+    headline = format_headline({**RUN, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2]})
+    assert "why: fetch took 1.60 ms of each 4.00 ms step" in headline
+    # where the epoch's wait is small, the few timed steps' fetch names no culprit
+    assert "culprit" not in overhead_bound(sampled, input_wait_share=0.02, cpu_busy_share=0.3)
+
+
 def test_where_the_step_is_an_installed_packages_the_fix_for_its_self_log_says_so(tmp_path, monkeypatch):
     from mnistperf.diagnosis.callbacks.project_reader import installed_step, project_hints
     from mnistperf.diagnosis.record.project_terms import ProjectTerms

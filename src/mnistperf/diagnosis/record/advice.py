@@ -159,6 +159,9 @@ def culprit(summary: Mapping[str, Any], busy: float | None) -> dict[str, Any] | 
     """
     found = [lagged] if (lagged := lagging_rank(summary)) is not None else []
     steps, between = summary.get("step_parts"), summary.get("between_epochs")
+    wait = summary.get(INPUT_WAIT_SHARE)
+    if steps and FETCH in steps["parts"] and wait is not None:  # every step's wait, measured, not the few timed's
+        steps = {**steps, "parts": {**steps["parts"], FETCH: wait * steps["step_s"]}}
     if steps and (named := costliest(steps["parts"], steps["step_s"], fetch=True)):
         part, seconds = named
         share = seconds / steps["step_s"]

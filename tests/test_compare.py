@@ -179,13 +179,20 @@ def test_two_models_that_save_no_hyperparameters_or_cut_epochs_apart_are_told_ap
     class Deeper(Net):
         pass
 
-    data = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8)
-    for name, module, limit in (("a", Net(4, 1), 1.0), ("b", Deeper(4, 8, 1), 3)):
-        fit_module(module, data, callbacks=[EpochTimer()], default_root_dir=tmp_path / name, limit_train_batches=limit)
+    rows = TensorDataset(torch.randn(32, 4))
+    for name, module, limit, loader in (
+        ("a", Net(4, 1), 1.0, DataLoader(rows, batch_size=8)),
+        ("b", Deeper(4, 8, 1), 3, DataLoader(rows, batch_size=8, num_workers=1, persistent_workers=True)),
+    ):
+        fit_module(
+            module, loader, callbacks=[EpochTimer()], default_root_dir=tmp_path / name, limit_train_batches=limit
+        )
     a, b = (json.loads((tmp_path / name / "timing.json").read_text()) for name in "ab")
     found = compare(RunSummary.of(a), RunSummary.of(b))
     assert {"module.class Net -> Deeper", "module.parameters 5 -> 49"} <= set(found["changed"])
     assert "trainer.limit_train_batches 1.0 -> 3" in found["changed"]  # epochs cut apart: said, not the machine's
-    older = {key: value for key, value in a.items() if key not in ("module", "trainer")}  # written before these
+    # a plain DataLoader's settings, where no DataModule records its own
+    assert {"loader.num_workers 0 -> 1", "loader.persistent_workers False -> True"} <= set(found["changed"])
+    older = {key: value for key, value in a.items() if key not in ("loader", "module", "trainer")}  # before these
     changed = compare(RunSummary.of(older), RunSummary.of(b))["changed"]
-    assert not any(c.startswith(("module.", "trainer.")) for c in changed)
+    assert not any(c.startswith(("loader.", "module.", "trainer.")) for c in changed)

@@ -18,6 +18,7 @@ from typing import Any
 
 import lightning
 import torch
+from torch.utils.data import DataLoader
 
 from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis.figures import PEAK_RSS_MB, Figure
@@ -54,6 +55,10 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
 
 
+# What a training DataLoader's settings change of its epochs' time, recorded where no DataModule tells its own
+LOADER_SETTINGS = ("batch_size", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor", "drop_last")
+
+
 def run_summary(
     runner: str,
     trainer: Any,
@@ -75,6 +80,10 @@ def run_summary(
     with guard("reading the DataModule's loader_settings()"):
         if datamodule is not None and hasattr(datamodule, "loader_settings"):
             found["data"] = datamodule.loader_settings()
+    with guard("reading the training DataLoader's settings"):  # another project's, where its DataModule tells none
+        loader = getattr(trainer, "train_dataloader", None)
+        if "data" not in found and isinstance(loader, DataLoader):
+            found["loader"] = {name: jsonable(getattr(loader, name, None)) for name in LOADER_SETTINGS}
     with guard("reading the module's hyperparameters"):
         if module is not None:
             found["model"] = {k: v for k, v in module.hparams.items() if not k.startswith("_")}

@@ -283,6 +283,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             f"{faster}, more where the others' waiting costs them more than its lag",
         }[named["per"]]
         found["ceiling"] = f"{clause}; {found['ceiling']}" if "ceiling" in found else clause
+        if named["per"] == "step" and "at_most_s_less" not in found:  # the one ceiling on train time it states
+            found["at_most_s_less"] = share * train_s
     if "ceiling" not in found:
         return None
     used, usable = torch.get_num_threads(), usable_cpus()

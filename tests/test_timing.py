@@ -82,6 +82,18 @@ def test_an_epoch_the_fit_ends_inside_is_said_partial_and_left_out_of_the_steady
     assert summary[figures.AVG_TRAIN_S] == timer.epochs[1][figures.TRAIN_S]
 
 
+def test_where_the_only_epoch_past_the_warm_up_was_cut_short_the_averages_say_so(tmp_path, capsys):
+    timer = EpochTimer()
+    loader = DataLoader(SlowItems(0.0, 24), batch_size=6)
+    fit_module(SleepyModule(0.0), loader, callbacks=[timer], max_epochs=3, max_steps=6, default_root_dir=tmp_path)
+    assert [row.get("partial") for row in timer.epochs] == [None, {"steps": 2, "batches": 4}]
+    out = capsys.readouterr().out
+    assert "Per epoch (epoch 2, cut short; warm-up epoch 1:" in out
+    main(["report", str(timer.summary_path)])
+    assert "Average Train Time per Epoch: " in (report := capsys.readouterr().out)
+    assert "(epoch 2, cut short; epoch 1 (warm-up):" in report
+
+
 @pytest.mark.parametrize(("step", "whole"), [(2, 0), (6, 1), (8, 2)])
 def test_a_fit_stopped_by_an_error_reports_the_epoch_it_stopped_inside_as_far_as_it_trained(
     step, whole, tmp_path, capsys

@@ -170,7 +170,8 @@ def aggregate(
     verdict, reason = classify(read, input_bound_share, not_measured(reading, ended=True))
     figure = deciding(read, verdict, input_bound_share)
     if reading is not None and reading.in_warmup and reading.share is not None:
-        reason += "; it rests on the warm-up epoch, the only one of this run"
+        only = "the only one of this run" if len(epochs) == 1 else "the only whole one of this run"
+        reason += f"; it rests on the warm-up epoch, {only}"
     allocated = max(_measured_values(epochs, figures.DEVICE_ALLOCATED_MB), default=None)  # over every epoch
     reserved = max(_measured_values(epochs, figures.DEVICE_RESERVED_MB), default=math.nan)
     found = {

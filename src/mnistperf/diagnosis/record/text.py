@@ -174,9 +174,14 @@ def reading_doubt(share: float, margin: float) -> str:
 
 
 def steady_said(run: RunSummary) -> str:
-    """The run's steady epochs as its summary names them: ``epoch 2``, ``epochs 2-3``."""
+    """The run's steady epochs as its summary names them: ``epoch 2``, ``epochs 2-3``, ``epoch 2, cut short``.
+
+    Cut short: where the only epochs past the warm-up were partial (a stop, max_steps), their figures stand.
+    """
     first, last = run.steady_epochs or (0, 0)
-    return f"epoch {first}" if first == last else f"epochs {first}-{last}"
+    said = f"epoch {first}" if first == last else f"epochs {first}-{last}"
+    steady = [e for e in run.epochs if first <= e.get("epoch", 0) <= last]
+    return f"{said}, cut short" if steady and all("partial" in e for e in steady) else said
 
 
 def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:

@@ -82,6 +82,28 @@ def test_an_epoch_the_fit_ends_inside_is_said_partial_and_left_out_of_the_steady
     assert summary[figures.AVG_TRAIN_S] == timer.epochs[1][figures.TRAIN_S]
 
 
+class Validated(SleepyModule):
+    def validation_step(self, batch, batch_idx):
+        time.sleep(0.001)
+
+
+def test_an_average_over_epochs_some_not_validated_says_how_many_were(tmp_path, capsys):
+    timer, loader = EpochTimer(), DataLoader(SlowItems(0.0, 16), batch_size=4)
+    fit_module(
+        Validated(0.0),
+        loader,
+        loader,
+        callbacks=[timer],
+        max_epochs=4,
+        check_val_every_n_epoch=2,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+    )
+    assert [row["eval_s"] > 0 for row in timer.epochs] == [False, True, False, True]
+    main(["report", str(timer.summary_path)])
+    assert "(epochs 2-4, 2 of 3 validated; epoch 1: none)" in capsys.readouterr().out
+
+
 def test_where_the_only_epoch_past_the_warm_up_was_cut_short_the_averages_say_so(tmp_path, capsys):
     timer = EpochTimer()
     loader = DataLoader(SlowItems(0.0, 24), batch_size=6)

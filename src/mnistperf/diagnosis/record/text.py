@@ -189,8 +189,16 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
     run = RunSummary.of(summary)
     steady = steady_said(run)
     train = f"; epoch {run.warmup['epoch']} (warm-up): {seconds(run.warmup[figures.TRAIN_S])}" if run.warmup else ""
-    evaluation = f"; epoch {run.warmup['epoch']}: {seconds(run.warmup[figures.EVAL_S])}" if run.warmup else ""
+    warmup_eval = run.warmup[figures.EVAL_S] if run.warmup else None
+    evaluation = (
+        f"; epoch {run.warmup['epoch']}: {seconds(warmup_eval) if warmup_eval else 'none'}" if run.warmup else ""
+    )
     validated = bool(run.figure(figures.TOTAL_EVAL_S))  # (no validation: none, not 0.00 ms an epoch)
+    first, last = run.steady_epochs or (0, 0)
+    steady_rows = [e for e in run.epochs if first <= e.get("epoch", 0) <= last]
+    ran = sum(bool(e.get(figures.EVAL_S)) for e in steady_rows)
+    if validated and 0 < ran < len(steady_rows):  # (check_val_every_n_epoch: the average counts those without at 0)
+        evaluation = f", {ran} of {len(steady_rows)} validated{evaluation}"
     lines = [
         f"Average Train Time per Epoch: {seconds(run.figure(figures.AVG_TRAIN_S))} ({steady}{train})",
         "Average Validation Time per Epoch: "

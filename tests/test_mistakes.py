@@ -85,6 +85,15 @@ def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag,
     fails_in_one_line(capsys, ["bench", "--config-dir", str(CONFIGS), flag, key], "no stage config has this option")
 
 
+def test_a_bench_out_folder_holding_an_earlier_benchs_results_is_refused_before_anything_runs(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr(runner, "run_process", lambda command, label: pytest.fail("the bench ran"))
+    (tmp_path / "results.json").write_text("{}")
+    argv = ["bench", "--config-dir", str(CONFIGS), "--stages", "v2_pinned", "--out", str(tmp_path)]
+    fails_in_one_line(capsys, argv, f"--out {tmp_path}: it holds an earlier bench's results", f"--out {tmp_path}-2")
+
+
 @pytest.mark.parametrize(
     "argv, meant",
     [

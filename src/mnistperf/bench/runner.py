@@ -12,6 +12,7 @@ import collections
 import itertools
 import json
 import os
+import shlex
 import subprocess
 import time
 from collections.abc import Sequence
@@ -222,6 +223,10 @@ def bench_command(argv: Sequence[str]) -> None:
     taken = place_taken(out, folder=True, written=True)
     if taken is not None:
         raise ConfigError(f"--out {out}: {taken}; give a folder for the results, e.g. --out {out.name}-results")
+    if (out / "results.json").exists():  # its runs would stay beside the new ones, which its results no longer name
+        raise ConfigError(
+            f"--out {out}: it holds an earlier bench's results; give a new folder, e.g. --out {shlex.quote(str(out))}-2"
+        )
     out.mkdir(parents=True, exist_ok=True)  # a folder the system refuses is said now, not after the first run
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}
     rows = [plan.row for plan in plans]

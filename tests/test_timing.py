@@ -165,6 +165,7 @@ def test_a_fit_stopped_inside_a_validation_says_the_epochs_validation_was_interr
     trained = "training" if steps == 4 else f"{steps} of 4 batches"
     said = f"Interrupted: the figures cover the 1 finished epoch(s) and epoch 2's {trained}, its validation interrupted"
     assert said in out
+    assert f"Per epoch (epoch 2, {'its validation interrupted' if steps == 4 else 'cut short'}; warm-up" in out
 
 
 @pytest.mark.parametrize("timer_first", [True, False])

@@ -176,12 +176,16 @@ def reading_doubt(share: float, margin: float) -> str:
 def steady_said(run: RunSummary) -> str:
     """The run's steady epochs as its summary names them: ``epoch 2``, ``epochs 2-3``, ``epoch 2, cut short``.
 
-    Cut short: where the only epochs past the warm-up were partial (a stop, max_steps), their figures stand.
+    Cut short: where the only epochs past the warm-up were partial (a stop, max_steps), their figures stand; where
+    they trained whole, their validation was interrupted.
     """
     first, last = run.steady_epochs or (0, 0)
     said = f"epoch {first}" if first == last else f"epochs {first}-{last}"
     steady = [e for e in run.epochs if first <= e.get("epoch", 0) <= last]
-    return f"{said}, cut short" if steady and all("partial" in e for e in steady) else said
+    if not steady or not all("partial" in e for e in steady):
+        return said
+    trained = all(e["partial"]["steps"] >= e["partial"]["batches"] for e in steady)  # its validation alone cut
+    return f"{said}, {'its validation interrupted' if trained else 'cut short'}"
 
 
 def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:

@@ -282,8 +282,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             "rank": f"with {part} as quick as the others' (its lag {share:.0%} of each epoch) an epoch could be about "
             f"{faster}, more where the others' waiting costs them more than its lag",
         }[named["per"]]
-        found["ceiling"] = f"{clause}; {found['ceiling']}" if "ceiling" in found else clause
-        if named["per"] == "step" and "at_most_s_less" not in found:  # the one ceiling on train time it states
+        rest = "for the overhead as a whole, " if unstated and "ceiling" in found else ""  # the part's own is stated
+        found["ceiling"] = f"{clause}; {rest}{found['ceiling']}" if "ceiling" in found else clause
+        if named["per"] == "step" and "at_most_s_less" not in found and not in_doubt:  # the one it states on train time
             found["at_most_s_less"] = share * train_s
     if "ceiling" not in found:
         return None

@@ -173,6 +173,13 @@ def reading_doubt(share: float, margin: float) -> str:
     return f"a doubtful reading: anywhere from {max(0.0, share - margin):.0%} to {min(1.0, share + margin):.0%}"
 
 
+def steady_rows(run: RunSummary) -> list[dict[str, Any]]:
+    """The rows of the run's steady epochs (none where its summary holds no rows)."""
+    first, last = run.steady_epochs or (0, 0)
+    rows = run.epochs if isinstance(run.epochs, list) else []
+    return [e for e in rows if isinstance(e, Mapping) and first <= e.get("epoch", 0) <= last]
+
+
 def steady_said(run: RunSummary) -> str:
     """The run's steady epochs as its summary names them: ``epoch 2``, ``epochs 2-3``, ``epoch 2, cut short``.
 
@@ -181,7 +188,7 @@ def steady_said(run: RunSummary) -> str:
     """
     first, last = run.steady_epochs or (0, 0)
     said = f"epoch {first}" if first == last else f"epochs {first}-{last}"
-    steady = [e for e in run.epochs if first <= e.get("epoch", 0) <= last]
+    steady = steady_rows(run)
     if not steady or not all("partial" in e for e in steady):
         return said
     trained = all(e["partial"]["steps"] >= e["partial"]["batches"] for e in steady)  # its validation alone cut
@@ -198,11 +205,10 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         f"; epoch {run.warmup['epoch']}: {seconds(warmup_eval) if warmup_eval else 'none'}" if run.warmup else ""
     )
     validated = bool(run.figure(figures.TOTAL_EVAL_S))  # (no validation: none, not 0.00 ms an epoch)
-    first, last = run.steady_epochs or (0, 0)
-    steady_rows = [e for e in run.epochs if first <= e.get("epoch", 0) <= last]
-    ran = sum(bool(e.get(figures.EVAL_S)) for e in steady_rows)
-    if validated and 0 < ran < len(steady_rows):  # (check_val_every_n_epoch: the average counts those without at 0)
-        evaluation = f", {ran} of {len(steady_rows)} validated{evaluation}"
+    rows = steady_rows(run)
+    ran = sum(bool(e.get(figures.EVAL_S)) for e in rows)
+    if validated and 0 < ran < len(rows):  # (check_val_every_n_epoch: the average counts those without at 0)
+        evaluation = f", {ran} of {len(rows)} validated{evaluation}"
     lines = [
         f"Average Train Time per Epoch: {seconds(run.figure(figures.AVG_TRAIN_S))} ({steady}{train})",
         "Average Validation Time per Epoch: "

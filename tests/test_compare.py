@@ -64,8 +64,22 @@ def test_a_gain_beyond_the_ceiling_says_more_changed_than_the_bound():
 def test_a_slower_b_is_said_to_have_bought_none_of_the_ceiling():
     a, b = run(10.0, 60_000, "input-bound", 0.3, ceiling=3.0), run(12.0, 60_000, "input-bound", 0.3)
     text = format_comparison(compare(a, b), Path("a/timing.json"), Path("b/timing.json"))
-    assert "B takes 2.00 s more" in text and "none of the 3.00 s that A's summary said" in text
-    assert "within the 3.00 s" not in text
+    assert (
+        "B takes 2.00 s more" in text
+        and "where A's summary said fixing its input-bound bound could buy up to 3.00 s" in text
+    )
+    assert "within the 3.00 s" not in text and "the machine's load moved" not in text
+
+
+def test_a_gain_beside_a_move_in_the_machines_load_says_so():
+    """No setting of the runs records the machine's load: the training thread's wait for a core does."""
+    a = run(10.0, 60_000, "compute-bound", 0.01, core_wait_share=0.63)
+    b = run(4.0, 60_000, "compute-bound", 0.01, core_wait_share=0.32)
+    text = format_comparison(compare(a, b), Path("a/timing.json"), Path("b/timing.json"))
+    said = "the training thread waited for a core 63% of A's train time and 32% of B's: the machine's load moved"
+    assert said in text and "A's summary stated no ceiling" in text
+    steady = format_comparison(compare(a, {**b, "core_wait_share": 0.6}), Path("a/timing.json"), Path("b/timing.json"))
+    assert "the machine's load moved" not in steady
 
 
 def test_runs_of_different_epochs_are_compared_per_sample():

@@ -220,6 +220,7 @@ def gain_over(a: RunSummary, b: RunSummary) -> dict[str, Any]:
         "ceiling_s": ceiling,
         "within": None if ceiling is None else saved <= ceiling * (1 + CEILING_SLACK),
         "removed": b.verdict != a.verdict,
+        "cores": [run.figure(figures.CORE_WAIT_SHARE) for run in (a, b)],  # the training thread's wait for a core
     }
 
 
@@ -302,6 +303,9 @@ def comparison_notes(found: dict[str, Any]) -> list[str]:
     return notes
 
 
+LOAD_MOVED = 0.1  # the training thread's wait for a core moving this share of train time between two runs is said
+
+
 def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str:
     """What B bought, in one line: its gain per epoch, and A's ceiling for its bound where A's advice gave one.
 
@@ -315,12 +319,21 @@ def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str
     )
     head = (f"B saves {seconds(saved)}" if saved >= 0 else f"B takes {seconds(-saved)} more") + f" per epoch{per}"
     head += f" ({speed}x, {noise_said})"
+    cores = gain.get("cores") or [None, None]
+    if None not in cores and abs(cores[0] - cores[1]) >= LOAD_MOVED:  # what no setting of the runs records
+        head += (
+            f"; the training thread waited for a core {cores[0]:.0%} of A's train time and {cores[1]:.0%} of B's: "
+            "the machine's load moved between them too"
+        )
     if gain["ceiling_s"] is None:
         return head + f"; A's summary stated no ceiling for its bound ({gain['bound'] or 'no verdict'})"
     removed = "B's verdict is no longer A's" if gain["removed"] else f"B is still {gain['bound']}"
-    side = "none of" if saved < 0 else "within" if gain["within"] else "beyond"  # a ceiling bounds a gain, not a loss
     ceiling = seconds(gain["ceiling_s"])
-    verdict = f"{side} the {ceiling} that A's summary said fixing its {gain['bound']} bound could buy"
+    if saved < 0:  # a ceiling bounds a gain, not a loss
+        verdict = f"where A's summary said fixing its {gain['bound']} bound could buy up to {ceiling}"
+    else:
+        side = "within" if gain["within"] else "beyond"
+        verdict = f"{side} the {ceiling} that A's summary said fixing its {gain['bound']} bound could buy"
     if saved < 0 and changed:
         verdict += f" ({'; '.join(changed)})"
     elif not gain["within"]:

@@ -266,7 +266,10 @@ def test_the_wait_for_the_next_batch_is_read_from_every_step_not_from_the_few_ti
     assert found["culprit"]["part"] == "fetch" and found["culprit"]["share"] == pytest.approx(0.4)
     assert found["culprit"]["speed_up_at_most"] == pytest.approx(1 / 0.6)
     headline = format_headline({**RUN, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2]})
-    assert "why: fetch took 1.60 ms of each 4.00 ms step" in headline
+    assert (
+        "why: fetch took 1.60 ms of each 4.00 ms step (every step's wait for its batch, as the epochs measured it)"
+        in headline
+    )
     # where no busy share bounds the overhead, the culprit's is the train time compare holds a gain to
     assert overhead_bound(sampled, input_wait_share=0.4, cpu_busy_share=None)["at_most_s_less"] == pytest.approx(0.4)
     # where the epoch's wait is small, the few timed steps' fetch names no culprit

@@ -10,6 +10,7 @@ from typing import Any
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.figures import ACHIEVED_FLOPS_PER_S, MFU, SPIKES
 from mnistperf.diagnosis.measure.stalls import SLOW_FIRST_FACTOR, SPIKE_FACTOR, SPIKES_WORTH, slow_first_steps
+from mnistperf.diagnosis.measure.step_parts import FETCH
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, epoch_s, format_advice
 from mnistperf.diagnosis.record.epoch_text import eval_said, interrupted_line
@@ -269,7 +270,8 @@ def format_headline(
         whole_s, per = named["s"] / named["share"], named.get("per", "step")
         took = f"{named['part']} took {seconds(named['s'], whole_s)}"
         cause = {
-            "step": f"{named['part']} took {named['s'] * 1e3:.2f} ms of each {whole_s * 1e3:.2f} ms step",
+            "step": f"{named['part']} took {named['s'] * 1e3:.2f} ms of each {whole_s * 1e3:.2f} ms step"
+            + (" (every step's wait for its batch, as the epochs measured it)" if named["part"] == FETCH else ""),
             "epoch": f"{took} between epochs, of each {seconds(whole_s)} epoch",
             "rank": f"{took} more than the quickest rank's, of each {seconds(whole_s)} epoch: the other ranks wait "
             "for it",

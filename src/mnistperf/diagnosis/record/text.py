@@ -342,7 +342,8 @@ def format_stalls(found: dict[str, Any], median: float | None, epochs: list[dict
         )
     if not parts:
         return None
-    head = f"Stalls (the steady epochs' median step {median * 1e3:.1f} ms): " if median is not None else "Stalls: "
+    whose = "the steady epochs'" if len(epochs) > 1 else "its one epoch's"  # (a one-epoch run's is its warm-up)
+    head = f"Stalls ({whose} median step {median * 1e3:.1f} ms): " if median is not None else "Stalls: "
     return head + "; ".join(parts)
 
 

@@ -391,3 +391,21 @@ def test_a_run_without_validation_says_none_ran_not_zero_seconds_an_epoch():
     assert "Average Validation Time per Epoch: none ran" in said and "Total Validation Time: none ran" in said
     said = format_summary({**run, "avg_eval_s": 0.5, "total_eval_s": 1.0})
     assert "Average Validation Time per Epoch: 0.50 s (epoch 2" in said
+
+
+def test_a_split_rests_on_the_steady_epochs_split_whole_and_names_them_where_others_were_not():
+    """An epoch whose sampled steps were profiled has no split: the run's rests on those that have one, and says so,
+    where it was lost whole."""
+    from mnistperf.diagnosis.record.run import RunSummary
+    from mnistperf.diagnosis.record.summary import RUN_READERS
+    from mnistperf.diagnosis.record.text import format_split
+
+    split = {"input_wait_s": 0.1, "forward_s": 0.3, "backward_s": 0.2, "optimizer_s": 0.1, "rest_s": 0.3}
+    unsplit = {**dict.fromkeys(split), "input_wait_s": 0.5}
+    rows = [{"epoch": 1, **split}, {"epoch": 2, **unsplit}, {"epoch": 3, **split}]
+    found = {figure.name: RUN_READERS["split"](rows[1:], figure.name) for figure in SPLIT}
+    assert found == split  # epoch 3's parts, its wait with them: they add up to its train time
+    run = RunSummary.of({"avg_train_s": 1.0, "split": found, "epochs": rows, "steady_epochs": [2, 3]})
+    line = format_split(run, "epochs 2-3")
+    assert line is not None and line.startswith("Train time per epoch (epoch 3 of epochs 2-3, the others' steps split")
+    assert RUN_READERS["split"]([{"epoch": 2, **unsplit}], "forward_s") is None  # none split: not measured

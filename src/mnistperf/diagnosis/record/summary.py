@@ -142,8 +142,19 @@ RUN_READERS = {
     "weighted": _weighted,
     "mean": lambda epochs, key: mean(values) if (values := _measured_values(epochs, key)) else None,
     "max": lambda epochs, key: max(_measured_values(epochs, key), default=None),
-    "split": lambda epochs, key: None if any(e.get(key) is None for e in epochs) else mean(e[key] for e in epochs),
+    "split": lambda epochs, key: _split(epochs, key),
 }
+
+
+def split_epochs(epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Those of ``epochs`` whose train time is split whole (an epoch whose sampled steps were profiled has none)."""
+    return [e for e in epochs if all(e.get(part) is not None for part in figures.SPLIT)]
+
+
+def _split(epochs: list[dict[str, Any]], key: str) -> float | None:
+    """A part of the steady epochs' split: over those split whole, where any is, so that the parts add up."""
+    rows = split_epochs(epochs) or epochs
+    return None if any(e.get(key) is None for e in rows) else mean(e[key] for e in rows)
 
 
 def aggregate(

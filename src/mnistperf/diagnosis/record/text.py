@@ -15,7 +15,7 @@ from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, epoch_s, format_advice
 from mnistperf.diagnosis.record.epoch_text import eval_said, interrupted_line
 from mnistperf.diagnosis.record.run import RunSummary
-from mnistperf.diagnosis.record.summary import RANKS_APART, not_measured
+from mnistperf.diagnosis.record.summary import RANKS_APART, not_measured, split_epochs
 from mnistperf.diagnosis.record.units import seconds, throughput
 from mnistperf.diagnosis.record.verdict import BUSY_SAID
 
@@ -29,6 +29,11 @@ def format_split(run: RunSummary, epochs: str) -> str | None:
     if wait is None:
         return None
     largest = max((run.figure(figure) or 0.0 for figure in figures.SPLIT), default=0.0)
+    rows = steady_rows(run)
+    split = split_epochs(rows)
+    if split and len(split) < len(rows):  # the others' sampled steps were profiled, or none was sampled
+        named = ", ".join(str(e["epoch"]) for e in split)
+        epochs = f"epoch{'s' if len(split) > 1 else ''} {named} of {epochs}, the others' steps split by none"
     head = f"Train time per epoch ({epochs}): waiting for data {seconds(wait, largest)}"
     if run.figure(figures.REST_S) is None:
         reasons = [e["split_reason"] for e in run.epochs if e.get("split_reason")]

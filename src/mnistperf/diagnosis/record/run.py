@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis.figures import PEAK_RSS_MB, Figure
 from mnistperf.diagnosis.guard import jsonable
+from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.shape import SUMMARY, misfit
 from mnistperf.errors import ConfigError
@@ -55,10 +56,6 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
 
 
-# What a training DataLoader's settings change of its epochs' time, recorded where no DataModule tells its own
-LOADER_SETTINGS = ("batch_size", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor", "drop_last")
-
-
 def run_summary(
     runner: str,
     trainer: Any,
@@ -83,7 +80,7 @@ def run_summary(
     with guard("reading the training DataLoader's settings"):  # another project's, where its DataModule tells none
         loader = getattr(trainer, "train_dataloader", None)
         if "data" not in found and isinstance(loader, DataLoader):
-            found["loader"] = {name: jsonable(getattr(loader, name, None)) for name in LOADER_SETTINGS}
+            found["loader"] = {name: jsonable(getattr(loader, name, None)) for name in (*LOADER_SETTINGS, "drop_last")}
     with guard("reading the module's hyperparameters"):
         if module is not None:
             found["model"] = {k: v for k, v in module.hparams.items() if not k.startswith("_")}

@@ -19,6 +19,7 @@ from lightning.fabric.utilities.data import _replace_dunder_methods
 from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 
 from mnistperf.cli import main
+from mnistperf.errors import ConfigError
 from mnistperf.tune import end_to_end, knobs, tune_loaders
 from mnistperf.tune.search import Run
 from mnistperf.upstream import rebuilt_dataloader
@@ -607,6 +608,25 @@ def test_a_loader_setting_named_is_tried_through_the_datamodules_own_argument_fo
         )
     [rebuilt] = knobs.named_knobs([("num_workers", [0, 2])], {"rows": 1}, "data.init_args", "ShelfData")
     assert (rebuilt.key, rebuilt.via) == ("loader.num_workers", knobs.REBUILD)  # no argument for it: rebuilt
+
+
+@pytest.mark.parametrize(
+    "key, values, said",
+    [
+        ("num_workers", ["a", "b"], "--knob num_workers=a,b: num_workers takes whole numbers, not 'a'"),
+        (
+            "keep_workers",
+            [1, True],
+            "--knob keep_workers=1,True: persistent_workers takes true or false, not 1",
+        ),
+    ],
+)
+def test_values_a_loader_setting_cannot_take_are_one_line_before_any_trial(key, values, said):
+    currents = {"rows": 1, "workers": 0, "keep_workers": False}
+    with pytest.raises(ConfigError) as raised:
+        knobs.named_knobs([(key, values)], currents, "data.init_args", "ShelfData")
+    assert str(raised.value).startswith(said)
+    assert knobs.named_knobs([("prefetch_factor", [None, 2])], currents, "data.init_args", "ShelfData")  # None: its own
 
 
 def test_a_rebuilt_loader_keeps_everything_it_was_made_with_but_the_settings_tried():

@@ -18,6 +18,7 @@ import yaml
 from torch.utils.data import DataLoader
 
 from mnistperf.close_names import did_you_mean
+from mnistperf.diagnosis.measure import loader_options
 from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS, SPEED_SETTINGS, best_names, matches, own_names
 from mnistperf.errors import ConfigError
 from mnistperf.tune.policy import without_workers
@@ -78,9 +79,7 @@ def project_knobs(
 def found_knobs(currents: dict[str, Any], prefix: str, batch_size: bool) -> Knobs:
     """The knobs among a DataModule's arguments, by name; where none is a loader setting, the loader is rebuilt."""
     found, own = Knobs(), own_names(currents)
-    for setting in LOADER_SETTINGS:
-        if setting == "batch_size" and not batch_size:
-            continue
+    for setting in (s for s in LOADER_SETTINGS if batch_size or s != "batch_size"):
         if setting in own:
             found.knobs.append(Knob(setting, join(prefix, own[setting]), ARG, current=currents[own[setting]]))
         elif len(best := best_names(currents, setting)) > 1:
@@ -100,9 +99,8 @@ def rebuilt_with(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any] | Non
 
     A setting whose value is not known yet (the untouched settings' first trial reads them) is left as it is.
     """
-    if not knobs.rebuilt:
-        return None
-    return {k.name: settings[k.key] for k in knobs.knobs if k.via == REBUILD and settings.get(k.key) is not None}
+    rebuilt = {k.name: settings[k.key] for k in knobs.knobs if k.via == REBUILD and settings.get(k.key) is not None}
+    return rebuilt if knobs.rebuilt else None
 
 
 def loader_settings(loader: Any) -> dict[str, Any] | None:
@@ -199,5 +197,7 @@ def named_knobs(
                 f"Its arguments are {', '.join(options) or 'none'}; name one of them, or a DataLoader setting "
                 f"({', '.join(LOADER_SETTINGS)}) to have the loader rebuilt with it."
             )
+        if (wrong := loader_options.unlike(knob.setting, values)) is not None:  # said before any trial runs
+            raise ConfigError(f"{knob_option(prefix, key, ','.join(map(str, values)))}: {wrong}")
         knobs = [k for k in knobs if k.key != knob.key] + [knob]
     return knobs

@@ -15,8 +15,18 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "batch_size": ("batch", "bs", "train_batch_size"),
 }
 LOADER_SETTINGS = tuple(ALIASES)
+KINDS = {"persistent_workers": bool, "pin_memory": bool}  # what each takes; the others, whole numbers
 # Those that change only the speed: the batch size changes the training too.
 SPEED_SETTINGS = tuple(setting for setting in LOADER_SETTINGS if setting != "batch_size")
+
+
+def unlike(setting: str | None, values: Iterable[Any]) -> str | None:
+    """Why ``values`` cannot be the DataLoader's ``setting`` (None: they can, or it is none of its settings)."""
+    kind = KINDS.get(setting or "", int)
+    wrong = [v for v in values if type(v) is not kind and not (v is None and setting == "prefetch_factor")]
+    if setting not in LOADER_SETTINGS or not wrong:
+        return None
+    return f"{setting} takes {'true or false' if kind is bool else 'whole numbers'}, not {wrong[0]!r}"
 
 
 def matches(name: str, setting: str) -> int | None:

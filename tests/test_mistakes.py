@@ -85,6 +85,11 @@ def test_a_bench_key_no_config_has_is_refused_before_anything_runs(capsys, flag,
     fails_in_one_line(capsys, ["bench", "--config-dir", str(CONFIGS), flag, key], "no stage config has this option")
 
 
+def test_a_misspelt_required_option_is_answered_with_the_one_meant_not_as_missing(capsys):
+    printed = fails_in_one_line(capsys, ["tune", "--confg", "x.yaml", "--budget-s", "20"], "did you mean --config")
+    assert "required" not in printed.err and "--budget-s" not in printed.err
+
+
 def test_a_bench_out_folder_holding_an_earlier_benchs_results_is_refused_before_anything_runs(
     tmp_path, capsys, monkeypatch
 ):

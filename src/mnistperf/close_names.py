@@ -64,11 +64,20 @@ class OneLineArgumentParser(argparse.ArgumentParser):
             flag, action="append", default=[], metavar=metavar, help=f"{help}; may be repeated (default: {default})"
         )
 
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, the arguments kept: a required option missing is said beside a misspelling of it."""
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
         """Print the error in one line, pointing to ``--help``, and exit with status 2 (the full usage under debug)."""
         if os.environ.get(DEBUG_ENV):
             super().error(message)
         options = long_options(self)
+        given = [word.split("=")[0] for word in getattr(self, "_given", []) if word.startswith("--")]
+        unknown = [word for word in given if word[2:] not in options and word != "--help"]
+        if message.startswith("the following arguments are required") and unknown:
+            message = f"unrecognized arguments: {' '.join(unknown)}"  # (a misspelt required option, said as one)
         text = with_options_meant(message, options)
         choice = INVALID_CHOICE.search(text)
         if choice:

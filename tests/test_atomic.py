@@ -67,3 +67,16 @@ def test_a_result_meant_for_a_folder_this_process_may_not_write_in_is_refused_be
     assert place_taken(tmp_path / "tuned.yaml") is None  # a folder read from need not be written
     with pytest.raises(ConfigError, match=f"--out {tmp_path / 'tuned.yaml'}: {said}; give a file"):
         check_out(tmp_path / "tuned.yaml", tmp_path / "config.yaml")
+
+
+def test_a_file_the_system_refuses_is_named_as_asked_for_not_by_its_temporary_twin(tmp_path, monkeypatch):
+    """/sys and read-only mounts refuse as the file is made, past any check: the error names the user's path."""
+    from mnistperf.atomic import atomic_write_text
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "open", refused)
+    with pytest.raises(PermissionError) as raised:
+        atomic_write_text(tmp_path / "tuned.yaml", "x")
+    assert raised.value.filename == str(tmp_path / "tuned.yaml") and os.listdir(tmp_path) == []

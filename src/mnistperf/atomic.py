@@ -11,6 +11,7 @@ and two runs writing the same file at once both end with a complete one. Text go
 from __future__ import annotations
 
 import contextlib
+import errno
 import locale
 import os
 import secrets
@@ -52,9 +53,11 @@ def atomic_write_text(target: Path, text: str, encoding: str | None = None) -> N
             continue
         except FileNotFoundError:  # no folder yet: made once, else the error stands
             if made_folder:
-                raise
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(target)) from None
             target.parent.mkdir(parents=True, exist_ok=True)
             made_folder = True
+        except OSError as exc:  # named by the file asked for, not by its temporary twin
+            raise type(exc)(exc.errno, exc.strerror, str(target)) from exc
     try:
         try:
             view = memoryview(data)

@@ -166,6 +166,10 @@ def test_a_fit_stopped_inside_a_validation_says_the_epochs_validation_was_interr
     said = f"Interrupted: the figures cover the 1 finished epoch(s) and epoch 2's {trained}, its validation interrupted"
     assert said in out
     assert f"Per epoch (epoch 2, {'its validation interrupted' if steps == 4 else 'cut short'}; warm-up" in out
+    page = Path(timer.summary_path).with_name("timing.html").read_text()  # the page says it as the text does
+    cut = "" if steps == 4 else f" ({steps} of 4 batches)"
+    assert f"<td>2{cut} (validation interrupted)</td>" in page and "<th>eval s</th>" in page
+    assert "Per epoch (epoch 2, " in page and ", validation " in page
 
 
 @pytest.mark.parametrize("timer_first", [True, False])

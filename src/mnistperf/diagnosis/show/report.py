@@ -13,7 +13,7 @@ from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.advice import FIX_BUYS
 from mnistperf.diagnosis.record.epoch_text import interrupted_line
 from mnistperf.diagnosis.record.run import RunSummary, number
-from mnistperf.diagnosis.record.text import PARTS_SAID
+from mnistperf.diagnosis.record.text import PARTS_SAID, steady_said
 from mnistperf.diagnosis.show.compare import COLUMNS, comparison_notes, comparison_rows, format_bought, shown
 
 REPORT_FILE = "timing.html"
@@ -190,20 +190,23 @@ def run_head(run: RunSummary) -> str:
         advice = f"\n<p>{FIX_BUYS}: {escape(run.advice.ceiling)}.</p>" + (
             f"\n<p>Usually:</p><ul>{usually}</ul>" if usually else ""
         )
+    validated = run.figure(figures.TOTAL_EVAL_S)
+    validation = f"{shown(run.figure(figures.AVG_EVAL_S), 's')} s" if validated else "none ran"
     stopped = ""
     if run.content.get("interrupted"):  # what its figures cover, first
         stopped = f'<p id="interrupted">{escape(interrupted_line(run.epochs))}</p>\n'
     return (
         f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>\n{stopped}'
         f"<p>{escape(run.verdict_reason)}</p>\n"
-        f"<p>Steady train time per epoch {shown(run.figure(figures.AVG_TRAIN_S), 's')} s, "
-        f"{shown(run.figure(figures.SAMPLES_PER_S), 'samples/s')} samples/s; device {escape(run.device or '-')}.</p>"
-        + advice
+        f"<p>Per epoch ({escape(steady_said(run))}): train {shown(run.figure(figures.AVG_TRAIN_S), 's')} s, "
+        f"{shown(run.figure(figures.SAMPLES_PER_S), 'samples/s')} samples/s, validation {validation}; "
+        f"device {escape(run.device or '-')}.</p>" + advice
     )
 
 
 EPOCH_COLUMNS = (
     (figures.TRAIN_S, "train s"),
+    (figures.EVAL_S, "eval s"),
     (figures.SAMPLES_PER_S, "samples/s"),
     (figures.STEP_MEDIAN_S, "median step ms"),
     (figures.SPIKES, "spike steps"),
@@ -211,10 +214,17 @@ EPOCH_COLUMNS = (
 )
 
 
+def epoch_said(row: Mapping[str, Any]) -> str:
+    """An epoch's number, with how it was cut where it was (its batches, or its validation)."""
+    part = row.get("partial") or {}
+    cut = f" ({part['steps']:,} of {part['batches']:,} batches)" if part and part["steps"] < part["batches"] else ""
+    return f"{row['epoch']}{cut}" + (f" (validation {part['validation']})" if "validation" in part else "")
+
+
 def epochs_table(run: RunSummary) -> str:
     """A run's epochs, one row each."""
     rows = [
-        [str(e["epoch"]), *(shown(e.get(f), f.shown, f.scale) for f, _ in EPOCH_COLUMNS), str(e.get("verdict", "-"))]
+        [epoch_said(e), *(shown(e.get(f), f.shown, f.scale) for f, _ in EPOCH_COLUMNS), str(e.get("verdict", "-"))]
         for e in run.epochs
     ]
     return _table(["epoch", *(head for _, head in EPOCH_COLUMNS), "verdict"], rows)

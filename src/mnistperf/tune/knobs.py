@@ -103,11 +103,6 @@ def rebuilt_with(knobs: Knobs, settings: dict[str, Any]) -> dict[str, Any] | Non
     return rebuilt if knobs.rebuilt else None
 
 
-def loader_settings(loader: Any) -> dict[str, Any] | None:
-    """A DataLoader's settings that tune may change, as it holds them (None for anything but one DataLoader)."""
-    return {name: getattr(loader, name, None) for name in LOADER_SETTINGS} if isinstance(loader, DataLoader) else None
-
-
 def dataloader_call(settings: dict[str, Any]) -> str:
     """The DataLoader arguments as code: ``DataLoader(..., num_workers=2, persistent_workers=True)``."""
     return "DataLoader(..., " + ", ".join(f"{name}={value!r}" for name, value in settings.items()) + ")"
@@ -121,7 +116,7 @@ def rebuild_train_loader(source: Any, settings: dict[str, Any]) -> None:
     @functools.wraps(own)  # Lightning sees the project's own hook through __wrapped__
     def train_dataloader() -> DataLoader:
         loader = own()
-        current = loader_settings(loader)
+        current = loader_options.loader_settings(loader)
         if current is None:
             raise ConfigError(
                 f"{where} returns {type(loader).__name__}, not one DataLoader, so tune cannot make it again; give "

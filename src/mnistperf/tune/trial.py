@@ -22,7 +22,8 @@ from lightning.pytorch.callbacks import DeviceStatsMonitor, EarlyStopping, Learn
 from mnistperf.console import calm_library_noise
 from mnistperf.diagnosis import EpochTimer
 from mnistperf.diagnosis.figures import INPUT_WAIT_SHARE, SAMPLES_PER_S
-from mnistperf.tune.knobs import loader_settings, rebuild_train_loader
+from mnistperf.diagnosis.measure.loader_options import loader_settings
+from mnistperf.tune.knobs import rebuild_train_loader
 
 
 @dataclass

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from torch.utils.data import DataLoader
+
 # The DataLoader's settings, each with the other names a project's DataModule commonly gives it.
 ALIASES: dict[str, tuple[str, ...]] = {
     "num_workers": ("workers", "n_workers", "loader_workers", "num_loader_workers", "dataloader_workers"),
@@ -18,6 +20,11 @@ LOADER_SETTINGS = tuple(ALIASES)
 KINDS = {"persistent_workers": bool, "pin_memory": bool}  # what each takes; the others, whole numbers
 # Those that change only the speed: the batch size changes the training too.
 SPEED_SETTINGS = tuple(setting for setting in LOADER_SETTINGS if setting != "batch_size")
+
+
+def loader_settings(loader: Any) -> dict[str, Any] | None:
+    """A DataLoader's settings, as it holds them (None for anything but one DataLoader)."""
+    return {name: getattr(loader, name, None) for name in LOADER_SETTINGS} if isinstance(loader, DataLoader) else None
 
 
 def unlike(setting: str | None, values: Iterable[Any]) -> str | None:

@@ -18,12 +18,11 @@ from typing import Any
 
 import lightning
 import torch
-from torch.utils.data import DataLoader
 
 from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis.figures import PEAK_RSS_MB, Figure
 from mnistperf.diagnosis.guard import jsonable
-from mnistperf.diagnosis.measure.loader_options import LOADER_SETTINGS
+from mnistperf.diagnosis.measure.loader_options import loader_settings
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.shape import SUMMARY, misfit
 from mnistperf.errors import ConfigError
@@ -79,8 +78,8 @@ def run_summary(
             found["data"] = datamodule.loader_settings()
     with guard("reading the training DataLoader's settings"):  # another project's, where its DataModule tells none
         loader = getattr(trainer, "train_dataloader", None)
-        if "data" not in found and isinstance(loader, DataLoader):
-            found["loader"] = {name: jsonable(getattr(loader, name, None)) for name in (*LOADER_SETTINGS, "drop_last")}
+        if "data" not in found and (settings := loader_settings(loader)) is not None:
+            found["loader"] = jsonable({**settings, "drop_last": getattr(loader, "drop_last", None)})
     with guard("reading the module's hyperparameters"):
         if module is not None:
             found["model"] = {k: v for k, v in module.hparams.items() if not k.startswith("_")}

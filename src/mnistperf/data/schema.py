@@ -111,22 +111,16 @@ class Layout:
         return self.label in (None, LABEL_COLUMN) and self.pixels == tuple(PIXEL_COLUMNS)
 
     def told(self) -> dict[str, str]:
-        """How the file names each column of the canonical layout."""
-        return dict(
-            zip(
-                ([LABEL_COLUMN] if self.label else []) + PIXEL_COLUMNS,
-                [*filter(None, [self.label]), *self.pixels],
-                strict=True,
-            )
-        )
+        """How the file names each column of the canonical layout, in its order."""
+        pixels = dict(zip(PIXEL_COLUMNS, self.pixels, strict=True))
+        return {LABEL_COLUMN: self.label, **pixels} if self.label else pixels
 
     def canonical(self, data: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
         """The same data with only the label and pixel columns, named ``label`` and ``pixel0..783`` (no copy)."""
         if self.is_canonical and data.num_columns == len(self.pixels) + self.has_labels:
             return data
-        names = ([self.label] if self.label else []) + list(self.pixels)
-        selected = data.select(names)
-        return selected.rename_columns(([LABEL_COLUMN] if self.label else []) + PIXEL_COLUMNS)
+        told = self.told()
+        return data.select(list(told.values())).rename_columns(list(told))
 
 
 def find_layout(names: list[str], path: Path) -> Layout:

@@ -36,9 +36,8 @@ UNREAD = {  # why a window read no share, in words
     ),
     Unread.IDLE: "nothing ran on the device in the profiled window",
 }
-Waits = tuple[
-    float, float, float
-]  # (train seconds, input wait, host wait) so far, synchronized, as the clock reads them
+# (train seconds, input wait, host wait) so far, synchronized, as the clock reads them
+Waits = tuple[float, float, float]
 
 
 def unread_said(unread: Unread, kernels: int = 0, steps: int = 0) -> str:

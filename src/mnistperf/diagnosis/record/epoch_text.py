@@ -28,6 +28,13 @@ def eval_said(eval_s: float | None, largest: float) -> str:
     return "" if eval_s == 0 else f", eval {seconds(eval_s, largest)}"
 
 
+def batches_cut(part: dict[str, Any] | None) -> str | None:
+    """How many of its batches an epoch cut short trained (``7 of 10 batches``); None where it trained them all."""
+    if not part or part["steps"] >= part["batches"]:
+        return None
+    return f"{part['steps']:,} of {part['batches']:,} batches"
+
+
 def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
     """EpochTimer's line of an epoch: its times, throughput, verdict and the figure that decided it.
 
@@ -36,8 +43,8 @@ def format_epoch(row: dict[str, Any], bar_epoch: int | None = None) -> str:
     bar = "" if bar_epoch is None else f" (bar: Epoch {bar_epoch})"
     largest = max(row[TRAIN_S], row[EVAL_S])
     part = row.get("partial") or {}
-    cut = part and part["steps"] < part["batches"]
-    train = seconds(row[TRAIN_S], largest) + (f" ({part['steps']:,} of {part['batches']:,} batches)" if cut else "")
+    cut = batches_cut(part)
+    train = seconds(row[TRAIN_S], largest) + (f" ({cut})" if cut else "")
     evaluation = eval_said(row[EVAL_S], largest) + (
         f" (validation {part['validation']})" if "validation" in part else ""
     )
@@ -252,8 +259,6 @@ def interrupted_line(epochs: list[dict[str, Any]]) -> str:
     whole = len(epochs) - bool(part)
     inside = f" and {part['steps']:,} of epoch {epochs[-1]['epoch']}'s {part['batches']:,} batches" if part else ""
     if part and part.get("validation"):  # its training whole, or as far as a validation inside it
-        trained = (
-            "training" if part["steps"] >= part["batches"] else f"{part['steps']:,} of {part['batches']:,} batches"
-        )
+        trained = batches_cut(part) or "training"
         inside = f" and epoch {epochs[-1]['epoch']}'s {trained}, its validation {part['validation']}"
     return f"Interrupted: the figures cover the {whole} finished epoch(s){inside}"

@@ -13,7 +13,7 @@ from mnistperf.diagnosis.measure.stalls import SLOW_FIRST_FACTOR, SPIKE_FACTOR, 
 from mnistperf.diagnosis.measure.step_parts import FETCH
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, epoch_s, format_advice
-from mnistperf.diagnosis.record.epoch_text import eval_said, interrupted_line
+from mnistperf.diagnosis.record.epoch_text import batches_cut, eval_said, interrupted_line
 from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.summary import RANKS_APART, not_measured, split_epochs
 from mnistperf.diagnosis.record.units import seconds, throughput
@@ -197,7 +197,7 @@ def steady_said(run: RunSummary) -> str:
     steady = steady_rows(run)
     if not steady or not all("partial" in e for e in steady):
         return said
-    trained = all(e["partial"]["steps"] >= e["partial"]["batches"] for e in steady)  # its validation alone cut
+    trained = all(batches_cut(e["partial"]) is None for e in steady)  # its validation alone cut
     return f"{said}, {'its validation interrupted' if trained else 'cut short'}"
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from mnistperf.atomic import atomic_write_text
 from mnistperf.diagnosis import figures
 from mnistperf.diagnosis.record.advice import FIX_BUYS
-from mnistperf.diagnosis.record.epoch_text import interrupted_line
+from mnistperf.diagnosis.record.epoch_text import batches_cut, interrupted_line
 from mnistperf.diagnosis.record.run import RunSummary, number
 from mnistperf.diagnosis.record.text import PARTS_SAID, steady_said
 from mnistperf.diagnosis.show.compare import COLUMNS, comparison_notes, comparison_rows, format_bought, shown
@@ -217,7 +217,7 @@ EPOCH_COLUMNS = (
 def epoch_said(row: Mapping[str, Any]) -> str:
     """An epoch's number, with how it was cut where it was (its batches, or its validation)."""
     part = row.get("partial") or {}
-    cut = f" ({part['steps']:,} of {part['batches']:,} batches)" if part and part["steps"] < part["batches"] else ""
+    cut = f" ({batches})" if (batches := batches_cut(part)) else ""
     return f"{row['epoch']}{cut}" + (f" (validation {part['validation']})" if "validation" in part else "")
 
 

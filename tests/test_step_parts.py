@@ -474,6 +474,9 @@ def test_the_part_between_epochs_that_costs_an_epoch_more_than_any_steps_part_is
     assert advice({**run, "step_parts": steps, "between_epochs": cheap})["culprit"]["part"] == "self.log"
     said = format_headline({**run, "verdict_figure": "x", "steady_epochs": [2, 2], "between_epochs": cheap})
     assert "between epochs 0.20 s" in said  # the glance's line says what the time between epochs took
+    # the timer's own hooks are what measuring costs: a fit without it has none of them to take out
+    timer = {**saves, "parts": {"callback EpochTimer": 0.28, LOOP: 0.02}}
+    assert advice({**run, "step_parts": steps, "between_epochs": timer})["culprit"]["part"] == "self.log"
 
 
 def test_a_paused_cycle_keeps_what_came_before_and_after_and_nothing_between(clock):

@@ -31,6 +31,8 @@ now = perf_counter  # the clock the parts are read by (a test's own clock stands
 LOOP = "Lightning's loop"  # what no action holds: the loops' own Python between the actions
 FETCH = "fetch"  # the training thread's wait for the next batch
 # The step's own work, as Lightning's actions name it; every other part is around the step.
+# The timer's own hooks: what measuring costs, which a fit without the timer does not pay; named, never a culprit
+TIMER = "callback EpochTimer"
 STEP_WORK = (FETCH, "copy to the device", "training_step", "backward", "optimizer step")
 # The LightningModule's hooks that are the step's own work: its update and its batch's way to the device.
 MODULE_PARTS = {

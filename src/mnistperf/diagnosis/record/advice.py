@@ -18,7 +18,7 @@ from mnistperf.diagnosis.figures import (
     INPUT_WAIT_SHARE,
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
-from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, FETCH, LOOP, STEP_WORK
+from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, FETCH, LOOP, STEP_WORK, TIMER
 from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
 from mnistperf.diagnosis.record.units import seconds
 from mnistperf.diagnosis.record.verdict import RANK_THREADS, UNREAD, WAITED_FOR_A_CORE
@@ -98,10 +98,12 @@ def costliest(parts: Mapping[str, float], whole_s: float, fetch: bool = False) -
     """The part that takes most of ``whole_s``, and its seconds; None below CULPRIT_SHARE of it.
 
     Only a part around the step is named, or with ``fetch`` the wait for the next batch: neither the step's own work
-    (:data:`.STEP_WORK`) nor Lightning's loop.
+    (:data:`.STEP_WORK`), nor Lightning's loop, nor the timer's own hooks (:data:`.TIMER`).
     """
     around = {
-        part: s for part, s in parts.items() if (part not in STEP_WORK or fetch and part == FETCH) and part != LOOP
+        part: s
+        for part, s in parts.items()
+        if (part not in STEP_WORK or fetch and part == FETCH) and part not in (LOOP, TIMER)
     }
     if not around or whole_s <= 0:
         return None

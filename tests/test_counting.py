@@ -342,6 +342,23 @@ def test_strict_stops_no_fit_resumed_inside_an_epoch_for_the_samples_the_resume_
     assert row["replayed"] == row["duplicates"] == row["missing"] == 2 * BATCH and len(audit.epochs) == 2
 
 
+def test_an_epoch_resumed_twice_counts_both_resumes_replays_and_strict_goes_on(tmp_path):
+    """Each resume starts a plain loader's epoch over: the replays of the first resume are carried by the second's
+    checkpoint, so every duplicate is one a resume made."""
+    data = lambda: DataLoader(Indexed(), batch_size=BATCH)  # noqa: E731
+    saved = lambda folder: ModelCheckpoint(dirpath=folder, every_n_train_steps=2, save_last=True)  # noqa: E731
+    first = dict(max_epochs=3, enable_checkpointing=True)
+    fit_module(Recorder(), data(), callbacks=[SampleAudit(), saved(tmp_path / "a")], max_steps=8, **first)
+    again = dict(max_steps=10, ckpt_path=tmp_path / "a" / "last.ckpt")  # two more of epoch 2's steps
+    fit_module(Recorder(), data(), callbacks=[SampleAudit(), saved(tmp_path / "b")], **first, **again)
+    audit, module = SampleAudit(strict=True), Recorder()
+    fit_module(module, data(), callbacks=[audit], max_epochs=3, ckpt_path=tmp_path / "b" / "last.ckpt")
+    assert module.record[2][""] == list(range(2 * BATCH))  # the epoch's last two steps, its loader started over
+    row = audit.epochs[0]
+    assert row["seen"] == ROWS and row["distinct"] == 2 * BATCH
+    assert row["replayed"] == row["duplicates"] == row["missing"] == 4 * BATCH and len(audit.epochs) == 2
+
+
 def resumed_and_bare(folder: Path, data: Callable[[], object], between=lambda: None):
     """:func:`resumed_inside_epoch_2` watched, after checking its weights are those of the same fits without the
     callbacks, bit for bit."""

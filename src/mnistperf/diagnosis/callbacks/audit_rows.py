@@ -19,7 +19,7 @@ def audit_epoch_row(
     names: list[str],
     problems: Reporter,
     failed_here: str | None,
-    progress: tuple[int | None, int | None, list[int]],
+    progress: tuple[int | None, int | None, list[int], list[int]],
     dataset_size: int | None,
     sample_dims: int,
     declined: bool = False,
@@ -27,7 +27,8 @@ def audit_epoch_row(
     """The epoch's row from every rank's ``shares`` of it, each training loader (``names``) counted apart.
 
     ``failed_here``: why this rank could not fingerprint the epoch; ``progress``: the epoch's steps begun, its first
-    step's index, and each loader's fingerprints a checkpoint carried; ``dataset_size`` and ``sample_dims`` as
+    step's index, each loader's fingerprints a checkpoint carried and their sightings replayed after earlier resumes
+    (:func:`.replayed`); ``dataset_size`` and ``sample_dims`` as
     SampleAudit's; ``declined``: the module declined the epoch's last step begun. Each read that fails leaves its part
     out.
     """
@@ -36,11 +37,11 @@ def audit_epoch_row(
     if failed:  # why: this rank's own problem, else the ranks that had one
         why = failed_here or audit_text.unfingerprinted(failed, warned=True)
         return {"epoch": epoch, "audited": False, "why": why.removeprefix("SampleAudit: ")}
-    begun, first, carried = progress
+    begun, first, carried, earlier = progress
     sizes: list[int | None] = [None] * len(names)
     with problems.guard("reading the training set's size"):
         sizes = dataset_sizes(loaders, sample_dims)
-    row = audited_row(epoch, shares, sizes, dataset_size, names)
+    row = audited_row(epoch, shares, sizes, dataset_size, names, earlier)
     with problems.guard("reading whether the trainer limits the epoch's batches"):
         limited = limited_epoch(trainer, begun, declined)
         if limited is None and first and not any(carried):  # resumed inside it, none of its start carried

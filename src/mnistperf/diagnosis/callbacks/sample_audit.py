@@ -29,7 +29,9 @@ from mnistperf.diagnosis.measure.sample_counts import (
     gathered_shares,
     left_out_by_design,
     padded_by_design,
+    replayed,
     restored_parts,
+    restored_replays,
 )
 from mnistperf.diagnosis.record import audit_text, epoch_text
 from mnistperf.upstream import fetched_by_step, step_unfinished, steps_started
@@ -191,6 +193,7 @@ class SampleAudit(Callback):
         count = len(self.batches.names)
         self._seen: list[list[torch.Tensor]] = [[] for _ in range(count)]  # per loader: the epoch's fingerprints
         self._carried_counts = [0] * count  # per loader: how many fingerprints a checkpoint carried (at the front)
+        self._carried_replays = [0] * count  # per loader: the sightings among them replayed after earlier resumes
         self._held = HeldSteps(self.hash, count)  # per loader: the steps' sample rows not yet hashed
         self.kept.forget()
         self._steps: int | None = None  # the epoch's steps begun so far (None: none yet)
@@ -201,6 +204,7 @@ class SampleAudit(Callback):
         mine = restored_parts(restored, len(self.batches.names), trainer.world_size, trainer.global_rank)
         self._seen = [[part.to(trainer.strategy.root_device)] for part in mine]
         self._carried_counts = [len(part) for part in mine]
+        self._carried_replays = restored_replays(restored, len(mine))
         self._in_epoch = True
         self._failed = restored.get("failed")  # an epoch not audited before the interruption is not audited after it
         self._previous = None  # the order before the interruption is not known
@@ -234,8 +238,9 @@ class SampleAudit(Callback):
             self.batches.begin(batch, self._read, (None if trainer is None else trainer.current_epoch, batch_idx))
             if len(self._seen) > len(self.batches.names):  # read as one loader's from now on: pool what was carried
                 seen, carried = [f for fingerprints in self._seen for f in fingerprints], sum(self._carried_counts)
+                replays = sum(self._carried_replays)
                 self._start_epoch()
-                self._seen, self._carried_counts = [seen], [carried]
+                self._seen, self._carried_counts, self._carried_replays = [seen], [carried], [replays]
         except Exception as error:
             self._failed = self.problems.note("fingerprinting a training batch", error)
         if self.batches.first is not None:  # the fit's first batch, said where the read failed too
@@ -299,7 +304,7 @@ class SampleAudit(Callback):
         """
         self._settle()
         self._take_fetched()
-        carried, steps, first = self._carried_counts, self._steps, self._first_index
+        carried, replays, steps, first = self._carried_counts, self._carried_replays, self._steps, self._first_index
         parts = self._collected(trainer)
         self._start_epoch()
         self._in_epoch = False
@@ -323,7 +328,7 @@ class SampleAudit(Callback):
             self.batches.names,
             self.problems,
             failed_here=self._failed,
-            progress=(steps, first, carried),
+            progress=(steps, first, carried, replays),
             dataset_size=self.dataset_size,
             sample_dims=self.sample_dims,
             declined=self._declined,
@@ -350,9 +355,9 @@ class SampleAudit(Callback):
             self.problems.say_once(trainer, audit_text.widths_vary(widths, self.hash.max_words))
         if trainer.interrupted:  # the fit's own error stands: strict adds none
             return
-        replayed = row.get("replayed") or 0  # a resume's: each seen again in the place of one left out
-        repeated = (row.get("duplicates") or 0) > padded_by_design(row) + replayed
-        if self.strict and (repeated or (row.get("missing") or 0) > left_out_by_design(row) + replayed):
+        again = row.get("replayed") or 0  # a resume's: each seen again in the place of one left out
+        repeated = (row.get("duplicates") or 0) > padded_by_design(row) + again
+        if self.strict and (repeated or (row.get("missing") or 0) > left_out_by_design(row) + again):
             if row.get("guessed"):  # counts of a guess of the audit's stop no fit: the line says what to pass
                 self.problems.say_once(trainer, audit_text.STRICT_ON_A_GUESS)
                 return
@@ -391,6 +396,7 @@ class SampleAudit(Callback):
             "epoch": trainer.current_epoch,
             "fingerprints": [torch.cat(share.parts).cpu() for share in shares],
             "loaders": [[len(part) for part in share.parts] for share in shares],
+            "replayed": [replayed(shares, at, earlier) or 0 for at, earlier in enumerate(self._carried_replays)],
             "failed": why,  # resumed too
         }
 

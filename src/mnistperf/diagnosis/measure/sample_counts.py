@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Sequence, Sized
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -234,25 +234,44 @@ def seen_before(after: torch.Tensor, before: torch.Tensor) -> int:
     return int(np.isin(after.numpy(), before.numpy()).sum() if after.is_cpu else torch.isin(after, before).sum())
 
 
-def loader_counts(shares: list[Share], loader: int, size: int | None) -> dict[str, Any]:
-    """One loader's :func:`tally` over every rank, and ``replayed``: sightings after a resume of samples seen before."""
+def replayed(shares: list[Share], loader: int, earlier: int = 0) -> int | None:
+    """A loader's sightings after the epoch's last resume of samples seen before it, over every rank, plus ``earlier``:
+    those after the epoch's earlier resumes, as the checkpoint resumed from kept them. None: nothing was carried."""
+    if not any(share.carried[loader] for share in shares):
+        return None
+    before = torch.cat([share.parts[loader][: share.carried[loader]] for share in shares])
+    after = torch.cat([share.parts[loader][share.carried[loader] :] for share in shares])
+    return earlier + seen_before(after, before)
+
+
+def restored_replays(restored: dict[str, Any], loaders: int) -> list[int]:
+    """Per loader, the sightings a checkpoint's epoch had replayed after its own earlier resumes (pooled as
+    :func:`restored_parts` pools the fingerprints where the loaders changed)."""
+    found = list(restored.get("replayed") or [0] * loaders)
+    return found if len(found) == loaders else [sum(found)] + [0] * (loaders - 1)
+
+
+def loader_counts(shares: list[Share], loader: int, size: int | None, earlier: int = 0) -> dict[str, Any]:
+    """One loader's :func:`tally` over every rank, and its :func:`replayed` sightings (``earlier``: before the last
+    resume's)."""
     everything = torch.cat([share.parts[loader] for share in shares])
-    counts = {**tally(everything.numel(), distinct(everything), size), "replayed": None}
-    if any(share.carried[loader] for share in shares):
-        before = torch.cat([share.parts[loader][: share.carried[loader]] for share in shares])
-        after = torch.cat([share.parts[loader][share.carried[loader] :] for share in shares])
-        counts["replayed"] = seen_before(after, before)
-    return counts
+    return {**tally(everything.numel(), distinct(everything), size), "replayed": replayed(shares, loader, earlier)}
 
 
 def audited_row(
-    epoch: int, shares: list[Share], sizes: list[int | None], size: int | None, names: list[str]
+    epoch: int,
+    shares: list[Share],
+    sizes: list[int | None],
+    size: int | None,
+    names: list[str],
+    earlier: Sequence[int] = (),
 ) -> dict[str, Any]:
     """An audited epoch's counts over every loader (told apart), and each loader's by ``names`` where there are several.
 
-    ``sizes``: each loader's dataset's length where known; ``size``: the whole training set's, by default their sum.
+    ``sizes``: each loader's dataset's length where known; ``size``: the whole training set's, by default their sum;
+    ``earlier``: each loader's sightings replayed after the epoch's resumes before its last (:func:`replayed`).
     """
-    each = [loader_counts(shares, loader, known) for loader, known in enumerate(sizes)]
+    each = [loader_counts(shares, at, known, earlier[at] if earlier else 0) for at, known in enumerate(sizes)]
     if size is None and None not in sizes:
         size = sum(c["dataset_size"] for c in each)
     orders = [share.order for share in shares]

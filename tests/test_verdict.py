@@ -247,6 +247,13 @@ def test_a_compute_bound_cpu_step_is_told_what_the_cpu_can_do_before_a_gpu(monke
         assert not threads, found["hints"]
     else:
         assert threads == [found["hints"][0]] and f"this run used {used} threads on 2 usable cores" in threads[0]
+    # two DDP ranks on this machine share its cores: one thread each is matched, on one node, not on two
+    ranks = {"world_size": 2, "ranks": [{"rank": 0}, {"rank": 1}]}
+    run = {"verdict": "compute-bound", "avg_train_s": 1.0, "input_wait_share": 0.0, "cpu_busy_share": 0.9, **ranks}
+    threads = [hint for hint in advice({**run, "num_nodes": 1})["hints"] if "threads" in hint]
+    assert (not threads) if used == 1 else "on 2 usable cores, shared by 2 ranks: 1 each" in threads[0]
+    threads = [hint for hint in advice({**run, "num_nodes": 2})["hints"] if "threads" in hint]
+    assert (not threads) if used == 2 else "shared" not in threads[0]
 
 
 def test_a_two_epoch_cpu_fit_gets_a_bound_at_the_windows_default_share():

@@ -290,8 +290,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             found["at_most_s_less"] = share * train_s
     if "ceiling" not in found:
         return None
-    used, usable = torch.get_num_threads(), usable_cpus()
-    threads = f"this run used {used} threads on {usable} usable cores"
+    used, usable, here = torch.get_num_threads(), usable_cpus(), ranks_here(summary)
+    shared = f", shared by {here} ranks: {max(1, usable // here)} each" if here > 1 else ""
+    threads = f"this run used {used} threads on {usable} usable cores{shared}"
     fetch = named is not None and named["part"] == FETCH  # the wait for the next batch: the loader's hints fix it
     own_fix = (hints or {}).get(named["part"]) if named is not None else None
     if named is not None and own_fix:  # the project's own fix for the part
@@ -303,7 +304,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         hint.replace("{threads}", threads)
         for each in keys
         for hint in (hints if hints is not None and each in hints else USER_HINTS)[each]
-        if used != usable or "{threads}" not in hint  # threads already matched to the cores: nothing to do there
+        if used != max(1, usable // here) or "{threads}" not in hint  # already matched to its cores: nothing to do
     ]
     if named is not None and fetch:  # its fix: the first of the hints that lead
         named["fix"] = found["hints"][0]
@@ -312,6 +313,11 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     elif in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
         found["hints"].insert(0, REMEASURE)
     return found
+
+
+def ranks_here(summary: Mapping[str, Any]) -> int:
+    """The ranks sharing this machine's cores: the world over its nodes (1 outside DDP)."""
+    return max(1, int(summary.get("world_size") or 1) // max(1, int(summary.get("num_nodes") or 1)))
 
 
 REMEASURE = "measure again on a quieter machine, the verdict being in doubt"

@@ -88,6 +88,8 @@ def run_summary(
             size = sum(p.numel() for p in module.parameters())
             found["module"] = {"class": type(module).__name__, "parameters": size}
     found.update(precision=str(trainer.precision), world_size=trainer.world_size)
+    with guard("reading the trainer's nodes"):  # the ranks on one machine share its cores
+        found["num_nodes"] = int(getattr(trainer, "num_nodes", 1))
     with guard("reading the trainer's limits"):  # what makes two runs' epochs differ, beside the data's settings
         limits = ("max_epochs", "max_steps", "limit_train_batches", "limit_val_batches", "accumulate_grad_batches")
         found["trainer"] = {name: jsonable(getattr(trainer, name, None)) for name in limits}

@@ -117,10 +117,10 @@ def unknown_noise(a: RunSummary, b: RunSummary, figure: figures.Figure) -> str |
 
 # What a run records of what ran it, by where its summary keeps it: compare lists those that differ.
 RECORDED = (
-    "config", "data", "loader", "model", "module", "trainer", "device", "precision", "world_size", "cpu_affinity",
-    "versions",
+    "config", "data", "loader", "model", "module", "trainer", "device", "precision", "world_size", "num_nodes",
+    "cpu_affinity", "versions",
 )  # fmt: skip
-LATER = ("loader", "module", "trainer")  # records a summary older than them lacks: no change where one run has none
+LATER = ("loader", "module", "trainer", "num_nodes")  # records a summary older than them lacks: no change where one run has none
 
 
 def flattened(value: Any, prefix: str) -> dict[str, Any]:

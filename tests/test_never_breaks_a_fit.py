@@ -259,7 +259,9 @@ def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(
         trainer.fit(FailingStep(), DataLoader(Rows(), batch_size=BATCH))
     assert trainer.profiler is profiler
     assert not timer._flops.due and timer._flops.counting is None  # the first step's count begun, then stopped
-    assert epoch_text.NOTHING_TIMED not in capsys.readouterr().out  # its epoch closed as far as it trained
+    out = capsys.readouterr().out
+    assert epoch_text.NOTHING_TIMED in out and "epoch 1:" not in out  # no step of its epoch trained: none to close
+    assert not timer.epochs and timer.summary_path is None
 
     class FailsFirst(Callback):  # before the epoch's first step: no epoch to close (as under DDP, where none is)
         def on_train_epoch_start(self, trainer, pl_module):
@@ -268,6 +270,15 @@ def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(
     with pytest.raises(RuntimeError, match="the fit fails first"):
         fit_module(Odd(), DataLoader(Rows(), batch_size=BATCH), callbacks=[EpochTimer(), FailsFirst()])
     assert epoch_text.NOTHING_TIMED in capsys.readouterr().out  # nothing to write, and said so
+
+    class FailsInSanityCheck(Odd):  # (Ctrl-C there reads the same)
+        def validation_step(self, batch, batch_idx):
+            raise RuntimeError("the sanity check fails")
+
+    with pytest.raises(RuntimeError, match="the sanity check fails"):
+        loader = DataLoader(Rows(), batch_size=BATCH)
+        fit_module(FailsInSanityCheck(), loader, loader, callbacks=[EpochTimer()], num_sanity_val_steps=1)
+    assert epoch_text.NOTHING_TIMED in capsys.readouterr().out
 
 
 def test_the_callbacks_log_each_epoch_at_the_step_and_with_the_epoch_lightning_logs_its_epoch_metrics(tmp_path):

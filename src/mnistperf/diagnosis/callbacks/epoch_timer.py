@@ -367,8 +367,9 @@ class EpochTimer(Callback):
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         """A fit stopped early (Ctrl-C, an error): torn down as after a fit, its finished epochs still reported.
 
-        The epoch it stopped inside is closed as far as it trained, where :func:`.closes_stopped_epoch`; an audit beside
-        the timer audits it first (listed after the timer, it would do so only after the summary is written).
+        The epoch it stopped inside is closed as far as it trained, where :func:`.closes_stopped_epoch` and a step of it
+        ended; an audit beside the timer audits it first (listed after the timer, it would do so only after the summary
+        is written). A fit that stops before any epoch closed (in its sanity check, or its first step) says so.
         """
         if self._come_back():  # a fit it stood aside from, which Lightning does not tear down after an error
             return
@@ -378,7 +379,8 @@ class EpochTimer(Callback):
                 self.clock.eval_cut()  # a validation it stopped inside: its time so far, the epoch partial
                 if self.samples.batches.pending is not None and not step_unfinished(trainer):  # trained: its end
                     self.on_train_batch_end(trainer, pl_module, None, None, self.samples.index)  # never came here
-                self.on_train_epoch_end(trainer, pl_module)
+                if self.clock.steps_ended:  # no step of it trained: nothing to close
+                    self.on_train_epoch_end(trainer, pl_module)
         with self.problems.guard("asking the audit beside to audit the epoch the fit stopped inside"):
             audit_stopped = getattr(audit_beside(trainer), "audit_stopped_epoch", None)
             if callable(audit_stopped):  # (once: the audit's own hook, which Lightning calls next, then does nothing)
@@ -386,7 +388,7 @@ class EpochTimer(Callback):
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
         if fitting and self.epochs and not self._reported and trainer.is_global_zero:
             self._report(trainer, interrupted=True)
-        elif fitting and epoch_begun and not self.epochs and trainer.is_global_zero:  # said, not silent
+        elif fitting and not self.epochs and not getattr(self, "_reported", True) and trainer.is_global_zero:  # began
             self.problems.say(trainer, epoch_text.NOTHING_TIMED)
 
     def _report(self, trainer: Trainer, interrupted: bool) -> None:

@@ -160,6 +160,11 @@ class EpochClock:
         return self.windows.profiling, id(self.windows.window)
 
     @property
+    def steps_ended(self) -> int:
+        """The epoch's steps that ended so far (one begun and stopped by an error, or declined, did not)."""
+        return len(self._intervals)
+
+    @property
     def reading(self) -> WindowReading | None:
         """Where the busy share was profiled, and its value (None while not measured, with the reason)."""
         return self.windows.reading
@@ -259,7 +264,7 @@ class EpochClock:
 
     def close(self) -> None:
         """Stop a busy window the run did not finish (an interrupted or shortened epoch), saying why it was not read."""
-        self.windows.close(self._number, self._first_index, len(self._intervals))  # the steps that ended
+        self.windows.close(self._number, self._first_index, self.steps_ended)
 
     def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""
@@ -344,7 +349,7 @@ class EpochClock:
     def close_epoch(self, gathered: Gathered, extra: dict[str, Any]) -> dict[str, Any]:
         """The epoch's row (:func:`.epoch_row`) from its measures over every rank (:func:`.gather`), with ``extra``."""
         merged = gathered.measures
-        ended = len(self._intervals)  # the steps that ran (one the module declined as it began did not)
+        ended = self.steps_ended
         if self._length is not None and ended < self._length:  # a fit stopped or resumed inside the epoch
             extra["partial"] = {"steps": ended, "batches": self._length}
         if self._eval_cut:  # trained whole, stopped inside its validation

@@ -165,10 +165,25 @@ def test_an_epoch_shorter_than_the_last_one_says_where_the_window_was_placed_fro
         clock.epoch_end()
     assert clock.busy_window["reason"] == (
         "epoch 2 ended after 20 of its steps, before the window's last (step 38; an epoch taken as the last one's 40 "
-        "steps: the training loader has no length): max_steps, limit_train_batches, a stop (trainer.should_stop, an "
-        "error) or the module ended it early"
+        "steps: the training loader has no length): max_steps, limit_train_batches, a stop (trainer.should_stop) or "
+        "the module ended it early"
     )
     assert [row["samples"] for row in clock.epochs] == [0, 0]  # nothing was counted into this bare clock
+    # a fit stopped by an error or Ctrl-C inside the window: said as that, not as a limit
+    stopped = EpochClock(torch.device("cpu"), window_share=None)
+    for epoch, steps in ((1, 40), (2, 20)):
+        stopped.epoch_start(40, epoch, steps_left=math.inf)
+        for index in range(steps):
+            stopped.step_start(index)
+            stopped.step_end(index)
+        if epoch == 1:
+            stopped.epoch_end()
+    stopped.fit_stopped()
+    stopped.close()
+    reason = stopped.busy_window["reason"]
+    assert reason.startswith("epoch 2 ended after 20 of its steps") and reason.endswith(
+        ": the fit stopped (an error or Ctrl-C)"
+    )
 
 
 def test_a_window_the_epoch_ran_past_unrecorded_does_not_say_the_epoch_ended_before_it(monkeypatch):

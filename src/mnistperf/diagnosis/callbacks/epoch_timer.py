@@ -374,9 +374,10 @@ class EpochTimer(Callback):
         if self._come_back():  # a fit it stood aside from, which Lightning does not tear down after an error
             return
         epoch_begun, fitting = getattr(self, "_epoch_open", False), trainer.state.fn == TrainerFn.FITTING
+        with self.problems.guard("ending the validation the fit stopped inside"):
+            self.clock.fit_stopped()  # its time so far, the epoch partial; an unread window said to be cut by it
         if epoch_begun and self.clock.steps and closes_stopped_epoch(trainer):
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
-                self.clock.eval_cut()  # a validation it stopped inside: its time so far, the epoch partial
                 if self.samples.batches.pending is not None and not step_unfinished(trainer):  # trained: its end
                     self.on_train_batch_end(trainer, pl_module, None, None, self.samples.index)  # never came here
                 if self.clock.steps_ended:  # no step of it trained: nothing to close

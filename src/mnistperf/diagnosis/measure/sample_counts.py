@@ -235,8 +235,10 @@ def seen_before(after: torch.Tensor, before: torch.Tensor) -> int:
 
 
 def replayed(shares: list[Share], loader: int, earlier: int = 0) -> int | None:
-    """A loader's sightings after the epoch's last resume of samples seen before it, over every rank, plus ``earlier``:
-    those after the epoch's earlier resumes, as the checkpoint resumed from kept them. None: nothing was carried."""
+    """A loader's sightings after the epoch's resumes of samples seen before them, over every rank; None: none carried.
+
+    The last resume's are read here; ``earlier``: those after the epoch's earlier resumes, as its checkpoint kept them.
+    """
     if not any(share.carried[loader] for share in shares):
         return None
     before = torch.cat([share.parts[loader][: share.carried[loader]] for share in shares])
@@ -245,15 +247,16 @@ def replayed(shares: list[Share], loader: int, earlier: int = 0) -> int | None:
 
 
 def restored_replays(restored: dict[str, Any], loaders: int) -> list[int]:
-    """Per loader, the sightings a checkpoint's epoch had replayed after its own earlier resumes (pooled as
-    :func:`restored_parts` pools the fingerprints where the loaders changed)."""
+    """Per loader, the sightings a checkpoint's epoch replayed after its own resumes (:func:`replayed`).
+
+    Pooled as :func:`restored_parts` pools the fingerprints, where the loaders changed.
+    """
     found = list(restored.get("replayed") or [0] * loaders)
     return found if len(found) == loaders else [sum(found)] + [0] * (loaders - 1)
 
 
 def loader_counts(shares: list[Share], loader: int, size: int | None, earlier: int = 0) -> dict[str, Any]:
-    """One loader's :func:`tally` over every rank, and its :func:`replayed` sightings (``earlier``: before the last
-    resume's)."""
+    """One loader's :func:`tally` over every rank, and its :func:`replayed` sightings (``earlier``: as kept)."""
     everything = torch.cat([share.parts[loader] for share in shares])
     return {**tally(everything.numel(), distinct(everything), size), "replayed": replayed(shares, loader, earlier)}
 

@@ -56,6 +56,7 @@ class EpochClock:
         self.flops = StepFlops(peak, world_size, flops_per_step, flops_reason)
         self.input_bound_share = input_bound_share
         self._fit_start = time.perf_counter()
+        self._stopped = False  # whether the fit stopped (an error, Ctrl-C)
         if device.type != "cuda":
             busy_window_steps = min(busy_window_steps, busy_window.CPU_WINDOW_STEPS)
         if busy_unavailable is None and busy_window_steps <= 0:
@@ -256,15 +257,19 @@ class EpochClock:
             self._eval_s += self._ended - self._eval_start
             self._eval_start = None
 
-    def eval_cut(self) -> None:
-        """An evaluation the fit stopped inside ends now (synchronizes): its epoch is partial, its validation cut."""
+    def fit_stopped(self) -> None:
+        """The fit stopped (an error, Ctrl-C): a window it leaves unread is said to be cut by it.
+
+        An evaluation it stopped inside ends now (synchronizes): its epoch partial, its validation cut.
+        """
+        self._stopped = True
         if self._evaluating:
             self.eval_end()
             self._eval_cut = True
 
     def close(self) -> None:
         """Stop a busy window the run did not finish (an interrupted or shortened epoch), saying why it was not read."""
-        self.windows.close(self._number, self._first_index, self.steps_ended)
+        self.windows.close(self._number, self._first_index, self.steps_ended, self._stopped)
 
     def export_trace(self, folder: Path) -> Path | None:
         """Save the busy window's trace under ``folder``: its path, or None (:meth:`.WindowKeeper.export_trace`)."""

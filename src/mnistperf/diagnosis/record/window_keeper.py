@@ -177,8 +177,11 @@ class WindowKeeper:
                 seconds, fetch, host = (end - start for end, start in zip(ended, self.opened, strict=True))
                 self.cost = (seconds, fetch, host, window.last - window.opens + 1)
 
-    def close(self, number: int, first_index: int | None, steps: int) -> None:
-        """Stop a window epoch ``number`` did not finish (its ``steps`` from ``first_index``), saying why not read."""
+    def close(self, number: int, first_index: int | None, steps: int, stopped: bool = False) -> None:
+        """Stop a window epoch ``number`` did not finish (its ``steps`` from ``first_index``), saying why not read.
+
+        ``stopped``: the fit was, by an error or Ctrl-C.
+        """
         if self.window is None:
             return
         window, self.window = self.window, None
@@ -197,10 +200,14 @@ class WindowKeeper:
             )
         else:
             placed = f"; {self._placed_by}" if self._placed_by else ""
+            why = (
+                "the fit stopped (an error or Ctrl-C)"
+                if stopped
+                else "max_steps, limit_train_batches, a stop (trainer.should_stop) or the module ended it early"
+            )
             self.missed(
-                f"epoch {number} ended after {steps} of its steps, before the window's last "
-                f"(step {window.last + 1}{placed}): max_steps, limit_train_batches, a stop (trainer.should_stop, "
-                "an error) or the module ended it early"
+                f"epoch {number} ended after {steps} of its steps, before the window's last (step "
+                f"{window.last + 1}{placed}): {why}"
             )
 
     def without(

@@ -120,7 +120,8 @@ RECORDED = (
     "config", "data", "loader", "model", "module", "trainer", "device", "precision", "world_size", "num_nodes",
     "cpu_affinity", "versions",
 )  # fmt: skip
-LATER = ("loader", "module", "trainer", "num_nodes")  # records a summary older than them lacks: no change where one run has none
+# Records a summary older than them lacks: no change where one run has none
+LATER = ("loader", "module", "trainer", "num_nodes")
 
 
 def flattened(value: Any, prefix: str) -> dict[str, Any]:

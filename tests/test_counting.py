@@ -359,6 +359,32 @@ def test_an_epoch_resumed_twice_counts_both_resumes_replays_and_strict_goes_on(t
     assert row["replayed"] == row["duplicates"] == row["missing"] == 4 * BATCH and len(audit.epochs) == 2
 
 
+class Validated(Recorder):
+    def validation_step(self, batch, batch_idx):
+        return None
+
+
+def test_an_epoch_lightning_runs_without_a_step_after_a_chain_of_resumes_is_said_and_not_the_warm_up(tmp_path, capsys):
+    """A checkpoint saved at an epoch's last step, resumed, leaves the next fit's epoch-end checkpoint a loop state
+    that has its next epoch's steps done: Lightning runs that epoch without a step."""
+    data = lambda: DataLoader(Indexed(), batch_size=BATCH)  # noqa: E731
+    steps = ROWS // BATCH
+    at_last = ModelCheckpoint(dirpath=tmp_path / "a", every_n_train_steps=steps, save_top_k=-1, filename="{step}")
+    fit_module(Validated(), data(), data(), callbacks=[at_last], max_epochs=2, enable_checkpointing=True)
+    ends = ModelCheckpoint(dirpath=tmp_path / "b", save_last=True)
+    first = tmp_path / "a" / f"step={steps}.ckpt"  # saved at epoch 1's last step
+    fit_module(Validated(), data(), data(), callbacks=[ends], max_epochs=3, enable_checkpointing=True, ckpt_path=first)
+    capsys.readouterr()
+    timer, audit, module = EpochTimer(), SampleAudit(), Validated()
+    fit_module(module, data(), data(), callbacks=[timer, audit], max_epochs=5, ckpt_path=tmp_path / "b" / "last.ckpt")
+    out = capsys.readouterr().out
+    assert sorted(module.record) == [5], "Lightning ran epoch 4's steps: the chain no longer makes an epoch of none"
+    assert "epoch 4: no step of it ran: the checkpoint the fit resumed from had its steps done; not timed" in out
+    assert [row["epoch"] for row in timer.epochs] == [5]  # no row for epoch 4: epoch 5 is the fit's warm-up
+    row = audit.epochs[0]
+    assert row["epoch"] == 4 and row["seen"] == 0 and row["missing"] is None and "no step of it ran" in row["limited"]
+
+
 def resumed_and_bare(folder: Path, data: Callable[[], object], between=lambda: None):
     """:func:`resumed_inside_epoch_2` watched, after checking its weights are those of the same fits without the
     callbacks, bit for bit."""

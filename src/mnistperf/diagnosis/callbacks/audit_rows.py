@@ -46,6 +46,8 @@ def audit_epoch_row(
         limited = limited_epoch(trainer, begun, declined)
         if limited is None and first and not any(carried):  # resumed inside it, none of its start carried
             limited = audit_text.resumed_unseen(first)
+        if limited is None and not begun and not any(carried):  # no step began (nor a checkpoint carried one)
+            limited = audit_text.NO_STEP
         if limited is not None:  # the loader's other batches are not due this epoch: none of them is missing
             row.update(missing=None, limited=limited)
             if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off

@@ -325,6 +325,9 @@ class EpochTimer(Callback):
         per_loader = self.samples.epoch_end()
         self._sampled.hooks_off()  # the epoch ended inside a sample (a batch the module skipped)
         self._stop_flops()
+        if not self.clock.steps:  # (every rank alike) no row: the fit's warm-up is still to come
+            self.problems.say(trainer, epoch_text.no_step(trainer.current_epoch + 1))
+            return
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())

@@ -11,6 +11,7 @@ from mnistperf.diagnosis.measure.batches import FirstBatch
 from mnistperf.diagnosis.measure.drawn_steps import EVERY
 from mnistperf.diagnosis.measure.flops import Peak
 from mnistperf.diagnosis.measure.samples import Counted, Rule
+from mnistperf.diagnosis.record.audit_text import NO_STEP
 from mnistperf.diagnosis.record.units import seconds, throughput
 
 
@@ -244,6 +245,11 @@ def written_line(what: str, path: Any, replaced: bool = False, logged: bool = Tr
     ``replaced``: in place of another's, in a run with a logger (``logged``) or without one.
     """
     return WRITTEN[what].format(path=path) + (REPLACED.format(keeps=KEEPS[not logged]) if replaced else "")
+
+
+def no_step(epoch: int) -> str:
+    """The line of an epoch Lightning ran without a step: a fit resumed after its last step (:data:`.NO_STEP`)."""
+    return f"epoch {epoch}: {NO_STEP}; not timed"
 
 
 # Where a fit stops before its first epoch closed (under DDP an epoch it stops inside is not closed: ranks may be gone)

@@ -256,6 +256,23 @@ def test_official_files_in_each_layout_import_pixel_for_pixel(shared_datasets, t
     assert np.array_equal(got[1], official["train"][1].numpy()[:2000])
 
 
+def test_an_import_forced_over_a_dataset_kept_as_shard_folders_replaces_each_folder_whole(tmp_path, capsys):
+    images, labels = random_split(30, seed=7)
+    source, data = tmp_path / "source", tmp_path / "data"
+    kaggle_csv(source / "mnist_train.csv", images, labels)
+    kaggle_csv(source / "mnist_test.csv", images[:5], labels[:5])
+    old, _ = random_split(8, seed=1)
+    for split in ("train", "test"):  # the user's own layout: a folder of shards per split
+        for shard in range(2):
+            write_parquet(data / "mine" / split / f"part-{shard}.parquet", table_with_names(old, labels[:8], str))
+    main(["prepare", "--from", str(source), "--name", "mine", "--data-dir", str(data), "--force"])
+    assert sorted(p.name for p in (data / "mine").iterdir()) == ["test", "train"]  # nothing else left beside them
+    read = pq.read_table(data / "mine" / "train")
+    pixels, got = schema.to_tensors(read)
+    assert np.array_equal(pixels.numpy().reshape(-1, 28, 28), images) and np.array_equal(got.numpy(), labels)
+    assert_batch_is(first_batch(data, "mine", "v2"), images, labels)
+
+
 def test_an_import_done_is_kept_and_a_damaged_one_names_the_import_that_makes_it_again(tmp_path, capsys):
     """Only the user knows the folder an import came from: the fix line says DIR where the official data's names it."""
     images, labels = random_split(30, seed=7)

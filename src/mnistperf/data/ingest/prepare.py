@@ -104,13 +104,18 @@ def is_ready(path: Path, expected_rows: int | None = None, read_pages: bool = Fa
     return expected_rows is None or rows == expected_rows
 
 
+ONE_SHARD = "part-00000.parquet"  # a split written as a folder of shards, whole in one
+
+
 def write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: Iterable[str]) -> list[FormatReport]:
     """Write a split in every format asked, atomically, and report each file's size, write and read time."""
     reports = []
     for fmt in formats:
         path = split_path(data_dir, dataset, split, fmt)
         start = time.perf_counter()
-        if fmt == "parquet":
+        if fmt == "parquet" and path.suffix != ".parquet":  # a folder of shards: replaced whole, by one shard
+            atomic_write_dir(path, lambda tmp: pq.write_table(table, tmp / ONE_SHARD, **schema.WRITE_OPTIONS))
+        elif fmt == "parquet":
             atomic_write(path, lambda tmp: pq.write_table(table, tmp, **schema.WRITE_OPTIONS))
         else:
             atomic_write(path, lambda tmp: pacsv.write_csv(table, tmp))

@@ -273,6 +273,27 @@ def test_an_import_forced_over_a_dataset_kept_as_shard_folders_replaces_each_fol
     assert_batch_is(first_batch(data, "mine", "v2"), images, labels)
 
 
+def test_an_import_into_a_data_dir_this_process_may_not_write_in_is_said_before_its_files_are_read(
+    tmp_path, monkeypatch, capsys
+):
+    import os
+
+    from mnistperf.data.ingest import importer
+
+    images, labels = random_split(10, seed=7)
+    source, data = tmp_path / "source", tmp_path / "data"
+    kaggle_csv(source / "mnist_train.csv", images, labels)
+    kaggle_csv(source / "mnist_test.csv", images[:5], labels[:5])
+    data.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != data)  # as a read-only mount answers
+    read = []
+    monkeypatch.setattr(importer, "find_splits", lambda folder: read.append(folder))
+    with pytest.raises(SystemExit):
+        main(["prepare", "--from", str(source), "--name", "mine", "--data-dir", str(data)])
+    said = f"--data-dir {data}: {data} is a folder this process may not write in; give a folder you may write in"
+    assert said in capsys.readouterr().err and read == [] and list(data.iterdir()) == []
+
+
 def test_an_import_done_is_kept_and_a_damaged_one_names_the_import_that_makes_it_again(tmp_path, capsys):
     """Only the user knows the folder an import came from: the fix line says DIR where the official data's names it."""
     images, labels = random_split(30, seed=7)

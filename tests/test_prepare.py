@@ -311,3 +311,25 @@ def test_a_data_dir_this_process_may_not_write_in_is_said_before_the_files_are_d
         prepare.prepare_dataset("mnist", data, source_root=fake_raw.root, log=lambda m: None)
     assert decoded == [] and list(data.iterdir()) == []
     prepare.require_preparable("mnist", data)  # no local files either: the folder is the fix said first, not them
+
+
+def test_a_prepare_killed_with_sigterm_lets_go_of_what_it_was_writing_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
+    import signal
+
+    from mnistperf.atomic import atomic_write
+
+    target = tmp_path / "data" / "Synthetic" / "train.parquet"
+
+    def killed_while_writing(*args, **kwargs):
+        atomic_write(target, lambda tmp: (tmp.write_bytes(b"half"), signal.raise_signal(signal.SIGTERM)))
+
+    monkeypatch.setattr(prepare, "prepare_synthetic", killed_while_writing)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main(["prepare", "--dataset", "synthetic", "--data-dir", str(tmp_path / "data")])
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == "mnistperf: terminated; what was being written is not kept\n"
+    assert list(target.parent.iterdir()) == []  # no temporary file left beside the target

@@ -104,6 +104,8 @@ def prepare_command(argv: Sequence[str]) -> None:
         "(default: the folder's name)",
     )
     opts = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():  # a kill lets go of what is being written, as Ctrl-C
+        signal.signal(signal.SIGTERM, terminated)
     if opts.name is not None and opts.source is None:
         parser.error("--name goes with --from DIR, the folder to import")
     taken = place_taken(Path(opts.data_dir), folder=True)
@@ -172,6 +174,12 @@ def main(args: Sequence[str] | None = None) -> None:
             raise
         print("mnistperf: interrupted; what was being written is not kept", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def terminated(signum: int, frame: object) -> None:
+    """SIGTERM during ``prepare``: every write under way is let go (its temporary file removed), then the exit."""
+    print("mnistperf: terminated; what was being written is not kept", file=sys.stderr)
+    raise SystemExit(128 + signum)
 
 
 def reader_gone() -> bool:

@@ -306,7 +306,10 @@ def test_an_import_done_is_kept_and_a_damaged_one_names_the_import_that_makes_it
     assert capsys.readouterr().out == f"mine: ready in {data / 'mine'} (use --force to rebuild)\n"
     damage(data / "mine" / "train.parquet", "middle")
     options = ("--data.batch_size", "8", "--data.dataset", "mine", "--data.data_dir", str(data))
-    fix = f"re-create it with `python -m mnistperf prepare --force --from DIR --name mine --data-dir {data}`"
+    fix = (
+        "put a good copy in its place, or, where it was imported, import it again: "
+        f"`python -m mnistperf prepare --force --from DIR --name mine --data-dir {data}`"
+    )
     fails_in_one_line(capsys, stage_argv("v2_pinned", *NO_WORKERS, *options, epochs=1), "train.parquet", fix)
     imported(tmp_path, source, "mine", "--force")  # the fix, DIR filled in: the same fit then trains
     main(stage_argv("v2_pinned", *NO_WORKERS, *options, epochs=1))

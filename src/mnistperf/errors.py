@@ -30,16 +30,19 @@ class PreparedFileError(DataError):
         fix: the command that re-creates the file.
     """
 
-    def __init__(self, problem: str, fix: str = "python -m mnistperf prepare --force"):
+    def __init__(self, problem: str, fix: str = "python -m mnistperf prepare --force", own: bool = False):
         super().__init__(problem, fix)
-        self.problem, self.fix = problem, fix
+        self.problem, self.fix, self.own = problem, fix, own
 
     def __str__(self) -> str:
+        if self.own:  # a dataset of the user's own: made by hand, or imported from a folder only the user knows
+            again = f"import it again: `{self.fix}`"
+            return f"{self.problem}; put a good copy in its place, or, where it was imported, {again}."
         return f"{self.problem}; re-create it with `{self.fix}`."
 
-    def with_fix(self, fix: str) -> PreparedFileError:
-        """The same problem with the command that re-creates this very file."""
-        return PreparedFileError(self.problem, fix)
+    def with_fix(self, fix: str, own: bool = False) -> PreparedFileError:
+        """The same problem with the command that re-creates this very file (``own``: a dataset of the user's own)."""
+        return PreparedFileError(self.problem, fix, own)
 
 
 #: set to 1 to see the traceback behind a one-line error

@@ -159,7 +159,8 @@ class MNISTDataModule(L.LightningDataModule):
         except PreparedFileError as exc:
             if is_uri(self.data_dir):
                 raise
-            raise exc.with_fix(prepare.recreate_command(o.dataset, self.data_dir, o.source_root)) from exc
+            fix = prepare.recreate_command(o.dataset, self.data_dir, o.source_root)
+            raise exc.with_fix(fix, own=not prepare.is_builtin(o.dataset)) from exc
 
     # ----------------------------------------------------------------- loaders
     def train_dataloader(self) -> Iterable[dict[str, torch.Tensor]]:

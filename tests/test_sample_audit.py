@@ -166,7 +166,8 @@ def test_copies_in_the_data_read_by_content_are_said_to_leave_as_many_missing(ca
     assert counts(audit.epochs[0]) == (ROWS, ROWS - 1, 1, 1)
     assert (
         "1 duplicates, 1 missing; samples identified by content: identical samples in the data count as "
-        "duplicates (each copy leaving one as missing)" in capsys.readouterr().out
+        "duplicates (each copy leaving one as missing), and its sampler draws each index once: these are copies in "
+        "the data" in capsys.readouterr().out
     )
 
 

@@ -103,7 +103,7 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
         sampler = {
             True: f", and {DRAWS_AGAIN}",
             None: ", and a sampler other than torch's may repeat some by design",
-            False: "",
+            False: ", and its sampler draws each index once: these are copies in the data",
         }
         line += (
             "; samples identified by content"

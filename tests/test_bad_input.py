@@ -122,7 +122,9 @@ def test_missing_prepared_file_says_how_to_prepare(tmp_path):
 def test_prepare_data_with_no_source_reachable_says_how_to_get_it(fake_raw, tmp_path):
     (tmp_path / "empty").mkdir()  # a source root that exists but holds none of the files
     dm = MNISTDataModule(dataset="mnist", data_dir=str(tmp_path / "data"), source_root=str(tmp_path / "empty"))
-    with pytest.raises(DataError, match="--data.source_root DIR .* files; or allow network access to file:///"):
+    with pytest.raises(
+        DataError, match="To fix: put train-images-idx3-ubyte.gz .*/empty/mnist/, or allow network access to file:///"
+    ):
         dm.prepare_data()
 
 

@@ -88,7 +88,11 @@ def test_no_source_reachable_says_how_to_get_the_data(fake_raw, tmp_path):
     with pytest.raises(DataError) as error:
         prepare.prepare_dataset("mnist", tmp_path / "data", source_root=tmp_path / "empty", log=lambda m: None)
     message = str(error.value)
-    assert "--source-root" in message and "train-images" in message
+    # the folder given lacks the files: said as that, not as the option to pass it already is
+    assert (
+        f"To fix: put train-images-idx3-ubyte.gz (with the other official .gz files) in {tmp_path / 'empty' / 'mnist'}/"
+        in message
+    )
     assert not (tmp_path / "data" / "MNIST" / "train.parquet").exists()
     # Debian packages FashionMNIST alone: its package is named for FashionMNIST and never for MNIST
     assert "Debian" not in message

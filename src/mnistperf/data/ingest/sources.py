@@ -237,9 +237,16 @@ def read_raw(
         except (urllib.error.URLError, OSError, DataError) as exc:
             failures.append(f"{url}: {exc}")
     searched = ", ".join(str(d) for d in candidate_dirs(spec, source_root, cache_dir, option))
+    root = source_root if source_root is not None else os.environ.get(SOURCE_ROOT_ENV)
+    fix = (  # the folder named already: what it lacks
+        f"put {raw.name} (with the other official .gz files) in {Path(root) / spec.source_folder}/, or allow network "
+        f"access to {spec.mirrors[0]}"
+        if root
+        else how_to_get(spec, option)
+    )
     raise DataError(
         f"{raw.name} of {spec.folder} was not found in {searched} and could not be downloaded "
-        f"({'; '.join(failures)}). To fix: {how_to_get(spec, option)}."
+        f"({'; '.join(failures)}). To fix: {fix}."
     )
 
 

@@ -561,6 +561,10 @@ def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdi
     err = fails_in_one_line(capsys, ["fit", "--config=first.yaml", "--config", "mine.yaml"], "option").err
     assert err.startswith("mnistperf: error: mine.yaml: ")  # of two files given, the one that holds it
     assert given_configs(["--config=mine.yaml", "--config", "first.yaml"]) == [Path("mine.yaml"), Path("first.yaml")]
+    # a misspelt section: its keys are near no option, the section is near one
+    (workdir / "section.yaml").write_text(config.replace(f"\n{section}:\n", f"\n{section[:-1]}:\n", 1))
+    err = fails_in_one_line(capsys, ["fit", "--config", "section.yaml"], f"option '{section[:-1]}.").err
+    assert re.search(rf"did you mean {section}(\.\w+)?\?", err)  # the key meant where near, else the section
 
 
 @pytest.mark.parametrize(

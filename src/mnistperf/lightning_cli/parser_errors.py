@@ -94,8 +94,25 @@ def explain_parser_error(text: str, options: set[str], configs: dict[Path, dict]
         key = unknown.group(1)
         held = [str(path) for path, config in (configs or {}).items() if holds(config, key.split("."))]
         where = f"{', '.join(held)}: " if held else ""  # each file that holds it, in the order given
-        return where + text + did_you_mean(key, options)
+        return where + text + key_meant(key, list(options))
     return wrong_type(text) or with_options_meant(text, options)
+
+
+def key_meant(key: str, options: list[str]) -> str:
+    """``; did you mean NAME?`` for a dotted key: the option nearest it, or else for its first section no option has.
+
+    ``trainr.logger.init_args.save_dir`` is near no option: its ``trainr`` is near ``trainer``.
+    """
+    meant = did_you_mean(key, options)
+    sections = key.split(".")
+    for depth in range(1, len(sections)):
+        if meant:
+            break
+        known = {".".join(option.split(".")[:depth]) for option in options}
+        if ".".join(sections[:depth]) not in known:
+            meant = did_you_mean(".".join(sections[:depth]), known)
+            break
+    return meant
 
 
 def holds(config: Any, keys: list[str]) -> bool:

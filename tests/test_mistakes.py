@@ -434,6 +434,8 @@ def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
     [
         (["--data.batch_size", "abc"], "data.batch_size takes a whole number, not 'abc'"),
         (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3; did you mean --data.batch_size"),
+        (["--data.foo", "3"], "unrecognized arguments: --data.foo 3 (`python -m"),  # near none of data's keys
+        (["--trainr.max_epochs", "3"], "did you mean --trainer.max_epochs for --trainr.max_epochs?"),
     ],
 )
 def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, expected):

@@ -34,6 +34,20 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     return f"; did you mean {match}?" if match else ""
 
 
+def closest_key(name: str, names: list[str]) -> str | None:
+    """:func:`closest` for a dotted name: in a section ``names`` has, the key of that section nearest its last part.
+
+    ``data.batch_sise`` is ``data.batch_size``; ``data.foo`` is near none of data's keys: neither ``data`` (the section
+    itself) nor ``data.shuffle`` (alike by its section alone) answers it.
+    """
+    section, _, key = name.rpartition(".")
+    keys = {other.rpartition(".")[2]: other for other in names if other.rpartition(".")[0] == section}
+    if section and keys:
+        meant = closest(key, keys)
+        return keys[meant] if meant else None
+    return closest(name, names)
+
+
 def with_options_meant(text: str, options: Iterable[str]) -> str:
     """An argparse ``unrecognized arguments: ...`` message, with the valid option nearest to each unknown one.
 
@@ -44,7 +58,7 @@ def with_options_meant(text: str, options: Iterable[str]) -> str:
         return text
     names = list(options)
     given = [word.split("=")[0] for word in unrecognized.group(1).split() if word.startswith("--")]
-    hints = [f"--{match} for {word}" for word in given if (match := closest(word[2:], names))]
+    hints = [f"--{match} for {word}" for word in given if (match := closest_key(word[2:], names))]
     return f"{text}; did you mean {', '.join(hints)}?" if hints else text
 
 

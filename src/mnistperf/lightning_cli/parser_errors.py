@@ -12,7 +12,7 @@ from typing import Any
 from jsonargparse.typing import import_object
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from mnistperf.close_names import did_you_mean, with_options_meant
+from mnistperf.close_names import closest_key, did_you_mean, with_options_meant
 from mnistperf.errors import DEBUG_ENV
 from mnistperf.lightning_cli.configs import missing_config
 from mnistperf.upstream import (
@@ -103,7 +103,8 @@ def key_meant(key: str, options: list[str]) -> str:
 
     ``trainr.logger.init_args.save_dir`` is near no option: its ``trainr`` is near ``trainer``.
     """
-    meant = did_you_mean(key, options)
+    near = closest_key(key, options)
+    meant = f"; did you mean {near}?" if near else ""
     sections = key.split(".")
     for depth in range(1, len(sections)):
         if meant:

@@ -198,6 +198,9 @@ def bad_source(tmp_path: Path, case: str) -> Path:
         fields[10] = "300"  # the file's pixel10: its 11th column
         lines[int(header)] = ",".join(fields)
         (source / "train.csv").write_text("\n".join(lines) + "\n")
+    elif case == "a file for the folder":
+        kaggle_csv(source / "train.csv", images, labels)
+        return source / "train.csv"
     elif case == "783 columns":
         kaggle_csv(source / "test.csv", images, labels)
         (source / "train.csv").write_text("\n".join(",".join(["1"] * 783) for _ in range(3)) + "\n")
@@ -206,6 +209,7 @@ def bad_source(tmp_path: Path, case: str) -> Path:
         encode = {
             "not 28x28 grayscale": lambda im: png(np.zeros((32, 32), np.uint8), "RGB"),
             "png does not decode": lambda im: b"\x89PNG\r\n\x1a\n garbage",
+            "not an image": lambda im: b"plain bytes",
         }[case]
         hf_parquet(source / "train.parquet", images, labels, encode)
     return source
@@ -225,6 +229,8 @@ def bad_source(tmp_path: Path, case: str) -> Path:
         ("a pixel past 255, no header", "train.csv: column 11 (no header) has values"),
         ("not 28x28 grayscale", "train.parquet: the image in row 0 is 32x32 RGB; expected 28x28 grayscale"),
         ("png does not decode", "train.parquet: the image in row 0 does not decode"),
+        ("not an image", "row 0 does not decode (UnidentifiedImageError: no image format Pillow reads); re-export"),
+        ("a file for the folder", "train.csv: a file, not a folder; give the folder that holds the train and test"),
     ],
 )
 def test_bad_imports_end_in_one_line_naming_the_file(tmp_path, capsys, case, expected):

@@ -34,7 +34,8 @@ EXAMPLES = "train.csv, mnist_train.csv or train-00000-of-00001.parquet"
 def find_splits(folder: Path) -> dict[str, list[Path]]:
     """The CSV or Parquet files of each split under folder, in name order; a DataError if a split is missing."""
     if not folder.is_dir():
-        raise DataError(f"--from {folder}: no such folder; give the folder that holds the train and test files.")
+        what = "a file, not a folder" if folder.exists() else "no such folder"
+        raise DataError(f"--from {folder}: {what}; give the folder that holds the train and test files.")
     found: dict[str, list[Path]] = {split: [] for split in prepare.SPLITS}
     images = 0  # loose image files, which no layout it reads holds
     for file in sorted(folder.rglob("*")):
@@ -134,8 +135,9 @@ def decode_images(file: Path, column: pa.ChunkedArray) -> np.ndarray:
             image = Image.open(io.BytesIO(encoded))
             image.load()
         except Exception as exc:  # Pillow raises many kinds for a broken image
+            said = "no image format Pillow reads" if isinstance(exc, Image.UnidentifiedImageError) else exc
             raise DataError(
-                f"{file}: the image in row {row} does not decode ({type(exc).__name__}: {exc}); "
+                f"{file}: the image in row {row} does not decode ({type(exc).__name__}: {said}); "
                 "re-export it as a 28x28 grayscale PNG."
             ) from None
         if image.mode != "L" or image.size != (28, 28):

@@ -172,6 +172,9 @@ def test_altered_content_fails_checksum(fake_raw, tmp_path):
         error.value
     )
     assert not (tmp_path / "data" / "MNIST").exists()  # the test split's file failed: the train split's not written
+    path.write_bytes(b"")  # an empty file: said as that, not as the digest of nothing
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.gz is empty: the file is damaged or is not the"):
+        prepare.prepare_dataset("mnist", tmp_path / "data", source_root=fake_raw.root, log=lambda m: None)
 
 
 def test_second_run_does_nothing_unless_forced(fake_raw, tmp_path):

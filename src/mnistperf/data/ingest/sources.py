@@ -183,6 +183,8 @@ def decompress_verified(path: Path, raw: RawFile) -> bytes:
         raise
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path} is corrupt or truncated ({exc}).") from exc
+    if not content:  # (an empty file reads as an empty .gz)
+        raise DataError(f"{path} is empty: the file is damaged or is not the official {raw.name}.")
     digest = hashlib.md5(content, usedforsecurity=False).hexdigest()
     if digest != raw.content_md5:
         raise DataError(

@@ -927,3 +927,16 @@ def test_prepare_litdata_without_the_package_is_refused_by_its_option_before_any
     release, _, build = torch.__version__.partition("+")  # pinned: litdata's torchvision would bring another torch
     cpu = " torchvision --extra-index-url https://download.pytorch.org/whl/cpu" if build == "cpu" else ""
     assert litdata_install().startswith(f"pip install litdata 'torch=={release}'{cpu} (the pin keeps your torch")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["bench", "--epochs", "0"], "--epochs must be at least 1 (got 0): give --epochs 1 or more."),
+        (["bench", "--repeats", "-1"], "--repeats must be at least 1 (got -1): give --repeats 1 or more."),
+        (["prepare", "--dataset", "synthetic", "--rows", "-5"], "--rows must be at least 1 (got -5): give --rows"),
+    ],
+)
+def test_a_count_below_one_names_the_option_it_was_given_for(workdir, capsys, argv, expected):
+    fails_in_one_line(capsys, argv, expected)
+    assert not (workdir / "bench_results").exists() and not (workdir / "data" / "Synthetic").exists()

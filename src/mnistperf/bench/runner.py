@@ -138,8 +138,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="run nothing: draw DIR/chart.png again from the DIR/results.json a bench wrote (default: off)",
     )
     opts = parser.parse_args(argv)
-    if opts.epochs < 1 or opts.repeats < 1:
-        raise ConfigError("--epochs and --repeats must be at least 1.")
+    for option, value in (("--epochs", opts.epochs), ("--repeats", opts.repeats)):
+        if value < 1:
+            raise ConfigError(f"{option} must be at least 1 (got {value}): give {option} 1 or more.")
     if opts.limit_train_batches is not None and opts.limit_train_batches < 1:  # 0 would read as whole epochs
         raise ConfigError(
             f"--limit-train-batches {opts.limit_train_batches}: give at least 1, or leave it out for whole epochs."

@@ -188,8 +188,10 @@ def prepare_synthetic(
     log: Callable[[str], None] = print,
 ) -> list[FormatReport]:
     """Write a large random dataset of the same layout, in shards of row groups, without holding it in memory."""
-    if rows < 1 or test_rows < 1:
-        raise ConfigError(f"--rows and test rows must be at least 1 (got {rows} and {test_rows}).")
+    if rows < 1:
+        raise ConfigError(f"--rows must be at least 1 (got {rows}): give --rows 60000, for instance.")
+    if test_rows < 1:
+        raise ConfigError(f"test_rows must be at least 1 (got {test_rows}).")
     reports = []
     rng = np.random.default_rng(seed)
     for split, count in (("train", rows), ("test", test_rows)):

@@ -178,7 +178,7 @@ def test_an_epoch_shorter_than_the_last_one_says_where_the_window_was_placed_fro
             stopped.step_end(index)
         if epoch == 1:
             stopped.epoch_end()
-    stopped.fit_stopped()
+    stopped.fit_stopped(closing=True)
     stopped.close()
     reason = stopped.busy_window["reason"]
     assert reason.startswith("epoch 2 ended after 20 of its steps") and reason.endswith(
@@ -237,3 +237,18 @@ def test_the_fits_steps_left_are_known_unbounded_or_not_known():
     assert last_epoch(trainer_at(math.inf, max_epochs=-1, max_steps=700), math.inf)  # max_steps may end this epoch
     assert not last_epoch(trainer_at(math.inf, max_epochs=-1, max_steps=700), batches=512)
     assert not last_epoch(trainer_at(math.inf), math.inf)
+
+
+def test_a_fit_stopped_inside_a_validation_under_ddp_waits_on_no_device_to_end_it(monkeypatch):
+    """Its peers' collectives may never come: the validation is not ended with a synchronization there."""
+    clock = EpochClock(torch.device("cpu"), window_share=None)
+    clock.epoch_start(4, 1, steps_left=math.inf)
+    clock.step_start(0)
+    clock.step_end(0)
+    clock.eval_start()
+    synced = []
+    monkeypatch.setattr(clock, "_synced_now", lambda: synced.append(1) or 0.0)
+    clock.fit_stopped(closing=False)  # under DDP the epoch is not closed
+    assert synced == []
+    clock.fit_stopped(closing=True)  # one process: its validation ends now, as far as it ran
+    assert synced == [1]

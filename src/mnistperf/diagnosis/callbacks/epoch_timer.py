@@ -325,7 +325,8 @@ class EpochTimer(Callback):
         per_loader = self.samples.epoch_end()
         self._sampled.hooks_off()  # the epoch ended inside a sample (a batch the module skipped)
         self._stop_flops()
-        if not self.clock.steps:  # (every rank alike) no row: the fit's warm-up is still to come
+        if not self.clock.steps and trainer.world_size == 1:  # no row, the warm-up still to come (under DDP every
+            # rank reaches the gather below, whatever its own count says)
             self.problems.say(trainer, epoch_text.no_step(trainer.current_epoch + 1))
             return
         measures = Measures.unmeasured()
@@ -377,9 +378,10 @@ class EpochTimer(Callback):
         if self._come_back():  # a fit it stood aside from, which Lightning does not tear down after an error
             return
         epoch_begun, fitting = getattr(self, "_epoch_open", False), trainer.state.fn == TrainerFn.FITTING
+        closing = bool(epoch_begun and self.clock.steps and closes_stopped_epoch(trainer))
         with self.problems.guard("ending the validation the fit stopped inside"):
-            self.clock.fit_stopped()  # its time so far, the epoch partial; an unread window said to be cut by it
-        if epoch_begun and self.clock.steps and closes_stopped_epoch(trainer):
+            self.clock.fit_stopped(closing)  # its time so far, the epoch partial; an unread window said to be cut by it
+        if closing:
             with self.problems.guard("closing the epoch the fit stopped inside"):  # never in the error's place
                 if self.samples.batches.pending is not None and not step_unfinished(trainer):  # trained: its end
                     self.on_train_batch_end(trainer, pl_module, None, None, self.samples.index)  # never came here

@@ -257,13 +257,14 @@ class EpochClock:
             self._eval_s += self._ended - self._eval_start
             self._eval_start = None
 
-    def fit_stopped(self) -> None:
+    def fit_stopped(self, closing: bool) -> None:
         """The fit stopped (an error, Ctrl-C): a window it leaves unread is said to be cut by it.
 
-        An evaluation it stopped inside ends now (synchronizes): its epoch partial, its validation cut.
+        ``closing``: the epoch is closed as far as it trained, so an evaluation it stopped inside ends now
+        (synchronizes: never under DDP, where a peer's collective may never come), its validation cut.
         """
         self._stopped = True
-        if self._evaluating:
+        if closing and self._evaluating:
             self.eval_end()
             self._eval_cut = True
 

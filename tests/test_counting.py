@@ -379,7 +379,9 @@ def test_an_epoch_lightning_runs_without_a_step_after_a_chain_of_resumes_is_said
     fit_module(module, data(), data(), callbacks=[timer, audit], max_epochs=5, ckpt_path=tmp_path / "b" / "last.ckpt")
     out = capsys.readouterr().out
     assert sorted(module.record) == [5], "Lightning ran epoch 4's steps: the chain no longer makes an epoch of none"
-    assert "epoch 4: no step of it ran: the checkpoint the fit resumed from had its steps done; not timed" in out
+    assert (
+        "epoch 4: no step of it ran (its loader gave no batch, or the checkpoint the fit resumed from had its " in out
+    )
     assert [row["epoch"] for row in timer.epochs] == [5]  # no row for epoch 4: epoch 5 is the fit's warm-up
     row = audit.epochs[0]
     assert row["epoch"] == 4 and row["seen"] == 0 and row["missing"] is None and "no step of it ran" in row["limited"]

@@ -22,6 +22,7 @@ from torch.utils.data import (
     IterableDataset,
     RandomSampler,
     Sampler,
+    SequentialSampler,
     SubsetRandomSampler,
     WeightedRandomSampler,
     default_collate,
@@ -201,6 +202,26 @@ def test_unexplained_duplicates_name_the_fields_a_sample_is_and_what_the_sampler
     named = [{"image": rows.x[i], "label": rows.y[i], "name": f"case {i - (i == 5)}"} for i in range(ROWS)]
     audited(DataLoader(named, batch_size=5), SampleAudit(), epochs=1)  # the strings are hashed: named too
     assert "(all of 'image', 'label', 'name')" in capsys.readouterr().out
+
+
+class Repeating(BatchSampler):
+    """A batch sampler of the user's own that gives each batch twice (repeat augmentation)."""
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            yield batch
+            yield batch
+
+    def __len__(self):
+        return 2 * super().__len__()
+
+
+def test_duplicates_under_a_batch_sampler_of_the_users_own_are_not_said_to_be_copies_in_the_data(capsys):
+    rows = Rows("dict")
+    batches = Repeating(SequentialSampler(rows), batch_size=5, drop_last=False)
+    audit = audited(DataLoader(rows, batch_sampler=batches), SampleAudit(), epochs=1)
+    said = capsys.readouterr().out
+    assert audit.epochs[0]["duplicates"] == ROWS and "copies in the data" not in said  # its sampler draws once
 
 
 def test_more_distinct_samples_than_the_dataset_holds_count_no_missing_and_say_what_may_make_them(capsys):

@@ -130,6 +130,8 @@ def draws_again(loaders: list[Any]) -> bool | None:
         sampler = items_sampler(loader)
         if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
             return None
+        if own_batch_sampler(loader) is not None:  # batches of the user's own making may repeat what it draws
+            return None
         if isinstance(sampler, (RandomSampler, WeightedRandomSampler)):
             found.add(bool(sampler.replacement))
         elif isinstance(sampler, (SequentialSampler, SubsetRandomSampler, DistributedSampler)):

@@ -182,8 +182,8 @@ def unfingerprinted(ranks: list[int], warned: bool) -> str:
     return f"{why}; its own warning says why" if warned else why
 
 
-# Why an epoch of no step has no missing counted: Lightning runs one where the loop state it restored had them done
-NO_STEP = "no step of it ran: the checkpoint the fit resumed from had its steps done"
+# Why an epoch of no step has no missing counted: an empty loader's, or one a restored loop state had done
+NO_STEP = "no step of it ran (its loader gave no batch, or the checkpoint the fit resumed from had its steps done)"
 
 
 def resumed_unseen(first: int) -> str:

@@ -436,6 +436,7 @@ def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
         (["--data.batchsize", "3"], "unrecognized arguments: --data.batchsize 3; did you mean --data.batch_size"),
         (["--data.foo", "3"], "unrecognized arguments: --data.foo 3 (`python -m"),  # near none of data's keys
         (["--trainr.max_epochs", "3"], "did you mean --trainer.max_epochs for --trainr.max_epochs?"),
+        (["--model.batch_size", "3"], "did you mean --data.batch_size for --model.batch_size?"),  # the key elsewhere
     ],
 )
 def test_parser_errors_are_one_line_not_the_whole_usage(workdir, capsys, argv, expected):
@@ -567,6 +568,9 @@ def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdi
     (workdir / "section.yaml").write_text(config.replace(f"\n{section}:\n", f"\n{section[:-1]}:\n", 1))
     err = fails_in_one_line(capsys, ["fit", "--config", "section.yaml"], f"option '{section[:-1]}.").err
     assert re.search(rf"did you mean {section}(\.\w+)?\?", err)  # the key meant where near, else the section
+    (workdir / "deeper.yaml").write_text(f"{section}:\n  foo:\n    bar: 1\n")  # a section of no option: no guess
+    err = fails_in_one_line(capsys, ["fit", "--config", "deeper.yaml"], f"option '{section}.foo.bar'").err
+    assert "did you mean" not in err
 
 
 @pytest.mark.parametrize(

@@ -35,17 +35,30 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
 
 
 def closest_key(name: str, names: list[str]) -> str | None:
-    """:func:`closest` for a dotted name: in a section ``names`` has, the key of that section nearest its last part.
+    """:func:`closest` for a dotted name: its section's key nearest its last part, else that key in another section.
 
-    ``data.batch_sise`` is ``data.batch_size``; ``data.foo`` is near none of data's keys: neither ``data`` (the section
-    itself) nor ``data.shuffle`` (alike by its section alone) answers it.
+    ``data.batch_sise`` is ``data.batch_size`` and ``model.batch_size`` too; ``data.foo`` is near none of the keys:
+    neither ``data`` (its own section) nor ``data.shuffle`` (alike by the section alone) answers it. A name whose first
+    section no option has is read whole (``trainr.max_epoch``).
     """
     section, _, key = name.rpartition(".")
-    keys = {other.rpartition(".")[2]: other for other in names if other.rpartition(".")[0] == section}
-    if section and keys:
-        meant = closest(key, keys)
-        return keys[meant] if meant else None
-    return closest(name, names)
+    if not section:
+        return closest(name, names)
+    own: dict[str, str] = {}
+    elsewhere: dict[str, str] = {}
+    for other in names:
+        where, _, last = other.rpartition(".")
+        if where:
+            (own if where == section else elsewhere).setdefault(last, other)
+    meant = closest(key, own)
+    if meant is not None:
+        return own[meant]
+    if key in elsewhere:  # the very key, in another section
+        return elsewhere[key]
+    first = name.split(".")[0]
+    if any(other.split(".")[0] == first for other in names):  # a known section: a whole name alike only by it
+        return None
+    return closest(name, names)  # a misspelt first section, the rest maybe too
 
 
 def with_options_meant(text: str, options: Iterable[str]) -> str:

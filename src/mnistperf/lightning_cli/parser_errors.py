@@ -12,7 +12,7 @@ from typing import Any
 from jsonargparse.typing import import_object
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from mnistperf.close_names import closest_key, did_you_mean, with_options_meant
+from mnistperf.close_names import closest, closest_key, did_you_mean, with_options_meant
 from mnistperf.errors import DEBUG_ENV
 from mnistperf.lightning_cli.configs import missing_config
 from mnistperf.upstream import (
@@ -101,19 +101,24 @@ def explain_parser_error(text: str, options: set[str], configs: dict[Path, dict]
 def key_meant(key: str, options: list[str]) -> str:
     """``; did you mean NAME?`` for a dotted key: the option nearest it, or else for its first section no option has.
 
-    ``trainr.logger.init_args.save_dir`` is near no option: its ``trainr`` is near ``trainer``.
+    ``trainr.logger.init_args.save_dir`` is near no option: its ``trainr`` is near ``trainer``. A section is set
+    beside its siblings alone (``trainer.foo`` is not near ``trainer.logger``).
     """
     near = closest_key(key, options)
-    meant = f"; did you mean {near}?" if near else ""
+    if near:
+        return f"; did you mean {near}?"
     sections = key.split(".")
     for depth in range(1, len(sections)):
-        if meant:
-            break
-        known = {".".join(option.split(".")[:depth]) for option in options}
-        if ".".join(sections[:depth]) not in known:
-            meant = did_you_mean(".".join(sections[:depth]), known)
-            break
-    return meant
+        parent = sections[: depth - 1]
+        siblings = {
+            option.split(".")[depth - 1]
+            for option in options
+            if option.count(".") >= depth and option.split(".")[: depth - 1] == parent
+        }
+        if sections[depth - 1] not in siblings:
+            meant = closest(sections[depth - 1], siblings)
+            return f"; did you mean {'.'.join([*parent, meant])}?" if meant else ""
+    return ""
 
 
 def holds(config: Any, keys: list[str]) -> bool:

@@ -273,6 +273,9 @@ def test_an_import_forced_over_a_dataset_kept_as_shard_folders_replaces_each_fol
             write_parquet(data / "mine" / split / f"part-{shard}.parquet", table_with_names(old, labels[:8], str))
     main(["prepare", "--from", str(source), "--name", "mine", "--data-dir", str(data), "--force"])
     assert sorted(p.name for p in (data / "mine").iterdir()) == ["test", "train"]  # nothing else left beside them
+    (report,) = prepare.write_split(pq.read_table(data / "mine" / "train"), "mine", "train", data, ["parquet"])
+    (shard,) = (data / "mine" / "train").iterdir()
+    assert report.size_mb == shard.stat().st_size / 1e6  # the shard's size, not its folder entry's
     read = pq.read_table(data / "mine" / "train")
     pixels, got = schema.to_tensors(read)
     assert np.array_equal(pixels.numpy().reshape(-1, 28, 28), images) and np.array_equal(got.numpy(), labels)

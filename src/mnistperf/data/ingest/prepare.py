@@ -123,8 +123,13 @@ def write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: It
         start = time.perf_counter()
         (pq.read_table if fmt == "parquet" else pacsv.read_csv)(path)
         read_s = time.perf_counter() - start
-        reports.append(FormatReport(dataset, split, table.num_rows, fmt, path.stat().st_size / 1e6, write_s, read_s))
+        reports.append(FormatReport(dataset, split, table.num_rows, fmt, size_mb(path), write_s, read_s))
     return reports
+
+
+def size_mb(path: Path) -> float:
+    """A split's size in MB: its file's, or its folder of shards' files together."""
+    return sum(f.stat().st_size for f in path.iterdir()) / 1e6 if path.is_dir() else path.stat().st_size / 1e6
 
 
 def prepare_dataset(
@@ -216,8 +221,7 @@ def prepare_synthetic(
 
         atomic_write_dir(path, write)
         write_s = time.perf_counter() - start
-        size_mb = sum(f.stat().st_size for f in path.iterdir()) / 1e6
-        reports.append(FormatReport("synthetic", split, count, "parquet", size_mb, write_s, float("nan")))
+        reports.append(FormatReport("synthetic", split, count, "parquet", size_mb(path), write_s, float("nan")))
         shards = math.ceil(count / SYNTHETIC_SHARD_ROWS)
         log(f"{path}: {count:,} random rows written as {shards} shard{'s' if shards > 1 else ''} in {write_s:.1f} s")
     return reports

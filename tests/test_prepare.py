@@ -332,11 +332,9 @@ def test_a_prepare_killed_with_sigterm_lets_go_of_what_it_was_writing_as_ctrl_c_
 
     monkeypatch.setattr(prepare, "prepare_synthetic", killed_while_writing)
     handler = signal.getsignal(signal.SIGTERM)
-    try:
-        with pytest.raises(SystemExit) as exited:
-            main(["prepare", "--dataset", "synthetic", "--data-dir", str(tmp_path / "data")])
-    finally:
-        signal.signal(signal.SIGTERM, handler)
+    with pytest.raises(SystemExit) as exited:
+        main(["prepare", "--dataset", "synthetic", "--data-dir", str(tmp_path / "data")])
+    assert signal.getsignal(signal.SIGTERM) is handler  # the process's own handler again afterwards
     assert exited.value.code == 128 + signal.SIGTERM
     assert capsys.readouterr().err == "mnistperf: terminated; what was being written is not kept\n"
     assert list(target.parent.iterdir()) == []  # no temporary file left beside the target

@@ -104,8 +104,6 @@ def prepare_command(argv: Sequence[str]) -> None:
         "(default: the folder's name)",
     )
     opts = parser.parse_args(argv)
-    if threading.current_thread() is threading.main_thread():  # a kill lets go of what is being written, as Ctrl-C
-        signal.signal(signal.SIGTERM, terminated)
     if opts.name is not None and opts.source is None:
         parser.error("--name goes with --from DIR, the folder to import")
     taken = place_taken(Path(opts.data_dir), folder=True)
@@ -182,6 +180,19 @@ def terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+@contextlib.contextmanager
+def killed_as_interrupted() -> Iterator[None]:
+    """Inside the block a SIGTERM lets go of what is being written, as Ctrl-C does; the handler before, after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def reader_gone() -> bool:
     """Whether standard output is a pipe its reader has closed."""
     try:
@@ -248,7 +259,8 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
     calm_library_noise()
     try:
         if command == "prepare":
-            prepare_command(argv[1:])
+            with killed_as_interrupted():
+                prepare_command(argv[1:])
         elif command == "bench":
             from mnistperf.bench.runner import bench_command
 

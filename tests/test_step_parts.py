@@ -33,7 +33,7 @@ from mnistperf.diagnosis.measure.step_parts import (
     part_of,
     parts_timed,
 )
-from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice
+from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, advice, part_fix
 from mnistperf.diagnosis.record.text import format_headline, format_summary
 from mnistperf.diagnosis.record.verdict import WAITED_FOR_A_CORE, bound
 from mnistperf.diagnosis.show.report import html_report
@@ -463,6 +463,9 @@ def test_the_part_between_epochs_that_costs_an_epoch_more_than_any_steps_part_is
     assert found is not None and found["culprit"]["part"] == CHECKPOINT_SAVES
     assert found["culprit"]["per"] == "epoch" and found["culprit"]["speed_up_at_most"] == pytest.approx(1.3 / 1.02)
     assert found["hints"][0].startswith("fewer checkpoints saved: ModelCheckpoint(every_n_epochs=N)")
+    assert part_fix(CHECKPOINT_SAVES, between_epochs=False).startswith(  # saved every few steps: that option
+        "fewer checkpoints saved: a larger ModelCheckpoint(every_n_train_steps=N)"
+    )
     headline = format_headline({**run, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2], **saves})
     assert "why: checkpoint saves took 0.28 s between epochs, of each 1.30 s epoch" in headline
     assert (

@@ -178,7 +178,12 @@ SPLIT = tuple(
         ("input_wait_s", "input wait", "train time waiting for data", dict(ranks="max", per_rank=True, nan_kept=True)),
         ("forward_s", "forward", "train time in the forward", dict(ranks="mean", per_rank=True)),
         ("backward_s", "backward", "train time in the backward", {"ranks": "mean"}),
-        ("optimizer_s", "optimizer", "train time in the optimizer's update", {"ranks": "mean"}),
+        (
+            "optimizer_s",
+            "optimizer",
+            "train time from the optimizer's update to the step's end, batch-end hooks in",
+            {"ranks": "mean"},
+        ),
         ("rest_s", "rest", "the rest of train time: hooks, logging, Python between them", {"derive": rest_s}),
     )
 )

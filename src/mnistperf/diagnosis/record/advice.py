@@ -74,8 +74,13 @@ def part_fix(part: str, between_epochs: bool) -> str:
             f"the progress bar redrawn less often: {name}(refresh_rate=N) among the callbacks, or "
             "Trainer(enable_progress_bar=False)"
         )
+    if part == CHECKPOINT_SAVES and not between_epochs:  # saved every so many steps: that number raised
+        return "fewer checkpoints saved: a larger ModelCheckpoint(every_n_train_steps=N), or train_time_interval"
     if part == CHECKPOINT_SAVES:
-        return "fewer checkpoints saved: ModelCheckpoint(every_n_epochs=N), or save_top_k=1 without save_last=True"
+        return (
+            "fewer checkpoints saved: ModelCheckpoint(every_n_epochs=N), or a monitored metric with save_top_k=1 "
+            "(saved where it improves), without save_last=True"
+        )
     if kind == "callback" and name == "SampleAudit":
         return (
             "SampleAudit(sample_id=FIELD), FIELD the batch's field holding each sample's dataset index, or "

@@ -575,7 +575,7 @@ def test_a_stage_configs_advice_speaks_the_labs_terms(workdir):
     expected = LAB_HINTS[f"{summary['verdict']} on a CPU"]
     if torch.get_num_threads() == usable_cpus():  # threads already matched to the cores: that hint is left out
         expected = [hint for hint in expected if "{threads}" not in hint]
-    threads = r"this run used \d+ threads on \d+ usable cores"
+    threads = r"this run used \d+ threads? on \d+ usable cores"
     patterns = [re.escape(hint).replace(re.escape("{threads}"), threads) for hint in expected]
     hints = [hint for hint in summary["advice"]["hints"] if hint != REMEASURE]  # first where the machine was busy
     hints = hints[1 if "culprit" in summary["advice"] else 0 :]  # a culprit's fix comes first

@@ -297,7 +297,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         return None
     used, usable, here = torch.get_num_threads(), usable_cpus(), ranks_here(summary)
     shared = f", shared by {here} ranks: {max(1, usable // here)} each" if here > 1 else ""
-    threads = f"this run used {used} threads on {usable} usable cores{shared}"
+    threads = f"this run used {used} thread{'s' if used != 1 else ''} on {usable} usable cores{shared}"
     fetch = named is not None and named["part"] == FETCH  # the wait for the next batch: the loader's hints fix it
     own_fix = (hints or {}).get(named["part"]) if named is not None else None
     if named is not None and own_fix:  # the project's own fix for the part

@@ -200,7 +200,7 @@ def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_
     assert found is not None and found["culprit"]["part"] == "callback TQDMProgressBar"
     assert found["hints"][0].startswith("the progress bar redrawn less often: TQDMProgressBar(refresh_rate=N)")
     assert found["culprit"]["speed_up_at_most"] == pytest.approx(0.004 / 0.0024)
-    assert "without callback TQDMProgressBar (40% of each step) a step could be up to 1.67x faster" in found["ceiling"]
+    assert "without callback TQDMProgressBar (40% of each step) a step could be about 1.67x faster" in found["ceiling"]
     headline = format_headline({**run, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2]})
     assert "why: callback TQDMProgressBar took 1.60 ms of each 4.00 ms step" in headline
     assert "could buy: without callback TQDMProgressBar (40% of each step)" in headline
@@ -469,7 +469,7 @@ def test_the_part_between_epochs_that_costs_an_epoch_more_than_any_steps_part_is
     headline = format_headline({**run, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2], **saves})
     assert "why: checkpoint saves took 0.28 s between epochs, of each 1.30 s epoch" in headline
     assert (
-        "could buy: without checkpoint saves between epochs (22% of each epoch) an epoch could be up to 1.27x"
+        "could buy: without checkpoint saves between epochs (22% of each epoch) an epoch could be about 1.27x"
         in headline
     )
     # a part between epochs that costs an epoch less than the step's part does: the step's is named

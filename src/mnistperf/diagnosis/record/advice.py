@@ -283,9 +283,12 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     if named is not None:
         found["culprit"] = named
         faster, part, share = f"{named['speed_up_at_most']:.2f}x faster", named["part"], named["share"]
+        # On a CPU the part runs in turn with the step's work: taking it out saves about its own time, often more
+        # (what it makes others do, a logger's writes); on a GPU its host time may hide behind the device's: at most.
+        bound = "about" if on_cpu else "up to"
         clause = {
-            "step": f"without {part} ({share:.0%} of each step) a step could be up to {faster}",
-            "epoch": f"without {part} between epochs ({share:.0%} of each epoch) an epoch could be up to {faster}",
+            "step": f"without {part} ({share:.0%} of each step) a step could be {bound} {faster}",
+            "epoch": f"without {part} between epochs ({share:.0%} of each epoch) an epoch could be {bound} {faster}",
             "rank": f"with {part} as quick as the others' (its lag {share:.0%} of each epoch) an epoch could be about "
             f"{faster}, more where the others' waiting costs them more than its lag",
         }[named["per"]]

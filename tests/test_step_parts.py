@@ -201,6 +201,8 @@ def test_an_overhead_bound_runs_advice_names_the_costliest_part_around_the_step_
     assert found["hints"][0].startswith("the progress bar redrawn less often: TQDMProgressBar(refresh_rate=N)")
     assert found["culprit"]["speed_up_at_most"] == pytest.approx(0.004 / 0.0024)
     assert "without callback TQDMProgressBar (40% of each step) a step could be about 1.67x faster" in found["ceiling"]
+    on_gpu = advice({**run, "device_busy_share": 0.5, "step_parts": {**steps, "parts": bar}})  # host time may hide
+    assert "a step could be up to 1.67x faster" in on_gpu["ceiling"]
     headline = format_headline({**run, "verdict_figure": "x", "advice": found, "steady_epochs": [2, 2]})
     assert "why: callback TQDMProgressBar took 1.60 ms of each 4.00 ms step" in headline
     assert "could buy: without callback TQDMProgressBar (40% of each step)" in headline

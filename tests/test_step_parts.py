@@ -233,6 +233,15 @@ def test_a_part_small_beside_the_steps_time_outside_tensor_operations_is_no_culp
     assert "faster; for the overhead as a whole, none stated: the training thread waited" in in_doubt["ceiling"]
 
 
+def test_an_overhead_ceiling_keeps_the_wait_for_data_beside_the_tensor_work_where_batches_are_made_in_process():
+    """No workers: the step makes its batch, then runs its tensor operations; the overhead gone leaves both."""
+    run = {**RUN, "input_wait_share": 0.09, "cpu_busy_share": 0.13}
+    assert advice(run)["speed_up_at_most"] == pytest.approx(1 / 0.13)  # the loader's settings not recorded
+    assert advice({**run, "loader": {"num_workers": 0}})["speed_up_at_most"] == pytest.approx(1 / 0.22)
+    assert advice({**run, "loader": {"num_workers": 2}})["speed_up_at_most"] == pytest.approx(1 / 0.13)  # beside it
+    assert advice({**run, "data": {"num_workers": 0}})["speed_up_at_most"] == pytest.approx(1 / 0.22)  # the lab's
+
+
 RUN = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.01, "cpu_busy_share": 0.5}
 
 

@@ -241,9 +241,10 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             f"({wait:.0%}) less: the time the host was measured waiting for data"
         )
     elif verdict == "overhead-bound" and busy is not None:
-        # the wait for data stays: the step takes at least the longer of it and the time inside tensor operations
+        # the wait for data stays: the step takes at least the longer of it and the time inside tensor operations, or
+        # on a CPU whose batches are made in the training process (no workers) both, one after the other
         wait = summary.get(INPUT_WAIT_SHARE) or 0.0
-        kept = max(busy, wait)
+        kept = min(busy + wait, 1.0) if on_cpu and loads_in_process(summary) else max(busy, wait)
         less = found["at_most_s_less"] = (1 - kept) * train_s
         faster = found["speed_up_at_most"] = 1 / kept
         left = f", the wait for data ({wait:.0%}) left," if wait >= CULPRIT_SHARE else ""
@@ -321,6 +322,12 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     elif in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
         found["hints"].insert(0, REMEASURE)
     return found
+
+
+def loads_in_process(summary: Mapping[str, Any]) -> bool:
+    """Whether the run's training batches were made in its training process (no DataLoader workers), as it records."""
+    settings = summary.get("data") or summary.get("loader") or {}
+    return isinstance(settings, Mapping) and settings.get("num_workers") == 0
 
 
 def ranks_here(summary: Mapping[str, Any]) -> int:

@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from mnistperf.atomic import place_taken
 from mnistperf.data import schema
 from mnistperf.data.ingest import prepare, sources
 from mnistperf.errors import ConfigError, DataError, PreparedFileError
@@ -219,9 +218,7 @@ def import_folder(folder: Path, name: str, data_dir: Path, formats: list[str], f
     if not force and all(prepare.is_ready(path) for path in targets.values()):
         print(f"{name}: ready in {data_dir / name} (use --force to rebuild)", flush=True)
         return []
-    taken = place_taken(data_dir / name, folder=True, written=True)
-    if taken is not None:  # said before the files are read and converted
-        raise ConfigError(f"--data-dir {data_dir}: {taken}; give a folder you may write in, e.g. --data-dir data")
+    prepare.require_writable(data_dir, name)
     splits = find_splits(folder)
     tables = {split: read_split(files) for split, files in splits.items()}  # all checked before anything is written
     reports = []

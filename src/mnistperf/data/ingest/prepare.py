@@ -104,7 +104,19 @@ def is_ready(path: Path, expected_rows: int | None = None, read_pages: bool = Fa
     return expected_rows is None or rows == expected_rows
 
 
-ONE_SHARD = "part-00000.parquet"  # a split written as a folder of shards, whole in one
+def require_writable(data_dir: str | os.PathLike, folder: str, option: str = "--data-dir") -> None:
+    """Refuse, naming ``option``, a dataset ``folder`` under ``data_dir`` this process may not write.
+
+    Said before the files are read and converted, not as the first is written.
+    """
+    taken = place_taken(Path(data_dir) / folder, folder=True, written=True)
+    if taken is not None:
+        raise ConfigError(f"{option} {data_dir}: {taken}; give a folder you may write in, e.g. {option} data")
+
+
+def shard_name(index: int) -> str:
+    """The file name of a split's ``index``-th shard, in its folder of shards."""
+    return f"part-{index:05d}.parquet"
 
 
 def write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: Iterable[str]) -> list[FormatReport]:
@@ -114,7 +126,7 @@ def write_split(table: pa.Table, dataset: str, split: str, data_dir, formats: It
         path = split_path(data_dir, dataset, split, fmt)
         start = time.perf_counter()
         if fmt == "parquet" and path.suffix != ".parquet":  # a folder of shards: replaced whole, by one shard
-            atomic_write_dir(path, lambda tmp: pq.write_table(table, tmp / ONE_SHARD, **schema.WRITE_OPTIONS))
+            atomic_write_dir(path, lambda tmp: pq.write_table(table, tmp / shard_name(0), **schema.WRITE_OPTIONS))
         elif fmt == "parquet":
             atomic_write(path, lambda tmp: pq.write_table(table, tmp, **schema.WRITE_OPTIONS))
         else:
@@ -156,10 +168,9 @@ def prepare_dataset(
     if not force and all(p.is_file() if p.suffix == ".csv" else is_ready(p, read_pages=True) for p in wanted):
         log(f"{spec.folder}: ready in {Path(data_dir) / spec.folder} (use --force to rebuild)")
         return []
-    taken = place_taken(Path(data_dir) / spec.folder, folder=True, written=True)
-    if taken is not None:  # said before the files are read and decoded, not as the first is written
-        option = "--data-dir" if source_option == sources.PREPARE_OPTION else "--data.data_dir"
-        raise ConfigError(f"{option} {data_dir}: {taken}; give a folder you may write in, e.g. {option} data")
+    require_writable(
+        data_dir, spec.folder, "--data-dir" if source_option == sources.PREPARE_OPTION else "--data.data_dir"
+    )
     cache_dir = Path(data_dir) / spec.folder / "raw"
     reports, splits = [], {}
     with removing_new_folders(cache_dir):
@@ -214,7 +225,7 @@ def prepare_synthetic(
                 table = schema.build_table(images, labels)
                 pq.write_table(
                     table,
-                    folder / f"part-{index:05d}.parquet",
+                    folder / shard_name(index),
                     row_group_size=SYNTHETIC_ROW_GROUP_ROWS,
                     **schema.WRITE_OPTIONS,
                 )

@@ -116,13 +116,17 @@ def how_to_get(spec: DatasetSpec, option: str = PREPARE_OPTION) -> str:
     )
 
 
+def asked_root(source_root: str | os.PathLike | None) -> str | os.PathLike | None:
+    """The source folder the run asked for: the option's, else the environment's (None: neither)."""
+    return source_root if source_root is not None else os.environ.get(SOURCE_ROOT_ENV)
+
+
 def candidate_dirs(
     spec: DatasetSpec, source_root: str | os.PathLike | None, cache_dir: Path, option: str = PREPARE_OPTION
 ) -> list[Path]:
     """Local folders to search, in order of preference."""
     dirs = []
-    named = option if source_root is not None else SOURCE_ROOT_ENV
-    root = source_root if source_root is not None else os.environ.get(SOURCE_ROOT_ENV)
+    named, root = option if source_root is not None else SOURCE_ROOT_ENV, asked_root(source_root)
     if root:
         if not Path(root).is_dir():  # named on purpose: passing it over would hide a typo
             raise DataError(
@@ -239,7 +243,7 @@ def read_raw(
         except (urllib.error.URLError, OSError, DataError) as exc:
             failures.append(f"{url}: {exc}")
     searched = ", ".join(str(d) for d in candidate_dirs(spec, source_root, cache_dir, option))
-    root = source_root if source_root is not None else os.environ.get(SOURCE_ROOT_ENV)
+    root = asked_root(source_root)
     fix = (  # the folder named already: what it lacks
         f"put {raw.name} (with the other official .gz files) in {Path(root) / spec.source_folder}/, or allow network "
         f"access to {spec.mirrors[0]}"

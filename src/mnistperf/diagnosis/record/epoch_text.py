@@ -248,7 +248,7 @@ def written_line(what: str, path: Any, replaced: bool = False, logged: bool = Tr
 
 
 def no_step(epoch: int) -> str:
-    """The line of an epoch Lightning ran without a step: a fit resumed after its last step (:data:`.NO_STEP`)."""
+    """The line of an epoch Lightning ran without a step (:data:`.NO_STEP` says when that happens)."""
     return f"epoch {epoch}: {NO_STEP}; not timed"
 
 

@@ -694,6 +694,20 @@ def test_input_bound_advice_leaves_out_what_the_loader_already_sets(tmp_path):
     assert timer._project_hints["input-bound"] == hints  # what the timer's advice gives an input bound
 
 
+def test_input_bound_advice_for_items_already_tensors_in_memory_slices_batches_and_names_no_workers(tmp_path):
+    """A TensorDataset's batch costs its items gathered one by one: workers add a copy between processes to that."""
+    data = TensorDataset(torch.randn(16, 3), torch.randint(0, 2, (16,)))
+    for dataset in (data, torch.utils.data.Subset(data, range(8))):
+        trainer = fit_module(TupleBatches(), DataLoader(dataset, batch_size=4), default_root_dir=tmp_path)
+        hints = project_hints(None, project_terms(trainer), cuda=False)["input-bound"]
+        assert hints[0].startswith("batches sliced from the dataset's tensors in one call") and "BatchSampler" in hints[0]
+        assert not [hint for hint in hints if "workers" in hint and "more workers would add" not in hint]
+    batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 4, drop_last=False)
+    trainer = fit_module(TupleBatches(), DataLoader(data, sampler=batches, batch_size=None), default_root_dir=tmp_path)
+    hints = project_hints(None, project_terms(trainer), cuda=False)["input-bound"]
+    assert hints == ["the dataset kept on the device as tensors, batches sliced there"]  # already sliced
+
+
 class Stream:
     """A loader that is no DataLoader: a generator of slow batches, as a library's stream of transformations is."""
 

@@ -21,7 +21,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.profilers import Profiler, PyTorchProfiler
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning_utilities.core.overrides import is_overridden
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, Subset, TensorDataset
 
 from mnistperf.diagnosis.measure.loader_options import arguments, own_names
 from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS, Hints
@@ -167,7 +167,16 @@ def loader_facts(loader: Any) -> LoaderFacts | None:
         map_style=not isinstance(loader.dataset, IterableDataset),
         persistent=bool(loader.persistent_workers),
         pinned=bool(loader.pin_memory),
+        tensors=holds_tensors(loader.dataset),
+        sliced=loader.batch_size is None,
     )
+
+
+def holds_tensors(dataset: Any) -> bool:
+    """Whether ``dataset`` is a TensorDataset, or a Subset of one (of one...): items sliced from tensors in memory."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return isinstance(dataset, TensorDataset)
 
 
 def config_file(trainer: Trainer, saver: SaveConfigCallback) -> str | None:

@@ -19,6 +19,8 @@ class LoaderFacts:
     map_style: bool = True  # its dataset is read item by item (``__getitem__``), not streamed (``__iter__``)
     persistent: bool = False  # persistent_workers already set
     pinned: bool = False  # pin_memory already set
+    tensors: bool = False  # its dataset a TensorDataset (or a Subset of one): its items already tensors in memory
+    sliced: bool = False  # its batches already fetched in one call each (batch_size=None, a sampler of batches)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,13 @@ class ProjectTerms:
 
 
 ONCE = "the per-item work of __getitem__ (decoding, conversion to tensors) done once before training"
+# Where the items are already tensors in memory, what a batch costs is gathering them one by one and stacking them:
+# workers would add the copy between processes to that; one call slicing the tensors removes it.
+SLICED = (
+    "batches sliced from the dataset's tensors in one call, not gathered item by item and stacked: "
+    "DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), batch_size, drop_last=False), batch_size=None) "
+    "(more workers would add a copy between processes to each batch)"
+)
 
 
 def library_log_hint(terms: ProjectTerms) -> list[str]:
@@ -79,7 +88,8 @@ def tune_hint(terms: ProjectTerms, what: str) -> list[str]:
 def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
     """What usually removes an input bound, in the project's terms: only what its loader is and has not already set.
 
-    Pinning (a faster copy to a GPU) on CUDA only; a loader that is not a DataLoader is told no DataLoader option.
+    Pinning (a faster copy to a GPU) on CUDA only; a loader that is not a DataLoader is told no DataLoader option, one
+    whose items are already tensors in memory no option for workers (:data:`SLICED`).
     """
     loader = terms.loader
     kept = "the dataset kept on the device as tensors, batches sliced there"
@@ -89,6 +99,8 @@ def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
             "so its own options set that (or a DataLoader with workers over its data)",
             kept,
         ]
+    if loader is not None and loader.tensors:  # nothing per item to do ahead in parallel
+        return [kept] if loader.sliced else [SLICED, kept]
     hints = [f"more DataLoader workers ({terms.named('num_workers')})"]
     if loader is None or not loader.persistent:
         hints.append(f"workers kept alive between epochs ({terms.named('persistent_workers', True)})")

@@ -229,6 +229,7 @@ def test_an_interrupted_fit_writes_the_finished_epochs_timing_marked_interrupted
     folder = workdir / "lightning_logs" / "v2_pinned" / "version_0"
     summary = json.loads((folder / "timing.json").read_text())
     assert summary["interrupted"] is True and [e["epoch"] for e in summary["epochs"]] == [1]
+    assert summary["stopped_by"] == "KeyboardInterrupt"  # said as interrupted, not as an error
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no temporary file left
     out = capsys.readouterr().out
     assert out.count("Verdict: ") == 1 and out.count("timing summary written to") == 1

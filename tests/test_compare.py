@@ -167,6 +167,10 @@ def test_epochs_of_other_sizes_and_an_interrupted_run_are_flagged_at_the_top():
     )
     page = html_report([("b", b)])  # a run's own page says it was interrupted
     assert '<p id="interrupted">Interrupted: the figures cover the 1 finished epoch(s) and 3 of' in page
+    failed = {**b, "stopped_by": "ValueError"}  # stopped by an error: said so, in the notes and on its page
+    said = "note: B was stopped by an error (ValueError): the figures cover the 1 finished epoch(s) and 3 of epoch 2's"
+    assert [line for line in format_comparison(compare(a, failed), Path("a"), Path("b")).splitlines() if said in line]
+    assert '<p id="interrupted">Stopped by an error (ValueError): the figures' in html_report([("b", failed)])
     table = lines[lines.index("") + 2 :]  # after the blank line, the table's header
     assert table[0].startswith("throughput (samples/s)")  # the per-sample figures lead
 

@@ -127,8 +127,9 @@ def test_a_fit_stopped_by_an_error_reports_the_epoch_it_stopped_inside_as_far_as
     assert [row.get("partial") for row in timer.epochs] == [None] * whole + partial
     summary = json.loads(Path(timer.summary_path).read_text())
     assert summary["interrupted"] is True and len(summary["epochs"]) == len(timer.epochs)
+    assert summary["stopped_by"] == "RuntimeError"  # what stopped it, named: an error, not a Ctrl-C
     inside = f" and {step % 4} of epoch {whole + 1}'s 4 batches" if step % 4 else ""
-    said = f"Interrupted: the figures cover the {whole} finished epoch(s){inside}"
+    said = f"Stopped by an error (RuntimeError): the figures cover the {whole} finished epoch(s){inside}"
     assert f"{said}\n" in capsys.readouterr().out
     main(["report", str(timer.summary_path)])  # and the report says so too, as its last line
     assert capsys.readouterr().out.endswith(f"\n{said}\n")
@@ -163,7 +164,8 @@ def test_a_fit_stopped_inside_a_validation_says_the_epochs_validation_was_interr
     out = capsys.readouterr().out
     assert re.search(r"^epoch 2: train [^,]+?(, eval [^,(]+)? \(validation interrupted\), ", out, re.MULTILINE)
     trained = "training" if steps == 4 else f"{steps} of 4 batches"
-    said = f"Interrupted: the figures cover the 1 finished epoch(s) and epoch 2's {trained}, its validation interrupted"
+    said = "Stopped by an error (RuntimeError): the figures cover the 1 finished epoch(s) and "
+    said += f"epoch 2's {trained}, its validation interrupted"
     assert said in out
     assert f"Per epoch (epoch 2, {'its validation interrupted' if steps == 4 else 'cut short'}; warm-up" in out
     page = Path(timer.summary_path).with_name("timing.html").read_text()  # the page says it as the text does
@@ -184,7 +186,9 @@ def test_the_epoch_an_error_stops_is_audited_before_the_summary_whichever_callba
     kept = json.loads(Path(timer.summary_path).read_text())["sample_audit"]["epochs"]
     assert kept == json.loads(json.dumps(audit.epochs))
     out = capsys.readouterr().out
-    assert out.index("sample audit, epoch 2: 8 samples seen") < out.index("Interrupted: the figures cover")
+    assert out.index("sample audit, epoch 2: 8 samples seen") < out.index(
+        "Stopped by an error (RuntimeError): the figures cover"
+    )
 
 
 class LooksLikeAnAudit(Callback):

@@ -700,7 +700,8 @@ def test_input_bound_advice_for_items_already_tensors_in_memory_slices_batches_a
     for dataset in (data, torch.utils.data.Subset(data, range(8))):
         trainer = fit_module(TupleBatches(), DataLoader(dataset, batch_size=4), default_root_dir=tmp_path)
         hints = project_hints(None, project_terms(trainer), cuda=False)["input-bound"]
-        assert hints[0].startswith("batches sliced from the dataset's tensors in one call") and "BatchSampler" in hints[0]
+        assert hints[0].startswith("batches sliced from the dataset's tensors in one call")
+        assert "BatchSampler" in hints[0]
         assert not [hint for hint in hints if "workers" in hint and "more workers would add" not in hint]
     batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 4, drop_last=False)
     trainer = fit_module(TupleBatches(), DataLoader(data, sampler=batches, batch_size=None), default_root_dir=tmp_path)

@@ -365,7 +365,7 @@ class EpochTimer(Callback):
     @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.epochs:
-            self._report(trainer, interrupted=False)
+            self._report(trainer)
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
@@ -393,15 +393,18 @@ class EpochTimer(Callback):
                 audit_stopped(trainer, pl_module)
         self.teardown(trainer, pl_module, trainer.state.fn or "")  # Lightning calls no teardown after an exception
         if fitting and self.epochs and not self._reported and trainer.is_global_zero:
-            self._report(trainer, interrupted=True)
+            self._report(trainer, type(exception).__name__)
         elif fitting and not self.epochs and not getattr(self, "_reported", True) and trainer.is_global_zero:  # began
             self.problems.say(trainer, epoch_text.NOTHING_TIMED)
 
-    def _report(self, trainer: Trainer, interrupted: bool) -> None:
-        """Rank 0 prints the summary once and writes timing.json, the report beside it and the window's trace."""
+    def _report(self, trainer: Trainer, stopped_by: str | None = None) -> None:
+        """Rank 0 prints the summary once and writes timing.json, the report beside it and the window's trace.
+
+        ``stopped_by``: the type of the exception that stopped the fit early; None for a fit that ended.
+        """
         self._reported = True
         files = RunFiles(self.summary_file, self.monitor, self.problems)
-        self.summary_path = files.write(trainer, self.clock, self._figures, interrupted)
+        self.summary_path = files.write(trainer, self.clock, self._figures, stopped_by)
 
     def _figures(self) -> dict[str, Any]:
         """The clock's figures of the run, the advice in the project's terms, where steps' and epoch ends' time goes."""

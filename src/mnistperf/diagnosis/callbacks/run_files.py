@@ -31,31 +31,32 @@ class RunFiles:
         self.summary_file, self.monitor, self.problems = summary_file, monitor, problems
 
     def write(
-        self, trainer: Trainer, clock: EpochClock, figures: Callable[[], dict[str, Any]], interrupted: bool
+        self, trainer: Trainer, clock: EpochClock, figures: Callable[[], dict[str, Any]], stopped_by: str | None
     ) -> Path | None:
         """On rank 0: the window's trace, then the summary printed and written; where timing.json went.
 
-        The summary: the run's ``figures()`` (:func:`.run_summary`), whether it was ``interrupted``, and the audit
-        beside the timer (:func:`.audit_kept`), each read on rank 0 alone.
+        The summary: the run's ``figures()`` (:func:`.run_summary`), whether it was interrupted (``stopped_by``: the
+        exception's type, None for a fit that ended), and the audit beside the timer (:func:`.audit_kept`), each read
+        on rank 0 alone.
 
-        Every rank finds the log folder (a collective under DDP, unless ``interrupted``: the others may be gone). Each
+        Every rank finds the log folder (a collective under DDP, unless interrupted: the others may be gone). Each
         file is written apart, so that one that fails leaves the others.
         """
         if getattr(trainer, "fast_dev_run", False):  # a smoke test: Lightning writes no logs, nor does the timer
             if trainer.is_global_zero:
                 with self.problems.guard("printing the summary"):
-                    brief = RunSummary.of(self._summary(trainer, clock, figures, interrupted))
+                    brief = RunSummary.of(self._summary(trainer, clock, figures, stopped_by))
                     print(format_headline(brief, unwritten=FAST_DEV_RUN), flush=True)
             return None
         folder = Path(trainer.default_root_dir)
         with self.problems.guard("finding the run's log folder"):
-            folder = log_folder(trainer, every_rank=not interrupted)
+            folder = log_folder(trainer, every_rank=stopped_by is None)
         if not trainer.is_global_zero:
             return None
         trace = None
         with self.problems.guard(f"saving the busy window's trace under {folder}"):
             trace = clock.export_trace(folder)  # before the summary, which names it
-        summary = self._summary(trainer, clock, figures, interrupted)
+        summary = self._summary(trainer, clock, figures, stopped_by)
         if self.monitor is not None and summary.get("final_metric") is None:
             with self.problems.guard("reading the metrics logged"):
                 summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
@@ -71,8 +72,8 @@ class RunFiles:
         with self.problems.guard("printing the summary"):
             unwritten = None if written is not None else f"{path} could not be written, as said above"
             print(format_headline(run, str(folder), unwritten), flush=True)
-        if interrupted:
-            print(interrupted_line(clock.epochs), flush=True)
+        if stopped_by is not None:
+            print(interrupted_line(clock.epochs, stopped_by), flush=True)
         if written is not None:  # a folder refusing timing.json was said once
             print(written_line("summary", path, replaced, trainer.logger is not None), flush=True)
             with self.problems.guard(f"writing the report beside {path}"):
@@ -85,11 +86,12 @@ class RunFiles:
         return written
 
     def _summary(
-        self, trainer: Trainer, clock: EpochClock, figures: Callable[[], dict[str, Any]], interrupted: bool
+        self, trainer: Trainer, clock: EpochClock, figures: Callable[[], dict[str, Any]], stopped_by: str | None
     ) -> dict[str, Any]:
         """The run's summary as timing.json keeps it, read on rank 0."""
         datamodule, module = cast(TrainerAttributes, trainer).datamodule, trainer.lightning_module
         measured = run_summary(
             "lightning", trainer, clock.device, figures, datamodule=datamodule, module=module, guard=self.problems.guard
         )
-        return {**measured, "interrupted": interrupted, **audit_kept(trainer)}
+        stopped = {"interrupted": stopped_by is not None, **({"stopped_by": stopped_by} if stopped_by else {})}
+        return {**measured, **stopped, **audit_kept(trainer)}

@@ -259,12 +259,23 @@ NOTHING_TIMED = (
 )
 
 
-def interrupted_line(epochs: list[dict[str, Any]]) -> str:
-    """The line after an interrupted fit's summary: what its figures cover (the epoch it stopped inside too)."""
+def how_stopped(stopped_by: str | None) -> str:
+    """How a fit stopped early, by the exception's type: interrupted (Ctrl-C, or not recorded) or by an error."""
+    return "interrupted" if stopped_by in (None, "KeyboardInterrupt") else f"stopped by an error ({stopped_by})"
+
+
+def interrupted_line(epochs: list[dict[str, Any]], stopped_by: str | None = None) -> str:
+    """The line after an interrupted fit's summary: how it stopped (:func:`how_stopped`), what its figures cover."""
+    how = how_stopped(stopped_by)
+    return f"{how[0].upper()}{how[1:]}: {figures_cover(epochs)}"
+
+
+def figures_cover(epochs: list[dict[str, Any]]) -> str:
+    """What an interrupted fit's figures cover: its finished epochs, and as far as it ran the epoch it stopped in."""
     part = epochs[-1].get("partial") if epochs else None
     whole = len(epochs) - bool(part)
     inside = f" and {part['steps']:,} of epoch {epochs[-1]['epoch']}'s {part['batches']:,} batches" if part else ""
     if part and part.get("validation"):  # its training whole, or as far as a validation inside it
         trained = batches_cut(part) or "training"
         inside = f" and epoch {epochs[-1]['epoch']}'s {trained}, its validation {part['validation']}"
-    return f"Interrupted: the figures cover the {whole} finished epoch(s){inside}"
+    return f"the figures cover the {whole} finished epoch(s){inside}"

@@ -233,7 +233,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         format_window(run.busy_window) if run.busy_window else None,
         format_advice(run.advice.ceiling, run.advice.hints) if run.advice else None,
         f"Final {run.metric}: {run.final_metric:.4f}" if run.final_metric is not None else None,
-        interrupted_line(run.epochs) if run.content.get("interrupted") else None,
+        interrupted_line(run.epochs, run.content.get("stopped_by")) if run.content.get("interrupted") else None,
     ]
     return "\n".join(line for line in lines if line)
 

@@ -14,7 +14,7 @@ from statistics import mean
 from typing import Any
 
 from mnistperf.diagnosis import figures
-from mnistperf.diagnosis.record.epoch_text import interrupted_line
+from mnistperf.diagnosis.record.epoch_text import figures_cover, how_stopped
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, RunSummary, load, number
 from mnistperf.diagnosis.record.units import seconds
 from mnistperf.errors import ConfigError
@@ -171,7 +171,7 @@ def warnings_of(a: RunSummary, b: RunSummary) -> list[str]:
         )
     for name, run in (("A", a), ("B", b)):
         if run.content.get("interrupted"):  # what its figures cover: the epoch it stopped inside too
-            said.append(f"{name} was interrupted: {interrupted_line(run.epochs).removeprefix('Interrupted: ')}")
+            said.append(f"{name} was {how_stopped(run.content.get('stopped_by'))}: {figures_cover(run.epochs)}")
         if len(run.epochs) == 1:
             said.append(f"{name} ran one epoch, its warm-up: its figures hold the first epoch's one-off costs")
     return said

@@ -194,7 +194,7 @@ def run_head(run: RunSummary) -> str:
     validation = f"{shown(run.figure(figures.AVG_EVAL_S), 's')} s" if validated else "none ran"
     stopped = ""
     if run.content.get("interrupted"):  # what its figures cover, first
-        stopped = f'<p id="interrupted">{escape(interrupted_line(run.epochs))}</p>\n'
+        stopped = f'<p id="interrupted">{escape(interrupted_line(run.epochs, run.content.get("stopped_by")))}</p>\n'
     return (
         f'<p class="verdict" id="verdict">Verdict: {escape(str(run.verdict))}</p>\n{stopped}'
         f"<p>{escape(run.verdict_reason)}</p>\n"

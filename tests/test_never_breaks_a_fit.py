@@ -251,9 +251,9 @@ def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(
         def training_step(self, batch, batch_idx):
             raise RuntimeError("the step fails")
 
-    timer = EpochTimer()
+    timer, audit = EpochTimer(), SampleAudit()
     options = {"enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
-    trainer = Trainer(accelerator="cpu", max_epochs=1000, logger=False, callbacks=[timer], **options)
+    trainer = Trainer(accelerator="cpu", max_epochs=1000, logger=False, callbacks=[timer, audit], **options)
     profiler = trainer.profiler
     with pytest.raises(RuntimeError, match="the step fails"):
         trainer.fit(FailingStep(), DataLoader(Rows(), batch_size=BATCH))
@@ -262,6 +262,7 @@ def test_a_fit_that_fails_gets_its_profiler_back_and_no_flop_count_left_running(
     out = capsys.readouterr().out
     assert epoch_text.NOTHING_TIMED in out and "epoch 1:" not in out  # no step of its epoch trained: none to close
     assert not timer.epochs and timer.summary_path is None
+    assert not audit.epochs and "sample audit" not in out  # nor an audit of no sample
 
     class FailsFirst(Callback):  # before the epoch's first step: no epoch to close (as under DDP, where none is)
         def on_train_epoch_start(self, trainer, pl_module):

@@ -370,11 +370,15 @@ class SampleAudit(Callback):
     def audit_stopped_epoch(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Audit the epoch the fit stopped inside as far as it trained, where :func:`.closes_stopped_epoch`; once.
 
-        Strict does not raise there: the fit's own error stands. The timer beside asks first, before its summary.
+        Strict does not raise there: the fit's own error stands. The timer beside asks first, before its summary. An
+        epoch of which no step trained, nor was carried by a checkpoint, has nothing to audit: it gets no line.
         """
         if self._in_epoch and self._steps and closes_stopped_epoch(trainer):
             with self.problems.guard("auditing the epoch the fit stopped inside"):  # never in the error's place
-                self.on_train_epoch_end(trainer, pl_module)
+                self._settle()
+                trained = self._counted is not None and self._counted[1] > 0
+                if trained or any(self._carried_counts) or self._failed is not None:
+                    self.on_train_epoch_end(trainer, pl_module)
 
     @override
     def state_dict(self) -> dict[str, Any]:

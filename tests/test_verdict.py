@@ -248,6 +248,10 @@ def test_a_compute_bound_cpu_step_is_told_what_the_cpu_can_do_before_a_gpu(monke
     else:
         said = f"this run used {used} thread{'s' if used > 1 else ''} on 2 usable cores"
         assert threads == [found["hints"][0]] and said in threads[0]
+    # a core left idle is what could still be bought; more threads than cores buy nothing
+    assert found["ceiling"].endswith(
+        ", on 1 of the 2 cores it may use (up to 2.0x faster on all of them)" if used == 1 else "arithmetic"
+    )
     # two DDP ranks on this machine share its cores: one thread each is matched, on one node, not on two
     ranks = {"world_size": 2, "ranks": [{"rank": 0}, {"rank": 1}]}
     run = {"verdict": "compute-bound", "avg_train_s": 1.0, "input_wait_share": 0.0, "cpu_busy_share": 0.9, **ranks}

@@ -225,6 +225,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     crowded = summary.get(WAITED_FOR_A_CORE)
     held = summary.get("cores_held") or {}
     key = f"{verdict} on a CPU" if on_cpu and verdict != "input-bound" else verdict
+    used, usable, here = torch.get_num_threads(), usable_cpus(), ranks_here(summary)
+    mine = max(1, usable // here)  # the cores this rank may use
     # (an undetermined verdict has no share to doubt: a window that read none may still have timed its wait for a core)
     in_doubt = verdict not in ("input-bound", "undetermined") and crowded is not None and crowded >= CROWDED
     unstated = in_doubt or (verdict == "overhead-bound" and busy is None)  # a ceiling the figures cannot state
@@ -262,6 +264,10 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         )
     elif verdict == "compute-bound":
         found["ceiling"] = f"what remains is the {'CPU' if on_cpu else 'GPU'}'s arithmetic"
+        if on_cpu and used < mine:  # cores left idle: on them the arithmetic could go faster, at best in proportion
+            found["ceiling"] += (
+                f", on {used} of the {mine} cores it may use (up to {mine / used:.1f}x faster on all of them)"
+            )
     keys = [key]
     if held.get("by") == "workers":  # what freeing the cores could buy, as the verdict's clause says
         freed = (
@@ -299,8 +305,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
             found["at_most_s_less"] = share * train_s
     if "ceiling" not in found:
         return None
-    used, usable, here = torch.get_num_threads(), usable_cpus(), ranks_here(summary)
-    shared = f", shared by {here} ranks: {max(1, usable // here)} each" if here > 1 else ""
+    shared = f", shared by {here} ranks: {mine} each" if here > 1 else ""
     threads = f"this run used {used} thread{'s' if used != 1 else ''} on {usable} usable cores{shared}"
     fetch = named is not None and named["part"] == FETCH  # the wait for the next batch: the loader's hints fix it
     own_fix = (hints or {}).get(named["part"]) if named is not None else None
@@ -313,7 +318,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         hint.replace("{threads}", threads)
         for each in keys
         for hint in (hints if hints is not None and each in hints else USER_HINTS)[each]
-        if used != max(1, usable // here) or "{threads}" not in hint  # already matched to its cores: nothing to do
+        if used != mine or "{threads}" not in hint  # already matched to its cores: nothing to do
     ]
     if named is not None and fetch:  # its fix: the first of the hints that lead
         named["fix"] = found["hints"][0]

@@ -13,7 +13,7 @@ from lightning.pytorch import Callback
 AUDIT = "--trainer.callbacks+=mnistperf.diagnosis.SampleAudit"
 AUDIT_LINE = re.compile(
     r"sample audit, epoch (\d+): ([\d,]+) samples? seen(?: \(([\d +]+) on \d+ ranks\))?, "
-    r"([\d,]+) distinct(?: of [\d,]+)?: ([\d,]+) duplicates(?:, ([\d,]+) missing)?"
+    r"([\d,]+) distinct(?: of [\d,]+)?: ([\d,]+) duplicates?(?:, ([\d,]+) missing)?"
     r"(?:.*same order as epoch \d+ on (\d+) of)?"
 )
 

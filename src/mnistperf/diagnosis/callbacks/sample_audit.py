@@ -337,12 +337,15 @@ class SampleAudit(Callback):
         self._failed = None
         if row["audited"] and self._guessed:
             row["guessed"] = True
-        if row["audited"]:
-            logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
-            self.problems.log(trainer, logged, "the epoch's counts")
         draws = None
         with self.problems.guard("reading whether the training sampler draws again"):
             draws = draws_again(loaders)
+        note = audit_text.content_note(row, self.identity.by_content, self._fields, draws)
+        if note is not None and draws is False and row.get("missing"):  # copies in the data, each of an index drawn:
+            row["missing"] = max(row["dataset_size"] - row["seen"], 0)  # the missing are the indices not drawn
+        if row["audited"]:
+            logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
+            self.problems.log(trainer, logged, "the epoch's counts")
         line = audit_text.format_audit(row, self.identity.by_content, self._fields, draws)
         explained = draws is True  # (a sampler that draws again explains its duplicates)
         widest = self.hash.widest_sampled() if self.identity.by_content and row.get("duplicates") else None
@@ -350,6 +353,8 @@ class SampleAudit(Callback):
             line += f"; {audit_text.sampled_words(widest, self.hash.max_words)}"
         self.epochs.append(row)
         self.problems.say(trainer, line)
+        if note is not None:  # what the duplicates mean, once a fit
+            self.problems.say_once(trainer, note)
         widths = self.hash.widths_vary()
         if widths is not None:
             self.problems.say_once(trainer, audit_text.widths_vary(widths, self.hash.max_words))
@@ -361,7 +366,7 @@ class SampleAudit(Callback):
             if row.get("guessed"):  # counts of a guess of the audit's stop no fit: the line says what to pass
                 self.problems.say_once(trainer, audit_text.STRICT_ON_A_GUESS)
                 return
-            raise SampleAuditError(f"{line} (SampleAudit strict=True)")
+            raise SampleAuditError(f"{line}{f'; {note}' if note else ''} (SampleAudit strict=True)")
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:

@@ -31,13 +31,13 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
         return f"sample audit, epoch {row['epoch']}: not audited ({row['why']})"
     ranks, size, duplicates = len(row["per_rank"]), row["dataset_size"], row["duplicates"]
     where = f" ({' + '.join(f'{n:,}' for n in row['per_rank'])} on {ranks} ranks)" if ranks > 1 else ""
-    seen = f"{row['seen']:,} sample{'' if row['seen'] == 1 else 's'} seen"
+    seen = f"{plural(row['seen'], 'sample')} seen"
     line = f"sample audit, epoch {row['epoch']}: {seen}{where}, {row['distinct']:,} distinct"
     if size is None:
-        line += f": {duplicates:,} duplicates (dataset size unknown: pass dataset_size to count missing)"
+        line += f": {plural(duplicates, 'duplicate')} (dataset size unknown: pass dataset_size to count missing)"
     else:
         missing = "missing not counted" if row["missing"] is None else f"{row['missing']:,} missing"
-        line += f" of {size:,}: {duplicates:,} duplicates, {missing}"
+        line += f" of {size:,}: {plural(duplicates, 'duplicate')}, {missing}"
     if row.get("limited"):
         line += f" ({row['limited']})"
     if row.get("guessed"):
@@ -61,7 +61,7 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
         missing = "" if counts["missing"] is None else f", {counts['missing']:,} missing"
         line += (
             f"; loader {name}: {counts['seen']:,} seen, {counts['distinct']:,} distinct{of}, "
-            f"{counts['duplicates']:,} duplicates{missing}"
+            f"{plural(counts['duplicates'], 'duplicate')}{missing}"
         )
     padded = padded_by_design(row)  # a distributed sampler's padding explains them
     if padded:
@@ -69,11 +69,7 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
             f"; a distributed sampler pads {size:,} samples to a multiple of {ranks} ranks by repeating "
             f"{padded}, by design (a DistributedSampler(drop_last=True) of your own leaves them out instead)"
         )
-    cycled = {
-        name: c["seen"] - c["dataset_size"]
-        for name, c in loaders.items()
-        if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
-    }
+    cycled = cycled_loaders(loaders)
     if cycled:
         line += (
             f"; loader{'s' if len(cycled) > 1 else ''} {', '.join(cycled)} gave more samples than "
@@ -97,31 +93,63 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
     streams = row.get("read_whole")
     if streams:
         line += "; " + read_whole(streams["workers"], streams["ranks"], streams["stream"])
-    explained = duplicates if streams else padded + sum(cycled.values()) + replayed
     guessed = bool(row.get("guessed"))  # then the guess is what a cause would be said of: none is
-    if duplicates > explained and by_content and not guessed:
-        sampler = {
-            True: f", and {DRAWS_AGAIN}",
-            None: ", and a sampler other than torch's may repeat some by design",
-            False: ", and its sampler draws each index once: these are copies in the data",
-        }
-        line += (
-            "; samples identified by content"
-            + (f" (all of {', '.join(map(repr, fields))})" if len(fields) > 1 else "")
-            + ": identical samples in the data count as duplicates"
-            + (" (each copy leaving one as missing)" if row.get("missing") else "")
-            + sampler[draws]
-            + (", and a field drawn afresh each step hides a repeat" if len(fields) > 1 else "")
-            + " (sample_id= names an index field, fingerprint= what identifies a sample)"
-        )
-    elif duplicates > explained and draws and not guessed:
-        line += f"; {DRAWS_AGAIN}"  # samples the user identifies
+    if unexplained(row) and not by_content and draws and not guessed:
+        line += f"; {DRAWS_AGAIN}"  # samples the user identifies (by content: :func:`content_note`)
     if row["same_order_ranks"] and not guessed:
         line += (
             f"; same order as epoch {row['epoch'] - 1} on {row['same_order_ranks']} of {ranks} "
             f"rank{'s' if ranks > 1 else ''}: is the sampler (or the stream) reshuffled every epoch?"
         )
     return line
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, in the plural but for one: "1 duplicate", "2,048 samples"."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def unexplained(row: dict[str, Any]) -> int:
+    """The duplicates of an audited epoch's ``row`` that no design explains: padding, cycling, a resume, a stream."""
+    duplicates, loaders = row["duplicates"], row.get("loaders") or {}
+    if row.get("read_whole"):
+        return 0
+    cycled = sum(cycled_loaders(loaders).values())
+    return max(duplicates - padded_by_design(row) - cycled - (row.get("replayed") or 0), 0)
+
+
+def cycled_loaders(loaders: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Per loader that gave more samples than it holds, repeating some (cycled to a longer one's length): how many."""
+    return {
+        name: c["seen"] - c["dataset_size"]
+        for name, c in loaders.items()
+        if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
+    }
+
+
+def content_note(
+    row: dict[str, Any], by_content: bool, fields: Sequence[str] = (), draws: bool | None = None
+) -> str | None:
+    """What duplicates mean where samples are identified by their content (said once a fit); None where none is owed.
+
+    Arguments as :func:`format_audit`'s.
+    """
+    if "why" in row or not by_content or row.get("guessed") or not unexplained(row):
+        return None
+    sampler = {
+        True: f", and {DRAWS_AGAIN}",
+        None: ", and a sampler other than torch's may repeat some by design",
+        False: ", and its sampler draws each index once: these are copies in the data, each of an index drawn",
+    }
+    return (
+        "samples identified by content"
+        + (f" (all of {', '.join(map(repr, fields))})" if len(fields) > 1 else "")
+        + ": identical samples in the data count as duplicates"
+        + (" (each copy leaving one as missing)" if row.get("missing") and draws is not False else "")
+        + sampler[draws]
+        + (", and a field drawn afresh each step may hide others" if len(fields) > 1 else "")
+        + " (sample_id= names an index field, fingerprint= what identifies a sample)"
+    )
 
 
 def read_whole(workers: int, ranks: int, stream: bool) -> str:

@@ -345,7 +345,8 @@ class EpochTimer(Callback):
             reason = self._sampled.split_reason(self.samples.trained, accumulate, forward, trainer.current_epoch)
             if reason is not None:
                 extra["split_reason"] = reason
-                if not self._split_said:  # once a fit
+                if not self._split_said and reason != epoch_text.IN_WINDOW:  # once a fit; the window's, by design,
+                    # only where no epoch had a split (the summary's line)
                     self._split_said = True
                     self.problems.say_once(trainer, epoch_text.unsplit(reason))
         try:

@@ -15,7 +15,7 @@ import yaml
 from conftest import FailAt, ForbidSyncs, fit_module
 from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.loggers import Logger, TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.profilers import SimpleProfiler
 from lightning.pytorch.utilities.data import extract_batch_size
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -236,12 +236,14 @@ def test_a_figure_the_module_logs_under_the_same_name_is_left_to_the_module_said
     assert out.count(said) == 1
 
 
-@pytest.mark.parametrize("logged", [False, True], ids=["logger=False", "a logger"])
+@pytest.mark.parametrize("logged", [False, True, "fixed"], ids=["logger=False", "a logger", "a logger's own folder"])
 def test_a_trainer_fitted_again_says_its_timing_json_took_the_place_of_the_first_fits(tmp_path, capsys, logged):
     """Lightning keeps a Trainer's log folder for its next fit: the second timing.json replaces the first, said so
-    with what would keep both (without a logger, a new Trainer writes to the same root)."""
+    with what would keep both (without a logger, a new Trainer writes to the same root; a logger of a fixed folder,
+    as some libraries make, gives a new Trainer's fit that folder too)."""
     data = DataLoader(TensorDataset(*features()), batch_size=BATCH)
-    logger = TensorBoardLogger(tmp_path, "run") if logged else False
+    logger = {False: False, True: TensorBoardLogger(tmp_path, "run"), "fixed": CSVLogger(tmp_path, "", version="")}
+    logger = logger[logged]
     trainer = fit_module(
         TupleBatches(), data, callbacks=[EpochTimer()], max_epochs=1, logger=logger, default_root_dir=tmp_path
     )
@@ -250,7 +252,9 @@ def test_a_trainer_fitted_again_says_its_timing_json_took_the_place_of_the_first
     trainer.fit(trainer.lightning_module, data)
     second = capsys.readouterr().out
     assert "timing summary written" in first and "in place of an earlier fit's" not in first
-    keeps = "a new Trainer, or a logger version of its own," if logged else "another default_root_dir"
+    keeps = {False: "another default_root_dir", True: "a new Trainer, or a logger version of its own,"}.get(
+        logged, "a logger folder (save_dir, name or version) of each fit's own, as its logger gives every fit this one,"
+    )
     assert f"in place of an earlier fit's there; {keeps} keeps each fit's" in second
     folder = Path(trainer.log_dir) if logged else tmp_path
     assert [row["epoch"] for row in json.loads((folder / "timing.json").read_text())["epochs"]] == [2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -19,6 +20,11 @@ from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_repo
 
 # Why a fit's files are not written under Trainer(fast_dev_run=...), where Lightning writes none of its own
 FAST_DEV_RUN = "fast_dev_run writes no logs; fit without it for timing.json and timing.html"
+
+
+def versioned(folder: Path) -> bool:
+    """Whether a logger's log ``folder`` is one of its numbered versions, which a new Trainer's logger numbers anew."""
+    return re.fullmatch(r"version_\d+", folder.name) is not None
 
 
 class RunFiles:
@@ -75,7 +81,8 @@ class RunFiles:
         if stopped_by is not None:
             print(interrupted_line(clock.epochs, stopped_by), flush=True)
         if written is not None:  # a folder refusing timing.json was said once
-            print(written_line("summary", path, replaced, trainer.logger is not None), flush=True)
+            kind = "no logger" if trainer.logger is None else "versioned" if versioned(folder) else "fixed"
+            print(written_line("summary", path, replaced, kind), flush=True)
             with self.problems.guard(f"writing the report beside {path}"):
                 report = path.with_name(REPORT_FILE)
                 [name] = run_labels([path], [summary.get("config")])  # the run named as `mnistperf report` names it

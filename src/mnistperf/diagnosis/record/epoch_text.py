@@ -236,15 +236,20 @@ WRITTEN = {
 # Where a fit's timing.json takes the place of an earlier fit's (the same Trainer fitted again, or logger=False's
 # root), and what keeps each fit's there: with a logger, and without one
 REPLACED = " (in place of an earlier fit's there; {keeps} keeps each fit's)"
-KEEPS = ("a new Trainer, or a logger version of its own,", "another default_root_dir")
+# What keeps each fit's files: by the log folder's kind (a logger's version_N, a logger's folder of its own, none)
+KEEPS = {
+    "versioned": "a new Trainer, or a logger version of its own,",
+    "fixed": "a logger folder (save_dir, name or version) of each fit's own, as its logger gives every fit this one,",
+    "no logger": "another default_root_dir",
+}
 
 
-def written_line(what: str, path: Any, replaced: bool = False, logged: bool = True) -> str:
+def written_line(what: str, path: Any, replaced: bool = False, folder: str = "versioned") -> str:
     """The line that says the timer wrote ``what`` (a key of :data:`WRITTEN`) to ``path``.
 
-    ``replaced``: in place of another's, in a run with a logger (``logged``) or without one.
+    ``replaced``: in place of another's, in a log folder of ``folder``'s kind (a key of :data:`KEEPS`).
     """
-    return WRITTEN[what].format(path=path) + (REPLACED.format(keeps=KEEPS[not logged]) if replaced else "")
+    return WRITTEN[what].format(path=path) + (REPLACED.format(keeps=KEEPS[folder]) if replaced else "")
 
 
 def no_step(epoch: int) -> str:

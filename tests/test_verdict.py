@@ -21,7 +21,7 @@ from mnistperf.diagnosis.measure import busy_window as window_module
 from mnistperf.diagnosis.measure import window_price
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record import verdict as verdict_module
-from mnistperf.diagnosis.record.advice import REMEASURE, advice
+from mnistperf.diagnosis.record.advice import REMEASURE, SHARED_THREADS, advice
 from mnistperf.diagnosis.record.verdict import FIT_ENDED
 from mnistperf.diagnosis.record.window_keeper import WindowKeeper, unread_said
 
@@ -232,6 +232,29 @@ def test_a_large_trace_is_not_written_unless_asked_for(tmp_path):
     assert not list(tmp_path.rglob("*.pt.trace.json"))
     unlimited = fit(epochs=2, timer={"trace_limit": None}, logger=CSVLogger(tmp_path / "all"))
     assert list((tmp_path / "all").rglob("*.pt.trace.json")) and unlimited.busy_window.get("trace")
+
+
+@pytest.mark.parametrize("used", [1, 2])
+def test_a_cpu_run_other_work_crowded_is_told_fewer_threads_and_a_culprits_gain_is_up_to(monkeypatch, used):
+    """Beside other work a step's threads wait for each other; a step rid of its culprit competes harder for cores."""
+    from mnistperf.diagnosis.record import advice as advice_module
+
+    monkeypatch.setattr(advice_module, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(advice_module.torch, "get_num_threads", lambda: used)
+    run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.0, "cpu_busy_share": 0.3}
+    parts = {"step_parts": {"steps": 8, "step_s": 0.004, "parts": {"callback Slow": 0.002, "training_step": 0.001}}}
+    crowded = advice({**run, **parts, "waited_for_a_core": 0.5})
+    assert crowded["hints"][0] == REMEASURE
+    threads = [hint for hint in crowded["hints"] if hint.startswith("fewer torch threads while other work")]
+    assert (
+        threads == ([SHARED_THREADS.format(used=2)] if used > 1 else [])
+        and crowded["hints"][1 : 1 + len(threads)] == threads
+    )
+    assert "a step could be up to 2.00x faster" in crowded["ceiling"]
+    quiet = advice({**run, **parts, "waited_for_a_core": 0.0})
+    assert "a step could be about 2.00x faster" in quiet["ceiling"] and not [
+        h for h in quiet["hints"] if "fewer torch" in h
+    ]
 
 
 @pytest.mark.parametrize("used", [1, 2, 3])

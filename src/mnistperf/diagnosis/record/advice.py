@@ -292,7 +292,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         faster, part, share = f"{named['speed_up_at_most']:.2f}x faster", named["part"], named["share"]
         # On a CPU the part runs in turn with the step's work: taking it out saves about its own time, often more
         # (what it makes others do, a logger's writes); on a GPU its host time may hide behind the device's: at most.
-        bound = "about" if on_cpu else "up to"
+        # A machine whose other work kept the training thread waiting for a core: other threads of it wait too, and
+        # a step rid of the part competes harder for the cores: what removing it buys is then at most the part's own.
+        bound = "about" if on_cpu and not in_doubt else "up to"
         clause = {
             "step": f"without {part} ({share:.0%} of each step) a step could be {bound} {faster}",
             "epoch": f"without {part} between epochs ({share:.0%} of each epoch) an epoch could be {bound} {faster}",
@@ -326,6 +328,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         found["hints"].insert(0, RANK_THREADS)
     elif in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
         found["hints"].insert(0, REMEASURE)
+        if on_cpu and used > 1:  # torch's threads beside other work: each operation waits for its slowest thread
+            found["hints"].insert(1, SHARED_THREADS.format(used=used))
     return found
 
 
@@ -341,6 +345,12 @@ def ranks_here(summary: Mapping[str, Any]) -> int:
 
 
 REMEASURE = "measure again on a quieter machine, the verdict being in doubt"
+# On cores other work holds, a step's threads wait for each other: one waiting for a core holds up every operation
+# (OpenMP's threads meet at the end of each operation)
+SHARED_THREADS = (
+    "fewer torch threads while other work holds the cores (torch.set_num_threads(1); this run used {used}): each "
+    "operation waits for its slowest thread, and one waiting for a core holds up the rest"
+)
 FIX_BUYS = "What a fix could buy (a measured ceiling, not a promise)"  # the words above the ceiling, wherever shown
 
 

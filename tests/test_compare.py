@@ -214,3 +214,37 @@ def test_two_models_that_save_no_hyperparameters_or_cut_epochs_apart_are_told_ap
     older = {key: value for key, value in a.items() if key not in ("loader", "module", "trainer")}  # before these
     changed = compare(RunSummary.of(older), RunSummary.of(b))["changed"]
     assert not any(c.startswith(("loader.", "module.", "trainer.")) for c in changed)
+
+
+def test_what_the_advice_changes_in_a_fit_is_recorded_and_listed_as_changed(tmp_path):
+    """A callback left out, a logger's writes made rarer, a bar drawn less often, fewer threads: each a fix the advice
+    names, and each listed by compare, not put down to the machine's load."""
+    import torch
+    from conftest import fit_module
+    from lightning.pytorch.callbacks import Callback, TQDMProgressBar
+    from lightning.pytorch.loggers import CSVLogger
+    from test_timing_any_project import TupleBatches
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from mnistperf.diagnosis import EpochTimer
+
+    class Slow(Callback):
+        pass
+
+    data = DataLoader(TensorDataset(torch.randn(16, 3), torch.randint(0, 2, (16,))), batch_size=4)
+    threads = torch.get_num_threads()
+    runs = []
+    for callbacks, every, refresh in (([Slow()], 1, 1), ([], 50, 20)):
+        timer = EpochTimer()
+        logger = CSVLogger(tmp_path, f"run{len(runs)}")
+        bar = TQDMProgressBar(refresh_rate=refresh)
+        options = {"enable_progress_bar": True, "log_every_n_steps": every, "logger": logger}
+        fit_module(TupleBatches(), data, callbacks=[timer, bar, *callbacks], default_root_dir=tmp_path, **options)
+        runs.append(RunSummary.of(json.loads(timer.summary_path.read_text())))
+        torch.set_num_threads(1)
+    torch.set_num_threads(threads)
+    changed = compare(*runs)["changed"]
+    assert "fit.callbacks.Slow 1 -> -" in changed and "fit.log_every_n_steps 1 -> 50" in changed
+    assert "fit.progress_bar_refresh_rate 1 -> 20" in changed
+    assert (f"fit.torch_threads {threads} -> 1" in changed) == (threads != 1)
+    assert not [line for line in changed if line.startswith(("fit.loggers", "fit.callbacks.EpochTimer"))]

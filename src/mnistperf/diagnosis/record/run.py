@@ -10,6 +10,7 @@ import os
 import platform
 import resource
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
@@ -93,11 +94,28 @@ def run_summary(
     with guard("reading the trainer's limits"):  # what makes two runs' epochs differ, beside the data's settings
         limits = ("max_epochs", "max_steps", "limit_train_batches", "limit_val_batches", "accumulate_grad_batches")
         found["trainer"] = {name: jsonable(getattr(trainer, name, None)) for name in limits}
+    with guard("reading the fit's callbacks, loggers and threads"):  # what a fix of the advice changes
+        found["fit"] = fit_settings(trainer)
     with guard("reading the environment"):
         found.update(environment(device))
     with guard("summarizing the epochs"):
         found.update(figures())
     return found
+
+
+def fit_settings(trainer: Any) -> dict[str, Any]:
+    """What the advice's fixes change that the trainer's limits do not show.
+
+    Its callbacks and loggers (by class, how many of each), how often it logs and its bar redraws, torch's threads.
+    """
+    bar = getattr(trainer, "progress_bar_callback", None)
+    return {
+        "callbacks": dict(Counter(type(callback).__name__ for callback in trainer.callbacks)),
+        "loggers": dict(Counter(type(logger).__name__ for logger in trainer.loggers)),
+        "log_every_n_steps": trainer.log_every_n_steps,
+        "progress_bar_refresh_rate": getattr(bar, "refresh_rate", None),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def number(value: Any) -> float | None:

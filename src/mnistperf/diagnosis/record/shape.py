@@ -41,6 +41,7 @@ SUMMARY = {
     "model": dict,
     "module": {"class": str, "parameters": int},
     "trainer": dict,
+    "fit": dict,
     "loader": dict,
     "peak": str,
     "flops_per_step": float,

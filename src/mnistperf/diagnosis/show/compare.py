@@ -117,11 +117,11 @@ def unknown_noise(a: RunSummary, b: RunSummary, figure: figures.Figure) -> str |
 
 # What a run records of what ran it, by where its summary keeps it: compare lists those that differ.
 RECORDED = (
-    "config", "data", "loader", "model", "module", "trainer", "device", "precision", "world_size", "num_nodes",
+    "config", "data", "loader", "model", "module", "trainer", "fit", "device", "precision", "world_size", "num_nodes",
     "cpu_affinity", "versions",
 )  # fmt: skip
 # Records a summary older than them lacks: no change where one run has none
-LATER = ("loader", "module", "trainer", "num_nodes")
+LATER = ("loader", "module", "trainer", "fit", "num_nodes")
 
 
 def flattened(value: Any, prefix: str) -> dict[str, Any]:

@@ -630,3 +630,11 @@ def test_a_wait_for_data_near_its_line_names_both_bounds_whichever_side_it_falls
     assert "close call" not in classify(far, 0.5)[1] and deciding(far, "overhead-bound") == (
         "CPU inside tensor operations 30%"
     )
+
+
+def test_an_epoch_mostly_its_validation_is_told_to_validate_less_before_the_trainings_fixes():
+    run = {"verdict": "overhead-bound", "avg_train_s": 1.0, "input_wait_share": 0.0, "cpu_busy_share": 0.3}
+    heavy = advice({**run, "avg_eval_s": 2.0})
+    assert heavy["hints"][0].startswith("validation less often or shorter (Trainer(check_val_every_n_epoch=N)")
+    assert "it takes 67% of each epoch" in heavy["hints"][0]
+    assert not [hint for hint in advice({**run, "avg_eval_s": 0.5})["hints"] if hint.startswith("validation less")]

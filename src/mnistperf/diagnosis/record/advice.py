@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -324,6 +325,9 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     ]
     if named is not None and fetch:  # its fix: the first of the hints that lead
         named["fix"] = found["hints"][0]
+    validation = (summary.get(AVG_EVAL_S) or 0.0) / (epoch_s(summary) or math.inf)
+    if validation >= EVAL_HEAVY:  # the verdict speaks of training: an epoch mostly its validation is said first
+        found["hints"].insert(0, VALIDATE_LESS.format(share=validation))
     if in_doubt and held.get("by") == "its ranks":  # its own ranks': fewer threads each, before all else
         found["hints"].insert(0, RANK_THREADS)
     elif in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
@@ -345,6 +349,11 @@ def ranks_here(summary: Mapping[str, Any]) -> int:
 
 
 REMEASURE = "measure again on a quieter machine, the verdict being in doubt"
+EVAL_HEAVY = 0.5  # an epoch's validation taking this share of it or more: said before the training's fixes
+VALIDATE_LESS = (
+    "validation less often or shorter (Trainer(check_val_every_n_epoch=N) or limit_val_batches): it takes {share:.0%} "
+    "of each epoch, and what the verdict says of training is the rest"
+)
 # On cores other work holds, a step's threads wait for each other: one waiting for a core holds up every operation
 # (OpenMP's threads meet at the end of each operation)
 SHARED_THREADS = (

@@ -8,6 +8,7 @@ configs name it, with the stage that demonstrates each. Every stage config names
 from __future__ import annotations
 
 from mnistperf.diagnosis.record.advice import WORKERS
+from mnistperf.diagnosis.record.project_terms import KEEPS_PACE
 
 LARGER_BATCH = "a larger batch (data.batch_size, as stage v1_bs512 raised v1_naive's)"
 LAB_HINTS: dict[str, list[str]] = {
@@ -19,7 +20,7 @@ LAB_HINTS: dict[str, list[str]] = {
     ],
     WORKERS: [
         "the per-item work done once in setup instead of per item (data.pipeline v2; stage v2_pinned)",
-        "fewer loader workers (data.num_workers), where the loader still keeps pace",
+        f"fewer loader workers (data.num_workers), {KEEPS_PACE}",
         "`mnistperf tune`, which measures the lab's pipelines on this machine",
     ],
     "overhead-bound": [

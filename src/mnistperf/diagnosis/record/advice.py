@@ -20,7 +20,7 @@ from mnistperf.diagnosis.figures import (
 )
 from mnistperf.diagnosis.measure.busy_window import CROWDED
 from mnistperf.diagnosis.measure.step_parts import CHECKPOINT_SAVES, FETCH, LOOP, STEP_WORK, TIMER
-from mnistperf.diagnosis.record.project_terms import ProjectTerms, input_hints, workers_hints
+from mnistperf.diagnosis.record.project_terms import KEEPS_PACE, ProjectTerms, input_hints, workers_hints
 from mnistperf.diagnosis.record.units import seconds
 from mnistperf.diagnosis.record.verdict import RANK_THREADS, UNREAD, WAITED_FOR_A_CORE
 from mnistperf.errors import ConfigError
@@ -323,6 +323,8 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
         for hint in (hints if hints is not None and each in hints else USER_HINTS)[each]
         if used != mine or "{threads}" not in hint  # already matched to its cores: nothing to do
     ]
+    if verdict == "input-bound":  # a loader that does not keep pace now would keep it less with fewer workers
+        found["hints"] = [hint for hint in found["hints"] if KEEPS_PACE not in hint]
     if named is not None and fetch:  # its fix: the first of the hints that lead
         named["fix"] = found["hints"][0]
     validation = (summary.get(AVG_EVAL_S) or 0.0) / (epoch_s(summary) or math.inf)

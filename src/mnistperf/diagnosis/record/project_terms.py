@@ -110,10 +110,13 @@ def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
     return [*hints, *tune_hint(terms, "those settings"), once, kept]
 
 
+KEEPS_PACE = "where the loader still keeps pace"  # the condition of fewer workers: never an input-bound run's
+
+
 def workers_hints(terms: ProjectTerms) -> list[str]:
     """What usually frees the cores a run's own DataLoader workers hold from its step, in the project's terms."""
     return [
         f"cheaper batches: {ONCE}",
-        f"fewer DataLoader workers ({terms.named('num_workers')}), where the loader still keeps pace",
+        f"fewer DataLoader workers ({terms.named('num_workers')}), {KEEPS_PACE}",
         *tune_hint(terms, "the number of workers"),
     ]

@@ -248,3 +248,24 @@ def test_what_the_advice_changes_in_a_fit_is_recorded_and_listed_as_changed(tmp_
     assert "fit.progress_bar_refresh_rate 1 -> 20" in changed
     assert (f"fit.torch_threads {threads} -> 1" in changed) == (threads != 1)
     assert not [line for line in changed if line.startswith(("fit.loggers", "fit.callbacks.EpochTimer"))]
+
+
+def test_a_culprits_gain_is_held_to_what_a_said_of_it_and_a_slower_b_to_what_changed():
+    from mnistperf.diagnosis.show.compare import format_bought
+
+    a = run(1.0, 6_400, "overhead-bound", 0.0, ceiling=0.5)
+    a["advice"]["culprit"] = {"part": "callback Slow", "per": "step", "share": 0.5, "s": 0.002, "speed_up_at_most": 2.0}
+    changed = ["fit.callbacks.Slow 1 -> -"]
+    bought = format_bought(gain_over(RunSummary.of(a), RunSummary.of(run(0.8, 6_400, "overhead-bound", 0.0))), changed)
+    assert bought.endswith(
+        ", short of the 2.00x that A's summary said a step without callback Slow could be (fit.callbacks.Slow 1 -> -)"
+    )  # 1.25x: not 'within' a ceiling, as a culprit's is no bound
+    assert "as much as the 2.00x" in format_bought(
+        gain_over(RunSummary.of(a), RunSummary.of(run(0.5, 6_400, "compute-bound", 0.0)))
+    )
+    unbounded = run(1.0, 6_400, "overhead-bound", 0.0)  # no ceiling stated, B slower: tied to what changed
+    slower = format_bought(
+        gain_over(RunSummary.of(unbounded), RunSummary.of(run(2.0, 6_400, "input-bound", 0.4))),
+        ["loader.num_workers 0 -> 2"],
+    )
+    assert slower.endswith("; B is slower after what changed (loader.num_workers 0 -> 2)")

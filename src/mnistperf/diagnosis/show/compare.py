@@ -211,6 +211,7 @@ def gain_over(a: RunSummary, b: RunSummary) -> dict[str, Any]:
         scaled, b_time = True, a_samples * b_time / b_samples  # B's time for A's samples
     saved = a_time - b_time
     ceiling = a.advice.at_most_s_less if a.advice else None
+    named = a.advice.culprit if a.advice else None
     return {
         "saved_s": saved,
         "speed_up": a_time / b_time if b_time > 0 else None,
@@ -221,6 +222,8 @@ def gain_over(a: RunSummary, b: RunSummary) -> dict[str, Any]:
         "ceiling_s": ceiling,
         "within": None if ceiling is None else saved <= ceiling * (1 + CEILING_SLACK),
         "removed": b.verdict != a.verdict,
+        # A's culprit around the step and what it said a step without it could be, where it named one
+        "culprit": (named["part"], named["speed_up_at_most"]) if named and named.get("per") == "step" else None,
         "cores": [run.figure(figures.CORE_WAIT_SHARE) for run in (a, b)],  # the training thread's wait for a core
     }
 
@@ -327,7 +330,18 @@ def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str
             "the machine's load moved between them too"
         )
     if gain["ceiling_s"] is None:
-        return head + f"; A's summary stated no ceiling for its bound ({gain['bound'] or 'no verdict'})"
+        stated = f"; A's summary stated no ceiling for its bound ({gain['bound'] or 'no verdict'})"
+        after = f"; B is slower after what changed ({'; '.join(changed)})" if saved < 0 and changed else ""
+        return head + stated + after
+    culprit = gain.get("culprit")
+    if culprit is not None and saved >= 0 and gain["speed_up"] is not None:  # a part's gain: said, not bounded
+        part, said = culprit
+        short = gain["speed_up"] < 1 + (said - 1) * (1 - CEILING_SLACK)
+        what = f" ({'; '.join(changed)})" if changed else ""
+        return head + (
+            f", {'short of' if short else 'as much as'} the {said:.2f}x that A's summary said a step without {part} "
+            f"could be{what}"
+        )
     removed = "B's verdict is no longer A's" if gain["removed"] else f"B is still {gain['bound']}"
     ceiling = seconds(gain["ceiling_s"])
     if saved < 0:  # a ceiling bounds a gain, not a loss

@@ -84,12 +84,13 @@ def cpu_verdict(*overrides: str) -> str:
 
 
 def test_a_slow_loader_is_input_bound(workdir, monkeypatch):
-    """Every item takes 40 ms to load: a batch of 16 takes 0.64 s, many times a step of batch 16 even on a busy CPU.
+    """Every item takes 100 ms to load: a batch of 16 takes 1.6 s, many times a step of batch 16 even on a busy CPU
+    (at 40 ms, beside four other processes on two cores, the step and its profiled window took as long as the wait).
     No validation: its slow batches would only add to the wait."""
     from mnistperf.data.pipelines.v1 import PandasRowDataset
 
     load = PandasRowDataset.__getitem__
-    monkeypatch.setattr(PandasRowDataset, "__getitem__", lambda self, index: (time.sleep(0.04), load(self, index))[1])
+    monkeypatch.setattr(PandasRowDataset, "__getitem__", lambda self, index: (time.sleep(0.1), load(self, index))[1])
     assert cpu_verdict("--trainer.limit_val_batches", "0") == "input-bound"
 
 

@@ -201,6 +201,16 @@ def bad_source(tmp_path: Path, case: str) -> Path:
     elif case == "a file for the folder":
         kaggle_csv(source / "train.csv", images, labels)
         return source / "train.csv"
+    elif case == "a header and no rows":  # pyarrow reads its columns as nulls
+        kaggle_csv(source / "test.csv", images, labels)
+        header = (source / "test.csv").read_text().splitlines()[0]
+        (source / "train.csv").write_text(header + "\n")
+    elif case == "a Parquet file of no rows":
+        hf_parquet(source / "test.parquet", images, labels)
+        kind = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        write_parquet(
+            source / "train.parquet", pa.table({"image": pa.array([], kind), "label": pa.array([], pa.int64())})
+        )
     elif case == "783 columns":
         kaggle_csv(source / "test.csv", images, labels)
         (source / "train.csv").write_text("\n".join(",".join(["1"] * 783) for _ in range(3)) + "\n")
@@ -220,6 +230,8 @@ def bad_source(tmp_path: Path, case: str) -> Path:
     [
         ("no train split", "has no train split: expected CSV or Parquet files named like"),
         ("783 columns", "train.csv has 783 columns and no header; expected 785"),
+        ("a header and no rows", "train.csv has a header and no rows of data; give it the images' rows"),
+        ("a Parquet file of no rows", "train.parquet holds no rows; give it the images' rows"),
         ("a folder of PNGs", "(or inside a folder named train/); its 2 image files are read only inside Parquet"),
         (
             "a word among the pixels",

@@ -72,6 +72,9 @@ def _has_header(file: Path) -> bool:
     return not first.lstrip("-").isdigit()
 
 
+GIVE_ROWS = "give it the images' rows (or take it out of the folder) and import again."
+
+
 def read_csv(file: Path) -> pa.Table:
     """A CSV file in the canonical layout: header or not, label column first where there is no header."""
     header = _has_header(file)
@@ -91,6 +94,8 @@ def read_csv(file: Path) -> pa.Table:
                 f"{schema.NUM_PIXELS + 1}: the label, then {schema.NUM_PIXELS} pixels."
             )
         layout = schema.Layout(table.column_names[0], tuple(table.column_names[1:]))
+    if table.num_rows == 0:  # (its columns read as nulls: no values to be whole numbers)
+        raise DataError(f"{file} has a header and no rows of data; {GIVE_ROWS}")
     for position, name in enumerate(table.column_names, 1):
         if name in (layout.label, *layout.pixels) and not pa.types.is_integer(table.schema.field(name).type):
             said = name if header else f"{position}"
@@ -155,6 +160,8 @@ def read_parquet(file: Path) -> pa.Table:
     """
     try:
         parquet = schema.open_parquet(file)
+        if parquet.metadata.num_rows == 0:
+            raise DataError(f"{file} holds no rows; {GIVE_ROWS}")
         image_column = _image_column(parquet.schema_arrow)
         if image_column is None:
             return schema.read_checked(file, require_labels=True)

@@ -409,6 +409,11 @@ def test_name_without_from(capsys):
     fails_in_one_line(capsys, ["prepare", "--name", "mine"], "--name goes with --from DIR")
 
 
+def test_an_official_dataset_beside_an_import_is_refused_not_ignored(capsys, tmp_path):
+    argv = ["prepare", "--from", str(tmp_path), "--name", "mine", "--dataset", "mnist"]
+    fails_in_one_line(capsys, argv, "--dataset mnist prepares an official dataset, --from imports your own: give one")
+
+
 # ---------------------------------------------------------------- options, values, types
 @pytest.mark.parametrize(
     "override, expected",

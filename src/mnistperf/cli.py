@@ -57,10 +57,10 @@ def prepare_command(argv: Sequence[str]) -> None:
     parser = OneLineArgumentParser(prog="mnistperf prepare", description=prepare.__doc__.splitlines()[0])
     parser.add_argument(
         "--dataset",
-        default="all",
+        default=None,
         choices=["all", *sources.DATASETS, "synthetic"],
         help=f"the dataset to write: {', '.join(sources.DATASETS)} (all: both), or synthetic, random rows "
-        "(default: %(default)s)",
+        "(default: all)",
     )
     parser.add_argument(
         "--data-dir",
@@ -106,6 +106,9 @@ def prepare_command(argv: Sequence[str]) -> None:
     opts = parser.parse_args(argv)
     if opts.name is not None and opts.source is None:
         parser.error("--name goes with --from DIR, the folder to import")
+    if opts.dataset is not None and opts.source is not None:  # one or the other: an official dataset, or your own
+        parser.error(f"--dataset {opts.dataset} prepares an official dataset, --from imports your own: give one")
+    opts.dataset = opts.dataset or "all"
     taken = place_taken(Path(opts.data_dir), folder=True)
     if taken is not None:  # said before the files are read and converted
         raise ConfigError(f"--data-dir {opts.data_dir}: {taken}; give a folder for the datasets, e.g. --data-dir data")

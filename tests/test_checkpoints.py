@@ -100,9 +100,11 @@ def test_resuming_into_another_stage_trains_that_stage_from_where_it_stopped(wor
 def test_fit_with_ckpt_path_last_resumes_the_newest_run_of_its_config(workdir, capsys):
     """fit --help's ``--ckpt_path last``: every fit logs into a new version_N, whose checkpoint folder Lightning's own
     'last' searches and finds empty (it warns and trains from the start); the lab resumes the config's newest run,
-    and says which."""
-    run_stage("v2_pinned", *SMALL, epochs=1)
-    capsys.readouterr()
+    and says which; with no run of the config yet, that the fit starts from its first epoch."""
+    summary = run_stage("v2_pinned", *SMALL, "--ckpt_path", "last", epochs=1)
+    assert [e["epoch"] for e in summary["epochs"]] == [1]
+    said = "mnistperf: no checkpoint of this config's runs in lightning_logs/v2_pinned to resume: the fit starts from"
+    assert said in capsys.readouterr().out
     summary = run_stage("v2_pinned", *SMALL, "--ckpt_path", "last", epochs=2)
     assert [e["epoch"] for e in summary["epochs"]] == [2]
     assert "mnistperf: fit resumes from lightning_logs/v2_pinned/version_0/checkpoints/epoch=0-step=3.ckpt" in (

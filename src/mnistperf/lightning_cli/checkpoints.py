@@ -76,7 +76,15 @@ def resumed_checkpoint(config) -> str:
     """
     folder = runs_folder(config)
     found = written_checkpoints(folder)
-    return str(newest_checked("fit resumes from", found[-1], folder)) if found else "last"
+    if found:
+        return str(newest_checked("fit resumes from", found[-1], folder))
+    if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
+        print(
+            f"mnistperf: no checkpoint of this config's runs in {folder} to resume: the fit starts from its first "
+            "epoch, unless a ModelCheckpoint of its own keeps a 'last' (Lightning looks for it, as said below)",
+            flush=True,
+        )
+    return "last"
 
 
 def written_checkpoints(folder: Path) -> list[Path]:

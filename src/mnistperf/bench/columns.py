@@ -296,7 +296,9 @@ def csv_rows(rows: list[Row], settings: dict[str, Any]) -> list[dict[str, Any]]:
 
 # What the speed-up column and the chart's bar labels compare, beside columns and bars of train time alone
 SPEED_UP_SAID = (
-    "speed-up: steady (train + test) s/epoch of the first row over each row's (train s/epoch: training alone)"
+    "speed-up: steady (train + test) s/epoch of the first row over each row's (train s/epoch: training alone); "
+    "train s per training sample where their epochs train different numbers (bounded to K batches of different "
+    "sizes); none for a bare-Lightning row, which validates nothing (its note compares train time)"
 )
 
 

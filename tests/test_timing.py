@@ -1061,3 +1061,12 @@ def test_every_reason_a_window_reads_no_share_has_its_words():
 
     assert set(UNREAD) == set(Unread)
     assert unread_said(Unread.FEW_KERNELS, 3, 20).startswith("the profiler saw 3 kernels in 20 steps")
+
+
+def test_a_fit_stopped_before_its_validation_keeps_why_its_monitor_is_unlogged_unsaid(tmp_path, capsys):
+    timer, loader = EpochTimer(monitor="val/acc"), DataLoader(SlowItems(0.0, 16), batch_size=4)
+    with pytest.raises(RuntimeError, match="a step failed"):
+        fit_module(SleepyModule(0.0), loader, callbacks=[timer, FailAt(2)], max_epochs=3, default_root_dir=tmp_path)
+    summary = json.loads(Path(timer.summary_path).read_text())
+    assert summary["final_metric_reason"].startswith("monitor='val/acc' was never logged")  # kept in the file
+    assert "never logged" not in capsys.readouterr().out  # its stop is why: not said as the run's problem

@@ -619,3 +619,8 @@ def test_redraw_draws_the_chart_again_from_results_json(tmp_path, capsys):
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
     capsys.readouterr()
     fails_in_one_line(capsys, ["bench", "--redraw", str(tmp_path / "nothing")], "--redraw")
+
+
+def test_a_redraw_refuses_options_of_a_run_it_would_ignore(tmp_path, capsys):
+    argv = ["bench", "--stages", "v2_pinned", "--redraw", str(tmp_path)]
+    fails_in_one_line(capsys, argv, "--redraw runs nothing, so --stages would be ignored: drop it, or run the bench")

@@ -138,6 +138,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="run nothing: draw DIR/chart.png again from the DIR/results.json a bench wrote (default: off)",
     )
     opts = parser.parse_args(argv)
+    ignored = [arg.split("=")[0] for arg in argv if arg.startswith("--") and arg.split("=")[0] not in REDRAW_TAKES]
+    if opts.redraw is not None and ignored:  # one that says what to run: not run
+        them = "it" if len(ignored) == 1 else "them"
+        raise ConfigError(
+            f"--redraw runs nothing, so {', '.join(ignored)} would be ignored: drop {them}, or run the bench without "
+            "--redraw"
+        )
     for option, value in (("--epochs", opts.epochs), ("--repeats", opts.repeats)):
         if value < 1:
             raise ConfigError(f"{option} must be at least 1 (got {value}): give {option} 1 or more.")
@@ -207,6 +214,9 @@ def run_order(plans: Sequence[Plan], repeat: int) -> list[tuple[int, Plan]]:
             groups.append([(index, plan), *(references.pop(plan.row.stage, []) if not plan.row.overrides else [])])
     groups += references.values()  # the reference rows of a stage with no plain row of its own, together
     return [run for group in groups for run in (group if repeat % 2 else group[::-1])]
+
+
+REDRAW_TAKES = ("--redraw", "--log-scale")  # the options a redraw of a chart reads
 
 
 def bench_command(argv: Sequence[str]) -> None:

@@ -39,6 +39,7 @@ from mnistperf.diagnosis.measure.sample_counts import (
     loader_causes,
     own_batch_sampler,
     padded_by_design,
+    without_copies,
 )
 from mnistperf.diagnosis.record.audit_text import DRAWS_AGAIN, format_audit
 
@@ -175,6 +176,23 @@ def test_copies_in_the_data_read_by_content_are_said_once_and_leave_none_missing
     drawn = RandomSampler(rows, replacement=True, num_samples=ROWS, generator=torch.Generator().manual_seed(0))
     audit = audited(DataLoader(rows, batch_size=5, sampler=drawn), SampleAudit(), epochs=1)  # indices drawn again
     assert audit.epochs[0]["missing"] == ROWS - audit.epochs[0]["distinct"]  # then the missing are the unseen
+
+
+def test_copies_in_the_data_leave_the_missing_a_design_or_a_resume_explains_and_each_loaders_own(capsys):
+    """The copies alone leave none missing: drop_last's samples stay missing by design, a resume's replays took the
+    places of as many missing, and each loader's counts agree with the total's."""
+    rows = Rows()
+    rows.x[5], rows.y[5] = rows.x[4], rows.y[4]
+    audit = audited(DataLoader(rows, batch_size=5, drop_last=True), SampleAudit(), epochs=1)  # ROWS = 24: 4 dropped
+    assert counts(audit.epochs[0]) == (20, 19, 1, 4) and audit.epochs[0]["dropped_last"] == 4
+    assert "drop_last=True leaves 4 samples out" in capsys.readouterr().out
+    resumed = {"seen": 40, "distinct": 23, "duplicates": 17, "dataset_size": 40, "missing": 17, "replayed": 16}
+    without_copies(resumed)  # one copy, 16 seen again after a resume in the places of 16 never trained
+    assert resumed["missing"] == 16
+    loaders = {"a": {"seen": 40, "distinct": 39, "duplicates": 1, "dataset_size": 40, "missing": 1}}
+    several = {"seen": 40, "distinct": 39, "duplicates": 1, "dataset_size": 40, "missing": 1, "loaders": loaders}
+    without_copies(several)
+    assert several["missing"] == loaders["a"]["missing"] == 0
 
 
 def test_unexplained_duplicates_name_the_fields_a_sample_is_and_what_the_sampler_draws(capsys):

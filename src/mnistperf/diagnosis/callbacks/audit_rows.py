@@ -8,7 +8,14 @@ from lightning.pytorch import Trainer
 
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, limited_epoch
 from mnistperf.diagnosis.guard import Reporter
-from mnistperf.diagnosis.measure.sample_counts import Order, Share, audited_row, dataset_sizes, loader_causes
+from mnistperf.diagnosis.measure.sample_counts import (
+    Order,
+    Share,
+    audited_row,
+    dataset_sizes,
+    loader_causes,
+    without_copies,
+)
 from mnistperf.diagnosis.record import audit_text
 
 
@@ -23,14 +30,16 @@ def audit_epoch_row(
     dataset_size: int | None,
     sample_dims: int,
     declined: bool = False,
+    copies_drawn_once: bool = False,
 ) -> dict[str, Any]:
     """The epoch's row from every rank's ``shares`` of it, each training loader (``names``) counted apart.
 
     ``failed_here``: why this rank could not fingerprint the epoch; ``progress``: the epoch's steps begun, its first
     step's index, each loader's fingerprints a checkpoint carried and their sightings replayed after earlier resumes
     (:func:`.replayed`); ``dataset_size`` and ``sample_dims`` as
-    SampleAudit's; ``declined``: the module declined the epoch's last step begun. Each read that fails leaves its part
-    out.
+    SampleAudit's; ``declined``: the module declined the epoch's last step begun; ``copies_drawn_once``: samples are
+    identified by content, and each index drawn once, so duplicates no design explains are copies in the data
+    (:func:`.without_copies`). Each read that fails leaves its part out.
     """
     epoch = trainer.current_epoch + 1
     failed = [rank for rank, share in enumerate(shares) if share.order == Order.FAILED]
@@ -52,6 +61,8 @@ def audit_epoch_row(
             row.update(missing=None, limited=limited)
             if cast(TrainerAttributes, trainer).overfit_batches:  # Lightning turns its shuffling off
                 row["same_order_ranks"] = None
+    if copies_drawn_once:  # before the loaders' causes, which read the missing
+        without_copies(row)
     with problems.guard("reading what the training loaders' own options explain of the counts"):
         row.update(loader_causes(row, loaders, names, begun or 0, trainer.world_size))
     return row

@@ -321,6 +321,9 @@ class SampleAudit(Callback):
         loaders: list[Any] = []  # (none read: none has a size, a cause or a sampler known)
         with self.problems.guard("reading the training loaders"):
             loaders = self.batches.parts(trainer.train_dataloader)
+        draws = None
+        with self.problems.guard("reading whether the training sampler draws again"):
+            draws = draws_again(loaders)
         row = audit_epoch_row(
             trainer,
             shares,
@@ -332,17 +335,13 @@ class SampleAudit(Callback):
             dataset_size=self.dataset_size,
             sample_dims=self.sample_dims,
             declined=self._declined,
+            copies_drawn_once=self.identity.by_content and not self._guessed and draws is False,
         )
         self._declined = False
         self._failed = None
         if row["audited"] and self._guessed:
             row["guessed"] = True
-        draws = None
-        with self.problems.guard("reading whether the training sampler draws again"):
-            draws = draws_again(loaders)
         note = audit_text.content_note(row, self.identity.by_content, self._fields, draws)
-        if note is not None and draws is False and row.get("missing"):  # copies in the data, each of an index drawn:
-            row["missing"] = max(row["dataset_size"] - row["seen"], 0)  # the missing are the indices not drawn
         if row["audited"]:
             logged = {f"audit/{k}": float(row[k]) for k in COUNTS[0 if self.log_all else 2 :] if row[k] is not None}
             self.problems.log(trainer, logged, "the epoch's counts")

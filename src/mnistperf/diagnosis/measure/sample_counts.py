@@ -214,6 +214,38 @@ def padded_by_design(row: dict[str, Any]) -> int:
     return padding if row.get("duplicates") == padding else 0
 
 
+def unexplained(row: dict[str, Any]) -> int:
+    """The duplicates of an audited epoch's ``row`` that no design explains: padding, cycling, a resume, a stream."""
+    duplicates, loaders = row["duplicates"], row.get("loaders") or {}
+    if row.get("read_whole"):
+        return 0
+    cycled = sum(cycled_loaders(loaders).values())
+    return max(duplicates - padded_by_design(row) - cycled - (row.get("replayed") or 0), 0)
+
+
+def cycled_loaders(loaders: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Per loader that gave more samples than it holds, repeating some (cycled to a longer one's length): how many."""
+    return {
+        name: c["seen"] - c["dataset_size"]
+        for name, c in loaders.items()
+        if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
+    }
+
+
+def without_copies(row: dict[str, Any]) -> None:
+    """Count no missing for the copies in the data among an audited epoch's duplicates, in ``row`` and its loaders'.
+
+    Where each index is drawn once, duplicates no design explains are copies in the data, each of an index drawn: none
+    took a missing sample's place.
+    """
+    if row.get("missing") is not None:
+        row["missing"] = max(row["missing"] - unexplained(row), 0)
+    cycled = cycled_loaders(row.get("loaders") or {})
+    for name, counts in (row.get("loaders") or {}).items():
+        if counts["missing"] is not None and not row.get("replayed"):  # (a resume's replays: not told per loader)
+            counts["missing"] = max(counts["missing"] - (counts["duplicates"] - cycled.get(name, 0)), 0)
+
+
 def tally(seen: int, distinct: int, size: int | None) -> dict[str, Any]:
     """Samples seen and distinct, the duplicates, and the missing of ``size`` (None: unknown, or below distinct)."""
     missing = None if size is None or distinct > size else size - distinct

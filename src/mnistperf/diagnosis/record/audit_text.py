@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from mnistperf.diagnosis.measure.sample_counts import padded_by_design
+from mnistperf.diagnosis.measure.sample_counts import cycled_loaders, padded_by_design, unexplained
 
 GUESSED = (
     "what a sample is was a guess (the batch's tensors lead with different lengths, as said at the fit's start), and "
@@ -107,24 +107,6 @@ def format_audit(row: dict[str, Any], by_content: bool, fields: Sequence[str] = 
 def plural(count: int, noun: str) -> str:
     """``count`` and ``noun``, in the plural but for one: "1 duplicate", "2,048 samples"."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
-
-
-def unexplained(row: dict[str, Any]) -> int:
-    """The duplicates of an audited epoch's ``row`` that no design explains: padding, cycling, a resume, a stream."""
-    duplicates, loaders = row["duplicates"], row.get("loaders") or {}
-    if row.get("read_whole"):
-        return 0
-    cycled = sum(cycled_loaders(loaders).values())
-    return max(duplicates - padded_by_design(row) - cycled - (row.get("replayed") or 0), 0)
-
-
-def cycled_loaders(loaders: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """Per loader that gave more samples than it holds, repeating some (cycled to a longer one's length): how many."""
-    return {
-        name: c["seen"] - c["dataset_size"]
-        for name, c in loaders.items()
-        if c["dataset_size"] is not None and c["seen"] > c["dataset_size"] and c["duplicates"]
-    }
 
 
 def content_note(

@@ -212,6 +212,7 @@ def gain_over(a: RunSummary, b: RunSummary) -> dict[str, Any]:
     saved = a_time - b_time
     ceiling = a.advice.at_most_s_less if a.advice else None
     named = a.advice.culprit if a.advice else None
+    kept = named is not None and b.advice is not None and (b.advice.culprit or {}).get("part") == named["part"]
     return {
         "saved_s": saved,
         "speed_up": a_time / b_time if b_time > 0 else None,
@@ -223,7 +224,9 @@ def gain_over(a: RunSummary, b: RunSummary) -> dict[str, Any]:
         "within": None if ceiling is None else saved <= ceiling * (1 + CEILING_SLACK),
         "removed": b.verdict != a.verdict,
         # A's culprit around the step and what it said a step without it could be, where it named one
-        "culprit": (named["part"], named["speed_up_at_most"]) if named and named.get("per") == "step" else None,
+        "culprit": (named["part"], named["speed_up_at_most"])
+        if named and named.get("per") == "step" and not kept
+        else None,
         "cores": [run.figure(figures.CORE_WAIT_SHARE) for run in (a, b)],  # the training thread's wait for a core
     }
 
@@ -333,15 +336,6 @@ def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str
         stated = f"; A's summary stated no ceiling for its bound ({gain['bound'] or 'no verdict'})"
         after = f"; B is slower after what changed ({'; '.join(changed)})" if saved < 0 and changed else ""
         return head + stated + after
-    culprit = gain.get("culprit")
-    if culprit is not None and saved >= 0 and gain["speed_up"] is not None:  # a part's gain: said, not bounded
-        part, said = culprit
-        short = gain["speed_up"] < 1 + (said - 1) * (1 - CEILING_SLACK)
-        what = f" ({'; '.join(changed)})" if changed else ""
-        return head + (
-            f", {'short of' if short else 'as much as'} the {said:.2f}x that A's summary said a step without {part} "
-            f"could be{what}"
-        )
     removed = "B's verdict is no longer A's" if gain["removed"] else f"B is still {gain['bound']}"
     ceiling = seconds(gain["ceiling_s"])
     if saved < 0:  # a ceiling bounds a gain, not a loss
@@ -358,4 +352,11 @@ def format_bought(gain: dict[str, Any], changed: list[str] | None = None) -> str
             verdict += ": nothing the runs record changed but the bound, so the machine's load or the data moved it"
         else:
             verdict += ": more changed than that bound (the machine, the model, the epoch)"
+    culprit = gain.get("culprit")  # a part's gain, said beside the ceiling, where B no longer names the part
+    if culprit is not None and saved >= 0 and gain["speed_up"] is not None:
+        part, said = culprit
+        short = gain["speed_up"] < 1 + (said - 1) * (1 - CEILING_SLACK)
+        verdict += (
+            f"; {'short of' if short else 'as much as'} the {said:.2f}x that A said a step without {part} could be"
+        )
     return f"{head}, {verdict}; {removed}"

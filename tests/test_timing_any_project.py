@@ -28,6 +28,7 @@ from mnistperf.diagnosis.figures import FIGURES
 from mnistperf.diagnosis.measure import phases
 from mnistperf.diagnosis.measure.busy_window import PROFILER_WARMUP_STEPS
 from mnistperf.diagnosis.measure.samples import read
+from mnistperf.diagnosis.record.advice import WORKERS
 from mnistperf.diagnosis.record.window_keeper import PROFILE_ANYWAY
 
 ROWS, BATCH, EPOCHS = 24, 4, 2
@@ -707,10 +708,15 @@ def test_input_bound_advice_for_items_already_tensors_in_memory_slices_batches_a
         assert hints[0].startswith("batches sliced from the dataset's tensors in one call")
         assert "BatchSampler" in hints[0]
         assert not [hint for hint in hints if "workers" in hint and "more workers would add" not in hint]
+        held = project_hints(None, project_terms(trainer), cuda=False)[WORKERS]  # its own workers held the cores
+        assert held[0] == hints[0]  # the same fix, not per-item work done once: there is none
     batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 4, drop_last=False)
     trainer = fit_module(TupleBatches(), DataLoader(data, sampler=batches, batch_size=None), default_root_dir=tmp_path)
     hints = project_hints(None, project_terms(trainer), cuda=False)["input-bound"]
     assert hints == ["the dataset kept on the device as tensors, batches sliced there"]  # already sliced
+    for items in (dict(batch_sampler=batches), dict(batch_size=None)):  # each item fetched alone all the same
+        trainer = fit_module(TupleBatches(), DataLoader(data, **items), default_root_dir=tmp_path, max_steps=2)
+        assert project_hints(None, project_terms(trainer), cuda=False)["input-bound"][0].startswith("batches sliced")
 
 
 class Stream:

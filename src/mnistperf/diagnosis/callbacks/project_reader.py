@@ -24,6 +24,7 @@ from lightning_utilities.core.overrides import is_overridden
 from torch.utils.data import DataLoader, IterableDataset, Subset, TensorDataset
 
 from mnistperf.diagnosis.measure.loader_options import arguments, own_names
+from mnistperf.diagnosis.measure.sample_counts import sampler_of_batches
 from mnistperf.diagnosis.record.advice import USER_HINTS, WORKERS, Hints
 from mnistperf.diagnosis.record.project_terms import (
     LoaderFacts,
@@ -168,7 +169,7 @@ def loader_facts(loader: Any) -> LoaderFacts | None:
         persistent=bool(loader.persistent_workers),
         pinned=bool(loader.pin_memory),
         tensors=holds_tensors(loader.dataset),
-        sliced=loader.batch_size is None,
+        sliced=sampler_of_batches(loader) is not None,
     )
 
 

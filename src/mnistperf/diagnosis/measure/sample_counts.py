@@ -143,10 +143,16 @@ def draws_again(loaders: list[Any]) -> bool | None:
     return True in found if found else None
 
 
+def sampler_of_batches(loader: Any) -> BatchSampler | None:
+    """A loader's sampler of whole batches of indices, each fetched in one call (``batch_size=None``); else None."""
+    sampler = getattr(loader, "sampler", None)
+    return sampler if isinstance(sampler, BatchSampler) and getattr(loader, "batch_size", 0) is None else None
+
+
 def dropped_last(loader: Any, ranks: int) -> int:
     """The samples a loader's ``drop_last`` leaves out of an epoch over ``ranks`` ranks (0: none or unknown)."""
-    sampler = getattr(loader, "sampler", None)
-    if isinstance(sampler, BatchSampler) and getattr(loader, "batch_size", 0) is None:  # its own drop_last
+    sampler = sampler_of_batches(loader)
+    if sampler is not None:  # its own drop_last
         return ranks * (len(sampler.sampler) % sampler.batch_size) if sampler.drop_last else 0  # type: ignore[arg-type]
     given = loader_samples(loader) if getattr(loader, "drop_last", False) else None
     return 0 if given is None else ranks * (len(loader.sampler) - given)

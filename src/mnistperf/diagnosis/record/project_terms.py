@@ -115,8 +115,10 @@ KEEPS_PACE = "where the loader still keeps pace"  # the condition of fewer worke
 
 def workers_hints(terms: ProjectTerms) -> list[str]:
     """What usually frees the cores a run's own DataLoader workers hold from its step, in the project's terms."""
+    loader = terms.loader
+    in_memory = loader is not None and loader.tensors and not loader.sliced  # nothing per item but the gathering
     return [
-        f"cheaper batches: {ONCE}",
+        SLICED if in_memory else f"cheaper batches: {ONCE}",
         f"fewer DataLoader workers ({terms.named('num_workers')}), {KEEPS_PACE}",
         *tune_hint(terms, "the number of workers"),
     ]

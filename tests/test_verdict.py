@@ -282,6 +282,11 @@ def test_a_compute_bound_cpu_step_is_told_what_the_cpu_can_do_before_a_gpu(monke
     assert (not threads) if used == 1 else "on 2 usable cores, shared by 2 ranks: 1 each" in threads[0]
     threads = [hint for hint in advice({**run, "num_nodes": 2})["hints"] if "threads" in hint]
     assert (not threads) if used == 2 else "shared" not in threads[0]
+    # as the fit's own summary has it, before what ran it (world_size, num_nodes) is added: its ranks' figures
+    live = advice({k: v for k, v in run.items() if k != "world_size"})
+    threads = [hint for hint in live["hints"] if "threads" in hint]
+    assert (not threads) if used == 1 else "on 2 usable cores, shared by 2 ranks: 1 each" in threads[0]
+    assert "cores it may use" not in live["ceiling"]  # one thread each of 2 ranks on 2 cores: none idle
 
 
 def test_a_two_epoch_cpu_fit_gets_a_bound_at_the_windows_default_share():

@@ -346,8 +346,12 @@ def loads_in_process(summary: Mapping[str, Any]) -> bool:
 
 
 def ranks_here(summary: Mapping[str, Any]) -> int:
-    """The ranks sharing this machine's cores: the world over its nodes (1 outside DDP)."""
-    return max(1, int(summary.get("world_size") or 1) // max(1, int(summary.get("num_nodes") or 1)))
+    """The ranks sharing this machine's cores: the world over its nodes (1 outside DDP).
+
+    A fit's own summary, read before what ran it is added, counts its ranks' figures on one node.
+    """
+    world = summary.get("world_size") or len(summary.get("ranks") or ()) or 1
+    return max(1, int(world) // max(1, int(summary.get("num_nodes") or 1)))
 
 
 REMEASURE = "measure again on a quieter machine, the verdict being in doubt"

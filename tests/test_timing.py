@@ -1063,10 +1063,20 @@ def test_every_reason_a_window_reads_no_share_has_its_words():
     assert unread_said(Unread.FEW_KERNELS, 3, 20).startswith("the profiler saw 3 kernels in 20 steps")
 
 
-def test_a_fit_stopped_before_its_validation_keeps_why_its_monitor_is_unlogged_unsaid(tmp_path, capsys):
+def test_a_fit_stopped_before_any_validation_keeps_why_its_monitor_is_unlogged_unsaid_and_one_after_says_it(tmp_path, capsys):
     timer, loader = EpochTimer(monitor="val/acc"), DataLoader(SlowItems(0.0, 16), batch_size=4)
     with pytest.raises(RuntimeError, match="a step failed"):
         fit_module(SleepyModule(0.0), loader, callbacks=[timer, FailAt(2)], max_epochs=3, default_root_dir=tmp_path)
     summary = json.loads(Path(timer.summary_path).read_text())
     assert summary["final_metric_reason"].startswith("monitor='val/acc' was never logged")  # kept in the file
     assert "never logged" not in capsys.readouterr().out  # its stop is why: not said as the run's problem
+
+    class LogsLoss(FailsInSecondValidation):  # validates in epoch 1, logging another name, then fails
+        def validation_step(self, batch, batch_idx):
+            super().validation_step(batch, batch_idx)
+            self.log("val_loss", 0.0)
+
+    timer = EpochTimer(monitor="val/acc")
+    with pytest.raises(RuntimeError, match="a validation step failed"):
+        fit_module(LogsLoss(0.0), loader, loader, callbacks=[timer], max_epochs=3, default_root_dir=tmp_path / "v")
+    assert "monitor='val/acc' was never logged" in capsys.readouterr().out  # a validation ran without it: said

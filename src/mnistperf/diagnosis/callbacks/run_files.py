@@ -66,7 +66,8 @@ class RunFiles:
         if self.monitor is not None and summary.get("final_metric") is None:
             with self.problems.guard("reading the metrics logged"):
                 summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
-                if stopped_by is None:  # (a fit stopped before its validation ran has it unlogged by its stop)
+                validated = any(epoch.get("eval_s") for epoch in clock.epochs)
+                if stopped_by is None or validated:  # (a fit stopped before any validation has it unlogged by its stop)
                     self.problems.say_once(trainer, f"{summary['final_metric_reason']}.")
         run: RunSummary | dict[str, Any] = summary
         with self.problems.guard("reading the summary"):

@@ -1063,7 +1063,9 @@ def test_every_reason_a_window_reads_no_share_has_its_words():
     assert unread_said(Unread.FEW_KERNELS, 3, 20).startswith("the profiler saw 3 kernels in 20 steps")
 
 
-def test_a_fit_stopped_before_any_validation_keeps_why_its_monitor_is_unlogged_unsaid_and_one_after_says_it(tmp_path, capsys):
+def test_a_fit_stopped_before_any_validation_keeps_why_its_monitor_is_unlogged_unsaid_and_one_after_says_it(
+    tmp_path, capsys
+):
     timer, loader = EpochTimer(monitor="val/acc"), DataLoader(SlowItems(0.0, 16), batch_size=4)
     with pytest.raises(RuntimeError, match="a step failed"):
         fit_module(SleepyModule(0.0), loader, callbacks=[timer, FailAt(2)], max_epochs=3, default_root_dir=tmp_path)

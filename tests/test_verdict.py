@@ -22,6 +22,7 @@ from mnistperf.diagnosis.measure import window_price
 from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record import verdict as verdict_module
 from mnistperf.diagnosis.record.advice import REMEASURE, SHARED_THREADS, advice
+from mnistperf.diagnosis.record.text import format_headline
 from mnistperf.diagnosis.record.verdict import FIT_ENDED
 from mnistperf.diagnosis.record.window_keeper import WindowKeeper, unread_said
 
@@ -251,6 +252,12 @@ def test_a_cpu_run_other_work_crowded_is_told_fewer_threads_and_a_culprits_gain_
         and crowded["hints"][1 : 1 + len(threads)] == threads
     )
     assert "a step could be up to 2.00x faster" in crowded["ceiling"]
+    headline = format_headline({**run, "verdict_figure": "x", "advice": crowded, "steady_epochs": [2, 2]})
+    assert f"fix: {REMEASURE}; {crowded['culprit']['fix']}" in headline  # the culprit why: names keeps its fix
+    computing = {**run, "verdict": "compute-bound", "cpu_busy_share": 0.9, "waited_for_a_core": 0.5}
+    monkeypatch.setattr(advice_module, "usable_cpus", lambda: 4)  # more cores than threads, beside other work:
+    hints = advice(computing)["hints"]  # fewer threads, not also more
+    assert not [hint for hint in hints if "matched to the cores" in hint] or used == 1
     quiet = advice({**run, **parts, "waited_for_a_core": 0.0})
     assert "a step could be about 2.00x faster" in quiet["ceiling"] and not [
         h for h in quiet["hints"] if "fewer torch" in h

@@ -335,6 +335,7 @@ def advice(summary: dict[str, Any], hints: Hints | None = None) -> dict[str, Any
     elif in_doubt and held.get("by") != "workers":  # other work's, not its own: the verdict itself first
         found["hints"].insert(0, REMEASURE)
         if on_cpu and used > 1:  # torch's threads beside other work: each operation waits for its slowest thread
+            found["hints"] = [hint for hint in found["hints"] if threads not in hint]  # (not more of them, then)
             found["hints"].insert(1, SHARED_THREADS.format(used=used))
     return found
 

@@ -284,8 +284,11 @@ def format_headline(
     if cause:
         lines.append(f"  why: {cause}")
     if run.advice is not None:
-        if run.advice.hints:
-            lines.append(f"  fix: {'; '.join(run.advice.hints[:2])}")
+        fixes = run.advice.hints[:2]
+        if named and named.get("fix") and named["fix"] not in fixes:  # the culprit "why:" names: its fix, in two
+            fixes = [*fixes[:1], named["fix"]]
+        if fixes:
+            lines.append(f"  fix: {'; '.join(fixes)}")
         ceiling = run.advice.ceiling.split("; " if named else ": ")[0]
         lines.append(f"  could buy: {ceiling}" + (" (the report says why)" if ceiling != run.advice.ceiling else ""))
     between = run.content.get("between_epochs")  # said where it takes a share of the epoch a culprit would

@@ -171,6 +171,11 @@ def test_epochs_of_other_sizes_and_an_interrupted_run_are_flagged_at_the_top():
     said = "note: B was stopped by an error (ValueError): the figures cover the 1 finished epoch(s) and 3 of epoch 2's"
     assert [line for line in format_comparison(compare(a, failed), Path("a"), Path("b")).splitlines() if said in line]
     assert '<p id="interrupted">Stopped by an error (ValueError): the figures' in html_report([("b", failed)])
+    from mnistperf.diagnosis.record.epoch_text import how_stopped
+
+    assert (
+        how_stopped("SIGTERMException") == "stopped (SIGTERMException)"
+    )  # a kill or a preemption: no error of its own
     table = lines[lines.index("") + 2 :]  # after the blank line, the table's header
     assert table[0].startswith("throughput (samples/s)")  # the per-sample figures lead
 

@@ -264,9 +264,18 @@ NOTHING_TIMED = (
 )
 
 
+# What stops a fit from outside it, not an error of its own: Ctrl-C, Lightning's SIGTERM (a kill, a preemption), an exit
+STOPPED_FROM_OUTSIDE = ("SIGTERMException", "SystemExit")
+
+
 def how_stopped(stopped_by: str | None) -> str:
-    """How a fit stopped early, by the exception's type: interrupted (Ctrl-C, or not recorded) or by an error."""
-    return "interrupted" if stopped_by in (None, "KeyboardInterrupt") else f"stopped by an error ({stopped_by})"
+    """How a fit stopped early, by the exception's type: interrupted, stopped from outside, or by an error.
+
+    Interrupted: Ctrl-C, or a summary older than the type's record; from outside: a signal, an exit.
+    """
+    if stopped_by in (None, "KeyboardInterrupt"):
+        return "interrupted"
+    return f"stopped ({stopped_by})" if stopped_by in STOPPED_FROM_OUTSIDE else f"stopped by an error ({stopped_by})"
 
 
 def interrupted_line(epochs: list[dict[str, Any]], stopped_by: str | None = None) -> str:

@@ -62,8 +62,8 @@ ONCE = "the per-item work of __getitem__ (decoding, conversion to tensors) done 
 # workers would add the copy between processes to that; one call slicing the tensors removes it.
 SLICED = (
     "batches sliced from the dataset's tensors in one call, not gathered item by item and stacked: "
-    "DataLoader(dataset, sampler=BatchSampler(RandomSampler(dataset), batch_size, drop_last=False), batch_size=None) "
-    "(more workers would add a copy between processes to each batch)"
+    "DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last), batch_size=None), the loader's own "
+    "sampler in it (RandomSampler(dataset) for shuffle=True) (more workers would add a copy between processes)"
 )
 
 

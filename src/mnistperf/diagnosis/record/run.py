@@ -95,7 +95,8 @@ def run_summary(
         limits = ("max_epochs", "max_steps", "limit_train_batches", "limit_val_batches", "accumulate_grad_batches")
         found["trainer"] = {name: jsonable(getattr(trainer, name, None)) for name in limits}
     with guard("reading the fit's callbacks, loggers and threads"):  # what a fix of the advice changes
-        found["fit"] = fit_settings(trainer)
+        if runner == "lightning":  # (a bench's reference rows are fitted by a trainer of their own, or by none)
+            found["fit"] = fit_settings(trainer)
     with guard("reading the environment"):
         found.update(environment(device))
     with guard("summarizing the epochs"):

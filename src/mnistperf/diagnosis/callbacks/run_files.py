@@ -10,6 +10,7 @@ from typing import Any, cast
 from lightning.pytorch import Trainer
 
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes, audit_kept, log_folder
+from mnistperf.diagnosis.figures import EVAL_S
 from mnistperf.diagnosis.guard import Reporter
 from mnistperf.diagnosis.record.clock import EpochClock
 from mnistperf.diagnosis.record.epoch_text import interrupted_line, unlogged_monitor, written_line
@@ -66,7 +67,7 @@ class RunFiles:
         if self.monitor is not None and summary.get("final_metric") is None:
             with self.problems.guard("reading the metrics logged"):
                 summary["final_metric_reason"] = unlogged_monitor(self.monitor, trainer.callback_metrics)
-                validated = any(epoch.get("eval_s") for epoch in clock.epochs)
+                validated = any(epoch.get(EVAL_S) for epoch in clock.epochs)
                 if stopped_by is None or validated:  # (a fit stopped before any validation has it unlogged by its stop)
                     self.problems.say_once(trainer, f"{summary['final_metric_reason']}.")
         run: RunSummary | dict[str, Any] = summary

@@ -568,6 +568,8 @@ def test_a_misspelt_key_in_a_config_file_gets_the_key_meant_and_fits_help(workdi
     (workdir / "first.yaml").write_text("seed_everything: 1\n")
     err = fails_in_one_line(capsys, ["fit", "--config=first.yaml", "--config", "mine.yaml"], "option").err
     assert err.startswith("mnistperf: error: mine.yaml: ")  # of two files given, the one that holds it
+    err = fails_in_one_line(capsys, ["tune", "--config", "mine.yaml", "--budget-s", "15"], "option").err
+    assert err.startswith("mnistperf: error: mine.yaml: ")  # tune's reading of the stage names it too
     assert given_configs(["--config=mine.yaml", "--config", "first.yaml"]) == [Path("mine.yaml"), Path("first.yaml")]
     # a misspelt section: its keys are near no option, the section is near one
     (workdir / "section.yaml").write_text(config.replace(f"\n{section}:\n", f"\n{section[:-1]}:\n", 1))

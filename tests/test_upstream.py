@@ -298,6 +298,26 @@ def test_jsonargparse_says_what_the_cli_reads_from_its_messages(tmp_path, monkey
     assert match.groups() == tuple(part.format(tmp_path=tmp_path) for part in found), said
 
 
+def test_jsonargparse_names_a_key_below_its_group_where_the_parser_has_no_subcommands(tmp_path, monkeypatch):
+    """tune's and the bench's reading of a stage: the key a config file misspells comes after its group's name."""
+    monkeypatch.chdir(tmp_path)
+
+    class Data:
+        def __init__(self, batch_size: int = 1):
+            self.batch_size = batch_size
+
+    parser = jsonargparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--config", action=jsonargparse.ActionConfigFile)
+    parser.add_class_arguments(Data, "data")  # a group, as LightningCLI adds its DataModule's arguments
+    (tmp_path / "misspelt.yaml").write_text("data:\n  batch_sise: 2\n")
+    with pytest.raises(jsonargparse.ArgumentError) as error:
+        parser.parse_args(["--config", "misspelt.yaml"])
+    said = upstream.parser_message(error.value)
+    group, key = upstream.KEY_GROUP.search(said), upstream.UNKNOWN_KEY.search(said)
+    assert group and key, f"{JSONARGPARSE} no longer says what upstream.KEY_GROUP reads: {said}"
+    assert (group.group(1), key.group(1)) == ("data", "batch_sise"), said
+
+
 def test_jsonargparse_lists_a_unions_types_as_the_cli_reads_them(tmp_path):
     said = jsonargparse_says(tmp_path, "--data.val_source", "train")
     match = upstream.WRONG_UNION.search(said)

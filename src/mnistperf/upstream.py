@@ -264,6 +264,8 @@ INVALID_CHOICE = re.compile(r"invalid choice: '?([^' ]+)'? \(choose from (.*)\)"
 SUBCOMMAND = re.compile(r"Subcommand '(\w+)'")
 #: the key a config file or group does not accept
 UNKNOWN_KEY = re.compile(r"does not accept options? '([^']+)'")
+# ... a parser of no subcommand (tune's and the bench's reading of a stage) names the key below its group
+KEY_GROUP = re.compile(r"^Group '([^']+)' does not accept")
 #: ``Parser key "config": File does not exist: '/abs/path.yaml'``: the config file given
 MISSING_CONFIG = re.compile(r"Parser key \"config\": File does not exist: '?([^']+)'?")
 #: ``Parser key "data.batch_size": Expected a <class 'int'>. Got value: abc``: the key, the type and the value

@@ -17,6 +17,7 @@ from mnistperf.errors import DEBUG_ENV
 from mnistperf.lightning_cli.configs import missing_config
 from mnistperf.upstream import (
     CLASS_ARGUMENT,
+    KEY_GROUP,
     MISSING_CONFIG,
     NOT_ACCEPTED,
     SUBCOMMAND,
@@ -91,8 +92,9 @@ def explain_parser_error(text: str, options: set[str], configs: dict[Path, dict]
         return missing_config(Path(missing.group(1)))
     unknown = UNKNOWN_KEY.search(text)
     if unknown:
-        key = unknown.group(1)
-        held = [str(path) for path, config in (configs or {}).items() if holds(config, key.split("."))]
+        key, group = unknown.group(1), KEY_GROUP.search(text)
+        whole = f"{group.group(1)}.{key}" if group else key
+        held = [str(path) for path, config in (configs or {}).items() if holds(config, whole.split("."))]
         where = f"{', '.join(held)}: " if held else ""  # each file that holds it, in the order given
         return where + text + key_meant(key, list(options))
     return wrong_type(text) or with_options_meant(text, options)

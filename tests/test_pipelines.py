@@ -271,3 +271,16 @@ def test_more_workers_than_cores_is_said_once_in_the_labs_line_instead_of_torchs
         calm_library_noise()
         next(iter(dm.train_dataloader()))
     assert not [w for w in raised if "worker processes" in str(w.message)]  # torch's own is not said beside it
+
+
+def test_worker_options_on_the_resident_pipeline_are_said_in_the_labs_line_not_a_warning(tiny_data, caplog):
+    import warnings
+
+    dm = datamodule(tiny_data, pipeline="resident", batch_size=32, num_workers=2, persistent_workers=False)
+    with caplog.at_level("INFO"), warnings.catch_warnings(record=True) as raised:
+        warnings.simplefilter("always")
+        dm.setup("fit")
+        dm.train_dataloader()
+    said = [r.getMessage() for r in caplog.records if "uses no DataLoader" in r.getMessage()]
+    assert said and said[0].startswith("mnistperf: data.pipeline=resident uses no DataLoader: num_workers")
+    assert not [w for w in raised if "no DataLoader" in str(w.message)]

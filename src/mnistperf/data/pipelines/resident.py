@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import SequentialSampler
 
 from mnistperf.data import schema
@@ -116,7 +116,10 @@ class ResidentPipeline(Pipeline):
         """Batches sliced from the resident split on its device; no DataLoader, no workers."""
         o = self.options
         if o.num_workers or o.pin_memory:
-            rank_zero_warn("data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect.")
+            rank_zero_info(  # one line of ours, as the workers' note is, not a warning with its file and line
+                "mnistperf: data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect "
+                "(--data.num_workers 0 --data.pin_memory false says so)."
+            )
         shuffle, drop_last = self.order(train)
         return ResidentBatches(
             *data,

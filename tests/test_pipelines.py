@@ -281,6 +281,7 @@ def test_worker_options_on_the_resident_pipeline_are_said_in_the_labs_line_not_a
         warnings.simplefilter("always")
         dm.setup("fit")
         dm.train_dataloader()
+        dm.val_dataloader()
     said = [r.getMessage() for r in caplog.records if "uses no DataLoader" in r.getMessage()]
-    assert said and said[0].startswith("mnistperf: data.pipeline=resident uses no DataLoader: num_workers")
+    assert len(said) == 1 and said[0].startswith("mnistperf: data.pipeline=resident uses no DataLoader: num_workers")
     assert not [w for w in raised if "no DataLoader" in str(w.message)]

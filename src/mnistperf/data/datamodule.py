@@ -122,6 +122,11 @@ class MNISTDataModule(L.LightningDataModule):
                 "share them (as the published stage does on a small machine); `mnistperf tune` measures "
                 "the best count here."
             )
+        elif not self.pipeline.uses_workers and (o.num_workers or o.pin_memory) and not self._workers_noted:
+            self._workers_noted = True  # once, not per loader
+            rank_zero_info(
+                f"mnistperf: data.pipeline={o.pipeline} uses no DataLoader: num_workers and pin_memory have no effect."
+            )
         if stage in ("fit", "validate"):
             if o.val_source == "test":
                 if stage == "fit":

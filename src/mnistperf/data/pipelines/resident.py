@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import SequentialSampler
 
 from mnistperf.data import schema
@@ -115,11 +114,6 @@ class ResidentPipeline(Pipeline):
     def loader(self, data: Tensors, train: bool, place: Placement) -> ResidentBatches:
         """Batches sliced from the resident split on its device; no DataLoader, no workers."""
         o = self.options
-        if o.num_workers or o.pin_memory:
-            rank_zero_info(  # one line of ours, as the workers' note is, not a warning with its file and line
-                "mnistperf: data.pipeline=resident uses no DataLoader: num_workers and pin_memory have no effect "
-                "(--data.num_workers 0 --data.pin_memory false says so)."
-            )
         shuffle, drop_last = self.order(train)
         return ResidentBatches(
             *data,

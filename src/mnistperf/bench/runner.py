@@ -74,6 +74,9 @@ DESCRIPTION = (
 )
 
 
+REDRAW_TAKES = ("--redraw", "--log-scale")  # the options a redraw of a chart reads
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The bench's options."""
     parser = OneLineArgumentParser(prog="mnistperf bench", description=DESCRIPTION)
@@ -214,9 +217,6 @@ def run_order(plans: Sequence[Plan], repeat: int) -> list[tuple[int, Plan]]:
             groups.append([(index, plan), *(references.pop(plan.row.stage, []) if not plan.row.overrides else [])])
     groups += references.values()  # the reference rows of a stage with no plain row of its own, together
     return [run for group in groups for run in (group if repeat % 2 else group[::-1])]
-
-
-REDRAW_TAKES = ("--redraw", "--log-scale")  # the options a redraw of a chart reads
 
 
 def bench_command(argv: Sequence[str]) -> None:

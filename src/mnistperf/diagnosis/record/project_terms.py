@@ -22,6 +22,11 @@ class LoaderFacts:
     tensors: bool = False  # its dataset a TensorDataset (or a Subset of one): its items already tensors in memory
     sliced: bool = False  # its batches already fetched in one call each (batch_size=None, a sampler of batches)
 
+    @property
+    def gathers_tensors(self) -> bool:
+        """Whether its batches are tensors in memory gathered item by item: one call slicing them would do."""
+        return self.tensors and not self.sliced
+
 
 @dataclass(frozen=True)
 class ProjectTerms:
@@ -100,7 +105,7 @@ def input_hints(terms: ProjectTerms, cuda: bool) -> list[str]:
             kept,
         ]
     if loader is not None and loader.tensors:  # nothing per item to do ahead in parallel
-        return [kept] if loader.sliced else [SLICED, kept]
+        return [SLICED, kept] if loader.gathers_tensors else [kept]
     hints = [f"more DataLoader workers ({terms.named('num_workers')})"]
     if loader is None or not loader.persistent:
         hints.append(f"workers kept alive between epochs ({terms.named('persistent_workers', True)})")
@@ -115,10 +120,9 @@ KEEPS_PACE = "where the loader still keeps pace"  # the condition of fewer worke
 
 def workers_hints(terms: ProjectTerms) -> list[str]:
     """What usually frees the cores a run's own DataLoader workers hold from its step, in the project's terms."""
-    loader = terms.loader
-    in_memory = loader is not None and loader.tensors and not loader.sliced  # nothing per item but the gathering
+    gathered = terms.loader is not None and terms.loader.gathers_tensors  # nothing per item but the gathering
     return [
-        SLICED if in_memory else f"cheaper batches: {ONCE}",
+        SLICED if gathered else f"cheaper batches: {ONCE}",
         f"fewer DataLoader workers ({terms.named('num_workers')}), {KEEPS_PACE}",
         *tune_hint(terms, "the number of workers"),
     ]

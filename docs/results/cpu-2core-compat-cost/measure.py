@@ -215,8 +215,13 @@ MODULES = {
 
 
 def load() -> None:
-    """Import the diagnosis and every module the fit of LIBRARY imports (short_fits for ``small``)."""
+    """Import the diagnosis and every module the fit of LIBRARY imports (short_fits for ``small``).
+
+    ../idle_callbacks.py too, which :func:`arm_callbacks` imports for every diagnosed arm: count.py's ``imports`` arm
+    then holds its import, which no user's fit makes (compiled from its source where no bytecode is cached).
+    """
     importlib.import_module("mnistperf.diagnosis")
+    importlib.import_module("idle_callbacks")
     importlib.import_module(MODULES.get(LIBRARY, "short_fits"))
 
 

@@ -35,7 +35,7 @@ LAB_HINTS: dict[str, list[str]] = {
     "compute-bound on a CPU": [
         "torch's threads matched to the cores this process may use ({threads})",
         LARGER_BATCH,
-        "torch.compile (model.compile and model.compile_on_cpu; stage v3_compiled)",
+        # no torch.compile: on the lab's CPU it cost more than it saved on every run (docs/stages.md, v3_compiled)
         "a GPU (trainer.accelerator cuda), once the model is large enough to fill one",
     ],
     "overhead-bound on a CPU": [

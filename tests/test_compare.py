@@ -147,6 +147,19 @@ def test_what_changed_between_the_runs_is_listed_and_a_gain_beyond_the_ceiling_s
     assert "changed: nothing the runs record" in same and "so the machine's load or the data moved it" in same
 
 
+def test_a_setting_a_run_asked_for_but_its_device_did_not_apply_is_said_beside_its_change():
+    a = run(10.0, 60_000, "input-bound", 0.3, data={"pin_memory": False, "pin_memory_applied": False})
+    b = run(9.0, 60_000, "input-bound", 0.3, data={"pin_memory": True, "pin_memory_applied": False})
+    text = format_comparison(compare(a, b), Path("a/timing.json"), Path("b/timing.json"))
+    assert "changed: data.pin_memory False -> True (not applied in B: no effect on its device)" in text
+    both = run(9.0, 60_000, "input-bound", 0.3, data={"pin_memory": True, "pin_memory_applied": False, "x": 1})
+    text = format_comparison(compare(b, both), Path("a/timing.json"), Path("b/timing.json"))
+    assert "changed: data.x - -> 1" in text and "applied in neither" not in text  # pin_memory itself did not change
+    applied = run(9.0, 60_000, "input-bound", 0.3, data={"pin_memory": True, "pin_memory_applied": True})
+    text = format_comparison(compare(a, applied), Path("a/timing.json"), Path("b/timing.json"))
+    assert "data.pin_memory False -> True; data.pin_memory_applied False -> True" in text and "not applied" not in text
+
+
 def test_epochs_of_other_sizes_and_an_interrupted_run_are_flagged_at_the_top():
     a = run(10.0, 60_000, "input-bound", 0.6, ceiling=6.0)
     stopped = [{"epoch": 1}, {"epoch": 2, "partial": {"steps": 3, "batches": 8}}]  # inside its second epoch

@@ -318,6 +318,9 @@ def test_the_network_compiled_and_the_step_graphed_run_together(workdir, caplog,
     summary = run_stage("v4_graphed", *CPU, *BATCH_40, "--model.compile", "true", epochs=1)
     assert "model.compile: skipped on cpu" in caplog.text and "model.cuda_graph: skipped on cpu" in caplog.text
     assert captures == [0] and summary["epochs"][0]["samples"] == TRAIN_ROWS
+    # the run records both asked for and neither applied, which compare says beside a change of either
+    assert summary["model"]["compile"] and summary["model"]["cuda_graph"]
+    assert summary["model"]["compile_applied"] is False and summary["model"]["cuda_graph_applied"] is False
 
 
 # ---------------------------------------------------------------- bf16: graphed and eager steps agree

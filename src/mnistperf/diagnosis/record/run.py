@@ -84,6 +84,8 @@ def run_summary(
     with guard("reading the module's hyperparameters"):
         if module is not None:
             found["model"] = {k: v for k, v in module.hparams.items() if not k.startswith("_")}
+            if hasattr(module, "applied_settings"):  # which of them took effect on this device (``NAME_applied``)
+                found["model"].update(module.applied_settings())
     with guard("reading the module's class and size"):  # what tells two models apart that save no hyperparameters
         if module is not None:
             size = sum(p.numel() for p in module.parameters())

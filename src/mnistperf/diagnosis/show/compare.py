@@ -145,8 +145,22 @@ def changes(a: RunSummary, b: RunSummary) -> list[str] | None:
         first, second = flattened(a.content.get(key), key), flattened(b.content.get(key), key)
         for name in sorted(set(first) | set(second)):
             if first.get(name) != second.get(name):
-                found.append(f"{name} {first.get(name, '-')} -> {second.get(name, '-')}")
+                found.append(
+                    f"{name} {first.get(name, '-')} -> {second.get(name, '-')}{unapplied(name, first, second)}"
+                )
     return found
+
+
+def unapplied(name: str, first: dict[str, Any], second: dict[str, Any]) -> str:
+    """Where a run asked for setting ``name`` and records it as not applied (``NAME_applied``): which run, said."""
+    runs = [
+        run
+        for run, record in (("A", first), ("B", second))
+        if record.get(name) and record.get(f"{name}_applied") is False
+    ]
+    if len(runs) == 2:
+        return " (applied in neither run: no effect on their device)"
+    return f" (not applied in {runs[0]}: no effect on its device)" if runs else ""
 
 
 # The figures that compare runs whose epochs differ in size: per sample, not per epoch.

@@ -155,6 +155,8 @@ def test_a_one_epoch_run_says_its_verdict_rests_on_the_warm_up():
     summary = timer.clock.summary()
     assert timer.busy_window["in_warmup"] and timer.busy_window["epoch"] == 1
     assert "rests on the warm-up epoch" in summary["verdict_reason"]
+    why = next(line for line in format_headline(summary).splitlines() if line.startswith("  why: "))
+    assert "it rests on the warm-up epoch, the only one of this run" in why  # at a glance too, not only in the report
 
 
 def test_a_fit_that_ends_before_the_window_is_undetermined_with_the_true_reason():

@@ -35,6 +35,8 @@ from mnistperf.diagnosis.record.verdict import (
 WINDOW_KEYS = (*figures.BUSY.values(), *figures.COMMUNICATION, BUSY_MARGIN, WAITED_FOR_A_CORE)
 RANKS_APART = 0.1  # the share of train time by which the ranks' own work differs where they are apart
 
+IN_WARMUP = "it rests on the warm-up epoch"  # a verdict read in the only epoch, said in its reason and headline
+
 
 def epoch_row(
     epoch: int,
@@ -182,7 +184,7 @@ def aggregate(
     figure = deciding(read, verdict, input_bound_share)
     if reading is not None and reading.in_warmup and reading.share is not None:
         only = "the only one of this run" if len(epochs) == 1 else "the only whole one of this run"
-        reason += f"; it rests on the warm-up epoch, {only}"
+        reason += f"; {IN_WARMUP}, {only}"
     allocated = max(_measured_values(epochs, figures.DEVICE_ALLOCATED_MB), default=None)  # over every epoch
     reserved = max(_measured_values(epochs, figures.DEVICE_RESERVED_MB), default=math.nan)
     found = {

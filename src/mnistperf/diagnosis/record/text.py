@@ -15,7 +15,7 @@ from mnistperf.diagnosis.measure.window_reading import WindowReading
 from mnistperf.diagnosis.record.advice import CULPRIT_SHARE, epoch_s, format_advice
 from mnistperf.diagnosis.record.epoch_text import batches_cut, eval_said, interrupted_line
 from mnistperf.diagnosis.record.run import RunSummary
-from mnistperf.diagnosis.record.summary import RANKS_APART, not_measured, split_epochs
+from mnistperf.diagnosis.record.summary import IN_WARMUP, RANKS_APART, not_measured, split_epochs
 from mnistperf.diagnosis.record.units import seconds, throughput
 from mnistperf.diagnosis.record.verdict import BUSY_SAID
 
@@ -245,6 +245,7 @@ CAUSES = (
     "in doubt",
     "a close call",
     "near the line",
+    IN_WARMUP,  # the verdict of a run of one epoch, or of one whole one
 )
 ELSEWHERE = "the split, stalls, memory, the profiled window"  # what the headline leaves to the report
 

@@ -115,9 +115,11 @@ def test_a_folder_gives_its_newest_timing_json_and_a_wrong_path_fails_in_one_lin
         "B saves 5.00 s per epoch (2.00x, noise not known: each run has 0 steady epochs measuring it), within"
         in printed
     )
-    fails_in_one_line(capsys, ["compare", str(tmp_path / "nowhere"), str(new)], "no such file or folder")
+    fails_in_one_line(capsys, ["compare", str(tmp_path / "nowhere"), str(new)], "no such file or folder (give a")
+    # a misspelt run's folder: the one meant, whole, so that the line pasted again compares
+    fails_in_one_line(capsys, ["compare", str(tmp_path / "nwe"), str(new)], f"did you mean {tmp_path / 'new'}?")
     (tmp_path / "empty").mkdir()
-    fails_in_one_line(capsys, ["compare", str(tmp_path / "empty"), str(new)], "no timing.json under this folder")
+    fails_in_one_line(capsys, ["compare", str(tmp_path / "empty"), str(new)], f"the newest under {tmp_path}: {new}")
 
 
 def test_the_lab_ladder_v1_pinned_against_v2_pinned(workdir, capsys):

@@ -154,7 +154,8 @@ def test_a_folder_of_several_runs_reports_its_newest_naming_it_and_one_of_none_n
     assert not capsys.readouterr().out.startswith("run:")
     evaluated = older.parent / "version_9"  # as a test or predict run's folder holds no timing.json
     evaluated.mkdir()
-    fails_in_one_line(capsys, ["report", str(evaluated)], "no timing.json under this folder", f"beside it: {older}\n")
+    said = f"the newest under {older.parent}: {older}\n"
+    fails_in_one_line(capsys, ["report", str(evaluated)], "no timing.json under this folder", said)
 
 
 def test_a_report_piped_to_a_reader_that_went_away_ends_quietly(tmp_path, capsys, monkeypatch):

@@ -21,6 +21,7 @@ import lightning
 import torch
 
 from mnistperf.atomic import atomic_write_text
+from mnistperf.close_names import closest
 from mnistperf.diagnosis.figures import PEAK_RSS_MB, Figure
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.measure.loader_options import loader_settings
@@ -198,11 +199,15 @@ def find_summary(run: Path) -> Path:
     if run.is_file():
         return run
     if not run.is_dir():
-        raise ConfigError(f"{run}: no such file or folder (give a {SUMMARY_FILE} or the run's log folder)")
+        siblings = [entry.name for entry in run.parent.iterdir()] if run.parent.is_dir() else []
+        meant = closest(run.name, siblings)  # a misspelt run's folder: the one meant, to paste
+        hint = f"; did you mean {run.parent / meant}?" if meant else f" (give a {SUMMARY_FILE} or the run's log folder)"
+        raise ConfigError(f"{run}: no such file or folder{hint}")
     found = summaries_under(run)
     if not found:
         beside = summaries_under(run.parent)
-        fits = f"; the newest beside it: {beside[-1]}" if beside else ""  # a validate, test or predict run's folder
+        # a validate, test or predict run's folder, beside its fit's
+        fits = f"; the newest under {run.parent}: {beside[-1]}" if beside else ""
         raise ConfigError(f"{run}: no {SUMMARY_FILE} under this folder (is it a fit's log folder?){fits}")
     return found[-1]
 

@@ -60,6 +60,7 @@ def test_two_runs_differ_beyond_noise_only_past_the_larger_of_their_spreads():
 def test_the_words_say_within_or_beyond_with_the_noise_or_that_it_is_not_known():
     assert noise_word(1.03, 0.05) == "within noise (±5%)"
     assert noise_word(1.30, 0.05) == "beyond noise (±5%)"
+    assert noise_word(1.01, 0.0034) == "beyond noise (±0.3%)"  # not "beyond noise (±0%)"
     assert noise_word(1.30, None) == "noise not known"
     assert noise_word(None, None) == "-"
 

@@ -12,7 +12,7 @@ from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, load
 from mnistperf.diagnosis.record.text import format_summary
-from mnistperf.diagnosis.show.compare import compare, format_comparison, load_two, run_labels
+from mnistperf.diagnosis.show.compare import band_said, compare, format_comparison, load_two, run_labels
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.errors import ConfigError
 
@@ -53,7 +53,7 @@ def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
     """(whether B is slower than A past ``allowed_pct`` and the runs' noise, the line that says so either way)."""
     slower, band = gain["slower"], gain["noise"]
     option = f"--fail-if-slower {allowed_pct:g}"
-    noise_said = f"the runs' noise (±{band:.0%})" if band is not None else "no noise (each run had one steady epoch)"
+    noise_said = f"the runs' noise ({band_said(band)})" if band is not None else "no noise (each run had one steady epoch)"
     if slower is None:
         return True, f"compare: {option}: B's train time per epoch could not be set against A's"
     how = f"takes {slower:.0%} more time than A" if slower >= 0 else f"takes {-slower:.0%} less time than A"

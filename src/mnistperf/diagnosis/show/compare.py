@@ -203,7 +203,12 @@ def noise_word(ratio: float | None, band: float | None, why: str | None = None) 
     verdict = beyond(ratio, band)
     if verdict is None:
         return ("noise not known" + (f": {why}" if why else "")) if ratio is not None else "-"
-    return f"{'beyond' if verdict else 'within'} noise (±{band:.0%})"
+    return f"{'beyond' if verdict else 'within'} noise ({band_said(band)})"
+
+
+def band_said(band: float) -> str:
+    """A noise band as a percentage, ``±5%``; under a point with a decimal (``±0.3%``), never ``±0%``."""
+    return f"±{band:.1%}" if band < 0.01 else f"±{band:.0%}"
 
 
 def epoch_samples(run: RunSummary) -> float | None:

@@ -53,7 +53,9 @@ def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
     """(whether B is slower than A past ``allowed_pct`` and the runs' noise, the line that says so either way)."""
     slower, band = gain["slower"], gain["noise"]
     option = f"--fail-if-slower {allowed_pct:g}"
-    noise_said = f"the runs' noise ({band_said(band)})" if band is not None else "no noise (each run had one steady epoch)"
+    noise_said = "no noise (each run had one steady epoch)"
+    if band is not None:
+        noise_said = f"the runs' noise ({band_said(band)})"
     if slower is None:
         return True, f"compare: {option}: B's train time per epoch could not be set against A's"
     how = f"takes {slower:.0%} more time than A" if slower >= 0 else f"takes {-slower:.0%} less time than A"

@@ -201,7 +201,7 @@ def beyond(ratio: float | None, band: float | None) -> bool | None:
 def noise_word(ratio: float | None, band: float | None, why: str | None = None) -> str:
     """The word for a difference: within or beyond the runs' noise (with it), or the noise not known (and ``why``)."""
     verdict = beyond(ratio, band)
-    if verdict is None:
+    if verdict is None or band is None:  # (a verdict is made of a band)
         return ("noise not known" + (f": {why}" if why else "")) if ratio is not None else "-"
     return f"{'beyond' if verdict else 'within'} noise ({band_said(band)})"
 

@@ -26,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from mnistperf.data.ingest import prepare
 from mnistperf.data.ingest.sources import DATASETS
 from mnistperf.data.options import LoaderOptions, is_uri
-from mnistperf.data.pipelines.base import Placement, pins_memory
+from mnistperf.data.pipelines.base import EpochShuffle, Placement, pins_memory
 from mnistperf.data.pipelines.registry import pipeline_for
 from mnistperf.errors import PreparedFileError
 from mnistperf.machine import usable_cpus
@@ -169,8 +169,18 @@ class MNISTDataModule(L.LightningDataModule):
 
     # ----------------------------------------------------------------- loaders
     def train_dataloader(self) -> Iterable[dict[str, torch.Tensor]]:
-        """The pipeline's training loader over the training split."""
-        return self.pipeline.loader(self.datasets["train"], True, self._placement())
+        """The pipeline's training loader over the training split, its shuffle at the fit's epoch.
+
+        Lightning makes the loader's iterator before it hands the sampler its epoch, and a loader with workers draws
+        the order then: a fit resumed at epoch N would train it in epoch 0's order. The epoch is the one Lightning
+        hands the sampler (its epochs processed), which a checkpoint at an epoch's end holds one past current_epoch.
+        """
+        loader = self.pipeline.loader(self.datasets["train"], True, self._placement())
+        sampler = getattr(loader, "sampler", None)
+        if isinstance(sampler, EpochShuffle) and self.trainer is not None:
+            progress: Any = self.trainer.fit_loop.epoch_progress.current  # (typed by its base, which counts less)
+            sampler.set_epoch(progress.processed)
+        return loader
 
     def val_dataloader(self) -> Iterable[dict[str, torch.Tensor]]:
         """The pipeline's evaluation loader over the validation split."""

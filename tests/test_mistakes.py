@@ -90,6 +90,12 @@ def test_a_misspelt_required_option_is_answered_with_the_one_meant_not_as_missin
     assert "required" not in printed.err and "--budget-s" not in printed.err
 
 
+@pytest.mark.parametrize("given", [["--data.dataset", "tiny"], ["--data.dataset=tiny"]])
+def test_a_fits_override_given_to_tune_is_answered_with_its_set(capsys, given):
+    command = ["tune", "--config", str(CONFIGS / "v1_bs512.yaml"), *given]
+    fails_in_one_line(capsys, command, "did you mean --set data.dataset=tiny?")
+
+
 def test_a_bench_out_folder_holding_an_earlier_benchs_results_is_refused_before_anything_runs(
     tmp_path, capsys, monkeypatch
 ):

@@ -70,8 +70,17 @@ def with_options_meant(text: str, options: Iterable[str]) -> str:
     if not unrecognized:
         return text
     names = list(options)
-    given = [word.split("=")[0] for word in unrecognized.group(1).split() if word.startswith("--")]
-    hints = [f"--{match} for {word}" for word in given if (match := closest_key(word[2:], names))]
+    words = unrecognized.group(1).split()
+    hints = []
+    for at, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        name, _, value = word[2:].partition("=")
+        value = value or (words[at + 1] if at + 1 < len(words) and not words[at + 1].startswith("--") else "")
+        if (match := closest_key(name, names)) is not None:
+            hints.append(f"--{match} for --{name}")
+        elif "." in name and "set" in names and value:  # a fit's override, which these commands take by --set
+            hints.append(f"--set {name}={value}")
     return f"{text}; did you mean {', '.join(hints)}?" if hints else text
 
 

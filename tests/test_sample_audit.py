@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import FailAt, fit_module, run_stage
+from conftest import FailAt, fit_module
 from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch import callbacks as lightning_bars
@@ -511,23 +511,6 @@ def test_the_dataset_size_is_unknown_for_a_stream_unless_given(capsys):
     assert "dataset size unknown: pass dataset_size" in capsys.readouterr().out
     given = audited(DataLoader(Stream(), batch_size=5), SampleAudit(dataset_size=ROWS + 2), epochs=1)
     assert counts(given.epochs[0]) == (ROWS, ROWS, 0, 2)
-
-
-class SaysItsSize:
-    """A training loader that is no DataLoader, its batches Rows()' in fives, saying its dataset's size."""
-
-    dataset_size = ROWS + 3
-
-    def __iter__(self):
-        return iter(DataLoader(Rows(), batch_size=5))
-
-    def __len__(self):
-        return len(DataLoader(Rows(), batch_size=5))
-
-
-def test_a_loader_of_its_own_that_says_its_dataset_size_gets_its_missing_counted():
-    audit = audited(SaysItsSize(), SampleAudit(), epochs=1)
-    assert counts(audit.epochs[0]) == (ROWS, ROWS, 0, 3)
 
 
 class WorkersStream(IterableDataset):
@@ -1122,10 +1105,3 @@ def test_widths_vary_where_one_loaders_tensor_comes_in_several_one_past_max_word
     apart.fingerprints([rows[0]], loader=0)
     apart.fingerprints([rows[1]], loader=1)  # two loaders, each of one width: nothing varies
     assert apart.widths_vary() is None
-
-
-def test_the_labs_resident_pipeline_says_its_dataset_size_so_the_audit_counts_missing(workdir):
-    """The resident stage's batches come from no DataLoader: its dataset's size, which it says, counts the missing."""
-    summary = run_stage("v3_resident", "--trainer.callbacks+=mnistperf.diagnosis.SampleAudit", epochs=1)
-    [row] = summary["sample_audit"]["epochs"]
-    assert row["dataset_size"] == row["seen"] and row["missing"] == 0 and row["duplicates"] == 0

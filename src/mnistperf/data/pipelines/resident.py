@@ -50,7 +50,6 @@ class ResidentBatches:
         self.rank, self.world_size = rank, world_size
         self.batches_per_step = batches_per_step
         n = len(labels)
-        self.dataset_size = n  # every rank's samples: what SampleAudit counts missing ones against
         # As a DataLoader's: Lightning hands the epoch to sampler.set_epoch before each training epoch.
         self.sampler = EpochShuffle(range(n), seed) if shuffle else SequentialSampler(range(n))
         self.batch_sampler = None

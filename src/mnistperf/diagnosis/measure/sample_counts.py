@@ -88,14 +88,8 @@ def dataset_sizes(loaders: list[Any], sample_dims: int) -> list[int | None]:
 
 
 def dataset_size(loader: Any) -> int | None:
-    """A map-style DataLoader's dataset's length (its sampler's indices', a subset's), where it batches items.
-
-    A loader of another kind says it where it has an int ``dataset_size`` (the whole dataset's, whatever the ranks).
-    """
-    if not isinstance(loader, DataLoader):
-        told = getattr(loader, "dataset_size", None)
-        return told if isinstance(told, int) and not isinstance(told, bool) else None
-    if isinstance(loader.dataset, IterableDataset):
+    """A map-style DataLoader's dataset's length (its sampler's indices', a subset's), where it batches items."""
+    if not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
         return None
     if loader.batch_sampler is None and not isinstance(loader.sampler, BatchSampler):
         return None

@@ -153,13 +153,20 @@ def test_a_setting_a_run_asked_for_but_its_device_did_not_apply_is_said_beside_i
     a = run(10.0, 60_000, "input-bound", 0.3, data={"pin_memory": False, "pin_memory_applied": False})
     b = run(9.0, 60_000, "input-bound", 0.3, data={"pin_memory": True, "pin_memory_applied": False})
     text = format_comparison(compare(a, b), Path("a/timing.json"), Path("b/timing.json"))
-    assert "changed: data.pin_memory False -> True (not applied in B: no effect on its device)" in text
+    assert "changed: data.pin_memory False -> True (not applied in B: skipped where it ran)" in text
     both = run(9.0, 60_000, "input-bound", 0.3, data={"pin_memory": True, "pin_memory_applied": False, "x": 1})
     text = format_comparison(compare(b, both), Path("a/timing.json"), Path("b/timing.json"))
     assert "changed: data.x - -> 1" in text and "applied in neither" not in text  # pin_memory itself did not change
     applied = run(9.0, 60_000, "input-bound", 0.3, data={"pin_memory": True, "pin_memory_applied": True})
     text = format_comparison(compare(a, applied), Path("a/timing.json"), Path("b/timing.json"))
     assert "data.pin_memory False -> True; data.pin_memory_applied False -> True" in text and "not applied" not in text
+    # a run written before the model recorded what applied: neither another model nor a change
+    old, new = (
+        run(9.0, 60_000, "input-bound", 0.3, model={"lr": 0.1, "compile": True, **more})
+        for more in ({}, {"compile_applied": False})
+    )
+    text = format_comparison(compare(old, new), Path("a/timing.json"), Path("b/timing.json"))
+    assert "changed: nothing the runs record" in text and "other models" not in text
 
 
 def test_epochs_of_other_sizes_and_an_interrupted_run_are_flagged_at_the_top():

@@ -72,7 +72,10 @@ def mismatch(a: RunSummary, b: RunSummary) -> str | None:
     datasets = [(run.data or {}).get("dataset") for run in (a, b)]
     if all(datasets) and datasets[0] != datasets[1]:
         said.append(f"A trained on {datasets[0]} and B on {datasets[1]}")
-    keys = [set(run.model) if isinstance(run.model, dict) else set() for run in (a, b)]
+    # (what a run records of its settings taking effect, NAME_applied, is no argument; older runs lack it)
+    keys = [
+        {k for k in run.model if not k.endswith(APPLIED)} if isinstance(run.model, dict) else set() for run in (a, b)
+    ]
     if all(keys) and keys[0] != keys[1]:
         only_a, only_b = (", ".join(sorted(mine - theirs)) for mine, theirs in (keys, keys[::-1]))
         sides = [f"A's model has {only_a}" if only_a else "", f"B's has {only_b}" if only_b else ""]
@@ -120,6 +123,7 @@ RECORDED = (
     "config", "data", "loader", "model", "module", "trainer", "fit", "device", "precision", "world_size", "num_nodes",
     "cpu_affinity", "versions",
 )  # fmt: skip
+APPLIED = "_applied"  # a recorded setting's twin that says whether it took effect (data.pin_memory_applied)
 # Records a summary older than them lacks: no change where one run has none
 LATER = ("loader", "module", "trainer", "fit", "num_nodes")
 
@@ -144,6 +148,8 @@ def changes(a: RunSummary, b: RunSummary) -> list[str] | None:
             continue
         first, second = flattened(a.content.get(key), key), flattened(b.content.get(key), key)
         for name in sorted(set(first) | set(second)):
+            if name.endswith(APPLIED) and not (name in first and name in second):  # a run older than the record
+                continue
             if first.get(name) != second.get(name):
                 found.append(
                     f"{name} {first.get(name, '-')} -> {second.get(name, '-')}{unapplied(name, first, second)}"
@@ -156,11 +162,11 @@ def unapplied(name: str, first: dict[str, Any], second: dict[str, Any]) -> str:
     runs = [
         run
         for run, record in (("A", first), ("B", second))
-        if record.get(name) and record.get(f"{name}_applied") is False
+        if record.get(name) and record.get(f"{name}{APPLIED}") is False
     ]
     if len(runs) == 2:
-        return " (applied in neither run: no effect on their device)"
-    return f" (not applied in {runs[0]}: no effect on its device)" if runs else ""
+        return " (applied in neither run: skipped where they ran)"
+    return f" (not applied in {runs[0]}: skipped where it ran)" if runs else ""
 
 
 # The figures that compare runs whose epochs differ in size: per sample, not per epoch.

@@ -118,6 +118,8 @@ def test_a_folder_gives_its_newest_timing_json_and_a_wrong_path_fails_in_one_lin
     fails_in_one_line(capsys, ["compare", str(tmp_path / "nowhere"), str(new)], "no such file or folder (give a")
     # a misspelt run's folder: the one meant, whole, so that the line pasted again compares
     fails_in_one_line(capsys, ["compare", str(tmp_path / "nwe"), str(new)], f"did you mean {tmp_path / 'new'}?")
+    (new.parent / "timing.html").write_text("")  # a file no compare reads is no run meant: the summary beside it is
+    fails_in_one_line(capsys, ["compare", str(new.parent / "timing.htm"), str(new)], f"did you mean {new}?")
     (tmp_path / "empty").mkdir()
     fails_in_one_line(capsys, ["compare", str(tmp_path / "empty"), str(new)], f"the newest under {tmp_path}: {new}")
 

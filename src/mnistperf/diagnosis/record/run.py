@@ -194,13 +194,21 @@ def summaries_under(folder: Path) -> list[Path]:
     return sorted(folder.rglob(SUMMARY_FILE), key=lambda path: path.stat().st_mtime_ns)
 
 
+def runs_beside(run: Path) -> list[str]:
+    """The names of the folders and timing.json files beside ``run`` (not its own): what a misspelling of it meant."""
+    try:
+        entries = list(run.parent.iterdir())
+    except OSError:  # no parent to read: nothing to suggest
+        return []
+    return [e.name for e in entries if e.name != run.name and (e.name == SUMMARY_FILE or e.is_dir())]
+
+
 def find_summary(run: Path) -> Path:
     """The run's timing.json: the file given, or the newest under the folder given."""
     if run.is_file():
         return run
     if not run.is_dir():
-        siblings = [entry.name for entry in run.parent.iterdir()] if run.parent.is_dir() else []
-        meant = closest(run.name, siblings)  # a misspelt run's folder: the one meant, to paste
+        meant = closest(run.name, runs_beside(run))  # a misspelt run's folder: the one meant, to paste
         hint = f"; did you mean {run.parent / meant}?" if meant else f" (give a {SUMMARY_FILE} or the run's log folder)"
         raise ConfigError(f"{run}: no such file or folder{hint}")
     found = summaries_under(run)

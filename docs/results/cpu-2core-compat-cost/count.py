@@ -21,10 +21,11 @@ always), among them ``unparted`` (both callbacks, no step timed by its parts), `
 window) and ``unwindowed-unparted`` (neither); it writes counts-LIBRARY-EPOCHS-A-B.json.
 
 A count depends on where the process's memory lies: the same fit, its folder's name one character longer, counted
-17 M instructions more (3.5 % of the small MLP's fit), through the lookups of hash tables keyed by address in torch's
+17 M instructions more (3.4 % of the small MLP's fit), through the lookups of hash tables keyed by address in torch's
 import. Every arm's command line is therefore of one length (the arm's name and its folder padded with ``_``), and
-``--layouts K`` counts every arm K times, its folder K lengths apart: each arm's cost is the median over the layouts,
-and their spread is written beside it. The default is 3; ``--layouts 1`` counts once, as before 2026-12-07.
+``--layouts K`` counts every arm K times, its folder one character longer each time: each arm's cost is the median over
+the layouts, their spread beside it (``layouts`` in the file; ``instructions`` are the first layout's). The default
+is 3.
 """
 
 from __future__ import annotations
@@ -72,11 +73,15 @@ def main() -> None:
     if sys.argv[1] == "--child":
         child(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5].rstrip(PAD), Path(sys.argv[6]))
         return
-    simulate = "--cycles" in sys.argv
-    chosen = sys.argv[sys.argv.index("--arms") + 1].split(",") if "--arms" in sys.argv else None
-    layouts = int(sys.argv[sys.argv.index("--layouts") + 1]) if "--layouts" in sys.argv else LAYOUTS
-    options = ("--cycles", "--arms", ",".join(chosen or []), "--layouts", str(layouts))
-    args = [arg for arg in sys.argv[1:] if arg not in options]
+    args = sys.argv[1:]
+    simulate = "--cycles" in args
+    given = {flag: args[args.index(flag) + 1] for flag in ("--arms", "--layouts") if flag in args[:-1]}
+    taken = {at for flag in given for at in (args.index(flag), args.index(flag) + 1)}  # each flag and its value
+    args = [arg for at, arg in enumerate(args) if at not in taken and arg != "--cycles"]
+    chosen = given["--arms"].split(",") if "--arms" in given else None
+    layouts = int(given.get("--layouts", LAYOUTS))
+    if layouts < 1:
+        raise SystemExit("--layouts takes 1 or more")
     library = args[0]
     epochs = int(args[1]) if len(args) > 1 else 3
     batch = args[2] if len(args) > 2 else "8"
@@ -94,7 +99,7 @@ def main() -> None:
             name = arm.ljust(width, PAD)  # every arm's command line of one length
             folder = f"{scratch}/{PAD * layout}{name}"
             command = [sys.executable, __file__, "--child", library, str(epochs), batch, name, folder]
-            return events(command, Path(scratch) / f"{arm}-{layout}.cachegrind", simulate)
+            return events(command, Path(scratch) / f"{name}-{layout}.cachegrind", simulate)
 
         runs = [(layout, arm) for layout in range(layouts) for arm in arms]
         with ThreadPoolExecutor(2) as pool:

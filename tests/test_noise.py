@@ -11,6 +11,7 @@ from conftest import fails_in_one_line
 from mnistperf.cli import main
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, DEVICE_BUSY_SHARE, PEAK_RSS_MB, SAMPLES_PER_S, WORKERS_PSS_MB
 from mnistperf.diagnosis.record.run import RunSummary
+from mnistperf.diagnosis.show.commands import speed_check
 from mnistperf.diagnosis.show.compare import (
     beyond,
     compare,
@@ -61,6 +62,8 @@ def test_the_words_say_within_or_beyond_with_the_noise_or_that_it_is_not_known()
     assert noise_word(1.03, 0.05) == "within noise (±5%)"
     assert noise_word(1.30, 0.05) == "beyond noise (±5%)"
     assert noise_word(1.01, 0.0034) == "beyond noise (±0.3%)"  # not "beyond noise (±0%)"
+    failed, line = speed_check({"slower": 0.004, "noise": 0.0034}, 0)
+    assert failed and "B takes 0.4% more time than A per epoch, past the 0% allowed and the runs' noise (±0.3%)" in line
     assert noise_word(1.30, None) == "noise not known"
     assert noise_word(None, None) == "-"
 

@@ -12,7 +12,7 @@ from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, load
 from mnistperf.diagnosis.record.text import format_summary
-from mnistperf.diagnosis.show.compare import band_said, compare, format_comparison, load_two, run_labels
+from mnistperf.diagnosis.show.compare import band_said, compare, format_comparison, load_two, percent, run_labels
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.errors import ConfigError
 
@@ -58,7 +58,7 @@ def speed_check(gain: dict, allowed_pct: float) -> tuple[bool, str]:
         noise_said = f"the runs' noise ({band_said(band)})"
     if slower is None:
         return True, f"compare: {option}: B's train time per epoch could not be set against A's"
-    how = f"takes {slower:.0%} more time than A" if slower >= 0 else f"takes {-slower:.0%} less time than A"
+    how = f"takes {percent(slower)} more time than A" if slower >= 0 else f"takes {percent(-slower)} less time than A"
     failed = slower > allowed_pct / 100 + (band or 0.0)
     outcome, side = ("failed", "past") if failed else ("passed", "within")
     line = f"compare: {option} {outcome}: B {how} per epoch, {side} the {allowed_pct:g}% allowed and {noise_said}"

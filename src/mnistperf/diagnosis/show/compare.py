@@ -213,8 +213,13 @@ def noise_word(ratio: float | None, band: float | None, why: str | None = None) 
 
 
 def band_said(band: float) -> str:
-    """A noise band as a percentage, ``±5%``; under a point with a decimal (``±0.3%``), never ``±0%``."""
-    return f"±{band:.1%}" if band < 0.01 else f"±{band:.0%}"
+    """A noise band as a percentage, ``±5%`` (:func:`percent`)."""
+    return f"±{percent(band)}"
+
+
+def percent(share: float) -> str:
+    """A share as a whole percentage, ``5%``; under a point with a decimal (``0.3%``), where it would read ``0%``."""
+    return f"{share:.1%}" if abs(share) < 0.01 else f"{share:.0%}"
 
 
 def epoch_samples(run: RunSummary) -> float | None:

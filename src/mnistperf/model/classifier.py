@@ -112,8 +112,7 @@ class ImageClassifier(LightningModule):
 
     def applied_settings(self) -> dict[str, bool]:
         """Whether ``compile`` and ``cuda_graph`` took effect (skipped off CUDA), for timing summaries and reports."""
-        hp = cast(AttributeDict, self.hparams)
-        return {"compile_applied": bool(hp.compile) and self._compiled, "cuda_graph_applied": self._graphing}
+        return {"compile_applied": self._compiled, "cuda_graph_applied": self._graphing}
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """The network's logits for a batch of images (in NHWC layout with ``channels_last``)."""

@@ -164,9 +164,7 @@ def unapplied(name: str, first: dict[str, Any], second: dict[str, Any]) -> str:
         for run, record in (("A", first), ("B", second))
         if record.get(name) and record.get(f"{name}{APPLIED}") is False
     ]
-    if len(runs) == 2:
-        return " (applied in neither run: skipped where they ran)"
-    return f" (not applied in {runs[0]}: skipped where it ran)" if runs else ""
+    return f" (not applied in {' and '.join(runs)}: skipped where it ran)" if runs else ""
 
 
 # The figures that compare runs whose epochs differ in size: per sample, not per epoch.

@@ -68,6 +68,12 @@ def fit_and_costs(per_arm: dict[str, int]) -> tuple[int, dict[str, float]]:
     return fit, {arm: cost for arm, cost in costs.items() if arm not in ("imports", "without")}
 
 
+def medians(by_layout: list[tuple[int, dict[str, float]]]) -> tuple[int, dict[str, float]]:
+    """:func:`fit_and_costs` of every layout, each figure the median over the layouts."""
+    fit = int(statistics.median(own for own, _ in by_layout))
+    return fit, {arm: statistics.median(costs[arm] for _, costs in by_layout) for arm in by_layout[0][1]}
+
+
 def main() -> None:
     """Count every arm (two at a time) and write the counts and the costs."""
     if sys.argv[1] == "--child":
@@ -120,8 +126,7 @@ def main() -> None:
     layout_counts = [{arm: arm_events["Ir"] for arm, arm_events in found.items()} for found in per_layout]
     layout_costs = [fit_and_costs(counts) for counts in layout_counts]
     counts = layout_counts[0]
-    fit = int(statistics.median(own for own, _ in layout_costs))
-    costs = {arm: statistics.median(found[arm] for _, found in layout_costs) for arm in layout_costs[0][1]}
+    fit, costs = medians(layout_costs)
     result = {
         "what": f"instructions of one whole {library} fit of {epochs} epochs per process, by arm",
         "library": library,
@@ -140,8 +145,7 @@ def main() -> None:
     if simulate:
         cycles = {arm: estimated_cycles(arm_events) for arm, arm_events in simulated.items()}
         by_layout = [fit_and_costs({arm: estimated_cycles(e) for arm, e in found.items()}) for found in per_layout]
-        fit_cycles = int(statistics.median(own for own, _ in by_layout))
-        cycle_costs = {arm: statistics.median(found[arm] for _, found in by_layout) for arm in by_layout[0][1]}
+        fit_cycles, cycle_costs = medians(by_layout)
         result.update(
             what=f"instructions and estimated cycles of one whole {library} fit of {epochs} epochs per process, by arm",
             events=simulated,

@@ -537,10 +537,15 @@ def test_a_callback_argument_of_the_wrong_type_or_name_is_one_line_with_that_cal
     assert help_exit.value.code == 0 and "--trainer.callbacks.input_bound_share" in capsys.readouterr().out
 
 
-def test_a_value_of_the_wrong_type_in_a_config_file_is_named_the_same_way(workdir, capsys):
+@pytest.mark.parametrize("command", ["fit", "validate"])
+def test_a_value_of_the_wrong_type_in_a_config_file_is_named_the_same_way_with_its_file(workdir, capsys, command):
     config = (CONFIGS / "v1_workers4.yaml").read_text()
     (workdir / "mine.yaml").write_text(re.sub(r"num_workers: \d+", "num_workers: four", config))
-    fails_in_one_line(capsys, ["fit", "--config", "mine.yaml"], "data.num_workers takes a whole number, not 'four'")
+    said = "data.num_workers takes a whole number, not 'four'"
+    fails_in_one_line(capsys, [command, "--config", "mine.yaml"], f"mnistperf: error: mine.yaml: {said}")
+    # the file's own value right, the command line's wrong: no file is named
+    argv = ["fit", "--config", str(CONFIGS / "v1_workers4.yaml"), "--data.num_workers", "four"]
+    assert fails_in_one_line(capsys, argv, said).err.startswith(f"mnistperf: error: {said}")
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ from mnistperf.upstream import (
     KeepRunHyperparameters,
     PlainHelpFormatter,
     raised_inside,
+    subcommand_parser,
 )
 
 
@@ -236,7 +237,8 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then settle the precision, print the device line and pick the checkpoint an evaluation uses."""
-        parser.configs = self._configs  # where a key the parser refuses is named by its file
+        for refusing in {parser, subcommand_parser(parser, self._asked or "fit")}:  # a wrong value: the subcommand's
+            refusing.configs = self._configs  # where a key or value the parser refuses is named by its file
         super().parse_arguments(parser, args)
         # Here, before Lightning seeds and builds anything, so the device line is the run's first.
         subcommand = self.config.get("subcommand")

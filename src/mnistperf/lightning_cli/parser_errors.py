@@ -94,10 +94,22 @@ def explain_parser_error(text: str, options: set[str], configs: dict[Path, dict]
     if unknown:
         key, group = unknown.group(1), KEY_GROUP.search(text)
         whole = f"{group.group(1)}.{key}" if group else key
-        held = [str(path) for path, config in (configs or {}).items() if holds(config, whole.split("."))]
-        where = f"{', '.join(held)}: " if held else ""  # each file that holds it, in the order given
-        return where + text + key_meant(key, list(options))
-    return wrong_type(text) or with_options_meant(text, options)
+        return held_in(configs, whole) + text + key_meant(key, list(options))
+    refused = WRONG_TYPE.match(text) or WRONG_UNION.match(text)
+    said = wrong_type(text)
+    if refused and said:  # a value from a file: the file too, where it holds that value (not one the command line set)
+        return held_in(configs, refused.group(1), refused.group(3)) + said
+    return said or with_options_meant(text, options)
+
+
+def held_in(configs: dict[Path, dict] | None, key: str, value: str | None = None) -> str:
+    """``FILE: `` for each config file holding the dotted ``key`` (as ``value``, where given), in the order given."""
+    held = [
+        str(path)
+        for path, config in (configs or {}).items()
+        if holds(config, key.split(".")) and (value is None or str(value_at(config, key.split("."))) == value)
+    ]
+    return f"{', '.join(held)}: " if held else ""
 
 
 def key_meant(key: str, options: list[str]) -> str:
@@ -126,6 +138,11 @@ def key_meant(key: str, options: list[str]) -> str:
 def holds(config: Any, keys: list[str]) -> bool:
     """Whether a config's mapping holds the dotted key ``keys``, section by section."""
     return not keys or isinstance(config, dict) and keys[0] in config and holds(config[keys[0]], keys[1:])
+
+
+def value_at(config: dict, keys: list[str]) -> Any:
+    """The value a config's mapping holds at the dotted key ``keys`` (which it holds)."""
+    return config if not keys else value_at(config[keys[0]], keys[1:])
 
 
 def class_argument(text: str) -> tuple[str, str, str] | None:

@@ -197,6 +197,11 @@ def test_a_bench_begins_with_its_device_line_not_lightnings_on_the_trainer_its_c
         (["--stages", ","], "--stages ',' names no stage"),
         (["--stages", "v2_pinned", "--reference-rows", "v2_pined"], "--reference-rows: no config"),
         (["--stages", "v2_pinned", "--config-dir", "confgs"], "--config-dir confgs: no such folder; give the folder"),
+        (
+            ["--stages", f"v2_pinned,v3_resident,{CONFIGS / 'v2_pinned.yaml'}"],
+            "--stages names v2_pinned twice; give each stage once: --stages v2_pinned,v3_resident; --repeats N runs",
+        ),
+        (["--reference-rows", "v2_pinned,v2_pinned"], "give each stage once: --reference-rows v2_pinned."),
     ],
 )
 def test_a_bench_that_names_no_stage_it_can_run_is_refused_naming_the_option(

@@ -61,7 +61,17 @@ def resolve_stages(text: str, config_dir: Path, option: str = "--stages") -> lis
                 f"{option}: no config {path} (stages in {config_dir}: {', '.join(stems) or 'none'}){meant}"
             )
         stages.append((path.stem, path))
+    each_once(names, [path.resolve() for _, path in stages], option)
     return stages
+
+
+def each_once(names: list[str], stages: Sequence[object], option: str) -> None:
+    """Refuse ``option`` naming a stage (``stages``: what each name is) twice, with the names given once."""
+    twice = next((name for name, stage in zip(names, stages, strict=True) if stages.count(stage) > 1), None)
+    if twice is not None:  # one row per stage: the same stage again is a repeat
+        once = ",".join(name for at, name in enumerate(names) if stages.index(stages[at]) == at)
+        again = "; --repeats N runs each stage N times" if option == "--stages" else ""
+        raise ConfigError(f"{option} names {twice} twice; give each stage once: {option} {once}{again}.")
 
 
 @dataclass
@@ -235,4 +245,6 @@ def reference_row_stages(text: str, run: list[str]) -> list[str]:
     if text == "auto":
         resident = [name for name in RESIDENT_RUNGS if name in run][:1]
         return [name for name in (PRE_TENSORIZED_STAGE, *resident) if name in run] or run[-1:]
-    return [name.strip() for name in text.split(",") if name.strip()]
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    each_once(names, names, "--reference-rows")
+    return names

@@ -241,7 +241,7 @@ def test_header_says_what_runs_even_when_set_gives_the_epochs():
     text = runner.header(opts, plans, Path("out"))
     first, second = text.splitlines()
     assert first.startswith("mnistperf: bench on cpu (")
-    assert "1 configurations x 1 repeats, 2 epochs, 7 train batches per epoch; overrides: data.seed=3" in second
+    assert "1 configuration x 1 repeat, 2 epochs, 7 train batches per epoch; overrides: data.seed=3" in second
     command, _ = plans[0].command(Path("/runs"), "r1")
     assert [command[i + 1] for i, a in enumerate(command) if a == "--trainer.max_epochs"] == ["2"]
     assert (opts.epochs, opts.limit_train_batches) == (2, 7)
@@ -623,3 +623,14 @@ def test_redraw_draws_the_chart_again_from_results_json(tmp_path, capsys):
 def test_a_redraw_refuses_options_of_a_run_it_would_ignore(tmp_path, capsys):
     argv = ["bench", "--stages", "v2_pinned", "--redraw", str(tmp_path)]
     fails_in_one_line(capsys, argv, "--redraw runs nothing, so --stages would be ignored: drop it, or run the bench")
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_a_bench_of_one_epoch_a_run_says_its_figures_hold_the_warm_up(tmp_path, monkeypatch, capsys, epochs):
+    fake_runs(monkeypatch, ["ok"])
+    options = ["--config-dir", str(CONFIGS), "--reference-rows", "none", "--out", str(tmp_path)]
+    main(["bench", "--stages", "v2_pinned", "--epochs", str(epochs), *options])
+    said = "one epoch a run: every figure is that epoch's, warm-up included (--epochs 2 or more leaves it out)"
+    printed, written = capsys.readouterr().out, (tmp_path / "results.md").read_text()
+    assert (said in printed, said in written) == (epochs == 1, epochs == 1)
+    assert f"1 configuration x 1 repeat, {epochs} epoch{'s' if epochs > 1 else ''}," in printed

@@ -301,6 +301,9 @@ SPEED_UP_SAID = (
     "sizes); none for a bare-Lightning row, which validates nothing (its note compares train time)"
 )
 
+# Beside them where every run had one epoch: no figure leaves the warm-up out
+ONE_EPOCH_SAID = "one epoch a run: every figure is that epoch's, warm-up included (--epochs 2 or more leaves it out)"
+
 
 def bench_table(rows: list[Row], settings: dict[str, Any] | None = None) -> str:
     """The printable columns of every row as a Markdown table ('(no rows)' when there are none)."""

@@ -13,7 +13,7 @@ from typing import Any
 from mnistperf.atomic import atomic_write_text
 from mnistperf.bench import published
 from mnistperf.bench.chart import write_chart
-from mnistperf.bench.columns import REFERENCE_RUNNERS, SPEED_UP_SAID, Row, bench_table, csv_rows
+from mnistperf.bench.columns import ONE_EPOCH_SAID, REFERENCE_RUNNERS, SPEED_UP_SAID, Row, bench_table, csv_rows
 from mnistperf.diagnosis.figures import AVG_TRAIN_S, BUSY
 from mnistperf.diagnosis.record.run import RunSummary
 from mnistperf.diagnosis.record.verdict import COMPUTE_BOUND_BUSY
@@ -133,6 +133,7 @@ def write_all(rows: list[Row], out: Path, settings: dict[str, Any], log_scale: b
         "- train s/epoch, test s/epoch, samples/s, input wait and verdict: steady-state epochs (2..N), medians "
         "over repeats; epoch 1 is shown apart as warm-up; total s covers every epoch",
         f"- {SPEED_UP_SAID}",
+        *([f"- **{ONE_EPOCH_SAID}**"] if settings.get("epochs") == 1 else []),
         *thresholds(rows),
         "",
         bench_table(rows, settings),

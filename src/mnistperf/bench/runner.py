@@ -21,7 +21,7 @@ from pathlib import Path
 from mnistperf.atomic import place_taken
 from mnistperf.bench import published
 from mnistperf.bench.chart import redraw_chart
-from mnistperf.bench.columns import REFERENCE_RUNNERS, SPEED_UP_SAID, bench_table
+from mnistperf.bench.columns import ONE_EPOCH_SAID, REFERENCE_RUNNERS, SPEED_UP_SAID, bench_table
 from mnistperf.bench.memory import TreeMemorySampler
 from mnistperf.bench.plans import Plan, check_fit_arguments, plan_runs
 from mnistperf.bench.report import per_step_table, write_all
@@ -185,6 +185,11 @@ def _positive_int(value: str, option: str) -> int:
     return number
 
 
+def counted(number: int, thing: str) -> str:
+    """``1 epoch``, ``2 epochs``."""
+    return f"{number} {thing}{'' if number == 1 else 's'}"
+
+
 def header(opts: argparse.Namespace, plans: list[Plan], out: Path) -> str:
     """The device line, then what will run: configurations, repeats, epochs, batches and overrides."""
     accelerator = dict(parse_setting(s) for s in opts.set).get("trainer.accelerator", "auto")
@@ -193,7 +198,8 @@ def header(opts: argparse.Namespace, plans: list[Plan], out: Path) -> str:
     dataset = f"; dataset {opts.dataset}" if opts.dataset else ""
     return (
         device_line("bench", run_device(accelerator)) + "\n"
-        f"{len(plans)} configurations x {opts.repeats} repeats, {opts.epochs} epochs{batches}{dataset}{overrides}; "
+        f"{counted(len(plans), 'configuration')} x {counted(opts.repeats, 'repeat')}, {counted(opts.epochs, 'epoch')}"
+        f"{batches}{dataset}{overrides}; "
         f"results in {out}"
     )
 
@@ -272,6 +278,8 @@ def bench_command(argv: Sequence[str]) -> None:
     print()
     print(bench_table(rows, settings))
     print(SPEED_UP_SAID)
+    if settings.get("epochs") == 1:
+        print(ONE_EPOCH_SAID)
     if per_step_table(rows):
         print("\nPer training step:\n" + per_step_table(rows))
     print("\nwritten: " + ", ".join(str(p) for p in written))

@@ -180,6 +180,28 @@ def test_a_step_that_fetches_its_own_batches_is_counted_whole_by_both_callbacks(
     assert "samples disagree" not in capsys.readouterr().out
 
 
+class FetchesTwo(Recorder):
+    """A training step that fetches two batches from ``dataloader_iter`` and trains on the second."""
+
+    def training_step(self, dataloader_iter):
+        next(dataloader_iter)
+        batch, batch_idx, _ = next(dataloader_iter)  # the loader may run out here: the step ends the epoch untrained
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("rows", [6 * BATCH, 5 * BATCH])
+def test_a_step_that_fetches_several_batches_is_counted_by_the_one_it_trained_on(rows, capsys):
+    """Each step counted by its last batch, alike by both; the loader running out inside a step (5 batches: the third
+    step's second fetch) leaves the batch that step fetched untrained, and its epoch whole, not cut short."""
+    module, timer, audit, _ = watched(lambda: DataLoader(Indexed(rows), batch_size=BATCH), kind=FetchesTwo)
+    for epoch, (row, audited) in enumerate(zip(timer.epochs, audit.epochs, strict=True), start=1):
+        trained = module.record[epoch][""]
+        assert len(trained) == 3 * BATCH if rows == 6 * BATCH else 2 * BATCH
+        assert row["samples"] == len(trained) and "partial" not in row
+        assert counts(audited) == expected(trained, rows)
+    assert "samples disagree" not in capsys.readouterr().out
+
+
 class RaisesInStep(Recorder):
     """Its step 4 of epoch 2 raises before it trains."""
 

@@ -332,7 +332,9 @@ class EpochTimer(Callback):
         measures = Measures.unmeasured()
         with self.problems.guard("measuring the epoch"):
             self.clock.add_fetch_wait(self._fetch.reset())
-            ran_out = None if sized_len(trainer.train_dataloader) is not None else loader_ran_out(trainer)  # a stream's
+            # a stream's, or a loader a step fetches its own batches from (several a step, where its steps are fewer)
+            fetched = sized_len(trainer.train_dataloader) is None or fetched_by_step(trainer)[0]
+            ran_out = loader_ran_out(trainer) if fetched else None
             measures = Measures.of(self.clock.read_epoch(self._sampled.phases.shares(), ran_out))
         try:  # every rank takes part in the epoch's one collective, also one whose own measures failed (NaN)
             gathered = gather(measures, trainer.strategy, per_loader)

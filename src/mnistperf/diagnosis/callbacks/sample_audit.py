@@ -258,17 +258,22 @@ class SampleAudit(Callback):
     def _settle(self) -> None:
         """Count the step begun last where it trained; let it go where it did not (declined as it began, or raised).
 
-        Either way the batches read are let go (also where the step's read failed, leaving nothing pending).
+        Either way the batches read are let go (also where the step's read failed, leaving nothing pending). A step
+        that fetches its own batches was handed the batch the step before it fetched last, which trained: that is
+        counted, and the batch the step fetched is let go where it did not train (:meth:`_take_fetched`).
         """
-        trainer, ran = self._trainer, True
+        trainer, ran, fetches_itself, last = self._trainer, True, False, None
         if self.batches.pending is not None and self._started_before >= 0 and trainer is not None:
             with self.problems.guard("reading the steps Lightning started"):
                 self._declined = steps_started(trainer) == self._started_before  # -1 from the module: never started
                 ran = not self._declined and not step_unfinished(trainer)
-        if ran:
+                fetches_itself, last = fetched_by_step(trainer)
+        if ran or fetches_itself:
             self._commit()
         else:
             self.batches.trained()
+        if not ran and last is not None:  # its own batch, which it did not train (its loader ran out inside it)
+            self._handed = last
 
     def _commit(self, let_go: bool = True) -> None:
         """Count the samples of the step begun (it trained); ``let_go``: its batch is no longer read."""

@@ -79,6 +79,40 @@ def test_both_callbacks_say_once_what_they_count_when_a_batchs_tensors_disagree(
     assert "pass sample_id= or fingerprint=" in out
 
 
+def padded_time_major(items):
+    """Sequences [T_i, 2] and labels as x [T, B, 2] padded to the batch's longest, and y [B]."""
+    steps = max(len(x) for x, _ in items)
+    x = torch.zeros(steps, len(items), 2)
+    for at, (rows, _) in enumerate(items):
+        x[: len(rows), at] = rows
+    return x, torch.stack([label for _, label in items])
+
+
+class TimeMajor(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_time_major_batch_whose_first_leads_alike_by_chance_is_said_at_the_first_that_does_not(capsys):
+    """The first batch's longest sequence as long as its batch (x [4, 4, 2] beside y [4]) hides the guess: a later
+    batch (x [6, 4, 2]) says it, once per callback, and the audit marks its counts a guess."""
+    generator = torch.Generator().manual_seed(0)
+    data = [(torch.randn(length, 2, generator=generator), torch.tensor(0)) for length in [4, 2, 3, 1, 6, 2, 2, 2]]
+    audit, loader = SampleAudit(), DataLoader(data, batch_size=4, collate_fn=padded_time_major)
+    fit_module(TimeMajor(), loader, callbacks=[EpochTimer(), audit])
+    out = capsys.readouterr().out
+    for callback in ("EpochTimer", "SampleAudit"):
+        assert out.count(f"{callback}: the tensors of a training batch (tuple) lead with different lengths (6, 4)") == 1
+    assert all(row["guessed"] for row in audit.epochs)
+
+
 class Rollout:
     """A time-major batch that states its batch_size, as a [T, B] TensorDict of rollouts does: steps, then samples."""
 

@@ -119,6 +119,9 @@ def fit_may_run_workers(trainer: Trainer) -> bool:
     return may_run_workers(trainer.train_dataloader) or may_run_workers(validation)
 
 
+SQUARE_CHECKS = 8  # later batches read for tensors that lead with different lengths, where the first may hide them
+
+
 class FirstBatch(NamedTuple):
     """What a fit's first training batch showed, to be said once."""
 
@@ -152,7 +155,8 @@ class TrainingBatches:
             self._use(loader_paths(loaders))
         self.pending: list[Any] | None = None  # what the step begun read of each loader's part (None: no step)
         self.first: FirstBatch | None = None  # what the first batch showed, until taken (:meth:`take_first`)
-        self._checked = False
+        self._checks = 1  # batches still to check for what :attr:`first` tells (more where the first may hide it)
+        self._first_checked = False
 
     def _use(self, paths: list[tuple[Any, ...]]) -> None:
         self.paths, self.names, self.several = paths, ["/".join(map(str, path)) for path in paths], len(paths) > 1
@@ -166,9 +170,15 @@ class TrainingBatches:
         """Step ``step`` (a key) begins: ``read`` of each loader's part, kept until :meth:`trained` (failed: [None])."""
         self.pending = [None]
         READINGS.step(batch, step)
-        if not self._checked and not self._holds_none(batch):  # (an empty batch shows nothing: the next one is read)
-            self._checked = True
-            self.first = self._check(batch)
+        if self._checks and not self._holds_none(batch):  # (an empty batch shows nothing: the next one is read)
+            self._checks -= 1
+            found = self._check(batch)
+            if not self._first_checked:
+                self._first_checked, self.first = True, found
+                if not found.uneven and self._square(batch):  # a time-major [T, B, ...] with T == B leads alike
+                    self._checks = SQUARE_CHECKS
+            elif found.uneven:  # a later batch, read for tensors that lead with different lengths alone
+                self.first, self._checks = found, 0
         self.pending = [read(batch)] if self._whole else [read(part) for part in self.parts(batch)]
         return self.pending
 
@@ -183,6 +193,14 @@ class TrainingBatches:
         """Whether one loader's batch holds no sample (a filtering collate's), where the first batch's lines read it."""
         try:
             return self.guesses and self._whole and READINGS.read(batch).samples == 0
+        except Exception:  # (read again, and said, as the step reads it)
+            return False
+
+    def _square(self, batch: Any) -> bool:
+        """Whether a part's tensor of sample rows has as many rows as columns: leading alike may be chance there."""
+        try:
+            readings = [READINGS.read(part) for part in self.parts(batch)] if self.guesses else []
+            return any(t.ndim > 1 and t.shape[1] == r.samples for r in readings for t in r.rows)
         except Exception:  # (read again, and said, as the step reads it)
             return False
 

@@ -180,15 +180,17 @@ def test_runs_land_side_by_side_and_tensorboard_reads_them_back(workdir):
 
 
 def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(workdir, capsys):
-    """validate/test/predict without --ckpt_path never score random weights: they refuse in one line with the
-    command to run, and after a fit they name and load its checkpoint. Every command's first line names the device."""
+    """validate/test/predict without --ckpt_path, or with 'last' or 'best', never score random weights: they refuse in
+    one line with the command to run, and after a fit they name and load its checkpoint (the best its ModelCheckpoint
+    kept, the newest without a monitor). Every command's first line names the device."""
     options = (*NO_WORKERS, "--trainer.enable_progress_bar", "false")
     for command in ("validate", "test", "predict"):
         argv = stage_argv("v2_pinned", *options, command=command, quiet=False)
         fix = f"Train one with `python -m mnistperf fit {shlex.join(argv[1:])}`"  # with every option fit takes
         own = ["--return_predictions", "false"] if command == "predict" else ["--verbose=false"]  # the command's own
-        out, _ = fails_in_one_line(capsys, [*argv, "--ckpt_path", "null", *own], "no trained model to evaluate", fix)
-        assert out.startswith(f"mnistperf: {command} on cpu")
+        for asked in ("null", "last", "best"):
+            out, _ = fails_in_one_line(capsys, [*argv, "--ckpt_path", asked, *own], "no trained model to evaluate", fix)
+            assert out.startswith(f"mnistperf: {command} on cpu")
     run_stage("v2_pinned", *NO_WORKERS, epochs=2)
     capsys.readouterr()
     for command in ("validate", "test", "predict"):
@@ -197,6 +199,11 @@ def test_evaluating_refuses_an_untrained_model_then_uses_the_newest_checkpoint(w
         assert out.startswith(f"mnistperf: {command} on cpu"), out
         assert f"mnistperf: {command} with lightning_logs/v2_pinned/version_0/checkpoints/epoch=1-step=" in out
         assert command == "predict" or f"{'val' if command == 'validate' else 'test'}/acc" in out
+    for asked, said in (("last", "the newest checkpoint in"), ("best", "the best its fit had kept, of")):
+        run_stage("v2_pinned", *options, "--ckpt_path", asked, command="validate", quiet=False)
+        out = capsys.readouterr().out
+        assert "mnistperf: validate with lightning_logs/v2_pinned/version_0/checkpoints/epoch=1-step=" in out
+        assert f"({said} lightning_logs/v2_pinned" in out and "val/acc" in out
 
 
 def test_fit_prints_the_device_line_first_even_with_the_progress_bar(workdir, capsys):

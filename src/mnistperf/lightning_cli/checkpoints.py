@@ -45,10 +45,11 @@ def runs_folder(config) -> Path:
     return Path(config.trainer.get("default_root_dir") or ".") / "lightning_logs"
 
 
-def newest_checkpoint(command: str, config, given: Sequence[str] = ()) -> Path:
+def newest_checkpoint(command: str, config, given: Sequence[str] = (), best: bool = False) -> Path:
     """The most recent checkpoint fit wrote with this config, announced; a ConfigError naming the fix if none.
 
-    ``given``: the command's own arguments, which the fix's ``fit`` keeps (but those fit does not take).
+    ``given``: the command's own arguments, which the fix's ``fit`` keeps (but those fit does not take). ``best``: the
+    best one its ModelCheckpoint had kept by then (``--ckpt_path best``), which a fresh process cannot know otherwise.
     """
     folder = runs_folder(config)
     found = written_checkpoints(folder)
@@ -64,7 +65,27 @@ def newest_checkpoint(command: str, config, given: Sequence[str] = ()) -> Path:
             f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
             f"Train one with `python -m mnistperf fit {config_args}`, or pass --ckpt_path FILE."
         )
+    if best:
+        return best_of(command, found[-1], folder)
     return newest_checked(f"{command} with", found[-1], folder)
+
+
+def best_of(command: str, newest: Path, folder: Path) -> Path:
+    """The best checkpoint the ModelCheckpoint that wrote ``newest`` kept, checked readable, then named on rank 0."""
+    check_checkpoint(newest, picked=True)
+    states = torch.load(newest, map_location="cpu", weights_only=True).get("callbacks") or {}
+    kept = [state.get("best_model_path") for key, state in states.items() if str(key).startswith("ModelCheckpoint")]
+    paths = [Path(path) for path in kept if path]
+    best = next((p for path in paths for p in (path, newest.parent / path.name) if p.is_file()), None)
+    if best is None:
+        raise ConfigError(
+            f"--ckpt_path best: the newest checkpoint {newest} names no best one that is still there; "
+            "give --ckpt_path last (the newest) or a FILE."
+        )
+    check_checkpoint(best, picked=True)
+    if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
+        print(f"mnistperf: {command} with {best} (the best its fit had kept, of {folder})", flush=True)
+    return best
 
 
 def resumed_checkpoint(config) -> str:

@@ -276,8 +276,9 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
             # Evaluating restores the checkpoint callback's state too, and Lightning warns that the new run's
             # folder differs from the training run's: true, and nothing to act on when only evaluating.
             warnings.filterwarnings("ignore", message=CHECKPOINT_FOLDER_CHANGED)
-            if config.get("ckpt_path") is None:
-                config.ckpt_path = str(newest_checkpoint(subcommand, config, self._given))
+            asked = config.get("ckpt_path")
+            if asked in (None, "last", "best"):  # the newest (or best) of this config's runs, not of the new run's
+                config.ckpt_path = str(newest_checkpoint(subcommand, config, self._given, best=asked == "best"))
         elif subcommand == "fit" and config.get("ckpt_path") == "last":
             config.ckpt_path = resumed_checkpoint(config)
 

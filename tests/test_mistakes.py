@@ -967,3 +967,17 @@ def test_prepare_litdata_without_the_package_is_refused_by_its_option_before_any
 def test_a_count_below_one_names_the_option_it_was_given_for(workdir, capsys, argv, expected):
     fails_in_one_line(capsys, argv, expected)
     assert not (workdir / "bench_results").exists() and not (workdir / "data" / "Synthetic").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--dataset", "synthetic", "--formats", "parquet,csv"], "Parquet shards alone (it is made to outgrow memory)"),
+        (["--dataset", "mnist", "--rows", "100"], "--rows goes with --dataset synthetic, the random rows"),
+        (["--seed", "3"], "--seed goes with --dataset synthetic, the random rows; leave it out for the official"),
+    ],
+)
+def test_prepare_refuses_an_option_it_would_ignore(workdir, capsys, argv, expected):
+    before = sorted(workdir.rglob("*"))
+    fails_in_one_line(capsys, ["prepare", *argv], expected)
+    assert sorted(workdir.rglob("*")) == before

@@ -80,9 +80,9 @@ def prepare_command(argv: Sequence[str]) -> None:
     )
     parser.add_argument("--force", action="store_true", help="rebuild files that are already there (default: off)")
     parser.add_argument(
-        "--rows", type=int, default=2_000_000, help="training rows of --dataset synthetic (default: %(default)s)"
+        "--rows", type=int, default=None, help="training rows of --dataset synthetic (default: 2,000,000)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of --dataset synthetic (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=None, help="seed of --dataset synthetic (default: 0)")
     parser.add_argument(
         "--litdata",
         action="store_true",
@@ -109,6 +109,16 @@ def prepare_command(argv: Sequence[str]) -> None:
     if opts.dataset is not None and opts.source is not None:  # one or the other: an official dataset, or your own
         parser.error(f"--dataset {opts.dataset} prepares an official dataset, --from imports your own: give one")
     opts.dataset = opts.dataset or "all"
+    if opts.dataset != "synthetic":  # the random rows' options, said where they would do nothing
+        given = next((option for option in ("rows", "seed") if getattr(opts, option) is not None), None)
+        if given is not None:
+            what = "an import" if opts.source else "the official datasets" if opts.dataset == "all" else opts.dataset
+            parser.error(f"--{given} goes with --dataset synthetic, the random rows; leave it out for {what}")
+    elif set(prepare.check_formats(opts.formats.split(","))) != {"parquet"}:
+        parser.error(
+            "--dataset synthetic is written as Parquet shards alone (it is made to outgrow memory): leave out "
+            f"--formats {opts.formats}"
+        )
     taken = place_taken(Path(opts.data_dir), folder=True)
     if taken is not None:  # said before the files are read and converted
         raise ConfigError(f"--data-dir {opts.data_dir}: {taken}; give a folder for the datasets, e.g. --data-dir data")
@@ -128,7 +138,8 @@ def prepare_command(argv: Sequence[str]) -> None:
             force=opts.force,
         )
     elif opts.dataset == "synthetic":
-        reports = prepare.prepare_synthetic(opts.rows, opts.data_dir, seed=opts.seed, force=opts.force)
+        rows, seed = 2_000_000 if opts.rows is None else opts.rows, opts.seed or 0
+        reports = prepare.prepare_synthetic(rows, opts.data_dir, seed=seed, force=opts.force)
     else:
         names = list(sources.DATASETS) if opts.dataset == "all" else [opts.dataset]
         reports = []

@@ -123,6 +123,27 @@ def place_taken(target: Path, folder: bool = False, written: bool = False) -> st
     inside = target if folder and target.is_dir() else blocking
     if written and inside is not None and not os.access(inside, os.W_OK):  # (a read-only file system too)
         return f"{inside} is a folder this process may not write in"
+    if written:  # a folder that lets this process write, and yet makes none (/proc): tried, then undone
+        return unmakeable(target if folder else target.parent)
+    return None
+
+
+def unmakeable(folder: Path) -> str | None:
+    """Why ``folder`` and those missing above it cannot be made, else None; the ones this call makes are removed."""
+    missing = [path for path in (folder, *folder.parents) if not path.exists()]
+    made: list[Path] = []
+    try:
+        for path in reversed(missing):
+            path.mkdir()
+            made.append(path)
+    except FileExistsError:  # made meanwhile by another process: it can be
+        pass
+    except OSError as error:
+        return f"{path} cannot be made ({error.strerror or error})"
+    finally:
+        for path in reversed(made):
+            with contextlib.suppress(OSError):  # (something written there meanwhile: it stays)
+                path.rmdir()
     return None
 
 

@@ -119,7 +119,7 @@ def prepare_command(argv: Sequence[str]) -> None:
             "--dataset synthetic is written as Parquet shards alone (it is made to outgrow memory): leave out "
             f"--formats {opts.formats}"
         )
-    taken = place_taken(Path(opts.data_dir), folder=True)
+    taken = place_taken(Path(opts.data_dir), folder=True, written=True)
     if taken is not None:  # said before the files are read and converted
         raise ConfigError(f"--data-dir {opts.data_dir}: {taken}; give a folder for the datasets, e.g. --data-dir data")
     if opts.litdata:  # before any file is prepared: the copies it asks for need the package

@@ -322,7 +322,7 @@ def test_a_ctrl_c_before_the_command_line_is_read_ends_in_one_line(monkeypatch, 
         ),
         (
             ["prepare", "--data-dir", "notes.txt"],
-            "--data-dir notes.txt: a file; give a folder for the datasets, e.g. --data-dir data",
+            "--data-dir notes.txt: a file; give a folder you may write in, e.g. --data-dir data",
         ),
         (["prepare", "--data-dir", "notes.txt/data"], "--data-dir notes.txt/data: notes.txt is a file, not a folder"),
         (

@@ -208,6 +208,16 @@ def test_interrupted_write_leaves_no_partial_file(fake_raw, tmp_path, monkeypatc
     assert not (tmp_path / "data").exists()  # no partial file, and no folder the preparation made
 
 
+def test_an_interrupted_synthetic_dataset_leaves_no_folder_it_made(tmp_path, monkeypatch):
+    def die(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare.pq, "write_table", die)
+    with pytest.raises(KeyboardInterrupt):
+        prepare.prepare_synthetic(8, tmp_path / "data", test_rows=8, log=lambda m: None)
+    assert not (tmp_path / "data").exists()
+
+
 def test_ctrl_c_in_prepare_is_one_line_not_a_traceback(fake_raw, tmp_path, monkeypatch, capsys):
     def write_half_then_die(table, where, **kwargs):
         Path(where).write_bytes(b"PAR1 partial")
@@ -217,7 +227,8 @@ def test_ctrl_c_in_prepare_is_one_line_not_a_traceback(fake_raw, tmp_path, monke
     with pytest.raises(SystemExit) as exit_info:
         main(["prepare", "--dataset", "mnist", "--source-root", str(fake_raw.root), "--data-dir", str(tmp_path / "d")])
     assert exit_info.value.code == 130
-    assert capsys.readouterr().err == "mnistperf: interrupted; what was being written is not kept\n"
+    kept = "the file being written is not kept, those finished are: the same command again writes the rest"
+    assert capsys.readouterr().err == f"mnistperf: interrupted; {kept}\n"
     assert not (tmp_path / "d").exists()
 
 
@@ -336,5 +347,6 @@ def test_a_prepare_killed_with_sigterm_lets_go_of_what_it_was_writing_as_ctrl_c_
         main(["prepare", "--dataset", "synthetic", "--data-dir", str(tmp_path / "data")])
     assert signal.getsignal(signal.SIGTERM) is handler  # the process's own handler again afterwards
     assert exited.value.code == 128 + signal.SIGTERM
-    assert capsys.readouterr().err == "mnistperf: terminated; what was being written is not kept\n"
+    kept = "the file being written is not kept, those finished are: the same command again writes the rest"
+    assert capsys.readouterr().err == f"mnistperf: terminated; {kept}\n"
     assert list(target.parent.iterdir()) == []  # no temporary file left beside the target

@@ -121,7 +121,7 @@ def prepare_command(argv: Sequence[str]) -> None:
         )
     taken = place_taken(Path(opts.data_dir), folder=True, written=True)
     if taken is not None:  # said before the files are read and converted
-        raise ConfigError(f"--data-dir {opts.data_dir}: {taken}; give a folder for the datasets, e.g. --data-dir data")
+        raise ConfigError(f"--data-dir {opts.data_dir}: {taken}; give a folder you may write in, e.g. --data-dir data")
     if opts.litdata:  # before any file is prepared: the copies it asks for need the package
         from mnistperf.data.pipelines.litdata import require_litdata
 
@@ -184,13 +184,20 @@ def main(args: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:  # Ctrl-C where nothing caught it (fit, bench and tune do): every write is atomic
         if os.environ.get(DEBUG_ENV):
             raise
-        print("mnistperf: interrupted; what was being written is not kept", file=sys.stderr)
+        print(f"mnistperf: interrupted; {NOT_KEPT[command == 'prepare']}", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+# What an interrupted command leaves: the file under way never; prepare's finished ones, which a second run keeps
+NOT_KEPT = {
+    False: "what was being written is not kept",
+    True: "the file being written is not kept, those finished are: the same command again writes the rest",
+}
 
 
 def terminated(signum: int, frame: object) -> None:
     """SIGTERM during ``prepare``: every write under way is let go (its temporary file removed), then the exit."""
-    print("mnistperf: terminated; what was being written is not kept", file=sys.stderr)
+    print(f"mnistperf: terminated; {NOT_KEPT[True]}", file=sys.stderr)
     raise SystemExit(128 + signum)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from mnistperf.atomic import removing_new_folders
 from mnistperf.data import schema
 from mnistperf.data.ingest import prepare, sources
 from mnistperf.errors import ConfigError, DataError, PreparedFileError
@@ -229,7 +230,9 @@ def import_folder(folder: Path, name: str, data_dir: Path, formats: list[str], f
     splits = find_splits(folder)
     tables = {split: read_split(files) for split, files in splits.items()}  # all checked before anything is written
     reports = []
-    for split, table in tables.items():
-        print(f"{name} {split}: {table.num_rows:,} images from {len(splits[split])} file(s) in {folder}", flush=True)
-        reports += prepare.write_split(table, name, split, data_dir, formats)
+    with removing_new_folders(data_dir / name):  # (stopped before a split was written: no folder stays)
+        for split, table in tables.items():
+            files = len(splits[split])
+            print(f"{name} {split}: {table.num_rows:,} images from {files} file(s) in {folder}", flush=True)
+            reports += prepare.write_split(table, name, split, data_dir, formats)
     return reports

@@ -210,32 +210,42 @@ def prepare_synthetic(
         raise ConfigError(f"test_rows must be at least 1 (got {test_rows}).")
     reports = []
     rng = np.random.default_rng(seed)
-    for split, count in (("train", rows), ("test", test_rows)):
-        path = split_path(data_dir, "synthetic", split)
-        if not force and is_ready(path, count):
-            log(f"{path}: ready ({count:,} rows; use --force to rebuild)")
-            continue
-        start = time.perf_counter()
-
-        def write(folder: Path, count=count) -> None:
-            for index, offset in enumerate(range(0, count, SYNTHETIC_SHARD_ROWS)):
-                n = min(SYNTHETIC_SHARD_ROWS, count - offset)
-                images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-                labels = rng.integers(0, schema.NUM_CLASSES, size=n)
-                table = schema.build_table(images, labels)
-                pq.write_table(
-                    table,
-                    folder / shard_name(index),
-                    row_group_size=SYNTHETIC_ROW_GROUP_ROWS,
-                    **schema.WRITE_OPTIONS,
-                )
-
-        atomic_write_dir(path, write)
-        write_s = time.perf_counter() - start
-        reports.append(FormatReport("synthetic", split, count, "parquet", size_mb(path), write_s, float("nan")))
-        shards = math.ceil(count / SYNTHETIC_SHARD_ROWS)
-        log(f"{path}: {count:,} random rows written as {shards} shard{'s' if shards > 1 else ''} in {write_s:.1f} s")
+    with removing_new_folders(split_path(data_dir, "synthetic", "train").parent):  # (stopped before a split: none)
+        for split, count in (("train", rows), ("test", test_rows)):
+            reports += synthetic_split(split, count, data_dir, rng, force, log)
     return reports
+
+
+def synthetic_split(
+    split: str,
+    count: int,
+    data_dir: str | os.PathLike,
+    rng: np.random.Generator,
+    force: bool,
+    log: Callable[[str], None],
+) -> list[FormatReport]:
+    """One split of :func:`prepare_synthetic`, written as shards (none where it is ready)."""
+    path = split_path(data_dir, "synthetic", split)
+    if not force and is_ready(path, count):
+        log(f"{path}: ready ({count:,} rows; use --force to rebuild)")
+        return []
+    start = time.perf_counter()
+
+    def write(folder: Path) -> None:
+        for index, offset in enumerate(range(0, count, SYNTHETIC_SHARD_ROWS)):
+            n = min(SYNTHETIC_SHARD_ROWS, count - offset)
+            images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+            labels = rng.integers(0, schema.NUM_CLASSES, size=n)
+            table = schema.build_table(images, labels)
+            pq.write_table(
+                table, folder / shard_name(index), row_group_size=SYNTHETIC_ROW_GROUP_ROWS, **schema.WRITE_OPTIONS
+            )
+
+    atomic_write_dir(path, write)
+    write_s = time.perf_counter() - start
+    shards = math.ceil(count / SYNTHETIC_SHARD_ROWS)
+    log(f"{path}: {count:,} random rows written as {shards} shard{'s' if shards > 1 else ''} in {write_s:.1f} s")
+    return [FormatReport("synthetic", split, count, "parquet", size_mb(path), write_s, float("nan"))]
 
 
 def check_formats(formats: Iterable[str]) -> list[str]:

@@ -176,8 +176,8 @@ def test_import_gives_back_exactly_the_pixels_that_went_in(tmp_path, layout, cap
 def bad_source(tmp_path: Path, case: str) -> Path:
     images, labels = random_split(6, seed=8)
     source = tmp_path / "source"
-    if case == "no train split":
-        kaggle_csv(source / "test.csv", images, labels)
+    if case in ("no train split", "no test split"):
+        kaggle_csv(source / ("test.csv" if case == "no train split" else "train.csv"), images, labels)
     elif case == "a word among the pixels":
         kaggle_csv(source / "test.csv", images, labels)
         kaggle_csv(source / "train.csv", images, labels)
@@ -228,7 +228,11 @@ def bad_source(tmp_path: Path, case: str) -> Path:
 @pytest.mark.parametrize(
     "case, expected",
     [
-        ("no train split", "has no train split: expected CSV or Parquet files named like"),
+        (
+            "no train split",
+            "has no train split: expected CSV or Parquet files named like train.csv, mnist_train.csv or train-00000-",
+        ),
+        ("no test split", "has no test split: expected CSV or Parquet files named like test.csv, mnist_test.csv or"),
         ("783 columns", "train.csv has 783 columns and no header; expected 785"),
         ("a header and no rows", "train.csv has a header and no rows of data; give it the images' rows"),
         ("a Parquet file of no rows", "train.parquet holds no rows; give it the images' rows"),

@@ -28,7 +28,7 @@ from mnistperf.errors import ConfigError, DataError, PreparedFileError
 SPLIT_WORD = {split: re.compile(rf"(^|[^a-z]){split}([^a-z]|$)") for split in prepare.SPLITS}
 SUFFIXES = (".csv", ".parquet")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
-EXAMPLES = "train.csv, mnist_train.csv or train-00000-of-00001.parquet"
+EXAMPLES = "{split}.csv, mnist_{split}.csv or {split}-00000-of-00001.parquet"  # each split's file names, for example
 
 
 def find_splits(folder: Path) -> dict[str, list[Path]]:
@@ -55,7 +55,8 @@ def find_splits(folder: Path) -> dict[str, list[Path]]:
                 else ""
             )
             raise DataError(
-                f"{folder} has no {split} split: expected CSV or Parquet files named like {EXAMPLES} "
+                f"{folder} has no {split} split: expected CSV or Parquet files named like "
+                f"{EXAMPLES.format(split=split)} "
                 f"(or inside a folder named {split}/){loose}."
             )
         kinds = {f.suffix.lower() for f in files}

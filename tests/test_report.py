@@ -139,8 +139,11 @@ def test_the_report_command_writes_one_run_or_two_compared(tmp_path, capsys):
     two = (tmp_path / "two.html").read_text()
     assert 'id="comparison"' in two and ("B saves" in two or "B takes" in two)
     assert two.count('class="verdict"') == 2 and self_contained(two)
-    main(["report", str(a)])
-    assert "Verdict:" in capsys.readouterr().out
+    capsys.readouterr()
+    main(["report", str(a)])  # at a glance first, the fit's headline without its pointer to the report, then all
+    glance, everything = capsys.readouterr().out.split("\n\n")
+    assert glance.startswith("Verdict: ") and "\nPer epoch (" in glance and "mnistperf report" not in glance
+    assert everything.startswith("Average Train Time per Epoch: ") and "\nVerdict: " in everything
 
 
 def test_a_folder_of_several_runs_reports_its_newest_naming_it_and_one_of_none_names_the_newest_beside(

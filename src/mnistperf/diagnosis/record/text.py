@@ -202,7 +202,10 @@ def steady_said(run: RunSummary) -> str:
 
 
 def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
-    """The run's times, throughput, device and verdict, then each finding it has, one line each."""
+    """The run's times, throughput, device and verdict, then each finding it has, one line each.
+
+    First, where it was interrupted, the line saying so: it says what the figures cover.
+    """
     run = RunSummary.of(summary)
     steady = steady_said(run)
     train = f"; epoch {run.warmup['epoch']} (warm-up): {seconds(run.warmup[figures.TRAIN_S])}" if run.warmup else ""
@@ -216,6 +219,7 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
     if validated and 0 < ran < len(rows):  # (check_val_every_n_epoch: the average counts those without at 0)
         evaluation = f", {ran} of {len(rows)} validated{evaluation}"
     lines = [
+        interrupted_line(run.epochs, run.content.get("stopped_by")) if run.content.get("interrupted") else None,
         f"Average Train Time per Epoch: {seconds(run.figure(figures.AVG_TRAIN_S))} ({steady}{train})",
         "Average Validation Time per Epoch: "
         + (f"{seconds(run.figure(figures.AVG_EVAL_S))} ({steady}{evaluation})" if validated else "none ran"),
@@ -233,7 +237,6 @@ def format_summary(summary: RunSummary | Mapping[str, Any]) -> str:
         format_window(run.busy_window) if run.busy_window else None,
         format_advice(run.advice.ceiling, run.advice.hints) if run.advice else None,
         f"Final {run.metric}: {run.final_metric:.4f}" if run.final_metric is not None else None,
-        interrupted_line(run.epochs, run.content.get("stopped_by")) if run.content.get("interrupted") else None,
     ]
     return "\n".join(line for line in lines if line)
 
@@ -257,12 +260,13 @@ def headline_cause(reason: str) -> str | None:
 
 
 def format_headline(
-    summary: RunSummary | Mapping[str, Any], folder: str | None = None, unwritten: str | None = None
+    summary: RunSummary | Mapping[str, Any], folder: str | None = None, unwritten: str | None = None, rest: bool = True
 ) -> str:
     """The fit's end at a glance: the verdict and the figure that decided it, then at most three short lines.
 
     Why (a cause beyond the figure), the fix in the project's terms, what it could buy; then the figures per epoch,
-    and where the rest is (``folder``: the run's, for ``mnistperf report``), or why it was not written (``unwritten``).
+    and where the rest is (``folder``: the run's, for ``mnistperf report``), or why it was not written (``unwritten``);
+    not said where ``rest`` is False (the report, which goes on with it).
     """
     run = RunSummary.of(summary)
     steady = steady_said(run)
@@ -306,12 +310,13 @@ def format_headline(
         f"{throughput(run.figure(figures.SAMPLES_PER_S))}; "
         f"{run.device or 'device not known'}, {run.precision or '32-true'}{metric}"
     )
-    lines.append(
-        f"The rest ({ELSEWHERE}): not written ({unwritten})"
-        if unwritten
-        else f"The rest ({ELSEWHERE}): `mnistperf report {shlex.quote(folder) if folder else 'RUN'}` prints it, "
-        "timing.html shows it"
-    )
+    if rest:
+        lines.append(
+            f"The rest ({ELSEWHERE}): not written ({unwritten})"
+            if unwritten
+            else f"The rest ({ELSEWHERE}): `mnistperf report {shlex.quote(folder) if folder else 'RUN'}` prints it, "
+            "timing.html shows it"
+        )
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from mnistperf.atomic import place_taken, removing_new_folders
 from mnistperf.close_names import OneLineArgumentParser
 from mnistperf.diagnosis.guard import jsonable
 from mnistperf.diagnosis.record.run import SUMMARY_FILE, load
-from mnistperf.diagnosis.record.text import format_summary
+from mnistperf.diagnosis.record.text import format_headline, format_summary
 from mnistperf.diagnosis.show.compare import band_said, compare, format_comparison, load_two, percent, run_labels
 from mnistperf.diagnosis.show.report import REPORT_FILE, html_report, write_report
 from mnistperf.errors import ConfigError
@@ -84,7 +84,10 @@ def report_command(argv: Sequence[str]) -> None:
     if not opts.html:
         if comparison is None and paths[0] != opts.run / SUMMARY_FILE and opts.run.is_dir():  # which of its runs
             print(f"run: {paths[0]} (the newest {SUMMARY_FILE} under {opts.run})")
-        print(format_summary(summaries[0]) if comparison is None else format_comparison(comparison, *paths))
+        if comparison is not None:
+            print(format_comparison(comparison, *paths))
+            return
+        print(f"{format_headline(summaries[0], rest=False)}\n\n{format_summary(summaries[0])}")  # at a glance, then all
         return
     file = REPORT_FILE if comparison is None else f"compared-{runs[1][0].replace('/', '-')}.html"
     out = opts.out or paths[0].with_name(file)

@@ -13,7 +13,7 @@ from mnistperf.cli import main
 from mnistperf.data.ingest import prepare
 from mnistperf.lightning_cli.mnistperf_cli import parse_fit_config
 from mnistperf.tune import policy, probes, stages
-from mnistperf.tune.command import probes_path, tuned_config
+from mnistperf.tune.command import probes_path, probes_table, tuned_config
 from mnistperf.tune.search import Outcome, Run, Search, Trial
 
 
@@ -234,6 +234,34 @@ def test_a_step_probe_the_budget_stopped_is_listed_as_stopped_and_projects_nothi
     stopped.runs = [Run(seconds=5.0, error="stopped after 5 s: the budget ended")]
     assert stages.batch_projection(outcome) is None  # no step at 0 samples/s, -100 %
     assert "failed: stopped after 5 s" in stages.probe_note(stopped)
+
+
+class TimedOutInput:
+    """Probes that measure every trial at once, but the budget ends as the input config's settings train beside."""
+
+    options = {"pipeline": "v2", "num_workers": 2, "persistent_workers": True, "prefetch_factor": None}
+    options |= {"pin_memory": False, "batch_size": 64}
+    device = torch.device("cpu")
+
+    def __call__(self, trial: Trial, seconds: float) -> Run:
+        if trial.kind == "both" and trial.settings["pipeline"] == "v2":
+            return Run(seconds=5.0, timed_out=True)
+        pipeline = trial.settings.get("pipeline")
+        rate = {"step": 1000.0, "loader": 50.0 if pipeline == "v2" else 5000.0}.get(trial.kind, 900.0)
+        return Run([rate, rate], seconds=0.1, wait=0.0)
+
+
+def test_a_best_the_budget_left_unmeasured_beside_the_input_config_is_said_unconfirmed_and_its_row_unmeasured():
+    lines: list[str] = []
+    found = stages.outcome(TimedOutInput(), 600, lines.append, 6400, ["resident", "v2"], 1, False)
+    assert found.best["pipeline"] == "resident"  # the best found so far, kept
+    assert found.stopped.endswith(
+        "; the best predicted was not measured beside the input config's settings (more --budget is)"
+    )
+    stopped = next(line for line in lines if "input config" in line)
+    assert ": not measured, input config, failed: stopped after 5 s" in stopped
+    (row,) = [row for row in probes_table(found).splitlines() if "input config" in row]
+    assert "| - | - |" in row  # no samples/s, no spread: not 0
 
 
 def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):

@@ -290,7 +290,7 @@ def run_command(command: str | None, argv: list[str], from_process: bool) -> Non
             from mnistperf.tune.command import tune_command
             from mnistperf.tune.search import INTERRUPTED
 
-            if tune_command(argv[1:]).stopped == INTERRUPTED:  # the best so far written, the status says cut short
+            if tune_command(argv[1:]).stopped.startswith(INTERRUPTED):  # the best so far written; status: cut short
                 raise SystemExit(130)
         elif command == "compare":
             from mnistperf.diagnosis.show.commands import compare_command

@@ -38,13 +38,19 @@ def probe_note(probe: Trial) -> str:
     return ", ".join(n for n in (probe.label, start, repeated, failed) if n)
 
 
+def rate_said(probe: Trial, rate: str, spread: str) -> list[str]:
+    """A probe's samples/s and spread in the formats given; "-" for each where no run of it measured any."""
+    return [rate.format(probe.rate), spread.format(probe.spread)] if probe.rates else ["-", "-"]
+
+
 def probe_line(search: Search, probe: Trial, run: Run) -> str:
     """A probe's line: its number, kind and settings, samples/s and spread, note and seconds."""
-    spread = f" (spread {probe.spread:.0%})" if probe.spread else ""
+    rate, spread = rate_said(probe, "{:,.0f} samples/s", " (spread {:.0%})" if probe.spread else "")
     note = probe_note(probe)
     return (
-        f"[probe {search.trials.index(probe) + 1}] {probe.kind:<6} {describe(probe.settings)}: {probe.rate:,.0f} "
-        f"samples/s{spread}{', ' + note if note else ''} ({probe.seconds:.1f} s)"
+        f"[probe {search.trials.index(probe) + 1}] {probe.kind:<6} {describe(probe.settings)}: "
+        f"{rate if probe.rates else 'not measured'}{spread if probe.rates else ''}{', ' + note if note else ''} "
+        f"({probe.seconds:.1f} s)"
     )
 
 
@@ -188,6 +194,10 @@ def outcome(
     with search.stops():
         closing_check(search, base["batch_size"], start, found, tune_batch_size)
     found.stopped = search.stopped
+    input_config = {**start, "batch_size": base["batch_size"]}
+    measured = any(t.rates for t in search.trials if t.kind == BOTH and t.settings == input_config)
+    if start != found.best and not measured:  # the closing rule could not be followed
+        found.stopped += "; the best predicted was not measured beside the input config's settings (more --budget is)"
     return found
 
 

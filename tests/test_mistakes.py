@@ -438,9 +438,12 @@ def test_an_official_dataset_beside_an_import_is_refused_not_ignored(capsys, tmp
         (["--data.data_dir", "s3://bucket/x"], "is remote, and the v2 pipeline reads local files only"),
         (["--data.dataset", "mine"], "data.dataset 'mine' is a dataset of your own"),
         (["--data.dataset", "fashion"], "data.dataset 'fashion' is no built-in dataset (did you mean fashion_mnist?)"),
+        (["--data.dataset", "Fashion_MNIST"], "is no built-in dataset (did you mean fashion_mnist?)"),  # in any case
+        (["--data.dataset", "my_cvs"], "data.dataset 'my_cvs' is a dataset of your own (did you mean my_csv, beside"),
     ],
 )
 def test_wrong_values_end_in_one_line(workdir, capsys, override, expected):
+    (workdir / "data" / "my_csv" / "train").mkdir(parents=True)  # a dataset of the user's own, beside the one asked
     fails_in_one_line(capsys, fit_args(*override), expected)
     assert not (workdir / "lightning_logs").exists(), "a fit that never started left a run folder"
 

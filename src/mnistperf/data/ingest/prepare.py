@@ -364,13 +364,30 @@ def _readable_rows(path: Path) -> int | None:
         return None
 
 
+def own_datasets(data_dir: Path) -> list[str]:
+    """The datasets of the user's own under ``data_dir``: its folders holding a train split, the built-in ones apart."""
+    built_in = {spec.folder for spec in sources.DATASETS.values()} | {
+        split_path(data_dir, "synthetic", "train").parent.name
+    }
+    try:
+        folders = [path for path in data_dir.iterdir() if path.is_dir() and path.name not in built_in]
+    except OSError:  # no such folder, or none to read: none of them
+        return []
+    return [path.name for path in folders if (path / "train.parquet").is_file() or (path / "train").is_dir()]
+
+
 def _require_own(dataset: str, data_dir: Path, path: Path) -> NoReturn:
     """Raise the DataError for a missing split of a dataset of the user's own, saying where it is read from.
 
     A name like a built-in dataset's (``fashion``) is answered with that one too.
     """
-    meant = closest(dataset, [*sources.DATASETS, "synthetic"])
-    own = f"no built-in dataset (did you mean {meant}?), so a dataset of your own" if meant else "a dataset of your own"
+    built_in = [*sources.DATASETS, "synthetic"]
+    alike = {name.lower(): name for name in [*built_in, *own_datasets(data_dir)] if name != dataset}
+    folded = closest(dataset.lower(), alike)  # (Fashion_MNIST is fashion_mnist)
+    meant = alike[folded] if folded else None
+    own = "a dataset of your own" + (f" (did you mean {meant}, beside it?)" if meant else "")
+    if meant in built_in:
+        own = f"no built-in dataset (did you mean {meant}?), so a dataset of your own"
     raise DataError(
         f"{path} not found: data.dataset {dataset!r} is {own}, read from {data_dir / dataset}/ "
         f"(train.parquet and test.parquet, or train/ and test/ folders of shards). Put them there, or convert a "

@@ -70,26 +70,28 @@ def test_a_result_meant_for_a_folder_this_process_may_not_write_in_is_refused_be
 
 
 def test_a_folder_the_system_will_not_make_is_refused_before_the_work_and_none_is_left(tmp_path, monkeypatch, capsys):
-    """/proc lets root write and makes no folder: the folder is tried, said in one line, and nothing stays."""
+    """/proc lets root write and makes no folder: a folder is tried beside the one asked, said in one line, and
+    nothing stays."""
     from conftest import fails_in_one_line
 
     from mnistperf.atomic import place_taken
 
-    made = Path.mkdir
+    proc, made = tmp_path / "proc", os.mkdir
+    proc.mkdir()
 
-    def refused(path, *args, **kwargs):  # as /proc answers: its parent made, itself refused
-        if path.name == "nope":
+    def refused(path, *args, **kwargs):  # as /proc answers a folder made in it
+        if Path(path).parent == proc:
             raise FileNotFoundError(2, "No such file or directory")
         return made(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "mkdir", refused)
-    said = f"{tmp_path / 'data' / 'nope'} cannot be made (No such file or directory)"
-    assert place_taken(tmp_path / "data" / "nope" / "x", folder=True, written=True) == said
-    assert place_taken(tmp_path / "data" / "nope" / "timing.json", written=True) == said
+    monkeypatch.setattr(os, "mkdir", refused)
+    said = f"{proc / 'nope'} cannot be made (No such file or directory)"
+    assert place_taken(proc / "nope" / "x", folder=True, written=True) == said
+    assert place_taken(proc / "nope" / "timing.json", written=True) == said
     assert place_taken(tmp_path / "data" / "fine", folder=True, written=True) is None
-    argv = ["prepare", "--dataset", "synthetic", "--rows", "8", "--data-dir", str(tmp_path / "data" / "nope")]
-    fails_in_one_line(capsys, argv, f"--data-dir {tmp_path / 'data' / 'nope'}: {said}; give a folder")
-    assert list(tmp_path.iterdir()) == []  # the folders tried were made and removed
+    argv = ["prepare", "--dataset", "synthetic", "--rows", "8", "--data-dir", str(proc / "nope")]
+    fails_in_one_line(capsys, argv, f"--data-dir {proc / 'nope'}: {said}; give a folder")
+    assert list(tmp_path.iterdir()) == [proc] and list(proc.iterdir()) == []  # the folder tried is gone
 
 
 def test_a_file_the_system_refuses_is_named_as_asked_for_not_by_its_temporary_twin(tmp_path, monkeypatch):

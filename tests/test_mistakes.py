@@ -275,9 +275,9 @@ def test_a_bench_out_folder_the_system_refuses_is_said_before_any_run(tmp_path, 
     monkeypatch.setattr(Path, "mkdir", mkdir)
     with pytest.raises(SystemExit) as stop:
         main(["bench", "--config-dir", str(CONFIGS), "--stages", "v2_pinned", "--out", str(refused)])
-    said = f"mnistperf: error: --out {refused}: {refused} cannot be made ({os.strerror(errno.EROFS)}); give a folder"
-    assert stop.value.code == 2 and said in capsys.readouterr().err
-    assert not refused.parent.exists()  # the folder above it, made to try, is gone
+    assert stop.value.code == 2 and f"mnistperf: error: {refused}: {os.strerror(errno.EROFS)}; give a path" in (
+        capsys.readouterr().err
+    )
 
 
 # ---------------------------------------------------------------- Ctrl-C

@@ -129,21 +129,19 @@ def place_taken(target: Path, folder: bool = False, written: bool = False) -> st
 
 
 def unmakeable(folder: Path) -> str | None:
-    """Why ``folder`` and those missing above it cannot be made, else None; the ones this call makes are removed."""
+    """Why ``folder`` (or the first folder missing above it) cannot be made, else None.
+
+    Tried with a folder of its own name beside it, made and removed, so that no other process meets a folder made and
+    removed under it.
+    """
     missing = [path for path in (folder, *folder.parents) if not path.exists()]
-    made: list[Path] = []
+    if not missing:
+        return None
+    first = missing[-1]
     try:
-        for path in reversed(missing):
-            path.mkdir()
-            made.append(path)
-    except FileExistsError:  # made meanwhile by another process: it can be
-        pass
+        os.rmdir(tempfile.mkdtemp(prefix=f".{first.name}.", suffix=".tmp", dir=first.parent))
     except OSError as error:
-        return f"{path} cannot be made ({error.strerror or error})"
-    finally:
-        for path in reversed(made):
-            with contextlib.suppress(OSError):  # (something written there meanwhile: it stays)
-                path.rmdir()
+        return f"{first} cannot be made ({error.strerror or error})"
     return None
 
 

@@ -178,6 +178,13 @@ def bad_source(tmp_path: Path, case: str) -> Path:
     source = tmp_path / "source"
     if case in ("no train split", "no test split"):
         kaggle_csv(source / ("test.csv" if case == "no train split" else "train.csv"), images, labels)
+    elif case == "pixels scaled to 0..1":
+        kaggle_csv(source / "test.csv", images, labels)
+        kaggle_csv(source / "train.csv", images, labels)
+        lines = (source / "train.csv").read_text().splitlines()
+        fields = lines[2].split(",")
+        lines[2] = ",".join([fields[0], "0.5", *fields[2:]])  # a row's first pixel a fraction
+        (source / "train.csv").write_text("\n".join(lines) + "\n")
     elif case == "a word among the pixels":
         kaggle_csv(source / "test.csv", images, labels)
         kaggle_csv(source / "train.csv", images, labels)
@@ -236,10 +243,15 @@ def bad_source(tmp_path: Path, case: str) -> Path:
         ("783 columns", "train.csv has 783 columns and no header; expected 785"),
         ("a header and no rows", "train.csv has a header and no rows of data; give it the images' rows"),
         ("a Parquet file of no rows", "train.parquet holds no rows; give it the images' rows"),
-        ("a folder of PNGs", "(or inside a folder named train/); its 2 image files are read only inside Parquet"),
+        ("a folder of PNGs", "(or inside a folder named train/); its 2 loose image files are not read (a file per"),
         (
             "a word among the pixels",
             "train.csv: column pixel1 holds string values, not whole numbers; labels must be 0..9 and pixels 0..255",
+        ),
+        (
+            "pixels scaled to 0..1",
+            "column pixel1 holds double values, not whole numbers; labels must be 0..9 and"
+            " pixels 0..255 (pixels scaled to 0..1: times 255, rounded): correct the file",
         ),
         ("a pixel past 255, with a header", "train.csv: column pixel10 has values"),
         ("a pixel past 255, no header", "train.csv: column 11 (no header) has values"),

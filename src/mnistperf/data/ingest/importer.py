@@ -49,8 +49,8 @@ def find_splits(folder: Path) -> dict[str, list[Path]]:
     for split, files in found.items():
         if not files:
             loose = (
-                f"; its {images:,} image files are read only inside Parquet (Hugging Face's layout: an image "
-                "column of PNG bytes and a label column), not one file an image"
+                f"; its {images:,} loose image files are not read (a file per image is no layout it imports): put "
+                "them in Parquet in Hugging Face's image layout, an image column of PNG bytes beside a label column"
                 if images
                 else ""
             )
@@ -100,10 +100,11 @@ def read_csv(file: Path) -> pa.Table:
         raise DataError(f"{file} has a header and no rows of data; {GIVE_ROWS}")
     for position, name in enumerate(table.column_names, 1):
         if name in (layout.label, *layout.pixels) and not pa.types.is_integer(table.schema.field(name).type):
-            said = name if header else f"{position}"
+            said, kind = name if header else f"{position}", table.schema.field(name).type
+            scaled = " (pixels scaled to 0..1: times 255, rounded)" if pa.types.is_floating(kind) else ""
             raise DataError(
-                f"{file}: column {said} holds {table.schema.field(name).type} values, not whole numbers; "
-                "labels must be 0..9 and pixels 0..255: correct the file and import again."
+                f"{file}: column {said} holds {kind} values, not whole numbers; "
+                f"labels must be 0..9 and pixels 0..255{scaled}: correct the file and import again."
             )
     table = layout.canonical(table)
     # each column named as the file names it (by its place where it has no header), not by the canonical name

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import NO_WORKERS, TEST_ROWS, newest_checkpoint, run_stage
+from conftest import NO_WORKERS, TEST_ROWS, fails_in_one_line, newest_checkpoint, run_stage, stage_argv
 
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.model import ImageClassifier
@@ -110,6 +110,18 @@ def test_fit_with_ckpt_path_last_resumes_the_newest_run_of_its_config(workdir, c
     assert "mnistperf: fit resumes from lightning_logs/v2_pinned/version_0/checkpoints/epoch=0-step=3.ckpt" in (
         capsys.readouterr().out
     )
+
+
+def test_a_runs_folder_as_ckpt_path_gives_its_newest_checkpoint_and_one_holding_none_is_refused(workdir, capsys):
+    run_stage("v2_pinned", *SMALL, epochs=1)
+    capsys.readouterr()
+    summary = run_stage("v2_pinned", *SMALL, "--ckpt_path", "lightning_logs/v2_pinned/version_0", epochs=2)
+    assert [e["epoch"] for e in summary["epochs"]] == [2]  # resumed from it
+    said = "mnistperf: fit resumes from lightning_logs/v2_pinned/version_0/checkpoints/epoch=0-step=3.ckpt (the newest "
+    assert said in capsys.readouterr().out
+    (workdir / "empty").mkdir()
+    argv = stage_argv("v2_pinned", *SMALL, "--ckpt_path", "empty", command="validate")
+    fails_in_one_line(capsys, argv, "--ckpt_path empty: a folder holding no checkpoint (*.ckpt); give a checkpoint")
 
 
 def test_an_optimizer_state_of_another_kind_starts_a_fresh_optimizer(workdir, v2_checkpoint, caplog):

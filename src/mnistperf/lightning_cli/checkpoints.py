@@ -70,6 +70,17 @@ def newest_checkpoint(command: str, config, given: Sequence[str] = (), best: boo
     return newest_checked(f"{command} with", found[-1], folder)
 
 
+def folder_checkpoint(command: str, folder: Path) -> Path:
+    """``--ckpt_path FOLDER`` (a run's log folder, or its checkpoints folder): the newest checkpoint under it, named."""
+    found = sorted(folder.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise ConfigError(
+            f"--ckpt_path {folder}: a folder holding no checkpoint (*.ckpt); give a checkpoint written by fit, or the "
+            "log folder of a run that wrote one (lightning_logs/<config>/version_N)."
+        )
+    return newest_checked(f"{command} with" if command != "fit" else "fit resumes from", found[-1], folder)
+
+
 def best_of(command: str, newest: Path, folder: Path) -> Path:
     """The best checkpoint the ModelCheckpoint that wrote ``newest`` kept, checked readable, then named on rank 0."""
     check_checkpoint(newest, picked=True)

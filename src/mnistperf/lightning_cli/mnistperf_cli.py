@@ -29,7 +29,13 @@ from mnistperf.data.pipelines import registry
 from mnistperf.diagnosis.callbacks.batch_hooks import skip_unused_batch_hooks
 from mnistperf.diagnosis.callbacks.project_reader import TrainerAttributes
 from mnistperf.errors import ConfigError, MnistperfError
-from mnistperf.lightning_cli.checkpoints import check_checkpoint, newest_checkpoint, resumed_checkpoint, runs_folder
+from mnistperf.lightning_cli.checkpoints import (
+    check_checkpoint,
+    folder_checkpoint,
+    newest_checkpoint,
+    resumed_checkpoint,
+    runs_folder,
+)
 from mnistperf.lightning_cli.configs import given_configs, read_config, stage_names
 from mnistperf.lightning_cli.parser_errors import OneLineErrorParser
 from mnistperf.lightning_cli.predictions import PredictionsFile
@@ -269,6 +275,9 @@ class MnistperfCLI(KeepRunHyperparameters, LightningCLI):
                     "(or trainer.default_root_dir) a folder you may write in, e.g. add "
                     f"--trainer.logger.init_args.save_dir {shlex.quote(str(other))}"
                 )
+            asked = config.get("ckpt_path")
+            if asked is not None and Path(str(asked)).is_dir():  # a run's folder: its newest checkpoint
+                config.ckpt_path = str(folder_checkpoint(subcommand, Path(str(asked))))
             check_checkpoint(config.get("ckpt_path"))  # one line, before Lightning loads it
             if config.data.dataset in DATASETS and not is_uri(config.data.data_dir):  # before Lightning says more
                 prepare.require_preparable(config.data.dataset, config.data.data_dir, config.data.source_root)

@@ -162,6 +162,7 @@ def test_import_gives_back_exactly_the_pixels_that_went_in(tmp_path, layout, cap
     elif layout == "hugging face":
         hf_parquet(source / "data" / "train-00000-of-00001.parquet", images, labels)
         hf_parquet(source / "data" / "test-00000-of-00001.parquet", images[:5], labels[:5])
+        hf_parquet(source / "data" / "validation-00000-of-00001.parquet", images[:3], labels[:3])  # left out, said
     else:
         hf_parquet(source / "train" / "part-0.parquet", images[:12], labels[:12])
         hf_parquet(source / "train" / "part-1.parquet", images[12:], labels[12:])
@@ -170,6 +171,8 @@ def test_import_gives_back_exactly_the_pixels_that_went_in(tmp_path, layout, cap
     assert np.array_equal(got_images, images) and np.array_equal(got_labels, labels)
     out = capsys.readouterr().out
     assert "mine" in out and "csv" in out and "parquet" in out  # the size report, as for the built-in data
+    left_out = f"{source / 'data' / 'validation-00000-of-00001.parquet'}: left out (its name says no split, or both"
+    assert (left_out in out) == (layout == "hugging face")
     assert_batch_is(first_batch(tmp_path / "data", "mine", "v2"), images, labels)  # usable by name at once
 
 

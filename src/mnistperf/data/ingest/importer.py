@@ -46,6 +46,8 @@ def find_splits(folder: Path) -> dict[str, list[Path]]:
         splits = {s for s, word in SPLIT_WORD.items() if any(word.search(part) for part in words)}
         if len(splits) == 1:
             found[splits.pop()].append(file)
+        else:  # a validation split, a file of both names: not a split it imports, said
+            print(f"{file}: left out (its name says no split, or both: {' or '.join(prepare.SPLITS)})", flush=True)
     for split, files in found.items():
         if not files:
             loose = (

@@ -110,10 +110,10 @@ def test_a_folder_gives_its_newest_timing_json_and_a_wrong_path_fails_in_one_lin
     new = write(tmp_path / "new", run(5.0, 60_000, "overhead-bound", 0.1))
     assert find_summary(tmp_path) == new and find_summary(old) == old
     main(["compare", str(old), str(new.parent.parent)])
-    printed = capsys.readouterr().out
-    assert (
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("A: ") and printed[1].startswith("B: ")  # the answer under them, before the table
+    assert printed[2].startswith(
         "B saves 5.00 s per epoch (2.00x, noise not known: each run has 0 steady epochs measuring it), within"
-        in printed
     )
     fails_in_one_line(capsys, ["compare", str(tmp_path / "nowhere"), str(new)], "no such file or folder (give a")
     # a misspelt run's folder: the one meant, whole, so that the line pasted again compares

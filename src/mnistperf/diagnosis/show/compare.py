@@ -319,14 +319,15 @@ def comparison_rows(found: dict[str, Any]) -> list[list[str]]:
 
 
 def format_comparison(found: dict[str, Any], a_path: Path, b_path: Path) -> str:
-    """The comparison as printed: a table of the figures, the verdicts, then what B bought against A's ceiling."""
+    """The comparison as printed: the runs, what B bought against A's ceiling, then a table of the figures."""
     names = run_labels((a_path, b_path), found["names"])
-    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", *comparison_notes(found), ""]
+    bought = format_bought(found["bought"], found.get("changed"))
+    lines = [f"A: {a_path} ({names[0]})", f"B: {b_path} ({names[1]})", bought, *comparison_notes(found), ""]
     table = [["", *COLUMNS], *comparison_rows(found)]
     wide = max(12, *(len(cell) for row in table for cell in row[1:3]))  # a verdict may be wider than a figure
     for label, a, b, ratio, noise_said in table:
         lines.append(f"{label:30} {a:>{wide}} {b:>{wide}} {ratio:>7}  {noise_said}".rstrip())
-    return "\n".join([*lines, "", format_bought(found["bought"], found.get("changed"))])
+    return "\n".join(lines)
 
 
 def comparison_notes(found: dict[str, Any]) -> list[str]:

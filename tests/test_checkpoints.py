@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import NO_WORKERS, TEST_ROWS, fails_in_one_line, newest_checkpoint, run_stage, stage_argv
+from conftest import CONFIGS, NO_WORKERS, TEST_ROWS, fails_in_one_line, newest_checkpoint, run_stage, stage_argv
 
 from mnistperf.data.datamodule import MNISTDataModule
 from mnistperf.model import ImageClassifier
@@ -122,6 +122,44 @@ def test_a_runs_folder_as_ckpt_path_gives_its_newest_checkpoint_and_one_holding_
     (workdir / "empty").mkdir()
     argv = stage_argv("v2_pinned", *SMALL, "--ckpt_path", "empty", command="validate")
     fails_in_one_line(capsys, argv, "--ckpt_path empty: a folder holding no checkpoint (*.ckpt); give a checkpoint")
+
+
+OWN_FOLDER = """trainer:
+  callbacks:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args: {dirpath: kept, monitor: val/acc, mode: max, save_last: true, save_top_k: 1}
+"""
+
+
+def test_evaluating_last_or_best_reads_a_model_checkpoint_of_a_folder_of_its_own(workdir, capsys):
+    """A ModelCheckpoint saving in a folder of its own (save_last, a monitor): last is its newest, best the one it
+    kept; both named by where they lie, neither an older run's under lightning_logs."""
+    run_stage("v2_pinned", *SMALL, epochs=1)  # an older run, in the runs' folder
+    (workdir / "own.yaml").write_text(OWN_FOLDER)
+    run_stage("v2_pinned", *SMALL, "--config", "own.yaml", epochs=2)
+    capsys.readouterr()
+    run_stage("v2_pinned", *SMALL, "--config", "own.yaml", "--ckpt_path", "last", command="validate", quiet=False)
+    assert "mnistperf: validate with kept/last.ckpt (the newest checkpoint in kept; " in capsys.readouterr().out
+    state = torch.load(workdir / "kept" / "last.ckpt", weights_only=True)["callbacks"]
+    (best,) = [Path(s["best_model_path"]).name for s in state.values() if s.get("best_model_path")]
+    run_stage("v2_pinned", *SMALL, "--config", "own.yaml", "--ckpt_path", "best", command="validate", quiet=False)
+    assert f"mnistperf: validate with kept/{best} (the best its fit had kept, of kept)" in capsys.readouterr().out
+
+
+def test_best_is_read_beside_the_newest_checkpoint_wherever_the_evaluation_runs(workdir, tmp_path, monkeypatch, capsys):
+    """The best path a fit saves is relative to where it ran: read beside its checkpoint, not from here."""
+    run_stage("v2_pinned", *SMALL, epochs=1)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "lightning_logs" / "v2_pinned" / "version_0" / "checkpoints").mkdir(parents=True)
+    (elsewhere / "lightning_logs" / "v2_pinned" / "version_0" / "checkpoints" / "epoch=0-step=3.ckpt").write_bytes(b"")
+    monkeypatch.chdir(elsewhere)  # a run of the same name here, whose checkpoint is no checkpoint
+    capsys.readouterr()
+    logs = str(workdir / "lightning_logs")
+    argv = [*SMALL, "--trainer.logger.init_args.save_dir", logs, "--data.data_dir", str(workdir / "data")]
+    argv += ["--ckpt_path", "best"]
+    run_stage(CONFIGS / "v2_pinned.yaml", *argv, command="validate", quiet=False)
+    said = f"mnistperf: validate with {logs}/v2_pinned/version_0/checkpoints/epoch=0-step=3.ckpt (the best its fit"
+    assert said in capsys.readouterr().out
 
 
 def test_an_optimizer_state_of_another_kind_starts_a_fresh_optimizer(workdir, v2_checkpoint, caplog):

@@ -51,8 +51,11 @@ def newest_checkpoint(command: str, config, given: Sequence[str] = (), best: boo
     ``given``: the command's own arguments, which the fix's ``fit`` keeps (but those fit does not take). ``best``: the
     best one its ModelCheckpoint had kept by then (``--ckpt_path best``), which a fresh process cannot know otherwise.
     """
-    folder = runs_folder(config)
-    found = written_checkpoints(folder)
+    own = declared_folders(config)  # a ModelCheckpoint of a folder of its own: its checkpoints, not the runs'
+    folder = own[0] if own else runs_folder(config)
+    found = sorted((c for f in own for c in f.glob("*.ckpt")), key=lambda p: p.stat().st_mtime)
+    found = found if own else written_checkpoints(folder)
+    where = folder if own else folder / "version_*" / "checkpoints"
     if not found:
         kept, skip = [], False
         for arg in given:  # --ckpt_path, validate's and test's --verbose, predict's --return_predictions, and values
@@ -62,7 +65,7 @@ def newest_checkpoint(command: str, config, given: Sequence[str] = (), best: boo
         configs = " ".join(f"--config {c}" for c in (config.get("config") or []))
         config_args = shlex.join(kept) if kept else configs or "--config configs/STAGE.yaml"
         raise ConfigError(
-            f"{command}: no trained model to evaluate: no checkpoint in {folder}/version_*/checkpoints/. "
+            f"{command}: no trained model to evaluate: no checkpoint in {where}/. "
             f"Train one with `python -m mnistperf fit {config_args}`, or pass --ckpt_path FILE."
         )
     if best:
@@ -81,13 +84,26 @@ def folder_checkpoint(command: str, folder: Path) -> Path:
     return newest_checked(f"{command} with" if command != "fit" else "fit resumes from", found[-1], folder)
 
 
+def declared_folders(config) -> list[Path]:
+    """The folders the config's checkpoint callbacks save in, where given one (a ModelCheckpoint's ``dirpath``)."""
+    callbacks = config.trainer.get("callbacks") or []
+    found = [getattr(getattr(c, "init_args", None), "dirpath", None) for c in callbacks if hasattr(c, "init_args")]
+    return [Path(str(folder)) for folder in found if folder]
+
+
 def best_of(command: str, newest: Path, folder: Path) -> Path:
-    """The best checkpoint the ModelCheckpoint that wrote ``newest`` kept, checked readable, then named on rank 0."""
+    """The best checkpoint the ModelCheckpoint that wrote ``newest`` kept, checked readable, then named on rank 0.
+
+    Its path as that fit saved it is relative to where the fit ran: the checkpoint of that name beside ``newest``.
+    """
     check_checkpoint(newest, picked=True)
     states = torch.load(newest, map_location="cpu", weights_only=True).get("callbacks") or {}
-    kept = [state.get("best_model_path") for key, state in states.items() if str(key).startswith("ModelCheckpoint")]
-    paths = [Path(path) for path in kept if path]
-    best = next((p for path in paths for p in (path, newest.parent / path.name) if p.is_file()), None)
+    kept = [
+        state["best_model_path"]
+        for state in states.values()
+        if isinstance(state, dict) and state.get("best_model_path")
+    ]
+    best = next((newest.parent / Path(path).name for path in kept if (newest.parent / Path(path).name).is_file()), None)
     if best is None:
         raise ConfigError(
             f"--ckpt_path best: the newest checkpoint {newest} names no best one that is still there; "
@@ -127,13 +143,15 @@ def written_checkpoints(folder: Path) -> list[Path]:
 def newest_checked(what: str, checkpoint: Path, folder: Path) -> Path:
     """``checkpoint``, the newest in ``folder``, checked readable, then named on rank 0 with how its fit ended.
 
-    ``what``: the words before its name (``mnistperf: test with ...``).
+    ``what``: the words before its name (``mnistperf: test with ...``). How its fit ended is read in the run's log
+    folder, where the checkpoint lies in its ``checkpoints/`` (a ModelCheckpoint's folder of its own: not known).
     """
     check_checkpoint(checkpoint, picked=True)
+    ended = how_its_fit_ended(checkpoint.parent.parent) if checkpoint.parent.name == "checkpoints" else ""
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
         print(
-            f"mnistperf: {what} {checkpoint} (the newest checkpoint in {folder}"
-            f"{how_its_fit_ended(checkpoint.parent.parent)}; --ckpt_path FILE picks another)",
+            f"mnistperf: {what} {checkpoint} (the newest checkpoint in {folder}{ended}; "
+            "--ckpt_path FILE picks another)",
             flush=True,
         )
     return checkpoint

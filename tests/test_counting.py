@@ -196,7 +196,7 @@ def test_a_step_that_fetches_several_batches_is_counted_by_the_one_it_trained_on
     module, timer, audit, _ = watched(lambda: DataLoader(Indexed(rows), batch_size=BATCH), kind=FetchesTwo)
     for epoch, (row, audited) in enumerate(zip(timer.epochs, audit.epochs, strict=True), start=1):
         trained = module.record[epoch][""]
-        assert len(trained) == 3 * BATCH if rows == 6 * BATCH else 2 * BATCH
+        assert len(trained) == (3 * BATCH if rows == 6 * BATCH else 2 * BATCH)
         assert row["samples"] == len(trained) and "partial" not in row
         assert counts(audited) == expected(trained, rows)
     assert "samples disagree" not in capsys.readouterr().out

@@ -181,12 +181,19 @@ def bad_source(tmp_path: Path, case: str) -> Path:
     source = tmp_path / "source"
     if case in ("no train split", "no test split"):
         kaggle_csv(source / ("test.csv" if case == "no train split" else "train.csv"), images, labels)
+    elif case == "labels written as floats":
+        kaggle_csv(source / "test.csv", images, labels)
+        kaggle_csv(source / "train.csv", images, labels)
+        lines = (source / "train.csv").read_text().splitlines()
+        lines[2] = ",".join([f"{lines[2].split(',')[0]}.0", *lines[2].split(",")[1:]])  # a label as 3.0
+        (source / "train.csv").write_text("\n".join(lines) + "\n")
     elif case == "pixels scaled to 0..1":
         kaggle_csv(source / "test.csv", images, labels)
         kaggle_csv(source / "train.csv", images, labels)
         lines = (source / "train.csv").read_text().splitlines()
-        fields = lines[2].split(",")
-        lines[2] = ",".join([fields[0], "0.5", *fields[2:]])  # a row's first pixel a fraction
+        for at in range(1, len(lines)):  # every row's first pixel a fraction, as a file scaled to 0..1 holds them
+            fields = lines[at].split(",")
+            lines[at] = ",".join([fields[0], f"{int(fields[1]) / 255:.4f}", *fields[2:]])
         (source / "train.csv").write_text("\n".join(lines) + "\n")
     elif case == "a word among the pixels":
         kaggle_csv(source / "test.csv", images, labels)
@@ -256,6 +263,11 @@ def bad_source(tmp_path: Path, case: str) -> Path:
             "column pixel1 holds double values, not whole numbers; labels must be 0..9 and"
             " pixels 0..255 (pixels scaled to 0..1: times 255, rounded): correct the file",
         ),
+        (
+            "labels written as floats",
+            "train.csv: column label holds double values, not whole numbers; labels must "
+            "be 0..9 and pixels 0..255: correct the file",
+        ),  # no word on scaling pixels
         ("a pixel past 255, with a header", "train.csv: column pixel10 has values"),
         ("a pixel past 255, no header", "train.csv: column 11 (no header) has values"),
         ("not 28x28 grayscale", "train.parquet: the image in row 0 is 32x32 RGB; expected 28x28 grayscale"),

@@ -208,6 +208,18 @@ def test_interrupted_write_leaves_no_partial_file(fake_raw, tmp_path, monkeypatc
     assert not (tmp_path / "data").exists()  # no partial file, and no folder the preparation made
 
 
+def test_a_synthetic_split_written_again_alone_draws_what_it_drew_not_the_other_splits_rows(tmp_path):
+    """Run again after an interruption, the test split is drawn as a whole run draws it: no copy of train's rows."""
+    data, quiet = tmp_path / "data", lambda m: None
+    prepare.prepare_synthetic(8, data, test_rows=8, log=quiet)
+    test = prepare.split_path(data, "synthetic", "test")
+    first = pq.read_table(test).to_pydict()
+    shutil.rmtree(test)
+    prepare.prepare_synthetic(8, data, test_rows=8, log=quiet)  # train ready: the test split alone
+    assert pq.read_table(test).to_pydict() == first
+    assert pq.read_table(prepare.split_path(data, "synthetic", "train")).to_pydict() != first
+
+
 def test_an_interrupted_synthetic_dataset_leaves_no_folder_it_made(tmp_path, monkeypatch):
     def die(*args, **kwargs):
         raise KeyboardInterrupt

@@ -45,9 +45,9 @@ def test_runs_of_lightnings_default_logger_are_named_by_their_version(tmp_path, 
     logs = tmp_path / "lightning_logs"
     write(logs / "version_0", summary(10.0), age_s=60)
     write(logs / "version_1", summary(5.0))
-    head = compared(capsys, logs / "version_0", logs / "version_1")[:4]
-    assert head[0].endswith("(version_0)") and head[1].endswith("(version_1)")
-    assert head[2:] == ["changed: nothing the runs record", ""]
+    head = compared(capsys, logs / "version_0", logs / "version_1")[:5]
+    assert head[0].endswith("(version_0)") and head[1].endswith("(version_1)") and head[2].startswith("B saves")
+    assert head[3:] == ["changed: nothing the runs record", ""]
 
 
 def test_a_named_logger_names_its_runs_and_alike_names_take_the_folders_above(tmp_path, capsys):
@@ -91,10 +91,10 @@ def test_runs_of_different_datasets_or_models_are_compared_under_a_line_saying_s
     a_path = write(tmp_path / "a" / "version_0", summary(10.0))
     b_path = write(tmp_path / "b" / "version_0", b)
     lines = compared(capsys, a_path, b_path)
-    assert lines[2].startswith(said) and "not what a change to one run bought" in lines[2]
-    assert lines[3].startswith("changed: ") and lines[4] == ""
+    assert lines[3].startswith(said) and "not what a change to one run bought" in lines[3]
+    assert lines[4].startswith("changed: ") and lines[5] == ""
     main(["compare", str(a_path), str(b_path), "--json"])
-    assert json.loads(capsys.readouterr().out)["mismatch"] == lines[2].removeprefix("note: ")
+    assert json.loads(capsys.readouterr().out)["mismatch"] == lines[3].removeprefix("note: ")
 
 
 def test_two_fits_of_one_stage_are_named_by_version_and_compared_without_a_note(workdir, capsys):
@@ -102,9 +102,9 @@ def test_two_fits_of_one_stage_are_named_by_version_and_compared_without_a_note(
         run_stage("v2_pinned", "--data.batch_size", "32", *NO_WORKERS, epochs=2)
     capsys.readouterr()
     logs = workdir / "lightning_logs" / "v2_pinned"
-    head = compared(capsys, logs / "version_0", logs / "version_1")[:4]
+    head = compared(capsys, logs / "version_0", logs / "version_1")[:5]
     assert head[0].endswith("(v2_pinned/version_0)") and head[1].endswith("(v2_pinned/version_1)")
-    assert head[2:] == ["changed: nothing the runs record", ""]
+    assert head[3:] == ["changed: nothing the runs record", ""]
     fails_in_one_line(capsys, ["compare", str(logs), str(logs / "version_1")], "are the same run")
 
 

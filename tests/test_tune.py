@@ -243,8 +243,13 @@ class TimedOutInput:
     options |= {"pin_memory": False, "batch_size": 64}
     device = torch.device("cpu")
 
+    def __init__(self, interrupted: bool = False):
+        self.interrupted = interrupted  # Ctrl-C as the input config's settings train, not the budget's end
+
     def __call__(self, trial: Trial, seconds: float) -> Run:
         if trial.kind == "both" and trial.settings["pipeline"] == "v2":
+            if self.interrupted:
+                raise KeyboardInterrupt
             return Run(seconds=5.0, timed_out=True)
         pipeline = trial.settings.get("pipeline")
         rate = {"step": 1000.0, "loader": 50.0 if pipeline == "v2" else 5000.0}.get(trial.kind, 900.0)
@@ -262,6 +267,9 @@ def test_a_best_the_budget_left_unmeasured_beside_the_input_config_is_said_uncon
     assert ": not measured, input config, failed: stopped after 5 s" in stopped
     (row,) = [row for row in probes_table(found).splitlines() if "input config" in row]
     assert "| - | - |" in row  # no samples/s, no spread: not 0
+    cut = stages.outcome(TimedOutInput(interrupted=True), 600, [].append, 6400, ["resident", "v2"], 1, False)
+    assert cut.stopped.startswith("interrupted (Ctrl-C)")  # no more budget to ask for: Ctrl-C stopped it
+    assert cut.stopped.endswith("; the best predicted was not measured beside the input config's settings")
 
 
 def test_the_step_probe_runs_a_graphed_stages_whole_step(monkeypatch):

@@ -131,15 +131,15 @@ def place_taken(target: Path, folder: bool = False, written: bool = False) -> st
 def unmakeable(folder: Path) -> str | None:
     """Why ``folder`` (or the first folder missing above it) cannot be made, else None.
 
-    Tried with a folder of its own name beside it, made and removed, so that no other process meets a folder made and
-    removed under it.
+    Tried with a folder of a name of its own beside it, made and removed, so that no other process meets a folder made
+    and removed under it.
     """
     missing = [path for path in (folder, *folder.parents) if not path.exists()]
     if not missing:
         return None
     first = missing[-1]
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=f".{first.name}.", suffix=".tmp", dir=first.parent))
+        os.rmdir(tempfile.mkdtemp(prefix=".mnistperf-", dir=first.parent))
     except OSError as error:
         return f"{first} cannot be made ({error.strerror or error})"
     return None

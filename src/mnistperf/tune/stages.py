@@ -24,7 +24,18 @@ from mnistperf.diagnosis.measure.loader_options import SPEED_SETTINGS
 from mnistperf.errors import ConfigError
 from mnistperf.tune import policy
 from mnistperf.tune.probes import BOTH, LOADER, STEP, Probes
-from mnistperf.tune.search import INTERRUPTED, NOISE_FLOOR, Outcome, Run, Search, Stop, Trial, beats, describe
+from mnistperf.tune.search import (
+    INTERRUPTED,
+    NOISE_FLOOR,
+    TIMED_OUT,
+    Outcome,
+    Run,
+    Search,
+    Stop,
+    Trial,
+    beats,
+    describe,
+)
 
 # The lab's loader settings tune chooses: its pipeline, and the rest but the batch size (only with --tune-batch-size).
 LOADER_KEYS = ("pipeline", *SPEED_SETTINGS)
@@ -197,7 +208,8 @@ def outcome(
     input_config = {**start, "batch_size": base["batch_size"]}
     measured = any(t.rates for t in search.trials if t.kind == BOTH and t.settings == input_config)
     if start != found.best and not measured:  # the closing rule could not be followed
-        found.stopped += "; the best predicted was not measured beside the input config's settings (more --budget is)"
+        budget = " (more --budget is)" if found.stopped.startswith(TIMED_OUT) else ""
+        found.stopped += f"; the best predicted was not measured beside the input config's settings{budget}"
     return found
 
 

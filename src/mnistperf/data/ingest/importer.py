@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from mnistperf.atomic import removing_new_folders
@@ -103,7 +104,8 @@ def read_csv(file: Path) -> pa.Table:
     for position, name in enumerate(table.column_names, 1):
         if name in (layout.label, *layout.pixels) and not pa.types.is_integer(table.schema.field(name).type):
             said, kind = name if header else f"{position}", table.schema.field(name).type
-            scaled = " (pixels scaled to 0..1: times 255, rounded)" if pa.types.is_floating(kind) else ""
+            fractions = pa.types.is_floating(kind) and name in layout.pixels and (pc.max(table[name]).as_py() or 0) <= 1
+            scaled = " (pixels scaled to 0..1: times 255, rounded)" if fractions else ""
             raise DataError(
                 f"{file}: column {said} holds {kind} values, not whole numbers; "
                 f"labels must be 0..9 and pixels 0..255{scaled}: correct the file and import again."

@@ -209,9 +209,10 @@ def prepare_synthetic(
     if test_rows < 1:
         raise ConfigError(f"test_rows must be at least 1 (got {test_rows}).")
     reports = []
-    rng = np.random.default_rng(seed)
     with removing_new_folders(split_path(data_dir, "synthetic", "train").parent):  # (stopped before a split: none)
-        for split, count in (("train", rows), ("test", test_rows)):
+        for index, (split, count) in enumerate((("train", rows), ("test", test_rows))):
+            # each split its own stream: one written again alone (the other ready) draws what it drew, not the other's
+            rng = np.random.default_rng([seed, index])
             reports += synthetic_split(split, count, data_dir, rng, force, log)
     return reports
 

@@ -103,7 +103,7 @@ def test_fit_with_ckpt_path_last_resumes_the_newest_run_of_its_config(workdir, c
     and says which; with no run of the config yet, that the fit starts from its first epoch."""
     summary = run_stage("v2_pinned", *SMALL, "--ckpt_path", "last", epochs=1)
     assert [e["epoch"] for e in summary["epochs"]] == [1]
-    said = "mnistperf: no checkpoint of this config's runs in lightning_logs/v2_pinned to resume: the fit starts from"
+    said = "mnistperf: no checkpoint of this config's runs in lightning_logs/v2_pinned/version_*/checkpoints to resume"
     assert said in capsys.readouterr().out
     summary = run_stage("v2_pinned", *SMALL, "--ckpt_path", "last", epochs=2)
     assert [e["epoch"] for e in summary["epochs"]] == [2]
@@ -133,7 +133,7 @@ OWN_FOLDER = """trainer:
 
 def test_evaluating_last_or_best_reads_a_model_checkpoint_of_a_folder_of_its_own(workdir, capsys):
     """A ModelCheckpoint saving in a folder of its own (save_last, a monitor): last is its newest, best the one it
-    kept; both named by where they lie, neither an older run's under lightning_logs."""
+    kept; both named by where they lie, neither an older run's under lightning_logs; a fit resumes from its last."""
     run_stage("v2_pinned", *SMALL, epochs=1)  # an older run, in the runs' folder
     (workdir / "own.yaml").write_text(OWN_FOLDER)
     run_stage("v2_pinned", *SMALL, "--config", "own.yaml", epochs=2)
@@ -144,6 +144,8 @@ def test_evaluating_last_or_best_reads_a_model_checkpoint_of_a_folder_of_its_own
     (best,) = [Path(s["best_model_path"]).name for s in state.values() if s.get("best_model_path")]
     run_stage("v2_pinned", *SMALL, "--config", "own.yaml", "--ckpt_path", "best", command="validate", quiet=False)
     assert f"mnistperf: validate with kept/{best} (the best its fit had kept, of kept)" in capsys.readouterr().out
+    run_stage("v2_pinned", *SMALL, "--config", "own.yaml", "--ckpt_path", "last", epochs=3)  # (its callbacks: no timer)
+    assert "mnistperf: fit resumes from kept/last.ckpt (the newest checkpoint in kept; " in capsys.readouterr().out
 
 
 def test_best_is_read_beside_the_newest_checkpoint_wherever_the_evaluation_runs(workdir, tmp_path, monkeypatch, capsys):

@@ -51,11 +51,7 @@ def newest_checkpoint(command: str, config, given: Sequence[str] = (), best: boo
     ``given``: the command's own arguments, which the fix's ``fit`` keeps (but those fit does not take). ``best``: the
     best one its ModelCheckpoint had kept by then (``--ckpt_path best``), which a fresh process cannot know otherwise.
     """
-    own = declared_folders(config)  # a ModelCheckpoint of a folder of its own: its checkpoints, not the runs'
-    folder = own[0] if own else runs_folder(config)
-    found = sorted((c for f in own for c in f.glob("*.ckpt")), key=lambda p: p.stat().st_mtime)
-    found = found if own else written_checkpoints(folder)
-    where = folder if own else folder / "version_*" / "checkpoints"
+    folder, found, where = config_checkpoints(config)
     if not found:
         kept, skip = [], False
         for arg in given:  # --ckpt_path, validate's and test's --verbose, predict's --return_predictions, and values
@@ -82,6 +78,18 @@ def folder_checkpoint(command: str, folder: Path) -> Path:
             "log folder of a run that wrote one (lightning_logs/<config>/version_N)."
         )
     return newest_checked(f"{command} with" if command != "fit" else "fit resumes from", found[-1], folder)
+
+
+def config_checkpoints(config) -> tuple[Path, list[Path], Path]:
+    """Where this config's fits keep checkpoints, those there (the newest last), and the pattern they are found by.
+
+    A ModelCheckpoint of a folder of its own (``dirpath``): its checkpoints; else those of the config's runs.
+    """
+    own = declared_folders(config)
+    if own:
+        return own[0], sorted((c for f in own for c in f.glob("*.ckpt")), key=lambda p: p.stat().st_mtime), own[0]
+    folder = runs_folder(config)
+    return folder, written_checkpoints(folder), folder / "version_*" / "checkpoints"
 
 
 def declared_folders(config) -> list[Path]:
@@ -119,17 +127,15 @@ def resumed_checkpoint(config) -> str:
     """``fit --ckpt_path last``: the most recent checkpoint fit wrote with this config, announced.
 
     Lightning's own ``last`` searches the checkpoint folder of the fit starting, a new version_N with none in it yet.
-    Where the config's runs hold none, ``last`` is left to Lightning (a ``ModelCheckpoint`` of a fixed folder with
-    ``save_last``, or else its warning and a fit from the start).
+    Where the config's checkpoints (:func:`config_checkpoints`) are none, ``last`` is left to Lightning (its warning
+    and a fit from the start).
     """
-    folder = runs_folder(config)
-    found = written_checkpoints(folder)
+    folder, found, where = config_checkpoints(config)
     if found:
         return str(newest_checked("fit resumes from", found[-1], folder))
     if rank_zero_only.rank == 0:  # type: ignore[attr-defined]
         print(
-            f"mnistperf: no checkpoint of this config's runs in {folder} to resume: the fit starts from its first "
-            "epoch, unless a ModelCheckpoint of its own keeps a 'last' (Lightning looks for it, as said below)",
+            f"mnistperf: no checkpoint of this config's runs in {where} to resume: the fit starts from its first epoch",
             flush=True,
         )
     return "last"

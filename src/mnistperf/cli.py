@@ -58,7 +58,7 @@ def prepare_command(argv: Sequence[str]) -> None:
     parser.add_argument(
         "--dataset",
         default=None,
-        choices=["all", *sources.DATASETS, "synthetic"],
+        choices=["all", *prepare.BUILT_IN],
         help=f"the dataset to write: {', '.join(sources.DATASETS)} (all: both), or synthetic, random rows "
         "(default: all)",
     )
@@ -80,7 +80,10 @@ def prepare_command(argv: Sequence[str]) -> None:
     )
     parser.add_argument("--force", action="store_true", help="rebuild files that are already there (default: off)")
     parser.add_argument(
-        "--rows", type=int, default=None, help="training rows of --dataset synthetic (default: 2,000,000)"
+        "--rows",
+        type=int,
+        default=None,
+        help=f"training rows of --dataset synthetic (default: {prepare.SYNTHETIC_ROWS:,})",
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of --dataset synthetic (default: 0)")
     parser.add_argument(
@@ -138,7 +141,7 @@ def prepare_command(argv: Sequence[str]) -> None:
             force=opts.force,
         )
     elif opts.dataset == "synthetic":
-        rows, seed = 2_000_000 if opts.rows is None else opts.rows, opts.seed or 0
+        rows, seed = prepare.SYNTHETIC_ROWS if opts.rows is None else opts.rows, opts.seed or 0
         reports = prepare.prepare_synthetic(rows, opts.data_dir, seed=seed, force=opts.force)
     else:
         names = list(sources.DATASETS) if opts.dataset == "all" else [opts.dataset]

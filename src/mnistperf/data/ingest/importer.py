@@ -203,7 +203,7 @@ def read_split(files: Iterable[Path]) -> pa.Table:
 
 def refused_name(name: str) -> str | None:
     """Why ``name`` cannot name a dataset of the user's own (a built-in's folder, or one outside data_dir), or None."""
-    builtin = {prepare.dataset_folder(d).lower(): d for d in [*sources.DATASETS, "synthetic"]}
+    builtin = {prepare.dataset_folder(d).lower(): d for d in prepare.BUILT_IN}
     if prepare.is_builtin(name):
         return "is a built-in dataset"
     if name.lower() in builtin:

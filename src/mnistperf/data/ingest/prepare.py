@@ -35,6 +35,7 @@ from mnistperf.errors import ConfigError, DataError
 FORMATS = ("parquet", "csv")
 SPLITS = ("train", "test")
 SYNTHETIC_FOLDER = "Synthetic"
+SYNTHETIC_ROWS = 2_000_000  # the synthetic training split's rows, where --rows does not say
 SYNTHETIC_ROW_GROUP_ROWS = 10_000
 SYNTHETIC_SHARD_ROWS = 100_000  # about 88 MB per shard; a reader holds one shard's footer (~7.5 MB parsed)
 
@@ -52,9 +53,12 @@ class FormatReport:
     read_s: float
 
 
+BUILT_IN = [*sources.DATASETS, "synthetic"]  # the datasets mnistperf makes: the official ones and synthetic
+
+
 def is_builtin(dataset: str) -> bool:
     """Whether mnistperf knows how to make this dataset (the official ones and synthetic)."""
-    return dataset in sources.DATASETS or dataset == "synthetic"
+    return dataset in BUILT_IN
 
 
 def dataset_folder(dataset: str) -> str:
@@ -209,7 +213,7 @@ def prepare_synthetic(
     if test_rows < 1:
         raise ConfigError(f"test_rows must be at least 1 (got {test_rows}).")
     reports = []
-    with removing_new_folders(split_path(data_dir, "synthetic", "train").parent):  # (stopped before a split: none)
+    with removing_new_folders(Path(data_dir) / SYNTHETIC_FOLDER):  # (stopped before a split: none)
         for index, (split, count) in enumerate((("train", rows), ("test", test_rows))):
             # each split its own stream: one written again alone (the other ready) draws what it drew, not the other's
             rng = np.random.default_rng([seed, index])
@@ -286,7 +290,7 @@ def require_prepared(dataset: str, data_dir, split: str) -> Path:
     if dataset == "synthetic":
         how = (
             f"`python -m mnistperf prepare --dataset synthetic{_data_dir_option(data_dir)}` "
-            "(add --rows N for another size than 2,000,000 rows)"
+            f"(add --rows N for another size than {SYNTHETIC_ROWS:,} rows)"
         )
     elif not is_builtin(dataset):
         _require_own(dataset, Path(data_dir), path)
@@ -367,14 +371,12 @@ def _readable_rows(path: Path) -> int | None:
 
 def own_datasets(data_dir: Path) -> list[str]:
     """The datasets of the user's own under ``data_dir``: its folders holding a train split, the built-in ones apart."""
-    built_in = {spec.folder for spec in sources.DATASETS.values()} | {
-        split_path(data_dir, "synthetic", "train").parent.name
-    }
+    built_in = {dataset_folder(name) for name in BUILT_IN}
     try:
-        folders = [path for path in data_dir.iterdir() if path.is_dir() and path.name not in built_in]
+        folders = [path.name for path in data_dir.iterdir() if path.is_dir() and path.name not in built_in]
     except OSError:  # no such folder, or none to read: none of them
         return []
-    return [path.name for path in folders if (path / "train.parquet").is_file() or (path / "train").is_dir()]
+    return [name for name in folders if split_path(data_dir, name, "train").exists()]
 
 
 def _require_own(dataset: str, data_dir: Path, path: Path) -> NoReturn:
@@ -382,12 +384,11 @@ def _require_own(dataset: str, data_dir: Path, path: Path) -> NoReturn:
 
     A name like a built-in dataset's (``fashion``) is answered with that one too.
     """
-    built_in = [*sources.DATASETS, "synthetic"]
-    alike = {name.lower(): name for name in [*built_in, *own_datasets(data_dir)] if name != dataset}
+    alike = {name.lower(): name for name in [*BUILT_IN, *own_datasets(data_dir)] if name != dataset}
     folded = closest(dataset.lower(), alike)  # (Fashion_MNIST is fashion_mnist)
     meant = alike[folded] if folded else None
     own = "a dataset of your own" + (f" (did you mean {meant}, beside it?)" if meant else "")
-    if meant in built_in:
+    if meant in BUILT_IN:
         own = f"no built-in dataset (did you mean {meant}?), so a dataset of your own"
     raise DataError(
         f"{path} not found: data.dataset {dataset!r} is {own}, read from {data_dir / dataset}/ "

@@ -71,7 +71,7 @@ def newest_checkpoint(command: str, config, given: Sequence[str] = (), best: boo
 
 def folder_checkpoint(command: str, folder: Path) -> Path:
     """``--ckpt_path FOLDER`` (a run's log folder, or its checkpoints folder): the newest checkpoint under it, named."""
-    found = sorted(folder.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    found = written_checkpoints(folder, "**/*.ckpt")
     if not found:
         raise ConfigError(
             f"--ckpt_path {folder}: a folder holding no checkpoint (*.ckpt); give a checkpoint written by fit, or the "
@@ -87,7 +87,7 @@ def config_checkpoints(config) -> tuple[Path, list[Path], Path]:
     """
     own = declared_folders(config)
     if own:
-        return own[0], sorted((c for f in own for c in f.glob("*.ckpt")), key=lambda p: p.stat().st_mtime), own[0]
+        return own[0], written_checkpoints(own, "*.ckpt"), own[0]
     folder = runs_folder(config)
     return folder, written_checkpoints(folder), folder / "version_*" / "checkpoints"
 
@@ -107,11 +107,11 @@ def best_of(command: str, newest: Path, folder: Path) -> Path:
     check_checkpoint(newest, picked=True)
     states = torch.load(newest, map_location="cpu", weights_only=True).get("callbacks") or {}
     kept = [
-        state["best_model_path"]
-        for state in states.values()
-        if isinstance(state, dict) and state.get("best_model_path")
+        newest.parent / Path(s["best_model_path"]).name
+        for s in states.values()
+        if isinstance(s, dict) and s.get("best_model_path")
     ]
-    best = next((newest.parent / Path(path).name for path in kept if (newest.parent / Path(path).name).is_file()), None)
+    best = next((path for path in kept if path.is_file()), None)
     if best is None:
         raise ConfigError(
             f"--ckpt_path best: the newest checkpoint {newest} names no best one that is still there; "
@@ -141,9 +141,10 @@ def resumed_checkpoint(config) -> str:
     return "last"
 
 
-def written_checkpoints(folder: Path) -> list[Path]:
-    """The checkpoints under a config's runs folder, the newest last."""
-    return sorted(folder.glob("version_*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+def written_checkpoints(folders: Path | list[Path], pattern: str = "version_*/checkpoints/*.ckpt") -> list[Path]:
+    """The checkpoints ``pattern`` finds under ``folders`` (by default a config's runs folder), the newest last."""
+    found = [path for folder in ([folders] if isinstance(folders, Path) else folders) for path in folder.glob(pattern)]
+    return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
 def newest_checked(what: str, checkpoint: Path, folder: Path) -> Path:

@@ -97,7 +97,7 @@ def probes_table(outcome: Outcome) -> str:
     """Every probe as a Markdown table row: settings, rate, spread, input wait, seconds, note."""
     header = ["#", "probe", "settings", "samples/s", "spread", "input wait", "seconds", "note"]
     rows = [
-        [index, probe.kind, describe(probe.settings), *stages.rate_said(probe, "{:,.0f}", "{:.0%}")]
+        [index, probe.kind, describe(probe.settings), *stages.rate_said(probe)]
         + ["-" if probe.wait is None else f"{probe.wait:.0%}", f"{probe.seconds:.1f}", stages.probe_note(probe)]
         for index, probe in enumerate(outcome.trials, 1)
     ]

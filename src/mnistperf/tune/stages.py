@@ -49,19 +49,18 @@ def probe_note(probe: Trial) -> str:
     return ", ".join(n for n in (probe.label, start, repeated, failed) if n)
 
 
-def rate_said(probe: Trial, rate: str, spread: str) -> list[str]:
-    """A probe's samples/s and spread in the formats given; "-" for each where no run of it measured any."""
-    return [rate.format(probe.rate), spread.format(probe.spread)] if probe.rates else ["-", "-"]
+def rate_said(probe: Trial) -> list[str]:
+    """A probe's samples/s and spread, as its table's row has them; "-" for each where no run of it measured any."""
+    return [f"{probe.rate:,.0f}", f"{probe.spread:.0%}"] if probe.rates else ["-", "-"]
 
 
 def probe_line(search: Search, probe: Trial, run: Run) -> str:
-    """A probe's line: its number, kind and settings, samples/s and spread, note and seconds."""
-    rate, spread = rate_said(probe, "{:,.0f} samples/s", " (spread {:.0%})" if probe.spread else "")
+    """A probe's line: its number, kind and settings, samples/s and spread (or not measured), note and seconds."""
+    rate = f"{probe.rate:,.0f} samples/s" + (f" (spread {probe.spread:.0%})" if probe.spread else "")
     note = probe_note(probe)
     return (
         f"[probe {search.trials.index(probe) + 1}] {probe.kind:<6} {describe(probe.settings)}: "
-        f"{rate if probe.rates else 'not measured'}{spread if probe.rates else ''}{', ' + note if note else ''} "
-        f"({probe.seconds:.1f} s)"
+        f"{rate if probe.rates else 'not measured'}{', ' + note if note else ''} ({probe.seconds:.1f} s)"
     )
 
 

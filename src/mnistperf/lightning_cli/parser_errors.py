@@ -104,11 +104,8 @@ def explain_parser_error(text: str, options: set[str], configs: dict[Path, dict]
 
 def held_in(configs: dict[Path, dict] | None, key: str, value: str | None = None) -> str:
     """``FILE: `` for each config file holding the dotted ``key`` (as ``value``, where given), in the order given."""
-    held = [
-        str(path)
-        for path, config in (configs or {}).items()
-        if holds(config, key.split(".")) and (value is None or str(value_at(config, key.split("."))) == value)
-    ]
+    found = {path: value_at(config, key.split(".")) for path, config in (configs or {}).items()}
+    held = [str(path) for path, at in found.items() if at is not NOT_HELD and (value is None or str(at) == value)]
     return f"{', '.join(held)}: " if held else ""
 
 
@@ -135,14 +132,14 @@ def key_meant(key: str, options: list[str]) -> str:
     return ""
 
 
-def holds(config: Any, keys: list[str]) -> bool:
-    """Whether a config's mapping holds the dotted key ``keys``, section by section."""
-    return not keys or isinstance(config, dict) and keys[0] in config and holds(config[keys[0]], keys[1:])
+NOT_HELD = object()  # what value_at finds where a config does not hold the key
 
 
-def value_at(config: dict, keys: list[str]) -> Any:
-    """The value a config's mapping holds at the dotted key ``keys`` (which it holds)."""
-    return config if not keys else value_at(config[keys[0]], keys[1:])
+def value_at(config: Any, keys: list[str]) -> Any:
+    """The value a config's mapping holds at the dotted key ``keys``, section by section; NOT_HELD where it has none."""
+    if not keys:
+        return config
+    return value_at(config[keys[0]], keys[1:]) if isinstance(config, dict) and keys[0] in config else NOT_HELD
 
 
 def class_argument(text: str) -> tuple[str, str, str] | None:
